@@ -1,0 +1,18 @@
+"""exactbatch: exact, reproducible minibatches for training loops."""
+
+from exactbatch.dataset import Dataset
+from exactbatch.errors import NdfError, TotalSizeWarning
+from exactbatch.loader import DataLoader
+from exactbatch.ndf import NdfFile, open_ndf, save_ndf
+
+__all__ = [
+    "DataLoader",
+    "Dataset",
+    "NdfError",
+    "NdfFile",
+    "TotalSizeWarning",
+    "open_ndf",
+    "save_ndf",
+]
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,315 @@
+"""DataLoader: the one front door - epochs, the cursor, threads and resume.
+
+The loader owns the cursor (which epoch, how many batches handed out);
+everything else is delegated: the order to :mod:`exactbatch.order`, fetching
+rows to a reader in :mod:`exactbatch.sources`, cutting an epoch into batches
+to :mod:`exactbatch.batching`.
+
+Concurrency: a lock guards only the claim of the next batch; the rows are
+then read outside it, so threads that share a loader read in parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from exactbatch.arrays import check_out_array
+from exactbatch.audit import resolve_random_access_total
+from exactbatch.batching.indexed import IndexedEpoch, num_batches
+from exactbatch.order import check_shard, epoch_permutation, shard_range
+from exactbatch.sources.random_access import random_access_reader
+
+__all__ = ["DataLoader"]
+
+STATE_VERSION = 1
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {name}={value}")
+    return int(value)
+
+
+class DataLoader:
+    """Exact minibatches of a source, with seeded shuffles, epochs and shards.
+
+    ``source`` is random-access - a :class:`Dataset`, an :class:`NdfFile`, an
+    array ``x`` or a pair ``(x, y)`` - and every epoch is a full permutation
+    of this shard's rows (or file order with ``shuffle=False``).
+
+    Guarantees:
+
+    * Shard ``s`` of ``S`` owns rows ``[s*n//S, (s+1)*n//S)``; across shards
+      each row is handed out exactly once per epoch (less the dropped tail
+      with ``drop_last``).
+    * Epoch ``e``'s order is a pure function of ``(seed, e, shard_index)``:
+      the same for every loader built alike, whatever happened before and
+      whatever the kind of source.
+    * ``iter(loader)`` begins a new epoch - the first ``iter`` epoch 0 (or
+      the one set by :meth:`set_epoch`, :meth:`reset` or
+      :meth:`load_state_dict`), each later one the next - and yields
+      ``(x, y)`` float64 arrays of shapes (rows, d) and (rows, l) that belong
+      to the caller. Only the newest iterator may advance; an older one
+      raises ``RuntimeError``.
+    * :meth:`next_into` is the allocation-free path and may be called from
+      several threads at once.
+    * :meth:`state_dict` counts batches handed out, so a restored loader hands
+      out exactly the batches that were left.
+
+    ``buffer_size`` is only used by streamed sources.
+    """
+
+    def __init__(
+        self,
+        source,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_shards: int = 1,
+        shard_index: int = 0,
+        total_size="auto",
+        buffer_size: int | None = None,
+    ):
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self._seed = _check_int("seed", seed, 0)
+        check_shard(num_shards, shard_index)
+        if buffer_size is not None:
+            _check_int("buffer_size", buffer_size, 1)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.num_shards, self.shard_index = int(num_shards), int(shard_index)
+        self.buffer_size = buffer_size
+
+        reader = random_access_reader(source)
+        if reader is None:
+            raise TypeError(
+                "source must be a Dataset, an NdfFile, an array x or a pair (x, y); "
+                f"got {type(source).__name__}"
+            )
+        self._reader = reader
+        self.d, self.l = reader.d, reader.l
+        self.total_size = resolve_random_access_total(total_size, reader.n)
+        self._start, stop = shard_range(reader.n, self.num_shards, self.shard_index)
+        self.n = stop - self._start
+        self._nbatches = num_batches(self.n, self.batch_size, self.drop_last)
+
+        self._lock = threading.Lock()
+        self._epoch = 0  # the epoch in progress, or the pending one
+        self._done = 0  # batches of that epoch handed out
+        self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
+        self._current = None  # the IndexedEpoch being handed out
+        self._gen = 0  # bumped when the cursor is moved; stale iterators stop
+        self._last_rows = 0
+        self._order_key = None  # (seed, epoch) of the cached order
+        self._order = None
+
+    # -- sizes -----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last."""
+        return self._nbatches
+
+    @property
+    def epoch(self) -> int:
+        """The epoch in progress, or the one the next ``iter()`` begins."""
+        return self._epoch
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def last_rows(self) -> int:
+        """Rows in the last batch handed out (0 before the first)."""
+        return self._last_rows
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(n={self.n}, d={self.d}, l={self.l}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, seed={self._seed}, drop_last={self.drop_last}, "
+            f"shard={self.shard_index}/{self.num_shards}, total_size={self.total_size}, "
+            f"epoch={self._epoch})"
+        )
+
+    # -- the cursor (every method below that touches it holds the lock) -----------
+
+    def _epoch_order(self, seed: int, epoch: int):
+        if not self.shuffle:
+            return None
+        if self._order_key != (seed, epoch):
+            perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
+            if self._start:
+                perm += self._start
+            self._order_key, self._order = (seed, epoch), perm
+        return self._order
+
+    def _begin(self) -> None:
+        if self._reader is None:
+            raise ValueError("read from a closed DataLoader")
+        order = self._epoch_order(self._seed, self._epoch)
+        self._current = IndexedEpoch(
+            self._reader, self._start, self.n, self.batch_size, self._nbatches, order, self._done
+        )
+        self._begun = True
+
+    def _move(self, epoch: int) -> None:
+        self._epoch, self._done, self._begun, self._current = epoch, 0, False, None
+        self._gen += 1
+
+    def _claim(self, gen: int | None):
+        with self._lock:
+            if gen is not None and gen != self._gen:
+                raise RuntimeError(
+                    "this iterator is stale: a later iter(), reset(), set_epoch() or "
+                    "load_state_dict() moved the loader on"
+                )
+            if not self._begun:
+                self._begin()
+            job = self._current.claim()
+            if job is not None:
+                self._done += 1
+                self._last_rows = job.size
+            return job
+
+    # -- iteration -------------------------------------------------------------
+
+    def __iter__(self):
+        with self._lock:
+            if self._begun:
+                self._move(self._epoch + 1)
+            else:
+                self._gen += 1
+            self._begin()
+            gen = self._gen
+        return self._iterate(gen)
+
+    def _iterate(self, gen: int):
+        d, l = self.d, self.l  # noqa: E741
+        while (job := self._claim(gen)) is not None:
+            bx = np.empty((job.size, d), dtype=np.float64)
+            by = np.empty((job.size, l), dtype=np.float64)
+            job.fill(bx, by)
+            yield bx, by
+
+    def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
+        """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
+
+        Both must be float64 C-contiguous; ``by`` may be None when l = 0.
+        Returns the rows written (the first rows of each buffer): 0 at the end
+        of the epoch, and 0 again on every call until :meth:`reset` or a new
+        ``iter()``. Safe to call from several threads at once.
+        """
+        check_out_array(bx, (self.batch_size, self.d), "bx")
+        if by is None and self.l == 0:
+            by = np.empty((self.batch_size, 0), dtype=np.float64)
+        check_out_array(by, (self.batch_size, self.l), "by")
+        job = self._claim(None)
+        if job is None:
+            return 0
+        job.fill(bx[: job.size], by[: job.size])
+        return job.size
+
+    # -- moving the cursor -----------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> None:
+        """Rewind.
+
+        With ``seed``: reseed; what follows is epoch 0 of that seed, a pure
+        function of it whatever happened before. Without: rewind to the start
+        of the next epoch (of the pending one if the current epoch has not
+        begun).
+        """
+        with self._lock:
+            if seed is not None:
+                self._seed = _check_int("seed", seed, 0)
+                self._move(0)
+            else:
+                self._move(self._epoch + 1 if self._begun else self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next ``iter()`` or ``next_into`` begins."""
+        epoch = _check_int("epoch", epoch, 0)
+        with self._lock:
+            self._move(epoch)
+
+    # -- resume ---------------------------------------------------------------
+
+    def _config(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "num_shards": self.num_shards,
+            "shard_index": self.shard_index,
+            "total_size": self.total_size,
+            "n": self.n,
+        }
+
+    def state_dict(self) -> dict:
+        """Where the loader stands, as small plain data (JSON-safe).
+
+        Batches handed out count as consumed. A state taken at the end of an
+        epoch resumes at the start of the next.
+        """
+        with self._lock:
+            epoch, done = self._epoch, self._done
+            if self._begun and done >= self._nbatches:
+                epoch, done = epoch + 1, 0
+            return {
+                "version": STATE_VERSION,
+                "seed": self._seed,
+                "epoch": epoch,
+                "batches_done": done,
+                **self._config(),
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
+
+        The state must come from a loader with the same settings and data
+        size; a mismatch is a ``ValueError`` naming the setting.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"state has version {state.get('version')!r}; this exactbatch reads "
+                f"version {STATE_VERSION}"
+            )
+        for key, mine in self._config().items():
+            if state.get(key) != mine:
+                raise ValueError(
+                    f"state was taken with {key}={state.get(key)!r}, this loader has {key}={mine!r}"
+                )
+        seed = _check_int("state['seed']", state.get("seed"), 0)
+        epoch = _check_int("state['epoch']", state.get("epoch"), 0)
+        done = _check_int("state['batches_done']", state.get("batches_done"), 0)
+        if done > self._nbatches:
+            raise ValueError(
+                f"state['batches_done']={done} exceeds the {self._nbatches} batches of an epoch"
+            )
+        with self._lock:
+            self._seed = seed
+            self._move(epoch)
+            self._done = done
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Let go of the source (an .ndf file closes when its last holder lets go)."""
+        with self._lock:
+            reader, self._reader, self._current = self._reader, None, None
+        if reader is not None:
+            reader.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,336 @@
+"""The .ndf file: a 28-byte header, then n rows of (d + l) float64.
+
+Byte layout (little-endian)::
+
+    bytes 0..3    b"NDF1"
+    bytes 4..27   u64 n, u64 d, u64 l
+    then n rows, each d feature values then l label values, float64
+
+A valid file is exactly ``28 + 8*n*(d+l)`` bytes; :func:`open_ndf` checks it.
+
+Reads never move a shared file position: runs of adjacent rows are read
+with one positional read each (``os.preadv``), and batches scattered over
+many runs are gathered from a read-only mapping of the file. So threads may
+read one file at once, and a file larger than RAM is never loaded whole.
+Before every read the file's size is checked again: a file truncated while
+open is an :class:`NdfError` at the next read. A file replaced or deleted
+while open keeps being read as the file that was opened (POSIX semantics).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import secrets
+import stat
+import struct
+import weakref
+
+import numpy as np
+
+from exactbatch.arrays import check_out_array
+from exactbatch.dataset import Dataset
+from exactbatch.errors import NdfError
+
+__all__ = ["HEADER_SIZE", "MAGIC", "NdfFile", "open_ndf", "save_ndf"]
+
+MAGIC = b"NDF1"
+_HEADER = struct.Struct("<4sQQQ")
+HEADER_SIZE = _HEADER.size  # 28
+_MAX_FILE_BYTES = (1 << 63) - 1  # the largest offset the OS can address
+_MAX_PREAD_RUNS = 64  # more runs than this: gather from the mapping instead
+_WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
+
+
+def expected_size(n: int, d: int, l: int) -> int:  # noqa: E741
+    """Bytes of a valid file with this header (Python ints: never overflows)."""
+    return HEADER_SIZE + 8 * n * (d + l)
+
+
+class _Handle:
+    """One open file, shared by every NdfFile and loader over it.
+
+    The descriptor (and the mapping) are released when the last holder drops
+    its reference: CPython frees the handle then, and the finalizer closes.
+    """
+
+    __slots__ = ("__weakref__", "d", "fd", "l", "n", "path", "row_bytes", "rows", "size")
+
+    def __init__(self, path: str, fd: int, n: int, d: int, l: int):  # noqa: E741
+        self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
+        self.row_bytes = 8 * (d + l)
+        self.size = expected_size(n, d, l)
+        self.rows = None  # (n,) of void rows over the mapping; None when no data
+        weakref.finalize(self, os.close, fd)
+        if self.size > HEADER_SIZE:
+            mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            # Void rows have alignment 1, so np.take copies whole rows from the
+            # unaligned offset 28 without making the array contiguous first.
+            self.rows = np.frombuffer(
+                mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
+            )
+
+    def check_size(self) -> None:
+        found = os.fstat(self.fd).st_size
+        if found < self.size:
+            raise NdfError(
+                f"{self.path}: the file changed while open: expected {self.size} bytes, "
+                f"found {found} (truncated?)"
+            )
+
+    def pread_into(self, buf: memoryview, first_row: int) -> None:
+        offset = HEADER_SIZE + first_row * self.row_bytes
+        done, total = 0, len(buf)
+        while done < total:
+            got = os.preadv(self.fd, [buf[done:]], offset + done)
+            if got == 0:
+                self.check_size()
+                raise NdfError(
+                    f"{self.path}: expected {total} bytes at offset {offset}, "
+                    f"the file ended after {done}"
+                )
+            done += got
+
+
+class NdfFile:
+    """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
+
+    Use :func:`open_ndf` to get one. ``read_row`` and ``read_rows`` may be
+    called from several threads at once. ``close()`` releases this object's
+    share of the file; loaders built over it keep their own share, and the
+    descriptor closes when the last holder lets go.
+    """
+
+    __slots__ = ("_h", "d", "l", "n", "path")
+
+    def __init__(self, handle: _Handle):
+        self._h = handle
+        self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
+
+    def _handle(self) -> _Handle:
+        h = self._h
+        if h is None:
+            raise ValueError(f"{self.path}: read from a closed NdfFile")
+        return h
+
+    def share(self) -> NdfFile:
+        """Another holder of the same open file (what a loader keeps)."""
+        return NdfFile(self._handle())
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self) -> None:
+        """Let go of this share; idempotent."""
+        self._h = None
+
+    def __enter__(self) -> NdfFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else "open"
+        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
+
+    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"row index must be an int; got {i!r}")
+        if not -self.n <= i < self.n:
+            raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
+        x, y = self.read_rows(np.array([i], dtype=np.int64))
+        return x[0], y[0]
+
+    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
+
+        ``out_x``/``out_y``, when given, must be float64 C-contiguous arrays
+        of exactly those shapes; they are filled and returned. Negative
+        indices count from the end; any index outside [-n, n) is an
+        ``IndexError``.
+        """
+        h = self._handle()
+        idx = _as_row_indices(indices, self.n, self.path)
+        r = idx.shape[0]
+        out_x = check_out_array(out_x, (r, self.d), "out_x")
+        out_y = check_out_array(out_y, (r, self.l), "out_y")
+        read_rows_into(h, idx, out_x, out_y)
+        return out_x, out_y
+
+
+def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
+    idx = np.asarray(indices)
+    if idx.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"row indices must be integers; got dtype {idx.dtype}")
+    if idx.ndim != 1:
+        raise ValueError(f"row indices must be 1-D; got shape {idx.shape}")
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < -n or hi >= n:
+        bad = lo if lo < -n else hi
+        raise IndexError(f"row {bad} out of range for {path} with n={n} rows")
+    idx = idx.astype(np.int64, copy=False)
+    if lo < 0:
+        idx = np.where(idx < 0, idx + n, idx)
+    return idx
+
+
+def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    """Fill out_x/out_y with rows ``idx`` (valid, non-negative int64) of ``h``."""
+    r = idx.shape[0]
+    if r == 0 or h.row_bytes == 0:
+        return
+    d, l = h.d, h.l  # noqa: E741
+    # Rows on disk are x then y; stage them whole unless one side is empty.
+    stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
+    if bool(np.all(idx[1:] >= idx[:-1])):
+        sorted_idx, target = idx, stage
+    else:
+        perm = np.argsort(idx, kind="stable")
+        sorted_idx, target = idx[perm], np.empty((r, d + l), dtype=np.float64)
+    h.check_size()
+    breaks = np.flatnonzero(np.diff(sorted_idx) != 1) + 1
+    if len(breaks) < _MAX_PREAD_RUNS:
+        starts = [0, *breaks.tolist()]
+        raw = memoryview(target).cast("B")
+        for a, b in zip(starts, [*starts[1:], r], strict=True):
+            h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(sorted_idx[a]))
+        if target is not stage:
+            stage[perm] = target
+    else:
+        np.take(h.rows, idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
+    if stage is not out_x and d:
+        out_x[...] = stage[:, :d]
+    if stage is not out_y and l:
+        out_y[...] = stage[:, d:]
+
+
+def open_ndf(path) -> NdfFile:
+    """Open an ``.ndf`` file for reading, checking its header and exact size.
+
+    A wrong magic, a short header, an impossible header or a size other
+    than ``28 + 8*n*(d+l)`` is an :class:`NdfError` naming the file, what
+    was expected and what was found. OS errors (a missing file, no
+    permission, a folder) are raised as the OS reports them.
+    """
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "expected an .ndf file, found a folder", path)
+        n, d, l = _read_header(fd, path, st.st_size)  # noqa: E741
+        return NdfFile(_Handle(path, fd, n, d, l))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_header(fd: int, path: str, size: int) -> tuple[int, int, int]:
+    if size == 0:
+        raise NdfError(f"{path}: empty file; expected an .ndf file (a {HEADER_SIZE}-byte header)")
+    head = os.pread(fd, HEADER_SIZE, 0)
+    if head[:4] != MAGIC[: len(head[:4])]:
+        raise NdfError(f"{path}: not an .ndf file: expected magic {MAGIC!r}, found {head[:4]!r}")
+    if len(head) < HEADER_SIZE:
+        raise NdfError(
+            f"{path}: short header: expected {HEADER_SIZE} bytes "
+            f"(magic, n, d, l), found only {len(head)}"
+        )
+    _, n, d, l = _HEADER.unpack(head)  # noqa: E741
+    want = expected_size(n, d, l)
+    if want > _MAX_FILE_BYTES:
+        raise NdfError(
+            f"{path}: impossible header n={n}, d={d}, l={l}: 28 + 8*n*(d+l) = {want} bytes "
+            f"exceeds the largest possible file ({_MAX_FILE_BYTES} bytes); found {size} bytes"
+        )
+    if size != want:
+        how = "short" if size < want else "long"
+        raise NdfError(
+            f"{path}: file too {how}: header n={n}, d={d}, l={l} needs 28 + 8*n*(d+l) = "
+            f"{want} bytes, found {size} bytes"
+        )
+    return n, d, l
+
+
+def save_ndf(path, data) -> None:
+    """Write ``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) to ``path``.
+
+    Atomic: rows go to a temporary file in the same folder, which is flushed,
+    fsynced and renamed over ``path``. On any error no new file is left
+    behind and an existing file at ``path`` keeps its old bytes. No folders
+    are created: a missing folder is ``FileNotFoundError``.
+    """
+    path = os.fspath(path)
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
+        data = Dataset(*data)
+    elif not isinstance(data, Dataset):
+        data = Dataset(data)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(errno.ENOENT, "folder does not exist (save_ndf creates none)", path)
+    tmp, fd = _create_temp(folder, os.path.basename(path))
+    try:
+        with open(fd, "wb") as f:
+            f.write(_HEADER.pack(MAGIC, data.n, data.d, data.l))
+            _write_rows(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_folder(folder)
+
+
+def _create_temp(folder: str, name: str) -> tuple[str, int]:
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:  # O_EXCL with mode 0o666 so the final file gets the umask's permissions
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+
+
+def _write_rows(f, data: Dataset) -> None:
+    x, y = data.x, data.y
+    row_bytes = 8 * (data.d + data.l)
+    if row_bytes == 0:
+        return
+    step = max(1, _WRITE_ROWS_BYTES // row_bytes)
+    le = np.dtype("<f8")
+    for a in range(0, data.n, step):
+        if data.l == 0:
+            slab = x[a : a + step]
+        elif data.d == 0:
+            slab = y[a : a + step]
+        else:
+            slab = np.concatenate((x[a : a + step], y[a : a + step]), axis=1)
+        f.write(memoryview(np.ascontiguousarray(slab, dtype=le)).cast("B"))
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename durable; best effort where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
