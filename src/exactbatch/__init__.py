@@ -4,14 +4,17 @@ from exactbatch.dataset import Dataset
 from exactbatch.errors import NdfError, TotalSizeWarning
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import NdfFile, open_ndf, save_ndf
+from exactbatch.sources.parquet import ParquetSource, parquet_source
 
 __all__ = [
     "DataLoader",
     "Dataset",
     "NdfError",
     "NdfFile",
+    "ParquetSource",
     "TotalSizeWarning",
     "open_ndf",
+    "parquet_source",
     "save_ndf",
 ]
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["resolve_random_access_total"]
+import numpy as np
+
+__all__ = [
+    "count_rows",
+    "outside_window",
+    "probe_restart",
+    "resolve_random_access_total",
+]
 
 
-def _check_total_size_kind(total_size) -> None:
-    if total_size is None or total_size == "auto" and isinstance(total_size, str):
+def check_total_size_kind(total_size) -> None:
+    if total_size is None or (isinstance(total_size, str) and total_size == "auto"):
         return
     if isinstance(total_size, bool) or not isinstance(total_size, int):
         raise TypeError(f'total_size must be "auto", None or an int; got {total_size!r}')
@@ -20,10 +27,62 @@ def resolve_random_access_total(total_size, n: int) -> int:
     ``"auto"`` and ``None`` give ``n``; an int must equal ``n`` (the whole
     dataset's rows, not one shard's), else ``ValueError``.
     """
-    _check_total_size_kind(total_size)
+    check_total_size_kind(total_size)
     if isinstance(total_size, int) and total_size != n:
         raise ValueError(
             f"total_size={total_size} disagrees with the source, which has n={n} rows; "
             'pass total_size="auto" (or the whole dataset\'s row count, not a shard\'s)'
         )
     return n
+
+
+def count_rows(stream, normalize):
+    """One full pass over ``stream``: (rows, (d, l) or None, the iterator read)."""
+    rows, width = 0, None
+    it = stream.open()
+    try:
+        for i, chunk in enumerate(it):
+            x, y = normalize(chunk, i, width)
+            width = (x.shape[1], y.shape[1])
+            rows += x.shape[0]
+    finally:
+        _close(it)
+    return rows, width, it
+
+
+def probe_restart(stream, first, first_pass_rows: int) -> None:
+    """Check that ``stream`` yields a fresh, non-empty pass after the pass ``first``."""
+    second = stream.open()
+    try:
+        if second is first:
+            raise ValueError(
+                "the source returned the same iterator twice, so the counting pass used up "
+                "the only pass it has: pass a zero-argument function that builds a fresh "
+                "iterator on every call (or declare total_size=N to skip counting)"
+            )
+        for chunk in second:
+            x = chunk[0] if isinstance(chunk, tuple) else chunk
+            if np.asarray(x).size or np.ndim(x) == 1:
+                return
+        raise ValueError(
+            f"the source yielded {first_pass_rows} rows while counting, then came back empty: "
+            "it cannot restart, and every epoch must. Pass a zero-argument function that "
+            "returns a fresh iterator on every call (or a re-iterable such as a list)"
+        )
+    finally:
+        _close(second)
+
+
+def _close(it) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def outside_window(expected: int, seen: int, batch_size: int) -> bool:
+    """True when ``expected`` rows cannot be right after ``seen`` rows in full batches.
+
+    A correct count satisfies seen <= N < seen + batch_size; with 10% slack
+    either way, in exact integer arithmetic.
+    """
+    return 10 * expected < 9 * seen or 10 * expected >= 11 * (seen + batch_size)

@@ -17,9 +17,10 @@ import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.audit import resolve_random_access_total
-from exactbatch.batching.indexed import IndexedEpoch, num_batches
-from exactbatch.order import check_shard, epoch_permutation, shard_range
+from exactbatch.batching.indexed import IndexedFeed
+from exactbatch.order import check_shard
 from exactbatch.sources.random_access import random_access_reader
+from exactbatch.streamed import StreamFeed
 
 __all__ = ["DataLoader"]
 
@@ -87,33 +88,53 @@ class DataLoader:
         self.buffer_size = buffer_size
 
         reader = random_access_reader(source)
-        if reader is None:
-            raise TypeError(
-                "source must be a Dataset, an NdfFile, an array x or a pair (x, y); "
-                f"got {type(source).__name__}"
+        shard = {"num_shards": self.num_shards, "shard_index": self.shard_index}
+        common = {
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+        }
+        if reader is not None:
+            self.total_size = resolve_random_access_total(total_size, reader.n)
+            self._feed = IndexedFeed(reader, **common, **shard)
+        else:
+            self._feed = StreamFeed(
+                source, **common, **shard, total_size=total_size, buffer_size=buffer_size
             )
-        self._reader = reader
-        self.d, self.l = reader.d, reader.l
-        self.total_size = resolve_random_access_total(total_size, reader.n)
-        self._start, stop = shard_range(reader.n, self.num_shards, self.shard_index)
-        self.n = stop - self._start
-        self._nbatches = num_batches(self.n, self.batch_size, self.drop_last)
+            self.total_size = self._feed.total_size
+        self._reader = reader  # the random-access reader, None for streams
+        self.n = self._feed.n
+        self._nbatches = self._feed.nbatches
 
         self._lock = threading.Lock()
         self._epoch = 0  # the epoch in progress, or the pending one
         self._done = 0  # batches of that epoch handed out
         self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
-        self._current = None  # the IndexedEpoch being handed out
+        self._current = None  # the epoch being handed out
         self._gen = 0  # bumped when the cursor is moved; stale iterators stop
         self._last_rows = 0
-        self._order_key = None  # (seed, epoch) of the cached order
-        self._order = None
+        self._closed = False
 
     # -- sizes -----------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last."""
+        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last.
+
+        A stream of unknown size (``total_size=None``) has no length: ``TypeError``.
+        """
+        if self._nbatches is None:
+            raise TypeError("len() of a DataLoader over a stream with total_size=None is unknown")
         return self._nbatches
+
+    @property
+    def d(self) -> int | None:
+        """Features per row (None for a stream not read yet)."""
+        return self._feed.d
+
+    @property
+    def l(self) -> int | None:  # noqa: E743
+        """Labels per row (None for a stream not read yet)."""
+        return self._feed.l
 
     @property
     def epoch(self) -> int:
@@ -139,23 +160,10 @@ class DataLoader:
 
     # -- the cursor (every method below that touches it holds the lock) -----------
 
-    def _epoch_order(self, seed: int, epoch: int):
-        if not self.shuffle:
-            return None
-        if self._order_key != (seed, epoch):
-            perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
-            if self._start:
-                perm += self._start
-            self._order_key, self._order = (seed, epoch), perm
-        return self._order
-
     def _begin(self) -> None:
-        if self._reader is None:
+        if self._closed:
             raise ValueError("read from a closed DataLoader")
-        order = self._epoch_order(self._seed, self._epoch)
-        self._current = IndexedEpoch(
-            self._reader, self._start, self.n, self.batch_size, self._nbatches, order, self._done
-        )
+        self._current = self._feed.open_epoch(self._seed, self._epoch, self._done)
         self._begun = True
 
     def _move(self, epoch: int) -> None:
@@ -190,12 +198,8 @@ class DataLoader:
         return self._iterate(gen)
 
     def _iterate(self, gen: int):
-        d, l = self.d, self.l  # noqa: E741
         while (job := self._claim(gen)) is not None:
-            bx = np.empty((job.size, d), dtype=np.float64)
-            by = np.empty((job.size, l), dtype=np.float64)
-            job.fill(bx, by)
-            yield bx, by
+            yield job.take()
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
@@ -205,6 +209,11 @@ class DataLoader:
         of the epoch, and 0 again on every call until :meth:`reset` or a new
         ``iter()``. Safe to call from several threads at once.
         """
+        if self.d is None:  # a stream not read yet: read ahead to learn its widths
+            with self._lock:
+                if not self._begun:
+                    self._begin()
+                self._current.peek()
         check_out_array(bx, (self.batch_size, self.d), "bx")
         if by is None and self.l == 0:
             by = np.empty((self.batch_size, 0), dtype=np.float64)
@@ -259,7 +268,7 @@ class DataLoader:
         """
         with self._lock:
             epoch, done = self._epoch, self._done
-            if self._begun and done >= self._nbatches:
+            if self._begun and self._current is not None and self._current.finished():
                 epoch, done = epoch + 1, 0
             return {
                 "version": STATE_VERSION,
@@ -290,7 +299,7 @@ class DataLoader:
         seed = _check_int("state['seed']", state.get("seed"), 0)
         epoch = _check_int("state['epoch']", state.get("epoch"), 0)
         done = _check_int("state['batches_done']", state.get("batches_done"), 0)
-        if done > self._nbatches:
+        if self._nbatches is not None and done > self._nbatches:
             raise ValueError(
                 f"state['batches_done']={done} exceeds the {self._nbatches} batches of an epoch"
             )
@@ -304,9 +313,10 @@ class DataLoader:
     def close(self) -> None:
         """Let go of the source (an .ndf file closes when its last holder lets go)."""
         with self._lock:
-            reader, self._reader, self._current = self._reader, None, None
-        if reader is not None:
-            reader.close()
+            if self._closed:
+                return
+            self._closed, self._current, self._begun = True, None, False
+        self._feed.close()
 
     def __enter__(self) -> DataLoader:
         return self

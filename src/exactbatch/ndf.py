@@ -191,20 +191,20 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
     d, l = h.d, h.l  # noqa: E741
     # Rows on disk are x then y; stage them whole unless one side is empty.
     stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
-    if bool(np.all(idx[1:] >= idx[:-1])):
-        sorted_idx, target = idx, stage
-    else:
-        perm = np.argsort(idx, kind="stable")
-        sorted_idx, target = idx[perm], np.empty((r, d + l), dtype=np.float64)
+    if bool(np.all(idx[1:] > idx[:-1])):  # strictly increasing: read straight into stage
+        rows, inverse, target = idx, None, stage
+    else:  # each distinct row once, in file order, so a repeat does not split a run
+        rows, inverse = np.unique(idx, return_inverse=True)
+        target = np.empty((rows.shape[0], d + l), dtype=np.float64)
     h.check_size()
-    breaks = np.flatnonzero(np.diff(sorted_idx) != 1) + 1
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
     if len(breaks) < _MAX_PREAD_RUNS:
         starts = [0, *breaks.tolist()]
         raw = memoryview(target).cast("B")
-        for a, b in zip(starts, [*starts[1:], r], strict=True):
-            h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(sorted_idx[a]))
-        if target is not stage:
-            stage[perm] = target
+        for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
+            h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(rows[a]))
+        if inverse is not None:
+            stage[...] = target[inverse.reshape(r)]
     else:
         np.take(h.rows, idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
     if stage is not out_x and d:

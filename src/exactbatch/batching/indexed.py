@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["IndexedEpoch", "num_batches"]
+from exactbatch.order import epoch_permutation, shard_range
+
+__all__ = ["IndexedEpoch", "IndexedFeed", "num_batches"]
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -18,7 +20,9 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
-class _Job:
+class IndexedJob:
+    """One claimed batch of a random-access epoch, read when filled."""
+
     __slots__ = ("reader", "rows", "size")
 
     def __init__(self, reader, rows, size: int):
@@ -26,6 +30,12 @@ class _Job:
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         self.reader.read(self.rows, out_x, out_y)
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        out_x = np.empty((self.size, self.reader.d), dtype=np.float64)
+        out_y = np.empty((self.size, self.reader.l), dtype=np.float64)
+        self.fill(out_x, out_y)
+        return out_x, out_y
 
 
 class IndexedEpoch:
@@ -41,7 +51,11 @@ class IndexedEpoch:
         self.batch_size, self.nbatches, self.order = batch_size, nbatches, order
         self.next = first
 
-    def claim(self) -> _Job | None:
+    def finished(self) -> bool:
+        """Have all batches been handed out?"""
+        return self.next >= self.nbatches
+
+    def claim(self) -> IndexedJob | None:
         k = self.next
         if k >= self.nbatches:
             return None
@@ -52,4 +66,37 @@ class IndexedEpoch:
             rows = slice(self.start + a, self.start + z)
         else:
             rows = self.order[a:z]
-        return _Job(self.reader, rows, z - a)
+        return IndexedJob(self.reader, rows, z - a)
+
+
+class IndexedFeed:
+    """The random-access path: a reader, one shard of it, and its epoch orders."""
+
+    def __init__(self, reader, *, batch_size, shuffle, drop_last, num_shards, shard_index):
+        self.reader = reader
+        self.d, self.l = reader.d, reader.l
+        self.start, stop = shard_range(reader.n, num_shards, shard_index)
+        self.n = stop - self.start
+        self.batch_size, self.shuffle, self.shard_index = batch_size, shuffle, shard_index
+        self.nbatches = num_batches(self.n, batch_size, drop_last)
+        self._order_key = None  # (seed, epoch) of the cached order
+        self._order = None
+
+    def _epoch_order(self, seed: int, epoch: int):
+        if not self.shuffle:
+            return None
+        if self._order_key != (seed, epoch):
+            perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
+            if self.start:
+                perm += self.start
+            self._order_key, self._order = (seed, epoch), perm
+        return self._order
+
+    def open_epoch(self, seed: int, epoch: int, skip: int) -> IndexedEpoch:
+        order = self._epoch_order(seed, epoch)
+        return IndexedEpoch(
+            self.reader, self.start, self.n, self.batch_size, self.nbatches, order, skip
+        )
+
+    def close(self) -> None:
+        self.reader.close()

@@ -1,6 +1,14 @@
 """Pure functions of the row order: epoch permutations and shard ranges."""
 
-from exactbatch.order.permutation import derive_rng, epoch_permutation
-from exactbatch.order.shards import check_shard, shard_range
+from exactbatch.order.permutation import buffer_rng, chunk_order, derive_rng, epoch_permutation
+from exactbatch.order.shards import check_shard, chunk_pieces, shard_range
 
-__all__ = ["check_shard", "derive_rng", "epoch_permutation", "shard_range"]
+__all__ = [
+    "buffer_rng",
+    "check_shard",
+    "chunk_order",
+    "chunk_pieces",
+    "derive_rng",
+    "epoch_permutation",
+    "shard_range",
+]

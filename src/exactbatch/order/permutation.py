@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["derive_rng", "epoch_permutation"]
+__all__ = ["buffer_rng", "chunk_order", "derive_rng", "epoch_permutation"]
 
 # Streams of randomness for different purposes are kept apart by a tag.
-_TAG_ROWS = 0x65787265  # "exre": row orders
+_TAG_ROWS = 0x65787265  # row orders of random-access epochs
+_TAG_CHUNKS = 0x65786368  # chunk orders of streamed epochs
+_TAG_BUFFER = 0x65786266  # the shuffle buffer of streamed epochs
 
 _BUCKET_ROWS = 1 << 15  # 256 KiB of int64 per bucket: fits in L2
 
@@ -59,3 +61,14 @@ def epoch_permutation(n: int, *, seed: int, epoch: int, shard: int = 0) -> np.nd
         rng.shuffle(order[start:end])
         start = end
     return order
+
+
+def chunk_order(k: int, *, seed: int, epoch: int, shard: int = 0) -> np.ndarray:
+    """The order in which a streamed epoch reads its ``k`` chunks (a permutation)."""
+    _check_key(k=k)
+    return derive_rng(_TAG_CHUNKS, seed, epoch, shard).permutation(k)
+
+
+def buffer_rng(*, seed: int, epoch: int, shard: int = 0) -> np.random.Generator:
+    """The generator a streamed epoch's shuffle buffer draws from."""
+    return derive_rng(_TAG_BUFFER, seed, epoch, shard)

@@ -5,7 +5,9 @@ Every row lies in exactly one shard and shard sizes differ by at most one.
 
 from __future__ import annotations
 
-__all__ = ["check_shard", "shard_range"]
+import numpy as np
+
+__all__ = ["check_shard", "chunk_pieces", "shard_range"]
 
 
 def check_shard(num_shards, shard_index) -> None:
@@ -28,3 +30,20 @@ def shard_range(n: int, num_shards: int = 1, shard_index: int = 0) -> tuple[int,
     if n < 0:
         raise ValueError(f"n must be >= 0; got n={n}")
     return shard_index * n // num_shards, (shard_index + 1) * n // num_shards
+
+
+def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, int, int]]:
+    """The parts of chunks that hold rows [start, stop) of their concatenation.
+
+    ``chunk_rows[i]`` is the row count of chunk i; ``stop=None`` means to the
+    end. Returns ``(i, lo, hi)``: rows lo..hi of chunk i, in chunk order;
+    chunks outside the range are not listed (a shard never reads them).
+    """
+    rows = np.asarray(chunk_rows, dtype=np.int64)
+    ends = np.cumsum(rows)
+    begins = ends - rows
+    stop_ = int(ends[-1]) if stop is None and len(rows) else (stop or 0)
+    keep = np.flatnonzero((ends > start) & (begins < stop_) & (rows > 0))
+    lo = np.maximum(start - begins[keep], 0)
+    hi = np.minimum(stop_ - begins[keep], rows[keep])
+    return list(zip(keep.tolist(), lo.tolist(), hi.tolist(), strict=True))

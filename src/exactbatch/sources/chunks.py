@@ -1,0 +1,127 @@
+"""Chunk streams: sources that can only be read front to back, once per epoch.
+
+A chunk is ``x`` or ``(x, y)``: ``x`` 2-D (rows, d) or 1-D for one row;
+``y`` 2-D (rows, l), or 1-D for one label per row (one row's labels when
+``x`` is 1-D). :func:`normalize_chunk` turns each into a float64 pair and
+checks it against the widths of the stream's first chunk.
+
+A stream must restart every epoch, so the sources accepted are a
+zero-argument callable returning a fresh iterator, or a re-iterable (a list
+of chunks, an object whose ``__iter__`` returns a fresh iterator). A bare
+iterator or generator object is refused: it has one pass only.
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+
+import numpy as np
+
+__all__ = ["ChunkError", "ChunkTypeError", "as_stream", "normalize_chunk"]
+
+
+class ChunkError(ValueError):
+    """A chunk of a stream is malformed; names its position and the shapes."""
+
+
+class ChunkTypeError(ChunkError, TypeError):
+    """A chunk holds something other than real numbers (also a ``TypeError``)."""
+
+
+def _chunk_array(a, what: str, index: int) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "biuf":
+        raise ChunkTypeError(
+            f"chunk {index}: {what} must hold real numbers; got dtype {arr.dtype} "
+            f"with shape {arr.shape}"
+        )
+    return arr.astype(np.float64, copy=False)
+
+
+def normalize_chunk(chunk, index: int, width: tuple[int, int] | None):
+    """``chunk`` as float64 ``(x, y)`` of shapes (rows, d) and (rows, l).
+
+    ``index`` is the chunk's 0-based position in the epoch's stream, used in
+    errors; ``width`` is ``(d, l)`` from the first chunk, or None for the
+    first. A chunk whose widths or row counts disagree is a :class:`ChunkError`.
+    """
+    if isinstance(chunk, tuple):
+        if len(chunk) != 2:
+            raise ChunkError(
+                f"chunk {index}: expected x or a pair (x, y); got a {len(chunk)}-tuple"
+            )
+        x, y = _chunk_array(chunk[0], "x", index), _chunk_array(chunk[1], "y", index)
+    else:
+        x, y = _chunk_array(chunk, "x", index), None
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+        if y is not None:
+            y = y.reshape(1, -1)
+    elif x.ndim != 2:
+        raise ChunkError(f"chunk {index}: x must be 2-D (rows, d) or 1-D (d,); got shape {x.shape}")
+    if y is None:
+        y = np.empty((x.shape[0], 0), dtype=np.float64)
+    elif y.ndim == 1:
+        y = y.reshape(-1, 1)
+    elif y.ndim != 2:
+        raise ChunkError(f"chunk {index}: y must be 2-D (rows, l) or 1-D; got shape {y.shape}")
+    if y.shape[0] != x.shape[0]:
+        raise ChunkError(
+            f"chunk {index}: y has {y.shape[0]} rows but x has {x.shape[0]}: "
+            f"x shape {x.shape}, y shape {y.shape}"
+        )
+    if width is not None and (x.shape[1], y.shape[1]) != width:
+        d, l = width  # noqa: E741
+        raise ChunkError(
+            f"chunk {index}: expected x of shape (rows, {d}) and y of shape (rows, {l}) "
+            f"as in chunk 0; found x {x.shape} and y {y.shape}"
+        )
+    return x, y
+
+
+class IterableStream:
+    """A re-iterable of chunks: ``iter(source)`` is called once per pass."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def open(self):
+        return iter(self.source)
+
+
+class FactoryStream:
+    """A zero-argument callable returning a fresh iterator of chunks per pass."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def open(self):
+        it = self.factory()
+        if not isinstance(it, cabc.Iterator):
+            try:
+                it = iter(it)
+            except TypeError:
+                raise TypeError(
+                    f"the source factory must return an iterator of chunks; "
+                    f"it returned {type(it).__name__}"
+                ) from None
+        return it
+
+
+def as_stream(source):
+    """A stream over ``source``, or raise ``TypeError`` if it cannot restart."""
+    if isinstance(source, cabc.Iterator):
+        raise TypeError(
+            f"a bare iterator or generator ({type(source).__name__}) can be read only once, "
+            "but every epoch must restart the stream: pass a zero-argument function that "
+            "returns a fresh iterator, e.g. DataLoader(lambda: make_chunks(), ...)"
+        )
+    if callable(source):
+        return FactoryStream(source)
+    if isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes)):
+        return IterableStream(source)
+    raise TypeError(
+        "source must be a Dataset, an NdfFile, an array x, a pair (x, y), a parquet_source, "
+        "a zero-argument callable returning an iterator of chunks, or a re-iterable of chunks; "
+        f"got {type(source).__name__}"
+    )

@@ -1,0 +1,168 @@
+"""Parquet files as a chunked source: one chunk per row group (needs pyarrow).
+
+``n_rows`` comes from the files' footers, so ``total_size="auto"`` reads no
+data. Columns are frozen by name at construction and every file's schema is
+checked against them, so a file with its columns in another order still
+yields the right features. The loader reads only the row groups (and rows)
+its shard owns, and may shuffle the order of row groups each epoch.
+Memory: one row group at a time, as float64.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["ParquetSource", "parquet_source"]
+
+
+def _pq():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "parquet_source needs pyarrow: pip install 'exactbatch[parquet]'"
+        ) from e
+    return pq
+
+
+def _list_files(path, pattern: str) -> list[str]:
+    if isinstance(path, (str, os.PathLike)):
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            files = sorted(glob.glob(os.path.join(path, pattern)))
+            if not files:
+                raise FileNotFoundError(f"no files matching {pattern!r} in folder {path}")
+            return files
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no such Parquet file or folder: {path}")
+        return [path]
+    if isinstance(path, Sequence) and not isinstance(path, (bytes, str)):
+        files = [os.fspath(p) for p in path]
+        if not files:
+            raise ValueError("parquet_source got an empty list of files")
+        return files
+    raise TypeError(f"path must be a file, a folder or a list of files; got {path!r}")
+
+
+def _is_numeric(arrow_type) -> bool:
+    import pyarrow.types as pat
+
+    return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
+
+
+class ParquetSource:
+    """Row groups of Parquet files as chunks; see :func:`parquet_source`.
+
+    Attributes: ``files``, ``features`` and ``labels`` (column names),
+    ``d``, ``l``, ``n_rows`` and ``chunk_rows`` (rows of each row group, in
+    file then row-group order). ``read_chunk(i)`` reads row group ``i`` as
+    float64 ``(x, y)``; iterating yields every chunk in order.
+    """
+
+    def __init__(self, files, features, labels):
+        pq = _pq()
+        self.files = files
+        self.labels = tuple(labels)
+        self._meta = []
+        self._groups = []  # (file index, row group index) per chunk
+        chunk_rows = []
+        for fi, f in enumerate(files):
+            try:
+                pf = pq.ParquetFile(f)
+            except FileNotFoundError:
+                raise
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                raise ValueError(f"{f}: not a readable Parquet file ({e})") from e
+            schema = pf.schema_arrow
+            if features is None and fi == 0:
+                features = [n for n in schema.names if n not in self.labels]
+            self._check_schema(f, schema, list(features) + list(self.labels))
+            md = pf.metadata
+            self._meta.append(md)
+            for g in range(md.num_row_groups):
+                self._groups.append((fi, g))
+                chunk_rows.append(md.row_group(g).num_rows)
+        self.features = tuple(features)
+        self.d, self.l = len(self.features), len(self.labels)
+        self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
+        self.n_rows = int(self.chunk_rows.sum())
+
+    @staticmethod
+    def _check_schema(f, schema, columns) -> None:
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise ValueError(
+                f"{f}: missing column(s) {missing}; expected columns {columns}, "
+                f"found {schema.names}"
+            )
+        types = {c: schema.field(c).type for c in columns}
+        bad = [f"{c} ({t})" for c, t in types.items() if not _is_numeric(t)]
+        if bad:
+            raise ValueError(
+                f"{f}: non-numeric column(s) {bad}; features and labels must be "
+                "integer, floating or boolean columns"
+            )
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __repr__(self) -> str:
+        return (
+            f"ParquetSource({len(self.files)} files, {len(self._groups)} row groups, "
+            f"n_rows={self.n_rows}, d={self.d}, l={self.l})"
+        )
+
+    def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row group ``i`` (in file order) as float64 ``(x, y)``."""
+        fi, g = self._groups[i]
+        path = self.files[fi]
+        pf = _pq().ParquetFile(path, metadata=self._meta[fi])
+        names = list(self.features) + list(self.labels)
+        try:
+            table = pf.read_row_group(g, columns=names)
+        except Exception as e:
+            raise ValueError(f"{path}: cannot read row group {g} ({e})") from e
+        rows = table.num_rows
+        if rows != self.chunk_rows[i]:
+            raise ValueError(
+                f"{path}: row group {g} has {rows} rows, its footer said {self.chunk_rows[i]}"
+            )
+        x = np.empty((rows, self.d), dtype=np.float64)
+        y = np.empty((rows, self.l), dtype=np.float64)
+        for j, name in enumerate(self.features):
+            x[:, j] = _column(table, name)
+        for j, name in enumerate(self.labels):
+            y[:, j] = _column(table, name)
+        return x, y
+
+    def __iter__(self):
+        for i in range(len(self._groups)):
+            yield self.read_chunk(i)
+
+
+def _column(table, name) -> np.ndarray:
+    col = table.column(name)
+    if col.null_count:
+        col = col.cast("float64")  # nulls become NaN below
+    return col.to_numpy()
+
+
+def parquet_source(path, *, features=None, labels=(), pattern: str = "*.parquet") -> ParquetSource:
+    """A chunked source over Parquet data: a file, a folder of files or a list of files.
+
+    ``features`` are the feature columns (None: every column not in
+    ``labels``, in the first file's order); ``labels`` the label columns.
+    Every file must have them all, numeric (integer, floating or boolean),
+    else ``ValueError`` naming the file and the columns. A folder is read
+    as its files matching ``pattern``, in sorted order.
+    """
+    if isinstance(labels, str):
+        labels = (labels,)
+    if isinstance(features, str):
+        features = (features,)
+    files = _list_files(path, pattern)
+    return ParquetSource(files, features, labels)
