@@ -62,7 +62,6 @@ class _Handle:
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows = None  # (n,) of void rows over the mapping; None when no data
-        weakref.finalize(self, os.close, fd)
         if self.size > HEADER_SIZE:
             mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
             # Void rows have alignment 1, so np.take copies whole rows from the
@@ -70,6 +69,8 @@ class _Handle:
             self.rows = np.frombuffer(
                 mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
             )
+        # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
+        weakref.finalize(self, os.close, fd)
 
     def check_size(self) -> None:
         found = os.fstat(self.fd).st_size
