@@ -85,6 +85,8 @@ class DataLoader:
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.num_shards, self.shard_index = int(num_shards), int(shard_index)
+        if isinstance(total_size, np.integer):
+            total_size = int(total_size)
         self.buffer_size = buffer_size
 
         reader = random_access_reader(source)
@@ -167,6 +169,8 @@ class DataLoader:
         self._begun = True
 
     def _move(self, epoch: int) -> None:
+        if self._current is not None:
+            self._current.close()
         self._epoch, self._done, self._begun, self._current = epoch, 0, False, None
         self._gen += 1
 
@@ -214,8 +218,13 @@ class DataLoader:
                 if not self._begun:
                     self._begin()
                 self._current.peek()
+        if bx is None or (by is None and self.l):
+            raise TypeError(
+                f"next_into needs float64 buffers bx of shape {(self.batch_size, self.d)} and "
+                f"by of shape {(self.batch_size, self.l)} (by may be None only when l = 0)"
+            )
         check_out_array(bx, (self.batch_size, self.d), "bx")
-        if by is None and self.l == 0:
+        if by is None:
             by = np.empty((self.batch_size, 0), dtype=np.float64)
         check_out_array(by, (self.batch_size, self.l), "by")
         job = self._claim(None)
@@ -238,8 +247,8 @@ class DataLoader:
             if seed is not None:
                 self._seed = _check_int("seed", seed, 0)
                 self._move(0)
-            else:
-                self._move(self._epoch + 1 if self._begun else self._epoch)
+            else:  # an epoch restored mid-way has begun too
+                self._move(self._epoch + 1 if self._begun or self._done else self._epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` or ``next_into`` begins."""
@@ -315,6 +324,8 @@ class DataLoader:
         with self._lock:
             if self._closed:
                 return
+            if self._current is not None:
+                self._current.close()
             self._closed, self._current, self._begun = True, None, False
         self._feed.close()
 

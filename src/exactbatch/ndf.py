@@ -39,7 +39,9 @@ MAGIC = b"NDF1"
 _HEADER = struct.Struct("<4sQQQ")
 HEADER_SIZE = _HEADER.size  # 28
 _MAX_FILE_BYTES = (1 << 63) - 1  # the largest offset the OS can address
-_MAX_PREAD_RUNS = 64  # more runs than this: gather from the mapping instead
+_FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
+_LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
+_SORT_ROWS = 256  # unordered requests up to this size are sorted to find their runs
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
 
 
@@ -184,6 +186,29 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     return idx
 
 
+def _runs(idx: np.ndarray):
+    """How to read rows ``idx`` with positional reads, or None to gather from the map.
+
+    Returns ``(rows, inverse, starts)``: the distinct rows in file order
+    (``inverse`` maps them back to ``idx``'s order, None when ``idx`` is
+    already strictly increasing) and where each run of adjacent rows starts.
+    Positional reads pay one system call per run, so they are used for few
+    runs or long ones; scattered rows (a shuffled batch) come from the map.
+    """
+    r = idx.shape[0]
+    if bool(np.all(idx[1:] > idx[:-1])):
+        rows, inverse = idx, None
+    elif r <= _SORT_ROWS or int(idx.max()) - int(idx.min()) < 4 * r:  # cheap, or dense
+        # each distinct row once, in file order, so a repeat does not split a run
+        rows, inverse = np.unique(idx, return_inverse=True)
+    else:
+        return None
+    starts = [0, *(np.flatnonzero(np.diff(rows) != 1) + 1).tolist()]
+    if len(starts) > _FEW_RUNS and len(rows) < _LONG_RUN * len(starts):
+        return None
+    return rows, inverse, starts
+
+
 def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
     """Fill out_x/out_y with rows ``idx`` (valid, non-negative int64) of ``h``."""
     r = idx.shape[0]
@@ -192,22 +217,18 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
     d, l = h.d, h.l  # noqa: E741
     # Rows on disk are x then y; stage them whole unless one side is empty.
     stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
-    if bool(np.all(idx[1:] > idx[:-1])):  # strictly increasing: read straight into stage
-        rows, inverse, target = idx, None, stage
-    else:  # each distinct row once, in file order, so a repeat does not split a run
-        rows, inverse = np.unique(idx, return_inverse=True)
-        target = np.empty((rows.shape[0], d + l), dtype=np.float64)
     h.check_size()
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    if len(breaks) < _MAX_PREAD_RUNS:
-        starts = [0, *breaks.tolist()]
+    runs = _runs(idx)
+    if runs is None:
+        np.take(h.rows, idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
+    else:
+        rows, inverse, starts = runs
+        target = stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)
         raw = memoryview(target).cast("B")
         for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
             h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(rows[a]))
         if inverse is not None:
             stage[...] = target[inverse.reshape(r)]
-    else:
-        np.take(h.rows, idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
     if stage is not out_x and d:
         out_x[...] = stage[:, :d]
     if stage is not out_y and l:

@@ -82,6 +82,12 @@ class StreamEpoch:
             return None
         return StreamJob(*batch)
 
+    def close(self) -> None:
+        """Stop the epoch early: the source's iterator is closed now, not at GC."""
+        self._ended = True
+        self._pending = None
+        self._it.close()
+
     def finished(self) -> bool:
         """Have all batches been handed out? (Reads one batch ahead to know.)"""
         return self._failed is None and self.peek() is None

@@ -8,11 +8,16 @@ reading it (``Job.fill``) runs outside the lock, so threads read in parallel.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
+
 import numpy as np
 
 from exactbatch.order import epoch_permutation, shard_range
 
 __all__ = ["IndexedEpoch", "IndexedFeed", "num_batches"]
+
+_AHEAD_ROWS = 1 << 16  # from this many rows, compute the next epoch's order ahead
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -51,6 +56,9 @@ class IndexedEpoch:
         self.batch_size, self.nbatches, self.order = batch_size, nbatches, order
         self.next = first
 
+    def close(self) -> None:
+        """Nothing to release: the reader belongs to the feed."""
+
     def finished(self) -> bool:
         """Have all batches been handed out?"""
         return self.next >= self.nbatches
@@ -79,18 +87,46 @@ class IndexedFeed:
         self.n = stop - self.start
         self.batch_size, self.shuffle, self.shard_index = batch_size, shuffle, shard_index
         self.nbatches = num_batches(self.n, batch_size, drop_last)
-        self._order_key = None  # (seed, epoch) of the cached order
-        self._order = None
+        # (seed, epoch) -> Future of that epoch's order: the current epoch's,
+        # and the next one's, computed ahead on a short-lived thread
+        self._orders: dict[tuple[int, int], Future] = {}
+
+    def _compute_order(self, seed: int, epoch: int) -> np.ndarray:
+        perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
+        perm += self.start
+        # Absolute rows as int32 when they fit: half the memory of int64.
+        return perm.astype(np.int32) if self.start + self.n < 2**31 else perm
+
+    def _order_future(self, key, background: bool) -> Future:
+        fut = self._orders.get(key)
+        if fut is None:
+            fut = self._orders[key] = Future()
+
+            def work():
+                try:
+                    fut.set_result(self._compute_order(*key))
+                except BaseException as e:  # surfaces in .result()
+                    fut.set_exception(e)
+
+            if background:
+                threading.Thread(target=work, name="exactbatch-order", daemon=True).start()
+            else:
+                work()
+        return fut
 
     def _epoch_order(self, seed: int, epoch: int):
         if not self.shuffle:
             return None
-        if self._order_key != (seed, epoch):
-            perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
-            if self.start:
-                perm += self.start
-            self._order_key, self._order = (seed, epoch), perm
-        return self._order
+        key, ahead = (seed, epoch), (seed, epoch + 1)
+        order = self._order_future(key, background=False).result()
+        for k in list(self._orders):
+            if k not in (key, ahead):
+                del self._orders[k]
+        if self.n >= _AHEAD_ROWS:
+            # The next epoch's order is ready by the time this one ends;
+            # NumPy's shuffle and sort release the GIL, so it runs alongside.
+            self._order_future(ahead, background=True)
+        return order
 
     def open_epoch(self, seed: int, epoch: int, skip: int) -> IndexedEpoch:
         order = self._epoch_order(seed, epoch)

@@ -1,0 +1,353 @@
+"""Resuming a random-access DataLoader: state_dict() / load_state_dict().
+
+Laws (DESIGN.md): a state taken mid-epoch resumes - in this process or a new
+one - with exactly the batches not yet handed out, in the same order; a state
+taken at the end of an epoch resumes at the start of the next; the state is
+small plain (JSON-safe) data with a "version" key; a state from a loader
+that cuts different batches, or of another version, is refused (ValueError).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from helpers import batches_of, make_data, make_source, next_into_batches, rows_of
+
+import exactbatch
+from exactbatch import DataLoader
+
+
+@pytest.fixture
+def build(tmp_path):
+    """build(kind, n=47, batch_size=5, **kw): loaders over the same traceable rows."""
+    counter = itertools.count()
+
+    def _build(kind="pair", n=47, d=2, l=1, batch_size=5, **kw):  # noqa: E741
+        x, y = make_data(n, d, l)
+        folder = tmp_path / f"src{next(counter)}"
+        folder.mkdir()
+        return DataLoader(make_source(kind, x, y, folder), batch_size, **kw)
+
+    return _build
+
+
+def reference(build, kind, epochs, **kw):
+    """Row ids of epochs 0..epochs-1, each from a fresh loader's set_epoch."""
+    out = []
+    for e in range(epochs):
+        loader = build(kind, **kw)
+        loader.set_epoch(e)
+        out.append(batches_of(loader))
+    return out
+
+
+def roundtrip(state):
+    """The state as it comes back from a JSON file."""
+    return json.loads(json.dumps(state))
+
+
+def take(loader, via, k):
+    """Take k batches through ``via``; return (row ids taken, a function giving the rest)."""
+    if via == "iter":
+        it = iter(loader)
+        taken = [next(it)[0][:, 0].astype(int).tolist() for _ in range(k)]
+        return taken, lambda: rows_of(it)
+    taken = next_into_batches(loader, limit=k)
+    return taken, lambda: next_into_batches(loader)
+
+
+def rest_of_epoch(loader, via):
+    """The restored loader's next batches up to the end of its epoch, through ``via``."""
+    return batches_of(loader) if via == "iter" else next_into_batches(loader)
+
+
+def next_epoch(loader, via):
+    if via == "iter":
+        return batches_of(loader)  # a new iter() begins the next epoch
+    loader.reset()
+    return next_into_batches(loader)
+
+
+def config_id(config):
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+CONFIGS = [
+    dict(shuffle=True, drop_last=False),
+    dict(shuffle=False, drop_last=False),
+    dict(shuffle=True, drop_last=True),
+    dict(shuffle=True, drop_last=False, num_shards=3, shard_index=2),
+    dict(shuffle=True, drop_last=True, num_shards=2, shard_index=0, seed=12345),
+]
+
+
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
+@pytest.mark.parametrize(
+    "save_via,resume_via",
+    [("iter", "iter"), ("next_into", "next_into"), ("iter", "next_into"), ("next_into", "iter")],
+)
+@pytest.mark.parametrize("start_epoch", [0, 2])
+def test_resume_mid_epoch_hands_out_exactly_the_remaining_batches(
+    build, kind, config, save_via, resume_via, start_epoch
+):
+    """Stopped after k batches, saved and restored into a fresh loader, the remaining batches
+    are exactly those the original goes on to produce, in the same order; then the next epoch."""
+    ref = reference(build, kind, start_epoch + 2, **config)
+    nb = len(ref[start_epoch])
+    assert nb >= 3
+    for k in sorted({0, 1, nb // 2, nb - 1}):
+        original = build(kind, **config)
+        original.set_epoch(start_epoch)
+        taken, rest_of_original = take(original, save_via, k)
+        assert taken == ref[start_epoch][:k]
+        state = roundtrip(original.state_dict())
+        remaining = rest_of_original()
+        assert remaining == ref[start_epoch][k:]
+
+        restored = build(kind, **config)
+        restored.load_state_dict(state)
+        assert restored.epoch == start_epoch
+        assert rest_of_epoch(restored, resume_via) == remaining
+        assert next_epoch(restored, resume_via) == ref[start_epoch + 1]
+
+
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+@pytest.mark.parametrize("how", ["for_loop", "exactly_len_nexts", "next_into_until_0"])
+def test_state_at_the_end_of_an_epoch_resumes_at_the_start_of_the_next(build, kind, how):
+    """A state taken once every batch of epoch e is handed out resumes at epoch e+1's start."""
+    ref = reference(build, kind, 4)
+    original = build(kind)
+    list(original)  # epoch 0
+    if how == "for_loop":
+        assert batches_of(original) == ref[1]
+    elif how == "exactly_len_nexts":
+        it = iter(original)
+        assert [next(it)[0][:, 0].astype(int).tolist() for _ in range(len(original))] == ref[1]
+    else:
+        original.reset()
+        assert next_into_batches(original) == ref[1]
+    state = roundtrip(original.state_dict())
+
+    restored = build(kind)
+    restored.load_state_dict(state)
+    assert restored.epoch == 2
+    assert batches_of(restored) == ref[2]
+    assert batches_of(restored) == ref[3]
+
+    again = build(kind)
+    again.load_state_dict(state)
+    assert next_into_batches(again) == ref[2]
+
+
+def test_state_of_a_fresh_loader_resumes_at_epoch_0(build):
+    """A state taken before anything was handed out resumes at the start of epoch 0."""
+    ref = reference(build, "pair", 2)
+    state = roundtrip(build("pair").state_dict())
+    restored = build("pair")
+    restored.load_state_dict(state)
+    assert [batches_of(restored), batches_of(restored)] == ref
+
+
+def test_state_after_set_epoch_resumes_at_that_epoch(build):
+    """A state taken after set_epoch(5), before any batch, resumes at the start of epoch 5."""
+    loader = build("pair")
+    list(loader)
+    loader.set_epoch(5)
+    state = roundtrip(loader.state_dict())
+    want = batches_of(loader)
+    restored = build("pair")
+    restored.load_state_dict(state)
+    assert batches_of(restored) == want
+
+
+def test_state_carries_the_seed(build):
+    """A state taken after reset(seed) resumes that seed's order, whatever seed the restoring
+    loader was built with."""
+    original = build("pair", seed=0)
+    original.reset(77)
+    list(original)
+    it = iter(original)
+    next(it)
+    next(it)
+    state = roundtrip(original.state_dict())
+    remaining = rows_of(it)
+    restored = build("pair", seed=0)
+    restored.load_state_dict(state)
+    assert batches_of(restored) == remaining
+    want_next = reference(build, "pair", 3, seed=77)[2]
+    assert batches_of(restored) == want_next
+
+
+def test_a_state_taken_right_after_restoring_resumes_at_the_same_place(build):
+    """Checkpointing straight after load_state_dict loses nothing: the new state resumes at the
+    same batch as the old one."""
+    original = build("ndf")
+    it = iter(original)
+    for _ in range(4):
+        next(it)
+    state = roundtrip(original.state_dict())
+    remaining = rows_of(it)
+    first = build("ndf")
+    first.load_state_dict(state)
+    state2 = roundtrip(first.state_dict())
+    second = build("ndf")
+    second.load_state_dict(state2)
+    assert batches_of(second) == remaining
+    assert batches_of(first) == remaining
+
+
+def test_state_dict_does_not_disturb_the_iteration(build):
+    """Taking a state mid-epoch (even repeatedly) changes nothing the loader hands out."""
+    want = reference(build, "pair", 2)
+    loader = build("pair")
+    got = []
+    for xb, _ in loader:
+        loader.state_dict()
+        got.append(xb[:, 0].astype(int).tolist())
+        loader.state_dict()
+    assert got == want[0]
+    assert batches_of(loader) == want[1]
+
+
+def test_state_is_small_plain_json_data_with_a_version(build):
+    """state_dict() is plain data: it survives JSON unchanged, has a "version" key, and is small."""
+    loader = build("ndf", n=10_000, batch_size=7)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert isinstance(state, dict)
+    assert "version" in state
+    text = json.dumps(state)
+    assert json.loads(text) == state
+    assert len(text) < 2000  # no per-row data in it
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(batch_size=6),
+        dict(num_shards=2),
+        dict(shuffle=False),
+        dict(drop_last=True),
+        dict(num_shards=3, shard_index=1),
+        dict(n=48),
+    ],
+    ids=config_id,
+)
+def test_a_state_from_a_loader_cutting_other_batches_is_a_value_error(build, change):
+    """load_state_dict refuses (ValueError) a state from a loader with another batch_size,
+    num_shards, shuffle, drop_last, shard or data size."""
+    base = dict(batch_size=5, num_shards=3, shard_index=2, shuffle=True, drop_last=False, n=47)
+    other = {**base, **change}
+    if "num_shards" in change and "shard_index" not in change:
+        other["shard_index"] = 0
+    loader = build("pair", **base)
+    it = iter(loader)
+    next(it)
+    state = roundtrip(loader.state_dict())
+    target = build("pair", **other)
+    with pytest.raises(ValueError):
+        target.load_state_dict(state)
+    # the refused state left the target as it was
+    assert batches_of(target) == batches_of(build("pair", **other))
+
+
+@pytest.mark.parametrize("version", [0, 2, 999, "1", None, "missing"])
+def test_a_state_of_another_version_is_a_value_error(build, version):
+    """load_state_dict refuses (ValueError) a state whose "version" is not this one's."""
+    loader = build("pair")
+    state = roundtrip(loader.state_dict())
+    assert "version" in state
+    if version == "missing":
+        del state["version"]
+    else:
+        if version == state["version"]:
+            pytest.skip("the current version")
+        state["version"] = version
+    with pytest.raises(ValueError):
+        build("pair").load_state_dict(state)
+
+
+# -- in a new process ----------------------------------------------------------------------------
+
+SETTINGS = "batch_size=7, shuffle=True, seed=3, num_shards=2, shard_index=1"
+
+SAVE = textwrap.dedent(
+    f"""
+    import json, sys
+    import numpy as np
+    from exactbatch import DataLoader, open_ndf
+    path, out, via, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    loader = DataLoader(open_ndf(path), {SETTINGS})
+    loader.set_epoch(1)
+    if via == "iter":
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+    else:
+        bx, by = np.empty((7, loader.d)), np.empty((7, loader.l))
+        for _ in range(k):
+            assert loader.next_into(bx, by) > 0
+    with open(out, "w") as f:
+        json.dump(loader.state_dict(), f)
+    """
+)
+
+RESUME = textwrap.dedent(
+    f"""
+    import json, sys
+    import numpy as np
+    from exactbatch import DataLoader, open_ndf
+    path, state_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    loader = DataLoader(open_ndf(path), {SETTINGS})
+    with open(state_file) as f:
+        loader.load_state_dict(json.load(f))
+    for name in ("rest", "next"):  # the rest of the epoch, then the next epoch
+        batches = [xb[:, 0].astype(np.int64) for xb, _ in loader]
+        np.save(f"{{out}}-{{name}}-rows.npy", np.concatenate(batches))
+        np.save(f"{{out}}-{{name}}-sizes.npy", np.array([len(b) for b in batches]))
+    """
+)
+
+
+def run_python(code, *args):
+    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("via", ["iter", "next_into"])
+def test_resume_in_a_new_process_hands_out_exactly_the_remaining_batches(tmp_path, via):
+    """A process takes 3 batches of epoch 1 and saves its state as JSON; a new process restores
+    it and hands out epoch 1's batches 3.. and then epoch 2, exactly as computed in-process."""
+    x, y = make_data(101, 2, 1)
+    path = tmp_path / "data.ndf"
+    exactbatch.save_ndf(path, (x, y))
+    state_file = tmp_path / "state.json"
+    run_python(SAVE, path, state_file, via, 3)
+    state = json.loads(state_file.read_text())
+    assert "version" in state
+    run_python(RESUME, path, state_file, tmp_path / "out")
+
+    settings = dict(batch_size=7, shuffle=True, seed=3, num_shards=2, shard_index=1)
+    fresh = DataLoader((x, y), **settings)
+    fresh.set_epoch(1)
+    epoch1 = batches_of(fresh)
+    epoch2 = batches_of(fresh)
+    # shard 1 of 2 owns rows 50..100 (51 rows): 8 batches, the last of 2 rows
+    assert [len(b) for b in epoch1] == [7] * 7 + [2]
+    assert sorted(r for b in epoch1 for r in b) == list(range(50, 101))
+    for name, want in (("rest", epoch1[3:]), ("next", epoch2)):
+        rows = np.load(tmp_path / f"out-{name}-rows.npy")
+        sizes = np.load(tmp_path / f"out-{name}-sizes.npy")
+        assert sizes.tolist() == [len(b) for b in want]
+        assert rows.tolist() == [r for b in want for r in b]
