@@ -41,7 +41,7 @@ HEADER_SIZE = _HEADER.size  # 28
 _MAX_FILE_BYTES = (1 << 63) - 1  # the largest offset the OS can address
 _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
-_SORT_ROWS = 256  # unordered requests up to this size are sorted to find their runs
+_SORT_ROWS = 16  # unordered requests up to this size are sorted to find their runs
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
 
 
