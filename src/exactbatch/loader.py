@@ -198,12 +198,8 @@ class DataLoader:
             else:
                 self._gen += 1
             self._begin()
-            gen = self._gen
-        return self._iterate(gen)
+            return _EpochIterator(self, self._gen)
 
-    def _iterate(self, gen: int):
-        while (job := self._claim(gen)) is not None:
-            yield job.take()
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
@@ -218,6 +214,8 @@ class DataLoader:
                 if not self._begun:
                     self._begin()
                 self._current.peek()
+            if self.d is None:  # no chunk at all: the epoch is over before it began
+                return 0
         if bx is None or (by is None and self.l):
             raise TypeError(
                 f"next_into needs float64 buffers bx of shape {(self.batch_size, self.d)} and "
@@ -334,3 +332,25 @@ class DataLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _EpochIterator:
+    """Iterates one epoch of a loader; an error from the source stays an error.
+
+    (A generator would end silently after raising once; this asks the loader
+    again, which raises again until the epoch is restarted.)
+    """
+
+    __slots__ = ("_gen", "_loader")
+
+    def __init__(self, loader: DataLoader, gen: int):
+        self._loader, self._gen = loader, gen
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> tuple[np.ndarray, np.ndarray]:
+        job = self._loader._claim(self._gen)
+        if job is None:
+            raise StopIteration
+        return job.take()

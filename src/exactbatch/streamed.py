@@ -216,6 +216,8 @@ class StreamFeed:
         b = self.batch_size
         full = 0
         cur = next(batches, None)
+        if cur is None:  # a pass with no batches is audited too
+            self._audit(0)
         while cur is not None:
             nxt = next(batches, None)
             full += cur[0].shape[0] == b

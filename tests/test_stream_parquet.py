@@ -1,0 +1,427 @@
+"""parquet_source: files, folders, lists; metadata sizes; frozen columns; shard reads.
+
+DESIGN.md, "Streamed sources": a chunk is one row group; columns are frozen
+by name at construction and every file is checked (missing or non-numeric
+columns are a ValueError naming the file and the columns); n_rows comes from
+the footers with no data read; the loader reads only the row groups its
+shard needs and shuffles their order per epoch. Rows are traceable:
+column ``x0`` is the row id (see stream_helpers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stream_helpers import check_rows, collect, ids, make_x, make_y, next_into_ids, write_parquet
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from exactbatch import DataLoader, ParquetSource, TotalSizeWarning, parquet_source  # noqa: E402
+
+# Three files, row groups of these sizes (an empty row group included); file b
+# stores its columns in reverse order.
+GROUPS = {"a.parquet": [5, 0, 7], "b.parquet": [3, 9], "c.parquet": [6, 1, 4]}
+N = sum(sum(g) for g in GROUPS.values())  # 35
+
+
+def flat(batches):
+    return [i for b in batches for i in b]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A folder of three Parquet files holding rows 0..34 in sorted-file order."""
+    root = tmp_path_factory.mktemp("pq")
+    first = 0
+    bounds = []
+    for name, groups in GROUPS.items():
+        order = [3, 2, 1, 0] if name == "b.parquet" else None
+        bounds += write_parquet(root / name, groups, first, d=3, l=1, order=order)
+        first += sum(groups)
+    (root / "notes.txt").write_text("not parquet")
+    return root, bounds
+
+
+def group_of(bounds):
+    """Row id -> index of the row group (chunk) holding it."""
+    out = {}
+    for k, (lo, hi) in enumerate(bounds):
+        for i in range(lo, hi):
+            out[i] = k
+    return out
+
+
+# -- sources -------------------------------------------------------------------------------
+
+
+def test_single_file_streams_its_row_groups_in_order(tmp_path):
+    """A single file is a source; one chunk per row group; rows stream in file order."""
+    path = tmp_path / "one.parquet"
+    write_parquet(path, [4, 6, 3], d=2, l=2)
+    src = parquet_source(path, labels=["y0", "y1"])
+    assert src.n_rows == 13 and src.d == 2 and src.l == 2
+    assert list(src.chunk_rows) == [4, 6, 3]
+    loader = DataLoader(src, 5, shuffle=False)
+    assert collect(loader, 2, 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12]]
+
+
+def test_folder_reads_matching_files_in_sorted_order(folder):
+    """A folder is its files matching the pattern, sorted; columns are matched by name."""
+    root, bounds = folder
+    src = parquet_source(root, labels="y0")
+    assert [os.path.basename(f) for f in src.files] == sorted(GROUPS)
+    assert src.n_rows == N and list(src.chunk_rows) == [g for v in GROUPS.values() for g in v]
+    assert src.features == ("x0", "x1", "x2") and src.labels == ("y0",)
+    loader = DataLoader(src, 4, shuffle=False)
+    assert flat(collect(loader, 3, 1)) == list(range(N))
+
+
+def test_list_of_files_is_read_in_the_given_order(folder):
+    """A list of files is read in the order given."""
+    root, _ = folder
+    src = parquet_source([root / "c.parquet", root / "a.parquet"], labels="y0")
+    loader = DataLoader(src, 100, shuffle=False)
+    assert flat(collect(loader, 3, 1)) == list(range(24, 35)) + list(range(0, 12))
+
+
+def test_pattern_selects_files_in_a_folder(folder):
+    """pattern picks which files of a folder are read."""
+    root, _ = folder
+    src = parquet_source(root, labels="y0", pattern="[ab].parquet")
+    assert src.n_rows == 24
+
+
+def test_missing_path_is_file_not_found(tmp_path):
+    """A path that does not exist is FileNotFoundError naming it."""
+    with pytest.raises(FileNotFoundError, match="nope"):
+        parquet_source(tmp_path / "nope.parquet")
+
+
+# -- metadata, no data read -----------------------------------------------------------------
+
+
+def _forbid_reads(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("data was read")
+
+    for name in ("read_row_group", "read_row_groups", "read", "iter_batches"):
+        monkeypatch.setattr(pq.ParquetFile, name, boom)
+    monkeypatch.setattr(pq, "read_table", boom)
+
+
+def test_n_rows_comes_from_metadata_without_reading_data(folder, monkeypatch):
+    """parquet_source and DataLoader(total_size="auto") read only footers: no data, no warning."""
+    root, _ = folder
+    _forbid_reads(monkeypatch)
+    reads = []
+    orig = ParquetSource.read_chunk
+    monkeypatch.setattr(
+        ParquetSource, "read_chunk", lambda self, i: reads.append(i) or orig(self, i)
+    )
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        src = parquet_source(root, labels="y0")
+        loader = DataLoader(src, 4, total_size="auto")
+        sharded = DataLoader(src, 4, total_size="auto", num_shards=3, shard_index=2)
+    assert rec == []
+    assert reads == []
+    assert src.n_rows == N
+    assert loader.total_size == N and loader.n == N and len(loader) == 9
+    assert sharded.total_size == N and sharded.n == N - 2 * N // 3
+
+
+def test_auto_total_size_is_never_flagged_by_the_audit(folder):
+    """N from the footers agrees with the data: epochs warn nothing, per shard too."""
+    root, _ = folder
+    src = parquet_source(root, labels="y0")
+    for s in range(3):
+        loader = DataLoader(src, 4, num_shards=3, shard_index=s, drop_last=True)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                collect(loader, 3, 1)
+        assert [r for r in rec if issubclass(r.category, TotalSizeWarning)] == []
+        assert rec == []
+
+
+# -- columns ----------------------------------------------------------------------------------
+
+
+def test_columns_frozen_by_name_across_files_in_another_order(tmp_path):
+    """A file storing its columns in another order still streams the right features."""
+    write_parquet(tmp_path / "0.parquet", [4], 0, d=3, l=2)
+    write_parquet(tmp_path / "1.parquet", [5], 4, d=3, l=2, order=[4, 2, 0, 3, 1])
+    src = parquet_source(tmp_path, labels=["y0", "y1"])
+    assert src.features == ("x0", "x1", "x2")
+    batches = list(DataLoader(src, 9, shuffle=False))
+    assert len(batches) == 1
+    check_rows(*batches[0], 3, 2)
+    assert ids(batches[0][0]) == list(range(9))
+
+
+def test_explicit_features_pick_and_order_columns(tmp_path):
+    """features names the feature columns, in the order given."""
+    write_parquet(tmp_path / "f.parquet", [3, 3], d=3, l=1)
+    src = parquet_source(tmp_path / "f.parquet", features=["x2", "x0"], labels="y0")
+    ((xb, yb),) = list(DataLoader(src, 6, shuffle=False))
+    full = make_x(np.arange(6), 3)
+    np.testing.assert_array_equal(xb, full[:, [2, 0]])
+    np.testing.assert_array_equal(yb, make_y(np.arange(6), 1))
+
+
+def test_features_none_means_every_column_but_the_labels(tmp_path):
+    """features=None: all columns not named in labels; with no labels, every column."""
+    write_parquet(tmp_path / "f.parquet", [3], d=2, l=2)
+    src = parquet_source(tmp_path / "f.parquet", labels="y1")
+    assert src.features == ("x0", "x1", "y0") and src.labels == ("y1",)
+    assert (src.d, src.l) == (3, 1)
+    src = parquet_source(tmp_path / "f.parquet")
+    assert src.features == ("x0", "x1", "y0", "y1") and (src.d, src.l) == (4, 0)
+    ((xb, yb),) = list(DataLoader(src, 3, shuffle=False))
+    assert xb.shape == (3, 4) and yb.shape == (3, 0)
+    assert ids(xb) == [0, 1, 2]
+
+
+def test_missing_column_is_a_value_error_naming_file_and_column(tmp_path):
+    """A file lacking a frozen column is a ValueError naming that file and the column."""
+    write_parquet(tmp_path / "a.parquet", [3], 0, d=3, l=1)
+    bad = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"x0": [3.0], "x1": [1.0], "y0": [0.0]}), bad)
+    with pytest.raises(ValueError) as info:
+        parquet_source(tmp_path, labels="y0")
+    msg = str(info.value)
+    assert "b.parquet" in msg and "x2" in msg
+    with pytest.raises(ValueError, match="zz") as info:
+        parquet_source(tmp_path / "a.parquet", features=["x0", "zz"], labels="y0")
+    assert "a.parquet" in str(info.value)
+
+
+def test_non_numeric_column_is_a_value_error_naming_file_and_column(tmp_path):
+    """A string column among the features is a ValueError naming the file and the column."""
+    write_parquet(tmp_path / "a.parquet", [3], 0, d=2, l=1)
+    bad = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"x0": [3.0], "x1": ["three"], "y0": [0.0]}), bad)
+    with pytest.raises(ValueError) as info:
+        parquet_source(tmp_path, labels="y0")
+    msg = str(info.value)
+    assert "b.parquet" in msg and "x1" in msg
+    with pytest.raises(ValueError) as info:
+        parquet_source(bad, features=["x0"], labels="x1")
+    assert "b.parquet" in str(info.value) and "x1" in str(info.value)
+
+
+def test_unselected_string_column_is_ignored(tmp_path):
+    """Only the frozen columns are checked and read: a string column not selected is fine."""
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"note": ["a", "b"], "x0": [0.0, 1.0], "y0": [2.0, 3.0]}), path)
+    src = parquet_source(path, features=["x0"], labels="y0")
+    ((xb, yb),) = list(DataLoader(src, 2, shuffle=False))
+    assert ids(xb) == [0, 1] and yb[:, 0].tolist() == [2.0, 3.0]
+    with pytest.raises(ValueError, match="note"):
+        parquet_source(path, labels="y0")  # features=None takes every other column
+
+
+def test_integer_and_bool_columns_become_float64(tmp_path):
+    """Integer and boolean columns are numeric: streamed as float64 values."""
+    path = tmp_path / "i.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "x0": pa.array([0, 1, 2], pa.int32()),
+                "b": [True, False, True],
+                "y0": pa.array([5, 6, 7], pa.int64()),
+            }
+        ),
+        path,
+    )
+    ((xb, yb),) = list(DataLoader(parquet_source(path, labels="y0"), 3, shuffle=False))
+    assert xb.dtype == yb.dtype == np.float64
+    np.testing.assert_array_equal(xb, [[0, 1], [1, 0], [2, 1]])
+    np.testing.assert_array_equal(yb, [[5], [6], [7]])
+
+
+# -- reading only what a shard needs ------------------------------------------------------------
+
+
+@pytest.fixture
+def count_reads(monkeypatch):
+    reads = []
+    orig = ParquetSource.read_chunk
+
+    def counting(self, i):
+        reads.append(int(i))
+        return orig(self, i)
+
+    monkeypatch.setattr(ParquetSource, "read_chunk", counting)
+    return reads
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_each_shard_reads_only_the_row_groups_overlapping_its_rows(
+    folder, count_reads, shards, shuffle
+):
+    """A sized shard reads just the row groups that hold rows of [s*N//S, (s+1)*N//S), once."""
+    root, bounds = folder
+    src = parquet_source(root, labels="y0")
+    for s in range(shards):
+        lo, hi = s * N // shards, (s + 1) * N // shards
+        need = {k for k, (a, z) in enumerate(bounds) if a < hi and z > lo and z > a}
+        loader = DataLoader(
+            src, 4, shuffle=shuffle, seed=1, num_shards=shards, shard_index=s, buffer_size=6
+        )
+        count_reads.clear()
+        got = flat(collect(loader, 3, 1))
+        assert sorted(got) == list(range(lo, hi))
+        assert sorted(count_reads) == sorted(need)  # each needed group read once, no other
+
+
+@pytest.mark.parametrize("shards", [2, 3, 5])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_unsized_shard_reads_only_its_own_row_groups(folder, count_reads, shards, shuffle):
+    """With total_size=None shard s reads row groups s, s+S, ... and no other."""
+    root, bounds = folder
+    src = parquet_source(root, labels="y0")
+    for s in range(shards):
+        mine = [k for k in range(len(bounds)) if k % shards == s]
+        loader = DataLoader(
+            src,
+            4,
+            shuffle=shuffle,
+            seed=1,
+            num_shards=shards,
+            shard_index=s,
+            total_size=None,
+            buffer_size=6,
+        )
+        count_reads.clear()
+        got = flat(collect(loader, 3, 1))
+        assert set(count_reads) <= set(mine)
+        assert {k for k in mine if bounds[k][1] > bounds[k][0]} <= set(count_reads)
+        assert len(count_reads) == len(set(count_reads))
+        expect = [i for k in mine for i in range(*bounds[k])]
+        assert (got if not shuffle else sorted(got)) == (expect if not shuffle else sorted(expect))
+
+
+# -- shuffle ----------------------------------------------------------------------------------
+
+
+def test_row_group_order_is_shuffled_per_epoch(folder):
+    """With a small buffer, the first batch comes from different row groups in different epochs."""
+    root, bounds = folder
+    where = group_of(bounds)
+    loader = DataLoader(parquet_source(root, labels="y0"), 3, shuffle=True, seed=0, buffer_size=3)
+    firsts = []
+    for _ in range(8):
+        epoch = collect(loader, 3, 1)
+        assert sorted(flat(epoch)) == list(range(N))
+        firsts.append(frozenset(where[i] for i in epoch[0]))
+    assert len(set(firsts)) > 1
+    plain = DataLoader(parquet_source(root, labels="y0"), 3, shuffle=False)
+    for _ in range(2):
+        assert {where[i] for i in collect(plain, 3, 1)[0]} == {0}
+
+
+def test_parquet_shuffle_is_reproducible(folder):
+    """Two loaders over the same files built alike give identical epochs; set_epoch agrees."""
+    root, _ = folder
+
+    def make():
+        return DataLoader(
+            parquet_source(root, labels="y0"),
+            4,
+            shuffle=True,
+            seed=9,
+            buffer_size=8,
+            num_shards=2,
+            shard_index=1,
+        )
+
+    a, b = make(), make()
+    ea = [collect(a) for _ in range(3)]
+    assert ea == [collect(b) for _ in range(3)]
+    assert ea[0] != ea[1]
+    c = make()
+    c.set_epoch(2)
+    assert collect(c) == ea[2]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_parquet_resume_mid_epoch(folder, shuffle):
+    """state_dict/load_state_dict resume a Parquet stream with exactly the remaining batches."""
+    root, _ = folder
+
+    def make():
+        return DataLoader(
+            parquet_source(root, labels="y0"), 4, shuffle=shuffle, seed=2, buffer_size=8
+        )
+
+    ref = collect(make(), 3, 1)
+    a = make()
+    assert next_into_ids(a, 3, 1, limit=3) == ref[:3]
+    b = make()
+    b.load_state_dict(a.state_dict())
+    assert collect(b, 3, 1) == ref[3:]
+
+
+# -- sharding property ------------------------------------------------------------------------
+
+
+@settings(max_examples=40)
+@given(
+    shards=st.integers(1, 7),
+    shuffle=st.booleans(),
+    sized=st.booleans(),
+    b=st.integers(1, 12),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**16),
+    buffer_size=st.integers(1, 40),
+)
+def test_parquet_shards_hand_out_every_row_once(
+    folder, shards, shuffle, sized, b, drop_last, seed, buffer_size
+):
+    """Across the shards of a Parquet folder every row is handed out once (less < b per shard)."""
+    root, bounds = folder
+    src = parquet_source(root, labels="y0")
+    everything = []
+    for s in range(shards):
+        loader = DataLoader(
+            src,
+            b,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            num_shards=shards,
+            shard_index=s,
+            buffer_size=buffer_size,
+            total_size="auto" if sized else None,
+        )
+        got = collect(loader, 3, 1)
+        rows = flat(got)
+        if sized:
+            lo, hi = s * N // shards, (s + 1) * N // shards
+            mine = list(range(lo, hi))
+            assert len(got) == len(loader)
+        else:
+            mine = [i for k, (a, z) in enumerate(bounds) if k % shards == s for i in range(a, z)]
+        assert all(len(x) == b for x in got[:-1])
+        if drop_last:
+            assert all(len(x) == b for x in got)
+            assert len(rows) == len(mine) // b * b
+            assert len(set(rows)) == len(rows) and set(rows) <= set(mine)
+            if not shuffle:
+                assert rows == mine[: len(rows)]
+        elif shuffle:
+            assert sorted(rows) == mine
+        else:
+            assert rows == mine
+        everything += rows
+    assert len(everything) == len(set(everything))
+    if not drop_last:
+        assert sorted(everything) == list(range(N))
