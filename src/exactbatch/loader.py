@@ -18,6 +18,7 @@ import numpy as np
 from exactbatch.arrays import check_out_array
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.indexed import IndexedFeed
+from exactbatch.distributed import resolve_shard
 from exactbatch.order import check_shard
 from exactbatch.sources.random_access import random_access_reader
 from exactbatch.streamed import StreamFeed
@@ -72,36 +73,47 @@ class DataLoader:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
-        num_shards: int = 1,
-        shard_index: int = 0,
+        num_shards: int | str = 1,
+        shard_index: int | str = 0,
         total_size="auto",
         buffer_size: int | None = None,
+        even_batches: bool = False,
+        elastic: bool = False,
     ):
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self._seed = _check_int("seed", seed, 0)
+        num_shards, shard_index = resolve_shard(num_shards, shard_index)
         check_shard(num_shards, shard_index)
         if buffer_size is not None:
             _check_int("buffer_size", buffer_size, 1)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.num_shards, self.shard_index = int(num_shards), int(shard_index)
+        self.even_batches, self.elastic = bool(even_batches), bool(elastic)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
         self.buffer_size = buffer_size
 
         reader = random_access_reader(source)
-        shard = {"num_shards": self.num_shards, "shard_index": self.shard_index}
         common = {
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
+            "num_shards": self.num_shards,
+            "shard_index": self.shard_index,
+            "even_batches": self.even_batches,
         }
         if reader is not None:
             self.total_size = resolve_random_access_total(total_size, reader.n)
-            self._feed = IndexedFeed(reader, **common, **shard)
+            self._feed = IndexedFeed(reader, **common, elastic=self.elastic)
         else:
+            if self.elastic:
+                raise ValueError(
+                    "elastic=True needs a random-access source (a Dataset, an NdfFile, an "
+                    "array or a pair); a stream cannot be re-dealt across shards mid-epoch"
+                )
             self._feed = StreamFeed(
-                source, **common, **shard, total_size=total_size, buffer_size=buffer_size
+                source, **common, total_size=total_size, buffer_size=buffer_size
             )
             self.total_size = self._feed.total_size
         self._reader = reader  # the random-access reader, None for streams
@@ -111,6 +123,7 @@ class DataLoader:
         self._lock = threading.Lock()
         self._epoch = 0  # the epoch in progress, or the pending one
         self._done = 0  # batches of that epoch handed out
+        self._first = 0  # elastic: the global batch the pending epoch starts at
         self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
         self._current = None  # the epoch being handed out
         self._gen = 0  # bumped when the cursor is moved; stale iterators stop
@@ -165,13 +178,14 @@ class DataLoader:
     def _begin(self) -> None:
         if self._closed:
             raise ValueError("read from a closed DataLoader")
-        self._current = self._feed.open_epoch(self._seed, self._epoch, self._done)
+        self._current = self._feed.open_epoch(self._seed, self._epoch, self._done, self._first)
         self._begun = True
 
     def _move(self, epoch: int) -> None:
         if self._current is not None:
             self._current.close()
         self._epoch, self._done, self._begun, self._current = epoch, 0, False, None
+        self._first = 0
         self._gen += 1
 
     def _claim(self, gen: int | None):
@@ -257,39 +271,50 @@ class DataLoader:
     # -- resume ---------------------------------------------------------------
 
     def _config(self) -> dict:
-        return {
+        config = {
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
-            "num_shards": self.num_shards,
-            "shard_index": self.shard_index,
+            "even_batches": self.even_batches,
+            "elastic": self.elastic,
             "total_size": self.total_size,
-            "n": self.n,
         }
+        if not self.elastic:  # elastic states resume at any shard count
+            config.update(num_shards=self.num_shards, shard_index=self.shard_index, n=self.n)
+        return config
 
     def state_dict(self) -> dict:
         """Where the loader stands, as small plain data (JSON-safe).
 
         Batches handed out count as consumed. A state taken at the end of an
-        epoch resumes at the start of the next.
+        epoch resumes at the start of the next. Under ``elastic=True`` the
+        state also holds ``global_batches_done``, the batches of the epoch's
+        global order handed out by all shards together, assuming they step
+        in lockstep (as data-parallel training does); any shard count may
+        resume from it.
         """
         with self._lock:
             epoch, done = self._epoch, self._done
             if self._begun and self._current is not None and self._current.finished():
                 epoch, done = epoch + 1, 0
-            return {
+            state = {
                 "version": STATE_VERSION,
                 "seed": self._seed,
                 "epoch": epoch,
                 "batches_done": done,
                 **self._config(),
             }
+            if self.elastic:
+                first = self._first if epoch == self._epoch else 0
+                state["global_batches_done"] = first + done * self.num_shards
+            return state
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
         The state must come from a loader with the same settings and data
-        size; a mismatch is a ``ValueError`` naming the setting.
+        size (under ``elastic``, any shard count); a mismatch is a
+        ``ValueError`` naming the setting.
         """
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
@@ -306,14 +331,23 @@ class DataLoader:
         seed = _check_int("state['seed']", state.get("seed"), 0)
         epoch = _check_int("state['epoch']", state.get("epoch"), 0)
         done = _check_int("state['batches_done']", state.get("batches_done"), 0)
-        if self._nbatches is not None and done > self._nbatches:
+        first = 0
+        if self.elastic:
+            first = _check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
+            if first > self._feed.total_batches:
+                raise ValueError(
+                    f"state['global_batches_done']={first} exceeds the "
+                    f"{self._feed.total_batches} batches of an epoch"
+                )
+            done = 0
+        elif self._nbatches is not None and done > self._nbatches:
             raise ValueError(
                 f"state['batches_done']={done} exceeds the {self._nbatches} batches of an epoch"
             )
         with self._lock:
             self._seed = seed
             self._move(epoch)
-            self._done = done
+            self._done, self._first = done, first
 
     # -- lifetime ---------------------------------------------------------------
 

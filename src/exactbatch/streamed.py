@@ -55,13 +55,14 @@ class StreamJob:
 class StreamEpoch:
     """Hands out the batches of one streamed epoch; a failed stream stays failed."""
 
-    def __init__(self, batches, skip: int):
+    def __init__(self, batches, skip: int, limit: int | None = None):
         self._it = batches
+        self._left = limit  # even_batches: batches this epoch may still hand out
         self._pending = None
         self._failed = None
         self._ended = False
         for _ in range(skip):  # resume: replay the batches already handed out
-            if self._next() is None:
+            if self.claim() is None:
                 break
 
     def _next(self):
@@ -98,6 +99,10 @@ class StreamEpoch:
         return self._pending
 
     def claim(self) -> StreamJob | None:
+        if self._left is not None:
+            if self._left <= 0:
+                return None
+            self._left -= 1
         if self._pending is not None:
             job, self._pending = self._pending, None
             return job
@@ -118,6 +123,7 @@ class StreamFeed:
         shard_index,
         total_size,
         buffer_size,
+        even_batches=False,
     ):
         check_total_size_kind(total_size)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
@@ -139,6 +145,14 @@ class StreamFeed:
             self.n = stop - self.start
             self.stop = None if shard_index == num_shards - 1 else stop
             self.nbatches = num_batches(self.n, batch_size, drop_last)
+        self.limit = None  # even_batches: every shard's count, the smallest shard's
+        if even_batches:
+            if total_size is None:
+                raise ValueError(
+                    "even_batches=True needs the stream's size: pass total_size=N or \"auto\""
+                )
+            smallest = total_size // num_shards
+            self.limit = self.nbatches = num_batches(smallest, batch_size, drop_last)
         self._warned = False
 
     def _count(self) -> int:
@@ -246,7 +260,7 @@ class StreamFeed:
             stacklevel=4,
         )
 
-    def open_epoch(self, seed: int, epoch: int, skip: int) -> StreamEpoch:
+    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> StreamEpoch:
         chunks = (
             self._indexed_chunks(seed, epoch) if self.indexed else self._stream_chunks()
         )
@@ -255,7 +269,7 @@ class StreamFeed:
             batches = shuffle_buffer(chunks, self.batch_size, self.buffer_size, rng, self.drop_last)
         else:
             batches = rebatch(chunks, self.batch_size, self.drop_last)
-        return StreamEpoch(self._audited(batches), skip)
+        return StreamEpoch(self._audited(batches), skip, self.limit)
 
     def close(self) -> None:
         self.source = self.stream = None

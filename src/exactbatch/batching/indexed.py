@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from exactbatch.order import epoch_permutation, shard_range
+from exactbatch.order import elastic_positions, epoch_permutation, shard_range
 
 __all__ = ["IndexedEpoch", "IndexedFeed", "num_batches"]
 
@@ -78,24 +78,72 @@ class IndexedEpoch:
 
 
 class IndexedFeed:
-    """The random-access path: a reader, one shard of it, and its epoch orders."""
+    """The random-access path: a reader, one shard of it, and its epoch orders.
 
-    def __init__(self, reader, *, batch_size, shuffle, drop_last, num_shards, shard_index):
+    Sharding is contiguous (shard s owns rows [s*n//S, (s+1)*n//S) and
+    permutes them), or ``elastic``: one global order per (seed, epoch), cut
+    into batches dealt to the shards in turn (see
+    :func:`exactbatch.order.elastic_positions`). ``even_batches`` caps every
+    shard at the smallest shard's batch count.
+    """
+
+    def __init__(
+        self,
+        reader,
+        *,
+        batch_size,
+        shuffle,
+        drop_last,
+        num_shards,
+        shard_index,
+        even_batches=False,
+        elastic=False,
+    ):
         self.reader = reader
         self.d, self.l = reader.d, reader.l
-        self.start, stop = shard_range(reader.n, num_shards, shard_index)
-        self.n = stop - self.start
-        self.batch_size, self.shuffle, self.shard_index = batch_size, shuffle, shard_index
-        self.nbatches = num_batches(self.n, batch_size, drop_last)
-        # (seed, epoch) -> Future of that epoch's order: the current epoch's,
-        # and the next one's, computed ahead on a short-lived thread
-        self._orders: dict[tuple[int, int], Future] = {}
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.num_shards, self.shard_index = num_shards, shard_index
+        self.even_batches, self.elastic = even_batches, elastic
+        total = reader.n
+        if elastic:
+            self.start = 0
+            self.total_batches = num_batches(total, batch_size, drop_last)
+            self.n = len(self._positions(0))
+            full = -(-(self.total_batches - shard_index) // num_shards)
+            even = self.total_batches // num_shards
+        else:
+            self.start, stop = shard_range(total, num_shards, shard_index)
+            self.n = stop - self.start
+            full = num_batches(self.n, batch_size, drop_last)
+            even = num_batches(total // num_shards, batch_size, drop_last)
+        self.nbatches = even if even_batches else full
+        # (seed, epoch, first global batch) -> Future of that epoch's order: the
+        # current epoch's, and the next one's, computed ahead on a short-lived thread
+        self._orders: dict[tuple[int, int, int], Future] = {}
 
-    def _compute_order(self, seed: int, epoch: int) -> np.ndarray:
-        perm = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
-        perm += self.start
+    def _positions(self, first: int) -> np.ndarray:
+        return elastic_positions(
+            self.reader.n,
+            self.batch_size,
+            self.total_batches,
+            self.num_shards,
+            self.shard_index,
+            first,
+        )
+
+    def _compute_order(self, seed: int, epoch: int, first: int):
+        if self.elastic:
+            rows = self._positions(first)
+            if self.shuffle:
+                perm = epoch_permutation(self.reader.n, seed=seed, epoch=epoch, shard=0)
+                rows = perm[rows]
+        elif self.shuffle:
+            rows = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
+            rows += self.start
+        else:
+            return None  # file order: batches are slices
         # Absolute rows as int32 when they fit: half the memory of int64.
-        return perm.astype(np.int32) if self.start + self.n < 2**31 else perm
+        return rows.astype(np.int32) if self.reader.n < 2**31 else rows
 
     def _order_future(self, key, background: bool) -> Future:
         fut = self._orders.get(key)
@@ -114,25 +162,30 @@ class IndexedFeed:
                 work()
         return fut
 
-    def _epoch_order(self, seed: int, epoch: int):
-        if not self.shuffle:
-            return None
-        key, ahead = (seed, epoch), (seed, epoch + 1)
+    def _epoch_order(self, seed: int, epoch: int, first: int):
+        key, ahead = (seed, epoch, first), (seed, epoch + 1, 0)
         order = self._order_future(key, background=False).result()
         for k in list(self._orders):
             if k not in (key, ahead):
                 del self._orders[k]
-        if self.n >= _AHEAD_ROWS:
+        if self.shuffle and self.n >= _AHEAD_ROWS:
             # The next epoch's order is ready by the time this one ends;
             # NumPy's shuffle and sort release the GIL, so it runs alongside.
             self._order_future(ahead, background=True)
         return order
 
-    def open_epoch(self, seed: int, epoch: int, skip: int) -> IndexedEpoch:
-        order = self._epoch_order(seed, epoch)
-        return IndexedEpoch(
-            self.reader, self.start, self.n, self.batch_size, self.nbatches, order, skip
-        )
+    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> IndexedEpoch:
+        """Epoch ``epoch`` less its first ``skip`` batches; under elastic sharding
+        the epoch starts at global batch ``first`` (a resume at another shard count)."""
+        order = self._epoch_order(seed, epoch, first)
+        if not self.elastic:
+            return IndexedEpoch(
+                self.reader, self.start, self.n, self.batch_size, self.nbatches, order, skip
+            )
+        count = num_batches(len(order), self.batch_size, False)
+        if self.even_batches:
+            count = (self.total_batches - first) // self.num_shards
+        return IndexedEpoch(self.reader, 0, len(order), self.batch_size, count, order, skip)
 
     def close(self) -> None:
         self.reader.close()

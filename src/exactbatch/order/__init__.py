@@ -1,7 +1,7 @@
 """Pure functions of the row order: epoch permutations and shard ranges."""
 
 from exactbatch.order.permutation import buffer_rng, chunk_order, derive_rng, epoch_permutation
-from exactbatch.order.shards import check_shard, chunk_pieces, shard_range
+from exactbatch.order.shards import check_shard, chunk_pieces, elastic_positions, shard_range
 
 __all__ = [
     "buffer_rng",
@@ -9,6 +9,7 @@ __all__ = [
     "chunk_order",
     "chunk_pieces",
     "derive_rng",
+    "elastic_positions",
     "epoch_permutation",
     "shard_range",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_shard", "chunk_pieces", "shard_range"]
+__all__ = ["check_shard", "chunk_pieces", "elastic_positions", "shard_range"]
 
 
 def check_shard(num_shards, shard_index) -> None:
@@ -47,3 +47,20 @@ def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, in
     lo = np.maximum(start - begins[keep], 0)
     hi = np.minimum(stop_ - begins[keep], rows[keep])
     return list(zip(keep.tolist(), lo.tolist(), hi.tolist(), strict=True))
+
+
+def elastic_positions(
+    n: int, batch_size: int, total_batches: int, num_shards: int, shard_index: int, first: int = 0
+) -> np.ndarray:
+    """Positions of an epoch's global order that a shard takes under elastic sharding.
+
+    The global order is cut into ``total_batches`` batches of ``batch_size``
+    (the last may be partial); shard s of S takes global batches
+    ``first + s, first + s + S, ...``. The positions depend on S only through
+    this split, so a run checkpointed after global batch ``first`` can
+    resume at any number of shards with no position repeated or skipped.
+    """
+    check_shard(num_shards, shard_index)
+    batches = np.arange(first + shard_index, total_batches, num_shards, dtype=np.int64)
+    pos = (batches[:, None] * batch_size + np.arange(batch_size, dtype=np.int64)).ravel()
+    return pos[pos < n]

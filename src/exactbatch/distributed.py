@@ -1,0 +1,58 @@
+"""Where this process stands in a distributed job: (num_shards, shard_index).
+
+Used by ``DataLoader(num_shards="auto", shard_index="auto")``. The answer
+comes from ``torch.distributed`` when it is initialised, else from the
+``RANK``/``WORLD_SIZE`` environment variables (set by torchrun and most
+launchers), else a single shard. torch is imported only if it is already
+loaded or installed, never required.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["distributed_shard", "resolve_shard"]
+
+
+def _from_torch():
+    if "torch" not in sys.modules:  # not imported by the user: not initialised either
+        return None
+    dist = getattr(sys.modules["torch"], "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_world_size(), dist.get_rank()
+
+
+def _from_env():
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None and world is None:
+        return None
+    try:
+        r, w = int(rank), int(world)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"RANK and WORLD_SIZE must both be set to integers; got RANK={rank!r}, "
+            f"WORLD_SIZE={world!r}"
+        ) from None
+    if not (w >= 1 and 0 <= r < w):
+        raise ValueError(f"need 0 <= RANK < WORLD_SIZE; got RANK={r}, WORLD_SIZE={w}")
+    return w, r
+
+
+def distributed_shard() -> tuple[int, int]:
+    """``(num_shards, shard_index)``: torch.distributed, else RANK/WORLD_SIZE, else (1, 0)."""
+    return _from_torch() or _from_env() or (1, 0)
+
+
+def resolve_shard(num_shards, shard_index) -> tuple[int, int]:
+    """Replace ``"auto"`` in either argument by :func:`distributed_shard`'s answer."""
+    auto = [v for v in (num_shards, shard_index) if isinstance(v, str)]
+    for v in auto:
+        if v != "auto":
+            raise ValueError(f'num_shards and shard_index must be ints or "auto"; got {v!r}')
+    if auto:
+        world, rank = distributed_shard()
+        num_shards = world if isinstance(num_shards, str) else num_shards
+        shard_index = rank if isinstance(shard_index, str) else shard_index
+    return num_shards, shard_index
