@@ -41,9 +41,14 @@ def main(out: str, n: int, batch: int) -> None:
         seen.append(np.concatenate(ids))
         counts.append(count)
     np.savez(os.path.join(out, f"rank{rank}.npz"), epoch0=seen[0], epoch1=seen[1],
-             counts=np.array(counts), len=len(loader), loss=float(loss),
+             counts=np.array(counts), len=len(loader), loss=loss.item(),
              shards=np.array([loader.num_shards, loader.shard_index]))
+    dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()
+    # Gloo's worker threads can abort the interpreter's teardown ("terminate called
+    # without an active exception", a known torch issue): the results are written,
+    # so leave without it.
+    os._exit(0)
 
 
 if __name__ == "__main__":
