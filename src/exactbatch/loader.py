@@ -20,6 +20,7 @@ from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.indexed import IndexedFeed
 from exactbatch.distributed import resolve_shard
 from exactbatch.order import check_shard
+from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.random_access import random_access_reader
 from exactbatch.streamed import StreamFeed
 
@@ -79,6 +80,7 @@ class DataLoader:
         buffer_size: int | None = None,
         even_batches: bool = False,
         elastic: bool = False,
+        prefetch: int | None = None,
     ):
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self._seed = _check_int("seed", seed, 0)
@@ -93,6 +95,8 @@ class DataLoader:
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
         self.buffer_size = buffer_size
+        if prefetch is not None:
+            _check_int("prefetch", prefetch, 0)
 
         reader = random_access_reader(source)
         common = {
@@ -117,6 +121,9 @@ class DataLoader:
             )
             self.total_size = self._feed.total_size
         self._reader = reader  # the random-access reader, None for streams
+        # Prefetch by default where reads overlap the consumer's work: random
+        # access. Streams keep to two batches in memory unless asked.
+        self.prefetch = int(prefetch) if prefetch is not None else (2 if reader else 0)
         self.n = self._feed.n
         self._nbatches = self._feed.nbatches
 
@@ -188,20 +195,31 @@ class DataLoader:
         self._first = 0
         self._gen += 1
 
-    def _claim(self, gen: int | None):
+    def _check_gen(self, gen: int | None) -> None:
+        if gen is not None and gen != self._gen:
+            raise RuntimeError(
+                "this iterator is stale: a later iter(), reset(), set_epoch() or "
+                "load_state_dict() moved the loader on"
+            )
+
+    def _claim(self, gen: int | None, hand_out: bool = True):
+        """The next batch's job, or None at the end; counted as handed out unless
+        ``hand_out`` is false (a prefetched batch is counted by :meth:`_handed`)."""
         with self._lock:
-            if gen is not None and gen != self._gen:
-                raise RuntimeError(
-                    "this iterator is stale: a later iter(), reset(), set_epoch() or "
-                    "load_state_dict() moved the loader on"
-                )
+            self._check_gen(gen)
             if not self._begun:
                 self._begin()
             job = self._current.claim()
-            if job is not None:
+            if job is not None and hand_out:
                 self._done += 1
                 self._last_rows = job.size
             return job
+
+    def _handed(self, gen: int, rows: int) -> None:
+        with self._lock:
+            self._check_gen(gen)
+            self._done += 1
+            self._last_rows = rows
 
     # -- iteration -------------------------------------------------------------
 
@@ -212,7 +230,7 @@ class DataLoader:
             else:
                 self._gen += 1
             self._begin()
-            return _EpochIterator(self, self._gen)
+            return _EpochIterator(self, self._gen, self.prefetch)
 
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
@@ -295,7 +313,7 @@ class DataLoader:
         """
         with self._lock:
             epoch, done = self._epoch, self._done
-            if self._begun and self._current is not None and self._current.finished():
+            if self._begun and self._current is not None and self._current.finished(done):
                 epoch, done = epoch + 1, 0
             state = {
                 "version": STATE_VERSION,
@@ -372,19 +390,50 @@ class _EpochIterator:
     """Iterates one epoch of a loader; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the loader
-    again, which raises again until the epoch is restarted.)
+    again, which raises again until the epoch is restarted.) With prefetch,
+    a background thread prepares the next batches; it stops when the epoch
+    ends, when the iterator is closed or dropped, or after an error.
     """
 
-    __slots__ = ("_gen", "_loader")
+    __slots__ = ("__weakref__", "_gen", "_loader", "_prefetcher")
 
-    def __init__(self, loader: DataLoader, gen: int):
+    def __init__(self, loader: DataLoader, gen: int, prefetch: int):
         self._loader, self._gen = loader, gen
+        self._prefetcher = None
+        if prefetch:
+
+            def produce():  # must not hold the iterator: dropping it stops the thread
+                job = loader._claim(gen, hand_out=False)
+                return None if job is None else (job.size, job.take())
+
+            self._prefetcher = Prefetcher(produce, prefetch)
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._prefetcher is not None:
+            try:
+                item = self._prefetcher.get()
+            except BaseException:
+                self.close()  # later calls ask the loader directly
+                raise
+            if item is None:
+                self.close()
+                raise StopIteration
+            rows, batch = item
+            self._loader._handed(self._gen, rows)
+            return batch
         job = self._loader._claim(self._gen)
         if job is None:
             raise StopIteration
         return job.take()
+
+    def close(self) -> None:
+        """Stop preparing batches; batches prepared but not taken are not consumed."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def __del__(self):
+        self.close()

@@ -61,6 +61,7 @@ class StreamEpoch:
         self._pending = None
         self._failed = None
         self._ended = False
+        self._claimed = 0  # batches claimed (handed out, or prefetched)
         for _ in range(skip):  # resume: replay the batches already handed out
             if self.claim() is None:
                 break
@@ -89,9 +90,13 @@ class StreamEpoch:
         self._pending = None
         self._it.close()
 
-    def finished(self) -> bool:
-        """Have all batches been handed out? (Reads one batch ahead to know.)"""
-        return self._failed is None and self.peek() is None
+    def finished(self, handed: int) -> bool:
+        """Is the epoch over once ``handed`` batches have been handed out?
+
+        (Claimed batches not handed out - prefetched - mean no; else reads
+        one batch ahead to know.)
+        """
+        return handed >= self._claimed and self._failed is None and self.peek() is None
 
     def peek(self) -> StreamJob | None:
         if self._pending is None:
@@ -105,8 +110,10 @@ class StreamEpoch:
             self._left -= 1
         if self._pending is not None:
             job, self._pending = self._pending, None
-            return job
-        return self._next()
+        else:
+            job = self._next()
+        self._claimed += job is not None
+        return job
 
 
 class StreamFeed:

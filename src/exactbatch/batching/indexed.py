@@ -59,9 +59,9 @@ class IndexedEpoch:
     def close(self) -> None:
         """Nothing to release: the reader belongs to the feed."""
 
-    def finished(self) -> bool:
-        """Have all batches been handed out?"""
-        return self.next >= self.nbatches
+    def finished(self, handed: int) -> bool:
+        """Is the epoch over once ``handed`` batches have been handed out?"""
+        return handed >= self.nbatches
 
     def claim(self) -> IndexedJob | None:
         k = self.next

@@ -1,0 +1,84 @@
+"""Prefetch: batches prepared ahead on a background thread.
+
+While the training step runs, a thread claims and reads the next batches
+(NumPy gathers, positional reads and Parquet decoding release the GIL, so
+the two overlap), keeping at most ``depth`` ready. Batches prepared but
+not handed out are not consumed: the loader counts a batch when the
+consumer receives it. An exception raised while preparing reaches the
+consumer at the batch where it happened; stopping early (``close()``, or
+dropping the iterator) stops the thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+__all__ = ["Prefetcher"]
+
+_END = object()
+_POLL = 0.05  # seconds between checks of the stop flag while the queue is full
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class Prefetcher:
+    """Runs ``produce()`` on a thread until it returns None; ``get()`` takes results in order."""
+
+    def __init__(self, produce, depth: int):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(produce,), name="exactbatch-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, produce) -> None:
+        try:
+            while not self._stop.is_set():
+                item = produce()
+                if item is None:
+                    self._put(_END)
+                    return
+                if not self._put(item):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(_Failure(e))
+
+    def get(self):
+        """The next result; None at the end; re-raises what ``produce`` raised."""
+        item = self._queue.get()
+        if item is _END:
+            self._queue.put(_END)  # stay at the end for later calls
+            return None
+        if isinstance(item, _Failure):
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the thread and drop what it prepared."""
+        self._stop.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __del__(self):
+        self._stop.set()
