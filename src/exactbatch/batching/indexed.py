@@ -8,16 +8,12 @@ reading it (``Job.fill``) runs outside the lock, so threads read in parallel.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
-
 import numpy as np
 
-from exactbatch.order import elastic_positions, epoch_permutation, shard_range
+from exactbatch.order import EpochBijection, elastic_share, shard_range
 
 __all__ = ["IndexedEpoch", "IndexedFeed", "num_batches"]
 
-_AHEAD_ROWS = 1 << 16  # from this many rows, compute the next epoch's order ahead
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -43,17 +39,49 @@ class IndexedJob:
         return out_x, out_y
 
 
-class IndexedEpoch:
-    """One epoch of a shard [start, start+n) in ``order`` (None: file order).
+class BlockedOrder:
+    """Rows of an epoch's keyed order, computed a block of positions at a time.
 
-    ``order`` holds absolute row numbers. ``claim()`` hands out the next batch
-    as a job, or None at the end; ``first`` skips batches already handed out
-    (a resumed epoch).
+    A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
+    time and batches sliced out of the block; memory is one block, whatever n.
+    Not thread-safe: used under the loader's lock.
     """
 
-    def __init__(self, reader, start, n, batch_size, nbatches, order, first=0):
-        self.reader, self.start, self.n = reader, start, n
-        self.batch_size, self.nbatches, self.order = batch_size, nbatches, order
+    BLOCK = 4096
+
+    def __init__(self, bijection, offset: int, dtype):
+        self.bijection, self.offset, self.dtype = bijection, offset, dtype
+        self._lo = self._hi = 0
+        self._rows = None
+
+    def rows(self, a: int, z: int) -> np.ndarray:
+        if z - a >= self.BLOCK:
+            return self._mapped(a, z)
+        if not (self._lo <= a and z <= self._hi):
+            self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
+            self._rows = self._mapped(self._lo, self._hi)
+        return self._rows[a - self._lo : z - self._lo]
+
+    def _mapped(self, a: int, z: int) -> np.ndarray:
+        rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
+        if self.offset:
+            rows += self.offset
+        return rows
+
+
+class IndexedEpoch:
+    """One epoch of a random-access shard: batch k is positions ``locate(k)``.
+
+    ``order`` maps positions to absolute rows (a :class:`BlockedOrder`), or
+    is None for file order, where position p is row ``offset + p`` and
+    batches are slices. ``claim()`` hands out
+    the next batch as a job, or None at the end; ``first`` skips batches
+    already handed out (a resumed epoch).
+    """
+
+    def __init__(self, reader, nbatches: int, locate, order, offset: int, first: int = 0):
+        self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
+        self.offset = offset
         self.next = first
 
     def close(self) -> None:
@@ -68,12 +96,11 @@ class IndexedEpoch:
         if k >= self.nbatches:
             return None
         self.next = k + 1
-        a = k * self.batch_size
-        z = min(a + self.batch_size, self.n)
+        a, z = self.locate(k)
         if self.order is None:
-            rows = slice(self.start + a, self.start + z)
+            rows = slice(self.offset + a, self.offset + z)
         else:
-            rows = self.order[a:z]
+            rows = self.order.rows(a, z)
         return IndexedJob(self.reader, rows, z - a)
 
 
@@ -83,8 +110,9 @@ class IndexedFeed:
     Sharding is contiguous (shard s owns rows [s*n//S, (s+1)*n//S) and
     permutes them), or ``elastic``: one global order per (seed, epoch), cut
     into batches dealt to the shards in turn (see
-    :func:`exactbatch.order.elastic_positions`). ``even_batches`` caps every
-    shard at the smallest shard's batch count.
+    :func:`exactbatch.order.elastic_share`). ``even_batches`` caps every
+    shard at the smallest shard's batch count. Orders are keyed bijections
+    (:class:`exactbatch.order.EpochBijection`): nothing of size n is stored.
     """
 
     def __init__(
@@ -105,11 +133,14 @@ class IndexedFeed:
         self.num_shards, self.shard_index = num_shards, shard_index
         self.even_batches, self.elastic = even_batches, elastic
         total = reader.n
+        # Row numbers as int32 when they fit: half the bytes to move per batch.
+        self._dtype = np.int32 if total < 2**31 else np.int64
         if elastic:
             self.start = 0
             self.total_batches = num_batches(total, batch_size, drop_last)
-            self.n = len(self._positions(0))
-            full = -(-(self.total_batches - shard_index) // num_shards)
+            full, self.n = elastic_share(
+                total, batch_size, self.total_batches, num_shards, shard_index
+            )
             even = self.total_batches // num_shards
         else:
             self.start, stop = shard_range(total, num_shards, shard_index)
@@ -117,75 +148,32 @@ class IndexedFeed:
             full = num_batches(self.n, batch_size, drop_last)
             even = num_batches(total // num_shards, batch_size, drop_last)
         self.nbatches = even if even_batches else full
-        # (seed, epoch, first global batch) -> Future of that epoch's order: the
-        # current epoch's, and the next one's, computed ahead on a short-lived thread
-        self._orders: dict[tuple[int, int, int], Future] = {}
-
-    def _positions(self, first: int) -> np.ndarray:
-        return elastic_positions(
-            self.reader.n,
-            self.batch_size,
-            self.total_batches,
-            self.num_shards,
-            self.shard_index,
-            first,
-        )
-
-    def _compute_order(self, seed: int, epoch: int, first: int):
-        if self.elastic:
-            rows = self._positions(first)
-            if self.shuffle:
-                perm = epoch_permutation(self.reader.n, seed=seed, epoch=epoch, shard=0)
-                rows = perm[rows]
-        elif self.shuffle:
-            rows = epoch_permutation(self.n, seed=seed, epoch=epoch, shard=self.shard_index)
-            rows += self.start
-        else:
-            return None  # file order: batches are slices
-        # Absolute rows as int32 when they fit: half the memory of int64.
-        return rows.astype(np.int32) if self.reader.n < 2**31 else rows
-
-    def _order_future(self, key, background: bool) -> Future:
-        fut = self._orders.get(key)
-        if fut is None:
-            fut = self._orders[key] = Future()
-
-            def work():
-                try:
-                    fut.set_result(self._compute_order(*key))
-                except BaseException as e:  # surfaces in .result()
-                    fut.set_exception(e)
-
-            if background:
-                threading.Thread(target=work, name="exactbatch-order", daemon=True).start()
-            else:
-                work()
-        return fut
-
-    def _epoch_order(self, seed: int, epoch: int, first: int):
-        key, ahead = (seed, epoch, first), (seed, epoch + 1, 0)
-        order = self._order_future(key, background=False).result()
-        for k in list(self._orders):
-            if k not in (key, ahead):
-                del self._orders[k]
-        if self.shuffle and self.n >= _AHEAD_ROWS:
-            # The next epoch's order is ready by the time this one ends;
-            # NumPy's shuffle and sort release the GIL, so it runs alongside.
-            self._order_future(ahead, background=True)
-        return order
 
     def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> IndexedEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches; under elastic sharding
         the epoch starts at global batch ``first`` (a resume at another shard count)."""
-        order = self._epoch_order(seed, epoch, first)
-        if not self.elastic:
-            return IndexedEpoch(
-                self.reader, self.start, self.n, self.batch_size, self.nbatches, order, skip
-            )
-        count = num_batches(len(order), self.batch_size, False)
-        if self.even_batches:
-            count = (self.total_batches - first) // self.num_shards
-        return IndexedEpoch(self.reader, 0, len(order), self.batch_size, count, order, skip)
+        b, total, s, shards = self.batch_size, self.reader.n, self.shard_index, self.num_shards
+        if self.elastic:  # one global order, its batches dealt to the shards in turn
+            key_shard, size, offset = 0, total, 0
+            count, _ = elastic_share(total, b, self.total_batches, shards, s, first)
+            if self.even_batches:
+                count = (self.total_batches - first) // shards
+
+            def locate(k):
+                a = (first + s + k * shards) * b
+                return a, min(a + b, total)
+
+        else:  # the shard's own order of its rows start .. start + n
+            key_shard, size, offset, count = s, self.n, self.start, self.nbatches
+
+            def locate(k, n=self.n):
+                return k * b, min(k * b + b, n)
+
+        order = None
+        if self.shuffle:
+            bijection = EpochBijection(size, seed=seed, epoch=epoch, shard=key_shard)
+            order = BlockedOrder(bijection, offset, self._dtype)
+        return IndexedEpoch(self.reader, count, locate, order, offset, skip)
 
     def close(self) -> None:
         self.reader.close()

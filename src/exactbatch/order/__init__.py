@@ -1,8 +1,8 @@
-"""Pure functions of the row order: epoch permutations and shard ranges."""
+"""Pure functions of the row order: keyed epoch orders, chunk orders and shard ranges."""
 
 from exactbatch.order.bijection import EpochBijection, epoch_rows
-from exactbatch.order.permutation import buffer_rng, chunk_order, derive_rng, epoch_permutation
-from exactbatch.order.shards import check_shard, chunk_pieces, elastic_positions, shard_range
+from exactbatch.order.keys import buffer_rng, chunk_order, derive_rng
+from exactbatch.order.shards import check_shard, chunk_pieces, elastic_share, shard_range
 
 __all__ = [
     "EpochBijection",
@@ -11,8 +11,7 @@ __all__ = [
     "chunk_order",
     "chunk_pieces",
     "derive_rng",
-    "elastic_positions",
-    "epoch_permutation",
+    "elastic_share",
     "epoch_rows",
     "shard_range",
 ]

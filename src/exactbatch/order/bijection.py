@@ -1,7 +1,7 @@
 """Epoch orders computed position by position: a keyed bijection, nothing stored.
 
 The trade-off: instead of paying 8n bytes and O(n) time up front for a stored
-permutation (``epoch_permutation``), each position's row is computed when it
+permutation, each position's row is computed when it
 is asked for - O(1) memory and construction (about 20 us, whatever n is), at
 a per-position cost: about 35 us per 4096 positions on the 2-core test
 machine, against 80-100 us per 4096 rows amortized for
@@ -55,7 +55,7 @@ import math
 
 import numpy as np
 
-from exactbatch.order.permutation import _check_key
+from exactbatch.order.keys import check_key
 
 __all__ = ["EpochBijection", "epoch_rows"]
 
@@ -97,10 +97,10 @@ class EpochBijection:
     __slots__ = ("n", "seed", "epoch", "shard", "p", "q", "rounds", "_swap01", "_plan")
 
     def __init__(self, n: int, *, seed: int, epoch: int, shard: int = 0) -> None:
-        _check_key(n=n)
+        check_key(n=n)
         if n > _MAX_N:
             raise ValueError(f"n must be < 2**63 (positions are int64); got n={n}")
-        _check_key(seed=seed, epoch=epoch, shard=shard)
+        check_key(seed=seed, epoch=epoch, shard=shard)
         self.n, self.seed, self.epoch, self.shard = int(n), int(seed), int(epoch), int(shard)
         self.p, self.q = _rectangle(self.n)
         self.rounds = _rounds_for(self.p, self.q)
@@ -140,7 +140,7 @@ class EpochBijection:
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Rows (int64) of positions ``start..stop-1``; ``0 <= start <= stop <= n``."""
-        _check_key(start=start, stop=stop)
+        check_key(start=start, stop=stop)
         if start > stop:
             raise ValueError(f"start must be <= stop; got start={start}, stop={stop}")
         if stop > self.n:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_shard", "chunk_pieces", "elastic_positions", "shard_range"]
+__all__ = ["check_shard", "chunk_pieces", "elastic_share", "shard_range"]
 
 
 def check_shard(num_shards, shard_index) -> None:
@@ -49,18 +49,22 @@ def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, in
     return list(zip(keep.tolist(), lo.tolist(), hi.tolist(), strict=True))
 
 
-def elastic_positions(
+def elastic_share(
     n: int, batch_size: int, total_batches: int, num_shards: int, shard_index: int, first: int = 0
-) -> np.ndarray:
-    """Positions of an epoch's global order that a shard takes under elastic sharding.
+) -> tuple[int, int]:
+    """``(batches, rows)`` a shard takes of an epoch under elastic sharding.
 
-    The global order is cut into ``total_batches`` batches of ``batch_size``
-    (the last may be partial); shard s of S takes global batches
-    ``first + s, first + s + S, ...``. The positions depend on S only through
-    this split, so a run checkpointed after global batch ``first`` can
-    resume at any number of shards with no position repeated or skipped.
+    The epoch's global order is cut into ``total_batches`` batches of
+    ``batch_size`` (the last holds what is left of ``n``, or is dropped with
+    drop_last, when ``total_batches`` is ``n // batch_size``); shard s of S
+    takes global batches ``first + s, first + s + S, ...``. That split is the
+    only place S enters, so a run checkpointed after global batch ``first``
+    can resume at any number of shards with no row repeated or skipped.
     """
     check_shard(num_shards, shard_index)
-    batches = np.arange(first + shard_index, total_batches, num_shards, dtype=np.int64)
-    pos = (batches[:, None] * batch_size + np.arange(batch_size, dtype=np.int64)).ravel()
-    return pos[pos < n]
+    g0 = first + shard_index
+    batches = max(0, -(-(total_batches - g0) // num_shards))
+    rows = batches * batch_size
+    if batches and (total_batches - 1 - g0) % num_shards == 0:  # it holds the last batch,
+        rows -= max(0, total_batches * batch_size - n)  # which may be partial
+    return batches, rows

@@ -1,0 +1,45 @@
+"""Randomness keyed by (seed, epoch, shard), and nothing else.
+
+Every random choice of an epoch - a random-access order (the keyed
+bijection in :mod:`exactbatch.order.bijection`), a stream's chunk order, its
+shuffle buffer - draws from a generator derived here from the epoch's key
+and a tag that keeps the purposes apart. Nothing holds state: epoch e of
+shard s is rebuilt from its key alone, whatever happened before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["buffer_rng", "check_key", "chunk_order", "derive_rng"]
+
+# Streams of randomness for different purposes are kept apart by a tag.
+_TAG_CHUNKS = 0x65786368  # chunk orders of streamed epochs
+_TAG_BUFFER = 0x65786266  # the shuffle buffer of streamed epochs
+
+
+def check_key(**key: int) -> None:
+    """Each keyword must be an int >= 0 (TypeError / ValueError naming it)."""
+    for name, value in key.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int; got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0; got {name}={value}")
+
+
+def derive_rng(tag: int, seed: int, epoch: int, shard: int) -> np.random.Generator:
+    """A generator keyed by ``(tag, seed, epoch, shard)`` and nothing else."""
+    check_key(seed=seed, epoch=epoch, shard=shard)
+    ss = np.random.SeedSequence([tag, int(seed), int(epoch), int(shard)])
+    return np.random.Generator(np.random.PCG64(ss))
+
+
+def chunk_order(k: int, *, seed: int, epoch: int, shard: int = 0) -> np.ndarray:
+    """The order in which a streamed epoch reads its ``k`` chunks (a permutation)."""
+    check_key(k=k)
+    return derive_rng(_TAG_CHUNKS, seed, epoch, shard).permutation(k)
+
+
+def buffer_rng(*, seed: int, epoch: int, shard: int = 0) -> np.random.Generator:
+    """The generator a streamed epoch's shuffle buffer draws from."""
+    return derive_rng(_TAG_BUFFER, seed, epoch, shard)
