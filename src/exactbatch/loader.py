@@ -19,6 +19,7 @@ from exactbatch.arrays import check_out_array
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.indexed import IndexedFeed
 from exactbatch.distributed import resolve_shard
+from exactbatch.ndf import NdfFile
 from exactbatch.order import check_shard
 from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.random_access import random_access_reader
@@ -27,6 +28,7 @@ from exactbatch.streamed import StreamFeed
 __all__ = ["DataLoader"]
 
 STATE_VERSION = 1
+_PREFETCH_MIN_BYTES = 256 << 10  # default prefetch only for batches of at least this size
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -121,9 +123,7 @@ class DataLoader:
             )
             self.total_size = self._feed.total_size
         self._reader = reader  # the random-access reader, None for streams
-        # Prefetch by default where reads overlap the consumer's work: random
-        # access. Streams keep to two batches in memory unless asked.
-        self.prefetch = int(prefetch) if prefetch is not None else (2 if reader else 0)
+        self.prefetch = int(prefetch) if prefetch is not None else self._default_prefetch(source)
         self.n = self._feed.n
         self._nbatches = self._feed.nbatches
 
@@ -136,6 +136,15 @@ class DataLoader:
         self._gen = 0  # bumped when the cursor is moved; stale iterators stop
         self._last_rows = 0
         self._closed = False
+
+    def _default_prefetch(self, source) -> int:
+        """Prefetch where it pays: reads from an .ndf file (page faults and I/O wait
+        overlap the consumer's work) in batches large enough that handing them
+        between threads costs little. In memory a gather is as cheap as the
+        hand-over; streams keep to two batches in memory unless asked."""
+        if not isinstance(source, NdfFile):
+            return 0
+        return 2 if self.batch_size * 8 * (self.d + self.l) >= _PREFETCH_MIN_BYTES else 0
 
     # -- sizes -----------------------------------------------------------------
 

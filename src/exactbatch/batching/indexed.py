@@ -8,11 +8,19 @@ reading it (``Job.fill``) runs outside the lock, so threads read in parallel.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
+
 import numpy as np
 
 from exactbatch.order import EpochBijection, elastic_share, shard_range
 
-__all__ = ["IndexedEpoch", "IndexedFeed", "num_batches"]
+__all__ = ["BlockedOrder", "IndexedEpoch", "IndexedFeed", "num_batches"]
+
+# Up to this many rows an epoch's whole order (4 bytes a row) is computed
+# ahead on a background thread, so batches slice it instead of mapping
+# positions; beyond it, memory stays O(1).
+_WHOLE_ROWS = 1 << 24
 
 
 
@@ -44,29 +52,51 @@ class BlockedOrder:
 
     A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
     time and batches sliced out of the block; memory is one block, whatever n.
-    Not thread-safe: used under the loader's lock.
+    When ``whole`` (a Future of the entire order, computed on a background
+    thread for moderate n) is ready, batches are sliced from it instead: the
+    same rows, without the per-batch cost. Not thread-safe: used under the
+    loader's lock.
     """
 
     BLOCK = 4096
 
-    def __init__(self, bijection, offset: int, dtype):
+    def __init__(self, bijection, offset: int, dtype, whole: Future | None = None):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
+        self.whole = whole
         self._lo = self._hi = 0
         self._rows = None
 
     def rows(self, a: int, z: int) -> np.ndarray:
+        if self.whole is not None and self.whole.done():
+            return self.whole.result()[a:z]
         if z - a >= self.BLOCK:
-            return self._mapped(a, z)
+            return self.mapped(a, z)
         if not (self._lo <= a and z <= self._hi):
             self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
-            self._rows = self._mapped(self._lo, self._hi)
+            self._rows = self.mapped(self._lo, self._hi)
         return self._rows[a - self._lo : z - self._lo]
 
-    def _mapped(self, a: int, z: int) -> np.ndarray:
+    def mapped_all(self) -> np.ndarray:
+        return self.mapped(0, self.bijection.n)
+
+    def mapped(self, a: int, z: int) -> np.ndarray:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
         if self.offset:
             rows += self.offset
         return rows
+
+
+def _in_background(compute) -> Future:
+    fut: Future = Future()
+
+    def work():
+        try:
+            fut.set_result(compute())
+        except BaseException as e:  # surfaces only if someone asks for .result()
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name="exactbatch-order", daemon=True).start()
+    return fut
 
 
 class IndexedEpoch:
@@ -148,6 +178,7 @@ class IndexedFeed:
             full = num_batches(self.n, batch_size, drop_last)
             even = num_batches(total // num_shards, batch_size, drop_last)
         self.nbatches = even if even_batches else full
+        self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
 
     def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> IndexedEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches; under elastic sharding
@@ -171,9 +202,28 @@ class IndexedFeed:
 
         order = None
         if self.shuffle:
-            bijection = EpochBijection(size, seed=seed, epoch=epoch, shard=key_shard)
-            order = BlockedOrder(bijection, offset, self._dtype)
+            order = BlockedOrder(self._bijection(seed, epoch, key_shard, size), offset, self._dtype)
+            if size <= _WHOLE_ROWS:
+                order.whole = self._whole_order(seed, epoch, key_shard, size, offset)
         return IndexedEpoch(self.reader, count, locate, order, offset, skip)
+
+    @staticmethod
+    def _bijection(seed, epoch, key_shard, size):
+        return EpochBijection(size, seed=seed, epoch=epoch, shard=key_shard)
+
+    def _whole_order(self, seed, epoch, key_shard, size, offset) -> Future:
+        """This epoch's whole order, and the next epoch's, computed in the background
+        (the keyed bijection releases the GIL); batches use blocks until it is ready."""
+        wanted = {}
+        for e in (epoch, epoch + 1):
+            key = (seed, e, key_shard)
+            fut = self._wholes.get(key)
+            if fut is None:
+                bijection = self._bijection(seed, e, key_shard, size)
+                fut = _in_background(BlockedOrder(bijection, offset, self._dtype).mapped_all)
+            wanted[key] = fut
+        self._wholes = wanted
+        return wanted[(seed, epoch, key_shard)]
 
     def close(self) -> None:
         self.reader.close()
