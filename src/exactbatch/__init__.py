@@ -4,6 +4,7 @@ from exactbatch.dataset import Dataset
 from exactbatch.errors import NdfError, TotalSizeWarning
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import NdfFile, open_ndf, save_ndf
+from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "NdfFile",
     "ParquetSource",
     "TotalSizeWarning",
+    "ndf_blocks",
     "open_ndf",
     "parquet_source",
     "save_ndf",
