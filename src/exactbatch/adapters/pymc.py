@@ -1,0 +1,307 @@
+"""Minibatch variational inference in PyMC, fed by a DataLoader.
+
+A minibatch model observes fixed-shape ``pm.Data`` placeholders and rescales
+its likelihood by ``total_size=N``, so it depends on three numbers: the
+batch size, N and their ratio. ``data(loader)`` makes the placeholders from
+the loader (the batch's shape, labels 1-D when there is one per row), and
+``fit(loader, n)`` runs ``pm.fit`` for ``n`` steps, putting exactly one new
+batch into the placeholders per step: step i sees batch i, epochs roll over
+by themselves, and exactly ``n`` batches are taken from the loader.
+
+Guarantees and refusals:
+
+* Every batch has exactly ``batch_size`` rows, or ``fit`` (and ``data``)
+  refuse the loader with a ``ValueError`` naming ``drop_last``: a partial
+  batch would be scaled by N / rows as if it were a full one's worth of data.
+* ``fit`` warns (``TotalSizeWarning``) when an observed variable that reads
+  the placeholders has no ``total_size``, or one other than
+  ``loader.total_size``: its likelihood would be scaled by the wrong N.
+
+Costs: one copy of each batch into the placeholders (``set_value``); the
+loader's own reads and memory are unchanged. ``data`` reads the first batch
+to give the placeholders real values, then rewinds the loader to where it
+stood (``load_state_dict(state_dict())``), so ``fit`` starts at that batch.
+
+PyMC is imported on first use, not by importing this module.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+
+from exactbatch.errors import TotalSizeWarning
+
+__all__ = ["data", "fit"]
+
+# model -> (x placeholder, y placeholder or None), as made by data()
+_PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _pm():
+    try:
+        import pymc
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("exactbatch.pymc needs PyMC: pip install 'exactbatch[pymc]'") from e
+    return pymc
+
+
+def _check_exact_batches(loader, caller: str) -> None:
+    """Refuse a loader whose batches are not all exactly ``batch_size`` rows."""
+    b, n = loader.batch_size, loader.n
+    fix = (
+        f"{caller} needs every batch to have exactly batch_size={b} rows (the placeholders "
+        f"have a fixed shape and each batch is scaled by total_size / batch_size)"
+    )
+    if not loader.drop_last:
+        if n is None:
+            raise ValueError(
+                f"{fix}, but this stream has an unknown size (total_size=None) and "
+                f"drop_last=False, so its last batch may be partial: pass drop_last=True"
+            )
+        if n % b:
+            raise ValueError(
+                f"{fix}, but with drop_last=False the loader's {n} rows end in a partial "
+                f"batch of {n % b} rows: pass drop_last=True (or a batch_size that divides {n})"
+            )
+    if n is not None and len(loader) == 0:
+        raise ValueError(
+            f"{caller}: the loader has no full batch ({n} rows, batch_size={b}, "
+            f"drop_last={loader.drop_last})"
+        )
+
+
+def _first_batch(loader):
+    """The next batch the loader would hand out, leaving its cursor where it stood."""
+    state = loader.state_dict()
+    try:
+        loader.load_state_dict(state)  # the same cursor, not yet begun
+        batch = next(iter(loader), None)
+        if batch is None:  # the rest of this epoch is empty: try the next one
+            batch = next(iter(loader), None)
+    finally:
+        loader.load_state_dict(state)
+    if batch is None:
+        raise ValueError("the loader handed out no batch: it has no data to feed")
+    return batch
+
+
+def _labels(yb: np.ndarray, ndim: int) -> np.ndarray:
+    return yb[:, 0] if ndim == 1 else yb
+
+
+def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
+    """Make ``pm.Data`` placeholders for the loader's batches; call inside ``pm.Model()``.
+
+    Returns ``(x_data, y_data)``: ``x_data`` of shape (batch_size, d), and
+    ``y_data`` of shape (batch_size,) when the loader has one label per row,
+    (batch_size, l) for several, or None when it has none. They hold the
+    loader's next batch (the one :func:`fit` will feed first); the loader is
+    left where it stood. Observe them with ``total_size=loader.total_size``::
+
+        with pm.Model() as model:
+            x, y = exactbatch.pymc.data(loader)
+            ...
+            pm.Bernoulli("obs", logit_p=..., observed=y, total_size=loader.total_size)
+        approx = exactbatch.pymc.fit(loader, 10_000, model=model)
+
+    The loader must hand out full batches only (``ValueError`` naming
+    ``drop_last`` otherwise); see :func:`fit`.
+    """
+    pm = _pm()
+    _check_exact_batches(loader, "data")
+    model = pm.modelcontext(model)
+    xb, yb = _first_batch(loader)
+    x_data = pm.Data(x_name, xb, model=model)
+    y_data = None
+    if yb.shape[1]:
+        y_data = pm.Data(y_name, yb[:, 0] if yb.shape[1] == 1 else yb, model=model)
+    _PLACEHOLDERS[model] = (x_data, y_data)
+    return x_data, y_data
+
+
+def _placeholder(model, v, name: str):
+    if isinstance(v, str):
+        v = model[v]
+    if not (hasattr(v, "set_value") and hasattr(v, "get_value")):
+        raise TypeError(
+            f"{name} must be a pm.Data placeholder (a shared variable) or its name; "
+            f"got {type(v).__name__}"
+        )
+    return v
+
+
+def _placeholders(model, x, y):
+    if x is None and y is None:
+        made = _PLACEHOLDERS.get(model)
+        if made is None:
+            raise ValueError(
+                "fit found no placeholders to feed in this model: make them with "
+                "exactbatch.pymc.data(loader) inside the model, or pass x= and y= "
+                "(pm.Data variables or their names)"
+            )
+        return made
+    if x is None:
+        raise ValueError("fit got y= but not x=: pass the features' placeholder as x=")
+    x = _placeholder(model, x, "x")
+    y = None if y is None else _placeholder(model, y, "y")
+    if x.ndim != 2:
+        raise ValueError(f"x must be a 2-D placeholder (batch_size, d); got {x.ndim}-D")
+    if y is not None and y.ndim not in (1, 2):
+        raise ValueError(f"y must be a 1-D or 2-D placeholder; got {y.ndim}-D")
+    return x, y
+
+
+def _constant(v):
+    data = getattr(v, "data", None)  # a pytensor Constant; NoneConst has data None
+    return None if data is None or np.ndim(data) else int(data)
+
+
+def _check_total_size(model, loader, placeholders) -> None:
+    """Warn when a likelihood that reads the placeholders is not scaled by the loader's N."""
+    from pymc.variational.minibatch_rv import MinibatchRandomVariable
+    from pytensor.graph.traversal import ancestors
+
+    big_n, b = loader.total_size, loader.batch_size
+    if big_n is None:
+        return
+    feeds = {id(p) for p in placeholders if p is not None}
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values.get(rv)
+        roots = [rv] if value is None else [rv, value]
+        if not any(id(v) in feeds for v in ancestors(roots)):
+            continue
+        total = None
+        if rv.owner is not None and isinstance(rv.owner.op, MinibatchRandomVariable):
+            total = _constant(rv.owner.inputs[1])
+        if total is None and big_n != b:
+            warnings.warn(
+                TotalSizeWarning(
+                    f"observed variable {rv.name!r} reads the streamed batches but has no "
+                    f"total_size: its log-likelihood counts batch_size={b} rows, not the "
+                    f"dataset's {big_n}. Pass total_size=loader.total_size ({big_n})."
+                ),
+                stacklevel=3,
+            )
+        elif total is not None and total != big_n:
+            warnings.warn(
+                TotalSizeWarning(
+                    f"observed variable {rv.name!r} has total_size={total}, but the loader's "
+                    f"total_size is {big_n}: the likelihood is scaled by the wrong N. Pass "
+                    f"total_size=loader.total_size."
+                ),
+                stacklevel=3,
+            )
+
+
+class _Feed:
+    """Puts the loader's next batch into the placeholders; a pm.fit callback.
+
+    Called after each optimisation step, it loads the batch for the next
+    one; after the last step it loads nothing, so ``n`` steps take exactly
+    ``n`` batches. An epoch's end rolls over to the next epoch.
+    """
+
+    def __init__(self, loader, x, y, steps: int):
+        self.loader, self.x, self.y, self.steps = loader, x, y, steps
+        if loader.d is None:  # a stream not read yet: learn its widths
+            _first_batch(loader)
+        b = loader.batch_size
+        self.bx = np.empty((b, loader.d), dtype=np.float64)
+        self.by = np.empty((b, loader.l), dtype=np.float64)
+        if loader.l and y is None:
+            raise ValueError(
+                f"the loader has {loader.l} label(s) per row but fit got no y placeholder: "
+                f"pass y= (or make the placeholders with exactbatch.pymc.data(loader))"
+            )
+        if y is not None and not loader.l:
+            raise ValueError("fit got a y placeholder but the loader has no labels (l = 0)")
+        if y is not None and y.ndim == 1 and loader.l != 1:
+            raise ValueError(
+                f"y is a 1-D placeholder but the loader has {loader.l} labels per row: "
+                f"make it 2-D (batch_size, {loader.l})"
+            )
+        self.batches = 0  # taken from the loader
+        self.calls = 0  # steps done
+
+    def load(self) -> None:
+        loader, b = self.loader, self.loader.batch_size
+        rows = loader.next_into(self.bx, self.by)
+        if rows == 0:  # the epoch is over: the next one begins
+            loader.reset()
+            rows = loader.next_into(self.bx, self.by)
+            if rows == 0:
+                raise ValueError("the loader's epoch handed out no batch: nothing to feed")
+        if rows != b:
+            raise ValueError(
+                f"the loader handed out a batch of {rows} rows, not batch_size={b}: pass "
+                f"drop_last=True (a stream's total_size may be wrong; see TotalSizeWarning)"
+            )
+        self.batches += 1
+        self.x.set_value(np.asarray(self.bx, dtype=self.x.dtype))
+        if self.y is not None:
+            self.y.set_value(np.asarray(_labels(self.by, self.y.ndim), dtype=self.y.dtype))
+
+    def __call__(self, approx, losses, i) -> None:
+        self.calls += 1
+        if self.calls < self.steps:
+            self.load()
+
+
+def fit(
+    loader,
+    n: int,
+    method="advi",
+    *,
+    model=None,
+    x=None,
+    y=None,
+    random_seed=None,
+    progressbar: bool = False,
+    callbacks=None,
+    **fit_kwargs,
+):
+    """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
+
+    Runs ``n`` optimisation steps; step i sees the loader's i-th batch from
+    where it stands (a fresh loader: epoch 0's first batch; a restored one:
+    the first batch not yet handed out), the next epoch beginning whenever
+    one ends. Exactly ``n`` batches are taken (fewer if a callback stops the
+    fit early: one per step done), so ``loader.state_dict()`` afterwards
+    resumes right after them.
+
+    ``x`` and ``y`` are the placeholders to feed (``pm.Data`` variables or
+    their names); by default those :func:`data` made in ``model``. ``method``,
+    ``random_seed``, ``progressbar`` and ``**fit_kwargs`` (``obj_optimizer``,
+    ``score``, ...) go to ``pm.fit``; ``callbacks`` run after each step, before
+    the next batch is loaded, so they see the batch that step used. Returns
+    PyMC's approximation.
+
+    Refuses a loader whose batches are not all exactly ``batch_size`` rows
+    (``drop_last=False`` with a partial last batch, or a stream of unknown
+    size without ``drop_last=True``): ``ValueError`` naming ``drop_last``.
+    Warns (``TotalSizeWarning``) when an observed variable fed by the
+    placeholders is not scaled by ``total_size=loader.total_size``.
+    """
+    pm = _pm()
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an int (optimisation steps); got {n!r}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (optimisation steps); got n={n}")
+    _check_exact_batches(loader, "fit")
+    model = pm.modelcontext(model)
+    x_data, y_data = _placeholders(model, x, y)
+    feed = _Feed(loader, x_data, y_data, int(n))
+    _check_total_size(model, loader, (x_data, y_data))
+    feed.load()  # batch 0, for step 0
+    return pm.fit(
+        int(n),
+        method=method,
+        model=model,
+        random_seed=random_seed,
+        progressbar=progressbar,
+        callbacks=[*(callbacks or ()), feed],
+        **fit_kwargs,
+    )

@@ -1,0 +1,171 @@
+"""PyTorch tensors from a DataLoader: zero-copy by default, cast and moved on request.
+
+``as_torch(loader)`` is an iterable with ``len()``: each ``iter()`` is one
+epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
+shuffle), yielding ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l).
+
+Costs: without ``dtype``/``device``/``pin_memory`` a batch is
+``torch.from_numpy`` of the loader's arrays - no copy, the tensor shares the
+array's memory (the loader never reuses a batch's arrays, so this is safe).
+A cast is one copy on the CPU, before any move, so less is sent to a device;
+``pin_memory`` is one more copy, into page-locked memory, so that the move
+to a CUDA device can be asynchronous (``non_blocking=True``).
+
+``TorchIterable`` (``as_torch(loader).dataset()``) is the same iterable as a
+``torch.utils.data.IterableDataset`` for code that expects one. Batches are
+already formed and the loader shards and reads by itself, so wrap it as
+``torch.utils.data.DataLoader(ds, batch_size=None)`` in the main process
+(``num_workers=0``): a worker process would each run a copy of the loader and
+hand out every batch once per worker, so iterating in a worker is an error.
+
+torch is imported when a function here first needs it, never at import, so
+``distributed_shard()`` works without torch installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from exactbatch.distributed import distributed_shard
+
+if TYPE_CHECKING:
+    import torch
+
+# TorchIterable is made on first access (module __getattr__), so torch loads lazily.
+__all__ = ["TorchIterable", "TorchLoader", "as_torch", "distributed_shard"]  # noqa: F822
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("exactbatch.torch needs PyTorch: pip install 'exactbatch[torch]'") from e
+    return torch
+
+
+class TorchLoader:
+    """An epoch-per-``iter()`` iterable of ``(xb, yb)`` tensors; see :func:`as_torch`.
+
+    Attributes: ``loader`` (the wrapped loader), ``dtype``, ``device`` and
+    ``pin_memory`` (True only when asked for and CUDA is available).
+    ``len()`` is ``len(loader)``, the batches per epoch.
+    """
+
+    def __init__(self, loader, *, dtype=None, device=None, pin_memory=False):
+        torch = _torch()
+        if not hasattr(loader, "__iter__"):
+            raise TypeError(
+                f"as_torch needs an exactbatch DataLoader (an iterable of (x, y) arrays); "
+                f"got {type(loader).__name__}"
+            )
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype such as torch.float32; got {dtype!r}")
+        self.loader = loader
+        self.dtype = dtype
+        self.device = None if device is None else torch.device(device)  # bad names fail here
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __repr__(self) -> str:
+        return (
+            f"TorchLoader({self.loader!r}, dtype={self.dtype}, device={self.device}, "
+            f"pin_memory={self.pin_memory})"
+        )
+
+    def _convert(self, a):
+        t = _torch().from_numpy(a)  # shares a's memory
+        if self.dtype is not None and t.dtype != self.dtype:
+            t = t.to(self.dtype)  # cast on the CPU: fewer bytes to move
+        if self.pin_memory:
+            t = t.pin_memory()
+        if self.device is not None:
+            t = t.to(self.device, non_blocking=self.pin_memory)
+        return t
+
+    def __iter__(self):
+        for xb, yb in self.loader:
+            yield self._convert(xb), self._convert(yb)
+
+    def dataset(self) -> torch.utils.data.IterableDataset:
+        """This iterable as a ``torch.utils.data.IterableDataset``.
+
+        Use it as ``torch.utils.data.DataLoader(ds, batch_size=None)`` (the
+        batches are already formed) with ``num_workers=0`` (the loader shards
+        and reads by itself; iterating in a worker process is a
+        ``RuntimeError``).
+        """
+        return _iterable_class()(self)
+
+
+def as_torch(loader, *, dtype=None, device=None, pin_memory: bool = False) -> TorchLoader:
+    """Wrap an exactbatch ``DataLoader`` to yield PyTorch tensors.
+
+    Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
+    Batches are ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l) (labels
+    stay 2-D, like the loader's, matching an ``nn.Linear(d, l)`` output).
+
+    * ``dtype=None`` (or ``torch.float64``): the tensors share the loader's
+      float64 arrays (``torch.from_numpy``, no copy); another dtype, e.g.
+      ``torch.float32``, casts on the CPU.
+    * ``device``: each tensor is moved with ``.to(device, non_blocking=pin_memory)``.
+    * ``pin_memory=True`` copies each batch into page-locked memory first, for
+      asynchronous copies to a CUDA device; it is ignored (no error) when CUDA
+      is not available.
+
+    ``.dataset()`` gives the same batches as a ``torch.utils.data.IterableDataset``.
+    """
+    return TorchLoader(loader, dtype=dtype, device=device, pin_memory=pin_memory)
+
+
+_TORCH_ITERABLE = None
+
+
+def _iterable_class():
+    """The ``TorchIterable`` class, defined on first use so that torch loads lazily."""
+    global _TORCH_ITERABLE
+    if _TORCH_ITERABLE is not None:
+        return _TORCH_ITERABLE
+    torch = _torch()
+
+    class TorchIterable(torch.utils.data.IterableDataset):
+        """A :class:`TorchLoader` as a ``torch.utils.data.IterableDataset``.
+
+        Each ``iter()`` is one epoch of the wrapped loader; ``len()`` is its
+        batch count. Use with ``torch.utils.data.DataLoader(ds, batch_size=None)``
+        and ``num_workers=0``.
+        """
+
+        def __init__(self, source):
+            super().__init__()
+            if not isinstance(source, TorchLoader):
+                source = TorchLoader(source)
+            self.source = source
+
+        def __len__(self) -> int:
+            return len(self.source)
+
+        def __iter__(self):
+            if torch.utils.data.get_worker_info() is not None:
+                raise RuntimeError(
+                    "an exactbatch TorchIterable was iterated in a DataLoader worker process: "
+                    "every worker would hand out every batch. Use "
+                    "torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0); the "
+                    "exactbatch loader shards and reads by itself"
+                )
+            return iter(self.source)
+
+        def __repr__(self) -> str:
+            return f"TorchIterable({self.source!r})"
+
+    TorchIterable.__module__ = __name__
+    TorchIterable.__qualname__ = "TorchIterable"  # pickled by name via __getattr__
+    _TORCH_ITERABLE = TorchIterable
+    return TorchIterable
+
+
+def __getattr__(name: str):
+    if name == "TorchIterable":  # module attribute, made (and torch imported) on first use
+        return _iterable_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

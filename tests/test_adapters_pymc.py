@@ -1,0 +1,403 @@
+"""The PyMC adapter: fixed-shape placeholders, N/batch_size scaling, fit streams exactly n
+batches (step i sees batch i), refusals, and ADVI over Parquet against pm.Minibatch."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+pm = pytest.importorskip("pymc")
+
+from exactbatch import DataLoader, TotalSizeWarning  # noqa: E402
+from exactbatch.pymc import data, fit  # noqa: E402
+
+
+def xy(n, d=3, l=1, seed=0, binary=False):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    y = rng.integers(0, 2, (n, l)).astype(np.float64) if binary else rng.standard_normal((n, l))
+    return x, y
+
+
+def ids(n):
+    """Row i has x = (i, -i) and y = i + 0.5: a batch's rows are x[:, 0]."""
+    r = np.arange(n, dtype=np.float64)
+    return np.stack([r, -r], axis=1), r + 0.5
+
+
+def regression(x_data, y_data, total_size=None, name="obs"):
+    """y ~ Normal(x @ w, 1), w ~ Normal(0, 1) in the current model."""
+    w = pm.Normal("w", 0, 1, shape=x_data.get_value().shape[1])
+    return pm.Normal(name, mu=x_data @ w, sigma=1, observed=y_data, total_size=total_size)
+
+
+class FakeFit:
+    """Stands in for pm.fit: n steps, each recording the placeholders' values, then the
+    callbacks, as PyMC calls them (approx, losses, i + 1)."""
+
+    def __init__(self, x_data, y_data=None):
+        self.x, self.y, self.xs, self.ys, self.kwargs = x_data, y_data, [], [], None
+
+    def __call__(self, n, *, callbacks, **kwargs):
+        self.kwargs = kwargs
+        for i in range(n):
+            self.xs.append(self.x.get_value().copy())
+            if self.y is not None:
+                self.ys.append(self.y.get_value().copy())
+            for cb in callbacks:
+                cb(None, None, i + 1)
+        return "approx"
+
+
+def test_importing_the_adapter_does_not_import_pymc():
+    """`import exactbatch.pymc` is cheap: PyMC loads on the first call."""
+    code = "import sys, exactbatch.pymc; assert 'pymc' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# -- data() ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("l", [0, 1, 2], ids=["no-labels", "one-label", "two-labels"])  # noqa: E741
+def test_placeholders_hold_the_next_batch_and_leave_the_loader_alone(l):  # noqa: E741
+    """x is (batch_size, d); y is (batch_size,) for one label per row, (batch_size, l) for
+    several, None for none. They hold the batch the loader hands out next, and the loader
+    still hands it out next (its state is unchanged)."""
+    x, y = xy(100, l=l)
+    loader = DataLoader((x, y), 20, seed=3)
+    before = loader.state_dict()
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+    assert loader.state_dict() == before
+    xb, yb = next(iter(loader))
+    assert model["x"] is x_data and x_data.get_value().shape == (20, 3)
+    assert np.array_equal(x_data.get_value(), xb)
+    if l == 0:
+        assert y_data is None
+    else:
+        want = yb[:, 0] if l == 1 else yb
+        assert model["y"] is y_data and y_data.get_value().shape == want.shape
+        assert np.array_equal(y_data.get_value(), want)
+
+
+def test_placeholders_of_a_generator_stream():
+    """A stream whose width is unknown until read gets placeholders of the right shape,
+    and is rewound: its first batch is still handed out first."""
+
+    def chunks():
+        x, y = ids(50)
+        for i in range(0, 50, 7):
+            yield x[i : i + 7], y[i : i + 7]
+
+    loader = DataLoader(chunks, 10, total_size=50, shuffle=False)
+    with pm.Model():
+        x_data, y_data = data(loader, x_name="features", y_name="target")
+    assert x_data.name == "features" and x_data.get_value().shape == (10, 2)
+    assert y_data.get_value().tolist() == [i + 0.5 for i in range(10)]
+    assert next(iter(loader))[0][:, 0].tolist() == list(range(10))
+
+
+# -- (a) total_size scales the likelihood by N / batch_size -----------------------------
+
+
+@pytest.mark.parametrize("family", ["normal", "bernoulli"])
+def test_total_size_scales_the_observed_logp_by_n_over_batch_size(family):
+    """The observed log-probability with total_size=loader.total_size is exactly
+    N / batch_size times the unscaled one: here 1000 / 80 = 12.5 (drop_last: 12 batches
+    per epoch, yet the factor is N / batch_size, not len(loader))."""
+    x, y = xy(1000, binary=family == "bernoulli")
+    loader = DataLoader((x, y), 80, drop_last=True, seed=1)
+    logps = []
+    for total_size in (loader.total_size, None):
+        with pm.Model() as model:
+            x_data, y_data = data(loader)
+            w = pm.Normal("w", 0, 1, shape=3)
+            eta = x_data @ w
+            if family == "normal":
+                pm.Normal("obs", mu=eta, sigma=1.5, observed=y_data, total_size=total_size)
+            else:
+                pm.Bernoulli("obs", logit_p=eta, observed=y_data, total_size=total_size)
+        assert y_data.get_value().shape == (80,)  # squeezed: no (80, 80) broadcast
+        logp = model.compile_logp(vars=model.observed_RVs, sum=True)
+        logps.append(float(logp({"w": np.array([0.3, -0.2, 0.7])})))
+    scaled, plain = logps
+    assert plain < 0
+    assert scaled / plain == pytest.approx(1000 / 80, rel=1e-12)
+
+
+# -- (b) ADVI over Parquet agrees with the truth and with pm.Minibatch ------------------
+
+
+def _logistic_model(x_data, y_data, total_size):
+    b = pm.Normal("b", 0, 5, shape=3)
+    a = pm.Normal("a", 0, 5)
+    pm.Bernoulli("obs", logit_p=a + x_data @ b, observed=y_data, total_size=total_size)
+
+
+def _mean_std(approx):
+    mean, std = approx.mean_data, approx.std_data
+    return (
+        np.r_[mean["b"].values, mean["a"].values],
+        np.r_[std["b"].values, std["a"].values],
+    )
+
+
+def test_advi_over_parquet_recovers_the_truth_and_agrees_with_minibatch(tmp_path):
+    """Logistic regression, 4000 rows in 4 Parquet files of 4 row groups, batches of 400,
+    4000 Adam steps (lr 0.01) through fit, against pm.Minibatch on the same data in memory.
+
+    Tolerances: the posterior sds are about 0.05-0.075. Each posterior mean is within 0.25
+    of the true coefficient (the estimate's own sampling error is about one sd; 0.25 is
+    over 3 sds). Both fits maximise the same ELBO and differ only by the jitter of the final
+    iterate under gradient noise (measured at most 0.05 over four seeds), so their means
+    agree within 0.1 (two sds), and their sds within a factor 1.33: a likelihood scaled by a
+    wrong N would change the sds by sqrt(wrong N / N), e.g. 3.2x for no scaling at all."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from exactbatch import parquet_source
+
+    rng = np.random.default_rng(0)
+    n, coef, intercept = 4000, np.array([1.0, -2.0, 0.5]), 0.3
+    x = rng.standard_normal((n, 3))
+    y = (rng.random(n) < 1 / (1 + np.exp(-(x @ coef + intercept)))).astype(np.float64)
+    for k in range(4):
+        part = slice(k * 1000, (k + 1) * 1000)
+        table = pa.table({"f0": x[part, 0], "f1": x[part, 1], "f2": x[part, 2], "y": y[part]})
+        pq.write_table(table, tmp_path / f"part-{k}.parquet", row_group_size=250)
+
+    loader = DataLoader(parquet_source(tmp_path, labels="y"), 400, seed=0, buffer_size=1000)
+    assert loader.total_size == n
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        _logistic_model(x_data, y_data, loader.total_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TotalSizeWarning)
+        approx = fit(
+            loader, 4000, model=model, random_seed=0, obj_optimizer=pm.adam(learning_rate=0.01)
+        )
+    assert loader.state_dict()["epoch"] == 400  # 4000 steps = 400 epochs of 10 batches
+
+    with pm.Model():
+        xb, yb = pm.Minibatch(x, y, batch_size=400)
+        _logistic_model(xb, yb, n)
+        reference = pm.fit(
+            4000, random_seed=0, progressbar=False, obj_optimizer=pm.adam(learning_rate=0.01)
+        )
+
+    mean, std = _mean_std(approx)
+    ref_mean, ref_std = _mean_std(reference)
+    assert np.abs(mean - np.r_[coef, intercept]).max() < 0.25, mean
+    assert np.abs(mean - ref_mean).max() < 0.1, (mean, ref_mean)
+    assert np.all((std / ref_std > 0.75) & (std / ref_std < 1.33)), (std, ref_std)
+
+
+# -- (c) refusals -------------------------------------------------------------------------
+
+
+def _stream(n, d=2):
+    x, y = ids(n)
+    return [(x[i : i + 7], y[i : i + 7]) for i in range(0, n, 7)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DataLoader(ids(105), 10),
+        lambda: DataLoader(ids(105), 10, num_shards=2, shard_index=1),
+        lambda: DataLoader(_stream(105), 10, total_size=None),
+    ],
+    ids=["partial-last-batch", "partial-shard-batch", "stream-of-unknown-size"],
+)
+def test_fit_and_data_refuse_partial_batches(make):
+    """A loader that may hand out a batch of fewer than batch_size rows is a ValueError
+    naming drop_last, from fit and from data, before anything is compiled or read."""
+    loader = make()
+    with pm.Model() as model:
+        x_data, y_data = pm.Data("x", np.zeros((10, 2))), pm.Data("y", np.zeros(10))
+        regression(x_data, y_data, total_size=105)
+    with pytest.raises(ValueError, match="drop_last"):
+        fit(loader, 10, model=model, x=x_data, y=y_data)
+    with pytest.raises(ValueError, match="drop_last"), pm.Model():
+        data(loader)
+    assert loader.state_dict()["batches_done"] == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DataLoader(ids(105), 10, drop_last=True),
+        lambda: DataLoader(ids(100), 10),
+        lambda: DataLoader(_stream(105), 10, total_size=None, drop_last=True),
+    ],
+    ids=["drop-last", "batch-size-divides-n", "unknown-size-with-drop-last"],
+)
+def test_full_batches_are_accepted(make, monkeypatch):
+    """drop_last=True, or a batch_size that divides n, is accepted; every step gets a
+    full batch, across epoch boundaries."""
+    loader = make()
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=loader.total_size)
+    fake = FakeFit(x_data, y_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    assert fit(loader, 25, model=model) == "approx"
+    assert [v.shape for v in fake.xs] == [(10, 2)] * 25
+
+
+def test_a_stream_that_turns_out_short_is_an_error_naming_drop_last(monkeypatch):
+    """A stream whose trusted total_size (100) is below its true size (105) ends in a
+    partial batch despite n % batch_size == 0: fit stops there with a ValueError."""
+    loader = DataLoader(_stream(105), 10, total_size=100, shuffle=False)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=100)
+    monkeypatch.setattr(pm, "fit", FakeFit(x_data, y_data))
+    with pytest.raises(ValueError, match="drop_last"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TotalSizeWarning)
+        fit(loader, 30, model=model)
+
+
+def test_fit_needs_its_placeholders():
+    """Without data() in the model, fit asks for x= and y=; a loader with labels needs a
+    y placeholder; n must be a positive int."""
+    loader = DataLoader(ids(100), 10)
+    with pm.Model() as model:
+        x_data = pm.Data("x", np.zeros((10, 2)))
+        pm.Normal("obs", mu=x_data.sum(), sigma=1, observed=np.zeros(3))
+    with pytest.raises(ValueError, match="data"):
+        fit(loader, 5, model=model)
+    with pytest.raises(ValueError, match="y"):
+        fit(loader, 5, model=model, x="x")
+    with pytest.raises(TypeError, match="placeholder"):
+        fit(loader, 5, model=model, x=np.zeros((10, 2)))
+    for bad, err in ((0, ValueError), (2.5, TypeError)):
+        with pytest.raises(err, match="n must"):
+            fit(loader, bad, model=model, x="x")
+
+
+# -- (d) exactly n batches, step i sees batch i ---------------------------------------------
+
+
+def test_real_fit_feeds_batch_i_to_step_i_and_takes_exactly_n():
+    """With PyMC's own pm.fit: step i sees the loader's i-th batch (epochs roll over: 3
+    batches per epoch, 8 steps), and exactly 8 batches are taken - the loader's state
+    afterwards is epoch 2 with 2 batches done, and its next batch is the 9th."""
+    loader = DataLoader(ids(60), 20, seed=1)
+    reference = DataLoader(ids(60), 20, seed=1)
+    want = [xb for _ in range(3) for xb, _ in reference][:9]
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=60)
+    seen = []
+
+    def record(approx, losses, i):  # runs after step i - 1, before the next batch is loaded
+        seen.append((i, x_data.get_value().copy()))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TotalSizeWarning)
+        fit(loader, 8, model=model, random_seed=0, callbacks=[record])
+    assert [i for i, _ in seen] == list(range(1, 9))
+    for step, ((_, got), expected) in enumerate(zip(seen, want, strict=False)):
+        assert np.array_equal(got, expected), step
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_done"]) == (2, 2)
+    bx, by = np.empty((20, 2)), np.empty((20, 1))
+    assert loader.next_into(bx, by) == 20 and np.array_equal(bx, want[8])
+
+
+@pytest.mark.parametrize("steps", [1, 3, 7, 9])
+def test_exactly_n_batches_are_taken(steps, monkeypatch):
+    """n steps take exactly n batches, the state afterwards counts them, and a loader
+    restored from it continues with the batch after them."""
+    loader = DataLoader(ids(30), 10, seed=2)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=30)
+    fake = FakeFit(x_data, y_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(loader, steps, model=model)
+    reference = DataLoader(ids(30), 10, seed=2)
+    want = [(xb, yb) for _ in range(4) for xb, yb in reference]
+    assert len(fake.xs) == steps
+    for got_x, got_y, (xb, yb) in zip(fake.xs, fake.ys, want, strict=False):
+        assert np.array_equal(got_x, xb) and np.array_equal(got_y, yb[:, 0])
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_done"]) == divmod(steps, 3)
+    resumed = DataLoader(ids(30), 10, seed=2)
+    resumed.load_state_dict(state)
+    assert np.array_equal(next(iter(resumed))[0], want[steps][0])
+
+
+def test_fit_resumes_where_the_loader_stands(monkeypatch):
+    """A loader restored mid-epoch feeds the first batch not yet handed out, and a second
+    fit continues after the first fit's batches."""
+    reference = DataLoader(ids(50), 10, seed=4)
+    full = [xb for _ in range(2) for xb, _ in reference]  # epochs 0 and 1
+    done = DataLoader(ids(50), 10, seed=4)
+    it = iter(done)
+    next(it), next(it)
+    loader = DataLoader(ids(50), 10, seed=4)
+    loader.load_state_dict(done.state_dict())
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=50)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(loader, 4, model=model)
+    fit(loader, 3, model=model)
+    assert all(np.array_equal(a, b) for a, b in zip(fake.xs, full[2:9], strict=True))
+
+
+def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
+    """method, random_seed, progressbar and extra keywords reach pm.fit; user callbacks
+    run before the feeder."""
+    loader = DataLoader(ids(40), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=40)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    calls = []
+    fit(
+        loader,
+        2,
+        "fullrank_advi",
+        model=model,
+        random_seed=7,
+        progressbar=True,
+        callbacks=[lambda *a: calls.append(a[2])],
+        obj_n_mc=3,
+    )
+    assert fake.kwargs == {
+        "method": "fullrank_advi",
+        "model": model,
+        "random_seed": 7,
+        "progressbar": True,
+        "obj_n_mc": 3,
+    }
+    assert calls == [1, 2]
+
+
+# -- total_size checks ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "total_size,match",
+    [(None, "no total_size"), (999, "total_size=999")],
+    ids=["missing", "wrong"],
+)
+def test_fit_warns_when_the_likelihood_is_not_scaled_by_n(total_size, match, monkeypatch):
+    """An observed variable fed by the placeholders without total_size, or with another N
+    than the loader's, is a TotalSizeWarning naming the variable; one not fed by them is
+    left alone."""
+    loader = DataLoader(ids(100), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=total_size)
+        pm.Normal("other", 0, 1, observed=np.zeros(5))  # not streamed: no total_size needed
+    monkeypatch.setattr(pm, "fit", FakeFit(x_data))
+    with pytest.warns(TotalSizeWarning, match=match) as caught:
+        fit(loader, 2, model=model)
+    assert len(caught) == 1 and "'obs'" in str(caught[0].message)

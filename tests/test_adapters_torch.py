@@ -1,0 +1,268 @@
+"""The PyTorch adapter: tensors from a loader, an IterableDataset, distributed_shard."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from exactbatch import DataLoader  # noqa: E402
+from exactbatch.distributed import distributed_shard as core_distributed_shard  # noqa: E402
+from exactbatch.torch import TorchIterable, TorchLoader, as_torch, distributed_shard  # noqa: E402
+
+
+def make_xy(n=100, d=3, l=1, seed=0):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)), rng.standard_normal((n, l))
+
+
+def loader_of(n=100, batch=32, seed=5, **kw):
+    return DataLoader(make_xy(n), batch, seed=seed, **kw)
+
+
+class Recorder:
+    """A loader wrapper that keeps the arrays the loader yielded."""
+
+    def __init__(self, loader):
+        self.loader, self.arrays = loader, []
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for xb, yb in self.loader:
+            self.arrays.append((xb, yb))
+            yield xb, yb
+
+
+def test_importing_exactbatch_imports_neither_torch_nor_pymc():
+    """`import exactbatch` (and the adapter modules themselves) load neither torch nor PyMC."""
+    code = (
+        "import sys, exactbatch, exactbatch.torch, exactbatch.pymc, exactbatch.adapters; "
+        "assert 'torch' not in sys.modules and 'pymc' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith(('torch', 'pymc')))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_distributed_shard_works_without_torch_installed():
+    """With torch not importable, distributed_shard reads the environment only."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # `import torch` now fails
+        "from exactbatch.torch import distributed_shard\n"
+        "assert distributed_shard() == (3, 1), distributed_shard()\n"
+    )
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "3"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+
+
+# -- as_torch ------------------------------------------------------------------------
+
+
+def test_batches_are_tensors_of_the_loader_shapes():
+    """Tensors of shapes (rows, d) and (rows, l), float64, with the loader's values; len()
+    is the loader's batch count, and the last batch is partial as the loader's is."""
+    tl = as_torch(loader_of(100, 32))
+    ref = loader_of(100, 32)
+    assert isinstance(tl, TorchLoader) and len(tl) == len(ref) == 4
+    got = list(tl)
+    assert [tuple(xb.shape) for xb, _ in got] == [(32, 3)] * 3 + [(4, 3)]
+    assert [tuple(yb.shape) for _, yb in got] == [(32, 1)] * 3 + [(4, 1)]
+    for (xb, yb), (rx, ry) in zip(got, ref, strict=True):
+        assert xb.dtype == yb.dtype == torch.float64
+        assert np.array_equal(xb.numpy(), rx) and np.array_equal(yb.numpy(), ry)
+
+
+def test_each_iteration_is_the_next_epoch():
+    """Each iter() over as_torch(...) is one epoch of the loader: a new shuffle each time."""
+    tl = as_torch(loader_of(100, 100))
+    ref = loader_of(100, 100)
+    for epoch in range(3):
+        (xb, _), (rx, _) = next(iter(tl)), next(iter(ref))
+        assert np.array_equal(xb.numpy(), rx), epoch
+    assert tl.loader.epoch == 2
+
+
+def test_float64_batches_share_the_loader_arrays():
+    """Without a cast the tensors are torch.from_numpy views: same memory, no copy."""
+    rec = Recorder(loader_of(100, 32))
+    for (xb, yb), (ax, ay) in zip(as_torch(rec), rec.arrays, strict=False):
+        assert xb.data_ptr() == ax.ctypes.data and yb.data_ptr() == ay.ctypes.data
+        ax[0, 0] = 1234.5  # a change to the array shows in the tensor
+        assert xb[0, 0].item() == 1234.5
+    assert len(rec.arrays) == 4
+
+
+def test_cast_to_float32():
+    """dtype=torch.float32 casts (a copy), with the loader's values rounded to float32."""
+    rec = Recorder(loader_of(100, 32))
+    for (xb, yb), (ax, ay) in zip(as_torch(rec, dtype=torch.float32), rec.arrays, strict=False):
+        assert xb.dtype == yb.dtype == torch.float32
+        assert np.array_equal(xb.numpy(), ax.astype(np.float32))
+        assert np.array_equal(yb.numpy(), ay.astype(np.float32))
+        assert xb.data_ptr() != ax.ctypes.data
+
+
+def test_device_moves():
+    """device= moves every tensor: on "cpu" nothing changes, on "meta" only shapes remain
+    (the meta device needs no accelerator, so the move is tested everywhere)."""
+    cpu = list(as_torch(loader_of(), device="cpu"))
+    assert all(xb.device.type == "cpu" for xb, _ in cpu)
+    meta = list(as_torch(loader_of(), device="meta", dtype=torch.float32))
+    assert [tuple(xb.shape) for xb, _ in meta] == [tuple(xb.shape) for xb, _ in cpu]
+    assert all(xb.is_meta and yb.is_meta and xb.dtype == torch.float32 for xb, yb in meta)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-CUDA fallback")
+def test_pin_memory_without_cuda_is_ignored():
+    """pin_memory=True without CUDA: no error, plain (unpinned) zero-copy tensors."""
+    tl = as_torch(loader_of(), pin_memory=True)
+    assert tl.pin_memory is False
+    assert all(not xb.is_pinned() for xb, _ in tl)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pin_memory_and_cuda_device():
+    """With CUDA: batches land on the device with the loader's values."""
+    tl = as_torch(loader_of(), dtype=torch.float32, device="cuda", pin_memory=True)
+    assert tl.pin_memory is True
+    for (xb, yb), (rx, ry) in zip(tl, loader_of(), strict=True):
+        assert xb.is_cuda and yb.is_cuda
+        assert np.array_equal(xb.cpu().numpy(), rx.astype(np.float32))
+        assert np.array_equal(yb.cpu().numpy(), ry.astype(np.float32))
+
+
+def test_bad_arguments():
+    """A wrong kind of dtype is a TypeError; an unknown device name fails at once."""
+    with pytest.raises(TypeError, match="dtype"):
+        as_torch(loader_of(), dtype="float32")
+    with pytest.raises(RuntimeError):
+        as_torch(loader_of(), device="no-such-device")
+    with pytest.raises(TypeError, match="DataLoader"):
+        as_torch(42)
+
+
+def test_a_linear_model_trains():
+    """nn.Linear fitted by SGD through as_torch on y = x @ w + 0.5 + noise (sd 0.1): the
+    mean squared error over an epoch falls from above 0.5 in the first (it starts near 5.5,
+    the mean of y**2) to below 0.02 in the fourth (the noise floor is 0.01)."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2000, 3))
+    y = x @ np.array([2.0, -1.0, 0.5]) + 0.5 + 0.1 * rng.standard_normal(2000)
+    batches = as_torch(DataLoader((x, y), 50, seed=0), dtype=torch.float32)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(4):
+        total = 0.0
+        for xb, yb in batches:
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(xb)
+        losses.append(total / 2000)
+    assert losses[0] > 0.5 and losses[-1] < 0.02, losses
+
+
+# -- the IterableDataset -------------------------------------------------------------
+
+
+def test_torch_dataloader_over_the_dataset_yields_the_same_batches():
+    """torch's DataLoader(ds, batch_size=None) passes the batches through unchanged, one
+    epoch of the exactbatch loader per pass, and has its length."""
+    ds = as_torch(loader_of(), dtype=torch.float32).dataset()
+    assert isinstance(ds, torch.utils.data.IterableDataset) and isinstance(ds, TorchIterable)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None)
+    assert len(dl) == len(ds) == 4
+    ref = as_torch(loader_of(), dtype=torch.float32)
+    for _ in range(2):  # two epochs
+        got, want = list(dl), list(ref)
+        assert len(got) == len(want) == 4
+        for (xb, yb), (rx, ry) in zip(got, want, strict=True):
+            assert torch.equal(xb, rx) and torch.equal(yb, ry)
+
+
+def test_dataset_class_wraps_a_loader_directly():
+    """TorchIterable(loader) is as_torch(loader).dataset() with the defaults."""
+    ds = TorchIterable(loader_of())
+    got = [xb for xb, _ in ds]
+    want = [torch.from_numpy(rx) for rx, _ in loader_of()]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_worker_processes_are_refused():
+    """num_workers > 0 would hand out every batch once per worker: a clear error instead."""
+    dl = torch.utils.data.DataLoader(TorchIterable(loader_of()), batch_size=None, num_workers=1)
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        list(dl)
+
+
+# -- distributed_shard ---------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_one_implementation():
+    """exactbatch.torch.distributed_shard is the one DataLoader's "auto" shards use."""
+    assert distributed_shard is core_distributed_shard
+
+
+def test_shard_from_the_environment(monkeypatch):
+    """Without an initialised process group, RANK/WORLD_SIZE give (WORLD_SIZE, RANK)."""
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert distributed_shard() == (4, 2)
+    num_shards, shard_index = distributed_shard()
+    ld = DataLoader(make_xy(10), 2, num_shards=num_shards, shard_index=shard_index)
+    assert ld.n == 2  # rows [5, 7) of 10
+
+
+def test_shard_defaults_to_one(monkeypatch):
+    """Neither a process group nor the environment: one shard, (1, 0)."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert distributed_shard() == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "rank,world",
+    [("4", "4"), ("-1", "2"), ("one", "2"), ("0", "0"), ("1", None), (None, "2")],
+    ids=["rank-too-big", "negative", "not-int", "empty-world", "no-world", "no-rank"],
+)
+def test_shard_refuses_a_bad_environment(monkeypatch, rank, world):
+    """Anything but integers with 0 <= RANK < WORLD_SIZE is a ValueError naming both."""
+    for name, value in (("RANK", rank), ("WORLD_SIZE", world)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="RANK") as err:
+        distributed_shard()
+    assert "WORLD_SIZE" in str(err.value)
+
+
+def test_shard_from_an_initialised_process_group(monkeypatch):
+    """An initialised torch.distributed group wins over the environment."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
+    try:
+        assert distributed_shard() == (1, 0)
+    finally:
+        dist.destroy_process_group()
+    assert distributed_shard() == (4, 2)  # destroyed: back to the environment
