@@ -1,0 +1,396 @@
+"""The ``exactbatch`` command: from your data (Parquet, CSV, .npy) to batches you can trust.
+
+    exactbatch info PATH                      what a file holds; is an .ndf intact?
+    exactbatch convert SRC DST                Parquet/CSV/.npy -> .ndf, .ndf -> Parquet
+    exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
+    exactbatch mixing SRC --batch-size B      how well a streaming loader mixes this data
+    exactbatch bench SRC                      loader rows/s and memory against a bare read
+
+A thin front end: arguments are parsed and results printed here; the work
+is in :mod:`exactbatch.tools`, one module per subcommand, imported only
+when that subcommand runs (so is pyarrow, matplotlib or tqdm).
+
+Exit status: 0 success; 1 ``info`` found a malformed .ndf; 2 a usage error
+or bad input, with one line on stderr naming the file; 130 interrupted
+(Ctrl-C or SIGTERM), leaving no partial output behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+
+__all__ = ["main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0; got {value}")
+    return value
+
+
+def _size(text: str) -> int:
+    from exactbatch.tools._common import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _int_list(text: str) -> list[int]:
+    from exactbatch.tools._common import parse_int_list
+
+    try:
+        return parse_int_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _opts(a, *names) -> dict:
+    """The parsed options ``names`` as keyword arguments, plus ``bar`` from ``--quiet``."""
+    return {**{k: getattr(a, k) for k in names}, "bar": not a.quiet}
+
+
+# -- subcommands: each calls one tool and prints what it returns -------------------------
+
+
+def _info(a) -> int:
+    from exactbatch.tools.info import info, render
+
+    report = info(a.path)
+    _print_json(report) if a.json else print(render(report))
+    if report.get("valid") is False:
+        print(f"exactbatch info: {report['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _convert(a) -> int:
+    from exactbatch.tools.convert import convert, render
+
+    names = ("features", "labels", "force", "delimiter", "row_group_rows", "names")
+    out = convert(a.src, a.dst, header=not a.no_header, **_opts(a, *names))
+    _print_json(out) if a.json else print(render(out))
+    return 0
+
+
+def _shuffle(a) -> int:
+    from exactbatch.tools.shuffle import render, shuffle_file
+
+    out = shuffle_file(a.src, a.dst, **_opts(a, "seed", "memory", "force", "tmp_dir"))
+    _print_json(out) if a.json else print(render(out))
+    return 0
+
+
+def _mixing(a) -> int:
+    from exactbatch.tools.mixing import mixing, public, render
+
+    if a.plot is not None:
+        from exactbatch.tools.mixing_plot import check_path
+
+        check_path(a.plot)  # before the pass over the data, not after
+    names = ("batch_size", "buffer_size", "chunk_rows", "shuffle_chunks", "seed", "columns")
+    r = mixing(a.src, **_opts(a, *names, "max_batches", "sample_rows"))
+    if a.plot is not None:
+        from exactbatch.tools.mixing_plot import draw
+
+        draw(r, a.plot)
+    _print_json({**public(r), "plot": a.plot}) if a.json else print(render(r))
+    if a.plot is not None and not a.json:
+        print(f"wrote {a.plot}")
+    return 0
+
+
+def _bench(a) -> int:
+    from exactbatch.tools.bench import bench, render
+
+    names = ("batch_sizes", "shuffle", "seed", "buffer_size", "max_rows", "features", "labels")
+    r = bench(a.src, **_opts(a, *names))
+    _print_json(r) if a.json else print(render(r))
+    return 0
+
+
+# -- the parser ---------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    from exactbatch import __version__
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument(
+        "--traceback",
+        action="store_true",
+        help="show the full traceback of an error (for bug reports)",
+    )
+    cols = argparse.ArgumentParser(add_help=False)
+    cols.add_argument(
+        "--features",
+        metavar="COLS",
+        help="feature columns: comma-separated names, or positions (0, -1, ...); "
+        "default: every column not a label",
+    )
+    cols.add_argument(
+        "--labels",
+        metavar="COLS",
+        help="label columns, the same way (e.g. --labels y or --labels -1)",
+    )
+
+    p = argparse.ArgumentParser(
+        prog="exactbatch",
+        description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
+        epilog="Run 'exactbatch COMMAND --help' for each command's options. Exit status: "
+        "0 ok, 1 info found a malformed .ndf, 2 bad input, 130 interrupted.",
+    )
+    p.add_argument("--version", action="version", version=f"exactbatch {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser(
+        "info",
+        parents=[common],
+        help="what a file holds; is an .ndf intact?",
+        description="For an .ndf: n, d, l, the size and whether it matches the "
+        "header (exit 1 if not). For Parquet (a file or folder): rows, files, "
+        "row groups, columns and types, from the footers. Also .npy and CSV.",
+    )
+    s.add_argument("path", help="an .ndf, Parquet file or folder, .npy or .csv")
+    s.set_defaults(run=_info)
+
+    s = sub.add_parser(
+        "convert",
+        parents=[common, cols],
+        help="Parquet/CSV/.npy -> .ndf, and .ndf -> Parquet",
+        description="Convert in bounded memory (chunk by chunk), atomically: "
+        "the output appears only when complete. Formats come from the files "
+        "(SRC by its magic or extension, DST by its extension, .ndf or "
+        ".parquet). Values are stored as float64.",
+    )
+    s.add_argument("src", help="Parquet file or folder, .csv (or .csv.gz), .npy, or .ndf")
+    s.add_argument("dst", help="the file to write: NAME.ndf, or NAME.parquet from an .ndf")
+    s.add_argument("--force", action="store_true", help="replace DST if it exists")
+    s.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
+    s.add_argument(
+        "--no-header",
+        action="store_true",
+        help="the CSV has no header row: columns are f0, f1, ... or positions",
+    )
+    s.add_argument(
+        "--row-group-rows",
+        type=_positive_int,
+        default=65536,
+        metavar="ROWS",
+        help=".ndf -> Parquet: rows per row group (default 65536); a row group "
+        "is one chunk of a streaming loader",
+    )
+    s.add_argument(
+        "--names",
+        metavar="NAMES",
+        help=".ndf -> Parquet: names for the columns written (default x0.., y0..)",
+    )
+    s.set_defaults(run=_convert)
+
+    s = sub.add_parser(
+        "shuffle",
+        parents=[common],
+        help="shuffle an .ndf on disk once, in bounded memory",
+        description="Write the rows of SRC to DST in a uniformly random order, "
+        "using at most --memory of memory above the interpreter's baseline "
+        "(an external-memory shuffle through bucket files when the data is "
+        "larger). The cure for data sorted on disk before streaming it.",
+    )
+    s.add_argument("src", help="the .ndf file to shuffle")
+    s.add_argument("dst", help="the .ndf file to write")
+    s.add_argument("--seed", type=_seed, default=0, help="the shuffle's seed (default 0)")
+    s.add_argument(
+        "--memory",
+        type=_size,
+        default="1GB",
+        metavar="SIZE",
+        help="memory budget, e.g. 512MB, 4GB (binary units: 1GB = 2**30 bytes; default 1GB)",
+    )
+    s.add_argument(
+        "--tmp-dir",
+        metavar="DIR",
+        help="folder for the bucket files (default: DST's folder); needs as much "
+        "free space as the data",
+    )
+    s.add_argument("--force", action="store_true", help="replace DST if it exists")
+    s.set_defaults(run=_shuffle)
+
+    s = sub.add_parser(
+        "mixing",
+        parents=[common],
+        help="how well a streaming loader setting mixes this data",
+        description="Run epoch 0 of a streaming DataLoader over SRC with these "
+        "settings and report how far rows travel from their place on disk and "
+        "how representative batches are (KS distance to the whole data, "
+        "against random batches); --plot draws both.",
+    )
+    s.add_argument("src", help="an .ndf, or a Parquet file or folder")
+    s.add_argument("--batch-size", type=_positive_int, required=True, metavar="B")
+    s.add_argument(
+        "--buffer-size",
+        type=_positive_int,
+        metavar="ROWS",
+        help="shuffle buffer rows (default: the loader's, 64 MiB worth of rows)",
+    )
+    s.add_argument(
+        "--chunk-rows",
+        type=_positive_int,
+        metavar="ROWS",
+        help=".ndf: rows per chunk of the stream (default 65536); Parquet streams by row group",
+    )
+    s.add_argument(
+        "--shuffle-chunks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="shuffle the chunk order each epoch, as the loader does (default: yes)",
+    )
+    s.add_argument("--seed", type=_seed, default=0, help="loader seed (default 0)")
+    s.add_argument(
+        "--columns",
+        metavar="COLS",
+        help="columns to examine, names or positions (default: the first 8)",
+    )
+    s.add_argument("--plot", metavar="FILE.png", help="draw the picture into this file")
+    s.add_argument(
+        "--max-batches",
+        type=_positive_int,
+        default=500,
+        metavar="K",
+        help="examine at most K batches, spread over the epoch (default 500)",
+    )
+    s.add_argument(
+        "--sample-rows",
+        type=_positive_int,
+        default=20000,
+        metavar="M",
+        help="rows in the uniform sample of the whole data (default 20000)",
+    )
+    s.set_defaults(run=_mixing)
+
+    s = sub.add_parser(
+        "bench",
+        parents=[common, cols],
+        help="loader rows/s and peak memory against a bare read",
+        description="Time one epoch of the DataLoader on SRC at each batch size "
+        "against a bare read of the same file in the same run, with each "
+        "run's peak resident memory.",
+    )
+    s.add_argument("src", help="an .ndf, or a Parquet file or folder")
+    s.add_argument(
+        "--batch-sizes",
+        type=_int_list,
+        default=[64, 1024, 4096],
+        metavar="B,B,..",
+        help="batch sizes to time (default 64,1024,4096)",
+    )
+    s.add_argument(
+        "--shuffle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="shuffled epochs (default: yes)",
+    )
+    s.add_argument("--seed", type=_seed, default=0)
+    s.add_argument(
+        "--buffer-size",
+        type=_positive_int,
+        metavar="ROWS",
+        help="Parquet: shuffle buffer rows (default: the loader's)",
+    )
+    s.add_argument(
+        "--max-rows",
+        type=_positive_int,
+        metavar="N",
+        help="time only the first N rows of each epoch (default: all)",
+    )
+    s.set_defaults(run=_bench)
+    return p
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename:
+        text = f"{e.filename}: {e.strerror or e}"
+    elif isinstance(e, ImportError):
+        text = f"{e} (pip install 'exactbatch[cli]' installs what the command needs)"
+    else:
+        text = str(e) or type(e).__name__
+    return " ".join(text.split())  # one line
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that temporary files are removed."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
+def main(argv=None) -> int:
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error (already printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from exactbatch.errors import NdfError
+    from exactbatch.tools._common import CliError
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(
+            f"exactbatch {args.command}: interrupted; no partial output was left", file=sys.stderr
+        )
+        return 130
+    except BrokenPipeError:  # e.g. `exactbatch info x | head -1`: stop quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+    except (CliError, NdfError, OSError, ValueError, ImportError) as e:
+        if args.traceback:
+            raise
+        print(f"exactbatch {args.command}: error: {_message(e)}", file=sys.stderr)
+        return 2
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Shared pieces of the command: user errors, progress bars, sizes, formats, columns."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+__all__ = [
+    "CliError",
+    "check_output",
+    "detect_format",
+    "format_bytes",
+    "output_format",
+    "parse_int_list",
+    "parse_size",
+    "progress",
+    "resolve_columns",
+    "split_columns",
+]
+
+# Formats the command reads, by magic number first, then by extension.
+_MAGICS = ((b"NDF1", "ndf"), (b"PAR1", "parquet"), (b"\x93NUMPY", "npy"))
+_EXTENSIONS = {
+    ".ndf": "ndf",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".npy": "npy",
+    ".csv": "csv",
+    ".tsv": "csv",
+}
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+
+
+class CliError(Exception):
+    """A problem with the user's input: printed as one line, exit status 2."""
+
+
+class _NoBar:
+    """Stands in for a tqdm bar when bars are off (or tqdm is not installed)."""
+
+    def update(self, k=1) -> None:
+        pass
+
+    def set_postfix_str(self, s="", refresh=True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def progress(total=None, desc: str = "", unit: str = "rows", enabled: bool = True, **kw):
+    """A tqdm progress bar on stderr, or a no-op bar when disabled or tqdm is missing."""
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    kw.setdefault("unit_scale", True)
+    return tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.25, leave=True, **kw
+    )
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
+
+
+def parse_size(text: str) -> int:
+    """``"1GB"`` -> bytes. Units are binary: K/KB/KiB = 1024, M = 1024**2, G, T; bare = bytes."""
+    m = _SIZE.match(str(text))
+    if not m or (m.group(3).lower() == "i"):
+        raise ValueError(f"expected a size such as 512MB, 1GB or 1.5GiB; got {text!r}")
+    power = " kmgt".index(m.group(2).lower() or " ")
+    value = int(float(m.group(1)) * 1024**power)
+    if value <= 0:
+        raise ValueError(f"a size must be positive; got {text!r}")
+    return value
+
+
+def parse_int_list(text: str) -> list[int]:
+    """``"64,1024,4096"`` -> ``[64, 1024, 4096]`` (each >= 1)."""
+    try:
+        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers (64,1024); got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"expected comma-separated integers >= 1; got {text!r}")
+    return values
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _strip_compression(path: str) -> str:
+    low = path.lower()
+    for ext in _COMPRESSED:
+        if low.endswith(ext):
+            return path[: -len(ext)]
+    return path
+
+
+def detect_format(path) -> str:
+    """``"ndf"``, ``"parquet"``, ``"csv"`` or ``"npy"``: by magic number, then extension.
+
+    A folder is Parquet (its ``*.parquet`` files). A missing path is the OS's
+    ``FileNotFoundError``; anything unrecognised a :class:`CliError`.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return "parquet"
+    with open(path, "rb") as f:  # FileNotFoundError / PermissionError as the OS says
+        head = f.read(8)
+    for magic, fmt in _MAGICS:
+        if head.startswith(magic):
+            return fmt
+    ext = os.path.splitext(_strip_compression(path))[1].lower()
+    if ext in _EXTENSIONS:
+        return _EXTENSIONS[ext]
+    raise CliError(
+        f"{path}: unknown format (found first bytes {head[:6]!r}); expected an .ndf file, "
+        "Parquet (a file or a folder), a .csv file or a .npy file"
+    )
+
+
+def output_format(path) -> str:
+    """The format to write, from the destination's extension: ``"ndf"`` or ``"parquet"``."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    fmt = _EXTENSIONS.get(ext)
+    if fmt not in ("ndf", "parquet"):
+        raise CliError(f"{path}: cannot tell what to write: name it .ndf or .parquet")
+    return fmt
+
+
+def check_output(dst, force: bool) -> str:
+    """Refuse to replace an existing file without ``force``; the folder must exist."""
+    dst = os.fspath(dst)
+    if os.path.isdir(dst):
+        raise CliError(f"{dst}: is a folder; give a file name to write")
+    if os.path.exists(dst) and not force:
+        raise CliError(f"{dst}: already exists (pass --force to replace it)")
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(folder):
+        raise CliError(f"{dst}: folder {folder} does not exist")
+    return dst
+
+
+def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None:
+    """Column selectors (names, or integer positions, negative from the end) -> indices.
+
+    ``spec`` is None (nothing chosen) or a comma-separated string. A name wins
+    over a position when a column is called, say, ``"0"``.
+    """
+    if spec is None:
+        return None
+    out = []
+    for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
+        if item in names:
+            out.append(names.index(item))
+            continue
+        try:
+            k = int(item)
+        except ValueError:
+            shown = names if len(names) <= 20 else [*names[:20], "..."]
+            raise CliError(f"{path}: no column {item!r} ({what}); columns are {shown}") from None
+        if not -len(names) <= k < len(names):
+            raise CliError(
+                f"{path}: column {k} ({what}) out of range: the data has {len(names)} columns"
+            )
+        out.append(k % len(names))
+    if len(set(out)) != len(out):
+        raise CliError(f"{path}: a column is named twice in {what}: {spec!r}")
+    return out
+
+
+def split_columns(features, labels, names, path) -> tuple[list[int], list[int]]:
+    """Feature and label column indices; features default to every column not a label."""
+    lab = resolve_columns(labels, names, path, "--labels") or []
+    feat = resolve_columns(features, names, path, "--features")
+    if feat is None:
+        feat = [j for j in range(len(names)) if j not in lab]
+    both = set(feat) & set(lab)
+    if both:
+        raise CliError(
+            f"{path}: column(s) {[names[j] for j in sorted(both)]} are both features and labels"
+        )
+    return feat, lab

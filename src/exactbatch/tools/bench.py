@@ -1,0 +1,229 @@
+"""``exactbatch bench``: rows/s and peak memory of the loader on the user's own data.
+
+For each batch size, one epoch (or its first ``max_rows`` rows) of
+``for xb, yb in DataLoader(source, batch_size, ...)`` is timed, against a
+bare read of the same file in the same run: for an ``.ndf``, a sequential
+read of the rows with ``readinto`` into one reused 8 MiB buffer; for
+Parquet, pyarrow reading row group by row group into NumPy. The bare read
+runs once untimed first so both see the same page cache.
+
+Peak memory is the process's peak resident set (``VmHWM``), reset before
+each run through ``/proc/self/clear_refs`` where Linux allows it (else it is
+the peak so far). Pages of a memory-mapped ``.ndf`` that a run touches count
+as resident. Timings on a shared machine are noisy: read them as rough.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from exactbatch.tools._common import CliError, detect_format, format_bytes, progress
+
+__all__ = ["bench", "peak_rss", "render"]
+
+_READ_BYTES = 8 << 20
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss() -> int | None:
+    """This process's peak resident set in bytes (``VmHWM``), None where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _bare_ndf(path, n, d, l, limit, pb) -> int:  # noqa: E741
+    from exactbatch.ndf import HEADER_SIZE
+
+    row_bytes = 8 * (d + l)
+    if row_bytes == 0:
+        return limit
+    buf = memoryview(bytearray(_READ_BYTES // row_bytes * row_bytes or row_bytes))
+    left = limit * row_bytes
+    with open(path, "rb", buffering=0) as f:
+        f.seek(HEADER_SIZE)
+        while left:
+            k = f.readinto(buf[: min(len(buf), left)])
+            if not k:
+                raise CliError(f"{path}: file ended early")
+            left -= k
+            pb.update(k // row_bytes)
+    return limit
+
+
+def _bare_parquet(source, limit, pb) -> int:
+    import pyarrow.parquet as pq
+
+    names = [*source.features, *source.labels]
+    rows = 0
+    for path in source.files:
+        pf = pq.ParquetFile(path)
+        for g in range(pf.metadata.num_row_groups):
+            if rows >= limit:
+                return rows
+            t = pf.read_row_group(g, columns=names)
+            x = np.empty((t.num_rows, len(names)))
+            for j, name in enumerate(names):
+                x[:, j] = t.column(name).to_numpy()
+            rows += t.num_rows
+            pb.update(t.num_rows)
+    return rows
+
+
+def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb) -> int:
+    from exactbatch import DataLoader
+
+    rows = 0
+    with DataLoader(source, batch, shuffle=shuffle, seed=seed, buffer_size=buffer_size) as loader:
+        for xb, _ in loader:
+            rows += len(xb)
+            pb.update(len(xb))
+            if rows >= limit:
+                break
+    return rows
+
+
+def bench(
+    src,
+    *,
+    batch_sizes=(64, 1024, 4096),
+    shuffle=True,
+    seed=0,
+    buffer_size=None,
+    max_rows=None,
+    features=None,
+    labels=None,
+    bar=True,
+) -> dict:
+    """Time the loader at each batch size against a bare read; a dict of the runs."""
+    src = os.fspath(src)
+    fmt = detect_format(src)
+    if fmt == "ndf":
+        from exactbatch.ndf import open_ndf
+
+        if features is not None or labels is not None:
+            raise CliError(
+                f"{src}: --features/--labels choose Parquet columns; an .ndf has its own"
+            )
+        source = open_ndf(src)
+        n, d, l = source.n, source.d, source.l  # noqa: E741
+
+        def bare(limit, pb):
+            return _bare_ndf(src, n, d, l, limit, pb)
+
+        bare_name = "bare read (readinto)"
+    elif fmt == "parquet":
+        from exactbatch.sources.parquet import parquet_source
+        from exactbatch.tools._common import split_columns
+
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
+        from exactbatch.sources.parquet import _list_files
+
+        names = pq.ParquetFile(_list_files(src, "*.parquet")[0]).schema_arrow.names
+        feat, lab = split_columns(features, labels, names, src)
+        source = parquet_source(
+            src, features=[names[j] for j in feat], labels=[names[j] for j in lab]
+        )
+        n, d, l = source.n_rows, source.d, source.l  # noqa: E741
+
+        def bare(limit, pb):
+            return _bare_parquet(source, limit, pb)
+
+        bare_name = "bare read (pyarrow)"
+    else:
+        raise CliError(f"{src}: bench reads .ndf or Parquet; convert {fmt} first")
+    limit = n if max_rows is None else min(n, max_rows)
+    if limit == 0:
+        raise CliError(f"{src}: no rows to read")
+    name = os.path.basename(src)
+    runs = []
+
+    def timed(label, batch, fn):
+        with progress(limit, f"{label} {name}", "rows", bar) as pb:
+            reset = _reset_peak()
+            t0 = time.perf_counter()
+            rows = fn(pb)
+            dt = time.perf_counter() - t0
+        runs.append(
+            {
+                "path": label,
+                "batch": batch,
+                "rows": rows,
+                "seconds": dt,
+                "rows_per_s": rows / dt if dt > 0 else float("inf"),
+                "peak_rss": peak_rss(),
+                "peak_reset": reset,
+            }
+        )
+
+    with progress(limit, f"warm-up {name}", "rows", bar) as pb:
+        bare(limit, pb)
+    timed(bare_name, None, lambda pb: bare(limit, pb))
+    for b in batch_sizes:
+        timed(
+            "loader",
+            b,
+            lambda pb, b=b: _loader_run(source, b, limit, shuffle, seed, buffer_size, pb),
+        )
+    if fmt == "ndf":
+        source.close()
+    base = runs[0]["rows_per_s"]
+    for r in runs:
+        r["ratio"] = r["rows_per_s"] / base if base else None
+    return {
+        "src": src,
+        "format": fmt,
+        "n": n,
+        "d": d,
+        "l": l,
+        "rows_per_run": limit,
+        "shuffle": shuffle,
+        "seed": seed,
+        "buffer_size": buffer_size,
+        "runs": runs,
+    }
+
+
+def _rate(v: float) -> str:
+    return f"{v / 1e6:.2f} M" if v >= 1e5 else f"{v / 1e3:.1f} k"
+
+
+def render(r: dict) -> str:
+    """The runs as a table for a person."""
+    mode = "shuffled" if r["shuffle"] else "in file order"
+    lines = [
+        f"{r['src']}: {r['format']}, n={r['n']:,} rows, d={r['d']}, l={r['l']}; "
+        f"{r['rows_per_run']:,} rows per run, {mode}, seed {r['seed']}",
+        f"  {'path':<24}{'batch':>7}{'rows/s':>12}{'x bare':>9}{'peak RSS':>13}",
+    ]
+    for run in r["runs"]:
+        batch = "-" if run["batch"] is None else f"{run['batch']:,}"
+        peak = "n/a" if run["peak_rss"] is None else format_bytes(run["peak_rss"])
+        if run["peak_rss"] is not None and not run["peak_reset"]:
+            peak += "*"
+        lines.append(
+            f"  {run['path']:<24}{batch:>7}{_rate(run['rows_per_s']):>12}"
+            f"{run['ratio']:>8.2f}x{peak:>13}"
+        )
+    if any(not run["peak_reset"] for run in r["runs"]):
+        lines.append("  * peak since the process started (this system cannot reset it)")
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""``exactbatch info``: what a file holds, read from its header or footer only.
+
+For an ``.ndf``: n, d, l, the size on disk, the size the header implies, and
+whether they agree (a malformed file is reported with :func:`open_ndf`'s
+message, and ``valid`` is False). For Parquet (a file or a folder): rows,
+files, row groups and their sizes, columns and types, all from the footers:
+no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
+types pyarrow infers from the first block (rows are not counted).
+"""
+
+from __future__ import annotations
+
+import os
+
+from exactbatch.errors import NdfError
+from exactbatch.ndf import _HEADER, HEADER_SIZE, MAGIC, expected_size, open_ndf
+from exactbatch.tools._common import CliError, detect_format, format_bytes
+
+__all__ = ["info", "render"]
+
+
+def info(path) -> dict:
+    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf."""
+    path = os.fspath(path)
+    fmt = detect_format(path)
+    return {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+
+
+def _ndf(path: str) -> dict:
+    size = os.path.getsize(path)
+    out = {"path": path, "format": "ndf", "size_bytes": size}
+    with open(path, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    if len(head) == HEADER_SIZE and head[:4] == MAGIC:
+        _, n, d, l = _HEADER.unpack(head)  # noqa: E741
+        out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
+    try:
+        open_ndf(path).close()
+    except NdfError as e:
+        out.update(valid=False, error=str(e))
+    else:
+        out.update(valid=True)
+    return out
+
+
+def _parquet(path: str) -> dict:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
+    from exactbatch.sources.parquet import _list_files
+
+    files = _list_files(path, "*.parquet")
+    rows, groups, group_rows, nbytes = 0, 0, [], 0
+    schema, differ = None, []
+    for f in files:
+        try:
+            pf = pq.ParquetFile(f)
+        except (OSError, ValueError) as e:
+            raise CliError(f"{f}: not a readable Parquet file ({e})") from e
+        md = pf.metadata
+        rows += md.num_rows
+        groups += md.num_row_groups
+        group_rows += [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+        nbytes += os.path.getsize(f)
+        if schema is None:
+            schema = pf.schema_arrow
+        elif not pf.schema_arrow.equals(schema):
+            differ.append(f)
+    out = {
+        "path": path,
+        "format": "parquet",
+        "rows": rows,
+        "files": len(files),
+        "row_groups": groups,
+        "size_bytes": nbytes,
+        "columns": [{"name": fld.name, "type": str(fld.type)} for fld in schema],
+        "files_with_another_schema": differ,
+    }
+    if group_rows:
+        out["row_group_rows"] = {
+            "min": min(group_rows),
+            "median": sorted(group_rows)[len(group_rows) // 2],
+            "max": max(group_rows),
+        }
+    return out
+
+
+def _npy(path: str) -> dict:
+    import numpy as np
+
+    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    return {
+        "path": path,
+        "format": "npy",
+        "shape": list(arr.shape),
+        "dtype": str(arr.dtype),
+        "fortran_order": bool(arr.flags.f_contiguous and not arr.flags.c_contiguous),
+        "size_bytes": os.path.getsize(path),
+    }
+
+
+def _csv(path: str) -> dict:
+    from exactbatch.tools.convert import csv_schema
+
+    schema = csv_schema(path)
+    return {
+        "path": path,
+        "format": "csv",
+        "size_bytes": os.path.getsize(path),
+        "columns": [{"name": f.name, "type": str(f.type)} for f in schema],
+        "note": "types inferred from the first block; rows are not counted",
+    }
+
+
+def render(report: dict) -> str:
+    """The report as aligned ``key: value`` lines for a person."""
+    lines = []
+    fmt = report["format"]
+    if fmt == "ndf":
+        lines.append(f"{report['path']}: .ndf file")
+        for key in ("n", "d", "l"):
+            if key in report:
+                lines.append(f"  {key:<14}{report[key]:,}")
+        lines.append(
+            f"  {'size':<14}{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"
+        )
+        if "expected_bytes" in report:
+            lines.append(
+                f"  {'expected size':<14}{report['expected_bytes']:,} bytes (28 + 8*n*(d+l))"
+            )
+        verdict = "yes" if report["valid"] else f"NO: {report['error']}"
+        lines.append(f"  {'valid':<14}{verdict}")
+        return "\n".join(lines)
+    lines.append(f"{report['path']}: {fmt}")
+    for key, value in report.items():
+        if key in ("path", "format", "columns"):
+            continue
+        if key == "size_bytes":
+            value = f"{value:,} bytes ({format_bytes(value)})"
+        elif key == "row_group_rows":
+            value = f"min {value['min']:,}, median {value['median']:,}, max {value['max']:,}"
+        elif key == "files_with_another_schema":
+            if not value:
+                continue
+            value = ", ".join(value)
+        elif isinstance(value, int):
+            value = f"{value:,}"
+        label = "size" if key == "size_bytes" else key.replace("_", " ")
+        lines.append(f"  {label:<16}{value}")
+    if "columns" in report:
+        lines.append(f"  columns ({len(report['columns'])}):")
+        width = max((len(c["name"]) for c in report["columns"]), default=0)
+        for c in report["columns"]:
+            lines.append(f"    {c['name']:<{width}}  {c['type']}")
+    return "\n".join(lines)

@@ -1,0 +1,240 @@
+"""``exactbatch shuffle``: the one-time shuffle on disk, in bounded memory.
+
+For data sorted on disk (by time, say) a streaming loader's bounded buffer
+only mixes locally; shuffling the file once cures it. This does it for an
+``.ndf`` file of any size with a fixed memory budget.
+
+Algorithm (an external-memory form of Sanders, "Random permutations on
+distributed, external and hierarchical memory", 1998):
+
+1. scatter: read the input front to back in slabs; every row draws one of K
+   bucket files uniformly at random, and is appended to it;
+2. for each bucket in turn: if it fits in the budget, load it, shuffle it in
+   memory (Fisher-Yates) and append it to the output; if not (bad luck, or
+   more data than K buckets of budget), scatter it again into sub-buckets,
+   recursively.
+
+The output is a uniformly random permutation of the input rows: the chance
+of any order is a sum over bucket assignments that does not depend on the
+order, and by induction each bucket comes out uniformly shuffled. It is a
+pure function of (input, seed, memory budget).
+
+What it costs:
+
+* Memory: at most the budget above the interpreter's baseline. K is chosen
+  so that a bucket holds about half the budget (K = ceil(2 * data / budget),
+  at most 256 open bucket files; more data recurses); scattering holds two
+  slabs of a quarter of the budget plus 10 bytes of bookkeeping per row.
+* Disk: the buckets (as large as the data) in a temporary folder (the
+  output's folder unless told otherwise), removed as they are consumed, plus
+  the output, written atomically (temp file, fsync, rename).
+* I/O: the data is read twice and written twice (three times per extra
+  level of recursion).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.tools._common import CliError, check_output, detect_format, format_bytes, progress
+from exactbatch.tools.ndf_stream import NdfWriter, read_blocks, read_into, row_dtype
+
+__all__ = ["external_shuffle", "render", "shuffle_file"]
+
+_TAG_DISK = 0x65786473  # keeps this generator's stream apart from the loader's
+MAX_BUCKETS = 256  # open bucket files at once; more data recurses instead
+_MAX_DEPTH = 64  # recursion guard: each level shrinks buckets about K-fold
+
+
+def shuffle_rng(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_TAG_DISK, int(seed)])))
+
+
+def external_shuffle(
+    path, offset, rows, row_bytes, write, rng, memory, workdir, on_scatter=None, _depth=0
+) -> None:
+    """Append the ``rows`` rows at ``offset`` of ``path`` to ``write`` in uniform random order.
+
+    ``write(view)`` receives whole rows in the file's layout (bytes-like;
+    valid only during the call). Buckets go to files in ``workdir``;
+    ``memory`` is the budget in bytes (at least one row). ``on_scatter(rows)``
+    is called as the top level scatters rows (for progress).
+    """
+    if rows == 0:
+        return
+    if rows * row_bytes <= memory:
+        block = read_into(path, offset, np.empty(rows, dtype=row_dtype(row_bytes)))
+        rng.shuffle(block)  # (rows,) whole rows, shuffled in place
+        write(block)
+        return
+    if _depth >= _MAX_DEPTH:  # pragma: no cover - probability ~0
+        raise RuntimeError(f"external shuffle did not converge after {_depth} levels")
+    k = min(MAX_BUCKETS, max(2, math.ceil(2 * rows * row_bytes / memory)))
+    names = [os.path.join(workdir, f"bucket-{_depth}-{j}") for j in range(k)]
+    counts = _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter)
+    try:
+        for name, count in zip(names, counts.tolist(), strict=True):
+            external_shuffle(
+                name, 0, count, row_bytes, write, rng, memory, workdir, None, _depth + 1
+            )
+            os.unlink(name)  # free the disk as we go
+    finally:
+        for name in names:
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                pass
+
+
+def _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.ndarray:
+    """Pass 1: every row to a uniformly random one of ``k`` bucket files; their row counts."""
+    slab = max(1, memory // (4 * row_bytes))
+    counts = np.zeros(k, dtype=np.int64)
+    gathered = np.empty(min(slab, rows), dtype=row_dtype(row_bytes))
+    files = [open(name, "wb", buffering=0) for name in names]  # noqa: SIM115
+    try:
+        for part in read_blocks(path, offset, rows, row_bytes, slab):
+            r = part.shape[0]
+            label = rng.integers(0, k, size=r, dtype=np.uint16)
+            order = np.argsort(label, kind="stable")  # radix sort: group rows by bucket
+            np.take(part, order, out=gathered[:r], mode="clip")  # "raise" would buffer
+            del order
+            ends = np.cumsum(np.bincount(label, minlength=k))
+            counts += np.diff(ends, prepend=0)
+            start = 0
+            for f, end in zip(files, ends.tolist(), strict=True):
+                if end > start:
+                    view = memoryview(gathered[start:end]).cast("B")
+                    while view:
+                        view = view[f.write(view) :]
+                start = end
+            if on_scatter is not None:
+                on_scatter(r)
+    finally:
+        for f in files:
+            f.close()
+    return counts
+
+
+def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None, bar=True) -> dict:
+    """Shuffle the rows of the ``.ndf`` file ``src`` into ``dst`` (see the module docstring)."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    fmt = detect_format(src)
+    if fmt != "ndf":
+        raise CliError(
+            f"{src}: shuffle reads .ndf files; convert this {fmt} data first "
+            "(exactbatch convert SRC NAME.ndf)"
+        )
+    with open_ndf(src) as f:
+        n, d, l = f.n, f.d, f.l  # noqa: E741
+    check_output(dst, force)
+    row_bytes = 8 * (d + l)
+    data = n * row_bytes
+    if row_bytes and memory < row_bytes:
+        raise CliError(f"--memory {memory} bytes cannot hold one row of {src} ({row_bytes} bytes)")
+    tmp_root = os.fspath(tmp_dir) if tmp_dir else os.path.dirname(os.path.abspath(dst))
+    in_memory = data <= memory
+    _check_space(dst, tmp_root, data, in_memory)
+    rng = shuffle_rng(seed)
+    desc = os.path.basename(src)
+    with NdfWriter(dst, d, l, n) as w:
+        if row_bytes == 0 or n == 0:
+            w.rows = n  # nothing to move: the header says it all
+        elif in_memory:
+            with progress(n, f"shuffle {desc} (in memory)", "rows", bar) as pb:
+                external_shuffle(
+                    src,
+                    HEADER_SIZE,
+                    n,
+                    row_bytes,
+                    lambda v: (w.write_raw(v), pb.update(len(v))),
+                    rng,
+                    memory,
+                    "",
+                )
+        else:
+            workdir = tempfile.mkdtemp(prefix=".exactbatch-shuffle-", dir=tmp_root)
+            out = _TwoPassOutput(w, n, desc, bar)
+            try:
+                external_shuffle(
+                    src,
+                    HEADER_SIZE,
+                    n,
+                    row_bytes,
+                    out.write,
+                    rng,
+                    memory,
+                    workdir,
+                    on_scatter=out.scattered,
+                )
+            finally:
+                out.close()
+                shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "src": src,
+        "dst": dst,
+        "n": n,
+        "d": d,
+        "l": l,
+        "seed": seed,
+        "memory": memory,
+        "data_bytes": data,
+        "passes": 1 if in_memory or not data else 2,
+    }
+
+
+def render(out: dict) -> str:
+    """The summary line of a shuffle."""
+    how = "in memory" if out["passes"] == 1 else "in two passes through bucket files"
+    return (
+        f"wrote {out['dst']}: {out['n']:,} rows shuffled {how} (seed {out['seed']}, "
+        f"memory budget {out['memory']:,} bytes)"
+    )
+
+
+class _TwoPassOutput:
+    """Feeds the writer and shows pass 1 (scatter), then pass 2 (write), as progress bars."""
+
+    def __init__(self, writer, n, desc, bar):
+        self.writer, self.n, self.desc, self.bar = writer, n, desc, bar
+        self.pass1 = progress(n, f"shuffle {desc}: pass 1/2 scatter", "rows", bar)
+        self.pass2 = None
+
+    def scattered(self, rows: int) -> None:
+        self.pass1.update(rows)
+
+    def write(self, rows) -> None:
+        if self.pass2 is None:
+            self.pass1.close()
+            self.pass2 = progress(self.n, f"shuffle {self.desc}: pass 2/2 write", "rows", self.bar)
+        self.writer.write_raw(rows)
+        self.pass2.update(len(rows))
+
+    def close(self) -> None:
+        self.pass1.close()
+        if self.pass2 is not None:
+            self.pass2.close()
+
+
+def _check_space(dst, tmp_root, data, in_memory) -> None:
+    """Refuse early when the output (and the buckets) cannot fit on disk."""
+    if not os.path.isdir(tmp_root):
+        raise CliError(f"{tmp_root}: temporary folder does not exist")
+    need = {}
+    out_folder = os.path.dirname(os.path.abspath(dst))
+    for folder, size in ((out_folder, data), (tmp_root, 0 if in_memory else data)):
+        dev = os.stat(folder).st_dev
+        need[dev] = (folder, need.get(dev, (folder, 0))[1] + size)
+    for folder, size in need.values():
+        free = shutil.disk_usage(folder).free
+        if size > free:
+            raise CliError(
+                f"{folder}: the shuffle needs about {format_bytes(size)} free here "
+                f"(output{' and buckets' if not in_memory else ''}); {format_bytes(free)} free"
+            )

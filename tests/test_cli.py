@@ -1,0 +1,305 @@
+"""The exactbatch command: help, light imports, info, one-line errors, bench.
+
+Each subcommand runs at least once in a subprocess, as a user runs it
+(``python -m exactbatch.cli`` or the installed ``exactbatch`` script); the
+rest call ``main(argv)`` in-process, which is the same code path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exactbatch import open_ndf, save_ndf
+from exactbatch.cli import main
+
+COMMANDS = ("info", "convert", "shuffle", "mixing", "bench")
+SCRIPT = Path(sys.executable).with_name("exactbatch")
+
+
+def run(*args, check=None, timeout=120):
+    """Run ``python -m exactbatch.cli ARGS``; returns the CompletedProcess."""
+    p = subprocess.run(
+        [sys.executable, "-m", "exactbatch.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def one_line_error(p, *names):
+    """Exit status 2, one line on stderr naming the files, no traceback."""
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = [s for s in p.stderr.splitlines() if s.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for name in names:
+        assert str(name) in lines[0], (name, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def small_ndf(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((1000, 3)), rng.integers(0, 2, 1000)
+    path = tmp_path / "small.ndf"
+    save_ndf(path, (x, y))
+    return path
+
+
+@pytest.fixture
+def small_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for k in range(2):
+        t = pa.table(
+            {
+                "a": np.arange(500.0) + 500 * k,
+                "b": np.ones(500, dtype=np.int32),
+                "name": ["z"] * 500,
+                "label": np.arange(500) % 2 == 0,
+            }
+        )
+        pq.write_table(t, folder / f"part-{k}.parquet", row_group_size=200)
+    return folder
+
+
+# -- help and imports ----------------------------------------------------------------
+
+
+def test_help_lists_every_command_via_the_installed_script():
+    """`exactbatch --help` (the console script) names every subcommand and exits 0."""
+    if not SCRIPT.exists():
+        pytest.skip("the exactbatch script is not installed (pip install -e .)")
+    p = subprocess.run([str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    for cmd in COMMANDS:
+        assert cmd in p.stdout
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_each_command_has_help(cmd, capsys):
+    """`exactbatch CMD --help` prints that command's usage and exits 0."""
+    assert main([cmd, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: exactbatch {cmd}")
+
+
+def test_no_command_prints_usage_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: exactbatch" in capsys.readouterr().err
+
+
+def test_usage_error_exits_2(capsys):
+    """A bad option value is argparse's usage error: exit 2, not a traceback."""
+    assert main(["shuffle", "a.ndf", "b.ndf", "--memory", "lots"]) == 2
+    assert "expected a size" in capsys.readouterr().err
+
+
+def test_importing_the_cli_stays_light():
+    """`import exactbatch` and `import exactbatch.cli` load no pyarrow, matplotlib or tqdm."""
+    code = (
+        "import sys, exactbatch, exactbatch.cli\n"
+        "exactbatch.cli._parser()\n"
+        "heavy = [m for m in ('pyarrow', 'matplotlib', 'tqdm', 'exactbatch.tools.mixing')"
+        " if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- info ---------------------------------------------------------------------------
+
+
+def test_info_ndf_in_a_subprocess(small_ndf):
+    """info on a valid .ndf: n, d, l, the size and that it checks out."""
+    p = run("info", small_ndf, check=0)
+    assert "1,000" in p.stdout and "valid" in p.stdout and "yes" in p.stdout
+    p = run("info", small_ndf, "--json", check=0)
+    report = json.loads(p.stdout)
+    assert report["n"] == 1000 and report["d"] == 3 and report["l"] == 1
+    assert report["size_bytes"] == report["expected_bytes"] == 28 + 8 * 1000 * 4
+    assert report["valid"] is True
+
+
+@pytest.mark.parametrize("damage", ["truncated", "magic", "short-header"])
+def test_info_reports_a_malformed_ndf_and_exits_1(small_ndf, damage, capsys):
+    """A malformed .ndf: the NdfError message is reported and the exit status is non-zero."""
+    raw = small_ndf.read_bytes()
+    small_ndf.write_bytes(
+        {"truncated": raw[:-5], "magic": b"XXXX" + raw[4:], "short-header": raw[:10]}[damage]
+    )
+    assert main(["info", str(small_ndf), "--json"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["valid"] is False
+    assert str(small_ndf) in report["error"] and str(small_ndf) in captured.err
+    with pytest.raises(ValueError) as caught:
+        open_ndf(small_ndf)
+    assert report["error"] == str(caught.value)
+    assert main(["info", str(small_ndf)]) == 1
+    assert "NO" in capsys.readouterr().out
+
+
+def test_info_parquet_folder(small_parquet, capsys):
+    """info on a Parquet folder: rows, files, row groups, columns and types, from metadata."""
+    assert main(["info", str(small_parquet), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["rows"], r["files"], r["row_groups"]) == (1000, 2, 6)
+    assert [c["name"] for c in r["columns"]] == ["a", "b", "name", "label"]
+    assert [c["type"] for c in r["columns"]] == ["double", "int32", "string", "bool"]
+    assert main(["info", str(small_parquet / "part-1.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert "row groups" in out and "500" in out and "int32" in out
+
+
+def test_info_npy_and_csv(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    np.save(tmp_path / "a.npy", np.zeros((7, 3), dtype=np.float32))
+    assert main(["info", str(tmp_path / "a.npy"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["shape"] == [7, 3] and r["dtype"] == "float32"
+    (tmp_path / "a.csv").write_text("p,q\n1,2.5\n3,4\n")
+    assert main(["info", str(tmp_path / "a.csv"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in r["columns"]] == ["p", "q"]
+
+
+# -- errors: one line, naming the file, exit 2 ------------------------------------------
+
+
+def test_missing_file_is_one_line_in_a_subprocess(tmp_path):
+    missing = tmp_path / "nope.ndf"
+    one_line_error(run("info", missing), missing)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["info", "{missing}"],
+        ["info", "{junk}"],
+        ["convert", "{missing}", "{tmp}/out.ndf"],
+        ["convert", "{junk}", "{tmp}/out.ndf"],
+        ["convert", "{ndf}", "{tmp}/out.xyz"],
+        ["convert", "{ndf}", "{tmp}/no-such-folder/out.parquet"],
+        ["shuffle", "{missing}", "{tmp}/out.ndf"],
+        ["shuffle", "{junk}", "{tmp}/out.ndf"],
+        ["shuffle", "{ndf}", "{ndf}"],
+        ["mixing", "{missing}", "--batch-size", "8"],
+        ["mixing", "{junk}", "--batch-size", "8"],
+        ["mixing", "{ndf}", "--batch-size", "8", "--plot", "{tmp}/plot.txt"],
+        ["bench", "{missing}"],
+        ["bench", "{bad_ndf}"],
+    ],
+    ids=lambda a: "-".join(a[:2]).replace("{", "").replace("}", ""),
+)
+def test_bad_paths_and_formats_are_one_line_errors(argv, tmp_path, small_ndf, capsys):
+    """Bad paths and formats: one line on stderr naming the file, exit 2, no traceback."""
+    (tmp_path / "junk.txt").write_bytes(b"hello, not data\n")
+    bad = tmp_path / "bad.ndf"
+    bad.write_bytes(b"NDF1" + bytes(10))
+    names = {
+        "missing": tmp_path / "nope.ndf",
+        "junk": tmp_path / "junk.txt",
+        "ndf": small_ndf,
+        "tmp": tmp_path,
+        "bad_ndf": bad,
+    }
+    argv = [a.format(**names) for a in argv]
+    assert main([*argv, "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"exactbatch {argv[0]}: error: ")
+    mentioned = [a for a in argv[1:] if a.startswith(str(tmp_path))]
+    assert any(a in err or os.path.dirname(a) in err for a in mentioned), err
+
+
+# -- bench ----------------------------------------------------------------------------
+
+
+def test_bench_ndf_in_a_subprocess(small_ndf):
+    """bench: rows/s and peak memory per batch size, ratios to the bare read of the file."""
+    p = run("bench", small_ndf, "--batch-sizes", "16,256", "--json", "-q", check=0)
+    r = json.loads(p.stdout)
+    runs = r["runs"]
+    assert [(x["path"], x["batch"]) for x in runs] == [
+        ("bare read (readinto)", None),
+        ("loader", 16),
+        ("loader", 256),
+    ]
+    assert all(x["rows"] == 1000 and x["rows_per_s"] > 0 for x in runs)
+    assert runs[0]["ratio"] == 1.0
+    if sys.platform.startswith("linux"):
+        assert all(x["peak_rss"] > 10 << 20 for x in runs)
+    p = run("bench", small_ndf, "--batch-sizes", "100", "--max-rows", "300", "-q", check=0)
+    assert "bare read" in p.stdout and "x bare" in p.stdout and "peak RSS" in p.stdout
+
+
+def test_bench_parquet(small_parquet, capsys):
+    assert (
+        main(
+            [
+                "bench",
+                str(small_parquet),
+                "--features",
+                "a,b",
+                "--labels",
+                "label",
+                "--batch-sizes",
+                "64",
+                "--json",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    r = json.loads(capsys.readouterr().out)
+    assert (r["n"], r["d"], r["l"]) == (1000, 2, 1)
+    assert [x["rows"] for x in r["runs"]] == [1000, 1000]
+    assert r["runs"][0]["path"] == "bare read (pyarrow)"
+
+
+# -- the docs ---------------------------------------------------------------------------
+
+
+def _cli_docs() -> str:
+    """The "From your data to batches" section of README.md."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.find("## From your data to batches")
+    assert start >= 0, "README.md has no 'From your data to batches' section"
+    end = readme.find("\n## ", start + 1)
+    return readme[start : end if end >= 0 else None]
+
+
+def test_the_documented_session_runs(tmp_path, monkeypatch):
+    """Every `$ exactbatch ...` line of the CLI docs runs as shown, after the docs' Python
+    block has made the data; the documented tables are what the commands print."""
+    import re
+
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("matplotlib")
+    doc = _cli_docs()
+    monkeypatch.chdir(tmp_path)
+    for code in re.findall(r"```python\n(.*?)```", doc, flags=re.S):
+        exec(compile(code, "README_cli", "exec"), {"__name__": "__readme__"})
+    sessions = re.findall(r"```sh\n(\$ .*?)```", doc, flags=re.S)
+    assert sessions
+    for session in sessions:
+        for cmd, shown in re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", session, flags=re.M):
+            args = cmd.split(" | ")[0].split()
+            assert args[0] == "exactbatch"
+            p = run(*args[1:], "-q", check=0)
+            if args[1] in ("info", "mixing") and "| tail" not in cmd:  # deterministic output
+                assert p.stdout.strip() == shown.strip(), cmd
+    assert Path("mixing.png").read_bytes()[:4] == b"\x89PNG"

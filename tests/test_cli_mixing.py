@@ -1,0 +1,178 @@
+"""exactbatch mixing: what a streaming loader setting does to data sorted on disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader, save_ndf
+from exactbatch.cli import main
+from exactbatch.tools.mixing import ks_distance, mixing
+
+N = 20_000
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The same rows sorted by time, and shuffled once."""
+    folder = tmp_path_factory.mktemp("mixing")
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 1.0, N)
+    x = np.column_stack([t, t + 0.2 * rng.standard_normal(N)])
+    y = (rng.random(N) < t).astype(np.float64)
+    save_ndf(folder / "sorted.ndf", (x, y))
+    perm = rng.permutation(N)
+    save_ndf(folder / "shuffled.ndf", (x[perm], y[perm]))
+    return folder
+
+
+def run_json(*argv, capsys) -> dict:
+    assert main([*map(str, argv), "--json", "-q"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_sorted_data_with_a_small_buffer_in_a_subprocess(data, tmp_path):
+    """A small buffer over sorted data: batches far less representative than random
+    ones, drawn from few places in the file; the table says so and the plot is drawn."""
+    plot = tmp_path / "mixing.png"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exactbatch.cli",
+            "mixing",
+            str(data / "sorted.ndf"),
+            "--batch-size",
+            "100",
+            "--buffer-size",
+            "2000",
+            "--chunk-rows",
+            "1000",
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "NOT well mixed" in p.stdout and "exactbatch shuffle" in p.stdout
+    assert "how far rows travel" in p.stdout and "KS distance" in p.stdout
+    assert "mixing sorted.ndf" in p.stderr  # the progress bar
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_verdict_follows_the_data_and_the_buffer(data, capsys):
+    """Sorted + small buffer: not mixed. Shuffled on disk, same setting: like random
+    batches. Sorted + a buffer as large as the data: a full shuffle, like random batches."""
+    args = ["--batch-size", "100", "--chunk-rows", "1000"]
+    bad = run_json("mixing", data / "sorted.ndf", *args, "--buffer-size", "2000", capsys=capsys)
+    good = run_json("mixing", data / "shuffled.ndf", *args, "--buffer-size", "2000", capsys=capsys)
+    full = run_json("mixing", data / "sorted.ndf", *args, "--buffer-size", str(N), capsys=capsys)
+    assert not bad["well_mixed"] and good["well_mixed"] and full["well_mixed"]
+    assert bad["ks"]["share_worse_than_random_p95"] > 0.9
+    assert bad["ks"]["all"]["loader"]["mean"] > 3 * bad["ks"]["all"]["random"]["mean"]
+    # a batch of 100 from a 2000-row buffer touches about 10 of the file's 100 slices
+    # (of 200 rows each), where a random batch of 100 touches about 63
+    assert bad["travel"]["batch_spread"] <= 12 < 50 < full["travel"]["batch_spread"]
+    assert full["travel_full_shuffle"]["batch_spread"] == pytest.approx(63.4, abs=0.2)
+    assert full["travel"]["median"] == pytest.approx(0.293, abs=0.03)
+
+
+def test_without_chunk_shuffling_rows_move_at_most_a_buffer(data, capsys):
+    r = run_json(
+        "mixing",
+        data / "sorted.ndf",
+        "--batch-size",
+        "100",
+        "--buffer-size",
+        "2000",
+        "--chunk-rows",
+        "1000",
+        "--no-shuffle-chunks",
+        capsys=capsys,
+    )
+    assert r["shuffle_chunks"] is False
+    assert r["travel"]["q99"] <= (2000 + 100) / N
+    assert not r["well_mixed"]
+
+
+def test_the_simulated_order_is_the_real_loaders(data, tmp_path):
+    """The positions mixing reports are those a DataLoader over the same data, as Parquet
+    row groups of the same size with the same settings, hands out in epoch 0."""
+    pytest.importorskip("pyarrow")
+    from exactbatch import parquet_source
+
+    assert (
+        main(
+            [
+                "convert",
+                str(data / "sorted.ndf"),
+                str(tmp_path / "s.parquet"),
+                "--row-group-rows",
+                "1000",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    settings = {"batch_size": 64, "buffer_size": 1500, "seed": 3}
+    from_ndf = mixing(data / "sorted.ndf", chunk_rows=1000, bar=False, **settings)
+    from_pq = mixing(tmp_path / "s.parquet", bar=False, **settings)
+    assert np.array_equal(from_ndf["_plot"]["out"], from_pq["_plot"]["out"])
+    # the real loader, with the row id as the only feature
+    ids = np.arange(N, dtype=np.float64)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ids}), tmp_path / "ids.parquet", row_group_size=1000)
+    loader = DataLoader(
+        parquet_source(tmp_path / "ids.parquet"), buffer_size=1500, batch_size=64, seed=3
+    )
+    order = np.concatenate([xb[:, 0] for xb, _ in loader]).astype(np.int64)
+    position = np.empty(N, dtype=np.int64)
+    position[order] = np.arange(N)
+    sampled = from_ndf["_plot"]
+    assert np.array_equal(position[sampled["in"]], sampled["out"])
+
+
+def test_parquet_columns_by_name(data, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    assert (
+        main(
+            [
+                "convert",
+                str(data / "sorted.ndf"),
+                str(tmp_path / "s.parquet"),
+                "--row-group-rows",
+                "2500",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    r = run_json(
+        "mixing",
+        tmp_path / "s.parquet",
+        "--batch-size",
+        "256",
+        "--columns",
+        "x0,y0",
+        "--buffer-size",
+        "5000",
+        capsys=capsys,
+    )
+    assert [c["name"] for c in r["ks"]["columns"]] == ["x0", "y0"]
+    assert r["chunks"] == 8 and r["chunk_rows"] is None
+
+
+def test_ks_distance():
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    assert ks_distance(a, np.sort(a)) == 0.0
+    assert ks_distance(a + 10, np.sort(a)) == 1.0
+    assert ks_distance(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == 0.5
