@@ -44,7 +44,12 @@ class DataLoader:
 
     ``source`` is random-access - a :class:`Dataset`, an :class:`NdfFile`, an
     array ``x`` or a pair ``(x, y)`` - and every epoch is a full permutation
-    of this shard's rows (or file order with ``shuffle=False``).
+    of this shard's rows (or file order with ``shuffle=False``); or streamed
+    - a :func:`parquet_source`, :func:`ndf_blocks`, a zero-argument callable
+    returning an iterator of chunks, or a re-iterable of chunks - and rows
+    are re-batched and, with ``shuffle``, mixed in a bounded buffer of
+    ``buffer_size`` rows (see :mod:`exactbatch.batching.buffer` for what a
+    bounded buffer can and cannot do on sorted data).
 
     Guarantees:
 
@@ -64,8 +69,18 @@ class DataLoader:
       several threads at once.
     * :meth:`state_dict` counts batches handed out, so a restored loader hands
       out exactly the batches that were left.
+    * ``total_size`` is N, the whole dataset's row count: exact for
+      random-access sources; for streams ``"auto"`` (from ``n_rows``, or a
+      counting pass with a warning), an int (audited after every pass:
+      :class:`TotalSizeWarning`) or None (unknown; ``len()`` raises).
 
-    ``buffer_size`` is only used by streamed sources.
+    Distributed options: ``num_shards``/``shard_index`` may be ``"auto"``
+    (torch.distributed, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
+    every shard the smallest shard's batch count; ``elastic`` (random access
+    only) deals one global order per epoch out to the shards batch by batch,
+    so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
+    k batches on a background thread (default: 2 for .ndf batches of 256 KiB
+    or more, else 0).
     """
 
     def __init__(
