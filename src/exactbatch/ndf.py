@@ -12,17 +12,34 @@ Reads never move a shared file position: runs of adjacent rows are read
 with one positional read each (``os.preadv``), and batches scattered over
 many runs are gathered from a read-only mapping of the file. So threads may
 read one file at once, and a file larger than RAM is never loaded whole.
-Before every read the file's size is checked again: a file truncated while
-open is an :class:`NdfError` at the next read. A file replaced or deleted
-while open keeps being read as the file that was opened (POSIX semantics).
+Before every read the file's size and modification time are checked again:
+a file truncated, or rewritten in place, while open is an :class:`NdfError`
+at the next read (so is one whose modification time was merely touched).
+A file replaced (renamed over, as :func:`save_ndf` does) or deleted while
+open keeps being read as the file that was opened (POSIX semantics). One
+race remains: scattered rows are copied from the mapping after the check,
+and a truncation in that instant ends the process with SIGBUS (a crash,
+never wrong rows); contiguous runs use positional reads, which cannot fault.
+
+Writes are atomic: :func:`save_ndf` writes ``.NAME.<host>.<pid>.<random>.tmp``
+in the target's folder and renames it over the target. A writer killed
+mid-write (SIGKILL, power loss) leaves that temporary file behind; the next
+``save_ndf`` to the same path removes such files whose writer process (on
+this host) is gone, so they do not pile up. (A writer in another PID
+namespace with the same host name is not told apart: if such a writer's
+temporary file is removed, its own rename fails loudly and its target keeps
+its old bytes.)
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import mmap
 import os
+import re
 import secrets
+import socket
 import stat
 import struct
 import weakref
@@ -57,10 +74,11 @@ class _Handle:
     its reference: CPython frees the handle then, and the finalizer closes.
     """
 
-    __slots__ = ("__weakref__", "d", "fd", "l", "n", "path", "row_bytes", "rows", "size")
+    __slots__ = ("__weakref__", "d", "fd", "l", "mtime", "n", "path", "row_bytes", "rows", "size")
 
-    def __init__(self, path: str, fd: int, n: int, d: int, l: int):  # noqa: E741
+    def __init__(self, path: str, fd: int, n: int, d: int, l: int, mtime: int | None = None):  # noqa: E741
         self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
+        self.mtime = mtime  # st_mtime_ns when opened; a change means rewritten in place
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows = None  # (n,) of void rows over the mapping; None when no data
@@ -75,11 +93,18 @@ class _Handle:
         weakref.finalize(self, os.close, fd)
 
     def check_size(self) -> None:
-        found = os.fstat(self.fd).st_size
+        st = os.fstat(self.fd)
+        found = st.st_size
         if found < self.size:
             raise NdfError(
                 f"{self.path}: the file changed while open: expected {self.size} bytes, "
                 f"found {found} (truncated?)"
+            )
+        if self.mtime is not None and st.st_mtime_ns != self.mtime:
+            raise NdfError(
+                f"{self.path}: the file changed while open: it was modified in place after "
+                "it was opened (its modification time changed); open it again to read the "
+                "new contents, and replace files with save_ndf (a rename) instead"
             )
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
@@ -250,7 +275,7 @@ def open_ndf(path) -> NdfFile:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "expected an .ndf file, found a folder", path)
         n, d, l = _read_header(fd, path, st.st_size)  # noqa: E741
-        return NdfFile(_Handle(path, fd, n, d, l))
+        return NdfFile(_Handle(path, fd, n, d, l, st.st_mtime_ns))
     except BaseException:
         os.close(fd)
         raise
@@ -273,6 +298,14 @@ def _read_header(fd: int, path: str, size: int) -> tuple[int, int, int]:
         raise NdfError(
             f"{path}: impossible header n={n}, d={d}, l={l}: 28 + 8*n*(d+l) = {want} bytes "
             f"exceeds the largest possible file ({_MAX_FILE_BYTES} bytes); found {size} bytes"
+        )
+    if n > _MAX_FILE_BYTES or expected_size(1, d, l) > _MAX_FILE_BYTES:
+        # With no rows (n = 0) or no values per row (d + l = 0) any n, d, l give a
+        # 28-byte file; still, rows are numbered by int64 and a row must fit in a file.
+        raise NdfError(
+            f"{path}: impossible header n={n}, d={d}, l={l}: at most 2**63 - 1 rows, and one "
+            f"row of 8*(d+l) bytes after the 28-byte header must fit in the largest possible "
+            f"file ({_MAX_FILE_BYTES} bytes); found {size} bytes"
         )
     if size != want:
         how = "short" if size < want else "long"
@@ -301,7 +334,9 @@ def save_ndf(path, data) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(errno.ENOENT, "folder does not exist (save_ndf creates none)", path)
-    tmp, fd = _create_temp(folder, os.path.basename(path))
+    name = os.path.basename(path)
+    _remove_stale_temps(folder, name)
+    tmp, fd = _create_temp(folder, name)
     try:
         with open(fd, "wb") as f:
             f.write(_HEADER.pack(MAGIC, data.n, data.d, data.l))
@@ -318,9 +353,63 @@ def save_ndf(path, data) -> None:
     _fsync_folder(folder)
 
 
+# What follows ".NAME." in a temporary file's name: host tag, writer's pid, random part.
+_TEMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{12}\.tmp")
+
+
+def _temp_stem(name: str) -> str:
+    # keep the temporary name within NAME_MAX (255 bytes) for long target names
+    return os.fsdecode(os.fsencode(name)[:200])
+
+
+def _host_tag() -> str:
+    """8 hex digits naming this host: pids are only compared on the host that wrote them."""
+    return hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal is sent, only the existence is checked
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # PermissionError: it exists (someone else's);
+        return True  # a pid too large for this OS: not ours to judge, keep the file
+    return True
+
+
+def _remove_stale_temps(folder: str, name: str) -> None:
+    """Remove temporary files of ``name`` left by writers on this host that are gone.
+
+    A writer killed mid-write leaves ``.NAME.<host>.<pid>.<random>.tmp``;
+    such a file is removed once no process has that pid (a pid reused since
+    keeps it until that process ends too). Best effort: errors are ignored.
+    Files of live writers, of other hosts, or named otherwise are left alone.
+    """
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return
+    prefix, host, me = f".{_temp_stem(name)}.", _host_tag(), os.getpid()
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for entry in names:
+        m = _TEMP_TAIL.fullmatch(entry, len(prefix))
+        if m is None or m["host"] != host:
+            continue
+        pid = int(m["pid"])
+        if pid == me or _pid_alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
 def _create_temp(folder: str, name: str) -> tuple[str, int]:
+    stem, host, pid = _temp_stem(name), _host_tag(), os.getpid()
     while True:
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        tmp = os.path.join(folder, f".{stem}.{host}.{pid}.{secrets.token_hex(6)}.tmp")
         try:  # O_EXCL with mode 0o666 so the final file gets the umask's permissions
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:

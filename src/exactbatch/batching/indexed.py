@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from functools import partial
 
 import numpy as np
 
@@ -76,8 +77,14 @@ class BlockedOrder:
             self._rows = self.mapped(self._lo, self._hi)
         return self._rows[a - self._lo : z - self._lo]
 
-    def mapped_all(self) -> np.ndarray:
-        return self.mapped(0, self.bijection.n)
+    def mapped_all(self, out: np.ndarray) -> np.ndarray:
+        """The whole order, mapped block by block into ``out``: the bijection's
+        temporaries stay one block small (a background thread's large temporaries
+        would stay in its malloc arena after it ends)."""
+        step = 2 * self.BLOCK
+        for a in range(0, len(out), step):
+            out[a : a + step] = self.mapped(a, min(a + step, len(out)))
+        return out
 
     def mapped(self, a: int, z: int) -> np.ndarray:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
@@ -220,7 +227,9 @@ class IndexedFeed:
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self._bijection(seed, e, key_shard, size)
-                fut = _in_background(BlockedOrder(bijection, offset, self._dtype).mapped_all)
+                blocked = BlockedOrder(bijection, offset, self._dtype)
+                out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
+                fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut
         self._wholes = wanted
         return wanted[(seed, epoch, key_shard)]

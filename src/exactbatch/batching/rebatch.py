@@ -4,7 +4,7 @@ Full batches are cut as soon as enough rows have arrived; the remainder of
 a chunk is copied into a carry and completed by the next chunk, so no row
 is lost mid-stream. Every batch handed out is a fresh array (never a view
 of a source chunk, which a source may reuse). Holds: the current chunk and
-the carry (under one batch).
+the carry (under one batch, grown as rows arrive).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def rebatch(chunks: Iterable, batch_size: int, drop_last: bool) -> Iterator:
         rows, pos = x.shape[0], 0
         if filled:
             pos = min(b - filled, rows)
+            cx, cy = _room(cx, cy, filled + pos, b)
             cx[filled : filled + pos] = x[:pos]
             cy[filled : filled + pos] = y[:pos]
             filled += pos
@@ -40,11 +41,23 @@ def rebatch(chunks: Iterable, batch_size: int, drop_last: bool) -> Iterator:
             yield x[pos : pos + b].copy(), y[pos : pos + b].copy()
             pos += b
         if pos < rows:
-            cx = np.empty((b, x.shape[1]), dtype=np.float64)
-            cy = np.empty((b, y.shape[1]), dtype=np.float64)
             filled = rows - pos
+            cx, cy = _room(None, None, filled, b, x.shape[1], y.shape[1])
             cx[:filled] = x[pos:]
             cy[:filled] = y[pos:]
         del x, y  # let the chunk go before the source makes the next one
     if filled and not drop_last:
         yield cx[:filled], cy[:filled]
+
+
+def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0):  # noqa: E741
+    """A carry with room for ``need`` rows: grown by doubling, never past ``b``,
+    so a huge batch_size costs only the rows that actually arrive."""
+    if cx is not None and len(cx) >= need:
+        return cx, cy
+    cap = min(b, max(need, 2 * (0 if cx is None else len(cx)), 1024))
+    nx = np.empty((cap, d if cx is None else cx.shape[1]), dtype=np.float64)
+    ny = np.empty((cap, l if cy is None else cy.shape[1]), dtype=np.float64)
+    if cx is not None:
+        nx[: len(cx)], ny[: len(cy)] = cx, cy
+    return nx, ny

@@ -6,6 +6,12 @@ checked against them, so a file with its columns in another order still
 yields the right features. The loader reads only the row groups (and rows)
 its shard owns, and may shuffle the order of row groups each epoch.
 Memory: one row group at a time, as float64.
+
+Faults: a file that is not readable Parquet (truncated, a corrupt footer,
+row counts that do not add up), that lacks a column, has it non-numeric or
+more than once, is a ``ValueError`` naming the file; so is a file changed
+(replaced, rewritten, truncated) after the source read its footer, at its
+next read. A missing file stays a ``FileNotFoundError``.
 """
 
 from __future__ import annotations
@@ -68,24 +74,31 @@ class ParquetSource:
         self.files = files
         self.labels = tuple(labels)
         self._meta = []
+        self._stats = []  # each file's identity when its footer was read
         self._groups = []  # (file index, row group index) per chunk
         chunk_rows = []
         for fi, f in enumerate(files):
             try:
+                self._stats.append(_identity(f))
                 pf = pq.ParquetFile(f)
+                schema, md = pf.schema_arrow, pf.metadata
+                rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             except FileNotFoundError:
                 raise
-            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            except Exception as e:  # ArrowInvalid (a ValueError), OSError, NotImplementedError...
                 raise ValueError(f"{f}: not a readable Parquet file ({e})") from e
-            schema = pf.schema_arrow
             if features is None and fi == 0:
                 features = [n for n in schema.names if n not in self.labels]
             self._check_schema(f, schema, list(features) + list(self.labels))
-            md = pf.metadata
             self._meta.append(md)
-            for g in range(md.num_row_groups):
+            if any(r < 0 for r in rows) or sum(rows) != md.num_rows:
+                raise ValueError(
+                    f"{f}: corrupt footer: row groups of {rows} rows, "
+                    f"expected non-negative counts that add up to its {md.num_rows} rows"
+                )
+            for g, r in enumerate(rows):
                 self._groups.append((fi, g))
-                chunk_rows.append(md.row_group(g).num_rows)
+                chunk_rows.append(r)
         self.features = tuple(features)
         self.d, self.l = len(self.features), len(self.labels)
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
@@ -98,6 +111,12 @@ class ParquetSource:
             raise ValueError(
                 f"{f}: missing column(s) {missing}; expected columns {columns}, "
                 f"found {schema.names}"
+            )
+        twice = sorted({c for c in columns if schema.names.count(c) > 1})
+        if twice:
+            raise ValueError(
+                f"{f}: column name(s) {twice} appear more than once in the file "
+                f"(found {schema.names}), so which column is meant is ambiguous"
             )
         types = {c: schema.field(c).type for c in columns}
         bad = [f"{c} ({t})" for c, t in types.items() if not _is_numeric(t)]
@@ -120,10 +139,18 @@ class ParquetSource:
         """Row group ``i`` (in file order) as float64 ``(x, y)``."""
         fi, g = self._groups[i]
         path = self.files[fi]
-        pf = _pq().ParquetFile(path, metadata=self._meta[fi])
         names = list(self.features) + list(self.labels)
+        if _identity(path) != self._stats[fi]:
+            # its footer (kept since construction) no longer describes the file
+            raise ValueError(
+                f"{path}: the file changed (replaced, rewritten or truncated) after "
+                "parquet_source read its footer; build the source again to read it"
+            )
         try:
+            pf = _pq().ParquetFile(path, metadata=self._meta[fi])
             table = pf.read_row_group(g, columns=names)
+        except FileNotFoundError:
+            raise
         except Exception as e:
             raise ValueError(f"{path}: cannot read row group {g} ({e})") from e
         rows = table.num_rows
@@ -142,6 +169,12 @@ class ParquetSource:
     def __iter__(self):
         for i in range(len(self._groups)):
             yield self.read_chunk(i)
+
+
+def _identity(path) -> tuple[int, int, int, int]:
+    """What changes when a file is replaced or rewritten: (device, inode, size, mtime)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _column(table, name) -> np.ndarray:

@@ -1,0 +1,472 @@
+"""Reliability long runs: faults, bad input and load, with figures for the README.
+
+Each part reuses the checks of the fast tests (tests/test_reliability_*.py)
+at a larger scale, in child processes where a crash or a hang must be seen:
+
+    fuzz     30,000 fuzzed .ndf files and 30,000 fuzzed Parquet files (hypothesis,
+             in child processes with a timeout: a crash or hang is counted, not fatal)
+    crash    200 SIGKILLs of save_ndf writing a 61 MB file over an older version
+    changes  a reader over an .ndf truncated at a random instant by another process:
+             outcomes (NdfError, SIGBUS, garbage) per read path (the map, the map with
+             prefetch, positional reads only, runs in file order); 100 trials each
+    cost     rows/s of shuffled reads: the map (now), positional reads only (what
+             closing the SIGBUS race that way costs), and NumPy in memory
+    load     1,000 loaders and 100 epochs (threads, descriptors, RSS), then 8 threads
+             x 50 epochs over 1M rows (every row exactly once per epoch)
+    resume   a training process SIGKILLed 50 times at random batches, resumed each time
+
+    .venv/bin/python bench/reliability.py [parts...] [--quick] [--json out.json]
+
+With no part named, all run (about 6 minutes on a 2-core machine);
+``--quick`` shrinks every part to a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the checks of the fast tests
+
+
+def log(*args) -> None:
+    print(*args, flush=True)
+
+
+# -- fuzz -----------------------------------------------------------------------------
+
+FUZZ_WORKER = textwrap.dedent(
+    """
+    import json, sys, tempfile, pathlib
+    sys.path.insert(0, sys.argv[4])
+    import numpy as np
+    from hypothesis import HealthCheck, given, seed, settings
+    import test_reliability_files as t
+
+    kind, cases, hseed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="fuzz-"))
+    every = settings(max_examples=cases, deadline=None, database=None,
+                     suppress_health_check=list(HealthCheck))
+    if kind == "ndf":
+        @seed(hseed)
+        @every
+        @given(case=t.ndf_cases())
+        def run(case):
+            data, s = case
+            t.OUTCOMES[t.check_ndf_bytes(tmp / "f.ndf", data, np.random.default_rng(s))] += 1
+    else:
+        @seed(hseed)
+        @every
+        @given(case=t.parquet_cases())
+        def run(case):
+            mutations, shuffle = case
+            data, rows = t.parquet_base()
+            mutated = t.mutate_parquet(data, mutations)
+            t.OUTCOMES[t.check_parquet_bytes(tmp / "f.parquet", mutated, rows, shuffle)] += 1
+    run()
+    print(json.dumps(dict(t.OUTCOMES)))
+    """
+)
+
+
+def fuzz(cases: int, workers: int, timeout: float) -> dict:
+    """``cases`` fuzzed files of each kind, split over ``workers`` child processes each."""
+    out = {}
+    for kind in ("ndf", "parquet"):
+        per = -(-cases // workers)
+        totals = collections.Counter()
+        failures = []
+        t0 = time.perf_counter()
+        procs = []
+        for w in range(workers):  # two at a time: one per core
+            cmd = [
+                sys.executable,
+                "-c",
+                FUZZ_WORKER,
+                kind,
+                str(per),
+                str(1000 + w),
+                str(ROOT / "tests"),
+            ]
+            procs.append(
+                (
+                    w,
+                    subprocess.Popen(
+                        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    ),
+                )
+            )
+            if len(procs) == 2 or w == workers - 1:
+                for wid, p in procs:
+                    try:
+                        so, se = p.communicate(timeout=timeout)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        so, se = p.communicate()
+                        failures.append(f"worker {wid}: HANG (over {timeout:.0f} s)")
+                        continue
+                    if p.returncode == 0:
+                        totals.update(json.loads(so.strip().splitlines()[-1]))
+                    elif p.returncode < 0:
+                        failures.append(f"worker {wid}: CRASH signal {-p.returncode}")
+                    else:
+                        failures.append(f"worker {wid}: FAILED\n{se[-3000:]}")
+                procs = []
+        secs = time.perf_counter() - t0
+        out[kind] = {
+            "cases": sum(totals.values()),
+            **totals,
+            "failures": failures,
+            "seconds": round(secs, 1),
+        }
+        log(f"fuzz {kind}: {out[kind]}")
+    return out
+
+
+# -- crash ----------------------------------------------------------------------------
+
+
+def crash(kills: int, rows: int, d: int) -> dict:
+    import test_reliability_crash as t
+
+    folder = tempfile.mkdtemp(prefix="crash-", dir=os.environ.get("RELIABILITY_DIR"))
+    t0 = time.perf_counter()
+    try:
+
+        def progress(k, stats):
+            if (k + 1) % 25 == 0:
+                log(f"  crash: {k + 1} kills, {stats}")
+
+        stats = t.kill_loop(folder, kills=kills, n=rows, d=d, seed=7, log=progress)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stats["file_mb"] = round((28 + 8 * rows * (d + 1)) / 2**20, 1)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    log(f"crash: {stats}")
+    return stats
+
+
+# -- the file changes underneath: the SIGBUS race, and what closing it costs ----------------
+
+RACER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import exactbatch.ndf as ndf
+    from exactbatch import DataLoader, NdfError, open_ndf
+    path, mode, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if mode == "pread":  # gather scattered rows with one positional read per run, never the map
+        ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
+    f = open_ndf(path)
+    d = f.d
+    prefetch = 2 if mode == "map+prefetch" else 0
+    loader = DataLoader(f, batch_size=batch, shuffle=(mode != "runs"), seed=1, prefetch=prefetch)
+    print("ready", flush=True)
+    batches = 0
+    try:
+        while True:
+            for xb, yb in loader:  # every value is checked: x[i] = (i, 2i, ...), y[i] = -i
+                i = xb[:, 0]
+                if not (np.array_equal(xb, i[:, None] * np.arange(1, d + 1)) and
+                        np.array_equal(yb[:, 0], -i)):
+                    print("garbage", batches, flush=True)
+                    sys.exit(3)
+                batches += 1
+    except NdfError as e:
+        assert path in str(e)
+        print("ndferror", batches, flush=True)
+    """
+)
+
+
+def _racer_file(path: str, n: int, d: int) -> None:
+    from exactbatch import save_ndf
+
+    i = np.arange(n, dtype=np.float64)[:, None]
+    save_ndf(path, (i * np.arange(1, d + 1), -i[:, 0]))
+
+
+def changes(trials: int, n: int, d: int, batch: int) -> dict:
+    """Truncate the file at a random instant while a child reads it, ``trials`` times per mode."""
+    folder = tempfile.mkdtemp(prefix="race-", dir=os.environ.get("RELIABILITY_DIR"))
+    pristine = os.path.join(folder, "pristine.ndf")
+    _racer_file(pristine, n, d)
+    size = os.path.getsize(pristine)
+    rng = np.random.default_rng(3)
+    out = {}
+    try:
+        for mode in ("map", "map+prefetch", "pread", "runs"):
+            counts = collections.Counter()
+            t0 = time.perf_counter()
+            for _ in range(trials):
+                path = os.path.join(folder, "live.ndf")
+                shutil.copyfile(pristine, path)
+                p = subprocess.Popen(
+                    [sys.executable, "-c", RACER, path, mode, str(batch)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                assert p.stdout.readline().strip() == "ready"
+                time.sleep(float(rng.uniform(0.0, 0.05)))
+                os.truncate(path, int(rng.integers(28, size)))
+                try:
+                    so, se = p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+                    counts["hang"] += 1
+                    continue
+                if p.returncode == -signal.SIGBUS:
+                    counts["SIGBUS"] += 1
+                elif p.returncode == 0 and so.startswith("ndferror"):
+                    counts["NdfError"] += 1
+                elif p.returncode == 3:
+                    counts["garbage"] += 1
+                else:
+                    counts[f"other rc={p.returncode}: {se.strip()[-200:]}"] += 1
+            out[mode] = {**counts, "seconds": round(time.perf_counter() - t0, 1)}
+            log(f"changes {mode}: {out[mode]}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) -> dict:
+    """rows/s of shuffled read_rows: the map (now), positional reads only, and memory."""
+    import exactbatch.ndf as ndf
+    from exactbatch import open_ndf, save_ndf
+
+    folder = tempfile.mkdtemp(prefix="cost-", dir=os.environ.get("RELIABILITY_DIR"))
+    path = os.path.join(folder, "cost.ndf")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((n, d)), rng.standard_normal((n, 1))
+    save_ndf(path, (x, y))
+    out = {}
+    saved = ndf._FEW_RUNS, ndf._SORT_ROWS
+    try:
+        with open_ndf(path) as f:
+            f.read_rows(np.arange(n))  # into the page cache
+            for b in batches:
+                bx, by = np.empty((b, d)), np.empty((b, 1))
+                row = {}
+                for mode in ("map", "pread", "memory"):
+                    if mode == "pread":
+                        ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
+                    else:
+                        ndf._FEW_RUNS, ndf._SORT_ROWS = saved
+                    best = 0.0
+                    for _ in range(3):  # best of 3 rounds of about `seconds / 3`
+                        perm = rng.permutation(n)
+                        rows, t0 = 0, time.perf_counter()
+                        while time.perf_counter() - t0 < seconds / 3:
+                            idx = perm[rows % (n - b) : rows % (n - b) + b]
+                            if mode == "memory":
+                                np.take(x, idx, axis=0, out=bx)
+                                np.take(y, idx, axis=0, out=by)
+                            else:
+                                f.read_rows(idx, bx, by)
+                            rows += b
+                        best = max(best, rows / (time.perf_counter() - t0))
+                    row[mode] = round(best / 1e6, 2)
+                row["pread/map"] = round(row["pread"] / row["map"], 2)
+                out[b] = row
+                log(f"gather cost, batch {b}: M rows/s {row}")
+    finally:
+        ndf._FEW_RUNS, ndf._SORT_ROWS = saved
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+# -- load -----------------------------------------------------------------------------
+
+
+def leak_check(rows: int, loaders: int, long_epochs: int) -> dict:
+    """Threads, descriptors and RSS across ``loaders`` loaders and ``long_epochs`` epochs;
+    and the bytes NumPy and Python still hold after the loaders (tracemalloc)."""
+    import tracemalloc
+
+    import test_reliability_load as t
+
+    from exactbatch import DataLoader, open_ndf, save_ndf
+
+    folder = tempfile.mkdtemp(prefix="leak-", dir=os.environ.get("RELIABILITY_DIR"))
+    path = os.path.join(folder, "load.ndf")
+    save_ndf(path, t.make_data(rows))
+    out = {}
+    try:
+        t.churn_loaders(path, 100, rows)  # warm up
+        before = t.resources()
+        t0 = time.perf_counter()
+        t.churn_loaders(path, loaders, rows, seed=1)
+        after = t.resources()
+        secs = time.perf_counter() - t0
+        tracemalloc.start()  # then exactly: what 200 more loaders leave allocated
+        t.churn_loaders(path, 200, rows, seed=2)
+        t.settle()
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        out["loaders"] = {
+            "count": loaders,
+            "before": before,
+            "after": after,
+            "traced_bytes_held_after_200_more": held,
+            "seconds": round(secs, 1),
+        }
+        marks = {}
+        with open_ndf(path) as f:
+            loader = DataLoader(f, batch_size=4096, seed=5)
+            bx, by = np.empty((4096, 3)), np.empty((4096, 1))
+            for e in range(long_epochs):
+                if e % 2:
+                    for _ in loader:
+                        pass
+                else:
+                    while loader.next_into(bx, by):
+                        pass
+                    loader.reset()
+                if e + 1 in (1, 10, long_epochs // 2, long_epochs):
+                    marks[e + 1] = t.resources()
+            loader.close()
+        out["epochs"] = marks
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+LEAK_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import reliability
+    print(json.dumps(reliability.leak_check(*(int(v) for v in sys.argv[2:5]))))
+    """
+)
+
+
+def load(rows: int, epochs: int, threads: int, loaders: int, long_epochs: int) -> dict:
+    """Leaks in fresh processes (glibc's default arenas, and MALLOC_ARENA_MAX=1), then
+    8 threads sharing a loader for many epochs."""
+    import test_reliability_load as t
+
+    from exactbatch import DataLoader, open_ndf, save_ndf
+
+    out = {}
+    for label, env in (("default malloc", {}), ("MALLOC_ARENA_MAX=1", {"MALLOC_ARENA_MAX": "1"})):
+        args = [str(Path(__file__).parent), str(rows), str(loaders), str(long_epochs)]
+        proc = subprocess.run(
+            [sys.executable, "-c", LEAK_CHILD, *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[f"leaks, {label}"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        log(f"load leaks, {label}: {out[f'leaks, {label}']}")
+    folder = tempfile.mkdtemp(prefix="load-", dir=os.environ.get("RELIABILITY_DIR"))
+    path = os.path.join(folder, "load.ndf")
+    save_ndf(path, t.make_data(rows))
+    try:
+        for kind in ("memory", "ndf"):
+            with open_ndf(path) as f:
+                source = f if kind == "ndf" else t.make_data(rows)
+                loader = DataLoader(source, batch_size=1024, seed=9)
+                t0 = time.perf_counter()
+                per_epoch = t.threaded_epochs(loader, epochs, threads)
+                secs = time.perf_counter() - t0
+                for batches in per_epoch:
+                    t.check_exactly_once(batches, rows)
+                    assert len(batches) == len(loader)
+            out[f"threads_{kind}"] = {
+                "epochs": epochs,
+                "rows": rows,
+                "threads": threads,
+                "exactly_once": True,
+                "seconds": round(secs, 1),
+                "M_rows_per_s": round(epochs * rows / secs / 1e6, 2),
+            }
+            log(f"load {kind}: {out[f'threads_{kind}']}")
+            del per_epoch
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+# -- resume ---------------------------------------------------------------------------
+
+
+def resume(kills: int, rows: int, every: int) -> dict:
+    import test_reliability_crash as t
+
+    folder = tempfile.mkdtemp(prefix="resume-", dir=os.environ.get("RELIABILITY_DIR"))
+    t0 = time.perf_counter()
+    try:
+        stats = t.resume_loop(
+            folder, n=rows, batch=64, epochs=3, every=every, seed=11, max_kills=kills, pause=0.001
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    log(f"resume: {stats}")
+    return stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parts = ["fuzz", "crash", "changes", "cost", "load", "resume"]
+    parser.add_argument("parts", nargs="*", help=f"any of {parts} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="a smoke test of every part")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    todo = args.parts or parts
+    unknown = set(todo) - set(parts)
+    if unknown:
+        parser.error(f"unknown part(s) {sorted(unknown)}; choose from {parts}")
+    q = args.quick
+    log(f"python {platform.python_version()}, {os.cpu_count()} cores, {platform.platform()}")
+    results = {}
+    if "fuzz" in todo:
+        results["fuzz"] = fuzz(cases=200 if q else 30_000, workers=2 if q else 6, timeout=600)
+    if "crash" in todo:
+        results["crash"] = crash(kills=5 if q else 200, rows=200_000 if q else 1_000_000, d=7)
+    if "changes" in todo:
+        results["changes"] = changes(trials=5 if q else 100, n=200_000, d=16, batch=4096)
+    if "cost" in todo:
+        results["cost"] = gather_cost(
+            n=200_000 if q else 1_000_000, d=16, seconds=0.3 if q else 1.5
+        )
+    if "load" in todo:
+        results["load"] = load(
+            rows=100_000 if q else 1_000_000,
+            epochs=3 if q else 50,
+            threads=8,
+            loaders=100 if q else 1000,
+            long_epochs=10 if q else 100,
+        )
+    if "resume" in todo:
+        results["resume"] = resume(
+            kills=3 if q else 50, rows=3000 if q else 20_000, every=5 if q else 10
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    log(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
