@@ -27,6 +27,7 @@ from exactbatch.batching.indexed import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.errors import TotalSizeWarning
 from exactbatch.order import buffer_rng, chunk_order, chunk_pieces, shard_range
+from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.chunks import as_stream, normalize_chunk
 
 __all__ = ["StreamFeed"]
@@ -202,10 +203,26 @@ class StreamFeed:
         if self.shuffle:
             order = chunk_order(len(pieces), seed=seed, epoch=epoch, shard=self.shard_index)
             pieces = [pieces[j] for j in order.tolist()]
-        for pos, (i, lo, hi) in enumerate(pieces):
-            x, y = normalize_chunk(self.source.read_chunk(i), pos, self._width())
-            self._set_width(x, y)
-            yield x[lo:hi], y[lo:hi]
+        # The next chunk is read on a background thread while this one is cut into
+        # batches (Parquet decoding and positional reads release the GIL): one
+        # chunk more in memory, reads overlapped with batching.
+        todo = iter(pieces)
+
+        def read_next():
+            for i, _, _ in todo:
+                return (self.source.read_chunk(i),)
+            return None
+
+        ahead = Prefetcher(read_next, 1)
+        try:
+            for pos, (_, lo, hi) in enumerate(pieces):
+                (chunk,) = ahead.get()
+                x, y = normalize_chunk(chunk, pos, self._width())
+                del chunk
+                self._set_width(x, y)
+                yield x[lo:hi], y[lo:hi]
+        finally:
+            ahead.close()
 
     def _stream_chunks(self):
         it = self.stream.open()

@@ -38,11 +38,11 @@ def _drain(bx, by, fill, rng, b, final, drop_last):
     full = fill // b
     for k in range(full):
         rows = perm[k * b : (k + 1) * b]
-        yield np.take(bx, rows, axis=0), np.take(by, rows, axis=0)
+        yield bx.take(rows, axis=0), by.take(rows, axis=0)
     rest = perm[full * b :]
     if final:
         if len(rest) and not drop_last:
-            yield np.take(bx, rest, axis=0), np.take(by, rest, axis=0)
+            yield bx.take(rest, axis=0), by.take(rest, axis=0)
         return
     bx[: len(rest)] = bx[rest]
     by[: len(rest)] = by[rest]

@@ -1,0 +1,961 @@
+"""exactbatch against the NumPy epoch, torch and pymc-extras: one run, same data.
+
+Every figure comes from a fresh subprocess (so each tool's peak RSS is its
+own: VmHWM from /proc/self/status, which starts afresh at exec, unlike
+ru_maxrss) over the same n rows of d = 16 float64 features and l = 1 label,
+cached under .cache/compare/n<rows>/ as arrays (.npy), one .ndf file and a
+Parquet folder (files of 1M rows, row groups of 65,536), and reused.
+Each figure is the best of a few epochs (the machine may be shared and noisy).
+
+Tools, for each batch size (64 and 4096 by default):
+
+* the NumPy epoch, the baseline: ``idx = rng.permutation(n)`` (timed), then
+  per batch ``np.take(x, idx[i:i+b], axis=0, out=bx, mode="clip")``, same for y;
+* exactbatch from memory, ``for xb, yb in loader`` and ``loader.next_into``;
+* exactbatch from a page-cache-warm .ndf file, fully shuffled;
+* exactbatch from a cold .ndf file (its pages evicted before every epoch with
+  fsync + ``posix_fadvise(POSIX_FADV_DONTNEED)``, checked with mincore): fully
+  shuffled, and in block-shuffle mode (``ndf_blocks`` + a buffer of 64 blocks);
+  and, as the block mode's reference, a sequential read of the same cold file
+  (``os.preadv`` in 8 MiB chunks);
+* exactbatch from the Parquet folder, shuffled (buffer of 262,144 rows) and not;
+  and, as their reference, pyarrow reading the folder row group by row group
+  into NumPy arrays x (rows, 16) and y (rows, 1);
+* torch.utils.data.DataLoader over a TensorDataset, ``shuffle=True`` (per-row
+  fetch + collate), and with ``sampler=BatchSampler(RandomSampler(ds), b)``,
+  ``batch_size=None`` (one tensor index per batch);
+* pymc-extras' streaming DataLoader (pymc_extras.variational.dataloader), in a
+  venv of its own under .cache/compare/ (it needs Python 3.12; skipped, saying
+  why, when no python3.12 is found or the install fails): over the in-memory
+  (n, 17) array and over the Parquet folder, shuffled, same buffer size.
+
+torch's per-row idiom is timed over the first part of an epoch (at most
+--max-epoch-seconds, at least a quarter of the epoch) and its rate
+extrapolated; the table marks such figures with "†" and says how much of the
+epoch was timed. pymc-extras, torch's per-row idiom and the cold-file runs
+get 2 epochs per run instead of --epochs.
+
+    .venv/bin/python bench/compare.py                 # n = 4,000,000 (about 6 min)
+    .venv/bin/python bench/compare.py --rows 200000   # a quick run
+    .venv/bin/python bench/compare.py --skip-pymc --png docs/compare.png
+    .venv/bin/python bench/compare.py --profile eb_ndf_cold_blocks 64   # cProfile one case
+
+Only the standard library and NumPy are imported at module level: the
+pymc-extras cases run this same file under the other venv's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+D, L = 16, 1
+ROW_BYTES = 8 * (D + L)
+FILE_ROWS = 1_000_000
+GROUP_ROWS = 65_536
+SEED = 0
+PYMC_EXTRAS = "pymc-extras==0.15.1"
+SEQ_CHUNK = 8 << 20
+
+# id -> (label, family); the order is the table's and the chart's.
+TOOLS = {
+    "numpy": ("NumPy epoch (permutation + np.take)", "numpy"),
+    "eb_mem_iter": ("exactbatch, memory, `for xb, yb in loader`", "eb"),
+    "eb_mem_next_into": ("exactbatch, memory, `next_into`", "eb"),
+    "eb_ndf_warm": ("exactbatch, .ndf warm (page cache), shuffled", "eb"),
+    "eb_ndf_cold": ("exactbatch, .ndf cold, shuffled", "eb"),
+    "eb_ndf_cold_blocks": ("exactbatch, .ndf cold, block-shuffle (64 blocks)", "eb"),
+    "seq_cold": ("ref: sequential read of the cold .ndf", "ref"),
+    "eb_pq_shuffled": ("exactbatch, Parquet, shuffled (buffer {buffer:,})", "eb"),
+    "eb_pq_unshuffled": ("exactbatch, Parquet, unshuffled", "eb"),
+    "pyarrow_raw": ("ref: pyarrow raw read of the Parquet folder", "ref"),
+    "torch_default": ("torch DataLoader(TensorDataset, shuffle=True)", "torch"),
+    "torch_batch_sampler": ("torch DataLoader(sampler=BatchSampler(RandomSampler))", "torch"),
+    "pymc_mem": ("pymc-extras DataLoader, memory, shuffled", "pymc"),
+    "pymc_pq": ("pymc-extras DataLoader, Parquet, shuffled (buffer {buffer:,})", "pymc"),
+}
+PYMC_TOOLS = ("pymc_mem", "pymc_pq")
+# Timed over part of an epoch at most (--max-epoch-seconds; torch's per-row idiom
+# needs ~10-25 s an epoch at the default size). pymc-extras is not capped: most of
+# its cost comes before its first batch (filling and shuffling its buffer), which
+# a partial epoch would overweight; its full epochs take a few seconds here.
+CAPPED_TOOLS = ("torch_default",)
+TWO_EPOCH_TOOLS = ("torch_default", "pymc_mem", "pymc_pq", "eb_ndf_cold", "eb_ndf_cold_blocks")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def proc_status(key: str) -> int:
+    """A /proc/self/status field in bytes (VmHWM: the peak RSS since exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def resident_fraction(path: str) -> float:
+    """Share of the file's pages in the page cache (mincore over a fresh mapping)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap failed")
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            if libc.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore failed")
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), size)
+    finally:
+        os.close(fd)
+    return float(np.count_nonzero(np.frombuffer(vec.raw, np.uint8) & 1)) / pages
+
+
+def evict(path: str) -> float:
+    """Drop the file's pages from the page cache; return the share still resident."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return resident_fraction(path)
+
+
+def warm(path: str) -> None:
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(SEQ_CHUNK)
+        while f.readinto(buf):
+            pass
+
+
+def data_paths(cache: Path, n: int) -> dict:
+    folder = cache / f"n{n}"
+    return {
+        "folder": str(folder),
+        "x": str(folder / "x.npy"),
+        "y": str(folder / "y.npy"),
+        "ndf": str(folder / "data.ndf"),
+        "parquet": str(folder / "parquet"),
+    }
+
+
+def make_data(cache: Path, n: int) -> dict:
+    """x (n, 16) and y (n, 1) as .npy, an .ndf file and a Parquet folder of the
+    same rows; made once per n and reused."""
+    p = data_paths(cache, n)
+    done = Path(p["folder"]) / "_complete"
+    if done.exists():
+        return p
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exactbatch import save_ndf
+
+    t0 = time.perf_counter()
+    Path(p["parquet"]).mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((n, D))
+    w = rng.standard_normal(D)
+    y = ((x @ w + rng.standard_normal(n)) > 0).astype(np.float64).reshape(n, L)
+    np.save(p["x"], x)
+    np.save(p["y"], y)
+    save_ndf(p["ndf"], (x, y))
+    for old in glob.glob(os.path.join(p["parquet"], "*.parquet")):
+        os.remove(old)
+    for k, start in enumerate(range(0, n, FILE_ROWS)):
+        stop = min(n, start + FILE_ROWS)
+        cols = {f"f{j}": x[start:stop, j] for j in range(D)}
+        cols["y"] = y[start:stop, 0]
+        pq.write_table(
+            pa.table(cols),
+            os.path.join(p["parquet"], f"part-{k:04d}.parquet"),
+            row_group_size=GROUP_ROWS,
+        )
+    done.touch()
+    print(f"(made the data under {p['folder']} in {time.perf_counter() - t0:.0f} s)", flush=True)
+    return p
+
+
+# ----------------------------------------------------------------------------- one case
+
+
+class Case:
+    """How a tool runs an epoch: ``run(e) -> rows`` is timed; ``prepare(e)``
+    (evicting a cold file) and ``cleanup(e)`` (closing it) are not."""
+
+    def __init__(self, run, prepare=None, cleanup=None):
+        self.run, self.prepare, self.cleanup = run, prepare, cleanup
+
+
+def _timed_epochs(case: Case, epochs: int) -> list:
+    """[(seconds, rows)] of ``epochs`` timed epochs."""
+    out = []
+    for e in range(epochs):
+        if case.prepare:
+            case.prepare(e)
+        gc.collect()
+        t0 = time.perf_counter()
+        rows = case.run(e)
+        out.append((time.perf_counter() - t0, rows))
+        if case.cleanup:
+            case.cleanup(e)
+    return out
+
+
+def _capped(iterable, cap: float | None, rows_of, n: int = 0) -> int:
+    """Consume an epoch's batches, stopping once ``cap`` seconds have passed and
+    at least a quarter of the epoch's ``n`` rows has been handed out."""
+    rows = 0
+    if cap is None:
+        for batch in iterable:
+            rows += rows_of(batch)
+        return rows
+    t0 = time.perf_counter()
+    for batch in iterable:
+        rows += rows_of(batch)
+        if time.perf_counter() - t0 > cap and 4 * rows >= n:
+            break
+    return rows
+
+
+def _first_len(batch) -> int:
+    return len(batch[0])
+
+
+def _imports(tool: str, c: dict) -> dict:
+    """Import what the tool needs (before the baseline RSS is taken)."""
+    m = {}
+    if tool.startswith("eb_"):
+        import exactbatch
+
+        m["eb"] = exactbatch
+    if tool == "pyarrow_raw":
+        import pyarrow.parquet as pq
+
+        m["pq"] = pq
+    if tool.startswith("torch"):
+        import torch
+        import torch.utils.data
+
+        torch.set_num_threads(c["torch_threads"])
+        m["torch"] = torch
+    if tool in PYMC_TOOLS:
+        # Load the DataLoader's own module by path: it needs only NumPy (and
+        # pyarrow for Parquet), while `import pymc_extras` would import PyMC and
+        # PyTensor and add their memory to this process's peak.
+        spec = importlib.util.spec_from_file_location("pymc_extras_dataloader", c["pymc_file"])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        m["pymc"] = mod
+        if tool == "pymc_pq":
+            import pyarrow.parquet  # noqa: F401  (imported lazily by parquet_source)
+    return m
+
+
+def build_case(c: dict, m: dict, notes: dict) -> Case:
+    tool, b, n, cap = c["tool"], c["batch"], c["rows"], c["cap"]
+
+    if tool in ("numpy", "eb_mem_iter", "eb_mem_next_into", "torch_default", "torch_batch_sampler"):
+        x, y = np.load(c["x"]), np.load(c["y"])
+
+    if tool == "numpy":
+        rng = np.random.default_rng(SEED)
+        bx, by = np.empty((b, D)), np.empty((b, L))
+
+        def run(e):
+            idx = rng.permutation(n)
+            rows = 0
+            for i in range(0, n, b):
+                j = idx[i : i + b]
+                r = len(j)
+                np.take(x, j, axis=0, out=bx[:r], mode="clip")
+                np.take(y, j, axis=0, out=by[:r], mode="clip")
+                rows += r
+            return rows
+
+        return Case(run)
+
+    if tool in ("eb_mem_iter", "eb_mem_next_into", "eb_ndf_warm"):
+        eb = m["eb"]
+        if tool == "eb_ndf_warm":
+            warm(c["ndf"])
+            notes["resident_before"] = resident_fraction(c["ndf"])
+            source = eb.open_ndf(c["ndf"])
+        else:
+            source = (x, y)
+        loader = eb.DataLoader(source, b, shuffle=True, seed=SEED)
+        if tool == "eb_mem_next_into":
+            bx, by = np.empty((b, D)), np.empty((b, L))
+
+            def run(e):
+                rows = 0
+                while r := loader.next_into(bx, by):
+                    rows += r
+                loader.reset()
+                return rows
+
+            return Case(run)
+        return Case(lambda e: _capped(loader, cap, _first_len, n))
+
+    if tool in ("eb_ndf_cold", "eb_ndf_cold_blocks"):
+        eb = m["eb"]
+        resident, held = [], {}
+        notes["resident_before"] = resident
+
+        def prepare(e):
+            # A fresh file and loader every epoch: the last epoch's mapping is gone,
+            # so the eviction can drop every page (mapped pages are kept).
+            resident.append(evict(c["ndf"]))
+
+        def run(e):
+            f = held["f"] = eb.open_ndf(c["ndf"])
+            if tool == "eb_ndf_cold":
+                loader = eb.DataLoader(f, b, shuffle=True, seed=SEED)
+            else:
+                blocks = eb.ndf_blocks(f)
+                notes["block_rows"] = blocks.block_rows
+                loader = eb.DataLoader(
+                    blocks, b, shuffle=True, seed=SEED, buffer_size=64 * blocks.block_rows
+                )
+            held["loader"] = loader
+            loader.set_epoch(e)
+            return _capped(loader, cap, _first_len, n)
+
+        def cleanup(e):
+            held.pop("loader").close()
+            held.pop("f").close()
+            gc.collect()
+
+        return Case(run, prepare, cleanup)
+
+    if tool == "seq_cold":
+        resident = []
+        notes["resident_before"] = resident
+        buf = np.empty(SEQ_CHUNK, dtype=np.uint8)
+        size = os.path.getsize(c["ndf"])
+
+        def run(e):
+            fd = os.open(c["ndf"], os.O_RDONLY)
+            got = 0
+            try:
+                while got < size:
+                    k = os.preadv(fd, [buf], got)
+                    if k == 0:
+                        break
+                    got += k
+            finally:
+                os.close(fd)
+            return (got - 28) // ROW_BYTES
+
+        return Case(run, lambda e: resident.append(evict(c["ndf"])))
+
+    if tool in ("eb_pq_shuffled", "eb_pq_unshuffled"):
+        eb = m["eb"]
+        src = eb.parquet_source(c["parquet"], labels="y")
+        loader = eb.DataLoader(
+            src, b, shuffle=(tool == "eb_pq_shuffled"), buffer_size=c["buffer"], seed=SEED
+        )
+        return Case(lambda e: _capped(loader, cap, _first_len, n))
+
+    if tool == "pyarrow_raw":
+        pq = m["pq"]
+        files = sorted(glob.glob(os.path.join(c["parquet"], "*.parquet")))
+
+        def run(e):
+            rows = 0
+            for path in files:
+                pf = pq.ParquetFile(path)
+                for g in range(pf.metadata.num_row_groups):
+                    t = pf.read_row_group(g)
+                    xr = np.empty((t.num_rows, D))
+                    for j in range(D):
+                        xr[:, j] = t.column(j).to_numpy()
+                    yr = t.column(D).to_numpy().reshape(-1, 1)
+                    rows += len(xr) + 0 * len(yr)
+            return rows
+
+        return Case(run)
+
+    if tool in ("torch_default", "torch_batch_sampler"):
+        torch = m["torch"]
+        tud = torch.utils.data
+        torch.manual_seed(SEED)
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)  # no copy
+        ds = tud.TensorDataset(tx, ty)
+        if tool == "torch_default":
+            loader = tud.DataLoader(ds, batch_size=b, shuffle=True)
+        else:
+
+            class Batched(tud.Dataset):
+                """ds[idx] for a list of row indices: one tensor index per batch."""
+
+                def __init__(self, ds):
+                    self.ds = ds
+
+                def __len__(self):
+                    return len(self.ds)
+
+                def __getitem__(self, idx):
+                    return self.ds[torch.as_tensor(idx)]
+
+            bds = Batched(ds)
+            loader = tud.DataLoader(
+                bds,
+                sampler=tud.BatchSampler(tud.RandomSampler(bds), b, drop_last=False),
+                batch_size=None,
+            )
+        notes["torch_threads"] = torch.get_num_threads()
+        return Case(lambda e: _capped(loader, cap, _first_len, n))
+
+    if tool in PYMC_TOOLS:
+        mod = m["pymc"]
+        if tool == "pymc_mem":  # the .ndf rows are exactly the (n, 17) array it takes
+            xy = np.fromfile(c["ndf"], dtype="<f8", offset=28).reshape(n, D + L)
+            loader = mod.DataLoader(
+                xy, batch_size=b, shuffle=True, buffer_size=c["buffer"], seed=SEED, total_size=n
+            )
+        else:
+            loader = mod.DataLoader(
+                mod.parquet_source(c["parquet"]),
+                batch_size=b,
+                shuffle=True,
+                buffer_size=c["buffer"],
+                seed=SEED,
+            )
+        return Case(lambda e: _capped(loader, cap, len, n))
+
+    raise ValueError(f"unknown tool {tool!r}")
+
+
+def run_case(c: dict) -> dict:
+    notes = {}
+    m = _imports(c["tool"], c)
+    base_rss = proc_status("VmRSS")  # the interpreter and the tool's imports, before any data
+    case = build_case(c, m, notes)
+    ep = _timed_epochs(case, c["epochs"])
+    # Rate per epoch: an epoch cut short by the cap is extrapolated from its rows.
+    rates = [rows / s for s, rows in ep]
+    best = int(np.argmax(rates))
+    secs, rows = ep[best]
+    return {
+        "tool": c["tool"],
+        "batch": c["batch"],
+        "rows_per_s": rates[best],
+        "seconds": secs,
+        "rows": rows,
+        "fraction": rows / c["rows"],
+        "epochs": [[s, r] for s, r in ep],
+        "peak_rss": proc_status("VmHWM"),
+        "base_rss": base_rss,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "notes": notes,
+    }
+
+
+# ----------------------------------------------------------------------------- the driver
+
+
+def find_python312(hint: str | None) -> str | None:
+    cands = [hint] if hint else []
+    cands += [shutil.which("python3.12")]
+    cands += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
+    cands += sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"))
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            r = subprocess.run(
+                [c, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
+                capture_output=True,
+                text=True,
+            )
+            if r.stdout.strip() == "True":  # (a pyenv shim may point elsewhere)
+                return c
+    return None
+
+
+def _dataloader_file(py: str) -> str | None:
+    code = (
+        "import importlib.util as u; s = u.find_spec('pymc_extras'); "
+        "print(s.submodule_search_locations[0] if s else '')"
+    )
+    r = subprocess.run([py, "-c", code], capture_output=True, text=True)
+    loc = r.stdout.strip()
+    f = os.path.join(loc, "variational", "dataloader.py") if loc else ""
+    if not (f and os.path.exists(f)):
+        return None
+    r = subprocess.run([py, "-c", "import numpy, pyarrow"], capture_output=True)
+    return f if r.returncode == 0 else None
+
+
+def setup_pymc(cache: Path, hint: str | None) -> tuple[str | None, str | None, str]:
+    """(python, path of pymc_extras/variational/dataloader.py, message)."""
+    venv = cache / "venv-pymc-extras"
+    py = str(venv / "bin" / "python")
+    if os.path.exists(py) and (f := _dataloader_file(py)):
+        return py, f, f"pymc-extras: reusing {venv}"
+    base = find_python312(hint)
+    if base is None:
+        return None, None, "pymc-extras: skipped, no python3.12 found (it needs Python 3.12)"
+    print(
+        f"pymc-extras: making {venv} with {base} and pip-installing {PYMC_EXTRAS} ...", flush=True
+    )
+    r = subprocess.run([base, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
+    if r.returncode:
+        return None, None, f"pymc-extras: skipped, venv failed: {r.stderr.strip()[-300:]}"
+    from importlib.metadata import version
+
+    pins = [f"numpy=={version('numpy')}", f"pyarrow=={version('pyarrow')}"]  # as this venv
+    last = ""
+    for extra in (pins, ["pyarrow"]):
+        r = subprocess.run(
+            [py, "-m", "pip", "install", "-q", PYMC_EXTRAS, *extra], capture_output=True, text=True
+        )
+        if r.returncode == 0 and (f := _dataloader_file(py)):
+            return py, f, f"pymc-extras: installed {PYMC_EXTRAS} {' '.join(extra)} in {venv}"
+        last = "\n".join(ln for ln in (r.stdout + r.stderr).splitlines() if "is ignored" not in ln)[
+            -400:
+        ]
+    return None, None, f"pymc-extras: skipped, pip install failed:\n{last}"
+
+
+def run_child(python: str, case: dict, profile: bool = False) -> dict | None:
+    cmd = [python, str(Path(__file__).resolve()), "--one", json.dumps(case)]
+    if profile:
+        cmd.append("--cprofile")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if r.returncode:
+        print(f"  !! {case['tool']} b={case['batch']} failed:\n{r.stderr[-1500:]}", flush=True)
+        return None
+    if profile:
+        print(r.stdout)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def fmt_rate(r: float) -> str:
+    return f"{r / 1e6:.2f} M" if r >= 1e6 else f"{r / 1e3:.0f} k"
+
+
+def is_partial(r: dict, n: int) -> bool:
+    """Was the epoch cut short by the cap? (pymc-extras drops a last partial batch.)"""
+    return r["rows"] < n - r["batch"]
+
+
+def label(tool: str, buffer: int) -> str:
+    return TOOLS[tool][0].format(buffer=buffer)
+
+
+def print_table(results: list, n: int, buffer: int) -> list:
+    data_mib = n * ROW_BYTES / 2**20
+    base = {r["batch"]: r["rows_per_s"] for r in results if r["tool"] == "numpy"}
+    lines = [
+        "| tool | batch | rows/s | GB/s | × NumPy epoch | peak RSS (MiB) | × data size |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        dag = " †" if is_partial(r, n) else ""
+        ratio = f"{r['rows_per_s'] / base[r['batch']]:.2f}×" if r["batch"] in base else "—"
+        peak = r["peak_rss"] / 2**20
+        lines.append(
+            f"| {label(r['tool'], buffer)} | {r['batch']} | {fmt_rate(r['rows_per_s'])}{dag} | "
+            f"{r['rows_per_s'] * ROW_BYTES / 1e9:.2f} | {ratio} | {peak:,.0f} | "
+            f"{peak / data_mib:.2f}× |"
+        )
+    return lines
+
+
+def get(results, tool, b):
+    for r in results:
+        if r["tool"] == tool and r["batch"] == b:
+            return r
+    return None
+
+
+def checks(results: list, n: int, batches) -> list:
+    data = n * ROW_BYTES
+    out = []
+
+    def line(ok, text):
+        out.append(f"{'PASS' if ok else 'FAIL'}  {text}")
+
+    def ratio(a, b_, bs):
+        ra, rb = get(results, a, bs), get(results, b_, bs)
+        return None if ra is None or rb is None else ra["rows_per_s"] / rb["rows_per_s"]
+
+    for bs, need in ((4096, 0.9), (64, 0.6)):
+        if bs not in batches:
+            continue
+        for t in ("eb_mem_iter", "eb_mem_next_into"):
+            v = ratio(t, "numpy", bs)
+            if v is not None:
+                line(v >= need, f"{t} at batch {bs}: {v:.2f}× the NumPy epoch (target ≥ {need}×)")
+    # Peak memory: what the process holds above the interpreter and its imports
+    # (measured before the data is loaded), against the data's size; the whole
+    # VmHWM and the NumPy epoch's figure are shown alongside.
+    for bs in batches:
+        npr = get(results, "numpy", bs)
+        ref = f"; the NumPy epoch: {(npr['peak_rss'] - npr['base_rss']) / data:.2f}×" if npr else ""
+        for t in ("eb_mem_iter", "eb_mem_next_into"):
+            r = get(results, t, bs)
+            if r:
+                above = r["peak_rss"] - r["base_rss"]
+                line(
+                    above <= 1.1 * data,
+                    f"{t} at batch {bs}: peak RSS above the interpreter + imports "
+                    f"{above / 2**20:,.0f} MiB = {above / data:.2f}× the data "
+                    f"({data / 2**20:,.0f} MiB; target ≤ 1.10×); whole process "
+                    f"{r['peak_rss'] / 2**20:,.0f} MiB = {r['peak_rss'] / data:.2f}×{ref}",
+                )
+    if 4096 in batches:
+        v = ratio("eb_ndf_warm", "numpy", 4096)
+        if v is not None:
+            line(v >= 0.5, f"warm .ndf at batch 4096: {v:.2f}× the NumPy epoch (target ≥ 0.5×)")
+    for bs in batches:
+        v = ratio("eb_ndf_cold_blocks", "seq_cold", bs)
+        if v is not None:
+            line(
+                v >= 0.7,
+                f"cold .ndf block mode at batch {bs}: {v:.2f}× the sequential read (target ≥ 0.7×)",
+            )
+    for bs in batches:
+        v = ratio("eb_pq_shuffled", "pymc_pq", bs)
+        if v is not None:
+            line(
+                v >= 5,
+                f"Parquet shuffled at batch {bs}: {v:.2f}× pymc-extras, same buffer (target ≥ 5×)",
+            )
+        elif get(results, "eb_pq_shuffled", bs):
+            out.append(f"SKIP  Parquet shuffled vs pymc-extras at batch {bs}: no pymc-extras run")
+        v = ratio("eb_pq_shuffled", "pyarrow_raw", bs)
+        if v is not None:
+            line(v >= 0.5, f"Parquet shuffled at batch {bs}: {v:.2f}× pyarrow raw (target ≥ 0.5×)")
+        v = ratio("eb_pq_unshuffled", "pyarrow_raw", bs)
+        if v is not None:
+            line(
+                v >= 0.8, f"Parquet unshuffled at batch {bs}: {v:.2f}× pyarrow raw (target ≥ 0.8×)"
+            )
+    return out
+
+
+def overheads(results: list, n: int, batches) -> list:
+    out = []
+    for bs in batches:
+        base = get(results, "numpy", bs)
+        if base is None:
+            continue
+        nb = -(-n // bs)
+        t0 = n / base["rows_per_s"] / nb
+        for t in ("eb_mem_iter", "eb_mem_next_into", "eb_ndf_warm", "torch_batch_sampler"):
+            r = get(results, t, bs)
+            if r:
+                t1 = n / r["rows_per_s"] / nb
+                out.append(
+                    f"batch {bs}, {t}: {t1 * 1e6:.2f} µs per batch vs {t0 * 1e6:.2f} µs "
+                    f"for the NumPy epoch: {(t1 - t0) * 1e6:+.2f} µs of overhead per batch"
+                )
+    return out
+
+
+def chart(results: list, batches, buffer: int, path: str, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {
+        "numpy": "#555555",
+        "eb": "#1f77b4",
+        "ref": "#bbbbbb",
+        "torch": "#ee7733",
+        "pymc": "#2ca02c",
+    }
+    tools = [t for t in TOOLS if any(r["tool"] == t for r in results)]
+    fig, axes = plt.subplots(
+        1,
+        len(batches),
+        figsize=(7 * len(batches), 0.42 * len(tools) + 1.6),
+        sharey=True,
+        sharex=True,
+        squeeze=False,
+    )
+    rates = [r["rows_per_s"] for r in results]
+    for ax, bs in zip(axes[0], batches, strict=True):
+        ys, vals, cols, marks = [], [], [], []
+        for i, t in enumerate(tools):
+            r = get(results, t, bs)
+            ys.append(i)
+            vals.append(r["rows_per_s"] if r else np.nan)
+            cols.append(colors[TOOLS[t][1]])
+            marks.append(" †" if r and is_partial(r, n) else "")
+        ax.barh(ys, vals, color=cols)
+        for yv, v, mk in zip(ys, vals, marks, strict=True):
+            if np.isfinite(v):
+                ax.text(v * 1.08, yv, fmt_rate(v) + mk, va="center", fontsize=8)
+        base = get(results, "numpy", bs)
+        if base:
+            ax.axvline(base["rows_per_s"], color="#555555", ls="--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlim(min(rates) / 2, max(rates) * 6)
+        ax.set_title(f"batch size {bs}")
+        ax.set_xlabel("rows/s (log scale)")
+        ax.grid(axis="x", which="major", alpha=0.3)
+    axes[0][0].set_yticks(range(len(tools)))
+    axes[0][0].set_yticklabels([label(t, buffer).replace("`", "") for t in tools], fontsize=8)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(
+        f"Shuffled epochs over {n:,} rows × (16 + 1) float64 "
+        "(dashed: the NumPy epoch; grey: raw-read references; † extrapolated from part of "
+        "an epoch)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--batches", type=int, nargs="+", default=[64, 4096])
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=3,
+        help="epochs per run (2 for the capped slow tools); the best counts",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run every case this many times, each in a fresh subprocess, the "
+        "second round in reverse order; the best counts (the machine is noisy)",
+    )
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads in the torch runs (NumPy's gather is "
+        "single-threaded; on a loaded 2-core machine torch's OpenMP threads spin "
+        "and its default of 2 threads ran 4-6x slower at batch 4096)",
+    )
+    ap.add_argument(
+        "--buffer",
+        type=int,
+        default=262_144,
+        help="shuffle buffer (rows) of the Parquet runs, exactbatch and pymc-extras",
+    )
+    ap.add_argument(
+        "--max-epoch-seconds",
+        type=float,
+        default=6.0,
+        help="time at most this much of an epoch of the slow tools and extrapolate",
+    )
+    ap.add_argument("--skip-pymc", action="store_true")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="TOOL", help=f"a subset of: {' '.join(TOOLS)}")
+    ap.add_argument("--python312", help="a python3.12 for the pymc-extras venv")
+    ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "compare")
+    ap.add_argument("--png", default=str(ROOT / "docs" / "compare.png"))
+    ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument(
+        "--profile",
+        nargs=2,
+        metavar=("TOOL", "BATCH"),
+        help="run one case under cProfile (one epoch) and print the top functions",
+    )
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--cprofile", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.one:
+        case = json.loads(a.one)
+        if a.cprofile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            res = run_case(case)
+            prof.disable()
+            print(
+                f"{case['tool']} b={case['batch']}: {fmt_rate(res['rows_per_s'])} rows/s "
+                "(under cProfile)"
+            )
+            st = pstats.Stats(prof).sort_stats("tottime")
+            st.print_stats(18)
+        else:
+            print(json.dumps(run_case(case)))
+        return
+
+    t_start = time.perf_counter()
+    n = a.rows
+    a.cache.mkdir(parents=True, exist_ok=True)
+    paths = make_data(a.cache, n)
+    tools = list(a.only) if a.only else list(TOOLS)
+    for t in tools:
+        if t not in TOOLS:
+            ap.error(f"unknown tool {t!r}; one of {', '.join(TOOLS)}")
+    if a.skip_torch:
+        tools = [t for t in tools if not t.startswith("torch")]
+    pymc_py = pymc_file = None
+    if a.skip_pymc:
+        tools = [t for t in tools if t not in PYMC_TOOLS]
+        print("pymc-extras: skipped (--skip-pymc)")
+    elif any(t in PYMC_TOOLS for t in tools) or (a.profile and a.profile[0] in PYMC_TOOLS):
+        pymc_py, pymc_file, msg = setup_pymc(a.cache, a.python312)
+        print(msg)
+        if pymc_py is None:
+            tools = [t for t in tools if t not in PYMC_TOOLS]
+
+    def case(tool, b):
+        return {
+            **paths,
+            "tool": tool,
+            "batch": b,
+            "rows": n,
+            "buffer": a.buffer,
+            "epochs": 1 if a.profile else min(a.epochs, 2) if tool in TWO_EPOCH_TOOLS else a.epochs,
+            "cap": a.max_epoch_seconds if tool in CAPPED_TOOLS else None,
+            "pymc_file": pymc_file,
+            "torch_threads": a.torch_threads,
+        }
+
+    if a.profile:
+        tool, b = a.profile[0], int(a.profile[1])
+        py = pymc_py if tool in PYMC_TOOLS else sys.executable
+        run_child(py, case(tool, b), profile=True)
+        return
+
+    print(
+        f"n = {n:,} rows, d = {D}, l = {L} ({n * ROW_BYTES / 2**20:,.0f} MiB); batches "
+        f"{a.batches}; {a.rounds} rounds, each tool in a fresh subprocess per round, best "
+        f"of {a.epochs} epochs per run; load average at start: {loadavg()} on "
+        f"{os.cpu_count()} CPUs",
+        flush=True,
+    )
+    best: dict = {}  # (tool, batch) -> the best run, with every run's rate
+    for rnd in range(a.rounds):
+        order = [(b, t) for b in a.batches for t in tools]
+        if rnd % 2:
+            order.reverse()
+        print(f"round {rnd + 1}:", flush=True)
+        for b, tool in order:
+            py = pymc_py if tool in PYMC_TOOLS else sys.executable
+            t0 = time.perf_counter()
+            r = run_child(py, case(tool, b))
+            if r is None:
+                continue
+            extra = ""
+            if "resident_before" in r["notes"]:
+                rb = r["notes"]["resident_before"]
+                rb = rb if isinstance(rb, list) else [rb]
+                extra = f", resident before epochs {', '.join(f'{v:.0%}' for v in rb)}"
+            print(
+                f"  {tool:20s} b={b:<5d} {fmt_rate(r['rows_per_s']):>9s} rows/s "
+                f"({r['fraction']:.0%} of an epoch timed{extra}; "
+                f"{time.perf_counter() - t0:.0f} s in all)",
+                flush=True,
+            )
+            old = best.get((tool, b))
+            rates = (old["rates"] if old else []) + [r["rows_per_s"]]
+            peak = max(r["peak_rss"], old["peak_rss"] if old else 0)
+            if old is None or r["rows_per_s"] > old["rows_per_s"]:
+                best[(tool, b)] = r
+            best[(tool, b)].update(rates=rates, peak_rss=peak)
+    results = [best[(t, b)] for b in a.batches for t in tools if (t, b) in best]
+
+    print()
+    print("\n".join(print_table(results, n, a.buffer)))
+    if any(is_partial(r, n) for r in results):
+        print(
+            "\n† timed over the first part of an epoch (at most --max-epoch-seconds = "
+            f"{a.max_epoch_seconds:g} s) and extrapolated:"
+        )
+    else:
+        print()
+    for r in results:
+        if is_partial(r, n):
+            print(
+                f"    {r['tool']} b={r['batch']}: {r['rows']:,} rows ({r['fraction']:.1%}) "
+                f"in {r['seconds']:.1f} s"
+            )
+    print("Peak RSS: the highest of the rounds (VmHWM of each run's process).")
+    bases = {}
+    for r in results:
+        bases.setdefault(round(r["base_rss"] / 2**20), []).append(r["tool"])
+    print(
+        "RSS of the interpreter + the tool's imports before any data (MiB), included in "
+        "peak RSS: "
+        + "; ".join(f"{v} MiB: {', '.join(dict.fromkeys(ts))}" for v, ts in sorted(bases.items()))
+    )
+    print(
+        "Spread over the rounds (slowest/fastest run): "
+        + ", ".join(
+            f"{r['tool']}@{r['batch']} {min(r['rates']) / max(r['rates']):.2f}"
+            for r in results
+            if len(r["rates"]) > 1 and min(r["rates"]) / max(r["rates"]) < 0.8
+        )
+        + " (others within 20%)"
+    )
+    threads = {r["notes"]["torch_threads"] for r in results if "torch_threads" in r["notes"]}
+    if threads:
+        print(
+            f"torch ran with torch.set_num_threads({', '.join(map(str, threads))}) "
+            "(--torch-threads)"
+        )
+    vers = sorted({(r["python"], r["numpy"]) for r in results})
+    print("Python / NumPy: " + ", ".join(f"{p} / {v}" for p, v in vers))
+    print("\nTargets:")
+    print("\n".join(checks(results, n, a.batches)))
+    print("\nPython overhead per batch (time per batch − the NumPy epoch's):")
+    print("\n".join(overheads(results, n, a.batches)))
+    if a.png:
+        chart(results, a.batches, a.buffer, a.png, n)
+        print(f"\nchart: {os.path.relpath(a.png, ROOT)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    print(f"total {time.perf_counter() - t_start:.0f} s; load average at end: {loadavg()}")
+
+
+if __name__ == "__main__":
+    main()
