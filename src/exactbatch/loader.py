@@ -23,6 +23,7 @@ from exactbatch.ndf import NdfFile
 from exactbatch.order import check_shard
 from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.random_access import random_access_reader
+from exactbatch.sources.remote import is_url
 from exactbatch.streamed import StreamFeed
 
 __all__ = ["DataLoader"]
@@ -155,10 +156,12 @@ class DataLoader:
     def _default_prefetch(self, source) -> int:
         """Prefetch where it pays: reads from an .ndf file (page faults and I/O wait
         overlap the consumer's work) in batches large enough that handing them
-        between threads costs little. In memory a gather is as cheap as the
+        between threads costs little, and from URLs always. In memory a gather is as cheap as the
         hand-over; streams keep to two batches in memory unless asked."""
         if not isinstance(source, NdfFile):
             return 0
+        if is_url(source.path):  # every batch is a network round trip: always overlap it
+            return 2
         return 2 if self.batch_size * 8 * (self.d + self.l) >= _PREFETCH_MIN_BYTES else 0
 
     # -- sizes -----------------------------------------------------------------

@@ -7,6 +7,9 @@ Byte layout (little-endian)::
     then n rows, each d feature values then l label values, float64
 
 A valid file is exactly ``28 + 8*n*(d+l)`` bytes; :func:`open_ndf` checks it.
+``open_ndf`` also opens URLs (``s3://...``, any fsspec protocol) for reading,
+by ranged reads of the rows each batch needs: see
+:mod:`exactbatch.sources.remote`.
 
 Reads never move a shared file position: runs of adjacent rows are read
 with one positional read each (``os.preadv``), and batches scattered over
@@ -239,6 +242,9 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
     r = idx.shape[0]
     if r == 0 or h.row_bytes == 0:
         return
+    if type(h) is not _Handle:  # a remote object (sources/remote.py): coalesced ranged reads
+        h.read_rows_into(idx, out_x, out_y)
+        return
     d, l = h.d, h.l  # noqa: E741
     # Rows on disk are x then y; stage them whole unless one side is empty.
     stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
@@ -260,15 +266,26 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
         out_y[...] = stage[:, d:]
 
 
-def open_ndf(path) -> NdfFile:
+def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
     """Open an ``.ndf`` file for reading, checking its header and exact size.
 
     A wrong magic, a short header, an impossible header or a size other
     than ``28 + 8*n*(d+l)`` is an :class:`NdfError` naming the file, what
     was expected and what was found. OS errors (a missing file, no
     permission, a folder) are raised as the OS reports them.
+
+    ``path`` may be a URL (``s3://bucket/key``, any fsspec protocol; needs
+    fsspec, and s3fs for S3): batches then fetch their rows by ranged reads
+    (:mod:`exactbatch.sources.remote`). ``storage_options`` (endpoint,
+    credentials, ...) go to the filesystem; only for URLs.
     """
-    path = os.fspath(path)
+    from exactbatch.sources import remote  # not at the top: remote imports this module
+
+    if remote.is_url(path):
+        return remote.open_ndf_url(os.fspath(path), storage_options)
+    if storage_options is not None:
+        raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
+    path = remote.local_path(os.fspath(path))
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
@@ -282,9 +299,18 @@ def open_ndf(path) -> NdfFile:
 
 
 def _read_header(fd: int, path: str, size: int) -> tuple[int, int, int]:
+    head = os.pread(fd, HEADER_SIZE, 0) if size else b""
+    return check_header(head, size, path)
+
+
+def check_header(head: bytes, size: int, path: str) -> tuple[int, int, int]:
+    """``(n, d, l)`` from a file's first bytes (up to 28) and its size, or :class:`NdfError`.
+
+    The one place the header rules live: local files and URLs alike.
+    """
     if size == 0:
         raise NdfError(f"{path}: empty file; expected an .ndf file (a {HEADER_SIZE}-byte header)")
-    head = os.pread(fd, HEADER_SIZE, 0)
+    head = bytes(head[:HEADER_SIZE])
     if head[:4] != MAGIC[: len(head[:4])]:
         raise NdfError(f"{path}: not an .ndf file: expected magic {MAGIC!r}, found {head[:4]!r}")
     if len(head) < HEADER_SIZE:

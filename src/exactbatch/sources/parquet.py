@@ -12,6 +12,9 @@ row counts that do not add up), that lacks a column, has it non-numeric or
 more than once, is a ``ValueError`` naming the file; so is a file changed
 (replaced, rewritten, truncated) after the source read its footer, at its
 next read. A missing file stays a ``FileNotFoundError``.
+
+URLs (``s3://bucket/folder``, any fsspec protocol) are read through fsspec:
+footers and row groups by ranged reads (see :mod:`exactbatch.sources.remote`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+
+from exactbatch.sources import remote
 
 __all__ = ["ParquetSource", "parquet_source"]
 
@@ -69,9 +74,10 @@ class ParquetSource:
     float64 ``(x, y)``; iterating yields every chunk in order.
     """
 
-    def __init__(self, files, features, labels):
-        pq = _pq()
+    def __init__(self, files, features, labels, fs=None):
+        _pq()
         self.files = files
+        self._fs = fs  # the fsspec filesystem of URL files (sources/remote.py); None: local
         self.labels = tuple(labels)
         self._meta = []
         self._stats = []  # each file's identity when its footer was read
@@ -79,8 +85,8 @@ class ParquetSource:
         chunk_rows = []
         for fi, f in enumerate(files):
             try:
-                self._stats.append(_identity(f))
-                pf = pq.ParquetFile(f)
+                self._stats.append(self._identity(f))
+                pf = self._parquet_file(fi)
                 schema, md = pf.schema_arrow, pf.metadata
                 rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             except FileNotFoundError:
@@ -126,6 +132,15 @@ class ParquetSource:
                 "integer, floating or boolean columns"
             )
 
+    def _identity(self, path):
+        return _identity(path) if self._fs is None else remote.identity(self._fs, path)
+
+    def _parquet_file(self, fi: int, metadata=None):
+        if self._fs is None:
+            return _pq().ParquetFile(self.files[fi], metadata=metadata)
+        size = self._stats[fi][0]  # remote.identity: (size, etag, version)
+        return remote.parquet_file(self._fs, self.files[fi], metadata=metadata, size=size)
+
     def __len__(self) -> int:
         return len(self._groups)
 
@@ -140,14 +155,14 @@ class ParquetSource:
         fi, g = self._groups[i]
         path = self.files[fi]
         names = list(self.features) + list(self.labels)
-        if _identity(path) != self._stats[fi]:
+        if self._identity(path) != self._stats[fi]:
             # its footer (kept since construction) no longer describes the file
             raise ValueError(
                 f"{path}: the file changed (replaced, rewritten or truncated) after "
                 "parquet_source read its footer; build the source again to read it"
             )
         try:
-            pf = _pq().ParquetFile(path, metadata=self._meta[fi])
+            pf = self._parquet_file(fi, metadata=self._meta[fi])
             table = pf.read_row_group(g, columns=names)
         except FileNotFoundError:
             raise
@@ -184,7 +199,14 @@ def _column(table, name) -> np.ndarray:
     return col.to_numpy()
 
 
-def parquet_source(path, *, features=None, labels=(), pattern: str = "*.parquet") -> ParquetSource:
+def parquet_source(
+    path,
+    *,
+    features=None,
+    labels=(),
+    pattern: str = "*.parquet",
+    storage_options: dict | None = None,
+) -> ParquetSource:
     """A chunked source over Parquet data: a file, a folder of files or a list of files.
 
     ``features`` are the feature columns (None: every column not in
@@ -192,10 +214,21 @@ def parquet_source(path, *, features=None, labels=(), pattern: str = "*.parquet"
     Every file must have them all, numeric (integer, floating or boolean),
     else ``ValueError`` naming the file and the columns. A folder is read
     as its files matching ``pattern``, in sorted order.
+
+    ``path`` may be a URL (``s3://bucket/folder``, any fsspec protocol), or
+    a list of URLs on one filesystem; ``storage_options`` (endpoint,
+    credentials, ...) go to that filesystem, and apply only to URLs.
     """
     if isinstance(labels, str):
         labels = (labels,)
     if isinstance(features, str):
         features = (features,)
+    many = isinstance(path, Sequence) and not isinstance(path, (str, bytes))
+    if any(remote.is_url(p) for p in (path if many else [path])):
+        fs, files = remote.list_parquet(path, pattern, storage_options)
+        return ParquetSource(files, features, labels, fs=fs)
+    if storage_options is not None:
+        raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
+    path = [remote.local_path(p) for p in path] if many else remote.local_path(path)
     files = _list_files(path, pattern)
     return ParquetSource(files, features, labels)
