@@ -5,7 +5,7 @@ releases the GIL as a GPU step or a BLAS call would) reads a shuffled epoch
 from an .ndf file, without and with prefetch. Printed: the load-only epoch,
 the compute-only time, their sum and max, and both measured epochs.
 
-    .venv/bin/python bench/bench_prefetch.py [--rows 1000000] [--batch 4096]
+    .venv/bin/python bench/bench_prefetch.py [--rows 2000000] [--batch 32768]
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def epoch_seconds(loader, compute: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--batch", type=int, default=32_768)
     ap.add_argument("--depth", type=int, default=2)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
