@@ -46,6 +46,7 @@ import socket
 import stat
 import struct
 import weakref
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -357,18 +358,36 @@ def save_ndf(path, data) -> None:
         data = Dataset(*data)
     elif not isinstance(data, Dataset):
         data = Dataset(data)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(_HEADER.pack(MAGIC, data.n, data.d, data.l))
+        _write_rows(f, data)
+
+
+@contextmanager
+def atomic_path(path):
+    """A temporary path next to ``path`` to write to; renamed over ``path`` on success.
+
+    The file is fsynced before the rename and the folder after. On any
+    exception out of the block the temporary file is removed and ``path``
+    keeps its old bytes. No folder is created (a missing one is
+    ``FileNotFoundError``); temporary files of killed writers of ``path`` are
+    removed first, so they do not pile up.
+    """
+    path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise FileNotFoundError(errno.ENOENT, "folder does not exist (save_ndf creates none)", path)
+        raise FileNotFoundError(errno.ENOENT, "folder does not exist (nothing creates it)", path)
     name = os.path.basename(path)
     _remove_stale_temps(folder, name)
     tmp, fd = _create_temp(folder, name)
+    os.close(fd)
     try:
-        with open(fd, "wb") as f:
-            f.write(_HEADER.pack(MAGIC, data.n, data.d, data.l))
-            _write_rows(f, data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import errno
 import os
-from contextlib import contextmanager
 
 import numpy as np
 
-from exactbatch.ndf import _HEADER, HEADER_SIZE, MAGIC, _create_temp, _fsync_folder, expected_size
+from exactbatch.ndf import (
+    _HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    _create_temp,
+    _fsync_folder,
+    atomic_path,
+    expected_size,
+)
 
 __all__ = ["NdfWriter", "atomic_path", "read_blocks", "read_into", "row_dtype"]
 
@@ -131,34 +138,6 @@ class NdfWriter:
             self.commit()
         else:
             self.abort()
-
-
-@contextmanager
-def atomic_path(dst):
-    """A temporary path next to ``dst`` to write to; renamed over ``dst`` on success.
-
-    The file is fsynced before the rename and the folder after. On any
-    exception the temporary file is removed and ``dst`` is untouched.
-    """
-    dst = os.fspath(dst)
-    folder = _folder_of(dst)
-    tmp, fd = _create_temp(folder, os.path.basename(dst))
-    os.close(fd)
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_folder(folder)
 
 
 def _fill(f, view: memoryview, path, offset: int) -> None:
