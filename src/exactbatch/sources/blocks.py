@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.ndf import NdfFile, read_rows_into
+from exactbatch.ndf import NdfFile
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -49,10 +49,14 @@ class NdfBlocks:
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         start = i * self.block_rows
         rows = int(self.chunk_rows[i])
-        x = np.empty((rows, self.d), dtype=np.float64)
-        y = np.empty((rows, self.l), dtype=np.float64)
-        read_rows_into(self.file._handle(), np.arange(start, start + rows), x, y)
-        return x, y
+        # One positional read of the whole block; x and y are views of its rows
+        # (the buffer copies them out), so nothing is copied twice.
+        block = np.empty((rows, self.d + self.l), dtype=np.float64)
+        if block.size:
+            h = self.file._handle()
+            h.check_size()
+            h.pread_into(memoryview(block).cast("B"), start)
+        return block[:, : self.d], block[:, self.d :]
 
     def __iter__(self):
         for i in range(len(self)):
