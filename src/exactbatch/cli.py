@@ -27,24 +27,21 @@ import threading
 __all__ = ["main"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {value}")
-    return value
+def _int_at_least(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}; got {value}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a seed >= 0; got {value}")
-    return value
+_positive_int = _int_at_least(1, "an integer")
+_seed = _int_at_least(0, "a seed")
 
 
 def _size(text: str) -> int:
