@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.sources.chunks import close_iterator
+
 __all__ = [
+    "check_total_size_kind",
     "count_rows",
     "outside_window",
     "probe_restart",
@@ -46,7 +49,7 @@ def count_rows(stream, normalize):
             width = (x.shape[1], y.shape[1])
             rows += x.shape[0]
     finally:
-        _close(it)
+        close_iterator(it)
     return rows, width, it
 
 
@@ -70,13 +73,7 @@ def probe_restart(stream, first, first_pass_rows: int) -> None:
             "returns a fresh iterator on every call (or a re-iterable such as a list)"
         )
     finally:
-        _close(second)
-
-
-def _close(it) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
+        close_iterator(second)
 
 
 def outside_window(expected: int, seen: int, batch_size: int) -> bool:

@@ -252,7 +252,7 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
     h.check_size()
     runs = _runs(idx)
     if runs is None:
-        np.take(h.rows, idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
+        h.rows.take(idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
     else:
         rows, inverse, starts = runs
         target = stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)

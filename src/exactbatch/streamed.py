@@ -28,7 +28,7 @@ from exactbatch.batching.rebatch import rebatch
 from exactbatch.errors import TotalSizeWarning
 from exactbatch.order import buffer_rng, chunk_order, chunk_pieces, shard_range
 from exactbatch.prefetch import Prefetcher
-from exactbatch.sources.chunks import as_stream, normalize_chunk
+from exactbatch.sources.chunks import as_stream, close_iterator, normalize_chunk
 
 __all__ = ["StreamFeed"]
 
@@ -245,9 +245,7 @@ class StreamFeed:
                 if self.stop is not None and row >= self.stop:
                     break
         finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
+            close_iterator(it)
 
     def _audited(self, batches):
         """Run one batch ahead; audit N when the pass ends, before its last batch."""

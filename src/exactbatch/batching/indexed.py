@@ -3,7 +3,7 @@
 Batch k of an epoch over a shard of n rows holds positions
 [k*b, min((k+1)*b, n)) of the order; with drop_last the partial tail is
 never claimed. Claiming a batch is cheap and done under the loader's lock;
-reading it (``Job.fill``) runs outside the lock, so threads read in parallel.
+reading it (``IndexedJob.fill``) runs outside the lock, so threads read in parallel.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ __all__ = ["BlockedOrder", "IndexedEpoch", "IndexedFeed", "num_batches"]
 # ahead on a background thread, so batches slice it instead of mapping
 # positions; beyond it, memory stays O(1).
 _WHOLE_ROWS = 1 << 24
-
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -68,8 +67,9 @@ class BlockedOrder:
         self._rows = None
 
     def rows(self, a: int, z: int) -> np.ndarray:
-        if self.whole is not None and self.whole.done():
-            return self.whole.result()[a:z]
+        whole = self.whole
+        if whole is not None and whole.done() and whole.exception() is None:
+            return whole.result()[a:z]  # (had it failed, the blocks below still work)
         if z - a >= self.BLOCK:
             return self.mapped(a, z)
         if not (self._lo <= a and z <= self._hi):

@@ -17,7 +17,7 @@ import collections.abc as cabc
 
 import numpy as np
 
-__all__ = ["ChunkError", "ChunkTypeError", "as_stream", "normalize_chunk"]
+__all__ = ["ChunkError", "ChunkTypeError", "as_stream", "close_iterator", "normalize_chunk"]
 
 
 class ChunkError(ValueError):
@@ -106,6 +106,13 @@ class FactoryStream:
                     f"it returned {type(it).__name__}"
                 ) from None
         return it
+
+
+def close_iterator(it) -> None:
+    """Close ``it`` now if it can be closed (a generator's ``finally`` runs)."""
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
 
 
 def as_stream(source):
