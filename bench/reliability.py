@@ -7,10 +7,11 @@ at a larger scale, in child processes where a crash or a hang must be seen:
              in child processes with a timeout: a crash or hang is counted, not fatal)
     crash    200 SIGKILLs of save_ndf writing a 61 MB file over an older version
     changes  a reader over an .ndf truncated at a random instant by another process:
-             outcomes (NdfError, SIGBUS, garbage) per read path (the map, the map with
-             prefetch, positional reads only, runs in file order); 100 trials each
-    cost     rows/s of shuffled reads: the map (now), positional reads only (what
-             closing the SIGBUS race that way costs), and NumPy in memory
+             outcomes (NdfError, SIGBUS, garbage) per read path (the map under its read
+             lease, with and without prefetch; the map unguarded, as before the lease;
+             positional reads only; runs in file order); 100 trials each
+    cost     rows/s of shuffled reads: the map under its lease (now), the map
+             unguarded, positional reads only, and NumPy in memory
     load     1,000 loaders and 100 epochs (threads, descriptors, RSS), then 8 threads
              x 50 epochs over 1M rows (every row exactly once per epoch)
     resume   a training process SIGKILLed 50 times at random batches, resumed each time
@@ -171,9 +172,11 @@ RACER = textwrap.dedent(
     path, mode, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "pread":  # gather scattered rows with one positional read per run, never the map
         ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
+    if mode.startswith("unguarded"):  # copy from the map without the read lease
+        ndf._Lease.acquire = lambda self: False
     f = open_ndf(path)
     d = f.d
-    prefetch = 2 if mode == "map+prefetch" else 0
+    prefetch = 2 if mode.endswith("+prefetch") else 0
     loader = DataLoader(f, batch_size=batch, shuffle=(mode != "runs"), seed=1, prefetch=prefetch)
     print("ready", flush=True)
     batches = 0
@@ -209,7 +212,7 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
     rng = np.random.default_rng(3)
     out = {}
     try:
-        for mode in ("map", "map+prefetch", "pread", "runs"):
+        for mode in ("map", "map+prefetch", "unguarded", "unguarded+prefetch", "pread", "runs"):
             counts = collections.Counter()
             t0 = time.perf_counter()
             for _ in range(trials):
@@ -247,7 +250,8 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
 
 
 def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) -> dict:
-    """rows/s of shuffled read_rows: the map (now), positional reads only, and memory."""
+    """rows/s of shuffled read_rows: the map under its lease (now), the map unguarded,
+    positional reads only, and memory."""
     import exactbatch.ndf as ndf
     from exactbatch import open_ndf, save_ndf
 
@@ -264,11 +268,12 @@ def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) 
             for b in batches:
                 bx, by = np.empty((b, d)), np.empty((b, 1))
                 row = {}
-                for mode in ("map", "pread", "memory"):
+                for mode in ("map", "unguarded", "pread", "memory"):
                     if mode == "pread":
                         ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
                     else:
                         ndf._FEW_RUNS, ndf._SORT_ROWS = saved
+                    f._handle().lease.works = mode != "unguarded"
                     best = 0.0
                     for _ in range(3):  # best of 3 rounds of about `seconds / 3`
                         perm = rng.permutation(n)
@@ -283,6 +288,7 @@ def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) 
                             rows += b
                         best = max(best, rows / (time.perf_counter() - t0))
                     row[mode] = round(best / 1e6, 2)
+                row["map/unguarded"] = round(row["map"] / row["unguarded"], 2)
                 row["pread/map"] = round(row["pread"] / row["map"], 2)
                 out[b] = row
                 log(f"gather cost, batch {b}: M rows/s {row}")

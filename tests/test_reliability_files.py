@@ -28,8 +28,9 @@ Reliability, 3: files that change underneath a reader (at the end). An
 next batch read (its size and mtime are checked before every read); one
 replaced (renamed over) or deleted keeps being read as the file that was
 opened. The loader runs in a child process, so a SIGBUS would show as its
-exit status. The truncations here happen between reads; a truncation
-*during* a copy from the memory map is the residual race, measured by
+exit status. The truncations here happen between reads; truncations
+*during* a copy from the memory map (which waits for the copy's read lease)
+are tested in tests/test_ndf_lease.py and counted by
 ``bench/reliability.py changes``. A Parquet file changed after
 ``parquet_source`` read its footer is a ``ValueError`` at its next read.
 """
@@ -545,8 +546,8 @@ CHANGED = textwrap.dedent(
 
     it = iter(loader) if via == "iter" else None
     seen = [check(*batch()) for _ in range(5)]
-    if prefetch:  # let the prefetch thread fill its queue: a truncation while it copies
-        time.sleep(0.5)  # from the map is the residual race (SIGBUS), not tested here
+    if prefetch:  # let the prefetch thread fill its queue, so that the count of good
+        time.sleep(0.5)  # batches after the change below is known
     if how == "truncate":
         os.truncate(path, int(sys.argv[5]))
     elif how == "rewrite":  # same size, other bytes, written in place

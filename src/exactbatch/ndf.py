@@ -19,10 +19,19 @@ Before every read the file's size and modification time are checked again:
 a file truncated, or rewritten in place, while open is an :class:`NdfError`
 at the next read (so is one whose modification time was merely touched).
 A file replaced (renamed over, as :func:`save_ndf` does) or deleted while
-open keeps being read as the file that was opened (POSIX semantics). One
-race remains: scattered rows are copied from the mapping after the check,
-and a truncation in that instant ends the process with SIGBUS (a crash,
-never wrong rows); contiguous runs use positional reads, which cannot fault.
+open keeps being read as the file that was opened (POSIX semantics).
+
+A copy from a mapping of a file that another process truncates during the
+copy would end the process with SIGBUS. On Linux every copy from the map is
+therefore made under a read lease (``fcntl(F_SETLEASE, F_RDLCK)``), taken
+before the size check and released after the copy: a process that truncates
+or opens the file for writing in that instant waits (microseconds to a few
+milliseconds) until the copy is done, and the next read sees the change.
+When the file is already open for writing somewhere (no lease is granted
+then), scattered rows are read with positional reads, which cannot fault.
+Where the OS gives no lease (not Linux, a file owned by another user, a
+network filesystem) the copy is unguarded and the race remains: see
+:attr:`NdfFile.guarded`.
 
 Writes are atomic: :func:`save_ndf` writes ``.NAME.<host>.<pid>.<random>.tmp``
 in the target's folder and renames it over the target. A writer killed
@@ -42,9 +51,11 @@ import mmap
 import os
 import re
 import secrets
+import signal
 import socket
 import stat
 import struct
+import threading
 import weakref
 from contextlib import contextmanager
 
@@ -53,6 +64,12 @@ import numpy as np
 from exactbatch.arrays import check_out_array
 from exactbatch.dataset import Dataset
 from exactbatch.errors import NdfError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+_F_SETLEASE = getattr(fcntl, "F_SETLEASE", None)  # Linux only
 
 __all__ = ["HEADER_SIZE", "MAGIC", "NdfFile", "open_ndf", "save_ndf"]
 
@@ -71,6 +88,85 @@ def expected_size(n: int, d: int, l: int) -> int:  # noqa: E741
     return HEADER_SIZE + 8 * n * (d + l)
 
 
+class _Lease:
+    """The read lease held on one open file while rows are copied from its map.
+
+    While it is held, a process that truncates the file or opens it for
+    writing waits in the kernel until it is released (or for at most
+    ``/proc/sys/fs/lease-break-time`` seconds), so a copy never meets a
+    truncated page. The lease belongs to the open file, which threads
+    share: the first copier takes it and the last one releases it.
+    """
+
+    __slots__ = ("__weakref__", "fd", "holders", "lock", "works")
+
+    def __init__(self, fd: int):
+        self.fd, self.holders, self.lock = fd, 0, threading.Lock()
+        self.works = _F_SETLEASE is not None
+        if self.works:
+            _LEASES.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a lease of its own, on a new open file of the same inode.
+
+        (Parent and child share the inherited open file, and with it one
+        lease: one's release would end the other's copy's lease.)
+        """
+        self.lock, self.holders = threading.Lock(), 0
+        try:
+            fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc: copies in the child are unguarded
+            self.works = False
+            return
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
+
+    def acquire(self) -> bool | None:
+        """Hold the lease for one copy from the map.
+
+        True: held, call :meth:`release` after the copy. False: the OS gives
+        no lease for this file (not Linux, not the file's owner, a network
+        filesystem): copy unguarded. None: the file is open for writing
+        somewhere, or about to be truncated: read with positional reads.
+        """
+        if not self.works:
+            return False
+        with self.lock:
+            if self.holders:
+                # A writer is waiting for the lease: do not hold it off with
+                # more overlapping copies (it would wait the full break time).
+                if fcntl.fcntl(self.fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK:
+                    return None
+            else:
+                try:
+                    # The kernel signals a lease's holder when a writer waits for it:
+                    # SIGIO by default, which kills a process with no handler. Make it
+                    # SIGURG, ignored by default. (Every release resets it to SIGIO.)
+                    fcntl.fcntl(self.fd, fcntl.F_SETSIG, signal.SIGURG)
+                    fcntl.fcntl(self.fd, _F_SETLEASE, fcntl.F_RDLCK)
+                except OSError as e:
+                    if e.errno == errno.EAGAIN:
+                        return None
+                    self.works = False  # EACCES, EINVAL, ENOLCK: never retried
+                    return False
+            self.holders += 1
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if not self.holders:
+                try:
+                    fcntl.fcntl(self.fd, _F_SETLEASE, fcntl.F_UNLCK)
+                except OSError:  # pragma: no cover - broken by the kernel after the break time
+                    pass
+
+
+_LEASES: weakref.WeakSet = weakref.WeakSet()  # every lease in this process, for forks
+if _F_SETLEASE is not None:
+    os.register_at_fork(after_in_child=lambda: [lease._after_fork() for lease in list(_LEASES)])
+
+
 class _Handle:
     """One open file, shared by every NdfFile and loader over it.
 
@@ -78,7 +174,19 @@ class _Handle:
     its reference: CPython frees the handle then, and the finalizer closes.
     """
 
-    __slots__ = ("__weakref__", "d", "fd", "l", "mtime", "n", "path", "row_bytes", "rows", "size")
+    __slots__ = (
+        "__weakref__",
+        "d",
+        "fd",
+        "l",
+        "lease",
+        "mtime",
+        "n",
+        "path",
+        "row_bytes",
+        "rows",
+        "size",
+    )
 
     def __init__(self, path: str, fd: int, n: int, d: int, l: int, mtime: int | None = None):  # noqa: E741
         self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
@@ -93,6 +201,7 @@ class _Handle:
             self.rows = np.frombuffer(
                 mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
             )
+        self.lease = _Lease(fd) if self.rows is not None else None
         # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
         weakref.finalize(self, os.close, fd)
 
@@ -153,6 +262,23 @@ class NdfFile:
     @property
     def closed(self) -> bool:
         return self._h is None
+
+    @property
+    def guarded(self) -> bool:
+        """Can a truncation by another process never crash a read of this file?
+
+        True on Linux for a local file you own (or with CAP_LEASE): copies
+        from the memory map are made under a read lease (see the module
+        docs). False where the OS gives no lease: a truncation during a
+        copy of scattered rows would end the process with SIGBUS.
+        """
+        lease = self._handle().lease
+        if lease is None:  # no rows: nothing is ever copied from a map
+            return True
+        held = lease.acquire()
+        if held:
+            lease.release()
+        return held is not False
 
     def close(self) -> None:
         """Let go of this share; idempotent."""
@@ -215,25 +341,26 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     return idx
 
 
-def _runs(idx: np.ndarray):
+def _runs(idx: np.ndarray, always: bool = False):
     """How to read rows ``idx`` with positional reads, or None to gather from the map.
 
     Returns ``(rows, inverse, starts)``: the distinct rows in file order
     (``inverse`` maps them back to ``idx``'s order, None when ``idx`` is
     already strictly increasing) and where each run of adjacent rows starts.
     Positional reads pay one system call per run, so they are used for few
-    runs or long ones; scattered rows (a shuffled batch) come from the map.
+    runs or long ones; scattered rows (a shuffled batch) come from the map,
+    unless ``always``.
     """
     r = idx.shape[0]
     if bool(np.all(idx[1:] > idx[:-1])):
         rows, inverse = idx, None
-    elif r <= _SORT_ROWS or int(idx.max()) - int(idx.min()) < 4 * r:  # cheap, or dense
+    elif always or r <= _SORT_ROWS or int(idx.max()) - int(idx.min()) < 4 * r:
         # each distinct row once, in file order, so a repeat does not split a run
         rows, inverse = np.unique(idx, return_inverse=True)
     else:
         return None
     starts = [0, *(np.flatnonzero(np.diff(rows) != 1) + 1).tolist()]
-    if len(starts) > _FEW_RUNS and len(rows) < _LONG_RUN * len(starts):
+    if not always and len(starts) > _FEW_RUNS and len(rows) < _LONG_RUN * len(starts):
         return None
     return rows, inverse, starts
 
@@ -249,18 +376,24 @@ def read_rows_into(h: _Handle, idx: np.ndarray, out_x: np.ndarray, out_y: np.nda
     d, l = h.d, h.l  # noqa: E741
     # Rows on disk are x then y; stage them whole unless one side is empty.
     stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
-    h.check_size()
     runs = _runs(idx)
-    if runs is None:
-        h.rows.take(idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
-    else:
-        rows, inverse, starts = runs
-        target = stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)
-        raw = memoryview(target).cast("B")
-        for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
-            h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(rows[a]))
-        if inverse is not None:
-            stage[...] = target[inverse.reshape(r)]
+    # Copies from the map are made under the lease, taken before the size check.
+    held = None if runs is not None else h.lease.acquire()
+    try:
+        h.check_size()
+        if held is not None:
+            h.rows.take(idx, out=stage.view(h.rows.dtype).reshape(r), mode="clip")
+        else:
+            rows, inverse, starts = runs or _runs(idx, always=True)
+            target = stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)
+            raw = memoryview(target).cast("B")
+            for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
+                h.pread_into(raw[a * h.row_bytes : b * h.row_bytes], int(rows[a]))
+            if inverse is not None:
+                stage[...] = target[inverse.reshape(r)]
+    finally:
+        if held:
+            h.lease.release()
     if stage is not out_x and d:
         out_x[...] = stage[:, :d]
     if stage is not out_y and l:

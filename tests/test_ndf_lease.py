@@ -1,0 +1,271 @@
+"""The read lease that guards copies from an .ndf file's memory map (Linux).
+
+A file truncated while rows are copied from its mapping would end the
+reader with SIGBUS. Copies are made under a read lease: a truncating or
+writing process waits until the copy is done, and the next read is a clear
+``NdfError``. These tests check the lease's rules directly (held by the first
+copier, released by the last, never held off a waiting writer, a fallback to
+positional reads while the file is open for writing) and, in child
+processes, that truncations at random instants of a tight shuffled read
+loop are always an ``NdfError``, never a SIGBUS.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import exactbatch.ndf as ndf
+from exactbatch import NdfError, open_ndf, save_ndf
+
+pytestmark = pytest.mark.skipif(
+    ndf._F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
+)
+
+F_RDLCK = getattr(ndf.fcntl, "F_RDLCK", 0)
+F_UNLCK = getattr(ndf.fcntl, "F_UNLCK", 2)
+
+
+def _lease_type(f) -> int:
+    """What this open file's lease is now: F_RDLCK held, F_UNLCK none (or being broken)."""
+    return ndf.fcntl.fcntl(f._handle().fd, ndf.fcntl.F_GETLEASE)
+
+
+def _traceable(path, n: int = 5000):
+    i = np.arange(n, dtype=np.float64)
+    save_ndf(path, (np.column_stack([i, 3 * i + 0.5]), -i))
+
+
+def _check_rows(x, y, idx):
+    assert np.array_equal(x[:, 0], idx) and np.array_equal(x[:, 1], 3 * idx + 0.5)
+    assert np.array_equal(y[:, 0], -idx)
+
+
+@pytest.fixture
+def f(tmp_path):
+    _traceable(tmp_path / "a.ndf")
+    with open_ndf(tmp_path / "a.ndf") as f:
+        yield f
+
+
+def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
+    assert f.guarded is True
+    assert _lease_type(f) == F_UNLCK  # not held between reads: writers never wait on an idle loader
+    idx = np.random.default_rng(0).permutation(f.n)[:1000]  # scattered: copied from the map
+    x, y = f.read_rows(idx)
+    _check_rows(x, y, idx)
+    assert _lease_type(f) == F_UNLCK
+
+
+def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
+    lease = f._handle().lease
+    assert lease.acquire() is True
+    assert _lease_type(f) == F_RDLCK
+    assert lease.acquire() is True  # a second thread's copy shares it
+    lease.release()
+    assert _lease_type(f) == F_RDLCK, "released while a copy still runs"
+    lease.release()
+    assert _lease_type(f) == F_UNLCK
+
+
+def test_a_truncation_waits_for_the_copy_then_the_next_read_is_an_error(tmp_path, f):
+    lease = f._handle().lease
+    assert lease.acquire() is True  # a copy is running
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (os.truncate(f.path, 28), done.set()), daemon=True)
+    t.start()
+    # The truncation waits in the kernel for the lease (up to lease-break-time, 45 s by
+    # default); the lease now reports the break it waits for.
+    deadline = time.monotonic() + 10
+    while _lease_type(f) != F_UNLCK and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _lease_type(f) == F_UNLCK, "the truncation did not ask for the lease"
+    assert not done.is_set(), "the truncation did not wait for the copy"
+    assert os.path.getsize(f.path) > 28
+    # A copy starting now must not hold the writer off: it reads positionally instead.
+    assert lease.acquire() is None
+    lease.release()
+    t.join(timeout=30)
+    assert done.is_set() and os.path.getsize(f.path) == 28
+    idx = np.random.default_rng(1).permutation(f.n)[:500]
+    with pytest.raises(NdfError, match="changed while open"):
+        f.read_rows(idx)
+    assert _lease_type(f) == F_UNLCK  # the failed read let its lease go
+
+
+def test_a_file_open_for_writing_is_read_with_positional_reads(f):
+    """No lease while a writer has the file open: scattered rows come by positional
+    reads (which cannot fault), and they are right."""
+    with open(f.path, "r+b"):
+        assert f._handle().lease.acquire() is None
+        assert f.guarded is True
+        idx = np.random.default_rng(2).permutation(f.n)[:700]
+        x, y = f.read_rows(np.concatenate([idx, idx[:5]]))  # repeats too
+        _check_rows(x, y, np.concatenate([idx, idx[:5]]))
+    idx = np.random.default_rng(3).permutation(f.n)[:700]
+    _check_rows(*f.read_rows(idx), idx)  # writer gone: the map (and the lease) again
+
+
+def test_where_the_os_gives_no_lease_the_copy_is_unguarded_and_right(f, monkeypatch):
+    lease = f._handle().lease
+    monkeypatch.setattr(lease, "works", False)
+    assert f.guarded is False
+    idx = np.random.default_rng(4).permutation(f.n)[:900]
+    _check_rows(*f.read_rows(idx), idx)
+
+
+def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch):
+    """EACCES (not the owner), EINVAL (a filesystem without leases): unguarded from then on."""
+    lease = f._handle().lease
+    calls = []
+
+    def refuse(fd, cmd, arg=0):
+        if cmd == ndf._F_SETLEASE:
+            calls.append(arg)
+            raise PermissionError(13, "not the owner")
+        return 0
+
+    monkeypatch.setattr(ndf.fcntl, "fcntl", refuse)
+    assert lease.acquire() is False
+    assert lease.acquire() is False
+    assert calls == [F_RDLCK]
+    monkeypatch.undo()
+    idx = np.random.default_rng(5).permutation(f.n)[:300]
+    _check_rows(*f.read_rows(idx), idx)
+
+
+RACER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from exactbatch import DataLoader, NdfError, open_ndf
+    path, prefetch = sys.argv[1], int(sys.argv[2])
+    loader = DataLoader(open_ndf(path), batch_size=2048, shuffle=True, seed=1, prefetch=prefetch)
+    print("ready", flush=True)
+    try:
+        while True:
+            for xb, yb in loader:  # x = (i, 3i + 1/2), y = -i: any other value is garbage
+                i = xb[:, 0]
+                if not (np.array_equal(xb[:, 1], 3 * i + 0.5) and np.array_equal(yb[:, 0], -i)):
+                    sys.exit(3)
+    except NdfError as e:
+        assert path in str(e)
+        print("ndferror", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbus(
+    tmp_path, prefetch
+):
+    """Without the lease about 4 in 10 of these trials end in SIGBUS (bench/reliability.py
+    changes measures it); with it every one is an NdfError."""
+    pristine = tmp_path / "pristine.ndf"
+    _traceable(pristine, n=100_000)
+    data = pristine.read_bytes()
+    rng = np.random.default_rng(11)
+    outcomes = []
+    for _ in range(6):
+        live = tmp_path / "live.ndf"
+        live.write_bytes(data)
+        p = subprocess.Popen(
+            [sys.executable, "-c", RACER, os.fspath(live), str(prefetch)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(float(rng.uniform(0.0, 0.05)))
+            os.truncate(live, int(rng.integers(28, len(data))))
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        assert p.returncode != -signal.SIGBUS, "the reader was killed by SIGBUS"
+        assert p.returncode == 0 and out.strip() == "ndferror", (p.returncode, out, err[-2000:])
+        outcomes.append(out.strip())
+    assert outcomes == ["ndferror"] * 6
+
+
+READER = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from exactbatch import open_ndf
+    f = open_ndf(sys.argv[1])
+    rng = np.random.default_rng(0)
+    print("ready", flush=True)
+    reads = 0
+    while not os.path.exists(sys.argv[2]):
+        idx = rng.integers(0, f.n, 256)
+        x, y = f.read_rows(idx)
+        assert np.array_equal(y[:, 0], -idx)
+        reads += 1
+    print("ok", reads, flush=True)
+    """
+)
+
+
+def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path):
+    """A writer opening the file during a copy makes the kernel signal the lease's holder:
+    SIGIO by default, which would kill the reader. Each lease asks for SIGURG instead
+    (ignored by default; a release resets it, so every acquire sets it again)."""
+    path, stop = tmp_path / "a.ndf", tmp_path / "stop"
+    _traceable(path, n=50_000)
+    p = subprocess.Popen(
+        [sys.executable, "-c", READER, os.fspath(path), os.fspath(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for _ in range(2000):  # each open waits for any copy in flight, then goes on
+            os.close(os.open(path, os.O_WRONLY))
+        stop.touch()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode != -signal.SIGIO, "the reader was killed by SIGIO"
+    assert p.returncode == 0 and out.startswith("ok"), (p.returncode, out, err[-2000:])
+
+
+def test_a_forked_child_holds_a_lease_of_its_own(f):
+    """Parent and child share the inherited open file; the child's copies take their
+    lease on a new open file of the same inode, so neither ends the other's lease."""
+    lease = f._handle().lease
+    assert lease.acquire() is True  # the parent is mid-copy when it forks
+    parent_fd = lease.fd
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running pytest's teardown
+        try:
+            child = f._handle().lease
+            ok = child.fd != parent_fd and child.holders == 0
+            ok = ok and child.acquire() is True
+            child.release()
+            idx = np.arange(0, f.n, 7)[::-1].copy()
+            x, y = f.read_rows(idx)
+            ok = ok and np.array_equal(y[:, 0], -idx)
+            os.write(w, b"ok" if ok else b"bad")
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 10) == b"ok"
+    os.waitpid(pid, 0)
+    assert _lease_type(f) == F_RDLCK, "the child's release ended the parent's lease"
+    lease.release()
+    assert _lease_type(f) == F_UNLCK
