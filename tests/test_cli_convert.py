@@ -305,6 +305,9 @@ def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A test run started in the background by a shell inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: give the child the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
