@@ -330,7 +330,7 @@ def build_case(c: dict, m: dict, notes: dict) -> Case:
             return Case(run)
         return Case(lambda e: _capped(loader, cap, _first_len, n))
 
-    if tool in ("eb_ndf_cold", "eb_ndf_cold_blocks"):
+    if tool == "eb_ndf_cold":
         eb = m["eb"]
         resident, held = [], {}
         notes["resident_before"] = resident
@@ -342,15 +342,7 @@ def build_case(c: dict, m: dict, notes: dict) -> Case:
 
         def run(e):
             f = held["f"] = eb.open_ndf(c["ndf"])
-            if tool == "eb_ndf_cold":
-                loader = eb.DataLoader(f, b, shuffle=True, seed=SEED)
-            else:
-                blocks = eb.ndf_blocks(f)
-                notes["block_rows"] = blocks.block_rows
-                loader = eb.DataLoader(
-                    blocks, b, shuffle=True, seed=SEED, buffer_size=64 * blocks.block_rows
-                )
-            held["loader"] = loader
+            loader = held["loader"] = eb.DataLoader(f, b, shuffle=True, seed=SEED)
             loader.set_epoch(e)
             return _capped(loader, cap, _first_len, n)
 
@@ -360,6 +352,25 @@ def build_case(c: dict, m: dict, notes: dict) -> Case:
             gc.collect()
 
         return Case(run, prepare, cleanup)
+
+    if tool == "eb_ndf_cold_blocks":
+        eb = m["eb"]
+        resident = []
+        notes["resident_before"] = resident
+        # One loader for every epoch, as in training. Block mode reads with positional
+        # reads only (nothing of the file is mapped into memory), so the eviction
+        # before each epoch drops every page (resident_before shows it).
+        blocks = eb.ndf_blocks(eb.open_ndf(c["ndf"]))
+        notes["block_rows"] = blocks.block_rows
+        loader = eb.DataLoader(
+            blocks, b, shuffle=True, seed=SEED, buffer_size=64 * blocks.block_rows
+        )
+
+        def run(e):
+            loader.set_epoch(e)
+            return _capped(loader, cap, _first_len, n)
+
+        return Case(run, lambda e: resident.append(evict(c["ndf"])))
 
     if tool == "seq_cold":
         resident = []

@@ -73,3 +73,65 @@ def test_bad_arguments(ndf):
         ndf_blocks("b.ndf")
     with pytest.raises(ValueError, match="block_rows"):
         ndf_blocks(ndf, 0)
+
+
+def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkeypatch):
+    """Shuffled block reads keep the disk busy: each block is announced (POSIX_FADV_WILLNEED
+    over exactly its bytes) 16 blocks before it is read, in the epoch's block order."""
+    import os
+
+    import exactbatch.sources.blocks as blocks_module
+    from exactbatch.streamed import _HINT_AHEAD
+
+    src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)
+    hinted, read = [], []
+    monkeypatch.setattr(
+        blocks_module.os,
+        "posix_fadvise",
+        lambda fd, offset, length, advice: hinted.append((offset, length, advice)),
+    )
+    real = src.read_chunk
+    monkeypatch.setattr(src, "read_chunk", lambda i: (read.append(i), real(i))[1])
+    loader = DataLoader(src, 50, shuffle=True, seed=4, buffer_size=200)
+    got = row_ids(loader)
+    assert np.array_equal(np.sort(got), np.arange(1000))
+    assert sorted(read) == list(range(100)) and read != list(range(100))  # shuffled order
+    if blocks_module._FADVISE is None:
+        assert hinted == []
+        return
+    assert [h[2] for h in hinted] == [os.POSIX_FADV_WILLNEED] * 100
+    assert [(off - 28) // 240 for off, _, _ in hinted] == read  # the same order
+    assert all(length == 240 for _, length, _ in hinted)
+    assert _HINT_AHEAD == 16
+
+
+def test_a_loader_keeps_its_shuffle_buffer_across_epochs_and_the_order_is_unchanged(ndf):
+    """The buffer is allocated once per loader (not per epoch); reusing it changes
+    nothing: each epoch's batches equal a fresh loader's for that epoch."""
+    import exactbatch.batching.buffer as buffer_module
+
+    made = []
+    real = buffer_module.np.empty
+
+    def spy(shape, *a, **k):
+        out = real(shape, *a, **k)
+        if isinstance(shape, tuple) and shape[0] >= 300:  # the buffer, not a batch
+            made.append(shape)
+        return out
+
+    loader = DataLoader(ndf_blocks(ndf, 25), 32, shuffle=True, seed=9, buffer_size=300)
+    buffer_module.np.empty = spy
+    try:
+        epochs = []
+        for e in range(3):
+            loader.set_epoch(e)
+            epochs.append([xb[:, 0].copy() for xb, _ in loader])
+    finally:
+        buffer_module.np.empty = real
+    assert made == [(300, 2), (300, 1)]  # x and y buffers, once
+    for e, batches in enumerate(epochs):
+        fresh = DataLoader(ndf_blocks(ndf, 25), 32, shuffle=True, seed=9, buffer_size=300)
+        fresh.set_epoch(e)
+        want = [xb[:, 0] for xb, _ in fresh]
+        assert len(batches) == len(want)
+        assert all(np.array_equal(a, b) for a, b in zip(batches, want, strict=True))

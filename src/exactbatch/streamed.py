@@ -20,6 +20,7 @@ read ahead) and the chunks backing them, whatever N is.
 from __future__ import annotations
 
 import warnings
+from itertools import islice
 
 from exactbatch.audit import check_total_size_kind, count_rows, outside_window, probe_restart
 from exactbatch.batching.buffer import shuffle_buffer
@@ -31,6 +32,8 @@ from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.chunks import as_stream, close_iterator, normalize_chunk
 
 __all__ = ["StreamFeed"]
+
+_HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
 
 
 def _is_chunk_indexed(source) -> bool:
@@ -162,6 +165,7 @@ class StreamFeed:
             smallest = total_size // num_shards
             self.limit = self.nbatches = num_batches(smallest, batch_size, drop_last)
         self._warned = False
+        self._spare = []  # the shuffle buffer's memory, kept from one epoch to the next
 
     def _count(self) -> int:
         rows, width, first = count_rows(self.stream, normalize_chunk)
@@ -207,9 +211,17 @@ class StreamFeed:
         # batches (Parquet decoding and positional reads release the GIL): one
         # chunk more in memory, reads overlapped with batching.
         todo = iter(pieces)
+        # A source that can start reads early (ndf_blocks: the kernel reads ahead)
+        # is told the chunks coming next, _HINT_AHEAD chunks before they are read.
+        hint = getattr(self.source, "will_need", None)
+        hints = iter(pieces) if hint is not None else iter(())
+        for i, _, _ in islice(hints, _HINT_AHEAD):
+            hint(i)
 
         def read_next():
             for i, _, _ in todo:
+                for j, _, _ in islice(hints, 1):
+                    hint(j)
                 return (self.source.read_chunk(i),)
             return None
 
@@ -288,10 +300,13 @@ class StreamFeed:
         )
         if self.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=self.shard_index)
-            batches = shuffle_buffer(chunks, self.batch_size, self.buffer_size, rng, self.drop_last)
+            batches = shuffle_buffer(
+                chunks, self.batch_size, self.buffer_size, rng, self.drop_last, self.n, self._spare
+            )
         else:
             batches = rebatch(chunks, self.batch_size, self.drop_last)
         return StreamEpoch(self._audited(batches), skip, self.limit)
 
     def close(self) -> None:
         self.source = self.stream = None
+        self._spare.clear()
