@@ -69,6 +69,11 @@ class Prefetcher:
             raise item.error
         return item
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the thread to end; has it?"""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def close(self) -> None:
         """Stop the thread and drop what it prepared."""
         self._stop.set()

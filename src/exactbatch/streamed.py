@@ -294,6 +294,11 @@ class StreamFeed:
             stacklevel=4,
         )
 
+    def _chunk_rows(self) -> int | None:
+        """A chunk-indexed source's mean chunk size (None: not chunk-indexed)."""
+        rows = self.source.chunk_rows if self.indexed else ()
+        return max(1, int(sum(rows)) // len(rows)) if len(rows) else None
+
     def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> StreamEpoch:
         chunks = (
             self._indexed_chunks(seed, epoch) if self.indexed else self._stream_chunks()
@@ -301,7 +306,14 @@ class StreamFeed:
         if self.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=self.shard_index)
             batches = shuffle_buffer(
-                chunks, self.batch_size, self.buffer_size, rng, self.drop_last, self.n, self._spare
+                chunks,
+                self.batch_size,
+                self.buffer_size,
+                rng,
+                self.drop_last,
+                self.n,
+                self._spare,
+                ahead=self._chunk_rows(),
             )
         else:
             batches = rebatch(chunks, self.batch_size, self.drop_last)

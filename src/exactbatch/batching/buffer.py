@@ -18,14 +18,28 @@ What it promises, and what it costs:
   once on disk; the buffer then keeps batches well mixed cheaply.
 * Memory: the buffer (``buffer_size`` rows of d + l float64, never past
   the stream's size: allocated at once when the stream's size is known,
-  else grown as rows arrive) plus the chunk being read. A loader keeps its
-  buffer from one epoch to the next: memory mapped afresh every epoch
-  would cost a page fault per 4 KiB of it.
+  else grown as rows arrive) plus the chunk being read, and the rows of
+  the batches being handed out (gathered several batches at a time, up to
+  about 8 MiB; each batch a view of its group). A loader keeps its buffer
+  from one epoch to the next: memory mapped afresh every epoch would cost
+  a page fault per 4 KiB of it.
+
+Read ahead (chunk-indexed sources, Parquet and ``ndf_blocks``, whose size
+is known and larger than the buffer, with a buffer of at least 16 chunks):
+the buffer is two halves. A helper thread fills one (reading and copying
+chunks) while the rows of the other are handed out, so reading overlaps
+with batching instead of waiting for it. Rows then mix within windows of
+half the buffer (the other half is being read; still at least 8 chunks);
+the memory is the same. A stream that fits in the buffer is still one
+window: a full shuffle.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 import numpy as np
 
@@ -33,15 +47,27 @@ __all__ = ["DEFAULT_BUFFER_BYTES", "shuffle_buffer"]
 
 DEFAULT_BUFFER_BYTES = 64 << 20  # buffer_size=None: rows filling about this much
 _FIRST_ROWS = 1 << 14  # initial allocation; the buffer doubles up to its size
+_GROUP_BYTES = 8 << 20  # batches are gathered from the buffer up to this much at a time
+_AHEAD_CHUNKS = 8  # read ahead only if half the buffer still mixes this many chunks
+
+
+def _batches(bx, by, rows, b):
+    """Batches of ``b`` of buffered ``rows`` (a whole number of batches): gathered
+    several at a time (up to about 8 MiB, 1/8 of the rows), each batch a view."""
+    group = max(1, min(_GROUP_BYTES // (8 * max(1, bx.shape[1] + by.shape[1])), len(rows) // 8))
+    group = max(b, group // b * b)
+    for a in range(0, len(rows), group):
+        gx, gy = bx.take(rows[a : a + group], axis=0), by.take(rows[a : a + group], axis=0)
+        for c in range(0, gx.shape[0], b):
+            yield gx[c : c + b], gy[c : c + b]
+        del gx, gy
 
 
 def _drain(bx, by, fill, rng, b, final, drop_last):
     """Permute ``fill`` buffered rows, yield the batches, keep the leftovers first."""
     perm = rng.permutation(fill)
     full = fill // b
-    for k in range(full):
-        rows = perm[k * b : (k + 1) * b]
-        yield bx.take(rows, axis=0), by.take(rows, axis=0)
+    yield from _batches(bx, by, perm[: full * b], b)
     rest = perm[full * b :]
     if final:
         if len(rest) and not drop_last:
@@ -68,6 +94,7 @@ def shuffle_buffer(
     drop_last: bool,
     size_hint: int | None = None,
     spare: list | None = None,
+    ahead: int | None = None,
 ) -> Iterator:
     """Yield shuffled ``(x, y)`` batches of ``batch_size`` rows from ``(x, y)`` chunks.
 
@@ -76,19 +103,38 @@ def shuffle_buffer(
     ``size_hint``, the stream's row count when known, sizes the buffer at once
     (else it grows by doubling as rows arrive). ``spare``: a list where the
     buffer is left when the stream ends (or is closed), for the next call to
-    reuse; batches are never views of it.
+    reuse; batches are never views of it. ``ahead``: the chunks' typical row
+    count, to read ahead: for a stream known (``size_hint``) to be larger than
+    the buffer, and a buffer of at least ``2 * _AHEAD_CHUNKS`` such chunks,
+    half the buffer is filled on a helper thread while the other half's rows
+    are handed out (``chunks`` is then iterated on that thread; rows mix
+    within windows of half the buffer, still many chunks).
     """
+    it = iter(chunks)
+    first = next(it, None)
+    if first is None:
+        return
+    stream = chain((first,), it)
+    d, l = first[0].shape[1], first[1].shape[1]  # noqa: E741
+    if buffer_size is None:
+        buffer_size = DEFAULT_BUFFER_BYTES // (8 * max(1, d + l))
+    size = max(buffer_size, batch_size)
+    del first
+    if ahead and size_hint is not None and size_hint > size and size >= 2 * _AHEAD_CHUNKS * ahead:
+        yield from _shuffle_ahead(stream, batch_size, size, rng, drop_last, (d, l), spare)
+    else:
+        yield from _shuffle_one(stream, batch_size, size, rng, drop_last, size_hint, spare)
+
+
+def _shuffle_one(chunks, batch_size, size, rng, drop_last, size_hint, spare) -> Iterator:
+    """The buffer in one piece: filled, then its rows handed out (module docs)."""
     b = batch_size
-    size = None
     bx = by = None
     fill = 0
     try:
         for x, y in chunks:
             rows, pos = x.shape[0], 0
             if bx is None:
-                if buffer_size is None:
-                    buffer_size = DEFAULT_BUFFER_BYTES // (8 * max(1, x.shape[1] + y.shape[1]))
-                size = max(buffer_size, b)
                 first = max(_FIRST_ROWS, rows) if size_hint is None else max(size_hint, rows)
                 bx, by = _buffer(spare, min(size, first), x.shape[1], y.shape[1])
             while pos < rows:
@@ -109,4 +155,97 @@ def shuffle_buffer(
             yield from _drain(bx, by, fill, rng, b, True, drop_last)
     finally:  # the next epoch reuses the buffer
         if bx is not None and spare is not None and not spare:
+            spare.append((bx, by))
+
+
+def _drain_into(vx, vy, rng, b, final, drop_last, ox, oy):
+    """Permute the rows of ``vx``/``vy``, yield the full batches, and move the
+    leftover rows to the end of ``ox``/``oy``'s first ``b`` rows (or, if
+    ``final``, hand them out as the last batch); return how many were moved."""
+    perm = rng.permutation(vx.shape[0])
+    full = vx.shape[0] // b
+    yield from _batches(vx, vy, perm[: full * b], b)
+    rest = perm[full * b :]
+    if final:
+        if len(rest) and not drop_last:
+            yield vx.take(rest, axis=0), vy.take(rest, axis=0)
+        return 0
+    ox[b - len(rest) : b] = vx[rest]
+    oy[b - len(rest) : b] = vy[rest]
+    return len(rest)
+
+
+def _halves_filled(chunks, halves, half: int, b: int, stop: threading.Event):
+    """On a helper thread: fill free halves (from ``halves``, a queue) with the
+    stream's rows, in order; return ``(index, rows, ended)`` for each."""
+    it = iter(chunks)
+    pending = None  # (x, y, pos): a chunk that did not fit in the last half
+
+    def produce():
+        nonlocal pending
+        if stop.is_set():
+            return None
+        while True:  # a free half (or the end of the epoch)
+            try:
+                k, hx, hy = halves.get(timeout=0.05)
+                break
+            except queue.Empty:
+                if stop.is_set():
+                    return None
+        filled, ended = 0, False
+        while filled < half and not stop.is_set():
+            if pending is None:
+                nxt = next(it, None)
+                if nxt is None:
+                    ended = True
+                    break
+                pending = (nxt[0], nxt[1], 0)
+                del nxt
+            x, y, pos = pending
+            take = min(half - filled, x.shape[0] - pos)
+            hx[b + filled : b + filled + take] = x[pos : pos + take]
+            hy[b + filled : b + filled + take] = y[pos : pos + take]
+            filled += take
+            pending = None if pos + take == x.shape[0] else (x, y, pos + take)
+            del x, y
+        return k, filled, ended
+
+    return produce
+
+
+def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
+    """The buffer as two halves: one is filled on a helper thread while the
+    other's rows are handed out (rows mix within windows of half the buffer)."""
+    from exactbatch.prefetch import Prefetcher
+
+    d, l = width  # noqa: E741
+    half = max(b, size // 2)
+    bx, by = _buffer(spare, 2 * (b + half), d, l)
+    span = b + half  # a half: room for a batch's leftovers, then `half` new rows
+    views = [(k, bx[k * span : (k + 1) * span], by[k * span : (k + 1) * span]) for k in (0, 1)]
+    free: queue.Queue = queue.Queue()
+    for v in views:
+        free.put(v)
+    stop = threading.Event()
+    ahead = Prefetcher(_halves_filled(chunks, free, half, b, stop), 1)
+    lo = 0  # leftover rows, at the end of the current half's first b rows
+    try:
+        while True:
+            got = ahead.get()
+            if got is None:
+                break
+            k, filled, ended = got
+            _, hx, hy = views[k]
+            _, ox, oy = views[1 - k]
+            v = slice(b - lo, b + filled)
+            lo = yield from _drain_into(hx[v], hy[v], rng, b, ended, drop_last, ox, oy)
+            free.put(views[k])
+            if ended:
+                break
+    finally:
+        stop.set()
+        ahead.close()
+        # Reused only once the helper is done writing into it (it stops at the
+        # next chunk; a source stuck in a read keeps its halves to itself).
+        if ahead.join(timeout=1.0) and spare is not None and not spare:
             spare.append((bx, by))
