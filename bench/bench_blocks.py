@@ -24,19 +24,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from compare import evict  # noqa: E402  (bench/ is this script's folder)
+
 from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf  # noqa: E402
 
 BLOCK = 4 << 20
 CHUNK = 8 << 20
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def sequential(path: str) -> None:

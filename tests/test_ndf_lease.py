@@ -142,6 +142,26 @@ def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch)
     _check_rows(*f.read_rows(idx), idx)
 
 
+def _child(script: str, args: list, meanwhile):
+    """Run ``script`` in a child Python; once it prints "ready", run ``meanwhile()``;
+    return the finished process, its stdout and stderr (a child left over is killed)."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        meanwhile()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return p, out, err
+
+
 RACER = textwrap.dedent(
     """
     import sys
@@ -177,21 +197,11 @@ def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbu
     for _ in range(6):
         live = tmp_path / "live.ndf"
         live.write_bytes(data)
-        p = subprocess.Popen(
-            [sys.executable, "-c", RACER, os.fspath(live), str(prefetch)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert p.stdout.readline().strip() == "ready"
+        def truncate(live=live):
             time.sleep(float(rng.uniform(0.0, 0.05)))
             os.truncate(live, int(rng.integers(28, len(data))))
-            out, err = p.communicate(timeout=120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+
+        p, out, err = _child(RACER, [live, prefetch], truncate)
         assert p.returncode != -signal.SIGBUS, "the reader was killed by SIGBUS"
         assert p.returncode == 0 and out.strip() == "ndferror", (p.returncode, out, err[-2000:])
         outcomes.append(out.strip())
@@ -223,22 +233,12 @@ def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path
     (ignored by default; a release resets it, so every acquire sets it again)."""
     path, stop = tmp_path / "a.ndf", tmp_path / "stop"
     _traceable(path, n=50_000)
-    p = subprocess.Popen(
-        [sys.executable, "-c", READER, os.fspath(path), os.fspath(stop)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert p.stdout.readline().strip() == "ready"
+    def write_opens():
         for _ in range(2000):  # each open waits for any copy in flight, then goes on
             os.close(os.open(path, os.O_WRONLY))
         stop.touch()
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+
+    p, out, err = _child(READER, [path, stop], write_opens)
     assert p.returncode != -signal.SIGIO, "the reader was killed by SIGIO"
     assert p.returncode == 0 and out.startswith("ok"), (p.returncode, out, err[-2000:])
 
