@@ -69,7 +69,12 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
-_F_SETLEASE = getattr(fcntl, "F_SETLEASE", None)  # Linux only
+# Linux only; all three or none (then copies from the map are unguarded)
+_F_SETLEASE, _F_GETLEASE, _F_SETSIG = (
+    (fcntl.F_SETLEASE, fcntl.F_GETLEASE, fcntl.F_SETSIG)
+    if all(hasattr(fcntl, n) for n in ("F_SETLEASE", "F_GETLEASE", "F_SETSIG"))
+    else (None, None, None)
+)
 
 __all__ = ["HEADER_SIZE", "MAGIC", "NdfFile", "open_ndf", "save_ndf"]
 
@@ -135,14 +140,14 @@ class _Lease:
             if self.holders:
                 # A writer is waiting for the lease: do not hold it off with
                 # more overlapping copies (it would wait the full break time).
-                if fcntl.fcntl(self.fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK:
+                if fcntl.fcntl(self.fd, _F_GETLEASE) != fcntl.F_RDLCK:
                     return None
             else:
                 try:
                     # The kernel signals a lease's holder when a writer waits for it:
                     # SIGIO by default, which kills a process with no handler. Make it
                     # SIGURG, ignored by default. (Every release resets it to SIGIO.)
-                    fcntl.fcntl(self.fd, fcntl.F_SETSIG, signal.SIGURG)
+                    fcntl.fcntl(self.fd, _F_SETSIG, signal.SIGURG)
                     fcntl.fcntl(self.fd, _F_SETLEASE, fcntl.F_RDLCK)
                 except OSError as e:
                     if e.errno == errno.EAGAIN:
