@@ -32,7 +32,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from exactbatch import DataLoader, open_ndf, save_ndf
+from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
 
 needs_proc = pytest.mark.skipif(
     not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd and /proc/self/statm"
@@ -186,8 +186,10 @@ def churn_loaders(path, count: int, n: int, seed: int = 0) -> None:
     memory = make_data(n)
     try:
         for i in range(count):
-            kind = i % 4
-            if kind == 0:  # a loader over a shared NdfFile, read by iter(), dropped
+            kind = i % 5
+            if kind == 4:  # blocks through the two-half buffer (a helper thread fills one)
+                loader = DataLoader(ndf_blocks(shared, 500), 256, seed=i, buffer_size=10_000)
+            elif kind == 0:  # a loader over a shared NdfFile, read by iter(), dropped
                 loader = DataLoader(shared, batch_size=256, seed=i, prefetch=4)
             elif kind == 1:  # a file opened for this loader and closed at once
                 with open_ndf(path) as f:
