@@ -42,9 +42,12 @@ def ids(loader) -> np.ndarray:
 def test_the_helper_path_is_the_one_taken(path, monkeypatch):
     used = []
     real = buffer_module._shuffle_ahead
-    monkeypatch.setattr(
-        buffer_module, "_shuffle_ahead", lambda *a: (used.append(1), (yield from real(*a)))[1]
-    )
+
+    def counted(*a):
+        used.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(buffer_module, "_shuffle_ahead", counted)
     with open_ndf(path) as f:
         got = ids(DataLoader(ndf_blocks(f, 25), 64, buffer_size=500, seed=1))
         ids(DataLoader(ndf_blocks(f, 40), 64, buffer_size=500, seed=1))  # 12.5 blocks: no

@@ -168,8 +168,15 @@ class _Lease:
 
 
 _LEASES: weakref.WeakSet = weakref.WeakSet()  # every lease in this process, for forks
+
+
+def _leases_after_fork() -> None:
+    for lease in list(_LEASES):
+        lease._after_fork()
+
+
 if _F_SETLEASE is not None:
-    os.register_at_fork(after_in_child=lambda: [lease._after_fork() for lease in list(_LEASES)])
+    os.register_at_fork(after_in_child=_leases_after_fork)
 
 
 class _Handle:

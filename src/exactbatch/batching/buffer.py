@@ -43,6 +43,8 @@ from itertools import chain
 
 import numpy as np
 
+from exactbatch.prefetch import Prefetcher
+
 __all__ = ["DEFAULT_BUFFER_BYTES", "shuffle_buffer"]
 
 DEFAULT_BUFFER_BYTES = 64 << 20  # buffer_size=None: rows filling about this much
@@ -63,18 +65,19 @@ def _batches(bx, by, rows, b):
         del gx, gy
 
 
-def _drain(bx, by, fill, rng, b, final, drop_last):
-    """Permute ``fill`` buffered rows, yield the batches, keep the leftovers first."""
-    perm = rng.permutation(fill)
-    full = fill // b
-    yield from _batches(bx, by, perm[: full * b], b)
-    rest = perm[full * b :]
-    if final:
-        if len(rest) and not drop_last:
-            yield bx.take(rest, axis=0), by.take(rest, axis=0)
-        return
-    bx[: len(rest)] = bx[rest]
-    by[: len(rest)] = by[rest]
+def _drain(vx, vy, rng, b, final, drop_last):
+    """Permute the buffered rows ``vx``/``vy`` and yield the full batches; if
+    ``final``, the rows left (fewer than a batch) are the last batch (none
+    with ``drop_last``), else their row numbers are returned to keep."""
+    perm = rng.permutation(vx.shape[0])
+    full = vx.shape[0] // b * b
+    yield from _batches(vx, vy, perm[:full], b)
+    rest = perm[full:]
+    if not final:
+        return rest
+    if len(rest) and not drop_last:
+        yield vx.take(rest, axis=0), vy.take(rest, axis=0)
+    return rest[:0]
 
 
 def _buffer(spare, rows: int, d: int, l: int):  # noqa: E741
@@ -147,32 +150,16 @@ def _shuffle_one(chunks, batch_size, size, rng, drop_last, size_hint, spare) -> 
                 by[fill : fill + take] = y[pos : pos + take]
                 fill += take
                 pos += take
-                if fill == size:
-                    yield from _drain(bx, by, fill, rng, b, False, drop_last)
-                    fill %= b
+                if fill == size:  # the leftovers stay, first, for the next fill
+                    rest = yield from _drain(bx[:fill], by[:fill], rng, b, False, drop_last)
+                    fill = len(rest)
+                    bx[:fill], by[:fill] = bx[rest], by[rest]
             del x, y  # let the chunk go before the source makes the next one
         if fill:
-            yield from _drain(bx, by, fill, rng, b, True, drop_last)
+            yield from _drain(bx[:fill], by[:fill], rng, b, True, drop_last)
     finally:  # the next epoch reuses the buffer
         if bx is not None and spare is not None and not spare:
             spare.append((bx, by))
-
-
-def _drain_into(vx, vy, rng, b, final, drop_last, ox, oy):
-    """Permute the rows of ``vx``/``vy``, yield the full batches, and move the
-    leftover rows to the end of ``ox``/``oy``'s first ``b`` rows (or, if
-    ``final``, hand them out as the last batch); return how many were moved."""
-    perm = rng.permutation(vx.shape[0])
-    full = vx.shape[0] // b
-    yield from _batches(vx, vy, perm[: full * b], b)
-    rest = perm[full * b :]
-    if final:
-        if len(rest) and not drop_last:
-            yield vx.take(rest, axis=0), vy.take(rest, axis=0)
-        return 0
-    ox[b - len(rest) : b] = vx[rest]
-    oy[b - len(rest) : b] = vy[rest]
-    return len(rest)
 
 
 def _halves_filled(chunks, halves, half: int, b: int, stop: threading.Event):
@@ -216,8 +203,6 @@ def _halves_filled(chunks, halves, half: int, b: int, stop: threading.Event):
 def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
     """The buffer as two halves: one is filled on a helper thread while the
     other's rows are handed out (rows mix within windows of half the buffer)."""
-    from exactbatch.prefetch import Prefetcher
-
     d, l = width  # noqa: E741
     half = max(b, size // 2)
     bx, by = _buffer(spare, 2 * (b + half), d, l)
@@ -238,7 +223,9 @@ def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
             _, hx, hy = views[k]
             _, ox, oy = views[1 - k]
             v = slice(b - lo, b + filled)
-            lo = yield from _drain_into(hx[v], hy[v], rng, b, ended, drop_last, ox, oy)
+            rest = yield from _drain(hx[v], hy[v], rng, b, ended, drop_last)
+            lo = len(rest)  # leftovers: at the end of the next half's first b rows
+            ox[b - lo : b], oy[b - lo : b] = hx[v][rest], hy[v][rest]
             free.put(views[k])
             if ended:
                 break
