@@ -65,11 +65,11 @@ def _batches(bx, by, rows, b):
         del gx, gy
 
 
-def _drain(vx, vy, rng, b, final, drop_last):
-    """Permute the buffered rows ``vx``/``vy`` and yield the full batches; if
-    ``final``, the rows left (fewer than a batch) are the last batch (none
-    with ``drop_last``), else their row numbers are returned to keep."""
-    perm = rng.permutation(vx.shape[0])
+def _drain(vx, vy, perm, b, final, drop_last):
+    """Yield the full batches of the buffered rows ``vx``/``vy`` in the order
+    ``perm`` (a permutation of their row numbers); if ``final``, the rows left
+    (fewer than a batch) are the last batch (none with ``drop_last``), else
+    their row numbers are returned to keep."""
     full = vx.shape[0] // b * b
     yield from _batches(vx, vy, perm[:full], b)
     rest = perm[full:]
@@ -151,25 +151,32 @@ def _shuffle_one(chunks, batch_size, size, rng, drop_last, size_hint, spare) -> 
                 fill += take
                 pos += take
                 if fill == size:  # the leftovers stay, first, for the next fill
-                    rest = yield from _drain(bx[:fill], by[:fill], rng, b, False, drop_last)
+                    perm = rng.permutation(fill)
+                    rest = yield from _drain(bx[:fill], by[:fill], perm, b, False, drop_last)
                     fill = len(rest)
                     bx[:fill], by[:fill] = bx[rest], by[rest]
             del x, y  # let the chunk go before the source makes the next one
         if fill:
-            yield from _drain(bx[:fill], by[:fill], rng, b, True, drop_last)
+            perm = rng.permutation(fill)
+            yield from _drain(bx[:fill], by[:fill], perm, b, True, drop_last)
     finally:  # the next epoch reuses the buffer
         if bx is not None and spare is not None and not spare:
             spare.append((bx, by))
 
 
-def _halves_filled(chunks, halves, half: int, b: int, stop: threading.Event):
+def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
     """On a helper thread: fill free halves (from ``halves``, a queue) with the
-    stream's rows, in order; return ``(index, rows, ended)`` for each."""
+    stream's rows, in order; return ``(index, rows, ended, perm)`` for each,
+    ``perm`` the order of its rows (with the previous half's leftovers).
+
+    The permutations are drawn here, in the order the main thread would draw
+    them, so the order is the same and the main thread only gathers."""
     it = iter(chunks)
     pending = None  # (x, y, pos): a chunk that did not fit in the last half
+    lo = 0  # the previous half's leftovers (fewer than b), mixed into this one
 
     def produce():
-        nonlocal pending
+        nonlocal pending, lo
         if stop.is_set():
             return None
         while True:  # a free half (or the end of the epoch)
@@ -195,7 +202,11 @@ def _halves_filled(chunks, halves, half: int, b: int, stop: threading.Event):
             filled += take
             pending = None if pos + take == x.shape[0] else (x, y, pos + take)
             del x, y
-        return k, filled, ended
+        if stop.is_set():
+            return None
+        count = lo + filled
+        lo = count % b
+        return k, filled, ended, rng.permutation(count)
 
     return produce
 
@@ -212,18 +223,18 @@ def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
     for v in views:
         free.put(v)
     stop = threading.Event()
-    ahead = Prefetcher(_halves_filled(chunks, free, half, b, stop), 1)
+    ahead = Prefetcher(_halves_filled(chunks, free, half, b, rng, stop), 1)
     lo = 0  # leftover rows, at the end of the current half's first b rows
     try:
         while True:
             got = ahead.get()
             if got is None:
                 break
-            k, filled, ended = got
+            k, filled, ended, perm = got
             _, hx, hy = views[k]
             _, ox, oy = views[1 - k]
             v = slice(b - lo, b + filled)
-            rest = yield from _drain(hx[v], hy[v], rng, b, ended, drop_last)
+            rest = yield from _drain(hx[v], hy[v], perm, b, ended, drop_last)
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
             ox[b - lo : b], oy[b - lo : b] = hx[v][rest], hy[v][rest]
             free.put(views[k])
