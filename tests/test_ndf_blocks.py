@@ -77,21 +77,34 @@ def test_bad_arguments(ndf):
 
 def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkeypatch):
     """Shuffled block reads keep the disk busy: each block is announced (POSIX_FADV_WILLNEED
-    over exactly its bytes) 16 blocks before it is read, in the epoch's block order."""
+    over exactly its bytes), in the epoch's block order, at most 16 blocks before it is
+    read (hints come from a thread of their own)."""
     import os
+    import threading
 
     import exactbatch.sources.blocks as blocks_module
     from exactbatch.streamed import _HINT_AHEAD
 
     src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)
-    hinted, read = [], []
-    monkeypatch.setattr(
-        blocks_module.os,
-        "posix_fadvise",
-        lambda fd, offset, length, advice: hinted.append((offset, length, advice)),
-    )
+    hinted, read = [], []  # hinted: (block, blocks read when it was hinted)
+    announced = [threading.Event() for _ in range(100)]
+
+    def fadvise(fd, offset, length, advice):
+        assert advice == os.POSIX_FADV_WILLNEED and length == 240
+        block = (offset - 28) // 240
+        hinted.append((block, len(read)))
+        announced[block].set()
+
+    monkeypatch.setattr(blocks_module.os, "posix_fadvise", fadvise)
     real = src.read_chunk
-    monkeypatch.setattr(src, "read_chunk", lambda i: (read.append(i), real(i))[1])
+
+    def read_chunk(i):
+        if blocks_module._FADVISE is not None:  # wait for the hint thread to announce it
+            assert announced[i].wait(10), f"block {i} read before it was announced"
+        read.append(i)
+        return real(i)
+
+    monkeypatch.setattr(src, "read_chunk", read_chunk)
     loader = DataLoader(src, 50, shuffle=True, seed=4, buffer_size=200)
     got = row_ids(loader)
     assert np.array_equal(np.sort(got), np.arange(1000))
@@ -99,9 +112,8 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     if blocks_module._FADVISE is None:
         assert hinted == []
         return
-    assert [h[2] for h in hinted] == [os.POSIX_FADV_WILLNEED] * 100
-    assert [(off - 28) // 240 for off, _, _ in hinted] == read  # the same order
-    assert all(length == 240 for _, length, _ in hinted)
+    assert [b for b, _ in hinted] == read  # every block, in the same order
+    assert all(j < done + _HINT_AHEAD + 1 for j, (_, done) in enumerate(hinted))
     assert _HINT_AHEAD == 16
 
 

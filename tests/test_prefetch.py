@@ -115,3 +115,59 @@ def test_bad_prefetch_is_refused():
         DataLoader((x, y), 2, prefetch=-1)
     with pytest.raises(TypeError, match="prefetch"):
         DataLoader((x, y), 2, prefetch=1.5)
+
+
+def test_hints_run_ahead_of_the_reader_by_at_most_ahead_keys():
+    """Hinter announces keys in order, never more than ``ahead`` past those taken."""
+    from exactbatch.prefetch import Hinter
+
+    taken = 0
+    seen = []  # (key, keys taken when it was hinted)
+    lock = threading.Lock()
+    hinted_all = threading.Event()
+
+    def hint(k):
+        with lock:
+            seen.append((k, taken))
+        if k == 49:
+            hinted_all.set()
+
+    hints = Hinter(hint, iter(range(50)), 4)
+    for _ in range(50):
+        deadline = time.monotonic() + 10
+        while len(seen) < min(50, taken + 4) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with lock:
+            taken += 1
+        hints.taken()
+    assert hinted_all.wait(10)
+    hints.close()
+    assert [k for k, _ in seen] == list(range(50))
+    assert all(k < t + 4 for k, t in seen)  # at most 4 ahead of the keys taken
+
+
+def test_hinter_close_stops_a_hinter_waiting_for_room_and_a_failed_hint_stops_hints():
+    """close() ends the thread while it waits for the reader; a hint that raises
+    OSError ends the hints quietly (they only advise)."""
+    from exactbatch.prefetch import Hinter
+
+    seen = []
+    hints = Hinter(seen.append, iter(range(100)), 3)
+    deadline = time.monotonic() + 10
+    while len(seen) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    hints.close()  # returns: the thread was waiting for room, and stops
+    assert seen == [0, 1, 2]
+    assert not any(t.name == "exactbatch-hints" for t in threading.enumerate())
+
+    calls = []
+
+    def failing(k):
+        calls.append(k)
+        raise OSError("bad file descriptor")
+
+    hints = Hinter(failing, iter(range(100)), 50)
+    for _ in range(10):
+        hints.taken()
+    hints.close()
+    assert calls == [0]

@@ -87,3 +87,43 @@ class Prefetcher:
 
     def __del__(self):
         self._stop.set()
+
+
+class Hinter:
+    """Calls ``hint(k)`` for each ``k`` of ``keys`` on a thread of its own, at most
+    ``ahead`` keys past those the reader has taken (:meth:`taken`).
+
+    Hints (``posix_fadvise(WILLNEED)``) can block while the kernel queues
+    the reads they start; on a thread of their own they keep the disk busy
+    without holding up the reads. A failed hint stops the hints, never the
+    reads: hints only advise.
+    """
+
+    def __init__(self, hint, keys, ahead: int):
+        self._room = threading.Semaphore(ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(hint, keys), name="exactbatch-hints", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, hint, keys) -> None:
+        for k in keys:
+            while not self._room.acquire(timeout=_POLL):
+                if self._stop.is_set():
+                    return
+            if self._stop.is_set():
+                return
+            try:
+                hint(k)
+            except (OSError, ValueError):  # the file closed, or hints unsupported
+                return
+
+    def taken(self) -> None:
+        """The reader took one key: the hints may go one further."""
+        self._room.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

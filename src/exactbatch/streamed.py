@@ -20,7 +20,6 @@ read ahead) and the chunks backing them, whatever N is.
 from __future__ import annotations
 
 import warnings
-from itertools import islice
 
 from exactbatch.audit import check_total_size_kind, count_rows, outside_window, probe_restart
 from exactbatch.batching.buffer import shuffle_buffer
@@ -28,7 +27,7 @@ from exactbatch.batching.indexed import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.errors import TotalSizeWarning
 from exactbatch.order import buffer_rng, chunk_order, chunk_pieces, shard_range
-from exactbatch.prefetch import Prefetcher
+from exactbatch.prefetch import Hinter, Prefetcher
 from exactbatch.sources.chunks import as_stream, close_iterator, normalize_chunk
 
 __all__ = ["StreamFeed"]
@@ -212,16 +211,15 @@ class StreamFeed:
         # chunk more in memory, reads overlapped with batching.
         todo = iter(pieces)
         # A source that can start reads early (ndf_blocks: the kernel reads ahead)
-        # is told the chunks coming next, _HINT_AHEAD chunks before they are read.
+        # is told the chunks coming next, up to _HINT_AHEAD chunks before they are
+        # read, from a thread of its own (a hint can block while reads are queued).
         hint = getattr(self.source, "will_need", None)
-        hints = iter(pieces) if hint is not None else iter(())
-        for i, _, _ in islice(hints, _HINT_AHEAD):
-            hint(i)
+        hints = None if hint is None else Hinter(hint, (i for i, _, _ in pieces), _HINT_AHEAD)
 
         def read_next():
             for i, _, _ in todo:
-                for j, _, _ in islice(hints, 1):
-                    hint(j)
+                if hints is not None:
+                    hints.taken()
                 return (self.source.read_chunk(i),)
             return None
 
@@ -235,6 +233,8 @@ class StreamFeed:
                 yield x[lo:hi], y[lo:hi]
         finally:
             ahead.close()
+            if hints is not None:
+                hints.close()
 
     def _stream_chunks(self):
         it = self.stream.open()
