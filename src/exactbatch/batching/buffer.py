@@ -27,8 +27,9 @@ What it promises, and what it costs:
 Read ahead (chunk-indexed sources, Parquet and ``ndf_blocks``, whose size
 is known and larger than the buffer, with a buffer of at least 16 chunks):
 the buffer is two halves. A helper thread fills one (reading and copying
-chunks) while the rows of the other are handed out, so reading overlaps
-with batching instead of waiting for it. Rows then mix within windows of
+chunks, then drawing its permutation) while the rows of the other are
+handed out, so reading overlaps with batching instead of waiting for it,
+and the consumer's thread only gathers. Rows then mix within windows of
 half the buffer (the other half is being read; still at least 8 chunks);
 the memory is the same. A stream that fits in the buffer is still one
 window: a full shuffle.
