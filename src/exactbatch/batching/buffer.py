@@ -225,7 +225,6 @@ def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
         free.put(v)
     stop = threading.Event()
     ahead = Prefetcher(_halves_filled(chunks, free, half, b, rng, stop), 1)
-    lo = 0  # leftover rows, at the end of the current half's first b rows
     try:
         while True:
             got = ahead.get()
@@ -234,7 +233,9 @@ def _shuffle_ahead(chunks, b, size, rng, drop_last, width, spare):
             k, filled, ended, perm = got
             _, hx, hy = views[k]
             _, ox, oy = views[1 - k]
-            v = slice(b - lo, b + filled)
+            # The permutation covers the previous half's leftovers (at the end of
+            # this half's first b rows) and the rows filled after them.
+            v = slice(b + filled - len(perm), b + filled)
             rest = yield from _drain(hx[v], hy[v], perm, b, ended, drop_last)
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
             ox[b - lo : b], oy[b - lo : b] = hx[v][rest], hy[v][rest]
