@@ -1,7 +1,7 @@
 """exactbatch: exact, reproducible minibatches for training loops."""
 
 from exactbatch.dataset import Dataset
-from exactbatch.errors import NdfError, TotalSizeWarning
+from exactbatch.errors import ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import NdfFile, open_ndf, save_ndf
 from exactbatch.sources.blocks import ndf_blocks
@@ -10,6 +10,7 @@ from exactbatch.sources.parquet import ParquetSource, parquet_source
 __all__ = [
     "DataLoader",
     "Dataset",
+    "ExactnessError",
     "NdfError",
     "NdfFile",
     "ParquetSource",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from exactbatch.errors import ExactnessError
 from exactbatch.sources.chunks import close_iterator
 
 __all__ = [
+    "check_ledger",
     "check_total_size_kind",
     "count_rows",
     "outside_window",
@@ -53,8 +53,9 @@ def count_rows(stream, normalize):
     return rows, width, it
 
 
-def probe_restart(stream, first, first_pass_rows: int) -> None:
-    """Check that ``stream`` yields a fresh, non-empty pass after the pass ``first``."""
+def probe_restart(stream, first, first_pass_rows: int, normalize) -> None:
+    """Check that ``stream`` yields a fresh pass with rows after the pass ``first``
+    (rows, not values: a chunk of rows with no columns counts)."""
     second = stream.open()
     try:
         if second is first:
@@ -63,9 +64,8 @@ def probe_restart(stream, first, first_pass_rows: int) -> None:
                 "the only pass it has: pass a zero-argument function that builds a fresh "
                 "iterator on every call (or declare total_size=N to skip counting)"
             )
-        for chunk in second:
-            x = chunk[0] if isinstance(chunk, tuple) else chunk
-            if np.asarray(x).size or np.ndim(x) == 1:
+        for i, chunk in enumerate(second):
+            if normalize(chunk, i, None)[0].shape[0]:
                 return
         raise ValueError(
             f"the source yielded {first_pass_rows} rows while counting, then came back empty: "
@@ -83,3 +83,18 @@ def outside_window(expected: int, seen: int, batch_size: int) -> bool:
     either way, in exact integer arithmetic.
     """
     return 10 * expected < 9 * seen or 10 * expected >= 11 * (seen + batch_size)
+
+
+def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: int) -> None:
+    """Raise :class:`ExactnessError` unless the rows ``handed`` out in an epoch (a
+    :class:`~exactbatch.order.digest.Tally`) are the rows it ``promised``."""
+    if handed == promised:
+        return
+    same = "the same number of" if handed.rows == promised.rows else "a different number of"
+    raise ExactnessError(
+        f"epoch {epoch} of shard {shard_index} of {num_shards}: handed out {handed.rows} rows "
+        f"(digest {handed.digest:#018x}) but the epoch promised {promised.rows} rows "
+        f"(digest {promised.digest:#018x}): {same} rows, not the same rows. Some rows were "
+        "skipped or repeated: a state restored from another run or forged, a source that "
+        "changed during the epoch, or a bug (please report it)"
+    )

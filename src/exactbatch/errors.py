@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NdfError", "TotalSizeWarning"]
+__all__ = ["ExactnessError", "NdfError", "TotalSizeWarning"]
 
 
 class NdfError(ValueError):
@@ -18,4 +18,16 @@ class TotalSizeWarning(UserWarning):
 
     Issued at most once per loader, naming both numbers: a wrong N rescales
     a minibatch likelihood by the wrong factor and biases the posterior.
+    """
+
+
+class ExactnessError(RuntimeError):
+    """An epoch handed out other rows than it promised.
+
+    Raised when an epoch ends and the loader's ledger (an order-independent
+    digest of the row ids handed out, carried across resumes by
+    ``state_dict``) differs from the digest of the rows the epoch promises:
+    the shard's rows, less what ``drop_last`` or ``even_batches`` leave out.
+    The message names the epoch, the shard, and the rows handed out against
+    promised. A forged or mismatched state is caught by then at the latest.
     """

@@ -16,11 +16,13 @@ import threading
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.audit import resolve_random_access_total
+from exactbatch.audit import check_ledger, resolve_random_access_total
 from exactbatch.batching.indexed import IndexedFeed
+from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.ndf import NdfFile
 from exactbatch.order import check_shard
+from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.random_access import random_access_reader
 from exactbatch.sources.remote import is_url
@@ -28,16 +30,8 @@ from exactbatch.streamed import StreamFeed
 
 __all__ = ["DataLoader"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
 _PREFETCH_MIN_BYTES = 256 << 10  # default prefetch only for batches of at least this size
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {name}={value}")
-    return int(value)
 
 
 class DataLoader:
@@ -100,21 +94,22 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
     ):
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self._seed = _check_int("seed", seed, 0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self._seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         check_shard(num_shards, shard_index)
         if buffer_size is not None:
-            _check_int("buffer_size", buffer_size, 1)
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
+            buffer_size = check_int("buffer_size", buffer_size, 1)
+        self.shuffle = check_flag("shuffle", shuffle)
+        self.drop_last = check_flag("drop_last", drop_last)
         self.num_shards, self.shard_index = int(num_shards), int(shard_index)
-        self.even_batches, self.elastic = bool(even_batches), bool(elastic)
+        self.even_batches = check_flag("even_batches", even_batches)
+        self.elastic = check_flag("elastic", elastic)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
         self.buffer_size = buffer_size
         if prefetch is not None:
-            _check_int("prefetch", prefetch, 0)
+            check_int("prefetch", prefetch, 0)
 
         reader = random_access_reader(source)
         common = {
@@ -145,13 +140,19 @@ class DataLoader:
 
         self._lock = threading.Lock()
         self._epoch = 0  # the epoch in progress, or the pending one
-        self._done = 0  # batches of that epoch handed out
+        self._skip = 0  # batches of the pending epoch claimed before (a restored state)...
+        self._pending = ()  # ...of which these were not handed out: they come first
         self._first = 0  # elastic: the global batch the pending epoch starts at
         self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
         self._current = None  # the epoch being handed out
         self._gen = 0  # bumped when the cursor is moved; stale iterators stop
         self._last_rows = 0
         self._closed = False
+        self._handed = Tally()  # the ledger: rows handed out this epoch (resumes included)
+        self._verified = True  # False for an epoch resumed from a state without a ledger
+        self._ended = False  # has the end of the epoch been reached (and the ledger checked)?
+        self._out = {}  # batch -> job: claimed for a prefetch, not handed out yet
+        self._orphans = []  # (epoch, jobs) given back by iterators dropped without the lock
 
     def _default_prefetch(self, source) -> int:
         """Prefetch where it pays: reads from an .ndf file (page faults and I/O wait
@@ -199,6 +200,20 @@ class DataLoader:
         """Rows in the last batch handed out (0 before the first)."""
         return self._last_rows
 
+    @property
+    def mixing_window(self) -> int | None:
+        """How many consecutive rows of the source a row can be mixed with.
+
+        Random access with ``shuffle``: the shard's rows (a full shuffle). A
+        shuffled stream: its shuffle buffer, or half of it when the buffer
+        reads ahead in halves, never more than the shard's rows when known
+        (None for a stream whose widths are not known until it is read).
+        Without ``shuffle``: 1.
+        """
+        if self._reader is not None:
+            return max(1, self.n) if self.shuffle else 1
+        return self._feed.mixing_window()
+
     def __repr__(self) -> str:
         return (
             f"DataLoader(n={self.n}, d={self.d}, l={self.l}, batch_size={self.batch_size}, "
@@ -212,14 +227,19 @@ class DataLoader:
     def _begin(self) -> None:
         if self._closed:
             raise ValueError("read from a closed DataLoader")
-        self._current = self._feed.open_epoch(self._seed, self._epoch, self._done, self._first)
-        self._begun = True
+        self._current = self._feed.open_epoch(
+            self._seed, self._epoch, self._skip, self._first, self._pending
+        )
+        self._begun, self._ended = True, False
 
     def _move(self, epoch: int) -> None:
         if self._current is not None:
             self._current.close()
-        self._epoch, self._done, self._begun, self._current = epoch, 0, False, None
-        self._first = 0
+        self._epoch, self._begun, self._current = epoch, False, None
+        self._skip, self._pending, self._first = 0, (), 0
+        self._handed, self._verified, self._ended = Tally(), True, False
+        self._out = {}
+        self._orphans.clear()
         self._gen += 1
 
     def _check_gen(self, gen: int | None) -> None:
@@ -229,24 +249,86 @@ class DataLoader:
                 "load_state_dict() moved the loader on"
             )
 
+    def _adopt_orphans(self) -> None:
+        """Take back the batches of iterators dropped without the lock (see _give_back)."""
+        while self._orphans:
+            owner, jobs = self._orphans.pop()
+            self._give_back_locked(owner, jobs, counted=False)
+
     def _claim(self, gen: int | None, hand_out: bool = True):
-        """The next batch's job, or None at the end; counted as handed out unless
-        ``hand_out`` is false (a prefetched batch is counted by :meth:`_handed`)."""
+        """``(job, epoch)``: the next batch's job (None at the end) and the epoch it
+        belongs to. Counted as handed out unless ``hand_out`` is false (a prefetched
+        batch is counted by :meth:`_hand_out`)."""
         with self._lock:
             self._check_gen(gen)
+            if self._orphans:
+                self._adopt_orphans()
             if not self._begun:
                 self._begin()
-            job = self._current.claim()
-            if job is not None and hand_out:
-                self._done += 1
+            owner = self._current
+            job = owner.claim()
+            if job is None:
+                if hand_out:
+                    self._end()
+            elif hand_out:
+                self._handed.add(job.size, job.digest)
                 self._last_rows = job.size
-            return job
+            else:
+                self._out[job.k] = job
+            return job, owner
 
-    def _handed(self, gen: int, rows: int) -> None:
+    def _hand_out(self, gen: int, job) -> None:
+        """A prefetched batch reaches the consumer: now it counts."""
         with self._lock:
             self._check_gen(gen)
-            self._done += 1
-            self._last_rows = rows
+            self._out.pop(job.k, None)
+            self._handed.add(job.size, job.digest)
+            self._last_rows = job.size
+
+    def _give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
+        """Jobs of epoch ``owner`` claimed but not handed out after all (a failed read,
+        or prefetched and dropped): claimed again first. ``counted``: they had been
+        counted as handed out. Without ``locked`` (a finalizer, which may run while
+        this thread holds the lock) they are queued for the next holder of the lock."""
+        if not jobs:
+            return
+        if not locked:
+            self._orphans.append((owner, jobs))
+            return
+        with self._lock:
+            self._give_back_locked(owner, jobs, counted)
+
+    def _give_back_locked(self, owner, jobs, counted: bool) -> None:
+        if owner is not self._current:  # the cursor moved on: nothing to give back to
+            return
+        for job in jobs:
+            if counted:
+                self._handed.add(-job.size, -job.digest)
+            else:
+                self._out.pop(job.k, None)
+        owner.give_back(jobs)
+        self._ended = False
+
+    def _finish(self, gen: int) -> None:
+        """A consumer of prefetched batches reached the end of the epoch."""
+        with self._lock:
+            if gen == self._gen and self._current is not None:
+                self._end()
+
+    def _end(self) -> None:
+        """The epoch has ended: check the ledger (once) against the epoch's promise."""
+        if self._ended:
+            return
+        self._ended = True
+        if self._out or not self._verified:
+            return
+        check_ledger(
+            self._handed,
+            self._current.promise(),
+            epoch=self._epoch,
+            shard_index=self.shard_index,
+            num_shards=self.num_shards,
+        )
 
     # -- iteration -------------------------------------------------------------
 
@@ -259,14 +341,14 @@ class DataLoader:
             self._begin()
             return _EpochIterator(self, self._gen, self.prefetch)
 
-
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
 
         Both must be float64 C-contiguous; ``by`` may be None when l = 0.
         Returns the rows written (the first rows of each buffer): 0 at the end
         of the epoch, and 0 again on every call until :meth:`reset` or a new
-        ``iter()``. Safe to call from several threads at once.
+        ``iter()``. Safe to call from several threads at once. A read that
+        raises leaves the batch to the next call.
         """
         if self.d is None:  # a stream not read yet: read ahead to learn its widths
             with self._lock:
@@ -284,10 +366,14 @@ class DataLoader:
         if by is None:
             by = np.empty((self.batch_size, 0), dtype=np.float64)
         check_out_array(by, (self.batch_size, self.l), "by")
-        job = self._claim(None)
+        job, owner = self._claim(None)
         if job is None:
             return 0
-        job.fill(bx[: job.size], by[: job.size])
+        try:
+            job.fill(bx[: job.size], by[: job.size])
+        except BaseException:
+            self._give_back(owner, [job], counted=True)
+            raise
         return job.size
 
     # -- moving the cursor -----------------------------------------------------------
@@ -302,20 +388,21 @@ class DataLoader:
         """
         with self._lock:
             if seed is not None:
-                self._seed = _check_int("seed", seed, 0)
+                self._seed = check_int("seed", seed, 0)
                 self._move(0)
             else:  # an epoch restored mid-way has begun too
-                self._move(self._epoch + 1 if self._begun or self._done else self._epoch)
+                self._move(self._epoch + 1 if self._begun or self._skip else self._epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` or ``next_into`` begins."""
-        epoch = _check_int("epoch", epoch, 0)
+        epoch = check_int("epoch", epoch, 0)
         with self._lock:
             self._move(epoch)
 
     # -- resume ---------------------------------------------------------------
 
     def _config(self) -> dict:
+        """Every setting that fixes the order, and the source's shape."""
         config = {
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
@@ -323,25 +410,64 @@ class DataLoader:
             "even_batches": self.even_batches,
             "elastic": self.elastic,
             "total_size": self.total_size,
+            "d": self.d,
+            "l": self.l,
         }
         if not self.elastic:  # elastic states resume at any shard count
             config.update(num_shards=self.num_shards, shard_index=self.shard_index, n=self.n)
+        if self._reader is None:  # a stream: its buffer and what it knows of its size
+            source = self._feed.source
+            config["buffer_size"] = self.buffer_size
+            config["n_rows"] = getattr(source, "n_rows", None)
+            config["block_rows"] = getattr(source, "block_rows", None)
         return config
+
+    def _cursor(self):
+        """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
+        when it has ended (under the lock)."""
+        cur = self._current
+        if self._begun and cur is not None:
+            claimed = cur.claimed
+            holes = set(cur.given_back()) | set(self._out)
+        else:
+            claimed, holes = self._skip, set(self._pending)
+        while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
+            holes.discard(claimed - 1)  # are simply not claimed yet
+            claimed -= 1
+        done = claimed - len(holes)
+        if self._begun and cur is not None and not holes and self._rolled(cur, done):
+            return self._epoch + 1, 0, [], Tally()
+        return self._epoch, done, sorted(holes), self._handed
+
+    def _rolled(self, cur, done: int) -> bool:
+        """Is the epoch over, for a state taken now?"""
+        if not self.elastic:
+            return not self._out and (self._ended or cur.exhausted())
+        # Under elastic sharding every rank's state must say the same: the epoch is
+        # over when all ranks (in lockstep) have handed out every global batch, or
+        # when this rank has seen the end (then so have the others).
+        if self._ended or (self.even_batches and cur.exhausted()):
+            return True
+        return self._first + done * self.num_shards >= self._feed.total_batches
 
     def state_dict(self) -> dict:
         """Where the loader stands, as small plain data (JSON-safe).
 
-        Batches handed out count as consumed. A state taken at the end of an
-        epoch resumes at the start of the next. Under ``elastic=True`` the
-        state also holds ``global_batches_done``, the batches of the epoch's
-        global order handed out by all shards together, assuming they step
-        in lockstep (as data-parallel training does); any shard count may
-        resume from it.
+        Batches handed out count as consumed; batches prepared ahead (prefetch)
+        or whose read failed do not. A state taken at the end of an epoch
+        resumes at the start of the next. The state records every setting that
+        fixes the order and the source's shape (:meth:`load_state_dict`
+        refuses another), and the epoch's ledger: the count and digest of the
+        rows handed out so far, checked when the epoch ends. Under
+        ``elastic=True`` the state holds ``global_batches_done``, the batches
+        of the epoch's global order handed out by all shards together,
+        assuming they step in lockstep (as data-parallel training does); any
+        shard count may resume from it, and every rank's state says the same.
         """
         with self._lock:
-            epoch, done = self._epoch, self._done
-            if self._begun and self._current is not None and self._current.finished(done):
-                epoch, done = epoch + 1, 0
+            if self._orphans:
+                self._adopt_orphans()
+            epoch, done, pending, ledger = self._cursor()
             state = {
                 "version": STATE_VERSION,
                 "seed": self._seed,
@@ -349,50 +475,82 @@ class DataLoader:
                 "batches_done": done,
                 **self._config(),
             }
+            if pending:
+                state["pending"] = pending
             if self.elastic:
                 first = self._first if epoch == self._epoch else 0
                 state["global_batches_done"] = first + done * self.num_shards
+            elif self._verified or epoch != self._epoch:
+                state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
+            else:  # resumed from a state without one: this epoch cannot be checked
+                state["ledger"] = None
             return state
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
-        The state must come from a loader with the same settings and data
-        size (under ``elastic``, any shard count); a mismatch is a
-        ``ValueError`` naming the setting.
+        The state must come from a loader with the same settings and source
+        shape (under ``elastic``, any shard count); a mismatch is a
+        ``ValueError`` naming the setting and both values. The seed is the
+        state's (a state taken after ``reset(seed=...)`` resumes that seed).
         """
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
-        if state.get("version") != STATE_VERSION:
+        version = state.get("version")
+        if version not in (1, STATE_VERSION):
             raise ValueError(
-                f"state has version {state.get('version')!r}; this exactbatch reads "
-                f"version {STATE_VERSION}"
+                f"state has version {version!r}; this exactbatch reads versions 1 and "
+                f"{STATE_VERSION}"
             )
         for key, mine in self._config().items():
-            if state.get(key) != mine:
+            theirs = state.get(key)
+            if key not in state and version == 1:
+                continue  # not recorded by version 1
+            if key in ("d", "l") and (theirs is None or mine is None):
+                continue  # a stream not read yet
+            if theirs != mine:
                 raise ValueError(
-                    f"state was taken with {key}={state.get(key)!r}, this loader has {key}={mine!r}"
+                    f"state was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
                 )
-        seed = _check_int("state['seed']", state.get("seed"), 0)
-        epoch = _check_int("state['epoch']", state.get("epoch"), 0)
-        done = _check_int("state['batches_done']", state.get("batches_done"), 0)
-        first = 0
+        seed = check_int("state['seed']", state.get("seed"), 0)
+        epoch = check_int("state['epoch']", state.get("epoch"), 0)
+        done = check_int("state['batches_done']", state.get("batches_done"), 0)
+        pending = state.get("pending", [])
+        if not isinstance(pending, list):
+            raise TypeError(f"state['pending'] must be a list of ints; got {pending!r}")
+        pending = [check_int("state['pending'][i]", k, 0) for k in pending]
+        claimed = done + len(pending)
+        if len(set(pending)) != len(pending) or any(k >= claimed for k in pending):
+            raise ValueError(
+                f"state['pending']={pending} must be distinct batches below "
+                f"batches_done + len(pending) = {claimed}"
+            )
+        first, ledger, verified = 0, Tally(), True
         if self.elastic:
-            first = _check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
+            first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
             if first > self._feed.total_batches:
                 raise ValueError(
                     f"state['global_batches_done']={first} exceeds the "
                     f"{self._feed.total_batches} batches of an epoch"
                 )
-            done = 0
-        elif self._nbatches is not None and done > self._nbatches:
-            raise ValueError(
-                f"state['batches_done']={done} exceeds the {self._nbatches} batches of an epoch"
-            )
+            if pending:
+                raise ValueError(
+                    "this elastic state was taken while a batch whose read had failed waited "
+                    "to be read again; take the state after that batch is handed out"
+                )
+            claimed = done = 0
+        else:
+            if self._nbatches is not None and claimed > self._nbatches:
+                raise ValueError(
+                    f"state['batches_done']={done} exceeds the {self._nbatches} batches of "
+                    "an epoch"
+                )
+            ledger, verified = _ledger_of(state, done)
         with self._lock:
             self._seed = seed
             self._move(epoch)
-            self._done, self._first = done, first
+            self._skip, self._pending, self._first = claimed, tuple(pending), first
+            self._handed, self._verified = ledger, verified
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -413,13 +571,36 @@ class DataLoader:
         self.close()
 
 
+def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
+    """The ledger a state carries, and whether the epoch can be checked (a state of
+    version 1 has none: its epoch is not checked)."""
+    if "ledger" not in state and state.get("version") != 1:
+        raise ValueError("state has no 'ledger' (every version-2 state has one)")
+    ledger = state.get("ledger")
+    if ledger is None:  # version 1, or resumed from it: the epoch is not checked
+        return Tally(), done == 0
+    if not isinstance(ledger, dict):
+        raise TypeError(f"state['ledger'] must be a dict; got {ledger!r}")
+    rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
+    digest = ledger.get("digest")
+    try:
+        value = int(digest, 16)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"state['ledger']['digest'] must be a hexadecimal string; got {digest!r}"
+        ) from None
+    return Tally(rows, value), True
+
+
 class _EpochIterator:
     """Iterates one epoch of a loader; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the loader
-    again, which raises again until the epoch is restarted.) With prefetch,
-    a background thread prepares the next batches; it stops when the epoch
-    ends, when the iterator is closed or dropped, or after an error.
+    again, which reads the same batch again.) With prefetch, a background
+    thread prepares the next batches; it stops when the epoch ends, when the
+    iterator is closed or dropped, or after an error, and gives back to the
+    loader the batches it prepared and did not hand out, so that a later
+    ``next_into`` or iterator hands them out.
     """
 
     __slots__ = ("__weakref__", "_gen", "_loader", "_prefetcher")
@@ -430,8 +611,15 @@ class _EpochIterator:
         if prefetch:
 
             def produce():  # must not hold the iterator: dropping it stops the thread
-                job = loader._claim(gen, hand_out=False)
-                return None if job is None else (job.size, job.take())
+                job, owner = loader._claim(gen, hand_out=False)
+                if job is None:
+                    return None
+                try:
+                    batch = job.take()
+                except BaseException:
+                    loader._give_back(owner, [job], counted=False)
+                    raise
+                return job, owner, batch
 
             self._prefetcher = Prefetcher(produce, prefetch)
 
@@ -447,20 +635,28 @@ class _EpochIterator:
                 raise
             if item is None:
                 self.close()
+                self._loader._finish(self._gen)
                 raise StopIteration
-            rows, batch = item
-            self._loader._handed(self._gen, rows)
+            job, _, batch = item
+            self._loader._hand_out(self._gen, job)
             return batch
-        job = self._loader._claim(self._gen)
+        job, owner = self._loader._claim(self._gen)
         if job is None:
             raise StopIteration
-        return job.take()
+        try:
+            return job.take()
+        except BaseException:
+            self._loader._give_back(owner, [job], counted=True)
+            raise
 
-    def close(self) -> None:
-        """Stop preparing batches; batches prepared but not taken are not consumed."""
+    def close(self, locked: bool = True) -> None:
+        """Stop preparing batches; batches prepared but not taken go back to the loader."""
         if self._prefetcher is not None:
-            self._prefetcher.close()
+            left = self._prefetcher.close()
             self._prefetcher = None
+            for owner in {id(o): o for _, o, _ in left}.values():
+                jobs = [job for job, o, _ in left if o is owner]
+                self._loader._give_back(owner, jobs, counted=False, locked=locked)
 
     def __del__(self):
-        self.close()
+        self.close(locked=False)

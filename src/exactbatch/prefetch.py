@@ -33,6 +33,7 @@ class Prefetcher:
     def __init__(self, produce, depth: int):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._unsent = None  # a result made after close() began: close() returns it
         self._thread = threading.Thread(
             target=self._run, args=(produce,), name="exactbatch-prefetch", daemon=True
         )
@@ -55,6 +56,7 @@ class Prefetcher:
                     self._put(_END)
                     return
                 if not self._put(item):
+                    self._unsent = item
                     return
         except BaseException as e:  # handed to the consumer, raised there
             self._put(_Failure(e))
@@ -74,16 +76,27 @@ class Prefetcher:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def close(self) -> None:
-        """Stop the thread and drop what it prepared."""
+    def close(self) -> list:
+        """Stop the thread; return the results it prepared and nobody took, in order
+        (all of them, once the thread has ended)."""
         self._stop.set()
+        left = []
         while True:
             try:
-                self._queue.get_nowait()
+                left.append(self._queue.get_nowait())
             except queue.Empty:
                 break
         if self._thread is not threading.current_thread():
             self._thread.join()
+            while True:  # put while we drained
+                try:
+                    left.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self._unsent is not None:
+                left.append(self._unsent)
+                self._unsent = None
+        return [item for item in left if item is not _END and not isinstance(item, _Failure)]
 
     def __del__(self):
         self._stop.set()

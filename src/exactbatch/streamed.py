@@ -20,13 +20,18 @@ read ahead) and the chunks backing them, whatever N is.
 from __future__ import annotations
 
 import warnings
+from collections import deque
+from functools import partial
+
+import numpy as np
 
 from exactbatch.audit import check_total_size_kind, count_rows, outside_window, probe_restart
-from exactbatch.batching.buffer import shuffle_buffer
+from exactbatch.batching.buffer import mixing_window, shuffle_buffer
 from exactbatch.batching.indexed import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.errors import TotalSizeWarning
 from exactbatch.order import buffer_rng, chunk_order, chunk_pieces, shard_range
+from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Hinter, Prefetcher
 from exactbatch.sources.chunks import as_stream, close_iterator, normalize_chunk
 
@@ -40,12 +45,13 @@ def _is_chunk_indexed(source) -> bool:
 
 
 class StreamJob:
-    """One batch of a streamed epoch, already read."""
+    """One batch of a streamed epoch, already read: batch ``k`` of the pass."""
 
-    __slots__ = ("size", "x", "y")
+    __slots__ = ("digest", "k", "size", "x", "y")
 
-    def __init__(self, x, y):
+    def __init__(self, x, y, digest: int, k: int):
         self.x, self.y, self.size = x, y, x.shape[0]
+        self.digest, self.k = digest, k
 
     def fill(self, out_x, out_y) -> None:
         out_x[...] = self.x
@@ -55,37 +61,72 @@ class StreamJob:
         return self.x, self.y
 
 
-class StreamEpoch:
-    """Hands out the batches of one streamed epoch; a failed stream stays failed."""
+class PassTally:
+    """The ledger's view of one pass: rows fed into the batching, rows drop_last
+    dropped, rows even_batches left out. What the pass promises is the first
+    less the other two."""
 
-    def __init__(self, batches, skip: int, limit: int | None = None):
-        self._it = batches
-        self._left = limit  # even_batches: batches this epoch may still hand out
+    __slots__ = ("dropped", "fed", "left")
+
+    def __init__(self):
+        self.fed, self.dropped, self.left = Tally(), Tally(), Tally()
+
+    def promise(self) -> Tally:
+        return self.fed.minus(self.dropped).minus(self.left)
+
+
+class StreamEpoch:
+    """Hands out the batches of one streamed epoch.
+
+    ``open_pass()`` starts the epoch's pass: ``(batches, tally)``. A pass
+    that fails (the source raised) is started again at the next claim and
+    replayed up to the batches already claimed, so a caller that retries
+    gets the batch that failed, and no other. ``skip`` batches were handed
+    out before (a resumed epoch), but for those in ``pending``; ``limit``
+    (even_batches) caps the batches handed out, and the rest of the pass
+    is read (so the audit and the ledger see it) but not handed out.
+    """
+
+    def __init__(self, open_pass, skip: int, limit: int | None = None, pending=()):
+        self._open_pass = open_pass
+        self._it, self.tally = open_pass()
+        self._limit = limit
         self._pending = None
-        self._failed = None
+        self._failed = False
         self._ended = False
-        self._claimed = 0  # batches claimed (handed out, or prefetched)
+        self._drained = False
+        self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
+        self.returned: deque = deque()
+        keep = set(pending)
         for _ in range(skip):  # resume: replay the batches already handed out
-            if self.claim() is None:
+            job = self.claim()
+            if job is None:
                 break
+            if job.k in keep:
+                self.returned.append(job)
 
     def _next(self):
         if self._ended:
             return None
-        if self._failed is not None:
-            raise RuntimeError(
-                "this epoch's stream failed (the error is chained below); call reset() or "
-                "iter() to start an epoch again"
-            ) from self._failed
+        if self._failed:  # start the pass again and replay what was claimed
+            self._it.close()
+            self._it, self.tally = self._open_pass()
+            self._failed = False
+            for _ in range(self.claimed):
+                if self._pull() is None:
+                    break
+        return self._pull()
+
+    def _pull(self):
         try:
             batch = next(self._it, None)
-        except BaseException as e:
-            self._failed = e
+        except BaseException:
+            self._failed = True
             raise
         if batch is None:
             self._ended = True
             return None
-        return StreamJob(*batch)
+        return batch
 
     def close(self) -> None:
         """Stop the epoch early: the source's iterator is closed now, not at GC."""
@@ -93,30 +134,52 @@ class StreamEpoch:
         self._pending = None
         self._it.close()
 
-    def finished(self, handed: int) -> bool:
-        """Is the epoch over once ``handed`` batches have been handed out?
+    def exhausted(self) -> bool:
+        """Has every batch been claimed (and none given back)? Reads one batch
+        ahead to know."""
+        if self.returned:
+            return False
+        if self._limit is not None and self.claimed >= self._limit:
+            return True
+        return self.peek() is None
 
-        (Claimed batches not handed out - prefetched - mean no; else reads
-        one batch ahead to know.)
-        """
-        return handed >= self._claimed and self._failed is None and self.peek() is None
-
-    def peek(self) -> StreamJob | None:
+    def peek(self):
         if self._pending is None:
             self._pending = self._next()
         return self._pending
 
+    def _drain(self) -> None:
+        """even_batches: read the rest of the pass, counted as left out."""
+        if self._drained:
+            return
+        self._drained = True
+        while (batch := self.peek()) is not None:
+            self._pending = None
+            self.tally.left.add(batch[0].shape[0], batch[2])
+
     def claim(self) -> StreamJob | None:
-        if self._left is not None:
-            if self._left <= 0:
-                return None
-            self._left -= 1
-        if self._pending is not None:
-            job, self._pending = self._pending, None
-        else:
-            job = self._next()
-        self._claimed += job is not None
-        return job
+        if self.returned:
+            return self.returned.popleft()
+        if self._limit is not None and self.claimed >= self._limit:
+            self._drain()
+            return None
+        batch = self.peek()
+        if batch is None:
+            return None
+        self._pending = None
+        self.claimed += 1
+        return StreamJob(*batch, self.claimed - 1)
+
+    def give_back(self, jobs) -> None:
+        """Jobs claimed but not handed out: claimed again first, in batch order."""
+        self.returned.extend(jobs)
+        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+
+    def given_back(self) -> list[int]:
+        return [j.k for j in self.returned]
+
+    def promise(self) -> Tally:
+        return self.tally.promise()
 
 
 class StreamFeed:
@@ -145,9 +208,19 @@ class StreamFeed:
         self.d = getattr(source, "d", None) if self.indexed else None
         self.l = getattr(source, "l", None) if self.indexed else None
         n_rows = getattr(source, "n_rows", None)
+        self._had_rows = False  # has a pass yielded rows? (then an empty one cannot be right)
         if isinstance(total_size, str):  # "auto"
             total_size = int(n_rows) if n_rows is not None else self._count()
+        elif total_size is not None and n_rows is not None and total_size != int(n_rows):
+            raise ValueError(
+                f"total_size={total_size} disagrees with the source, which knows it has "
+                f"n_rows={int(n_rows)} rows (from its metadata); pass total_size=\"auto\" "
+                "(or the whole dataset's row count, not a shard's)"
+            )
         self.total_size = total_size
+        # Only a size the source vouches for (metadata, or rows counted) sizes the
+        # buffer: a declared total_size, however wrong, never sizes an allocation.
+        self._known_size = n_rows is not None or self._had_rows
         if total_size is None:
             self.start = self.stop = self.n = self.nbatches = None
         else:
@@ -179,7 +252,8 @@ class StreamFeed:
                 "the source yielded no rows while counting: if it is really empty pass "
                 "total_size=0; if it is a factory, check it returns a fresh iterator per call"
             )
-        probe_restart(self.stream, first, rows)
+        probe_restart(self.stream, first, rows, normalize_chunk)
+        self._had_rows = True
         if width is not None:
             self.d, self.l = width
         return rows
@@ -193,7 +267,7 @@ class StreamFeed:
         if self.d is None:
             self.d, self.l = x.shape[1], y.shape[1]
 
-    def _indexed_chunks(self, seed, epoch):
+    def _indexed_chunks(self, seed, epoch, fed: Tally):
         rows = self.source.chunk_rows
         if self.total_size is None:
             pieces = [
@@ -206,6 +280,7 @@ class StreamFeed:
         if self.shuffle:
             order = chunk_order(len(pieces), seed=seed, epoch=epoch, shard=self.shard_index)
             pieces = [pieces[j] for j in order.tolist()]
+        firsts = (np.cumsum(rows) - rows).tolist()  # each chunk's first row in the stream
         # The next chunk is read on a background thread while this one is cut into
         # batches (Parquet decoding and positional reads release the GIL): one
         # chunk more in memory, reads overlapped with batching.
@@ -225,37 +300,48 @@ class StreamFeed:
 
         ahead = Prefetcher(read_next, 1)
         try:
-            for pos, (_, lo, hi) in enumerate(pieces):
+            for pos, (i, lo, hi) in enumerate(pieces):
                 (chunk,) = ahead.get()
                 x, y = normalize_chunk(chunk, pos, self._width())
                 del chunk
                 self._set_width(x, y)
-                yield x[lo:hi], y[lo:hi]
+                id0 = firsts[i] + lo
+                fed.add_range(id0, firsts[i] + hi)
+                yield x[lo:hi], y[lo:hi], id0
         finally:
             ahead.close()
             if hints is not None:
                 hints.close()
 
-    def _stream_chunks(self):
+    def _stream_chunks(self, fed: Tally):
         it = self.stream.open()
         try:
-            row = 0
+            row = 0  # the stream's rows before this chunk
             for i, chunk in enumerate(it):
                 x, y = normalize_chunk(chunk, i, self._width())
                 self._set_width(x, y)
-                if self.total_size is None:
-                    if i % self.num_shards == self.shard_index:
-                        yield x, y
-                    continue
                 r = x.shape[0]
-                lo = max(self.start - row, 0)
-                hi = r if self.stop is None else min(self.stop - row, r)
-                row += r
+                if self.total_size is None:  # shards split by chunk
+                    lo, hi = (0, r) if i % self.num_shards == self.shard_index else (0, 0)
+                else:
+                    lo = max(self.start - row, 0)
+                    hi = r if self.stop is None else min(self.stop - row, r)
                 if lo < hi:
-                    yield x[lo:hi], y[lo:hi]
+                    fed.add_range(row + lo, row + hi)
+                    yield x[lo:hi], y[lo:hi], row + lo
+                row += r
                 del x, y, chunk
                 if self.stop is not None and row >= self.stop:
                     break
+            if row:
+                self._had_rows = True
+            elif self._had_rows:
+                raise ValueError(
+                    "the source yielded no rows in this pass after an earlier pass that did: "
+                    "it cannot restart, and every epoch must. Pass a zero-argument function "
+                    "that returns a fresh iterator on every call (or a re-iterable such as a "
+                    "list), not one that returns the same, spent iterator"
+                )
         finally:
             close_iterator(it)
 
@@ -299,9 +385,33 @@ class StreamFeed:
         rows = self.source.chunk_rows if self.indexed else ()
         return max(1, int(sum(rows)) // len(rows)) if len(rows) else None
 
-    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> StreamEpoch:
+    def _size_hint(self) -> int | None:
+        return self.n if self._known_size or self._had_rows else None
+
+    def mixing_window(self) -> int | None:
+        """Rows a row can be mixed with: see :func:`exactbatch.batching.buffer.mixing_window`
+        (None while the widths of a stream not read yet are unknown)."""
+        if not self.shuffle:
+            return 1
+        if self.d is None:
+            return None
+        return mixing_window(
+            self.batch_size,
+            self.buffer_size,
+            (self.d, self.l),
+            self._size_hint(),
+            self._chunk_rows(),
+        )
+
+    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()):
+        return StreamEpoch(partial(self._open_pass, seed, epoch), skip, self.limit, pending)
+
+    def _open_pass(self, seed: int, epoch: int):
+        tally = PassTally()
         chunks = (
-            self._indexed_chunks(seed, epoch) if self.indexed else self._stream_chunks()
+            self._indexed_chunks(seed, epoch, tally.fed)
+            if self.indexed
+            else self._stream_chunks(tally.fed)
         )
         if self.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=self.shard_index)
@@ -311,13 +421,14 @@ class StreamFeed:
                 self.buffer_size,
                 rng,
                 self.drop_last,
-                self.n,
+                self._size_hint(),
                 self._spare,
                 ahead=self._chunk_rows(),
+                dropped=tally.dropped,
             )
         else:
-            batches = rebatch(chunks, self.batch_size, self.drop_last)
-        return StreamEpoch(self._audited(batches), skip, self.limit)
+            batches = rebatch(chunks, self.batch_size, self.drop_last, tally.dropped)
+        return self._audited(batches), tally
 
     def close(self) -> None:
         self.source = self.stream = None

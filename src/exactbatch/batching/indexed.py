@@ -4,17 +4,26 @@ Batch k of an epoch over a shard of n rows holds positions
 [k*b, min((k+1)*b, n)) of the order; with drop_last the partial tail is
 never claimed. Claiming a batch is cheap and done under the loader's lock;
 reading it (``IndexedJob.fill``) runs outside the lock, so threads read in parallel.
+
+Each job carries its batch number and the ledger digest of its rows
+(:mod:`exactbatch.audit`), looked up, not computed, on the hot path: from
+the digests of a whole order's batches (computed with the order, on its
+background thread), of a block of positions, or in closed form for file
+order. A batch whose read failed, or that was prepared but never handed
+out, is given back and claimed again before any later batch.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from concurrent.futures import Future
 from functools import partial
 
 import numpy as np
 
 from exactbatch.order import EpochBijection, elastic_share, shard_range
+from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
 __all__ = ["BlockedOrder", "IndexedEpoch", "IndexedFeed", "num_batches"]
 
@@ -32,10 +41,11 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
 class IndexedJob:
     """One claimed batch of a random-access epoch, read when filled."""
 
-    __slots__ = ("reader", "rows", "size")
+    __slots__ = ("digest", "k", "reader", "rows", "size")
 
-    def __init__(self, reader, rows, size: int):
+    def __init__(self, reader, rows, size: int, k: int, digest: int):
         self.reader, self.rows, self.size = reader, rows, size
+        self.k, self.digest = k, digest
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         self.reader.read(self.rows, out_x, out_y)
@@ -52,39 +62,50 @@ class BlockedOrder:
 
     A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
     time and batches sliced out of the block; memory is one block, whatever n.
-    When ``whole`` (a Future of the entire order, computed on a background
-    thread for moderate n) is ready, batches are sliced from it instead: the
-    same rows, without the per-batch cost. Not thread-safe: used under the
-    loader's lock.
+    When ``whole`` (a Future of the entire order and its batches' digests,
+    computed on a background thread for moderate n) is ready, batches are
+    sliced from it instead: the same rows, without the per-batch cost. Blocks
+    start at batch boundaries, so a block's batch digests are computed with
+    it. Not thread-safe: used under the loader's lock.
     """
 
     BLOCK = 4096
 
-    def __init__(self, bijection, offset: int, dtype, whole: Future | None = None):
+    def __init__(self, bijection, offset: int, dtype, batch_size: int, whole: Future | None = None):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
+        self.batch_size = batch_size
         self.whole = whole
         self._lo = self._hi = 0
-        self._rows = None
+        self._rows = self._digests = None
 
-    def rows(self, a: int, z: int) -> np.ndarray:
+    def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
+        """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
         whole = self.whole
         if whole is not None and whole.done() and whole.exception() is None:
-            return whole.result()[a:z]  # (had it failed, the blocks below still work)
+            rows, digests = whole.result()  # (had it failed, the blocks below still work)
+            return rows[a:z], digests[a // self.batch_size]
         if z - a >= self.BLOCK:
-            return self.mapped(a, z)
+            rows = self.mapped(a, z)
+            return rows, rows_digest(rows)
         if not (self._lo <= a and z <= self._hi):
             self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
             self._rows = self.mapped(self._lo, self._hi)
-        return self._rows[a - self._lo : z - self._lo]
+            self._digests = memoryview(batch_digests(self._rows, self.batch_size))
+        lo = self._lo
+        return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
 
-    def mapped_all(self, out: np.ndarray) -> np.ndarray:
-        """The whole order, mapped block by block into ``out``: the bijection's
-        temporaries stay one block small (a background thread's large temporaries
-        would stay in its malloc arena after it ends)."""
-        step = 2 * self.BLOCK
+    def mapped_all(self, out: np.ndarray):
+        """The whole order, mapped block by block into ``out``, and its batches'
+        digests: the temporaries stay one block small (a background thread's large
+        temporaries would stay in its malloc arena after it ends)."""
+        b = self.batch_size
+        step = max(1, 2 * self.BLOCK // b) * b  # whole batches per step
+        digests = np.empty(-(-len(out) // b), dtype=np.uint64)
         for a in range(0, len(out), step):
-            out[a : a + step] = self.mapped(a, min(a + step, len(out)))
-        return out
+            z = min(a + step, len(out))
+            out[a:z] = self.mapped(a, z)
+            digests[a // b : -(-z // b)] = batch_digests(out[a:z], b)
+        return out, memoryview(digests)
 
     def mapped(self, a: int, z: int) -> np.ndarray:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
@@ -111,34 +132,57 @@ class IndexedEpoch:
 
     ``order`` maps positions to absolute rows (a :class:`BlockedOrder`), or
     is None for file order, where position p is row ``offset + p`` and
-    batches are slices. ``claim()`` hands out
-    the next batch as a job, or None at the end; ``first`` skips batches
-    already handed out (a resumed epoch).
+    batches are slices. ``claim()`` hands out the next batch as a job, or
+    None at the end: first the batches given back (:meth:`give_back`), then
+    batch ``claimed``, ``claimed + 1``... ``skip`` batches are already handed
+    out (a resumed epoch) but for those in ``pending``, which come first.
+    ``promised`` is the ledger's promise: the rows this shard's epoch hands
+    out, less the batches before ``skip`` of an elastic resume.
     """
 
-    def __init__(self, reader, nbatches: int, locate, order, offset: int, first: int = 0):
+    def __init__(self, reader, nbatches, locate, order, offset, b, promised, skip=0, pending=()):
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
         self.offset = offset
-        self.next = first
+        self._digest = RangeDigests(b)
+        self._promised = promised
+        self.claimed = skip
+        self.returned = deque(self.job(k) for k in sorted(pending))
 
     def close(self) -> None:
         """Nothing to release: the reader belongs to the feed."""
 
-    def finished(self, handed: int) -> bool:
-        """Is the epoch over once ``handed`` batches have been handed out?"""
-        return handed >= self.nbatches
+    def exhausted(self) -> bool:
+        """Has every batch been claimed (and none given back)?"""
+        return self.claimed >= self.nbatches and not self.returned
 
-    def claim(self) -> IndexedJob | None:
-        k = self.next
-        if k >= self.nbatches:
-            return None
-        self.next = k + 1
+    def promise(self) -> Tally:
+        return self._promised()
+
+    def job(self, k: int) -> IndexedJob:
         a, z = self.locate(k)
         if self.order is None:
-            rows = slice(self.offset + a, self.offset + z)
-        else:
-            rows = self.order.rows(a, z)
-        return IndexedJob(self.reader, rows, z - a)
+            start = self.offset + a
+            return IndexedJob(self.reader, slice(start, self.offset + z), z - a, k,
+                              self._digest(start, self.offset + z))
+        rows, digest = self.order.take(a, z)
+        return IndexedJob(self.reader, rows, z - a, k, digest)
+
+    def claim(self) -> IndexedJob | None:
+        if self.returned:
+            return self.returned.popleft()
+        k = self.claimed
+        if k >= self.nbatches:
+            return None
+        self.claimed = k + 1
+        return self.job(k)
+
+    def give_back(self, jobs) -> None:
+        """Jobs claimed but not handed out: claimed again first, in batch order."""
+        self.returned.extend(jobs)
+        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+
+    def given_back(self) -> list[int]:
+        return [j.k for j in self.returned]
 
 
 class IndexedFeed:
@@ -187,9 +231,12 @@ class IndexedFeed:
         self.nbatches = even if even_batches else full
         self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
 
-    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0) -> IndexedEpoch:
-        """Epoch ``epoch`` less its first ``skip`` batches; under elastic sharding
-        the epoch starts at global batch ``first`` (a resume at another shard count)."""
+    def open_epoch(
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
+    ) -> IndexedEpoch:
+        """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
+        under elastic sharding the epoch starts at global batch ``first`` (a resume
+        at another shard count)."""
         b, total, s, shards = self.batch_size, self.reader.n, self.shard_index, self.num_shards
         if self.elastic:  # one global order, its batches dealt to the shards in turn
             key_shard, size, offset = 0, total, 0
@@ -209,10 +256,42 @@ class IndexedFeed:
 
         order = None
         if self.shuffle:
-            order = BlockedOrder(self._bijection(seed, epoch, key_shard, size), offset, self._dtype)
+            order = BlockedOrder(
+                self._bijection(seed, epoch, key_shard, size), offset, self._dtype, b
+            )
             if size <= _WHOLE_ROWS:
                 order.whole = self._whole_order(seed, epoch, key_shard, size, offset)
-        return IndexedEpoch(self.reader, count, locate, order, offset, skip)
+        epoch_ = IndexedEpoch(self.reader, count, locate, order, offset, b, None, skip, pending)
+        epoch_._promised = partial(self._promise, epoch_, count, first)
+        return epoch_
+
+    def _promise(self, epoch: IndexedEpoch, count: int, first: int) -> Tally:
+        """The rows an epoch of ``count`` batches promises: the shard's rows less
+        the tail that drop_last or even_batches leave out (contiguous sharding), or
+        the global batches dealt to this shard from batch ``first`` on (elastic)."""
+        promised = Tally()
+        b = self.batch_size
+        if self.elastic:
+            total, shards = self.reader.n, self.num_shards
+            step = max(1, (1 << 20) // b)  # batches per group: temporaries stay small
+            for k0 in range(0, count, step):
+                g = first + self.shard_index + np.arange(k0, min(count, k0 + step)) * shards
+                pos = (g[:, None] * b + np.arange(b)).ravel()
+                pos = pos[pos < total]
+                rows = pos if epoch.order is None else epoch.order.bijection(pos)
+                promised.add(len(rows), rows_digest(rows))
+            return promised
+        promised.add_range(self.start, self.start + self.n)
+        kept = min(self.n, count * b)
+        if kept < self.n:
+            left = Tally()
+            if epoch.order is None:
+                left.add_range(self.start + kept, self.start + self.n)
+            else:
+                rows = epoch.order.mapped(kept, self.n)
+                left.add(len(rows), rows_digest(rows))
+            promised = promised.minus(left)
+        return promised
 
     @staticmethod
     def _bijection(seed, epoch, key_shard, size):
@@ -227,7 +306,7 @@ class IndexedFeed:
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self._bijection(seed, e, key_shard, size)
-                blocked = BlockedOrder(bijection, offset, self._dtype)
+                blocked = BlockedOrder(bijection, offset, self._dtype, self.batch_size)
                 out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
                 fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut

@@ -5,6 +5,10 @@ a chunk is copied into a carry and completed by the next chunk, so no row
 is lost mid-stream. Every batch handed out is a fresh array (never a view
 of a source chunk, which a source may reuse). Holds: the current chunk and
 the carry (under one batch, grown as rows arrive).
+
+For the epoch ledger, a chunk is ``(x, y, id0)``: its rows are the stream's
+rows ``id0, id0 + 1, ...``, and each batch comes out as ``(x, y, digest)``,
+the digest of its row ids (:mod:`exactbatch.order.digest`).
 """
 
 from __future__ import annotations
@@ -13,41 +17,53 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from exactbatch.order.digest import RangeDigests, Tally
+
 __all__ = ["rebatch"]
 
+_MASK = (1 << 64) - 1
 
-def rebatch(chunks: Iterable, batch_size: int, drop_last: bool) -> Iterator:
-    """Yield ``(x, y)`` batches of exactly ``batch_size`` rows from ``(x, y)`` chunks.
+
+def rebatch(
+    chunks: Iterable, batch_size: int, drop_last: bool, dropped: Tally | None = None
+) -> Iterator:
+    """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows from
+    ``(x, y, id0)`` chunks.
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
-    unless ``drop_last``, when they are dropped.
+    unless ``drop_last``, when they are dropped (and counted in ``dropped``).
     """
     b = batch_size
+    digest = RangeDigests(b)
     cx = cy = None  # the carry: a batch being completed across chunks
-    filled = 0
-    for x, y in chunks:
+    filled = carried = 0  # its rows, and their digest
+    for x, y, id0 in chunks:
         rows, pos = x.shape[0], 0
         if filled:
             pos = min(b - filled, rows)
             cx, cy = _room(cx, cy, filled + pos, b)
             cx[filled : filled + pos] = x[:pos]
             cy[filled : filled + pos] = y[:pos]
+            carried += digest(id0, id0 + pos)
             filled += pos
             if filled == b:
-                yield cx, cy
+                yield cx, cy, carried & _MASK
                 cx = cy = None
-                filled = 0
+                filled = carried = 0
         while rows - pos >= b:
-            yield x[pos : pos + b].copy(), y[pos : pos + b].copy()
+            yield x[pos : pos + b].copy(), y[pos : pos + b].copy(), digest(id0 + pos, id0 + pos + b)
             pos += b
         if pos < rows:
             filled = rows - pos
             cx, cy = _room(None, None, filled, b, x.shape[1], y.shape[1])
             cx[:filled] = x[pos:]
             cy[:filled] = y[pos:]
+            carried = digest(id0 + pos, id0 + rows)
         del x, y  # let the chunk go before the source makes the next one
     if filled and not drop_last:
-        yield cx[:filled], cy[:filled]
+        yield cx[:filled], cy[:filled], carried & _MASK
+    elif filled and dropped is not None:
+        dropped.add(filled, carried)
 
 
 def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0):  # noqa: E741
