@@ -86,10 +86,53 @@ def loader_next_into(loader: DataLoader):
     return run
 
 
+def ledger_cost(x, y, b: int, repeats: int) -> None:
+    """The epoch ledger's share of a shuffled in-memory epoch at batch ``b``: epochs
+    with the ledger against epochs with its work stubbed out (per-batch digests
+    zero, nothing added up, no end-of-epoch check), alternated so that both see
+    the same machine. The stubs' own calls remain, so the figure is an upper bound."""
+    from exactbatch import loader as loader_module
+    from exactbatch.batching import indexed
+    from exactbatch.order.digest import Tally
+
+    real = (indexed.batch_digests, Tally.add, loader_module.check_ledger)
+    stubs = (
+        lambda rows, b: np.zeros(-(-len(rows) // b), dtype=np.uint64),
+        lambda self, rows, digest: None,
+        lambda *a, **k: None,
+    )
+
+    def patch(funcs) -> None:
+        indexed.batch_digests, Tally.add, loader_module.check_ledger = funcs
+
+    times = {"on": [], "off": []}
+    try:
+        for r in range(2 * repeats + 2):
+            mode = "on" if r % 2 else "off"
+            patch(real if mode == "on" else stubs)
+            loader = DataLoader((x, y), b, shuffle=True, seed=SEED)
+            for _ in loader:  # epoch 0 warms up (its order may not be ready at once)
+                pass
+            t0 = time.perf_counter()
+            for _ in loader:
+                pass
+            times[mode].append(time.perf_counter() - t0)
+            loader.close()
+    finally:
+        patch(real)
+    on, off = min(times["on"]), min(times["off"])
+    print(
+        f"\nthe epoch ledger at batch {b} (in memory, best of {len(times['on'])} epochs each): "
+        f"{on * 1e3:.1f} ms with it, {off * 1e3:.1f} ms without: "
+        f"{(on - off) / on * 100:+.1f}% of an epoch"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--repeats", type=int, default=3, help="epochs per figure; the best counts")
+    ap.add_argument("--ledger-batch", type=int, default=64, help="batch size of the ledger figure")
     args = ap.parse_args()
     n, repeats = args.rows, args.repeats
     t_start = time.perf_counter()
@@ -132,6 +175,8 @@ def main() -> None:
             f"| {source} | {b} | `{p}` | {rate / 1e6:.2f} M | "
             f"{rate / clip:.2f}× | {rate / raise_:.2f}× |"
         )
+
+    ledger_cost(x, y, args.ledger_batch, repeats)
 
     t_perm = best_seconds(lambda e: epoch_rows(n, seed=SEED, epoch=100 + e), repeats)
     t_rng = best_seconds(lambda _: np.random.default_rng(0).permutation(n), repeats)

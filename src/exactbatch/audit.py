@@ -90,11 +90,13 @@ def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: 
     :class:`~exactbatch.order.digest.Tally`) are the rows it ``promised``."""
     if handed == promised:
         return
-    same = "the same number of" if handed.rows == promised.rows else "a different number of"
+    what = "the same number of rows but not the same rows" if handed.rows == promised.rows else (
+        f"{handed.rows - promised.rows:+d} rows"
+    )
     raise ExactnessError(
         f"epoch {epoch} of shard {shard_index} of {num_shards}: handed out {handed.rows} rows "
         f"(digest {handed.digest:#018x}) but the epoch promised {promised.rows} rows "
-        f"(digest {promised.digest:#018x}): {same} rows, not the same rows. Some rows were "
-        "skipped or repeated: a state restored from another run or forged, a source that "
-        "changed during the epoch, or a bug (please report it)"
+        f"(digest {promised.digest:#018x}): {what}. Rows were skipped or repeated: a state "
+        "from another run or forged, a source that changed during the epoch, or a bug "
+        "(please report it)"
     )
