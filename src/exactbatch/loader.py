@@ -207,8 +207,8 @@ class DataLoader:
         Random access with ``shuffle``: the shard's rows (a full shuffle). A
         shuffled stream: its shuffle buffer, or half of it when the buffer
         reads ahead in halves, never more than the shard's rows when known
-        (None for a stream whose widths are not known until it is read).
-        Without ``shuffle``: 1.
+        (None for a stream with the default ``buffer_size``, sized by the
+        widths, until it is read). Without ``shuffle``: 1.
         """
         if self._reader is not None:
             return max(1, self.n) if self.shuffle else 1
@@ -404,6 +404,7 @@ class DataLoader:
     def _config(self) -> dict:
         """Every setting that fixes the order, and the source's shape."""
         config = {
+            "source": "random access" if self._reader is not None else "stream",
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,

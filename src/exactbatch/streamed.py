@@ -393,12 +393,12 @@ class StreamFeed:
         (None while the widths of a stream not read yet are unknown)."""
         if not self.shuffle:
             return 1
-        if self.d is None:
+        if self.d is None and self.buffer_size is None:  # the default size needs the widths
             return None
         return mixing_window(
             self.batch_size,
             self.buffer_size,
-            (self.d, self.l),
+            (self.d or 0, self.l or 0),
             self._size_hint(),
             self._chunk_rows(),
         )

@@ -1,0 +1,482 @@
+"""Exactness across combinations: the epoch ledger, read errors, states and streams.
+
+Each test here pins one way a combination of features broke exactness
+silently (issue 12), and the ledger that now catches the class: every
+epoch's row ids are checked against what it promised when it ends.
+The laws themselves, over every source and option, are in test_law_matrix.py.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+from stream_helpers import chunks_of, ids, write_parquet
+
+from exactbatch import (
+    DataLoader,
+    ExactnessError,
+    TotalSizeWarning,
+    ndf_blocks,
+    open_ndf,
+    parquet_source,
+    save_ndf,
+)
+from exactbatch.order.digest import (
+    RangeDigests,
+    Tally,
+    batch_digests,
+    range_digest,
+    rows_digest,
+)
+
+N = 100
+
+
+def rows_of(loader) -> list[int]:
+    return [r for xb, _ in loader for r in ids(xb)]
+
+
+def roundtrip(state: dict) -> dict:
+    return json.loads(json.dumps(state))
+
+
+def x_of(n: int = N) -> np.ndarray:
+    return np.arange(n, dtype=np.float64).reshape(-1, 1)
+
+
+# -- the digest ---
+
+
+@pytest.mark.parametrize("start", [0, 1, 7, 2**31 - 3, 10**12])
+@pytest.mark.parametrize("size", [0, 1, 5, 64])
+def test_range_digest_is_the_digest_of_the_rows(start, size):
+    """The closed form of a run of rows equals the sum of their hashes, and so does the
+    fast form for runs of one length."""
+    rows = np.arange(start, start + size, dtype=np.int64)
+    assert range_digest(start, start + size) == rows_digest(rows)
+    assert RangeDigests(size or 1)(start, start + size) == rows_digest(rows)
+    assert rows_digest(slice(start, start + size)) == rows_digest(rows)
+
+
+def test_digest_is_order_independent_and_tells_sets_apart():
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(1000)
+    assert rows_digest(rows) == rows_digest(np.sort(rows)) == range_digest(0, 1000)
+    repeated = rows.copy()
+    repeated[3] = repeated[4]  # one row twice, one missing: same count, other digest
+    assert rows_digest(repeated) != rows_digest(rows)
+    digests = batch_digests(rows, 64)
+    assert len(digests) == 16
+    assert int(digests.sum(dtype=np.uint64)) == range_digest(0, 1000)
+    assert int(digests[-1]) == rows_digest(rows[960:])
+
+
+def test_tally_adds_and_subtracts():
+    t = Tally()
+    t.add_range(0, 10)
+    t.add(5, rows_digest(np.arange(10, 15)))
+    whole = Tally()
+    whole.add_range(0, 15)
+    assert t == whole
+    part = Tally()
+    part.add_range(10, 15)
+    left = whole.minus(part)
+    ten = Tally()
+    ten.add_range(0, 10)
+    assert left == ten and left != whole
+
+
+# -- the ledger catches what a state cannot say ---
+
+
+def _stream(n=N, size=10):
+    return [x_of(n)[i : i + size] for i in range(0, n, size)]
+
+
+SOURCES = {
+    "array": lambda: x_of(),
+    "stream": lambda: _stream(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda s: s.update(batches_done=s["batches_done"] + 1), id="skip-one"),
+        pytest.param(lambda s: s.update(batches_done=s["batches_done"] - 1), id="repeat-one"),
+        pytest.param(lambda s: s.update(seed=s["seed"] + 1), id="other-seed"),
+        pytest.param(lambda s: s.update(epoch=s["epoch"] + 1), id="other-epoch"),
+        pytest.param(
+            lambda s: s["ledger"].update(digest=f"{int(s['ledger']['digest'], 16) ^ 1:016x}"),
+            id="digest",
+        ),
+        pytest.param(lambda s: s["ledger"].update(rows=s["ledger"]["rows"] + 1), id="rows"),
+    ],
+)
+def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge):
+    loader = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = roundtrip(loader.state_dict())
+    forge(state)
+    restored = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
+    restored.load_state_dict(state)
+    with pytest.raises(ExactnessError, match=r"epoch \d+ of shard 0 of 1: handed out \d+ rows"):
+        list(restored)
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_an_honest_resume_passes_the_ledger(kind):
+    loader = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
+    it = iter(loader)
+    first = [ids(next(it)[0]) for _ in range(5)]
+    restored = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
+    restored.load_state_dict(roundtrip(loader.state_dict()))
+    rest = rows_of(restored)
+    assert sorted(sum(first, []) + rest) == list(range(N))
+    assert restored.state_dict()["ledger"] == {"rows": 0, "digest": "0" * 16}
+
+
+def test_exactness_error_is_a_runtime_error_exported():
+    import exactbatch
+
+    assert issubclass(ExactnessError, RuntimeError)
+    assert "ExactnessError" in exactbatch.__all__
+
+
+def test_a_version_1_state_still_loads_and_is_not_checked():
+    loader = DataLoader(x_of(), 7, seed=3)
+    it = iter(loader)
+    got = [r for _ in range(4) for r in ids(next(it)[0])]
+    state = {
+        k: v
+        for k, v in loader.state_dict().items()
+        if k in ("seed", "epoch", "batches_done", "batch_size", "shuffle", "drop_last")
+        or k in ("even_batches", "elastic", "total_size", "num_shards", "shard_index", "n")
+    }
+    state["version"] = 1
+    restored = DataLoader(x_of(), 7, seed=3)
+    restored.load_state_dict(state)
+    assert sorted(got + rows_of(restored)) == list(range(N))
+    state["batches_done"] += 1  # unchecked: a version-1 state carries no ledger
+    again = DataLoader(x_of(), 7, seed=3)
+    again.load_state_dict(state)
+    assert len(rows_of(again)) == N - 35
+
+
+def test_a_version_2_state_without_its_ledger_is_refused():
+    loader = DataLoader(x_of(), 7)
+    state = loader.state_dict()
+    del state["ledger"]
+    with pytest.raises(ValueError, match="ledger"):
+        DataLoader(x_of(), 7).load_state_dict(state)
+
+
+# -- settings and the source's shape ---
+
+
+def _ndf(tmp_path, n=N):
+    path = tmp_path / "d.ndf"
+    save_ndf(path, (x_of(n), np.zeros((n, 1))))
+    return open_ndf(path)
+
+
+@pytest.mark.parametrize(
+    ("make", "other", "setting"),
+    [
+        (
+            lambda p: DataLoader(_stream(), 10, buffer_size=20, total_size=N),
+            lambda p: DataLoader(_stream(), 10, buffer_size=50, total_size=N),
+            "buffer_size",
+        ),
+        (
+            lambda p: DataLoader(ndf_blocks(_ndf(p), 10), 10, buffer_size=40),
+            lambda p: DataLoader(ndf_blocks(_ndf(p), 20), 10, buffer_size=40),
+            "block_rows",
+        ),
+        (
+            lambda p: DataLoader(x_of(), 10),
+            lambda p: DataLoader(np.hstack([x_of(), x_of()]), 10),
+            "d",
+        ),
+        (
+            lambda p: DataLoader((x_of(), x_of()), 10),
+            lambda p: DataLoader(x_of(), 10),
+            "l",
+        ),
+        (
+            lambda p: DataLoader(_stream(), 10, total_size=N),
+            lambda p: DataLoader(x_of(), 10),
+            "source",
+        ),
+    ],
+)
+def test_a_state_from_other_settings_or_shape_is_refused(tmp_path, make, other, setting):
+    """The state records every setting that fixes the order and the source's shape."""
+    loader = make(tmp_path)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(ValueError, match=f"state was taken with {setting}="):
+        other(tmp_path).load_state_dict(roundtrip(loader.state_dict()))
+
+
+# -- read errors: the cursor stays ---
+
+
+class FlakyReads:
+    """Makes the ``fail_at``-th read of a loader's reader raise OSError once."""
+
+    def __init__(self, loader, fail_at: int):
+        self.calls, self.fail_at = 0, fail_at
+        reader = loader._reader
+        self.read, reader.read = reader.read, self
+
+    def __call__(self, rows, out_x, out_y):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError("injected read error")
+        return self.read(rows, out_x, out_y)
+
+
+def _iterate_through_errors(it) -> tuple[list[int], int]:
+    got, errors = [], 0
+    while True:
+        try:
+            xb, _ = next(it)
+        except OSError:
+            errors += 1
+            continue
+        except StopIteration:
+            return got, errors
+        got += ids(xb)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("fail_at", [1, 4, 15])
+def test_a_failed_read_is_read_again_by_the_next_call(prefetch, fail_at):
+    loader = DataLoader(x_of(), 7, seed=1, prefetch=prefetch)
+    FlakyReads(loader, fail_at)
+    got, errors = _iterate_through_errors(iter(loader))
+    assert errors == 1
+    assert got == rows_of(DataLoader(x_of(), 7, seed=1))
+    assert loader.state_dict()["epoch"] == 1
+
+
+def test_a_failed_read_through_next_into_is_not_counted():
+    loader = DataLoader(x_of(), 7, seed=1)
+    flaky = FlakyReads(loader, 3)
+    bx, by = np.empty((7, 1)), np.empty((7, 0))
+    got = []
+    for _ in range(2):
+        got += ids(bx[: loader.next_into(bx, by)])
+    with pytest.raises(OSError):
+        loader.next_into(bx, by)
+    state = roundtrip(loader.state_dict())
+    assert state["batches_done"] == 2 and "pending" not in state
+    restored = DataLoader(x_of(), 7, seed=1)
+    restored.load_state_dict(state)
+    assert sorted(got + rows_of(restored)) == list(range(N))
+    while n := loader.next_into(bx, by):  # the live loader reads the failed batch again
+        got += ids(bx[:n])
+    assert sorted(got) == list(range(N)) and flaky.calls == 16
+
+
+def test_a_batch_that_failed_while_later_ones_were_handed_out_is_pending_in_the_state():
+    """Threads: batch 2's read fails while batch 3 is handed out; the state says so."""
+    loader = DataLoader(x_of(), 10, seed=1)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    got = []
+    for _ in range(2):
+        got += ids(bx[: loader.next_into(bx, by)])
+    job2, owner = loader._claim(None)  # a thread claims batch 2 ...
+    got += ids(bx[: loader.next_into(bx, by)])  # ... another hands out batch 3 ...
+    loader._give_back(owner, [job2], counted=True)  # ... and batch 2's read fails
+    state = roundtrip(loader.state_dict())
+    assert state["batches_done"] == 3 and state["pending"] == [2]
+    restored = DataLoader(x_of(), 10, seed=1)
+    restored.load_state_dict(state)
+    rest = rows_of(restored)
+    assert sorted(got + rest) == list(range(N))
+    assert rest[:10] == ids(job2.take()[0])  # the pending batch comes first
+
+
+class FlakySource:
+    """A factory whose pass raises OSError at chunk ``at`` on its ``fail_pass``-th pass."""
+
+    def __init__(self, at: int, fail_pass: int = 1):
+        self.at, self.fail_pass, self.passes = at, fail_pass, 0
+
+    def __call__(self):
+        self.passes += 1
+        broken = self.passes == self.fail_pass
+
+        def gen():
+            for k, c in enumerate(chunks_of([9] * 11 + [1], d=2, l=1)):
+                if broken and k == self.at:
+                    raise OSError("injected source error")
+                yield c
+
+        return gen()
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_stream_that_fails_once_mid_pass_loses_nothing(shuffle, prefetch):
+    loader = DataLoader(
+        FlakySource(at=6), 8, shuffle=shuffle, total_size=N, buffer_size=24, prefetch=prefetch
+    )
+    got, errors = _iterate_through_errors(iter(loader))
+    assert errors == 1
+    want = rows_of(DataLoader(FlakySource(at=6, fail_pass=0), 8, shuffle=shuffle,
+                              total_size=N, buffer_size=24))
+    assert got == want and sorted(got) == list(range(N))
+
+
+# -- prefetch ---
+
+
+@pytest.mark.parametrize("leave", ["del", "close"])
+def test_batches_prefetched_by_an_iterator_left_mid_epoch_are_handed_out_later(leave):
+    loader = DataLoader(x_of(), 7, seed=2, prefetch=4)
+    it = iter(loader)
+    got = [r for _ in range(3) for r in ids(next(it)[0])]
+    if leave == "del":
+        del it
+    else:
+        it.close()
+    state = roundtrip(loader.state_dict())
+    assert state["batches_done"] == 3 and "pending" not in state
+    bx, by = np.empty((7, 1)), np.empty((7, 0))
+    while n := loader.next_into(bx, by):
+        got += ids(bx[:n])
+    assert got == rows_of(DataLoader(x_of(), 7, seed=2))
+    assert loader.state_dict()["epoch"] == 1
+
+
+# -- streams ---
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_even_batches_on_a_stream_rolls_over_on_every_shard_and_audits(shuffle):
+    counts = []
+    for s in range(3):
+        loader = DataLoader(
+            _stream(), 7, shuffle=shuffle, num_shards=3, shard_index=s, even_batches=True,
+            total_size=N,
+        )
+        counts.append(len(rows_of(loader)) // 7)
+        state = loader.state_dict()
+        assert (state["epoch"], state["batches_done"]) == (1, 0)
+    assert len(set(counts)) == 1
+    short = DataLoader(
+        _stream(), 7, shuffle=shuffle, num_shards=3, shard_index=2, even_batches=True,
+        total_size=66,
+    )
+    with pytest.warns(TotalSizeWarning, match="shard 2's share"):
+        list(short)
+
+
+def test_auto_total_size_of_a_stream_of_labels_only():
+    chunks = [(np.empty((5, 0)), np.arange(5.0) + 5 * i) for i in range(4)]
+    with pytest.warns(UserWarning, match="counted"):
+        loader = DataLoader(chunks, 3, total_size="auto")
+    assert loader.total_size == 20 and loader.d == 0
+    assert sorted(r for _, yb in loader for r in yb[:, 0].astype(int)) == list(range(20))
+
+
+def test_a_declared_total_size_never_sizes_an_allocation():
+    loader = DataLoader(_stream(), 10, total_size=10**13, buffer_size=10**9)
+    tracemalloc.start()
+    try:
+        with pytest.warns(TotalSizeWarning):
+            got = rows_of(loader)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sorted(got) == list(range(N))
+    assert peak < 10 << 20  # the buffer grew with the 100 rows that came, not toward 10**9
+
+
+def test_a_source_that_restarts_empty_is_a_value_error_that_names_restarting():
+    spent = iter(_stream())
+    loader = DataLoader(lambda: spent, 10, total_size=N)
+    assert len(rows_of(loader)) == N
+    with pytest.raises(ValueError, match="restart"):
+        list(loader)
+
+
+def test_a_declared_total_size_that_differs_from_parquet_metadata_is_refused(tmp_path):
+    write_parquet(tmp_path / "a.parquet", [30, 30, 40])
+    src = parquet_source(tmp_path / "a.parquet", labels=["y0"])
+    with pytest.raises(ValueError, match="n_rows=100"):
+        DataLoader(src, 10, total_size=70)
+    assert DataLoader(src, 10, total_size=100).total_size == 100
+
+
+@pytest.mark.parametrize("flag", ["shuffle", "drop_last", "even_batches", "elastic"])
+@pytest.mark.parametrize("value", ["False", 0, 1.0, None])
+def test_flags_are_bools(flag, value):
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        DataLoader(x_of(), 10, **{flag: value})
+
+
+def test_flags_accept_numpy_bools_and_ints_accept_numpy_ints():
+    loader = DataLoader(x_of(), np.int64(10), shuffle=np.bool_(False), seed=np.uint8(3))
+    assert loader.batch_size == 10 and loader.shuffle is False and loader.seed == 3
+
+
+# -- elastic: every rank's state says the same ---
+
+
+@pytest.mark.parametrize("n", [50, 41])
+def test_elastic_ranks_in_lockstep_report_the_same_state(n):
+    x = x_of(n)
+    loaders = [DataLoader(x, 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)]
+    its = [iter(ld) for ld in loaders]
+    handed = []
+    for _ in range(3):  # rank 1 has 2 batches of the 5 (or 3 of 5 with n=41: 5 batches too)
+        states = [ld.state_dict() for ld in loaders]
+        assert states[0]["global_batches_done"] == states[1]["global_batches_done"]
+        assert states[0]["epoch"] == states[1]["epoch"]
+        for it in its:
+            batch = next(it, None)
+            if batch is not None:
+                handed += ids(batch[0])
+    assert sorted(handed) == list(range(n))
+    for it in its:
+        assert next(it, None) is None
+    assert [ld.state_dict()["epoch"] for ld in loaders] == [1, 1]
+
+
+def test_elastic_resume_from_the_rank_with_fewer_batches_skips_nothing():
+    x = x_of(50)
+    loaders = [DataLoader(x, 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)]
+    its = [iter(ld) for ld in loaders]
+    handed = [r for _ in range(2) for it in its for r in ids(next(it)[0])]
+    state = roundtrip(loaders[1].state_dict())  # rank 1 has handed out all it has
+    assert (state["epoch"], state["global_batches_done"]) == (0, 4)
+    resumed = DataLoader(x, 10, num_shards=1, shard_index=0, elastic=True)
+    resumed.load_state_dict(state)
+    assert sorted(handed + rows_of(resumed)) == list(range(50))
+
+
+# -- mixing window ---
+
+
+def test_mixing_window(tmp_path):
+    assert DataLoader(x_of(), 10).mixing_window == N
+    assert DataLoader(x_of(), 10, shuffle=False).mixing_window == 1
+    assert DataLoader(_stream(), 10, buffer_size=30, total_size=N).mixing_window == 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert DataLoader(_stream(), 10, buffer_size=500).mixing_window == N  # never past N
+    blocks = ndf_blocks(_ndf(tmp_path, 4000), 10)
+    # a buffer of 16+ blocks on a larger stream reads ahead in halves
+    assert DataLoader(blocks, 10, buffer_size=400).mixing_window == 200
+    assert DataLoader(lambda: iter(_stream()), 10, total_size=None).mixing_window is None
