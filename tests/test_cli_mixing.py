@@ -138,6 +138,7 @@ def test_the_simulated_order_is_the_real_loaders(data, tmp_path):
     position[order] = np.arange(N)
     sampled = from_ndf["_plot"]
     assert np.array_equal(position[sampled["in"]], sampled["out"])
+    assert from_ndf["mixing_window"] == from_pq["mixing_window"] == loader.mixing_window == 1500
 
 
 def test_parquet_columns_by_name(data, tmp_path, capsys):

@@ -228,6 +228,7 @@ def mixing(
         n=n,
         batch_size=batch_size,
         buffer_size=int(buffer_size),
+        mixing_window=loader.mixing_window,
         chunk_rows=chunk_rows,
         chunks=len(tagged),
         shuffle_chunks=bool(shuffle_chunks),
@@ -301,7 +302,8 @@ def render(r: dict) -> str:
     ks = r["ks"]
     lines = [
         f"{r['src']}: n={r['n']:,} rows; batch {r['batch_size']:,}; buffer "
-        f"{r['buffer_size']:,} rows; {chunks} {order}; seed {r['seed']}",
+        f"{r['buffer_size']:,} rows (mixing window {r['mixing_window']:,} rows); "
+        f"{chunks} {order}; seed {r['seed']}",
         "",
         "What the loader does to the file's order (the same for any data laid out alike):",
         f"how far rows travel, |position in epoch - position in file| / n "
