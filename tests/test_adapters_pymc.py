@@ -272,9 +272,11 @@ def test_fit_needs_its_placeholders():
         fit(loader, 5, model=model, x="x")
     with pytest.raises(TypeError, match="placeholder"):
         fit(loader, 5, model=model, x=np.zeros((10, 2)))
-    for bad, err in ((0, ValueError), (2.5, TypeError)):
+    for bad, err in ((0, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(err, match="n must"):
             fit(loader, bad, model=model, x="x")
+    with pytest.raises(TypeError, match="progressbar must be a bool"):
+        fit(loader, 5, model=model, x="x", progressbar="False")
 
 
 # -- (d) exactly n batches, step i sees batch i ---------------------------------------------

@@ -16,7 +16,7 @@ def _title(block: str) -> str:
 @pytest.mark.parametrize("code", BLOCKS, ids=[_title(b) for b in BLOCKS])
 def test_readme_example_runs(code, tmp_path, monkeypatch):
     """The README block executes without error in an empty folder."""
-    for module in ("pyarrow", "torch", "pymc"):
+    for module in ("pyarrow", "torch", "pymc", "pandas"):
         if f"import {module}" in code or f"exactbatch.{module}" in code:
             pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)

@@ -216,6 +216,25 @@ def test_non_numeric_column_is_a_value_error_naming_file_and_column(tmp_path):
     assert "b.parquet" in str(info.value) and "x1" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("features", "labels", "named"),
+    [
+        (["x0", "x1", "y0"], ["y0"], "y0"),  # a label among the features: label leakage
+        (["x0", "x1"], ["x1"], "x1"),
+        (["x0", "x1", "x0"], ["y0"], "x0"),
+        (["x0"], ["y0", "y0"], "y0"),
+        ("x1", "x1", "x1"),  # single names (strings) too
+    ],
+    ids=["label-in-features", "feature-as-label", "feature-twice", "label-twice", "strings"],
+)
+def test_a_column_named_twice_is_a_value_error_naming_it(tmp_path, features, labels, named):
+    """A column named both as feature and label, or twice in either, is a ValueError
+    naming it."""
+    write_parquet(tmp_path / "a.parquet", [3], 0, d=2, l=1)
+    with pytest.raises(ValueError, match=f"'{named}'"):
+        parquet_source(tmp_path / "a.parquet", features=features, labels=labels)
+
+
 def test_unselected_string_column_is_ignored(tmp_path):
     """Only the frozen columns are checked and read: a string column not selected is fine."""
     path = tmp_path / "s.parquet"

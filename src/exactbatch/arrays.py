@@ -1,21 +1,105 @@
-"""Checks and conversions of the arrays users hand in."""
+"""Checks and conversions of the arrays users hand in.
+
+Array-likes are read as NumPy sees them (``np.asarray``), found by duck
+typing so that NumPy stays the only dependency: torch, pandas and polars
+are never imported here. Two kinds get care of their own:
+
+* a torch tensor that requires grad is detached (a loader's batches are new
+  arrays, so no gradient could flow through them anyway); one on another
+  device than the CPU is a ``TypeError`` asking for ``.cpu()``, since rows
+  are read from host memory;
+* a pandas or polars DataFrame is read column by column into one float64
+  array, so columns of mixed bool, int and float types convert as NumPy
+  converts each (``np.asarray`` of a mixed pandas frame gives ``object``);
+  non-numeric columns are a ``TypeError`` naming them.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_float64_2d", "check_out_array"]
+__all__ = ["as_float64_2d", "as_numpy", "check_out_array", "is_array_like"]
+
+_REAL = "biuf"  # dtype kinds of real numbers: bool, signed, unsigned, float
+
+
+def is_array_like(a) -> bool:
+    """Whether NumPy views ``a`` as an array: an ndarray, or an object with
+    ``__array__`` or the array interface (a torch tensor, a DataFrame, ...).
+
+    A list is not one: a list of arrays is a sequence of chunks."""
+    return isinstance(a, np.ndarray) or any(
+        hasattr(a, attr) for attr in ("__array__", "__array_interface__", "__array_struct__")
+    )
+
+
+def _library(a) -> str | None:
+    """``"pandas"`` or ``"polars"`` for their DataFrames (or subclasses), ``"torch"`` for
+    a tensor, else None; from the class's module, without importing anything."""
+    for cls in type(a).__mro__:
+        root = cls.__module__.partition(".")[0]
+        if cls.__name__ == "DataFrame" and root in ("pandas", "polars"):
+            return root
+        if cls.__name__ == "Tensor" and root == "torch":
+            return root
+    return None
+
+
+def _frame_to_float64(df, kind: str, name: str) -> np.ndarray:
+    """A DataFrame's columns, each as NumPy converts it, in one float64 (n, k) array."""
+    # polars: get_columns(); pandas: items() (also when a column name repeats)
+    named = [(s.name, s) for s in df.get_columns()] if kind == "polars" else list(df.items())
+    arrays = [np.asarray(col) for _, col in named]
+    bad = [
+        f"{label!r} ({getattr(col, 'dtype', arr.dtype)})"
+        for (label, col), arr in zip(named, arrays, strict=True)
+        if arr.dtype.kind not in _REAL
+    ]
+    if bad:
+        raise TypeError(
+            f"{name} is a DataFrame with non-numeric column(s) {', '.join(bad)}; every "
+            "column must hold real numbers (bool, int or float): select or encode them first"
+        )
+    out = np.empty((df.shape[0], len(arrays)), dtype=np.float64)
+    for j, arr in enumerate(arrays):
+        out[:, j] = arr
+    return out
+
+
+def as_numpy(a, name: str) -> np.ndarray:
+    """``a`` as ``np.asarray`` views it, with the care the module docstring describes.
+
+    What cannot be read as an array at all is a ``TypeError`` naming ``name``.
+    """
+    if isinstance(a, np.ndarray):
+        return a
+    kind = _library(a)
+    if kind in ("pandas", "polars"):
+        return _frame_to_float64(a, kind, name)
+    if kind == "torch":
+        if a.requires_grad:
+            a = a.detach()
+        if a.device.type != "cpu":
+            raise TypeError(
+                f"{name} is a torch tensor on {a.device}; exactbatch reads rows from host "
+                f"memory: pass {name}.cpu()"
+            )
+    try:
+        return np.asarray(a)
+    except (TypeError, RuntimeError) as e:  # e.g. a bfloat16 tensor, a CuPy array
+        raise TypeError(f"{name} cannot be read as a NumPy array: {e}") from e
 
 
 def as_float64_2d(a, name: str, *, allow_1d: bool = False) -> np.ndarray:
     """Return ``a`` as a float64 C-contiguous 2-D array, copying only when needed.
 
-    Bool, integer and float inputs are converted; anything else is a
-    ``TypeError`` naming ``name``. A 1-D input becomes one column when
-    ``allow_1d`` (labels), else it is a ``ValueError``.
+    ``a`` is any array-like (see :func:`as_numpy`). Bool, integer and float
+    inputs are converted; anything else is a ``TypeError`` naming ``name``.
+    A 1-D input becomes one column when ``allow_1d`` (labels), else it is a
+    ``ValueError``.
     """
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "biuf":
+    arr = as_numpy(a, name)
+    if arr.dtype.kind not in _REAL:
         raise TypeError(
             f"{name} must hold real numbers (bool, int or float); got dtype {arr.dtype}"
         )

@@ -1,4 +1,14 @@
-"""Checks of the ints and flags users pass: one message for each kind of mistake."""
+"""Checks of the int and flag arguments of the public surface, with one wording.
+
+* An int argument takes a Python or NumPy integer; a bool (an ``int`` to
+  Python, but never meant as a count), a float (even ``3.0``) or a string is
+  a ``TypeError``; one below its minimum a ``ValueError``.
+* A flag takes ``bool`` or ``np.bool_`` only: ``shuffle="False"`` would be
+  true to ``bool()``, and ``0``/``1`` hide a swapped argument, so anything
+  else is a ``TypeError``.
+
+Both name the argument and show the value.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +17,22 @@ import numpy as np
 __all__ = ["check_flag", "check_int"]
 
 
-def check_int(name: str, value, minimum: int) -> int:
-    """``value`` as an int if it is a Python or NumPy integer >= ``minimum``.
+def check_int(name: str, value, minimum: int | None = None, *, optional: bool = False):
+    """``value`` as a Python int if it is an integer (not a bool) ``>= minimum``.
 
-    Anything else (a bool, a float, a string) is a ``TypeError``, too small a
-    ``ValueError``; both name ``name``.
+    ``minimum=None`` checks the kind only; ``optional=True`` lets None through.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {name}={value}")
     return int(value)
 
 
 def check_flag(name: str, value) -> bool:
-    """``value`` as a bool if it is a ``bool`` or ``np.bool_``; else ``TypeError``
-    (``shuffle="False"`` would otherwise be true)."""
+    """``value`` as a Python bool if it is a ``bool`` or ``np.bool_``."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool (True or False); got {value!r}")
+        raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)

@@ -13,7 +13,9 @@ class Dataset:
     """n examples in memory: features ``x`` (n, d) and labels ``y`` (n, l).
 
     ``x`` must be 2-D; ``y`` 2-D, or 1-D meaning one label per row (l = 1),
-    or None (l = 0, ``y`` has shape (n, 0)). Both are stored as float64
+    or None (l = 0, ``y`` has shape (n, 0)). Each may be any array-like that
+    NumPy reads - a torch tensor, a pandas or polars DataFrame or Series -
+    converted as :mod:`exactbatch.arrays` says. Both are stored as float64
     C-contiguous arrays; an input that already is one is used without a copy,
     so later writes to it show through.
     """

@@ -62,6 +62,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from exactbatch.arrays import check_out_array
+from exactbatch.checks import check_int
 from exactbatch.dataset import Dataset
 from exactbatch.errors import NdfError
 
@@ -311,8 +312,7 @@ class NdfFile:
 
     def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"row index must be an int; got {i!r}")
+        check_int("row index", i)
         if not -self.n <= i < self.n:
             raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
         x, y = self.read_rows(np.array([i], dtype=np.int64))

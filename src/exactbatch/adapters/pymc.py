@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from exactbatch.checks import check_flag, check_int
 from exactbatch.errors import TotalSizeWarning
 
 __all__ = ["data", "fit"]
@@ -286,18 +287,16 @@ def fit(
     placeholders is not scaled by ``total_size=loader.total_size``.
     """
     pm = _pm()
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an int (optimisation steps); got {n!r}")
-    if n < 1:
-        raise ValueError(f"n must be >= 1 (optimisation steps); got n={n}")
+    n = check_int("n", n, 1)  # optimisation steps
+    progressbar = check_flag("progressbar", progressbar)
     _check_exact_batches(loader, "fit")
     model = pm.modelcontext(model)
     x_data, y_data = _placeholders(model, x, y)
-    feed = _Feed(loader, x_data, y_data, int(n))
+    feed = _Feed(loader, x_data, y_data, n)
     _check_total_size(model, loader, (x_data, y_data))
     feed.load()  # batch 0, for step 0
     return pm.fit(
-        int(n),
+        n,
         method=method,
         model=model,
         random_seed=random_seed,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class TorchLoader:
         self.loader = loader
         self.dtype = dtype
         self.device = None if device is None else torch.device(device)  # bad names fail here
-        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.pin_memory = check_flag("pin_memory", pin_memory) and torch.cuda.is_available()
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.checks import check_int
+
 __all__ = ["check_shard", "chunk_pieces", "elastic_share", "shard_range"]
 
 
 def check_shard(num_shards, shard_index) -> None:
     """Raise if ``(num_shards, shard_index)`` is not a valid shard."""
-    for name, value in (("num_shards", num_shards), ("shard_index", shard_index)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int; got {value!r}")
+    check_int("num_shards", num_shards)
+    check_int("shard_index", shard_index)
     if num_shards < 1:
         raise ValueError(f"num_shards must be >= 1; got num_shards={num_shards}")
     if not 0 <= shard_index < num_shards:

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from exactbatch.checks import check_int
 from exactbatch.ndf import HEADER_SIZE, NdfFile
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
@@ -80,12 +81,11 @@ def ndf_blocks(f: NdfFile, block_rows: int | None = None) -> NdfBlocks:
 
     Pass the result to :class:`DataLoader` with ``shuffle=True`` and a
     ``buffer_size`` of many blocks: the block order is shuffled every epoch
-    and rows are mixed in the buffer.
+    and rows are mixed in the buffer. ``block_rows`` is a Python or NumPy
+    int >= 1 (else ``TypeError``, or ``ValueError`` below 1).
     """
     if not isinstance(f, NdfFile):
         raise TypeError(f"ndf_blocks needs an NdfFile from open_ndf; got {type(f).__name__}")
     if block_rows is None:
         block_rows = max(1, DEFAULT_BLOCK_BYTES // max(8, 8 * (f.d + f.l)))
-    if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
-        raise ValueError(f"block_rows must be an int >= 1; got block_rows={block_rows!r}")
-    return NdfBlocks(f, block_rows)
+    return NdfBlocks(f, check_int("block_rows", block_rows, 1))

@@ -17,6 +17,8 @@ import collections.abc as cabc
 
 import numpy as np
 
+from exactbatch.arrays import as_numpy
+
 __all__ = ["ChunkError", "ChunkTypeError", "as_stream", "close_iterator", "normalize_chunk"]
 
 
@@ -29,7 +31,10 @@ class ChunkTypeError(ChunkError, TypeError):
 
 
 def _chunk_array(a, what: str, index: int) -> np.ndarray:
-    arr = np.asarray(a)
+    try:
+        arr = as_numpy(a, what)  # a chunk may be a DataFrame, a tensor, ... as well
+    except TypeError as e:
+        raise ChunkTypeError(f"chunk {index}: {e}") from e
     if arr.dtype.kind not in "biuf":
         raise ChunkTypeError(
             f"chunk {index}: {what} must hold real numbers; got dtype {arr.dtype} "

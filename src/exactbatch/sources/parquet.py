@@ -65,6 +65,21 @@ def _is_numeric(arrow_type) -> bool:
     return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
 
 
+def _check_names(features, labels) -> None:
+    """Refuse a column named twice: within ``features``, within ``labels``, or in both."""
+    for what, names in (("features", features), ("labels", labels)):
+        names = list(names or ())
+        twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+        if twice:
+            raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
+    both = [c for c in dict.fromkeys(labels) if c in set(features or ())]
+    if both:
+        raise ValueError(
+            f"column(s) {both} are named both in features and in labels: a label among "
+            "the features hands the model its answer (label leakage); name each in one only"
+        )
+
+
 class ParquetSource:
     """Row groups of Parquet files as chunks; see :func:`parquet_source`.
 
@@ -76,6 +91,7 @@ class ParquetSource:
 
     def __init__(self, files, features, labels, fs=None):
         _pq()
+        _check_names(features, labels)
         self.files = files
         self._fs = fs  # the fsspec filesystem of URL files (sources/remote.py); None: local
         self.labels = tuple(labels)
@@ -211,6 +227,8 @@ def parquet_source(
 
     ``features`` are the feature columns (None: every column not in
     ``labels``, in the first file's order); ``labels`` the label columns.
+    A column named twice - in both, or twice in one - is a ``ValueError``
+    naming it (a label among the features would leak it into the input).
     Every file must have them all, numeric (integer, floating or boolean),
     else ``ValueError`` naming the file and the columns. A folder is read
     as its files matching ``pattern``, in sorted order.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
 from exactbatch.ndf import NdfFile, read_rows_into
 
@@ -59,14 +60,17 @@ class NdfReader:
 def random_access_reader(source):
     """A reader for a random-access ``source``, or None if it is not one.
 
-    Random-access sources: a Dataset, an NdfFile, a NumPy array ``x`` or a
-    2-tuple ``(x, y)``.
+    Random-access sources: a Dataset, an NdfFile, an array ``x`` or a 2-tuple
+    ``(x, y)``. An array is anything NumPy views as one - an ndarray, a CPU
+    torch tensor, a pandas or polars DataFrame - read exactly as
+    ``np.asarray`` of it (see :mod:`exactbatch.arrays`). A list is never
+    one: a list is a sequence of chunks (a stream).
     """
     if isinstance(source, NdfFile):
         return NdfReader(source)
     if isinstance(source, Dataset):
         return MemoryReader(source)
-    if isinstance(source, np.ndarray):
+    if is_array_like(source):
         return MemoryReader(Dataset(source))
     if isinstance(source, tuple):
         if len(source) != 2:

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from exactbatch.checks import check_flag, check_int
 from exactbatch.tools._common import CliError, detect_format, format_bytes, progress
 
 __all__ = ["bench", "peak_rss", "render"]
@@ -112,6 +113,11 @@ def bench(
     bar=True,
 ) -> dict:
     """Time the loader at each batch size against a bare read; a dict of the runs."""
+    batch_sizes = [check_int(f"batch_sizes[{i}]", b, 1) for i, b in enumerate(batch_sizes)]
+    shuffle, bar = check_flag("shuffle", shuffle), check_flag("bar", bar)
+    seed = check_int("seed", seed, 0)
+    buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
+    max_rows = check_int("max_rows", max_rows, 1, optional=True)
     src = os.fspath(src)
     fmt = detect_format(src)
     if fmt == "ndf":

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.tools._common import (
     CliError,
@@ -283,6 +284,9 @@ def convert(
     bar=True,
 ) -> dict:
     """Convert ``src`` to ``dst`` (formats from the files); returns a summary dict."""
+    force, header = check_flag("force", force), check_flag("header", header)
+    bar = check_flag("bar", bar)
+    row_group_rows = check_int("row_group_rows", row_group_rows, 1)
     src, dst = os.fspath(src), os.fspath(dst)
     src_fmt, dst_fmt = detect_format(src), output_format(dst)
     check_output(dst, force)

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from exactbatch.checks import check_flag, check_int
 from exactbatch.tools._common import CliError, detect_format, progress, resolve_columns
 
 __all__ = ["ks_distance", "mixing", "public", "render"]
@@ -155,6 +156,12 @@ def mixing(
     bar=True,
 ) -> dict:
     """Simulate epoch 0 of a streaming loader over ``src``; the measurements as a dict."""
+    batch_size, seed = check_int("batch_size", batch_size, 1), check_int("seed", seed, 0)
+    buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
+    chunk_rows = check_int("chunk_rows", chunk_rows, 1, optional=True)
+    max_batches = check_int("max_batches", max_batches, 1)
+    sample_rows = check_int("sample_rows", sample_rows, 1)
+    shuffle_chunks, bar = check_flag("shuffle_chunks", shuffle_chunks), check_flag("bar", bar)
     from exactbatch import DataLoader
     from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
 
@@ -231,7 +238,7 @@ def mixing(
         mixing_window=loader.mixing_window,
         chunk_rows=chunk_rows,
         chunks=len(tagged),
-        shuffle_chunks=bool(shuffle_chunks),
+        shuffle_chunks=shuffle_chunks,
         seed=seed,
         names=names,
         batches=len(loader),

@@ -41,6 +41,7 @@ import tempfile
 
 import numpy as np
 
+from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.tools._common import CliError, check_output, detect_format, format_bytes, progress
 from exactbatch.tools.ndf_stream import NdfWriter, read_blocks, read_into, row_dtype
@@ -124,6 +125,8 @@ def _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter) -
 
 def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None, bar=True) -> dict:
     """Shuffle the rows of the ``.ndf`` file ``src`` into ``dst`` (see the module docstring)."""
+    seed, memory = check_int("seed", seed, 0), check_int("memory", memory, 1)
+    force, bar = check_flag("force", force), check_flag("bar", bar)
     src, dst = os.fspath(src), os.fspath(dst)
     fmt = detect_format(src)
     if fmt != "ndf":
