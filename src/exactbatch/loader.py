@@ -38,7 +38,8 @@ class DataLoader:
     """Exact minibatches of a source, with seeded shuffles, epochs and shards.
 
     ``source`` is random-access - a :class:`Dataset`, an :class:`NdfFile`, an
-    array ``x`` or a pair ``(x, y)`` - and every epoch is a full permutation
+    array ``x`` (or an array-like: a CPU torch tensor, a pandas or polars
+    DataFrame of numeric columns) or a pair ``(x, y)`` - and every epoch is a full permutation
     of this shard's rows (or file order with ``shuffle=False``); or streamed
     - a :func:`parquet_source`, :func:`ndf_blocks`, a zero-argument callable
     returning an iterator of chunks, or a re-iterable of chunks - and rows
@@ -63,7 +64,11 @@ class DataLoader:
     * :meth:`next_into` is the allocation-free path and may be called from
       several threads at once.
     * :meth:`state_dict` counts batches handed out, so a restored loader hands
-      out exactly the batches that were left.
+      out exactly the batches that were left; it refuses a state taken under
+      other settings. A read that raises leaves its batch to the next call.
+    * When an epoch ends, the row ids handed out (an order-independent digest,
+      carried across resumes) are checked against those the epoch promised:
+      :class:`ExactnessError` if they differ.
     * ``total_size`` is N, the whole dataset's row count: exact for
       random-access sources; for streams ``"auto"`` (from ``n_rows``, or a
       counting pass with a warning), an int (audited after every pass:
