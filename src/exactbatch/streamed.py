@@ -137,11 +137,14 @@ class StreamEpoch:
     def exhausted(self) -> bool:
         """Has every batch been claimed (and none given back)? Reads one batch
         ahead to know."""
-        if self.returned:
+        if self.returned or self._failed:  # a failed pass is read again at the next claim
             return False
         if self._limit is not None and self.claimed >= self._limit:
             return True
-        return self.peek() is None
+        try:
+            return self.peek() is None
+        except Exception:  # the next claim reads it again, and raises there
+            return False
 
     def peek(self):
         if self._pending is None:
