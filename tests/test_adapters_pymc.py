@@ -403,3 +403,105 @@ def test_fit_warns_when_the_likelihood_is_not_scaled_by_n(total_size, match, mon
     with pytest.warns(TotalSizeWarning, match=match) as caught:
         fit(loader, 2, model=model)
     assert len(caught) == 1 and "'obs'" in str(caught[0].message)
+
+
+# -- several loaders in one model: each loader's batches go into its own placeholders --------
+
+
+def other_ids(n):
+    """Rows of a second data set: x = (1000 + i, -i), y = i + 0.25."""
+    x, y = ids(n)
+    return x + [1000.0, 0.0], y - 0.25
+
+
+def two_loader_model(observe_second: bool = True):
+    """Two loaders (60 rows in batches of 20; 40 rows in batches of 10), each with its own
+    placeholders from data(): a likelihood per loader, or the second loader's placeholders
+    read only by a Deterministic (a prediction, no likelihood)."""
+    ld1 = DataLoader(ids(60), 20, seed=1)
+    ld2 = DataLoader(other_ids(40), 10, seed=2)
+    with pm.Model() as model:
+        x1, y1 = data(ld1, "x1", "y1")
+        x2, y2 = data(ld2, "x2", "y2")
+        w = pm.Normal("w", 0, 1, shape=2)
+        pm.Normal("obs1", mu=x1 @ w, sigma=1, observed=y1, total_size=60)
+        if observe_second:
+            pm.Normal("obs2", mu=x2 @ w, sigma=1, observed=y2, total_size=40)
+        else:
+            pm.Deterministic("pred", x2 @ w)
+    return model, ld1, ld2, (x1, y1, x2, y2)
+
+
+def recorder(placeholders):
+    seen = []
+
+    def record(approx, losses, i):  # after step i - 1, before the next batches are loaded
+        seen.append([p.get_value().copy() for p in placeholders])
+
+    return seen, record
+
+
+def batches(make, steps, batch_size, seed):
+    reference = DataLoader(make(), batch_size, seed=seed)
+    return [xb for _ in range(steps) for xb, _ in reference][:steps]
+
+
+def test_fit_one_of_two_loaders_feeds_its_own_placeholders():
+    """Issue 12: fit(ld1) in a model that also holds ld2's placeholders (read by no
+    likelihood) used to write ld1's rows into ld2's, the last data() call's. With PyMC's
+    own pm.fit, step i now sees ld1's batch i in x1/y1, and x2/y2 keep ld2's first batch."""
+    model, ld1, ld2, (x1, y1, x2, y2) = two_loader_model(observe_second=False)
+    first2 = x2.get_value().copy()
+    seen, record = recorder((x1, y1, x2))
+    fit(ld1, 5, model=model, random_seed=0, callbacks=[record])
+    want = batches(lambda: ids(60), 5, 20, seed=1)
+    assert len(seen) == 5
+    for step, ((gx1, gy1, gx2), wx) in enumerate(zip(seen, want, strict=True)):
+        assert np.array_equal(gx1, wx) and np.array_equal(gy1, wx[:, 0] + 0.5), step
+        assert np.array_equal(gx2, first2), step
+    assert ld1.state_dict()["batches_done"] == 2 and ld2.state_dict()["batches_done"] == 0
+
+
+def test_fit_several_loaders_feeds_each_its_own_batches():
+    """fit([ld1, ld2], n) with a likelihood per loader (real pm.fit): every step gets one
+    new batch of each loader, in its own placeholders, and exactly n of each are taken."""
+    model, ld1, ld2, (x1, _, x2, y2) = two_loader_model()
+    seen, record = recorder((x1, x2, y2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TotalSizeWarning)
+        fit([ld1, ld2], 6, model=model, random_seed=0, callbacks=[record])
+    want1 = batches(lambda: ids(60), 6, 20, seed=1)
+    want2 = batches(lambda: other_ids(40), 6, 10, seed=2)
+    assert len(seen) == 6
+    for step, ((g1, g2, gy2), w1, w2) in enumerate(zip(seen, want1, want2, strict=True)):
+        assert np.array_equal(g1, w1) and np.array_equal(g2, w2), step
+        assert np.array_equal(gy2, w2[:, 1] * -1 + 0.25), step
+    assert (ld1.state_dict()["epoch"], ld1.state_dict()["batches_done"]) == (2, 0)
+    assert (ld2.state_dict()["epoch"], ld2.state_dict()["batches_done"]) == (1, 2)
+
+
+def test_fit_refuses_a_loader_without_placeholders_or_with_anothers(monkeypatch):
+    """Nothing is fed, and a ValueError names the loader: a loader the model has no
+    placeholders for (only other loaders'); x=/y= made for another loader; a likelihood
+    reading the placeholders of a loader fit was not given; the same loader twice, or
+    x=/y= with several; data() twice for one loader."""
+    model, ld1, ld2, (x1, _, x2, _) = two_loader_model()
+    stranger = DataLoader(ids(30), 10, seed=3)
+    monkeypatch.setattr(pm, "fit", FakeFit(x1))
+    before = [x1.get_value().copy(), x2.get_value().copy()]
+    cases = [
+        (lambda: fit(stranger, 3, model=model), f"no placeholders for the loader {stranger!r}"),
+        (lambda: fit(ld1, 3, model=model, x="x2", y="y2"), f"another loader .*{ld2!r}"),
+        (lambda: fit(ld1, 3, model=model), f"'obs2' reads .*'x2'.* of the loader {ld2!r}"),
+        (lambda: fit(ld2, 3, model=model), f"'obs1' reads .*'x1'.* of the loader {ld1!r}"),
+        (lambda: fit([ld1, ld1], 3, model=model), "same loader twice"),
+        (lambda: fit([ld1, ld2], 3, model=model, x="x1", y="y1"), "several loaders"),
+        (lambda: fit([], 3, model=model), "empty list"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)")):
+            call()
+    with pytest.raises(ValueError, match="already has placeholders"), model:
+        data(ld1, "x3", "y3")
+    assert np.array_equal(x1.get_value(), before[0]) and np.array_equal(x2.get_value(), before[1])
+    assert ld1.state_dict()["batches_done"] == ld2.state_dict()["batches_done"] == 0

@@ -1,9 +1,11 @@
 """Remote data through fsspec (sources/remote.py), against a real S3 server on 127.0.0.1.
 
 The server is moto's standalone S3 server (``ThreadedMotoServer``), started
-by this module on 127.0.0.1 on a free port and spoken to over HTTP by s3fs,
+by this module on 127.0.0.1 and spoken to over HTTP by s3fs (it binds port 0
+itself and the port it got is read back: no port is picked by binding and
+closing a socket, which another process could take in between),
 exactly as a bucket on AWS would be: no mock objects. Counting wrappers
-around the filesystem's own methods (``_cat_file``, ``S3File._fetch_range``)
+around the filesystem's own methods (``_call_s3``, ``S3File._fetch_range``)
 count the range requests that really go out.
 
 Two groups of tests: the first exercises ``exactbatch.sources.remote``
@@ -120,29 +122,36 @@ def s3(tmp_path_factory):
 
 @pytest.fixture
 def reqlog(s3, monkeypatch):
-    """Count range requests: each ``_cat_file`` call of the s3fs instance is one GET.
+    """Count the requests that go out: each ``get_object`` of the s3fs instance is one
+    ranged GET, recorded as (key, start, end); ``head_object`` calls are counted apart.
 
-    Also records ``cat_ranges`` calls and the most requests in flight at once.
+    Also records the batched reads (``remote._get_ranges`` calls: one per batch) and the
+    most GETs in flight at once.
     """
-    log = {"gets": [], "cat_ranges": 0, "in_flight": 0, "max_in_flight": 0}
+    log = {"gets": [], "heads": 0, "batched": 0, "in_flight": 0, "max_in_flight": 0}
     fs = s3.fs
-    real_cat_file, real_cat_ranges = fs._cat_file, fs.cat_ranges
+    real_call_s3, real_get_ranges = fs._call_s3, remote._get_ranges
 
-    async def counting_cat_file(path, *args, **kwargs):
-        log["gets"].append((path, kwargs.get("start"), kwargs.get("end")))
+    async def counting_call_s3(method, *args, **kwargs):
+        if method == "head_object":
+            log["heads"] += 1
+        if method != "get_object":
+            return await real_call_s3(method, *args, **kwargs)
+        a, b = kwargs["Range"].removeprefix("bytes=").split("-")
+        log["gets"].append((kwargs["Key"], int(a), int(b) + 1))
         log["in_flight"] += 1
         log["max_in_flight"] = max(log["max_in_flight"], log["in_flight"])
         try:
-            return await real_cat_file(path, *args, **kwargs)
+            return await real_call_s3(method, *args, **kwargs)
         finally:
             log["in_flight"] -= 1
 
-    def counting_cat_ranges(*args, **kwargs):
-        log["cat_ranges"] += 1
-        return real_cat_ranges(*args, **kwargs)
+    def counting_get_ranges(*args, **kwargs):
+        log["batched"] += 1
+        return real_get_ranges(*args, **kwargs)
 
-    monkeypatch.setattr(fs, "_cat_file", counting_cat_file)
-    monkeypatch.setattr(fs, "cat_ranges", counting_cat_ranges)
+    monkeypatch.setattr(fs, "_call_s3", counting_call_s3)
+    monkeypatch.setattr(remote, "_get_ranges", counting_get_ranges)
     return log
 
 
@@ -316,12 +325,12 @@ def test_read_remote_rows_equals_local_for_loader_orders(s3, tmp_path):
 def test_coalescing_contiguous_batch_is_one_range(s3, reqlog):
     f = remote_file(s3)
     reqlog["gets"].clear()
-    reqlog["cat_ranges"] = 0
+    reqlog["batched"] = 0
     x, _ = read(f, np.arange(1000, 1256))
     assert ids(x).tolist() == list(range(1000, 1256))
     rb = 8 * (D + L)
     assert [g[1:] for g in reqlog["gets"]] == [(28 + 1000 * rb, 28 + 1256 * rb)]
-    assert reqlog["cat_ranges"] == 1
+    assert reqlog["batched"] == 1
 
 
 def test_coalescing_small_gaps_one_range_large_gaps_several(s3, reqlog):
@@ -332,13 +341,13 @@ def test_coalescing_small_gaps_one_range_large_gaps_several(s3, reqlog):
     assert ids(x).tolist() == [1000, 100, 1900]
     assert len(reqlog["gets"]) == 1
     reqlog["gets"].clear()
-    reqlog["cat_ranges"] = 0
-    # 1400 rows apart = 67,152 bytes: three ranges, fetched in one cat_ranges, concurrently
+    reqlog["batched"] = 0
+    # 1400 rows apart = 67,152 bytes: three ranges, fetched in one batched read, concurrently
     x, y = read(f, [2800, 0, 1400, 1401])
     check_rows(x, y, D, L)
     assert ids(x).tolist() == [2800, 0, 1400, 1401]
     assert sorted(g[1] for g in reqlog["gets"]) == [28 + r * 48 for r in (0, 1400, 2800)]
-    assert reqlog["cat_ranges"] == 1
+    assert reqlog["batched"] == 1
     assert reqlog["max_in_flight"] == 3
 
 
@@ -491,6 +500,67 @@ def test_object_shrunk_or_deleted_while_open(s3, tmp_path):
     s3.fs.rm_file(f"{BUCKET}/changing.ndf")
     with pytest.raises(FileNotFoundError, match="deleted"):
         read(f, [0])
+
+
+def other_ndf(tmp_path, rows: int) -> bytes:
+    """A valid .ndf of ``rows`` rows other than the fixture's: its row ids start at 10**6."""
+    ids_ = range(10**6, 10**6 + rows)
+    save_ndf(tmp_path / "other.ndf", (make_x(ids_, D), make_y(ids_, L)))
+    return (tmp_path / "other.ndf").read_bytes()
+
+
+@pytest.mark.parametrize("rows", [100, N, N + 500], ids=["shorter", "same_size", "longer"])
+def test_replaced_object_is_ndferror_at_the_next_read(s3, tmp_path, reqlog, rows):
+    """Issue 12: an object replaced (no versioning) by another one, shorter (the rows read
+    still fit), of the same size or longer, is an NdfError naming the URL at the next read
+    - never its rows - and the check costs no request: one GET per range, no HEAD."""
+    url = s3.put_bytes(f"replaced-{rows}.ndf", (s3.local / "data.ndf").read_bytes())
+    f = remote.open_ndf_url(url, s3.so)
+    reqlog["gets"].clear()
+    reqlog["heads"] = 0
+    x, _ = read(f, [7, 3, 50])
+    assert ids(x).tolist() == [7, 3, 50]
+    assert len(reqlog["gets"]) == 1 and reqlog["heads"] == 0
+    s3.put_bytes(f"replaced-{rows}.ndf", other_ndf(tmp_path, rows))
+    for idx in ([7, 3, 50], [0], np.arange(90)):  # every read, all rows within the new object
+        with pytest.raises(NdfError, match=f"^{url}: the object changed while open"):
+            read(f, idx)
+    buf = np.empty((5, D + L))
+    with pytest.raises(NdfError, match=url):
+        f._handle().pread_into(memoryview(buf).cast("B"), 10)  # ndf_blocks' read
+
+
+def test_replaced_object_caught_by_the_returned_etag_where_if_match_is_ignored(
+    s3, tmp_path, monkeypatch
+):
+    """A server that ignores If-Match sends the new object's bytes: the ETag that comes
+    with them is not the opened one, and the read is an NdfError all the same."""
+    url = s3.put_bytes("no-if-match.ndf", (s3.local / "data.ndf").read_bytes())
+    f = remote.open_ndf_url(url, s3.so)
+    real = s3.fs._call_s3
+
+    async def ignoring_if_match(method, *args, **kwargs):
+        kwargs.pop("IfMatch", None)
+        return await real(method, *args, **kwargs)
+
+    monkeypatch.setattr(s3.fs, "_call_s3", ignoring_if_match)
+    x, _ = read(f, [1, 2])
+    assert ids(x).tolist() == [1, 2]
+    s3.put_bytes("no-if-match.ndf", other_ndf(tmp_path, N))
+    with pytest.raises(NdfError, match=f"^{url}: .*overwritten.*ETag"):
+        read(f, [1, 2])
+
+
+def test_replaced_object_on_a_protocol_without_etag_reads(memory_fs, tmp_path):
+    """Elsewhere (memory:// here) each read asks for the size and tag after its ranges."""
+    x, y = make_data(300, D, L)
+    save_ndf(tmp_path / "r.ndf", (x, y))
+    memory_fs.pipe_file("/exactbatch-mem/r.ndf", (tmp_path / "r.ndf").read_bytes())
+    f = remote.open_ndf_url("memory://exactbatch-mem/r.ndf")
+    assert ids(read(f, [4, 2])[0]).tolist() == [4, 2]
+    memory_fs.pipe_file("/exactbatch-mem/r.ndf", other_ndf(tmp_path, 300))  # same size
+    with pytest.raises(NdfError, match="^memory://exactbatch-mem/r.ndf: .*overwritten"):
+        read(f, [4, 2])
 
 
 def test_versioned_bucket_pins_the_opened_version(s3):

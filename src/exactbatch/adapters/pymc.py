@@ -6,7 +6,11 @@ batch size, N and their ratio. ``data(loader)`` makes the placeholders from
 the loader (the batch's shape, labels 1-D when there is one per row), and
 ``fit(loader, n)`` runs ``pm.fit`` for ``n`` steps, putting exactly one new
 batch into the placeholders per step: step i sees batch i, epochs roll over
-by themselves, and exactly ``n`` batches are taken from the loader.
+by themselves, and exactly ``n`` batches are taken from the loader. A model
+may hold the placeholders of several loaders (one ``data`` call each, say a
+likelihood per data set): each loader's batches go into its own
+placeholders, and ``fit([loader1, loader2], n)`` feeds them all, one batch
+of each per step.
 
 Guarantees and refusals:
 
@@ -16,6 +20,13 @@ Guarantees and refusals:
 * ``fit`` warns (``TotalSizeWarning``) when an observed variable that reads
   the placeholders has no ``total_size``, or one other than
   ``loader.total_size``: its likelihood would be scaled by the wrong N.
+* ``fit`` never feeds a loader's rows into placeholders made for another
+  loader: a ``ValueError`` naming the loader when the model has no
+  placeholders for it (only other loaders'), when ``x=``/``y=`` name another
+  loader's placeholders, and when an observed variable reads the
+  placeholders of a loader ``fit`` was not given (they would hold one batch
+  for the whole fit). ``data`` refuses a second set of placeholders for the
+  same loader in one model.
 
 Costs: one copy of each batch into the placeholders (``set_value``); the
 loader's own reads and memory are unchanged. ``data`` reads the first batch
@@ -37,7 +48,8 @@ from exactbatch.errors import TotalSizeWarning
 
 __all__ = ["data", "fit"]
 
-# model -> (x placeholder, y placeholder or None), as made by data()
+# model -> {loader: (x placeholder, y placeholder or None)}, as made by data(); weak on
+# both sides, so that neither a model nor a loader is kept alive by it
 _PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -109,18 +121,29 @@ def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
         approx = exactbatch.pymc.fit(loader, 10_000, model=model)
 
     The loader must hand out full batches only (``ValueError`` naming
-    ``drop_last`` otherwise); see :func:`fit`.
+    ``drop_last`` otherwise); see :func:`fit`. One call per loader and
+    model: a second one for the same loader is a ``ValueError``.
     """
     pm = _pm()
     _check_exact_batches(loader, "data")
     model = pm.modelcontext(model)
+    made = _PLACEHOLDERS.setdefault(model, weakref.WeakKeyDictionary())
+    if loader in made:
+        raise ValueError(
+            f"data: this model already has placeholders ({_names(made[loader])}) for the "
+            f"loader {loader!r}; fit feeds one set per loader: call data once per loader"
+        )
     xb, yb = _first_batch(loader)
     x_data = pm.Data(x_name, xb, model=model)
     y_data = None
     if yb.shape[1]:
         y_data = pm.Data(y_name, yb[:, 0] if yb.shape[1] == 1 else yb, model=model)
-    _PLACEHOLDERS[model] = (x_data, y_data)
+    made[loader] = (x_data, y_data)
     return x_data, y_data
+
+
+def _names(pair) -> str:
+    return ", ".join(repr(p.name) for p in pair if p is not None)
 
 
 def _placeholder(model, v, name: str):
@@ -134,20 +157,34 @@ def _placeholder(model, v, name: str):
     return v
 
 
-def _placeholders(model, x, y):
+def _placeholders(model, loader, x, y):
+    """The placeholders ``loader`` feeds: ``x``/``y``, else those data(loader) made."""
+    made = _PLACEHOLDERS.get(model, {})
     if x is None and y is None:
-        made = _PLACEHOLDERS.get(model)
-        if made is None:
+        if loader in made:
+            return made[loader]
+        if made:
+            others = "; ".join(_names(pair) for pair in made.values())
             raise ValueError(
-                "fit found no placeholders to feed in this model: make them with "
-                "exactbatch.pymc.data(loader) inside the model, or pass x= and y= "
-                "(pm.Data variables or their names)"
+                f"fit: the model has no placeholders for the loader {loader!r}; data() made "
+                f"its placeholders ({others}) for other loaders only. Make this loader's "
+                f"with exactbatch.pymc.data(loader) inside the model, or pass x= and y="
             )
-        return made
+        raise ValueError(
+            "fit found no placeholders to feed in this model: make them with "
+            "exactbatch.pymc.data(loader) inside the model, or pass x= and y= "
+            "(pm.Data variables or their names)"
+        )
     if x is None:
         raise ValueError("fit got y= but not x=: pass the features' placeholder as x=")
     x = _placeholder(model, x, "x")
     y = None if y is None else _placeholder(model, y, "y")
+    for other, pair in made.items():
+        if other is not loader and {id(x), id(y)} & {id(p) for p in pair if p is not None}:
+            raise ValueError(
+                f"fit: x=/y= name placeholders ({_names(pair)}) that data() made for another "
+                f"loader ({other!r}), not for {loader!r}: its rows would go into them"
+            )
     if x.ndim != 2:
         raise ValueError(f"x must be a 2-D placeholder (batch_size, d); got {x.ndim}-D")
     if y is not None and y.ndim not in (1, 2):
@@ -160,20 +197,44 @@ def _constant(v):
     return None if data is None or np.ndim(data) else int(data)
 
 
+def _reading(model, placeholders) -> list:
+    """The model's observed variables whose likelihood reads any of ``placeholders``."""
+    from pytensor.graph.traversal import ancestors
+
+    feeds = {id(p) for p in placeholders if p is not None}
+    found = []
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values.get(rv)
+        roots = [rv] if value is None else [rv, value]
+        if any(id(v) in feeds for v in ancestors(roots)):
+            found.append(rv)
+    return found
+
+
+def _check_all_fed(model, loaders) -> None:
+    """Refuse placeholders of a loader not given to fit that an observed variable reads."""
+    fed = {id(ld) for ld in loaders}
+    for other, pair in _PLACEHOLDERS.get(model, {}).items():
+        if id(other) in fed:
+            continue
+        readers = _reading(model, pair)
+        if readers:
+            raise ValueError(
+                f"fit: observed variable {readers[0].name!r} reads the placeholders "
+                f"({_names(pair)}) of the loader {other!r}, which fit was not given: they "
+                f"would hold one batch for the whole fit. Pass every loader the "
+                f"likelihood reads: fit([loader1, loader2], n)"
+            )
+
+
 def _check_total_size(model, loader, placeholders) -> None:
     """Warn when a likelihood that reads the placeholders is not scaled by the loader's N."""
     from pymc.variational.minibatch_rv import MinibatchRandomVariable
-    from pytensor.graph.traversal import ancestors
 
     big_n, b = loader.total_size, loader.batch_size
     if big_n is None:
         return
-    feeds = {id(p) for p in placeholders if p is not None}
-    for rv in model.observed_RVs:
-        value = model.rvs_to_values.get(rv)
-        roots = [rv] if value is None else [rv, value]
-        if not any(id(v) in feeds for v in ancestors(roots)):
-            continue
+    for rv in _reading(model, placeholders):
         total = None
         if rv.owner is not None and isinstance(rv.owner.op, MinibatchRandomVariable):
             total = _constant(rv.owner.inputs[1])
@@ -273,8 +334,14 @@ def fit(
     fit early: one per step done), so ``loader.state_dict()`` afterwards
     resumes right after them.
 
+    ``loader`` may also be a list of loaders, for a model whose likelihoods
+    read the placeholders of several (one :func:`data` call each): every
+    step then gets one new batch of each, into that loader's own
+    placeholders, and exactly ``n`` batches are taken from each.
+
     ``x`` and ``y`` are the placeholders to feed (``pm.Data`` variables or
-    their names); by default those :func:`data` made in ``model``. ``method``,
+    their names; one loader only); by default those :func:`data` made for
+    the loader in ``model``. ``method``,
     ``random_seed``, ``progressbar`` and ``**fit_kwargs`` (``obj_optimizer``,
     ``score``, ...) go to ``pm.fit``; ``callbacks`` run after each step, before
     the next batch is loaded, so they see the batch that step used. Returns
@@ -285,22 +352,38 @@ def fit(
     size without ``drop_last=True``): ``ValueError`` naming ``drop_last``.
     Warns (``TotalSizeWarning``) when an observed variable fed by the
     placeholders is not scaled by ``total_size=loader.total_size``.
+    ``ValueError`` naming the loader when the model has no placeholders for
+    it, when ``x=``/``y=`` are another loader's, or when an observed
+    variable reads the placeholders of a loader not given to ``fit``.
     """
     pm = _pm()
     n = check_int("n", n, 1)  # optimisation steps
     progressbar = check_flag("progressbar", progressbar)
-    _check_exact_batches(loader, "fit")
+    loaders = list(loader) if isinstance(loader, (list, tuple)) else [loader]
+    if not loaders:
+        raise ValueError("fit got an empty list of loaders")
+    if len({id(ld) for ld in loaders}) != len(loaders):
+        raise ValueError("fit got the same loader twice: each step would take two batches")
+    if len(loaders) > 1 and (x is not None or y is not None):
+        raise ValueError(
+            "fit got x=/y= with several loaders: make each loader's placeholders with "
+            "exactbatch.pymc.data(loader) instead"
+        )
+    for ld in loaders:
+        _check_exact_batches(ld, "fit")
     model = pm.modelcontext(model)
-    x_data, y_data = _placeholders(model, x, y)
-    feed = _Feed(loader, x_data, y_data, n)
-    _check_total_size(model, loader, (x_data, y_data))
-    feed.load()  # batch 0, for step 0
+    feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
+    _check_all_fed(model, loaders)
+    for feed in feeds:
+        _check_total_size(model, feed.loader, (feed.x, feed.y))
+    for feed in feeds:
+        feed.load()  # batch 0, for step 0
     return pm.fit(
         n,
         method=method,
         model=model,
         random_seed=random_seed,
         progressbar=progressbar,
-        callbacks=[*(callbacks or ()), feed],
+        callbacks=[*(callbacks or ()), *feeds],
         **fit_kwargs,
     )

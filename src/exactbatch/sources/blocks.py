@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.ndf import HEADER_SIZE, NdfFile
+from exactbatch.ndf import HEADER_SIZE, NdfFile, _Handle
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -58,7 +58,8 @@ class NdfBlocks:
         block = np.empty((rows, self.d + self.l), dtype=np.float64)
         if block.size:
             h = self.file._handle()
-            h.check_size()
+            if isinstance(h, _Handle):  # a remote handle checks the object with each read
+                h.check_size()
             h.pread_into(memoryview(block).cast("B"), start)
         return block[:, : self.d], block[:, self.d :]
 

@@ -22,14 +22,19 @@ There is no memory map (``RemoteHandle.rows`` is None).
 Changes under a reader: S3 keeps no open file. On a bucket with versioning
 the handle pins the version it opened (``VersionId``), so it keeps reading
 those bytes whatever is written to the key later, as a local file renamed
-over keeps being read. Without versioning a range that comes back short (the
-object shrank) is an :class:`NdfError` naming the URL, but an object
-overwritten by one of the same or a larger size is not noticed at each read
-(that would cost a request per batch): ``RemoteHandle.check_size()`` checks
-the size and ETag on demand. Write new keys rather than overwrite a key
-being read, or turn versioning on. A deleted object is a ``FileNotFoundError``
-at the next read (unless its version is pinned). Writing ``.ndf`` to a URL
-is not supported: write locally with ``save_ndf`` and upload.
+over keeps being read. Without versioning every read checks that the object
+is still the one opened, and an object replaced by any other (shorter,
+longer, or of the same size) is an :class:`NdfError` naming the URL at the
+next read, before any of its bytes reach a batch. On S3 the check rides on
+the ranged GETs themselves (no extra request): each asks for the opened
+ETag (``If-Match``) and the ETag each response carries is compared too, for
+servers that ignore ``If-Match``. On other protocols the object's size and
+ETag (or modification time) are asked for once per read, after its ranges
+have arrived: one metadata request per batch; a store that reports neither
+an ETag nor a modification time is checked by size only. A deleted object
+is a ``FileNotFoundError`` at the next read (unless its version is pinned).
+Writing ``.ndf`` to a URL is not supported: write locally with ``save_ndf``
+and upload.
 
 Parquet over a URL (``parquet_source(url)``): a folder is listed with
 ``fs.glob``; every file's footer is read through pyarrow on an fsspec file
@@ -150,7 +155,63 @@ def _etag(info: dict):
     return None
 
 
-# -- the .ndf header: exactbatch.ndf's own checks ------------------------------------------
+# -- ranged reads that say which object they read ----------------------------------------
+
+
+def _is_s3(fs) -> bool:
+    """s3fs, whose GETs can carry the ETag they expect and return the one they read."""
+    return "s3" in _protocols(fs) and hasattr(fs, "_call_s3")
+
+
+async def _s3_get(fs, bucket: str, key: str, start: int, end: int, etag: str, version: dict):
+    """``(bytes [start, end), the ETag sent with them)``: one GET. ``If-Match`` makes S3
+    refuse (412) to send another object's bytes; retried as s3fs's own ``_cat_file``."""
+    if end <= start:
+        return b"", etag
+    from s3fs.core import _error_wrapper
+
+    async def once():
+        resp = await fs._call_s3(
+            "get_object",
+            Bucket=bucket,
+            Key=key,
+            Range=f"bytes={start}-{end - 1}",
+            IfMatch=etag,
+            **version,
+        )
+        try:
+            return await resp["Body"].read(), resp.get("ETag")
+        finally:
+            resp["Body"].close()
+
+    return await _error_wrapper(once, retries=fs.retries)
+
+
+def _get_ranges(fs, key: str, starts, ends, etag, pin: dict):
+    """``(blobs, tags)``: bytes ``[starts[i], ends[i])`` of the object (or the exception
+    that range raised), all at once; and the ETag the store sent with each range, or
+    None where the protocol's reads do not say (only a metadata request can tell then)."""
+    starts, ends = list(starts), list(ends)
+    if etag is None or not _is_s3(fs):
+        got = fs.cat_ranges([key] * len(starts), starts, ends, on_error="return", **pin)
+        return got, None
+    asyn = _fsspec().asyn
+    bucket, path, vers = fs.split_path(key)
+    version = pin.get("version_id") or vers
+    version = {"VersionId": version} if version else {}
+
+    async def gather():
+        spans = zip(starts, ends, strict=True)
+        coros = [_s3_get(fs, bucket, path, a, b, etag, version) for a, b in spans]
+        # fsspec's own batching, as cat_ranges: at most fs.batch_size requests in flight
+        return await asyn._run_coros_in_chunks(
+            coros, batch_size=fs.batch_size, nofiles=True, return_exceptions=True
+        )
+
+    got = asyn.sync(fs.loop, gather)
+    failed = [isinstance(g, BaseException) for g in got]
+    blobs = [g if bad else g[0] for g, bad in zip(got, failed, strict=True)]
+    return blobs, [None if bad else g[1] for g, bad in zip(got, failed, strict=True)]
 
 
 # -- .ndf over a URL -------------------------------------------------------------------------
@@ -236,19 +297,24 @@ class RemoteHandle:
             )
         tag = _etag(info)
         if self.etag is not None and tag is not None and tag != self.etag:
-            raise NdfError(
-                f"{self.path}: the object changed while open: it was overwritten after it "
-                f"was opened (ETag {self.etag} then {tag}); open it again to read the new "
-                "contents, and write new keys (or turn on versioning) instead"
-            )
+            raise self._overwritten(tag)
+
+    def _overwritten(self, tag) -> NdfError:
+        return NdfError(
+            f"{self.path}: the object changed while open: it was overwritten after it "
+            f"was opened (ETag {self.etag} then {tag}); open it again to read the new "
+            "contents, and write new keys (or turn on versioning) instead"
+        )
 
     def fetch(self, starts: list[int], ends: list[int]) -> list[bytes]:
-        """Bytes ``[starts[i], ends[i])`` of the object, all ranges in one ``cat_ranges``."""
+        """Bytes ``[starts[i], ends[i])`` of the object opened, all ranges at once.
+
+        Bytes of any other object under the key (replaced, shorter or not)
+        are never returned: :class:`NdfError` naming the URL instead.
+        """
         gone = "the object was deleted after open_ndf opened it"
         try:
-            got = self._filesystem().cat_ranges(
-                [self.key] * len(starts), list(starts), list(ends), on_error="return", **self.pin
-            )
+            got, tags = _get_ranges(self._filesystem(), self.key, starts, ends, self.etag, self.pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, gone, self.path) from e
         for blob, a, b in zip(got, starts, ends, strict=True):
@@ -263,6 +329,12 @@ class RemoteHandle:
                     f"{self.path}: the object changed while open: expected {b - a} bytes at "
                     f"offset {a}, got {len(blob)}"
                 )
+        if tags is None or None in tags:
+            self.check_size()  # the reads did not say which object they read: ask, after them
+        else:
+            for tag in tags:
+                if tag != self.etag:
+                    raise self._overwritten(tag)
         return got
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
@@ -294,16 +366,18 @@ def open_ndf_url(url: str, storage_options: dict | None = None):
     version = info.get("VersionId")
     if version not in (None, "null") and "s3" in _protocols(fs):
         pin = {"version_id": version}
-    head = b""
+    head, etag = b"", _etag(info)
     if size:
         try:
-            (head,) = fs.cat_ranges([key], [0], [min(size, ndf.HEADER_SIZE)], **pin)
+            (head,), tags = _get_ranges(fs, key, [0], [min(size, ndf.HEADER_SIZE)], etag, pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
         if isinstance(head, BaseException):
             raise head
+        if tags is not None and tags[0] not in (None, etag):
+            raise NdfError(f"{url}: the object was replaced while it was being opened")
     n, d, l = ndf.check_header(head, size, url)  # noqa: E741
-    return ndf.NdfFile(RemoteHandle(url, fs, key, n, d, l, etag=_etag(info), pin=pin))
+    return ndf.NdfFile(RemoteHandle(url, fs, key, n, d, l, etag=etag, pin=pin))
 
 
 def _protocols(fs) -> tuple[str, ...]:
