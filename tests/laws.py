@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections import Counter
 
 import numpy as np
 from stream_helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
@@ -161,14 +162,11 @@ def check_epoch(
         else:
             assert sorted(sizes) == sorted(want), f"{where}: batch sizes {sizes}, promised {want}"
         rows = [r for b in batches for r in b]
-        dup = sorted({r for r in rows if rows.count(r) > 1})
-        assert not dup, f"{where}: rows handed out twice: {dup}"
-        if elastic:
-            bad = [r for r in rows if not 0 <= r < n]
-        else:
-            lo, hi = shard_bounds(n, num_shards, s)
-            bad = [r for r in rows if not lo <= r < hi]
-        assert not bad, f"{where}: rows it does not own: {bad}"
+        dup = sorted(r for r, times in Counter(rows).items() if times > 1)
+        assert not dup, f"{where}: rows handed out twice: {dup[:20]}"
+        lo, hi = (0, n) if elastic else shard_bounds(n, num_shards, s)
+        bad = [r for r in rows if not lo <= r < hi]
+        assert not bad, f"{where}: rows it does not own: {bad[:20]}"
         if not shuffle:
             exact = unshuffled_batches(
                 n, batch_size, drop_last, num_shards, s, even_batches, elastic
@@ -182,7 +180,7 @@ def check_epoch(
     assert twice == 0, f"{twice} rows handed out by two shards"
     if not drop_last and not even_batches:
         missing = sorted(set(range(n)) - set(everything))
-        assert not missing, f"rows never handed out: {missing}"
+        assert not missing, f"rows never handed out: {missing[:20]}"
 
 
 def check_deterministic(got, want, ordered: bool = True) -> None:
@@ -496,12 +494,22 @@ def _take(loader, via, k, d, l):  # noqa: E741
     return taken, lambda: next_into_ids(loader, d, l)
 
 
-def check_resume(make_loader, d: int, l: int, *, epoch: int = 0, via: str = "iter", cuts=None):  # noqa: E741
+def check_resume(
+    make_loader,
+    d: int,
+    l: int,  # noqa: E741
+    *,
+    epoch: int = 0,
+    via: str = "iter",
+    resume_via: str = "iter",
+    cuts=None,
+):
     """The resume law, cut at every batch k of epoch ``epoch`` (or at ``cuts``).
 
     A loader takes k batches through ``via`` (``"iter"``, with the loader's
     prefetch, or ``"next_into"``) and its ``state_dict()`` goes through JSON
-    into a fresh ``make_loader()``: that one's next epoch is the rest of the
+    into a fresh ``make_loader()``: that one's next epoch (through
+    ``resume_via``, ``reset()`` between epochs for next_into) is the rest of the
     uninterrupted epoch (batches k..), and the one after is the next epoch;
     a state taken once all batches are out (k = len) resumes at the start of
     the next epoch. Taking the state disturbs nothing: the cut loader goes
@@ -522,7 +530,10 @@ def check_resume(make_loader, d: int, l: int, *, epoch: int = 0, via: str = "ite
         cut.close()
         resumed = make_loader()
         resumed.load_state_dict(state)
-        got = [collect(resumed, d, l), collect(resumed, d, l)]
+        got = [drain(resumed, resume_via, d, l)]
+        if resume_via != "iter":
+            resumed.reset()
+        got.append(drain(resumed, resume_via, d, l))
         resumed.close()
         expect = [want[0][k:], want[1]] if k < last else [want[1], want[2]]
         assert got[0] == expect[0], f"resumed after {k} of {last} batches: other batches"

@@ -31,7 +31,7 @@ ARRAY_LIKES and 18 ledger cases skipped until it lands.
 * ``test_epoch_laws`` (1,584): the whole product (1,728 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips). Two epochs of every shard: the epoch law, determinism (a
-  fresh loader's ``set_epoch(1)``) and epochs differ.
+  fresh loader's ``set_epoch(1)``, without prefetch) and epochs differ.
 * ``test_resume_at_every_batch`` (160): the single-thread cases on a stride
   of 5 (s3 on a stride of 15), every kind and mode among them; the last
   shard cut at every batch of epoch 0 or 1.
@@ -269,7 +269,7 @@ def test_epoch_laws(case, make_spec):
                 loader.reset()  # next_into: 0 until reset()
             epochs.append(drain(loader, case.via, d, l))
         loader.close()
-        fresh = loader_from_spec(spec, shard_index=s)
+        fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
         fresh.set_epoch(1)
         check_deterministic(epochs[1], collect(fresh, d, l), ordered)
         fresh.close()
@@ -296,12 +296,21 @@ def test_epoch_laws(case, make_spec):
 def test_resume_at_every_batch(case, make_spec):
     """The last shard, cut at every batch of an epoch (epoch 0 or 1) through iter (with the
     case's prefetch) or next_into: a fresh loader restored from the JSON state hands out
-    the rest of the epoch, then the next epoch; a state at the end resumes at the next."""
+    (through iter or next_into) the rest of the epoch, then the next epoch; a state at the
+    end resumes at the next."""
     needs(case)
     spec = make_spec(case)
     epoch = case.pick((0, 1), "epoch")
     via = "iter" if case.prefetch else case.pick(("iter", "next_into"), "via")
-    check_resume(lambda: loader_from_spec(spec), spec["d"], spec["l"], epoch=epoch, via=via)
+    resume_via = case.pick(("iter", "next_into"), "resume_via")
+    check_resume(
+        lambda: loader_from_spec(spec),
+        spec["d"],
+        spec["l"],
+        epoch=epoch,
+        via=via,
+        resume_via=resume_via,
+    )
 
 
 FRESH_PROCESS = [
@@ -428,7 +437,8 @@ def test_changed_setting_between_save_and_resume_is_a_value_error_naming_it(
     kind, setting, make_spec
 ):
     """A state taken mid-epoch, loaded into a loader with one setting that fixes the order
-    or the source's shape changed: ValueError naming that setting."""
+    or the source's shape changed: ValueError naming that setting, and the loader is left
+    as it was."""
     case = Case(kind, **BASE)
     needs(case)
     spec = make_spec(case, n=41, seed=5, batch_size=5)
@@ -456,7 +466,11 @@ def test_changed_setting_between_save_and_resume_is_a_value_error_naming_it(
     target = loader_from_spec(other)
     with pytest.raises(ValueError, match=NAMES.get(setting, setting)):
         target.load_state_dict(state)
+    # the refused state left the target as it was
+    untouched = loader_from_spec(other)
+    assert collect(target, other["d"], other["l"]) == collect(untouched, other["d"], other["l"])
     target.close()
+    untouched.close()
 
 
 # -- the epoch ledger --------------------------------------------------------------------------
