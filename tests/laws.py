@@ -551,12 +551,12 @@ def run_python(code: str, *args, timeout: float = 120) -> str:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     done = subprocess.run(
         [sys.executable, "-c", code, *map(str, args)],
-        check=True,
         env=env,
         timeout=timeout,
         capture_output=True,
         text=True,
     )
+    assert done.returncode == 0, f"the child process failed:\n{done.stderr}"
     return done.stdout
 
 
