@@ -163,15 +163,6 @@ def test_shard_s_owns_rows_s_n_over_S_to_s_plus_1_n_over_S(build, kind, n, S):  
 # -- order ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,l", KINDS, ids=KIND_IDS)
-def test_without_shuffle_every_epoch_is_file_order(build, kind, l):  # noqa: E741
-    """shuffle=False yields the rows in file order, cut into consecutive batches, every epoch."""
-    loader = build(kind, n=17, l=l, batch_size=4, shuffle=False)
-    want = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16]]
-    for _ in range(3):
-        assert batches_of(loader) == want
-
-
 @pytest.mark.parametrize("kind", ["pair", "ndf"])
 def test_with_shuffle_each_epoch_is_a_different_permutation(build, kind):
     """With shuffle every epoch is a permutation of the rows, and no two epochs share one."""
@@ -181,15 +172,6 @@ def test_with_shuffle_each_epoch_is_a_different_permutation(build, kind):
         assert sorted(order) == list(range(100))
         assert order != tuple(range(100))
     assert len(set(orders)) == len(orders)
-
-
-def test_no_call_is_needed_to_reshuffle(build):
-    """Two plain `for` loops over one loader give two different orders."""
-    loader = build("pair", n=50, batch_size=7)
-    first = [r for xb, _ in loader for r in ids(xb)]
-    second = [r for xb, _ in loader for r in ids(xb)]
-    assert sorted(first) == sorted(second) == list(range(50))
-    assert first != second
 
 
 def test_each_iter_call_begins_a_new_epoch(build):

@@ -3,10 +3,10 @@
 Over n in 0..5000, d in 1..8, l in 0..3, batch_size in 1..n+3, 1..7 shards,
 drop_last and shuffle on or off, any seed and epoch:
 
-* without drop_last, across all shards every row is handed out exactly once
-  per epoch, each shard its own range, in ceil(n_s/b) batches;
-* with drop_last every batch is full and each shard hands out exactly
-  floor(n_s/b)*b distinct rows of its own range;
+* the epoch law (laws.check_epoch): without drop_last, across all shards
+  every row is handed out exactly once per epoch, each shard its own range,
+  in ceil(n_s/b) batches; with drop_last every batch is full and each shard
+  hands out exactly floor(n_s/b)*b distinct rows of its own range;
 * the order is a pure function of (seed, epoch, shard);
 * in-memory sources (pair, Dataset, bare array) and the .ndf path give
   identical batches.
@@ -21,6 +21,7 @@ import numpy as np
 from helpers import check_rows, ids, make_data, make_source
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from laws import check_epoch, shard_bounds
 
 from exactbatch import DataLoader
 
@@ -65,44 +66,27 @@ def row_ids(batches):
     return [ids(xb).tolist() for xb, _ in batches]
 
 
-def shard_bounds(n, S, s):  # noqa: N803
-    return s * n // S, (s + 1) * n // S
-
-
 @settings(max_examples=100)
 @given(configs())
 def test_every_row_once_per_epoch_across_shards_or_full_batches_with_drop_last(c):
-    """Without drop_last each row goes out exactly once per epoch across shards (each shard
-    its own range, ceil(n_s/b) batches, only the last partial); with drop_last every batch is
-    full and shard s hands out exactly floor(n_s/b)*b distinct rows of its range."""
+    """The epoch law (laws.check_epoch): without drop_last each row goes out exactly once
+    per epoch across shards (each shard its own range, ceil(n_s/b) batches, only the last
+    partial); with drop_last every batch is full and shard s hands out exactly
+    floor(n_s/b)*b distinct rows of its range; unshuffled, in file order."""
     n, d, l, b, S = c["n"], c["d"], c["l"], c["batch_size"], c["num_shards"]  # noqa: E741, N806
     x, y = make_data(n, d, l)
-    everything = []
+    per_shard = []
     for s in range(S):
         lo, hi = shard_bounds(n, S, s)
-        n_s = hi - lo
         loader = DataLoader((x, y), b, **loader_kwargs(c, s))
-        assert loader.n == n_s
+        assert loader.n == hi - lo
         assert loader.total_size == n
         batches = row_ids(epoch_of(loader, c["epoch"], d, l))
-        sizes = [len(r) for r in batches]
-        rows = [r for batch in batches for r in batch]
-        assert len(rows) == len(set(rows))
-        assert all(lo <= r < hi for r in rows)
-        if c["drop_last"]:
-            assert len(loader) == n_s // b == len(batches)
-            assert sizes == [b] * (n_s // b)
-            assert len(rows) == (n_s // b) * b
-        else:
-            assert len(loader) == -(-n_s // b) == len(batches)
-            assert all(size == b for size in sizes[:-1])
-            assert all(0 < size <= b for size in sizes)
-            assert sorted(rows) == list(range(lo, hi))
-        if not c["shuffle"]:
-            assert rows == list(range(lo, lo + len(rows)))
-        everything += rows
-    if not c["drop_last"]:
-        assert sorted(everything) == list(range(n))
+        assert len(loader) == len(batches)
+        per_shard.append(batches)
+    check_epoch(
+        per_shard, n=n, batch_size=b, drop_last=c["drop_last"], shuffle=c["shuffle"]
+    )
 
 
 @settings(max_examples=100)

@@ -3,22 +3,26 @@
 Laws (DESIGN.md): a state taken mid-epoch resumes - in this process or a new
 one - with exactly the batches not yet handed out, in the same order; a state
 taken at the end of an epoch resumes at the start of the next; the state is
-small plain (JSON-safe) data with a "version" key; a state from a loader
-that cuts different batches, or of another version, is refused (ValueError).
+small plain (JSON-safe) data with a "version" key; a state of another
+version is refused (ValueError).
+
+The resume law over every kind of source and option - cut at every batch,
+in a fresh process, with prefetch, and states from loaders with other
+settings refused - is in test_law_matrix.py; this file keeps the particular
+ways to reach a state (a for loop to its end, set_epoch, reset(seed), a
+state taken right after restoring) and saving in a process of its own.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 from helpers import batches_of, make_data, make_source, next_into_batches, rows_of
+from laws import roundtrip, run_python
 
 import exactbatch
 from exactbatch import DataLoader
@@ -46,77 +50,6 @@ def reference(build, kind, epochs, **kw):
         loader.set_epoch(e)
         out.append(batches_of(loader))
     return out
-
-
-def roundtrip(state):
-    """The state as it comes back from a JSON file."""
-    return json.loads(json.dumps(state))
-
-
-def take(loader, via, k):
-    """Take k batches through ``via``; return (row ids taken, a function giving the rest)."""
-    if via == "iter":
-        it = iter(loader)
-        taken = [next(it)[0][:, 0].astype(int).tolist() for _ in range(k)]
-        return taken, lambda: rows_of(it)
-    taken = next_into_batches(loader, limit=k)
-    return taken, lambda: next_into_batches(loader)
-
-
-def rest_of_epoch(loader, via):
-    """The restored loader's next batches up to the end of its epoch, through ``via``."""
-    return batches_of(loader) if via == "iter" else next_into_batches(loader)
-
-
-def next_epoch(loader, via):
-    if via == "iter":
-        return batches_of(loader)  # a new iter() begins the next epoch
-    loader.reset()
-    return next_into_batches(loader)
-
-
-def config_id(config):
-    return ",".join(f"{k}={v}" for k, v in config.items())
-
-
-CONFIGS = [
-    dict(shuffle=True, drop_last=False),
-    dict(shuffle=False, drop_last=False),
-    dict(shuffle=True, drop_last=True),
-    dict(shuffle=True, drop_last=False, num_shards=3, shard_index=2),
-    dict(shuffle=True, drop_last=True, num_shards=2, shard_index=0, seed=12345),
-]
-
-
-@pytest.mark.parametrize("kind", ["pair", "ndf"])
-@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
-@pytest.mark.parametrize(
-    "save_via,resume_via",
-    [("iter", "iter"), ("next_into", "next_into"), ("iter", "next_into"), ("next_into", "iter")],
-)
-@pytest.mark.parametrize("start_epoch", [0, 2])
-def test_resume_mid_epoch_hands_out_exactly_the_remaining_batches(
-    build, kind, config, save_via, resume_via, start_epoch
-):
-    """Stopped after k batches, saved and restored into a fresh loader, the remaining batches
-    are exactly those the original goes on to produce, in the same order; then the next epoch."""
-    ref = reference(build, kind, start_epoch + 2, **config)
-    nb = len(ref[start_epoch])
-    assert nb >= 3
-    for k in sorted({0, 1, nb // 2, nb - 1}):
-        original = build(kind, **config)
-        original.set_epoch(start_epoch)
-        taken, rest_of_original = take(original, save_via, k)
-        assert taken == ref[start_epoch][:k]
-        state = roundtrip(original.state_dict())
-        remaining = rest_of_original()
-        assert remaining == ref[start_epoch][k:]
-
-        restored = build(kind, **config)
-        restored.load_state_dict(state)
-        assert restored.epoch == start_epoch
-        assert rest_of_epoch(restored, resume_via) == remaining
-        assert next_epoch(restored, resume_via) == ref[start_epoch + 1]
 
 
 @pytest.mark.parametrize("kind", ["pair", "ndf"])
@@ -230,36 +163,6 @@ def test_state_is_small_plain_json_data_with_a_version(build):
     assert len(text) < 2000  # no per-row data in it
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        dict(batch_size=6),
-        dict(num_shards=2),
-        dict(shuffle=False),
-        dict(drop_last=True),
-        dict(num_shards=3, shard_index=1),
-        dict(n=48),
-    ],
-    ids=config_id,
-)
-def test_a_state_from_a_loader_cutting_other_batches_is_a_value_error(build, change):
-    """load_state_dict refuses (ValueError) a state from a loader with another batch_size,
-    num_shards, shuffle, drop_last, shard or data size."""
-    base = dict(batch_size=5, num_shards=3, shard_index=2, shuffle=True, drop_last=False, n=47)
-    other = {**base, **change}
-    if "num_shards" in change and "shard_index" not in change:
-        other["shard_index"] = 0
-    loader = build("pair", **base)
-    it = iter(loader)
-    next(it)
-    state = roundtrip(loader.state_dict())
-    target = build("pair", **other)
-    with pytest.raises(ValueError):
-        target.load_state_dict(state)
-    # the refused state left the target as it was
-    assert batches_of(target) == batches_of(build("pair", **other))
-
-
 @pytest.mark.parametrize("version", [0, 2, 999, "1", None, "missing"])
 def test_a_state_of_another_version_is_a_value_error(build, version):
     """load_state_dict refuses (ValueError) a state whose "version" is not this one's."""
@@ -316,13 +219,6 @@ RESUME = textwrap.dedent(
         np.save(f"{{out}}-{{name}}-sizes.npy", np.array([len(b) for b in batches]))
     """
 )
-
-
-def run_python(code, *args):
-    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, env=env, timeout=120)
 
 
 @pytest.mark.parametrize("via", ["iter", "next_into"])

@@ -27,7 +27,7 @@ def wait_for_no_prefetch_threads(timeout=5.0):
     return prefetch_threads()
 
 
-@pytest.mark.parametrize("depth", [1, 2, 5])
+@pytest.mark.parametrize("depth", [1, 5])  # depth 2: the law matrix
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_prefetch_gives_the_same_batches(depth, drop_last):
     """A prefetching loader hands out exactly the batches of one that does not."""
@@ -39,21 +39,6 @@ def test_prefetch_gives_the_same_batches(depth, drop_last):
         assert len(a) == len(b) == len(plain)
         for (xa, ya), (xb, yb) in zip(a, b, strict=True):
             assert np.array_equal(xa, xb) and np.array_equal(ya, yb)
-
-
-def test_prefetched_batches_are_not_counted_as_consumed():
-    """state_dict counts batches handed out, not those prepared ahead."""
-    x, y = ids(1000)
-    loader = DataLoader((x, y), 100, seed=1, prefetch=4)
-    it = iter(loader)
-    taken = [next(it)[0][:, 0] for _ in range(3)]
-    time.sleep(0.05)  # let the thread run ahead
-    state = loader.state_dict()
-    assert state["batches_done"] == 3 and loader.last_rows == 100
-    resumed = DataLoader((x, y), 100, seed=1, prefetch=0)
-    resumed.load_state_dict(state)
-    rest = [xb[:, 0] for xb, _ in resumed]
-    assert np.array_equal(np.sort(np.concatenate(taken + rest)), np.arange(1000))
 
 
 def test_stopping_early_stops_the_thread():

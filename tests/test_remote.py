@@ -1,11 +1,12 @@
 """Remote data through fsspec (sources/remote.py), against a real S3 server on 127.0.0.1.
 
 The server is moto's standalone S3 server (``ThreadedMotoServer``), started
-by this module on 127.0.0.1 and spoken to over HTTP by s3fs (it binds port 0
+once per session by conftest.py's ``s3_server`` on 127.0.0.1 (it binds port 0
 itself and the port it got is read back: no port is picked by binding and
-closing a socket, which another process could take in between),
-exactly as a bucket on AWS would be: no mock objects. Counting wrappers
-around the filesystem's own methods (``_call_s3``, ``S3File._fetch_range``)
+closing a socket, which another process could take in between) and spoken to
+over HTTP by s3fs, exactly as a bucket on AWS would be: no mock objects.
+Counting wrappers around the filesystem's own methods (``_call_s3``,
+``S3File._fetch_range``)
 count the range requests that really go out.
 
 Two groups of tests: the first exercises ``exactbatch.sources.remote``
@@ -18,7 +19,6 @@ saying so, until that patch is applied.
 from __future__ import annotations
 
 import inspect
-import logging
 import multiprocessing
 import os
 import pickle
@@ -38,7 +38,7 @@ from exactbatch.order import epoch_rows
 from exactbatch.sources import remote
 
 s3fs = pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -72,52 +72,23 @@ class S3:
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-    }
-    for k, v in env.items():
-        mp.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        mp.delenv(k, raising=False)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        so = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint},
-        }
-        fs, _ = remote.url_to_fs(f"s3://{BUCKET}", so)  # the instance open_ndf(url) will use
-        fs.mkdir(BUCKET)
-        local = tmp_path_factory.mktemp("remote")
-        x, y = make_data(N, D, L)
-        save_ndf(local / "data.ndf", (x, y))
-        fs.put_file(os.fspath(local / "data.ndf"), f"{BUCKET}/data.ndf")
-        (local / "pq").mkdir()
-        first = 0
-        for name, groups in GROUPS.items():
-            write_parquet(local / "pq" / name, groups, first, d=3, l=1)
-            first += sum(groups)
-            fs.put_file(os.fspath(local / "pq" / name), f"{BUCKET}/pq/{name}")
-        fs.pipe_file(f"{BUCKET}/pq/notes.txt", b"not parquet")
-        fs.invalidate_cache()
-        yield S3(fs, so, endpoint, local)
-    finally:
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
-        mp.undo()
+def s3(s3_server, tmp_path_factory):
+    """The session's S3 server (conftest.py) with this module's .ndf and Parquet objects."""
+    fs, so = s3_server.fs, s3_server.so
+    assert s3_server.bucket == BUCKET
+    local = tmp_path_factory.mktemp("remote")
+    x, y = make_data(N, D, L)
+    save_ndf(local / "data.ndf", (x, y))
+    fs.put_file(os.fspath(local / "data.ndf"), f"{BUCKET}/data.ndf")
+    (local / "pq").mkdir()
+    first = 0
+    for name, groups in GROUPS.items():
+        write_parquet(local / "pq" / name, groups, first, d=3, l=1)
+        first += sum(groups)
+        fs.put_file(os.fspath(local / "pq" / name), f"{BUCKET}/pq/{name}")
+    fs.pipe_file(f"{BUCKET}/pq/notes.txt", b"not parquet")
+    fs.invalidate_cache()
+    return S3(fs, so, s3_server.endpoint, local)
 
 
 @pytest.fixture

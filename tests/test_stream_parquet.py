@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stream_helpers import check_rows, collect, ids, make_x, make_y, next_into_ids, write_parquet
+from laws import check_epoch
+from stream_helpers import check_rows, collect, ids, make_x, make_y, write_parquet
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -347,48 +348,6 @@ def test_row_group_order_is_shuffled_per_epoch(folder):
         assert {where[i] for i in collect(plain, 3, 1)[0]} == {0}
 
 
-def test_parquet_shuffle_is_reproducible(folder):
-    """Two loaders over the same files built alike give identical epochs; set_epoch agrees."""
-    root, _ = folder
-
-    def make():
-        return DataLoader(
-            parquet_source(root, labels="y0"),
-            4,
-            shuffle=True,
-            seed=9,
-            buffer_size=8,
-            num_shards=2,
-            shard_index=1,
-        )
-
-    a, b = make(), make()
-    ea = [collect(a) for _ in range(3)]
-    assert ea == [collect(b) for _ in range(3)]
-    assert ea[0] != ea[1]
-    c = make()
-    c.set_epoch(2)
-    assert collect(c) == ea[2]
-
-
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_parquet_resume_mid_epoch(folder, shuffle):
-    """state_dict/load_state_dict resume a Parquet stream with exactly the remaining batches."""
-    root, _ = folder
-
-    def make():
-        return DataLoader(
-            parquet_source(root, labels="y0"), 4, shuffle=shuffle, seed=2, buffer_size=8
-        )
-
-    ref = collect(make(), 3, 1)
-    a = make()
-    assert next_into_ids(a, 3, 1, limit=3) == ref[:3]
-    b = make()
-    b.load_state_dict(a.state_dict())
-    assert collect(b, 3, 1) == ref[3:]
-
-
 # -- sharding property ------------------------------------------------------------------------
 
 
@@ -405,10 +364,11 @@ def test_parquet_resume_mid_epoch(folder, shuffle):
 def test_parquet_shards_hand_out_every_row_once(
     folder, shards, shuffle, sized, b, drop_last, seed, buffer_size
 ):
-    """Across the shards of a Parquet folder every row is handed out once (less < b per shard)."""
+    """Across the shards of a Parquet folder every row is handed out once (less < b per
+    shard): the epoch law (laws.check_epoch) when sized; chunk s, s+S, ... when not."""
     root, bounds = folder
     src = parquet_source(root, labels="y0")
-    everything = []
+    per_shard = []
     for s in range(shards):
         loader = DataLoader(
             src,
@@ -422,13 +382,12 @@ def test_parquet_shards_hand_out_every_row_once(
             total_size="auto" if sized else None,
         )
         got = collect(loader, 3, 1)
-        rows = flat(got)
+        per_shard.append(got)
         if sized:
-            lo, hi = s * N // shards, (s + 1) * N // shards
-            mine = list(range(lo, hi))
             assert len(got) == len(loader)
-        else:
-            mine = [i for k, (a, z) in enumerate(bounds) if k % shards == s for i in range(a, z)]
+            continue
+        rows = flat(got)
+        mine = [i for k, (a, z) in enumerate(bounds) if k % shards == s for i in range(a, z)]
         assert all(len(x) == b for x in got[:-1])
         if drop_last:
             assert all(len(x) == b for x in got)
@@ -440,7 +399,9 @@ def test_parquet_shards_hand_out_every_row_once(
             assert sorted(rows) == mine
         else:
             assert rows == mine
-        everything += rows
+    if sized:
+        check_epoch(per_shard, n=N, batch_size=b, drop_last=drop_last, shuffle=shuffle)
+    everything = flat(flat(per_shard))
     assert len(everything) == len(set(everything))
     if not drop_last:
         assert sorted(everything) == list(range(N))

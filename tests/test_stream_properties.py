@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from laws import check_epoch, check_resume
 from stream_helpers import chunk_bounds, collect, make_x, make_y, next_into_ids
 
 from exactbatch import DataLoader
@@ -88,17 +89,13 @@ def make_loader(stream, b, **kw):
 @settings(max_examples=150)
 @given(stream=stream_st, b=st.integers(1, 20), drop_last=st.booleans())
 def test_unshuffled_epoch_is_every_row_once_in_source_order(stream, b, drop_last):
-    """Unshuffled: rows in source order, each once; batches full but the last (drop_last: gone)."""
+    """Unshuffled: the epoch law (laws.check_epoch): rows in source order, each once;
+    batches full but the last (drop_last: gone)."""
     n = sum(stream["sizes"])
     loader = make_loader(stream, b, shuffle=False, drop_last=drop_last)
     for _ in range(2):  # and again next epoch
         got = collect(loader, D, stream["l"])
-        keep = n // b * b if drop_last else n
-        assert flat(got) == list(range(keep))
-        assert all(len(x) == b for x in got[:-1])
-        assert not got or 0 < len(got[-1]) <= b
-        if drop_last:
-            assert all(len(x) == b for x in got)
+        check_epoch([got], n=n, batch_size=b, drop_last=drop_last, shuffle=False)
         if stream["sized"]:
             assert len(got) == len(loader)
 
@@ -114,22 +111,15 @@ def test_unshuffled_epoch_is_every_row_once_in_source_order(stream, b, drop_last
 def test_shuffled_epoch_is_a_permutation_less_the_dropped_tail(
     stream, b, buffer_size, drop_last, seed
 ):
-    """Shuffled: a permutation of the rows; under drop_last fewer than b rows are left out."""
+    """Shuffled: the epoch law: a permutation of the rows; under drop_last fewer than b
+    rows are left out."""
     n = sum(stream["sizes"])
     loader = make_loader(
         stream, b, shuffle=True, seed=seed, drop_last=drop_last, buffer_size=buffer_size
     )
     for _ in range(2):
         got = collect(loader, D, stream["l"])
-        rows = flat(got)
-        assert len(rows) == len(set(rows))
-        assert set(rows) <= set(range(n))
-        if drop_last:
-            assert len(rows) == n // b * b
-            assert all(len(x) == b for x in got)
-        else:
-            assert sorted(rows) == list(range(n))
-            assert all(len(x) == b for x in got[:-1])
+        check_epoch([got], n=n, batch_size=b, drop_last=drop_last, shuffle=True)
         if stream["sized"]:
             assert len(got) == len(loader)
 
@@ -188,11 +178,12 @@ def test_source_reusing_one_buffer_gives_intact_rows(sizes, l, b, shuffle, buffe
     seed=st.integers(0, 1000),
 )
 def test_shards_of_a_stream_hand_out_every_row_once(stream, shards, shuffle, b, buffer_size, seed):
-    """Shards split a sized stream by row range and an unsized one by chunk, each row once."""
+    """Shards split a sized stream by row range (the epoch law, laws.check_epoch) and an
+    unsized one by chunk, each row once."""
     sizes = stream["sizes"]
     n = sum(sizes)
     bounds = chunk_bounds(sizes)
-    everything = []
+    per_shard = []
     for s in range(shards):
         loader = make_loader(
             stream,
@@ -204,18 +195,18 @@ def test_shards_of_a_stream_hand_out_every_row_once(stream, shards, shuffle, b, 
             shard_index=s,
         )
         got = collect(loader, D, stream["l"])
-        rows = flat(got)
+        per_shard.append(got)
         if stream["sized"]:
-            mine = list(range(s * n // shards, (s + 1) * n // shards))
-            assert loader.n == len(mine) and len(got) == len(loader)
-        else:
-            mine = [
-                i for k, (lo, hi) in enumerate(bounds) if k % shards == s for i in range(lo, hi)
-            ]
+            assert loader.n == len(range(s * n // shards, (s + 1) * n // shards))
+            assert len(got) == len(loader)
+            continue
+        mine = [i for k, (lo, hi) in enumerate(bounds) if k % shards == s for i in range(lo, hi)]
+        rows = flat(got)
         assert (sorted(rows) if shuffle else rows) == mine
         assert all(len(x) == b for x in got[:-1])
-        everything += rows
-    assert sorted(everything) == list(range(n))
+    if stream["sized"]:
+        check_epoch(per_shard, n=n, batch_size=b, drop_last=False, shuffle=shuffle)
+    assert sorted(flat(flat(per_shard))) == list(range(n))
 
 
 @settings(max_examples=80)
@@ -284,22 +275,9 @@ def test_next_into_agrees_with_iteration(stream, b, shuffle, drop_last, buffer_s
 def test_state_dict_resumes_with_exactly_the_remaining_batches(
     stream, b, shuffle, drop_last, buffer_size, data
 ):
-    """A loader restored mid-epoch from state_dict hands out exactly the batches left."""
+    """A loader restored mid-epoch from state_dict hands out exactly the batches left, then
+    the next epoch (laws.check_resume, cut at one drawn batch)."""
     kw = {"shuffle": shuffle, "drop_last": drop_last, "buffer_size": buffer_size, "seed": 8}
     ref = collect(make_loader(stream, b, **kw), D, stream["l"])
     k = data.draw(st.integers(0, len(ref)), label="batches taken")
-    a = make_loader(stream, b, **kw)
-    it = iter(a)
-    for _ in range(k):
-        next(it)
-    state = a.state_dict()
-    c = make_loader(stream, b, **kw)
-    c.load_state_dict(state)
-    rest = collect(c, D, stream["l"])
-    if k == len(ref):  # taken at the end of the epoch: resumes with the next epoch
-        assert state["epoch"] == 1 and state["batches_done"] == 0
-        again = make_loader(stream, b, **kw)
-        collect(again)
-        assert rest == collect(again, D, stream["l"])
-    else:
-        assert rest == ref[k:]
+    check_resume(lambda: make_loader(stream, b, **kw), D, stream["l"], cuts=[k])

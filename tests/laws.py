@@ -1,0 +1,588 @@
+"""The loader's laws, one helper per law (DESIGN.md, "Exactness across every combination").
+
+Every source built here holds traceable rows (see :mod:`stream_helpers`):
+``x[i, 0] == i`` and every other value of row i is a known function of i,
+so the collectors below check each batch's values belong to its row ids and
+the laws then reason about row ids alone.
+
+Laws:
+
+* :func:`check_epoch` - the epoch law over all shards of one epoch: each
+  shard hands out exactly the batch sizes it promises (full batches, the
+  partial last one unless ``drop_last``; ``even_batches``: the smallest
+  shard's count; ``elastic``: its share of the dealt global batches), no row
+  twice, only rows it owns; shards disjoint and together complete less
+  exactly those leave-outs; unshuffled, rows come in source order.
+* :func:`check_deterministic` - the same seed and epoch give the same
+  batches in a fresh loader (as a set of batches when threads share it).
+* :func:`check_epochs_differ` - shuffled epochs differ; unshuffled ones are equal.
+* :func:`check_resume` - cut an epoch at every batch k, ``state_dict`` through
+  JSON into a fresh loader: the rest of the epoch, then the next epoch,
+  equal the uninterrupted run; :func:`check_resume_in_process` does it in a
+  fresh Python process.
+* :func:`check_retry` - a read that raises ``OSError`` once, the caller
+  catching it and going on: the same batches as an unfaulted run, and
+  ``state_dict`` counts only the batches handed out.
+
+Sources are described by a JSON-safe *spec* (:func:`loader_from_spec`), so
+a child process can rebuild exactly the loader the test built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from collections import Counter
+
+import numpy as np
+from stream_helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
+
+import exactbatch
+from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, parquet_source
+
+__all__ = [
+    "RANDOM_ACCESS_KINDS",
+    "STREAM_KINDS",
+    "FlakyChunks",
+    "FlakyFactory",
+    "FlakyReader",
+    "check_deterministic",
+    "check_epoch",
+    "check_epochs_differ",
+    "check_resume",
+    "check_resume_in_process",
+    "check_retry",
+    "drain",
+    "drain_threads",
+    "loader_from_spec",
+    "promised_sizes",
+    "roundtrip",
+    "run_python",
+    "source_from_spec",
+    "wrap_reader",
+]
+
+RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3")
+STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks")
+THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
+
+
+# -- what an epoch promises ----------------------------------------------------------------
+
+
+def full_sizes(rows: int, batch_size: int, drop_last: bool) -> list[int]:
+    """Batch sizes of ``rows`` rows cut into batches: full ones, then the rest unless dropped."""
+    k, rest = divmod(rows, batch_size)
+    return [batch_size] * k + ([rest] if rest and not drop_last else [])
+
+
+def shard_bounds(n: int, num_shards: int, shard_index: int) -> tuple[int, int]:
+    """Rows [lo, hi) that shard ``shard_index`` of ``num_shards`` owns (DESIGN.md)."""
+    return shard_index * n // num_shards, (shard_index + 1) * n // num_shards
+
+
+def promised_sizes(
+    n, batch_size, drop_last, num_shards=1, shard_index=0, even_batches=False, elastic=False
+) -> list[int]:
+    """The batch sizes shard ``shard_index`` hands out in one epoch, in order.
+
+    Contiguous shards: its own rows cut into batches; ``even_batches``: only
+    as many as the smallest shard (n // S rows) has. ``elastic``: every S-th
+    batch of the whole epoch's batches from the shard's index on;
+    ``even_batches``: each shard the same count, len(global) // S.
+    """
+    if elastic:
+        every = full_sizes(n, batch_size, drop_last)
+        mine = every[shard_index::num_shards]
+        return mine[: len(every) // num_shards] if even_batches else mine
+    lo, hi = shard_bounds(n, num_shards, shard_index)
+    mine = full_sizes(hi - lo, batch_size, drop_last)
+    if even_batches:
+        mine = mine[: len(full_sizes(n // num_shards, batch_size, drop_last))]
+    return mine
+
+
+def _cut(rows, sizes) -> list[list[int]]:
+    out, at = [], 0
+    for s in sizes:
+        out.append(list(rows[at : at + s]))
+        at += s
+    return out
+
+
+def unshuffled_batches(n, batch_size, drop_last, num_shards, shard_index, even, elastic):
+    """The exact batches of an unshuffled epoch: the source's order, cut as promised."""
+    sizes = promised_sizes(n, batch_size, drop_last, num_shards, shard_index, even, elastic)
+    if elastic:
+        return [
+            list(range(g * batch_size, g * batch_size + size))
+            for g, size in zip(range(shard_index, n, num_shards), sizes, strict=False)
+        ]
+    lo, _ = shard_bounds(n, num_shards, shard_index)
+    return _cut(range(lo, lo + sum(sizes)), sizes)
+
+
+# -- the laws --------------------------------------------------------------------------------
+
+
+def check_epoch(
+    per_shard,
+    *,
+    n: int,
+    batch_size: int,
+    drop_last: bool,
+    shuffle: bool,
+    even_batches: bool = False,
+    elastic: bool = False,
+    ordered: bool = True,
+) -> None:
+    """The epoch law, over one epoch of every shard.
+
+    ``per_shard[s]`` is shard s's batches (row-id lists) of the epoch;
+    ``ordered=False`` when threads shared a loader (the order in which their
+    batches were collected is not the claim order). Asserts, per shard: the
+    promised batch sizes (:func:`promised_sizes`), no row twice, only rows
+    of its own range (contiguous shards); across shards: disjoint, and
+    together every row of ``range(n)`` less exactly the promised leave-outs
+    (none without drop_last and even_batches); unshuffled: the exact batches
+    of the source's order.
+    """
+    num_shards = len(per_shard)
+    everything = []
+    for s, batches in enumerate(per_shard):
+        where = f"shard {s} of {num_shards}"
+        sizes = [len(b) for b in batches]
+        want = promised_sizes(n, batch_size, drop_last, num_shards, s, even_batches, elastic)
+        if ordered:
+            assert sizes == want, f"{where}: batch sizes {sizes}, promised {want}"
+        else:
+            assert sorted(sizes) == sorted(want), f"{where}: batch sizes {sizes}, promised {want}"
+        rows = [r for b in batches for r in b]
+        dup = sorted(r for r, times in Counter(rows).items() if times > 1)
+        assert not dup, f"{where}: rows handed out twice: {dup[:20]}"
+        lo, hi = (0, n) if elastic else shard_bounds(n, num_shards, s)
+        bad = [r for r in rows if not lo <= r < hi]
+        assert not bad, f"{where}: rows it does not own: {bad[:20]}"
+        if not shuffle:
+            exact = unshuffled_batches(
+                n, batch_size, drop_last, num_shards, s, even_batches, elastic
+            )
+            if ordered:
+                assert batches == exact, f"{where}: unshuffled batches are not the source order"
+            else:
+                assert sorted(batches) == sorted(exact), f"{where}: not the source order's batches"
+        everything += rows
+    twice = len(everything) - len(set(everything))
+    assert twice == 0, f"{twice} rows handed out by two shards"
+    if not drop_last and not even_batches:
+        missing = sorted(set(range(n)) - set(everything))
+        assert not missing, f"rows never handed out: {missing[:20]}"
+
+
+def check_deterministic(got, want, ordered: bool = True) -> None:
+    """Two runs of the same (seed, epoch, shard) hand out the same batches.
+
+    ``ordered=False``: threads collected ``got``; the set of batches must agree.
+    """
+    if ordered:
+        assert got == want, "a fresh loader with the same seed and epoch gave other batches"
+    else:
+        assert sorted(got) == sorted(want), "threads handed out other batches than one reader"
+
+
+def check_epochs_differ(first, second, shuffle: bool) -> None:
+    """Shuffled, two epochs (all shards' batches together) differ; unshuffled, they are equal.
+
+    Use it on epochs of some 20 rows or more, where two equal shuffles are
+    too unlikely to happen by chance.
+    """
+    if shuffle:
+        assert first != second, "two shuffled epochs handed out the same batches"
+    else:
+        assert first == second, "two unshuffled epochs differ"
+
+
+# -- collecting batches -------------------------------------------------------------------
+
+
+def drain(loader, via: str, d: int, l: int, threads: int = 4):  # noqa: E741
+    """One epoch's batches (row ids, every value checked) through ``via``.
+
+    ``"iter"``: a new ``iter()`` (which begins the next epoch); ``"next_into"``:
+    ``next_into`` until it returns 0; ``"threads"``: ``threads`` threads calling
+    ``next_into`` on the loader at once (the batches in no particular order).
+    The next_into paths end the epoch on a 0; call ``loader.reset()`` before
+    the next one.
+    """
+    if via == "iter":
+        return collect(loader, d, l)
+    if via == "next_into":
+        return next_into_ids(loader, d, l)
+    if via == "threads":
+        return drain_threads(loader, d, l, threads)
+    raise AssertionError(f"unknown way {via!r}")
+
+
+def run_threads(target, n_threads: int) -> None:
+    """Run ``target(i)`` on ``n_threads`` threads; re-raise the first error; fail on a hang."""
+    errors = []
+
+    def wrap(i):
+        try:
+            target(i)
+        except BaseException as e:  # noqa: BLE001 - reported to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=wrap, args=(i,), daemon=True) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(THREAD_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "threads hung"
+    if errors:
+        raise errors[0]
+
+
+def drain_threads(loader, d: int, l: int, n_threads: int = 4):  # noqa: E741
+    """Threads calling ``next_into`` on one loader until each sees 0; their batches, in one list.
+
+    Once a thread has seen 0 the epoch is over for every thread.
+    """
+    per_thread = [[] for _ in range(n_threads)]
+
+    def work(i):
+        per_thread[i] = next_into_ids(loader, d, l)
+        bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
+        assert loader.next_into(bx, by) == 0
+
+    run_threads(work, n_threads)
+    return [b for batches in per_thread for b in batches]
+
+
+def roundtrip(state):
+    """A state as it comes back from a JSON file (it must survive one)."""
+    return json.loads(json.dumps(state))
+
+
+# -- sources from a spec ---------------------------------------------------------------------
+
+
+def source_from_spec(spec: dict):
+    """The source a spec describes; every kind holds rows 0..n-1 of width (d, l).
+
+    ``spec``: ``kind`` (one of RANDOM_ACCESS_KINDS + STREAM_KINDS), ``n``,
+    ``d``, ``l``; ``chunks`` (list, factory: chunk sizes); ``path`` (ndf: the
+    file; parquet: the folder; ndf_blocks: the file); ``block_rows``;
+    ``url`` and ``storage_options`` (s3). Files are written by the test.
+    """
+    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    rows = np.arange(n)
+    x, y = make_x(rows, d), make_y(rows, l)
+    if kind == "dataset":
+        return Dataset(x, y)
+    if kind == "pair":
+        return (x, y)
+    if kind in ("array", "tensor", "dataframe"):
+        assert l == 0, f"a {kind} source has no labels"
+        if kind == "tensor":
+            import torch
+
+            return torch.from_numpy(x)
+        if kind == "dataframe":
+            import pandas as pd
+
+            return pd.DataFrame(x, columns=[f"x{j}" for j in range(d)])
+        return x
+    if kind == "ndf":
+        return open_ndf(spec["path"])
+    if kind == "s3":
+        return open_ndf(spec["url"], storage_options=spec["storage_options"])
+    if kind == "list":
+        return chunks_of(spec["chunks"], d, l)
+    if kind == "factory":
+        return FlakyFactory(chunks_of(spec["chunks"], d, l))
+    if kind == "parquet":
+        return parquet_source(spec["path"], labels=[f"y{k}" for k in range(l)])
+    if kind == "ndf_blocks":
+        f = open_ndf(spec["path"])
+        try:
+            return ndf_blocks(f, spec["block_rows"])
+        finally:
+            f.close()  # the blocks hold their own share of the file
+    raise AssertionError(f"unknown source kind {kind!r}")
+
+
+def loader_from_spec(spec: dict, wrap=None, **overrides) -> DataLoader:
+    """A DataLoader over ``source_from_spec(spec)`` with ``spec["loader"]`` settings.
+
+    ``wrap(source)``, if given, is the source the loader gets (a fault
+    injector, say); ``overrides`` replace loader settings (``shard_index=1``). The
+    user's own NdfFile handle is closed once the loader holds its share.
+    Warnings at construction (a counting pass) are silenced.
+    """
+    source = source_from_spec(spec)
+    kwargs = {**spec["loader"], **overrides}
+    given = source if wrap is None else wrap(source)
+    batch_size = kwargs.pop("batch_size")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return DataLoader(given, batch_size, **kwargs)
+    finally:
+        if spec["kind"] in ("ndf", "s3"):
+            source.close()
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+
+class FlakyFactory:
+    """A zero-argument callable returning a generator of ``chunks``.
+
+    After :meth:`arm` (``at=k``), the next pass raises ``OSError`` once,
+    instead of yielding its chunk k; every later pass is whole.
+    """
+
+    def __init__(self, chunks):
+        self.chunks, self.at, self.raised = chunks, None, 0
+
+    def arm(self, at: int) -> None:
+        self.at = at
+
+    def __call__(self):
+        at, self.at = self.at, None
+
+        def gen():
+            for k, c in enumerate(self.chunks):
+                if k == at:
+                    self.raised += 1
+                    raise OSError(f"injected: chunk {k} could not be read")
+                yield c
+
+        return gen()
+
+
+class FlakyReader:
+    """Wraps a random-access reader: its ``at``-th read after :meth:`arm` raises OSError once."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.n, self.d, self.l = inner.n, inner.d, inner.l
+        self.left, self.raised = None, 0
+        self._lock = threading.Lock()
+
+    def arm(self, at: int) -> None:
+        self.left = at
+
+    def _fails(self) -> bool:
+        with self._lock:
+            if self.left is None:
+                return False
+            if self.left == 0:
+                self.left = None
+                self.raised += 1
+                return True
+            self.left -= 1
+            return False
+
+    def read(self, rows, out_x, out_y):
+        if self._fails():
+            raise OSError("injected: rows could not be read")
+        self.inner.read(rows, out_x, out_y)
+
+    def close(self):
+        self.inner.close()
+
+
+class FlakyChunks(FlakyReader):
+    """Wraps a chunk-indexed source (Parquet, ndf_blocks): its ``at``-th ``read_chunk``
+    after :meth:`arm` raises OSError once. Everything else is the source's own."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.left, self.raised = None, 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def read_chunk(self, i: int):
+        if self._fails():
+            raise OSError(f"injected: chunk {i} could not be read")
+        return self.inner.read_chunk(i)
+
+
+def wrap_reader(loader, wrap):
+    """Replace the loader's random-access reader by ``wrap(reader)`` before any epoch begins.
+
+    The loader keeps its reader in ``loader._reader``; where a feed object
+    between the loader and the reader holds it too, that reference is swapped
+    as well, so every batch read goes through the wrapper.
+    """
+    inner = loader._reader
+    assert inner is not None and hasattr(inner, "read")
+    wrapped = wrap(inner)
+    loader._reader = wrapped
+    feed = getattr(loader, "_feed", None)
+    if feed is not None and getattr(feed, "reader", None) is inner:
+        feed.reader = wrapped
+    return wrapped
+
+
+def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # noqa: E741
+    """The read-error law: an OSError raised once while reading, the caller going on.
+
+    ``arm()`` makes the loader's next reads fail once; ``want`` is the
+    epoch's batches from an unfaulted run. Takes the epoch through ``via``
+    (``"iter"`` or ``"next_into"``) catching OSError: exactly one is raised,
+    the batches handed out are ``want`` exactly (the failed batch read again
+    by the next call), and a state taken right after the error, restored
+    into ``make_loader()``, hands out ``want[k:]`` where k batches had been
+    handed out.
+    """
+    got, faults = [], 0
+    arm()
+    it = iter(loader) if via == "iter" else None
+    bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
+    while True:
+        try:
+            if it is not None:
+                xb, yb = next(it)
+            else:
+                r = loader.next_into(bx, by)
+                if r == 0:
+                    break
+                xb, yb = bx[:r], by[:r]
+        except StopIteration:
+            break
+        except OSError:
+            faults += 1
+            assert faults == 1, "the injected error was raised twice"
+            state = roundtrip(loader.state_dict())
+            assert state["epoch"] == 0 and state["batches_done"] == len(got), (
+                f"after {len(got)} batches and a failed read, the state counts "
+                f"epoch {state['epoch']}, batch {state['batches_done']}"
+            )
+            fresh = make_loader()
+            fresh.load_state_dict(state)
+            assert collect(fresh, d, l) == want[len(got) :], "resumed after the error: other rows"
+            fresh.close()
+            continue
+        check_rows(xb, yb, d, l)
+        got.append(ids(xb))
+    assert faults == 1, "the injected read error was never raised (the test did not test)"
+    assert got == want, "after a failed read the caller did not get the epoch's batches"
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+
+def _take(loader, via, k, d, l):  # noqa: E741
+    """Begin an epoch and take k batches through ``via``; returns a function giving the rest."""
+    if via == "iter":
+        it = iter(loader)
+        taken = []
+        for _ in range(k):
+            xb, _ = next(it)
+            taken.append(ids(xb))
+        return taken, lambda: [ids(xb) for xb, _ in it]
+    taken = next_into_ids(loader, d, l, limit=k)
+    return taken, lambda: next_into_ids(loader, d, l)
+
+
+def check_resume(
+    make_loader,
+    d: int,
+    l: int,  # noqa: E741
+    *,
+    epoch: int = 0,
+    via: str = "iter",
+    resume_via: str = "iter",
+    cuts=None,
+):
+    """The resume law, cut at every batch k of epoch ``epoch`` (or at ``cuts``).
+
+    A loader takes k batches through ``via`` (``"iter"``, with the loader's
+    prefetch, or ``"next_into"``) and its ``state_dict()`` goes through JSON
+    into a fresh ``make_loader()``: that one's next epoch (through
+    ``resume_via``, ``reset()`` between epochs for next_into) is the rest of the
+    uninterrupted epoch (batches k..), and the one after is the next epoch;
+    a state taken once all batches are out (k = len) resumes at the start of
+    the next epoch. Taking the state disturbs nothing: the cut loader goes
+    on with batches k.. too. Returns the uninterrupted epochs.
+    """
+    ref = make_loader()
+    ref.set_epoch(epoch)
+    want = [collect(ref, d, l) for _ in range(3)]
+    ref.close()
+    last = len(want[0])
+    for k in range(last + 1) if cuts is None else sorted({min(c, last) for c in cuts}):
+        cut = make_loader()
+        cut.set_epoch(epoch)
+        taken, rest = _take(cut, via, k, d, l)
+        assert taken == want[0][:k]
+        state = roundtrip(cut.state_dict())
+        assert rest() == want[0][k:], f"taking a state after {k} batches changed the rest"
+        cut.close()
+        resumed = make_loader()
+        resumed.load_state_dict(state)
+        got = [drain(resumed, resume_via, d, l)]
+        if resume_via != "iter":
+            resumed.reset()
+        got.append(drain(resumed, resume_via, d, l))
+        resumed.close()
+        expect = [want[0][k:], want[1]] if k < last else [want[1], want[2]]
+        assert got[0] == expect[0], f"resumed after {k} of {last} batches: other batches"
+        assert got[1] == expect[1], f"resumed after {k} of {last} batches: next epoch differs"
+    return want
+
+
+def run_python(code: str, *args, timeout: float = 120) -> str:
+    """Run ``python -c code args...`` with this exactbatch and the tests folder importable;
+    returns its stdout."""
+    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    paths = [src, here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"the child process failed:\n{done.stderr}"
+    return done.stdout
+
+
+_RESUME_CHILD = """
+import json, sys
+import laws
+spec, state = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+loader = laws.loader_from_spec(spec)
+loader.load_state_dict(state)
+print(json.dumps([laws.collect(loader, spec["d"], spec["l"]) for _ in range(2)]))
+"""
+
+
+def check_resume_in_process(spec: dict, k: int, *, epoch: int = 0) -> None:
+    """The resume law across processes: a state taken after k batches of epoch ``epoch``
+    here (0 <= k < its batches), restored in a fresh Python process that rebuilds the
+    loader from ``spec``, hands out the rest of the epoch, then the next epoch, as this
+    process does."""
+    here = loader_from_spec(spec)
+    here.set_epoch(epoch)
+    it = iter(here)
+    for _ in range(k):
+        next(it)
+    state = roundtrip(here.state_dict())
+    want = [[ids(xb) for xb, _ in it], collect(here, spec["d"], spec["l"])]
+    assert want[0], "cut the epoch before its last batch"
+    here.close()
+    got = json.loads(run_python(_RESUME_CHILD, json.dumps(spec), json.dumps(state)))
+    assert got == want, f"a fresh process resumed after {k} batches with other batches"

@@ -1,0 +1,555 @@
+"""One law matrix: the loader's laws (tests/laws.py) over every combination of options.
+
+DESIGN.md, "Exactness across every combination": the laws hold for every
+combination of source kind, shuffle, drop_last, shards, even_batches,
+elastic, prefetch, threads, resume and faults, not only for each alone.
+
+The product (before the subsets below):
+
+    source kind  dataset, array (l=0), pair, tensor, dataframe (array-likes,
+                 off until ARRAY_LIKES), ndf, s3 (an .ndf URL on the local S3
+                 server), list of chunks, factory, parquet, ndf_blocks
+    shuffle      False, True
+    drop_last    False, True
+    shards       1, 2, 3
+    prefetch     0, 2
+    mode         plain, even_batches, elastic, elastic + even_batches
+                 (elastic: random access only)
+    threads      1, 4 (4 threads calling next_into on one loader)
+
+Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
+(odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
+chunks included), a stream buffer of 6..13 rows and ndf_blocks blocks of
+3..8 rows, so that buffers mix and batches straddle chunks. The ways a case
+takes its batches: 4 threads; else ``iter()`` with prefetch 2; else
+``next_into``.
+
+Size: 1,946 cases, about 80 s on a 2-core machine (``time pytest
+tests/test_law_matrix.py``), of which 470 are array-likes skipped until
+ARRAY_LIKES and 18 ledger cases skipped until it lands.
+
+* ``test_epoch_laws`` (1,584): the whole product (1,728 allowed
+  combinations), less the s3 cases off a stride of 4 (each is network
+  round trips). Two epochs of every shard: the epoch law, determinism (a
+  fresh loader's ``set_epoch(1)``, without prefetch) and epochs differ.
+* ``test_resume_at_every_batch`` (160): the single-thread cases on a stride
+  of 5 (s3 on a stride of 15), every kind and mode among them; the last
+  shard cut at every batch of epoch 0 or 1.
+* ``test_resume_in_a_fresh_process`` (5).
+* ``test_read_error_once_*`` (64): every kind that can fail to read x
+  shuffle x (iter, iter + prefetch 2, next_into); and threads.
+* ``test_changed_setting_*`` (115): every kind x every setting that fixes the
+  order or the source's shape.
+* ``test_ledger_*`` (18): the epoch ledger, skipped until
+  ``exactbatch.ExactnessError`` exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from laws import (
+    RANDOM_ACCESS_KINDS,
+    STREAM_KINDS,
+    FlakyChunks,
+    FlakyReader,
+    check_deterministic,
+    check_epoch,
+    check_epochs_differ,
+    check_resume,
+    check_resume_in_process,
+    check_retry,
+    drain,
+    loader_from_spec,
+    roundtrip,
+    run_threads,
+    wrap_reader,
+)
+from stream_helpers import collect, make_x, make_y, next_into_ids, write_parquet
+
+import exactbatch
+from exactbatch import save_ndf
+
+# Array-likes (a CPU torch tensor, a pandas DataFrame) become random-access
+# sources in the second round; switch their cases on when that lands.
+ARRAY_LIKES = False
+ARRAY_LIKE_KINDS = ("tensor", "dataframe")
+MODES = ("plain", "even", "elastic", "elastic_even")
+KINDS = RANDOM_ACCESS_KINDS + STREAM_KINDS
+
+NS = (23, 29, 37, 41, 47, 53, 61)
+BATCHES = (4, 5, 7)
+BUFFERS = (6, 9, 13)
+BLOCKS = (3, 6, 8)
+CHUNK_PATTERNS = ((5, 0, 9, 3, 11), (7,), (1, 4, 13, 2), (6, 6, 0, 10))
+LABELS = {"array": 0, "tensor": 0, "dataframe": 0, "list": 0, "dataset": 2, "s3": 2, "factory": 2}
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    shuffle: bool
+    drop_last: bool
+    shards: int
+    prefetch: int
+    mode: str
+    threads: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind}-{'shuf' if self.shuffle else 'seq'}"
+            f"-{'drop' if self.drop_last else 'keep'}-S{self.shards}-pf{self.prefetch}"
+            f"-{self.mode}-t{self.threads}"
+        )
+
+    @property
+    def via(self) -> str:
+        if self.threads > 1:
+            return "threads"
+        return "iter" if self.prefetch else "next_into"
+
+    @property
+    def even(self) -> bool:
+        return self.mode in ("even", "elastic_even")
+
+    @property
+    def elastic(self) -> bool:
+        return self.mode in ("elastic", "elastic_even")
+
+    def pick(self, options, salt: str):
+        """A fixed choice among ``options``, hashed from the case's name."""
+        return options[zlib.crc32(f"{self}/{salt}".encode()) % len(options)]
+
+
+def allowed(case: Case) -> bool:
+    return not (case.elastic and case.kind in STREAM_KINDS)
+
+
+ALL = [
+    c
+    for c in itertools.starmap(
+        Case,
+        itertools.product(KINDS, (False, True), (False, True), (1, 2, 3), (0, 2), MODES, (1, 4)),
+    )
+    if allowed(c)
+]
+
+
+def marks_for(kind: str) -> list:
+    if kind not in ARRAY_LIKE_KINDS:
+        return []
+    reason = "array-likes as random-access sources: not landed yet (ARRAY_LIKES)"
+    return [pytest.mark.skipif(not ARRAY_LIKES, reason=reason)]
+
+
+def param(case: Case):
+    return pytest.param(case, id=str(case), marks=marks_for(case.kind))
+
+
+EPOCH_CASES = [c for i, c in enumerate(ALL) if c.kind != "s3" or i % 4 == 0]
+RESUME_CASES = [
+    c
+    for i, c in enumerate(ALL)
+    if c.threads == 1 and i % 5 == 0 and (c.kind != "s3" or i % 15 == 0)
+]
+
+
+def chunk_sizes(n: int, pattern) -> list[int]:
+    out, total = [], 0
+    for s in itertools.cycle(pattern):
+        if total >= n:
+            return out
+        s = min(s, n - total)
+        out.append(s)
+        total += s
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("laws")
+
+
+@pytest.fixture
+def make_spec(data_dir, request):
+    """make_spec(case, **changes) -> the spec of the case's source and loader (files written)."""
+
+    def _make(case: Case, *, n=None, d=3, l=None, seed=None, **loader_changes):  # noqa: E741
+        n = case.pick(NS, "n") if n is None else n
+        l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
+        spec = {"kind": case.kind, "n": n, "d": d, "l": l}
+        if case.kind in ("list", "factory", "parquet"):
+            spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
+        if case.kind in ("ndf", "ndf_blocks", "s3"):
+            spec["path"] = write_ndf(data_dir, n, d, l)
+        if case.kind == "ndf_blocks":
+            spec["block_rows"] = case.pick(BLOCKS, "blocks")
+        if case.kind == "parquet":
+            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
+        if case.kind == "s3":
+            s3 = request.getfixturevalue("s3_server")
+            key = f"laws/{os.path.basename(spec['path'])}"
+            if not s3.fs.exists(f"{s3.bucket}/{key}"):
+                s3.fs.put_file(spec["path"], f"{s3.bucket}/{key}")
+                s3.fs.invalidate_cache()
+            spec["url"], spec["storage_options"] = f"s3://{s3.bucket}/{key}", s3.so
+        spec["loader"] = {
+            "batch_size": case.pick(BATCHES, "batch"),
+            "shuffle": case.shuffle,
+            "seed": case.pick((0, 5, 2**40 + 3), "seed") if seed is None else seed,
+            "drop_last": case.drop_last,
+            "num_shards": case.shards,
+            "shard_index": case.shards - 1,
+            "prefetch": case.prefetch,
+            "even_batches": case.even,
+            "elastic": case.elastic,
+        }
+        if case.kind in STREAM_KINDS:
+            spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
+        if case.kind == "factory":  # a declared N; the list counts its rows ("auto")
+            spec["loader"]["total_size"] = n
+        spec["loader"].update(loader_changes)
+        return spec
+
+    return _make
+
+
+def write_ndf(folder, n, d, l) -> str:  # noqa: E741
+    path = os.path.join(folder, f"rows-{n}-{d}-{l}.ndf")
+    if not os.path.exists(path):
+        rows = np.arange(n)
+        save_ndf(path, (make_x(rows, d), make_y(rows, l)))
+    return path
+
+
+def write_parquet_folder(folder, chunks, d, l) -> str:  # noqa: E741
+    """Two files of row groups ``chunks`` (an empty group included where the sizes say)."""
+    path = os.path.join(folder, "pq-" + "-".join(map(str, chunks)) + f"-{d}-{l}")
+    if not os.path.exists(path):
+        os.makedirs(path)
+        half = len(chunks) // 2 or 1
+        first = 0
+        for name, groups in (("a.parquet", chunks[:half]), ("b.parquet", chunks[half:])):
+            if groups:
+                write_parquet(os.path.join(path, name), groups, first, d=d, l=l)
+                first += sum(groups)
+    return path
+
+
+def needs(case: Case) -> None:
+    if case.kind == "tensor":
+        pytest.importorskip("torch")
+    if case.kind == "dataframe":
+        pytest.importorskip("pandas")
+    if case.kind == "parquet":
+        pytest.importorskip("pyarrow")
+
+
+# -- the epoch laws over the whole product -------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES])
+def test_epoch_laws(case, make_spec):
+    """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
+    set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""
+    needs(case)
+    spec = make_spec(case)
+    n, d, l, b = spec["n"], spec["d"], spec["l"], spec["loader"]["batch_size"]  # noqa: E741
+    ordered = case.via != "threads"
+    runs = []
+    for s in range(case.shards):
+        loader = loader_from_spec(spec, shard_index=s)
+        epochs = []
+        for e in range(2):
+            if e and case.via != "iter":
+                loader.reset()  # next_into: 0 until reset()
+            epochs.append(drain(loader, case.via, d, l))
+        loader.close()
+        fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
+        fresh.set_epoch(1)
+        check_deterministic(epochs[1], collect(fresh, d, l), ordered)
+        fresh.close()
+        runs.append(epochs)
+    for e in range(2):
+        check_epoch(
+            [run[e] for run in runs],
+            n=n,
+            batch_size=b,
+            drop_last=case.drop_last,
+            shuffle=case.shuffle,
+            even_batches=case.even,
+            elastic=case.elastic,
+            ordered=ordered,
+        )
+    both = [[run[e] if ordered else sorted(run[e]) for run in runs] for e in range(2)]
+    check_epochs_differ(both[0], both[1], case.shuffle)
+
+
+# -- resume ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", [param(c) for c in RESUME_CASES])
+def test_resume_at_every_batch(case, make_spec):
+    """The last shard, cut at every batch of an epoch (epoch 0 or 1) through iter (with the
+    case's prefetch) or next_into: a fresh loader restored from the JSON state hands out
+    (through iter or next_into) the rest of the epoch, then the next epoch; a state at the
+    end resumes at the next."""
+    needs(case)
+    spec = make_spec(case)
+    epoch = case.pick((0, 1), "epoch")
+    via = "iter" if case.prefetch else case.pick(("iter", "next_into"), "via")
+    resume_via = case.pick(("iter", "next_into"), "resume_via")
+    check_resume(
+        lambda: loader_from_spec(spec),
+        spec["d"],
+        spec["l"],
+        epoch=epoch,
+        via=via,
+        resume_via=resume_via,
+    )
+
+
+FRESH_PROCESS = [
+    (Case("pair", True, False, 3, 2, "even", 1), 1),
+    (Case("ndf", True, True, 2, 0, "elastic", 1), 2),
+    (Case("factory", True, False, 2, 2, "plain", 1), 3),
+    (Case("parquet", True, True, 3, 0, "even", 1), 1),
+    (Case("ndf_blocks", False, False, 1, 2, "plain", 1), 4),
+]
+
+
+@pytest.mark.parametrize("case,k", [pytest.param(c, k, id=str(c)) for c, k in FRESH_PROCESS])
+def test_resume_in_a_fresh_process(case, k, make_spec):
+    """A state taken after k batches of epoch 1, resumed by a fresh Python process that
+    rebuilds the loader: the rest of the epoch, then the next, as in this process."""
+    needs(case)
+    check_resume_in_process(make_spec(case, n=61), k, epoch=1)
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+FAULT_KINDS = [k for k in KINDS if k != "list"]  # a list in memory has nothing to fail
+FAULT_WAYS = [("iter", 0), ("iter", 2), ("next_into", 0)]
+
+
+@pytest.mark.parametrize("via,prefetch", FAULT_WAYS)
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=marks_for(k)) for k in FAULT_KINDS])
+def test_read_error_once_then_the_same_batches(kind, shuffle, via, prefetch, make_spec):
+    """A read raising OSError once (a reader's 3rd read, a Parquet row group's or a
+    block's 3rd read, a factory's pass at its 3rd chunk), the caller catching it and
+    going on: the epoch's batches exactly, and a state taken after the error counts
+    only the batches handed out."""
+    case = Case(kind, shuffle, False, 2, prefetch, "plain", 1)
+    needs(case)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+    want = collect(loader_from_spec(spec), d, l)
+    if kind in RANDOM_ACCESS_KINDS:
+        loader = loader_from_spec(spec)
+        flaky = wrap_reader(loader, FlakyReader)
+    else:  # the factory is its own injector; a chunk-indexed source is wrapped
+        wrapped = []
+
+        def wrap(source):
+            wrapped.append(source if kind == "factory" else FlakyChunks(source))
+            return wrapped[0]
+
+        loader = loader_from_spec(spec, wrap=wrap)
+        (flaky,) = wrapped
+    check_retry(loader, lambda: flaky.arm(2), want, via, d, l, lambda: loader_from_spec(spec))
+    loader.close()
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+def test_read_error_once_with_threads_loses_no_batch(kind, threads, make_spec):
+    """Threads sharing a loader, one read raising OSError once and that thread going on:
+    the batches handed out across threads are the epoch's, each once."""
+    case = Case(kind, True, False, 1, 0, "plain", threads)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+    want = collect(loader_from_spec(spec), d, l)
+    loader = loader_from_spec(spec)
+    flaky = wrap_reader(loader, FlakyReader)
+    flaky.arm(3)
+    per_thread = [[] for _ in range(threads)]
+
+    def work(i):
+        while True:
+            try:
+                per_thread[i] += next_into_ids(loader, d, l)
+                return
+            except OSError:  # this thread's read failed: it goes on
+                continue
+
+    run_threads(work, threads)
+    got = [b for batches in per_thread for b in batches]
+    assert flaky.raised == 1
+    assert sorted(got) == sorted(want)
+
+
+# -- settings changed between save and resume --------------------------------------------------
+
+BASE = dict(shuffle=True, drop_last=False, shards=3, prefetch=0, mode="plain", threads=1)
+CHANGES = {
+    "batch_size": dict(batch_size=4),
+    "shuffle": dict(shuffle=False),
+    "seed": dict(seed=6),
+    "drop_last": dict(drop_last=True),
+    "num_shards": dict(num_shards=2, shard_index=1),
+    "shard_index": dict(shard_index=0),
+    "even_batches": dict(even_batches=True),
+    "elastic": dict(elastic=True),
+    "buffer_size": dict(buffer_size=13),
+    "block_rows": {},
+    "n": {},
+    "d": {},
+    "l": {},
+}
+NAMES = {"n": r"\bn\b|n_rows|total_size", "d": r"\bd\b", "l": r"\bl\b"}
+
+
+def changes_for(kind: str):
+    for setting in CHANGES:
+        if setting == "elastic" and kind in STREAM_KINDS:
+            continue  # refused at construction for a stream
+        if setting == "buffer_size" and kind not in STREAM_KINDS:
+            continue
+        if setting == "block_rows" and kind != "ndf_blocks":
+            continue
+        if setting in ("d", "l") and kind in ("list", "factory"):
+            continue  # a plain stream learns its widths by reading
+        if setting == "l" and LABELS.get(kind, 1) == 0:
+            continue  # a bare array-like has no labels to change
+        yield setting
+
+
+@pytest.mark.parametrize(
+    "kind,setting",
+    [pytest.param(k, s, id=f"{k}-{s}", marks=marks_for(k)) for k in KINDS for s in changes_for(k)],
+)
+def test_changed_setting_between_save_and_resume_is_a_value_error_naming_it(
+    kind, setting, make_spec
+):
+    """A state taken mid-epoch, loaded into a loader with one setting that fixes the order
+    or the source's shape changed: ValueError naming that setting, and the loader is left
+    as it was."""
+    case = Case(kind, **BASE)
+    needs(case)
+    spec = make_spec(case, n=41, seed=5, batch_size=5)
+    if kind in STREAM_KINDS:
+        spec["loader"]["buffer_size"] = 9
+    if kind == "ndf_blocks":
+        spec["block_rows"] = 6
+    loader = loader_from_spec(spec)
+    it = iter(loader)
+    next(it)
+    next(it)
+    state = roundtrip(loader.state_dict())
+    loader.close()
+    if setting in ("n", "d", "l"):
+        sizes = {"n": spec["n"], "d": spec["d"], "l": spec["l"], setting: spec[setting] + 1}
+        other = make_spec(case, **sizes, seed=5, batch_size=5)
+        declared = {"total_size": other["n"]} if "total_size" in spec["loader"] else {}
+        other["loader"] = {**spec["loader"], **declared}  # a factory's N is declared
+        if kind == "ndf_blocks":
+            other["block_rows"] = 6
+    else:
+        other = {**spec, "loader": {**spec["loader"], **CHANGES[setting]}}
+        if setting == "block_rows":
+            other["block_rows"] = 4
+    target = loader_from_spec(other)
+    with pytest.raises(ValueError, match=NAMES.get(setting, setting)):
+        target.load_state_dict(state)
+    # the refused state left the target as it was
+    untouched = loader_from_spec(other)
+    assert collect(target, other["d"], other["l"]) == collect(untouched, other["d"], other["l"])
+    target.close()
+    untouched.close()
+
+
+# -- the epoch ledger --------------------------------------------------------------------------
+
+ExactnessError = getattr(exactbatch, "ExactnessError", None)
+needs_ledger = pytest.mark.skipif(
+    ExactnessError is None, reason="the epoch ledger (exactbatch.ExactnessError) has not landed"
+)
+
+
+@needs_ledger
+def test_exactness_error_is_an_exported_runtime_error():
+    assert issubclass(ExactnessError, RuntimeError)
+    assert "ExactnessError" in exactbatch.__all__
+    from exactbatch import errors
+
+    assert errors.ExactnessError is ExactnessError
+
+
+def forge(state: dict, how: str) -> dict:
+    state = dict(state)
+    if how == "skip_a_batch":
+        state["batches_done"] += 1
+    elif how == "repeat_a_batch":
+        state["batches_done"] -= 1
+    elif how == "other_seed":
+        state["seed"] += 1
+    return state
+
+
+@needs_ledger
+@pytest.mark.parametrize("how", ["skip_a_batch", "repeat_a_batch", "other_seed"])
+@pytest.mark.parametrize("kind", ["pair", "ndf", "factory", "parquet", "ndf_blocks"])
+def test_ledger_catches_a_forged_state_by_the_end_of_the_epoch(kind, how, make_spec):
+    """A state forged mid-epoch (batches_done moved by one, the seed changed) and loaded
+    into a loader that accepts it (built with the forged seed): ExactnessError naming the
+    epoch and the shard, at the latest when the epoch ends."""
+    case = Case(kind, True, False, 2, 0, "plain", 1)
+    needs(case)
+    spec = make_spec(case, seed=5)
+    loader = loader_from_spec(spec)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = forge(roundtrip(loader.state_dict()), how)
+    loader.close()
+    target = loader_from_spec({**spec, "loader": {**spec["loader"], "seed": state["seed"]}})
+    with pytest.raises(ExactnessError, match=r"(?s)epoch.*shard|shard.*epoch"):
+        target.load_state_dict(state)
+        collect(target, spec["d"], spec["l"])
+
+
+@needs_ledger
+@pytest.mark.parametrize("kind", ["pair", "factory"])
+def test_ledger_spans_resumes_and_an_honest_run_never_raises(kind, make_spec):
+    """Resumed twice mid-epoch through JSON, an honest run finishes its epochs without an
+    error, and the state it carries differs from a state after other rows (the digest)."""
+    case = Case(kind, True, False, 1, 0, "plain", 1)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+    first = loader_from_spec(spec)
+    it = iter(first)
+    next(it)
+    state = roundtrip(first.state_dict())
+    second = loader_from_spec(spec)
+    second.load_state_dict(state)
+    it2 = iter(second)
+    next(it2)
+    state2 = roundtrip(second.state_dict())
+    third = loader_from_spec(spec)
+    third.load_state_dict(state2)
+    collect(third, d, l)
+    collect(third, d, l)
+    # the same count of batches out in another epoch: another digest
+    other = loader_from_spec(spec)
+    other.set_epoch(1)
+    it3 = iter(other)
+    next(it3)
+    next(it3)
+    state3 = roundtrip(other.state_dict())
+    state3["epoch"] = state2["epoch"]
+    assert state3 != state2
