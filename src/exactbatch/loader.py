@@ -447,8 +447,10 @@ class DataLoader:
 
     def _rolled(self, cur, done: int) -> bool:
         """Is the epoch over, for a state taken now?"""
+        if self._out:  # batches prepared ahead and not handed out: not over yet
+            return False
         if not self.elastic:
-            return not self._out and (self._ended or cur.exhausted())
+            return self._ended or cur.exhausted()
         # Under elastic sharding every rank's state must say the same: the epoch is
         # over when all ranks (in lockstep) have handed out every global batch, or
         # when this rank has seen the end (then so have the others).
