@@ -312,3 +312,35 @@ def test_the_console_script_is_the_quiet_launcher():
     pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
     with open(pyproject, "rb") as f:
         assert tomllib.load(f)["project"]["scripts"]["exactbatch"] == "_exactbatch_cli:main"
+
+
+@pytest.mark.parametrize("where", ["abort", "message"])
+def test_a_second_ctrl_c_does_not_cut_the_cleanup_short(tmp_path, monkeypatch, capsys, where):
+    """Ctrl-C pressed again while the first one unwinds (the temporary file being
+    removed, the message printed): still exit 130, one line, nothing left behind."""
+    pcsv.write_csv(pa.table({"a": np.arange(10.0)}), tmp_path / "in.csv")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "o.ndf").write_bytes(PRECIOUS)
+    monkeypatch.setattr(convert_tool, "_fill_float64", lambda *a: signal.raise_signal(2))
+    if where == "abort":
+        original = NdfWriter.abort
+
+        def abort(self):
+            signal.raise_signal(signal.SIGINT)
+            original(self)
+
+        monkeypatch.setattr(NdfWriter, "abort", abort)
+    else:
+        import exactbatch.cli
+
+        def print_twice(*args, **kwargs):
+            signal.raise_signal(signal.SIGINT)
+            print(*args, **kwargs)
+
+        monkeypatch.setattr(exactbatch.cli, "print", print_twice, raising=False)
+    argv = ["convert", str(tmp_path / "in.csv"), str(out / "o.ndf"), "-q", "--force"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.count("interrupted") == 1 and "Traceback" not in err
+    assert os.listdir(out) == ["o.ndf"] and (out / "o.ndf").read_bytes() == PRECIOUS

@@ -365,8 +365,8 @@ def main(argv=None) -> int:
     from exactbatch.tools._common import catch_signals, check_interrupt
 
     command = None
-    try:
-        with catch_signals():
+    with catch_signals():
+        try:
             parser = _parser()
             try:
                 args = parser.parse_args(argv)
@@ -379,10 +379,10 @@ def main(argv=None) -> int:
             status = _run(args)
             check_interrupt()  # a Ctrl-C that some library swallowed is still one
             return status
-    except KeyboardInterrupt:
-        where = f"exactbatch {command}" if command else "exactbatch"
-        print(f"{where}: interrupted; no partial output was left", file=sys.stderr)
-        return 130
+        except KeyboardInterrupt:
+            where = f"exactbatch {command}" if command else "exactbatch"
+            print(f"{where}: interrupted; no partial output was left", file=sys.stderr)
+            return 130
 
 
 def _run(args) -> int:

@@ -55,7 +55,10 @@ _noted: list[int] = []
 
 def _note(signum, frame) -> None:
     _noted.append(signum)
-    raise KeyboardInterrupt
+    # A second Ctrl-C while the first unwinds (removing temporary files, printing
+    # the message) is only noted: the command is already on its way out.
+    if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        raise KeyboardInterrupt
 
 
 def check_interrupt() -> None:
