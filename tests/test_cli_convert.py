@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -271,6 +269,146 @@ def test_existing_output_needs_force(tmp_path, capsys):
     assert open_ndf(tmp_path / "a.ndf").n == 3
 
 
+def _write_parquet(names, rows=2):
+    def write(path):
+        arrays = [pa.array(np.arange(rows, dtype=np.float64) + k) for k in range(len(names))]
+        pq.write_table(pa.Table.from_arrays(arrays, names=names), path)
+
+    return write
+
+
+def _write_text(text):
+    return lambda path: path.write_text(text)
+
+
+BAD_INPUTS = {
+    # name: (file name, writer, extra arguments, what the one-line error must say)
+    "csv-repeated-column": (
+        "in.csv",
+        _write_text("a,b,a\n1,2,3\n4,5,6\n"),
+        [],
+        ["['a']", "more than once"],
+    ),
+    "csv-repeated-label": (
+        "in.csv",
+        _write_text("x,y,y\n1,2,3\n"),
+        ["--labels", "y"],
+        ["['y']", "more than once"],
+    ),
+    "parquet-repeated-column": (
+        "in.parquet",
+        _write_parquet(["a", "b", "a"]),
+        [],
+        ["['a']", "more than once"],
+    ),
+    "csv-empty-header-cell": (
+        "in.csv",
+        _write_text("a,,c\n1,2,3\n"),
+        [],
+        ["position(s) [1]", "no name"],
+    ),
+    "csv-pandas-index": ("in.csv", _write_text(",a,b\n0,1,2\n1,3,4\n"), [], ["[0]", "no name"]),
+    "csv-header-all-empty": ("in.csv", _write_text(",\n1,2\n"), [], ["[0, 1]", "no name"]),
+    "parquet-unnamed-column": ("in.parquet", _write_parquet(["a", ""]), [], ["[1]", "no name"]),
+    "csv-header-only": ("in.csv", _write_text("a,b,c\n"), [], ["no rows"]),
+    "parquet-no-rows": ("in.parquet", _write_parquet(["a"], rows=0), [], ["no rows"]),
+    "npy-no-rows": ("in.npy", lambda path: np.save(path, np.zeros((0, 3))), [], ["no rows"]),
+    "csv-non-numeric-cells": (
+        "in.csv",
+        _write_text("a,b\n1,x\n2,y\n"),
+        [],
+        ["b (string)", "non-numeric"],
+    ),
+    "csv-non-numeric-label": (
+        "in.csv",
+        _write_text("a,b\n1,2\n2,yes\n"),
+        ["--labels", "b"],
+        ["b (string)"],
+    ),
+    "csv-ragged-row": ("in.csv", _write_text("a,b\n1,2\n3\n"), [], ["Expected 2 columns"]),
+    "csv-empty-file": ("in.csv", _write_text(""), [], ["Empty CSV"]),
+    "csv-no-columns-chosen": (
+        "in.csv",
+        _write_text("a,b\n1,2\n"),
+        ["--features", ","],
+        ["no columns"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_a_one_line_error(tmp_path, capsys, case):
+    """Repeated or unnamed columns, no rows, non-numeric cells, ragged rows: one line on
+    stderr naming the file and what is wrong, exit status 2, no file written."""
+    name, write, extra, says = BAD_INPUTS[case]
+    src = tmp_path / name
+    write(src)
+    assert main(["convert", str(src), str(tmp_path / "out.ndf"), "-q", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"exactbatch convert: error: {src}: "), err
+    assert all(s in err for s in says), err
+    assert leftovers(tmp_path, [name]) == []
+
+
+def test_a_repeated_or_unnamed_column_can_be_left_out(tmp_path, capsys):
+    """Only the columns chosen must have a name of their own: the others may repeat."""
+    (tmp_path / "a.csv").write_text("a,b,a,\n1,2,3,4\n5,6,7,8\n")
+    out = tmp_path / "a.ndf"
+    assert main(["convert", str(tmp_path / "a.csv"), str(out), "-q", "--features", "b"]) == 0
+    assert np.array_equal(read_ndf(out)[0], [[2], [6]])
+    _write_parquet(["a", "b", "a"])(tmp_path / "p.parquet")
+    args = ["convert", str(tmp_path / "p.parquet"), str(out), "-q", "--force", "--labels", "b"]
+    assert main([*args, "--features", "-1"]) == 2  # position 2 is an "a" too
+    assert "more than once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["info", "convert"])
+def test_an_object_npy_is_a_one_line_error(tmp_path, capsys, command):
+    src = tmp_path / "obj.npy"
+    np.save(src, np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    argv = [command, str(src)] + ([str(tmp_path / "o.ndf")] if command == "convert" else [])
+    assert main([*argv, "-q"] if command == "convert" else argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"exactbatch {command}: error: {src}: ") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("delimiter", [";;", "", '"', "\n"])
+def test_a_delimiter_must_be_one_character(tmp_path, capsys, delimiter):
+    (tmp_path / "a.csv").write_text("a;b\n1;2\n")
+    argv = ["convert", str(tmp_path / "a.csv"), str(tmp_path / "a.ndf"), "-q"]
+    assert main([*argv, f"--delimiter={delimiter}"]) == 2
+    err = capsys.readouterr().err
+    assert "--delimiter" in err and "one character" in err and "Traceback" not in err
+
+
+def test_a_typed_backslash_t_is_a_tab(tmp_path, capsys):
+    (tmp_path / "a.tsv").write_text("a\tb\n1\t2\n")
+    out = tmp_path / "a.ndf"
+    assert main(["convert", str(tmp_path / "a.tsv"), str(out), "-q", "--delimiter", "\\t"]) == 0
+    assert np.array_equal(read_ndf(out)[0], [[1, 2]])
+
+
+def test_arrow_buffers_to_float64_keep_nulls_offsets_and_types():
+    """The Arrow -> float64 copy reads the buffers directly: sliced arrays (an offset
+    into the buffers), nulls at any bit, integers, booleans and all-null columns."""
+    from exactbatch.tools.convert import _fill_float64
+
+    cases = [
+        pa.array([1.5, None, 3.0, 4.0, None, 6.0, 7.0, 8.0, 9.0, None]).slice(3, 6),
+        pa.array(list(range(20)), pa.int32()).slice(5, 9),
+        pa.array([True, None, False, True] * 5).slice(7, 11),
+        pa.array([None] * 4, pa.null()),
+        pa.array([None, 2.0], pa.float64()),
+        pa.array([], pa.float64()),
+    ]
+    for arr in cases:
+        out = np.full(len(arr), -1.0)
+        _fill_float64(arr, out)
+        expect = [np.nan if v is None else float(v) for v in arr.to_pylist()]
+        assert np.array_equal(out, expect, equal_nan=True), (arr, out)
+
+
 def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
     """Atomic: a conversion that fails mid-way (after blocks were written) leaves no file,
     and an existing destination keeps its old bytes."""
@@ -290,42 +428,6 @@ def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
     assert p.returncode == 2
     assert (tmp_path / "out.ndf").read_bytes() == b"precious"
     assert leftovers(tmp_path, ["bad.csv", "out.ndf"]) == []
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
-    """Ctrl-C (or SIGTERM) mid-way: exit 130, no file at DST and no temporary file left."""
-    src = tmp_path / "huge.npy"
-    big = np.lib.format.open_memmap(src, mode="w+", dtype=np.float64, shape=(200_000_000, 4))
-    del big  # a sparse 6.4 GB file: zeros, cheap to create, slow enough to convert
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exactbatch.cli", "convert", str(src), str(out_dir / "h.ndf")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A test run started in the background by a shell inherits SIGINT ignored, and
-        # Python then installs no KeyboardInterrupt handler: give the child the default.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not os.listdir(out_dir):  # the temporary file appears once writing begins
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        time.sleep(0.2)
-        assert proc.poll() is None, "finished before it could be interrupted"
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
-    assert os.listdir(out_dir) == []
 
 
 _PEAK_SCRIPT = """

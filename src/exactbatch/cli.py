@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 
 __all__ = ["main"]
 
@@ -38,6 +36,16 @@ def _int_at_least(minimum: int, what: str):
         return value
 
     return parse
+
+
+def _delimiter(text: str) -> str:
+    text = "\t" if text == "\\t" else text  # a typed backslash-t is a tab
+    if len(text) != 1 or text in '\r\n"':
+        raise argparse.ArgumentTypeError(
+            f"expected one character other than a quote or a line break (',', ';', '\\t'); "
+            f"got {text!r}"
+        )
+    return text
 
 
 _positive_int = _int_at_least(1, "an integer")
@@ -189,7 +197,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("src", help="Parquet file or folder, .csv (or .csv.gz), .npy, or .ndf")
     s.add_argument("dst", help="the file to write: NAME.ndf, or NAME.parquet from an .ndf")
     s.add_argument("--force", action="store_true", help="replace DST if it exists")
-    s.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
+    s.add_argument(
+        "--delimiter",
+        type=_delimiter,
+        default=",",
+        help="CSV field delimiter: one character, or \\t for a tab (default ',')",
+    )
     s.add_argument(
         "--no-header",
         action="store_true",
@@ -342,37 +355,42 @@ def _message(e: BaseException) -> str:
     return " ".join(text.split())  # one line
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so that temporary files are removed."""
-
-
-def _on_sigterm(signum, frame):
-    raise _Terminated
-
-
 def main(argv=None) -> int:
-    """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version, or a usage error (already printed)
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    Ctrl-C or SIGTERM at any moment returns 130 with one line on stderr; a
+    command that writes then leaves no output and no temporary file, and a
+    file that was at the destination keeps its old bytes.
+    """
+    from exactbatch.tools._common import catch_signals, check_interrupt
+
+    command = None
+    with catch_signals():
+        try:
+            parser = _parser()
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as e:  # --help, --version, or a usage error (already printed)
+                return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return 2
+            command = args.command
+            status = _run(args)
+            check_interrupt()  # a Ctrl-C that some library swallowed is still one
+            return status
+        except KeyboardInterrupt:
+            where = f"exactbatch {command}" if command else "exactbatch"
+            print(f"{where}: interrupted; no partial output was left", file=sys.stderr)
+            return 130
+
+
+def _run(args) -> int:
     from exactbatch.errors import NdfError
     from exactbatch.tools._common import CliError
 
-    old = None
-    if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.run(args)
-    except KeyboardInterrupt:
-        print(
-            f"exactbatch {args.command}: interrupted; no partial output was left", file=sys.stderr
-        )
-        return 130
     except BrokenPipeError:  # e.g. `exactbatch info x | head -1`: stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -384,9 +402,6 @@ def main(argv=None) -> int:
             raise
         print(f"exactbatch {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -577,7 +577,25 @@ def _remove_stale_temps(folder: str, name: str) -> None:
     """
     if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
         return
-    prefix, host, me = f".{_temp_stem(name)}.", _host_tag(), os.getpid()
+    me = os.getpid()
+    _remove_temps(folder, name, lambda pid: pid != me and not _pid_alive(pid))
+
+
+def _remove_own_temps(path) -> None:
+    """Remove this process's temporary files of ``path``, after a failed write.
+
+    The writers remove their own, but an exception raised asynchronously (a
+    Ctrl-C) can land between a file's creation and the code that would
+    remove it. Best effort, like :func:`_remove_stale_temps`.
+    """
+    path = os.fspath(path)
+    me = os.getpid()
+    _remove_temps(os.path.dirname(os.path.abspath(path)), os.path.basename(path), me.__eq__)
+
+
+def _remove_temps(folder: str, name: str, remove) -> None:
+    """Remove this host's temporary files of ``name`` whose writer's pid passes ``remove``."""
+    prefix, host = f".{_temp_stem(name)}.", _host_tag()
     try:
         with os.scandir(folder) as entries:
             names = [e.name for e in entries if e.name.startswith(prefix)]
@@ -585,10 +603,7 @@ def _remove_stale_temps(folder: str, name: str) -> None:
         return
     for entry in names:
         m = _TEMP_TAIL.fullmatch(entry, len(prefix))
-        if m is None or m["host"] != host:
-            continue
-        pid = int(m["pid"])
-        if pid == me or _pid_alive(pid):
+        if m is None or m["host"] != host or not remove(int(m["pid"])):
             continue
         try:
             os.unlink(os.path.join(folder, entry))

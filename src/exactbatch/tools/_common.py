@@ -1,13 +1,18 @@
-"""Shared pieces of the command: user errors, progress bars, sizes, formats, columns."""
+"""Shared pieces of the command: user errors, Ctrl-C, progress bars, sizes, formats, columns."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 
 __all__ = [
     "CliError",
+    "catch_signals",
+    "check_interrupt",
     "check_output",
     "detect_format",
     "format_bytes",
@@ -36,36 +41,85 @@ class CliError(Exception):
     """A problem with the user's input: printed as one line, exit status 2."""
 
 
-class _NoBar:
-    """Stands in for a tqdm bar when bars are off (or tqdm is not installed)."""
+# -- Ctrl-C and SIGTERM -------------------------------------------------------------
+#
+# While a command runs, SIGINT and SIGTERM are noted before they raise
+# KeyboardInterrupt, because library code may swallow the exception: pyarrow,
+# for one, imports pandas on its first conversion between Arrow and NumPy and
+# discards whatever that import raises. A noted signal is raised again at the
+# next progress step and before any output is renamed into place, so it can
+# neither be lost nor let a conversion replace a file.
+
+_noted: list[int] = []
+
+
+def _note(signum, frame) -> None:
+    _noted.append(signum)
+    # A second Ctrl-C while the first unwinds (removing temporary files, printing
+    # the message) is only noted: the command is already on its way out.
+    if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        raise KeyboardInterrupt
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if a signal arrived since :func:`catch_signals` began."""
+    if _noted:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def catch_signals():
+    """In the block, SIGINT and SIGTERM raise KeyboardInterrupt, and are noted for
+    :func:`check_interrupt`. A signal that is ignored (SIGINT, in a job a shell
+    started in the background) stays ignored. Main thread only; elsewhere a no-op."""
+    _noted.clear()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python
+                old[sig] = signal.signal(sig, _note)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+class _Bar:
+    """A tqdm bar, or none (bars off, or tqdm not installed); every step first raises
+    a noted Ctrl-C, so that a signal some library swallowed still stops the loop."""
+
+    def __init__(self, bar=None):
+        self._bar = bar
 
     def update(self, k=1) -> None:
-        pass
-
-    def set_postfix_str(self, s="", refresh=True) -> None:
-        pass
+        check_interrupt()
+        if self._bar is not None:
+            self._bar.update(k)
 
     def close(self) -> None:
-        pass
+        if self._bar is not None:
+            self._bar.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        pass
+        self.close()
 
 
 def progress(total=None, desc: str = "", unit: str = "rows", enabled: bool = True, **kw):
-    """A tqdm progress bar on stderr, or a no-op bar when disabled or tqdm is missing."""
+    """A tqdm progress bar on stderr, or none when disabled or tqdm is missing."""
     if not enabled:
-        return _NoBar()
+        return _Bar()
     try:
         from tqdm import tqdm
     except ImportError:
-        return _NoBar()
+        return _Bar()
     kw.setdefault("unit_scale", True)
-    return tqdm(
-        total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.25, leave=True, **kw
+    return _Bar(
+        tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.25, leave=True, **kw)
     )
 
 
@@ -156,6 +210,10 @@ def check_output(dst, force: bool) -> str:
     return dst
 
 
+def _shown(names: list[str]) -> list[str]:
+    return names if len(names) <= 20 else [*names[:20], "..."]
+
+
 def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None:
     """Column selectors (names, or integer positions, negative from the end) -> indices.
 
@@ -172,8 +230,9 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
         try:
             k = int(item)
         except ValueError:
-            shown = names if len(names) <= 20 else [*names[:20], "..."]
-            raise CliError(f"{path}: no column {item!r} ({what}); columns are {shown}") from None
+            raise CliError(
+                f"{path}: no column {item!r} ({what}); columns are {_shown(names)}"
+            ) from None
         if not -len(names) <= k < len(names):
             raise CliError(
                 f"{path}: column {k} ({what}) out of range: the data has {len(names)} columns"
@@ -185,7 +244,11 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
 
 
 def split_columns(features, labels, names, path) -> tuple[list[int], list[int]]:
-    """Feature and label column indices; features default to every column not a label."""
+    """Feature and label column indices; features default to every column not a label.
+
+    Columns are read by name, so a chosen column must have one, and one that no
+    other column has: anything else is a :class:`CliError` naming the columns.
+    """
     lab = resolve_columns(labels, names, path, "--labels") or []
     feat = resolve_columns(features, names, path, "--features")
     if feat is None:
@@ -194,5 +257,21 @@ def split_columns(features, labels, names, path) -> tuple[list[int], list[int]]:
     if both:
         raise CliError(
             f"{path}: column(s) {[names[j] for j in sorted(both)]} are both features and labels"
+        )
+    chosen = feat + lab
+    if not chosen:
+        raise CliError(f"{path}: no columns chosen (--features {features!r}, --labels {labels!r})")
+    unnamed = [j for j in chosen if not names[j].strip()]
+    if unnamed:  # e.g. the index column of a CSV written by pandas
+        raise CliError(
+            f"{path}: the column(s) at position(s) {unnamed} have no name (columns: "
+            f"{_shown(names)}); name them, or choose other columns with --features/--labels"
+        )
+    twice = sorted({names[j] for j in chosen if names.count(names[j]) > 1})
+    if twice:
+        raise CliError(
+            f"{path}: column name(s) {twice} appear more than once (columns: {_shown(names)}), "
+            "so which column is meant is ambiguous; rename them, or choose other columns "
+            "with --features/--labels"
         )
     return feat, lab

@@ -38,7 +38,13 @@ from exactbatch.tools._common import (
     progress,
     split_columns,
 )
-from exactbatch.tools.ndf_stream import SLAB_BYTES, NdfWriter, atomic_path, read_blocks
+from exactbatch.tools.ndf_stream import (
+    SLAB_BYTES,
+    NdfWriter,
+    atomic_output,
+    leaves_no_temps,
+    read_blocks,
+)
 
 __all__ = ["convert", "csv_schema", "render"]
 
@@ -71,7 +77,6 @@ class _Blocks:
         self.buf = np.empty((0, len(columns)), dtype=np.float64)
 
     def __call__(self, batch) -> np.ndarray:
-        pa = _arrow()
         r = batch.num_rows
         if r > len(self.buf):
             size = max(r, 2 * len(self.buf))
@@ -79,11 +84,30 @@ class _Blocks:
             self.buf = np.empty((size, len(self.columns)), dtype=np.float64)
         block = self.buf[:r]
         for j, name in enumerate(self.columns):
-            col = batch.column(name)
-            if col.type != pa.float64() or col.null_count:  # nulls become NaN
-                col = col.cast(pa.float64())
-            block[:, j] = col.to_numpy(zero_copy_only=False)
+            _fill_float64(batch.column(name), block[:, j])
         return block
+
+
+def _fill_float64(col, out: np.ndarray) -> None:
+    """``out[:] = col`` (an Arrow array of numbers) as float64, nulls as NaN.
+
+    Read from the Arrow buffers, not with ``col.to_numpy()``: that imports
+    pandas on first use, which is slow and discards a Ctrl-C that arrives
+    during the import.
+    """
+    pa = _arrow()
+    if col.type != pa.float64():
+        col = col.cast(pa.float64())
+    n, nulls = len(col), col.null_count
+    if nulls == n:  # all null, or empty; a cast null-type array may have no data buffer
+        out[:] = np.nan
+        return
+    validity, data = col.buffers()
+    out[:] = np.frombuffer(data, dtype=np.float64, count=n, offset=8 * col.offset)
+    if nulls:
+        bits = np.frombuffer(validity, dtype=np.uint8)
+        valid = np.unpackbits(bits, count=col.offset + n, bitorder="little")[col.offset :]
+        out[valid == 0] = np.nan
 
 
 def _is_number_type(t) -> bool:
@@ -321,6 +345,7 @@ def convert(
 def _to_ndf(inp, src, dst, bar) -> dict:
     errors = _read_errors()
     with (
+        leaves_no_temps(dst),
         NdfWriter(dst, inp.d, inp.l, inp.n) as w,
         progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
     ):
@@ -331,6 +356,8 @@ def _to_ndf(inp, src, dst, bar) -> dict:
         except errors as e:
             msg = " ".join(str(e).split())
             raise CliError(f"{src}: {msg} (after {w.rows:,} rows; nothing written to {dst})") from e
+        if w.rows == 0:  # a header-only CSV, say: an .ndf of it would give empty epochs
+            raise CliError(f"{src}: no rows of data to convert; nothing written to {dst}")
     return {
         "rows": w.rows,
         "d": inp.d,
@@ -368,19 +395,19 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
         metadata={_LABELS_KEY: ",".join(columns[len(feat) :]).encode()},
     )
     rows = 0
-    with (
-        atomic_path(dst) as tmp,
-        pq.ParquetWriter(tmp, schema) as w,
-        progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,
-    ):
-        for raw in read_blocks(src, HEADER_SIZE, n, 8 * (d + l), row_group_rows):
-            block = raw.view("<f8").reshape(len(raw), d + l)  # (rows, d + l)
-            arrays = [pa.array(np.ascontiguousarray(block[:, j])) for j in cols]
-            w.write_table(
-                pa.Table.from_arrays(arrays, schema=schema), row_group_size=row_group_rows
-            )
-            rows += len(raw)
-            pb.update(len(raw))
+    with leaves_no_temps(dst), atomic_output(dst) as tmp:
+        with (
+            pq.ParquetWriter(tmp, schema) as w,
+            progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,
+        ):
+            for raw in read_blocks(src, HEADER_SIZE, n, 8 * (d + l), row_group_rows):
+                block = raw.view("<f8").reshape(len(raw), d + l)  # (rows, d + l)
+                arrays = [_float64_array(block[:, j]) for j in cols]
+                w.write_table(
+                    pa.Table.from_arrays(arrays, schema=schema), row_group_size=row_group_rows
+                )
+                rows += len(raw)
+                pb.update(len(raw))
     return {
         "rows": rows,
         "d": len(feat),
@@ -388,6 +415,14 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
         "features": columns[: len(feat)],
         "labels": columns[len(feat) :],
     }
+
+
+def _float64_array(values: np.ndarray):
+    """A float64 Arrow array holding a copy of ``values`` (built from its buffer:
+    ``pa.array`` of a NumPy array imports pandas, see :func:`_fill_float64`)."""
+    pa = _arrow()
+    data = np.ascontiguousarray(values, dtype=np.float64)
+    return pa.Array.from_buffers(pa.float64(), len(data), [None, pa.py_buffer(data)])
 
 
 def render(out: dict) -> str:

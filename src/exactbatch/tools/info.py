@@ -89,7 +89,10 @@ def _parquet(path: str) -> dict:
 def _npy(path: str) -> dict:
     import numpy as np
 
-    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:  # object arrays, a damaged header
+        raise CliError(f"{path}: cannot read as .npy ({e})") from e
     return {
         "path": path,
         "format": "npy",

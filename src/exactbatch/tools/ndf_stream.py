@@ -7,6 +7,10 @@ renames. Until then the temporary file's header is zeros, so a crash leaves
 no file that looks valid; on an error or Ctrl-C (any exception out of the
 ``with`` block) the temporary file is removed and the destination keeps its
 old bytes, if it had any. The byte layout is :mod:`exactbatch.ndf`'s.
+A Ctrl-C that some library swallowed while the command ran (see
+:func:`~exactbatch.tools._common.catch_signals`) is raised again at commit,
+before the rename; :func:`atomic_output` does the same for other writers, and
+:func:`leaves_no_temps` removes a temporary file a Ctrl-C left ownerless.
 
 :func:`read_blocks` reads a file region front to back into one reused
 buffer, so reading costs one slab of memory whatever the file's size.
@@ -14,6 +18,7 @@ buffer, so reading costs one slab of memory whatever the file's size.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -25,11 +30,13 @@ from exactbatch.ndf import (
     MAGIC,
     _create_temp,
     _fsync_folder,
+    _remove_own_temps,
     atomic_path,
     expected_size,
 )
+from exactbatch.tools._common import check_interrupt
 
-__all__ = ["NdfWriter", "atomic_path", "read_blocks", "read_into", "row_dtype"]
+__all__ = ["NdfWriter", "atomic_output", "leaves_no_temps", "read_blocks", "read_into", "row_dtype"]
 
 SLAB_BYTES = 8 << 20  # default read/write slab
 
@@ -103,6 +110,7 @@ class NdfWriter:
     def commit(self) -> None:
         """Write the header, fsync, rename over the destination, fsync the folder."""
         try:
+            check_interrupt()
             if self.n is not None and self.rows != self.n:
                 raise ValueError(
                     f"{self.path}: the input promised {self.n} rows but {self.rows} were written"
@@ -138,6 +146,30 @@ class NdfWriter:
             self.commit()
         else:
             self.abort()
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """A temporary path to write ``path`` to (:func:`exactbatch.ndf.atomic_path`);
+    renamed over ``path`` at the end of the block unless it raises or a Ctrl-C
+    was noted while the command ran."""
+    with atomic_path(path) as tmp:
+        yield tmp
+        check_interrupt()
+
+
+@contextlib.contextmanager
+def leaves_no_temps(path):
+    """On an exception out of the block, remove this process's temporary files of ``path``.
+
+    :class:`NdfWriter` and :func:`atomic_output` remove theirs, but a Ctrl-C
+    can land between a file's creation and the ``with`` that takes charge of it.
+    """
+    try:
+        yield
+    except BaseException:
+        _remove_own_temps(path)
+        raise
 
 
 def _fill(f, view: memoryview, path, offset: int) -> None:

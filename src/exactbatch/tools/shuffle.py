@@ -34,6 +34,7 @@ What it costs:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -44,7 +45,13 @@ import numpy as np
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.tools._common import CliError, check_output, detect_format, format_bytes, progress
-from exactbatch.tools.ndf_stream import NdfWriter, read_blocks, read_into, row_dtype
+from exactbatch.tools.ndf_stream import (
+    NdfWriter,
+    leaves_no_temps,
+    read_blocks,
+    read_into,
+    row_dtype,
+)
 
 __all__ = ["external_shuffle", "render", "shuffle_file"]
 
@@ -146,7 +153,7 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
     desc = os.path.basename(src)
-    with NdfWriter(dst, d, l, n) as w:
+    with leaves_no_temps(dst), NdfWriter(dst, d, l, n) as w:
         if row_bytes == 0 or n == 0:
             w.rows = n  # nothing to move: the header says it all
         elif in_memory:
@@ -162,9 +169,7 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
                     "",
                 )
         else:
-            workdir = tempfile.mkdtemp(prefix=".exactbatch-shuffle-", dir=tmp_root)
-            out = _TwoPassOutput(w, n, desc, bar)
-            try:
+            with _bucket_folder(tmp_root) as workdir, _TwoPassOutput(w, n, desc, bar) as out:
                 external_shuffle(
                     src,
                     HEADER_SIZE,
@@ -176,9 +181,6 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
                     workdir,
                     on_scatter=out.scattered,
                 )
-            finally:
-                out.close()
-                shutil.rmtree(workdir, ignore_errors=True)
     return {
         "src": src,
         "dst": dst,
@@ -223,6 +225,29 @@ class _TwoPassOutput:
         self.pass1.close()
         if self.pass2 is not None:
             self.pass2.close()
+
+    def __enter__(self) -> _TwoPassOutput:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def _bucket_folder(root: str):
+    """A new folder in ``root`` for the bucket files, removed with them at the end.
+
+    Its name carries this process's id, so that one a Ctrl-C left between its
+    creation and the code that would remove it is found (and removed) too.
+    """
+    prefix = f".exactbatch-shuffle-{os.getpid()}-"
+    try:
+        yield tempfile.mkdtemp(prefix=prefix, dir=root)
+    finally:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(root):
+                if name.startswith(prefix):
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def _check_space(dst, tmp_root, data, in_memory) -> None:
