@@ -405,3 +405,19 @@ def test_parquet_shards_hand_out_every_row_once(
     assert len(everything) == len(set(everything))
     if not drop_last:
         assert sorted(everything) == list(range(N))
+
+
+def test_reading_parquet_does_not_import_pandas(tmp_path):
+    """pyarrow's to_numpy() imports pandas on first use, and that import discards a
+    Ctrl-C (the training loop would go on): row groups are read from Arrow buffers."""
+    from laws import run_python
+
+    write_parquet(tmp_path / "a.parquet", [5, 7])
+    code = (
+        "import sys\n"
+        "from exactbatch import DataLoader, parquet_source\n"
+        "src = parquet_source(sys.argv[1], labels=['y0'])\n"
+        "rows = sum(len(xb) for xb, _ in DataLoader(src, 4))\n"
+        "print(rows, 'pandas' in sys.modules)\n"
+    )
+    assert run_python(code, str(tmp_path / "a.parquet")).split() == ["12", "False"]

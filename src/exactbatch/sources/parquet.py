@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from exactbatch.sources import remote
+from exactbatch.sources.arrow import fill_float64
 
 __all__ = ["ParquetSource", "parquet_source"]
 
@@ -192,9 +193,9 @@ class ParquetSource:
         x = np.empty((rows, self.d), dtype=np.float64)
         y = np.empty((rows, self.l), dtype=np.float64)
         for j, name in enumerate(self.features):
-            x[:, j] = _column(table, name)
+            fill_float64(table.column(name), x[:, j])  # nulls become NaN
         for j, name in enumerate(self.labels):
-            y[:, j] = _column(table, name)
+            fill_float64(table.column(name), y[:, j])
         return x, y
 
     def __iter__(self):
@@ -207,12 +208,6 @@ def _identity(path) -> tuple[int, int, int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
-
-def _column(table, name) -> np.ndarray:
-    col = table.column(name)
-    if col.null_count:
-        col = col.cast("float64")  # nulls become NaN below
-    return col.to_numpy()
 
 
 def parquet_source(

@@ -30,6 +30,7 @@ import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.sources.arrow import fill_float64 as _fill_float64
 from exactbatch.tools._common import (
     CliError,
     check_output,
@@ -86,28 +87,6 @@ class _Blocks:
         for j, name in enumerate(self.columns):
             _fill_float64(batch.column(name), block[:, j])
         return block
-
-
-def _fill_float64(col, out: np.ndarray) -> None:
-    """``out[:] = col`` (an Arrow array of numbers) as float64, nulls as NaN.
-
-    Read from the Arrow buffers, not with ``col.to_numpy()``: that imports
-    pandas on first use, which is slow and discards a Ctrl-C that arrives
-    during the import.
-    """
-    pa = _arrow()
-    if col.type != pa.float64():
-        col = col.cast(pa.float64())
-    n, nulls = len(col), col.null_count
-    if nulls == n:  # all null, or empty; a cast null-type array may have no data buffer
-        out[:] = np.nan
-        return
-    validity, data = col.buffers()
-    out[:] = np.frombuffer(data, dtype=np.float64, count=n, offset=8 * col.offset)
-    if nulls:
-        bits = np.frombuffer(validity, dtype=np.uint8)
-        valid = np.unpackbits(bits, count=col.offset + n, bitorder="little")[col.offset :]
-        out[valid == 0] = np.nan
 
 
 def _is_number_type(t) -> bool:
@@ -419,7 +398,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
 
 def _float64_array(values: np.ndarray):
     """A float64 Arrow array holding a copy of ``values`` (built from its buffer:
-    ``pa.array`` of a NumPy array imports pandas, see :func:`_fill_float64`)."""
+    ``pa.array`` of a NumPy array imports pandas, see :mod:`exactbatch.sources.arrow`)."""
     pa = _arrow()
     data = np.ascontiguousarray(values, dtype=np.float64)
     return pa.Array.from_buffers(pa.float64(), len(data), [None, pa.py_buffer(data)])
