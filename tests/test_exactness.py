@@ -480,3 +480,24 @@ def test_mixing_window(tmp_path):
     # a buffer of 16+ blocks on a larger stream reads ahead in halves
     assert DataLoader(blocks, 10, buffer_size=400).mixing_window == 200
     assert DataLoader(lambda: iter(_stream()), 10, total_size=None).mixing_window is None
+
+
+def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
+    """next_into reaches the end while a prefetching iterator still holds batches: the
+    check waits for those, and runs when the iterator hands out its last one."""
+    x = x_of()
+    run = DataLoader(x, 7, seed=4)
+    it = iter(run)
+    next(it)
+    state = roundtrip(run.state_dict())
+    state["batches_done"] += 1  # forged: one batch never handed out
+    loader = DataLoader(x, 7, seed=4, prefetch=4)
+    loader.load_state_dict(state)
+    it = iter(loader)
+    next(it)
+    bx, by = np.empty((7, 1)), np.empty((7, 0))
+    while loader.next_into(bx, by):
+        pass
+    with pytest.raises(ExactnessError, match="handed out 93 rows"):
+        for _ in it:
+            pass

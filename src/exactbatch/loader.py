@@ -322,10 +322,10 @@ class DataLoader:
 
     def _end(self) -> None:
         """The epoch has ended: check the ledger (once) against the epoch's promise."""
-        if self._ended:
+        if self._ended or self._out:  # batches on their way: the last one's consumer checks
             return
         self._ended = True
-        if self._out or not self._verified:
+        if not self._verified:
             return
         check_ledger(
             self._handed,
