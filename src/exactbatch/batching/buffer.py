@@ -36,9 +36,9 @@ window: a full shuffle.
 
 For the epoch ledger, chunks are ``(x, y, id0)`` (rows ``id0, id0 + 1, ...``
 of the stream) and batches ``(x, y, digest)``: the buffer keeps each row's
-hash (:mod:`exactbatch.order.digest`) beside it, 8 bytes a row, gathered
-with the rows a group at a time; rows that ``drop_last`` leaves out are
-counted in ``dropped``.
+id beside it, 8 bytes a row, gathered with the rows a group at a time and
+summed into each batch's digest (:mod:`exactbatch.order.digest`); rows that
+``drop_last`` leaves out are counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from itertools import chain
 
 import numpy as np
 
-from exactbatch.order.digest import Tally, row_hashes
+from exactbatch.order.digest import Tally, batch_digests, rows_digest
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "mixing_window", "shuffle_buffer"]
@@ -69,7 +69,7 @@ def _batches(bx, by, bh, rows, b):
     for a in range(0, len(rows), group):
         idx = rows[a : a + group]
         gx, gy = bx.take(idx, axis=0), by.take(idx, axis=0)
-        digests = np.add.reduceat(bh.take(idx), np.arange(0, len(idx), b)).tolist()
+        digests = batch_digests(bh.take(idx), b).tolist()
         for j, c in enumerate(range(0, gx.shape[0], b)):
             yield gx[c : c + b], gy[c : c + b], digests[j]
         del gx, gy
@@ -87,7 +87,7 @@ def _drain(vx, vy, vh, perm, b, final, drop_last, dropped):
     if not final:
         return rest
     if len(rest):
-        digest = int(vh.take(rest).sum(dtype=np.uint64))
+        digest = rows_digest(vh.take(rest))
         if not drop_last:
             yield vx.take(rest, axis=0), vy.take(rest, axis=0), digest
         elif dropped is not None:
@@ -108,8 +108,8 @@ def _buffer(spare, rows: int, d: int, l: int):  # noqa: E741
     )
 
 
-def _hashes(id0: int, pos: int, take: int) -> np.ndarray:
-    return row_hashes(np.arange(id0 + pos, id0 + pos + take, dtype=np.int64))
+def _ids(id0: int, pos: int, take: int) -> np.ndarray:
+    return np.arange(id0 + pos, id0 + pos + take, dtype=np.uint64)
 
 
 def _plan(batch_size, buffer_size, width, size_hint, ahead) -> tuple[int, bool]:
@@ -203,7 +203,7 @@ def _shuffle_one(chunks, batch_size, size, rng, drop_last, size_hint, spare, dro
                 take = min(min(len(bx), size) - fill, rows - pos)
                 bx[fill : fill + take] = x[pos : pos + take]
                 by[fill : fill + take] = y[pos : pos + take]
-                bh[fill : fill + take] = _hashes(id0, pos, take)
+                bh[fill : fill + take] = _ids(id0, pos, take)
                 fill += take
                 pos += take
                 if fill == size:  # the leftovers stay, first, for the next fill
@@ -257,7 +257,7 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
             take = min(half - filled, x.shape[0] - pos)
             hx[b + filled : b + filled + take] = x[pos : pos + take]
             hy[b + filled : b + filled + take] = y[pos : pos + take]
-            hh[b + filled : b + filled + take] = _hashes(id0, pos, take)
+            hh[b + filled : b + filled + take] = _ids(id0, pos, take)
             filled += take
             pending = None if pos + take == x.shape[0] else (x, y, id0, pos + take)
             del x, y

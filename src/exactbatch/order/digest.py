@@ -51,9 +51,17 @@ def rows_digest(rows) -> int:
 def batch_digests(rows: np.ndarray, batch_size: int) -> np.ndarray:
     """The digest of each batch of ``batch_size`` consecutive entries of ``rows``
     (the last may be shorter), as uint64."""
-    if not len(rows):
+    n = len(rows)
+    if not n:
         return np.zeros(0, dtype=np.uint64)
-    return np.add.reduceat(row_hashes(rows), np.arange(0, len(rows), batch_size))
+    # h(i) = A*i**2 + B*i + C (mod 2**64): a batch's digest from its sums of i and
+    # i**2, three passes over the rows instead of a hash of each.
+    u = rows if rows.dtype == np.uint64 else rows.astype(np.uint64)
+    starts = np.arange(0, n, batch_size)
+    s1 = np.add.reduceat(u, starts)
+    s2 = np.add.reduceat(u * u, starts)
+    count = np.diff(np.append(starts, n)).astype(np.uint64)
+    return s2 * np.uint64(_A) + s1 * np.uint64(_B) + count * np.uint64(_C)
 
 
 class RangeDigests:
