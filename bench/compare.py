@@ -42,6 +42,8 @@ get 2 epochs per run instead of --epochs.
     .venv/bin/python bench/compare.py                 # n = 4,000,000 (about 6 min)
     .venv/bin/python bench/compare.py --rows 200000   # a quick run
     .venv/bin/python bench/compare.py --skip-pymc --png docs/compare.png
+    .venv/bin/python bench/compare.py --only numpy bare_gather eb_mem_iter eb_mem_next_into
+                                                      # the in-memory cases (about 1 min)
     .venv/bin/python bench/compare.py --profile eb_ndf_cold_blocks 64   # cProfile one case
 
 Only the standard library and NumPy are imported at module level: the
