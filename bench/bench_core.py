@@ -11,9 +11,12 @@ gather of x and y over the same epoch order into preallocated buffers::
 Two baselines: ``mode="clip"`` (no bounds check or buffered copy of ``out``,
 what the loader's in-memory reader uses; the stricter bar) and the default
 ``mode="raise"``. Each figure is the best of a few epochs, as the machine may
-be noisy. Loader epochs include computing the epoch's keyed order (timed on
-its own at the end); the bare gathers are handed it. The .ndf file lives in a
-temporary folder, deleted afterwards.
+be noisy. The bare gathers are handed the epoch's order. So, in effect, is
+the loader: it computes each epoch's keyed order on a helper thread, and the
+next epoch's during the current one, so its best epochs pay for gathering
+each batch (in memory, the same two takes) and its per-batch work, not for
+the order (whose cost is timed on its own at the end). The .ndf file lives in a temporary folder,
+deleted afterwards.
 
     python bench/bench_core.py              # n = 4,000,000, d = 16, l = 1
     python bench/bench_core.py --rows 500000
@@ -27,6 +30,7 @@ import tempfile
 import time
 
 import numpy as np
+from baselines import bare_gather  # bench/ is this script's folder
 
 from exactbatch import DataLoader, open_ndf, save_ndf
 from exactbatch.order import epoch_rows
@@ -44,26 +48,6 @@ def best_seconds(run, repeats: int) -> float:
         run(r)
         times.append(time.perf_counter() - t0)
     return min(times)
-
-
-def bare_gather(x, y, perms, b: int, mode: str):
-    """One epoch of np.take into preallocated buffers, over a precomputed order."""
-    bx, by = np.empty((b, x.shape[1])), np.empty((b, y.shape[1]))
-
-    def run(r: int) -> None:
-        perm = perms[r]
-        n = len(perm)
-        full = n - n % b
-        for i in range(0, full, b):
-            idx = perm[i : i + b]
-            np.take(x, idx, axis=0, out=bx, mode=mode)
-            np.take(y, idx, axis=0, out=by, mode=mode)
-        if full < n:  # the partial last batch
-            idx = perm[full:]
-            np.take(x, idx, axis=0, out=bx[: n - full], mode=mode)
-            np.take(y, idx, axis=0, out=by[: n - full], mode=mode)
-
-    return run
 
 
 def loader_iter(loader: DataLoader):
@@ -154,7 +138,8 @@ def main() -> None:
 
         for b in BATCHES:
             for mode in ("clip", "raise"):
-                secs = best_seconds(bare_gather(x, y, perms, b, mode), repeats)
+                gather = bare_gather(x, y, b, mode)
+                secs = best_seconds(lambda r, gather=gather: gather(perms[r]), repeats)
                 rows.append(("memory", b, f'bare np.take, mode="{mode}"', n / secs))
             for name, source in (("memory", (x, y)), (".ndf", ndf)):
                 for pname, make in (

@@ -11,6 +11,10 @@ Tools, for each batch size (64 and 4096 by default):
 
 * the NumPy epoch, the baseline: ``idx = rng.permutation(n)`` (timed), then
   per batch ``np.take(x, idx[i:i+b], axis=0, out=bx, mode="clip")``, same for y;
+* the bare gather, the same takes handed an order drawn before the timed epoch
+  (``baselines.bare_gather``, as in bench_core.py): the in-memory loader also
+  takes twice per batch and computes its next epoch's order on a helper
+  thread, so this is the baseline that leaves only its per-batch overhead;
 * exactbatch from memory, ``for xb, yb in loader`` and ``loader.next_into``;
 * exactbatch from a page-cache-warm .ndf file, fully shuffled;
 * exactbatch from a cold .ndf file (its pages evicted before every epoch with
@@ -38,6 +42,8 @@ get 2 epochs per run instead of --epochs.
     .venv/bin/python bench/compare.py                 # n = 4,000,000 (about 6 min)
     .venv/bin/python bench/compare.py --rows 200000   # a quick run
     .venv/bin/python bench/compare.py --skip-pymc --png docs/compare.png
+    .venv/bin/python bench/compare.py --only numpy bare_gather eb_mem_iter eb_mem_next_into
+                                                      # the in-memory cases (about 1 min)
     .venv/bin/python bench/compare.py --profile eb_ndf_cold_blocks 64   # cProfile one case
 
 Only the standard library and NumPy are imported at module level: the
@@ -59,6 +65,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from baselines import bare_gather  # bench/ is this script's folder (NumPy only)
 
 ROOT = Path(__file__).resolve().parent.parent
 D, L = 16, 1
@@ -72,6 +79,7 @@ SEQ_CHUNK = 8 << 20
 # id -> (label, family); the order is the table's and the chart's.
 TOOLS = {
     "numpy": ("NumPy epoch (permutation + np.take)", "numpy"),
+    "bare_gather": ("bare gather (np.take, handed the order)", "numpy"),
     "eb_mem_iter": ("exactbatch, memory, `for xb, yb in loader`", "eb"),
     "eb_mem_next_into": ("exactbatch, memory, `next_into`", "eb"),
     "eb_ndf_warm": ("exactbatch, .ndf warm (page cache), shuffled", "eb"),
@@ -92,6 +100,8 @@ PYMC_TOOLS = ("pymc_mem", "pymc_pq")
 # its cost comes before its first batch (filling and shuffling its buffer), which
 # a partial epoch would overweight; its full epochs take a few seconds here.
 CAPPED_TOOLS = ("torch_default",)
+# The baselines of the overheads per batch, as the script names them.
+BASELINES = {"numpy": "NumPy epoch", "bare_gather": "bare gather"}
 TWO_EPOCH_TOOLS = ("torch_default", "pymc_mem", "pymc_pq", "eb_ndf_cold", "eb_ndf_cold_blocks")
 
 
@@ -288,25 +298,30 @@ def _imports(tool: str, c: dict) -> dict:
 def build_case(c: dict, m: dict, notes: dict) -> Case:
     tool, b, n, cap = c["tool"], c["batch"], c["rows"], c["cap"]
 
-    if tool in ("numpy", "eb_mem_iter", "eb_mem_next_into", "torch_default", "torch_batch_sampler"):
+    if tool in (
+        "numpy",
+        "bare_gather",
+        "eb_mem_iter",
+        "eb_mem_next_into",
+        "torch_default",
+        "torch_batch_sampler",
+    ):
         x, y = np.load(c["x"]), np.load(c["y"])
 
-    if tool == "numpy":
+    if tool == "numpy":  # the idiom: each epoch draws its order, then gathers
         rng = np.random.default_rng(SEED)
-        bx, by = np.empty((b, D)), np.empty((b, L))
+        gather = bare_gather(x, y, b)
+        return Case(lambda e: gather(rng.permutation(n)))
 
-        def run(e):
-            idx = rng.permutation(n)
-            rows = 0
-            for i in range(0, n, b):
-                j = idx[i : i + b]
-                r = len(j)
-                np.take(x, j, axis=0, out=bx[:r], mode="clip")
-                np.take(y, j, axis=0, out=by[:r], mode="clip")
-                rows += r
-            return rows
+    if tool == "bare_gather":  # the same, its order drawn before the timed epoch
+        rng = np.random.default_rng(SEED)
+        gather = bare_gather(x, y, b)
+        held = {}
 
-        return Case(run)
+        def prepare(e):
+            held["perm"] = rng.permutation(n)
+
+        return Case(lambda e: gather(held.pop("perm")), prepare)
 
     if tool in ("eb_mem_iter", "eb_mem_next_into", "eb_ndf_warm"):
         eb = m["eb"]
@@ -598,18 +613,25 @@ def label(tool: str, buffer: int) -> str:
 
 def print_table(results: list, n: int, buffer: int) -> list:
     data_mib = n * ROW_BYTES / 2**20
-    base = {r["batch"]: r["rows_per_s"] for r in results if r["tool"] == "numpy"}
+    bases = [
+        {r["batch"]: r["rows_per_s"] for r in results if r["tool"] == t}
+        for t in ("numpy", "bare_gather")
+    ]
     lines = [
-        "| tool | batch | rows/s | GB/s | × NumPy epoch | peak RSS (MiB) | × data size |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| tool | batch | rows/s | GB/s | × NumPy epoch | × bare gather | peak RSS (MiB) "
+        "| × data size |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         dag = " †" if is_partial(r, n) else ""
-        ratio = f"{r['rows_per_s'] / base[r['batch']]:.2f}×" if r["batch"] in base else "—"
+        ratios = " | ".join(
+            f"{r['rows_per_s'] / base[r['batch']]:.2f}×" if r["batch"] in base else "—"
+            for base in bases
+        )
         peak = r["peak_rss"] / 2**20
         lines.append(
             f"| {label(r['tool'], buffer)} | {r['batch']} | {fmt_rate(r['rows_per_s'])}{dag} | "
-            f"{r['rows_per_s'] * ROW_BYTES / 1e9:.2f} | {ratio} | {peak:,.0f} | "
+            f"{r['rows_per_s'] * ROW_BYTES / 1e9:.2f} | {ratios} | {peak:,.0f} | "
             f"{peak / data_mib:.2f}× |"
         )
     return lines
@@ -688,10 +710,12 @@ def checks(results: list, n: int, batches) -> list:
     return out
 
 
-def overheads(results: list, n: int, batches) -> list:
+def overheads(results: list, n: int, batches, baseline: str) -> list:
+    """Each tool's time per batch less the baseline's (the NumPy epoch, or the
+    bare gather handed the order), at each batch size."""
     out = []
     for bs in batches:
-        base = get(results, "numpy", bs)
+        base = get(results, baseline, bs)
         if base is None:
             continue
         nb = -(-n // bs)
@@ -702,7 +726,8 @@ def overheads(results: list, n: int, batches) -> list:
                 t1 = n / r["rows_per_s"] / nb
                 out.append(
                     f"batch {bs}, {t}: {t1 * 1e6:.2f} µs per batch vs {t0 * 1e6:.2f} µs "
-                    f"for the NumPy epoch: {(t1 - t0) * 1e6:+.2f} µs of overhead per batch"
+                    f"for the {BASELINES[baseline]}: {(t1 - t0) * 1e6:+.2f} µs of overhead "
+                    "per batch"
                 )
     return out
 
@@ -806,7 +831,11 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", metavar="TOOL", help=f"a subset of: {' '.join(TOOLS)}")
     ap.add_argument("--python312", help="a python3.12 for the pymc-extras venv")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "compare")
-    ap.add_argument("--png", default=str(ROOT / "docs" / "compare.png"))
+    ap.add_argument(
+        "--png",
+        help="write the chart here (default: docs/compare.png, unless --only picks "
+        "a subset, whose chart would replace the whole one)",
+    )
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument(
         "--profile",
@@ -843,6 +872,8 @@ def main() -> None:
     a.cache.mkdir(parents=True, exist_ok=True)
     paths = make_data(a.cache, n)
     tools = list(a.only) if a.only else list(TOOLS)
+    if a.png is None and not a.only:
+        a.png = str(ROOT / "docs" / "compare.png")
     for t in tools:
         if t not in TOOLS:
             ap.error(f"unknown tool {t!r}; one of {', '.join(TOOLS)}")
@@ -958,8 +989,11 @@ def main() -> None:
     print("Python / NumPy: " + ", ".join(f"{p} / {v}" for p, v in vers))
     print("\nTargets:")
     print("\n".join(checks(results, n, a.batches)))
-    print("\nPython overhead per batch (time per batch − the NumPy epoch's):")
-    print("\n".join(overheads(results, n, a.batches)))
+    for baseline, name in BASELINES.items():
+        lines = overheads(results, n, a.batches, baseline)
+        if lines:
+            print(f"\nPython overhead per batch (time per batch − the {name}'s):")
+            print("\n".join(lines))
     if a.png:
         chart(results, a.batches, a.buffer, a.png, n)
         print(f"\nchart: {os.path.relpath(a.png, ROOT)}")
