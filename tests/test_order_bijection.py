@@ -123,6 +123,29 @@ def test_rows_do_not_depend_on_how_positions_are_asked_for():
                 assert bij(np.array([i]))[0] == full[i] == bij.rows(i, i + 1)[0]
 
 
+def test_split_law_holds_for_every_key_with_and_without_the_swap_of_0_and_1():
+    """rows(a, b) == rows(0, n)[a:b] for every a <= b near the start (where the key's
+    swap of positions 0 and 1 acts) and at random cuts, over many keys: some swap, some
+    do not, so both branches are held to the law."""
+    swaps = set()
+    for n in (2, 3, 5, 10, 97, 4097):
+        for seed in range(12):
+            bij = EpochBijection(n, seed=seed, epoch=seed % 3, shard=seed % 2)
+            swaps.add(bij._swap01)
+            full = bij.rows(0, n)
+            assert is_permutation(full, n)
+            assert np.array_equal(bij(np.arange(n)), full)
+            for a in range(min(n, 4) + 1):
+                for b in range(a, min(n, 5) + 1):
+                    assert np.array_equal(bij.rows(a, b), full[a:b]), (n, seed, a, b)
+                assert np.array_equal(bij.rows(a, n), full[a:]), (n, seed, a)
+            cuts = np.sort(np.random.default_rng(seed).integers(0, n + 1, size=5))
+            bounds = [0, *cuts.tolist(), n]
+            pieces = [bij.rows(a, b) for a, b in itertools.pairwise(bounds)]
+            assert np.array_equal(np.concatenate(pieces), full), (n, seed, bounds)
+    assert swaps == {True, False}  # both branches ran
+
+
 def test_caller_positions_are_left_untouched():
     """Mapping positions never writes into the caller's array."""
     bij = EpochBijection(1000, seed=0, epoch=0)
