@@ -1061,6 +1061,33 @@ def test_truncated_file_contiguous_read_is_ndf_error(saved, new_size):
             f.read_row(0)
 
 
+@pytest.mark.parametrize("new_size", [28 + 40 * 500, 28 + 40 * 1000 - 8])
+def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(saved, new_size):
+    """A file truncated while open, its modification time then set back to what it was:
+    only the size check can see the change, and every read is still an NdfError that
+    names the file and both sizes, also of rows that are still in the file."""
+    path, _, _ = saved
+    full = 28 + 40 * 1000
+    with open_ndf(path) as f:
+        loader = DataLoader(f, 10, shuffle=False)
+        f.read_rows(range(10))
+        st = os.stat(path)
+        os.truncate(path, new_size)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == st.st_mtime_ns  # the mtime check sees nothing
+        scattered = np.random.default_rng(0).permutation(300)[:100]  # gathered from the map
+        for read in (
+            lambda: f.read_rows(range(0, 10)),  # one positional read
+            lambda: f.read_rows(scattered),
+            lambda: f.read_row(0),
+            lambda: next(iter(loader)),
+        ):
+            with pytest.raises(NdfError, match="truncated") as info:
+                read()
+            assert os.fspath(path) in str(info.value)
+            assert f"expected {full} bytes, found {new_size}" in str(info.value)
+
+
 _SCATTERED_AFTER_TRUNCATE = textwrap.dedent(
     """
     import os, sys
