@@ -292,6 +292,17 @@ def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
     assert leftovers(tmp_path, ["bad.csv", "out.ndf"]) == []
 
 
+def written(folder) -> int:
+    """Bytes in the files of ``folder`` (0 for a file renamed or removed meanwhile)."""
+    total = 0
+    for name in os.listdir(folder):
+        try:
+            total += os.path.getsize(os.path.join(folder, name))
+        except FileNotFoundError:
+            pass
+    return total
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
     """Ctrl-C (or SIGTERM) mid-way: exit 130, no file at DST and no temporary file left."""
@@ -311,11 +322,10 @@ def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
     )
     try:
         deadline = time.monotonic() + 60
-        while not os.listdir(out_dir):  # the temporary file appears once writing begins
+        while written(out_dir) < 16 << 20:  # mid-way: the temporary file holds 16 MiB
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        time.sleep(0.2)
         assert proc.poll() is None, "finished before it could be interrupted"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)

@@ -47,7 +47,10 @@ def test_prefetched_batches_are_not_counted_as_consumed():
     loader = DataLoader((x, y), 100, seed=1, prefetch=4)
     it = iter(loader)
     taken = [next(it)[0][:, 0] for _ in range(3)]
-    time.sleep(0.05)  # let the thread run ahead
+    deadline = time.monotonic() + 30  # until the thread has run ahead: 4 batches ready
+    while not it._prefetcher._queue.full():
+        assert time.monotonic() < deadline, "the prefetch thread prepared nothing"
+        time.sleep(0.001)
     state = loader.state_dict()
     assert state["batches_done"] == 3 and loader.last_rows == 100
     resumed = DataLoader((x, y), 100, seed=1, prefetch=0)
