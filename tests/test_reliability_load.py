@@ -36,7 +36,7 @@ import pytest
 from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
 
 needs_proc = pytest.mark.skipif(
-    not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd"
+    not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd and /proc/self/statm"
 )
 
 
@@ -170,13 +170,18 @@ def settle() -> None:
 
 
 def resources() -> dict:
-    """Threads, open descriptors and (while tracemalloc runs) the bytes NumPy and Python
-    hold that were allocated since it started: exact, whatever the allocator keeps."""
+    """Threads, open descriptors, (while tracemalloc runs) the bytes NumPy and Python
+    hold that were allocated since it started - exact, whatever the allocator keeps -
+    and the resident memory (for bench/reliability.py: the tests do not assert on it,
+    it depends on the allocator)."""
     settle()
+    with open("/proc/self/statm") as f:
+        rss_pages = int(f.read().split()[1])
     return {
         "threads": threading.active_count(),
         "fds": len(os.listdir("/proc/self/fd")),
         "held": tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None,
+        "rss_mb": rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20,
     }
 
 
@@ -238,28 +243,26 @@ def test_a_thousand_loaders_leave_no_thread_descriptor_or_memory_behind(ndf_path
 
 
 @needs_proc
-def test_a_hundred_epochs_leave_no_thread_descriptor_or_memory_behind(ndf_path):
+def test_a_hundred_epochs_leave_no_thread_descriptor_or_memory_behind(ndf_path, request):
     """One loader over the .ndf file, 100 shuffled epochs (iter and next_into): the
     threads, descriptors and memory held after epoch 100 are those after epoch 10."""
+    request.addfinalizer(tracemalloc.stop)
     with open_ndf(ndf_path) as f:
         loader = DataLoader(f, batch_size=4096, seed=5)
         bx, by = np.empty((4096, 3)), np.empty((4096, 1))
         marks = {}
-        try:
-            for e in range(100):
-                if e % 2:
-                    for _ in loader:
-                        pass
-                else:
-                    while loader.next_into(bx, by):
-                        pass
-                    loader.reset()
-                if e + 1 == 5:
-                    tracemalloc.start()  # from here on, what is allocated and kept is seen
-                if e + 1 in (10, 100):
-                    marks[e + 1] = resources()
-        finally:
-            tracemalloc.stop()
+        for e in range(100):
+            if e % 2:
+                for _ in loader:
+                    pass
+            else:
+                while loader.next_into(bx, by):
+                    pass
+                loader.reset()
+            if e + 1 == 5:
+                tracemalloc.start()  # from here on, what is allocated and kept is seen
+            if e + 1 in (10, 100):
+                marks[e + 1] = resources()
         loader.close()
     a, b = marks[10], marks[100]
     assert b["threads"] == a["threads"] and b["fds"] == a["fds"], marks
