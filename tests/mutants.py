@@ -99,8 +99,6 @@ TARGETS = {
             "tests/test_loader.py",
             "tests/test_loader_resume.py",
             "tests/test_loader_distributed.py",
-            "tests/test_loader_properties.py",
-            "tests/test_stream.py",
             "tests/test_stream_properties.py",
             "tests/test_buffer_ahead.py",
         ],
