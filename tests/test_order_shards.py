@@ -29,6 +29,7 @@ def test_shard_ranges_are_contiguous_disjoint_complete_and_balanced():
             sizes = [b - a for a, b in ranges]
             assert max(sizes) - min(sizes) <= 1 and sum(sizes) == n
             assert ranges == [(s * n // shards, (s + 1) * n // shards) for s in range(shards)]
+        assert shard_range(n) == (0, n)  # one shard by default
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,8 @@ def test_chunk_pieces_cover_exactly_the_rows_asked_for(sizes):
 def test_chunk_order_is_a_permutation_keyed_by_seed_epoch_and_shard():
     for k in (0, 1, 2, 10):
         assert sorted(chunk_order(k, seed=1, epoch=2, shard=3).tolist()) == list(range(k))
+    default = chunk_order(50, seed=1, epoch=2)  # shard 0
+    assert np.array_equal(default, chunk_order(50, seed=1, epoch=2, shard=0))
     base = chunk_order(50, seed=1, epoch=2, shard=3)
     assert np.array_equal(base, chunk_order(50, seed=1, epoch=2, shard=3))
     for other in (dict(seed=2, epoch=2, shard=3), dict(seed=1, epoch=3, shard=3),
@@ -101,6 +104,12 @@ def test_the_generators_are_keyed_by_tag_seed_epoch_and_shard():
     )
     with pytest.raises(ValueError, match="epoch must be >= 0"):
         derive_rng(0, 0, -1, 0)
+    with pytest.raises(ValueError, match="shard must be >= 0"):
+        derive_rng(0, 0, 0, -1)
+    assert np.array_equal(  # shard defaults to 0
+        buffer_rng(seed=1, epoch=2).integers(0, 2**62, 4),
+        buffer_rng(seed=1, epoch=2, shard=0).integers(0, 2**62, 4),
+    )
     with pytest.raises(TypeError, match="seed must be an int"):
         buffer_rng(seed=1.5, epoch=0)
 
