@@ -240,7 +240,7 @@ def test_wrong_magic(tmp_path):
     path = tmp_path / "magic.ndf"
     path.write_bytes(b"NDF2" + ndf_bytes(x, y)[4:])
     msg = _open_error(path)
-    assert "NDF1" in msg and "NDF2" in msg, msg
+    assert "NDF1" in msg and msg.endswith("found b'NDF2'"), msg
 
 
 def test_wrong_magic_is_caught_as_value_error(tmp_path):
@@ -281,6 +281,9 @@ def test_empty_file(tmp_path):
     path.write_bytes(b"")
     msg = _open_error(path)
     assert "empty" in msg.lower() or " 0 " in msg, msg
+    one = tmp_path / "one.ndf"
+    one.write_bytes(b"N")  # one byte: a short header, not an empty file
+    assert "empty" not in _open_error(one)
 
 
 @pytest.mark.parametrize("cut", [1, 8, 71], ids=["1-byte", "1-value", "almost-all"])
@@ -293,6 +296,7 @@ def test_file_too_short(tmp_path, cut):
     path.write_bytes(data[:-cut])
     msg = _open_error(path)
     assert "100" in msg and str(100 - cut) in msg, msg
+    assert "file too short" in msg, msg
 
 
 @pytest.mark.parametrize("extra", [1, 8, 24])
@@ -303,6 +307,7 @@ def test_file_too_long(tmp_path, extra):
     path.write_bytes(ndf_bytes(x, y) + b"\x01" * extra)
     msg = _open_error(path)
     assert "100" in msg and str(100 + extra) in msg, msg
+    assert "file too long" in msg, msg
 
 
 def test_header_only_file_claiming_rows(tmp_path):
@@ -352,6 +357,35 @@ def test_folder_is_an_os_error(tmp_path):
         open_ndf(folder)
     assert isinstance(info.value, IsADirectoryError)
     assert not isinstance(info.value, ValueError)
+    assert info.value.errno == errno.EISDIR and info.value.filename == os.fspath(folder)
+    assert info.value.strerror == "expected an .ndf file, found a folder"
+
+
+def test_headers_at_the_edges_of_the_largest_file(tmp_path):
+    """With no values per row any n up to 2**63 - 1 rows is a 28-byte file (2**63 is not);
+    with no rows, a row may be as wide as the largest file can hold after the header."""
+    path = tmp_path / "edge.ndf"
+    for n, d, l, ok in [  # noqa: E741
+        (2**63 - 1, 0, 0, True),
+        (2**63, 0, 0, False),
+        (0, 2**59, 0, True),  # one row of 2**62 bytes would fit
+        (0, 2**60, 0, False),  # one row of 2**63 bytes would not
+    ]:
+        path.write_bytes(HEADER.pack(b"NDF1", n, d, l))
+        if ok:
+            with open_ndf(path) as f:
+                assert (f.n, f.d, f.l) == (n, d, l)
+        else:
+            assert "impossible header" in _open_error(path)
+
+
+def test_files_are_opened_close_on_exec(saved):
+    """The descriptor is not inherited by child processes (O_CLOEXEC)."""
+    import fcntl
+
+    path, _, _ = saved
+    with open_ndf(path) as f:
+        assert fcntl.fcntl(f._handle().fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
 
 
 @pytest.mark.skipif(
@@ -1086,6 +1120,21 @@ def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(saved, n
                 read()
             assert os.fspath(path) in str(info.value)
             assert f"expected {full} bytes, found {new_size}" in str(info.value)
+
+
+def test_a_file_whose_mtime_changed_while_open_is_an_error_that_says_how_to_reread(saved):
+    """Rewritten in place (same size, only the modification time tells): NdfError at the
+    next read, naming the file and saying to open it again or replace it with save_ndf."""
+    path, _, _ = saved
+    with open_ndf(path) as f:
+        f.read_rows(range(10))
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        for read in (lambda: f.read_rows(range(10)), lambda: f.read_row(3)):
+            with pytest.raises(NdfError, match="modified in place") as info:
+                read()
+            msg = str(info.value)
+            assert os.fspath(path) in msg and "open it again" in msg and "save_ndf" in msg
 
 
 _SCATTERED_AFTER_TRUNCATE = textwrap.dedent(
