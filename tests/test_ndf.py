@@ -283,7 +283,7 @@ def test_empty_file(tmp_path):
     assert "empty" in msg.lower() or " 0 " in msg, msg
     one = tmp_path / "one.ndf"
     one.write_bytes(b"N")  # one byte: a short header, not an empty file
-    assert "empty" not in _open_error(one)
+    assert "empty file" not in _open_error(one)
 
 
 @pytest.mark.parametrize("cut", [1, 8, 71], ids=["1-byte", "1-value", "almost-all"])
