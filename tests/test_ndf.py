@@ -379,13 +379,12 @@ def test_headers_at_the_edges_of_the_largest_file(tmp_path):
             assert "impossible header" in _open_error(path)
 
 
-def test_files_are_opened_close_on_exec(saved):
-    """The descriptor is not inherited by child processes (O_CLOEXEC)."""
-    import fcntl
-
+def test_storage_options_for_a_local_path_is_a_value_error(saved):
+    """storage_options applies only to URLs: with a local path it is refused, naming it."""
     path, _, _ = saved
-    with open_ndf(path) as f:
-        assert fcntl.fcntl(f._handle().fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    with pytest.raises(ValueError, match="storage_options applies only to URLs") as info:
+        open_ndf(path, storage_options={})
+    assert repr(os.fspath(path)) in str(info.value)
 
 
 @pytest.mark.skipif(
