@@ -165,6 +165,13 @@ def summary(targets: list[str], diff: bool) -> None:
             f"{target:9s} killed {killed:4d}  survived {total - killed:4d}  total {total:4d}"
             f"  kill rate {rate:5.1f}%{note}"
         )
+        unchecked = sum(s == "not checked" for s in res.values())
+        if unchecked:
+            print(
+                f"    {unchecked} not checked: the run stopped early "
+                f"(see {WORK / target / 'mutmut.log'}); they count as not killed"
+            )
+            rest = {n: s for n, s in rest.items() if s != "not checked"}
         for name, status in sorted(rest.items()):
             print(f"    {status:10s} {name}")
             if diff:
