@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: lint
 
 bench: $(STAMP)
 	$(PY) bench/bench_core.py
+
+# Mutation testing (not part of `make test`; about an hour on 2 cores): the kill
+# rate per target and the surviving mutants. `make mutants TARGETS="order ndf"`
+# runs some targets; `$(PY) tests/mutants.py --summary --diff` shows the last results.
+mutants: $(STAMP)
+	$(PY) tests/mutants.py $(TARGETS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -1,7 +1,6 @@
 """The PyTorch adapter: tensors from a loader, an IterableDataset, distributed_shard."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -206,12 +205,6 @@ def test_worker_processes_are_refused():
 # -- distributed_shard ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_one_implementation():
     """exactbatch.torch.distributed_shard is the one DataLoader's "auto" shards use."""
     assert distributed_shard is core_distributed_shard
@@ -251,15 +244,16 @@ def test_shard_refuses_a_bad_environment(monkeypatch, rank, world):
     assert "WORLD_SIZE" in str(err.value)
 
 
-def test_shard_from_an_initialised_process_group(monkeypatch):
+def test_shard_from_an_initialised_process_group(monkeypatch, tmp_path):
     """An initialised torch.distributed group wins over the environment."""
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
         pytest.skip("torch.distributed is not available in this build")
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "4")
+    # A file rendezvous: no port to pick (one picked by binding and closing may be taken).
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
     )
     try:
         assert distributed_shard() == (1, 0)

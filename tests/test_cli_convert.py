@@ -431,26 +431,25 @@ def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
 
 
 _PEAK_SCRIPT = """
-import json, sys
+import json, sys, tracemalloc
 import exactbatch.cli, exactbatch.tools.convert
 import pyarrow, pyarrow.csv, pyarrow.parquet  # imported before the baseline
 
-def hwm():
-    with open("/proc/self/status") as f:
-        return next(int(s.split()[1]) * 1024 for s in f if s.startswith("VmHWM:"))
-
-base = hwm()
+pool = pyarrow.default_memory_pool()
+base = pool.max_memory()
+tracemalloc.start()
 rc = exactbatch.cli.main(["convert", sys.argv[1], sys.argv[2], "-q"])
-print(json.dumps({"rc": rc, "extra": hwm() - base}))
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"rc": rc, "extra": peak + pool.max_memory() - base}))
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 @pytest.mark.parametrize("kind", ["npy", "parquet"])
 def test_conversion_memory_is_bounded(tmp_path, kind):
-    """Streamed: converting 384 MiB of float64 rows grows the process's peak resident
-    memory (VmHWM, above the interpreter with NumPy and pyarrow loaded) by far less than
-    the data: a .npy by a few slabs, Parquet by pyarrow's read-ahead and one batch."""
+    """Streamed: converting 384 MiB of float64 rows holds far less than the data at its
+    peak (what NumPy and Python allocate, by tracemalloc, plus pyarrow's memory pool's
+    peak: exact, whatever the allocator keeps resident): a .npy a few slabs, Parquet
+    pyarrow's read-ahead and one batch."""
     rows, d = 12 << 20, 4  # 384 MiB as float64
     src = tmp_path / f"zeros.{kind}"
     if kind == "npy":

@@ -723,6 +723,18 @@ def test_total_size_must_equal_the_whole_datasets_rows(build, kind):
         build(kind, n=10, num_shards=3, shard_index=0, total_size=3)  # the shard's rows
 
 
+@pytest.mark.parametrize("bad", ["all", "AUTO", 10.0, True, [10]])
+def test_total_size_of_another_kind_is_a_type_error(bad):
+    """total_size is "auto", None or an int: anything else is a TypeError naming it, even
+    where the row count is known anyway (a random-access source)."""
+    with pytest.raises(TypeError, match='total_size must be "auto", None or an int; got'):
+        DataLoader(make_data(10)[0], 2, total_size=bad)
+    with pytest.raises(ValueError, match="total_size must be >= 0; got total_size=-1"):
+        DataLoader(make_data(10)[0], 2, total_size=-1)
+    with pytest.raises(ValueError, match='pass total_size="auto"'):
+        DataLoader(make_data(10)[0], 2, total_size=9)
+
+
 def test_negative_seed_is_a_value_error():
     """seed < 0 is a ValueError."""
     with pytest.raises(ValueError, match="seed"):

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from laws import check_epoch
 
-from exactbatch import DataLoader
+from exactbatch import DataLoader, open_ndf, save_ndf
 from exactbatch.distributed import distributed_shard
+from exactbatch.order import epoch_rows
 
 
 def ids(n):
@@ -159,3 +160,58 @@ def test_elastic_needs_a_random_access_source():
     """A stream cannot be re-dealt mid-epoch: elastic on a stream is a ValueError."""
     with pytest.raises(ValueError, match="elastic"):
         DataLoader([ids(10)], 2, total_size=10, elastic=True)
+
+
+# -- each shard's order is its own key's ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+@pytest.mark.parametrize("n, shards, batch", [(103, 3, 8), (64, 2, 5), (10, 4, 3)])
+def test_each_shard_hands_out_the_order_keyed_by_seed_epoch_and_its_own_index(
+    tmp_path, kind, n, shards, batch
+):
+    """Epoch e of shard s is its rows [s*n//S, (s+1)*n//S) in the order of
+    EpochBijection(shard size, seed, e, shard=s), cut into batches: pinned per
+    (seed, epoch, shard), and no two shards share an order."""
+    x = ids(n)
+    if kind == "ndf":
+        save_ndf(tmp_path / "d.ndf", x)
+    for seed in (0, 9):
+        relative = {}
+        for s in range(shards):
+            source = open_ndf(tmp_path / "d.ndf") if kind == "ndf" else (x, np.zeros((n, 0)))
+            loader = DataLoader(source, batch, seed=seed, num_shards=shards, shard_index=s)
+            start, stop = s * n // shards, (s + 1) * n // shards
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                got = rows(loader)
+                want = start + epoch_rows(stop - start, seed=seed, epoch=epoch, shard=s)
+                assert [len(b) for b in got] == [
+                    len(b) for b in np.split(want, range(batch, stop - start, batch))
+                ]
+                assert np.array_equal(np.concatenate(got), want), (seed, s, epoch)
+                relative[s, epoch] = np.concatenate(got) - start
+        for epoch in range(3):  # the shards' orders differ (as positions within the shard)
+            for a in range(shards if n // shards >= 10 else 0):
+                for b in range(a + 1, shards):
+                    m = min(len(relative[a, epoch]), len(relative[b, epoch]))
+                    assert not np.array_equal(relative[a, epoch][:m], relative[b, epoch][:m])
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+def test_elastic_order_is_the_global_order_of_shard_key_0_dealt_in_turn(shards):
+    """Under elastic sharding every shard slices one global order, keyed (seed, epoch, 0):
+    shard s hands out global batches s, s + S, ... of it."""
+    n, batch = 50, 4
+    for epoch in range(2):
+        whole = epoch_rows(n, seed=5, epoch=epoch, shard=0)
+        global_batches = [whole[a : a + batch] for a in range(0, n, batch)]
+        for s in range(shards):
+            loader = DataLoader(
+                ids(n), batch, seed=5, num_shards=shards, shard_index=s, elastic=True
+            )
+            loader.set_epoch(epoch)
+            got = rows(loader)
+            want = global_batches[s::shards]
+            assert len(got) == len(want)
+            assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -50,6 +51,49 @@ def reference(build, kind, epochs, **kw):
         loader.set_epoch(e)
         out.append(batches_of(loader))
     return out
+
+
+PREFETCH_CONFIGS = [
+    dict(shuffle=True, drop_last=False),
+    dict(shuffle=False, drop_last=False),
+    dict(shuffle=True, drop_last=True, num_shards=3, shard_index=2),
+]
+
+
+def wait_until_prefetched(it, timeout=30.0):
+    """Wait (polling, bounded) until the iterator's prefetch thread has filled its queue
+    or ended: the batches it prepared are ready and not yet received."""
+    prefetcher = it._prefetcher
+    deadline = time.monotonic() + timeout
+    while not (prefetcher._queue.full() or not prefetcher._thread.is_alive()):
+        assert time.monotonic() < deadline, "the prefetch thread prepared nothing"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+@pytest.mark.parametrize("config", PREFETCH_CONFIGS, ids=str)
+def test_resume_with_prefetched_batches_ready_hands_out_exactly_those_not_received(
+    build, kind, config
+):
+    """A state taken mid-epoch while the prefetch thread holds batches ready counts only
+    the batches received: restored (with or without prefetch) it hands out exactly the
+    rest, and the original goes on with the same batches."""
+    ref = reference(build, kind, 2, **config)
+    nb = len(ref[0])
+    for k in sorted({0, 1, nb // 2, nb - 1}):
+        original = build(kind, prefetch=2, **config)
+        it = iter(original)
+        taken = [next(it)[0][:, 0].astype(int).tolist() for _ in range(k)]
+        assert taken == ref[0][:k]
+        wait_until_prefetched(it)
+        state = roundtrip(original.state_dict())
+        assert (state["epoch"], state["batches_done"]) == (0, k)
+        for prefetch in (0, 2):
+            restored = build(kind, prefetch=prefetch, **config)
+            restored.load_state_dict(state)
+            assert batches_of(restored) == ref[0][k:], (k, prefetch)
+            assert batches_of(restored) == ref[1]
+        assert rows_of(it) == ref[0][k:]
 
 
 @pytest.mark.parametrize("kind", ["pair", "ndf"])

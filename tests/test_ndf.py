@@ -240,7 +240,7 @@ def test_wrong_magic(tmp_path):
     path = tmp_path / "magic.ndf"
     path.write_bytes(b"NDF2" + ndf_bytes(x, y)[4:])
     msg = _open_error(path)
-    assert "NDF1" in msg and "NDF2" in msg, msg
+    assert "NDF1" in msg and msg.endswith("found b'NDF2'"), msg
 
 
 def test_wrong_magic_is_caught_as_value_error(tmp_path):
@@ -281,6 +281,9 @@ def test_empty_file(tmp_path):
     path.write_bytes(b"")
     msg = _open_error(path)
     assert "empty" in msg.lower() or " 0 " in msg, msg
+    one = tmp_path / "one.ndf"
+    one.write_bytes(b"N")  # one byte: a short header, not an empty file
+    assert "empty file" not in _open_error(one)
 
 
 @pytest.mark.parametrize("cut", [1, 8, 71], ids=["1-byte", "1-value", "almost-all"])
@@ -293,6 +296,7 @@ def test_file_too_short(tmp_path, cut):
     path.write_bytes(data[:-cut])
     msg = _open_error(path)
     assert "100" in msg and str(100 - cut) in msg, msg
+    assert "file too short" in msg, msg
 
 
 @pytest.mark.parametrize("extra", [1, 8, 24])
@@ -303,6 +307,7 @@ def test_file_too_long(tmp_path, extra):
     path.write_bytes(ndf_bytes(x, y) + b"\x01" * extra)
     msg = _open_error(path)
     assert "100" in msg and str(100 + extra) in msg, msg
+    assert "file too long" in msg, msg
 
 
 def test_header_only_file_claiming_rows(tmp_path):
@@ -352,6 +357,34 @@ def test_folder_is_an_os_error(tmp_path):
         open_ndf(folder)
     assert isinstance(info.value, IsADirectoryError)
     assert not isinstance(info.value, ValueError)
+    assert info.value.errno == errno.EISDIR and info.value.filename == os.fspath(folder)
+    assert info.value.strerror == "expected an .ndf file, found a folder"
+
+
+def test_headers_at_the_edges_of_the_largest_file(tmp_path):
+    """With no values per row any n up to 2**63 - 1 rows is a 28-byte file (2**63 is not);
+    with no rows, a row may be as wide as the largest file can hold after the header."""
+    path = tmp_path / "edge.ndf"
+    for n, d, l, ok in [  # noqa: E741
+        (2**63 - 1, 0, 0, True),
+        (2**63, 0, 0, False),
+        (0, 2**59, 0, True),  # one row of 2**62 bytes would fit
+        (0, 2**60, 0, False),  # one row of 2**63 bytes would not
+    ]:
+        path.write_bytes(HEADER.pack(b"NDF1", n, d, l))
+        if ok:
+            with open_ndf(path) as f:
+                assert (f.n, f.d, f.l) == (n, d, l)
+        else:
+            assert "impossible header" in _open_error(path)
+
+
+def test_storage_options_for_a_local_path_is_a_value_error(saved):
+    """storage_options applies only to URLs: with a local path it is refused, naming it."""
+    path, _, _ = saved
+    with pytest.raises(ValueError, match="storage_options applies only to URLs") as info:
+        open_ndf(path, storage_options={})
+    assert repr(os.fspath(path)) in str(info.value)
 
 
 @pytest.mark.skipif(
@@ -380,6 +413,7 @@ def test_failed_opens_leak_no_descriptor(tmp_path):
         paths.append(p)
     (tmp_path / "dir").mkdir()
     paths.append(tmp_path / "dir")
+    gc.collect()  # descriptors of earlier tests' garbage must not close mid-count
     before = fd_count()
     for p in paths:
         with pytest.raises((NdfError, OSError)):
@@ -1059,6 +1093,49 @@ def test_truncated_file_contiguous_read_is_ndf_error(saved, new_size):
             f.read_rows(range(990, 1000))
         with pytest.raises(NdfError):
             f.read_row(0)
+
+
+@pytest.mark.parametrize("new_size", [28 + 40 * 500, 28 + 40 * 1000 - 8])
+def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(saved, new_size):
+    """A file truncated while open, its modification time then set back to what it was:
+    only the size check can see the change, and every read is still an NdfError that
+    names the file and both sizes, also of rows that are still in the file."""
+    path, _, _ = saved
+    full = 28 + 40 * 1000
+    with open_ndf(path) as f:
+        loader = DataLoader(f, 10, shuffle=False)
+        f.read_rows(range(10))
+        st = os.stat(path)
+        os.truncate(path, new_size)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == st.st_mtime_ns  # the mtime check sees nothing
+        scattered = np.random.default_rng(0).permutation(300)[:100]  # gathered from the map
+        for read in (
+            lambda: f.read_rows(range(0, 10)),  # one positional read
+            lambda: f.read_rows(scattered),
+            lambda: f.read_row(0),
+            lambda: next(iter(loader)),
+        ):
+            with pytest.raises(NdfError, match="truncated") as info:
+                read()
+            assert os.fspath(path) in str(info.value)
+            assert f"expected {full} bytes, found {new_size}" in str(info.value)
+        loader.close()
+
+
+def test_a_file_whose_mtime_changed_while_open_is_an_error_that_says_how_to_reread(saved):
+    """Rewritten in place (same size, only the modification time tells): NdfError at the
+    next read, naming the file and saying to open it again or replace it with save_ndf."""
+    path, _, _ = saved
+    with open_ndf(path) as f:
+        f.read_rows(range(10))
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        for read in (lambda: f.read_rows(range(10)), lambda: f.read_row(3)):
+            with pytest.raises(NdfError, match="modified in place") as info:
+                read()
+            msg = str(info.value)
+            assert os.fspath(path) in msg and "open it again" in msg and "save_ndf" in msg
 
 
 _SCATTERED_AFTER_TRUNCATE = textwrap.dedent(

@@ -123,6 +123,29 @@ def test_rows_do_not_depend_on_how_positions_are_asked_for():
                 assert bij(np.array([i]))[0] == full[i] == bij.rows(i, i + 1)[0]
 
 
+def test_split_law_holds_for_every_key_with_and_without_the_swap_of_0_and_1():
+    """rows(a, b) == rows(0, n)[a:b] for every a <= b near the start (where the key's
+    swap of positions 0 and 1 acts) and at random cuts, over many keys: some swap, some
+    do not, so both branches are held to the law."""
+    swaps = set()
+    for n in (2, 3, 5, 10, 97, 4097):
+        for seed in range(12):
+            bij = EpochBijection(n, seed=seed, epoch=seed % 3, shard=seed % 2)
+            swaps.add(bij._swap01)
+            full = bij.rows(0, n)
+            assert is_permutation(full, n)
+            assert np.array_equal(bij(np.arange(n)), full)
+            for a in range(min(n, 4) + 1):
+                for b in range(a, min(n, 5) + 1):
+                    assert np.array_equal(bij.rows(a, b), full[a:b]), (n, seed, a, b)
+                assert np.array_equal(bij.rows(a, n), full[a:]), (n, seed, a)
+            cuts = np.sort(np.random.default_rng(seed).integers(0, n + 1, size=5))
+            bounds = [0, *cuts.tolist(), n]
+            pieces = [bij.rows(a, b) for a, b in itertools.pairwise(bounds)]
+            assert np.array_equal(np.concatenate(pieces), full), (n, seed, bounds)
+    assert swaps == {True, False}  # both branches ran
+
+
 def test_caller_positions_are_left_untouched():
     """Mapping positions never writes into the caller's array."""
     bij = EpochBijection(1000, seed=0, epoch=0)
@@ -162,6 +185,44 @@ def test_golden_order():
     assert big.rows(0, 4).tolist() == [4440391049, 3613145030, 8473639736, 3240219364]
     huge = EpochBijection(2**62 - 1, seed=1, epoch=2, shard=3)
     assert huge.rows(2**61, 2**61 + 2).tolist() == [310545727670930864, 3476756644440702644]
+
+
+# Small epochs, where the swap of positions 0 and 1, rounds on a half of one value and
+# the smallest rectangles act: seeds 0..3 of epoch 0.
+GOLDEN_SMALL = {
+    2: [[1, 0], [0, 1], [0, 1], [0, 1]],
+    3: [[1, 2, 0], [2, 0, 1], [2, 0, 1], [1, 0, 2]],
+    4: [[1, 2, 0, 3], [2, 0, 3, 1], [2, 3, 1, 0], [1, 0, 3, 2]],
+    5: [[2, 3, 4, 0, 1], [3, 2, 0, 1, 4], [3, 4, 1, 2, 0], [1, 2, 3, 0, 4]],
+    7: [[4, 0, 6, 2, 1, 3, 5], [6, 1, 5, 2, 0, 3, 4], [5, 3, 2, 4, 0, 6, 1], [4, 0, 6, 5, 3, 1, 2]],
+}
+# (p, q, rounds) of the domain: the rectangle chosen and the rounds it gets, at the edges
+# of each choice (a half of 1, 2 x 2 for n = 3, 4 and 256 values a half, the window of q).
+GOLDEN_DOMAINS = {
+    1: (1, 1, 16), 2: (2, 1, 16), 3: (2, 2, 16), 4: (2, 2, 16), 5: (3, 2, 16),
+    10: (5, 2, 16), 16: (4, 4, 8), 20: (5, 4, 8), 37: (13, 3, 16), 1000: (40, 25, 8),
+    65536: (256, 256, 4), 65537: (331, 198, 8), 65792: (257, 256, 4),
+    10**6: (1000, 1000, 4), 2**40 + 1: (1049600, 1047553, 4), 2**44 + 7: (4195328, 4193281, 4),
+}
+
+
+def test_golden_small_orders_and_domains():
+    """Pinned too: the orders of tiny epochs and the domain each size gets."""
+    for n, orders in GOLDEN_SMALL.items():
+        assert [epoch_rows(n, seed=s, epoch=0).tolist() for s in range(4)] == orders, n
+    for n, want in GOLDEN_DOMAINS.items():
+        bij = EpochBijection(n, seed=0, epoch=0)
+        assert (bij.p, bij.q, bij.rounds) == want, n
+
+
+def test_shard_0_is_the_default_and_epoch_rows_slices():
+    """shard defaults to 0; epoch_rows(start=, stop=) is that slice of the whole order."""
+    full = epoch_rows(100, seed=3, epoch=1, shard=0)
+    assert np.array_equal(epoch_rows(100, seed=3, epoch=1), full)
+    assert np.array_equal(EpochBijection(100, seed=3, epoch=1).rows(0, 100), full)
+    for a, b in ((0, 100), (1, 7), (50, 50), (99, 100)):
+        assert np.array_equal(epoch_rows(100, seed=3, epoch=1, start=a, stop=b), full[a:b])
+    assert np.array_equal(epoch_rows(100, seed=3, epoch=1, start=60), full[60:])
 
 
 # -- huge n -------------------------------------------------------------------------
@@ -366,6 +427,9 @@ def test_bad_positions_are_refused():
     for bad in ([10], [-1], [3, 12], np.array([2**63 - 1])):
         with pytest.raises(IndexError, match=r"out of range \[0, n\) = \[0, 10\)"):
             bij(bad)
+    for bad, first in (([0, 1, -1, 12], -1), ([0, 12, -1], 12), ([[0, 1], [10, 2]], 10)):
+        with pytest.raises(IndexError, match=rf"^position {first} is out of range"):
+            bij(np.array(bad))
     with pytest.raises(TypeError, match="positions must be integers"):
         bij(np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match="positions must be integers"):

@@ -546,8 +546,10 @@ CHANGED = textwrap.dedent(
 
     it = iter(loader) if via == "iter" else None
     seen = [check(*batch()) for _ in range(5)]
-    if prefetch:  # let the prefetch thread fill its queue, so that the count of good
-        time.sleep(0.5)  # batches after the change below is known
+    deadline = time.monotonic() + 60
+    while prefetch and not it._prefetcher._queue.full():  # the prefetch thread's queue
+        assert time.monotonic() < deadline  # full, so the good batches below are known
+        time.sleep(0.001)
     if how == "truncate":
         os.truncate(path, int(sys.argv[5]))
     elif how == "rewrite":  # same size, other bytes, written in place
