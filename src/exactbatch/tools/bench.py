@@ -142,9 +142,9 @@ def bench(
             import pyarrow.parquet as pq
         except ImportError as e:
             raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-        from exactbatch.sources.parquet import _list_files
+        from exactbatch.sources.parquet import list_local_files
 
-        names = pq.ParquetFile(_list_files(src, "*.parquet")[0]).schema_arrow.names
+        names = pq.ParquetFile(list_local_files(src, "*.parquet")[0]).schema_arrow.names
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]
