@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools._common import CliError, detect_format, format_bytes, progress
+from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 
 __all__ = ["bench", "peak_rss", "render"]
 
@@ -136,7 +136,7 @@ def bench(
         bare_name = "bare read (readinto)"
     elif fmt == "parquet":
         from exactbatch.sources.parquet import parquet_source
-        from exactbatch.tools._common import split_columns
+        from exactbatch.tools.common import split_columns
 
         try:
             import pyarrow.parquet as pq

@@ -32,7 +32,7 @@ from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.arrow import fill_float64 as _fill_float64
-from exactbatch.tools._common import (
+from exactbatch.tools.common import (
     CliError,
     check_interrupt,
     check_output,

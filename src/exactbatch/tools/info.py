@@ -15,7 +15,7 @@ import os
 from exactbatch.errors import NdfError
 from exactbatch.ndf import open_ndf
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
-from exactbatch.tools._common import CliError, detect_format, format_bytes
+from exactbatch.tools.common import CliError, detect_format, format_bytes
 
 __all__ = ["info", "render"]
 

@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools._common import CliError, detect_format, progress, resolve_columns
+from exactbatch.tools.common import CliError, detect_format, progress, resolve_columns
 
 __all__ = ["ks_distance", "mixing", "public", "render"]
 

@@ -3,7 +3,7 @@
 :func:`read_blocks` reads a file region front to back into one reused
 buffer, so reading costs one slab of memory whatever the file's size. The
 writers are :mod:`exactbatch.ndf.write`'s (the command passes
-:func:`~exactbatch.tools._common.check_interrupt` as their ``before_rename``,
+:func:`~exactbatch.tools.common.check_interrupt` as their ``before_rename``,
 so a Ctrl-C some library swallowed still stops a file from replacing
 another).
 """

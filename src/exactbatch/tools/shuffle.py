@@ -45,7 +45,7 @@ import numpy as np
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.ndf.write import NdfWriter, leaves_no_temps
-from exactbatch.tools._common import (
+from exactbatch.tools.common import (
     CliError,
     check_interrupt,
     check_output,
