@@ -25,13 +25,13 @@ import time
 
 import numpy as np
 
-from exactbatch import DataLoader, open_ndf, save_ndf
-from exactbatch.sources import remote
+from exactbatch import DataLoader, open_ndf, save_ndf, urls
+from exactbatch.ndf import remote
 
 
 def bare_fetch(self, starts, ends):
     """The read without any identity check (the unchecked baseline)."""
-    fs = self._filesystem()
+    fs = self.fs.get()
     return fs.cat_ranges([self.key] * len(starts), list(starts), list(ends), **self.pin)
 
 
@@ -68,7 +68,7 @@ def main() -> None:
             "secret": "bench",
             "client_kwargs": {"endpoint_url": f"http://{host}:{port}"},
         }
-        fs, _ = remote.url_to_fs("s3://bench", so)
+        fs, _ = urls.url_to_fs("s3://bench", so)
         fs.mkdir("bench")
         rng = np.random.default_rng(0)
         with tempfile.TemporaryDirectory() as tmp:

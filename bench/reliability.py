@@ -167,13 +167,14 @@ RACER = textwrap.dedent(
     """
     import sys
     import numpy as np
-    import exactbatch.ndf as ndf
+    import exactbatch.ndf.file as ndf
+    import exactbatch.ndf.guard as guard
     from exactbatch import DataLoader, NdfError, open_ndf
     path, mode, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "pread":  # gather scattered rows with one positional read per run, never the map
         ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
     if mode.startswith("unguarded"):  # copy from the map without the read lease
-        ndf._Lease.acquire = lambda self: False
+        guard.Lease.acquire = lambda self: False
     f = open_ndf(path)
     d = f.d
     prefetch = 2 if mode.endswith("+prefetch") else 0
@@ -252,7 +253,7 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
 def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) -> dict:
     """rows/s of shuffled read_rows: the map under its lease (now), the map unguarded,
     positional reads only, and memory."""
-    import exactbatch.ndf as ndf
+    import exactbatch.ndf.file as ndf
     from exactbatch import open_ndf, save_ndf
 
     folder = tempfile.mkdtemp(prefix="cost-", dir=os.environ.get("RELIABILITY_DIR"))

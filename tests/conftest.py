@@ -35,7 +35,7 @@ def s3_server():
     """
     s3fs = pytest.importorskip("s3fs")
     moto_server = pytest.importorskip("moto.server")
-    from exactbatch.sources import remote
+    from exactbatch import urls
 
     mp = pytest.MonkeyPatch()
     env = {
@@ -59,7 +59,7 @@ def s3_server():
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         so = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
-        fs, _ = remote.url_to_fs(f"s3://{S3_BUCKET}", so)  # the instance open_ndf(url) will use
+        fs, _ = urls.url_to_fs(f"s3://{S3_BUCKET}", so)  # the instance open_ndf(url) will use
         fs.mkdir(S3_BUCKET)
         yield types.SimpleNamespace(fs=fs, so=so, endpoint=endpoint, bucket=S3_BUCKET)
     finally:

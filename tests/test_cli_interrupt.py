@@ -25,8 +25,8 @@ import pytest
 from exactbatch import save_ndf
 from exactbatch.cli import main
 from exactbatch.ndf import HEADER_SIZE
+from exactbatch.ndf.write import NdfWriter
 from exactbatch.tools import convert as convert_tool
-from exactbatch.tools.ndf_stream import NdfWriter
 
 pa = pytest.importorskip("pyarrow")
 pcsv = pytest.importorskip("pyarrow.csv")

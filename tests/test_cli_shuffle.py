@@ -14,7 +14,7 @@ import pytest
 
 from exactbatch import open_ndf, save_ndf
 from exactbatch.cli import main
-from exactbatch.tools.ndf_stream import NdfWriter
+from exactbatch.ndf.write import NdfWriter
 from exactbatch.tools.shuffle import external_shuffle, shuffle_rng
 
 # Upper 0.1% points of the chi-square distribution (scipy.stats.chi2.ppf(0.999, df)).

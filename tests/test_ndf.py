@@ -85,7 +85,7 @@ def preadv_calls(monkeypatch):
         calls.append((offset, sum(len(b) for b in buffers)))
         return real(fd, buffers, offset, *args)
 
-    monkeypatch.setattr(exactbatch.ndf.os, "preadv", counting)
+    monkeypatch.setattr(exactbatch.ndf.file.os, "preadv", counting)
     return calls
 
 
@@ -160,7 +160,7 @@ def test_save_ndf_special_values_bit_exact(tmp_path):
 
 def test_save_ndf_in_many_slabs_is_still_exact(tmp_path, monkeypatch):
     """Rows written in several chunks (slab size forced small) give the same exact bytes."""
-    monkeypatch.setattr(ndf, "_WRITE_ROWS_BYTES", 100)  # a few rows per slab, uneven tail
+    monkeypatch.setattr(ndf.write, "_WRITE_ROWS_BYTES", 100)  # a few rows per slab, uneven tail
     for d, l in [(3, 2), (4, 0), (0, 2)]:  # noqa: E741
         x, y = random_data(53, d, l, seed=d + l)
         path = tmp_path / f"slabs-{d}-{l}.ndf"
@@ -432,7 +432,7 @@ def test_failed_mapping_closes_the_descriptor_exactly_once(saved, monkeypatch):
     def no_mmap(*args, **kwargs):
         raise OSError(errno.ENOMEM, "injected mmap failure")
 
-    monkeypatch.setattr(ndf.mmap, "mmap", no_mmap)
+    monkeypatch.setattr(ndf.file.mmap, "mmap", no_mmap)
     gc.collect()
     before = fd_count()
     with pytest.raises(OSError) as info:
@@ -469,7 +469,7 @@ def _fail_fsync(monkeypatch):
     def boom(fd):
         raise OSError(errno.EIO, "injected fsync failure")
 
-    monkeypatch.setattr(exactbatch.ndf.os, "fsync", boom)
+    monkeypatch.setattr(exactbatch.ndf.write.os, "fsync", boom)
     return OSError
 
 
@@ -478,7 +478,7 @@ def _fail_write_midway(monkeypatch):
         f.write(b"\xab" * 100)  # some rows' worth after the header, then the disk fills
         raise OSError(errno.ENOSPC, "injected: no space left on device")
 
-    monkeypatch.setattr(exactbatch.ndf, "_write_rows", partial)
+    monkeypatch.setattr(exactbatch.ndf.write, "_write_rows", partial)
     return OSError
 
 
@@ -487,7 +487,7 @@ def _interrupt_write(monkeypatch):
         f.write(b"\xcd" * 64)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(exactbatch.ndf, "_write_rows", interrupted)
+    monkeypatch.setattr(exactbatch.ndf.write, "_write_rows", interrupted)
     return KeyboardInterrupt
 
 
@@ -495,7 +495,7 @@ def _fail_rename(monkeypatch):
     def boom(src, dst, *args, **kwargs):
         raise OSError(errno.EXDEV, "injected rename failure")
 
-    monkeypatch.setattr(exactbatch.ndf.os, "replace", boom)
+    monkeypatch.setattr(exactbatch.ndf.write.os, "replace", boom)
     return OSError
 
 
@@ -607,8 +607,8 @@ def test_save_fsyncs_a_temp_file_in_the_same_folder_then_renames(tmp_path, monke
         events.append(("replace", os.fspath(src), os.fspath(dst), os.path.getsize(src)))
         return real_replace(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(exactbatch.ndf.os, "fsync", fsync)
-    monkeypatch.setattr(exactbatch.ndf.os, "replace", replace)
+    monkeypatch.setattr(exactbatch.ndf.write.os, "fsync", fsync)
+    monkeypatch.setattr(exactbatch.ndf.write.os, "replace", replace)
     target = tmp_path / "out.ndf"
     x = np.arange(12.0).reshape(4, 3)
     save_ndf(target, x)
@@ -1183,7 +1183,7 @@ def test_shrink_between_check_and_read_is_ndf_error(saved, monkeypatch):
     path, _, _ = saved
     with open_ndf(path) as f:
         os.truncate(path, 28 + 40 * 50 + 12)
-        monkeypatch.setattr(ndf._Handle, "check_size", lambda self: None)  # miss the cut
+        monkeypatch.setattr(ndf.file.LocalHandle, "check_size", lambda self: None)  # miss the cut
         with pytest.raises(NdfError) as info:
             f.read_rows(range(40, 60))
         assert os.fspath(path) in str(info.value)

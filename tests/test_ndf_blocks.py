@@ -78,7 +78,7 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     import os
     import threading
 
-    import exactbatch.sources.blocks as blocks_module
+    import exactbatch.ndf.file as file_module  # where the hint is given
     from exactbatch.streamed import _HINT_AHEAD
 
     src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)
@@ -91,11 +91,11 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
         hinted.append((block, len(read)))
         announced[block].set()
 
-    monkeypatch.setattr(blocks_module.os, "posix_fadvise", fadvise)
+    monkeypatch.setattr(file_module.os, "posix_fadvise", fadvise)
     real = src.read_chunk
 
     def read_chunk(i):
-        if blocks_module._FADVISE is not None:  # wait for the hint thread to announce it
+        if file_module._FADVISE is not None:  # wait for the hint thread to announce it
             assert announced[i].wait(10), f"block {i} read before it was announced"
         read.append(i)
         return real(i)
@@ -105,7 +105,7 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     got = row_ids(loader)
     assert np.array_equal(np.sort(got), np.arange(1000))
     assert sorted(read) == list(range(100)) and read != list(range(100))  # shuffled order
-    if blocks_module._FADVISE is None:
+    if file_module._FADVISE is None:
         assert hinted == []
         return
     assert [b for b, _ in hinted] == read  # every block, in the same order

@@ -23,20 +23,20 @@ import time
 import numpy as np
 import pytest
 
-import exactbatch.ndf as ndf
+import exactbatch.ndf.guard as guard
 from exactbatch import NdfError, open_ndf, save_ndf
 
 pytestmark = pytest.mark.skipif(
-    ndf._F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
+    guard.F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
 )
 
-F_RDLCK = getattr(ndf.fcntl, "F_RDLCK", 0)
-F_UNLCK = getattr(ndf.fcntl, "F_UNLCK", 2)
+F_RDLCK = getattr(guard.fcntl, "F_RDLCK", 0)
+F_UNLCK = getattr(guard.fcntl, "F_UNLCK", 2)
 
 
 def _lease_type(f) -> int:
     """What this open file's lease is now: F_RDLCK held, F_UNLCK none (or being broken)."""
-    return ndf.fcntl.fcntl(f._handle().fd, ndf.fcntl.F_GETLEASE)
+    return guard.fcntl.fcntl(f._handle().fd, guard.fcntl.F_GETLEASE)
 
 
 def _traceable(path, n: int = 5000):
@@ -128,12 +128,12 @@ def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch)
     calls = []
 
     def refuse(fd, cmd, arg=0):
-        if cmd == ndf._F_SETLEASE:
+        if cmd == guard.F_SETLEASE:
             calls.append(arg)
             raise PermissionError(13, "not the owner")
         return 0
 
-    monkeypatch.setattr(ndf.fcntl, "fcntl", refuse)
+    monkeypatch.setattr(guard.fcntl, "fcntl", refuse)
     assert lease.acquire() is False
     assert lease.acquire() is False
     assert calls == [F_RDLCK]

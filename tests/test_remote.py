@@ -1,4 +1,5 @@
-"""Remote data through fsspec (sources/remote.py), against a real S3 server on 127.0.0.1.
+"""Remote data through fsspec (ndf/remote.py, urls.py, sources/parquet.py), against a
+real S3 server on 127.0.0.1.
 
 The server is moto's standalone S3 server (``ThreadedMotoServer``), started
 once per session by conftest.py's ``s3_server`` on 127.0.0.1 (it binds port 0
@@ -9,8 +10,8 @@ Counting wrappers around the filesystem's own methods (``_call_s3``,
 ``S3File._fetch_range``)
 count the range requests that really go out.
 
-Two groups of tests: the first exercises ``exactbatch.sources.remote``
-directly (it works on the current ``ndf.py``/``parquet.py``); the second goes
+Two groups of tests: the first exercises ``exactbatch.ndf.remote`` and the
+URL parts of ``exactbatch.urls`` and ``exactbatch.sources.parquet`` directly; the second goes
 through the public API (``open_ndf(url)``, ``parquet_source(url)``,
 ``DataLoader``) and needs the hooks in ``docs/remote.patch``; it is skipped,
 saying so, until that patch is applied.
@@ -33,9 +34,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import exactbatch
-from exactbatch import DataLoader, NdfError, NdfFile, ndf, ndf_blocks, open_ndf, save_ndf
+from exactbatch import DataLoader, NdfError, NdfFile, ndf, ndf_blocks, open_ndf, save_ndf, urls
+from exactbatch.ndf import remote
 from exactbatch.order import epoch_rows
-from exactbatch.sources import remote
+from exactbatch.sources import parquet as parquet_mod
 
 s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -127,7 +129,7 @@ def reqlog(s3, monkeypatch):
 
 
 def remote_file(s3, key="data.ndf") -> NdfFile:
-    return remote.open_ndf_url(s3.url(key), s3.so)
+    return open_ndf(s3.url(key), storage_options=s3.so)
 
 
 def read(f: NdfFile, idx):
@@ -161,13 +163,13 @@ def read(f: NdfFile, idx):
     ],
 )
 def test_is_url(path, want):
-    assert remote.is_url(path) is want
+    assert urls.is_url(path) is want
 
 
 def test_is_url_pathlike_and_local_path(tmp_path):
-    assert remote.is_url(tmp_path / "a.ndf") is False
-    assert remote.local_path("file:///tmp/a.ndf") == "/tmp/a.ndf"
-    assert remote.local_path("/tmp/a.ndf") == "/tmp/a.ndf"
+    assert urls.is_url(tmp_path / "a.ndf") is False
+    assert urls.local_path("file:///tmp/a.ndf") == "/tmp/a.ndf"
+    assert urls.local_path("/tmp/a.ndf") == "/tmp/a.ndf"
 
 
 def plan_invariants(rows, row_bytes, max_gap, max_range, plan):
@@ -215,7 +217,8 @@ def test_plan_ranges_property(rows, row_bytes, max_gap, max_range):
 
 def test_import_exactbatch_imports_no_fsspec():
     code = (
-        "import sys, exactbatch, exactbatch.sources.remote, exactbatch.sources.parquet; "
+        "import sys, exactbatch, exactbatch.ndf.remote, exactbatch.urls; "
+        "import exactbatch.sources.parquet\n"
         "bad = [m for m in ('fsspec', 's3fs', 'botocore', 'aiobotocore') if m in sys.modules]; "
         "assert not bad, bad"
     )
@@ -241,7 +244,7 @@ def test_check_header_is_ndfs_own(tmp_path):
         )
 
 
-# == 2. remote.py directly, on the S3 server ==================================================
+# == 2. ndf/remote.py directly, on the S3 server ==================================================
 
 
 def test_open_ndf_url_header_and_rows(s3, reqlog):
@@ -410,7 +413,7 @@ def test_edge_shapes(s3, tmp_path, n, d, l):  # noqa: E741
     x, y = make_x(range(n), d), make_y(range(n), l)
     save_ndf(tmp_path / "e.ndf", (x, y))
     url = s3.put_bytes(f"edge-{n}-{d}-{l}.ndf", (tmp_path / "e.ndf").read_bytes())
-    f = remote.open_ndf_url(url, s3.so)
+    f = open_ndf(url, storage_options=s3.so)
     assert (f.n, f.d, f.l) == (n, d, l)
     idx = np.arange(n)[::-1]
     rx, ry = read(f, idx)
@@ -421,12 +424,12 @@ def test_edge_shapes(s3, tmp_path, n, d, l):  # noqa: E741
 def test_missing_object_and_bucket_are_file_not_found(s3):
     for url in (s3.url("nope.ndf"), "s3://no-such-bucket-xyz/a.ndf"):
         with pytest.raises(FileNotFoundError, match=url.replace(".", r"\.")):
-            remote.open_ndf_url(url, s3.so)
+            open_ndf(url, storage_options=s3.so)
 
 
 def test_folder_is_a_directory_error(s3):
     with pytest.raises(IsADirectoryError):
-        remote.open_ndf_url(s3.url("pq"), s3.so)
+        open_ndf(s3.url("pq"), storage_options=s3.so)
 
 
 def malformed_cases(good: bytes):
@@ -451,7 +454,7 @@ def test_malformed_remote_ndf_is_ndferror_naming_the_url(s3, tmp_path, case):
     local = tmp_path / "bad.ndf"
     local.write_bytes(data)
     with pytest.raises(NdfError) as far:
-        remote.open_ndf_url(url, s3.so)
+        open_ndf(url, storage_options=s3.so)
     with pytest.raises(NdfError) as near:
         open_ndf(local)
     assert str(far.value).startswith(url + ":")
@@ -461,7 +464,7 @@ def test_malformed_remote_ndf_is_ndferror_naming_the_url(s3, tmp_path, case):
 def test_object_shrunk_or_deleted_while_open(s3, tmp_path):
     data = (s3.local / "data.ndf").read_bytes()
     url = s3.put_bytes("changing.ndf", data)
-    f = remote.open_ndf_url(url, s3.so)
+    f = open_ndf(url, storage_options=s3.so)
     read(f, [N - 1])
     s3.put_bytes("changing.ndf", data[: 28 + 48 * 100])  # overwritten by a shorter object
     with pytest.raises(NdfError, match="changed while open.*truncated"):
@@ -486,7 +489,7 @@ def test_replaced_object_is_ndferror_at_the_next_read(s3, tmp_path, reqlog, rows
     still fit), of the same size or longer, is an NdfError naming the URL at the next read
     - never its rows - and the check costs no request: one GET per range, no HEAD."""
     url = s3.put_bytes(f"replaced-{rows}.ndf", (s3.local / "data.ndf").read_bytes())
-    f = remote.open_ndf_url(url, s3.so)
+    f = open_ndf(url, storage_options=s3.so)
     reqlog["gets"].clear()
     reqlog["heads"] = 0
     x, _ = read(f, [7, 3, 50])
@@ -507,7 +510,7 @@ def test_replaced_object_caught_by_the_returned_etag_where_if_match_is_ignored(
     """A server that ignores If-Match sends the new object's bytes: the ETag that comes
     with them is not the opened one, and the read is an NdfError all the same."""
     url = s3.put_bytes("no-if-match.ndf", (s3.local / "data.ndf").read_bytes())
-    f = remote.open_ndf_url(url, s3.so)
+    f = open_ndf(url, storage_options=s3.so)
     real = s3.fs._call_s3
 
     async def ignoring_if_match(method, *args, **kwargs):
@@ -527,7 +530,7 @@ def test_replaced_object_on_a_protocol_without_etag_reads(memory_fs, tmp_path):
     x, y = make_data(300, D, L)
     save_ndf(tmp_path / "r.ndf", (x, y))
     memory_fs.pipe_file("/exactbatch-mem/r.ndf", (tmp_path / "r.ndf").read_bytes())
-    f = remote.open_ndf_url("memory://exactbatch-mem/r.ndf")
+    f = open_ndf("memory://exactbatch-mem/r.ndf")
     assert ids(read(f, [4, 2])[0]).tolist() == [4, 2]
     memory_fs.pipe_file("/exactbatch-mem/r.ndf", other_ndf(tmp_path, 300))  # same size
     with pytest.raises(NdfError, match="^memory://exactbatch-mem/r.ndf: .*overwritten"):
@@ -541,7 +544,7 @@ def test_versioned_bucket_pins_the_opened_version(s3):
     fs.make_bucket_versioned("exactbatch-versioned")
     data = (s3.local / "data.ndf").read_bytes()
     fs.pipe_file("exactbatch-versioned/v.ndf", data)
-    f = remote.open_ndf_url("s3://exactbatch-versioned/v.ndf", s3.so)
+    f = open_ndf("s3://exactbatch-versioned/v.ndf", storage_options=s3.so)
     assert f._handle().pin
     fs.pipe_file("exactbatch-versioned/v.ndf", data[:28] + b"\xff" * (len(data) - 28))
     fs.rm_file("exactbatch-versioned/v.ndf")  # a delete marker; the version stays
@@ -551,31 +554,31 @@ def test_versioned_bucket_pins_the_opened_version(s3):
 
 
 def test_list_parquet_and_footers_directly(s3):
-    fs, files = remote.list_parquet(s3.url("pq"), "*.parquet", s3.so)
+    fs, files = parquet_mod.list_url_files(s3.url("pq"), "*.parquet", s3.so)
     assert fs is s3.fs
     assert files == [s3.url(f"pq/{name}") for name in sorted(GROUPS)]
-    fs2, files2 = remote.list_parquet(s3.url("pq/"), "*.parquet", s3.so)
+    fs2, files2 = parquet_mod.list_url_files(s3.url("pq/"), "*.parquet", s3.so)
     assert files2 == files
-    assert remote.list_parquet(files, "*.parquet", s3.so)[1] == files
+    assert parquet_mod.list_url_files(files, "*.parquet", s3.so)[1] == files
     for url, name in zip(files, sorted(GROUPS), strict=True):
-        pf = remote.parquet_file(fs, url)
+        pf = parquet_mod.url_parquet_file(fs, url)
         local = pq.ParquetFile(s3.local / "pq" / name)
         assert pf.metadata.num_rows == local.metadata.num_rows == sum(GROUPS[name])
         assert pf.schema_arrow == local.schema_arrow
-        assert remote.identity(fs, url) == remote.identity(fs, url)
+        assert parquet_mod.url_identity(fs, url) == parquet_mod.url_identity(fs, url)
     with pytest.raises(FileNotFoundError, match="no such Parquet"):
-        remote.list_parquet(s3.url("nothing-here"), "*.parquet", s3.so)
+        parquet_mod.list_url_files(s3.url("nothing-here"), "*.parquet", s3.so)
     with pytest.raises(FileNotFoundError, match="no files matching"):
-        remote.list_parquet(s3.url("pq"), "*.csv", s3.so)
+        parquet_mod.list_url_files(s3.url("pq"), "*.csv", s3.so)
     with pytest.raises(ValueError, match="mixing URLs and local paths"):
-        remote.list_parquet([files[0], "/tmp/a.parquet"], "*.parquet", s3.so)
+        parquet_mod.list_url_files([files[0], "/tmp/a.parquet"], "*.parquet", s3.so)
     with pytest.raises(ValueError, match="empty list"):
-        remote.list_parquet([], "*.parquet", s3.so)
+        parquet_mod.list_url_files([], "*.parquet", s3.so)
 
 
 def test_storage_options_must_be_a_dict():
     with pytest.raises(TypeError, match="storage_options"):
-        remote.url_to_fs("s3://b/k", storage_options=[("anon", True)])
+        urls.url_to_fs("s3://b/k", storage_options=[("anon", True)])
 
 
 @pytest.fixture
@@ -592,14 +595,14 @@ def test_memory_protocol_directly(memory_fs, tmp_path):
     x, y = make_data(700, 3, 1)
     save_ndf(tmp_path / "m.ndf", (x, y))
     memory_fs.pipe_file("/exactbatch-mem/m.ndf", (tmp_path / "m.ndf").read_bytes())
-    f = remote.open_ndf_url("memory://exactbatch-mem/m.ndf")
+    f = open_ndf("memory://exactbatch-mem/m.ndf")
     assert (f.n, f.d, f.l) == (700, 3, 1)
     idx = np.random.default_rng(0).permutation(700)[:250]
     rx, ry = read(f, idx)
     np.testing.assert_array_equal(rx, x[idx])
     np.testing.assert_array_equal(ry, y[idx])
     with pytest.raises(FileNotFoundError, match="memory://exactbatch-mem/none.ndf"):
-        remote.open_ndf_url("memory://exactbatch-mem/none.ndf")
+        open_ndf("memory://exactbatch-mem/none.ndf")
 
 
 # == 3. the public API (needs docs/remote.patch) ==============================================

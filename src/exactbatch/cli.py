@@ -53,7 +53,7 @@ _seed = _int_at_least(0, "a seed")
 
 
 def _size(text: str) -> int:
-    from exactbatch.tools._common import parse_size
+    from exactbatch.tools.common import parse_size
 
     try:
         return parse_size(text)
@@ -62,7 +62,7 @@ def _size(text: str) -> int:
 
 
 def _int_list(text: str) -> list[int]:
-    from exactbatch.tools._common import parse_int_list
+    from exactbatch.tools.common import parse_int_list
 
     try:
         return parse_int_list(text)
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     command that writes then leaves no output and no temporary file, and a
     file that was at the destination keeps its old bytes.
     """
-    from exactbatch.tools._common import catch_signals, check_interrupt
+    from exactbatch.tools.common import catch_signals, check_interrupt
 
     command = None
     with catch_signals():
@@ -387,7 +387,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from exactbatch.errors import NdfError
-    from exactbatch.tools._common import CliError
+    from exactbatch.tools.common import CliError
 
     try:
         return args.run(args)

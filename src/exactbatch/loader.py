@@ -25,8 +25,8 @@ from exactbatch.order import check_shard
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 from exactbatch.sources.random_access import random_access_reader
-from exactbatch.sources.remote import is_url
 from exactbatch.streamed import StreamFeed
+from exactbatch.urls import is_url
 
 __all__ = ["DataLoader"]
 

@@ -15,17 +15,14 @@ of many blocks.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.ndf import HEADER_SIZE, NdfFile, _Handle
+from exactbatch.ndf import NdfFile
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
 DEFAULT_BLOCK_BYTES = 4 << 20
-_FADVISE = getattr(os, "POSIX_FADV_WILLNEED", None)  # not on macOS or Windows
 
 
 class NdfBlocks:
@@ -56,21 +53,13 @@ class NdfBlocks:
         # One positional read of the whole block; x and y are views of its rows
         # (the buffer copies them out), so nothing is copied twice.
         block = np.empty((rows, self.d + self.l), dtype=np.float64)
-        if block.size:
-            h = self.file._handle()
-            if isinstance(h, _Handle):  # a remote handle checks the object with each read
-                h.check_size()
-            h.pread_into(memoryview(block).cast("B"), start)
+        self.file.read_block_into(start, block)
         return block[:, : self.d], block[:, self.d :]
 
     def will_need(self, i: int) -> None:
         """Block ``i`` is read soon: ask the kernel to start reading it now, so that
         reads in shuffled block order keep the disk as busy as a sequential read."""
-        h = self.file._handle()
-        fd = getattr(h, "fd", None)  # None: a remote file (no page cache to warm)
-        if _FADVISE is not None and fd is not None and self.chunk_rows[i]:
-            start = HEADER_SIZE + i * self.block_rows * h.row_bytes
-            os.posix_fadvise(fd, start, int(self.chunk_rows[i]) * h.row_bytes, _FADVISE)
+        self.file.will_need(i * self.block_rows, int(self.chunk_rows[i]))
 
     def __iter__(self):
         for i in range(len(self)):

@@ -13,22 +13,43 @@ more than once, is a ``ValueError`` naming the file; so is a file changed
 (replaced, rewritten, truncated) after the source read its footer, at its
 next read. A missing file stays a ``FileNotFoundError``.
 
-URLs (``s3://bucket/folder``, any fsspec protocol) are read through fsspec:
-footers and row groups by ranged reads (see :mod:`exactbatch.sources.remote`).
+URLs (``s3://bucket/folder``, any fsspec protocol) are read through fsspec
+(:mod:`exactbatch.urls`): a folder is listed with ``fs.glob``; every file's
+footer is read through pyarrow on an fsspec file (pyarrow reads the file's
+last 64 KiB, more only for a larger footer; no row group), so ``n_rows``
+reads no data; a row group is read with pyarrow's coalesced reads
+(``pre_buffer``) of just its column chunks. Each file's size, ETag and
+version are kept with its footer, and a file whose identity has changed at
+a later read is a ``ValueError``, as for a local file.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from exactbatch.sources import remote
 from exactbatch.sources.arrow import fill_float64
+from exactbatch.urls import (
+    ForkSafeFs,
+    is_url,
+    local_path,
+    object_info,
+    url_to_fs,
+    version_tag,
+)
 
-__all__ = ["ParquetSource", "parquet_source"]
+__all__ = [
+    "ParquetSource",
+    "list_local_files",
+    "list_url_files",
+    "parquet_source",
+    "url_identity",
+    "url_parquet_file",
+]
 
 
 def _pq():
@@ -41,7 +62,13 @@ def _pq():
     return pq
 
 
-def _list_files(path, pattern: str) -> list[str]:
+def list_local_files(path, pattern: str) -> list[str]:
+    """The local Parquet files ``path`` names: a file, a folder or a list of files.
+
+    A folder is read as its files matching ``pattern``, in sorted order; an
+    empty one, or a missing path, is ``FileNotFoundError``; an empty list a
+    ``ValueError``. A list is taken as given (each file is checked on open).
+    """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
         if os.path.isdir(path):
@@ -94,7 +121,7 @@ class ParquetSource:
         _pq()
         _check_names(features, labels)
         self.files = files
-        self._fs = fs  # the fsspec filesystem of URL files (sources/remote.py); None: local
+        self._fs = None if fs is None else ForkSafeFs(fs)  # of URL files; None: local
         self.labels = tuple(labels)
         self._meta = []
         self._stats = []  # each file's identity when its footer was read
@@ -150,13 +177,13 @@ class ParquetSource:
             )
 
     def _identity(self, path):
-        return _identity(path) if self._fs is None else remote.identity(self._fs, path)
+        return _identity(path) if self._fs is None else url_identity(self._fs.get(), path)
 
     def _parquet_file(self, fi: int, metadata=None):
         if self._fs is None:
             return _pq().ParquetFile(self.files[fi], metadata=metadata)
-        size = self._stats[fi][0]  # remote.identity: (size, etag, version)
-        return remote.parquet_file(self._fs, self.files[fi], metadata=metadata, size=size)
+        size = self._stats[fi][0]  # url_identity: (size, etag, version)
+        return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -209,7 +236,6 @@ def _identity(path) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-
 def parquet_source(
     path,
     *,
@@ -237,11 +263,80 @@ def parquet_source(
     if isinstance(features, str):
         features = (features,)
     many = isinstance(path, Sequence) and not isinstance(path, (str, bytes))
-    if any(remote.is_url(p) for p in (path if many else [path])):
-        fs, files = remote.list_parquet(path, pattern, storage_options)
+    if any(is_url(p) for p in (path if many else [path])):
+        fs, files = list_url_files(path, pattern, storage_options)
         return ParquetSource(files, features, labels, fs=fs)
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
-    path = [remote.local_path(p) for p in path] if many else remote.local_path(path)
-    files = _list_files(path, pattern)
+    path = [local_path(p) for p in path] if many else local_path(path)
+    files = list_local_files(path, pattern)
     return ParquetSource(files, features, labels)
+
+
+# -- Parquet over a URL ----------------------------------------------------------------------
+
+
+def list_url_files(path, pattern: str, storage_options: dict | None = None):
+    """``(fs, [url, ...])``: the Parquet objects a URL, a folder URL or a list of URLs names.
+
+    A folder (a prefix) is listed with ``fs.glob`` for ``pattern``, in sorted
+    order; a missing object or an empty folder is ``FileNotFoundError``.
+    Every URL of a list must be on one filesystem (one protocol and options).
+    """
+    if isinstance(path, (str, os.PathLike)):
+        url = os.fspath(path)
+        fs, key = url_to_fs(url, storage_options)
+        try:
+            fs.invalidate_cache(key)
+            info = fs.info(key)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"no such Parquet file or folder: {url}") from e
+        if info.get("type") != "directory":
+            return fs, [url]
+        found = fs.glob(key.rstrip("/") + "/" + pattern, detail=True)
+        files = sorted(k for k, v in found.items() if v.get("type") != "directory")
+        if not files:
+            raise FileNotFoundError(f"no files matching {pattern!r} in folder {url}")
+        return fs, [fs.unstrip_protocol(k) for k in files]
+    urls = [os.fspath(p) for p in path]
+    if not urls:
+        raise ValueError("parquet_source got an empty list of files")
+    local = [u for u in urls if not is_url(u)]
+    if local:
+        raise ValueError(
+            f"parquet_source got a list mixing URLs and local paths (e.g. {local[0]!r}); "
+            "pass all files on one filesystem"
+        )
+    fs = None
+    for u in urls:
+        f, _ = url_to_fs(u, storage_options)
+        if fs is None:
+            fs = f
+        elif f is not fs:
+            raise ValueError(
+                f"parquet_source got URLs on different filesystems ({urls[0]!r} and {u!r}); "
+                "pass files of one protocol with one set of storage_options"
+            )
+    return fs, urls
+
+
+def url_identity(fs, url: str) -> tuple:
+    """What changes when an object is overwritten: (size, ETag or mtime, version)."""
+    info = object_info(fs, fs._strip_protocol(url), url)
+    return info.get("size"), version_tag(info), info.get("VersionId")
+
+
+def url_parquet_file(fs, url: str, metadata=None, size: int | None = None):
+    """A ``pyarrow.parquet.ParquetFile`` reading ``url`` through ``fs`` by ranged reads.
+
+    No read-ahead cache: pyarrow asks for exactly the footer, or a row
+    group's column chunks (coalesced, ``pre_buffer=True``).
+    """
+    kw = {"cache_type": "none"}
+    if size is not None:
+        kw["size"] = size  # saves the file object a metadata request
+    try:
+        f = fs.open(fs._strip_protocol(url), "rb", **kw)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
+    return _pq().ParquetFile(f, metadata=metadata, pre_buffer=True)

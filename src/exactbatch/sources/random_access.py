@@ -12,7 +12,7 @@ import numpy as np
 
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
-from exactbatch.ndf import NdfFile, read_rows_into
+from exactbatch.ndf import NdfFile
 
 __all__ = ["MemoryReader", "NdfReader", "random_access_reader"]
 
@@ -51,7 +51,7 @@ class NdfReader:
     def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-        read_rows_into(self.file._handle(), rows, out_x, out_y)
+        self.file.read_rows_into(rows, out_x, out_y)
 
     def close(self) -> None:
         self.file.close()

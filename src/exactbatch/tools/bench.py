@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools._common import CliError, detect_format, format_bytes, progress
+from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 
 __all__ = ["bench", "peak_rss", "render"]
 
@@ -136,15 +136,15 @@ def bench(
         bare_name = "bare read (readinto)"
     elif fmt == "parquet":
         from exactbatch.sources.parquet import parquet_source
-        from exactbatch.tools._common import split_columns
+        from exactbatch.tools.common import split_columns
 
         try:
             import pyarrow.parquet as pq
         except ImportError as e:
             raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-        from exactbatch.sources.parquet import _list_files
+        from exactbatch.sources.parquet import list_local_files
 
-        names = pq.ParquetFile(_list_files(src, "*.parquet")[0]).schema_arrow.names
+        names = pq.ParquetFile(list_local_files(src, "*.parquet")[0]).schema_arrow.names
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]

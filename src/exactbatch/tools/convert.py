@@ -15,7 +15,7 @@ What it promises, and what it costs:
   choice for ``.npy``. Features default to every column not a label.
   Values are stored as float64; nulls and empty CSV cells become NaN.
 * A CSV's row count is not known until its end, so the .ndf header is
-  written last (see :class:`~exactbatch.tools.ndf_stream.NdfWriter`).
+  written last (see :class:`~exactbatch.ndf.write.NdfWriter`).
 * ``.ndf`` -> Parquet writes float64 columns ``x0..x{d-1}, y0..y{l-1}``
   (or ``names``) in row groups of ``row_group_rows`` rows and records the
   label columns in the schema metadata, so converting back keeps the split.
@@ -30,22 +30,18 @@ import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.arrow import fill_float64 as _fill_float64
-from exactbatch.tools._common import (
+from exactbatch.tools.common import (
     CliError,
+    check_interrupt,
     check_output,
     detect_format,
     output_format,
     progress,
     split_columns,
 )
-from exactbatch.tools.ndf_stream import (
-    SLAB_BYTES,
-    NdfWriter,
-    atomic_output,
-    leaves_no_temps,
-    read_blocks,
-)
+from exactbatch.tools.ndf_stream import SLAB_BYTES, read_blocks
 
 __all__ = ["convert", "csv_schema", "render"]
 
@@ -101,11 +97,11 @@ class _ParquetInput:
     def __init__(self, path, features, labels):
         import pyarrow.parquet as pq
 
-        from exactbatch.sources.parquet import _list_files, parquet_source
+        from exactbatch.sources.parquet import list_local_files, parquet_source
 
         _arrow()
         self.path = path
-        files = _list_files(path, "*.parquet")
+        files = list_local_files(path, "*.parquet")
         try:
             schema = pq.ParquetFile(files[0]).schema_arrow
         except (OSError, ValueError) as e:
@@ -325,7 +321,7 @@ def _to_ndf(inp, src, dst, bar) -> dict:
     errors = _read_errors()
     with (
         leaves_no_temps(dst),
-        NdfWriter(dst, inp.d, inp.l, inp.n) as w,
+        NdfWriter(dst, inp.d, inp.l, inp.n, before_rename=check_interrupt) as w,
         progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
     ):
         try:
@@ -374,7 +370,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
         metadata={_LABELS_KEY: ",".join(columns[len(feat) :]).encode()},
     )
     rows = 0
-    with leaves_no_temps(dst), atomic_output(dst) as tmp:
+    with leaves_no_temps(dst), atomic_path(dst, before_rename=check_interrupt) as tmp:
         with (
             pq.ParquetWriter(tmp, schema) as w,
             progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 
 from exactbatch.errors import NdfError
-from exactbatch.ndf import _HEADER, HEADER_SIZE, MAGIC, expected_size, open_ndf
-from exactbatch.tools._common import CliError, detect_format, format_bytes
+from exactbatch.ndf import open_ndf
+from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
+from exactbatch.tools.common import CliError, detect_format, format_bytes
 
 __all__ = ["info", "render"]
 
@@ -32,7 +33,7 @@ def _ndf(path: str) -> dict:
     with open(path, "rb") as f:
         head = f.read(HEADER_SIZE)
     if len(head) == HEADER_SIZE and head[:4] == MAGIC:
-        _, n, d, l = _HEADER.unpack(head)  # noqa: E741
+        _, n, d, l = HEADER.unpack(head)  # noqa: E741
         out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
     try:
         open_ndf(path).close()
@@ -48,9 +49,9 @@ def _parquet(path: str) -> dict:
         import pyarrow.parquet as pq
     except ImportError as e:
         raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
-    from exactbatch.sources.parquet import _list_files
+    from exactbatch.sources.parquet import list_local_files
 
-    files = _list_files(path, "*.parquet")
+    files = list_local_files(path, "*.parquet")
     rows, groups, group_rows, nbytes = 0, 0, [], 0
     schema, differ = None, []
     for f in files:

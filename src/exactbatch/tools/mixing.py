@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools._common import CliError, detect_format, progress, resolve_columns
+from exactbatch.tools.common import CliError, detect_format, progress, resolve_columns
 
 __all__ = ["ks_distance", "mixing", "public", "render"]
 
@@ -126,9 +126,9 @@ def _parquet_input(path, columns, chunk_rows):
         raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
     import pyarrow.parquet as pq
 
-    from exactbatch.sources.parquet import _list_files
+    from exactbatch.sources.parquet import list_local_files
 
-    schema = pq.ParquetFile(_list_files(path, "*.parquet")[0]).schema_arrow
+    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
     numeric = [
         f.name
         for f in schema

@@ -19,7 +19,7 @@ EXTENSIONS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 def check_path(path) -> None:
     """Refuse a picture path that cannot be written, before any work is done."""
-    from exactbatch.tools._common import CliError
+    from exactbatch.tools.common import CliError
 
     path = os.fspath(path)
     if not path.lower().endswith(EXTENSIONS):
@@ -34,7 +34,7 @@ def draw(r: dict, path) -> None:
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
-        from exactbatch.tools._common import CliError
+        from exactbatch.tools.common import CliError
 
         raise CliError("--plot needs matplotlib: pip install matplotlib") from e
     p, n = r["_plot"], r["n"]

@@ -44,14 +44,16 @@ import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
-from exactbatch.tools._common import CliError, check_output, detect_format, format_bytes, progress
-from exactbatch.tools.ndf_stream import (
-    NdfWriter,
-    leaves_no_temps,
-    read_blocks,
-    read_into,
-    row_dtype,
+from exactbatch.ndf.write import NdfWriter, leaves_no_temps
+from exactbatch.tools.common import (
+    CliError,
+    check_interrupt,
+    check_output,
+    detect_format,
+    format_bytes,
+    progress,
 )
+from exactbatch.tools.ndf_stream import read_blocks, read_into, row_dtype
 
 __all__ = ["external_shuffle", "render", "shuffle_file"]
 
@@ -153,7 +155,7 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
     desc = os.path.basename(src)
-    with leaves_no_temps(dst), NdfWriter(dst, d, l, n) as w:
+    with leaves_no_temps(dst), NdfWriter(dst, d, l, n, before_rename=check_interrupt) as w:
         if row_bytes == 0 or n == 0:
             w.rows = n  # nothing to move: the header says it all
         elif in_memory:

@@ -1,23 +1,15 @@
-"""Remote data through fsspec: ``.ndf`` files by ranged reads, Parquet by footer and row group.
+""".ndf files over URLs (``s3://``, any fsspec protocol): ranged reads of the rows a batch needs.
 
-A path is a URL when it starts with ``scheme://`` (``s3://bucket/key``,
-``gs://``, ``az://``, ``http(s)://``, ... any protocol fsspec knows, or an
-fsspec chain such as ``simplecache::s3://...``); ``file://`` is a local path.
-``storage_options`` (endpoint, credentials, ...) go to the filesystem, as in
-``fsspec.core.url_to_fs(url, **storage_options)``. fsspec (and the
-protocol's package, s3fs for ``s3://``) is imported only when a URL is
-opened: ``import exactbatch`` does not import it.
-
-``.ndf`` over a URL (:func:`open_ndf_url`, reached through
-``open_ndf(url)``): the header and the object's size are checked by
-:mod:`exactbatch.ndf`'s own rules, then each batch fetches only its rows.
-The batch's distinct rows are sorted and cut into byte ranges - adjacent
-rows, and rows separated by gaps under ``MAX_GAP_BYTES`` (64 KiB), share one
-range; a range longer than ``MAX_RANGE_BYTES`` (16 MiB) is split so its parts
-download in parallel - and the ranges are fetched with one
-``fs.cat_ranges`` call, which async filesystems (s3, gcs, abfs, http) run
-concurrently. The rows are then put back in the caller's order, x then y.
-There is no memory map (``RemoteHandle.rows`` is None).
+Reached through ``open_ndf(url)`` (:func:`open_url` makes the handle): the
+header and the object's size are checked by :mod:`exactbatch.ndf.format`'s
+own rules, then each batch fetches only its rows. The batch's distinct rows
+are sorted and cut into byte ranges - adjacent rows, and rows separated by
+gaps under ``MAX_GAP_BYTES`` (64 KiB), share one range; a range longer than
+``MAX_RANGE_BYTES`` (16 MiB) is split so its parts download in parallel -
+and the ranges are fetched with one ``fs.cat_ranges`` call, which async
+filesystems (s3, gcs, abfs, http) run concurrently. The rows are then put
+back in the caller's order, x then y. There is no memory map
+(``RemoteHandle.rows`` is None).
 
 Changes under a reader: S3 keeps no open file. On a bucket with versioning
 the handle pins the version it opened (``VersionId``), so it keeps reading
@@ -34,125 +26,38 @@ have arrived: one metadata request per batch; a store that reports neither
 an ETag nor a modification time is checked by size only. A deleted object
 is a ``FileNotFoundError`` at the next read (unless its version is pinned).
 Writing ``.ndf`` to a URL is not supported: write locally with ``save_ndf``
-and upload.
-
-Parquet over a URL (``parquet_source(url)``): a folder is listed with
-``fs.glob``; every file's footer is read through pyarrow on an fsspec file
-(pyarrow reads the file's last 64 KiB, more only for a larger footer; no
-row group), so ``n_rows`` reads no data; a row group is read with pyarrow's
-coalesced reads (``pre_buffer``) of just its column chunks. Each file's
-size, ETag and version are kept with its footer, and a file whose identity
-has changed at a later read is a ``ValueError``, as for a local file.
-Filesystems are made anew in a forked child (fsspec's async ones are not
-fork-safe), so loaders work in forked workers.
+and upload. A handle opened before a fork reads in the child too
+(:class:`exactbatch.urls.ForkSafeFs`).
 """
 
 from __future__ import annotations
 
 import errno
-import os
-import pickle
-import re
 
 import numpy as np
 
-from exactbatch import ndf
 from exactbatch.errors import NdfError
+from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
+from exactbatch.urls import (
+    ForkSafeFs,
+    import_fsspec,
+    object_info,
+    protocols,
+    url_to_fs,
+    version_tag,
+)
 
 __all__ = [
     "MAX_GAP_BYTES",
     "MAX_RANGE_BYTES",
     "RemoteHandle",
-    "identity",
-    "is_url",
-    "list_parquet",
-    "local_path",
-    "open_ndf_url",
-    "parquet_file",
+    "open_url",
     "plan_ranges",
     "read_remote_rows",
-    "url_to_fs",
 ]
 
 MAX_GAP_BYTES = 64 << 10  # rows this close (bytes skipped between them) share one range
 MAX_RANGE_BYTES = 16 << 20  # longer ranges are split, so their parts download in parallel
-
-# "scheme://" or an fsspec chain "scheme::..." (two letters at least, so that
-# a Windows drive "C:/" or "C://" is never a scheme).
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)(://|::)")
-
-
-def is_url(path) -> bool:
-    """True for ``scheme://...`` (and fsspec chains ``a::b://...``) other than ``file://``."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str):
-        return False
-    m = _SCHEME.match(path)
-    return m is not None and not (m[1].lower() == "file" and m[2] == "://")
-
-
-def local_path(path):
-    """``file:///a/b`` as ``/a/b``; anything else unchanged."""
-    if isinstance(path, str) and path[:7].lower() == "file://":
-        return path[7:]
-    return path
-
-
-def _fsspec():
-    try:
-        import fsspec
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "reading URLs needs fsspec (and s3fs for s3://): pip install 'exactbatch[remote]'"
-        ) from e
-    return fsspec
-
-
-def url_to_fs(url: str, storage_options: dict | None = None):
-    """``(filesystem, path within it)`` for ``url``, with ``storage_options``."""
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise TypeError(f"storage_options must be a dict or None; got {storage_options!r}")
-    return _fsspec().core.url_to_fs(url, **(storage_options or {}))
-
-
-def _here(fs):
-    """``fs``, or in a forked child a new instance: fsspec's async filesystems (s3fs, gcsfs,
-    http) are not fork-safe. Unpickling builds it anew (fsspec drops its instances after
-    a fork); the child keeps reusing that one."""
-    pid = getattr(fs, "_pid", None)  # set by fsspec's AsyncFileSystem
-    if pid is not None and pid != os.getpid():
-        return pickle.loads(pickle.dumps(fs))
-    return fs
-
-
-def _info(fs, key: str, url: str) -> dict:
-    """Fresh metadata of one object (never a cached listing); a missing one names the URL."""
-    try:
-        fs.invalidate_cache(key)
-        return fs.info(key)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
-
-
-# what tells one version of an object from the next, by protocol (the first one present)
-_TAG_KEYS = (
-    "ETag",
-    "etag",
-    "md5Hash",
-    "LastModified",
-    "last_modified",
-    "mtime",
-    "updated",
-    "created",
-)
-
-
-def _etag(info: dict):
-    for k in _TAG_KEYS:
-        if info.get(k) is not None:
-            return str(info[k])
-    return None
 
 
 # -- ranged reads that say which object they read ----------------------------------------
@@ -160,7 +65,7 @@ def _etag(info: dict):
 
 def _is_s3(fs) -> bool:
     """s3fs, whose GETs can carry the ETag they expect and return the one they read."""
-    return "s3" in _protocols(fs) and hasattr(fs, "_call_s3")
+    return "s3" in protocols(fs) and hasattr(fs, "_call_s3")
 
 
 async def _s3_get(fs, bucket: str, key: str, start: int, end: int, etag: str, version: dict):
@@ -195,7 +100,7 @@ def _get_ranges(fs, key: str, starts, ends, etag, pin: dict):
     if etag is None or not _is_s3(fs):
         got = fs.cat_ranges([key] * len(starts), starts, ends, on_error="return", **pin)
         return got, None
-    asyn = _fsspec().asyn
+    asyn = import_fsspec().asyn
     bucket, path, vers = fs.split_path(key)
     version = pin.get("version_id") or vers
     version = {"VersionId": version} if version else {}
@@ -218,13 +123,15 @@ def _get_ranges(fs, key: str, starts, ends, etag, pin: dict):
 
 
 class RemoteHandle:
-    """An ``.ndf`` object on a remote filesystem: what ``exactbatch.ndf`` reads through.
+    """An ``.ndf`` object on a remote filesystem: the handle of an NdfFile over a URL.
 
-    The interface of ``ndf._Handle`` that ``read_rows_into`` uses: ``path``
-    (the URL), ``n``, ``d``, ``l``, ``row_bytes``, ``size`` (bytes of a valid
-    file), ``rows`` (None: no memory map), :meth:`check_size` and
-    :meth:`pread_into`; and :meth:`read_rows_into`, the coalesced read.
-    Immutable after construction, so any number of threads may read at once.
+    The read methods of :class:`~exactbatch.ndf.file.LocalHandle`, by ranged
+    reads: :meth:`read_rows_into` (coalesced), :meth:`read_block_into`,
+    :meth:`will_need` (a no-op), with :meth:`check_size` and :meth:`fetch`
+    under them. Attributes: ``path`` (the URL), ``n``, ``d``, ``l``,
+    ``row_bytes``, ``size`` (bytes of a valid file), ``rows`` and ``lease``
+    (None: no memory map). Immutable after construction, so any number of
+    threads may read at once.
     """
 
     __slots__ = (
@@ -236,12 +143,11 @@ class RemoteHandle:
         "l",
         "n",
         "path",
-        "pid",
         "pin",
         "row_bytes",
-        "rows",
         "size",
     )
+    rows = lease = None  # no memory map: nothing to copy from, nothing to guard
 
     def __init__(
         self,
@@ -255,24 +161,16 @@ class RemoteHandle:
         etag=None,
         pin: dict | None = None,
     ):
-        self.path, self.fs, self.key = path, fs, key
-        self.pid = os.getpid()  # the process whose event loop self.fs may use
+        self.path, self.key = path, key
+        self.fs = ForkSafeFs(fs)  # made anew in a forked child
         self.n, self.d, self.l = n, d, l
         self.row_bytes = 8 * (d + l)
-        self.size = ndf.expected_size(n, d, l)
-        self.rows = None
+        self.size = expected_size(n, d, l)
         self.etag = etag  # the object's ETag (or mtime) when opened
         self.pin = dict(pin or {})  # extra arguments of every read: {"version_id": ...} on S3
 
     def __repr__(self) -> str:
         return f"RemoteHandle({self.path!r}, n={self.n}, d={self.d}, l={self.l})"
-
-    def _filesystem(self):
-        """``fs``, made again in a forked child: fsspec's async filesystems are not fork-safe."""
-        if self.pid != os.getpid():
-            # unpickling builds the filesystem anew (fsspec drops its instances after a fork)
-            self.fs, self.pid = pickle.loads(pickle.dumps(self.fs)), os.getpid()
-        return self.fs
 
     def check_size(self) -> None:
         """Ask the store (one metadata request) whether the object is still the one opened.
@@ -283,7 +181,7 @@ class RemoteHandle:
         if self.pin:
             return
         try:
-            info = _info(self._filesystem(), self.key, self.path)
+            info = object_info(self.fs.get(), self.key, self.path)
         except FileNotFoundError:
             raise FileNotFoundError(
                 errno.ENOENT, "the object was deleted after open_ndf opened it", self.path
@@ -295,7 +193,7 @@ class RemoteHandle:
                 f"{self.path}: the object changed while open: expected {self.size} bytes, "
                 f"found {found} ({how})"
             )
-        tag = _etag(info)
+        tag = version_tag(info)
         if self.etag is not None and tag is not None and tag != self.etag:
             raise self._overwritten(tag)
 
@@ -314,7 +212,7 @@ class RemoteHandle:
         """
         gone = "the object was deleted after open_ndf opened it"
         try:
-            got, tags = _get_ranges(self._filesystem(), self.key, starts, ends, self.etag, self.pin)
+            got, tags = _get_ranges(self.fs.get(), self.key, starts, ends, self.etag, self.pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, gone, self.path) from e
         for blob, a, b in zip(got, starts, ends, strict=True):
@@ -339,16 +237,22 @@ class RemoteHandle:
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
         """Fill ``buf`` with the bytes of rows from ``first_row`` on (one range request)."""
-        a = ndf.HEADER_SIZE + first_row * self.row_bytes
+        a = HEADER_SIZE + first_row * self.row_bytes
         (blob,) = self.fetch([a], [a + len(buf)])
         buf[:] = blob
+
+    def read_block_into(self, start_row: int, buf: memoryview) -> None:
+        self.pread_into(buf, start_row)  # the read itself checks the object
+
+    def will_need(self, start_row: int, rows: int) -> None:
+        """No page cache to warm: nothing to do."""
 
     def read_rows_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         read_remote_rows(self, idx, out_x, out_y)
 
 
-def open_ndf_url(url: str, storage_options: dict | None = None):
-    """An ``NdfFile`` over the ``.ndf`` object at ``url`` (what ``open_ndf(url)`` returns).
+def open_url(url: str, storage_options: dict | None = None) -> RemoteHandle:
+    """The handle of the ``.ndf`` object at ``url`` (``open_ndf(url)`` wraps it in an NdfFile).
 
     One metadata request and one 28-byte range; the header and the exact
     size are checked as for a local file (:class:`NdfError` naming the URL).
@@ -356,7 +260,7 @@ def open_ndf_url(url: str, storage_options: dict | None = None):
     ``IsADirectoryError``.
     """
     fs, key = url_to_fs(url, storage_options)
-    info = _info(fs, key, url)
+    info = object_info(fs, key, url)
     if info.get("type") == "directory":
         raise IsADirectoryError(errno.EISDIR, "expected an .ndf file, found a folder", url)
     if info.get("size") is None:
@@ -364,25 +268,20 @@ def open_ndf_url(url: str, storage_options: dict | None = None):
     size = int(info["size"])
     pin = {}
     version = info.get("VersionId")
-    if version not in (None, "null") and "s3" in _protocols(fs):
+    if version not in (None, "null") and "s3" in protocols(fs):
         pin = {"version_id": version}
-    head, etag = b"", _etag(info)
+    head, etag = b"", version_tag(info)
     if size:
         try:
-            (head,), tags = _get_ranges(fs, key, [0], [min(size, ndf.HEADER_SIZE)], etag, pin)
+            (head,), tags = _get_ranges(fs, key, [0], [min(size, HEADER_SIZE)], etag, pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
         if isinstance(head, BaseException):
             raise head
         if tags is not None and tags[0] not in (None, etag):
             raise NdfError(f"{url}: the object was replaced while it was being opened")
-    n, d, l = ndf.check_header(head, size, url)  # noqa: E741
-    return ndf.NdfFile(RemoteHandle(url, fs, key, n, d, l, etag=etag, pin=pin))
-
-
-def _protocols(fs) -> tuple[str, ...]:
-    p = fs.protocol
-    return (p,) if isinstance(p, str) else tuple(p)
+    n, d, l = check_header(head, size, url)  # noqa: E741
+    return RemoteHandle(url, fs, key, n, d, l, etag=etag, pin=pin)
 
 
 def plan_ranges(
@@ -438,7 +337,7 @@ def read_remote_rows(
         rows, inverse = np.unique(idx, return_inverse=True)
         inverse = inverse.reshape(r)
     plan = plan_ranges(rows, h.row_bytes, MAX_GAP_BYTES, MAX_RANGE_BYTES)  # tunable at run time
-    rb, base = h.row_bytes, ndf.HEADER_SIZE
+    rb, base = h.row_bytes, HEADER_SIZE
     blobs = h.fetch([base + f * rb for f, _, _, _ in plan], [base + s * rb for _, s, _, _ in plan])
     d, width = h.d, h.d + h.l
     # distinct rows in file order; the caller's arrays directly when idx was increasing
@@ -457,76 +356,3 @@ def read_remote_rows(
         whole = dist[inverse]
         out_x[...] = whole[:, :d]
         out_y[...] = whole[:, d:]
-
-
-# -- Parquet over a URL ----------------------------------------------------------------------
-
-
-def list_parquet(path, pattern: str, storage_options: dict | None = None):
-    """``(fs, [url, ...])``: the Parquet objects a URL, a folder URL or a list of URLs names.
-
-    A folder (a prefix) is listed with ``fs.glob`` for ``pattern``, in sorted
-    order; a missing object or an empty folder is ``FileNotFoundError``.
-    Every URL of a list must be on one filesystem (one protocol and options).
-    """
-    if isinstance(path, (str, os.PathLike)):
-        url = os.fspath(path)
-        fs, key = url_to_fs(url, storage_options)
-        try:
-            fs.invalidate_cache(key)
-            info = fs.info(key)
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"no such Parquet file or folder: {url}") from e
-        if info.get("type") != "directory":
-            return fs, [url]
-        found = fs.glob(key.rstrip("/") + "/" + pattern, detail=True)
-        files = sorted(k for k, v in found.items() if v.get("type") != "directory")
-        if not files:
-            raise FileNotFoundError(f"no files matching {pattern!r} in folder {url}")
-        return fs, [fs.unstrip_protocol(k) for k in files]
-    urls = [os.fspath(p) for p in path]
-    if not urls:
-        raise ValueError("parquet_source got an empty list of files")
-    local = [u for u in urls if not is_url(u)]
-    if local:
-        raise ValueError(
-            f"parquet_source got a list mixing URLs and local paths (e.g. {local[0]!r}); "
-            "pass all files on one filesystem"
-        )
-    fs = None
-    for u in urls:
-        f, _ = url_to_fs(u, storage_options)
-        if fs is None:
-            fs = f
-        elif f is not fs:
-            raise ValueError(
-                f"parquet_source got URLs on different filesystems ({urls[0]!r} and {u!r}); "
-                "pass files of one protocol with one set of storage_options"
-            )
-    return fs, urls
-
-
-def identity(fs, url: str) -> tuple:
-    """What changes when an object is overwritten: (size, ETag or mtime, version)."""
-    fs = _here(fs)
-    info = _info(fs, fs._strip_protocol(url), url)
-    return info.get("size"), _etag(info), info.get("VersionId")
-
-
-def parquet_file(fs, url: str, metadata=None, size: int | None = None):
-    """A ``pyarrow.parquet.ParquetFile`` reading ``url`` through ``fs`` by ranged reads.
-
-    No read-ahead cache: pyarrow asks for exactly the footer, or a row
-    group's column chunks (coalesced, ``pre_buffer=True``).
-    """
-    import pyarrow.parquet as pq
-
-    fs = _here(fs)
-    kw = {"cache_type": "none"}
-    if size is not None:
-        kw["size"] = size  # saves the file object a metadata request
-    try:
-        f = fs.open(fs._strip_protocol(url), "rb", **kw)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
-    return pq.ParquetFile(f, metadata=metadata, pre_buffer=True)

@@ -1,0 +1,27 @@
+"""The .ndf format: a 28-byte header, then n rows of (d + l) float64.
+
+- :mod:`~exactbatch.ndf.format`: the byte layout and the header's rules.
+- :mod:`~exactbatch.ndf.file`: :class:`NdfFile` and :func:`open_ndf`; reads.
+- :mod:`~exactbatch.ndf.guard`: safe copies from a file's memory map.
+- :mod:`~exactbatch.ndf.write`: :func:`save_ndf` and the streaming
+  :class:`~exactbatch.ndf.write.NdfWriter`, atomic both.
+- :mod:`~exactbatch.ndf.remote`: ``.ndf`` over URLs, by ranged reads.
+
+The names below are importable from ``exactbatch.ndf`` itself.
+"""
+
+from exactbatch.ndf.file import NdfFile, open_ndf
+from exactbatch.ndf.format import HEADER_SIZE, MAGIC, check_header, expected_size
+from exactbatch.ndf.write import NdfWriter, atomic_path, save_ndf
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "NdfFile",
+    "NdfWriter",
+    "atomic_path",
+    "check_header",
+    "expected_size",
+    "open_ndf",
+    "save_ndf",
+]

@@ -1,0 +1,358 @@
+"""Atomic writes of .ndf files (and of any file): nothing half-written is ever seen.
+
+Every writer here goes through one :class:`AtomicFile`: bytes go to
+``.NAME.<host>.<pid>.<random>.tmp`` in the target's folder, which is
+fsynced and renamed over the target, then the folder is fsynced. On any
+error (a Ctrl-C included) the temporary file is removed and an existing
+target keeps its old bytes. No folder is created: a missing one is
+``FileNotFoundError``.
+
+- :func:`save_ndf` writes a whole dataset held in memory.
+- :class:`NdfWriter` writes rows slab by slab, for files larger than memory;
+  the real header is written at :meth:`~NdfWriter.commit` (n may be unknown
+  until then), so until then the temporary file's header is zeros and a
+  crash leaves no file that looks valid.
+- :func:`atomic_path` lends a temporary path to another writer (pyarrow).
+
+A writer killed mid-write (SIGKILL, power loss) leaves its temporary file
+behind; the next writer of the same path removes such files whose writer
+process (on this host) is gone, so they do not pile up. (A writer in another
+PID namespace with the same host name is not told apart: if such a writer's
+temporary file is removed, its own rename fails loudly and its target keeps
+its old bytes.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import secrets
+import socket
+
+import numpy as np
+
+from exactbatch.dataset import Dataset
+from exactbatch.ndf.format import HEADER_SIZE, expected_size, pack_header
+
+__all__ = [
+    "AtomicFile",
+    "NdfWriter",
+    "atomic_path",
+    "leaves_no_temps",
+    "remove_own_temps",
+    "save_ndf",
+]
+
+_WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
+
+
+def save_ndf(path, data) -> None:
+    """Write ``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) to ``path``.
+
+    Atomic: rows go to a temporary file in the same folder, which is flushed,
+    fsynced and renamed over ``path``. On any error no new file is left
+    behind and an existing file at ``path`` keeps its old bytes. No folders
+    are created: a missing folder is ``FileNotFoundError``.
+    """
+    path = os.fspath(path)
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
+        data = Dataset(*data)
+    elif not isinstance(data, Dataset):
+        data = Dataset(data)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(pack_header(data.n, data.d, data.l))
+        _write_rows(f, data)
+
+
+def _write_rows(f, data: Dataset) -> None:
+    x, y = data.x, data.y
+    row_bytes = 8 * (data.d + data.l)
+    if row_bytes == 0:
+        return
+    step = max(1, _WRITE_ROWS_BYTES // row_bytes)
+    le = np.dtype("<f8")
+    for a in range(0, data.n, step):
+        if data.l == 0:
+            slab = x[a : a + step]
+        elif data.d == 0:
+            slab = y[a : a + step]
+        else:
+            slab = np.concatenate((x[a : a + step], y[a : a + step]), axis=1)
+        f.write(memoryview(np.ascontiguousarray(slab, dtype=le)).cast("B"))
+
+
+class AtomicFile:
+    """A new temporary file next to ``path`` (``temp``, open as ``fd``), renamed over
+    ``path`` by :meth:`commit` or removed by :meth:`abort`.
+
+    Creating it removes temporary files of ``path`` left by killed writers.
+    ``before_rename``, if given, is called at commit before anything else;
+    what it raises aborts (the CLI raises a Ctrl-C some library swallowed).
+    """
+
+    __slots__ = ("before_rename", "fd", "folder", "path", "temp")
+
+    def __init__(self, path, before_rename=None):
+        self.path = os.fspath(path)
+        self.before_rename = before_rename
+        self.folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(self.folder):
+            raise FileNotFoundError(
+                errno.ENOENT, "folder does not exist (nothing creates it)", self.path
+            )
+        name = os.path.basename(self.path)
+        _remove_stale_temps(self.folder, name)
+        self.temp, self.fd = _create_temp(self.folder, name)
+
+    def close_fd(self) -> None:
+        """Close the descriptor (another writer opens ``temp`` itself); commit fsyncs anyway."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def commit(self, finish=None) -> None:
+        """Fsync the temporary file, rename it over ``path``, fsync the folder.
+
+        ``finish()``, if given, runs just after ``before_rename``: the last
+        writes and checks; what it raises aborts too.
+        """
+        try:
+            if self.before_rename is not None:
+                self.before_rename()
+            if finish is not None:
+                finish()
+            if self.fd < 0:
+                self.fd = os.open(self.temp, os.O_RDONLY)
+            os.fsync(self.fd)
+            self.close_fd()
+            os.replace(self.temp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        _fsync_folder(self.folder)
+
+    def abort(self) -> None:
+        """Close and remove the temporary file; ``path`` is untouched. Idempotent."""
+        self.close_fd()
+        try:
+            os.unlink(self.temp)
+        except FileNotFoundError:
+            pass
+
+
+@contextlib.contextmanager
+def atomic_path(path, before_rename=None):
+    """A temporary path next to ``path`` to write to; renamed over ``path`` on success.
+
+    The file is fsynced before the rename and the folder after. On any
+    exception out of the block the temporary file is removed and ``path``
+    keeps its old bytes. No folder is created (a missing one is
+    ``FileNotFoundError``); temporary files of killed writers of ``path`` are
+    removed first, so they do not pile up. ``before_rename``: as
+    :class:`AtomicFile`'s.
+    """
+    out = AtomicFile(path, before_rename)
+    out.close_fd()
+    try:
+        yield out.temp
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+
+
+def _bytes_view(buf) -> memoryview:
+    view = memoryview(buf)
+    return view.cast("B") if view.nbytes else memoryview(b"")
+
+
+def _write_all(fd: int, buf) -> None:
+    view = _bytes_view(buf)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class NdfWriter:
+    """Write an ``.ndf`` file row slab by row slab; atomic on :meth:`commit`.
+
+    ``n`` is the row count when known up front (it is then checked at
+    commit); None when it is only known at the end. Use as a context manager:
+    a clean exit commits, an exception aborts. ``before_rename``: as
+    :class:`AtomicFile`'s.
+    """
+
+    def __init__(self, path, d: int, l: int, n: int | None = None, *, before_rename=None):  # noqa: E741
+        self.path = os.fspath(path)
+        self.d, self.l, self.n = int(d), int(l), n
+        self.row_bytes = 8 * (self.d + self.l)
+        self.rows = 0
+        self._out = AtomicFile(self.path, before_rename)
+        try:
+            _write_all(self._out.fd, bytes(HEADER_SIZE))  # the real header comes at commit
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def temp_path(self) -> str:
+        return self._out.temp
+
+    def write(self, block: np.ndarray) -> None:
+        """Append rows: a (rows, d + l) array of numbers, written as float64."""
+        block = np.ascontiguousarray(block, dtype="<f8")
+        if block.ndim != 2 or block.shape[1] != self.d + self.l:
+            raise ValueError(
+                f"{self.path}: expected rows of shape (r, {self.d + self.l}); got {block.shape}"
+            )
+        _write_all(self._out.fd, block)
+        self.rows += block.shape[0]
+
+    def write_raw(self, rows) -> None:
+        """Append whole rows already in the file's byte layout (a bytes-like object)."""
+        view = _bytes_view(rows)
+        if self.row_bytes == 0 or len(view) % self.row_bytes:
+            raise ValueError(f"{self.path}: {len(view)} bytes is not a whole number of rows")
+        _write_all(self._out.fd, view)
+        self.rows += len(view) // self.row_bytes
+
+    def commit(self) -> None:
+        """Write the header, fsync, rename over the destination, fsync the folder."""
+        self._out.commit(self._finish)
+
+    def _finish(self) -> None:
+        if self.n is not None and self.rows != self.n:
+            raise ValueError(
+                f"{self.path}: the input promised {self.n} rows but {self.rows} were written"
+            )
+        fd = self._out.fd
+        os.pwrite(fd, pack_header(self.rows, self.d, self.l), 0)
+        size = os.fstat(fd).st_size
+        if size != expected_size(self.rows, self.d, self.l):  # pragma: no cover - a bug
+            raise ValueError(f"{self.path}: wrote {size} bytes, expected another size")
+
+    def abort(self) -> None:
+        """Close and remove the temporary file; the destination is untouched."""
+        self._out.abort()
+
+    def __enter__(self) -> NdfWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+@contextlib.contextmanager
+def leaves_no_temps(path):
+    """On an exception out of the block, remove this process's temporary files of ``path``.
+
+    :class:`NdfWriter` and :func:`atomic_path` remove theirs, but an
+    exception raised asynchronously (a Ctrl-C) can land between a file's
+    creation and the ``with`` that takes charge of it.
+    """
+    try:
+        yield
+    except BaseException:
+        remove_own_temps(path)
+        raise
+
+
+# -- temporary files -------------------------------------------------------------------
+
+# What follows ".NAME." in a temporary file's name: host tag, writer's pid, random part.
+_TEMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{12}\.tmp")
+
+
+def _temp_stem(name: str) -> str:
+    # keep the temporary name within NAME_MAX (255 bytes) for long target names
+    return os.fsdecode(os.fsencode(name)[:200])
+
+
+def _host_tag() -> str:
+    """8 hex digits naming this host: pids are only compared on the host that wrote them."""
+    return hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal is sent, only the existence is checked
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # PermissionError: it exists (someone else's);
+        return True  # a pid too large for this OS: not ours to judge, keep the file
+    return True
+
+
+def _remove_stale_temps(folder: str, name: str) -> None:
+    """Remove temporary files of ``name`` left by writers on this host that are gone.
+
+    A writer killed mid-write leaves ``.NAME.<host>.<pid>.<random>.tmp``;
+    such a file is removed once no process has that pid (a pid reused since
+    keeps it until that process ends too). Best effort: errors are ignored.
+    Files of live writers, of other hosts, or named otherwise are left alone.
+    """
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return
+    me = os.getpid()
+    _remove_temps(folder, name, lambda pid: pid != me and not _pid_alive(pid))
+
+
+def remove_own_temps(path) -> None:
+    """Remove this process's temporary files of ``path``, after a failed write.
+
+    The writers remove their own, but an exception raised asynchronously (a
+    Ctrl-C) can land between a file's creation and the code that would
+    remove it. Best effort: errors are ignored.
+    """
+    path = os.fspath(path)
+    me = os.getpid()
+    _remove_temps(os.path.dirname(os.path.abspath(path)), os.path.basename(path), me.__eq__)
+
+
+def _remove_temps(folder: str, name: str, remove) -> None:
+    """Remove this host's temporary files of ``name`` whose writer's pid passes ``remove``."""
+    prefix, host = f".{_temp_stem(name)}.", _host_tag()
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for entry in names:
+        m = _TEMP_TAIL.fullmatch(entry, len(prefix))
+        if m is None or m["host"] != host or not remove(int(m["pid"])):
+            continue
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+def _create_temp(folder: str, name: str) -> tuple[str, int]:
+    stem, host, pid = _temp_stem(name), _host_tag(), os.getpid()
+    while True:
+        tmp = os.path.join(folder, f".{stem}.{host}.{pid}.{secrets.token_hex(6)}.tmp")
+        try:  # O_EXCL with mode 0o666 so the final file gets the umask's permissions
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename durable; best effort where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
