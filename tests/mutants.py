@@ -46,14 +46,13 @@ TARGETS = {
         ],
     ),
     "ndf": (
-        ["src/exactbatch/ndf.py"],
+        ["src/exactbatch/ndf/format.py", "src/exactbatch/ndf/file.py"],
         [  # the open, size and header checks
-            "exactbatch.ndf.x_expected_size*",
-            "exactbatch.ndf.xǁ_Handleǁcheck_size*",
-            "exactbatch.ndf.xǁ_Handleǁpread_into*",
-            "exactbatch.ndf.x_open_ndf*",
-            "exactbatch.ndf.x__read_header*",
-            "exactbatch.ndf.x_check_header*",
+            "exactbatch.ndf.format.x_expected_size*",
+            "exactbatch.ndf.format.x_check_header*",
+            "exactbatch.ndf.file.xǁLocalHandleǁcheck_size*",
+            "exactbatch.ndf.file.xǁLocalHandleǁpread_into*",
+            "exactbatch.ndf.file.x_open_ndf*",
         ],
         [  # (the tests that read in a child process cannot see a mutant: left out)
             "tests/test_ndf.py",
