@@ -1,33 +1,43 @@
 # `make demo` and `make test` each set everything up on a fresh machine.
+# Each target installs the extra it needs (demo: NumPy and tqdm; docs: MkDocs;
+# dev: everything), once per change of pyproject.toml. VENV=/tmp/venv puts the
+# virtual environment elsewhere.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# The Material theme's notice about its end of life, printed on every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-.PHONY: demo test lint bench mutants clean
+.PHONY: demo test lint docs bench mutants clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 
-demo: $(STAMP)
+$(VENV)/.installed-%: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$*]'
+	touch $@
+
+demo: $(VENV)/.installed-demo
 	$(PY) examples/demo.py
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench examples
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check src tests bench examples docs
+
+docs: $(VENV)/.installed-docs
+	$(MKDOCS)
 
 test: lint
+	$(MKDOCS)
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(VENV)/.installed-dev
 	$(PY) bench/bench_core.py
 
 # Mutation testing (not part of `make test`; about an hour on 2 cores): the kill
 # rate per target and the surviving mutants. `make mutants TARGETS="order ndf"`
 # runs some targets; `$(PY) tests/mutants.py --summary --diff` shows the last results.
-mutants: $(STAMP)
+mutants: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py $(TARGETS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build site src/*.egg-info

@@ -274,12 +274,8 @@ def test_bench_parquet(small_parquet, capsys):
 
 
 def _cli_docs() -> str:
-    """The "From your data to batches" section of README.md."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    start = readme.find("## From your data to batches")
-    assert start >= 0, "README.md has no 'From your data to batches' section"
-    end = readme.find("\n## ", start + 1)
-    return readme[start : end if end >= 0 else None]
+    """The docs page of the command, docs/cli.md ("From your data to batches")."""
+    return (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
 
 
 def test_the_documented_session_runs(tmp_path, monkeypatch):
@@ -292,7 +288,7 @@ def test_the_documented_session_runs(tmp_path, monkeypatch):
     doc = _cli_docs()
     monkeypatch.chdir(tmp_path)
     for code in re.findall(r"```python\n(.*?)```", doc, flags=re.S):
-        exec(compile(code, "README_cli", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, "docs/cli.md", "exec"), {"__name__": "__docs__"})
     sessions = re.findall(r"```sh\n(\$ .*?)```", doc, flags=re.S)
     assert sessions
     for session in sessions:
