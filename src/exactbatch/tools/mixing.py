@@ -40,11 +40,11 @@ import os
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools._common import CliError, detect_format, progress, resolve_columns
+from exactbatch.tools._common import CliError, detect_format, progress
+from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
 
 __all__ = ["ks_distance", "mixing", "public", "render"]
 
-_MAX_COLUMNS = 8  # columns examined when none are chosen
 _STORED_ROWS = 1 << 20  # rows of examined batches kept for the KS statistics
 _SLICES = 100  # the file cut into this many equal slices, for the batch spread
 _VERDICT_SHARE = 0.15  # above this share of "worse than random p95" batches: not mixed
@@ -87,84 +87,6 @@ def ks_distance(values: np.ndarray, ref_sorted: np.ndarray) -> float:
     return float(np.max(np.abs(fa - fr)))
 
 
-class _Tagged:
-    """The data's chunks as a chunk-indexed source, each row's file position appended."""
-
-    def __init__(self, chunk_rows, read):
-        self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
-        self._starts = np.concatenate(([0], np.cumsum(self.chunk_rows)))
-        self.n_rows = int(self._starts[-1])
-        self._read = read
-
-    def __len__(self) -> int:
-        return len(self.chunk_rows)
-
-    def read_chunk(self, i: int) -> np.ndarray:
-        a, b = int(self._starts[i]), int(self._starts[i + 1])
-        vals = self._read(i, a, b)  # (rows, columns)
-        return np.column_stack((vals, np.arange(a, b, dtype=np.float64)))
-
-
-def _ndf_input(path, columns, chunk_rows):
-    from exactbatch.ndf import open_ndf
-
-    f = open_ndf(path)
-    names = [f"x{j}" for j in range(f.d)] + [f"y{k}" for k in range(f.l)]
-    cols = resolve_columns(columns, names, path, "--columns")
-    chosen = names[:_MAX_COLUMNS] if cols is None else [names[j] for j in cols]
-    cols = [names.index(c) for c in chosen]
-    chunk_rows = chunk_rows or 65536
-    sizes = [min(chunk_rows, f.n - a) for a in range(0, f.n, chunk_rows)]
-
-    def read(i, a, b):
-        x, y = f.read_rows(np.arange(a, b))
-        return np.concatenate((x, y), axis=1)[:, cols]
-
-    skipped = _skipped(names, chosen, columns)
-    return _Tagged(sizes, read), chosen, f.d + f.l, chunk_rows, skipped
-
-
-def _parquet_input(path, columns, chunk_rows):
-    from exactbatch.sources.parquet import parquet_source
-
-    if chunk_rows:
-        raise CliError(f"{path}: Parquet is read by row group; --chunk-rows is for .ndf files")
-    try:
-        import pyarrow.types as pat
-    except ImportError as e:
-        raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-    import pyarrow.parquet as pq
-
-    from exactbatch.sources.parquet import _list_files
-
-    schema = pq.ParquetFile(_list_files(path, "*.parquet")[0]).schema_arrow
-    numeric = [
-        f.name
-        for f in schema
-        if pat.is_integer(f.type) or pat.is_floating(f.type) or pat.is_boolean(f.type)
-    ]
-    cols = resolve_columns(columns, schema.names, path, "--columns")
-    chosen = numeric[:_MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
-    if not chosen:
-        raise CliError(f"{path}: no numeric columns to examine")
-    src = parquet_source(path, features=chosen)
-    skipped = [
-        {"name": f.name, "reason": f"non-numeric: {f.type}"}
-        for f in schema
-        if f.name not in numeric and f.name not in chosen
-    ] + _skipped(numeric, chosen, columns)
-    tagged = _Tagged(src.chunk_rows, lambda i, a, b: src.read_chunk(i)[0])
-    return tagged, chosen, len(numeric), None, skipped
-
-
-def _skipped(names, chosen, columns) -> list[dict]:
-    """The columns of ``names`` not examined, and why."""
-    why = "not in --columns" if columns is not None else (
-        f"over the {_MAX_COLUMNS} examined without --columns"
-    )
-    return [{"name": c, "reason": why} for c in names if c not in chosen]
-
-
 def mixing(
     src,
     *,
@@ -192,7 +114,7 @@ def mixing(
     fmt = detect_format(src)
     if fmt not in ("ndf", "parquet"):
         raise CliError(f"{src}: mixing reads .ndf or Parquet; convert {fmt} first")
-    build = _ndf_input if fmt == "ndf" else _parquet_input
+    build = ndf_input if fmt == "ndf" else parquet_input
     tagged, names, width, chunk_rows, skipped = build(src, columns, chunk_rows)
     n, c = tagged.n_rows, len(names)
     if n == 0:
