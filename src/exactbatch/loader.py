@@ -21,10 +21,6 @@ from exactbatch.order import Shard
 __all__ = ["DataLoader"]
 
 
-def _spec_field(get, doc: str) -> property:
-    return property(lambda self: get(self._feed.spec), doc=doc)
-
-
 class DataLoader:
     """Exact minibatches of a source, with seeded shuffles, epochs and shards.
 
@@ -103,20 +99,16 @@ class DataLoader:
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
+        # The spec's settings as plain attributes: read on every batch, so no properties.
+        self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
+        self.even_batches, self.elastic = spec.even_batches, spec.elastic
+        self.num_shards, self.shard_index = shard.count, shard.index
         self._feed = open_feed(source, spec, total_size, self.buffer_size)
         self._reader = getattr(self._feed, "reader", None)  # random access; tests wrap it
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
-
-    batch_size = _spec_field(lambda s: s.batch_size, "Rows per batch (the last may hold fewer).")
-    shuffle = _spec_field(lambda s: s.shuffle, "Are epochs shuffled?")
-    drop_last = _spec_field(lambda s: s.drop_last, "Is a partial last batch dropped?")
-    even_batches = _spec_field(lambda s: s.even_batches, "Has every shard as many batches?")
-    elastic = _spec_field(lambda s: s.elastic, "Are batches dealt to shards from one order?")
-    num_shards = _spec_field(lambda s: s.shard.count, "Shards in all.")
-    shard_index = _spec_field(lambda s: s.shard.index, "This loader's shard.")
 
     # -- sizes -----------------------------------------------------------------
 
