@@ -41,13 +41,13 @@ def ids(loader) -> np.ndarray:
 
 def test_the_helper_path_is_the_one_taken(path, monkeypatch):
     used = []
-    real = buffer_module._shuffle_ahead
+    real = buffer_module.shuffle_halves
 
     def counted(*a):
         used.append(1)
         return real(*a)
 
-    monkeypatch.setattr(buffer_module, "_shuffle_ahead", counted)
+    monkeypatch.setattr(buffer_module, "shuffle_halves", counted)
     with open_ndf(path) as f:
         got = ids(DataLoader(ndf_blocks(f, 25), 64, buffer_size=500, seed=1))
         ids(DataLoader(ndf_blocks(f, 40), 64, buffer_size=500, seed=1))  # 12.5 blocks: no
@@ -93,7 +93,7 @@ def test_rows_mix_within_windows_of_half_the_buffer(path):
 
 def test_a_stream_that_fits_is_one_full_shuffle(path, monkeypatch):
     calls = []
-    monkeypatch.setattr(buffer_module, "_shuffle_ahead", lambda *a: calls.append(1))
+    monkeypatch.setattr(buffer_module, "shuffle_halves", lambda *a: calls.append(1))
     with open_ndf(path) as f:
         got = ids(DataLoader(ndf_blocks(f, 100), 64, buffer_size=3000, seed=2))
     assert calls == [] and np.array_equal(np.sort(got), np.arange(3000))

@@ -177,3 +177,59 @@ def test_ks_distance():
     assert ks_distance(a, np.sort(a)) == 0.0
     assert ks_distance(a + 10, np.sort(a)) == 1.0
     assert ks_distance(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == 0.5
+
+
+def run_text(*argv, capsys) -> str:
+    assert main([*map(str, argv), "-q"]) == 0
+    return capsys.readouterr().out
+
+
+def test_it_says_the_buffer_a_full_mix_needs_and_when_the_buffer_mixes_in_halves(data, capsys):
+    """A buffer of 50 chunks, a quarter of the data, reads ahead in halves: a window of
+    half of it, said so; a full mix needs a buffer of the data's rows, and that one
+    mixes fully (one piece); random access is named as the alternative."""
+    args = ["mixing", data / "sorted.ndf", "--batch-size", "100", "--chunk-rows", "100"]
+    text = run_text(*args, "--buffer-size", "5000", capsys=capsys)
+    head = text.splitlines()[:4]
+    assert "(mixing window 2,500 rows)" in head[0]
+    assert "reads ahead in two halves" in head[1] and "about 2W" in head[1]
+    assert f"a full mix needs --buffer-size {N:,}, the whole data" in head[2]
+    assert "full shuffle whatever the file order: DataLoader(open_ndf(...))" in head[3]
+    r = run_json(*args, "--buffer-size", "5000", capsys=capsys)
+    assert r["halves"] and r["mixing_window"] == 2500 and r["full_mix_buffer"] == N
+    assert r["full_mix_bytes"] == 8 * 4 * N  # 3 columns and the row ids
+    full = run_json(*args, "--buffer-size", str(r["full_mix_buffer"]), capsys=capsys)
+    assert not full["halves"] and full["mixing_window"] == N and full["well_mixed"]
+    near = run_json(*args, "--buffer-size", str(N - 1), capsys=capsys)
+    assert near["halves"] and near["mixing_window"] == (N - 1) // 2  # one row short: halves
+    one_piece = run_text(*args, "--buffer-size", "1000", capsys=capsys)  # 10 chunks: one piece
+    assert "two halves" not in one_piece and "(mixing window 1,000 rows)" in one_piece
+
+
+def test_it_names_the_columns_it_skipped_and_why(tmp_path, capsys):
+    """Without --columns an .ndf shows its first 8 columns; --columns keeps the others
+    out; Parquet skips non-numeric columns, naming their type."""
+    x = np.tile(np.arange(400.0)[:, None], (1, 10))
+    save_ndf(tmp_path / "wide.ndf", (x, x[:, 0]))
+    args = ["--batch-size", "50", "--chunk-rows", "100"]
+    text = run_text("mixing", tmp_path / "wide.ndf", *args, capsys=capsys)
+    assert "columns skipped (over the 8 examined without --columns): x8, x9, y0" in text
+    r = run_json("mixing", tmp_path / "wide.ndf", *args, "--columns", "x1,y0", capsys=capsys)
+    assert [c["name"] for c in r["ks"]["columns"]] == ["x1", "y0"]
+    assert {c["reason"] for c in r["skipped_columns"]} == {"not in --columns"}
+    assert [c["name"] for c in r["skipped_columns"]] == ["x0", *(f"x{j}" for j in range(2, 10))]
+    shown = run_text("mixing", tmp_path / "wide.ndf", *args, "--columns", "x1,y0", capsys=capsys)
+    assert "columns skipped (not in --columns): x0, x2, x3, x4, x5, x6 and 3 more" in shown
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    t = np.arange(400.0)
+    table = pa.table({"t": t, "city": ["a", "b"] * 200, "flag": t > 100})
+    pq.write_table(table, tmp_path / "ev.parquet", row_group_size=100)
+    text = run_text("mixing", tmp_path / "ev.parquet", "--batch-size", "50", capsys=capsys)
+    assert "columns skipped (non-numeric: string): city" in text
+    assert "(exactbatch convert writes the .ndf)" in text
+    r = run_json("mixing", tmp_path / "ev.parquet", "--batch-size", "50", capsys=capsys)
+    assert r["skipped_columns"] == [{"name": "city", "reason": "non-numeric: string"}]
+    assert [c["name"] for c in r["ks"]["columns"]] == ["t", "flag"]

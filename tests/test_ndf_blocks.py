@@ -79,7 +79,7 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     import threading
 
     import exactbatch.ndf.file as file_module  # where the hint is given
-    from exactbatch.streamed import _HINT_AHEAD
+    from exactbatch.feeds.streamed import HINT_AHEAD
 
     src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)
     hinted, read = [], []  # hinted: (block, blocks read when it was hinted)
@@ -109,14 +109,14 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
         assert hinted == []
         return
     assert [b for b, _ in hinted] == read  # every block, in the same order
-    assert all(j < done + _HINT_AHEAD + 1 for j, (_, done) in enumerate(hinted))
-    assert _HINT_AHEAD == 16
+    assert all(j < done + HINT_AHEAD + 1 for j, (_, done) in enumerate(hinted))
+    assert HINT_AHEAD == 16
 
 
 def test_a_loader_keeps_its_shuffle_buffer_across_epochs_and_the_order_is_unchanged(ndf):
     """The buffer is allocated once per loader (not per epoch); reusing it changes
     nothing: each epoch's batches equal a fresh loader's for that epoch."""
-    import exactbatch.batching.buffer as buffer_module
+    import exactbatch.batching.gather as buffer_module
 
     made = []
     real = buffer_module.np.empty

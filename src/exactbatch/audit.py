@@ -1,27 +1,56 @@
-"""total_size: resolving N, the row count a minibatch likelihood is rescaled by."""
+"""total_size and the ledger: N, the row count a minibatch likelihood is
+rescaled by, and the checks that every epoch hands out the rows it promised.
+
+* N of a random-access source is exact; of a stream, ``"auto"`` takes the
+  source's ``n_rows`` or counts the rows in one pass (:func:`count_total`,
+  with a ``UserWarning`` naming the count), and a declared int is audited
+  after every pass (:func:`audit_pass`: a :class:`TotalSizeWarning`, once,
+  when the rows seen cannot be right).
+* The ledger: :func:`check_ledger` raises :class:`ExactnessError` when the
+  rows handed out in an epoch are not the rows it promised.
+
+Warnings point at the first line outside exactbatch (the user's).
+"""
 
 from __future__ import annotations
 
-from exactbatch.errors import ExactnessError
-from exactbatch.sources.chunks import close_iterator
+import os
+import sys
+import warnings
+
+from exactbatch.checks import check_int
+from exactbatch.errors import ExactnessError, TotalSizeWarning
+from exactbatch.sources.chunks import close_iterator, normalize_chunk
 
 __all__ = [
+    "audit_pass",
     "check_ledger",
     "check_total_size_kind",
-    "count_rows",
+    "count_total",
     "outside_window",
-    "probe_restart",
     "resolve_random_access_total",
 ]
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this
+    function point at the first frame outside the package."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 def check_total_size_kind(total_size) -> None:
+    """``total_size`` must be ``"auto"``, None or an int >= 0."""
     if total_size is None or (isinstance(total_size, str) and total_size == "auto"):
         return
-    if isinstance(total_size, bool) or not isinstance(total_size, int):
-        raise TypeError(f'total_size must be "auto", None or an int; got {total_size!r}')
-    if total_size < 0:
-        raise ValueError(f"total_size must be >= 0; got total_size={total_size}")
+    try:
+        check_int("total_size", total_size, 0)
+    except TypeError:
+        raise TypeError(f'total_size must be "auto", None or an int; got {total_size!r}') from None
 
 
 def resolve_random_access_total(total_size, n: int) -> int:
@@ -39,21 +68,36 @@ def resolve_random_access_total(total_size, n: int) -> int:
     return n
 
 
-def count_rows(stream, normalize):
-    """One full pass over ``stream``: (rows, (d, l) or None, the iterator read)."""
+def count_total(stream) -> tuple[int, tuple[int, int] | None]:
+    """``total_size="auto"`` on a stream without ``n_rows``: count its rows in one
+    full pass, with a warning naming the count, and check that the stream
+    restarts. ``(rows, (d, l))``, the widths None when no chunk came.
+    No rows at all is a ``ValueError`` (declare ``total_size=0`` if right)."""
     rows, width = 0, None
     it = stream.open()
     try:
         for i, chunk in enumerate(it):
-            x, y = normalize(chunk, i, width)
+            x, y = normalize_chunk(chunk, i, width)
             width = (x.shape[1], y.shape[1])
             rows += x.shape[0]
     finally:
         close_iterator(it)
-    return rows, width, it
+    warnings.warn(
+        f'total_size="auto": the source has no n_rows, so exactbatch counted its rows with '
+        f"one full pass ({rows} rows). Pass total_size={rows} to skip the counting pass.",
+        UserWarning,
+        stacklevel=_user_stacklevel(),
+    )
+    if rows == 0:
+        raise ValueError(
+            "the source yielded no rows while counting: if it is really empty pass "
+            "total_size=0; if it is a factory, check it returns a fresh iterator per call"
+        )
+    _probe_restart(stream, it, rows)
+    return rows, width
 
 
-def probe_restart(stream, first, first_pass_rows: int, normalize) -> None:
+def _probe_restart(stream, first, first_pass_rows: int) -> None:
     """Check that ``stream`` yields a fresh pass with rows after the pass ``first``
     (rows, not values: a chunk of rows with no columns counts)."""
     second = stream.open()
@@ -65,7 +109,7 @@ def probe_restart(stream, first, first_pass_rows: int, normalize) -> None:
                 "iterator on every call (or declare total_size=N to skip counting)"
             )
         for i, chunk in enumerate(second):
-            if normalize(chunk, i, None)[0].shape[0]:
+            if normalize_chunk(chunk, i, None)[0].shape[0]:
                 return
         raise ValueError(
             f"the source yielded {first_pass_rows} rows while counting, then came back empty: "
@@ -83,6 +127,29 @@ def outside_window(expected: int, seen: int, batch_size: int) -> bool:
     either way, in exact integer arithmetic.
     """
     return 10 * expected < 9 * seen or 10 * expected >= 11 * (seen + batch_size)
+
+
+def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard) -> bool:
+    """After a full pass of a stream handed out ``seen`` rows in full batches: warn
+    (:class:`TotalSizeWarning`) if ``n``, this ``shard``'s share of the declared
+    ``total_size``, cannot be right. Whether it warned."""
+    if not outside_window(n, seen, batch_size):
+        return False
+    share = (
+        f"total_size={total_size}"
+        if shard.count == 1
+        else f"shard {shard.index}'s share of total_size={total_size} ({n} rows)"
+    )
+    warnings.warn(
+        TotalSizeWarning(
+            f"{share} disagrees with the stream: a full pass handed out {seen} rows in "
+            f"full batches of {batch_size} (a correct N satisfies seen <= N < seen + "
+            f"batch_size). A likelihood rescaled by the wrong N is biased: pass the true "
+            f'row count, or total_size="auto".'
+        ),
+        stacklevel=_user_stacklevel(),
+    )
+    return True
 
 
 def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: int) -> None:

@@ -1,37 +1,24 @@
 """DataLoader: the one front door - epochs, the cursor, threads and resume.
 
-The loader owns the cursor (which epoch, how many batches handed out);
-everything else is delegated: the order to :mod:`exactbatch.order`, fetching
-rows to a reader in :mod:`exactbatch.sources`, cutting an epoch into batches
-to :mod:`exactbatch.batching`.
-
-Concurrency: a lock guards only the claim of the next batch; the rows are
-then read outside it, so threads that share a loader read in parallel.
+The loader checks its arguments and delegates: the source's kind picks a
+feed (:mod:`exactbatch.feeds`), which composes the order, the reader and
+the batching; the position and the ledger are the cursor's
+(:mod:`exactbatch.cursor`); states are packed by :mod:`exactbatch.loader_state`.
 """
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.audit import check_ledger, resolve_random_access_total
-from exactbatch.batching.indexed import IndexedFeed
-from exactbatch.checks import check_flag, check_int
+from exactbatch.checks import check_int
+from exactbatch.cursor import Cursor, EpochIterator
 from exactbatch.distributed import resolve_shard
-from exactbatch.ndf import NdfFile
-from exactbatch.order import check_shard
-from exactbatch.order.digest import Tally
-from exactbatch.prefetch import Prefetcher
-from exactbatch.sources.random_access import random_access_reader
-from exactbatch.streamed import StreamFeed
-from exactbatch.urls import is_url
+from exactbatch.feeds import BatchSpec, open_feed
+from exactbatch.loader_state import pack_state, unpack_state
+from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
-
-STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
-_PREFETCH_MIN_BYTES = 256 << 10  # default prefetch only for batches of at least this size
 
 
 class DataLoader:
@@ -39,12 +26,16 @@ class DataLoader:
 
     ``source`` is random-access - a :class:`Dataset`, an :class:`NdfFile`, an
     array ``x`` (or an array-like: a CPU torch tensor, a pandas or polars
-    DataFrame of numeric columns) or a pair ``(x, y)`` - and every epoch is a full permutation
-    of this shard's rows (or file order with ``shuffle=False``); or streamed
-    - a :func:`parquet_source`, :func:`ndf_blocks`, a zero-argument callable
-    returning an iterator of chunks, or a re-iterable of chunks - and rows
-    are re-batched and, with ``shuffle``, mixed in a bounded buffer of
-    ``buffer_size`` rows (see :mod:`exactbatch.batching.buffer` for what a
+    DataFrame of numeric columns) or a pair ``(x, y)`` - and every epoch is a
+    full permutation of this shard's rows (or file order with
+    ``shuffle=False``); or streamed - a :func:`parquet_source`,
+    :func:`ndf_blocks`, a zero-argument callable returning an iterator of
+    chunks, or a re-iterable of chunks - and rows are re-batched and, with
+    ``shuffle``, mixed in a bounded buffer of ``buffer_size`` rows. A buffer
+    smaller than a chunk-indexed source (Parquet, ``ndf_blocks``) that holds
+    at least 16 of its chunks reads ahead in two halves and mixes rows within
+    half of itself; :attr:`mixing_window` says the window a setting gives
+    (see :mod:`exactbatch.batching.buffer` for the rule, and for what a
     bounded buffer can and cannot do on sorted data).
 
     Guarantees:
@@ -79,8 +70,8 @@ class DataLoader:
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
-    k batches on a background thread (default: 2 for .ndf batches of 256 KiB
-    or more, else 0).
+    k batches on a background thread (default: the reader's own - 2 for .ndf
+    batches of 256 KiB or more and for .ndf URLs, else 0).
     """
 
     def __init__(
@@ -99,76 +90,25 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
     ):
-        self.batch_size = check_int("batch_size", batch_size, 1)
-        self._seed = check_int("seed", seed, 0)
+        batch_size = check_int("batch_size", batch_size, 1)
+        seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
-        check_shard(num_shards, shard_index)
-        if buffer_size is not None:
-            buffer_size = check_int("buffer_size", buffer_size, 1)
-        self.shuffle = check_flag("shuffle", shuffle)
-        self.drop_last = check_flag("drop_last", drop_last)
-        self.num_shards, self.shard_index = int(num_shards), int(shard_index)
-        self.even_batches = check_flag("even_batches", even_batches)
-        self.elastic = check_flag("elastic", elastic)
+        shard = Shard(shard_index, num_shards)
+        self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
+        spec = BatchSpec(batch_size, shuffle, drop_last, even_batches, elastic, shard)
+        prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
-        self.buffer_size = buffer_size
-        if prefetch is not None:
-            check_int("prefetch", prefetch, 0)
-
-        reader = random_access_reader(source)
-        common = {
-            "batch_size": self.batch_size,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "num_shards": self.num_shards,
-            "shard_index": self.shard_index,
-            "even_batches": self.even_batches,
-        }
-        if reader is not None:
-            self.total_size = resolve_random_access_total(total_size, reader.n)
-            self._feed = IndexedFeed(reader, **common, elastic=self.elastic)
-        else:
-            if self.elastic:
-                raise ValueError(
-                    "elastic=True needs a random-access source (a Dataset, an NdfFile, an "
-                    "array or a pair); a stream cannot be re-dealt across shards mid-epoch"
-                )
-            self._feed = StreamFeed(
-                source, **common, total_size=total_size, buffer_size=buffer_size
-            )
-            self.total_size = self._feed.total_size
-        self._reader = reader  # the random-access reader, None for streams
-        self.prefetch = int(prefetch) if prefetch is not None else self._default_prefetch(source)
+        # The spec's settings as plain attributes: read on every batch, so no properties.
+        self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
+        self.even_batches, self.elastic = spec.even_batches, spec.elastic
+        self.num_shards, self.shard_index = shard.count, shard.index
+        self._feed = open_feed(source, spec, total_size, self.buffer_size)
+        self._reader = getattr(self._feed, "reader", None)  # random access; tests wrap it
+        self.total_size = self._feed.total_size
         self.n = self._feed.n
-        self._nbatches = self._feed.nbatches
-
-        self._lock = threading.Lock()
-        self._epoch = 0  # the epoch in progress, or the pending one
-        self._skip = 0  # batches of the pending epoch claimed before (a restored state)...
-        self._pending = ()  # ...of which these were not handed out: they come first
-        self._first = 0  # elastic: the global batch the pending epoch starts at
-        self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
-        self._current = None  # the epoch being handed out
-        self._gen = 0  # bumped when the cursor is moved; stale iterators stop
-        self._last_rows = 0
-        self._closed = False
-        self._handed = Tally()  # the ledger: rows handed out this epoch (resumes included)
-        self._verified = True  # False for an epoch resumed from a state without a ledger
-        self._ended = False  # has the end of the epoch been reached (and the ledger checked)?
-        self._out = {}  # batch -> job: claimed for a prefetch, not handed out yet
-        self._orphans = []  # (epoch, jobs) given back by iterators dropped without the lock
-
-    def _default_prefetch(self, source) -> int:
-        """Prefetch where it pays: reads from an .ndf file (page faults and I/O wait
-        overlap the consumer's work) in batches large enough that handing them
-        between threads costs little, and from URLs always. In memory a gather is as cheap as the
-        hand-over; streams keep to two batches in memory unless asked."""
-        if not isinstance(source, NdfFile):
-            return 0
-        if is_url(source.path):  # every batch is a network round trip: always overlap it
-            return 2
-        return 2 if self.batch_size * 8 * (self.d + self.l) >= _PREFETCH_MIN_BYTES else 0
+        self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
+        self._cursor = Cursor(self._feed, seed)
 
     # -- sizes -----------------------------------------------------------------
 
@@ -177,9 +117,9 @@ class DataLoader:
 
         A stream of unknown size (``total_size=None``) has no length: ``TypeError``.
         """
-        if self._nbatches is None:
+        if self._feed.nbatches is None:
             raise TypeError("len() of a DataLoader over a stream with total_size=None is unknown")
-        return self._nbatches
+        return self._feed.nbatches
 
     @property
     def d(self) -> int | None:
@@ -194,16 +134,16 @@ class DataLoader:
     @property
     def epoch(self) -> int:
         """The epoch in progress, or the one the next ``iter()`` begins."""
-        return self._epoch
+        return self._cursor.epoch
 
     @property
     def seed(self) -> int:
-        return self._seed
+        return self._cursor.seed
 
     @property
     def last_rows(self) -> int:
         """Rows in the last batch handed out (0 before the first)."""
-        return self._last_rows
+        return self._cursor.last_rows
 
     @property
     def mixing_window(self) -> int | None:
@@ -215,136 +155,28 @@ class DataLoader:
         (None for a stream with the default ``buffer_size``, sized by the
         widths, until it is read). Without ``shuffle``: 1.
         """
-        if self._reader is not None:
-            return max(1, self.n) if self.shuffle else 1
         return self._feed.mixing_window()
 
     def __repr__(self) -> str:
         return (
             f"DataLoader(n={self.n}, d={self.d}, l={self.l}, batch_size={self.batch_size}, "
-            f"shuffle={self.shuffle}, seed={self._seed}, drop_last={self.drop_last}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
             f"shard={self.shard_index}/{self.num_shards}, total_size={self.total_size}, "
-            f"epoch={self._epoch})"
-        )
-
-    # -- the cursor (every method below that touches it holds the lock) -----------
-
-    def _begin(self) -> None:
-        if self._closed:
-            raise ValueError("read from a closed DataLoader")
-        self._current = self._feed.open_epoch(
-            self._seed, self._epoch, self._skip, self._first, self._pending
-        )
-        self._begun, self._ended = True, False
-
-    def _move(self, epoch: int) -> None:
-        if self._current is not None:
-            self._current.close()
-        self._epoch, self._begun, self._current = epoch, False, None
-        self._skip, self._pending, self._first = 0, (), 0
-        self._handed, self._verified, self._ended = Tally(), True, False
-        self._out = {}
-        self._orphans.clear()
-        self._gen += 1
-
-    def _check_gen(self, gen: int | None) -> None:
-        if gen is not None and gen != self._gen:
-            raise RuntimeError(
-                "this iterator is stale: a later iter(), reset(), set_epoch() or "
-                "load_state_dict() moved the loader on"
-            )
-
-    def _adopt_orphans(self) -> None:
-        """Take back the batches of iterators dropped without the lock (see _give_back)."""
-        while self._orphans:
-            owner, jobs = self._orphans.pop()
-            self._give_back_locked(owner, jobs, counted=False)
-
-    def _claim(self, gen: int | None, hand_out: bool = True):
-        """``(job, epoch)``: the next batch's job (None at the end) and the epoch it
-        belongs to. Counted as handed out unless ``hand_out`` is false (a prefetched
-        batch is counted by :meth:`_hand_out`)."""
-        with self._lock:
-            self._check_gen(gen)
-            if self._orphans:
-                self._adopt_orphans()
-            if not self._begun:
-                self._begin()
-            owner = self._current
-            job = owner.claim()
-            if job is None:
-                if hand_out:
-                    self._end()
-            elif hand_out:
-                self._handed.add(job.size, job.digest)
-                self._last_rows = job.size
-            else:
-                self._out[job.k] = job
-            return job, owner
-
-    def _hand_out(self, gen: int, job) -> None:
-        """A prefetched batch reaches the consumer: now it counts."""
-        with self._lock:
-            self._check_gen(gen)
-            self._out.pop(job.k, None)
-            self._handed.add(job.size, job.digest)
-            self._last_rows = job.size
-
-    def _give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
-        """Jobs of epoch ``owner`` claimed but not handed out after all (a failed read,
-        or prefetched and dropped): claimed again first. ``counted``: they had been
-        counted as handed out. Without ``locked`` (a finalizer, which may run while
-        this thread holds the lock) they are queued for the next holder of the lock."""
-        if not jobs:
-            return
-        if not locked:
-            self._orphans.append((owner, jobs))
-            return
-        with self._lock:
-            self._give_back_locked(owner, jobs, counted)
-
-    def _give_back_locked(self, owner, jobs, counted: bool) -> None:
-        if owner is not self._current:  # the cursor moved on: nothing to give back to
-            return
-        for job in jobs:
-            if counted:
-                self._handed.add(-job.size, -job.digest)
-            else:
-                self._out.pop(job.k, None)
-        owner.give_back(jobs)
-        self._ended = False
-
-    def _finish(self, gen: int) -> None:
-        """A consumer of prefetched batches reached the end of the epoch."""
-        with self._lock:
-            if gen == self._gen and self._current is not None:
-                self._end()
-
-    def _end(self) -> None:
-        """The epoch has ended: check the ledger (once) against the epoch's promise."""
-        if self._ended or self._out:  # batches on their way: the last one's consumer checks
-            return
-        self._ended = True
-        if not self._verified:
-            return
-        check_ledger(
-            self._handed,
-            self._current.promise(),
-            epoch=self._epoch,
-            shard_index=self.shard_index,
-            num_shards=self.num_shards,
+            f"epoch={self.epoch})"
         )
 
     # -- iteration -------------------------------------------------------------
 
+    def _claim(self, gen: int | None, hand_out: bool = True):
+        """The cursor's :meth:`~exactbatch.cursor.Cursor.claim` (``(job, epoch)``)."""
+        return self._cursor.claim(gen, hand_out)
+
+    def _give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
+        """The cursor's :meth:`~exactbatch.cursor.Cursor.give_back`."""
+        self._cursor.give_back(owner, jobs, counted, locked)
+
     def __iter__(self):
-        with self._lock:
-            if self._begun:
-                self._move(self._epoch + 1)
-            else:
-                self._gen += 1
-            self._begin()
-            return _EpochIterator(self, self._gen, self.prefetch)
+        return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch)
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
@@ -356,10 +188,7 @@ class DataLoader:
         raises leaves the batch to the next call.
         """
         if self.d is None:  # a stream not read yet: read ahead to learn its widths
-            with self._lock:
-                if not self._begun:
-                    self._begin()
-                self._current.peek()
+            self._cursor.peek()
             if self.d is None:  # no chunk at all: the epoch is over before it began
                 return 0
         if bx is None or (by is None and self.l):
@@ -371,13 +200,13 @@ class DataLoader:
         if by is None:
             by = np.empty((self.batch_size, 0), dtype=np.float64)
         check_out_array(by, (self.batch_size, self.l), "by")
-        job, owner = self._claim(None)
+        job, owner = self._cursor.claim(None)
         if job is None:
             return 0
         try:
             job.fill(bx[: job.size], by[: job.size])
         except BaseException:
-            self._give_back(owner, [job], counted=True)
+            self._cursor.give_back(owner, [job], counted=True)
             raise
         return job.size
 
@@ -391,72 +220,13 @@ class DataLoader:
         of the next epoch (of the pending one if the current epoch has not
         begun).
         """
-        with self._lock:
-            if seed is not None:
-                self._seed = check_int("seed", seed, 0)
-                self._move(0)
-            else:  # an epoch restored mid-way has begun too
-                self._move(self._epoch + 1 if self._begun or self._skip else self._epoch)
+        self._cursor.rewind(check_int("seed", seed, 0, optional=True))
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` or ``next_into`` begins."""
-        epoch = check_int("epoch", epoch, 0)
-        with self._lock:
-            self._move(epoch)
+        self._cursor.set_epoch(check_int("epoch", epoch, 0))
 
     # -- resume ---------------------------------------------------------------
-
-    def _config(self) -> dict:
-        """Every setting that fixes the order, and the source's shape."""
-        config = {
-            "source": "random access" if self._reader is not None else "stream",
-            "batch_size": self.batch_size,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "even_batches": self.even_batches,
-            "elastic": self.elastic,
-            "total_size": self.total_size,
-            "d": self.d,
-            "l": self.l,
-        }
-        if not self.elastic:  # elastic states resume at any shard count
-            config.update(num_shards=self.num_shards, shard_index=self.shard_index, n=self.n)
-        if self._reader is None:  # a stream: its buffer and what it knows of its size
-            source = self._feed.source
-            config["buffer_size"] = self.buffer_size
-            config["n_rows"] = getattr(source, "n_rows", None)
-            config["block_rows"] = getattr(source, "block_rows", None)
-        return config
-
-    def _cursor(self):
-        """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
-        when it has ended (under the lock)."""
-        cur = self._current
-        if self._begun and cur is not None:
-            claimed = cur.claimed
-            holes = set(cur.given_back()) | set(self._out)
-        else:
-            claimed, holes = self._skip, set(self._pending)
-        while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
-            holes.discard(claimed - 1)  # are simply not claimed yet
-            claimed -= 1
-        done = claimed - len(holes)
-        if self._begun and cur is not None and not holes and self._rolled(cur, done):
-            return self._epoch + 1, 0, [], Tally()
-        return self._epoch, done, sorted(holes), self._handed
-
-    def _rolled(self, cur, done: int) -> bool:
-        """Is the epoch over, for a state taken now?"""
-        if self._out:  # batches prepared ahead and not handed out: not over yet
-            return False
-        if not self.elastic:
-            return self._ended or cur.exhausted()
-        # Under elastic sharding every rank's state must say the same: the epoch is
-        # over when all ranks (in lockstep) have handed out every global batch, or
-        # when this rank has seen the end (then so have the others).
-        if self._ended or (self.even_batches and cur.exhausted()):
-            return True
-        return self._first + done * self.num_shards >= self._feed.total_batches
 
     def state_dict(self) -> dict:
         """Where the loader stands, as small plain data (JSON-safe).
@@ -472,27 +242,7 @@ class DataLoader:
         assuming they step in lockstep (as data-parallel training does); any
         shard count may resume from it, and every rank's state says the same.
         """
-        with self._lock:
-            if self._orphans:
-                self._adopt_orphans()
-            epoch, done, pending, ledger = self._cursor()
-            state = {
-                "version": STATE_VERSION,
-                "seed": self._seed,
-                "epoch": epoch,
-                "batches_done": done,
-                **self._config(),
-            }
-            if pending:
-                state["pending"] = pending
-            if self.elastic:
-                first = self._first if epoch == self._epoch else 0
-                state["global_batches_done"] = first + done * self.num_shards
-            elif self._verified or epoch != self._epoch:
-                state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
-            else:  # resumed from a state without one: this epoch cannot be checked
-                state["ledger"] = None
-            return state
+        return pack_state(self._cursor.snapshot(), self._feed)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
@@ -502,169 +252,17 @@ class DataLoader:
         ``ValueError`` naming the setting and both values. The seed is the
         state's (a state taken after ``reset(seed=...)`` resumes that seed).
         """
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
-        version = state.get("version")
-        if version not in (1, STATE_VERSION):
-            raise ValueError(
-                f"state has version {version!r}; this exactbatch reads versions 1 and "
-                f"{STATE_VERSION}"
-            )
-        for key, mine in self._config().items():
-            theirs = state.get(key)
-            if key not in state and version == 1:
-                continue  # not recorded by version 1
-            if key in ("d", "l") and (theirs is None or mine is None):
-                continue  # a stream not read yet
-            if theirs != mine:
-                raise ValueError(
-                    f"state was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
-                )
-        seed = check_int("state['seed']", state.get("seed"), 0)
-        epoch = check_int("state['epoch']", state.get("epoch"), 0)
-        done = check_int("state['batches_done']", state.get("batches_done"), 0)
-        pending = state.get("pending", [])
-        if not isinstance(pending, list):
-            raise TypeError(f"state['pending'] must be a list of ints; got {pending!r}")
-        pending = [check_int("state['pending'][i]", k, 0) for k in pending]
-        claimed = done + len(pending)
-        if len(set(pending)) != len(pending) or any(k >= claimed for k in pending):
-            raise ValueError(
-                f"state['pending']={pending} must be distinct batches below "
-                f"batches_done + len(pending) = {claimed}"
-            )
-        first, ledger, verified = 0, Tally(), True
-        if self.elastic:
-            first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
-            if first > self._feed.total_batches:
-                raise ValueError(
-                    f"state['global_batches_done']={first} exceeds the "
-                    f"{self._feed.total_batches} batches of an epoch"
-                )
-            if pending:
-                raise ValueError(
-                    "this elastic state was taken while a batch whose read had failed waited "
-                    "to be read again; take the state after that batch is handed out"
-                )
-            claimed = done = 0
-        else:
-            if self._nbatches is not None and claimed > self._nbatches:
-                raise ValueError(
-                    f"state['batches_done']={done} exceeds the {self._nbatches} batches of "
-                    "an epoch"
-                )
-            ledger, verified = _ledger_of(state, done)
-        with self._lock:
-            self._seed = seed
-            self._move(epoch)
-            self._skip, self._pending, self._first = claimed, tuple(pending), first
-            self._handed, self._verified = ledger, verified
+        self._cursor.restore(*unpack_state(state, self._feed))
 
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
         """Let go of the source (an .ndf file closes when its last holder lets go)."""
-        with self._lock:
-            if self._closed:
-                return
-            if self._current is not None:
-                self._current.close()
-            self._closed, self._current, self._begun = True, None, False
-        self._feed.close()
+        if self._cursor.close():
+            self._feed.close()
 
     def __enter__(self) -> DataLoader:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
-    """The ledger a state carries, and whether the epoch can be checked (a state of
-    version 1 has none: its epoch is not checked)."""
-    if "ledger" not in state and state.get("version") != 1:
-        raise ValueError("state has no 'ledger' (every version-2 state has one)")
-    ledger = state.get("ledger")
-    if ledger is None:  # version 1, or resumed from it: the epoch is not checked
-        return Tally(), done == 0
-    if not isinstance(ledger, dict):
-        raise TypeError(f"state['ledger'] must be a dict; got {ledger!r}")
-    rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
-    digest = ledger.get("digest")
-    try:
-        value = int(digest, 16)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"state['ledger']['digest'] must be a hexadecimal string; got {digest!r}"
-        ) from None
-    return Tally(rows, value), True
-
-
-class _EpochIterator:
-    """Iterates one epoch of a loader; an error from the source stays an error.
-
-    (A generator would end silently after raising once; this asks the loader
-    again, which reads the same batch again.) With prefetch, a background
-    thread prepares the next batches; it stops when the epoch ends, when the
-    iterator is closed or dropped, or after an error, and gives back to the
-    loader the batches it prepared and did not hand out, so that a later
-    ``next_into`` or iterator hands them out.
-    """
-
-    __slots__ = ("__weakref__", "_gen", "_loader", "_prefetcher")
-
-    def __init__(self, loader: DataLoader, gen: int, prefetch: int):
-        self._loader, self._gen = loader, gen
-        self._prefetcher = None
-        if prefetch:
-
-            def produce():  # must not hold the iterator: dropping it stops the thread
-                job, owner = loader._claim(gen, hand_out=False)
-                if job is None:
-                    return None
-                try:
-                    batch = job.take()
-                except BaseException:
-                    loader._give_back(owner, [job], counted=False)
-                    raise
-                return job, owner, batch
-
-            self._prefetcher = Prefetcher(produce, prefetch)
-
-    def __iter__(self) -> _EpochIterator:
-        return self
-
-    def __next__(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._prefetcher is not None:
-            try:
-                item = self._prefetcher.get()
-            except BaseException:
-                self.close()  # later calls ask the loader directly
-                raise
-            if item is None:
-                self.close()
-                self._loader._finish(self._gen)
-                raise StopIteration
-            job, _, batch = item
-            self._loader._hand_out(self._gen, job)
-            return batch
-        job, owner = self._loader._claim(self._gen)
-        if job is None:
-            raise StopIteration
-        try:
-            return job.take()
-        except BaseException:
-            self._loader._give_back(owner, [job], counted=True)
-            raise
-
-    def close(self, locked: bool = True) -> None:
-        """Stop preparing batches; batches prepared but not taken go back to the loader."""
-        if self._prefetcher is not None:
-            left = self._prefetcher.close()
-            self._prefetcher = None
-            for owner in {id(o): o for _, o, _ in left}.values():
-                jobs = [job for job, o, _ in left if o is owner]
-                self._loader._give_back(owner, jobs, counted=False, locked=locked)
-
-    def __del__(self):
-        self.close(locked=False)

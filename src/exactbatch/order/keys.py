@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.checks import check_int
+
 __all__ = ["buffer_rng", "check_key", "chunk_order", "derive_rng"]
 
 # Streams of randomness for different purposes are kept apart by a tag.
@@ -21,10 +23,7 @@ _TAG_BUFFER = 0x65786266  # the shuffle buffer of streamed epochs
 def check_key(**key: int) -> None:
     """Each keyword must be an int >= 0 (TypeError / ValueError naming it)."""
     for name, value in key.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int; got {value!r}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0; got {name}={value}")
+        check_int(name, value, 0)
 
 
 def derive_rng(tag: int, seed: int, epoch: int, shard: int) -> np.random.Generator:

@@ -1,36 +1,96 @@
-"""Shard ranges: shard s of S owns the contiguous rows [s*n//S, (s+1)*n//S).
+"""Shards: which rows, chunks and batches shard s of S owns, as one frozen value.
 
-Every row lies in exactly one shard and shard sizes differ by at most one.
+Three rules, each stated once, in :class:`Shard`:
+
+* range: shard s of S owns the contiguous rows [s*n//S, (s+1)*n//S) of n;
+  every row lies in exactly one shard and shard sizes differ by at most one;
+* round robin: chunk i of a stream of unknown size belongs to shard s when
+  i % S == s;
+* elastic dealing: one global order cut into batches, global batch g going
+  to shard g % S (counted from the batch a resumed epoch starts at), so
+  that a checkpoint resumes at any shard count.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from exactbatch.checks import check_int
 
-__all__ = ["check_shard", "chunk_pieces", "elastic_share", "shard_range"]
+__all__ = ["Shard", "check_shard", "chunk_pieces"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count``: validated once, here.
+
+    ``count`` must be an int >= 1 and ``index`` an int in ``[0, count)``
+    (Python or NumPy ints; else ``TypeError`` / ``ValueError`` naming
+    ``num_shards`` or ``shard_index``).
+    """
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self):
+        count = check_int("num_shards", self.count)
+        index = check_int("shard_index", self.index)
+        if count < 1:
+            raise ValueError(f"num_shards must be >= 1; got num_shards={count}")
+        if not 0 <= index < count:
+            raise ValueError(
+                f"shard_index must be in [0, num_shards) = [0, {count}); got shard_index={index}"
+            )
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "index", index)
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.count - 1
+
+    def range(self, n: int) -> tuple[int, int]:
+        """``(start, stop)``: the rows of ``n`` this shard owns."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0; got n={n}")
+        return self.index * n // self.count, (self.index + 1) * n // self.count
+
+    def owns_chunk(self, i: int) -> bool:
+        """Round robin, for a stream of unknown size: is chunk ``i`` this shard's?"""
+        return i % self.count == self.index
+
+    def dealt(self, k, first: int = 0):
+        """Elastic dealing: the global batch that is this shard's batch ``k`` (an int
+        or an integer array) of an epoch resumed at global batch ``first``."""
+        return first + self.index + k * self.count
+
+    def elastic_share(self, n: int, batch_size: int, total_batches: int, first: int = 0):
+        """``(batches, rows)`` this shard takes of an epoch under elastic dealing.
+
+        The epoch's global order is cut into ``total_batches`` batches of
+        ``batch_size`` (the last holds what is left of ``n``, or is dropped
+        with drop_last, when ``total_batches`` is ``n // batch_size``); this
+        shard takes global batches :meth:`dealt` ``(0, first), (1, first)...``.
+        That split is the only place S enters, so a run checkpointed after
+        global batch ``first`` can resume at any number of shards with no row
+        repeated or skipped.
+        """
+        g0 = self.dealt(0, first)
+        batches = max(0, -(-(total_batches - g0) // self.count))
+        rows = batches * batch_size
+        if batches and (total_batches - 1 - g0) % self.count == 0:  # it holds the last batch,
+            rows -= max(0, total_batches * batch_size - n)  # which may be partial
+        return batches, rows
+
+    def even_share(self, total_batches: int, first: int = 0) -> int:
+        """Elastic with even_batches: every shard's batches, the smallest shard's."""
+        return (total_batches - first) // self.count
 
 
 def check_shard(num_shards, shard_index) -> None:
-    """Raise if ``(num_shards, shard_index)`` is not a valid shard."""
-    check_int("num_shards", num_shards)
-    check_int("shard_index", shard_index)
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1; got num_shards={num_shards}")
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(
-            f"shard_index must be in [0, num_shards) = [0, {num_shards}); "
-            f"got shard_index={shard_index}"
-        )
-
-
-def shard_range(n: int, num_shards: int = 1, shard_index: int = 0) -> tuple[int, int]:
-    """Return ``(start, stop)``, the rows of ``n`` that shard ``shard_index`` owns."""
-    check_shard(num_shards, shard_index)
-    if n < 0:
-        raise ValueError(f"n must be >= 0; got n={n}")
-    return shard_index * n // num_shards, (shard_index + 1) * n // num_shards
+    """Raise if ``(num_shards, shard_index)`` is not a valid shard (see :class:`Shard`)."""
+    Shard(shard_index, num_shards)
 
 
 def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, int, int]]:
@@ -48,24 +108,3 @@ def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, in
     lo = np.maximum(start - begins[keep], 0)
     hi = np.minimum(stop_ - begins[keep], rows[keep])
     return list(zip(keep.tolist(), lo.tolist(), hi.tolist(), strict=True))
-
-
-def elastic_share(
-    n: int, batch_size: int, total_batches: int, num_shards: int, shard_index: int, first: int = 0
-) -> tuple[int, int]:
-    """``(batches, rows)`` a shard takes of an epoch under elastic sharding.
-
-    The epoch's global order is cut into ``total_batches`` batches of
-    ``batch_size`` (the last holds what is left of ``n``, or is dropped with
-    drop_last, when ``total_batches`` is ``n // batch_size``); shard s of S
-    takes global batches ``first + s, first + s + S, ...``. That split is the
-    only place S enters, so a run checkpointed after global batch ``first``
-    can resume at any number of shards with no row repeated or skipped.
-    """
-    check_shard(num_shards, shard_index)
-    g0 = first + shard_index
-    batches = max(0, -(-(total_batches - g0) // num_shards))
-    rows = batches * batch_size
-    if batches and (total_batches - 1 - g0) % num_shards == 0:  # it holds the last batch,
-        rows -= max(0, total_batches * batch_size - n)  # which may be partial
-    return batches, rows

@@ -1,5 +1,6 @@
-"""Where rows come from: random-access readers and chunk streams."""
+"""Where rows come from: random-access readers and chunk streams; which is which
+is decided by :func:`exactbatch.sources.kinds.open_source`."""
 
-from exactbatch.sources.random_access import MemoryReader, NdfReader, random_access_reader
+from exactbatch.sources.random_access import MemoryReader, NdfReader
 
-__all__ = ["MemoryReader", "NdfReader", "random_access_reader"]
+__all__ = ["MemoryReader", "NdfReader"]

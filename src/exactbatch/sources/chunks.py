@@ -8,7 +8,8 @@ checks it against the widths of the stream's first chunk.
 A stream must restart every epoch, so the sources accepted are a
 zero-argument callable returning a fresh iterator, or a re-iterable (a list
 of chunks, an object whose ``__iter__`` returns a fresh iterator). A bare
-iterator or generator object is refused: it has one pass only.
+iterator or generator object is refused: it has one pass only
+(:func:`exactbatch.sources.kinds.open_source` decides which is which).
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ import numpy as np
 
 from exactbatch.arrays import as_numpy
 
-__all__ = ["ChunkError", "ChunkTypeError", "as_stream", "close_iterator", "normalize_chunk"]
+__all__ = [
+    "ChunkError",
+    "ChunkTypeError",
+    "FactoryStream",
+    "IndexedStream",
+    "IterableStream",
+    "Stream",
+    "close_iterator",
+    "normalize_chunk",
+]
 
 
 class ChunkError(ValueError):
@@ -84,8 +94,17 @@ def normalize_chunk(chunk, index: int, width: tuple[int, int] | None):
     return x, y
 
 
-class IterableStream:
-    """A re-iterable of chunks: ``iter(source)`` is called once per pass."""
+class Stream:
+    """A source read front to back, once per pass: ``open()`` starts a pass.
+
+    ``source`` is the user's object; ``indexed`` says whether it can also be
+    read chunk by chunk in any order (``read_chunk(i)``, ``chunk_rows``: Parquet,
+    ``ndf_blocks``), so that a shard reads only its chunks and their order can
+    be shuffled. A stream's batches are ready to hand out once read: no
+    prefetch by default.
+    """
+
+    indexed = False
 
     def __init__(self, source):
         self.source = source
@@ -93,15 +112,26 @@ class IterableStream:
     def open(self):
         return iter(self.source)
 
+    def prefetch_default(self, batch_bytes: int) -> int:
+        return 0
 
-class FactoryStream:
+
+class IterableStream(Stream):
+    """A re-iterable of chunks: ``iter(source)`` is called once per pass."""
+
+
+class IndexedStream(Stream):
+    """A chunk-indexed source: chunk ``i`` is ``source.read_chunk(i)``, of
+    ``source.chunk_rows[i]`` rows."""
+
+    indexed = True
+
+
+class FactoryStream(Stream):
     """A zero-argument callable returning a fresh iterator of chunks per pass."""
 
-    def __init__(self, factory):
-        self.factory = factory
-
     def open(self):
-        it = self.factory()
+        it = self.source()
         if not isinstance(it, cabc.Iterator):
             try:
                 it = iter(it)
@@ -118,22 +148,3 @@ def close_iterator(it) -> None:
     close = getattr(it, "close", None)
     if close is not None:
         close()
-
-
-def as_stream(source):
-    """A stream over ``source``, or raise ``TypeError`` if it cannot restart."""
-    if isinstance(source, cabc.Iterator):
-        raise TypeError(
-            f"a bare iterator or generator ({type(source).__name__}) can be read only once, "
-            "but every epoch must restart the stream: pass a zero-argument function that "
-            "returns a fresh iterator, e.g. DataLoader(lambda: make_chunks(), ...)"
-        )
-    if callable(source):
-        return FactoryStream(source)
-    if isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes)):
-        return IterableStream(source)
-    raise TypeError(
-        "source must be a Dataset, an NdfFile, an array x, a pair (x, y), a parquet_source, "
-        "a zero-argument callable returning an iterator of chunks, or a re-iterable of chunks; "
-        f"got {type(source).__name__}"
-    )

@@ -3,18 +3,23 @@
 A reader has ``n``, ``d``, ``l`` and ``read(rows, out_x, out_y)`` where
 ``rows`` is a ``slice`` of consecutive rows or an int64 array of row
 indices, and the outputs are float64 arrays of shapes (r, d) and (r, l).
-``read`` may run on several threads at once.
+``read`` may run on several threads at once. ``prefetch_default(batch_bytes)``
+is how many batches a loader prepares ahead unless told: where reads wait
+(an .ndf file, a URL) overlapping them with the consumer's work pays; in
+memory a gather is as cheap as handing a batch between threads.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
 from exactbatch.ndf import NdfFile
+from exactbatch.urls import is_url
 
-__all__ = ["MemoryReader", "NdfReader", "random_access_reader"]
+__all__ = ["MemoryReader", "NdfReader"]
+
+PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
 
 class MemoryReader:
@@ -37,6 +42,9 @@ class MemoryReader:
         if self.l:
             self.y.take(rows, axis=0, out=out_y, mode="clip")
 
+    def prefetch_default(self, batch_bytes: int) -> int:
+        return 0
+
     def close(self) -> None:
         self.x = self.y = None
 
@@ -53,30 +61,13 @@ class NdfReader:
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
         self.file.read_rows_into(rows, out_x, out_y)
 
+    def prefetch_default(self, batch_bytes: int) -> int:
+        """2 for a URL (every batch is a network round trip: always overlap it), and for
+        batches of at least 256 KiB (page faults and I/O wait overlap the consumer's
+        work; smaller batches cost more to hand between threads than they gain); else 0."""
+        if is_url(self.file.path) or batch_bytes >= PREFETCH_MIN_BYTES:
+            return 2
+        return 0
+
     def close(self) -> None:
         self.file.close()
-
-
-def random_access_reader(source):
-    """A reader for a random-access ``source``, or None if it is not one.
-
-    Random-access sources: a Dataset, an NdfFile, an array ``x`` or a 2-tuple
-    ``(x, y)``. An array is anything NumPy views as one - an ndarray, a CPU
-    torch tensor, a pandas or polars DataFrame - read exactly as
-    ``np.asarray`` of it (see :mod:`exactbatch.arrays`). A list is never
-    one: a list is a sequence of chunks (a stream).
-    """
-    if isinstance(source, NdfFile):
-        return NdfReader(source)
-    if isinstance(source, Dataset):
-        return MemoryReader(source)
-    if is_array_like(source):
-        return MemoryReader(Dataset(source))
-    if isinstance(source, tuple):
-        if len(source) != 2:
-            raise TypeError(
-                f"a tuple source must be an (x, y) pair; got a {len(source)}-tuple "
-                "(pass a list for a sequence of chunks)"
-            )
-        return MemoryReader(Dataset(*source))
-    return None

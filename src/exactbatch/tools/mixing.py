@@ -18,6 +18,14 @@ two things over one epoch:
   against the same for batches drawn uniformly at random. On data sorted on
   disk a small buffer gives batches far less representative than random.
 
+Under the header it says what a full mix takes: the smallest buffer whose
+mixing window covers the data (the data's rows: a buffer that holds the
+data is one piece, while a smaller one that reads ahead in two halves mixes
+within half of itself), and the alternative of random access (an ``.ndf``
+read with ``DataLoader(open_ndf(...))`` is a full shuffle whatever the file
+order); and which columns it skipped, and why (non-numeric, not chosen, or
+over the 8 examined when none are chosen).
+
 The order is the one a loader built with the same settings (and seed) hands
 out in epoch 0. Cost: one pass over the chosen columns (``.ndf`` reads whole
 rows), with memory for the buffer, a sample of ``sample_rows`` rows and the
@@ -32,11 +40,11 @@ import os
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools.common import CliError, detect_format, progress, resolve_columns
+from exactbatch.tools.common import CliError, detect_format, progress
+from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
 
 __all__ = ["ks_distance", "mixing", "public", "render"]
 
-_MAX_COLUMNS = 8  # columns examined when none are chosen
 _STORED_ROWS = 1 << 20  # rows of examined batches kept for the KS statistics
 _SLICES = 100  # the file cut into this many equal slices, for the batch spread
 _VERDICT_SHARE = 0.15  # above this share of "worse than random p95" batches: not mixed
@@ -79,69 +87,6 @@ def ks_distance(values: np.ndarray, ref_sorted: np.ndarray) -> float:
     return float(np.max(np.abs(fa - fr)))
 
 
-class _Tagged:
-    """The data's chunks as a chunk-indexed source, each row's file position appended."""
-
-    def __init__(self, chunk_rows, read):
-        self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
-        self._starts = np.concatenate(([0], np.cumsum(self.chunk_rows)))
-        self.n_rows = int(self._starts[-1])
-        self._read = read
-
-    def __len__(self) -> int:
-        return len(self.chunk_rows)
-
-    def read_chunk(self, i: int) -> np.ndarray:
-        a, b = int(self._starts[i]), int(self._starts[i + 1])
-        vals = self._read(i, a, b)  # (rows, columns)
-        return np.column_stack((vals, np.arange(a, b, dtype=np.float64)))
-
-
-def _ndf_input(path, columns, chunk_rows):
-    from exactbatch.ndf import open_ndf
-
-    f = open_ndf(path)
-    names = [f"x{j}" for j in range(f.d)] + [f"y{k}" for k in range(f.l)]
-    cols = resolve_columns(columns, names, path, "--columns")
-    if cols is None:
-        cols = list(range(min(len(names), _MAX_COLUMNS)))
-    chunk_rows = chunk_rows or 65536
-    sizes = [min(chunk_rows, f.n - a) for a in range(0, f.n, chunk_rows)]
-
-    def read(i, a, b):
-        x, y = f.read_rows(np.arange(a, b))
-        return np.concatenate((x, y), axis=1)[:, cols]
-
-    return _Tagged(sizes, read), [names[j] for j in cols], f.d + f.l, chunk_rows
-
-
-def _parquet_input(path, columns, chunk_rows):
-    from exactbatch.sources.parquet import parquet_source
-
-    if chunk_rows:
-        raise CliError(f"{path}: Parquet is read by row group; --chunk-rows is for .ndf files")
-    try:
-        import pyarrow.types as pat
-    except ImportError as e:
-        raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-    import pyarrow.parquet as pq
-
-    from exactbatch.sources.parquet import list_local_files
-
-    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
-    numeric = [
-        f.name
-        for f in schema
-        if pat.is_integer(f.type) or pat.is_floating(f.type) or pat.is_boolean(f.type)
-    ]
-    cols = resolve_columns(columns, schema.names, path, "--columns")
-    chosen = numeric[:_MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
-    if not chosen:
-        raise CliError(f"{path}: no numeric columns to examine")
-    src = parquet_source(path, features=chosen)
-    return _Tagged(src.chunk_rows, lambda i, a, b: src.read_chunk(i)[0]), chosen, len(numeric), None
-
-
 def mixing(
     src,
     *,
@@ -163,14 +108,14 @@ def mixing(
     sample_rows = check_int("sample_rows", sample_rows, 1)
     shuffle_chunks, bar = check_flag("shuffle_chunks", shuffle_chunks), check_flag("bar", bar)
     from exactbatch import DataLoader
-    from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
+    from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES, full_mix_buffer
 
     src = os.fspath(src)
     fmt = detect_format(src)
     if fmt not in ("ndf", "parquet"):
         raise CliError(f"{src}: mixing reads .ndf or Parquet; convert {fmt} first")
-    build = _ndf_input if fmt == "ndf" else _parquet_input
-    tagged, names, width, chunk_rows = build(src, columns, chunk_rows)
+    build = ndf_input if fmt == "ndf" else parquet_input
+    tagged, names, width, chunk_rows, skipped = build(src, columns, chunk_rows)
     n, c = tagged.n_rows, len(names)
     if n == 0:
         raise CliError(f"{src}: no rows")
@@ -236,6 +181,10 @@ def mixing(
         batch_size=batch_size,
         buffer_size=int(buffer_size),
         mixing_window=loader.mixing_window,
+        halves=loader.mixing_window < min(max(buffer_size, batch_size), n),
+        full_mix_buffer=full_mix_buffer(batch_size, n),
+        full_mix_bytes=8 * (width + 1) * full_mix_buffer(batch_size, n),  # rows and ids
+        skipped_columns=skipped,
         chunk_rows=chunk_rows,
         chunks=len(tagged),
         shuffle_chunks=shuffle_chunks,
@@ -311,6 +260,7 @@ def render(r: dict) -> str:
         f"{r['src']}: n={r['n']:,} rows; batch {r['batch_size']:,}; buffer "
         f"{r['buffer_size']:,} rows (mixing window {r['mixing_window']:,} rows); "
         f"{chunks} {order}; seed {r['seed']}",
+        *_what_it_takes(r),
         "",
         "What the loader does to the file's order (the same for any data laid out alike):",
         f"how far rows travel, |position in epoch - position in file| / n "
@@ -352,6 +302,30 @@ def render(r: dict) -> str:
             "  Shuffle the file once on disk (exactbatch shuffle), or raise --buffer-size."
         )
     return "\n".join(lines)
+
+
+def _what_it_takes(r: dict) -> list[str]:
+    """The buffer a full mix needs, the random-access alternative, the columns skipped."""
+    lines = []
+    if r["halves"]:
+        lines.append(
+            "  this buffer reads ahead in two halves: rows mix within half of it "
+            "(a window of W rows takes a buffer of about 2W)"
+        )
+    lines += [
+        f"  a full mix needs --buffer-size {r['full_mix_buffer']:,}, the whole data "
+        f"(about {r['full_mix_bytes'] / 2**20:,.1f} MiB; a buffer that holds it is one piece)",
+        "  or random access, a full shuffle whatever the file order: DataLoader(open_ndf(...))",
+    ]
+    if r["fmt"] != "ndf":
+        lines.append("    (exactbatch convert writes the .ndf)")
+    by_reason: dict[str, list[str]] = {}
+    for c in r["skipped_columns"]:
+        by_reason.setdefault(c["reason"], []).append(c["name"])
+    for reason, names in by_reason.items():
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        lines.append(f"  columns skipped ({reason}): {shown}")
+    return lines
 
 
 def public(r: dict) -> dict:

@@ -1,0 +1,167 @@
+"""Batches of a random-access epoch: consecutive slices of the epoch's order.
+
+Batch k of an epoch over a shard of n rows holds positions
+[k*b, min((k+1)*b, n)) of the order; with drop_last the partial tail is
+never claimed. Claiming a batch is cheap and done under the loader's lock;
+reading it (``IndexedJob.fill``) runs outside the lock, so threads read in parallel.
+
+Each job carries its batch number and the ledger digest of its rows
+(:mod:`exactbatch.audit`), looked up, not computed, on the hot path: from
+the digests of a whole order's batches (computed with the order, on its
+background thread), of a block of positions, or in closed form for file
+order. A batch whose read failed, or that was prepared but never handed
+out, is given back and claimed again before any later batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future
+
+import numpy as np
+
+from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
+
+__all__ = ["BlockedOrder", "IndexedEpoch", "IndexedJob", "num_batches"]
+
+
+def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
+    """Batches in an epoch of ``n`` rows: ceil(n/b), or floor with drop_last."""
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+class IndexedJob:
+    """One claimed batch of a random-access epoch, read when filled."""
+
+    __slots__ = ("digest", "k", "reader", "rows", "size")
+
+    def __init__(self, reader, rows, size: int, k: int, digest: int):
+        self.reader, self.rows, self.size = reader, rows, size
+        self.k, self.digest = k, digest
+
+    def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        self.reader.read(self.rows, out_x, out_y)
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        out_x = np.empty((self.size, self.reader.d), dtype=np.float64)
+        out_y = np.empty((self.size, self.reader.l), dtype=np.float64)
+        self.fill(out_x, out_y)
+        return out_x, out_y
+
+
+class BlockedOrder:
+    """Rows of an epoch's keyed order, computed a block of positions at a time.
+
+    A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
+    time and batches sliced out of the block; memory is one block, whatever n.
+    When ``whole`` (a Future of the entire order and its batches' digests,
+    computed on a background thread for moderate n) is ready, batches are
+    sliced from it instead: the same rows, without the per-batch cost. Blocks
+    start at batch boundaries, so a block's batch digests are computed with
+    it. Not thread-safe: used under the loader's lock.
+    """
+
+    BLOCK = 4096
+
+    def __init__(self, bijection, offset: int, dtype, batch_size: int, whole: Future | None = None):
+        self.bijection, self.offset, self.dtype = bijection, offset, dtype
+        self.batch_size = batch_size
+        self.whole = whole
+        self._lo = self._hi = 0
+        self._rows = self._digests = None
+
+    def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
+        """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
+        whole = self.whole
+        if whole is not None and whole.done() and whole.exception() is None:
+            rows, digests = whole.result()  # (had it failed, the blocks below still work)
+            return rows[a:z], digests[a // self.batch_size]
+        if z - a >= self.BLOCK:
+            rows = self.mapped(a, z)
+            return rows, rows_digest(rows)
+        if not (self._lo <= a and z <= self._hi):
+            self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
+            self._rows = self.mapped(self._lo, self._hi)
+            self._digests = memoryview(batch_digests(self._rows, self.batch_size))
+        lo = self._lo
+        return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
+
+    def mapped_all(self, out: np.ndarray):
+        """The whole order, mapped block by block into ``out``, and its batches'
+        digests: the temporaries stay one block small (a background thread's large
+        temporaries would stay in its malloc arena after it ends)."""
+        b = self.batch_size
+        step = max(1, 2 * self.BLOCK // b) * b  # whole batches per step
+        digests = np.empty(-(-len(out) // b), dtype=np.uint64)
+        for a in range(0, len(out), step):
+            z = min(a + step, len(out))
+            out[a:z] = self.mapped(a, z)
+            digests[a // b : -(-z // b)] = batch_digests(out[a:z], b)
+        return out, memoryview(digests)
+
+    def mapped(self, a: int, z: int) -> np.ndarray:
+        rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
+        if self.offset:
+            rows += self.offset
+        return rows
+
+
+class IndexedEpoch:
+    """One epoch of a random-access shard: batch k is positions ``locate(k)``.
+
+    ``order`` maps positions to absolute rows (a :class:`BlockedOrder`), or
+    is None for file order, where position p is row ``offset + p`` and
+    batches are slices. ``claim()`` hands out the next batch as a job, or
+    None at the end: first the batches given back (:meth:`give_back`), then
+    batch ``claimed``, ``claimed + 1``... ``skip`` batches are already handed
+    out (a resumed epoch) but for those in ``pending``, which come first.
+    ``promised(epoch)`` is the ledger's promise: the rows this shard's epoch
+    hands out, less the batches before ``skip`` of an elastic resume.
+    """
+
+    def __init__(self, reader, nbatches, locate, order, offset, b, promised, skip=0, pending=()):
+        self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
+        self.offset = offset
+        self._digest = RangeDigests(b)
+        self._promised = promised
+        self.claimed = skip
+        self.returned = deque(self.job(k) for k in sorted(pending))
+
+    def close(self) -> None:
+        """Nothing to release: the reader belongs to the feed."""
+
+    def peek(self) -> None:
+        """Nothing to read ahead: a random-access epoch knows its widths."""
+
+    def exhausted(self) -> bool:
+        """Has every batch been claimed (and none given back)?"""
+        return self.claimed >= self.nbatches and not self.returned
+
+    def promise(self) -> Tally:
+        return self._promised(self)
+
+    def job(self, k: int) -> IndexedJob:
+        a, z = self.locate(k)
+        if self.order is None:
+            start = self.offset + a
+            return IndexedJob(self.reader, slice(start, self.offset + z), z - a, k,
+                              self._digest(start, self.offset + z))
+        rows, digest = self.order.take(a, z)
+        return IndexedJob(self.reader, rows, z - a, k, digest)
+
+    def claim(self) -> IndexedJob | None:
+        if self.returned:
+            return self.returned.popleft()
+        k = self.claimed
+        if k >= self.nbatches:
+            return None
+        self.claimed = k + 1
+        return self.job(k)
+
+    def give_back(self, jobs) -> None:
+        """Jobs claimed but not handed out: claimed again first, in batch order."""
+        self.returned.extend(jobs)
+        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+
+    def given_back(self) -> list[int]:
+        return [j.k for j in self.returned]

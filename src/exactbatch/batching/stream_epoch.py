@@ -1,0 +1,160 @@
+"""Batches of a streamed epoch: one pass of the source, handed out in order.
+
+A pass is an iterator of ``(x, y, digest)`` batches (re-batched, or mixed in
+a shuffle buffer) and the :class:`PassTally` the ledger keeps of it.
+:class:`StreamEpoch` hands its batches out one claim at a time. A pass that
+fails (the source raised) is started again at the next claim and replayed
+up to the batches already claimed, so a caller that retries gets the batch
+that failed, and no other. A batch claimed but not handed out (a failed
+copy, or prepared ahead and dropped) is given back and claimed again before
+any later batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from exactbatch.order.digest import Tally
+
+__all__ = ["PassTally", "StreamEpoch", "StreamJob"]
+
+
+class StreamJob:
+    """One batch of a streamed epoch, already read: batch ``k`` of the pass."""
+
+    __slots__ = ("digest", "k", "size", "x", "y")
+
+    def __init__(self, x, y, digest: int, k: int):
+        self.x, self.y, self.size = x, y, x.shape[0]
+        self.digest, self.k = digest, k
+
+    def fill(self, out_x, out_y) -> None:
+        out_x[...] = self.x
+        out_y[...] = self.y
+
+    def take(self):
+        return self.x, self.y
+
+
+class PassTally:
+    """The ledger's view of one pass: rows fed into the batching, rows drop_last
+    dropped, rows even_batches left out. What the pass promises is the first
+    less the other two."""
+
+    __slots__ = ("dropped", "fed", "left")
+
+    def __init__(self):
+        self.fed, self.dropped, self.left = Tally(), Tally(), Tally()
+
+    def promise(self) -> Tally:
+        return self.fed.minus(self.dropped).minus(self.left)
+
+
+class StreamEpoch:
+    """Hands out the batches of one streamed epoch.
+
+    ``open_pass()`` starts the epoch's pass: ``(batches, tally)``. A pass
+    that fails (the source raised) is started again at the next claim and
+    replayed up to the batches already claimed, so a caller that retries
+    gets the batch that failed, and no other. ``skip`` batches were handed
+    out before (a resumed epoch), but for those in ``pending``; ``limit``
+    (even_batches) caps the batches handed out, and the rest of the pass
+    is read (so the audit and the ledger see it) but not handed out.
+    """
+
+    def __init__(self, open_pass, skip: int, limit: int | None = None, pending=()):
+        self._open_pass = open_pass
+        self._it, self.tally = open_pass()
+        self._limit = limit
+        self._pending = None
+        self._failed = False
+        self._ended = False
+        self._drained = False
+        self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
+        self.returned: deque = deque()
+        keep = set(pending)
+        for _ in range(skip):  # resume: replay the batches already handed out
+            job = self.claim()
+            if job is None:
+                break
+            if job.k in keep:
+                self.returned.append(job)
+
+    def _next(self):
+        if self._ended:
+            return None
+        if self._failed:  # start the pass again and replay what was claimed
+            self._it.close()
+            self._it, self.tally = self._open_pass()
+            self._failed = False
+            for _ in range(self.claimed):
+                if self._pull() is None:
+                    break
+        return self._pull()
+
+    def _pull(self):
+        try:
+            batch = next(self._it, None)
+        except BaseException:
+            self._failed = True
+            raise
+        if batch is None:
+            self._ended = True
+            return None
+        return batch
+
+    def close(self) -> None:
+        """Stop the epoch early: the source's iterator is closed now, not at GC."""
+        self._ended = True
+        self._pending = None
+        self._it.close()
+
+    def exhausted(self) -> bool:
+        """Has every batch been claimed (and none given back)? Reads one batch
+        ahead to know."""
+        if self.returned or self._failed:  # a failed pass is read again at the next claim
+            return False
+        if self._limit is not None and self.claimed >= self._limit:
+            return True
+        try:
+            return self.peek() is None
+        except Exception:  # the next claim reads it again, and raises there
+            return False
+
+    def peek(self):
+        if self._pending is None:
+            self._pending = self._next()
+        return self._pending
+
+    def _drain(self) -> None:
+        """even_batches: read the rest of the pass, counted as left out."""
+        if self._drained:
+            return
+        self._drained = True
+        while (batch := self.peek()) is not None:
+            self._pending = None
+            self.tally.left.add(batch[0].shape[0], batch[2])
+
+    def claim(self) -> StreamJob | None:
+        if self.returned:
+            return self.returned.popleft()
+        if self._limit is not None and self.claimed >= self._limit:
+            self._drain()
+            return None
+        batch = self.peek()
+        if batch is None:
+            return None
+        self._pending = None
+        self.claimed += 1
+        return StreamJob(*batch, self.claimed - 1)
+
+    def give_back(self, jobs) -> None:
+        """Jobs claimed but not handed out: claimed again first, in batch order."""
+        self.returned.extend(jobs)
+        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+
+    def given_back(self) -> list[int]:
+        return [j.k for j in self.returned]
+
+    def promise(self) -> Tally:
+        return self.tally.promise()

@@ -1,0 +1,323 @@
+"""The loader's cursor: which epoch, which batches are out, and the ledger.
+
+Every method that touches the cursor holds its lock; the lock guards only
+the claim of the next batch, and rows are read outside it, so threads that
+share a loader read in parallel. A batch claimed and not handed out (a read
+that raised, or prepared ahead and dropped) is given back and claimed again
+before any later batch. When an epoch ends, the rows handed out (the
+ledger) are checked against those the epoch promised.
+
+:class:`EpochIterator` is what ``iter(loader)`` returns.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from exactbatch.audit import check_ledger
+from exactbatch.order.digest import Tally
+from exactbatch.prefetch import Prefetcher
+
+__all__ = ["Cursor", "EpochIterator"]
+
+
+class Cursor:
+    """The position of a loader over ``feed``, and the ledger of its epoch.
+
+    ``epoch`` is the epoch in progress, or the pending one; ``skip`` batches
+    of the pending epoch were claimed before (a restored state), of which
+    those in ``pending`` were not handed out and come first; ``first`` is
+    the global batch an elastic epoch starts at.
+    """
+
+    def __init__(self, feed, seed: int):
+        self.feed, self.spec = feed, feed.spec
+        self.lock = threading.Lock()
+        self.seed = seed
+        self.epoch = 0
+        self.skip, self.pending, self.first = 0, (), 0
+        self.begun = False  # has the epoch begun (an iter() or a claimed batch)?
+        self.current = None  # the epoch being handed out
+        self.gen = 0  # bumped when the cursor is moved; stale iterators stop
+        self.last_rows = 0
+        self.closed = False
+        self.handed = Tally()  # the ledger: rows handed out this epoch (resumes included)
+        self.verified = True  # False for an epoch resumed from a state without a ledger
+        self.ended = False  # has the end of the epoch been reached (and the ledger checked)?
+        self.out = {}  # batch -> job: claimed for a prefetch, not handed out yet
+        self.orphans = []  # (epoch, jobs) given back by iterators dropped without the lock
+
+    # -- under the lock ---------------------------------------------------------
+
+    def begin(self) -> None:
+        if self.closed:
+            raise ValueError("read from a closed DataLoader")
+        self.current = self.feed.open_epoch(
+            self.seed, self.epoch, self.skip, self.first, self.pending
+        )
+        self.begun, self.ended = True, False
+
+    def move(self, epoch: int) -> None:
+        if self.current is not None:
+            self.current.close()
+        self.epoch, self.begun, self.current = epoch, False, None
+        self.skip, self.pending, self.first = 0, (), 0
+        self.handed, self.verified, self.ended = Tally(), True, False
+        self.out = {}
+        self.orphans.clear()
+        self.gen += 1
+
+    def check_gen(self, gen: int | None) -> None:
+        if gen is not None and gen != self.gen:
+            raise RuntimeError(
+                "this iterator is stale: a later iter(), reset(), set_epoch() or "
+                "load_state_dict() moved the loader on"
+            )
+
+    def adopt_orphans(self) -> None:
+        """Take back the batches of iterators dropped without the lock (see give_back)."""
+        while self.orphans:
+            owner, jobs = self.orphans.pop()
+            self.give_back_locked(owner, jobs, counted=False)
+
+    def give_back_locked(self, owner, jobs, counted: bool) -> None:
+        if owner is not self.current:  # the cursor moved on: nothing to give back to
+            return
+        for job in jobs:
+            if counted:
+                self.handed.add(-job.size, -job.digest)
+            else:
+                self.out.pop(job.k, None)
+        owner.give_back(jobs)
+        self.ended = False
+
+    def end(self) -> None:
+        """The epoch has ended: check the ledger (once) against the epoch's promise."""
+        if self.ended or self.out:  # batches on their way: the last one's consumer checks
+            return
+        self.ended = True
+        if not self.verified:
+            return
+        shard = self.spec.shard
+        check_ledger(
+            self.handed,
+            self.current.promise(),
+            epoch=self.epoch,
+            shard_index=shard.index,
+            num_shards=shard.count,
+        )
+
+    def position(self):
+        """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
+        when it has ended."""
+        cur = self.current
+        if self.begun and cur is not None:
+            claimed = cur.claimed
+            holes = set(cur.given_back()) | set(self.out)
+        else:
+            claimed, holes = self.skip, set(self.pending)
+        while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
+            holes.discard(claimed - 1)  # are simply not claimed yet
+            claimed -= 1
+        done = claimed - len(holes)
+        if self.begun and cur is not None and not holes and self._rolled(cur, done):
+            return self.epoch + 1, 0, [], Tally()
+        return self.epoch, done, sorted(holes), self.handed
+
+    def _rolled(self, cur, done: int) -> bool:
+        """Is the epoch over, for a state taken now?"""
+        if self.out:  # batches prepared ahead and not handed out: not over yet
+            return False
+        if not self.spec.elastic:
+            return self.ended or cur.exhausted()
+        # Under elastic sharding every rank's state must say the same: the epoch is
+        # over when all ranks (in lockstep) have handed out every global batch, or
+        # when this rank has seen the end (then so have the others).
+        if self.ended or (self.spec.even_batches and cur.exhausted()):
+            return True
+        return self.first + done * self.spec.shard.count >= self.feed.total_batches
+
+    # -- taking the lock ----------------------------------------------------------
+
+    def claim(self, gen: int | None, hand_out: bool = True):
+        """``(job, epoch)``: the next batch's job (None at the end) and the epoch it
+        belongs to. Counted as handed out unless ``hand_out`` is false (a prefetched
+        batch is counted by :meth:`hand_out`)."""
+        with self.lock:
+            self.check_gen(gen)
+            if self.orphans:
+                self.adopt_orphans()
+            if not self.begun:
+                self.begin()
+            owner = self.current
+            job = owner.claim()
+            if job is None:
+                if hand_out:
+                    self.end()
+            elif hand_out:
+                self.handed.add(job.size, job.digest)
+                self.last_rows = job.size
+            else:
+                self.out[job.k] = job
+            return job, owner
+
+    def hand_out(self, gen: int, job) -> None:
+        """A prefetched batch reaches the consumer: now it counts."""
+        with self.lock:
+            self.check_gen(gen)
+            self.out.pop(job.k, None)
+            self.handed.add(job.size, job.digest)
+            self.last_rows = job.size
+
+    def give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
+        """Jobs of epoch ``owner`` claimed but not handed out after all (a failed read,
+        or prefetched and dropped): claimed again first. ``counted``: they had been
+        counted as handed out. Without ``locked`` (a finalizer, which may run while
+        this thread holds the lock) they are queued for the next holder of the lock."""
+        if not jobs:
+            return
+        if not locked:
+            self.orphans.append((owner, jobs))
+            return
+        with self.lock:
+            self.give_back_locked(owner, jobs, counted)
+
+    def finish(self, gen: int) -> None:
+        """A consumer of prefetched batches reached the end of the epoch."""
+        with self.lock:
+            if gen == self.gen and self.current is not None:
+                self.end()
+
+
+    def next_epoch(self) -> int:
+        """``iter(loader)``: begin the next epoch (the pending one if it has not
+        begun); its iterators' generation."""
+        with self.lock:
+            if self.begun:
+                self.move(self.epoch + 1)
+            else:
+                self.gen += 1
+            self.begin()
+            return self.gen
+
+    def peek(self) -> None:
+        """Read ahead of a stream not read yet, to learn its widths."""
+        with self.lock:
+            if not self.begun:
+                self.begin()
+            self.current.peek()
+
+    def rewind(self, seed: int | None = None) -> None:
+        """To epoch 0 of ``seed``; without one, to the start of the next epoch (of
+        the pending one if the current epoch has not begun)."""
+        with self.lock:
+            if seed is not None:
+                self.seed = seed
+                self.move(0)
+            else:  # an epoch restored mid-way has begun too
+                self.move(self.epoch + 1 if self.begun or self.skip else self.epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        with self.lock:
+            self.move(epoch)
+
+    def snapshot(self):
+        """``(seed, epoch, done, pending, ledger, first, verified)`` of a state taken
+        now: ``verified`` is False for an epoch whose ledger cannot be checked."""
+        with self.lock:
+            if self.orphans:
+                self.adopt_orphans()
+            epoch, done, pending, ledger = self.position()
+            same = epoch == self.epoch
+            first = self.first if same else 0
+            return self.seed, epoch, done, pending, ledger, first, self.verified or not same
+
+    def restore(self, seed, epoch, claimed, pending, first, ledger, verified) -> None:
+        """Resume at a state's position (see :mod:`exactbatch.loader_state`)."""
+        with self.lock:
+            self.seed = seed
+            self.move(epoch)
+            self.skip, self.pending, self.first = claimed, tuple(pending), first
+            self.handed, self.verified = ledger, verified
+
+    def close(self) -> bool:
+        """Stop the epoch in progress; False if already closed."""
+        with self.lock:
+            if self.closed:
+                return False
+            if self.current is not None:
+                self.current.close()
+            self.closed, self.current, self.begun = True, None, False
+            return True
+
+
+class EpochIterator:
+    """Iterates one epoch of a loader's cursor; an error from the source stays an error.
+
+    (A generator would end silently after raising once; this asks the cursor
+    again, which reads the same batch again.) With prefetch, a background
+    thread prepares the next batches; it stops when the epoch ends, when the
+    iterator is closed or dropped, or after an error, and gives back to the
+    cursor the batches it prepared and did not hand out, so that a later
+    ``next_into`` or iterator hands them out.
+    """
+
+    __slots__ = ("__weakref__", "_cursor", "_gen", "_prefetcher")
+
+    def __init__(self, cursor: Cursor, gen: int, prefetch: int):
+        self._cursor, self._gen = cursor, gen
+        self._prefetcher = None
+        if prefetch:
+
+            def produce():  # must not hold the iterator: dropping it stops the thread
+                job, owner = cursor.claim(gen, hand_out=False)
+                if job is None:
+                    return None
+                try:
+                    batch = job.take()
+                except BaseException:
+                    cursor.give_back(owner, [job], counted=False)
+                    raise
+                return job, owner, batch
+
+            self._prefetcher = Prefetcher(produce, prefetch)
+
+    def __iter__(self) -> EpochIterator:
+        return self
+
+    def __next__(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._prefetcher is not None:
+            try:
+                item = self._prefetcher.get()
+            except BaseException:
+                self.close()  # later calls ask the cursor directly
+                raise
+            if item is None:
+                self.close()
+                self._cursor.finish(self._gen)
+                raise StopIteration
+            job, _, batch = item
+            self._cursor.hand_out(self._gen, job)
+            return batch
+        job, owner = self._cursor.claim(self._gen)
+        if job is None:
+            raise StopIteration
+        try:
+            return job.take()
+        except BaseException:
+            self._cursor.give_back(owner, [job], counted=True)
+            raise
+
+    def close(self, locked: bool = True) -> None:
+        """Stop preparing batches; batches prepared but not taken go back to the cursor."""
+        if self._prefetcher is not None:
+            left = self._prefetcher.close()
+            self._prefetcher = None
+            for owner in {id(o): o for _, o, _ in left}.values():
+                jobs = [job for job, o, _ in left if o is owner]
+                self._cursor.give_back(owner, jobs, counted=False, locked=locked)
+
+    def __del__(self):
+        self.close(locked=False)

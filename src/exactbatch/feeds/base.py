@@ -1,0 +1,110 @@
+"""What a feed is to the loader: a batch spec in, epochs of jobs out.
+
+A feed composes the three layers below it - an order (:mod:`exactbatch.order`),
+a reader or stream (:mod:`exactbatch.sources`), and the cutting of an epoch
+into batches (:mod:`exactbatch.batching`) - into what the loader hands out.
+The loader knows feeds only through :class:`Feed` and :class:`Epoch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from exactbatch.checks import check_flag, check_int
+from exactbatch.order.digest import Tally
+from exactbatch.order.shards import Shard
+
+__all__ = ["BatchSpec", "Epoch", "Feed", "Job"]
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """The settings that cut every epoch into batches, validated once.
+
+    ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
+    ``shard`` a :class:`~exactbatch.order.Shard`.
+    """
+
+    batch_size: int
+    shuffle: bool = True
+    drop_last: bool = False
+    even_batches: bool = False
+    elastic: bool = False
+    shard: Shard = Shard()
+
+    def __post_init__(self):
+        fix = object.__setattr__
+        fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
+        for name in ("shuffle", "drop_last", "even_batches", "elastic"):
+            fix(self, name, check_flag(name, getattr(self, name)))
+        if not isinstance(self.shard, Shard):
+            raise TypeError(f"shard must be a Shard; got {self.shard!r}")
+
+
+class Job(Protocol):
+    """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest."""
+
+    k: int
+    size: int
+    digest: int
+
+    def fill(self, out_x, out_y) -> None: ...
+
+    def take(self): ...
+
+
+class Epoch(Protocol):
+    """One epoch's batches, claimed in order (under the loader's lock)."""
+
+    claimed: int  # batches claimed so far (handed out, prepared ahead or given back)
+
+    def claim(self) -> Job | None: ...
+
+    def give_back(self, jobs) -> None: ...
+
+    def given_back(self) -> list[int]: ...
+
+    def exhausted(self) -> bool: ...
+
+    def promise(self) -> Tally: ...
+
+    def peek(self): ...
+
+    def close(self) -> None: ...
+
+
+class Feed(Protocol):
+    """A source cut into epochs of batches for one shard.
+
+    ``n`` rows of this shard (None: a stream of unknown size), ``d``/``l``
+    (None: a stream not read yet), ``nbatches`` per epoch (None: unknown),
+    ``total_size`` (N, the whole dataset's rows), ``total_batches`` (the
+    global batches of an elastic epoch; None otherwise), ``kind`` (what a
+    state records: ``"random access"`` or ``"stream"``).
+    """
+
+    spec: BatchSpec
+    kind: str
+    n: int | None
+    d: int | None
+    l: int | None  # noqa: E741
+    nbatches: int | None
+    total_size: int | None
+    total_batches: int | None
+
+    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()) -> Epoch:
+        """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
+        which come first); ``first``: the global batch an elastic epoch resumes at."""
+
+    def mixing_window(self) -> int | None:
+        """How many consecutive rows of the source a row can be mixed with."""
+
+    def prefetch_default(self) -> int:
+        """Batches to prepare ahead unless the user says (the reader's own rule)."""
+
+    def state_config(self) -> dict:
+        """What a state records of the source beyond the spec (checked on load)."""
+
+    def close(self) -> None:
+        """Let go of the source."""

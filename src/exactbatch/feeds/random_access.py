@@ -1,0 +1,168 @@
+"""The random-access feed: a reader, one shard of it, and its epoch orders.
+
+Sharding is contiguous (shard s owns rows [s*n//S, (s+1)*n//S) and
+permutes them), or ``elastic``: one global order per (seed, epoch), cut
+into batches dealt to the shards in turn (see
+:class:`exactbatch.order.Shard`). ``even_batches`` caps every shard at the
+smallest shard's batch count. Orders are keyed bijections
+(:class:`exactbatch.order.EpochBijection`): nothing of size n is stored,
+except that for up to 2**24 rows an epoch's whole order (4 bytes a row)
+is computed ahead on a background thread, so that batches slice it
+instead of mapping positions.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from functools import partial
+
+import numpy as np
+
+from exactbatch.audit import resolve_random_access_total
+from exactbatch.batching.indexed_epoch import BlockedOrder, IndexedEpoch, num_batches
+from exactbatch.feeds.base import BatchSpec
+from exactbatch.order import EpochBijection
+from exactbatch.order.digest import Tally, rows_digest
+
+__all__ = ["RandomAccessFeed"]
+
+# Up to this many rows an epoch's whole order (4 bytes a row) is computed
+# ahead on a background thread, so batches slice it instead of mapping
+# positions; beyond it, memory stays O(1).
+_WHOLE_ROWS = 1 << 24
+
+
+def _in_background(compute) -> Future:
+    fut: Future = Future()
+
+    def work():
+        try:
+            fut.set_result(compute())
+        except BaseException as e:  # surfaces only if someone asks for .result()
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name="exactbatch-order", daemon=True).start()
+    return fut
+
+
+class RandomAccessFeed:
+    """A random-access reader's rows as epochs of batches of one shard (module docs)."""
+
+    kind = "random access"
+
+    def __init__(self, reader, spec: BatchSpec, total_size="auto"):
+        self.reader, self.spec = reader, spec
+        self.d, self.l = reader.d, reader.l
+        total = self.total_size = resolve_random_access_total(total_size, reader.n)
+        b, shard = spec.batch_size, spec.shard
+        # Row numbers as int32 when they fit: half the bytes to move per batch.
+        self._dtype = np.int32 if total < 2**31 else np.int64
+        self.total_batches = None
+        if spec.elastic:
+            self.start = 0
+            self.total_batches = num_batches(total, b, spec.drop_last)
+            full, self.n = shard.elastic_share(total, b, self.total_batches)
+            even = shard.even_share(self.total_batches)
+        else:
+            self.start, stop = shard.range(total)
+            self.n = stop - self.start
+            full = num_batches(self.n, b, spec.drop_last)
+            even = num_batches(total // shard.count, b, spec.drop_last)
+        self.nbatches = even if spec.even_batches else full
+        self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
+
+    def mixing_window(self) -> int:
+        """A full shuffle of the shard's rows (1 without ``shuffle``)."""
+        return max(1, self.n) if self.spec.shuffle else 1
+
+    def prefetch_default(self) -> int:
+        return self.reader.prefetch_default(self.spec.batch_size * 8 * (self.d + self.l))
+
+    def state_config(self) -> dict:
+        return {}
+
+    def open_epoch(
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
+    ) -> IndexedEpoch:
+        """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
+        under elastic sharding the epoch starts at global batch ``first`` (a resume
+        at another shard count)."""
+        spec, total = self.spec, self.reader.n
+        b, shard = spec.batch_size, spec.shard
+        if spec.elastic:  # one global order, its batches dealt to the shards in turn
+            key_shard, size, offset = 0, total, 0
+            count, _ = shard.elastic_share(total, b, self.total_batches, first)
+            if spec.even_batches:
+                count = shard.even_share(self.total_batches, first)
+
+            def locate(k):
+                a = shard.dealt(k, first) * b
+                return a, min(a + b, total)
+
+        else:  # the shard's own order of its rows start .. start + n
+            key_shard, size, offset, count = shard.index, self.n, self.start, self.nbatches
+
+            def locate(k, n=self.n):
+                return k * b, min(k * b + b, n)
+
+        order = None
+        if spec.shuffle:
+            order = BlockedOrder(
+                self._bijection(seed, epoch, key_shard, size), offset, self._dtype, b
+            )
+            if size <= _WHOLE_ROWS:
+                order.whole = self._whole_order(seed, epoch, key_shard, size, offset)
+        promised = partial(self._promise, count, first)
+        return IndexedEpoch(self.reader, count, locate, order, offset, b, promised, skip, pending)
+
+    def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
+        """The rows an epoch of ``count`` batches promises: the shard's rows less
+        the tail that drop_last or even_batches leave out (contiguous sharding), or
+        the global batches dealt to this shard from batch ``first`` on (elastic)."""
+        promised = Tally()
+        b, shard = self.spec.batch_size, self.spec.shard
+        if self.spec.elastic:
+            total = self.reader.n
+            step = max(1, (1 << 20) // b)  # batches per group: temporaries stay small
+            for k0 in range(0, count, step):
+                g = shard.dealt(np.arange(k0, min(count, k0 + step)), first)
+                pos = (g[:, None] * b + np.arange(b)).ravel()
+                pos = pos[pos < total]
+                rows = pos if epoch.order is None else epoch.order.bijection(pos)
+                promised.add(len(rows), rows_digest(rows))
+            return promised
+        promised.add_range(self.start, self.start + self.n)
+        kept = min(self.n, count * b)
+        if kept < self.n:
+            left = Tally()
+            if epoch.order is None:
+                left.add_range(self.start + kept, self.start + self.n)
+            else:
+                rows = epoch.order.mapped(kept, self.n)
+                left.add(len(rows), rows_digest(rows))
+            promised = promised.minus(left)
+        return promised
+
+    @staticmethod
+    def _bijection(seed, epoch, key_shard, size):
+        return EpochBijection(size, seed=seed, epoch=epoch, shard=key_shard)
+
+    def _whole_order(self, seed, epoch, key_shard, size, offset) -> Future:
+        """This epoch's whole order, and the next epoch's, computed in the background
+        (the keyed bijection releases the GIL); batches use blocks until it is ready."""
+        wanted = {}
+        for e in (epoch, epoch + 1):
+            key = (seed, e, key_shard)
+            fut = self._wholes.get(key)
+            if fut is None:
+                bijection = self._bijection(seed, e, key_shard, size)
+                blocked = BlockedOrder(bijection, offset, self._dtype, self.spec.batch_size)
+                out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
+                fut = _in_background(partial(blocked.mapped_all, out))
+            wanted[key] = fut
+        self._wholes = wanted
+        return wanted[(seed, epoch, key_shard)]
+
+    def close(self) -> None:
+        self.reader.close()

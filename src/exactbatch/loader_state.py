@@ -1,0 +1,140 @@
+"""A loader's state as small plain data (JSON-safe), and back.
+
+A state records the seed, the epoch, the batches handed out (``pending``:
+those claimed but not handed out, which come first on resume), every
+setting that fixes the order and the source's shape (a loader refuses a
+state taken under others), and the epoch's ledger. Version 2 adds the
+ledger, pending batches and the source's shape; version 1 still loads
+(its epoch's ledger is then not checked).
+"""
+
+from __future__ import annotations
+
+from exactbatch.checks import check_int
+from exactbatch.order.digest import Tally
+
+__all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
+
+STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
+
+
+def settings(feed) -> dict:
+    """Every setting that fixes the order, and the source's shape."""
+    spec = feed.spec
+    config = {
+        "source": feed.kind,
+        "batch_size": spec.batch_size,
+        "shuffle": spec.shuffle,
+        "drop_last": spec.drop_last,
+        "even_batches": spec.even_batches,
+        "elastic": spec.elastic,
+        "total_size": feed.total_size,
+        "d": feed.d,
+        "l": feed.l,
+    }
+    if not spec.elastic:  # elastic states resume at any shard count
+        config.update(num_shards=spec.shard.count, shard_index=spec.shard.index, n=feed.n)
+    config.update(feed.state_config())
+    return config
+
+
+def pack_state(snapshot, feed) -> dict:
+    """The state of a cursor's ``snapshot()`` over ``feed``."""
+    seed, epoch, done, pending, ledger, first, verified = snapshot
+    state = {
+        "version": STATE_VERSION,
+        "seed": seed,
+        "epoch": epoch,
+        "batches_done": done,
+        **settings(feed),
+    }
+    if pending:
+        state["pending"] = pending
+    if feed.spec.elastic:
+        state["global_batches_done"] = first + done * feed.spec.shard.count
+    elif verified:
+        state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
+    else:  # resumed from a state without one: this epoch cannot be checked
+        state["ledger"] = None
+    return state
+
+
+def unpack_state(state, feed):
+    """``(seed, epoch, claimed, pending, first, ledger, verified)`` for
+    ``Cursor.restore``; a state from other settings is a ``ValueError``
+    naming the setting and both values, a malformed one a ``TypeError`` or
+    ``ValueError`` naming the key."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
+    version = state.get("version")
+    if version not in (1, STATE_VERSION):
+        raise ValueError(
+            f"state has version {version!r}; this exactbatch reads versions 1 and "
+            f"{STATE_VERSION}"
+        )
+    for key, mine in settings(feed).items():
+        theirs = state.get(key)
+        if key not in state and version == 1:
+            continue  # not recorded by version 1
+        if key in ("d", "l") and (theirs is None or mine is None):
+            continue  # a stream not read yet
+        if theirs != mine:
+            raise ValueError(
+                f"state was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
+            )
+    seed = check_int("state['seed']", state.get("seed"), 0)
+    epoch = check_int("state['epoch']", state.get("epoch"), 0)
+    done = check_int("state['batches_done']", state.get("batches_done"), 0)
+    pending = state.get("pending", [])
+    if not isinstance(pending, list):
+        raise TypeError(f"state['pending'] must be a list of ints; got {pending!r}")
+    pending = [check_int("state['pending'][i]", k, 0) for k in pending]
+    claimed = done + len(pending)
+    if len(set(pending)) != len(pending) or any(k >= claimed for k in pending):
+        raise ValueError(
+            f"state['pending']={pending} must be distinct batches below "
+            f"batches_done + len(pending) = {claimed}"
+        )
+    first, ledger, verified = 0, Tally(), True
+    if feed.spec.elastic:
+        total = feed.total_batches
+        first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
+        if first > total:
+            raise ValueError(
+                f"state['global_batches_done']={first} exceeds the {total} batches of an epoch"
+            )
+        if pending:
+            raise ValueError(
+                "this elastic state was taken while a batch whose read had failed waited "
+                "to be read again; take the state after that batch is handed out"
+            )
+        claimed = 0
+    else:
+        if feed.nbatches is not None and claimed > feed.nbatches:
+            raise ValueError(
+                f"state['batches_done']={done} exceeds the {feed.nbatches} batches of "
+                "an epoch"
+            )
+        ledger, verified = _ledger_of(state, done)
+    return seed, epoch, claimed, pending, first, ledger, verified
+
+
+def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
+    """The ledger a state carries, and whether the epoch can be checked (a state of
+    version 1 has none: its epoch is not checked)."""
+    if "ledger" not in state and state.get("version") != 1:
+        raise ValueError("state has no 'ledger' (every version-2 state has one)")
+    ledger = state.get("ledger")
+    if ledger is None:  # version 1, or resumed from it: the epoch is not checked
+        return Tally(), done == 0
+    if not isinstance(ledger, dict):
+        raise TypeError(f"state['ledger'] must be a dict; got {ledger!r}")
+    rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
+    digest = ledger.get("digest")
+    try:
+        value = int(digest, 16)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"state['ledger']['digest'] must be a hexadecimal string; got {digest!r}"
+        ) from None
+    return Tally(rows, value), True
