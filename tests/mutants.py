@@ -1,4 +1,5 @@
-"""`make mutants`: mutation testing of the order, batching, audit, loader and .ndf checks.
+"""`make mutants`: mutation testing of the order, batching and feeds, audit, the loader's
+cursor and state, and the .ndf checks.
 
 mutmut (configured in pyproject.toml's [tool.mutmut]) puts one-line bugs
 into the code, one at a time, and runs the tests that call the mutated
@@ -70,20 +71,13 @@ TARGETS = {
     "audit": (
         ["src/exactbatch/audit.py"],
         ["exactbatch.audit.*"],
-        ["tests/test_stream_audit.py", "tests/test_loader.py"],
+        ["tests/test_stream_audit.py", "tests/test_loader.py", "tests/test_exactness.py"],
     ),
-    # The lead engineer is changing these two; their figures are provisional.
-    "loader": (
-        ["src/exactbatch/loader.py"],
-        [  # the cursor and the state
-            f"exactbatch.loader.xǁDataLoaderǁ{f}__mutmut_*"
-            for f in (
-                "__len__", "_begin", "_move", "_check_gen", "_claim", "_handed", "__iter__",
-                "next_into", "reset", "set_epoch", "_config", "state_dict", "load_state_dict",
-            )
-        ]
-        + [f"exactbatch.loader.xǁ_EpochIteratorǁ{f}__mutmut_*" for f in ("__init__", "__next__")],
+    "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
+        ["src/exactbatch/cursor.py", "src/exactbatch/loader_state.py"],
+        ["exactbatch.cursor.*", "exactbatch.loader_state.*"],
         [
+            "tests/test_exactness.py",
             "tests/test_loader.py",
             "tests/test_loader_resume.py",
             "tests/test_loader_threads.py",
@@ -92,9 +86,10 @@ TARGETS = {
         ],
     ),
     "batching": (
-        ["src/exactbatch/batching/*"],
-        ["exactbatch.batching.*"],
+        ["src/exactbatch/batching/*", "src/exactbatch/feeds/*"],
+        ["exactbatch.batching.*", "exactbatch.feeds.*"],
         [
+            "tests/test_exactness.py",
             "tests/test_loader.py",
             "tests/test_loader_resume.py",
             "tests/test_loader_distributed.py",
