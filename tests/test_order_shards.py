@@ -1,5 +1,5 @@
 """Laws of the shard ranges, chunk pieces, chunk orders and elastic shares
-(exactbatch.order.shards and .keys), checked directly and exhaustively on small sizes."""
+(exactbatch.order.Shard and .keys), checked directly and exhaustively on small sizes."""
 
 from __future__ import annotations
 
@@ -9,14 +9,21 @@ import numpy as np
 import pytest
 
 from exactbatch.order import (
+    Shard,
     buffer_rng,
     check_shard,
     chunk_order,
     chunk_pieces,
     derive_rng,
-    elastic_share,
-    shard_range,
 )
+
+
+def shard_range(n, num_shards=1, shard_index=0):
+    return Shard(shard_index, num_shards).range(n)
+
+
+def elastic_share(n, batch_size, total_batches, num_shards, shard_index, first=0):
+    return Shard(shard_index, num_shards).elastic_share(n, batch_size, total_batches, first)
 
 
 def test_shard_ranges_are_contiguous_disjoint_complete_and_balanced():
