@@ -501,3 +501,117 @@ def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
     with pytest.raises(ExactnessError, match="handed out 93 rows"):
         for _ in it:
             pass
+
+
+# -- the state's format, pinned ------------------------------------------------------------
+
+
+def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
+    loader = DataLoader((x_of(), np.zeros((N, 2))), 7, seed=3, num_shards=2, shard_index=1)
+    it = iter(loader)
+    got = [r for _ in range(2) for r in ids(next(it)[0])]
+    assert loader.state_dict() == {
+        "version": 2,
+        "seed": 3,
+        "epoch": 0,
+        "batches_done": 2,
+        "source": "random access",
+        "batch_size": 7,
+        "shuffle": True,
+        "drop_last": False,
+        "even_batches": False,
+        "elastic": False,
+        "total_size": N,
+        "d": 1,
+        "l": 2,
+        "num_shards": 2,
+        "shard_index": 1,
+        "n": 50,
+        "ledger": {"rows": 14, "digest": f"{rows_digest(np.array(got)):016x}"},
+    }
+
+
+def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path):
+    blocks = DataLoader(ndf_blocks(_ndf(tmp_path), 10), 10, buffer_size=40, shuffle=False)
+    it = iter(blocks)
+    next(it)
+    state = blocks.state_dict()
+    assert {k: state[k] for k in ("source", "buffer_size", "n_rows", "block_rows", "ledger")} == {
+        "source": "stream",
+        "buffer_size": 40,
+        "n_rows": N,
+        "block_rows": 10,
+        "ledger": {"rows": 10, "digest": f"{range_digest(0, 10):016x}"},
+    }
+    assert len(state) == 20
+    elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
+    it = iter(elastic)
+    next(it)
+    assert elastic.state_dict() == {
+        "version": 2,
+        "seed": 0,
+        "epoch": 0,
+        "batches_done": 1,
+        "source": "random access",
+        "batch_size": 10,
+        "shuffle": True,
+        "drop_last": False,
+        "even_batches": False,
+        "elastic": True,
+        "total_size": N,
+        "d": 1,
+        "l": 0,
+        "global_batches_done": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda s: s.update(version=3), ValueError, "version 3"),
+        (lambda s: s.pop("version"), ValueError, "version None"),
+        (lambda s: s.update(seed=-1), ValueError, r"state\['seed'\] must be >= 0"),
+        (lambda s: s.update(epoch="1"), TypeError, r"state\['epoch'\] must be an int"),
+        (lambda s: s.update(batches_done=None), TypeError, r"state\['batches_done'\]"),
+        (lambda s: s.update(batches_done=16), ValueError, "exceeds the 15 batches"),
+        (lambda s: s.update(pending=3), TypeError, r"state\['pending'\] must be a list"),
+        (lambda s: s.update(pending=[1, 1]), ValueError, "must be distinct batches below"),
+        (lambda s: s.update(pending=[9]), ValueError, r"below batches_done \+ len"),
+        (lambda s: s.update(pending=[-1]), ValueError, r"state\['pending'\]\[i\] must be >= 0"),
+        (lambda s: s.update(ledger=[]), TypeError, r"state\['ledger'\] must be a dict"),
+        (lambda s: s["ledger"].update(digest="zz"), ValueError, "hexadecimal"),
+        (lambda s: s["ledger"].update(digest=None), ValueError, "hexadecimal"),
+        (lambda s: s["ledger"].update(rows=-1), ValueError, r"\['rows'\] must be >= 0"),
+        (lambda s: s.pop("ledger"), ValueError, "has no 'ledger'"),
+        (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
+        (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
+    ],
+)
+def test_a_malformed_state_is_refused_naming_the_key(change, error, match):
+    loader = DataLoader(x_of(), 7, seed=3)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = roundtrip(loader.state_dict())
+    change(state)
+    target = DataLoader(x_of(), 7, seed=3)
+    with pytest.raises(error, match=match):
+        target.load_state_dict(state)
+    assert target.state_dict()["batches_done"] == 0  # left as it was
+
+
+def test_a_state_must_be_a_dict():
+    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+        DataLoader(x_of(), 7).load_state_dict([("seed", 0)])
+
+
+def test_an_elastic_state_past_the_epoch_or_with_pending_batches_is_refused():
+    loader = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
+    state = roundtrip(loader.state_dict())
+    target = DataLoader(x_of(), 10, num_shards=3, shard_index=0, elastic=True)
+    with pytest.raises(ValueError, match=r"global_batches_done'\]=11 exceeds the 10 batches"):
+        target.load_state_dict({**state, "global_batches_done": 11})
+    with pytest.raises(ValueError, match="waited to be read again"):
+        target.load_state_dict({**state, "batches_done": 1, "pending": [0]})
+    target.load_state_dict({**state, "global_batches_done": 10})
+    assert rows_of(target) == [] and target.state_dict()["epoch"] == 1
