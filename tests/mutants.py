@@ -71,7 +71,16 @@ TARGETS = {
     "audit": (
         ["src/exactbatch/audit.py"],
         ["exactbatch.audit.*"],
-        ["tests/test_stream_audit.py", "tests/test_loader.py", "tests/test_exactness.py"],
+        [
+            "tests/test_stream_audit.py",
+            "tests/test_loader.py",
+            "tests/test_exactness.py",
+            # mutmut's trampolines add stack frames, so a warning's stacklevel points
+            # elsewhere under mutation: the one test of that line cannot run there
+            "--deselect",
+            "tests/test_stream_audit.py::"
+            "test_auto_without_n_rows_counts_with_a_user_warning_naming_the_fix",
+        ],
     ),
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
         ["src/exactbatch/cursor.py", "src/exactbatch/loader_state.py"],
