@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import collect, make_x, make_y, next_into_ids, write_parquet
 from laws import (
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
@@ -68,7 +69,6 @@ from laws import (
     run_threads,
     wrap_reader,
 )
-from stream_helpers import collect, make_x, make_y, next_into_ids, write_parquet
 
 import exactbatch
 from exactbatch import save_ndf
