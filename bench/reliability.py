@@ -1,6 +1,6 @@
 """Reliability long runs: faults, bad input and load, with figures for the README.
 
-Each part reuses the checks of the fast tests (tests/test_reliability_*.py)
+Each part reuses the checks of the fast tests (tests/reliability/)
 at a larger scale, in child processes where a crash or a hang must be seen:
 
     fuzz     30,000 fuzzed .ndf files and 30,000 fuzzed Parquet files (hypothesis,
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the checks of the fast tests
+sys.path.insert(0, str(ROOT / "tests" / "reliability"))  # the checks of the fast tests
 
 
 def log(*args) -> None:
@@ -56,7 +56,7 @@ FUZZ_WORKER = textwrap.dedent(
     sys.path.insert(0, sys.argv[4])
     import numpy as np
     from hypothesis import HealthCheck, given, seed, settings
-    import test_reliability_files as t
+    import test_files as t
 
     kind, cases, hseed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="fuzz-"))
@@ -101,7 +101,7 @@ def fuzz(cases: int, workers: int, timeout: float) -> dict:
                 kind,
                 str(per),
                 str(1000 + w),
-                str(ROOT / "tests"),
+                str(ROOT / "tests" / "reliability"),
             ]
             procs.append(
                 (
@@ -142,7 +142,7 @@ def fuzz(cases: int, workers: int, timeout: float) -> dict:
 
 
 def crash(kills: int, rows: int, d: int) -> dict:
-    import test_reliability_crash as t
+    import test_crash as t
 
     folder = tempfile.mkdtemp(prefix="crash-", dir=os.environ.get("RELIABILITY_DIR"))
     t0 = time.perf_counter()
@@ -307,7 +307,7 @@ def leak_check(rows: int, loaders: int, long_epochs: int) -> dict:
     and the bytes NumPy and Python still hold after the loaders (tracemalloc)."""
     import tracemalloc
 
-    import test_reliability_load as t
+    import test_load as t
 
     from exactbatch import DataLoader, open_ndf, save_ndf
 
@@ -368,7 +368,7 @@ LEAK_CHILD = textwrap.dedent(
 def load(rows: int, epochs: int, threads: int, loaders: int, long_epochs: int) -> dict:
     """Leaks in fresh processes (glibc's default arenas, and MALLOC_ARENA_MAX=1), then
     8 threads sharing a loader for many epochs."""
-    import test_reliability_load as t
+    import test_load as t
 
     from exactbatch import DataLoader, open_ndf, save_ndf
 
@@ -418,7 +418,7 @@ def load(rows: int, epochs: int, threads: int, loaders: int, long_epochs: int) -
 
 
 def resume(kills: int, rows: int, every: int) -> dict:
-    import test_reliability_crash as t
+    import test_crash as t
 
     folder = tempfile.mkdtemp(prefix="resume-", dir=os.environ.get("RELIABILITY_DIR"))
     t0 = time.perf_counter()

@@ -1,14 +1,14 @@
-"""Shared builders for the loader tests: data whose rows can be traced.
+"""Shared builders for the tests: data, chunk streams and Parquet files whose rows can be traced.
 
-Row ``i`` of the data built here is a known function of ``i``:
+Row ``i`` of everything built here is a known function of ``i``:
 
     x[i, 0] = i,  x[i, j] = i * (j + 1) + j / 4   (j >= 1)
     y[i, k] = -(i + 1) * (k + 1) - 1 / 8
 
-so a batch's row ids are ``xb[:, 0]`` and :func:`check_rows` proves every
-value in a batch (features and labels) came from those very rows - no
-garbage, no mixing of one row's x with another row's y. All values are exact
-in float64 for the sizes used in the tests.
+so a batch's row ids are ``xb[:, 0]`` (:func:`ids`) and :func:`check_rows`
+proves every value in a batch (features and labels) came from those very
+rows - no garbage, no mixing of one row's x with another row's y. All values
+are exact in float64 for the sizes used in the tests.
 """
 
 from __future__ import annotations
@@ -21,27 +21,28 @@ from exactbatch import DataLoader, Dataset, open_ndf, save_ndf
 
 __all__ = [
     "SOURCE_KINDS",
-    "batches_of",
     "check_rows",
-    "epoch_batches",
+    "chunk_bounds",
+    "chunks_of",
+    "collect",
     "ids",
     "make_data",
     "make_source",
     "make_x",
     "make_y",
-    "next_into_batches",
+    "next_into_ids",
     "rows_of",
+    "write_parquet",
 ]
 
 SOURCE_KINDS = ("pair", "dataset", "array", "ndf")
 
 
 def make_x(row_ids, d: int) -> np.ndarray:
-    """Features of rows ``row_ids``: shape (len(row_ids), d), float64."""
+    """Features of rows ``row_ids``: shape (len(row_ids), d), float64, column 0 the id."""
     i = np.asarray(row_ids, dtype=np.float64).reshape(-1, 1)
     j = np.arange(d, dtype=np.float64).reshape(1, -1)
-    x = i * (j + 1) + j / 4
-    return np.ascontiguousarray(x)
+    return np.ascontiguousarray(i * (j + 1) + j / 4)
 
 
 def make_y(row_ids, l: int) -> np.ndarray:  # noqa: E741
@@ -79,18 +80,36 @@ def make_source(kind: str, x: np.ndarray, y: np.ndarray, folder=None):
     raise AssertionError(f"unknown source kind {kind!r}")
 
 
-def ids(xb: np.ndarray) -> np.ndarray:
-    """Row ids of one batch (column 0 holds the row number)."""
-    return xb[:, 0].astype(np.int64)
+def chunk_bounds(sizes) -> list[tuple[int, int]]:
+    """``[(lo, hi), ...]``: the row ids of each chunk when chunks hold ``sizes`` rows."""
+    out, lo = [], 0
+    for s in sizes:
+        out.append((lo, lo + int(s)))
+        lo += int(s)
+    return out
+
+
+def chunks_of(sizes, d: int = 3, l: int = 1) -> list:  # noqa: E741
+    """A list of ``(x, y)`` chunks of ``sizes`` rows (``x`` alone when l == 0)."""
+    out = []
+    for lo, hi in chunk_bounds(sizes):
+        r = np.arange(lo, hi)
+        out.append(make_x(r, d) if l == 0 else (make_x(r, d), make_y(r, l)))
+    return out
+
+
+def ids(xb: np.ndarray) -> list[int]:
+    """Row ids of one batch (column 0 holds the row number), as a list of ints."""
+    return xb[:, 0].astype(np.int64).tolist()
 
 
 def rows_of(batches) -> list[list[int]]:
-    """Row ids of each batch of ``batches`` (an iterable of ``(xb, yb)``)."""
-    return [ids(xb).tolist() for xb, _ in batches]
+    """Row ids of each batch of ``batches`` (an iterable of ``(xb, yb)``), unchecked."""
+    return [ids(xb) for xb, _ in batches]
 
 
-def check_rows(xb: np.ndarray, yb: np.ndarray, d: int, l: int) -> None:  # noqa: E741
-    """Assert a batch is well-formed and each of its rows is an intact source row."""
+def check_rows(xb, yb, d: int, l: int) -> None:  # noqa: E741
+    """Assert a batch is float64 (rows, d) / (rows, l) and every row is an intact source row."""
     assert isinstance(xb, np.ndarray) and isinstance(yb, np.ndarray)
     assert xb.dtype == np.float64 and yb.dtype == np.float64
     assert xb.ndim == 2 and yb.ndim == 2
@@ -101,27 +120,75 @@ def check_rows(xb: np.ndarray, yb: np.ndarray, d: int, l: int) -> None:  # noqa:
     np.testing.assert_array_equal(yb, make_y(r, l))
 
 
-def batches_of(loader: DataLoader) -> list[list[int]]:
-    """Row ids of every batch of one epoch through ``iter(loader)``."""
-    return rows_of(loader)
+def collect(loader, d: int | None = None, l: int | None = None) -> list[list[int]]:  # noqa: E741
+    """Row ids of each batch of one epoch through ``iter(loader)``, checking every row."""
+    out = []
+    for xb, yb in loader:
+        check_rows(xb, yb, xb.shape[1] if d is None else d, yb.shape[1] if l is None else l)
+        out.append(ids(xb))
+    return out
 
 
-def epoch_batches(make_loader, epoch: int) -> list[list[int]]:
-    """Row ids of epoch ``epoch``'s batches from a fresh loader (``make_loader()``)."""
-    loader = make_loader()
-    loader.set_epoch(epoch)
-    return batches_of(loader)
-
-
-def next_into_batches(loader: DataLoader, limit: int | None = None) -> list[list[int]]:
-    """Row ids of the batches ``next_into`` hands out until it returns 0 (or ``limit``)."""
-    bx = np.empty((loader.batch_size, loader.d), dtype=np.float64)
-    by = np.empty((loader.batch_size, loader.l), dtype=np.float64)
+def next_into_ids(
+    loader: DataLoader,
+    d: int | None = None,
+    l: int | None = None,  # noqa: E741
+    limit: int | None = None,
+) -> list[list[int]]:
+    """Row ids of the batches ``next_into`` writes until it returns 0 (or ``limit``),
+    checking every row; ``d`` and ``l`` default to the loader's."""
+    d = loader.d if d is None else d
+    l = loader.l if l is None else l  # noqa: E741
+    bx = np.full((loader.batch_size, d), np.nan)
+    by = np.full((loader.batch_size, l), np.nan)
     out = []
     while limit is None or len(out) < limit:
         got = loader.next_into(bx, by)
         if got == 0:
             break
-        check_rows(bx[:got], by[:got], loader.d, loader.l)
-        out.append(ids(bx[:got]).tolist())
+        check_rows(bx[:got], by[:got], d, l)
+        out.append(ids(bx[:got]))
     return out
+
+
+def write_parquet(
+    path,
+    group_sizes,
+    first_id: int = 0,
+    *,
+    d: int = 3,
+    l: int = 1,  # noqa: E741
+    order=None,
+    id_type=None,
+) -> list[tuple[int, int]]:
+    """Write rows ``first_id, first_id+1, ...`` to ``path``, one row group per size.
+
+    Columns ``x0..x{d-1}`` (``x0`` the row id) and labels ``y0..y{l-1}``;
+    ``order`` optionally permutes the column order in the file. Returns the
+    (lo, hi) row ids of each row group.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
+    if order is not None:
+        names = [names[i] for i in order]
+    fields = []
+    for name in names:
+        t = id_type if (name == "x0" and id_type is not None) else pa.float64()
+        fields.append((name, t))
+    schema = pa.schema(fields)
+    bounds = []
+    lo = first_id
+    with pq.ParquetWriter(os.fspath(path), schema) as w:
+        for s in group_sizes:
+            r = np.arange(lo, lo + s)
+            x, y = make_x(r, d), make_y(r, l)
+            cols = {f"x{j}": x[:, j] for j in range(d)}
+            cols.update({f"y{k}": y[:, k] for k in range(l)})
+            if id_type is not None:
+                cols["x0"] = pa.array(r, type=pa.int64()).cast(id_type)
+            w.write_table(pa.table({name: cols[name] for name in names}, schema=schema))
+            bounds.append((lo, lo + s))
+            lo += s
+    return bounds

@@ -1,6 +1,6 @@
 """The loader's laws, one helper per law (DESIGN.md, "Exactness across every combination").
 
-Every source built here holds traceable rows (see :mod:`stream_helpers`):
+Every source built here holds traceable rows (see :mod:`helpers`):
 ``x[i, 0] == i`` and every other value of row i is a known function of i,
 so the collectors below check each batch's values belong to its row ids and
 the laws then reason about row ids alone.
@@ -39,7 +39,7 @@ import warnings
 from collections import Counter
 
 import numpy as np
-from stream_helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
+from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
 
 import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, parquet_source

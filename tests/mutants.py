@@ -41,9 +41,9 @@ TARGETS = {
         ["src/exactbatch/order/*"],
         ["exactbatch.order.*"],
         [
-            "tests/test_order_bijection.py",
-            "tests/test_order_shards.py",
-            "tests/test_loader_distributed.py",
+            "tests/order/test_bijection.py",
+            "tests/order/test_shards.py",
+            "tests/loader/test_distributed.py",
         ],
     ),
     "ndf": (
@@ -56,9 +56,9 @@ TARGETS = {
             "exactbatch.ndf.file.x_open_ndf*",
         ],
         [  # (the tests that read in a child process cannot see a mutant: left out)
-            "tests/test_ndf.py",
+            "tests/ndf/test_file.py",
             *(
-                f"tests/test_reliability_files.py::{t}"
+                f"tests/reliability/test_files.py::{t}"
                 for t in (
                     "test_fuzzed_ndf_file_is_a_clear_error_or_reads_exactly",
                     "test_giant_header_is_an_ndf_error_without_allocating",
@@ -72,13 +72,13 @@ TARGETS = {
         ["src/exactbatch/audit.py"],
         ["exactbatch.audit.*"],
         [
-            "tests/test_stream_audit.py",
-            "tests/test_loader.py",
-            "tests/test_exactness.py",
+            "tests/feeds/test_streamed_audit.py",
+            "tests/loader/test_loader.py",
+            "tests/loader/test_exactness.py",
             # mutmut's trampolines add stack frames, so a warning's stacklevel points
             # elsewhere under mutation: the one test of that line cannot run there
             "--deselect",
-            "tests/test_stream_audit.py::"
+            "tests/feeds/test_streamed_audit.py::"
             "test_auto_without_n_rows_counts_with_a_user_warning_naming_the_fix",
         ],
     ),
@@ -86,24 +86,24 @@ TARGETS = {
         ["src/exactbatch/cursor.py", "src/exactbatch/loader_state.py"],
         ["exactbatch.cursor.*", "exactbatch.loader_state.*"],
         [
-            "tests/test_exactness.py",
-            "tests/test_loader.py",
-            "tests/test_loader_resume.py",
-            "tests/test_loader_threads.py",
-            "tests/test_loader_distributed.py",
-            "tests/test_prefetch.py",
+            "tests/loader/test_exactness.py",
+            "tests/loader/test_loader.py",
+            "tests/loader/test_resume.py",
+            "tests/loader/test_threads.py",
+            "tests/loader/test_distributed.py",
+            "tests/loader/test_prefetch.py",
         ],
     ),
     "batching": (
         ["src/exactbatch/batching/*", "src/exactbatch/feeds/*"],
         ["exactbatch.batching.*", "exactbatch.feeds.*"],
         [
-            "tests/test_exactness.py",
-            "tests/test_loader.py",
-            "tests/test_loader_resume.py",
-            "tests/test_loader_distributed.py",
-            "tests/test_stream_properties.py",
-            "tests/test_buffer_ahead.py",
+            "tests/loader/test_exactness.py",
+            "tests/loader/test_loader.py",
+            "tests/loader/test_resume.py",
+            "tests/loader/test_distributed.py",
+            "tests/feeds/test_streamed_properties.py",
+            "tests/batching/test_buffer_halves.py",
         ],
     ),
 }
@@ -112,16 +112,20 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
 def prepare(target: str) -> Path:
-    """A fresh work folder: src and tests linked, pyproject.toml with the target's config."""
+    """A fresh work folder: src and tests linked, pyproject.toml with the target's config
+    and pytest's settings."""
     files, _, tests = TARGETS[target]
     work = WORK / target
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for name in ("src", "tests"):
         (work / name).symlink_to(ROOT / name)
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    config.update(only_mutate=files, pytest_add_cli_args_test_selection=tests)
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    config = dict(tool["mutmut"], only_mutate=files, pytest_add_cli_args_test_selection=tests)
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
+    # pytest's own settings too (pythonpath: the tests import helpers and laws from tests/)
+    lines += ["[tool.pytest.ini_options]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in tool["pytest"]["ini_options"].items()]
     (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
     return work
 

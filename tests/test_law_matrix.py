@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import collect, make_x, make_y, next_into_ids, write_parquet
 from laws import (
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
@@ -68,7 +69,6 @@ from laws import (
     run_threads,
     wrap_reader,
 )
-from stream_helpers import collect, make_x, make_y, next_into_ids, write_parquet
 
 import exactbatch
 from exactbatch import save_ndf
@@ -394,7 +394,7 @@ def test_read_error_once_with_threads_loses_no_batch(kind, threads, make_spec):
 BASE = dict(shuffle=True, drop_last=False, shards=3, prefetch=0, mode="plain", threads=1)
 # The seed is not among them: a state carries its seed, and a loader resumes it
 # whatever seed it was built with (a state taken after reset(seed=...) resumes that
-# seed's order; test_loader_resume.py::test_state_carries_the_seed).
+# seed's order; loader/test_resume.py::test_state_carries_the_seed).
 CHANGES = {
     "batch_size": dict(batch_size=4),
     "shuffle": dict(shuffle=False),

@@ -19,10 +19,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from helpers import chunk_bounds, collect, make_x, make_y, next_into_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from laws import check_epoch, check_resume
-from stream_helpers import chunk_bounds, collect, make_x, make_y, next_into_ids
 
 from exactbatch import DataLoader
 

@@ -1,4 +1,4 @@
-"""Run by torchrun in tests/test_torchrun.py: each rank loads its shard and trains DDP.
+"""Run by torchrun in tests/adapters/test_torchrun.py: each rank loads its shard and trains DDP.
 
 Writes, per rank, the row ids it was handed in each epoch and its batch
 counts to OUT/rank<r>.npz, and the final loss.

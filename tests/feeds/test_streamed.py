@@ -3,10 +3,10 @@
 Sources are zero-argument callables, re-iterables (lists, objects whose
 ``__iter__`` returns a fresh iterator) and every chunk form DESIGN.md lists.
 Row ``i`` of every stream is traceable (``x[i, 0] == i``, see
-stream_helpers.py), so tests check exact row ids and that every value of a
-batch belongs to its row. Parquet is in test_stream_parquet.py, total_size
-and its audit in test_stream_audit.py, hypothesis properties in
-test_stream_properties.py.
+helpers.py), so tests check exact row ids and that every value of a
+batch belongs to its row. Parquet is in sources/test_parquet.py, total_size
+and its audit in test_streamed_audit.py, hypothesis properties in
+test_streamed_properties.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 import pytest
-from stream_helpers import (
+from helpers import (
     check_rows,
     chunk_bounds,
     chunks_of,

@@ -275,7 +275,7 @@ def test_bench_parquet(small_parquet, capsys):
 
 def _cli_docs() -> str:
     """The docs page of the command, docs/cli.md ("From your data to batches")."""
-    return (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    return (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
 
 
 def test_the_documented_session_runs(tmp_path, monkeypatch):

@@ -16,9 +16,9 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import chunk_bounds, chunks_of, collect, make_x, make_y, next_into_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stream_helpers import chunk_bounds, chunks_of, collect, make_x, make_y, next_into_ids
 
 from exactbatch import DataLoader, TotalSizeWarning
 

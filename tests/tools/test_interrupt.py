@@ -309,7 +309,7 @@ def test_the_console_script_is_the_quiet_launcher():
     """The `exactbatch` script runs _exactbatch_cli.main (what ENTRY runs above), which
     handles a Ctrl-C during the imports before exactbatch.cli.main takes over."""
     tomllib = pytest.importorskip("tomllib")
-    pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
+    pyproject = pathlib.Path(__file__).parents[2] / "pyproject.toml"
     with open(pyproject, "rb") as f:
         assert tomllib.load(f)["project"]["scripts"]["exactbatch"] == "_exactbatch_cli:main"
 

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import check_rows, ids, make_data, make_x, make_y
+from helpers import check_rows, ids, make_data, make_x, make_y, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,8 +43,6 @@ s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-
-from stream_helpers import write_parquet  # noqa: E402
 
 PATCHED = "storage_options" in inspect.signature(open_ndf).parameters
 needs_patch = pytest.mark.skipif(
@@ -257,7 +255,7 @@ def test_open_ndf_url_header_and_rows(s3, reqlog):
     h.check_size()  # unchanged: no error
     x, y = read(f, [0, 1, 2, N - 1])
     check_rows(x, y, D, L)
-    assert ids(x).tolist() == [0, 1, 2, N - 1]
+    assert ids(x) == [0, 1, 2, N - 1]
 
 
 @pytest.mark.parametrize(
@@ -278,7 +276,7 @@ def test_read_remote_rows_any_pattern(s3, pattern):
     }[pattern]
     x, y = read(remote_file(s3), idx)
     check_rows(x, y, D, L)
-    assert ids(x).tolist() == list(np.asarray(idx, dtype=np.int64))
+    assert ids(x) == list(np.asarray(idx, dtype=np.int64))
 
 
 def test_read_remote_rows_equals_local_for_loader_orders(s3, tmp_path):
@@ -301,7 +299,7 @@ def test_coalescing_contiguous_batch_is_one_range(s3, reqlog):
     reqlog["gets"].clear()
     reqlog["batched"] = 0
     x, _ = read(f, np.arange(1000, 1256))
-    assert ids(x).tolist() == list(range(1000, 1256))
+    assert ids(x) == list(range(1000, 1256))
     rb = 8 * (D + L)
     assert [g[1:] for g in reqlog["gets"]] == [(28 + 1000 * rb, 28 + 1256 * rb)]
     assert reqlog["batched"] == 1
@@ -312,14 +310,14 @@ def test_coalescing_small_gaps_one_range_large_gaps_several(s3, reqlog):
     reqlog["gets"].clear()
     # 900 rows apart = 43,152 bytes skipped (< 64 KiB): one range, rows put back in order
     x, _ = read(f, [1000, 100, 1900])
-    assert ids(x).tolist() == [1000, 100, 1900]
+    assert ids(x) == [1000, 100, 1900]
     assert len(reqlog["gets"]) == 1
     reqlog["gets"].clear()
     reqlog["batched"] = 0
     # 1400 rows apart = 67,152 bytes: three ranges, fetched in one batched read, concurrently
     x, y = read(f, [2800, 0, 1400, 1401])
     check_rows(x, y, D, L)
-    assert ids(x).tolist() == [2800, 0, 1400, 1401]
+    assert ids(x) == [2800, 0, 1400, 1401]
     assert sorted(g[1] for g in reqlog["gets"]) == [28 + r * 48 for r in (0, 1400, 2800)]
     assert reqlog["batched"] == 1
     assert reqlog["max_in_flight"] == 3
@@ -333,7 +331,7 @@ def test_coalescing_tunable_and_long_ranges_split(s3, reqlog, monkeypatch):
     idx = [*range(10, 20), *range(30, 35), 500]
     x, y = read(f, idx[::-1])
     check_rows(x, y, D, L)
-    assert ids(x).tolist() == idx[::-1]
+    assert ids(x) == idx[::-1]
     assert sorted((g[1] - 28) // 48 for g in reqlog["gets"]) == [10, 30, 500]
     reqlog["gets"].clear()
     x, y = read(f, np.arange(0, 350))
@@ -348,7 +346,7 @@ def test_pread_into(s3):
     buf = np.empty((5, D + L))
     f._handle().pread_into(memoryview(buf).cast("B"), 40)
     check_rows(buf[:, :D], buf[:, D:], D, L)
-    assert ids(buf).tolist() == [40, 41, 42, 43, 44]
+    assert ids(buf) == [40, 41, 42, 43, 44]
 
 
 def test_threads_share_one_remote_handle(s3):
@@ -361,7 +359,7 @@ def test_threads_share_one_remote_handle(s3):
             for a in range(0, len(idx), 50):
                 x, y = read(f, idx[a : a + 50])
                 check_rows(x, y, D, L)
-                assert ids(x).tolist() == idx[a : a + 50].tolist()
+                assert ids(x) == idx[a : a + 50].tolist()
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -380,7 +378,7 @@ def _child_read(conn):
     try:
         x, y = read(_INHERITED["file"], [5, N - 1, 1])
         check_rows(x, y, D, L)
-        conn.send(ids(x).tolist())
+        conn.send(ids(x))
     except BaseException as e:  # pragma: no cover - reported by the parent
         conn.send(repr(e))
 
@@ -405,7 +403,7 @@ def test_forked_child_and_pickled_copy_read(s3):
     g = pickle.loads(pickle.dumps(f))
     assert (g.path, g.n, g.d, g.l) == (f.path, N, D, L)
     x, _ = read(g, [3, 2])
-    assert ids(x).tolist() == [3, 2]
+    assert ids(x) == [3, 2]
 
 
 @pytest.mark.parametrize(("n", "d", "l"), [(7, 3, 0), (6, 0, 2), (0, 3, 1), (5, 0, 0)])
@@ -493,7 +491,7 @@ def test_replaced_object_is_ndferror_at_the_next_read(s3, tmp_path, reqlog, rows
     reqlog["gets"].clear()
     reqlog["heads"] = 0
     x, _ = read(f, [7, 3, 50])
-    assert ids(x).tolist() == [7, 3, 50]
+    assert ids(x) == [7, 3, 50]
     assert len(reqlog["gets"]) == 1 and reqlog["heads"] == 0
     s3.put_bytes(f"replaced-{rows}.ndf", other_ndf(tmp_path, rows))
     for idx in ([7, 3, 50], [0], np.arange(90)):  # every read, all rows within the new object
@@ -519,7 +517,7 @@ def test_replaced_object_caught_by_the_returned_etag_where_if_match_is_ignored(
 
     monkeypatch.setattr(s3.fs, "_call_s3", ignoring_if_match)
     x, _ = read(f, [1, 2])
-    assert ids(x).tolist() == [1, 2]
+    assert ids(x) == [1, 2]
     s3.put_bytes("no-if-match.ndf", other_ndf(tmp_path, N))
     with pytest.raises(NdfError, match=f"^{url}: .*overwritten.*ETag"):
         read(f, [1, 2])
@@ -531,7 +529,7 @@ def test_replaced_object_on_a_protocol_without_etag_reads(memory_fs, tmp_path):
     save_ndf(tmp_path / "r.ndf", (x, y))
     memory_fs.pipe_file("/exactbatch-mem/r.ndf", (tmp_path / "r.ndf").read_bytes())
     f = open_ndf("memory://exactbatch-mem/r.ndf")
-    assert ids(read(f, [4, 2])[0]).tolist() == [4, 2]
+    assert ids(read(f, [4, 2])[0]) == [4, 2]
     memory_fs.pipe_file("/exactbatch-mem/r.ndf", other_ndf(tmp_path, 300))  # same size
     with pytest.raises(NdfError, match="^memory://exactbatch-mem/r.ndf: .*overwritten"):
         read(f, [4, 2])
@@ -550,7 +548,7 @@ def test_versioned_bucket_pins_the_opened_version(s3):
     fs.rm_file("exactbatch-versioned/v.ndf")  # a delete marker; the version stays
     x, y = read(f, [2999, 0, 1500])
     check_rows(x, y, D, L)
-    assert ids(x).tolist() == [2999, 0, 1500]
+    assert ids(x) == [2999, 0, 1500]
 
 
 def test_list_parquet_and_footers_directly(s3):
@@ -629,7 +627,7 @@ def test_open_ndf_url_public(s3):
         assert repr(f) == f"NdfFile({s3.url('data.ndf')!r}, n={N}, d={D}, l={L}, open)"
         x, y = f.read_rows([7, 3, 3, -1])
         check_rows(x, y, D, L)
-        assert ids(x).tolist() == [7, 3, 3, N - 1]
+        assert ids(x) == [7, 3, 3, N - 1]
         xr, yr = f.read_row(11)
         assert xr[0] == 11 and xr.shape == (D,) and yr.shape == (L,)
         with pytest.raises(IndexError):
@@ -675,8 +673,8 @@ def test_ndf_loader_next_into_threads_and_resume_over_s3(s3):
     state = a.state_dict()
     c = DataLoader(open_ndf(url, storage_options=s3.so), batch_size=128, seed=2)
     c.load_state_dict(state)
-    rest = [ids(xb).tolist() for xb, _ in c]
-    expected = [ids(xb).tolist() for xb, _ in iter_b]
+    rest = [ids(xb) for xb, _ in c]
+    expected = [ids(xb) for xb, _ in iter_b]
     assert rest == expected
     # several threads share one remote loader: every row once
     d = DataLoader(open_ndf(url, storage_options=s3.so), batch_size=100, seed=4)
@@ -687,7 +685,7 @@ def test_ndf_loader_next_into_threads_and_resume_over_s3(s3):
         while (got := d.next_into(ox, oy)) > 0:
             check_rows(ox[:got], oy[:got], D, L)
             with lock:
-                seen.extend(ids(ox[:got]).tolist())
+                seen.extend(ids(ox[:got]))
 
     threads = [threading.Thread(target=pull) for _ in range(4)]
     for t in threads:
@@ -754,7 +752,7 @@ def test_parquet_n_rows_from_footers_only(s3, monkeypatch):
     fetched.clear()
     x, y = src.read_chunk(0)
     check_rows(x, y, 3, 1)
-    assert ids(x).tolist() == list(range(6000))
+    assert ids(x) == list(range(6000))
     assert 1 <= len(fetched) <= 2
     assert sum(e - s for _, s, e, _ in fetched) < os.path.getsize(s3.local / "pq/a.parquet")
 
@@ -817,7 +815,7 @@ def _child_parquet(conn):
     try:
         x, y = _INHERITED["source"].read_chunk(3)
         check_rows(x, y, 3, 1)
-        conn.send(ids(x).tolist())
+        conn.send(ids(x))
     except BaseException as e:  # pragma: no cover - reported by the parent
         conn.send(repr(e))
 

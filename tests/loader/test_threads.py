@@ -23,7 +23,7 @@ THREADS = 8
 def reference_batches(x, y, b, epoch, **kw):
     loader = DataLoader((x, y), b, **kw)
     loader.set_epoch(epoch)
-    return [ids(xb).tolist() for xb, _ in loader]
+    return [ids(xb) for xb, _ in loader]
 
 
 @pytest.mark.parametrize("kind", ["pair", "ndf"])
@@ -80,7 +80,7 @@ def test_only_the_claim_is_locked_reads_run_in_parallel(tmp_path, kind):
         bx, by = np.empty((16, 2)), np.empty((16, 1))
         r = loader.next_into(bx, by)
         check_rows(bx[:r], by[:r], 2, 1)
-        got[i] = ids(bx[:r]).tolist()
+        got[i] = ids(bx[:r])
 
     run_threads(work, 2)
     assert reader.reads == 2

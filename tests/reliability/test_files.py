@@ -30,7 +30,7 @@ replaced (renamed over) or deleted keeps being read as the file that was
 opened. The loader runs in a child process, so a SIGBUS would show as its
 exit status. The truncations here happen between reads; truncations
 *during* a copy from the memory map (which waits for the copy's read lease)
-are tested in tests/test_ndf_lease.py and counted by
+are tested in tests/ndf/test_guard.py and counted by
 ``bench/reliability.py changes``. A Parquet file changed after
 ``parquet_source`` read its footer is a ``ValueError`` at its next read.
 """

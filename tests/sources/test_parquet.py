@@ -5,7 +5,7 @@ by name at construction and every file is checked (missing or non-numeric
 columns are a ValueError naming the file and the columns); n_rows comes from
 the footers with no data read; the loader reads only the row groups its
 shard needs and shuffles their order per epoch. Rows are traceable:
-column ``x0`` is the row id (see stream_helpers.py).
+column ``x0`` is the row id (see helpers.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import check_rows, collect, ids, make_x, make_y, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from laws import check_epoch
-from stream_helpers import check_rows, collect, ids, make_x, make_y, write_parquet
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from stream_helpers import chunks_of, ids, write_parquet
+from helpers import chunks_of, ids, write_parquet
 
 from exactbatch import (
     DataLoader,

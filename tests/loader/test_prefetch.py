@@ -81,7 +81,7 @@ def test_reader_errors_reach_the_consumer(tmp_path):
     f = open_ndf(path)
     # File order: batches are read with positional reads, which fail cleanly on a
     # truncated file whenever it happens (copies from the memory map, used for
-    # scattered rows, are guarded by a read lease: tests/test_ndf_lease.py).
+    # scattered rows, are guarded by a read lease: tests/ndf/test_guard.py).
     loader = DataLoader(f, 100, prefetch=3, shuffle=False)
     it = iter(loader)
     next(it)

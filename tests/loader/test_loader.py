@@ -12,12 +12,12 @@ import itertools
 import numpy as np
 import pytest
 from helpers import (
-    batches_of,
     check_rows,
+    collect,
     ids,
     make_data,
     make_source,
-    next_into_batches,
+    next_into_ids,
     rows_of,
 )
 
@@ -101,7 +101,7 @@ def test_every_kind_of_source_gives_identical_batches(tmp_path):
     xa, ya = make_data(57, 3, 0)
     bare, pair = DataLoader(xa, 6, **kw), DataLoader((xa, ya), 6, **kw)
     for _ in range(3):
-        assert batches_of(bare) == batches_of(pair)
+        assert collect(bare) == collect(pair)
 
 
 # -- len, n, total_size, shards -----------------------------------------------------------------
@@ -152,11 +152,11 @@ def test_shard_s_owns_rows_s_n_over_S_to_s_plus_1_n_over_S(build, kind, n, S):  
         loader = build(kind, n=n, batch_size=3, shuffle=False, num_shards=S, shard_index=s)
         want = list(range(s * n // S, (s + 1) * n // S))
         assert loader.n == len(want)
-        assert flat(batches_of(loader)) == want
+        assert flat(collect(loader)) == want
         seen += want
         # with shuffle the shard's rows are the same set, in some order
         shuffled = build(kind, n=n, batch_size=3, shuffle=True, num_shards=S, shard_index=s)
-        assert sorted(flat(batches_of(shuffled))) == want
+        assert sorted(flat(collect(shuffled))) == want
     assert seen == list(range(n))
 
 
@@ -167,7 +167,7 @@ def test_shard_s_owns_rows_s_n_over_S_to_s_plus_1_n_over_S(build, kind, n, S):  
 def test_with_shuffle_each_epoch_is_a_different_permutation(build, kind):
     """With shuffle every epoch is a permutation of the rows, and no two epochs share one."""
     loader = build(kind, n=100, batch_size=8, shuffle=True)
-    orders = [tuple(flat(batches_of(loader))) for _ in range(6)]
+    orders = [tuple(flat(collect(loader))) for _ in range(6)]
     for order in orders:
         assert sorted(order) == list(range(100))
         assert order != tuple(range(100))
@@ -178,7 +178,7 @@ def test_each_iter_call_begins_a_new_epoch(build):
     """iter() begins epoch 0, then 1, 2...; loader.epoch says which; unconsumed iters count."""
     mk = lambda: build("pair", n=30, batch_size=4)  # noqa: E731
     reference = mk()
-    ref = [batches_of(reference) for _ in range(4)]  # epochs 0..3 by plain for loops
+    ref = [collect(reference) for _ in range(4)]  # epochs 0..3 by plain for loops
 
     loader = mk()
     assert loader.epoch == 0
@@ -191,7 +191,7 @@ def test_each_iter_call_begins_a_new_epoch(build):
     it2 = iter(loader)
     assert loader.epoch == 2
     assert rows_of(it2) == ref[2]
-    assert batches_of(loader) == ref[3]
+    assert collect(loader) == ref[3]
     assert loader.epoch == 3
 
 
@@ -201,7 +201,7 @@ def test_set_epoch_then_iter_gives_that_epochs_order(build, e):
     fresh = build("pair", n=41, batch_size=6)
     for _ in range(e):
         list(fresh)
-    want = batches_of(fresh)
+    want = collect(fresh)
 
     loader = build("pair", n=41, batch_size=6)
     list(loader)  # whatever happened before ...
@@ -209,9 +209,9 @@ def test_set_epoch_then_iter_gives_that_epochs_order(build, e):
     next(it)
     loader.set_epoch(e)  # ... set_epoch decides
     assert loader.epoch == e
-    assert batches_of(loader) == want
+    assert collect(loader) == want
     assert loader.epoch == e
-    assert batches_of(loader) == batches_of(_at_epoch(build("pair", n=41, batch_size=6), e + 1))
+    assert collect(loader) == collect(_at_epoch(build("pair", n=41, batch_size=6), e + 1))
     assert loader.epoch == e + 1
 
 
@@ -222,10 +222,10 @@ def _at_epoch(loader, e):
 
 def test_set_epoch_applies_to_next_into_too(build):
     """set_epoch(e) makes next_into hand out epoch e's batches."""
-    want = batches_of(_at_epoch(build("pair", n=29, batch_size=4), 3))
+    want = collect(_at_epoch(build("pair", n=29, batch_size=4), 3))
     loader = build("pair", n=29, batch_size=4)
     loader.set_epoch(3)
-    assert next_into_batches(loader) == want
+    assert next_into_ids(loader) == want
 
 
 def test_set_epoch_rejects_negative_and_non_int(build):
@@ -254,7 +254,7 @@ def _use_for_a_while(loader, how):
     elif how == "set_epoch":
         loader.set_epoch(9)
     elif how == "next_into":
-        next_into_batches(loader, limit=3)
+        next_into_ids(loader, limit=3)
     elif how == "reset_other_seed":
         loader.reset(3)
         list(loader)
@@ -267,16 +267,16 @@ def _use_for_a_while(loader, how):
 def test_reset_with_seed_is_a_pure_function_of_the_seed(build, kind, how):
     """After reset(7) a loader behaves as a fresh loader with seed=7, whatever happened before."""
     fresh = build(kind, n=37, batch_size=5, seed=7)
-    want = [batches_of(fresh) for _ in range(3)]
+    want = [collect(fresh) for _ in range(3)]
 
     loader = build(kind, n=37, batch_size=5, seed=0)
     _use_for_a_while(loader, how)
     loader.reset(7)
     assert loader.epoch == 0
-    assert [batches_of(loader) for _ in range(3)] == want
+    assert [collect(loader) for _ in range(3)] == want
 
     loader.reset(7)  # and through next_into
-    assert next_into_batches(loader) == want[0]
+    assert next_into_ids(loader) == want[0]
 
 
 def test_reset_with_seed_rejects_negative(build):
@@ -286,7 +286,7 @@ def test_reset_with_seed_rejects_negative(build):
 
 
 def _epoch_rows(build, e, **kw):
-    return batches_of(_at_epoch(build("pair", n=26, batch_size=4, **kw), e))
+    return collect(_at_epoch(build("pair", n=26, batch_size=4, **kw), e))
 
 
 def test_reset_mid_epoch_rewinds_to_the_start_of_the_next_epoch(build):
@@ -297,7 +297,7 @@ def test_reset_mid_epoch_rewinds_to_the_start_of_the_next_epoch(build):
     next(it)
     loader.reset()
     assert loader.epoch == 1
-    assert batches_of(loader) == _epoch_rows(build, 1)
+    assert collect(loader) == _epoch_rows(build, 1)
 
 
 def test_reset_after_a_finished_epoch_goes_to_the_next(build):
@@ -306,7 +306,7 @@ def test_reset_after_a_finished_epoch_goes_to_the_next(build):
     list(loader)
     loader.reset()
     assert loader.epoch == 1
-    assert batches_of(loader) == _epoch_rows(build, 1)
+    assert collect(loader) == _epoch_rows(build, 1)
 
 
 def test_reset_before_the_epoch_began_keeps_the_pending_epoch(build):
@@ -314,13 +314,13 @@ def test_reset_before_the_epoch_began_keeps_the_pending_epoch(build):
     loader = build("pair", n=26, batch_size=4)
     loader.reset()
     assert loader.epoch == 0
-    assert batches_of(loader) == _epoch_rows(build, 0)
+    assert collect(loader) == _epoch_rows(build, 0)
 
     loader = build("pair", n=26, batch_size=4)
     loader.set_epoch(4)
     loader.reset()
     assert loader.epoch == 4
-    assert batches_of(loader) == _epoch_rows(build, 4)
+    assert collect(loader) == _epoch_rows(build, 4)
 
 
 def test_reset_twice_moves_one_epoch(build):
@@ -330,16 +330,16 @@ def test_reset_twice_moves_one_epoch(build):
     loader.reset()
     loader.reset()
     assert loader.epoch == 1
-    assert batches_of(loader) == _epoch_rows(build, 1)
+    assert collect(loader) == _epoch_rows(build, 1)
 
 
 def test_reset_after_next_into_reached_the_end(build):
     """After next_into returned 0, reset() makes next_into hand out the next epoch."""
     loader = build("pair", n=26, batch_size=4)
-    assert next_into_batches(loader) == _epoch_rows(build, 0)
+    assert next_into_ids(loader) == _epoch_rows(build, 0)
     loader.reset()
     assert loader.epoch == 1
-    assert next_into_batches(loader) == _epoch_rows(build, 1)
+    assert next_into_ids(loader) == _epoch_rows(build, 1)
 
 
 def test_reset_keeps_the_seed_when_none_is_given(build):
@@ -348,7 +348,7 @@ def test_reset_keeps_the_seed_when_none_is_given(build):
     loader.reset(5)
     list(loader)
     loader.reset()
-    assert batches_of(loader) == _epoch_rows(build, 1, seed=5)
+    assert collect(loader) == _epoch_rows(build, 1, seed=5)
 
 
 # -- last_rows, next_into ----------------------------------------------------------------------
@@ -381,26 +381,26 @@ def test_next_into_returns_row_counts_then_zero_until_reset_or_iter(build, kind,
         r = loader.next_into(bx, by)
         check_rows(bx[:r], by[:r], 3, l)
         counts.append(r)
-        rows.append(ids(bx[:r]).tolist())
+        rows.append(ids(bx[:r]))
     assert counts == [4, 4, 3]
     assert [loader.next_into(bx, by) for _ in range(5)] == [0] * 5
     want = [_epoch_rows_kind(build, kind, l, e) for e in range(3)]
     assert rows == want[0]
     # a new iter() begins the next epoch
-    assert batches_of(loader) == want[1]
+    assert collect(loader) == want[1]
     assert loader.next_into(bx, by) == 0  # that epoch ended too
     loader.reset()
-    assert next_into_batches(loader) == want[2]
+    assert next_into_ids(loader) == want[2]
 
 
 def _epoch_rows_kind(build, kind, l, e):  # noqa: E741
-    return batches_of(_at_epoch(build(kind, n=11, l=l, batch_size=4, shuffle=True), e))
+    return collect(_at_epoch(build(kind, n=11, l=l, batch_size=4, shuffle=True), e))
 
 
 def test_next_into_on_a_fresh_loader_hands_out_epoch_0_like_iter(build):
     """next_into without any iter() hands out epoch 0's batches, the same as iter() would."""
-    want = batches_of(build("ndf", n=50, batch_size=6))
-    assert next_into_batches(build("ndf", n=50, batch_size=6)) == want
+    want = collect(build("ndf", n=50, batch_size=6))
+    assert next_into_ids(build("ndf", n=50, batch_size=6)) == want
 
 
 def test_next_into_by_none_is_allowed_when_there_are_no_labels(build):
@@ -408,11 +408,11 @@ def test_next_into_by_none_is_allowed_when_there_are_no_labels(build):
     loader = build("array", n=10, l=0, batch_size=4, shuffle=False)
     bx = np.empty((4, 3))
     assert loader.next_into(bx) == 4
-    assert ids(bx).tolist() == [0, 1, 2, 3]
+    assert ids(bx) == [0, 1, 2, 3]
     assert loader.next_into(bx, None) == 4
-    assert ids(bx).tolist() == [4, 5, 6, 7]
+    assert ids(bx) == [4, 5, 6, 7]
     assert loader.next_into(bx) == 2
-    assert ids(bx[:2]).tolist() == [8, 9]
+    assert ids(bx[:2]) == [8, 9]
     assert loader.next_into(bx) == 0
 
 
@@ -420,7 +420,7 @@ def _first_batch_is_still_next(loader):
     bx = np.empty((loader.batch_size, loader.d))
     by = np.empty((loader.batch_size, loader.l))
     assert loader.next_into(bx, by) == loader.batch_size
-    assert ids(bx).tolist() == list(range(loader.batch_size))
+    assert ids(bx) == list(range(loader.batch_size))
 
 
 def test_next_into_by_none_with_labels_is_an_error(build):
@@ -569,7 +569,7 @@ def test_drop_last_every_batch_has_exactly_batch_size_rows(build, kind, shuffle)
     loader = build(kind, n=23, batch_size=5, drop_last=True, shuffle=shuffle)
     assert len(loader) == 4
     for _ in range(3):
-        batches = batches_of(loader)
+        batches = collect(loader)
         assert [len(b) for b in batches] == [5, 5, 5, 5]
         assert len(set(flat(batches))) == 20
     if not shuffle:
@@ -609,7 +609,7 @@ def test_empty_shard_is_legal_with_no_batches(build, kind):
             assert len(loader) == 0
             assert list(loader) == [] and list(loader) == []
             assert loader.next_into(np.empty((2, 3)), np.empty((2, 2))) == 0
-        seen += flat(batches_of(loader))
+        seen += flat(collect(loader))
     assert empty == 2
     assert sorted(seen) == list(range(n))
 
@@ -625,7 +625,7 @@ def test_an_older_iterator_raises_after_a_new_iter(build):
     it1 = iter(loader)
     with pytest.raises(RuntimeError):
         next(it0)
-    assert rows_of(it1) == batches_of(_at_epoch(build("pair", n=30, batch_size=4), 1))
+    assert rows_of(it1) == collect(_at_epoch(build("pair", n=30, batch_size=4), 1))
 
 
 def test_an_unstarted_older_iterator_raises_too(build):
@@ -690,7 +690,7 @@ def test_batch_size_numpy_integer_is_accepted():
     """A NumPy integer batch_size is an int like any other."""
     loader = DataLoader(make_data(10)[0], np.int64(4), shuffle=False)
     assert len(loader) == 3
-    assert [len(b) for b in batches_of(loader)] == [4, 4, 2]
+    assert [len(b) for b in collect(loader)] == [4, 4, 2]
 
 
 @pytest.mark.parametrize("S", [0, -1])
@@ -752,11 +752,11 @@ def test_closing_the_users_ndffile_does_not_break_a_loader_over_it(tmp_path):
     f = open_ndf(path)
     loader = DataLoader(f, 6, seed=4)
     f.close()
-    want = batches_of(_at_epoch(DataLoader((x, y), 6, seed=4), 0))
+    want = collect(_at_epoch(DataLoader((x, y), 6, seed=4), 0))
     got = []
     for xb, yb in loader:
         check_rows(xb, yb, 3, 2)
-        got.append(ids(xb).tolist())
+        got.append(ids(xb))
     assert got == want
 
 

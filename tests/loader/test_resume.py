@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import batches_of, make_data, make_source, next_into_batches, rows_of
+from helpers import collect, make_data, make_source, next_into_ids, rows_of
 from laws import roundtrip, run_python
 
 import exactbatch
@@ -49,7 +49,7 @@ def reference(build, kind, epochs, **kw):
     for e in range(epochs):
         loader = build(kind, **kw)
         loader.set_epoch(e)
-        out.append(batches_of(loader))
+        out.append(collect(loader))
     return out
 
 
@@ -91,8 +91,8 @@ def test_resume_with_prefetched_batches_ready_hands_out_exactly_those_not_receiv
         for prefetch in (0, 2):
             restored = build(kind, prefetch=prefetch, **config)
             restored.load_state_dict(state)
-            assert batches_of(restored) == ref[0][k:], (k, prefetch)
-            assert batches_of(restored) == ref[1]
+            assert collect(restored) == ref[0][k:], (k, prefetch)
+            assert collect(restored) == ref[1]
         assert rows_of(it) == ref[0][k:]
 
 
@@ -104,24 +104,24 @@ def test_state_at_the_end_of_an_epoch_resumes_at_the_start_of_the_next(build, ki
     original = build(kind)
     list(original)  # epoch 0
     if how == "for_loop":
-        assert batches_of(original) == ref[1]
+        assert collect(original) == ref[1]
     elif how == "exactly_len_nexts":
         it = iter(original)
         assert [next(it)[0][:, 0].astype(int).tolist() for _ in range(len(original))] == ref[1]
     else:
         original.reset()
-        assert next_into_batches(original) == ref[1]
+        assert next_into_ids(original) == ref[1]
     state = roundtrip(original.state_dict())
 
     restored = build(kind)
     restored.load_state_dict(state)
     assert restored.epoch == 2
-    assert batches_of(restored) == ref[2]
-    assert batches_of(restored) == ref[3]
+    assert collect(restored) == ref[2]
+    assert collect(restored) == ref[3]
 
     again = build(kind)
     again.load_state_dict(state)
-    assert next_into_batches(again) == ref[2]
+    assert next_into_ids(again) == ref[2]
 
 
 def test_state_of_a_fresh_loader_resumes_at_epoch_0(build):
@@ -130,7 +130,7 @@ def test_state_of_a_fresh_loader_resumes_at_epoch_0(build):
     state = roundtrip(build("pair").state_dict())
     restored = build("pair")
     restored.load_state_dict(state)
-    assert [batches_of(restored), batches_of(restored)] == ref
+    assert [collect(restored), collect(restored)] == ref
 
 
 def test_state_after_set_epoch_resumes_at_that_epoch(build):
@@ -139,10 +139,10 @@ def test_state_after_set_epoch_resumes_at_that_epoch(build):
     list(loader)
     loader.set_epoch(5)
     state = roundtrip(loader.state_dict())
-    want = batches_of(loader)
+    want = collect(loader)
     restored = build("pair")
     restored.load_state_dict(state)
-    assert batches_of(restored) == want
+    assert collect(restored) == want
 
 
 def test_state_carries_the_seed(build):
@@ -158,9 +158,9 @@ def test_state_carries_the_seed(build):
     remaining = rows_of(it)
     restored = build("pair", seed=0)
     restored.load_state_dict(state)
-    assert batches_of(restored) == remaining
+    assert collect(restored) == remaining
     want_next = reference(build, "pair", 3, seed=77)[2]
-    assert batches_of(restored) == want_next
+    assert collect(restored) == want_next
 
 
 def test_a_state_taken_right_after_restoring_resumes_at_the_same_place(build):
@@ -177,8 +177,8 @@ def test_a_state_taken_right_after_restoring_resumes_at_the_same_place(build):
     state2 = roundtrip(first.state_dict())
     second = build("ndf")
     second.load_state_dict(state2)
-    assert batches_of(second) == remaining
-    assert batches_of(first) == remaining
+    assert collect(second) == remaining
+    assert collect(first) == remaining
 
 
 def test_state_dict_does_not_disturb_the_iteration(build):
@@ -191,7 +191,7 @@ def test_state_dict_does_not_disturb_the_iteration(build):
         got.append(xb[:, 0].astype(int).tolist())
         loader.state_dict()
     assert got == want[0]
-    assert batches_of(loader) == want[1]
+    assert collect(loader) == want[1]
 
 
 def test_state_is_small_plain_json_data_with_a_version(build):
@@ -281,8 +281,8 @@ def test_resume_in_a_new_process_hands_out_exactly_the_remaining_batches(tmp_pat
     settings = dict(batch_size=7, shuffle=True, seed=3, num_shards=2, shard_index=1)
     fresh = DataLoader((x, y), **settings)
     fresh.set_epoch(1)
-    epoch1 = batches_of(fresh)
-    epoch2 = batches_of(fresh)
+    epoch1 = collect(fresh)
+    epoch2 = collect(fresh)
     # shard 1 of 2 owns rows 50..100 (51 rows): 8 batches, the last of 2 rows
     assert [len(b) for b in epoch1] == [7] * 7 + [2]
     assert sorted(r for b in epoch1 for r in b) == list(range(50, 101))
