@@ -72,6 +72,7 @@ TARGETS = {
         ["src/exactbatch/audit.py"],
         ["exactbatch.audit.*"],
         [
+            "tests/test_audit.py",
             "tests/feeds/test_streamed_audit.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_exactness.py",
