@@ -333,8 +333,9 @@ def test_a_stream_that_fails_once_mid_pass_loses_nothing(shuffle, prefetch):
     )
     got, errors = _iterate_through_errors(iter(loader))
     assert errors == 1
-    want = rows_of(DataLoader(FlakySource(at=6, fail_pass=0), 8, shuffle=shuffle,
-                              total_size=N, buffer_size=24))
+    want = rows_of(
+        DataLoader(FlakySource(at=6, fail_pass=0), 8, shuffle=shuffle, total_size=N, buffer_size=24)
+    )
     assert got == want and sorted(got) == list(range(N))
 
 
@@ -367,7 +368,12 @@ def test_even_batches_on_a_stream_rolls_over_on_every_shard_and_audits(shuffle):
     counts = []
     for s in range(3):
         loader = DataLoader(
-            _stream(), 7, shuffle=shuffle, num_shards=3, shard_index=s, even_batches=True,
+            _stream(),
+            7,
+            shuffle=shuffle,
+            num_shards=3,
+            shard_index=s,
+            even_batches=True,
             total_size=N,
         )
         counts.append(len(rows_of(loader)) // 7)
@@ -375,7 +381,12 @@ def test_even_batches_on_a_stream_rolls_over_on_every_shard_and_audits(shuffle):
         assert (state["epoch"], state["batches_done"]) == (1, 0)
     assert len(set(counts)) == 1
     short = DataLoader(
-        _stream(), 7, shuffle=shuffle, num_shards=3, shard_index=2, even_batches=True,
+        _stream(),
+        7,
+        shuffle=shuffle,
+        num_shards=3,
+        shard_index=2,
+        even_batches=True,
         total_size=66,
     )
     with pytest.warns(TotalSizeWarning, match="shard 2's share"):
@@ -615,3 +626,46 @@ def test_an_elastic_state_past_the_epoch_or_with_pending_batches_is_refused():
         target.load_state_dict({**state, "batches_done": 1, "pending": [0]})
     target.load_state_dict({**state, "global_batches_done": 10})
     assert rows_of(target) == [] and target.state_dict()["epoch"] == 1
+
+
+def test_an_elastic_resume_counts_from_its_first_batch_and_the_next_epoch_from_zero():
+    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
+    loader = DataLoader(x_of(), 10, num_shards=2, shard_index=1, elastic=True)
+    loader.load_state_dict({**state, "global_batches_done": 4})
+    it = iter(loader)
+    next(it)
+    assert loader.state_dict()["global_batches_done"] == 6  # 4, then one step of 2 shards
+    rest = [b for b in it]
+    assert len(rest) == 2  # global batches 7 and 9
+    after = loader.state_dict()
+    assert (after["epoch"], after["global_batches_done"]) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [(-1, ValueError), (None, TypeError), ("4", TypeError)]
+)
+def test_a_malformed_elastic_position_is_refused_naming_it(value, error):
+    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
+    target = DataLoader(x_of(), 10, num_shards=2, elastic=True)
+    with pytest.raises(error, match=r"state\['global_batches_done'\] must be"):
+        target.load_state_dict({**state, "global_batches_done": value})
+
+
+def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
+    loader = DataLoader(x_of(), 7, seed=3)
+    state = {
+        k: v for k, v in loader.state_dict().items() if k not in ("source", "d", "l", "ledger")
+    }
+    state.update(version=1, batches_done=5)  # a version-1 state: no ledger
+    resumed = DataLoader(x_of(), 7, seed=3)
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    next(it)
+    mid = roundtrip(resumed.state_dict())
+    assert mid["version"] == 2 and mid["batches_done"] == 6 and mid["ledger"] is None
+    again = DataLoader(x_of(), 7, seed=3)
+    again.load_state_dict(mid)  # loads, and its epoch is not checked either
+    assert len(rows_of(again)) == N - 42
+    for _ in it:
+        pass
+    assert resumed.state_dict()["ledger"] == {"rows": 0, "digest": "0" * 16}  # next epoch: checked
