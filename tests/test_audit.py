@@ -137,3 +137,35 @@ def test_check_ledger_passes_equal_tallies_and_names_the_difference():
         + r"0x[0-9a-f]{16}\): the same number of rows but not the same rows\. ",
     ):
         check_ledger(other, promised, epoch=0, shard_index=0, num_shards=1)
+
+
+def test_count_total_names_a_bad_chunk_by_its_position():
+    with pytest.raises(ValueError, match=r"^chunk 1: expected x of shape \(rows, 2\)"):
+        counted(IterableStream([np.ones((2, 2)), np.ones((2, 3))]))
+    with pytest.raises(TypeError, match=r"^chunk 1: x must hold real numbers"):
+        counted(IterableStream([np.ones((2, 2)), np.array([["a", "b"]])]))
+
+
+def test_the_restart_probe_names_a_bad_chunk_by_its_position():
+    passes = iter([[np.ones((2, 2))], [np.empty((0, 2)), np.array([["a", "b"]])]])
+    with pytest.raises(TypeError, match=r"^chunk 1: x must hold real numbers"):
+        counted(FactoryStream(lambda: iter(next(passes))))
+
+
+def test_the_restart_probe_counts_rows_not_labels():
+    """A second pass whose chunks have labels but no rows is empty."""
+    passes = iter([[np.ones((2, 2))], [(np.empty((0, 2)), np.empty(0))]])
+    with pytest.raises(ValueError, match="came back empty"):
+        counted(FactoryStream(lambda: iter(next(passes))))
+
+
+def test_a_declared_total_size_on_random_access_must_be_the_whole_datasets():
+    from exactbatch.audit import resolve_random_access_total
+
+    assert resolve_random_access_total("auto", 5) == resolve_random_access_total(5, 5) == 5
+    with pytest.raises(ValueError) as info:
+        resolve_random_access_total(4, 5)
+    assert str(info.value) == (
+        "total_size=4 disagrees with the source, which has n=5 rows; "
+        "pass total_size=\"auto\" (or the whole dataset's row count, not a shard's)"
+    )
