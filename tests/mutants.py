@@ -168,10 +168,9 @@ def summary(targets: list[str], diff: bool) -> None:
         total = len(res)
         rest = {n: s for n, s in res.items() if s not in KILLED}
         rate = 100 * killed / total if total else 0.0
-        note = "  (provisional: being rewritten)" if target in ("loader", "batching") else ""
         print(
             f"{target:9s} killed {killed:4d}  survived {total - killed:4d}  total {total:4d}"
-            f"  kill rate {rate:5.1f}%{note}"
+            f"  kill rate {rate:5.1f}%"
         )
         unchecked = sum(s == "not checked" for s in res.values())
         if unchecked:
