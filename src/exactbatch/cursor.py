@@ -157,19 +157,21 @@ class Cursor:
                 if hand_out:
                     self.end()
             elif hand_out:
-                self.handed.add(job.size, job.digest)
-                self.last_rows = job.size
+                self._count(job)
             else:
                 self.out[job.k] = job
             return job, owner
+
+    def _count(self, job) -> None:
+        self.handed.add(job.size, job.digest)
+        self.last_rows = job.size
 
     def hand_out(self, gen: int, job) -> None:
         """A prefetched batch reaches the consumer: now it counts."""
         with self.lock:
             self.check_gen(gen)
             self.out.pop(job.k, None)
-            self.handed.add(job.size, job.digest)
-            self.last_rows = job.size
+            self._count(job)
 
     def give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
         """Jobs of epoch ``owner`` claimed but not handed out after all (a failed read,
@@ -189,7 +191,6 @@ class Cursor:
         with self.lock:
             if gen == self.gen and self.current is not None:
                 self.end()
-
 
     def next_epoch(self) -> int:
         """``iter(loader)``: begin the next epoch (the pending one if it has not
@@ -315,9 +316,9 @@ class EpochIterator:
         if self._prefetcher is not None:
             left = self._prefetcher.close()
             self._prefetcher = None
-            for owner in {id(o): o for _, o, _ in left}.values():
-                jobs = [job for job, o, _ in left if o is owner]
-                self._cursor.give_back(owner, jobs, counted=False, locked=locked)
+            if left:  # one generation, one epoch: every item has the same owner
+                jobs = [job for job, _, _ in left]
+                self._cursor.give_back(left[0][1], jobs, counted=False, locked=locked)
 
     def __del__(self):
         self.close(locked=False)

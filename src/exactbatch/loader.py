@@ -167,14 +167,6 @@ class DataLoader:
 
     # -- iteration -------------------------------------------------------------
 
-    def _claim(self, gen: int | None, hand_out: bool = True):
-        """The cursor's :meth:`~exactbatch.cursor.Cursor.claim` (``(job, epoch)``)."""
-        return self._cursor.claim(gen, hand_out)
-
-    def _give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
-        """The cursor's :meth:`~exactbatch.cursor.Cursor.give_back`."""
-        self._cursor.give_back(owner, jobs, counted, locked)
-
     def __iter__(self):
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch)
 

@@ -287,19 +287,20 @@ def test_a_failed_read_through_next_into_is_not_counted():
     assert sorted(got) == list(range(N)) and flaky.calls == 16
 
 
-def test_a_batch_that_failed_while_later_ones_were_handed_out_is_pending_in_the_state():
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_a_batch_that_failed_while_later_ones_were_handed_out_is_pending_in_the_state(kind):
     """Threads: batch 2's read fails while batch 3 is handed out; the state says so."""
-    loader = DataLoader(x_of(), 10, seed=1)
+    loader = DataLoader(SOURCES[kind](), 10, seed=1, total_size=N)
     bx, by = np.empty((10, 1)), np.empty((10, 0))
     got = []
     for _ in range(2):
         got += ids(bx[: loader.next_into(bx, by)])
-    job2, owner = loader._claim(None)  # a thread claims batch 2 ...
+    job2, owner = loader._cursor.claim(None)  # a thread claims batch 2 ...
     got += ids(bx[: loader.next_into(bx, by)])  # ... another hands out batch 3 ...
-    loader._give_back(owner, [job2], counted=True)  # ... and batch 2's read fails
+    loader._cursor.give_back(owner, [job2], counted=True)  # ... and batch 2's read fails
     state = roundtrip(loader.state_dict())
     assert state["batches_done"] == 3 and state["pending"] == [2]
-    restored = DataLoader(x_of(), 10, seed=1)
+    restored = DataLoader(SOURCES[kind](), 10, seed=1, total_size=N)
     restored.load_state_dict(state)
     rest = rows_of(restored)
     assert sorted(got + rest) == list(range(N))
@@ -407,6 +408,7 @@ def test_a_declared_total_size_never_sizes_an_allocation():
     try:
         with pytest.warns(TotalSizeWarning):
             got = rows_of(loader)
+        assert sorted(rows_of(loader)) == list(range(N))  # the next epoch too
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -6,7 +6,7 @@ never claimed. Claiming a batch is cheap and done under the loader's lock;
 reading it (``IndexedJob.fill``) runs outside the lock, so threads read in parallel.
 
 Each job carries its batch number and the ledger digest of its rows
-(:mod:`exactbatch.audit`), looked up, not computed, on the hot path: from
+(:mod:`exactbatch.order.digest`), looked up, not computed, on the hot path: from
 the digests of a whole order's batches (computed with the order, on its
 background thread), of a block of positions, or in closed form for file
 order. A batch whose read failed, or that was prepared but never handed
@@ -15,11 +15,11 @@ out, is given back and claimed again before any later batch.
 
 from __future__ import annotations
 
-from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
 
+from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
 __all__ = ["BlockedOrder", "IndexedEpoch", "IndexedJob", "num_batches"]
@@ -125,7 +125,7 @@ class IndexedEpoch:
         self._digest = RangeDigests(b)
         self._promised = promised
         self.claimed = skip
-        self.returned = deque(self.job(k) for k in sorted(pending))
+        self.returned = Returned(self.job(k) for k in pending)
 
     def close(self) -> None:
         """Nothing to release: the reader belongs to the feed."""
@@ -151,7 +151,7 @@ class IndexedEpoch:
 
     def claim(self) -> IndexedJob | None:
         if self.returned:
-            return self.returned.popleft()
+            return self.returned.pop()
         k = self.claimed
         if k >= self.nbatches:
             return None
@@ -160,8 +160,7 @@ class IndexedEpoch:
 
     def give_back(self, jobs) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
-        self.returned.extend(jobs)
-        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+        self.returned.add(jobs)
 
     def given_back(self) -> list[int]:
-        return [j.k for j in self.returned]
+        return self.returned.batches()

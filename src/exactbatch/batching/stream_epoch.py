@@ -12,8 +12,7 @@ any later batch.
 
 from __future__ import annotations
 
-from collections import deque
-
+from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
 
 __all__ = ["PassTally", "StreamEpoch", "StreamJob"]
@@ -71,14 +70,14 @@ class StreamEpoch:
         self._ended = False
         self._drained = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
-        self.returned: deque = deque()
-        keep = set(pending)
-        for _ in range(skip):  # resume: replay the batches already handed out
-            job = self.claim()
+        keep, kept = set(pending), []
+        for _ in range(skip):  # resume: replay the batches claimed before, keep the pending
+            job = self._claim_next()
             if job is None:
                 break
             if job.k in keep:
-                self.returned.append(job)
+                kept.append(job)
+        self.returned = Returned(kept)
 
     def _next(self):
         if self._ended:
@@ -130,14 +129,18 @@ class StreamEpoch:
         """even_batches: read the rest of the pass, counted as left out."""
         if self._drained:
             return
-        self._drained = True
         while (batch := self.peek()) is not None:
             self._pending = None
             self.tally.left.add(batch[0].shape[0], batch[2])
+        self._drained = True
 
     def claim(self) -> StreamJob | None:
         if self.returned:
-            return self.returned.popleft()
+            return self.returned.pop()
+        return self._claim_next()
+
+    def _claim_next(self) -> StreamJob | None:
+        """The pass's next batch, not one given back."""
         if self._limit is not None and self.claimed >= self._limit:
             self._drain()
             return None
@@ -150,11 +153,10 @@ class StreamEpoch:
 
     def give_back(self, jobs) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
-        self.returned.extend(jobs)
-        self.returned = deque(sorted(self.returned, key=lambda j: j.k))
+        self.returned.add(jobs)
 
     def given_back(self) -> list[int]:
-        return [j.k for j in self.returned]
+        return self.returned.batches()
 
     def promise(self) -> Tally:
         return self.tally.promise()

@@ -59,6 +59,9 @@ class StreamFeed:
         self.l = getattr(self.source, "l", None) if self.indexed else None
         n_rows = getattr(self.source, "n_rows", None)
         self._had_rows = False  # has a pass yielded rows? (then an empty one cannot be right)
+        # Only a size the source vouches for (metadata, or rows counted) sizes the
+        # buffer: a declared total_size, however wrong, never sizes an allocation.
+        self._known_size = total_size == "auto" or n_rows is not None
         if isinstance(total_size, str):  # "auto"
             total_size = int(n_rows) if n_rows is not None else self._count()
         elif total_size is not None and n_rows is not None and total_size != int(n_rows):
@@ -68,9 +71,6 @@ class StreamFeed:
                 "(or the whole dataset's row count, not a shard's)"
             )
         self.total_size = total_size
-        # Only a size the source vouches for (metadata, or rows counted) sizes the
-        # buffer: a declared total_size, however wrong, never sizes an allocation.
-        self._known_size = n_rows is not None or self._had_rows
         b, shard = spec.batch_size, spec.shard
         if total_size is None:
             self.start = self.stop = self.n = self.nbatches = None
@@ -219,7 +219,7 @@ class StreamFeed:
         return max(1, int(sum(rows)) // len(rows)) if len(rows) else None
 
     def _size_hint(self) -> int | None:
-        return self.n if self._known_size or self._had_rows else None
+        return self.n if self._known_size else None
 
     def mixing_window(self) -> int | None:
         """Rows a row can be mixed with: see :func:`exactbatch.batching.buffer.mixing_window`
