@@ -151,7 +151,7 @@ class IndexedEpoch:
 
     def claim(self) -> IndexedJob | None:
         if self.returned:
-            return self.returned.pop()
+            return self.returned.pop(0)
         k = self.claimed
         if k >= self.nbatches:
             return None

@@ -136,7 +136,7 @@ class StreamEpoch:
 
     def claim(self) -> StreamJob | None:
         if self.returned:
-            return self.returned.pop()
+            return self.returned.pop(0)
         return self._claim_next()
 
     def _claim_next(self) -> StreamJob | None:

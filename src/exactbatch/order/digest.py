@@ -5,7 +5,8 @@ sum of its hashes mod 2**64: order-independent, and a difference of two
 digests is the digest of the difference, so what a pass promised less what it
 left out can be compared with what it handed out. h is a quadratic, so the
 digest of a run of consecutive rows has a closed form (no pass over the rows);
-a batch of scattered rows costs four vectorised operations.
+a batch of scattered rows costs three passes (the sums of its ids and
+of their squares).
 """
 
 from __future__ import annotations
