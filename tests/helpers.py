@@ -14,6 +14,8 @@ are exact in float64 for the sizes used in the tests.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -32,6 +34,7 @@ __all__ = [
     "make_y",
     "next_into_ids",
     "rows_of",
+    "run_cli",
     "write_parquet",
 ]
 
@@ -192,3 +195,16 @@ def write_parquet(
             bounds.append((lo, lo + s))
             lo += s
     return bounds
+
+
+def run_cli(*args, check=None, timeout=120):
+    """Run ``python -m exactbatch.cli ARGS``; returns the CompletedProcess."""
+    p = subprocess.run(
+        [sys.executable, "-m", "exactbatch.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p

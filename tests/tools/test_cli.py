@@ -15,25 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli as run
 
 from exactbatch import open_ndf, save_ndf
 from exactbatch.cli import main
 
 COMMANDS = ("info", "convert", "shuffle", "mixing", "bench")
 SCRIPT = Path(sys.executable).with_name("exactbatch")
-
-
-def run(*args, check=None, timeout=120):
-    """Run ``python -m exactbatch.cli ARGS``; returns the CompletedProcess."""
-    p = subprocess.run(
-        [sys.executable, "-m", "exactbatch.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check is not None:
-        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
-    return p
 
 
 def one_line_error(p, *names):

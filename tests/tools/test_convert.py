@@ -10,24 +10,13 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import run_cli as run
 
 from exactbatch import open_ndf, save_ndf
 from exactbatch.cli import main
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-
-
-def run(*args, check=None, timeout=120):
-    p = subprocess.run(
-        [sys.executable, "-m", "exactbatch.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check is not None:
-        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
-    return p
 
 
 def read_ndf(path):
