@@ -1,0 +1,364 @@
+"""JAX arrays from a DataLoader, moved to the device ahead of the step.
+
+``as_jax(loader)`` is an iterable with ``len()``: each ``iter()`` is one
+epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
+shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
+(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``.
+
+How the move overlaps the step: ``jax.device_put`` returns at once and
+copies in the background, so the iterator keeps ``prefetch`` batches put
+ahead of the one it hands out (a deque of device arrays); while a jitted
+step runs on batch i, batches i+1 .. i+prefetch are on their way. The host
+arrays are never written after they are put: the loader hands out fresh
+arrays that belong to the caller (it never reuses a batch's arrays), a cast
+or a pad makes a fresh copy, and the iterator keeps each host batch until
+its device batch is handed out, so a transfer (or a zero-copy alias on a
+CPU device) reads memory nobody changes.
+
+Resume: batches put ahead were handed out by the loader, but not yet to
+you. :meth:`JaxLoader.state_dict` counts only the batches the iterator
+handed out; closing the iterator (``close()``, leaving a ``for`` loop by
+``break``, or dropping it) gives the batches put ahead back: the loader is
+rewound to just after the last batch handed out, so ``loader.state_dict()``
+agrees again and the next ``iter()`` hands them out first (the rest of that
+epoch). While an epoch is in progress, take states from the ``JaxLoader``,
+not from the loader (whose count includes the batches put ahead).
+
+jax is imported when a function here first needs it, never at import.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections import deque
+
+import numpy as np
+
+from exactbatch.checks import check_flag, check_int
+
+__all__ = ["JaxLoader", "as_jax"]
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("exactbatch.jax needs JAX: pip install 'exactbatch[jax]'") from e
+    return jax
+
+
+# True while the cyclic garbage collector runs: an epoch dropped then may be finalized
+# inside the loader's lock on this thread, so its rewind waits for the next JaxLoader call.
+_COLLECTING = [False]
+
+
+def _gc_phase(phase: str, info) -> None:
+    _COLLECTING[0] = phase == "start"
+
+
+if _gc_phase not in gc.callbacks:
+    gc.callbacks.append(_gc_phase)
+
+
+def _position(state: dict) -> tuple:
+    """What tells two states of one loader apart: seed, epoch and batches handed out."""
+    return state["seed"], state["epoch"], state["batches_done"]
+
+
+def _row_pieces(sharding) -> int:
+    """How many pieces ``sharding`` cuts a batch's rows (axis 0) into."""
+    m = len(sharding.device_set)
+    try:
+        return m // sharding.shard_shape((m, 1))[0]
+    except (ValueError, TypeError, IndexError):  # a sharding that does not cut rows only
+        return m
+
+
+def _mask_sharding(sharding):
+    """The sharding for the 1-D mask: the rows' part of a NamedSharding's spec."""
+    jax = _jax()
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > 1:
+        return jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1])
+        )
+    return sharding
+
+
+def _resolve_dtype(dtype, loader) -> np.dtype:
+    """The dtype batches are put as: ``dtype``, else the loader's (float32 without x64)."""
+    jax = _jax()
+    x64 = bool(jax.config.jax_enable_x64)
+    if dtype is None:
+        want = np.dtype(getattr(loader, "dtype", np.float64))
+        return np.dtype(np.float32) if want == np.float64 and not x64 else want
+    try:
+        want = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype must be a floating dtype such as jnp.float32; got {dtype!r}") from e
+    if not np.issubdtype(want, np.floating):
+        raise TypeError(f"dtype must be a floating dtype such as jnp.float32; got {dtype!r}")
+    if want == np.float64 and not x64:
+        raise ValueError(
+            "dtype=float64 needs 64-bit JAX: set jax.config.update('jax_enable_x64', True) "
+            "first (without it JAX holds float32 only), or pass dtype=jnp.float32"
+        )
+    return want
+
+
+class JaxLoader:
+    """An epoch-per-``iter()`` iterable of ``(xb, yb)`` (or ``(xb, yb, mask)``)
+    ``jax.Array`` s; see :func:`as_jax`.
+
+    Attributes: ``loader`` (the wrapped loader), ``dtype`` (a NumPy dtype, as
+    resolved when made), ``device``, ``sharding``, ``prefetch`` and
+    ``pad_last``. ``len()`` is ``len(loader)``, the batches per epoch.
+    """
+
+    def __init__(
+        self, loader, *, dtype=None, device=None, sharding=None, prefetch=2, pad_last=False
+    ):
+        jax = _jax()
+        missing = [
+            a
+            for a in ("__iter__", "batch_size", "state_dict", "load_state_dict")
+            if not hasattr(loader, a)
+        ]
+        if missing:
+            raise TypeError(
+                f"as_jax needs an exactbatch DataLoader; got {type(loader).__name__} "
+                f"(no {', '.join(missing)})"
+            )
+        self.loader = loader
+        self.prefetch = check_int("prefetch", prefetch, 0)
+        self.pad_last = check_flag("pad_last", pad_last)
+        self.dtype = _resolve_dtype(dtype, loader)
+        if device is not None and sharding is not None:
+            raise ValueError("pass device= or sharding=, not both (a sharding names its devices)")
+        if device is not None and not isinstance(device, jax.Device):
+            raise TypeError(f"device must be a jax.Device such as jax.devices()[0]; got {device!r}")
+        if sharding is not None and not isinstance(sharding, jax.sharding.Sharding):
+            raise TypeError(
+                f"sharding must be a jax.sharding.Sharding (e.g. a NamedSharding over a "
+                f"Mesh); got {sharding!r}"
+            )
+        self.device, self.sharding = device, sharding
+        self._target = device if sharding is None else sharding
+        self._mask_target = device if sharding is None else _mask_sharding(sharding)
+        self._pieces = 1 if sharding is None else _row_pieces(sharding)
+        b = loader.batch_size
+        if b % self._pieces:
+            raise ValueError(
+                f"batch_size={b} does not divide evenly over the sharding's {self._pieces} "
+                f"devices: pass a batch_size that is a multiple of {self._pieces}"
+            )
+        last = _partial_rows(loader)
+        if last and not self.pad_last and last % self._pieces:
+            raise ValueError(
+                f"the loader's last batch has {last} rows, which do not divide evenly over "
+                f"the sharding's {self._pieces} devices: pass pad_last=True (or drop_last=True "
+                f"to the DataLoader)"
+            )
+        self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
+        self._deferred = None  # a rewind left by an epoch dropped during garbage collection
+        self._then = None  # (position, epoch): after a rewind, the next iter() begins epoch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __repr__(self) -> str:
+        where = self.sharding if self.sharding is not None else self.device
+        return (
+            f"JaxLoader({self.loader!r}, dtype={self.dtype}, on={where}, "
+            f"prefetch={self.prefetch}, pad_last={self.pad_last})"
+        )
+
+    def __iter__(self):
+        self._settle()
+        older = self._epoch()
+        if older is not None:
+            older.close()  # an older epoch gives its batches back first
+        then, self._then = self._then, None
+        if then is not None and _position(self.loader.state_dict()) == then[0]:
+            self.loader.set_epoch(then[1])  # the loader's rule: a new iter(), a new epoch
+        epoch = _JaxEpoch(self)
+        self._epoch = weakref.ref(epoch)
+        return epoch
+
+    def _settle(self) -> None:
+        """Apply a rewind left by an epoch dropped during garbage collection."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            self._rewind(*deferred)
+
+    def _rewind(self, pulled: tuple, consumed: dict, epoch: int) -> None:
+        """Rewind the loader to ``consumed`` (in ``epoch``, the one iterated) unless it
+        moved since it stood at ``pulled``: the batches put ahead are handed out again."""
+        if _position(self.loader.state_dict()) != pulled:
+            return
+        self.loader.load_state_dict(consumed)
+        if consumed["epoch"] == epoch:  # left mid-way, as a loader's iterator may be
+            self._then = (_position(consumed), epoch + 1)
+
+    def state_dict(self) -> dict:
+        """The loader's state, counting only the batches this iterable handed out.
+
+        Batches put on the device ahead (``prefetch``) and not yet handed out
+        are not consumed: a loader restored from this state hands them out.
+        """
+        self._settle()
+        epoch = self._epoch()
+        if epoch is not None and epoch.ahead:
+            return dict(epoch.consumed)
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the loader from a :meth:`state_dict`; an epoch in progress is dropped."""
+        epoch = self._epoch()
+        if epoch is not None:
+            epoch.close()
+        self._deferred = self._then = None
+        self.loader.load_state_dict(state)
+
+    # -- one batch to the device ----------------------------------------------------
+
+    def _host(self, a: np.ndarray, rows_to: int) -> np.ndarray:
+        """``a`` in this dtype with ``rows_to`` rows (zeros below), copied only if needed."""
+        if a.shape[0] == rows_to:
+            return a if a.dtype == self.dtype else a.astype(self.dtype)
+        out = np.zeros((rows_to, *a.shape[1:]), dtype=self.dtype)
+        out[: a.shape[0]] = a
+        return out
+
+    def _put(self, xb: np.ndarray, yb: np.ndarray, ones):
+        """``(host arrays, device arrays)`` of one batch; the device put is asynchronous."""
+        jax = _jax()
+        rows, b = xb.shape[0], self.loader.batch_size
+        if rows % self._pieces and not self.pad_last:
+            raise ValueError(
+                f"a batch of {rows} rows does not divide evenly over the sharding's "
+                f"{self._pieces} devices: pass pad_last=True (or drop_last=True to the DataLoader)"
+            )
+        to = b if self.pad_last else rows
+        host = (self._host(xb, to), self._host(yb, to))
+        if not self.pad_last:
+            return host, jax.device_put(host, self._target)
+        if rows == b:
+            return host, (*jax.device_put(host, self._target), ones)
+        mask = np.zeros(b, dtype=self.dtype)
+        mask[:rows] = 1.0
+        put = jax.device_put((*host, mask), (self._target, self._target, self._mask_target))
+        return (*host, mask), put
+
+
+def _dead():
+    return None
+
+
+def _partial_rows(loader) -> int:
+    """Rows of the loader's last, partial batch (0 when none, or when unknown)."""
+    n, b = getattr(loader, "n", None), loader.batch_size
+    if n is None or getattr(loader, "drop_last", False):
+        return 0
+    return n % b
+
+
+class _JaxEpoch:
+    """One epoch of a :class:`JaxLoader`: device batches handed out ``prefetch`` behind
+    the puts; closing gives the batches put ahead back to the loader."""
+
+    def __init__(self, owner: JaxLoader):
+        self.owner, self.loader = owner, owner.loader
+        self.it, self.ahead = None, deque()  # (host, device, the loader's state after them)
+        self.it = iter(self.loader)
+        self.consumed = self.loader.state_dict()  # after the last batch handed out
+        self.epoch = self.consumed["epoch"]
+        self.ones = None
+        if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)
+            mask = np.ones(self.loader.batch_size, dtype=owner.dtype)
+            self.ones = _jax().device_put(mask, owner._mask_target)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while self.it is not None and len(self.ahead) <= self.owner.prefetch:
+            try:
+                xb, yb = next(self.it)
+            except StopIteration:
+                self.it = None
+                break
+            state = self.loader.state_dict()
+            try:
+                host, put = self.owner._put(xb, yb, self.ones)
+            except BaseException:
+                self.ahead.append((None, None, state))
+                self.close()  # the batch just taken goes back with those put ahead
+                raise
+            self.ahead.append((host, put, state))
+        if not self.ahead:
+            raise StopIteration
+        _, put, self.consumed = self.ahead.popleft()
+        return put
+
+    def close(self) -> None:
+        """Stop; the batches put ahead and not handed out go back to the loader."""
+        it, self.it = self.it, None
+        if it is not None:
+            it.close()  # batches the loader itself prepared ahead go back to it
+        if self.ahead:
+            pulled = _position(self.ahead[-1][2])
+            self.ahead.clear()
+            if _COLLECTING[0]:  # maybe inside the loader's lock: rewind on the next call
+                self.owner._deferred = (pulled, self.consumed, self.epoch)
+            else:
+                self.owner._rewind(pulled, self.consumed, self.epoch)
+
+    def __del__(self):
+        self.close()
+
+
+def as_jax(
+    loader,
+    *,
+    dtype=None,
+    device=None,
+    sharding=None,
+    prefetch: int = 2,
+    pad_last: bool = False,
+) -> JaxLoader:
+    """Wrap an exactbatch ``DataLoader`` to yield ``jax.Array`` s, moved to the device ahead.
+
+    Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
+    Batches are ``(xb, yb)`` of shapes (rows, d) and (rows, l) (labels stay
+    2-D, like the loader's), the loader's rows in the loader's order.
+
+    * ``dtype``: a floating dtype (``jnp.float32``, ``np.float64``, "float32").
+      ``None``: the loader's dtype (``getattr(loader, "dtype", float64)``),
+      except that float64 becomes float32 when 64-bit JAX is off (JAX's
+      default: ``jax_enable_x64`` false) - JAX would make it float32 anyway;
+      here the cast is done on the host, so half the bytes move. An explicit
+      float64 without ``jax_enable_x64`` is a ``ValueError``. The dtype is
+      resolved when ``as_jax`` is called; casts happen only when it differs
+      from the batch's.
+    * ``device``: a ``jax.Device`` (default: JAX's default device).
+    * ``sharding``: a ``jax.sharding.Sharding`` (say ``NamedSharding(mesh,
+      PartitionSpec("batch"))``) laying each batch's rows out over its
+      devices. ``batch_size`` must divide evenly over them (``ValueError``
+      naming both numbers), and so must a partial last batch unless
+      ``pad_last=True``. Not with ``device``.
+    * ``prefetch``: batches put on the device ahead of the one handed out
+      (an int >= 0; 0: each batch is put when asked for). ``jax.device_put``
+      is asynchronous, so the copies overlap your step.
+    * ``pad_last=True``: every batch has exactly ``batch_size`` rows and a
+      third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
+      for padding (padded rows are zeros), so a jitted step sees one shape
+      and no row is dropped. Weigh the per-row loss by it.
+
+    ``state_dict()`` counts only the batches handed out (not those put
+    ahead) and ``load_state_dict()`` resumes the loader; see the module's
+    notes. ``TypeError`` for a non-loader; ``prefetch`` must be an int >= 0.
+    """
+    return JaxLoader(
+        loader, dtype=dtype, device=device, sharding=sharding, prefetch=prefetch, pad_last=pad_last
+    )

@@ -1,0 +1,218 @@
+"""The JAX adapter: device batches equal the loader's, put ahead by prefetch; pad_last
+masks; sharding over two CPU devices; resume counts only the batches handed out."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from helpers import ids, make_data  # noqa: E402
+
+from exactbatch import DataLoader  # noqa: E402
+from exactbatch.jax import JaxLoader, as_jax  # noqa: E402
+
+
+def loader_of(n=100, batch=32, seed=5, **kw):
+    return DataLoader(make_data(n), batch, seed=seed, **kw)
+
+
+def test_importing_the_adapter_does_not_import_jax():
+    """`import exactbatch` and `import exactbatch.jax` leave jax unloaded; as_jax loads it."""
+    code = (
+        "import sys, exactbatch, exactbatch.jax\n"
+        "assert not [m for m in sys.modules if m.startswith(('jax', 'numpyro'))]\n"
+        "import numpy as np\n"
+        "exactbatch.jax.as_jax(exactbatch.DataLoader(np.zeros((4, 1)), 2))\n"
+        "assert 'jax' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_batches_equal_the_loaders():
+    """Each batch is a jax.Array pair with the loader's values in the loader's order;
+    float64 becomes float32 without 64-bit JAX (the default); len() is the loader's; each
+    iter() is the next epoch."""
+    jl = as_jax(loader_of(100, 32))
+    ref = loader_of(100, 32)
+    assert isinstance(jl, JaxLoader) and len(jl) == len(ref) == 4
+    assert jl.dtype == np.float32 and not jax.config.jax_enable_x64
+    for _ in range(2):  # two epochs: a new shuffle each
+        got = list(jl)
+        want = list(ref)
+        assert [tuple(xb.shape) for xb, _ in got] == [(32, 3)] * 3 + [(4, 3)]
+        for (xb, yb), (rx, ry) in zip(got, want, strict=True):
+            assert isinstance(xb, jax.Array) and xb.dtype == yb.dtype == np.float32
+            assert np.array_equal(np.asarray(xb), rx.astype(np.float32))
+            assert np.array_equal(np.asarray(yb), ry.astype(np.float32))
+
+
+def test_float64_with_64_bit_jax_is_exact():
+    """With jax_enable_x64 the batches keep the loader's float64 values, bit for bit;
+    dtype=float32 casts (on the host) even then."""
+    with jax.enable_x64(True):
+        jl, jl32 = as_jax(loader_of(50, 20)), as_jax(loader_of(50, 20), dtype="float32")
+        assert jl.dtype == np.float64 and jl32.dtype == np.float32
+        got, got32 = list(jl), list(jl32)
+    for (xb, yb), (x32, _), (rx, ry) in zip(got, got32, loader_of(50, 20), strict=True):
+        assert xb.dtype == np.float64 and x32.dtype == np.float32
+        assert np.array_equal(np.asarray(xb), rx) and np.array_equal(np.asarray(yb), ry)
+
+
+def test_prefetch_puts_batches_ahead():
+    """When the first batch is handed out, prefetch more are already taken from the loader
+    (on their way to the device); the adapter's state counts only the one handed out."""
+    for prefetch in (0, 1, 3):
+        loader = loader_of(200, 20)
+        it = iter(as_jax(loader, prefetch=prefetch))
+        next(it)
+        assert loader.state_dict()["batches_done"] == 1 + prefetch, prefetch
+        assert it.owner.state_dict()["batches_done"] == 1
+
+
+def test_pad_last_gives_one_shape_and_a_mask():
+    """pad_last: every batch has batch_size rows and a mask; the partial last batch's real
+    rows come first, padding is zeros with mask 0; no row is dropped."""
+    jl = as_jax(loader_of(100, 32), pad_last=True)
+    got, want = list(jl), list(loader_of(100, 32))
+    assert [tuple(a.shape) for b in got for a in b] == [(32, 3), (32, 1), (32,)] * 4
+    for (xb, yb, mask), (rx, ry) in zip(got, want, strict=True):
+        rows = rx.shape[0]
+        mask = np.asarray(mask)
+        assert mask.dtype == np.float32 and mask.tolist() == [1.0] * rows + [0.0] * (32 - rows)
+        assert np.array_equal(np.asarray(xb)[:rows], rx.astype(np.float32))
+        assert np.array_equal(np.asarray(yb)[:rows], ry.astype(np.float32))
+        assert not np.asarray(xb)[rows:].any() and not np.asarray(yb)[rows:].any()
+    assert sorted(i for xb, _, m in got for i in ids(np.asarray(xb)[np.asarray(m) > 0])) == list(
+        range(100)
+    )
+
+
+@pytest.mark.parametrize("prefetch", [0, 2, 5])
+@pytest.mark.parametrize("loader_prefetch", [0, 2])
+def test_state_after_k_batches_resumes_exactly(prefetch, loader_prefetch):
+    """The adapter's state after k batches (while batches are put ahead) resumes with
+    batch k + 1, in a fresh loader; leaving the loop early rewinds the loader itself to the
+    same place, so its own state agrees; the next iter() is the next epoch, as after
+    leaving a loader's own loop."""
+
+    def make():
+        return loader_of(200, 16, prefetch=loader_prefetch)
+
+    ref = make()
+    want, following = [ids(xb) for xb, _ in ref], [ids(xb) for xb, _ in ref]
+    for k in (1, 5, 12):
+        loader = make()
+        jl = as_jax(loader, prefetch=prefetch, dtype=None)
+        for i, (xb, _) in enumerate(jl):
+            assert ids(np.asarray(xb)) == want[i]
+            if i + 1 == k:
+                state = jl.state_dict()
+                break
+        assert state["batches_done"] == k
+        assert loader.state_dict() == state  # the loop's end gave the batches back
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert [ids(np.asarray(xb)) for xb, _ in as_jax(resumed)] == want[k:]
+        assert [ids(np.asarray(xb)) for xb, _ in jl] == following
+
+
+def test_close_and_load_state_dict():
+    """close() gives the batches put ahead back (the loader's next_into hands them out);
+    load_state_dict drops the epoch in progress (which then no longer rewinds the loader)
+    and resumes the loader."""
+    loader = loader_of(200, 10)
+    jl = as_jax(loader, prefetch=3)
+    want = [ids(xb) for xb, _ in loader_of(200, 10)]
+    it = iter(jl)
+    assert [ids(np.asarray(next(it)[0])) for _ in range(2)] == want[:2]
+    it.close()
+    assert loader.state_dict()["batches_done"] == 2
+    with pytest.raises(StopIteration):
+        next(it)
+    bx, by = np.empty((10, 3)), np.empty((10, 1))
+    assert loader.next_into(bx, by) == 10 and ids(bx) == want[2]
+    it = iter(jl)
+    next(it)
+    jl.load_state_dict(loader_of(200, 10).state_dict())
+    assert loader.state_dict()["batches_done"] == 0
+    del it
+    assert ids(np.asarray(next(iter(jl))[0])) == want[0]
+
+
+def test_bad_arguments():
+    """A non-loader is a TypeError; prefetch, dtype, device and sharding are checked."""
+    loader = loader_of()
+    with pytest.raises(TypeError, match="DataLoader"):
+        as_jax(np.zeros((10, 2)))
+    with pytest.raises(ValueError, match="prefetch must be >= 0"):
+        as_jax(loader, prefetch=-1)
+    with pytest.raises(TypeError, match="prefetch must be an int"):
+        as_jax(loader, prefetch=1.5)
+    with pytest.raises(TypeError, match="pad_last must be a bool"):
+        as_jax(loader, pad_last=1)
+    with pytest.raises(TypeError, match="floating dtype"):
+        as_jax(loader, dtype=np.int32)
+    with pytest.raises(ValueError, match="jax_enable_x64"):
+        as_jax(loader, dtype=np.float64)
+    with pytest.raises(TypeError, match="jax.Device"):
+        as_jax(loader, device="gpu")
+    with pytest.raises(TypeError, match="Sharding"):
+        as_jax(loader, sharding="batch")
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with pytest.raises(ValueError, match="not both"):
+        as_jax(loader, device=jax.devices()[0], sharding=one)
+    got = list(as_jax(loader, sharding=one))  # one device: any batch size
+    assert len(got) == 4 and got[0][0].sharding.device_set == {jax.devices()[0]}
+
+
+SHARDED = textwrap.dedent(
+    """
+    import jax, numpy as np, pytest
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from exactbatch import DataLoader
+    from exactbatch.jax import as_jax
+    assert jax.device_count() == 2, jax.devices()
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    rows = NamedSharding(mesh, P("batch"))
+    x, y = np.arange(60.0).reshape(30, 2), np.arange(30.0)[:, None]
+    batches = list(as_jax(DataLoader((x, y), 10, seed=0), sharding=rows, pad_last=True))
+    want = list(DataLoader((x, y), 10, seed=0))
+    for (xb, yb, mask), (rx, ry) in zip(batches, want, strict=True):
+        assert xb.sharding == rows and len(xb.addressable_shards) == 2
+        assert [s.data.shape for s in xb.addressable_shards] == [(5, 2), (5, 2)]
+        assert {s.device for s in yb.addressable_shards} == set(jax.devices())
+        assert np.array_equal(np.asarray(xb), rx.astype(np.float32))
+        assert np.asarray(mask).tolist() == [1.0] * 10
+    # 25 rows: a last batch of 5 rows cannot be cut in two; pad_last pads it to 10
+    ld = DataLoader((x[:25], y[:25]), 10, seed=0)
+    with pytest.raises(ValueError, match="5 rows.*2 devices.*pad_last=True"):
+        as_jax(ld, sharding=rows)
+    last = list(as_jax(ld, sharding=rows, pad_last=True))[-1]
+    assert np.asarray(last[2]).tolist() == [1.0] * 5 + [0.0] * 5
+    assert [s.data.shape for s in last[2].addressable_shards] == [(5,), (5,)]
+    with pytest.raises(ValueError, match="batch_size=9 does not divide evenly.* 2 devices"):
+        as_jax(DataLoader((x, y), 9), sharding=rows)
+    # a 2-D spec: rows over the devices, columns whole; the mask takes the rows' part
+    two = NamedSharding(mesh, P("batch", None))
+    xb, yb, mask = next(iter(as_jax(DataLoader((x, y), 10), sharding=two, pad_last=True)))
+    assert [s.data.shape for s in mask.addressable_shards] == [(5,), (5,)]
+    print("ok")
+    """
+)
+
+
+def test_sharding_over_two_cpu_devices():
+    """In a process with two CPU devices (the device count is fixed when jax starts): each
+    batch's rows are split over both devices, values intact; a batch_size or a last batch
+    that does not split evenly is a ValueError naming both numbers (pad_last fixes the
+    latter)."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    done = subprocess.run(
+        [sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
