@@ -7,8 +7,17 @@
 * :mod:`exactbatch.adapters.pymc` - ``data(loader)`` makes ``pm.Data``
   placeholders of the batch's fixed shape, and ``fit(loader, n)`` streams
   exactly ``n`` batches, one per step, into minibatch variational inference.
+* :mod:`exactbatch.adapters.jax` - ``as_jax(loader)`` yields ``jax.Array``
+  batches put on the device ``prefetch`` batches ahead, laid out by a
+  ``sharding``, padded to one shape with a mask by ``pad_last``.
+* :mod:`exactbatch.adapters.numpyro` - ``fit(model, guide, loader, n, ...)``
+  runs SVI over the loader, checking the model's subsample plate against
+  ``loader.total_size`` first.
+* :mod:`exactbatch.adapters.minibatch` - what the PyMC and NumPyro fits
+  share: full-batch checks and last-epoch iterate averaging.
 
-Users import them as ``exactbatch.torch`` and ``exactbatch.pymc``. Nothing
-here is imported by ``import exactbatch``, and torch or PyMC is imported only
-when a function that needs it is called.
+Users import them as ``exactbatch.torch``, ``exactbatch.pymc``,
+``exactbatch.jax`` and ``exactbatch.numpyro``. Nothing here is imported by
+``import exactbatch``, and torch, PyMC, JAX or NumPyro is imported only when
+a function that needs it is called.
 """

@@ -43,6 +43,13 @@ import weakref
 
 import numpy as np
 
+from exactbatch.adapters.minibatch import (
+    LastEpochAverage,
+    check_batch_rows,
+    check_exact_batches,
+    epoch_length,
+    first_batch,
+)
 from exactbatch.checks import check_flag, check_int
 from exactbatch.errors import TotalSizeWarning
 
@@ -59,46 +66,6 @@ def _pm():
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("exactbatch.pymc needs PyMC: pip install 'exactbatch[pymc]'") from e
     return pymc
-
-
-def _check_exact_batches(loader, caller: str) -> None:
-    """Refuse a loader whose batches are not all exactly ``batch_size`` rows."""
-    b, n = loader.batch_size, loader.n
-    fix = (
-        f"{caller} needs every batch to have exactly batch_size={b} rows (the placeholders "
-        f"have a fixed shape and each batch is scaled by total_size / batch_size)"
-    )
-    if not loader.drop_last:
-        if n is None:
-            raise ValueError(
-                f"{fix}, but this stream has an unknown size (total_size=None) and "
-                f"drop_last=False, so its last batch may be partial: pass drop_last=True"
-            )
-        if n % b:
-            raise ValueError(
-                f"{fix}, but with drop_last=False the loader's {n} rows end in a partial "
-                f"batch of {n % b} rows: pass drop_last=True (or a batch_size that divides {n})"
-            )
-    if n is not None and len(loader) == 0:
-        raise ValueError(
-            f"{caller}: the loader has no full batch ({n} rows, batch_size={b}, "
-            f"drop_last={loader.drop_last})"
-        )
-
-
-def _first_batch(loader):
-    """The next batch the loader would hand out, leaving its cursor where it stood."""
-    state = loader.state_dict()
-    try:
-        loader.load_state_dict(state)  # the same cursor, not yet begun
-        batch = next(iter(loader), None)
-        if batch is None:  # the rest of this epoch is empty: try the next one
-            batch = next(iter(loader), None)
-    finally:
-        loader.load_state_dict(state)
-    if batch is None:
-        raise ValueError("the loader handed out no batch: it has no data to feed")
-    return batch
 
 
 def _labels(yb: np.ndarray, ndim: int) -> np.ndarray:
@@ -125,7 +92,7 @@ def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
     model: a second one for the same loader is a ``ValueError``.
     """
     pm = _pm()
-    _check_exact_batches(loader, "data")
+    check_exact_batches(loader, "data")
     model = pm.modelcontext(model)
     made = _PLACEHOLDERS.setdefault(model, weakref.WeakKeyDictionary())
     if loader in made:
@@ -133,7 +100,7 @@ def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
             f"data: this model already has placeholders ({_names(made[loader])}) for the "
             f"loader {loader!r}; fit feeds one set per loader: call data once per loader"
         )
-    xb, yb = _first_batch(loader)
+    xb, yb = first_batch(loader)
     x_data = pm.Data(x_name, xb, model=model)
     y_data = None
     if yb.shape[1]:
@@ -269,7 +236,7 @@ class _Feed:
     def __init__(self, loader, x, y, steps: int):
         self.loader, self.x, self.y, self.steps = loader, x, y, steps
         if loader.d is None:  # a stream not read yet: learn its widths
-            _first_batch(loader)
+            first_batch(loader)
         b = loader.batch_size
         self.bx = np.empty((b, loader.d), dtype=np.float64)
         self.by = np.empty((b, loader.l), dtype=np.float64)
@@ -287,6 +254,7 @@ class _Feed:
             )
         self.batches = 0  # taken from the loader
         self.calls = 0  # steps done
+        self.on_epoch = []  # called when a new epoch begins
 
     def load(self) -> None:
         loader, b = self.loader, self.loader.batch_size
@@ -296,11 +264,9 @@ class _Feed:
             rows = loader.next_into(self.bx, self.by)
             if rows == 0:
                 raise ValueError("the loader's epoch handed out no batch: nothing to feed")
-        if rows != b:
-            raise ValueError(
-                f"the loader handed out a batch of {rows} rows, not batch_size={b}: pass "
-                f"drop_last=True (a stream's total_size may be wrong; see TotalSizeWarning)"
-            )
+            for hook in self.on_epoch:
+                hook()
+        check_batch_rows(rows, b)
         self.batches += 1
         self.x.set_value(np.asarray(self.bx, dtype=self.x.dtype))
         if self.y is not None:
@@ -310,6 +276,41 @@ class _Feed:
         self.calls += 1
         if self.calls < self.steps:
             self.load()
+
+
+class _Average:
+    """A pm.fit callback: the approximation's parameters averaged over the last epoch
+    (see :class:`LastEpochAverage`), put into the approximation by :meth:`finish`."""
+
+    def __init__(self, steps: int, loader):
+        self.average = LastEpochAverage(steps, epoch_length(loader))
+        self.calls, self.params = 0, None
+
+    def __call__(self, approx, losses, i) -> None:
+        step, self.calls = self.calls, self.calls + 1
+        params = getattr(approx, "params", None)
+        if params is None:
+            return
+        self.params = params
+        if self.average.wants(step):
+            self.average.add(step, [p.get_value() for p in params])  # copies
+
+    def finish(self) -> None:
+        mean = self.average.mean()
+        if mean is not None:
+            for p, v in zip(self.params, mean, strict=True):
+                p.set_value(np.asarray(v, dtype=p.dtype))
+
+
+def _check_labels(model, feed) -> None:
+    """Refuse a loader without labels whose batches no likelihood reads."""
+    if feed.loader.l == 0 and not _reading(model, (feed.x,)):
+        raise ValueError(
+            "fit: the loader has no labels (l = 0) and no observed variable reads its "
+            "batches, so no likelihood sees the data (observed=None makes a latent "
+            "variable). If the likelihood needs labels, name their columns when making "
+            "the source, e.g. parquet_source(path, labels='y'), or pass (x, y) arrays"
+        )
 
 
 def fit(
@@ -323,6 +324,7 @@ def fit(
     random_seed=None,
     progressbar: bool = False,
     callbacks=None,
+    average_last_epoch: bool = True,
     **fit_kwargs,
 ):
     """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
@@ -347,6 +349,15 @@ def fit(
     the next batch is loaded, so they see the batch that step used. Returns
     PyMC's approximation.
 
+    ``average_last_epoch=True`` (the default): the approximation returned
+    holds its parameters averaged over the fit's last epoch - the iterates of
+    the last ``min(n, len(loader))`` steps (of the first loader; for a
+    stream of unknown size, those since its last epoch began), averaged in
+    the optimiser's own (unconstrained) space. A constant-step optimiser's
+    last iterate jitters around the optimum with the minibatch noise, by
+    many posterior sds on large data; the average is near it. ``False``:
+    the last iterate. Callbacks see the iterates, not the average.
+
     Refuses a loader whose batches are not all exactly ``batch_size`` rows
     (``drop_last=False`` with a partial last batch, or a stream of unknown
     size without ``drop_last=True``): ``ValueError`` naming ``drop_last``.
@@ -359,6 +370,7 @@ def fit(
     pm = _pm()
     n = check_int("n", n, 1)  # optimisation steps
     progressbar = check_flag("progressbar", progressbar)
+    average_last_epoch = check_flag("average_last_epoch", average_last_epoch)
     loaders = list(loader) if isinstance(loader, (list, tuple)) else [loader]
     if not loaders:
         raise ValueError("fit got an empty list of loaders")
@@ -370,20 +382,27 @@ def fit(
             "exactbatch.pymc.data(loader) instead"
         )
     for ld in loaders:
-        _check_exact_batches(ld, "fit")
+        check_exact_batches(ld, "fit")
     model = pm.modelcontext(model)
     feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
     _check_all_fed(model, loaders)
     for feed in feeds:
+        _check_labels(model, feed)
         _check_total_size(model, feed.loader, (feed.x, feed.y))
+    average = [_Average(n, loaders[0])] if average_last_epoch else []
+    if average:
+        feeds[0].on_epoch.append(average[0].average.new_epoch)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
-    return pm.fit(
+    approx = pm.fit(
         n,
         method=method,
         model=model,
         random_seed=random_seed,
         progressbar=progressbar,
-        callbacks=[*(callbacks or ()), *feeds],
+        callbacks=[*(callbacks or ()), *average, *feeds],
         **fit_kwargs,
     )
+    for a in average:
+        a.finish()
+    return approx

@@ -1,0 +1,123 @@
+"""What the minibatch-inference adapters (PyMC, NumPyro) share.
+
+* :func:`check_exact_batches` refuses a loader that may hand out a batch of
+  fewer than ``batch_size`` rows (a partial batch would be scaled by
+  N / rows as if it were a full one's worth of data), and
+  :func:`check_batch_rows` stops a fit at such a batch when a stream's
+  trusted size turns out wrong.
+* :func:`first_batch` reads the batch the loader hands out next and leaves
+  the loader where it stood.
+* :class:`LastEpochAverage` averages a fit's iterates over its last epoch.
+
+No optional package is imported here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LastEpochAverage",
+    "check_batch_rows",
+    "check_exact_batches",
+    "epoch_length",
+    "first_batch",
+]
+
+
+def check_exact_batches(loader, caller: str) -> None:
+    """Refuse a loader whose batches are not all exactly ``batch_size`` rows."""
+    b, n = loader.batch_size, loader.n
+    fix = (
+        f"{caller} needs every batch to have exactly batch_size={b} rows (each batch is "
+        f"scaled by total_size / batch_size, and the shapes are fixed)"
+    )
+    if not loader.drop_last:
+        if n is None:
+            raise ValueError(
+                f"{fix}, but this stream has an unknown size (total_size=None) and "
+                f"drop_last=False, so its last batch may be partial: pass drop_last=True"
+            )
+        if n % b:
+            raise ValueError(
+                f"{fix}, but with drop_last=False the loader's {n} rows end in a partial "
+                f"batch of {n % b} rows: pass drop_last=True (or a batch_size that divides {n})"
+            )
+    if n is not None and len(loader) == 0:
+        raise ValueError(
+            f"{caller}: the loader has no full batch ({n} rows, batch_size={b}, "
+            f"drop_last={loader.drop_last})"
+        )
+
+
+def check_batch_rows(rows: int, batch_size: int) -> None:
+    """A batch handed out during a fit must be full (a stream's size may be wrong)."""
+    if rows != batch_size:
+        raise ValueError(
+            f"the loader handed out a batch of {rows} rows, not batch_size={batch_size}: "
+            f"pass drop_last=True (a stream's total_size may be wrong; see TotalSizeWarning)"
+        )
+
+
+def epoch_length(loader) -> int | None:
+    """Batches per epoch, or None for a stream of unknown size."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def first_batch(loader):
+    """The next batch the loader would hand out, leaving its cursor where it stood."""
+    state = loader.state_dict()
+    try:
+        loader.load_state_dict(state)  # the same cursor, not yet begun
+        batch = next(iter(loader), None)
+        if batch is None:  # the rest of this epoch is empty: try the next one
+            batch = next(iter(loader), None)
+    finally:
+        loader.load_state_dict(state)
+    if batch is None:
+        raise ValueError("the loader handed out no batch: it has no data to feed")
+    return batch
+
+
+class LastEpochAverage:
+    """The mean of a fit's iterates over its last epoch (Polyak-Ruppert averaging).
+
+    Minibatch gradients keep the last iterate of a constant-step optimiser
+    jittering around the optimum, by far more than the posterior's own
+    spread on large data; the mean of the iterates over one epoch (every row
+    seen once) is near the optimum. ``steps`` is the fit's step count and
+    ``epoch`` the loader's batches per epoch (None when unknown: a stream
+    of unknown size). Call :meth:`add` after every step, with the step's
+    0-based index and its parameters (a list of arrays of any kind that
+    adds and divides); :meth:`new_epoch` when the loader begins a new epoch.
+    The iterates averaged are those of the last ``min(steps, epoch)`` steps,
+    or, when ``epoch`` is unknown, those since the last epoch began.
+    """
+
+    def __init__(self, steps: int, epoch: int | None):
+        self.start = max(0, steps - epoch) if epoch is not None else None
+        self.total, self.count = None, 0
+
+    def wants(self, step: int) -> bool:
+        """Does step ``step``'s iterate count (so that a caller reads it only then)?"""
+        return self.start is None or step >= self.start
+
+    def add(self, step: int, values: list) -> None:
+        if not self.wants(step):
+            return
+        if self.total is None:
+            self.total = list(values)
+        else:
+            self.total = [t + v for t, v in zip(self.total, values, strict=True)]
+        self.count += 1
+
+    def new_epoch(self) -> None:
+        if self.start is None:  # the length is unknown: average the epoch now beginning
+            self.total, self.count = None, 0
+
+    def mean(self) -> list | None:
+        """The averaged values, or None when no iterate was added."""
+        if not self.count:
+            return None
+        return [t / self.count for t in self.total]
