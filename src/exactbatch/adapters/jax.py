@@ -223,11 +223,13 @@ class JaxLoader:
     # -- one batch to the device ----------------------------------------------------
 
     def _host(self, a: np.ndarray, rows_to: int) -> np.ndarray:
-        """``a`` in this dtype with ``rows_to`` rows (zeros below), copied only if needed."""
-        if a.shape[0] == rows_to:
-            return a if a.dtype == self.dtype else a.astype(self.dtype)
-        out = np.zeros((rows_to, *a.shape[1:]), dtype=self.dtype)
+        """``a`` in this dtype with ``rows_to`` rows (zeros below), copied only if needed
+        (into memory aligned so that a CPU device aliases it rather than copy it)."""
+        if a.shape[0] == rows_to and a.dtype == self.dtype:
+            return a
+        out = _aligned((rows_to, *a.shape[1:]), self.dtype)
         out[: a.shape[0]] = a
+        out[a.shape[0] :] = 0
         return out
 
     def _put(self, xb: np.ndarray, yb: np.ndarray, ones):
@@ -249,6 +251,17 @@ class JaxLoader:
         mask[:rows] = 1.0
         put = jax.device_put((*host, mask), (self._target, self._target, self._mask_target))
         return (*host, mask), put
+
+
+_ALIGN = 64  # bytes: XLA's CPU client aliases host memory so aligned instead of copying it
+
+
+def _aligned(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array of ``shape`` whose data starts on an ``_ALIGN``-byte boundary."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + _ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + size].view(dtype).reshape(shape)
 
 
 def _dead():
