@@ -30,6 +30,7 @@ jax is imported when a function here first needs it, never at import.
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 from collections import deque
 
@@ -258,9 +259,9 @@ _ALIGN = 64  # bytes: XLA's CPU client aliases host memory so aligned instead of
 
 def _aligned(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """An uninitialised array of ``shape`` whose data starts on an ``_ALIGN``-byte boundary."""
-    size = int(np.prod(shape)) * dtype.itemsize
+    size = math.prod(shape) * dtype.itemsize
     raw = np.empty(size + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
+    start = -raw.__array_interface__["data"][0] % _ALIGN
     return raw[start : start + size].view(dtype).reshape(shape)
 
 
