@@ -32,11 +32,13 @@ def regression(xb, yb, N, subsample=None):  # noqa: N803
         numpyro.sample("obs", dist.Normal(b + xb @ w, sigma), obs=yb[:, 0])
 
 
-def quick_fit(loader, steps, **kw):
-    kw.setdefault("N", loader.total_size)
+def quick_fit(loader, steps, model=regression, **kw):
+    """fit with Adam(0.01), key 0 and an AutoNormal guide; N defaults to the loader's."""
+    if model is regression:
+        kw.setdefault("N", loader.total_size)
     return fit(
-        regression,
-        AutoNormal(regression),
+        model,
+        AutoNormal(model),
         loader,
         steps,
         optim=numpyro.optim.Adam(0.01),
@@ -84,14 +86,7 @@ def test_a_likelihood_outside_any_plate_is_refused():
 
     loader = DataLoader(make_data(100), 10)
     with pytest.raises(ValueError, match="no plate of size total_size=100"):
-        fit(
-            unscaled,
-            AutoNormal(unscaled),
-            loader,
-            5,
-            optim=optax.adam(0.01),
-            rng_key=jax.random.key(0),
-        )
+        quick_fit(loader, 5, model=unscaled)
 
 
 def test_missing_labels_point_at_labels():
@@ -107,15 +102,7 @@ def test_missing_labels_point_at_labels():
             numpyro.sample("obs", dist.Normal(xb @ w, 1), obs=None)
 
     with pytest.raises(ValueError, match=r"no labels \(l = 0\).*labels="):
-        fit(
-            latent_only,
-            AutoNormal(latent_only),
-            loader,
-            5,
-            optim=optax.adam(0.01),
-            rng_key=jax.random.key(0),
-            N=100,
-        )
+        quick_fit(loader, 5, model=latent_only, N=100)
 
 
 @pytest.mark.parametrize(

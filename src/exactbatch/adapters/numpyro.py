@@ -46,14 +46,16 @@ from exactbatch.checks import check_flag, check_int
 __all__ = ["fit"]
 
 
-def _numpyro():
+def _svi():
+    """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
     try:
-        import numpyro
+        from numpyro.infer import SVI, Trace_ELBO
+        from numpyro.infer.svi import SVIRunResult
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "exactbatch.numpyro needs NumPyro: pip install 'exactbatch[numpyro]'"
         ) from e
-    return numpyro
+    return SVI, Trace_ELBO, SVIRunResult
 
 
 _LABELS_HINT = (
@@ -178,10 +180,8 @@ def fit(
     numbers); a loader without labels (l = 0) when the model fails on its
     batch or observes nothing in a plate (the message points at ``labels=``).
     """
-    _numpyro()
+    svi_class, elbo, run_result = _svi()
     import jax
-    from numpyro.infer import SVI, Trace_ELBO
-    from numpyro.infer.svi import SVIRunResult
 
     num_steps = check_int("num_steps", num_steps, 1)
     average_last_epoch = check_flag("average_last_epoch", average_last_epoch)
@@ -199,7 +199,7 @@ def fit(
     xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
     check_plates(_trace(model, xb, yb, model_kwargs, loader), loader.total_size, b, loader.l)
 
-    svi = SVI(model, guide, optim, Trace_ELBO())
+    svi = svi_class(model, guide, optim, elbo())
     state = svi.init(rng_key, xb, yb, **model_kwargs)
 
     @jax.jit
@@ -232,4 +232,4 @@ def fit(
     mean = average.mean() if average is not None else None
     if mean is not None:
         params = svi.constrain_fn(jax.tree_util.tree_unflatten(tree, mean))
-    return SVIRunResult(params, state, np.asarray(jax.numpy.stack(losses)))
+    return run_result(params, state, np.asarray(jax.numpy.stack(losses)))
