@@ -8,7 +8,9 @@ shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
 How the move overlaps the step: ``jax.device_put`` returns at once and
 copies in the background, so the iterator keeps ``prefetch`` batches put
 ahead of the one it hands out (a deque of device arrays); while a jitted
-step runs on batch i, batches i+1 .. i+prefetch are on their way. The host
+step runs on batch i, batches i+1 .. i+prefetch are on their way (on a CPU
+device the "move" is at most a copy, and none for a cast or padded batch,
+which is made in 64-byte aligned memory that XLA aliases). The host
 arrays are never written after they are put: the loader hands out fresh
 arrays that belong to the caller (it never reuses a batch's arrays), a cast
 or a pad makes a fresh copy, and the iterator keeps each host batch until
@@ -20,9 +22,11 @@ you. :meth:`JaxLoader.state_dict` counts only the batches the iterator
 handed out; closing the iterator (``close()``, leaving a ``for`` loop by
 ``break``, or dropping it) gives the batches put ahead back: the loader is
 rewound to just after the last batch handed out, so ``loader.state_dict()``
-agrees again and the next ``iter()`` hands them out first (the rest of that
-epoch). While an epoch is in progress, take states from the ``JaxLoader``,
-not from the loader (whose count includes the batches put ahead).
+agrees again and the loader's own ``next_into`` hands them out next; the
+next ``iter()`` over the ``JaxLoader`` is the next epoch, as after leaving a
+loader's own loop. While an epoch is in progress, take states from the
+``JaxLoader``, not from the loader (whose count includes the batches put
+ahead).
 
 jax is imported when a function here first needs it, never at import.
 """
