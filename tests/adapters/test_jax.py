@@ -216,3 +216,25 @@ def test_sharding_over_two_cpu_devices():
         [sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_an_epoch_collected_in_a_cycle_is_given_back_on_the_next_call():
+    """An iterator dropped inside a reference cycle is finalized by the garbage collector,
+    which may run while the loader holds its lock: its rewind waits for the next call on
+    the as_jax object, which then counts only the batches handed out."""
+    import gc
+
+    loader = loader_of(200, 10)
+    jl = as_jax(loader, prefetch=3)
+    it = iter(jl)
+    next(it), next(it)
+    cycle = [it]
+    cycle.append(cycle)  # the iterator now lives in a cycle only the collector frees
+    del it, cycle
+    gc.collect()
+    assert loader.state_dict()["batches_done"] == 5  # not yet given back
+    assert jl.state_dict()["batches_done"] == 2
+    assert loader.state_dict()["batches_done"] == 2  # given back by that call
+    want = [ids(xb) for xb, _ in loader_of(200, 10)]
+    bx, by = np.empty((10, 3)), np.empty((10, 1))
+    assert loader.next_into(bx, by) == 10 and ids(bx) == want[2]
