@@ -105,7 +105,7 @@ def _check_plate(name, size, subsample, total_size, rows, observed) -> bool:
     return True
 
 
-def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
+def _check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
     """Check the subsample plates of a model's ``trace`` on a batch of ``rows`` rows
     against the dataset's ``total_size``; returns the names of the plates checked.
 
@@ -197,7 +197,7 @@ def fit(
     b = loader.batch_size
     batches = as_jax(loader)
     xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
-    check_plates(_trace(model, xb, yb, model_kwargs, loader), loader.total_size, b, loader.l)
+    _check_plates(_trace(model, xb, yb, model_kwargs, loader), loader.total_size, b, loader.l)
 
     svi = svi_class(model, guide, optim, elbo())
     state = svi.init(rng_key, xb, yb, **model_kwargs)
