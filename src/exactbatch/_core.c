@@ -128,64 +128,110 @@ static inline int64_t row_at(const Job *j, Py_ssize_t k)
     return j->isz == 4 ? ((const int32_t *)j->idx)[k] : ((const int64_t *)j->idx)[k];
 }
 
-/* m rows from src (stride bytes apart, w values each) to dst, as float64 or
- * float32. memcpy reads the source: .ndf values sit at offset 28, not 8-aligned. */
-static inline void copy_block(char *dst, const char *src, Py_ssize_t m, Py_ssize_t w,
-                              Py_ssize_t stride, int f32)
+/* One row of w values from src to dst, as float64 (libc's memcpy: as fast as
+ * any loop for a row, and values in an .ndf sit at offset 28, not 8-aligned)
+ * or float32 (each value loaded with memcpy, which the compiler makes an
+ * unaligned load). */
+static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssize_t w, int f32)
 {
-    Py_ssize_t rowb = 8 * w;
     if (!f32) {
-        if (stride == rowb) {
-            memcpy(dst, src, (size_t)(m * rowb));
-        } else {
-            for (Py_ssize_t i = 0; i < m; i++)
-                memcpy(dst + i * rowb, src + i * stride, (size_t)rowb);
-        }
+        memcpy(dst, src, (size_t)(8 * w));
         return;
     }
-    float *o = (float *)dst;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        const char *s = src + i * stride;
-        for (Py_ssize_t c = 0; c < w; c++) {
-            double v;
-            memcpy(&v, s + 8 * c, 8);
-            *o++ = (float)v;
-        }
+    /* restrict: the stores cannot change the source, so the loop vectorises */
+    float *restrict o = (float *)dst;
+    for (Py_ssize_t c = 0; c < w; c++) {
+        double v;
+        memcpy(&v, src + 8 * c, 8);
+        o[c] = (float)v;
     }
 }
 
-#define AHEAD 8 /* rows prefetched ahead: random rows are bound by memory latency */
+/* One side (x or y) of rows ix[0..r) (ix NULL: start, start+1, ...): w values a
+ * row, at base + row * stride, into out. x and y are copied in two passes,
+ * each a plain loop of independent loads, which the CPU overlaps well
+ * (measured: software prefetch made it slower, and so did looking for runs
+ * row by row, so ``runs`` says whether the batch has any). A run of
+ * consecutive rows, where the layout holds them back to back (x or y in
+ * memory), is one memcpy. */
+#define DEFINE_SIDE(NAME, T)                                                              \
+    static void NAME(const T *ix, Py_ssize_t start, Py_ssize_t r, const char *base,      \
+                     Py_ssize_t stride, Py_ssize_t w, char *out, int f32, int runs)       \
+    {                                                                                     \
+        Py_ssize_t ob = w * (f32 ? 4 : 8);                                                \
+        runs = runs && !f32 && stride == 8 * w;                                           \
+        if (ix == NULL && runs) {                                                         \
+            memcpy(out, base + start * stride, (size_t)(r * ob));                         \
+            return;                                                                       \
+        }                                                                                 \
+        if (ix == NULL) {                                                                 \
+            for (Py_ssize_t k = 0; k < r; k++)                                            \
+                copy_row(out + k * ob, base + (start + k) * stride, w, f32);              \
+            return;                                                                       \
+        }                                                                                 \
+        if (!runs) {                                                                      \
+            for (Py_ssize_t k = 0; k < r; k++)                                            \
+                copy_row(out + k * ob, base + (int64_t)ix[k] * stride, w, f32);           \
+            return;                                                                       \
+        }                                                                                 \
+        for (Py_ssize_t k = 0; k < r;) {                                                  \
+            int64_t i = (int64_t)ix[k];                                                   \
+            Py_ssize_t m = 1;                                                             \
+            while (k + m < r && (int64_t)ix[k + m] == i + m)                              \
+                m++;                                                                      \
+            memcpy(out + k * ob, base + i * stride, (size_t)(m * ob));                    \
+            k += m;                                                                       \
+        }                                                                                 \
+    }                                                                                     \
+                                                                                          \
+    /* -1: every row in [0, n), and no two consecutive; 1: in range, with a run;     */  \
+    /* else 0, and *bad is the position of the first row out of range.               */  \
+    static int NAME##_scan(const T *ix, Py_ssize_t r, uint64_t n, Py_ssize_t *bad)        \
+    {                                                                                     \
+        uint64_t over = 0;                                                                \
+        Py_ssize_t next = 0;                                                              \
+        for (Py_ssize_t k = 0; k < r; k++) {                                              \
+            over |= (uint64_t)(int64_t)ix[k] >= n;                                        \
+            next += k + 1 < r && (int64_t)ix[k + 1] == (int64_t)ix[k] + 1;                \
+        }                                                                                 \
+        if (over) {                                                                       \
+            for (Py_ssize_t k = 0; k < r; k++)                                            \
+                if ((uint64_t)(int64_t)ix[k] >= n) {                                      \
+                    *bad = k;                                                             \
+                    break;                                                                \
+                }                                                                         \
+            return 0;                                                                     \
+        }                                                                                 \
+        return next ? 1 : -1;                                                             \
+    }
+
+DEFINE_SIDE(side32, int32_t)
+DEFINE_SIDE(side64, int64_t)
+
+static void copy_side(const Job *j, const char *base, Py_ssize_t stride, Py_ssize_t w, char *out,
+                      int runs)
+{
+    if (j->isz == 4)
+        side32(j->idx, j->start, j->r, base, stride, w, out, j->f32, runs);
+    else
+        side64(j->idx, j->start, j->r, base, stride, w, out, j->f32, runs);
+}
 
 static void copy_rows(const RowsObject *s, Job *j)
 {
-    Py_ssize_t d = s->d, l = s->l, r = j->r;
-    Py_ssize_t osz = j->f32 ? 4 : 8;
-    uint64_t n = (uint64_t)s->n;
-    for (Py_ssize_t k = 0; k < r;) {
-        int64_t i = row_at(j, k);
-        if ((uint64_t)i >= n) {
-            j->bad = k;
+    /* Every row is checked before any is copied (the copies then need no check). */
+    int runs = 1;
+    if (j->idx != NULL) {
+        runs = j->isz == 4 ? side32_scan(j->idx, j->r, (uint64_t)s->n, &j->bad)
+                           : side64_scan(j->idx, j->r, (uint64_t)s->n, &j->bad);
+        if (runs == 0)
             return;
-        }
-        /* The run of consecutive rows i, i+1, ... starting here. */
-        Py_ssize_t m = 1;
-        while (k + m < r && row_at(j, k + m) == i + m && (uint64_t)(i + m) < n)
-            m++;
-        if (j->idx != NULL && k + AHEAD < r) {
-            uint64_t p = (uint64_t)row_at(j, k + AHEAD);
-            if (p < n) {
-                __builtin_prefetch(s->xbase + p * s->xstride);
-                __builtin_prefetch(s->xbase + p * s->xstride + 8 * d + 8 * l - 1);
-                if (l)
-                    __builtin_prefetch(s->ybase + p * s->ystride);
-            }
-        }
-        if (d)
-            copy_block(j->ox + k * d * osz, s->xbase + i * s->xstride, m, d, s->xstride, j->f32);
-        if (l)
-            copy_block(j->oy + k * l * osz, s->ybase + i * s->ystride, m, l, s->ystride, j->f32);
-        k += m;
+        runs = runs > 0;
     }
+    if (s->d)
+        copy_side(j, s->xbase, s->xstride, s->d, j->ox, runs);
+    if (s->l)
+        copy_side(j, s->ybase, s->ystride, s->l, j->oy, runs);
 }
 
 /* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. */

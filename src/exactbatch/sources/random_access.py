@@ -12,8 +12,6 @@ cheap as handing a batch between threads.
 
 from __future__ import annotations
 
-import numpy as np
-
 from exactbatch.dataset import Dataset
 from exactbatch.kernels import memory_rows
 from exactbatch.ndf import NdfFile
@@ -22,6 +20,10 @@ from exactbatch.urls import is_url
 __all__ = ["MemoryReader", "NdfReader"]
 
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
+
+
+def _closed(rows, out_x, out_y) -> None:
+    raise ValueError("read from a closed DataLoader")
 
 
 class MemoryReader:
@@ -37,7 +39,8 @@ class MemoryReader:
         return 0
 
     def close(self) -> None:
-        self.x = self.y = self.read = None
+        self.x = self.y = None
+        self.read = _closed
 
 
 class NdfReader:
@@ -46,9 +49,9 @@ class NdfReader:
     def __init__(self, f: NdfFile):
         self.file = f.share()
         self.n, self.d, self.l = f.n, f.d, f.l
-
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        self.file.read_rows_into(rows, out_x, out_y)
+        # The handle's own read, called per batch (this reader's share stays open
+        # until close()): one guarded kernel call on the compiled path.
+        self.read = self.file.rows_reader()
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for
@@ -60,3 +63,4 @@ class NdfReader:
 
     def close(self) -> None:
         self.file.close()
+        self.read = _closed  # lets go of the handle (the file closes with its last holder)
