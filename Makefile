@@ -26,7 +26,7 @@ core: $(VENV)/.installed-dev
 # An sdist and a wheel (with the compiled core) under build/dist/.
 dist: $(VENV)/.installed-dev
 	$(PY) setup.py --quiet sdist --dist-dir build/dist
-	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir build/dist .
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index --disable-pip-version-check --wheel-dir build/dist .
 
 demo: $(VENV)/.installed-demo
 	$(PY) examples/demo.py
