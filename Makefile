@@ -8,14 +8,25 @@ PY := $(VENV)/bin/python
 # The Material theme's notice about its end of life, printed on every build.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-.PHONY: demo test lint docs bench mutants clean
+.PHONY: demo test lint docs bench mutants clean core dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed-%: pyproject.toml | $(PY)
+# The editable install also builds the compiled core (src/exactbatch/_core.c) next
+# to the sources; a failed compile still installs (the pure NumPy path runs then).
+$(VENV)/.installed-%: pyproject.toml src/exactbatch/_core.c | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$*]'
 	touch $@
+
+# Rebuild only the compiled core in place (after editing _core.c).
+core: $(VENV)/.installed-dev
+	$(PY) setup.py --quiet build_ext --inplace
+
+# An sdist and a wheel (with the compiled core) under build/dist/.
+dist: $(VENV)/.installed-dev
+	$(PY) setup.py --quiet sdist --dist-dir build/dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index --disable-pip-version-check --wheel-dir build/dist .
 
 demo: $(VENV)/.installed-demo
 	$(PY) examples/demo.py

@@ -7,11 +7,17 @@ at a larger scale, in child processes where a crash or a hang must be seen:
              in child processes with a timeout: a crash or hang is counted, not fatal)
     crash    200 SIGKILLs of save_ndf writing a 61 MB file over an older version
     changes  a reader over an .ndf truncated at a random instant by another process:
-             outcomes (NdfError, SIGBUS, garbage) per read path (the map under its read
-             lease, with and without prefetch; the map unguarded, as before the lease;
-             positional reads only; runs in file order); 100 trials each
-    cost     rows/s of shuffled reads: the map under its lease (now), the map
-             unguarded, positional reads only, and NumPy in memory
+             outcomes (NdfError, SIGBUS, garbage) per read path (the compiled core's
+             guarded gather, with and without prefetch; on the pure NumPy path: the map
+             under its read lease, with and without prefetch; the map unguarded, as
+             before the lease; positional reads only; runs in file order); 100 trials each
+    guard    1,000 truncations during copies from the map, in a tight loop: a thread
+             copies 4,096-row batches while the main thread truncates the file at a
+             random instant; NdfErrors (and how many the fault guard caught inside a
+             copy) and crashes
+    cost     rows/s of shuffled reads: the compiled core's guarded gather; on the pure
+             NumPy path the map under its lease, the map unguarded, positional reads
+             only; and NumPy in memory
     load     1,000 loaders and 100 epochs (threads, descriptors, RSS), then 8 threads
              x 50 epochs over 1M rows (every row exactly once per epoch)
     resume   a training process SIGKILLed 50 times at random batches, resumed each time
@@ -169,8 +175,9 @@ RACER = textwrap.dedent(
     import numpy as np
     import exactbatch.ndf.file as ndf
     import exactbatch.ndf.guard as guard
-    from exactbatch import DataLoader, NdfError, open_ndf
+    from exactbatch import DataLoader, NdfError, backend, open_ndf
     path, mode, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    assert backend() == ("compiled" if mode.startswith("compiled") else "numpy"), backend()
     if mode == "pread":  # gather scattered rows with one positional read per run, never the map
         ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
     if mode.startswith("unguarded"):  # copy from the map without the read lease
@@ -213,7 +220,17 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
     rng = np.random.default_rng(3)
     out = {}
     try:
-        for mode in ("map", "map+prefetch", "unguarded", "unguarded+prefetch", "pread", "runs"):
+        for mode in (
+            "compiled",
+            "compiled+prefetch",
+            "map",
+            "map+prefetch",
+            "unguarded",
+            "unguarded+prefetch",
+            "pread",
+            "runs",
+        ):
+            pure = "0" if mode.startswith("compiled") else "1"
             counts = collections.Counter()
             t0 = time.perf_counter()
             for _ in range(trials):
@@ -224,6 +241,7 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
+                    env={**os.environ, "EXACTBATCH_PURE": pure},
                 )
                 assert p.stdout.readline().strip() == "ready"
                 time.sleep(float(rng.uniform(0.0, 0.05)))
@@ -250,11 +268,96 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
     return out
 
 
+# One child: truncations during copies, in a loop. A reader thread copies batches (the
+# compiled gather releases the GIL) while the main thread truncates the file at a random
+# instant; the reader's NdfError says whether the fault guard caught it inside a copy
+# (FileChanged "faulted") or the size check after the copy did.
+GUARD_LOOP = textwrap.dedent(
+    """
+    import os, shutil, sys, threading, time
+    import numpy as np
+    from exactbatch import NdfError, backend, open_ndf
+    pristine, live, trials, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    assert backend() == "compiled", backend()
+    rng = np.random.default_rng(int(sys.argv[5]))
+    size = os.path.getsize(pristine)
+    for _ in range(trials):
+        shutil.copyfile(pristine, live)
+        f = open_ndf(live)
+        read, n, d, l = f.rows_reader(), f.n, f.d, f.l
+        out_x, out_y, seen = np.empty((batch, d)), np.empty((batch, l)), []
+        started = threading.Event()
+
+        def reader():
+            r = np.random.default_rng(1)
+            try:
+                while True:
+                    read(r.integers(0, n, batch), out_x, out_y)
+                    started.set()
+            except NdfError as e:
+                caught = "faulted" in str(e.__context__ or "")
+                seen.append("guard" if caught else "check")
+
+        t = threading.Thread(target=reader)
+        t.start()
+        started.wait()
+        time.sleep(float(rng.uniform(0, 0.002)))
+        os.truncate(live, int(rng.integers(28, size)))
+        t.join()
+        f.close()
+        print(seen[0], flush=True)
+    """
+)
+
+
+def guard(truncations: int, n: int, d: int, batch: int) -> dict:
+    """``truncations`` truncations during copies (the compiled core's fault guard), in
+    child processes: a crashed child is counted and a new one goes on."""
+    from exactbatch import backend, save_ndf
+
+    if backend() != "compiled":
+        log("guard: skipped, the compiled core is not built")
+        return {"skipped": "the compiled core is not built"}
+    folder = tempfile.mkdtemp(prefix="guard-", dir=os.environ.get("RELIABILITY_DIR"))
+    pristine, live = os.path.join(folder, "pristine.ndf"), os.path.join(folder, "live.ndf")
+    rng = np.random.default_rng(5)
+    save_ndf(pristine, (rng.standard_normal((n, d)), rng.standard_normal(n)))
+    counts = collections.Counter()
+    t0 = time.perf_counter()
+    try:
+        done = 0
+        while done < truncations:
+            p = subprocess.run(
+                [sys.executable, "-c", GUARD_LOOP, pristine, live, str(truncations - done),
+                 str(batch), str(done)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "EXACTBATCH_PURE": "0"},
+            )
+            lines = p.stdout.split()
+            counts.update(f"NdfError ({w})" for w in lines)
+            done += len(lines)
+            if p.returncode != 0:  # a crash (or an error): counted, and a new child goes on
+                counts[f"crash rc={p.returncode}: {p.stderr.strip()[-200:]}"] += 1
+                done += 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    errors = sum(v for k, v in counts.items() if k.startswith("NdfError"))
+    crashes = sum(v for k, v in counts.items() if k.startswith("crash"))
+    out = {"truncations": truncations, "NdfError": errors, "crashes": crashes, **counts}
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    log(f"guard: {truncations} truncations during copies: {errors} NdfErrors, {crashes} crashes")
+    log(f"guard: {dict(counts)}")
+    return out
+
+
 def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) -> dict:
-    """rows/s of shuffled read_rows: the map under its lease (now), the map unguarded,
-    positional reads only, and memory."""
+    """rows/s of shuffled read_rows: the compiled core's guarded gather; on the pure
+    NumPy path the map under its lease, the map unguarded, positional reads only; and
+    memory (np.take)."""
     import exactbatch.ndf.file as ndf
-    from exactbatch import open_ndf, save_ndf
+    from exactbatch import kernels, open_ndf, save_ndf
 
     folder = tempfile.mkdtemp(prefix="cost-", dir=os.environ.get("RELIABILITY_DIR"))
     path = os.path.join(folder, "cost.ndf")
@@ -263,18 +366,25 @@ def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) 
     save_ndf(path, (x, y))
     out = {}
     saved = ndf._FEW_RUNS, ndf._SORT_ROWS
+    compiled = kernels.backend() == "compiled"
     try:
-        with open_ndf(path) as f:
-            f.read_rows(np.arange(n))  # into the page cache
+        before = kernels.use_backend("numpy")
+        pure = open_ndf(path)  # read on the pure NumPy path (its lease, or preads)
+        kernels.use_backend(before)
+        with open_ndf(path) as native, pure:
+            pure.read_rows(np.arange(n))  # into the page cache
             for b in batches:
                 bx, by = np.empty((b, d)), np.empty((b, 1))
                 row = {}
-                for mode in ("map", "unguarded", "pread", "memory"):
+                modes = ("compiled",) * compiled + ("map", "unguarded", "pread", "memory")
+                for mode in modes:
                     if mode == "pread":
                         ndf._FEW_RUNS = ndf._SORT_ROWS = 1 << 62
                     else:
                         ndf._FEW_RUNS, ndf._SORT_ROWS = saved
-                    f._handle().lease.works = mode != "unguarded"
+                    f = native if mode == "compiled" else pure
+                    if mode != "compiled":
+                        f._handle().lease.works = mode != "unguarded"
                     best = 0.0
                     for _ in range(3):  # best of 3 rounds of about `seconds / 3`
                         perm = rng.permutation(n)
@@ -291,6 +401,8 @@ def gather_cost(n: int, d: int, batches=(64, 1024, 4096), seconds: float = 1.0) 
                     row[mode] = round(best / 1e6, 2)
                 row["map/unguarded"] = round(row["map"] / row["unguarded"], 2)
                 row["pread/map"] = round(row["pread"] / row["map"], 2)
+                if compiled:
+                    row["compiled/map"] = round(row["compiled"] / row["map"], 2)
                 out[b] = row
                 log(f"gather cost, batch {b}: M rows/s {row}")
     finally:
@@ -435,7 +547,7 @@ def resume(kills: int, rows: int, every: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["fuzz", "crash", "changes", "cost", "load", "resume"]
+    parts = ["fuzz", "crash", "changes", "guard", "cost", "load", "resume"]
     parser.add_argument("parts", nargs="*", help=f"any of {parts} (default: all)")
     parser.add_argument("--quick", action="store_true", help="a smoke test of every part")
     parser.add_argument("--json", help="write the figures here")
@@ -453,6 +565,10 @@ def main() -> None:
         results["crash"] = crash(kills=5 if q else 200, rows=200_000 if q else 1_000_000, d=7)
     if "changes" in todo:
         results["changes"] = changes(trials=5 if q else 100, n=200_000, d=16, batch=4096)
+    if "guard" in todo:
+        results["guard"] = guard(
+            truncations=50 if q else 1000, n=20_000, d=16, batch=4096
+        )
     if "cost" in todo:
         results["cost"] = gather_cost(
             n=200_000 if q else 1_000_000, d=16, seconds=0.3 if q else 1.5

@@ -66,3 +66,28 @@ def s3_server():
         server.stop()
         s3fs.S3FileSystem.clear_instance_cache()
         mp.undo()
+
+
+@pytest.fixture
+def numpy_backend():
+    """Readers made in this test use the pure NumPy path (exactbatch.kernels), whatever
+    the process's backend: for tests of that path's own mechanics (positional reads,
+    the read lease)."""
+    from exactbatch import kernels
+
+    before = kernels.use_backend("numpy")
+    yield
+    kernels.use_backend(before)
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def each_backend(request):
+    """The test runs once per backend (the compiled one skipped where not built)."""
+    from exactbatch import kernels
+
+    try:
+        before = kernels.use_backend(request.param)
+    except ValueError:
+        pytest.skip("the compiled core is not built")
+    yield request.param
+    kernels.use_backend(before)

@@ -111,23 +111,27 @@ def rows_of(batches) -> list[list[int]]:
     return [ids(xb) for xb, _ in batches]
 
 
-def check_rows(xb, yb, d: int, l: int) -> None:  # noqa: E741
-    """Assert a batch is float64 (rows, d) / (rows, l) and every row is an intact source row."""
+def check_rows(xb, yb, d: int, l: int, dtype=np.float64) -> None:  # noqa: E741
+    """Assert a batch is ``dtype`` (float64 unless told) (rows, d) / (rows, l) and every
+    row is an intact source row (cast to ``dtype``)."""
     assert isinstance(xb, np.ndarray) and isinstance(yb, np.ndarray)
-    assert xb.dtype == np.float64 and yb.dtype == np.float64
+    assert xb.dtype == dtype and yb.dtype == dtype
     assert xb.ndim == 2 and yb.ndim == 2
     assert xb.shape[1] == d and yb.shape[1] == l
     assert xb.shape[0] == yb.shape[0]
     r = ids(xb)
-    np.testing.assert_array_equal(xb, make_x(r, d))
-    np.testing.assert_array_equal(yb, make_y(r, l))
+    np.testing.assert_array_equal(xb, make_x(r, d).astype(dtype))
+    np.testing.assert_array_equal(yb, make_y(r, l).astype(dtype))
 
 
 def collect(loader, d: int | None = None, l: int | None = None) -> list[list[int]]:  # noqa: E741
-    """Row ids of each batch of one epoch through ``iter(loader)``, checking every row."""
+    """Row ids of each batch of one epoch through ``iter(loader)``, checking every row
+    (of the loader's dtype)."""
     out = []
+    dtype = getattr(loader, "dtype", np.float64)
     for xb, yb in loader:
-        check_rows(xb, yb, xb.shape[1] if d is None else d, yb.shape[1] if l is None else l)
+        d_, l_ = xb.shape[1] if d is None else d, yb.shape[1] if l is None else l
+        check_rows(xb, yb, d_, l_, dtype)
         out.append(ids(xb))
     return out
 
@@ -142,14 +146,15 @@ def next_into_ids(
     checking every row; ``d`` and ``l`` default to the loader's."""
     d = loader.d if d is None else d
     l = loader.l if l is None else l  # noqa: E741
-    bx = np.full((loader.batch_size, d), np.nan)
-    by = np.full((loader.batch_size, l), np.nan)
+    dtype = getattr(loader, "dtype", np.float64)
+    bx = np.full((loader.batch_size, d), np.nan, dtype=dtype)
+    by = np.full((loader.batch_size, l), np.nan, dtype=dtype)
     out = []
     while limit is None or len(out) < limit:
         got = loader.next_into(bx, by)
         if got == 0:
             break
-        check_rows(bx[:got], by[:got], d, l)
+        check_rows(bx[:got], by[:got], d, l, dtype)
         out.append(ids(bx[:got]))
     return out
 

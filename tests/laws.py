@@ -256,7 +256,8 @@ def drain_threads(loader, d: int, l: int, n_threads: int = 4):  # noqa: E741
 
     def work(i):
         per_thread[i] = next_into_ids(loader, d, l)
-        bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
+        bx = np.empty((loader.batch_size, d), dtype=loader.dtype)
+        by = np.empty((loader.batch_size, l), dtype=loader.dtype)
         assert loader.next_into(bx, by) == 0
 
     run_threads(work, n_threads)

@@ -24,13 +24,17 @@ chunks included), a stream buffer of 6..13 rows and ndf_blocks blocks of
 takes its batches: 4 threads; else ``iter()`` with prefetch 2; else
 ``next_into``.
 
-Size: 1,935 cases, about 75 s on a 2-core machine (``time pytest
+Size: 2,134 cases, about 100 s on a 2-core machine (``time pytest
 tests/test_law_matrix.py``).
 
 * ``test_epoch_laws`` (1,584): the whole product (1,728 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips). Two epochs of every shard: the epoch law, determinism (a
   fresh loader's ``set_epoch(1)``, without prefetch) and epochs differ.
+* ``test_epoch_laws_on_the_other_backend`` (198): the same on a stride of 16
+  of those cases, on the other backend than the suite's (the pure NumPy path,
+  or the compiled core under ``EXACTBATCH_PURE=1``), half of them in float32;
+  ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
 * ``test_resume_at_every_batch`` (160): the single-thread cases on a stride
   of 5 (s3 on a stride of 15), every kind and mode among them; the last
   shard cut at every batch of epoch 0 or 1.
@@ -250,8 +254,48 @@ def needs(case: Case) -> None:
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""
+    check_epoch_laws(case, make_spec)
+
+
+# The same laws on the other backend (the pure NumPy path, when the suite runs on the
+# compiled core, and the other way round under EXACTBATCH_PURE=1) and in float32: a
+# stride of the product (every kind, mode and way among them), about 25 s.
+OTHER_CASES = [
+    (c, dtype)
+    for i, c in enumerate(EPOCH_CASES)
+    for off, dtype in ((0, "float64"), (7, "float32"))
+    if i % 16 == off
+]
+
+
+@pytest.mark.parametrize(
+    "case, dtype", [pytest.param(c, t, id=f"{c}-{t}") for c, t in OTHER_CASES]
+)
+def test_epoch_laws_on_the_other_backend(case, dtype, make_spec):
+    from exactbatch import kernels
+
+    other = "compiled" if kernels.backend() == "numpy" else "numpy"
+    try:
+        before = kernels.use_backend(other)
+    except ValueError:
+        pytest.skip("the compiled core is not built")
+    try:
+        check_epoch_laws(case, make_spec, dtype=np.dtype(dtype))
+    finally:
+        kernels.use_backend(before)
+
+
+def test_epoch_laws_in_float32_on_this_backend(make_spec):
+    """float32 batches on the suite's own backend (a few cases; the laws in float64 run
+    above over the whole product)."""
+    for i, case in enumerate(EPOCH_CASES):
+        if i % 40 == 7:
+            check_epoch_laws(case, make_spec, dtype=np.dtype(np.float32))
+
+
+def check_epoch_laws(case, make_spec, **changes):
     needs(case)
-    spec = make_spec(case)
+    spec = make_spec(case, **changes)
     n, d, l, b = spec["n"], spec["d"], spec["l"], spec["loader"]["batch_size"]  # noqa: E741
     ordered = case.via != "threads"
     runs = []

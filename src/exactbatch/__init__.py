@@ -2,6 +2,7 @@
 
 from exactbatch.dataset import Dataset
 from exactbatch.errors import ExactnessError, NdfError, TotalSizeWarning
+from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import NdfFile, open_ndf, save_ndf
 from exactbatch.sources.blocks import ndf_blocks
@@ -15,6 +16,7 @@ __all__ = [
     "NdfFile",
     "ParquetSource",
     "TotalSizeWarning",
+    "backend",
     "ndf_blocks",
     "open_ndf",
     "parquet_source",

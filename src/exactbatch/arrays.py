@@ -111,20 +111,22 @@ def as_float64_2d(a, name: str, *, allow_1d: bool = False) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float64)
 
 
-def check_out_array(out, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``out`` if it is a writeable float64 C-contiguous array of ``shape``.
+def check_out_array(out, shape: tuple[int, ...], name: str, dtype=np.float64) -> np.ndarray:
+    """``out`` if it is a writeable C-contiguous array of ``shape`` and ``dtype``
+    (float64 unless told).
 
     None gets a new array. A wrong kind or dtype is a ``TypeError``; a wrong
     shape or layout a ``ValueError``; both name ``name`` and the expected shape.
     """
+    dt = np.dtype(dtype)
     if out is None:
-        return np.empty(shape, dtype=np.float64)
+        return np.empty(shape, dtype=dt)
     if not isinstance(out, np.ndarray):
         raise TypeError(
-            f"{name} must be a float64 NumPy array of shape {shape}; got {type(out).__name__}"
+            f"{name} must be a {dt} NumPy array of shape {shape}; got {type(out).__name__}"
         )
-    if out.dtype != np.float64:
-        raise TypeError(f"{name} must have dtype float64 and shape {shape}; got dtype {out.dtype}")
+    if out.dtype != dt:
+        raise TypeError(f"{name} must have dtype {dt} and shape {shape}; got dtype {out.dtype}")
     if out.shape != shape:
         raise ValueError(f"{name} must have shape {shape}; got {out.shape}")
     if not (out.flags.c_contiguous and out.flags.writeable):

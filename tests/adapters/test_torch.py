@@ -96,6 +96,21 @@ def test_float64_batches_share_the_loader_arrays():
     assert len(rec.arrays) == 4
 
 
+def test_a_float32_loader_gives_float32_tensors_sharing_its_arrays():
+    """DataLoader(dtype=np.float32): the loader's gather casts, so as_torch (dtype None or
+    torch.float32) shares the loader's float32 arrays, with no second cast."""
+    assert as_torch(loader_of(dtype=np.float32)).dtype == torch.float32
+    assert as_torch(loader_of()).dtype == torch.float64
+    ref = [ax.astype(np.float32) for ax, _ in loader_of(100, 32)]
+    for dtype in (None, torch.float32):
+        rec = Recorder(loader_of(100, 32, dtype=np.float32))
+        got = list(as_torch(rec, dtype=dtype))
+        for (xb, yb), (ax, ay), rx in zip(got, rec.arrays, ref, strict=True):
+            assert xb.dtype == yb.dtype == torch.float32 and ax.dtype == np.float32
+            assert xb.data_ptr() == ax.ctypes.data and yb.data_ptr() == ay.ctypes.data
+            assert np.array_equal(xb.numpy(), rx)
+
+
 def test_cast_to_float32():
     """dtype=torch.float32 casts (a copy), with the loader's values rounded to float32."""
     rec = Recorder(loader_of(100, 32))

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import exactbatch.ndf.guard as guard
-from exactbatch import NdfError, open_ndf, save_ndf
+from exactbatch import NdfError, kernels, open_ndf, save_ndf
 
 pytestmark = pytest.mark.skipif(
     guard.F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
@@ -50,7 +50,8 @@ def _check_rows(x, y, idx):
 
 
 @pytest.fixture
-def f(tmp_path):
+def f(tmp_path, numpy_backend):
+    """A file read on the pure NumPy path, the one that copies under the lease."""
     _traceable(tmp_path / "a.ndf")
     with open_ndf(tmp_path / "a.ndf") as f:
         yield f
@@ -142,14 +143,16 @@ def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch)
     _check_rows(*f.read_rows(idx), idx)
 
 
-def _child(script: str, args: list, meanwhile):
-    """Run ``script`` in a child Python; once it prints "ready", run ``meanwhile()``;
-    return the finished process, its stdout and stderr (a child left over is killed)."""
+def _child(script: str, args: list, meanwhile, pure: bool = True):
+    """Run ``script`` in a child Python (on the pure NumPy path unless told); once it
+    prints "ready", run ``meanwhile()``; return the finished process, its stdout and
+    stderr (a child left over is killed)."""
     p = subprocess.Popen(
         [sys.executable, "-c", script, *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "EXACTBATCH_PURE": "1" if pure else "0"},
     )
     try:
         assert p.stdout.readline().strip() == "ready"
@@ -183,12 +186,16 @@ RACER = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbus(
-    tmp_path, prefetch
+    tmp_path, prefetch, backend
 ):
-    """Without the lease about 4 in 10 of these trials end in SIGBUS (bench/reliability.py
-    changes measures it); with it every one is an NdfError."""
+    """Unguarded, about 4 in 10 of these trials end in SIGBUS (bench/reliability.py
+    changes measures it); under the lease (the pure NumPy path) or the compiled
+    core's fault guard every one is an NdfError."""
+    if backend == "compiled" and kernels.backend() != "compiled":
+        pytest.skip("the compiled core is not built")
     pristine = tmp_path / "pristine.ndf"
     _traceable(pristine, n=100_000)
     data = pristine.read_bytes()
@@ -201,7 +208,7 @@ def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbu
             time.sleep(float(rng.uniform(0.0, 0.05)))
             os.truncate(live, int(rng.integers(28, len(data))))
 
-        p, out, err = _child(RACER, [live, prefetch], truncate)
+        p, out, err = _child(RACER, [live, prefetch], truncate, pure=backend == "numpy")
         assert p.returncode != -signal.SIGBUS, "the reader was killed by SIGBUS"
         assert p.returncode == 0 and out.strip() == "ndferror", (p.returncode, out, err[-2000:])
         outcomes.append(out.strip())

@@ -4,10 +4,13 @@
 epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
 shuffle), yielding ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l).
 
-Costs: without ``dtype``/``device``/``pin_memory`` a batch is
-``torch.from_numpy`` of the loader's arrays - no copy, the tensor shares the
-array's memory (the loader never reuses a batch's arrays, so this is safe).
-A cast is one copy on the CPU, before any move, so less is sent to a device;
+Costs: without ``device``/``pin_memory``, and with ``dtype`` None or the
+loader's own (``DataLoader(..., dtype=np.float32)`` gives ``torch.float32``),
+a batch is ``torch.from_numpy`` of the loader's arrays - no copy, the tensor
+shares the array's memory (the loader never reuses a batch's arrays, so this
+is safe). So for float32 tensors build the loader with ``dtype=np.float32``:
+its gather casts as it copies the rows. A ``dtype`` other than the loader's
+is one more copy on the CPU, before any move, so less is sent to a device;
 ``pin_memory`` is one more copy, into page-locked memory, so that the move
 to a CUDA device can be asynchronous (``non_blocking=True``).
 
@@ -25,6 +28,8 @@ torch is imported when a function here first needs it, never at import, so
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
@@ -47,7 +52,8 @@ def _torch():
 class TorchLoader:
     """An epoch-per-``iter()`` iterable of ``(xb, yb)`` tensors; see :func:`as_torch`.
 
-    Attributes: ``loader`` (the wrapped loader), ``dtype``, ``device`` and
+    Attributes: ``loader`` (the wrapped loader), ``dtype`` (the tensors' dtype:
+    the one asked for, else the loader's, when it has one), ``device`` and
     ``pin_memory`` (True only when asked for and CUDA is available).
     ``len()`` is ``len(loader)``, the batches per epoch.
     """
@@ -62,6 +68,8 @@ class TorchLoader:
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype such as torch.float32; got {dtype!r}")
         self.loader = loader
+        if dtype is None and hasattr(loader, "dtype"):  # the loader's, so no cast
+            dtype = getattr(torch, np.dtype(loader.dtype).name)
         self.dtype = dtype
         self.device = None if device is None else torch.device(device)  # bad names fail here
         self.pin_memory = check_flag("pin_memory", pin_memory) and torch.cuda.is_available()
@@ -107,9 +115,11 @@ def as_torch(loader, *, dtype=None, device=None, pin_memory: bool = False) -> To
     Batches are ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l) (labels
     stay 2-D, like the loader's, matching an ``nn.Linear(d, l)`` output).
 
-    * ``dtype=None`` (or ``torch.float64``): the tensors share the loader's
-      float64 arrays (``torch.from_numpy``, no copy); another dtype, e.g.
-      ``torch.float32``, casts on the CPU.
+    * ``dtype=None`` (or the loader's own, ``torch.float64`` for a default
+      loader, ``torch.float32`` for ``DataLoader(..., dtype=np.float32)``):
+      the tensors share the loader's arrays (``torch.from_numpy``, no copy);
+      another dtype casts on the CPU, a second pass over every batch: give
+      the loader that dtype instead, where it is float32 or float64.
     * ``device``: each tensor is moved with ``.to(device, non_blocking=pin_memory)``.
     * ``pin_memory=True`` copies each batch into page-locked memory first, for
       asynchronous copies to a CUDA device; it is ignored (no error) when CUDA

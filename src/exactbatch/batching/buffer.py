@@ -107,6 +107,7 @@ def shuffle_buffer(
     spare: list | None = None,
     ahead: int | None = None,
     dropped: Tally | None = None,
+    dtype=np.float64,
 ) -> Iterator:
     """Yield shuffled ``(x, y, digest)`` batches of ``batch_size`` rows from
     ``(x, y, id0)`` chunks.
@@ -119,7 +120,8 @@ def shuffle_buffer(
     reuse; batches are never views of it. ``ahead``: the chunks' typical row
     count, for the rule that chooses two halves (module docs; ``chunks`` is
     then iterated on a helper thread). Rows that ``drop_last`` leaves out are
-    counted in ``dropped``.
+    counted in ``dropped``. Batches are ``dtype`` (float64 or float32; the
+    buffer holds float64 rows, cast as batches are gathered from it).
     """
     it = iter(chunks)
     first = next(it, None)
@@ -130,8 +132,10 @@ def shuffle_buffer(
     del first
     size, halves = _plan(batch_size, buffer_size, (d, l), size_hint, ahead)
     if halves:
-        yield from shuffle_halves(stream, batch_size, size, rng, drop_last, (d, l), spare, dropped)
+        yield from shuffle_halves(
+            stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype
+        )
     else:
         yield from shuffle_whole(
-            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped
+            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype
         )

@@ -15,6 +15,8 @@ import queue
 import threading
 from collections.abc import Iterator
 
+import numpy as np
+
 from exactbatch.batching.gather import buffer_arrays, drain, row_ids
 from exactbatch.prefetch import Prefetcher
 
@@ -69,7 +71,9 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
     return produce
 
 
-def shuffle_halves(chunks, b, size, rng, drop_last, width, spare, dropped) -> Iterator:
+def shuffle_halves(
+    chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64
+) -> Iterator:
     """Batches of ``b`` rows from ``(x, y, id0)`` chunks mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
     thread; ``width`` is ``(d, l)``; the rest as for
@@ -95,7 +99,9 @@ def shuffle_halves(chunks, b, size, rng, drop_last, width, spare, dropped) -> It
             # The permutation covers the previous half's leftovers (at the end of
             # this half's first b rows) and the rows filled after them.
             v = slice(b + filled - len(perm), b + filled)
-            rest = yield from drain(hx[v], hy[v], hh[v], perm, b, ended, drop_last, dropped)
+            rest = yield from drain(
+                hx[v], hy[v], hh[v], perm, b, ended, drop_last, dropped, dtype
+            )
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
             ox[b - lo : b], oy[b - lo : b] = hx[v][rest], hy[v][rest]
             oh[b - lo : b] = hh[v][rest]

@@ -21,7 +21,9 @@ __all__ = ["shuffle_whole"]
 _FIRST_ROWS = 1 << 14  # initial allocation; the buffer doubles up to its size
 
 
-def shuffle_whole(chunks, b, size, rng, drop_last, size_hint, spare, dropped) -> Iterator:
+def shuffle_whole(
+    chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64
+) -> Iterator:
     """Batches of ``b`` rows from ``(x, y, id0)`` chunks mixed in one buffer of
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     bx = by = bh = None
@@ -47,14 +49,16 @@ def shuffle_whole(chunks, b, size, rng, drop_last, size_hint, spare, dropped) ->
                 if fill == size:  # the leftovers stay, first, for the next fill
                     perm = rng.permutation(fill)
                     rest = yield from drain(
-                        bx[:fill], by[:fill], bh[:fill], perm, b, False, drop_last, dropped
+                        bx[:fill], by[:fill], bh[:fill], perm, b, False, drop_last, dropped, dtype
                     )
                     fill = len(rest)
                     bx[:fill], by[:fill], bh[:fill] = bx[rest], by[rest], bh[rest]
             del x, y  # let the chunk go before the source makes the next one
         if fill:
             perm = rng.permutation(fill)
-            yield from drain(bx[:fill], by[:fill], bh[:fill], perm, b, True, drop_last, dropped)
+            yield from drain(
+                bx[:fill], by[:fill], bh[:fill], perm, b, True, drop_last, dropped, dtype
+            )
     finally:  # the next epoch reuses the buffer
         if bx is not None and spare is not None and not spare:
             spare.append((bx, by, bh))

@@ -33,19 +33,20 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
 class IndexedJob:
     """One claimed batch of a random-access epoch, read when filled."""
 
-    __slots__ = ("digest", "k", "reader", "rows", "size")
+    __slots__ = ("digest", "dtype", "k", "reader", "rows", "size")
 
-    def __init__(self, reader, rows, size: int, k: int, digest: int):
+    def __init__(self, reader, rows, size: int, k: int, digest: int, dtype=np.float64):
         self.reader, self.rows, self.size = reader, rows, size
-        self.k, self.digest = k, digest
+        self.k, self.digest, self.dtype = k, digest, dtype
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         self.reader.read(self.rows, out_x, out_y)
 
     def take(self) -> tuple[np.ndarray, np.ndarray]:
-        out_x = np.empty((self.size, self.reader.d), dtype=np.float64)
-        out_y = np.empty((self.size, self.reader.l), dtype=np.float64)
-        self.fill(out_x, out_y)
+        reader = self.reader
+        out_x = np.empty((self.size, reader.d), dtype=self.dtype)
+        out_y = np.empty((self.size, reader.l), dtype=self.dtype)
+        reader.read(self.rows, out_x, out_y)
         return out_x, out_y
 
 
@@ -67,14 +68,19 @@ class BlockedOrder:
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
         self.batch_size = batch_size
         self.whole = whole
+        self._whole = None  # whole's (rows, digests), once it is done: no Future per batch
         self._lo = self._hi = 0
         self._rows = self._digests = None
 
     def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
         """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
-        whole = self.whole
-        if whole is not None and whole.done() and whole.exception() is None:
-            rows, digests = whole.result()  # (had it failed, the blocks below still work)
+        done = self._whole
+        if done is None and self.whole is not None and self.whole.done():
+            if self.whole.exception() is None:
+                done = self._whole = self.whole.result()
+            self.whole = None  # (had it failed, the blocks below still work)
+        if done is not None:
+            rows, digests = done
             return rows[a:z], digests[a // self.batch_size]
         if z - a >= self.BLOCK:
             rows = self.mapped(a, z)
@@ -116,12 +122,16 @@ class IndexedEpoch:
     batch ``claimed``, ``claimed + 1``... ``skip`` batches are already handed
     out (a resumed epoch) but for those in ``pending``, which come first.
     ``promised(epoch)`` is the ledger's promise: the rows this shard's epoch
-    hands out, less the batches before ``skip`` of an elastic resume.
+    hands out, less the batches before ``skip`` of an elastic resume. Batches
+    taken whole (``iter()``) are new arrays of ``dtype`` (float64 unless told).
     """
 
-    def __init__(self, reader, nbatches, locate, order, offset, b, promised, skip=0, pending=()):
+    def __init__(
+        self, reader, nbatches, locate, order, offset, b, promised, skip=0, pending=(), dtype=None
+    ):
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
         self.offset = offset
+        self.dtype = np.dtype(np.float64) if dtype is None else dtype
         self._digest = RangeDigests(b)
         self._promised = promised
         self.claimed = skip
@@ -145,9 +155,9 @@ class IndexedEpoch:
         if self.order is None:
             start = self.offset + a
             return IndexedJob(self.reader, slice(start, self.offset + z), z - a, k,
-                              self._digest(start, self.offset + z))
+                              self._digest(start, self.offset + z), self.dtype)
         rows, digest = self.order.take(a, z)
-        return IndexedJob(self.reader, rows, z - a, k, digest)
+        return IndexedJob(self.reader, rows, z - a, k, digest, self.dtype)
 
     def claim(self) -> IndexedJob | None:
         if self.returned:

@@ -25,10 +25,14 @@ _MASK = (1 << 64) - 1
 
 
 def rebatch(
-    chunks: Iterable, batch_size: int, drop_last: bool, dropped: Tally | None = None
+    chunks: Iterable,
+    batch_size: int,
+    drop_last: bool,
+    dropped: Tally | None = None,
+    dtype=np.float64,
 ) -> Iterator:
-    """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows from
-    ``(x, y, id0)`` chunks.
+    """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows of ``dtype``
+    (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks.
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
     unless ``drop_last``, when they are dropped (and counted in ``dropped``).
@@ -41,7 +45,7 @@ def rebatch(
         rows, pos = x.shape[0], 0
         if filled:
             pos = min(b - filled, rows)
-            cx, cy = _room(cx, cy, filled + pos, b)
+            cx, cy = _room(cx, cy, filled + pos, b, dtype=dtype)
             cx[filled : filled + pos] = x[:pos]
             cy[filled : filled + pos] = y[:pos]
             carried += digest(id0, id0 + pos)
@@ -51,11 +55,15 @@ def rebatch(
                 cx = cy = None
                 filled = carried = 0
         while rows - pos >= b:
-            yield x[pos : pos + b].copy(), y[pos : pos + b].copy(), digest(id0 + pos, id0 + pos + b)
+            yield (
+                x[pos : pos + b].astype(dtype),  # a copy, cast as it copies
+                y[pos : pos + b].astype(dtype),
+                digest(id0 + pos, id0 + pos + b),
+            )
             pos += b
         if pos < rows:
             filled = rows - pos
-            cx, cy = _room(None, None, filled, b, x.shape[1], y.shape[1])
+            cx, cy = _room(None, None, filled, b, x.shape[1], y.shape[1], dtype)
             cx[:filled] = x[pos:]
             cy[:filled] = y[pos:]
             carried = digest(id0 + pos, id0 + rows)
@@ -66,14 +74,14 @@ def rebatch(
         dropped.add(filled, carried)
 
 
-def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0):  # noqa: E741
+def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0, dtype=np.float64):  # noqa: E741
     """A carry with room for ``need`` rows: grown by doubling, never past ``b``,
     so a huge batch_size costs only the rows that actually arrive."""
     if cx is not None and len(cx) >= need:
         return cx, cy
     cap = min(b, max(need, 2 * (0 if cx is None else len(cx)), 1024))
-    nx = np.empty((cap, d if cx is None else cx.shape[1]), dtype=np.float64)
-    ny = np.empty((cap, l if cy is None else cy.shape[1]), dtype=np.float64)
+    nx = np.empty((cap, d if cx is None else cx.shape[1]), dtype=dtype)
+    ny = np.empty((cap, l if cy is None else cy.shape[1]), dtype=dtype)
     if cx is not None:
         nx[: len(cx)], ny[: len(cy)] = cx, cy
     return nx, ny

@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from exactbatch.checks import check_flag, check_int
+from exactbatch.kernels import check_dtype
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
 
@@ -23,7 +26,8 @@ class BatchSpec:
     """The settings that cut every epoch into batches, validated once.
 
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
-    ``shard`` a :class:`~exactbatch.order.Shard`.
+    ``shard`` a :class:`~exactbatch.order.Shard`; ``dtype`` the batches' dtype,
+    float64 or float32 (the cast happens in the gather).
     """
 
     batch_size: int
@@ -32,10 +36,12 @@ class BatchSpec:
     even_batches: bool = False
     elastic: bool = False
     shard: Shard = Shard()
+    dtype: np.dtype = np.dtype(np.float64)
 
     def __post_init__(self):
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
+        fix(self, "dtype", check_dtype(self.dtype))
         for name in ("shuffle", "drop_last", "even_batches", "elastic"):
             fix(self, name, check_flag(name, getattr(self, name)))
         if not isinstance(self.shard, Shard):

@@ -114,7 +114,9 @@ class RandomAccessFeed:
             if size <= _WHOLE_ROWS:
                 order.whole = self._whole_order(seed, epoch, key_shard, size, offset)
         promised = partial(self._promise, count, first)
-        return IndexedEpoch(self.reader, count, locate, order, offset, b, promised, skip, pending)
+        return IndexedEpoch(
+            self.reader, count, locate, order, offset, b, promised, skip, pending, spec.dtype
+        )
 
     def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
         """The rows an epoch of ``count`` batches promises: the shard's rows less

@@ -258,9 +258,10 @@ class StreamFeed:
                 self._spare,
                 ahead=self._chunk_rows(),
                 dropped=tally.dropped,
+                dtype=spec.dtype,
             )
         else:
-            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped)
+            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype)
         return self._audited(batches), tally
 
     def close(self) -> None:

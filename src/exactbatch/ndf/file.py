@@ -1,13 +1,18 @@
 """An open .ndf file: :class:`NdfFile`, :func:`open_ndf`, and how a local file is read.
 
-Reads never move a shared file position: runs of adjacent rows are read
-with one positional read each (``os.preadv``), and batches scattered over
-many runs are gathered from a read-only mapping of the file (under the read
-lease of :mod:`exactbatch.ndf.guard`). So threads may read one file at
-once, and a file larger than RAM is never loaded whole. Before every read
-the file's size and modification time are checked again: a file truncated,
-or rewritten in place, while open is an :class:`NdfError` at the next read
-(so is one whose modification time was merely touched). A file replaced
+Reads never move a shared file position, so threads may read one file at
+once, and a file larger than RAM is never loaded whole. With the compiled
+core (:func:`exactbatch.backend` is ``"compiled"``) every batch is one
+gather from a read-only mapping of the file, under the fault guard of
+:mod:`exactbatch._core` (a truncation during the copy is an
+:class:`NdfError`, never a SIGBUS), followed by one ``fstat``: no lock, no
+lease. On the pure NumPy path runs of adjacent rows are read with one
+positional read each (``os.preadv``), and batches scattered over many runs
+are gathered from the mapping under the read lease of
+:mod:`exactbatch.ndf.guard`. Either way the file's size and modification
+time are checked at every read: a file truncated, or rewritten in place,
+while open is an :class:`NdfError` at the next read (so is one whose
+modification time was merely touched). A file replaced
 (renamed over, as :func:`~exactbatch.ndf.write.save_ndf` does) or deleted
 while open keeps being read as the file that was opened (POSIX semantics).
 
@@ -29,6 +34,7 @@ import numpy as np
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.kernels import FileChanged, file_rows
 from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
 from exactbatch.ndf.guard import Lease
 from exactbatch.ndf.remote import open_url
@@ -59,6 +65,7 @@ class LocalHandle:
         "lease",
         "mtime",
         "n",
+        "compiled",
         "path",
         "row_bytes",
         "rows",
@@ -71,6 +78,7 @@ class LocalHandle:
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows = None  # (n,) of void rows over the mapping; None when no data
+        self.compiled = None  # the compiled core's rows of the mapping (kernels.file_rows)
         if self.size > HEADER_SIZE:
             mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
             # Void rows have alignment 1, so np.take copies whole rows from the
@@ -78,7 +86,9 @@ class LocalHandle:
             self.rows = np.frombuffer(
                 mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
             )
-        self.lease = Lease(fd) if self.rows is not None else None
+            self.compiled = file_rows(mm, HEADER_SIZE, n, d, l, fd, self.size, mtime)
+        # The compiled core guards its copies itself; the lease is the pure path's guard.
+        self.lease = Lease(fd) if self.rows is not None and self.compiled is None else None
         # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
         weakref.finalize(self, os.close, fd)
 
@@ -121,13 +131,36 @@ class LocalHandle:
             start = HEADER_SIZE + start_row * self.row_bytes
             os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)
 
-    def read_rows_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        compiled = self.compiled
+        if compiled is None:
+            return self._read_pure(idx, out_x, out_y)
+        try:  # one guarded gather and one fstat, in C with the GIL released
+            compiled.read(idx, out_x, out_y)
+        except FileChanged:
+            self.check_size()  # says what changed, if it can still see it
+            raise NdfError(
+                f"{self.path}: the file changed while open: a copy from it failed "
+                "(truncated, or rewritten in place, during the read?)"
+            ) from None
+
+    def _read_pure(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        if isinstance(idx, slice):
+            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         r = idx.shape[0]
         if r == 0 or self.row_bytes == 0:
             return
         d, l = self.d, self.l  # noqa: E741
-        # Rows on disk are x then y; stage them whole unless one side is empty.
-        stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
+        # Rows on disk are x then y; stage them whole unless one side is empty (and
+        # the output float64: a float32 batch is cast from the stage).
+        wide = out_x.dtype == np.float64
+        stage = (
+            out_x
+            if l == 0 and wide
+            else out_y
+            if d == 0 and wide
+            else np.empty((r, d + l), dtype=np.float64)
+        )
         runs = _runs(idx)
         # Copies from the map are made under the lease, taken before the size check.
         held = None if runs is not None else self.lease.acquire()
@@ -213,10 +246,12 @@ class NdfFile:
     def guarded(self) -> bool:
         """Can a truncation by another process never crash a read of this file?
 
-        True on Linux for a local file you own (or with CAP_LEASE): copies
-        from the memory map are made under a read lease (see
-        :mod:`exactbatch.ndf.guard`). False where the OS gives no lease: a
-        truncation during a copy of scattered rows would end the process
+        True with the compiled core (:func:`exactbatch.backend`), whose copies
+        from the memory map run under a fault guard, on any POSIX system. On
+        the pure NumPy path: True on Linux for a local file you own (or with
+        CAP_LEASE), where copies from the map are made under a read lease
+        (see :mod:`exactbatch.ndf.guard`); False where the OS gives no lease:
+        a truncation during a copy of scattered rows would end the process
         with SIGBUS.
         """
         lease = self._handle().lease
@@ -267,14 +302,22 @@ class NdfFile:
     def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
-        Unchecked: ``rows`` must be int64 row numbers in ``[0, n)`` (any
-        order, repeats allowed), the outputs float64 C-contiguous arrays of
-        shapes (r, d) and (r, l). :meth:`read_rows` checks all of that.
+        Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
+        numbers in ``[0, n)`` (any order, repeats allowed), the outputs
+        C-contiguous arrays of shapes (r, d) and (r, l), both float64 or both
+        float32 (the cast happens in the gather). :meth:`read_rows` checks
+        all of that.
         """
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed NdfFile")
         h.read_rows_into(rows, out_x, out_y)
+
+    def rows_reader(self):
+        """:meth:`read_rows_into` without the check for a closed NdfFile: the function a
+        reader that holds its own share (a loader's) calls per batch, one Python call
+        less on the hot path. Same arguments, unchecked, and the same errors."""
+        return self._handle().read_rows_into
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with the ``r``
@@ -303,7 +346,7 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     if lo < -n or hi >= n:
         bad = lo if lo < -n else hi
         raise IndexError(f"row {bad} out of range for {path} with n={n} rows")
-    idx = idx.astype(np.int64, copy=False)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
     if lo < 0:
         idx = np.where(idx < 0, idx + n, idx)
     return idx

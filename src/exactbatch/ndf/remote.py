@@ -247,7 +247,9 @@ class RemoteHandle:
     def will_need(self, start_row: int, rows: int) -> None:
         """No page cache to warm: nothing to do."""
 
-    def read_rows_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        if isinstance(idx, slice):  # consecutive rows (an unshuffled loader)
+            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         read_remote_rows(self, idx, out_x, out_y)
 
 

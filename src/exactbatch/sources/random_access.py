@@ -1,19 +1,19 @@
 """Random-access readers: fetch any rows of an in-memory array pair or an .ndf file.
 
 A reader has ``n``, ``d``, ``l`` and ``read(rows, out_x, out_y)`` where
-``rows`` is a ``slice`` of consecutive rows or an int64 array of row
-indices, and the outputs are float64 arrays of shapes (r, d) and (r, l).
-``read`` may run on several threads at once. ``prefetch_default(batch_bytes)``
-is how many batches a loader prepares ahead unless told: where reads wait
-(an .ndf file, a URL) overlapping them with the consumer's work pays; in
-memory a gather is as cheap as handing a batch between threads.
+``rows`` is a ``slice`` of consecutive rows or an int32/int64 array of row
+indices, and the outputs are float64 or float32 arrays of shapes (r, d) and
+(r, l) (the cast happens in the gather). ``read`` may run on several
+threads at once. ``prefetch_default(batch_bytes)`` is how many batches a
+loader prepares ahead unless told: where reads wait (an .ndf file, a URL)
+overlapping them with the consumer's work pays; in memory a gather is as
+cheap as handing a batch between threads.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from exactbatch.dataset import Dataset
+from exactbatch.kernels import memory_rows
 from exactbatch.ndf import NdfFile
 from exactbatch.urls import is_url
 
@@ -22,31 +22,25 @@ __all__ = ["MemoryReader", "NdfReader"]
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
 
+def _closed(rows, out_x, out_y) -> None:
+    raise ValueError("read from a closed DataLoader")
+
+
 class MemoryReader:
-    """Rows of a :class:`Dataset`: a slice copy or one ``np.take`` per array."""
+    """Rows of a :class:`Dataset`: one gather per batch (:func:`exactbatch.kernels.memory_rows`)."""
 
     def __init__(self, ds: Dataset):
         self.x, self.y = ds.x, ds.y
         self.n, self.d, self.l = ds.n, ds.d, ds.l
-
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        if isinstance(rows, slice):
-            out_x[...] = self.x[rows]
-            out_y[...] = self.y[rows]
-            return
-        # mode="clip" skips the bounds check and the buffered copy of `out`
-        # (the order module only hands out valid rows); the method, not np.take,
-        # saves a Python-level dispatch per call on this hot path.
-        if self.d:
-            self.x.take(rows, axis=0, out=out_x, mode="clip")
-        if self.l:
-            self.y.take(rows, axis=0, out=out_y, mode="clip")
+        # The bound method itself: one call per batch, whatever the backend.
+        self.read = memory_rows(ds.x, ds.y).read
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0
 
     def close(self) -> None:
         self.x = self.y = None
+        self.read = _closed
 
 
 class NdfReader:
@@ -55,11 +49,9 @@ class NdfReader:
     def __init__(self, f: NdfFile):
         self.file = f.share()
         self.n, self.d, self.l = f.n, f.d, f.l
-
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        if isinstance(rows, slice):
-            rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-        self.file.read_rows_into(rows, out_x, out_y)
+        # The handle's own read, called per batch (this reader's share stays open
+        # until close()): one guarded kernel call on the compiled path.
+        self.read = self.file.rows_reader()
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for
@@ -71,3 +63,4 @@ class NdfReader:
 
     def close(self) -> None:
         self.file.close()
+        self.read = _closed  # lets go of the handle (the file closes with its last holder)

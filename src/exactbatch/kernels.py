@@ -1,0 +1,151 @@
+"""The row gather, compiled or pure NumPy: readers call the same functions either way.
+
+Two backends give bit-identical batches:
+
+* ``"compiled"``: the C extension :mod:`exactbatch._core` (built by ``pip
+  install`` and by ``make``). A gather is one call that copies x and y in one
+  pass, casting to the output dtype as it copies, with the GIL released;
+  copies out of an ``.ndf`` file's mapping run under a guard that turns a
+  truncation during the copy into an error (:class:`FileChanged`, which the
+  reader raises as ``NdfError`` naming the file) instead of a SIGBUS.
+* ``"numpy"``: ``np.take`` into the output buffers (for float32 output, a
+  take and a cast); the ``.ndf`` reader then guards its copies from the
+  mapping with a read lease (:mod:`exactbatch.ndf.guard`). Used when the
+  extension is missing (it did not compile) or when the environment variable
+  ``EXACTBATCH_PURE=1`` is set before exactbatch is imported.
+
+:func:`backend` says which one runs. Every reader holds a *rows* object made
+here once (:func:`memory_rows`, :func:`file_rows`) and calls its
+``read(rows, out_x, out_y)`` per batch: ``rows`` a slice of consecutive rows
+or a 1-D int32/int64 array of row numbers in ``[0, n)`` (any order, repeats
+allowed), ``out_x``/``out_y`` C-contiguous arrays of shapes (r, d) and
+(r, l), both float64 or both float32.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+
+__all__ = [
+    "DTYPES",
+    "FileChanged",
+    "backend",
+    "check_dtype",
+    "file_rows",
+    "gather",
+    "memory_rows",
+    "use_backend",
+]
+
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the output dtypes a loader may have
+
+
+def _import_core():
+    try:
+        return importlib.import_module("exactbatch._core")
+    except ImportError:  # not built (a failed compile installs without it)
+        return None
+
+
+_BUILT = _import_core()  # the extension, when it is built
+_PURE = os.environ.get("EXACTBATCH_PURE", "").strip() not in ("", "0")
+_CORE = None if _PURE else _BUILT  # the extension, when it is used
+
+if _BUILT is not None:
+    FileChanged = _BUILT.FileChanged
+else:
+
+    class FileChanged(OSError):
+        """A file's rows could not be copied: truncated or rewritten while open."""
+
+
+def backend() -> str:
+    """``"compiled"`` when exactbatch's C extension gathers rows, ``"numpy"`` on the
+    pure NumPy path (the extension is missing, or ``EXACTBATCH_PURE=1``). Both give
+    identical batches."""
+    return "numpy" if _CORE is None else "compiled"
+
+
+def use_backend(name: str) -> str:
+    """For tests and benchmarks: readers made from now on use backend ``name``
+    (``"compiled"`` or ``"numpy"``; readers already made keep theirs). Returns the
+    backend used before. ``"compiled"`` where the extension is missing is a
+    ``ValueError``."""
+    global _CORE
+    if name not in ("compiled", "numpy"):
+        raise ValueError(f"backend must be 'compiled' or 'numpy'; got {name!r}")
+    if name == "compiled" and _BUILT is None:
+        raise ValueError("the compiled backend is not built (see docs/development.md)")
+    before = backend()
+    _CORE = _BUILT if name == "compiled" else None
+    return before
+
+
+def check_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype if it is float64 or float32, else a ``ValueError``
+    naming the argument (a ``TypeError`` for what is no dtype at all)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype must be np.float64 or np.float32; got {dtype!r}") from e
+    if dt not in DTYPES:
+        raise ValueError(f"dtype must be np.float64 or np.float32; got {dt}")
+    return dt
+
+
+class _NumpyRows:
+    """The pure path of :func:`memory_rows`."""
+
+    __slots__ = ("d", "l", "x", "y")
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y, self.d, self.l = x, y, x.shape[1], y.shape[1]
+
+    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        if isinstance(rows, slice):
+            out_x[...] = self.x[rows]
+            out_y[...] = self.y[rows]
+            return
+        if out_x.dtype != np.float64:  # a take then a cast (np.take into a float32
+            out_x[...] = self.x.take(rows, axis=0, mode="clip")  # `out` would copy
+            out_y[...] = self.y.take(rows, axis=0, mode="clip")  # `out` in first)
+            return
+        # mode="clip" skips the bounds check and the buffered copy of `out` (rows
+        # come from the order module, always valid); the method, not np.take,
+        # saves a Python-level dispatch per call.
+        if self.d:
+            self.x.take(rows, axis=0, out=out_x, mode="clip")
+        if self.l:
+            self.y.take(rows, axis=0, out=out_y, mode="clip")
+
+
+def memory_rows(x: np.ndarray, y: np.ndarray):
+    """The rows of ``x`` (n, d) and ``y`` (n, l), float64 C-contiguous, as an object
+    whose ``read(rows, out_x, out_y)`` gathers them (module docs). It holds both
+    arrays for as long as it lives."""
+    if _CORE is not None:
+        return _CORE.memory_rows(x, y)
+    return _NumpyRows(x, y)
+
+
+def file_rows(mapping, offset: int, n: int, d: int, l: int, fd: int, size: int, mtime_ns):  # noqa: E741
+    """The rows of an ``.ndf`` file's read-only ``mapping`` (x then y per row, from
+    byte ``offset``), read under the fault guard, with one ``fstat`` of ``fd`` after
+    each copy: fewer than ``size`` bytes, or a modification time other than
+    ``mtime_ns`` (None: unchecked), is :class:`FileChanged`. None on the pure path,
+    where the reader copies under its read lease instead."""
+    if _CORE is None:
+        return None
+    return _CORE.file_rows(mapping, offset, n, d, l, fd, size, -1 if mtime_ns is None else mtime_ns)
+
+
+def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """New arrays of ``dtype`` holding rows ``rows`` of ``x`` and ``y`` (a shuffle
+    buffer's rows, gathered into batches)."""
+    out_x = np.empty((len(rows), x.shape[1]), dtype=dtype)
+    out_y = np.empty((len(rows), y.shape[1]), dtype=dtype)
+    memory_rows(x, y).read(rows, out_x, out_y)
+    return out_x, out_y

@@ -1,0 +1,352 @@
+"""The two backends (exactbatch.kernels): the compiled core and the pure NumPy path.
+
+Laws: both give bit-identical batches, for any rows, index kind (slices, runs,
+repeats, int32 and int64) and output dtype; ``backend()`` says which runs and
+``EXACTBATCH_PURE=1`` selects the pure path; a loader's ``dtype`` is float64
+or float32 for every kind of source, the cast happening in the gather, and a
+wrong dtype (of the loader, or of ``next_into``'s buffers) is an error that
+names it; a mapped ``.ndf`` truncated during the copies is an ``NdfError``,
+never a crash (the compiled core's fault guard).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from helpers import chunks_of, make_data, write_parquet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import exactbatch
+from exactbatch import DataLoader, kernels, ndf_blocks, open_ndf, parquet_source, save_ndf
+
+COMPILED = kernels.backend() == "compiled"
+needs_core = pytest.mark.skipif(not COMPILED, reason="the compiled core is not built")
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+# -- which backend -----------------------------------------------------------------------
+
+
+def test_backend_is_exported_and_says_compiled_or_numpy():
+    assert "backend" in exactbatch.__all__
+    assert exactbatch.backend() in ("compiled", "numpy")
+    assert exactbatch.backend() == kernels.backend()
+
+
+@pytest.mark.parametrize("value, want", [("1", "numpy"), ("0", None), ("", None)])
+def test_exactbatch_pure_selects_the_numpy_path(value, want):
+    """EXACTBATCH_PURE=1 (read at import) selects the pure path; 0 or empty does not."""
+    r = _run("import exactbatch; print(exactbatch.backend())", EXACTBATCH_PURE=value)
+    assert r.returncode == 0, r.stderr
+    built = _run(
+        "import importlib.util as u; print(u.find_spec('exactbatch._core') is not None)"
+    ).stdout.strip()
+    expected = want or ("compiled" if built == "True" else "numpy")
+    assert r.stdout.strip() == expected
+
+
+def test_use_backend_refuses_a_bad_name():
+    with pytest.raises(ValueError, match="backend"):
+        kernels.use_backend("fortran")
+
+
+# -- identical batches --------------------------------------------------------------------
+
+
+def _index_kinds():
+    """Row selections of a source of n rows: slices, sorted runs, scattered rows with
+    repeats; int32 or int64."""
+
+    @st.composite
+    def pick(draw, n):
+        kind = draw(st.sampled_from(["slice", "runs", "scattered"]))
+        if kind == "slice":
+            a = draw(st.integers(0, n))
+            return slice(a, draw(st.integers(a, n)))
+        if kind == "runs":
+            pieces = []
+            for _ in range(draw(st.integers(0, 4))):
+                a = draw(st.integers(0, n - 1))
+                pieces.append(np.arange(a, min(n, a + draw(st.integers(1, 9)))))
+            rows = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        else:
+            rows = np.array(draw(st.lists(st.integers(0, n - 1), max_size=40)), dtype=np.int64)
+        return rows.astype(draw(st.sampled_from([np.int32, np.int64])))
+
+    return pick
+
+
+def _read_both(make, rows, r, d, l, dtype):  # noqa: E741
+    """The rows read through ``make()``'s reader on each backend."""
+    out = []
+    for name in ("compiled", "numpy"):
+        before = kernels.use_backend(name)
+        try:
+            read = make()
+            ox, oy = np.full((r, d), np.nan, dtype=dtype), np.full((r, l), np.nan, dtype=dtype)
+            read(rows, ox, oy)
+            out.append((ox, oy))
+        finally:
+            kernels.use_backend(before)
+    return out
+
+
+@needs_core
+@settings(max_examples=150)
+@given(data=st.data())
+def test_the_backends_gather_identical_rows_from_memory(data):
+    n = data.draw(st.integers(1, 60))
+    d, l = data.draw(st.integers(0, 5)), data.draw(st.integers(0, 3))  # noqa: E741
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    # values that float32 rounds (and some it cannot hold: overflow to inf, NaN)
+    x = rng.standard_normal((n, d)) * 10.0 ** rng.integers(-50, 50, (n, d))
+    y = rng.standard_normal((n, l))
+    if n > 1 and d:
+        x[1, 0] = np.nan
+    rows = data.draw(_index_kinds()(n))
+    r = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+    with np.errstate(over="ignore"):
+        (cx, cy), (px, py) = _read_both(
+            lambda: kernels.memory_rows(x, y).read, rows, r, d, l, dtype
+        )
+        want = x[rows].astype(dtype), y[rows].astype(dtype)
+    for got in ((cx, cy), (px, py)):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert cx.tobytes() == px.tobytes() and cy.tobytes() == py.tobytes()  # bit for bit
+
+
+@needs_core
+@settings(max_examples=60)
+@given(data=st.data())
+def test_the_backends_read_identical_rows_from_an_ndf_file(data, tmp_path_factory):
+    n = data.draw(st.integers(1, 50))
+    d, l = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 3))  # noqa: E741
+    if d + l == 0:
+        d = 1
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    x, y = np.random.default_rng(n).standard_normal((n, d)), np.arange(n * l).reshape(n, l)
+    path = tmp_path_factory.mktemp("both") / "f.ndf"
+    save_ndf(path, (x, y))
+    rows = data.draw(_index_kinds()(n))
+    r = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+    files = []
+
+    def make():
+        files.append(open_ndf(path))
+        return files[-1].rows_reader()
+
+    (cx, cy), (px, py) = _read_both(make, rows, r, d, l, dtype)
+    for f in files:
+        f.close()
+    np.testing.assert_array_equal(cx, x[rows].astype(dtype))
+    np.testing.assert_array_equal(cy, y[rows].astype(dtype))
+    assert cx.tobytes() == px.tobytes() and cy.tobytes() == py.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    "kind", ["pair", "ndf", "chunks", "chunks_halves", "ndf_blocks", "parquet"]
+)
+def test_every_source_gives_the_same_batches_on_both_backends_in_each_dtype(
+    tmp_path, kind, dtype, each_backend
+):
+    """The batches of a loader of ``dtype`` are the float64 loader's batches cast,
+    the same on both backends (the rows of the float64 loader are the source's)."""
+    n, d, l = 203, 3, 2  # noqa: E741
+    x, y = make_data(n, d, l)
+    save_ndf(tmp_path / "f.ndf", (x, y))
+    if kind == "parquet":
+        pytest.importorskip("pyarrow")
+        write_parquet(tmp_path / "p.parquet", [50, 0, 80, 73], d=d, l=l)
+
+    def source():
+        if kind == "pair":
+            return x, y
+        if kind == "ndf":
+            return open_ndf(tmp_path / "f.ndf")
+        if kind == "ndf_blocks":
+            return ndf_blocks(open_ndf(tmp_path / "f.ndf"), 9)
+        if kind == "chunks_halves":  # chunk-indexed, so the buffer reads ahead in halves
+            return ndf_blocks(open_ndf(tmp_path / "f.ndf"), 2)
+        if kind == "parquet":
+            return parquet_source(tmp_path / "p.parquet", labels=["y0", "y1"])
+        return chunks_of([17, 40, 1, 60, 85], d, l)
+
+    opts = {"buffer_size": 64} if kind not in ("pair", "ndf") else {}
+    if kind == "chunks":
+        opts["total_size"] = n
+    for shuffle in (True, False):
+        wide = DataLoader(source(), 16, shuffle=shuffle, seed=4, **opts)
+        loader = DataLoader(source(), 16, shuffle=shuffle, seed=4, dtype=dtype, **opts)
+        assert loader.dtype == np.dtype(dtype)
+        got, want = list(loader), list(wide)
+        assert len(got) == len(want) > 0
+        for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+            assert gx.dtype == dtype and gy.dtype == dtype
+            np.testing.assert_array_equal(gx, wx.astype(dtype))
+            np.testing.assert_array_equal(gy, wy.astype(dtype))
+        bx, by = np.empty((16, d), dtype=dtype), np.empty((16, l), dtype=dtype)
+        fresh = DataLoader(source(), 16, shuffle=shuffle, seed=4, dtype=dtype, **opts)
+        rows = fresh.next_into(bx, by)  # epoch 0's first batch
+        np.testing.assert_array_equal(bx[:rows], want[0][0].astype(dtype))
+        np.testing.assert_array_equal(by[:rows], want[0][1].astype(dtype))
+
+
+# -- dtype errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [np.int32, np.float16, "complex128", np.int64])
+def test_a_dtype_other_than_float64_or_float32_is_a_value_error_naming_it(bad):
+    with pytest.raises(ValueError, match="dtype"):
+        DataLoader(make_data(10), 4, dtype=bad)
+
+
+def test_a_dtype_that_is_no_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="dtype"):
+        DataLoader(make_data(10), 4, dtype="no such dtype")
+
+
+def test_dtype_accepts_names_and_numpy_dtypes():
+    assert DataLoader(make_data(10), 4, dtype="float32").dtype == np.float32
+    assert DataLoader(make_data(10), 4, dtype=np.dtype("f8")).dtype == np.float64
+    assert DataLoader(make_data(10), 4).dtype == np.float64
+
+
+@pytest.mark.parametrize("wrong", ["bx", "by"])
+def test_next_into_buffers_of_another_dtype_are_a_type_error_naming_the_buffer(wrong):
+    loader = DataLoader(make_data(10, 3, 1), 4, dtype=np.float32)
+    bx, by = np.empty((4, 3), dtype=np.float32), np.empty((4, 1), dtype=np.float32)
+    if wrong == "bx":
+        bx = bx.astype(np.float64)
+    else:
+        by = by.astype(np.float64)
+    with pytest.raises(TypeError, match=rf"{wrong} must have dtype float32"):
+        loader.next_into(bx, by)
+    loader64 = DataLoader(make_data(10, 3, 1), 4)
+    with pytest.raises(TypeError, match="bx must have dtype float64"):
+        loader64.next_into(np.empty((4, 3), dtype=np.float32), np.empty((4, 1)))
+
+
+# -- the compiled kernel's own checks ---------------------------------------------------------
+
+
+@needs_core
+def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
+    x, y = make_data(10, 3, 1)
+    rows = kernels.memory_rows(x, y)
+    ox, oy = np.empty((2, 3)), np.empty((2, 1))
+    with pytest.raises(IndexError, match="row 10 out of range"):
+        rows.read(np.array([1, 10]), ox, oy)
+    with pytest.raises(IndexError, match="row -1 out of range"):
+        rows.read(np.array([-1, 2], dtype=np.int32), ox, oy)
+    with pytest.raises(IndexError):
+        rows.read(slice(9, 11), ox, oy)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        rows.read(np.array([1.0, 2.0]), ox, oy)
+    with pytest.raises(TypeError, match="float64 or float32"):
+        rows.read(np.array([1, 2]), np.empty((2, 3), dtype=np.int64), oy)
+    with pytest.raises(TypeError, match="same dtype"):
+        rows.read(np.array([1, 2]), ox, np.zeros((2, 1), dtype=np.float32))
+    with pytest.raises(ValueError, match="must hold"):
+        rows.read(np.array([1, 2, 3]), ox, oy)
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.empty((2, 3))
+        ro.flags.writeable = False
+        rows.read(np.array([1, 2]), ro, oy)
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+# A child truncates the file it reads and reads again, in a loop: every read of a row
+# past the new end faults inside the copy; each must be an NdfError naming the file.
+TRUNCATE_LOOP = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from exactbatch import NdfError, backend, open_ndf, save_ndf
+    path, rounds = sys.argv[1], int(sys.argv[2])
+    assert backend() == "compiled"
+    n, d = 4096, 15  # rows of 128 bytes: 32 a page
+    errors = 0
+    rng = np.random.default_rng(0)
+    for k in range(rounds):
+        save_ndf(path, np.arange(n * d, dtype=np.float64).reshape(n, d))
+        with open_ndf(path) as f:
+            read = f.rows_reader()
+            out_x, out_y = np.empty((64, d)), np.empty((64, 0))
+            rows = rng.integers(n // 2, n, 64)
+            read(rows, out_x, out_y)  # the pages are mapped and read
+            os.truncate(path, int(rng.integers(28, 28 + 128 * (n // 4))))
+            try:
+                read(rows, out_x, out_y)
+            except NdfError as e:
+                assert path in str(e), str(e)
+                errors += 1
+    print(errors)
+    """
+)
+
+
+@needs_core
+def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path):
+    """Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
+    path = os.fspath(tmp_path / "shrinking.ndf")
+    r = subprocess.run(
+        [sys.executable, "-c", TRUNCATE_LOOP, path, "200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    assert r.returncode != -signal.SIGBUS, "killed by SIGBUS"
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "200"
+
+
+# A fault the guard does not own (outside any copy) still reaches the handler
+# installed before it: here Python's faulthandler, which reports and ends the process.
+FOREIGN_FAULT = textwrap.dedent(
+    """
+    import ctypes, faulthandler, sys
+    faulthandler.enable()
+    from exactbatch import open_ndf, save_ndf
+    save_ndf(sys.argv[1], [[1.0]])
+    f = open_ndf(sys.argv[1])  # installs the guard, on top of faulthandler's handler
+    ctypes.string_at(16)  # a fault outside any copy
+    """
+)
+
+
+@needs_core
+def test_a_fault_outside_a_copy_goes_to_the_handler_installed_before(tmp_path):
+    r = _run_args(FOREIGN_FAULT, os.fspath(tmp_path / "one.ndf"))
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
+    assert "Fatal Python error" in r.stderr  # faulthandler ran: the fault was chained
+
+
+def _run_args(code: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )

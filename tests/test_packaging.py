@@ -1,0 +1,79 @@
+"""Packaging: an sdist and a wheel build on this machine, the wheel with the compiled core.
+
+The sdist must carry ``src/exactbatch/_core.c`` (so ``pip install`` from it
+compiles the core), the wheel the built extension ``exactbatch/_core*.so``.
+Built offline, with the running interpreter's setuptools (no build isolation:
+nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler"
+)
+
+
+def _copy_tree(dest: pathlib.Path) -> pathlib.Path:
+    """The project's sources in a fresh folder, so that builds leave nothing in the tree."""
+    tree = dest / "tree"
+    keep = ("src", "pyproject.toml", "setup.py", "README.md")
+    for name in keep:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        else:
+            tree.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, tree / name)
+    return tree
+
+
+def _run(args, cwd) -> None:
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-3000:])
+
+
+def test_sdist_and_wheel_build_and_carry_the_compiled_core(tmp_path):
+    tree = _copy_tree(tmp_path)
+    out = tmp_path / "dist"
+    env_py = [sys.executable]
+    _run([*env_py, "setup.py", "--quiet", "sdist", "--dist-dir", os.fspath(out)], tree)
+    _run(
+        [
+            *env_py,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            os.fspath(out),
+            ".",
+        ],
+        tree,
+    )
+    (sdist,) = out.glob("exactbatch-*.tar.gz")
+    (wheel,) = out.glob("exactbatch-*.whl")
+    with tarfile.open(sdist) as t:
+        names = t.getnames()
+    assert any(n.endswith("src/exactbatch/_core.c") for n in names), names
+    assert any(n.endswith("src/exactbatch/kernels.py") for n in names), names
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert any(n.startswith("exactbatch/_core") and n.endswith((".so", ".pyd")) for n in names)
+    assert "exactbatch/kernels.py" in names
+    assert "-py3-none-any" not in wheel.name  # a platform wheel: it holds compiled code
