@@ -85,7 +85,7 @@ def _opts(a, *names) -> dict:
 def _info(a) -> int:
     from exactbatch.tools.info import info, render
 
-    report = info(a.path)
+    report = info(a.path, stats=a.stats, bar=not a.quiet)
     _print_json(report) if a.json else print(render(report))
     if report.get("valid") is False:
         print(f"exactbatch info: {report['error']}", file=sys.stderr)
@@ -178,11 +178,17 @@ def _parser() -> argparse.ArgumentParser:
         "info",
         parents=[common],
         help="what a file holds; is an .ndf intact?",
-        description="For an .ndf: n, d, l, the size and whether it matches the "
-        "header (exit 1 if not). For Parquet (a file or folder): rows, files, "
+        description="For an .ndf: n, d, l, the column names, the size and whether it "
+        "matches the header (exit 1 if not). For Parquet (a file or folder): rows, files, "
         "row groups, columns and types, from the footers. Also .npy and CSV.",
     )
     s.add_argument("path", help="an .ndf, Parquet file or folder, .npy or .csv")
+    s.add_argument(
+        "--stats",
+        action="store_true",
+        help="also per-column mean, sd, min and max, in one pass over the rows "
+        "(.ndf and Parquet), to standardise with",
+    )
     s.set_defaults(run=_info)
 
     s = sub.add_parser(

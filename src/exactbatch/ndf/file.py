@@ -31,6 +31,7 @@ from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
 from exactbatch.ndf.guard import Lease
+from exactbatch.ndf.names import default_names, read_sidecar
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
@@ -187,13 +188,36 @@ class NdfFile:
     file; loaders built over it keep their own share, and the descriptor
     closes when the last holder lets go. Reading a closed NdfFile is a
     ``ValueError``.
+
+    ``features`` and ``labels`` are the columns' names, read (once, on first
+    use) from the file's names sidecar ``path + ".json"``, which
+    ``save_ndf(..., features=, labels=)`` and ``exactbatch convert`` write;
+    ``x0..``/``y0..`` when it has none (:mod:`exactbatch.ndf.names`).
     """
 
-    __slots__ = ("_h", "d", "l", "n", "path")
+    __slots__ = ("_h", "_names", "d", "l", "n", "path")
 
     def __init__(self, handle):
-        self._h = handle
+        self._h, self._names = handle, None
         self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Names of the d feature columns (the sidecar's, else ``x0..x{d-1}``)."""
+        return self._column_names()[0]
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Names of the l label columns (the sidecar's, else ``y0..y{l-1}``)."""
+        return self._column_names()[1]
+
+    def _column_names(self):
+        if self._names is None:
+            h = self._handle()
+            remote = {} if isinstance(h, LocalHandle) else {"fs": h.fs.get(), "key": h.key}
+            stored = read_sidecar(self.path, self.n, self.d, self.l, **remote)
+            self._names = stored or default_names(self.d, self.l)
+        return self._names
 
     def _handle(self):
         h = self._h

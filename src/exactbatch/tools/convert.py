@@ -16,9 +16,13 @@ What it promises, and what it costs:
   Values are stored as float64; nulls and empty CSV cells become NaN.
 * A CSV's row count is not known until its end, so the .ndf header is
   written last (see :class:`~exactbatch.ndf.write.NdfWriter`).
-* ``.ndf`` -> Parquet writes float64 columns ``x0..x{d-1}, y0..y{l-1}``
-  (or ``names``) in row groups of ``row_group_rows`` rows and records the
-  label columns in the schema metadata, so converting back keeps the split.
+* Column names travel: Parquet and CSV -> .ndf writes the chosen columns'
+  names to the .ndf's names sidecar (``DST.json``, see
+  :mod:`exactbatch.ndf.names`; a ``.npy`` has none to write).
+* ``.ndf`` -> Parquet writes float64 columns named from the .ndf's sidecar
+  (``x0..x{d-1}, y0..y{l-1}`` without one, or ``names``) in row groups of
+  ``row_group_rows`` rows and records the label columns in the schema
+  metadata, so converting back (and ``parquet_source``) keeps the split.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
 from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.arrow import fill_float64 as _fill_float64
+from exactbatch.sources.parquet import LABELS_METADATA_KEY, recorded_labels
 from exactbatch.tools.common import (
     CliError,
     check_interrupt,
@@ -39,13 +44,13 @@ from exactbatch.tools.common import (
     detect_format,
     output_format,
     progress,
+    resolve_columns,
     split_columns,
 )
 from exactbatch.tools.ndf_stream import SLAB_BYTES, read_blocks
 
 __all__ = ["convert", "csv_schema", "render"]
 
-_LABELS_KEY = b"exactbatch.labels"  # Parquet schema metadata: the label columns
 _CSV_BLOCK_BYTES = 1 << 20
 
 
@@ -107,9 +112,14 @@ class _ParquetInput:
         except (OSError, ValueError) as e:
             raise CliError(f"{files[0]}: not a readable Parquet file ({e})") from e
         names = schema.names
-        meta = schema.metadata or {}
-        if labels is None and _LABELS_KEY in meta:  # written by .ndf -> Parquet
-            labels = meta[_LABELS_KEY].decode() or None
+        if labels is None:  # as parquet_source: the recorded labels, less chosen features
+            taken = set(resolve_columns(features, names, path, "--features") or ())
+            recorded = [
+                c
+                for c in recorded_labels(schema) or ()
+                if c not in names or names.index(c) not in taken
+            ]
+            labels = ",".join(recorded) or None
         feat, lab = split_columns(features, labels, names, path)
         try:  # checks that every file has these columns, numeric
             src = parquet_source(
@@ -121,6 +131,7 @@ class _ParquetInput:
         self.columns = [*src.features, *src.labels]
         self.d, self.l = src.d, src.l
         self.total, self.unit = self.n, "rows"
+        self.named = True
 
     def blocks(self):
         import pyarrow.parquet as pq
@@ -187,6 +198,7 @@ class _CsvInput:
             for c in self.columns
         }
         self.d, self.l, self.n = len(feat), len(lab), None
+        self.named = True
         self.compressed = self.path.lower().endswith((".gz", ".bz2", ".zst", ".lz4"))
         self.total = None if self.compressed else os.path.getsize(self.path)
         self.unit = "rows" if self.compressed else "B"
@@ -252,6 +264,7 @@ class _NpyInput:
         self.columns = [str(j) for j in self.cols]
         self.d, self.l, self.n = len(feat), len(lab), shape[0]
         self.total, self.unit = self.n, "rows"
+        self.named = False  # positions, not names
 
     def blocks(self):
         n, k = self.shape
@@ -319,9 +332,11 @@ def convert(
 
 def _to_ndf(inp, src, dst, bar) -> dict:
     errors = _read_errors()
+    cols = inp.columns
+    names = {"features": cols[: inp.d], "labels": cols[inp.d :]} if inp.named else {}
     with (
         leaves_no_temps(dst),
-        NdfWriter(dst, inp.d, inp.l, inp.n, before_rename=check_interrupt) as w,
+        NdfWriter(dst, inp.d, inp.l, inp.n, before_rename=check_interrupt, **names) as w,
         progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
     ):
         try:
@@ -348,7 +363,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
 
     with open_ndf(src) as f:
         n, d, l = f.n, f.d, f.l  # noqa: E741
-    names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
+        names = [*f.features, *f.labels]  # the sidecar's, else x0.., y0..
     if labels is None and features is None:
         feat, lab = list(range(d)), list(range(d, d + l))
     else:
@@ -367,7 +382,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
         columns = given
     schema = pa.schema(
         [(c, pa.float64()) for c in columns],
-        metadata={_LABELS_KEY: ",".join(columns[len(feat) :]).encode()},
+        metadata={LABELS_METADATA_KEY: ",".join(columns[len(feat) :]).encode()},
     )
     rows = 0
     with leaves_no_temps(dst), atomic_path(dst, before_rename=check_interrupt) as tmp:

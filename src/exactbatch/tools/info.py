@@ -6,25 +6,84 @@ message, and ``valid`` is False). For Parquet (a file or a folder): rows,
 files, row groups and their sizes, columns and types, all from the footers:
 no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
 types pyarrow infers from the first block (rows are not counted).
+
+The column names of an ``.ndf`` come from its names sidecar (``x0..``,
+``y0..`` without one); a sidecar that does not match the file makes the
+report invalid, as a malformed file does.
+
+``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
+sd, min and max, computed in one streaming pass over the rows (slab by
+slab; see :mod:`exactbatch.stats`): for an ``.ndf`` every column, for
+Parquet every numeric column. Memory: one slab (Parquet: one row group).
 """
 
 from __future__ import annotations
 
 import os
 
+from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
 from exactbatch.ndf import open_ndf
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
-from exactbatch.tools.common import CliError, detect_format, format_bytes
+from exactbatch.stats import ColumnStats
+from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
+from exactbatch.tools.ndf_stream import SLAB_BYTES, read_blocks
 
 __all__ = ["info", "render"]
 
 
-def info(path) -> dict:
-    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf."""
+def info(path, *, stats: bool = False, bar: bool = True) -> dict:
+    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf.
+
+    ``stats``: add ``report["stats"]``, one dict per column (``name``,
+    ``count``, ``nan``, ``mean``, ``sd``, ``min``, ``max``), from one pass
+    over the data (.ndf and Parquet only); ``bar``: a progress bar meanwhile.
+    """
+    stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
     fmt = detect_format(path)
-    return {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+    report = {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+    if stats:
+        if fmt not in ("ndf", "parquet"):
+            raise CliError(f"{path}: --stats reads .ndf or Parquet; convert this {fmt} first")
+        if report.get("valid") is not False:
+            report["stats"] = (_ndf_stats if fmt == "ndf" else _parquet_stats)(path, bar)
+    return report
+
+
+def _ndf_stats(path: str, bar: bool) -> list[dict]:
+    with open_ndf(path) as f:
+        n, d, l, names = f.n, f.d, f.l, [*f.features, *f.labels]  # noqa: E741
+    acc = ColumnStats(d + l)
+    width = max(1, d + l)
+    with progress(n, f"stats {os.path.basename(path)}", "rows", bar) as pb:
+        for raw in read_blocks(path, HEADER_SIZE, n, 8 * (d + l), SLAB_BYTES // (8 * width)):
+            acc.update(raw.view("<f8").reshape(len(raw), d + l))  # (rows, d + l)
+            pb.update(len(raw))
+    return acc.table(names)
+
+
+def _parquet_stats(path: str, bar: bool) -> list[dict]:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from exactbatch.sources.parquet import (
+        is_numeric_type,
+        list_local_files,
+        parquet_source,
+        recorded_labels,
+    )
+
+    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    labels = recorded_labels(schema) or []
+    numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
+    src = parquet_source(path, features=numeric, labels=labels)
+    acc = ColumnStats(src.d + src.l)
+    with progress(src.n_rows, f"stats {os.path.basename(path)}", "rows", bar) as pb:
+        for x, y in src:
+            acc.update(np.concatenate((x, y), axis=1))  # (rows, d + l)
+            pb.update(len(x))
+    return acc.table([*src.features, *src.labels])
 
 
 def _ndf(path: str) -> dict:
@@ -36,7 +95,8 @@ def _ndf(path: str) -> dict:
         _, n, d, l = HEADER.unpack(head)  # noqa: E741
         out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
     try:
-        open_ndf(path).close()
+        with open_ndf(path) as f:
+            out.update(features=list(f.features), labels=list(f.labels))
     except NdfError as e:
         out.update(valid=False, error=str(e))
     else:
@@ -133,9 +193,12 @@ def render(report: dict) -> str:
             lines.append(
                 f"  {'expected size':<14}{report['expected_bytes']:,} bytes (28 + 8*n*(d+l))"
             )
+        for key in ("features", "labels"):
+            if key in report:
+                lines.append(f"  {key:<14}{', '.join(report[key]) or '-'}")
         verdict = "yes" if report["valid"] else f"NO: {report['error']}"
         lines.append(f"  {'valid':<14}{verdict}")
-        return "\n".join(lines)
+        return "\n".join(lines + _stats_lines(report))
     lines.append(f"{report['path']}: {fmt}")
     for key, value in report.items():
         if key in ("path", "format", "columns"):
@@ -157,4 +220,23 @@ def render(report: dict) -> str:
         width = max((len(c["name"]) for c in report["columns"]), default=0)
         for c in report["columns"]:
             lines.append(f"    {c['name']:<{width}}  {c['type']}")
-    return "\n".join(lines)
+    return "\n".join(lines + _stats_lines(report))
+
+
+def _stats_lines(report: dict) -> list[str]:
+    """The ``--stats`` table: one line per column."""
+    rows = report.get("stats")
+    if rows is None:
+        return []
+    width = max([6, *(len(r["name"]) for r in rows)])
+    lines = [
+        "  statistics (sd with divisor n; NaN left out):",
+        f"    {'column':<{width}}  {'mean':>12}  {'sd':>12}  {'min':>12}  {'max':>12}  nan",
+    ]
+    for r in rows:
+        cells = ["-" if r[k] is None else f"{r[k]:12.6g}" for k in ("mean", "sd", "min", "max")]
+        lines.append(
+            f"    {r['name']:<{width}}  {cells[0]:>12}  {cells[1]:>12}  {cells[2]:>12}  "
+            f"{cells[3]:>12}  {r['nan']:,}"
+        )
+    return lines

@@ -14,6 +14,7 @@ distributed, external and hierarchical memory", 1998):
    more data than K buckets of budget), scatter it again into sub-buckets,
    recursively.
 
+The output keeps the input's column names (its names sidecar, if any).
 The output is a uniformly random permutation of the input rows: the chance
 of any order is a sum over bucket assignments that does not depend on the
 order, and by induction each bucket comes out uniformly shuffled. It is a
@@ -44,6 +45,7 @@ import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.ndf.names import read_sidecar
 from exactbatch.ndf.write import NdfWriter, leaves_no_temps
 from exactbatch.tools.common import (
     CliError,
@@ -145,6 +147,8 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
         )
     with open_ndf(src) as f:
         n, d, l = f.n, f.d, f.l  # noqa: E741
+    names = read_sidecar(src, n, d, l)  # kept: the rows move, the columns do not
+    names = {} if names is None else {"features": names[0], "labels": names[1]}
     check_output(dst, force)
     row_bytes = 8 * (d + l)
     data = n * row_bytes
@@ -155,7 +159,10 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
     desc = os.path.basename(src)
-    with leaves_no_temps(dst), NdfWriter(dst, d, l, n, before_rename=check_interrupt) as w:
+    with (
+        leaves_no_temps(dst),
+        NdfWriter(dst, d, l, n, before_rename=check_interrupt, **names) as w,
+    ):
         if row_bytes == 0 or n == 0:
             w.rows = n  # nothing to move: the header says it all
         elif in_memory:
