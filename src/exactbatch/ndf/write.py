@@ -40,10 +40,12 @@ from exactbatch.ndf.format import HEADER_SIZE, expected_size, pack_header
 __all__ = [
     "AtomicFile",
     "NdfWriter",
+    "as_dataset",
     "atomic_path",
     "leaves_no_temps",
     "remove_own_temps",
     "save_ndf",
+    "write_ndf_to",
 ]
 
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
@@ -58,15 +60,28 @@ def save_ndf(path, data) -> None:
     are created: a missing folder is ``FileNotFoundError``.
     """
     path = os.fspath(path)
+    data = as_dataset(data)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        write_ndf_to(f, data)
+
+
+def as_dataset(data) -> Dataset:
+    """``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) as a :class:`Dataset`."""
     if isinstance(data, tuple):
         if len(data) != 2:
             raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
-        data = Dataset(*data)
-    elif not isinstance(data, Dataset):
-        data = Dataset(data)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(pack_header(data.n, data.d, data.l))
-        _write_rows(f, data)
+        return Dataset(*data)
+    return data if isinstance(data, Dataset) else Dataset(data)
+
+
+def write_ndf_to(f, data: Dataset) -> None:
+    """Write ``data`` as a whole ``.ndf`` (header, then rows) to the binary file object ``f``.
+
+    Not atomic by itself: the caller makes ``f`` appear whole or not at all
+    (:func:`atomic_path` locally; an uncommitted upload for a URL).
+    """
+    f.write(pack_header(data.n, data.d, data.l))
+    _write_rows(f, data)
 
 
 def _write_rows(f, data: Dataset) -> None:
