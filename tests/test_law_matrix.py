@@ -8,7 +8,9 @@ The product (before the subsets below):
 
     source kind  dataset, array (l=0), pair, tensor, dataframe (array-likes),
                  ndf, s3 (an .ndf URL on the local S3
-                 server), list of chunks, factory, parquet, ndf_blocks
+                 server), sharded (a local sharded dataset of uneven parts,
+                 an empty one among them), list of chunks, factory,
+                 parquet, ndf_blocks
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
@@ -51,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from helpers import collect, make_x, make_y, next_into_ids, write_parquet
+from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
 from laws import (
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
@@ -145,11 +147,13 @@ def param(case: Case):
     return pytest.param(case, id=str(case), marks=marks_for(case.kind))
 
 
-EPOCH_CASES = [c for i, c in enumerate(ALL) if c.kind != "s3" or i % 4 == 0]
+# On a stride (not the whole product): s3 (network round trips each), and sharded,
+# whose reads are an .ndf file's per part (its own tests cover the part splits).
+EPOCH_STRIDE = {"s3": 4, "sharded": 3}
+RESUME_STRIDE = {"s3": 15, "sharded": 15}
+EPOCH_CASES = [c for i, c in enumerate(ALL) if i % EPOCH_STRIDE.get(c.kind, 1) == 0]
 RESUME_CASES = [
-    c
-    for i, c in enumerate(ALL)
-    if c.threads == 1 and i % 5 == 0 and (c.kind != "s3" or i % 15 == 0)
+    c for i, c in enumerate(ALL) if c.threads == 1 and i % RESUME_STRIDE.get(c.kind, 5) == 0
 ]
 
 
@@ -180,6 +184,9 @@ def make_spec(data_dir, request):
             spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
             spec["path"] = write_ndf(data_dir, n, d, l)
+        if case.kind == "sharded":
+            sizes = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "parts"))
+            spec["path"] = write_sharded(data_dir, sizes, d, l)
         if case.kind == "ndf_blocks":
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
@@ -217,6 +224,13 @@ def write_ndf(folder, n, d, l) -> str:  # noqa: E741
     if not os.path.exists(path):
         rows = np.arange(n)
         save_ndf(path, (make_x(rows, d), make_y(rows, l)))
+    return path
+
+
+def write_sharded(folder, sizes, d, l) -> str:  # noqa: E741
+    path = os.path.join(folder, "parts-" + "-".join(map(str, sizes)) + f"-{d}-{l}")
+    if not os.path.exists(path):
+        write_ndf_dataset(path, sizes, d, l)
     return path
 
 
