@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3", "sharded")
-STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks")
+STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks")
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -276,7 +276,8 @@ def source_from_spec(spec: dict):
 
     ``spec``: ``kind`` (one of RANDOM_ACCESS_KINDS + STREAM_KINDS), ``n``,
     ``d``, ``l``; ``chunks`` (list, factory: chunk sizes); ``path`` (ndf: the
-    file; parquet and sharded: the folder; ndf_blocks: the file); ``block_rows``;
+    file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
+    ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3). Files are written by the test.
     """
     kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
@@ -309,8 +310,8 @@ def source_from_spec(spec: dict):
         return FlakyFactory(chunks_of(spec["chunks"], d, l))
     if kind == "parquet":
         return parquet_source(spec["path"], labels=[f"y{k}" for k in range(l)])
-    if kind == "ndf_blocks":
-        f = open_ndf(spec["path"])
+    if kind in ("ndf_blocks", "sharded_blocks"):
+        f = open_ndf(spec["path"]) if kind == "ndf_blocks" else open_ndf_dataset(spec["path"])
         try:
             return ndf_blocks(f, spec["block_rows"])
         finally:
