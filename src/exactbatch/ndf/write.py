@@ -49,10 +49,12 @@ __all__ = [
     "AtomicFile",
     "NamesSidecar",
     "NdfWriter",
+    "as_dataset",
     "atomic_path",
     "leaves_no_temps",
     "remove_own_temps",
     "save_ndf",
+    "write_ndf_to",
 ]
 
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
@@ -73,23 +75,36 @@ def save_ndf(path, data, *, features=None, labels=None) -> None:
     reads back. Checked before anything is written.
     """
     path = os.fspath(path)
-    if isinstance(data, tuple):
-        if len(data) != 2:
-            raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
-        data = Dataset(*data)
-    elif not isinstance(data, Dataset):
-        data = Dataset(data)
+    data = as_dataset(data)
     names = NamesSidecar(path, check_names(features, labels, data.d, data.l, path))
     try:
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
-                f.write(pack_header(data.n, data.d, data.l))
-                _write_rows(f, data)
+                write_ndf_to(f, data)
             names.prepare(data.n, data.d, data.l)
     except BaseException:
         names.abort()
         raise
     names.commit()
+
+
+def as_dataset(data) -> Dataset:
+    """``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) as a :class:`Dataset`."""
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
+        return Dataset(*data)
+    return data if isinstance(data, Dataset) else Dataset(data)
+
+
+def write_ndf_to(f, data: Dataset) -> None:
+    """Write ``data`` as a whole ``.ndf`` (header, then rows) to the binary file object ``f``.
+
+    Not atomic by itself: the caller makes ``f`` appear whole or not at all
+    (:func:`atomic_path` locally; an uncommitted upload for a URL).
+    """
+    f.write(pack_header(data.n, data.d, data.l))
+    _write_rows(f, data)
 
 
 class NamesSidecar:

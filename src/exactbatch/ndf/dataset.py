@@ -1,0 +1,502 @@
+"""Sharded ``.ndf`` datasets: a folder of part files and a ``manifest.json`` written last.
+
+A dataset is a folder (local, or a URL: ``s3://bucket/prefix``, any fsspec
+protocol) holding part files, each a valid ``.ndf`` with the same d and l,
+and ``manifest.json`` listing the parts in order with their n and byte size
+(the format is in docs/format.md and
+:mod:`exactbatch.ndf.manifest`). Global row ``i`` is row ``i - start[k]``
+of the part ``k`` whose range ``[start[k], start[k+1])`` holds it, where
+``start`` is the cumulative sum of the parts' n. A folder without a
+manifest is not a dataset.
+
+Reading (:func:`open_ndf_dataset`, :class:`NdfDataset`): opening reads the
+manifest only, so N is known without touching a part. A part opens on the
+first read of a row in it, and is then checked against the manifest (n, d,
+l, byte size), so a loader shard opens only the parts its rows lie in. A
+request is split by part (``np.searchsorted`` on the cumulative n) and each
+part is read once with its own coalesced reads (:mod:`exactbatch.ndf.file`,
+:mod:`exactbatch.ndf.remote`); for URLs the parts of one request are read
+concurrently by a small thread pool. Memory: the manifest, one open
+``NdfFile`` per part read so far, and for a request spanning parts one
+staging copy of the batch.
+
+Writing: :func:`save_ndf_dataset` writes a whole dataset from an iterable
+of parts. The steps it is made of are public, so that a distributed writer
+(``exactbatch.dask``) can run them where it likes: :func:`start_dataset`
+(make the folder, remove an old manifest), :func:`write_part` (one part,
+atomically, anywhere), :func:`write_manifest` (last, atomically, from the
+:class:`PartInfo` of every part). A failed write leaves no manifest, so a
+half-written folder is never taken for a dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from exactbatch.arrays import check_out_array
+from exactbatch.checks import check_int
+from exactbatch.errors import NdfError
+from exactbatch.ndf.file import NdfFile, open_ndf
+from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.manifest import (
+    MANIFEST,
+    Manifest,
+    PartInfo,
+    dataset_path,
+    file_not_dataset,
+    join_path,
+    part_name,
+    read_manifest,
+    write_manifest,
+)
+from exactbatch.ndf.write import as_dataset, save_ndf, write_ndf_to
+from exactbatch.urls import is_url, url_to_fs
+
+__all__ = [
+    "Manifest",
+    "NdfDataset",
+    "PartInfo",
+    "describe_part",
+    "open_ndf_dataset",
+    "part_name",
+    "read_manifest",
+    "remove_parts",
+    "save_ndf_dataset",
+    "start_dataset",
+    "write_manifest",
+    "write_part",
+]
+
+_URL_THREADS = 8  # parts of one request read at once, for URLs
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class _Parts:
+    """What every holder of one open dataset shares: the manifest and the parts opened."""
+
+    def __init__(self, path: str, man: Manifest, storage_options):
+        self.path, self.man, self.so = path, man, storage_options
+        self.url = is_url(path)
+        ns = np.array([p.n for p in man.parts], dtype=np.int64)
+        self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
+        np.cumsum(ns, out=self.starts[1:])
+        self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
+        self.files: list[NdfFile | None] = [None] * len(ns)
+        self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+
+    def _fresh(self) -> None:
+        """After a fork, a lock and a pool of this process's own."""
+        if self.pid != os.getpid():
+            self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+
+    def file(self, k: int) -> NdfFile:
+        """Part ``k``, opened (and checked against the manifest) on first use."""
+        f = self.files[k]
+        if f is None:
+            self._fresh()
+            with self.lock:
+                f = self.files[k]
+                if f is None:
+                    f = self.files[k] = self.open_part(k)
+        return f
+
+    def open_part(self, k: int) -> NdfFile:
+        """Part ``k`` opened afresh, or an NdfError naming it: missing, malformed, or
+        other than the manifest says."""
+        p, man = self.man.parts[k], self.man
+        where = join_path(self.path, p.name)
+        said = f"the manifest lists it with n={p.n}, {p.nbytes} bytes"
+        try:
+            f = open_ndf(where, storage_options=self.so)
+        except FileNotFoundError:
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) of the dataset is missing; {said}"
+            ) from None
+        except NdfError as e:
+            raise NdfError(f"part {k} ({p.name}) of the dataset {self.path}: {e}; {said}") from None
+        if (f.d, f.l) != (man.d, man.l):
+            f.close()
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) has d={f.d}, l={f.l}; the dataset has "
+                f"d={man.d}, l={man.l} (every part must have the same widths)"
+            )
+        if f.n != p.n:
+            f.close()
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) does not match the manifest: it holds n={f.n} "
+                f"rows ({expected_size(f.n, f.d, f.l)} bytes); {said}"
+            )
+        return f
+
+    def executor(self) -> ThreadPoolExecutor:
+        self._fresh()
+        if self.pool is None:
+            with self.lock:
+                if self.pool is None:
+                    workers = min(_URL_THREADS, len(self.files))
+                    self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
+        return self.pool
+
+    def read_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        r = idx.shape[0]
+        if r == 0:
+            return
+        starts = self.starts
+        k = int(np.searchsorted(self.inner, idx[0], side="right"))
+        a, b = int(starts[k]), int(starts[k + 1])
+        if a <= int(idx.min()) and int(idx.max()) < b:  # one part (blocks, most sorted batches)
+            self.file(k).read_rows_into(idx - a if a else idx, out_x, out_y)
+            return
+        if bool(np.all(idx[1:] >= idx[:-1])):  # sorted: cut at part boundaries, no staging
+            cuts = np.searchsorted(idx, starts, side="left")
+            jobs = [
+                (p, idx[cuts[p] : cuts[p + 1]] - starts[p], slice(cuts[p], cuts[p + 1]))
+                for p in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist()
+            ]
+            self._read_parts(jobs, out_x, out_y)
+            return
+        # scattered: group the rows by part (a stable radix sort of small part ids),
+        # read each part's rows into a staging copy, then put them back in place
+        part = np.searchsorted(self.inner, idx, side="right")
+        order = np.argsort(
+            part.astype(np.uint16 if len(self.files) <= 1 << 16 else np.int64), kind="stable"
+        )
+        grouped = part[order]
+        local = idx[order] - starts[grouped]
+        cuts = np.searchsorted(grouped, np.arange(len(self.files) + 1), side="left")
+        jobs = [
+            (p, local[cuts[p] : cuts[p + 1]], slice(cuts[p], cuts[p + 1]))
+            for p in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist()
+        ]
+        sx = np.empty_like(out_x)
+        sy = np.empty_like(out_y)
+        self._read_parts(jobs, sx, sy)
+        out_x[order] = sx
+        out_y[order] = sy
+
+    def _read_parts(self, jobs, out_x, out_y) -> None:
+        """Part ``p``'s rows ``rows`` into ``out_x[s]``, ``out_y[s]`` for each ``(p, rows, s)``;
+        concurrently for URLs."""
+
+        def one(job):
+            p, rows, s = job
+            self.file(p).read_rows_into(rows, out_x[s], out_y[s])
+
+        if not self.url or len(jobs) == 1:
+            for job in jobs:
+                one(job)
+            return
+        futures = [self.executor().submit(one, job) for job in jobs]
+        errors = [f.exception() for f in futures]  # waits for all: none still writes after
+        for e in errors:
+            if e is not None:
+                raise e
+
+    def spans(self, start: int, rows: int):
+        """``(part, first row in it, offset in the request, rows)`` for global rows
+        ``[start, start + rows)``."""
+        stop, at = start + rows, start
+        k = int(np.searchsorted(self.inner, start, side="right"))
+        while at < stop:
+            end = min(stop, int(self.starts[k + 1]))
+            if end > at:
+                yield k, at - int(self.starts[k]), at - start, end - at
+            at, k = max(at, end), k + 1
+
+
+class NdfDataset:
+    """An open sharded ``.ndf`` dataset: ``n`` rows of ``d`` features and ``l`` labels.
+
+    Use :func:`open_ndf_dataset` to get one. Row ``i`` is row ``i - start``
+    of the part that holds it (the parts' rows concatenated in manifest
+    order), so a loader over it gives the same batches as one ``.ndf``
+    holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
+    ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
+    row of each part, and ``n`` last), ``features`` and ``labels`` (column
+    names from the manifest, or None). Every read method may be called from
+    several threads at once. ``close()`` releases this object's share, as
+    for :class:`~exactbatch.ndf.file.NdfFile`; reading a closed dataset is
+    a ``ValueError``.
+    """
+
+    __slots__ = ("_s", "d", "features", "l", "labels", "n", "parts", "path", "starts")
+
+    def __init__(self, shared: _Parts):
+        self._s = shared
+        man = shared.man
+        self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
+        self.n, self.starts = int(shared.starts[-1]), shared.starts
+        self.features, self.labels = man.features, man.labels
+
+    def _shared(self) -> _Parts:
+        s = self._s
+        if s is None:
+            raise ValueError(f"{self.path}: read from a closed NdfDataset")
+        return s
+
+    def share(self) -> NdfDataset:
+        """Another holder of the same open dataset (what a loader keeps)."""
+        return NdfDataset(self._shared())
+
+    @property
+    def closed(self) -> bool:
+        return self._s is None
+
+    @property
+    def open_parts(self) -> tuple[int, ...]:
+        """The indices of the parts opened so far (by any holder of this dataset)."""
+        return tuple(k for k, f in enumerate(self._shared().files) if f is not None)
+
+    def close(self) -> None:
+        """Let go of this share; idempotent."""
+        self._s = None
+
+    def __enter__(self) -> NdfDataset:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        state = "closed" if self._s is None else "open"
+        return (
+            f"NdfDataset({self.path!r}, n={self.n}, d={self.d}, l={self.l}, "
+            f"parts={len(self.parts)}, {state})"
+        )
+
+    def part(self, k: int) -> NdfFile:
+        """Part ``k`` as an :class:`NdfFile` (a share of it: close it when done)."""
+        check_int("part", k)
+        if not 0 <= k < len(self.parts):
+            raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
+        return self._shared().file(k).share()
+
+    def check_part(self, k: int) -> None:
+        """Open part ``k`` afresh and check it against the manifest: :class:`NdfError`
+        naming the part if it is missing, malformed or other than listed."""
+        check_int("part", k)
+        if not 0 <= k < len(self.parts):
+            raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
+        self._shared().open_part(k).close()
+
+    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
+        check_int("row index", i)
+        if not -self.n <= i < self.n:
+            raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
+        x, y = self.read_rows(np.array([i], dtype=np.int64))
+        return x[0], y[0]
+
+    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
+
+        As :meth:`NdfFile.read_rows <exactbatch.ndf.file.NdfFile.read_rows>`:
+        ``out_x``/``out_y`` are filled when given; negative indices count
+        from the end; an index outside [-n, n) is an ``IndexError``.
+        """
+        s = self._shared()
+        idx = np.asarray(indices)
+        if idx.size and idx.dtype.kind not in "iu":
+            raise TypeError(f"row indices must be integers; got dtype {idx.dtype}")
+        if idx.ndim != 1 and idx.size:
+            raise ValueError(f"row indices must be 1-D; got shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False).reshape(-1)
+        if idx.size:
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -self.n or hi >= self.n:
+                bad = lo if lo < -self.n else hi
+                raise IndexError(f"row {bad} out of range for {self.path} with n={self.n} rows")
+            if lo < 0:
+                idx = np.where(idx < 0, idx + self.n, idx)
+        r = idx.shape[0]
+        out_x = check_out_array(out_x, (r, self.d), "out_x")
+        out_y = check_out_array(out_y, (r, self.l), "out_y")
+        s.read_into(idx, out_x, out_y)
+        return out_x, out_y
+
+    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
+
+        Unchecked, as :meth:`NdfFile.read_rows_into
+        <exactbatch.ndf.file.NdfFile.read_rows_into>`: int64 (or int32) rows
+        in ``[0, n)``, float64 C-contiguous outputs of the right shapes.
+        """
+        s = self._s
+        if s is None:
+            raise ValueError(f"{self.path}: read from a closed NdfDataset")
+        s.read_into(rows, out_x, out_y)
+
+    def read_block_into(self, start_row: int, out: np.ndarray) -> None:
+        """Fill ``out`` ((r, d + l) float64, C-contiguous) with rows ``start_row`` on, x then
+        y per row: one positional (or ranged) read per part the rows lie in. Unchecked."""
+        s = self._shared()
+        for k, first, at, rows in s.spans(start_row, out.shape[0]):
+            s.file(k).read_block_into(first, out[at : at + rows])
+
+    def will_need(self, start_row: int, rows: int) -> None:
+        """Rows ``[start_row, start_row + rows)`` are read soon (see
+        :meth:`NdfFile.will_need <exactbatch.ndf.file.NdfFile.will_need>`)."""
+        s = self._shared()
+        for k, first, _, count in s.spans(start_row, rows):
+            s.file(k).will_need(first, count)
+
+
+def open_ndf_dataset(path, *, storage_options: dict | None = None) -> NdfDataset:
+    """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
+
+    Reads and checks the manifest only (:func:`read_manifest`); each part
+    opens on the first read of a row in it and is then checked against the
+    manifest. A part that is missing, truncated, malformed, of other d or l,
+    or of another n or size than the manifest says is an :class:`NdfError`
+    naming the part, at that read. ``storage_options`` go to the
+    filesystem of a URL (as for ``open_ndf``); only for URLs.
+    """
+    path = dataset_path(path, storage_options)
+    man = read_manifest(path, storage_options=storage_options)
+    return NdfDataset(_Parts(path, man, storage_options))
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def start_dataset(path, *, storage_options: dict | None = None) -> None:
+    """Make ``path`` ready for a dataset's parts: the folder is made (not its parents)
+    if missing, and a ``manifest.json`` already there is removed first, so that the
+    folder is not a dataset until :func:`write_manifest` ends the write."""
+    path = dataset_path(path, storage_options)
+    if is_url(path):
+        fs, key = url_to_fs(path, storage_options)
+        fs.invalidate_cache()
+        if fs.isfile(key):
+            raise file_not_dataset(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(join_path(key, MANIFEST))
+        return
+    if os.path.isfile(path):
+        raise file_not_dataset(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(path, MANIFEST))
+
+
+def write_part(path, index: int, data, *, storage_options: dict | None = None) -> PartInfo:
+    """Write ``data`` (a Dataset, an ``(x, y)`` pair or an array ``x``) as part ``index``
+    of the dataset at ``path`` (named :func:`part_name(index) <part_name>`), atomically;
+    return its :class:`PartInfo` for :func:`write_manifest`.
+
+    Locally through :func:`~exactbatch.ndf.write.save_ndf` (a temporary file
+    renamed over the part); at a URL as one upload that is committed only
+    when whole (an S3 multipart upload is aborted on error). The folder must
+    exist (:func:`start_dataset`); no manifest is written.
+    """
+    path = dataset_path(path, storage_options)
+    name = part_name(index)
+    data = as_dataset(data)
+    target = join_path(path, name)
+    if is_url(path):
+        fs, key = url_to_fs(target, storage_options)
+        f = fs.open(key, "wb", autocommit=False)
+        try:
+            write_ndf_to(f, data)
+            f.close()
+            f.commit()
+        except BaseException:
+            _abandon(f)
+            raise
+    else:
+        save_ndf(target, data)
+    return PartInfo(name, data.n, expected_size(data.n, data.d, data.l))
+
+
+def _abandon(f) -> None:
+    """Throw away an uncommitted upload (best effort: the error that got here matters more)."""
+    with contextlib.suppress(Exception):
+        f.discard()
+    f.forced = True  # nothing more is uploaded at close
+    with contextlib.suppress(Exception):
+        f.close()
+
+
+def describe_part(path, name: str, *, storage_options: dict | None = None) -> tuple:
+    """``(PartInfo(name, n, nbytes), d, l)`` of the part file ``name`` in the dataset folder
+    ``path``, from its header and size (checked as :func:`~exactbatch.ndf.file.open_ndf`
+    does: :class:`NdfError` naming the file if malformed)."""
+    path = dataset_path(path, storage_options)
+    with open_ndf(join_path(path, name), storage_options=storage_options) as f:
+        return PartInfo(name, f.n, expected_size(f.n, f.d, f.l)), f.d, f.l
+
+
+def save_ndf_dataset(
+    path, parts, *, features=None, labels=None, storage_options: dict | None = None
+) -> None:
+    """Write a sharded dataset at ``path`` (a folder, made if missing; or a URL) from
+    ``parts``: an iterable of Datasets, ``(x, y)`` pairs or arrays ``x``, one per part,
+    all of the same d and l (at least one part; a part may have no rows).
+
+    Each part is written atomically as it comes (:func:`write_part`), and the
+    manifest last (:func:`write_manifest`, which also keeps ``features`` and
+    ``labels``, column names, if given). A manifest already at ``path`` is
+    removed first, so on any error (a bad part, a full disk, a Ctrl-C) no
+    manifest is left and the folder is not a dataset; the parts this call
+    wrote are removed then too. Part files of an earlier dataset there that
+    the new one does not list are removed on success. ``storage_options``:
+    for a URL, as in :func:`open_ndf_dataset`.
+    """
+    path = dataset_path(path, storage_options)
+    start_dataset(path, storage_options=storage_options)
+    written: list[PartInfo] = []
+    width = None
+    try:
+        for k, data in enumerate(parts):
+            data = as_dataset(data)
+            if width is None:
+                width = (data.d, data.l)
+            elif (data.d, data.l) != width:
+                raise ValueError(
+                    f"{join_path(path, part_name(k))}: part {k} has d={data.d}, l={data.l}; "
+                    f"part 0 had d={width[0]}, l={width[1]} (every part must have the same widths)"
+                )
+            written.append(write_part(path, k, data, storage_options=storage_options))
+        if width is None:
+            raise ValueError(f"{path}: no parts to write (parts was empty)")
+        write_manifest(
+            path,
+            written,
+            *width,
+            features=features,
+            labels=labels,
+            storage_options=storage_options,
+        )
+    except BaseException:
+        remove_parts(path, [p.name for p in written], storage_options=storage_options)
+        raise
+
+
+def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
+    """Remove the part files ``names`` from the dataset folder ``path``, after a failed
+    write. Best effort: errors are ignored (the error that led here matters more)."""
+    path = dataset_path(path, storage_options)
+    if is_url(path):
+        with contextlib.suppress(Exception):
+            fs, key = url_to_fs(path, storage_options)
+            for name in names:
+                with contextlib.suppress(Exception):
+                    fs.rm_file(join_path(key, name))
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(path, name))
