@@ -77,16 +77,16 @@ def test_parts_are_read_concurrently(s3, remote_ds, monkeypatch):
     """A request spanning parts reads them on several threads at once."""
     seen, lock = set(), threading.Lock()
     barrier = threading.Barrier(2, timeout=30)
-    real = dsmod.NdfFile.read_rows_into
+    real = dsmod.NdfFile.read_raw_into
 
-    def spy(self, rows, out_x, out_y):
+    def spy(self, rows, out, scattered=False):
         with lock:
             seen.add(threading.current_thread().name)
         barrier.wait()  # both parts' reads must be in flight together to pass
-        return real(self, rows, out_x, out_y)
+        return real(self, rows, out, scattered)
 
     with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
-        monkeypatch.setattr(dsmod.NdfFile, "read_rows_into", spy)
+        monkeypatch.setattr(dsmod.NdfFile, "read_raw_into", spy)
         x, y = ds.read_rows([50, 1, 60, 2])
     check_rows(x, y, 3, 2)
     assert x[:, 0].tolist() == [50, 1, 60, 2]

@@ -403,3 +403,16 @@ def test_manifest_module_names(tmp_path):
         manmod.part_name(-1)
     with pytest.raises(ValueError, match="storage_options applies only to URLs"):
         open_ndf_dataset(tmp_path, storage_options={})
+
+
+@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0)])
+def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
+    """No labels, no features, or neither: scattered, sorted and one-part reads alike."""
+    path = write_ndf_dataset(tmp_path / "ds", SIZES, d=d, l=l)
+    x, y = make_data(N, d, l)
+    ds = open_ndf_dataset(path)
+    for rows in ([24, 0, 17, 5, 5], [0, 6, 24], [7, 8]):
+        gx, gy = ds.read_rows(rows)
+        assert gx.shape == (len(rows), d) and gy.shape == (len(rows), l)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
