@@ -18,6 +18,7 @@ from helpers import check_rows, make_data, write_ndf_dataset
 
 from exactbatch import DataLoader, NdfError, open_ndf_dataset, save_ndf_dataset
 from exactbatch.ndf import dataset as dsmod
+from exactbatch.ndf import dataset_write
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -77,16 +78,16 @@ def test_parts_are_read_concurrently(s3, remote_ds, monkeypatch):
     """A request spanning parts reads them on several threads at once."""
     seen, lock = set(), threading.Lock()
     barrier = threading.Barrier(2, timeout=30)
-    real = dsmod.NdfFile.read_rows_into
+    real = dsmod.NdfFile.read_raw_into
 
-    def spy(self, rows, out_x, out_y):
+    def spy(self, rows, out, scattered=False):
         with lock:
             seen.add(threading.current_thread().name)
         barrier.wait()  # both parts' reads must be in flight together to pass
-        return real(self, rows, out_x, out_y)
+        return real(self, rows, out, scattered)
 
     with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
-        monkeypatch.setattr(dsmod.NdfFile, "read_rows_into", spy)
+        monkeypatch.setattr(dsmod.NdfFile, "read_raw_into", spy)
         x, y = ds.read_rows([50, 1, 60, 2])
     check_rows(x, y, 3, 2)
     assert x[:, 0].tolist() == [50, 1, 60, 2]
@@ -157,7 +158,7 @@ def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
         f.write(b"NDF1" + bytes(100))
         raise OSError("disk full")
 
-    monkeypatch.setattr(dsmod, "write_ndf_to", broken)
+    monkeypatch.setattr(dataset_write, "write_ndf_to", broken)
     with pytest.raises(OSError, match="disk full"):
         dsmod.write_part(url(s3, "dsets/abandon"), 0, make_data(2), storage_options=s3.so)
     assert listing(s3, "dsets/abandon") == []

@@ -403,3 +403,57 @@ def test_manifest_module_names(tmp_path):
         manmod.part_name(-1)
     with pytest.raises(ValueError, match="storage_options applies only to URLs"):
         open_ndf_dataset(tmp_path, storage_options={})
+
+
+@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0)])
+def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
+    """No labels, no features, or neither: scattered, sorted and one-part reads alike."""
+    path = write_ndf_dataset(tmp_path / "ds", SIZES, d=d, l=l)
+    x, y = make_data(N, d, l)
+    ds = open_ndf_dataset(path)
+    for rows in ([24, 0, 17, 5, 5], [0, 6, 24], [7, 8]):
+        gx, gy = ds.read_rows(rows)
+        assert gx.shape == (len(rows), d) and gy.shape == (len(rows), l)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
+
+
+# -- NdfDatasetWriter: slab by slab, a new part every part_rows rows -------------------------
+
+
+def test_writer_cuts_parts_at_part_rows(tmp_path):
+    """Slabs of any size (empty ones too) become parts of part_rows rows, the last one
+    shorter; write and write_raw alike; the manifest keeps the names."""
+    x, y = make_data(23, 2, 1)
+    whole = np.concatenate([x, y], axis=1)
+    with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 1, 5, n=23, features=["a", "b"]) as w:
+        w.write(whole[:7])
+        w.write(whole[7:7])
+        w.write_raw(np.ascontiguousarray(whole[7:19]).tobytes())
+        w.write(whole[19:])
+    ds = open_ndf_dataset(tmp_path / "w")
+    assert [p.n for p in ds.parts] == [5, 5, 5, 5, 3]
+    assert ds.features == ("a", "b") and ds.labels is None
+    np.testing.assert_array_equal(ds.read_rows(np.arange(23))[0], x)
+
+
+def test_writer_that_fails_leaves_no_manifest_and_no_part(tmp_path):
+    x, _ = make_data(12, 2, 0)
+    with pytest.raises(RuntimeError, match="boom"):
+        with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5) as w:
+            w.write(x)
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path / "w") == []
+    with pytest.raises(ValueError, match="promised 13 rows but 12 were written"):
+        with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5, n=13) as w:
+            w.write(x)
+    assert os.listdir(tmp_path / "w") == []
+    with pytest.raises(ValueError, match="not a whole number of rows"):
+        dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5).write_raw(b"123")
+
+
+def test_writer_of_no_rows_is_an_empty_dataset(tmp_path):
+    with dsmod.NdfDatasetWriter(tmp_path / "e", 3, 1, 5):
+        pass
+    ds = open_ndf_dataset(tmp_path / "e")
+    assert (ds.n, ds.d, ds.l, ds.parts) == (0, 3, 1, ())

@@ -7,8 +7,10 @@
   :class:`~exactbatch.ndf.write.NdfWriter`, atomic both.
 - :mod:`~exactbatch.ndf.remote`: ``.ndf`` over URLs, by ranged reads.
 - :mod:`~exactbatch.ndf.dataset`: sharded datasets, a folder of parts:
-  :class:`NdfDataset`, :func:`open_ndf_dataset`, :func:`save_ndf_dataset`;
-  :mod:`~exactbatch.ndf.manifest`: their ``manifest.json``.
+  :class:`NdfDataset`, :func:`open_ndf_dataset`; written by
+  :mod:`~exactbatch.ndf.dataset_write` (:func:`save_ndf_dataset`,
+  :class:`~exactbatch.ndf.dataset_write.NdfDatasetWriter`), and listed by
+  their ``manifest.json`` (:mod:`~exactbatch.ndf.manifest`).
 
 The names below are importable from ``exactbatch.ndf`` itself.
 """

@@ -20,46 +20,50 @@ concurrently by a small thread pool. Memory: the manifest, one open
 ``NdfFile`` per part read so far, and for a request spanning parts one
 staging copy of the batch.
 
-Writing: :func:`save_ndf_dataset` writes a whole dataset from an iterable
-of parts. The steps it is made of are public, so that a distributed writer
-(``exactbatch.dask``) can run them where it likes: :func:`start_dataset`
-(make the folder, remove an old manifest), :func:`write_part` (one part,
-atomically, anywhere), :func:`write_manifest` (last, atomically, from the
-:class:`PartInfo` of every part). A failed write leaves no manifest, so a
-half-written folder is never taken for a dataset.
+Writing is :mod:`exactbatch.ndf.dataset_write`'s (its names are importable
+from here too): :func:`save_ndf_dataset` from an iterable of parts,
+:class:`NdfDatasetWriter` slab by slab, and the steps both are made of, for
+a distributed writer (``exactbatch.dask``). A failed write leaves no
+manifest, so a half-written folder is never taken for a dataset.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.ndf.dataset_write import (
+    NdfDatasetWriter,
+    describe_part,
+    remove_parts,
+    save_ndf_dataset,
+    start_dataset,
+    write_part,
+)
 from exactbatch.ndf.file import NdfFile, open_ndf
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.manifest import (
-    MANIFEST,
     Manifest,
     PartInfo,
     dataset_path,
-    file_not_dataset,
     join_path,
     part_name,
     read_manifest,
     write_manifest,
 )
-from exactbatch.ndf.write import as_dataset, save_ndf, write_ndf_to
-from exactbatch.urls import is_url, url_to_fs
+from exactbatch.urls import is_url
 
 __all__ = [
     "Manifest",
     "NdfDataset",
+    "NdfDatasetWriter",
     "PartInfo",
     "describe_part",
     "open_ndf_dataset",
@@ -76,6 +80,27 @@ _URL_THREADS = 8  # parts of one request read at once, for URLs
 
 
 # -- reading ------------------------------------------------------------------------------
+
+
+def _slices(cuts: list[int]):
+    """``(k, slice(cuts[k], cuts[k + 1]))`` for each non-empty span."""
+    spans = enumerate(zip(cuts[:-1], cuts[1:], strict=True))
+    return ((k, slice(a, b)) for k, (a, b) in spans if b > a)
+
+
+def _sort_rows(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, rows)``: ``rows = idx[order]``, sorted. Each row number and its
+    position are packed into one int64 and sorted together: a plain sort, several
+    times faster than an argsort."""
+    r = idx.shape[0]
+    bits = max(1, (r - 1).bit_length())
+    if n >= 1 << (62 - bits):  # row numbers too large to pack
+        order = np.argsort(idx)
+        return order, idx[order]
+    keys = idx.astype(np.int64) << bits
+    keys |= np.arange(r, dtype=np.int64)
+    keys.sort()
+    return keys & ((1 << bits) - 1), keys >> bits
 
 
 class _Parts:
@@ -155,45 +180,44 @@ class _Parts:
             self.file(k).read_rows_into(idx - a if a else idx, out_x, out_y)
             return
         if bool(np.all(idx[1:] >= idx[:-1])):  # sorted: cut at part boundaries, no staging
-            cuts = np.searchsorted(idx, starts, side="left")
-            jobs = [
-                (p, idx[cuts[p] : cuts[p + 1]] - starts[p], slice(cuts[p], cuts[p + 1]))
-                for p in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist()
-            ]
-            self._read_parts(jobs, out_x, out_y)
+            cuts = np.searchsorted(idx, starts, side="left").tolist()
+            self._run(
+                partial(self._rows, p, idx[cuts[p] : cuts[p + 1]] - starts[p], out_x, out_y, s)
+                for p, s in _slices(cuts)
+            )
             return
-        # scattered: group the rows by part (a stable radix sort of small part ids),
-        # read each part's rows into a staging copy, then put them back in place
-        part = np.searchsorted(self.inner, idx, side="right")
-        order = np.argsort(
-            part.astype(np.uint16 if len(self.files) <= 1 << 16 else np.int64), kind="stable"
-        )
-        grouped = part[order]
-        local = idx[order] - starts[grouped]
-        cuts = np.searchsorted(grouped, np.arange(len(self.files) + 1), side="left")
-        jobs = [
-            (p, local[cuts[p] : cuts[p + 1]], slice(cuts[p], cuts[p + 1]))
-            for p in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist()
-        ]
-        sx = np.empty_like(out_x)
-        sy = np.empty_like(out_y)
-        self._read_parts(jobs, sx, sy)
-        out_x[order] = sx
-        out_y[order] = sy
-
-    def _read_parts(self, jobs, out_x, out_y) -> None:
-        """Part ``p``'s rows ``rows`` into ``out_x[s]``, ``out_y[s]`` for each ``(p, rows, s)``;
-        concurrently for URLs."""
-
-        def one(job):
-            p, rows, s = job
-            self.file(p).read_rows_into(rows, out_x[s], out_y[s])
-
-        if not self.url or len(jobs) == 1:
-            for job in jobs:
-                one(job)
+        # Scattered: sort the rows, cut them at the part boundaries, read each part's
+        # rows into its slice of a staging copy, then put them back in the request's
+        # order (whole rows at once, as one void element each), then split x from y.
+        d, l = self.man.d, self.man.l  # noqa: E741
+        if d + l == 0:
             return
-        futures = [self.executor().submit(one, job) for job in jobs]
+        order, rows = _sort_rows(idx, int(starts[-1]))
+        cuts = np.searchsorted(rows, starts, side="left").tolist()
+        stage = np.empty((r, d + l))
+        self._run(partial(self._raw, p, rows[s] - starts[p], stage[s]) for p, s in _slices(cuts))
+        final = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l))
+        whole = np.dtype((np.void, 8 * (d + l)))
+        final.view(whole).reshape(r)[order] = stage.view(whole).reshape(r)
+        if final is not out_x and d:
+            out_x[...] = final[:, :d]
+        if final is not out_y and l:
+            out_y[...] = final[:, d:]
+
+    def _rows(self, p: int, rows, out_x, out_y, s: slice) -> None:
+        self.file(p).read_rows_into(rows, out_x[s], out_y[s])
+
+    def _raw(self, p: int, rows, out) -> None:
+        self.file(p).read_raw_into(rows, out, scattered=True)
+
+    def _run(self, tasks) -> None:
+        """Run the reads ``tasks`` (one per part); concurrently for URLs."""
+        tasks = list(tasks)
+        if not self.url or len(tasks) == 1:
+            for task in tasks:
+                task()
+            return
+        futures = [self.executor().submit(task) for task in tasks]
         errors = [f.exception() for f in futures]  # waits for all: none still writes after
         for e in errors:
             if e is not None:
@@ -364,139 +388,3 @@ def open_ndf_dataset(path, *, storage_options: dict | None = None) -> NdfDataset
     path = dataset_path(path, storage_options)
     man = read_manifest(path, storage_options=storage_options)
     return NdfDataset(_Parts(path, man, storage_options))
-
-
-# -- writing ------------------------------------------------------------------------------
-
-
-# -- writing ------------------------------------------------------------------------------
-
-
-def start_dataset(path, *, storage_options: dict | None = None) -> None:
-    """Make ``path`` ready for a dataset's parts: the folder is made (not its parents)
-    if missing, and a ``manifest.json`` already there is removed first, so that the
-    folder is not a dataset until :func:`write_manifest` ends the write."""
-    path = dataset_path(path, storage_options)
-    if is_url(path):
-        fs, key = url_to_fs(path, storage_options)
-        fs.invalidate_cache()
-        if fs.isfile(key):
-            raise file_not_dataset(path)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(join_path(key, MANIFEST))
-        return
-    if os.path.isfile(path):
-        raise file_not_dataset(path)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(path, MANIFEST))
-
-
-def write_part(path, index: int, data, *, storage_options: dict | None = None) -> PartInfo:
-    """Write ``data`` (a Dataset, an ``(x, y)`` pair or an array ``x``) as part ``index``
-    of the dataset at ``path`` (named :func:`part_name(index) <part_name>`), atomically;
-    return its :class:`PartInfo` for :func:`write_manifest`.
-
-    Locally through :func:`~exactbatch.ndf.write.save_ndf` (a temporary file
-    renamed over the part); at a URL as one upload that is committed only
-    when whole (an S3 multipart upload is aborted on error). The folder must
-    exist (:func:`start_dataset`); no manifest is written.
-    """
-    path = dataset_path(path, storage_options)
-    name = part_name(index)
-    data = as_dataset(data)
-    target = join_path(path, name)
-    if is_url(path):
-        fs, key = url_to_fs(target, storage_options)
-        f = fs.open(key, "wb", autocommit=False)
-        try:
-            write_ndf_to(f, data)
-            f.close()
-            f.commit()
-        except BaseException:
-            _abandon(f)
-            raise
-    else:
-        save_ndf(target, data)
-    return PartInfo(name, data.n, expected_size(data.n, data.d, data.l))
-
-
-def _abandon(f) -> None:
-    """Throw away an uncommitted upload (best effort: the error that got here matters more)."""
-    with contextlib.suppress(Exception):
-        f.discard()
-    f.forced = True  # nothing more is uploaded at close
-    with contextlib.suppress(Exception):
-        f.close()
-
-
-def describe_part(path, name: str, *, storage_options: dict | None = None) -> tuple:
-    """``(PartInfo(name, n, nbytes), d, l)`` of the part file ``name`` in the dataset folder
-    ``path``, from its header and size (checked as :func:`~exactbatch.ndf.file.open_ndf`
-    does: :class:`NdfError` naming the file if malformed)."""
-    path = dataset_path(path, storage_options)
-    with open_ndf(join_path(path, name), storage_options=storage_options) as f:
-        return PartInfo(name, f.n, expected_size(f.n, f.d, f.l)), f.d, f.l
-
-
-def save_ndf_dataset(
-    path, parts, *, features=None, labels=None, storage_options: dict | None = None
-) -> None:
-    """Write a sharded dataset at ``path`` (a folder, made if missing; or a URL) from
-    ``parts``: an iterable of Datasets, ``(x, y)`` pairs or arrays ``x``, one per part,
-    all of the same d and l (at least one part; a part may have no rows).
-
-    Each part is written atomically as it comes (:func:`write_part`), and the
-    manifest last (:func:`write_manifest`, which also keeps ``features`` and
-    ``labels``, column names, if given). A manifest already at ``path`` is
-    removed first, so on any error (a bad part, a full disk, a Ctrl-C) no
-    manifest is left and the folder is not a dataset; the parts this call
-    wrote are removed then too. Part files of an earlier dataset there that
-    the new one does not list are removed on success. ``storage_options``:
-    for a URL, as in :func:`open_ndf_dataset`.
-    """
-    path = dataset_path(path, storage_options)
-    start_dataset(path, storage_options=storage_options)
-    written: list[PartInfo] = []
-    width = None
-    try:
-        for k, data in enumerate(parts):
-            data = as_dataset(data)
-            if width is None:
-                width = (data.d, data.l)
-            elif (data.d, data.l) != width:
-                raise ValueError(
-                    f"{join_path(path, part_name(k))}: part {k} has d={data.d}, l={data.l}; "
-                    f"part 0 had d={width[0]}, l={width[1]} (every part must have the same widths)"
-                )
-            written.append(write_part(path, k, data, storage_options=storage_options))
-        if width is None:
-            raise ValueError(f"{path}: no parts to write (parts was empty)")
-        write_manifest(
-            path,
-            written,
-            *width,
-            features=features,
-            labels=labels,
-            storage_options=storage_options,
-        )
-    except BaseException:
-        remove_parts(path, [p.name for p in written], storage_options=storage_options)
-        raise
-
-
-def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
-    """Remove the part files ``names`` from the dataset folder ``path``, after a failed
-    write. Best effort: errors are ignored (the error that led here matters more)."""
-    path = dataset_path(path, storage_options)
-    if is_url(path):
-        with contextlib.suppress(Exception):
-            fs, key = url_to_fs(path, storage_options)
-            for name in names:
-                with contextlib.suppress(Exception):
-                    fs.rm_file(join_path(key, name))
-        return
-    for name in names:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(path, name))

@@ -129,7 +129,20 @@ class LocalHandle:
         d, l = self.d, self.l  # noqa: E741
         # Rows on disk are x then y; stage them whole unless one side is empty.
         stage = out_x if l == 0 else out_y if d == 0 else np.empty((r, d + l), dtype=np.float64)
-        runs = _runs(idx)
+        self.read_raw_into(idx, stage)
+        if stage is not out_x and d:
+            out_x[...] = stage[:, :d]
+        if stage is not out_y and l:
+            out_y[...] = stage[:, d:]
+
+    def read_raw_into(self, idx: np.ndarray, stage: np.ndarray, scattered: bool = False) -> None:
+        """Fill ``stage`` ((r, d + l) float64, C-contiguous) with rows ``idx``, x then y.
+        ``scattered``: the caller knows the rows are far apart: gather from the map
+        without looking for runs first."""
+        r = idx.shape[0]
+        if r == 0 or self.row_bytes == 0:
+            return
+        runs = None if scattered else _runs(idx)
         # Copies from the map are made under the lease, taken before the size check.
         held = None if runs is not None else self.lease.acquire()
         try:
@@ -138,9 +151,7 @@ class LocalHandle:
                 self.rows.take(idx, out=stage.view(self.rows.dtype).reshape(r), mode="clip")
             else:
                 rows, inverse, starts = runs or _runs(idx, always=True)
-                target = (
-                    stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)
-                )
+                target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
                 raw = memoryview(target).cast("B")
                 rb = self.row_bytes
                 for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
@@ -150,10 +161,6 @@ class LocalHandle:
         finally:
             if held:
                 self.lease.release()
-        if stage is not out_x and d:
-            out_x[...] = stage[:, :d]
-        if stage is not out_y and l:
-            out_y[...] = stage[:, d:]
 
 
 def _runs(idx: np.ndarray, always: bool = False):
@@ -299,6 +306,16 @@ class NdfFile:
         if h is None:
             raise ValueError(f"{self.path}: read from a closed NdfFile")
         h.read_rows_into(rows, out_x, out_y)
+
+    def read_raw_into(self, rows: np.ndarray, out: np.ndarray, scattered: bool = False) -> None:
+        """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with rows ``rows``
+        in that order, x then y per row (as on disk). Unchecked, like
+        :meth:`read_rows_into`. ``scattered=True`` says the rows are far apart (a
+        shuffled batch's), so no time is spent looking for runs of adjacent rows."""
+        h = self._h
+        if h is None:
+            raise ValueError(f"{self.path}: read from a closed NdfFile")
+        h.read_raw_into(rows, out, scattered)
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with the ``r``

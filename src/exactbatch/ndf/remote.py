@@ -126,7 +126,8 @@ class RemoteHandle:
     """An ``.ndf`` object on a remote filesystem: the handle of an NdfFile over a URL.
 
     The read methods of :class:`~exactbatch.ndf.file.LocalHandle`, by ranged
-    reads: :meth:`read_rows_into` (coalesced), :meth:`read_block_into`,
+    reads: :meth:`read_rows_into` and :meth:`read_raw_into` (coalesced),
+    :meth:`read_block_into`,
     :meth:`will_need` (a no-op), with :meth:`check_size` and :meth:`fetch`
     under them. Attributes: ``path`` (the URL), ``n``, ``d``, ``l``,
     ``row_bytes``, ``size`` (bytes of a valid file), ``rows`` and ``lease``
@@ -249,6 +250,10 @@ class RemoteHandle:
 
     def read_rows_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         read_remote_rows(self, idx, out_x, out_y)
+
+    def read_raw_into(self, idx: np.ndarray, stage: np.ndarray, scattered: bool = False) -> None:
+        """Rows ``idx`` into ``stage`` ((r, d + l), x then y per row)."""
+        read_remote_rows(self, idx, stage[:, : self.d], stage[:, self.d :])
 
 
 def open_url(url: str, storage_options: dict | None = None) -> RemoteHandle:
