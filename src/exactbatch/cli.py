@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         "--stats",
         action="store_true",
         help="also per-column mean, sd, min and max, in one pass over the rows "
-        "(.ndf and Parquet), to standardise with",
+        "(.ndf, a sharded dataset, Parquet), to standardise with",
     )
     s.set_defaults(run=_info)
 

@@ -190,3 +190,22 @@ def test_info_stats_in_a_subprocess(tmp_path):
         "a.ndf",
         "a.ndf.json",
     ]
+
+
+def test_info_stats_of_a_sharded_dataset(tmp_path, capsys):
+    """The same statistics as the rows in one array, with the manifest's names; slabs never
+    straddle two parts (parts of 0, 1 and many rows)."""
+    from exactbatch import save_ndf_dataset
+
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((3001, 2)) + 50, rng.standard_normal((3001, 1))
+    cuts = [0, 1000, 1000, 1001, 3001]
+    parts = [(x[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    save_ndf_dataset(tmp_path / "ds", parts, features=["p", "q"], labels=["r"])
+    r = run_json("info", "--stats", tmp_path / "ds", capsys=capsys)
+    assert (r["format"], r["n"], r["parts"], r["valid"]) == ("ndf-dataset", 3001, 4, True)
+    assert [s["name"] for s in r["stats"]] == ["p", "q", "r"]
+    both = np.concatenate((x, y), axis=1)
+    np.testing.assert_allclose([s["mean"] for s in r["stats"]], both.mean(0), rtol=1e-13)
+    np.testing.assert_allclose([s["sd"] for s in r["stats"]], both.std(0), rtol=1e-12)
+    assert [s["max"] for s in r["stats"]] == list(both.max(0))

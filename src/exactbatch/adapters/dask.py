@@ -47,14 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exactbatch.ndf.dataset import (
-    part_name,
-    remove_parts,
-    start_dataset,
-    write_manifest,
-    write_part,
-)
-from exactbatch.ndf.manifest import dataset_path
+from exactbatch.ndf.dataset_write import remove_parts, start_dataset, write_part
+from exactbatch.ndf.manifest import dataset_path, part_name, write_manifest
 from exactbatch.ndf.names import default_names
 from exactbatch.stats import ColumnStats
 

@@ -1,8 +1,9 @@
 """``exactbatch info``: what a file holds, read from its header or footer only.
 
-For an ``.ndf``: n, d, l, the size on disk, the size the header implies, and
-whether they agree (a malformed file is reported with :func:`open_ndf`'s
-message, and ``valid`` is False). For Parquet (a file or a folder): rows,
+For a sharded dataset (a folder holding ``manifest.json``): n, d, l, the
+parts and the names, from the manifest. For an ``.ndf``: n, d, l, the size
+on disk, the size the header implies, and whether they agree (a malformed
+file is reported with :func:`open_ndf`'s message, and ``valid`` is False). For Parquet (a file or a folder): rows,
 files, row groups and their sizes, columns and types, all from the footers:
 no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
 types pyarrow infers from the first block (rows are not counted).
@@ -13,8 +14,9 @@ report invalid, as a malformed file does.
 
 ``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
 sd, min and max, computed in one streaming pass over the rows (slab by
-slab; see :mod:`exactbatch.stats`): for an ``.ndf`` every column, for
-Parquet every numeric column. Memory: one slab (Parquet: one row group).
+slab; see :mod:`exactbatch.stats`): for an ``.ndf`` or a sharded dataset
+every column, for Parquet every numeric column. Memory: one slab (Parquet:
+one row group).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from exactbatch.ndf import open_ndf
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.stats import ColumnStats
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
-from exactbatch.tools.ndf_stream import SLAB_BYTES, read_blocks
+from exactbatch.tools.ndf_stream import SLAB_BYTES
 
 __all__ = ["info", "render"]
 
@@ -41,25 +43,63 @@ def info(path, *, stats: bool = False, bar: bool = True) -> dict:
     """
     stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
-    fmt = detect_format(path)
-    report = {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+    fmt = "dataset" if _is_dataset(path) else detect_format(path)
+    readers = {"ndf": _ndf, "dataset": _dataset, "parquet": _parquet, "npy": _npy, "csv": _csv}
+    report = readers[fmt](path)
     if stats:
-        if fmt not in ("ndf", "parquet"):
+        if fmt not in ("ndf", "dataset", "parquet"):
             raise CliError(f"{path}: --stats reads .ndf or Parquet; convert this {fmt} first")
         if report.get("valid") is not False:
-            report["stats"] = (_ndf_stats if fmt == "ndf" else _parquet_stats)(path, bar)
+            report["stats"] = (_parquet_stats if fmt == "parquet" else _ndf_stats)(path, bar)
     return report
 
 
+def _is_dataset(path: str) -> bool:
+    from exactbatch.ndf.manifest import MANIFEST
+
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def _dataset(path: str) -> dict:
+    """A sharded dataset, from its manifest (the parts are opened by --stats only)."""
+    from exactbatch.ndf import open_ndf_dataset
+
+    out = {"path": path, "format": "ndf-dataset"}
+    try:
+        with open_ndf_dataset(path) as ds:
+            out.update(n=ds.n, d=ds.d, l=ds.l, parts=len(ds.parts))
+            out.update(features=list(ds.features or ()), labels=list(ds.labels or ()))
+    except NdfError as e:
+        out.update(valid=False, error=str(e))
+    else:
+        out.update(valid=True)
+    return out
+
+
 def _ndf_stats(path: str, bar: bool) -> list[dict]:
-    with open_ndf(path) as f:
-        n, d, l, names = f.n, f.d, f.l, [*f.features, *f.labels]  # noqa: E741
-    acc = ColumnStats(d + l)
-    width = max(1, d + l)
-    with progress(n, f"stats {os.path.basename(path)}", "rows", bar) as pb:
-        for raw in read_blocks(path, HEADER_SIZE, n, 8 * (d + l), SLAB_BYTES // (8 * width)):
-            acc.update(raw.view("<f8").reshape(len(raw), d + l))  # (rows, d + l)
-            pb.update(len(raw))
+    """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
+    straddles two parts of a dataset: one read each)."""
+    import numpy as np
+
+    from exactbatch.ndf import open_ndf_dataset
+    from exactbatch.ndf.names import default_names
+
+    opener = open_ndf_dataset if _is_dataset(path) else open_ndf
+    with opener(path) as src:
+        n, d, l = src.n, src.d, src.l  # noqa: E741
+        fx, fy = default_names(d, l)
+        names = [*(src.features or fx), *(src.labels or fy)]
+        acc = ColumnStats(d + l)
+        step = max(1, SLAB_BYTES // (8 * max(1, d + l)))
+        starts = np.asarray(getattr(src, "starts", [0, n]))[:-1].tolist()  # parts' first rows
+        bounds = sorted({*range(0, n, step), *starts, n})
+        slab = np.empty((min(step, n), d + l))
+        with progress(n, f"stats {os.path.basename(path)}", "rows", bar) as pb:
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                block = slab[: b - a]  # (rows, d + l), x then y
+                src.read_block_into(a, block)
+                acc.update(block)
+                pb.update(b - a)
     return acc.table(names)
 
 
