@@ -181,15 +181,23 @@ def test_unknown_lengths_are_counted_by_the_loader(client):
 
 
 def _loaders(kind):
-    """A loader factory over a dask_source of ``kind`` (known or unknown lengths)."""
-    ddf = dask_frame()
-    if kind == "unknown":
-        ddf = ddf[ddf["x0"] >= 0]
+    """A loader factory over a dask_source of ``kind``: "array" (uneven chunks, one empty:
+    lengths known), "frame" (from_pandas: known) or "filtered" (lengths unknown)."""
+    if kind == "array":
+        x, y = make_data(N, D, L)
+        rows = da.from_array(np.concatenate((x, y), axis=1), chunks=(tuple(SIZES), D + L))
+        source = dask_source(rows, labels=[-2, -1])
+    else:
+        ddf = dd.from_pandas(frame(N)[0], npartitions=4)
+        if kind == "filtered":
+            ddf = ddf[ddf["x0"] >= 0]
+        source = dask_source(ddf, labels=["t0", "t1"])
+    assert isinstance(source, DaskStream if kind == "filtered" else DaskPartitions)
 
     def make(**kw):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the counting pass of "unknown"
-            return DataLoader(dask_source(ddf, labels=["t0", "t1"]), 16, **kw)
+            warnings.simplefilter("ignore")  # the counting pass of "filtered"
+            return DataLoader(source, 16, **kw)
 
     return make
 
@@ -197,17 +205,12 @@ def _loaders(kind):
 @pytest.mark.parametrize(
     "kind, shuffle, drop_last",
     [
-        ("known", True, True),
-        ("known", False, False),
-        ("unknown", True, False),
-        ("unknown", False, True),
+        ("array", True, True),
+        ("frame", False, False),
+        ("filtered", True, False),
+        ("filtered", False, True),
     ],
-    ids=[
-        "known-shuffled-drop-last",
-        "known-ordered",
-        "unknown-shuffled",
-        "unknown-ordered-drop-last",
-    ],
+    ids=["array-shuffled-drop-last", "frame-ordered", "filtered-shuffled", "filtered-ordered-drop"],
 )
 def test_the_stream_laws_hold_over_shards(client, kind, shuffle, drop_last):
     """The epoch law over 1 and 3 shards, determinism, and epochs that differ."""
@@ -230,7 +233,18 @@ def test_the_stream_laws_hold_over_shards(client, kind, shuffle, drop_last):
     check_epochs_differ(collect(loader, D, L), collect(loader, D, L), shuffle)
 
 
-@pytest.mark.parametrize("kind", ["known", "unknown"])
+def test_a_shard_computes_only_its_partitions(client, monkeypatch):
+    """Known lengths: shard 2 of 3 owns rows [94, 141), in partitions 3 and 4 only."""
+    read = []
+    real = DaskPartitions.read_chunk
+    monkeypatch.setattr(DaskPartitions, "read_chunk", lambda s, i: read.append(i) or real(s, i))
+    loader = _loaders("array")(num_shards=3, shard_index=2, seed=1)
+    rows = [r for b in collect(loader, D, L) for r in b]
+    assert sorted(rows) == list(range(94, N))
+    assert sorted(read) == [3, 4]
+
+
+@pytest.mark.parametrize("kind", ["array", "filtered"])
 def test_the_resume_law(client, kind):
     make = _loaders(kind)
     check_resume(lambda: make(seed=9, num_shards=2, shard_index=1), D, L, cuts=[0, 5, 99])
