@@ -323,9 +323,10 @@ def to_ndf_dataset(
     as for :func:`~exactbatch.ndf.dataset.open_ndf_dataset`.
 
     A manifest already at ``path`` is removed first. If any partition fails
-    (its computation raises, or a write does), the error is raised after
-    every task has stopped, the parts written are removed, and no manifest
-    is left: the folder is not a dataset. Part files of an earlier dataset
+    (its computation raises, or a write does), the error is raised (on a
+    ``dask.distributed`` client, once every task has stopped), the part
+    files there are removed, and no manifest is left: the folder is not a
+    dataset. Part files of an earlier dataset
     there that the new one does not list are removed on success.
     """
     dask = _dask()

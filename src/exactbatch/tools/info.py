@@ -3,10 +3,11 @@
 For a sharded dataset (a folder holding ``manifest.json``): n, d, l, the
 parts and the names, from the manifest. For an ``.ndf``: n, d, l, the size
 on disk, the size the header implies, and whether they agree (a malformed
-file is reported with :func:`open_ndf`'s message, and ``valid`` is False). For Parquet (a file or a folder): rows,
-files, row groups and their sizes, columns and types, all from the footers:
-no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
-types pyarrow infers from the first block (rows are not counted).
+file is reported with :func:`open_ndf`'s message, and ``valid`` is False).
+For Parquet (a file or a folder): rows, files, row groups and their sizes,
+columns and types, all from the footers: no data is read. For ``.npy``:
+shape and dtype; for CSV: the columns and the types pyarrow infers from the
+first block (rows are not counted).
 
 The column names of an ``.ndf`` come from its names sidecar (``x0..``,
 ``y0..`` without one); a sidecar that does not match the file makes the
