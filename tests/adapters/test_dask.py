@@ -244,6 +244,27 @@ def test_a_shard_computes_only_its_partitions(client, monkeypatch):
     assert sorted(read) == [3, 4]
 
 
+def test_partitions_are_computed_ahead_on_the_cluster(client):
+    """will_need starts at most ``ahead`` partitions, in the order asked; a read takes
+    its result and starts the next one asked for. Without a client nothing runs ahead."""
+    x, y = make_data(N, D, L)
+    rows = da.from_array(np.concatenate((x, y), axis=1), chunks=(tuple(SIZES), D + L))
+    src = dask_source(rows, labels=[-2, -1], ahead=2)
+    for i in (4, 2, 0):
+        src.will_need(i)
+    assert src.computing == (2, 4)
+    gx, gy = src.read_chunk(4)
+    np.testing.assert_array_equal(gx, x[100:])
+    np.testing.assert_array_equal(gy, y[100:])
+    assert src.computing == (0, 2)
+    gx, _ = src.read_chunk(3)  # not asked for: computed there and then
+    np.testing.assert_array_equal(gx, x[87:100])
+    assert [len(c[0]) for c in src] == SIZES  # a pass runs ahead too, and takes them all
+    assert src.computing == ()
+    with pytest.raises(ValueError, match="ahead must be >= 0"):
+        dask_source(rows, ahead=-1)
+
+
 @pytest.mark.parametrize("kind", ["array", "filtered"])
 def test_the_resume_law(client, kind):
     make = _loaders(kind)

@@ -11,9 +11,12 @@ partitions as a stream, and column statistics.
   leaves no manifest. Costs: each worker holds one partition (and its
   float64 copy) at a time; the client holds one small record per part.
 * :func:`dask_source` reads a collection as a streamed source whose chunks
-  are its partitions, each computed when the loader reads it (the loader
-  reads one chunk ahead on a thread of its own, so the next partition is
-  computed while the current one is cut into batches). When the partitions'
+  are its partitions: on a ``dask.distributed`` cluster the next few
+  partitions of the epoch are computed ahead, side by side (the loader
+  tells the source its order through ``will_need``); otherwise each when
+  the loader reads it (the loader reads one chunk ahead on a thread of its
+  own, so the next partition is computed while the current one is cut into
+  batches). When the partitions'
   lengths are known without computing anything (a Dask Array's chunks, or a
   DataFrame whose expression knows them: ``from_pandas``, Parquet with row
   counts in its footers), N is known, the source is chunk-indexed (a loader
@@ -42,11 +45,14 @@ module.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from exactbatch.checks import check_int
 from exactbatch.ndf.dataset_write import remove_parts, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path, part_name, write_manifest
 from exactbatch.ndf.names import default_names
@@ -351,22 +357,83 @@ def to_ndf_dataset(
 # -- reading ----------------------------------------------------------------------------------
 
 
-class _Source:
-    """What both kinds of Dask source share: the plan, its widths and names."""
+class _Ahead:
+    """Partitions computed ahead on a ``dask.distributed`` cluster: at most ``ahead`` at
+    once, in the order they were asked for (:meth:`want`); :meth:`get` takes one (its
+    future's result, or computed there and then). Without a client nothing runs ahead:
+    local schedulers compute in this process, where the loader's own read-ahead thread
+    already overlaps one partition with the batches of the last."""
 
-    def __init__(self, plan: _Plan):
+    def __init__(self, parts: list, ahead: int):
+        self.parts, self.ahead = parts, ahead
+        self.lock = threading.Lock()
+        self.wanted: deque = deque(maxlen=64)  # asked for, not yet started
+        self.running: dict = {}  # partition -> Future, at most ``ahead``
+
+    def want(self, i: int) -> None:
+        if self.ahead == 0:
+            return
+        client = _client()
+        if client is None:
+            return
+        with self.lock:
+            if i not in self.running and i not in self.wanted:
+                self.wanted.append(i)
+            self._start(client)
+
+    def _start(self, client) -> None:
+        while len(self.running) < self.ahead and self.wanted:
+            i = self.wanted.popleft()
+            self.running[i] = client.compute(self.parts[i])
+
+    def get(self, i: int):
+        with self.lock:
+            future = self.running.pop(i, None)
+            if i in self.wanted:
+                self.wanted.remove(i)
+            client = _client() if self.wanted else None
+            if client is not None:
+                self._start(client)
+        if future is not None:
+            return future.result()
+        (part,) = _dask().compute(self.parts[i])
+        return part
+
+
+class _Source:
+    """What both kinds of Dask source share: the plan, its widths and names, the
+    partitions computed ahead."""
+
+    def __init__(self, plan: _Plan, ahead: int):
         self._plan = plan
+        self._ahead = _Ahead(plan.parts, ahead)
         self.features, self.labels = plan.features, plan.labels
         self.d, self.l = plan.d, plan.l
         self.npartitions = len(plan.parts)
 
+    @property
+    def computing(self) -> tuple[int, ...]:
+        """The partitions being computed ahead now (on a distributed cluster)."""
+        with self._ahead.lock:
+            return tuple(sorted(self._ahead.running))
+
+    def will_need(self, i: int) -> None:
+        """Partition ``i`` is read soon: start computing it on the cluster, unless
+        ``ahead`` partitions are being computed already (then it starts as one of them
+        is read). The loader calls this for the partitions of its epoch, in order."""
+        self._ahead.want(i)
+
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Partition ``i``, computed now, as float64 ``(x, y)``."""
-        (part,) = _dask().compute(self._plan.parts[i])
-        return self._plan.columns.to_xy(part)
+        """Partition ``i`` (computed ahead, or now) as float64 ``(x, y)``."""
+        return self._plan.columns.to_xy(self._ahead.get(i))
 
     def __iter__(self):
-        for i in range(self.npartitions):
+        n, ahead = self.npartitions, self._ahead.ahead
+        for i in range(min(ahead, n)):
+            self.will_need(i)
+        for i in range(n):
+            if i + ahead < n:
+                self.will_need(i + ahead)
             yield self.read_chunk(i)
 
     def __len__(self) -> int:
@@ -379,8 +446,8 @@ class DaskPartitions(_Source):
     ``chunk_rows`` come from the lengths, so N needs no counting pass and a loader shard
     computes only the partitions its rows are in. See :func:`dask_source`."""
 
-    def __init__(self, plan: _Plan):
-        super().__init__(plan)
+    def __init__(self, plan: _Plan, ahead: int):
+        super().__init__(plan, ahead)
         self.chunk_rows = np.asarray(plan.lengths, dtype=np.int64)
         self.n_rows = int(self.chunk_rows.sum())
 
@@ -409,13 +476,18 @@ class DaskStream(_Source):
         return f"DaskStream({self.npartitions} partitions, d={self.d}, l={self.l})"
 
 
-def dask_source(collection, *, features=None, labels=()) -> DaskPartitions | DaskStream:
+def dask_source(
+    collection, *, features=None, labels=(), ahead: int = 2
+) -> DaskPartitions | DaskStream:
     """A streamed source for ``DataLoader`` whose chunks are ``collection``'s partitions.
 
     ``collection``: a Dask DataFrame or a 2-D Dask Array; ``features`` and
     ``labels`` choose columns as in :func:`to_ndf_dataset`. Each partition
-    is computed when the loader reads it (on the active scheduler), so
-    memory is about two partitions plus the loader's shuffle buffer.
+    is computed when the loader reads it (on the active scheduler); on a
+    ``dask.distributed`` cluster the next ``ahead`` partitions of the epoch
+    (in the loader's order) are computed ahead, side by side, while the
+    loader works (``ahead=0``: one at a time). Memory: about ``ahead + 2``
+    partitions plus the loader's shuffle buffer.
 
     With partition lengths known without computing (a Dask Array's chunks;
     a DataFrame from ``from_pandas`` or ``read_parquet`` of files with row
@@ -425,8 +497,9 @@ def dask_source(collection, *, features=None, labels=()) -> DaskPartitions | Das
     partitions. Otherwise a :class:`DaskStream`: partitions in order, and N
     from the loader's counting pass (or pass ``total_size``).
     """
+    ahead = check_int("ahead", ahead, 0)
     plan = _plan(collection, features, labels, "dask_source")
-    return DaskStream(plan) if plan.lengths is None else DaskPartitions(plan)
+    return DaskStream(plan, ahead) if plan.lengths is None else DaskPartitions(plan, ahead)
 
 
 # -- statistics -------------------------------------------------------------------------------
