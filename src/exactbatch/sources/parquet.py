@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 # Parquet schema metadata naming the label columns (comma-separated), written by
-# ``exactbatch convert`` (.ndf -> Parquet) and by exactbatch.dask.
+# ``exactbatch convert`` (.ndf -> Parquet); parquet_source reads it when labels is not given.
 LABELS_METADATA_KEY = b"exactbatch.labels"
 
 
