@@ -245,6 +245,10 @@ def test_an_exception_from_the_parts_leaves_no_manifest(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         save_ndf_dataset(tmp_path / "ds", parts())
+    assert not os.path.exists(tmp_path / "ds")  # the folder it made is gone too
+    (tmp_path / "ds").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        save_ndf_dataset(tmp_path / "ds", parts())
     assert os.listdir(tmp_path / "ds") == []
 
 
@@ -443,11 +447,11 @@ def test_writer_that_fails_leaves_no_manifest_and_no_part(tmp_path):
         with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5) as w:
             w.write(x)
             raise RuntimeError("boom")
-    assert os.listdir(tmp_path / "w") == []
+    assert not os.path.exists(tmp_path / "w")
     with pytest.raises(ValueError, match="promised 13 rows but 12 were written"):
         with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5, n=13) as w:
             w.write(x)
-    assert os.listdir(tmp_path / "w") == []
+    assert not os.path.exists(tmp_path / "w")
     with pytest.raises(ValueError, match="not a whole number of rows"):
         dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5).write_raw(b"123")
 

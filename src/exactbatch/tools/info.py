@@ -2,7 +2,10 @@
 
 For an ``.ndf``: n, d, l, the size on disk, the size the header implies, and
 whether they agree (a malformed file is reported with :func:`open_ndf`'s
-message, and ``valid`` is False). For Parquet (a file or a folder): rows,
+message, and ``valid`` is False). For a sharded dataset (a folder holding
+``manifest.json``): n, d, l, the parts and their sizes from the manifest,
+and every part opened and checked against it, with a progress bar (each
+bad part reported with its error, and ``valid`` False). For Parquet (a file or a folder): rows,
 files, row groups and their sizes, columns and types, all from the footers:
 no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
 types pyarrow infers from the first block (rows are not counted).
@@ -13,18 +16,60 @@ from __future__ import annotations
 import os
 
 from exactbatch.errors import NdfError
-from exactbatch.ndf import open_ndf
+from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
-from exactbatch.tools.common import CliError, detect_format, format_bytes
+from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 
 __all__ = ["info", "render"]
 
 
-def info(path) -> dict:
-    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf."""
+def info(path, *, bar: bool = True) -> dict:
+    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf
+    or dataset. ``bar``: a progress bar while a dataset's parts are checked."""
     path = os.fspath(path)
     fmt = detect_format(path)
+    if fmt == "dataset":
+        return _dataset(path, bar)
     return {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+
+
+_MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
+
+
+def _dataset(path: str, bar: bool) -> dict:
+    out = {"path": path, "format": "dataset"}
+    try:
+        ds = open_ndf_dataset(path)
+    except NdfError as e:
+        return {**out, "valid": False, "error": str(e)}
+    sizes = sorted(p.n for p in ds.parts)
+    out.update(
+        n=ds.n,
+        d=ds.d,
+        l=ds.l,
+        parts=len(ds.parts),
+        size_bytes=sum(p.nbytes for p in ds.parts),
+    )
+    if sizes:
+        out["part_rows"] = {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1]}
+    for key in ("features", "labels"):
+        if getattr(ds, key) is not None:
+            out[key] = list(getattr(ds, key))
+    bad = []
+    desc = f"check {os.path.basename(path)}"
+    with ds, progress(len(ds.parts), desc, "parts", bar, unit_scale=False) as pb:
+        for k in range(len(ds.parts)):
+            try:
+                ds.check_part(k)
+            except (NdfError, OSError) as e:
+                bad.append(str(e))
+            pb.update(1)
+    out["valid"] = not bad
+    if bad:
+        out["bad_parts"] = len(bad)
+        out["error"] = bad[0] if len(bad) == 1 else f"{len(bad)} parts failed; first: {bad[0]}"
+        out["errors"] = bad[:_MAX_SHOWN]
+    return out
 
 
 def _ndf(path: str) -> dict:
@@ -121,6 +166,8 @@ def render(report: dict) -> str:
     """The report as aligned ``key: value`` lines for a person."""
     lines = []
     fmt = report["format"]
+    if fmt == "dataset":
+        return _render_dataset(report)
     if fmt == "ndf":
         lines.append(f"{report['path']}: .ndf file")
         for key in ("n", "d", "l"):
@@ -157,4 +204,30 @@ def render(report: dict) -> str:
         width = max((len(c["name"]) for c in report["columns"]), default=0)
         for c in report["columns"]:
             lines.append(f"    {c['name']:<{width}}  {c['type']}")
+    return "\n".join(lines)
+
+
+def _render_dataset(report: dict) -> str:
+    lines = [f"{report['path']}: sharded .ndf dataset"]
+    for key in ("n", "d", "l", "parts"):
+        if key in report:
+            lines.append(f"  {key:<14}{report[key]:,}")
+    if "part_rows" in report:
+        r = report["part_rows"]
+        lines.append(
+            f"  {'part rows':<14}min {r['min']:,}, median {r['median']:,}, max {r['max']:,}"
+        )
+    if "size_bytes" in report:
+        size = report["size_bytes"]
+        lines.append(f"  {'size':<14}{size:,} bytes ({format_bytes(size)}) in parts")
+    for key in ("features", "labels"):
+        if key in report:
+            lines.append(f"  {key:<14}{', '.join(report[key])}")
+    if report["valid"]:
+        lines.append(f"  {'valid':<14}yes: every part matches the manifest")
+    else:
+        bad = report.get("bad_parts")
+        what = f"{bad} of {report['parts']} parts failed" if bad else "the manifest failed"
+        lines.append(f"  {'valid':<14}NO: {what}")
+        lines += [f"    {e}" for e in report.get("errors", [report["error"]])]
     return "\n".join(lines)
