@@ -47,7 +47,7 @@ from exactbatch.ndf.dataset_write import (
     start_dataset,
     write_part,
 )
-from exactbatch.ndf.file import NdfFile, open_ndf
+from exactbatch.ndf.file import NdfFile, Share, open_ndf
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.manifest import (
     Manifest,
@@ -235,7 +235,7 @@ class _Parts:
             at, k = max(at, end), k + 1
 
 
-class NdfDataset:
+class NdfDataset(Share):
     """An open sharded ``.ndf`` dataset: ``n`` rows of ``d`` features and ``l`` labels.
 
     Use :func:`open_ndf_dataset` to get one. Row ``i`` is row ``i - start``
@@ -250,17 +250,17 @@ class NdfDataset:
     a ``ValueError``.
     """
 
-    __slots__ = ("_s", "d", "features", "l", "labels", "n", "parts", "path", "starts")
+    __slots__ = ("_h", "d", "features", "l", "labels", "n", "parts", "path", "starts")
 
     def __init__(self, shared: _Parts):
-        self._s = shared
+        self._h = shared
         man = shared.man
         self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
         self.n, self.starts = int(shared.starts[-1]), shared.starts
         self.features, self.labels = man.features, man.labels
 
     def _shared(self) -> _Parts:
-        s = self._s
+        s = self._h
         if s is None:
             raise ValueError(f"{self.path}: read from a closed NdfDataset")
         return s
@@ -270,29 +270,12 @@ class NdfDataset:
         return NdfDataset(self._shared())
 
     @property
-    def closed(self) -> bool:
-        return self._s is None
-
-    @property
     def open_parts(self) -> tuple[int, ...]:
         """The indices of the parts opened so far (by any holder of this dataset)."""
         return tuple(k for k, f in enumerate(self._shared().files) if f is not None)
 
-    def close(self) -> None:
-        """Let go of this share; idempotent."""
-        self._s = None
-
-    def __enter__(self) -> NdfDataset:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return self.n
-
     def __repr__(self) -> str:
-        state = "closed" if self._s is None else "open"
+        state = "closed" if self._h is None else "open"
         return (
             f"NdfDataset({self.path!r}, n={self.n}, d={self.d}, l={self.l}, "
             f"parts={len(self.parts)}, {state})"
@@ -355,7 +338,7 @@ class NdfDataset:
         <exactbatch.ndf.file.NdfFile.read_rows_into>`: int64 (or int32) rows
         in ``[0, n)``, float64 C-contiguous outputs of the right shapes.
         """
-        s = self._s
+        s = self._h
         if s is None:
             raise ValueError(f"{self.path}: read from a closed NdfDataset")
         s.read_into(rows, out_x, out_y)

@@ -32,7 +32,14 @@ from exactbatch.ndf.manifest import (
     part_name,
     write_manifest,
 )
-from exactbatch.ndf.write import NdfWriter, as_dataset, remove_own_temps, save_ndf, write_ndf_to
+from exactbatch.ndf.write import (
+    Committing,
+    NdfWriter,
+    as_dataset,
+    remove_own_temps,
+    save_ndf,
+    write_ndf_to,
+)
 from exactbatch.urls import is_url, url_to_fs
 
 __all__ = [
@@ -180,7 +187,7 @@ def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
             os.unlink(os.path.join(path, name))
 
 
-class NdfDatasetWriter:
+class NdfDatasetWriter(Committing):
     """Write a sharded dataset slab by slab, a new part every ``part_rows`` rows;
     the manifest at :meth:`commit`. Local folders only.
 
@@ -297,12 +304,3 @@ class NdfDatasetWriter:
         if self._made:
             with contextlib.suppress(OSError):
                 os.rmdir(self.path)
-
-    def __enter__(self) -> NdfDatasetWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()

@@ -34,7 +34,7 @@ from exactbatch.ndf.guard import Lease
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
-__all__ = ["LocalHandle", "NdfFile", "open_ndf"]
+__all__ = ["LocalHandle", "NdfFile", "Share", "open_ndf"]
 
 _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
@@ -186,7 +186,32 @@ def _runs(idx: np.ndarray, always: bool = False):
     return rows, inverse, starts
 
 
-class NdfFile:
+class Share:
+    """One holder's share of something open (an NdfFile's handle, an NdfDataset's parts),
+    kept in ``_h``: ``close()`` lets go of it (idempotent), ``closed`` says so, and a
+    ``with`` block closes it. ``len()`` is ``n``, the rows."""
+
+    __slots__ = ()
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self) -> None:
+        """Let go of this share; idempotent."""
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class NdfFile(Share):
     """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
 
     Use :func:`open_ndf` to get one. Every read method may be called from
@@ -213,10 +238,6 @@ class NdfFile:
         return NdfFile(self._handle())
 
     @property
-    def closed(self) -> bool:
-        return self._h is None
-
-    @property
     def guarded(self) -> bool:
         """Can a truncation by another process never crash a read of this file?
 
@@ -229,19 +250,6 @@ class NdfFile:
         lease = self._handle().lease
         # None: no rows, or a URL: nothing is ever copied from a map
         return lease is None or lease.guards()
-
-    def close(self) -> None:
-        """Let go of this share; idempotent."""
-        self._h = None
-
-    def __enter__(self) -> NdfFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return self.n
 
     def __repr__(self) -> str:
         state = "closed" if self._h is None else "open"
