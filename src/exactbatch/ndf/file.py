@@ -187,11 +187,23 @@ def _runs(idx: np.ndarray, always: bool = False):
 
 
 class Share:
-    """One holder's share of something open (an NdfFile's handle, an NdfDataset's parts),
-    kept in ``_h``: ``close()`` lets go of it (idempotent), ``closed`` says so, and a
-    ``with`` block closes it. ``len()`` is ``n``, the rows."""
+    """One holder's share of open rows (an NdfFile's handle, an NdfDataset's parts), kept
+    in ``_h``, whose ``read_rows_into`` reads them: ``close()`` lets go of it (idempotent),
+    ``closed`` says so, and a ``with`` block closes it; ``len()`` is ``n``, the rows; the
+    read methods below, and ``share()`` for another holder. Reading a closed share is a
+    ``ValueError``."""
 
     __slots__ = ()
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
+        return h
+
+    def share(self):
+        """Another holder of the same open rows (what a loader keeps)."""
+        return type(self)(self._handle())
 
     @property
     def closed(self) -> bool:
@@ -209,51 +221,6 @@ class Share:
 
     def __len__(self) -> int:
         return self.n
-
-
-class NdfFile(Share):
-    """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
-
-    Use :func:`open_ndf` to get one. Every read method may be called from
-    several threads at once. ``close()`` releases this object's share of the
-    file; loaders built over it keep their own share, and the descriptor
-    closes when the last holder lets go. Reading a closed NdfFile is a
-    ``ValueError``.
-    """
-
-    __slots__ = ("_h", "d", "l", "n", "path")
-
-    def __init__(self, handle):
-        self._h = handle
-        self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
-
-    def _handle(self):
-        h = self._h
-        if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
-        return h
-
-    def share(self) -> NdfFile:
-        """Another holder of the same open file (what a loader keeps)."""
-        return NdfFile(self._handle())
-
-    @property
-    def guarded(self) -> bool:
-        """Can a truncation by another process never crash a read of this file?
-
-        True on Linux for a local file you own (or with CAP_LEASE): copies
-        from the memory map are made under a read lease (see
-        :mod:`exactbatch.ndf.guard`). False where the OS gives no lease: a
-        truncation during a copy of scattered rows would end the process
-        with SIGBUS.
-        """
-        lease = self._handle().lease
-        # None: no rows, or a URL: nothing is ever copied from a map
-        return lease is None or lease.guards()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._h is None else "open"
-        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
     def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
@@ -288,18 +255,50 @@ class NdfFile(Share):
         """
         h = self._h
         if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
         h.read_rows_into(rows, out_x, out_y)
+
+
+class NdfFile(Share):
+    """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
+
+    Use :func:`open_ndf` to get one. Every read method may be called from
+    several threads at once. ``close()`` releases this object's share of the
+    file; loaders built over it keep their own share, and the descriptor
+    closes when the last holder lets go. Reading a closed NdfFile is a
+    ``ValueError``.
+    """
+
+    __slots__ = ("_h", "d", "l", "n", "path")
+
+    def __init__(self, handle):
+        self._h = handle
+        self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
+
+    @property
+    def guarded(self) -> bool:
+        """Can a truncation by another process never crash a read of this file?
+
+        True on Linux for a local file you own (or with CAP_LEASE): copies
+        from the memory map are made under a read lease (see
+        :mod:`exactbatch.ndf.guard`). False where the OS gives no lease: a
+        truncation during a copy of scattered rows would end the process
+        with SIGBUS.
+        """
+        lease = self._handle().lease
+        # None: no rows, or a URL: nothing is ever copied from a map
+        return lease is None or lease.guards()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else "open"
+        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
     def read_raw_into(self, rows: np.ndarray, out: np.ndarray, scattered: bool = False) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with rows ``rows``
         in that order, x then y per row (as on disk). Unchecked, like
         :meth:`read_rows_into`. ``scattered=True`` says the rows are far apart (a
         shuffled batch's), so no time is spent looking for runs of adjacent rows."""
-        h = self._h
-        if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
-        h.read_raw_into(rows, out, scattered)
+        self._handle().read_raw_into(rows, out, scattered)
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with the ``r``
