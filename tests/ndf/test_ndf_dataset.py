@@ -461,3 +461,23 @@ def test_writer_of_no_rows_is_an_empty_dataset(tmp_path):
         pass
     ds = open_ndf_dataset(tmp_path / "e")
     assert (ds.n, ds.d, ds.l, ds.parts) == (0, 3, 1, ())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_reads_in_a_forked_child(ds_path):
+    """Parts opened before a fork read in the child too (its own locks, pool and leases)."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 6, 24])  # parts 0, 2, 4 open in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the ids it read, then leave at once
+        try:
+            x, _ = ds.read_rows([24, 17, 3, 6])
+            os.write(w, json.dumps(x[:, 0].tolist()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == [24, 17, 3, 6]

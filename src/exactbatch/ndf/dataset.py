@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 _URL_THREADS = 8  # parts of one request read at once, for URLs
+_OPEN_LOCKS = 64  # parts may open at once (one lock per part would cost memory per part)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -113,19 +114,22 @@ class _Parts:
         np.cumsum(ns, out=self.starts[1:])
         self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
         self.files: list[NdfFile | None] = [None] * len(ns)
-        self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+        self.pid = -1
+        self._fresh()
 
     def _fresh(self) -> None:
-        """After a fork, a lock and a pool of this process's own."""
+        """Locks and a pool of this process's own (made anew after a fork). Parts open
+        under striped locks, so that the threads of a URL's reads open theirs at once."""
         if self.pid != os.getpid():
             self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+            self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, len(self.files)))]
 
     def file(self, k: int) -> NdfFile:
         """Part ``k``, opened (and checked against the manifest) on first use."""
         f = self.files[k]
         if f is None:
             self._fresh()
-            with self.lock:
+            with self.locks[k % len(self.locks)]:
                 f = self.files[k]
                 if f is None:
                     f = self.files[k] = self.open_part(k)
