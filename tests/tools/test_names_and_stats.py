@@ -203,9 +203,25 @@ def test_info_stats_of_a_sharded_dataset(tmp_path, capsys):
     parts = [(x[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     save_ndf_dataset(tmp_path / "ds", parts, features=["p", "q"], labels=["r"])
     r = run_json("info", "--stats", tmp_path / "ds", capsys=capsys)
-    assert (r["format"], r["n"], r["parts"], r["valid"]) == ("ndf-dataset", 3001, 4, True)
+    assert (r["format"], r["n"], r["parts"], r["valid"]) == ("dataset", 3001, 4, True)
     assert [s["name"] for s in r["stats"]] == ["p", "q", "r"]
     both = np.concatenate((x, y), axis=1)
     np.testing.assert_allclose([s["mean"] for s in r["stats"]], both.mean(0), rtol=1e-13)
     np.testing.assert_allclose([s["sd"] for s in r["stats"]], both.std(0), rtol=1e-12)
     assert [s["max"] for s in r["stats"]] == list(both.max(0))
+
+
+def test_names_go_from_a_sidecar_into_a_dataset_and_back(tmp_path, capsys):
+    """A named .ndf cut into a dataset (convert or shuffle --part-rows) keeps its names in
+    the manifest; the dataset converted back to Parquet names its columns from them."""
+    from exactbatch import open_ndf_dataset
+
+    x = np.arange(600.0).reshape(300, 2)
+    save_ndf(tmp_path / "a.ndf", (x, -x[:, :1]), features=["t", "u"], labels=["v"])
+    run_json("convert", tmp_path / "a.ndf", tmp_path / "ds", "--part-rows", "100", capsys=capsys)
+    run_json("shuffle", tmp_path / "a.ndf", tmp_path / "sh", "--part-rows", "64", capsys=capsys)
+    for name in ("ds", "sh"):
+        with open_ndf_dataset(tmp_path / name) as ds:
+            assert (ds.features, ds.labels) == (("t", "u"), ("v",))
+    run_json("convert", tmp_path / "ds", tmp_path / "b.parquet", capsys=capsys)
+    assert pq.read_schema(tmp_path / "b.parquet").names == ["t", "u", "v"]

@@ -36,7 +36,6 @@ from functools import partial
 
 import numpy as np
 
-from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.ndf.dataset_write import (
@@ -47,7 +46,7 @@ from exactbatch.ndf.dataset_write import (
     start_dataset,
     write_part,
 )
-from exactbatch.ndf.file import NdfFile, open_ndf
+from exactbatch.ndf.file import NdfFile, Share, open_ndf
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.manifest import (
     Manifest,
@@ -77,6 +76,7 @@ __all__ = [
 ]
 
 _URL_THREADS = 8  # parts of one request read at once, for URLs
+_OPEN_LOCKS = 64  # parts may open at once (one lock per part would cost memory per part)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -114,19 +114,22 @@ class _Parts:
         np.cumsum(ns, out=self.starts[1:])
         self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
         self.files: list[NdfFile | None] = [None] * len(ns)
-        self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+        self.pid = -1
+        self._fresh()
 
     def _fresh(self) -> None:
-        """After a fork, a lock and a pool of this process's own."""
+        """Locks and a pool of this process's own (made anew after a fork). Parts open
+        under striped locks, so that the threads of a URL's reads open theirs at once."""
         if self.pid != os.getpid():
             self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+            self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, len(self.files)))]
 
     def file(self, k: int) -> NdfFile:
         """Part ``k``, opened (and checked against the manifest) on first use."""
         f = self.files[k]
         if f is None:
             self._fresh()
-            with self.lock:
+            with self.locks[k % len(self.locks)]:
                 f = self.files[k]
                 if f is None:
                     f = self.files[k] = self.open_part(k)
@@ -169,7 +172,7 @@ class _Parts:
                     self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
         return self.pool
 
-    def read_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(self, idx: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         r = idx.shape[0]
         if r == 0:
             return
@@ -235,7 +238,7 @@ class _Parts:
             at, k = max(at, end), k + 1
 
 
-class NdfDataset:
+class NdfDataset(Share):
     """An open sharded ``.ndf`` dataset: ``n`` rows of ``d`` features and ``l`` labels.
 
     Use :func:`open_ndf_dataset` to get one. Row ``i`` is row ``i - start``
@@ -244,55 +247,30 @@ class NdfDataset:
     holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
     ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
     row of each part, and ``n`` last), ``features`` and ``labels`` (column
-    names from the manifest, or None). Every read method may be called from
-    several threads at once. ``close()`` releases this object's share, as
-    for :class:`~exactbatch.ndf.file.NdfFile`; reading a closed dataset is
-    a ``ValueError``.
+    names from the manifest, or None). The read methods are
+    :class:`~exactbatch.ndf.file.NdfFile`'s (``read_row``, ``read_rows``,
+    ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
+    rows; each may be called from several threads at once. ``close()``
+    releases this object's share, as for an NdfFile; reading a closed
+    dataset is a ``ValueError``.
     """
 
-    __slots__ = ("_s", "d", "features", "l", "labels", "n", "parts", "path", "starts")
+    __slots__ = ("_h", "d", "features", "l", "labels", "n", "parts", "path", "starts")
 
     def __init__(self, shared: _Parts):
-        self._s = shared
+        self._h = shared
         man = shared.man
         self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
         self.n, self.starts = int(shared.starts[-1]), shared.starts
         self.features, self.labels = man.features, man.labels
 
-    def _shared(self) -> _Parts:
-        s = self._s
-        if s is None:
-            raise ValueError(f"{self.path}: read from a closed NdfDataset")
-        return s
-
-    def share(self) -> NdfDataset:
-        """Another holder of the same open dataset (what a loader keeps)."""
-        return NdfDataset(self._shared())
-
-    @property
-    def closed(self) -> bool:
-        return self._s is None
-
     @property
     def open_parts(self) -> tuple[int, ...]:
         """The indices of the parts opened so far (by any holder of this dataset)."""
-        return tuple(k for k, f in enumerate(self._shared().files) if f is not None)
-
-    def close(self) -> None:
-        """Let go of this share; idempotent."""
-        self._s = None
-
-    def __enter__(self) -> NdfDataset:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return self.n
+        return tuple(k for k, f in enumerate(self._handle().files) if f is not None)
 
     def __repr__(self) -> str:
-        state = "closed" if self._s is None else "open"
+        state = "closed" if self._h is None else "open"
         return (
             f"NdfDataset({self.path!r}, n={self.n}, d={self.d}, l={self.l}, "
             f"parts={len(self.parts)}, {state})"
@@ -303,7 +281,7 @@ class NdfDataset:
         check_int("part", k)
         if not 0 <= k < len(self.parts):
             raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
-        return self._shared().file(k).share()
+        return self._handle().file(k).share()
 
     def check_part(self, k: int) -> None:
         """Open part ``k`` afresh and check it against the manifest: :class:`NdfError`
@@ -311,66 +289,19 @@ class NdfDataset:
         check_int("part", k)
         if not 0 <= k < len(self.parts):
             raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
-        self._shared().open_part(k).close()
-
-    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
-        check_int("row index", i)
-        if not -self.n <= i < self.n:
-            raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
-        x, y = self.read_rows(np.array([i], dtype=np.int64))
-        return x[0], y[0]
-
-    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
-
-        As :meth:`NdfFile.read_rows <exactbatch.ndf.file.NdfFile.read_rows>`:
-        ``out_x``/``out_y`` are filled when given; negative indices count
-        from the end; an index outside [-n, n) is an ``IndexError``.
-        """
-        s = self._shared()
-        idx = np.asarray(indices)
-        if idx.size and idx.dtype.kind not in "iu":
-            raise TypeError(f"row indices must be integers; got dtype {idx.dtype}")
-        if idx.ndim != 1 and idx.size:
-            raise ValueError(f"row indices must be 1-D; got shape {idx.shape}")
-        idx = idx.astype(np.int64, copy=False).reshape(-1)
-        if idx.size:
-            lo, hi = int(idx.min()), int(idx.max())
-            if lo < -self.n or hi >= self.n:
-                bad = lo if lo < -self.n else hi
-                raise IndexError(f"row {bad} out of range for {self.path} with n={self.n} rows")
-            if lo < 0:
-                idx = np.where(idx < 0, idx + self.n, idx)
-        r = idx.shape[0]
-        out_x = check_out_array(out_x, (r, self.d), "out_x")
-        out_y = check_out_array(out_y, (r, self.l), "out_y")
-        s.read_into(idx, out_x, out_y)
-        return out_x, out_y
-
-    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
-
-        Unchecked, as :meth:`NdfFile.read_rows_into
-        <exactbatch.ndf.file.NdfFile.read_rows_into>`: int64 (or int32) rows
-        in ``[0, n)``, float64 C-contiguous outputs of the right shapes.
-        """
-        s = self._s
-        if s is None:
-            raise ValueError(f"{self.path}: read from a closed NdfDataset")
-        s.read_into(rows, out_x, out_y)
+        self._handle().open_part(k).close()
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out`` ((r, d + l) float64, C-contiguous) with rows ``start_row`` on, x then
         y per row: one positional (or ranged) read per part the rows lie in. Unchecked."""
-        s = self._shared()
+        s = self._handle()
         for k, first, at, rows in s.spans(start_row, out.shape[0]):
             s.file(k).read_block_into(first, out[at : at + rows])
 
     def will_need(self, start_row: int, rows: int) -> None:
         """Rows ``[start_row, start_row + rows)`` are read soon (see
         :meth:`NdfFile.will_need <exactbatch.ndf.file.NdfFile.will_need>`)."""
-        s = self._shared()
+        s = self._handle()
         for k, first, _, count in s.spans(start_row, rows):
             s.file(k).will_need(first, count)
 

@@ -32,7 +32,14 @@ from exactbatch.ndf.manifest import (
     part_name,
     write_manifest,
 )
-from exactbatch.ndf.write import NdfWriter, as_dataset, remove_own_temps, save_ndf, write_ndf_to
+from exactbatch.ndf.write import (
+    Committing,
+    NdfWriter,
+    as_dataset,
+    remove_own_temps,
+    save_ndf,
+    write_ndf_to,
+)
 from exactbatch.urls import is_url, url_to_fs
 
 __all__ = [
@@ -125,11 +132,13 @@ def save_ndf_dataset(
     ``labels``, column names, if given). A manifest already at ``path`` is
     removed first, so on any error (a bad part, a full disk, a Ctrl-C) no
     manifest is left and the folder is not a dataset; the parts this call
-    wrote are removed then too. Part files of an earlier dataset there that
-    the new one does not list are removed on success. ``storage_options``:
-    for a URL, as in :func:`open_ndf_dataset`.
+    wrote are removed then too (and the folder, if this call made it). Part
+    files of an earlier dataset there that the new one does not list are
+    removed on success. ``storage_options``: for a URL, as in
+    :func:`open_ndf_dataset`.
     """
     path = dataset_path(path, storage_options)
+    made = not is_url(path) and not os.path.isdir(path)  # a failure removes the folder it made
     start_dataset(path, storage_options=storage_options)
     written: list[PartInfo] = []
     width = None
@@ -156,6 +165,9 @@ def save_ndf_dataset(
         )
     except BaseException:
         remove_parts(path, [p.name for p in written], storage_options=storage_options)
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
         raise
 
 
@@ -175,7 +187,7 @@ def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
             os.unlink(os.path.join(path, name))
 
 
-class NdfDatasetWriter:
+class NdfDatasetWriter(Committing):
     """Write a sharded dataset slab by slab, a new part every ``part_rows`` rows;
     the manifest at :meth:`commit`. Local folders only.
 
@@ -183,9 +195,10 @@ class NdfDatasetWriter:
     temporary file renamed into place when the part is full). ``n``, when
     known up front, is checked at commit. ``features``/``labels``: column
     names kept in the manifest. Use as a context manager: a clean exit
-    commits; an exception aborts, removing the parts written and leaving no
-    manifest. ``before_rename``: called before each part and the manifest
-    are renamed into place (the CLI raises a Ctrl-C some library swallowed).
+    commits; an exception aborts, removing the parts written (and the folder,
+    if this writer made it) and leaving no manifest. ``before_rename``:
+    called before each part and the manifest are renamed into place (the
+    CLI raises a Ctrl-C some library swallowed).
     """
 
     def __init__(
@@ -209,6 +222,7 @@ class NdfDatasetWriter:
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part = None  # the part being written
+        self._made = not os.path.isdir(self.path)  # an abort removes the folder it made
         start_dataset(self.path)
 
     def _room(self):
@@ -287,12 +301,6 @@ class NdfDatasetWriter:
             self._part = None
         remove_parts(self.path, [p.name for p in self.parts])
         self.parts = []
-
-    def __enter__(self) -> NdfDatasetWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
+        if self._made:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)

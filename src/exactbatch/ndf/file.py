@@ -35,7 +35,7 @@ from exactbatch.ndf.names import default_names, read_sidecar
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
-__all__ = ["LocalHandle", "NdfFile", "open_ndf"]
+__all__ = ["LocalHandle", "NdfFile", "Share", "open_ndf"]
 
 _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
@@ -187,7 +187,80 @@ def _runs(idx: np.ndarray, always: bool = False):
     return rows, inverse, starts
 
 
-class NdfFile:
+class Share:
+    """One holder's share of open rows (an NdfFile's handle, an NdfDataset's parts), kept
+    in ``_h``, whose ``read_rows_into`` reads them: ``close()`` lets go of it (idempotent),
+    ``closed`` says so, and a ``with`` block closes it; ``len()`` is ``n``, the rows; the
+    read methods below, and ``share()`` for another holder. Reading a closed share is a
+    ``ValueError``."""
+
+    __slots__ = ()
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
+        return h
+
+    def share(self):
+        """Another holder of the same open rows (what a loader keeps)."""
+        return type(self)(self._handle())
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self) -> None:
+        """Let go of this share; idempotent."""
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
+        check_int("row index", i)
+        if not -self.n <= i < self.n:
+            raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
+        x, y = self.read_rows(np.array([i], dtype=np.int64))
+        return x[0], y[0]
+
+    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
+
+        ``out_x``/``out_y``, when given, must be float64 C-contiguous arrays
+        of exactly those shapes; they are filled and returned. Negative
+        indices count from the end; any index outside [-n, n) is an
+        ``IndexError``.
+        """
+        h = self._handle()
+        idx = _as_row_indices(indices, self.n, self.path)
+        r = idx.shape[0]
+        out_x = check_out_array(out_x, (r, self.d), "out_x")
+        out_y = check_out_array(out_y, (r, self.l), "out_y")
+        h.read_rows_into(idx, out_x, out_y)
+        return out_x, out_y
+
+    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
+
+        Unchecked: ``rows`` must be int64 row numbers in ``[0, n)`` (any
+        order, repeats allowed), the outputs float64 C-contiguous arrays of
+        shapes (r, d) and (r, l). :meth:`read_rows` checks all of that.
+        """
+        h = self._h
+        if h is None:
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
+        h.read_rows_into(rows, out_x, out_y)
+
+
+class NdfFile(Share):
     """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
 
     Use :func:`open_ndf` to get one. Every read method may be called from
@@ -226,20 +299,6 @@ class NdfFile:
             self._names = stored or default_names(self.d, self.l)
         return self._names
 
-    def _handle(self):
-        h = self._h
-        if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
-        return h
-
-    def share(self) -> NdfFile:
-        """Another holder of the same open file (what a loader keeps)."""
-        return NdfFile(self._handle())
-
-    @property
-    def closed(self) -> bool:
-        return self._h is None
-
     @property
     def guarded(self) -> bool:
         """Can a truncation by another process never crash a read of this file?
@@ -254,68 +313,16 @@ class NdfFile:
         # None: no rows, or a URL: nothing is ever copied from a map
         return lease is None or lease.guards()
 
-    def close(self) -> None:
-        """Let go of this share; idempotent."""
-        self._h = None
-
-    def __enter__(self) -> NdfFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __len__(self) -> int:
-        return self.n
-
     def __repr__(self) -> str:
         state = "closed" if self._h is None else "open"
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
-
-    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
-        check_int("row index", i)
-        if not -self.n <= i < self.n:
-            raise IndexError(f"row {i} out of range for {self.path} with n={self.n} rows")
-        x, y = self.read_rows(np.array([i], dtype=np.int64))
-        return x[0], y[0]
-
-    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
-
-        ``out_x``/``out_y``, when given, must be float64 C-contiguous arrays
-        of exactly those shapes; they are filled and returned. Negative
-        indices count from the end; any index outside [-n, n) is an
-        ``IndexError``.
-        """
-        h = self._handle()
-        idx = _as_row_indices(indices, self.n, self.path)
-        r = idx.shape[0]
-        out_x = check_out_array(out_x, (r, self.d), "out_x")
-        out_y = check_out_array(out_y, (r, self.l), "out_y")
-        h.read_rows_into(idx, out_x, out_y)
-        return out_x, out_y
-
-    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
-
-        Unchecked: ``rows`` must be int64 row numbers in ``[0, n)`` (any
-        order, repeats allowed), the outputs float64 C-contiguous arrays of
-        shapes (r, d) and (r, l). :meth:`read_rows` checks all of that.
-        """
-        h = self._h
-        if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
-        h.read_rows_into(rows, out_x, out_y)
 
     def read_raw_into(self, rows: np.ndarray, out: np.ndarray, scattered: bool = False) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with rows ``rows``
         in that order, x then y per row (as on disk). Unchecked, like
         :meth:`read_rows_into`. ``scattered=True`` says the rows are far apart (a
         shuffled batch's), so no time is spent looking for runs of adjacent rows."""
-        h = self._h
-        if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
-        h.read_raw_into(rows, out, scattered)
+        self._handle().read_raw_into(rows, out, scattered)
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with the ``r``

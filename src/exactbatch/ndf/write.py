@@ -47,6 +47,7 @@ from exactbatch.ndf.names import SIDECAR_FORMAT, check_names, sidecar_bytes, sid
 
 __all__ = [
     "AtomicFile",
+    "Committing",
     "NamesSidecar",
     "NdfWriter",
     "as_dataset",
@@ -261,7 +262,23 @@ def _write_all(fd: int, buf) -> None:
         view = view[os.write(fd, view) :]
 
 
-class NdfWriter:
+class Committing:
+    """A writer used as a context manager: a clean exit calls ``commit()``, an exception
+    ``abort()``."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class NdfWriter(Committing):
     """Write an ``.ndf`` file row slab by row slab; atomic on :meth:`commit`.
 
     ``n`` is the row count when known up front (it is then checked at
@@ -344,15 +361,6 @@ class NdfWriter:
         """Close and remove the temporary files; the destination is untouched."""
         self._names.abort()
         self._out.abort()
-
-    def __enter__(self) -> NdfWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 @contextlib.contextmanager

@@ -1,17 +1,16 @@
 """``exactbatch info``: what a file holds, read from its header or footer only.
 
-For a sharded dataset (a folder holding ``manifest.json``): n, d, l, the
-parts and the names, from the manifest. For an ``.ndf``: n, d, l, the size
-on disk, the size the header implies, and whether they agree (a malformed
-file is reported with :func:`open_ndf`'s message, and ``valid`` is False).
-For Parquet (a file or a folder): rows, files, row groups and their sizes,
-columns and types, all from the footers: no data is read. For ``.npy``:
-shape and dtype; for CSV: the columns and the types pyarrow infers from the
-first block (rows are not counted).
-
-The column names of an ``.ndf`` come from its names sidecar (``x0..``,
-``y0..`` without one); a sidecar that does not match the file makes the
-report invalid, as a malformed file does.
+For an ``.ndf``: n, d, l, the column names (from its names sidecar;
+``x0..``, ``y0..`` without one), the size on disk, the size the header
+implies, and whether they agree (a malformed file, or a sidecar that does
+not match it, is reported with its error, and ``valid`` is False). For a
+sharded dataset (a folder holding ``manifest.json``): n, d, l, the parts
+and their sizes and the names from the manifest, and every part opened and
+checked against it, with a progress bar (each bad part reported with its
+error, and ``valid`` False). For Parquet (a file or a folder): rows, files,
+row groups and their sizes, columns and types, all from the footers: no
+data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
+types pyarrow infers from the first block (rows are not counted).
 
 ``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
 sd, min and max, computed in one streaming pass over the rows (slab by
@@ -26,7 +25,7 @@ import os
 
 from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
-from exactbatch.ndf import open_ndf
+from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.stats import ColumnStats
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
@@ -44,40 +43,20 @@ def info(path, *, stats: bool = False, bar: bool = True) -> dict:
     """
     stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
-    fmt = "dataset" if _is_dataset(path) else detect_format(path)
-    readers = {"ndf": _ndf, "dataset": _dataset, "parquet": _parquet, "npy": _npy, "csv": _csv}
-    report = readers[fmt](path)
+    fmt = detect_format(path)
+    if fmt == "dataset":
+        report = _dataset(path, bar)
+    else:
+        report = {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
     if stats:
         if fmt not in ("ndf", "dataset", "parquet"):
             raise CliError(f"{path}: --stats reads .ndf or Parquet; convert this {fmt} first")
         if report.get("valid") is not False:
-            report["stats"] = (_parquet_stats if fmt == "parquet" else _ndf_stats)(path, bar)
+            report["stats"] = (_parquet_stats if fmt == "parquet" else _ndf_stats)(path, fmt, bar)
     return report
 
 
-def _is_dataset(path: str) -> bool:
-    from exactbatch.ndf.manifest import MANIFEST
-
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
-
-
-def _dataset(path: str) -> dict:
-    """A sharded dataset, from its manifest (the parts are opened by --stats only)."""
-    from exactbatch.ndf import open_ndf_dataset
-
-    out = {"path": path, "format": "ndf-dataset"}
-    try:
-        with open_ndf_dataset(path) as ds:
-            out.update(n=ds.n, d=ds.d, l=ds.l, parts=len(ds.parts))
-            out.update(features=list(ds.features or ()), labels=list(ds.labels or ()))
-    except NdfError as e:
-        out.update(valid=False, error=str(e))
-    else:
-        out.update(valid=True)
-    return out
-
-
-def _ndf_stats(path: str, bar: bool) -> list[dict]:
+def _ndf_stats(path: str, fmt: str, bar: bool) -> list[dict]:
     """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
     straddles two parts of a dataset: one read each)."""
     import numpy as np
@@ -85,7 +64,7 @@ def _ndf_stats(path: str, bar: bool) -> list[dict]:
     from exactbatch.ndf import open_ndf_dataset
     from exactbatch.ndf.names import default_names
 
-    opener = open_ndf_dataset if _is_dataset(path) else open_ndf
+    opener = open_ndf_dataset if fmt == "dataset" else open_ndf
     with opener(path) as src:
         n, d, l = src.n, src.d, src.l  # noqa: E741
         fx, fy = default_names(d, l)
@@ -104,7 +83,7 @@ def _ndf_stats(path: str, bar: bool) -> list[dict]:
     return acc.table(names)
 
 
-def _parquet_stats(path: str, bar: bool) -> list[dict]:
+def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -125,6 +104,45 @@ def _parquet_stats(path: str, bar: bool) -> list[dict]:
             acc.update(np.concatenate((x, y), axis=1))  # (rows, d + l)
             pb.update(len(x))
     return acc.table([*src.features, *src.labels])
+
+
+_MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
+
+
+def _dataset(path: str, bar: bool) -> dict:
+    out = {"path": path, "format": "dataset"}
+    try:
+        ds = open_ndf_dataset(path)
+    except NdfError as e:
+        return {**out, "valid": False, "error": str(e)}
+    sizes = sorted(p.n for p in ds.parts)
+    out.update(
+        n=ds.n,
+        d=ds.d,
+        l=ds.l,
+        parts=len(ds.parts),
+        size_bytes=sum(p.nbytes for p in ds.parts),
+    )
+    if sizes:
+        out["part_rows"] = {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1]}
+    for key in ("features", "labels"):
+        if getattr(ds, key) is not None:
+            out[key] = list(getattr(ds, key))
+    bad = []
+    desc = f"check {os.path.basename(path)}"
+    with ds, progress(len(ds.parts), desc, "parts", bar, unit_scale=False) as pb:
+        for k in range(len(ds.parts)):
+            try:
+                ds.check_part(k)
+            except (NdfError, OSError) as e:
+                bad.append(str(e))
+            pb.update(1)
+    out["valid"] = not bad
+    if bad:
+        out["bad_parts"] = len(bad)
+        out["error"] = bad[0] if len(bad) == 1 else f"{len(bad)} parts failed; first: {bad[0]}"
+        out["errors"] = bad[:_MAX_SHOWN]
+    return out
 
 
 def _ndf(path: str) -> dict:
@@ -222,6 +240,8 @@ def render(report: dict) -> str:
     """The report as aligned ``key: value`` lines for a person."""
     lines = []
     fmt = report["format"]
+    if fmt == "dataset":
+        return _render_dataset(report)
     if fmt == "ndf":
         lines.append(f"{report['path']}: .ndf file")
         for key in ("n", "d", "l"):
@@ -281,3 +301,29 @@ def _stats_lines(report: dict) -> list[str]:
             f"{cells[3]:>12}  {r['nan']:,}"
         )
     return lines
+
+
+def _render_dataset(report: dict) -> str:
+    lines = [f"{report['path']}: sharded .ndf dataset"]
+    for key in ("n", "d", "l", "parts"):
+        if key in report:
+            lines.append(f"  {key:<14}{report[key]:,}")
+    if "part_rows" in report:
+        r = report["part_rows"]
+        lines.append(
+            f"  {'part rows':<14}min {r['min']:,}, median {r['median']:,}, max {r['max']:,}"
+        )
+    if "size_bytes" in report:
+        size = report["size_bytes"]
+        lines.append(f"  {'size':<14}{size:,} bytes ({format_bytes(size)}) in parts")
+    for key in ("features", "labels"):
+        if key in report:
+            lines.append(f"  {key:<14}{', '.join(report[key])}")
+    if report["valid"]:
+        lines.append(f"  {'valid':<14}yes: every part matches the manifest")
+    else:
+        bad = report.get("bad_parts")
+        what = f"{bad} of {report['parts']} parts failed" if bad else "the manifest failed"
+        lines.append(f"  {'valid':<14}NO: {what}")
+        lines += [f"    {e}" for e in report.get("errors", [report["error"]])]
+    return "\n".join(lines + _stats_lines(report))
