@@ -332,8 +332,8 @@ def to_ndf_dataset(
     (its computation raises, or a write does), the error is raised (on a
     ``dask.distributed`` client, once every task has stopped), the part
     files there are removed, and no manifest is left: the folder is not a
-    dataset. Part files of an earlier dataset
-    there that the new one does not list are removed on success.
+    dataset. Part files of an earlier dataset there that the new one does
+    not list are removed on success.
     """
     dask = _dask()
     plan = _plan(collection, features, labels, "to_ndf_dataset")
