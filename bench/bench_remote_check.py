@@ -18,6 +18,7 @@ difference between rows is what the check adds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import tempfile
@@ -35,19 +36,10 @@ def bare_fetch(self, starts, ends):
     return fs.cat_ranges([self.key] * len(starts), list(starts), list(ends), **self.pin)
 
 
-def epoch_seconds(loader) -> float:
-    t = time.perf_counter()
-    for _ in loader:
-        pass
-    return time.perf_counter() - t
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000)
-    ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--repeat", type=int, default=5)
-    a = ap.parse_args()
+@contextlib.contextmanager
+def local_s3(bucket: str):
+    """``(fs, storage_options)`` of moto's S3 server on 127.0.0.1, with ``bucket`` made;
+    the server stops at the end of the block."""
     for k, v in {
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
@@ -68,8 +60,27 @@ def main() -> None:
             "secret": "bench",
             "client_kwargs": {"endpoint_url": f"http://{host}:{port}"},
         }
-        fs, _ = urls.url_to_fs("s3://bench", so)
-        fs.mkdir("bench")
+        fs, _ = urls.url_to_fs(f"s3://{bucket}", so)
+        fs.mkdir(bucket)
+        yield fs, so
+    finally:
+        server.stop()
+
+
+def epoch_seconds(loader) -> float:
+    t = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    with local_s3("bench") as (fs, so):
         rng = np.random.default_rng(0)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "b.ndf")
@@ -103,8 +114,6 @@ def main() -> None:
                 f"{best[name, s] * 1e6:.0f} ({best[name, s] / best[first, s]:.2f}x)" for s in orders
             )
             print(f"| {name} | {cells} |")
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

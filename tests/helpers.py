@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from exactbatch import DataLoader, Dataset, open_ndf, save_ndf
+from exactbatch import DataLoader, Dataset, open_ndf, save_ndf, save_ndf_dataset
 
 __all__ = [
     "SOURCE_KINDS",
@@ -35,6 +35,7 @@ __all__ = [
     "next_into_ids",
     "rows_of",
     "run_cli",
+    "write_ndf_dataset",
     "write_parquet",
 ]
 
@@ -157,6 +158,16 @@ def next_into_ids(
         check_rows(bx[:got], by[:got], d, l, dtype)
         out.append(ids(bx[:got]))
     return out
+
+
+def write_ndf_dataset(path, sizes, d: int = 3, l: int = 1, **kw) -> str:  # noqa: E741
+    """A sharded dataset at ``path`` of traceable rows ``0 .. sum(sizes)``, part k holding
+    ``sizes[k]`` of them in order (so it equals one .ndf of ``make_data(sum(sizes))``)."""
+    parts = [
+        (make_x(np.arange(a, b), d), make_y(np.arange(a, b), l)) for a, b in chunk_bounds(sizes)
+    ]
+    save_ndf_dataset(path, parts, **kw)
+    return os.fspath(path)
 
 
 def write_parquet(

@@ -42,7 +42,7 @@ import numpy as np
 from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
 
 import exactbatch
-from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, parquet_source
+from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
 
 __all__ = [
     "RANDOM_ACCESS_KINDS",
@@ -66,8 +66,8 @@ __all__ = [
     "wrap_reader",
 ]
 
-RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3")
-STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks")
+RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3", "sharded")
+STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks")
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -277,7 +277,8 @@ def source_from_spec(spec: dict):
 
     ``spec``: ``kind`` (one of RANDOM_ACCESS_KINDS + STREAM_KINDS), ``n``,
     ``d``, ``l``; ``chunks`` (list, factory: chunk sizes); ``path`` (ndf: the
-    file; parquet: the folder; ndf_blocks: the file); ``block_rows``;
+    file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
+    ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3). Files are written by the test.
     """
     kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
@@ -302,14 +303,16 @@ def source_from_spec(spec: dict):
         return open_ndf(spec["path"])
     if kind == "s3":
         return open_ndf(spec["url"], storage_options=spec["storage_options"])
+    if kind == "sharded":
+        return open_ndf_dataset(spec["path"])
     if kind == "list":
         return chunks_of(spec["chunks"], d, l)
     if kind == "factory":
         return FlakyFactory(chunks_of(spec["chunks"], d, l))
     if kind == "parquet":
         return parquet_source(spec["path"], labels=[f"y{k}" for k in range(l)])
-    if kind == "ndf_blocks":
-        f = open_ndf(spec["path"])
+    if kind in ("ndf_blocks", "sharded_blocks"):
+        f = open_ndf(spec["path"]) if kind == "ndf_blocks" else open_ndf_dataset(spec["path"])
         try:
             return ndf_blocks(f, spec["block_rows"])
         finally:
@@ -334,7 +337,7 @@ def loader_from_spec(spec: dict, wrap=None, **overrides) -> DataLoader:
             warnings.simplefilter("ignore")
             return DataLoader(given, batch_size, **kwargs)
     finally:
-        if spec["kind"] in ("ndf", "s3"):
+        if spec["kind"] in ("ndf", "s3", "sharded"):
             source.close()
 
 

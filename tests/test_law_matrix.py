@@ -8,7 +8,10 @@ The product (before the subsets below):
 
     source kind  dataset, array (l=0), pair, tensor, dataframe (array-likes),
                  ndf, s3 (an .ndf URL on the local S3
-                 server), list of chunks, factory, parquet, ndf_blocks
+                 server), sharded (a local sharded dataset of uneven parts,
+                 an empty one among them), list of chunks, factory,
+                 parquet, ndf_blocks, sharded_blocks (ndf_blocks of the
+                 sharded dataset)
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
@@ -24,24 +27,27 @@ chunks included), a stream buffer of 6..13 rows and ndf_blocks blocks of
 takes its batches: 4 threads; else ``iter()`` with prefetch 2; else
 ``next_into``.
 
-Size: 2,134 cases, about 100 s on a 2-core machine (``time pytest
+Size: 2,286 cases, about 100 s on a 2-core machine (``time pytest
 tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (1,584): the whole product (1,728 allowed
+* ``test_epoch_laws`` (1,680): the whole product (2,016 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
-  round trips). Two epochs of every shard: the epoch law, determinism (a
-  fresh loader's ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_other_backend`` (198): the same on a stride of 16
+  round trips) and the sharded and sharded_blocks cases off a stride of 3
+  (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
+  covers the splitting). Two epochs of every shard: the epoch law,
+  determinism (a fresh loader's ``set_epoch(1)``, without prefetch) and
+  epochs differ.
+* ``test_epoch_laws_on_the_other_backend`` (210): the same on a stride of 16
   of those cases, on the other backend than the suite's (the pure NumPy path,
   or the compiled core under ``EXACTBATCH_PURE=1``), half of them in float32;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (160): the single-thread cases on a stride
-  of 5 (s3 on a stride of 15), every kind and mode among them; the last
-  shard cut at every batch of epoch 0 or 1.
+* ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
+  of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
+  mode among them; the last shard cut at every batch of epoch 0 or 1.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (64): every kind that can fail to read x
+* ``test_read_error_once_*`` (76): every kind that can fail to read x
   shuffle x (iter, iter + prefetch 2, next_into); and threads.
-* ``test_changed_setting_*`` (104): every kind x every setting that fixes the
+* ``test_changed_setting_*`` (125): every kind x every setting that fixes the
   order or the source's shape (not the seed: a state carries its own).
 * ``test_ledger_*`` (18): the epoch ledger.
 """
@@ -55,7 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from helpers import collect, make_x, make_y, next_into_ids, write_parquet
+from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
 from laws import (
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
@@ -149,11 +155,14 @@ def param(case: Case):
     return pytest.param(case, id=str(case), marks=marks_for(case.kind))
 
 
-EPOCH_CASES = [c for i, c in enumerate(ALL) if c.kind != "s3" or i % 4 == 0]
+# On a stride (not the whole product): s3 (network round trips each), and sharded,
+# whose reads are an .ndf file's per part (its own tests cover the part splits).
+EPOCH_STRIDE = {"s3": 4, "sharded": 3, "sharded_blocks": 3}
+RESUME_STRIDE = {"s3": 15, "sharded": 15, "sharded_blocks": 15}
+BLOCK_KINDS = ("ndf_blocks", "sharded_blocks")
+EPOCH_CASES = [c for i, c in enumerate(ALL) if i % EPOCH_STRIDE.get(c.kind, 1) == 0]
 RESUME_CASES = [
-    c
-    for i, c in enumerate(ALL)
-    if c.threads == 1 and i % 5 == 0 and (c.kind != "s3" or i % 15 == 0)
+    c for i, c in enumerate(ALL) if c.threads == 1 and i % RESUME_STRIDE.get(c.kind, 5) == 0
 ]
 
 
@@ -184,7 +193,10 @@ def make_spec(data_dir, request):
             spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
             spec["path"] = write_ndf(data_dir, n, d, l)
-        if case.kind == "ndf_blocks":
+        if case.kind in ("sharded", "sharded_blocks"):
+            sizes = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "parts"))
+            spec["path"] = write_sharded(data_dir, sizes, d, l)
+        if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
             spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
@@ -221,6 +233,13 @@ def write_ndf(folder, n, d, l) -> str:  # noqa: E741
     if not os.path.exists(path):
         rows = np.arange(n)
         save_ndf(path, (make_x(rows, d), make_y(rows, l)))
+    return path
+
+
+def write_sharded(folder, sizes, d, l) -> str:  # noqa: E741
+    path = os.path.join(folder, "parts-" + "-".join(map(str, sizes)) + f"-{d}-{l}")
+    if not os.path.exists(path):
+        write_ndf_dataset(path, sizes, d, l)
     return path
 
 
@@ -462,7 +481,7 @@ def changes_for(kind: str):
             continue  # refused at construction for a stream
         if setting == "buffer_size" and kind not in STREAM_KINDS:
             continue
-        if setting == "block_rows" and kind != "ndf_blocks":
+        if setting == "block_rows" and kind not in BLOCK_KINDS:
             continue
         if setting in ("d", "l") and kind in ("list", "factory"):
             continue  # a plain stream learns its widths by reading
@@ -486,7 +505,7 @@ def test_changed_setting_between_save_and_resume_is_a_value_error_naming_it(
     spec = make_spec(case, n=41, seed=5, batch_size=5)
     if kind in STREAM_KINDS:
         spec["loader"]["buffer_size"] = 9
-    if kind == "ndf_blocks":
+    if kind in BLOCK_KINDS:
         spec["block_rows"] = 6
     loader = loader_from_spec(spec)
     it = iter(loader)
@@ -499,7 +518,7 @@ def test_changed_setting_between_save_and_resume_is_a_value_error_naming_it(
         other = make_spec(case, **sizes, seed=5, batch_size=5)
         declared = {"total_size": other["n"]} if "total_size" in spec["loader"] else {}
         other["loader"] = {**spec["loader"], **declared}  # a factory's N is declared
-        if kind == "ndf_blocks":
+        if kind in BLOCK_KINDS:
             other["block_rows"] = 6
     else:
         other = {**spec, "loader": {**spec["loader"], **CHANGES[setting]}}

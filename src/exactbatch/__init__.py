@@ -4,7 +4,14 @@ from exactbatch.dataset import Dataset
 from exactbatch.errors import ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
-from exactbatch.ndf import NdfFile, open_ndf, save_ndf
+from exactbatch.ndf import (
+    NdfDataset,
+    NdfFile,
+    open_ndf,
+    open_ndf_dataset,
+    save_ndf,
+    save_ndf_dataset,
+)
 from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 
@@ -12,6 +19,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "ExactnessError",
+    "NdfDataset",
     "NdfError",
     "NdfFile",
     "ParquetSource",
@@ -19,8 +27,10 @@ __all__ = [
     "backend",
     "ndf_blocks",
     "open_ndf",
+    "open_ndf_dataset",
     "parquet_source",
     "save_ndf",
+    "save_ndf_dataset",
 ]
 
 __version__ = "0.1.0.dev0"

@@ -1,7 +1,8 @@
 """The ``exactbatch`` command: from your data (Parquet, CSV, .npy) to batches you can trust.
 
-    exactbatch info PATH                      what a file holds; is an .ndf intact?
+    exactbatch info PATH                      what a file holds; is an .ndf (or dataset) intact?
     exactbatch convert SRC DST                Parquet/CSV/.npy -> .ndf, .ndf -> Parquet
+    exactbatch convert SRC DIR --part-rows R  ... -> a sharded dataset of R-row parts
     exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
     exactbatch mixing SRC --batch-size B      how well a streaming loader mixes this data
     exactbatch bench SRC                      loader rows/s and memory against a bare read
@@ -85,7 +86,7 @@ def _opts(a, *names) -> dict:
 def _info(a) -> int:
     from exactbatch.tools.info import info, render
 
-    report = info(a.path)
+    report = info(a.path, stats=a.stats, bar=not a.quiet)
     _print_json(report) if a.json else print(render(report))
     if report.get("valid") is False:
         print(f"exactbatch info: {report['error']}", file=sys.stderr)
@@ -96,7 +97,7 @@ def _info(a) -> int:
 def _convert(a) -> int:
     from exactbatch.tools.convert import convert, render
 
-    names = ("features", "labels", "force", "delimiter", "row_group_rows", "names")
+    names = ("features", "labels", "force", "delimiter", "row_group_rows", "names", "part_rows")
     out = convert(a.src, a.dst, header=not a.no_header, **_opts(a, *names))
     _print_json(out) if a.json else print(render(out))
     return 0
@@ -105,7 +106,7 @@ def _convert(a) -> int:
 def _shuffle(a) -> int:
     from exactbatch.tools.shuffle import render, shuffle_file
 
-    out = shuffle_file(a.src, a.dst, **_opts(a, "seed", "memory", "force", "tmp_dir"))
+    out = shuffle_file(a.src, a.dst, **_opts(a, "seed", "memory", "force", "tmp_dir", "part_rows"))
     _print_json(out) if a.json else print(render(out))
     return 0
 
@@ -177,12 +178,22 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "info",
         parents=[common],
-        help="what a file holds; is an .ndf intact?",
-        description="For an .ndf: n, d, l, the size and whether it matches the "
-        "header (exit 1 if not). For Parquet (a file or folder): rows, files, "
-        "row groups, columns and types, from the footers. Also .npy and CSV.",
+        help="what a file holds; is an .ndf (or a sharded dataset) intact?",
+        description="For an .ndf: n, d, l, the column names, the size and whether it matches the "
+        "header (exit 1 if not). For a sharded dataset (a folder with "
+        "manifest.json): n, d, l, the parts, and every part checked against the "
+        "manifest (exit 1 if one fails). For Parquet (a file or folder): rows, "
+        "files, row groups, columns and types, from the footers. Also .npy and CSV.",
     )
-    s.add_argument("path", help="an .ndf, Parquet file or folder, .npy or .csv")
+    s.add_argument(
+        "path", help="an .ndf, a sharded dataset, Parquet file or folder, .npy or .csv"
+    )
+    s.add_argument(
+        "--stats",
+        action="store_true",
+        help="also per-column mean, sd, min and max, in one pass over the rows "
+        "(.ndf, a sharded dataset, Parquet), to standardise with",
+    )
     s.set_defaults(run=_info)
 
     s = sub.add_parser(
@@ -194,8 +205,21 @@ def _parser() -> argparse.ArgumentParser:
         "(SRC by its magic or extension, DST by its extension, .ndf or "
         ".parquet). Values are stored as float64.",
     )
-    s.add_argument("src", help="Parquet file or folder, .csv (or .csv.gz), .npy, or .ndf")
-    s.add_argument("dst", help="the file to write: NAME.ndf, or NAME.parquet from an .ndf")
+    s.add_argument(
+        "src", help="Parquet file or folder, .csv (or .csv.gz), .npy, .ndf or a sharded dataset"
+    )
+    s.add_argument(
+        "dst",
+        help="the file to write: NAME.ndf, or NAME.parquet from an .ndf; with "
+        "--part-rows, the folder of a sharded dataset",
+    )
+    s.add_argument(
+        "--part-rows",
+        type=_positive_int,
+        metavar="R",
+        help="write a sharded dataset into the folder DST: a new part every R rows, "
+        "the manifest last",
+    )
     s.add_argument("--force", action="store_true", help="replace DST if it exists")
     s.add_argument(
         "--delimiter",
@@ -232,8 +256,19 @@ def _parser() -> argparse.ArgumentParser:
         "(an external-memory shuffle through bucket files when the data is "
         "larger). The cure for data sorted on disk before streaming it.",
     )
-    s.add_argument("src", help="the .ndf file to shuffle")
-    s.add_argument("dst", help="the .ndf file to write")
+    s.add_argument("src", help="the .ndf file or sharded dataset to shuffle")
+    s.add_argument(
+        "dst",
+        help="the .ndf file to write; a sharded dataset (a folder) when SRC is one "
+        "or --part-rows is given",
+    )
+    s.add_argument(
+        "--part-rows",
+        type=_positive_int,
+        metavar="R",
+        help="write a sharded dataset, a new part every R rows (default for a "
+        "dataset SRC: its largest part's rows)",
+    )
     s.add_argument("--seed", type=_seed, default=0, help="the shuffle's seed (default 0)")
     s.add_argument(
         "--memory",

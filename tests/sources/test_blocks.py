@@ -143,3 +143,49 @@ def test_a_loader_keeps_its_shuffle_buffer_across_epochs_and_the_order_is_unchan
         want = [xb[:, 0] for xb, _ in fresh]
         assert len(batches) == len(want)
         assert all(np.array_equal(a, b) for a, b in zip(batches, want, strict=True))
+
+
+# -- over a sharded dataset: blocks never cross a part boundary ------------------------------
+
+PART_SIZES = [13, 0, 30, 1, 21, 9]
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    from helpers import write_ndf_dataset
+
+    from exactbatch import open_ndf_dataset
+
+    with open_ndf_dataset(write_ndf_dataset(tmp_path / "ds", PART_SIZES, d=2, l=1)) as ds:
+        yield ds
+
+
+def test_blocks_of_a_dataset_stop_at_part_boundaries(sharded):
+    """Each part is cut into blocks from its first row; a part's last block is short."""
+    blocks = ndf_blocks(sharded, 8)
+    # parts: [0, 13), [13, 13), [13, 43), [43, 44), [44, 65), [65, 74)
+    assert blocks.chunk_starts.tolist() == [0, 8, 13, 21, 29, 37, 43, 44, 52, 60, 65, 73]
+    assert blocks.chunk_rows.tolist() == [8, 5, 8, 8, 8, 6, 1, 8, 8, 5, 8, 1]
+    assert blocks.n_rows == sum(PART_SIZES) == int(blocks.chunk_rows.sum())
+    for i in range(len(blocks)):
+        x, y = blocks.read_chunk(i)
+        a = int(blocks.chunk_starts[i])
+        assert x[:, 0].tolist() == list(range(a, a + int(blocks.chunk_rows[i])))
+        assert y.shape == (len(x), 1)
+
+
+def test_block_shuffle_over_a_dataset(sharded):
+    """The epoch law across shards; a shard opens only the parts its blocks lie in."""
+    n = sum(PART_SIZES)
+    got = []
+    for s in range(2):
+        loader = DataLoader(ndf_blocks(sharded, 6), 7, buffer_size=20, num_shards=2, shard_index=s)
+        got.append([xb[:, 0].astype(np.int64).tolist() for xb, _ in loader])
+        if s == 0:
+            assert sharded.open_parts == (0, 2)  # shard 0 owns rows [0, 37): parts 0 and 2
+    check_epoch(got, n=n, batch_size=7, drop_last=False, shuffle=True)
+
+
+def test_ndf_blocks_refuses_other_sources():
+    with pytest.raises(TypeError, match="NdfFile from open_ndf or an NdfDataset"):
+        ndf_blocks(np.zeros((3, 2)))

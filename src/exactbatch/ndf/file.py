@@ -37,10 +37,11 @@ from exactbatch.errors import NdfError
 from exactbatch.kernels import FileChanged, file_rows
 from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
 from exactbatch.ndf.guard import Lease
+from exactbatch.ndf.names import default_names, read_sidecar
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
-__all__ = ["LocalHandle", "NdfFile", "open_ndf"]
+__all__ = ["LocalHandle", "NdfFile", "Share", "open_ndf"]
 
 _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
@@ -66,6 +67,7 @@ class LocalHandle:
         "mtime",
         "n",
         "compiled",
+        "compiled_raw",
         "path",
         "row_bytes",
         "rows",
@@ -78,7 +80,7 @@ class LocalHandle:
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows = None  # (n,) of void rows over the mapping; None when no data
-        self.compiled = None  # the compiled core's rows of the mapping (kernels.file_rows)
+        self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
         if self.size > HEADER_SIZE:
             mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
             # Void rows have alignment 1, so np.take copies whole rows from the
@@ -87,6 +89,8 @@ class LocalHandle:
                 mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
             )
             self.compiled = file_rows(mm, HEADER_SIZE, n, d, l, fd, self.size, mtime)
+            # the same rows read whole (x then y, as d + l features): read_raw_into
+            self.compiled_raw = file_rows(mm, HEADER_SIZE, n, d + l, 0, fd, self.size, mtime)
         # The compiled core guards its copies itself; the lease is the pure path's guard.
         self.lease = Lease(fd) if self.rows is not None and self.compiled is None else None
         # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
@@ -135,6 +139,9 @@ class LocalHandle:
         compiled = self.compiled
         if compiled is None:
             return self._read_pure(idx, out_x, out_y)
+        self._guarded(compiled, idx, out_x, out_y)
+
+    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
         try:  # one guarded gather and one fstat, in C with the GIL released
             compiled.read(idx, out_x, out_y)
         except FileChanged:
@@ -161,7 +168,23 @@ class LocalHandle:
             if d == 0 and wide
             else np.empty((r, d + l), dtype=np.float64)
         )
-        runs = _runs(idx)
+        self.read_raw_into(idx, stage)
+        if stage is not out_x and d:
+            out_x[...] = stage[:, :d]
+        if stage is not out_y and l:
+            out_y[...] = stage[:, d:]
+
+    def read_raw_into(self, idx: np.ndarray, stage: np.ndarray, scattered: bool = False) -> None:
+        """Fill ``stage`` ((r, d + l) float64, C-contiguous) with rows ``idx``, x then y.
+        ``scattered``: the caller knows the rows are far apart: gather from the map
+        without looking for runs first."""
+        r = idx.shape[0]
+        if r == 0 or self.row_bytes == 0:
+            return
+        if self.compiled is not None:  # whole rows as d + l features: one guarded gather
+            self._guarded(self.compiled_raw, idx, stage, np.empty((r, 0)))
+            return
+        runs = None if scattered else _runs(idx)
         # Copies from the map are made under the lease, taken before the size check.
         held = None if runs is not None else self.lease.acquire()
         try:
@@ -170,9 +193,7 @@ class LocalHandle:
                 self.rows.take(idx, out=stage.view(self.rows.dtype).reshape(r), mode="clip")
             else:
                 rows, inverse, starts = runs or _runs(idx, always=True)
-                target = (
-                    stage if inverse is None else np.empty((len(rows), d + l), dtype=np.float64)
-                )
+                target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
                 raw = memoryview(target).cast("B")
                 rb = self.row_bytes
                 for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
@@ -182,10 +203,6 @@ class LocalHandle:
         finally:
             if held:
                 self.lease.release()
-        if stage is not out_x and d:
-            out_x[...] = stage[:, :d]
-        if stage is not out_y and l:
-            out_y[...] = stage[:, d:]
 
 
 def _runs(idx: np.ndarray, always: bool = False):
@@ -212,57 +229,34 @@ def _runs(idx: np.ndarray, always: bool = False):
     return rows, inverse, starts
 
 
-class NdfFile:
-    """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
+class Share:
+    """One holder's share of open rows (an NdfFile's handle, an NdfDataset's parts), kept
+    in ``_h``, whose ``read_rows_into`` reads them: ``close()`` lets go of it (idempotent),
+    ``closed`` says so, and a ``with`` block closes it; ``len()`` is ``n``, the rows; the
+    read methods below, and ``share()`` for another holder. Reading a closed share is a
+    ``ValueError``."""
 
-    Use :func:`open_ndf` to get one. Every read method may be called from
-    several threads at once. ``close()`` releases this object's share of the
-    file; loaders built over it keep their own share, and the descriptor
-    closes when the last holder lets go. Reading a closed NdfFile is a
-    ``ValueError``.
-    """
-
-    __slots__ = ("_h", "d", "l", "n", "path")
-
-    def __init__(self, handle):
-        self._h = handle
-        self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
+    __slots__ = ()
 
     def _handle(self):
         h = self._h
         if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
         return h
 
-    def share(self) -> NdfFile:
-        """Another holder of the same open file (what a loader keeps)."""
-        return NdfFile(self._handle())
+    def share(self):
+        """Another holder of the same open rows (what a loader keeps)."""
+        return type(self)(self._handle())
 
     @property
     def closed(self) -> bool:
         return self._h is None
 
-    @property
-    def guarded(self) -> bool:
-        """Can a truncation by another process never crash a read of this file?
-
-        True with the compiled core (:func:`exactbatch.backend`), whose copies
-        from the memory map run under a fault guard, on any POSIX system. On
-        the pure NumPy path: True on Linux for a local file you own (or with
-        CAP_LEASE), where copies from the map are made under a read lease
-        (see :mod:`exactbatch.ndf.guard`); False where the OS gives no lease:
-        a truncation during a copy of scattered rows would end the process
-        with SIGBUS.
-        """
-        lease = self._handle().lease
-        # None: no rows, or a URL: nothing is ever copied from a map
-        return lease is None or lease.guards()
-
     def close(self) -> None:
         """Let go of this share; idempotent."""
         self._h = None
 
-    def __enter__(self) -> NdfFile:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
@@ -270,10 +264,6 @@ class NdfFile:
 
     def __len__(self) -> int:
         return self.n
-
-    def __repr__(self) -> str:
-        state = "closed" if self._h is None else "open"
-        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
     def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row ``i`` as ``(x_row, y_row)`` of shapes (d,) and (l,)."""
@@ -310,14 +300,80 @@ class NdfFile:
         """
         h = self._h
         if h is None:
-            raise ValueError(f"{self.path}: read from a closed NdfFile")
+            raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
         h.read_rows_into(rows, out_x, out_y)
 
     def rows_reader(self):
-        """:meth:`read_rows_into` without the check for a closed NdfFile: the function a
+        """:meth:`read_rows_into` without the check for a closed share: the function a
         reader that holds its own share (a loader's) calls per batch, one Python call
         less on the hot path. Same arguments, unchecked, and the same errors."""
         return self._handle().read_rows_into
+
+class NdfFile(Share):
+    """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
+
+    Use :func:`open_ndf` to get one. Every read method may be called from
+    several threads at once. ``close()`` releases this object's share of the
+    file; loaders built over it keep their own share, and the descriptor
+    closes when the last holder lets go. Reading a closed NdfFile is a
+    ``ValueError``.
+
+    ``features`` and ``labels`` are the columns' names, read (once, on first
+    use) from the file's names sidecar ``path + ".json"``, which
+    ``save_ndf(..., features=, labels=)`` and ``exactbatch convert`` write;
+    ``x0..``/``y0..`` when it has none (:mod:`exactbatch.ndf.names`).
+    """
+
+    __slots__ = ("_h", "_names", "d", "l", "n", "path")
+
+    def __init__(self, handle):
+        self._h, self._names = handle, None
+        self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Names of the d feature columns (the sidecar's, else ``x0..x{d-1}``)."""
+        return self._column_names()[0]
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Names of the l label columns (the sidecar's, else ``y0..y{l-1}``)."""
+        return self._column_names()[1]
+
+    def _column_names(self):
+        if self._names is None:
+            h = self._handle()
+            remote = {} if isinstance(h, LocalHandle) else {"fs": h.fs.get(), "key": h.key}
+            stored = read_sidecar(self.path, self.n, self.d, self.l, **remote)
+            self._names = stored or default_names(self.d, self.l)
+        return self._names
+
+    @property
+    def guarded(self) -> bool:
+        """Can a truncation by another process never crash a read of this file?
+
+        True with the compiled core (:func:`exactbatch.backend`), whose copies
+        from the memory map run under a fault guard, on any POSIX system. On
+        the pure NumPy path: True on Linux for a local file you own (or with
+        CAP_LEASE), where copies from the map are made under a read lease
+        (see :mod:`exactbatch.ndf.guard`); False where the OS gives no lease:
+        a truncation during a copy of scattered rows would end the process
+        with SIGBUS.
+        """
+        lease = self._handle().lease
+        # None: no rows, or a URL: nothing is ever copied from a map
+        return lease is None or lease.guards()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else "open"
+        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
+
+    def read_raw_into(self, rows: np.ndarray, out: np.ndarray, scattered: bool = False) -> None:
+        """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with rows ``rows``
+        in that order, x then y per row (as on disk). Unchecked, like
+        :meth:`read_rows_into`. ``scattered=True`` says the rows are far apart (a
+        shuffled batch's), so no time is spent looking for runs of adjacent rows."""
+        self._handle().read_raw_into(rows, out, scattered)
 
     def read_block_into(self, start_row: int, out: np.ndarray) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with the ``r``

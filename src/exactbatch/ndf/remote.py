@@ -126,7 +126,8 @@ class RemoteHandle:
     """An ``.ndf`` object on a remote filesystem: the handle of an NdfFile over a URL.
 
     The read methods of :class:`~exactbatch.ndf.file.LocalHandle`, by ranged
-    reads: :meth:`read_rows_into` (coalesced), :meth:`read_block_into`,
+    reads: :meth:`read_rows_into` and :meth:`read_raw_into` (coalesced),
+    :meth:`read_block_into`,
     :meth:`will_need` (a no-op), with :meth:`check_size` and :meth:`fetch`
     under them. Attributes: ``path`` (the URL), ``n``, ``d``, ``l``,
     ``row_bytes``, ``size`` (bytes of a valid file), ``rows`` and ``lease``
@@ -251,6 +252,10 @@ class RemoteHandle:
         if isinstance(idx, slice):  # consecutive rows (an unshuffled loader)
             idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         read_remote_rows(self, idx, out_x, out_y)
+
+    def read_raw_into(self, idx: np.ndarray, stage: np.ndarray, scattered: bool = False) -> None:
+        """Rows ``idx`` into ``stage`` ((r, d + l), x then y per row)."""
+        read_remote_rows(self, idx, stage[:, : self.d], stage[:, self.d :])
 
 
 def open_url(url: str, storage_options: dict | None = None) -> RemoteHandle:

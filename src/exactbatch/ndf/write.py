@@ -14,6 +14,13 @@ target keeps its old bytes. No folder is created: a missing one is
   crash leaves no file that looks valid.
 - :func:`atomic_path` lends a temporary path to another writer (pyarrow).
 
+Both writers take optional column names (``features=``, ``labels=``), which
+go to the file's names sidecar, ``PATH.json`` (:mod:`exactbatch.ndf.names`),
+written atomically too: its temporary file is written before the data is
+renamed into place and renamed just after, so a failed write leaves neither.
+Written without names, a file loses the sidecar an earlier write left, which
+describes other data.
+
 A writer killed mid-write (SIGKILL, power loss) leaves its temporary file
 behind; the next writer of the same path removes such files whose writer
 process (on this host) is gone, so they do not pile up. (A writer in another
@@ -36,37 +43,115 @@ import numpy as np
 
 from exactbatch.dataset import Dataset
 from exactbatch.ndf.format import HEADER_SIZE, expected_size, pack_header
+from exactbatch.ndf.names import SIDECAR_FORMAT, check_names, sidecar_bytes, sidecar_path
 
 __all__ = [
     "AtomicFile",
+    "Committing",
+    "NamesSidecar",
     "NdfWriter",
+    "as_dataset",
     "atomic_path",
     "leaves_no_temps",
     "remove_own_temps",
     "save_ndf",
+    "write_ndf_to",
 ]
 
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
 
 
-def save_ndf(path, data) -> None:
+def save_ndf(path, data, *, features=None, labels=None) -> None:
     """Write ``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) to ``path``.
 
     Atomic: rows go to a temporary file in the same folder, which is flushed,
     fsynced and renamed over ``path``. On any error no new file is left
     behind and an existing file at ``path`` keeps its old bytes. No folders
     are created: a missing folder is ``FileNotFoundError``.
+
+    ``features``/``labels``: names of the d feature and l label columns
+    (lists of distinct strings; one side alone gives the other the default
+    names ``x0..``/``y0..``), written to the sidecar ``path + ".json"``
+    (see :mod:`exactbatch.ndf.names`), which ``open_ndf(path).features``
+    reads back. Checked before anything is written.
     """
     path = os.fspath(path)
+    data = as_dataset(data)
+    names = NamesSidecar(path, check_names(features, labels, data.d, data.l, path))
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                write_ndf_to(f, data)
+            names.prepare(data.n, data.d, data.l)
+    except BaseException:
+        names.abort()
+        raise
+    names.commit()
+
+
+def as_dataset(data) -> Dataset:
+    """``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) as a :class:`Dataset`."""
     if isinstance(data, tuple):
         if len(data) != 2:
             raise TypeError(f"data must be a Dataset or an (x, y) pair; got a {len(data)}-tuple")
-        data = Dataset(*data)
-    elif not isinstance(data, Dataset):
-        data = Dataset(data)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(pack_header(data.n, data.d, data.l))
-        _write_rows(f, data)
+        return Dataset(*data)
+    return data if isinstance(data, Dataset) else Dataset(data)
+
+
+def write_ndf_to(f, data: Dataset) -> None:
+    """Write ``data`` as a whole ``.ndf`` (header, then rows) to the binary file object ``f``.
+
+    Not atomic by itself: the caller makes ``f`` appear whole or not at all
+    (:func:`atomic_path` locally; an uncommitted upload for a URL).
+    """
+    f.write(pack_header(data.n, data.d, data.l))
+    _write_rows(f, data)
+
+
+class NamesSidecar:
+    """The names sidecar of the ``.ndf`` being written at ``path``, in step with the data.
+
+    ``names`` is ``(features, labels)`` from :func:`~exactbatch.ndf.names.check_names`,
+    or None. :meth:`prepare` (before the data's rename) writes the sidecar's
+    temporary file; :meth:`commit` (just after) renames it into place, or,
+    without names, removes a sidecar of ours an earlier write left;
+    :meth:`abort` removes the temporary file.
+    """
+
+    __slots__ = ("_out", "names", "path")
+
+    def __init__(self, path, names):
+        self.path, self.names, self._out = sidecar_path(path), names, None
+
+    def prepare(self, n: int, d: int, l: int) -> None:  # noqa: E741
+        if self.names is None:
+            return
+        self._out = AtomicFile(self.path)
+        _write_all(self._out.fd, sidecar_bytes(*self.names, n, d, l))
+
+    def commit(self) -> None:
+        if self._out is not None:
+            self._out.commit()
+        elif self.names is None:
+            _remove_stale_sidecar(self.path)
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.abort()
+
+
+def _remove_stale_sidecar(path: str) -> None:
+    """Remove ``path`` if it is a names sidecar (of the data just replaced)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return
+    if SIDECAR_FORMAT.encode() in head:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _write_rows(f, data: Dataset) -> None:
@@ -177,20 +262,50 @@ def _write_all(fd: int, buf) -> None:
         view = view[os.write(fd, view) :]
 
 
-class NdfWriter:
+class Committing:
+    """A writer used as a context manager: a clean exit calls ``commit()``, an exception
+    ``abort()``."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class NdfWriter(Committing):
     """Write an ``.ndf`` file row slab by row slab; atomic on :meth:`commit`.
 
     ``n`` is the row count when known up front (it is then checked at
     commit); None when it is only known at the end. Use as a context manager:
     a clean exit commits, an exception aborts. ``before_rename``: as
-    :class:`AtomicFile`'s.
+    :class:`AtomicFile`'s. ``features``/``labels``: column names for the
+    sidecar, as :func:`save_ndf`'s (checked here, written at commit).
     """
 
-    def __init__(self, path, d: int, l: int, n: int | None = None, *, before_rename=None):  # noqa: E741
+    def __init__(
+        self,
+        path,
+        d: int,
+        l: int,  # noqa: E741
+        n: int | None = None,
+        *,
+        before_rename=None,
+        features=None,
+        labels=None,
+    ):
         self.path = os.fspath(path)
         self.d, self.l, self.n = int(d), int(l), n
         self.row_bytes = 8 * (self.d + self.l)
         self.rows = 0
+        self._names = NamesSidecar(
+            self.path, check_names(features, labels, self.d, self.l, self.path)
+        )
         self._out = AtomicFile(self.path, before_rename)
         try:
             _write_all(self._out.fd, bytes(HEADER_SIZE))  # the real header comes at commit
@@ -221,8 +336,14 @@ class NdfWriter:
         self.rows += len(view) // self.row_bytes
 
     def commit(self) -> None:
-        """Write the header, fsync, rename over the destination, fsync the folder."""
-        self._out.commit(self._finish)
+        """Write the header, fsync, rename over the destination, fsync the folder;
+        then the names sidecar's rename."""
+        try:
+            self._out.commit(self._finish)
+        except BaseException:
+            self._names.abort()
+            raise
+        self._names.commit()
 
     def _finish(self) -> None:
         if self.n is not None and self.rows != self.n:
@@ -234,19 +355,12 @@ class NdfWriter:
         size = os.fstat(fd).st_size
         if size != expected_size(self.rows, self.d, self.l):  # pragma: no cover - a bug
             raise ValueError(f"{self.path}: wrote {size} bytes, expected another size")
+        self._names.prepare(self.rows, self.d, self.l)
 
     def abort(self) -> None:
-        """Close and remove the temporary file; the destination is untouched."""
+        """Close and remove the temporary files; the destination is untouched."""
+        self._names.abort()
         self._out.abort()
-
-    def __enter__(self) -> NdfWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 @contextlib.contextmanager
@@ -261,6 +375,7 @@ def leaves_no_temps(path):
         yield
     except BaseException:
         remove_own_temps(path)
+        remove_own_temps(sidecar_path(path))  # the names sidecar's, written with it
         raise
 
 

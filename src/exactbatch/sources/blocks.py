@@ -11,6 +11,14 @@ the whole file, so on data sorted on disk batches are only locally mixed
 (see :mod:`exactbatch.batching.buffer`). Shuffle a sorted file once on disk
 first. A block is ``block_rows`` rows; pick blocks of a few MiB and a buffer
 of many blocks.
+
+Over a sharded dataset (:class:`~exactbatch.ndf.dataset.NdfDataset`) blocks
+never cross a part boundary: each part is cut into blocks of ``block_rows``
+from its first row, and a part's last block holds what is left (fewer rows).
+So every block is still one positional read (one ranged GET for a URL) of
+one file, and a loader shard opens only the parts of the blocks it owns.
+The cost: up to one short block per part (chunks are uneven, as Parquet
+row groups are).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.ndf import NdfFile
+from exactbatch.ndf import NdfDataset, NdfFile
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -26,20 +34,26 @@ DEFAULT_BLOCK_BYTES = 4 << 20
 
 
 class NdfBlocks:
-    """A chunk-indexed source over an NdfFile: chunk i is rows [i*B, (i+1)*B).
+    """A chunk-indexed source over an NdfFile or an NdfDataset: chunk i is the
+    ``chunk_rows[i]`` rows from ``chunk_starts[i]`` on (``block_rows`` each, but the
+    last of the file, or of each part of a dataset).
 
     Has ``n_rows`` (no counting pass), ``chunk_rows``, ``d``, ``l`` and
-    ``read_chunk(i)``; holds its own share of the open file.
+    ``read_chunk(i)``; holds its own share of the open file or dataset.
     """
 
-    def __init__(self, f: NdfFile, block_rows: int):
+    def __init__(self, f: NdfFile | NdfDataset, block_rows: int):
         self.file = f.share()
         self.n_rows, self.d, self.l = f.n, f.d, f.l
         self.block_rows = block_rows
-        full, last = divmod(f.n, block_rows)
-        self.chunk_rows = np.full(full + (last > 0), block_rows, dtype=np.int64)
-        if last:
-            self.chunk_rows[-1] = last
+        bounds = f.starts if isinstance(f, NdfDataset) else np.array([0, f.n], dtype=np.int64)
+        # each part (a file: one part) cut into blocks from its own first row on
+        starts, rows = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            first = np.arange(a, b, block_rows, dtype=np.int64)
+            starts.append(first)
+            rows.append(np.minimum(block_rows, b - first))
+        self.chunk_starts, self.chunk_rows = np.concatenate(starts), np.concatenate(rows)
 
     def __len__(self) -> int:
         return len(self.chunk_rows)
@@ -48,7 +62,7 @@ class NdfBlocks:
         return f"NdfBlocks({self.file.path!r}, {len(self)} blocks of {self.block_rows} rows)"
 
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        start = i * self.block_rows
+        start = int(self.chunk_starts[i])
         rows = int(self.chunk_rows[i])
         # One positional read of the whole block; x and y are views of its rows
         # (the buffer copies them out), so nothing is copied twice.
@@ -59,23 +73,29 @@ class NdfBlocks:
     def will_need(self, i: int) -> None:
         """Block ``i`` is read soon: ask the kernel to start reading it now, so that
         reads in shuffled block order keep the disk as busy as a sequential read."""
-        self.file.will_need(i * self.block_rows, int(self.chunk_rows[i]))
+        self.file.will_need(int(self.chunk_starts[i]), int(self.chunk_rows[i]))
 
     def __iter__(self):
         for i in range(len(self)):
             yield self.read_chunk(i)
 
 
-def ndf_blocks(f: NdfFile, block_rows: int | None = None) -> NdfBlocks:
+def ndf_blocks(f: NdfFile | NdfDataset, block_rows: int | None = None) -> NdfBlocks:
     """Read ``f`` in contiguous blocks of ``block_rows`` rows (default: about 4 MiB).
+
+    ``f`` is an open ``.ndf`` file, or a sharded dataset (whose blocks never
+    cross a part boundary: see the module's docs).
 
     Pass the result to :class:`DataLoader` with ``shuffle=True`` and a
     ``buffer_size`` of many blocks: the block order is shuffled every epoch
     and rows are mixed in the buffer. ``block_rows`` is a Python or NumPy
     int >= 1 (else ``TypeError``, or ``ValueError`` below 1).
     """
-    if not isinstance(f, NdfFile):
-        raise TypeError(f"ndf_blocks needs an NdfFile from open_ndf; got {type(f).__name__}")
+    if not isinstance(f, (NdfFile, NdfDataset)):
+        raise TypeError(
+            "ndf_blocks needs an NdfFile from open_ndf or an NdfDataset from open_ndf_dataset; "
+            f"got {type(f).__name__}"
+        )
     if block_rows is None:
         block_rows = max(1, DEFAULT_BLOCK_BYTES // max(8, 8 * (f.d + f.l)))
     return NdfBlocks(f, check_int("block_rows", block_rows, 1))

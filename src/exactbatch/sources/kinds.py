@@ -3,7 +3,8 @@
 :func:`open_source` turns what a user passes to ``DataLoader`` into either
 
 * a random-access reader (:mod:`exactbatch.sources.random_access`): a
-  :class:`Dataset`, an :class:`NdfFile`, an array ``x`` (anything NumPy
+  :class:`Dataset`, an :class:`NdfFile`, an :class:`NdfDataset` (a sharded
+  dataset), an array ``x`` (anything NumPy
   views as an array: an ndarray, a CPU torch tensor, a pandas or polars
   DataFrame, read as :mod:`exactbatch.arrays` says) or a pair ``(x, y)``;
   every epoch is then a full permutation;
@@ -23,7 +24,7 @@ import collections.abc as cabc
 
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
-from exactbatch.ndf import NdfFile
+from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.sources.chunks import FactoryStream, IndexedStream, IterableStream, Stream
 from exactbatch.sources.random_access import MemoryReader, NdfReader
 
@@ -32,7 +33,7 @@ __all__ = ["open_source"]
 
 def open_source(source) -> MemoryReader | NdfReader | Stream:
     """A random-access reader for ``source``, or a stream; ``TypeError`` for neither."""
-    if isinstance(source, NdfFile):
+    if isinstance(source, (NdfFile, NdfDataset)):
         return NdfReader(source)
     if isinstance(source, Dataset):
         return MemoryReader(source)
@@ -58,7 +59,8 @@ def open_source(source) -> MemoryReader | NdfReader | Stream:
     if isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes)):
         return IterableStream(source)
     raise TypeError(
-        "source must be a Dataset, an NdfFile, an array x, a pair (x, y), a parquet_source, "
-        "a zero-argument callable returning an iterator of chunks, or a re-iterable of chunks; "
+        "source must be a Dataset, an NdfFile, an NdfDataset, an array x, a pair (x, y), "
+        "a parquet_source, a zero-argument callable returning an iterator of chunks, "
+        "or a re-iterable of chunks; "
         f"got {type(source).__name__}"
     )

@@ -43,13 +43,40 @@ from exactbatch.urls import (
 )
 
 __all__ = [
+    "LABELS_METADATA_KEY",
     "ParquetSource",
+    "is_numeric_type",
     "list_local_files",
     "list_url_files",
     "parquet_source",
+    "recorded_labels",
     "url_identity",
     "url_parquet_file",
 ]
+
+# Parquet schema metadata naming the label columns (comma-separated), written by
+# ``exactbatch convert`` (.ndf -> Parquet); parquet_source reads it when labels is not given.
+LABELS_METADATA_KEY = b"exactbatch.labels"
+
+
+class _NotGiven(tuple):
+    """The default of ``labels``: no labels, unless the files record theirs. An empty
+    tuple everywhere else; it shows as ``()`` in signatures."""
+
+    def __repr__(self) -> str:
+        return "()"
+
+
+_NOT_GIVEN = _NotGiven()
+
+
+def recorded_labels(schema) -> list[str] | None:
+    """The label columns a Parquet schema's metadata records (``LABELS_METADATA_KEY``),
+    or None when it records none."""
+    raw = (schema.metadata or {}).get(LABELS_METADATA_KEY)
+    if raw is None:
+        return None
+    return [c for c in raw.decode().split(",") if c]
 
 
 def _pq():
@@ -87,7 +114,8 @@ def list_local_files(path, pattern: str) -> list[str]:
     raise TypeError(f"path must be a file, a folder or a list of files; got {path!r}")
 
 
-def _is_numeric(arrow_type) -> bool:
+def is_numeric_type(arrow_type) -> bool:
+    """Can a column of this Arrow type be read as float64 (integer, floating, boolean)?"""
     import pyarrow.types as pat
 
     return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
@@ -117,7 +145,7 @@ class ParquetSource:
     float64 ``(x, y)``; iterating yields every chunk in order.
     """
 
-    def __init__(self, files, features, labels, fs=None):
+    def __init__(self, files, features, labels=_NOT_GIVEN, fs=None):
         _pq()
         _check_names(features, labels)
         self.files = files
@@ -137,6 +165,9 @@ class ParquetSource:
                 raise
             except Exception as e:  # ArrowInvalid (a ValueError), OSError, NotImplementedError...
                 raise ValueError(f"{f}: not a readable Parquet file ({e})") from e
+            if fi == 0 and labels is _NOT_GIVEN:
+                taken = set(features or ())
+                self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
             if features is None and fi == 0:
                 features = [n for n in schema.names if n not in self.labels]
             self._check_schema(f, schema, list(features) + list(self.labels))
@@ -169,7 +200,7 @@ class ParquetSource:
                 f"(found {schema.names}), so which column is meant is ambiguous"
             )
         types = {c: schema.field(c).type for c in columns}
-        bad = [f"{c} ({t})" for c, t in types.items() if not _is_numeric(t)]
+        bad = [f"{c} ({t})" for c, t in types.items() if not is_numeric_type(t)]
         if bad:
             raise ValueError(
                 f"{f}: non-numeric column(s) {bad}; features and labels must be "
@@ -240,7 +271,7 @@ def parquet_source(
     path,
     *,
     features=None,
-    labels=(),
+    labels=_NOT_GIVEN,
     pattern: str = "*.parquet",
     storage_options: dict | None = None,
 ) -> ParquetSource:
@@ -248,6 +279,11 @@ def parquet_source(
 
     ``features`` are the feature columns (None: every column not in
     ``labels``, in the first file's order); ``labels`` the label columns.
+    When ``labels`` is not given, the label columns the first file's schema
+    metadata records (key ``exactbatch.labels``, which ``exactbatch convert``
+    writes from an ``.ndf``) are the labels, less any named in ``features``;
+    without such metadata there are none. ``labels=()`` says "no labels"
+    whatever the metadata records.
     A column named twice - in both, or twice in one - is a ``ValueError``
     naming it (a label among the features would leak it into the input).
     Every file must have them all, numeric (integer, floating or boolean),

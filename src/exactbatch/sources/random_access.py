@@ -1,4 +1,5 @@
-"""Random-access readers: fetch any rows of an in-memory array pair or an .ndf file.
+"""Random-access readers: fetch any rows of an in-memory array pair, an .ndf file or a
+sharded .ndf dataset.
 
 A reader has ``n``, ``d``, ``l`` and ``read(rows, out_x, out_y)`` where
 ``rows`` is a ``slice`` of consecutive rows or an int32/int64 array of row
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from exactbatch.dataset import Dataset
 from exactbatch.kernels import memory_rows
-from exactbatch.ndf import NdfFile
+from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.urls import is_url
 
 __all__ = ["MemoryReader", "NdfReader"]
@@ -44,9 +45,11 @@ class MemoryReader:
 
 
 class NdfReader:
-    """Rows of an ``.ndf`` file, through this reader's own share of the open file."""
+    """Rows of an ``.ndf`` file, or of a sharded dataset, through this reader's own share
+    of it. An :class:`NdfDataset` reads as its parts concatenated; it opens a part at the
+    first read of a row in it, so a shard's reader opens only its shard's parts."""
 
-    def __init__(self, f: NdfFile):
+    def __init__(self, f: NdfFile | NdfDataset):
         self.file = f.share()
         self.n, self.d, self.l = f.n, f.d, f.l
         # The handle's own read, called per batch (this reader's share stays open

@@ -12,6 +12,7 @@ import threading
 __all__ = [
     "CliError",
     "catch_signals",
+    "check_dataset_output",
     "check_interrupt",
     "check_output",
     "detect_format",
@@ -166,14 +167,16 @@ def _strip_compression(path: str) -> str:
 
 
 def detect_format(path) -> str:
-    """``"ndf"``, ``"parquet"``, ``"csv"`` or ``"npy"``: by magic number, then extension.
+    """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
+    then extension.
 
-    A folder is Parquet (its ``*.parquet`` files). A missing path is the OS's
+    A folder holding ``manifest.json`` is a sharded ``.ndf`` dataset; any other
+    folder is Parquet (its ``*.parquet`` files). A missing path is the OS's
     ``FileNotFoundError``; anything unrecognised a :class:`CliError`.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        return "parquet"
+        return "dataset" if os.path.isfile(os.path.join(path, "manifest.json")) else "parquet"
     with open(path, "rb") as f:  # FileNotFoundError / PermissionError as the OS says
         head = f.read(8)
     for magic, fmt in _MAGICS:
@@ -207,6 +210,20 @@ def check_output(dst, force: bool) -> str:
     folder = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(folder):
         raise CliError(f"{dst}: folder {folder} does not exist")
+    return dst
+
+
+def check_dataset_output(dst, force: bool) -> str:
+    """A folder to write a sharded dataset into: not a file; if it exists, empty (or
+    ``force``: its old dataset is replaced); its parent folder must exist."""
+    dst = os.fspath(dst)
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise CliError(f"{dst}: is a file; a sharded dataset is written into a folder")
+    if os.path.isdir(dst) and os.listdir(dst) and not force:
+        raise CliError(f"{dst}: folder already exists and is not empty (pass --force to replace)")
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(parent):
+        raise CliError(f"{dst}: folder {parent} does not exist")
     return dst
 
 

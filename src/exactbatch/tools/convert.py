@@ -16,36 +16,49 @@ What it promises, and what it costs:
   Values are stored as float64; nulls and empty CSV cells become NaN.
 * A CSV's row count is not known until its end, so the .ndf header is
   written last (see :class:`~exactbatch.ndf.write.NdfWriter`).
-* ``.ndf`` -> Parquet writes float64 columns ``x0..x{d-1}, y0..y{l-1}``
-  (or ``names``) in row groups of ``row_group_rows`` rows and records the
-  label columns in the schema metadata, so converting back keeps the split.
+* Column names travel: Parquet and CSV -> .ndf writes the chosen columns'
+  names to the .ndf's names sidecar (``DST.json``, see
+  :mod:`exactbatch.ndf.names`), or to the manifest of a sharded dataset (a
+  ``.npy`` has none to write).
+* ``.ndf`` -> Parquet writes float64 columns named from the .ndf's sidecar
+  or the dataset's manifest (``x0..x{d-1}, y0..y{l-1}`` without one, or
+  ``names``) in row groups of ``row_group_rows`` rows and records the label
+  columns in the schema metadata, so converting back (and
+  ``parquet_source``) keeps the split.
+* With ``part_rows`` the output is a sharded dataset (a folder): a new part
+  every ``part_rows`` rows, each atomic, the manifest last (a failure leaves
+  no manifest and no part). A sharded dataset is read as input like an
+  ``.ndf`` (its parts in order, each checked against the manifest first).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.arrow import fill_float64 as _fill_float64
+from exactbatch.sources.parquet import LABELS_METADATA_KEY, recorded_labels
 from exactbatch.tools.common import (
     CliError,
+    check_dataset_output,
     check_interrupt,
     check_output,
     detect_format,
     output_format,
     progress,
+    resolve_columns,
     split_columns,
 )
-from exactbatch.tools.ndf_stream import SLAB_BYTES, read_blocks
+from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
 
 __all__ = ["convert", "csv_schema", "render"]
 
-_LABELS_KEY = b"exactbatch.labels"  # Parquet schema metadata: the label columns
 _CSV_BLOCK_BYTES = 1 << 20
 
 
@@ -107,9 +120,14 @@ class _ParquetInput:
         except (OSError, ValueError) as e:
             raise CliError(f"{files[0]}: not a readable Parquet file ({e})") from e
         names = schema.names
-        meta = schema.metadata or {}
-        if labels is None and _LABELS_KEY in meta:  # written by .ndf -> Parquet
-            labels = meta[_LABELS_KEY].decode() or None
+        if labels is None:  # as parquet_source: the recorded labels, less chosen features
+            taken = set(resolve_columns(features, names, path, "--features") or ())
+            recorded = [
+                c
+                for c in recorded_labels(schema) or ()
+                if c not in names or names.index(c) not in taken
+            ]
+            labels = ",".join(recorded) or None
         feat, lab = split_columns(features, labels, names, path)
         try:  # checks that every file has these columns, numeric
             src = parquet_source(
@@ -121,6 +139,7 @@ class _ParquetInput:
         self.columns = [*src.features, *src.labels]
         self.d, self.l = src.d, src.l
         self.total, self.unit = self.n, "rows"
+        self.names = True
 
     def blocks(self):
         import pyarrow.parquet as pq
@@ -187,6 +206,7 @@ class _CsvInput:
             for c in self.columns
         }
         self.d, self.l, self.n = len(feat), len(lab), None
+        self.names = True
         self.compressed = self.path.lower().endswith((".gz", ".bz2", ".zst", ".lz4"))
         self.total = None if self.compressed else os.path.getsize(self.path)
         self.unit = "rows" if self.compressed else "B"
@@ -252,6 +272,7 @@ class _NpyInput:
         self.columns = [str(j) for j in self.cols]
         self.d, self.l, self.n = len(feat), len(lab), shape[0]
         self.total, self.unit = self.n, "rows"
+        self.names = None  # positions, not names
 
     def blocks(self):
         n, k = self.shape
@@ -269,6 +290,25 @@ class _NpyInput:
             yield np.array(slab if whole else slab[:, self.cols], dtype=np.float64), len(rows)
 
 
+class _NdfInput:
+    """An .ndf file or a sharded dataset (every part checked first), read front to back
+    in slabs; a dataset's column names come from its manifest."""
+
+    def __init__(self, path):
+        inp = self.inp = ndf_regions(path)
+        self.d, self.l, self.n = inp.d, inp.l, inp.n
+        self.names = None if inp.features is None and inp.labels is None else True
+        feats = inp.features or [f"x{j}" for j in range(inp.d)]
+        self.columns = [*feats, *(inp.labels or [f"y{k}" for k in range(inp.l)])]
+        self.total, self.unit = self.n, "rows"
+
+    def blocks(self, rows: int | None = None):
+        width = self.d + self.l
+        rows = rows or max(1, SLAB_BYTES // max(8, 8 * width))
+        for raw in region_blocks(self.inp.regions, 8 * width, rows):
+            yield raw.view("<f8").reshape(len(raw), width), len(raw)
+
+
 def convert(
     src,
     dst,
@@ -280,29 +320,48 @@ def convert(
     header=True,
     row_group_rows=65536,
     names=None,
+    part_rows=None,
     bar=True,
 ) -> dict:
-    """Convert ``src`` to ``dst`` (formats from the files); returns a summary dict."""
+    """Convert ``src`` to ``dst`` (formats from the files); returns a summary dict.
+
+    With ``part_rows``, ``dst`` is a folder to write a sharded dataset into,
+    a new part every ``part_rows`` rows (from Parquet, CSV, .npy, an .ndf or
+    another dataset). A sharded dataset reads like an .ndf file as ``src``.
+    """
     force, header = check_flag("force", force), check_flag("header", header)
     bar = check_flag("bar", bar)
     row_group_rows = check_int("row_group_rows", row_group_rows, 1)
     src, dst = os.fspath(src), os.fspath(dst)
-    src_fmt, dst_fmt = detect_format(src), output_format(dst)
-    check_output(dst, force)
+    src_fmt = detect_format(src)
+    if part_rows is not None:
+        part_rows, dst_fmt = check_int("part_rows", part_rows, 1), "dataset"
+        check_dataset_output(dst, force)
+    else:
+        dst_fmt = output_format(dst)
+        check_output(dst, force)
     t0 = time.perf_counter()
-    if names is not None and not (src_fmt == "ndf" and dst_fmt == "parquet"):
+    from_ndf = src_fmt in ("ndf", "dataset")
+    if names is not None and not (from_ndf and dst_fmt == "parquet"):
         raise CliError(f"{src}: --names only names the columns of an .ndf written as Parquet")
-    if dst_fmt == "ndf":
-        if src_fmt == "ndf":
-            raise CliError(f"{src}: already an .ndf file (to reorder it: exactbatch shuffle)")
-        if src_fmt == "parquet":
+    if dst_fmt in ("ndf", "dataset"):
+        if src_fmt == "ndf" and dst_fmt == "ndf":
+            raise CliError(
+                f"{src}: already an .ndf file (to reorder it: exactbatch shuffle; to cut it "
+                "into parts: --part-rows)"
+            )
+        if from_ndf:
+            if features is not None or labels is not None:
+                raise CliError(f"{src}: --features/--labels choose columns of Parquet, CSV, .npy")
+            inp = _NdfInput(src)
+        elif src_fmt == "parquet":
             inp = _ParquetInput(src, features, labels)
         elif src_fmt == "csv":
             inp = _CsvInput(src, features, labels, delimiter, header)
         else:
             inp = _NpyInput(src, features, labels)
-        out = _to_ndf(inp, src, dst, bar)
-    elif src_fmt == "ndf":
+        out = _to_ndf(inp, src, dst, bar, part_rows)
+    elif from_ndf:
         out = _ndf_to_parquet(src, dst, features, labels, row_group_rows, names, bar)
     else:
         raise CliError(f"{src}: can only convert {src_fmt} to .ndf; name the output .ndf")
@@ -312,16 +371,32 @@ def convert(
         src_format=src_fmt,
         dst_format=dst_fmt,
         seconds=round(time.perf_counter() - t0, 3),
-        size_bytes=os.path.getsize(dst),
+        size_bytes=_size(dst),
     )
     return out
 
 
-def _to_ndf(inp, src, dst, bar) -> dict:
-    errors = _read_errors()
+def _size(path: str) -> int:
+    """Bytes of a file, or of the files of a folder (a dataset)."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+
+
+def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
+    errors = _read_errors() if not isinstance(inp, _NdfInput) else (OSError, ValueError)
+    # the columns' names, where they have some: to the file's sidecar or the manifest
+    names = {}
+    if inp.names:
+        names = {"features": inp.columns[: inp.d], "labels": inp.columns[inp.d :]}
+    if part_rows is None:
+        writer = partial(NdfWriter, dst, inp.d, inp.l, inp.n, **names)
+    else:
+        writer = partial(NdfDatasetWriter, dst, inp.d, inp.l, part_rows, n=inp.n, **names)
+    # made inside leaves_no_temps: a Ctrl-C just after it made its temporary file
     with (
         leaves_no_temps(dst),
-        NdfWriter(dst, inp.d, inp.l, inp.n, before_rename=check_interrupt) as w,
+        writer(before_rename=check_interrupt) as w,
         progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
     ):
         try:
@@ -333,22 +408,24 @@ def _to_ndf(inp, src, dst, bar) -> dict:
             raise CliError(f"{src}: {msg} (after {w.rows:,} rows; nothing written to {dst})") from e
         if w.rows == 0:  # a header-only CSV, say: an .ndf of it would give empty epochs
             raise CliError(f"{src}: no rows of data to convert; nothing written to {dst}")
-    return {
+    out = {
         "rows": w.rows,
         "d": inp.d,
         "l": inp.l,
         "features": inp.columns[: inp.d],
         "labels": inp.columns[inp.d :],
     }
+    if part_rows is not None:
+        out["parts"] = len(w.parts)
+    return out
 
 
 def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) -> dict:
     pa = _arrow()
     import pyarrow.parquet as pq
 
-    with open_ndf(src) as f:
-        n, d, l = f.n, f.d, f.l  # noqa: E741
-    names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
+    inp = _NdfInput(src)
+    n, d, l, names = inp.n, inp.d, inp.l, inp.columns  # the sidecar's or manifest's names  # noqa: E741
     if labels is None and features is None:
         feat, lab = list(range(d)), list(range(d, d + l))
     else:
@@ -367,7 +444,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
         columns = given
     schema = pa.schema(
         [(c, pa.float64()) for c in columns],
-        metadata={_LABELS_KEY: ",".join(columns[len(feat) :]).encode()},
+        metadata={LABELS_METADATA_KEY: ",".join(columns[len(feat) :]).encode()},
     )
     rows = 0
     with leaves_no_temps(dst), atomic_path(dst, before_rename=check_interrupt) as tmp:
@@ -375,14 +452,13 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
             pq.ParquetWriter(tmp, schema) as w,
             progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,
         ):
-            for raw in read_blocks(src, HEADER_SIZE, n, 8 * (d + l), row_group_rows):
-                block = raw.view("<f8").reshape(len(raw), d + l)  # (rows, d + l)
+            for block, _ in inp.blocks(row_group_rows):  # (rows, d + l)
                 arrays = [_float64_array(block[:, j]) for j in cols]
                 w.write_table(
                     pa.Table.from_arrays(arrays, schema=schema), row_group_size=row_group_rows
                 )
-                rows += len(raw)
-                pb.update(len(raw))
+                rows += len(block)
+                pb.update(len(block))
     return {
         "rows": rows,
         "d": len(feat),

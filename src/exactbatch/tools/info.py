@@ -1,30 +1,148 @@
 """``exactbatch info``: what a file holds, read from its header or footer only.
 
-For an ``.ndf``: n, d, l, the size on disk, the size the header implies, and
-whether they agree (a malformed file is reported with :func:`open_ndf`'s
-message, and ``valid`` is False). For Parquet (a file or a folder): rows,
-files, row groups and their sizes, columns and types, all from the footers:
-no data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
+For an ``.ndf``: n, d, l, the column names (from its names sidecar;
+``x0..``, ``y0..`` without one), the size on disk, the size the header
+implies, and whether they agree (a malformed file, or a sidecar that does
+not match it, is reported with its error, and ``valid`` is False). For a
+sharded dataset (a folder holding ``manifest.json``): n, d, l, the parts
+and their sizes and the names from the manifest, and every part opened and
+checked against it, with a progress bar (each bad part reported with its
+error, and ``valid`` False). For Parquet (a file or a folder): rows, files,
+row groups and their sizes, columns and types, all from the footers: no
+data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
 types pyarrow infers from the first block (rows are not counted).
+
+``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
+sd, min and max, computed in one streaming pass over the rows (slab by
+slab; see :mod:`exactbatch.stats`): for an ``.ndf`` or a sharded dataset
+every column, for Parquet every numeric column. Memory: one slab (Parquet:
+one row group).
 """
 
 from __future__ import annotations
 
 import os
 
+from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
-from exactbatch.ndf import open_ndf
+from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
-from exactbatch.tools.common import CliError, detect_format, format_bytes
+from exactbatch.stats import ColumnStats
+from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
+from exactbatch.tools.ndf_stream import SLAB_BYTES
 
 __all__ = ["info", "render"]
 
 
-def info(path) -> dict:
-    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf."""
+def info(path, *, stats: bool = False, bar: bool = True) -> dict:
+    """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf.
+
+    ``stats``: add ``report["stats"]``, one dict per column (``name``,
+    ``count``, ``nan``, ``mean``, ``sd``, ``min``, ``max``), from one pass
+    over the data (.ndf and Parquet only); ``bar``: a progress bar meanwhile.
+    """
+    stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
     fmt = detect_format(path)
-    return {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+    if fmt == "dataset":
+        report = _dataset(path, bar)
+    else:
+        report = {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+    if stats:
+        if fmt not in ("ndf", "dataset", "parquet"):
+            raise CliError(f"{path}: --stats reads .ndf or Parquet; convert this {fmt} first")
+        if report.get("valid") is not False:
+            report["stats"] = (_parquet_stats if fmt == "parquet" else _ndf_stats)(path, fmt, bar)
+    return report
+
+
+def _ndf_stats(path: str, fmt: str, bar: bool) -> list[dict]:
+    """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
+    straddles two parts of a dataset: one read each)."""
+    import numpy as np
+
+    from exactbatch.ndf import open_ndf_dataset
+    from exactbatch.ndf.names import default_names
+
+    opener = open_ndf_dataset if fmt == "dataset" else open_ndf
+    with opener(path) as src:
+        n, d, l = src.n, src.d, src.l  # noqa: E741
+        fx, fy = default_names(d, l)
+        names = [*(src.features or fx), *(src.labels or fy)]
+        acc = ColumnStats(d + l)
+        step = max(1, SLAB_BYTES // (8 * max(1, d + l)))
+        starts = np.asarray(getattr(src, "starts", [0, n]))[:-1].tolist()  # parts' first rows
+        bounds = sorted({*range(0, n, step), *starts, n})
+        slab = np.empty((min(step, n), d + l))
+        with progress(n, f"stats {os.path.basename(path)}", "rows", bar) as pb:
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                block = slab[: b - a]  # (rows, d + l), x then y
+                src.read_block_into(a, block)
+                acc.update(block)
+                pb.update(b - a)
+    return acc.table(names)
+
+
+def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from exactbatch.sources.parquet import (
+        is_numeric_type,
+        list_local_files,
+        parquet_source,
+        recorded_labels,
+    )
+
+    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    labels = recorded_labels(schema) or []
+    numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
+    src = parquet_source(path, features=numeric, labels=labels)
+    acc = ColumnStats(src.d + src.l)
+    with progress(src.n_rows, f"stats {os.path.basename(path)}", "rows", bar) as pb:
+        for x, y in src:
+            acc.update(np.concatenate((x, y), axis=1))  # (rows, d + l)
+            pb.update(len(x))
+    return acc.table([*src.features, *src.labels])
+
+
+_MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
+
+
+def _dataset(path: str, bar: bool) -> dict:
+    out = {"path": path, "format": "dataset"}
+    try:
+        ds = open_ndf_dataset(path)
+    except NdfError as e:
+        return {**out, "valid": False, "error": str(e)}
+    sizes = sorted(p.n for p in ds.parts)
+    out.update(
+        n=ds.n,
+        d=ds.d,
+        l=ds.l,
+        parts=len(ds.parts),
+        size_bytes=sum(p.nbytes for p in ds.parts),
+    )
+    if sizes:
+        out["part_rows"] = {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1]}
+    for key in ("features", "labels"):
+        if getattr(ds, key) is not None:
+            out[key] = list(getattr(ds, key))
+    bad = []
+    desc = f"check {os.path.basename(path)}"
+    with ds, progress(len(ds.parts), desc, "parts", bar, unit_scale=False) as pb:
+        for k in range(len(ds.parts)):
+            try:
+                ds.check_part(k)
+            except (NdfError, OSError) as e:
+                bad.append(str(e))
+            pb.update(1)
+    out["valid"] = not bad
+    if bad:
+        out["bad_parts"] = len(bad)
+        out["error"] = bad[0] if len(bad) == 1 else f"{len(bad)} parts failed; first: {bad[0]}"
+        out["errors"] = bad[:_MAX_SHOWN]
+    return out
 
 
 def _ndf(path: str) -> dict:
@@ -36,7 +154,8 @@ def _ndf(path: str) -> dict:
         _, n, d, l = HEADER.unpack(head)  # noqa: E741
         out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
     try:
-        open_ndf(path).close()
+        with open_ndf(path) as f:
+            out.update(features=list(f.features), labels=list(f.labels))
     except NdfError as e:
         out.update(valid=False, error=str(e))
     else:
@@ -121,6 +240,8 @@ def render(report: dict) -> str:
     """The report as aligned ``key: value`` lines for a person."""
     lines = []
     fmt = report["format"]
+    if fmt == "dataset":
+        return _render_dataset(report)
     if fmt == "ndf":
         lines.append(f"{report['path']}: .ndf file")
         for key in ("n", "d", "l"):
@@ -133,9 +254,12 @@ def render(report: dict) -> str:
             lines.append(
                 f"  {'expected size':<14}{report['expected_bytes']:,} bytes (28 + 8*n*(d+l))"
             )
+        for key in ("features", "labels"):
+            if key in report:
+                lines.append(f"  {key:<14}{', '.join(report[key]) or '-'}")
         verdict = "yes" if report["valid"] else f"NO: {report['error']}"
         lines.append(f"  {'valid':<14}{verdict}")
-        return "\n".join(lines)
+        return "\n".join(lines + _stats_lines(report))
     lines.append(f"{report['path']}: {fmt}")
     for key, value in report.items():
         if key in ("path", "format", "columns"):
@@ -157,4 +281,49 @@ def render(report: dict) -> str:
         width = max((len(c["name"]) for c in report["columns"]), default=0)
         for c in report["columns"]:
             lines.append(f"    {c['name']:<{width}}  {c['type']}")
-    return "\n".join(lines)
+    return "\n".join(lines + _stats_lines(report))
+
+
+def _stats_lines(report: dict) -> list[str]:
+    """The ``--stats`` table: one line per column."""
+    rows = report.get("stats")
+    if rows is None:
+        return []
+    width = max([6, *(len(r["name"]) for r in rows)])
+    lines = [
+        "  statistics (sd with divisor n; NaN left out):",
+        f"    {'column':<{width}}  {'mean':>12}  {'sd':>12}  {'min':>12}  {'max':>12}  nan",
+    ]
+    for r in rows:
+        cells = ["-" if r[k] is None else f"{r[k]:12.6g}" for k in ("mean", "sd", "min", "max")]
+        lines.append(
+            f"    {r['name']:<{width}}  {cells[0]:>12}  {cells[1]:>12}  {cells[2]:>12}  "
+            f"{cells[3]:>12}  {r['nan']:,}"
+        )
+    return lines
+
+
+def _render_dataset(report: dict) -> str:
+    lines = [f"{report['path']}: sharded .ndf dataset"]
+    for key in ("n", "d", "l", "parts"):
+        if key in report:
+            lines.append(f"  {key:<14}{report[key]:,}")
+    if "part_rows" in report:
+        r = report["part_rows"]
+        lines.append(
+            f"  {'part rows':<14}min {r['min']:,}, median {r['median']:,}, max {r['max']:,}"
+        )
+    if "size_bytes" in report:
+        size = report["size_bytes"]
+        lines.append(f"  {'size':<14}{size:,} bytes ({format_bytes(size)}) in parts")
+    for key in ("features", "labels"):
+        if key in report:
+            lines.append(f"  {key:<14}{', '.join(report[key])}")
+    if report["valid"]:
+        lines.append(f"  {'valid':<14}yes: every part matches the manifest")
+    else:
+        bad = report.get("bad_parts")
+        what = f"{bad} of {report['parts']} parts failed" if bad else "the manifest failed"
+        lines.append(f"  {'valid':<14}NO: {what}")
+        lines += [f"    {e}" for e in report.get("errors", [report["error"]])]
+    return "\n".join(lines + _stats_lines(report))

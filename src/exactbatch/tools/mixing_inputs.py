@@ -34,7 +34,7 @@ def ndf_input(path, columns, chunk_rows):
     from exactbatch.ndf import open_ndf
 
     f = open_ndf(path)
-    names = [f"x{j}" for j in range(f.d)] + [f"y{k}" for k in range(f.l)]
+    names = [*f.features, *f.labels]  # the names sidecar's, else x0.., y0..
     cols = resolve_columns(columns, names, path, "--columns")
     chosen = names[:MAX_COLUMNS] if cols is None else [names[j] for j in cols]
     cols = [names.index(c) for c in chosen]
@@ -55,24 +55,19 @@ def parquet_input(path, columns, chunk_rows):
     if chunk_rows:
         raise CliError(f"{path}: Parquet is read by row group; --chunk-rows is for .ndf files")
     try:
-        import pyarrow.types as pat
+        import pyarrow.parquet as pq
     except ImportError as e:
         raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-    import pyarrow.parquet as pq
 
-    from exactbatch.sources.parquet import list_local_files
+    from exactbatch.sources.parquet import is_numeric_type, list_local_files
 
     schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
-    numeric = [
-        f.name
-        for f in schema
-        if pat.is_integer(f.type) or pat.is_floating(f.type) or pat.is_boolean(f.type)
-    ]
+    numeric = [f.name for f in schema if is_numeric_type(f.type)]
     cols = resolve_columns(columns, schema.names, path, "--columns")
     chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
     if not chosen:
         raise CliError(f"{path}: no numeric columns to examine")
-    src = parquet_source(path, features=chosen)
+    src = parquet_source(path, features=chosen, labels=())
     skipped = [
         {"name": f.name, "reason": f"non-numeric: {f.type}"}
         for f in schema

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["SLAB_BYTES", "read_blocks", "read_into", "row_dtype"]
+__all__ = [
+    "SLAB_BYTES",
+    "NdfRegions",
+    "ndf_regions",
+    "read_blocks",
+    "read_into",
+    "read_regions_into",
+    "region_blocks",
+    "row_dtype",
+]
 
 SLAB_BYTES = 8 << 20  # default read/write slab
 
@@ -53,6 +63,19 @@ def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def read_regions_into(regions, row_bytes: int, out: np.ndarray) -> np.ndarray:
+    """Fill ``out`` with the rows of ``regions`` (``[(path, offset, rows), ...]``), in turn."""
+    view, at = _bytes_view(out), 0
+    for path, offset, rows in regions:
+        size = rows * row_bytes
+        if size:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(offset)
+                _fill(f, view[at : at + size], path, offset)
+        at += size
+    return out
+
+
 def read_blocks(path, offset: int, rows: int, row_bytes: int, block_rows: int):
     """Yield the ``rows`` rows at ``offset`` of ``path`` as (r,) void arrays, front to back.
 
@@ -60,16 +83,76 @@ def read_blocks(path, offset: int, rows: int, row_bytes: int, block_rows: int):
     valid until the next one is requested. A file shorter than promised is
     an ``OSError`` naming it.
     """
-    if rows == 0 or row_bytes == 0:
+    return region_blocks([(path, offset, rows)], row_bytes, block_rows)
+
+
+def region_blocks(regions, row_bytes: int, block_rows: int):
+    """Yield the rows of ``regions`` (``[(path, offset, rows), ...]``) in turn, as (r,)
+    void arrays of ``block_rows`` rows (the last one shorter): a block may hold rows of
+    several regions, so the blocks are those of one file holding them all.
+
+    One buffer is reused, as in :func:`read_blocks`.
+    """
+    total = sum(rows for _, _, rows in regions)
+    if total == 0 or row_bytes == 0:
         return
-    block_rows = max(1, min(block_rows, rows))
+    block_rows = max(1, min(block_rows, total))
     buf = np.empty(block_rows, dtype=row_dtype(row_bytes))
     raw = memoryview(buf).cast("B")
-    with open(path, "rb", buffering=0) as f:
-        f.seek(offset)
-        done = 0
-        while done < rows:
-            r = min(block_rows, rows - done)
-            _fill(f, raw[: r * row_bytes], path, offset + done * row_bytes)
-            yield buf[:r]
-            done += r
+    full = 0  # rows of the buffer filled so far
+    for path, offset, rows in regions:
+        if rows == 0:
+            continue
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset)
+            done = 0
+            while done < rows:
+                r = min(block_rows - full, rows - done)
+                where = raw[full * row_bytes : (full + r) * row_bytes]
+                _fill(f, where, path, offset + done * row_bytes)
+                done += r
+                full += r
+                if full == block_rows:
+                    yield buf
+                    full = 0
+    if full:
+        yield buf[:full]
+
+
+class NdfRegions(NamedTuple):
+    """The rows of an ``.ndf`` file or a sharded dataset as file regions: ``regions``
+    (``[(path, offset, rows), ...]``, in order), ``n``, ``d``, ``l``, and the column
+    names a dataset's manifest or a file's names sidecar keeps (``features``,
+    ``labels``; None if none)."""
+
+    regions: list
+    n: int
+    d: int
+    l: int  # noqa: E741
+    features: tuple | None = None
+    labels: tuple | None = None
+
+
+def ndf_regions(path, check=None) -> NdfRegions:
+    """The regions of the ``.ndf`` file or the local sharded dataset at ``path``.
+
+    Every part of a dataset is checked against the manifest first (an
+    ``NdfError`` naming the part otherwise); ``check(k)``, if given, is
+    called after each (a progress bar).
+    """
+    from exactbatch.ndf import HEADER_SIZE, open_ndf, open_ndf_dataset
+    from exactbatch.ndf.names import read_sidecar
+
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        with open_ndf(path) as f:
+            names = read_sidecar(path, f.n, f.d, f.l) or (None, None)  # only names stored
+            return NdfRegions([(path, HEADER_SIZE, f.n)], f.n, f.d, f.l, *names)
+    with open_ndf_dataset(path) as ds:
+        regions = []
+        for k, p in enumerate(ds.parts):
+            ds.check_part(k)
+            regions.append((os.path.join(path, p.name), HEADER_SIZE, p.n))
+            if check is not None:
+                check(k)
+        return NdfRegions(regions, ds.n, ds.d, ds.l, ds.features, ds.labels)

@@ -14,6 +14,7 @@ distributed, external and hierarchical memory", 1998):
    more data than K buckets of budget), scatter it again into sub-buckets,
    recursively.
 
+The output keeps the input's column names (its names sidecar, if any).
 The output is a uniformly random permutation of the input rows: the chance
 of any order is a sum over bucket assignments that does not depend on the
 order, and by induction each bucket comes out uniformly shuffled. It is a
@@ -39,23 +40,30 @@ import math
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.ndf import HEADER_SIZE, open_ndf
+from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, leaves_no_temps
 from exactbatch.tools.common import (
     CliError,
+    check_dataset_output,
     check_interrupt,
     check_output,
     detect_format,
     format_bytes,
     progress,
 )
-from exactbatch.tools.ndf_stream import read_blocks, read_into, row_dtype
+from exactbatch.tools.ndf_stream import (
+    ndf_regions,
+    read_regions_into,
+    region_blocks,
+    row_dtype,
+)
 
-__all__ = ["external_shuffle", "render", "shuffle_file"]
+__all__ = ["external_shuffle", "render", "shuffle_file", "shuffle_regions"]
 
 _TAG_DISK = 0x65786473  # keeps this generator's stream apart from the loader's
 MAX_BUCKETS = 256  # open bucket files at once; more data recurses instead
@@ -67,7 +75,7 @@ def shuffle_rng(seed: int) -> np.random.Generator:
 
 
 def external_shuffle(
-    path, offset, rows, row_bytes, write, rng, memory, workdir, on_scatter=None, _depth=0
+    path, offset, rows, row_bytes, write, rng, memory, workdir, on_scatter=None
 ) -> None:
     """Append the ``rows`` rows at ``offset`` of ``path`` to ``write`` in uniform random order.
 
@@ -76,10 +84,22 @@ def external_shuffle(
     ``memory`` is the budget in bytes (at least one row). ``on_scatter(rows)``
     is called as the top level scatters rows (for progress).
     """
+    shuffle_regions(
+        [(path, offset, rows)], row_bytes, write, rng, memory, workdir, on_scatter
+    )
+
+
+def shuffle_regions(
+    regions, row_bytes, write, rng, memory, workdir, on_scatter=None, _depth=0
+) -> None:
+    """:func:`external_shuffle` of the rows of ``regions`` (``[(path, offset, rows), ...]``,
+    the parts of a dataset, say) taken in turn: the same order as for one file holding
+    them all."""
+    rows = sum(r for _, _, r in regions)
     if rows == 0:
         return
     if rows * row_bytes <= memory:
-        block = read_into(path, offset, np.empty(rows, dtype=row_dtype(row_bytes)))
+        block = read_regions_into(regions, row_bytes, np.empty(rows, dtype=row_dtype(row_bytes)))
         rng.shuffle(block)  # (rows,) whole rows, shuffled in place
         write(block)
         return
@@ -87,11 +107,11 @@ def external_shuffle(
         raise RuntimeError(f"external shuffle did not converge after {_depth} levels")
     k = min(MAX_BUCKETS, max(2, math.ceil(2 * rows * row_bytes / memory)))
     names = [os.path.join(workdir, f"bucket-{_depth}-{j}") for j in range(k)]
-    counts = _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter)
+    counts = _scatter(regions, rows, row_bytes, rng, k, names, memory, on_scatter)
     try:
         for name, count in zip(names, counts.tolist(), strict=True):
-            external_shuffle(
-                name, 0, count, row_bytes, write, rng, memory, workdir, None, _depth + 1
+            shuffle_regions(
+                [(name, 0, count)], row_bytes, write, rng, memory, workdir, None, _depth + 1
             )
             os.unlink(name)  # free the disk as we go
     finally:
@@ -102,14 +122,14 @@ def external_shuffle(
                 pass
 
 
-def _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.ndarray:
+def _scatter(regions, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.ndarray:
     """Pass 1: every row to a uniformly random one of ``k`` bucket files; their row counts."""
     slab = max(1, memory // (4 * row_bytes))
     counts = np.zeros(k, dtype=np.int64)
     gathered = np.empty(min(slab, rows), dtype=row_dtype(row_bytes))
     files = [open(name, "wb", buffering=0) for name in names]  # noqa: SIM115
     try:
-        for part in read_blocks(path, offset, rows, row_bytes, slab):
+        for part in region_blocks(regions, row_bytes, slab):
             r = part.shape[0]
             label = rng.integers(0, k, size=r, dtype=np.uint16)
             order = np.argsort(label, kind="stable")  # radix sort: group rows by bucket
@@ -132,20 +152,36 @@ def _scatter(path, offset, rows, row_bytes, rng, k, names, memory, on_scatter) -
     return counts
 
 
-def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None, bar=True) -> dict:
-    """Shuffle the rows of the ``.ndf`` file ``src`` into ``dst`` (see the module docstring)."""
+def shuffle_file(
+    src, dst, *, seed: int, memory: int, force=False, tmp_dir=None, bar=True, part_rows=None
+) -> dict:
+    """Shuffle the rows of the ``.ndf`` file or sharded dataset ``src`` into ``dst`` (see
+    the module docstring).
+
+    ``dst`` is a sharded dataset when ``src`` is one or ``part_rows`` is given:
+    a new part every ``part_rows`` rows (default: as many as ``src``'s largest
+    part), the manifest last (keeping ``src``'s column names). The order is
+    the one a shuffle of one file holding ``src``'s rows would give.
+    """
     seed, memory = check_int("seed", seed, 0), check_int("memory", memory, 1)
     force, bar = check_flag("force", force), check_flag("bar", bar)
+    if part_rows is not None:
+        part_rows = check_int("part_rows", part_rows, 1)
     src, dst = os.fspath(src), os.fspath(dst)
     fmt = detect_format(src)
-    if fmt != "ndf":
+    if fmt not in ("ndf", "dataset"):
         raise CliError(
-            f"{src}: shuffle reads .ndf files; convert this {fmt} data first "
-            "(exactbatch convert SRC NAME.ndf)"
+            f"{src}: shuffle reads .ndf files and sharded datasets; convert this {fmt} data "
+            "first (exactbatch convert SRC NAME.ndf)"
         )
-    with open_ndf(src) as f:
-        n, d, l = f.n, f.d, f.l  # noqa: E741
-    check_output(dst, force)
+    inp = ndf_regions(src)
+    n, d, l = inp.n, inp.d, inp.l  # noqa: E741
+    sharded = fmt == "dataset" or part_rows is not None
+    if sharded:
+        part_rows = part_rows or max([rows for _, _, rows in inp.regions] + [1])
+        check_dataset_output(dst, force)
+    else:
+        check_output(dst, force)
     row_bytes = 8 * (d + l)
     data = n * row_bytes
     if row_bytes and memory < row_bytes:
@@ -155,15 +191,19 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
     desc = os.path.basename(src)
-    with leaves_no_temps(dst), NdfWriter(dst, d, l, n, before_rename=check_interrupt) as w:
+    names = {"features": inp.features, "labels": inp.labels}  # kept: the columns stay
+    if sharded:
+        writer = partial(NdfDatasetWriter, dst, d, l, part_rows, **names)
+    else:
+        writer = partial(NdfWriter, dst, d, l, **names)
+    # made inside leaves_no_temps: a Ctrl-C just after it made its temporary file
+    with leaves_no_temps(dst), writer(n=n, before_rename=check_interrupt) as w:
         if row_bytes == 0 or n == 0:
-            w.rows = n  # nothing to move: the header says it all
+            w.write(np.empty((n, d + l)))  # nothing to move: the row count says it all
         elif in_memory:
             with progress(n, f"shuffle {desc} (in memory)", "rows", bar) as pb:
-                external_shuffle(
-                    src,
-                    HEADER_SIZE,
-                    n,
+                shuffle_regions(
+                    inp.regions,
                     row_bytes,
                     lambda v: (w.write_raw(v), pb.update(len(v))),
                     rng,
@@ -172,10 +212,8 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
                 )
         else:
             with _bucket_folder(tmp_root) as workdir, _TwoPassOutput(w, n, desc, bar) as out:
-                external_shuffle(
-                    src,
-                    HEADER_SIZE,
-                    n,
+                shuffle_regions(
+                    inp.regions,
                     row_bytes,
                     out.write,
                     rng,
@@ -183,7 +221,7 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
                     workdir,
                     on_scatter=out.scattered,
                 )
-    return {
+    out = {
         "src": src,
         "dst": dst,
         "n": n,
@@ -194,13 +232,17 @@ def shuffle_file(src, dst, *, seed: int, memory: int, force=False, tmp_dir=None,
         "data_bytes": data,
         "passes": 1 if in_memory or not data else 2,
     }
+    if sharded:
+        out.update(parts=len(w.parts), part_rows=part_rows)
+    return out
 
 
 def render(out: dict) -> str:
     """The summary line of a shuffle."""
     how = "in memory" if out["passes"] == 1 else "in two passes through bucket files"
+    parts = f" in {out['parts']:,} parts" if "parts" in out else ""
     return (
-        f"wrote {out['dst']}: {out['n']:,} rows shuffled {how} (seed {out['seed']}, "
+        f"wrote {out['dst']}: {out['n']:,} rows{parts} shuffled {how} (seed {out['seed']}, "
         f"memory budget {out['memory']:,} bytes)"
     )
 

@@ -1,0 +1,526 @@
+"""Dask collections in and out: write a sharded ``.ndf`` dataset in parallel, read
+partitions as a stream, and column statistics.
+
+* :func:`to_ndf_dataset` writes a Dask DataFrame or a 2-D Dask Array as a
+  sharded dataset (:mod:`exactbatch.ndf.dataset`): one part per partition,
+  each converted and written by the Dask worker that computed it, in
+  parallel, each atomically (``write_part``: a temporary file renamed, or an
+  upload committed only when whole). The client writes the manifest last,
+  from the parts' sizes the workers return, so the folder becomes a dataset
+  only when every part is written: a failed write (a partition that raises)
+  leaves no manifest. Costs: each worker holds one partition (and its
+  float64 copy) at a time; the client holds one small record per part.
+* :func:`dask_source` reads a collection as a streamed source whose chunks
+  are its partitions: on a ``dask.distributed`` cluster the next few
+  partitions of the epoch are computed ahead, side by side (the loader
+  tells the source its order through ``will_need``); otherwise each when
+  the loader reads it (the loader reads one chunk ahead on a thread of its
+  own, so the next partition is computed while the current one is cut into
+  batches). When the partitions'
+  lengths are known without computing anything (a Dask Array's chunks, or a
+  DataFrame whose expression knows them: ``from_pandas``, Parquet with row
+  counts in its footers), N is known, the source is chunk-indexed (a loader
+  shard computes only the partitions its rows are in, in a shuffled order)
+  and no counting pass runs; otherwise the partitions are read in order and
+  the loader counts the rows in one pass (with its warning).
+* :func:`column_stats`: per-column count, mean, sd, min and max, each
+  partition summarised on a worker and merged on the client
+  (:class:`~exactbatch.stats.ColumnStats`).
+
+Columns: a DataFrame's ``labels`` are column names (a name or a list), its
+``features`` the columns to read as features (None: every column not a
+label), and the names travel into the manifest. A Dask Array has no names:
+``labels`` and ``features`` are column positions (negative from the end).
+Every chosen column must hold real numbers (bool, int, float; pandas'
+nullable types too, whose missing values become NaN), else ``TypeError``
+naming them.
+
+Where it runs: on the scheduler that ``dask.compute`` would use (a
+``dask.distributed`` client when one is active). Local paths must be seen
+by every worker (one machine, or a shared filesystem); URLs
+(``s3://bucket/prefix``) are written by the workers directly, with
+``storage_options``. dask is imported on first use, not by importing this
+module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exactbatch.checks import check_int
+from exactbatch.ndf.dataset_write import remove_parts, start_dataset, write_part
+from exactbatch.ndf.manifest import dataset_path, part_name, write_manifest
+from exactbatch.ndf.names import default_names
+from exactbatch.stats import ColumnStats
+
+__all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
+
+_REAL = "biuf"
+
+
+def _dask():
+    try:
+        import dask
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("exactbatch.dask needs Dask: pip install 'exactbatch[dask]'") from e
+    return dask
+
+
+# -- what to read from a collection -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """What to take from each partition: a DataFrame's column labels, or an array's
+    column positions; picklable, so that it travels to the workers with the task."""
+
+    frame: bool
+    features: tuple
+    labels: tuple
+
+    def to_xy(self, part) -> tuple[np.ndarray, np.ndarray]:
+        """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y)."""
+        if self.frame:
+
+            def take(cols):
+                return part[list(cols)].to_numpy(dtype=np.float64, na_value=np.nan)
+
+        else:
+            block = np.asarray(part)
+
+            def take(cols):
+                return np.ascontiguousarray(block[:, list(cols)], dtype=np.float64)
+
+        return take(self.features), take(self.labels)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A collection resolved: its partitions (Delayed), their lengths if known, the columns."""
+
+    parts: list
+    lengths: tuple | None
+    columns: _Columns
+    features: tuple  # names (str)
+    labels: tuple
+
+    @property
+    def d(self) -> int:
+        return len(self.features)
+
+    @property
+    def l(self) -> int:  # noqa: E743
+        return len(self.labels)
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return [value]
+    return list(value)
+
+
+def _plan(collection, features, labels, caller: str) -> _Plan:
+    """Check ``collection`` and the columns chosen; its partitions as Delayed objects."""
+    dask = _dask()
+    if not dask.is_dask_collection(collection):
+        raise TypeError(
+            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
+        )
+    import dask.array as da
+
+    if isinstance(collection, da.Array):
+        return _array_plan(collection, features, labels, caller)
+    try:
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover - dask[dataframe] missing: not a DataFrame then
+        dd = None
+    if dd is not None and isinstance(collection, dd.Series):
+        collection = collection.to_frame()
+    if dd is None or not isinstance(collection, dd.DataFrame):
+        raise TypeError(
+            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
+        )
+    return _frame_plan(collection, features, labels, caller)
+
+
+def _frame_plan(ddf, features, labels, caller: str) -> _Plan:
+    columns = list(ddf.columns)
+    lab = _as_list(labels)
+    feat = [c for c in columns if c not in lab] if features is None else _as_list(features)
+    for what, chosen in (("features", feat), ("labels", lab)):
+        missing = [c for c in chosen if c not in columns]
+        if missing:
+            raise ValueError(
+                f"{caller}: {what} names column(s) {missing} that the DataFrame does not "
+                f"have; its columns are {columns[:20]}"
+            )
+        twice = list(dict.fromkeys(c for c in chosen if chosen.count(c) > 1))
+        if twice:
+            raise ValueError(f"{caller}: {what} names column(s) {twice} more than once")
+    both = [c for c in lab if c in feat]
+    if both:
+        raise ValueError(
+            f"{caller}: column(s) {both} are both features and labels: a label among the "
+            "features hands the model its answer; name each in one only"
+        )
+    if not feat and not lab:
+        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
+    dtypes = ddf.dtypes
+    bad = [
+        f"{c!r} ({dtypes[c]})" for c in feat + lab if getattr(dtypes[c], "kind", "O") not in _REAL
+    ]
+    if bad:
+        raise TypeError(
+            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
+            "real numbers (bool, int or float): choose others with features=/labels=, or "
+            "encode them first"
+        )
+    names = [str(c) for c in feat + lab]
+    twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+    if twice:
+        raise ValueError(f"{caller}: columns {twice} have the same name as text; rename them")
+    ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
+    return _Plan(
+        parts=list(ddf.to_delayed()),
+        lengths=_frame_lengths(ddf),
+        columns=_Columns(True, tuple(feat), tuple(lab)),
+        features=tuple(names[: len(feat)]),
+        labels=tuple(names[len(feat) :]),
+    )
+
+
+def _frame_lengths(ddf) -> tuple | None:
+    """The partitions' lengths when the expression knows them without computing (dask-expr
+    answers ``Lengths`` from ``from_pandas``' slices or Parquet footers); else None."""
+    try:
+        from dask.dataframe.dask_expr._expr import Lengths, Literal
+
+        known = Lengths(ddf.expr).optimize(fuse=False)
+    except Exception:  # another dask: lengths unknown, the loader counts instead
+        return None
+    if not isinstance(known, Literal):
+        return None
+    lengths = tuple(int(r) for r in known.value)
+    return lengths if len(lengths) == ddf.npartitions else None
+
+
+def _positions(value, k: int, what: str, caller: str) -> list[int]:
+    out = []
+    for v in _as_list(value):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(
+                f"{caller}: a Dask Array has no column names: {what} are column positions "
+                f"(ints); got {v!r}"
+            )
+        if not -k <= v < k:
+            raise ValueError(f"{caller}: {what} position {v} out of range for {k} columns")
+        out.append(int(v) % k)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{caller}: {what} names a column more than once: {value!r}")
+    return out
+
+
+def _array_plan(arr, features, labels, caller: str) -> _Plan:
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{caller}: expected a 2-D Dask Array (rows, columns); got shape {arr.shape}"
+        )
+    if arr.dtype.kind not in _REAL:
+        raise TypeError(
+            f"{caller}: the array must hold real numbers (bool, int or float); got dtype "
+            f"{arr.dtype}"
+        )
+    k = arr.shape[1]
+    if isinstance(k, float):  # NaN: unknown width
+        raise ValueError(f"{caller}: the array's number of columns is unknown; compute it first")
+    lab = _positions(labels, k, "labels", caller)
+    feat = (
+        [j for j in range(k) if j not in lab]
+        if features is None
+        else _positions(features, k, "features", caller)
+    )
+    both = sorted(set(feat) & set(lab))
+    if both:
+        raise ValueError(f"{caller}: column(s) {both} are both features and labels")
+    if not feat and not lab:
+        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
+    if len(arr.chunks[1]) > 1:
+        arr = arr.rechunk({1: -1})  # a partition is a block of whole rows
+    rows = arr.chunks[0]
+    known = not any(np.isnan(r) for r in rows)
+    fx, fy = default_names(len(feat), len(lab))
+    return _Plan(
+        parts=list(arr.to_delayed().ravel()),
+        lengths=tuple(int(r) for r in rows) if known else None,
+        columns=_Columns(False, tuple(feat), tuple(lab)),
+        features=fx,
+        labels=fy,
+    )
+
+
+# -- running tasks ----------------------------------------------------------------------------
+
+
+def _client():
+    """The active ``dask.distributed`` client, or None (then ``dask.compute``'s scheduler)."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
+    try:
+        return default_client()
+    except ValueError:  # no client
+        return None
+
+
+def _compute_all(tasks) -> list:
+    """The results of ``tasks`` (Delayed), or the first error once no task still runs.
+
+    On a distributed client every task is waited for, failed or not, before
+    an error is raised: no worker is still writing when the caller cleans up.
+    """
+    client = _client()
+    if client is None:
+        return list(_dask().compute(*tasks))
+    from distributed import wait
+
+    futures = client.compute(tasks)
+    try:
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()  # raises the task's own exception
+        return client.gather(futures)
+    finally:
+        client.cancel(futures)
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def _write_partition(part, index: int, path: str, columns: _Columns, storage_options):
+    """On a worker: partition ``index`` as part ``index`` of the dataset (atomic)."""
+    x, y = columns.to_xy(part)
+    return write_part(path, index, (x, y), storage_options=storage_options)
+
+
+def to_ndf_dataset(
+    collection, path, *, features=None, labels=(), storage_options: dict | None = None
+) -> None:
+    """Write a Dask DataFrame or a 2-D Dask Array as a sharded ``.ndf`` dataset at ``path``.
+
+    One part per partition, in partition order, written by the Dask workers
+    in parallel, each atomically; the manifest last, by the client. Read it
+    back with :func:`~exactbatch.ndf.dataset.open_ndf_dataset`: row i of the
+    dataset is row i of the collection.
+
+    ``labels``: the label columns (DataFrame: names; Array: positions; ``()``
+    none); ``features``: the feature columns, None for every column not a
+    label. A DataFrame's column names go into the manifest (``features``,
+    ``labels``). ``path``: a local folder (made if missing; every worker
+    must see it) or a URL (``s3://bucket/prefix``) with ``storage_options``
+    as for :func:`~exactbatch.ndf.dataset.open_ndf_dataset`.
+
+    A manifest already at ``path`` is removed first. If any partition fails
+    (its computation raises, or a write does), the error is raised (on a
+    ``dask.distributed`` client, once every task has stopped), the part
+    files there are removed, and no manifest is left: the folder is not a
+    dataset. Part files of an earlier dataset there that the new one does
+    not list are removed on success.
+    """
+    dask = _dask()
+    plan = _plan(collection, features, labels, "to_ndf_dataset")
+    path = dataset_path(path, storage_options)
+    start_dataset(path, storage_options=storage_options)
+    write = dask.delayed(_write_partition, pure=False)
+    tasks = [
+        write(part, k, path, plan.columns, storage_options) for k, part in enumerate(plan.parts)
+    ]
+    try:
+        infos = _compute_all(tasks)
+        names = {"features": plan.features, "labels": plan.labels} if plan.columns.frame else {}
+        write_manifest(path, infos, plan.d, plan.l, storage_options=storage_options, **names)
+    except BaseException:
+        remove_parts(
+            path, [part_name(k) for k in range(len(plan.parts))], storage_options=storage_options
+        )
+        raise
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+class _Ahead:
+    """Partitions computed ahead on a ``dask.distributed`` cluster: at most ``ahead`` at
+    once, in the order they were asked for (:meth:`want`); :meth:`get` takes one (its
+    future's result, or computed there and then). Without a client nothing runs ahead:
+    local schedulers compute in this process, where the loader's own read-ahead thread
+    already overlaps one partition with the batches of the last."""
+
+    def __init__(self, parts: list, ahead: int):
+        self.parts, self.ahead = parts, ahead
+        self.lock = threading.Lock()
+        self.wanted: deque = deque(maxlen=64)  # asked for, not yet started
+        self.running: dict = {}  # partition -> Future, at most ``ahead``
+
+    def want(self, i: int) -> None:
+        if self.ahead == 0:
+            return
+        client = _client()
+        if client is None:
+            return
+        with self.lock:
+            if i not in self.running and i not in self.wanted:
+                self.wanted.append(i)
+            self._start(client)
+
+    def _start(self, client) -> None:
+        while len(self.running) < self.ahead and self.wanted:
+            i = self.wanted.popleft()
+            self.running[i] = client.compute(self.parts[i])
+
+    def get(self, i: int):
+        with self.lock:
+            future = self.running.pop(i, None)
+            if i in self.wanted:
+                self.wanted.remove(i)
+            client = _client() if self.wanted else None
+            if client is not None:
+                self._start(client)
+        if future is not None:
+            return future.result()
+        (part,) = _dask().compute(self.parts[i])
+        return part
+
+
+class _Source:
+    """What both kinds of Dask source share: the plan, its widths and names, the
+    partitions computed ahead."""
+
+    def __init__(self, plan: _Plan, ahead: int):
+        self._plan = plan
+        self._ahead = _Ahead(plan.parts, ahead)
+        self.features, self.labels = plan.features, plan.labels
+        self.d, self.l = plan.d, plan.l
+        self.npartitions = len(plan.parts)
+
+    @property
+    def computing(self) -> tuple[int, ...]:
+        """The partitions being computed ahead now (on a distributed cluster)."""
+        with self._ahead.lock:
+            return tuple(sorted(self._ahead.running))
+
+    def will_need(self, i: int) -> None:
+        """Partition ``i`` is read soon: start computing it on the cluster, unless
+        ``ahead`` partitions are being computed already (then it starts as one of them
+        is read). The loader calls this for the partitions of its epoch, in order."""
+        self._ahead.want(i)
+
+    def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Partition ``i`` (computed ahead, or now) as float64 ``(x, y)``."""
+        return self._plan.columns.to_xy(self._ahead.get(i))
+
+    def __iter__(self):
+        n, ahead = self.npartitions, self._ahead.ahead
+        for i in range(min(ahead, n)):
+            self.will_need(i)
+        for i in range(n):
+            if i + ahead < n:
+                self.will_need(i + ahead)
+            yield self.read_chunk(i)
+
+    def __len__(self) -> int:
+        return self.npartitions
+
+
+class DaskPartitions(_Source):
+    """A chunk-indexed source over a collection whose partition lengths are known: chunk
+    ``i`` is partition ``i`` (``read_chunk(i)`` computes it). ``n_rows`` and
+    ``chunk_rows`` come from the lengths, so N needs no counting pass and a loader shard
+    computes only the partitions its rows are in. See :func:`dask_source`."""
+
+    def __init__(self, plan: _Plan, ahead: int):
+        super().__init__(plan, ahead)
+        self.chunk_rows = np.asarray(plan.lengths, dtype=np.int64)
+        self.n_rows = int(self.chunk_rows.sum())
+
+    def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        x, y = super().read_chunk(i)
+        if x.shape[0] != self.chunk_rows[i]:
+            raise ValueError(
+                f"partition {i} of the Dask collection has {x.shape[0]} rows; its "
+                f"expression said {int(self.chunk_rows[i])}"
+            )
+        return x, y
+
+    def __repr__(self) -> str:
+        return (
+            f"DaskPartitions({self.npartitions} partitions, n_rows={self.n_rows}, d={self.d}, "
+            f"l={self.l})"
+        )
+
+
+class DaskStream(_Source):
+    """A re-iterable source over a collection whose partition lengths are unknown: each
+    pass computes the partitions in order, one at a time; the loader counts N in one
+    pass (see :func:`dask_source`)."""
+
+    def __repr__(self) -> str:
+        return f"DaskStream({self.npartitions} partitions, d={self.d}, l={self.l})"
+
+
+def dask_source(
+    collection, *, features=None, labels=(), ahead: int = 2
+) -> DaskPartitions | DaskStream:
+    """A streamed source for ``DataLoader`` whose chunks are ``collection``'s partitions.
+
+    ``collection``: a Dask DataFrame or a 2-D Dask Array; ``features`` and
+    ``labels`` choose columns as in :func:`to_ndf_dataset`. Each partition
+    is computed when the loader reads it (on the active scheduler); on a
+    ``dask.distributed`` cluster the next ``ahead`` partitions of the epoch
+    (in the loader's order) are computed ahead, side by side, while the
+    loader works (``ahead=0``: one at a time). Memory: about ``ahead + 2``
+    partitions plus the loader's shuffle buffer.
+
+    With partition lengths known without computing (a Dask Array's chunks;
+    a DataFrame from ``from_pandas`` or ``read_parquet`` of files with row
+    counts, not one filtered or mapped since), it is a :class:`DaskPartitions`:
+    ``n_rows`` (so ``total_size="auto"`` is exact at once) and ``chunk_rows``,
+    and the loader may shuffle the partition order and reads only its shard's
+    partitions. Otherwise a :class:`DaskStream`: partitions in order, and N
+    from the loader's counting pass (or pass ``total_size``).
+    """
+    ahead = check_int("ahead", ahead, 0)
+    plan = _plan(collection, features, labels, "dask_source")
+    return DaskStream(plan, ahead) if plan.lengths is None else DaskPartitions(plan, ahead)
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def _partition_stats(part, columns: _Columns) -> ColumnStats:
+    x, y = columns.to_xy(part)
+    return ColumnStats.of(np.concatenate((x, y), axis=1))  # (rows, d + l)
+
+
+def column_stats(collection, *, features=None, labels=()) -> list[dict]:
+    """Per-column ``count``, ``nan``, ``mean``, ``sd`` (divisor n), ``min`` and ``max``
+    of ``collection``'s chosen columns (as :func:`to_ndf_dataset` chooses them), features
+    then labels, each a dict with the column's ``name``: what ``exactbatch info --stats``
+    reports for a file. Each partition is summarised where it is computed, in parallel,
+    and the summaries are merged on the client (numerically stable at any offset)."""
+    dask = _dask()
+    plan = _plan(collection, features, labels, "column_stats")
+    summarise = dask.delayed(_partition_stats, pure=True)
+    parts = _compute_all([summarise(p, plan.columns) for p in plan.parts])
+    total = ColumnStats(plan.d + plan.l)
+    for s in parts:
+        total.merge(s)
+    return total.table([*plan.features, *plan.labels])

@@ -1,0 +1,324 @@
+"""Sharded ``.ndf`` datasets: a folder of part files and a ``manifest.json`` written last.
+
+A dataset is a folder (local, or a URL: ``s3://bucket/prefix``, any fsspec
+protocol) holding part files, each a valid ``.ndf`` with the same d and l,
+and ``manifest.json`` listing the parts in order with their n and byte size
+(the format is in docs/format.md and
+:mod:`exactbatch.ndf.manifest`). Global row ``i`` is row ``i - start[k]``
+of the part ``k`` whose range ``[start[k], start[k+1])`` holds it, where
+``start`` is the cumulative sum of the parts' n. A folder without a
+manifest is not a dataset.
+
+Reading (:func:`open_ndf_dataset`, :class:`NdfDataset`): opening reads the
+manifest only, so N is known without touching a part. A part opens on the
+first read of a row in it, and is then checked against the manifest (n, d,
+l, byte size), so a loader shard opens only the parts its rows lie in. A
+request is split by part (``np.searchsorted`` on the cumulative n) and each
+part is read once with its own coalesced reads (:mod:`exactbatch.ndf.file`,
+:mod:`exactbatch.ndf.remote`); for URLs the parts of one request are read
+concurrently by a small thread pool. Memory: the manifest, one open
+``NdfFile`` per part read so far, and for a request spanning parts one
+staging copy of the batch.
+
+Writing is :mod:`exactbatch.ndf.dataset_write`'s (its names are importable
+from here too): :func:`save_ndf_dataset` from an iterable of parts,
+:class:`NdfDatasetWriter` slab by slab, and the steps both are made of, for
+a distributed writer (``exactbatch.dask``). A failed write leaves no
+manifest, so a half-written folder is never taken for a dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import numpy as np
+
+from exactbatch.checks import check_int
+from exactbatch.errors import NdfError
+from exactbatch.ndf.dataset_write import (
+    NdfDatasetWriter,
+    describe_part,
+    remove_parts,
+    save_ndf_dataset,
+    start_dataset,
+    write_part,
+)
+from exactbatch.ndf.file import NdfFile, Share, open_ndf
+from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.manifest import (
+    Manifest,
+    PartInfo,
+    dataset_path,
+    join_path,
+    part_name,
+    read_manifest,
+    write_manifest,
+)
+from exactbatch.urls import is_url
+
+__all__ = [
+    "Manifest",
+    "NdfDataset",
+    "NdfDatasetWriter",
+    "PartInfo",
+    "describe_part",
+    "open_ndf_dataset",
+    "part_name",
+    "read_manifest",
+    "remove_parts",
+    "save_ndf_dataset",
+    "start_dataset",
+    "write_manifest",
+    "write_part",
+]
+
+_URL_THREADS = 8  # parts of one request read at once, for URLs
+_OPEN_LOCKS = 64  # parts may open at once (one lock per part would cost memory per part)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def _slices(cuts: list[int]):
+    """``(k, slice(cuts[k], cuts[k + 1]))`` for each non-empty span."""
+    spans = enumerate(zip(cuts[:-1], cuts[1:], strict=True))
+    return ((k, slice(a, b)) for k, (a, b) in spans if b > a)
+
+
+def _sort_rows(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, rows)``: ``rows = idx[order]``, sorted. Each row number and its
+    position are packed into one int64 and sorted together: a plain sort, several
+    times faster than an argsort."""
+    r = idx.shape[0]
+    bits = max(1, (r - 1).bit_length())
+    if n >= 1 << (62 - bits):  # row numbers too large to pack
+        order = np.argsort(idx)
+        return order, idx[order]
+    keys = idx.astype(np.int64) << bits
+    keys |= np.arange(r, dtype=np.int64)
+    keys.sort()
+    return keys & ((1 << bits) - 1), keys >> bits
+
+
+class _Parts:
+    """What every holder of one open dataset shares: the manifest and the parts opened."""
+
+    def __init__(self, path: str, man: Manifest, storage_options):
+        self.path, self.man, self.so = path, man, storage_options
+        self.url = is_url(path)
+        ns = np.array([p.n for p in man.parts], dtype=np.int64)
+        self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
+        np.cumsum(ns, out=self.starts[1:])
+        self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
+        self.files: list[NdfFile | None] = [None] * len(ns)
+        self.pid = -1
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Locks and a pool of this process's own (made anew after a fork). Parts open
+        under striped locks, so that the threads of a URL's reads open theirs at once."""
+        if self.pid != os.getpid():
+            self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+            self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, len(self.files)))]
+
+    def file(self, k: int) -> NdfFile:
+        """Part ``k``, opened (and checked against the manifest) on first use."""
+        f = self.files[k]
+        if f is None:
+            self._fresh()
+            with self.locks[k % len(self.locks)]:
+                f = self.files[k]
+                if f is None:
+                    f = self.files[k] = self.open_part(k)
+        return f
+
+    def open_part(self, k: int) -> NdfFile:
+        """Part ``k`` opened afresh, or an NdfError naming it: missing, malformed, or
+        other than the manifest says."""
+        p, man = self.man.parts[k], self.man
+        where = join_path(self.path, p.name)
+        said = f"the manifest lists it with n={p.n}, {p.nbytes} bytes"
+        try:
+            f = open_ndf(where, storage_options=self.so)
+        except FileNotFoundError:
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) of the dataset is missing; {said}"
+            ) from None
+        except NdfError as e:
+            raise NdfError(f"part {k} ({p.name}) of the dataset {self.path}: {e}; {said}") from None
+        if (f.d, f.l) != (man.d, man.l):
+            f.close()
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) has d={f.d}, l={f.l}; the dataset has "
+                f"d={man.d}, l={man.l} (every part must have the same widths)"
+            )
+        if f.n != p.n:
+            f.close()
+            raise NdfError(
+                f"{where}: part {k} ({p.name}) does not match the manifest: it holds n={f.n} "
+                f"rows ({expected_size(f.n, f.d, f.l)} bytes); {said}"
+            )
+        return f
+
+    def executor(self) -> ThreadPoolExecutor:
+        self._fresh()
+        if self.pool is None:
+            with self.lock:
+                if self.pool is None:
+                    workers = min(_URL_THREADS, len(self.files))
+                    self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
+        return self.pool
+
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
+            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
+        r = idx.shape[0]
+        if r == 0:
+            return
+        starts = self.starts
+        k = int(np.searchsorted(self.inner, idx[0], side="right"))
+        a, b = int(starts[k]), int(starts[k + 1])
+        if a <= int(idx.min()) and int(idx.max()) < b:  # one part (blocks, most sorted batches)
+            self.file(k).read_rows_into(idx - a if a else idx, out_x, out_y)
+            return
+        if bool(np.all(idx[1:] >= idx[:-1])):  # sorted: cut at part boundaries, no staging
+            cuts = np.searchsorted(idx, starts, side="left").tolist()
+            self._run(
+                partial(self._rows, p, idx[cuts[p] : cuts[p + 1]] - starts[p], out_x, out_y, s)
+                for p, s in _slices(cuts)
+            )
+            return
+        # Scattered: sort the rows, cut them at the part boundaries, read each part's
+        # rows into its slice of a staging copy, then put them back in the request's
+        # order (whole rows at once, as one void element each), then split x from y.
+        d, l = self.man.d, self.man.l  # noqa: E741
+        if d + l == 0:
+            return
+        order, rows = _sort_rows(idx, int(starts[-1]))
+        cuts = np.searchsorted(rows, starts, side="left").tolist()
+        stage = np.empty((r, d + l))
+        self._run(partial(self._raw, p, rows[s] - starts[p], stage[s]) for p, s in _slices(cuts))
+        wide = out_x.dtype == np.float64  # else float32: put back whole, then cast
+        final = out_x if l == 0 and wide else out_y if d == 0 and wide else np.empty((r, d + l))
+        whole = np.dtype((np.void, 8 * (d + l)))
+        final.view(whole).reshape(r)[order] = stage.view(whole).reshape(r)
+        if final is not out_x and d:
+            out_x[...] = final[:, :d]
+        if final is not out_y and l:
+            out_y[...] = final[:, d:]
+
+    def _rows(self, p: int, rows, out_x, out_y, s: slice) -> None:
+        self.file(p).read_rows_into(rows, out_x[s], out_y[s])
+
+    def _raw(self, p: int, rows, out) -> None:
+        self.file(p).read_raw_into(rows, out, scattered=True)
+
+    def _run(self, tasks) -> None:
+        """Run the reads ``tasks`` (one per part); concurrently for URLs."""
+        tasks = list(tasks)
+        if not self.url or len(tasks) == 1:
+            for task in tasks:
+                task()
+            return
+        futures = [self.executor().submit(task) for task in tasks]
+        errors = [f.exception() for f in futures]  # waits for all: none still writes after
+        for e in errors:
+            if e is not None:
+                raise e
+
+    def spans(self, start: int, rows: int):
+        """``(part, first row in it, offset in the request, rows)`` for global rows
+        ``[start, start + rows)``."""
+        stop, at = start + rows, start
+        k = int(np.searchsorted(self.inner, start, side="right"))
+        while at < stop:
+            end = min(stop, int(self.starts[k + 1]))
+            if end > at:
+                yield k, at - int(self.starts[k]), at - start, end - at
+            at, k = max(at, end), k + 1
+
+
+class NdfDataset(Share):
+    """An open sharded ``.ndf`` dataset: ``n`` rows of ``d`` features and ``l`` labels.
+
+    Use :func:`open_ndf_dataset` to get one. Row ``i`` is row ``i - start``
+    of the part that holds it (the parts' rows concatenated in manifest
+    order), so a loader over it gives the same batches as one ``.ndf``
+    holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
+    ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
+    row of each part, and ``n`` last), ``features`` and ``labels`` (column
+    names from the manifest, or None). The read methods are
+    :class:`~exactbatch.ndf.file.NdfFile`'s (``read_row``, ``read_rows``,
+    ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
+    rows; each may be called from several threads at once. ``close()``
+    releases this object's share, as for an NdfFile; reading a closed
+    dataset is a ``ValueError``.
+    """
+
+    __slots__ = ("_h", "d", "features", "l", "labels", "n", "parts", "path", "starts")
+
+    def __init__(self, shared: _Parts):
+        self._h = shared
+        man = shared.man
+        self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
+        self.n, self.starts = int(shared.starts[-1]), shared.starts
+        self.features, self.labels = man.features, man.labels
+
+    @property
+    def open_parts(self) -> tuple[int, ...]:
+        """The indices of the parts opened so far (by any holder of this dataset)."""
+        return tuple(k for k, f in enumerate(self._handle().files) if f is not None)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else "open"
+        return (
+            f"NdfDataset({self.path!r}, n={self.n}, d={self.d}, l={self.l}, "
+            f"parts={len(self.parts)}, {state})"
+        )
+
+    def part(self, k: int) -> NdfFile:
+        """Part ``k`` as an :class:`NdfFile` (a share of it: close it when done)."""
+        check_int("part", k)
+        if not 0 <= k < len(self.parts):
+            raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
+        return self._handle().file(k).share()
+
+    def check_part(self, k: int) -> None:
+        """Open part ``k`` afresh and check it against the manifest: :class:`NdfError`
+        naming the part if it is missing, malformed or other than listed."""
+        check_int("part", k)
+        if not 0 <= k < len(self.parts):
+            raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
+        self._handle().open_part(k).close()
+
+    def read_block_into(self, start_row: int, out: np.ndarray) -> None:
+        """Fill ``out`` ((r, d + l) float64, C-contiguous) with rows ``start_row`` on, x then
+        y per row: one positional (or ranged) read per part the rows lie in. Unchecked."""
+        s = self._handle()
+        for k, first, at, rows in s.spans(start_row, out.shape[0]):
+            s.file(k).read_block_into(first, out[at : at + rows])
+
+    def will_need(self, start_row: int, rows: int) -> None:
+        """Rows ``[start_row, start_row + rows)`` are read soon (see
+        :meth:`NdfFile.will_need <exactbatch.ndf.file.NdfFile.will_need>`)."""
+        s = self._handle()
+        for k, first, _, count in s.spans(start_row, rows):
+            s.file(k).will_need(first, count)
+
+
+def open_ndf_dataset(path, *, storage_options: dict | None = None) -> NdfDataset:
+    """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
+
+    Reads and checks the manifest only (:func:`read_manifest`); each part
+    opens on the first read of a row in it and is then checked against the
+    manifest. A part that is missing, truncated, malformed, of other d or l,
+    or of another n or size than the manifest says is an :class:`NdfError`
+    naming the part, at that read. ``storage_options`` go to the
+    filesystem of a URL (as for ``open_ndf``); only for URLs.
+    """
+    path = dataset_path(path, storage_options)
+    man = read_manifest(path, storage_options=storage_options)
+    return NdfDataset(_Parts(path, man, storage_options))

@@ -1,0 +1,294 @@
+"""The manifest of a sharded ``.ndf`` dataset: ``manifest.json``, written last.
+
+The manifest lists a dataset's parts in order, each with its file name, n
+and byte size, with the dataset's d and l (and, when known, its column
+names), under a ``"format"`` and a ``"version"`` key; docs/format.md has
+the layout. :func:`read_manifest` checks every rule a manifest must pass
+(an :class:`~exactbatch.errors.NdfError` naming the manifest or the part
+otherwise); :func:`write_manifest` writes one atomically. Paths are local
+folders or URLs (any fsspec protocol) alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from exactbatch.checks import check_int
+from exactbatch.errors import NdfError
+from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.write import atomic_path
+from exactbatch.urls import is_url, local_path, url_to_fs
+
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "VERSION",
+    "Manifest",
+    "PartInfo",
+    "dataset_path",
+    "file_not_dataset",
+    "join_path",
+    "no_manifest",
+    "part_name",
+    "read_manifest",
+    "write_manifest",
+]
+
+MANIFEST = "manifest.json"
+FORMAT = "exactbatch-ndf-dataset"  # the manifest's "format" value
+VERSION = 1  # the manifest's "version": the one this code writes and reads
+_PART_NAME = re.compile(r"part-[0-9]{5,}\.ndf")  # what part_name makes
+
+
+class PartInfo(NamedTuple):
+    """One part of a dataset as the manifest lists it: its file name (in the
+    dataset's folder), its rows ``n`` and its size in bytes ``nbytes``."""
+
+    name: str
+    n: int
+    nbytes: int
+
+
+class Manifest(NamedTuple):
+    """A parsed, checked ``manifest.json`` (:func:`read_manifest`)."""
+
+    parts: tuple[PartInfo, ...]
+    d: int
+    l: int  # noqa: E741
+    features: tuple[str, ...] | None
+    labels: tuple[str, ...] | None
+
+    @property
+    def n(self) -> int:
+        return sum(p.n for p in self.parts)
+
+
+def part_name(index: int) -> str:
+    """The file name of part ``index`` (0-based) as this module writes it: ``part-00042.ndf``."""
+    return f"part-{check_int('index', index, 0):05d}.ndf"
+
+
+# -- where things are: local folders and URLs alike ---------------------------------------
+
+
+def join_path(path: str, name: str) -> str:
+    """``name`` inside the folder (or URL prefix) ``path``."""
+    return f"{path.rstrip('/')}/{name}" if is_url(path) else os.path.join(path, name)
+
+
+def dataset_path(path, storage_options) -> str:
+    """``path`` as a str (a URL, or a local path); storage_options only for URLs."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}")
+    if is_url(path):
+        return path
+    if storage_options is not None:
+        raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
+    return local_path(path)
+
+
+# -- the manifest -------------------------------------------------------------------------
+
+
+def _names(value, width: int, key: str, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise NdfError(f"{where}: {key!r} must be a list of column names (strings); got {value!r}")
+    value = tuple(value)
+    if len(value) != width:
+        raise NdfError(
+            f"{where}: {key!r} names {len(value)} columns but the dataset has {width}: {value!r}"
+        )
+    return value
+
+
+def _check_parts(parts, d: int, l: int, where: str) -> tuple[PartInfo, ...]:  # noqa: E741
+    """The parts as PartInfo, each consistent with d and l; NdfError naming the bad one."""
+    out, seen = [], set()
+    for k, p in enumerate(parts):
+        if isinstance(p, dict):
+            p = (p.get("name"), p.get("n"), p.get("nbytes"))
+        try:
+            name, n, nbytes = p
+        except (TypeError, ValueError):
+            raise NdfError(f"{where}: part {k} must be (name, n, nbytes); got {p!r}") from None
+        if not isinstance(name, str) or not name or name in (".", "..") or "/" in name:
+            raise NdfError(f"{where}: part {k} has no plain file name: {name!r}")
+        if "\\" in name or name == MANIFEST:
+            raise NdfError(f"{where}: part {k} has a file name a part cannot have: {name!r}")
+        if name in seen:
+            raise NdfError(f"{where}: part {name} is listed twice")
+        seen.add(name)
+        for what, v in (("n", n), ("nbytes", nbytes)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise NdfError(f"{where}: part {name}: {what} must be an integer >= 0; got {v!r}")
+        want = expected_size(int(n), d, l)
+        if int(nbytes) != want:
+            raise NdfError(
+                f"{where}: part {name}: nbytes={nbytes} does not match n={n}, d={d}, l={l} "
+                f"(a part of n rows is 28 + 8*n*(d+l) = {want} bytes)"
+            )
+        out.append(PartInfo(name, int(n), int(nbytes)))
+    return tuple(out)
+
+
+def _parse_manifest(raw: bytes, where: str) -> Manifest:
+    try:
+        m = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NdfError(f"{where}: not a dataset manifest: not valid JSON ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        got = m.get("format") if isinstance(m, dict) else type(m).__name__
+        raise NdfError(
+            f"{where}: not a dataset manifest: expected format {FORMAT!r}, found {got!r}"
+        )
+    if m.get("version") != VERSION:
+        raise NdfError(
+            f"{where}: manifest version {m.get('version')!r}; this exactbatch reads version "
+            f"{VERSION} only (upgrade exactbatch, or write the dataset again)"
+        )
+    d, l = m.get("d"), m.get("l")  # noqa: E741
+    for what, v in (("d", d), ("l", l)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise NdfError(f"{where}: {what} must be an integer >= 0; got {v!r}")
+    if not isinstance(m.get("parts"), list):
+        raise NdfError(f"{where}: 'parts' must be a list of parts; got {m.get('parts')!r}")
+    parts = _check_parts(m["parts"], d, l, where)
+    total = sum(p.n for p in parts)
+    if m.get("n", total) != total:
+        raise NdfError(f"{where}: n={m['n']!r} but the parts' n add up to {total}")
+    return Manifest(
+        parts,
+        d,
+        l,
+        _names(m.get("features"), d, "features", where),
+        _names(m.get("labels"), l, "labels", where),
+    )
+
+
+def _manifest_bytes(man: Manifest) -> bytes:
+    out = {"format": FORMAT, "version": VERSION, "n": man.n, "d": man.d, "l": man.l}
+    if man.features is not None:
+        out["features"] = list(man.features)
+    if man.labels is not None:
+        out["labels"] = list(man.labels)
+    # one part a line: a diff or a `head` of the manifest stays readable
+    parts = ",\n".join("  " + json.dumps(p._asdict()) for p in man.parts)
+    head = json.dumps(out, indent=1)[:-2]  # without the closing "\n}"
+    return f'{head},\n "parts": [\n{parts}\n ]\n}}\n'.encode()
+
+
+def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
+    """The checked manifest of the dataset at ``path`` (a folder or a URL).
+
+    A folder without ``manifest.json`` is an :class:`NdfError` ("not a
+    dataset"), and so is a file, a manifest that is not valid JSON, of
+    another format or version, or whose parts disagree with its d and l.
+    A path that does not exist is ``FileNotFoundError``.
+    """
+    path = dataset_path(path, storage_options)
+    where = join_path(path, MANIFEST)
+    if is_url(path):
+        fs, key = url_to_fs(path, storage_options)
+        fs.invalidate_cache()
+        try:
+            raw = fs.cat_file(join_path(key, MANIFEST))
+        except FileNotFoundError:
+            if fs.isfile(key):
+                raise file_not_dataset(path) from None
+            if not fs.exists(key):
+                raise FileNotFoundError(errno.ENOENT, "no such dataset folder", path) from None
+            raise no_manifest(path) from None
+    else:
+        try:
+            with open(where, "rb") as f:
+                raw = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            if os.path.isfile(path):
+                raise file_not_dataset(path) from None
+            if not os.path.isdir(path):
+                raise FileNotFoundError(errno.ENOENT, "no such dataset folder", path) from None
+            raise no_manifest(path) from None
+    return _parse_manifest(raw, where)
+
+
+def file_not_dataset(path: str) -> NdfError:
+    """The error for a file where a dataset folder was expected."""
+    return NdfError(
+        f"{path}: not a dataset: expected a folder holding {MANIFEST}, found a file "
+        "(open a single .ndf file with open_ndf)"
+    )
+
+
+def no_manifest(path: str) -> NdfError:
+    """The error for a folder that holds no manifest."""
+    return NdfError(
+        f"{path}: not a dataset: the folder holds no {MANIFEST} (a dataset's manifest is "
+        "written last: was its write interrupted?)"
+    )
+
+
+def write_manifest(
+    path,
+    parts,
+    d: int,
+    l: int,  # noqa: E741
+    *,
+    features=None,
+    labels=None,
+    storage_options: dict | None = None,
+) -> Manifest:
+    """Write ``manifest.json`` for the parts ``parts`` (in order) of the dataset at ``path``,
+    atomically: the step that makes the folder a dataset, so call it last.
+
+    ``parts``: :class:`PartInfo` (or ``(name, n, nbytes)`` tuples, or dicts
+    with those keys), as :func:`write_part` returns them. Each part's
+    ``nbytes`` must be ``28 + 8*n*(d+l)`` and names must be plain file names
+    listed once (else :class:`NdfError` naming the part); the part files
+    themselves are not opened (``exactbatch info`` checks them).
+    ``features``/``labels``: column names to keep with the data (``d`` and
+    ``l`` of them), or None. Part files in the folder named as
+    :func:`part_name` makes but not listed (left by an earlier, larger
+    dataset) are removed after the manifest is written.
+    """
+    path = dataset_path(path, storage_options)
+    d, l = check_int("d", d, 0), check_int("l", l, 0)  # noqa: E741
+    where = join_path(path, MANIFEST)
+    for key, value in (("features", features), ("labels", labels)):
+        if isinstance(value, str):
+            raise TypeError(f"{key} must be a list of column names, not one string: {value!r}")
+    feats = _names(None if features is None else list(features), d, "features", where)
+    labs = _names(None if labels is None else list(labels), l, "labels", where)
+    man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs)
+    raw = _manifest_bytes(man)
+    keep = {p.name for p in man.parts}
+    if is_url(path):
+        fs, key = url_to_fs(path, storage_options)
+        fs.pipe_file(join_path(key, MANIFEST), raw)  # one PUT: whole or not at all
+        fs.invalidate_cache()
+        stale = [k for k in fs.ls(key, detail=False) if _stale(k.rsplit("/", 1)[-1], keep)]
+        for k in stale:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(k)
+    else:
+        with atomic_path(where) as tmp, open(tmp, "wb") as f:
+            f.write(raw)
+        for entry in os.listdir(path):
+            if _stale(entry, keep):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, entry))
+    return man
+
+
+def _stale(name: str, keep: set) -> bool:
+    return name not in keep and _PART_NAME.fullmatch(name) is not None

@@ -1,0 +1,339 @@
+"""exactbatch.dask (DESIGN.md, "Sharded datasets and a distributed engine"; issue 15):
+``to_ndf_dataset`` on a LocalCluster of worker processes writes one part per partition
+and the manifest last (locally and to the S3 server), a failing partition leaves no
+manifest; ``dask_source`` reads partitions as a stream that obeys the loader's laws,
+with N from the collection when its partition lengths are known; ``column_stats``.
+
+One LocalCluster (2 worker processes, 1 thread each) serves the whole module; its
+client is the default scheduler while the module runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+from helpers import collect, make_data
+from laws import check_deterministic, check_epoch, check_epochs_differ, check_resume
+
+from exactbatch import DataLoader, NdfError, open_ndf_dataset
+
+dd = pytest.importorskip("dask.dataframe")
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+pd = pytest.importorskip("pandas")
+
+from exactbatch.dask import (  # noqa: E402
+    DaskPartitions,
+    DaskStream,
+    column_stats,
+    dask_source,
+    to_ndf_dataset,
+)
+
+D, L = 3, 2
+SIZES = [37, 0, 50, 13, 41]  # uneven partitions, one empty
+N = sum(SIZES)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The module's cluster: worker processes, as a real deployment has."""
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def frame(n_or_sizes=SIZES):
+    """Traceable rows (x0 is the row id) as a pandas frame: x0..x2 features, t0, t1 labels."""
+    sizes = n_or_sizes if isinstance(n_or_sizes, list) else [n_or_sizes]
+    x, y = make_data(sum(sizes), D, L)
+    df = pd.DataFrame(np.concatenate((x, y), axis=1), columns=["x0", "x1", "x2", "t0", "t1"])
+    return df, sizes
+
+
+def dask_frame(sizes=SIZES):
+    """A Dask DataFrame of the traceable rows, partitioned exactly as ``sizes`` says."""
+    df, sizes = frame(sizes)
+    bounds = np.cumsum([0, *sizes])
+    parts = [df.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return (
+        dd.from_pandas(df, npartitions=1)
+        if len(parts) == 1
+        else dd.concat([dd.from_pandas(p, npartitions=1) for p in parts])
+    )
+
+
+def manifest(path) -> dict:
+    with open(os.path.join(path, "manifest.json")) as f:
+        return json.load(f)
+
+
+def test_a_dataframe_written_by_the_workers_reads_back_the_same_rows(client, tmp_path):
+    """One part per partition, each partition's rows, the names in the manifest; a loader
+    over the dataset gives the batches of the same rows in memory."""
+    ddf = dask_frame()
+    assert ddf.npartitions == len(SIZES)
+    to_ndf_dataset(ddf, tmp_path / "ds", labels=["t0", "t1"])
+    m = manifest(tmp_path / "ds")
+    assert [p["n"] for p in m["parts"]] == SIZES
+    assert (m["features"], m["labels"]) == (["x0", "x1", "x2"], ["t0", "t1"])
+    x, y = make_data(N, D, L)
+    with open_ndf_dataset(tmp_path / "ds") as ds:
+        assert (ds.n, ds.d, ds.l) == (N, D, L)
+        gx, gy = ds.read_rows(np.arange(N))
+        np.testing.assert_array_equal(gx, x)
+        np.testing.assert_array_equal(gy, y)
+        want = collect(DataLoader((x, y), 16, seed=3))
+        assert collect(DataLoader(ds, 16, seed=3), D, L) == want
+
+
+def test_features_choose_and_order_the_columns(client, tmp_path):
+    to_ndf_dataset(dask_frame(), tmp_path / "ds", features=["x2", "x0"], labels="t1")
+    m = manifest(tmp_path / "ds")
+    assert (m["features"], m["labels"]) == (["x2", "x0"], ["t1"])
+    x, y = make_data(N, D, L)
+    with open_ndf_dataset(tmp_path / "ds") as ds:
+        gx, gy = ds.read_rows(np.arange(N))
+    np.testing.assert_array_equal(gx, x[:, [2, 0]])
+    np.testing.assert_array_equal(gy, y[:, [1]])
+
+
+def test_an_array_with_labels_by_position(client, tmp_path):
+    """A 2-D Dask Array chunked along both axes: parts are row blocks, no names."""
+    x, y = make_data(N, D, L)
+    arr = da.from_array(np.concatenate((x, y), axis=1), chunks=(30, 2))
+    to_ndf_dataset(arr, tmp_path / "arr", labels=[-2, -1])
+    m = manifest(tmp_path / "arr")
+    assert [p["n"] for p in m["parts"]] == [30, 30, 30, 30, 21]
+    assert "features" not in m
+    with open_ndf_dataset(tmp_path / "arr") as ds:
+        gx, gy = ds.read_rows(np.arange(N))
+    np.testing.assert_array_equal(gx, x)
+    np.testing.assert_array_equal(gy, y)
+
+
+def test_a_failing_partition_leaves_no_manifest(client, tmp_path):
+    """An earlier dataset at the path is unmade first; a partition that raises fails the
+    write once every task has stopped: no manifest, no part file, no temporary file."""
+    to_ndf_dataset(dask_frame(), tmp_path / "ds", labels=["t0", "t1"])
+
+    def fail_on_row_87(part):  # nested: pickled by value, for the workers
+        if (part["x0"] == 87).any():
+            raise RuntimeError("partition with row 87 failed")
+        return part
+
+    bad = dask_frame().map_partitions(fail_on_row_87)
+    with pytest.raises(RuntimeError, match="row 87 failed"):
+        to_ndf_dataset(bad, tmp_path / "ds", labels=["t0", "t1"])
+    assert os.listdir(tmp_path / "ds") == []
+    with pytest.raises(NdfError, match="not a dataset"):
+        open_ndf_dataset(tmp_path / "ds")
+
+
+def test_written_to_the_s3_server_by_the_workers(client, s3_server):
+    url = f"s3://{s3_server.bucket}/test_dask/ds"
+    to_ndf_dataset(dask_frame(), url, labels=["t0", "t1"], storage_options=s3_server.so)
+    s3_server.fs.invalidate_cache()
+    keys = sorted(k.rsplit("/", 1)[-1] for k in s3_server.fs.ls(url, detail=False))
+    assert keys == ["manifest.json"] + [f"part-0000{k}.ndf" for k in range(len(SIZES))]
+    x, y = make_data(N, D, L)
+    with open_ndf_dataset(url, storage_options=s3_server.so) as ds:
+        assert (ds.features, ds.labels) == (("x0", "x1", "x2"), ("t0", "t1"))
+        gx, gy = ds.read_rows(np.arange(N))
+    np.testing.assert_array_equal(gx, x)
+    np.testing.assert_array_equal(gy, y)
+
+
+# -- dask_source ------------------------------------------------------------------------------
+
+
+def test_n_from_a_dataframe_of_known_length(client):
+    """from_pandas knows its partitions' lengths: N at once, no counting pass."""
+    df, _ = frame(N)
+    src = dask_source(dd.from_pandas(df, npartitions=4), labels=["t0", "t1"])
+    assert isinstance(src, DaskPartitions)
+    assert (src.n_rows, src.d, src.l, src.features) == (N, D, L, ("x0", "x1", "x2"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a counting pass would warn
+        loader = DataLoader(src, 16)
+    assert (loader.total_size, len(loader)) == (N, -(-N // 16))
+
+
+def test_unknown_lengths_are_counted_by_the_loader(client):
+    """A filtered frame's lengths are unknown until computed: partitions in order, and the
+    loader's counting pass (with its warning) gives N."""
+    df, _ = frame(N)
+    ddf = dd.from_pandas(df, npartitions=4)
+    src = dask_source(ddf[ddf["x0"] >= 0], labels=["t0", "t1"])
+    assert isinstance(src, DaskStream) and not hasattr(src, "n_rows")
+    with pytest.warns(UserWarning, match="counted"):
+        loader = DataLoader(src, 16, shuffle=False)
+    assert loader.total_size == N
+    assert [r for b in collect(loader, D, L) for r in b] == list(range(N))
+
+
+def _loaders(kind):
+    """A loader factory over a dask_source of ``kind``: "array" (uneven chunks, one empty:
+    lengths known), "frame" (from_pandas: known) or "filtered" (lengths unknown)."""
+    if kind == "array":
+        x, y = make_data(N, D, L)
+        rows = da.from_array(np.concatenate((x, y), axis=1), chunks=(tuple(SIZES), D + L))
+        source = dask_source(rows, labels=[-2, -1])
+    else:
+        ddf = dd.from_pandas(frame(N)[0], npartitions=4)
+        if kind == "filtered":
+            ddf = ddf[ddf["x0"] >= 0]
+        source = dask_source(ddf, labels=["t0", "t1"])
+    assert isinstance(source, DaskStream if kind == "filtered" else DaskPartitions)
+
+    def make(**kw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the counting pass of "filtered"
+            return DataLoader(source, 16, **kw)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "kind, shuffle, drop_last",
+    [
+        ("array", True, True),
+        ("frame", False, False),
+        ("filtered", True, False),
+        ("filtered", False, True),
+    ],
+    ids=["array-shuffled-drop-last", "frame-ordered", "filtered-shuffled", "filtered-ordered-drop"],
+)
+def test_the_stream_laws_hold_over_shards(client, kind, shuffle, drop_last):
+    """The epoch law over 1 and 3 shards, determinism, and epochs that differ."""
+    make = _loaders(kind)
+    for shards in (1, 3):
+        per = [
+            collect(
+                make(
+                    shuffle=shuffle, drop_last=drop_last, num_shards=shards, shard_index=s, seed=5
+                ),
+                D,
+                L,
+            )
+            for s in range(shards)
+        ]
+        check_epoch(per, n=N, batch_size=16, drop_last=drop_last, shuffle=shuffle)
+    again = make(shuffle=shuffle, drop_last=drop_last, num_shards=3, shard_index=2, seed=5)
+    check_deterministic(collect(again, D, L), per[2])
+    loader = make(shuffle=shuffle, drop_last=drop_last, seed=5)
+    check_epochs_differ(collect(loader, D, L), collect(loader, D, L), shuffle)
+
+
+def test_a_shard_computes_only_its_partitions(client, monkeypatch):
+    """Known lengths: shard 2 of 3 owns rows [94, 141), in partitions 3 and 4 only."""
+    read = []
+    real = DaskPartitions.read_chunk
+    monkeypatch.setattr(DaskPartitions, "read_chunk", lambda s, i: read.append(i) or real(s, i))
+    loader = _loaders("array")(num_shards=3, shard_index=2, seed=1)
+    rows = [r for b in collect(loader, D, L) for r in b]
+    assert sorted(rows) == list(range(94, N))
+    assert sorted(read) == [3, 4]
+
+
+def test_partitions_are_computed_ahead_on_the_cluster(client):
+    """will_need starts at most ``ahead`` partitions, in the order asked; a read takes
+    its result and starts the next one asked for. Without a client nothing runs ahead."""
+    x, y = make_data(N, D, L)
+    rows = da.from_array(np.concatenate((x, y), axis=1), chunks=(tuple(SIZES), D + L))
+    src = dask_source(rows, labels=[-2, -1], ahead=2)
+    for i in (4, 2, 0):
+        src.will_need(i)
+    assert src.computing == (2, 4)
+    gx, gy = src.read_chunk(4)
+    np.testing.assert_array_equal(gx, x[100:])
+    np.testing.assert_array_equal(gy, y[100:])
+    assert src.computing == (0, 2)
+    gx, _ = src.read_chunk(3)  # not asked for: computed there and then
+    np.testing.assert_array_equal(gx, x[87:100])
+    assert [len(c[0]) for c in src] == SIZES  # a pass runs ahead too, and takes them all
+    assert src.computing == ()
+    with pytest.raises(ValueError, match="ahead must be >= 0"):
+        dask_source(rows, ahead=-1)
+
+
+@pytest.mark.parametrize("kind", ["array", "filtered"])
+def test_the_resume_law(client, kind):
+    make = _loaders(kind)
+    check_resume(lambda: make(seed=9, num_shards=2, shard_index=1), D, L, cuts=[0, 5, 99])
+
+
+def test_column_stats_match_numpy(client):
+    df, _ = frame(N)
+    df.loc[5, "x1"] = np.nan
+    ddf = dd.from_pandas(df, npartitions=4)
+    got = column_stats(ddf, labels=["t0", "t1"])
+    assert [s["name"] for s in got] == ["x0", "x1", "x2", "t0", "t1"]
+    vals = df.to_numpy()
+    np.testing.assert_allclose([s["mean"] for s in got], np.nanmean(vals, 0), rtol=1e-12)
+    np.testing.assert_allclose([s["sd"] for s in got], np.nanstd(vals, 0), rtol=1e-12)
+    assert [s["min"] for s in got] == list(np.nanmin(vals, 0))
+    assert (got[1]["count"], got[1]["nan"]) == (N - 1, 1)
+    arr = da.from_array(vals, chunks=(50, 5))
+    by_array = column_stats(arr, labels=[-2, -1])
+    assert [s["name"] for s in by_array] == ["x0", "x1", "x2", "y0", "y1"]
+    assert [s["max"] for s in by_array] == [s["max"] for s in got]
+
+
+# -- bad input (no cluster needed: refused before anything runs) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, error, match",
+    [
+        (lambda: np.zeros((3, 2)), {}, TypeError, "needs a Dask DataFrame or a 2-D Dask Array"),
+        (lambda: da.zeros(5, chunks=2), {}, ValueError, "expected a 2-D Dask Array"),
+        (lambda: da.zeros((4, 2), dtype="U3", chunks=2), {}, TypeError, "real numbers"),
+        (lambda: da.zeros((4, 2), chunks=2), {"labels": "a"}, TypeError, "column positions"),
+        (lambda: da.zeros((4, 2), chunks=2), {"labels": 5}, ValueError, "out of range"),
+        (
+            lambda: da.zeros((4, 2), chunks=2),
+            {"features": [0], "labels": [0]},
+            ValueError,
+            "both features and labels",
+        ),
+        (lambda: dask_frame(), {"labels": "nope"}, ValueError, r"does not have.*'x0'"),
+        (
+            lambda: dask_frame(),
+            {"features": ["x0", "t0"], "labels": "t0"},
+            ValueError,
+            "both features and labels",
+        ),
+        (lambda: dask_frame(), {"labels": ["t0", "t0"]}, ValueError, "more than once"),
+        (lambda: dask_frame().assign(s="a"), {}, TypeError, r"non-numeric column\(s\) 's'"),
+    ],
+    ids=[
+        "numpy",
+        "1-D",
+        "strings",
+        "array-label-name",
+        "array-label-range",
+        "array-overlap",
+        "missing-column",
+        "frame-overlap",
+        "twice",
+        "non-numeric",
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, make, kwargs, error, match):
+    for call in (
+        lambda: to_ndf_dataset(make(), tmp_path / "ds", **kwargs),
+        lambda: dask_source(make(), **kwargs),
+        lambda: column_stats(make(), **kwargs),
+    ):
+        with pytest.raises(error, match=match):
+            call()
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,164 @@
+"""Sharded .ndf datasets at URLs, against the local S3 server (conftest.py's s3_server).
+
+Written with save_ndf_dataset straight to s3:// (each part one upload, committed
+only when whole; the manifest one PUT, last), read back with open_ndf_dataset:
+the same rows as one array, parts opened only where rows are read, and the
+parts of one request fetched concurrently. The bad-dataset errors name the part
+as for a local folder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from helpers import check_rows, make_data, write_ndf_dataset
+
+from exactbatch import DataLoader, NdfError, open_ndf_dataset, save_ndf_dataset
+from exactbatch.ndf import dataset as dsmod
+from exactbatch.ndf import dataset_write
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+SIZES = [40, 3, 0, 57]
+N = sum(SIZES)
+
+
+@pytest.fixture(scope="module")
+def s3(s3_server):
+    return s3_server
+
+
+def url(s3, key: str) -> str:
+    return f"s3://{s3.bucket}/{key}"
+
+
+def listing(s3, key: str) -> list[str]:
+    s3.fs.invalidate_cache()
+    try:
+        return sorted(k.rsplit("/", 1)[-1] for k in s3.fs.ls(f"{s3.bucket}/{key}", detail=False))
+    except FileNotFoundError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def remote_ds(s3):
+    return write_ndf_dataset(url(s3, "dsets/a"), SIZES, d=3, l=2, storage_options=s3.so)
+
+
+def test_write_then_read_back(s3, remote_ds):
+    """Every part and the manifest are there; reads equal the concatenated rows."""
+    assert listing(s3, "dsets/a") == ["manifest.json"] + [f"part-0000{k}.ndf" for k in range(4)]
+    m = json.loads(s3.fs.cat_file(f"{s3.bucket}/dsets/a/manifest.json"))
+    assert [p["n"] for p in m["parts"]] == SIZES
+    x, y = make_data(N, 3, 2)
+    rng = np.random.default_rng(0)
+    with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        assert (ds.n, ds.d, ds.l) == (N, 3, 2)
+        assert ds.open_parts == ()
+        for rows in (rng.integers(0, N, 30), np.arange(N), np.array([99, 0, 41, 40, 42])):
+            gx, gy = ds.read_rows(rows)
+            np.testing.assert_array_equal(gx, x[rows])
+            np.testing.assert_array_equal(gy, y[rows])
+        out = np.empty((20, 5))
+        ds.read_block_into(35, out)
+        assert out[:, 0].tolist() == list(range(35, 55))
+
+
+def test_only_the_parts_of_the_rows_read_are_opened(s3, remote_ds):
+    with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        ds.read_rows([44])
+        assert ds.open_parts == (3,)
+
+
+def test_parts_are_read_concurrently(s3, remote_ds, monkeypatch):
+    """A request spanning parts reads them on several threads at once."""
+    seen, lock = set(), threading.Lock()
+    barrier = threading.Barrier(2, timeout=30)
+    real = dsmod.NdfFile.read_raw_into
+
+    def spy(self, rows, out, scattered=False):
+        with lock:
+            seen.add(threading.current_thread().name)
+        barrier.wait()  # both parts' reads must be in flight together to pass
+        return real(self, rows, out, scattered)
+
+    with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        monkeypatch.setattr(dsmod.NdfFile, "read_raw_into", spy)
+        x, y = ds.read_rows([50, 1, 60, 2])
+    check_rows(x, y, 3, 2)
+    assert x[:, 0].tolist() == [50, 1, 60, 2]
+    assert len(seen) == 2 and all(t.startswith("exactbatch-part") for t in seen)
+
+
+def test_a_loader_over_a_remote_dataset(s3, remote_ds):
+    with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        loader = DataLoader(ds, 16, shuffle=True, seed=3)
+        assert loader.prefetch == 2  # a URL: every batch is a round trip
+        got = []
+        for xb, yb in loader:
+            check_rows(xb, yb, 3, 2)
+            got += xb[:, 0].astype(int).tolist()
+        loader.close()
+    assert sorted(got) == list(range(N))
+
+
+def test_a_missing_remote_part(s3):
+    path = write_ndf_dataset(url(s3, "dsets/missing"), [4, 4], storage_options=s3.so)
+    s3.fs.rm_file(f"{s3.bucket}/dsets/missing/part-00001.ndf")
+    ds = open_ndf_dataset(path, storage_options=s3.so)
+    with pytest.raises(NdfError, match="part 1 \\(part-00001.ndf\\) of the dataset is missing"):
+        ds.read_rows([0, 5])
+
+
+def test_a_truncated_remote_part(s3):
+    path = write_ndf_dataset(url(s3, "dsets/short"), [4, 4], storage_options=s3.so)
+    key = f"{s3.bucket}/dsets/short/part-00000.ndf"
+    s3.fs.pipe_file(key, s3.fs.cat_file(key)[:-8])
+    s3.fs.invalidate_cache()
+    ds = open_ndf_dataset(path, storage_options=s3.so)
+    with pytest.raises(NdfError, match="part 0 \\(part-00000.ndf\\).*file too short"):
+        ds.read_rows([0])
+
+
+def test_a_prefix_without_a_manifest(s3):
+    s3.fs.pipe_file(f"{s3.bucket}/dsets/bare/part-00000.ndf", b"x")
+    with pytest.raises(NdfError, match="not a dataset: the folder holds no manifest.json"):
+        open_ndf_dataset(url(s3, "dsets/bare"), storage_options=s3.so)
+    with pytest.raises(NdfError, match="found a file"):
+        open_ndf_dataset(url(s3, "dsets/bare/part-00000.ndf"), storage_options=s3.so)
+    with pytest.raises(FileNotFoundError):
+        open_ndf_dataset(url(s3, "dsets/nowhere"), storage_options=s3.so)
+
+
+def test_a_failed_remote_write_leaves_no_manifest_and_no_part(s3):
+    """An error midway: no manifest (the old one was removed first), no part of this write,
+    and no upload left open."""
+    write_ndf_dataset(url(s3, "dsets/fail"), [3, 3], storage_options=s3.so)
+
+    def parts():
+        yield make_data(3)
+        raise RuntimeError("the source broke")
+
+    with pytest.raises(RuntimeError, match="the source broke"):
+        save_ndf_dataset(url(s3, "dsets/fail"), parts(), storage_options=s3.so)
+    assert listing(s3, "dsets/fail") == ["part-00001.ndf"]  # the old dataset's, unlisted
+    with pytest.raises(NdfError, match="not a dataset"):
+        open_ndf_dataset(url(s3, "dsets/fail"), storage_options=s3.so)
+
+
+def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
+    """write_part at a URL: an error while the part is written leaves no object."""
+    dsmod.start_dataset(url(s3, "dsets/abandon"), storage_options=s3.so)
+
+    def broken(f, data):
+        f.write(b"NDF1" + bytes(100))
+        raise OSError("disk full")
+
+    monkeypatch.setattr(dataset_write, "write_ndf_to", broken)
+    with pytest.raises(OSError, match="disk full"):
+        dsmod.write_part(url(s3, "dsets/abandon"), 0, make_data(2), storage_options=s3.so)
+    assert listing(s3, "dsets/abandon") == []

@@ -1,0 +1,483 @@
+"""Sharded .ndf datasets on local folders (ndf/dataset.py, ndf/manifest.py).
+
+A dataset is the concatenation of its parts: every read equals the same read
+of one array holding rows 0..n (helpers.make_data); parts open lazily and
+only when a row of theirs is read; each way a dataset can be damaged is an
+NdfError naming the part; a failed write leaves no manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+from helpers import check_rows, make_data, make_x, make_y, write_ndf_dataset
+from hypothesis import given
+from hypothesis import strategies as st
+
+import exactbatch
+from exactbatch import NdfDataset, NdfError, open_ndf_dataset, save_ndf, save_ndf_dataset
+from exactbatch.ndf import dataset as dsmod
+from exactbatch.ndf import manifest as manmod
+
+SIZES = [5, 0, 12, 1, 7]  # uneven, an empty part among them
+N = sum(SIZES)
+
+
+@pytest.fixture
+def ds_path(tmp_path):
+    return write_ndf_dataset(tmp_path / "ds", SIZES, d=3, l=2)
+
+
+def manifest_of(path) -> dict:
+    with open(os.path.join(path, "manifest.json")) as f:
+        return json.load(f)
+
+
+def rewrite_manifest(path, m: dict) -> None:
+    with open(os.path.join(path, "manifest.json"), "w") as f:
+        json.dump(m, f)
+
+
+# -- the API and the manifest ------------------------------------------------------------
+
+
+def test_exported_from_the_package_and_ndf():
+    for name in ("NdfDataset", "open_ndf_dataset", "save_ndf_dataset"):
+        assert name in exactbatch.__all__ and name in exactbatch.ndf.__all__
+        assert getattr(exactbatch, name) is getattr(exactbatch.ndf, name)
+
+
+def test_manifest_lists_the_parts_in_order(ds_path):
+    """The manifest: format, version, n, d, l, and every part's name, n and byte size."""
+    m = manifest_of(ds_path)
+    assert m["format"] == "exactbatch-ndf-dataset" and m["version"] == 1
+    assert (m["n"], m["d"], m["l"]) == (N, 3, 2)
+    assert [p["name"] for p in m["parts"]] == [f"part-{k:05d}.ndf" for k in range(len(SIZES))]
+    assert [p["n"] for p in m["parts"]] == SIZES
+    for p in m["parts"]:
+        assert p["nbytes"] == os.path.getsize(os.path.join(ds_path, p["name"]))
+    assert "features" not in m and "labels" not in m
+
+
+def test_open_reads_the_manifest_only(ds_path):
+    """n, d, l, len and the parts come from the manifest; no part is opened."""
+    with open_ndf_dataset(ds_path) as ds:
+        assert isinstance(ds, NdfDataset)
+        assert (ds.n, ds.d, ds.l, len(ds)) == (N, 3, 2, N)
+        assert [p.n for p in ds.parts] == SIZES
+        assert ds.starts.tolist() == [0, 5, 5, 17, 18, 25]
+        assert ds.open_parts == ()
+        assert "parts=5" in repr(ds) and "open" in repr(ds)
+    assert ds.closed and "closed" in repr(ds)
+
+
+@given(st.lists(st.integers(-N, N - 1), max_size=40))
+def test_read_rows_equals_the_concatenation(tmp_path_factory, rows):
+    """Any request (scattered, repeated, negative, sorted or not) gives the rows of one
+    array holding the parts' rows concatenated, in the request's order."""
+    path = _shared_dataset(tmp_path_factory)
+    x, y = make_data(N, 3, 2)
+    with open_ndf_dataset(path) as ds:
+        gx, gy = ds.read_rows(rows)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
+        sx, sy = ds.read_rows(sorted(rows))
+        np.testing.assert_array_equal(sx, x[sorted(rows)])
+        np.testing.assert_array_equal(sy, y[sorted(rows)])
+
+
+_SHARED: dict = {}
+
+
+def _shared_dataset(factory) -> str:
+    if "path" not in _SHARED:
+        _SHARED["path"] = write_ndf_dataset(factory.mktemp("hyp") / "ds", SIZES, d=3, l=2)
+    return _SHARED["path"]
+
+
+def test_read_rows_into_and_read_row(ds_path):
+    ds = open_ndf_dataset(ds_path)
+    rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)
+    ox, oy = np.full((7, 3), np.nan), np.full((7, 2), np.nan)
+    ds.read_rows_into(rows, ox, oy)
+    check_rows(ox, oy, 3, 2)
+    assert ox[:, 0].tolist() == rows.tolist()
+    xr, yr = ds.read_row(-1)
+    np.testing.assert_array_equal(xr, make_x([N - 1], 3)[0])
+    np.testing.assert_array_equal(yr, make_y([N - 1], 2)[0])
+    got_x, _ = ds.read_rows(np.array([3, 1]), out_x=ox[:2], out_y=oy[:2])
+    assert got_x is not None and ox[:2, 0].tolist() == [3, 1]
+
+
+def test_bad_row_requests(ds_path):
+    ds = open_ndf_dataset(ds_path)
+    with pytest.raises(IndexError, match=f"row {N} out of range"):
+        ds.read_rows([0, N])
+    with pytest.raises(IndexError, match=f"row {-N - 1} out of range"):
+        ds.read_row(-N - 1)
+    with pytest.raises(TypeError, match="integers"):
+        ds.read_rows([0.5])
+    with pytest.raises(ValueError, match="1-D"):
+        ds.read_rows([[0, 1]])
+    assert ds.read_rows([])[0].shape == (0, 3)
+
+
+def test_parts_open_lazily_and_only_where_rows_are_read(ds_path):
+    """A read opens only the parts its rows lie in; empty parts are never opened."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([17])
+    assert ds.open_parts == (3,)
+    ds.read_rows([6, 1])
+    assert ds.open_parts == (0, 2, 3)
+    ds.read_rows(np.arange(N))
+    assert ds.open_parts == (0, 2, 3, 4)
+
+
+def test_read_block_into_crosses_parts(ds_path):
+    """A block of consecutive rows spanning parts is read from each part in turn."""
+    ds = open_ndf_dataset(ds_path)
+    out = np.full((16, 5), np.nan)
+    ds.read_block_into(3, out)
+    check_rows(out[:, :3], out[:, 3:], 3, 2)
+    assert out[:, 0].tolist() == list(range(3, 19))
+    ds.will_need(3, 16)  # a hint only: must not fail
+
+
+def test_share_close_and_closed_reads(ds_path):
+    """close() lets go of one share; another share keeps reading."""
+    ds = open_ndf_dataset(ds_path)
+    other = ds.share()
+    ds.close()
+    ds.close()  # idempotent
+    with pytest.raises(ValueError, match="closed NdfDataset"):
+        ds.read_rows([0])
+    with pytest.raises(ValueError, match="closed NdfDataset"):
+        ds.read_rows_into(np.array([0]), np.empty((1, 3)), np.empty((1, 2)))
+    assert other.read_rows([20])[0][0, 0] == 20
+
+
+def test_threads_opening_parts_at_once(ds_path):
+    """Threads reading a fresh dataset at once each get their rows (a part opens once)."""
+    ds = open_ndf_dataset(ds_path)
+    errors, opened = [], []
+    real_open = dsmod.open_ndf
+
+    def counting_open(*a, **kw):
+        opened.append(a[0])
+        return real_open(*a, **kw)
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                rows = rng.integers(0, N, 9)
+                x, y = ds.read_rows(rows)
+                check_rows(x, y, 3, 2)
+                assert x[:, 0].tolist() == rows.tolist()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    dsmod.open_ndf = counting_open
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        dsmod.open_ndf = real_open
+    assert not errors
+    assert sorted(opened) == sorted(set(opened)) and len(opened) == 4
+
+
+def test_features_and_labels_names_are_kept(tmp_path):
+    path = write_ndf_dataset(
+        tmp_path / "named", [2, 3], d=2, l=1, features=["a", "b"], labels=["t"]
+    )
+    m = manifest_of(path)
+    assert m["features"] == ["a", "b"] and m["labels"] == ["t"]
+    ds = open_ndf_dataset(path)
+    assert ds.features == ("a", "b") and ds.labels == ("t",)
+    with pytest.raises(NdfError, match="'features' names 1 columns but the dataset has 2"):
+        write_ndf_dataset(tmp_path / "bad", [2], d=2, l=1, features=["a"])
+    with pytest.raises(TypeError, match="not one string"):
+        write_ndf_dataset(tmp_path / "bad2", [2], d=2, l=1, labels="t")
+
+
+def test_accepts_datasets_pairs_and_arrays(tmp_path):
+    x, y = make_data(6, 2, 1)
+    save_ndf_dataset(tmp_path / "a", [exactbatch.Dataset(x[:2], y[:2]), (x[2:], y[2:])])
+    np.testing.assert_array_equal(open_ndf_dataset(tmp_path / "a").read_rows(range(6))[1], y)
+    save_ndf_dataset(tmp_path / "b", iter([x[:4], x[4:]]))  # any iterable, arrays x: l = 0
+    b = open_ndf_dataset(f"file://{tmp_path / 'b'}")
+    assert (b.n, b.d, b.l) == (6, 2, 0)
+
+
+# -- writing: atomic, the manifest last ----------------------------------------------------
+
+
+def test_a_failed_write_leaves_no_manifest_and_no_new_part(tmp_path, ds_path):
+    """A part that fails midway (here: another d) leaves the folder without a manifest,
+    even where a dataset was before, and without the parts the write made."""
+    x, y = make_data(4, 3, 2)
+
+    def parts():
+        yield x[:2], y[:2]
+        yield x[2:, :2], y[2:]
+
+    with pytest.raises(ValueError, match="part 1 has d=2, l=2; part 0 had d=3, l=2"):
+        save_ndf_dataset(ds_path, parts())
+    names = os.listdir(ds_path)
+    assert "manifest.json" not in names and "part-00000.ndf" not in names
+    assert not [n for n in names if n.endswith(".tmp")]
+    with pytest.raises(NdfError, match="not a dataset"):
+        open_ndf_dataset(ds_path)
+
+
+def test_an_exception_from_the_parts_leaves_no_manifest(tmp_path):
+    def parts():
+        yield make_data(3, 2, 1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        save_ndf_dataset(tmp_path / "ds", parts())
+    assert not os.path.exists(tmp_path / "ds")  # the folder it made is gone too
+    (tmp_path / "ds").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        save_ndf_dataset(tmp_path / "ds", parts())
+    assert os.listdir(tmp_path / "ds") == []
+
+
+def test_no_parts_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no parts to write"):
+        save_ndf_dataset(tmp_path / "ds", [])
+    assert not os.path.exists(tmp_path / "ds" / "manifest.json")
+
+
+def test_rewriting_removes_stale_parts(tmp_path, ds_path):
+    """A smaller dataset written over a larger one: the old extra parts are removed,
+    other files are left alone."""
+    (tmp_path / "ds" / "notes.txt").write_text("mine")
+    write_ndf_dataset(ds_path, [4, 4])
+    assert sorted(os.listdir(ds_path)) == [
+        "manifest.json",
+        "notes.txt",
+        "part-00000.ndf",
+        "part-00001.ndf",
+    ]
+    assert open_ndf_dataset(ds_path).n == 8
+
+
+def test_parent_folder_is_not_made(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        save_ndf_dataset(tmp_path / "no" / "ds", [make_data(2)])
+
+
+def test_write_manifest_checks_the_parts(tmp_path):
+    """write_manifest, the last step of a distributed write, refuses parts that cannot be."""
+    (tmp_path / "ds").mkdir()
+    good = dsmod.write_part(tmp_path / "ds", 0, make_data(3, 2, 1))
+    assert good == dsmod.PartInfo("part-00000.ndf", 3, 28 + 8 * 3 * 3)
+    assert dsmod.describe_part(tmp_path / "ds", good.name) == (good, 2, 1)
+    cases = [
+        ([("p.ndf", 3, 101)], "part p.ndf: nbytes=101 does not match n=3, d=2, l=1"),
+        ([good, good], "part part-00000.ndf is listed twice"),
+        ([("../x.ndf", 0, 28)], "no plain file name"),
+        ([("manifest.json", 0, 28)], "a part cannot have"),
+        ([("p.ndf", -1, 28)], "n must be an integer >= 0"),
+        ([("p.ndf", 1)], "must be \\(name, n, nbytes\\)"),
+    ]
+    for parts, message in cases:
+        with pytest.raises(NdfError, match=message):
+            dsmod.write_manifest(tmp_path / "ds", parts, 2, 1)
+        assert not os.path.exists(tmp_path / "ds" / "manifest.json")
+    dsmod.write_manifest(tmp_path / "ds", [{"name": good.name, "n": 3, "nbytes": 100}], 2, 1)
+    assert open_ndf_dataset(tmp_path / "ds").read_rows([2])[0][0, 0] == 2
+
+
+def test_start_dataset_removes_an_old_manifest(ds_path):
+    dsmod.start_dataset(ds_path)
+    assert "manifest.json" not in os.listdir(ds_path)
+
+
+# -- bad datasets: each an NdfError naming the part ----------------------------------------
+
+
+def test_a_missing_part(ds_path):
+    os.unlink(os.path.join(ds_path, "part-00002.ndf"))
+    ds = open_ndf_dataset(ds_path)  # the manifest alone is fine
+    ds.read_rows([0, 4])  # part 0 is there
+    with pytest.raises(NdfError, match="part 2 \\(part-00002.ndf\\) of the dataset is missing"):
+        ds.read_rows([6])
+
+
+def test_a_truncated_part(ds_path):
+    p = os.path.join(ds_path, "part-00004.ndf")
+    os.truncate(p, os.path.getsize(p) - 8)
+    ds = open_ndf_dataset(ds_path)
+    with pytest.raises(NdfError, match="part 4 \\(part-00004.ndf\\).*file too short"):
+        ds.read_rows([N - 1])
+
+
+@pytest.mark.parametrize("d,l", [(2, 2), (3, 1), (4, 0)])
+def test_a_part_with_another_d_or_l(ds_path, d, l):  # noqa: E741
+    """A part of other widths (here of the manifest's byte size even where that can be)."""
+    rows = 12 * 5 // (d + l)
+    save_ndf(os.path.join(ds_path, "part-00002.ndf"), make_data(rows, d, l))
+    ds = open_ndf_dataset(ds_path)
+    with pytest.raises(NdfError, match=f"part-00002.ndf.*has d={d}, l={l}; the dataset has d=3"):
+        ds.read_rows([5])
+
+
+def test_a_part_of_another_n_than_the_manifest(ds_path):
+    save_ndf(os.path.join(ds_path, "part-00000.ndf"), make_data(4, 3, 2))
+    ds = open_ndf_dataset(ds_path)
+    with pytest.raises(NdfError, match="part-00000.ndf.*does not match the manifest: it holds n=4"):
+        ds.read_rows([0])
+
+
+def test_a_manifest_whose_sizes_do_not_add_up(ds_path):
+    m = manifest_of(ds_path)
+    m["parts"][3]["nbytes"] += 8
+    rewrite_manifest(ds_path, m)
+    with pytest.raises(NdfError, match="part part-00003.ndf: nbytes=.* does not match n=1"):
+        open_ndf_dataset(ds_path)
+    m["parts"][3]["nbytes"] -= 8
+    m["n"] += 1
+    rewrite_manifest(ds_path, m)
+    with pytest.raises(NdfError, match=f"n={N + 1} but the parts' n add up to {N}"):
+        open_ndf_dataset(ds_path)
+
+
+def test_a_folder_without_a_manifest_is_not_a_dataset(tmp_path):
+    save_ndf(tmp_path / "part-00000.ndf", make_data(3))
+    with pytest.raises(NdfError, match="not a dataset: the folder holds no manifest.json"):
+        open_ndf_dataset(tmp_path)
+    with pytest.raises(NdfError, match="not a dataset: expected a folder .* found a file"):
+        open_ndf_dataset(tmp_path / "part-00000.ndf")
+    with pytest.raises(FileNotFoundError):
+        open_ndf_dataset(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"version": 2}, "manifest version 2; this exactbatch reads version 1"),
+        ({"version": None}, "manifest version None"),
+        ({"format": "other"}, "not a dataset manifest: expected format"),
+        ({"d": -1}, "d must be an integer >= 0"),
+        ({"parts": {}}, "'parts' must be a list"),
+        ({"labels": ["a", "b", "c"]}, "'labels' names 3 columns but the dataset has 2"),
+    ],
+)
+def test_a_manifest_of_another_version_or_malformed(ds_path, change, message):
+    rewrite_manifest(ds_path, {**manifest_of(ds_path), **change})
+    with pytest.raises(NdfError, match=message):
+        open_ndf_dataset(ds_path)
+
+
+def test_a_manifest_that_is_not_json(ds_path):
+    with open(os.path.join(ds_path, "manifest.json"), "wb") as f:
+        f.write(b"{not json")
+    with pytest.raises(NdfError, match="manifest.json: not a dataset manifest: not valid JSON"):
+        open_ndf_dataset(ds_path)
+
+
+def test_check_part_and_part(ds_path):
+    ds = open_ndf_dataset(ds_path)
+    for k in range(len(SIZES)):
+        ds.check_part(k)
+    with ds.part(2) as f:
+        assert f.n == 12 and f.read_row(0)[0][0] == 5
+    with pytest.raises(IndexError, match="part 5 out of range"):
+        ds.check_part(5)
+    os.unlink(os.path.join(ds_path, "part-00001.ndf"))
+    with pytest.raises(NdfError, match="part-00001.ndf"):
+        ds.check_part(1)
+
+
+def test_manifest_module_names(tmp_path):
+    assert manmod.part_name(7) == "part-00007.ndf"
+    assert manmod.part_name(123456) == "part-123456.ndf"
+    with pytest.raises(ValueError):
+        manmod.part_name(-1)
+    with pytest.raises(ValueError, match="storage_options applies only to URLs"):
+        open_ndf_dataset(tmp_path, storage_options={})
+
+
+@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0)])
+def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
+    """No labels, no features, or neither: scattered, sorted and one-part reads alike."""
+    path = write_ndf_dataset(tmp_path / "ds", SIZES, d=d, l=l)
+    x, y = make_data(N, d, l)
+    ds = open_ndf_dataset(path)
+    for rows in ([24, 0, 17, 5, 5], [0, 6, 24], [7, 8]):
+        gx, gy = ds.read_rows(rows)
+        assert gx.shape == (len(rows), d) and gy.shape == (len(rows), l)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
+
+
+# -- NdfDatasetWriter: slab by slab, a new part every part_rows rows -------------------------
+
+
+def test_writer_cuts_parts_at_part_rows(tmp_path):
+    """Slabs of any size (empty ones too) become parts of part_rows rows, the last one
+    shorter; write and write_raw alike; the manifest keeps the names."""
+    x, y = make_data(23, 2, 1)
+    whole = np.concatenate([x, y], axis=1)
+    with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 1, 5, n=23, features=["a", "b"]) as w:
+        w.write(whole[:7])
+        w.write(whole[7:7])
+        w.write_raw(np.ascontiguousarray(whole[7:19]).tobytes())
+        w.write(whole[19:])
+    ds = open_ndf_dataset(tmp_path / "w")
+    assert [p.n for p in ds.parts] == [5, 5, 5, 5, 3]
+    assert ds.features == ("a", "b") and ds.labels is None
+    np.testing.assert_array_equal(ds.read_rows(np.arange(23))[0], x)
+
+
+def test_writer_that_fails_leaves_no_manifest_and_no_part(tmp_path):
+    x, _ = make_data(12, 2, 0)
+    with pytest.raises(RuntimeError, match="boom"):
+        with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5) as w:
+            w.write(x)
+            raise RuntimeError("boom")
+    assert not os.path.exists(tmp_path / "w")
+    with pytest.raises(ValueError, match="promised 13 rows but 12 were written"):
+        with dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5, n=13) as w:
+            w.write(x)
+    assert not os.path.exists(tmp_path / "w")
+    with pytest.raises(ValueError, match="not a whole number of rows"):
+        dsmod.NdfDatasetWriter(tmp_path / "w", 2, 0, 5).write_raw(b"123")
+
+
+def test_writer_of_no_rows_is_an_empty_dataset(tmp_path):
+    with dsmod.NdfDatasetWriter(tmp_path / "e", 3, 1, 5):
+        pass
+    ds = open_ndf_dataset(tmp_path / "e")
+    assert (ds.n, ds.d, ds.l, ds.parts) == (0, 3, 1, ())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_reads_in_a_forked_child(ds_path):
+    """Parts opened before a fork read in the child too (its own locks, pool and leases)."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 6, 24])  # parts 0, 2, 4 open in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the ids it read, then leave at once
+        try:
+            x, _ = ds.read_rows([24, 17, 3, 6])
+            os.write(w, json.dumps(x[:, 0].tolist()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == [24, 17, 3, 6]
