@@ -221,3 +221,10 @@ def test_ctrl_c_midway_leaves_no_dataset(tmp_path, ds, command, monkeypatch, cap
     assert "interrupted; no partial output was left" in capsys.readouterr().err
     assert not os.path.exists(out)
     assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+
+
+def test_info_on_parts_without_a_manifest(ds, capsys):
+    """A folder of parts whose manifest is missing is reported as not a dataset (exit 1)."""
+    os.unlink(os.path.join(ds, "manifest.json"))
+    assert main(["info", ds, "-q"]) == 1
+    assert "not a dataset: the folder holds no manifest.json" in capsys.readouterr().err

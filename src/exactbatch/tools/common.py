@@ -170,13 +170,18 @@ def detect_format(path) -> str:
     """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
     then extension.
 
-    A folder holding ``manifest.json`` is a sharded ``.ndf`` dataset; any other
-    folder is Parquet (its ``*.parquet`` files). A missing path is the OS's
-    ``FileNotFoundError``; anything unrecognised a :class:`CliError`.
+    A folder holding ``manifest.json``, or ``.ndf`` parts and no Parquet (a
+    dataset whose manifest is missing: reading it says so), is a sharded
+    ``.ndf`` dataset; any other folder is Parquet (its ``*.parquet`` files). A
+    missing path is the OS's ``FileNotFoundError``; anything unrecognised a
+    :class:`CliError`.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        return "dataset" if os.path.isfile(os.path.join(path, "manifest.json")) else "parquet"
+        names = os.listdir(path)
+        parts = any(n.endswith(".ndf") for n in names)
+        parquet = any(n.endswith(".parquet") for n in names)
+        return "dataset" if "manifest.json" in names or (parts and not parquet) else "parquet"
     with open(path, "rb") as f:  # FileNotFoundError / PermissionError as the OS says
         head = f.read(8)
     for magic, fmt in _MAGICS:
