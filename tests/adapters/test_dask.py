@@ -337,3 +337,11 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, make, kwargs,
         with pytest.raises(error, match=match):
             call()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_dask_collection_given_to_the_loader_is_refused_pointing_at_dask_source():
+    """DataLoader(collection) would compute it whole into memory: a TypeError names the way."""
+    x, _ = make_data(40, 3, 0)
+    for collection in (da.from_array(x, chunks=10), dd.from_array(x, chunksize=10)):
+        with pytest.raises(TypeError, match="Dask collection.*dask_source"):
+            DataLoader(collection, 8)

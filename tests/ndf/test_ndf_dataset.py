@@ -437,7 +437,7 @@ def test_writer_cuts_parts_at_part_rows(tmp_path):
         w.write(whole[19:])
     ds = open_ndf_dataset(tmp_path / "w")
     assert [p.n for p in ds.parts] == [5, 5, 5, 5, 3]
-    assert ds.features == ("a", "b") and ds.labels is None
+    assert ds.features == ("a", "b") and ds.manifest.labels is None and ds.labels == ("y0",)
     np.testing.assert_array_equal(ds.read_rows(np.arange(23))[0], x)
 
 

@@ -119,7 +119,7 @@ def test_convert_npy_and_dataset_to_parquet(tmp_path, capsys):
     )
     assert part_ns(tmp_path / "n") == [4, 2]
     with open_ndf_dataset(tmp_path / "n") as d:
-        assert d.features is None  # .npy columns have no names
+        assert d.manifest.features is None and d.features == ("x0", "x1")  # .npy: no names
     assert main(["convert", str(tmp_path / "n"), str(tmp_path / "n.parquet"), "-q"]) == 0
     t = pq.read_table(tmp_path / "n.parquet")
     assert t.column_names == ["x0", "x1"] and t.num_rows == 6

@@ -48,6 +48,7 @@ from exactbatch.ndf.dataset_write import (
 )
 from exactbatch.ndf.file import NdfFile, Share, open_ndf
 from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.names import default_names
 from exactbatch.ndf.manifest import (
     Manifest,
     PartInfo,
@@ -250,7 +251,9 @@ class NdfDataset(Share):
     holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
     ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
     row of each part, and ``n`` last), ``features`` and ``labels`` (column
-    names from the manifest, or None). The read methods are
+    names from the manifest, else ``x0..``/``y0..`` as for an NdfFile) and
+    ``manifest`` (the ``Manifest`` read, :mod:`exactbatch.ndf.manifest`;
+    its names are None when it has none). The read methods are
     :class:`~exactbatch.ndf.file.NdfFile`'s (``read_row``, ``read_rows``,
     ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
     rows; each may be called from several threads at once. ``close()``
@@ -258,14 +261,16 @@ class NdfDataset(Share):
     dataset is a ``ValueError``.
     """
 
-    __slots__ = ("_h", "d", "features", "l", "labels", "n", "parts", "path", "starts")
+    __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
 
     def __init__(self, shared: _Parts):
         self._h = shared
         man = shared.man
         self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
         self.n, self.starts = int(shared.starts[-1]), shared.starts
-        self.features, self.labels = man.features, man.labels
+        self.manifest = man
+        fx, fy = default_names(man.d, man.l)
+        self.features, self.labels = man.features or fx, man.labels or fy
 
     @property
     def open_parts(self) -> tuple[int, ...]:

@@ -37,6 +37,12 @@ def open_source(source) -> MemoryReader | NdfReader | Stream:
         return NdfReader(source)
     if isinstance(source, Dataset):
         return MemoryReader(source)
+    if hasattr(source, "__dask_graph__"):  # would be computed whole into memory as an array
+        raise TypeError(
+            f"a Dask collection ({type(source).__name__}) is not an in-memory array: stream "
+            "it by partitions with DataLoader(exactbatch.dask.dask_source(collection), ...), "
+            "or write it once with exactbatch.dask.to_ndf_dataset and open that"
+        )
     if is_array_like(source):
         return MemoryReader(Dataset(source))
     if isinstance(source, tuple):

@@ -155,4 +155,4 @@ def ndf_regions(path, check=None) -> NdfRegions:
             regions.append((os.path.join(path, p.name), HEADER_SIZE, p.n))
             if check is not None:
                 check(k)
-        return NdfRegions(regions, ds.n, ds.d, ds.l, ds.features, ds.labels)
+        return NdfRegions(regions, ds.n, ds.d, ds.l, ds.manifest.features, ds.manifest.labels)
