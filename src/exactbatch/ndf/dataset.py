@@ -48,7 +48,6 @@ from exactbatch.ndf.dataset_write import (
 )
 from exactbatch.ndf.file import NdfFile, Share, open_ndf
 from exactbatch.ndf.format import expected_size
-from exactbatch.ndf.names import default_names
 from exactbatch.ndf.manifest import (
     Manifest,
     PartInfo,
@@ -58,6 +57,7 @@ from exactbatch.ndf.manifest import (
     read_manifest,
     write_manifest,
 )
+from exactbatch.ndf.names import default_names
 from exactbatch.urls import is_url
 
 __all__ = [
