@@ -27,7 +27,9 @@ import exactbatch
 from exactbatch import DataLoader, kernels, ndf_blocks, open_ndf, parquet_source, save_ndf
 
 COMPILED = kernels.backend() == "compiled"
-needs_core = pytest.mark.skipif(not COMPILED, reason="the compiled core is not built")
+needs_core = pytest.mark.skipif(
+    not COMPILED, reason="the compiled core is not in use (not built, or EXACTBATCH_PURE=1)"
+)
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:

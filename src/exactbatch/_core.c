@@ -318,7 +318,8 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
         const char *f = ib.format ? ib.format : "B";
         if (*f == '=' || *f == '<' || *f == '@')
             f++;
-        if (ib.ndim != 1 || !strchr("ilq", f[0]) || f[1] || (ib.itemsize != 4 && ib.itemsize != 8)) {
+        if (ib.ndim != 1 || !f[0] || !strchr("ilq", f[0]) || f[1] ||
+            (ib.itemsize != 4 && ib.itemsize != 8)) {
             PyErr_Format(PyExc_TypeError, "rows must be a 1-D int32 or int64 array; got format "
                          "'%s' with %d dimensions", ib.format ? ib.format : "B", ib.ndim);
             goto done;
