@@ -91,3 +91,13 @@ def each_backend(request):
         pytest.skip("the compiled core is not built")
     yield request.param
     kernels.use_backend(before)
+
+
+# Test modules that import JAX, which starts threads that a later os.fork() in the
+# same process could deadlock on (JAX warns so): they run after every other test.
+_JAX_MODULES = ("test_jax.py", "test_numpyro.py", "test_readme.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the JAX modules last, so the tests that fork do so before JAX is loaded."""
+    items.sort(key=lambda item: item.path.name in _JAX_MODULES)  # stable: order kept
