@@ -175,6 +175,13 @@ class _Parts:
 
     def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
+            if idx.stop <= idx.start:
+                return
+            k = int(np.searchsorted(self.inner, idx.start, side="right"))
+            a = int(self.starts[k])
+            if idx.stop <= self.starts[k + 1]:  # in one part: a run of its rows, one copy
+                self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
+                return
             idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         r = idx.shape[0]
         if r == 0:
