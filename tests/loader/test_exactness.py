@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from helpers import chunks_of, ids, write_parquet
 
+import exactbatch.cursor
 from exactbatch import (
     DataLoader,
     ExactnessError,
@@ -131,6 +132,27 @@ def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge):
         list(restored)
 
 
+def test_the_ledger_is_checked_at_the_end_of_every_epoch(monkeypatch):
+    """Not only the first epoch's or a resumed one's: each epoch's end checks its ledger,
+    whether the next epoch comes from iter(), set_epoch() or reset()."""
+    checked = []
+    real = exactbatch.cursor.check_ledger
+
+    def spy(handed, promised, **where):
+        checked.append((where["epoch"], handed.rows))
+        real(handed, promised, **where)
+
+    monkeypatch.setattr(exactbatch.cursor, "check_ledger", spy)
+    loader = DataLoader(x_of(), 7, seed=3)
+    rows_of(loader)
+    rows_of(loader)
+    loader.set_epoch(5)
+    rows_of(loader)
+    loader.reset()
+    rows_of(loader)
+    assert checked == [(0, N), (1, N), (5, N), (6, N)]
+
+
 @pytest.mark.parametrize("kind", sorted(SOURCES))
 def test_an_honest_resume_passes_the_ledger(kind):
     loader = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
@@ -168,6 +190,40 @@ def test_a_version_1_state_still_loads_and_is_not_checked():
     again = DataLoader(x_of(), 7, seed=3)
     again.load_state_dict(state)
     assert len(rows_of(again)) == N - 35
+
+
+def version_1_state(loader) -> dict:
+    """``loader``'s state as version 1 wrote it: no source kind, widths, ledger or pending."""
+    state = {
+        k: v for k, v in loader.state_dict().items() if k not in ("source", "d", "l", "ledger")
+    }
+    state["version"] = 1
+    return state
+
+
+def test_a_version_1_state_is_checked_against_the_settings_it_recorded():
+    """Version 1 recorded no source kind; the settings it did record are still checked."""
+    state = version_1_state(DataLoader(x_of(), 7, seed=3))
+    with pytest.raises(ValueError, match="state was taken with shuffle=True, this loader has"):
+        DataLoader(x_of(), 7, seed=3, shuffle=False).load_state_dict(state)
+
+
+def test_a_version_1_state_at_batch_0_is_checked_and_one_at_the_end_hands_out_nothing():
+    """A version-1 state at the start of an epoch resumes with a checked ledger (nothing was
+    handed out); one at the end of an epoch (batches_done = every batch) is legal and
+    hands out no batch."""
+    loader = DataLoader(x_of(), 7, seed=3)
+    state = version_1_state(loader)
+    resumed = DataLoader(x_of(), 7, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["ledger"] == {"rows": 0, "digest": "0" * 16}
+    state["batches_done"] = 1  # mid-epoch: no ledger to go on, so not checked
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["ledger"] is None
+    assert len(rows_of(resumed)) == N - 7
+    state["batches_done"] = len(loader)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == []
 
 
 def test_a_version_2_state_without_its_ledger_is_refused():
@@ -467,6 +523,21 @@ def test_elastic_ranks_in_lockstep_report_the_same_state(n):
     assert [ld.state_dict()["epoch"] for ld in loaders] == [1, 1]
 
 
+def test_elastic_state_after_the_last_global_batch_says_the_next_epoch_on_every_rank():
+    """4 global batches over 2 ranks: once both ranks have handed out their 2 (and before
+    either has seen the end), every rank's state says the next epoch."""
+    loaders = [
+        DataLoader(x_of(40), 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)
+    ]
+    its = [iter(ld) for ld in loaders]
+    for _ in range(2):
+        for it in its:
+            next(it)
+    for ld in loaders:
+        state = ld.state_dict()
+        assert (state["epoch"], state["global_batches_done"]) == (1, 0)
+
+
 def test_elastic_resume_from_the_rank_with_fewer_batches_skips_nothing():
     x = x_of(50)
     loaders = [DataLoader(x, 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)]
@@ -585,17 +656,21 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         (lambda s: s.pop("version"), ValueError, "version None"),
         (lambda s: s.update(seed=-1), ValueError, r"state\['seed'\] must be >= 0"),
         (lambda s: s.update(epoch="1"), TypeError, r"state\['epoch'\] must be an int"),
+        (lambda s: s.update(epoch=-1), ValueError, r"state\['epoch'\] must be >= 0"),
         (lambda s: s.update(batches_done=None), TypeError, r"state\['batches_done'\]"),
-        (lambda s: s.update(batches_done=16), ValueError, "exceeds the 15 batches"),
+        (lambda s: s.update(batches_done=-1), ValueError, r"state\['batches_done'\] must be >= 0"),
+        (lambda s: s.update(batches_done=16), ValueError, "exceeds the 15 batches of an epoch$"),
         (lambda s: s.update(pending=3), TypeError, r"state\['pending'\] must be a list"),
         (lambda s: s.update(pending=[1, 1]), ValueError, "must be distinct batches below"),
         (lambda s: s.update(pending=[9]), ValueError, r"below batches_done \+ len"),
+        (lambda s: s.update(pending=[5]), ValueError, r"below batches_done \+ len"),  # 4 + 1
         (lambda s: s.update(pending=[-1]), ValueError, r"state\['pending'\]\[i\] must be >= 0"),
         (lambda s: s.update(ledger=[]), TypeError, r"state\['ledger'\] must be a dict"),
         (lambda s: s["ledger"].update(digest="zz"), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(digest=None), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(rows=-1), ValueError, r"\['rows'\] must be >= 0"),
-        (lambda s: s.pop("ledger"), ValueError, "has no 'ledger'"),
+        (lambda s: s.pop("ledger"), ValueError, r"^state has no 'ledger' \(every version-2"),
+        (lambda s: s.pop("n"), ValueError, "state was taken with n=None, this loader has n=100"),
         (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
         (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
     ],
@@ -614,7 +689,7 @@ def test_a_malformed_state_is_refused_naming_the_key(change, error, match):
 
 
 def test_a_state_must_be_a_dict():
-    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+    with pytest.raises(TypeError, match="state must be a dict from state_dict.*got list"):
         DataLoader(x_of(), 7).load_state_dict([("seed", 0)])
 
 
@@ -654,11 +729,8 @@ def test_a_malformed_elastic_position_is_refused_naming_it(value, error):
 
 
 def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
-    loader = DataLoader(x_of(), 7, seed=3)
-    state = {
-        k: v for k, v in loader.state_dict().items() if k not in ("source", "d", "l", "ledger")
-    }
-    state.update(version=1, batches_done=5)  # a version-1 state: no ledger
+    state = version_1_state(DataLoader(x_of(), 7, seed=3))
+    state.update(batches_done=5)  # a version-1 state: no ledger
     resumed = DataLoader(x_of(), 7, seed=3)
     resumed.load_state_dict(state)
     it = iter(resumed)
