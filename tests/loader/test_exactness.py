@@ -14,7 +14,8 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import chunks_of, ids, write_parquet
+from helpers import chunks_of, ids, wait_until_prefetched, write_parquet
+from laws import FlakyFactory
 
 import exactbatch.cursor
 from exactbatch import (
@@ -448,6 +449,52 @@ def test_even_batches_on_a_stream_rolls_over_on_every_shard_and_audits(shuffle):
     )
     with pytest.warns(TotalSizeWarning, match="shard 2's share"):
         list(short)
+
+
+@pytest.mark.parametrize("s", range(3))
+def test_even_batches_on_a_stream_rolls_over_once_the_common_count_is_handed_out(s):
+    """A state taken right after the shard's last batch under even_batches (before the end
+    is seen, the shard's extra batches still unread) says the next epoch. (Batches of 11:
+    shard 2 has 4, the others 3.)"""
+    kw = dict(num_shards=3, shard_index=s, even_batches=True, total_size=N)
+    common = len(list(DataLoader(_stream(), 11, **kw)))
+    assert common == 3
+    loader = DataLoader(_stream(), 11, **kw)
+    it = iter(loader)
+    for _ in range(common):
+        next(it)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 0)
+
+
+def test_a_streams_last_batch_prefetched_and_given_back_is_still_to_come():
+    """The pass has ended on the prefetch thread, but its last batch was given back when
+    the iterator closed: a state taken then resumes with exactly that batch."""
+    loader = DataLoader(_stream(), 7, shuffle=False, prefetch=2, total_size=N)
+    it = iter(loader)
+    for _ in range(14):
+        next(it)
+    wait_until_prefetched(it)
+    it.close()
+    state = roundtrip(loader.state_dict())
+    assert (state["epoch"], state["batches_done"]) == (0, 14)
+    resumed = DataLoader(_stream(), 7, shuffle=False, total_size=N)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == [98, 99]
+
+
+def test_a_state_taken_when_the_next_stream_read_fails_is_not_the_next_epoch():
+    """state_dict() reads one batch ahead to know whether the pass has ended; when that
+    read fails, the epoch is not over: the state says where it is, and the iterator
+    goes on (the failed read is tried again) with every row."""
+    source = FlakyFactory(_stream())
+    source.arm(9)  # rows 90..99: batch 12 (rows 84..90) is the first to need them, and
+    loader = DataLoader(source, 7, shuffle=False, total_size=N)  # the feed reads a batch
+    it = iter(loader)  # ahead (for the audit), so reading batch 11 fails
+    for _ in range(11):
+        next(it)
+    state = loader.state_dict()
+    assert source.raised == 1 and (state["epoch"], state["batches_done"]) == (0, 11)
+    assert [r for xb, _ in it for r in ids(xb)] == list(range(77, 100))
 
 
 def test_auto_total_size_of_a_stream_of_labels_only():
