@@ -22,8 +22,8 @@ __all__ = ["shuffle_halves"]
 
 
 def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
-    """On a helper thread: fill free halves (from ``halves``, a queue) with the
-    stream's rows, in order; return ``(index, rows, ended, perm)`` for each,
+    """On a helper thread: fill free halves (from ``halves``, a queue; None there
+    ends the helper) with the stream's rows, in order; return ``(index, rows, ended, perm)`` for each,
     ``perm`` the order of its rows (with the previous half's leftovers).
 
     The permutations are drawn here, in the order the main thread would draw
@@ -36,13 +36,10 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
         nonlocal pending, lo
         if stop.is_set():
             return None
-        while True:  # a free half (or the end of the epoch)
-            try:
-                k, hx, hy, hh = halves.get(timeout=0.05)
-                break
-            except queue.Empty:
-                if stop.is_set():
-                    return None
+        got = halves.get()  # a free half, or None: the epoch is over
+        if got is None:
+            return None
+        k, hx, hy, hh = got
         filled, ended = 0, False
         while filled < half and not stop.is_set():
             if pending is None:
@@ -104,6 +101,7 @@ def shuffle_halves(chunks, b, size, rng, drop_last, width, spare, dropped) -> It
                 break
     finally:
         stop.set()
+        free.put(None)  # wakes the helper if it waits for a free half
         ahead.close()
         # Reused only once the helper is done writing into it (it stops at the
         # next chunk; a source stuck in a read keeps its halves to itself).
