@@ -85,7 +85,7 @@ def shuffle_halves(chunks, b, size, rng, drop_last, width, spare, dropped) -> It
         while True:
             got = ahead.get()
             if got is None:
-                break
+                return
             k, filled, ended, perm = got
             _, hx, hy, hh = views[k]
             _, ox, oy, oh = views[1 - k]
@@ -98,7 +98,7 @@ def shuffle_halves(chunks, b, size, rng, drop_last, width, spare, dropped) -> It
             oh[b - lo : b] = hh[v][rest]
             free.put(views[k])
             if ended:
-                break
+                return
     finally:
         stop.set()
         free.put(None)  # wakes the helper if it waits for a free half
