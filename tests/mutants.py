@@ -36,6 +36,18 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "build" / "mutants"
 
+# Memory measurements are slow (and the rows they hand out are checked elsewhere); a test
+# that runs a new process cannot see a mutant.
+FAST_ONLY = ["-k", "not memory and not new_process"]
+# The loader's tests that run batches through every stage, for the stages' targets.
+PIPELINE_TESTS = [
+    "tests/loader/test_exactness.py",
+    "tests/loader/test_loader.py",
+    "tests/loader/test_resume.py",
+    "tests/loader/test_distributed.py",
+    *FAST_ONLY,
+]
+
 # target: (files mutated, mutant-name globs run (functions), test files run)
 TARGETS = {
     "order": (
@@ -94,19 +106,42 @@ TARGETS = {
             "tests/loader/test_prefetch.py",
         ],
     ),
-    "batching": (  # the epochs' batch plans, the shuffle buffers and the gather
-        ["src/exactbatch/batching/*"],
-        ["exactbatch.batching.*"],
+    "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them
         [
-            "tests/batching/test_buffer_halves.py",
+            "src/exactbatch/batching/buffer.py",
+            "src/exactbatch/batching/buffer_whole.py",
+            "src/exactbatch/batching/buffer_halves.py",
+        ],
+        ["exactbatch.batching.buffer*"],
+        [
+            "tests/batching/",
             "tests/feeds/test_streamed_properties.py",
             "tests/feeds/test_streamed.py",
             "tests/loader/test_exactness.py",
-            "tests/loader/test_loader.py",
             "tests/loader/test_resume.py",
-            "tests/loader/test_distributed.py",
-            "-k",  # memory measurements (slow, and their rows are checked elsewhere)
-            "not memory and not new_process",
+            *FAST_ONLY,
+        ],
+    ),
+    "batching": (  # the epochs' batch plans (indexed and streamed), re-batching, the gather
+        [
+            "src/exactbatch/batching/gather.py",
+            "src/exactbatch/batching/indexed_epoch.py",
+            "src/exactbatch/batching/rebatch.py",
+            "src/exactbatch/batching/returned.py",
+            "src/exactbatch/batching/stream_epoch.py",
+        ],
+        [
+            "exactbatch.batching.gather.*",
+            "exactbatch.batching.indexed_epoch.*",
+            "exactbatch.batching.rebatch.*",
+            "exactbatch.batching.returned.*",
+            "exactbatch.batching.stream_epoch.*",
+        ],
+        [
+            "tests/batching/",
+            "tests/feeds/test_streamed_properties.py",
+            "tests/feeds/test_streamed.py",
+            *PIPELINE_TESTS,
         ],
     ),
     "feeds": (  # a source cut into epochs for one shard: random access and streamed
@@ -116,12 +151,7 @@ TARGETS = {
             "tests/feeds/test_streamed.py",
             "tests/feeds/test_streamed_audit.py",
             "tests/feeds/test_streamed_properties.py",
-            "tests/loader/test_exactness.py",
-            "tests/loader/test_loader.py",
-            "tests/loader/test_resume.py",
-            "tests/loader/test_distributed.py",
-            "-k",
-            "not memory and not new_process",
+            *PIPELINE_TESTS,
         ],
     ),
 }
