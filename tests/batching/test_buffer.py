@@ -20,6 +20,8 @@ def test_the_default_buffer_holds_64_mib_of_rows():
     count as one value each)."""
     assert mixing_window(10, None, (3, 1)) == DEFAULT_BUFFER_BYTES // 32
     assert mixing_window(10, None, (0, 0)) == DEFAULT_BUFFER_BYTES // 8
+    window = mixing_window(10, None, (2, 1))
+    assert window == DEFAULT_BUFFER_BYTES // 24 and isinstance(window, int)  # whole rows
 
 
 def test_the_window_is_the_buffer_at_least_one_batch_and_never_past_the_stream():
@@ -93,3 +95,5 @@ def test_the_buffer_is_kept_for_the_next_epoch_and_holds_no_more_than_promised(
     again = shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, spare)
     assert spare[0][0] is bx and spare[0][1] is by and spare[0][2] is bh
     assert np.array_equal(first, again)  # the same seed: the same order, reused or not
+    without = shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, None)  # no spare
+    assert np.array_equal(first, without)

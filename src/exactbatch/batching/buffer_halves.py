@@ -23,8 +23,9 @@ __all__ = ["shuffle_halves"]
 
 def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
     """On a helper thread: fill free halves (from ``halves``, a queue; None there
-    ends the helper) with the stream's rows, in order; return ``(index, rows, ended, perm)`` for each,
-    ``perm`` the order of its rows (with the previous half's leftovers).
+    ends the helper) with the stream's rows, in order; return ``(index, rows,
+    ended, perm)`` for each, ``perm`` the order of its rows (with the previous
+    half's leftovers).
 
     The permutations are drawn here, in the order the main thread would draw
     them, so the order is the same and the main thread only gathers."""
@@ -54,8 +55,8 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
             hx[b + filled : b + filled + take] = x[pos : pos + take]
             hy[b + filled : b + filled + take] = y[pos : pos + take]
             hh[b + filled : b + filled + take] = row_ids(id0, pos, take)
-            filled += take
-            pending = None if pos + take == x.shape[0] else (x, y, id0, pos + take)
+            filled, pos = filled + take, pos + take
+            pending = None if pos == x.shape[0] else (x, y, id0, pos)
             del x, y
         if stop.is_set():
             return None
