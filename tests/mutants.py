@@ -12,7 +12,7 @@ lists the survivors (``--diff`` shows each one's change).
     python tests/mutants.py                 # every target, in the order below
     python tests/mutants.py order ndf       # some targets
     python tests/mutants.py --summary       # the last results again, no run
-    python tests/mutants.py --recheck ndf   # the last survivors only, against today's tests
+    python tests/mutants.py --recheck ndf   # only what was not killed, against today's tests
 
 Not part of ``make test``: a full run takes about an hour on two cores.
 """
@@ -148,9 +148,10 @@ TARGETS = {
         ["src/exactbatch/feeds/*"],
         ["exactbatch.feeds.*"],
         [
-            "tests/feeds/test_streamed.py",
-            "tests/feeds/test_streamed_audit.py",
-            "tests/feeds/test_streamed_properties.py",
+            "tests/feeds/",
+            "tests/batching/",
+            "tests/sources/test_blocks.py",  # chunk-indexed streams
+            "tests/sources/test_parquet.py",
             *PIPELINE_TESTS,
         ],
     ),
@@ -179,8 +180,10 @@ def prepare(target: str) -> Path:
 
 
 def run(target: str, recheck: bool = False) -> None:
-    """A fresh mutmut run of ``target``; with ``recheck``, only its last survivors again,
-    in the last run's folder, against the tests as they are now (new tests included)."""
+    """A fresh mutmut run of ``target``; with ``recheck``, only what the last run did not
+    kill, in its folder, against the tests and code as they are now (new tests included;
+    the mutants of a changed function are made anew and left unchecked, for the next
+    recheck)."""
     if recheck:
         names = sorted(n for n, s in (results(target) or {}).items() if s not in KILLED)
         if not names:
@@ -253,8 +256,9 @@ def main() -> None:
     ap.add_argument(
         "--recheck",
         action="store_true",
-        help="run only the last run's survivors again (after adding tests; the source "
-        "mutated is the last run's, so a new pragma shows only in a fresh run)",
+        help="run only what the last run did not kill, in its folder, against today's "
+        "tests and code (mutmut makes the mutants of changed functions anew, unchecked; "
+        "run --recheck until none is left unchecked; a new pragma shows in a fresh run)",
     )
     args = ap.parse_args()
     targets = args.targets or list(TARGETS)

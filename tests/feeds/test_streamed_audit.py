@@ -182,6 +182,21 @@ def test_auto_probe_closes_the_iterator_of_its_second_pass():
     assert len(opened) == 2 and all(it.closed for it in opened)
 
 
+def test_auto_a_first_epoch_empty_after_the_counting_pass_is_a_value_error():
+    """The counting pass (and the restart probe) saw rows; an epoch's pass with none
+    is an error that names restarting, not an epoch of no batches."""
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return iter(chunks_of([4, 4] if len(calls) <= 2 else []))
+
+    with pytest.warns(UserWarning, match="counted"):
+        loader = DataLoader(factory, 4)
+    with pytest.raises(ValueError, match="no rows in this pass after an earlier pass"):
+        list(loader)
+
+
 def test_auto_on_an_empty_stream_is_a_value_error_not_an_empty_epoch():
     """total_size="auto" on a stream with no rows is a ValueError, not an empty epoch."""
     with warnings.catch_warnings():

@@ -27,6 +27,7 @@ from exactbatch import (
     parquet_source,
     save_ndf,
 )
+from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
 from exactbatch.order.digest import (
     RangeDigests,
     Tally,
@@ -611,6 +612,18 @@ def test_mixing_window(tmp_path):
     # a buffer of 16+ blocks on a larger stream reads ahead in halves
     assert DataLoader(blocks, 10, buffer_size=400).mixing_window == 200
     assert DataLoader(lambda: iter(_stream()), 10, total_size=None).mixing_window is None
+    assert DataLoader(x_of(1), 10).mixing_window == 1  # never past the rows, at least 1
+    assert DataLoader(_stream(), 10, shuffle=False, total_size=N).mixing_window == 1
+
+
+@pytest.mark.parametrize(("d", "l"), [(3, 0), (0, 2)])
+def test_the_default_buffer_of_a_stream_read_once_is_sized_by_its_widths(d, l):  # noqa: E741
+    """buffer_size=None, the stream's size unknown: once read, its window is the 64 MiB
+    buffer's rows of d + l values (features only, or labels only)."""
+    chunks = [(np.ones((10, d)), np.ones((10, l))) for _ in range(5)]
+    loader = DataLoader(lambda: iter(chunks), 10, total_size=None)
+    next(iter(loader))
+    assert loader.mixing_window == DEFAULT_BUFFER_BYTES // (8 * (d + l))
 
 
 def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
