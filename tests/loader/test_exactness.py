@@ -134,17 +134,23 @@ def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge):
         list(restored)
 
 
-def test_the_ledger_is_checked_at_the_end_of_every_epoch(monkeypatch):
-    """Not only the first epoch's or a resumed one's: each epoch's end checks its ledger,
-    whether the next epoch comes from iter(), set_epoch() or reset()."""
-    checked = []
+@pytest.fixture
+def checked(monkeypatch):
+    """``(epoch, rows handed out)`` of each ledger check, in order."""
+    out = []
     real = exactbatch.cursor.check_ledger
 
     def spy(handed, promised, **where):
-        checked.append((where["epoch"], handed.rows))
+        out.append((where["epoch"], handed.rows))
         real(handed, promised, **where)
 
     monkeypatch.setattr(exactbatch.cursor, "check_ledger", spy)
+    return out
+
+
+def test_the_ledger_is_checked_at_the_end_of_every_epoch(checked):
+    """Not only the first epoch's or a resumed one's: each epoch's end checks its ledger,
+    whether the next epoch comes from iter(), set_epoch() or reset()."""
     loader = DataLoader(x_of(), 7, seed=3)
     rows_of(loader)
     rows_of(loader)
@@ -776,6 +782,16 @@ def test_an_elastic_resume_counts_from_its_first_batch_and_the_next_epoch_from_z
     assert len(rest) == 2  # global batches 7 and 9
     after = loader.state_dict()
     assert (after["epoch"], after["global_batches_done"]) == (1, 0)
+
+
+def test_an_elastic_resume_checks_its_epochs_ledger(checked):
+    """Resumed at global batch 4 of 10 on rank 1 of 2: its batches 5, 7 and 9 are
+    checked against what the rest of the epoch promised."""
+    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
+    loader = DataLoader(x_of(), 10, num_shards=2, shard_index=1, elastic=True)
+    loader.load_state_dict({**state, "global_batches_done": 4})
+    assert len(rows_of(loader)) == 30
+    assert checked == [(0, 30)]
 
 
 @pytest.mark.parametrize(
