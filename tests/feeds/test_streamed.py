@@ -778,7 +778,7 @@ def test_a_bad_chunk_of_a_chunk_indexed_source_is_named_by_its_position():
     ChunkError naming its position in the pass and the shape expected."""
 
     class Blocks:  # chunk-indexed, like ndf_blocks: chunk 1 has a column too many
-        chunk_rows, n_rows, d, l = [4, 4, 4], 12, 2, 1
+        chunk_rows, n_rows, d, l = [4, 4, 4], 12, 2, 1  # noqa: E741
 
         def read_chunk(self, i):
             return np.ones((4, 3 if i == 1 else 2)), np.ones((4, 1))
