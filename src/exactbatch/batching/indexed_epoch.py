@@ -43,8 +43,8 @@ class IndexedJob:
         self.reader.read(self.rows, out_x, out_y)
 
     def take(self) -> tuple[np.ndarray, np.ndarray]:
-        out_x = np.empty((self.size, self.reader.d), dtype=np.float64)
-        out_y = np.empty((self.size, self.reader.l), dtype=np.float64)
+        out_x = np.empty((self.size, self.reader.d))  # (float64, numpy's default)
+        out_y = np.empty((self.size, self.reader.l))
         self.fill(out_x, out_y)
         return out_x, out_y
 
