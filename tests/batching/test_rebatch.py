@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.batching.rebatch import _room
+from exactbatch.batching.rebatch import _room, rebatch
+from exactbatch.order.digest import rows_digest
 
 
 def test_the_carry_grows_by_doubling_as_rows_arrive_never_past_the_batch():
@@ -26,3 +27,17 @@ def test_the_carry_grows_by_doubling_as_rows_arrive_never_past_the_batch():
     assert _room(None, None, 3000, 5000, 3, 1)[0].shape == (3000, 3)  # as needed at first
     assert _room(None, None, 3, 10, 2, 1)[0].shape == (10, 2)  # never past the batch
     assert _room(None, None, 1, 1, 0, 2)[1].shape == (1, 2)
+
+
+def test_a_batch_larger_than_the_first_carry_is_completed_across_many_chunks():
+    """Batches of 3000 rows from chunks of 700: the carry grows past its first 1024 rows,
+    and every batch holds its rows in order, with their digest."""
+    chunks = []
+    for a in range(0, 10_000, 700):
+        x = np.arange(a, min(a + 700, 10_000), dtype=np.float64)[:, None]
+        chunks.append((x, -x, a))
+    out = list(rebatch(chunks, 3000, drop_last=False))
+    assert [len(x) for x, _, _ in out] == [3000, 3000, 3000, 1000]
+    assert np.array_equal(np.concatenate([x[:, 0] for x, _, _ in out]), np.arange(10_000))
+    assert all(np.array_equal(y, -x) for x, y, _ in out)
+    assert all(d == rows_digest(x[:, 0].astype(np.int64)) for x, _, d in out)

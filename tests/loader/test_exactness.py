@@ -234,6 +234,29 @@ def test_a_version_1_state_at_batch_0_is_checked_and_one_at_the_end_hands_out_no
     assert rows_of(resumed) == []
 
 
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_pending_batches_of_a_state_come_first_in_batch_order(kind):
+    """Batches 3 and 1 waited to be read again (listed in any order): resumed, they come
+    first, 1 then 3, then batch 5 on (a version-1 state: no ledger to forge)."""
+    state = version_1_state(DataLoader(SOURCES[kind](), 7, shuffle=False, total_size=N))
+    state.update(batches_done=3, pending=[3, 1])
+    resumed = DataLoader(SOURCES[kind](), 7, shuffle=False, total_size=N)
+    resumed.load_state_dict(state)
+    firsts = [int(xb[0, 0]) for xb, _ in resumed]
+    assert firsts[:3] == [7, 21, 35]
+
+
+def test_a_stream_state_past_its_last_batch_resumes_to_an_empty_epoch():
+    """A stream of unknown size cannot refuse a state past its batches: the replay ends
+    early, the epoch hands out nothing, and the next epoch is whole."""
+    state = version_1_state(DataLoader(lambda: iter(_stream()), 7, total_size=None))
+    state["batches_done"] = 20  # the stream has 15
+    resumed = DataLoader(lambda: iter(_stream()), 7, total_size=None)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == []
+    assert sorted(rows_of(resumed)) == list(range(N))
+
+
 def test_a_version_2_state_without_its_ledger_is_refused():
     loader = DataLoader(x_of(), 7)
     state = loader.state_dict()
@@ -493,15 +516,18 @@ def test_a_state_taken_when_the_next_stream_read_fails_is_not_the_next_epoch():
     """state_dict() reads one batch ahead to know whether the pass has ended; when that
     read fails, the epoch is not over: the state says where it is, and the iterator
     goes on (the failed read is tried again) with every row."""
-    source = FlakyFactory(_stream())
-    source.arm(9)  # rows 90..99: batch 12 (rows 84..90) is the first to need them, and
-    loader = DataLoader(source, 7, shuffle=False, total_size=N)  # the feed reads a batch
-    it = iter(loader)  # ahead (for the audit), so reading batch 11 fails
+    source, passes = FlakyFactory(_stream()), []
+    # rows 90..99 fail once: batch 12 (rows 84..90) is the first to need them, and the
+    # feed reads a batch ahead (for the audit), so reading batch 11 fails
+    source.arm(9)
+    loader = DataLoader(lambda: passes.append(1) or source(), 7, shuffle=False, total_size=N)
+    it = iter(loader)
     for _ in range(11):
         next(it)
     state = loader.state_dict()
     assert source.raised == 1 and (state["epoch"], state["batches_done"]) == (0, 11)
     assert [r for xb, _ in it for r in ids(xb)] == list(range(77, 100))
+    assert len(passes) == 2  # the failed pass, then one replay (not one per batch)
 
 
 def test_auto_total_size_of_a_stream_of_labels_only():
