@@ -7,6 +7,7 @@ S3 server (moto's standalone server) on 127.0.0.1, one per test session.
 import logging
 import os
 import types
+import urllib.request
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,6 +61,9 @@ def s3_server():
         endpoint = f"http://{host}:{port}"
         so = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
         fs, _ = urls.url_to_fs(f"s3://{S3_BUCKET}", so)  # the instance open_ndf(url) will use
+        # moto's backends live as long as the process: a second session in one process
+        # (make mutants runs pytest several times) would find the last one's bucket
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
         fs.mkdir(S3_BUCKET)
         yield types.SimpleNamespace(fs=fs, so=so, endpoint=endpoint, bucket=S3_BUCKET)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -100,6 +101,37 @@ def chunks_of(sizes, d: int = 3, l: int = 1) -> list:  # noqa: E741
         r = np.arange(lo, hi)
         out.append(make_x(r, d) if l == 0 else (make_x(r, d), make_y(r, l)))
     return out
+
+
+class ClosableChunks:
+    """An iterator over ``chunks_of(sizes, d, l)`` that records whether its ``close()``
+    was called. Not a generator, so nothing else (the garbage collector) closes it;
+    every one made is appended to ``ClosableChunks.made``'s list when one is passed:
+    ``DataLoader(lambda: ClosableChunks(sizes, made=opened), ...)``."""
+
+    def __init__(self, sizes, d: int = 2, l: int = 1, made: list | None = None):  # noqa: E741
+        self.it, self.closed = iter(chunks_of(sizes, d, l)), False
+        if made is not None:
+            made.append(self)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.it)
+
+    def close(self):
+        self.closed = True
+
+
+def wait_until_prefetched(it, timeout=30.0):
+    """Wait (polling, bounded) until the iterator's prefetch thread has filled its queue
+    or ended: the batches it prepared are ready and not yet received."""
+    prefetcher = it._prefetcher
+    deadline = time.monotonic() + timeout
+    while not (prefetcher._queue.full() or not prefetcher._thread.is_alive()):
+        assert time.monotonic() < deadline, "the prefetch thread prepared nothing"
+        time.sleep(0.001)
 
 
 def ids(xb: np.ndarray) -> list[int]:

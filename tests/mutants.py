@@ -1,5 +1,5 @@
-"""`make mutants`: mutation testing of the order, batching and feeds, audit, the loader's
-cursor and state, and the .ndf checks.
+"""`make mutants`: mutation testing of the order, the .ndf checks, audit, the loader's
+cursor and state, batching and feeds.
 
 mutmut (configured in pyproject.toml's [tool.mutmut]) puts one-line bugs
 into the code, one at a time, and runs the tests that call the mutated
@@ -12,6 +12,7 @@ lists the survivors (``--diff`` shows each one's change).
     python tests/mutants.py                 # every target, in the order below
     python tests/mutants.py order ndf       # some targets
     python tests/mutants.py --summary       # the last results again, no run
+    python tests/mutants.py --recheck ndf   # only what was not killed, against today's tests
 
 Not part of ``make test``: a full run takes about an hour on two cores.
 """
@@ -34,6 +35,18 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "build" / "mutants"
+
+# Memory measurements are slow (and the rows they hand out are checked elsewhere); a test
+# that runs a new process cannot see a mutant.
+FAST_ONLY = ["-k", "not memory and not new_process"]
+# The loader's tests that run batches through every stage, for the stages' targets.
+PIPELINE_TESTS = [
+    "tests/loader/test_exactness.py",
+    "tests/loader/test_loader.py",
+    "tests/loader/test_resume.py",
+    "tests/loader/test_distributed.py",
+    *FAST_ONLY,
+]
 
 # target: (files mutated, mutant-name globs run (functions), test files run)
 TARGETS = {
@@ -66,6 +79,9 @@ TARGETS = {
                     "test_missing_ndf_file_is_file_not_found",
                 )
             ),
+            # open_ndf's URL branch: fsspec's memory://, and S3 with its storage_options
+            "tests/ndf/test_remote.py::test_memory_protocol_directly",
+            "tests/ndf/test_remote.py::test_open_ndf_url_header_and_rows",
         ],
     ),
     "audit": (
@@ -76,11 +92,6 @@ TARGETS = {
             "tests/feeds/test_streamed_audit.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_exactness.py",
-            # mutmut's trampolines add stack frames, so a warning's stacklevel points
-            # elsewhere under mutation: the one test of that line cannot run there
-            "--deselect",
-            "tests/feeds/test_streamed_audit.py::"
-            "test_auto_without_n_rows_counts_with_a_user_warning_naming_the_fix",
         ],
     ),
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
@@ -95,16 +106,53 @@ TARGETS = {
             "tests/loader/test_prefetch.py",
         ],
     ),
-    "batching": (
-        ["src/exactbatch/batching/*", "src/exactbatch/feeds/*"],
-        ["exactbatch.batching.*", "exactbatch.feeds.*"],
+    "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them
         [
-            "tests/loader/test_exactness.py",
-            "tests/loader/test_loader.py",
-            "tests/loader/test_resume.py",
-            "tests/loader/test_distributed.py",
+            "src/exactbatch/batching/buffer.py",
+            "src/exactbatch/batching/buffer_whole.py",
+            "src/exactbatch/batching/buffer_halves.py",
+        ],
+        ["exactbatch.batching.buffer*"],
+        [
+            "tests/batching/",
             "tests/feeds/test_streamed_properties.py",
-            "tests/batching/test_buffer_halves.py",
+            "tests/feeds/test_streamed.py",
+            "tests/loader/test_exactness.py",
+            "tests/loader/test_resume.py",
+            *FAST_ONLY,
+        ],
+    ),
+    "batching": (  # the epochs' batch plans (indexed and streamed), re-batching, the gather
+        [
+            "src/exactbatch/batching/gather.py",
+            "src/exactbatch/batching/indexed_epoch.py",
+            "src/exactbatch/batching/rebatch.py",
+            "src/exactbatch/batching/returned.py",
+            "src/exactbatch/batching/stream_epoch.py",
+        ],
+        [
+            "exactbatch.batching.gather.*",
+            "exactbatch.batching.indexed_epoch.*",
+            "exactbatch.batching.rebatch.*",
+            "exactbatch.batching.returned.*",
+            "exactbatch.batching.stream_epoch.*",
+        ],
+        [
+            "tests/batching/",
+            "tests/feeds/test_streamed_properties.py",
+            "tests/feeds/test_streamed.py",
+            *PIPELINE_TESTS,
+        ],
+    ),
+    "feeds": (  # a source cut into epochs for one shard: random access and streamed
+        ["src/exactbatch/feeds/*"],
+        ["exactbatch.feeds.*"],
+        [
+            "tests/feeds/",
+            "tests/batching/",
+            "tests/sources/test_blocks.py",  # chunk-indexed streams
+            "tests/sources/test_parquet.py",
+            *PIPELINE_TESTS,
         ],
     ),
 }
@@ -131,13 +179,24 @@ def prepare(target: str) -> Path:
     return work
 
 
-def run(target: str) -> None:
-    work = prepare(target)
+def run(target: str, recheck: bool = False) -> None:
+    """A fresh mutmut run of ``target``; with ``recheck``, only what the last run did not
+    kill, in its folder, against the tests and code as they are now (new tests included;
+    the mutants of a changed function are made anew and left unchecked, for the next
+    recheck)."""
+    if recheck:
+        names = sorted(n for n, s in (results(target) or {}).items() if s not in KILLED)
+        if not names:
+            print(f"== {target}: no survivors to recheck", flush=True)
+            return
+        work = WORK / target
+    else:
+        work, names = prepare(target), TARGETS[target][1]
     env = dict(os.environ, CI="true", PYTHONPATH=str(ROOT / "src"))  # derandomized hypothesis
     print(f"== {target}: mutmut run in {work}", flush=True)
-    with open(work / "mutmut.log", "w") as log:
+    with open(work / "mutmut.log", "a" if recheck else "w") as log:
         subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", *TARGETS[target][1]],
+            [sys.executable, "-m", "mutmut", "run", *names],
             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=False,
         )
 
@@ -194,6 +253,13 @@ def main() -> None:
     ap.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (default: all)")
     ap.add_argument("--summary", action="store_true", help="print the last results, run nothing")
     ap.add_argument("--diff", action="store_true", help="show each survivor's change")
+    ap.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run only what the last run did not kill, in its folder, against today's "
+        "tests and code (mutmut makes the mutants of changed functions anew, unchecked; "
+        "run --recheck until none is left unchecked; a new pragma shows in a fresh run)",
+    )
     args = ap.parse_args()
     targets = args.targets or list(TARGETS)
     unknown = [t for t in targets if t not in TARGETS]
@@ -201,7 +267,7 @@ def main() -> None:
         ap.error(f"unknown target(s) {unknown}; expected some of {list(TARGETS)}")
     if not args.summary:
         for target in targets:
-            run(target)
+            run(target, args.recheck)
     summary(targets, args.diff)
 
 

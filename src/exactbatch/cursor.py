@@ -46,7 +46,7 @@ class Cursor:
         self.handed = Tally()  # the ledger: rows handed out this epoch (resumes included)
         self.verified = True  # False for an epoch resumed from a state without a ledger
         self.ended = False  # has the end of the epoch been reached (and the ledger checked)?
-        self.out = {}  # batch -> job: claimed for a prefetch, not handed out yet
+        self.out = set()  # batches claimed for a prefetch, not handed out yet
         self.orphans = []  # (epoch, jobs) given back by iterators dropped without the lock
 
     # -- under the lock ---------------------------------------------------------
@@ -65,7 +65,7 @@ class Cursor:
         self.epoch, self.begun, self.current = epoch, False, None
         self.skip, self.pending, self.first = 0, (), 0
         self.handed, self.verified, self.ended = Tally(), True, False
-        self.out = {}
+        self.out = set()
         self.orphans.clear()
         self.gen += 1
 
@@ -89,7 +89,7 @@ class Cursor:
             if counted:
                 self.handed.add(-job.size, -job.digest)
             else:
-                self.out.pop(job.k, None)
+                self.out.discard(job.k)
         owner.give_back(jobs)
         self.ended = False
 
@@ -115,7 +115,7 @@ class Cursor:
         cur = self.current
         if self.begun and cur is not None:
             claimed = cur.claimed
-            holes = set(cur.given_back()) | set(self.out)
+            holes = set(cur.given_back()) | self.out
         else:
             claimed, holes = self.skip, set(self.pending)
         while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
@@ -159,7 +159,7 @@ class Cursor:
             elif hand_out:
                 self._count(job)
             else:
-                self.out[job.k] = job
+                self.out.add(job.k)
             return job, owner
 
     def _count(self, job) -> None:
@@ -170,7 +170,7 @@ class Cursor:
         """A prefetched batch reaches the consumer: now it counts."""
         with self.lock:
             self.check_gen(gen)
-            self.out.pop(job.k, None)
+            self.out.discard(job.k)
             self._count(job)
 
     def give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:

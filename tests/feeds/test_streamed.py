@@ -771,3 +771,17 @@ def test_stream_loader_warns_nothing_for_a_declared_correct_size():
         for _ in range(2):
             collect(loader)
     assert rec == []
+
+
+def test_a_bad_chunk_of_a_chunk_indexed_source_is_named_by_its_position():
+    """A chunk read by index is checked like any chunk: one of the wrong width is a
+    ChunkError naming its position in the pass and the shape expected."""
+
+    class Blocks:  # chunk-indexed, like ndf_blocks: chunk 1 has a column too many
+        chunk_rows, n_rows, d, l = [4, 4, 4], 12, 2, 1  # noqa: E741
+
+        def read_chunk(self, i):
+            return np.ones((4, 3 if i == 1 else 2)), np.ones((4, 1))
+
+    with pytest.raises(ValueError, match=r"^chunk 1: expected x of shape \(rows, 2\)"):
+        list(DataLoader(Blocks(), 4, shuffle=False))

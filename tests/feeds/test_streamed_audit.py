@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import chunk_bounds, chunks_of, collect, make_x, make_y, next_into_ids
+from helpers import ClosableChunks, chunk_bounds, chunks_of, collect, make_x, make_y, next_into_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -159,6 +159,44 @@ def test_auto_probe_refuses_a_factory_whose_second_pass_has_only_empty_chunks():
             DataLoader(factory, 4)
 
 
+def test_auto_probe_names_a_bad_chunk_of_the_second_pass_by_its_index():
+    """The restart probe checks the second pass's chunks like any: a bad one is named by index."""
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return iter(chunks_of([4, 4]) if len(calls) == 1 else [np.ones((0, 2)), np.ones((2, 2, 2))])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="^chunk 1: x must be 2-D"):
+            DataLoader(factory, 4)
+
+
+def test_auto_probe_closes_the_iterator_of_its_second_pass():
+    """The probe reads only the start of a second pass, then closes that iterator (a file
+    or a connection behind it is released now, not when the garbage collector gets to it)."""
+    opened = []
+    with pytest.warns(UserWarning, match="counted"):
+        DataLoader(lambda: ClosableChunks([4, 4], made=opened), 4)
+    assert len(opened) == 2 and all(it.closed for it in opened)
+
+
+def test_auto_a_first_epoch_empty_after_the_counting_pass_is_a_value_error():
+    """The counting pass (and the restart probe) saw rows; an epoch's pass with none
+    is an error that names restarting, not an epoch of no batches."""
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return iter(chunks_of([4, 4] if len(calls) <= 2 else []))
+
+    with pytest.warns(UserWarning, match="counted"):
+        loader = DataLoader(factory, 4)
+    with pytest.raises(ValueError, match="no rows in this pass after an earlier pass"):
+        list(loader)
+
+
 def test_auto_on_an_empty_stream_is_a_value_error_not_an_empty_epoch():
     """total_size="auto" on a stream with no rows is a ValueError, not an empty epoch."""
     with warnings.catch_warnings():
@@ -278,6 +316,17 @@ def test_audit_message_names_both_numbers():
     (w,) = size_warnings(rec)
     msg = str(w.message)
     assert "57" in msg and "100" in msg
+
+
+def test_audit_warning_points_at_the_users_loop():
+    """The TotalSizeWarning points at the user's line that drew the pass's last batch."""
+    loader = DataLoader(sized_chunks(100), 10, total_size=57, shuffle=False)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        for _ in loader:
+            pass
+    (w,) = size_warnings(rec)
+    assert w.filename == __file__
 
 
 def test_audit_counts_only_full_batches_as_seen():

@@ -14,8 +14,10 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import chunks_of, ids, write_parquet
+from helpers import chunks_of, ids, wait_until_prefetched, write_parquet
+from laws import FlakyFactory
 
+import exactbatch.cursor
 from exactbatch import (
     DataLoader,
     ExactnessError,
@@ -25,6 +27,7 @@ from exactbatch import (
     parquet_source,
     save_ndf,
 )
+from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
 from exactbatch.order.digest import (
     RangeDigests,
     Tally,
@@ -131,6 +134,33 @@ def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge):
         list(restored)
 
 
+@pytest.fixture
+def checked(monkeypatch):
+    """``(epoch, rows handed out)`` of each ledger check, in order."""
+    out = []
+    real = exactbatch.cursor.check_ledger
+
+    def spy(handed, promised, **where):
+        out.append((where["epoch"], handed.rows))
+        real(handed, promised, **where)
+
+    monkeypatch.setattr(exactbatch.cursor, "check_ledger", spy)
+    return out
+
+
+def test_the_ledger_is_checked_at_the_end_of_every_epoch(checked):
+    """Not only the first epoch's or a resumed one's: each epoch's end checks its ledger,
+    whether the next epoch comes from iter(), set_epoch() or reset()."""
+    loader = DataLoader(x_of(), 7, seed=3)
+    rows_of(loader)
+    rows_of(loader)
+    loader.set_epoch(5)
+    rows_of(loader)
+    loader.reset()
+    rows_of(loader)
+    assert checked == [(0, N), (1, N), (5, N), (6, N)]
+
+
 @pytest.mark.parametrize("kind", sorted(SOURCES))
 def test_an_honest_resume_passes_the_ledger(kind):
     loader = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
@@ -168,6 +198,63 @@ def test_a_version_1_state_still_loads_and_is_not_checked():
     again = DataLoader(x_of(), 7, seed=3)
     again.load_state_dict(state)
     assert len(rows_of(again)) == N - 35
+
+
+def version_1_state(loader) -> dict:
+    """``loader``'s state as version 1 wrote it: no source kind, widths, ledger or pending."""
+    state = {
+        k: v for k, v in loader.state_dict().items() if k not in ("source", "d", "l", "ledger")
+    }
+    state["version"] = 1
+    return state
+
+
+def test_a_version_1_state_is_checked_against_the_settings_it_recorded():
+    """Version 1 recorded no source kind; the settings it did record are still checked."""
+    state = version_1_state(DataLoader(x_of(), 7, seed=3))
+    with pytest.raises(ValueError, match="state was taken with shuffle=True, this loader has"):
+        DataLoader(x_of(), 7, seed=3, shuffle=False).load_state_dict(state)
+
+
+def test_a_version_1_state_at_batch_0_is_checked_and_one_at_the_end_hands_out_nothing():
+    """A version-1 state at the start of an epoch resumes with a checked ledger (nothing was
+    handed out); one at the end of an epoch (batches_done = every batch) is legal and
+    hands out no batch."""
+    loader = DataLoader(x_of(), 7, seed=3)
+    state = version_1_state(loader)
+    resumed = DataLoader(x_of(), 7, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["ledger"] == {"rows": 0, "digest": "0" * 16}
+    state["batches_done"] = 1  # mid-epoch: no ledger to go on, so not checked
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["ledger"] is None
+    assert len(rows_of(resumed)) == N - 7
+    state["batches_done"] = len(loader)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == []
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_pending_batches_of_a_state_come_first_in_batch_order(kind):
+    """Batches 3 and 1 waited to be read again (listed in any order): resumed, they come
+    first, 1 then 3, then batch 5 on (a version-1 state: no ledger to forge)."""
+    state = version_1_state(DataLoader(SOURCES[kind](), 7, shuffle=False, total_size=N))
+    state.update(batches_done=3, pending=[3, 1])
+    resumed = DataLoader(SOURCES[kind](), 7, shuffle=False, total_size=N)
+    resumed.load_state_dict(state)
+    firsts = [int(xb[0, 0]) for xb, _ in resumed]
+    assert firsts[:3] == [7, 21, 35]
+
+
+def test_a_stream_state_past_its_last_batch_resumes_to_an_empty_epoch():
+    """A stream of unknown size cannot refuse a state past its batches: the replay ends
+    early, the epoch hands out nothing, and the next epoch is whole."""
+    state = version_1_state(DataLoader(lambda: iter(_stream()), 7, total_size=None))
+    state["batches_done"] = 20  # the stream has 15
+    resumed = DataLoader(lambda: iter(_stream()), 7, total_size=None)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == []
+    assert sorted(rows_of(resumed)) == list(range(N))
 
 
 def test_a_version_2_state_without_its_ledger_is_refused():
@@ -394,6 +481,55 @@ def test_even_batches_on_a_stream_rolls_over_on_every_shard_and_audits(shuffle):
         list(short)
 
 
+@pytest.mark.parametrize("s", range(3))
+def test_even_batches_on_a_stream_rolls_over_once_the_common_count_is_handed_out(s):
+    """A state taken right after the shard's last batch under even_batches (before the end
+    is seen, the shard's extra batches still unread) says the next epoch. (Batches of 11:
+    shard 2 has 4, the others 3.)"""
+    kw = dict(num_shards=3, shard_index=s, even_batches=True, total_size=N)
+    common = len(list(DataLoader(_stream(), 11, **kw)))
+    assert common == 3
+    loader = DataLoader(_stream(), 11, **kw)
+    it = iter(loader)
+    for _ in range(common):
+        next(it)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 0)
+
+
+def test_a_streams_last_batch_prefetched_and_given_back_is_still_to_come():
+    """The pass has ended on the prefetch thread, but its last batch was given back when
+    the iterator closed: a state taken then resumes with exactly that batch."""
+    loader = DataLoader(_stream(), 7, shuffle=False, prefetch=2, total_size=N)
+    it = iter(loader)
+    for _ in range(14):
+        next(it)
+    wait_until_prefetched(it)
+    it.close()
+    state = roundtrip(loader.state_dict())
+    assert (state["epoch"], state["batches_done"]) == (0, 14)
+    resumed = DataLoader(_stream(), 7, shuffle=False, total_size=N)
+    resumed.load_state_dict(state)
+    assert rows_of(resumed) == [98, 99]
+
+
+def test_a_state_taken_when_the_next_stream_read_fails_is_not_the_next_epoch():
+    """state_dict() reads one batch ahead to know whether the pass has ended; when that
+    read fails, the epoch is not over: the state says where it is, and the iterator
+    goes on (the failed read is tried again) with every row."""
+    source, passes = FlakyFactory(_stream()), []
+    # rows 90..99 fail once: batch 12 (rows 84..90) is the first to need them, and the
+    # feed reads a batch ahead (for the audit), so reading batch 11 fails
+    source.arm(9)
+    loader = DataLoader(lambda: passes.append(1) or source(), 7, shuffle=False, total_size=N)
+    it = iter(loader)
+    for _ in range(11):
+        next(it)
+    state = loader.state_dict()
+    assert source.raised == 1 and (state["epoch"], state["batches_done"]) == (0, 11)
+    assert [r for xb, _ in it for r in ids(xb)] == list(range(77, 100))
+    assert len(passes) == 2  # the failed pass, then one replay (not one per batch)
+
+
 def test_auto_total_size_of_a_stream_of_labels_only():
     chunks = [(np.empty((5, 0)), np.arange(5.0) + 5 * i) for i in range(4)]
     with pytest.warns(UserWarning, match="counted"):
@@ -467,6 +603,21 @@ def test_elastic_ranks_in_lockstep_report_the_same_state(n):
     assert [ld.state_dict()["epoch"] for ld in loaders] == [1, 1]
 
 
+def test_elastic_state_after_the_last_global_batch_says_the_next_epoch_on_every_rank():
+    """4 global batches over 2 ranks: once both ranks have handed out their 2 (and before
+    either has seen the end), every rank's state says the next epoch."""
+    loaders = [
+        DataLoader(x_of(40), 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)
+    ]
+    its = [iter(ld) for ld in loaders]
+    for _ in range(2):
+        for it in its:
+            next(it)
+    for ld in loaders:
+        state = ld.state_dict()
+        assert (state["epoch"], state["global_batches_done"]) == (1, 0)
+
+
 def test_elastic_resume_from_the_rank_with_fewer_batches_skips_nothing():
     x = x_of(50)
     loaders = [DataLoader(x, 10, num_shards=2, shard_index=r, elastic=True) for r in range(2)]
@@ -493,6 +644,18 @@ def test_mixing_window(tmp_path):
     # a buffer of 16+ blocks on a larger stream reads ahead in halves
     assert DataLoader(blocks, 10, buffer_size=400).mixing_window == 200
     assert DataLoader(lambda: iter(_stream()), 10, total_size=None).mixing_window is None
+    assert DataLoader(x_of(1), 10).mixing_window == 1  # never past the rows, at least 1
+    assert DataLoader(_stream(), 10, shuffle=False, total_size=N).mixing_window == 1
+
+
+@pytest.mark.parametrize(("d", "l"), [(3, 0), (0, 2)])
+def test_the_default_buffer_of_a_stream_read_once_is_sized_by_its_widths(d, l):  # noqa: E741
+    """buffer_size=None, the stream's size unknown: once read, its window is the 64 MiB
+    buffer's rows of d + l values (features only, or labels only)."""
+    chunks = [(np.ones((10, d)), np.ones((10, l))) for _ in range(5)]
+    loader = DataLoader(lambda: iter(chunks), 10, total_size=None)
+    next(iter(loader))
+    assert loader.mixing_window == DEFAULT_BUFFER_BYTES // (8 * (d + l))
 
 
 def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
@@ -585,17 +748,21 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         (lambda s: s.pop("version"), ValueError, "version None"),
         (lambda s: s.update(seed=-1), ValueError, r"state\['seed'\] must be >= 0"),
         (lambda s: s.update(epoch="1"), TypeError, r"state\['epoch'\] must be an int"),
+        (lambda s: s.update(epoch=-1), ValueError, r"state\['epoch'\] must be >= 0"),
         (lambda s: s.update(batches_done=None), TypeError, r"state\['batches_done'\]"),
-        (lambda s: s.update(batches_done=16), ValueError, "exceeds the 15 batches"),
+        (lambda s: s.update(batches_done=-1), ValueError, r"state\['batches_done'\] must be >= 0"),
+        (lambda s: s.update(batches_done=16), ValueError, "exceeds the 15 batches of an epoch$"),
         (lambda s: s.update(pending=3), TypeError, r"state\['pending'\] must be a list"),
         (lambda s: s.update(pending=[1, 1]), ValueError, "must be distinct batches below"),
         (lambda s: s.update(pending=[9]), ValueError, r"below batches_done \+ len"),
+        (lambda s: s.update(pending=[5]), ValueError, r"below batches_done \+ len"),  # 4 + 1
         (lambda s: s.update(pending=[-1]), ValueError, r"state\['pending'\]\[i\] must be >= 0"),
         (lambda s: s.update(ledger=[]), TypeError, r"state\['ledger'\] must be a dict"),
         (lambda s: s["ledger"].update(digest="zz"), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(digest=None), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(rows=-1), ValueError, r"\['rows'\] must be >= 0"),
-        (lambda s: s.pop("ledger"), ValueError, "has no 'ledger'"),
+        (lambda s: s.pop("ledger"), ValueError, r"^state has no 'ledger' \(every version-2"),
+        (lambda s: s.pop("n"), ValueError, "state was taken with n=None, this loader has n=100"),
         (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
         (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
     ],
@@ -614,7 +781,7 @@ def test_a_malformed_state_is_refused_naming_the_key(change, error, match):
 
 
 def test_a_state_must_be_a_dict():
-    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+    with pytest.raises(TypeError, match="state must be a dict from state_dict.*got list"):
         DataLoader(x_of(), 7).load_state_dict([("seed", 0)])
 
 
@@ -643,6 +810,16 @@ def test_an_elastic_resume_counts_from_its_first_batch_and_the_next_epoch_from_z
     assert (after["epoch"], after["global_batches_done"]) == (1, 0)
 
 
+def test_an_elastic_resume_checks_its_epochs_ledger(checked):
+    """Resumed at global batch 4 of 10 on rank 1 of 2: its batches 5, 7 and 9 are
+    checked against what the rest of the epoch promised."""
+    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
+    loader = DataLoader(x_of(), 10, num_shards=2, shard_index=1, elastic=True)
+    loader.load_state_dict({**state, "global_batches_done": 4})
+    assert len(rows_of(loader)) == 30
+    assert checked == [(0, 30)]
+
+
 @pytest.mark.parametrize(
     ("value", "error"), [(-1, ValueError), (None, TypeError), ("4", TypeError)]
 )
@@ -654,11 +831,8 @@ def test_a_malformed_elastic_position_is_refused_naming_it(value, error):
 
 
 def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
-    loader = DataLoader(x_of(), 7, seed=3)
-    state = {
-        k: v for k, v in loader.state_dict().items() if k not in ("source", "d", "l", "ledger")
-    }
-    state.update(version=1, batches_done=5)  # a version-1 state: no ledger
+    state = version_1_state(DataLoader(x_of(), 7, seed=3))
+    state.update(batches_done=5)  # a version-1 state: no ledger
     resumed = DataLoader(x_of(), 7, seed=3)
     resumed.load_state_dict(state)
     it = iter(resumed)

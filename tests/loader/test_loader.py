@@ -8,10 +8,12 @@ exact row ids and that every value of a batch belongs to its row.
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
 from helpers import (
+    ClosableChunks,
     check_rows,
     collect,
     ids,
@@ -623,9 +625,25 @@ def test_an_older_iterator_raises_after_a_new_iter(build):
     it0 = iter(loader)
     next(it0)
     it1 = iter(loader)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as info:
         next(it0)
+    assert str(info.value) == (
+        "this iterator is stale: a later iter(), reset(), set_epoch() or "
+        "load_state_dict() moved the loader on"
+    )
     assert rows_of(it1) == collect(_at_epoch(build("pair", n=30, batch_size=4), 1))
+
+
+def test_an_iterator_is_stale_after_set_epoch_and_a_new_iter(build):
+    """set_epoch() then iter(): the iterator from before both is stale, not mistaken for
+    the new one."""
+    loader = build("pair", n=30, batch_size=4)
+    it0 = iter(loader)
+    loader.set_epoch(3)
+    it1 = iter(loader)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it0)
+    assert rows_of(it1) == collect(_at_epoch(build("pair", n=30, batch_size=4), 3))
 
 
 def test_an_unstarted_older_iterator_raises_too(build):
@@ -758,6 +776,39 @@ def test_closing_the_users_ndffile_does_not_break_a_loader_over_it(tmp_path):
         check_rows(xb, yb, 3, 2)
         got.append(ids(xb))
     assert got == want
+
+
+def test_a_closed_loader_refuses_to_read_and_lets_go_of_its_ndf_file(tmp_path):
+    """close() releases the loader's share of its .ndf file now (the descriptor closes
+    when the user's share is gone too), and any read after it is a ValueError."""
+    x, y = make_data(20, 3, 2)
+    path = tmp_path / "d.ndf"
+    save_ndf(path, (x, y))
+    fds = set(os.listdir("/proc/self/fd"))
+    f = open_ndf(path)
+    loader = DataLoader(f, 6)
+    f.close()
+    next(iter(loader))
+    loader.close()
+    assert set(os.listdir("/proc/self/fd")) <= fds
+    for read in (
+        lambda: iter(loader),
+        lambda: loader.next_into(np.empty((6, 3)), np.empty((6, 2))),
+    ):
+        with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+            read()
+
+
+def test_closing_a_loader_mid_epoch_closes_the_streams_iterator():
+    """close() mid-epoch closes the source's iterator now (its file or connection is let
+    go), not when the garbage collector gets to it."""
+    opened = []
+    loader = DataLoader(
+        lambda: ClosableChunks([4, 4, 4], made=opened), 2, total_size=12, shuffle=False
+    )
+    next(iter(loader))
+    loader.close()
+    assert len(opened) == 1 and opened[0].closed
 
 
 def test_closing_a_loader_does_not_close_the_users_ndffile(tmp_path):

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import rows_of, wait_until_prefetched
 
 from exactbatch import DataLoader, NdfError, open_ndf, save_ndf
 
@@ -55,6 +56,53 @@ def test_stopping_early_stops_the_thread():
     next(it)
     it.close()
     assert wait_for_no_prefetch_threads() == []
+
+
+def test_a_batch_prefetched_before_set_epoch_is_not_handed_out_after_it():
+    """Batches a prefetching iterator prepared before set_epoch() belong to the old epoch:
+    the iterator is stale, and the new epoch is whole."""
+    x, y = ids(100)
+    loader = DataLoader((x, y), 10, seed=1, prefetch=2)
+    it = iter(loader)
+    next(it)
+    wait_until_prefetched(it)
+    loader.set_epoch(1)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+    assert sorted(r for b in rows_of(loader) for r in b) == list(range(100))
+
+
+def test_closing_an_iterator_with_one_batch_ready_gives_it_back():
+    """The last batch prepared and not received (the only one left) goes back to the
+    loader when the iterator closes, and next_into hands it out next."""
+    x, y = ids(100)
+    loader = DataLoader((x, y), 10, shuffle=False, prefetch=1)
+    it = iter(loader)
+    for _ in range(9):
+        next(it)
+    wait_until_prefetched(it)
+    it.close()
+    out_x, out_y = np.empty((10, 3)), np.empty((10, 1))
+    assert loader.next_into(out_x, out_y) == 10
+    assert out_x[:, 0].tolist() == list(range(90, 100))
+    assert loader.next_into(out_x, out_y) == 0
+
+
+def test_a_stale_iterator_reaching_its_end_does_not_end_the_new_epoch():
+    """An iterator whose thread saw the end of epoch 0, drained after set_epoch(1): its
+    end is its own epoch's, so epoch 1 goes on (no early ledger check) and stays whole."""
+    x, y = ids(20)
+    loader = DataLoader((x, y), 10, shuffle=False, prefetch=2)
+    it0 = iter(loader)
+    next(it0)
+    next(it0)
+    wait_until_prefetched(it0)  # its thread has claimed the end and stopped
+    loader.set_epoch(1)
+    out_x, out_y = np.empty((10, 3)), np.empty((10, 1))
+    assert loader.next_into(out_x, out_y) == 10
+    assert next(it0, None) is None
+    assert loader.next_into(out_x, out_y) == 10 and loader.next_into(out_x, out_y) == 0
+    assert out_x[:, 0].tolist() == list(range(10, 20))
 
 
 def test_a_new_epoch_stops_the_old_iterator():

@@ -18,11 +18,17 @@ from __future__ import annotations
 import itertools
 import json
 import textwrap
-import time
 
 import numpy as np
 import pytest
-from helpers import collect, make_data, make_source, next_into_ids, rows_of
+from helpers import (
+    collect,
+    make_data,
+    make_source,
+    next_into_ids,
+    rows_of,
+    wait_until_prefetched,
+)
 from laws import roundtrip, run_python
 
 import exactbatch
@@ -58,16 +64,6 @@ PREFETCH_CONFIGS = [
     dict(shuffle=False, drop_last=False),
     dict(shuffle=True, drop_last=True, num_shards=3, shard_index=2),
 ]
-
-
-def wait_until_prefetched(it, timeout=30.0):
-    """Wait (polling, bounded) until the iterator's prefetch thread has filled its queue
-    or ended: the batches it prepared are ready and not yet received."""
-    prefetcher = it._prefetcher
-    deadline = time.monotonic() + timeout
-    while not (prefetcher._queue.full() or not prefetcher._thread.is_alive()):
-        assert time.monotonic() < deadline, "the prefetch thread prepared nothing"
-        time.sleep(0.001)
 
 
 @pytest.mark.parametrize("kind", ["pair", "ndf"])

@@ -287,6 +287,22 @@ def test_empty_file(tmp_path):
     assert "empty file" not in _open_error(one)
 
 
+@needs_proc_fd
+def test_a_pipe_is_refused_as_an_empty_file_without_reading_it():
+    """A pipe (a path like /dev/stdin) has no size: an NdfError naming it as empty, not
+    the OS's "illegal seek" from a positional read, and nothing is consumed from it."""
+    r, w = os.pipe()
+    try:
+        os.write(w, b"NDF1")
+        path = f"/proc/self/fd/{r}"
+        with pytest.raises(NdfError, match="empty file"):
+            open_ndf(path)
+        assert os.read(r, 4) == b"NDF1"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 @pytest.mark.parametrize("cut", [1, 8, 71], ids=["1-byte", "1-value", "almost-all"])
 def test_file_too_short(tmp_path, cut):
     """A file shorter than 28 + 8*n*(d+l): NdfError with the expected and found sizes."""
@@ -908,6 +924,25 @@ def test_adjacent_rows_with_duplicates_are_read_together(saved, preadv_calls, id
     np.testing.assert_array_equal(ya, y[idx])
 
 
+def test_short_positional_reads_are_continued_until_the_rows_are_read(saved, monkeypatch):
+    """A positional read may return fewer bytes than asked (a signal, a network file
+    system): the read goes on from where it stopped until every byte of the run is in."""
+    path, x, y = saved
+    real, calls = os.preadv, []
+
+    def short(fd, buffers, offset):
+        calls.append(offset)
+        assert len(calls) <= 100, "a short read was not continued from where it stopped"
+        return real(fd, [memoryview(buffers[0])[:7]], offset)
+
+    monkeypatch.setattr(exactbatch.ndf.file.os, "preadv", short)
+    with open_ndf(path) as f:
+        gx, gy = f.read_rows(range(100, 110))
+    np.testing.assert_array_equal(gx, x[100:110])
+    np.testing.assert_array_equal(gy, y[100:110])
+    assert calls == list(range(28 + 100 * 40, 28 + 110 * 40, 7))
+
+
 def test_read_row_is_one_positional_read(saved, preadv_calls):
     """read_row(i) reads one row with one positional read of one row's bytes."""
     path, x, _ = saved
@@ -1136,7 +1171,9 @@ def test_a_file_whose_mtime_changed_while_open_is_an_error_that_says_how_to_rere
             with pytest.raises(NdfError, match="modified in place") as info:
                 read()
             msg = str(info.value)
-            assert os.fspath(path) in msg and "open it again" in msg and "save_ndf" in msg
+            assert os.fspath(path) in msg and "modified in place after it was opened" in msg
+            assert "open it again to read the new contents" in msg
+            assert msg.endswith("replace files with save_ndf (a rename) instead")
 
 
 _SCATTERED_AFTER_TRUNCATE = textwrap.dedent(

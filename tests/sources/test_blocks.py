@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from laws import check_epoch
 
 from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
+from exactbatch.order import chunk_order
 
 
 @pytest.fixture
@@ -50,6 +51,19 @@ def test_block_order_changes_per_epoch(ndf):
     loader = DataLoader(ndf_blocks(ndf, 50), 50, buffer_size=50, seed=2)
     first = [row_ids(loader)[0] // 50 for _ in range(4)]
     assert len(set(first)) > 1
+
+
+@pytest.mark.parametrize("s", [0, 1])
+def test_each_shards_block_order_is_keyed_by_its_shard(ndf, s):
+    """Shard s of 2 reads its 10 blocks in chunk_order(10, seed, epoch, shard=s) (a
+    buffer and batches of one block show the order)."""
+    loader = DataLoader(
+        ndf_blocks(ndf, 50), 50, buffer_size=50, seed=2, num_shards=2, shard_index=s
+    )
+    for epoch in range(2):
+        got = [int(xb[:, 0].min()) // 50 for xb, _ in loader]
+        want = chunk_order(10, seed=2, epoch=epoch, shard=s) + 10 * s
+        assert got == want.tolist()
 
 
 def test_one_read_per_block(ndf, monkeypatch):

@@ -24,9 +24,10 @@ __all__ = ["shuffle_halves"]
 
 
 def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
-    """On a helper thread: fill free halves (from ``halves``, a queue) with the
-    stream's rows, in order; return ``(index, rows, ended, perm)`` for each,
-    ``perm`` the order of its rows (with the previous half's leftovers).
+    """On a helper thread: fill free halves (from ``halves``, a queue; None there
+    ends the helper) with the stream's rows, in order; return ``(index, rows,
+    ended, perm)`` for each, ``perm`` the order of its rows (with the previous
+    half's leftovers).
 
     The permutations are drawn here, in the order the main thread would draw
     them, so the order is the same and the main thread only gathers."""
@@ -38,13 +39,10 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
         nonlocal pending, lo
         if stop.is_set():
             return None
-        while True:  # a free half (or the end of the epoch)
-            try:
-                k, hx, hy, hh = halves.get(timeout=0.05)
-                break
-            except queue.Empty:
-                if stop.is_set():
-                    return None
+        got = halves.get()  # a free half, or None: the epoch is over
+        if got is None:
+            return None
+        k, hx, hy, hh = got
         filled, ended = 0, False
         while filled < half and not stop.is_set():
             if pending is None:
@@ -59,8 +57,8 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
             hx[b + filled : b + filled + take] = x[pos : pos + take]
             hy[b + filled : b + filled + take] = y[pos : pos + take]
             hh[b + filled : b + filled + take] = row_ids(id0, pos, take)
-            filled += take
-            pending = None if pos + take == x.shape[0] else (x, y, id0, pos + take)
+            filled, pos = filled + take, pos + take
+            pending = None if pos == x.shape[0] else (x, y, id0, pos)
             del x, y
         if stop.is_set():
             return None
@@ -92,7 +90,7 @@ def shuffle_halves(
         while True:
             got = ahead.get()
             if got is None:
-                break
+                return
             k, filled, ended, perm = got
             _, hx, hy, hh = views[k]
             _, ox, oy, oh = views[1 - k]
@@ -107,9 +105,10 @@ def shuffle_halves(
             oh[b - lo : b] = hh[v][rest]
             free.put(views[k])
             if ended:
-                break
+                return
     finally:
         stop.set()
+        free.put(None)  # wakes the helper if it waits for a free half
         ahead.close()
         # Reused only once the helper is done writing into it (it stops at the
         # next chunk; a source stuck in a read keeps its halves to itself).

@@ -68,7 +68,6 @@ class StreamEpoch:
         self._pending = None
         self._failed = False
         self._ended = False
-        self._drained = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
         keep, kept = set(pending), []
         for _ in range(skip):  # resume: replay the batches claimed before, keep the pending
@@ -126,13 +125,11 @@ class StreamEpoch:
         return self._pending
 
     def _drain(self) -> None:
-        """even_batches: read the rest of the pass, counted as left out."""
-        if self._drained:
-            return
+        """even_batches: read the rest of the pass, counted as left out (again: nothing)."""
         while (batch := self.peek()) is not None:
             self._pending = None
-            self.tally.left.add(batch[0].shape[0], batch[2])
-        self._drained = True
+            x, _, digest = batch
+            self.tally.left.add(x.shape[0], digest)
 
     def claim(self) -> StreamJob | None:
         if self.returned:

@@ -99,7 +99,10 @@ class Feed(Protocol):
     total_size: int | None
     total_batches: int | None
 
-    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()) -> Epoch:
+    # (no mutate: a Protocol's signature, never called)
+    def open_epoch(
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()  # pragma: no mutate
+    ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
         which come first); ``first``: the global batch an elastic epoch resumes at."""
 

@@ -1,0 +1,73 @@
+"""An epoch's keyed order, mapped a block of positions at a time or sliced from the
+whole order computed in the background (exactbatch.batching.indexed_epoch.BlockedOrder):
+every path hands out the bijection's rows and their digests, and the blocks are what
+saves bijection calls."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from exactbatch.batching.indexed_epoch import BlockedOrder
+from exactbatch.order import EpochBijection
+from exactbatch.order.digest import rows_digest
+
+BLOCK = BlockedOrder.BLOCK
+
+
+class CountedBijection:
+    """The bijection, counting the calls that map positions to rows."""
+
+    def __init__(self, n):
+        self.inner, self.n, self.calls = EpochBijection(n, seed=3, epoch=1, shard=0), n, 0
+
+    def rows(self, a, z):
+        self.calls += 1
+        return self.inner.rows(a, z)
+
+
+def whole_of(bijection, offset, b, fail=False) -> Future:
+    whole = Future()
+    if fail:
+        whole.set_exception(MemoryError("no room for the whole order"))
+    else:
+        out = np.empty(bijection.n, dtype=np.int64)
+        whole.set_result(BlockedOrder(bijection.inner, offset, np.int64, b).mapped_all(out))
+    return whole
+
+
+@pytest.mark.parametrize("n", [10_000, 2 * BLOCK + 5])
+@pytest.mark.parametrize("b", [7, 64, BLOCK + 1])  # over a block: mapped at once
+@pytest.mark.parametrize("path", ["blocks", "whole", "whole-failed"])
+def test_every_path_hands_out_the_orders_rows_and_their_digests(n, b, path):
+    bijection = CountedBijection(n)
+    offset = 100
+    whole = None if path == "blocks" else whole_of(bijection, offset, b, path == "whole-failed")
+    order = BlockedOrder(bijection, offset, np.int64, b, whole)
+    want = bijection.inner.rows(0, n).astype(np.int64) + offset
+    starts = list(range(0, n, b))
+    for a in [*starts, *starts[::-3]]:  # in order, then some again (given back, resumed)
+        z = min(a + b, n)
+        rows, digest = order.take(a, z)
+        np.testing.assert_array_equal(rows, want[a:z])
+        assert digest == rows_digest(want[a:z])
+    if path == "whole":
+        assert bijection.calls == 0  # sliced from the whole order only
+
+
+@pytest.mark.parametrize("b", [64, 1000])
+def test_batches_in_order_map_each_block_once(b):
+    """In order, one bijection call per block of positions (blocks start at batch
+    boundaries), and a batch taken again from the current block costs none."""
+    n = 10_000
+    bijection = CountedBijection(n)
+    order = BlockedOrder(bijection, 0, np.int64, b)
+    order.take(0, b)
+    order.take(0, b)
+    assert bijection.calls == 1
+    for a in range(0, n, b):
+        order.take(a, min(a + b, n))
+    # blocks at 0, 4096, 8192 (b=64: 64 batches fill a block); at 0, 4000, 8000 (b=1000)
+    assert bijection.calls == 3

@@ -1,0 +1,54 @@
+"""The random-access feed (exactbatch.feeds.random_access): its whole epoch order is
+computed in the background, on a daemon thread of its own, errors kept for whoever
+asks for the result."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+from exactbatch.batching.indexed_epoch import BlockedOrder
+from exactbatch.feeds import random_access
+from exactbatch.order import EpochBijection
+
+
+def test_the_whole_order_is_computed_on_a_named_daemon_thread():
+    seen = {}
+
+    def compute():
+        me = threading.current_thread()
+        seen.update(name=me.name, daemon=me.daemon, main=me is threading.main_thread())
+        return 42
+
+    assert random_access._in_background(compute).result(timeout=60) == 42
+    assert seen == {"name": "exactbatch-order", "daemon": True, "main": False}
+
+
+def test_an_error_computing_the_whole_order_waits_in_the_future():
+    def compute():
+        raise MemoryError("no room for the whole order")
+
+    fut = random_access._in_background(compute)
+    with pytest.raises(MemoryError, match="no room for the whole order"):
+        fut.result(timeout=60)
+
+
+def test_a_shuffled_epoch_is_sliced_from_the_whole_order_computed_ahead(monkeypatch):
+    """For a moderate n, the whole order of the epoch begun and of the next one are
+    computed in the background; once ready, batches are sliced from it (no bijection
+    call per batch), in the bijection's order."""
+    loader = DataLoader(np.arange(1000.0)[:, None], 10, seed=3)
+    it = iter(loader)
+    wholes = loader._feed._wholes
+    assert sorted(wholes) == [(3, 0, 0), (3, 1, 0)]  # (seed, epoch, shard)
+    for fut in wholes.values():
+        fut.result(timeout=60)
+    calls = []
+    real = BlockedOrder.mapped
+    monkeypatch.setattr(BlockedOrder, "mapped", lambda o, a, z: calls.append(a) or real(o, a, z))
+    rows = [int(r) for xb, _ in it for r in xb[:, 0]]
+    assert calls == []
+    assert rows == EpochBijection(1000, seed=3, epoch=0, shard=0).rows(0, 1000).tolist()
