@@ -924,7 +924,9 @@ def test_adjacent_rows_with_duplicates_are_read_together(saved, preadv_calls, id
     np.testing.assert_array_equal(ya, y[idx])
 
 
-def test_short_positional_reads_are_continued_until_the_rows_are_read(saved, monkeypatch):
+def test_short_positional_reads_are_continued_until_the_rows_are_read(
+    saved, monkeypatch, numpy_backend
+):
     """A positional read may return fewer bytes than asked (a signal, a network file
     system): the read goes on from where it stopped until every byte of the run is in."""
     path, x, y = saved
