@@ -52,3 +52,18 @@ def test_a_shuffled_epoch_is_sliced_from_the_whole_order_computed_ahead(monkeypa
     rows = [int(r) for xb, _ in it for r in xb[:, 0]]
     assert calls == []
     assert rows == EpochBijection(1000, seed=3, epoch=0, shard=0).rows(0, 1000).tolist()
+
+
+@pytest.mark.parametrize(("d", "l"), [(16, 0), (12, 4), (1, 15)])
+def test_an_ndf_loader_prefetches_by_default_from_batches_of_256_kib(tmp_path, d, l):  # noqa: E741
+    """Default prefetch over a local .ndf: 2 once a batch is 256 KiB (batch_size x 8 bytes
+    x (d + l) columns), else 0: the threshold counts every column of a row, x and y."""
+    from exactbatch import open_ndf, save_ndf
+
+    path = tmp_path / "w.ndf"
+    x, y = np.zeros((4, d)), np.zeros((4, l))
+    save_ndf(path, (x, y))
+    rows = (256 << 10) // (8 * (d + l))  # 2048: exactly 256 KiB a batch
+    with open_ndf(path) as f:
+        assert DataLoader(f, rows).prefetch == 2
+        assert DataLoader(f, rows - 1).prefetch == 0
