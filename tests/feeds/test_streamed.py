@@ -785,3 +785,22 @@ def test_a_bad_chunk_of_a_chunk_indexed_source_is_named_by_its_position():
 
     with pytest.raises(ValueError, match=r"^chunk 1: expected x of shape \(rows, 2\)"):
         list(DataLoader(Blocks(), 4, shuffle=False))
+
+
+@pytest.mark.parametrize("kind", ["parquet", "ndf_blocks"])
+def test_a_chunk_indexed_stream_knows_its_widths_before_the_first_read(tmp_path, kind):
+    """Parquet and ndf_blocks know d and l from their metadata: the loader says them
+    before any chunk is read."""
+    from helpers import write_parquet
+
+    from exactbatch import ndf_blocks, open_ndf, parquet_source, save_ndf
+
+    if kind == "parquet":
+        pytest.importorskip("pyarrow")
+        write_parquet(tmp_path / "w.parquet", [5, 7], d=3, l=2)
+        source = parquet_source(tmp_path / "w.parquet", labels=["y0", "y1"])
+    else:
+        save_ndf(tmp_path / "w.ndf", (np.zeros((12, 3)), np.zeros((12, 2))))
+        source = ndf_blocks(open_ndf(tmp_path / "w.ndf"), 4)
+    loader = DataLoader(source, 4, total_size=12)
+    assert (loader.d, loader.l) == (3, 2)
