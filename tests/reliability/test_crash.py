@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from exactbatch import DataLoader, open_ndf, save_ndf
-from exactbatch.ndf.write import _host_tag
+from exactbatch.ndf.temps import host_tag as _host_tag
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and pids are POSIX")
 

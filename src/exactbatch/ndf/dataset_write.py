@@ -32,11 +32,11 @@ from exactbatch.ndf.manifest import (
     part_name,
     write_manifest,
 )
+from exactbatch.ndf.temps import remove_own_temps
 from exactbatch.ndf.write import (
     Committing,
     NdfWriter,
     as_dataset,
-    remove_own_temps,
     save_ndf,
     write_ndf_to,
 )
