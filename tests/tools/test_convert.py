@@ -381,7 +381,7 @@ def test_a_typed_backslash_t_is_a_tab(tmp_path, capsys):
 def test_arrow_buffers_to_float64_keep_nulls_offsets_and_types():
     """The Arrow -> float64 copy reads the buffers directly: sliced arrays (an offset
     into the buffers), nulls at any bit, integers, booleans and all-null columns."""
-    from exactbatch.tools.convert import _fill_float64
+    from exactbatch.sources.arrow import fill_float64 as _fill_float64
 
     cases = [
         pa.array([1.5, None, 3.0, 4.0, None, 6.0, 7.0, 8.0, 9.0, None]).slice(3, 6),
