@@ -47,225 +47,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
 from exactbatch.ndf.dataset_write import remove_parts, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path, part_name, write_manifest
-from exactbatch.ndf.names import default_names
 from exactbatch.stats import ColumnStats
 
 __all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
-
-_REAL = "biuf"
-
-
-def _dask():
-    try:
-        import dask
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.dask needs Dask: pip install 'exactbatch[dask]'") from e
-    return dask
-
-
-# -- what to read from a collection -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """What to take from each partition: a DataFrame's column labels, or an array's
-    column positions; picklable, so that it travels to the workers with the task."""
-
-    frame: bool
-    features: tuple
-    labels: tuple
-
-    def to_xy(self, part) -> tuple[np.ndarray, np.ndarray]:
-        """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y)."""
-        if self.frame:
-
-            def take(cols):
-                return part[list(cols)].to_numpy(dtype=np.float64, na_value=np.nan)
-
-        else:
-            block = np.asarray(part)
-
-            def take(cols):
-                return np.ascontiguousarray(block[:, list(cols)], dtype=np.float64)
-
-        return take(self.features), take(self.labels)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """A collection resolved: its partitions (Delayed), their lengths if known, the columns."""
-
-    parts: list
-    lengths: tuple | None
-    columns: _Columns
-    features: tuple  # names (str)
-    labels: tuple
-
-    @property
-    def d(self) -> int:
-        return len(self.features)
-
-    @property
-    def l(self) -> int:  # noqa: E743
-        return len(self.labels)
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        return [value]
-    return list(value)
-
-
-def _plan(collection, features, labels, caller: str) -> _Plan:
-    """Check ``collection`` and the columns chosen; its partitions as Delayed objects."""
-    dask = _dask()
-    if not dask.is_dask_collection(collection):
-        raise TypeError(
-            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
-        )
-    import dask.array as da
-
-    if isinstance(collection, da.Array):
-        return _array_plan(collection, features, labels, caller)
-    try:
-        import dask.dataframe as dd
-    except ImportError:  # pragma: no cover - dask[dataframe] missing: not a DataFrame then
-        dd = None
-    if dd is not None and isinstance(collection, dd.Series):
-        collection = collection.to_frame()
-    if dd is None or not isinstance(collection, dd.DataFrame):
-        raise TypeError(
-            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
-        )
-    return _frame_plan(collection, features, labels, caller)
-
-
-def _frame_plan(ddf, features, labels, caller: str) -> _Plan:
-    columns = list(ddf.columns)
-    lab = _as_list(labels)
-    feat = [c for c in columns if c not in lab] if features is None else _as_list(features)
-    for what, chosen in (("features", feat), ("labels", lab)):
-        missing = [c for c in chosen if c not in columns]
-        if missing:
-            raise ValueError(
-                f"{caller}: {what} names column(s) {missing} that the DataFrame does not "
-                f"have; its columns are {columns[:20]}"
-            )
-        twice = list(dict.fromkeys(c for c in chosen if chosen.count(c) > 1))
-        if twice:
-            raise ValueError(f"{caller}: {what} names column(s) {twice} more than once")
-    both = [c for c in lab if c in feat]
-    if both:
-        raise ValueError(
-            f"{caller}: column(s) {both} are both features and labels: a label among the "
-            "features hands the model its answer; name each in one only"
-        )
-    if not feat and not lab:
-        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
-    dtypes = ddf.dtypes
-    bad = [
-        f"{c!r} ({dtypes[c]})" for c in feat + lab if getattr(dtypes[c], "kind", "O") not in _REAL
-    ]
-    if bad:
-        raise TypeError(
-            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
-            "real numbers (bool, int or float): choose others with features=/labels=, or "
-            "encode them first"
-        )
-    names = [str(c) for c in feat + lab]
-    twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
-    if twice:
-        raise ValueError(f"{caller}: columns {twice} have the same name as text; rename them")
-    ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
-    return _Plan(
-        parts=list(ddf.to_delayed()),
-        lengths=_frame_lengths(ddf),
-        columns=_Columns(True, tuple(feat), tuple(lab)),
-        features=tuple(names[: len(feat)]),
-        labels=tuple(names[len(feat) :]),
-    )
-
-
-def _frame_lengths(ddf) -> tuple | None:
-    """The partitions' lengths when the expression knows them without computing (dask-expr
-    answers ``Lengths`` from ``from_pandas``' slices or Parquet footers); else None."""
-    try:
-        from dask.dataframe.dask_expr._expr import Lengths, Literal
-
-        known = Lengths(ddf.expr).optimize(fuse=False)
-    except Exception:  # another dask: lengths unknown, the loader counts instead
-        return None
-    if not isinstance(known, Literal):
-        return None
-    lengths = tuple(int(r) for r in known.value)
-    return lengths if len(lengths) == ddf.npartitions else None
-
-
-def _positions(value, k: int, what: str, caller: str) -> list[int]:
-    out = []
-    for v in _as_list(value):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(
-                f"{caller}: a Dask Array has no column names: {what} are column positions "
-                f"(ints); got {v!r}"
-            )
-        if not -k <= v < k:
-            raise ValueError(f"{caller}: {what} position {v} out of range for {k} columns")
-        out.append(int(v) % k)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{caller}: {what} names a column more than once: {value!r}")
-    return out
-
-
-def _array_plan(arr, features, labels, caller: str) -> _Plan:
-    if arr.ndim != 2:
-        raise ValueError(
-            f"{caller}: expected a 2-D Dask Array (rows, columns); got shape {arr.shape}"
-        )
-    if arr.dtype.kind not in _REAL:
-        raise TypeError(
-            f"{caller}: the array must hold real numbers (bool, int or float); got dtype "
-            f"{arr.dtype}"
-        )
-    k = arr.shape[1]
-    if isinstance(k, float):  # NaN: unknown width
-        raise ValueError(f"{caller}: the array's number of columns is unknown; compute it first")
-    lab = _positions(labels, k, "labels", caller)
-    feat = (
-        [j for j in range(k) if j not in lab]
-        if features is None
-        else _positions(features, k, "features", caller)
-    )
-    both = sorted(set(feat) & set(lab))
-    if both:
-        raise ValueError(f"{caller}: column(s) {both} are both features and labels")
-    if not feat and not lab:
-        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
-    if len(arr.chunks[1]) > 1:
-        arr = arr.rechunk({1: -1})  # a partition is a block of whole rows
-    rows = arr.chunks[0]
-    known = not any(np.isnan(r) for r in rows)
-    fx, fy = default_names(len(feat), len(lab))
-    return _Plan(
-        parts=list(arr.to_delayed().ravel()),
-        lengths=tuple(int(r) for r in rows) if known else None,
-        columns=_Columns(False, tuple(feat), tuple(lab)),
-        features=fx,
-        labels=fy,
-    )
-
-
-# -- running tasks ----------------------------------------------------------------------------
 
 
 def _client():
@@ -288,7 +79,7 @@ def _compute_all(tasks) -> list:
     """
     client = _client()
     if client is None:
-        return list(_dask().compute(*tasks))
+        return list(import_dask().compute(*tasks))
     from distributed import wait
 
     futures = client.compute(tasks)
@@ -305,7 +96,7 @@ def _compute_all(tasks) -> list:
 # -- writing ----------------------------------------------------------------------------------
 
 
-def _write_partition(part, index: int, path: str, columns: _Columns, storage_options):
+def _write_partition(part, index: int, path: str, columns: Columns, storage_options):
     """On a worker: partition ``index`` as part ``index`` of the dataset (atomic)."""
     x, y = columns.to_xy(part)
     return write_part(path, index, (x, y), storage_options=storage_options)
@@ -335,8 +126,8 @@ def to_ndf_dataset(
     dataset. Part files of an earlier dataset there that the new one does
     not list are removed on success.
     """
-    dask = _dask()
-    plan = _plan(collection, features, labels, "to_ndf_dataset")
+    dask = import_dask()
+    plan = plan_for(collection, features, labels, "to_ndf_dataset")
     path = dataset_path(path, storage_options)
     start_dataset(path, storage_options=storage_options)
     write = dask.delayed(_write_partition, pure=False)
@@ -396,7 +187,7 @@ class _Ahead:
                 self._start(client)
         if future is not None:
             return future.result()
-        (part,) = _dask().compute(self.parts[i])
+        (part,) = import_dask().compute(self.parts[i])
         return part
 
 
@@ -404,7 +195,7 @@ class _Source:
     """What both kinds of Dask source share: the plan, its widths and names, the
     partitions computed ahead."""
 
-    def __init__(self, plan: _Plan, ahead: int):
+    def __init__(self, plan: Plan, ahead: int):
         self._plan = plan
         self._ahead = _Ahead(plan.parts, ahead)
         self.features, self.labels = plan.features, plan.labels
@@ -446,7 +237,7 @@ class DaskPartitions(_Source):
     ``chunk_rows`` come from the lengths, so N needs no counting pass and a loader shard
     computes only the partitions its rows are in. See :func:`dask_source`."""
 
-    def __init__(self, plan: _Plan, ahead: int):
+    def __init__(self, plan: Plan, ahead: int):
         super().__init__(plan, ahead)
         self.chunk_rows = np.asarray(plan.lengths, dtype=np.int64)
         self.n_rows = int(self.chunk_rows.sum())
@@ -498,14 +289,14 @@ def dask_source(
     from the loader's counting pass (or pass ``total_size``).
     """
     ahead = check_int("ahead", ahead, 0)
-    plan = _plan(collection, features, labels, "dask_source")
+    plan = plan_for(collection, features, labels, "dask_source")
     return DaskStream(plan, ahead) if plan.lengths is None else DaskPartitions(plan, ahead)
 
 
 # -- statistics -------------------------------------------------------------------------------
 
 
-def _partition_stats(part, columns: _Columns) -> ColumnStats:
+def _partition_stats(part, columns: Columns) -> ColumnStats:
     x, y = columns.to_xy(part)
     return ColumnStats.of(np.concatenate((x, y), axis=1))  # (rows, d + l)
 
@@ -516,8 +307,8 @@ def column_stats(collection, *, features=None, labels=()) -> list[dict]:
     then labels, each a dict with the column's ``name``: what ``exactbatch info --stats``
     reports for a file. Each partition is summarised where it is computed, in parallel,
     and the summaries are merged on the client (numerically stable at any offset)."""
-    dask = _dask()
-    plan = _plan(collection, features, labels, "column_stats")
+    dask = import_dask()
+    plan = plan_for(collection, features, labels, "column_stats")
     summarise = dask.delayed(_partition_stats, pure=True)
     parts = _compute_all([summarise(p, plan.columns) for p in plan.parts])
     total = ColumnStats(plan.d + plan.l)

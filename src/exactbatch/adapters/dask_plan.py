@@ -1,0 +1,221 @@
+"""What ``exactbatch.dask`` reads from a collection: a Dask DataFrame's or Array's
+partitions (as Delayed objects), their lengths when Dask knows them, and the
+feature and label columns chosen (checked here, named, and taken from each
+computed partition as float64). dask is imported on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exactbatch.ndf.names import default_names
+
+__all__ = ["Columns", "Plan", "import_dask", "plan_for"]
+
+_REAL = "biuf"
+
+
+def import_dask():
+    """dask, or an ImportError saying how to install it."""
+    try:
+        import dask
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("exactbatch.dask needs Dask: pip install 'exactbatch[dask]'") from e
+    return dask
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What to take from each partition: a DataFrame's column labels, or an array's
+    column positions; picklable, so that it travels to the workers with the task."""
+
+    frame: bool
+    features: tuple
+    labels: tuple
+
+    def to_xy(self, part) -> tuple[np.ndarray, np.ndarray]:
+        """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y)."""
+        if self.frame:
+
+            def take(cols):
+                return part[list(cols)].to_numpy(dtype=np.float64, na_value=np.nan)
+
+        else:
+            block = np.asarray(part)
+
+            def take(cols):
+                return np.ascontiguousarray(block[:, list(cols)], dtype=np.float64)
+
+        return take(self.features), take(self.labels)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A collection resolved: its partitions (Delayed), their lengths if known, the columns."""
+
+    parts: list
+    lengths: tuple | None
+    columns: Columns
+    features: tuple  # names (str)
+    labels: tuple
+
+    @property
+    def d(self) -> int:
+        return len(self.features)
+
+    @property
+    def l(self) -> int:  # noqa: E743
+        return len(self.labels)
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return [value]
+    return list(value)
+
+
+def plan_for(collection, features, labels, caller: str) -> Plan:
+    """Check ``collection`` and the columns chosen; its partitions as Delayed objects."""
+    dask = import_dask()
+    if not dask.is_dask_collection(collection):
+        raise TypeError(
+            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
+        )
+    import dask.array as da
+
+    if isinstance(collection, da.Array):
+        return _array_plan(collection, features, labels, caller)
+    try:
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover - dask[dataframe] missing: not a DataFrame then
+        dd = None
+    if dd is not None and isinstance(collection, dd.Series):
+        collection = collection.to_frame()
+    if dd is None or not isinstance(collection, dd.DataFrame):
+        raise TypeError(
+            f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
+        )
+    return _frame_plan(collection, features, labels, caller)
+
+
+def _frame_plan(ddf, features, labels, caller: str) -> Plan:
+    columns = list(ddf.columns)
+    lab = _as_list(labels)
+    feat = [c for c in columns if c not in lab] if features is None else _as_list(features)
+    for what, chosen in (("features", feat), ("labels", lab)):
+        missing = [c for c in chosen if c not in columns]
+        if missing:
+            raise ValueError(
+                f"{caller}: {what} names column(s) {missing} that the DataFrame does not "
+                f"have; its columns are {columns[:20]}"
+            )
+        twice = list(dict.fromkeys(c for c in chosen if chosen.count(c) > 1))
+        if twice:
+            raise ValueError(f"{caller}: {what} names column(s) {twice} more than once")
+    both = [c for c in lab if c in feat]
+    if both:
+        raise ValueError(
+            f"{caller}: column(s) {both} are both features and labels: a label among the "
+            "features hands the model its answer; name each in one only"
+        )
+    if not feat and not lab:
+        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
+    dtypes = ddf.dtypes
+    bad = [
+        f"{c!r} ({dtypes[c]})" for c in feat + lab if getattr(dtypes[c], "kind", "O") not in _REAL
+    ]
+    if bad:
+        raise TypeError(
+            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
+            "real numbers (bool, int or float): choose others with features=/labels=, or "
+            "encode them first"
+        )
+    names = [str(c) for c in feat + lab]
+    twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+    if twice:
+        raise ValueError(f"{caller}: columns {twice} have the same name as text; rename them")
+    ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
+    return Plan(
+        parts=list(ddf.to_delayed()),
+        lengths=_frame_lengths(ddf),
+        columns=Columns(True, tuple(feat), tuple(lab)),
+        features=tuple(names[: len(feat)]),
+        labels=tuple(names[len(feat) :]),
+    )
+
+
+def _frame_lengths(ddf) -> tuple | None:
+    """The partitions' lengths when the expression knows them without computing (dask-expr
+    answers ``Lengths`` from ``from_pandas``' slices or Parquet footers); else None."""
+    try:
+        from dask.dataframe.dask_expr._expr import Lengths, Literal
+
+        known = Lengths(ddf.expr).optimize(fuse=False)
+    except Exception:  # another dask: lengths unknown, the loader counts instead
+        return None
+    if not isinstance(known, Literal):
+        return None
+    lengths = tuple(int(r) for r in known.value)
+    return lengths if len(lengths) == ddf.npartitions else None
+
+
+def _positions(value, k: int, what: str, caller: str) -> list[int]:
+    out = []
+    for v in _as_list(value):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(
+                f"{caller}: a Dask Array has no column names: {what} are column positions "
+                f"(ints); got {v!r}"
+            )
+        if not -k <= v < k:
+            raise ValueError(f"{caller}: {what} position {v} out of range for {k} columns")
+        out.append(int(v) % k)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{caller}: {what} names a column more than once: {value!r}")
+    return out
+
+
+def _array_plan(arr, features, labels, caller: str) -> Plan:
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{caller}: expected a 2-D Dask Array (rows, columns); got shape {arr.shape}"
+        )
+    if arr.dtype.kind not in _REAL:
+        raise TypeError(
+            f"{caller}: the array must hold real numbers (bool, int or float); got dtype "
+            f"{arr.dtype}"
+        )
+    k = arr.shape[1]
+    if isinstance(k, float):  # NaN: unknown width
+        raise ValueError(f"{caller}: the array's number of columns is unknown; compute it first")
+    lab = _positions(labels, k, "labels", caller)
+    feat = (
+        [j for j in range(k) if j not in lab]
+        if features is None
+        else _positions(features, k, "features", caller)
+    )
+    both = sorted(set(feat) & set(lab))
+    if both:
+        raise ValueError(f"{caller}: column(s) {both} are both features and labels")
+    if not feat and not lab:
+        raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
+    if len(arr.chunks[1]) > 1:
+        arr = arr.rechunk({1: -1})  # a partition is a block of whole rows
+    rows = arr.chunks[0]
+    known = not any(np.isnan(r) for r in rows)
+    fx, fy = default_names(len(feat), len(lab))
+    return Plan(
+        parts=list(arr.to_delayed().ravel()),
+        lengths=tuple(int(r) for r in rows) if known else None,
+        columns=Columns(False, tuple(feat), tuple(lab)),
+        features=fx,
+        labels=fy,
+    )
+
+
+# -- running tasks ----------------------------------------------------------------------------
