@@ -275,32 +275,87 @@ def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
         rows.read(np.array([1, 2]), ro, oy)
 
 
+@needs_core
+def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_path):
+    """parts_rows: global row i is read from the part that holds it; a read that needs
+    a part not set copies nothing and names it; set() checks what it is given."""
+    x, y = make_data(12, 3, 1)
+    starts = np.array([0, 5, 5, 12], dtype=np.int64)  # uneven, an empty part between
+    files = []
+    for k, (a, b) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+        exactbatch.save_ndf(tmp_path / f"p{k}.ndf", (x[a:b], y[a:b]))
+        files.append(exactbatch.open_ndf(tmp_path / f"p{k}.ndf"))
+    parts = kernels.parts_rows(starts, 3, 1)
+    rows = np.array([11, 0, 5, 4, 4], dtype=np.int32)
+    ox, oy = np.full((5, 3), -1.0), np.full((5, 1), -1.0)
+    assert parts.read(rows, ox, oy) == [0, 2]
+    assert (ox == -1).all()  # nothing copied
+    parts.set(0, files[0]._handle().compiled)
+    assert parts.read(rows, ox, oy) == [2]
+    parts.set(2, files[2]._handle().compiled)
+    parts.set(2, files[2]._handle().compiled)  # the same again: no-op
+    for idx in (rows, rows.astype(np.int64)):
+        assert parts.read(idx, ox, oy) is None
+        np.testing.assert_array_equal(ox, x[rows])
+        np.testing.assert_array_equal(oy, y[rows])
+    sx, sy = np.empty((6, 3), dtype=np.float32), np.empty((6, 1), dtype=np.float32)
+    assert parts.read(slice(2, 8), sx, sy) is None
+    np.testing.assert_array_equal(sx, x[2:8].astype(np.float32))
+    with pytest.raises(IndexError, match="row 12 out of range for n=12"):
+        parts.read(np.array([1, 12]), ox[:2], oy[:2])
+    with pytest.raises(ValueError, match="part 0 must hold"):
+        kernels.parts_rows(starts, 3, 1).set(0, files[2]._handle().compiled)
+    with pytest.raises(ValueError, match="set already"), exactbatch.open_ndf(
+        tmp_path / "p0.ndf"
+    ) as again:  # the same part, opened again: another object
+        parts.set(0, again._handle().compiled)
+    with pytest.raises(TypeError, match="file_rows"):
+        parts.set(1, kernels.memory_rows(x, y))
+    with pytest.raises(IndexError, match="part 3 out of range"):
+        parts.set(3, files[0]._handle().compiled)
+    with pytest.raises(ValueError, match="rise from 0"):
+        kernels.parts_rows(np.array([0, 5, 4], dtype=np.int64), 3, 1)
+    with pytest.raises(TypeError, match="int64"):
+        kernels.parts_rows(np.array([0], dtype=np.int64), 3, 1)
+
+
 # -- the guard ------------------------------------------------------------------------------
 
 # A child truncates the file it reads and reads again, in a loop: every read of a row
 # past the new end faults inside the copy; each must be an NdfError naming the file.
+# As "dataset": the rows are the second of two parts of a sharded dataset, read by
+# the gather over every part's mapping; the error names the part.
 TRUNCATE_LOOP = textwrap.dedent(
     """
     import os, sys
     import numpy as np
-    from exactbatch import NdfError, backend, open_ndf, save_ndf
-    path, rounds = sys.argv[1], int(sys.argv[2])
+    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
+    from exactbatch import save_ndf_dataset
+    path, rounds, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     assert backend() == "compiled"
     n, d = 4096, 15  # rows of 128 bytes: 32 a page
     errors = 0
     rng = np.random.default_rng(0)
+    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
     for k in range(rounds):
-        save_ndf(path, np.arange(n * d, dtype=np.float64).reshape(n, d))
-        with open_ndf(path) as f:
+        if kind == "file":
+            save_ndf(path, x)
+            f, target, first = open_ndf(path), path, 0
+        else:
+            save_ndf_dataset(path, [x[:100], x])
+            f, first = open_ndf_dataset(path), 100
+            target = os.path.join(path, f.parts[1].name)
+        with f:
             read = f.rows_reader()
             out_x, out_y = np.empty((64, d)), np.empty((64, 0))
-            rows = rng.integers(n // 2, n, 64)
+            rows = first + rng.integers(n // 2, n, 64)
+            rows[0] = 0  # the dataset's first part too
             read(rows, out_x, out_y)  # the pages are mapped and read
-            os.truncate(path, int(rng.integers(28, 28 + 128 * (n // 4))))
+            os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
             try:
                 read(rows, out_x, out_y)
             except NdfError as e:
-                assert path in str(e), str(e)
+                assert target in str(e), str(e)
                 errors += 1
     print(errors)
     """
@@ -308,11 +363,12 @@ TRUNCATE_LOOP = textwrap.dedent(
 
 
 @needs_core
-def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path):
+@pytest.mark.parametrize("kind", ["file", "dataset"])
+def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path, kind):
     """Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
-    path = os.fspath(tmp_path / "shrinking.ndf")
+    path = os.fspath(tmp_path / ("shrinking.ndf" if kind == "file" else "ds"))
     r = subprocess.run(
-        [sys.executable, "-c", TRUNCATE_LOOP, path, "200"],
+        [sys.executable, "-c", TRUNCATE_LOOP, path, "200", kind],
         capture_output=True,
         text=True,
         timeout=120,

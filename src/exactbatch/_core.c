@@ -47,6 +47,9 @@ static PyObject *FileChanged; /* raised by read(): the caller names the file */
  * same thread (the kernel delivers a fault to the thread that faulted). */
 static _Thread_local sigjmp_buf *guard_jump;
 static _Thread_local const char *guard_lo, *guard_hi;
+/* A dataset's copy (Parts_read): the fault may lie in any of its parts' ranges. */
+static _Thread_local const struct PartsObject *guard_parts;
+static int in_parts(const struct PartsObject *p, const char *a);
 static struct sigaction old_bus, old_segv; /* the handlers we displaced */
 static int guard_installed;
 
@@ -55,7 +58,8 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
     const char *a = (const char *)info->si_addr;
     sigjmp_buf *jb = guard_jump;
     /* si_code > 0: raised by the kernel for a memory access (not kill/raise). */
-    if (jb != NULL && info->si_code > 0 && a >= guard_lo && a < guard_hi) {
+    if (jb != NULL && info->si_code > 0 &&
+        ((a >= guard_lo && a < guard_hi) || (guard_parts != NULL && in_parts(guard_parts, a)))) {
         guard_jump = NULL;
         siglongjmp(*jb, 1);
     }
@@ -234,6 +238,23 @@ static void copy_rows(const RowsObject *s, Job *j)
         copy_side(j, s->ybase, s->ystride, s->l, j->oy, runs);
 }
 
+/* Has the file of rows s lost bytes or changed its modification time since opened?
+ * One fstat; 0 in memory. */
+static int file_changed(const RowsObject *s)
+{
+    if (s->fd < 0)
+        return 0;
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || (long long)st.st_size < s->size)
+        return 1;
+#ifdef __APPLE__
+    long long ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + st.st_mtimespec.tv_nsec;
+#else
+    long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+#endif
+    return s->mtime_ns >= 0 && ns != s->mtime_ns;
+}
+
 /* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. */
 static int guarded_copy(const RowsObject *s, Job *j)
 {
@@ -251,19 +272,7 @@ static int guarded_copy(const RowsObject *s, Job *j)
     guard_jump = &jb;
     copy_rows(s, j);
     guard_jump = NULL;
-    if (s->fd >= 0) {
-        struct stat st;
-        if (fstat(s->fd, &st) != 0 || (long long)st.st_size < s->size)
-            return -2;
-#ifdef __APPLE__
-        long long ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + st.st_mtimespec.tv_nsec;
-#else
-        long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-#endif
-        if (s->mtime_ns >= 0 && ns != s->mtime_ns)
-            return -2;
-    }
-    return 0;
+    return file_changed(s) ? -2 : 0;
 }
 
 static int out_buffer(PyObject *o, Py_buffer *b, const char *name)
@@ -289,6 +298,68 @@ PyDoc_STRVAR(read_doc,
 "float32, C-contiguous. IndexError for a row outside [0, n); FileChanged when\n"
 "the file changed (or the copy faulted).");
 
+/* The rows argument of read(): a slice of [0, n) or a 1-D int32/int64 buffer (then
+ * held in *ib, *have_i = 1: release it). 0, or -1 with an exception set. */
+static int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib, int *have_i)
+{
+    if (PySlice_Check(o)) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(o, &start, &stop, &step) < 0)
+            return -1;
+        if (step != 1 || start < 0 || stop > n || start > stop) {
+            PyErr_Format(PyExc_IndexError, "rows %zd:%zd out of range for n=%zd rows", start,
+                         stop, n);
+            return -1;
+        }
+        j->start = start;
+        j->r = stop - start;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    *have_i = 1;
+    const char *f = ib->format ? ib->format : "B";
+    if (*f == '=' || *f == '<' || *f == '@')
+        f++;
+    if (ib->ndim != 1 || !f[0] || !strchr("ilq", f[0]) || f[1] ||
+        (ib->itemsize != 4 && ib->itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "rows must be a 1-D int32 or int64 array; got format "
+                     "'%s' with %d dimensions", ib->format ? ib->format : "B", ib->ndim);
+        return -1;
+    }
+    j->idx = ib->buf;
+    j->isz = (int)ib->itemsize;
+    j->r = ib->len / ib->itemsize;
+    return 0;
+}
+
+/* read()'s out_x and out_y for j->r rows of d and l values: held in *bx and *by
+ * (release both) on success. 0, or -1 with an exception set (nothing held). */
+static int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j,
+                      Py_buffer *bx, Py_buffer *by)
+{
+    if (out_buffer(ox, bx, "out_x") < 0)
+        return -1;
+    if (out_buffer(oy, by, "out_y") < 0) {
+        PyBuffer_Release(bx);
+        return -1;
+    }
+    if (bx->itemsize != by->itemsize) {
+        PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype");
+    } else if (bx->len != j->r * d * bx->itemsize || by->len != j->r * l * by->itemsize) {
+        PyErr_Format(PyExc_ValueError, "out_x and out_y must hold (%zd, %zd) and (%zd, %zd) "
+                     "values", j->r, d, j->r, l);
+    } else {
+        j->ox = bx->buf;
+        j->oy = by->buf;
+        j->f32 = bx->itemsize == 4;
+        return 0;
+    }
+    PyBuffer_Release(bx);
+    PyBuffer_Release(by);
+    return -1;
+}
+
 static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -300,52 +371,9 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     int have_i = 0, rc = 0;
     PyObject *res = NULL;
 
-    if (PySlice_Check(args[0])) {
-        Py_ssize_t start, stop, step;
-        if (PySlice_Unpack(args[0], &start, &stop, &step) < 0)
-            return NULL;
-        if (step != 1 || start < 0 || stop > self->n || start > stop) {
-            PyErr_Format(PyExc_IndexError, "rows %zd:%zd out of range for n=%zd rows", start,
-                         stop, self->n);
-            return NULL;
-        }
-        j.start = start;
-        j.r = stop - start;
-    } else {
-        if (PyObject_GetBuffer(args[0], &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
-            return NULL;
-        have_i = 1;
-        const char *f = ib.format ? ib.format : "B";
-        if (*f == '=' || *f == '<' || *f == '@')
-            f++;
-        if (ib.ndim != 1 || !f[0] || !strchr("ilq", f[0]) || f[1] ||
-            (ib.itemsize != 4 && ib.itemsize != 8)) {
-            PyErr_Format(PyExc_TypeError, "rows must be a 1-D int32 or int64 array; got format "
-                         "'%s' with %d dimensions", ib.format ? ib.format : "B", ib.ndim);
-            goto done;
-        }
-        j.idx = ib.buf;
-        j.isz = (int)ib.itemsize;
-        j.r = ib.len / ib.itemsize;
-    }
-    if (out_buffer(args[1], &bx, "out_x") < 0)
+    if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
+        parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
-    if (out_buffer(args[2], &by, "out_y") < 0) {
-        PyBuffer_Release(&bx);
-        goto done;
-    }
-    if (bx.itemsize != by.itemsize) {
-        PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype");
-        goto release;
-    }
-    if (bx.len != j.r * self->d * bx.itemsize || by.len != j.r * self->l * by.itemsize) {
-        PyErr_Format(PyExc_ValueError, "out_x and out_y must hold (%zd, %zd) and (%zd, %zd) "
-                     "values", j.r, self->d, j.r, self->l);
-        goto release;
-    }
-    j.ox = bx.buf;
-    j.oy = by.buf;
-    j.f32 = bx.itemsize == 4;
     Py_BEGIN_ALLOW_THREADS
     rc = guarded_copy(self, &j);
     Py_END_ALLOW_THREADS
@@ -359,7 +387,6 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     } else {
         res = Py_NewRef(Py_None);
     }
-release:
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
 done:
@@ -494,6 +521,318 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ a dataset's parts */
+
+/* The rows of a sharded dataset: part k, a file_rows object set once the part is
+ * open, holds global rows [starts[k], starts[k + 1]). */
+typedef struct PartsObject {
+    PyObject_HEAD
+    Py_ssize_t nparts, n, d, l;
+    int64_t *starts; /* nparts + 1 */
+    int32_t *table;  /* table[b]: the part of row b << shift (a row's part in a step or two) */
+    int shift;
+    RowsObject **parts;
+} PartsObject;
+
+/* Is address a inside a part's mapping? (The fault handler's test: reads only.) */
+static int in_parts(const PartsObject *p, const char *a)
+{
+    for (Py_ssize_t k = 0; k < p->nparts; k++) {
+        const RowsObject *s = p->parts[k];
+        if (s != NULL && a >= s->lo && a < s->hi)
+            return 1;
+    }
+    return 0;
+}
+
+/* The part that holds global row i (0 <= i < n): the last part whose first row is
+ * at most i (an empty part never is: the part after it starts at the same row).
+ * A binary search (to build the table) and the table's lookup (per row: a branch
+ * mispredicted per step of a search costs more than the copy of a row). */
+static Py_ssize_t part_search(const PartsObject *p, int64_t i)
+{
+    Py_ssize_t lo = 0, hi = p->nparts - 1;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi + 1) / 2;
+        if (p->starts[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
+{
+    Py_ssize_t q = p->table[i >> p->shift];
+    while (p->starts[q + 1] <= i)
+        q++;
+    return q;
+}
+
+/* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[k] is where row
+ * k lies in its part's mapping (NULL when the part is not open), and seen[q] is 1
+ * for a part touched, 2 for one touched and not open. The first row out of range:
+ * *bad (and 0 is returned); else 1 if a part is not open, or 2. */
+#define DEFINE_PLACE(NAME, T)                                                               \
+    static int NAME(const PartsObject *p, const T *ix, Py_ssize_t start, Py_ssize_t r,      \
+                    const char **src, char *seen, Py_ssize_t *bad)                          \
+    {                                                                                       \
+        int missing = 0;                                                                    \
+        for (Py_ssize_t k = 0; k < r; k++) {                                                \
+            int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                            \
+            if ((uint64_t)i >= (uint64_t)p->n) {                                            \
+                *bad = k;                                                                   \
+                return 0;                                                                   \
+            }                                                                               \
+            Py_ssize_t q = part_of(p, i);                                                   \
+            const RowsObject *s = p->parts[q];                                              \
+            if (!seen[q]) {                                                                 \
+                seen[q] = s != NULL ? 1 : 2;                                                \
+                missing |= s == NULL;                                                       \
+            }                                                                               \
+            src[k] = s == NULL ? NULL : s->xbase + (i - p->starts[q]) * s->xstride;         \
+        }                                                                                   \
+        return missing ? 1 : 2;                                                             \
+    }
+DEFINE_PLACE(place32, int32_t)
+DEFINE_PLACE(place64, int64_t)
+
+/* Rows of j, by global row number, straight from their parts' mappings into the
+ * outputs. Every row is checked and placed first (see place32), then copied
+ * under the guard (all x, then all y, as in copy_side), then each part touched
+ * is checked with one fstat. 0: copied (or j->bad >= 0: a row out of range,
+ * nothing copied); 1: parts not open yet (seen == 2), nothing copied; -1: a
+ * copy faulted; -2: part *which changed. */
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      Py_ssize_t *which)
+{
+    int placed = j->isz == 4 ? place32(p, j->idx, j->start, j->r, src, seen, &j->bad)
+                             : place64(p, j->idx, j->start, j->r, src, seen, &j->bad);
+    if (placed != 2)
+        return placed;
+    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32 ? 4 : 8), yoff = 8 * p->d;
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        guard_jump = NULL;
+        guard_parts = NULL;
+        return -1;
+    }
+    guard_parts = p;
+    guard_jump = &jb;
+    if (p->d)
+        for (Py_ssize_t k = 0; k < j->r; k++)
+            copy_row(j->ox + k * ox, src[k], p->d, j->f32);
+    if (p->l) /* y follows x in a part's row */
+        for (Py_ssize_t k = 0; k < j->r; k++)
+            copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32);
+    guard_jump = NULL;
+    guard_parts = NULL;
+    for (Py_ssize_t q = 0; q < p->nparts; q++)
+        if (seen[q] && file_changed(p->parts[q])) {
+            *which = q;
+            return -2;
+        }
+    return 0;
+}
+
+PyDoc_STRVAR(parts_read_doc,
+"read(rows, out_x, out_y)\n--\n\n"
+"As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
+"or, copying nothing, the list of the parts the rows lie in that are not set yet\n"
+"(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
+"(with the part's number as its ``part`` attribute, or None for a fault) when a\n"
+"part changed.");
+
+static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments");
+        return NULL;
+    }
+    Job j = {NULL, 8, 0, 0, NULL, NULL, 0, -1};
+    Py_buffer ib = {0}, bx = {0}, by = {0};
+    int have_i = 0, rc = 0;
+    Py_ssize_t which = -1;
+    PyObject *res = NULL;
+    const char **src = NULL;
+    char *seen = NULL;
+
+    if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
+        parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
+        goto done;
+    src = PyMem_RawMalloc((size_t)(j.r ? j.r : 1) * sizeof(const char *));
+    seen = PyMem_RawCalloc((size_t)self->nparts, 1);
+    if (src == NULL || seen == NULL) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = parts_copy(self, &j, src, seen, &which);
+    Py_END_ALLOW_THREADS
+    if (rc == 1) {
+        res = PyList_New(0);
+        for (Py_ssize_t q = 0; res != NULL && q < self->nparts; q++) {
+            if (seen[q] != 2)
+                continue;
+            PyObject *k = PyLong_FromSsize_t(q);
+            if (k == NULL || PyList_Append(res, k) < 0)
+                Py_CLEAR(res);
+            Py_XDECREF(k);
+        }
+    } else if (rc < 0) {
+        PyObject *exc = PyObject_CallFunction(
+            FileChanged, "s",
+            rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
+                     : "a part's size or modification time changed");
+        PyObject *part = rc == -2 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
+        if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
+            PyErr_SetObject(FileChanged, exc);
+        Py_XDECREF(part);
+        Py_XDECREF(exc);
+    } else if (j.bad >= 0) {
+        PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
+                     (long long)row_at(&j, j.bad), self->n);
+    } else {
+        res = Py_NewRef(Py_None);
+    }
+release:
+    PyMem_RawFree(src);
+    PyMem_RawFree(seen);
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+done:
+    if (have_i)
+        PyBuffer_Release(&ib);
+    return res;
+}
+
+static PyObject *Parts_set(PartsObject *self, PyObject *args)
+{
+    Py_ssize_t k;
+    PyObject *o;
+    if (!PyArg_ParseTuple(args, "nO:set", &k, &o))
+        return NULL;
+    if (k < 0 || k >= self->nparts) {
+        PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(o, &RowsType) || ((RowsObject *)o)->lo == NULL) {
+        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows()");
+        return NULL;
+    }
+    RowsObject *s = (RowsObject *)o;
+    if (s->d != self->d || s->l != self->l || s->n != self->starts[k + 1] - self->starts[k]) {
+        PyErr_Format(PyExc_ValueError, "part %zd must hold (%lld, %zd, %zd) rows; got (%zd, "
+                     "%zd, %zd)", k, (long long)(self->starts[k + 1] - self->starts[k]),
+                     self->d, self->l, s->n, s->d, s->l);
+        return NULL;
+    }
+    /* Set once: a read on another thread (without the GIL) may be using the part. */
+    if (self->parts[k] == NULL)
+        self->parts[k] = (RowsObject *)Py_NewRef(o);
+    else if (self->parts[k] != s) {
+        PyErr_Format(PyExc_ValueError, "part %zd is set already", k);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static void Parts_dealloc(PartsObject *self)
+{
+    for (Py_ssize_t k = 0; self->parts != NULL && k < self->nparts; k++)
+        Py_XDECREF(self->parts[k]);
+    PyMem_Free(self->parts);
+    PyMem_Free(self->starts);
+    PyMem_Free(self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Parts_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
+    {"set", (PyCFunction)Parts_set, METH_VARARGS,
+     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PartsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exactbatch._core.Parts",
+    .tp_basicsize = sizeof(PartsObject),
+    .tp_dealloc = (destructor)Parts_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A sharded dataset's rows: made by parts_rows().",
+    .tp_methods = Parts_methods,
+};
+
+static PyObject *parts_rows(PyObject *mod, PyObject *args)
+{
+    PyObject *o;
+    Py_ssize_t d, l;
+    if (!PyArg_ParseTuple(args, "Onn:parts_rows", &o, &d, &l))
+        return NULL;
+    if (d < 0 || l < 0) {
+        PyErr_SetString(PyExc_ValueError, "parts_rows: negative widths");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return NULL;
+    const char *f = b.format ? b.format : "B";
+    if (*f == '=' || *f == '<' || *f == '@')
+        f++;
+    Py_ssize_t m = b.len / (b.itemsize ? b.itemsize : 1);
+    if (b.ndim != 1 || !strchr("lq", f[0]) || f[1] || b.itemsize != 8 || m < 2) {
+        PyErr_SetString(PyExc_TypeError, "parts_rows: starts must be a 1-D int64 array of the "
+                         "parts' first rows and n last (at least one part)");
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    const int64_t *st = b.buf;
+    for (Py_ssize_t k = 0; k < m; k++)
+        if ((k == 0 && st[0] != 0) || (k > 0 && st[k] < st[k - 1])) {
+            PyErr_SetString(PyExc_ValueError, "parts_rows: starts must rise from 0");
+            PyBuffer_Release(&b);
+            return NULL;
+        }
+    if (install_guard() < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    PartsObject *p = PyObject_New(PartsObject, &PartsType);
+    if (p == NULL) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    p->starts = NULL;
+    p->table = NULL;
+    p->parts = NULL;
+    p->nparts = m - 1;
+    p->n = (Py_ssize_t)st[m - 1];
+    p->d = d;
+    p->l = l;
+    /* Buckets of 2**shift rows: about 4 per part, so a row's part is the bucket's
+     * first part or one of the few after it. */
+    int shift = 0;
+    while ((((int64_t)st[m - 1] - 1) >> shift) + 1 > 4 * (int64_t)m + 64)
+        shift++;
+    Py_ssize_t buckets = st[m - 1] > 0 ? (Py_ssize_t)(((int64_t)st[m - 1] - 1) >> shift) + 1 : 1;
+    p->shift = shift;
+    p->starts = PyMem_Malloc((size_t)m * sizeof(int64_t));
+    p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
+    p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL) {
+        PyBuffer_Release(&b);
+        Py_DECREF(p);
+        return PyErr_NoMemory();
+    }
+    memcpy(p->starts, st, (size_t)m * sizeof(int64_t));
+    PyBuffer_Release(&b);
+    for (Py_ssize_t k = 0; k < buckets; k++)
+        p->table[k] = (int32_t)part_search(p, (int64_t)k << shift);
+    return (PyObject *)p;
+}
+
 static PyMethodDef core_methods[] = {
     {"memory_rows", memory_rows, METH_VARARGS,
      "memory_rows(x, y)\n--\n\nRows of two float64 C-contiguous 2-D arrays (x (n, d), y (n, l))."},
@@ -502,6 +841,11 @@ static PyMethodDef core_methods[] = {
      "Rows of an .ndf file's read-only mapping (x then y per row, from byte offset);\n"
      "after each copy fd must still have at least size bytes and (mtime_ns >= 0) that\n"
      "modification time. Installs the fault guard on first use."},
+    {"parts_rows", parts_rows, METH_VARARGS,
+     "parts_rows(starts, d, l)\n--\n\n"
+     "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"
+     "(starts: int64, from 0, n last); give each part's file_rows with set(k, rows)\n"
+     "once it is open. Installs the fault guard on first use."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -511,7 +855,7 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    if (PyType_Ready(&RowsType) < 0)
+    if (PyType_Ready(&RowsType) < 0 || PyType_Ready(&PartsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
@@ -521,7 +865,8 @@ PyMODINIT_FUNC PyInit__core(void)
         "A file's rows could not be copied: it was truncated or rewritten while open.",
         PyExc_OSError, NULL);
     if (FileChanged == NULL || PyModule_AddObjectRef(m, "FileChanged", FileChanged) < 0 ||
-        PyModule_AddObjectRef(m, "Rows", (PyObject *)&RowsType) < 0) {
+        PyModule_AddObjectRef(m, "Rows", (PyObject *)&RowsType) < 0 ||
+        PyModule_AddObjectRef(m, "Parts", (PyObject *)&PartsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -37,6 +37,7 @@ __all__ = [
     "file_rows",
     "gather",
     "memory_rows",
+    "parts_rows",
     "use_backend",
 ]
 
@@ -140,6 +141,19 @@ def file_rows(mapping, offset: int, n: int, d: int, l: int, fd: int, size: int, 
     if _CORE is None:
         return None
     return _CORE.file_rows(mapping, offset, n, d, l, fd, size, -1 if mtime_ns is None else mtime_ns)
+
+
+def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
+    """The rows of a sharded dataset whose part ``k`` holds global rows ``starts[k] ..
+    starts[k + 1] - 1`` (``starts`` int64, from 0, n last): an object whose
+    ``read(rows, out_x, out_y)`` gathers global rows straight from the parts'
+    mappings, and returns the list of parts it needs that are not set yet (copying
+    nothing) until each is given with ``set(k, rows)`` (that part's
+    :func:`file_rows`); a part that changed is :class:`FileChanged` with its number
+    as ``part`` (None for a fault during the copy). None on the pure path."""
+    if _CORE is None:
+        return None
+    return _CORE.parts_rows(starts, d, l)
 
 
 def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:

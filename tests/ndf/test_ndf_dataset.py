@@ -99,6 +99,61 @@ def _shared_dataset(factory) -> str:
     return _SHARED["path"]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_each_backend_reads_the_concatenation(ds_path, each_backend, dtype):
+    """The compiled gather over every part's mapping and the pure path's sort, read
+    and put-back give the same rows: scattered, sorted, in one part, runs across
+    parts, with repeats, in either dtype."""
+    x, y = make_data(N, 3, 2)
+    rng = np.random.default_rng(7)
+    requests = [
+        rng.integers(0, N, 40),
+        np.sort(rng.integers(0, N, 40)),
+        np.array([6, 7, 5, 8]),  # one part
+        np.array([N - 1, 0, N - 1]),
+        np.arange(N).astype(np.int32),
+        slice(3, 20),  # a run across parts
+        slice(6, 9),  # a run in one part
+        slice(4, 4),
+    ]
+    with open_ndf_dataset(ds_path) as ds:
+        for rows in requests:
+            want = np.arange(N)[rows]
+            ox = np.empty((len(want), 3), dtype=dtype)
+            oy = np.empty((len(want), 2), dtype=dtype)
+            ds.read_rows_into(rows, ox, oy)
+            np.testing.assert_array_equal(ox, x[want].astype(dtype))
+            np.testing.assert_array_equal(oy, y[want].astype(dtype))
+
+
+def test_a_part_truncated_while_open_is_an_error_naming_it(ds_path, each_backend):
+    """A part that shrinks after it was opened (and read) is an NdfError naming its
+    file at the next read, never rows of zeros or a crash."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
+    p = os.path.join(ds_path, "part-00002.ndf")
+    os.truncate(p, os.path.getsize(p) - 8)
+    ds.read_rows([0, 24])  # parts 0 and 4 are fine
+    with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
+        ds.read_rows([24, 10])
+
+
+def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
+    """When a copy faults the core cannot say in which part: the open parts are
+    checked and the one that changed is named (else the dataset is)."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])
+    parts = ds._handle()
+    with pytest.raises(NdfError, match=f"{ds_path}: a part of the dataset changed"):
+        parts._changed(None)
+    p = os.path.join(ds_path, "part-00004.ndf")
+    os.truncate(p, 28)
+    with pytest.raises(NdfError, match="part-00004.ndf: the file changed while open"):
+        parts._changed(None)
+    with pytest.raises(NdfError, match="part-00004.ndf: the file changed while open"):
+        parts._changed(4)
+
+
 def test_read_rows_into_and_read_row(ds_path):
     ds = open_ndf_dataset(ds_path)
     rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)

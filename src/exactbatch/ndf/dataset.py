@@ -12,13 +12,17 @@ manifest is not a dataset.
 Reading (:func:`open_ndf_dataset`, :class:`NdfDataset`): opening reads the
 manifest only, so N is known without touching a part. A part opens on the
 first read of a row in it, and is then checked against the manifest (n, d,
-l, byte size), so a loader shard opens only the parts its rows lie in. A
-request is split by part (``np.searchsorted`` on the cumulative n) and each
-part is read once with its own coalesced reads (:mod:`exactbatch.ndf.file`,
-:mod:`exactbatch.ndf.remote`); for URLs the parts of one request are read
-concurrently by a small thread pool. Memory: the manifest, one open
-``NdfFile`` per part read so far, and for a request spanning parts one
-staging copy of the batch.
+l, byte size), so a loader shard opens only the parts its rows lie in.
+Local parts with the compiled core (:func:`exactbatch.backend`): a request
+is one guarded C call that gathers each row straight from its part's
+mapping into the batch (:func:`exactbatch.kernels.parts_rows`), whatever
+parts the rows lie in, as fast as from one file. Otherwise (URLs, the pure
+NumPy path) a request is split by part (``np.searchsorted`` on the
+cumulative n) and each part is read once with its own coalesced reads
+(:mod:`exactbatch.ndf.file`, :mod:`exactbatch.ndf.remote`); for URLs the
+parts of one request are read concurrently by a small thread pool. Memory:
+the manifest, one open ``NdfFile`` per part read so far, and on the split
+path, for a request spanning parts, one staging copy of the batch.
 
 Writing is :mod:`exactbatch.ndf.dataset_write`'s (its names are importable
 from here too): :func:`save_ndf_dataset` from an iterable of parts,
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -38,6 +43,7 @@ import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.kernels import FileChanged, parts_rows
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
     describe_part,
@@ -114,7 +120,12 @@ class _Parts:
         self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
         np.cumsum(ns, out=self.starts[1:])
         self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
+        self.bounds = self.starts.tolist()  # the same, for one row: bisect_right(...) - 1
         self.files: list[NdfFile | None] = [None] * len(ns)
+        # The compiled core's gather over every part's mapping (local parts with
+        # rows): a batch is one call, whatever parts its rows lie in.
+        local = not self.url and man.d + man.l > 0 and len(ns) > 0
+        self.compiled = parts_rows(self.starts, man.d, man.l) if local else None
         self.pid = -1
         self._fresh()
 
@@ -177,12 +188,16 @@ class _Parts:
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
             if idx.stop <= idx.start:
                 return
-            k = int(np.searchsorted(self.inner, idx.start, side="right"))
-            a = int(self.starts[k])
-            if idx.stop <= self.starts[k + 1]:  # in one part: a run of its rows, one copy
+            k = bisect_right(self.bounds, idx.start) - 1
+            a = self.bounds[k]
+            if idx.stop <= self.bounds[k + 1]:  # in one part: a run of its rows, one copy
                 self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
                 return
-            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
+            if self.compiled is None:
+                idx = np.arange(idx.start, idx.stop, dtype=np.int64)
+        if self.compiled is not None:
+            self._gather(idx, out_x, out_y)
+            return
         r = idx.shape[0]
         if r == 0:
             return
@@ -217,6 +232,33 @@ class _Parts:
             out_x[...] = final[:, :d]
         if final is not out_y and l:
             out_y[...] = final[:, d:]
+
+    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        """Rows ``idx`` (global) in one guarded C call over the parts' mappings; the
+        parts it names as not open yet are opened (and checked) first."""
+        while True:
+            try:
+                missing = self.compiled.read(idx, out_x, out_y)
+            except FileChanged as e:
+                self._changed(e.part)
+            if missing is None:
+                return
+            for k in missing:
+                self.compiled.set(k, self.file(k)._handle().compiled)
+
+    def _changed(self, part: int | None):
+        """A part changed during a gather (``part``; None: a copy faulted): an NdfError
+        naming it, and what changed if it can still be seen."""
+        suspects = [part] if part is not None else [
+            k for k, f in enumerate(self.files) if f is not None
+        ]
+        for k in suspects:
+            self.file(k)._handle().check_size()
+        which = f"part {part} ({self.man.parts[part].name})" if part is not None else "a part"
+        raise NdfError(
+            f"{self.path}: {which} of the dataset changed while open: a copy from it failed "
+            "(truncated, or rewritten in place, during the read?)"
+        )
 
     def _rows(self, p: int, rows, out_x, out_y, s: slice) -> None:
         self.file(p).read_rows_into(rows, out_x[s], out_y[s])
