@@ -139,8 +139,25 @@ static inline int64_t row_at(const Job *j, Py_ssize_t k)
 static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssize_t w, int f32)
 {
     if (!f32) {
-        memcpy(dst, src, (size_t)(8 * w));
-        return;
+        /* A narrow row (a label) in a few moves: a call to memcpy costs more than the
+         * copy (a loop of 8-byte copies, gcc makes into a call to memmove). */
+        switch (w) {
+        case 1:
+            memcpy(dst, src, 8);
+            return;
+        case 2:
+            memcpy(dst, src, 16);
+            return;
+        case 3:
+            memcpy(dst, src, 24);
+            return;
+        case 4:
+            memcpy(dst, src, 32);
+            return;
+        default:
+            memcpy(dst, src, (size_t)(8 * w));
+            return;
+        }
     }
     /* restrict: the stores cannot change the source, so the loop vectorises */
     float *restrict o = (float *)dst;
