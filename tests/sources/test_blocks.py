@@ -77,6 +77,31 @@ def test_one_read_per_block(ndf, monkeypatch):
     assert len(calls) == 10
 
 
+def test_a_block_array_is_reused_only_once_nobody_holds_it(ndf):
+    """A block's array is read into again only when no chunk or view of it is held:
+    a chunk kept (or one of its arrays, or a slice of it) keeps its rows, while a
+    chunk let go gives its memory to the next read."""
+    blocks = ndf_blocks(ndf, 100)
+    held = blocks.read_chunk(0)
+    first = blocks.read_chunk(1)
+    assert not np.shares_memory(held[0], first[0])
+    address = first[0].__array_interface__["data"][0]
+    del first
+    again = blocks.read_chunk(2)  # chunk 1 was let go: its array is reused
+    assert again[0].__array_interface__["data"][0] == address
+    kept_x, kept_slice = again[0], again[1][10:20]
+    del again
+    later = blocks.read_chunk(3)  # x of chunk 2 is still held: a new array
+    assert not np.shares_memory(later[0], kept_x)
+    del kept_x
+    last = blocks.read_chunk(4)  # a slice of chunk 2's y is still held
+    assert not np.shares_memory(last[1], kept_slice)
+    np.testing.assert_array_equal(held[0][:, 0], np.arange(0, 100))
+    np.testing.assert_array_equal(kept_slice[:, 0], np.arange(210, 220) % 3)
+    np.testing.assert_array_equal(later[0][:, 0], np.arange(300, 400))
+    np.testing.assert_array_equal(last[0][:, 0], np.arange(400, 500))
+
+
 def test_bad_arguments(ndf):
     """A non-NdfFile or a bad block size is refused, naming the argument."""
     with pytest.raises(TypeError, match="NdfFile"):
