@@ -290,10 +290,10 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
     ox, oy = np.full((5, 3), -1.0), np.full((5, 1), -1.0)
     assert parts.read(rows, ox, oy) == [0, 2]
     assert (ox == -1).all()  # nothing copied
-    parts.set(0, files[0]._handle().compiled)
+    parts.set(0, files[0].kernel_rows())
     assert parts.read(rows, ox, oy) == [2]
-    parts.set(2, files[2]._handle().compiled)
-    parts.set(2, files[2]._handle().compiled)  # the same again: no-op
+    parts.set(2, files[2].kernel_rows())
+    parts.set(2, files[2].kernel_rows())  # the same again: no-op
     for idx in (rows, rows.astype(np.int64)):
         assert parts.read(idx, ox, oy) is None
         np.testing.assert_array_equal(ox, x[rows])
@@ -304,19 +304,53 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
     with pytest.raises(IndexError, match="row 12 out of range for n=12"):
         parts.read(np.array([1, 12]), ox[:2], oy[:2])
     with pytest.raises(ValueError, match="part 0 must hold"):
-        kernels.parts_rows(starts, 3, 1).set(0, files[2]._handle().compiled)
+        kernels.parts_rows(starts, 3, 1).set(0, files[2].kernel_rows())
     with pytest.raises(ValueError, match="set already"), exactbatch.open_ndf(
         tmp_path / "p0.ndf"
     ) as again:  # the same part, opened again: another object
-        parts.set(0, again._handle().compiled)
+        parts.set(0, again.kernel_rows())
     with pytest.raises(TypeError, match="file_rows"):
         parts.set(1, kernels.memory_rows(x, y))
     with pytest.raises(IndexError, match="part 3 out of range"):
-        parts.set(3, files[0]._handle().compiled)
+        parts.set(3, files[0].kernel_rows())
     with pytest.raises(ValueError, match="rise from 0"):
         kernels.parts_rows(np.array([0, 5, 4], dtype=np.int64), 3, 1)
     with pytest.raises(TypeError, match="int64"):
         kernels.parts_rows(np.array([0], dtype=np.int64), 3, 1)
+
+
+def test_kernel_rows_is_the_compiled_files_rows_or_none(tmp_path, each_backend):
+    """NdfFile.kernel_rows(): the part a dataset's gather reads through; None on the
+    pure path and for a file without rows."""
+    save_ndf(tmp_path / "a.ndf", make_data(5, 2, 1))
+    save_ndf(tmp_path / "empty.ndf", np.zeros((0, 2)))
+    with open_ndf(tmp_path / "a.ndf") as f, open_ndf(tmp_path / "empty.ndf") as e:
+        assert e.kernel_rows() is None
+        if each_backend == "numpy":
+            assert f.kernel_rows() is None
+        else:
+            ox, oy = np.empty((2, 2)), np.empty((2, 1))
+            f.kernel_rows().read(np.array([4, 0]), ox, oy)
+            np.testing.assert_array_equal(ox, make_data(5, 2, 1)[0][[4, 0]])
+        f.check_unchanged()  # nothing changed: no error
+
+
+@needs_core
+def test_parts_with_many_small_parts_in_one_bucket(tmp_path):
+    """A row's part is searched for when many parts share one bucket of the table
+    (here 300 one-row parts, then one large part): every row comes from its part."""
+    sizes = [1] * 300 + [5000]
+    x, y = make_data(sum(sizes), 2, 1)
+    ds = tmp_path / "ds"
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    exactbatch.save_ndf_dataset(
+        ds, ((x[a:b], y[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True))
+    )
+    rows = np.random.default_rng(3).permutation(sum(sizes))
+    with exactbatch.open_ndf_dataset(ds) as d:
+        gx, gy = d.read_rows(rows)
+    np.testing.assert_array_equal(gx, x[rows])
+    np.testing.assert_array_equal(gy, y[rows])
 
 
 # -- the guard ------------------------------------------------------------------------------

@@ -561,6 +561,7 @@ typedef struct PartsObject {
     Py_ssize_t nparts, n, d, l;
     int64_t *starts; /* nparts + 1 */
     int32_t *table;  /* table[b]: the part of row b << shift (a row's part in a step or two) */
+    Py_ssize_t buckets;
     int shift;
     RowsObject **parts;
 } PartsObject;
@@ -580,9 +581,8 @@ static int in_parts(const PartsObject *p, const char *a)
  * at most i (an empty part never is: the part after it starts at the same row).
  * A binary search (to build the table) and the table's lookup (per row: a branch
  * mispredicted per step of a search costs more than the copy of a row). */
-static Py_ssize_t part_search(const PartsObject *p, int64_t i)
+static Py_ssize_t part_search(const PartsObject *p, int64_t i, Py_ssize_t lo, Py_ssize_t hi)
 {
-    Py_ssize_t lo = 0, hi = p->nparts - 1;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi + 1) / 2;
         if (p->starts[mid] <= i)
@@ -595,7 +595,10 @@ static Py_ssize_t part_search(const PartsObject *p, int64_t i)
 
 static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
 {
-    Py_ssize_t q = p->table[i >> p->shift];
+    int64_t b = i >> p->shift;
+    Py_ssize_t q = p->table[b], last = b + 1 < p->buckets ? p->table[b + 1] : p->nparts - 1;
+    if (last - q > 4) /* many small parts in one bucket: search them */
+        return part_search(p, i, q, last);
     while (p->starts[q + 1] <= i)
         q++;
     return q;
@@ -849,6 +852,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
         shift++;
     Py_ssize_t buckets = st[m - 1] > 0 ? (Py_ssize_t)(((int64_t)st[m - 1] - 1) >> shift) + 1 : 1;
     p->shift = shift;
+    p->buckets = buckets;
     p->starts = PyMem_Malloc((size_t)m * sizeof(int64_t));
     p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
     p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
@@ -860,7 +864,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     memcpy(p->starts, st, (size_t)m * sizeof(int64_t));
     PyBuffer_Release(&b);
     for (Py_ssize_t k = 0; k < buckets; k++)
-        p->table[k] = (int32_t)part_search(p, (int64_t)k << shift);
+        p->table[k] = (int32_t)part_search(p, (int64_t)k << shift, 0, p->nparts - 1);
     return (PyObject *)p;
 }
 

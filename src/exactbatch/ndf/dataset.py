@@ -244,7 +244,7 @@ class _Parts:
             if missing is None:
                 return
             for k in missing:
-                self.compiled.set(k, self.file(k)._handle().compiled)
+                self.compiled.set(k, self.file(k).kernel_rows())
 
     def _changed(self, part: int | None):
         """A part changed during a gather (``part``; None: a copy faulted): an NdfError
@@ -253,7 +253,7 @@ class _Parts:
             k for k, f in enumerate(self.files) if f is not None
         ]
         for k in suspects:
-            self.file(k)._handle().check_size()
+            self.file(k).check_unchanged()
         which = f"part {part} ({self.man.parts[part].name})" if part is not None else "a part"
         raise NdfError(
             f"{self.path}: {which} of the dataset changed while open: a copy from it failed "

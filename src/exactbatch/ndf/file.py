@@ -368,6 +368,19 @@ class NdfFile(Share):
         state = "closed" if self._h is None else "open"
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
+    def kernel_rows(self):
+        """The compiled core's rows of this file (:func:`exactbatch.kernels.file_rows`):
+        what a sharded dataset's gather reads this part through. None on the pure
+        NumPy path, for a URL, and for a file without rows."""
+        return getattr(self._handle(), "compiled", None)
+
+    def check_unchanged(self) -> None:
+        """:class:`NdfError` naming the file if it was truncated or rewritten in place
+        since it was opened (one ``fstat``; a no-op for a URL)."""
+        check = getattr(self._handle(), "check_size", None)
+        if check is not None:
+            check()
+
     def read_raw_into(self, rows: np.ndarray, out: np.ndarray, scattered: bool = False) -> None:
         """Fill ``out``, a C-contiguous float64 array of shape (r, d + l), with rows ``rows``
         in that order, x then y per row (as on disk). Unchecked, like
