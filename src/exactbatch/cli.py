@@ -1,6 +1,7 @@
 """The ``exactbatch`` command: from your data (Parquet, CSV, .npy) to batches you can trust.
 
     exactbatch info PATH                      what a file holds; is an .ndf (or dataset) intact?
+                                              (PATH may be a URL of an .ndf or a dataset)
     exactbatch convert SRC DST                Parquet/CSV/.npy -> .ndf, .ndf -> Parquet
     exactbatch convert SRC DIR --part-rows R  ... -> a sharded dataset of R-row parts
     exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
@@ -80,13 +81,24 @@ def _opts(a, *names) -> dict:
     return {**{k: getattr(a, k) for k in names}, "bar": not a.quiet}
 
 
+def _json_object(text: str) -> dict:
+    """An argparse type: a JSON object (a usage error otherwise)."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object {{...}}; got {text!r}")
+    return value
+
+
 # -- subcommands: each calls one tool and prints what it returns -------------------------
 
 
 def _info(a) -> int:
     from exactbatch.tools.info import info, render
 
-    report = info(a.path, stats=a.stats, bar=not a.quiet)
+    report = info(a.path, stats=a.stats, bar=not a.quiet, storage_options=a.storage_options)
     _print_json(report) if a.json else print(render(report))
     if report.get("valid") is False:
         print(f"exactbatch info: {report['error']}", file=sys.stderr)
@@ -193,6 +205,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also per-column mean, sd, min and max, in one pass over the rows "
         "(.ndf, a sharded dataset, Parquet), to standardise with",
+    )
+    s.add_argument(
+        "--storage-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="for a URL (s3://bucket/ds, an .ndf or a sharded dataset): fsspec storage "
+        'options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": "http://..."}}\'',
     )
     s.set_defaults(run=_info)
 

@@ -12,6 +12,11 @@ row groups and their sizes, columns and types, all from the footers: no
 data is read. For ``.npy``: shape and dtype; for CSV: the columns and the
 types pyarrow infers from the first block (rows are not counted).
 
+``path`` may be a URL (``s3://bucket/ds``, any fsspec protocol) of an
+``.ndf`` or a sharded dataset, read with ``storage_options`` (``exactbatch
+info --storage-options JSON``): the same report, each part of a dataset
+opened and checked by ranged reads.
+
 ``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
 sd, min and max, computed in one streaming pass over the rows (slab by
 slab; see :mod:`exactbatch.stats`): for an ``.ndf`` or a sharded dataset
@@ -30,33 +35,67 @@ from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.stats import ColumnStats
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 from exactbatch.tools.ndf_stream import SLAB_BYTES
+from exactbatch.urls import is_url, url_to_fs
 
 __all__ = ["info", "render"]
 
 
-def info(path, *, stats: bool = False, bar: bool = True) -> dict:
+def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -> dict:
     """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf.
 
     ``stats``: add ``report["stats"]``, one dict per column (``name``,
     ``count``, ``nan``, ``mean``, ``sd``, ``min``, ``max``), from one pass
     over the data (.ndf and Parquet only); ``bar``: a progress bar meanwhile.
+    ``storage_options``: for a URL (an ``.ndf`` or a sharded dataset), as for
+    :func:`~exactbatch.open_ndf`; only for URLs.
     """
     stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
-    fmt = detect_format(path)
-    if fmt == "dataset":
-        report = _dataset(path, bar)
+    so = storage_options
+    if is_url(path):
+        fmt = _url_format(path, so)
+    elif so is not None:
+        raise CliError(f"{path}: storage options apply only to URLs (s3://..., gs://...)")
     else:
-        report = {"ndf": _ndf, "parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
+        fmt = detect_format(path)
+    if fmt == "dataset":
+        report = _dataset(path, bar, so)
+    elif fmt == "ndf":
+        report = _ndf(path, so)
+    else:
+        report = {"parquet": _parquet, "npy": _npy, "csv": _csv}[fmt](path)
     if stats:
         if fmt not in ("ndf", "dataset", "parquet"):
             raise CliError(f"{path}: --stats reads .ndf or Parquet; convert this {fmt} first")
         if report.get("valid") is not False:
-            report["stats"] = (_parquet_stats if fmt == "parquet" else _ndf_stats)(path, fmt, bar)
+            if fmt == "parquet":
+                report["stats"] = _parquet_stats(path, fmt, bar)
+            else:
+                report["stats"] = _ndf_stats(path, fmt, bar, so)
     return report
 
 
-def _ndf_stats(path: str, fmt: str, bar: bool) -> list[dict]:
+def _url_format(path: str, storage_options) -> str:
+    """``"dataset"`` (a prefix holding ``manifest.json``) or ``"ndf"`` (by its magic
+    number) for a URL; a :class:`CliError` for anything else there."""
+    fs, where = url_to_fs(path, storage_options)
+    if fs.exists(where.rstrip("/") + "/manifest.json"):
+        return "dataset"
+    if not fs.isfile(where):
+        if fs.isdir(where):  # a prefix without a manifest: reading it says what is wrong
+            return "dataset"
+        raise FileNotFoundError(f"{path}: no such file or dataset")
+    with fs.open(where, "rb") as f:
+        head = f.read(len(MAGIC))
+    if head != MAGIC:
+        raise CliError(
+            f"{path}: at a URL info reads .ndf files and sharded datasets; found first "
+            f"bytes {head!r}"
+        )
+    return "ndf"
+
+
+def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dict]:
     """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
     straddles two parts of a dataset: one read each)."""
     import numpy as np
@@ -65,7 +104,7 @@ def _ndf_stats(path: str, fmt: str, bar: bool) -> list[dict]:
     from exactbatch.ndf.names import default_names
 
     opener = open_ndf_dataset if fmt == "dataset" else open_ndf
-    with opener(path) as src:
+    with opener(path, storage_options=storage_options) as src:
         n, d, l = src.n, src.d, src.l  # noqa: E741
         fx, fy = default_names(d, l)
         names = [*(src.features or fx), *(src.labels or fy)]
@@ -109,10 +148,10 @@ def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
 _MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
 
 
-def _dataset(path: str, bar: bool) -> dict:
+def _dataset(path: str, bar: bool, storage_options=None) -> dict:
     out = {"path": path, "format": "dataset"}
     try:
-        ds = open_ndf_dataset(path)
+        ds = open_ndf_dataset(path, storage_options=storage_options)
     except NdfError as e:
         return {**out, "valid": False, "error": str(e)}
     sizes = sorted(p.n for p in ds.parts)
@@ -145,16 +184,20 @@ def _dataset(path: str, bar: bool) -> dict:
     return out
 
 
-def _ndf(path: str) -> dict:
-    size = os.path.getsize(path)
+def _ndf(path: str, storage_options=None) -> dict:
+    if is_url(path):
+        fs, where = url_to_fs(path, storage_options)
+        size, opened = fs.size(where), fs.open(where, "rb")
+    else:
+        size, opened = os.path.getsize(path), open(path, "rb")  # noqa: SIM115
     out = {"path": path, "format": "ndf", "size_bytes": size}
-    with open(path, "rb") as f:
+    with opened as f:
         head = f.read(HEADER_SIZE)
     if len(head) == HEADER_SIZE and head[:4] == MAGIC:
         _, n, d, l = HEADER.unpack(head)  # noqa: E741
         out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
     try:
-        with open_ndf(path) as f:
+        with open_ndf(path, storage_options=storage_options) as f:
             out.update(features=list(f.features), labels=list(f.labels))
     except NdfError as e:
         out.update(valid=False, error=str(e))
