@@ -31,6 +31,7 @@ import numpy as np
 
 __all__ = [
     "DTYPES",
+    "bijection",
     "FileChanged",
     "backend",
     "check_dtype",
@@ -154,6 +155,17 @@ def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
     if _CORE is None:
         return None
     return _CORE.parts_rows(starts, d, l)
+
+
+def bijection(n: int, q: int, swap01: bool, plan):
+    """An epoch's keyed bijection in C (:class:`exactbatch.order.EpochBijection` builds
+    ``plan``: its rounds' ``(into_high, key, mult, mod, divisor)``), with
+    ``rows(start, out)`` (the rows of positions ``start ..`` into a 1-D int64 ``out``)
+    and ``map(positions)`` (a 1-D 64-bit array, in place): exactly the NumPy path's
+    rows, with the GIL released. None on the pure path."""
+    if _CORE is None:
+        return None
+    return _CORE.bijection(n, q, swap01, [tuple(int(v) for v in step) for step in plan])
 
 
 def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -46,7 +46,9 @@ both halves have at least 256 values; small domains need more rounds to mix
 bit swaps positions 0 and 1 first, so that odd permutations are reached also
 when p and q are both odd (a round modulo an odd number is always an even
 permutation). All arithmetic is vectorised uint64 NumPy, seven in-place
-operations per round.
+operations per round. With the compiled core (:mod:`exactbatch.kernels`) the
+same arithmetic runs position by position in C, the divisions by invariant
+divisors done as NumPy does them (a multiply and shifts): exactly the same rows.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import math
 
 import numpy as np
 
+from exactbatch.kernels import bijection as compiled_bijection
 from exactbatch.order.keys import check_key
 
 __all__ = ["EpochBijection", "epoch_rows"]
@@ -94,7 +97,7 @@ class EpochBijection:
     shared between calls. See the module docstring for what it promises.
     """
 
-    __slots__ = ("n", "seed", "epoch", "shard", "p", "q", "rounds", "_swap01", "_plan")
+    __slots__ = ("n", "seed", "epoch", "shard", "p", "q", "rounds", "_swap01", "_plan", "_c")
 
     def __init__(self, n: int, *, seed: int, epoch: int, shard: int = 0) -> None:
         check_key(n=n)
@@ -118,6 +121,8 @@ class EpochBijection:
                 (into_high, words[2 * i], words[2 * i + 1] | _U64(1), _U64(mod), _U64(divisor))
             )
         self._plan = tuple(plan)
+        # The same rows from the compiled core, when it is used (exactbatch.kernels)
+        self._c = compiled_bijection(self.n, self.q, self._swap01, plan) if self.n else None
 
     def __repr__(self) -> str:
         return (
@@ -134,6 +139,9 @@ class EpochBijection:
         if x.size and x.max() >= _U64(self.n):  # negatives wrap to huge values
             bad = flat[(flat < 0) | (x >= _U64(self.n))][0]
             raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
+        if self._c is not None:
+            self._c.map(x)
+            return x.view(np.int64).reshape(pos.shape)
         if self._swap01:
             np.bitwise_xor(x, x < 2, out=x)
         return self._walk(self._permute(x)).view(np.int64).reshape(pos.shape)
@@ -145,6 +153,10 @@ class EpochBijection:
             raise ValueError(f"start must be <= stop; got start={start}, stop={stop}")
         if stop > self.n:
             raise IndexError(f"stop={stop} is past the last position; n={self.n}")
+        if self._c is not None:
+            out = np.empty(stop - start, dtype=np.int64)
+            self._c.rows(start, out)
+            return out
         x = np.arange(start, stop, dtype=np.uint64)
         if self._swap01 and start < 2:
             x[: 2 - start] ^= _U64(1)
