@@ -186,10 +186,11 @@ static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssi
 /* One side (x or y) of rows ix[0..r) (ix NULL: start, start+1, ...): w values a
  * row, at base + row * stride, into out. x and y are copied in two passes,
  * each a plain loop of independent loads, which the CPU overlaps well
- * (measured: software prefetch made it slower, and so did looking for runs
- * row by row, so ``runs`` says whether the batch has any). A run of
+ * (looking for runs row by row made it slower, so ``runs`` says whether the
+ * batch starts with one; wide rows are prefetched a few rows ahead). A run of
  * consecutive rows, where the layout holds them back to back (x or y in
  * memory), is one memcpy. */
+#define PREFETCH 16 /* rows ahead */
 #define DEFINE_SIDE(NAME, T)                                                              \
     WIDE static void NAME(const T *ix, Py_ssize_t start, Py_ssize_t r, const char *base,      \
                      Py_ssize_t stride, Py_ssize_t w, char *out, int f32, int runs)       \
@@ -205,8 +206,23 @@ static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssi
                 copy_row(out + k * ob, base + (start + k) * stride, w, f32);              \
             return;                                                                       \
         }                                                                                 \
-        if (!runs) {                                                                      \
+        if (!runs && !f32 && w == 1) { /* a label: one 8-byte move a row, no switch */    \
             for (Py_ssize_t k = 0; k < r; k++)                                            \
+                memcpy(out + 8 * k, base + (int64_t)ix[k] * stride, 8);                   \
+            return;                                                                       \
+        }                                                                                 \
+        if (!runs) {                                                                      \
+            /* Wide rows: ask for the row PREFETCH rows ahead as each is copied (a     */ \
+            /* shuffled batch's rows miss the cache; measured 1.05x-1.3x faster).       */ \
+            Py_ssize_t k = 0;                                                             \
+            if (w > 4)                                                                    \
+                for (; k + PREFETCH < r; k++) {                                           \
+                    const char *ahead = base + (int64_t)ix[k + PREFETCH] * stride;        \
+                    __builtin_prefetch(ahead);                                            \
+                    __builtin_prefetch(ahead + 8 * w - 1); /* a row spans 2-3 lines */    \
+                    copy_row(out + k * ob, base + (int64_t)ix[k] * stride, w, f32);       \
+                }                                                                         \
+            for (; k < r; k++)                                                            \
                 copy_row(out + k * ob, base + (int64_t)ix[k] * stride, w, f32);           \
             return;                                                                       \
         }                                                                                 \
@@ -564,6 +580,9 @@ typedef struct PartsObject {
     Py_ssize_t buckets;
     int shift;
     RowsObject **parts;
+    /* where global row i of part k lies: origin[k] + i * stride (0: part k not set) */
+    uintptr_t *origin;
+    Py_ssize_t stride;
 } PartsObject;
 
 /* Is address a inside a part's mapping? (The fault handler's test: reads only.) */
@@ -620,12 +639,12 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                 return 0;                                                                   \
             }                                                                               \
             Py_ssize_t q = part_of(p, i);                                                   \
-            const RowsObject *s = p->parts[q];                                              \
-            if (!seen[q]) {                                                                 \
-                seen[q] = s != NULL ? 1 : 2;                                                \
-                missing |= s == NULL;                                                       \
+            if (!seen[q]) { /* set() stores origin[q], then (releasing) parts[q] */       \
+                int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;          \
+                seen[q] = set ? 1 : 2;                                                      \
+                missing |= !set;                                                            \
             }                                                                               \
-            src[k] = s == NULL ? NULL : s->xbase + (i - p->starts[q]) * s->xstride;         \
+            src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);    \
         }                                                                                   \
         return missing ? 1 : 2;                                                             \
     }
@@ -655,8 +674,13 @@ WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char 
     guard_parts = p;
     guard_jump = &jb;
     if (p->d)
-        for (Py_ssize_t k = 0; k < j->r; k++)
+        for (Py_ssize_t k = 0; k < j->r; k++) {
+            if (k + PREFETCH < j->r) { /* as in copy_side: the row PREFETCH rows ahead */
+                __builtin_prefetch(src[k + PREFETCH]);
+                __builtin_prefetch(src[k + PREFETCH] + 8 * (p->d + p->l) - 1);
+            }
             copy_row(j->ox + k * ox, src[k], p->d, j->f32);
+        }
     if (p->l) /* y follows x in a part's row */
         for (Py_ssize_t k = 0; k < j->r; k++)
             copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32);
@@ -763,8 +787,12 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
         return NULL;
     }
     /* Set once: a read on another thread (without the GIL) may be using the part. */
-    if (self->parts[k] == NULL)
-        self->parts[k] = (RowsObject *)Py_NewRef(o);
+    if (self->parts[k] == NULL) {
+        /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
+         * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
+        self->origin[k] = (uintptr_t)s->xbase - (uintptr_t)self->starts[k] * (uintptr_t)s->xstride;
+        __atomic_store_n(&self->parts[k], (RowsObject *)Py_NewRef(o), __ATOMIC_RELEASE);
+    }
     else if (self->parts[k] != s) {
         PyErr_Format(PyExc_ValueError, "part %zd is set already", k);
         return NULL;
@@ -779,6 +807,7 @@ static void Parts_dealloc(PartsObject *self)
     PyMem_Free(self->parts);
     PyMem_Free(self->starts);
     PyMem_Free(self->table);
+    PyMem_Free(self->origin);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -841,6 +870,8 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->starts = NULL;
     p->table = NULL;
     p->parts = NULL;
+    p->origin = NULL;
+    p->stride = 8 * (d + l);
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];
     p->d = d;
@@ -856,7 +887,8 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->starts = PyMem_Malloc((size_t)m * sizeof(int64_t));
     p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
     p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
-    if (p->starts == NULL || p->table == NULL || p->parts == NULL) {
+    p->origin = PyMem_Calloc((size_t)(m - 1), sizeof(uintptr_t));
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL) {
         PyBuffer_Release(&b);
         Py_DECREF(p);
         return PyErr_NoMemory();
