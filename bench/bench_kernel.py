@@ -4,7 +4,9 @@ Every case gathers the rows of one random permutation, batch by batch, into
 reused buffers: exactbatch's kernel (``kernels.memory_rows(x, y).read``)
 against two ``take(..., mode="clip")`` calls (x, then y), for x alone, y
 alone (an 8-byte label), and both, in float64; then the kernel's float32
-output (cast as it copies) against its float64. The cases alternate within
+output (cast as it copies) against its float64; and the keyed bijection of an
+epoch's order (``EpochBijection.rows`` of 4096 positions at a time) in C
+against the pure NumPy path. The cases alternate within
 each round and the best of ``--rounds`` counts, so the spread between fresh
 processes (up to 2x on the shared machines here) does not enter the ratios.
 
@@ -19,6 +21,7 @@ import time
 import numpy as np
 
 from exactbatch import backend, kernels
+from exactbatch.order import EpochBijection
 
 
 def epoch_rate(fn, perm: np.ndarray, b: int) -> float:
@@ -82,6 +85,31 @@ def main() -> None:
                     best[k][j] = max(best[k][j], epoch_rate(fn, perm, b))
         for k, (kr, ref) in best.items():
             print(f"| {b} | {k} | {kr / 1e6:.1f} | {ref / 1e6:.1f} | {kr / ref:.2f}x |")
+    c, pure = _bijections(n)
+    best = [0.0, 0.0]
+    for _ in range(a.rounds):
+        for j, bij in enumerate((c, pure)):
+            best[j] = max(best[j], _order_rate(bij, n))
+    print(
+        f"| 4096 | order: keyed bijection, positions/s (C / NumPy path) | "
+        f"{best[0] / 1e6:.1f} | {best[1] / 1e6:.1f} | {best[0] / best[1]:.2f}x |"
+    )
+
+
+def _bijections(n: int):
+    """Epoch 0's bijection of n rows on the compiled backend and on the NumPy path."""
+    before = kernels.use_backend("numpy")
+    pure = EpochBijection(n, seed=0, epoch=0)
+    kernels.use_backend(before)
+    return EpochBijection(n, seed=0, epoch=0), pure
+
+
+def _order_rate(bij, n: int, block: int = 4096) -> float:
+    """Positions/s of ``bij.rows`` over the first n positions, ``block`` at a time."""
+    t = time.perf_counter()
+    for a in range(0, n - block + 1, block):
+        bij.rows(a, a + block)
+    return (n - n % block) / (time.perf_counter() - t)
 
 
 if __name__ == "__main__":
