@@ -371,30 +371,35 @@ class FlakyFactory:
 
 
 class FlakyReader:
-    """Wraps a random-access reader: its ``at``-th read after :meth:`arm` raises OSError once."""
+    """Wraps a random-access reader: after :meth:`arm` ``(at)``, the read of the batch
+    ``at`` batches on raises OSError once. ``batch`` (the loader's batch size, when
+    set) counts batches by rows, so a read of several batches at once (small
+    batches read a group at a time) fails when it holds that batch; else each
+    read is one batch."""
 
     def __init__(self, inner):
         self.inner = inner
         self.n, self.d, self.l = inner.n, inner.d, inner.l
-        self.left, self.raised = None, 0
+        self.left, self.raised, self.batch = None, 0, None
         self._lock = threading.Lock()
 
     def arm(self, at: int) -> None:
         self.left = at
 
-    def _fails(self) -> bool:
+    def _fails(self, rows: int = 0) -> bool:
         with self._lock:
             if self.left is None:
                 return False
-            if self.left == 0:
+            covers = 1 if not self.batch else -(-rows // self.batch)  # batches in the read
+            if self.left < covers:
                 self.left = None
                 self.raised += 1
                 return True
-            self.left -= 1
+            self.left -= covers
             return False
 
     def read(self, rows, out_x, out_y):
-        if self._fails():
+        if self._fails(out_x.shape[0]):
             raise OSError("injected: rows could not be read")
         self.inner.read(rows, out_x, out_y)
 
@@ -408,7 +413,7 @@ class FlakyChunks(FlakyReader):
 
     def __init__(self, inner):
         self.inner = inner
-        self.left, self.raised = None, 0
+        self.left, self.raised, self.batch = None, 0, None
         self._lock = threading.Lock()
 
     def __getattr__(self, name):

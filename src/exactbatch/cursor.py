@@ -13,10 +13,12 @@ ledger) are checked against those the epoch promised.
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 import numpy as np
 
 from exactbatch.audit import check_ledger
+from exactbatch.batching.indexed_epoch import take_group
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 
@@ -162,6 +164,25 @@ class Cursor:
                 self.out.add(job.k)
             return job, owner
 
+    def claim_many(self, gen: int, count: int):
+        """``(jobs, epoch)``: up to ``count`` next batches (fewer at the end; none when
+        it is over) under one lock, none counted yet: each counts when
+        :meth:`hand_out` hands it out, as a prefetched batch does."""
+        with self.lock:
+            self.check_gen(gen)
+            if self.orphans:
+                self.adopt_orphans()
+            if not self.begun:
+                self.begin()
+            owner, jobs = self.current, []
+            while len(jobs) < count:
+                job = owner.claim()
+                if job is None:
+                    break
+                self.out.add(job.k)
+                jobs.append(job)
+            return jobs, owner
+
     def _count(self, job) -> None:
         self.handed.add(job.size, job.digest)
         self.last_rows = job.size
@@ -265,11 +286,15 @@ class EpochIterator:
     ``next_into`` or iterator hands them out.
     """
 
-    __slots__ = ("__weakref__", "_cursor", "_gen", "_prefetcher")
+    __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")
 
-    def __init__(self, cursor: Cursor, gen: int, prefetch: int):
+    def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
         self._cursor, self._gen = cursor, gen
         self._prefetcher = None
+        # Without prefetch, small random-access batches are claimed and read ``group``
+        # at a time (one lock, one gather, one pair of arrays whose views they are)
+        # and handed out one by one from ``_ready``: each counts only when handed out.
+        self._group, self._ready = (group if not prefetch else 1), deque()
         if prefetch:
 
             def produce():  # must not hold the iterator: dropping it stops the thread
@@ -302,6 +327,8 @@ class EpochIterator:
             job, _, batch = item
             self._cursor.hand_out(self._gen, job)
             return batch
+        if self._group > 1:
+            return self._next_of_group()
         job, owner = self._cursor.claim(self._gen)
         if job is None:
             raise StopIteration
@@ -311,8 +338,33 @@ class EpochIterator:
             self._cursor.give_back(owner, [job], counted=True)
             raise
 
+    def _next_of_group(self) -> tuple[np.ndarray, np.ndarray]:
+        ready = self._ready
+        if not ready:
+            jobs, owner = self._cursor.claim_many(self._gen, self._group)
+            if not jobs:
+                self._cursor.finish(self._gen)
+                raise StopIteration
+            try:
+                batches = take_group(jobs)
+            except BaseException:
+                self._cursor.give_back(owner, jobs, counted=False)
+                raise
+            ready.extend(zip(jobs, batches, [owner] * len(jobs), strict=True))
+        job, batch, _ = ready.popleft()
+        try:
+            self._cursor.hand_out(self._gen, job)
+        except BaseException:  # a stale iterator: the cursor moved on, and its jobs
+            ready.clear()  # with it
+            raise
+        return batch
+
     def close(self, locked: bool = True) -> None:
         """Stop preparing batches; batches prepared but not taken go back to the cursor."""
+        if self._ready:  # read in a group, not handed out: claimed again first
+            left, self._ready = list(self._ready), deque()
+            self._cursor.give_back(left[0][2], [job for job, _, _ in left], counted=False,
+                                   locked=locked)
         if self._prefetcher is not None:
             left = self._prefetcher.close()
             self._prefetcher = None

@@ -20,6 +20,11 @@ from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
 
+# Random-access batches under _GROUP_BYTES are read up to _GROUP_BATCHES at a time
+# (one claim, one gather, one pair of arrays) when nothing prefetches them.
+_GROUP_BYTES = 64 << 10
+_GROUP_BATCHES = 16
+
 
 def _fits(a, shape: tuple, dt: np.dtype) -> bool:
     """What :func:`check_out_array` checks, at a fraction of its cost: ``next_into``
@@ -58,8 +63,12 @@ class DataLoader:
       :meth:`load_state_dict`), each later one the next - and yields
       ``(x, y)`` arrays of shapes (rows, d) and (rows, l) and dtype ``dtype``
       (float64, or float32: cast in the gather, with no second pass) that
-      belong to the caller. Only the newest iterator may advance; an older one
-      raises ``RuntimeError``.
+      belong to the caller (nothing else writes them; small batches of a
+      random-access source are read up to 16 at a time, at most 64 KiB, when
+      nothing prefetches them: such a batch is a view of its group's arrays).
+      Only the newest iterator may advance; an older one raises
+      ``RuntimeError``. Batches read ahead in a group count as handed out only
+      when they are, as prefetched ones do.
     * :meth:`next_into` is the allocation-free path and may be called from
       several threads at once.
     * :meth:`state_dict` counts batches handed out, so a restored loader hands
@@ -124,6 +133,12 @@ class DataLoader:
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
+        # Small random-access batches are read a few at a time (EpochIterator): the
+        # claim, the two arrays and the call per batch cost as much as its gather.
+        width = 8 * (self._feed.d or 0) + 8 * (self._feed.l or 0)
+        self._group = 1
+        if self._feed.kind == "random access" and width:
+            self._group = max(1, min(_GROUP_BATCHES, _GROUP_BYTES // (batch_size * width)))
 
     # -- sizes -----------------------------------------------------------------
 
@@ -183,7 +198,7 @@ class DataLoader:
     # -- iteration -------------------------------------------------------------
 
     def __iter__(self):
-        return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch)
+        return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, self._group)
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).

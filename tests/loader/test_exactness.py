@@ -317,17 +317,23 @@ def test_a_state_from_other_settings_or_shape_is_refused(tmp_path, make, other, 
 
 
 class FlakyReads:
-    """Makes the ``fail_at``-th read of a loader's reader raise OSError once."""
+    """Makes the read of a loader's reader that reads the ``fail_at``-th batch raise
+    OSError once: the ``fail_at``-th read when batches are read one by one, the read of
+    its group when the iterator reads small batches a group at a time."""
 
     def __init__(self, loader, fail_at: int):
-        self.calls, self.fail_at = 0, fail_at
+        self.calls, self.failed = 0, False
+        self.row = (fail_at - 1) * loader.batch_size  # the batch's first row, in read order
+        self.done = 0  # rows read so far
         reader = loader._reader
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):
         self.calls += 1
-        if self.calls == self.fail_at:
+        if not self.failed and self.done <= self.row < self.done + out_x.shape[0]:
+            self.failed = True
             raise OSError("injected read error")
+        self.done += out_x.shape[0]
         return self.read(rows, out_x, out_y)
 
 

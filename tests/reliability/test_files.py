@@ -550,6 +550,8 @@ CHANGED = textwrap.dedent(
     while prefetch and not it._prefetcher._queue.full():  # the prefetch thread's queue
         assert time.monotonic() < deadline  # full, so the good batches below are known
         time.sleep(0.001)
+    # batches read ahead in a group (small batches, no prefetch), handed out first
+    ahead = len(it._ready) if it is not None else 0
     if how == "truncate":
         os.truncate(path, int(sys.argv[5]))
     elif how == "rewrite":  # same size, other bytes, written in place
@@ -561,9 +563,10 @@ CHANGED = textwrap.dedent(
     elif how == "delete":
         os.unlink(path)
     if how in ("truncate", "rewrite"):
-        # The next batch read is a clear error; batches prefetched before the change are
-        # handed out first, and they are the file's old rows. (At most prefetch + 1: the
-        # prefetch thread holds one more batch while it waits for room in its queue.)
+        # The next batch read is a clear error; batches prefetched (or read ahead in a
+        # group) before the change are handed out first, and they are the file's old
+        # rows. (At most prefetch + 1: the prefetch thread holds one more batch while it
+        # waits for room in its queue.)
         good = 0
         while True:
             try:
@@ -573,7 +576,7 @@ CHANGED = textwrap.dedent(
                 break
             check(xb, yb)
             good += 1
-            if good > prefetch + (prefetch > 0):
+            if good > prefetch + (prefetch > 0) + ahead:
                 sys.exit("no NdfError after the file changed")
         for _ in range(2):  # and every batch after it
             try:

@@ -22,7 +22,7 @@ import numpy as np
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
-__all__ = ["BlockedOrder", "IndexedEpoch", "IndexedJob", "num_batches"]
+__all__ = ["BlockedOrder", "IndexedEpoch", "IndexedJob", "num_batches", "take_group"]
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -48,6 +48,32 @@ class IndexedJob:
         out_y = np.empty((self.size, reader.l), dtype=self.dtype)
         reader.read(self.rows, out_x, out_y)
         return out_x, out_y
+
+
+def take_group(jobs: list[IndexedJob]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The batches of ``jobs`` (claimed together, of one reader and dtype), read with
+    one gather into one pair of new arrays: each batch is a view of them (rows
+    ``[a, a + size)``), so a group costs one allocation and one call instead of one
+    per batch."""
+    first = jobs[0]
+    reader, dtype = first.reader, first.dtype
+    rows = [job.rows for job in jobs]
+    if isinstance(rows[0], slice):  # file order: consecutive batches are one run
+        runs = all(b.start == a.stop for a, b in zip(rows, rows[1:], strict=False))
+        rows = slice(rows[0].start, rows[-1].stop) if runs else np.concatenate(
+            [np.arange(r.start, r.stop, dtype=np.int64) for r in rows]
+        )
+    else:
+        rows = np.concatenate(rows)
+    total = sum(job.size for job in jobs)
+    gx = np.empty((total, reader.d), dtype=dtype)
+    gy = np.empty((total, reader.l), dtype=dtype)
+    reader.read(rows, gx, gy)
+    out, a = [], 0
+    for job in jobs:
+        out.append((gx[a : a + job.size], gy[a : a + job.size]))
+        a += job.size
+    return out
 
 
 class BlockedOrder:

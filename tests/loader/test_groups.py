@@ -1,0 +1,104 @@
+"""Small random-access batches read a group at a time by ``iter()`` (cursor.py's
+EpochIterator, indexed_epoch.take_group): fewer reads, the same batches, and the
+state and give-back laws of batches handed out one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+
+N = 1000
+
+
+def x_of() -> np.ndarray:
+    return np.arange(N, dtype=np.float64).reshape(-1, 1)
+
+
+class CountReads:
+    """Counts the loader's reader's reads and the rows of each."""
+
+    def __init__(self, loader):
+        self.sizes = []
+        reader = loader._reader
+        self.read, reader.read = reader.read, self
+
+    def __call__(self, rows, out_x, out_y):
+        self.sizes.append(out_x.shape[0])
+        return self.read(rows, out_x, out_y)
+
+
+def ids(batches) -> list[int]:
+    return [int(v) for xb, _ in batches for v in xb[:, 0]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle):
+    loader = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
+    reads = CountReads(loader)
+    got = list(iter(loader))
+    assert reads.sizes == [160] * 6 + [40]  # 100 batches: 7 groups
+    want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3, prefetch=1)  # one by one
+    expected = list(iter(want))
+    assert len(got) == len(expected) == 100
+    for (a, b), (c, e) in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, e)
+    assert got[3][0].base is got[4][0].base  # views of one group's arrays
+
+
+def test_large_batches_and_prefetch_and_next_into_read_batch_by_batch():
+    wide = np.zeros((N, 1024))  # 8 KiB rows: 8 a batch is 64 KiB, one batch a read
+    loader = DataLoader(wide, 8)
+    reads = CountReads(loader)
+    for _ in zip(range(3), loader, strict=False):
+        pass
+    assert reads.sizes == [8, 8, 8]
+    small = DataLoader(x_of(), 10, prefetch=2)
+    reads = CountReads(small)
+    for _ in zip(range(3), small, strict=False):
+        pass
+    assert set(reads.sizes) == {10}
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    small.next_into(bx, by)
+    assert reads.sizes[-1] == 10
+
+
+def test_a_state_mid_group_counts_only_the_batches_handed_out():
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=1)
+    it = iter(loader)
+    first = [next(it) for _ in range(3)]  # one group of 16 read, 3 handed out
+    state = loader.state_dict()
+    assert state["batches_done"] == 3 and not state.get("pending")
+    restored = DataLoader(x_of(), 10, shuffle=True, seed=1)
+    restored.load_state_dict(state)
+    rest = list(iter(restored))
+    assert sorted(ids(first) + ids(rest)) == list(range(N))
+    more = [next(it) for _ in range(20)]  # the live iterator goes on, into the next group
+    assert ids(more) == ids(rest[:20])
+
+
+def test_leaving_a_group_midway_gives_its_batches_back():
+    """The batches read ahead and not handed out go back to the loader: next_into
+    hands them out next, and the epoch is exact (its ledger checked at the end)."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=2)
+    it = iter(loader)
+    got = ids([next(it) for _ in range(5)])
+    it.close()
+    assert loader.state_dict()["batches_done"] == 5
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    while r := loader.next_into(bx, by):
+        got += [int(v) for v in bx[:r, 0]]
+    assert sorted(got) == list(range(N))
+    assert got == ids(DataLoader(x_of(), 10, shuffle=True, seed=2))
+
+
+def test_a_stale_iterator_with_a_group_read_ahead_raises():
+    loader = DataLoader(x_of(), 10)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)  # the next epoch: the old iterator is stale
+    with pytest.raises(RuntimeError, match="stale"):
+        next(old)
+    assert len(list(new)) == 100
