@@ -22,7 +22,7 @@ __all__ = ["DataLoader"]
 
 # Random-access batches under _GROUP_BYTES are read up to _GROUP_BATCHES at a time
 # (one claim, one gather, one pair of arrays) when nothing prefetches them.
-_GROUP_BYTES = 64 << 10
+_GROUP_BYTES = 512 << 10
 _GROUP_BATCHES = 16
 
 
@@ -64,7 +64,7 @@ class DataLoader:
       ``(x, y)`` arrays of shapes (rows, d) and (rows, l) and dtype ``dtype``
       (float64, or float32: cast in the gather, with no second pass) that
       belong to the caller (nothing else writes them; small batches of a
-      random-access source are read up to 16 at a time, at most 64 KiB, when
+      random-access source are read up to 16 at a time, at most 512 KiB, when
       nothing prefetches them: such a batch is a view of its group's arrays).
       Only the newest iterator may advance; an older one raises
       ``RuntimeError``. Batches read ahead in a group count as handed out only

@@ -49,12 +49,17 @@ def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle)
 
 
 def test_large_batches_and_prefetch_and_next_into_read_batch_by_batch():
-    wide = np.zeros((N, 1024))  # 8 KiB rows: 8 a batch is 64 KiB, one batch a read
-    loader = DataLoader(wide, 8)
+    wide = np.zeros((N, 1024))  # 8 KiB rows: 64 a batch is 512 KiB, one batch a read
+    loader = DataLoader(wide, 64)
     reads = CountReads(loader)
     for _ in zip(range(3), loader, strict=False):
         pass
-    assert reads.sizes == [8, 8, 8]
+    assert reads.sizes == [64, 64, 64]
+    half = DataLoader(wide, 32)  # 256 KiB batches: two a read
+    reads = CountReads(half)
+    for _ in zip(range(3), half, strict=False):
+        pass
+    assert reads.sizes == [64, 64]
     small = DataLoader(x_of(), 10, prefetch=2)
     reads = CountReads(small)
     for _ in zip(range(3), small, strict=False):
