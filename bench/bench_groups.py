@@ -1,0 +1,84 @@
+"""Small batches read a group at a time: the loader with and without groups against a
+bare gather, epochs interleaved in one process.
+
+For each batch size, each round times one shuffled epoch of each case in turn
+(so that the machine's drift, up to 2x between processes here, hits every
+case alike) and the best of ``--rounds`` counts:
+
+* ``bare``: ``np.take`` of x and y per batch (``mode="clip"``), handed an order
+  drawn beforehand (``baselines.bare_gather``);
+* ``loader``: ``for xb, yb in DataLoader(x, y, b, shuffle=True)`` as shipped
+  (batches under 512 KiB read up to 16 at a time);
+* ``one by one``: the same loader with groups of one (``exactbatch.loader``'s
+  ``_GROUP_BATCHES`` set to 1 before it is made), as before groups.
+
+    .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from baselines import bare_gather  # bench/ is this script's folder
+
+import exactbatch
+import exactbatch.loader as loader_module
+
+
+def _epoch(loader) -> None:
+    for _ in loader:
+        pass
+
+
+def _cases(x, y, b: int, perm) -> dict:
+    """``{name: one epoch}`` for batch size ``b``."""
+    grouped = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
+    saved = loader_module._GROUP_BATCHES
+    loader_module._GROUP_BATCHES = 1
+    try:
+        single = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
+    finally:
+        loader_module._GROUP_BATCHES = saved
+    gather = bare_gather(x, y, b)
+    return {
+        "bare": lambda: gather(perm),
+        "loader": lambda: _epoch(grouped),
+        "one by one": lambda: _epoch(single),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--batch", type=int, nargs="+", default=[64, 256, 1024, 4096])
+    ap.add_argument("--rounds", type=int, default=4)
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    n = a.rows
+    x, y = rng.random((n, 16)), rng.random((n, 1))
+    perm = rng.permutation(n)
+    print(f"backend {exactbatch.backend()}; n = {n:,} rows of 16 + 1 float64; best of {a.rounds}")
+    print("\n| batch | bare, M rows/s | loader | one by one | loader / bare | one by one / bare |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for b in a.batch:
+        cases = _cases(x, y, b, perm)
+        for f in cases.values():  # warm up: the loaders' orders, the caches
+            f()
+        best = dict.fromkeys(cases, 0.0)
+        for _ in range(a.rounds):
+            for k, f in cases.items():
+                t = time.perf_counter()
+                f()
+                best[k] = max(best[k], n / (time.perf_counter() - t))
+        bare = best["bare"]
+        print(
+            f"| {b} | {bare / 1e6:.1f} | {best['loader'] / 1e6:.1f} | "
+            f"{best['one by one'] / 1e6:.1f} | {best['loader'] / bare:.2f}x | "
+            f"{best['one by one'] / bare:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
