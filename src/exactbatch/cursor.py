@@ -18,7 +18,6 @@ from collections import deque
 import numpy as np
 
 from exactbatch.audit import check_ledger
-from exactbatch.batching.indexed_epoch import take_group
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 
@@ -143,17 +142,22 @@ class Cursor:
 
     # -- taking the lock ----------------------------------------------------------
 
+    def _claimable(self, gen: int | None):
+        """Under the lock: the epoch to claim from (begun if it had not), after the
+        generation check and taking back orphaned batches."""
+        self.check_gen(gen)
+        if self.orphans:
+            self.adopt_orphans()
+        if not self.begun:
+            self.begin()
+        return self.current
+
     def claim(self, gen: int | None, hand_out: bool = True):
         """``(job, epoch)``: the next batch's job (None at the end) and the epoch it
         belongs to. Counted as handed out unless ``hand_out`` is false (a prefetched
         batch is counted by :meth:`hand_out`)."""
         with self.lock:
-            self.check_gen(gen)
-            if self.orphans:
-                self.adopt_orphans()
-            if not self.begun:
-                self.begin()
-            owner = self.current
+            owner = self._claimable(gen)
             job = owner.claim()
             if job is None:
                 if hand_out:
@@ -169,12 +173,7 @@ class Cursor:
         it is over) under one lock, none counted yet: each counts when
         :meth:`hand_out` hands it out, as a prefetched batch does."""
         with self.lock:
-            self.check_gen(gen)
-            if self.orphans:
-                self.adopt_orphans()
-            if not self.begun:
-                self.begin()
-            owner, jobs = self.current, []
+            owner, jobs = self._claimable(gen), []
             while len(jobs) < count:
                 job = owner.claim()
                 if job is None:
@@ -346,7 +345,7 @@ class EpochIterator:
                 self._cursor.finish(self._gen)
                 raise StopIteration
             try:
-                batches = take_group(jobs)
+                batches = owner.take_group(jobs)
             except BaseException:
                 self._cursor.give_back(owner, jobs, counted=False)
                 raise

@@ -194,6 +194,11 @@ class IndexedEpoch:
         self.claimed = k + 1
         return self.job(k)
 
+    @staticmethod
+    def take_group(jobs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The batches of ``jobs`` claimed together (see :func:`take_group`)."""
+        return take_group(jobs)
+
     def give_back(self, jobs) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
         self.returned.add(jobs)
