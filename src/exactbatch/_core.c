@@ -1027,6 +1027,23 @@ static void bij_map(const BijectionObject *b, uint64_t *x, Py_ssize_t r)
         x[k] = bij_row(b, x[k]);
 }
 
+/* A writable 1-D array of 64-bit integers, held in *b (release it); -1 with a
+ * TypeError naming ``what`` otherwise. */
+static int u64_buffer(PyObject *o, Py_buffer *b, const char *what)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '=' || *f == '<' || *f == '@')
+        f++;
+    if (b->ndim != 1 || !strchr("lqLQ", f[0]) || f[1] || b->itemsize != 8) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D int64 or uint64 array", what);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(bij_rows_doc,
 "rows(start, out)\n--\n\n"
 "Fill ``out`` (a 1-D int64 array of r values) with the rows of positions\n"
@@ -1039,16 +1056,8 @@ static PyObject *Bijection_rows(BijectionObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "KO:rows", &start, &o))
         return NULL;
     Py_buffer b;
-    if (PyObject_GetBuffer(o, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+    if (u64_buffer(o, &b, "rows(start, out): out") < 0)
         return NULL;
-    const char *f = b.format ? b.format : "B";
-    if (*f == '=' || *f == '<' || *f == '@')
-        f++;
-    if (b.ndim != 1 || !strchr("lqLQ", f[0]) || f[1] || b.itemsize != 8) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_TypeError, "rows(start, out): out must be a 1-D int64 array");
-        return NULL;
-    }
     Py_ssize_t r = b.len / 8;
     uint64_t *out = b.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -1068,16 +1077,8 @@ PyDoc_STRVAR(bij_map_doc,
 static PyObject *Bijection_map(BijectionObject *self, PyObject *o)
 {
     Py_buffer b;
-    if (PyObject_GetBuffer(o, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+    if (u64_buffer(o, &b, "map(positions): positions") < 0)
         return NULL;
-    const char *f = b.format ? b.format : "B";
-    if (*f == '=' || *f == '<' || *f == '@')
-        f++;
-    if (b.ndim != 1 || !strchr("lqLQ", f[0]) || f[1] || b.itemsize != 8) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_TypeError, "map(positions): a 1-D 64-bit integer array");
-        return NULL;
-    }
     Py_ssize_t r = b.len / 8;
     uint64_t *x = b.buf;
     Py_BEGIN_ALLOW_THREADS
