@@ -632,6 +632,31 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                     const char **src, char *seen, Py_ssize_t *bad)                          \
     {                                                                                       \
         int missing = 0;                                                                    \
+        if (ix != NULL && p->nparts <= 64) { /* the parts touched as a bitmask: no branch */ \
+            uint64_t touched = 0, over = 0;                                                 \
+            for (Py_ssize_t k = 0; k < r; k++) {                                            \
+                int64_t i = (int64_t)ix[k];                                                 \
+                over |= (uint64_t)i >= (uint64_t)p->n;                                      \
+                Py_ssize_t q = part_of(p, over ? 0 : i);                                    \
+                touched |= (uint64_t)1 << q;                                                \
+                src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);\
+            }                                                                               \
+            if (over) {                                                                     \
+                for (Py_ssize_t k = 0; k < r; k++)                                          \
+                    if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                       \
+                        *bad = k;                                                           \
+                        break;                                                              \
+                    }                                                                       \
+                return 0;                                                                   \
+            }                                                                               \
+            for (Py_ssize_t q = 0; q < p->nparts; q++)                                      \
+                if (touched >> q & 1) {                                                     \
+                    int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;      \
+                    seen[q] = set ? 1 : 2;                                                  \
+                    missing |= !set;                                                        \
+                }                                                                           \
+            return missing ? 1 : 2;                                                         \
+        }                                                                                   \
         for (Py_ssize_t k = 0; k < r; k++) {                                                \
             int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                            \
             if ((uint64_t)i >= (uint64_t)p->n) {                                            \
