@@ -173,7 +173,7 @@ RACER = textwrap.dedent(
     """
     import sys
     import numpy as np
-    import exactbatch.ndf.file as ndf
+    import exactbatch.ndf.local as ndf
     import exactbatch.ndf.guard as guard
     from exactbatch import DataLoader, NdfError, backend, open_ndf
     path, mode, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])

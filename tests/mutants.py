@@ -60,12 +60,16 @@ TARGETS = {
         ],
     ),
     "ndf": (
-        ["src/exactbatch/ndf/format.py", "src/exactbatch/ndf/file.py"],
+        [
+            "src/exactbatch/ndf/format.py",
+            "src/exactbatch/ndf/file.py",
+            "src/exactbatch/ndf/local.py",
+        ],
         [  # the open, size and header checks
             "exactbatch.ndf.format.x_expected_size*",
             "exactbatch.ndf.format.x_check_header*",
-            "exactbatch.ndf.file.xǁLocalHandleǁcheck_size*",
-            "exactbatch.ndf.file.xǁLocalHandleǁpread_into*",
+            "exactbatch.ndf.local.xǁLocalHandleǁcheck_size*",
+            "exactbatch.ndf.local.xǁLocalHandleǁpread_into*",
             "exactbatch.ndf.file.x_open_ndf*",
         ],
         [  # (the tests that read in a child process cannot see a mutant: left out)

@@ -86,7 +86,7 @@ def preadv_calls(monkeypatch, numpy_backend):
         calls.append((offset, sum(len(b) for b in buffers)))
         return real(fd, buffers, offset, *args)
 
-    monkeypatch.setattr(exactbatch.ndf.file.os, "preadv", counting)
+    monkeypatch.setattr(exactbatch.ndf.local.os, "preadv", counting)
     return calls
 
 
@@ -449,7 +449,7 @@ def test_failed_mapping_closes_the_descriptor_exactly_once(saved, monkeypatch):
     def no_mmap(*args, **kwargs):
         raise OSError(errno.ENOMEM, "injected mmap failure")
 
-    monkeypatch.setattr(ndf.file.mmap, "mmap", no_mmap)
+    monkeypatch.setattr(ndf.local.mmap, "mmap", no_mmap)
     gc.collect()
     before = fd_count()
     with pytest.raises(OSError) as info:
@@ -937,7 +937,7 @@ def test_short_positional_reads_are_continued_until_the_rows_are_read(
         assert len(calls) <= 100, "a short read was not continued from where it stopped"
         return real(fd, [memoryview(buffers[0])[:7]], offset)
 
-    monkeypatch.setattr(exactbatch.ndf.file.os, "preadv", short)
+    monkeypatch.setattr(exactbatch.ndf.local.os, "preadv", short)
     with open_ndf(path) as f:
         gx, gy = f.read_rows(range(100, 110))
     np.testing.assert_array_equal(gx, x[100:110])
@@ -1223,7 +1223,7 @@ def test_shrink_between_check_and_read_is_ndf_error(saved, monkeypatch):
     path, _, _ = saved
     with open_ndf(path) as f:
         os.truncate(path, 28 + 40 * 50 + 12)
-        monkeypatch.setattr(ndf.file.LocalHandle, "check_size", lambda self: None)  # miss the cut
+        monkeypatch.setattr(ndf.local.LocalHandle, "check_size", lambda self: None)  # miss the cut
         with pytest.raises(NdfError) as info:
             f.read_rows(range(40, 60))
         assert os.fspath(path) in str(info.value)

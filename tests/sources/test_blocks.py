@@ -117,7 +117,7 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     import os
     import threading
 
-    import exactbatch.ndf.file as file_module  # where the hint is given
+    import exactbatch.ndf.local as file_module  # where the hint is given
     from exactbatch.feeds.streamed import HINT_AHEAD
 
     src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)

@@ -1,7 +1,9 @@
 """The .ndf format: a 28-byte header, then n rows of (d + l) float64.
 
 - :mod:`~exactbatch.ndf.format`: the byte layout and the header's rules.
-- :mod:`~exactbatch.ndf.file`: :class:`NdfFile` and :func:`open_ndf`; reads.
+- :mod:`~exactbatch.ndf.file`: :class:`NdfFile` and :func:`open_ndf`.
+- :mod:`~exactbatch.ndf.local`: how a local file is read (the guarded gather,
+  positional reads).
 - :mod:`~exactbatch.ndf.guard`: safe copies from a file's memory map.
 - :mod:`~exactbatch.ndf.write`: :func:`save_ndf` and the streaming
   :class:`~exactbatch.ndf.write.NdfWriter`, atomic both.

@@ -1,15 +1,10 @@
-"""An open .ndf file: :class:`NdfFile`, :func:`open_ndf`, and how a local file is read.
+"""An open .ndf file: :class:`NdfFile` and :func:`open_ndf`.
 
 Reads never move a shared file position, so threads may read one file at
-once, and a file larger than RAM is never loaded whole. With the compiled
-core (:func:`exactbatch.backend` is ``"compiled"``) every batch is one
-gather from a read-only mapping of the file, under the fault guard of
-:mod:`exactbatch._core` (a truncation during the copy is an
-:class:`NdfError`, never a SIGBUS), followed by one ``fstat``: no lock, no
-lease. On the pure NumPy path runs of adjacent rows are read with one
-positional read each (``os.preadv``), and batches scattered over many runs
-are gathered from the mapping under the read lease of
-:mod:`exactbatch.ndf.guard`. Either way the file's size and modification
+once, and a file larger than RAM is never loaded whole. How a local file is
+read (the compiled core's guarded gather from a read-only mapping, or on the
+pure NumPy path positional reads and the read lease) is
+:mod:`exactbatch.ndf.local`'s. Either way the file's size and modification
 time are checked at every read: a file truncated, or rewritten in place,
 while open is an :class:`NdfError` at the next read (so is one whose
 modification time was merely touched). A file replaced
@@ -24,209 +19,20 @@ reading, by ranged reads of the rows each batch needs: see
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import stat
-import weakref
 
 import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
-from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows
-from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
-from exactbatch.ndf.guard import Lease
+from exactbatch.ndf.format import HEADER_SIZE, check_header
+from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
-__all__ = ["LocalHandle", "NdfFile", "Share", "open_ndf"]
-
-_FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
-_LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
-_SORT_ROWS = 16  # unordered requests up to this size are sorted to find their runs
-_FADVISE = getattr(os, "POSIX_FADV_WILLNEED", None)  # not on macOS or Windows
-
-
-class LocalHandle:
-    """One open local file, shared by every NdfFile and loader over it.
-
-    The descriptor (and the mapping) are released when the last holder drops
-    its reference: CPython frees the handle then, and the finalizer closes.
-    Its read methods are :class:`NdfFile`'s (see there); a URL's handle,
-    :class:`~exactbatch.ndf.remote.RemoteHandle`, has the same ones.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "d",
-        "fd",
-        "l",
-        "lease",
-        "mtime",
-        "n",
-        "compiled",
-        "compiled_raw",
-        "path",
-        "row_bytes",
-        "rows",
-        "size",
-    )
-
-    def __init__(self, path: str, fd: int, n: int, d: int, l: int, mtime: int | None = None):  # noqa: E741
-        self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
-        self.mtime = mtime  # st_mtime_ns when opened; a change means rewritten in place
-        self.row_bytes = 8 * (d + l)
-        self.size = expected_size(n, d, l)
-        self.rows = None  # (n,) of void rows over the mapping; None when no data
-        self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
-        if self.size > HEADER_SIZE:
-            mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-            # Void rows have alignment 1, so np.take copies whole rows from the
-            # unaligned offset 28 without making the array contiguous first.
-            self.rows = np.frombuffer(
-                mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
-            )
-            self.compiled = file_rows(mm, HEADER_SIZE, n, d, l, fd, self.size, mtime)
-            # the same rows read whole (x then y, as d + l features): read_raw_into
-            self.compiled_raw = file_rows(mm, HEADER_SIZE, n, d + l, 0, fd, self.size, mtime)
-        # The compiled core guards its copies itself; the lease is the pure path's guard.
-        self.lease = Lease(fd) if self.rows is not None and self.compiled is None else None
-        # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
-        weakref.finalize(self, os.close, fd)
-
-    def check_size(self) -> None:
-        """:class:`NdfError` if the file was truncated or rewritten in place since opened."""
-        st = os.fstat(self.fd)
-        found = st.st_size
-        if found < self.size:
-            raise NdfError(
-                f"{self.path}: the file changed while open: expected {self.size} bytes, "
-                f"found {found} (truncated?)"
-            )
-        if self.mtime is not None and st.st_mtime_ns != self.mtime:
-            raise NdfError(
-                f"{self.path}: the file changed while open: it was modified in place after "
-                "it was opened (its modification time changed); open it again to read the "
-                "new contents, and replace files with save_ndf (a rename) instead"
-            )
-
-    def pread_into(self, buf: memoryview, first_row: int) -> None:
-        """Fill ``buf`` with the bytes of rows from ``first_row`` on (no size check first)."""
-        offset = HEADER_SIZE + first_row * self.row_bytes
-        done, total = 0, len(buf)
-        while done < total:
-            got = os.preadv(self.fd, [buf[done:]], offset + done)
-            if got == 0:
-                self.check_size()
-                raise NdfError(
-                    f"{self.path}: expected {total} bytes at offset {offset}, "
-                    f"the file ended after {done}"
-                )
-            done += got
-
-    def read_block_into(self, start_row: int, buf: memoryview) -> None:
-        self.check_size()
-        self.pread_into(buf, start_row)
-
-    def will_need(self, start_row: int, rows: int) -> None:
-        if _FADVISE is not None and rows > 0:
-            start = HEADER_SIZE + start_row * self.row_bytes
-            os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)
-
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        compiled = self.compiled
-        if compiled is None:
-            return self._read_pure(idx, out_x, out_y)
-        self._guarded(compiled, idx, out_x, out_y)
-
-    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        try:  # one guarded gather and one fstat, in C with the GIL released
-            compiled.read(idx, out_x, out_y)
-        except FileChanged:
-            self.check_size()  # says what changed, if it can still see it
-            raise NdfError(
-                f"{self.path}: the file changed while open: a copy from it failed "
-                "(truncated, or rewritten in place, during the read?)"
-            ) from None
-
-    def _read_pure(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        if isinstance(idx, slice):
-            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
-        r = idx.shape[0]
-        if r == 0 or self.row_bytes == 0:
-            return
-        d, l = self.d, self.l  # noqa: E741
-        # Rows on disk are x then y; stage them whole unless one side is empty (and
-        # the output float64: a float32 batch is cast from the stage).
-        wide = out_x.dtype == np.float64
-        stage = (
-            out_x
-            if l == 0 and wide
-            else out_y
-            if d == 0 and wide
-            else np.empty((r, d + l), dtype=np.float64)
-        )
-        self.read_raw_into(idx, stage)
-        if stage is not out_x and d:
-            out_x[...] = stage[:, :d]
-        if stage is not out_y and l:
-            out_y[...] = stage[:, d:]
-
-    def read_raw_into(self, idx: np.ndarray, stage: np.ndarray, scattered: bool = False) -> None:
-        """Fill ``stage`` ((r, d + l) float64, C-contiguous) with rows ``idx``, x then y.
-        ``scattered``: the caller knows the rows are far apart: gather from the map
-        without looking for runs first."""
-        r = idx.shape[0]
-        if r == 0 or self.row_bytes == 0:
-            return
-        if self.compiled is not None:  # whole rows as d + l features: one guarded gather
-            self._guarded(self.compiled_raw, idx, stage, np.empty((r, 0)))
-            return
-        runs = None if scattered else _runs(idx)
-        # Copies from the map are made under the lease, taken before the size check.
-        held = None if runs is not None else self.lease.acquire()
-        try:
-            self.check_size()
-            if held is not None:
-                self.rows.take(idx, out=stage.view(self.rows.dtype).reshape(r), mode="clip")
-            else:
-                rows, inverse, starts = runs or _runs(idx, always=True)
-                target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
-                raw = memoryview(target).cast("B")
-                rb = self.row_bytes
-                for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
-                    self.pread_into(raw[a * rb : b * rb], int(rows[a]))
-                if inverse is not None:
-                    stage[...] = target[inverse.reshape(r)]
-        finally:
-            if held:
-                self.lease.release()
-
-
-def _runs(idx: np.ndarray, always: bool = False):
-    """How to read rows ``idx`` with positional reads, or None to gather from the map.
-
-    Returns ``(rows, inverse, starts)``: the distinct rows in file order
-    (``inverse`` maps them back to ``idx``'s order, None when ``idx`` is
-    already strictly increasing) and where each run of adjacent rows starts.
-    Positional reads pay one system call per run, so they are used for few
-    runs or long ones; scattered rows (a shuffled batch) come from the map,
-    unless ``always``.
-    """
-    r = idx.shape[0]
-    if bool(np.all(idx[1:] > idx[:-1])):
-        rows, inverse = idx, None
-    elif always or r <= _SORT_ROWS or int(idx.max()) - int(idx.min()) < 4 * r:
-        # each distinct row once, in file order, so a repeat does not split a run
-        rows, inverse = np.unique(idx, return_inverse=True)
-    else:
-        return None
-    starts = [0, *(np.flatnonzero(np.diff(rows) != 1) + 1).tolist()]
-    if not always and len(starts) > _FEW_RUNS and len(rows) < _LONG_RUN * len(starts):
-        return None
-    return rows, inverse, starts
+__all__ = ["NdfFile", "Share", "open_ndf"]
 
 
 class Share:

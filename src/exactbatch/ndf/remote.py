@@ -125,7 +125,7 @@ def _get_ranges(fs, key: str, starts, ends, etag, pin: dict):
 class RemoteHandle:
     """An ``.ndf`` object on a remote filesystem: the handle of an NdfFile over a URL.
 
-    The read methods of :class:`~exactbatch.ndf.file.LocalHandle`, by ranged
+    The read methods of :class:`~exactbatch.ndf.local.LocalHandle`, by ranged
     reads: :meth:`read_rows_into` and :meth:`read_raw_into` (coalesced),
     :meth:`read_block_into`,
     :meth:`will_need` (a no-op), with :meth:`check_size` and :meth:`fetch`
