@@ -24,52 +24,9 @@ import json
 import os
 import sys
 
+from exactbatch import cli_args
+
 __all__ = ["main"]
-
-
-def _int_at_least(minimum: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}; got {value}")
-        return value
-
-    return parse
-
-
-def _delimiter(text: str) -> str:
-    text = "\t" if text == "\\t" else text  # a typed backslash-t is a tab
-    if len(text) != 1 or text in '\r\n"':
-        raise argparse.ArgumentTypeError(
-            f"expected one character other than a quote or a line break (',', ';', '\\t'); "
-            f"got {text!r}"
-        )
-    return text
-
-
-_positive_int = _int_at_least(1, "an integer")
-_seed = _int_at_least(0, "a seed")
-
-
-def _size(text: str) -> int:
-    from exactbatch.tools.common import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _int_list(text: str) -> list[int]:
-    from exactbatch.tools.common import parse_int_list
-
-    try:
-        return parse_int_list(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _print_json(obj) -> None:
@@ -79,17 +36,6 @@ def _print_json(obj) -> None:
 def _opts(a, *names) -> dict:
     """The parsed options ``names`` as keyword arguments, plus ``bar`` from ``--quiet``."""
     return {**{k: getattr(a, k) for k in names}, "bar": not a.quiet}
-
-
-def _json_object(text: str) -> dict:
-    """An argparse type: a JSON object (a usage error otherwise)."""
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object {{...}}; got {text!r}")
-    return value
 
 
 # -- subcommands: each calls one tool and prints what it returns -------------------------
@@ -197,9 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         "manifest (exit 1 if one fails). For Parquet (a file or folder): rows, "
         "files, row groups, columns and types, from the footers. Also .npy and CSV.",
     )
-    s.add_argument(
-        "path", help="an .ndf, a sharded dataset, Parquet file or folder, .npy or .csv"
-    )
+    s.add_argument("path", help="an .ndf, a sharded dataset, Parquet file or folder, .npy or .csv")
     s.add_argument(
         "--stats",
         action="store_true",
@@ -208,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--storage-options",
-        type=_json_object,
+        type=cli_args.json_object,
         default=None,
         metavar="JSON",
         help="for a URL (s3://bucket/ds, an .ndf or a sharded dataset): fsspec storage "
@@ -235,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--part-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="R",
         help="write a sharded dataset into the folder DST: a new part every R rows, "
         "the manifest last",
@@ -243,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace DST if it exists")
     s.add_argument(
         "--delimiter",
-        type=_delimiter,
+        type=cli_args.delimiter,
         default=",",
         help="CSV field delimiter: one character, or \\t for a tab (default ',')",
     )
@@ -254,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--row-group-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         default=65536,
         metavar="ROWS",
         help=".ndf -> Parquet: rows per row group (default 65536); a row group "
@@ -284,15 +228,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--part-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="R",
         help="write a sharded dataset, a new part every R rows (default for a "
         "dataset SRC: its largest part's rows)",
     )
-    s.add_argument("--seed", type=_seed, default=0, help="the shuffle's seed (default 0)")
+    s.add_argument("--seed", type=cli_args.seed, default=0, help="the shuffle's seed (default 0)")
     s.add_argument(
         "--memory",
-        type=_size,
+        type=cli_args.size,
         default="1GB",
         metavar="SIZE",
         help="memory budget, e.g. 512MB, 4GB (binary units: 1GB = 2**30 bytes; default 1GB)",
@@ -316,16 +260,16 @@ def _parser() -> argparse.ArgumentParser:
         "against random batches); --plot draws both.",
     )
     s.add_argument("src", help="an .ndf, or a Parquet file or folder")
-    s.add_argument("--batch-size", type=_positive_int, required=True, metavar="B")
+    s.add_argument("--batch-size", type=cli_args.positive_int, required=True, metavar="B")
     s.add_argument(
         "--buffer-size",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="ROWS",
         help="shuffle buffer rows (default: the loader's, 64 MiB worth of rows)",
     )
     s.add_argument(
         "--chunk-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="ROWS",
         help=".ndf: rows per chunk of the stream (default 65536); Parquet streams by row group",
     )
@@ -335,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="shuffle the chunk order each epoch, as the loader does (default: yes)",
     )
-    s.add_argument("--seed", type=_seed, default=0, help="loader seed (default 0)")
+    s.add_argument("--seed", type=cli_args.seed, default=0, help="loader seed (default 0)")
     s.add_argument(
         "--columns",
         metavar="COLS",
@@ -344,14 +288,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="FILE.png", help="draw the picture into this file")
     s.add_argument(
         "--max-batches",
-        type=_positive_int,
+        type=cli_args.positive_int,
         default=500,
         metavar="K",
         help="examine at most K batches, spread over the epoch (default 500)",
     )
     s.add_argument(
         "--sample-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         default=20000,
         metavar="M",
         help="rows in the uniform sample of the whole data (default 20000)",
@@ -369,7 +313,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("src", help="an .ndf, or a Parquet file or folder")
     s.add_argument(
         "--batch-sizes",
-        type=_int_list,
+        type=cli_args.int_list,
         default=[64, 1024, 4096],
         metavar="B,B,..",
         help="batch sizes to time (default 64,1024,4096)",
@@ -380,16 +324,16 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="shuffled epochs (default: yes)",
     )
-    s.add_argument("--seed", type=_seed, default=0)
+    s.add_argument("--seed", type=cli_args.seed, default=0)
     s.add_argument(
         "--buffer-size",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="ROWS",
         help="Parquet: shuffle buffer rows (default: the loader's)",
     )
     s.add_argument(
         "--max-rows",
-        type=_positive_int,
+        type=cli_args.positive_int,
         metavar="N",
         help="time only the first N rows of each epoch (default: all)",
     )
