@@ -62,6 +62,8 @@ def test_what_info_cannot_read_at_a_url_is_a_usage_error(s3, capsys, tmp_path):
     assert code == 2 and "info reads .ndf files and sharded datasets" in err
     code, _, err = info_json(capsys, f"s3://{s3.bucket}/info/nothing-here", s3.so)
     assert code == 2 and "nothing-here" in err
+    code, _, err = info_json(capsys, f"s3://{s3.bucket}/info/notes.txt", {**s3.so, "bogus": 1})
+    assert code == 2 and "notes.txt: cannot read it" in err and "--storage-options" in err
     local = tmp_path / "a.ndf"
     save_ndf(local, make_data(2, 1, 0))
     code, _, err = info_json(capsys, str(local), s3.so)

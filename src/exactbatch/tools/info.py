@@ -78,15 +78,23 @@ def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -
 def _url_format(path: str, storage_options) -> str:
     """``"dataset"`` (a prefix holding ``manifest.json``) or ``"ndf"`` (by its magic
     number) for a URL; a :class:`CliError` for anything else there."""
-    fs, where = url_to_fs(path, storage_options)
-    if fs.exists(where.rstrip("/") + "/manifest.json"):
-        return "dataset"
-    if not fs.isfile(where):
-        if fs.isdir(where):  # a prefix without a manifest: reading it says what is wrong
+    try:
+        fs, where = url_to_fs(path, storage_options)
+        if fs.exists(where.rstrip("/") + "/manifest.json"):
             return "dataset"
-        raise FileNotFoundError(f"{path}: no such file or dataset")
-    with fs.open(where, "rb") as f:
-        head = f.read(len(MAGIC))
+        if not fs.isfile(where):
+            if fs.isdir(where):  # a prefix without a manifest: reading it says what is wrong
+                return "dataset"
+            raise FileNotFoundError(f"{path}: no such file or dataset")
+        with fs.open(where, "rb") as f:
+            head = f.read(len(MAGIC))
+    except (OSError, ImportError, ValueError):
+        raise
+    except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
+        raise CliError(
+            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and "
+            "--storage-options)"
+        ) from e
     if head != MAGIC:
         raise CliError(
             f"{path}: at a URL info reads .ndf files and sharded datasets; found first "
