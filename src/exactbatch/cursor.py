@@ -282,7 +282,10 @@ class EpochIterator:
     thread prepares the next batches; it stops when the epoch ends, when the
     iterator is closed or dropped, or after an error, and gives back to the
     cursor the batches it prepared and did not hand out, so that a later
-    ``next_into`` or iterator hands them out.
+    ``next_into`` or iterator hands them out. Without prefetch and with
+    ``group`` > 1 (small random-access batches), batches are claimed and read
+    ``group`` at a time and handed out one by one; those read and not handed
+    out go back the same way.
     """
 
     __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")
@@ -349,7 +352,7 @@ class EpochIterator:
             except BaseException:
                 self._cursor.give_back(owner, jobs, counted=False)
                 raise
-            ready.extend(zip(jobs, batches, [owner] * len(jobs), strict=True))
+            ready.extend((job, batch, owner) for job, batch in zip(jobs, batches, strict=True))
         job, batch, _ = ready.popleft()
         try:
             self._cursor.hand_out(self._gen, job)

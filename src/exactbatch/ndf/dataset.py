@@ -119,8 +119,7 @@ class _Parts:
         ns = np.array([p.n for p in man.parts], dtype=np.int64)
         self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
         np.cumsum(ns, out=self.starts[1:])
-        self.inner = self.starts[1:-1]  # a row's part: np.searchsorted(inner, row, "right")
-        self.bounds = self.starts.tolist()  # the same, for one row: bisect_right(...) - 1
+        self.bounds = self.starts.tolist()  # for part_of (a Python list: bisect is fast)
         self.files: list[NdfFile | None] = [None] * len(ns)
         # The compiled core's gather over every part's mapping (local parts with
         # rows): a batch is one call, whatever parts its rows lie in.
@@ -175,6 +174,10 @@ class _Parts:
             )
         return f
 
+    def part_of(self, row: int) -> int:
+        """The part that holds global row ``row`` (an empty part never does)."""
+        return bisect_right(self.bounds, row) - 1
+
     def executor(self) -> ThreadPoolExecutor:
         self._fresh()
         if self.pool is None:
@@ -188,7 +191,7 @@ class _Parts:
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
             if idx.stop <= idx.start:
                 return
-            k = bisect_right(self.bounds, idx.start) - 1
+            k = self.part_of(idx.start)
             a = self.bounds[k]
             if idx.stop <= self.bounds[k + 1]:  # in one part: a run of its rows, one copy
                 self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
@@ -202,7 +205,7 @@ class _Parts:
         if r == 0:
             return
         starts = self.starts
-        k = int(np.searchsorted(self.inner, idx[0], side="right"))
+        k = self.part_of(int(idx[0]))
         a, b = int(starts[k]), int(starts[k + 1])
         if a <= int(idx.min()) and int(idx.max()) < b:  # one part (blocks, most sorted batches)
             self.file(k).read_rows_into(idx - a if a else idx, out_x, out_y)
@@ -283,7 +286,7 @@ class _Parts:
         """``(part, first row in it, offset in the request, rows)`` for global rows
         ``[start, start + rows)``."""
         stop, at = start + rows, start
-        k = int(np.searchsorted(self.inner, start, side="right"))
+        k = self.part_of(start)
         while at < stop:
             end = min(stop, int(self.starts[k + 1]))
             if end > at:
