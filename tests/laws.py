@@ -408,21 +408,33 @@ class FlakyReader:
 
 
 class FlakyChunks(FlakyReader):
-    """Wraps a chunk-indexed source (Parquet, ndf_blocks): its ``at``-th ``read_chunk``
-    after :meth:`arm` raises OSError once. Everything else is the source's own."""
+    """Wraps a chunk-indexed source (Parquet, ndf_blocks): its ``at``-th read of a
+    chunk after :meth:`arm` raises OSError once, whether the chunk is read into
+    arrays of its own (``read_chunk``) or straight into a shuffle buffer
+    (``read_rows_into``, where the source has it). Everything else is the
+    source's own."""
 
     def __init__(self, inner):
         self.inner = inner
         self.left, self.raised, self.batch = None, 0, None
         self._lock = threading.Lock()
+        if hasattr(inner, "read_rows_into"):
+            self.read_rows_into = self._read_rows_into
 
     def __getattr__(self, name):
+        if name == "read_rows_into":  # only where the source has it (set in __init__)
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def read_chunk(self, i: int):
         if self._fails():
             raise OSError(f"injected: chunk {i} could not be read")
         return self.inner.read_chunk(i)
+
+    def _read_rows_into(self, row: int, out) -> None:
+        if self._fails():
+            raise OSError(f"injected: the rows from {row} could not be read")
+        self.inner.read_rows_into(row, out)
 
 
 def wrap_reader(loader, wrap):

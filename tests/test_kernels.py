@@ -122,6 +122,13 @@ def test_the_backends_gather_identical_rows_from_memory(data):
     y = rng.standard_normal((n, l))
     if n > 1 and d:
         x[1, 0] = np.nan
+    # x and y as arrays of their own, or as columns of one array of whole rows (a
+    # shuffle buffer's: y just after x, copied in one pass; or apart)
+    gap = data.draw(st.sampled_from([None, 0, 2]))
+    if gap is not None:
+        w = np.zeros((n, d + gap + l))
+        w[:, :d], w[:, d + gap :] = x, y
+        x, y = w[:, :d], w[:, d + gap :]
     rows = data.draw(_index_kinds()(n))
     r = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
     with np.errstate(over="ignore"):
@@ -273,6 +280,10 @@ def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
         ro = np.empty((2, 3))
         ro.flags.writeable = False
         rows.read(np.array([1, 2]), ro, oy)
+    w = np.zeros((10, 8))
+    for x_bad in (w[:, ::2], w.T[:, :10], w[::-1, :3]):  # a row's values apart; rows reversed
+        with pytest.raises(ValueError, match="x must hold each row's values side by side"):
+            kernels.memory_rows(x_bad, np.zeros((len(x_bad), 1)))
 
 
 @needs_core
@@ -305,9 +316,10 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
         parts.read(np.array([1, 12]), ox[:2], oy[:2])
     with pytest.raises(ValueError, match="part 0 must hold"):
         kernels.parts_rows(starts, 3, 1).set(0, files[2].kernel_rows())
-    with pytest.raises(ValueError, match="set already"), exactbatch.open_ndf(
-        tmp_path / "p0.ndf"
-    ) as again:  # the same part, opened again: another object
+    with (
+        pytest.raises(ValueError, match="set already"),
+        exactbatch.open_ndf(tmp_path / "p0.ndf") as again,
+    ):  # the same part, opened again: another object
         parts.set(0, again.kernel_rows())
     with pytest.raises(TypeError, match="file_rows"):
         parts.set(1, kernels.memory_rows(x, y))

@@ -90,10 +90,49 @@ def test_the_buffer_is_kept_for_the_next_epoch_and_holds_no_more_than_promised(
     b = 32
     spare = []
     first = shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, spare)
-    ((bx, by, bh),) = spare
-    assert len(bx) == len(by) == len(bh) <= min(buffer_size, size_hint or n) + 2 * b
+    ((bw, bh),) = spare  # whole rows (x then y) and their ids
+    assert len(bw) == len(bh) <= min(buffer_size, size_hint or n) + 2 * b
     again = shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, spare)
-    assert spare[0][0] is bx and spare[0][1] is by and spare[0][2] is bh
+    assert spare[0][0] is bw and spare[0][1] is bh
     assert np.array_equal(first, again)  # the same seed: the same order, reused or not
     without = shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, None)  # no spare
     assert np.array_equal(first, without)
+
+
+def reference_order(n, b, window, seed, whole=False):
+    """What the buffer promises, in plain Python: windows of rows in stream order,
+    each after the last window's leftovers (fewer than a batch, in the order they
+    were drawn), permuted with one ``rng.permutation`` of the window's rows; full
+    batches are handed out, and the stream's last window is handed out whole.
+    Two halves: ``window`` new rows a window; one piece (``whole``): new rows up
+    to ``window`` rows with the leftovers. A stream ending just at a window's end
+    gives one last window of the leftovers alone."""
+    rng = np.random.default_rng(seed)
+    out, kept, at = [], np.zeros(0, dtype=np.int64), 0
+    while True:
+        room = window - len(kept) if whole else window
+        take = min(room, n - at)
+        rows = np.concatenate((kept, np.arange(at, at + take)))
+        at += take
+        if whole and not len(rows):
+            return np.concatenate(out)
+        drawn = rows[rng.permutation(len(rows))]
+        if at == n and (take < room or not take):
+            return np.concatenate(out + [drawn])
+        full = len(drawn) // b * b
+        out.append(drawn[:full])
+        kept = drawn[full:]
+
+
+@pytest.mark.parametrize("n", [3000, 2990, 2700, 2701, 2969])
+@pytest.mark.parametrize("halves", [True, False])
+def test_the_order_is_the_documented_one_for_any_end_of_the_stream(n, halves):
+    """Both algorithms hand rows out in exactly the documented order, whether the
+    stream ends inside a window, at its end, or just after it (a half's permutation
+    is drawn while the half is read, for the half's size, and drawn again for what it
+    holds where the stream ends in it: the order does not change)."""
+    b, chunk = 32, 25
+    # halves: a buffer of 600 rows, 300 new rows a window; one piece: 300 rows a window
+    size, ahead = (600, 25) if halves else (300, None)
+    got = shuffled_rows(n, chunk, b, size, n, ahead, None, seed=7)
+    assert np.array_equal(got, reference_order(n, b, 300, seed=7, whole=not halves))

@@ -1,5 +1,6 @@
-"""What both shuffle buffers share (exactbatch.batching.gather): a buffer from the
-spare list only when it fits, with its row ids as uint64."""
+"""What both shuffle buffers share (exactbatch.batching.gather): a buffer of whole
+rows from the spare list only when it fits, with its row ids as uint64, and
+chunks (arrays, or rows read straight into it) filled into it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ def test_a_spare_buffer_is_reused_when_it_fits():
 def test_a_spare_buffer_too_small_or_of_other_widths_is_not_reused(rows, d, l):  # noqa: E741
     old = buffer_arrays([], 100, 3, 1)
     spare = [old]
-    bx, by, bh = buffer_arrays(spare, rows, d, l)
-    assert spare == [] and bx is not old[0]
-    assert bx.shape == (rows, d) and by.shape == (rows, l) and bh.shape == (rows,)
-    assert bx.dtype == by.dtype == np.float64 and bh.dtype == np.uint64
+    bw, bh = buffer_arrays(spare, rows, d, l)
+    assert spare == [] and bw is not old[0]
+    assert bw.shape == (rows, d + l) and bh.shape == (rows,) and bw.flags.c_contiguous
+    assert bw.dtype == np.float64 and bh.dtype == np.uint64
 
 
 def test_row_ids_are_uint64_from_the_chunks_first_row():

@@ -18,7 +18,8 @@ What it promises, and what it costs:
   once on disk (or read an ``.ndf`` with random access, a full shuffle
   whatever the file order); the buffer then keeps batches well mixed cheaply.
 * Memory: the buffer (``buffer_size`` rows of d + l float64, never past
-  the stream's size) plus the chunk being read, and the rows of the batches
+  the stream's size) plus the chunk being read (none for ``ndf_blocks``,
+  whose blocks are read straight into the buffer), and the rows of the batches
   being handed out (gathered several batches at a time, up to about 8 MiB).
   A loader keeps its buffer from one epoch to the next: memory mapped
   afresh every epoch would cost a page fault per 4 KiB of it.
@@ -54,6 +55,7 @@ import numpy as np
 
 from exactbatch.batching.buffer_halves import shuffle_halves
 from exactbatch.batching.buffer_whole import shuffle_whole
+from exactbatch.batching.gather import chunk_width
 from exactbatch.order.digest import Tally
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "full_mix_buffer", "mixing_window", "shuffle_buffer"]
@@ -110,7 +112,8 @@ def shuffle_buffer(
     dtype=np.float64,
 ) -> Iterator:
     """Yield shuffled ``(x, y, digest)`` batches of ``batch_size`` rows from
-    ``(x, y, id0)`` chunks.
+    ``(x, y, id0)`` chunks (or :class:`~exactbatch.batching.gather.ChunkRead`:
+    rows a source reads straight into the buffer).
 
     ``buffer_size`` is in rows; None means as many rows as fill
     :data:`DEFAULT_BUFFER_BYTES` (64 MiB). A size under one batch is one batch.
@@ -128,7 +131,7 @@ def shuffle_buffer(
     if first is None:
         return
     stream = chain((first,), it)
-    d, l = first[0].shape[1], first[1].shape[1]  # noqa: E741
+    d, l = chunk_width(first)  # noqa: E741
     del first
     size, halves = _plan(batch_size, buffer_size, (d, l), size_hint, ahead)
     if halves:

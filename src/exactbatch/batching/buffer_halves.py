@@ -17,32 +17,65 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from exactbatch.batching.gather import buffer_arrays, drain, row_ids
+from exactbatch.batching.gather import (
+    buffer_arrays,
+    chunk_size,
+    drain,
+    fill_rows,
+    read_whole,
+    sides,
+)
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["shuffle_halves"]
 
 
+class _Drawn:
+    """The permutation of a half, drawn on a thread of its own while the half is read
+    (NumPy's shuffle releases the GIL), for ``count`` rows: the half's size, which
+    it has unless the stream ends in it. Then :meth:`result` draws again, from the
+    generator's state before, for the rows the half has: the order is the same as
+    drawn after the read."""
+
+    def __init__(self, rng, count: int):
+        self.rng, self.state, self.count, self.perm = rng, rng.bit_generator.state, count, None
+        self.thread = threading.Thread(
+            target=self._draw, name="exactbatch-permutation", daemon=True
+        )
+        self.thread.start()
+
+    def _draw(self) -> None:
+        self.perm = self.rng.permutation(self.count)
+
+    def result(self, count: int) -> np.ndarray:
+        self.thread.join()
+        if count == self.count and self.perm is not None:
+            return self.perm
+        self.rng.bit_generator.state = self.state
+        return self.rng.permutation(count)
+
+
 def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
     """On a helper thread: fill free halves (from ``halves``, a queue; None there
     ends the helper) with the stream's rows, in order; return ``(index, rows,
-    ended, perm)`` for each, ``perm`` the order of its rows (with the previous
-    half's leftovers).
+    ended, perm, ids)`` for each, ``perm`` the order of its rows (the previous
+    half's leftovers first) and ``ids`` their row ids in that order.
 
     The permutations are drawn here, in the order the main thread would draw
     them, so the order is the same and the main thread only gathers."""
     it = iter(chunks)
-    pending = None  # (x, y, id0, pos): a chunk that did not fit in the last half
-    lo = 0  # the previous half's leftovers (fewer than b), mixed into this one
+    pending = None  # (chunk, pos): a chunk that did not fit in the last half
+    kept = np.zeros(0, dtype=np.uint64)  # ids of the previous half's leftovers (< b of them)
 
     def produce():
-        nonlocal pending, lo
+        nonlocal pending, kept
         if stop.is_set():
             return None
         got = halves.get()  # a free half, or None: the epoch is over
         if got is None:
             return None
-        k, hx, hy, hh = got
+        k, hw, hh = got
+        drawn = _Drawn(rng, len(kept) + half)
         filled, ended = 0, False
         while filled < half and not stop.is_set():
             if pending is None:
@@ -50,21 +83,27 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
                 if nxt is None:
                     ended = True
                     break
-                pending = (*nxt, 0)
+                pending = (nxt, 0)
                 del nxt
-            x, y, id0, pos = pending
-            take = min(half - filled, x.shape[0] - pos)
-            hx[b + filled : b + filled + take] = x[pos : pos + take]
-            hy[b + filled : b + filled + take] = y[pos : pos + take]
-            hh[b + filled : b + filled + take] = row_ids(id0, pos, take)
+            chunk, pos = pending
+            rows = chunk_size(chunk)
+            take = min(half - filled, rows - pos)
+            chunk = read_whole(chunk, take)
+            at = slice(b + filled, b + filled + take)
+            fill_rows(chunk, pos, take, hw[at], hh[at])
             filled, pos = filled + take, pos + take
-            pending = None if pos == x.shape[0] else (x, y, id0, pos)
-            del x, y
+            pending = None if pos == rows else (chunk, pos)
+            del chunk
+        perm = drawn.result(len(kept) + filled)
         if stop.is_set():
             return None
-        count = lo + filled
-        lo = count % b
-        return k, filled, ended, rng.permutation(count)
+        # The ids, put in the permutation's order here (the main thread only reads
+        # them), in place: the previous half's leftovers' ids first.
+        v = slice(b - len(kept), b + filled)
+        hh[b - len(kept) : b] = kept
+        hh[v] = hh[v].take(perm)
+        kept = hh[v][len(perm) // b * b :].copy()
+        return k, filled, ended, perm, hh[v]
 
     return produce
 
@@ -72,15 +111,16 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
 def shuffle_halves(
     chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64
 ) -> Iterator:
-    """Batches of ``b`` rows from ``(x, y, id0)`` chunks mixed in a buffer of
+    """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
+    :class:`~exactbatch.batching.gather.ChunkRead`) mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
     thread; ``width`` is ``(d, l)``; the rest as for
     :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     d, l = width  # noqa: E741
     half = max(b, size // 2)
-    bx, by, bh = buffer_arrays(spare, 2 * (b + half), d, l)
+    bw, bh = buffer_arrays(spare, 2 * (b + half), d, l)
     span = b + half  # a half: room for a batch's leftovers, then `half` new rows
-    views = [(k, *(a[k * span : (k + 1) * span] for a in (bx, by, bh))) for k in (0, 1)]
+    views = [(k, bw[k * span : (k + 1) * span], bh[k * span : (k + 1) * span]) for k in (0, 1)]
     free: queue.Queue = queue.Queue()
     for v in views:
         free.put(v)
@@ -91,18 +131,16 @@ def shuffle_halves(
             got = ahead.get()
             if got is None:
                 return
-            k, filled, ended, perm = got
-            _, hx, hy, hh = views[k]
-            _, ox, oy, oh = views[1 - k]
+            k, filled, ended, perm, ids = got
+            hw, ow = views[k][1], views[1 - k][1]
             # The permutation covers the previous half's leftovers (at the end of
             # this half's first b rows) and the rows filled after them.
             v = slice(b + filled - len(perm), b + filled)
             rest = yield from drain(
-                hx[v], hy[v], hh[v], perm, b, ended, drop_last, dropped, dtype
+                *sides(hw[v], d), ids, perm, b, ended, drop_last, dropped, dtype
             )
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
-            ox[b - lo : b], oy[b - lo : b] = hx[v][rest], hy[v][rest]
-            oh[b - lo : b] = hh[v][rest]
+            ow[b - lo : b] = hw[v][rest]
             free.put(views[k])
             if ended:
                 return
@@ -113,4 +151,4 @@ def shuffle_halves(
         # Reused only once the helper is done writing into it (it stops at the
         # next chunk; a source stuck in a read keeps its halves to itself).
         if ahead.join(timeout=1.0) and spare is not None and not spare:
-            spare.append((bx, by, bh))
+            spare.append((bw, bh))

@@ -14,7 +14,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from exactbatch.batching.gather import buffer_arrays, drain, row_ids
+from exactbatch.batching.gather import (
+    buffer_arrays,
+    chunk_size,
+    chunk_width,
+    drain,
+    fill_rows,
+    read_whole,
+    sides,
+)
 
 __all__ = ["shuffle_whole"]
 
@@ -24,41 +32,43 @@ _FIRST_ROWS = 1 << 14  # initial allocation; the buffer doubles up to its size
 def shuffle_whole(
     chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64
 ) -> Iterator:
-    """Batches of ``b`` rows from ``(x, y, id0)`` chunks mixed in one buffer of
+    """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
+    :class:`~exactbatch.batching.gather.ChunkRead`) mixed in one buffer of
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
-    bx = by = bh = None
-    fill = 0
+    bw = bh = None
+    fill = d = 0
     try:
-        for x, y, id0 in chunks:
-            rows, pos = x.shape[0], 0
-            if bx is None:
+        for chunk in chunks:
+            rows, pos = chunk_size(chunk), 0
+            if bw is None:
+                d, l = chunk_width(chunk)  # noqa: E741
                 first = max(_FIRST_ROWS, rows) if size_hint is None else max(size_hint, rows)
-                bx, by, bh = buffer_arrays(spare, min(size, first), x.shape[1], y.shape[1])
+                bw, bh = buffer_arrays(spare, min(size, first), d, l)
             while pos < rows:
-                if fill == len(bx):  # grow toward `size` only as rows arrive
-                    new = min(size, 2 * len(bx))
-                    bx = np.concatenate((bx[:fill], np.empty((new - fill, bx.shape[1]))))
-                    by = np.concatenate((by[:fill], np.empty((new - fill, by.shape[1]))))
+                if fill == len(bw):  # grow toward `size` only as rows arrive
+                    new = min(size, 2 * len(bw))
+                    bw = np.concatenate((bw[:fill], np.empty((new - fill, bw.shape[1]))))
                     bh = np.concatenate((bh[:fill], np.empty(new - fill, dtype=np.uint64)))
-                take = min(min(len(bx), size) - fill, rows - pos)
-                bx[fill : fill + take] = x[pos : pos + take]
-                by[fill : fill + take] = y[pos : pos + take]
-                bh[fill : fill + take] = row_ids(id0, pos, take)
+                take = min(min(len(bw), size) - fill, rows - pos)
+                chunk = read_whole(chunk, take)
+                fill_rows(chunk, pos, take, bw[fill : fill + take], bh[fill : fill + take])
                 fill += take
                 pos += take
                 if fill == size:  # the leftovers stay, first, for the next fill
                     perm = rng.permutation(fill)
+                    bh[:fill] = bh[:fill].take(perm)  # the ids, in the order handed out
                     rest = yield from drain(
-                        bx[:fill], by[:fill], bh[:fill], perm, b, False, drop_last, dropped, dtype
+                        *sides(bw[:fill], d), bh[:fill], perm, b, False, drop_last, dropped, dtype
                     )
+                    bw[: len(rest)], bh[: len(rest)] = bw[rest], bh[fill - len(rest) : fill]
                     fill = len(rest)
-                    bx[:fill], by[:fill], bh[:fill] = bx[rest], by[rest], bh[rest]
-            del x, y  # let the chunk go before the source makes the next one
+            del chunk  # let the chunk go before the source makes the next one
         if fill:
             perm = rng.permutation(fill)
+            bh[:fill] = bh[:fill].take(perm)
             yield from drain(
-                bx[:fill], by[:fill], bh[:fill], perm, b, True, drop_last, dropped, dtype
+                *sides(bw[:fill], d), bh[:fill], perm, b, True, drop_last, dropped, dtype
             )
     finally:  # the next epoch reuses the buffer
-        if bx is not None and spare is not None and not spare:
-            spare.append((bx, by, bh))
+        if bw is not None and spare is not None and not spare:
+            spare.append((bw, bh))

@@ -1,6 +1,10 @@
-"""What both shuffle-buffer algorithms share: buffers, row ids, and batches
-gathered out of a permuted buffer.
+"""What both shuffle-buffer algorithms share: buffers, chunks copied or read
+into them, row ids, and batches gathered out of a permuted buffer.
 
+A buffer holds whole rows, x then y (float64), like an ``.ndf`` file: a
+source that can read rows straight into memory (:class:`ChunkRead`, from
+``ndf_blocks``) fills it with one positional read a block, and no block array
+of its own; any other chunk's x and y are copied into the rows' two sides.
 Batches are gathered several at a time (up to about 8 MiB, 1/8 of the
 rows; one call of :func:`exactbatch.kernels.gather`, which casts to the
 loader's dtype as it copies), each batch a view of its group, so a batch
@@ -9,7 +13,7 @@ it (8 bytes a row) and is summed into its batch's ledger digest
 (:mod:`exactbatch.order.digest`).
 
 Filling the buffer stays a NumPy slice assignment (contiguous rows: already
-one memcpy), and the digests stay :func:`~exactbatch.order.digest.batch_digests`
+one memcpy a side), and the digests stay :func:`~exactbatch.order.digest.batch_digests`
 (three vectorised passes a group, a small share of the gather): neither
 would gain from the compiled core.
 """
@@ -21,38 +25,49 @@ import numpy as np
 from exactbatch.kernels import gather
 from exactbatch.order.digest import batch_digests, rows_digest
 
-__all__ = ["buffer_arrays", "drain", "gathered", "row_ids"]
+__all__ = [
+    "ChunkRead",
+    "buffer_arrays",
+    "chunk_size",
+    "chunk_width",
+    "drain",
+    "fill_rows",
+    "gathered",
+    "read_whole",
+    "row_ids",
+    "sides",
+]
 
 _GROUP_BYTES = 8 << 20  # batches are gathered from the buffer up to this much at a time
 
 
-def gathered(bx, by, bh, rows, b, dtype=np.float64):
-    """Batches of ``b`` of buffered ``rows`` (a whole number of batches), as ``dtype``:
-    gathered several at a time (up to about 8 MiB, 1/8 of the rows), each batch a view."""
+def gathered(bx, by, ids, rows, b, dtype=np.float64):
+    """Batches of ``b`` of buffered ``rows`` (a whole number of batches; ``ids``: their
+    row ids, in the same order), as ``dtype``: gathered several at a time (up to
+    about 8 MiB, 1/8 of the rows), each batch a view."""
     group = max(1, min(_GROUP_BYTES // (8 * max(1, bx.shape[1] + by.shape[1])), len(rows) // 8))
     group = max(b, group // b * b)
     for a in range(0, len(rows), group):
-        idx = rows[a : a + group]
-        gx, gy = gather(bx, by, idx, dtype)
-        digests = batch_digests(bh.take(idx), b).tolist()
+        gx, gy = gather(bx, by, rows[a : a + group], dtype)
+        digests = batch_digests(ids[a : a + group], b).tolist()
         for j, c in enumerate(range(0, gx.shape[0], b)):
             yield gx[c : c + b], gy[c : c + b], digests[j]
         del gx, gy
 
 
-def drain(vx, vy, vh, perm, b, final, drop_last, dropped, dtype=np.float64):
-    """Yield the full batches of the buffered rows ``vx``/``vy`` (ids ``vh``)
-    in the order ``perm`` (a permutation of their row numbers), as ``dtype``;
-    if ``final``, the rows left (fewer than a batch) are the last batch (none
-    with ``drop_last``: counted in ``dropped``), else their row numbers are
+def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64):
+    """Yield the full batches of the buffered rows ``vx``/``vy`` in the order ``perm``
+    (a permutation of their row numbers; ``ids``: the rows' ids in that order), as
+    ``dtype``; if ``final``, the rows left (fewer than a batch) are the last batch
+    (none with ``drop_last``: counted in ``dropped``), else their row numbers are
     returned to keep."""
     full = vx.shape[0] // b * b
-    yield from gathered(vx, vy, vh, perm[:full], b, dtype)
+    yield from gathered(vx, vy, ids, perm[:full], b, dtype)
     rest = perm[full:]
     if not final:
         return rest
     if len(rest):
-        digest = rows_digest(vh.take(rest))
+        digest = rows_digest(ids[full:])
         if not drop_last:
             yield *gather(vx, vy, rest, dtype), digest
         elif dropped is not None:
@@ -60,17 +75,72 @@ def drain(vx, vy, vh, perm, b, final, drop_last, dropped, dtype=np.float64):
     return rest[:0]
 
 
+class ChunkRead:
+    """A chunk not read yet: ``rows`` rows of a source from its row ``start`` on,
+    which ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out``
+    has: a C-contiguous float64 (k, d + l) array, x then y a row) straight
+    into a buffer's rows; ``id0`` is the first one's row of the stream. One
+    copy a row less than a chunk read into arrays of its own, then copied."""
+
+    __slots__ = ("d", "id0", "l", "read_into", "rows", "start")
+
+    def __init__(self, read_into, start: int, rows: int, id0: int, d: int, l: int):  # noqa: E741
+        self.read_into, self.start, self.rows, self.id0 = read_into, start, rows, id0
+        self.d, self.l = d, l
+
+
+def chunk_size(chunk) -> int:
+    """Rows of a chunk: ``(x, y, id0)`` or a :class:`ChunkRead`."""
+    return chunk.rows if isinstance(chunk, ChunkRead) else chunk[0].shape[0]
+
+
+def chunk_width(chunk) -> tuple[int, int]:
+    """``(d, l)`` of a chunk: ``(x, y, id0)`` or a :class:`ChunkRead`."""
+    if isinstance(chunk, ChunkRead):
+        return chunk.d, chunk.l
+    return chunk[0].shape[1], chunk[1].shape[1]
+
+
+def read_whole(chunk, take: int):
+    """``chunk``, unless it is a :class:`ChunkRead` of which fewer than all rows are
+    wanted now (the buffer's room ends inside it): then its rows read into arrays
+    of its own, ``(x, y, id0)``. So a chunk is always one read (one ranged GET for
+    a URL), never cut in two."""
+    if not isinstance(chunk, ChunkRead) or take == chunk.rows:
+        return chunk
+    w = np.empty((chunk.rows, chunk.d + chunk.l), dtype=np.float64)
+    chunk.read_into(chunk.start, w)
+    return (*sides(w, chunk.d), chunk.id0)
+
+
+def fill_rows(chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> None:
+    """Rows ``pos .. pos + take - 1`` of ``chunk`` into buffer rows ``bw`` (whole
+    rows: ``take`` of them) and their ids into ``bh`` (a :class:`ChunkRead`: all its
+    rows; see :func:`read_whole`)."""
+    if isinstance(chunk, ChunkRead):
+        chunk.read_into(chunk.start + pos, bw)
+        bh[:] = row_ids(chunk.id0, pos, take)
+        return
+    x, y, id0 = chunk
+    d = x.shape[1]
+    bw[:, :d] = x[pos : pos + take]
+    bw[:, d:] = y[pos : pos + take]
+    bh[:] = row_ids(id0, pos, take)
+
+
+def sides(bw: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """A buffer's x and y: views of its whole rows' first ``d`` values and the rest."""
+    return bw[:, :d], bw[:, d:]
+
+
 def buffer_arrays(spare, rows: int, d: int, l: int):  # noqa: E741
-    """``(bx, by, bh)`` of ``rows`` rows: the one in ``spare`` (emptied) if it fits."""
+    """``(bw, bh)``: ``rows`` whole rows (x then y, float64 C-contiguous) and their ids
+    (uint64): the pair in ``spare`` (emptied) if it fits."""
     if spare:
-        bx, by, bh = spare.pop()
-        if bx.shape[0] >= rows and bx.shape[1] == d and by.shape[1] == l:
-            return bx, by, bh
-    return (
-        np.empty((rows, d), dtype=np.float64),
-        np.empty((rows, l), dtype=np.float64),
-        np.empty(rows, dtype=np.uint64),
-    )
+        bw, bh = spare.pop()
+        if bw.shape[0] >= rows and bw.shape[1] == d + l:
+            return bw, bh
+    return np.empty((rows, d + l), dtype=np.float64), np.empty(rows, dtype=np.uint64)
 
 
 def row_ids(id0: int, pos: int, take: int) -> np.ndarray:

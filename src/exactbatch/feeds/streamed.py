@@ -25,6 +25,7 @@ import numpy as np
 
 from exactbatch.audit import audit_pass, check_total_size_kind, count_total
 from exactbatch.batching.buffer import mixing_window, shuffle_buffer
+from exactbatch.batching.gather import ChunkRead
 from exactbatch.batching.indexed_epoch import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
@@ -67,7 +68,7 @@ class StreamFeed:
         elif total_size is not None and n_rows is not None and total_size != int(n_rows):
             raise ValueError(
                 f"total_size={total_size} disagrees with the source, which knows it has "
-                f"n_rows={int(n_rows)} rows (from its metadata); pass total_size=\"auto\" "
+                f'n_rows={int(n_rows)} rows (from its metadata); pass total_size="auto" '
                 "(or the whole dataset's row count, not a shard's)"
             )
         self.total_size = total_size
@@ -83,7 +84,7 @@ class StreamFeed:
         if spec.even_batches:
             if total_size is None:
                 raise ValueError(
-                    "even_batches=True needs the stream's size: pass total_size=N or \"auto\""
+                    'even_batches=True needs the stream\'s size: pass total_size=N or "auto"'
                 )
             smallest = total_size // shard.count
             self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
@@ -118,7 +119,10 @@ class StreamFeed:
         if self.d is None:
             self.d, self.l = x.shape[1], y.shape[1]
 
-    def _indexed_chunks(self, seed, epoch, fed: Tally):
+    def _indexed_chunks(self, seed, epoch, fed: Tally, into_buffer: bool = False):
+        """The shard's chunks, in the epoch's chunk order: read into arrays, or (with
+        ``into_buffer``, for a shuffle buffer, where the source can) as
+        :class:`~exactbatch.batching.gather.ChunkRead` for the buffer to read."""
         rows, shard = self.source.chunk_rows, self.spec.shard
         if self.total_size is None:
             pieces = [(i, 0, int(r)) for i, r in enumerate(rows) if shard.owns_chunk(i)]
@@ -128,15 +132,28 @@ class StreamFeed:
             order = chunk_order(len(pieces), seed=seed, epoch=epoch, shard=shard.index)
             pieces = [pieces[j] for j in order.tolist()]
         firsts = (np.cumsum(rows) - rows).tolist()  # each chunk's first row in the stream
-        # The next chunk is read on a background thread while this one is cut into
-        # batches (Parquet decoding and positional reads release the GIL): one
-        # chunk more in memory, reads overlapped with batching.
-        todo = iter(pieces)
         # A source that can start reads early (ndf_blocks: the kernel reads ahead)
         # is told the chunks coming next, up to HINT_AHEAD chunks before they are
         # read, from a thread of its own (a hint can block while reads are queued).
         hint = getattr(self.source, "will_need", None)
         hints = None if hint is None else Hinter(hint, (i for i, _, _ in pieces), HINT_AHEAD)
+        into = getattr(self.source, "read_rows_into", None) if into_buffer else None
+        if into is not None:
+            # Rows read straight into the shuffle buffer's (by its filling thread).
+            try:
+                for i, lo, hi in pieces:
+                    if hints is not None:
+                        hints.taken()
+                    fed.add_range(firsts[i] + lo, firsts[i] + hi)
+                    yield ChunkRead(into, firsts[i] + lo, hi - lo, firsts[i] + lo, self.d, self.l)
+            finally:
+                if hints is not None:
+                    hints.close()
+            return
+        # The next chunk is read on a background thread while this one is cut into
+        # batches (Parquet decoding and positional reads release the GIL): one
+        # chunk more in memory, reads overlapped with batching.
+        todo = iter(pieces)
 
         def read_next():
             for i, _, _ in todo:
@@ -242,7 +259,7 @@ class StreamFeed:
     def _open_pass(self, seed: int, epoch: int):
         tally, spec = PassTally(), self.spec
         chunks = (
-            self._indexed_chunks(seed, epoch, tally.fed)
+            self._indexed_chunks(seed, epoch, tally.fed, into_buffer=spec.shuffle)
             if self.indexed
             else self._stream_chunks(tally.fed)
         )

@@ -23,15 +23,10 @@ row groups are).
 
 from __future__ import annotations
 
-import sys
-import threading
-
 import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.ndf import NdfDataset, NdfFile
-
-_refcount = getattr(sys, "getrefcount", lambda a: -1)  # -1: never reused
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -43,16 +38,16 @@ class NdfBlocks:
     ``chunk_rows[i]`` rows from ``chunk_starts[i]`` on (``block_rows`` each, but the
     last of the file, or of each part of a dataset).
 
-    Has ``n_rows`` (no counting pass), ``chunk_rows``, ``d``, ``l`` and
-    ``read_chunk(i)``; holds its own share of the open file or dataset.
+    Has ``n_rows`` (no counting pass), ``chunk_rows``, ``d``, ``l``,
+    ``read_chunk(i)`` and ``read_rows_into(row, out)`` (what a shuffle buffer
+    reads blocks with: straight into its own rows); holds its own share of the
+    open file or dataset.
     """
 
     def __init__(self, f: NdfFile | NdfDataset, block_rows: int):
         self.file = f.share()
         self.n_rows, self.d, self.l = f.n, f.d, f.l
         self.block_rows = block_rows
-        self._last, self._free = None, -2  # the block array read last (see _spare)
-        self._lock = threading.Lock()
         bounds = f.starts if isinstance(f, NdfDataset) else np.array([0, f.n], dtype=np.int64)
         # each part (a file: one part) cut into blocks from its own first row on
         starts, rows = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
@@ -71,29 +66,17 @@ class NdfBlocks:
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         start = int(self.chunk_starts[i])
         rows = int(self.chunk_rows[i])
-        # One positional read of the whole block; x and y are views of its rows
-        # (the buffer copies them out), so nothing is copied twice.
-        block = self._spare(rows)
+        # One positional read of the whole block; x and y are views of its rows.
+        block = np.empty((rows, self.d + self.l), dtype=np.float64)
         self.file.read_block_into(start, block)
         return block[:, : self.d], block[:, self.d :]
 
-    def _spare(self, rows: int) -> np.ndarray:
-        """A block array of ``rows`` rows: the last one handed out when nobody holds it
-        (nor a view of it) any more, else a new one. A fresh array of megabytes costs
-        a page fault and the zeroing of each of its pages (a tenth of the CPU time of
-        a shuffled epoch in block mode, measured); once the shuffle buffer has copied
-        a block's rows out, nobody holds its array, and the reference count says so
-        (CPython; elsewhere every block is new). Under a lock: two loaders may read
-        one NdfBlocks from two threads."""
-        with self._lock:
-            last = self._last
-            if last is not None and last.shape[0] >= rows and _refcount(last) == self._free:
-                return last[:rows]  # the view holds it from here on
-            last = self._last = np.empty((max(rows, self.block_rows), self.d + self.l))
-            # What "nobody else holds it" reads as, here (no view of it exists yet):
-            # measured, not assumed, as interpreters count references differently.
-            self._free = _refcount(last)
-            return last[:rows]
+    def read_rows_into(self, row: int, out: np.ndarray) -> None:
+        """Rows ``row .. row + len(out) - 1`` (within one block) into ``out``, a
+        C-contiguous float64 array of shape (k, d + l): one positional read, no
+        copy of its own (a shuffle buffer reads blocks this way, straight into
+        its rows)."""
+        self.file.read_block_into(row, out)
 
     def will_need(self, i: int) -> None:
         """Block ``i`` is read soon: ask the kernel to start reading it now, so that
