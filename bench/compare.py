@@ -24,7 +24,8 @@ Tools, for each batch size (64, 256, 1024 and 4096 by default):
 * exactbatch from a page-cache-warm .ndf file, fully shuffled;
 * exactbatch from a cold .ndf file (its pages evicted before every epoch with
   fsync + ``posix_fadvise(POSIX_FADV_DONTNEED)``, checked with mincore): fully
-  shuffled, and in block-shuffle mode (``ndf_blocks`` + a buffer of 64 blocks);
+  shuffled, and in block-shuffle mode (``ndf_blocks`` + a buffer of 64 blocks, and
+  the default buffer of 64 MiB: 16 blocks);
   and, as the block mode's reference, a sequential read of the same cold file
   (``os.preadv`` in 8 MiB chunks);
 * exactbatch from the Parquet folder, shuffled (buffer of 262,144 rows) and not;
@@ -96,6 +97,10 @@ TOOLS = {
     "eb_ndf_warm": ("exactbatch, .ndf warm (page cache), shuffled", "eb"),
     "eb_ndf_cold": ("exactbatch, .ndf cold, shuffled", "eb"),
     "eb_ndf_cold_blocks": ("exactbatch, .ndf cold, block-shuffle (64 blocks)", "eb"),
+    "eb_ndf_cold_blocks_default": (
+        "exactbatch, .ndf cold, block-shuffle (the default buffer: 64 MiB)",
+        "eb",
+    ),
     "seq_cold": ("ref: sequential read of the cold .ndf", "ref"),
     "eb_pq_shuffled": ("exactbatch, Parquet, shuffled (buffer {buffer:,})", "eb"),
     "eb_pq_unshuffled": ("exactbatch, Parquet, unshuffled", "eb"),
@@ -113,7 +118,14 @@ PYMC_TOOLS = ("pymc_mem", "pymc_pq")
 CAPPED_TOOLS = ("torch_default",)
 # The baselines of the overheads per batch, as the script names them.
 BASELINES = {"numpy": "NumPy epoch", "bare_gather": "bare gather", "c_limit": "C limit"}
-TWO_EPOCH_TOOLS = ("torch_default", "pymc_mem", "pymc_pq", "eb_ndf_cold", "eb_ndf_cold_blocks")
+TWO_EPOCH_TOOLS = (
+    "torch_default",
+    "pymc_mem",
+    "pymc_pq",
+    "eb_ndf_cold",
+    "eb_ndf_cold_blocks",
+    "eb_ndf_cold_blocks_default",
+)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -408,18 +420,18 @@ def build_case(c: dict, m: dict, notes: dict) -> Case:
 
         return Case(run, prepare, cleanup)
 
-    if tool == "eb_ndf_cold_blocks":
+    if tool in ("eb_ndf_cold_blocks", "eb_ndf_cold_blocks_default"):
         eb = m["eb"]
         resident = []
         notes["resident_before"] = resident
         # One loader for every epoch, as in training. Block mode reads with positional
         # reads only (nothing of the file is mapped into memory), so the eviction
-        # before each epoch drops every page (resident_before shows it).
+        # before each epoch drops every page (resident_before shows it). A buffer of
+        # 64 blocks is half of the default file; the default buffer, an eighth.
         blocks = eb.ndf_blocks(eb.open_ndf(c["ndf"]))
         notes["block_rows"] = blocks.block_rows
-        loader = eb.DataLoader(
-            blocks, b, shuffle=True, seed=SEED, buffer_size=64 * blocks.block_rows
-        )
+        size = 64 * blocks.block_rows if tool == "eb_ndf_cold_blocks" else None
+        loader = eb.DataLoader(blocks, b, shuffle=True, seed=SEED, buffer_size=size)
 
         def run(e):
             loader.set_epoch(e)
@@ -694,6 +706,7 @@ TARGETS = [
     ("eb_mem_next_into", "bare_gather", {None: 0.9}),
     ("eb_ndf_warm", "eb_mem_iter", {64: 0.7, 4096: 0.9}),
     ("eb_ndf_cold_blocks", "seq_cold", {64: 0.8, 4096: 0.9}),
+    ("eb_ndf_cold_blocks_default", "seq_cold", {64: 0.8, 4096: 0.9}),
     ("eb_pq_shuffled", "pyarrow_raw", {None: 0.8}),
     ("eb_mem_iter_f32", "eb_mem_iter", {None: 1.0}),
 ]
