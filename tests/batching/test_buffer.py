@@ -64,7 +64,8 @@ def shuffled_rows(n, chunk, b, buffer_size, size_hint, ahead, spare, seed=0):
             yield x, -x, a
 
     rng = np.random.default_rng(seed)
-    batches = list(shuffle_buffer(chunks(), b, buffer_size, rng, False, size_hint, spare, ahead))
+    groups = shuffle_buffer(chunks(), b, buffer_size, rng, False, size_hint, spare, ahead)
+    batches = [batch for group in groups for batch in group]
     rows = np.concatenate([x[:, 0] for x, _, _ in batches])
     assert np.array_equal(np.sort(rows), np.arange(n))
     assert all(np.array_equal(y, -x) for x, y, _ in batches)

@@ -36,7 +36,9 @@ def test_a_batch_larger_than_the_first_carry_is_completed_across_many_chunks():
     for a in range(0, 10_000, 700):
         x = np.arange(a, min(a + 700, 10_000), dtype=np.float64)[:, None]
         chunks.append((x, -x, a))
-    out = list(rebatch(chunks, 3000, drop_last=False))
+    groups = list(rebatch(chunks, 3000, drop_last=False))
+    assert all(len(group) == 1 for group in groups)  # one batch at a time: no more held
+    out = [batch for group in groups for batch in group]
     assert [len(x) for x, _, _ in out] == [3000, 3000, 3000, 1000]
     assert np.array_equal(np.concatenate([x[:, 0] for x, _, _ in out]), np.arange(10_000))
     assert all(np.array_equal(y, -x) for x, y, _ in out)

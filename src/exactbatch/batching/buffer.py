@@ -111,7 +111,8 @@ def shuffle_buffer(
     dropped: Tally | None = None,
     dtype=np.float64,
 ) -> Iterator:
-    """Yield shuffled ``(x, y, digest)`` batches of ``batch_size`` rows from
+    """Yield shuffled ``(x, y, digest)`` batches of ``batch_size`` rows, in groups
+    (lists of batches gathered together: see :func:`~exactbatch.batching.gather.gathered`), from
     ``(x, y, id0)`` chunks (or :class:`~exactbatch.batching.gather.ChunkRead`:
     rows a source reads straight into the buffer).
 

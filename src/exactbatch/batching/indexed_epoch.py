@@ -60,8 +60,10 @@ def take_group(jobs: list[IndexedJob]) -> list[tuple[np.ndarray, np.ndarray]]:
     rows = [job.rows for job in jobs]
     if isinstance(rows[0], slice):  # file order: consecutive batches are one run
         runs = all(b.start == a.stop for a, b in zip(rows, rows[1:], strict=False))
-        rows = slice(rows[0].start, rows[-1].stop) if runs else np.concatenate(
-            [np.arange(r.start, r.stop, dtype=np.int64) for r in rows]
+        rows = (
+            slice(rows[0].start, rows[-1].stop)
+            if runs
+            else np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows])
         )
     else:
         rows = np.concatenate(rows)
@@ -180,8 +182,14 @@ class IndexedEpoch:
         a, z = self.locate(k)
         if self.order is None:
             start = self.offset + a
-            return IndexedJob(self.reader, slice(start, self.offset + z), z - a, k,
-                              self._digest(start, self.offset + z), self.dtype)
+            return IndexedJob(
+                self.reader,
+                slice(start, self.offset + z),
+                z - a,
+                k,
+                self._digest(start, self.offset + z),
+                self.dtype,
+            )
         rows, digest = self.order.take(a, z)
         return IndexedJob(self.reader, rows, z - a, k, digest, self.dtype)
 

@@ -32,7 +32,9 @@ def rebatch(
     dtype=np.float64,
 ) -> Iterator:
     """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows of ``dtype``
-    (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks.
+    (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks, each
+    as a group of one (a list: what a stream's pass yields, as the shuffle buffer's
+    groups; one batch at a time, so that no more than it is held).
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
     unless ``drop_last``, when they are dropped (and counted in ``dropped``).
@@ -51,15 +53,17 @@ def rebatch(
             carried += digest(id0, id0 + pos)
             filled += pos
             if filled == b:
-                yield cx, cy, carried & _MASK
+                yield [(cx, cy, carried & _MASK)]
                 cx = cy = None
                 filled = carried = 0
         while rows - pos >= b:
-            yield (
-                x[pos : pos + b].astype(dtype),  # a copy, cast as it copies
-                y[pos : pos + b].astype(dtype),
-                digest(id0 + pos, id0 + pos + b),
-            )
+            yield [
+                (
+                    x[pos : pos + b].astype(dtype),  # a copy, cast as it copies
+                    y[pos : pos + b].astype(dtype),
+                    digest(id0 + pos, id0 + pos + b),
+                )
+            ]
             pos += b
         if pos < rows:
             filled = rows - pos
@@ -69,7 +73,7 @@ def rebatch(
             carried = digest(id0 + pos, id0 + rows)
         del x, y  # let the chunk go before the source makes the next one
     if filled and not drop_last:
-        yield cx[:filled], cy[:filled], carried & _MASK
+        yield [(cx[:filled], cy[:filled], carried & _MASK)]
     elif filled and dropped is not None:
         dropped.add(filled, carried)
 

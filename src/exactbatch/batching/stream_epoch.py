@@ -1,7 +1,8 @@
 """Batches of a streamed epoch: one pass of the source, handed out in order.
 
-A pass is an iterator of ``(x, y, digest)`` batches (re-batched, or mixed in
-a shuffle buffer) and the :class:`PassTally` the ledger keeps of it.
+A pass is an iterator of groups of ``(x, y, digest)`` batches (lists:
+re-batched one at a time, or mixed in a shuffle buffer and gathered many at
+a time) and the :class:`PassTally` the ledger keeps of it.
 :class:`StreamEpoch` hands its batches out one claim at a time. A pass that
 fails (the source raised) is started again at the next claim and replayed
 up to the batches already claimed, so a caller that retries gets the batch
@@ -11,6 +12,8 @@ any later batch.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
@@ -66,6 +69,7 @@ class StreamEpoch:
         self._it, self.tally = open_pass()
         self._limit = limit
         self._pending = None
+        self._ready = deque()  # the rest of the group of batches read last
         self._failed = False
         self._ended = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
@@ -79,32 +83,39 @@ class StreamEpoch:
         self.returned = Returned(kept)
 
     def _next(self):
+        """The pass's next batch (None at its end): read, not claimed."""
         if self._ended:
             return None
         if self._failed:  # start the pass again and replay what was claimed
             self._it.close()
             self._it, self.tally = self._open_pass()
             self._failed = False
+            self._ready.clear()
             for _ in range(self.claimed):
                 if self._pull() is None:
-                    break
+                    return None
         return self._pull()
 
     def _pull(self):
+        ready = self._ready
+        if ready:
+            return ready.popleft()
         try:
-            batch = next(self._it, None)
+            group = next(self._it, None)
         except BaseException:
             self._failed = True
             raise
-        if batch is None:
+        if group is None:
             self._ended = True
             return None
-        return batch
+        ready.extend(group)
+        return ready.popleft()
 
     def close(self) -> None:
         """Stop the epoch early: the source's iterator is closed now, not at GC."""
         self._ended = True
         self._pending = None
+        self._ready.clear()
         self._it.close()
 
     def exhausted(self) -> bool:
@@ -141,10 +152,11 @@ class StreamEpoch:
         if self._limit is not None and self.claimed >= self._limit:
             self._drain()
             return None
-        batch = self.peek()
+        batch, self._pending = self._pending, None  # read ahead by exhausted()
         if batch is None:
-            return None
-        self._pending = None
+            batch = self._next()  # (peek() inlined: once a batch, it counts)
+            if batch is None:
+                return None
         self.claimed += 1
         return StreamJob(*batch, self.claimed - 1)
 

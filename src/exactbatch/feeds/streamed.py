@@ -210,16 +210,17 @@ class StreamFeed:
         finally:
             close_iterator(it)
 
-    def _audited(self, batches):
-        """Run one batch ahead; audit N when the pass ends, before its last batch."""
+    def _audited(self, groups):
+        """Groups of batches, run one group ahead; audit N when the pass ends, before
+        its last group."""
         b = self.spec.batch_size
         full = 0
-        cur = next(batches, None)
+        cur = next(groups, None)
         if cur is None:  # a pass with no batches is audited too
             self._audit(0)
         while cur is not None:
-            nxt = next(batches, None)
-            full += cur[0].shape[0] == b
+            nxt = next(groups, None)
+            full += sum(x.shape[0] == b for x, _, _ in cur)
             if nxt is None:
                 self._audit(full * b)
             yield cur
