@@ -211,19 +211,22 @@ class StreamFeed:
             close_iterator(it)
 
     def _audited(self, groups):
-        """Groups of batches, run one group ahead; audit N when the pass ends, before
-        its last group."""
+        """Groups of batches, read one batch ahead (the next group is read before a
+        group's last batch, not its first, so a consumer's work on the group
+        overlaps the read); audit N when the pass ends, before its last batch."""
         b = self.spec.batch_size
         full = 0
         cur = next(groups, None)
         if cur is None:  # a pass with no batches is audited too
             self._audit(0)
         while cur is not None:
-            nxt = next(groups, None)
             full += sum(x.shape[0] == b for x, _, _ in cur)
+            if len(cur) > 1:
+                yield cur[:-1]
+            nxt = next(groups, None)
             if nxt is None:
                 self._audit(full * b)
-            yield cur
+            yield cur[-1:]
             cur = nxt
 
     def _audit(self, seen: int) -> None:
