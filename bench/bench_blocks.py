@@ -3,7 +3,9 @@
 Reads the same cold file (pages evicted before every read) sequentially, and in
 blocks of 4 MiB in a shuffled order, with no hint and with the next 16 blocks
 announced to the kernel (POSIX_FADV_WILLNEED, as ``ndf_blocks`` does), and
-through ``DataLoader(ndf_blocks(f), 4096, buffer_size=64 blocks)``. Each round
+through ``DataLoader(ndf_blocks(f), b)`` at batch 4096 with a buffer of 64
+blocks (half of the default file) and with the default buffer (64 MiB), and
+at batch 64 with the default buffer. Each round
 runs every case once, in the same order; the figures are medians over the
 rounds of each case's ratio to the sequential read of its own round.
 
@@ -137,18 +139,31 @@ def main() -> None:
     save_ndf(path, (rng.standard_normal((a.rows, 16)), rng.standard_normal(a.rows)))
     f = open_ndf(path)
     src = ndf_blocks(f)
-    loader = DataLoader(src, 4096, seed=0, buffer_size=64 * src.block_rows)
+    # One loader a case, kept across rounds as in training: a buffer of 64 blocks
+    # (half of the default file) and the default buffer (64 MiB: 16 blocks).
+    loaders = {
+        (b, blocks_): DataLoader(
+            src, b, seed=0, buffer_size=None if blocks_ is None else blocks_ * src.block_rows
+        )
+        for b, blocks_ in ((4096, 64), (4096, None), (64, None))
+    }
 
-    def through_loader(e):
-        loader.set_epoch(e)
-        for _ in loader:
-            pass
+    def through_loader(key):
+        def run(e):
+            loader = loaders[key]
+            loader.set_epoch(e)
+            for _ in loader:
+                pass
+
+        return run
 
     cases = {
         "sequential read (8 MiB at a time)": lambda e: sequential(path),
         "4 MiB blocks, shuffled order": lambda e: blocks(path, 0, e),
         "4 MiB blocks, shuffled, next 16 announced": lambda e: blocks(path, 16, e),
-        "DataLoader(ndf_blocks(f)), batch 4096": through_loader,
+        "DataLoader(ndf_blocks(f)), batch 4096, 64 blocks": through_loader((4096, 64)),
+        "DataLoader(ndf_blocks(f)), batch 4096, default buffer": through_loader((4096, None)),
+        "DataLoader(ndf_blocks(f)), batch 64, default buffer": through_loader((64, None)),
     }
     if sys.platform.startswith("linux") and os.path.exists(
         "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"
@@ -171,7 +186,8 @@ def main() -> None:
                     requests[name].append((after[0] - before[0], (after[1] - before[1]) * 512))
     finally:
         f.close()
-        loader.close()
+        for loader in loaders.values():
+            loader.close()
         os.unlink(path)
         os.rmdir(folder)
     seq = np.array(times["sequential read (8 MiB at a time)"])
