@@ -3,7 +3,9 @@
 Every case gathers the rows of one random permutation, batch by batch, into
 reused buffers: exactbatch's kernel (``kernels.memory_rows(x, y).read``)
 against two ``take(..., mode="clip")`` calls (x, then y), for x alone, y
-alone (an 8-byte label), and both, in float64; then the kernel's float32
+alone (an 8-byte label), and both, in float64, from arrays of their own and
+from whole rows (views of one array, y just after x: one pass a row; against
+one ``take`` of the whole rows, not split into x and y); then the kernel's float32
 output (cast as it copies) against its float64; and the keyed bijection of an
 epoch's order (``EpochBijection.rows`` of 4096 positions at a time) in C
 against the pure NumPy path. The cases alternate within
@@ -41,10 +43,19 @@ def _cases(x: np.ndarray, y: np.ndarray, b: int) -> dict:
     fx, fy = np.empty((b, d), np.float32), np.empty((b, 1), np.float32)
     rx, ry = kernels.memory_rows(x, none), kernels.memory_rows(none, y)
     rxy = kernels.memory_rows(x, y)
+    # whole rows, y just after x (a shuffle buffer's, an .ndf file's): views of one array
+    w = np.concatenate((x, y), axis=1)
+    wx, wy = w[:, :d], w[:, d:]
+    rw = kernels.memory_rows(wx, wy)
 
     def both(i):
         x.take(i, axis=0, out=ox, mode="clip")
         y.take(i, axis=0, out=oy, mode="clip")
+
+    ow = np.empty((b, d + 1))
+
+    def whole(i):  # NumPy's best for this layout: one take of whole rows, not split
+        w.take(i, axis=0, out=ow, mode="clip")
 
     return {
         "x (16 values)": (
@@ -56,6 +67,7 @@ def _cases(x: np.ndarray, y: np.ndarray, b: int) -> dict:
             lambda i: y.take(i, axis=0, out=oy, mode="clip"),
         ),
         "x and y": (lambda i: rxy.read(i, ox, oy), both),
+        "x and y, whole rows (one pass)": (lambda i: rw.read(i, ox, oy), whole),
         "x and y, float32 / float64 (both the kernel)": (
             lambda i: rxy.read(i, fx, fy),
             lambda i: rxy.read(i, ox, oy),

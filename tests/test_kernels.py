@@ -454,3 +454,21 @@ def _run_args(code: str, *args) -> subprocess.CompletedProcess:
         timeout=120,
         env={**os.environ, "EXACTBATCH_PURE": "0"},
     )
+
+
+def test_a_few_rows_of_whole_row_columns_are_read_without_copying_the_array(each_backend):
+    """A shuffle buffer's x and y are columns of one array of whole rows: reading a
+    batch copies that batch, never the whole buffer (np.take would, on either
+    backend's NumPy path, to make a column view contiguous first)."""
+    import tracemalloc
+
+    w = np.zeros((200_000, 17))  # 27 MB
+    rows = kernels.memory_rows(w[:, :16], w[:, 16:])
+    ox, oy = np.empty((3, 16)), np.empty((3, 1))
+    tracemalloc.start()
+    try:
+        rows.read(np.array([5, 70_000, 199_999]), ox, oy)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

@@ -101,13 +101,16 @@ def check_dtype(dtype) -> np.dtype:
 class _NumpyRows:
     """The pure path of :func:`memory_rows`."""
 
-    __slots__ = ("d", "l", "x", "y")
+    __slots__ = ("contiguous", "d", "l", "x", "y")
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y, self.d, self.l = x, y, x.shape[1], y.shape[1]
+        self.contiguous = x.flags.c_contiguous and y.flags.c_contiguous
 
     def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        if isinstance(rows, slice):
+        # Columns of whole rows (a shuffle buffer's x and y): indexing, as np.take
+        # would first copy the whole array to make it contiguous.
+        if isinstance(rows, slice) or not self.contiguous:
             out_x[...] = self.x[rows]
             out_y[...] = self.y[rows]
             return
@@ -125,7 +128,8 @@ class _NumpyRows:
 
 
 def memory_rows(x: np.ndarray, y: np.ndarray):
-    """The rows of ``x`` (n, d) and ``y`` (n, l), float64 C-contiguous, as an object
+    """The rows of ``x`` (n, d) and ``y`` (n, l), float64, each row's values side by
+    side (C-contiguous, or columns of a C-contiguous array of whole rows), as an object
     whose ``read(rows, out_x, out_y)`` gathers them (module docs). It holds both
     arrays for as long as it lives."""
     if _CORE is not None:
