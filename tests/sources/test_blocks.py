@@ -221,3 +221,23 @@ def test_block_shuffle_over_a_dataset(sharded):
 def test_ndf_blocks_refuses_other_sources():
     with pytest.raises(TypeError, match="NdfFile from open_ndf or an NdfDataset"):
         ndf_blocks(np.zeros((3, 2)))
+
+
+def test_read_rows_into_reads_rows_straight_into_out_and_refuses_another_out(ndf):
+    """What a shuffle buffer reads blocks with: rows into a whole-row array; an array
+    of another width, dtype or layout, or rows past the end, is a clear error naming
+    it, never rows read into the wrong places."""
+    src = ndf_blocks(ndf, 100)
+    out = np.full((5, 3), np.nan)
+    src.read_rows_into(995, out)
+    np.testing.assert_array_equal(out[:, 0], np.arange(995, 1000))
+    with pytest.raises(ValueError, match=r"out must have shape \(5, 3\)"):
+        src.read_rows_into(0, np.empty((5, 2)))
+    with pytest.raises(TypeError, match="out must have dtype float64"):
+        src.read_rows_into(0, np.empty((5, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="out must be a writeable C-contiguous array"):
+        src.read_rows_into(0, np.empty((3, 5)).T[:, :3].copy(order="F"))
+    with pytest.raises(IndexError, match=r"rows 996\.\.1000 are past the last row"):
+        src.read_rows_into(996, out)
+    with pytest.raises(ValueError, match="row must be >= 0"):
+        src.read_rows_into(-1, out)

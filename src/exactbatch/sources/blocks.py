@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
 from exactbatch.ndf import NdfDataset, NdfFile
 
@@ -72,10 +73,20 @@ class NdfBlocks:
         return block[:, : self.d], block[:, self.d :]
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
-        """Rows ``row .. row + len(out) - 1`` (within one block) into ``out``, a
-        C-contiguous float64 array of shape (k, d + l): one positional read, no
-        copy of its own (a shuffle buffer reads blocks this way, straight into
-        its rows)."""
+        """Rows ``row .. row + len(out) - 1`` (of ``[0, n_rows)``) into ``out``, a
+        writeable C-contiguous float64 array of shape (k, d + l), x then y a row:
+        one positional read (one a part of a dataset), no copy of its own (a
+        shuffle buffer reads blocks this way, straight into its rows). Another
+        ``out`` is a ``TypeError`` or ``ValueError`` naming it; rows past the end
+        an ``IndexError``."""
+        k = out.shape[0] if isinstance(out, np.ndarray) and out.ndim == 2 else 0
+        check_out_array(out, (k, self.d + self.l), "out")
+        row = check_int("row", row, 0)
+        if row + k > self.n_rows:
+            raise IndexError(
+                f"rows {row}..{row + k - 1} are past the last row of {self.file.path} "
+                f"({self.n_rows} rows)"
+            )
         self.file.read_block_into(row, out)
 
     def will_need(self, i: int) -> None:
