@@ -187,11 +187,10 @@ static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssi
  * row, at base + row * stride, into out. x and y in arrays of their own (and
  * sorted batches) are copied in two passes, each a plain loop of independent
  * loads, which the CPU overlaps well; shuffled rows holding y just after x go
- * through both64 (below) instead
- * (looking for runs row by row made it slower, so ``runs`` says whether the
- * batch starts with one; wide rows are prefetched a few rows ahead). A run of
- * consecutive rows, where the layout holds them back to back (x or y in
- * memory), is one memcpy. */
+ * through both64 (below) instead. Looking for runs row by row made it slower,
+ * so ``runs`` says whether the batch starts with one; wide rows are prefetched
+ * a few rows ahead. A run of consecutive rows, where the layout holds them
+ * back to back (x or y in memory), is one memcpy. */
 #define PREFETCH 16 /* rows ahead */
 #define DEFINE_SIDE(NAME, T)                                                              \
     WIDE static void NAME(const T *ix, Py_ssize_t start, Py_ssize_t r, const char *base,      \
@@ -726,7 +725,7 @@ DEFINE_PLACE(place64, int64_t)
 
 /* Rows of j, by global row number, straight from their parts' mappings into the
  * outputs. Every row is checked and placed first (see place32), then copied
- * under the guard (all x, then all y, as in copy_side), then each part touched
+ * under the guard (each row's x then its y, as in both64), then each part touched
  * is checked with one fstat. 0: copied (or j->bad >= 0: a row out of range,
  * nothing copied); 1: parts not open yet (seen == 2), nothing copied; -1: a
  * copy faulted; -2: part *which changed. */

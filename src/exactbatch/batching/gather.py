@@ -12,10 +12,11 @@ is never a view of the buffer itself, which the next fill overwrites. Each row's
 it (8 bytes a row) and is summed into its batch's ledger digest
 (:mod:`exactbatch.order.digest`).
 
-Filling the buffer stays a NumPy slice assignment (contiguous rows: already
-one memcpy a side), and the digests stay :func:`~exactbatch.order.digest.batch_digests`
-(three vectorised passes a group, a small share of the gather): neither
-would gain from the compiled core.
+Filling the buffer stays a NumPy slice assignment (one strided copy a side)
+or a positional read straight into its rows, and the digests stay
+:func:`~exactbatch.order.digest.batch_digests` (three vectorised passes a
+group, a small share of the gather): neither would gain from the compiled
+core.
 """
 
 from __future__ import annotations
@@ -79,17 +80,17 @@ def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64):
 
 
 class ChunkRead:
-    """A chunk not read yet: ``rows`` rows of a source from its row ``start`` on,
-    which ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out``
-    has: a C-contiguous float64 (k, d + l) array, x then y a row) straight
-    into a buffer's rows; ``id0`` is the first one's row of the stream. One
-    copy a row less than a chunk read into arrays of its own, then copied."""
+    """A chunk not read yet: ``rows`` rows from row ``id0`` on (of the stream, which
+    for a chunk-indexed source is the source's own row number), which
+    ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out`` has: a
+    C-contiguous float64 (k, d + l) array, x then y a row) straight into a
+    buffer's rows. One copy a row less than a chunk read into arrays of its
+    own, then copied."""
 
-    __slots__ = ("d", "id0", "l", "read_into", "rows", "start")
+    __slots__ = ("d", "id0", "l", "read_into", "rows")
 
-    def __init__(self, read_into, start: int, rows: int, id0: int, d: int, l: int):  # noqa: E741
-        self.read_into, self.start, self.rows, self.id0 = read_into, start, rows, id0
-        self.d, self.l = d, l
+    def __init__(self, read_into, id0: int, rows: int, d: int, l: int):  # noqa: E741
+        self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
 
 
 def chunk_size(chunk) -> int:
@@ -112,7 +113,7 @@ def read_whole(chunk, take: int):
     if not isinstance(chunk, ChunkRead) or take == chunk.rows:
         return chunk
     w = np.empty((chunk.rows, chunk.d + chunk.l), dtype=np.float64)
-    chunk.read_into(chunk.start, w)
+    chunk.read_into(chunk.id0, w)
     return (*sides(w, chunk.d), chunk.id0)
 
 
@@ -121,7 +122,7 @@ def fill_rows(chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> Non
     rows: ``take`` of them) and their ids into ``bh`` (a :class:`ChunkRead`: all its
     rows; see :func:`read_whole`)."""
     if isinstance(chunk, ChunkRead):
-        chunk.read_into(chunk.start + pos, bw)
+        chunk.read_into(chunk.id0 + pos, bw)
         bh[:] = row_ids(chunk.id0, pos, take)
         return
     x, y, id0 = chunk

@@ -154,7 +154,7 @@ class StreamEpoch:
             return None
         batch, self._pending = self._pending, None  # read ahead by exhausted()
         if batch is None:
-            batch = self._next()  # (peek() inlined: once a batch, it counts)
+            batch = self._next()  # as peek() would, without keeping it pending
             if batch is None:
                 return None
         self.claimed += 1

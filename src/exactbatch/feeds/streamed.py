@@ -145,7 +145,7 @@ class StreamFeed:
                     if hints is not None:
                         hints.taken()
                     fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                    yield ChunkRead(into, firsts[i] + lo, hi - lo, firsts[i] + lo, self.d, self.l)
+                    yield ChunkRead(into, firsts[i] + lo, hi - lo, self.d, self.l)
             finally:
                 if hints is not None:
                     hints.close()
