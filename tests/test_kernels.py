@@ -178,7 +178,9 @@ def test_every_source_gives_the_same_batches_on_both_backends_in_each_dtype(
     tmp_path, kind, dtype, each_backend
 ):
     """The batches of a loader of ``dtype`` are the float64 loader's batches cast,
-    the same on both backends (the rows of the float64 loader are the source's)."""
+    the same on both backends (the rows of the float64 loader are the source's); at a
+    batch_size that is a multiple of 16, each batch's x and y start on a 64-byte
+    boundary, so that a CPU JAX device aliases them (docs/usage/jax.md)."""
     n, d, l = 203, 3, 2  # noqa: E741
     x, y = make_data(n, d, l)
     save_ndf(tmp_path / "f.ndf", (x, y))
@@ -210,6 +212,7 @@ def test_every_source_gives_the_same_batches_on_both_backends_in_each_dtype(
         assert len(got) == len(want) > 0
         for (gx, gy), (wx, wy) in zip(got, want, strict=True):
             assert gx.dtype == dtype and gy.dtype == dtype
+            assert gx.ctypes.data % 64 == 0 and gy.ctypes.data % 64 == 0, (kind, shuffle)
             np.testing.assert_array_equal(gx, wx.astype(dtype))
             np.testing.assert_array_equal(gy, wy.astype(dtype))
         bx, by = np.empty((16, d), dtype=dtype), np.empty((16, l), dtype=dtype)

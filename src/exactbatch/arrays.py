@@ -1,4 +1,4 @@
-"""Checks and conversions of the arrays users hand in.
+"""Checks and conversions of the arrays users hand in, and the arrays batches are made in.
 
 Array-likes are read as NumPy sees them (``np.asarray``), found by duck
 typing so that NumPy stays the only dependency: torch, pandas and polars
@@ -16,11 +16,32 @@ are never imported here. Two kinds get care of their own:
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
-__all__ = ["as_float64_2d", "as_numpy", "check_out_array", "is_array_like"]
+__all__ = ["ALIGN", "as_float64_2d", "as_numpy", "batch_pair", "check_out_array", "is_array_like"]
 
 _REAL = "biuf"  # dtype kinds of real numbers: bool, signed, unsigned, float
+
+# Bytes: a cache line, and the alignment at which XLA's CPU client aliases host
+# memory instead of copying it (NumPy aligns only to 16).
+ALIGN = 64
+
+
+def batch_pair(rows: int, d: int, l: int, dtype) -> tuple[np.ndarray, np.ndarray]:  # noqa: E741
+    """New uninitialised C-contiguous ``(rows, d)`` and ``(rows, l)`` arrays of
+    ``dtype``, each starting on an ``ALIGN``-byte boundary (one allocation holds
+    both), so that ``jax.device_put`` on a CPU aliases a batch rather than copy it."""
+    dt = np.dtype(dtype)
+    x_bytes = rows * d * dt.itemsize
+    at_y = -(-x_bytes // ALIGN) * ALIGN  # x padded to whole lines
+    raw = np.empty(at_y + rows * l * dt.itemsize + ALIGN, dtype=np.uint8)
+    at = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % ALIGN  # cheaper than .ctypes
+    return (
+        np.ndarray((rows, d), dt, raw, at),
+        np.ndarray((rows, l), dt, raw, at + at_y),
+    )
 
 
 def is_array_like(a) -> bool:

@@ -29,6 +29,8 @@ import os
 
 import numpy as np
 
+from exactbatch.arrays import batch_pair
+
 __all__ = [
     "DTYPES",
     "bijection",
@@ -175,7 +177,6 @@ def bijection(n: int, q: int, swap01: bool, plan):
 def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
     """New arrays of ``dtype`` holding rows ``rows`` of ``x`` and ``y`` (a shuffle
     buffer's rows, gathered into batches)."""
-    out_x = np.empty((len(rows), x.shape[1]), dtype=dtype)
-    out_y = np.empty((len(rows), y.shape[1]), dtype=dtype)
+    out_x, out_y = batch_pair(len(rows), x.shape[1], y.shape[1], dtype)
     memory_rows(x, y).read(rows, out_x, out_y)
     return out_x, out_y

@@ -66,7 +66,9 @@ class DataLoader:
       belong to the caller (nothing else writes them; small batches of a
       random-access source are read up to 16 at a time, at most 512 KiB, when
       nothing prefetches them: such a batch is a view of its group's arrays).
-      Only the newest iterator may advance; an older one raises
+      Where ``batch_size`` is a multiple of 16, a batch's x and y start on a
+      64-byte boundary (a cache line; a CPU JAX device aliases such memory
+      rather than copy it). Only the newest iterator may advance; an older one raises
       ``RuntimeError``. Batches read ahead in a group count as handed out only
       when they are, as prefetched ones do.
     * :meth:`next_into` is the allocation-free path and may be called from

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from exactbatch.arrays import batch_pair
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
@@ -44,8 +45,7 @@ class IndexedJob:
 
     def take(self) -> tuple[np.ndarray, np.ndarray]:
         reader = self.reader
-        out_x = np.empty((self.size, reader.d), dtype=self.dtype)
-        out_y = np.empty((self.size, reader.l), dtype=self.dtype)
+        out_x, out_y = batch_pair(self.size, reader.d, reader.l, self.dtype)
         reader.read(self.rows, out_x, out_y)
         return out_x, out_y
 
@@ -68,8 +68,7 @@ def take_group(jobs: list[IndexedJob]) -> list[tuple[np.ndarray, np.ndarray]]:
     else:
         rows = np.concatenate(rows)
     total = sum(job.size for job in jobs)
-    gx = np.empty((total, reader.d), dtype=dtype)
-    gy = np.empty((total, reader.l), dtype=dtype)
+    gx, gy = batch_pair(total, reader.d, reader.l, dtype)
     reader.read(rows, gx, gy)
     out, a = [], 0
     for job in jobs:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from exactbatch.arrays import batch_pair
 from exactbatch.order.digest import RangeDigests, Tally
 
 __all__ = ["rebatch"]
@@ -57,13 +58,9 @@ def rebatch(
                 cx = cy = None
                 filled = carried = 0
         while rows - pos >= b:
-            yield [
-                (
-                    x[pos : pos + b].astype(dtype),  # a copy, cast as it copies
-                    y[pos : pos + b].astype(dtype),
-                    digest(id0 + pos, id0 + pos + b),
-                )
-            ]
+            bx, by = batch_pair(b, x.shape[1], y.shape[1], dtype)
+            bx[:], by[:] = x[pos : pos + b], y[pos : pos + b]  # a copy, cast as it copies
+            yield [(bx, by, digest(id0 + pos, id0 + pos + b))]
             pos += b
         if pos < rows:
             filled = rows - pos
@@ -84,8 +81,9 @@ def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0, dtype=np.float64): 
     if cx is not None and len(cx) >= need:
         return cx, cy
     cap = min(b, max(need, 2 * (0 if cx is None else len(cx)), 1024))
-    nx = np.empty((cap, d if cx is None else cx.shape[1]), dtype=dtype)
-    ny = np.empty((cap, l if cy is None else cy.shape[1]), dtype=dtype)
+    nx, ny = batch_pair(
+        cap, d if cx is None else cx.shape[1], l if cy is None else cy.shape[1], dtype
+    )
     if cx is not None:
         nx[: len(cx)], ny[: len(cy)] = cx, cy
     return nx, ny
