@@ -14,6 +14,8 @@ jax = pytest.importorskip("jax")
 from helpers import ids, make_data  # noqa: E402
 
 from exactbatch import DataLoader  # noqa: E402
+from exactbatch.adapters.jax_put import Putter  # noqa: E402
+from exactbatch.arrays import batch_pair  # noqa: E402
 from exactbatch.jax import JaxLoader, as_jax  # noqa: E402
 
 
@@ -170,6 +172,75 @@ def test_bad_arguments():
     assert len(got) == 4 and got[0][0].sharding.device_set == {jax.devices()[0]}
 
 
+def same_arrays(got, want) -> bool:
+    """Whether two device arrays agree in everything a step can see."""
+    return (
+        got.shape == want.shape
+        and got.dtype == want.dtype
+        and got.sharding == want.sharding
+        and got.committed == want.committed
+        and np.array_equal(np.asarray(got), np.asarray(want))
+    )
+
+
+def put_both_ways(target, sharding, tamper=None):
+    """Arrays of three shapes (one twice) put by XLA's batched put and by jax.device_put;
+    ``tamper`` replaces the batched put. Returns the fast Putter's plans."""
+    fast, slow = Putter(target, sharding), Putter(target, sharding, fast=False)
+    if tamper is not None:
+        fast.batched = (tamper(fast.batched[0]), *fast.batched[1:])
+    for rows in (8, 3, 8):  # the second 8 is put by the plan the first one made
+        x, y = batch_pair(rows, 3, 1, np.float32)
+        x[:], y[:] = np.arange(rows * 3).reshape(rows, 3), np.arange(rows)[:, None]
+        for got, want in zip(fast((x, y)), slow((x, y)), strict=True):
+            assert same_arrays(got, want), (target, rows)
+    return fast.plans
+
+
+def test_the_batched_put_gives_what_device_put_gives():
+    """On this JAX, XLA's batched put is used (a plan for each shape) and gives the arrays
+    jax.device_put gives: values, sharding and committedness, for JAX's default device
+    (uncommitted), a named device and a sharding (committed)."""
+    dev = jax.devices()[0]
+    one = jax.sharding.SingleDeviceSharding(dev)
+    for target in (None, dev, one):
+        plans = put_both_ways(target, one)
+        assert len(plans) == 4 and all(p is not None for p in plans.values()), target
+
+
+def test_the_batched_put_falls_back_to_device_put_where_it_fails_or_differs():
+    """Where the batched put raises, or gives other arrays than jax.device_put (here:
+    committed where device_put leaves them uncommitted), every array of that shape goes
+    through jax.device_put, and the arrays are still device_put's."""
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def raising(put):
+        def bad(*args):
+            raise TypeError("batched_device_put() got an unexpected argument")
+
+        return bad
+
+    def committing(put):
+        return lambda aval, sharding, xs, devices, committed: put(aval, sharding, xs, devices, True)
+
+    for tamper in (raising, committing):
+        plans = put_both_ways(None, one, tamper)
+        assert len(plans) == 4 and all(p is None for p in plans.values()), tamper
+
+
+def test_a_float32_batch_reaches_a_cpu_device_without_a_copy():
+    """The loader's float32 batches start on a 64-byte boundary, so the device array of a
+    CPU device aliases the loader's host memory: no copy is made."""
+    loader = loader_of(100, 32, dtype=np.float32)
+    it = iter(as_jax(loader, prefetch=1))
+    xb, yb = next(it)
+    host = it.ahead[0][0] if it.ahead else None
+    assert host is not None  # the next batch, put ahead
+    nxb, nyb = next(it)
+    assert nxb.unsafe_buffer_pointer() == host[0].ctypes.data
+    assert nyb.unsafe_buffer_pointer() == host[1].ctypes.data
+
+
 SHARDED = textwrap.dedent(
     """
     import jax, numpy as np, pytest
@@ -201,6 +272,16 @@ SHARDED = textwrap.dedent(
     two = NamedSharding(mesh, P("batch", None))
     xb, yb, mask = next(iter(as_jax(DataLoader((x, y), 10), sharding=two, pad_last=True)))
     assert [s.data.shape for s in mask.addressable_shards] == [(5,), (5,)]
+    # XLA's batched put lays rows out over the devices as jax.device_put does
+    from exactbatch.adapters.jax_put import Putter
+    fast, slow = Putter(rows, rows), Putter(rows, rows, fast=False)
+    for n in (10, 4, 10):
+        a = np.arange(n * 2.0, dtype=np.float32).reshape(n, 2)
+        (got,), (want,) = fast((a,)), slow((a,))
+        assert got.sharding == want.sharding and got.committed == want.committed
+        assert [s.data.shape for s in got.addressable_shards] == [(n // 2, 2)] * 2
+        assert np.array_equal(np.asarray(got), a)
+    assert all(p is not None for p in fast.plans.values())
     print("ok")
     """
 )

@@ -5,17 +5,22 @@ epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
 shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
 (rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``.
 
-How the move overlaps the step: ``jax.device_put`` returns at once and
-copies in the background, so the iterator keeps ``prefetch`` batches put
-ahead of the one it hands out (a deque of device arrays); while a jitted
-step runs on batch i, batches i+1 .. i+prefetch are on their way (on a CPU
-device the "move" is at most a copy, and none for a cast or padded batch,
-which is made in 64-byte aligned memory that XLA aliases). The host
-arrays are never written after they are put: the loader hands out fresh
-arrays that belong to the caller (it never reuses a batch's arrays), a cast
-or a pad makes a fresh copy, and the iterator keeps each host batch until
-its device batch is handed out, so a transfer (or a zero-copy alias on a
-CPU device) reads memory nobody changes.
+How the move overlaps the step: a put returns at once and copies in the
+background, so the iterator keeps ``prefetch`` batches put ahead of the one
+it hands out (a deque of device arrays); while a jitted step runs on batch
+i, batches i+1 .. i+prefetch are on their way. Puts go through
+:class:`~exactbatch.adapters.jax_put.Putter`: XLA's batched put, checked
+against ``jax.device_put`` (a tenth of its cost per array), else
+``jax.device_put`` itself; the arrays are ``jax.device_put``'s either way
+(uncommitted on JAX's default device when neither ``device`` nor
+``sharding`` is given). On a CPU device the "move" is at most a copy, and
+none for memory that starts on a 64-byte boundary, which XLA aliases: the
+loader's batches (at a batch_size that is a multiple of 16) and a cast or
+padded batch. The host arrays are never written after they are put: the
+loader hands out fresh arrays that belong to the caller (it never reuses a
+batch's arrays), a cast or a pad makes a fresh copy, and the iterator keeps
+each host batch until its device batch is handed out, so a transfer (or a
+zero-copy alias on a CPU device) reads memory nobody changes.
 
 Resume: batches put ahead were handed out by the loader, but not yet to
 you. :meth:`JaxLoader.state_dict` counts only the batches the iterator
@@ -34,12 +39,13 @@ jax is imported when a function here first needs it, never at import.
 from __future__ import annotations
 
 import gc
-import math
 import weakref
 from collections import deque
 
 import numpy as np
 
+from exactbatch.adapters.jax_put import Putter
+from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_flag, check_int
 
 __all__ = ["JaxLoader", "as_jax"]
@@ -148,8 +154,6 @@ class JaxLoader:
                 f"Mesh); got {sharding!r}"
             )
         self.device, self.sharding = device, sharding
-        self._target = device if sharding is None else sharding
-        self._mask_target = device if sharding is None else _mask_sharding(sharding)
         self._pieces = 1 if sharding is None else _row_pieces(sharding)
         b = loader.batch_size
         if b % self._pieces:
@@ -164,6 +168,8 @@ class JaxLoader:
                 f"the sharding's {self._pieces} devices: pass pad_last=True (or drop_last=True "
                 f"to the DataLoader)"
             )
+        self._fast = True  # XLA's batched put where it checks out (see jax_put.py)
+        self._putter_key = self._put_with = None
         self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
         self._deferred = None  # a rewind left by an epoch dropped during garbage collection
         self._then = None  # (position, epoch): after a rewind, the next iter() begins epoch
@@ -227,46 +233,64 @@ class JaxLoader:
 
     # -- one batch to the device ----------------------------------------------------
 
-    def _host(self, a: np.ndarray, rows_to: int) -> np.ndarray:
-        """``a`` in this dtype with ``rows_to`` rows (zeros below), copied only if needed
-        (into memory aligned so that a CPU device aliases it rather than copy it)."""
-        if a.shape[0] == rows_to and a.dtype == self.dtype:
-            return a
-        out = _aligned((rows_to, *a.shape[1:]), self.dtype)
-        out[: a.shape[0]] = a
-        out[a.shape[0] :] = 0
+    def _putters(self) -> tuple:
+        """Putters of x and y, and of the mask: onto ``sharding``, else one device
+        (``device``, else JAX's default device as ``jax.device_put`` picks it now,
+        the arrays left uncommitted as it leaves them); kept while that holds."""
+        jax = _jax()
+        if self.sharding is not None:
+            key = (self.sharding, _mask_sharding(self.sharding))
+            targets = key
+        else:
+            one = self.device if self.device is not None else _default_device()
+            key = (jax.sharding.SingleDeviceSharding(one),) * 2
+            targets = (self.device,) * 2
+        if self._putter_key != key:
+            self._putter_key = key
+            self._put_with = tuple(
+                Putter(t, s, fast=self._fast) for t, s in zip(targets, key, strict=True)
+            )
+        return self._put_with
+
+    def _host(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
+        """``xb, yb`` in this dtype with ``rows_to`` rows (zeros below), copied only
+        if needed (into memory aligned so that a CPU device aliases it, not copies it)."""
+        if xb.shape[0] == rows_to and xb.dtype == yb.dtype == self.dtype:
+            return xb, yb
+        out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype)
+        for a, o in zip((xb, yb), out, strict=True):
+            o[: a.shape[0]] = a
+            o[a.shape[0] :] = 0
         return out
 
-    def _put(self, xb: np.ndarray, yb: np.ndarray, ones):
-        """``(host arrays, device arrays)`` of one batch; the device put is asynchronous."""
-        jax = _jax()
+    def _put(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
+        """``(host arrays, device arrays)`` of one batch put by ``to`` (the putters of
+        x and y, and of the mask); the device put is asynchronous."""
         rows, b = xb.shape[0], self.loader.batch_size
         if rows % self._pieces and not self.pad_last:
             raise ValueError(
                 f"a batch of {rows} rows does not divide evenly over the sharding's "
                 f"{self._pieces} devices: pass pad_last=True (or drop_last=True to the DataLoader)"
             )
-        to = b if self.pad_last else rows
-        host = (self._host(xb, to), self._host(yb, to))
+        host = self._host(xb, yb, b if self.pad_last else rows)
+        put = to[0](host)
         if not self.pad_last:
-            return host, jax.device_put(host, self._target)
+            return host, put
         if rows == b:
-            return host, (*jax.device_put(host, self._target), ones)
+            return host, (*put, ones)
         mask = np.zeros(b, dtype=self.dtype)
         mask[:rows] = 1.0
-        put = jax.device_put((*host, mask), (self._target, self._target, self._mask_target))
-        return (*host, mask), put
+        return (*host, mask), (*put, *to[1]((mask,)))
 
 
-_ALIGN = 64  # bytes: XLA's CPU client aliases host memory so aligned instead of copying it
-
-
-def _aligned(shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """An uninitialised array of ``shape`` whose data starts on an ``_ALIGN``-byte boundary."""
-    size = math.prod(shape) * dtype.itemsize
-    raw = np.empty(size + _ALIGN, dtype=np.uint8)
-    start = -raw.__array_interface__["data"][0] % _ALIGN
-    return raw[start : start + size].view(dtype).reshape(shape)
+def _default_device():
+    """The device ``jax.device_put(x)`` puts ``x`` on: ``jax_default_device`` (a device
+    or a platform's name) where set, else the first local device."""
+    jax = _jax()
+    default = jax.config.jax_default_device
+    if isinstance(default, str):
+        return jax.local_devices(backend=default)[0]
+    return default if default is not None else jax.local_devices()[0]
 
 
 def _dead():
@@ -291,10 +315,11 @@ class _JaxEpoch:
         self.it = iter(self.loader)
         self.consumed = self.loader.state_dict()  # after the last batch handed out
         self.epoch = self.consumed["epoch"]
+        self.to = owner._putters()  # the default device is resolved once an epoch
         self.ones = None
         if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)
             mask = np.ones(self.loader.batch_size, dtype=owner.dtype)
-            self.ones = _jax().device_put(mask, owner._mask_target)
+            (self.ones,) = self.to[1]((mask,))
 
     def __iter__(self):
         return self
@@ -308,7 +333,7 @@ class _JaxEpoch:
                 break
             state = self.loader.state_dict()
             try:
-                host, put = self.owner._put(xb, yb, self.ones)
+                host, put = self.owner._put(xb, yb, self.to, self.ones)
             except BaseException:
                 self.ahead.append((None, None, state))
                 self.close()  # the batch just taken goes back with those put ahead
@@ -366,8 +391,10 @@ def as_jax(
       naming both numbers), and so must a partial last batch unless
       ``pad_last=True``. Not with ``device``.
     * ``prefetch``: batches put on the device ahead of the one handed out
-      (an int >= 0; 0: each batch is put when asked for). ``jax.device_put``
-      is asynchronous, so the copies overlap your step.
+      (an int >= 0; 0: each batch is put when asked for). Puts are
+      asynchronous, so the copies overlap your step. For speed, give the
+      loader ``dtype=np.float32`` (no cast here) and ``prefetch=2`` (its
+      gathers then run on a thread of their own, beside the puts).
     * ``pad_last=True``: every batch has exactly ``batch_size`` rows and a
       third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
       for padding (padded rows are zeros), so a jitted step sees one shape
