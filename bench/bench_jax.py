@@ -1,14 +1,22 @@
 """as_jax: what the device batches cost, and whether the moves overlap the step.
 
 (a) Overhead: rows/s of an epoch of ``as_jax(loader, prefetch=2)`` (each
-    batch cast to float32 and put on the default device, waited for at the
-    end) against the loader's own rows/s, same data, same run. Target: >= 0.9x.
+    batch put on the default device, waited for at the end) against the
+    loader's own rows/s, same data, epochs of the two alternated in one run.
+    Loaders of float64 (cast to float32 on the host, since JAX holds float32
+    unless x64 is on) and of float32 (no cast: what docs/usage/jax.md
+    recommends), with the loader's prefetch 0 and 2. Target: >= 0.9x.
 (b) Overlap: a jitted step (a chain of matrix products on the batch,
     carrying a state so that steps run in order) calibrated to take about
     as long as a batch's load. Printed: the load-only epoch, the step-only
-    time (the step run len(loader) times on one batch already on the
-    device), and the epoch with both; ratio to max(load, step). Target:
-    <= 1.15x. On a CPU the step's threads and the load share the cores.
+    epoch (the step over 32 distinct batches already on the device, in
+    turn, so that it reads batches that are not in its cache, as it does in
+    the epoch), and the epoch with both; ratio to max(load, step). Target:
+    <= 1.15x. Run twice: as JAX runs on a CPU, where the step's threads and
+    the loading share every core; then, where the OS allows it (Linux), with
+    XLA's threads pinned to the last core and the host's threads to the
+    others, which stands in for an accelerator: the step gets a processor of
+    its own, as on a GPU.
 
 Best of ``--repeats`` epochs each, after a warm-up epoch.
 
@@ -24,15 +32,20 @@ import time
 
 import numpy as np
 
+_BEFORE_JAX = set(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else set()
 
-def best(fn, repeats: int) -> float:
-    fn()  # warm-up: compile, fill the caches
-    times = []
+
+def best(fns, repeats: int) -> list[float]:
+    """The best time of each of ``fns``, run in turn ``repeats`` times after a warm-up."""
+    for fn in fns:
+        fn()  # compile, fill the caches
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for fn, ts in zip(fns, times, strict=True):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return [min(ts) for ts in times]
 
 
 def main() -> None:
@@ -52,21 +65,30 @@ def main() -> None:
         f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; "
         f"n={a.rows:,}, batch={a.batch}\n"
     )
-    print("(a) overhead: rows/s of an epoch (as_jax: float64 -> float32, put on the device)\n")
-    print("| d | loader prefetch | loader rows/s | as_jax rows/s | as_jax / loader |")
-    print("|---:|---:|---:|---:|---:|")
+    print("(a) overhead: rows/s of an epoch (as_jax puts float32 batches on the device)\n")
+    print(
+        "| d | loader dtype | loader prefetch | loader rows/s | as_jax rows/s | as_jax / loader |"
+    )
+    print("|---:|---|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
     for d in a.d:
         x, y = rng.standard_normal((a.rows, d)), rng.standard_normal((a.rows, 1))
-        for depth in (0, 2):
-            loader = DataLoader((x, y), a.batch, seed=0, prefetch=depth)
-            t_loader = best(lambda ld=loader: epoch(ld), a.repeats)
-            t_jax = best(lambda ld=loader: epoch(as_jax(ld, prefetch=2)), a.repeats)
-            print(
-                f"| {d} | {depth} | {a.rows / t_loader / 1e6:.2f}M | "
-                f"{a.rows / t_jax / 1e6:.2f}M | {t_loader / t_jax:.2f}x |"
-            )
-    overlap(a, x, y, as_jax(DataLoader((x, y), a.batch, seed=0), prefetch=2))
+        for dtype in (np.float64, np.float32):
+            for depth in (0, 2):
+                loader = DataLoader((x, y), a.batch, seed=0, prefetch=depth, dtype=dtype)
+                batches = as_jax(loader, prefetch=2)
+                t_loader, t_jax = best(
+                    [lambda ld=loader: epoch(ld), lambda bs=batches: epoch(bs)], a.repeats
+                )
+                print(
+                    f"| {d} | {np.dtype(dtype).name} | {depth} | "
+                    f"{a.rows / t_loader / 1e6:.2f}M | {a.rows / t_jax / 1e6:.2f}M | "
+                    f"{t_loader / t_jax:.2f}x |"
+                )
+    loader = DataLoader((x, y), a.batch, seed=0, dtype=np.float32)
+    overlap(a, x, as_jax(loader, prefetch=2), "threads as JAX starts them")
+    if pin_xla():
+        overlap(a, x, as_jax(loader, prefetch=2), "XLA pinned to a core of its own")
 
 
 def epoch(batches) -> None:
@@ -77,41 +99,61 @@ def epoch(batches) -> None:
         batch[0].block_until_ready()
 
 
-def overlap(a, x, y, batches) -> None:
+def pin_xla() -> bool:
+    """Pin the threads JAX started (XLA's) to the last CPU, the others to the rest."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2 or not _BEFORE_JAX:
+        print("\n(b) with XLA pinned: skipped (needs Linux and 2+ CPUs)")
+        return False
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), set(cpus[:-1]) if tid in _BEFORE_JAX else {cpus[-1]})
+    return True
+
+
+def overlap(a, x, batches, how: str) -> None:
     """(b): a step as long as a load, the two overlapped by JAX's asynchronous dispatch."""
     import jax
     import jax.numpy as jnp
 
     d = x.shape[1]
-    w = jnp.eye(d) * 0.5
     nb = len(batches)
 
-    def make_step(k):
+    def make_step(k, m):
+        """k products of the batch by a d x d matrix, the first by d x m (m <= d)."""
+        w1, w = jnp.eye(d, m) * 0.5, jnp.eye(m) * 0.5
+
         @jax.jit
         def step(state, xb):
-            h = xb
-            for _ in range(k):
+            h = jnp.tanh(xb @ w1)
+            for _ in range(k - 1):
                 h = jnp.tanh(h @ w)
             return state + h.sum()
 
         return step
 
-    xb0 = jax.device_put(x[: a.batch].astype(np.float32))
+    on_device = [
+        jax.device_put(np.ascontiguousarray(x[i * a.batch : (i + 1) * a.batch], np.float32))
+        for i in range(32)
+    ]
 
     def step_only(step):
         s = 0.0
-        for _ in range(nb):
-            s = step(s, xb0)
+        for i in range(nb):
+            s = step(s, on_device[i % len(on_device)])
         s.block_until_ready()
 
-    t_load = best(lambda: epoch(batches), a.repeats)
-    k = 1
-    while True:  # double k until the steps of an epoch take as long as its loads
-        step = make_step(k)
-        t_step = best(lambda s=step: step_only(s), 3)
-        if t_step >= t_load or k >= 4096:
+    (t_load,) = best([lambda: epoch(batches)], a.repeats)
+    k, m = 1, d
+    for _ in range(6):  # scale k (or m, under one product) until step and load match
+        trial = make_step(k, m)
+        (t_step,) = best([lambda s=trial: step_only(s)], 3)
+        if 0.9 < t_step / t_load < 1.1:
             break
-        k *= 2
+        scaled = k * m * t_load / t_step
+        k, m = max(1, round(scaled / d)), d
+        if k == 1:
+            m = int(min(d, max(8, round(scaled / 8) * 8)))
+    step = make_step(k, m)
 
     def both():
         s = 0.0
@@ -119,9 +161,11 @@ def overlap(a, x, y, batches) -> None:
             s = step(s, xb)
         s.block_until_ready()
 
-    t_step, t_both = best(lambda: step_only(step), a.repeats), best(both, a.repeats)
+    t_load, t_step, t_both = best(
+        [lambda: epoch(batches), lambda: step_only(step), both], a.repeats
+    )
     top = max(t_load, t_step)
-    print(f"\n(b) overlap, d={d}: a step of {k} products of the batch\n")
+    print(f"\n(b) overlap, d={d}, {how}: a step of {k} products of the batch (width {m})\n")
     print("| epoch | seconds | / max(load, step) |")
     print("|---|---:|---:|")
     for name, secs in (

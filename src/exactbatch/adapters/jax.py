@@ -393,8 +393,8 @@ def as_jax(
     * ``prefetch``: batches put on the device ahead of the one handed out
       (an int >= 0; 0: each batch is put when asked for). Puts are
       asynchronous, so the copies overlap your step. For speed, give the
-      loader ``dtype=np.float32`` (no cast here) and ``prefetch=2`` (its
-      gathers then run on a thread of their own, beside the puts).
+      loader ``dtype=np.float32`` (no cast here) and a ``batch_size`` that
+      is a multiple of 16 (a CPU device then aliases the batches).
     * ``pad_last=True``: every batch has exactly ``batch_size`` rows and a
       third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
       for padding (padded rows are zeros), so a jitted step sees one shape
