@@ -10,7 +10,10 @@ case alike) and the best of ``--rounds`` counts:
 * ``loader``: ``for xb, yb in DataLoader(x, y, b, shuffle=True)`` as shipped
   (batches under 512 KiB read up to 16 at a time);
 * ``one by one``: the same loader with groups of one (``exactbatch.loader``'s
-  ``_GROUP_BATCHES`` set to 1 before it is made), as before groups.
+  ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
+* ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads the
+  groups, 2 ahead); ``prefetch, one by one``: with groups of one, as the
+  prefetch thread read before it read groups.
 
     .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
 """
@@ -35,10 +38,12 @@ def _epoch(loader) -> None:
 def _cases(x, y, b: int, perm) -> dict:
     """``{name: one epoch}`` for batch size ``b``."""
     grouped = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
+    ahead = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=2)
     saved = loader_module._GROUP_BATCHES
     loader_module._GROUP_BATCHES = 1
     try:
         single = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
+        single_ahead = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=2)
     finally:
         loader_module._GROUP_BATCHES = saved
     gather = bare_gather(x, y, b)
@@ -46,6 +51,8 @@ def _cases(x, y, b: int, perm) -> dict:
         "bare": lambda: gather(perm),
         "loader": lambda: _epoch(grouped),
         "one by one": lambda: _epoch(single),
+        "prefetch": lambda: _epoch(ahead),
+        "prefetch, one by one": lambda: _epoch(single_ahead),
     }
 
 
@@ -60,8 +67,9 @@ def main() -> None:
     x, y = rng.random((n, 16)), rng.random((n, 1))
     perm = rng.permutation(n)
     print(f"backend {exactbatch.backend()}; n = {n:,} rows of 16 + 1 float64; best of {a.rounds}")
-    print("\n| batch | bare, M rows/s | loader | one by one | loader / bare | one by one / bare |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    names = ["loader", "one by one", "prefetch", "prefetch, one by one"]
+    print("\n| batch | bare, M rows/s | " + " | ".join(f"{k} / bare" for k in names) + " |")
+    print("|---:|---:|" + "---:|" * len(names))
     for b in a.batch:
         cases = _cases(x, y, b, perm)
         for f in cases.values():  # warm up: the loaders' orders, the caches
@@ -73,11 +81,8 @@ def main() -> None:
                 f()
                 best[k] = max(best[k], n / (time.perf_counter() - t))
         bare = best["bare"]
-        print(
-            f"| {b} | {bare / 1e6:.1f} | {best['loader'] / 1e6:.1f} | "
-            f"{best['one by one'] / 1e6:.1f} | {best['loader'] / bare:.2f}x | "
-            f"{best['one by one'] / bare:.2f}x |"
-        )
+        ratios = " | ".join(f"{best[k] / bare:.2f}x" for k in names)
+        print(f"| {b} | {bare / 1e6:.1f} | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def wait_until_prefetched(it, timeout=30.0):
     or ended: the batches it prepared are ready and not yet received."""
     prefetcher = it._prefetcher
     deadline = time.monotonic() + timeout
-    while not (prefetcher._queue.full() or not prefetcher._thread.is_alive()):
+    while not (prefetcher.full() or not prefetcher._thread.is_alive()):
         assert time.monotonic() < deadline, "the prefetch thread prepared nothing"
         time.sleep(0.001)
 

@@ -274,41 +274,46 @@ class Cursor:
             return True
 
 
+def _read_group(cursor: Cursor, gen: int, count: int):
+    """Up to ``count`` next batches claimed under one lock and read with one gather,
+    as ``[(job, batch, epoch)]``, none counted yet; None at the end. A read that
+    raises gives the jobs back uncounted."""
+    jobs, owner = cursor.claim_many(gen, count)
+    if not jobs:
+        return None
+    try:
+        batches = owner.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+    except BaseException:
+        cursor.give_back(owner, jobs, counted=False)
+        raise
+    return [(job, batch, owner) for job, batch in zip(jobs, batches, strict=True)]
+
+
 class EpochIterator:
     """Iterates one epoch of a loader's cursor; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the cursor
-    again, which reads the same batch again.) With prefetch, a background
-    thread prepares the next batches; it stops when the epoch ends, when the
-    iterator is closed or dropped, or after an error, and gives back to the
-    cursor the batches it prepared and did not hand out, so that a later
-    ``next_into`` or iterator hands them out. Without prefetch and with
-    ``group`` > 1 (small random-access batches), batches are claimed and read
-    ``group`` at a time and handed out one by one; those read and not handed
-    out go back the same way.
+    again, which reads the same batch again.) With ``group`` > 1 (small
+    random-access batches), batches are claimed and read ``group`` at a time
+    (one lock, one gather, one pair of arrays whose views they are) and
+    handed out one by one; each counts only when handed out. With prefetch,
+    a background thread claims and reads the next batches (in such groups,
+    ``prefetch`` groups ahead); it stops when the epoch ends, when the
+    iterator is closed or dropped, or after an error. Batches read and not
+    handed out, by either way, go back to the cursor, so that a later
+    ``next_into`` or iterator hands them out.
     """
 
     __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
-        self._cursor, self._gen = cursor, gen
+        self._cursor, self._gen, self._group = cursor, gen, group
         self._prefetcher = None
-        # Without prefetch, small random-access batches are claimed and read ``group``
-        # at a time (one lock, one gather, one pair of arrays whose views they are)
-        # and handed out one by one from ``_ready``: each counts only when handed out.
-        self._group, self._ready = (group if not prefetch else 1), deque()
+        self._ready = deque()  # (job, batch, epoch) read in a group, not yet handed out
         if prefetch:
 
             def produce():  # must not hold the iterator: dropping it stops the thread
-                job, owner = cursor.claim(gen, hand_out=False)
-                if job is None:
-                    return None
-                try:
-                    batch = job.take()
-                except BaseException:
-                    cursor.give_back(owner, [job], counted=False)
-                    raise
-                return job, owner, batch
+                return _read_group(cursor, gen, group)
 
             self._prefetcher = Prefetcher(produce, prefetch)
 
@@ -316,43 +321,30 @@ class EpochIterator:
         return self
 
     def __next__(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._prefetcher is not None:
+        if self._prefetcher is None and self._group == 1:
+            job, owner = self._cursor.claim(self._gen)
+            if job is None:
+                raise StopIteration
             try:
-                item = self._prefetcher.get()
+                return job.take()
             except BaseException:
-                self.close()  # later calls ask the cursor directly
+                self._cursor.give_back(owner, [job], counted=True)
                 raise
-            if item is None:
+        ready = self._ready
+        if not ready:
+            if self._prefetcher is None:
+                group = _read_group(self._cursor, self._gen, self._group)
+            else:
+                try:
+                    group = self._prefetcher.get()
+                except BaseException:
+                    self.close()  # later calls ask the cursor directly
+                    raise
+            if group is None:
                 self.close()
                 self._cursor.finish(self._gen)
                 raise StopIteration
-            job, _, batch = item
-            self._cursor.hand_out(self._gen, job)
-            return batch
-        if self._group > 1:
-            return self._next_of_group()
-        job, owner = self._cursor.claim(self._gen)
-        if job is None:
-            raise StopIteration
-        try:
-            return job.take()
-        except BaseException:
-            self._cursor.give_back(owner, [job], counted=True)
-            raise
-
-    def _next_of_group(self) -> tuple[np.ndarray, np.ndarray]:
-        ready = self._ready
-        if not ready:
-            jobs, owner = self._cursor.claim_many(self._gen, self._group)
-            if not jobs:
-                self._cursor.finish(self._gen)
-                raise StopIteration
-            try:
-                batches = owner.take_group(jobs)
-            except BaseException:
-                self._cursor.give_back(owner, jobs, counted=False)
-                raise
-            ready.extend((job, batch, owner) for job, batch in zip(jobs, batches, strict=True))
+            ready.extend(group)
         job, batch, _ = ready.popleft()
         try:
             self._cursor.hand_out(self._gen, job)
@@ -368,11 +360,11 @@ class EpochIterator:
             self._cursor.give_back(left[0][2], [job for job, _, _ in left], counted=False,
                                    locked=locked)
         if self._prefetcher is not None:
-            left = self._prefetcher.close()
+            left = [item for group in self._prefetcher.close() for item in group]
             self._prefetcher = None
             if left:  # one generation, one epoch: every item has the same owner
                 jobs = [job for job, _, _ in left]
-                self._cursor.give_back(left[0][1], jobs, counted=False, locked=locked)
+                self._cursor.give_back(left[0][2], jobs, counted=False, locked=locked)
 
     def __del__(self):
         self.close(locked=False)

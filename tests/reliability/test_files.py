@@ -547,7 +547,7 @@ CHANGED = textwrap.dedent(
     it = iter(loader) if via == "iter" else None
     seen = [check(*batch()) for _ in range(5)]
     deadline = time.monotonic() + 60
-    while prefetch and not it._prefetcher._queue.full():  # the prefetch thread's queue
+    while prefetch and not it._prefetcher.full():  # the prefetch thread's queue
         assert time.monotonic() < deadline  # full, so the good batches below are known
         time.sleep(0.001)
     # batches read ahead in a group (small batches, no prefetch), handed out first
@@ -565,8 +565,8 @@ CHANGED = textwrap.dedent(
     if how in ("truncate", "rewrite"):
         # The next batch read is a clear error; batches prefetched (or read ahead in a
         # group) before the change are handed out first, and they are the file's old
-        # rows. (At most prefetch + 1: the prefetch thread holds one more batch while it
-        # waits for room in its queue.)
+        # rows. (At most prefetch + 1 groups: the prefetch thread holds one more group
+        # while it waits for room in its queue.)
         good = 0
         while True:
             try:
@@ -576,7 +576,7 @@ CHANGED = textwrap.dedent(
                 break
             check(xb, yb)
             good += 1
-            if good > prefetch + (prefetch > 0) + ahead:
+            if good > (prefetch + (prefetch > 0)) * loader._group + ahead:
                 sys.exit("no NdfError after the file changed")
         for _ in range(2):  # and every batch after it
             try:
