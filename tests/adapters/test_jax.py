@@ -282,6 +282,10 @@ SHARDED = textwrap.dedent(
         assert [s.data.shape for s in got.addressable_shards] == [(n // 2, 2)] * 2
         assert np.array_equal(np.asarray(got), a)
     assert all(p is not None for p in fast.plans.values())
+    # no device given: JAX's default device as jax.device_put picks it, uncommitted
+    with jax.default_device(jax.devices()[1]):
+        xb, _ = next(iter(as_jax(DataLoader((x, y), 10, seed=0))))
+    assert xb.devices() == {jax.devices()[1]} and not xb.committed
     print("ok")
     """
 )
@@ -291,7 +295,8 @@ def test_sharding_over_two_cpu_devices():
     """In a process with two CPU devices (the device count is fixed when jax starts): each
     batch's rows are split over both devices, values intact; a batch_size or a last batch
     that does not split evenly is a ValueError naming both numbers (pad_last fixes the
-    latter)."""
+    latter); XLA's batched put lays rows out as jax.device_put does; with no device given,
+    batches go to JAX's default device of the moment (jax.default_device), uncommitted."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     done = subprocess.run(
         [sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=180
