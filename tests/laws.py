@@ -212,7 +212,8 @@ def check_epochs_differ(first, second, shuffle: bool) -> None:
 def drain(loader, via: str, d: int, l: int, threads: int = 4):  # noqa: E741
     """One epoch's batches (row ids, every value checked) through ``via``.
 
-    ``"iter"``: a new ``iter()`` (which begins the next epoch); ``"next_into"``:
+    ``"iter"``: a new ``iter()`` (which begins the next epoch); ``"peek"``: the
+    same, reading 3 batches ahead with ``peek`` before each ``next``; ``"next_into"``:
     ``next_into`` until it returns 0; ``"threads"``: ``threads`` threads calling
     ``next_into`` on the loader at once (the batches in no particular order).
     The next_into paths end the epoch on a 0; call ``loader.reset()`` before
@@ -220,11 +221,39 @@ def drain(loader, via: str, d: int, l: int, threads: int = 4):  # noqa: E741
     """
     if via == "iter":
         return collect(loader, d, l)
+    if via == "peek":
+        return collect_peeking(loader, d, l)
     if via == "next_into":
         return next_into_ids(loader, d, l)
     if via == "threads":
         return drain_threads(loader, d, l, threads)
     raise AssertionError(f"unknown way {via!r}")
+
+
+def next_peeking(it, loader, handed: int, ahead: int = 3):
+    """``next(it)`` after ``it.peek(ahead)``: the batch handed out is the first one
+    peeked (the same arrays), and the loader counts only the ``handed`` batches
+    handed out before it while the others wait."""
+    peeked = it.peek(ahead)
+    state = loader.state_dict()
+    assert state["batches_done"] == handed, (
+        f"after {handed} batches handed out and {len(peeked)} peeked, the state counts "
+        f"{state['batches_done']}"
+    )
+    xb, yb = next(it)
+    assert peeked and xb is peeked[0][0] and yb is peeked[0][1], "next() is not the peeked batch"
+    return xb, yb
+
+
+def collect_peeking(loader, d: int, l: int) -> list[list[int]]:  # noqa: E741
+    """One epoch through ``iter()``, peeking 3 batches ahead of each ``next``."""
+    it, out = iter(loader), []
+    while it.peek(1):
+        xb, yb = next_peeking(it, loader, len(out))
+        check_rows(xb, yb, d, l, loader.dtype)
+        out.append(ids(xb))
+    assert next(it, None) is None, "peek() found no batch, next() did"
+    return out
 
 
 def run_threads(target, n_threads: int) -> None:
@@ -459,7 +488,7 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
 
     ``arm()`` makes the loader's next reads fail once; ``want`` is the
     epoch's batches from an unfaulted run. Takes the epoch through ``via``
-    (``"iter"`` or ``"next_into"``) catching OSError: exactly one is raised,
+    (``"iter"``, ``"peek"`` or ``"next_into"``) catching OSError: exactly one is raised,
     the batches handed out are ``want`` exactly (the failed batch read again
     by the next call), and a state taken right after the error, restored
     into ``make_loader()``, hands out ``want[k:]`` where k batches had been
@@ -467,11 +496,15 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
     """
     got, faults = [], 0
     arm()
-    it = iter(loader) if via == "iter" else None
+    it = iter(loader) if via in ("iter", "peek") else None
     bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
     while True:
         try:
-            if it is not None:
+            if via == "peek":
+                if not it.peek(1):
+                    break
+                xb, yb = next_peeking(it, loader, len(got))
+            elif it is not None:
                 xb, yb = next(it)
             else:
                 r = loader.next_into(bx, by)

@@ -15,7 +15,7 @@ The product (before the subsets below):
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
-    prefetch     0, 2
+    prefetch     0, 2 (with prefetch, iter() or iter() reading ahead with peek())
     mode         plain, even_batches, elastic, elastic + even_batches
                  (elastic: random access only)
     threads      1, 4 (4 threads calling next_into on one loader)
@@ -24,10 +24,12 @@ Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
 chunks included), a stream buffer of 6..13 rows and ndf_blocks blocks of
 3..8 rows, so that buffers mix and batches straddle chunks. The ways a case
-takes its batches: 4 threads; else ``iter()`` with prefetch 2; else
-``next_into``.
+takes its batches: 4 threads; else ``iter()`` with prefetch 2 (for half of
+those cases, by the hash, reading 3 batches ahead with ``peek()`` before
+each ``next()``: the state counts only the batches handed out, and
+``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 2,286 cases, about 100 s on a 2-core machine (``time pytest
+Size: 2,334 cases, about 100 s on a 2-core machine (``time pytest
 tests/test_law_matrix.py``).
 
 * ``test_epoch_laws`` (1,680): the whole product (2,016 allowed
@@ -45,8 +47,9 @@ tests/test_law_matrix.py``).
   of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (76): every kind that can fail to read x
-  shuffle x (iter, iter + prefetch 2, next_into); and threads.
+* ``test_read_error_once_*`` (124): every kind that can fail to read x
+  shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
+  and threads.
 * ``test_changed_setting_*`` (125): every kind x every setting that fixes the
   order or the source's shape (not the seed: a state carries its own).
 * ``test_ledger_*`` (18): the epoch ledger.
@@ -118,7 +121,9 @@ class Case:
     def via(self) -> str:
         if self.threads > 1:
             return "threads"
-        return "iter" if self.prefetch else "next_into"
+        if self.prefetch:  # iter(), half of the cases reading ahead with peek()
+            return self.pick(("iter", "peek"), "via")
+        return "next_into"
 
     @property
     def even(self) -> bool:
@@ -322,7 +327,7 @@ def check_epoch_laws(case, make_spec, **changes):
         loader = loader_from_spec(spec, shard_index=s)
         epochs = []
         for e in range(2):
-            if e and case.via != "iter":
+            if e and case.via in ("next_into", "threads"):
                 loader.reset()  # next_into: 0 until reset()
             epochs.append(drain(loader, case.via, d, l))
         loader.close()
@@ -390,7 +395,7 @@ def test_resume_in_a_fresh_process(case, k, make_spec):
 # -- faults ------------------------------------------------------------------------------------
 
 FAULT_KINDS = [k for k in KINDS if k != "list"]  # a list in memory has nothing to fail
-FAULT_WAYS = [("iter", 0), ("iter", 2), ("next_into", 0)]
+FAULT_WAYS = [("iter", 0), ("iter", 2), ("peek", 0), ("peek", 2), ("next_into", 0)]
 
 
 @pytest.mark.parametrize("via,prefetch", FAULT_WAYS)

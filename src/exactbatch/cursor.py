@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from itertools import islice
 
 import numpy as np
 
@@ -174,12 +175,16 @@ class Cursor:
         :meth:`hand_out` hands it out, as a prefetched batch does."""
         with self.lock:
             owner, jobs = self._claimable(gen), []
-            while len(jobs) < count:
-                job = owner.claim()
-                if job is None:
-                    break
-                self.out.add(job.k)
-                jobs.append(job)
+            try:
+                while len(jobs) < count:
+                    job = owner.claim()
+                    if job is None:
+                        break
+                    self.out.add(job.k)
+                    jobs.append(job)
+            except BaseException:  # a stream's read failed: those claimed go back too
+                self.give_back_locked(owner, jobs, counted=False)
+                raise
             return jobs, owner
 
     def _count(self, job) -> None:
@@ -299,8 +304,9 @@ class EpochIterator:
     handed out one by one; each counts only when handed out. With prefetch,
     a background thread claims and reads the next batches (in such groups,
     ``prefetch`` groups ahead); it stops when the epoch ends, when the
-    iterator is closed or dropped, or after an error. Batches read and not
-    handed out, by either way, go back to the cursor, so that a later
+    iterator is closed or dropped, or after an error. :meth:`peek` reads
+    batches ahead without handing them out. Batches read and not handed out,
+    by any of these ways, go back to the cursor, so that a later
     ``next_into`` or iterator hands them out.
     """
 
@@ -321,30 +327,21 @@ class EpochIterator:
         return self
 
     def __next__(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._prefetcher is None and self._group == 1:
-            job, owner = self._cursor.claim(self._gen)
-            if job is None:
-                raise StopIteration
-            try:
-                return job.take()
-            except BaseException:
-                self._cursor.give_back(owner, [job], counted=True)
-                raise
         ready = self._ready
         if not ready:
-            if self._prefetcher is None:
-                group = _read_group(self._cursor, self._gen, self._group)
-            else:
+            if self._prefetcher is None and self._group == 1:  # one claim, counted at once
+                job, owner = self._cursor.claim(self._gen)
+                if job is None:
+                    raise StopIteration
                 try:
-                    group = self._prefetcher.get()
+                    return job.take()
                 except BaseException:
-                    self.close()  # later calls ask the cursor directly
+                    self._cursor.give_back(owner, [job], counted=True)
                     raise
-            if group is None:
+            if not self._read_more(self._group):
                 self.close()
                 self._cursor.finish(self._gen)
                 raise StopIteration
-            ready.extend(group)
         job, batch, _ = ready.popleft()
         try:
             self._cursor.hand_out(self._gen, job)
@@ -352,6 +349,32 @@ class EpochIterator:
             ready.clear()  # with it
             raise
         return batch
+
+    def peek(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The next ``k`` batches (fewer at the epoch's end), read now but not handed
+        out: ``next()`` hands them out in this order, the same arrays, and each counts
+        (in ``state_dict()``) only then; closing the iterator first gives them back to
+        the loader. A read that raises here leaves them all unread."""
+        ready = self._ready
+        while len(ready) < k and self._read_more(max(self._group, k - len(ready))):
+            pass
+        return [batch for _, batch, _ in islice(ready, k)]
+
+    def _read_more(self, count: int) -> bool:
+        """Read the next group (from the prefetch thread, else ``count`` batches now)
+        into ``_ready``; False at the epoch's end."""
+        if self._prefetcher is None:
+            group = _read_group(self._cursor, self._gen, count)
+        else:
+            try:
+                group = self._prefetcher.get()
+            except BaseException:
+                self.close()  # later calls ask the cursor directly
+                raise
+        if group is None:
+            return False
+        self._ready.extend(group)
+        return True
 
     def close(self, locked: bool = True) -> None:
         """Stop preparing batches; batches prepared but not taken go back to the cursor."""

@@ -69,9 +69,11 @@ class DataLoader:
       group's arrays).
       Where ``batch_size`` is a multiple of 16, a batch's x and y start on a
       64-byte boundary (a cache line; a CPU JAX device aliases such memory
-      rather than copy it). Only the newest iterator may advance; an older one raises
-      ``RuntimeError``. Batches read ahead in a group count as handed out only
-      when they are, as prefetched ones do.
+      rather than copy it). Only the newest iterator may advance; an older
+      one raises ``RuntimeError``. Batches read ahead in a group count as
+      handed out only when they are, as prefetched ones do. The iterator's
+      ``peek(k)`` reads the next k batches without handing them out:
+      ``next()`` then hands them out, the same arrays, each counted only then.
     * :meth:`next_into` is the allocation-free path and may be called from
       several threads at once.
     * :meth:`state_dict` counts batches handed out, so a restored loader hands

@@ -11,7 +11,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from helpers import ids, make_data  # noqa: E402
+from helpers import chunks_of, ids, make_data  # noqa: E402
 
 from exactbatch import DataLoader  # noqa: E402
 from exactbatch.adapters.jax_put import Putter  # noqa: E402
@@ -66,14 +66,15 @@ def test_float64_with_64_bit_jax_is_exact():
 
 
 def test_prefetch_puts_batches_ahead():
-    """When the first batch is handed out, prefetch more are already taken from the loader
-    (on their way to the device); the adapter's state counts only the one handed out."""
+    """When the first batch is handed out, prefetch more are already read and put on the
+    device; the loader counts only the one handed out, in its own state and the adapter's."""
     for prefetch in (0, 1, 3):
         loader = loader_of(200, 20)
         it = iter(as_jax(loader, prefetch=prefetch))
         next(it)
-        assert loader.state_dict()["batches_done"] == 1 + prefetch, prefetch
-        assert it.owner.state_dict()["batches_done"] == 1
+        assert len(it.ahead) == prefetch and all(isinstance(p[2][0], jax.Array) for p in it.ahead)
+        assert loader.state_dict()["batches_done"] == 1, prefetch
+        assert it.owner.state_dict() == loader.state_dict()
 
 
 def test_pad_last_gives_one_shape_and_a_mask():
@@ -234,7 +235,7 @@ def test_a_float32_batch_reaches_a_cpu_device_without_a_copy():
     loader = loader_of(100, 32, dtype=np.float32)
     it = iter(as_jax(loader, prefetch=1))
     xb, yb = next(it)
-    host = it.ahead[0][0] if it.ahead else None
+    host = it.ahead[0][1] if it.ahead else None
     assert host is not None  # the next batch, put ahead
     nxb, nyb = next(it)
     assert nxb.unsafe_buffer_pointer() == host[0].ctypes.data
@@ -304,10 +305,10 @@ def test_sharding_over_two_cpu_devices():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
-def test_an_epoch_collected_in_a_cycle_is_given_back_on_the_next_call():
-    """An iterator dropped inside a reference cycle is finalized by the garbage collector,
-    which may run while the loader holds its lock: its rewind waits for the next call on
-    the as_jax object, which then counts only the batches handed out."""
+def test_an_epoch_collected_in_a_cycle_is_given_back():
+    """An iterator dropped inside a reference cycle is finalized by the garbage collector
+    (which may run while the loader holds its lock): the batches it put ahead go back to
+    the loader, which counts only the batches handed out and hands the rest out next."""
     import gc
 
     loader = loader_of(200, 10)
@@ -318,9 +319,37 @@ def test_an_epoch_collected_in_a_cycle_is_given_back_on_the_next_call():
     cycle.append(cycle)  # the iterator now lives in a cycle only the collector frees
     del it, cycle
     gc.collect()
-    assert loader.state_dict()["batches_done"] == 5  # not yet given back
+    assert loader.state_dict()["batches_done"] == 2
     assert jl.state_dict()["batches_done"] == 2
-    assert loader.state_dict()["batches_done"] == 2  # given back by that call
     want = [ids(xb) for xb, _ in loader_of(200, 10)]
     bx, by = np.empty((10, 3)), np.empty((10, 1))
     assert loader.next_into(bx, by) == 10 and ids(bx) == want[2]
+
+
+@pytest.mark.parametrize("loader_prefetch", [0, 1])
+def test_a_read_that_fails_while_reading_ahead_is_read_again_by_the_next_call(loader_prefetch):
+    """A source read that raises while batches are read ahead reaches the caller, with the
+    loader counting only the batches handed out; the next next() reads the same batches
+    again: every row once, in the loader's order."""
+    from laws import FlakyFactory
+
+    chunks = chunks_of([30, 30, 30, 10])
+    ref = DataLoader(chunks, 10, shuffle=False, total_size=100)
+    want = [ids(xb) for xb, _ in ref]
+    source = FlakyFactory(chunks)
+    source.arm(2)  # the first pass fails at its third chunk (rows 60..89)
+    loader = DataLoader(source, 10, shuffle=False, total_size=100, prefetch=loader_prefetch)
+    it = iter(as_jax(loader, prefetch=3))
+    got, failed = [], 0
+    while True:
+        try:
+            xb, _ = next(it)
+        except StopIteration:
+            break
+        except OSError:
+            failed += 1
+            assert loader.state_dict()["batches_done"] == len(got)
+            continue
+        got.append(ids(np.asarray(xb)))
+    assert failed == source.raised == 1
+    assert got == want

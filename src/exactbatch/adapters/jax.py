@@ -22,23 +22,22 @@ batch's arrays), a cast or a pad makes a fresh copy, and the iterator keeps
 each host batch until its device batch is handed out, so a transfer (or a
 zero-copy alias on a CPU device) reads memory nobody changes.
 
-Resume: batches put ahead were handed out by the loader, but not yet to
-you. :meth:`JaxLoader.state_dict` counts only the batches the iterator
-handed out; closing the iterator (``close()``, leaving a ``for`` loop by
-``break``, or dropping it) gives the batches put ahead back: the loader is
-rewound to just after the last batch handed out, so ``loader.state_dict()``
-agrees again and the loader's own ``next_into`` hands them out next; the
-next ``iter()`` over the ``JaxLoader`` is the next epoch, as after leaving a
-loader's own loop. While an epoch is in progress, take states from the
-``JaxLoader``, not from the loader (whose count includes the batches put
-ahead).
+Resume: batches are put ahead through the loader's own look-ahead
+(``peek()`` on its epoch's iterator): they are read, but the loader counts
+a batch only when the iterator hands it to you. So ``state_dict()``, of
+the ``JaxLoader`` or of the loader itself, counts exactly the batches you
+got, and closing the iterator (``close()``, leaving a ``for`` loop by
+``break``, or dropping it) gives the batches put ahead back to the loader,
+which hands them out next (its own ``next_into``, say); the next
+``iter()`` is the next epoch, as after leaving a loader's own loop. A read
+that raises leaves the iterator as the loader's own does: the next
+``next()`` reads the same batches again.
 
 jax is imported when a function here first needs it, never at import.
 """
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections import deque
 
@@ -57,24 +56,6 @@ def _jax():
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("exactbatch.jax needs JAX: pip install 'exactbatch[jax]'") from e
     return jax
-
-
-# True while the cyclic garbage collector runs: an epoch dropped then may be finalized
-# inside the loader's lock on this thread, so its rewind waits for the next JaxLoader call.
-_COLLECTING = [False]
-
-
-def _gc_phase(phase: str, info) -> None:
-    _COLLECTING[0] = phase == "start"
-
-
-if _gc_phase not in gc.callbacks:
-    gc.callbacks.append(_gc_phase)
-
-
-def _position(state: dict) -> tuple:
-    """What tells two states of one loader apart: seed, epoch and batches handed out."""
-    return state["seed"], state["epoch"], state["batches_done"]
 
 
 def _row_pieces(sharding) -> int:
@@ -171,8 +152,6 @@ class JaxLoader:
         self._fast = True  # XLA's batched put where it checks out (see jax_put.py)
         self._putter_key = self._put_with = None
         self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
-        self._deferred = None  # a rewind left by an epoch dropped during garbage collection
-        self._then = None  # (position, epoch): after a rewind, the next iter() begins epoch
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -185,42 +164,16 @@ class JaxLoader:
         )
 
     def __iter__(self):
-        self._settle()
         older = self._epoch()
         if older is not None:
             older.close()  # an older epoch gives its batches back first
-        then, self._then = self._then, None
-        if then is not None and _position(self.loader.state_dict()) == then[0]:
-            self.loader.set_epoch(then[1])  # the loader's rule: a new iter(), a new epoch
         epoch = _JaxEpoch(self)
         self._epoch = weakref.ref(epoch)
         return epoch
 
-    def _settle(self) -> None:
-        """Apply a rewind left by an epoch dropped during garbage collection."""
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            self._rewind(*deferred)
-
-    def _rewind(self, pulled: tuple, consumed: dict, epoch: int) -> None:
-        """Rewind the loader to ``consumed`` (in ``epoch``, the one iterated) unless it
-        moved since it stood at ``pulled``: the batches put ahead are handed out again."""
-        if _position(self.loader.state_dict()) != pulled:
-            return
-        self.loader.load_state_dict(consumed)
-        if consumed["epoch"] == epoch:  # left mid-way, as a loader's iterator may be
-            self._then = (_position(consumed), epoch + 1)
-
     def state_dict(self) -> dict:
-        """The loader's state, counting only the batches this iterable handed out.
-
-        Batches put on the device ahead (``prefetch``) and not yet handed out
-        are not consumed: a loader restored from this state hands them out.
-        """
-        self._settle()
-        epoch = self._epoch()
-        if epoch is not None and epoch.ahead:
-            return dict(epoch.consumed)
+        """The loader's state: it counts only the batches handed out, not those put
+        on the device ahead (``prefetch``), which a loader restored from it hands out."""
         return self.loader.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
@@ -228,7 +181,6 @@ class JaxLoader:
         epoch = self._epoch()
         if epoch is not None:
             epoch.close()
-        self._deferred = self._then = None
         self.loader.load_state_dict(state)
 
     # -- one batch to the device ----------------------------------------------------
@@ -306,59 +258,51 @@ def _partial_rows(loader) -> int:
 
 
 class _JaxEpoch:
-    """One epoch of a :class:`JaxLoader`: device batches handed out ``prefetch`` behind
-    the puts; closing gives the batches put ahead back to the loader."""
+    """One epoch of a :class:`JaxLoader`: the loader's iterator reads ``prefetch``
+    batches ahead of the one handed out (``peek``), and those are put on the device
+    at once; the loader counts each when it is handed out."""
 
     def __init__(self, owner: JaxLoader):
-        self.owner, self.loader = owner, owner.loader
-        self.it, self.ahead = None, deque()  # (host, device, the loader's state after them)
-        self.it = iter(self.loader)
-        self.consumed = self.loader.state_dict()  # after the last batch handed out
-        self.epoch = self.consumed["epoch"]
+        self.owner = owner
+        self.it = iter(owner.loader)
+        if not hasattr(self.it, "peek"):
+            raise TypeError(
+                f"as_jax needs an exactbatch DataLoader, whose iterator reads ahead with "
+                f"peek(); got {type(owner.loader).__name__}"
+            )
+        self.ahead = deque()  # (loader's x, host arrays, device arrays), in peek() order
         self.to = owner._putters()  # the default device is resolved once an epoch
         self.ones = None
         if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)
-            mask = np.ones(self.loader.batch_size, dtype=owner.dtype)
+            mask = np.ones(owner.loader.batch_size, dtype=owner.dtype)
             (self.ones,) = self.to[1]((mask,))
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        while self.it is not None and len(self.ahead) <= self.owner.prefetch:
-            try:
-                xb, yb = next(self.it)
-            except StopIteration:
-                self.it = None
-                break
-            state = self.loader.state_dict()
-            try:
-                host, put = self.owner._put(xb, yb, self.to, self.ones)
-            except BaseException:
-                self.ahead.append((None, None, state))
-                self.close()  # the batch just taken goes back with those put ahead
-                raise
-            self.ahead.append((host, put, state))
-        if not self.ahead:
+        it, ahead, owner = self.it, self.ahead, self.owner
+        if it is None:
             raise StopIteration
-        _, put, self.consumed = self.ahead.popleft()
+        if len(ahead) <= owner.prefetch:  # put what the loader reads ahead, in order
+            for xb, yb in it.peek(owner.prefetch + 1)[len(ahead) :]:
+                ahead.append((xb, *owner._put(xb, yb, self.to, self.ones)))
+        try:
+            xb, _ = next(it)  # the batch put first: handed out, the loader counts it now
+        except StopIteration:
+            self.close()
+            raise
+        got, _, put = ahead.popleft()
+        if got is not xb:  # pragma: no cover - peek() and next() disagree: never
+            raise RuntimeError("as_jax: the loader handed out another batch than it read ahead")
         return put
 
     def close(self) -> None:
         """Stop; the batches put ahead and not handed out go back to the loader."""
         it, self.it = self.it, None
+        self.ahead.clear()
         if it is not None:
-            it.close()  # batches the loader itself prepared ahead go back to it
-        if self.ahead:
-            pulled = _position(self.ahead[-1][2])
-            self.ahead.clear()
-            if _COLLECTING[0]:  # maybe inside the loader's lock: rewind on the next call
-                self.owner._deferred = (pulled, self.consumed, self.epoch)
-            else:
-                self.owner._rewind(pulled, self.consumed, self.epoch)
-
-    def __del__(self):
-        self.close()
+            it.close()
 
 
 def as_jax(

@@ -228,6 +228,9 @@ def fit(
                 average.add(i, leaves)
     finally:
         it.close()  # batches put ahead go back to the loader: exactly num_steps are taken
+        # A loader's next iter() after one left mid-epoch begins the next epoch; from its
+        # own state it goes on where it stands, as the next fit's steps should.
+        loader.load_state_dict(loader.state_dict())
     params = svi.get_params(state)
     mean = average.mean() if average is not None else None
     if mean is not None:

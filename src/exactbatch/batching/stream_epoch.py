@@ -160,6 +160,11 @@ class StreamEpoch:
         self.claimed += 1
         return StreamJob(*batch, self.claimed - 1)
 
+    @staticmethod
+    def take_group(jobs) -> list:
+        """The batches of ``jobs`` claimed together (read already, as the pass made them)."""
+        return [job.take() for job in jobs]
+
     def give_back(self, jobs) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
         self.returned.add(jobs)
