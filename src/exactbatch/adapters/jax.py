@@ -149,8 +149,7 @@ class JaxLoader:
                 f"the sharding's {self._pieces} devices: pass pad_last=True (or drop_last=True "
                 f"to the DataLoader)"
             )
-        self._fast = True  # XLA's batched put where it checks out (see jax_put.py)
-        self._putter_key = self._put_with = None
+        self._putter_key = self._put_with = None  # the putters and what they put onto
         self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
 
     def __len__(self) -> int:
@@ -199,9 +198,7 @@ class JaxLoader:
             targets = (self.device,) * 2
         if self._putter_key != key:
             self._putter_key = key
-            self._put_with = tuple(
-                Putter(t, s, fast=self._fast) for t, s in zip(targets, key, strict=True)
-            )
+            self._put_with = tuple(Putter(t, s) for t, s in zip(targets, key, strict=True))
         return self._put_with
 
     def _host(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
