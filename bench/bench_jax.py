@@ -1,5 +1,8 @@
 """as_jax: what the device batches cost, and whether the moves overlap the step.
 
+(0) What a put costs alone: a pair (x, y) of a 4096 x 16 float32 batch, 64-byte
+    aligned, put on the default device by ``jax.device_put`` and by as_jax's
+    ``Putter`` (XLA's batched put), microseconds a pair, best of 3 x 2000.
 (a) Overhead: rows/s of an epoch of ``as_jax(loader, prefetch=2)`` (each
     batch put on the default device, waited for at the end) against the
     loader's own rows/s, same data, epochs of the two alternated in one run.
@@ -65,6 +68,7 @@ def main() -> None:
         f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; "
         f"n={a.rows:,}, batch={a.batch}\n"
     )
+    put_costs()
     print("(a) overhead: rows/s of an epoch (as_jax puts float32 batches on the device)\n")
     print(
         "| d | loader dtype | loader prefetch | loader rows/s | as_jax rows/s | as_jax / loader |"
@@ -89,6 +93,33 @@ def main() -> None:
     overlap(a, x, as_jax(loader, prefetch=2), "threads as JAX starts them")
     if pin_xla():
         overlap(a, x, as_jax(loader, prefetch=2), "XLA pinned to a core of its own")
+
+
+def put_costs() -> None:
+    """(0): a pair's put by jax.device_put and by the Putter, in a tight loop."""
+    import jax
+
+    from exactbatch.adapters.jax_put import Putter
+    from exactbatch.arrays import batch_pair
+
+    x, y = batch_pair(4096, 16, 1, np.float32)
+    x[:], y[:] = 1.0, 2.0
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    fast, slow = Putter(None, one), Putter(None, one, fast=False)
+    print("(0) one put of a pair (x, y), 4096 x 16 float32, us\n")
+    for name, put in (("jax.device_put", slow), ("Putter (batched put)", fast)):
+        put((x, y))  # the Putter checks its plan on the first pair
+        best_us = min(_loop_us(put, (x, y)) for _ in range(3))
+        print(f"- {name}: {best_us:.1f}")
+    print()
+
+
+def _loop_us(put, pair, n: int = 2000) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        out = put(pair)
+    out[0].block_until_ready()
+    return (time.perf_counter() - t) / n * 1e6
 
 
 def epoch(batches) -> None:
