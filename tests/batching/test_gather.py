@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exactbatch.batching.gather import buffer_arrays, row_ids
+from exactbatch.batching.gather import ChunkRead, buffer_arrays, read_whole, row_ids
 
 
 def test_a_spare_buffer_is_reused_when_it_fits():
@@ -30,3 +30,33 @@ def test_a_spare_buffer_too_small_or_of_other_widths_is_not_reused(rows, d, l): 
 def test_row_ids_are_uint64_from_the_chunks_first_row():
     ids = row_ids(2**60, 5, 3)
     assert ids.dtype == np.uint64 and ids.tolist() == [2**60 + 5, 2**60 + 6, 2**60 + 7]
+
+
+class _Rows:
+    """A ChunkRead's reader: row r of a chunk holds r in every value; counts its reads."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __call__(self, row, out):
+        self.reads += 1
+        out[:] = np.arange(row, row + out.shape[0])[:, None]
+
+
+def test_a_chunk_cut_by_the_buffers_end_is_read_whole_into_one_kept_array():
+    """A ChunkRead of which fewer rows are wanted is read once, whole, into the scratch
+    array (kept, and used again for the next such chunk of that shape); a chunk taken
+    whole, or arrays, pass through unread."""
+    reader, scratch = _Rows(), []
+    chunk = ChunkRead(reader, 10, 6, 2, 1)
+    assert read_whole(chunk, 6, scratch) is chunk and reader.reads == 0 and not scratch
+    x, y, id0 = read_whole(chunk, 4, scratch)
+    assert reader.reads == 1 and id0 == 10 and len(scratch) == 1
+    assert x.tolist() == [[r, r] for r in range(10, 16)] and y[:, 0].tolist() == list(range(10, 16))
+    first = scratch[0]
+    x2, _, _ = read_whole(ChunkRead(reader, 20, 6, 2, 1), 1, scratch)
+    assert scratch[0] is first and x2.base is first and x2[0, 0] == 20
+    read_whole(ChunkRead(reader, 30, 9, 2, 1), 1, scratch)  # another shape: a new array
+    assert scratch[0] is not first and scratch[0].shape == (9, 3)
+    arrays = (np.zeros((3, 2)), np.zeros((3, 1)), 0)
+    assert read_whole(arrays, 1, scratch) is arrays

@@ -66,6 +66,7 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
     it = iter(chunks)
     pending = None  # (chunk, pos): a chunk that did not fit in the last half
     kept = np.zeros(0, dtype=np.uint64)  # ids of the previous half's leftovers (< b of them)
+    scratch = []  # the array a chunk cut by a half's end is read into (read_whole)
 
     def produce():
         nonlocal pending, kept
@@ -88,7 +89,7 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
             chunk, pos = pending
             rows = chunk_size(chunk)
             take = min(half - filled, rows - pos)
-            chunk = read_whole(chunk, take)
+            chunk = read_whole(chunk, take, scratch)
             at = slice(b + filled, b + filled + take)
             fill_rows(chunk, pos, take, hw[at], hh[at])
             filled, pos = filled + take, pos + take

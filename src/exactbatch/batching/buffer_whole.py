@@ -37,6 +37,7 @@ def shuffle_whole(
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     bw = bh = None
     fill = d = 0
+    scratch = []  # the array a chunk cut by the buffer's end is read into (read_whole)
     try:
         for chunk in chunks:
             rows, pos = chunk_size(chunk), 0
@@ -50,7 +51,7 @@ def shuffle_whole(
                     bw = np.concatenate((bw[:fill], np.empty((new - fill, bw.shape[1]))))
                     bh = np.concatenate((bh[:fill], np.empty(new - fill, dtype=np.uint64)))
                 take = min(min(len(bw), size) - fill, rows - pos)
-                chunk = read_whole(chunk, take)
+                chunk = read_whole(chunk, take, scratch)
                 fill_rows(chunk, pos, take, bw[fill : fill + take], bh[fill : fill + take])
                 fill += take
                 pos += take

@@ -105,14 +105,20 @@ def chunk_width(chunk) -> tuple[int, int]:
     return chunk[0].shape[1], chunk[1].shape[1]
 
 
-def read_whole(chunk, take: int):
+def read_whole(chunk, take: int, scratch: list):
     """``chunk``, unless it is a :class:`ChunkRead` of which fewer than all rows are
     wanted now (the buffer's room ends inside it): then its rows read into arrays
     of its own, ``(x, y, id0)``. So a chunk is always one read (one ranged GET for
-    a URL), never cut in two."""
+    a URL), never cut in two. Those arrays are ``scratch``'s (a list: the one array
+    kept) when it fits, else a new array kept there: a buffer takes the chunk's rows
+    before it reads the next chunk, so one array serves every such chunk, and its
+    pages are not zeroed again for each."""
     if not isinstance(chunk, ChunkRead) or take == chunk.rows:
         return chunk
-    w = np.empty((chunk.rows, chunk.d + chunk.l), dtype=np.float64)
+    shape = (chunk.rows, chunk.d + chunk.l)
+    if not scratch or scratch[0].shape != shape:
+        scratch[:] = [np.empty(shape, dtype=np.float64)]
+    w = scratch[0]
     chunk.read_into(chunk.id0, w)
     return (*sides(w, chunk.d), chunk.id0)
 
