@@ -19,6 +19,7 @@ from itertools import islice
 import numpy as np
 
 from exactbatch.audit import check_ledger
+from exactbatch.checks import check_int
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 
@@ -351,10 +352,12 @@ class EpochIterator:
         return batch
 
     def peek(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The next ``k`` batches (fewer at the epoch's end), read now but not handed
-        out: ``next()`` hands them out in this order, the same arrays, and each counts
-        (in ``state_dict()``) only then; closing the iterator first gives them back to
-        the loader. A read that raises here leaves them all unread."""
+        """The next ``k`` batches (fewer at the epoch's end; ``k`` an int >= 0), read now
+        but not handed out: ``next()`` hands them out in this order, the same arrays,
+        and each counts (in ``state_dict()``) only then; closing the iterator first
+        gives them back to the loader. A read that raises here raises from ``peek``,
+        and the batches it did not read are read by the next call."""
+        k = check_int("k", k, 0)
         ready = self._ready
         while len(ready) < k and self._read_more(max(self._group, k - len(ready))):
             pass

@@ -122,3 +122,27 @@ def test_a_stale_iterator_with_a_group_read_ahead_raises():
     with pytest.raises(RuntimeError, match="stale"):
         next(old)
     assert len(list(new)) == 100
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_peek_reads_ahead_without_handing_out(prefetch):
+    """peek(k): the next k batches (fewer at the end), counted only when next() hands them
+    out, the same arrays; closing the iterator gives them back; k must be an int >= 0."""
+    loader = DataLoader(x_of(), 100, shuffle=True, seed=2, prefetch=prefetch)  # 10 batches
+    want = DataLoader(x_of(), 100, shuffle=True, seed=2)
+    want._group = 1
+    want = [ids([b]) for b in want]
+    it = iter(loader)
+    assert it.peek(0) == [] and loader.state_dict()["batches_done"] == 0
+    ahead = it.peek(3)
+    assert [ids([b]) for b in ahead] == want[:3]
+    assert loader.state_dict()["batches_done"] == 0
+    first = next(it)
+    assert first[0] is ahead[0][0] and loader.state_dict()["batches_done"] == 1
+    assert [ids([b]) for b in it.peek(20)] == want[1:]  # fewer at the epoch's end
+    it.close()  # the 9 read ahead go back: the loader hands them out next
+    bx, by = np.empty((100, 1)), np.empty((100, 0))
+    assert loader.next_into(bx, by) == 100 and ids([(bx, by)]) == want[1]
+    for bad in (-1, 1.5, "2"):
+        with pytest.raises((TypeError, ValueError), match="k"):
+            iter(loader).peek(bad)
