@@ -28,7 +28,7 @@ def _batched_put():
         from jax._src import core
         from jax._src.lib import xla_client
 
-        return xla_client.batched_device_put, core.ShapedArray, core
+        return xla_client.batched_device_put, core
     except (ImportError, AttributeError):  # pragma: no cover - another JAX
         return None
 
@@ -74,9 +74,9 @@ class Putter:
         ref = _jax_device_put(a, self.target)
         if self.batched is None:
             return None, ref
-        _, shaped_array, core = self.batched
+        core = self.batched[1]
         try:
-            aval = shaped_array(a.shape, a.dtype)
+            aval = core.ShapedArray(a.shape, a.dtype)
             if hasattr(core, "update_aval_with_sharding"):  # JAX >= 0.5: avals know shardings
                 aval = core.update_aval_with_sharding(aval, self.sharding)
             where = self.sharding.addressable_devices_indices_map(a.shape)

@@ -132,9 +132,8 @@ def fill_rows(chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> Non
         bh[:] = row_ids(chunk.id0, pos, take)
         return
     x, y, id0 = chunk
-    d = x.shape[1]
-    bw[:, :d] = x[pos : pos + take]
-    bw[:, d:] = y[pos : pos + take]
+    bx, by = sides(bw, x.shape[1])
+    bx[:], by[:] = x[pos : pos + take], y[pos : pos + take]
     bh[:] = row_ids(id0, pos, take)
 
 
