@@ -11,9 +11,11 @@ case alike) and the best of ``--rounds`` counts:
   (batches under 512 KiB read up to 16 at a time);
 * ``one by one``: the same loader with groups of one (``exactbatch.loader``'s
   ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
-* ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads the
-  groups, 2 ahead); ``prefetch, one by one``: with groups of one, as the
-  prefetch thread read before it read groups.
+* ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads
+  groups of up to 64 batches and 4 MiB, 2 ahead); ``prefetch, small groups``:
+  with the groups of ``iter()`` without prefetch (16 batches, 512 KiB), as
+  the prefetch thread read before; ``prefetch, one by one``: with groups of
+  one, as it read before it read groups.
 
     .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
 """
@@ -37,22 +39,31 @@ def _epoch(loader) -> None:
 
 def _cases(x, y, b: int, perm) -> dict:
     """``{name: one epoch}`` for batch size ``b``."""
-    grouped = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
-    ahead = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=2)
-    saved = loader_module._GROUP_BATCHES
-    loader_module._GROUP_BATCHES = 1
-    try:
-        single = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0)
-        single_ahead = exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=2)
-    finally:
-        loader_module._GROUP_BATCHES = saved
+
+    def made(prefetch: int = 0, **groups):
+        """A loader made with the module's group sizes set to ``groups`` meanwhile."""
+        saved = {k: getattr(loader_module, k) for k in groups}
+        vars(loader_module).update(groups)
+        try:
+            return exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=prefetch)
+        finally:
+            vars(loader_module).update(saved)
+
+    ones = {"_GROUP_BATCHES": 1, "_AHEAD_GROUP_BATCHES": 1}
+    small = {
+        "_AHEAD_GROUP_BATCHES": loader_module._GROUP_BATCHES,
+        "_AHEAD_GROUP_BYTES": loader_module._GROUP_BYTES,
+    }
+    loaders = {
+        "loader": made(),
+        "one by one": made(**ones),
+        "prefetch": made(2),
+        "prefetch, small groups": made(2, **small),
+        "prefetch, one by one": made(2, **ones),
+    }
     gather = bare_gather(x, y, b)
-    return {
-        "bare": lambda: gather(perm),
-        "loader": lambda: _epoch(grouped),
-        "one by one": lambda: _epoch(single),
-        "prefetch": lambda: _epoch(ahead),
-        "prefetch, one by one": lambda: _epoch(single_ahead),
+    return {"bare": lambda: gather(perm)} | {
+        k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()
     }
 
 
@@ -67,7 +78,7 @@ def main() -> None:
     x, y = rng.random((n, 16)), rng.random((n, 1))
     perm = rng.permutation(n)
     print(f"backend {exactbatch.backend()}; n = {n:,} rows of 16 + 1 float64; best of {a.rounds}")
-    names = ["loader", "one by one", "prefetch", "prefetch, one by one"]
+    names = ["loader", "one by one", "prefetch", "prefetch, small groups", "prefetch, one by one"]
     print("\n| batch | bare, M rows/s | " + " | ".join(f"{k} / bare" for k in names) + " |")
     print("|---:|---:|" + "---:|" * len(names))
     for b in a.batch:

@@ -21,9 +21,11 @@ from exactbatch.order import Shard
 __all__ = ["DataLoader"]
 
 # iter() reads random-access batches under _GROUP_BYTES up to _GROUP_BATCHES at a time
-# (one claim, one gather, one pair of arrays), on the prefetch thread where there is one.
-_GROUP_BYTES = 512 << 10
-_GROUP_BATCHES = 16
+# (one claim, one gather, one pair of arrays). A prefetch thread reads larger groups:
+# each hand-off between threads costs 40-100 us (the waits for the GIL), as much as a
+# batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
+_GROUP_BYTES, _GROUP_BATCHES = 512 << 10, 16
+_AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
 
 
 def _fits(a, shape: tuple, dt: np.dtype) -> bool:
@@ -64,9 +66,9 @@ class DataLoader:
       ``(x, y)`` arrays of shapes (rows, d) and (rows, l) and dtype ``dtype``
       (float64, or float32: cast in the gather, with no second pass) that
       belong to the caller (nothing else writes them; small batches of a
-      random-access source are read up to 16 at a time, at most 512 KiB, by
-      the prefetch thread where there is one: such a batch is a view of its
-      group's arrays).
+      random-access source are read up to 16 at a time, at most 512 KiB -
+      with prefetch, up to 64 at a time, at most 4 MiB, by the prefetch
+      thread: such a batch is a view of its group's arrays).
       Where ``batch_size`` is a multiple of 16, a batch's x and y start on a
       64-byte boundary (a cache line; a CPU JAX device aliases such memory
       rather than copy it). Only the newest iterator may advance; an older
@@ -142,9 +144,15 @@ class DataLoader:
         # Small random-access batches are read a few at a time (EpochIterator): the
         # claim, the two arrays and the call per batch cost as much as its gather.
         width = 8 * (self._feed.d or 0) + 8 * (self._feed.l or 0)
-        self._group = 1
+        self._groups = (1, 1)  # batches a group, without and with prefetch
         if self._feed.kind == "random access" and width:
-            self._group = max(1, min(_GROUP_BATCHES, _GROUP_BYTES // (batch_size * width)))
+            self._groups = tuple(
+                max(1, min(most, size // (batch_size * width)))
+                for size, most in (
+                    (_GROUP_BYTES, _GROUP_BATCHES),
+                    (_AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES),
+                )
+            )
 
     # -- sizes -----------------------------------------------------------------
 
@@ -204,7 +212,8 @@ class DataLoader:
     # -- iteration -------------------------------------------------------------
 
     def __iter__(self):
-        return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, self._group)
+        group = self._groups[self.prefetch > 0]
+        return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).

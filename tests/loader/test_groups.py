@@ -40,7 +40,7 @@ def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle)
     got = list(iter(loader))
     assert reads.sizes == [160] * 6 + [40]  # 100 batches: 7 groups
     want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
-    want._group = 1  # one by one
+    want._groups = (1, 1)  # one by one
     reads = CountReads(want)
     expected = list(iter(want))
     assert reads.sizes == [10] * 100
@@ -51,8 +51,9 @@ def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle)
     assert got[3][0].base is got[4][0].base  # views of one group's arrays
 
 
-def test_prefetch_reads_small_batches_in_groups_too():
-    """The prefetch thread reads the same groups, prefetch groups ahead; the batches are
+def test_prefetch_reads_small_batches_in_larger_groups():
+    """The prefetch thread reads groups of up to 64 batches and 4 MiB (a hand-off between
+    threads costs as much as a batch of 1024 rows), prefetch groups ahead; the batches are
     those read one by one, and each counts only when handed out."""
     loader = DataLoader(x_of(), 10, shuffle=True, seed=3, prefetch=2)
     reads = CountReads(loader)
@@ -60,9 +61,12 @@ def test_prefetch_reads_small_batches_in_groups_too():
     first = next(it)
     assert loader.state_dict()["batches_done"] == 1
     got = [first, *it]
-    assert reads.sizes == [160] * 6 + [40]
+    assert reads.sizes == [640, 360]
+    wide = DataLoader(np.zeros((N, 1024)), 32, prefetch=1)  # 256 KiB batches: 16 in 4 MiB
+    reads = CountReads(wide)
+    assert sum(1 for _ in wide) == 32 and reads.sizes == [512, 488]
     want = DataLoader(x_of(), 10, shuffle=True, seed=3)
-    want._group = 1
+    want._groups = (1, 1)
     assert ids(got) == ids(want)
 
 
@@ -130,7 +134,7 @@ def test_peek_reads_ahead_without_handing_out(prefetch):
     out, the same arrays; closing the iterator gives them back; k must be an int >= 0."""
     loader = DataLoader(x_of(), 100, shuffle=True, seed=2, prefetch=prefetch)  # 10 batches
     want = DataLoader(x_of(), 100, shuffle=True, seed=2)
-    want._group = 1
+    want._groups = (1, 1)
     want = [ids([b]) for b in want]
     it = iter(loader)
     assert it.peek(0) == [] and loader.state_dict()["batches_done"] == 0

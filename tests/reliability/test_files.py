@@ -576,7 +576,7 @@ CHANGED = textwrap.dedent(
                 break
             check(xb, yb)
             good += 1
-            if good > (prefetch + (prefetch > 0)) * loader._group + ahead:
+            if good > (prefetch + (prefetch > 0)) * loader._groups[prefetch > 0] + ahead:
                 sys.exit("no NdfError after the file changed")
         for _ in range(2):  # and every batch after it
             try:
@@ -603,7 +603,12 @@ CHANGED = textwrap.dedent(
 )
 
 
-def _traceable_ndf(path, n: int = 20_000):
+# Rows enough that a prefetch thread (2 groups of up to 64 batches of 100 ahead, and one
+# more in hand) cannot have read them all before the change.
+TRACEABLE_ROWS = 60_000
+
+
+def _traceable_ndf(path, n: int = TRACEABLE_ROWS):
     i = np.arange(n, dtype=np.float64)
     save_ndf(path, (np.column_stack([i, 3 * i + 0.5]), -i))
     os.utime(path, ns=(10**9, 10**9))  # an old mtime: any write in place changes it
@@ -612,8 +617,8 @@ def _traceable_ndf(path, n: int = 20_000):
 CHANGES = [
     ("truncate", "0"),
     ("truncate", "28"),
-    ("truncate", str(28 + 24 * 10_000)),  # half the rows
-    ("truncate", str(28 + 24 * 20_000 - 8)),  # one value short
+    ("truncate", str(28 + 24 * (TRACEABLE_ROWS // 2))),  # half the rows
+    ("truncate", str(28 + 24 * TRACEABLE_ROWS - 8)),  # one value short
     ("rewrite", ""),
     ("replace", ""),
     ("delete", ""),
