@@ -67,3 +67,27 @@ def test_an_ndf_loader_prefetches_by_default_from_batches_of_256_kib(tmp_path, d
     with open_ndf(path) as f:
         assert DataLoader(f, rows).prefetch == 2
         assert DataLoader(f, rows - 1).prefetch == 0
+
+
+@pytest.mark.parametrize("outcome", ["done", "failed"])
+def test_blocks_serve_batches_until_the_whole_order_is_done(monkeypatch, outcome):
+    """Until the whole order is computed, batches come from blocks; once it is, from it,
+    with no call to the Future per batch; had it failed, blocks go on. The rows are the
+    bijection's either way."""
+    from concurrent.futures import Future
+
+    bijection = EpochBijection(1000, seed=3, epoch=0, shard=0)
+    want = bijection.rows(0, 1000)
+    fut = Future()
+    order = BlockedOrder(bijection, 0, np.int64, 10, fut)
+    assert order.take(0, 10)[0].tolist() == want[:10].tolist()
+    whole = BlockedOrder(bijection, 0, np.int64, 10).mapped_all(np.empty(1000, np.int64))
+    if outcome == "done":
+        fut.set_result(whole)
+    else:
+        fut.set_exception(MemoryError("no room for the whole order"))
+    monkeypatch.setattr(Future, "done", lambda self: pytest.fail("a Future call per batch"))
+    for a in range(10, 1000, 10):
+        rows, _ = order.take(a, a + 10)
+        assert rows.tolist() == want[a : a + 10].tolist()
+        assert (rows.base is whole[0]) == (outcome == "done")

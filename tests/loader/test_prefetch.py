@@ -124,7 +124,7 @@ def test_a_new_epoch_stops_the_old_iterator():
 def test_reader_errors_reach_the_consumer(tmp_path):
     """An error while preparing a batch (a truncated .ndf) is raised in the consumer."""
     path = tmp_path / "d.ndf"
-    x, y = ids(10_000)
+    x, y = ids(100_000)  # more than the thread can read ahead: 3 + 2 groups of 64 batches
     save_ndf(path, (x, y))
     f = open_ndf(path)
     # File order: batches are read with positional reads, which fail cleanly on a

@@ -94,18 +94,15 @@ class BlockedOrder:
     def __init__(self, bijection, offset: int, dtype, batch_size: int, whole: Future | None = None):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
         self.batch_size = batch_size
-        self.whole = whole
-        self._whole = None  # whole's (rows, digests), once it is done: no Future per batch
+        self._whole = None  # whole's (rows, digests), set by its thread when it is done
+        if whole is not None:
+            self.use_whole(whole)
         self._lo = self._hi = 0
         self._rows = self._digests = None
 
     def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
         """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
         done = self._whole
-        if done is None and self.whole is not None and self.whole.done():
-            if self.whole.exception() is None:
-                done = self._whole = self.whole.result()
-            self.whole = None  # (had it failed, the blocks below still work)
         if done is not None:
             rows, digests = done
             return rows[a:z], digests[a // self.batch_size]
@@ -118,6 +115,17 @@ class BlockedOrder:
             self._digests = memoryview(batch_digests(self._rows, self.batch_size))
         lo = self._lo
         return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
+
+    def use_whole(self, whole: Future) -> None:
+        """Slice batches from ``whole``'s result once it is done (had it failed, the
+        blocks still work). The future's thread sets it: no Future call per batch, and
+        a reference is set atomically, so the loader's lock need not be held."""
+
+        def done(fut: Future) -> None:
+            if fut.exception() is None:
+                self._whole = fut.result()
+
+        whole.add_done_callback(done)
 
     def mapped_all(self, out: np.ndarray):
         """The whole order, mapped block by block into ``out``, and its batches'

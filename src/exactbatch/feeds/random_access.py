@@ -112,7 +112,7 @@ class RandomAccessFeed:
                 self._bijection(seed, epoch, key_shard, size), offset, self._dtype, b
             )
             if size <= _WHOLE_ROWS:
-                order.whole = self._whole_order(seed, epoch, key_shard, size, offset)
+                order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
         promised = partial(self._promise, count, first)
         return IndexedEpoch(
             self.reader, count, locate, order, offset, b, promised, skip, pending, spec.dtype
