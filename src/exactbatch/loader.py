@@ -94,8 +94,8 @@ class DataLoader:
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
-    k batches on a background thread (k groups, for the small batches
-    ``iter()`` reads in groups; default: the reader's own - 2 for .ndf
+    k batches on a background thread - k groups of random-access batches, of
+    up to 64 batches and 4 MiB each (default: the reader's own - 2 for .ndf
     batches of 256 KiB or more and for .ndf URLs, else 0).
 
     ``dtype`` (``np.float64`` or ``np.float32``, else ``ValueError``; the
@@ -146,12 +146,10 @@ class DataLoader:
         width = 8 * (self._feed.d or 0) + 8 * (self._feed.l or 0)
         self._groups = (1, 1)  # batches a group, without and with prefetch
         if self._feed.kind == "random access" and width:
-            self._groups = tuple(
-                max(1, min(most, size // (batch_size * width)))
-                for size, most in (
-                    (_GROUP_BYTES, _GROUP_BATCHES),
-                    (_AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES),
-                )
+            per = batch_size * width
+            self._groups = (
+                max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)),
+                max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per)),
             )
 
     # -- sizes -----------------------------------------------------------------

@@ -45,7 +45,9 @@ def test_every_path_hands_out_the_orders_rows_and_their_digests(n, b, path):
     bijection = CountedBijection(n)
     offset = 100
     whole = None if path == "blocks" else whole_of(bijection, offset, b, path == "whole-failed")
-    order = BlockedOrder(bijection, offset, np.int64, b, whole)
+    order = BlockedOrder(bijection, offset, np.int64, b)
+    if whole is not None:
+        order.use_whole(whole)
     want = bijection.inner.rows(0, n).astype(np.int64) + offset
     starts = list(range(0, n, b))
     for a in [*starts, *starts[::-3]]:  # in order, then some again (given back, resumed)

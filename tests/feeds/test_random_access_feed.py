@@ -79,7 +79,8 @@ def test_blocks_serve_batches_until_the_whole_order_is_done(monkeypatch, outcome
     bijection = EpochBijection(1000, seed=3, epoch=0, shard=0)
     want = bijection.rows(0, 1000)
     fut = Future()
-    order = BlockedOrder(bijection, 0, np.int64, 10, fut)
+    order = BlockedOrder(bijection, 0, np.int64, 10)
+    order.use_whole(fut)
     assert order.take(0, 10)[0].tolist() == want[:10].tolist()
     whole = BlockedOrder(bijection, 0, np.int64, 10).mapped_all(np.empty(1000, np.int64))
     if outcome == "done":

@@ -82,21 +82,20 @@ class BlockedOrder:
 
     A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
     time and batches sliced out of the block; memory is one block, whatever n.
-    When ``whole`` (a Future of the entire order and its batches' digests,
-    computed on a background thread for moderate n) is ready, batches are
-    sliced from it instead: the same rows, without the per-batch cost. Blocks
-    start at batch boundaries, so a block's batch digests are computed with
-    it. Not thread-safe: used under the loader's lock.
+    Once the Future given to :meth:`use_whole` (the entire order and its
+    batches' digests, computed on a background thread for moderate n) is
+    done, batches are sliced from it instead: the same rows, without the
+    per-batch cost. Blocks start at batch boundaries, so a block's batch
+    digests are computed with it. Not thread-safe: used under the loader's
+    lock (but for the reference :meth:`use_whole`'s callback sets).
     """
 
     BLOCK = 4096
 
-    def __init__(self, bijection, offset: int, dtype, batch_size: int, whole: Future | None = None):
+    def __init__(self, bijection, offset: int, dtype, batch_size: int):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
         self.batch_size = batch_size
-        self._whole = None  # whole's (rows, digests), set by its thread when it is done
-        if whole is not None:
-            self.use_whole(whole)
+        self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
         self._lo = self._hi = 0
         self._rows = self._digests = None
 
