@@ -257,6 +257,72 @@ def test_next_into_buffers_of_another_dtype_are_a_type_error_naming_the_buffer(w
         loader64.next_into(np.empty((4, 3), dtype=np.float32), np.empty((4, 1)))
 
 
+class _Sub(np.ndarray):
+    """An ndarray subclass: a fine buffer."""
+
+
+def _buffer(draw, rows: int, w: int, dtype):
+    """A candidate for a next_into buffer of shape (rows, w) and ``dtype``: a fine one
+    (a C-contiguous array, or a subclass), or one with a defect: a row or column off,
+    another dtype (the other float, int64, byte-swapped), another layout (Fortran
+    order, strided and column views), read-only, or no ndarray at all."""
+    shape, dt = (rows, w), np.dtype(dtype)
+    defect = draw(st.sampled_from(["none"] * 6 + list(_DEFECTS)))
+    return _DEFECTS[defect](shape, dt) if defect != "none" else np.zeros(shape, dt)
+
+
+def _readonly(shape, dt):
+    a = np.zeros(shape, dt)
+    a.flags.writeable = False
+    return a
+
+
+_DEFECTS = {
+    "subclass": lambda s, dt: np.zeros(s, dt).view(_Sub),  # fine, in fact
+    "row more": lambda s, dt: np.zeros((s[0] + 1, s[1]), dt),
+    "column more": lambda s, dt: np.zeros((s[0], s[1] + 1), dt),
+    "1-D": lambda s, dt: np.zeros(s[0] * s[1], dt),
+    "other float": lambda s, dt: np.zeros(s, np.float32 if dt == np.float64 else np.float64),
+    "int64": lambda s, dt: np.zeros(s, np.int64),
+    "byte-swapped": lambda s, dt: np.zeros(s, dt.newbyteorder()),
+    "fortran": lambda s, dt: np.asfortranarray(np.zeros((s[0] + 2, s[1] + 2), dt)[2:, 2:]),
+    "row stride": lambda s, dt: np.zeros((2 * s[0] + 2, s[1]), dt)[2::2],
+    "column view": lambda s, dt: np.zeros((s[0], s[1] + 1), dt)[:, 1:],
+    "read-only": _readonly,
+    "list": lambda s, dt: np.zeros(s, dt).tolist(),
+    "memoryview": lambda s, dt: memoryview(np.zeros(s, dt)),
+    "None": lambda s, dt: None,
+}
+
+
+def _accepted(a, shape, dtype) -> bool:
+    """Does check_out_array take ``a`` as it is (None would be a new array: not taken)?"""
+    from exactbatch.arrays import check_out_array
+
+    try:
+        return a is not None and check_out_array(a, shape, "a", dtype) is a
+    except (TypeError, ValueError):
+        return False
+
+
+@settings(max_examples=400)
+@given(data=st.data())
+def test_next_into_buffer_check_is_check_out_array_on_both_backends(data):
+    """``pair_check()``'s function (next_into's fast check, made per backend) says True
+    exactly when check_out_array accepts both buffers, whatever they are."""
+    rows, d, l = (data.draw(st.integers(0, 5)) for _ in range(3))  # noqa: E741
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    bx, by = _buffer(data.draw, rows, d, dtype), _buffer(data.draw, rows, l, dtype)
+    want = _accepted(bx, (rows, d), dtype) and _accepted(by, (rows, l), dtype)
+    itemsize = np.dtype(dtype).itemsize
+    for name in ("compiled", "numpy") if COMPILED else ("numpy",):
+        before = kernels.use_backend(name)
+        try:
+            assert kernels.pair_check()(bx, by, rows, d, l, itemsize) is want, name
+        finally:
+            kernels.use_backend(before)
+
+
 # -- the compiled kernel's own checks ---------------------------------------------------------
 
 

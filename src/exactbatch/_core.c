@@ -1227,6 +1227,45 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------- next_into's buffers */
+
+static PyObject *ndarray_type; /* numpy.ndarray: pair_fits() accepts its instances only */
+
+/* Is o an ndarray (or subclass) that is writeable and C-contiguous, of shape (rows, w)
+ * and format fmt ('d' or 'f')? Never an exception. */
+static int fits_one(PyObject *o, Py_ssize_t rows, Py_ssize_t w, char fmt)
+{
+    if (!PyObject_TypeCheck(o, (PyTypeObject *)ndarray_type))
+        return 0;
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear(); /* read-only, or not C-contiguous */
+        return 0;
+    }
+    const char *f = v.format ? v.format : "B";
+    if (*f == '=' || *f == '<' || *f == '@')
+        f++;
+    int ok = v.ndim == 2 && v.shape[0] == rows && v.shape[1] == w && f[0] == fmt && !f[1];
+    PyBuffer_Release(&v);
+    return ok;
+}
+
+static PyObject *pair_fits(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "pair_fits(bx, by, rows, d, l, itemsize) takes 6 "
+                                         "arguments");
+        return NULL;
+    }
+    Py_ssize_t v[4];
+    for (int i = 0; i < 4; i++)
+        if ((v[i] = PyLong_AsSsize_t(args[2 + i])) == -1 && PyErr_Occurred())
+            return NULL;
+    char fmt = v[3] == 8 ? 'd' : v[3] == 4 ? 'f' : 0;
+    return PyBool_FromLong(fmt && fits_one(args[0], v[0], v[1], fmt) &&
+                           fits_one(args[1], v[0], v[2], fmt));
+}
+
 static PyMethodDef core_methods[] = {
     {"memory_rows", memory_rows, METH_VARARGS,
      "memory_rows(x, y)\n--\n\nRows of two float64 2-D arrays (x (n, d), y (n, l)), each row's values "
@@ -1241,6 +1280,10 @@ static PyMethodDef core_methods[] = {
      "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"
      "(starts: int64, from 0, n last); give each part's file_rows with set(k, rows)\n"
      "once it is open. Installs the fault guard on first use."},
+    {"pair_fits", (PyCFunction)(void (*)(void))pair_fits, METH_FASTCALL,
+     "pair_fits(bx, by, rows, d, l, itemsize)\n--\n\n"
+     "Whether bx and by are writeable C-contiguous NumPy arrays of shapes (rows, d) and\n"
+     "(rows, l), both float64 (itemsize 8) or both float32 (4): next_into's check."},
     {"bijection", bijection, METH_VARARGS,
      "bijection(n, q, swap01, plan)\n--\n\n"
      "An epoch's keyed bijection (exactbatch.order.bijection), for rows() and map()."},
@@ -1255,6 +1298,13 @@ PyMODINIT_FUNC PyInit__core(void)
 {
     if (PyType_Ready(&RowsType) < 0 || PyType_Ready(&PartsType) < 0 ||
         PyType_Ready(&BijectionType) < 0)
+        return NULL;
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (np == NULL)
+        return NULL;
+    ndarray_type = PyObject_GetAttrString(np, "ndarray");
+    Py_DECREF(np);
+    if (ndarray_type == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)

@@ -40,11 +40,13 @@ __all__ = [
     "file_rows",
     "gather",
     "memory_rows",
+    "pair_check",
     "parts_rows",
     "use_backend",
 ]
 
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the output dtypes a loader may have
+_BY_ITEMSIZE = {dt.itemsize: dt for dt in DTYPES}
 
 
 def _import_core():
@@ -137,6 +139,26 @@ def memory_rows(x: np.ndarray, y: np.ndarray):
     if _CORE is not None:
         return _CORE.memory_rows(x, y)
     return _NumpyRows(x, y)
+
+
+def _fits(a, shape: tuple, dt) -> bool:
+    f = a.flags if isinstance(a, np.ndarray) else None
+    return f is not None and a.shape == shape and a.dtype == dt and f.c_contiguous and f.writeable
+
+
+def _numpy_pair_fits(bx, by, rows: int, d: int, l: int, itemsize: int) -> bool:  # noqa: E741
+    """The pure path of :func:`pair_check`'s function."""
+    dt = _BY_ITEMSIZE.get(itemsize)
+    return _fits(bx, (rows, d), dt) and _fits(by, (rows, l), dt)
+
+
+def pair_check():
+    """``fits(bx, by, rows, d, l, itemsize) -> bool``: whether ``bx`` and ``by`` are
+    writeable C-contiguous NumPy arrays of shapes (rows, d) and (rows, l), both float64
+    (``itemsize`` 8) or both float32 (4). What :func:`exactbatch.arrays.check_out_array`
+    checks, in one call (``next_into`` checks its buffers on every call); False says
+    to call that for the message."""
+    return _numpy_pair_fits if _CORE is None else _CORE.pair_fits
 
 
 def file_rows(mapping, offset: int, n: int, d: int, l: int, fd: int, size: int, mtime_ns):  # noqa: E741

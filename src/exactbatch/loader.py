@@ -15,6 +15,7 @@ from exactbatch.checks import check_int
 from exactbatch.cursor import Cursor, EpochIterator
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
+from exactbatch.kernels import pair_check
 from exactbatch.loader_state import pack_state, unpack_state
 from exactbatch.order import Shard
 
@@ -26,13 +27,6 @@ __all__ = ["DataLoader"]
 # batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
 _GROUP_BYTES, _GROUP_BATCHES = 512 << 10, 16
 _AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
-
-
-def _fits(a, shape: tuple, dt: np.dtype) -> bool:
-    """What :func:`check_out_array` checks, at a fraction of its cost: ``next_into``
-    checks its buffers on every call."""
-    f = a.flags if type(a) is np.ndarray else None
-    return f is not None and a.shape == shape and a.dtype == dt and f.c_contiguous and f.writeable
 
 
 class DataLoader:
@@ -141,6 +135,7 @@ class DataLoader:
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
+        self._fits = pair_check()  # next_into's check of its buffers, made once
         # Small random-access batches are read a few at a time (EpochIterator): the
         # claim, the two arrays and the call per batch cost as much as its gather.
         width = 8 * (self._feed.d or 0) + 8 * (self._feed.l or 0)
@@ -229,17 +224,16 @@ class DataLoader:
             if feed.d is None:  # no chunk at all: the epoch is over before it began
                 return 0
         dt, b = self.dtype, self.batch_size
-        xs, ys = (b, feed.d), (b, feed.l)
-        if bx is None or (by is None and feed.l):
-            raise TypeError(
-                f"next_into needs {dt} buffers bx of shape {xs} and by of shape {ys} "
-                f"(by may be None only when l = 0)"
-            )
-        if by is None:
-            by = np.empty(ys, dtype=dt)
-        if not (_fits(bx, xs, dt) and _fits(by, ys, dt)):
-            check_out_array(bx, xs, "bx", dt)  # says what is wrong
-            check_out_array(by, ys, "by", dt)
+        if bx is None or by is None:
+            if bx is None or feed.l:
+                raise TypeError(
+                    f"next_into needs {dt} buffers bx of shape {(b, feed.d)} and by of shape "
+                    f"{(b, feed.l)} (by may be None only when l = 0)"
+                )
+            by = np.empty((b, 0), dtype=dt)
+        if not self._fits(bx, by, b, feed.d, feed.l, dt.itemsize):
+            check_out_array(bx, (b, feed.d), "bx", dt)  # says what is wrong
+            check_out_array(by, (b, feed.l), "by", dt)
         job, owner = self._cursor.claim(None)
         if job is None:
             return 0
