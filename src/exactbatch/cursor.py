@@ -23,7 +23,14 @@ from exactbatch.checks import check_int
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher
 
-__all__ = ["Cursor", "EpochIterator"]
+__all__ = ["Cursor", "EpochIterator", "group_sizes"]
+
+# iter() claims small batches up to _GROUP_BATCHES and _GROUP_BYTES at a time (one claim;
+# from random access, one gather, one pair of arrays). A prefetch thread reads larger
+# groups: each hand-off between threads costs 40-100 us (the waits for the GIL), as much
+# as a batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
+_GROUP_BYTES, _GROUP_BATCHES = 512 << 10, 16
+_AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
 
 
 class Cursor:
@@ -177,15 +184,11 @@ class Cursor:
         with self.lock:
             owner, jobs = self._claimable(gen), []
             try:
-                while len(jobs) < count:
-                    job = owner.claim()
-                    if job is None:
-                        break
-                    self.out.add(job.k)
-                    jobs.append(job)
+                owner.claim_many(jobs, count)
             except BaseException:  # a stream's read failed: those claimed go back too
                 self.give_back_locked(owner, jobs, counted=False)
                 raise
+            self.out.update([job.k for job in jobs])
             return jobs, owner
 
     def _count(self, job) -> None:
@@ -280,6 +283,23 @@ class Cursor:
             return True
 
 
+def group_sizes(feed) -> tuple[int, int] | None:
+    """Batches a group of :class:`EpochIterator`, without and with prefetch (None while
+    a stream's widths are unknown). Small random-access batches are claimed and read a
+    group at a time: the claim, the two arrays and the call per batch cost as much as a
+    small batch's gather. A stream's batches are read already: claimed one by one, but
+    for the prefetch thread's hand-offs, a group each."""
+    if feed.d is None:
+        return None
+    per = feed.spec.batch_size * 8 * (feed.d + feed.l)
+    if not per:
+        return 1, 1
+    ahead = max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per))
+    if feed.kind != "random access":
+        return 1, ahead
+    return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
+
+
 def _read_group(cursor: Cursor, gen: int, count: int):
     """Up to ``count`` next batches claimed under one lock and read with one gather,
     as ``[(job, batch, epoch)]``, none counted yet; None at the end. A read that
@@ -299,12 +319,13 @@ class EpochIterator:
     """Iterates one epoch of a loader's cursor; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the cursor
-    again, which reads the same batch again.) With ``group`` > 1 (small
-    random-access batches), batches are claimed and read ``group`` at a time
-    (one lock, one gather, one pair of arrays whose views they are) and
-    handed out one by one; each counts only when handed out. With prefetch,
-    a background thread claims and reads the next batches (in such groups,
-    ``prefetch`` groups ahead); it stops when the epoch ends, when the
+    again, which reads the same batch again.) With ``group`` > 1 (see
+    :func:`group_sizes`), batches are claimed ``group`` at a time (under one
+    lock; from random access, read with one gather into one pair of arrays
+    whose views they are) and handed out one by one; each counts only when
+    handed out. With prefetch, a background thread claims and reads the next
+    batches (in such groups, ``prefetch`` groups ahead; ``group`` 0: sized by
+    :func:`group_sizes` once a stream's widths are known); it stops when the epoch ends, when the
     iterator is closed or dropped, or after an error. :meth:`peek` reads
     batches ahead without handing them out. Batches read and not handed out,
     by any of these ways, go back to the cursor, so that a later
@@ -314,13 +335,16 @@ class EpochIterator:
     __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
-        self._cursor, self._gen, self._group = cursor, gen, group
+        self._cursor, self._gen, self._group = cursor, gen, group or 1
         self._prefetcher = None
         self._ready = deque()  # (job, batch, epoch) read in a group, not yet handed out
         if prefetch:
 
             def produce():  # must not hold the iterator: dropping it stops the thread
-                return _read_group(cursor, gen, group)
+                if group:
+                    return _read_group(cursor, gen, group)
+                # A stream not read yet: its groups are sized once its widths are known.
+                return _read_group(cursor, gen, (group_sizes(cursor.feed) or (1, 1))[1])
 
             self._prefetcher = Prefetcher(produce, prefetch)
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, EpochIterator
+from exactbatch.cursor import Cursor, EpochIterator, group_sizes
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.kernels import pair_check
@@ -20,13 +20,6 @@ from exactbatch.loader_state import pack_state, unpack_state
 from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
-
-# iter() reads random-access batches under _GROUP_BYTES up to _GROUP_BATCHES at a time
-# (one claim, one gather, one pair of arrays). A prefetch thread reads larger groups:
-# each hand-off between threads costs 40-100 us (the waits for the GIL), as much as a
-# batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
-_GROUP_BYTES, _GROUP_BATCHES = 512 << 10, 16
-_AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
 
 
 class DataLoader:
@@ -136,16 +129,7 @@ class DataLoader:
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
         self._fits = pair_check()  # next_into's check of its buffers, made once
-        # Small random-access batches are read a few at a time (EpochIterator): the
-        # claim, the two arrays and the call per batch cost as much as its gather.
-        width = 8 * (self._feed.d or 0) + 8 * (self._feed.l or 0)
-        self._groups = (1, 1)  # batches a group, without and with prefetch
-        if self._feed.kind == "random access" and width:
-            per = batch_size * width
-            self._groups = (
-                max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)),
-                max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per)),
-            )
+        self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
 
     # -- sizes -----------------------------------------------------------------
 
@@ -205,7 +189,9 @@ class DataLoader:
     # -- iteration -------------------------------------------------------------
 
     def __iter__(self):
-        group = self._groups[self.prefetch > 0]
+        if self._groups is None:
+            self._groups = group_sizes(self._feed)
+        group = self._groups[self.prefetch > 0] if self._groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:

@@ -150,3 +150,43 @@ def test_peek_reads_ahead_without_handing_out(prefetch):
     for bad in (-1, 1.5, "2"):
         with pytest.raises((TypeError, ValueError), match="k"):
             iter(loader).peek(bad)
+
+
+def _stream(shuffle: bool, prefetch: int) -> DataLoader:
+    """A stream of 1000 traceable rows in chunks of 70, read by a factory, so that its
+    widths are unknown until the first pass."""
+    parts = [x_of()[a : a + 70] for a in range(0, N, 70)]
+    return DataLoader(
+        lambda: iter(parts), 10, shuffle=shuffle, seed=4, prefetch=prefetch, total_size=N
+    )
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_stream_hands_its_batches_from_the_prefetch_thread_in_groups(shuffle):
+    """A stream's batches are read already, so iter() claims them one by one; its prefetch
+    thread claims and hands them over up to 64 (and 4 MiB) at a time, not one a hand-off.
+    The batches are those of the loop without prefetch, each counted when handed out."""
+    loader = _stream(shuffle, prefetch=2)
+    assert loader._groups is None  # the widths are unknown before the first pass
+    claims = []
+    claim_many = loader._cursor.claim_many
+
+    def counted(gen, count):
+        jobs, owner = claim_many(gen, count)
+        claims.append(len(jobs))
+        return jobs, owner
+
+    loader._cursor.claim_many = counted
+    it = iter(loader)
+    first = next(it)
+    assert loader.state_dict()["batches_done"] == 1
+    got = [first, *it]
+    assert claims[:3] == [1, 64, 35] and not any(claims[3:])  # sized once read
+    assert loader.state_dict()["batches_done"] == 0  # the epoch's end: the next one's start
+    plain = _stream(shuffle, prefetch=0)
+    want = list(iter(plain))
+    assert ids(got) == ids(want) and len(got) == 100
+    assert sorted(ids(got)) == list(range(N))
+    claims.clear()
+    assert ids(iter(loader)) == ids(iter(plain))  # the next epochs: sized from the start
+    assert loader._groups == plain._groups == (1, 64) and claims[:2] == [64, 36]

@@ -208,6 +208,11 @@ class IndexedEpoch:
         self.claimed = k + 1
         return self.job(k)
 
+    def claim_many(self, jobs: list, count: int) -> None:
+        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
+        while len(jobs) < count and (job := self.claim()) is not None:
+            jobs.append(job)
+
     @staticmethod
     def take_group(jobs) -> list[tuple[np.ndarray, np.ndarray]]:
         """The batches of ``jobs`` claimed together (see :func:`take_group`)."""

@@ -160,6 +160,24 @@ class StreamEpoch:
         self.claimed += 1
         return StreamJob(*batch, self.claimed - 1)
 
+    def claim_many(self, jobs: list, count: int) -> None:
+        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end): those of
+        the group read last are taken at once, without a claim each."""
+        while len(jobs) < count:
+            ready = self._ready
+            # (a batch exhausted() read ahead, in _pending, comes before them)
+            if ready and self._pending is None and not (self.returned or self._failed):
+                if self._limit is None:
+                    k, take = self.claimed, min(count - len(jobs), len(ready))
+                    self.claimed = k + take
+                    pop = ready.popleft
+                    jobs.extend([StreamJob(*pop(), j) for j in range(k, k + take)])
+                    continue
+            job = self.claim()
+            if job is None:
+                return
+            jobs.append(job)
+
     @staticmethod
     def take_group(jobs) -> list:
         """The batches of ``jobs`` claimed together (read already, as the pass made them)."""
