@@ -9,7 +9,7 @@ case alike) and the best of ``--rounds`` counts:
   drawn beforehand (``baselines.bare_gather``);
 * ``loader``: ``for xb, yb in DataLoader(x, y, b, shuffle=True)`` as shipped
   (batches under 512 KiB read up to 16 at a time);
-* ``one by one``: the same loader with groups of one (``exactbatch.loader``'s
+* ``one by one``: the same loader with groups of one (``exactbatch.cursor``'s
   ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
 * ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads
   groups of up to 64 batches and 4 MiB, 2 ahead); ``prefetch, small groups``:
@@ -17,19 +17,28 @@ case alike) and the best of ``--rounds`` counts:
   the prefetch thread read before; ``prefetch, one by one``: with groups of
   one, as it read before it read groups.
 
+A second table (``--stream``) does the same for a stream: the same rows in an
+``.ndf`` file (a temporary one, read warm from the page cache) through
+``ndf_blocks``, shuffled, its rows/s ratios to the stream's loop without
+prefetch: ``prefetch`` (the thread hands over groups of up to 64 batches and
+4 MiB) and ``prefetch, one by one`` (groups of one, as before).
+
     .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
+    .venv/bin/python bench/bench_groups.py --stream --rows 2000000 --batch 64 1024
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import numpy as np
 from baselines import bare_gather  # bench/ is this script's folder
 
 import exactbatch
-import exactbatch.loader as loader_module
+import exactbatch.cursor as cursor_module
 
 
 def _epoch(loader) -> None:
@@ -42,17 +51,17 @@ def _cases(x, y, b: int, perm) -> dict:
 
     def made(prefetch: int = 0, **groups):
         """A loader made with the module's group sizes set to ``groups`` meanwhile."""
-        saved = {k: getattr(loader_module, k) for k in groups}
-        vars(loader_module).update(groups)
+        saved = {k: getattr(cursor_module, k) for k in groups}
+        vars(cursor_module).update(groups)
         try:
             return exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=prefetch)
         finally:
-            vars(loader_module).update(saved)
+            vars(cursor_module).update(saved)
 
     ones = {"_GROUP_BATCHES": 1, "_AHEAD_GROUP_BATCHES": 1}
     small = {
-        "_AHEAD_GROUP_BATCHES": loader_module._GROUP_BATCHES,
-        "_AHEAD_GROUP_BYTES": loader_module._GROUP_BYTES,
+        "_AHEAD_GROUP_BATCHES": cursor_module._GROUP_BATCHES,
+        "_AHEAD_GROUP_BYTES": cursor_module._GROUP_BYTES,
     }
     loaders = {
         "loader": made(),
@@ -67,30 +76,67 @@ def _cases(x, y, b: int, perm) -> dict:
     }
 
 
+def _stream_cases(f, b: int) -> dict:
+    """``{name: one epoch}`` of the stream ``ndf_blocks(f)`` at batch size ``b``."""
+    loaders = {
+        "loop": exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0),
+        "prefetch": exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0, prefetch=2),
+        "prefetch, one by one": exactbatch.DataLoader(
+            exactbatch.ndf_blocks(f), b, seed=0, prefetch=2
+        ),
+    }
+    loaders["prefetch, one by one"]._groups = (1, 1)
+    return {k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()}
+
+
+def _best(cases: dict, n: int, rounds: int) -> dict:
+    """Each case's best rows/s over ``rounds`` rounds, the cases interleaved."""
+    for f in cases.values():  # warm up: the loaders' orders, the caches
+        f()
+    best = dict.fromkeys(cases, 0.0)
+    for _ in range(rounds):
+        for k, f in cases.items():
+            t = time.perf_counter()
+            f()
+            best[k] = max(best[k], n / (time.perf_counter() - t))
+    return best
+
+
+def _streams(x, y, batches, rounds: int) -> None:
+    names = ["prefetch", "prefetch, one by one"]
+    print("\n| batch | stream loop, M rows/s | " + " | ".join(f"{k} / loop" for k in names) + " |")
+    print("|---:|---:|" + "---:|" * len(names))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "rows.ndf")
+        exactbatch.save_ndf(path, (x, y))
+        with exactbatch.open_ndf(path) as f:
+            for b in batches:
+                best = _best(_stream_cases(f, b), len(x), rounds)
+                loop = best["loop"]
+                ratios = " | ".join(f"{best[k] / loop:.2f}x" for k in names)
+                print(f"| {b} | {loop / 1e6:.1f} | {ratios} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--batch", type=int, nargs="+", default=[64, 256, 1024, 4096])
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--stream", action="store_true", help="the stream's table instead")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     n = a.rows
     x, y = rng.random((n, 16)), rng.random((n, 1))
-    perm = rng.permutation(n)
     print(f"backend {exactbatch.backend()}; n = {n:,} rows of 16 + 1 float64; best of {a.rounds}")
+    if a.stream:
+        _streams(x, y, a.batch, a.rounds)
+        return
+    perm = rng.permutation(n)
     names = ["loader", "one by one", "prefetch", "prefetch, small groups", "prefetch, one by one"]
     print("\n| batch | bare, M rows/s | " + " | ".join(f"{k} / bare" for k in names) + " |")
     print("|---:|---:|" + "---:|" * len(names))
     for b in a.batch:
-        cases = _cases(x, y, b, perm)
-        for f in cases.values():  # warm up: the loaders' orders, the caches
-            f()
-        best = dict.fromkeys(cases, 0.0)
-        for _ in range(a.rounds):
-            for k, f in cases.items():
-                t = time.perf_counter()
-                f()
-                best[k] = max(best[k], n / (time.perf_counter() - t))
+        best = _best(_cases(x, y, b, perm), n, a.rounds)
         bare = best["bare"]
         ratios = " | ".join(f"{best[k] / bare:.2f}x" for k in names)
         print(f"| {b} | {bare / 1e6:.1f} | {ratios} |")
