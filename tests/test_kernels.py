@@ -323,6 +323,19 @@ def test_next_into_buffer_check_is_check_out_array_on_both_backends(data):
             kernels.use_backend(before)
 
 
+def test_the_buffer_check_refuses_an_itemsize_other_than_8_or_4():
+    for name in ("compiled", "numpy") if COMPILED else ("numpy",):
+        before = kernels.use_backend(name)
+        try:
+            fits = kernels.pair_check()
+            for dt in (np.float16, np.float64):
+                bx, by = np.empty((2, 3), dtype=dt), np.empty((2, 1), dtype=dt)
+                assert fits(bx, by, 2, 3, 1, 2) is False, name
+            assert fits(np.empty((2, 3)), np.empty((2, 1)), 2, 3, 1, 8) is True, name
+        finally:
+            kernels.use_backend(before)
+
+
 # -- the compiled kernel's own checks ---------------------------------------------------------
 
 

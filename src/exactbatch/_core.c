@@ -1229,7 +1229,7 @@ fail:
 
 /* ---------------------------------------------------------- next_into's buffers */
 
-static PyObject *ndarray_type; /* numpy.ndarray: pair_fits() accepts its instances only */
+static PyObject *ndarray_type; /* numpy.ndarray: pair_fits() accepts no other buffer */
 
 /* Is o an ndarray (or subclass) that is writeable and C-contiguous, of shape (rows, w)
  * and format fmt ('d' or 'f')? Never an exception. */

@@ -325,8 +325,8 @@ class EpochIterator:
     whose views they are) and handed out one by one; each counts only when
     handed out. With prefetch, a background thread claims and reads the next
     batches (in such groups, ``prefetch`` groups ahead; ``group`` 0: sized by
-    :func:`group_sizes` once a stream's widths are known); it stops when the epoch ends, when the
-    iterator is closed or dropped, or after an error. :meth:`peek` reads
+    :func:`group_sizes` once a stream's widths are known); it stops when the
+    epoch ends, when the iterator is closed or dropped, or after an error. :meth:`peek` reads
     batches ahead without handing them out. Batches read and not handed out,
     by any of these ways, go back to the cursor, so that a later
     ``next_into`` or iterator hands them out.

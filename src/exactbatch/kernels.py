@@ -141,7 +141,8 @@ def memory_rows(x: np.ndarray, y: np.ndarray):
     return _NumpyRows(x, y)
 
 
-def _fits(a, shape: tuple, dt) -> bool:
+def _fits(a, shape: tuple, dt: np.dtype) -> bool:
+    """What :func:`~exactbatch.arrays.check_out_array` accepts, at a fraction of its cost."""
     f = a.flags if isinstance(a, np.ndarray) else None
     return f is not None and a.shape == shape and a.dtype == dt and f.c_contiguous and f.writeable
 
@@ -149,7 +150,7 @@ def _fits(a, shape: tuple, dt) -> bool:
 def _numpy_pair_fits(bx, by, rows: int, d: int, l: int, itemsize: int) -> bool:  # noqa: E741
     """The pure path of :func:`pair_check`'s function."""
     dt = _BY_ITEMSIZE.get(itemsize)
-    return _fits(bx, (rows, d), dt) and _fits(by, (rows, l), dt)
+    return dt is not None and _fits(bx, (rows, d), dt) and _fits(by, (rows, l), dt)
 
 
 def pair_check():

@@ -165,14 +165,15 @@ class StreamEpoch:
         the group read last are taken at once, without a claim each."""
         while len(jobs) < count:
             ready = self._ready
-            # (a batch exhausted() read ahead, in _pending, comes before them)
-            if ready and self._pending is None and not (self.returned or self._failed):
-                if self._limit is None:
-                    k, take = self.claimed, min(count - len(jobs), len(ready))
-                    self.claimed = k + take
-                    pop = ready.popleft
-                    jobs.extend([StreamJob(*pop(), j) for j in range(k, k + take)])
-                    continue
+            # What claim() would do, when no batch is given back, read ahead by
+            # exhausted() (_pending: it comes first), to be read again or left out.
+            plain = self._pending is None and self._limit is None
+            if ready and plain and not (self.returned or self._failed):
+                k, take = self.claimed, min(count - len(jobs), len(ready))
+                self.claimed = k + take
+                pop = ready.popleft
+                jobs.extend([StreamJob(*pop(), j) for j in range(k, k + take)])
+                continue
             job = self.claim()
             if job is None:
                 return
