@@ -295,6 +295,18 @@ _DEFECTS = {
 }
 
 
+def _pair_checks() -> list:
+    """``(backend, its pair_check() function)`` for each backend built."""
+    out = []
+    for name in ("compiled", "numpy") if COMPILED else ("numpy",):
+        before = kernels.use_backend(name)
+        try:
+            out.append((name, kernels.pair_check()))
+        finally:
+            kernels.use_backend(before)
+    return out
+
+
 def _accepted(a, shape, dtype) -> bool:
     """Does check_out_array take ``a`` as it is (None would be a new array: not taken)?"""
     from exactbatch.arrays import check_out_array
@@ -315,25 +327,16 @@ def test_next_into_buffer_check_is_check_out_array_on_both_backends(data):
     bx, by = _buffer(data.draw, rows, d, dtype), _buffer(data.draw, rows, l, dtype)
     want = _accepted(bx, (rows, d), dtype) and _accepted(by, (rows, l), dtype)
     itemsize = np.dtype(dtype).itemsize
-    for name in ("compiled", "numpy") if COMPILED else ("numpy",):
-        before = kernels.use_backend(name)
-        try:
-            assert kernels.pair_check()(bx, by, rows, d, l, itemsize) is want, name
-        finally:
-            kernels.use_backend(before)
+    for name, fits in _pair_checks():
+        assert fits(bx, by, rows, d, l, itemsize) is want, name
 
 
 def test_the_buffer_check_refuses_an_itemsize_other_than_8_or_4():
-    for name in ("compiled", "numpy") if COMPILED else ("numpy",):
-        before = kernels.use_backend(name)
-        try:
-            fits = kernels.pair_check()
-            for dt in (np.float16, np.float64):
-                bx, by = np.empty((2, 3), dtype=dt), np.empty((2, 1), dtype=dt)
-                assert fits(bx, by, 2, 3, 1, 2) is False, name
-            assert fits(np.empty((2, 3)), np.empty((2, 1)), 2, 3, 1, 8) is True, name
-        finally:
-            kernels.use_backend(before)
+    for name, fits in _pair_checks():
+        for dt in (np.float16, np.float64):
+            bx, by = np.empty((2, 3), dtype=dt), np.empty((2, 1), dtype=dt)
+            assert fits(bx, by, 2, 3, 1, 2) is False, name
+        assert fits(np.empty((2, 3)), np.empty((2, 1)), 2, 3, 1, 8) is True, name
 
 
 # -- the compiled kernel's own checks ---------------------------------------------------------

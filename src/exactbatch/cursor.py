@@ -326,10 +326,10 @@ class EpochIterator:
     handed out. With prefetch, a background thread claims and reads the next
     batches (in such groups, ``prefetch`` groups ahead; ``group`` 0: sized by
     :func:`group_sizes` once a stream's widths are known); it stops when the
-    epoch ends, when the iterator is closed or dropped, or after an error. :meth:`peek` reads
-    batches ahead without handing them out. Batches read and not handed out,
-    by any of these ways, go back to the cursor, so that a later
-    ``next_into`` or iterator hands them out.
+    epoch ends, when the iterator is closed or dropped, or after an error.
+    :meth:`peek` reads batches ahead without handing them out. Batches read
+    and not handed out, by any of these ways, go back to the cursor, so that
+    a later ``next_into`` or iterator hands them out.
     """
 
     __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")

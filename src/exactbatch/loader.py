@@ -81,9 +81,10 @@ class DataLoader:
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
-    k batches on a background thread - k groups of random-access batches, of
-    up to 64 batches and 4 MiB each (default: the reader's own - 2 for .ndf
-    batches of 256 KiB or more and for .ndf URLs, else 0).
+    k batches on a background thread - k groups of small batches, of up to
+    64 batches and 4 MiB each, from random access or a stream (default: the
+    reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
+    else 0).
 
     ``dtype`` (``np.float64`` or ``np.float32``, else ``ValueError``; the
     :attr:`dtype` attribute) is the batches' dtype, whatever the source
