@@ -4,10 +4,15 @@ state and give-back laws of batches handed out one by one."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
+from helpers import make_x, make_y
+from laws import FlakyReader, check_epoch, check_resume, check_retry, drain, wrap_reader
 
 from exactbatch import DataLoader
+from exactbatch.feeds import random_access
 
 N = 1000
 
@@ -190,3 +195,110 @@ def test_a_stream_hands_its_batches_from_the_prefetch_thread_in_groups(shuffle):
     claims.clear()
     assert ids(iter(loader)) == ids(iter(plain))  # the next epochs: sized from the start
     assert loader._groups == plain._groups == (1, 64) and claims[:2] == [64, 36]
+
+
+@pytest.fixture(params=["whole order", "blocks"])
+def order_path(request, monkeypatch):
+    """Shuffled epochs with their whole order computed at once (consecutive batches are
+    then claimed and read as one slice of it), or never (batches map blocks of
+    positions, and a group's rows are joined)."""
+    if request.param == "blocks":
+        monkeypatch.setattr(random_access, "_WHOLE_ROWS", 0)
+    else:
+
+        def at_once(compute):
+            done = Future()
+            done.set_result(compute())
+            return done
+
+        monkeypatch.setattr(random_access, "_in_background", at_once)
+    return request.param
+
+
+GROUP_CASES = [  # (shards, drop_last, even_batches, elastic): n = 1000, batch 7 (uneven)
+    (1, False, False, False),
+    (1, True, False, False),
+    (3, False, False, False),
+    (3, True, True, False),
+    (3, False, False, True),
+    (3, False, True, True),
+]
+
+
+def _grouped(shards, drop_last, even, elastic, s, prefetch=0, dtype=np.float64):
+    x, y = make_x(np.arange(N), 3), make_y(np.arange(N), 1)
+    return DataLoader(
+        (x, y), 7, shuffle=True, seed=5, drop_last=drop_last, num_shards=shards,
+        shard_index=s, even_batches=even, elastic=elastic, prefetch=prefetch, dtype=dtype,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", GROUP_CASES)
+@pytest.mark.parametrize("via", ["iter", "prefetch", "peek"])
+def test_groups_hand_out_the_batches_claimed_one_by_one(order_path, case, via):
+    """The epoch law over every shard, and the very batches of a loader claiming and
+    reading one batch at a time, two epochs running (the ledger is checked at each end)."""
+    shards, drop_last, even, elastic = case
+    got, want = [], []
+    for s in range(shards):
+        loader = _grouped(*case, s, prefetch=2 if via == "prefetch" else 0)
+        one = _grouped(*case, s)
+        one._groups = (1, 1)
+        way = "peek" if via == "peek" else "iter"
+        got.append([drain(loader, way, 3, 1) for _ in range(2)])
+        want.append([drain(one, "iter", 3, 1) for _ in range(2)])
+    assert got == want
+    for e in range(2):
+        check_epoch(
+            [epochs[e] for epochs in got], n=N, batch_size=7, drop_last=drop_last,
+            shuffle=True, even_batches=even, elastic=elastic,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_group_of_one_slice_of_the_whole_order_is_views_of_one_gather(order_path, dtype):
+    loader = _grouped(1, False, False, False, 0, dtype=dtype)
+    reads = CountReads(loader)
+    batches = list(loader)
+    assert reads.sizes == [112] * 8 + [104]  # 143 batches of 7 (the last of 6), 16 a group
+    assert batches[1][0].base is batches[2][0].base and batches[0][0].dtype == dtype
+    assert [len(xb) for xb, _ in batches] == [7] * 142 + [6]
+
+
+@pytest.mark.parametrize("at", [0, 5, 16, 20])
+def test_a_read_error_in_a_group_gives_every_batch_of_it_once(order_path, at):
+    """The read-error law, the read failing at a group's first batch, inside one, at the
+    next group's first: the caller who goes on gets the epoch's batches exactly."""
+
+    def make():
+        return _grouped(1, False, False, False, 0)
+
+    want = drain(make(), "iter", 3, 1)
+    loader = make()
+    flaky = wrap_reader(loader, FlakyReader)
+    flaky.batch = 7
+    check_retry(loader, lambda: flaky.arm(at), want, "iter", 3, 1, make)
+
+
+def test_a_state_taken_inside_a_group_resumes_at_the_next_batch(order_path):
+    """The resume law, cut inside groups and at their edges, under contiguous sharding."""
+    check_resume(
+        lambda: _grouped(3, True, True, False, 1), 3, 1, epoch=1, cuts=[0, 1, 15, 16, 17, 40, 47]
+    )
+
+
+def test_a_group_of_batches_not_consecutive_is_read_as_its_own_rows(order_path):
+    """Batches claimed together need not be consecutive (a thread's next_into holds one
+    between batches given back and fresh ones): each still gets its own rows."""
+    loader = _grouped(1, False, False, False, 0)
+    cursor = loader._cursor
+    cursor.next_epoch()
+    owner = cursor.current
+    jobs = [owner.claim() for _ in range(20)]
+    for group in (jobs[3:9] + jobs[10:14], jobs[:16], [jobs[5], jobs[4]]):
+        want = [job.take() for job in group]
+        got = owner.take_group(group)
+        assert len(got) == len(want)
+        for (a, b), (c, e) in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, e)

@@ -50,30 +50,36 @@ class IndexedJob:
         return out_x, out_y
 
 
-def take_group(jobs: list[IndexedJob]) -> list[tuple[np.ndarray, np.ndarray]]:
+def take_group(jobs: list[IndexedJob], rows=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """The batches of ``jobs`` (claimed together, of one reader and dtype), read with
     one gather into one pair of new arrays: each batch is a view of them (rows
     ``[a, a + size)``), so a group costs one allocation and one call instead of one
-    per batch."""
+    per batch. ``rows``: the jobs' rows as one array or slice, when the caller has it
+    (else they are joined)."""
     first = jobs[0]
     reader, dtype = first.reader, first.dtype
-    rows = [job.rows for job in jobs]
-    if isinstance(rows[0], slice):  # file order: consecutive batches are one run
-        runs = all(b.start == a.stop for a, b in zip(rows, rows[1:], strict=False))
-        rows = (
-            slice(rows[0].start, rows[-1].stop)
-            if runs
-            else np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows])
-        )
-    else:
-        rows = np.concatenate(rows)
-    total = sum(job.size for job in jobs)
+    if rows is None:
+        rows = [job.rows for job in jobs]
+        if isinstance(rows[0], slice):  # file order: consecutive batches are one run
+            runs = all(b.start == a.stop for a, b in zip(rows, rows[1:], strict=False))
+            rows = (
+                slice(rows[0].start, rows[-1].stop)
+                if runs
+                else np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows])
+            )
+        else:
+            rows = np.concatenate(rows)
+    sizes = [job.size for job in jobs]
+    m, size, total = len(sizes), sizes[0], sum(sizes)
     gx, gy = batch_pair(total, reader.d, reader.l, dtype)
     reader.read(rows, gx, gy)
+    if sizes.count(size) == m:  # batches of one size: the views in one reshape each
+        gx, gy = gx.reshape(m, size, reader.d), gy.reshape(m, size, reader.l)
+        return list(zip(gx, gy, strict=True))
     out, a = [], 0
-    for job in jobs:
-        out.append((gx[a : a + job.size], gy[a : a + job.size]))
-        a += job.size
+    for k in sizes:
+        out.append((gx[a : a + k], gy[a : a + k]))
+        a += k
     return out
 
 
@@ -114,6 +120,12 @@ class BlockedOrder:
             self._digests = memoryview(batch_digests(self._rows, self.batch_size))
         lo = self._lo
         return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
+
+    @property
+    def whole(self):
+        """The whole order's ``(rows, digests)`` (one digest a batch) once computed, else
+        None."""
+        return self._whole
 
     def use_whole(self, whole: Future) -> None:
         """Slice batches from ``whole``'s result once it is done (had it failed, the
@@ -158,13 +170,27 @@ class IndexedEpoch:
     ``promised(epoch)`` is the ledger's promise: the rows this shard's epoch
     hands out, less the batches before ``skip`` of an elastic resume. Batches
     taken whole (``iter()``) are new arrays of ``dtype`` (float64 unless told).
+    ``span``: the shard's rows when batch k is positions ``k*b .. min(k*b + b,
+    span)`` (contiguous sharding; None under elastic): consecutive batches are
+    then one run of the order, claimed and read at once once it is whole.
     """
 
     def __init__(
-        self, reader, nbatches, locate, order, offset, b, promised, skip=0, pending=(), dtype=None
+        self,
+        reader,
+        nbatches,
+        locate,
+        order,
+        offset,
+        b,
+        promised,
+        skip=0,
+        pending=(),
+        dtype=None,
+        span=None,
     ):
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
-        self.offset = offset
+        self.offset, self.b, self.span = offset, b, span
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
         self._digest = RangeDigests(b)
         self._promised = promised
@@ -208,15 +234,39 @@ class IndexedEpoch:
         self.claimed = k + 1
         return self.job(k)
 
+    def _whole(self):
+        """The whole order's ``(rows, digests)`` when batches are runs of it (``span``),
+        else None (elastic, file order, or not computed yet)."""
+        if self.span is None or self.order is None:
+            return None
+        return self.order.whole
+
     def claim_many(self, jobs: list, count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
-        while len(jobs) < count and (job := self.claim()) is not None:
-            jobs.append(job)
+        whole = None if self.returned else self._whole()
+        if whole is None:
+            while len(jobs) < count and (job := self.claim()) is not None:
+                jobs.append(job)
+            return
+        # What claim() does for each batch, without its calls: for small batches
+        # they cost as much as the gather.
+        rows, digests = whole
+        b, n, reader, dtype = self.b, self.span, self.reader, self.dtype
+        k0 = self.claimed
+        k1 = self.claimed = max(k0, min(self.nbatches, k0 + count - len(jobs)))
+        jobs += [
+            IndexedJob(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
+            for k, a in zip(range(k0, k1), range(k0 * b, k1 * b, b), strict=True)
+        ]
 
-    @staticmethod
-    def take_group(jobs) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The batches of ``jobs`` claimed together (see :func:`take_group`)."""
-        return take_group(jobs)
+    def take_group(self, jobs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The batches of ``jobs`` claimed together (see :func:`take_group`); consecutive
+        batches of the whole order are read as one slice of it, not joined."""
+        whole, k0, m = self._whole(), jobs[0].k, len(jobs)
+        if whole is None or [job.k for job in jobs] != list(range(k0, k0 + m)):
+            return take_group(jobs)
+        b = self.b
+        return take_group(jobs, whole[0][k0 * b : min(k0 * b + m * b, self.span)])
 
     def give_back(self, jobs) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""

@@ -115,7 +115,17 @@ class RandomAccessFeed:
                 order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
         promised = partial(self._promise, count, first)
         return IndexedEpoch(
-            self.reader, count, locate, order, offset, b, promised, skip, pending, spec.dtype
+            self.reader,
+            count,
+            locate,
+            order,
+            offset,
+            b,
+            promised,
+            skip,
+            pending,
+            spec.dtype,
+            span=None if spec.elastic else self.n,
         )
 
     def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
