@@ -205,6 +205,28 @@ def test_non_numeric_x_is_type_error_naming_x(bad):
     assert _names("x", str(info.value)), str(info.value)
 
 
+@pytest.mark.parametrize("arg", ["x", "y"])
+def test_ragged_rows_are_a_value_error_naming_the_argument(arg):
+    """Rows of different lengths (NumPy cannot make an array of them): a ValueError naming
+    the argument, not NumPy's own message alone."""
+    ragged = [[1.0, 2.0], [3.0]]
+    with pytest.raises(ValueError, match=rf"^{arg} must be a rectangular array") as info:
+        Dataset(ragged) if arg == "x" else Dataset(np.zeros((2, 2)), ragged)
+    assert "chunks as a list" not in str(info.value)  # rows, not chunks: no hint
+
+
+def test_chunks_passed_as_a_tuple_of_two_are_refused_pointing_at_a_list():
+    """A tuple of two is an (x, y) pair (DESIGN.md), so two (x, y) chunks in a tuple are an x
+    that is no array: the error says to pass the chunks as a list."""
+    from exactbatch import DataLoader
+
+    x, y = np.zeros((8, 3)), np.zeros((8, 1))
+    hint = r"pass a sequence of \(x, y\) chunks as a list"
+    with pytest.raises(ValueError, match=rf"^x must be .*{hint}"):
+        DataLoader(((x[:4], y[:4]), (x[4:], y[4:])), 2)
+    assert len(list(DataLoader([(x[:4], y[:4]), (x[4:], y[4:])], 2, total_size=8))) == 4
+
+
 @pytest.mark.parametrize("bad", _BAD_KINDS)
 def test_non_numeric_y_is_type_error_naming_y(bad):
     """Strings, objects, complex numbers as y: TypeError naming y."""

@@ -90,7 +90,8 @@ def _frame_to_float64(df, kind: str, name: str) -> np.ndarray:
 def as_numpy(a, name: str) -> np.ndarray:
     """``a`` as ``np.asarray`` views it, with the care the module docstring describes.
 
-    What cannot be read as an array at all is a ``TypeError`` naming ``name``.
+    What cannot be read as an array at all is a ``TypeError`` naming ``name``; a
+    ragged sequence (rows of different lengths) is a ``ValueError`` naming it.
     """
     if isinstance(a, np.ndarray):
         return a
@@ -109,6 +110,19 @@ def as_numpy(a, name: str) -> np.ndarray:
         return np.asarray(a)
     except (TypeError, RuntimeError) as e:  # e.g. a bfloat16 tensor, a CuPy array
         raise TypeError(f"{name} cannot be read as a NumPy array: {e}") from e
+    except ValueError as e:  # ragged: sequences of different lengths or shapes
+        hint = ""
+        if isinstance(a, (tuple, list)) and any(
+            isinstance(v, tuple) or getattr(v, "ndim", 0) >= 2 for v in a
+        ):  # chunks, not rows
+            hint = (
+                " (a source that is a tuple of two is an (x, y) pair: pass a sequence of "
+                "(x, y) chunks as a list)"
+            )
+        raise ValueError(
+            f"{name} must be a rectangular array of numbers, but its rows differ in length "
+            f"or shape: {e}{hint}"
+        ) from e
 
 
 def as_float64_2d(a, name: str, *, allow_1d: bool = False) -> np.ndarray:

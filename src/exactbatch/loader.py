@@ -272,12 +272,18 @@ class DataLoader:
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
-        The state must come from a loader with the same settings and source
-        shape (under ``elastic``, any shard count); a mismatch is a
-        ``ValueError`` naming the setting and both values. The seed is the
-        state's (a state taken after ``reset(seed=...)`` resumes that seed).
+        The state must come from a loader with the same settings, seed and
+        source shape (under ``elastic``, any shard count); a mismatch is a
+        ``ValueError`` naming the setting and both values, and leaves the loader
+        as it was. The seed is the loader's current one: a state taken after
+        ``reset(seed=s)`` resumes in a loader built with ``seed=s`` or reset to
+        it. A stream not read yet reads its first chunk here to learn its widths
+        (d, l), so that a state of other widths is refused now, not mid-epoch.
         """
-        self._cursor.restore(*unpack_state(state, self._feed))
+        feed = self._feed
+        if isinstance(state, dict) and state.get("d") is not None:
+            feed.learn_widths()  # a stream not read yet reads its first chunk
+        self._cursor.restore(*unpack_state(state, feed, self._cursor.seed))
 
     # -- lifetime ---------------------------------------------------------------
 

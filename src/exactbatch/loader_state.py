@@ -59,11 +59,11 @@ def pack_state(snapshot, feed) -> dict:
     return state
 
 
-def unpack_state(state, feed):
+def unpack_state(state, feed, seed: int):
     """``(seed, epoch, claimed, pending, first, ledger, verified)`` for
-    ``Cursor.restore``; a state from other settings is a ``ValueError``
-    naming the setting and both values, a malformed one a ``TypeError`` or
-    ``ValueError`` naming the key."""
+    ``Cursor.restore``; a state from other settings (``seed``: the loader's) is
+    a ``ValueError`` naming the setting and both values, a malformed one a
+    ``TypeError`` or ``ValueError`` naming the key."""
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
     version = state.get("version")
@@ -82,7 +82,12 @@ def unpack_state(state, feed):
             raise ValueError(
                 f"state was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
             )
-    seed = check_int("state['seed']", state.get("seed"), 0)
+    theirs = check_int("state['seed']", state.get("seed"), 0)
+    if theirs != seed:
+        raise ValueError(
+            f"state was taken with seed={theirs}, this loader has seed={seed} (build the "
+            f"loader with seed={theirs}, or reset(seed={theirs}) it, to resume that order)"
+        )
     epoch = check_int("state['epoch']", state.get("epoch"), 0)
     done = check_int("state['batches_done']", state.get("batches_done"), 0)
     pending = state.get("pending", [])

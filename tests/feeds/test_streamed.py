@@ -787,6 +787,12 @@ def test_a_bad_chunk_of_a_chunk_indexed_source_is_named_by_its_position():
         list(DataLoader(Blocks(), 4, shuffle=False))
 
 
+def test_a_ragged_chunk_is_a_chunk_error_naming_its_position():
+    chunks = [np.ones((4, 2)), (np.ones((4, 2)), [[1.0], [2.0, 3.0], [4.0], [5.0]])]
+    with pytest.raises(ValueError, match=r"^chunk 1: y must be a rectangular array"):
+        list(DataLoader(chunks, 4, shuffle=False, total_size=8))
+
+
 @pytest.mark.parametrize("kind", ["parquet", "ndf_blocks"])
 def test_a_chunk_indexed_stream_knows_its_widths_before_the_first_read(tmp_path, kind):
     """Parquet and ndf_blocks know d and l from their metadata: the loader says them

@@ -141,9 +141,11 @@ def test_state_after_set_epoch_resumes_at_that_epoch(build):
     assert collect(restored) == want
 
 
-def test_state_carries_the_seed(build):
-    """A state taken after reset(seed) resumes that seed's order, whatever seed the restoring
-    loader was built with."""
+def test_a_state_resumes_only_under_its_seed(build):
+    """The seed fixes the order, so a state records it (DESIGN.md, "Exactness across every
+    combination"): a loader with another seed refuses it with a ValueError naming both
+    seeds, and is left as it was; one built with the state's seed, or reset to it, resumes
+    it. A state taken after reset(seed) records that seed."""
     original = build("pair", seed=0)
     original.reset(77)
     list(original)
@@ -151,12 +153,18 @@ def test_state_carries_the_seed(build):
     next(it)
     next(it)
     state = roundtrip(original.state_dict())
+    assert state["seed"] == 77
     remaining = rows_of(it)
-    restored = build("pair", seed=0)
-    restored.load_state_dict(state)
-    assert collect(restored) == remaining
+    other = build("pair", seed=0)
+    with pytest.raises(ValueError, match=r"seed=77, this loader has seed=0"):
+        other.load_state_dict(state)
+    assert collect(other) == reference(build, "pair", 1, seed=0)[0]  # untouched: epoch 0
     want_next = reference(build, "pair", 3, seed=77)[2]
-    assert collect(restored) == want_next
+    for restored in (build("pair", seed=77), build("pair", seed=0)):
+        restored.reset(77)  # (a no-op on the first)
+        restored.load_state_dict(state)
+        assert collect(restored) == remaining
+        assert collect(restored) == want_next
 
 
 def test_a_state_taken_right_after_restoring_resumes_at_the_same_place(build):

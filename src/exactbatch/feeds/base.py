@@ -115,5 +115,8 @@ class Feed(Protocol):
     def state_config(self) -> dict:
         """What a state records of the source beyond the spec (checked on load)."""
 
+    def learn_widths(self) -> None:
+        """Set ``d``/``l`` if unknown (a stream not read yet), by reading."""
+
     def close(self) -> None:
         """Let go of the source."""

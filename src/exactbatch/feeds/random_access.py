@@ -82,6 +82,9 @@ class RandomAccessFeed:
     def state_config(self) -> dict:
         return {}
 
+    def learn_widths(self) -> None:
+        """Known from the start: nothing to read."""
+
     def open_epoch(
         self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
     ) -> IndexedEpoch:

@@ -119,6 +119,19 @@ class StreamFeed:
         if self.d is None:
             self.d, self.l = x.shape[1], y.shape[1]
 
+    def learn_widths(self) -> None:
+        """A stream not read yet: learn its widths (d, l) from the first chunk of a
+        pass opened for it alone (a stream with no chunk stays unknown)."""
+        if self.d is not None:
+            return
+        it = self.stream.open()
+        try:
+            chunk = next(it, None)
+            if chunk is not None:
+                self._set_width(*normalize_chunk(chunk, 0, None))
+        finally:
+            close_iterator(it)
+
     def _indexed_chunks(self, seed, epoch, fed: Tally, into_buffer: bool = False):
         """The shard's chunks, in the epoch's chunk order: read into arrays, or (with
         ``into_buffer``, for a shuffle buffer, where the source can) as

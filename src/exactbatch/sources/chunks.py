@@ -45,6 +45,8 @@ def _chunk_array(a, what: str, index: int) -> np.ndarray:
         arr = as_numpy(a, what)  # a chunk may be a DataFrame, a tensor, ... as well
     except TypeError as e:
         raise ChunkTypeError(f"chunk {index}: {e}") from e
+    except ValueError as e:  # ragged
+        raise ChunkError(f"chunk {index}: {e}") from e
     if arr.dtype.kind not in "biuf":
         raise ChunkTypeError(
             f"chunk {index}: {what} must hold real numbers; got dtype {arr.dtype} "
