@@ -319,7 +319,9 @@ def _imports(tool: str, c: dict) -> dict:
     return m
 
 
-def build_case(c: dict, m: dict, notes: dict) -> Case:
+def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
+    """The case ``c`` describes; ``arrays``: ``(x, y)`` loaded already (paired.py
+    builds many cases over one copy)."""
     tool, b, n, cap = c["tool"], c["batch"], c["rows"], c["cap"]
 
     if tool in (
@@ -332,7 +334,7 @@ def build_case(c: dict, m: dict, notes: dict) -> Case:
         "torch_default",
         "torch_batch_sampler",
     ):
-        x, y = np.load(c["x"]), np.load(c["y"])
+        x, y = arrays if arrays is not None else (np.load(c["x"]), np.load(c["y"]))
 
     if tool == "numpy":  # the idiom: each epoch draws its order, then gathers
         rng = np.random.default_rng(SEED)
