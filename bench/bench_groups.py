@@ -11,6 +11,9 @@ case alike) and the best of ``--rounds`` counts:
   (batches under 512 KiB read up to 16 at a time);
 * ``one by one``: the same loader with groups of one (``exactbatch.cursor``'s
   ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
+* ``joined groups``: the loader with its groups claimed batch by batch and their
+  rows joined (its epochs' ``span`` unset), as before a group of consecutive
+  batches of the whole order was claimed in one loop and read as one slice;
 * ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads
   groups of up to 64 batches and 4 MiB, 2 ahead); ``prefetch, small groups``:
   with the groups of ``iter()`` without prefetch (16 batches, 512 KiB), as
@@ -63,8 +66,18 @@ def _cases(x, y, b: int, perm) -> dict:
         "_AHEAD_GROUP_BATCHES": cursor_module._GROUP_BATCHES,
         "_AHEAD_GROUP_BYTES": cursor_module._GROUP_BYTES,
     }
+    joined = made()
+    open_epoch = joined._feed.open_epoch
+
+    def unspanned(*args, **kw):
+        epoch = open_epoch(*args, **kw)
+        epoch.span = None  # the claim and read of a group as before the one-slice path
+        return epoch
+
+    joined._feed.open_epoch = unspanned
     loaders = {
         "loader": made(),
+        "joined groups": joined,
         "one by one": made(**ones),
         "prefetch": made(2),
         "prefetch, small groups": made(2, **small),
@@ -132,14 +145,17 @@ def main() -> None:
         _streams(x, y, a.batch, a.rounds)
         return
     perm = rng.permutation(n)
-    names = ["loader", "one by one", "prefetch", "prefetch, small groups", "prefetch, one by one"]
-    print("\n| batch | bare, M rows/s | " + " | ".join(f"{k} / bare" for k in names) + " |")
-    print("|---:|---:|" + "---:|" * len(names))
+    names = ["loader", "joined groups", "one by one", "prefetch", "prefetch, small groups",
+             "prefetch, one by one"]  # fmt: skip
+    heads = " | ".join(f"{k} / bare" for k in names)
+    print(f"\n| batch | bare, M rows/s | {heads} | loader / joined groups |")
+    print("|---:|---:|" + "---:|" * (len(names) + 1))
     for b in a.batch:
         best = _best(_cases(x, y, b, perm), n, a.rounds)
         bare = best["bare"]
         ratios = " | ".join(f"{best[k] / bare:.2f}x" for k in names)
-        print(f"| {b} | {bare / 1e6:.1f} | {ratios} |")
+        gain = best["loader"] / best["joined groups"]
+        print(f"| {b} | {bare / 1e6:.1f} | {ratios} | {gain:.2f}x |")
 
 
 if __name__ == "__main__":

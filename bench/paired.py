@@ -9,7 +9,9 @@ the arrays) and runs them round-robin: one epoch of each tool a round, the
 order reversed every other round, so that a ratio compares epochs measured
 side by side. A tool's figure is its median epoch (rows/s, wall clock), and
 the spread (slowest / fastest epoch) is printed with it. No peak RSS here:
-``compare.py`` measures that.
+``compare.py`` measures that. The Parquet tools and the cold-file tools run in
+processes of their own, apart from the in-memory ones: pyarrow's threads and
+allocator slowed the gathers that shared a process with them by up to 20%.
 
     .venv/bin/python bench/paired.py                        # 4M rows, about 5 minutes
     .venv/bin/python bench/paired.py --rows 1000000 --rounds 5 --batches 64 256
@@ -44,6 +46,11 @@ DEFAULT_TOOLS = [
     "eb_ndf_warm",
     "eb_pq_shuffled",
     "pyarrow_raw",
+]
+# Tools measured in a process apart from the others (with their own baselines).
+APART = [
+    ("eb_pq_shuffled", "eb_pq_unshuffled", "pyarrow_raw"),
+    ("eb_ndf_cold", "eb_ndf_cold_blocks", "eb_ndf_cold_blocks_default", "seq_cold"),
 ]
 ARRAY_TOOLS = {"numpy", "bare_gather", "c_limit", "eb_mem_iter", "eb_mem_next_into",
                "eb_mem_iter_f32"}  # fmt: skip
@@ -139,20 +146,27 @@ def main() -> None:
         f"{os.cpu_count()} CPUs",
         flush=True,
     )
+    apart = [t for group in APART for t in group]
+    groups = [[t for t in a.tools if t not in apart]]
+    groups += [[t for t in a.tools if t in group] for group in APART]
     per_batch = {}
     for b in a.batches:
-        cfg = {"tools": a.tools, "batch": b, "rounds": a.rounds, "rows": a.rows,
-               "buffer": a.buffer, "paths": paths}  # fmt: skip
-        t0 = time.perf_counter()
-        r = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)],
-            capture_output=True, text=True, cwd=compare.ROOT,
-        )  # fmt: skip
-        if r.returncode:
-            print(f"  !! batch {b} failed:\n{r.stderr[-2000:]}", flush=True)
-            continue
-        per_batch[b] = {**json.loads(r.stdout.strip().splitlines()[-1]), "buffer": a.buffer}
-        print(f"  batch {b}: {time.perf_counter() - t0:.0f} s", flush=True)
+        for tools in filter(None, groups):
+            cfg = {"tools": tools, "batch": b, "rounds": a.rounds, "rows": a.rows,
+                   "buffer": a.buffer, "paths": paths}  # fmt: skip
+            t0 = time.perf_counter()
+            r = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)],
+                capture_output=True, text=True, cwd=compare.ROOT,
+            )  # fmt: skip
+            if r.returncode:
+                print(f"  !! batch {b}, {' '.join(tools)} failed:\n{r.stderr[-2000:]}", flush=True)
+                continue
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            mine = per_batch.setdefault(b, {"rates": {}, "backend": None, "buffer": a.buffer})
+            mine["rates"].update(got["rates"])
+            mine["backend"] = got["backend"] or mine["backend"]
+            print(f"  batch {b}, {' '.join(tools)}: {time.perf_counter() - t0:.0f} s", flush=True)
     done = [b for b in a.batches if b in per_batch]
     print()
     print("\n".join(summarise(per_batch, done, a.tools)))
