@@ -172,7 +172,8 @@ class IndexedEpoch:
     taken whole (``iter()``) are new arrays of ``dtype`` (float64 unless told).
     ``span``: the shard's rows when batch k is positions ``k*b .. min(k*b + b,
     span)`` (contiguous sharding; None under elastic): consecutive batches are
-    then one run of the order, claimed and read at once once it is whole.
+    then one run of the order, and once the whole order is computed a group of
+    them is claimed in one loop and read as one slice of it.
     """
 
     def __init__(
