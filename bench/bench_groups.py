@@ -23,8 +23,10 @@ case alike) and the best of ``--rounds`` counts:
 A second table (``--stream``) does the same for a stream: the same rows in an
 ``.ndf`` file (a temporary one, read warm from the page cache) through
 ``ndf_blocks``, shuffled, its rows/s ratios to the stream's loop without
-prefetch: ``prefetch`` (the thread hands over groups of up to 64 batches and
-4 MiB) and ``prefetch, one by one`` (groups of one, as before).
+prefetch (which claims up to 16 batches and 512 KiB at a time and hands them
+out without the lock): ``loop, one by one`` (a claim under the lock a batch,
+as before), ``prefetch`` (the thread hands over groups of up to 64 batches
+and 4 MiB) and ``prefetch, one by one`` (groups of one, as before).
 
     .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
     .venv/bin/python bench/bench_groups.py --stream --rows 2000000 --batch 64 1024
@@ -99,6 +101,8 @@ def _stream_cases(f, b: int) -> dict:
         ),
     }
     loaders["prefetch, one by one"]._groups = (1, 1)
+    loaders["loop, one by one"] = exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0)
+    loaders["loop, one by one"]._groups = (1, 64)  # a claim and its lock a batch
     return {k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()}
 
 
@@ -116,7 +120,7 @@ def _best(cases: dict, n: int, rounds: int) -> dict:
 
 
 def _streams(x, y, batches, rounds: int) -> None:
-    names = ["prefetch", "prefetch, one by one"]
+    names = ["loop, one by one", "prefetch", "prefetch, one by one"]
     print("\n| batch | stream loop, M rows/s | " + " | ".join(f"{k} / loop" for k in names) + " |")
     print("|---:|---:|" + "---:|" * len(names))
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,7 +2,10 @@
 
 Every method that touches the cursor holds its lock; the lock guards only
 the claim of the next batch, and rows are read outside it, so threads that
-share a loader read in parallel. A batch claimed and not handed out (a read
+share a loader read in parallel. (An iterator without prefetch claims a
+group of batches, counted at once, and hands them out without the lock; a
+state taken meanwhile takes out those it has not handed out yet: see
+:meth:`Cursor.claim_held`.) A batch claimed and not handed out (a read
 that raised, or prepared ahead and dropped) is given back and claimed again
 before any later batch. When an epoch ends, the rows handed out (the
 ledger) are checked against those the epoch promised.
@@ -13,6 +16,7 @@ ledger) are checked against those the epoch promised.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from itertools import islice
 
@@ -57,7 +61,8 @@ class Cursor:
         self.verified = True  # False for an epoch resumed from a state without a ledger
         self.ended = False  # has the end of the epoch been reached (and the ledger checked)?
         self.out = set()  # batches claimed for a prefetch, not handed out yet
-        self.orphans = []  # (epoch, jobs) given back by iterators dropped without the lock
+        self.holders = weakref.WeakSet()  # iterators' _Held: counted, maybe not handed out
+        self.orphans = []  # (epoch, jobs or _Held) given back by iterators dropped unlocked
 
     # -- under the lock ---------------------------------------------------------
 
@@ -76,6 +81,7 @@ class Cursor:
         self.skip, self.pending, self.first = 0, (), 0
         self.handed, self.verified, self.ended = Tally(), True, False
         self.out = set()
+        self.holders = weakref.WeakSet()
         self.orphans.clear()
         self.gen += 1
 
@@ -87,10 +93,14 @@ class Cursor:
             )
 
     def adopt_orphans(self) -> None:
-        """Take back the batches of iterators dropped without the lock (see give_back)."""
+        """Take back the batches of iterators dropped without the lock (see give_back
+        and release_held)."""
         while self.orphans:
             owner, jobs = self.orphans.pop()
-            self.give_back_locked(owner, jobs, counted=False)
+            if isinstance(jobs, _Held):
+                self._release_locked(jobs)
+            else:
+                self.give_back_locked(owner, jobs, counted=False)
 
     def give_back_locked(self, owner, jobs, counted: bool) -> None:
         if owner is not self.current:  # the cursor moved on: nothing to give back to
@@ -121,20 +131,34 @@ class Cursor:
 
     def position(self):
         """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
-        when it has ended."""
-        cur = self.current
+        when it has ended. Batches an iterator holds, counted at their claim and not
+        handed out yet, are taken out again (see :meth:`claim_held`)."""
+        cur, ledger, unhanded = self.current, self.handed, ()
         if self.begun and cur is not None:
             claimed = cur.claimed
             holes = set(cur.given_back()) | self.out
+            unhanded = self._unhanded(cur) if self.holders else ()
+            if unhanded:
+                holes.update(job.k for job in unhanded)
+                held = Tally(sum(job.size for job in unhanded), sum(j.digest for j in unhanded))
+                ledger = ledger.minus(held)
         else:
             claimed, holes = self.skip, set(self.pending)
         while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
             holes.discard(claimed - 1)  # are simply not claimed yet
             claimed -= 1
         done = claimed - len(holes)
-        if self.begun and cur is not None and not holes and self._rolled(cur, done):
-            return self.epoch + 1, 0, [], Tally()
-        return self.epoch, done, sorted(holes), self.handed
+        # (batches held, not handed out: the epoch is not over, as for self.out)
+        if self.begun and cur is not None and not holes and not unhanded:
+            if self._rolled(cur, done):
+                return self.epoch + 1, 0, [], Tally()
+        return self.epoch, done, sorted(holes), ledger
+
+    def _unhanded(self, cur) -> list:
+        """The jobs of epoch ``cur`` that iterators claimed into their groups (counted)
+        and have not handed out. An iterator hands out without the lock, advancing
+        ``given`` only; its ``jobs`` change under the lock, so this is a consistent cut."""
+        return [job for h in list(self.holders) if h.owner is cur for job in h.jobs[h.given :]]
 
     def _rolled(self, cur, done: int) -> bool:
         """Is the epoch over, for a state taken now?"""
@@ -190,6 +214,51 @@ class Cursor:
                 raise
             self.out.update([job.k for job in jobs])
             return jobs, owner
+
+    def claim_held(self, gen: int, count: int, held: _Held):
+        """``(jobs, epoch)``: up to ``count`` next batches under one lock (none at the
+        end), counted as handed out at once and appended to ``held``, an iterator's,
+        which hands them out without the lock by advancing ``held.given``; a state
+        taken meanwhile takes out those not handed out yet (:meth:`position`). Saves
+        the lock of a hand-out per batch."""
+        with self.lock:
+            owner, jobs = self._claimable(gen), []
+            try:
+                owner.claim_many(jobs, count)
+            except BaseException:  # a stream's read failed: those claimed go back too
+                self.give_back_locked(owner, jobs, counted=False)
+                raise
+            if jobs:
+                handed = self.handed
+                for job in jobs:
+                    handed.add(job.size, job.digest)
+                held.jobs, held.given, held.owner = held.jobs[held.given :] + jobs, 0, owner
+                self.holders.add(held)
+            return jobs, owner
+
+    def unclaim_held(self, held: _Held, jobs) -> None:
+        """The read of ``jobs``, the last claimed into ``held``, failed: back they go."""
+        with self.lock:
+            del held.jobs[len(held.jobs) - len(jobs) :]
+            self.give_back_locked(held.owner, jobs, counted=True)
+
+    def release_held(self, held: _Held, locked: bool = True) -> None:
+        """An iterator is closed: the jobs it holds and has not handed out go back
+        (counted: they were). Without ``locked`` (a finalizer), ``held`` is queued for
+        the next holder of the lock, and stays in :meth:`position`'s view till then."""
+        if held.given >= len(held.jobs):
+            return
+        if not locked:
+            self.orphans.append((held.owner, held))
+            return
+        with self.lock:
+            self._release_locked(held)
+
+    def _release_locked(self, held: _Held) -> None:
+        jobs = held.jobs[held.given :]
+        held.jobs, held.given = [], 0
+        if jobs:
+            self.give_back_locked(held.owner, jobs, counted=True)
 
     def _count(self, job) -> None:
         self.handed.add(job.size, job.digest)
@@ -283,20 +352,28 @@ class Cursor:
             return True
 
 
+class _Held:
+    """An iterator's jobs claimed by :meth:`Cursor.claim_held` (counted as handed out),
+    in hand-out order, of epoch ``owner``; the first ``given`` are handed out."""
+
+    __slots__ = ("__weakref__", "given", "jobs", "owner")
+
+    def __init__(self):
+        self.jobs, self.given, self.owner = [], 0, None
+
+
 def group_sizes(feed) -> tuple[int, int] | None:
     """Batches a group of :class:`EpochIterator`, without and with prefetch (None while
-    a stream's widths are unknown). Small random-access batches are claimed and read a
-    group at a time: the claim, the two arrays and the call per batch cost as much as a
-    small batch's gather. A stream's batches are read already: claimed one by one, but
-    for the prefetch thread's hand-offs, a group each."""
+    a stream's widths are unknown). Small batches are claimed a group at a time, under
+    one lock, and handed out without it; small random-access batches are read a group
+    at a time too: the claim, the two arrays and the call per batch cost as much as a
+    small batch's gather."""
     if feed.d is None:
         return None
     per = feed.spec.batch_size * 8 * (feed.d + feed.l)
     if not per:
         return 1, 1
     ahead = max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per))
-    if feed.kind != "random access":
-        return 1, ahead
     return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
 
 
@@ -322,8 +399,10 @@ class EpochIterator:
     again, which reads the same batch again.) With ``group`` > 1 (see
     :func:`group_sizes`), batches are claimed ``group`` at a time (under one
     lock; from random access, read with one gather into one pair of arrays
-    whose views they are) and handed out one by one; each counts only when
-    handed out. With prefetch, a background thread claims and reads the next
+    whose views they are) and handed out one by one; each counts (in a state)
+    only when handed out. (Without prefetch a group is counted at its claim,
+    so that a hand-out takes no lock, and a state subtracts the batches the
+    iterator holds.) With prefetch, a background thread claims and reads the next
     batches (in such groups, ``prefetch`` groups ahead; ``group`` 0: sized by
     :func:`group_sizes` once a stream's widths are known); it stops when the
     epoch ends, when the iterator is closed or dropped, or after an error.
@@ -332,11 +411,12 @@ class EpochIterator:
     a later ``next_into`` or iterator hands them out.
     """
 
-    __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_prefetcher", "_ready")
+    __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_held", "_prefetcher", "_ready")
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
         self._cursor, self._gen, self._group = cursor, gen, group or 1
         self._prefetcher = None
+        self._held = None  # without prefetch: the jobs in _ready, counted at their claim
         self._ready = deque()  # (job, batch, epoch) read in a group, not yet handed out
         if prefetch:
 
@@ -368,8 +448,16 @@ class EpochIterator:
                 self._cursor.finish(self._gen)
                 raise StopIteration
         job, batch, _ = ready.popleft()
+        cursor = self._cursor
+        if self._prefetcher is None:  # counted at its claim: handed out without the lock
+            if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
+                ready.clear()  # jobs with it
+                cursor.check_gen(self._gen)
+            self._held.given += 1
+            cursor.last_rows = job.size
+            return batch
         try:
-            self._cursor.hand_out(self._gen, job)
+            cursor.hand_out(self._gen, job)
         except BaseException:  # a stale iterator: the cursor moved on, and its jobs
             ready.clear()  # with it
             raise
@@ -391,7 +479,7 @@ class EpochIterator:
         """Read the next group (from the prefetch thread, else ``count`` batches now)
         into ``_ready``; False at the epoch's end."""
         if self._prefetcher is None:
-            group = _read_group(self._cursor, self._gen, count)
+            group = self._read_held(count)
         else:
             try:
                 group = self._prefetcher.get()
@@ -403,9 +491,28 @@ class EpochIterator:
         self._ready.extend(group)
         return True
 
+    def _read_held(self, count: int):
+        """Up to ``count`` next batches claimed (counted) into this iterator's held jobs
+        and read with one gather, as ``[(job, batch, epoch)]``; None at the end."""
+        held = self._held
+        if held is None:
+            held = self._held = _Held()
+        jobs, owner = self._cursor.claim_held(self._gen, count, held)
+        if not jobs:
+            return None
+        try:
+            batches = owner.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+        except BaseException:
+            self._cursor.unclaim_held(held, jobs)
+            raise
+        return [(job, batch, owner) for job, batch in zip(jobs, batches, strict=True)]
+
     def close(self, locked: bool = True) -> None:
         """Stop preparing batches; batches prepared but not taken go back to the cursor."""
-        if self._ready:  # read in a group, not handed out: claimed again first
+        if self._held is not None:  # read without prefetch: counted, maybe not handed out
+            self._ready = deque()
+            self._cursor.release_held(self._held, locked)
+        elif self._ready:  # read in a group, not handed out: claimed again first
             left, self._ready = list(self._ready), deque()
             self._cursor.give_back(left[0][2], [job for job, _, _ in left], counted=False,
                                    locked=locked)

@@ -4,12 +4,22 @@ state and give-back laws of batches handed out one by one."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from concurrent.futures import Future
 
 import numpy as np
 import pytest
 from helpers import make_x, make_y
-from laws import FlakyReader, check_epoch, check_resume, check_retry, drain, wrap_reader
+from laws import (
+    FlakyReader,
+    check_epoch,
+    check_resume,
+    check_retry,
+    drain,
+    roundtrip,
+    wrap_reader,
+)
 
 from exactbatch import DataLoader
 from exactbatch.feeds import random_access
@@ -168,8 +178,8 @@ def _stream(shuffle: bool, prefetch: int) -> DataLoader:
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_stream_hands_its_batches_from_the_prefetch_thread_in_groups(shuffle):
-    """A stream's batches are read already, so iter() claims them one by one; its prefetch
-    thread claims and hands them over up to 64 (and 4 MiB) at a time, not one a hand-off.
+    """Its prefetch thread claims a stream's batches and hands them over up to 64 (and
+    4 MiB) at a time, not one a hand-off; iter() without prefetch claims them 16 at a time.
     The batches are those of the loop without prefetch, each counted when handed out."""
     loader = _stream(shuffle, prefetch=2)
     assert loader._groups is None  # the widths are unknown before the first pass
@@ -194,7 +204,7 @@ def test_a_stream_hands_its_batches_from_the_prefetch_thread_in_groups(shuffle):
     assert sorted(ids(got)) == list(range(N))
     claims.clear()
     assert ids(iter(loader)) == ids(iter(plain))  # the next epochs: sized from the start
-    assert loader._groups == plain._groups == (1, 64) and claims[:2] == [64, 36]
+    assert loader._groups == plain._groups == (16, 64) and claims[:2] == [64, 36]
 
 
 @pytest.fixture(params=["whole order", "blocks"])
@@ -302,3 +312,52 @@ def test_a_group_of_batches_not_consecutive_is_read_as_its_own_rows(order_path):
         for (a, b), (c, e) in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, c)
             np.testing.assert_array_equal(b, e)
+
+
+def _traced(kind: str) -> DataLoader:
+    """30,000 traceable rows in batches of 3, shuffled: from memory, or a stream of
+    chunks of 700 through a buffer of 2,000 rows."""
+    x = np.arange(30_000, dtype=np.float64).reshape(-1, 1)
+    if kind == "memory":
+        return DataLoader(x, 3, shuffle=True, seed=6)
+    chunks = [x[a : a + 700] for a in range(0, len(x), 700)]
+    return DataLoader(chunks, 3, shuffle=True, seed=6, total_size=len(x), buffer_size=2000)
+
+
+@pytest.mark.parametrize("kind", ["memory", "stream"])
+def test_states_taken_from_another_thread_mid_group_resume_exactly(kind):
+    """iter() hands out a group's batches without the lock, each counted at its claim;
+    states taken meanwhile from another thread (the GIL switching every few
+    microseconds) count only those handed out: each resumes, in a fresh loader, at
+    exactly the batches after it, and its ledger checks at the epoch's end."""
+    want = ids_per_batch(_traced(kind))
+    loader, got, states = _traced(kind), [], []
+    done = threading.Event()
+
+    def consume():
+        try:
+            got.extend([int(v) for v in xb[:, 0]] for xb, _ in loader)
+        finally:
+            done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        worker = threading.Thread(target=consume, daemon=True)
+        worker.start()
+        while not done.is_set():
+            states.append(roundtrip(loader.state_dict()))
+        worker.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert got == want
+    mid = [s for s in states if s["epoch"] == 0 and 0 < s["batches_done"] < len(want)]
+    assert len({s["batches_done"] for s in mid}) >= 5, "too few states taken mid-epoch"
+    for state in mid[:: max(1, len(mid) // 12)]:
+        resumed = _traced(kind)
+        resumed.load_state_dict(state)
+        assert ids_per_batch(resumed) == want[state["batches_done"] :]
+
+
+def ids_per_batch(loader) -> list[list[int]]:
+    return [[int(v) for v in xb[:, 0]] for xb, _ in loader]
