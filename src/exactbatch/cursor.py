@@ -156,9 +156,10 @@ class Cursor:
 
     def _unhanded(self, cur) -> list:
         """The jobs of epoch ``cur`` that iterators claimed into their groups (counted)
-        and have not handed out. An iterator hands out without the lock, advancing
-        ``given`` only; its ``jobs`` change under the lock, so this is a consistent cut."""
-        return [job for h in list(self.holders) if h.owner is cur for job in h.jobs[h.given :]]
+        and have not handed out. An iterator hands out without the lock, popping from
+        the left of its ``jobs`` (a deque: each copy and pop is atomic), and claims
+        into it under the lock: this is a consistent cut."""
+        return [job for h in list(self.holders) if h.owner is cur for job in list(h.jobs)]
 
     def _rolled(self, cur, done: int) -> bool:
         """Is the epoch over, for a state taken now?"""
@@ -217,10 +218,10 @@ class Cursor:
 
     def claim_held(self, gen: int, count: int, held: _Held):
         """``(jobs, epoch)``: up to ``count`` next batches under one lock (none at the
-        end), counted as handed out at once and appended to ``held``, an iterator's,
-        which hands them out without the lock by advancing ``held.given``; a state
-        taken meanwhile takes out those not handed out yet (:meth:`position`). Saves
-        the lock of a hand-out per batch."""
+        end), counted as handed out at once and appended to ``held.jobs``, an
+        iterator's, which hands them out without the lock, popping each from its
+        left; a state taken meanwhile takes out those not handed out yet
+        (:meth:`position`). Saves the lock of a hand-out per batch."""
         with self.lock:
             owner, jobs = self._claimable(gen), []
             try:
@@ -232,21 +233,23 @@ class Cursor:
                 handed = self.handed
                 for job in jobs:
                     handed.add(job.size, job.digest)
-                held.jobs, held.given, held.owner = held.jobs[held.given :] + jobs, 0, owner
+                held.jobs.extend(jobs)
+                held.owner = owner
                 self.holders.add(held)
             return jobs, owner
 
     def unclaim_held(self, held: _Held, jobs) -> None:
         """The read of ``jobs``, the last claimed into ``held``, failed: back they go."""
         with self.lock:
-            del held.jobs[len(held.jobs) - len(jobs) :]
+            for _ in jobs:
+                held.jobs.pop()
             self.give_back_locked(held.owner, jobs, counted=True)
 
     def release_held(self, held: _Held, locked: bool = True) -> None:
         """An iterator is closed: the jobs it holds and has not handed out go back
         (counted: they were). Without ``locked`` (a finalizer), ``held`` is queued for
         the next holder of the lock, and stays in :meth:`position`'s view till then."""
-        if held.given >= len(held.jobs):
+        if not held.jobs:
             return
         if not locked:
             self.orphans.append((held.owner, held))
@@ -255,8 +258,8 @@ class Cursor:
             self._release_locked(held)
 
     def _release_locked(self, held: _Held) -> None:
-        jobs = held.jobs[held.given :]
-        held.jobs, held.given = [], 0
+        jobs = list(held.jobs)
+        held.jobs.clear()
         if jobs:
             self.give_back_locked(held.owner, jobs, counted=True)
 
@@ -353,13 +356,13 @@ class Cursor:
 
 
 class _Held:
-    """An iterator's jobs claimed by :meth:`Cursor.claim_held` (counted as handed out),
-    in hand-out order, of epoch ``owner``; the first ``given`` are handed out."""
+    """An iterator's jobs claimed by :meth:`Cursor.claim_held` (counted as handed out)
+    and not handed out yet, in hand-out order (a deque), of epoch ``owner``."""
 
-    __slots__ = ("__weakref__", "given", "jobs", "owner")
+    __slots__ = ("__weakref__", "jobs", "owner")
 
     def __init__(self):
-        self.jobs, self.given, self.owner = [], 0, None
+        self.jobs, self.owner = deque(), None
 
 
 def group_sizes(feed) -> tuple[int, int] | None:
@@ -453,7 +456,7 @@ class EpochIterator:
             if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
                 ready.clear()  # jobs with it
                 cursor.check_gen(self._gen)
-            self._held.given += 1
+            self._held.jobs.popleft()  # handed out: no longer the iterator's
             cursor.last_rows = job.size
             return batch
         try:
