@@ -36,22 +36,14 @@ import time
 import compare  # bench/ is this script's folder
 import numpy as np
 
-DEFAULT_TOOLS = [
-    "numpy",
-    "bare_gather",
-    "c_limit",
-    "eb_mem_iter",
-    "eb_mem_next_into",
-    "eb_mem_iter_f32",
-    "eb_ndf_warm",
-    "eb_pq_shuffled",
-    "pyarrow_raw",
-]
 # Tools measured in a process apart from the others (with their own baselines).
 APART = [
     ("eb_pq_shuffled", "eb_pq_unshuffled", "pyarrow_raw"),
     ("eb_ndf_cold", "eb_ndf_cold_blocks", "eb_ndf_cold_blocks_default", "seq_cold"),
 ]
+# By default, every tool issue 14's targets name but the cold-file ones.
+_NAMED = {tool for target in compare.TARGETS for tool in target[:2]}
+DEFAULT_TOOLS = [t for t in compare.TOOLS if t in _NAMED and t not in APART[1]]
 ARRAY_TOOLS = {"numpy", "bare_gather", "c_limit", "eb_mem_iter", "eb_mem_next_into",
                "eb_mem_iter_f32"}  # fmt: skip
 

@@ -207,14 +207,19 @@ class Cursor:
         it is over) under one lock, none counted yet: each counts when
         :meth:`hand_out` hands it out, as a prefetched batch does."""
         with self.lock:
-            owner, jobs = self._claimable(gen), []
-            try:
-                owner.claim_many(jobs, count)
-            except BaseException:  # a stream's read failed: those claimed go back too
-                self.give_back_locked(owner, jobs, counted=False)
-                raise
+            jobs, owner = self._claim_locked(gen, count)
             self.out.update([job.k for job in jobs])
             return jobs, owner
+
+    def _claim_locked(self, gen: int, count: int):
+        """Under the lock: ``(jobs, epoch)``, up to ``count`` next batches, uncounted."""
+        owner, jobs = self._claimable(gen), []
+        try:
+            owner.claim_many(jobs, count)
+        except BaseException:  # a stream's read failed: those claimed go back too
+            self.give_back_locked(owner, jobs, counted=False)
+            raise
+        return jobs, owner
 
     def claim_held(self, gen: int, count: int, held: _Held):
         """``(jobs, epoch)``: up to ``count`` next batches under one lock (none at the
@@ -223,12 +228,7 @@ class Cursor:
         left; a state taken meanwhile takes out those not handed out yet
         (:meth:`position`). Saves the lock of a hand-out per batch."""
         with self.lock:
-            owner, jobs = self._claimable(gen), []
-            try:
-                owner.claim_many(jobs, count)
-            except BaseException:  # a stream's read failed: those claimed go back too
-                self.give_back_locked(owner, jobs, counted=False)
-                raise
+            jobs, owner = self._claim_locked(gen, count)
             if jobs:
                 handed = self.handed
                 for job in jobs:
