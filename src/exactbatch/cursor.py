@@ -380,17 +380,24 @@ def group_sizes(feed) -> tuple[int, int] | None:
     return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
 
 
-def _read_group(cursor: Cursor, gen: int, count: int):
+def _read_group(cursor: Cursor, gen: int, count: int, held: _Held | None = None):
     """Up to ``count`` next batches claimed under one lock and read with one gather,
-    as ``[(job, batch, epoch)]``, none counted yet; None at the end. A read that
-    raises gives the jobs back uncounted."""
-    jobs, owner = cursor.claim_many(gen, count)
+    as ``[(job, batch, epoch)]``; None at the end. None counted yet, or with ``held``
+    (an iterator's, without prefetch) counted at the claim (:meth:`Cursor.claim_held`).
+    A read that raises gives the jobs back."""
+    if held is None:
+        jobs, owner = cursor.claim_many(gen, count)
+    else:
+        jobs, owner = cursor.claim_held(gen, count, held)
     if not jobs:
         return None
     try:
         batches = owner.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
     except BaseException:
-        cursor.give_back(owner, jobs, counted=False)
+        if held is None:
+            cursor.give_back(owner, jobs, counted=False)
+        else:
+            cursor.unclaim_held(held, jobs)
         raise
     return [(job, batch, owner) for job, batch in zip(jobs, batches, strict=True)]
 
@@ -482,7 +489,9 @@ class EpochIterator:
         """Read the next group (from the prefetch thread, else ``count`` batches now)
         into ``_ready``; False at the epoch's end."""
         if self._prefetcher is None:
-            group = self._read_held(count)
+            if self._held is None:
+                self._held = _Held()
+            group = _read_group(self._cursor, self._gen, count, self._held)
         else:
             try:
                 group = self._prefetcher.get()
@@ -493,22 +502,6 @@ class EpochIterator:
             return False
         self._ready.extend(group)
         return True
-
-    def _read_held(self, count: int):
-        """Up to ``count`` next batches claimed (counted) into this iterator's held jobs
-        and read with one gather, as ``[(job, batch, epoch)]``; None at the end."""
-        held = self._held
-        if held is None:
-            held = self._held = _Held()
-        jobs, owner = self._cursor.claim_held(self._gen, count, held)
-        if not jobs:
-            return None
-        try:
-            batches = owner.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
-        except BaseException:
-            self._cursor.unclaim_held(held, jobs)
-            raise
-        return [(job, batch, owner) for job, batch in zip(jobs, batches, strict=True)]
 
     def close(self, locked: bool = True) -> None:
         """Stop preparing batches; batches prepared but not taken go back to the cursor."""
