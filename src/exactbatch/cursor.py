@@ -131,8 +131,10 @@ class Cursor:
 
     def position(self):
         """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
-        when it has ended. Batches an iterator holds, counted at their claim and not
-        handed out yet, are taken out again (see :meth:`claim_held`)."""
+        when it has ended; the ledger a copy, as it stands now (a claim on another
+        thread, once the lock is let go, must not add to a state's ledger). Batches
+        an iterator holds, counted at their claim and not handed out yet, are taken
+        out again (see :meth:`claim_held`)."""
         cur, ledger, unhanded = self.current, self.handed, ()
         if self.begun and cur is not None:
             claimed = cur.claimed
@@ -152,7 +154,7 @@ class Cursor:
         if self.begun and cur is not None and not holes and not unhanded:
             if self._rolled(cur, done):
                 return self.epoch + 1, 0, [], Tally()
-        return self.epoch, done, sorted(holes), ledger
+        return self.epoch, done, sorted(holes), ledger.copy()
 
     def _unhanded(self, cur) -> list:
         """The jobs of epoch ``cur`` that iterators claimed into their groups (counted)

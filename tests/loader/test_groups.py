@@ -361,3 +361,19 @@ def test_states_taken_from_another_thread_mid_group_resume_exactly(kind):
 
 def ids_per_batch(loader) -> list[list[int]]:
     return [[int(v) for v in xb[:, 0]] for xb, _ in loader]
+
+
+@pytest.mark.parametrize("via", ["next_into", "iter"])
+def test_the_ledger_a_state_takes_is_a_copy(via):
+    """The ledger in a snapshot is a copy made under the lock: batches handed out after
+    it (by another thread, before state_dict() has packed it) leave it as it was."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=1)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    it = iter(loader)
+    for _ in range(16):  # a whole group handed out: the iterator holds none
+        next(it) if via == "iter" else loader.next_into(bx, by)
+    ledger = loader._cursor.snapshot()[4]
+    before = (ledger.rows, ledger.digest)
+    for _ in range(20):
+        next(it) if via == "iter" else loader.next_into(bx, by)
+    assert (ledger.rows, ledger.digest) == before == (160, ledger.digest)

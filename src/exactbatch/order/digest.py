@@ -108,6 +108,10 @@ class Tally:
     def minus(self, other: Tally) -> Tally:
         return Tally(self.rows - other.rows, (self._sum - other._sum) & _MASK)
 
+    def copy(self) -> Tally:
+        """A copy that later additions to this one leave as it is."""
+        return Tally(self.rows, self._sum)
+
     def __eq__(self, other) -> bool:
         return isinstance(other, Tally) and (self.rows, self.digest) == (other.rows, other.digest)
 
