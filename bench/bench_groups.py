@@ -9,7 +9,7 @@ case alike) and the best of ``--rounds`` counts:
   drawn beforehand (``baselines.bare_gather``);
 * ``loader``: ``for xb, yb in DataLoader(x, y, b, shuffle=True)`` as shipped
   (batches under 512 KiB read up to 16 at a time);
-* ``one by one``: the same loader with groups of one (``exactbatch.cursor``'s
+* ``one by one``: the same loader with groups of one (``exactbatch.epoch_iterator``'s
   ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
 * ``joined groups``: the loader with its groups claimed batch by batch and their
   rows joined (its epochs' ``span`` unset), as before a group of consecutive
@@ -43,7 +43,7 @@ import numpy as np
 from baselines import bare_gather  # bench/ is this script's folder
 
 import exactbatch
-import exactbatch.cursor as cursor_module
+import exactbatch.epoch_iterator as groups_module
 
 
 def _epoch(loader) -> None:
@@ -56,17 +56,17 @@ def _cases(x, y, b: int, perm) -> dict:
 
     def made(prefetch: int = 0, **groups):
         """A loader made with the module's group sizes set to ``groups`` meanwhile."""
-        saved = {k: getattr(cursor_module, k) for k in groups}
-        vars(cursor_module).update(groups)
+        saved = {k: getattr(groups_module, k) for k in groups}
+        vars(groups_module).update(groups)
         try:
             return exactbatch.DataLoader((x, y), b, shuffle=True, seed=0, prefetch=prefetch)
         finally:
-            vars(cursor_module).update(saved)
+            vars(groups_module).update(saved)
 
     ones = {"_GROUP_BATCHES": 1, "_AHEAD_GROUP_BATCHES": 1}
     small = {
-        "_AHEAD_GROUP_BATCHES": cursor_module._GROUP_BATCHES,
-        "_AHEAD_GROUP_BYTES": cursor_module._GROUP_BYTES,
+        "_AHEAD_GROUP_BATCHES": groups_module._GROUP_BATCHES,
+        "_AHEAD_GROUP_BYTES": groups_module._GROUP_BYTES,
     }
     joined = made()
     open_epoch = joined._feed.open_epoch

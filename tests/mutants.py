@@ -99,8 +99,12 @@ TARGETS = {
         ],
     ),
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
-        ["src/exactbatch/cursor.py", "src/exactbatch/loader_state.py"],
-        ["exactbatch.cursor.*", "exactbatch.loader_state.*"],
+        [
+            "src/exactbatch/cursor.py",
+            "src/exactbatch/epoch_iterator.py",
+            "src/exactbatch/loader_state.py",
+        ],
+        ["exactbatch.cursor.*", "exactbatch.epoch_iterator.*", "exactbatch.loader_state.*"],
         [
             "tests/loader/test_exactness.py",
             "tests/loader/test_loader.py",
@@ -108,6 +112,7 @@ TARGETS = {
             "tests/loader/test_threads.py",
             "tests/loader/test_distributed.py",
             "tests/loader/test_prefetch.py",
+            "tests/loader/test_groups.py",
         ],
     ),
     "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them

@@ -3,7 +3,9 @@
 The loader checks its arguments and delegates: the source's kind picks a
 feed (:mod:`exactbatch.feeds`), which composes the order, the reader and
 the batching; the position and the ledger are the cursor's
-(:mod:`exactbatch.cursor`); states are packed by :mod:`exactbatch.loader_state`.
+(:mod:`exactbatch.cursor`), ``iter()``'s epochs an iterator's over it
+(:mod:`exactbatch.epoch_iterator`); states are packed by
+:mod:`exactbatch.loader_state`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, EpochIterator, group_sizes
+from exactbatch.cursor import Cursor
 from exactbatch.distributed import resolve_shard
+from exactbatch.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.kernels import pair_check
 from exactbatch.loader_state import pack_state, unpack_state
