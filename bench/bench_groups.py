@@ -14,6 +14,10 @@ case alike) and the best of ``--rounds`` counts:
 * ``joined groups``: the loader with its groups claimed batch by batch and their
   rows joined (its epochs' ``span`` unset), as before a group of consecutive
   batches of the whole order was claimed in one loop and read as one slice;
+* ``next_into``: ``while loader.next_into(bx, by)`` as shipped (batches under
+  512 KiB claimed up to 16 at a time, each read into the caller's buffers);
+  ``next_into, one by one``: with groups of one, a claim and its lock a batch
+  as before (the loader's group sizes set to 1);
 * ``prefetch``: the shipped loader with ``prefetch=2`` (a thread reads
   groups of up to 64 batches and 4 MiB, 2 ahead); ``prefetch, small groups``:
   with the groups of ``iter()`` without prefetch (16 batches, 512 KiB), as
@@ -25,8 +29,9 @@ A second table (``--stream``) does the same for a stream: the same rows in an
 ``ndf_blocks``, shuffled, its rows/s ratios to the stream's loop without
 prefetch (which claims up to 16 batches and 512 KiB at a time and hands them
 out without the lock): ``loop, one by one`` (a claim under the lock a batch,
-as before), ``prefetch`` (the thread hands over groups of up to 64 batches
-and 4 MiB) and ``prefetch, one by one`` (groups of one, as before).
+as before), ``next_into`` and ``next_into, one by one`` (as above),
+``prefetch`` (the thread hands over groups of up to 64 batches and 4 MiB)
+and ``prefetch, one by one`` (groups of one, as before).
 
     .venv/bin/python bench/bench_groups.py [--rows 4000000] [--batch 64 256 1024 4096]
     .venv/bin/python bench/bench_groups.py --stream --rows 2000000 --batch 64 1024
@@ -49,6 +54,25 @@ import exactbatch.epoch_iterator as groups_module
 def _epoch(loader) -> None:
     for _ in loader:
         pass
+
+
+def _drain_into(loader) -> None:
+    """One epoch through ``next_into`` into buffers made once a loader."""
+    if not hasattr(loader, "bench_buffers"):
+        b = loader.batch_size
+        loader.bench_buffers = np.empty((b, loader.d)), np.empty((b, loader.l))
+    loader.reset()
+    while loader.next_into(*loader.bench_buffers):
+        pass
+
+
+def _with_into(make, loaders: dict) -> dict:
+    """``loaders`` and the ``next_into`` cases of loaders ``make()`` makes."""
+    ones = make()
+    ones._groups = (1, 1)  # next_into claims batch by batch, as before its groups
+    return {"next_into": (make(), _drain_into), "next_into, one by one": (ones, _drain_into)} | {
+        k: (loader, _epoch) for k, loader in loaders.items()
+    }
 
 
 def _cases(x, y, b: int, perm) -> dict:
@@ -86,8 +110,9 @@ def _cases(x, y, b: int, perm) -> dict:
         "prefetch, one by one": made(2, **ones),
     }
     gather = bare_gather(x, y, b)
+    cases = _with_into(made, loaders)
     return {"bare": lambda: gather(perm)} | {
-        k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()
+        k: lambda loader=loader, run=run: run(loader) for k, (loader, run) in cases.items()
     }
 
 
@@ -103,7 +128,8 @@ def _stream_cases(f, b: int) -> dict:
     loaders["prefetch, one by one"]._groups = (1, 1)
     loaders["loop, one by one"] = exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0)
     loaders["loop, one by one"]._groups = (1, 64)  # a claim and its lock a batch
-    return {k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()}
+    cases = _with_into(lambda: exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0), loaders)
+    return {k: lambda loader=loader, run=run: run(loader) for k, (loader, run) in cases.items()}
 
 
 def _best(cases: dict, n: int, rounds: int) -> dict:
@@ -120,7 +146,8 @@ def _best(cases: dict, n: int, rounds: int) -> dict:
 
 
 def _streams(x, y, batches, rounds: int) -> None:
-    names = ["loop, one by one", "prefetch", "prefetch, one by one"]
+    names = ["loop, one by one", "next_into", "next_into, one by one", "prefetch",
+             "prefetch, one by one"]  # fmt: skip
     print("\n| batch | stream loop, M rows/s | " + " | ".join(f"{k} / loop" for k in names) + " |")
     print("|---:|---:|" + "---:|" * len(names))
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,8 +176,8 @@ def main() -> None:
         _streams(x, y, a.batch, a.rounds)
         return
     perm = rng.permutation(n)
-    names = ["loader", "joined groups", "one by one", "prefetch", "prefetch, small groups",
-             "prefetch, one by one"]  # fmt: skip
+    names = ["loader", "joined groups", "one by one", "next_into", "next_into, one by one",
+             "prefetch", "prefetch, small groups", "prefetch, one by one"]  # fmt: skip
     heads = " | ".join(f"{k} / bare" for k in names)
     print(f"\n| batch | bare, M rows/s | {heads} | loader / joined groups |")
     print("|---:|---:|" + "---:|" * (len(names) + 1))

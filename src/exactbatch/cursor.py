@@ -2,10 +2,10 @@
 
 Every method that touches the cursor holds its lock; the lock guards only
 the claim of the next batch, and rows are read outside it, so threads that
-share a loader read in parallel. (An iterator without prefetch claims a
-group of batches, counted at once, and hands them out without the lock; a
-state taken meanwhile takes out those it has not handed out yet: see
-:meth:`Cursor.claim_held`.) A batch claimed and not handed out (a read
+share a loader read in parallel. (An iterator without prefetch, and
+``next_into``, claim a group of batches, counted at once, and hand them out
+without the lock; a state taken meanwhile takes out those not handed out
+yet: see :meth:`Cursor.claim_held`.) A batch claimed and not handed out (a read
 that raised, or prepared ahead and dropped) is given back and claimed again
 before any later batch. When an epoch ends, the rows handed out (the
 ledger) are checked against those the epoch promised.
@@ -197,19 +197,20 @@ class Cursor:
         it is over) under one lock, none counted yet: each counts when
         :meth:`hand_out` hands it out, as a prefetched batch does."""
         with self.lock:
-            jobs, owner = self._claim_locked(gen, count)
+            owner = self._claimable(gen)
+            jobs = self._claim_locked(owner, count)
             self.out.update([job.k for job in jobs])
             return jobs, owner
 
-    def _claim_locked(self, gen: int, count: int):
-        """Under the lock: ``(jobs, epoch)``, up to ``count`` next batches, uncounted."""
-        owner, jobs = self._claimable(gen), []
+    def _claim_locked(self, owner, count: int) -> list:
+        """Under the lock: up to ``count`` next batches of epoch ``owner``, uncounted."""
+        jobs = []
         try:
             owner.claim_many(jobs, count)
         except BaseException:  # a stream's read failed: those claimed go back too
             self.give_back_locked(owner, jobs, counted=False)
             raise
-        return jobs, owner
+        return jobs
 
     def claim_held(self, gen: int, count: int, held: Held):
         """``(jobs, epoch)``: up to ``count`` next batches under one lock (none at the
@@ -218,15 +219,47 @@ class Cursor:
         left; a state taken meanwhile takes out those not handed out yet
         (:meth:`position`). Saves the lock of a hand-out per batch."""
         with self.lock:
-            jobs, owner = self._claim_locked(gen, count)
-            if jobs:
-                handed = self.handed
-                for job in jobs:
-                    handed.add(job.size, job.digest)
-                held.jobs.extend(jobs)
+            owner = self._claimable(gen)
+            return self._hold_locked(owner, count, held), owner
+
+    def _hold_locked(self, owner, count: int, held: Held) -> list:
+        jobs = self._claim_locked(owner, count)
+        if jobs:
+            handed = self.handed
+            for job in jobs:
+                handed.add(job.size, job.digest)
+            held.jobs.extend(jobs)
+            if held.owner is not owner:  # (move() made a new set of holders)
                 held.owner = owner
                 self.holders.add(held)
-            return jobs, owner
+        return jobs
+
+    def claim_next(self, held: Held, count: int):
+        """``next_into``'s claim: the next job of ``held`` (the loader's, shared by every
+        caller, each popping from its left without the lock), after claiming up to
+        ``count`` into it (:meth:`claim_held`) when it is empty; None at the end of the
+        epoch (its ledger checked). Jobs of an epoch the cursor moved on from are
+        dropped. A call takes the next batch, whichever thread makes it."""
+        with self.lock:
+            owner = self._claimable(None)
+            jobs = held.jobs
+            if held.owner is not owner:
+                jobs.clear()
+            while True:
+                if not jobs and not self._hold_locked(owner, count, held):
+                    self.end()
+                    return None
+                try:
+                    return jobs.popleft()
+                except IndexError:  # emptied by a pop on another thread meanwhile
+                    continue
+
+    def unpop(self, held: Held, job) -> None:
+        """The read of ``job``, popped from ``held`` by ``next_into``, failed: it goes
+        back to the front, for the next call."""
+        with self.lock:
+            if held.owner is self.current:
+                held.jobs.appendleft(job)
 
     def unclaim_held(self, held: Held, jobs) -> None:
         """The read of ``jobs``, the last claimed into ``held``, failed: back they go."""

@@ -134,6 +134,71 @@ def test_leaving_a_group_midway_gives_its_batches_back():
     assert got == ids(DataLoader(x_of(), 10, shuffle=True, seed=2))
 
 
+def into_ids(loader, calls=None) -> list[list[int]]:
+    """The ids of each batch ``next_into`` writes, ``calls`` times or until it returns 0."""
+    bx, by, out = np.empty((loader.batch_size, 1)), np.empty((loader.batch_size, 0)), []
+    while (calls is None or len(out) < calls) and (r := loader.next_into(bx, by)):
+        out.append([int(v) for v in bx[:r, 0]])
+    return out
+
+
+def test_next_into_takes_the_next_batch_whichever_thread_calls():
+    """next_into claims small batches a group at a time into one queue all its callers
+    share: calls made in turn from different threads still get batch 0, 1, 2... as
+    one thread's calls would, and a state after them counts only those handed out."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader, got = DataLoader(x_of(), 10, shuffle=True, seed=4), []
+    for k in range(40):  # 2.5 groups
+        worker = threading.Thread(target=lambda: got.extend(into_ids(loader, 1)))
+        worker.start()
+        worker.join()
+        if k == 20:
+            assert len(loader._held.jobs) == 11  # the group of 16 claimed at batch 16
+    assert got == want[:40]
+    state = loader.state_dict()
+    assert state["batches_done"] == 40 and not state.get("pending")
+    restored = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    restored.load_state_dict(state)
+    assert into_ids(restored) == want[40:]
+    assert into_ids(loader) == want[40:]  # the live loader goes on from its group
+
+
+@pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
+def test_next_into_drops_its_group_when_the_loader_moves_on(move):
+    """Batches next_into claimed ahead (a group) belong to their epoch: once the loader
+    moves to another position, next_into hands out that position's batches, and the
+    epoch's ledger checks."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    state = loader.state_dict()
+    into_ids(loader, 3)  # 3 handed out, 13 held
+    if move == "reset":
+        loader.reset()
+    elif move == "iter":
+        iter(loader)
+    elif move == "set_epoch":
+        loader.set_epoch(1)
+    else:
+        loader.load_state_dict(state)
+    epoch = 0 if move == "load_state_dict" else 1
+    want = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    want.set_epoch(epoch)
+    assert into_ids(loader) == into_ids(want)
+    assert loader.state_dict()["epoch"] == epoch + 1
+
+
+def test_a_thread_that_stops_mid_group_leaves_its_batches_to_the_others():
+    """A thread that stops calling next_into inside a group holds no batch: the group
+    is the loader's, and another thread's calls hand out the rest, each row once."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=6)
+    first = []
+    worker = threading.Thread(target=lambda: first.extend(into_ids(loader, 3)))
+    worker.start()
+    worker.join()
+    rest = into_ids(loader)
+    assert len(first) == 3 and len(rest) == 97
+    assert sorted(v for batch in first + rest for v in batch) == list(range(N))
+
+
 def test_a_stale_iterator_with_a_group_read_ahead_raises():
     loader = DataLoader(x_of(), 10)
     old = iter(loader)
@@ -276,10 +341,12 @@ def test_a_group_of_one_slice_of_the_whole_order_is_views_of_one_gather(order_pa
     assert [len(xb) for xb, _ in batches] == [7] * 142 + [6]
 
 
+@pytest.mark.parametrize("via", ["iter", "next_into"])
 @pytest.mark.parametrize("at", [0, 5, 16, 20])
-def test_a_read_error_in_a_group_gives_every_batch_of_it_once(order_path, at):
+def test_a_read_error_in_a_group_gives_every_batch_of_it_once(order_path, at, via):
     """The read-error law, the read failing at a group's first batch, inside one, at the
-    next group's first: the caller who goes on gets the epoch's batches exactly."""
+    next group's first: the caller who goes on gets the epoch's batches exactly, the
+    failed one by the next call."""
 
     def make():
         return _grouped(1, False, False, False, 0)
@@ -288,7 +355,7 @@ def test_a_read_error_in_a_group_gives_every_batch_of_it_once(order_path, at):
     loader = make()
     flaky = wrap_reader(loader, FlakyReader)
     flaky.batch = 7
-    check_retry(loader, lambda: flaky.arm(at), want, "iter", 3, 1, make)
+    check_retry(loader, lambda: flaky.arm(at), want, via, 3, 1, make)
 
 
 def test_a_state_taken_inside_a_group_resumes_at_the_next_batch(order_path):

@@ -244,7 +244,8 @@ class IndexedEpoch:
 
     def claim_many(self, jobs: list, count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
-        whole = None if self.returned else self._whole()
+        # (one batch: claim() costs less than the loop below)
+        whole = None if self.returned or count - len(jobs) == 1 else self._whole()
         if whole is None:
             while len(jobs) < count and (job := self.claim()) is not None:
                 jobs.append(job)
