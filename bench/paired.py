@@ -8,7 +8,9 @@ process builds every case (the same ``compare.build_case``, over one copy of
 the arrays) and runs them round-robin: one epoch of each tool a round, the
 order reversed every other round, so that a ratio compares epochs measured
 side by side. A tool's figure is its median epoch (rows/s, wall clock), and
-the spread (slowest / fastest epoch) is printed with it. No peak RSS here:
+the spread (slowest / fastest epoch) is printed with it, and the process's
+CPU time a row and cores busy (CPU time / wall clock, every thread's: for
+Parquet, pyarrow's decoding threads too) in the median's epoch. No peak RSS here:
 ``compare.py`` measures that. The Parquet tools and the cold-file tools run in
 processes of their own, apart from the in-memory ones: pyarrow's threads and
 allocator slowed the gathers that shared a process with them by up to 20%.
@@ -62,6 +64,7 @@ def run_batch(cfg: dict) -> dict:
         cases[tool] = compare.build_case(c, compare._imports(tool, c), notes, arrays=arrays)
         backend = notes.get("backend", backend)
     rates = {tool: [] for tool in tools}
+    cpu = {tool: [] for tool in tools}  # (CPU ns a row, cores busy) per round
     for rnd in range(rounds + 1):  # round 0 warms every case up (its whole order, its pages)
         order = tools if rnd % 2 == 0 else tools[::-1]
         for tool in order:
@@ -69,34 +72,38 @@ def run_batch(cfg: dict) -> dict:
             if case.prepare:
                 case.prepare(rnd)
             gc.collect()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             rows = case.run(rnd)
-            secs = time.perf_counter() - t0
+            secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
             if case.cleanup:
                 case.cleanup(rnd)
             if rnd:
                 rates[tool].append(rows / secs)
-    return {"rates": rates, "backend": backend}
+                cpu[tool].append((cpu_secs / rows * 1e9, cpu_secs / secs))
+    return {"rates": rates, "cpu": cpu, "backend": backend}
 
 
 def summarise(per_batch: dict, batches, tools) -> list[str]:
     med = {(t, b): float(np.median(r)) for b in batches for t, r in per_batch[b]["rates"].items()}
     lines = [
-        "| tool | batch | median rows/s | × NumPy epoch | × bare gather | × limit | spread |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| tool | batch | median rows/s | × NumPy epoch | × bare gather | × limit | spread "
+        "| CPU ns a row | cores busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for b in batches:
         for t in tools:
             if (t, b) not in med:
                 continue
             rs = per_batch[b]["rates"][t]
+            ns, cores = per_batch[b]["cpu"][t][int(np.argsort(rs)[len(rs) // 2])]
             ratios = " | ".join(
                 f"{med[(t, b)] / med[(base, b)]:.2f}×" if (base, b) in med else "—"
                 for base in ("numpy", "bare_gather", "c_limit")
             )
             lines.append(
                 f"| {compare.label(t, per_batch[b]['buffer'])} | {b} | "
-                f"{compare.fmt_rate(med[(t, b)])} | {ratios} | {min(rs) / max(rs):.2f} |"
+                f"{compare.fmt_rate(med[(t, b)])} | {ratios} | {min(rs) / max(rs):.2f} | "
+                f"{ns:.0f} | {cores:.2f} |"
             )
     lines += ["", "Targets (ratios of medians measured side by side):"]
     for tool, base, needs in compare.TARGETS:
@@ -155,8 +162,11 @@ def main() -> None:
                 print(f"  !! batch {b}, {' '.join(tools)} failed:\n{r.stderr[-2000:]}", flush=True)
                 continue
             got = json.loads(r.stdout.strip().splitlines()[-1])
-            mine = per_batch.setdefault(b, {"rates": {}, "backend": None, "buffer": a.buffer})
+            mine = per_batch.setdefault(
+                b, {"rates": {}, "cpu": {}, "backend": None, "buffer": a.buffer}
+            )
             mine["rates"].update(got["rates"])
+            mine["cpu"].update(got["cpu"])
             mine["backend"] = got["backend"] or mine["backend"]
             print(f"  batch {b}, {' '.join(tools)}: {time.perf_counter() - t0:.0f} s", flush=True)
     done = [b for b in a.batches if b in per_batch]
