@@ -439,8 +439,9 @@ class FlakyReader:
 class FlakyChunks(FlakyReader):
     """Wraps a chunk-indexed source (Parquet, ndf_blocks): its ``at``-th read of a
     chunk after :meth:`arm` raises OSError once, whether the chunk is read into
-    arrays of its own (``read_chunk``) or straight into a shuffle buffer
-    (``read_rows_into``, where the source has it). Everything else is the
+    arrays of its own (``read_chunk``), straight into a shuffle buffer
+    (``read_rows_into``, where the source has it) or decoded for the buffer to
+    copy (``open_chunk``, where the source has it). Everything else is the
     source's own."""
 
     def __init__(self, inner):
@@ -449,11 +450,18 @@ class FlakyChunks(FlakyReader):
         self._lock = threading.Lock()
         if hasattr(inner, "read_rows_into"):
             self.read_rows_into = self._read_rows_into
+        if hasattr(inner, "open_chunk"):
+            self.open_chunk = self._open_chunk
 
     def __getattr__(self, name):
-        if name == "read_rows_into":  # only where the source has it (set in __init__)
+        if name in ("read_rows_into", "open_chunk"):  # only where the source has it
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+    def _open_chunk(self, i: int):
+        if self._fails():
+            raise OSError(f"injected: chunk {i} could not be read")
+        return self.inner.open_chunk(i)
 
     def read_chunk(self, i: int):
         if self._fails():

@@ -121,9 +121,9 @@ def test_n_rows_comes_from_metadata_without_reading_data(folder, monkeypatch):
     root, _ = folder
     _forbid_reads(monkeypatch)
     reads = []
-    orig = ParquetSource.read_chunk
+    orig = ParquetSource._columns  # what read_chunk and open_chunk decode with
     monkeypatch.setattr(
-        ParquetSource, "read_chunk", lambda self, i: reads.append(i) or orig(self, i)
+        ParquetSource, "_columns", lambda self, i: reads.append(i) or orig(self, i)
     )
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
@@ -266,19 +266,69 @@ def test_integer_and_bool_columns_become_float64(tmp_path):
     np.testing.assert_array_equal(yb, [[5], [6], [7]])
 
 
+# -- a row group decoded for a shuffle buffer ----------------------------------------------------
+
+
+def test_a_row_group_opened_for_a_buffer_reads_what_read_chunk_gives(folder):
+    """open_chunk(i) (decoded, copied into a buffer's whole rows on demand) gives the
+    rows of read_chunk(i), read whole or from any row, x then y a row."""
+    root, _ = folder
+    src = parquet_source(root, labels="y0")
+    first = 0
+    for i, rows in enumerate(src.chunk_rows.tolist()):
+        x, y = src.read_chunk(i)
+        whole = np.hstack([x, y])
+        opened = src.open_chunk(i)
+        for a, k in {(0, rows), (1, rows - 1), (rows // 2, 1), (rows - 1, 1)}:
+            if k < 1 or a < 0 or a + k > rows:
+                continue
+            out = np.full((k, src.d + src.l), -1.0)
+            opened.read_rows_into(first + a, out)
+            assert np.array_equal(out, whole[a : a + k]), (i, a, k)
+        first += rows
+
+
+def test_nulls_and_other_types_reach_a_shuffled_epoch_as_in_file_order(tmp_path):
+    """Nulls (NaN), integers and booleans read the same through the shuffle buffer
+    (row groups decoded, then copied into its rows) as in file order (read_chunk)."""
+    n = 40
+    ids_ = np.arange(n, dtype=np.float64)
+    table = pa.table({
+        "id": ids_,
+        "f": pa.array([None if k % 3 == 0 else k / 2 for k in range(n)], pa.float64()),
+        "i": pa.array([k % 7 for k in range(n)], pa.int16()),
+        "b": pa.array([None if k % 5 == 0 else k % 2 == 0 for k in range(n)]),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=9)
+    src = parquet_source(tmp_path / "t.parquet", labels=["b"])
+
+    def rows(loader):
+        got = [np.hstack(pair) for pair in loader]
+        out = np.vstack(got)
+        return out[np.argsort(out[:, 0])]
+
+    plain = rows(DataLoader(src, 4, shuffle=False))
+    mixed = rows(DataLoader(src, 4, shuffle=True, seed=2, buffer_size=12))
+    assert np.isnan(plain).any() and np.array_equal(plain, mixed, equal_nan=True)
+    assert np.array_equal(plain[:, 0], ids_)
+    assert np.isnan(plain[::3, 1]).all() and np.isnan(plain[::5, 3]).all()
+
+
 # -- reading only what a shard needs ------------------------------------------------------------
 
 
 @pytest.fixture
 def count_reads(monkeypatch):
+    """The row groups read (``read_chunk``, or ``open_chunk`` for a shuffle buffer)."""
     reads = []
-    orig = ParquetSource.read_chunk
+    for name in ("read_chunk", "open_chunk"):
+        orig = getattr(ParquetSource, name)
 
-    def counting(self, i):
-        reads.append(int(i))
-        return orig(self, i)
+        def counting(self, i, orig=orig):
+            reads.append(int(i))
+            return orig(self, i)
 
-    monkeypatch.setattr(ParquetSource, "read_chunk", counting)
+        monkeypatch.setattr(ParquetSource, name, counting)
     return reads
 
 

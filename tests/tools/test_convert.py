@@ -398,6 +398,36 @@ def test_arrow_buffers_to_float64_keep_nulls_offsets_and_types():
         assert np.array_equal(out, expect, equal_nan=True), (arr, out)
 
 
+@pytest.mark.parametrize("tile_rows", [1, 3, 10**6])
+def test_arrow_columns_fill_rows_tile_by_tile_as_column_by_column(monkeypatch, tile_rows):
+    """fill_columns writes a tile of rows at a time (one tile, several, a partial last
+    one): the same values as each column filled on its own, whatever the column (one
+    chunk of float64 read in place, with an offset; nulls; other types; several
+    chunks; all null), into every column of a row-major output."""
+    from exactbatch.sources import arrow
+
+    n = 11
+    cases = [
+        pa.array(np.arange(30.0)).slice(4, n),  # float64, no nulls, an offset: a view
+        pa.array([1.5, None] * 8).slice(1, n),
+        pa.array(list(range(n)), pa.int16()),
+        pa.array([True, False, None] * 4).slice(0, n),
+        pa.chunked_array([pa.array(np.arange(5.0)), pa.array(np.arange(6.0) + 0.5)]),
+        pa.chunked_array([pa.array(np.arange(n) * 2.0)]),
+        pa.array([None] * n, pa.null()),
+    ]
+    want = np.full((n, len(cases)), -1.0)
+    for j, col in enumerate(cases):
+        arrow.fill_float64(col, want[:, j])
+    width = 8 * (len(cases) + 2)  # a row of the output, in bytes: two more columns
+    monkeypatch.setattr(arrow, "_TILE_BYTES", tile_rows * width)
+    out = np.full((n, len(cases) + 2), -1.0)
+    arrow.fill_columns(cases, out[:, 1:-1])
+    assert np.array_equal(out[:, 1:-1], want, equal_nan=True)
+    assert (out[:, [0, -1]] == -1).all()  # nothing written beside the columns
+    arrow.fill_columns([], np.empty((n, 0)))  # no columns: nothing to do
+
+
 def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
     """Atomic: a conversion that fails mid-way (after blocks were written) leaves no file,
     and an existing destination keeps its old bytes."""

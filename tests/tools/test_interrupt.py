@@ -226,8 +226,8 @@ def _swallow_a_sigint():
 
 
 SWALLOWED = [
-    ("csv", convert_inputs, "_fill_float64"),  # in the first block
-    ("parquet", convert_inputs, "_fill_float64"),
+    ("csv", convert_inputs, "_fill_columns"),  # in the first block
+    ("parquet", convert_inputs, "_fill_columns"),
     ("csv", NdfWriter, "commit"),  # after the last block
     ("ndf", pq.ParquetWriter, "close"),  # .ndf -> Parquet, after the last row group
     ("shuffle", NdfWriter, "commit"),
@@ -290,13 +290,13 @@ def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
     """A command started with SIGINT ignored (by a shell, in the background) keeps it
     ignored, as Python itself does: the conversion completes."""
     pcsv.write_csv(pa.table({"a": np.arange(10.0)}), tmp_path / "in.csv")
-    original = convert_inputs._fill_float64
+    original = convert_inputs._fill_columns
 
     def interrupted(*args):
         signal.raise_signal(signal.SIGINT)
         return original(*args)
 
-    monkeypatch.setattr(convert_inputs, "_fill_float64", interrupted)
+    monkeypatch.setattr(convert_inputs, "_fill_columns", interrupted)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         assert main(["convert", str(tmp_path / "in.csv"), str(tmp_path / "o.ndf"), "-q"]) == 0
@@ -322,7 +322,7 @@ def test_a_second_ctrl_c_does_not_cut_the_cleanup_short(tmp_path, monkeypatch, c
     out = tmp_path / "out"
     out.mkdir()
     (out / "o.ndf").write_bytes(PRECIOUS)
-    monkeypatch.setattr(convert_inputs, "_fill_float64", lambda *a: signal.raise_signal(2))
+    monkeypatch.setattr(convert_inputs, "_fill_columns", lambda *a: signal.raise_signal(2))
     if where == "abort":
         original = NdfWriter.abort
 

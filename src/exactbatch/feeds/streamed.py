@@ -134,8 +134,9 @@ class StreamFeed:
 
     def _indexed_chunks(self, seed, epoch, fed: Tally, into_buffer: bool = False):
         """The shard's chunks, in the epoch's chunk order: read into arrays, or (with
-        ``into_buffer``, for a shuffle buffer, where the source can) as
-        :class:`~exactbatch.batching.gather.ChunkRead` for the buffer to read."""
+        ``into_buffer``, for a shuffle buffer, where the source can: ``read_rows_into``
+        or ``open_chunk``) as :class:`~exactbatch.batching.gather.ChunkRead` for the
+        buffer to read."""
         rows, shard = self.source.chunk_rows, self.spec.shard
         if self.total_size is None:
             pieces = [(i, 0, int(r)) for i, r in enumerate(rows) if shard.owns_chunk(i)]
@@ -165,20 +166,28 @@ class StreamFeed:
             return
         # The next chunk is read on a background thread while this one is cut into
         # batches (Parquet decoding and positional reads release the GIL): one
-        # chunk more in memory, reads overlapped with batching.
+        # chunk more in memory, reads overlapped with batching. A source that can
+        # (Parquet: open_chunk) only decodes it there, and the shuffle buffer's
+        # filling thread copies it straight into its rows.
         todo = iter(pieces)
+        opened = getattr(self.source, "open_chunk", None) if into_buffer else None
+        read = self.source.read_chunk if opened is None else opened
 
         def read_next():
             for i, _, _ in todo:
                 if hints is not None:
                     hints.taken()
-                return (self.source.read_chunk(i),)
+                return (read(i),)
             return None
 
         ahead = Prefetcher(read_next, 1)
         try:
             for pos, (i, lo, hi) in enumerate(pieces):
                 (chunk,) = ahead.get()
+                if opened is not None:
+                    fed.add_range(firsts[i] + lo, firsts[i] + hi)
+                    yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, self.d, self.l)
+                    continue
                 x, y = normalize_chunk(chunk, pos, self._width())
                 del chunk
                 self._set_width(x, y)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fill_float64"]
+__all__ = ["ArrowRows", "fill_columns", "fill_float64"]
+
+# fill_columns writes this much of the output's rows at a time: a tile stays in the
+# core's cache (2 MiB of L2 here) while each column is written into it.
+_TILE_BYTES = 512 << 10
 
 
 def fill_float64(col, out: np.ndarray) -> None:
@@ -36,3 +40,51 @@ def fill_float64(col, out: np.ndarray) -> None:
         bits = np.frombuffer(validity, dtype=np.uint8)
         valid = np.unpackbits(bits, count=col.offset + n, bitorder="little")[col.offset :]
         out[valid == 0] = np.nan
+
+
+def fill_columns(cols, out: np.ndarray) -> None:
+    """``out[:, j] = cols[j]`` for every column (Arrow arrays or chunked arrays of
+    numbers, ``len(out)`` values each) as float64, nulls as NaN.
+
+    Written a tile of rows at a time: column by column, each column's 8 bytes
+    a row would pull the whole of ``out`` through the cache again, once a
+    column (2.2x slower for 16 columns of 64K rows, `out` new).
+    """
+    n = out.shape[0]
+    values = [_values(col, n) for col in cols]
+    step = max(1, _TILE_BYTES // max(1, out.strides[0]))
+    for a in range(0, n, step):
+        z = min(n, a + step)
+        for j, v in enumerate(values):
+            out[a:z, j] = v[a:z]
+
+
+def _values(col, n: int) -> np.ndarray:
+    """``col``'s ``n`` values as a 1-D float64 array: a view of its Arrow buffer where it
+    is one chunk of float64 with no nulls, else a copy (see :func:`fill_float64`)."""
+    import pyarrow as pa
+
+    if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
+        col = col.chunk(0)
+    plain = not isinstance(col, pa.ChunkedArray) and col.type == pa.float64()
+    if plain and n and not col.null_count:
+        return np.frombuffer(col.buffers()[1], dtype=np.float64, count=n, offset=8 * col.offset)
+    v = np.empty(n, dtype=np.float64)
+    fill_float64(col, v)
+    return v
+
+
+class ArrowRows:
+    """Rows ``first ..`` of a source, as Arrow columns (one chunk: features then labels),
+    copied into whole rows on demand: ``read_rows_into(row, out)`` writes rows ``row ..
+    row + len(out) - 1`` (numbered as the source's, within this chunk) into ``out``, a
+    (k, d + l) float64 array, x then y a row, as ``NdfBlocks.read_rows_into`` does."""
+
+    __slots__ = ("columns", "first")
+
+    def __init__(self, columns: list, first: int):
+        self.columns, self.first = columns, first
+
+    def read_rows_into(self, row: int, out: np.ndarray) -> None:
+        a = row - self.first
+        fill_columns([col.slice(a, len(out)) for col in self.columns], out)

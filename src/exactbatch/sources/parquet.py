@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from exactbatch.sources.arrow import fill_float64
+from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.urls import (
     ForkSafeFs,
     is_url,
@@ -142,7 +142,8 @@ class ParquetSource:
     Attributes: ``files``, ``features`` and ``labels`` (column names),
     ``d``, ``l``, ``n_rows`` and ``chunk_rows`` (rows of each row group, in
     file then row-group order). ``read_chunk(i)`` reads row group ``i`` as
-    float64 ``(x, y)``; iterating yields every chunk in order.
+    float64 ``(x, y)``, ``open_chunk(i)`` decodes it for a shuffle buffer to
+    copy into its rows; iterating yields every chunk in order.
     """
 
     def __init__(self, files, features, labels=_NOT_GIVEN, fs=None):
@@ -227,6 +228,23 @@ class ParquetSource:
 
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row group ``i`` (in file order) as float64 ``(x, y)``."""
+        columns, rows, d = self._columns(i), int(self.chunk_rows[i]), self.d
+        x = np.empty((rows, d), dtype=np.float64)
+        y = np.empty((rows, self.l), dtype=np.float64)
+        fill_columns(columns[:d], x)  # nulls become NaN
+        fill_columns(columns[d:], y)
+        return x, y
+
+    def open_chunk(self, i: int) -> ArrowRows:
+        """Row group ``i`` decoded (on the calling thread: a stream's read-ahead), for a
+        shuffle buffer to copy straight into its rows (``read_rows_into``, rows
+        numbered from the source's first): one copy a row less than
+        :meth:`read_chunk`, and no arrays of its own."""
+        first = int(self.chunk_rows[:i].sum())
+        return ArrowRows(self._columns(i), first)
+
+    def _columns(self, i: int) -> list:
+        """Row group ``i`` decoded and checked: its feature then label columns (Arrow)."""
         fi, g = self._groups[i]
         path = self.files[fi]
         names = list(self.features) + list(self.labels)
@@ -248,13 +266,7 @@ class ParquetSource:
             raise ValueError(
                 f"{path}: row group {g} has {rows} rows, its footer said {self.chunk_rows[i]}"
             )
-        x = np.empty((rows, self.d), dtype=np.float64)
-        y = np.empty((rows, self.l), dtype=np.float64)
-        for j, name in enumerate(self.features):
-            fill_float64(table.column(name), x[:, j])  # nulls become NaN
-        for j, name in enumerate(self.labels):
-            fill_float64(table.column(name), y[:, j])
-        return x, y
+        return [table.column(name) for name in names]
 
     def __iter__(self):
         for i in range(len(self._groups)):

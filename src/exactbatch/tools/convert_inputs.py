@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from exactbatch.sources.arrow import fill_float64 as _fill_float64
+from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
 from exactbatch.tools.common import (
     CliError,
@@ -56,8 +56,7 @@ class _Blocks:
             self.buf = None  # let the old one go first
             self.buf = np.empty((size, len(self.columns)), dtype=np.float64)
         block = self.buf[:r]
-        for j, name in enumerate(self.columns):
-            _fill_float64(batch.column(name), block[:, j])
+        _fill_columns([batch.column(name) for name in self.columns], block)
         return block
 
 
