@@ -105,6 +105,10 @@ TOOLS = {
     "eb_pq_shuffled": ("exactbatch, Parquet, shuffled (buffer {buffer:,})", "eb"),
     "eb_pq_unshuffled": ("exactbatch, Parquet, unshuffled", "eb"),
     "pyarrow_raw": ("ref: pyarrow raw read of the Parquet folder", "ref"),
+    "pyarrow_raw_tiled": (
+        "ref: pyarrow raw read, rows filled a tile at a time (as exactbatch does)",
+        "ref",
+    ),
     "torch_default": ("torch DataLoader(TensorDataset, shuffle=True)", "torch"),
     "torch_batch_sampler": ("torch DataLoader(sampler=BatchSampler(RandomSampler))", "torch"),
     "pymc_mem": ("pymc-extras DataLoader, memory, shuffled", "pymc"),
@@ -296,10 +300,14 @@ def _imports(tool: str, c: dict) -> dict:
         import exactbatch.kernels
 
         m["eb"] = exactbatch
-    if tool == "pyarrow_raw":
+    if tool.startswith("pyarrow_raw"):
         import pyarrow.parquet as pq
 
         m["pq"] = pq
+        if tool == "pyarrow_raw_tiled":
+            from exactbatch.sources.arrow import fill_columns
+
+            m["fill_columns"] = fill_columns
     if tool.startswith("torch"):
         import torch
         import torch.utils.data
@@ -470,8 +478,8 @@ def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
         )
         return Case(lambda e: _capped(loader, cap, _first_len, n))
 
-    if tool == "pyarrow_raw":
-        pq = m["pq"]
+    if tool.startswith("pyarrow_raw"):
+        pq, fill_columns = m["pq"], m.get("fill_columns")
         files = sorted(glob.glob(os.path.join(c["parquet"], "*.parquet")))
 
         def run(e):
@@ -481,8 +489,11 @@ def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
                 for g in range(pf.metadata.num_row_groups):
                     t = pf.read_row_group(g)
                     xr = np.empty((t.num_rows, D))
-                    for j in range(D):
-                        xr[:, j] = t.column(j).to_numpy()
+                    if fill_columns is None:  # column by column, as one would write it
+                        for j in range(D):
+                            xr[:, j] = t.column(j).to_numpy()
+                    else:
+                        fill_columns(t.columns[:D], xr)
                     yr = t.column(D).to_numpy().reshape(-1, 1)
                     rows += len(xr) + 0 * len(yr)
             return rows

@@ -40,7 +40,7 @@ import numpy as np
 
 # Tools measured in a process apart from the others (with their own baselines).
 APART = [
-    ("eb_pq_shuffled", "eb_pq_unshuffled", "pyarrow_raw"),
+    ("eb_pq_shuffled", "eb_pq_unshuffled", "pyarrow_raw", "pyarrow_raw_tiled"),
     ("eb_ndf_cold", "eb_ndf_cold_blocks", "eb_ndf_cold_blocks_default", "seq_cold"),
 ]
 # By default, every tool issue 14's targets name but the cold-file ones.
