@@ -56,22 +56,25 @@ def _epoch(loader) -> None:
         pass
 
 
-def _drain_into(loader) -> None:
-    """One epoch through ``next_into`` into buffers made once a loader."""
-    if not hasattr(loader, "bench_buffers"):
-        b = loader.batch_size
-        loader.bench_buffers = np.empty((b, loader.d)), np.empty((b, loader.l))
-    loader.reset()
-    while loader.next_into(*loader.bench_buffers):
-        pass
+def _into_epoch(loader):
+    """One epoch of ``loader`` through ``next_into``, into buffers made once."""
+    bx, by = np.empty((loader.batch_size, loader.d)), np.empty((loader.batch_size, loader.l))
+
+    def epoch() -> None:
+        loader.reset()
+        while loader.next_into(bx, by):
+            pass
+
+    return epoch
 
 
-def _with_into(make, loaders: dict) -> dict:
-    """``loaders`` and the ``next_into`` cases of loaders ``make()`` makes."""
+def _epochs(make, loaders: dict) -> dict:
+    """``{name: one epoch}``: of each of ``loaders`` (its ``for`` loop), and through
+    ``next_into`` of loaders ``make()`` makes, as shipped and with groups of one."""
     ones = make()
     ones._groups = (1, 1)  # next_into claims batch by batch, as before its groups
-    return {"next_into": (make(), _drain_into), "next_into, one by one": (ones, _drain_into)} | {
-        k: (loader, _epoch) for k, loader in loaders.items()
+    return {"next_into": _into_epoch(make()), "next_into, one by one": _into_epoch(ones)} | {
+        k: lambda loader=loader: _epoch(loader) for k, loader in loaders.items()
     }
 
 
@@ -110,10 +113,7 @@ def _cases(x, y, b: int, perm) -> dict:
         "prefetch, one by one": made(2, **ones),
     }
     gather = bare_gather(x, y, b)
-    cases = _with_into(made, loaders)
-    return {"bare": lambda: gather(perm)} | {
-        k: lambda loader=loader, run=run: run(loader) for k, (loader, run) in cases.items()
-    }
+    return {"bare": lambda: gather(perm)} | _epochs(made, loaders)
 
 
 def _stream_cases(f, b: int) -> dict:
@@ -128,8 +128,7 @@ def _stream_cases(f, b: int) -> dict:
     loaders["prefetch, one by one"]._groups = (1, 1)
     loaders["loop, one by one"] = exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0)
     loaders["loop, one by one"]._groups = (1, 64)  # a claim and its lock a batch
-    cases = _with_into(lambda: exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0), loaders)
-    return {k: lambda loader=loader, run=run: run(loader) for k, (loader, run) in cases.items()}
+    return _epochs(lambda: exactbatch.DataLoader(exactbatch.ndf_blocks(f), b, seed=0), loaders)
 
 
 def _best(cases: dict, n: int, rounds: int) -> dict:

@@ -176,20 +176,16 @@ class Cursor:
             self.begin()
         return self.current
 
-    def claim(self, gen: int | None, hand_out: bool = True):
-        """``(job, epoch)``: the next batch's job (None at the end) and the epoch it
-        belongs to. Counted as handed out unless ``hand_out`` is false (a prefetched
-        batch is counted by :meth:`hand_out`)."""
+    def claim(self, gen: int | None):
+        """``(job, epoch)``: the next batch's job, counted as handed out (None at the
+        end, the ledger checked), and the epoch it belongs to."""
         with self.lock:
             owner = self._claimable(gen)
             job = owner.claim()
             if job is None:
-                if hand_out:
-                    self.end()
-            elif hand_out:
-                self._count(job)
+                self.end()
             else:
-                self.out.add(job.k)
+                self._count(job)
             return job, owner
 
     def claim_many(self, gen: int, count: int):
@@ -379,8 +375,9 @@ class Cursor:
 
 
 class Held:
-    """An iterator's jobs claimed by :meth:`Cursor.claim_held` (counted as handed out)
-    and not handed out yet, in hand-out order (a deque), of epoch ``owner``."""
+    """Jobs claimed by :meth:`Cursor.claim_held` or :meth:`Cursor.claim_next` (counted
+    as handed out) and not handed out yet, in hand-out order (a deque), of epoch
+    ``owner``: an iterator's, or the loader's for ``next_into``."""
 
     __slots__ = ("__weakref__", "jobs", "owner")
 

@@ -194,9 +194,8 @@ class DataLoader:
     # -- iteration -------------------------------------------------------------
 
     def __iter__(self):
-        if self._groups is None:
-            self._groups = group_sizes(self._feed)
-        group = self._groups[self.prefetch > 0] if self._groups else 0  # 0: size it later
+        groups = self._group_sizes()
+        group = groups[self.prefetch > 0] if groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
 
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
@@ -236,9 +235,7 @@ class DataLoader:
         except IndexError:  # emptied by another thread since
             job = None
         if job is None:
-            if self._groups is None:
-                self._groups = group_sizes(feed)
-            job = cursor.claim_next(held, self._groups[0])
+            job = cursor.claim_next(held, self._group_sizes()[0])
             if job is None:
                 return 0
         size = job.size
@@ -252,6 +249,13 @@ class DataLoader:
             raise
         cursor.last_rows = size
         return size
+
+    def _group_sizes(self) -> tuple[int, int] | None:
+        """:func:`group_sizes` of the feed, kept once known (None while a stream's
+        widths are unknown)."""
+        if self._groups is None:
+            self._groups = group_sizes(self._feed)
+        return self._groups
 
     # -- moving the cursor -----------------------------------------------------------
 

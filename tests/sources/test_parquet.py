@@ -288,6 +288,31 @@ def test_a_row_group_opened_for_a_buffer_reads_what_read_chunk_gives(folder):
         first += rows
 
 
+def test_an_opened_row_group_refuses_a_bad_buffer_or_rows_outside_it(folder):
+    """read_rows_into names what is wrong, as NdfBlocks.read_rows_into does: a buffer of
+    another width, dtype or layout, a negative row, rows past the chunk's either end."""
+    root, _ = folder
+    src = parquet_source(root, labels="y0")
+    first, rows = int(src.chunk_rows[:2].sum()), int(src.chunk_rows[2])  # a.parquet's 7
+    opened = src.open_chunk(2)
+    width = src.d + src.l
+    with pytest.raises(ValueError, match="out"):
+        opened.read_rows_into(first, np.empty((2, width + 1)))
+    with pytest.raises(TypeError, match="out"):
+        opened.read_rows_into(first, np.empty((2, width), dtype=np.float32))
+    with pytest.raises(ValueError, match="out"):
+        opened.read_rows_into(first, np.empty((width, 2)).T)
+    with pytest.raises(ValueError, match="row"):
+        opened.read_rows_into(-1, np.empty((1, width)))
+    with pytest.raises(IndexError, match=f"{first - 1}..{first}"):
+        opened.read_rows_into(first - 1, np.empty((2, width)))
+    with pytest.raises(IndexError, match="outside this chunk"):
+        opened.read_rows_into(first + rows - 1, np.empty((2, width)))
+    out = np.empty((rows, width))
+    opened.read_rows_into(first, out)  # the whole chunk is fine
+    assert np.array_equal(out, np.hstack(src.read_chunk(2)))
+
+
 def test_nulls_and_other_types_reach_a_shuffled_epoch_as_in_file_order(tmp_path):
     """Nulls (NaN), integers and booleans read the same through the shuffle buffer
     (row groups decoded, then copied into its rows) as in file order (read_chunk)."""

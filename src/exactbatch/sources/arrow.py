@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.arrays import check_out_array
+from exactbatch.checks import check_int
+
 __all__ = ["ArrowRows", "fill_columns", "fill_float64"]
 
 # fill_columns writes this much of the output's rows at a time: a tile stays in the
@@ -78,13 +81,22 @@ class ArrowRows:
     """Rows ``first ..`` of a source, as Arrow columns (one chunk: features then labels),
     copied into whole rows on demand: ``read_rows_into(row, out)`` writes rows ``row ..
     row + len(out) - 1`` (numbered as the source's, within this chunk) into ``out``, a
-    (k, d + l) float64 array, x then y a row, as ``NdfBlocks.read_rows_into`` does."""
+    (k, d + l) float64 array, x then y a row, as ``NdfBlocks.read_rows_into`` does.
+    Another ``out`` is a ``TypeError`` or ``ValueError`` naming it; rows outside the
+    chunk an ``IndexError``."""
 
-    __slots__ = ("columns", "first")
+    __slots__ = ("columns", "first", "rows")
 
-    def __init__(self, columns: list, first: int):
-        self.columns, self.first = columns, first
+    def __init__(self, columns: list, first: int, rows: int):
+        self.columns, self.first, self.rows = columns, first, rows
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
-        a = row - self.first
-        fill_columns([col.slice(a, len(out)) for col in self.columns], out)
+        k = out.shape[0] if isinstance(out, np.ndarray) and out.ndim == 2 else 0
+        check_out_array(out, (k, len(self.columns)), "out")
+        a = check_int("row", row, 0) - self.first
+        if a < 0 or a + k > self.rows:
+            raise IndexError(
+                f"rows {row}..{row + k - 1} are outside this chunk's rows "
+                f"{self.first}..{self.first + self.rows - 1}"
+            )
+        fill_columns([col.slice(a, k) for col in self.columns], out)

@@ -241,7 +241,7 @@ class ParquetSource:
         numbered from the source's first): one copy a row less than
         :meth:`read_chunk`, and no arrays of its own."""
         first = int(self.chunk_rows[:i].sum())
-        return ArrowRows(self._columns(i), first)
+        return ArrowRows(self._columns(i), first, int(self.chunk_rows[i]))
 
     def _columns(self, i: int) -> list:
         """Row group ``i`` decoded and checked: its feature then label columns (Arrow)."""
