@@ -30,6 +30,7 @@ a child process can rebuild exactly the loader the test built.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -45,17 +46,21 @@ import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
 
 __all__ = [
-    "RANDOM_ACCESS_KINDS",
-    "STREAM_KINDS",
     "FlakyChunks",
     "FlakyFactory",
     "FlakyReader",
+    "GateReader",
+    "RANDOM_ACCESS_KINDS",
+    "STREAM_KINDS",
+    "check_abandoned_iterator",
     "check_deterministic",
     "check_epoch",
     "check_epochs_differ",
     "check_resume",
     "check_resume_in_process",
     "check_retry",
+    "check_shared_iterator",
+    "check_state_mid_read",
     "drain",
     "drain_threads",
     "loader_from_spec",
@@ -655,3 +660,127 @@ def check_resume_in_process(spec: dict, k: int, *, epoch: int = 0) -> None:
     here.close()
     got = json.loads(run_python(_RESUME_CHILD, json.dumps(spec), json.dumps(state)))
     assert got == want, f"a fresh process resumed after {k} batches with other batches"
+
+
+# -- threads and lifetimes (DESIGN: "Threads and lifetimes") -------------------------------
+
+
+class GateReader:
+    """Wraps a random-access reader: after :meth:`arm`, the next read waits at a gate
+    (``entered`` is set meanwhile) until :meth:`release`, then raises OSError (``fail``)
+    or reads."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.n, self.d, self.l = inner.n, inner.d, inner.l
+        self.entered, self._gate = threading.Event(), threading.Event()
+        self.armed, self.fail = False, False
+        self._lock = threading.Lock()
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def release(self, fail: bool) -> None:
+        self.fail = fail
+        self._gate.set()
+
+    def read(self, rows, out_x, out_y):
+        with self._lock:
+            mine, self.armed = self.armed, False
+        if mine:
+            self.entered.set()
+            assert self._gate.wait(60), "the gate was never released"
+            if self.fail:
+                raise OSError("injected: rows could not be read")
+        self.inner.read(rows, out_x, out_y)
+
+    def close(self):
+        self.inner.close()
+
+
+def check_state_mid_read(make_loader, want, via: str, fail: bool, d: int, l: int):  # noqa: E741
+    """A state taken while a batch's read is in flight (on another thread, or the
+    prefetch thread) counts exactly the batches handed out by then: not the one being
+    read, whether its read then succeeds or raises. The live loader then hands out
+    the rest of ``want`` (the failed batch read again by the next call), and the
+    state, restored, hands out ``want`` less the batches handed out before it."""
+    loader = make_loader()
+    gate = wrap_reader(loader, GateReader)
+    gate.arm()
+    it = iter(loader) if via == "iter" else None
+    got, errors = [], []
+
+    def take():
+        try:
+            got.extend(_next_batches(loader, it, via, d, l, 1))
+        except OSError as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=take)
+    worker.start()
+    assert gate.entered.wait(60), "no read began (the test did not test)"
+    state = roundtrip(loader.state_dict())
+    gate.release(fail)
+    worker.join(60)
+    assert not worker.is_alive()
+    assert state["epoch"] == 0 and state["batches_done"] == 0 and not state.get("pending")
+    assert len(errors) == fail, errors
+    got.extend(_next_batches(loader, it, via, d, l, None))
+    assert got == want, "the live loader after a read in flight: other batches"
+    fresh = make_loader()
+    fresh.load_state_dict(state)
+    assert collect(fresh, d, l) == want, "resumed from a state taken mid-read: other batches"
+    loader.close()
+    fresh.close()
+
+
+def _next_batches(loader, it, via: str, d: int, l: int, limit):  # noqa: E741
+    """Up to ``limit`` (None: all) next batches' ids, from ``it`` or by next_into."""
+    if it is None:
+        return next_into_ids(loader, d, l, limit=limit)
+    out = []
+    for xb, _ in it:
+        out.append(ids(xb))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def check_abandoned_iterator(make_loader, want, k: int, keep: bool, d: int, l: int):  # noqa: E741
+    """An iterator left after ``k`` batches - still referenced (``keep``) or dropped -
+    never ends the epoch early for ``next_into``: the batches it claimed or read ahead
+    are handed out first, every batch of ``want`` once and in order, and the ledger
+    passes. A state taken after it was left resumes exactly."""
+    loader = make_loader()
+    it = iter(loader)
+    got = [ids(next(it)[0]) for _ in range(k)]
+    if not keep:
+        del it
+        gc.collect()
+    state = roundtrip(loader.state_dict())
+    got += next_into_ids(loader, d, l)
+    assert got == want, "next_into after an iterator left mid-epoch: other batches"
+    assert loader.state_dict()["epoch"] == 1  # over, and the ledger passed
+    fresh = make_loader()
+    fresh.load_state_dict(state)
+    assert got[:k] + collect(fresh, d, l) == want, "resumed after an iterator was left"
+    loader.close()
+    fresh.close()
+
+
+def check_shared_iterator(make_loader, want, threads: int, d: int, l: int):  # noqa: E741
+    """One iterator shared by ``threads`` threads calling ``next()``: every batch of
+    ``want`` handed out once, as a whole, and no hang."""
+    loader = make_loader()
+    it = iter(loader)
+    per_thread = [[] for _ in range(threads)]
+
+    def work(i):
+        for xb, _ in it:
+            per_thread[i].append(ids(xb))
+
+    run_threads(work, threads)
+    got = [b for batches in per_thread for b in batches]
+    assert sorted(got) == sorted(want)
+    assert loader.state_dict()["epoch"] == 1
+    loader.close()

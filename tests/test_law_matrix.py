@@ -71,12 +71,15 @@ from laws import (
     STREAM_KINDS,
     FlakyChunks,
     FlakyReader,
+    check_abandoned_iterator,
     check_deterministic,
     check_epoch,
     check_epochs_differ,
     check_resume,
     check_resume_in_process,
     check_retry,
+    check_shared_iterator,
+    check_state_mid_read,
     drain,
     loader_from_spec,
     roundtrip,
@@ -614,3 +617,98 @@ def test_ledger_spans_resumes_and_an_honest_run_never_raises(kind, make_spec):
     state3 = roundtrip(other.state_dict())
     state3["epoch"] = state2["epoch"]
     assert state3 != state2
+
+
+# -- threads and lifetimes (DESIGN: "Threads and lifetimes") -----------------------------------
+
+LIFETIME_KINDS = [pytest.param(k, marks=marks_for(k)) for k in KINDS]
+MID_READ_KINDS = [pytest.param(k, marks=marks_for(k)) for k in RANDOM_ACCESS_KINDS]
+
+
+@pytest.fixture(params=["grouped", "one by one"])
+def grouping(request, monkeypatch):
+    """Small batches claimed (and read) a group at a time, or one at a time as large
+    batches are: patched before the loaders are built (they size their groups then)."""
+    if request.param == "one by one":
+        from exactbatch import epoch_iterator
+
+        monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 1)
+        monkeypatch.setattr(epoch_iterator, "_AHEAD_GROUP_BATCHES", 1)
+    return request.param
+
+
+def _lifetime_spec(kind, prefetch, make_spec):
+    case = Case(kind, True, False, 2, prefetch, "plain", 1)
+    needs(case)
+    spec = make_spec(case)
+    return spec, spec["d"], spec["l"], collect(loader_from_spec(spec), spec["d"], spec["l"])
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["read", "fails"])
+@pytest.mark.parametrize("via,prefetch", [("iter", 0), ("iter", 2), ("next_into", 0)])
+@pytest.mark.parametrize("kind", MID_READ_KINDS)
+def test_a_state_taken_mid_read_counts_only_batches_handed_out(
+    kind, via, prefetch, fail, grouping, make_spec
+):
+    """Axis: a state taken while a read is in flight, the read then succeeding or failing
+    (laws.check_state_mid_read). Random access: a stream reads under the claim's lock,
+    so a state waits for its read."""
+    spec, d, l, want = _lifetime_spec(kind, prefetch, make_spec)  # noqa: E741
+    check_state_mid_read(lambda: loader_from_spec(spec), want, via, fail, d, l)
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "dropped"])
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("kind", LIFETIME_KINDS)
+def test_an_iterator_left_mid_epoch_never_ends_it_early(kind, prefetch, keep, make_spec):
+    """Axis: an iterator left after some batches, kept or dropped, then next_into to the
+    end (laws.check_abandoned_iterator)."""
+    spec, d, l, want = _lifetime_spec(kind, prefetch, make_spec)  # noqa: E741
+    k = min(len(want) - 1, Case(kind, True, False, 2, prefetch, "plain", 1).pick((1, 2, 3), "left"))
+    check_abandoned_iterator(lambda: loader_from_spec(spec), want, k, keep, d, l)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("kind", LIFETIME_KINDS)
+def test_one_iterator_shared_by_threads_hands_out_every_batch_once(kind, prefetch, make_spec):
+    """Axis: one iterator, four threads calling next() (laws.check_shared_iterator)."""
+    spec, d, l, want = _lifetime_spec(kind, prefetch, make_spec)  # noqa: E741
+    check_shared_iterator(lambda: loader_from_spec(spec), want, 4, d, l)
+
+
+@pytest.mark.parametrize("via,prefetch", FAULT_WAYS)
+@pytest.mark.parametrize("kind", ["pair", "ndf", "sharded", "factory", "parquet"])
+def test_a_read_error_at_each_batch_then_the_same_batches(kind, via, prefetch, grouping, make_spec):
+    """Axis: the read-error law (laws.check_retry) with the fault at every batch of the
+    epoch in turn, not only the third."""
+    case = Case(kind, True, False, 1, prefetch, "plain", 1)
+    needs(case)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+    want = collect(loader_from_spec(spec), d, l)
+
+    def flaky_loader():
+        if kind in RANDOM_ACCESS_KINDS:
+            loader = loader_from_spec(spec)
+            flaky = wrap_reader(loader, FlakyReader)
+            flaky.batch = loader.batch_size
+            return loader, flaky
+        wrapped = []
+
+        def wrap(source):
+            wrapped.append(source if kind == "factory" else FlakyChunks(source))
+            return wrapped[0]
+
+        loader = loader_from_spec(spec, wrap=wrap)
+        return loader, wrapped[0]
+
+    loader, flaky = flaky_loader()  # how many reads (or chunks) an epoch makes
+    flaky.arm(10**6)
+    collect(loader, d, l)
+    reads = 10**6 - flaky.left if kind != "factory" else len(spec["chunks"])
+    assert reads > 1
+    for at in range(reads):
+        loader, flaky = flaky_loader()
+        check_retry(loader, lambda f=flaky, a=at: f.arm(a), want, via, d, l,
+                    lambda: loader_from_spec(spec))
+        loader.close()

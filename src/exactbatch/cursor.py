@@ -1,29 +1,121 @@
 """The loader's cursor: which epoch, which batches are out, and the ledger.
 
-Every method that touches the cursor holds its lock; the lock guards only
-the claim of the next batch, and rows are read outside it, so threads that
-share a loader read in parallel. (An iterator without prefetch, and
-``next_into``, claim a group of batches, counted at once, and hand them out
-without the lock; a state taken meanwhile takes out those not handed out
-yet: see :meth:`Cursor.claim_held`.) A batch claimed and not handed out (a read
-that raised, or prepared ahead and dropped) is given back and claimed again
-before any later batch. When an epoch ends, the rows handed out (the
-ledger) are checked against those the epoch promised.
+One claim protocol. Every claim - ``iter()``'s, its prefetch thread's,
+``next_into``'s - takes a :class:`Group` of batches under the cursor's
+lock, and every batch of a group ends in exactly one of three ways:
+
+* handed out (:meth:`Group.hand`, after its read succeeded): only then does
+  it count, in a state and in the ledger;
+* given back (:meth:`Cursor.give_back`: a read that raised, an iterator
+  closed): claimed again before any later batch;
+* dropped, with its epoch, when the cursor moves on (``reset``,
+  ``set_epoch``, ``load_state_dict``, a new ``iter()``).
+
+A group's batches are handed out without the lock: a consumer pops the next
+one from the group's ``queue`` (a deque: each pop is atomic, so no batch is
+popped twice) and, once it has been read, appends it to ``handed``. A state
+taken meanwhile (:meth:`Cursor.position`, under the lock) counts the
+batches in ``handed`` and takes every other batch of a live group as not
+handed out yet, so it never counts a read in flight, and the ledger never
+holds a batch that was not handed out. A claim first takes the batches
+that other claimants' groups hold ready and have not handed out (an
+iterator left mid-epoch, alive or dropped, or ``next_into``'s group), so
+that none of them ends the epoch early; the epoch ends, and its ledger is
+checked against the rows it promised, when nothing is left to claim and
+every group is handed out. Nothing here blocks in a finalizer: a dropped
+iterator's groups stay with the cursor until another claim takes them.
 
 :class:`exactbatch.epoch_iterator.EpochIterator` (what ``iter(loader)``
-returns) claims through it.
+returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import deque
+from dataclasses import dataclass, field
 
 from exactbatch.audit import check_ledger
 from exactbatch.order.digest import Tally
 
-__all__ = ["Cursor", "Held"]
+__all__ = ["Cursor", "Group", "Holder", "Position"]
+
+_WAIT = 0.01  # seconds between looks at reads in flight, when a claim finds the epoch over
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a cursor stands, as a state records it.
+
+    ``epoch`` the epoch in progress (the next one once every batch of it has
+    been handed out); ``done`` the batches handed out, counted from the start
+    of the epoch (from ``first`` under elastic) and ``pending`` those below
+    ``done + len(pending)`` not handed out, which come first on resume;
+    ``ledger`` the rows handed out this epoch; ``first`` the global batch an
+    elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
+    cannot be checked (resumed from a state without one).
+    """
+
+    seed: int
+    epoch: int
+    done: int = 0
+    pending: tuple[int, ...] = ()
+    ledger: Tally = field(default_factory=Tally)
+    first: int = 0
+    verified: bool = True
+
+
+class Holder:
+    """A claimant's current group (``next_into``'s, shared by every caller): switched
+    under the cursor's lock, so that threads sharing it never claim past each other."""
+
+    __slots__ = ("group",)
+
+    def __init__(self):
+        self.group = None
+
+
+class Group:
+    """Batches claimed together by one claimant (``owner``) from epoch ``epoch``.
+
+    ``jobs``: the batches (by number) the group answers for until each is handed out
+    or given back - changed only under the cursor's lock; ``queue``: those ready to
+    hand out, as ``(job, batch)`` (``batch`` None: read at hand-out); ``handed``: the
+    jobs handed out, appended without the lock.
+    """
+
+    __slots__ = ("cursor", "epoch", "handed", "jobs", "owner", "queue")
+
+    def __init__(self, cursor: Cursor, epoch, owner):
+        self.cursor, self.epoch, self.owner = cursor, epoch, owner
+        self.jobs: dict = {}
+        self.queue: deque = deque()
+        self.handed: list = []
+
+    def hand(self, job) -> None:
+        """``job``'s batch reached its consumer (its read succeeded): it counts now."""
+        self.handed.append(job)
+        cursor = self.cursor
+        cursor._last_rows = job.size
+        if cursor._drained and len(self.handed) >= len(self.jobs):
+            cursor.settle()  # the epoch's last batches: check the ledger now
+
+    def unpop(self, item) -> None:
+        """The read of ``item``, popped from the queue, raised: it is next again."""
+        self.queue.appendleft(item)
+
+    def done(self) -> bool:
+        """Is every batch of the group handed out (none ready, none in flight)?"""
+        return len(self.handed) >= len(self.jobs)
+
+    def flying(self) -> bool:
+        """Is a batch of the group being read (claimed, neither ready nor handed out)?"""
+        return len(self.handed) + len(self.queue) < len(self.jobs)
+
+
+def _tally(jobs) -> Tally:
+    return Tally(sum(job.size for job in jobs), sum(job.digest for job in jobs))
+
 
 class Cursor:
     """The position of a loader over ``feed``, and the ledger of its epoch.
@@ -31,46 +123,49 @@ class Cursor:
     ``epoch`` is the epoch in progress, or the pending one; ``skip`` batches
     of the pending epoch were claimed before (a restored state), of which
     those in ``pending`` were not handed out and come first; ``first`` is
-    the global batch an elastic epoch starts at.
+    the global batch an elastic epoch starts at. Its fields are its own:
+    other modules read them and change them only through its methods.
     """
 
     def __init__(self, feed, seed: int):
         self.feed, self.spec = feed, feed.spec
         self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)  # a group's batches became ready
         self.seed = seed
         self.epoch = 0
-        self.skip, self.pending, self.first = 0, (), 0
-        self.begun = False  # has the epoch begun (an iter() or a claimed batch)?
+        self._skip, self._pending, self._first = 0, (), 0
+        self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
         self.current = None  # the epoch being handed out
         self.gen = 0  # bumped when the cursor is moved; stale iterators stop
-        self.last_rows = 0
-        self.closed = False
-        self.handed = Tally()  # the ledger: rows handed out this epoch (resumes included)
-        self.verified = True  # False for an epoch resumed from a state without a ledger
-        self.ended = False  # has the end of the epoch been reached (and the ledger checked)?
-        self.out = set()  # batches claimed for a prefetch, not handed out yet
-        self.holders = weakref.WeakSet()  # iterators' Held: counted, maybe not handed out
-        self.orphans = []  # (epoch, jobs or Held) given back by iterators dropped unlocked
+        self._last_rows = 0
+        self._closed = False
+        self._handed = Tally()  # the ledger: rows of retired groups (resumes included)
+        self._verified = True  # False for an epoch resumed from a state without a ledger
+        self._live: list[Group] = []  # groups of this epoch not all handed out yet
+        self._drained = False  # a claim found nothing left (groups may still hand out)
+        self._ended = False  # the epoch's ledger has been checked
+
+    @property
+    def last_rows(self) -> int:
+        return self._last_rows
 
     # -- under the lock ---------------------------------------------------------
 
-    def begin(self) -> None:
-        if self.closed:
+    def _begin(self) -> None:
+        if self._closed:
             raise ValueError("read from a closed DataLoader")
         self.current = self.feed.open_epoch(
-            self.seed, self.epoch, self.skip, self.first, self.pending
+            self.seed, self.epoch, self._skip, self._first, self._pending
         )
-        self.begun, self.ended = True, False
+        self._begun, self._ended, self._drained = True, False, False
 
-    def move(self, epoch: int) -> None:
+    def _move(self, epoch: int) -> None:
         if self.current is not None:
             self.current.close()
-        self.epoch, self.begun, self.current = epoch, False, None
-        self.skip, self.pending, self.first = 0, (), 0
-        self.handed, self.verified, self.ended = Tally(), True, False
-        self.out = set()
-        self.holders = weakref.WeakSet()
-        self.orphans.clear()
+        self.epoch, self._begun, self.current = epoch, False, None
+        self._skip, self._pending, self._first = 0, (), 0
+        self._handed, self._verified, self._ended, self._drained = Tally(), True, False, False
+        self._live = []
         self.gen += 1
 
     def check_gen(self, gen: int | None) -> None:
@@ -80,254 +175,219 @@ class Cursor:
                 "load_state_dict() moved the loader on"
             )
 
-    def adopt_orphans(self) -> None:
-        """Take back the batches of iterators dropped without the lock (see give_back
-        and release_held)."""
-        while self.orphans:
-            owner, jobs = self.orphans.pop()
-            if isinstance(jobs, Held):
-                self._release_locked(jobs)
-            else:
-                self.give_back_locked(owner, jobs, counted=False)
+    def _claimable(self, gen: int | None):
+        """The epoch to claim from (begun if it had not), after the generation check."""
+        self.check_gen(gen)
+        if not self._begun:
+            self._begin()
+        return self.current
 
-    def give_back_locked(self, owner, jobs, counted: bool) -> None:
-        if owner is not self.current:  # the cursor moved on: nothing to give back to
-            return
-        for job in jobs:
-            if counted:
-                self.handed.add(-job.size, -job.digest)
-            else:
-                self.out.discard(job.k)
-        owner.give_back(jobs)
-        self.ended = False
+    def _sweep(self) -> None:
+        """Retire the groups whose batches are all handed out: into the ledger."""
+        live = self._live
+        if any(g.done() for g in live):
+            for g in live:
+                if g.done():
+                    t = _tally(g.handed)
+                    self._handed.add(t.rows, t.digest)
+            self._live = [g for g in live if not g.done()]
 
-    def end(self) -> None:
+    def _strays(self, group: Group, count: int) -> None:
+        """Move into ``group`` up to ``count`` batches that other claimants' groups hold
+        ready and have not handed out, oldest first."""
+        for g in self._live:
+            if g.owner is group.owner or g is group:
+                continue
+            queue = g.queue
+            while queue and len(group.queue) < count:
+                try:
+                    item = queue.popleft()
+                except IndexError:  # its consumer took the last one meanwhile
+                    break
+                job = item[0]
+                del g.jobs[job.k]
+                group.jobs[job.k] = job
+                group.queue.append(item)
+            if len(group.queue) >= count:
+                return
+
+    def _claim_locked(self, owner, count: int, gen: int | None):
+        """``(group, fresh)``: a new group of up to ``count`` batches - first the strays
+        of other claimants, then ``fresh`` jobs claimed now and still to read (the
+        group's ``queue`` holds the strays). ``(None, [])`` at the end of the epoch:
+        when nothing is left to claim and no batch is being read (one being read may
+        yet be given back, or become a stray: the claim waits for it)."""
+        while True:
+            epoch = self._claimable(gen)
+            self._sweep()
+            group = Group(self, epoch, owner)
+            self._strays(group, count)
+            fresh: list = []
+            if len(group.queue) < count:
+                try:
+                    epoch.claim_many(fresh, count - len(group.queue))
+                except BaseException:  # a stream's read failed: those claimed go back too
+                    if fresh:
+                        epoch.give_back(fresh)
+                    self._requeue(group)
+                    raise
+            if fresh or group.queue:
+                for job in fresh:
+                    group.jobs[job.k] = job
+                self._live.append(group)
+                return group, fresh
+            if not any(g.flying() for g in self._live):
+                break
+            self._changed.wait(_WAIT)  # a read in flight: it ends in a hand-out or a stray
+        self._drained = True
+        if not self._live:
+            self._end()
+        return None, []
+
+    def _requeue(self, group: Group) -> None:
+        """Strays taken into ``group`` go back to the epoch (claimed again first)."""
+        jobs = [item[0] for item in group.queue]
+        group.queue.clear()
+        if jobs:
+            self.current.give_back(jobs)
+
+    def _end(self) -> None:
         """The epoch has ended: check the ledger (once) against the epoch's promise."""
-        if self.ended or self.out:  # batches on their way: the last one's consumer checks
+        if self._ended:
             return
-        self.ended = True
-        if not self.verified:
+        self._ended = True
+        if not self._verified:
             return
         shard = self.spec.shard
         check_ledger(
-            self.handed,
+            self._handed,
             self.current.promise(),
             epoch=self.epoch,
             shard_index=shard.index,
             num_shards=shard.count,
         )
 
-    def position(self):
-        """``(epoch, batches_done, pending, ledger)``, with the epoch rolled over
-        when it has ended; the ledger a copy, as it stands now (a claim on another
-        thread, once the lock is let go, must not add to a state's ledger). Batches
-        an iterator holds, counted at their claim and not handed out yet, are taken
-        out again (see :meth:`claim_held`)."""
-        cur, ledger, unhanded = self.current, self.handed, ()
-        if self.begun and cur is not None:
-            claimed = cur.claimed
-            holes = set(cur.given_back()) | self.out
-            unhanded = self._unhanded(cur) if self.holders else ()
-            if unhanded:
-                holes.update(job.k for job in unhanded)
-                out = Tally(sum(job.size for job in unhanded), sum(j.digest for j in unhanded))
-                ledger = ledger.minus(out)
+    def _position(self):
+        """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
+        groups not handed out (ready, or read in flight) are pending; the epoch rolls
+        over once every batch of it has been handed out."""
+        cur, ledger = self.current, self._handed.copy()
+        if self._begun and cur is not None:
+            claimed, holes = cur.claimed, set(cur.given_back())
+            for g in self._live:
+                handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
+                t = _tally(handed)
+                ledger.add(t.rows, t.digest)
+                ks = {job.k for job in handed}
+                holes.update(k for k in list(g.jobs) if k not in ks)
         else:
-            claimed, holes = self.skip, set(self.pending)
+            claimed, holes = self._skip, set(self._pending)
         while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
             holes.discard(claimed - 1)  # are simply not claimed yet
             claimed -= 1
         done = claimed - len(holes)
-        # (batches held, not handed out: the epoch is not over, as for self.out)
-        if self.begun and cur is not None and not holes and not unhanded:
-            if self._rolled(cur, done):
-                return self.epoch + 1, 0, [], Tally()
-        return self.epoch, done, sorted(holes), ledger.copy()
-
-    def _unhanded(self, cur) -> list:
-        """The jobs of epoch ``cur`` that iterators claimed into their groups (counted)
-        and have not handed out. An iterator hands out without the lock, popping from
-        the left of its ``jobs`` (a deque: each copy and pop is atomic), and claims
-        into it under the lock: this is a consistent cut."""
-        return [job for h in list(self.holders) if h.owner is cur for job in list(h.jobs)]
+        if self._begun and cur is not None and not holes and self._rolled(cur, done):
+            return self.epoch + 1, 0, (), Tally()
+        return self.epoch, done, tuple(sorted(holes)), ledger
 
     def _rolled(self, cur, done: int) -> bool:
-        """Is the epoch over, for a state taken now?"""
-        if self.out:  # batches prepared ahead and not handed out: not over yet
+        """Is the epoch over, for a state taken now (no batch of it left out)?"""
+        if any(not g.done() for g in self._live):  # read ahead, or in flight: not over
             return False
         if not self.spec.elastic:
-            return self.ended or cur.exhausted()
+            return self._ended or cur.exhausted()
         # Under elastic sharding every rank's state must say the same: the epoch is
         # over when all ranks (in lockstep) have handed out every global batch, or
         # when this rank has seen the end (then so have the others).
-        if self.ended or (self.spec.even_batches and cur.exhausted()):
+        if self._ended or (self.spec.even_batches and cur.exhausted()):
             return True
-        return self.first + done * self.spec.shard.count >= self.feed.total_batches
+        return self._first + done * self.spec.shard.count >= self.feed.total_batches
 
     # -- taking the lock ----------------------------------------------------------
 
-    def _claimable(self, gen: int | None):
-        """Under the lock: the epoch to claim from (begun if it had not), after the
-        generation check and taking back orphaned batches."""
-        self.check_gen(gen)
-        if self.orphans:
-            self.adopt_orphans()
-        if not self.begun:
-            self.begin()
-        return self.current
-
-    def claim(self, gen: int | None):
-        """``(job, epoch)``: the next batch's job, counted as handed out (None at the
-        end, the ledger checked), and the epoch it belongs to."""
+    def claim(self, owner, count: int, gen: int | None = None):
+        """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
+        ``fresh`` are the jobs claimed now, for the caller to read and then
+        :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,
+        whose ledger is checked once no group has a batch left to hand out."""
         with self.lock:
-            owner = self._claimable(gen)
-            job = owner.claim()
-            if job is None:
-                self.end()
-            else:
-                self._count(job)
-            return job, owner
+            return self._claim_locked(owner, count, gen)
 
-    def claim_many(self, gen: int, count: int):
-        """``(jobs, epoch)``: up to ``count`` next batches (fewer at the end; none when
-        it is over) under one lock, none counted yet: each counts when
-        :meth:`hand_out` hands it out, as a prefetched batch does."""
+    def claim_next(self, holder: Holder, count: int):
+        """``next_into``'s claim: ``(group, item)``, the next ``(job, batch)`` of
+        ``holder``'s group (shared by every caller, each popping from its left without
+        the lock), after claiming a new group of up to ``count`` when it is empty;
+        ``(None, None)`` at the end of the epoch. A call takes the next batch,
+        whichever thread makes it."""
         with self.lock:
-            owner = self._claimable(gen)
-            jobs = self._claim_locked(owner, count)
-            self.out.update([job.k for job in jobs])
-            return jobs, owner
-
-    def _claim_locked(self, owner, count: int) -> list:
-        """Under the lock: up to ``count`` next batches of epoch ``owner``, uncounted."""
-        jobs = []
-        try:
-            owner.claim_many(jobs, count)
-        except BaseException:  # a stream's read failed: those claimed go back too
-            self.give_back_locked(owner, jobs, counted=False)
-            raise
-        return jobs
-
-    def claim_held(self, gen: int, count: int, held: Held):
-        """``(jobs, epoch)``: up to ``count`` next batches under one lock (none at the
-        end), counted as handed out at once and appended to ``held.jobs``, an
-        iterator's, which hands them out without the lock, popping each from its
-        left; a state taken meanwhile takes out those not handed out yet
-        (:meth:`position`). Saves the lock of a hand-out per batch."""
-        with self.lock:
-            owner = self._claimable(gen)
-            return self._hold_locked(owner, count, held), owner
-
-    def _hold_locked(self, owner, count: int, held: Held) -> list:
-        jobs = self._claim_locked(owner, count)
-        if jobs:
-            handed = self.handed
-            for job in jobs:
-                handed.add(job.size, job.digest)
-            held.jobs.extend(jobs)
-            if held.owner is not owner:  # (move() made a new set of holders)
-                held.owner = owner
-                self.holders.add(held)
-        return jobs
-
-    def claim_next(self, held: Held, count: int):
-        """``next_into``'s claim: the next job of ``held`` (the loader's, shared by every
-        caller, each popping from its left without the lock), after claiming up to
-        ``count`` into it (:meth:`claim_held`) when it is empty; None at the end of the
-        epoch (its ledger checked). Jobs of an epoch the cursor moved on from are
-        dropped. A call takes the next batch, whichever thread makes it."""
-        with self.lock:
-            owner = self._claimable(None)
-            jobs = held.jobs
-            if held.owner is not owner:
-                jobs.clear()
             while True:
-                if not jobs and not self._hold_locked(owner, count, held):
-                    self.end()
-                    return None
-                try:
-                    return jobs.popleft()
-                except IndexError:  # emptied by a pop on another thread meanwhile
-                    continue
+                group = holder.group
+                if group is not None and group.epoch is self.current and group.queue:
+                    try:
+                        return group, group.queue.popleft()
+                    except IndexError:  # popped on another thread meanwhile
+                        continue
+                group, fresh = self._claim_locked(holder, count, None)
+                if group is None:
+                    return None, None
+                group.queue.extend([(job, None) for job in fresh])
+                holder.group = group
 
-    def unpop(self, held: Held, job) -> None:
-        """The read of ``job``, popped from ``held`` by ``next_into``, failed: it goes
-        back to the front, for the next call."""
-        with self.lock:
-            if held.owner is self.current:
-                held.jobs.appendleft(job)
+    def ready(self, group: Group, items) -> None:
+        """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""
+        group.queue.extend(items)
+        with self.lock:  # a claim waiting for reads in flight at the epoch's end
+            self._changed.notify_all()
 
-    def unclaim_held(self, held: Held, jobs) -> None:
-        """The read of ``jobs``, the last claimed into ``held``, failed: back they go."""
-        with self.lock:
-            for _ in jobs:
-                held.jobs.pop()
-            self.give_back_locked(held.owner, jobs, counted=True)
-
-    def release_held(self, held: Held, locked: bool = True) -> None:
-        """An iterator is closed: the jobs it holds and has not handed out go back
-        (counted: they were). Without ``locked`` (a finalizer), ``held`` is queued for
-        the next holder of the lock, and stays in :meth:`position`'s view till then."""
-        if not held.jobs:
-            return
-        if not locked:
-            self.orphans.append((held.owner, held))
-            return
-        with self.lock:
-            self._release_locked(held)
-
-    def _release_locked(self, held: Held) -> None:
-        jobs = list(held.jobs)
-        held.jobs.clear()
-        if jobs:
-            self.give_back_locked(held.owner, jobs, counted=True)
-
-    def _count(self, job) -> None:
-        self.handed.add(job.size, job.digest)
-        self.last_rows = job.size
-
-    def hand_out(self, gen: int, job) -> None:
-        """A prefetched batch reaches the consumer: now it counts."""
-        with self.lock:
-            self.check_gen(gen)
-            self.out.discard(job.k)
-            self._count(job)
-
-    def give_back(self, owner, jobs, counted: bool, locked: bool = True) -> None:
-        """Jobs of epoch ``owner`` claimed but not handed out after all (a failed read,
-        or prefetched and dropped): claimed again first. ``counted``: they had been
-        counted as handed out. Without ``locked`` (a finalizer, which may run while
-        this thread holds the lock) they are queued for the next holder of the lock."""
+    def give_back(self, group: Group, jobs) -> None:
+        """``jobs`` of ``group`` were claimed and will not be handed out by it (a read that
+        raised, an iterator closed): claimed again before any later batch."""
         if not jobs:
             return
-        if not locked:
-            self.orphans.append((owner, jobs))
-            return
         with self.lock:
-            self.give_back_locked(owner, jobs, counted)
+            if group.epoch is not self.current:  # the cursor moved on: nothing to give to
+                return
+            for job in jobs:
+                group.jobs.pop(job.k, None)
+            self.current.give_back(jobs)
+            self._drained = self._ended = False
+            self._changed.notify_all()
 
-    def finish(self, gen: int) -> None:
-        """A consumer of prefetched batches reached the end of the epoch."""
+    def release(self, groups) -> None:
+        """An iterator is closed: the batches its ``groups`` hold ready go back."""
+        for group in groups:
+            jobs = []
+            while True:
+                try:
+                    jobs.append(group.queue.popleft()[0])
+                except IndexError:
+                    break
+            self.give_back(group, jobs)
+
+    def settle(self) -> None:
+        """A group's last batch was handed out after a claim found the epoch drained:
+        once every group is, check the ledger."""
         with self.lock:
-            if gen == self.gen and self.current is not None:
-                self.end()
+            self._sweep()
+            if self._drained and not self._live and self.current is not None:
+                self._end()
 
     def next_epoch(self) -> int:
         """``iter(loader)``: begin the next epoch (the pending one if it has not
         begun); its iterators' generation."""
         with self.lock:
-            if self.begun:
-                self.move(self.epoch + 1)
+            if self._begun:
+                self._move(self.epoch + 1)
             else:
                 self.gen += 1
-            self.begin()
+            self._begin()
             return self.gen
 
     def peek(self) -> None:
         """Read ahead of a stream not read yet, to learn its widths."""
         with self.lock:
-            if not self.begun:
-                self.begin()
+            if not self._begun:
+                self._begin()
             self.current.peek()
 
     def rewind(self, seed: int | None = None) -> None:
@@ -336,50 +396,49 @@ class Cursor:
         with self.lock:
             if seed is not None:
                 self.seed = seed
-                self.move(0)
-            else:  # an epoch restored mid-way has begun too
-                self.move(self.epoch + 1 if self.begun or self.skip else self.epoch)
+                self._move(0)
+            else:  # an epoch restored mid-way (elastic: from a global batch) has begun too
+                begun = self._begun or self._skip or self._first
+                self._move(self.epoch + 1 if begun else self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
         with self.lock:
-            self.move(epoch)
+            self._move(epoch)
 
-    def snapshot(self):
-        """``(seed, epoch, done, pending, ledger, first, verified)`` of a state taken
-        now: ``verified`` is False for an epoch whose ledger cannot be checked."""
+    def epoch_now(self) -> int:
+        """The epoch in progress, or the one the next ``iter()`` begins when every
+        batch of the current one has been handed out."""
         with self.lock:
-            if self.orphans:
-                self.adopt_orphans()
-            epoch, done, pending, ledger = self.position()
+            self._sweep()
+            return self._position()[0]
+
+    def snapshot(self) -> Position:
+        """The :class:`Position` of a state taken now."""
+        with self.lock:
+            self._sweep()
+            epoch, done, pending, ledger = self._position()
             same = epoch == self.epoch
-            first = self.first if same else 0
-            return self.seed, epoch, done, pending, ledger, first, self.verified or not same
+            first = self._first if same else 0
+            return Position(
+                self.seed, epoch, done, pending, ledger, first, self._verified or not same
+            )
 
-    def restore(self, seed, epoch, claimed, pending, first, ledger, verified) -> None:
-        """Resume at a state's position (see :mod:`exactbatch.loader_state`)."""
+    def restore(self, pos: Position, claimed: int) -> None:
+        """Resume at ``pos`` (see :mod:`exactbatch.loader_state`): ``claimed`` batches of
+        the epoch were claimed before (``pos.pending`` of them not handed out)."""
         with self.lock:
-            self.seed = seed
-            self.move(epoch)
-            self.skip, self.pending, self.first = claimed, tuple(pending), first
-            self.handed, self.verified = ledger, verified
+            self.seed = pos.seed
+            self._move(pos.epoch)
+            self._skip, self._pending, self._first = claimed, tuple(pos.pending), pos.first
+            self._handed, self._verified = pos.ledger.copy(), pos.verified
 
     def close(self) -> bool:
         """Stop the epoch in progress; False if already closed."""
         with self.lock:
-            if self.closed:
+            if self._closed:
                 return False
             if self.current is not None:
                 self.current.close()
-            self.closed, self.current, self.begun = True, None, False
+            self._closed, self.current, self._begun = True, None, False
+            self._live = []
             return True
-
-
-class Held:
-    """Jobs claimed by :meth:`Cursor.claim_held` or :meth:`Cursor.claim_next` (counted
-    as handed out) and not handed out yet, in hand-out order (a deque), of epoch
-    ``owner``: an iterator's, or the loader's for ``next_into``."""
-
-    __slots__ = ("__weakref__", "jobs", "owner")
-
-    def __init__(self):
-        self.jobs, self.owner = deque(), None

@@ -8,13 +8,13 @@ and give-backs are :class:`exactbatch.cursor.Cursor`'s.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
-from itertools import islice
 
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Held
+from exactbatch.cursor import Cursor, Group
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
@@ -42,61 +42,79 @@ def group_sizes(feed) -> tuple[int, int] | None:
     return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
 
 
-def _read_group(cursor: Cursor, gen: int, count: int, held: Held | None = None):
-    """Up to ``count`` next batches claimed under one lock and read with one gather,
-    as ``[(job, batch, epoch)]``; None at the end. None counted yet, or with ``held``
-    (an iterator's, without prefetch) counted at the claim (:meth:`Cursor.claim_held`).
-    A read that raises gives the jobs back."""
-    if held is None:
-        jobs, owner = cursor.claim_many(gen, count)
-    else:
-        jobs, owner = cursor.claim_held(gen, count, held)
-    if not jobs:
+def _read_group(cursor: Cursor, gen: int, count: int, owner):
+    """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
+    out: other claimants' ready batches first, then the next batches of the epoch,
+    claimed under one lock and read with one gather. None at the end. A read that
+    raises gives the fresh batches back (claimed again first)."""
+    group, fresh = cursor.claim(owner, count, gen)
+    if group is None:
         return None
-    try:
-        batches = owner.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
-    except BaseException:
-        if held is None:
-            cursor.give_back(owner, jobs, counted=False)
-        else:
-            cursor.unclaim_held(held, jobs)
-        raise
-    return [(job, batch, owner) for job, batch in zip(jobs, batches, strict=True)]
+    if fresh:
+        try:
+            batches = group.epoch.take_group(fresh) if len(fresh) > 1 else [fresh[0].take()]
+        except BaseException:
+            cursor.give_back(group, fresh)
+            raise
+        cursor.ready(group, zip(fresh, batches, strict=True))
+    return group
+
+
+class _Owner:
+    """An iterator's identity as a claimant, apart from the iterator: its prefetch
+    thread claims for it without holding it (dropping the iterator stops the thread)."""
+
+    __slots__ = ()
+
+
+_EMPTY = Group(None, None, None)  # an iterator's group before its first claim
 
 
 class EpochIterator:
     """Iterates one epoch of a loader's cursor; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the cursor
-    again, which reads the same batch again.) With ``group`` > 1 (see
-    :func:`group_sizes`), batches are claimed ``group`` at a time (under one
-    lock; from random access, read with one gather into one pair of arrays
-    whose views they are) and handed out one by one; each counts (in a state)
-    only when handed out. (Without prefetch a group is counted at its claim,
-    so that a hand-out takes no lock, and a state subtracts the batches the
-    iterator holds.) With prefetch, a background thread claims and reads the next
-    batches (in such groups, ``prefetch`` groups ahead; ``group`` 0: sized by
-    :func:`group_sizes` once a stream's widths are known); it stops when the
-    epoch ends, when the iterator is closed or dropped, or after an error.
-    :meth:`peek` reads batches ahead without handing them out. Batches read
-    and not handed out, by any of these ways, go back to the cursor, so that
-    a later ``next_into`` or iterator hands them out.
+    again, which reads the same batch again.) Batches are claimed ``group`` at a
+    time (see :func:`group_sizes`; under one lock; from random access, read with
+    one gather into one pair of arrays whose views they are) and handed out one
+    by one; each counts (in a state, and in the ledger) only when handed out.
+    With prefetch, a background thread claims and reads the next groups,
+    ``prefetch`` groups ahead (``group`` 0: sized by :func:`group_sizes` once a
+    stream's widths are known); it stops when the epoch ends, when the iterator
+    is closed or dropped, or after an error. :meth:`peek` reads batches ahead
+    without handing them out. Batches read and not handed out go back to the
+    cursor when the iterator is closed; an iterator dropped (or left) mid-epoch
+    leaves them ready with the cursor, and the next claim (``next_into``'s)
+    hands them out first. Threads may share one iterator: each call hands out
+    the next batch, and every batch once.
     """
 
-    __slots__ = ("__weakref__", "_cursor", "_gen", "_group", "_held", "_prefetcher", "_ready")
+    __slots__ = (
+        "__weakref__",
+        "_ahead",
+        "_cursor",
+        "_current",
+        "_gen",
+        "_group",
+        "_lock",
+        "_owner",
+        "_prefetcher",
+    )
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
         self._cursor, self._gen, self._group = cursor, gen, group or 1
+        self._owner = owner = _Owner()
+        self._current = _EMPTY  # the group being handed out
+        self._ahead = deque()  # groups read after it (by peek), in order
+        self._lock = threading.Lock()  # taken to change groups, not to hand out
         self._prefetcher = None
-        self._held = None  # without prefetch: the jobs in _ready, counted at their claim
-        self._ready = deque()  # (job, batch, epoch) read in a group, not yet handed out
         if prefetch:
 
             def produce():  # must not hold the iterator: dropping it stops the thread
                 if group:
-                    return _read_group(cursor, gen, group)
+                    return _read_group(cursor, gen, group, owner)
                 # A stream not read yet: its groups are sized once its widths are known.
-                return _read_group(cursor, gen, (group_sizes(cursor.feed) or (1, 1))[1])
+                return _read_group(cursor, gen, (group_sizes(cursor.feed) or (1, 1))[1], owner)
 
             self._prefetcher = Prefetcher(produce, prefetch)
 
@@ -104,36 +122,49 @@ class EpochIterator:
         return self
 
     def __next__(self) -> tuple[np.ndarray, np.ndarray]:
-        ready = self._ready
-        if not ready:
-            if self._prefetcher is None and self._group == 1:  # one claim, counted at once
-                job, owner = self._cursor.claim(self._gen)
-                if job is None:
-                    raise StopIteration
-                try:
-                    return job.take()
-                except BaseException:
-                    self._cursor.give_back(owner, [job], counted=True)
-                    raise
-            if not self._read_more(self._group):
-                self.close()
-                self._cursor.finish(self._gen)
-                raise StopIteration
-        job, batch, _ = ready.popleft()
-        cursor = self._cursor
-        if self._prefetcher is None:  # counted at its claim: handed out without the lock
-            if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
-                ready.clear()  # jobs with it
-                cursor.check_gen(self._gen)
-            self._held.jobs.popleft()  # handed out: no longer the iterator's
-            cursor.last_rows = job.size
-            return batch
+        group = self._current
         try:
-            cursor.hand_out(self._gen, job)
-        except BaseException:  # a stale iterator: the cursor moved on, and its jobs
-            ready.clear()  # with it
-            raise
+            item = group.queue.popleft()
+        except IndexError:
+            item = None  # (not called in here: its errors would chain this one)
+        if item is None:
+            return self._next_group()
+        return self._hand(group, item)
+
+    def _hand(self, group, item):
+        cursor = self._cursor
+        if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
+            cursor.check_gen(self._gen)  # batches with it
+        job, batch = item
+        if batch is None:  # a batch taken over from next_into's group: read it now
+            try:
+                batch = job.take()
+            except BaseException:
+                group.unpop(item)
+                raise
+        group.hand(job)
         return batch
+
+    def _next_group(self):
+        """The current group is empty: hand out from the next one (read ahead by
+        :meth:`peek`, prefetched, or claimed now); StopIteration at the end."""
+        with self._lock:  # threads sharing the iterator change groups one at a time
+            while True:
+                group = self._current
+                try:
+                    item = group.queue.popleft()
+                except IndexError:
+                    pass
+                else:
+                    return self._hand(group, item)
+                if self._ahead:
+                    self._current = self._ahead.popleft()
+                    continue
+                group = self._read_more(self._group)
+                if group is None:
+                    self.close()
+                    raise StopIteration
+                self._current = group
 
     def peek(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """The next ``k`` batches (fewer at the epoch's end; ``k`` an int >= 0), read now
@@ -142,44 +173,48 @@ class EpochIterator:
         gives them back to the loader. A read that raises here raises from ``peek``,
         and the batches it did not read are read by the next call."""
         k = check_int("k", k, 0)
-        ready = self._ready
-        while len(ready) < k and self._read_more(max(self._group, k - len(ready))):
-            pass
-        return [batch for _, batch, _ in islice(ready, k)]
+        with self._lock:
+            while True:
+                items = [it for g in (self._current, *self._ahead) for it in list(g.queue)]
+                if len(items) >= k:
+                    break
+                group = self._read_more(max(self._group, k - len(items)))
+                if group is None:
+                    break
+                self._ahead.append(group)
+            out = []
+            for job, batch in items[:k]:
+                out.append(job.take() if batch is None else batch)
+            return out
 
-    def _read_more(self, count: int) -> bool:
-        """Read the next group (from the prefetch thread, else ``count`` batches now)
-        into ``_ready``; False at the epoch's end."""
+    def _read_more(self, count: int):
+        """The next group (from the prefetch thread, else ``count`` batches read now);
+        None at the epoch's end."""
         if self._prefetcher is None:
-            if self._held is None:
-                self._held = Held()
-            group = _read_group(self._cursor, self._gen, count, self._held)
-        else:
-            try:
-                group = self._prefetcher.get()
-            except BaseException:
-                self.close()  # later calls ask the cursor directly
-                raise
-        if group is None:
-            return False
-        self._ready.extend(group)
-        return True
+            return _read_group(self._cursor, self._gen, count, self._owner)
+        try:
+            return self._prefetcher.get()
+        except BaseException:
+            self.close()  # later calls ask the cursor directly
+            raise
 
-    def close(self, locked: bool = True) -> None:
+    def _groups(self) -> list:
+        groups = [self._current, *self._ahead]
+        self._current, self._ahead = _EMPTY, deque()
+        return [g for g in groups if g is not _EMPTY]
+
+    def close(self) -> None:
         """Stop preparing batches; batches prepared but not taken go back to the cursor."""
-        if self._held is not None:  # read without prefetch: counted, maybe not handed out
-            self._ready = deque()
-            self._cursor.release_held(self._held, locked)
-        elif self._ready:  # read in a group, not handed out: claimed again first
-            left, self._ready = list(self._ready), deque()
-            self._cursor.give_back(left[0][2], [job for job, _, _ in left], counted=False,
-                                   locked=locked)
+        groups = self._groups()
         if self._prefetcher is not None:
-            left = [item for group in self._prefetcher.close() for item in group]
+            groups += self._prefetcher.close()
             self._prefetcher = None
-            if left:  # one generation, one epoch: every item has the same owner
-                jobs = [job for job, _, _ in left]
-                self._cursor.give_back(left[0][2], jobs, counted=False, locked=locked)
+        self._cursor.release(groups)
 
     def __del__(self):
-        self.close(locked=False)
+        # No lock and no join here (the collector may run this on a thread that holds
+        # the cursor's lock): stop the prefetch thread, and leave the groups' ready
+        # batches with the cursor, where the next claim takes them.
+        prefetcher = self._prefetcher
+        if prefetcher is not None:
+            prefetcher.stop()

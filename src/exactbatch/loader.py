@@ -14,7 +14,7 @@ import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Held
+from exactbatch.cursor import Cursor, Holder
 from exactbatch.distributed import resolve_shard
 from exactbatch.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.feeds import BatchSpec, open_feed
@@ -134,7 +134,7 @@ class DataLoader:
         self._cursor = Cursor(self._feed, seed)
         self._fits = pair_check()  # next_into's check of its buffers, made once
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
-        self._held = Held()  # next_into's jobs: claimed a group at a time, not handed out
+        self._holder = Holder()  # next_into's group: claimed a group at a time
 
     # -- sizes -----------------------------------------------------------------
 
@@ -159,8 +159,10 @@ class DataLoader:
 
     @property
     def epoch(self) -> int:
-        """The epoch in progress, or the one the next ``iter()`` begins."""
-        return self._cursor.epoch
+        """The epoch in progress, or the one the next ``iter()`` begins: once every
+        batch of an epoch has been handed out, the next one (as ``state_dict()``
+        says)."""
+        return self._cursor.epoch_now()
 
     @property
     def seed(self) -> int:
@@ -226,28 +228,33 @@ class DataLoader:
         if not self._fits(bx, by, b, feed.d, feed.l, dt.itemsize):
             check_out_array(bx, (b, feed.d), "bx", dt)  # says what is wrong
             check_out_array(by, (b, feed.l), "by", dt)
-        # Small batches are claimed a group at a time, counted at the claim, into one
-        # deque all callers pop from without the lock (see Cursor.claim_next): the
-        # claim's lock and calls cost a third of a small batch's read.
-        cursor, held = self._cursor, self._held
-        try:
-            job = held.jobs.popleft() if held.jobs and held.owner is cursor.current else None
-        except IndexError:  # emptied by another thread since
-            job = None
-        if job is None:
-            job = cursor.claim_next(held, self._group_sizes()[0])
-            if job is None:
+        # Small batches are claimed a group at a time into one group all callers pop
+        # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
+        # a third of a small batch's read. A batch counts once its read succeeded.
+        cursor = self._cursor
+        group, item = self._holder.group, None
+        if group is not None and group.epoch is cursor.current:
+            try:
+                item = group.queue.popleft()
+            except IndexError:  # empty, or emptied by another thread since
+                pass
+        if item is None:
+            group, item = cursor.claim_next(self._holder, self._group_sizes()[0])
+            if group is None:
                 return 0
+        job, batch = item
         size = job.size
         try:
-            if size == b:  # slicing costs as much as a tenth of a small batch's read
+            if batch is not None:  # read already, by an iterator left mid-epoch
+                bx[:size], by[:size] = batch
+            elif size == b:  # slicing costs as much as a tenth of a small batch's read
                 job.fill(bx, by)
             else:
                 job.fill(bx[:size], by[:size])
         except BaseException:
-            cursor.unpop(held, job)
+            group.unpop(item)
             raise
-        cursor.last_rows = size
+        group.hand(job)
         return size
 
     def _group_sizes(self) -> tuple[int, int] | None:

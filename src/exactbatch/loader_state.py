@@ -11,6 +11,7 @@ ledger, pending batches and the source's shape; version 1 still loads
 from __future__ import annotations
 
 from exactbatch.checks import check_int
+from exactbatch.cursor import Position
 from exactbatch.order.digest import Tally
 
 __all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
@@ -38,9 +39,11 @@ def settings(feed) -> dict:
     return config
 
 
-def pack_state(snapshot, feed) -> dict:
-    """The state of a cursor's ``snapshot()`` over ``feed``."""
-    seed, epoch, done, pending, ledger, first, verified = snapshot
+def pack_state(pos: Position, feed) -> dict:
+    """The state of a cursor's :class:`Position` over ``feed``."""
+    seed, epoch, done, pending, ledger, first, verified = (
+        pos.seed, pos.epoch, pos.done, pos.pending, pos.ledger, pos.first, pos.verified
+    )
     state = {
         "version": STATE_VERSION,
         "seed": seed,
@@ -49,10 +52,12 @@ def pack_state(snapshot, feed) -> dict:
         **settings(feed),
     }
     if pending:
-        state["pending"] = pending
+        state["pending"] = list(pending)
     if feed.spec.elastic:
         state["global_batches_done"] = first + done * feed.spec.shard.count
-    elif verified:
+        if verified:  # every shard's batches before it, this shard's as measured
+            ledger = feed.global_ledger(pos)
+    if verified:
         state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
@@ -60,10 +65,10 @@ def pack_state(snapshot, feed) -> dict:
 
 
 def unpack_state(state, feed, seed: int):
-    """``(seed, epoch, claimed, pending, first, ledger, verified)`` for
-    ``Cursor.restore``; a state from other settings (``seed``: the loader's) is
-    a ``ValueError`` naming the setting and both values, a malformed one a
-    ``TypeError`` or ``ValueError`` naming the key."""
+    """``(position, claimed)`` for ``Cursor.restore``: ``claimed``, the batches of the
+    epoch claimed before (``position.pending`` of them not handed out). A state from
+    other settings (``seed``: the loader's) is a ``ValueError`` naming the setting and
+    both values, a malformed one a ``TypeError`` or ``ValueError`` naming the key."""
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
     version = state.get("version")
@@ -114,6 +119,10 @@ def unpack_state(state, feed, seed: int):
                 "to be read again; take the state after that batch is handed out"
             )
         claimed = 0
+        if "ledger" in state:  # (an elastic state from before it carried one: unchecked)
+            ledger, verified = _ledger_of(state, first)
+        else:
+            verified = first == 0
     else:
         if feed.nbatches is not None and claimed > feed.nbatches:
             raise ValueError(
@@ -121,7 +130,7 @@ def unpack_state(state, feed, seed: int):
                 "an epoch"
             )
         ledger, verified = _ledger_of(state, done)
-    return seed, epoch, claimed, pending, first, ledger, verified
+    return Position(seed, epoch, done, tuple(pending), ledger, first, verified), claimed
 
 
 def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:

@@ -87,7 +87,10 @@ class Prefetcher:
         return self._queue.qsize() >= self._depth
 
     def join(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the thread to end; has it?"""
+        """Wait up to ``timeout`` seconds for the thread to end; has it? (Not on the thread
+        itself, where a finalizer of what it holds may run: False there.)"""
+        if self._thread is threading.current_thread():
+            return False
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -112,6 +115,10 @@ class Prefetcher:
                 left.append(self._unsent)
                 self._unsent = None
         return [item for item in left if item is not _END and not isinstance(item, _Failure)]
+
+    def stop(self) -> None:
+        """Ask the thread to stop, without waiting for it (safe in a finalizer)."""
+        self._stop.set()
 
     def __del__(self):
         self._stop.set()

@@ -394,9 +394,11 @@ def test_a_batch_that_failed_while_later_ones_were_handed_out_is_pending_in_the_
     got = []
     for _ in range(2):
         got += ids(bx[: loader.next_into(bx, by)])
-    job2 = loader._held.jobs.popleft()  # a thread's next_into takes batch 2 ...
+    group = loader._holder.group
+    item2 = group.queue.popleft()  # a thread's next_into takes batch 2 ...
+    job2 = item2[0]
     got += ids(bx[: loader.next_into(bx, by)])  # ... another hands out batch 3 ...
-    loader._cursor.unpop(loader._held, job2)  # ... and batch 2's read fails
+    group.unpop(item2)  # ... and batch 2's read fails
     state = roundtrip(loader.state_dict())
     assert state["batches_done"] == 3 and state["pending"] == [2]
     restored = DataLoader(SOURCES[kind](), 10, seed=1, total_size=N)
@@ -672,8 +674,9 @@ def test_the_default_buffer_of_a_stream_read_once_is_sized_by_its_widths(d, l): 
 
 
 def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
-    """next_into reaches the end while a prefetching iterator still holds batches: the
-    check waits for those, and runs when the iterator hands out its last one."""
+    """next_into reaches the end while a prefetching iterator still holds batches: it
+    hands out first those the iterator holds ready, and the check runs when the last
+    batch is handed out, by next_into or by the iterator (a group it was still reading)."""
     x = x_of()
     run = DataLoader(x, 7, seed=4)
     it = iter(run)
@@ -685,9 +688,9 @@ def test_the_ledger_is_checked_by_whoever_hands_out_the_last_batch():
     it = iter(loader)
     next(it)
     bx, by = np.empty((7, 1)), np.empty((7, 0))
-    while loader.next_into(bx, by):
-        pass
     with pytest.raises(ExactnessError, match="handed out 93 rows"):
+        while loader.next_into(bx, by):
+            pass
         for _ in it:
             pass
 
@@ -736,6 +739,9 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
     elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
     it = iter(elastic)
     next(it)
+    # every shard's global batches 0 and 1: one shard's first two batches share that order
+    whole = iter(DataLoader(x_of(), 10))
+    first_two = np.array(ids(next(whole)[0]) + ids(next(whole)[0]))
     assert elastic.state_dict() == {
         "version": 2,
         "seed": 0,
@@ -751,6 +757,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "d": 1,
         "l": 0,
         "global_batches_done": 2,
+        "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
     }
 
 
@@ -806,14 +813,41 @@ def test_an_elastic_state_past_the_epoch_or_with_pending_batches_is_refused():
         target.load_state_dict({**state, "global_batches_done": 11})
     with pytest.raises(ValueError, match="waited to be read again"):
         target.load_state_dict({**state, "batches_done": 1, "pending": [0]})
-    target.load_state_dict({**state, "global_batches_done": 10})
+    unchecked = {k: v for k, v in state.items() if k != "ledger"}  # (a state from before
+    target.load_state_dict({**unchecked, "global_batches_done": 10})  # the elastic ledger)
     assert rows_of(target) == [] and target.state_dict()["epoch"] == 1
 
 
+def _elastic_state_at(g: int) -> dict:
+    """An honest state of rank 0 of 2 (elastic, batch 10 over N rows) after ``g`` global
+    batches: both ranks stepped g/2 times."""
+    loader = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
+    it = iter(loader)
+    for _ in range(g // 2):
+        next(it)
+    return roundtrip(loader.state_dict())
+
+
+@pytest.mark.parametrize("forged", [3, 6, 10])
+def test_an_elastic_state_with_a_forged_position_fails_its_ledger(forged):
+    """Elastic states carry the ledger of every shard's batches before their position:
+    a state whose global_batches_done was changed is caught at the end of the epoch it
+    resumes, at any shard count; the honest one resumes without a word."""
+    state = _elastic_state_at(4)
+    assert state["global_batches_done"] == 4 and state["ledger"]["rows"] == 40
+    for shards in (1, 3):
+        honest = DataLoader(x_of(), 10, num_shards=shards, elastic=True)
+        honest.load_state_dict(state)
+        assert len(rows_of(honest)) == len(range(4, 10, shards)) * 10
+        target = DataLoader(x_of(), 10, num_shards=shards, elastic=True)
+        target.load_state_dict({**state, "global_batches_done": forged})
+        with pytest.raises(ExactnessError, match="epoch 0 of shard 0"):
+            rows_of(target)
+
+
 def test_an_elastic_resume_counts_from_its_first_batch_and_the_next_epoch_from_zero():
-    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
     loader = DataLoader(x_of(), 10, num_shards=2, shard_index=1, elastic=True)
-    loader.load_state_dict({**state, "global_batches_done": 4})
+    loader.load_state_dict(_elastic_state_at(4))
     it = iter(loader)
     next(it)
     assert loader.state_dict()["global_batches_done"] == 6  # 4, then one step of 2 shards
@@ -824,13 +858,13 @@ def test_an_elastic_resume_counts_from_its_first_batch_and_the_next_epoch_from_z
 
 
 def test_an_elastic_resume_checks_its_epochs_ledger(checked):
-    """Resumed at global batch 4 of 10 on rank 1 of 2: its batches 5, 7 and 9 are
-    checked against what the rest of the epoch promised."""
-    state = roundtrip(DataLoader(x_of(), 10, num_shards=2, elastic=True).state_dict())
+    """Resumed at global batch 4 of 10 on rank 1 of 2: the 40 rows of every shard's
+    batches 0-3 the state carries, and its batches 5, 7 and 9, are checked against
+    what the epoch promised."""
     loader = DataLoader(x_of(), 10, num_shards=2, shard_index=1, elastic=True)
-    loader.load_state_dict({**state, "global_batches_done": 4})
+    loader.load_state_dict(_elastic_state_at(4))
     assert len(rows_of(loader)) == 30
-    assert checked == [(0, 30)]
+    assert checked == [(0, 70)]
 
 
 @pytest.mark.parametrize(

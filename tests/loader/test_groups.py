@@ -153,7 +153,7 @@ def test_next_into_takes_the_next_batch_whichever_thread_calls():
         worker.start()
         worker.join()
         if k == 20:
-            assert len(loader._held.jobs) == 11  # the group of 16 claimed at batch 16
+            assert len(loader._holder.group.queue) == 11  # the group of 16 claimed at batch 16
     assert got == want[:40]
     state = loader.state_dict()
     assert state["batches_done"] == 40 and not state.get("pending")
@@ -250,14 +250,14 @@ def test_a_stream_hands_its_batches_from_the_prefetch_thread_in_groups(shuffle):
     loader = _stream(shuffle, prefetch=2)
     assert loader._groups is None  # the widths are unknown before the first pass
     claims = []
-    claim_many = loader._cursor.claim_many
+    claim = loader._cursor.claim
 
-    def counted(gen, count):
-        jobs, owner = claim_many(gen, count)
-        claims.append(len(jobs))
-        return jobs, owner
+    def counted(owner, count, gen=None):
+        group, fresh = claim(owner, count, gen)
+        claims.append(len(fresh))
+        return group, fresh
 
-    loader._cursor.claim_many = counted
+    loader._cursor.claim = counted
     it = iter(loader)
     first = next(it)
     assert loader.state_dict()["batches_done"] == 1
@@ -443,7 +443,7 @@ def test_the_ledger_a_state_takes_is_a_copy(via):
     it = iter(loader)
     for _ in range(16):  # a whole group handed out: the iterator holds none
         next(it) if via == "iter" else loader.next_into(bx, by)
-    ledger = loader._cursor.snapshot()[4]
+    ledger = loader._cursor.snapshot().ledger
     before = (ledger.rows, ledger.digest)
     for _ in range(20):
         next(it) if via == "iter" else loader.next_into(bx, by)

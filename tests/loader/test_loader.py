@@ -177,7 +177,8 @@ def test_with_shuffle_each_epoch_is_a_different_permutation(build, kind):
 
 
 def test_each_iter_call_begins_a_new_epoch(build):
-    """iter() begins epoch 0, then 1, 2...; loader.epoch says which; unconsumed iters count."""
+    """iter() begins epoch 0, then 1, 2...; loader.epoch says which, and once an epoch is
+    handed out whole, the next (as state_dict() does); unconsumed iters count."""
     mk = lambda: build("pair", n=30, batch_size=4)  # noqa: E731
     reference = mk()
     ref = [collect(reference) for _ in range(4)]  # epochs 0..3 by plain for loops
@@ -187,14 +188,15 @@ def test_each_iter_call_begins_a_new_epoch(build):
     it0 = iter(loader)
     assert loader.epoch == 0
     assert rows_of(it0) == ref[0]
-    assert loader.epoch == 0  # still the epoch just finished until the next iter()
+    assert loader.epoch == 1  # epoch 0 is over: the next iter() begins epoch 1
+    assert loader.state_dict()["epoch"] == 1
     iter(loader)  # begins epoch 1, even though nothing is taken from it
     assert loader.epoch == 1
     it2 = iter(loader)
     assert loader.epoch == 2
     assert rows_of(it2) == ref[2]
     assert collect(loader) == ref[3]
-    assert loader.epoch == 3
+    assert loader.epoch == 4
 
 
 @pytest.mark.parametrize("e", [0, 1, 2, 5])
@@ -212,9 +214,9 @@ def test_set_epoch_then_iter_gives_that_epochs_order(build, e):
     loader.set_epoch(e)  # ... set_epoch decides
     assert loader.epoch == e
     assert collect(loader) == want
-    assert loader.epoch == e
+    assert loader.epoch == e + 1  # epoch e is over
     assert collect(loader) == collect(_at_epoch(build("pair", n=41, batch_size=6), e + 1))
-    assert loader.epoch == e + 1
+    assert loader.epoch == e + 2
 
 
 def _at_epoch(loader, e):

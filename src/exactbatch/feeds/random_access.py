@@ -33,6 +33,10 @@ __all__ = ["RandomAccessFeed"]
 _WHOLE_ROWS = 1 << 24
 
 
+def _pair(t: Tally) -> tuple[int, int]:
+    return t.rows, t.digest
+
+
 def _in_background(compute) -> Future:
     fut: Future = Future()
 
@@ -71,6 +75,8 @@ class RandomAccessFeed:
             even = num_batches(total // shard.count, b, spec.drop_last)
         self.nbatches = even if spec.even_batches else full
         self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
+        self._prefix: tuple = (None, 0, Tally())  # see global_ledger: (key, stop, tally)
+        self._step = max(1, (1 << 20) // b)  # elastic batches hashed a pass: small temporaries
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -134,18 +140,17 @@ class RandomAccessFeed:
     def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
         """The rows an epoch of ``count`` batches promises: the shard's rows less
         the tail that drop_last or even_batches leave out (contiguous sharding), or
-        the global batches dealt to this shard from batch ``first`` on (elastic)."""
+        every shard's global batches before ``first`` and the global batches dealt
+        to this shard from batch ``first`` on (elastic: the ledger a state carries
+        holds the former, :meth:`global_ledger`)."""
         promised = Tally()
         b, shard = self.spec.batch_size, self.spec.shard
         if self.spec.elastic:
-            total = self.reader.n
-            step = max(1, (1 << 20) // b)  # batches per group: temporaries stay small
-            for k0 in range(0, count, step):
-                g = shard.dealt(np.arange(k0, min(count, k0 + step)), first)
-                pos = (g[:, None] * b + np.arange(b)).ravel()
-                pos = pos[pos < total]
-                rows = pos if epoch.order is None else epoch.order.bijection(pos)
-                promised.add(len(rows), rows_digest(rows))
+            bijection = None if epoch.order is None else epoch.order.bijection
+            promised = self._prefix_tally(bijection, 0, first)
+            for k0 in range(0, count, self._step):
+                g = shard.dealt(np.arange(k0, min(count, k0 + self._step)), first)
+                promised.add(*self._batches_tally(bijection, g))
             return promised
         promised.add_range(self.start, self.start + self.n)
         kept = min(self.n, count * b)
@@ -158,6 +163,51 @@ class RandomAccessFeed:
                 left.add(len(rows), rows_digest(rows))
             promised = promised.minus(left)
         return promised
+
+    def _batches_tally(self, bijection, g: np.ndarray) -> tuple[int, int]:
+        """``(rows, digest)`` of the global batches ``g`` of an elastic epoch."""
+        b, total = self.spec.batch_size, self.reader.n
+        pos = (g[:, None] * b + np.arange(b)).ravel()
+        pos = pos[pos < total]
+        rows = pos if bijection is None else bijection(pos)
+        return len(rows), rows_digest(rows)
+
+    def _prefix_tally(self, bijection, start: int, stop: int) -> Tally:
+        """The rows of global batches ``[start, stop)`` of an elastic epoch."""
+        out = Tally()
+        for g0 in range(start, stop, self._step):
+            out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
+        return out
+
+    def global_ledger(self, pos) -> Tally:
+        """Elastic: the ledger a state at ``pos`` (a cursor's
+        :class:`~exactbatch.cursor.Position`) carries - every shard's global batches
+        before ``pos.first + pos.done * S`` - as this shard measured it: its own
+        ledger (the batches before ``first``, as resumed, and those it handed out
+        since) with the other shards' batches since ``first`` added from the order,
+        assuming they stepped in lockstep. A state whose ``global_batches_done`` was
+        changed then fails the ledger check at the end of the epoch it resumes."""
+        shard = self.spec.shard
+        stop = min(self.total_batches, pos.first + pos.done * shard.count)
+        bijection = None
+        if self.spec.shuffle:
+            bijection = self._bijection(pos.seed, pos.epoch, 0, self.reader.n)
+        key = (pos.seed, pos.epoch, pos.first)
+        cached_key, cached_stop, tally = self._prefix
+        if cached_key != key or cached_stop > stop:  # (a state per checkpoint: extend it)
+            cached_stop, tally = pos.first, Tally()
+        tally = tally.copy()
+        tally.add(*_pair(self._prefix_tally(bijection, cached_stop, stop)))
+        self._prefix = (key, stop, tally)
+        others = tally.copy()
+        own = Tally()
+        mine = shard.dealt(np.arange(pos.done), pos.first)
+        for k0 in range(0, len(mine), self._step):
+            own.add(*self._batches_tally(bijection, mine[k0 : k0 + self._step]))
+        others = others.minus(own)
+        out = pos.ledger.copy()
+        out.add(*_pair(others))
+        return out
 
     @staticmethod
     def _bijection(seed, epoch, key_shard, size):

@@ -1,0 +1,135 @@
+"""Threads and lifetimes at the loader's seams (issue 27): finalizers, properties that
+agree with the state, and the one claim protocol's bookkeeping.
+
+The laws over every source and option (a state taken mid-read, an iterator left
+mid-epoch, one iterator shared by threads, a read error at each batch) are axes of
+test_law_matrix.py; each test here pins one reported failure.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from helpers import ids
+from laws import run_python
+
+from exactbatch import DataLoader
+
+N = 100
+
+
+def x_of(n: int = N) -> np.ndarray:
+    return np.arange(n, dtype=np.float64).reshape(-1, 1)
+
+
+# The collector frees a prefetching iterator (caught in a reference cycle) while this
+# thread holds the cursor's lock, with the prefetch thread waiting for that lock: its
+# finalizer must neither take the lock nor join the thread.
+_CYCLE_CHILD = """
+import gc, threading, time
+import numpy as np
+import laws
+from exactbatch import DataLoader
+
+gc.disable()
+x = np.arange(2000, dtype=np.float64).reshape(-1, 1)
+loader = DataLoader(x, 10, seed=1, prefetch=1)
+gate = laws.wrap_reader(loader, laws.GateReader)
+gate.arm()
+it = iter(loader)  # the prefetch thread's first read waits at the gate
+assert gate.entered.wait(30)
+cycle = [it]
+cycle.append(cycle)
+del it, cycle
+cursor = loader._cursor
+real = cursor._position
+
+def collected_under_the_lock():
+    gate.release(False)  # the thread reads, hands its group over, and claims again:
+    time.sleep(0.3)  # it waits for the lock this thread holds
+    gc.collect()  # the iterator's finalizer runs here
+    return real()
+
+cursor._position = collected_under_the_lock
+state = loader.state_dict()
+cursor._position = real
+print(state["epoch"], state["batches_done"])
+"""
+
+
+def test_an_iterator_freed_by_the_collector_under_the_cursor_lock_does_not_deadlock():
+    """A prefetching iterator in a reference cycle, collected during state_dict() (which
+    holds the cursor's lock) while its thread waits for that lock: no deadlock, and the
+    state counts no batch (none was handed out)."""
+    try:
+        out = run_python(_CYCLE_CHILD, timeout=60)
+    except subprocess.TimeoutExpired:  # pragma: no cover - the failure this pins
+        pytest.fail("the finalizer deadlocked on the cursor's lock")
+    assert out.split() == ["0", "0"]
+
+
+def test_an_iterator_left_in_a_cycle_leaves_its_batches_to_next_into():
+    """Its batches read ahead stay with the loader: next_into hands them out first."""
+    import gc
+
+    want = [r for xb, _ in DataLoader(x_of(), 10, seed=2) for r in ids(xb)]
+    loader = DataLoader(x_of(), 10, seed=2, prefetch=2)
+    it = iter(loader)
+    got = ids(next(it)[0])
+    cycle = [it]
+    cycle.append(cycle)
+    del it, cycle
+    gc.collect()
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    while r := loader.next_into(bx, by):
+        got += ids(bx[:r])
+    assert got == want and loader.epoch == 1
+
+
+def test_the_epoch_property_agrees_with_the_state():
+    """loader.epoch is the epoch a state records: after a finished epoch, the next one
+    (the one the next iter() begins), so `while loader.epoch < 2` files each epoch's
+    rows under its own number."""
+    loader = DataLoader(x_of(), 30, seed=1)
+    seen = {}
+    while loader.epoch < 2:
+        e = loader.epoch
+        for xb, _ in loader:
+            seen.setdefault(e, []).extend(ids(xb))
+            assert loader.epoch == loader.state_dict()["epoch"]
+    assert sorted(seen) == [0, 1]
+    assert all(sorted(rows) == list(range(N)) for rows in seen.values())
+    assert loader.epoch == loader.state_dict()["epoch"] == 2
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_reset_after_a_mid_epoch_resume_begins_the_next_epoch(elastic):
+    """reset() rewinds to the start of the next epoch, also for an elastic loader resumed
+    mid-epoch (its position is a global batch, not batches claimed)."""
+    run = DataLoader(x_of(), 10, seed=3, num_shards=2, elastic=elastic)
+    it = iter(run)
+    next(it)
+    next(it)
+    state = run.state_dict()
+    loader = DataLoader(x_of(), 10, seed=3, num_shards=2, elastic=elastic)
+    loader.load_state_dict(state)
+    loader.reset()
+    assert loader.epoch == 1
+    ref = DataLoader(x_of(), 10, seed=3, num_shards=2, elastic=elastic)
+    ref.set_epoch(1)
+    assert [ids(xb) for xb, _ in loader] == [ids(xb) for xb, _ in ref]
+
+
+def test_a_dropped_iterator_leaves_nothing_claimed_behind():
+    """Every batch of an epoch ends handed out, given back or dropped with its epoch:
+    after an iterator is closed mid-group, no group of the cursor holds a batch."""
+    loader = DataLoader(x_of(), 5, seed=1)
+    it = iter(loader)
+    next(it)
+    it.close()
+    cursor = loader._cursor
+    assert all(not g.queue and g.done() for g in cursor._live)
+    state = loader.state_dict()
+    assert state["batches_done"] == 1 and "pending" not in state
