@@ -144,7 +144,7 @@ def bench(
             raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
         from exactbatch.sources.parquet import list_local_files
 
-        names = pq.ParquetFile(list_local_files(src, "*.parquet")[0]).schema_arrow.names
+        names = pq.ParquetFile(list_local_files(src)[0]).schema_arrow.names
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]

@@ -72,7 +72,7 @@ def convert(
     features=None,
     labels=None,
     force=False,
-    delimiter=",",
+    delimiter=None,
     header=True,
     row_group_rows=65536,
     names=None,
@@ -84,6 +84,7 @@ def convert(
     With ``part_rows``, ``dst`` is a folder to write a sharded dataset into,
     a new part every ``part_rows`` rows (from Parquet, CSV, .npy, an .ndf or
     another dataset). A sharded dataset reads like an .ndf file as ``src``.
+    ``delimiter`` (CSV) None: a tab for ``.tsv``/``.tab``, else a comma.
     """
     force, header = check_flag("force", force), check_flag("header", header)
     bar = check_flag("bar", bar)

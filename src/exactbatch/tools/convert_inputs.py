@@ -13,6 +13,7 @@ from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
 from exactbatch.tools.common import (
     CliError,
+    csv_delimiter,
     resolve_columns,
     split_columns,
 )
@@ -76,7 +77,7 @@ class ParquetInput:
 
         arrow()
         self.path = path
-        files = list_local_files(path, "*.parquet")
+        files = list_local_files(path)
         try:
             schema = pq.ParquetFile(files[0]).schema_arrow
         except (OSError, ValueError) as e:
@@ -117,11 +118,13 @@ class ParquetInput:
                 yield block, block.shape[0]
 
 
-def csv_schema(path, delimiter: str = ",", header: bool = True):
-    """The columns of a CSV file and the types pyarrow infers from its first block."""
+def csv_schema(path, delimiter: str | None = None, header: bool = True):
+    """The columns of a CSV file and the types pyarrow infers from its first block;
+    ``delimiter`` None: :func:`~exactbatch.tools.common.csv_delimiter` (tabs for .tsv)."""
     pa = arrow()
     import pyarrow.csv as pcsv
 
+    delimiter = csv_delimiter(path, delimiter)
     try:
         reader = pcsv.open_csv(os.fspath(path), **_csv_options(delimiter, header))
     except pa.ArrowException as e:
@@ -144,11 +147,13 @@ def _csv_options(delimiter, header, **convert) -> dict:
 
 
 class CsvInput:
-    """A CSV file read block by block; every chosen column parsed as float64."""
+    """A CSV file read block by block; every chosen column parsed as float64.
+    ``delimiter`` None: a tab for ``.tsv``/``.tab``, else a comma."""
 
     def __init__(self, path, features, labels, delimiter, header):
         pa = arrow()
-        self.path, self.delimiter, self.header = os.fspath(path), delimiter, header
+        self.path, self.header = os.fspath(path), header
+        self.delimiter = csv_delimiter(path, delimiter)
         schema = csv_schema(path, delimiter, header)
         names = schema.names
         feat, lab = split_columns(features, labels, names, path)

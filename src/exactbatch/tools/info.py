@@ -141,7 +141,7 @@ def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
         recorded_labels,
     )
 
-    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    schema = pq.ParquetFile(list_local_files(path)[0]).schema_arrow
     labels = recorded_labels(schema) or []
     numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
     src = parquet_source(path, features=numeric, labels=labels)
@@ -221,7 +221,7 @@ def _parquet(path: str) -> dict:
         raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
     from exactbatch.sources.parquet import list_local_files
 
-    files = list_local_files(path, "*.parquet")
+    files = list_local_files(path)
     rows, groups, group_rows, nbytes = 0, 0, [], 0
     schema, differ = None, []
     for f in files:

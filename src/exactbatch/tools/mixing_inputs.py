@@ -61,7 +61,7 @@ def parquet_input(path, columns, chunk_rows):
 
     from exactbatch.sources.parquet import is_numeric_type, list_local_files
 
-    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    schema = pq.ParquetFile(list_local_files(path)[0]).schema_arrow
     numeric = [f.name for f in schema if is_numeric_type(f.type)]
     cols = resolve_columns(columns, schema.names, path, "--columns")
     chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
