@@ -14,7 +14,15 @@ import uuid
 import numpy as np
 import pytest
 
-from exactbatch import NdfError, open_ndf, save_ndf, urls
+from exactbatch import (
+    NdfError,
+    open_ndf,
+    open_ndf_dataset,
+    parquet_source,
+    save_ndf,
+    save_ndf_dataset,
+    urls,
+)
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -36,6 +44,23 @@ def test_a_local_name_with_double_colons_is_a_local_file(tmp_path, monkeypatch, 
     with pytest.raises(FileNotFoundError) as e:
         open_ndf("missing::" + name)
     assert e.value.filename == "missing::" + name
+
+
+def test_a_local_folder_or_parquet_file_with_double_colons_is_local(tmp_path, monkeypatch):
+    """Sharded datasets and Parquet named with ``::`` are local too, written and read."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    monkeypatch.chdir(tmp_path)
+    x = np.arange(8.0).reshape(4, 2)
+    save_ndf_dataset("data::v2", [x[:3], x[3:]])
+    with open_ndf_dataset("data::v2") as ds:
+        assert ds.n == 4 and np.array_equal(ds.read_rows(np.arange(4))[0], x)
+    for name in ("data::v2.parquet", "pq::v2/p.parquet"):
+        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+        with open(name, "wb") as f:  # pyarrow's writer would take the name for a URI
+            pq.write_table(pa.table({"a": [1.0, 2.0]}), f)
+    assert parquet_source("data::v2.parquet").n_rows == 2
+    assert parquet_source("pq::v2").files == [os.path.join("pq::v2", "p.parquet")]
 
 
 # the tree both listings are made from: local folder, and the same under memory://

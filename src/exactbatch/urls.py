@@ -27,6 +27,7 @@ __all__ = [
     "FOLDER_PATTERN",
     "ForkSafeFs",
     "find_files",
+    "for_arrow",
     "import_fsspec",
     "is_url",
     "local_path",
@@ -88,6 +89,14 @@ def local_path(path):
     if isinstance(path, str) and path[:7].lower() == "file://":
         return path[7:]
     return path
+
+
+def for_arrow(path) -> str:
+    """A local path as pyarrow is to be given it: absolute. Given a relative name with a
+    ``:`` in it (``data::v2.parquet``, ``a:b.csv``), pyarrow takes it for a URI, and
+    it expands a leading ``~``; an absolute path is only ever a local file to it."""
+    path = os.fspath(path)
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def import_fsspec():

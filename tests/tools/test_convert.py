@@ -530,3 +530,19 @@ def test_a_partitioned_parquet_folder_converts_every_partition(tmp_path, capsys)
     assert main(["convert", str(folder), str(tmp_path / "all.ndf"), "--json", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 90
     assert np.array_equal(read_ndf(tmp_path / "all.ndf")[0][:, 0], np.arange(90.0))
+
+
+def test_local_names_with_colons_are_local_files_both_ways(tmp_path, monkeypatch, capsys):
+    """Relative names with ':' or '::' (which pyarrow alone would take for URIs) are read
+    and written as the local files they are: CSV, .ndf, Parquet, and info on each."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data::v2.csv").write_text("a,b\n1,2\n3,4\n")
+    assert main(["convert", "data::v2.csv", "data::v2.ndf", "-q", "--labels", "b"]) == 0
+    assert main(["convert", "data::v2.ndf", "pq::v2.parquet", "-q"]) == 0
+    assert main(["convert", "pq::v2.parquet", "s3::back.ndf", "-q"]) == 0
+    x, y = read_ndf("s3::back.ndf")
+    assert np.array_equal(x, [[1], [3]]) and np.array_equal(y, [[2], [4]])
+    capsys.readouterr()
+    for name in ("data::v2.csv", "pq::v2.parquet", "s3::back.ndf"):
+        assert main(["info", name, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["path"] == name

@@ -37,6 +37,7 @@ from exactbatch.urls import (
     FOLDER_PATTERN,
     ForkSafeFs,
     find_files,
+    for_arrow,
     is_url,
     local_path,
     object_info,
@@ -217,7 +218,7 @@ class ParquetSource:
 
     def _parquet_file(self, fi: int, metadata=None):
         if self._fs is None:
-            return _pq().ParquetFile(self.files[fi], metadata=metadata)
+            return _pq().ParquetFile(for_arrow(self.files[fi]), metadata=metadata)
         size = self._stats[fi][0]  # url_identity: (size, etag, version)
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 

@@ -62,6 +62,7 @@ from exactbatch.tools.convert_inputs import (
     csv_schema,
     read_errors,
 )
+from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
 
@@ -206,7 +207,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
     rows = 0
     with leaves_no_temps(dst), atomic_path(dst, before_rename=check_interrupt) as tmp:
         with (
-            pq.ParquetWriter(tmp, schema) as w,
+            pq.ParquetWriter(for_arrow(tmp), schema) as w,
             progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,
         ):
             for block, _ in inp.blocks(row_group_rows):  # (rows, d + l)

@@ -18,6 +18,7 @@ from exactbatch.tools.common import (
     split_columns,
 )
 from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
+from exactbatch.urls import for_arrow
 
 __all__ = ["CsvInput", "NdfInput", "NpyInput", "ParquetInput", "arrow", "csv_schema", "read_errors"]
 
@@ -79,7 +80,7 @@ class ParquetInput:
         self.path = path
         files = list_local_files(path)
         try:
-            schema = pq.ParquetFile(files[0]).schema_arrow
+            schema = pq.ParquetFile(for_arrow(files[0])).schema_arrow
         except (OSError, ValueError) as e:
             raise CliError(f"{files[0]}: not a readable Parquet file ({e})") from e
         names = schema.names
@@ -112,7 +113,7 @@ class ParquetInput:
         for f in self.files:
             # Without pre-buffering, pages are read as they are decoded: memory is about
             # one record batch, not a whole row group's column chunks at once.
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+            pf = pq.ParquetFile(for_arrow(f), pre_buffer=False, buffer_size=1 << 20)
             for batch in pf.iter_batches(batch_size=rows, columns=self.columns, use_threads=False):
                 block = to_block(batch)
                 yield block, block.shape[0]
@@ -126,7 +127,7 @@ def csv_schema(path, delimiter: str | None = None, header: bool = True):
 
     delimiter = csv_delimiter(path, delimiter)
     try:
-        reader = pcsv.open_csv(os.fspath(path), **_csv_options(delimiter, header))
+        reader = pcsv.open_csv(for_arrow(path), **_csv_options(delimiter, header))
     except pa.ArrowException as e:
         raise CliError(f"{path}: cannot read as CSV ({e})") from e
     schema = reader.schema
@@ -185,7 +186,8 @@ class CsvInput:
         opts = _csv_options(
             self.delimiter, self.header, column_types=self.types, include_columns=self.columns
         )
-        source = self.path if self.compressed else pa.OSFile(self.path)
+        local = for_arrow(self.path)
+        source = local if self.compressed else pa.OSFile(local)
         reader = pcsv.open_csv(source, **opts)
         to_block = _Blocks(self.columns)
         try:
