@@ -188,8 +188,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--delimiter",
         type=cli_args.delimiter,
-        default=",",
-        help="CSV field delimiter: one character, or \\t for a tab (default ',')",
+        help="CSV field delimiter: one character, or \\t for a tab (default: a tab for "
+        ".tsv and .tab, else ',')",
     )
     s.add_argument(
         "--no-header",

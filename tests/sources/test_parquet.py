@@ -104,6 +104,61 @@ def test_missing_path_is_file_not_found(tmp_path):
         parquet_source(tmp_path / "nope.parquet")
 
 
+# -- folders: partitions, patterns, names with glob characters, local and over a URL ---------
+
+# relative path -> row group sizes; rows are numbered in sorted path order
+HIVE = {
+    "a.parquet": [5, 5],
+    "year=2024/month=01/part-0.parquet": [20],
+    "year=2024/month=02/part-0.parquet": [15, 5],
+    "year=2025/month=01/part-0.parquet": [20],
+}
+HIVE_N = 70
+
+
+@pytest.fixture
+def hive(tmp_path):
+    """A Hive-style partitioned folder named ``run[1]``, locally and on memory://, with a
+    hidden half-written file at its top (another writer's temporary) that no pattern reads."""
+    fsspec = pytest.importorskip("fsspec")
+    local = tmp_path / "run[1]"
+    fs = fsspec.filesystem("memory")
+    remote = f"/{tmp_path.name}/run[1]"
+    first = 0
+    for rel, groups in {**HIVE, ".a.parquet": [3]}.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(local / rel, groups, first if rel in HIVE else -99)
+        first += sum(groups) if rel in HIVE else 0
+        fs.pipe(f"{remote}/{rel}", (local / rel).read_bytes())
+    yield local, f"memory://{remote}"
+    fs.rm(remote.rsplit("/", 1)[0], recursive=True)
+
+
+def test_a_partitioned_folder_is_read_whole_alike_locally_and_over_a_url(hive):
+    """The default pattern reads every .parquet at any depth (Hive partitions), in the
+    order of their paths inside the folder: the same files and rows locally and over a
+    URL; ``[1]`` in the folder's name is part of the name; hidden files are skipped."""
+    local, url = hive
+    for pattern in ({}, {"pattern": "**/*.parquet"}):
+        a = parquet_source(local, labels="y0", **pattern)
+        b = parquet_source(url, labels="y0", **pattern)
+        assert [os.path.relpath(f, local) for f in a.files] == list(HIVE)
+        assert [f[len(url) + 1 :] for f in b.files] == list(HIVE)
+        assert a.n_rows == b.n_rows == HIVE_N
+        for src in (a, b):
+            assert flat(collect(DataLoader(src, 16, shuffle=False), 3, 1)) == list(range(HIVE_N))
+    # the top level only, when asked for
+    assert parquet_source(local, pattern="*.parquet").n_rows == 10
+    assert parquet_source(url, pattern="*.parquet").n_rows == 10
+    assert parquet_source(url, pattern="year=2024/*/*.parquet").n_rows == 40
+
+
+def test_a_pattern_that_climbs_out_of_the_folder_is_refused(folder):
+    root, _ = folder
+    with pytest.raises(ValueError, match="pattern must be a path inside the folder"):
+        parquet_source(root, pattern="../*.parquet")
+
+
 # -- metadata, no data read -----------------------------------------------------------------
 
 

@@ -492,3 +492,57 @@ def test_conversion_memory_is_bounded(tmp_path, kind):
     assert r["rc"] == 0
     assert r["extra"] < bound, f"peak grew by {r['extra'] / 2**20:.0f} MiB"
     assert os.path.getsize(tmp_path / "o.ndf") == 28 + rows * d * 8
+
+
+@pytest.mark.parametrize("name", ["a.tsv", "a.TAB", "a.tsv.gz"])
+def test_tab_separated_files_default_to_tabs(tmp_path, capsys, name):
+    """.tsv and .tab (compressed too) are split on tabs without --delimiter, in convert and
+    info; a --delimiter given still wins."""
+    text = "a\tb,c\n1\t2\n3\t4\n"
+    if name.endswith(".gz"):
+        import gzip
+
+        (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    else:
+        (tmp_path / name).write_text(text)
+    src, out = str(tmp_path / name), tmp_path / "a.ndf"
+    assert main(["convert", src, str(out), "-q", "--labels", "-1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["labels"] == ["b,c"]
+    x, y = read_ndf(out)
+    assert np.array_equal(x, [[1], [3]]) and np.array_equal(y, [[2], [4]])
+    assert main(["info", src, "--json"]) == 0
+    assert [c["name"] for c in json.loads(capsys.readouterr().out)["columns"]] == ["a", "b,c"]
+    # a comma given is a comma: "a\tb" and "c" (a header of two names, rows of one field)
+    assert main(["convert", src, str(out), "-q", "--force", "--delimiter", ","]) == 2
+    assert "Expected 2 columns" in capsys.readouterr().err
+
+
+def test_a_partitioned_parquet_folder_converts_every_partition(tmp_path, capsys):
+    """A Hive-style folder (year=/month= subfolders, no file at its top) is converted
+    whole, its files in the order of their paths."""
+    folder = tmp_path / "parts"
+    first = 0
+    for rel in ("year=2024/month=01/p.parquet", "year=2024/month=02/p.parquet", "z.parquet"):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        ids = np.arange(first, first + 30, dtype=np.float64)
+        pq.write_table(pa.table({"id": ids}), folder / rel, row_group_size=7)
+        first += 30
+    assert main(["convert", str(folder), str(tmp_path / "all.ndf"), "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 90
+    assert np.array_equal(read_ndf(tmp_path / "all.ndf")[0][:, 0], np.arange(90.0))
+
+
+def test_local_names_with_colons_are_local_files_both_ways(tmp_path, monkeypatch, capsys):
+    """Relative names with ':' or '::' (which pyarrow alone would take for URIs) are read
+    and written as the local files they are: CSV, .ndf, Parquet, and info on each."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data::v2.csv").write_text("a,b\n1,2\n3,4\n")
+    assert main(["convert", "data::v2.csv", "data::v2.ndf", "-q", "--labels", "b"]) == 0
+    assert main(["convert", "data::v2.ndf", "pq::v2.parquet", "-q"]) == 0
+    assert main(["convert", "pq::v2.parquet", "s3::back.ndf", "-q"]) == 0
+    x, y = read_ndf("s3::back.ndf")
+    assert np.array_equal(x, [[1], [3]]) and np.array_equal(y, [[2], [4]])
+    capsys.readouterr()
+    for name in ("data::v2.csv", "pq::v2.parquet", "s3::back.ndf"):
+        assert main(["info", name, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["path"] == name

@@ -14,7 +14,8 @@ more than once, is a ``ValueError`` naming the file; so is a file changed
 next read. A missing file stays a ``FileNotFoundError``.
 
 URLs (``s3://bucket/folder``, any fsspec protocol) are read through fsspec
-(:mod:`exactbatch.urls`): a folder is listed with ``fs.glob``; every file's
+(:mod:`exactbatch.urls`): a folder is listed as a local one is
+(:func:`exactbatch.urls.find_files`: one pattern, one meaning); every file's
 footer is read through pyarrow on an fsspec file (pyarrow reads the file's
 last 64 KiB, more only for a larger footer; no row group), so ``n_rows``
 reads no data; a row group is read with pyarrow's coalesced reads
@@ -26,7 +27,6 @@ a later read is a ``ValueError``, as for a local file.
 from __future__ import annotations
 
 import errno
-import glob
 import os
 from collections.abc import Sequence
 
@@ -34,7 +34,10 @@ import numpy as np
 
 from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.urls import (
+    FOLDER_PATTERN,
     ForkSafeFs,
+    find_files,
+    for_arrow,
     is_url,
     local_path,
     object_info,
@@ -89,17 +92,19 @@ def _pq():
     return pq
 
 
-def list_local_files(path, pattern: str) -> list[str]:
+def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     """The local Parquet files ``path`` names: a file, a folder or a list of files.
 
-    A folder is read as its files matching ``pattern``, in sorted order; an
-    empty one, or a missing path, is ``FileNotFoundError``; an empty list a
-    ``ValueError``. A list is taken as given (each file is checked on open).
+    A folder is read as its files matching ``pattern``
+    (:func:`exactbatch.urls.find_files`: ``**`` is any depth), sorted by
+    their paths inside it; an empty one, or a missing path, is
+    ``FileNotFoundError``; an empty list a ``ValueError``. A list is taken
+    as given (each file is checked on open).
     """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
         if os.path.isdir(path):
-            files = sorted(glob.glob(os.path.join(path, pattern)))
+            files = find_files(path, pattern)
             if not files:
                 raise FileNotFoundError(f"no files matching {pattern!r} in folder {path}")
             return files
@@ -213,7 +218,7 @@ class ParquetSource:
 
     def _parquet_file(self, fi: int, metadata=None):
         if self._fs is None:
-            return _pq().ParquetFile(self.files[fi], metadata=metadata)
+            return _pq().ParquetFile(for_arrow(self.files[fi]), metadata=metadata)
         size = self._stats[fi][0]  # url_identity: (size, etag, version)
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 
@@ -284,7 +289,7 @@ def parquet_source(
     *,
     features=None,
     labels=_NOT_GIVEN,
-    pattern: str = "*.parquet",
+    pattern: str = FOLDER_PATTERN,
     storage_options: dict | None = None,
 ) -> ParquetSource:
     """A chunked source over Parquet data: a file, a folder of files or a list of files.
@@ -299,8 +304,17 @@ def parquet_source(
     A column named twice - in both, or twice in one - is a ``ValueError``
     naming it (a label among the features would leak it into the input).
     Every file must have them all, numeric (integer, floating or boolean),
-    else ``ValueError`` naming the file and the columns. A folder is read
-    as its files matching ``pattern``, in sorted order.
+    else ``ValueError`` naming the file and the columns.
+
+    A folder is read as its files matching ``pattern``, sorted by their
+    paths inside it. The default, ``"**/*.parquet"``, is every ``.parquet``
+    file at any depth, so a Hive-style partitioned folder
+    (``year=2024/month=01/part-0.parquet``) is read whole; the partition
+    keys are not read as columns. ``"*.parquet"`` reads the top level only.
+    ``**`` is any number of folders; a wildcard skips hidden names (a
+    leading ``.``); glob characters in the folder's own name (``run[1]``)
+    are plain characters. The pattern means the same on a local folder and
+    over a URL (:func:`exactbatch.urls.find_files`).
 
     ``path`` may be a URL (``s3://bucket/folder``, any fsspec protocol), or
     a list of URLs on one filesystem; ``storage_options`` (endpoint,
@@ -324,11 +338,12 @@ def parquet_source(
 # -- Parquet over a URL ----------------------------------------------------------------------
 
 
-def list_url_files(path, pattern: str, storage_options: dict | None = None):
+def list_url_files(path, pattern: str = FOLDER_PATTERN, storage_options: dict | None = None):
     """``(fs, [url, ...])``: the Parquet objects a URL, a folder URL or a list of URLs names.
 
-    A folder (a prefix) is listed with ``fs.glob`` for ``pattern``, in sorted
-    order; a missing object or an empty folder is ``FileNotFoundError``.
+    A folder (a prefix) is read as its objects matching ``pattern``, as a
+    local folder is (:func:`exactbatch.urls.find_files`); a missing object
+    or an empty folder is ``FileNotFoundError``.
     Every URL of a list must be on one filesystem (one protocol and options).
     """
     if isinstance(path, (str, os.PathLike)):
@@ -341,8 +356,7 @@ def list_url_files(path, pattern: str, storage_options: dict | None = None):
             raise FileNotFoundError(f"no such Parquet file or folder: {url}") from e
         if info.get("type") != "directory":
             return fs, [url]
-        found = fs.glob(key.rstrip("/") + "/" + pattern, detail=True)
-        files = sorted(k for k, v in found.items() if v.get("type") != "directory")
+        files = find_files(key, pattern, fs)
         if not files:
             raise FileNotFoundError(f"no files matching {pattern!r} in folder {url}")
         return fs, [fs.unstrip_protocol(k) for k in files]

@@ -22,6 +22,7 @@ import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
+from exactbatch.urls import for_arrow
 
 __all__ = ["bench", "peak_rss", "render"]
 
@@ -74,7 +75,7 @@ def _bare_parquet(source, limit, pb) -> int:
     names = [*source.features, *source.labels]
     rows = 0
     for path in source.files:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(for_arrow(path))
         for g in range(pf.metadata.num_row_groups):
             if rows >= limit:
                 return rows
@@ -144,7 +145,7 @@ def bench(
             raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
         from exactbatch.sources.parquet import list_local_files
 
-        names = pq.ParquetFile(list_local_files(src, "*.parquet")[0]).schema_arrow.names
+        names = pq.ParquetFile(for_arrow(list_local_files(src)[0])).schema_arrow.names
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]

@@ -15,6 +15,7 @@ __all__ = [
     "check_dataset_output",
     "check_interrupt",
     "check_output",
+    "csv_delimiter",
     "detect_format",
     "format_bytes",
     "output_format",
@@ -34,7 +35,9 @@ _EXTENSIONS = {
     ".npy": "npy",
     ".csv": "csv",
     ".tsv": "csv",
+    ".tab": "csv",
 }
+_TAB_SEPARATED = (".tsv", ".tab")
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 
 
@@ -166,13 +169,22 @@ def _strip_compression(path: str) -> str:
     return path
 
 
+def csv_delimiter(path, delimiter: str | None = None) -> str:
+    """The field delimiter of a CSV input: ``delimiter`` when given, else a tab for a
+    ``.tsv`` or ``.tab`` file (compressed too: ``.tsv.gz``), else a comma."""
+    if delimiter is not None:
+        return delimiter
+    ext = os.path.splitext(_strip_compression(os.fspath(path)))[1].lower()
+    return "\t" if ext in _TAB_SEPARATED else ","
+
+
 def detect_format(path) -> str:
     """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
     then extension.
 
     A folder holding ``manifest.json``, or ``.ndf`` parts and no Parquet (a
     dataset whose manifest is missing: reading it says so), is a sharded
-    ``.ndf`` dataset; any other folder is Parquet (its ``*.parquet`` files). A
+    ``.ndf`` dataset; any other folder is Parquet (its ``.parquet`` files, at any depth). A
     missing path is the OS's ``FileNotFoundError``; anything unrecognised a
     :class:`CliError`.
     """

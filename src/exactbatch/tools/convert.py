@@ -62,6 +62,7 @@ from exactbatch.tools.convert_inputs import (
     csv_schema,
     read_errors,
 )
+from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
 
@@ -72,7 +73,7 @@ def convert(
     features=None,
     labels=None,
     force=False,
-    delimiter=",",
+    delimiter=None,
     header=True,
     row_group_rows=65536,
     names=None,
@@ -84,6 +85,7 @@ def convert(
     With ``part_rows``, ``dst`` is a folder to write a sharded dataset into,
     a new part every ``part_rows`` rows (from Parquet, CSV, .npy, an .ndf or
     another dataset). A sharded dataset reads like an .ndf file as ``src``.
+    ``delimiter`` (CSV) None: a tab for ``.tsv``/``.tab``, else a comma.
     """
     force, header = check_flag("force", force), check_flag("header", header)
     bar = check_flag("bar", bar)
@@ -205,7 +207,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
     rows = 0
     with leaves_no_temps(dst), atomic_path(dst, before_rename=check_interrupt) as tmp:
         with (
-            pq.ParquetWriter(tmp, schema) as w,
+            pq.ParquetWriter(for_arrow(tmp), schema) as w,
             progress(n, f"convert {os.path.basename(src)}", "rows", bar) as pb,
         ):
             for block, _ in inp.blocks(row_group_rows):  # (rows, d + l)

@@ -13,10 +13,12 @@ from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
 from exactbatch.tools.common import (
     CliError,
+    csv_delimiter,
     resolve_columns,
     split_columns,
 )
 from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
+from exactbatch.urls import for_arrow
 
 __all__ = ["CsvInput", "NdfInput", "NpyInput", "ParquetInput", "arrow", "csv_schema", "read_errors"]
 
@@ -76,9 +78,9 @@ class ParquetInput:
 
         arrow()
         self.path = path
-        files = list_local_files(path, "*.parquet")
+        files = list_local_files(path)
         try:
-            schema = pq.ParquetFile(files[0]).schema_arrow
+            schema = pq.ParquetFile(for_arrow(files[0])).schema_arrow
         except (OSError, ValueError) as e:
             raise CliError(f"{files[0]}: not a readable Parquet file ({e})") from e
         names = schema.names
@@ -111,19 +113,21 @@ class ParquetInput:
         for f in self.files:
             # Without pre-buffering, pages are read as they are decoded: memory is about
             # one record batch, not a whole row group's column chunks at once.
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+            pf = pq.ParquetFile(for_arrow(f), pre_buffer=False, buffer_size=1 << 20)
             for batch in pf.iter_batches(batch_size=rows, columns=self.columns, use_threads=False):
                 block = to_block(batch)
                 yield block, block.shape[0]
 
 
-def csv_schema(path, delimiter: str = ",", header: bool = True):
-    """The columns of a CSV file and the types pyarrow infers from its first block."""
+def csv_schema(path, delimiter: str | None = None, header: bool = True):
+    """The columns of a CSV file and the types pyarrow infers from its first block;
+    ``delimiter`` None: :func:`~exactbatch.tools.common.csv_delimiter` (tabs for .tsv)."""
     pa = arrow()
     import pyarrow.csv as pcsv
 
+    delimiter = csv_delimiter(path, delimiter)
     try:
-        reader = pcsv.open_csv(os.fspath(path), **_csv_options(delimiter, header))
+        reader = pcsv.open_csv(for_arrow(path), **_csv_options(delimiter, header))
     except pa.ArrowException as e:
         raise CliError(f"{path}: cannot read as CSV ({e})") from e
     schema = reader.schema
@@ -144,11 +148,13 @@ def _csv_options(delimiter, header, **convert) -> dict:
 
 
 class CsvInput:
-    """A CSV file read block by block; every chosen column parsed as float64."""
+    """A CSV file read block by block; every chosen column parsed as float64.
+    ``delimiter`` None: a tab for ``.tsv``/``.tab``, else a comma."""
 
     def __init__(self, path, features, labels, delimiter, header):
         pa = arrow()
-        self.path, self.delimiter, self.header = os.fspath(path), delimiter, header
+        self.path, self.header = os.fspath(path), header
+        self.delimiter = csv_delimiter(path, delimiter)
         schema = csv_schema(path, delimiter, header)
         names = schema.names
         feat, lab = split_columns(features, labels, names, path)
@@ -180,7 +186,8 @@ class CsvInput:
         opts = _csv_options(
             self.delimiter, self.header, column_types=self.types, include_columns=self.columns
         )
-        source = self.path if self.compressed else pa.OSFile(self.path)
+        local = for_arrow(self.path)
+        source = local if self.compressed else pa.OSFile(local)
         reader = pcsv.open_csv(source, **opts)
         to_block = _Blocks(self.columns)
         try:

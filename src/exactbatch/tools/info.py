@@ -35,7 +35,7 @@ from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.stats import ColumnStats
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 from exactbatch.tools.ndf_stream import SLAB_BYTES
-from exactbatch.urls import is_url, url_to_fs
+from exactbatch.urls import for_arrow, is_url, url_to_fs
 
 __all__ = ["info", "render"]
 
@@ -141,7 +141,7 @@ def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
         recorded_labels,
     )
 
-    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    schema = pq.ParquetFile(for_arrow(list_local_files(path)[0])).schema_arrow
     labels = recorded_labels(schema) or []
     numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
     src = parquet_source(path, features=numeric, labels=labels)
@@ -221,12 +221,12 @@ def _parquet(path: str) -> dict:
         raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
     from exactbatch.sources.parquet import list_local_files
 
-    files = list_local_files(path, "*.parquet")
+    files = list_local_files(path)
     rows, groups, group_rows, nbytes = 0, 0, [], 0
     schema, differ = None, []
     for f in files:
         try:
-            pf = pq.ParquetFile(f)
+            pf = pq.ParquetFile(for_arrow(f))
         except (OSError, ValueError) as e:
             raise CliError(f"{f}: not a readable Parquet file ({e})") from e
         md = pf.metadata

@@ -60,8 +60,9 @@ def parquet_input(path, columns, chunk_rows):
         raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
 
     from exactbatch.sources.parquet import is_numeric_type, list_local_files
+    from exactbatch.urls import for_arrow
 
-    schema = pq.ParquetFile(list_local_files(path, "*.parquet")[0]).schema_arrow
+    schema = pq.ParquetFile(for_arrow(list_local_files(path)[0])).schema_arrow
     numeric = [f.name for f in schema if is_numeric_type(f.type)]
     cols = resolve_columns(columns, schema.names, path, "--columns")
     chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
