@@ -50,8 +50,22 @@ static _Thread_local const char *guard_lo, *guard_hi;
 /* A dataset's copy (Parts_read): the fault may lie in any of its parts' ranges. */
 static _Thread_local const struct PartsObject *guard_parts;
 static int in_parts(const struct PartsObject *p, const char *a);
-static struct sigaction old_bus, old_segv; /* the handlers we displaced */
-static int guard_installed;
+static struct sigaction guard_action; /* on_fault, as installed */
+/* The handler each of ours displaced, chained to for faults not ours: [0] SIGBUS, [1] SIGSEGV. */
+static struct sigaction chained[2];
+/* Set while this thread runs the chained handler (it may send the signal back to us). */
+static _Thread_local int chaining;
+
+/* End the process as the signal's default action does: reinstate it and raise again. */
+static void default_action(int sig)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+}
 
 static void on_fault(int sig, siginfo_t *info, void *ctx)
 {
@@ -63,42 +77,62 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
         guard_jump = NULL;
         siglongjmp(*jb, 1);
     }
-    /* Not ours: chain to the handler installed before. */
-    struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
+    /* Not ours. Raised again from inside the handler we chained to (faulthandler does,
+     * after its report, and reaches us when it was installed after us): the default. */
+    if (chaining && info->si_code <= 0) {
+        chaining = 0;
+        default_action(sig);
+        return;
+    }
+    const struct sigaction *old = &chained[sig == SIGBUS ? 0 : 1];
     if (old->sa_flags & SA_SIGINFO) {
+        chaining = 1;
         old->sa_sigaction(sig, info, ctx);
+        chaining = 0;
     } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        chaining = 1;
         old->sa_handler(sig);
+        chaining = 0;
+        /* Told no address, it cannot have repaired a real fault (CPython's handler only
+         * sets a flag for Python code to see later): returning would fault again,
+         * forever. */
+        if (info->si_code > 0)
+            default_action(sig);
     } else if (old->sa_handler == SIG_DFL || info->si_code > 0) {
-        /* The default action (a fault cannot be ignored): reinstate it and raise
-         * again, so the process ends as it would have without this handler. */
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(sig, &dfl, NULL);
-        raise(sig);
+        default_action(sig); /* a fault cannot be ignored */
     }
 }
 
-/* Install the handler once per process (with the GIL held, so never twice at
- * once). SA_NODEFER: the signal stays unblocked inside the handler, so after
- * siglongjmp the mask is as before and sigsetjmp need not save it (a syscall). */
-static int install_guard(void)
+/* Make on_fault the handler of SIGBUS and SIGSEGV, keeping the handler it displaces
+ * as the one to chain to. Called when a mapping is first read and before every
+ * guarded copy, with the GIL held (so never on two threads at once): a handler
+ * installed after ours (faulthandler.enable(), signal.signal, another library's
+ * sigaction) would otherwise receive our copies' faults and end the process, or
+ * return into the faulting copy forever. When nothing changed: one query a signal.
+ * SA_NODEFER: the signal stays unblocked inside the handler, so after siglongjmp the
+ * mask is as before and sigsetjmp need not save it (a syscall). */
+static int ensure_guard(void)
 {
-    if (guard_installed)
-        return 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &old_bus) != 0 || sigaction(SIGSEGV, &sa, &old_segv) != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+    static const int sigs[2] = {SIGBUS, SIGSEGV};
+    if (guard_action.sa_sigaction == NULL) {
+        guard_action.sa_sigaction = on_fault;
+        guard_action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        sigemptyset(&guard_action.sa_mask);
     }
-    guard_installed = 1;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur) != 0)
+            goto fail;
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
+            continue;
+        chained[i] = cur; /* on_fault is not installed: no handler reads it now */
+        if (sigaction(sigs[i], &guard_action, NULL) != 0)
+            goto fail;
+    }
     return 0;
+fail:
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
 }
 
 /* ------------------------------------------------------------------ the gather */
@@ -458,6 +492,8 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
+    if (self->lo != NULL && ensure_guard() < 0)
+        goto release;
     Py_BEGIN_ALLOW_THREADS
     rc = guarded_copy(self, &j);
     Py_END_ALLOW_THREADS
@@ -471,6 +507,7 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     } else {
         res = Py_NewRef(Py_None);
     }
+release:
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
 done:
@@ -586,7 +623,7 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "file_rows: negative offset or shape");
         return NULL;
     }
-    if (install_guard() < 0)
+    if (ensure_guard() < 0)
         return NULL;
     RowsObject *s = new_rows();
     if (s == NULL)
@@ -797,6 +834,8 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         PyErr_NoMemory();
         goto release;
     }
+    if (ensure_guard() < 0)
+        goto release;
     Py_BEGIN_ALLOW_THREADS
     rc = parts_copy(self, &j, src, seen, &which);
     Py_END_ALLOW_THREADS
@@ -930,7 +969,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
             PyBuffer_Release(&b);
             return NULL;
         }
-    if (install_guard() < 0) {
+    if (ensure_guard() < 0) {
         PyBuffer_Release(&b);
         return NULL;
     }

@@ -1,13 +1,17 @@
-"""The read lease that guards copies from an .ndf file's memory map (Linux).
+"""What guards copies from an .ndf file's memory map: the read lease (the pure NumPy
+path, Linux) and the compiled core's fault guard.
 
 A file truncated while rows are copied from its mapping would end the
-reader with SIGBUS. Copies are made under a read lease: a truncating or
-writing process waits until the copy is done, and the next read is a clear
-``NdfError``. These tests check the lease's rules directly (held by the first
-copier, released by the last, never held off a waiting writer, a fallback to
-positional reads while the file is open for writing) and, in child
-processes, that truncations at random instants of a tight shuffled read
-loop are always an ``NdfError``, never a SIGBUS.
+reader with SIGBUS. On the pure path copies are made under a read lease: a
+truncating or writing process waits until the copy is done, and the next
+read is a clear ``NdfError``. These tests check the lease's rules directly
+(held by the first copier, released by the last, never held off a waiting
+writer, a fallback to positional reads while the file is open for writing)
+and, in child processes, that truncations at random instants of a tight
+shuffled read loop are always an ``NdfError``, never a SIGBUS. The compiled
+core's guard is a signal handler: it must hold even when another handler is
+installed after it (faulthandler, ``signal.signal``, a C library's
+``sigaction``), and faults that are not its own must still end the process.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import pytest
 import exactbatch.ndf.guard as guard
 from exactbatch import NdfError, kernels, open_ndf, save_ndf
 
-pytestmark = pytest.mark.skipif(
+needs_lease = pytest.mark.skipif(
     guard.F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
+)
+needs_core = pytest.mark.skipif(
+    kernels.backend() != "compiled", reason="the compiled core is not in use"
 )
 
 F_RDLCK = getattr(guard.fcntl, "F_RDLCK", 0)
@@ -57,6 +64,7 @@ def f(tmp_path, numpy_backend):
         yield f
 
 
+@needs_lease
 def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
     assert f.guarded is True
     assert _lease_type(f) == F_UNLCK  # not held between reads: writers never wait on an idle loader
@@ -66,6 +74,7 @@ def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
     assert _lease_type(f) == F_UNLCK
 
 
+@needs_lease
 def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
     lease = f._handle().lease
     assert lease.acquire() is True
@@ -77,6 +86,7 @@ def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
     assert _lease_type(f) == F_UNLCK
 
 
+@needs_lease
 def test_a_truncation_waits_for_the_copy_then_the_next_read_is_an_error(tmp_path, f):
     lease = f._handle().lease
     assert lease.acquire() is True  # a copy is running
@@ -102,6 +112,7 @@ def test_a_truncation_waits_for_the_copy_then_the_next_read_is_an_error(tmp_path
     assert _lease_type(f) == F_UNLCK  # the failed read let its lease go
 
 
+@needs_lease
 def test_a_file_open_for_writing_is_read_with_positional_reads(f):
     """No lease while a writer has the file open: scattered rows come by positional
     reads (which cannot fault), and they are right."""
@@ -115,6 +126,7 @@ def test_a_file_open_for_writing_is_read_with_positional_reads(f):
     _check_rows(*f.read_rows(idx), idx)  # writer gone: the map (and the lease) again
 
 
+@needs_lease
 def test_where_the_os_gives_no_lease_the_copy_is_unguarded_and_right(f, monkeypatch):
     lease = f._handle().lease
     monkeypatch.setattr(lease, "works", False)
@@ -123,6 +135,7 @@ def test_where_the_os_gives_no_lease_the_copy_is_unguarded_and_right(f, monkeypa
     _check_rows(*f.read_rows(idx), idx)
 
 
+@needs_lease
 def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch):
     """EACCES (not the owner), EINVAL (a filesystem without leases): unguarded from then on."""
     lease = f._handle().lease
@@ -196,6 +209,8 @@ def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbu
     core's fault guard every one is an NdfError."""
     if backend == "compiled" and kernels.backend() != "compiled":
         pytest.skip("the compiled core is not built")
+    if backend == "numpy" and guard.F_SETLEASE is None:
+        pytest.skip("read leases are Linux-only")
     pristine = tmp_path / "pristine.ndf"
     _traceable(pristine, n=100_000)
     data = pristine.read_bytes()
@@ -234,6 +249,7 @@ READER = textwrap.dedent(
 )
 
 
+@needs_lease
 def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path):
     """A writer opening the file during a copy makes the kernel signal the lease's holder:
     SIGIO by default, which would kill the reader. Each lease asks for SIGURG instead
@@ -250,6 +266,7 @@ def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path
     assert p.returncode == 0 and out.startswith("ok"), (p.returncode, out, err[-2000:])
 
 
+@needs_lease
 def test_a_forked_child_holds_a_lease_of_its_own(f):
     """Parent and child share the inherited open file; the child's copies take their
     lease on a new open file of the same inode, so neither ends the other's lease."""
@@ -276,3 +293,102 @@ def test_a_forked_child_holds_a_lease_of_its_own(f):
     assert _lease_type(f) == F_RDLCK, "the child's release ended the parent's lease"
     lease.release()
     assert _lease_type(f) == F_UNLCK
+
+
+# -- the compiled core's fault guard, displaced -----------------------------------------------
+
+# A child opens a file (or a two-part dataset), then installs a SIGBUS and SIGSEGV handler
+# of its own (``how``), reads, truncates the file and reads again: every read past the
+# new end faults inside the copy, and each must be an NdfError naming the file. Then a
+# fault outside any copy, which must end the process as the handler installed after the
+# guard decides (or as the default does), never hang.
+DISPLACED = textwrap.dedent(
+    """
+    import ctypes, faulthandler, os, signal, sys
+    import numpy as np
+    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
+    from exactbatch import save_ndf_dataset
+    root, how, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    assert backend() == "compiled"
+    libc = ctypes.CDLL(None)
+    libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+    sent = []
+
+    def displace():  # a handler installed after the guard (which the open installed)
+        for sig in (signal.SIGBUS, signal.SIGSEGV):
+            if how == "faulthandler":
+                faulthandler.disable()  # enable() twice would do nothing
+                faulthandler.enable()
+            elif how == "signal":
+                signal.signal(sig, lambda s, frame: sent.append(s))
+            else:  # a C library's handler: libc's _exit, so a fault it gets exits with status sig
+                libc.signal(sig, ctypes.cast(libc._exit, ctypes.c_void_p).value)
+
+    n, d = 4096, 15  # rows of 128 bytes: 32 a page
+    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
+    rng = np.random.default_rng(0)
+    for kind in ("file", "dataset"):
+        errors = 0
+        for k in range(rounds):
+            if kind == "file":
+                path = os.path.join(root, "shrinking.ndf")
+                save_ndf(path, x)
+                f, target, first = open_ndf(path), path, 0
+            else:
+                path = os.path.join(root, "ds")
+                save_ndf_dataset(path, [x[:100], x])
+                f, first = open_ndf_dataset(path), 100
+                target = os.path.join(path, f.parts[1].name)
+            with f:
+                displace()
+                read = f.rows_reader()
+                out_x, out_y = np.empty((64, d)), np.empty((64, 0))
+                rows = first + rng.integers(n // 2, n, 64)
+                rows[0] = 0  # the dataset's first part too
+                read(rows, out_x, out_y)
+                os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
+                try:
+                    read(rows, out_x, out_y)
+                except NdfError as e:
+                    assert target in str(e), str(e)
+                    errors += 1
+        print(kind, errors, flush=True)
+    if how == "signal":  # a SIGBUS sent (not a fault) still reaches the Python handler
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("sent", sent, flush=True)
+    ctypes.string_at(16)  # a fault outside any copy
+    print("survived", flush=True)
+    """
+)
+
+
+@needs_core
+@pytest.mark.parametrize(
+    "how, ends",
+    [
+        ("faulthandler", -signal.SIGSEGV),  # it reports the fault, then the default ends it
+        ("signal", -signal.SIGSEGV),  # CPython's handler only sets a flag: the default
+        ("sigaction", signal.SIGSEGV),  # libc's _exit(SIGSEGV) received the fault
+    ],
+)
+def test_the_guard_holds_when_a_handler_is_installed_after_it(tmp_path, how, ends):
+    """A handler installed after the first open (faulthandler.enable(), signal.signal, a
+    C library's sigaction) displaced the guard: a truncation during a copy then ended the
+    process ("Fatal Python error: Bus error"), hung it (a Python handler returns into the
+    faulting copy), or went to the other handler. The guard is put back at every guarded
+    read, chaining to that handler: every truncation is an NdfError naming the file (or
+    the part), and a fault outside a copy still ends the process as that handler (or the
+    default) does, never a hang."""
+    r = subprocess.run(
+        [sys.executable, "-c", DISPLACED, os.fspath(tmp_path), how, "8"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    want = ["file 8", "dataset 8"] + ([f"sent [{int(signal.SIGBUS)}]"] * (how == "signal"))
+    assert r.stdout.splitlines() == want, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.returncode == ends, (r.returncode, r.stderr[-2000:])
+    if how == "faulthandler":
+        assert "Fatal Python error: Segmentation fault" in r.stderr
+        assert r.stderr.count("Fatal Python error") == 1  # reported once, not in a loop
