@@ -372,6 +372,37 @@ def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
 
 
 @needs_core
+@pytest.mark.parametrize(
+    "offset, n, d, l, names",
+    [
+        (28, 2**61, 1, 0, "n=2305843009213693952"),  # 2**64 bytes: wrapped to 0 before
+        (28, 2**60 + 1, 1, 0, "n=1152921504606846977"),  # wrapped to 8
+        (28, 1, 2**62, 2**62, "d=4611686018427387904"),  # d + l wraps
+        (28, 0, 2**60, 0, "d=1152921504606846976"),  # no rows, but a row's bytes wrap
+        (2**63 - 1, 1, 1, 0, "offset=9223372036854775807"),
+    ],
+)
+def test_the_kernel_refuses_a_shape_whose_byte_size_overflows(tmp_path, offset, n, d, l, names):  # noqa: E741
+    """file_rows and parts_rows compute sizes with checked arithmetic: a shape whose
+    bytes wrap around Py_ssize_t is an OverflowError naming the arguments, not a
+    mapping that seems long enough and a read that segfaults."""
+    import mmap
+
+    save_ndf(tmp_path / "a.ndf", make_data(4, 1, 0))
+    fd = os.open(tmp_path / "a.ndf", os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 60, access=mmap.ACCESS_READ)
+        with pytest.raises(OverflowError, match=f"file_rows: .*{names}"):
+            kernels.file_rows(mm, offset, n, d, l, fd, 60, None)
+        mm.close()
+    finally:
+        os.close(fd)
+    if offset == 28 and n <= 1:
+        with pytest.raises(OverflowError, match=f"parts_rows: .*{names}"):
+            kernels.parts_rows(np.array([0, n], dtype=np.int64), d, l)
+
+
+@needs_core
 def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_path):
     """parts_rows: global row i is read from the part that holds it; a read that needs
     a part not set copies nothing and names it; set() checks what it is given."""

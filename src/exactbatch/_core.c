@@ -393,6 +393,21 @@ static int guarded_copy(const RowsObject *s, Job *j)
     return file_changed(s) ? -2 : 0;
 }
 
+/* 8 * (d + l), the bytes of a row of d features and l labels, in *row; -1 with an
+ * OverflowError naming who and the widths when it does not fit (every size below is
+ * computed from it with checked arithmetic too: a wrapped size would let a read run
+ * past its buffer). */
+static int row_size(const char *who, Py_ssize_t d, Py_ssize_t l, Py_ssize_t *row)
+{
+    Py_ssize_t w;
+    if (__builtin_add_overflow(d, l, &w) || __builtin_mul_overflow(w, (Py_ssize_t)8, row)) {
+        PyErr_Format(PyExc_OverflowError, "%s: a row of d=%zd features and l=%zd labels is "
+                     "more than %zd bytes", who, d, l, PY_SSIZE_T_MAX);
+        return -1;
+    }
+    return 0;
+}
+
 static int out_buffer(PyObject *o, Py_buffer *b, const char *name)
 {
     if (PyObject_GetBuffer(o, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
@@ -462,9 +477,14 @@ static int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Jo
         PyBuffer_Release(bx);
         return -1;
     }
+    Py_ssize_t want_x, want_y; /* bytes; an overflow is a size no buffer has */
+    int over = __builtin_mul_overflow(j->r, d, &want_x) ||
+               __builtin_mul_overflow(want_x, bx->itemsize, &want_x) ||
+               __builtin_mul_overflow(j->r, l, &want_y) ||
+               __builtin_mul_overflow(want_y, by->itemsize, &want_y);
     if (bx->itemsize != by->itemsize) {
         PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype");
-    } else if (bx->len != j->r * d * bx->itemsize || by->len != j->r * l * by->itemsize) {
+    } else if (over || bx->len != want_x || by->len != want_y) {
         PyErr_Format(PyExc_ValueError, "out_x and out_y must hold (%zd, %zd) and (%zd, %zd) "
                      "values", j->r, d, j->r, l);
     } else {
@@ -568,9 +588,13 @@ static int matrix(PyObject *o, Py_buffer *b, const char *name, Py_ssize_t *strid
         PyBuffer_Release(b);
         return -1;
     }
-    Py_ssize_t n = b->shape[0], w = b->shape[1];
-    *stride = n > 1 ? b->strides[0] : 8 * w;
-    if ((w > 1 && b->strides[1] != 8) || *stride < 8 * w) {
+    Py_ssize_t n = b->shape[0], w = b->shape[1], row;
+    if (row_size(name, w, 0, &row) < 0) {
+        PyBuffer_Release(b);
+        return -1;
+    }
+    *stride = n > 1 ? b->strides[0] : row;
+    if ((w > 1 && b->strides[1] != 8) || *stride < row) {
         PyErr_Format(PyExc_ValueError,
                      "%s must hold each row's values side by side, rows apart in order "
                      "(C-contiguous, or columns of a C-contiguous array)",
@@ -623,6 +647,14 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "file_rows: negative offset or shape");
         return NULL;
     }
+    Py_ssize_t row, end; /* offset + n * row: where the rows end in the mapping */
+    if (row_size("file_rows", d, l, &row) < 0)
+        return NULL;
+    if (__builtin_mul_overflow(n, row, &end) || __builtin_add_overflow(end, off, &end)) {
+        PyErr_Format(PyExc_OverflowError, "file_rows: offset=%zd plus n=%zd rows of %zd bytes "
+                     "is more than %zd bytes", off, n, row, PY_SSIZE_T_MAX);
+        return NULL;
+    }
     if (ensure_guard() < 0)
         return NULL;
     RowsObject *s = new_rows();
@@ -631,7 +663,7 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     if (PyObject_GetBuffer(m, &s->xbuf, PyBUF_SIMPLE) != 0)
         goto fail;
     s->nbufs = 1;
-    if (s->xbuf.len < off + n * 8 * (d + l)) {
+    if (s->xbuf.len < end) {
         PyErr_SetString(PyExc_ValueError, "file_rows: the mapping is shorter than its rows");
         goto fail;
     }
@@ -640,7 +672,7 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     s->l = l;
     s->xbase = (const char *)s->xbuf.buf + off;
     s->ybase = s->xbase + 8 * d;
-    s->xstride = s->ystride = 8 * (d + l);
+    s->xstride = s->ystride = row;
     s->lo = s->xbuf.buf;
     s->hi = (const char *)s->xbuf.buf + s->xbuf.len;
     s->fd = fd;
@@ -828,7 +860,9 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
-    src = PyMem_RawMalloc((size_t)(j.r ? j.r : 1) * sizeof(const char *));
+    size_t cells;
+    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), sizeof(const char *), &cells))
+        src = PyMem_RawMalloc(cells);
     seen = PyMem_RawCalloc((size_t)self->nparts, 1);
     if (src == NULL || seen == NULL) {
         PyErr_NoMemory();
@@ -945,10 +979,13 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     Py_ssize_t d, l;
     if (!PyArg_ParseTuple(args, "Onn:parts_rows", &o, &d, &l))
         return NULL;
+    Py_ssize_t row;
     if (d < 0 || l < 0) {
         PyErr_SetString(PyExc_ValueError, "parts_rows: negative widths");
         return NULL;
     }
+    if (row_size("parts_rows", d, l, &row) < 0)
+        return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         return NULL;
@@ -959,6 +996,11 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     if (b.ndim != 1 || !strchr("lq", f[0]) || f[1] || b.itemsize != 8 || m < 2) {
         PyErr_SetString(PyExc_TypeError, "parts_rows: starts must be a 1-D int64 array of the "
                          "parts' first rows and n last (at least one part)");
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    if (m - 1 > INT32_MAX) { /* the table holds parts as int32 */
+        PyErr_Format(PyExc_ValueError, "parts_rows: at most %d parts; got %zd", INT32_MAX, m - 1);
         PyBuffer_Release(&b);
         return NULL;
     }
@@ -982,7 +1024,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->table = NULL;
     p->parts = NULL;
     p->origin = NULL;
-    p->stride = 8 * (d + l);
+    p->stride = row;
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];
     p->d = d;
