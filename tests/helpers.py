@@ -202,6 +202,26 @@ def write_ndf_dataset(path, sizes, d: int = 3, l: int = 1, **kw) -> str:  # noqa
     return os.fspath(path)
 
 
+def until_ctime_moves(path, opened_ctime: int, change) -> None:
+    """Run ``change()`` on ``path``, then put the file's modification time back (as
+    ``touch -r`` or ``rsync --inplace -t`` do), so that only its change time (ctime)
+    tells. The put-back repeats until ctime differs from ``opened_ctime`` (on a coarse
+    clock a change in the same tick keeps the old stamp)."""
+    st = os.stat(path)
+    change()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == opened_ctime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+
+def rewrite_in_place(path, offset: int = 28, values: int = 20) -> None:
+    """Write other bytes over ``values`` floats of ``path`` from ``offset``, in place."""
+    with open(path, "r+b") as g:
+        g.seek(offset)
+        g.write(np.full(values, 7.0).tobytes())
+
+
 def write_parquet(
     path,
     group_sizes,

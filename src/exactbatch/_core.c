@@ -19,7 +19,8 @@
 PyDoc_STRVAR(DOC,
 "The compiled kernels behind exactbatch.kernels (use that module, not this one).\n"
 "\n"
-"``memory_rows(x, y)`` and ``file_rows(mapping, offset, n, d, l, fd, size, mtime_ns)``\n"
+"``memory_rows(x, y)`` and\n"
+"``file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)``\n"
 "describe where rows live: two float64 C-contiguous arrays, or the rows of an\n"
 "``.ndf`` file's read-only mapping (x then y per row, 8*(d+l) bytes from\n"
 "``offset``). Their ``read(rows, out_x, out_y)`` gathers rows (a slice, or an\n"
@@ -33,9 +34,10 @@ PyDoc_STRVAR(DOC,
 "raises ``FileChanged``, which the .ndf reader turns into ``NdfError`` naming\n"
 "the file. Any other fault goes to the handler installed before this one.\n"
 "After every copy from a file one ``fstat`` (with the GIL still released)\n"
-"checks that the file kept its size and modification time, so a truncation\n"
-"inside the last page (read as zeros, no fault) or a rewrite in place is\n"
-"caught too. So the compiled path takes no read lease: the lease\n"
+"checks that the file kept its size, modification time and change time\n"
+"(ctime), so a truncation inside the last page (read as zeros, no fault) or a\n"
+"rewrite in place (even one whose modification time was put back) is caught\n"
+"too. So the compiled path takes no read lease: the lease\n"
 "(exactbatch.ndf.guard) is kept only for the pure NumPy path, which cannot\n"
 "catch a fault.\n");
 
@@ -146,7 +148,7 @@ typedef struct {
     Py_ssize_t n, d, l;
     const char *lo, *hi; /* a mapping's range (guarded copies); NULL in memory */
     int fd;              /* a file's descriptor, checked after each copy; -1 in memory */
-    long long size, mtime_ns; /* what the file had when opened (mtime_ns < 0: unchecked) */
+    long long size, mtime_ns, ctime_ns; /* what the file had when opened (< 0: unchecked) */
 } RowsObject;
 
 /* One read: rows idx[0..r) (idx NULL: start .. start + r) into out_x/out_y. */
@@ -356,8 +358,18 @@ static void copy_rows(const RowsObject *s, Job *j)
         copy_side(j, s->ybase, s->ystride, s->l, j->oy, runs);
 }
 
-/* Has the file of rows s lost bytes or changed its modification time since opened?
- * One fstat; 0 in memory. */
+#ifdef __APPLE__
+#define STAT_NS(st, which) ((long long)(st).st_##which##timespec.tv_sec * 1000000000LL + \
+                            (st).st_##which##timespec.tv_nsec)
+#else
+#define STAT_NS(st, which) ((long long)(st).st_##which##tim.tv_sec * 1000000000LL + \
+                            (st).st_##which##tim.tv_nsec)
+#endif
+
+/* Has the file of rows s lost bytes, or changed its modification time or change time
+ * (ctime) since opened? One fstat; 0 in memory. The rule is exactbatch.ndf.local's
+ * LocalHandle.check_size (see there): a ctime moved by the last link going (the file
+ * deleted, or replaced by a rename over its path) is no change. */
 static int file_changed(const RowsObject *s)
 {
     if (s->fd < 0)
@@ -365,12 +377,8 @@ static int file_changed(const RowsObject *s)
     struct stat st;
     if (fstat(s->fd, &st) != 0 || (long long)st.st_size < s->size)
         return 1;
-#ifdef __APPLE__
-    long long ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + st.st_mtimespec.tv_nsec;
-#else
-    long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-#endif
-    return s->mtime_ns >= 0 && ns != s->mtime_ns;
+    return (s->mtime_ns >= 0 && STAT_NS(st, m) != s->mtime_ns) ||
+           (s->ctime_ns >= 0 && st.st_nlink > 0 && STAT_NS(st, c) != s->ctime_ns);
 }
 
 /* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. */
@@ -520,7 +528,7 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     if (rc == -1) {
         PyErr_SetString(FileChanged, "a copy from the file's mapping faulted (truncated?)");
     } else if (rc == -2) {
-        PyErr_SetString(FileChanged, "the file's size or modification time changed");
+        PyErr_SetString(FileChanged, "the file's size, modification time or ctime changed");
     } else if (j.bad >= 0) {
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(&j, j.bad), self->n);
@@ -569,7 +577,7 @@ static RowsObject *new_rows(void)
     s->lo = s->hi = NULL;
     s->fd = -1;
     s->size = 0;
-    s->mtime_ns = -1;
+    s->mtime_ns = s->ctime_ns = -1;
     return s;
 }
 
@@ -639,9 +647,9 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     PyObject *m;
     Py_ssize_t off, n, d, l;
     int fd;
-    long long size, mtime_ns;
-    if (!PyArg_ParseTuple(args, "OnnnniLL:file_rows", &m, &off, &n, &d, &l, &fd, &size,
-                          &mtime_ns))
+    long long size, mtime_ns, ctime_ns;
+    if (!PyArg_ParseTuple(args, "OnnnniLLL:file_rows", &m, &off, &n, &d, &l, &fd, &size,
+                          &mtime_ns, &ctime_ns))
         return NULL;
     if (off < 0 || n < 0 || d < 0 || l < 0) {
         PyErr_SetString(PyExc_ValueError, "file_rows: negative offset or shape");
@@ -678,6 +686,7 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     s->fd = fd;
     s->size = size;
     s->mtime_ns = mtime_ns;
+    s->ctime_ns = ctime_ns;
     return (PyObject *)s;
 fail:
     Py_DECREF(s);
@@ -887,7 +896,7 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         PyObject *exc = PyObject_CallFunction(
             FileChanged, "s",
             rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
-                     : "a part's size or modification time changed");
+                     : "a part's size, modification time or ctime changed");
         PyObject *part = rc == -2 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
         if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
             PyErr_SetObject(FileChanged, exc);
@@ -1352,10 +1361,10 @@ static PyMethodDef core_methods[] = {
      "memory_rows(x, y)\n--\n\nRows of two float64 2-D arrays (x (n, d), y (n, l)), each row's values "
      "side by side (C-contiguous, or columns of a C-contiguous array)."},
     {"file_rows", file_rows, METH_VARARGS,
-     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns)\n--\n\n"
+     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)\n--\n\n"
      "Rows of an .ndf file's read-only mapping (x then y per row, from byte offset);\n"
-     "after each copy fd must still have at least size bytes and (mtime_ns >= 0) that\n"
-     "modification time. Installs the fault guard on first use."},
+     "after each copy fd must still have at least size bytes and (each when >= 0) that\n"
+     "modification time and change time. Installs the fault guard on first use."},
     {"parts_rows", parts_rows, METH_VARARGS,
      "parts_rows(starts, d, l)\n--\n\n"
      "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"

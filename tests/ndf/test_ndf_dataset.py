@@ -14,7 +14,15 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import check_rows, make_data, make_x, make_y, write_ndf_dataset
+from helpers import (
+    check_rows,
+    make_data,
+    make_x,
+    make_y,
+    rewrite_in_place,
+    until_ctime_moves,
+    write_ndf_dataset,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -136,6 +144,25 @@ def test_a_part_truncated_while_open_is_an_error_naming_it(ds_path, each_backend
     ds.read_rows([0, 24])  # parts 0 and 4 are fine
     with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
         ds.read_rows([24, 10])
+
+
+@pytest.mark.parametrize("how", ["truncate", "rewrite"])
+def test_a_part_changed_with_its_mtime_put_back_is_an_error_naming_it(ds_path, each_backend, how):
+    """A part truncated, or rewritten in place, and its modification time then put back
+    (``touch -r``): the size check, or the change time (ctime), sees it, and the next
+    read of its rows is an NdfError naming that part's file, on both backends."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
+    p = os.path.join(ds_path, "part-00002.ndf")
+    change = {
+        "truncate": lambda: os.truncate(p, os.path.getsize(p) - 8),
+        "rewrite": lambda: rewrite_in_place(p, values=2),
+    }
+    until_ctime_moves(p, os.stat(p).st_ctime_ns, change[how])
+    ds.read_rows([0, 24])  # parts 0 and 4 are fine
+    for rows in ([24, 10], [10, 11], np.arange(N)):  # scattered, a run in the part, all
+        with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
+            ds.read_rows(rows)
 
 
 def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):

@@ -25,7 +25,8 @@ also caught and counted there.
 
 Reliability, 3: files that change underneath a reader (at the end). An
 ``.ndf`` truncated or rewritten in place mid-epoch is an ``NdfError`` at the
-next batch read (its size and mtime are checked before every read); one
+next batch read (its size, mtime and ctime are checked at every read; a
+rewrite with its mtime put back is tests/ndf/test_file.py's); one
 replaced (renamed over) or deleted keeps being read as the file that was
 opened. The loader runs in a child process, so a SIGBUS would show as its
 exit status. The truncations here happen between reads; truncations
@@ -473,7 +474,7 @@ def test_second_file_with_a_wrong_schema_is_a_value_error_naming_it(tmp_path, va
     assert len(list(DataLoader(src, batch_size=7))) == len(DataLoader(src, batch_size=7))
 
 
-@pytest.mark.parametrize("how", ["truncate", "replace", "rewrite", "delete"])
+@pytest.mark.parametrize("how", ["truncate", "replace", "rewrite", "rewrite-keep-mtime", "delete"])
 def test_parquet_file_changed_after_construction_is_a_clear_error(tmp_path, how):
     """The source keeps each footer; a file changed afterwards is refused at its next read
     (a replaced file with the same layout would otherwise be read through the old footer)."""
@@ -496,6 +497,12 @@ def test_parquet_file_changed_after_construction_is_a_clear_error(tmp_path, how)
         st = os.stat(path)
         path.write_bytes(data)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    elif how == "rewrite-keep-mtime":  # other bytes, its mtime put back: only ctime differs
+        # (imported here: bench/reliability.py imports this module without tests/ on its path)
+        from helpers import rewrite_in_place, until_ctime_moves
+
+        opened = os.stat(path).st_ctime_ns
+        until_ctime_moves(path, opened, lambda: rewrite_in_place(path, offset=len(data) // 2))
     else:
         os.unlink(path)
     if how == "delete":
