@@ -405,7 +405,8 @@ def test_the_kernel_refuses_a_shape_whose_byte_size_overflows(tmp_path, offset, 
 @needs_core
 def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_path):
     """parts_rows: global row i is read from the part that holds it; a read that needs
-    a part not set copies nothing and names it; set() checks what it is given."""
+    a part not set copies nothing and names it; set() checks what it is given; unset()
+    lets a part go (a dataset closing it) and set() may give it again."""
     x, y = make_data(12, 3, 1)
     starts = np.array([0, 5, 5, 12], dtype=np.int64)  # uneven, an empty part between
     files = []
@@ -441,6 +442,16 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
         parts.set(1, kernels.memory_rows(x, y))
     with pytest.raises(IndexError, match="part 3 out of range"):
         parts.set(3, files[0].kernel_rows())
+    # unset: the part is let go of (closed), read asks for it again, set takes another
+    assert parts.unset(0) is True and parts.unset(0) is True and parts.unset(1) is True
+    assert parts.read(rows, ox, oy) == [0]
+    with exactbatch.open_ndf(tmp_path / "p0.ndf") as again:  # open while set (its fd is fstat'd)
+        parts.set(0, again.kernel_rows())
+        assert parts.read(rows, ox, oy) is None
+        np.testing.assert_array_equal(ox, x[rows])
+        assert parts.unset(0) is True
+    with pytest.raises(IndexError, match="part 3 out of range"):
+        parts.unset(3)
     with pytest.raises(ValueError, match="rise from 0"):
         kernels.parts_rows(np.array([0, 5, 4], dtype=np.int64), 3, 1)
     with pytest.raises(TypeError, match="int64"):

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,9 +50,12 @@ static PyObject *FileChanged; /* raised by read(): the caller names the file */
  * same thread (the kernel delivers a fault to the thread that faulted). */
 static _Thread_local sigjmp_buf *guard_jump;
 static _Thread_local const char *guard_lo, *guard_hi;
-/* A dataset's copy (Parts_read): the fault may lie in any of its parts' ranges. */
+/* A dataset's copy (Parts_read): the fault may lie in the range of any part it pinned
+ * (guard_seen[k] == 1); the handler leaves the part's number in guard_hit. */
 static _Thread_local const struct PartsObject *guard_parts;
-static int in_parts(const struct PartsObject *p, const char *a);
+static _Thread_local const char *guard_seen;
+static _Thread_local Py_ssize_t guard_hit;
+static Py_ssize_t in_parts(const struct PartsObject *p, const char *seen, const char *a);
 static struct sigaction guard_action; /* on_fault, as installed */
 /* The handler each of ours displaced, chained to for faults not ours: [0] SIGBUS, [1] SIGSEGV. */
 static struct sigaction chained[2];
@@ -75,7 +79,8 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
     sigjmp_buf *jb = guard_jump;
     /* si_code > 0: raised by the kernel for a memory access (not kill/raise). */
     if (jb != NULL && info->si_code > 0 &&
-        ((a >= guard_lo && a < guard_hi) || (guard_parts != NULL && in_parts(guard_parts, a)))) {
+        ((a >= guard_lo && a < guard_hi) ||
+         (guard_parts != NULL && (guard_hit = in_parts(guard_parts, guard_seen, a)) >= 0))) {
         guard_jump = NULL;
         siglongjmp(*jb, 1);
     }
@@ -693,10 +698,71 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ a file's mapping */
+
+/* A read-only shared mapping of a file, as a buffer: what mmap.mmap gives, without the
+ * duplicate descriptor mmap.mmap keeps open for as long as it lives (so an open .ndf
+ * holds one descriptor, not two). Unmapped when the last holder lets go. */
+typedef struct {
+    PyObject_HEAD
+    void *addr;
+    Py_ssize_t len;
+} MappingObject;
+
+static int Mapping_getbuffer(MappingObject *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->addr, self->len, 1, flags);
+}
+
+static void Mapping_dealloc(MappingObject *self)
+{
+    munmap(self->addr, (size_t)self->len);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs Mapping_as_buffer = {(getbufferproc)Mapping_getbuffer, NULL};
+
+static PyTypeObject MappingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exactbatch._core.Mapping",
+    .tp_basicsize = sizeof(MappingObject),
+    .tp_dealloc = (destructor)Mapping_dealloc,
+    .tp_as_buffer = &Mapping_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only mapping of a file: made by map_file().",
+};
+
+static PyObject *map_file(PyObject *mod, PyObject *args)
+{
+    int fd;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "in:map_file", &fd, &len))
+        return NULL;
+    if (len <= 0) {
+        PyErr_Format(PyExc_ValueError, "map_file: length must be positive; got %zd", len);
+        return NULL;
+    }
+    void *addr;
+    Py_BEGIN_ALLOW_THREADS
+    addr = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, 0);
+    Py_END_ALLOW_THREADS
+    if (addr == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    MappingObject *m = PyObject_New(MappingObject, &MappingType);
+    if (m == NULL) {
+        munmap(addr, (size_t)len);
+        return NULL;
+    }
+    m->addr = addr;
+    m->len = len;
+    return (PyObject *)m;
+}
+
 /* ------------------------------------------------------------------ a dataset's parts */
 
-/* The rows of a sharded dataset: part k, a file_rows object set once the part is
- * open, holds global rows [starts[k], starts[k + 1]). */
+/* The rows of a sharded dataset: part k, a file_rows object set while the part is
+ * open (a dataset keeps a bounded number open: set, then unset to close one), holds
+ * global rows [starts[k], starts[k + 1]). */
 typedef struct PartsObject {
     PyObject_HEAD
     Py_ssize_t nparts, n, d, l;
@@ -708,17 +774,42 @@ typedef struct PartsObject {
     /* where global row i of part k lies: origin[k] + i * stride (0: part k not set) */
     uintptr_t *origin;
     Py_ssize_t stride;
+    /* pins[k]: reads copying from part k now (without the GIL); unset(k) adds CLOSING
+     * while it takes the part away, which it does only when no read holds it */
+    int64_t *pins;
 } PartsObject;
 
-/* Is address a inside a part's mapping? (The fault handler's test: reads only.) */
-static int in_parts(const PartsObject *p, const char *a)
+#define CLOSING ((int64_t)1 << 40)
+
+/* Hold part q for one read: 1 when it is set (then unpin it after the copy; until
+ * then unset() leaves it, so its mapping and origin stay), else 0 (nothing held). */
+static inline int pin(const PartsObject *p, Py_ssize_t q)
+{
+    if (__atomic_fetch_add(&p->pins[q], 1, __ATOMIC_ACQ_REL) < CLOSING &&
+        __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL)
+        return 1;
+    __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Let go of the parts a read pinned (seen[q] == 1). */
+static void unpin(const PartsObject *p, const char *seen)
+{
+    for (Py_ssize_t q = 0; q < p->nparts; q++)
+        if (seen[q] == 1)
+            __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+}
+
+/* The part (pinned by this read: seen[k] == 1) whose mapping holds address a, or -1.
+ * (The fault handler's test: reads only, and a pinned part cannot go meanwhile.) */
+static Py_ssize_t in_parts(const PartsObject *p, const char *seen, const char *a)
 {
     for (Py_ssize_t k = 0; k < p->nparts; k++) {
-        const RowsObject *s = p->parts[k];
+        const RowsObject *s = seen[k] == 1 ? p->parts[k] : NULL;
         if (s != NULL && a >= s->lo && a < s->hi)
-            return 1;
+            return k;
     }
-    return 0;
+    return -1;
 }
 
 /* The part that holds global row i (0 <= i < n): the last part whose first row is
@@ -749,38 +840,50 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
 }
 
 /* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[k] is where row
- * k lies in its part's mapping (NULL when the part is not open), and seen[q] is 1
- * for a part touched, 2 for one touched and not open. The first row out of range:
- * *bad (and 0 is returned); else 1 if a part is not open, or 2. */
+ * k lies in its part's mapping, and seen[q] is 1 for a part touched and pinned (set:
+ * unpin it after), 2 for one touched and not set (src then unusable). The first row
+ * out of range: *bad (and 0 is returned); else 1 if a part is not set, or 2. */
 #define DEFINE_PLACE(NAME, T)                                                               \
     static int NAME(const PartsObject *p, const T *ix, Py_ssize_t start, Py_ssize_t r,      \
                     const char **src, char *seen, Py_ssize_t *bad)                          \
     {                                                                                       \
         int missing = 0;                                                                    \
         if (ix != NULL && p->nparts <= 64) { /* the parts touched as a bitmask: no branch */ \
-            uint64_t touched = 0, over = 0;                                                 \
-            for (Py_ssize_t k = 0; k < r; k++) {                                            \
-                int64_t i = (int64_t)ix[k];                                                 \
-                over |= (uint64_t)i >= (uint64_t)p->n;                                      \
-                Py_ssize_t q = part_of(p, over ? 0 : i);                                    \
-                touched |= (uint64_t)1 << q;                                                \
-                src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);\
-            }                                                                               \
-            if (over) {                                                                     \
-                for (Py_ssize_t k = 0; k < r; k++)                                          \
-                    if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                       \
-                        *bad = k;                                                           \
-                        break;                                                              \
-                    }                                                                       \
-                return 0;                                                                   \
-            }                                                                               \
-            for (Py_ssize_t q = 0; q < p->nparts; q++)                                      \
-                if (touched >> q & 1) {                                                     \
-                    int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;      \
-                    seen[q] = set ? 1 : 2;                                                  \
-                    missing |= !set;                                                        \
+            /* Rows are placed by a copy of the origins, then the parts touched pinned:  */ \
+            /* a part closed and opened again in between (moved) means once more.       */ \
+            uintptr_t org[64];                                                              \
+            for (int pinned = 0;; pinned = 1) {                                             \
+                uint64_t touched = 0, over = 0, moved = 0;                                  \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    org[q] = __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED);              \
+                for (Py_ssize_t k = 0; k < r; k++) {                                        \
+                    int64_t i = (int64_t)ix[k];                                             \
+                    over |= (uint64_t)i >= (uint64_t)p->n;                                  \
+                    Py_ssize_t q = part_of(p, over ? 0 : i);                                \
+                    touched |= (uint64_t)1 << q;                                            \
+                    src[k] = (const char *)(org[q] + (uintptr_t)i * (uintptr_t)p->stride);  \
                 }                                                                           \
-            return missing ? 1 : 2;                                                         \
+                if (over) {                                                                 \
+                    for (Py_ssize_t k = 0; k < r; k++)                                      \
+                        if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                   \
+                            *bad = k;                                                       \
+                            break;                                                          \
+                        }                                                                   \
+                    return 0;                                                               \
+                }                                                                           \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    if (touched >> q & 1) {                                                 \
+                        if (!pinned) {                                                      \
+                            seen[q] = pin(p, q) ? 1 : 2;                                    \
+                            missing |= seen[q] == 2;                                        \
+                        }                                                                   \
+                        moved |= org[q] != __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED); \
+                    }                                                                       \
+                if (missing)                                                                \
+                    return 1;                                                               \
+                if (!moved)                                                                 \
+                    return 2;                                                               \
+            }                                                                               \
         }                                                                                   \
         for (Py_ssize_t k = 0; k < r; k++) {                                                \
             int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                            \
@@ -789,10 +892,9 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                 return 0;                                                                   \
             }                                                                               \
             Py_ssize_t q = part_of(p, i);                                                   \
-            if (!seen[q]) { /* set() stores origin[q], then (releasing) parts[q] */       \
-                int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;          \
-                seen[q] = set ? 1 : 2;                                                      \
-                missing |= !set;                                                            \
+            if (!seen[q]) { /* pinned before its origin is read: it stays */                \
+                seen[q] = pin(p, q) ? 1 : 2;                                                \
+                missing |= seen[q] == 2;                                                    \
             }                                                                               \
             src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);    \
         }                                                                                   \
@@ -802,13 +904,16 @@ DEFINE_PLACE(place32, int32_t)
 DEFINE_PLACE(place64, int64_t)
 
 /* Rows of j, by global row number, straight from their parts' mappings into the
- * outputs. Every row is checked and placed first (see place32), then copied
- * under the guard (each row's x then its y, as in both64), then each part touched
- * is checked with one fstat. 0: copied (or j->bad >= 0: a row out of range,
- * nothing copied); 1: parts not open yet (seen == 2), nothing copied; -1: a
- * copy faulted; -2: part *which changed. */
-WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
-                      Py_ssize_t *which)
+ * outputs. Every row is checked and placed first, pinning the parts touched (see
+ * place32), then copied under the guard (each row's x then its y, as in both64),
+ * then each part touched is checked with one fstat, then unpinned. 0: copied (or
+ * j->bad >= 0: a row out of range, nothing copied); 1: parts not set (seen == 2),
+ * nothing copied; -1: a copy faulted (in part *which, or -1 if unknown); -2: part
+ * *which changed. */
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      Py_ssize_t *which);
+WIDE static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src,
+                                  char *seen, Py_ssize_t *which)
 {
     int placed = j->isz == 4 ? place32(p, j->idx, j->start, j->r, src, seen, &j->bad)
                              : place64(p, j->idx, j->start, j->r, src, seen, &j->bad);
@@ -819,9 +924,13 @@ WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char 
     if (sigsetjmp(jb, 0)) {
         guard_jump = NULL;
         guard_parts = NULL;
+        *which = guard_hit;
         return -1;
     }
+    guard_lo = guard_hi = NULL; /* a fault counts only in this read's parts */
+    guard_hit = -1;
     guard_parts = p;
+    guard_seen = seen;
     guard_jump = &jb;
     /* One pass, as in both64: y follows x in a part's row */
     for (Py_ssize_t k = 0; k < j->r; k++) {
@@ -837,20 +946,28 @@ WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char 
     guard_jump = NULL;
     guard_parts = NULL;
     for (Py_ssize_t q = 0; q < p->nparts; q++)
-        if (seen[q] && file_changed(p->parts[q])) {
+        if (seen[q] == 1 && file_changed(p->parts[q])) {
             *which = q;
             return -2;
         }
     return 0;
 }
 
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      Py_ssize_t *which)
+{
+    int rc = parts_copy_pinned(p, j, src, seen, which);
+    unpin(p, seen);
+    return rc;
+}
+
 PyDoc_STRVAR(parts_read_doc,
 "read(rows, out_x, out_y)\n--\n\n"
 "As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
-"or, copying nothing, the list of the parts the rows lie in that are not set yet\n"
+"or, copying nothing, the list of the parts the rows lie in that are not set\n"
 "(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
-"(with the part's number as its ``part`` attribute, or None for a fault) when a\n"
-"part changed.");
+"(with the part's number as its ``part`` attribute, None where a fault cannot\n"
+"say) when a part changed.");
 
 static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -897,7 +1014,7 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
             FileChanged, "s",
             rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
                      : "a part's size, modification time or ctime changed");
-        PyObject *part = rc == -2 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
+        PyObject *part = which >= 0 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
         if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
             PyErr_SetObject(FileChanged, exc);
         Py_XDECREF(part);
@@ -940,7 +1057,7 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
                      self->d, self->l, s->n, s->d, s->l);
         return NULL;
     }
-    /* Set once: a read on another thread (without the GIL) may be using the part. */
+    /* Only where not set: a read on another thread (without the GIL) may be using it. */
     if (self->parts[k] == NULL) {
         /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
          * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
@@ -954,6 +1071,31 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(parts_unset_doc,
+"unset(k)\n--\n\n"
+"Let go of part k's rows (the part is being closed): True when done (or it was not\n"
+"set), False while a read on another thread is copying from it (try again later).");
+
+static PyObject *Parts_unset(PartsObject *self, PyObject *arg)
+{
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || k >= self->nparts) {
+        PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
+        return NULL;
+    }
+    int64_t idle = 0;
+    if (!__atomic_compare_exchange_n(&self->pins[k], &idle, CLOSING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        Py_RETURN_FALSE;
+    RowsObject *old = self->parts[k];
+    __atomic_store_n(&self->parts[k], NULL, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&self->pins[k], CLOSING, __ATOMIC_RELEASE);
+    Py_XDECREF(old);
+    Py_RETURN_TRUE;
+}
+
 static void Parts_dealloc(PartsObject *self)
 {
     for (Py_ssize_t k = 0; self->parts != NULL && k < self->nparts; k++)
@@ -962,13 +1104,16 @@ static void Parts_dealloc(PartsObject *self)
     PyMem_Free(self->starts);
     PyMem_Free(self->table);
     PyMem_Free(self->origin);
+    PyMem_Free(self->pins);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef Parts_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
     {"set", (PyCFunction)Parts_set, METH_VARARGS,
-     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open."},
+     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open; keep\n"
+     "the file open (its descriptor is checked after each copy) until unset(k)."},
+    {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1033,6 +1178,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->table = NULL;
     p->parts = NULL;
     p->origin = NULL;
+    p->pins = NULL;
     p->stride = row;
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];
@@ -1050,7 +1196,9 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
     p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
     p->origin = PyMem_Calloc((size_t)(m - 1), sizeof(uintptr_t));
-    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL) {
+    p->pins = PyMem_Calloc((size_t)(m - 1), sizeof(int64_t));
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL ||
+        p->pins == NULL) {
         PyBuffer_Release(&b);
         Py_DECREF(p);
         return PyErr_NoMemory();
@@ -1365,6 +1513,10 @@ static PyMethodDef core_methods[] = {
      "Rows of an .ndf file's read-only mapping (x then y per row, from byte offset);\n"
      "after each copy fd must still have at least size bytes and (each when >= 0) that\n"
      "modification time and change time. Installs the fault guard on first use."},
+    {"map_file", map_file, METH_VARARGS,
+     "map_file(fd, length)\n--\n\n"
+     "A read-only shared mapping of the first length bytes of file fd, as a buffer (as\n"
+     "mmap.mmap's, but holding no descriptor of its own; unmapped when freed)."},
     {"parts_rows", parts_rows, METH_VARARGS,
      "parts_rows(starts, d, l)\n--\n\n"
      "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"
@@ -1387,7 +1539,7 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC PyInit__core(void)
 {
     if (PyType_Ready(&RowsType) < 0 || PyType_Ready(&PartsType) < 0 ||
-        PyType_Ready(&BijectionType) < 0)
+        PyType_Ready(&BijectionType) < 0 || PyType_Ready(&MappingType) < 0)
         return NULL;
     PyObject *np = PyImport_ImportModule("numpy");
     if (np == NULL)

@@ -39,6 +39,7 @@ __all__ = [
     "check_dtype",
     "file_rows",
     "gather",
+    "map_file",
     "memory_rows",
     "pair_check",
     "parts_rows",
@@ -184,6 +185,16 @@ def file_rows(
         return None
     times = (-1 if t is None else t for t in (mtime_ns, ctime_ns))
     return _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times)
+
+
+def map_file(fd: int, length: int):
+    """A read-only shared mapping of the first ``length`` bytes of file ``fd``, as a
+    buffer that holds no descriptor of its own (``mmap.mmap`` keeps a duplicate open
+    for as long as it lives); unmapped when the last holder lets go. None on the pure
+    path (the reader maps with ``mmap.mmap`` there)."""
+    if _CORE is None:
+        return None
+    return _CORE.map_file(fd, length)
 
 
 def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741

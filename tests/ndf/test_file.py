@@ -450,7 +450,7 @@ def test_failed_mapping_closes_the_descriptor_exactly_once(saved, monkeypatch):
     def no_mmap(*args, **kwargs):
         raise OSError(errno.ENOMEM, "injected mmap failure")
 
-    monkeypatch.setattr(ndf.local.mmap, "mmap", no_mmap)
+    monkeypatch.setattr(ndf.local, "_map", no_mmap)
     gc.collect()
     before = fd_count()
     with pytest.raises(OSError) as info:

@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows
+from exactbatch.kernels import FileChanged, file_rows, map_file
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -67,7 +67,7 @@ class LocalHandle:
         self.rows = None  # (n,) of void rows over the mapping; None when no data
         self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
         if self.size > HEADER_SIZE:
-            mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            mm = _map(fd, self.size)
             # Void rows have alignment 1, so np.take copies whole rows from the
             # unaligned offset 28 without making the array contiguous first.
             self.rows = np.frombuffer(
@@ -207,6 +207,14 @@ class LocalHandle:
         finally:
             if held:
                 self.lease.release()
+
+
+def _map(fd: int, size: int):
+    """The file's first ``size`` bytes, mapped read-only: by the compiled core, which
+    keeps no descriptor of its own (one descriptor an open file), else by
+    ``mmap.mmap``, which keeps a duplicate (two)."""
+    mm = map_file(fd, size)
+    return mm if mm is not None else mmap.mmap(fd, size, access=mmap.ACCESS_READ)
 
 
 def _runs(idx: np.ndarray, always: bool = False):
