@@ -19,7 +19,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import chunks_of, make_data, write_parquet
+from helpers import TRUNCATE_LOOP, chunks_of, make_data, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -494,62 +494,16 @@ def test_parts_with_many_small_parts_in_one_bucket(tmp_path):
 
 # -- the guard ------------------------------------------------------------------------------
 
-# A child truncates the file it reads and reads again, in a loop: every read of a row
-# past the new end faults inside the copy; each must be an NdfError naming the file.
-# As "dataset": the rows are the second of two parts of a sharded dataset, read by
-# the gather over every part's mapping; the error names the part.
-TRUNCATE_LOOP = textwrap.dedent(
-    """
-    import os, sys
-    import numpy as np
-    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
-    from exactbatch import save_ndf_dataset
-    path, rounds, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    assert backend() == "compiled"
-    n, d = 4096, 15  # rows of 128 bytes: 32 a page
-    errors = 0
-    rng = np.random.default_rng(0)
-    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
-    for k in range(rounds):
-        if kind == "file":
-            save_ndf(path, x)
-            f, target, first = open_ndf(path), path, 0
-        else:
-            save_ndf_dataset(path, [x[:100], x])
-            f, first = open_ndf_dataset(path), 100
-            target = os.path.join(path, f.parts[1].name)
-        with f:
-            read = f.rows_reader()
-            out_x, out_y = np.empty((64, d)), np.empty((64, 0))
-            rows = first + rng.integers(n // 2, n, 64)
-            rows[0] = 0  # the dataset's first part too
-            read(rows, out_x, out_y)  # the pages are mapped and read
-            os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
-            try:
-                read(rows, out_x, out_y)
-            except NdfError as e:
-                assert target in str(e), str(e)
-                errors += 1
-    print(errors)
-    """
-)
-
-
 @needs_core
 @pytest.mark.parametrize("kind", ["file", "dataset"])
 def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path, kind):
-    """Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
-    path = os.fspath(tmp_path / ("shrinking.ndf" if kind == "file" else "ds"))
-    r = subprocess.run(
-        [sys.executable, "-c", TRUNCATE_LOOP, path, "200", kind],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    """A file (or a dataset's part) truncated after its pages were read, 200 times: every
+    read that faults inside the copy is an NdfError naming the file (helpers.TRUNCATE_LOOP).
+    Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
+    r = _run_args(TRUNCATE_LOOP, os.fspath(tmp_path), "200", kind, "nothing")
     assert r.returncode != -signal.SIGBUS, "killed by SIGBUS"
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert r.stdout.strip() == "200"
+    assert r.stdout.strip() == f"{kind} 200"
 
 
 # A fault the guard does not own (outside any copy) still reaches the handler

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import TRUNCATE_LOOP
 
 import exactbatch.ndf.guard as guard
 from exactbatch import NdfError, kernels, open_ndf, save_ndf
@@ -297,71 +298,6 @@ def test_a_forked_child_holds_a_lease_of_its_own(f):
 
 # -- the compiled core's fault guard, displaced -----------------------------------------------
 
-# A child opens a file (or a two-part dataset), then installs a SIGBUS and SIGSEGV handler
-# of its own (``how``), reads, truncates the file and reads again: every read past the
-# new end faults inside the copy, and each must be an NdfError naming the file. Then a
-# fault outside any copy, which must end the process as the handler installed after the
-# guard decides (or as the default does), never hang.
-DISPLACED = textwrap.dedent(
-    """
-    import ctypes, faulthandler, os, signal, sys
-    import numpy as np
-    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
-    from exactbatch import save_ndf_dataset
-    root, how, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    assert backend() == "compiled"
-    libc = ctypes.CDLL(None)
-    libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
-    sent = []
-
-    def displace():  # a handler installed after the guard (which the open installed)
-        for sig in (signal.SIGBUS, signal.SIGSEGV):
-            if how == "faulthandler":
-                faulthandler.disable()  # enable() twice would do nothing
-                faulthandler.enable()
-            elif how == "signal":
-                signal.signal(sig, lambda s, frame: sent.append(s))
-            else:  # a C library's handler: libc's _exit, so a fault it gets exits with status sig
-                libc.signal(sig, ctypes.cast(libc._exit, ctypes.c_void_p).value)
-
-    n, d = 4096, 15  # rows of 128 bytes: 32 a page
-    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
-    rng = np.random.default_rng(0)
-    for kind in ("file", "dataset"):
-        errors = 0
-        for k in range(rounds):
-            if kind == "file":
-                path = os.path.join(root, "shrinking.ndf")
-                save_ndf(path, x)
-                f, target, first = open_ndf(path), path, 0
-            else:
-                path = os.path.join(root, "ds")
-                save_ndf_dataset(path, [x[:100], x])
-                f, first = open_ndf_dataset(path), 100
-                target = os.path.join(path, f.parts[1].name)
-            with f:
-                displace()
-                read = f.rows_reader()
-                out_x, out_y = np.empty((64, d)), np.empty((64, 0))
-                rows = first + rng.integers(n // 2, n, 64)
-                rows[0] = 0  # the dataset's first part too
-                read(rows, out_x, out_y)
-                os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
-                try:
-                    read(rows, out_x, out_y)
-                except NdfError as e:
-                    assert target in str(e), str(e)
-                    errors += 1
-        print(kind, errors, flush=True)
-    if how == "signal":  # a SIGBUS sent (not a fault) still reaches the Python handler
-        os.kill(os.getpid(), signal.SIGBUS)
-        print("sent", sent, flush=True)
-    ctypes.string_at(16)  # a fault outside any copy
-    print("survived", flush=True)
-    """
-)
-
-
 @needs_core
 @pytest.mark.parametrize(
     "how, ends",
@@ -378,9 +314,9 @@ def test_the_guard_holds_when_a_handler_is_installed_after_it(tmp_path, how, end
     faulting copy), or went to the other handler. The guard is put back at every guarded
     read, chaining to that handler: every truncation is an NdfError naming the file (or
     the part), and a fault outside a copy still ends the process as that handler (or the
-    default) does, never a hang."""
+    default) does, never a hang (helpers.TRUNCATE_LOOP, in a child process)."""
     r = subprocess.run(
-        [sys.executable, "-c", DISPLACED, os.fspath(tmp_path), how, "8"],
+        [sys.executable, "-c", TRUNCATE_LOOP, os.fspath(tmp_path), "8", "file,dataset", how],
         capture_output=True,
         text=True,
         timeout=60,
