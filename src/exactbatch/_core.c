@@ -118,16 +118,25 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
  * guarded copy, with the GIL held (so never on two threads at once): a handler
  * installed after ours (faulthandler.enable(), signal.signal, another library's
  * sigaction) would otherwise receive our copies' faults and end the process, or
- * return into the faulting copy forever. When nothing changed: one query a signal.
- * SA_NODEFER: the signal stays unblocked inside the handler, so after siglongjmp the
- * mask is as before and sigsetjmp need not save it (a syscall). */
+ * return into the faulting copy forever. When nothing changed it costs one query
+ * (a system call): of SIGBUS, the signal a truncated file raises, and of SIGSEGV
+ * too when SIGBUS was displaced (handlers come in pairs; a copy from a mapping it
+ * holds cannot raise SIGSEGV, so that one is defence only). SA_NODEFER: the signal
+ * stays unblocked inside the handler, so after siglongjmp the mask is as before and
+ * sigsetjmp need not save it (a system call). */
 static int ensure_guard(void)
 {
     static const int sigs[2] = {SIGBUS, SIGSEGV};
-    if (guard_action.sa_sigaction == NULL) {
+    if (guard_action.sa_sigaction == NULL) { /* the first call: both are checked */
         guard_action.sa_sigaction = on_fault;
         guard_action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
         sigemptyset(&guard_action.sa_mask);
+    } else {
+        struct sigaction cur;
+        if (sigaction(SIGBUS, NULL, &cur) != 0)
+            goto fail;
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
+            return 0;
     }
     for (int i = 0; i < 2; i++) {
         struct sigaction cur;
