@@ -14,7 +14,9 @@ at a larger scale, in child processes where a crash or a hang must be seen:
     guard    1,000 truncations during copies from the map, in a tight loop: a thread
              copies 4,096-row batches while the main thread truncates the file at a
              random instant; NdfErrors (and how many the fault guard caught inside a
-             copy) and crashes
+             copy) and crashes; then 1,000 more with faulthandler enabled after each
+             open (a SIGBUS handler installed after the guard's, which the guard must
+             put itself back in front of)
     cost     rows/s of shuffled reads: the compiled core's guarded gather; on the pure
              NumPy path the map under its lease, the map unguarded, positional reads
              only; and NumPy in memory
@@ -268,56 +270,26 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
     return out
 
 
-# One child: truncations during copies, in a loop. A reader thread copies batches (the
-# compiled gather releases the GIL) while the main thread truncates the file at a random
-# instant; the reader's NdfError says whether the fault guard caught it inside a copy
-# (FileChanged "faulted") or the size check after the copy did.
-GUARD_LOOP = textwrap.dedent(
-    """
-    import os, shutil, sys, threading, time
-    import numpy as np
-    from exactbatch import NdfError, backend, open_ndf
-    pristine, live, trials, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    assert backend() == "compiled", backend()
-    rng = np.random.default_rng(int(sys.argv[5]))
-    size = os.path.getsize(pristine)
-    for _ in range(trials):
-        shutil.copyfile(pristine, live)
-        f = open_ndf(live)
-        read, n, d, l = f.rows_reader(), f.n, f.d, f.l
-        out_x, out_y, seen = np.empty((batch, d)), np.empty((batch, l)), []
-        started = threading.Event()
-
-        def reader():
-            r = np.random.default_rng(1)
-            try:
-                while True:
-                    read(r.integers(0, n, batch), out_x, out_y)
-                    started.set()
-            except NdfError as e:
-                caught = "faulted" in str(e.__context__ or "")
-                seen.append("guard" if caught else "check")
-
-        t = threading.Thread(target=reader)
-        t.start()
-        started.wait()
-        time.sleep(float(rng.uniform(0, 0.002)))
-        os.truncate(live, int(rng.integers(28, size)))
-        t.join()
-        f.close()
-        print(seen[0], flush=True)
-    """
-)
-
-
 def guard(truncations: int, n: int, d: int, batch: int) -> dict:
     """``truncations`` truncations during copies (the compiled core's fault guard), in
-    child processes: a crashed child is counted and a new one goes on."""
-    from exactbatch import backend, save_ndf
+    child processes, as they are and with faulthandler enabled after each open: a
+    crashed child is counted and a new one goes on."""
+    from exactbatch import backend
 
     if backend() != "compiled":
         log("guard: skipped, the compiled core is not built")
         return {"skipped": "the compiled core is not built"}
+    return {
+        after_open: _guard_runs(truncations, n, d, batch, after_open)
+        for after_open in ("nothing", "faulthandler")
+    }
+
+
+def _guard_runs(truncations: int, n: int, d: int, batch: int, after_open: str) -> dict:
+    from test_files import GUARD_LOOP
+
+    from exactbatch import save_ndf
+
     folder = tempfile.mkdtemp(prefix="guard-", dir=os.environ.get("RELIABILITY_DIR"))
     pristine, live = os.path.join(folder, "pristine.ndf"), os.path.join(folder, "live.ndf")
     rng = np.random.default_rng(5)
@@ -329,7 +301,7 @@ def guard(truncations: int, n: int, d: int, batch: int) -> dict:
         while done < truncations:
             p = subprocess.run(
                 [sys.executable, "-c", GUARD_LOOP, pristine, live, str(truncations - done),
-                 str(batch), str(done)],
+                 str(batch), str(done), after_open],
                 capture_output=True,
                 text=True,
                 timeout=600,
@@ -347,8 +319,11 @@ def guard(truncations: int, n: int, d: int, batch: int) -> dict:
     crashes = sum(v for k, v in counts.items() if k.startswith("crash"))
     out = {"truncations": truncations, "NdfError": errors, "crashes": crashes, **counts}
     out["seconds"] = round(time.perf_counter() - t0, 1)
-    log(f"guard: {truncations} truncations during copies: {errors} NdfErrors, {crashes} crashes")
-    log(f"guard: {dict(counts)}")
+    log(
+        f"guard ({after_open} after open): {truncations} truncations during copies: "
+        f"{errors} NdfErrors, {crashes} crashes"
+    )
+    log(f"guard ({after_open} after open): {dict(counts)}")
     return out
 
 

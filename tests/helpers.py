@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -202,6 +203,26 @@ def write_ndf_dataset(path, sizes, d: int = 3, l: int = 1, **kw) -> str:  # noqa
     return os.fspath(path)
 
 
+def until_ctime_moves(path, opened_ctime: int, change) -> None:
+    """Run ``change()`` on ``path``, then put the file's modification time back (as
+    ``touch -r`` or ``rsync --inplace -t`` do), so that only its change time (ctime)
+    tells. The put-back repeats until ctime differs from ``opened_ctime`` (on a coarse
+    clock a change in the same tick keeps the old stamp)."""
+    st = os.stat(path)
+    change()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == opened_ctime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+
+def rewrite_in_place(path, offset: int = 28, values: int = 20) -> None:
+    """Write other bytes over ``values`` floats of ``path`` from ``offset``, in place."""
+    with open(path, "r+b") as g:
+        g.seek(offset)
+        g.write(np.full(values, 7.0).tobytes())
+
+
 def write_parquet(
     path,
     group_sizes,
@@ -256,3 +277,74 @@ def run_cli(*args, check=None, timeout=120):
     if check is not None:
         assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
     return p
+
+
+# A child (argv: folder, rounds, kinds, how) reads rows of a file ("file") or of the
+# second of two parts of a dataset ("dataset": the gather over every part's mapping),
+# truncates it and reads again, ``rounds`` times per kind: every read of a row past the
+# new end faults inside the copy, and each must be an NdfError naming the file (the
+# part); it prints "KIND ERRORS" per kind. ``how`` other than "nothing": after each open
+# (which installs the fault guard) a SIGBUS and SIGSEGV handler is installed over it -
+# "faulthandler", "signal" (a Python handler), "sigaction" (a C one: libc's _exit, so a
+# fault it gets exits with status SIG) - and at the end a fault outside any copy must end
+# the process as that handler (or the default) does ("signal": a SIGBUS sent first must
+# reach the Python handler, printed as "sent [7]").
+TRUNCATE_LOOP = textwrap.dedent(
+    """
+    import ctypes, faulthandler, os, signal, sys
+    import numpy as np
+    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
+    from exactbatch import save_ndf_dataset
+    root, rounds, kinds, how = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    assert backend() == "compiled"
+    libc = ctypes.CDLL(None)
+    libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+    sent = []
+
+    def displace():
+        for sig in (signal.SIGBUS, signal.SIGSEGV):
+            if how == "faulthandler":
+                faulthandler.disable()  # enable() when it is on does nothing
+                faulthandler.enable()
+            elif how == "signal":
+                signal.signal(sig, lambda s, frame: sent.append(s))
+            elif how == "sigaction":
+                libc.signal(sig, ctypes.cast(libc._exit, ctypes.c_void_p).value)
+
+    n, d = 4096, 15  # rows of 128 bytes: 32 a page
+    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
+    rng = np.random.default_rng(0)
+    for kind in kinds.split(","):
+        errors = 0
+        for k in range(rounds):
+            if kind == "file":
+                path = os.path.join(root, "shrinking.ndf")
+                save_ndf(path, x)
+                f, target, first = open_ndf(path), path, 0
+            else:
+                path = os.path.join(root, "ds")
+                save_ndf_dataset(path, [x[:100], x])
+                f, first = open_ndf_dataset(path), 100
+                target = os.path.join(path, f.parts[1].name)
+            with f:
+                displace()
+                read = f.rows_reader()
+                out_x, out_y = np.empty((64, d)), np.empty((64, 0))
+                rows = first + rng.integers(n // 2, n, 64)
+                rows[0] = 0  # the dataset's first part too
+                read(rows, out_x, out_y)  # the pages are mapped and read
+                os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
+                try:
+                    read(rows, out_x, out_y)
+                except NdfError as e:
+                    assert target in str(e), str(e)
+                    errors += 1
+        print(kind, errors, flush=True)
+    if how == "signal":  # a SIGBUS sent (not a fault) still reaches the Python handler
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("sent", sent, flush=True)
+    if how != "nothing":
+        ctypes.string_at(16)  # a fault outside any copy
+        print("survived", flush=True)
+    """
+)

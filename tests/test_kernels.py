@@ -19,7 +19,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import chunks_of, make_data, write_parquet
+from helpers import TRUNCATE_LOOP, chunks_of, make_data, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -372,9 +372,41 @@ def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
 
 
 @needs_core
+@pytest.mark.parametrize(
+    "offset, n, d, l, names",
+    [
+        (28, 2**61, 1, 0, "n=2305843009213693952"),  # 2**64 bytes: wrapped to 0 before
+        (28, 2**60 + 1, 1, 0, "n=1152921504606846977"),  # wrapped to 8
+        (28, 1, 2**62, 2**62, "d=4611686018427387904"),  # d + l wraps
+        (28, 0, 2**60, 0, "d=1152921504606846976"),  # no rows, but a row's bytes wrap
+        (2**63 - 1, 1, 1, 0, "offset=9223372036854775807"),
+    ],
+)
+def test_the_kernel_refuses_a_shape_whose_byte_size_overflows(tmp_path, offset, n, d, l, names):  # noqa: E741
+    """file_rows and parts_rows compute sizes with checked arithmetic: a shape whose
+    bytes wrap around Py_ssize_t is an OverflowError naming the arguments, not a
+    mapping that seems long enough and a read that segfaults."""
+    import mmap
+
+    save_ndf(tmp_path / "a.ndf", make_data(4, 1, 0))
+    fd = os.open(tmp_path / "a.ndf", os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 60, access=mmap.ACCESS_READ)
+        with pytest.raises(OverflowError, match=f"file_rows: .*{names}"):
+            kernels.file_rows(mm, offset, n, d, l, fd, 60, None)
+        mm.close()
+    finally:
+        os.close(fd)
+    if offset == 28 and n <= 1:
+        with pytest.raises(OverflowError, match=f"parts_rows: .*{names}"):
+            kernels.parts_rows(np.array([0, n], dtype=np.int64), d, l)
+
+
+@needs_core
 def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_path):
     """parts_rows: global row i is read from the part that holds it; a read that needs
-    a part not set copies nothing and names it; set() checks what it is given."""
+    a part not set copies nothing and names it; set() checks what it is given; unset()
+    lets a part go (a dataset closing it) and set() may give it again."""
     x, y = make_data(12, 3, 1)
     starts = np.array([0, 5, 5, 12], dtype=np.int64)  # uneven, an empty part between
     files = []
@@ -410,6 +442,16 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
         parts.set(1, kernels.memory_rows(x, y))
     with pytest.raises(IndexError, match="part 3 out of range"):
         parts.set(3, files[0].kernel_rows())
+    # unset: the part is let go of (closed), read asks for it again, set takes another
+    assert parts.unset(0) is True and parts.unset(0) is True and parts.unset(1) is True
+    assert parts.read(rows, ox, oy) == [0]
+    with exactbatch.open_ndf(tmp_path / "p0.ndf") as again:  # open while set (its fd is fstat'd)
+        parts.set(0, again.kernel_rows())
+        assert parts.read(rows, ox, oy) is None
+        np.testing.assert_array_equal(ox, x[rows])
+        assert parts.unset(0) is True
+    with pytest.raises(IndexError, match="part 3 out of range"):
+        parts.unset(3)
     with pytest.raises(ValueError, match="rise from 0"):
         kernels.parts_rows(np.array([0, 5, 4], dtype=np.int64), 3, 1)
     with pytest.raises(TypeError, match="int64"):
@@ -452,62 +494,16 @@ def test_parts_with_many_small_parts_in_one_bucket(tmp_path):
 
 # -- the guard ------------------------------------------------------------------------------
 
-# A child truncates the file it reads and reads again, in a loop: every read of a row
-# past the new end faults inside the copy; each must be an NdfError naming the file.
-# As "dataset": the rows are the second of two parts of a sharded dataset, read by
-# the gather over every part's mapping; the error names the part.
-TRUNCATE_LOOP = textwrap.dedent(
-    """
-    import os, sys
-    import numpy as np
-    from exactbatch import NdfError, backend, open_ndf, open_ndf_dataset, save_ndf
-    from exactbatch import save_ndf_dataset
-    path, rounds, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    assert backend() == "compiled"
-    n, d = 4096, 15  # rows of 128 bytes: 32 a page
-    errors = 0
-    rng = np.random.default_rng(0)
-    x = np.arange(n * d, dtype=np.float64).reshape(n, d)
-    for k in range(rounds):
-        if kind == "file":
-            save_ndf(path, x)
-            f, target, first = open_ndf(path), path, 0
-        else:
-            save_ndf_dataset(path, [x[:100], x])
-            f, first = open_ndf_dataset(path), 100
-            target = os.path.join(path, f.parts[1].name)
-        with f:
-            read = f.rows_reader()
-            out_x, out_y = np.empty((64, d)), np.empty((64, 0))
-            rows = first + rng.integers(n // 2, n, 64)
-            rows[0] = 0  # the dataset's first part too
-            read(rows, out_x, out_y)  # the pages are mapped and read
-            os.truncate(target, int(rng.integers(28, 28 + 128 * (n // 4))))
-            try:
-                read(rows, out_x, out_y)
-            except NdfError as e:
-                assert target in str(e), str(e)
-                errors += 1
-    print(errors)
-    """
-)
-
-
 @needs_core
 @pytest.mark.parametrize("kind", ["file", "dataset"])
 def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path, kind):
-    """Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
-    path = os.fspath(tmp_path / ("shrinking.ndf" if kind == "file" else "ds"))
-    r = subprocess.run(
-        [sys.executable, "-c", TRUNCATE_LOOP, path, "200", kind],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    """A file (or a dataset's part) truncated after its pages were read, 200 times: every
+    read that faults inside the copy is an NdfError naming the file (helpers.TRUNCATE_LOOP).
+    Run in a child process, so that a SIGBUS fails the test instead of ending pytest."""
+    r = _run_args(TRUNCATE_LOOP, os.fspath(tmp_path), "200", kind, "nothing")
     assert r.returncode != -signal.SIGBUS, "killed by SIGBUS"
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert r.stdout.strip() == "200"
+    assert r.stdout.strip() == f"{kind} 200"
 
 
 # A fault the guard does not own (outside any copy) still reaches the handler

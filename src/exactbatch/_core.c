@@ -13,13 +13,15 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 PyDoc_STRVAR(DOC,
 "The compiled kernels behind exactbatch.kernels (use that module, not this one).\n"
 "\n"
-"``memory_rows(x, y)`` and ``file_rows(mapping, offset, n, d, l, fd, size, mtime_ns)``\n"
+"``memory_rows(x, y)`` and\n"
+"``file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)``\n"
 "describe where rows live: two float64 C-contiguous arrays, or the rows of an\n"
 "``.ndf`` file's read-only mapping (x then y per row, 8*(d+l) bytes from\n"
 "``offset``). Their ``read(rows, out_x, out_y)`` gathers rows (a slice, or an\n"
@@ -31,11 +33,15 @@ PyDoc_STRVAR(DOC,
 "read of the mapped range on the copying thread (the file was truncated\n"
 "during the copy) jumps out of the copy (sigsetjmp/siglongjmp), and ``read``\n"
 "raises ``FileChanged``, which the .ndf reader turns into ``NdfError`` naming\n"
-"the file. Any other fault goes to the handler installed before this one.\n"
+"the file. Any other fault goes to the handler this one displaced. Before every\n"
+"guarded read the guard checks that it is still installed and, where another\n"
+"handler took its place (faulthandler, signal.signal, a library's sigaction),\n"
+"puts itself back, chaining to that handler.\n"
 "After every copy from a file one ``fstat`` (with the GIL still released)\n"
-"checks that the file kept its size and modification time, so a truncation\n"
-"inside the last page (read as zeros, no fault) or a rewrite in place is\n"
-"caught too. So the compiled path takes no read lease: the lease\n"
+"checks that the file kept its size, modification time and change time\n"
+"(ctime), so a truncation inside the last page (read as zeros, no fault) or a\n"
+"rewrite in place (even one whose modification time was put back) is caught\n"
+"too. So the compiled path takes no read lease: the lease\n"
 "(exactbatch.ndf.guard) is kept only for the pure NumPy path, which cannot\n"
 "catch a fault.\n");
 
@@ -47,11 +53,28 @@ static PyObject *FileChanged; /* raised by read(): the caller names the file */
  * same thread (the kernel delivers a fault to the thread that faulted). */
 static _Thread_local sigjmp_buf *guard_jump;
 static _Thread_local const char *guard_lo, *guard_hi;
-/* A dataset's copy (Parts_read): the fault may lie in any of its parts' ranges. */
+/* A dataset's copy (Parts_read): the fault may lie in the range of any part it pinned
+ * (guard_seen[k] == 1); the handler leaves the part's number in guard_hit. */
 static _Thread_local const struct PartsObject *guard_parts;
-static int in_parts(const struct PartsObject *p, const char *a);
-static struct sigaction old_bus, old_segv; /* the handlers we displaced */
-static int guard_installed;
+static _Thread_local const char *guard_seen;
+static _Thread_local Py_ssize_t guard_hit;
+static Py_ssize_t in_parts(const struct PartsObject *p, const char *seen, const char *a);
+static struct sigaction guard_action; /* on_fault, as installed */
+/* The handler each of ours displaced, chained to for faults not ours: [0] SIGBUS, [1] SIGSEGV. */
+static struct sigaction chained[2];
+/* Set while this thread runs the chained handler (it may send the signal back to us). */
+static _Thread_local int chaining;
+
+/* End the process as the signal's default action does: reinstate it and raise again. */
+static void default_action(int sig)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+}
 
 static void on_fault(int sig, siginfo_t *info, void *ctx)
 {
@@ -59,46 +82,76 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
     sigjmp_buf *jb = guard_jump;
     /* si_code > 0: raised by the kernel for a memory access (not kill/raise). */
     if (jb != NULL && info->si_code > 0 &&
-        ((a >= guard_lo && a < guard_hi) || (guard_parts != NULL && in_parts(guard_parts, a)))) {
+        ((a >= guard_lo && a < guard_hi) ||
+         (guard_parts != NULL && (guard_hit = in_parts(guard_parts, guard_seen, a)) >= 0))) {
         guard_jump = NULL;
         siglongjmp(*jb, 1);
     }
-    /* Not ours: chain to the handler installed before. */
-    struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
+    /* Not ours. Raised again from inside the handler we chained to (faulthandler does,
+     * after its report, and reaches us when it was installed after us): the default. */
+    if (chaining && info->si_code <= 0) {
+        chaining = 0;
+        default_action(sig);
+        return;
+    }
+    const struct sigaction *old = &chained[sig == SIGBUS ? 0 : 1];
     if (old->sa_flags & SA_SIGINFO) {
+        chaining = 1;
         old->sa_sigaction(sig, info, ctx);
+        chaining = 0;
     } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        chaining = 1;
         old->sa_handler(sig);
+        chaining = 0;
+        /* Told no address, it cannot have repaired a real fault (CPython's handler only
+         * sets a flag for Python code to see later): returning would fault again,
+         * forever. */
+        if (info->si_code > 0)
+            default_action(sig);
     } else if (old->sa_handler == SIG_DFL || info->si_code > 0) {
-        /* The default action (a fault cannot be ignored): reinstate it and raise
-         * again, so the process ends as it would have without this handler. */
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(sig, &dfl, NULL);
-        raise(sig);
+        default_action(sig); /* a fault cannot be ignored */
     }
 }
 
-/* Install the handler once per process (with the GIL held, so never twice at
- * once). SA_NODEFER: the signal stays unblocked inside the handler, so after
- * siglongjmp the mask is as before and sigsetjmp need not save it (a syscall). */
-static int install_guard(void)
+/* Make on_fault the handler of SIGBUS and SIGSEGV, keeping the handler it displaces
+ * as the one to chain to. Called when a mapping is first read and before every
+ * guarded copy, with the GIL held (so never on two threads at once): a handler
+ * installed after ours (faulthandler.enable(), signal.signal, another library's
+ * sigaction) would otherwise receive our copies' faults and end the process, or
+ * return into the faulting copy forever. When nothing changed it costs one query
+ * (a system call): of SIGBUS, the signal a truncated file raises, and of SIGSEGV
+ * too when SIGBUS was displaced (handlers come in pairs; a copy from a mapping it
+ * holds cannot raise SIGSEGV, so that one is defence only). SA_NODEFER: the signal
+ * stays unblocked inside the handler, so after siglongjmp the mask is as before and
+ * sigsetjmp need not save it (a system call). */
+static int ensure_guard(void)
 {
-    if (guard_installed)
-        return 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &old_bus) != 0 || sigaction(SIGSEGV, &sa, &old_segv) != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+    static const int sigs[2] = {SIGBUS, SIGSEGV};
+    if (guard_action.sa_sigaction == NULL) { /* the first call: both are checked */
+        guard_action.sa_sigaction = on_fault;
+        guard_action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        sigemptyset(&guard_action.sa_mask);
+    } else {
+        struct sigaction cur;
+        if (sigaction(SIGBUS, NULL, &cur) != 0)
+            goto fail;
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
+            return 0;
     }
-    guard_installed = 1;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur) != 0)
+            goto fail;
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
+            continue;
+        chained[i] = cur; /* on_fault is not installed: no handler reads it now */
+        if (sigaction(sigs[i], &guard_action, NULL) != 0)
+            goto fail;
+    }
     return 0;
+fail:
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
 }
 
 /* ------------------------------------------------------------------ the gather */
@@ -112,7 +165,7 @@ typedef struct {
     Py_ssize_t n, d, l;
     const char *lo, *hi; /* a mapping's range (guarded copies); NULL in memory */
     int fd;              /* a file's descriptor, checked after each copy; -1 in memory */
-    long long size, mtime_ns; /* what the file had when opened (mtime_ns < 0: unchecked) */
+    long long size, mtime_ns, ctime_ns; /* what the file had when opened (< 0: unchecked) */
 } RowsObject;
 
 /* One read: rows idx[0..r) (idx NULL: start .. start + r) into out_x/out_y. */
@@ -322,8 +375,18 @@ static void copy_rows(const RowsObject *s, Job *j)
         copy_side(j, s->ybase, s->ystride, s->l, j->oy, runs);
 }
 
-/* Has the file of rows s lost bytes or changed its modification time since opened?
- * One fstat; 0 in memory. */
+#ifdef __APPLE__
+#define STAT_NS(st, which) ((long long)(st).st_##which##timespec.tv_sec * 1000000000LL + \
+                            (st).st_##which##timespec.tv_nsec)
+#else
+#define STAT_NS(st, which) ((long long)(st).st_##which##tim.tv_sec * 1000000000LL + \
+                            (st).st_##which##tim.tv_nsec)
+#endif
+
+/* Has the file of rows s lost bytes, or changed its modification time or change time
+ * (ctime) since opened? One fstat; 0 in memory. The rule is exactbatch.ndf.local's
+ * LocalHandle.check_size (see there): a ctime moved by the last link going (the file
+ * deleted, or replaced by a rename over its path) is no change. */
 static int file_changed(const RowsObject *s)
 {
     if (s->fd < 0)
@@ -331,12 +394,8 @@ static int file_changed(const RowsObject *s)
     struct stat st;
     if (fstat(s->fd, &st) != 0 || (long long)st.st_size < s->size)
         return 1;
-#ifdef __APPLE__
-    long long ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + st.st_mtimespec.tv_nsec;
-#else
-    long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-#endif
-    return s->mtime_ns >= 0 && ns != s->mtime_ns;
+    return (s->mtime_ns >= 0 && STAT_NS(st, m) != s->mtime_ns) ||
+           (s->ctime_ns >= 0 && st.st_nlink > 0 && STAT_NS(st, c) != s->ctime_ns);
 }
 
 /* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. */
@@ -357,6 +416,21 @@ static int guarded_copy(const RowsObject *s, Job *j)
     copy_rows(s, j);
     guard_jump = NULL;
     return file_changed(s) ? -2 : 0;
+}
+
+/* 8 * (d + l), the bytes of a row of d features and l labels, in *row; -1 with an
+ * OverflowError naming who and the widths when it does not fit (every size below is
+ * computed from it with checked arithmetic too: a wrapped size would let a read run
+ * past its buffer). */
+static int row_size(const char *who, Py_ssize_t d, Py_ssize_t l, Py_ssize_t *row)
+{
+    Py_ssize_t w;
+    if (__builtin_add_overflow(d, l, &w) || __builtin_mul_overflow(w, (Py_ssize_t)8, row)) {
+        PyErr_Format(PyExc_OverflowError, "%s: a row of d=%zd features and l=%zd labels is "
+                     "more than %zd bytes", who, d, l, PY_SSIZE_T_MAX);
+        return -1;
+    }
+    return 0;
 }
 
 static int out_buffer(PyObject *o, Py_buffer *b, const char *name)
@@ -428,9 +502,14 @@ static int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Jo
         PyBuffer_Release(bx);
         return -1;
     }
+    Py_ssize_t want_x, want_y; /* bytes; an overflow is a size no buffer has */
+    int over = __builtin_mul_overflow(j->r, d, &want_x) ||
+               __builtin_mul_overflow(want_x, bx->itemsize, &want_x) ||
+               __builtin_mul_overflow(j->r, l, &want_y) ||
+               __builtin_mul_overflow(want_y, by->itemsize, &want_y);
     if (bx->itemsize != by->itemsize) {
         PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype");
-    } else if (bx->len != j->r * d * bx->itemsize || by->len != j->r * l * by->itemsize) {
+    } else if (over || bx->len != want_x || by->len != want_y) {
         PyErr_Format(PyExc_ValueError, "out_x and out_y must hold (%zd, %zd) and (%zd, %zd) "
                      "values", j->r, d, j->r, l);
     } else {
@@ -458,19 +537,22 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
+    if (self->lo != NULL && ensure_guard() < 0)
+        goto release;
     Py_BEGIN_ALLOW_THREADS
     rc = guarded_copy(self, &j);
     Py_END_ALLOW_THREADS
     if (rc == -1) {
         PyErr_SetString(FileChanged, "a copy from the file's mapping faulted (truncated?)");
     } else if (rc == -2) {
-        PyErr_SetString(FileChanged, "the file's size or modification time changed");
+        PyErr_SetString(FileChanged, "the file's size, modification time or ctime changed");
     } else if (j.bad >= 0) {
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(&j, j.bad), self->n);
     } else {
         res = Py_NewRef(Py_None);
     }
+release:
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
 done:
@@ -512,7 +594,7 @@ static RowsObject *new_rows(void)
     s->lo = s->hi = NULL;
     s->fd = -1;
     s->size = 0;
-    s->mtime_ns = -1;
+    s->mtime_ns = s->ctime_ns = -1;
     return s;
 }
 
@@ -531,9 +613,13 @@ static int matrix(PyObject *o, Py_buffer *b, const char *name, Py_ssize_t *strid
         PyBuffer_Release(b);
         return -1;
     }
-    Py_ssize_t n = b->shape[0], w = b->shape[1];
-    *stride = n > 1 ? b->strides[0] : 8 * w;
-    if ((w > 1 && b->strides[1] != 8) || *stride < 8 * w) {
+    Py_ssize_t n = b->shape[0], w = b->shape[1], row;
+    if (row_size(name, w, 0, &row) < 0) {
+        PyBuffer_Release(b);
+        return -1;
+    }
+    *stride = n > 1 ? b->strides[0] : row;
+    if ((w > 1 && b->strides[1] != 8) || *stride < row) {
         PyErr_Format(PyExc_ValueError,
                      "%s must hold each row's values side by side, rows apart in order "
                      "(C-contiguous, or columns of a C-contiguous array)",
@@ -578,15 +664,23 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     PyObject *m;
     Py_ssize_t off, n, d, l;
     int fd;
-    long long size, mtime_ns;
-    if (!PyArg_ParseTuple(args, "OnnnniLL:file_rows", &m, &off, &n, &d, &l, &fd, &size,
-                          &mtime_ns))
+    long long size, mtime_ns, ctime_ns;
+    if (!PyArg_ParseTuple(args, "OnnnniLLL:file_rows", &m, &off, &n, &d, &l, &fd, &size,
+                          &mtime_ns, &ctime_ns))
         return NULL;
     if (off < 0 || n < 0 || d < 0 || l < 0) {
         PyErr_SetString(PyExc_ValueError, "file_rows: negative offset or shape");
         return NULL;
     }
-    if (install_guard() < 0)
+    Py_ssize_t row, end; /* offset + n * row: where the rows end in the mapping */
+    if (row_size("file_rows", d, l, &row) < 0)
+        return NULL;
+    if (__builtin_mul_overflow(n, row, &end) || __builtin_add_overflow(end, off, &end)) {
+        PyErr_Format(PyExc_OverflowError, "file_rows: offset=%zd plus n=%zd rows of %zd bytes "
+                     "is more than %zd bytes", off, n, row, PY_SSIZE_T_MAX);
+        return NULL;
+    }
+    if (ensure_guard() < 0)
         return NULL;
     RowsObject *s = new_rows();
     if (s == NULL)
@@ -594,7 +688,7 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     if (PyObject_GetBuffer(m, &s->xbuf, PyBUF_SIMPLE) != 0)
         goto fail;
     s->nbufs = 1;
-    if (s->xbuf.len < off + n * 8 * (d + l)) {
+    if (s->xbuf.len < end) {
         PyErr_SetString(PyExc_ValueError, "file_rows: the mapping is shorter than its rows");
         goto fail;
     }
@@ -603,22 +697,84 @@ static PyObject *file_rows(PyObject *mod, PyObject *args)
     s->l = l;
     s->xbase = (const char *)s->xbuf.buf + off;
     s->ybase = s->xbase + 8 * d;
-    s->xstride = s->ystride = 8 * (d + l);
+    s->xstride = s->ystride = row;
     s->lo = s->xbuf.buf;
     s->hi = (const char *)s->xbuf.buf + s->xbuf.len;
     s->fd = fd;
     s->size = size;
     s->mtime_ns = mtime_ns;
+    s->ctime_ns = ctime_ns;
     return (PyObject *)s;
 fail:
     Py_DECREF(s);
     return NULL;
 }
 
+/* ------------------------------------------------------------------ a file's mapping */
+
+/* A read-only shared mapping of a file, as a buffer: what mmap.mmap gives, without the
+ * duplicate descriptor mmap.mmap keeps open for as long as it lives (so an open .ndf
+ * holds one descriptor, not two). Unmapped when the last holder lets go. */
+typedef struct {
+    PyObject_HEAD
+    void *addr;
+    Py_ssize_t len;
+} MappingObject;
+
+static int Mapping_getbuffer(MappingObject *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->addr, self->len, 1, flags);
+}
+
+static void Mapping_dealloc(MappingObject *self)
+{
+    munmap(self->addr, (size_t)self->len);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs Mapping_as_buffer = {(getbufferproc)Mapping_getbuffer, NULL};
+
+static PyTypeObject MappingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exactbatch._core.Mapping",
+    .tp_basicsize = sizeof(MappingObject),
+    .tp_dealloc = (destructor)Mapping_dealloc,
+    .tp_as_buffer = &Mapping_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only mapping of a file: made by map_file().",
+};
+
+static PyObject *map_file(PyObject *mod, PyObject *args)
+{
+    int fd;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "in:map_file", &fd, &len))
+        return NULL;
+    if (len <= 0) {
+        PyErr_Format(PyExc_ValueError, "map_file: length must be positive; got %zd", len);
+        return NULL;
+    }
+    void *addr;
+    Py_BEGIN_ALLOW_THREADS
+    addr = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, 0);
+    Py_END_ALLOW_THREADS
+    if (addr == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    MappingObject *m = PyObject_New(MappingObject, &MappingType);
+    if (m == NULL) {
+        munmap(addr, (size_t)len);
+        return NULL;
+    }
+    m->addr = addr;
+    m->len = len;
+    return (PyObject *)m;
+}
+
 /* ------------------------------------------------------------------ a dataset's parts */
 
-/* The rows of a sharded dataset: part k, a file_rows object set once the part is
- * open, holds global rows [starts[k], starts[k + 1]). */
+/* The rows of a sharded dataset: part k, a file_rows object set while the part is
+ * open (a dataset keeps a bounded number open: set, then unset to close one), holds
+ * global rows [starts[k], starts[k + 1]). */
 typedef struct PartsObject {
     PyObject_HEAD
     Py_ssize_t nparts, n, d, l;
@@ -630,17 +786,42 @@ typedef struct PartsObject {
     /* where global row i of part k lies: origin[k] + i * stride (0: part k not set) */
     uintptr_t *origin;
     Py_ssize_t stride;
+    /* pins[k]: reads copying from part k now (without the GIL); unset(k) adds CLOSING
+     * while it takes the part away, which it does only when no read holds it */
+    int64_t *pins;
 } PartsObject;
 
-/* Is address a inside a part's mapping? (The fault handler's test: reads only.) */
-static int in_parts(const PartsObject *p, const char *a)
+#define CLOSING ((int64_t)1 << 40)
+
+/* Hold part q for one read: 1 when it is set (then unpin it after the copy; until
+ * then unset() leaves it, so its mapping and origin stay), else 0 (nothing held). */
+static inline int pin(const PartsObject *p, Py_ssize_t q)
+{
+    if (__atomic_fetch_add(&p->pins[q], 1, __ATOMIC_ACQ_REL) < CLOSING &&
+        __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL)
+        return 1;
+    __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Let go of the parts a read pinned (seen[q] == 1). */
+static void unpin(const PartsObject *p, const char *seen)
+{
+    for (Py_ssize_t q = 0; q < p->nparts; q++)
+        if (seen[q] == 1)
+            __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+}
+
+/* The part (pinned by this read: seen[k] == 1) whose mapping holds address a, or -1.
+ * (The fault handler's test: reads only, and a pinned part cannot go meanwhile.) */
+static Py_ssize_t in_parts(const PartsObject *p, const char *seen, const char *a)
 {
     for (Py_ssize_t k = 0; k < p->nparts; k++) {
-        const RowsObject *s = p->parts[k];
+        const RowsObject *s = seen[k] == 1 ? p->parts[k] : NULL;
         if (s != NULL && a >= s->lo && a < s->hi)
-            return 1;
+            return k;
     }
-    return 0;
+    return -1;
 }
 
 /* The part that holds global row i (0 <= i < n): the last part whose first row is
@@ -671,38 +852,50 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
 }
 
 /* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[k] is where row
- * k lies in its part's mapping (NULL when the part is not open), and seen[q] is 1
- * for a part touched, 2 for one touched and not open. The first row out of range:
- * *bad (and 0 is returned); else 1 if a part is not open, or 2. */
+ * k lies in its part's mapping, and seen[q] is 1 for a part touched and pinned (set:
+ * unpin it after), 2 for one touched and not set (src then unusable). The first row
+ * out of range: *bad (and 0 is returned); else 1 if a part is not set, or 2. */
 #define DEFINE_PLACE(NAME, T)                                                               \
     static int NAME(const PartsObject *p, const T *ix, Py_ssize_t start, Py_ssize_t r,      \
                     const char **src, char *seen, Py_ssize_t *bad)                          \
     {                                                                                       \
         int missing = 0;                                                                    \
         if (ix != NULL && p->nparts <= 64) { /* the parts touched as a bitmask: no branch */ \
-            uint64_t touched = 0, over = 0;                                                 \
-            for (Py_ssize_t k = 0; k < r; k++) {                                            \
-                int64_t i = (int64_t)ix[k];                                                 \
-                over |= (uint64_t)i >= (uint64_t)p->n;                                      \
-                Py_ssize_t q = part_of(p, over ? 0 : i);                                    \
-                touched |= (uint64_t)1 << q;                                                \
-                src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);\
-            }                                                                               \
-            if (over) {                                                                     \
-                for (Py_ssize_t k = 0; k < r; k++)                                          \
-                    if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                       \
-                        *bad = k;                                                           \
-                        break;                                                              \
-                    }                                                                       \
-                return 0;                                                                   \
-            }                                                                               \
-            for (Py_ssize_t q = 0; q < p->nparts; q++)                                      \
-                if (touched >> q & 1) {                                                     \
-                    int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;      \
-                    seen[q] = set ? 1 : 2;                                                  \
-                    missing |= !set;                                                        \
+            /* Rows are placed by a copy of the origins, then the parts touched pinned:  */ \
+            /* a part closed and opened again in between (moved) means once more.       */ \
+            uintptr_t org[64];                                                              \
+            for (int pinned = 0;; pinned = 1) {                                             \
+                uint64_t touched = 0, over = 0, moved = 0;                                  \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    org[q] = __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED);              \
+                for (Py_ssize_t k = 0; k < r; k++) {                                        \
+                    int64_t i = (int64_t)ix[k];                                             \
+                    over |= (uint64_t)i >= (uint64_t)p->n;                                  \
+                    Py_ssize_t q = part_of(p, over ? 0 : i);                                \
+                    touched |= (uint64_t)1 << q;                                            \
+                    src[k] = (const char *)(org[q] + (uintptr_t)i * (uintptr_t)p->stride);  \
                 }                                                                           \
-            return missing ? 1 : 2;                                                         \
+                if (over) {                                                                 \
+                    for (Py_ssize_t k = 0; k < r; k++)                                      \
+                        if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                   \
+                            *bad = k;                                                       \
+                            break;                                                          \
+                        }                                                                   \
+                    return 0;                                                               \
+                }                                                                           \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    if (touched >> q & 1) {                                                 \
+                        if (!pinned) {                                                      \
+                            seen[q] = pin(p, q) ? 1 : 2;                                    \
+                            missing |= seen[q] == 2;                                        \
+                        }                                                                   \
+                        moved |= org[q] != __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED); \
+                    }                                                                       \
+                if (missing)                                                                \
+                    return 1;                                                               \
+                if (!moved)                                                                 \
+                    return 2;                                                               \
+            }                                                                               \
         }                                                                                   \
         for (Py_ssize_t k = 0; k < r; k++) {                                                \
             int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                            \
@@ -711,10 +904,9 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                 return 0;                                                                   \
             }                                                                               \
             Py_ssize_t q = part_of(p, i);                                                   \
-            if (!seen[q]) { /* set() stores origin[q], then (releasing) parts[q] */       \
-                int set = __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL;          \
-                seen[q] = set ? 1 : 2;                                                      \
-                missing |= !set;                                                            \
+            if (!seen[q]) { /* pinned before its origin is read: it stays */                \
+                seen[q] = pin(p, q) ? 1 : 2;                                                \
+                missing |= seen[q] == 2;                                                    \
             }                                                                               \
             src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);    \
         }                                                                                   \
@@ -724,13 +916,16 @@ DEFINE_PLACE(place32, int32_t)
 DEFINE_PLACE(place64, int64_t)
 
 /* Rows of j, by global row number, straight from their parts' mappings into the
- * outputs. Every row is checked and placed first (see place32), then copied
- * under the guard (each row's x then its y, as in both64), then each part touched
- * is checked with one fstat. 0: copied (or j->bad >= 0: a row out of range,
- * nothing copied); 1: parts not open yet (seen == 2), nothing copied; -1: a
- * copy faulted; -2: part *which changed. */
-WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
-                      Py_ssize_t *which)
+ * outputs. Every row is checked and placed first, pinning the parts touched (see
+ * place32), then copied under the guard (each row's x then its y, as in both64),
+ * then each part touched is checked with one fstat, then unpinned. 0: copied (or
+ * j->bad >= 0: a row out of range, nothing copied); 1: parts not set (seen == 2),
+ * nothing copied; -1: a copy faulted (in part *which, or -1 if unknown); -2: part
+ * *which changed. */
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      Py_ssize_t *which);
+WIDE static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src,
+                                  char *seen, Py_ssize_t *which)
 {
     int placed = j->isz == 4 ? place32(p, j->idx, j->start, j->r, src, seen, &j->bad)
                              : place64(p, j->idx, j->start, j->r, src, seen, &j->bad);
@@ -741,9 +936,13 @@ WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char 
     if (sigsetjmp(jb, 0)) {
         guard_jump = NULL;
         guard_parts = NULL;
+        *which = guard_hit;
         return -1;
     }
+    guard_lo = guard_hi = NULL; /* a fault counts only in this read's parts */
+    guard_hit = -1;
     guard_parts = p;
+    guard_seen = seen;
     guard_jump = &jb;
     /* One pass, as in both64: y follows x in a part's row */
     for (Py_ssize_t k = 0; k < j->r; k++) {
@@ -759,20 +958,28 @@ WIDE static int parts_copy(const PartsObject *p, Job *j, const char **src, char 
     guard_jump = NULL;
     guard_parts = NULL;
     for (Py_ssize_t q = 0; q < p->nparts; q++)
-        if (seen[q] && file_changed(p->parts[q])) {
+        if (seen[q] == 1 && file_changed(p->parts[q])) {
             *which = q;
             return -2;
         }
     return 0;
 }
 
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      Py_ssize_t *which)
+{
+    int rc = parts_copy_pinned(p, j, src, seen, which);
+    unpin(p, seen);
+    return rc;
+}
+
 PyDoc_STRVAR(parts_read_doc,
 "read(rows, out_x, out_y)\n--\n\n"
 "As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
-"or, copying nothing, the list of the parts the rows lie in that are not set yet\n"
+"or, copying nothing, the list of the parts the rows lie in that are not set\n"
 "(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
-"(with the part's number as its ``part`` attribute, or None for a fault) when a\n"
-"part changed.");
+"(with the part's number as its ``part`` attribute, None where a fault cannot\n"
+"say) when a part changed.");
 
 static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -791,12 +998,16 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
-    src = PyMem_RawMalloc((size_t)(j.r ? j.r : 1) * sizeof(const char *));
+    size_t cells;
+    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), sizeof(const char *), &cells))
+        src = PyMem_RawMalloc(cells);
     seen = PyMem_RawCalloc((size_t)self->nparts, 1);
     if (src == NULL || seen == NULL) {
         PyErr_NoMemory();
         goto release;
     }
+    if (ensure_guard() < 0)
+        goto release;
     Py_BEGIN_ALLOW_THREADS
     rc = parts_copy(self, &j, src, seen, &which);
     Py_END_ALLOW_THREADS
@@ -814,8 +1025,8 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         PyObject *exc = PyObject_CallFunction(
             FileChanged, "s",
             rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
-                     : "a part's size or modification time changed");
-        PyObject *part = rc == -2 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
+                     : "a part's size, modification time or ctime changed");
+        PyObject *part = which >= 0 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
         if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
             PyErr_SetObject(FileChanged, exc);
         Py_XDECREF(part);
@@ -858,7 +1069,7 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
                      self->d, self->l, s->n, s->d, s->l);
         return NULL;
     }
-    /* Set once: a read on another thread (without the GIL) may be using the part. */
+    /* Only where not set: a read on another thread (without the GIL) may be using it. */
     if (self->parts[k] == NULL) {
         /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
          * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
@@ -872,6 +1083,31 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(parts_unset_doc,
+"unset(k)\n--\n\n"
+"Let go of part k's rows (the part is being closed): True when done (or it was not\n"
+"set), False while a read on another thread is copying from it (try again later).");
+
+static PyObject *Parts_unset(PartsObject *self, PyObject *arg)
+{
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || k >= self->nparts) {
+        PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
+        return NULL;
+    }
+    int64_t idle = 0;
+    if (!__atomic_compare_exchange_n(&self->pins[k], &idle, CLOSING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        Py_RETURN_FALSE;
+    RowsObject *old = self->parts[k];
+    __atomic_store_n(&self->parts[k], NULL, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&self->pins[k], CLOSING, __ATOMIC_RELEASE);
+    Py_XDECREF(old);
+    Py_RETURN_TRUE;
+}
+
 static void Parts_dealloc(PartsObject *self)
 {
     for (Py_ssize_t k = 0; self->parts != NULL && k < self->nparts; k++)
@@ -880,13 +1116,16 @@ static void Parts_dealloc(PartsObject *self)
     PyMem_Free(self->starts);
     PyMem_Free(self->table);
     PyMem_Free(self->origin);
+    PyMem_Free(self->pins);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef Parts_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
     {"set", (PyCFunction)Parts_set, METH_VARARGS,
-     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open."},
+     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open; keep\n"
+     "the file open (its descriptor is checked after each copy) until unset(k)."},
+    {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -906,10 +1145,13 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     Py_ssize_t d, l;
     if (!PyArg_ParseTuple(args, "Onn:parts_rows", &o, &d, &l))
         return NULL;
+    Py_ssize_t row;
     if (d < 0 || l < 0) {
         PyErr_SetString(PyExc_ValueError, "parts_rows: negative widths");
         return NULL;
     }
+    if (row_size("parts_rows", d, l, &row) < 0)
+        return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         return NULL;
@@ -923,6 +1165,11 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
         PyBuffer_Release(&b);
         return NULL;
     }
+    if (m - 1 > INT32_MAX) { /* the table holds parts as int32 */
+        PyErr_Format(PyExc_ValueError, "parts_rows: at most %d parts; got %zd", INT32_MAX, m - 1);
+        PyBuffer_Release(&b);
+        return NULL;
+    }
     const int64_t *st = b.buf;
     for (Py_ssize_t k = 0; k < m; k++)
         if ((k == 0 && st[0] != 0) || (k > 0 && st[k] < st[k - 1])) {
@@ -930,7 +1177,7 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
             PyBuffer_Release(&b);
             return NULL;
         }
-    if (install_guard() < 0) {
+    if (ensure_guard() < 0) {
         PyBuffer_Release(&b);
         return NULL;
     }
@@ -943,7 +1190,8 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->table = NULL;
     p->parts = NULL;
     p->origin = NULL;
-    p->stride = 8 * (d + l);
+    p->pins = NULL;
+    p->stride = row;
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];
     p->d = d;
@@ -960,7 +1208,9 @@ static PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
     p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
     p->origin = PyMem_Calloc((size_t)(m - 1), sizeof(uintptr_t));
-    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL) {
+    p->pins = PyMem_Calloc((size_t)(m - 1), sizeof(int64_t));
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL ||
+        p->pins == NULL) {
         PyBuffer_Release(&b);
         Py_DECREF(p);
         return PyErr_NoMemory();
@@ -1271,10 +1521,14 @@ static PyMethodDef core_methods[] = {
      "memory_rows(x, y)\n--\n\nRows of two float64 2-D arrays (x (n, d), y (n, l)), each row's values "
      "side by side (C-contiguous, or columns of a C-contiguous array)."},
     {"file_rows", file_rows, METH_VARARGS,
-     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns)\n--\n\n"
+     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)\n--\n\n"
      "Rows of an .ndf file's read-only mapping (x then y per row, from byte offset);\n"
-     "after each copy fd must still have at least size bytes and (mtime_ns >= 0) that\n"
-     "modification time. Installs the fault guard on first use."},
+     "after each copy fd must still have at least size bytes and (each when >= 0) that\n"
+     "modification time and change time. Installs the fault guard on first use."},
+    {"map_file", map_file, METH_VARARGS,
+     "map_file(fd, length)\n--\n\n"
+     "A read-only shared mapping of the first length bytes of file fd, as a buffer (as\n"
+     "mmap.mmap's, but holding no descriptor of its own; unmapped when freed)."},
     {"parts_rows", parts_rows, METH_VARARGS,
      "parts_rows(starts, d, l)\n--\n\n"
      "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"
@@ -1297,7 +1551,7 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC PyInit__core(void)
 {
     if (PyType_Ready(&RowsType) < 0 || PyType_Ready(&PartsType) < 0 ||
-        PyType_Ready(&BijectionType) < 0)
+        PyType_Ready(&BijectionType) < 0 || PyType_Ready(&MappingType) < 0)
         return NULL;
     PyObject *np = PyImport_ImportModule("numpy");
     if (np == NULL)

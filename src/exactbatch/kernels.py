@@ -39,6 +39,7 @@ __all__ = [
     "check_dtype",
     "file_rows",
     "gather",
+    "map_file",
     "memory_rows",
     "pair_check",
     "parts_rows",
@@ -162,15 +163,38 @@ def pair_check():
     return _numpy_pair_fits if _CORE is None else _CORE.pair_fits
 
 
-def file_rows(mapping, offset: int, n: int, d: int, l: int, fd: int, size: int, mtime_ns):  # noqa: E741
+def file_rows(
+    mapping,
+    offset: int,
+    n: int,
+    d: int,
+    l: int,  # noqa: E741
+    fd: int,
+    size: int,
+    mtime_ns,
+    ctime_ns=None,
+):
     """The rows of an ``.ndf`` file's read-only ``mapping`` (x then y per row, from
     byte ``offset``), read under the fault guard, with one ``fstat`` of ``fd`` after
-    each copy: fewer than ``size`` bytes, or a modification time other than
-    ``mtime_ns`` (None: unchecked), is :class:`FileChanged`. None on the pure path,
-    where the reader copies under its read lease instead."""
+    each copy: fewer than ``size`` bytes, a modification time other than ``mtime_ns``
+    or a change time other than ``ctime_ns`` (each None: unchecked; the rule is
+    :meth:`exactbatch.ndf.local.LocalHandle.check_size`'s) is :class:`FileChanged`.
+    A shape whose bytes do not fit in the address space is an ``OverflowError``.
+    None on the pure path, where the reader copies under its read lease instead."""
     if _CORE is None:
         return None
-    return _CORE.file_rows(mapping, offset, n, d, l, fd, size, -1 if mtime_ns is None else mtime_ns)
+    times = (-1 if t is None else t for t in (mtime_ns, ctime_ns))
+    return _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times)
+
+
+def map_file(fd: int, length: int):
+    """A read-only shared mapping of the first ``length`` bytes of file ``fd``, as a
+    buffer that holds no descriptor of its own (``mmap.mmap`` keeps a duplicate open
+    for as long as it lives); unmapped when the last holder lets go. None on the pure
+    path (the reader maps with ``mmap.mmap`` there)."""
+    if _CORE is None:
+        return None
+    return _CORE.map_file(fd, length)
 
 
 def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741

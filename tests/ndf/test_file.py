@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import rewrite_in_place, until_ctime_moves
 
 import exactbatch
 import exactbatch.ndf as ndf
@@ -449,7 +450,7 @@ def test_failed_mapping_closes_the_descriptor_exactly_once(saved, monkeypatch):
     def no_mmap(*args, **kwargs):
         raise OSError(errno.ENOMEM, "injected mmap failure")
 
-    monkeypatch.setattr(ndf.local.mmap, "mmap", no_mmap)
+    monkeypatch.setattr(ndf.local, "_map", no_mmap)
     gc.collect()
     before = fd_count()
     with pytest.raises(OSError) as info:
@@ -1178,6 +1179,38 @@ def test_a_file_whose_mtime_changed_while_open_is_an_error_that_says_how_to_rere
             assert msg.endswith("replace files with save_ndf (a rename) instead")
 
 
+@pytest.mark.parametrize("how", ["rewrite", "chmod"])
+def test_a_change_with_the_mtime_put_back_is_an_error_on_both_backends(saved, how, each_backend):
+    """Rewritten in place (same size), its modification time then put back (``touch -r``,
+    ``os.utime``, ``rsync --inplace -t``): only the change time (ctime) tells, and every
+    read path of both backends is an NdfError naming the file. So is a change of
+    metadata alone (chmod), which the reader cannot tell from it. Opening the file does
+    not move its ctime."""
+    path, _, _ = saved
+    opened = os.stat(path).st_ctime_ns
+    with open_ndf(path) as f:
+        loader = DataLoader(f, 10, shuffle=True)
+        f.read_rows(range(10))
+        assert os.stat(path).st_ctime_ns == opened  # opening and reading leave it alone
+        change = {"rewrite": lambda: rewrite_in_place(path), "chmod": lambda: os.chmod(path, 0o600)}
+        until_ctime_moves(path, opened, change[how])
+        scattered = np.random.default_rng(0).permutation(300)[:100]
+        for read in (
+            lambda: f.read_rows(range(10)),  # a run (one positional read on the pure path)
+            lambda: f.read_rows(scattered),  # gathered from the map
+            lambda: f.read_row(3),
+            lambda: f.read_block_into(0, np.empty((4, 5))),
+            lambda: next(iter(loader)),
+        ):
+            with pytest.raises(NdfError, match="changed while open") as info:
+                read()
+            msg = str(info.value)
+            assert os.fspath(path) in msg
+            assert "its change time, ctime, moved though its modification time did" in msg
+            assert "open it again to read the new contents" in msg
+        loader.close()
+
+
 _SCATTERED_AFTER_TRUNCATE = textwrap.dedent(
     """
     import os, sys
@@ -1241,8 +1274,9 @@ def test_truncated_file_loader_read_is_ndf_error(saved):
 
 
 @pytest.mark.parametrize("how", ["replace", "unlink"])
-def test_replaced_or_deleted_file_keeps_reading_old_contents(saved, tmp_path, how):
-    """A file replaced (os.replace) or deleted while open keeps reading the old contents."""
+def test_replaced_or_deleted_file_keeps_reading_old_contents(saved, tmp_path, how, each_backend):
+    """A file replaced (os.replace) or deleted while open keeps reading the old contents
+    (its ctime moves as its last link goes: that is no change to its rows)."""
     path, x, y = saved
     with open_ndf(path) as f:
         if how == "replace":

@@ -1,13 +1,17 @@
-"""The read lease that guards copies from an .ndf file's memory map (Linux).
+"""What guards copies from an .ndf file's memory map: the read lease (the pure NumPy
+path, Linux) and the compiled core's fault guard.
 
 A file truncated while rows are copied from its mapping would end the
-reader with SIGBUS. Copies are made under a read lease: a truncating or
-writing process waits until the copy is done, and the next read is a clear
-``NdfError``. These tests check the lease's rules directly (held by the first
-copier, released by the last, never held off a waiting writer, a fallback to
-positional reads while the file is open for writing) and, in child
-processes, that truncations at random instants of a tight shuffled read
-loop are always an ``NdfError``, never a SIGBUS.
+reader with SIGBUS. On the pure path copies are made under a read lease: a
+truncating or writing process waits until the copy is done, and the next
+read is a clear ``NdfError``. These tests check the lease's rules directly
+(held by the first copier, released by the last, never held off a waiting
+writer, a fallback to positional reads while the file is open for writing)
+and, in child processes, that truncations at random instants of a tight
+shuffled read loop are always an ``NdfError``, never a SIGBUS. The compiled
+core's guard is a signal handler: it must hold even when another handler is
+installed after it (faulthandler, ``signal.signal``, a C library's
+``sigaction``), and faults that are not its own must still end the process.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import time
 
 import numpy as np
 import pytest
+from helpers import TRUNCATE_LOOP
 
 import exactbatch.ndf.guard as guard
 from exactbatch import NdfError, kernels, open_ndf, save_ndf
 
-pytestmark = pytest.mark.skipif(
+needs_lease = pytest.mark.skipif(
     guard.F_SETLEASE is None, reason="read leases are Linux-only (elsewhere the copy is unguarded)"
+)
+needs_core = pytest.mark.skipif(
+    kernels.backend() != "compiled", reason="the compiled core is not in use"
 )
 
 F_RDLCK = getattr(guard.fcntl, "F_RDLCK", 0)
@@ -57,6 +65,7 @@ def f(tmp_path, numpy_backend):
         yield f
 
 
+@needs_lease
 def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
     assert f.guarded is True
     assert _lease_type(f) == F_UNLCK  # not held between reads: writers never wait on an idle loader
@@ -66,6 +75,7 @@ def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
     assert _lease_type(f) == F_UNLCK
 
 
+@needs_lease
 def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
     lease = f._handle().lease
     assert lease.acquire() is True
@@ -77,6 +87,7 @@ def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
     assert _lease_type(f) == F_UNLCK
 
 
+@needs_lease
 def test_a_truncation_waits_for_the_copy_then_the_next_read_is_an_error(tmp_path, f):
     lease = f._handle().lease
     assert lease.acquire() is True  # a copy is running
@@ -102,6 +113,7 @@ def test_a_truncation_waits_for_the_copy_then_the_next_read_is_an_error(tmp_path
     assert _lease_type(f) == F_UNLCK  # the failed read let its lease go
 
 
+@needs_lease
 def test_a_file_open_for_writing_is_read_with_positional_reads(f):
     """No lease while a writer has the file open: scattered rows come by positional
     reads (which cannot fault), and they are right."""
@@ -115,6 +127,7 @@ def test_a_file_open_for_writing_is_read_with_positional_reads(f):
     _check_rows(*f.read_rows(idx), idx)  # writer gone: the map (and the lease) again
 
 
+@needs_lease
 def test_where_the_os_gives_no_lease_the_copy_is_unguarded_and_right(f, monkeypatch):
     lease = f._handle().lease
     monkeypatch.setattr(lease, "works", False)
@@ -123,6 +136,7 @@ def test_where_the_os_gives_no_lease_the_copy_is_unguarded_and_right(f, monkeypa
     _check_rows(*f.read_rows(idx), idx)
 
 
+@needs_lease
 def test_a_lease_refused_for_another_reason_is_never_asked_again(f, monkeypatch):
     """EACCES (not the owner), EINVAL (a filesystem without leases): unguarded from then on."""
     lease = f._handle().lease
@@ -196,6 +210,8 @@ def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbu
     core's fault guard every one is an NdfError."""
     if backend == "compiled" and kernels.backend() != "compiled":
         pytest.skip("the compiled core is not built")
+    if backend == "numpy" and guard.F_SETLEASE is None:
+        pytest.skip("read leases are Linux-only")
     pristine = tmp_path / "pristine.ndf"
     _traceable(pristine, n=100_000)
     data = pristine.read_bytes()
@@ -234,6 +250,7 @@ READER = textwrap.dedent(
 )
 
 
+@needs_lease
 def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path):
     """A writer opening the file during a copy makes the kernel signal the lease's holder:
     SIGIO by default, which would kill the reader. Each lease asks for SIGURG instead
@@ -250,6 +267,7 @@ def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path
     assert p.returncode == 0 and out.startswith("ok"), (p.returncode, out, err[-2000:])
 
 
+@needs_lease
 def test_a_forked_child_holds_a_lease_of_its_own(f):
     """Parent and child share the inherited open file; the child's copies take their
     lease on a new open file of the same inode, so neither ends the other's lease."""
@@ -276,3 +294,37 @@ def test_a_forked_child_holds_a_lease_of_its_own(f):
     assert _lease_type(f) == F_RDLCK, "the child's release ended the parent's lease"
     lease.release()
     assert _lease_type(f) == F_UNLCK
+
+
+# -- the compiled core's fault guard, displaced -----------------------------------------------
+
+@needs_core
+@pytest.mark.parametrize(
+    "how, ends",
+    [
+        ("faulthandler", -signal.SIGSEGV),  # it reports the fault, then the default ends it
+        ("signal", -signal.SIGSEGV),  # CPython's handler only sets a flag: the default
+        ("sigaction", signal.SIGSEGV),  # libc's _exit(SIGSEGV) received the fault
+    ],
+)
+def test_the_guard_holds_when_a_handler_is_installed_after_it(tmp_path, how, ends):
+    """A handler installed after the first open (faulthandler.enable(), signal.signal, a
+    C library's sigaction) displaced the guard: a truncation during a copy then ended the
+    process ("Fatal Python error: Bus error"), hung it (a Python handler returns into the
+    faulting copy), or went to the other handler. The guard is put back at every guarded
+    read, chaining to that handler: every truncation is an NdfError naming the file (or
+    the part), and a fault outside a copy still ends the process as that handler (or the
+    default) does, never a hang (helpers.TRUNCATE_LOOP, in a child process)."""
+    r = subprocess.run(
+        [sys.executable, "-c", TRUNCATE_LOOP, os.fspath(tmp_path), "8", "file,dataset", how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    want = ["file 8", "dataset 8"] + ([f"sent [{int(signal.SIGBUS)}]"] * (how == "signal"))
+    assert r.stdout.splitlines() == want, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.returncode == ends, (r.returncode, r.stderr[-2000:])
+    if how == "faulthandler":
+        assert "Fatal Python error: Segmentation fault" in r.stderr
+        assert r.stderr.count("Fatal Python error") == 1  # reported once, not in a loop

@@ -8,13 +8,25 @@ NdfError naming the part; a failed write leaves no manifest.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
 import pytest
-from helpers import check_rows, make_data, make_x, make_y, write_ndf_dataset
+from helpers import (
+    check_rows,
+    make_data,
+    make_x,
+    make_y,
+    rewrite_in_place,
+    until_ctime_moves,
+    write_ndf_dataset,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -138,6 +150,25 @@ def test_a_part_truncated_while_open_is_an_error_naming_it(ds_path, each_backend
         ds.read_rows([24, 10])
 
 
+@pytest.mark.parametrize("how", ["truncate", "rewrite"])
+def test_a_part_changed_with_its_mtime_put_back_is_an_error_naming_it(ds_path, each_backend, how):
+    """A part truncated, or rewritten in place, and its modification time then put back
+    (``touch -r``): the size check, or the change time (ctime), sees it, and the next
+    read of its rows is an NdfError naming that part's file, on both backends."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
+    p = os.path.join(ds_path, "part-00002.ndf")
+    change = {
+        "truncate": lambda: os.truncate(p, os.path.getsize(p) - 8),
+        "rewrite": lambda: rewrite_in_place(p, values=2),
+    }
+    until_ctime_moves(p, os.stat(p).st_ctime_ns, change[how])
+    ds.read_rows([0, 24])  # parts 0 and 4 are fine
+    for rows in ([24, 10], [10, 11], np.arange(N)):  # scattered, a run in the part, all
+        with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
+            ds.read_rows(rows)
+
+
 def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
     """When a copy faults the core cannot say in which part: the open parts are
     checked and the one that changed is named (else the dataset is)."""
@@ -247,6 +278,144 @@ def test_threads_opening_parts_at_once(ds_path):
         dsmod.open_ndf = real_open
     assert not errors
     assert sorted(opened) == sorted(set(opened)) and len(opened) == 4
+
+
+# -- a bounded number of parts open -------------------------------------------------------
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+needs_proc_fd = pytest.mark.skipif(
+    not os.path.isdir("/proc/self/fd"), reason="counts open descriptors in /proc/self/fd"
+)
+
+
+@needs_proc_fd
+def test_parts_open_are_bounded_and_the_least_recently_used_closes(tmp_path, each_backend):
+    """With max_open_parts=3, reading a fourth part closes the least recently used one
+    (its descriptor too: one a part with the compiled core, two on the pure path),
+    and a part closed and read again opens again; part(k)'s share keeps its own."""
+    path = write_ndf_dataset(tmp_path / "ds", [4] * 6, d=2, l=1)
+    per = 1 if each_backend == "compiled" else 2
+    gc.collect()
+    base = _fds()
+    with open_ndf_dataset(path, max_open_parts=3) as ds:
+        assert ds.max_open_parts == 3
+        for rows, want in [
+            ([0], (0,)),
+            ([4, 8], (0, 1, 2)),
+            (slice(0, 2), (0, 1, 2)),  # part 0 read again: 1 is the least recently used
+            ([12], (0, 2, 3)),  # by last use: 2, 0, 3
+            (slice(17, 23), (3, 4, 5)),  # a run over parts 4 and 5: 2, then 0 close
+            ([1, 13, 22, 9], (2, 3, 5)),  # 4 parts (> 3): read part by part, in order
+        ]:
+            want_rows = np.arange(24)[rows]
+            x, y = np.empty((len(want_rows), 2)), np.empty((len(want_rows), 1))
+            ds.read_rows_into(rows if isinstance(rows, slice) else np.array(rows), x, y)
+            check_rows(x, y, 2, 1)
+            np.testing.assert_array_equal(x[:, 0], want_rows)
+            assert ds.open_parts == want and _fds() == base + per * len(want)
+        held = ds.part(1)
+    assert _fds() == base + per  # the share of part 1 still holds its descriptor
+    np.testing.assert_array_equal(held.read_rows([2])[0][:, 0], [6])
+    held.close()
+    assert _fds() == base
+
+
+def test_max_open_parts_is_checked_and_defaults_from_the_descriptor_limit(ds_path):
+    with pytest.raises(ValueError, match="max_open_parts must be >= 1; got max_open_parts=0"):
+        open_ndf_dataset(ds_path, max_open_parts=0)
+    with pytest.raises(TypeError, match="max_open_parts must be an int"):
+        open_ndf_dataset(ds_path, max_open_parts=2.5)
+    assert open_ndf_dataset(ds_path).max_open_parts == dsmod.default_max_open_parts()
+    assert 1 <= dsmod.default_max_open_parts() <= 1024
+
+
+@needs_proc_fd
+def test_threads_reading_many_parts_keep_the_open_parts_bounded(tmp_path, each_backend):
+    """Threads reading shuffled rows of 60 parts with at most 3 open: every row is right,
+    the descriptors open stay bounded (parts closed under a read in flight wait for it:
+    the compiled gather pins its parts, a read through a part holds its file), and at
+    the end at most 3 parts are open."""
+    sizes = [3] * 60
+    path = write_ndf_dataset(tmp_path / "ds", sizes, d=2, l=1)
+    n = sum(sizes)
+    gc.collect()
+    base, peak, errors = _fds(), [], []
+    ds = open_ndf_dataset(path, max_open_parts=3)
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for k in range(60):
+                # a few rows (in at most 3 parts: one gather) or many (part by part)
+                part = rng.integers(0, 60, 3)
+                rows = (part * 3 + rng.integers(0, 3, 3)) if k % 3 else rng.integers(0, n, 20)
+                x, y = ds.read_rows(rows)
+                check_rows(x, y, 2, 1)
+                assert x[:, 0].tolist() == rows.tolist()
+                peak.append(_fds())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    per, t = (1 if each_backend == "compiled" else 2), len(threads)
+    # Beyond the bound: the parts each thread's gather pins (3) or its read holds (1), and
+    # each thread's listdir of /proc/self/fd: far below 60 parts' worth.
+    assert max(peak) <= base + per * (3 + 3 * t + t) + t
+    assert len(ds.open_parts) <= 3 and _fds() == base + per * len(ds.open_parts)
+    ds.close()
+
+
+# A loader over many small parts under a low limit on open descriptors: every part
+# held open (two descriptors each, before the bound) ended in EMFILE.
+LOW_LIMIT = textwrap.dedent(
+    """
+    import os, resource, sys
+    import numpy as np
+    from exactbatch import DataLoader, open_ndf_dataset
+    path, limit = sys.argv[1], int(sys.argv[2])
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    ds = open_ndf_dataset(path)
+    most, seen = 0, []
+    for prefetch in (0, 2):
+        loader = DataLoader(ds, batch_size=16, shuffle=True, seed=prefetch, prefetch=prefetch)
+        for xb, yb in loader:
+            seen.append(xb[:, 0].astype(np.int64))
+            most = max(most, len(os.listdir("/proc/self/fd")))
+        loader.close()
+    rows = np.sort(np.concatenate(seen))
+    assert np.array_equal(rows, np.tile(np.arange(ds.n), (2, 1)).T.ravel()), "not each row twice"
+    print(ds.max_open_parts, len(ds.open_parts), most)
+    """
+)
+
+
+@needs_proc_fd
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled", "numpy"])
+def test_a_shuffled_loader_over_many_parts_runs_under_a_low_descriptor_limit(tmp_path, pure):
+    """100 parts under a soft limit of 64 open descriptors: each epoch (with and without
+    prefetch) hands out every row exactly once, never an OSError EMFILE; the bound is
+    a quarter of the limit's worth of parts."""
+    path = write_ndf_dataset(tmp_path / "ds", [3] * 100, d=2, l=1)
+    r = subprocess.run(
+        [sys.executable, "-c", LOW_LIMIT, path, "64"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EXACTBATCH_PURE": pure},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    bound, still_open, most = map(int, r.stdout.split())
+    assert bound == (16 if pure == "0" else 8) and still_open <= bound and most < 64
 
 
 def test_features_and_labels_names_are_kept(tmp_path):

@@ -25,7 +25,8 @@ also caught and counted there.
 
 Reliability, 3: files that change underneath a reader (at the end). An
 ``.ndf`` truncated or rewritten in place mid-epoch is an ``NdfError`` at the
-next batch read (its size and mtime are checked before every read); one
+next batch read (its size, mtime and ctime are checked at every read; a
+rewrite with its mtime put back is tests/ndf/test_file.py's); one
 replaced (renamed over) or deleted keeps being read as the file that was
 opened. The loader runs in a child process, so a SIGBUS would show as its
 exit status. The truncations here happen between reads; truncations
@@ -57,6 +58,7 @@ from exactbatch import (
     DataLoader,
     NdfError,
     TotalSizeWarning,
+    kernels,
     open_ndf,
     parquet_source,
     save_ndf,
@@ -473,7 +475,7 @@ def test_second_file_with_a_wrong_schema_is_a_value_error_naming_it(tmp_path, va
     assert len(list(DataLoader(src, batch_size=7))) == len(DataLoader(src, batch_size=7))
 
 
-@pytest.mark.parametrize("how", ["truncate", "replace", "rewrite", "delete"])
+@pytest.mark.parametrize("how", ["truncate", "replace", "rewrite", "rewrite-keep-mtime", "delete"])
 def test_parquet_file_changed_after_construction_is_a_clear_error(tmp_path, how):
     """The source keeps each footer; a file changed afterwards is refused at its next read
     (a replaced file with the same layout would otherwise be read through the old footer)."""
@@ -496,6 +498,12 @@ def test_parquet_file_changed_after_construction_is_a_clear_error(tmp_path, how)
         st = os.stat(path)
         path.write_bytes(data)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    elif how == "rewrite-keep-mtime":  # other bytes, its mtime put back: only ctime differs
+        # (imported here: bench/reliability.py imports this module without tests/ on its path)
+        from helpers import rewrite_in_place, until_ctime_moves
+
+        opened = os.stat(path).st_ctime_ns
+        until_ctime_moves(path, opened, lambda: rewrite_in_place(path, offset=len(data) // 2))
     else:
         os.unlink(path)
     if how == "delete":
@@ -635,8 +643,8 @@ CHANGES = [
 def test_file_changed_mid_epoch_is_a_clear_error_or_keeps_the_opened_file(
     tmp_path, how, arg, shuffle, via, prefetch
 ):
-    """Truncated or rewritten in place: NdfError at the next batch read (the size and mtime
-    are checked before every read; with prefetch, the batches read before the change come
+    """Truncated or rewritten in place: NdfError at the next batch read (the size, mtime
+    and ctime are checked at every read; with prefetch, the batches read before the change come
     first, and they are right), never garbage and never a SIGBUS. Replaced (a rename) or
     deleted: the loader keeps reading the file it opened, every row exactly once."""
     path = tmp_path / "moving.ndf"
@@ -648,3 +656,74 @@ def test_file_changed_mid_epoch_is_a_clear_error_or_keeps_the_opened_file(
     assert proc.returncode != -signal.SIGBUS, "the reader was killed by SIGBUS"
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
     assert proc.stdout.strip() == ("error" if how in ("truncate", "rewrite") else "old")
+
+
+# One child: truncations during copies, in a loop. A reader thread copies batches (the
+# compiled gather releases the GIL) while the main thread truncates the file at a random
+# instant; the reader's NdfError says whether the fault guard caught it inside a copy
+# (FileChanged "faulted") or the size check after the copy did. With "faulthandler",
+# faulthandler's SIGBUS handler is installed after each open (disable, then enable:
+# enable alone does nothing when it is on), displacing the guard the open installed.
+GUARD_LOOP = textwrap.dedent(
+    """
+    import faulthandler, os, shutil, sys, threading, time
+    import numpy as np
+    from exactbatch import NdfError, backend, open_ndf
+    pristine, live, trials, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    after_open = sys.argv[6]
+    assert backend() == "compiled", backend()
+    rng = np.random.default_rng(int(sys.argv[5]))
+    size = os.path.getsize(pristine)
+    for _ in range(trials):
+        shutil.copyfile(pristine, live)
+        f = open_ndf(live)
+        if after_open == "faulthandler":
+            faulthandler.disable()
+            faulthandler.enable()
+        read, n, d, l = f.rows_reader(), f.n, f.d, f.l
+        out_x, out_y, seen = np.empty((batch, d)), np.empty((batch, l)), []
+        started = threading.Event()
+
+        def reader():
+            r = np.random.default_rng(1)
+            try:
+                while True:
+                    read(r.integers(0, n, batch), out_x, out_y)
+                    started.set()
+            except NdfError as e:
+                caught = "faulted" in str(e.__context__ or "")
+                seen.append("guard" if caught else "check")
+
+        t = threading.Thread(target=reader)
+        t.start()
+        started.wait()
+        time.sleep(float(rng.uniform(0, 0.002)))
+        os.truncate(live, int(rng.integers(28, size)))
+        t.join()
+        f.close()
+        print(seen[0], flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(kernels.backend() != "compiled", reason="the compiled core is not in use")
+def test_truncations_during_copies_with_faulthandler_enabled_after_open_are_ndf_errors(tmp_path):
+    """The fast slice of ``bench/reliability.py guard``: a thread copies shuffled batches
+    while the file is truncated at a random instant, faulthandler's handler installed
+    after each open (displacing the fault guard, which puts itself back at the next
+    read): each truncation is an NdfError, never a crash ("Fatal Python error: Bus
+    error" before the guard was put back)."""
+    pristine, live = tmp_path / "pristine.ndf", tmp_path / "live.ndf"
+    rng = np.random.default_rng(5)
+    save_ndf(pristine, (rng.standard_normal((5000, 16)), rng.standard_normal(5000)))
+    trials = 6
+    args = [pristine, live, str(trials), "1024", "0", "faulthandler"]
+    p = subprocess.run(
+        [sys.executable, "-c", GUARD_LOOP, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    assert len(p.stdout.split()) == trials and set(p.stdout.split()) <= {"guard", "check"}

@@ -21,8 +21,19 @@ NumPy path) a request is split by part (``np.searchsorted`` on the
 cumulative n) and each part is read once with its own coalesced reads
 (:mod:`exactbatch.ndf.file`, :mod:`exactbatch.ndf.remote`); for URLs the
 parts of one request are read concurrently by a small thread pool. Memory:
-the manifest, one open ``NdfFile`` per part read so far, and on the split
-path, for a request spanning parts, one staging copy of the batch.
+the manifest, the parts open (below), and on the split path, for a request
+spanning parts, one staging copy of the batch.
+
+Open parts are bounded: a local dataset keeps at most ``max_open_parts``
+parts open (by default a quarter of the soft limit on open descriptors,
+``RLIMIT_NOFILE``, over the descriptors a part holds: one with the compiled
+core, two on the pure NumPy path; at most 1,024 parts), closing the least
+recently used part when another must open. A part a read on another thread
+is copying from is never closed under it (the compiled gather pins the parts
+it reads; a read through a part's ``NdfFile`` holds that file until it is
+done). A request touching more parts than may be open at once is read part
+by part (the split path below), so reading works whatever the bound; each
+part closed and opened again costs an ``open``, an ``fstat`` and a mapping.
 
 Writing is :mod:`exactbatch.ndf.dataset_write`'s (its names are importable
 from here too): :func:`save_ndf_dataset` from an iterable of parts,
@@ -36,6 +47,7 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -43,7 +55,7 @@ import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, parts_rows
+from exactbatch.kernels import FileChanged, backend, parts_rows
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
     describe_part,
@@ -84,6 +96,25 @@ __all__ = [
 
 _URL_THREADS = 8  # parts of one request read at once, for URLs
 _OPEN_LOCKS = 64  # parts may open at once (one lock per part would cost memory per part)
+_MAX_OPEN_PARTS = 1024  # the default bound on open parts never exceeds this
+_GATHER_TRIES = 3  # compiled gathers of a request whose parts other threads keep closing
+
+
+def default_max_open_parts() -> int:
+    """The parts a local dataset keeps open by default: a quarter of this process's
+    soft limit on open descriptors (``RLIMIT_NOFILE``), over the descriptors an open
+    part holds (one with the compiled core, two on the pure NumPy path), from 1 to
+    1,024."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - no rlimit (Windows)
+        soft = 1024
+    if soft < 0:  # RLIM_INFINITY
+        return _MAX_OPEN_PARTS
+    per_part = 1 if backend() == "compiled" else 2
+    return max(1, min(_MAX_OPEN_PARTS, soft // 4 // per_part))
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -111,18 +142,23 @@ def _sort_rows(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Parts:
-    """What every holder of one open dataset shares: the manifest and the parts opened."""
+    """What every holder of one open dataset shares: the manifest and the parts open
+    now, at most ``max_open`` of them (None: no bound), least recently used first."""
 
-    def __init__(self, path: str, man: Manifest, storage_options):
+    def __init__(self, path: str, man: Manifest, storage_options, max_open: int | None):
         self.path, self.man, self.so = path, man, storage_options
         self.url = is_url(path)
         ns = np.array([p.n for p in man.parts], dtype=np.int64)
         self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
         np.cumsum(ns, out=self.starts[1:])
         self.bounds = self.starts.tolist()  # for part_of (a Python list: bisect is fast)
-        self.files: list[NdfFile | None] = [None] * len(ns)
-        # The compiled core's gather over every part's mapping (local parts with
-        # rows): a batch is one call, whatever parts its rows lie in.
+        self.nparts = len(ns)
+        self.max_open = max_open
+        # part -> NdfFile, in the order of last use; changed only under self.lock
+        self.open: OrderedDict[int, NdfFile] = OrderedDict()
+        # The compiled core's gather over every open part's mapping (local parts with
+        # rows): a batch is one call, whatever open parts its rows lie in. A part is set
+        # there exactly while it is in self.open.
         local = not self.url and man.d + man.l > 0 and len(ns) > 0
         self.compiled = parts_rows(self.starts, man.d, man.l) if local else None
         self.pid = -1
@@ -133,18 +169,52 @@ class _Parts:
         under striped locks, so that the threads of a URL's reads open theirs at once."""
         if self.pid != os.getpid():
             self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
-            self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, len(self.files)))]
+            self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, self.nparts))]
 
-    def file(self, k: int) -> NdfFile:
-        """Part ``k``, opened (and checked against the manifest) on first use."""
-        f = self.files[k]
-        if f is None:
-            self._fresh()
-            with self.locks[k % len(self.locks)]:
-                f = self.files[k]
-                if f is None:
-                    f = self.files[k] = self.open_part(k)
+    def file(self, k: int, keep=()) -> NdfFile:
+        """Part ``k``, opened (and checked against the manifest) if it is not open;
+        least recently used parts other than ``keep`` are closed to stay in the bound."""
+        f = self.open.get(k)
+        if f is not None:
+            if self.max_open is not None:
+                try:
+                    self.open.move_to_end(k)
+                except KeyError:  # closed meanwhile: f still reads (it holds the file)
+                    pass
+            return f
+        self._fresh()
+        with self.locks[k % len(self.locks)]:
+            f = self.open.get(k)
+            if f is None:
+                f = self.open_part(k)
+                with self.lock:
+                    rows = f.kernel_rows() if self.compiled is not None else None
+                    if rows is not None:
+                        self.compiled.set(k, rows)
+                    self.open[k] = f
+                    self._close_over(keep=(k, *keep))
         return f
+
+    def _close_over(self, keep) -> None:
+        """Close the least recently used parts beyond the bound (under self.lock), but
+        none in ``keep`` and none a compiled gather is copying from now. The part's
+        ``NdfFile`` is only let go of: a read on another thread that holds it still
+        reads, and its descriptor closes when the last holder lets go."""
+        excess = 0 if self.max_open is None else len(self.open) - self.max_open
+        for j in list(self.open) if excess > 0 else ():
+            if j in keep or (self.compiled is not None and not self.compiled.unset(j)):
+                continue
+            del self.open[j]
+            excess -= 1
+            if not excess:
+                break
+
+    def touched(self, idx) -> list[int]:
+        """The parts (holding rows) that rows ``idx`` (a slice or an array) lie in."""
+        if isinstance(idx, slice):
+            first, last = self.part_of(idx.start), self.part_of(idx.stop - 1)
+            return [k for k in range(first, last + 1) if self.bounds[k + 1] > self.bounds[k]]
+        return np.unique(np.searchsorted(self.starts, idx, side="right") - 1).tolist()
 
     def open_part(self, k: int) -> NdfFile:
         """Part ``k`` opened afresh, or an NdfError naming it: missing, malformed, or
@@ -183,7 +253,7 @@ class _Parts:
         if self.pool is None:
             with self.lock:
                 if self.pool is None:
-                    workers = min(_URL_THREADS, len(self.files))
+                    workers = min(_URL_THREADS, self.nparts)
                     self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
         return self.pool
 
@@ -196,11 +266,16 @@ class _Parts:
             if idx.stop <= self.bounds[k + 1]:  # in one part: a run of its rows, one copy
                 self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
                 return
-            if self.compiled is None:
-                idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         if self.compiled is not None:
             self._gather(idx, out_x, out_y)
             return
+        self._split(idx, out_x, out_y)
+
+    def _split(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        """Rows ``idx`` read part by part, each through its part's ``NdfFile`` (a part
+        open at a time is enough)."""
+        if isinstance(idx, slice):
+            idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         r = idx.shape[0]
         if r == 0:
             return
@@ -237,24 +312,33 @@ class _Parts:
             out_y[...] = final[:, d:]
 
     def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        """Rows ``idx`` (global) in one guarded C call over the parts' mappings; the
-        parts it names as not open yet are opened (and checked) first."""
-        while True:
+        """Rows ``idx`` (global) in one guarded C call over the open parts' mappings;
+        the parts it names as not open are opened (and checked) first, keeping the
+        others it needs open. Rows in more parts than may be open at once, or parts
+        other threads keep closing, are read part by part instead."""
+        for _ in range(_GATHER_TRIES):
             try:
                 missing = self.compiled.read(idx, out_x, out_y)
             except FileChanged as e:
                 self._changed(e.part)
             if missing is None:
                 return
-            for k in missing:
-                self.compiled.set(k, self.file(k).kernel_rows())
+            need = self.touched(idx)
+            if self.max_open is not None and len(need) > self.max_open:
+                break
+            # open the missing, and mark every part needed as just used (gathers that
+            # find their parts open leave no trace in the order of use)
+            pure = False
+            for k in need:
+                pure |= self.file(k, keep=need).kernel_rows() is None
+            if pure:
+                break  # opened on the pure path (kernels.use_backend): no mapping to gather
+        self._split(idx, out_x, out_y)
 
     def _changed(self, part: int | None):
-        """A part changed during a gather (``part``; None: a copy faulted): an NdfError
-        naming it, and what changed if it can still be seen."""
-        suspects = [part] if part is not None else [
-            k for k, f in enumerate(self.files) if f is not None
-        ]
+        """A part changed during a gather (``part``; None: a copy faulted where the core
+        cannot say): an NdfError naming it, and what changed if it can still be seen."""
+        suspects = [part] if part is not None else list(self.open)
         for k in suspects:
             self.file(k).check_unchanged()
         which = f"part {part} ({self.man.parts[part].name})" if part is not None else "a part"
@@ -310,7 +394,8 @@ class NdfDataset(Share):
     ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
     rows; each may be called from several threads at once. ``close()``
     releases this object's share, as for an NdfFile; reading a closed
-    dataset is a ``ValueError``.
+    dataset is a ``ValueError``. At most ``max_open_parts`` parts are open at
+    once (None: no bound): see :func:`open_ndf_dataset`.
     """
 
     __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
@@ -326,8 +411,14 @@ class NdfDataset(Share):
 
     @property
     def open_parts(self) -> tuple[int, ...]:
-        """The indices of the parts opened so far (by any holder of this dataset)."""
-        return tuple(k for k, f in enumerate(self._handle().files) if f is not None)
+        """The indices of the parts open now (by any holder of this dataset), in order:
+        those read so far, less those closed to keep within ``max_open_parts``."""
+        return tuple(sorted(self._handle().open))
+
+    @property
+    def max_open_parts(self) -> int | None:
+        """The most parts kept open at once (None: no bound)."""
+        return self._handle().max_open
 
     def __repr__(self) -> str:
         state = "closed" if self._h is None else "open"
@@ -337,7 +428,8 @@ class NdfDataset(Share):
         )
 
     def part(self, k: int) -> NdfFile:
-        """Part ``k`` as an :class:`NdfFile` (a share of it: close it when done)."""
+        """Part ``k`` as an :class:`NdfFile` (a share of it: close it when done; it
+        keeps the part's descriptor open until then, whatever ``max_open_parts``)."""
         check_int("part", k)
         if not 0 <= k < len(self.parts):
             raise IndexError(f"part {k} out of range for {self.path} with {len(self.parts)} parts")
@@ -366,7 +458,9 @@ class NdfDataset(Share):
             s.file(k).will_need(first, count)
 
 
-def open_ndf_dataset(path, *, storage_options: dict | None = None) -> NdfDataset:
+def open_ndf_dataset(
+    path, *, storage_options: dict | None = None, max_open_parts: int | None = None
+) -> NdfDataset:
     """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
 
     Reads and checks the manifest only (:func:`read_manifest`); each part
@@ -375,7 +469,17 @@ def open_ndf_dataset(path, *, storage_options: dict | None = None) -> NdfDataset
     or of another n or size than the manifest says is an :class:`NdfError`
     naming the part, at that read. ``storage_options`` go to the
     filesystem of a URL (as for ``open_ndf``); only for URLs.
+
+    ``max_open_parts``: the most parts kept open at once; the least recently
+    used is closed when another must open (never one a read is copying from).
+    By default, for a local dataset, a quarter of the soft limit on open
+    descriptors over the descriptors a part holds
+    (:func:`default_max_open_parts`); for a URL, no bound (its parts hold no
+    descriptor).
     """
+    check_int("max_open_parts", max_open_parts, 1, optional=True)
     path = dataset_path(path, storage_options)
     man = read_manifest(path, storage_options=storage_options)
-    return NdfDataset(_Parts(path, man, storage_options))
+    if max_open_parts is None and not is_url(path):
+        max_open_parts = default_max_open_parts()
+    return NdfDataset(_Parts(path, man, storage_options, max_open_parts))

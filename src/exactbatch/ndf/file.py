@@ -4,10 +4,12 @@ Reads never move a shared file position, so threads may read one file at
 once, and a file larger than RAM is never loaded whole. How a local file is
 read (the compiled core's guarded gather from a read-only mapping, or on the
 pure NumPy path positional reads and the read lease) is
-:mod:`exactbatch.ndf.local`'s. Either way the file's size and modification
-time are checked at every read: a file truncated, or rewritten in place,
-while open is an :class:`NdfError` at the next read (so is one whose
-modification time was merely touched). A file replaced
+:mod:`exactbatch.ndf.local`'s. Either way the file's size, modification
+time and change time (ctime) are checked at every read: a file truncated, or
+rewritten in place (even with its modification time put back), while open
+is an :class:`NdfError` at the next read (so is one whose modification time
+was merely touched, or whose metadata changed: see
+:meth:`~exactbatch.ndf.local.LocalHandle.check_size`). A file replaced
 (renamed over, as :func:`~exactbatch.ndf.write.save_ndf` does) or deleted
 while open keeps being read as the file that was opened (POSIX semantics).
 
@@ -253,7 +255,7 @@ def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
             raise IsADirectoryError(errno.EISDIR, "expected an .ndf file, found a folder", path)
         head = os.pread(fd, HEADER_SIZE, 0) if st.st_size else b""
         n, d, l = check_header(head, st.st_size, path)  # noqa: E741
-        return NdfFile(LocalHandle(path, fd, n, d, l, st.st_mtime_ns))
+        return NdfFile(LocalHandle(path, fd, n, d, l, st))
     except BaseException:
         os.close(fd)
         raise

@@ -7,8 +7,8 @@ of the file under the core's fault guard, followed by one ``fstat``: no
 lock, no lease. On the pure NumPy path runs of adjacent rows are read with
 one positional read each (``os.preadv``), and batches scattered over many
 runs are gathered from the mapping under the read lease of
-:mod:`exactbatch.ndf.guard`. Either way the file's size and modification
-time are checked at every read (:meth:`LocalHandle.check_size`).
+:mod:`exactbatch.ndf.guard`. Either way the file's size, modification time
+and change time are checked at every read (:meth:`LocalHandle.check_size`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows
+from exactbatch.kernels import FileChanged, file_rows, map_file
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -43,6 +43,7 @@ class LocalHandle:
 
     __slots__ = (
         "__weakref__",
+        "ctime",
         "d",
         "fd",
         "l",
@@ -57,30 +58,42 @@ class LocalHandle:
         "size",
     )
 
-    def __init__(self, path: str, fd: int, n: int, d: int, l: int, mtime: int | None = None):  # noqa: E741
+    def __init__(self, path: str, fd: int, n: int, d: int, l: int, st=None):  # noqa: E741
         self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
-        self.mtime = mtime  # st_mtime_ns when opened; a change means rewritten in place
+        # st_mtime_ns and st_ctime_ns of ``st`` (the fstat at open): see check_size
+        self.mtime, self.ctime = (None, None) if st is None else (st.st_mtime_ns, st.st_ctime_ns)
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows = None  # (n,) of void rows over the mapping; None when no data
         self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
         if self.size > HEADER_SIZE:
-            mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            mm = _map(fd, self.size)
             # Void rows have alignment 1, so np.take copies whole rows from the
             # unaligned offset 28 without making the array contiguous first.
             self.rows = np.frombuffer(
                 mm, dtype=np.dtype((np.void, self.row_bytes)), count=n, offset=HEADER_SIZE
             )
-            self.compiled = file_rows(mm, HEADER_SIZE, n, d, l, fd, self.size, mtime)
+            times = self.size, self.mtime, self.ctime
+            self.compiled = file_rows(mm, HEADER_SIZE, n, d, l, fd, *times)
             # the same rows read whole (x then y, as d + l features): read_raw_into
-            self.compiled_raw = file_rows(mm, HEADER_SIZE, n, d + l, 0, fd, self.size, mtime)
+            self.compiled_raw = file_rows(mm, HEADER_SIZE, n, d + l, 0, fd, *times)
         # The compiled core guards its copies itself; the lease is the pure path's guard.
         self.lease = Lease(fd) if self.rows is not None and self.compiled is None else None
         # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
         weakref.finalize(self, os.close, fd)
 
     def check_size(self) -> None:
-        """:class:`NdfError` if the file was truncated or rewritten in place since opened."""
+        """:class:`NdfError` if the file was truncated or rewritten in place since opened.
+
+        Compared with the ``fstat`` at open: the size, the modification time, and
+        the change time (ctime), which every write moves and no user call can set
+        back, so a rewrite whose modification time was put back (``touch -r``,
+        ``os.utime``, ``rsync --inplace -t``) is caught too. A change of metadata
+        alone (chmod, a rename, a new hard link) moves ctime as well and is taken
+        for a change; the last link going (the file deleted, or replaced by a
+        rename over its path) is not: the file opened is still read.
+        (The compiled core's check after each copy is the same rule.)
+        """
         st = os.fstat(self.fd)
         found = st.st_size
         if found < self.size:
@@ -89,11 +102,19 @@ class LocalHandle:
                 f"found {found} (truncated?)"
             )
         if self.mtime is not None and st.st_mtime_ns != self.mtime:
-            raise NdfError(
-                f"{self.path}: the file changed while open: it was modified in place after "
-                "it was opened (its modification time changed); open it again to read the "
-                "new contents, and replace files with save_ndf (a rename) instead"
+            what = "its modification time changed"
+        elif self.ctime is not None and st.st_nlink and st.st_ctime_ns != self.ctime:
+            what = (
+                "its change time, ctime, moved though its modification time did not: "
+                "written, then its modification time put back, or its metadata changed"
             )
+        else:
+            return
+        raise NdfError(
+            f"{self.path}: the file changed while open: it was modified in place after "
+            f"it was opened ({what}); open it again to read the new contents, and "
+            "replace files with save_ndf (a rename) instead"
+        )
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
         """Fill ``buf`` with the bytes of rows from ``first_row`` on (no size check first)."""
@@ -186,6 +207,14 @@ class LocalHandle:
         finally:
             if held:
                 self.lease.release()
+
+
+def _map(fd: int, size: int):
+    """The file's first ``size`` bytes, mapped read-only: by the compiled core, which
+    keeps no descriptor of its own (one descriptor an open file), else by
+    ``mmap.mmap``, which keeps a duplicate (two)."""
+    mm = map_file(fd, size)
+    return mm if mm is not None else mmap.mmap(fd, size, access=mmap.ACCESS_READ)
 
 
 def _runs(idx: np.ndarray, always: bool = False):

@@ -278,10 +278,12 @@ class ParquetSource:
             yield self.read_chunk(i)
 
 
-def _identity(path) -> tuple[int, int, int, int]:
-    """What changes when a file is replaced or rewritten: (device, inode, size, mtime)."""
+def _identity(path) -> tuple[int, int, int, int, int]:
+    """What changes when a file is replaced or rewritten: (device, inode, size, mtime,
+    ctime). The change time catches a rewrite whose mtime was put back (``touch -r``,
+    ``rsync --inplace -t``); a change of metadata alone (chmod) moves it too."""
     st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def parquet_source(
