@@ -113,6 +113,7 @@ TARGETS = {
             "tests/loader/test_distributed.py",
             "tests/loader/test_prefetch.py",
             "tests/loader/test_groups.py",
+            "tests/loader/test_lifetimes.py",
         ],
     ),
     "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them

@@ -559,7 +559,7 @@ CHANGED = textwrap.dedent(
         assert time.monotonic() < deadline  # full, so the good batches below are known
         time.sleep(0.001)
     # batches read ahead in a group (small batches, no prefetch), handed out first
-    ahead = len(it._ready) if it is not None else 0
+    ahead = sum(len(g.queue) for g in (it._current, *it._ahead)) if it is not None else 0
     if how == "truncate":
         os.truncate(path, int(sys.argv[5]))
     elif how == "rewrite":  # same size, other bytes, written in place
