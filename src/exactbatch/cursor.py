@@ -131,6 +131,7 @@ class Cursor:
         self.feed, self.spec = feed, feed.spec
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a group's batches became ready
+        self._waiting = 0  # claims waiting on it
         self.seed = seed
         self.epoch = 0
         self._skip, self._pending, self._first = 0, (), 0
@@ -238,7 +239,11 @@ class Cursor:
                 return group, fresh
             if not any(g.flying() for g in self._live):
                 break
-            self._changed.wait(_WAIT)  # a read in flight: it ends in a hand-out or a stray
+            self._waiting += 1  # a read in flight: it ends in a hand-out or a stray
+            try:
+                self._changed.wait(_WAIT)
+            finally:
+                self._waiting -= 1
         self._drained = True
         if not self._live:
             self._end()
@@ -336,8 +341,9 @@ class Cursor:
     def ready(self, group: Group, items) -> None:
         """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""
         group.queue.extend(items)
-        with self.lock:  # a claim waiting for reads in flight at the epoch's end
-            self._changed.notify_all()
+        if self._waiting:  # a claim waits for reads in flight at the epoch's end
+            with self.lock:
+                self._changed.notify_all()
 
     def give_back(self, group: Group, jobs) -> None:
         """``jobs`` of ``group`` were claimed and will not be handed out by it (a read that
