@@ -13,6 +13,7 @@ are exact in float64 for the sizes used in the tests.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ __all__ = [
     "make_x",
     "make_y",
     "next_into_ids",
+    "part_file",
     "rows_of",
     "run_cli",
     "write_ndf_dataset",
@@ -200,6 +202,13 @@ def write_ndf_dataset(path, sizes, d: int = 3, l: int = 1, **kw) -> str:  # noqa
     ]
     save_ndf_dataset(path, parts, **kw)
     return os.fspath(path)
+
+
+def part_file(path, k: int) -> str:
+    """The file of part ``k`` of the dataset folder ``path``, as its manifest names it
+    (``part-0000k-<write id>.ndf``)."""
+    with open(os.path.join(path, "manifest.json")) as f:
+        return os.path.join(path, json.load(f)["parts"][k]["name"])
 
 
 def write_parquet(
