@@ -184,4 +184,6 @@ def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
         dsmod.write_part(
             url(s3, "dsets/abandon"), 0, make_data(2), write_id=write, storage_options=s3.so
         )
+    assert listing(s3, "dsets/abandon") == [f".exactbatch-write-{write}"]  # the write's marker
+    dsmod.abort_dataset(url(s3, "dsets/abandon"), write, storage_options=s3.so)
     assert listing(s3, "dsets/abandon") == []

@@ -452,10 +452,11 @@ def test_two_writers_at_once_end_as_one_writers_dataset(tmp_path):
     assert sorted(os.listdir(path)) == sorted({"manifest.json", *(p.name for p in ds.parts)})
 
 
-def test_leftovers_of_killed_writers_are_removed_by_the_next_write(tmp_path, ds_path):
-    """Parts and temporary files of a write whose process is gone (on this host), and
-    parts named before write ids that no manifest lists, are removed by the next write;
-    those of a write on another host are left alone, and so are other files."""
+def test_leftovers_of_writes_that_are_over_are_removed_by_the_next_write(tmp_path, ds_path):
+    """The next write removes, of the files no manifest lists: parts of writes that ended
+    (no marker), parts and the marker of a write killed on this host (its process is
+    gone), parts named before write ids, and temporary files of writers gone. A write
+    on another host that still has its marker keeps its files, and so do other files."""
     import subprocess
     import sys
 
@@ -467,21 +468,34 @@ def test_leftovers_of_killed_writers_are_removed_by_the_next_write(tmp_path, ds_
         capture_output=True,
         text=True,
     )
-    dead = int(child.stdout)
-    gone = f"{host_tag()}-{dead}-0123abcd"
-    elsewhere = f"{'0' if host_tag()[0] != '0' else '1'}{host_tag()[1:]}-{dead}-0123abcd"
+    dead, host = int(child.stdout), host_tag()
+    killed, ended = f"{host}-{dead}-0123abcd", f"{host}-{dead}-4567cdef"
+    other = f"{'0' if host[0] != '0' else '1'}{host[1:]}"
+    running, done = f"{other}-{dead}-0123abcd", f"{other}-{dead}-89abcdef"
     left = [
-        f"part-00000-{gone}.ndf",
-        f".part-00001-{gone}.ndf.{host_tag()}.{dead}.0123456789ab.tmp",
-        f".manifest.json.{host_tag()}.{dead}.0123456789ab.tmp",
+        f".exactbatch-write-{killed}",
+        f"part-00000-{killed}.ndf",
+        f"part-00000-{ended}.ndf",
+        f"part-00003-{done}.ndf",
+        f".part-00001-{killed}.ndf.{host}.{dead}.0123456789ab.tmp",
+        f".manifest.json.{host}.{dead}.0123456789ab.tmp",
         "part-00007.ndf",
     ]
-    kept = [f"part-00000-{elsewhere}.ndf", "notes.txt", ".other.tmp"]
+    kept = [f".exactbatch-write-{running}", f"part-00000-{running}.ndf", "notes.txt", ".o.tmp"]
     for name in left + kept:
-        (tmp_path / "ds" / name).write_bytes(b"x")
+        (tmp_path / "ds" / name).write_bytes(b"")
     write_ndf_dataset(ds_path, [3], d=3, l=2)
     listed = os.path.basename(part_file(ds_path, 0))
     assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", listed, *kept])
+
+
+def test_a_write_marks_the_folder_while_it_runs(tmp_path):
+    """.exactbatch-write-<write id> is there from start_dataset to finish (or abort)."""
+    write = dsmod.start_dataset(tmp_path / "ds")
+    assert os.listdir(tmp_path / "ds") == [f".exactbatch-write-{write}"]
+    info = dsmod.write_part(tmp_path / "ds", 0, make_data(2), write_id=write)
+    dsmod.finish_dataset(tmp_path / "ds", write, [info], 3, 1)
+    assert sorted(os.listdir(tmp_path / "ds")) == ["manifest.json", info.name]
 
 
 # -- bad datasets: each an NdfError naming the part ----------------------------------------

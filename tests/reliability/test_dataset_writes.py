@@ -9,8 +9,9 @@ After each, the folder must hold either the old dataset exactly as it was
 no part or temporary file of either write left over.
 
 Two writers of one folder started at once (each writing its own version)
-must end as one writer's dataset, never a mix of their parts; files the
-race leaves unlisted are removed by a later write.
+must end as one writer's dataset, never a mix of their parts, and the
+loser's parts removed (by whichever finishes last; a later write removes
+anything left).
 
 :func:`interrupt_loop` and :func:`writer_pairs` are shared with
 ``bench/reliability.py interrupt writers`` (200 signals, 100 pairs); the fast
@@ -279,6 +280,7 @@ def test_sigint_during_dataset_writes_leaves_the_old_dataset_or_the_new_one(tmp_
 
 def test_two_writers_at_once_end_as_one_writers_dataset(tmp_path):
     """Two pairs of writers of one folder at once: one writer's whole dataset each time,
-    and a later write removes what the race left."""
+    and no file of the other left."""
     stats = writer_pairs(tmp_path / "ds", pairs=2, n=20_000, part_rows=2_000, seed=5)
     assert stats["pairs"] == 2 and stats["mixed"] == stats["broken"] == 0
+    assert stats["unlisted_after_pair"] == 0  # the last to finish removed the loser's parts

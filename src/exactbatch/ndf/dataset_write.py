@@ -5,18 +5,21 @@ A dataset appears at once and whole, or not at all, as a file written by
 (where nothing renames atomically):
 
 1. :func:`start_dataset` makes the folder if missing and returns a fresh
-   write id, ``<host>-<pid>-<random>``. Nothing there is touched: a dataset
-   already there stays readable throughout the write.
+   write id, ``<host>-<pid>-<random>``, and puts an empty marker file,
+   ``.exactbatch-write-<write id>``, there for as long as the write runs.
+   Nothing else there is touched: a dataset already there stays readable
+   throughout the write.
 2. :func:`write_part` writes each part atomically as
    ``part-NNNNN-<write id>.ndf``, on any machine: two writes never share a
    part file.
 3. :func:`finish_dataset` writes ``manifest.json`` (one rename, or one PUT)
    listing only this write's parts: the one step that makes the new dataset
-   visible, whole. Then it removes the parts of the dataset it replaced.
+   visible, whole. Then it removes its marker and the parts of the dataset
+   it replaced.
 4. On any error before that, :func:`abort_dataset` removes every file of the
    write - its parts and their temporary files, found by listing the folder,
-   so a part renamed into place an instant before a Ctrl-C goes too - and
-   the folder, if the write made it.
+   so a part renamed into place an instant before a Ctrl-C goes too - its
+   marker, and the folder, if the write made it.
 
 :func:`save_ndf_dataset` (parts held in memory) and
 :class:`NdfDatasetWriter` (slab by slab, a new part every ``part_rows``
@@ -30,15 +33,17 @@ The manifest's rename and the removals around it run with SIGINT and SIGTERM
 held (in the main thread, where Python runs signal handlers): a signal then
 takes effect as they end, and cannot cut them in two.
 
-Leftovers, and who removes them: a writer killed by SIGKILL (or a power
-loss) leaves its parts and temporary files; so does the loser of two
-manifests written at the same instant (no manifest lists its parts then).
-Every start and finish of a write removes, of the part files the current
-manifest does not list, those of writes that are over (run on this host by
-a process that is gone, or by this process and ended), and parts named
-before write ids (``part-NNNNN.ndf``); and the temporary files of writers
-gone. Files of a write on another host are left for a write from there (or
-for removal by hand: ``part-*-<write id>.ndf`` named in no manifest).
+Leftovers, and who removes them: every start and finish of a write removes
+the part files the current manifest does not list of writes that are over -
+writes whose marker is gone (they ended), writes on this host whose process
+is gone (killed mid-write; their marker goes too), and parts named before
+write ids (``part-NNNNN.ndf``) - and the temporary files of writers gone.
+So the loser of two manifests written at once (no manifest lists its parts)
+is cleaned up by whichever of the two finishes last, and what a writer
+killed with SIGKILL (or a power loss) leaves, by the next write from the
+same host. A write killed on another host keeps its marker: its files are
+left for a write from that host (or for removal by hand:
+``.exactbatch-write-<write id>`` and ``part-*-<write id>.ndf``).
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ __all__ = [
 
 # A part's file name: part_name's, with a write id, or as named before write ids.
 _PART = re.compile(rf"part-[0-9]{{5,}}(?:-(?P<write>{WRITE_ID}))?\.ndf")
+_MARKER = ".exactbatch-write-"  # + write id: the write runs
 
 _ACTIVE: dict[str, bool] = {}  # this process's writes in progress -> whether each made its folder
 _ACTIVE_LOCK = threading.Lock()
@@ -119,6 +125,11 @@ def start_dataset(path, *, storage_options: dict | None = None) -> str:
         while write_id in _ACTIVE:  # pragma: no cover - 32 random bits drew twice
             write_id = new_write_id()
         _ACTIVE[write_id] = made
+    try:
+        folder.create(_MARKER + write_id)
+    except BaseException:
+        abort_dataset(path, write_id, storage_options=storage_options)
+        raise
     folder.remove_leftovers()
     return write_id
 
@@ -212,6 +223,7 @@ def finish_dataset(
             raise
         with _ACTIVE_LOCK:
             _ACTIVE.pop(write_id, None)
+        folder.remove(_MARKER + write_id)
         for name in replaced - {p.name for p in man.parts}:
             folder.remove(name)
         folder.remove_leftovers()
@@ -220,8 +232,8 @@ def finish_dataset(
 
 def abort_dataset(path, write_id: str, *, storage_options: dict | None = None) -> None:
     """Undo the write ``write_id``: remove its parts and their temporary files (every
-    such file in the folder, whoever wrote it), and the folder if the write made it and
-    it is empty. A part the manifest lists (the write had finished) is kept. Best
+    such file in the folder, whoever wrote it), its marker, and the folder if the write
+    made it and it is empty. A part the manifest lists (the write had finished) is kept. Best
     effort: errors are ignored (the error that led here matters more). Call it once
     nothing writes for ``write_id`` any more."""
     path = dataset_path(path, storage_options)
@@ -236,6 +248,7 @@ def abort_dataset(path, write_id: str, *, storage_options: dict | None = None) -
                 ours = _write_of(entry if temp is None else temp[0]) == write_id
                 if ours and entry not in listed:
                     folder.remove(entry)
+        folder.remove(_MARKER + write_id)
         if made:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
@@ -317,15 +330,16 @@ def _write_of(name: str) -> str | None:
     return None if m is None else (m["write"] or "")
 
 
-def _write_over(write_id: str, host: str) -> bool:
+def _write_over(write_id: str, names, host: str) -> bool:
     """Whether the write ``write_id`` (``""``: a part named before write ids) will never
-    write a manifest: run on this host (``host``) by a process that is gone, or by this
-    process and ended. A write on another host is not ours to judge: False."""
-    if not write_id:
+    write a manifest, judged from ``names``, the folder's listing: its marker is gone
+    (it ended), or it ran on this host (``host``) in a process that is gone, or in this
+    process and ended."""
+    if not write_id or _MARKER + write_id not in names:
         return True
     where, pid = parse_write_id(write_id)
     if where != host:
-        return False
+        return False  # a write on another host that is not over, or was killed there
     if pid == os.getpid():
         with _ACTIVE_LOCK:
             return write_id not in _ACTIVE
@@ -376,6 +390,13 @@ class _Folder:
         except FileExistsError:
             return False
         return True
+
+    def create(self, name: str) -> None:
+        """Make the empty file ``name`` (locally: one that was not there)."""
+        if self.fs is not None:
+            self.fs.pipe_file(join_path(self.key, name), b"")
+        else:
+            os.close(os.open(os.path.join(self.path, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL))
 
     def names(self) -> list[str]:
         """The names of the files in the folder (none if it is missing)."""
@@ -428,13 +449,24 @@ class _Folder:
                 )
 
     def remove_leftovers(self) -> None:
-        """Remove the part files no manifest will list (see the module docstring) and the
-        temporary files of writers gone. Best effort."""
+        """Remove the part files no manifest will list (see the module docstring), the
+        markers of writes killed on this host, and the temporary files of writers gone.
+        Best effort."""
         with contextlib.suppress(Exception):
-            host, me, entries = host_tag(), os.getpid(), self.names()
-            parts = [e for e in entries if (w := _write_of(e)) is not None and _write_over(w, host)]
-            temps = []
-            for e in entries:
+            host, me, names = host_tag(), os.getpid(), set(self.names())
+            over = {}  # write id -> whether it is over, for each write found
+
+            def is_over(write: str) -> bool:
+                if write not in over:
+                    over[write] = _write_over(write, names, host)
+                return over[write]
+
+            doomed = [e for e in names if (w := _write_of(e)) is not None and is_over(w)]
+            for e in names:
+                if e.startswith(_MARKER) and re.fullmatch(WRITE_ID, w := e[len(_MARKER) :]):
+                    if is_over(w):  # a marker of a write that is over: killed
+                        doomed.append(e)
+                    continue
                 temp = parse_temp(e)
                 if temp is None or temp[1] != host:
                     continue
@@ -443,17 +475,15 @@ class _Folder:
                 if pid != me:
                     gone = (write is not None or name == MANIFEST) and not pid_alive(pid)
                 else:  # ours: of a write that ended (a Ctrl-C between its creation and use)
-                    gone = write is not None and _write_over(write, host)
+                    gone = write is not None and is_over(write)
                 if gone:
-                    temps.append(e)
+                    doomed.append(e)
             listed = self.listed()  # now: a write that is over has put its manifest there
             if listed is None:
                 return
-            for e in parts:
+            for e in doomed:
                 if e not in listed:
                     self.remove(e)
-            for e in temps:
-                self.remove(e)
 
 
 class NdfDatasetWriter(Committing):
