@@ -164,7 +164,7 @@ def interrupt_loop(
         current = gen
     write_s = {m: float(np.median(t)) for m, t in times.items()}
     stats = {"signals": 0, "old_kept": 0, "new_whole": 0, "leftovers": 0, "broken": 0}
-    stats.update(exit_130=0, exit_0=0, write_s=write_s)
+    stats.update(exit_130=0, exit_0=0, new_whole_exit_130=0, write_s=write_s)
     for k in range(trials):
         mode = "convert" if k % 2 == 0 else "save"
         gen += 1
@@ -193,6 +193,7 @@ def interrupt_loop(
             assert not changed and not extra, f"signal {k}: old dataset kept, but {extra}"
         elif found == gen:
             stats["new_whole"] += 1
+            stats["new_whole_exit_130"] += proc.returncode == 130  # signalled past the commit
             left = unlisted(folder)
             stats["leftovers"] += len(left)
             assert not left, f"signal {k}: the new dataset is whole, but {left} are left"
@@ -213,7 +214,8 @@ def writer_pairs(folder, pairs: int, n: int, part_rows: int, seed: int, log=None
     rng = np.random.default_rng(seed)
     folder = os.fspath(folder)
     srcs = [folder + f".in{j}.ndf" for j in range(2)]
-    stats = {"pairs": 0, "first_won": 0, "second_won": 0, "mixed": 0, "broken": 0}
+    stats = {"pairs": 0, "first_released_won": 0, "second_released_won": 0}
+    stats.update(mixed=0, broken=0)
     stats.update(unlisted_after_pair=0, max_unlisted=0)
     gen, write_s = 0, None
     for k in range(pairs):
@@ -252,7 +254,8 @@ def writer_pairs(folder, pairs: int, n: int, part_rows: int, seed: int, log=None
                 broken = True
             stats["broken" if broken else "mixed"] += 1
             pytest.fail(f"pair {k}: {folder} is not one writer's dataset ({found})")
-        stats["first_won" if found == gens[0] else "second_won"] += 1
+        first = found == gens[order[0]]
+        stats["first_released_won" if first else "second_released_won"] += 1
         left = len(unlisted(folder))  # the loser's parts, when it renamed its manifest late
         stats["unlisted_after_pair"] += left
         stats["max_unlisted"] = max(stats["max_unlisted"], left)

@@ -280,10 +280,11 @@ def save_ndf_dataset(
     URL, as in :func:`open_ndf_dataset`.
     """
     path = dataset_path(path, storage_options)
-    write_id = start_dataset(path, storage_options=storage_options)
+    write_id, width = None, None
     written: list[PartInfo] = []
-    width = None
     try:
+        with _signals_held():  # the id is kept before a signal can strike: the abort finds it
+            write_id = start_dataset(path, storage_options=storage_options)
         for k, data in enumerate(parts):
             data = as_dataset(data)
             if width is None:
@@ -299,7 +300,8 @@ def save_ndf_dataset(
         if width is None:
             raise ValueError(f"{path}: no parts to write (parts was empty)")
     except BaseException:
-        abort_dataset(path, write_id, storage_options=storage_options)
+        if write_id is not None:
+            abort_dataset(path, write_id, storage_options=storage_options)
         raise
     finish_dataset(
         path,
@@ -490,16 +492,16 @@ class NdfDatasetWriter(Committing):
     """Write a sharded dataset slab by slab, a new part every ``part_rows`` rows;
     the manifest at :meth:`commit`. Local folders only.
 
-    One write of the protocol above (its id is ``write_id``): each part is an
-    :class:`~exactbatch.ndf.write.NdfWriter` (atomic: a temporary file
-    renamed into place when the part is full), and :meth:`commit` ends with
-    :func:`finish_dataset`. ``n``, when known up front, is checked at commit.
-    ``features``/``labels``: column names kept in the manifest. Use as a
-    context manager: a clean exit commits; an exception aborts
-    (:func:`abort_dataset`: no part of this write is left, nor the folder if
-    it made it, and a dataset that was there is untouched). ``before_rename``:
-    called before each part and the manifest are renamed into place (the CLI
-    raises a Ctrl-C some library swallowed).
+    One write of the protocol above (its id is ``write_id``, from the first
+    part on): each part is an :class:`~exactbatch.ndf.write.NdfWriter`
+    (atomic: a temporary file renamed into place when the part is full), and
+    :meth:`commit` ends with :func:`finish_dataset`. ``n``, when known up
+    front, is checked at commit. ``features``/``labels``: column names kept
+    in the manifest. Use as a context manager: a clean exit commits; an
+    exception aborts (:func:`abort_dataset`: no part of this write is left,
+    nor the folder if it made it, and a dataset that was there is
+    untouched). ``before_rename``: called before each part and the manifest
+    are renamed into place (the CLI raises a Ctrl-C some library swallowed).
     """
 
     def __init__(
@@ -523,12 +525,22 @@ class NdfDatasetWriter(Committing):
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part = None  # the part being written
-        self.write_id = start_dataset(self.path)
+        self.write_id = None  # the write starts with its first part (or the commit)
+        if os.path.isfile(self.path):
+            raise file_not_dataset(self.path)
+
+    def _start(self) -> str:
+        """This write's id; :func:`start_dataset` on first use, inside the ``with`` block
+        (so that an abort always knows what to undo)."""
+        if self.write_id is None:
+            with _signals_held():  # kept before a signal can strike: the abort finds it
+                self.write_id = start_dataset(self.path)
+        return self.write_id
 
     def _room(self):
         """The part being written (one is started when none is), and the rows it can take."""
         if self._part is None:
-            target = join_path(self.path, part_name(len(self.parts), self.write_id))
+            target = join_path(self.path, part_name(len(self.parts), self._start()))
             self._part = NdfWriter(target, self.d, self.l, before_rename=self.before_rename)
         return self._part, self.part_rows - self._part.rows
 
@@ -581,7 +593,7 @@ class NdfDatasetWriter(Committing):
             raise
         finish_dataset(
             self.path,
-            self.write_id,
+            self._start(),
             self.parts,
             self.d,
             self.l,
@@ -595,5 +607,6 @@ class NdfDatasetWriter(Committing):
         if self._part is not None:
             self._part.abort()
             self._part = None
-        abort_dataset(self.path, self.write_id)
+        if self.write_id is not None:
+            abort_dataset(self.path, self.write_id)
         self.parts = []
