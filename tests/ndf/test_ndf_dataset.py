@@ -409,6 +409,28 @@ def test_a_part_renamed_just_before_a_ctrl_c_is_removed(tmp_path, ds_path, monke
     assert folder_state(tmp_path / "ds") == before
 
 
+@pytest.mark.parametrize("how", ["save_ndf_dataset", "NdfDatasetWriter"])
+def test_a_ctrl_c_as_the_last_step_begins_is_undone(tmp_path, ds_path, monkeypatch, how):
+    """A Ctrl-C that strikes as finish_dataset is called, before it holds signals: the
+    writer still aborts, so every part is there and none is left."""
+    from exactbatch.ndf import dataset_write
+
+    before = folder_state(tmp_path / "ds")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dataset_write, "finish_dataset", interrupted)
+    x, y = make_data(6, 3, 2)
+    with pytest.raises(KeyboardInterrupt):
+        if how == "save_ndf_dataset":
+            save_ndf_dataset(ds_path, [(x[:3], y[:3]), (x[3:], y[3:])])
+        else:
+            with dsmod.NdfDatasetWriter(ds_path, 3, 2, part_rows=3) as w:
+                w.write(np.hstack([x, y]))
+    assert folder_state(tmp_path / "ds") == before
+
+
 def test_a_ctrl_c_during_the_manifests_rename_waits_for_its_end(tmp_path, ds_path, monkeypatch):
     """SIGINT while the manifest is written is held until the write's last step: the
     Ctrl-C is raised, and the new dataset is whole, the old one's parts removed."""

@@ -161,11 +161,13 @@ def to_ndf_dataset(
             for k, part in enumerate(plan.parts)
         ]
         infos = _compute_all(tasks)
-    except BaseException:
+        names = {"features": plan.features, "labels": plan.labels} if plan.columns.frame else {}
+        finish_dataset(
+            path, write_id, infos, plan.d, plan.l, storage_options=storage_options, **names
+        )
+    except BaseException:  # (after a finish that a held Ctrl-C ended, this keeps all)
         abort_dataset(path, write_id, storage_options=storage_options)
         raise
-    names = {"features": plan.features, "labels": plan.labels} if plan.columns.frame else {}
-    finish_dataset(path, write_id, infos, plan.d, plan.l, storage_options=storage_options, **names)
 
 
 # -- reading ----------------------------------------------------------------------------------

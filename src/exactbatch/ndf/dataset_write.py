@@ -196,7 +196,9 @@ def finish_dataset(
     for :func:`~exactbatch.ndf.manifest.write_manifest`. On an error before
     the manifest is in place the write is aborted (:func:`abort_dataset`)
     and the error raised. SIGINT and SIGTERM are held until the end (see the
-    module docstring). ``before_rename``: called just before the manifest is
+    module docstring); one that strikes as the call begins escapes unheld, so
+    a caller aborts on any exception from it too (an abort after the manifest
+    is in place keeps the write's parts). ``before_rename``: called just before the manifest is
     written; what it raises aborts (the command raises a Ctrl-C some library
     swallowed).
     """
@@ -233,9 +235,10 @@ def finish_dataset(
 def abort_dataset(path, write_id: str, *, storage_options: dict | None = None) -> None:
     """Undo the write ``write_id``: remove its parts and their temporary files (every
     such file in the folder, whoever wrote it), its marker, and the folder if the write
-    made it and it is empty. A part the manifest lists (the write had finished) is kept. Best
-    effort: errors are ignored (the error that led here matters more). Call it once
-    nothing writes for ``write_id`` any more."""
+    made it and it is empty. A part the manifest lists (the write had finished) is
+    kept. Best effort: errors are ignored (the error that led here matters more).
+    SIGINT and SIGTERM are held until the end. Call it once nothing writes for
+    ``write_id`` any more."""
     path = dataset_path(path, storage_options)
     folder = _Folder(path, storage_options)
     with _signals_held():
@@ -299,19 +302,19 @@ def save_ndf_dataset(
             written.append(part)
         if width is None:
             raise ValueError(f"{path}: no parts to write (parts was empty)")
-    except BaseException:
+        finish_dataset(
+            path,
+            write_id,
+            written,
+            *width,
+            features=features,
+            labels=labels,
+            storage_options=storage_options,
+        )
+    except BaseException:  # (after a finish that a held Ctrl-C ended, this keeps all)
         if write_id is not None:
             abort_dataset(path, write_id, storage_options=storage_options)
         raise
-    finish_dataset(
-        path,
-        write_id,
-        written,
-        *width,
-        features=features,
-        labels=labels,
-        storage_options=storage_options,
-    )
 
 
 def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
@@ -588,19 +591,19 @@ class NdfDatasetWriter(Committing):
                 )
             if self._part is not None:
                 self._close_part()
-        except BaseException:
+            finish_dataset(
+                self.path,
+                self._start(),
+                self.parts,
+                self.d,
+                self.l,
+                features=self.features,
+                labels=self.labels,
+                before_rename=self.before_rename,
+            )
+        except BaseException:  # (after a finish that a held Ctrl-C ended, this keeps all)
             self.abort()
             raise
-        finish_dataset(
-            self.path,
-            self._start(),
-            self.parts,
-            self.d,
-            self.l,
-            features=self.features,
-            labels=self.labels,
-            before_rename=self.before_rename,
-        )
 
     def abort(self) -> None:
         """Remove every file of this write; no manifest of it is left."""
