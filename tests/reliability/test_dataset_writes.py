@@ -209,8 +209,9 @@ def interrupt_loop(
 
 def writer_pairs(folder, pairs: int, n: int, part_rows: int, seed: int, log=None) -> dict:
     """``pairs`` times, two writers of versions a and b into ``folder`` released at once
-    (after a random stagger of up to a write's length, so that their steps interleave in
-    every order); the dataset must then be one writer's whole, never a mix."""
+    (the second after a random stagger of up to a quarter of a write, so that their
+    steps interleave, and either may finish last); the dataset must then be one
+    writer's whole, never a mix."""
     rng = np.random.default_rng(seed)
     folder = os.fspath(folder)
     srcs = [folder + f".in{j}.ndf" for j in range(2)]
@@ -229,7 +230,7 @@ def writer_pairs(folder, pairs: int, n: int, part_rows: int, seed: int, log=None
             start(m, folder, g, n, part_rows, src, wait=True)
             for m, g, src in zip(modes, gens, srcs, strict=True)
         ]
-        stagger = float(rng.uniform(0.0, write_s)) if write_s else 0.0
+        stagger = float(rng.uniform(0.0, write_s / 4)) if write_s else 0.0
         order = [0, 1] if rng.random() < 0.5 else [1, 0]
         t0 = time.perf_counter()
         procs[order[0]].stdin.write("go\n")

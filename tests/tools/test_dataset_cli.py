@@ -232,3 +232,16 @@ def test_info_on_parts_without_a_manifest(ds, capsys):
     os.unlink(os.path.join(ds, "manifest.json"))
     assert main(["info", ds, "-q"]) == 1
     assert "not a dataset: the folder holds no manifest.json" in capsys.readouterr().err
+
+
+def test_convert_reports_the_bytes_of_its_own_parts(tmp_path, capsys):
+    """The summary's size is that of the parts this write made, not of whatever else the
+    folder holds (another file; another writer's parts, which may vanish as they are
+    counted)."""
+    from exactbatch.tools.convert import convert
+
+    np.save(tmp_path / "a.npy", np.ones((10, 3)))
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "notes.txt").write_text("not part of the dataset")
+    out = convert(tmp_path / "a.npy", tmp_path / "ds", part_rows=4, force=True, bar=False)
+    assert out["parts"] == 3 and out["size_bytes"] == 3 * 28 + 8 * 10 * 3
