@@ -23,10 +23,15 @@ at a larger scale, in child processes where a crash or a hang must be seen:
     load     1,000 loaders and 100 epochs (threads, descriptors, RSS), then 8 threads
              x 50 epochs over 1M rows (every row exactly once per epoch)
     resume   a training process SIGKILLed 50 times at random batches, resumed each time
+    interrupt  200 SIGINTs at random instants of dataset writes over an older dataset
+             (exactbatch convert --part-rows --force and save_ndf_dataset, alternately):
+             the old dataset kept byte for byte or the new one whole, leftovers counted
+    writers  100 pairs of writers of one dataset folder at once: one writer's dataset
+             each time (mixed ones counted), and what the races left, removed later
 
     .venv/bin/python bench/reliability.py [parts...] [--quick] [--json out.json]
 
-With no part named, all run (about 6 minutes on a 2-core machine);
+With no part named, all run (about 10 minutes on a 2-core machine);
 ``--quick`` shrinks every part to a smoke test.
 """
 
@@ -520,9 +525,57 @@ def resume(kills: int, rows: int, every: int) -> dict:
     return stats
 
 
+# -- dataset writes: interrupted, and two at once ---------------------------------------------
+
+
+def interrupt(trials: int, rows: int, part_rows: int) -> dict:
+    import test_dataset_writes as t
+
+    folder = tempfile.mkdtemp(prefix="interrupt-", dir=os.environ.get("RELIABILITY_DIR"))
+    t0 = time.perf_counter()
+    try:
+
+        def progress(k, stats):
+            if (k + 1) % 25 == 0:
+                log(f"  interrupt: {k + 1} signals, {stats}")
+
+        stats = t.interrupt_loop(
+            os.path.join(folder, "ds"), trials, n=rows, part_rows=part_rows, seed=13, log=progress
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stats["dataset_mb"] = round(8 * rows * (t.D + 1) / 2**20, 1)
+    stats["parts"] = -(-rows // part_rows)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    log(f"interrupt: {stats}")
+    return stats
+
+
+def writers(pairs: int, rows: int, part_rows: int) -> dict:
+    import test_dataset_writes as t
+
+    folder = tempfile.mkdtemp(prefix="writers-", dir=os.environ.get("RELIABILITY_DIR"))
+    t0 = time.perf_counter()
+    try:
+
+        def progress(k, stats):
+            if (k + 1) % 25 == 0:
+                log(f"  writers: {k + 1} pairs, {stats}")
+
+        stats = t.writer_pairs(
+            os.path.join(folder, "ds"), pairs, n=rows, part_rows=part_rows, seed=17, log=progress
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stats["parts"] = -(-rows // part_rows)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    log(f"writers: {stats}")
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["fuzz", "crash", "changes", "guard", "cost", "load", "resume"]
+    parts = ["fuzz", "crash", "changes", "guard", "cost", "load", "resume", "interrupt", "writers"]
     parser.add_argument("parts", nargs="*", help=f"any of {parts} (default: all)")
     parser.add_argument("--quick", action="store_true", help="a smoke test of every part")
     parser.add_argument("--json", help="write the figures here")
@@ -559,6 +612,14 @@ def main() -> None:
     if "resume" in todo:
         results["resume"] = resume(
             kills=3 if q else 50, rows=3000 if q else 20_000, every=5 if q else 10
+        )
+    if "interrupt" in todo:
+        results["interrupt"] = interrupt(
+            trials=6 if q else 200, rows=20_000 if q else 200_000, part_rows=2_000 if q else 20_000
+        )
+    if "writers" in todo:
+        results["writers"] = writers(
+            pairs=3 if q else 100, rows=20_000 if q else 200_000, part_rows=2_000 if q else 20_000
         )
     if args.json:
         with open(args.json, "w") as f:

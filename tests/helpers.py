@@ -13,6 +13,7 @@ are exact in float64 for the sizes used in the tests.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,7 @@ __all__ = [
     "make_x",
     "make_y",
     "next_into_ids",
+    "part_file",
     "rows_of",
     "run_cli",
     "write_ndf_dataset",
@@ -221,6 +223,13 @@ def rewrite_in_place(path, offset: int = 28, values: int = 20) -> None:
     with open(path, "r+b") as g:
         g.seek(offset)
         g.write(np.full(values, 7.0).tobytes())
+
+
+def part_file(path, k: int) -> str:
+    """The file of part ``k`` of the dataset folder ``path``, as its manifest names it
+    (``part-0000k-<write id>.ndf``)."""
+    with open(os.path.join(path, "manifest.json")) as f:
+        return os.path.join(path, json.load(f)["parts"][k]["name"])
 
 
 def write_parquet(

@@ -12,9 +12,11 @@ A thin front end: arguments are parsed and results printed here; the work
 is in :mod:`exactbatch.tools`, one module per subcommand, imported only
 when that subcommand runs (so is pyarrow, matplotlib or tqdm).
 
-Exit status: 0 success; 1 ``info`` found a malformed .ndf; 2 a usage error
-or bad input, with one line on stderr naming the file; 130 interrupted
-(Ctrl-C or SIGTERM), leaving no partial output behind.
+Exit status: 0 success; 1 ``info`` found a malformed .ndf (its verdict); 2
+a usage error, or any error while the command ran - every one goes through
+one funnel (:func:`_run`) and becomes one line on stderr naming the file
+(``--debug`` adds the traceback); 130 interrupted (Ctrl-C or SIGTERM),
+leaving no partial output behind.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 
 from exactbatch import cli_args
 
@@ -107,9 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument(
+        "--debug",
         "--traceback",
+        dest="debug",
         action="store_true",
-        help="show the full traceback of an error (for bug reports)",
+        help="on an error, show its traceback too (for bug reports)",
     )
     cols = argparse.ArgumentParser(add_help=False)
     cols.add_argument(
@@ -128,7 +133,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactbatch",
         description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
         epilog="Run 'exactbatch COMMAND --help' for each command's options. Exit status: "
-        "0 ok, 1 info found a malformed .ndf, 2 bad input, 130 interrupted.",
+        "0 ok, 1 info found a malformed .ndf, 2 an error (one line naming the file; "
+        "--debug shows the traceback), 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"exactbatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -344,13 +350,23 @@ def _parser() -> argparse.ArgumentParser:
 # -- errors --------------------------------------------------------------------------
 
 
-def _message(e: BaseException) -> str:
+def _message(e: BaseException, args) -> str:
+    """One line for the error ``e``: naming a file (the command's input if ``e`` names
+    none), with the error's type where it is not one bad input is expected to raise."""
+    from exactbatch.tools.common import CliError
+
     if isinstance(e, OSError) and e.filename:
         text = f"{e.filename}: {e.strerror or e}"
     elif isinstance(e, ImportError):
         text = f"{e} (pip install 'exactbatch[cli]' installs what the command needs)"
     else:
         text = str(e) or type(e).__name__
+    if not isinstance(e, (CliError, OSError, ValueError, ImportError)):
+        text = f"{type(e).__name__}: {text}"  # unexpected: the type helps a bug report
+    named = (getattr(args, k, None) for k in ("path", "src", "dst", "plot", "tmp_dir"))
+    paths = [str(p) for p in named if p is not None]
+    if paths and not any(p in text for p in paths):
+        text = f"{paths[0]}: {text}"
     return " ".join(text.split())  # one line
 
 
@@ -385,9 +401,9 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from exactbatch.errors import NdfError
-    from exactbatch.tools.common import CliError
-
+    """Run the subcommand: the one funnel of its errors. Every exception (a Ctrl-C
+    aside) is one line on stderr naming the file, and exit status 2; ``--debug``
+    prints the traceback first."""
     try:
         return args.run(args)
     except BrokenPipeError:  # e.g. `exactbatch info x | head -1`: stop quietly
@@ -396,10 +412,10 @@ def _run(args) -> int:
         except (OSError, ValueError):
             pass
         return 141
-    except (CliError, NdfError, OSError, ValueError, ImportError) as e:
-        if args.traceback:
-            raise
-        print(f"exactbatch {args.command}: error: {_message(e)}", file=sys.stderr)
+    except Exception as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"exactbatch {args.command}: error: {_message(e, args)}", file=sys.stderr)
         return 2
 
 

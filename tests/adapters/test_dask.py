@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 from helpers import collect, make_data
 from laws import check_deterministic, check_epoch, check_epochs_differ, check_resume
 
-from exactbatch import DataLoader, NdfError, open_ndf_dataset
+from exactbatch import DataLoader, open_ndf_dataset
 
 dd = pytest.importorskip("dask.dataframe")
 da = pytest.importorskip("dask.array")
@@ -120,10 +121,12 @@ def test_an_array_with_labels_by_position(client, tmp_path):
     np.testing.assert_array_equal(gy, y)
 
 
-def test_a_failing_partition_leaves_no_manifest(client, tmp_path):
-    """An earlier dataset at the path is unmade first; a partition that raises fails the
-    write once every task has stopped: no manifest, no part file, no temporary file."""
+def test_a_failing_partition_keeps_the_old_dataset(client, tmp_path):
+    """A partition that raises fails the write once every task has stopped: the dataset
+    that was at the path is as it was, and no part or temporary file of the write is
+    left."""
     to_ndf_dataset(dask_frame(), tmp_path / "ds", labels=["t0", "t1"])
+    before = sorted(os.listdir(tmp_path / "ds"))
 
     def fail_on_row_87(part):  # nested: pickled by value, for the workers
         if (part["x0"] == 87).any():
@@ -133,9 +136,40 @@ def test_a_failing_partition_leaves_no_manifest(client, tmp_path):
     bad = dask_frame().map_partitions(fail_on_row_87)
     with pytest.raises(RuntimeError, match="row 87 failed"):
         to_ndf_dataset(bad, tmp_path / "ds", labels=["t0", "t1"])
-    assert os.listdir(tmp_path / "ds") == []
-    with pytest.raises(NdfError, match="not a dataset"):
-        open_ndf_dataset(tmp_path / "ds")
+    assert sorted(os.listdir(tmp_path / "ds")) == before
+    assert open_ndf_dataset(tmp_path / "ds").n == N
+
+
+def test_on_the_threaded_scheduler_a_failure_waits_for_the_other_writes(tmp_path, monkeypatch):
+    """Dask's default (threaded) scheduler: when one partition fails while another is
+    still being written, to_ndf_dataset cleans up only once that write has ended, so
+    no part of it appears afterwards."""
+    import dask
+
+    import exactbatch.adapters.dask as daskmod
+
+    monkeypatch.setattr(daskmod, "_client", lambda: None)  # this module's cluster aside
+    started, release, written = threading.Event(), threading.Event(), threading.Event()
+    write_part = daskmod.write_part
+
+    def slow_or_failing(path, index, data, **kwargs):
+        if index == 1:
+            started.wait(30)
+            raise RuntimeError("partition 1 failed")
+        started.set()  # partition 0: in flight when partition 1 fails, ends once released
+        release.wait(0.5)
+        out = write_part(path, index, data, **kwargs)
+        written.set()
+        return out
+
+    monkeypatch.setattr(daskmod, "write_part", slow_or_failing)
+    arr = da.from_array(np.zeros((8, 3)), chunks=(4, 3))
+    with dask.config.set(scheduler="threads", num_workers=4):
+        with pytest.raises(RuntimeError, match="partition 1 failed"):
+            to_ndf_dataset(arr, tmp_path / "ds")
+    release.set()  # had the write gone on past the clean-up, it would end now
+    assert written.wait(30)
+    assert not os.path.exists(tmp_path / "ds")  # no part, and the folder it made is gone
 
 
 def test_written_to_the_s3_server_by_the_workers(client, s3_server):
@@ -143,7 +177,8 @@ def test_written_to_the_s3_server_by_the_workers(client, s3_server):
     to_ndf_dataset(dask_frame(), url, labels=["t0", "t1"], storage_options=s3_server.so)
     s3_server.fs.invalidate_cache()
     keys = sorted(k.rsplit("/", 1)[-1] for k in s3_server.fs.ls(url, detail=False))
-    assert keys == ["manifest.json"] + [f"part-0000{k}.ndf" for k in range(len(SIZES))]
+    names = [p["name"] for p in json.loads(s3_server.fs.cat_file(f"{url}/manifest.json"))["parts"]]
+    assert keys == ["manifest.json", *names] and len(names) == len(SIZES)
     x, y = make_data(N, D, L)
     with open_ndf_dataset(url, storage_options=s3_server.so) as ds:
         assert (ds.features, ds.labels) == (("x0", "x1", "x2"), ("t0", "t1"))

@@ -44,6 +44,14 @@ def listing(s3, key: str) -> list[str]:
         return []
 
 
+def part_names(s3, key: str) -> list[str]:
+    """The part names the manifest at ``key`` lists."""
+    s3.fs.invalidate_cache()
+    return [
+        p["name"] for p in json.loads(s3.fs.cat_file(f"{s3.bucket}/{key}/manifest.json"))["parts"]
+    ]
+
+
 @pytest.fixture(scope="module")
 def remote_ds(s3):
     return write_ndf_dataset(url(s3, "dsets/a"), SIZES, d=3, l=2, storage_options=s3.so)
@@ -51,9 +59,11 @@ def remote_ds(s3):
 
 def test_write_then_read_back(s3, remote_ds):
     """Every part and the manifest are there; reads equal the concatenated rows."""
-    assert listing(s3, "dsets/a") == ["manifest.json"] + [f"part-0000{k}.ndf" for k in range(4)]
     m = json.loads(s3.fs.cat_file(f"{s3.bucket}/dsets/a/manifest.json"))
     assert [p["n"] for p in m["parts"]] == SIZES
+    names = [p["name"] for p in m["parts"]]
+    assert listing(s3, "dsets/a") == ["manifest.json", *names]
+    assert [name[:11] for name in names] == [f"part-0000{k}-" for k in range(4)]
     x, y = make_data(N, 3, 2)
     rng = np.random.default_rng(0)
     with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
@@ -108,19 +118,21 @@ def test_a_loader_over_a_remote_dataset(s3, remote_ds):
 
 def test_a_missing_remote_part(s3):
     path = write_ndf_dataset(url(s3, "dsets/missing"), [4, 4], storage_options=s3.so)
-    s3.fs.rm_file(f"{s3.bucket}/dsets/missing/part-00001.ndf")
+    name = part_names(s3, "dsets/missing")[1]
+    s3.fs.rm_file(f"{s3.bucket}/dsets/missing/{name}")
     ds = open_ndf_dataset(path, storage_options=s3.so)
-    with pytest.raises(NdfError, match="part 1 \\(part-00001.ndf\\) of the dataset is missing"):
+    with pytest.raises(NdfError, match=f"part 1 \\({name}\\) of the dataset is missing"):
         ds.read_rows([0, 5])
 
 
 def test_a_truncated_remote_part(s3):
     path = write_ndf_dataset(url(s3, "dsets/short"), [4, 4], storage_options=s3.so)
-    key = f"{s3.bucket}/dsets/short/part-00000.ndf"
+    name = part_names(s3, "dsets/short")[0]
+    key = f"{s3.bucket}/dsets/short/{name}"
     s3.fs.pipe_file(key, s3.fs.cat_file(key)[:-8])
     s3.fs.invalidate_cache()
     ds = open_ndf_dataset(path, storage_options=s3.so)
-    with pytest.raises(NdfError, match="part 0 \\(part-00000.ndf\\).*file too short"):
+    with pytest.raises(NdfError, match=f"part 0 \\({name}\\).*file too short"):
         ds.read_rows([0])
 
 
@@ -134,10 +146,11 @@ def test_a_prefix_without_a_manifest(s3):
         open_ndf_dataset(url(s3, "dsets/nowhere"), storage_options=s3.so)
 
 
-def test_a_failed_remote_write_leaves_no_manifest_and_no_part(s3):
-    """An error midway: no manifest (the old one was removed first), no part of this write,
-    and no upload left open."""
+def test_a_failed_remote_write_keeps_the_old_dataset(s3):
+    """An error midway: the old dataset as it was (its manifest and parts), no part of
+    this write, and no upload left open."""
     write_ndf_dataset(url(s3, "dsets/fail"), [3, 3], storage_options=s3.so)
+    before = listing(s3, "dsets/fail")
 
     def parts():
         yield make_data(3)
@@ -145,14 +158,22 @@ def test_a_failed_remote_write_leaves_no_manifest_and_no_part(s3):
 
     with pytest.raises(RuntimeError, match="the source broke"):
         save_ndf_dataset(url(s3, "dsets/fail"), parts(), storage_options=s3.so)
-    assert listing(s3, "dsets/fail") == ["part-00001.ndf"]  # the old dataset's, unlisted
-    with pytest.raises(NdfError, match="not a dataset"):
-        open_ndf_dataset(url(s3, "dsets/fail"), storage_options=s3.so)
+    assert listing(s3, "dsets/fail") == before
+    assert open_ndf_dataset(url(s3, "dsets/fail"), storage_options=s3.so).n == 6
+
+
+def test_a_remote_rewrite_replaces_the_old_parts(s3):
+    """Written over an older dataset: the new manifest lists the new parts only, and the
+    old parts are removed once it is in place."""
+    write_ndf_dataset(url(s3, "dsets/again"), [3, 3], storage_options=s3.so)
+    write_ndf_dataset(url(s3, "dsets/again"), [5], storage_options=s3.so)
+    assert listing(s3, "dsets/again") == ["manifest.json", *part_names(s3, "dsets/again")]
+    assert open_ndf_dataset(url(s3, "dsets/again"), storage_options=s3.so).n == 5
 
 
 def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
     """write_part at a URL: an error while the part is written leaves no object."""
-    dsmod.start_dataset(url(s3, "dsets/abandon"), storage_options=s3.so)
+    write = dsmod.start_dataset(url(s3, "dsets/abandon"), storage_options=s3.so)
 
     def broken(f, data):
         f.write(b"NDF1" + bytes(100))
@@ -160,5 +181,9 @@ def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
 
     monkeypatch.setattr(dataset_write, "write_ndf_to", broken)
     with pytest.raises(OSError, match="disk full"):
-        dsmod.write_part(url(s3, "dsets/abandon"), 0, make_data(2), storage_options=s3.so)
+        dsmod.write_part(
+            url(s3, "dsets/abandon"), 0, make_data(2), write_id=write, storage_options=s3.so
+        )
+    assert listing(s3, "dsets/abandon") == [f".exactbatch-write-{write}"]  # the write's marker
+    dsmod.abort_dataset(url(s3, "dsets/abandon"), write, storage_options=s3.so)
     assert listing(s3, "dsets/abandon") == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from helpers import (
     make_data,
     make_x,
     make_y,
+    part_file,
     rewrite_in_place,
     until_ctime_moves,
     write_ndf_dataset,
@@ -68,7 +70,9 @@ def test_manifest_lists_the_parts_in_order(ds_path):
     m = manifest_of(ds_path)
     assert m["format"] == "exactbatch-ndf-dataset" and m["version"] == 1
     assert (m["n"], m["d"], m["l"]) == (N, 3, 2)
-    assert [p["name"] for p in m["parts"]] == [f"part-{k:05d}.ndf" for k in range(len(SIZES))]
+    names = [p["name"] for p in m["parts"]]
+    write = names[0][len("part-00000-") : -len(".ndf")]  # one write id, this write's
+    assert names == [f"part-{k:05d}-{write}.ndf" for k in range(len(SIZES))]
     assert [p["n"] for p in m["parts"]] == SIZES
     for p in m["parts"]:
         assert p["nbytes"] == os.path.getsize(os.path.join(ds_path, p["name"]))
@@ -143,10 +147,10 @@ def test_a_part_truncated_while_open_is_an_error_naming_it(ds_path, each_backend
     file at the next read, never rows of zeros or a crash."""
     ds = open_ndf_dataset(ds_path)
     ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
-    p = os.path.join(ds_path, "part-00002.ndf")
+    p = part_file(ds_path, 2)
     os.truncate(p, os.path.getsize(p) - 8)
     ds.read_rows([0, 24])  # parts 0 and 4 are fine
-    with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
+    with pytest.raises(NdfError, match=f"{re.escape(p)}: the file changed while open"):
         ds.read_rows([24, 10])
 
 
@@ -157,7 +161,7 @@ def test_a_part_changed_with_its_mtime_put_back_is_an_error_naming_it(ds_path, e
     read of its rows is an NdfError naming that part's file, on both backends."""
     ds = open_ndf_dataset(ds_path)
     ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
-    p = os.path.join(ds_path, "part-00002.ndf")
+    p = part_file(ds_path, 2)
     change = {
         "truncate": lambda: os.truncate(p, os.path.getsize(p) - 8),
         "rewrite": lambda: rewrite_in_place(p, values=2),
@@ -165,7 +169,7 @@ def test_a_part_changed_with_its_mtime_put_back_is_an_error_naming_it(ds_path, e
     until_ctime_moves(p, os.stat(p).st_ctime_ns, change[how])
     ds.read_rows([0, 24])  # parts 0 and 4 are fine
     for rows in ([24, 10], [10, 11], np.arange(N)):  # scattered, a run in the part, all
-        with pytest.raises(NdfError, match="part-00002.ndf: the file changed while open"):
+        with pytest.raises(NdfError, match=f"{re.escape(p)}: the file changed while open"):
             ds.read_rows(rows)
 
 
@@ -177,11 +181,11 @@ def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
     parts = ds._handle()
     with pytest.raises(NdfError, match=f"{ds_path}: a part of the dataset changed"):
         parts._changed(None)
-    p = os.path.join(ds_path, "part-00004.ndf")
+    p = part_file(ds_path, 4)
     os.truncate(p, 28)
-    with pytest.raises(NdfError, match="part-00004.ndf: the file changed while open"):
+    with pytest.raises(NdfError, match=f"{re.escape(p)}: the file changed while open"):
         parts._changed(None)
-    with pytest.raises(NdfError, match="part-00004.ndf: the file changed while open"):
+    with pytest.raises(NdfError, match=f"{re.escape(p)}: the file changed while open"):
         parts._changed(4)
 
 
@@ -444,9 +448,16 @@ def test_accepts_datasets_pairs_and_arrays(tmp_path):
 # -- writing: atomic, the manifest last ----------------------------------------------------
 
 
-def test_a_failed_write_leaves_no_manifest_and_no_new_part(tmp_path, ds_path):
-    """A part that fails midway (here: another d) leaves the folder without a manifest,
-    even where a dataset was before, and without the parts the write made."""
+def folder_state(path) -> dict:
+    """Every file in the folder ``path`` and its bytes."""
+    return {name: (path / name).read_bytes() for name in sorted(os.listdir(path))}
+
+
+def test_a_failed_write_keeps_the_old_dataset(tmp_path, ds_path):
+    """A part that fails midway (here: another d) leaves the folder as it was: the old
+    dataset, its manifest and parts untouched, and no part or temporary file of the
+    failed write."""
+    before = folder_state(tmp_path / "ds")
     x, y = make_data(4, 3, 2)
 
     def parts():
@@ -455,11 +466,8 @@ def test_a_failed_write_leaves_no_manifest_and_no_new_part(tmp_path, ds_path):
 
     with pytest.raises(ValueError, match="part 1 has d=2, l=2; part 0 had d=3, l=2"):
         save_ndf_dataset(ds_path, parts())
-    names = os.listdir(ds_path)
-    assert "manifest.json" not in names and "part-00000.ndf" not in names
-    assert not [n for n in names if n.endswith(".tmp")]
-    with pytest.raises(NdfError, match="not a dataset"):
-        open_ndf_dataset(ds_path)
+    assert folder_state(tmp_path / "ds") == before
+    assert open_ndf_dataset(ds_path).n == N
 
 
 def test_an_exception_from_the_parts_leaves_no_manifest(tmp_path):
@@ -479,20 +487,16 @@ def test_an_exception_from_the_parts_leaves_no_manifest(tmp_path):
 def test_no_parts_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no parts to write"):
         save_ndf_dataset(tmp_path / "ds", [])
-    assert not os.path.exists(tmp_path / "ds" / "manifest.json")
+    assert not os.path.exists(tmp_path / "ds")
 
 
-def test_rewriting_removes_stale_parts(tmp_path, ds_path):
-    """A smaller dataset written over a larger one: the old extra parts are removed,
-    other files are left alone."""
+def test_rewriting_removes_the_old_parts(tmp_path, ds_path):
+    """A dataset written over another: the old parts are removed once the new manifest
+    is in place; other files are left alone."""
     (tmp_path / "ds" / "notes.txt").write_text("mine")
     write_ndf_dataset(ds_path, [4, 4])
-    assert sorted(os.listdir(ds_path)) == [
-        "manifest.json",
-        "notes.txt",
-        "part-00000.ndf",
-        "part-00001.ndf",
-    ]
+    new = [os.path.basename(part_file(ds_path, k)) for k in range(2)]
+    assert sorted(os.listdir(ds_path)) == ["manifest.json", "notes.txt", *new]
     assert open_ndf_dataset(ds_path).n == 8
 
 
@@ -503,13 +507,13 @@ def test_parent_folder_is_not_made(tmp_path):
 
 def test_write_manifest_checks_the_parts(tmp_path):
     """write_manifest, the last step of a distributed write, refuses parts that cannot be."""
-    (tmp_path / "ds").mkdir()
-    good = dsmod.write_part(tmp_path / "ds", 0, make_data(3, 2, 1))
-    assert good == dsmod.PartInfo("part-00000.ndf", 3, 28 + 8 * 3 * 3)
+    write = dsmod.start_dataset(tmp_path / "ds")
+    good = dsmod.write_part(tmp_path / "ds", 0, make_data(3, 2, 1), write_id=write)
+    assert good == dsmod.PartInfo(f"part-00000-{write}.ndf", 3, 28 + 8 * 3 * 3)
     assert dsmod.describe_part(tmp_path / "ds", good.name) == (good, 2, 1)
     cases = [
         ([("p.ndf", 3, 101)], "part p.ndf: nbytes=101 does not match n=3, d=2, l=1"),
-        ([good, good], "part part-00000.ndf is listed twice"),
+        ([good, good], f"part {good.name} is listed twice"),
         ([("../x.ndf", 0, 28)], "no plain file name"),
         ([("manifest.json", 0, 28)], "a part cannot have"),
         ([("p.ndf", -1, 28)], "n must be an integer >= 0"),
@@ -523,27 +527,188 @@ def test_write_manifest_checks_the_parts(tmp_path):
     assert open_ndf_dataset(tmp_path / "ds").read_rows([2])[0][0, 0] == 2
 
 
-def test_start_dataset_removes_an_old_manifest(ds_path):
-    dsmod.start_dataset(ds_path)
-    assert "manifest.json" not in os.listdir(ds_path)
+def test_finish_lists_only_the_writes_own_parts(tmp_path, ds_path):
+    """finish_dataset refuses a part of another write (or none) and a part not there,
+    and aborts the write: the old dataset stays, nothing of the write is left."""
+    before = folder_state(tmp_path / "ds")
+    old = manifest_of(ds_path)["parts"][0]
+    for parts, error in [
+        (lambda w, p: [p, (old["name"], old["n"], old["nbytes"])], "is not a part of this write"),
+        (lambda w, p: [p, (f"part-00001-{w}.ndf", 0, 28 + 0)], "part 1 of the write .* not there"),
+    ]:
+        write = dsmod.start_dataset(ds_path)
+        mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
+        with pytest.raises((ValueError, FileNotFoundError), match=error):
+            dsmod.finish_dataset(ds_path, write, parts(write, mine), 3, 2)
+        assert folder_state(tmp_path / "ds") == before
+
+
+def test_start_dataset_keeps_the_old_dataset(tmp_path, ds_path):
+    """A write begun, with a part written, changes nothing a reader sees; aborted, it
+    leaves the folder as it was."""
+    before = folder_state(tmp_path / "ds")
+    write = dsmod.start_dataset(ds_path)
+    dsmod.write_part(ds_path, 0, make_data(3, 3, 2), write_id=write)
+    assert open_ndf_dataset(ds_path).read_rows(np.arange(N))[0][:, 0].tolist() == list(range(N))
+    dsmod.abort_dataset(ds_path, write)
+    assert folder_state(tmp_path / "ds") == before
+
+
+@pytest.mark.parametrize("how", ["save_ndf_dataset", "NdfDatasetWriter"])
+def test_a_part_renamed_just_before_a_ctrl_c_is_removed(tmp_path, ds_path, monkeypatch, how):
+    """A Ctrl-C that lands after a part's rename, before the writer has recorded the
+    part: the abort still finds and removes it (by its write id), and the old dataset
+    is as it was."""
+    import exactbatch.ndf.write as writemod
+
+    before = folder_state(tmp_path / "ds")
+    fsync_folder = writemod.fsync_folder
+
+    def interrupted(folder):  # runs just after a part's rename
+        fsync_folder(folder)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writemod, "fsync_folder", interrupted)
+    x, y = make_data(6, 3, 2)
+    with pytest.raises(KeyboardInterrupt):
+        if how == "save_ndf_dataset":
+            save_ndf_dataset(ds_path, [(x[:3], y[:3]), (x[3:], y[3:])])
+        else:
+            with dsmod.NdfDatasetWriter(ds_path, 3, 2, part_rows=3) as w:
+                w.write(np.hstack([x, y]))
+    assert folder_state(tmp_path / "ds") == before
+
+
+@pytest.mark.parametrize("how", ["save_ndf_dataset", "NdfDatasetWriter"])
+def test_a_ctrl_c_as_the_last_step_begins_is_undone(tmp_path, ds_path, monkeypatch, how):
+    """A Ctrl-C that strikes as finish_dataset is called, before it holds signals: the
+    writer still aborts, so every part is there and none is left."""
+    from exactbatch.ndf import dataset_write
+
+    before = folder_state(tmp_path / "ds")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dataset_write, "finish_dataset", interrupted)
+    x, y = make_data(6, 3, 2)
+    with pytest.raises(KeyboardInterrupt):
+        if how == "save_ndf_dataset":
+            save_ndf_dataset(ds_path, [(x[:3], y[:3]), (x[3:], y[3:])])
+        else:
+            with dsmod.NdfDatasetWriter(ds_path, 3, 2, part_rows=3) as w:
+                w.write(np.hstack([x, y]))
+    assert folder_state(tmp_path / "ds") == before
+
+
+def test_a_ctrl_c_during_the_manifests_rename_waits_for_its_end(tmp_path, ds_path, monkeypatch):
+    """SIGINT while the manifest is written is held until the write's last step: the
+    Ctrl-C is raised, and the new dataset is whole, the old one's parts removed."""
+    import signal
+
+    from exactbatch.ndf import dataset_write
+
+    write_manifest = dataset_write.write_manifest
+
+    def interrupted(*args, **kwargs):
+        man = write_manifest(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # just after the rename
+        return man
+
+    monkeypatch.setattr(dataset_write, "write_manifest", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_ndf_dataset(ds_path, [4, 4], d=3, l=2)
+    ds = open_ndf_dataset(ds_path)
+    assert ds.read_rows(np.arange(8))[0][:, 0].tolist() == list(range(8))
+    listed = {p.name for p in ds.parts}
+    assert sorted(os.listdir(ds_path)) == sorted({"manifest.json", *listed})
+
+
+def test_two_writers_at_once_end_as_one_writers_dataset(tmp_path):
+    """A second writer that runs entirely while the first is between two parts: the
+    first's manifest, written last, wins and lists its own parts only; the second's
+    parts are removed. Never a dataset of parts from both."""
+    path = tmp_path / "ds"
+    first, second = make_data(10, 2, 1), make_data(10, 2, 1)
+    second = (second[0] + 1000, second[1])
+
+    def parts():
+        yield first[0][:5], first[1][:5]
+        save_ndf_dataset(path, [(second[0][:5], second[1][:5]), (second[0][5:], second[1][5:])])
+        assert open_ndf_dataset(path).read_rows([0])[0][0, 0] == 1000  # the second's, whole
+        yield first[0][5:], first[1][5:]
+
+    save_ndf_dataset(path, parts())
+    ds = open_ndf_dataset(path)
+    np.testing.assert_array_equal(ds.read_rows(np.arange(10))[0], first[0])
+    assert sorted(os.listdir(path)) == sorted({"manifest.json", *(p.name for p in ds.parts)})
+
+
+def test_leftovers_of_writes_that_are_over_are_removed_by_the_next_write(tmp_path, ds_path):
+    """The next write removes, of the files no manifest lists: parts of writes that ended
+    (no marker), parts and the marker of a write killed on this host (its process is
+    gone), parts named before write ids, and temporary files of writers gone. A write
+    on another host that still has its marker keeps its files, and so do other files."""
+    import subprocess
+    import sys
+
+    from exactbatch.ndf.temps import host_tag
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead, host = int(child.stdout), host_tag()
+    killed, ended = f"{host}-{dead}-0123abcd", f"{host}-{dead}-4567cdef"
+    other = f"{'0' if host[0] != '0' else '1'}{host[1:]}"
+    running, done = f"{other}-{dead}-0123abcd", f"{other}-{dead}-89abcdef"
+    left = [
+        f".exactbatch-write-{killed}",
+        f"part-00000-{killed}.ndf",
+        f"part-00000-{ended}.ndf",
+        f"part-00003-{done}.ndf",
+        f".part-00001-{killed}.ndf.{host}.{dead}.0123456789ab.tmp",
+        f".manifest.json.{host}.{dead}.0123456789ab.tmp",
+        "part-00007.ndf",
+    ]
+    kept = [f".exactbatch-write-{running}", f"part-00000-{running}.ndf", "notes.txt", ".o.tmp"]
+    for name in left + kept:
+        (tmp_path / "ds" / name).write_bytes(b"")
+    write_ndf_dataset(ds_path, [3], d=3, l=2)
+    listed = os.path.basename(part_file(ds_path, 0))
+    assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", listed, *kept])
+
+
+def test_a_write_marks_the_folder_while_it_runs(tmp_path):
+    """.exactbatch-write-<write id> is there from start_dataset to finish (or abort)."""
+    write = dsmod.start_dataset(tmp_path / "ds")
+    assert os.listdir(tmp_path / "ds") == [f".exactbatch-write-{write}"]
+    info = dsmod.write_part(tmp_path / "ds", 0, make_data(2), write_id=write)
+    dsmod.finish_dataset(tmp_path / "ds", write, [info], 3, 1)
+    assert sorted(os.listdir(tmp_path / "ds")) == ["manifest.json", info.name]
 
 
 # -- bad datasets: each an NdfError naming the part ----------------------------------------
 
 
 def test_a_missing_part(ds_path):
-    os.unlink(os.path.join(ds_path, "part-00002.ndf"))
+    p = part_file(ds_path, 2)
+    os.unlink(p)
     ds = open_ndf_dataset(ds_path)  # the manifest alone is fine
     ds.read_rows([0, 4])  # part 0 is there
-    with pytest.raises(NdfError, match="part 2 \\(part-00002.ndf\\) of the dataset is missing"):
+    name = re.escape(os.path.basename(p))
+    with pytest.raises(NdfError, match=f"part 2 \\({name}\\) of the dataset is missing"):
         ds.read_rows([6])
 
 
 def test_a_truncated_part(ds_path):
-    p = os.path.join(ds_path, "part-00004.ndf")
+    p = part_file(ds_path, 4)
     os.truncate(p, os.path.getsize(p) - 8)
     ds = open_ndf_dataset(ds_path)
-    with pytest.raises(NdfError, match="part 4 \\(part-00004.ndf\\).*file too short"):
+    name = re.escape(os.path.basename(p))
+    with pytest.raises(NdfError, match=f"part 4 \\({name}\\).*file too short"):
         ds.read_rows([N - 1])
 
 
@@ -551,16 +716,16 @@ def test_a_truncated_part(ds_path):
 def test_a_part_with_another_d_or_l(ds_path, d, l):  # noqa: E741
     """A part of other widths (here of the manifest's byte size even where that can be)."""
     rows = 12 * 5 // (d + l)
-    save_ndf(os.path.join(ds_path, "part-00002.ndf"), make_data(rows, d, l))
+    save_ndf(part_file(ds_path, 2), make_data(rows, d, l))
     ds = open_ndf_dataset(ds_path)
-    with pytest.raises(NdfError, match=f"part-00002.ndf.*has d={d}, l={l}; the dataset has d=3"):
+    with pytest.raises(NdfError, match=f"part-00002-.*has d={d}, l={l}; the dataset has d=3"):
         ds.read_rows([5])
 
 
 def test_a_part_of_another_n_than_the_manifest(ds_path):
-    save_ndf(os.path.join(ds_path, "part-00000.ndf"), make_data(4, 3, 2))
+    save_ndf(part_file(ds_path, 0), make_data(4, 3, 2))
     ds = open_ndf_dataset(ds_path)
-    with pytest.raises(NdfError, match="part-00000.ndf.*does not match the manifest: it holds n=4"):
+    with pytest.raises(NdfError, match="part-00000-.*does not match the manifest: it holds n=4"):
         ds.read_rows([0])
 
 
@@ -568,7 +733,7 @@ def test_a_manifest_whose_sizes_do_not_add_up(ds_path):
     m = manifest_of(ds_path)
     m["parts"][3]["nbytes"] += 8
     rewrite_manifest(ds_path, m)
-    with pytest.raises(NdfError, match="part part-00003.ndf: nbytes=.* does not match n=1"):
+    with pytest.raises(NdfError, match="part part-00003-.*: nbytes=.* does not match n=1"):
         open_ndf_dataset(ds_path)
     m["parts"][3]["nbytes"] -= 8
     m["n"] += 1
@@ -619,16 +784,19 @@ def test_check_part_and_part(ds_path):
         assert f.n == 12 and f.read_row(0)[0][0] == 5
     with pytest.raises(IndexError, match="part 5 out of range"):
         ds.check_part(5)
-    os.unlink(os.path.join(ds_path, "part-00001.ndf"))
-    with pytest.raises(NdfError, match="part-00001.ndf"):
+    os.unlink(part_file(ds_path, 1))
+    with pytest.raises(NdfError, match="part-00001-"):
         ds.check_part(1)
 
 
 def test_manifest_module_names(tmp_path):
-    assert manmod.part_name(7) == "part-00007.ndf"
+    assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
+    assert manmod.part_name(7, "0a1b2c3d-42-89abcdef") == "part-00007-0a1b2c3d-42-89abcdef.ndf"
     with pytest.raises(ValueError):
         manmod.part_name(-1)
+    with pytest.raises(ValueError, match="write_id must be a write id"):
+        manmod.part_name(7, "../x")
     with pytest.raises(ValueError, match="storage_options applies only to URLs"):
         open_ndf_dataset(tmp_path, storage_options={})
 

@@ -213,6 +213,83 @@ def test_bad_paths_and_formats_are_one_line_errors(argv, tmp_path, small_ndf, ca
     assert any(a in err or os.path.dirname(a) in err for a in mentioned), err
 
 
+ON_A_DATASET = {
+    "info": ["{ds}"],
+    "convert": ["{ds}", "{tmp}/out.ndf"],
+    "shuffle": ["{ds}", "{tmp}/out"],
+    "mixing": ["{ds}", "--batch-size", "2"],
+    "bench": ["{ds}"],
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(ON_A_DATASET))
+def test_a_malformed_manifest_is_one_line_for_every_command(cmd, tmp_path, capsys):
+    """Whatever a malformed manifest raises inside a command (here "features": 5), the
+    command ends with one line on stderr naming the dataset, exit 1 or 2, no traceback."""
+    from exactbatch import save_ndf_dataset
+
+    save_ndf_dataset(tmp_path / "ds", [np.ones((3, 2))])
+    with open(tmp_path / "ds" / "manifest.json") as f:
+        m = json.load(f)
+    m["features"] = 5
+    with open(tmp_path / "ds" / "manifest.json", "w") as f:
+        json.dump(m, f)
+    argv = [a.format(ds=tmp_path / "ds", tmp=tmp_path) for a in ON_A_DATASET[cmd]]
+    assert main([cmd, *argv, "-q"]) in (1, 2)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"exactbatch {cmd}: ") and str(tmp_path / "ds") in err
+
+
+def test_an_unexpected_error_is_one_line_and_debug_shows_its_traceback(
+    small_ndf, monkeypatch, capsys
+):
+    """An exception of a type no input error is expected to raise is funnelled too: one
+    line naming the input and the type, exit 2; --debug prints the traceback first."""
+    from exactbatch.tools import info
+
+    def deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(info, "info", deep)
+    assert main(["info", str(small_ndf)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"exactbatch info: error: {small_ndf}: RecursionError: maximum recursion depth exceeded"
+    )
+    assert main(["info", str(small_ndf), "--debug"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("Traceback") and "in deep" in err
+    assert err.splitlines()[-1].startswith("exactbatch info: error: ")
+
+
+URLS = [
+    ("convert", ["s3://bucket/in.parquet", "{tmp}/out.ndf"], "reading"),
+    ("convert", ["{ndf}", "s3://bucket/out.ndf"], "writing"),
+    ("convert", ["{ndf}", "s3://bucket/ds", "--part-rows", "10"], "writing"),
+    ("shuffle", ["s3://bucket/in.ndf", "{tmp}/out.ndf"], "reading"),
+    ("shuffle", ["{ndf}", "s3://bucket/out.ndf"], "writing"),
+    ("shuffle", ["{ndf}", "{tmp}/out.ndf", "--tmp-dir", "s3://bucket/tmp"], "writing"),
+    ("mixing", ["s3://bucket/in.ndf", "--batch-size", "8"], "reading"),
+    ("mixing", ["{ndf}", "--batch-size", "8", "--plot", "s3://bucket/p.png"], "writing"),
+    ("bench", ["s3://bucket/in.ndf"], "reading"),
+]
+
+
+@pytest.mark.parametrize("cmd, argv, doing", URLS, ids=[f"{c}-{d}" for c, _, d in URLS])
+def test_commands_that_cannot_read_urls_say_so(cmd, argv, doing, tmp_path, small_ndf, capsys):
+    """convert, shuffle, mixing and bench read and write local paths only: a URL is one
+    line saying so and naming it (not "No such file or directory"), before any work."""
+    argv = [a.format(tmp=tmp_path, ndf=small_ndf) for a in argv]
+    assert main([cmd, *argv, "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    url = next(a for a in argv if a.startswith("s3://"))
+    assert err.startswith(f"exactbatch {cmd}: error: {doing} URLs is not supported"), err
+    assert len(err.splitlines()) == 1 and url in err
+    assert not os.path.exists(tmp_path / "out.ndf")
+
+
 # -- bench ----------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import make_data, run_cli, write_ndf_dataset
+from helpers import make_data, part_file, run_cli, write_ndf_dataset
 
 from exactbatch import open_ndf, open_ndf_dataset, save_ndf
 from exactbatch.cli import main
@@ -56,15 +56,16 @@ def test_info_json(ds, capsys):
 
 def test_info_names_every_bad_part_and_exits_1(ds, capsys):
     """A missing part and a truncated one: both named, exit status 1."""
-    os.unlink(os.path.join(ds, "part-00002.ndf"))
-    with open(os.path.join(ds, "part-00004.ndf"), "r+b") as f:
+    two, four = os.path.basename(part_file(ds, 2)), os.path.basename(part_file(ds, 4))
+    os.unlink(os.path.join(ds, two))
+    with open(os.path.join(ds, four), "r+b") as f:
         f.truncate(100)
     assert main(["info", ds, "-q"]) == 1
     out, err = capsys.readouterr()
     assert "NO: 2 of 5 parts failed" in out
-    assert "part-00002.ndf" in out and "missing" in out
-    assert "part-00004.ndf" in out and "file too short" in out
-    assert "part-00002.ndf" in err
+    assert two in out and "missing" in out
+    assert four in out and "file too short" in out
+    assert two in err
 
 
 def test_info_on_a_bad_manifest(ds, capsys):
@@ -131,7 +132,8 @@ def test_convert_refuses_a_non_empty_folder_without_force(tmp_path, ds, capsys):
     assert "not empty (pass --force" in capsys.readouterr().err
     assert part_ns(ds) == SIZES  # untouched
     assert main(["convert", str(tmp_path / "a.npy"), ds, "--part-rows", "2", "--force"]) == 0
-    assert sorted(os.listdir(ds)) == ["manifest.json", "part-00000.ndf", "part-00001.ndf"]
+    new = [os.path.basename(part_file(ds, k)) for k in range(2)]
+    assert sorted(os.listdir(ds)) == ["manifest.json", *new]  # the old parts removed
     save_ndf(tmp_path / "f.ndf", np.ones((2, 2)))
     assert (
         main(["convert", str(tmp_path / "a.npy"), str(tmp_path / "f.ndf"), "--part-rows", "2"]) == 2
@@ -189,13 +191,15 @@ def test_shuffle_part_rows_and_output_checks(tmp_path, ds, capsys):
     assert "not empty" in capsys.readouterr().err
     assert main(["shuffle", ds, out, "--force", "--part-rows", "30", "-q"]) == 0
     assert part_ns(out) == [30, 11]
-    assert sorted(os.listdir(out)) == ["manifest.json", "part-00000.ndf", "part-00001.ndf"]
+    new = [os.path.basename(part_file(out, k)) for k in range(2)]
+    assert sorted(os.listdir(out)) == ["manifest.json", *new]
 
 
 def test_shuffle_of_a_damaged_dataset_names_the_part(tmp_path, ds, capsys):
-    os.unlink(os.path.join(ds, "part-00003.ndf"))
+    three = part_file(ds, 3)
+    os.unlink(three)
     assert main(["shuffle", ds, str(tmp_path / "o"), "-q"]) == 2
-    assert "part-00003.ndf" in capsys.readouterr().err
+    assert os.path.basename(three) in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "o")
 
 
@@ -228,3 +232,16 @@ def test_info_on_parts_without_a_manifest(ds, capsys):
     os.unlink(os.path.join(ds, "manifest.json"))
     assert main(["info", ds, "-q"]) == 1
     assert "not a dataset: the folder holds no manifest.json" in capsys.readouterr().err
+
+
+def test_convert_reports_the_bytes_of_its_own_parts(tmp_path, capsys):
+    """The summary's size is that of the parts this write made, not of whatever else the
+    folder holds (another file; another writer's parts, which may vanish as they are
+    counted)."""
+    from exactbatch.tools.convert import convert
+
+    np.save(tmp_path / "a.npy", np.ones((10, 3)))
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "notes.txt").write_text("not part of the dataset")
+    out = convert(tmp_path / "a.npy", tmp_path / "ds", part_rows=4, force=True, bar=False)
+    assert out["parts"] == 3 and out["size_bytes"] == 3 * 28 + 8 * 10 * 3

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 
-from exactbatch import save_ndf
+from exactbatch import save_ndf, save_ndf_dataset
 from exactbatch.cli import main
 from exactbatch.ndf import HEADER_SIZE
 from exactbatch.ndf.write import NdfWriter
@@ -211,6 +211,46 @@ def test_interrupted_shuffle_leaves_no_buckets(data, tmp_path, moment):
     dst = tmp_path / "out.ndf"
     args = ["shuffle", data / "big.ndf", dst, "--memory", "4MB"]
     run_trial(args, tmp_path, dst, moment)
+
+
+DATASET_MOMENTS = [
+    ("a part begun", signal.SIGINT),
+    ("a part renamed", signal.SIGINT),
+    ("all parts but one", signal.SIGINT),
+    ("a part renamed", signal.SIGTERM),
+]
+
+
+@pytest.mark.parametrize(
+    "moment, sig", DATASET_MOMENTS, ids=[f"{m} {s.name}" for m, s in DATASET_MOMENTS]
+)
+def test_interrupted_conversion_to_a_dataset_keeps_the_old_dataset(data, tmp_path, moment, sig):
+    """convert --part-rows --force over an existing dataset, signalled while the first
+    part is written, just after a part was renamed into place, or with all parts but one
+    written: exit 130, one line, and the folder exactly as it was - the old dataset's
+    manifest and parts, no new part, no temporary file."""
+    dst = tmp_path / "ds"
+    save_ndf_dataset(dst, [np.ones((5, D)), np.zeros((7, D))])
+    before = {name: (dst / name).read_bytes() for name in os.listdir(dst)}
+    proc = start(["convert", data / "big.ndf", dst, "--part-rows", N // 6, "--force", "-q"])
+
+    def new(temps: bool) -> int:
+        names = [e for e in os.listdir(dst) if e not in before]
+        return sum(1 for e in names if e.endswith(".tmp") == temps)
+
+    want = {"a part begun": (True, 1), "a part renamed": (False, 1)}.get(moment, (False, 5))
+    try:
+        wait_until(lambda: new(want[0]) >= want[1], proc, moment)
+        stop(proc)
+        assert (dst / "manifest.json").read_bytes() == before["manifest.json"]
+        rc, err = signal_and_finish(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert rc == 130, err
+    assert sum("interrupted" in s for s in err.splitlines()) == 1 and "Traceback" not in err
+    assert {name: (dst / name).read_bytes() for name in os.listdir(dst)} == before
 
 
 # -- a Ctrl-C that library code swallows ---------------------------------------------------

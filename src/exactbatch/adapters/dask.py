@@ -2,14 +2,16 @@
 partitions as a stream, and column statistics.
 
 * :func:`to_ndf_dataset` writes a Dask DataFrame or a 2-D Dask Array as a
-  sharded dataset (:mod:`exactbatch.ndf.dataset`): one part per partition,
-  each converted and written by the Dask worker that computed it, in
-  parallel, each atomically (``write_part``: a temporary file renamed, or an
-  upload committed only when whole). The client writes the manifest last,
-  from the parts' sizes the workers return, so the folder becomes a dataset
-  only when every part is written: a failed write (a partition that raises)
-  leaves no manifest. Costs: each worker holds one partition (and its
-  float64 copy) at a time; the client holds one small record per part.
+  sharded dataset (:mod:`exactbatch.ndf.dataset_write`): one part per
+  partition, each converted and written by the Dask worker that computed it,
+  in parallel, each atomically (``write_part``: a temporary file renamed, or
+  an upload committed only when whole), named with the write's id. The
+  client writes the manifest last, from the parts' sizes the workers return,
+  so the new dataset appears only when every part is written, replacing the
+  old one at once. A failed write (a partition that raises) waits for every
+  task still running, then removes the parts written. Costs: each worker
+  holds one partition (and its float64 copy) at a time; the client holds one
+  small record per part.
 * :func:`dask_source` reads a collection as a streamed source whose chunks
   are its partitions: on a ``dask.distributed`` cluster the next few
   partitions of the epoch are computed ahead, side by side (the loader
@@ -52,8 +54,8 @@ import numpy as np
 
 from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
-from exactbatch.ndf.dataset_write import remove_parts, start_dataset, write_part
-from exactbatch.ndf.manifest import dataset_path, part_name, write_manifest
+from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.manifest import dataset_path
 from exactbatch.stats import ColumnStats
 
 __all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
@@ -74,12 +76,35 @@ def _client():
 def _compute_all(tasks) -> list:
     """The results of ``tasks`` (Delayed), or the first error once no task still runs.
 
-    On a distributed client every task is waited for, failed or not, before
-    an error is raised: no worker is still writing when the caller cleans up.
+    Every task started is waited for, failed or not, before an error is
+    raised, so that nothing still writes when the caller cleans up: on a
+    ``dask.distributed`` client, every task; on the local threaded scheduler
+    (dask's default), the tasks already started run to their end in a pool of
+    threads of this call's own (dask's shared pool is never waited for), and
+    no new one starts. (The processes scheduler waits for its pool itself.)
+    A Ctrl-C on a distributed client cancels the tasks; a task already
+    running on a worker cannot be stopped, and what it writes is left behind.
     """
     client = _client()
     if client is None:
-        return list(import_dask().compute(*tasks))
+        dask = import_dask()
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dask.base import get_scheduler
+        from dask.system import CPU_COUNT
+        from dask.threaded import get as threaded_get
+
+        if (
+            get_scheduler(collections=tasks) is not threaded_get
+            or dask.config.get("pool", None) is not None
+        ):
+            return list(dask.compute(*tasks))
+        workers = dask.config.get("num_workers", None) or CPU_COUNT
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-dask")
+        try:
+            return list(dask.compute(*tasks, scheduler=pool))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     from distributed import wait
 
     futures = client.compute(tasks)
@@ -96,10 +121,10 @@ def _compute_all(tasks) -> list:
 # -- writing ----------------------------------------------------------------------------------
 
 
-def _write_partition(part, index: int, path: str, columns: Columns, storage_options):
-    """On a worker: partition ``index`` as part ``index`` of the dataset (atomic)."""
+def _write_partition(part, index: int, path: str, write_id: str, columns: Columns, so):
+    """On a worker: partition ``index`` as part ``index`` of the write ``write_id`` (atomic)."""
     x, y = columns.to_xy(part)
-    return write_part(path, index, (x, y), storage_options=storage_options)
+    return write_part(path, index, (x, y), write_id=write_id, storage_options=so)
 
 
 def to_ndf_dataset(
@@ -119,29 +144,29 @@ def to_ndf_dataset(
     must see it) or a URL (``s3://bucket/prefix``) with ``storage_options``
     as for :func:`~exactbatch.ndf.dataset.open_ndf_dataset`.
 
-    A manifest already at ``path`` is removed first. If any partition fails
-    (its computation raises, or a write does), the error is raised (on a
-    ``dask.distributed`` client, once every task has stopped), the part
-    files there are removed, and no manifest is left: the folder is not a
-    dataset. Part files of an earlier dataset there that the new one does
-    not list are removed on success.
+    A dataset already at ``path`` stays readable until the new manifest
+    replaces it (its parts are removed then). If any partition fails (its
+    computation raises, or a write does), the error is raised once every
+    task started has ended (see :func:`_compute_all`), and the parts this
+    write made are removed: the old dataset is as it was.
     """
     dask = import_dask()
     plan = plan_for(collection, features, labels, "to_ndf_dataset")
     path = dataset_path(path, storage_options)
-    start_dataset(path, storage_options=storage_options)
-    write = dask.delayed(_write_partition, pure=False)
-    tasks = [
-        write(part, k, path, plan.columns, storage_options) for k, part in enumerate(plan.parts)
-    ]
+    write_id = start_dataset(path, storage_options=storage_options)
     try:
+        write = dask.delayed(_write_partition, pure=False)
+        tasks = [
+            write(part, k, path, write_id, plan.columns, storage_options)
+            for k, part in enumerate(plan.parts)
+        ]
         infos = _compute_all(tasks)
         names = {"features": plan.features, "labels": plan.labels} if plan.columns.frame else {}
-        write_manifest(path, infos, plan.d, plan.l, storage_options=storage_options, **names)
-    except BaseException:
-        remove_parts(
-            path, [part_name(k) for k in range(len(plan.parts))], storage_options=storage_options
+        finish_dataset(
+            path, write_id, infos, plan.d, plan.l, storage_options=storage_options, **names
         )
+    except BaseException:  # (after a finish that a held Ctrl-C ended, this keeps all)
+        abort_dataset(path, write_id, storage_options=storage_options)
         raise
 
 

@@ -38,8 +38,8 @@ part closed and opened again costs an ``open``, an ``fstat`` and a mapping.
 Writing is :mod:`exactbatch.ndf.dataset_write`'s (its names are importable
 from here too): :func:`save_ndf_dataset` from an iterable of parts,
 :class:`NdfDatasetWriter` slab by slab, and the steps both are made of, for
-a distributed writer (``exactbatch.dask``). A failed write leaves no
-manifest, so a half-written folder is never taken for a dataset.
+a distributed writer (``exactbatch.dask``). A dataset appears whole, when
+its manifest replaces the last one; a failed write leaves nothing of its own.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ from exactbatch.errors import NdfError
 from exactbatch.kernels import FileChanged, backend, parts_rows
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
+    abort_dataset,
     describe_part,
+    finish_dataset,
     remove_parts,
     save_ndf_dataset,
     start_dataset,
@@ -83,7 +85,9 @@ __all__ = [
     "NdfDataset",
     "NdfDatasetWriter",
     "PartInfo",
+    "abort_dataset",
     "describe_part",
+    "finish_dataset",
     "open_ndf_dataset",
     "part_name",
     "read_manifest",

@@ -11,7 +11,6 @@ folders or URLs (any fsspec protocol) alike.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -23,6 +22,7 @@ import numpy as np
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.temps import WRITE_ID
 from exactbatch.ndf.write import atomic_path
 from exactbatch.urls import is_url, local_path, url_to_fs
 
@@ -44,7 +44,6 @@ __all__ = [
 MANIFEST = "manifest.json"
 FORMAT = "exactbatch-ndf-dataset"  # the manifest's "format" value
 VERSION = 1  # the manifest's "version": the one this code writes and reads
-_PART_NAME = re.compile(r"part-[0-9]{5,}\.ndf")  # what part_name makes
 
 
 class PartInfo(NamedTuple):
@@ -70,9 +69,17 @@ class Manifest(NamedTuple):
         return sum(p.n for p in self.parts)
 
 
-def part_name(index: int) -> str:
-    """The file name of part ``index`` (0-based) as this module writes it: ``part-00042.ndf``."""
-    return f"part-{check_int('index', index, 0):05d}.ndf"
+def part_name(index: int, write_id: str | None = None) -> str:
+    """The file name of part ``index`` (0-based) of the dataset write ``write_id``:
+    ``part-00042-<write id>.ndf`` (see :mod:`exactbatch.ndf.dataset_write`). Without a
+    write id, ``part-00042.ndf``: how parts were named before write ids (such datasets
+    read as any other)."""
+    index = check_int("index", index, 0)
+    if write_id is None:
+        return f"part-{index:05d}.ndf"
+    if not isinstance(write_id, str) or not re.fullmatch(WRITE_ID, write_id):
+        raise ValueError(f"write_id must be a write id from start_dataset; got {write_id!r}")
+    return f"part-{index:05d}-{write_id}.ndf"
 
 
 # -- where things are: local folders and URLs alike ---------------------------------------
@@ -257,9 +264,9 @@ def write_manifest(
     listed once (else :class:`NdfError` naming the part); the part files
     themselves are not opened (``exactbatch info`` checks them).
     ``features``/``labels``: column names to keep with the data (``d`` and
-    ``l`` of them), or None. Part files in the folder named as
-    :func:`part_name` makes but not listed (left by an earlier, larger
-    dataset) are removed after the manifest is written.
+    ``l`` of them), or None. Nothing else is written or removed: a dataset
+    write ends with :func:`~exactbatch.ndf.dataset_write.finish_dataset`,
+    which calls this and then removes the parts of the dataset it replaced.
     """
     path = dataset_path(path, storage_options)
     d, l = check_int("d", d, 0), check_int("l", l, 0)  # noqa: E741
@@ -271,24 +278,11 @@ def write_manifest(
     labs = _names(None if labels is None else list(labels), l, "labels", where)
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs)
     raw = _manifest_bytes(man)
-    keep = {p.name for p in man.parts}
     if is_url(path):
         fs, key = url_to_fs(path, storage_options)
         fs.pipe_file(join_path(key, MANIFEST), raw)  # one PUT: whole or not at all
         fs.invalidate_cache()
-        stale = [k for k in fs.ls(key, detail=False) if _stale(k.rsplit("/", 1)[-1], keep)]
-        for k in stale:
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm_file(k)
     else:
         with atomic_path(where) as tmp, open(tmp, "wb") as f:
             f.write(raw)
-        for entry in os.listdir(path):
-            if _stale(entry, keep):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(path, entry))
     return man
-
-
-def _stale(name: str, keep: set) -> bool:
-    return name not in keep and _PART_NAME.fullmatch(name) is not None

@@ -1,10 +1,15 @@
-"""Temporary files of atomic writes: their names, creation, and clean-up.
+"""Temporary files of atomic writes, and write ids: their names, creation, and clean-up.
 
 A writer writes ``.NAME.<host>.<pid>.<random>.tmp`` beside the target and
 renames it over the target when whole (:mod:`exactbatch.ndf.write`). The
 name says who wrote it, so that a file left by a writer that died (killed
 mid-write) is removed by the next writer on the same host, and a failed
 write removes its own.
+
+A dataset write (:mod:`exactbatch.ndf.dataset_write`) names its parts with a
+write id, ``<host>-<pid>-<random>`` (:func:`new_write_id`): it tells two
+writers apart, and says on which host and in which process the write runs,
+so that a later write can tell whether it is over (:func:`parse_write_id`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,24 @@ import re
 import secrets
 import socket
 
-__all__ = ["create_temp", "fsync_folder", "host_tag", "remove_own_temps", "remove_stale_temps"]
+__all__ = [
+    "WRITE_ID",
+    "create_temp",
+    "fsync_folder",
+    "host_tag",
+    "new_write_id",
+    "parse_temp",
+    "parse_write_id",
+    "pid_alive",
+    "remove_own_temps",
+    "remove_stale_temps",
+]
 
 # What follows ".NAME." in a temporary file's name: host tag, writer's pid, random part.
 _TEMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{12}\.tmp")
+_TEMP = re.compile(r"\.(?P<name>.+)\." + _TEMP_TAIL.pattern)
+# A write id: host tag, the pid of the process that runs the write, random part.
+WRITE_ID = r"[0-9a-f]{8}-[1-9][0-9]{0,9}-[0-9a-f]{8}"
 
 
 def _temp_stem(name: str) -> str:
@@ -27,11 +46,21 @@ def _temp_stem(name: str) -> str:
 
 
 def host_tag() -> str:
-    """8 hex digits naming this host: pids are only compared on the host that wrote them."""
-    return hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
+    """8 hex digits naming this host and its process id namespace: pids are only
+    compared where they mean the same process (two containers that share a host name
+    and a folder, each with pids of its own, are told apart)."""
+    try:
+        pids = os.readlink("/proc/self/ns/pid")  # Linux: "pid:[4026531836]"
+    except OSError:
+        pids = ""
+    key = f"{socket.gethostname()}\0{pids}".encode()
+    return hashlib.blake2s(key, digest_size=4).hexdigest()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (True where that cannot be told)."""
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return True
     try:
         os.kill(pid, 0)  # signal 0: no signal is sent, only the existence is checked
     except ProcessLookupError:
@@ -52,7 +81,7 @@ def remove_stale_temps(folder: str, name: str) -> None:
     if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
         return
     me = os.getpid()
-    _remove_temps(folder, name, lambda pid: pid != me and not _pid_alive(pid))
+    _remove_temps(folder, name, lambda pid: pid != me and not pid_alive(pid))
 
 
 def remove_own_temps(path) -> None:
@@ -83,6 +112,25 @@ def _remove_temps(folder: str, name: str, remove) -> None:
             os.unlink(os.path.join(folder, entry))
         except OSError:
             pass
+
+
+def parse_temp(entry: str) -> tuple[str, str, int] | None:
+    """``(NAME, host, pid)`` of a temporary file named ``entry``, or None if it is not one
+    (a name longer than 200 bytes is cut short in its temporary file's name)."""
+    m = _TEMP.fullmatch(entry)
+    return None if m is None else (m["name"], m["host"], int(m["pid"]))
+
+
+def new_write_id() -> str:
+    """A fresh write id: ``<host>-<pid>-<random>`` (8 hex digits, this process's id,
+    8 random hex digits)."""
+    return f"{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def parse_write_id(write_id: str) -> tuple[str, int]:
+    """``(host, pid)`` of a write id made by :func:`new_write_id`."""
+    host, pid, _ = write_id.split("-")
+    return host, int(pid)
 
 
 def create_temp(folder: str, name: str) -> tuple[str, int]:

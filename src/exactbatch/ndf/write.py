@@ -23,10 +23,10 @@ describes other data.
 
 A writer killed mid-write (SIGKILL, power loss) leaves its temporary file
 behind; the next writer of the same path removes such files whose writer
-process (on this host) is gone, so they do not pile up. (A writer in another
-PID namespace with the same host name is not told apart: if such a writer's
-temporary file is removed, its own rename fails loudly and its target keeps
-its old bytes.)
+process (on this host) is gone, so they do not pile up. (The host in the
+name is the host name and the process id namespace together, so a writer in
+another container with the same host name is taken for another host's: its
+files are left alone.)
 """
 
 from __future__ import annotations

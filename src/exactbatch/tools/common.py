@@ -17,6 +17,7 @@ __all__ = [
     "check_output",
     "csv_delimiter",
     "detect_format",
+    "refuse_url",
     "format_bytes",
     "output_format",
     "parse_int_list",
@@ -178,6 +179,19 @@ def csv_delimiter(path, delimiter: str | None = None) -> str:
     return "\t" if ext in _TAB_SEPARATED else ","
 
 
+def refuse_url(path, doing: str = "reading") -> None:
+    """A :class:`CliError` for a URL (``s3://...``): the command reads and writes local
+    files only (``doing``: "reading" or "writing")."""
+    from exactbatch.urls import is_url
+
+    if is_url(path):
+        raise CliError(
+            f"{doing} URLs is not supported by this command; got {path} (exactbatch info "
+            "reads an .ndf or a sharded dataset at a URL; copy the data to a local path "
+            "for the rest)"
+        )
+
+
 def detect_format(path) -> str:
     """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
     then extension.
@@ -185,10 +199,11 @@ def detect_format(path) -> str:
     A folder holding ``manifest.json``, or ``.ndf`` parts and no Parquet (a
     dataset whose manifest is missing: reading it says so), is a sharded
     ``.ndf`` dataset; any other folder is Parquet (its ``.parquet`` files, at any depth). A
-    missing path is the OS's ``FileNotFoundError``; anything unrecognised a
-    :class:`CliError`.
+    missing path is the OS's ``FileNotFoundError``; a URL (:func:`refuse_url`) and
+    anything unrecognised a :class:`CliError`.
     """
     path = os.fspath(path)
+    refuse_url(path)
     if os.path.isdir(path):
         names = os.listdir(path)
         parts = any(n.endswith(".ndf") for n in names)
@@ -220,6 +235,7 @@ def output_format(path) -> str:
 def check_output(dst, force: bool) -> str:
     """Refuse to replace an existing file without ``force``; the folder must exist."""
     dst = os.fspath(dst)
+    refuse_url(dst, "writing")
     if os.path.isdir(dst):
         raise CliError(f"{dst}: is a folder; give a file name to write")
     if os.path.exists(dst) and not force:
@@ -234,6 +250,7 @@ def check_dataset_output(dst, force: bool) -> str:
     """A folder to write a sharded dataset into: not a file; if it exists, empty (or
     ``force``: its old dataset is replaced); its parent folder must exist."""
     dst = os.fspath(dst)
+    refuse_url(dst, "writing")
     if os.path.exists(dst) and not os.path.isdir(dst):
         raise CliError(f"{dst}: is a file; a sharded dataset is written into a folder")
     if os.path.isdir(dst) and os.listdir(dst) and not force:

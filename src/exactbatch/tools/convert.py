@@ -129,16 +129,9 @@ def convert(
         src_format=src_fmt,
         dst_format=dst_fmt,
         seconds=round(time.perf_counter() - t0, 3),
-        size_bytes=_size(dst),
     )
+    out.setdefault("size_bytes", os.path.getsize(dst))  # a dataset's: its parts' bytes
     return out
-
-
-def _size(path: str) -> int:
-    """Bytes of a file, or of the files of a folder (a dataset)."""
-    if not os.path.isdir(path):
-        return os.path.getsize(path)
-    return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
 
 
 def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
@@ -173,8 +166,8 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
         "features": inp.columns[: inp.d],
         "labels": inp.columns[inp.d :],
     }
-    if part_rows is not None:
-        out["parts"] = len(w.parts)
+    if part_rows is not None:  # the parts this write made (the folder may hold others')
+        out.update(parts=len(w.parts), size_bytes=sum(p.nbytes for p in w.parts))
     return out
 
 

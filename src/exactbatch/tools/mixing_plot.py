@@ -19,9 +19,10 @@ EXTENSIONS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 def check_path(path) -> None:
     """Refuse a picture path that cannot be written, before any work is done."""
-    from exactbatch.tools.common import CliError
+    from exactbatch.tools.common import CliError, refuse_url
 
     path = os.fspath(path)
+    refuse_url(path, "writing")
     if not path.lower().endswith(EXTENSIONS):
         raise CliError(f"{path}: --plot must end in one of {', '.join(EXTENSIONS)}")
     folder = os.path.dirname(os.path.abspath(path))

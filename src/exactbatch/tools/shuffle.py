@@ -55,6 +55,7 @@ from exactbatch.tools.common import (
     detect_format,
     format_bytes,
     progress,
+    refuse_url,
 )
 from exactbatch.tools.ndf_stream import (
     ndf_regions,
@@ -187,6 +188,7 @@ def shuffle_file(
     if row_bytes and memory < row_bytes:
         raise CliError(f"--memory {memory} bytes cannot hold one row of {src} ({row_bytes} bytes)")
     tmp_root = os.fspath(tmp_dir) if tmp_dir else os.path.dirname(os.path.abspath(dst))
+    refuse_url(tmp_root, "writing")
     in_memory = data <= memory
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
