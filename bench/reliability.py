@@ -528,49 +528,43 @@ def resume(kills: int, rows: int, every: int) -> dict:
 # -- dataset writes: interrupted, and two at once ---------------------------------------------
 
 
-def interrupt(trials: int, rows: int, part_rows: int) -> dict:
-    import test_dataset_writes as t
-
-    folder = tempfile.mkdtemp(prefix="interrupt-", dir=os.environ.get("RELIABILITY_DIR"))
+def _dataset_campaign(name: str, run, parts: int) -> dict:
+    """``run(folder, progress)`` on a dataset folder in a scratch directory, timed."""
+    folder = tempfile.mkdtemp(prefix=f"{name}-", dir=os.environ.get("RELIABILITY_DIR"))
     t0 = time.perf_counter()
     try:
 
         def progress(k, stats):
             if (k + 1) % 25 == 0:
-                log(f"  interrupt: {k + 1} signals, {stats}")
+                log(f"  {name}: {k + 1} trials, {stats}")
 
-        stats = t.interrupt_loop(
-            os.path.join(folder, "ds"), trials, n=rows, part_rows=part_rows, seed=13, log=progress
-        )
+        stats = run(os.path.join(folder, "ds"), progress)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    stats["dataset_mb"] = round(8 * rows * (t.D + 1) / 2**20, 1)
-    stats["parts"] = -(-rows // part_rows)
+    stats["parts"] = parts
     stats["seconds"] = round(time.perf_counter() - t0, 1)
-    log(f"interrupt: {stats}")
+    log(f"{name}: {stats}")
+    return stats
+
+
+def interrupt(trials: int, rows: int, part_rows: int) -> dict:
+    import test_dataset_writes as t
+
+    def run(path, progress):
+        return t.interrupt_loop(path, trials, n=rows, part_rows=part_rows, seed=13, log=progress)
+
+    stats = _dataset_campaign("interrupt", run, -(-rows // part_rows))
+    stats["dataset_mb"] = round(8 * rows * (t.D + 1) / 2**20, 1)
     return stats
 
 
 def writers(pairs: int, rows: int, part_rows: int) -> dict:
     import test_dataset_writes as t
 
-    folder = tempfile.mkdtemp(prefix="writers-", dir=os.environ.get("RELIABILITY_DIR"))
-    t0 = time.perf_counter()
-    try:
+    def run(path, progress):
+        return t.writer_pairs(path, pairs, n=rows, part_rows=part_rows, seed=17, log=progress)
 
-        def progress(k, stats):
-            if (k + 1) % 25 == 0:
-                log(f"  writers: {k + 1} pairs, {stats}")
-
-        stats = t.writer_pairs(
-            os.path.join(folder, "ds"), pairs, n=rows, part_rows=part_rows, seed=17, log=progress
-        )
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    stats["parts"] = -(-rows // part_rows)
-    stats["seconds"] = round(time.perf_counter() - t0, 1)
-    log(f"writers: {stats}")
-    return stats
+    return _dataset_campaign("writers", run, -(-rows // part_rows))
 
 
 def main() -> None:

@@ -569,6 +569,12 @@ def test_a_part_renamed_just_before_a_ctrl_c_is_removed(tmp_path, ds_path, monke
         raise KeyboardInterrupt
 
     monkeypatch.setattr(writemod, "fsync_folder", interrupted)
+    _interrupted_write(ds_path, how)
+    assert folder_state(tmp_path / "ds") == before
+
+
+def _interrupted_write(ds_path, how: str) -> None:
+    """A two-part write by ``how``, which the test has made raise KeyboardInterrupt."""
     x, y = make_data(6, 3, 2)
     with pytest.raises(KeyboardInterrupt):
         if how == "save_ndf_dataset":
@@ -576,7 +582,6 @@ def test_a_part_renamed_just_before_a_ctrl_c_is_removed(tmp_path, ds_path, monke
         else:
             with dsmod.NdfDatasetWriter(ds_path, 3, 2, part_rows=3) as w:
                 w.write(np.hstack([x, y]))
-    assert folder_state(tmp_path / "ds") == before
 
 
 @pytest.mark.parametrize("how", ["save_ndf_dataset", "NdfDatasetWriter"])
@@ -591,13 +596,7 @@ def test_a_ctrl_c_as_the_last_step_begins_is_undone(tmp_path, ds_path, monkeypat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(dataset_write, "finish_dataset", interrupted)
-    x, y = make_data(6, 3, 2)
-    with pytest.raises(KeyboardInterrupt):
-        if how == "save_ndf_dataset":
-            save_ndf_dataset(ds_path, [(x[:3], y[:3]), (x[3:], y[3:])])
-        else:
-            with dsmod.NdfDatasetWriter(ds_path, 3, 2, part_rows=3) as w:
-                w.write(np.hstack([x, y]))
+    _interrupted_write(ds_path, how)
     assert folder_state(tmp_path / "ds") == before
 
 
