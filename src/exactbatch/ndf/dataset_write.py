@@ -22,7 +22,7 @@ import os
 
 from exactbatch.checks import check_int
 from exactbatch.ndf.file import open_ndf
-from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
     MANIFEST,
     PartInfo,
@@ -32,6 +32,7 @@ from exactbatch.ndf.manifest import (
     part_name,
     write_manifest,
 )
+from exactbatch.ndf.names import validate_names
 from exactbatch.ndf.temps import remove_own_temps
 from exactbatch.ndf.write import (
     Committing,
@@ -87,6 +88,7 @@ def write_part(path, index: int, data, *, storage_options: dict | None = None) -
     name = part_name(index)
     data = as_dataset(data)
     target = join_path(path, name)
+    check_shape(data.n, data.d, data.l, target)
     if is_url(path):
         fs, key = url_to_fs(target, storage_options)
         f = fs.open(key, "wb", autocommit=False)
@@ -129,7 +131,8 @@ def save_ndf_dataset(
 
     Each part is written atomically as it comes (:func:`write_part`), and the
     manifest last (:func:`write_manifest`, which also keeps ``features`` and
-    ``labels``, column names, if given). A manifest already at ``path`` is
+    ``labels``, column names, if given: checked by
+    :func:`~exactbatch.ndf.names.validate_names` before the first part is written). A manifest already at ``path`` is
     removed first, so on any error (a bad part, a full disk, a Ctrl-C) no
     manifest is left and the folder is not a dataset; the parts this call
     wrote are removed then too (and the folder, if this call made it). Part
@@ -147,6 +150,8 @@ def save_ndf_dataset(
             data = as_dataset(data)
             if width is None:
                 width = (data.d, data.l)
+                # the names the manifest will keep, checked before the first part is written
+                validate_names(features, labels, *width, join_path(path, MANIFEST))
             elif (data.d, data.l) != width:
                 raise ValueError(
                     f"{join_path(path, part_name(k))}: part {k} has d={data.d}, l={data.l}; "
@@ -194,7 +199,7 @@ class NdfDatasetWriter(Committing):
     Each part is an :class:`~exactbatch.ndf.write.NdfWriter` (atomic: a
     temporary file renamed into place when the part is full). ``n``, when
     known up front, is checked at commit. ``features``/``labels``: column
-    names kept in the manifest. Use as a context manager: a clean exit
+    names kept in the manifest (checked here, before any part is written). Use as a context manager: a clean exit
     commits; an exception aborts, removing the parts written (and the folder,
     if this writer made it) and leaving no manifest. ``before_rename``:
     called before each part and the manifest are renamed into place (the
@@ -219,6 +224,8 @@ class NdfDatasetWriter(Committing):
         self.n, self.features, self.labels = n, features, labels
         self.before_rename = before_rename
         self.row_bytes = 8 * (self.d + self.l)
+        check_shape(0 if n is None else n, self.d, self.l, self.path)
+        validate_names(features, labels, self.d, self.l, join_path(self.path, MANIFEST))
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part = None  # the part being written

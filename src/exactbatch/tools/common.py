@@ -9,6 +9,8 @@ import signal
 import sys
 import threading
 
+from exactbatch.ndf.regular import check_regular, regular_file
+
 __all__ = [
     "CliError",
     "catch_signals",
@@ -18,6 +20,7 @@ __all__ = [
     "detect_format",
     "format_bytes",
     "output_format",
+    "parquet_files",
     "parse_int_list",
     "parse_size",
     "progress",
@@ -173,7 +176,8 @@ def detect_format(path) -> str:
     A folder holding ``manifest.json``, or ``.ndf`` parts and no Parquet (a
     dataset whose manifest is missing: reading it says so), is a sharded
     ``.ndf`` dataset; any other folder is Parquet (its ``*.parquet`` files). A
-    missing path is the OS's ``FileNotFoundError``; anything unrecognised a
+    missing path is the OS's ``FileNotFoundError``; a FIFO or a device an
+    ``NdfError`` (refused at once, never waited on); anything unrecognised a
     :class:`CliError`.
     """
     path = os.fspath(path)
@@ -182,7 +186,7 @@ def detect_format(path) -> str:
         parts = any(n.endswith(".ndf") for n in names)
         parquet = any(n.endswith(".parquet") for n in names)
         return "dataset" if "manifest.json" in names or (parts and not parquet) else "parquet"
-    with open(path, "rb") as f:  # FileNotFoundError / PermissionError as the OS says
+    with regular_file(path, "a data file") as f:  # missing, no permission: as the OS says
         head = f.read(8)
     for magic, fmt in _MAGICS:
         if head.startswith(magic):
@@ -194,6 +198,17 @@ def detect_format(path) -> str:
         f"{path}: unknown format (found first bytes {head[:6]!r}); expected an .ndf file, "
         "Parquet (a file or a folder), a .csv file or a .npy file"
     )
+
+
+def parquet_files(path) -> list[str]:
+    """The local Parquet files of ``path`` (a file or a folder), each checked to be a
+    regular file (a FIFO among them is refused at once: pyarrow would wait on it)."""
+    from exactbatch.sources.parquet import list_local_files
+
+    files = list_local_files(path, "*.parquet")
+    for f in files:
+        check_regular(f, "a Parquet file")
+    return files
 
 
 def output_format(path) -> str:
