@@ -12,7 +12,7 @@ import pytest
 
 from exactbatch import NdfError, open_ndf, save_ndf
 from exactbatch.ndf import NdfWriter
-from exactbatch.ndf.names import validate_names, default_names, read_sidecar, sidecar_path
+from exactbatch.ndf.names import default_names, read_sidecar, sidecar_path, validate_names
 
 
 def _data(n=5, d=2, l=1):  # noqa: E741

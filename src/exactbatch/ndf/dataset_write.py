@@ -132,9 +132,10 @@ def save_ndf_dataset(
     Each part is written atomically as it comes (:func:`write_part`), and the
     manifest last (:func:`write_manifest`, which also keeps ``features`` and
     ``labels``, column names, if given: checked by
-    :func:`~exactbatch.ndf.names.validate_names` before the first part is written). A manifest already at ``path`` is
-    removed first, so on any error (a bad part, a full disk, a Ctrl-C) no
-    manifest is left and the folder is not a dataset; the parts this call
+    :func:`~exactbatch.ndf.names.validate_names` before the first part is
+    written). A manifest already at ``path`` is removed first, so on any
+    error (a bad part, a full disk, a Ctrl-C) no manifest is left and the
+    folder is not a dataset; the parts this call
     wrote are removed then too (and the folder, if this call made it). Part
     files of an earlier dataset there that the new one does not list are
     removed on success. ``storage_options``: for a URL, as in
@@ -199,11 +200,12 @@ class NdfDatasetWriter(Committing):
     Each part is an :class:`~exactbatch.ndf.write.NdfWriter` (atomic: a
     temporary file renamed into place when the part is full). ``n``, when
     known up front, is checked at commit. ``features``/``labels``: column
-    names kept in the manifest (checked here, before any part is written). Use as a context manager: a clean exit
-    commits; an exception aborts, removing the parts written (and the folder,
-    if this writer made it) and leaving no manifest. ``before_rename``:
-    called before each part and the manifest are renamed into place (the
-    CLI raises a Ctrl-C some library swallowed).
+    names kept in the manifest (checked here, before any part is written).
+    Use as a context manager: a clean exit commits; an exception aborts,
+    removing the parts written (and the folder, if this writer made it) and
+    leaving no manifest. ``before_rename``: called before each part and the
+    manifest are renamed into place (the CLI raises a Ctrl-C some library
+    swallowed).
     """
 
     def __init__(

@@ -73,7 +73,7 @@ def read_regular(path, limit: int, what: str) -> bytes:
             raise NdfError(
                 f"{os.fspath(path)}: {size} bytes is too large for {what} (at most {limit} bytes)"
             )
-        raw = f.read(limit + 1)
+        raw = f.read(size + 1)  # read(n) allocates n bytes up front: not the limit
     if len(raw) > limit:  # grown since the fstat
         raise NdfError(f"{os.fspath(path)}: too large for {what} (at most {limit} bytes)")
     return raw
