@@ -198,15 +198,49 @@ doc_edit_lists = st.one_of(
 text_edit_lists = st.one_of(st.just([]), st.just([]), st.lists(text_edits, min_size=1, max_size=2))
 
 
+good_names = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=8).filter(
+    lambda c: c.strip() and "\0" not in c
+)
+
+
+@st.composite
+def _tidy_names(draw, doc: dict) -> dict:
+    """``doc`` with valid, distinct names (or none) for its d and l."""
+    names = draw(st.lists(good_names, min_size=3, max_size=3, unique=True))
+    if draw(st.booleans()):
+        doc["features"], doc["labels"] = names[:2], names[2:]
+    else:
+        doc.pop("features"), doc.pop("labels")
+    return doc
+
+
+@st.composite
+def tidy_manifests(draw) -> dict:
+    """A manifest every reader should take: the real parts in any order and number (each
+    at most once), perhaps one that is missing, valid names or none, n given or not."""
+    doc = draw(_tidy_names(_base_manifest()))
+    parts = draw(st.permutations(doc["parts"]))
+    doc["parts"] = parts[: draw(st.integers(0, len(parts)))]
+    if draw(st.booleans()):
+        doc["parts"].append({"name": "gone.ndf", "n": 1, "nbytes": 52})
+    if draw(st.booleans()):
+        doc["n"] = sum(p["n"] for p in doc["parts"])
+    else:
+        doc.pop("n")
+    return doc
+
+
 @st.composite
 def manifest_cases(draw):
-    doc = _edit_doc(_base_manifest(), draw(doc_edit_lists))
+    doc = draw(st.one_of(tidy_manifests(), st.builds(_base_manifest)))
+    doc = _edit_doc(doc, draw(doc_edit_lists))
     return "manifest", _edit_text(_encode(doc), draw(text_edit_lists))
 
 
 @st.composite
 def sidecar_cases(draw):
-    doc = _edit_doc(_base_sidecar(), draw(doc_edit_lists))
+    doc = draw(st.one_of(_tidy_names(_base_sidecar()), st.builds(_base_sidecar)))
+    doc = _edit_doc(doc, draw(doc_edit_lists))
     return "sidecar", _edit_text(_encode(doc), draw(text_edit_lists))
 
 
@@ -241,10 +275,12 @@ def make_fixture(folder) -> dict:
     folder = os.fspath(folder)
     rng = np.random.default_rng(0)
     ds = os.path.join(folder, "ds")
-    save_ndf_dataset(ds, [(rng.random((n, 2)), rng.random((n, 1))) for n in PARTS])
+    parts = [rng.random((n, 3)) for n in PARTS]  # x then y, as on disk
+    save_ndf_dataset(ds, [(p[:, :2], p[:, 2:]) for p in parts])
     ndf = os.path.join(folder, "named.ndf")
     save_ndf(ndf, (rng.random((3, 2)), rng.random((3, 1))))
-    return {"ds": ds, "ndf": ndf, "header": os.path.join(folder, "case.ndf")}
+    rows = {f"part-{k:05d}.ndf": p for k, p in enumerate(parts)}
+    return {"ds": ds, "ndf": ndf, "header": os.path.join(folder, "case.ndf"), "rows": rows}
 
 
 def _names_hold(src) -> None:
@@ -276,12 +312,18 @@ def check_case(fixture: dict, kind: str, raw: bytes) -> str:
                 assert 0 <= ds.n <= MAX_ROWS and ds.n == sum(p.n for p in ds.parts)
                 assert ds.d + ds.l <= MAX_WIDTH
                 _names_hold(ds)
+                whole = len(ds.parts) <= 4
                 for k in range(min(len(ds.parts), 4)):
                     try:
                         ds.check_part(k)
                     except (NdfError, OSError) as e:
                         assert isinstance(e, OSError) or ds.path in str(e), e
-                if ds.n and ds.d + ds.l:
+                        whole = False
+                if whole and 0 < ds.n <= 100:  # every part as listed: rows read right
+                    x, y = ds.read_rows(np.arange(ds.n))
+                    held = np.concatenate([fixture["rows"][p.name] for p in ds.parts])
+                    assert np.array_equal(np.hstack([x, y]), held), "rows other than the parts'"
+                elif ds.n and ds.d + ds.l:
                     try:
                         ds.read_rows([0, ds.n - 1])
                     except NdfError as e:  # a part other than the manifest lists

@@ -17,6 +17,7 @@ is about 65 MB).
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from exactbatch.errors import NdfError
 
@@ -39,8 +40,9 @@ def _constant(text: str):
 def _object(pairs: list) -> dict:
     out = dict(pairs)
     if len(out) != len(pairs):
-        twice = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})
-        raise ValueError(f"key(s) {twice} given more than once in one object")
+        uses = Counter(k for k, _ in pairs)
+        twice = sorted(k for k, n in uses.items() if n > 1)
+        raise ValueError(f"key(s) {twice[:8]!r:.200} given more than once in one object")
     return out
 
 
