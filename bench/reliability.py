@@ -28,7 +28,7 @@ at a larger scale, in child processes where a crash or a hang must be seen:
 
     .venv/bin/python bench/reliability.py [parts...] [--quick] [--json out.json]
 
-With no part named, all run (about 6 minutes on a 2-core machine);
+With no part named, all run (about 11 minutes on a 2-core machine);
 ``--quick`` shrinks every part to a smoke test.
 """
 
