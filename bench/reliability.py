@@ -5,6 +5,10 @@ at a larger scale, in child processes where a crash or a hang must be seen:
 
     fuzz     30,000 fuzzed .ndf files and 30,000 fuzzed Parquet files (hypothesis,
              in child processes with a timeout: a crash or hang is counted, not fatal)
+    validate 100,000 fuzzed manifests, names sidecars and .ndf headers (hypothesis) at
+             open_ndf_dataset, the sidecar reader, open_ndf and info, in child processes
+             watched for progress: a crash or a hang is counted with the case in hand;
+             anything but NdfError/OSError, or a failed check, is counted as "other"
     crash    200 SIGKILLs of save_ndf writing a 61 MB file over an older version
     changes  a reader over an .ndf truncated at a random instant by another process:
              outcomes (NdfError, SIGBUS, garbage) per read path (the compiled core's
@@ -31,7 +35,7 @@ at a larger scale, in child processes where a crash or a hang must be seen:
 
     .venv/bin/python bench/reliability.py [parts...] [--quick] [--json out.json]
 
-With no part named, all run (about 10 minutes on a 2-core machine);
+With no part named, all run (about 11 minutes on a 2-core machine);
 ``--quick`` shrinks every part to a smoke test.
 """
 
@@ -148,6 +152,131 @@ def fuzz(cases: int, workers: int, timeout: float) -> dict:
             "seconds": round(secs, 1),
         }
         log(f"fuzz {kind}: {out[kind]}")
+    return out
+
+
+# -- validate -------------------------------------------------------------------------
+
+VALIDATE_WORKER = textwrap.dedent(
+    """
+    import json, os, shutil, sys, tempfile
+    sys.path.insert(0, sys.argv[4])
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    import test_documents as t
+
+    cases, hseed, status = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    root = tempfile.mkdtemp(prefix="validate-", dir=os.path.dirname(status))
+    fixture = t.make_fixture(root)
+    others, done = [], [0]
+
+    @seed(hseed)
+    @settings(max_examples=cases, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @given(case=t.any_case)
+    def run(case):
+        kind, raw = case
+        with open(status, "wb") as f:  # the case in hand, for a crash or a hang
+            f.write(f"{done[0]} {kind}\\n".encode() + raw)
+        try:
+            t.OUTCOMES[kind + " " + t.check_case(fixture, kind, raw)] += 1
+        except Exception as e:  # anything but NdfError/OSError, or a failed check
+            t.OUTCOMES[kind + " other"] += 1
+            if len(others) < 20:
+                others.append({"kind": kind, "error": f"{type(e).__name__}: {e}"[:300],
+                               "case": raw[:300].decode("latin-1")})
+        done[0] += 1
+
+    run()
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"outcomes": dict(t.OUTCOMES), "others": others}))
+    """
+)
+
+
+def _validate_worker(quota: int, wid: int, timeout: float, status_dir: str) -> dict:
+    """Run ``quota`` cases in child processes, one at a time; a child that crashes or
+    stops making progress for ``timeout`` seconds is counted (with the case in hand,
+    saved next to the status file) and replaced by one with another seed."""
+    totals, failures, others, lost = collections.Counter(), [], [], 0
+    status = os.path.join(status_dir, f"worker-{wid}.case")
+    attempt = 0
+    while quota > 0:
+        cmd = [
+            sys.executable,
+            "-c",
+            VALIDATE_WORKER,
+            str(quota),
+            str(7000 + 100 * wid + attempt),
+            status,
+            str(ROOT / "tests" / "reliability"),
+        ]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = (None, time.monotonic())
+        hung = False
+        while p.poll() is None:
+            time.sleep(0.5)
+            try:
+                mark = os.stat(status).st_mtime_ns
+            except FileNotFoundError:
+                mark = None
+            if mark != seen[0]:
+                seen = (mark, time.monotonic())
+            elif time.monotonic() - seen[1] > timeout:
+                p.kill()
+                hung = True
+        so, se = p.communicate()
+        if p.returncode == 0 and not hung:
+            out = json.loads(so.strip().splitlines()[-1])
+            totals.update(out["outcomes"])
+            others += out["others"]
+            break
+        # the case in hand: the status file's first line is "cases done, kind"
+        with open(status, "rb") as f:
+            head, _, raw = f.read().partition(b"\n")
+        done, kind = head.decode().split()
+        keep = os.path.join(status_dir, f"worker-{wid}-{attempt}.{kind}")
+        shutil.copyfile(status, keep)
+        what = f"HANG (no progress for {timeout:.0f} s)" if hung else (
+            f"CRASH signal {-p.returncode}" if p.returncode < 0 else f"FAILED\n{se[-2000:]}"
+        )
+        failures.append(f"worker {wid}: {what} on a {kind} case (saved as {keep})")
+        lost += int(done)  # cases run before it, their outcomes not reported
+        quota -= int(done) + 1
+        attempt += 1
+    return {"totals": totals, "failures": failures, "others": others, "lost": lost}
+
+
+def validate(cases: int, workers: int, timeout: float) -> dict:
+    """``cases`` fuzzed manifests, names sidecars and headers (tests/reliability/
+    test_documents.py) over ``workers`` threads, each driving child processes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # a rewrite costs ms on a disk
+    status_dir = tempfile.mkdtemp(prefix="exactbatch-validate-", dir=shm)
+    per = -(-cases // workers)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        runs = list(
+            pool.map(lambda w: _validate_worker(per, w, timeout, status_dir), range(workers))
+        )
+    secs = time.perf_counter() - t0
+    totals = collections.Counter()
+    for r in runs:
+        totals.update(r["totals"])
+    failures = [f for r in runs for f in r["failures"]]
+    out = {
+        "cases": sum(totals.values()) + sum(r["lost"] for r in runs) + len(failures),
+        **{k: totals[k] for k in sorted(totals)},
+        "other": sum(v for k, v in totals.items() if k.endswith(" other")),
+        "hangs": sum("HANG" in f for f in failures),
+        "crashes": sum("HANG" not in f for f in failures),
+        "failures": failures,
+        "others": [o for r in runs for o in r["others"]][:20],
+        "seconds": round(secs, 1),
+    }
+    if not failures:
+        shutil.rmtree(status_dir, ignore_errors=True)
+    log(f"validate: {out}")
     return out
 
 
@@ -569,7 +698,10 @@ def writers(pairs: int, rows: int, part_rows: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["fuzz", "crash", "changes", "guard", "cost", "load", "resume", "interrupt", "writers"]
+    parts = [
+        "fuzz", "validate", "crash", "changes", "guard", "cost", "load", "resume", "interrupt",
+        "writers",
+    ]
     parser.add_argument("parts", nargs="*", help=f"any of {parts} (default: all)")
     parser.add_argument("--quick", action="store_true", help="a smoke test of every part")
     parser.add_argument("--json", help="write the figures here")
@@ -583,6 +715,10 @@ def main() -> None:
     results = {}
     if "fuzz" in todo:
         results["fuzz"] = fuzz(cases=200 if q else 30_000, workers=2 if q else 6, timeout=600)
+    if "validate" in todo:
+        results["validate"] = validate(
+            cases=300 if q else 100_000, workers=2, timeout=10 if q else 60
+        )
     if "crash" in todo:
         results["crash"] = crash(kills=5 if q else 200, rows=200_000 if q else 1_000_000, d=7)
     if "changes" in todo:

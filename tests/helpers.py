@@ -13,11 +13,14 @@ are exact in float64 for the sizes used in the tests.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -30,6 +33,7 @@ __all__ = [
     "chunk_bounds",
     "chunks_of",
     "collect",
+    "fifo",
     "ids",
     "make_data",
     "make_source",
@@ -357,3 +361,27 @@ TRUNCATE_LOOP = textwrap.dedent(
         print("survived", flush=True)
     """
 )
+
+
+@contextlib.contextmanager
+def fifo(path):
+    """A FIFO at ``path``; should a reader block on it (a regression), a writer opens
+    and closes it, so the reader sees an empty file and the test fails instead of hanging."""
+    os.mkfifo(path)
+    stop = threading.Event()
+
+    def unblock():
+        while not stop.wait(0.05):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as e:
+                if e.errno not in (errno.ENXIO, errno.ENOENT):
+                    raise
+
+    t = threading.Thread(target=unblock, daemon=True)
+    t.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        t.join()

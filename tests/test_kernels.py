@@ -51,9 +51,19 @@ def test_backend_is_exported_and_says_compiled_or_numpy():
     assert exactbatch.backend() == kernels.backend()
 
 
-@pytest.mark.parametrize("value, want", [("1", "numpy"), ("0", None), ("", None)])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("1", "numpy"),
+        ("0", None),
+        ("", None),
+        ("false", None),  # selected the pure path before: any value but 0 did
+        (" No ", None),
+    ],
+)
 def test_exactbatch_pure_selects_the_numpy_path(value, want):
-    """EXACTBATCH_PURE=1 (read at import) selects the pure path; 0 or empty does not."""
+    """EXACTBATCH_PURE (read at import): 1/true/yes/on select the pure path; 0/false/no/off
+    or empty do not; case and spaces aside."""
     r = _run("import exactbatch; print(exactbatch.backend())", EXACTBATCH_PURE=value)
     assert r.returncode == 0, r.stderr
     built = _run(
@@ -61,6 +71,29 @@ def test_exactbatch_pure_selects_the_numpy_path(value, want):
     ).stdout.strip()
     expected = want or ("compiled" if built == "True" else "numpy")
     assert r.stdout.strip() == expected
+
+
+def test_exactbatch_pure_reads_the_documented_words(monkeypatch):
+    """Every documented word, in any case and with spaces around, read as documented."""
+    for words, want in (("1 true yes on", True), ("0 false no off", False)):
+        for word in words.split():
+            for value in (word, word.upper(), f" {word.title()} "):
+                monkeypatch.setenv("EXACTBATCH_PURE", value)
+                assert kernels._pure_from_env() is want, value
+    monkeypatch.setenv("EXACTBATCH_PURE", "")
+    assert kernels._pure_from_env() is False
+    monkeypatch.setenv("EXACTBATCH_PURE", "y")
+    with pytest.raises(ValueError, match="EXACTBATCH_PURE='y'"):
+        kernels._pure_from_env()
+
+
+@pytest.mark.parametrize("value", ["ture", "2"])
+def test_exactbatch_pure_of_another_value_is_an_error_naming_it(value):
+    """A value that is none of the words: import fails, naming the variable and the
+    value, instead of picking a backend silently."""
+    r = _run("import exactbatch", EXACTBATCH_PURE=value)
+    assert r.returncode != 0
+    assert f"ValueError: EXACTBATCH_PURE={value!r}: expected 1/true/yes/on" in r.stderr
 
 
 def test_use_backend_refuses_a_bad_name():

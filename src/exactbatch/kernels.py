@@ -12,7 +12,10 @@ Two backends give bit-identical batches:
   take and a cast); the ``.ndf`` reader then guards its copies from the
   mapping with a read lease (:mod:`exactbatch.ndf.guard`). Used when the
   extension is missing (it did not compile) or when the environment variable
-  ``EXACTBATCH_PURE=1`` is set before exactbatch is imported.
+  ``EXACTBATCH_PURE=1`` is set before exactbatch is imported (``1``, ``true``,
+  ``yes`` or ``on`` select it; ``0``, ``false``, ``no``, ``off`` or empty do
+  not; case is ignored; any other value is a ``ValueError`` at import, naming
+  the variable, so that a typo never picks a backend silently).
 
 :func:`backend` says which one runs. Every reader holds a *rows* object made
 here once (:func:`memory_rows`, :func:`file_rows`) and calls its
@@ -58,7 +61,25 @@ def _import_core():
 
 
 _BUILT = _import_core()  # the extension, when it is built
-_PURE = os.environ.get("EXACTBATCH_PURE", "").strip() not in ("", "0")
+_PURE_WORDS = {  # EXACTBATCH_PURE's values, stripped and lower-cased
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("", "0", "false", "no", "off"), False),
+}
+
+
+def _pure_from_env() -> bool:
+    """``EXACTBATCH_PURE`` read strictly: one of the words above, or a ValueError."""
+    value = os.environ.get("EXACTBATCH_PURE", "")
+    word = value.strip().lower()
+    if word not in _PURE_WORDS:
+        raise ValueError(
+            f"EXACTBATCH_PURE={value!r}: expected 1/true/yes/on (the pure NumPy path) or "
+            "0/false/no/off/empty (the compiled core, when built)"
+        )
+    return _PURE_WORDS[word]
+
+
+_PURE = _pure_from_env()
 _CORE = None if _PURE else _BUILT  # the extension, when it is used
 
 if _BUILT is not None:

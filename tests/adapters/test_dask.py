@@ -349,6 +349,9 @@ def test_column_stats_match_numpy(client):
         ),
         (lambda: dask_frame(), {"labels": ["t0", "t0"]}, ValueError, "more than once"),
         (lambda: dask_frame().assign(s="a"), {}, TypeError, r"non-numeric column\(s\) 's'"),
+        # names the manifest could not keep: refused by validate_names, as save_ndf does
+        (lambda: dask_frame().rename(columns={"x0": ""}), {}, ValueError, "non-empty text"),
+        (lambda: dask_frame().rename(columns={"x0": "a\0"}), {}, ValueError, "without NUL"),
     ],
     ids=[
         "numpy",
@@ -361,6 +364,8 @@ def test_column_stats_match_numpy(client):
         "frame-overlap",
         "twice",
         "non-numeric",
+        "empty-name",
+        "nul-in-name",
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, make, kwargs, error, match):

@@ -289,14 +289,14 @@ def test_empty_file(tmp_path):
 
 
 @needs_proc_fd
-def test_a_pipe_is_refused_as_an_empty_file_without_reading_it():
-    """A pipe (a path like /dev/stdin) has no size: an NdfError naming it as empty, not
+def test_a_pipe_is_refused_as_not_a_regular_file_without_reading_it():
+    """A pipe (a path like /dev/stdin) is not a regular file: an NdfError naming it, not
     the OS's "illegal seek" from a positional read, and nothing is consumed from it."""
     r, w = os.pipe()
     try:
         os.write(w, b"NDF1")
         path = f"/proc/self/fd/{r}"
-        with pytest.raises(NdfError, match="empty file"):
+        with pytest.raises(NdfError, match=f"{path}: not a regular file: .* found a FIFO"):
             open_ndf(path)
         assert os.read(r, 4) == b"NDF1"
     finally:
@@ -381,13 +381,17 @@ def test_folder_is_an_os_error(tmp_path):
 
 def test_headers_at_the_edges_of_the_largest_file(tmp_path):
     """With no values per row any n up to 2**63 - 1 rows is a 28-byte file (2**63 is not);
-    with no rows, a row may be as wide as the largest file can hold after the header."""
+    with no rows, a row may hold up to 2**31 - 1 values (MAX_WIDTH), d and l together."""
     path = tmp_path / "edge.ndf"
     for n, d, l, ok in [  # noqa: E741
         (2**63 - 1, 0, 0, True),
         (2**63, 0, 0, False),
-        (0, 2**59, 0, True),  # one row of 2**62 bytes would fit
-        (0, 2**60, 0, False),  # one row of 2**63 bytes would not
+        (0, 2**31 - 1, 0, True),
+        (0, 2**31 - 2, 1, True),
+        (0, 2**31, 0, False),
+        (0, 2**30, 2**30, False),
+        (0, 2**40, 0, False),  # passed before: its 2**40 default names were then made
+        (0, 2**59, 0, False),
     ]:
         path.write_bytes(HEADER.pack(b"NDF1", n, d, l))
         if ok:

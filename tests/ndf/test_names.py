@@ -12,7 +12,7 @@ import pytest
 
 from exactbatch import NdfError, open_ndf, save_ndf
 from exactbatch.ndf import NdfWriter
-from exactbatch.ndf.names import check_names, default_names, read_sidecar, sidecar_path
+from exactbatch.ndf.names import default_names, read_sidecar, sidecar_path, validate_names
 
 
 def _data(n=5, d=2, l=1):  # noqa: E741
@@ -69,8 +69,8 @@ def test_writer_writes_names_at_commit(tmp_path):
         (["a", "a"], None, ValueError, "more than once"),
         (["a", "b"], ["a"], ValueError, "more than once"),
         ("ab", None, TypeError, "list of column names"),
-        (["a", 3], None, TypeError, "non-empty strings"),
-        (["a", " "], None, TypeError, "non-empty strings"),
+        (["a", 3], None, TypeError, "must be strings"),
+        (["a", " "], None, ValueError, "non-empty text"),
     ],
     ids=["short", "long-labels", "twice", "feature-is-label", "a-string", "not-str", "blank"],
 )
@@ -163,7 +163,7 @@ def test_names_over_a_url(s3_server, tmp_path):
         assert (f.features, f.labels) == (("a", "b"), ("c",))
 
 
-def test_check_names_and_read_sidecar_directly(tmp_path):
-    assert check_names(None, None, 2, 1, "w") is None
-    assert check_names(["a", "b"], [], 2, 0, "w") == (("a", "b"), ())
+def test_validate_names_and_read_sidecar_directly(tmp_path):
+    assert validate_names(None, None, 2, 1, "w") is None
+    assert validate_names(["a", "b"], [], 2, 0, "w") == (("a", "b"), ())
     assert read_sidecar(tmp_path / "none.ndf", 1, 1, 1) is None

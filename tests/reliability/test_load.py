@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -161,11 +162,15 @@ def test_eight_threads_with_drop_last_and_shards(ndf_path):
 def settle() -> None:
     """Collect garbage (dropped iterators stop their threads), then join exactbatch's
     short-lived threads - with a timeout, so one that never stops is counted."""
-    gc.collect()
     deadline = time.monotonic() + 10
-    for th in threading.enumerate():
-        if th.name.startswith("exactbatch-"):
-            th.join(timeout=max(0.0, deadline - time.monotonic()))
+    while True:  # a dropped iterator's thread ends its read first, which may start another
+        gc.collect()
+        ours = [th for th in threading.enumerate() if th.name.startswith("exactbatch-")]
+        if not ours or time.monotonic() > deadline:
+            break
+        for th in ours:
+            with contextlib.suppress(RuntimeError):  # started, not yet running: next round
+                th.join(timeout=max(0.0, deadline - time.monotonic()))
     gc.collect()
 
 

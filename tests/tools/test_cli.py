@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import fifo
 from helpers import run_cli as run
 
 from exactbatch import open_ndf, save_ndf
@@ -364,3 +366,57 @@ def test_the_documented_session_runs(tmp_path, monkeypatch):
             if args[1] in ("info", "mixing") and "| tail" not in cmd:  # deterministic output
                 assert p.stdout.strip() == shown.strip(), cmd
     assert Path("mixing.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["info", "{p}"],
+        ["info", "--stats", "{p}"],
+        ["convert", "{p}", "{o}.parquet"],
+        ["shuffle", "{p}", "{o}.ndf"],
+        ["mixing", "{p}", "--batch-size", "4"],
+        ["bench", "{p}"],
+    ],
+    ids=lambda a: "-".join(a[:2]).replace("-{p}", ""),
+)
+def test_a_fifo_is_refused_at_once(tmp_path, argv, capsys):
+    """A FIFO (named pipe) as input: one line naming it, exit 2, never a wait for a
+    writer (each command blocked forever before)."""
+    with fifo(tmp_path / "pipe.ndf") as p:
+        args = [a.format(p=p, o=tmp_path / "out") for a in argv]
+        assert main([*args, "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'pipe.ndf'}: not a regular file" in err and "FIFO" in err
+
+
+def test_a_header_of_endless_rows_of_nothing(tmp_path):
+    """n = 2**63 - 1 rows of no values (a valid 28-byte file): mixing and bench say there
+    is nothing to examine (mixing hung before: a chunk list of n / 65,536 entries; bench
+    ran a loader over 2**63 empty rows), and shuffle copies it (NumPy refused the shape)."""
+    path = tmp_path / "endless.ndf"
+    path.write_bytes(struct.pack("<4sQQQ", b"NDF1", 2**63 - 1, 0, 0))
+    for argv, said in (
+        (["mixing", path, "--batch-size", "4"], "examine"),
+        (["bench", path], "read"),
+    ):
+        p = run(*argv, "-q", timeout=60)
+        assert one_line_error(p, path).endswith(f"no columns to {said} (d = l = 0)")
+    # shuffle writes them (NumPy shapes at most 2**59 float64 rows, even empty ones)
+    assert main(["shuffle", str(path), str(tmp_path / "out.ndf"), "-q"]) == 0
+    assert (tmp_path / "out.ndf").read_bytes() == path.read_bytes()
+
+
+def test_info_lists_the_first_thousand_default_names(tmp_path, capsys):
+    """A header of no rows and 2**31 - 1 values a row: info names the first 1,000 and counts
+    the rest (before, it listed them all: out of memory for the 2**40 columns a header
+    could claim then)."""
+    path = tmp_path / "wide.ndf"
+    path.write_bytes(struct.pack("<4sQQQ", b"NDF1", 0, 2**31 - 3, 2))
+    assert main(["info", str(path), "--json", "-q"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert len(r["features"]) == 1000 and r["features"][-1] == "x999"
+    assert r["features_more"] == 2**31 - 3 - 1000
+    assert r["labels"] == ["y0", "y1"] and "labels_more" not in r and r["valid"]
+    assert main(["info", str(path), "-q"]) == 0
+    assert "x998, x999, ... (2,147,482,645 more)" in capsys.readouterr().out

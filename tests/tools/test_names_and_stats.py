@@ -176,7 +176,9 @@ def test_info_stats_refuses_csv_and_handles_empty(tmp_path, capsys):
     assert "--stats reads .ndf or Parquet" in capsys.readouterr().err
     save_ndf(tmp_path / "e.ndf", np.zeros((0, 2)))
     r = run_json("info", "--stats", tmp_path / "e.ndf", capsys=capsys)
-    assert [(s["count"], s["mean"]) for s in r["stats"]] == [(0, None), (0, None)]
+    assert r["stats"] == []  # no rows: nothing made per column (a header may claim 2**31 - 1)
+    assert main(["info", "--stats", str(tmp_path / "e.ndf"), "-q"]) == 0
+    assert "statistics    none (no rows" in capsys.readouterr().out
 
 
 def test_info_stats_in_a_subprocess(tmp_path):
@@ -225,3 +227,25 @@ def test_names_go_from_a_sidecar_into_a_dataset_and_back(tmp_path, capsys):
             assert (ds.features, ds.labels) == (("t", "u"), ("v",))
     run_json("convert", tmp_path / "ds", tmp_path / "b.parquet", capsys=capsys)
     assert pq.read_schema(tmp_path / "b.parquet").names == ["t", "u", "v"]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [{"features": ["t", "t"]}, {"features": ["t", ""]}, {"features": ["v", "u"], "labels": ["v"]}],
+    ids=["twice", "empty", "feature-is-label"],
+)
+def test_a_dataset_with_bad_names_is_refused_by_info_and_convert(tmp_path, capsys, names):
+    """Names save_ndf refuses, written into a manifest: info calls the dataset invalid
+    and convert says why in one line (it called it valid, and convert ended in a
+    traceback, before)."""
+    from exactbatch.ndf import save_ndf_dataset
+
+    save_ndf_dataset(tmp_path / "ds", [(np.zeros((3, 2)), np.zeros((3, 1)))])
+    path = tmp_path / "ds" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **names}))
+    r = run_json("info", tmp_path / "ds", capsys=capsys, status=1)
+    assert r["valid"] is False and os.fspath(path) in r["error"]
+    assert main(["convert", str(tmp_path / "ds"), str(tmp_path / "out.ndf"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and os.fspath(path) in err
+    assert not (tmp_path / "out.ndf").exists()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exactbatch.ndf.names import default_names
+from exactbatch.ndf.names import default_names, validate_names
 
 __all__ = ["Columns", "Plan", "import_dask", "plan_for"]
 
@@ -136,9 +136,9 @@ def _frame_plan(ddf, features, labels, caller: str) -> Plan:
             "encode them first"
         )
     names = [str(c) for c in feat + lab]
-    twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
-    if twice:
-        raise ValueError(f"{caller}: columns {twice} have the same name as text; rename them")
+    # the names the manifest will keep, checked before any partition is written: two
+    # columns 1 and "1" are one name as text, and an empty name cannot be read back
+    validate_names(names[: len(feat)], names[len(feat) :], len(feat), len(lab), caller)
     ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
     return Plan(
         parts=list(ddf.to_delayed()),

@@ -57,7 +57,7 @@ import threading
 
 from exactbatch.checks import check_int
 from exactbatch.ndf.file import open_ndf
-from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
     MANIFEST,
     Manifest,
@@ -69,6 +69,7 @@ from exactbatch.ndf.manifest import (
     read_manifest,
     write_manifest,
 )
+from exactbatch.ndf.names import validate_names
 from exactbatch.ndf.temps import (
     WRITE_ID,
     host_tag,
@@ -151,6 +152,7 @@ def write_part(
     name = part_name(index, write_id)
     data = as_dataset(data)
     target = join_path(path, name)
+    check_shape(data.n, data.d, data.l, target)
     if is_url(path):
         fs, key = url_to_fs(target, storage_options)
         f = fs.open(key, "wb", autocommit=False)
@@ -275,7 +277,9 @@ def save_ndf_dataset(
 
     Each part is written atomically as it comes (:func:`write_part`), and the
     manifest last (:func:`finish_dataset`, which also keeps ``features`` and
-    ``labels``, column names, if given). A dataset already at ``path`` stays
+    ``labels``, column names, if given: checked by
+    :func:`~exactbatch.ndf.names.validate_names` before the first part is
+    written). A dataset already at ``path`` stays
     readable until the new manifest replaces it; its parts are removed then.
     On any error (a bad part, a full disk, a Ctrl-C) nothing of the new
     dataset is left - no part, no temporary file, and the folder only if it
@@ -292,6 +296,8 @@ def save_ndf_dataset(
             data = as_dataset(data)
             if width is None:
                 width = (data.d, data.l)
+                # the names the manifest will keep, checked before the first part is written
+                validate_names(features, labels, *width, join_path(path, MANIFEST))
             elif (data.d, data.l) != width:
                 raise ValueError(
                     f"{join_path(path, part_name(k, write_id))}: part {k} has d={data.d}, "
@@ -500,11 +506,12 @@ class NdfDatasetWriter(Committing):
     (atomic: a temporary file renamed into place when the part is full), and
     :meth:`commit` ends with :func:`finish_dataset`. ``n``, when known up
     front, is checked at commit. ``features``/``labels``: column names kept
-    in the manifest. Use as a context manager: a clean exit commits; an
-    exception aborts (:func:`abort_dataset`: no part of this write is left,
-    nor the folder if it made it, and a dataset that was there is
-    untouched). ``before_rename``: called before each part and the manifest
-    are renamed into place (the CLI raises a Ctrl-C some library swallowed).
+    in the manifest (checked here, before any part is written). Use as a
+    context manager: a clean exit commits; an exception aborts
+    (:func:`abort_dataset`: no part of this write is left, nor the folder if it
+    made it, and a dataset that was there is untouched). ``before_rename``:
+    called before each part and the manifest are renamed into place (the CLI
+    raises a Ctrl-C some library swallowed).
     """
 
     def __init__(
@@ -525,6 +532,8 @@ class NdfDatasetWriter(Committing):
         self.n, self.features, self.labels = n, features, labels
         self.before_rename = before_rename
         self.row_bytes = 8 * (self.d + self.l)
+        check_shape(0 if n is None else n, self.d, self.l, self.path)
+        validate_names(features, labels, self.d, self.l, join_path(self.path, MANIFEST))
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part = None  # the part being written

@@ -20,9 +20,7 @@ reading, by ranged reads of the rows each batch needs: see
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 
 import numpy as np
 
@@ -31,6 +29,7 @@ from exactbatch.checks import check_int
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar
+from exactbatch.ndf.regular import open_regular
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
@@ -234,8 +233,9 @@ def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
 
     A wrong magic, a short header, an impossible header or a size other
     than ``28 + 8*n*(d+l)`` is an :class:`NdfError` naming the file, what
-    was expected and what was found. OS errors (a missing file, no
-    permission, a folder) are raised as the OS reports them.
+    was expected and what was found, and so is a path that is not a regular
+    file (a FIFO, a device: refused at once, never waited on). OS errors (a
+    missing file, no permission, a folder) are raised as the OS reports them.
 
     ``path`` may be a URL (``s3://bucket/key``, any fsspec protocol; needs
     fsspec, and s3fs for S3): batches then fetch their rows by ranged reads
@@ -247,12 +247,9 @@ def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
     path = local_path(os.fspath(path))
-    # pragma below: Python opens every descriptor close-on-exec anyway (PEP 446)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # pragma: no mutate
+    fd = open_regular(path, "an .ndf file")  # a FIFO or a device: refused, never waited on
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "expected an .ndf file, found a folder", path)
         head = os.pread(fd, HEADER_SIZE, 0) if st.st_size else b""
         n, d, l = check_header(head, st.st_size, path)  # noqa: E741
         return NdfFile(LocalHandle(path, fd, n, d, l, st))

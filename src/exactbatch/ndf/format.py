@@ -6,9 +6,12 @@ Byte layout (little-endian)::
     bytes 4..27   u64 n, u64 d, u64 l
     then n rows, each d feature values then l label values, float64
 
-A valid file is exactly ``28 + 8*n*(d+l)`` bytes (:func:`expected_size`);
+A valid file is exactly ``28 + 8*n*(d+l)`` bytes (:func:`expected_size`),
+with at most :data:`MAX_ROWS` rows of at most :data:`MAX_WIDTH` values
+(``d + l``), and no larger than :data:`MAX_FILE_BYTES`.
 :func:`check_header` holds every rule a header must pass, for local files
-and URLs alike.
+and URLs alike; :func:`shape_error` the limits alone, which manifests,
+names sidecars and writers check too.
 """
 
 from __future__ import annotations
@@ -22,20 +25,53 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "MAX_FILE_BYTES",
+    "MAX_ROWS",
+    "MAX_WIDTH",
     "check_header",
+    "check_shape",
     "expected_size",
     "pack_header",
+    "shape_error",
 ]
 
 MAGIC = b"NDF1"
 HEADER = struct.Struct("<4sQQQ")  # magic, n, d, l
 HEADER_SIZE = HEADER.size  # 28
 MAX_FILE_BYTES = (1 << 63) - 1  # the largest offset the OS can address
+MAX_ROWS = (1 << 63) - 1  # rows are numbered by int64
+# Values a row (d + l): a column index fits a C int, and a row's bytes any size_t.
+# Far above any real table, and it bounds what a header can claim for nothing: a
+# file with no rows costs 28 bytes whatever its d.
+MAX_WIDTH = (1 << 31) - 1
 
 
 def expected_size(n: int, d: int, l: int) -> int:  # noqa: E741
     """Bytes of a valid file with this header (Python ints: never overflows)."""
     return HEADER_SIZE + 8 * n * (d + l)
+
+
+def shape_error(n: int, d: int, l: int) -> str | None:  # noqa: E741
+    """Why no ``.ndf`` of ``n`` rows, ``d`` features and ``l`` labels can exist (the
+    limits above), or None. Python ints: nothing wraps."""
+    if d + l > MAX_WIDTH:
+        return f"at most {MAX_WIDTH} (2**31 - 1) values a row, but d + l = {d + l}"
+    if n > MAX_ROWS:
+        return f"at most {MAX_ROWS} (2**63 - 1) rows, but n = {n}"
+    want = expected_size(n, d, l)
+    if want > MAX_FILE_BYTES:
+        return (
+            f"28 + 8*n*(d+l) = {want} bytes exceeds the largest possible file "
+            f"({MAX_FILE_BYTES} bytes)"
+        )
+    return None
+
+
+def check_shape(n: int, d: int, l: int, where: str) -> None:  # noqa: E741
+    """:class:`NdfError` naming ``where`` if no file of this shape can exist
+    (:func:`shape_error`): what writers check before they write."""
+    why = shape_error(n, d, l)
+    if why is not None:
+        raise NdfError(f"{where}: impossible shape n={n}, d={d}, l={l}: {why}")
 
 
 def pack_header(n: int, d: int, l: int) -> bytes:  # noqa: E741
@@ -60,25 +96,10 @@ def check_header(head: bytes, size: int, path: str) -> tuple[int, int, int]:
             f"(magic, n, d, l), found only {len(head)}"
         )
     _, n, d, l = HEADER.unpack(head)  # noqa: E741
+    why = shape_error(n, d, l)
+    if why is not None:
+        raise NdfError(f"{path}: impossible header n={n}, d={d}, l={l}: {why}; found {size} bytes")
     want = expected_size(n, d, l)
-    # pragmas: no header gives a size of exactly MAX_FILE_BYTES (sizes are 4 mod 8, the bound
-    # 7 mod 8), so > and >= cannot differ there
-    if want > MAX_FILE_BYTES:  # pragma: no mutate
-        raise NdfError(
-            f"{path}: impossible header n={n}, d={d}, l={l}: 28 + 8*n*(d+l) = {want} bytes "
-            f"exceeds the largest possible file ({MAX_FILE_BYTES} bytes); found {size} bytes"
-        )
-    if (
-        n > MAX_FILE_BYTES
-        or expected_size(1, d, l) > MAX_FILE_BYTES  # pragma: no mutate
-    ):
-        # With no rows (n = 0) or no values per row (d + l = 0) any n, d, l give a
-        # 28-byte file; still, rows are numbered by int64 and a row must fit in a file.
-        raise NdfError(
-            f"{path}: impossible header n={n}, d={d}, l={l}: at most 2**63 - 1 rows, and one "
-            f"row of 8*(d+l) bytes after the 28-byte header must fit in the largest possible "
-            f"file ({MAX_FILE_BYTES} bytes); found {size} bytes"
-        )
     if size != want:
         how = "short" if size < want else "long"  # pragma: no mutate (size != want here)
         raise NdfError(

@@ -21,7 +21,10 @@ import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
-from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.format import MAX_FILE_BYTES, MAX_ROWS, MAX_WIDTH, expected_size, shape_error
+from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, fetch_doc, get_int, parse_doc, strict_int
+from exactbatch.ndf.names import read_names, validate_names
+from exactbatch.ndf.regular import read_regular
 from exactbatch.ndf.temps import WRITE_ID
 from exactbatch.ndf.write import atomic_path
 from exactbatch.urls import is_url, local_path, url_to_fs
@@ -106,80 +109,99 @@ def dataset_path(path, storage_options) -> str:
 # -- the manifest -------------------------------------------------------------------------
 
 
-def _names(value, width: int, key: str, where: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise NdfError(f"{where}: {key!r} must be a list of column names (strings); got {value!r}")
-    value = tuple(value)
-    if len(value) != width:
-        raise NdfError(
-            f"{where}: {key!r} names {len(value)} columns but the dataset has {width}: {value!r}"
-        )
-    return value
+def _count(v) -> bool:
+    """A count as a manifest's part may give it: an int (NumPy's too), never a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _check_parts(parts, d: int, l: int, where: str) -> tuple[PartInfo, ...]:  # noqa: E741
-    """The parts as PartInfo, each consistent with d and l; NdfError naming the bad one."""
-    out, seen = [], set()
+    """The parts as PartInfo, each consistent with d and l, and their rows no more than
+    :data:`MAX_ROWS` in all (Python ints: nothing wraps); NdfError naming the bad one."""
+    out, seen, total = [], set(), 0
     for k, p in enumerate(parts):
         if isinstance(p, dict):
             p = (p.get("name"), p.get("n"), p.get("nbytes"))
         try:
             name, n, nbytes = p
         except (TypeError, ValueError):
-            raise NdfError(f"{where}: part {k} must be (name, n, nbytes); got {p!r}") from None
+            raise NdfError(f"{where}: part {k} must be (name, n, nbytes); got {p!r:.80}") from None
         if not isinstance(name, str) or not name or name in (".", "..") or "/" in name:
-            raise NdfError(f"{where}: part {k} has no plain file name: {name!r}")
-        if "\\" in name or name == MANIFEST:
-            raise NdfError(f"{where}: part {k} has a file name a part cannot have: {name!r}")
+            raise NdfError(f"{where}: part {k} has no plain file name: {name!r:.80}")
+        if "\\" in name or name == MANIFEST or "\0" in name or not _encodable(name):
+            raise NdfError(f"{where}: part {k} has a file name a part cannot have: {name!r:.80}")
         if name in seen:
             raise NdfError(f"{where}: part {name} is listed twice")
         seen.add(name)
-        for what, v in (("n", n), ("nbytes", nbytes)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise NdfError(f"{where}: part {name}: {what} must be an integer >= 0; got {v!r}")
-        want = expected_size(int(n), d, l)
-        if int(nbytes) != want:
+        for what, v, hi in (("n", n, MAX_ROWS), ("nbytes", nbytes, MAX_FILE_BYTES)):
+            if not _count(v) or not 0 <= v <= hi:
+                raise NdfError(
+                    f"{where}: part {name}: {what} must be an integer >= 0 (at most {hi}); "
+                    f"got {v!r:.60}"
+                )
+        n, nbytes = int(n), int(nbytes)
+        why = shape_error(n, d, l)
+        if why is not None:
+            raise NdfError(f"{where}: part {name}: no part can have n={n}, d={d}, l={l}: {why}")
+        want = expected_size(n, d, l)
+        if nbytes != want:
             raise NdfError(
                 f"{where}: part {name}: nbytes={nbytes} does not match n={n}, d={d}, l={l} "
                 f"(a part of n rows is 28 + 8*n*(d+l) = {want} bytes)"
             )
-        out.append(PartInfo(name, int(n), int(nbytes)))
+        total += n
+        if total > MAX_ROWS:
+            raise NdfError(
+                f"{where}: the parts up to {name} hold {total} rows in all; a dataset holds "
+                f"at most {MAX_ROWS} (2**63 - 1)"
+            )
+        out.append(PartInfo(name, n, nbytes))
     return tuple(out)
 
 
-def _parse_manifest(raw: bytes, where: str) -> Manifest:
+def _encodable(name: str) -> bool:
     try:
-        m = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NdfError(f"{where}: not a dataset manifest: not valid JSON ({e})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        got = m.get("format") if isinstance(m, dict) else type(m).__name__
+        os.fsencode(name)
+    except UnicodeError:
+        return False
+    return True
+
+
+def _widths(d: int, l: int, where: str) -> None:  # noqa: E741
+    if d + l > MAX_WIDTH:
         raise NdfError(
-            f"{where}: not a dataset manifest: expected format {FORMAT!r}, found {got!r}"
+            f"{where}: d={d}, l={l}: at most {MAX_WIDTH} (2**31 - 1) values a row (d + l)"
         )
-    if m.get("version") != VERSION:
+
+
+def _parse_manifest(raw: bytes, where: str) -> Manifest:
+    m = parse_doc(raw, where, "a dataset manifest")
+    if m.get("format") != FORMAT:
         raise NdfError(
-            f"{where}: manifest version {m.get('version')!r}; this exactbatch reads version "
-            f"{VERSION} only (upgrade exactbatch, or write the dataset again)"
+            f"{where}: not a dataset manifest: expected format {FORMAT!r}, found "
+            f"{m.get('format')!r:.80}"
         )
-    d, l = m.get("d"), m.get("l")  # noqa: E741
-    for what, v in (("d", d), ("l", l)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise NdfError(f"{where}: {what} must be an integer >= 0; got {v!r}")
+    version = m.get("version")
+    if not strict_int(version) or version != VERSION:
+        raise NdfError(
+            f"{where}: manifest version {version!r:.40}; this exactbatch reads version "
+            f"{VERSION} only, an integer (upgrade exactbatch, or write the dataset again)"
+        )
+    d, l = get_int(m, "d", where, MAX_WIDTH), get_int(m, "l", where, MAX_WIDTH)  # noqa: E741
+    _widths(d, l, where)
     if not isinstance(m.get("parts"), list):
-        raise NdfError(f"{where}: 'parts' must be a list of parts; got {m.get('parts')!r}")
+        raise NdfError(f"{where}: 'parts' must be a list of parts; got {m.get('parts')!r:.80}")
     parts = _check_parts(m["parts"], d, l, where)
     total = sum(p.n for p in parts)
-    if m.get("n", total) != total:
+    if get_int(m, "n", where, MAX_ROWS, default=total) != total:
         raise NdfError(f"{where}: n={m['n']!r} but the parts' n add up to {total}")
+    features, labels = m.get("features"), m.get("labels")
+    names = read_names(features, labels, d, l, where)
     return Manifest(
         parts,
         d,
         l,
-        _names(m.get("features"), d, "features", where),
-        _names(m.get("labels"), l, "labels", where),
+        None if features is None else tuple(names[0]),
+        None if labels is None else tuple(names[1]),
     )
 
 
@@ -199,9 +221,13 @@ def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
     """The checked manifest of the dataset at ``path`` (a folder or a URL).
 
     A folder without ``manifest.json`` is an :class:`NdfError` ("not a
-    dataset"), and so is a file, a manifest that is not valid JSON, of
-    another format or version, or whose parts disagree with its d and l.
-    A path that does not exist is ``FileNotFoundError``.
+    dataset"), and so is a file, a manifest that is not valid JSON (or not
+    a regular file, or over 256 MiB: :mod:`exactbatch.ndf.jsondoc`), of
+    another format or version, with a field of the wrong type or out of
+    bounds (an integer is a JSON integer: not ``true``, not ``1.0``), whose
+    parts disagree with its d and l or hold more than 2**63 - 1 rows in all,
+    or whose names fail :func:`~exactbatch.ndf.names.validate_names`. A path
+    that does not exist is ``FileNotFoundError``.
     """
     path = dataset_path(path, storage_options)
     where = join_path(path, MANIFEST)
@@ -209,7 +235,7 @@ def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
         fs, key = url_to_fs(path, storage_options)
         fs.invalidate_cache()
         try:
-            raw = fs.cat_file(join_path(key, MANIFEST))
+            raw = fetch_doc(fs, join_path(key, MANIFEST))
         except FileNotFoundError:
             if fs.isfile(key):
                 raise file_not_dataset(path) from None
@@ -218,8 +244,7 @@ def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
             raise no_manifest(path) from None
     else:
         try:
-            with open(where, "rb") as f:
-                raw = f.read()
+            raw = read_regular(where, MAX_DOC_BYTES, "a dataset manifest")
         except (FileNotFoundError, NotADirectoryError):
             if os.path.isfile(path):
                 raise file_not_dataset(path) from None
@@ -271,11 +296,10 @@ def write_manifest(
     path = dataset_path(path, storage_options)
     d, l = check_int("d", d, 0), check_int("l", l, 0)  # noqa: E741
     where = join_path(path, MANIFEST)
-    for key, value in (("features", features), ("labels", labels)):
-        if isinstance(value, str):
-            raise TypeError(f"{key} must be a list of column names, not one string: {value!r}")
-    feats = _names(None if features is None else list(features), d, "features", where)
-    labs = _names(None if labels is None else list(labels), l, "labels", where)
+    _widths(d, l, where)
+    names = validate_names(features, labels, d, l, where)
+    feats = None if features is None else tuple(names[0])
+    labs = None if labels is None else tuple(names[1])
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs)
     raw = _manifest_bytes(man)
     if is_url(path):

@@ -13,7 +13,14 @@ whose numbers differ from its file's header describes other data (left by
 an older write) and is an :class:`NdfError` naming both, never names
 silently attached to the wrong columns. A sharded dataset's manifest
 carries the same ``"features"`` and ``"labels"`` lists. Without names, the
-columns are called ``x0..x{d-1}`` and ``y0..y{l-1}`` (:func:`default_names`).
+columns are called ``x0..x{d-1}`` and ``y0..y{l-1}`` (:func:`default_names`,
+made one by one when used: a header may claim 2**31 columns of no rows).
+
+Names are checked by one function, :func:`validate_names`, wherever they are
+written (``save_ndf``, ``NdfWriter``, ``save_ndf_dataset``, ``write_manifest``,
+``exactbatch.dask.to_ndf_dataset``, ``exactbatch convert``) or read (a
+sidecar, a manifest: :func:`read_names`, the same check as an ``NdfError``):
+d and l distinct, non-empty strings without NUL characters.
 
 What it costs: nothing when names are not asked for; reading them is one
 small read (a local file, or one GET for a URL).
@@ -23,64 +30,171 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 
 from exactbatch.errors import NdfError
+from exactbatch.ndf.format import MAX_ROWS, MAX_WIDTH
+from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, fetch_doc, get_int, parse_doc, strict_int
+from exactbatch.ndf.regular import read_regular
 
 __all__ = [
     "SIDECAR_FORMAT",
     "SIDECAR_SUFFIX",
     "SIDECAR_VERSION",
-    "check_names",
+    "DefaultNames",
     "default_names",
+    "read_names",
     "read_sidecar",
     "sidecar_bytes",
     "sidecar_path",
+    "validate_names",
 ]
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_FORMAT = "exactbatch.ndf.names"
 SIDECAR_VERSION = 1
+_SIDES = {"features": "x", "labels": "y"}  # the prefix of each side's default names
 
 
-def default_names(d: int, l: int) -> tuple[tuple[str, ...], tuple[str, ...]]:  # noqa: E741
-    """``(("x0", ..., "x{d-1}"), ("y0", ..., "y{l-1}"))``: the names of unnamed columns."""
-    return tuple(f"x{j}" for j in range(d)), tuple(f"y{k}" for k in range(l))
+class DefaultNames(Sequence):
+    """The names ``prefix + "0"`` .. ``prefix + str(size - 1)``, each made when asked for.
+
+    A sequence of str that compares equal to the tuple (or list) of the same
+    names; ``len``, indexing, ``in``, ``index`` and ``count`` cost O(1), so a file that
+    claims 2**31 columns and holds no rows costs nothing to name.
+    """
+
+    __slots__ = ("prefix", "size")
+
+    def __init__(self, prefix: str, size: int):
+        self.prefix, self.size = prefix, int(size)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(f"{self.prefix}{j}" for j in range(self.size)[i])
+        return f"{self.prefix}{range(self.size)[i]}"
+
+    def __iter__(self):
+        return (f"{self.prefix}{j}" for j in range(self.size))
+
+    def _position(self, name) -> int | None:
+        """The index of ``name`` here, or None."""
+        if not isinstance(name, str) or not name.startswith(self.prefix):
+            return None
+        digits = name[len(self.prefix) :]
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+            return None
+        if digits[0] == "0" and digits != "0":  # "x01" is not a default name
+            return None
+        j = int(digits)
+        return j if j < self.size else None
+
+    def __contains__(self, name) -> bool:
+        return self._position(name) is not None
+
+    def index(self, name, start: int = 0, stop: int | None = None) -> int:
+        j = self._position(name)
+        if j is None or j not in range(self.size)[start:stop]:
+            raise ValueError(f"{name!r} is not in the names {self!r}")
+        return j
+
+    def count(self, name) -> int:
+        return int(name in self)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, DefaultNames):
+            return self.size == other.size and (self.prefix == other.prefix or not self.size)
+        if isinstance(other, (tuple, list)):
+            return len(other) == self.size and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # as the tuple it equals (only made when asked for)
+
+    def __repr__(self) -> str:
+        if self.size <= 6:
+            return repr(tuple(self))
+        return f"('{self.prefix}0', '{self.prefix}1', ..., '{self.prefix}{self.size - 1}')"
 
 
-def _name_list(what: str, names, count: int, where: str) -> tuple[str, ...]:
-    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
-        raise TypeError(f"{where}: {what} must be a list of column names; got {names!r}")
-    names = tuple(names)
-    bad = [c for c in names if not isinstance(c, str) or not c.strip()]
+def default_names(d: int, l: int) -> tuple[DefaultNames, DefaultNames]:  # noqa: E741
+    """``(("x0", ..., "x{d-1}"), ("y0", ..., "y{l-1}"))``: the names of unnamed columns,
+    as :class:`DefaultNames` (made when used)."""
+    return DefaultNames("x", d), DefaultNames("y", l)
+
+
+def _name_list(what: str, names, count: int, where: str) -> Sequence:
+    if isinstance(names, DefaultNames) and names.prefix == _SIDES[what]:
+        bad = []  # the defaults, valid by construction: never made one by one
+    elif isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise TypeError(f"{where}: {what} must be a list of column names; got {names!r:.80}")
+    else:
+        names = tuple(names)
+        bad = [c for c in names if not isinstance(c, str)]
     if bad:
-        raise TypeError(f"{where}: {what} names must be non-empty strings; got {bad[:5]!r}")
+        raise TypeError(f"{where}: {what} names must be strings; got {bad[:5]!r:.200}")
     if len(names) != count:
         raise ValueError(
-            f"{where}: {what} names {len(names)} columns {list(names)[:8]}; the data has "
+            f"{where}: {what} names {len(names)} columns {list(names[:8])!r:.200}; the data has "
             f"{count} {what} columns"
         )
+    if not isinstance(names, DefaultNames):
+        bad = [c for c in names if not c.strip() or "\0" in c or not _encodable(c)]
+        if bad:
+            raise ValueError(
+                f"{where}: {what} names must be non-empty text without NUL characters; "
+                f"got {bad[:5]!r:.200}"
+            )
     return names
 
 
-def check_names(features, labels, d: int, l: int, where: str):  # noqa: E741
-    """``(features, labels)`` as tuples of names checked against ``d`` and ``l``.
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")  # a lone surrogate (JSON "\ud800") cannot be written anywhere
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def validate_names(features, labels, d: int, l: int, where: str):  # noqa: E741
+    """``(features, labels)`` as sequences of names checked against ``d`` and ``l``: the
+    one check of column names, for every writer and reader of them.
 
     None for both means no names (returns None); None for one side gives
-    that side the default names. A name that is not a non-empty string is a
-    ``TypeError``; a count other than d (or l), or a name used twice across
-    both lists, a ``ValueError``. Errors start with ``where``.
+    that side the default names. A side that is not a list of str is a
+    ``TypeError``; a count other than d (or l), an empty name (or one of
+    spaces), a NUL character or a lone surrogate in a name, or a name used
+    twice across both lists (a feature named like a label, default names
+    included), a ``ValueError``. Errors start with ``where``. Readers call
+    :func:`read_names`, which makes them an :class:`NdfError`.
     """
     if features is None and labels is None:
         return None
     dx, dy = default_names(d, l)
     fx = dx if features is None else _name_list("features", features, d, where)
     fy = dy if labels is None else _name_list("labels", labels, l, where)
-    both = [*fx, *fy]
-    twice = list(dict.fromkeys(c for c in both if both.count(c) > 1))
+    given = [side for side in (fx, fy) if not isinstance(side, DefaultNames)]
+    defaults = [side for side in (fx, fy) if isinstance(side, DefaultNames)]
+    uses = Counter(c for side in given for c in side)
+    twice = [c for c, k in uses.items() if k > 1 or any(c in side for side in defaults)]
     if twice:
-        raise ValueError(f"{where}: column name(s) {twice} are used more than once; name each once")
+        raise ValueError(
+            f"{where}: column name(s) {twice[:8]!r:.200} are used more than once; name each once"
+        )
     return fx, fy
+
+
+def read_names(features, labels, d: int, l: int, where: str):  # noqa: E741
+    """:func:`validate_names` for names read from a file: its errors as an
+    :class:`NdfError` naming ``where``."""
+    try:
+        return validate_names(features, labels, d, l, where)
+    except (TypeError, ValueError) as e:
+        raise NdfError(str(e)) from None
 
 
 def sidecar_path(path) -> str:
@@ -89,7 +203,7 @@ def sidecar_path(path) -> str:
 
 
 def sidecar_bytes(features, labels, n: int, d: int, l: int) -> bytes:  # noqa: E741
-    """The sidecar's content for names already checked by :func:`check_names`."""
+    """The sidecar's content for names already checked by :func:`validate_names`."""
     doc = {
         "format": SIDECAR_FORMAT,
         "version": SIDECAR_VERSION,
@@ -106,41 +220,39 @@ def read_sidecar(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E
     """``(features, labels)`` from the sidecar of the ``.ndf`` at ``path``; None if it has none.
 
     ``n``, ``d`` and ``l`` are the file's own (its header): a sidecar for
-    other data, or one that is not a names sidecar of a known version, is an
+    other data, or one that is not a names sidecar of a known version
+    (malformed JSON, a field of the wrong type, bad names: see
+    :mod:`exactbatch.ndf.jsondoc` and :func:`validate_names`), is an
     :class:`NdfError` naming it. For a URL, ``fs`` and ``key`` are the
     filesystem and the object's key (one GET of the sidecar).
     """
     where = sidecar_path(path)
+    what = "a names sidecar"
     try:
         if fs is None:
-            with open(where, "rb") as f:
-                raw = f.read()
+            raw = read_regular(where, MAX_DOC_BYTES, what)
         else:
-            raw = fs.cat_file(sidecar_path(key))
+            raw = fetch_doc(fs, sidecar_path(key))
     except FileNotFoundError:
         return None
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NdfError(f"{where}: the names sidecar is not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
+    doc = parse_doc(raw, where, what)
+    if doc.get("format") != SIDECAR_FORMAT:
         raise NdfError(
             f"{where}: expected an exactbatch names sidecar (format {SIDECAR_FORMAT!r}); "
-            f"found {str(doc)[:80]}"
+            f"found format {doc.get('format')!r:.80}"
         )
-    if doc.get("version") != SIDECAR_VERSION:
+    version = doc.get("version")
+    if not strict_int(version) or version != SIDECAR_VERSION:
         raise NdfError(
-            f"{where}: names sidecar version {doc.get('version')!r}; this exactbatch reads "
-            f"version {SIDECAR_VERSION}"
+            f"{where}: names sidecar version {version!r:.40}; this exactbatch reads "
+            f"version {SIDECAR_VERSION} (an integer)"
         )
-    found = tuple(doc.get(k) for k in ("n", "d", "l"))
+    limits = (("n", MAX_ROWS), ("d", MAX_WIDTH), ("l", MAX_WIDTH))
+    found = tuple(get_int(doc, k, where, hi) for k, hi in limits)
     if found != (n, d, l):
         raise NdfError(
             f"{where}: the names sidecar describes other data (n, d, l = {found}) than "
             f"{os.fspath(path)} (n, d, l = {(n, d, l)}): it was left by an earlier write; "
             "remove it, or write the file again with its names"
         )
-    try:
-        return check_names(doc.get("features"), doc.get("labels"), d, l, where)
-    except (TypeError, ValueError) as e:
-        raise NdfError(str(e)) from None
+    return read_names(doc.get("features"), doc.get("labels"), d, l, where)

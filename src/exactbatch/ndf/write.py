@@ -38,8 +38,9 @@ import os
 import numpy as np
 
 from exactbatch.dataset import Dataset
-from exactbatch.ndf.format import HEADER_SIZE, expected_size, pack_header
-from exactbatch.ndf.names import SIDECAR_FORMAT, check_names, sidecar_bytes, sidecar_path
+from exactbatch.ndf.format import HEADER_SIZE, check_shape, expected_size, pack_header
+from exactbatch.ndf.names import SIDECAR_FORMAT, sidecar_bytes, sidecar_path, validate_names
+from exactbatch.ndf.regular import regular_file
 from exactbatch.ndf.temps import create_temp, fsync_folder, remove_own_temps, remove_stale_temps
 
 __all__ = [
@@ -69,11 +70,15 @@ def save_ndf(path, data, *, features=None, labels=None) -> None:
     (lists of distinct strings; one side alone gives the other the default
     names ``x0..``/``y0..``), written to the sidecar ``path + ".json"``
     (see :mod:`exactbatch.ndf.names`), which ``open_ndf(path).features``
-    reads back. Checked before anything is written.
+    reads back. Checked before anything is written
+    (:func:`~exactbatch.ndf.names.validate_names`), and so is the shape: data
+    no reader would open (more than 2**31 - 1 values a row) is an
+    :class:`~exactbatch.errors.NdfError`.
     """
     path = os.fspath(path)
     data = as_dataset(data)
-    names = NamesSidecar(path, check_names(features, labels, data.d, data.l, path))
+    check_shape(data.n, data.d, data.l, path)
+    names = NamesSidecar(path, validate_names(features, labels, data.d, data.l, path))
     try:
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
@@ -107,7 +112,7 @@ def write_ndf_to(f, data: Dataset) -> None:
 class NamesSidecar:
     """The names sidecar of the ``.ndf`` being written at ``path``, in step with the data.
 
-    ``names`` is ``(features, labels)`` from :func:`~exactbatch.ndf.names.check_names`,
+    ``names`` is ``(features, labels)`` from :func:`~exactbatch.ndf.names.validate_names`,
     or None. :meth:`prepare` (before the data's rename) writes the sidecar's
     temporary file; :meth:`commit` (just after) renames it into place, or,
     without names, removes a sidecar of ours an earlier write left;
@@ -139,9 +144,9 @@ class NamesSidecar:
 def _remove_stale_sidecar(path: str) -> None:
     """Remove ``path`` if it is a names sidecar (of the data just replaced)."""
     try:
-        with open(path, "rb") as f:
+        with regular_file(path, "a names sidecar") as f:  # a FIFO there: left alone, no wait
             head = f.read(256)
-    except OSError:
+    except (OSError, ValueError):
         return
     if SIDECAR_FORMAT.encode() in head:
         try:
@@ -299,8 +304,9 @@ class NdfWriter(Committing):
         self.d, self.l, self.n = int(d), int(l), n
         self.row_bytes = 8 * (self.d + self.l)
         self.rows = 0
+        check_shape(0 if n is None else n, self.d, self.l, self.path)
         self._names = NamesSidecar(
-            self.path, check_names(features, labels, self.d, self.l, self.path)
+            self.path, validate_names(features, labels, self.d, self.l, self.path)
         )
         self._out = AtomicFile(self.path, before_rename)
         try:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.urls import (
     FOLDER_PATTERN,
@@ -97,9 +98,10 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
 
     A folder is read as its files matching ``pattern``
     (:func:`exactbatch.urls.find_files`: ``**`` is any depth), sorted by
-    their paths inside it; an empty one, or a missing path, is
-    ``FileNotFoundError``; an empty list a ``ValueError``. A list is taken
-    as given (each file is checked on open).
+    their paths inside it, each checked to be a regular file (a FIFO is an
+    ``NdfError`` at once: pyarrow would wait on it); an empty one, or a
+    missing path, is ``FileNotFoundError``; an empty list a ``ValueError``. A
+    list is taken as given (each file is checked on open).
     """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
@@ -107,10 +109,13 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
             files = find_files(path, pattern)
             if not files:
                 raise FileNotFoundError(f"no files matching {pattern!r} in folder {path}")
-            return files
-        if not os.path.exists(path):
+        elif not os.path.exists(path):
             raise FileNotFoundError(f"no such Parquet file or folder: {path}")
-        return [path]
+        else:
+            files = [path]
+        for f in files:
+            check_regular(f, "a Parquet file")
+        return files
     if isinstance(path, Sequence) and not isinstance(path, (bytes, str)):
         files = [os.fspath(p) for p in path]
         if not files:

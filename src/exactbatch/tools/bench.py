@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
+from exactbatch.ndf.regular import regular_file
 from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
 from exactbatch.urls import for_arrow
 
@@ -58,7 +59,7 @@ def _bare_ndf(path, n, d, l, limit, pb) -> int:  # noqa: E741
         return limit
     buf = memoryview(bytearray(_READ_BYTES // row_bytes * row_bytes or row_bytes))
     left = limit * row_bytes
-    with open(path, "rb", buffering=0) as f:
+    with regular_file(path, buffering=0) as f:
         f.seek(HEADER_SIZE)
         while left:
             k = f.readinto(buf[: min(len(buf), left)])
@@ -130,6 +131,9 @@ def bench(
             )
         source = open_ndf(src)
         n, d, l = source.n, source.d, source.l  # noqa: E741
+        if d + l == 0:  # rows of nothing: a 28-byte header may claim 2**63 - 1 of them
+            source.close()
+            raise CliError(f"{src}: no columns to read (d = l = 0)")
 
         def bare(limit, pb):
             return _bare_ndf(src, n, d, l, limit, pb)
@@ -143,9 +147,9 @@ def bench(
             import pyarrow.parquet as pq
         except ImportError as e:
             raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
-        from exactbatch.sources.parquet import list_local_files
+        from exactbatch.tools.common import parquet_files
 
-        names = pq.ParquetFile(for_arrow(list_local_files(src)[0])).schema_arrow.names
+        names = pq.ParquetFile(parquet_files(src)[0]).schema_arrow.names
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]

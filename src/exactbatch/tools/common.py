@@ -9,6 +9,8 @@ import signal
 import sys
 import threading
 
+from exactbatch.ndf.regular import regular_file
+
 __all__ = [
     "CliError",
     "catch_signals",
@@ -20,6 +22,7 @@ __all__ = [
     "refuse_url",
     "format_bytes",
     "output_format",
+    "parquet_files",
     "parse_int_list",
     "parse_size",
     "progress",
@@ -199,7 +202,8 @@ def detect_format(path) -> str:
     A folder holding ``manifest.json``, or ``.ndf`` parts and no Parquet (a
     dataset whose manifest is missing: reading it says so), is a sharded
     ``.ndf`` dataset; any other folder is Parquet (its ``.parquet`` files, at any depth). A
-    missing path is the OS's ``FileNotFoundError``; a URL (:func:`refuse_url`) and
+    missing path is the OS's ``FileNotFoundError``; a FIFO or a device an
+    ``NdfError`` (refused at once, never waited on); a URL (:func:`refuse_url`) and
     anything unrecognised a :class:`CliError`.
     """
     path = os.fspath(path)
@@ -209,7 +213,7 @@ def detect_format(path) -> str:
         parts = any(n.endswith(".ndf") for n in names)
         parquet = any(n.endswith(".parquet") for n in names)
         return "dataset" if "manifest.json" in names or (parts and not parquet) else "parquet"
-    with open(path, "rb") as f:  # FileNotFoundError / PermissionError as the OS says
+    with regular_file(path, "a data file") as f:  # missing, no permission: as the OS says
         head = f.read(8)
     for magic, fmt in _MAGICS:
         if head.startswith(magic):
@@ -221,6 +225,16 @@ def detect_format(path) -> str:
         f"{path}: unknown format (found first bytes {head[:6]!r}); expected an .ndf file, "
         "Parquet (a file or a folder), a .csv file or a .npy file"
     )
+
+
+def parquet_files(path) -> list[str]:
+    """The local Parquet files of ``path`` (a file or a folder, at any depth), each a
+    regular file (:func:`~exactbatch.sources.parquet.list_local_files`), as pyarrow is
+    to be given them (:func:`~exactbatch.urls.for_arrow`)."""
+    from exactbatch.sources.parquet import list_local_files
+    from exactbatch.urls import for_arrow
+
+    return [for_arrow(f) for f in list_local_files(path)]
 
 
 def output_format(path) -> str:

@@ -9,11 +9,14 @@ import os
 
 import numpy as np
 
+from exactbatch.ndf.names import default_names
+from exactbatch.ndf.regular import check_regular, regular_file
 from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
 from exactbatch.tools.common import (
     CliError,
     csv_delimiter,
+    parquet_files,
     resolve_columns,
     split_columns,
 )
@@ -74,11 +77,11 @@ class ParquetInput:
     def __init__(self, path, features, labels):
         import pyarrow.parquet as pq
 
-        from exactbatch.sources.parquet import list_local_files, parquet_source
+        from exactbatch.sources.parquet import parquet_source
 
         arrow()
         self.path = path
-        files = list_local_files(path)
+        files = parquet_files(path)
         try:
             schema = pq.ParquetFile(for_arrow(files[0])).schema_arrow
         except (OSError, ValueError) as e:
@@ -125,6 +128,7 @@ def csv_schema(path, delimiter: str | None = None, header: bool = True):
     pa = arrow()
     import pyarrow.csv as pcsv
 
+    check_regular(path, "a CSV file")  # pyarrow would wait on a FIFO
     delimiter = csv_delimiter(path, delimiter)
     try:
         reader = pcsv.open_csv(for_arrow(path), **_csv_options(delimiter, header))
@@ -217,7 +221,7 @@ class NpyInput:
     def __init__(self, path, features, labels):
         self.path = os.fspath(path)
         try:
-            with open(self.path, "rb") as f:
+            with regular_file(self.path, "a .npy file") as f:
                 version = np.lib.format.read_magic(f)
                 if version == (1, 0):
                     shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -266,9 +270,11 @@ class NdfInput:
     def __init__(self, path):
         inp = self.inp = ndf_regions(path)
         self.d, self.l, self.n = inp.d, inp.l, inp.n
+        if self.n == 0:  # before a name a column: no rows may come with 2**31 - 1 columns
+            raise CliError(f"{path}: no rows of data to convert")
         self.names = None if inp.features is None and inp.labels is None else True
-        feats = inp.features or [f"x{j}" for j in range(inp.d)]
-        self.columns = [*feats, *(inp.labels or [f"y{k}" for k in range(inp.l)])]
+        fx, fy = default_names(inp.d, inp.l)
+        self.columns = [*(inp.features or fx), *(inp.labels or fy)]
         self.total, self.unit = self.n, "rows"
 
     def blocks(self, rows: int | None = None):

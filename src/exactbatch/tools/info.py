@@ -1,7 +1,8 @@
 """``exactbatch info``: what a file holds, read from its header or footer only.
 
 For an ``.ndf``: n, d, l, the column names (from its names sidecar;
-``x0..``, ``y0..`` without one), the size on disk, the size the header
+``x0..``, ``y0..`` without one: at most 1,000 of those a side are listed,
+``features_more``/``labels_more`` counting the rest), the size on disk, the size the header
 implies, and whether they agree (a malformed file, or a sidecar that does
 not match it, is reported with its error, and ``valid`` is False). For a
 sharded dataset (a folder holding ``manifest.json``): n, d, l, the parts
@@ -20,8 +21,8 @@ opened and checked by ranged reads.
 ``stats=True`` (``exactbatch info --stats``) adds per-column count, mean,
 sd, min and max, computed in one streaming pass over the rows (slab by
 slab; see :mod:`exactbatch.stats`): for an ``.ndf`` or a sharded dataset
-every column, for Parquet every numeric column. Memory: one slab (Parquet:
-one row group).
+every column, for Parquet every numeric column; nothing for data without
+rows. Memory: one slab (Parquet: one row group).
 """
 
 from __future__ import annotations
@@ -32,8 +33,16 @@ from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
 from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
+from exactbatch.ndf.names import DefaultNames
+from exactbatch.ndf.regular import regular_file
 from exactbatch.stats import ColumnStats
-from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
+from exactbatch.tools.common import (
+    CliError,
+    detect_format,
+    format_bytes,
+    parquet_files,
+    progress,
+)
 from exactbatch.tools.ndf_stream import SLAB_BYTES
 from exactbatch.urls import for_arrow, is_url, url_to_fs
 
@@ -108,14 +117,12 @@ def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dic
     straddles two parts of a dataset: one read each)."""
     import numpy as np
 
-    from exactbatch.ndf import open_ndf_dataset
-    from exactbatch.ndf.names import default_names
-
     opener = open_ndf_dataset if fmt == "dataset" else open_ndf
     with opener(path, storage_options=storage_options) as src:
         n, d, l = src.n, src.d, src.l  # noqa: E741
-        fx, fy = default_names(d, l)
-        names = [*(src.features or fx), *(src.labels or fy)]
+        if n == 0:  # nothing to sum; and a header of no rows may claim 2**31 - 1 columns
+            return []
+        names = [*src.features, *src.labels]
         acc = ColumnStats(d + l)
         step = max(1, SLAB_BYTES // (8 * max(1, d + l)))
         starts = np.asarray(getattr(src, "starts", [0, n]))[:-1].tolist()  # parts' first rows
@@ -134,14 +141,9 @@ def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from exactbatch.sources.parquet import (
-        is_numeric_type,
-        list_local_files,
-        parquet_source,
-        recorded_labels,
-    )
+    from exactbatch.sources.parquet import is_numeric_type, parquet_source, recorded_labels
 
-    schema = pq.ParquetFile(for_arrow(list_local_files(path)[0])).schema_arrow
+    schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
     labels = recorded_labels(schema) or []
     numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
     src = parquet_source(path, features=numeric, labels=labels)
@@ -172,9 +174,7 @@ def _dataset(path: str, bar: bool, storage_options=None) -> dict:
     )
     if sizes:
         out["part_rows"] = {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1]}
-    for key in ("features", "labels"):
-        if getattr(ds, key) is not None:
-            out[key] = list(getattr(ds, key))
+    _list_names(out, ds.features, ds.labels)
     bad = []
     desc = f"check {os.path.basename(path)}"
     with ds, progress(len(ds.parts), desc, "parts", bar, unit_scale=False) as pb:
@@ -197,7 +197,8 @@ def _ndf(path: str, storage_options=None) -> dict:
         fs, where = url_to_fs(path, storage_options)
         size, opened = fs.size(where), fs.open(where, "rb")
     else:
-        size, opened = os.path.getsize(path), open(path, "rb")  # noqa: SIM115
+        opened = regular_file(path, "an .ndf file")
+        size = os.fstat(opened.fileno()).st_size
     out = {"path": path, "format": "ndf", "size_bytes": size}
     with opened as f:
         head = f.read(HEADER_SIZE)
@@ -206,12 +207,31 @@ def _ndf(path: str, storage_options=None) -> dict:
         out.update(n=n, d=d, l=l, expected_bytes=expected_size(n, d, l))
     try:
         with open_ndf(path, storage_options=storage_options) as f:
-            out.update(features=list(f.features), labels=list(f.labels))
+            _list_names(out, f.features, f.labels)
     except NdfError as e:
         out.update(valid=False, error=str(e))
     else:
         out.update(valid=True)
     return out
+
+
+_DEFAULTS_LISTED = 1000  # default names (x0.., y0..) listed at most, a side
+
+
+def _list_names(out: dict, features, labels) -> None:
+    """The names into the report: stored ones all; default ones (made one by one: a
+    header of no rows may claim 2**31 - 1 columns) the first 1,000, and how many more."""
+    for key, names in (("features", features), ("labels", labels)):
+        more = len(names) - _DEFAULTS_LISTED
+        if isinstance(names, DefaultNames) and more > 0:
+            out[key], out[f"{key}_more"] = list(names[:_DEFAULTS_LISTED]), more
+        else:
+            out[key] = list(names)
+
+
+def _names_line(report: dict, key: str) -> str:
+    more = report.get(f"{key}_more")
+    return ", ".join(report[key]) + (f", ... ({more:,} more)" if more else "")
 
 
 def _parquet(path: str) -> dict:
@@ -307,7 +327,7 @@ def render(report: dict) -> str:
             )
         for key in ("features", "labels"):
             if key in report:
-                lines.append(f"  {key:<14}{', '.join(report[key]) or '-'}")
+                lines.append(f"  {key:<14}{_names_line(report, key) or '-'}")
         verdict = "yes" if report["valid"] else f"NO: {report['error']}"
         lines.append(f"  {'valid':<14}{verdict}")
         return "\n".join(lines + _stats_lines(report))
@@ -340,6 +360,8 @@ def _stats_lines(report: dict) -> list[str]:
     rows = report.get("stats")
     if rows is None:
         return []
+    if not rows:
+        return ["  statistics    none (no rows, or no numeric columns)"]
     width = max([6, *(len(r["name"]) for r in rows)])
     lines = [
         "  statistics (sd with divisor n; NaN left out):",
@@ -369,7 +391,7 @@ def _render_dataset(report: dict) -> str:
         lines.append(f"  {'size':<14}{size:,} bytes ({format_bytes(size)}) in parts")
     for key in ("features", "labels"):
         if key in report:
-            lines.append(f"  {key:<14}{', '.join(report[key])}")
+            lines.append(f"  {key:<14}{_names_line(report, key)}")
     if report["valid"]:
         lines.append(f"  {'valid':<14}yes: every part matches the manifest")
     else:

@@ -34,6 +34,12 @@ def ndf_input(path, columns, chunk_rows):
     from exactbatch.ndf import open_ndf
 
     f = open_ndf(path)
+    # Before anything is made per row or per column: a 28-byte header may claim 2**63 - 1
+    # rows of no values, or 2**31 - 1 columns of no rows.
+    if f.d + f.l == 0:
+        raise CliError(f"{path}: no columns to examine (d = l = 0)")
+    if f.n == 0:
+        raise CliError(f"{path}: no rows")
     names = [*f.features, *f.labels]  # the names sidecar's, else x0.., y0..
     cols = resolve_columns(columns, names, path, "--columns")
     chosen = names[:MAX_COLUMNS] if cols is None else [names[j] for j in cols]
@@ -59,10 +65,10 @@ def parquet_input(path, columns, chunk_rows):
     except ImportError as e:
         raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
 
-    from exactbatch.sources.parquet import is_numeric_type, list_local_files
-    from exactbatch.urls import for_arrow
+    from exactbatch.sources.parquet import is_numeric_type
+    from exactbatch.tools.common import parquet_files
 
-    schema = pq.ParquetFile(for_arrow(list_local_files(path)[0])).schema_arrow
+    schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
     numeric = [f.name for f in schema if is_numeric_type(f.type)]
     cols = resolve_columns(columns, schema.names, path, "--columns")
     chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]

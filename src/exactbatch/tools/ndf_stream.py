@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from exactbatch.ndf.regular import regular_file
+
 __all__ = [
     "SLAB_BYTES",
     "NdfRegions",
@@ -57,7 +59,7 @@ def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` (a C-contiguous array) with the bytes at ``offset`` of ``path``."""
     view = _bytes_view(out)
     if len(view):
-        with open(path, "rb", buffering=0) as f:
+        with regular_file(path, buffering=0) as f:
             f.seek(offset)
             _fill(f, view, path, offset)
     return out
@@ -69,7 +71,7 @@ def read_regions_into(regions, row_bytes: int, out: np.ndarray) -> np.ndarray:
     for path, offset, rows in regions:
         size = rows * row_bytes
         if size:
-            with open(path, "rb", buffering=0) as f:
+            with regular_file(path, buffering=0) as f:
                 f.seek(offset)
                 _fill(f, view[at : at + size], path, offset)
         at += size
@@ -103,7 +105,7 @@ def region_blocks(regions, row_bytes: int, block_rows: int):
     for path, offset, rows in regions:
         if rows == 0:
             continue
-        with open(path, "rb", buffering=0) as f:
+        with regular_file(path, buffering=0) as f:
             f.seek(offset)
             done = 0
             while done < rows:

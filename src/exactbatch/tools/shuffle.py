@@ -69,6 +69,7 @@ __all__ = ["external_shuffle", "render", "shuffle_file", "shuffle_regions"]
 _TAG_DISK = 0x65786473  # keeps this generator's stream apart from the loader's
 MAX_BUCKETS = 256  # open bucket files at once; more data recurses instead
 _MAX_DEPTH = 64  # recursion guard: each level shrinks buckets about K-fold
+_EMPTY_ROWS = 1 << 59  # rows of no values written at once
 
 
 def shuffle_rng(seed: int) -> np.random.Generator:
@@ -201,7 +202,10 @@ def shuffle_file(
     # made inside leaves_no_temps: a Ctrl-C just after it made its temporary file
     with leaves_no_temps(dst), writer(n=n, before_rename=check_interrupt) as w:
         if row_bytes == 0 or n == 0:
-            w.write(np.empty((n, d + l)))  # nothing to move: the row count says it all
+            # nothing to move: the row count says it all (a header may claim 2**63 - 1
+            # rows of no values; NumPy shapes at most 2**59 float64 rows, even empty ones)
+            for a in range(0, n, _EMPTY_ROWS):
+                w.write(np.empty((min(_EMPTY_ROWS, n - a), 0)))
         elif in_memory:
             with progress(n, f"shuffle {desc} (in memory)", "rows", bar) as pb:
                 shuffle_regions(
