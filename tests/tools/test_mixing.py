@@ -300,7 +300,7 @@ def test_the_class_entropy_of_batches_against_random_batches(tmp_path, capsys):
     assert full["ratio"] == pytest.approx(1.0, abs=0.02)
     assert full["random"] == pytest.approx(small["random"], rel=0.01)  # about ln 4 - bias
     text = run_text(*args, "--buffer-size", "500", capsys=capsys)
-    assert f"class entropy per batch of y0 (4 classes): {small['ratio']:.3f} of random" in text
+    assert f"class entropy per batch of y0 (4 classes): {small['ratio']:.4f} of random" in text
     other = run_json(*args, "--buffer-size", "500", "--stratum", "x1", capsys=capsys)
     assert other["entropy"]["column"] == "x1" and other["entropy"]["classes"] == 3
     assert other["entropy"]["ratio"] == pytest.approx(1.0, abs=0.05)  # x1 cycles: mixed

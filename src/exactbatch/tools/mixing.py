@@ -412,9 +412,9 @@ def _entropy_lines(e: dict) -> list[str]:
         return [f"  class entropy per batch of {name}: one class only, nothing to mix"]
     full = e["full_shuffle"]
     return [
-        f"  class entropy per batch of {name} ({e['classes']:,} classes): {e['ratio']:.3f} "
+        f"  class entropy per batch of {name} ({e['classes']:,} classes): {e['ratio']:.4f} "
         f"of random batches' ({e['loader']:.3f} against {e['random']:.3f} nats)",
-        f"    (a full shuffle: {full['p05']:.3f} to {full['p95']:.3f}; lower: batches "
+        f"    (a full shuffle: {full['p05']:.4f} to {full['p95']:.4f}; lower: batches "
         "cluster a class)",
     ]
 
