@@ -258,6 +258,19 @@ def test_bench_parquet(small_parquet, capsys):
     assert r["runs"][0]["path"] == "bare read (pyarrow)"
 
 
+def test_bench_and_mixing_refuse_rows_of_no_columns(tmp_path, capsys):
+    """An .ndf of d = l = 0 (valid, 28 bytes, any n): nothing to time or examine, said
+    at once (with n = 2**63 - 1 an epoch would never end)."""
+    from exactbatch.ndf.format import HEADER, MAGIC
+
+    for n in (10, 2**63 - 1):
+        (tmp_path / "empty.ndf").write_bytes(HEADER.pack(MAGIC, n, 0, 0))
+        assert main(["bench", str(tmp_path / "empty.ndf"), "-q"]) == 2
+        assert "no columns to read (d = l = 0)" in capsys.readouterr().err
+        assert main(["mixing", str(tmp_path / "empty.ndf"), "--batch-size", "4", "-q"]) == 2
+        assert "no columns to examine (d = l = 0)" in capsys.readouterr().err
+
+
 # -- the docs ---------------------------------------------------------------------------
 
 

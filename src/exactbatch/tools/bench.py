@@ -158,6 +158,9 @@ def bench(
             )
         source = open_ndf_input(src, fmt, storage_options)
         n, d, l = source.n, source.d, source.l  # noqa: E741
+        if d + l == 0:  # rows of no bytes: nothing to time, and n may be 2**63 - 1
+            source.close()
+            raise CliError(f"{src}: no columns to read (d = l = 0): nothing to time")
         if is_url(src):
 
             def bare(limit, pb):
