@@ -114,6 +114,7 @@ def test_as_torch_pin_memory_is_a_flag():
         ("bench", {"shuffle": "False"}, "shuffle must be a bool"),
         ("mixing", {"batch_size": 4, "shuffle_chunks": "no"}, "shuffle_chunks must be a bool"),
         ("mixing", {"batch_size": 4, "max_batches": 2.0}, "max_batches must be an int"),
+        ("mixing", {"batch_size": 4, "replicates": 99.0}, "replicates must be an int"),
     ],
 )
 def test_the_tools_check_their_python_level_arguments(ndf, tmp_path, tool, kwargs, message):

@@ -80,7 +80,8 @@ def _mixing(a) -> int:
 
         check_path(a.plot)  # before the pass over the data, not after
     names = ("batch_size", "buffer_size", "chunk_rows", "shuffle_chunks", "seed", "columns")
-    r = mixing(a.src, **_opts(a, *names, "max_batches", "sample_rows"))
+    more = ("stratum", "max_batches", "sample_rows", "replicates", "storage_options")
+    r = mixing(a.src, **_opts(a, *names, *more))
     if a.plot is not None:
         from exactbatch.tools.mixing_plot import draw
 
@@ -95,7 +96,7 @@ def _bench(a) -> int:
     from exactbatch.tools.bench import bench, render
 
     names = ("batch_sizes", "shuffle", "seed", "buffer_size", "max_rows", "features", "labels")
-    r = bench(a.src, **_opts(a, *names))
+    r = bench(a.src, **_opts(a, *names, "storage_options"))
     _print_json(r) if a.json else print(render(r))
     return 0
 
@@ -129,6 +130,16 @@ def _parser() -> argparse.ArgumentParser:
         help="label columns, the same way (e.g. --labels y or --labels -1)",
     )
 
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument(
+        "--storage-options",
+        type=cli_args.json_object,
+        default=None,
+        metavar="JSON",
+        help="for a URL (s3://bucket/ds, an .ndf or a sharded dataset): fsspec storage "
+        'options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": "http://..."}}\'',
+    )
+
     p = argparse.ArgumentParser(
         prog="exactbatch",
         description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
@@ -141,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "info",
-        parents=[common],
+        parents=[common, remote],
         help="what a file holds; is an .ndf (or a sharded dataset) intact?",
         description="For an .ndf: n, d, l, the column names, the size and whether it matches the "
         "header (exit 1 if not). For a sharded dataset (a folder with "
@@ -155,14 +166,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also per-column mean, sd, min and max, in one pass over the rows "
         "(.ndf, a sharded dataset, Parquet), to standardise with",
-    )
-    s.add_argument(
-        "--storage-options",
-        type=cli_args.json_object,
-        default=None,
-        metavar="JSON",
-        help="for a URL (s3://bucket/ds, an .ndf or a sharded dataset): fsspec storage "
-        'options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": "http://..."}}\'',
     )
     s.set_defaults(run=_info)
 
@@ -258,14 +261,18 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "mixing",
-        parents=[common],
+        parents=[common, remote],
         help="how well a streaming loader setting mixes this data",
         description="Run epoch 0 of a streaming DataLoader over SRC with these "
         "settings and report how far rows travel from their place on disk and "
-        "how representative batches are (KS distance to the whole data, "
-        "against random batches); --plot draws both.",
+        "how representative batches are (KS distance to the whole data, and the "
+        "class entropy of a stratum, against random batches); --plot draws both. "
+        "The verdict is calibrated on simulated full shuffles: a full shuffle is "
+        "called NOT well mixed in at most 5%% of seeds.",
     )
-    s.add_argument("src", help="an .ndf, or a Parquet file or folder")
+    s.add_argument(
+        "src", help="an .ndf, a sharded dataset, a Parquet file or folder, or an .ndf/dataset URL"
+    )
     s.add_argument("--batch-size", type=cli_args.positive_int, required=True, metavar="B")
     s.add_argument(
         "--buffer-size",
@@ -291,6 +298,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="COLS",
         help="columns to examine, names or positions (default: the first 8)",
     )
+    s.add_argument(
+        "--stratum",
+        metavar="COLUMN",
+        help="a class column (a label, a stratum) whose entropy per batch is compared "
+        "with random batches' (default: the label column, when there is exactly one)",
+    )
     s.add_argument("--plot", metavar="FILE.png", help="draw the picture into this file")
     s.add_argument(
         "--max-batches",
@@ -306,17 +319,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="M",
         help="rows in the uniform sample of the whole data (default 20000)",
     )
+    s.add_argument(
+        "--replicates",
+        type=cli_args.positive_int,
+        default=99,
+        metavar="R",
+        help="simulated full shuffles the verdict is calibrated on (default 99, at least 19)",
+    )
     s.set_defaults(run=_mixing)
 
     s = sub.add_parser(
         "bench",
-        parents=[common, cols],
+        parents=[common, cols, remote],
         help="loader rows/s and peak memory against a bare read",
         description="Time one epoch of the DataLoader on SRC at each batch size "
         "against a bare read of the same file in the same run, with each "
         "run's peak resident memory.",
     )
-    s.add_argument("src", help="an .ndf, or a Parquet file or folder")
+    s.add_argument(
+        "src", help="an .ndf, a sharded dataset, a Parquet file or folder, or an .ndf/dataset URL"
+    )
     s.add_argument(
         "--batch-sizes",
         type=cli_args.int_list,

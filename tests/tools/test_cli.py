@@ -273,16 +273,15 @@ URLS = [
     ("shuffle", ["s3://bucket/in.ndf", "{tmp}/out.ndf"], "reading"),
     ("shuffle", ["{ndf}", "s3://bucket/out.ndf"], "writing"),
     ("shuffle", ["{ndf}", "{tmp}/out.ndf", "--tmp-dir", "s3://bucket/tmp"], "writing"),
-    ("mixing", ["s3://bucket/in.ndf", "--batch-size", "8"], "reading"),
     ("mixing", ["{ndf}", "--batch-size", "8", "--plot", "s3://bucket/p.png"], "writing"),
-    ("bench", ["s3://bucket/in.ndf"], "reading"),
 ]
 
 
 @pytest.mark.parametrize("cmd, argv, doing", URLS, ids=[f"{c}-{d}" for c, _, d in URLS])
 def test_commands_that_cannot_read_urls_say_so(cmd, argv, doing, tmp_path, small_ndf, capsys):
-    """convert, shuffle, mixing and bench read and write local paths only: a URL is one
-    line saying so and naming it (not "No such file or directory"), before any work."""
+    """convert and shuffle read and write local paths only, and mixing writes its plot
+    to one: a URL there is one line saying so and naming it (not "No such file or
+    directory"), before any work. (mixing and bench read what info reads, URLs too.)"""
     argv = [a.format(tmp=tmp_path, ndf=small_ndf) for a in argv]
     assert main([cmd, *argv, "-q"]) == 2
     err = capsys.readouterr().err.strip()
@@ -335,6 +334,19 @@ def test_bench_parquet(small_parquet, capsys):
     assert (r["n"], r["d"], r["l"]) == (1000, 2, 1)
     assert [x["rows"] for x in r["runs"]] == [1000, 1000]
     assert r["runs"][0]["path"] == "bare read (pyarrow)"
+
+
+def test_bench_and_mixing_refuse_rows_of_no_columns(tmp_path, capsys):
+    """An .ndf of d = l = 0 (valid, 28 bytes, any n): nothing to time or examine, said
+    at once (with n = 2**63 - 1 an epoch would never end)."""
+    from exactbatch.ndf.format import HEADER, MAGIC
+
+    for n in (10, 2**63 - 1):
+        (tmp_path / "empty.ndf").write_bytes(HEADER.pack(MAGIC, n, 0, 0))
+        assert main(["bench", str(tmp_path / "empty.ndf"), "-q"]) == 2
+        assert "no columns to read (d = l = 0)" in capsys.readouterr().err
+        assert main(["mixing", str(tmp_path / "empty.ndf"), "--batch-size", "4", "-q"]) == 2
+        assert "no columns to examine (d = l = 0)" in capsys.readouterr().err
 
 
 # -- the docs ---------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""exactbatch mixing: what a streaming loader setting does to data sorted on disk."""
+"""exactbatch mixing: what a streaming loader setting does to data sorted on disk; its
+verdict calibrated on simulated full shuffles; the class entropy of a stratum; and the
+data it reads (what info reads: sharded datasets, URLs), as bench does."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from exactbatch import DataLoader, save_ndf
 from exactbatch.cli import main
 from exactbatch.tools.mixing import ks_distance, mixing
+from exactbatch.tools.mixing_score import score
 
 N = 20_000
 
@@ -75,6 +78,13 @@ def test_the_verdict_follows_the_data_and_the_buffer(data, capsys):
     full = run_json("mixing", data / "sorted.ndf", *args, "--buffer-size", str(N), capsys=capsys)
     assert not bad["well_mixed"] and good["well_mixed"] and full["well_mixed"]
     assert bad["ks"]["share_worse_than_random_p95"] > 0.9
+    # calibrated: the sorted batches rank above all 99 simulated full shuffles, whose
+    # headline share (printed as a range) is about 5%
+    assert bad["ks"]["p_value"] == 0.01 and bad["ks"]["replicates"] == 99
+    assert good["ks"]["p_value"] > 0.05 and full["ks"]["p_value"] > 0.05
+    for r in (bad, good, full):
+        band = r["ks"]["share_full_shuffle"]
+        assert 0 < band["p05"] <= 0.05 <= band["p95"] < 0.1
     assert bad["ks"]["all"]["loader"]["mean"] > 3 * bad["ks"]["all"]["random"]["mean"]
     # a batch of 100 from a 2000-row buffer touches about 10 of the file's 100 slices
     # (of 200 rows each), where a random batch of 100 touches about 63
@@ -233,3 +243,151 @@ def test_it_names_the_columns_it_skipped_and_why(tmp_path, capsys):
     r = run_json("mixing", tmp_path / "ev.parquet", "--batch-size", "50", capsys=capsys)
     assert r["skipped_columns"] == [{"name": "city", "reason": "non-numeric: string"}]
     assert [c["name"] for c in r["ks"]["columns"]] == ["t", "flag"]
+
+
+def test_a_full_shuffle_is_rarely_called_not_well_mixed(tmp_path):
+    """The verdict's false alarms are at most 5% by construction: over 100 seeds of a
+    full shuffle (a buffer that holds the data) of i.i.d. data in 6 batches, NOT well
+    mixed at most 10 times (an exact 5% test passes this 99 times in 100; the verdict
+    this replaced, a 15% share of batches above 200 random ones' p95, said so 26
+    times), and the p-values average about 1/2: calibrated, not merely cautious."""
+    n, b = 96, 16
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((n, 3)), (rng.random(n) < 0.3).astype(np.float64)
+    save_ndf(tmp_path / "iid.ndf", (x, y))
+    runs = [
+        mixing(tmp_path / "iid.ndf", batch_size=b, buffer_size=n, seed=s, bar=False)
+        for s in range(100)
+    ]
+    assert sum(not r["well_mixed"] for r in runs) <= 10
+    assert 0.4 < np.mean([r["ks"]["p_value"] for r in runs]) < 0.6
+
+
+def test_the_batch_scores_are_ks_distances():
+    """Every batch's score, for each column, is ks_distance to the reference sample
+    (values with ties and NaNs; a column of NaNs scores NaN); replicates cut the same
+    rows into batches at random, seeded."""
+    rng = np.random.default_rng(3)
+    values = np.round(rng.standard_normal((600, 3)) * 2)
+    values[rng.random((600, 3)) < 0.1] = np.nan
+    values[:30, 2] = np.nan  # the first batch has no value in column 2
+    refs = [np.sort(np.round(rng.standard_normal(400) * 2)) for _ in range(3)]
+    sc = score(values, refs, 30, replicates=19, rng=np.random.default_rng(0))
+    want = [
+        [ks_distance(values[k : k + 30, j], refs[j]) for j in range(3)]
+        for k in range(0, 600, 30)
+    ]
+    np.testing.assert_array_equal(sc.ks, want)
+    assert np.isnan(sc.ks[0, 2]) and sc.ks_sim.shape == (19, 20, 3)
+    again = score(values, refs, 30, replicates=19, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(again.ks_sim, sc.ks_sim)
+
+
+def test_the_class_entropy_of_batches_against_random_batches(tmp_path, capsys):
+    """Rows sorted by their label (4 classes): through a small buffer a batch holds one
+    or two classes, so its entropy is far below random batches'; a full shuffle's ratio
+    is 1. The label column is the stratum by default; --stratum picks another; a column
+    of measurements is named as such, not measured."""
+    n = 4000
+    x = np.random.default_rng(0).standard_normal((n, 2))
+    x[:, 1] = np.arange(n) % 3
+    save_ndf(tmp_path / "by_label.ndf", (x, np.repeat(np.arange(4.0), n // 4)))
+    args = ["mixing", tmp_path / "by_label.ndf", "--batch-size", "50", "--chunk-rows", "250"]
+    small = run_json(*args, "--buffer-size", "500", capsys=capsys)["entropy"]
+    full = run_json(*args, "--buffer-size", str(n), capsys=capsys)["entropy"]
+    assert small["column"] == full["column"] == "y0" and small["classes"] == 4
+    assert small["ratio"] < 0.6 < 0.98 < full["full_shuffle"]["p05"]
+    assert full["ratio"] == pytest.approx(1.0, abs=0.02)
+    assert full["random"] == pytest.approx(small["random"], rel=0.01)  # about ln 4 - bias
+    text = run_text(*args, "--buffer-size", "500", capsys=capsys)
+    assert f"class entropy per batch of y0 (4 classes): {small['ratio']:.4f} of random" in text
+    other = run_json(*args, "--buffer-size", "500", "--stratum", "x1", capsys=capsys)
+    assert other["entropy"]["column"] == "x1" and other["entropy"]["classes"] == 3
+    assert other["entropy"]["ratio"] == pytest.approx(1.0, abs=0.05)  # x1 cycles: mixed
+    text = run_text(*args, "--buffer-size", "500", "--stratum", "x0", capsys=capsys)
+    assert "class entropy per batch of x0: not measured, 4,000 distinct values" in text
+    assert main([*map(str, args), "--stratum", "nope", "-q"]) == 2
+    assert "no column 'nope' (--stratum)" in capsys.readouterr().err
+
+
+def test_replicates_and_batch_size_are_checked(data, capsys):
+    args = ["mixing", data / "sorted.ndf", "--chunk-rows", "1000"]
+    assert main([*map(str, args), "--batch-size", "10", "--replicates", "5", "-q"]) == 2
+    assert "replicates must be >= 19" in capsys.readouterr().err
+    assert main([*map(str, args), "--batch-size", str(N + 1), "-q"]) == 2
+    assert f"fewer than one batch of --batch-size {N + 1:,}" in capsys.readouterr().err
+
+
+# -- what it reads: what info reads, as bench does --------------------------------------
+
+
+def comparable(r: dict) -> dict:
+    """A result less what names the input."""
+    return {k: v for k, v in r.items() if k not in ("src", "fmt", "_plot", "plot")}
+
+
+@pytest.fixture
+def sorted_dataset(data, tmp_path):
+    """sorted.ndf as a sharded dataset of 4 parts of 5,000 rows."""
+    ds = tmp_path / "ds"
+    assert main(["convert", str(data / "sorted.ndf"), str(ds), "--part-rows", "5000", "-q"]) == 0
+    return ds
+
+
+def test_a_sharded_dataset_streams_as_one_ndf_of_its_rows(data, sorted_dataset, capsys):
+    """Chunks that divide the parts: the same chunks, order and figures as the .ndf;
+    chunks never cross a part (5,000-row parts in chunks of 3,000: 2 a part); bench
+    times the loader over it against readinto part after part."""
+    capsys.readouterr()
+    args = ["--batch-size", "100", "--buffer-size", "2000", "--chunk-rows"]
+    one = run_json("mixing", data / "sorted.ndf", *args, "1000", capsys=capsys)
+    ds = run_json("mixing", sorted_dataset, *args, "1000", capsys=capsys)
+    assert ds["fmt"] == "dataset" and comparable(ds) == comparable(one)
+    assert not ds["well_mixed"] and ds["chunks"] == 20
+    assert run_json("mixing", sorted_dataset, *args, "3000", capsys=capsys)["chunks"] == 8
+    text = run_text("mixing", sorted_dataset, *args, "1000", capsys=capsys)
+    assert "DataLoader(open_ndf_dataset(...))" in text
+    r = run_json("bench", sorted_dataset, "--batch-sizes", "64", capsys=capsys)
+    assert (r["format"], r["n"], r["d"], r["l"]) == ("dataset", N, 2, 1)
+    assert [(x["path"], x["rows"]) for x in r["runs"]] == [
+        ("bare read (readinto)", N),
+        ("loader", N),
+    ]
+
+
+@pytest.fixture
+def memory_fs():
+    """fsspec's in-memory filesystem: a URL of any fsspec protocol, in this process."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    yield fs
+    if fs.exists("/exactbatch-mixing"):
+        fs.rm("/exactbatch-mixing", recursive=True)
+
+
+def test_urls_are_read_as_info_reads_them(data, sorted_dataset, memory_fs, tmp_path, capsys):
+    """An .ndf and a dataset at a URL: mixing gives what it gives for the local copy,
+    bench reads them by ranged reads; anything else there, or storage options for a
+    local path, is the usage error info gives."""
+    capsys.readouterr()
+    memory_fs.put(str(data / "sorted.ndf"), "/exactbatch-mixing/sorted.ndf")
+    memory_fs.put(str(sorted_dataset), "/exactbatch-mixing/ds", recursive=True)
+    memory_fs.pipe_file("/exactbatch-mixing/notes.txt", b"hello")
+    args = ["--batch-size", "100", "--buffer-size", "2000", "--chunk-rows", "1000"]
+    local = comparable(run_json("mixing", data / "sorted.ndf", *args, capsys=capsys))
+    for url in ("memory://exactbatch-mixing/sorted.ndf", "memory://exactbatch-mixing/ds"):
+        r = run_json("mixing", url, *args, "--storage-options", "{}", capsys=capsys)
+        assert comparable(r) == local, url
+        b = run_json("bench", url, "--batch-sizes", "256", "--max-rows", "5000", capsys=capsys)
+        assert [(x["path"], x["rows"]) for x in b["runs"]] == [
+            ("bare read (ranged)", 5000),
+            ("loader", 5120),
+        ]
+    for cmd in ("mixing", "bench"):
+        extra = ["--batch-size", "10"] if cmd == "mixing" else []
+        argv = [cmd, "memory://exactbatch-mixing/notes.txt", *extra, "-q"]
+        assert main(argv) == 2
+        assert f"at a URL {cmd} reads .ndf files and sharded datasets" in capsys.readouterr().err
+        argv = [cmd, str(data / "sorted.ndf"), *extra, "--storage-options", "{}", "-q"]
+        assert main(argv) == 2
+        assert "storage options apply only to URLs" in capsys.readouterr().err

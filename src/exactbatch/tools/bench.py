@@ -2,10 +2,12 @@
 
 For each batch size, one epoch (or its first ``max_rows`` rows) of
 ``for xb, yb in DataLoader(source, batch_size, ...)`` is timed, against a
-bare read of the same file in the same run: for an ``.ndf``, a sequential
-read of the rows with ``readinto`` into one reused 8 MiB buffer; for
-Parquet, pyarrow reading row group by row group into NumPy. The bare read
-runs once untimed first so both see the same page cache.
+bare read of the same data in the same run: for an ``.ndf`` (or a sharded
+dataset, part after part), a sequential read of the rows with ``readinto``
+into one reused 8 MiB buffer; at a URL, one ranged read per block of about
+8 MiB, in order; for Parquet, pyarrow reading row group by row group into
+NumPy. The bare read runs once untimed first so both see the same page
+cache. ``src`` is anything ``exactbatch info`` reads but CSV and ``.npy``.
 
 Peak memory is the process's peak resident set (``VmHWM``), reset before
 each run through ``/proc/self/clear_refs`` where Linux allows it (else it is
@@ -21,9 +23,14 @@ import time
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.ndf.regular import regular_file
-from exactbatch.tools.common import CliError, detect_format, format_bytes, progress
-from exactbatch.urls import for_arrow
+from exactbatch.tools.common import (
+    CliError,
+    format_bytes,
+    input_format,
+    open_ndf_input,
+    progress,
+)
+from exactbatch.urls import for_arrow, is_url
 
 __all__ = ["bench", "peak_rss", "render"]
 
@@ -51,23 +58,39 @@ def peak_rss() -> int | None:
     return None
 
 
-def _bare_ndf(path, n, d, l, limit, pb) -> int:  # noqa: E741
-    from exactbatch.ndf import HEADER_SIZE
+def _bare_ndf(regions, d, l, limit, pb) -> int:  # noqa: E741
+    """The first ``limit`` rows of the file ``regions`` of a local .ndf or sharded
+    dataset, front to back with ``readinto`` into one reused buffer (part after part)."""
+    from exactbatch.tools.ndf_stream import region_blocks
 
     row_bytes = 8 * (d + l)
     if row_bytes == 0:
         return limit
-    buf = memoryview(bytearray(_READ_BYTES // row_bytes * row_bytes or row_bytes))
-    left = limit * row_bytes
-    with regular_file(path, buffering=0) as f:
-        f.seek(HEADER_SIZE)
-        while left:
-            k = f.readinto(buf[: min(len(buf), left)])
-            if not k:
-                raise CliError(f"{path}: file ended early")
-            left -= k
-            pb.update(k // row_bytes)
-    return limit
+    rows = 0
+    for block in region_blocks(regions, row_bytes, max(1, _READ_BYTES // row_bytes)):
+        k = min(len(block), limit - rows)
+        rows += k
+        pb.update(k)
+        if rows >= limit:
+            break
+    return rows
+
+
+def _bare_url(source, limit, pb) -> int:
+    """The first ``limit`` rows of an .ndf or dataset at a URL: one ranged read per
+    block of about 8 MiB, in order (a block never crosses a part)."""
+    from exactbatch.sources.blocks import ndf_blocks
+
+    blocks = ndf_blocks(source, max(1, _READ_BYTES // (8 * max(1, source.d + source.l))))
+    rows = 0
+    for i in range(len(blocks)):
+        if rows >= limit:
+            break
+        blocks.read_chunk(i)
+        k = min(int(blocks.chunk_rows[i]), limit - rows)
+        rows += k
+        pb.update(k)
+    return rows
 
 
 def _bare_parquet(source, limit, pb) -> int:
@@ -112,33 +135,47 @@ def bench(
     max_rows=None,
     features=None,
     labels=None,
+    storage_options=None,
     bar=True,
 ) -> dict:
-    """Time the loader at each batch size against a bare read; a dict of the runs."""
+    """Time the loader at each batch size against a bare read; a dict of the runs.
+
+    ``src``: what ``exactbatch info`` reads: an ``.ndf``, a sharded dataset, Parquet
+    (a file or a folder), or the URL of an ``.ndf`` or a dataset (with
+    ``storage_options``).
+    """
     batch_sizes = [check_int(f"batch_sizes[{i}]", b, 1) for i, b in enumerate(batch_sizes)]
     shuffle, bar = check_flag("shuffle", shuffle), check_flag("bar", bar)
     seed = check_int("seed", seed, 0)
     buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
     max_rows = check_int("max_rows", max_rows, 1, optional=True)
     src = os.fspath(src)
-    fmt = detect_format(src)
-    if fmt == "ndf":
-        from exactbatch.ndf import open_ndf
-
+    fmt = input_format(src, storage_options, "bench")
+    if fmt in ("ndf", "dataset"):
         if features is not None or labels is not None:
             raise CliError(
                 f"{src}: --features/--labels choose Parquet columns; an .ndf has its own"
             )
-        source = open_ndf(src)
+        source = open_ndf_input(src, fmt, storage_options)
         n, d, l = source.n, source.d, source.l  # noqa: E741
-        if d + l == 0:  # rows of nothing: a 28-byte header may claim 2**63 - 1 of them
+        if d + l == 0:  # rows of no bytes: nothing to time, and n may be 2**63 - 1
             source.close()
             raise CliError(f"{src}: no columns to read (d = l = 0)")
+        if is_url(src):
 
-        def bare(limit, pb):
-            return _bare_ndf(src, n, d, l, limit, pb)
+            def bare(limit, pb):
+                return _bare_url(source, limit, pb)
 
-        bare_name = "bare read (readinto)"
+            bare_name = "bare read (ranged)"
+        else:
+            from exactbatch.tools.ndf_stream import ndf_regions
+
+            regions = ndf_regions(src).regions  # a dataset's parts checked once, here
+
+            def bare(limit, pb):
+                return _bare_ndf(regions, d, l, limit, pb)
+
+            bare_name = "bare read (readinto)"
     elif fmt == "parquet":
         from exactbatch.sources.parquet import parquet_source
         from exactbatch.tools.common import split_columns
@@ -161,7 +198,9 @@ def bench(
 
         bare_name = "bare read (pyarrow)"
     else:
-        raise CliError(f"{src}: bench reads .ndf or Parquet; convert {fmt} first")
+        raise CliError(
+            f"{src}: bench reads an .ndf, a sharded dataset or Parquet; convert {fmt} first"
+        )
     limit = n if max_rows is None else min(n, max_rows)
     if limit == 0:
         raise CliError(f"{src}: no rows to read")
@@ -195,7 +234,7 @@ def bench(
             b,
             lambda pb, b=b: _loader_run(source, b, limit, shuffle, seed, buffer_size, pb),
         )
-    if fmt == "ndf":
+    if fmt != "parquet":
         source.close()
     base = runs[0]["rows_per_s"]
     for r in runs:

@@ -21,6 +21,8 @@ __all__ = [
     "detect_format",
     "refuse_url",
     "format_bytes",
+    "input_format",
+    "open_ndf_input",
     "output_format",
     "parquet_files",
     "parse_int_list",
@@ -235,6 +237,62 @@ def parquet_files(path) -> list[str]:
     from exactbatch.urls import for_arrow
 
     return [for_arrow(f) for f in list_local_files(path)]
+
+
+def input_format(path, storage_options=None, tool: str = "info") -> str:
+    """What ``path`` holds, for the commands that read what ``info`` reads: a URL
+    (``s3://...``, any fsspec protocol) is an ``"ndf"`` or a ``"dataset"`` (by its
+    ``manifest.json``, else by the magic number); a local path is
+    :func:`detect_format`'s answer. ``storage_options`` apply only to URLs (else a
+    :class:`CliError`); ``tool`` names the command in the messages."""
+    from exactbatch.urls import is_url
+
+    path = os.fspath(path)
+    if is_url(path):
+        return _url_format(path, storage_options, tool)
+    if storage_options is not None:
+        raise CliError(f"{path}: storage options apply only to URLs (s3://..., gs://...)")
+    return detect_format(path)
+
+
+def _url_format(path: str, storage_options, tool: str) -> str:
+    """``"dataset"`` (a prefix holding ``manifest.json``) or ``"ndf"`` (by its magic
+    number) for a URL; a :class:`CliError` for anything else there."""
+    from exactbatch.ndf.format import MAGIC
+    from exactbatch.urls import url_to_fs
+
+    try:
+        fs, where = url_to_fs(path, storage_options)
+        if fs.exists(where.rstrip("/") + "/manifest.json"):
+            return "dataset"
+        if not fs.isfile(where):
+            if fs.isdir(where):  # a prefix without a manifest: reading it says what is wrong
+                return "dataset"
+            raise FileNotFoundError(f"{path}: no such file or dataset")
+        with fs.open(where, "rb") as f:
+            head = f.read(len(MAGIC))
+    except (OSError, ImportError, ValueError):
+        raise
+    except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
+        raise CliError(
+            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and "
+            "--storage-options)"
+        ) from e
+    if head != MAGIC:
+        raise CliError(
+            f"{path}: at a URL {tool} reads .ndf files and sharded datasets; found first "
+            f"bytes {head!r}"
+        )
+    return "ndf"
+
+
+def open_ndf_input(path, fmt: str, storage_options=None):
+    """The ``.ndf`` file (``fmt == "ndf"``) or sharded dataset (``"dataset"``) at
+    ``path``, a local path or a URL, opened: an NdfFile or an NdfDataset."""
+    from exactbatch.ndf import open_ndf, open_ndf_dataset
+
+    opener = open_ndf_dataset if fmt == "dataset" else open_ndf
+    return opener(path, storage_options=storage_options)
 
 
 def output_format(path) -> str:

@@ -38,8 +38,9 @@ from exactbatch.ndf.regular import regular_file
 from exactbatch.stats import ColumnStats
 from exactbatch.tools.common import (
     CliError,
-    detect_format,
     format_bytes,
+    input_format,
+    open_ndf_input,
     parquet_files,
     progress,
 )
@@ -61,12 +62,7 @@ def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -
     stats, bar = check_flag("stats", stats), check_flag("bar", bar)
     path = os.fspath(path)
     so = storage_options
-    if is_url(path):
-        fmt = _url_format(path, so)
-    elif so is not None:
-        raise CliError(f"{path}: storage options apply only to URLs (s3://..., gs://...)")
-    else:
-        fmt = detect_format(path)
+    fmt = input_format(path, so, "info")
     if fmt == "dataset":
         report = _dataset(path, bar, so)
     elif fmt == "ndf":
@@ -84,41 +80,12 @@ def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -
     return report
 
 
-def _url_format(path: str, storage_options) -> str:
-    """``"dataset"`` (a prefix holding ``manifest.json``) or ``"ndf"`` (by its magic
-    number) for a URL; a :class:`CliError` for anything else there."""
-    try:
-        fs, where = url_to_fs(path, storage_options)
-        if fs.exists(where.rstrip("/") + "/manifest.json"):
-            return "dataset"
-        if not fs.isfile(where):
-            if fs.isdir(where):  # a prefix without a manifest: reading it says what is wrong
-                return "dataset"
-            raise FileNotFoundError(f"{path}: no such file or dataset")
-        with fs.open(where, "rb") as f:
-            head = f.read(len(MAGIC))
-    except (OSError, ImportError, ValueError):
-        raise
-    except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
-        raise CliError(
-            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and "
-            "--storage-options)"
-        ) from e
-    if head != MAGIC:
-        raise CliError(
-            f"{path}: at a URL info reads .ndf files and sharded datasets; found first "
-            f"bytes {head!r}"
-        )
-    return "ndf"
-
-
 def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dict]:
     """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
     straddles two parts of a dataset: one read each)."""
     import numpy as np
 
-    opener = open_ndf_dataset if fmt == "dataset" else open_ndf
-    with opener(path, storage_options=storage_options) as src:
+    with open_ndf_input(path, fmt, storage_options) as src:
         n, d, l = src.n, src.d, src.l  # noqa: E741
         if n == 0:  # nothing to sum; and a header of no rows may claim 2**31 - 1 columns
             return []

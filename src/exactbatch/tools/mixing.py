@@ -15,8 +15,21 @@ two things over one epoch:
   chunk order moves rows far while batches stay local: the spread shows it;
 * how representative batches are: for each column, the Kolmogorov-Smirnov
   distance between a batch's values and a uniform sample of the whole data,
-  against the same for batches drawn uniformly at random. On data sorted on
+  against the same for random batches: the rows of the batches examined,
+  cut into batches uniformly at random, ``replicates`` times (simulated full
+  shuffles, scored exactly as the loader's batches are). On data sorted on
   disk a small buffer gives batches far less representative than random.
+  The headline is the share of batches less representative than 95% of
+  random ones, with the range it takes in 90% of the simulated full
+  shuffles; and for a stratum column (``stratum``: a label, a class), the
+  mean class entropy of a batch over that of random batches (1.0 for a full
+  shuffle, lower when batches cluster a class).
+
+The verdict is calibrated by that simulation
+(:func:`~exactbatch.tools.mixing_score.verdict`): under a full shuffle the
+loader's batches and the simulated ones are exchangeable, so a full
+shuffle is called not well mixed in at most 5% of seeds, whatever the data,
+the batch size or the number of batches.
 
 Under the header it says what a full mix takes: the smallest buffer whose
 mixing window covers the data (the data's rows: a buffer that holds the
@@ -26,28 +39,38 @@ read with ``DataLoader(open_ndf(...))`` is a full shuffle whatever the file
 order); and which columns it skipped, and why (non-numeric, not chosen, or
 over the 8 examined when none are chosen).
 
-The order is the one a loader built with the same settings (and seed) hands
-out in epoch 0. Cost: one pass over the chosen columns (``.ndf`` reads whole
-rows), with memory for the buffer, a sample of ``sample_rows`` rows and the
-values of the batches examined (at most about a million rows).
+It reads what ``exactbatch info`` reads: an ``.ndf`` or a sharded dataset
+(streamed in blocks as :func:`~exactbatch.ndf_blocks` cuts them, never across
+a part), local or at a URL, and Parquet by row group. The order is the one a
+loader built with the same settings (and seed) hands out in epoch 0. Cost:
+one pass over the chosen columns (``.ndf`` reads whole rows), with memory
+for the buffer, a sample of ``sample_rows`` rows and the values of the
+batches examined (at most 131,072 rows); then the simulation, which sorts
+those rows within batches once per replicate and column.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import warnings
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.tools.common import CliError, detect_format, progress
+from exactbatch.tools.common import CliError, input_format, open_ndf_input, progress
 from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
+from exactbatch.tools.mixing_score import entropy_codes, entropy_ratio, score, verdict
 
-__all__ = ["ks_distance", "mixing", "public", "render"]
+__all__ = ["REPLICATES", "ks_distance", "mixing", "public", "render"]
 
-_STORED_ROWS = 1 << 20  # rows of examined batches kept for the KS statistics
+# Rows of the examined batches, each scored again in every simulated full shuffle: the
+# simulation's cost is rows x replicates x columns (131,072 x 99 x 8: about 5 s).
+_STORED_ROWS = 1 << 17
+REPLICATES = 99  # simulated full shuffles: a Monte Carlo test at exactly 5% (5 of 100)
 _SLICES = 100  # the file cut into this many equal slices, for the batch spread
-_VERDICT_SHARE = 0.15  # above this share of "worse than random p95" batches: not mixed
+_MAX_STRATA = 1000  # a stratum column with more distinct values is a measurement
 # |U - V| for two uniform positions
 FULL_SHUFFLE = {
     "median": 1 - math.sqrt(0.5),
@@ -77,7 +100,10 @@ def _spread_full_shuffle(b: int, n: int) -> float:
 
 
 def ks_distance(values: np.ndarray, ref_sorted: np.ndarray) -> float:
-    """Two-sample Kolmogorov-Smirnov distance; NaNs dropped; ``ref_sorted`` sorted, NaN-free."""
+    """Two-sample Kolmogorov-Smirnov distance; NaNs dropped; ``ref_sorted`` sorted, NaN-free.
+
+    The definition: :mod:`~exactbatch.tools.mixing_score` computes the same for
+    every batch and replicate at once."""
     a = np.sort(values[~np.isnan(values)])
     if not len(a) or not len(ref_sorted):
         return float("nan")
@@ -96,29 +122,82 @@ def mixing(
     shuffle_chunks=True,
     seed=0,
     columns=None,
+    stratum=None,
     max_batches=500,
     sample_rows=20000,
+    replicates=REPLICATES,
+    storage_options=None,
     bar=True,
 ) -> dict:
-    """Simulate epoch 0 of a streaming loader over ``src``; the measurements as a dict."""
+    """Simulate epoch 0 of a streaming loader over ``src``; the measurements as a dict.
+
+    ``src``: an ``.ndf``, a sharded dataset (a folder with ``manifest.json``),
+    Parquet (a file or a folder), or the URL of an ``.ndf`` or a dataset (with
+    ``storage_options``), as ``exactbatch info`` reads it. ``stratum``: the
+    column whose per-batch entropy is measured (default: the label column
+    when there is exactly one). ``replicates``: simulated full shuffles the
+    verdict is calibrated on (at least 19). ``result["well_mixed"]`` is False
+    for a full shuffle in at most 5% of seeds (see
+    :func:`~exactbatch.tools.mixing_score.verdict`).
+    """
     batch_size, seed = check_int("batch_size", batch_size, 1), check_int("seed", seed, 0)
     buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
     chunk_rows = check_int("chunk_rows", chunk_rows, 1, optional=True)
     max_batches = check_int("max_batches", max_batches, 1)
     sample_rows = check_int("sample_rows", sample_rows, 1)
+    replicates = check_int("replicates", replicates, 19)
     shuffle_chunks, bar = check_flag("shuffle_chunks", shuffle_chunks), check_flag("bar", bar)
+    src = os.fspath(src)
+    fmt = input_format(src, storage_options, "mixing")
+    run = functools.partial(
+        _mixing,
+        src=src,
+        fmt=fmt,
+        batch_size=batch_size,
+        buffer_size=buffer_size,
+        shuffle_chunks=shuffle_chunks,
+        seed=seed,
+        max_batches=max_batches,
+        sample_rows=sample_rows,
+        replicates=replicates,
+        bar=bar,
+    )
+    if fmt == "parquet":
+        return run(parquet_input(src, columns, chunk_rows, stratum))
+    if fmt not in ("ndf", "dataset"):
+        raise CliError(
+            f"{src}: mixing reads an .ndf, a sharded dataset or Parquet; convert {fmt} first"
+        )
+    with open_ndf_input(src, fmt, storage_options) as f:
+        return run(ndf_input(f, src, columns, chunk_rows, stratum))
+
+
+def _mixing(
+    inp,
+    *,
+    src,
+    fmt,
+    batch_size,
+    buffer_size,
+    shuffle_chunks,
+    seed,
+    max_batches,
+    sample_rows,
+    replicates,
+    bar,
+) -> dict:
     from exactbatch import DataLoader
     from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES, full_mix_buffer
 
-    src = os.fspath(src)
-    fmt = detect_format(src)
-    if fmt not in ("ndf", "parquet"):
-        raise CliError(f"{src}: mixing reads .ndf or Parquet; convert {fmt} first")
-    build = ndf_input if fmt == "ndf" else parquet_input
-    tagged, names, width, chunk_rows, skipped = build(src, columns, chunk_rows)
+    tagged, names, width = inp.tagged, inp.names, inp.width
     n, c = tagged.n_rows, len(names)
     if n == 0:
         raise CliError(f"{src}: no rows")
+    if n < batch_size:
+        raise CliError(
+            f"{src}: {n:,} rows are fewer than one batch of --batch-size {batch_size:,}: "
+            "no batch to examine"
+        )
     if buffer_size is None:  # the loader's default for the user's data (not our c + 1)
         buffer_size = DEFAULT_BUFFER_BYTES // (8 * max(1, width))
     source = (
@@ -130,12 +209,7 @@ def mixing(
 
     rng = np.random.default_rng([0x6D6978, seed])
     ref_ids = np.sort(rng.choice(n, size=min(n, sample_rows), replace=False))
-    b = min(batch_size, n)
-    rand_ids = [
-        rng.choice(n, size=b, replace=False) for _ in range(max(50, min(200, (256 << 10) // b)))
-    ]
-    needed = np.unique(np.concatenate([ref_ids, *rand_ids]))
-    needed_vals = np.full((len(needed), c), np.nan)
+    ref_vals = np.full((len(ref_ids), c), np.nan)
     ref_out = np.zeros(len(ref_ids), dtype=np.int64)  # epoch position of each sampled row
 
     full = n // batch_size
@@ -146,11 +220,9 @@ def mixing(
     with progress(n, f"mixing {os.path.basename(src)}", "rows", bar) as pb:
         for k, (xb, _) in enumerate(loader):
             ids = xb[:, -1].astype(np.int64)
-            j = np.minimum(np.searchsorted(needed, ids), len(needed) - 1)
-            hit = needed[j] == ids
-            needed_vals[j[hit]] = xb[hit, :-1]
             j = np.minimum(np.searchsorted(ref_ids, ids), len(ref_ids) - 1)
             hit = ref_ids[j] == ids
+            ref_vals[j[hit]] = xb[hit, :c]
             ref_out[j[hit]] = pos + np.flatnonzero(hit)
             if k % stride == 0 and len(xb) == batch_size:
                 examined.append(k)
@@ -159,20 +231,13 @@ def mixing(
             pos += len(xb)
             pb.update(len(xb))
 
-    ref_vals = needed_vals[np.searchsorted(needed, ref_ids)]
-    ref_sorted = [np.sort(col[~np.isnan(col)]) for col in ref_vals.T]
-    ks_loader = np.array(
-        [[ks_distance(v[:, j], ref_sorted[j]) for j in range(c)] for v in stored]
-    ).reshape(len(stored), c)
-    ks_random = np.array(
-        [
-            [
-                ks_distance(needed_vals[np.searchsorted(needed, r), j], ref_sorted[j])
-                for j in range(c)
-            ]
-            for r in rand_ids
-        ]
-    )
+    refs = [np.sort(col[~np.isnan(col)]) for col in ref_vals.T]
+    rows = np.concatenate(stored)  # batch 0 is full and examined: n >= batch_size
+    codes, strata = _codes(rows, inp)
+    with progress(replicates, "simulated full shuffles", "", bar, unit_scale=False) as pb:
+        scores = score(
+            rows[:, :c], refs, batch_size, codes, replicates=replicates, rng=rng, done=pb.update
+        )
     travel = np.abs(ref_out - ref_ids) / n
     return _summarize(
         src=src,
@@ -184,16 +249,16 @@ def mixing(
         halves=loader.mixing_window < min(max(buffer_size, batch_size), n),
         full_mix_buffer=full_mix_buffer(batch_size, n),
         full_mix_bytes=8 * (width + 1) * full_mix_buffer(batch_size, n),  # rows and ids
-        skipped_columns=skipped,
-        chunk_rows=chunk_rows,
+        skipped_columns=inp.skipped,
+        chunk_rows=inp.chunk_rows,
         chunks=len(tagged),
         shuffle_chunks=shuffle_chunks,
         seed=seed,
         names=names,
         batches=len(loader),
         examined=examined,
-        ks_loader=ks_loader,
-        ks_random=ks_random,
+        scores=scores,
+        strata=strata,
         travel=travel,
         spread=np.array(spread),
         ref_ids=ref_ids,
@@ -202,19 +267,37 @@ def mixing(
     )
 
 
-def _summarize(
-    *, ks_loader, ks_random, travel, spread, ref_ids, ref_out, rng, names, **info
-) -> dict:
+def _codes(rows, inp):
+    """The stratum's class of each examined row, and what the report says of it."""
+    if inp.stratum is None:
+        return None, {"column": None}
+    codes, classes = entropy_codes(rows[:, inp.stratum_at], _MAX_STRATA)
+    if codes is None:
+        note = (
+            f"{len(classes):,} distinct values in the batches examined, over the "
+            f"{_MAX_STRATA:,} a stratum may have"
+        )
+        return None, {"column": inp.stratum, "classes": len(classes), "skipped": note}
+    return codes, {"column": inp.stratum, "classes": len(classes)}
+
+
+def _summarize(*, scores, strata, travel, spread, ref_ids, ref_out, rng, names, **info) -> dict:
     def stats(a):
         a = a[~np.isnan(a)]
         if not len(a):
             return {"mean": None, "p95": None}
         return {"mean": float(np.mean(a)), "p95": float(np.quantile(a, 0.95))}
 
-    per_batch = np.nanmean(ks_loader, axis=1) if ks_loader.size else np.zeros(0)
-    per_random = np.nanmean(ks_random, axis=1)
-    p05, p50, p95 = (float(v) for v in np.nanquantile(per_random, [0.05, 0.5, 0.95]))
-    worse = float(np.mean(per_batch > p95)) if len(per_batch) else 0.0
+    ks, ks_sim = scores.ks, scores.ks_sim.reshape(-1, len(names))  # replicates' batches pooled
+    with warnings.catch_warnings():  # a batch of NaNs only: its score is NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_batch = np.nanmean(ks, axis=1) if ks.size else np.zeros(0)
+        per_random = np.nanmean(ks_sim, axis=1)
+        v = verdict(scores)
+    band = np.nanquantile(per_random, [0.05, 0.5, 0.95]) if per_random.size else [np.nan] * 3
+    p05, p50, p95 = (float(x) for x in band)
+    if scores.entropy is not None:
+        strata = {**strata, **entropy_ratio(scores)}
     show = rng.choice(len(ref_ids), size=min(5000, len(ref_ids)), replace=False)
     return {
         **info,
@@ -233,15 +316,20 @@ def _summarize(
         },
         "ks": {
             "columns": [
-                {"name": name, "loader": stats(ks_loader[:, j]), "random": stats(ks_random[:, j])}
+                {"name": name, "loader": stats(ks[:, j]), "random": stats(ks_sim[:, j])}
                 for j, name in enumerate(names)
             ],
             "all": {"loader": stats(per_batch), "random": stats(per_random)},
             "random_band": {"p05": p05, "median": p50, "p95": p95},
-            "random_batches": len(ks_random),
-            "share_worse_than_random_p95": worse,
+            "random_batches": len(ks_sim),
+            "share_worse_than_random_p95": v["share"],
+            "share_full_shuffle": v["full_shuffle"],
+            "threshold": v["threshold"],
+            "p_value": v["p_value"],
+            "replicates": v["replicates"],
         },
-        "well_mixed": worse <= _VERDICT_SHARE,
+        "entropy": strata,
+        "well_mixed": v["well_mixed"],
         "_plot": {"in": ref_ids[show], "out": ref_out[show], "per_batch": per_batch},
     }
 
@@ -278,8 +366,9 @@ def render(r: dict) -> str:
         "",
         "What that does to this data: how representative batches are, as the KS distance "
         "of a batch",
-        f"to the whole data ({len(r['examined']):,} of {r['batches']:,} batches, against "
-        f"{ks['random_batches']} uniformly random batches of the same size)",
+        f"to the whole data ({len(r['examined']):,} of {r['batches']:,} batches), against random "
+        "batches (the same rows cut into",
+        f"batches at random, {ks['replicates']} times: {ks['random_batches']:,} batches)",
         f"  {'column':<16}{'loader mean':>12}{'p95':>8}{'random mean':>13}{'p95':>8}",
     ]
     rows = [(c["name"], c) for c in ks["columns"]] + [("(mean of cols)", ks["all"])]
@@ -288,20 +377,46 @@ def render(r: dict) -> str:
         cells = [lo["mean"], lo["p95"], ra["mean"], ra["p95"]]
         txt = ["-" if v is None else f"{v:.3f}" for v in cells]
         lines.append(f"  {name[:16]:<16}{txt[0]:>12}{txt[1]:>8}{txt[2]:>13}{txt[3]:>8}")
-    share = ks["share_worse_than_random_p95"]
+    share, full = ks["share_worse_than_random_p95"], ks["share_full_shuffle"]
     lines += [
-        f"  batches less representative than 95% of random batches: {share:.1%} "
-        "(about 5% for a full shuffle)",
+        f"  batches less representative than 95% of random batches: {share:.1%}",
+        f"    (a full shuffle: {full['p05']:.1%} to {full['p95']:.1%} in 90% of "
+        f"{ks['replicates']} simulated ones, median {full['median']:.1%})",
+        *_entropy_lines(r["entropy"]),
         "",
     ]
+    calibrated = (
+        f"  calibrated on {ks['replicates']} simulated full shuffles: p = {ks['p_value']:.2f} "
+        "(NOT well mixed at p <= 0.05,\n  which a full shuffle reaches in at most 5% of seeds)"
+    )
     if r["well_mixed"]:
         lines.append("verdict: well mixed - batches look like uniformly random batches")
+        lines.append(calibrated)
     else:
+        lines.append("verdict: NOT well mixed - batches are not representative of the whole data.")
+        lines.append(calibrated)
         lines.append(
-            "verdict: NOT well mixed - batches are not representative of the whole data.\n"
             "  Shuffle the file once on disk (exactbatch shuffle), or raise --buffer-size."
         )
     return "\n".join(lines)
+
+
+def _entropy_lines(e: dict) -> list[str]:
+    """The stratum's entropy line: the ratio to random batches', or why there is none."""
+    if e["column"] is None:
+        return ["  class entropy per batch: no stratum (--stratum COLUMN names one)"]
+    name = e["column"]
+    if "skipped" in e:
+        return [f"  class entropy per batch of {name}: not measured, {e['skipped']}"]
+    if e["ratio"] is None:
+        return [f"  class entropy per batch of {name}: one class only, nothing to mix"]
+    full = e["full_shuffle"]
+    return [
+        f"  class entropy per batch of {name} ({e['classes']:,} classes): {e['ratio']:.4f} "
+        f"of random batches' ({e['loader']:.3f} against {e['random']:.3f} nats)",
+        f"    (a full shuffle: {full['p05']:.4f} to {full['p95']:.4f}; lower: batches "
+        "cluster a class)",
+    ]
 
 
 def _what_it_takes(r: dict) -> list[str]:
@@ -315,7 +430,8 @@ def _what_it_takes(r: dict) -> list[str]:
     lines += [
         f"  a full mix needs --buffer-size {r['full_mix_buffer']:,}, the whole data "
         f"(about {r['full_mix_bytes'] / 2**20:,.1f} MiB; a buffer that holds it is one piece)",
-        "  or random access, a full shuffle whatever the file order: DataLoader(open_ndf(...))",
+        "  or random access, a full shuffle whatever the file order: "
+        f"DataLoader({'open_ndf_dataset' if r['fmt'] == 'dataset' else 'open_ndf'}(...))",
     ]
     if r["fmt"] != "ndf":
         lines.append("    (exactbatch convert writes the .ndf)")

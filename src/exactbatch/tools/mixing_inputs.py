@@ -1,5 +1,13 @@
 """The data ``exactbatch mixing`` examines: its chunks, each row's file position
-appended, and the columns chosen (and those skipped, with the reason)."""
+appended, and the columns chosen (and those skipped, with the reason).
+
+An ``.ndf`` file or a sharded dataset (local, or at a URL) is cut into chunks
+as :func:`~exactbatch.ndf_blocks` cuts it for a streaming loader (a
+dataset's chunks never cross a part boundary); Parquet streams by row group.
+Each input gives the columns to score (``names``) and, when there is one,
+the stratum column whose per-batch entropy is measured: the one given, else
+the data's label column when it has exactly one.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import numpy as np
 
 from exactbatch.tools.common import CliError, resolve_columns
 
-__all__ = ["MAX_COLUMNS", "Tagged", "ndf_input", "parquet_input"]
+__all__ = ["MAX_COLUMNS", "Input", "Tagged", "ndf_input", "parquet_input"]
 
 MAX_COLUMNS = 8  # columns examined when none are chosen
 
@@ -30,32 +38,48 @@ class Tagged:
         return np.column_stack((vals, np.arange(a, b, dtype=np.float64)))
 
 
-def ndf_input(path, columns, chunk_rows):
-    from exactbatch.ndf import open_ndf
+class Input:
+    """What :func:`ndf_input` and :func:`parquet_input` give: ``tagged`` (its rows:
+    the scored columns, then the stratum's when it is not one of them, then the
+    position), ``names`` (the scored columns), ``width`` (columns of a row, for the
+    loader's default buffer), ``chunk_rows`` (None for row groups), ``skipped``
+    (columns not scored, and why), ``stratum`` (its name, or None) and
+    ``stratum_at`` (its column in ``tagged``'s rows)."""
 
-    f = open_ndf(path)
+    def __init__(self, tagged, names, width, chunk_rows, skipped, stratum, stratum_at):
+        self.tagged, self.names, self.width = tagged, names, width
+        self.chunk_rows, self.skipped = chunk_rows, skipped
+        self.stratum, self.stratum_at = stratum, stratum_at
+
+
+def ndf_input(f, path, columns, chunk_rows, stratum) -> Input:
+    """``f``: an open NdfFile or NdfDataset, read in blocks of ``chunk_rows`` rows."""
+    from exactbatch.sources.blocks import ndf_blocks
+
     # Before anything is made per row or per column: a 28-byte header may claim 2**63 - 1
     # rows of no values, or 2**31 - 1 columns of no rows.
     if f.d + f.l == 0:
         raise CliError(f"{path}: no columns to examine (d = l = 0)")
     if f.n == 0:
         raise CliError(f"{path}: no rows")
-    names = [*f.features, *f.labels]  # the names sidecar's, else x0.., y0..
+    names = [*f.features, *f.labels]  # the names sidecar's (or manifest's), else x0.., y0..
     cols = resolve_columns(columns, names, path, "--columns")
     chosen = names[:MAX_COLUMNS] if cols is None else [names[j] for j in cols]
-    cols = [names.index(c) for c in chosen]
+    strat = _stratum(stratum, names, list(f.labels), path)
+    read, at = _read_columns(names, chosen, strat)
     chunk_rows = chunk_rows or 65536
-    sizes = [min(chunk_rows, f.n - a) for a in range(0, f.n, chunk_rows)]
+    blocks = ndf_blocks(f, chunk_rows)
 
-    def read(i, a, b):
-        x, y = f.read_rows(np.arange(a, b))
-        return np.concatenate((x, y), axis=1)[:, cols]
+    def read_chunk(i, a, b):
+        x, y = blocks.read_chunk(i)
+        return np.concatenate((x, y), axis=1)[:, read]
 
     skipped = _skipped(names, chosen, columns)
-    return Tagged(sizes, read), chosen, f.d + f.l, chunk_rows, skipped
+    tagged = Tagged(blocks.chunk_rows, read_chunk)
+    return Input(tagged, chosen, f.d + f.l, chunk_rows, skipped, strat, at)
 
 
-def parquet_input(path, columns, chunk_rows):
+def parquet_input(path, columns, chunk_rows, stratum) -> Input:
     from exactbatch.sources.parquet import parquet_source
 
     if chunk_rows:
@@ -65,7 +89,7 @@ def parquet_input(path, columns, chunk_rows):
     except ImportError as e:
         raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
 
-    from exactbatch.sources.parquet import is_numeric_type
+    from exactbatch.sources.parquet import is_numeric_type, recorded_labels
     from exactbatch.tools.common import parquet_files
 
     schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
@@ -74,19 +98,48 @@ def parquet_input(path, columns, chunk_rows):
     chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
     if not chosen:
         raise CliError(f"{path}: no numeric columns to examine")
-    src = parquet_source(path, features=chosen, labels=())
+    labels = [c for c in recorded_labels(schema) or [] if c in numeric]
+    strat = _stratum(stratum, schema.names, labels, path)
+    if strat is not None and strat not in numeric:
+        kind = schema.field(strat).type
+        raise CliError(f"{path}: --stratum {strat} is {kind}; mixing reads numeric columns")
+    read, at = _read_columns(schema.names, chosen, strat)
+    src = parquet_source(path, features=[schema.names[j] for j in read], labels=())
     skipped = [
         {"name": f.name, "reason": f"non-numeric: {f.type}"}
         for f in schema
         if f.name not in numeric and f.name not in chosen
     ] + _skipped(numeric, chosen, columns)
     tagged = Tagged(src.chunk_rows, lambda i, a, b: src.read_chunk(i)[0])
-    return tagged, chosen, len(numeric), None, skipped
+    return Input(tagged, chosen, len(numeric), None, skipped, strat, at)
+
+
+def _stratum(spec, names, labels, path) -> str | None:
+    """The stratum column: ``spec`` (one name or position), else the one label column."""
+    if spec is None:
+        return labels[0] if len(labels) == 1 else None
+    cols = resolve_columns(spec, names, path, "--stratum")
+    if len(cols) != 1:
+        raise CliError(f"{path}: --stratum takes one column; got {spec!r}")
+    return names[cols[0]]
+
+
+def _read_columns(names, chosen, stratum) -> tuple[list[int], int | None]:
+    """The columns to read (the chosen, then the stratum if not among them) and
+    where the stratum is among them."""
+    read = [names.index(c) for c in chosen]
+    if stratum is None:
+        return read, None
+    if stratum in chosen:
+        return read, chosen.index(stratum)
+    return [*read, names.index(stratum)], len(read)
 
 
 def _skipped(names, chosen, columns) -> list[dict]:
     """The columns of ``names`` not examined, and why."""
-    why = "not in --columns" if columns is not None else (
-        f"over the {MAX_COLUMNS} examined without --columns"
+    why = (
+        "not in --columns"
+        if columns is not None
+        else (f"over the {MAX_COLUMNS} examined without --columns")
     )
     return [{"name": c, "reason": why} for c in names if c not in chosen]

@@ -4,7 +4,8 @@ Left: a sample of rows, position in the file against position in the epoch
 (a full shuffle fills the square evenly; a bounded buffer over sorted data
 hugs the diagonal, or draws blocks when chunks are shuffled). Right: each
 examined batch's KS distance to the whole data across the epoch, against
-the band of uniformly random batches of the same size. Drawn with
+the band of random batches of the same size (the same rows cut into batches
+at random: the simulated full shuffles the verdict is calibrated on). Drawn with
 matplotlib's Agg canvas (no display, no pyplot state).
 """
 
