@@ -114,7 +114,11 @@ class Group:
 
 
 def _tally(jobs) -> Tally:
-    return Tally(sum(job.size for job in jobs), sum(job.digest for job in jobs))
+    rows = digest = 0
+    for job in jobs:  # (one pass: this runs once a group)
+        rows += job.size
+        digest += job.digest
+    return Tally(rows, digest)
 
 
 class Cursor:
@@ -185,21 +189,22 @@ class Cursor:
 
     def _sweep(self) -> None:
         """Retire the groups whose batches are all handed out: into the ledger."""
-        live = self._live
-        if any(g.done() for g in live):
-            for g in live:
-                if g.done():
-                    t = _tally(g.handed)
-                    self._handed.add(t.rows, t.digest)
-            self._live = [g for g in live if not g.done()]
+        kept = []
+        for g in self._live:
+            if len(g.handed) >= len(g.jobs):  # (g.done(), without the call)
+                t = _tally(g.handed)
+                self._handed.add(t.rows, t.digest)
+            else:
+                kept.append(g)
+        self._live = kept
 
     def _strays(self, group: Group, count: int) -> None:
         """Move into ``group`` up to ``count`` batches that other claimants' groups hold
         ready and have not handed out, oldest first."""
         for g in self._live:
-            if g.owner is group.owner or g is group:
-                continue
             queue = g.queue
+            if not queue or g.owner is group.owner:
+                continue
             while queue and len(group.queue) < count:
                 try:
                     item = queue.popleft()
@@ -233,8 +238,7 @@ class Cursor:
                     self._requeue(group)
                     raise
             if fresh or group.queue:
-                for job in fresh:
-                    group.jobs[job.k] = job
+                group.jobs.update({job.k: job for job in fresh})
                 self._live.append(group)
                 return group, fresh
             if not any(g.flying() for g in self._live):

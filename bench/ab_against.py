@@ -1,0 +1,116 @@
+"""The loader as it is against itself at an earlier commit, in one process.
+
+The earlier commit's package is checked out into a scratch folder (a git
+worktree), its compiled core built there, and imported under another name
+(``exactbatch_then``), so both run side by side: each round times one
+shuffled epoch of each in turn (thread CPU time; wall time with prefetch,
+whose work is on another thread), alternating which goes first, and the
+median and the best of ``--rounds`` are printed as ratios now/then (above 1:
+faster now). In-process and interleaved, because this machine's speed drifts
+by up to 2x between processes.
+
+    .venv/bin/python bench/ab_against.py 606698f [--rows 1000000] [--batch 64 256 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+THEN = "exactbatch_then"
+
+
+def import_then(rev: str, scratch: str):
+    """``exactbatch`` at ``rev``, built in ``scratch`` and imported as ``exactbatch_then``."""
+    tree = os.path.join(scratch, "tree")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", tree, rev], check=True)
+    try:
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+        )
+        shutil.copytree(os.path.join(tree, "src", "exactbatch"), os.path.join(scratch, THEN))
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=True)
+    for folder, _, files in os.walk(os.path.join(scratch, THEN)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    text = f.read()
+                text = re.sub(r"\b(from|import) exactbatch\b", rf"\1 {THEN}", text)
+                with open(path, "w") as f:
+                    f.write(text)
+    sys.path.insert(0, scratch)
+    return importlib.import_module(THEN)
+
+
+def epoch(loader, via: str, b: int, d: int) -> float:
+    clock = time.perf_counter if via == "prefetch" else time.thread_time
+    t = clock()
+    if via == "next_into":
+        bx, by = np.empty((b, d), dtype=loader.dtype), np.empty((b, 1), dtype=loader.dtype)
+        while loader.next_into(bx, by):
+            pass
+        loader.reset()
+    else:
+        for _ in loader:
+            pass
+    return clock() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rev", help="the earlier commit")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--cols", type=int, default=16)
+    parser.add_argument("--batch", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--via", nargs="+", default=["iter", "next_into", "prefetch"])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    import exactbatch as now
+
+    scratch = tempfile.mkdtemp(prefix="ab-")
+    try:
+        then = import_then(args.rev, scratch)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((args.rows, args.cols))
+        y = rng.standard_normal((args.rows, 1))
+        print(f"{args.rows:,} rows of {args.cols}+1 float64, {os.cpu_count()} cores; now/then")
+        for b in args.batch:
+            for via in args.via:
+                pf = 2 if via == "prefetch" else 0
+                loaders = [m.DataLoader((x, y), b, seed=1, prefetch=pf) for m in (now, then)]
+                for loader in loaders:  # warm: the whole orders computed, pages touched
+                    epoch(loader, via, b, args.cols)
+                times = ([], [])
+                for r in range(args.rounds):
+                    for k in (0, 1) if r % 2 else (1, 0):
+                        times[k].append(epoch(loaders[k], via, b, args.cols))
+                med = statistics.median(times[1]) / statistics.median(times[0])
+                best = min(times[1]) / min(times[0])
+                rate = args.rows / statistics.median(times[0]) / 1e6
+                print(
+                    f"batch {b:5d}  {via:9s}  now {rate:6.2f} M rows/s  "
+                    f"median {med:.2f}x  best {best:.2f}x",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
