@@ -126,7 +126,7 @@ def test_sidecar_for_other_data_is_an_error(tmp_path):
     "text, match",
     [
         ("{not json", "not valid JSON"),
-        ('{"format": "something"}', "expected an exactbatch names sidecar"),
+        ('{"format": "something"}', "not a names sidecar: expected format"),
         (
             '{"format": "exactbatch.ndf.names", "version": 99, "n": 5, "d": 2, "l": 1}',
             "version 99",

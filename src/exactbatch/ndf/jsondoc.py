@@ -21,7 +21,7 @@ from collections import Counter
 
 from exactbatch.errors import NdfError
 
-__all__ = ["MAX_DOC_BYTES", "fetch_doc", "get_int", "parse_doc", "strict_int"]
+__all__ = ["MAX_DOC_BYTES", "check_kind", "fetch_doc", "get_int", "parse_doc", "strict_int"]
 
 MAX_DOC_BYTES = 256 << 20  # about 4 million parts in a manifest
 _MAX_DIGITS = 20  # 2**64 - 1 has 20: every count and width fits
@@ -71,6 +71,21 @@ def parse_doc(raw: bytes, where: str, what: str) -> dict:
             f"{str(doc)[:60]}"
         )
     return doc
+
+
+def check_kind(doc: dict, where: str, what: str, fmt: str, version: int, hint: str) -> None:
+    """``doc`` must say ``"format": fmt`` and ``"version": version`` (an integer): else an
+    :class:`NdfError` naming ``where`` and what it found (``hint``: what to do about a
+    version this exactbatch does not read)."""
+    if doc.get("format") != fmt:
+        found = doc.get("format")
+        raise NdfError(f"{where}: not {what}: expected format {fmt!r}, found format {found!r:.80}")
+    found = doc.get("version")
+    if not strict_int(found) or found != version:
+        raise NdfError(
+            f"{where}: {what} version {found!r:.40}; this exactbatch reads version "
+            f"{version} only, an integer{hint}"
+        )
 
 
 def strict_int(value) -> bool:

@@ -22,7 +22,13 @@ import numpy as np
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.ndf.format import MAX_FILE_BYTES, MAX_ROWS, MAX_WIDTH, expected_size, shape_error
-from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, fetch_doc, get_int, parse_doc, strict_int
+from exactbatch.ndf.jsondoc import (
+    MAX_DOC_BYTES,
+    check_kind,
+    fetch_doc,
+    get_int,
+    parse_doc,
+)
 from exactbatch.ndf.names import read_names, validate_names
 from exactbatch.ndf.regular import read_regular
 from exactbatch.ndf.temps import WRITE_ID
@@ -175,17 +181,8 @@ def _widths(d: int, l: int, where: str) -> None:  # noqa: E741
 
 def _parse_manifest(raw: bytes, where: str) -> Manifest:
     m = parse_doc(raw, where, "a dataset manifest")
-    if m.get("format") != FORMAT:
-        raise NdfError(
-            f"{where}: not a dataset manifest: expected format {FORMAT!r}, found "
-            f"{m.get('format')!r:.80}"
-        )
-    version = m.get("version")
-    if not strict_int(version) or version != VERSION:
-        raise NdfError(
-            f"{where}: manifest version {version!r:.40}; this exactbatch reads version "
-            f"{VERSION} only, an integer (upgrade exactbatch, or write the dataset again)"
-        )
+    hint = " (upgrade exactbatch, or write the dataset again)"
+    check_kind(m, where, "a dataset manifest", FORMAT, VERSION, hint)
     d, l = get_int(m, "d", where, MAX_WIDTH), get_int(m, "l", where, MAX_WIDTH)  # noqa: E741
     _widths(d, l, where)
     if not isinstance(m.get("parts"), list):

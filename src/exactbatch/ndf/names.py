@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from exactbatch.errors import NdfError
 from exactbatch.ndf.format import MAX_ROWS, MAX_WIDTH
-from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, fetch_doc, get_int, parse_doc, strict_int
+from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, check_kind, fetch_doc, get_int, parse_doc
 from exactbatch.ndf.regular import read_regular
 
 __all__ = [
@@ -236,17 +236,7 @@ def read_sidecar(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E
     except FileNotFoundError:
         return None
     doc = parse_doc(raw, where, what)
-    if doc.get("format") != SIDECAR_FORMAT:
-        raise NdfError(
-            f"{where}: expected an exactbatch names sidecar (format {SIDECAR_FORMAT!r}); "
-            f"found format {doc.get('format')!r:.80}"
-        )
-    version = doc.get("version")
-    if not strict_int(version) or version != SIDECAR_VERSION:
-        raise NdfError(
-            f"{where}: names sidecar version {version!r:.40}; this exactbatch reads "
-            f"version {SIDECAR_VERSION} (an integer)"
-        )
+    check_kind(doc, where, what, SIDECAR_FORMAT, SIDECAR_VERSION, "")
     limits = (("n", MAX_ROWS), ("d", MAX_WIDTH), ("l", MAX_WIDTH))
     found = tuple(get_int(doc, k, where, hi) for k, hi in limits)
     if found != (n, d, l):
