@@ -193,6 +193,21 @@ def test_partial_batches_are_refused(make):
         quick_fit(make(), 5, N=105)
 
 
+@pytest.mark.parametrize(
+    "kw,what",
+    [({"num_shards": 2, "shard_index": 1}, "num_shards=2"), ({"elastic": True}, "elastic=True")],
+    ids=["two-shards", "elastic"],
+)
+def test_a_sharded_loader_is_refused(kw, what):
+    """fit runs in one process: a loader of one shard of several (what num_shards='auto'
+    gives a torchrun rank) would fit its shard as if it were all the data. A ValueError
+    says why and gives the fix, before any batch is taken."""
+    loader = DataLoader(make_data(100), 10, seed=0, **kw)
+    with pytest.raises(ValueError, match=f"{what}.*as if they were all the data.*unsharded"):
+        quick_fit(loader, 5)
+    assert loader.state_dict()["batches_done"] == 0
+
+
 def test_bad_arguments():
     loader = DataLoader(make_data(100), 10)
     with pytest.raises(ValueError, match="num_steps must be >= 1"):

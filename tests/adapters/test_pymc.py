@@ -237,6 +237,26 @@ def test_fit_and_data_refuse_partial_batches(make):
 
 
 @pytest.mark.parametrize(
+    "kw,what",
+    [({"num_shards": 2, "shard_index": 0}, "num_shards=2"), ({"elastic": True}, "elastic=True")],
+    ids=["two-shards", "elastic"],
+)
+def test_fit_refuses_a_sharded_loader(kw, what, monkeypatch):
+    """fit runs in one process: a loader of one shard of several would fit its shard as if
+    it were all the data (3-4 posterior sds off the full-data fit). A ValueError says why
+    and gives the fix, before any step."""
+    loader = DataLoader(ids(100), 10, **kw)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=loader.total_size)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    with pytest.raises(ValueError, match=f"{what}.*as if they were all the data.*unsharded"):
+        fit(loader, 2, model=model)
+    assert fake.kwargs is None and loader.state_dict()["batches_done"] == 0
+
+
+@pytest.mark.parametrize(
     "make",
     [
         lambda: DataLoader(ids(105), 10, drop_last=True),

@@ -38,6 +38,7 @@ from exactbatch.adapters.minibatch import (
     LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
+    check_one_process,
     epoch_length,
     first_batch,
 )
@@ -113,6 +114,7 @@ def fit(
         if not hasattr(loader, attr):
             raise TypeError(f"fit needs an exactbatch DataLoader; got {type(loader).__name__}")
     check_exact_batches(loader, "fit")
+    check_one_process(loader, "fit")
     if loader.total_size is None:
         raise ValueError(
             "fit needs the dataset's row count to check the model's plate, but the loader's "

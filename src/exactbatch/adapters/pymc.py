@@ -49,6 +49,7 @@ from exactbatch.adapters.minibatch import (
     LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
+    check_one_process,
     epoch_length,
     first_batch,
 )
@@ -341,6 +342,7 @@ def fit(
         )
     for ld in loaders:
         check_exact_batches(ld, "fit")
+        check_one_process(ld, "fit")
     model = pm.modelcontext(model)
     feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
     _check_all_fed(model, loaders)
