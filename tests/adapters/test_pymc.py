@@ -237,6 +237,26 @@ def test_fit_and_data_refuse_partial_batches(make):
 
 
 @pytest.mark.parametrize(
+    "kw,what",
+    [({"num_shards": 2, "shard_index": 0}, "num_shards=2"), ({"elastic": True}, "elastic=True")],
+    ids=["two-shards", "elastic"],
+)
+def test_fit_refuses_a_sharded_loader(kw, what, monkeypatch):
+    """fit runs in one process: a loader of one shard of several would fit its shard as if
+    it were all the data (3-4 posterior sds off the full-data fit). A ValueError says why
+    and gives the fix, before any step."""
+    loader = DataLoader(ids(100), 10, **kw)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=loader.total_size)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    with pytest.raises(ValueError, match=f"{what}.*as if they were all the data.*unsharded"):
+        fit(loader, 2, model=model)
+    assert fake.kwargs is None and loader.state_dict()["batches_done"] == 0
+
+
+@pytest.mark.parametrize(
     "make",
     [
         lambda: DataLoader(ids(105), 10, drop_last=True),
@@ -402,19 +422,71 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
     [(None, "no total_size"), (999, "total_size=999")],
     ids=["missing", "wrong"],
 )
-def test_fit_warns_when_the_likelihood_is_not_scaled_by_n(total_size, match, monkeypatch):
+def test_a_likelihood_not_scaled_by_n_is_refused(total_size, match, monkeypatch):
     """An observed variable fed by the placeholders without total_size, or with another N
-    than the loader's, is a TotalSizeWarning naming the variable; one not fed by them is
-    left alone."""
+    than the loader's, is a ValueError naming the variable, before any step (it used to
+    be a warning, and the fit went on with the wrong N); one not fed by them is left
+    alone."""
     loader = DataLoader(ids(100), 10)
     with pm.Model() as model:
         x_data, y_data = data(loader)
         regression(x_data, y_data, total_size=total_size)
         pm.Normal("other", 0, 1, observed=np.zeros(5))  # not streamed: no total_size needed
-    monkeypatch.setattr(pm, "fit", FakeFit(x_data))
-    with pytest.warns(TotalSizeWarning, match=match) as caught:
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    with pytest.raises(ValueError, match=f"'obs'.*{match}"):
         fit(loader, 2, model=model)
-    assert len(caught) == 1 and "'obs'" in str(caught[0].message)
+    assert fake.kwargs is None and loader.state_dict()["batches_done"] == 0
+
+
+def _extra_term(kind, x_data, y_data, w):
+    """A second term over the batch that PyMC cannot scale, as users write them."""
+    if kind == "potential":  # a penalty on the batch's residuals
+        pm.Potential("penalty", -0.5 * ((y_data - x_data @ w) ** 2).sum())
+    elif kind == "latent":  # a per-row effect whose prior reads the batch
+        pm.Normal("effect", mu=x_data @ w, sigma=1, shape=x_data.get_value().shape[0])
+    else:  # the batch's labels as a (1, B) row: scaled by N / 1
+        pm.Normal(
+            "row", mu=(x_data @ w)[None, :], sigma=1, observed=y_data[None, :], total_size=100
+        )
+
+
+@pytest.mark.parametrize(
+    "kind,match",
+    [
+        ("potential", "pm.Potential 'penalty' reads the streamed batches"),
+        ("latent", "latent variable 'effect' reads the streamed batches"),
+        ("row", r"'row' has a value of shape \(1, 10\)"),
+    ],
+    ids=["potential", "latent", "batch-not-first"],
+)
+def test_every_term_of_the_batch_is_scaled_to_n(kind, match, monkeypatch):
+    """A pm.Potential or a latent variable over the placeholders (PyMC scales neither by
+    total_size), and an observed variable whose first axis is not the batch's rows
+    (scaled by total_size / 1), are a ValueError naming the term, before any step. With
+    total_size == batch_size (every row in each batch) nothing needs scaling: a Potential
+    or a latent variable over the batch is then accepted."""
+
+    def model_of(loader):
+        with pm.Model() as model:
+            x_data, y_data = data(loader)
+            w = pm.Normal("w", 0, 1, shape=2)
+            pm.Normal("obs", mu=x_data @ w, sigma=1, observed=y_data, total_size=loader.total_size)
+            _extra_term(kind, x_data, y_data, w)
+        return model, x_data
+
+    loader = DataLoader(ids(100), 10)
+    model, x_data = model_of(loader)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    with pytest.raises(ValueError, match=match):
+        fit(loader, 2, model=model)
+    assert fake.kwargs is None and loader.state_dict()["batches_done"] == 0
+    if kind != "row":
+        whole = DataLoader(ids(10), 10)
+        model, x_data = model_of(whole)
+        monkeypatch.setattr(pm, "fit", FakeFit(x_data))
+        assert fit(whole, 2, model=model) == "approx"
 
 
 # -- several loaders in one model: each loader's batches go into its own placeholders --------

@@ -5,6 +5,8 @@
   N / rows as if it were a full one's worth of data), and
   :func:`check_batch_rows` stops a fit at such a batch when a stream's
   trusted size turns out wrong.
+* :func:`check_one_process` refuses a sharded or elastic loader: a fit
+  helper runs in one process and combines no gradients across ranks.
 * :func:`first_batch` reads the batch the loader hands out next and leaves
   the loader where it stood.
 * :class:`LastEpochAverage` averages a fit's iterates over its last epoch.
@@ -18,6 +20,7 @@ __all__ = [
     "LastEpochAverage",
     "check_batch_rows",
     "check_exact_batches",
+    "check_one_process",
     "epoch_length",
     "first_batch",
 ]
@@ -45,6 +48,23 @@ def check_exact_batches(loader, caller: str) -> None:
         raise ValueError(
             f"{caller}: the loader has no full batch ({n} rows, batch_size={b}, "
             f"drop_last={loader.drop_last})"
+        )
+
+
+def check_one_process(loader, caller: str) -> None:
+    """Refuse a loader of several shards (or an elastic one): the fit helpers run in one
+    process, so each rank would fit its own shard weighted as if it were all the data."""
+    shards, elastic = loader.num_shards, getattr(loader, "elastic", False)
+    if shards > 1 or elastic:
+        what = f"num_shards={shards}" if shards > 1 else "elastic=True"
+        raise ValueError(
+            f"{caller} runs in one process and averages no gradients across ranks, but the "
+            f"loader has {what} (num_shards='auto' gives each torchrun or Ray rank its "
+            f"shard): each rank would fit its own shard's rows scaled to "
+            f"total_size={loader.total_size}, as if they were all the data, and the ranks' "
+            f"posteriors would differ. Fit with one unsharded loader (num_shards=1, "
+            f"elastic=False) in one process, or write a data-parallel loop of your own "
+            f"that averages the gradients across ranks (an all-reduce) each step"
         )
 
 

@@ -38,9 +38,11 @@ from exactbatch.adapters.minibatch import (
     LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
+    check_one_process,
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
 from exactbatch.checks import check_flag, check_int
 
 __all__ = ["fit"]
@@ -56,83 +58,6 @@ def _svi():
             "exactbatch.numpyro needs NumPyro: pip install 'exactbatch[numpyro]'"
         ) from e
     return SVI, Trace_ELBO, SVIRunResult
-
-
-_LABELS_HINT = (
-    "the loader has no labels (l = 0): yb has 0 columns. If the likelihood needs labels, "
-    "name their columns when making the source, e.g. parquet_source(path, labels='y'), or "
-    "pass (x, y) arrays"
-)
-
-
-def _trace(model, xb, yb, model_kwargs, loader):
-    """The model's trace on one batch (plates subsample with a fixed key); a failure
-    explained by a plate of the wrong subsample size, or by missing labels, says so."""
-    from numpyro import handlers
-
-    tracer = handlers.trace(handlers.seed(model, rng_seed=0))
-    try:
-        return tracer.get_trace(xb, yb, **model_kwargs)
-    except Exception as e:
-        for name, site in tracer.trace.items():  # the sites recorded before the failure
-            if site["type"] == "plate" and site["args"][0] == loader.total_size:
-                _check_plate(name, *site["args"], loader.total_size, xb.shape[0], None)
-        if loader.l == 0:
-            raise ValueError(
-                f"fit: tracing the model on the first batch failed, and {_LABELS_HINT}"
-            ) from e
-        raise
-
-
-def _check_plate(name, size, subsample, total_size, rows, observed) -> bool:
-    """Does plate ``name`` cover the batch's rows? ``ValueError`` if it does with the
-    wrong size or subsample size."""
-    subsample = size if subsample is None else subsample
-    if size != total_size and subsample != rows:
-        return False  # another plate (over labels, say): not the batch's rows
-    if size != total_size:
-        raise ValueError(
-            f"fit: the model's plate {name!r} has size {size}, but the loader's "
-            f"total_size is {total_size}: observed site {observed!r} would count "
-            f"{size}/{rows} times instead of {total_size}/{rows}. Use "
-            f"numpyro.plate({name!r}, loader.total_size, subsample_size=loader.batch_size)"
-        )
-    if subsample != rows:
-        raise ValueError(
-            f"fit: the model's plate {name!r} has subsample_size {subsample}, but the "
-            f"loader's batches have {rows} rows: pass subsample_size=loader.batch_size ({rows})"
-        )
-    return True
-
-
-def _check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
-    """Check the subsample plates of a model's ``trace`` on a batch of ``rows`` rows
-    against the dataset's ``total_size``; returns the names of the plates checked.
-
-    A plate counts when it encloses an observed site and covers the batch's rows: its
-    size is ``total_size`` or its subsample size is ``rows``. ``ValueError`` naming the
-    plate and both numbers when its size is not ``total_size`` or its subsample size is
-    not ``rows``; ``ValueError`` when no plate counts (the likelihood is not scaled).
-    """
-    plates = {name: site for name, site in trace.items() if site["type"] == "plate"}
-    observed = [s for s in trace.values() if s["type"] == "sample" and s.get("is_observed")]
-    checked = []
-    for site in observed:
-        for frame in site.get("cond_indep_stack", ()):
-            plate = plates.get(frame.name)
-            if plate is None or frame.name in checked:
-                continue
-            if _check_plate(frame.name, *plate["args"][:2], total_size, rows, site["name"]):
-                checked.append(frame.name)
-    if not checked:
-        hint = f"; {_LABELS_HINT}" if l == 0 else ""
-        raise ValueError(
-            f"fit: no plate of size total_size={total_size} encloses an observed site, so the "
-            f"likelihood is not scaled to the dataset: observe the batch inside "
-            f"numpyro.plate('data', loader.total_size, subsample_size=loader.batch_size)"
-            f"{hint}"
-        )
-    return checked
 
 
 def fit(
@@ -189,6 +114,7 @@ def fit(
         if not hasattr(loader, attr):
             raise TypeError(f"fit needs an exactbatch DataLoader; got {type(loader).__name__}")
     check_exact_batches(loader, "fit")
+    check_one_process(loader, "fit")
     if loader.total_size is None:
         raise ValueError(
             "fit needs the dataset's row count to check the model's plate, but the loader's "
@@ -197,7 +123,9 @@ def fit(
     b = loader.batch_size
     batches = as_jax(loader)
     xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
-    _check_plates(_trace(model, xb, yb, model_kwargs, loader), loader.total_size, b, loader.l)
+    trace = trace_model(model, xb, yb, model_kwargs, loader)
+    plates = check_plates(trace, loader.total_size, b, loader.l)
+    check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
 
     svi = svi_class(model, guide, optim, elbo())
     state = svi.init(rng_key, xb, yb, **model_kwargs)

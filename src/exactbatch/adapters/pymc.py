@@ -17,9 +17,12 @@ Guarantees and refusals:
 * Every batch has exactly ``batch_size`` rows, or ``fit`` (and ``data``)
   refuse the loader with a ``ValueError`` naming ``drop_last``: a partial
   batch would be scaled by N / rows as if it were a full one's worth of data.
-* ``fit`` warns (``TotalSizeWarning``) when an observed variable that reads
-  the placeholders has no ``total_size``, or one other than
-  ``loader.total_size``: its likelihood would be scaled by the wrong N.
+* Every term of the model that reads the placeholders is checked before the
+  first step (:mod:`exactbatch.adapters.pymc_terms`): it must be an observed
+  variable with ``total_size=loader.total_size``, the batch's rows on its
+  first axis and one log-density value per row. A missing or wrong
+  ``total_size``, a ``pm.Potential`` or a latent variable over the
+  placeholders (PyMC scales neither) is a ``ValueError`` naming it.
 * ``fit`` never feeds a loader's rows into placeholders made for another
   loader: a ``ValueError`` naming the loader when the model has no
   placeholders for it (only other loaders'), when ``x=``/``y=`` name another
@@ -38,7 +41,6 @@ PyMC is imported on first use, not by importing this module.
 
 from __future__ import annotations
 
-import warnings
 import weakref
 
 import numpy as np
@@ -47,11 +49,12 @@ from exactbatch.adapters.minibatch import (
     LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
+    check_one_process,
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
-from exactbatch.errors import TotalSizeWarning
 
 __all__ = ["data", "fit"]
 
@@ -159,23 +162,7 @@ def _placeholders(model, loader, x, y):
     return x, y
 
 
-def _constant(v):
-    data = getattr(v, "data", None)  # a pytensor Constant; NoneConst has data None
-    return None if data is None or np.ndim(data) else int(data)
-
-
-def _reading(model, placeholders) -> list:
-    """The model's observed variables whose likelihood reads any of ``placeholders``."""
-    from pytensor.graph.traversal import ancestors
-
-    feeds = {id(p) for p in placeholders if p is not None}
-    found = []
-    for rv in model.observed_RVs:
-        value = model.rvs_to_values.get(rv)
-        roots = [rv] if value is None else [rv, value]
-        if any(id(v) in feeds for v in ancestors(roots)):
-            found.append(rv)
-    return found
+_KINDS = {"observed": "observed variable", "latent": "latent variable", "potential": "pm.Potential"}
 
 
 def _check_all_fed(model, loaders) -> None:
@@ -184,44 +171,14 @@ def _check_all_fed(model, loaders) -> None:
     for other, pair in _PLACEHOLDERS.get(model, {}).items():
         if id(other) in fed:
             continue
-        readers = _reading(model, pair)
+        readers = reading(model, pair)
         if readers:
+            kind, var = readers[0]
             raise ValueError(
-                f"fit: observed variable {readers[0].name!r} reads the placeholders "
+                f"fit: {_KINDS[kind]} {var.name!r} reads the placeholders "
                 f"({_names(pair)}) of the loader {other!r}, which fit was not given: they "
                 f"would hold one batch for the whole fit. Pass every loader the "
                 f"likelihood reads: fit([loader1, loader2], n)"
-            )
-
-
-def _check_total_size(model, loader, placeholders) -> None:
-    """Warn when a likelihood that reads the placeholders is not scaled by the loader's N."""
-    from pymc.variational.minibatch_rv import MinibatchRandomVariable
-
-    big_n, b = loader.total_size, loader.batch_size
-    if big_n is None:
-        return
-    for rv in _reading(model, placeholders):
-        total = None
-        if rv.owner is not None and isinstance(rv.owner.op, MinibatchRandomVariable):
-            total = _constant(rv.owner.inputs[1])
-        if total is None and big_n != b:
-            warnings.warn(
-                TotalSizeWarning(
-                    f"observed variable {rv.name!r} reads the streamed batches but has no "
-                    f"total_size: its log-likelihood counts batch_size={b} rows, not the "
-                    f"dataset's {big_n}. Pass total_size=loader.total_size ({big_n})."
-                ),
-                stacklevel=3,
-            )
-        elif total is not None and total != big_n:
-            warnings.warn(
-                TotalSizeWarning(
-                    f"observed variable {rv.name!r} has total_size={total}, but the loader's "
-                    f"total_size is {big_n}: the likelihood is scaled by the wrong N. Pass "
-                    f"total_size=loader.total_size."
-                ),
-                stacklevel=3,
             )
 
 
@@ -304,7 +261,7 @@ class _Average:
 
 def _check_labels(model, feed) -> None:
     """Refuse a loader without labels whose batches no likelihood reads."""
-    if feed.loader.l == 0 and not _reading(model, (feed.x,)):
+    if feed.loader.l == 0 and not any(k == "observed" for k, _ in reading(model, (feed.x,))):
         raise ValueError(
             "fit: the loader has no labels (l = 0) and no observed variable reads its "
             "batches, so no likelihood sees the data (observed=None makes a latent "
@@ -361,8 +318,10 @@ def fit(
     Refuses a loader whose batches are not all exactly ``batch_size`` rows
     (``drop_last=False`` with a partial last batch, or a stream of unknown
     size without ``drop_last=True``): ``ValueError`` naming ``drop_last``.
-    Warns (``TotalSizeWarning``) when an observed variable fed by the
-    placeholders is not scaled by ``total_size=loader.total_size``.
+    ``ValueError`` naming the variable when a term that reads the
+    placeholders is not scaled by ``total_size=loader.total_size`` (an
+    observed variable without it or with another N, a ``pm.Potential``, a
+    latent variable) or has not the batch's rows on its first axis.
     ``ValueError`` naming the loader when the model has no placeholders for
     it, when ``x=``/``y=`` are another loader's, or when an observed
     variable reads the placeholders of a loader not given to ``fit``.
@@ -383,12 +342,13 @@ def fit(
         )
     for ld in loaders:
         check_exact_batches(ld, "fit")
+        check_one_process(ld, "fit")
     model = pm.modelcontext(model)
     feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
     _check_all_fed(model, loaders)
     for feed in feeds:
         _check_labels(model, feed)
-        _check_total_size(model, feed.loader, (feed.x, feed.y))
+        check_terms(model, feed.loader, (feed.x, feed.y))
     average = [_Average(n, loaders[0])] if average_last_epoch else []
     if average:
         feeds[0].on_epoch.append(average[0].average.new_epoch)

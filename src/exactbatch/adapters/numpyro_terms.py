@@ -1,0 +1,218 @@
+"""Every term of a NumPyro model's likelihood, checked on one batch before a fit.
+
+A minibatch ELBO is right only when each term that reads the batch counts
+``total_size / batch_size`` times and holds one value per row. NumPyro
+scales a site by its enclosing ``plate(name, N, subsample_size=B)`` and
+broadcasts whatever shapes it is given, so a wrong plate, a term outside
+every plate, or labels of shape (B, 1) against a location of shape (B,)
+(a (B, B) log-density: B·B terms) all fit without an error. Here:
+
+* :func:`trace_model` traces the model once on a batch (plates subsample
+  with a fixed key).
+* :func:`check_plates` checks every subsample plate that encloses an
+  observed site and covers the batch's rows: size ``total_size``,
+  subsample size ``batch_size``.
+* :func:`check_terms` finds the observed sites (``numpyro.factor`` too)
+  whose log-density depends on the batch, from the model's jaxpr (a
+  structural dependency, not a numeric test), and requires of each a
+  subsample plate of the batch's rows around it, a log-density of exactly
+  the plates' shape, and one value per row before the plate broadcasts it.
+
+Each failure is a ``ValueError`` naming the site or plate, the shapes or
+numbers, and the usual fix. Costs: two traces of the model on one batch
+(one concrete, one abstract); nothing is compiled.
+
+NumPyro and JAX are imported on first use, not by importing this module.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LABELS_HINT", "check_plates", "check_terms", "trace_model"]
+
+LABELS_HINT = (
+    "the loader has no labels (l = 0): yb has 0 columns. If the likelihood needs labels, "
+    "name their columns when making the source, e.g. parquet_source(path, labels='y'), or "
+    "pass (x, y) arrays"
+)
+
+
+def _handlers():
+    from numpyro import handlers
+
+    return handlers
+
+
+def trace_model(model, xb, yb, model_kwargs, loader):
+    """The model's trace on one batch (plates subsample with a fixed key); a failure
+    explained by a plate of the wrong subsample size, or by missing labels, says so."""
+    handlers = _handlers()
+    tracer = handlers.trace(handlers.seed(model, rng_seed=0))
+    try:
+        return tracer.get_trace(xb, yb, **model_kwargs)
+    except Exception as e:
+        for name, site in tracer.trace.items():  # the sites recorded before the failure
+            if site["type"] == "plate" and site["args"][0] == loader.total_size:
+                _check_plate(name, *site["args"][:2], loader.total_size, xb.shape[0], None)
+        if loader.l == 0:
+            raise ValueError(
+                f"fit: tracing the model on the first batch failed, and {LABELS_HINT}"
+            ) from e
+        raise
+
+
+def _check_plate(name, size, subsample, total_size, rows, observed) -> bool:
+    """Does plate ``name`` cover the batch's rows? ``ValueError`` if it does with the
+    wrong size or subsample size."""
+    subsample = size if subsample is None else subsample
+    if size != total_size and subsample != rows:
+        return False  # another plate (over labels, say): not the batch's rows
+    if size != total_size:
+        raise ValueError(
+            f"fit: the model's plate {name!r} has size {size}, but the loader's "
+            f"total_size is {total_size}: observed site {observed!r} would count "
+            f"{size}/{rows} times instead of {total_size}/{rows}. Use "
+            f"numpyro.plate({name!r}, loader.total_size, subsample_size=loader.batch_size)"
+        )
+    if subsample != rows:
+        raise ValueError(
+            f"fit: the model's plate {name!r} has subsample_size {subsample}, but the "
+            f"loader's batches have {rows} rows: pass subsample_size=loader.batch_size ({rows})"
+        )
+    return True
+
+
+def _observed(trace) -> list:
+    return [s for s in trace.values() if s["type"] == "sample" and s.get("is_observed")]
+
+
+def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
+    """Check the subsample plates of a model's ``trace`` on a batch of ``rows`` rows
+    against the dataset's ``total_size``; returns the names of the plates checked.
+
+    A plate counts when it encloses an observed site and covers the batch's rows: its
+    size is ``total_size`` or its subsample size is ``rows``. ``ValueError`` naming the
+    plate and both numbers when its size is not ``total_size`` or its subsample size is
+    not ``rows``; ``ValueError`` when no plate counts (the likelihood is not scaled).
+    """
+    plates = {name: site for name, site in trace.items() if site["type"] == "plate"}
+    checked = []
+    for site in _observed(trace):
+        for frame in site.get("cond_indep_stack", ()):
+            plate = plates.get(frame.name)
+            if plate is None or frame.name in checked:
+                continue
+            if _check_plate(frame.name, *plate["args"][:2], total_size, rows, site["name"]):
+                checked.append(frame.name)
+    if not checked:
+        hint = f"; {LABELS_HINT}" if l == 0 else ""
+        raise ValueError(
+            f"fit: no plate of size total_size={total_size} encloses an observed site, so the "
+            f"likelihood is not scaled to the dataset: observe the batch inside "
+            f"numpyro.plate('data', loader.total_size, subsample_size=loader.batch_size)"
+            f"{hint}"
+        )
+    return checked
+
+
+def _reading_batch(model, xb, yb, model_kwargs) -> set[str]:
+    """The observed sites whose log-density depends on ``xb`` or ``yb``: a forward walk
+    of the model's jaxpr from its two inputs (an equation with a dependent input makes
+    all its outputs dependent; nested jaxprs count as one equation, which can only add)."""
+    import jax
+    from jax.extend.core import Var
+
+    handlers = _handlers()
+    names: list[str] = []
+
+    def log_densities(xb, yb):
+        trace = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(xb, yb, **model_kwargs)
+        sites = _observed(trace)
+        names[:] = [s["name"] for s in sites]
+        return [s["fn"].log_prob(s["value"]) for s in sites]
+
+    jaxpr = jax.make_jaxpr(log_densities)(xb, yb).jaxpr
+    dependent = set(jaxpr.invars)
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in dependent for v in eqn.invars):
+            dependent.update(eqn.outvars)
+    return {
+        name
+        for name, v in zip(names, jaxpr.outvars, strict=True)
+        if isinstance(v, Var) and v in dependent
+    }
+
+
+def _unbroadcast(fn):
+    """The site's distribution as the model wrote it, before its plates expanded it."""
+    from numpyro.distributions import ExpandedDistribution
+
+    while isinstance(fn, ExpandedDistribution):
+        fn = fn.base_dist
+    return fn
+
+
+_SHAPE_FIX = (
+    "The loader's labels come as (batch_size, l): observe one label as obs=yb[:, 0] (or make "
+    "the source with labels= of one column); several columns per row as one event "
+    "(.to_event(1)) or in a plate of their own"
+)
+
+
+def check_terms(model, trace, xb, yb, model_kwargs, plates: list[str], total_size: int):
+    """Check every observed site of ``trace`` whose log-density depends on the batch.
+
+    ``plates`` are the subsample plates of the batch's rows (from :func:`check_plates`).
+    Each such site must lie in one of them (else it is not scaled to ``total_size``);
+    its log-density must have exactly the shape its plates make (size at each plate's
+    dim, 1 elsewhere: no term counted twice); and, before the plates broadcast it, one
+    value per row (a term the same for every row would count batch_size times).
+    ``ValueError`` naming the site, the shapes and the fix otherwise.
+    """
+    rows = xb.shape[0]
+    reading = _reading_batch(model, xb, yb, model_kwargs)
+    for site in _observed(trace):
+        name = site["name"]
+        if name not in reading:
+            continue  # a term of the parameters alone (a pseudo-observation): not scaled
+        frames = site.get("cond_indep_stack", ())
+        batch = [f for f in frames if f.name in plates]
+        if not batch:
+            raise ValueError(
+                f"fit: observed site {name!r} depends on the batch, but no plate of size "
+                f"total_size={total_size} encloses it, so its log-density counts "
+                f"{rows} rows, not the dataset's {total_size}: observe it inside "
+                f"numpyro.plate('data', loader.total_size, subsample_size=loader.batch_size)"
+                f" (the plate of the other sites)"
+            )
+        width = max(-f.dim for f in frames)
+        want = [1] * width
+        for f in frames:
+            want[f.dim] = f.size
+        got = tuple(site["fn"].log_prob(site["value"]).shape)
+        extra, core = got[: max(0, len(got) - width)], got[max(0, len(got) - width) :]
+        if any(s != 1 for s in extra) or (1,) * (width - len(core)) + core != tuple(want):
+            value = tuple(getattr(site["value"], "shape", ()))
+            raise ValueError(
+                f"fit: observed site {name!r} has a log-density of shape {got}, but the "
+                f"plates around it ({', '.join(repr(f.name) for f in frames)}) make "
+                f"{tuple(want)}: its value of shape {value} broadcasts against the "
+                f"distribution's batch shape {tuple(site['fn'].batch_shape)}, so "
+                f"{_terms(got)} terms count as if they were {_terms(want)}. {_SHAPE_FIX}"
+            )
+        own = tuple(_unbroadcast(site["fn"]).log_prob(site["value"]).shape)
+        dim = next(f.dim for f in batch)
+        if rows > 1 and (len(own) < -dim or own[dim] != rows):
+            raise ValueError(
+                f"fit: observed site {name!r} depends on the batch but its log-density, of "
+                f"shape {own}, has no value per row (dim {dim} of plate "
+                f"{batch[0].name!r}): the plate repeats it for each of the {rows} rows, so "
+                f"it counts {rows} x {total_size}/{rows} times. Give it one term per row: no "
+                f"sum or mean over the batch (numpyro.factor(name, per_row_terms))"
+            )
+
+
+def _terms(shape) -> int:
+    out = 1
+    for s in shape:
+        out *= int(s)
+    return out
