@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 
-__all__ = ["Prefetcher"]
+__all__ = ["Hinter", "Prefetcher", "shut"]
 
 _END = object()
 _POLL = 0.05  # seconds between checks of the stop flag while the queue is full
@@ -158,7 +158,25 @@ class Hinter:
         """The reader took one key: the hints may go one further."""
         self._room.release()
 
+    def stop(self) -> None:
+        """Ask the thread to stop, without waiting for it."""
+        self._stop.set()
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def shut(*workers, wait: bool) -> None:
+    """Stop ``workers`` (:class:`Prefetcher` s, :class:`Hinter` s; None skipped), and
+    wait for their threads only if ``wait``. A generator closed early (``GeneratorExit``)
+    must not wait: the garbage collector closes it on whatever thread made the
+    collection, which may be the very thread it would wait for, or one that thread
+    waits for; stopped threads end by themselves at their next step."""
+    for w in workers:
+        if w is not None:
+            if wait:
+                w.close()
+            else:
+                w.stop()

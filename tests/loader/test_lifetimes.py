@@ -133,3 +133,31 @@ def test_a_dropped_iterator_leaves_nothing_claimed_behind():
     assert all(not g.queue and g.done() for g in cursor._live)
     state = loader.state_dict()
     assert state["batches_done"] == 1 and "pending" not in state
+
+
+@pytest.mark.parametrize("buffer_size", [200, 1000], ids=["one-piece", "halves"])
+def test_a_stream_closed_early_waits_for_no_thread(tmp_path, monkeypatch, buffer_size):
+    """A stream's generators closed early (the loader moved on, or the garbage collector
+    freed them, on whatever thread it runs) stop their threads without waiting for
+    them: a wait there deadlocked when the collector ran on the very thread waited on
+    (a dropped loader's two-halves buffer, collected while its helper started a thread)."""
+    import threading
+    import time
+
+    from exactbatch import ndf_blocks, open_ndf, save_ndf
+    from exactbatch import prefetch as prefetch_module
+
+    save_ndf(tmp_path / "s.ndf", x_of(2000))
+    loader = DataLoader(ndf_blocks(open_ndf(tmp_path / "s.ndf"), 50), 10, buffer_size=buffer_size)
+    it = iter(loader)
+    next(it)
+    waited = []
+    for cls in (prefetch_module.Prefetcher, prefetch_module.Hinter):
+        monkeypatch.setattr(cls, "close", lambda self, cls=cls: waited.append(cls.__name__))
+    loader.set_epoch(0)  # the epoch's generators are closed here
+    assert waited == []
+    monkeypatch.undo()
+    deadline = time.monotonic() + 30
+    while any(t.name.startswith("exactbatch-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a stopped thread did not end"
+        time.sleep(0.01)

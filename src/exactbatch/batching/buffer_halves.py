@@ -25,7 +25,7 @@ from exactbatch.batching.gather import (
     read_whole,
     sides,
 )
-from exactbatch.prefetch import Prefetcher
+from exactbatch.prefetch import Prefetcher, shut
 
 __all__ = ["shuffle_halves"]
 
@@ -126,7 +126,7 @@ def shuffle_halves(
     for v in views:
         free.put(v)
     stop = threading.Event()
-    ahead = Prefetcher(_halves_filled(chunks, free, half, b, rng, stop), 1)
+    ahead, closed = Prefetcher(_halves_filled(chunks, free, half, b, rng, stop), 1), False
     try:
         while True:
             got = ahead.get()
@@ -145,11 +145,14 @@ def shuffle_halves(
             free.put(views[k])
             if ended:
                 return
+    except GeneratorExit:  # closed early, maybe by the collector: no wait (see shut)
+        closed = True
+        raise
     finally:
         stop.set()
         free.put(None)  # wakes the helper if it waits for a free half
-        ahead.close()
+        shut(ahead, wait=not closed)
         # Reused only once the helper is done writing into it (it stops at the
         # next chunk; a source stuck in a read keeps its halves to itself).
-        if ahead.join(timeout=1.0) and spare is not None and not spare:
+        if not closed and ahead.join(timeout=1.0) and spare is not None and not spare:
             spare.append((bw, bh))

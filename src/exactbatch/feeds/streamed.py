@@ -32,7 +32,7 @@ from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import buffer_rng, chunk_order, chunk_pieces
 from exactbatch.order.digest import Tally
-from exactbatch.prefetch import Hinter, Prefetcher
+from exactbatch.prefetch import Hinter, Prefetcher, shut
 from exactbatch.sources.chunks import Stream, close_iterator, normalize_chunk
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]
@@ -154,15 +154,18 @@ class StreamFeed:
         into = getattr(self.source, "read_rows_into", None) if into_buffer else None
         if into is not None:
             # Rows read straight into the shuffle buffer's (by its filling thread).
+            closed = False
             try:
                 for i, lo, hi in pieces:
                     if hints is not None:
                         hints.taken()
                     fed.add_range(firsts[i] + lo, firsts[i] + hi)
                     yield ChunkRead(into, firsts[i] + lo, hi - lo, self.d, self.l)
+            except GeneratorExit:
+                closed = True
+                raise
             finally:
-                if hints is not None:
-                    hints.close()
+                shut(hints, wait=not closed)
             return
         # The next chunk is read on a background thread while this one is cut into
         # batches (Parquet decoding and positional reads release the GIL): one
@@ -180,7 +183,7 @@ class StreamFeed:
                 return (read(i),)
             return None
 
-        ahead = Prefetcher(read_next, 1)
+        ahead, closed = Prefetcher(read_next, 1), False
         try:
             for pos, (i, lo, hi) in enumerate(pieces):
                 (chunk,) = ahead.get()
@@ -194,10 +197,11 @@ class StreamFeed:
                 id0 = firsts[i] + lo
                 fed.add_range(id0, firsts[i] + hi)
                 yield x[lo:hi], y[lo:hi], id0
+        except GeneratorExit:
+            closed = True
+            raise
         finally:
-            ahead.close()
-            if hints is not None:
-                hints.close()
+            shut(ahead, hints, wait=not closed)
 
     def _stream_chunks(self, fed: Tally):
         it = self.stream.open()
