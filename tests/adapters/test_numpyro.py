@@ -231,9 +231,9 @@ def test_bad_arguments():
 def test_steps_take_exactly_num_steps_batches_and_average_the_last_epoch():
     """12 steps over 5 batches per epoch: step i sees batch i (epochs roll over inside),
     12 losses come back, and the loader's state counts exactly 12 batches (2 epochs and 2
-    batches), though batches are put on the device ahead. The params returned are the
-    mean of the last 5 iterates (one epoch; unconstrained space), recomputed here step by
-    step with NumPyro's own SVI - not the last iterate."""
+    batches), though batches are put on the device ahead. With average_last_epoch=True the
+    params returned are the mean of the last 5 iterates (one epoch; unconstrained space),
+    recomputed here step by step with NumPyro's own SVI - not the last iterate."""
     loader, ref = (DataLoader(make_data(100), 20, seed=1) for _ in range(2))
     epochs = [(xb, yb) for _ in range(3) for xb, yb in ref]
     want = [ids(xb) for xb, _ in epochs]
@@ -245,7 +245,14 @@ def test_steps_take_exactly_num_steps_batches_and_average_the_last_epoch():
 
     guide = AutoNormal(regression)
     result = fit(
-        model, guide, loader, 12, optim=numpyro.optim.Adam(0.01), rng_key=jax.random.key(0), N=100
+        model,
+        guide,
+        loader,
+        12,
+        optim=numpyro.optim.Adam(0.01),
+        rng_key=jax.random.key(0),
+        average_last_epoch=True,
+        N=100,
     )
     jax.effects_barrier()
     assert len(result.losses) == 12 and np.isfinite(result.losses).all()

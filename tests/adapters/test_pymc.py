@@ -385,8 +385,10 @@ def test_fit_resumes_where_the_loader_stands(monkeypatch):
 
 
 def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
-    """method, random_seed, progressbar and extra keywords reach pm.fit; user callbacks
-    run before the feeder."""
+    """method, random_seed, progressbar, optim (as obj_optimizer) and extra keywords reach
+    pm.fit; user callbacks run before the feeder. With the default schedule (optim=None)
+    a named method reaches pm.fit as the Inference object it names (made with the seed,
+    so that the pilot can note the start), with the schedule's Adam."""
     loader = DataLoader(ids(40), 10)
     with pm.Model() as model:
         x_data, y_data = data(loader)
@@ -394,6 +396,7 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
     fake = FakeFit(x_data)
     monkeypatch.setattr(pm, "fit", fake)
     calls = []
+    optim = pm.adam(learning_rate=0.01)
     fit(
         loader,
         2,
@@ -401,6 +404,7 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
         model=model,
         random_seed=7,
         progressbar=True,
+        optim=optim,
         callbacks=[lambda *a: calls.append(a[2])],
         obj_n_mc=3,
     )
@@ -409,9 +413,15 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
         "model": model,
         "random_seed": 7,
         "progressbar": True,
+        "obj_optimizer": optim,
         "obj_n_mc": 3,
     }
     assert calls == [1, 2]
+    fit(loader, 2, "fullrank_advi", model=model, random_seed=7)
+    assert isinstance(fake.kwargs["method"], pm.FullRankADVI)
+    assert type(fake.kwargs["obj_optimizer"]).__name__ == "Adam"
+    with pytest.raises(TypeError, match="optim= and obj_optimizer="):
+        fit(loader, 2, model=model, optim=optim, obj_optimizer=optim)
 
 
 # -- total_size checks ----------------------------------------------------------------------

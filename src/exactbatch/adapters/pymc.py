@@ -45,14 +45,15 @@ import weakref
 
 import numpy as np
 
+from exactbatch.adapters.convergence import warn_if_moving
 from exactbatch.adapters.minibatch import (
-    LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
     check_one_process,
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
 
@@ -235,30 +236,6 @@ class _Feed:
             self.load()
 
 
-class _Average:
-    """A pm.fit callback: the approximation's parameters averaged over the last epoch
-    (see :class:`LastEpochAverage`), put into the approximation by :meth:`finish`."""
-
-    def __init__(self, steps: int, loader):
-        self.average = LastEpochAverage(steps, epoch_length(loader))
-        self.calls, self.params = 0, None
-
-    def __call__(self, approx, losses, i) -> None:
-        step, self.calls = self.calls, self.calls + 1
-        params = getattr(approx, "params", None)
-        if params is None:
-            return
-        self.params = params
-        if self.average.wants(step):
-            self.average.add(step, [p.get_value() for p in params])  # copies
-
-    def finish(self) -> None:
-        mean = self.average.mean()
-        if mean is not None:
-            for p, v in zip(self.params, mean, strict=True):
-                p.set_value(np.asarray(v, dtype=p.dtype))
-
-
 def _check_labels(model, feed) -> None:
     """Refuse a loader without labels whose batches no likelihood reads."""
     if feed.loader.l == 0 and not any(k == "observed" for k, _ in reading(model, (feed.x,))):
@@ -280,8 +257,9 @@ def fit(
     y=None,
     random_seed=None,
     progressbar: bool = False,
+    optim=None,
     callbacks=None,
-    average_last_epoch: bool = True,
+    average_last_epoch: bool = False,
     **fit_kwargs,
 ):
     """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
@@ -349,9 +327,14 @@ def fit(
     for feed in feeds:
         _check_labels(model, feed)
         check_terms(model, feed.loader, (feed.x, feed.y))
-    average = [_Average(n, loaders[0])] if average_last_epoch else []
-    if average:
-        feeds[0].on_epoch.append(average[0].average.new_epoch)
+    if optim is not None and "obj_optimizer" in fit_kwargs:
+        raise TypeError("fit got optim= and obj_optimizer=: pass one of them")
+    optim = fit_kwargs.pop("obj_optimizer", optim)
+    run = Run(n, epoch_length(loaders[0]), optim is None, average_last_epoch)
+    feeds[0].on_epoch.append(run.new_epoch)
+    if run.default:
+        method = _inference(pm, method, model, random_seed, fit_kwargs)
+        run.remember(method.approx)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
     approx = pm.fit(
@@ -360,9 +343,30 @@ def fit(
         model=model,
         random_seed=random_seed,
         progressbar=progressbar,
-        callbacks=[*(callbacks or ()), *average, *feeds],
+        callbacks=[*(callbacks or ()), run, *feeds],
+        obj_optimizer=run.optimizer if run.default else optim,
         **fit_kwargs,
     )
-    for a in average:
-        a.finish()
+    verdict = run.finish(approx)
+    if hasattr(approx, "params"):
+        approx.convergence, approx.step_size = verdict, run.lr0
+    warn_if_moving(verdict)
     return approx
+
+
+def _inference(pm, method, model, random_seed, fit_kwargs):
+    """``method`` as an Inference object, made as ``pm.fit`` makes it from a name (so
+    that the pilot can note the approximation's start before the first step)."""
+    if not isinstance(method, str):
+        return method
+    choices = {"advi": pm.ADVI, "fullrank_advi": pm.FullRankADVI, "svgd": pm.SVGD,
+               "asvgd": pm.ASVGD}  # fmt: skip
+    if method.lower() not in choices:
+        raise ValueError(f"fit: method must be one of {sorted(choices)}; got {method!r}")
+    kwargs = dict(fit_kwargs.pop("inf_kwargs", None) or {})
+    for key in ("start", "start_sigma"):
+        if fit_kwargs.get(key) is not None:
+            kwargs[key] = fit_kwargs.pop(key)
+    if random_seed is not None:
+        kwargs["random_seed"] = random_seed
+    return choices[method.lower()](model=model, **kwargs)
