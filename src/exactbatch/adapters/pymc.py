@@ -59,6 +59,8 @@ from exactbatch.checks import check_flag, check_int
 
 __all__ = ["data", "fit"]
 
+START_SD = 0.1  # the default schedule's starting sds of ADVI (see _inference)
+
 # model -> {loader: (x placeholder, y placeholder or None)}, as made by data(); weak on
 # both sides, so that neither a model nor a loader is kept alive by it
 _PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -369,4 +371,10 @@ def _inference(pm, method, model, random_seed, fit_kwargs):
             kwargs[key] = fit_kwargs.pop(key)
     if random_seed is not None:
         kwargs["random_seed"] = random_seed
-    return choices[method.lower()](model=model, **kwargs)
+    inference = choices[method.lower()](model=model, **kwargs)
+    if method.lower() == "advi" and "start_sigma" not in kwargs:
+        # sds of 0.1 to start, as NumPyro's AutoNormal: PyMC's log(2) is far from the
+        # posterior sds of standardised data, and the sds travel slowest of all
+        rho = inference.approx.params[1]
+        rho.set_value(np.full_like(rho.get_value(), np.log(np.expm1(START_SD))))
+    return inference

@@ -36,7 +36,7 @@ import numpy as np
 
 __all__ = ["CANDIDATES", "FLOOR", "PILOT", "Plan", "pick", "pick_apart", "windows"]
 
-CANDIDATES = (1.0, 0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
+CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
 FLOOR = 100  # the tail's step is lr0 / FLOOR
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
@@ -79,50 +79,45 @@ class Plan:
         return lr0 * (1 - done * (1 - 1 / FLOOR))
 
 
+def _settling(run) -> bool:
+    """Are a candidate's losses finite and lower over the second half of its run than
+    over the first (it converges, where a step too large wanders or diverges)?"""
+    run = np.asarray(run, dtype=np.float64)
+    half = len(run) // 2
+    return bool(half) and bool(np.isfinite(run).all()) and run[half:].mean() < run[:half].mean()
+
+
+def _largest_stable(runs, best: int) -> int:
+    """``best``, or the next larger step when its run is settling: a short pilot favours
+    the step that gains most over a few steps, which is smaller than the best for a long
+    fit (whose step then decays a hundredfold)."""
+    return best - 1 if best > 0 and _settling(runs[best - 1]) else best
+
+
 def pick(losses) -> int:
-    """The largest step whose pilot losses are not significantly above the best's.
+    """The largest stable step, from a pilot of the candidates side by side.
 
     ``losses`` is a sequence of rows (one per pilot step) of one loss per
-    candidate, the candidates largest step first, all run on the same batches
-    and random draws. Over the second half of the pilot, each candidate's
-    losses are compared with those of the candidate of the lowest mean, step
-    by step (paired): the first candidate whose mean excess is within two
-    standard errors of it is picked. A candidate with a non-finite loss there
-    (it diverged) is never picked while another is finite."""
+    candidate, the candidates largest step first, all run from the same start
+    on the same batches and random draws. The best is the candidate of the
+    lowest mean loss over the second half of the pilot (a non-finite loss
+    there never is, while another is finite); picked is the next larger step
+    when its losses are finite and falling (lower over the second half of the
+    pilot than the first), else the best."""
     rows = np.asarray(losses, dtype=np.float64)
     half = rows[len(rows) // 2 :] if len(rows) > 1 else rows
     finite = np.isfinite(half).all(axis=0)
     if not finite.any():
-        return len(half[0]) - 1  # all diverged: the smallest step
+        return rows.shape[1] - 1  # all diverged: the smallest step
     means = np.where(finite, half.mean(axis=0), np.inf)
-    best = int(np.argmin(means))
-    for c in range(half.shape[1]):
-        if not finite[c]:
-            continue
-        excess = half[:, c] - half[:, best]
-        se = excess.std() / np.sqrt(len(excess)) if len(excess) > 1 else 0.0
-        if excess.mean() <= 2 * se:
-            return c
-    return best  # pragma: no cover - the best itself has excess 0
+    return _largest_stable(rows.T, int(np.argmin(means)))
 
 
 def pick_apart(runs) -> int:
-    """:func:`pick` for candidates run one after another, each on batches of its own.
-
-    ``runs`` holds each candidate's losses (largest step first), each run from
-    the same start. Over the second half of each run, the first candidate
-    whose mean loss is within two standard errors (of the difference) of the
-    lowest mean is picked; a run with a non-finite loss is never picked while
-    another is finite."""
-    halves = [np.asarray(r[len(r) // 2 :] if len(r) > 1 else r, dtype=np.float64) for r in runs]
-    finite = [bool(len(h)) and bool(np.isfinite(h).all()) for h in halves]
-    if not any(finite):
+    """:func:`pick` for candidates run one after another, each from the same start on
+    batches of its own: ``runs`` holds each candidate's losses, largest step first."""
+    halves = [np.asarray(r[len(r) // 2 :], dtype=np.float64) for r in runs]
+    means = [h.mean() if len(h) and np.isfinite(h).all() else np.inf for h in halves]
+    if not np.isfinite(means).any():
         return len(runs) - 1
-    means = [h.mean() if ok else np.inf for h, ok in zip(halves, finite, strict=True)]
-    ses = [h.std() / np.sqrt(len(h)) if ok and len(h) > 1 else 0.0
-           for h, ok in zip(halves, finite, strict=True)]  # fmt: skip
-    best = int(np.argmin(means))
-    for c, ok in enumerate(finite):
-        if ok and means[c] - means[best] <= 2 * np.hypot(ses[c], ses[best]):
-            return c
-    return best  # pragma: no cover - the best itself qualifies
+    return _largest_stable(runs, int(np.argmin(means)))
