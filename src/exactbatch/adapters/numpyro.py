@@ -269,12 +269,14 @@ class _Run:
         spans = [*spans, (avg_start, num_steps)]
         self.starts = np.array([a for a, _ in spans], dtype=np.int32)
         self.ends = np.array([b for _, b in spans], dtype=np.int32)
+        self.spans = None  # the two on the device (see _spans)
         self.step_no = 0
         self.sums = self.losses = self.lr0 = None
 
     def new_epoch(self) -> None:
         if self.epoch is None and self.starts[-1] < self.num_steps:
             self.starts[-1] = self.step_no  # average the epoch now beginning
+            self.spans = None
 
     def _core(self, state, sums, i, lr, starts, ends, xb, yb):
         jax, jnp = self.jax, self.jnp
@@ -299,6 +301,12 @@ class _Run:
 
         return self.jax.jit(step, donate_argnums=donate)
 
+    def _spans(self):
+        """The spans' starts and ends on the device, put once (again after a change)."""
+        if self.spans is None:
+            self.spans = self.jnp.asarray(self.starts), self.jnp.asarray(self.ends)
+        return self.spans
+
     def _fresh(self, params):
         """Zero sums (one per span, each its own buffers: they are donated) and losses."""
         jax, jnp = self.jax, self.jnp
@@ -317,7 +325,7 @@ class _Run:
             xb, yb = next(feed)
             lr = self.plan.step_size(lr0, i) if self.default else 0.0
             state, self.sums, self.losses = step(
-                state, self.sums, self.losses, i, np.float32(lr), self.starts, self.ends, xb, yb
+                state, self.sums, self.losses, i, np.float32(lr), *self._spans(), xb, yb
             )
             self.step_no = i + 1
             bar.update(1)
@@ -335,7 +343,7 @@ class _Run:
         for i in range(self.plan.pilot):
             xb, yb = next(feed)
             runs = [
-                step(st, sums, losses, i, np.float32(lr), self.starts, self.ends, xb, yb)
+                step(st, sums, losses, i, np.float32(lr), *self._spans(), xb, yb)
                 for (st, sums, losses), lr in zip(runs, CANDIDATES, strict=True)
             ]
             self.step_no = i + 1

@@ -29,9 +29,11 @@ from collections import OrderedDict
 import numpy as np
 
 from exactbatch.adapters.convergence import PARTS, judge, parts
-from exactbatch.adapters.schedule import CANDIDATES, PILOT, Plan, pick_apart
+from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
 
-__all__ = ["Adam", "Run"]
+__all__ = ["PILOT_EACH", "Adam", "Run"]
+
+PILOT_EACH = 0.02  # share of the steps each candidate of the pilot runs
 
 
 class Adam:
@@ -90,7 +92,7 @@ class Run:
 
     def __init__(self, num_steps: int, epoch: int | None, default: bool, average: bool):
         self.num_steps, self.epoch, self.default = num_steps, epoch, default
-        self.pilot_each = max(1, math.ceil(num_steps * PILOT / 2.5))
+        self.pilot_each = max(1, math.ceil(num_steps * PILOT_EACH))
         self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each)
         self.optimizer = Adam(CANDIDATES[0]) if default else None
         self.spans, self.width = parts(num_steps, epoch)

@@ -3,27 +3,26 @@
 A minibatch fit over ``num_steps`` steps runs Adam (Kingma and Ba) through
 three phases, each a fixed share of the steps:
 
-* **Pilot** (the first 5%, at least one step): the candidate step sizes
-  :data:`CANDIDATES` are tried from the same start on the same batches
-  (NumPyro: side by side; PyMC: one after another, each from the start).
-  :func:`pick` keeps the one whose losses over the second half of its pilot
-  are lowest: the largest step that is still stable, for the model's own
-  scale, as Stan's ADVI adapts its step (Kucukelbir et al. 2017). The fit
-  goes on from where that candidate stands.
-* **Decay** (to 80% of the steps): the step falls linearly from the chosen
-  ``lr0`` to ``lr0 / 100``. A constant step leaves the iterate jittering by
-  many posterior sds on large data; a step that decays over a fixed budget
-  brings the last iterate to the optimum (linear decay is the schedule whose
-  last iterate does best for a fixed budget: Defazio et al. 2023).
-* **Tail** (the last 20%): the step stays at ``lr0 / 100``. The tail is the
-  two windows the convergence verdict compares (:func:`windows`): at a
-  constant small step a converged fit stands still, and one that is still
-  travelling keeps moving, so their means differ.
+* **Pilot** (the first 5% in NumPyro; in PyMC 2% for each candidate): the candidate step sizes
+  :data:`CANDIDATES` run from the same start (NumPyro: side by side, on the
+  same batches and random draws; PyMC: one after another, each on batches of
+  its own). :func:`pick` and :func:`pick_apart` keep the largest stable
+  step: the one of the lowest loss over the second half of its run, or the
+  next larger one while its loss still falls - a short pilot favours the
+  step that gains most in a few steps, which is smaller than what a long fit
+  can use (Stan's ADVI adapts its step by such a pilot: Kucukelbir et al.
+  2017). The fit goes on from where the kept candidate stands.
+* **Decay** (to 60% of the steps): the step falls linearly from the kept
+  ``lr0`` to ``lr0 / FLOOR``. A constant step leaves the iterate jittering by
+  many posterior sds on large data; for a fixed budget a linear decay is
+  the schedule whose last iterate does best (Defazio et al. 2023).
+* **Tail** (the last 40%): the step stays at ``lr0 / FLOOR``. The tail is the
+  two windows the convergence verdict compares (:func:`windows`): at a small
+  constant step a converged fit stands still and one still travelling moves.
 
-Measured on real data (docs/statistics.md): the last iterate is as close to
-the full-data answer as the mean of the tail, so no average is returned by
-default (an average over a window where the iterates still drift lags
-behind the last iterate).
+The fit returns the mean of the tail's last window when the verdict finds
+it still (no worse than one iterate: see docs/usage/numpyro.md), else the
+last iterate.
 
 NumPy only: no optional package is imported here.
 """
