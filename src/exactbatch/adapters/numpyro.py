@@ -160,31 +160,34 @@ def fit(
     ``optim=None`` (the default): Adam on the schedule of
     :mod:`exactbatch.adapters.schedule`, which needs no tuning - for the first
     5% of the steps a pilot runs the candidate step sizes (0.3, 0.1, 0.03, 0.01)
-    side by side on the same batches and keeps the one with the lowest loss;
-    the step then decays linearly to a hundredth of it at 80% of the steps and
-    stays there. Any other ``optim`` - a NumPyro optimiser
+    side by side on the same batches and random draws and keeps the largest
+    stable one; the step then decays linearly to a hundredth of it at 60% of
+    the steps and stays there. Any other ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 
-    ``average_last_epoch=False`` (the default): the params returned are the
-    last iterate. ``True``: the mean of the iterates over the fit's last
-    epoch (the last ``min(num_steps, len(loader))`` steps; for a stream of
-    unknown size, those since its last epoch began), averaged in the
-    optimiser's unconstrained space - for a constant step of your own; after
-    the default schedule's decay it does not help.
+    The params returned: with the default schedule, the mean of the iterates
+    of the fit's last fifth when the verdict finds the fit still there, else
+    the last iterate; with an ``optim`` of your own, the last iterate.
+    ``average_last_epoch=True``: the mean of the iterates over the fit's last
+    epoch instead (the last ``min(num_steps, len(loader))`` steps; for a
+    stream of unknown size, those since its last epoch began), averaged in
+    the optimiser's unconstrained space - for a constant step of your own.
 
     ``progress_bar=True`` shows a tqdm bar with the loss (install tqdm).
 
-    Returns NumPyro's ``SVIRunResult(params, state, losses)`` with one more
-    attribute: ``params`` a dict of constrained parameter values, ``state``
+    Returns NumPyro's ``SVIRunResult(params, state, losses)`` with two more
+    attributes: ``params`` a dict of constrained parameter values, ``state``
     the final ``SVIState``, ``losses`` a NumPy array of the ``num_steps``
     losses (each the negative ELBO estimate of its step, scaled to the whole
-    dataset; the pilot's are those of the step size it kept), and
+    dataset; the pilot's are those of the step size it kept), ``step_size``
+    the step the pilot kept (None with an ``optim`` of your own), and
     ``convergence`` an :class:`exactbatch.adapters.convergence.Convergence`:
     how far the guide's posterior means and sds moved, in its posterior sds,
-    between the means of the fit's last two windows of a tenth of the steps
-    each, and the loss's trend. When that movement is above 0.1 sd the fit
-    raises ``exactbatch.ConvergenceWarning``: run more steps.
+    between the fit's last two windows of a fifth of the steps each, its
+    noise, the drift beyond twice the noise, and the loss's trend. When that
+    drift is above 0.1 sd the fit raises ``exactbatch.ConvergenceWarning``:
+    run more steps.
 
     Refuses, before any step: a loader that may hand out a partial batch
     (``ValueError`` naming ``drop_last``); a loader of several shards or an

@@ -31,6 +31,14 @@ Guarantees and refusals:
   for the whole fit). ``data`` refuses a second set of placeholders for the
   same loader in one model.
 
+* ``optim=None`` runs the default schedule (a pilot that picks Adam's step,
+  a linear decay, a flat tail; :mod:`exactbatch.adapters.pymc_schedule`),
+  and every fit ends with the convergence verdict of
+  :mod:`exactbatch.adapters.convergence` (``approx.convergence``; above its
+  threshold, ``exactbatch.ConvergenceWarning``).
+* A loader of several shards (or an elastic one) is refused: the fit runs
+  in one process.
+
 Costs: one copy of each batch into the placeholders (``set_value``); the
 loader's own reads and memory are unchanged. ``data`` reads the first batch
 to give the placeholders real values, then rewinds the loader to where it
@@ -280,20 +288,34 @@ def fit(
 
     ``x`` and ``y`` are the placeholders to feed (``pm.Data`` variables or
     their names; one loader only); by default those :func:`data` made for
-    the loader in ``model``. ``method``,
-    ``random_seed``, ``progressbar`` and ``**fit_kwargs`` (``obj_optimizer``,
-    ``score``, ...) go to ``pm.fit``; ``callbacks`` run after each step, before
-    the next batch is loaded, so they see the batch that step used. Returns
-    PyMC's approximation.
+    the loader in ``model``. ``method``, ``random_seed``, ``progressbar`` and
+    ``**fit_kwargs`` (``obj_n_mc``, ``score``, ...) go to ``pm.fit``;
+    ``callbacks`` run after each step, before the next batch is loaded, so
+    they see the batch that step used.
 
-    ``average_last_epoch=True`` (the default): the approximation returned
-    holds its parameters averaged over the fit's last epoch - the iterates of
-    the last ``min(n, len(loader))`` steps (of the first loader; for a
-    stream of unknown size, those since its last epoch began), averaged in
-    the optimiser's own (unconstrained) space. A constant-step optimiser's
-    last iterate jitters around the optimum with the minibatch noise, by
-    many posterior sds on large data; the average is near it. ``False``:
-    the last iterate. Callbacks see the iterates, not the average.
+    ``optim=None`` (the default): Adam on the schedule of
+    :mod:`exactbatch.adapters.schedule` (:mod:`~exactbatch.adapters.pymc_schedule`),
+    which needs no tuning: a pilot runs the candidate step sizes (0.3, 0.1,
+    0.03, 0.01) one after another, each for 2% of the steps from the same
+    start, and keeps the largest stable one; the step then decays linearly
+    to a hundredth of it at 60% of the steps and stays there. A named
+    ``method`` is made into PyMC's Inference object first (with the seed);
+    ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
+    other ``optim`` (``pm.adam(learning_rate=1e-3)``; or ``obj_optimizer=``,
+    as ``pm.fit`` names it) is used as given, with no pilot.
+
+    Returns PyMC's approximation, with two more attributes: ``convergence``
+    (an :class:`exactbatch.adapters.convergence.Convergence`: how far the
+    posterior means and sds moved between the fit's last two windows, in
+    posterior sds, beyond twice their noise; above 0.1 sd the fit raises
+    ``exactbatch.ConvergenceWarning``) and ``step_size`` (the pilot's
+    choice, or None). Its parameters: with the default schedule, the mean
+    of the last fifth's iterates when the verdict finds the fit still there,
+    else the last iterate. ``average_last_epoch=True``: the mean of the
+    iterates of the last epoch instead - the last ``min(n, len(loader))``
+    steps (of the first loader; for a stream of unknown size, those since
+    its last epoch began), in the optimiser's own (unconstrained) space, for
+    a constant step of your own. Callbacks see the iterates, not the means.
 
     Refuses a loader whose batches are not all exactly ``batch_size`` rows
     (``drop_last=False`` with a partial last batch, or a stream of unknown

@@ -45,7 +45,7 @@ def windows(num_steps: int, epoch: int | None) -> tuple[int, int]:
     """``(start, width)``: the verdict compares the mean of the iterates of steps
     ``[start, start + width)`` with those of ``[start + width, num_steps)``.
 
-    ``width`` is a tenth of the steps, rounded down to whole epochs when it spans at
+    ``width`` is a fifth of the steps, rounded down to whole epochs when it spans at
     least one (over a whole epoch every row was seen once, so the minibatch noise
     cancels); ``(num_steps, 0)`` when there are too few steps for two windows."""
     width = int(num_steps * WINDOW)
