@@ -1,7 +1,7 @@
 """exactbatch: exact, reproducible minibatches for training loops."""
 
 from exactbatch.dataset import Dataset
-from exactbatch.errors import ExactnessError, NdfError, TotalSizeWarning
+from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import (
@@ -16,6 +16,7 @@ from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 
 __all__ = [
+    "ConvergenceWarning",
     "DataLoader",
     "Dataset",
     "ExactnessError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ExactnessError", "NdfError", "TotalSizeWarning"]
+__all__ = ["ConvergenceWarning", "ExactnessError", "NdfError", "TotalSizeWarning"]
 
 
 class NdfError(ValueError):
@@ -18,6 +18,17 @@ class TotalSizeWarning(UserWarning):
 
     Issued at most once per loader, naming both numbers: a wrong N rescales
     a minibatch likelihood by the wrong factor and biases the posterior.
+    """
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit helper's parameters were still moving when it ended.
+
+    Raised by ``exactbatch.numpyro.fit`` and ``exactbatch.pymc.fit`` when the
+    posterior moved more than a stated threshold (in posterior sds of the
+    guide) between the means of the fit's last two windows of steps. The
+    message names the figure, the latent that moved most and what to do (run
+    more steps); the result's ``.convergence`` holds the figures.
     """
 
 

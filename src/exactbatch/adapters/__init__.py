@@ -13,8 +13,10 @@
 * :mod:`exactbatch.adapters.numpyro` - ``fit(model, guide, loader, n, ...)``
   runs SVI over the loader, checking the model's subsample plate against
   ``loader.total_size`` first.
-* :mod:`exactbatch.adapters.minibatch` - what the PyMC and NumPyro fits
-  share: full-batch checks and last-epoch iterate averaging.
+* :mod:`exactbatch.adapters.minibatch`, :mod:`~exactbatch.adapters.schedule`
+  and :mod:`~exactbatch.adapters.convergence` - what the PyMC and NumPyro
+  fits share: the loader checks, the default step-size schedule, and the
+  convergence verdict.
 
 Users import them as ``exactbatch.torch``, ``exactbatch.pymc``,
 ``exactbatch.jax`` and ``exactbatch.numpyro``. Nothing here is imported by

@@ -9,7 +9,6 @@
   helper runs in one process and combines no gradients across ranks.
 * :func:`first_batch` reads the batch the loader hands out next and leaves
   the loader where it stood.
-* :class:`LastEpochAverage` averages a fit's iterates over its last epoch.
 
 No optional package is imported here.
 """
@@ -17,7 +16,6 @@ No optional package is imported here.
 from __future__ import annotations
 
 __all__ = [
-    "LastEpochAverage",
     "check_batch_rows",
     "check_exact_batches",
     "check_one_process",
@@ -98,46 +96,3 @@ def first_batch(loader):
     if batch is None:
         raise ValueError("the loader handed out no batch: it has no data to feed")
     return batch
-
-
-class LastEpochAverage:
-    """The mean of a fit's iterates over its last epoch (Polyak-Ruppert averaging).
-
-    Minibatch gradients keep the last iterate of a constant-step optimiser
-    jittering around the optimum, by far more than the posterior's own
-    spread on large data; the mean of the iterates over one epoch (every row
-    seen once) is near the optimum. ``steps`` is the fit's step count and
-    ``epoch`` the loader's batches per epoch (None when unknown: a stream
-    of unknown size). Call :meth:`add` after every step, with the step's
-    0-based index and its parameters (a list of arrays of any kind that
-    adds and divides); :meth:`new_epoch` when the loader begins a new epoch.
-    The iterates averaged are those of the last ``min(steps, epoch)`` steps,
-    or, when ``epoch`` is unknown, those since the last epoch began.
-    """
-
-    def __init__(self, steps: int, epoch: int | None):
-        self.start = max(0, steps - epoch) if epoch is not None else None
-        self.total, self.count = None, 0
-
-    def wants(self, step: int) -> bool:
-        """Does step ``step``'s iterate count (so that a caller reads it only then)?"""
-        return self.start is None or step >= self.start
-
-    def add(self, step: int, values: list) -> None:
-        if not self.wants(step):
-            return
-        if self.total is None:
-            self.total = list(values)
-        else:
-            self.total = [t + v for t, v in zip(self.total, values, strict=True)]
-        self.count += 1
-
-    def new_epoch(self) -> None:
-        if self.start is None:  # the length is unknown: average the epoch now beginning
-            self.total, self.count = None, 0
-
-    def mean(self) -> list | None:
-        """The averaged values, or None when no iterate was added."""
-        if not self.count:
-            return None
-        return [t / self.count for t in self.total]

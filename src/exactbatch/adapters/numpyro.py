@@ -2,40 +2,55 @@
 
 NumPyro scales a minibatch likelihood through ``numpyro.plate(name, N,
 subsample_size=B)``: a site observed inside it counts N / B times. The fit
-is right only when N is the dataset's row count and every batch has B rows;
-a wrong N silently mis-scales the ELBO (the posterior comes out too narrow
-or too wide). ``fit(model, guide, loader, num_steps, optim=..., rng_key=...)``
-runs ``numpyro.infer.SVI`` with ``Trace_ELBO`` over the loader's batches and
-checks both numbers first.
+is right only when N is the dataset's row count, every batch has B rows and
+every term of the batch is scaled and shaped as the plate says; anything
+else silently mis-scales the ELBO. ``fit(model, guide, loader, num_steps,
+rng_key=...)`` runs ``numpyro.infer.SVI`` with ``Trace_ELBO`` over the
+loader's batches, checks all of that first, and judges its own convergence
+at the end.
 
 Guarantees and refusals:
 
 * Before the first step the model is traced once on the loader's next
-  batch. Every plate that encloses an observed site and covers the batch's
-  rows (its size is ``loader.total_size`` or its subsample size is the
-  batch's rows) must have size ``loader.total_size`` and subsample size
-  ``batch_size``: else a ``ValueError`` naming the plate and both numbers.
-  A model with no such plate is refused too (its likelihood is not scaled).
+  batch (:mod:`exactbatch.adapters.numpyro_terms`): every subsample plate
+  around an observed site has size ``loader.total_size`` and subsample size
+  ``batch_size``; every observed site whose log-density depends on the
+  batch lies in it, with exactly the plates' shape and one value per row.
+  Else a ``ValueError`` naming the plate or site, the numbers and the fix.
 * Every batch has exactly ``batch_size`` rows, or the loader is refused with
-  a ``ValueError`` naming ``drop_last`` (as :mod:`exactbatch.adapters.pymc`).
+  a ``ValueError`` naming ``drop_last``; a loader of several shards (or an
+  elastic one) is refused: the fit runs in one process.
 * Exactly ``num_steps`` batches are taken, step i the loader's i-th from
   where it stands; epochs roll over inside, so a fit is never cut short.
   ``loader.state_dict()`` afterwards resumes right after them.
+* ``optim=None`` (the default) runs the schedule of
+  :mod:`exactbatch.adapters.schedule`: a pilot that picks Adam's step size,
+  a linear decay, a flat tail. Any other ``optim`` is used as given.
+* The result's ``convergence`` says how far the posterior still moved over
+  the fit's last two windows (:mod:`exactbatch.adapters.convergence`);
+  above the threshold, ``exactbatch.ConvergenceWarning``.
 
 Costs: batches come through :func:`exactbatch.jax.as_jax` (put on the
-device two batches ahead, float32 unless 64-bit JAX is on); the step is
-``svi.update`` under ``jax.jit``, compiled once (one batch shape).
+device two batches ahead, float32 unless 64-bit JAX is on). The step is
+``svi.update`` under ``jax.jit``, compiled once (one batch shape), and
+writes its loss into a device array, read back once at the end with the
+window sums of the verdict; the pilot is one more compiled step that runs
+the candidates side by side (``vmap``) for 5% of the steps. The verdict
+draws 256 samples of the guide twice.
 
-NumPyro and JAX are imported on first use, not by importing this module.
+NumPyro, JAX and optax are imported on first use, not by importing this module.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import numpy as np
 
+from exactbatch.adapters.convergence import PARTS, judge, parts, warn_if_moving
 from exactbatch.adapters.jax import as_jax
 from exactbatch.adapters.minibatch import (
-    LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
     check_one_process,
@@ -43,9 +58,12 @@ from exactbatch.adapters.minibatch import (
     first_batch,
 )
 from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
+from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
 
 __all__ = ["fit"]
+
+GUIDE_DRAWS = 256  # draws of the guide per window for the verdict's means and sds
 
 
 def _svi():
@@ -60,15 +78,71 @@ def _svi():
     return SVI, Trace_ELBO, SVIRunResult
 
 
+def _default_optim():
+    """Adam whose step size lives in its state, so that the step can set it."""
+    try:
+        import optax
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
+            "pip install 'exactbatch[numpyro]'"
+        ) from e
+    return optax.inject_hyperparams(optax.adam)(learning_rate=CANDIDATES[0])
+
+
+def _with_lr(state, lr):
+    """``state`` (an SVIState of :func:`_default_optim`) with its step size set to ``lr``.
+
+    NumPyro keeps an optax optimiser's state as ``(step, (params, optax_state))``."""
+    step, (params, opt) = state.optim_state
+    hyper = dict(opt.hyperparams)
+    hyper["learning_rate"] = lr.astype(hyper["learning_rate"].dtype)
+    return state._replace(optim_state=(step, (params, opt._replace(hyperparams=hyper))))
+
+
+def _epochs(batches, rows: int, on_new_epoch):
+    """The loader's batches without end, epoch after epoch (``on_new_epoch()`` at each
+    rollover); closing the generator gives the batches put ahead back to the loader."""
+    it = iter(batches)
+    try:
+        while True:
+            batch = next(it, None)
+            if batch is None:  # the epoch is over: the next one begins
+                it = iter(batches)
+                batch = next(it, None)
+                if batch is None:
+                    raise ValueError("the loader's epoch handed out no batch: nothing to feed")
+                on_new_epoch()
+            check_batch_rows(batch[0].shape[0], rows)
+            yield batch
+    finally:
+        it.close()
+
+
+@functools.cache
+def _result_class(run_result):
+    """``SVIRunResult`` with a ``convergence`` attribute (still a 3-tuple)."""
+
+    class Result(run_result):
+        """NumPyro's ``SVIRunResult(params, state, losses)``, and ``convergence``."""
+
+        convergence = None
+        step_size = None
+
+    Result.__name__ = Result.__qualname__ = "FitResult"
+    return Result
+
+
 def fit(
     model,
     guide,
     loader,
     num_steps: int,
     *,
-    optim,
+    optim=None,
     rng_key,
-    average_last_epoch: bool = True,
+    average_last_epoch: bool = False,
+    progress_bar: bool = False,
     **model_kwargs,
 ):
     """Fit ``guide`` to ``model`` by SVI (``Trace_ELBO``), one new batch of ``loader`` per step.
@@ -81,35 +155,56 @@ def fit(
 
     ``num_steps`` optimisation steps take exactly ``num_steps`` batches, step
     i the loader's i-th from where it stands, epochs rolling over inside.
-    ``optim`` is a NumPyro optimiser (``numpyro.optim.Adam(0.01)``) or an
-    optax one (``optax.adam(0.01)``); ``rng_key`` a ``jax.random.key``.
+    ``rng_key`` is a ``jax.random.key``.
 
-    ``average_last_epoch=True`` (the default): the params returned are the
-    mean of the iterates over the fit's last epoch (the last
-    ``min(num_steps, len(loader))`` steps; for a stream of unknown size,
-    those since its last epoch began), averaged in the optimiser's
-    unconstrained space. A constant-step optimiser's last iterate jitters
-    around the optimum with the minibatch noise, by many posterior sds on
-    large data; the average is near it. ``False``: the last iterate.
+    ``optim=None`` (the default): Adam on the schedule of
+    :mod:`exactbatch.adapters.schedule`, which needs no tuning - for the first
+    5% of the steps a pilot runs the candidate step sizes (0.3, 0.1, 0.03, 0.01)
+    side by side on the same batches and random draws and keeps the largest
+    stable one; the step then decays linearly to a hundredth of it at 60% of
+    the steps and stays there. Any other ``optim`` - a NumPyro optimiser
+    (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
+    no pilot.
 
-    Returns NumPyro's ``SVIRunResult(params, state, losses)``: ``params`` a
-    dict of constrained parameter values (averaged as above), ``state`` the
-    final ``SVIState`` (``svi.update`` may continue from it), ``losses`` a
-    NumPy array of the ``num_steps`` losses (each the negative ELBO estimate
-    of its step, scaled to the whole dataset).
+    The params returned: with the default schedule, the mean of the iterates
+    of the fit's last fifth when the verdict finds the fit still there, else
+    the last iterate; with an ``optim`` of your own, the last iterate.
+    ``average_last_epoch=True``: the mean of the iterates over the fit's last
+    epoch instead (the last ``min(num_steps, len(loader))`` steps; for a
+    stream of unknown size, those since its last epoch began), averaged in
+    the optimiser's unconstrained space - for a constant step of your own.
+
+    ``progress_bar=True`` shows a tqdm bar with the loss (install tqdm).
+
+    Returns NumPyro's ``SVIRunResult(params, state, losses)`` with two more
+    attributes: ``params`` a dict of constrained parameter values, ``state``
+    the final ``SVIState``, ``losses`` a NumPy array of the ``num_steps``
+    losses (each the negative ELBO estimate of its step, scaled to the whole
+    dataset; the pilot's are those of the step size it kept), ``step_size``
+    the step the pilot kept (None with an ``optim`` of your own), and
+    ``convergence`` an :class:`exactbatch.adapters.convergence.Convergence`:
+    how far the guide's posterior means and sds moved, in its posterior sds,
+    between the fit's last two windows of a fifth of the steps each, its
+    noise, the drift beyond twice the noise, and the loss's trend. When that
+    drift is above 0.1 sd the fit raises ``exactbatch.ConvergenceWarning``:
+    run more steps.
 
     Refuses, before any step: a loader that may hand out a partial batch
-    (``ValueError`` naming ``drop_last``); a loader of unknown total_size; a
-    model whose subsample plate's size is not ``loader.total_size`` or whose
-    subsample size is not ``batch_size`` (``ValueError`` naming both
-    numbers); a loader without labels (l = 0) when the model fails on its
-    batch or observes nothing in a plate (the message points at ``labels=``).
+    (``ValueError`` naming ``drop_last``); a loader of several shards or an
+    elastic one; a loader of unknown total_size; a model whose subsample
+    plate's size is not ``loader.total_size`` or whose subsample size is not
+    ``batch_size`` (``ValueError`` naming both numbers); an observed site
+    that depends on the batch outside that plate, or whose log-density has
+    not exactly the plates' shape ((B, 1) labels against a (B,) location), or
+    holds no value per row (``ValueError`` naming the site and the shapes);
+    a loader without labels (l = 0) when the model fails on its batch or
+    observes nothing in a plate (the message points at ``labels=``).
     """
     svi_class, elbo, run_result = _svi()
-    import jax
 
     num_steps = check_int("num_steps", num_steps, 1)
     average_last_epoch = check_flag("average_last_epoch", average_last_epoch)
+    progress_bar = check_flag("progress_bar", progress_bar)
     for attr in ("batch_size", "total_size", "state_dict", "__iter__"):
         if not hasattr(loader, attr):
             raise TypeError(f"fit needs an exactbatch DataLoader; got {type(loader).__name__}")
@@ -127,40 +222,213 @@ def fit(
     plates = check_plates(trace, loader.total_size, b, loader.l)
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
 
-    svi = svi_class(model, guide, optim, elbo())
+    default = optim is None
+    svi = svi_class(model, guide, _default_optim() if default else optim, elbo())
     state = svi.init(rng_key, xb, yb, **model_kwargs)
+    epoch = epoch_length(loader)
+    run = _Run(svi, model_kwargs, default, num_steps, epoch, average_last_epoch)
+    with contextlib.ExitStack() as stack:
+        feed = stack.enter_context(contextlib.closing(_epochs(batches, b, run.new_epoch)))
+        bar = stack.enter_context(_bar(progress_bar, num_steps))
+        state = run.steps(state, feed, bar)
+    # A loader's next iter() after one left mid-epoch begins the next epoch; from its
+    # own state it goes on where it stands, as the next fit's steps should.
+    loader.load_state_dict(loader.state_dict())
 
-    @jax.jit
-    def step(state, xb, yb):
-        return svi.update(state, xb, yb, **model_kwargs)
-
-    average = LastEpochAverage(num_steps, epoch_length(loader)) if average_last_epoch else None
-    losses = []
-    it = iter(batches)
-    try:
-        for i in range(num_steps):
-            batch = next(it, None)
-            if batch is None:  # the epoch is over: the next one begins
-                it = iter(batches)
-                batch = next(it, None)
-                if batch is None:
-                    raise ValueError("the loader's epoch handed out no batch: nothing to feed")
-                if average is not None:
-                    average.new_epoch()
-            xb, yb = batch
-            check_batch_rows(xb.shape[0], b)
-            state, loss = step(state, xb, yb)
-            losses.append(loss)
-            if average is not None and average.wants(i):
-                leaves, tree = jax.tree_util.tree_flatten(svi.optim.get_params(state.optim_state))
-                average.add(i, leaves)
-    finally:
-        it.close()  # batches put ahead go back to the loader: exactly num_steps are taken
-        # A loader's next iter() after one left mid-epoch begins the next epoch; from its
-        # own state it goes on where it stands, as the next fit's steps should.
-        loader.load_state_dict(loader.state_dict())
+    losses, part_means, average = run.results()
+    verdict = _verdict(svi, guide, part_means, losses, run.width, xb, yb, model_kwargs)
     params = svi.get_params(state)
-    mean = average.mean() if average is not None else None
-    if mean is not None:
-        params = svi.constrain_fn(jax.tree_util.tree_unflatten(tree, mean))
-    return run_result(params, state, np.asarray(jax.numpy.stack(losses)))
+    if average_last_epoch and average is not None:
+        params = svi.constrain_fn(average)
+    elif default and verdict.converged:
+        # the tail's last window, judged still: its mean has the error of one iterate at most
+        params = svi.constrain_fn(run.last_window(part_means))
+    result = _result_class(run_result)(params, state, losses)
+    result.convergence, result.step_size = verdict, run.lr0
+    warn_if_moving(verdict)
+    return result
+
+
+class _Run:
+    """The steps of one fit: the pilot (default schedule), then the others.
+
+    Every step is one call of a jitted function that updates the state, writes its
+    loss into a device array and adds the unconstrained parameters into the sums of
+    the windows it falls in (the verdict's two, and the last epoch's when it is
+    averaged); :meth:`results` reads them back in one ``device_get``."""
+
+    def __init__(self, svi, model_kwargs, default, num_steps, epoch, average):
+        import jax
+        import jax.numpy as jnp
+
+        self.jax, self.jnp = jax, jnp
+        self.svi, self.kw, self.default = svi, model_kwargs, default
+        self.num_steps, self.epoch = num_steps, epoch
+        self.plan = Plan(num_steps, epoch) if default else None
+        spans, self.width = parts(num_steps, epoch)
+        # the sums: one per part of the verdict's windows, then the last epoch's (its start
+        # moves with each new epoch when the epoch's length is unknown)
+        avg_start = num_steps if not average else max(0, num_steps - epoch) if epoch else 0
+        spans = [*spans, (avg_start, num_steps)]
+        self.starts = np.array([a for a, _ in spans], dtype=np.int32)
+        self.ends = np.array([b for _, b in spans], dtype=np.int32)
+        self.spans = None  # the two on the device (see _spans)
+        self.step_no = 0
+        self.sums = self.losses = self.lr0 = None
+
+    def new_epoch(self) -> None:
+        if self.epoch is None and self.starts[-1] < self.num_steps:
+            self.starts[-1] = self.step_no  # average the epoch now beginning
+            self.spans = None
+
+    def _core(self, state, sums, i, lr, starts, ends, xb, yb):
+        jax, jnp = self.jax, self.jnp
+        if self.default:
+            state = _with_lr(state, lr)
+        state, loss = self.svi.update(state, xb, yb, **self.kw)
+        params = self.svi.optim.get_params(state.optim_state)
+        inside = (starts <= i) & (i < ends)
+
+        def add(k):
+            tree_map = jax.tree_util.tree_map
+            return tree_map(lambda s, v: s + jnp.where(inside[k], v, 0), sums[k], params)
+
+        return state, tuple(add(k) for k in range(len(sums))), loss
+
+    def _jit(self, core, donate):
+        """``core`` as one jitted step that also writes the loss into ``losses[i]``."""
+
+        def step(state, sums, losses, i, *args):
+            state, sums, loss = core(state, sums, i, *args)
+            return state, sums, losses.at[i].set(loss)
+
+        return self.jax.jit(step, donate_argnums=donate)
+
+    def _spans(self):
+        """The spans' starts and ends on the device, put once (again after a change)."""
+        if self.spans is None:
+            self.spans = self.jnp.asarray(self.starts), self.jnp.asarray(self.ends)
+        return self.spans
+
+    def _fresh(self, params):
+        """Zero sums (one per span, each its own buffers: they are donated) and losses."""
+        jax, jnp = self.jax, self.jnp
+        sums = tuple(jax.tree_util.tree_map(jnp.zeros_like, params) for _ in self.starts)
+        return sums, jnp.zeros(self.num_steps, dtype=jnp.result_type(float))
+
+    def steps(self, state, feed, bar):
+        """Run the fit's steps on ``feed``'s batches; the final state."""
+        step = self._jit(self._core, (1, 2))
+        every = max(1, self.num_steps // 100)  # the bar's loss: a sync every 1% of steps
+        self.sums, self.losses = self._fresh(self.svi.optim.get_params(state.optim_state))
+        if self.default:
+            state = self._pilot(step, state, feed, bar)
+        lr0 = self.lr0 or 0.0
+        for i in range(self.step_no, self.num_steps):
+            xb, yb = next(feed)
+            lr = self.plan.step_size(lr0, i) if self.default else 0.0
+            state, self.sums, self.losses = step(
+                state, self.sums, self.losses, i, np.float32(lr), *self._spans(), xb, yb
+            )
+            self.step_no = i + 1
+            bar.update(1)
+            if bar.show and (i % every == 0 or i + 1 == self.num_steps):
+                bar.set_postfix(loss=f"{float(self.losses[i]):.4g}", refresh=False)
+        return state
+
+    def _pilot(self, step, state, feed, bar):
+        """Each candidate step size from ``state`` on the same batches and random draws
+        (the same compiled step, called once per candidate); the kept one's state."""
+        jax = self.jax
+        runs = [(state, self.sums, self.losses)]
+        runs += [(state, *self._fresh(self.svi.optim.get_params(state.optim_state)))
+                 for _ in CANDIDATES[1:]]  # fmt: skip
+        for i in range(self.plan.pilot):
+            xb, yb = next(feed)
+            runs = [
+                step(st, sums, losses, i, np.float32(lr), *self._spans(), xb, yb)
+                for (st, sums, losses), lr in zip(runs, CANDIDATES, strict=True)
+            ]
+            self.step_no = i + 1
+            bar.update(1)
+        pilot = np.stack([jax.device_get(losses[: self.plan.pilot]) for _, _, losses in runs], 1)
+        best = pick(pilot)
+        self.lr0 = CANDIDATES[best]
+        state, self.sums, self.losses = runs[best]
+        return state
+
+    def results(self):
+        """The losses (NumPy), the mean unconstrained parameters of each part of the
+        verdict's windows, and those of the last epoch (None when not averaged)."""
+        jax = self.jax
+        losses, sums = jax.device_get((self.losses, self.sums))
+        counts = self.ends - np.minimum(self.starts, self.ends)
+        means = [
+            jax.tree_util.tree_map(lambda v, count=count: v / count, total) if count else None
+            for total, count in zip(sums, counts, strict=True)
+        ]
+        return np.asarray(losses), means[:-1], means[-1]
+
+    def last_window(self, part_means):
+        """The mean unconstrained parameters of the verdict's second window."""
+        counts = (self.ends - self.starts)[PARTS : 2 * PARTS]
+        weights = counts / counts.sum()
+        return self.jax.tree_util.tree_map(
+            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means[PARTS:]
+        )
+
+
+def _verdict(svi, guide, part_means, losses, width, xb, yb, model_kwargs):
+    """The convergence verdict from the parts' mean parameters: the guide's posterior
+    means and sds at each, from the same draws (one compiled, vectorised call)."""
+    if not width:
+        return judge([], losses, 0)
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer import Predictive
+
+    def moments(params):
+        draws = Predictive(
+            guide, params=svi.constrain_fn(params), num_samples=GUIDE_DRAWS, parallel=True
+        )(jax.random.key(0), xb, yb, **model_kwargs)
+        return {
+            name: (v.mean(axis=0), v.std(axis=0))
+            for name, v in draws.items()
+            if jnp.issubdtype(v.dtype, jnp.floating)
+        }
+
+    stacked = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *part_means)
+    found = jax.device_get(jax.jit(jax.vmap(moments))(stacked))
+    parts = [
+        {name: (mean[k], sd[k]) for name, (mean, sd) in found.items()}
+        for k in range(len(part_means))
+    ]
+    return judge(parts, losses, width)
+
+
+class _NoBar:
+    show = False
+
+    def update(self, n):
+        pass
+
+    def set_postfix(self, **kw):
+        pass
+
+
+@contextlib.contextmanager
+def _bar(show: bool, total: int):
+    """A tqdm bar over the steps when ``show``, else one that does nothing."""
+    if not show:
+        yield _NoBar()
+        return
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as e:
+        raise ImportError("progress_bar=True needs tqdm: pip install tqdm") from e
+    bar = tqdm(total=total, desc="fit", unit="step")
+    bar.show = True
+    try:
+        yield bar
+    finally:
+        bar.close()

@@ -31,6 +31,14 @@ Guarantees and refusals:
   for the whole fit). ``data`` refuses a second set of placeholders for the
   same loader in one model.
 
+* ``optim=None`` runs the default schedule (a pilot that picks Adam's step,
+  a linear decay, a flat tail; :mod:`exactbatch.adapters.pymc_schedule`),
+  and every fit ends with the convergence verdict of
+  :mod:`exactbatch.adapters.convergence` (``approx.convergence``; above its
+  threshold, ``exactbatch.ConvergenceWarning``).
+* A loader of several shards (or an elastic one) is refused: the fit runs
+  in one process.
+
 Costs: one copy of each batch into the placeholders (``set_value``); the
 loader's own reads and memory are unchanged. ``data`` reads the first batch
 to give the placeholders real values, then rewinds the loader to where it
@@ -45,18 +53,21 @@ import weakref
 
 import numpy as np
 
+from exactbatch.adapters.convergence import warn_if_moving
 from exactbatch.adapters.minibatch import (
-    LastEpochAverage,
     check_batch_rows,
     check_exact_batches,
     check_one_process,
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
 
 __all__ = ["data", "fit"]
+
+START_SD = 0.1  # the default schedule's starting sds of ADVI (see _inference)
 
 # model -> {loader: (x placeholder, y placeholder or None)}, as made by data(); weak on
 # both sides, so that neither a model nor a loader is kept alive by it
@@ -235,30 +246,6 @@ class _Feed:
             self.load()
 
 
-class _Average:
-    """A pm.fit callback: the approximation's parameters averaged over the last epoch
-    (see :class:`LastEpochAverage`), put into the approximation by :meth:`finish`."""
-
-    def __init__(self, steps: int, loader):
-        self.average = LastEpochAverage(steps, epoch_length(loader))
-        self.calls, self.params = 0, None
-
-    def __call__(self, approx, losses, i) -> None:
-        step, self.calls = self.calls, self.calls + 1
-        params = getattr(approx, "params", None)
-        if params is None:
-            return
-        self.params = params
-        if self.average.wants(step):
-            self.average.add(step, [p.get_value() for p in params])  # copies
-
-    def finish(self) -> None:
-        mean = self.average.mean()
-        if mean is not None:
-            for p, v in zip(self.params, mean, strict=True):
-                p.set_value(np.asarray(v, dtype=p.dtype))
-
-
 def _check_labels(model, feed) -> None:
     """Refuse a loader without labels whose batches no likelihood reads."""
     if feed.loader.l == 0 and not any(k == "observed" for k, _ in reading(model, (feed.x,))):
@@ -280,8 +267,9 @@ def fit(
     y=None,
     random_seed=None,
     progressbar: bool = False,
+    optim=None,
     callbacks=None,
-    average_last_epoch: bool = True,
+    average_last_epoch: bool = False,
     **fit_kwargs,
 ):
     """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
@@ -300,20 +288,34 @@ def fit(
 
     ``x`` and ``y`` are the placeholders to feed (``pm.Data`` variables or
     their names; one loader only); by default those :func:`data` made for
-    the loader in ``model``. ``method``,
-    ``random_seed``, ``progressbar`` and ``**fit_kwargs`` (``obj_optimizer``,
-    ``score``, ...) go to ``pm.fit``; ``callbacks`` run after each step, before
-    the next batch is loaded, so they see the batch that step used. Returns
-    PyMC's approximation.
+    the loader in ``model``. ``method``, ``random_seed``, ``progressbar`` and
+    ``**fit_kwargs`` (``obj_n_mc``, ``score``, ...) go to ``pm.fit``;
+    ``callbacks`` run after each step, before the next batch is loaded, so
+    they see the batch that step used.
 
-    ``average_last_epoch=True`` (the default): the approximation returned
-    holds its parameters averaged over the fit's last epoch - the iterates of
-    the last ``min(n, len(loader))`` steps (of the first loader; for a
-    stream of unknown size, those since its last epoch began), averaged in
-    the optimiser's own (unconstrained) space. A constant-step optimiser's
-    last iterate jitters around the optimum with the minibatch noise, by
-    many posterior sds on large data; the average is near it. ``False``:
-    the last iterate. Callbacks see the iterates, not the average.
+    ``optim=None`` (the default): Adam on the schedule of
+    :mod:`exactbatch.adapters.schedule` (:mod:`~exactbatch.adapters.pymc_schedule`),
+    which needs no tuning: a pilot runs the candidate step sizes (0.3, 0.1,
+    0.03, 0.01) one after another, each for 2% of the steps from the same
+    start, and keeps the largest stable one; the step then decays linearly
+    to a hundredth of it at 60% of the steps and stays there. A named
+    ``method`` is made into PyMC's Inference object first (with the seed);
+    ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
+    other ``optim`` (``pm.adam(learning_rate=1e-3)``; or ``obj_optimizer=``,
+    as ``pm.fit`` names it) is used as given, with no pilot.
+
+    Returns PyMC's approximation, with two more attributes: ``convergence``
+    (an :class:`exactbatch.adapters.convergence.Convergence`: how far the
+    posterior means and sds moved between the fit's last two windows, in
+    posterior sds, beyond twice their noise; above 0.1 sd the fit raises
+    ``exactbatch.ConvergenceWarning``) and ``step_size`` (the pilot's
+    choice, or None). Its parameters: with the default schedule, the mean
+    of the last fifth's iterates when the verdict finds the fit still there,
+    else the last iterate. ``average_last_epoch=True``: the mean of the
+    iterates of the last epoch instead - the last ``min(n, len(loader))``
+    steps (of the first loader; for a stream of unknown size, those since
+    its last epoch began), in the optimiser's own (unconstrained) space, for
+    a constant step of your own. Callbacks see the iterates, not the means.
 
     Refuses a loader whose batches are not all exactly ``batch_size`` rows
     (``drop_last=False`` with a partial last batch, or a stream of unknown
@@ -349,9 +351,14 @@ def fit(
     for feed in feeds:
         _check_labels(model, feed)
         check_terms(model, feed.loader, (feed.x, feed.y))
-    average = [_Average(n, loaders[0])] if average_last_epoch else []
-    if average:
-        feeds[0].on_epoch.append(average[0].average.new_epoch)
+    if optim is not None and "obj_optimizer" in fit_kwargs:
+        raise TypeError("fit got optim= and obj_optimizer=: pass one of them")
+    optim = fit_kwargs.pop("obj_optimizer", optim)
+    run = Run(n, epoch_length(loaders[0]), optim is None, average_last_epoch)
+    feeds[0].on_epoch.append(run.new_epoch)
+    if run.default:
+        method = _inference(pm, method, model, random_seed, fit_kwargs)
+        run.remember(method.approx)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
     approx = pm.fit(
@@ -360,9 +367,36 @@ def fit(
         model=model,
         random_seed=random_seed,
         progressbar=progressbar,
-        callbacks=[*(callbacks or ()), *average, *feeds],
+        callbacks=[*(callbacks or ()), run, *feeds],
+        obj_optimizer=run.optimizer if run.default else optim,
         **fit_kwargs,
     )
-    for a in average:
-        a.finish()
+    verdict = run.finish(approx)
+    if hasattr(approx, "params"):
+        approx.convergence, approx.step_size = verdict, run.lr0
+    warn_if_moving(verdict)
     return approx
+
+
+def _inference(pm, method, model, random_seed, fit_kwargs):
+    """``method`` as an Inference object, made as ``pm.fit`` makes it from a name (so
+    that the pilot can note the approximation's start before the first step)."""
+    if not isinstance(method, str):
+        return method
+    choices = {"advi": pm.ADVI, "fullrank_advi": pm.FullRankADVI, "svgd": pm.SVGD,
+               "asvgd": pm.ASVGD}  # fmt: skip
+    if method.lower() not in choices:
+        raise ValueError(f"fit: method must be one of {sorted(choices)}; got {method!r}")
+    kwargs = dict(fit_kwargs.pop("inf_kwargs", None) or {})
+    for key in ("start", "start_sigma"):
+        if fit_kwargs.get(key) is not None:
+            kwargs[key] = fit_kwargs.pop(key)
+    if random_seed is not None:
+        kwargs["random_seed"] = random_seed
+    inference = choices[method.lower()](model=model, **kwargs)
+    if method.lower() == "advi" and "start_sigma" not in kwargs:
+        # sds of 0.1 to start, as NumPyro's AutoNormal: PyMC's log(2) is far from the
+        # posterior sds of standardised data, and the sds travel slowest of all
+        rho = inference.approx.params[1]
+        rho.set_value(np.full_like(rho.get_value(), np.log(np.expm1(START_SD))))
+    return inference

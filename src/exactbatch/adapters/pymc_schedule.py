@@ -1,0 +1,232 @@
+"""The steps of a PyMC fit: the default schedule, the verdict's sums, the averages.
+
+:class:`Adam` is ``pm.adam`` with its step size in a shared variable and its
+state (the moments and the step count) kept where :class:`Run` can save,
+restore and reset it. :class:`Run` is a ``pm.fit`` callback, called after
+every step, that
+
+* with the default schedule (:mod:`exactbatch.adapters.schedule`) runs the
+  pilot - each candidate step size in turn for ``pilot_each`` steps, each
+  from the same start (parameters and optimiser state), on consecutive
+  batches - keeps the candidate whose losses over the second half of its
+  run are lowest within noise (the largest such), restores its state, and
+  then sets the step size of every step after;
+* adds the approximation's parameters into the sums of the verdict's parts
+  and, when asked, of the last epoch;
+* and, at the end (:meth:`Run.finish`), judges the fit and puts the
+  parameters to return into the approximation.
+
+Costs: one copy of the parameters per step inside the summed windows (the
+last two fifths of the steps), and of the parameters and the optimiser's
+state at each pilot boundary. PyMC is imported on first use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from exactbatch.adapters.convergence import PARTS, judge, parts
+from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
+
+__all__ = ["PILOT_EACH", "Adam", "Run"]
+
+PILOT_EACH = 0.02  # share of the steps each candidate of the pilot runs
+
+
+class Adam:
+    """``pm.adam`` (Kingma and Ba) whose step size :attr:`lr` is a shared variable
+    and whose state can be saved, restored and reset between steps."""
+
+    def __init__(self, lr: float, beta1=0.9, beta2=0.999, epsilon=1e-8):
+        import pytensor
+
+        self.lr = pytensor.shared(np.asarray(lr, dtype=pytensor.config.floatX))
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.state: list = []
+
+    def __call__(self, grads, params):
+        import pytensor
+        import pytensor.tensor as pt
+
+        floatx = pytensor.config.floatX
+        t_prev = pytensor.shared(np.asarray(0.0, dtype=floatx))
+        one = pt.constant(1)
+        t = t_prev + 1
+        b1, b2 = self.beta1, self.beta2
+        a_t = self.lr * pt.sqrt(one - b2**t) / (one - b1**t)
+        updates, moments = OrderedDict(), []
+        for param, g in zip(params, grads, strict=True):
+            value = param.get_value(borrow=True)
+            m_prev = pytensor.shared(np.zeros_like(value), shape=param.type.shape)
+            v_prev = pytensor.shared(np.zeros_like(value), shape=param.type.shape)
+            m_t = b1 * m_prev + (one - b1) * g
+            v_t = b2 * v_prev + (one - b2) * g**2
+            updates[m_prev], updates[v_prev] = m_t, v_t
+            updates[param] = param - a_t * m_t / (pt.sqrt(v_t) + self.epsilon)
+            moments += [m_prev, v_prev]
+        updates[t_prev] = t
+        self.state = [t_prev, *moments]
+        return updates
+
+    def save(self) -> list:
+        return [s.get_value().copy() for s in self.state]
+
+    def load(self, values) -> None:
+        for s, v in zip(self.state, values, strict=True):
+            s.set_value(v)
+
+    def reset(self) -> None:
+        self.load([np.zeros_like(v) for v in self.save()])
+
+
+class Run:
+    """A ``pm.fit`` callback over the ``num_steps`` steps of one fit (see the module).
+
+    ``default`` selects the default schedule (then :attr:`optimizer` is the
+    :class:`Adam` to pass as ``obj_optimizer``); ``average`` the mean of the last
+    epoch's iterates (``epoch`` batches; None: since the last epoch began, which
+    :meth:`new_epoch` marks)."""
+
+    def __init__(self, num_steps: int, epoch: int | None, default: bool, average: bool):
+        self.num_steps, self.epoch, self.default = num_steps, epoch, default
+        self.pilot_each = max(1, math.ceil(num_steps * PILOT_EACH))
+        self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each)
+        self.optimizer = Adam(CANDIDATES[0]) if default else None
+        self.spans, self.width = parts(num_steps, epoch)
+        first = self.plan.pilot if default else 0
+        self.avg_start = None
+        if average:
+            self.avg_start = max(first, num_steps - epoch) if epoch else first
+        self.sums = [None] * len(self.spans)
+        self.average = None
+        self.losses: list[float] = []
+        self.calls = 0
+        self.start = self.runs = self.lr0 = None
+
+    def new_epoch(self) -> None:
+        if self.epoch is None and self.avg_start is not None:
+            self.avg_start, self.average = max(self.calls, self.avg_start), None
+
+    def remember(self, approx) -> None:
+        """Note the approximation's parameters before the first step: the pilot's start."""
+        self.start = [p.get_value().copy() for p in approx.params]
+        self.runs = []
+
+    def __call__(self, approx, losses, i) -> None:
+        step, self.calls = self.calls, self.calls + 1
+        if losses is not None and len(losses):
+            self.losses.append(float(losses[-1]))
+        params = getattr(approx, "params", None)
+        if params is None:  # a stand-in for pm.fit: nothing to read or restore
+            return
+        values = None
+        for k, (a, b) in enumerate(self.spans):
+            if a <= step < b:
+                values = values or [p.get_value() for p in params]
+                self.sums[k] = _add(self.sums[k], values)
+        if self.avg_start is not None and step >= self.avg_start:
+            values = values or [p.get_value() for p in params]
+            self.average = _add(self.average, values)
+        if self.default and self.start is not None:
+            self._schedule(step, params)
+
+    def _schedule(self, step: int, params) -> None:
+        """After step ``step``: end a candidate's run (the next one starts where the first
+        did), end the pilot (the kept candidate's state back), or set the next step size."""
+        each, pilot, opt = self.pilot_each, self.plan.pilot, self.optimizer
+        if step < pilot and (step + 1) % each == 0:
+            c = step // each
+            state = [p.get_value().copy() for p in params], opt.save()
+            self.runs.append((state, self.losses[c * each : (c + 1) * each]))
+            if c + 1 < len(CANDIDATES):
+                for p, v in zip(params, self.start, strict=True):
+                    p.set_value(v.copy())
+                opt.reset()
+                opt.lr.set_value(np.asarray(CANDIDATES[c + 1], dtype=opt.lr.dtype))
+                return
+            best = pick_apart([run_losses for _, run_losses in self.runs])
+            self.lr0 = CANDIDATES[best]
+            (values, moments), _ = self.runs[best]
+            for p, v in zip(params, values, strict=True):
+                p.set_value(v)
+            opt.load(moments)
+            self.runs = None
+        if self.lr0 is not None:
+            lr = self.plan.step_size(self.lr0, step + 1)
+            opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
+
+    def finish(self, approx):
+        """The verdict, with the approximation's parameters set to those returned: the
+        last epoch's mean (``average``), else with the default schedule the mean of the
+        verdict's last window when it found the fit still, else the last iterate."""
+        params = getattr(approx, "params", None)
+        if params is None:
+            return judge([], self.losses, 0)
+        last = [p.get_value() for p in params]
+        means = [_mean(s) for s in self.sums]
+        verdict = _verdict(approx, means, self.losses, self.width) if self.width else None
+        verdict = verdict or judge([], self.losses, 0)  # not judged
+        chosen = None
+        if self.average is not None:
+            chosen = _mean(self.average)
+        elif self.default and verdict.converged:
+            tail = [s for s in self.sums[PARTS:] if s is not None]
+            if tail:
+                chosen = _mean(_merge(tail))
+        for p, v in zip(params, chosen or last, strict=True):
+            p.set_value(np.asarray(v, dtype=p.dtype))
+        return verdict
+
+
+def _add(total, values):
+    if total is None:
+        return [[np.array(v, dtype=np.float64) for v in values], 1]
+    total[0] = [t + v for t, v in zip(total[0], values, strict=True)]
+    total[1] += 1
+    return total
+
+
+def _merge(totals):
+    out = [[np.zeros_like(v) for v in totals[0][0]], 0]
+    for values, count in totals:
+        out[0] = [a + b for a, b in zip(out[0], values, strict=True)]
+        out[1] += count
+    return out
+
+
+def _mean(total):
+    if total is None:
+        return None
+    values, count = total
+    return [v / count for v in values]
+
+
+def _verdict(approx, part_means, losses, width):
+    """The guide's posterior means and sds at each part's mean parameters."""
+    import pytensor
+
+    try:
+        moments = pytensor.function([], [approx.mean, approx.std])
+        names = [
+            (name, sl) for group in approx.groups for name, sl, _, _ in group.ordering.values()
+        ]
+    except (AttributeError, NotImplementedError):  # an approximation without mean and std
+        return None
+    if any(m is None for m in part_means):
+        return None
+    params = approx.params
+    last = [p.get_value() for p in params]
+    found = []
+    try:
+        for values in part_means:
+            for p, v in zip(params, values, strict=True):
+                p.set_value(np.asarray(v, dtype=p.dtype))
+            mean, sd = (np.asarray(a, dtype=np.float64) for a in moments())
+            found.append({name: (mean[sl], sd[sl]) for name, sl in names})
+    finally:
+        for p, v in zip(params, last, strict=True):
+            p.set_value(v)
+    return judge(found, losses, width)

@@ -1,0 +1,122 @@
+"""The default step sizes of the fit helpers (``optim=None``), and the windows they judge.
+
+A minibatch fit over ``num_steps`` steps runs Adam (Kingma and Ba) through
+three phases, each a fixed share of the steps:
+
+* **Pilot** (the first 5% in NumPyro; in PyMC 2% for each candidate): the candidate step sizes
+  :data:`CANDIDATES` run from the same start (NumPyro: side by side, on the
+  same batches and random draws; PyMC: one after another, each on batches of
+  its own). :func:`pick` and :func:`pick_apart` keep the largest stable
+  step: the one of the lowest loss over the second half of its run, or the
+  next larger one while its loss still falls - a short pilot favours the
+  step that gains most in a few steps, which is smaller than what a long fit
+  can use (Stan's ADVI adapts its step by such a pilot: Kucukelbir et al.
+  2017). The fit goes on from where the kept candidate stands.
+* **Decay** (to 60% of the steps): the step falls linearly from the kept
+  ``lr0`` to ``lr0 / FLOOR``. A constant step leaves the iterate jittering by
+  many posterior sds on large data; for a fixed budget a linear decay is
+  the schedule whose last iterate does best (Defazio et al. 2023).
+* **Tail** (the last 40%): the step stays at ``lr0 / FLOOR``. The tail is the
+  two windows the convergence verdict compares (:func:`windows`): at a small
+  constant step a converged fit stands still and one still travelling moves.
+
+The fit returns the mean of the tail's last window when the verdict finds
+it still (no worse than one iterate: see docs/usage/numpyro.md), else the
+last iterate.
+
+NumPy only: no optional package is imported here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["CANDIDATES", "FLOOR", "PILOT", "Plan", "pick", "pick_apart", "windows"]
+
+CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
+FLOOR = 100  # the tail's step is lr0 / FLOOR
+PILOT = 0.05  # share of the steps the pilot takes
+WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
+
+
+def windows(num_steps: int, epoch: int | None) -> tuple[int, int]:
+    """``(start, width)``: the verdict compares the mean of the iterates of steps
+    ``[start, start + width)`` with those of ``[start + width, num_steps)``.
+
+    ``width`` is a fifth of the steps, rounded down to whole epochs when it spans at
+    least one (over a whole epoch every row was seen once, so the minibatch noise
+    cancels); ``(num_steps, 0)`` when there are too few steps for two windows."""
+    width = int(num_steps * WINDOW)
+    if epoch and width >= epoch:
+        width -= width % epoch
+    if width < 1:
+        return num_steps, 0
+    return num_steps - 2 * width, width
+
+
+class Plan:
+    """The default schedule of a fit of ``num_steps`` steps (see the module doc).
+
+    ``pilot`` is its number of pilot steps, ``tail`` the step its tail begins at;
+    :meth:`step_size` gives the step size of step ``i`` once the pilot chose ``lr0``.
+    """
+
+    def __init__(self, num_steps: int, epoch: int | None, pilot: int | None = None):
+        self.num_steps = num_steps
+        self.pilot = max(1, math.ceil(num_steps * PILOT)) if pilot is None else pilot
+        start, width = windows(num_steps, epoch)
+        self.tail = max(self.pilot, start if width else num_steps)
+
+    def step_size(self, lr0: float, i: int) -> float:
+        """Linear from ``lr0`` after the pilot to ``lr0 / FLOOR`` at the tail, then flat."""
+        if i >= self.tail:
+            return lr0 / FLOOR
+        span = max(1, self.tail - self.pilot)
+        done = min(max(i - self.pilot, 0), span) / span
+        return lr0 * (1 - done * (1 - 1 / FLOOR))
+
+
+def _settling(run) -> bool:
+    """Are a candidate's losses finite and lower over the second half of its run than
+    over the first (it converges, where a step too large wanders or diverges)?"""
+    run = np.asarray(run, dtype=np.float64)
+    half = len(run) // 2
+    return bool(half) and bool(np.isfinite(run).all()) and run[half:].mean() < run[:half].mean()
+
+
+def _largest_stable(runs, best: int) -> int:
+    """``best``, or the next larger step when its run is settling: a short pilot favours
+    the step that gains most over a few steps, which is smaller than the best for a long
+    fit (whose step then decays a hundredfold)."""
+    return best - 1 if best > 0 and _settling(runs[best - 1]) else best
+
+
+def pick(losses) -> int:
+    """The largest stable step, from a pilot of the candidates side by side.
+
+    ``losses`` is a sequence of rows (one per pilot step) of one loss per
+    candidate, the candidates largest step first, all run from the same start
+    on the same batches and random draws. The best is the candidate of the
+    lowest mean loss over the second half of the pilot (a non-finite loss
+    there never is, while another is finite); picked is the next larger step
+    when its losses are finite and falling (lower over the second half of the
+    pilot than the first), else the best."""
+    rows = np.asarray(losses, dtype=np.float64)
+    half = rows[len(rows) // 2 :] if len(rows) > 1 else rows
+    finite = np.isfinite(half).all(axis=0)
+    if not finite.any():
+        return rows.shape[1] - 1  # all diverged: the smallest step
+    means = np.where(finite, half.mean(axis=0), np.inf)
+    return _largest_stable(rows.T, int(np.argmin(means)))
+
+
+def pick_apart(runs) -> int:
+    """:func:`pick` for candidates run one after another, each from the same start on
+    batches of its own: ``runs`` holds each candidate's losses, largest step first."""
+    halves = [np.asarray(r[len(r) // 2 :], dtype=np.float64) for r in runs]
+    means = [h.mean() if len(h) and np.isfinite(h).all() else np.inf for h in halves]
+    if not np.isfinite(means).any():
+        return len(runs) - 1
+    return _largest_stable(runs, int(np.argmin(means)))
