@@ -82,35 +82,28 @@ static void on_fault(int sig, siginfo_t *info, void *ctx)
  * too when SIGBUS was displaced (handlers come in pairs; a copy from a mapping it
  * holds cannot raise SIGSEGV, so that one is defence only). SA_NODEFER: the signal
  * stays unblocked inside the handler, so after siglongjmp the mask is as before and
- * sigsetjmp need not save it (a system call). */
-int guard_install(void)
+ * sigsetjmp need not save it (a system call). sigaction cannot fail here: it fails
+ * only for a signal number it does not know, SIGKILL or SIGSTOP, or a bad address. */
+void guard_install(void)
 {
     static const int sigs[2] = {SIGBUS, SIGSEGV};
+    struct sigaction cur;
     if (guard_action.sa_sigaction == NULL) { /* the first call: both are checked */
         guard_action.sa_sigaction = on_fault;
         guard_action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
         sigemptyset(&guard_action.sa_mask);
     } else {
-        struct sigaction cur;
-        if (sigaction(SIGBUS, NULL, &cur) != 0)
-            goto fail;
+        sigaction(SIGBUS, NULL, &cur);
         if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
-            return 0;
+            return;
     }
     for (int i = 0; i < 2; i++) {
-        struct sigaction cur;
-        if (sigaction(sigs[i], NULL, &cur) != 0)
-            goto fail;
+        sigaction(sigs[i], NULL, &cur);
         if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault)
             continue;
         chained[i] = cur; /* on_fault is not installed: no handler reads it now */
-        if (sigaction(sigs[i], &guard_action, NULL) != 0)
-            goto fail;
+        sigaction(sigs[i], &guard_action, NULL);
     }
-    return 0;
-fail:
-    PyErr_SetFromErrno(PyExc_OSError);
-    return -1;
 }
 
 int guard_run(const GuardRange *ranges, Py_ssize_t n, void (*copy)(void *), void *arg,

@@ -14,10 +14,9 @@ typedef struct {
     const char *lo, *hi;
 } GuardRange;
 
-/* Install the guard's handler, or put it back where another took its place; 0, or -1
- * with an OSError set. With the GIL held: call it when a mapping is first read and
- * before every guarded copy. */
-int guard_install(void);
+/* Install the guard's handler, or put it back where another took its place. With the
+ * GIL held: call it when a mapping is first read and before every guarded copy. */
+void guard_install(void);
 
 /* Run copy(arg) on this thread, catching a fault raised by a read of an address in
  * ranges[0..n): 0 when the copy ran to its end; -1 when it faulted, with the index of

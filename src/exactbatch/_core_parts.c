@@ -214,15 +214,15 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Job j = JOB_INIT;
-    Py_buffer ib = {0}, bx = {0}, by = {0};
-    int have_i = 0, rc = 0;
+    Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
+    int rc = 0;
     Py_ssize_t which = -1;
     PyObject *res = NULL;
     const char **src = NULL;
     char *seen = NULL;
     GuardRange *ranges = NULL;
 
-    if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
+    if (parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
     size_t cells;
@@ -232,10 +232,9 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     ranges = PyMem_RawCalloc((size_t)self->nparts, sizeof(GuardRange));
     if (src == NULL || seen == NULL || ranges == NULL) {
         PyErr_NoMemory();
-        goto release;
+        goto done;
     }
-    if (guard_install() < 0)
-        goto release;
+    guard_install();
     Py_BEGIN_ALLOW_THREADS
     rc = parts_copy(self, &j, src, seen, ranges, &which);
     Py_END_ALLOW_THREADS
@@ -265,15 +264,13 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     } else {
         res = Py_NewRef(Py_None);
     }
-release:
+done:
     PyMem_RawFree(src);
     PyMem_RawFree(seen);
     PyMem_RawFree(ranges);
+    PyBuffer_Release(&ib);
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
-done:
-    if (have_i)
-        PyBuffer_Release(&ib);
     return res;
 }
 
@@ -404,20 +401,12 @@ PyObject *parts_rows(PyObject *mod, PyObject *args)
             PyBuffer_Release(&b);
             return NULL;
         }
-    if (guard_install() < 0) {
-        PyBuffer_Release(&b);
-        return NULL;
-    }
-    PartsObject *p = PyObject_New(PartsObject, &PartsType);
+    guard_install();
+    PartsObject *p = (PartsObject *)PartsType.tp_alloc(&PartsType, 0); /* zeroed */
     if (p == NULL) {
         PyBuffer_Release(&b);
         return NULL;
     }
-    p->starts = NULL;
-    p->table = NULL;
-    p->parts = NULL;
-    p->origin = NULL;
-    p->pins = NULL;
     p->stride = row;
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];

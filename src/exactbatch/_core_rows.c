@@ -156,14 +156,12 @@ static void copy_rows(const RowsObject *s, Job *j)
                             (st).st_##which##tim.tv_nsec)
 #endif
 
-/* Has the file of rows s lost bytes, or changed its modification time or change time
- * (ctime) since opened? One fstat; 0 in memory. The rule is exactbatch.ndf.local's
+/* Has the file of rows s (a file's: lo != NULL) lost bytes, or changed its modification
+ * time or change time (ctime) since opened? One fstat. The rule is exactbatch.ndf.local's
  * LocalHandle.check_size (see there): a ctime moved by the last link going (the file
  * deleted, or replaced by a rename over its path) is no change. */
 int file_changed(const RowsObject *s)
 {
-    if (s->fd < 0)
-        return 0;
     struct stat st;
     if (fstat(s->fd, &st) != 0 || (long long)st.st_size < s->size)
         return 1;
@@ -231,8 +229,8 @@ PyDoc_STRVAR(read_doc,
 "the file changed (or the copy faulted).");
 
 /* The rows argument of read(): a slice of [0, n) or a 1-D int32/int64 buffer (then
- * held in *ib, *have_i = 1: release it). 0, or -1 with an exception set. */
-int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib, int *have_i)
+ * held in *ib: release it, also after an error). 0, or -1 with an exception set. */
+int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib)
 {
     if (PySlice_Check(o)) {
         Py_ssize_t start, stop, step;
@@ -249,7 +247,6 @@ int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib, int *have_i)
     }
     if (PyObject_GetBuffer(o, ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         return -1;
-    *have_i = 1;
     const char *f = plain_format(ib);
     if (ib->ndim != 1 || !f[0] || !strchr("ilq", f[0]) || f[1] ||
         (ib->itemsize != 4 && ib->itemsize != 8)) {
@@ -302,15 +299,15 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     Job j = JOB_INIT;
-    Py_buffer ib = {0}, bx = {0}, by = {0};
-    int have_i = 0, rc = 0;
+    Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
+    int rc = 0;
     PyObject *res = NULL;
 
-    if (parse_rows(args[0], self->n, &j, &ib, &have_i) < 0 ||
+    if (parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
-    if (self->lo != NULL && guard_install() < 0)
-        goto release;
+    if (self->lo != NULL)
+        guard_install();
     Py_BEGIN_ALLOW_THREADS
     rc = guarded_copy(self, &j);
     Py_END_ALLOW_THREADS
@@ -324,21 +321,17 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     } else {
         res = Py_NewRef(Py_None);
     }
-release:
+done:
+    PyBuffer_Release(&ib);
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
-done:
-    if (have_i)
-        PyBuffer_Release(&ib);
     return res;
 }
 
 static void Rows_dealloc(RowsObject *self)
 {
-    if (self->nbufs > 0)
-        PyBuffer_Release(&self->xbuf);
-    if (self->nbufs > 1)
-        PyBuffer_Release(&self->ybuf);
+    PyBuffer_Release(&self->xbuf); /* (one not held, zeroed, is let go of as a no-op) */
+    PyBuffer_Release(&self->ybuf);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -357,17 +350,11 @@ PyTypeObject RowsType = {
     .tp_methods = Rows_methods,
 };
 
+/* Zeroed (tp_alloc): no buffer held yet, and lo NULL, in memory, until file_rows sets
+ * the file's fields. */
 static RowsObject *new_rows(void)
 {
-    RowsObject *s = PyObject_New(RowsObject, &RowsType);
-    if (s == NULL)
-        return NULL;
-    s->nbufs = 0;
-    s->lo = s->hi = NULL;
-    s->fd = -1;
-    s->size = 0;
-    s->mtime_ns = s->ctime_ns = -1;
-    return s;
+    return (RowsObject *)RowsType.tp_alloc(&RowsType, 0);
 }
 
 /* A float64 2-D array's buffer whose rows are each contiguous, one stride apart
@@ -408,12 +395,8 @@ PyObject *memory_rows(PyObject *mod, PyObject *args)
     RowsObject *s = new_rows();
     if (s == NULL)
         return NULL;
-    if (matrix(x, &s->xbuf, "x", &s->xstride) < 0)
+    if (matrix(x, &s->xbuf, "x", &s->xstride) < 0 || matrix(y, &s->ybuf, "y", &s->ystride) < 0)
         goto fail;
-    s->nbufs = 1;
-    if (matrix(y, &s->ybuf, "y", &s->ystride) < 0)
-        goto fail;
-    s->nbufs = 2;
     s->n = s->xbuf.shape[0];
     s->d = s->xbuf.shape[1];
     s->l = s->ybuf.shape[1];
@@ -450,14 +433,12 @@ PyObject *file_rows(PyObject *mod, PyObject *args)
                      "is more than %zd bytes", off, n, row, PY_SSIZE_T_MAX);
         return NULL;
     }
-    if (guard_install() < 0)
-        return NULL;
+    guard_install();
     RowsObject *s = new_rows();
     if (s == NULL)
         return NULL;
     if (PyObject_GetBuffer(m, &s->xbuf, PyBUF_SIMPLE) != 0)
         goto fail;
-    s->nbufs = 1;
     if (s->xbuf.len < end) {
         PyErr_SetString(PyExc_ValueError, "file_rows: the mapping is shorter than its rows");
         goto fail;

@@ -10,14 +10,16 @@
 
 typedef struct {
     PyObject_HEAD
-    Py_buffer xbuf, ybuf; /* held while the object lives: the rows cannot move */
-    int nbufs;
+    Py_buffer xbuf, ybuf; /* held while the object lives: the rows cannot move (a file's:
+                           * xbuf its mapping, ybuf none) */
     const char *xbase, *ybase;   /* row 0's x and y values */
     Py_ssize_t xstride, ystride; /* bytes from one row to the next */
     Py_ssize_t n, d, l;
     const char *lo, *hi; /* a mapping's range (guarded copies); NULL in memory */
-    int fd;              /* a file's descriptor, checked after each copy; -1 in memory */
-    long long size, mtime_ns, ctime_ns; /* what the file had when opened (< 0: unchecked) */
+    /* a file's only: its descriptor, checked after each copy, and what it had when
+     * opened (a time < 0: unchecked) */
+    int fd;
+    long long size, mtime_ns, ctime_ns;
 } RowsObject;
 
 extern PyTypeObject RowsType;
@@ -102,14 +104,14 @@ static inline void copy_row(char *restrict dst, const char *restrict src, Py_ssi
 int row_size(const char *who, Py_ssize_t d, Py_ssize_t l, Py_ssize_t *row);
 
 /* read()'s arguments: the rows (a slice of [0, n), or a 1-D int32/int64 buffer then
- * held in *ib with *have_i = 1: release it) and out_x, out_y for them (held in *bx and
- * *by on success: release both). 0, or -1 with an exception set. */
-int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib, int *have_i);
+ * held in *ib: release it, also after an error) and out_x, out_y for them (held in *bx
+ * and *by on success: release both). 0, or -1 with an exception set. */
+int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib);
 int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, Py_buffer *bx,
                Py_buffer *by);
 
-/* Has the file of rows s lost bytes, or changed its modification time or change time
- * since opened? One fstat; 0 in memory. */
+/* Has the file of rows s (a file's) lost bytes, or changed its modification time or
+ * change time since opened? One fstat. */
 int file_changed(const RowsObject *s);
 
 /* The module's functions (see their docs in _core.c) and its types made ready. */
