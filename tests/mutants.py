@@ -262,10 +262,12 @@ def results(target: str) -> dict[str, str] | None:
 CORE_SOURCES = ("src/exactbatch", "_core*.[ch]")
 CORE_SAMPLE = 130  # per mille of the sites: ~230 mutants (~15 fail to compile), ~30 minutes
 CORE_WORKERS = 2
-# The tests that read through the core: the kernels (gathers, casts, checks, the guard's
-# truncations in child processes), a dataset's parts, a file's reads and changes, the
-# guard; the NumPy path's own cases and EXACTBATCH_PURE's parsing left out.
+# The tests that read through the core: its own edges, the kernels (gathers, casts,
+# checks, the guard's truncations in child processes), a dataset's parts, a file's reads
+# and changes, the guard; the NumPy path's own cases and EXACTBATCH_PURE's parsing left
+# out.
 CORE_TESTS = [
+    "tests/test_core.py",
     "tests/test_kernels.py",
     "tests/ndf/test_ndf_dataset.py",
     "tests/ndf/test_file.py",
@@ -283,6 +285,7 @@ CORE_TESTS_OF = {"_core_bijection": ["bijection"], "_core": ["core", "bijection"
 # dropping it changes the speed alone): not dropped.
 NOT_DROPPED = {
     "__builtin_prefetch",
+    "tp_free",
     "PyBuffer_Release",
     "Py_DECREF",
     "Py_XDECREF",
@@ -361,6 +364,8 @@ def _line_mutants(code: str) -> list[tuple[int, int, str, str]]:
     bare = code.rstrip().removesuffix("\\").strip()  # a macro's line ends in a backslash
     if bare.startswith("#") and not re.match(r"#\s*define\s+\w+", bare):
         return []  # #include, #if...: not code that runs
+    if bare.startswith("__builtin_prefetch("):
+        return []  # a hint: whatever address it is given, only the speed changes
     toks = list(_TOKEN.finditer(code))
     words = [t.group() for t in toks]
     out = []
@@ -394,7 +399,8 @@ def _line_mutants(code: str) -> list[tuple[int, int, str, str]]:
         statement
         and bare.endswith(";")
         and bare.count("(") == bare.count(")")
-        and words[0] not in NOT_DROPPED | {"if", "for", "while", "switch", "case", "else", "do"}
+        and not NOT_DROPPED & set(words)
+        and words[0] not in ("if", "for", "while", "switch", "case", "else", "do")
         and words[1:2] != ["*"]  # a declaration: `PyObject *exc = ...;`
     ):
         start = code.index(bare[0])
