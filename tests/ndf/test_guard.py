@@ -409,3 +409,49 @@ def test_the_core_says_whether_a_copy_faulted_or_the_file_changed(tmp_path):
         "file 1 the file's size, modification time or ctime changed -",
         "parts 1 a part's size, modification time or ctime changed 0",
     ]
+
+
+_RAISED_AGAIN = textwrap.dedent(
+    """
+    import ctypes, signal, sys
+    from exactbatch import open_ndf, save_ndf
+    libc = ctypes.CDLL(None)
+
+    class Sigaction(ctypes.Structure):  # glibc's struct sigaction
+        _fields_ = [
+            ("handler", ctypes.c_void_p),
+            ("mask", ctypes.c_ulong * (128 // ctypes.sizeof(ctypes.c_ulong))),
+            ("flags", ctypes.c_int),
+            ("restorer", ctypes.c_void_p),
+        ]
+
+    save_ndf(sys.argv[1], [[1.0]])
+    f = open_ndf(sys.argv[1])  # the guard
+    act = Sigaction(handler=ctypes.cast(getattr(libc, "raise"), ctypes.c_void_p).value)
+    act.flags = 4  # SA_SIGINFO: a handler told the address, which raises the signal again
+    for sig in (signal.SIGBUS, signal.SIGSEGV):
+        assert libc.sigaction(sig, ctypes.byref(act), None) == 0
+    f.read_rows([0])  # the guard is put back, chaining to it
+    print("faulting", flush=True)
+    ctypes.string_at(16)  # a fault outside any copy
+    print("survived", flush=True)
+    """
+)
+
+
+@needs_core
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's struct sigaction")
+def test_a_fault_raised_again_by_the_handler_it_chains_to_ends_the_process(tmp_path):
+    """A handler that gets the signal's address (SA_SIGINFO) and raises it again, with the
+    guard put back over it (as a crash reporter might): the signal raised from inside it
+    takes the default action at once - the process ends by the fault's signal, never
+    returning into the fault to loop through both handlers."""
+    r = subprocess.run(
+        [sys.executable, "-c", _RAISED_AGAIN, os.fspath(tmp_path / "one.ndf")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    assert r.stdout.splitlines() == ["faulting"], (r.stdout, r.stderr[-2000:])
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
