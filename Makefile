@@ -46,9 +46,10 @@ test: lint
 bench: $(VENV)/.installed-dev
 	$(PY) bench/bench_core.py
 
-# Mutation testing (not part of `make test`; about an hour on 2 cores): the kill
-# rate per target and the surviving mutants. `make mutants TARGETS="order ndf"`
-# runs some targets; `$(PY) tests/mutants.py --summary --diff` shows the last results.
+# Mutation testing (not part of `make test`; about an hour and a half on 2 cores,
+# half an hour of it the compiled core's): the kill rate per target and the surviving
+# mutants. `make mutants TARGETS="order core"` runs some targets;
+# `$(PY) tests/mutants.py --summary --diff` shows the last results.
 mutants: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py $(TARGETS)
 

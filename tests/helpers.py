@@ -292,6 +292,19 @@ def run_cli(*args, check=None, timeout=120):
     return p
 
 
+def run_compiled(code: str, *args, timeout=120):
+    """Run ``code`` (dedented) in a fresh interpreter on the compiled core (a regression
+    that crashes it, or hangs it until ``timeout``, fails the test, not the suite), with
+    ``args`` as its argv; returns the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+
+
 # A child (argv: folder, rounds, kinds, how) reads rows of a file ("file") or of the
 # second of two parts of a dataset ("dataset": the gather over every part's mapping),
 # truncates it and reads again, ``rounds`` times per kind: every read of a row past the

@@ -10,28 +10,15 @@ from __future__ import annotations
 import array
 import mmap
 import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
-from helpers import make_data
+from helpers import make_data, run_compiled
 
 from exactbatch import kernels, open_ndf, save_ndf
 
 core = pytest.importorskip("exactbatch._core", reason="the compiled core is not built")
-
-
-def _child(code: str, *args) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter (a regression would crash it, not the suite)."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
 
 
 @pytest.fixture
@@ -180,7 +167,7 @@ def test_the_core_without_numpy_is_an_error_as_it_loads():
     """The extension looks up numpy.ndarray as it loads (pair_fits accepts no other
     buffer): without NumPy, or with a numpy that has no ndarray, loading it is an error,
     never a crash or a module that half works."""
-    r = _child(
+    r = run_compiled(
         """
         import importlib.util, sys, types
         for numpy in (None, types.ModuleType("numpy")):  # import numpy fails; no ndarray
@@ -248,7 +235,7 @@ def test_a_failed_allocation_is_a_memory_error_never_a_crash(tmp_path):
     """Each allocation a function of the core makes is failed in turn (CPython's
     _testcapi.set_nomemory): every failure is a MemoryError, and the call then works."""
     pytest.importorskip("_testcapi")
-    r = _child(_ALLOCATIONS, tmp_path / "a.ndf")
+    r = run_compiled(_ALLOCATIONS, tmp_path / "a.ndf")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
     assert all(line.endswith(" True") for line in r.stdout.splitlines()), r.stdout
     assert len(r.stdout.splitlines()) == 8, r.stdout

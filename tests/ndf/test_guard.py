@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import TRUNCATE_LOOP
+from helpers import TRUNCATE_LOOP, run_compiled
 
 import exactbatch.ndf.guard as guard
 from exactbatch import NdfError, kernels, open_ndf, save_ndf
@@ -315,13 +315,7 @@ def test_the_guard_holds_when_a_handler_is_installed_after_it(tmp_path, how, end
     read, chaining to that handler: every truncation is an NdfError naming the file (or
     the part), and a fault outside a copy still ends the process as that handler (or the
     default) does, never a hang (helpers.TRUNCATE_LOOP, in a child process)."""
-    r = subprocess.run(
-        [sys.executable, "-c", TRUNCATE_LOOP, os.fspath(tmp_path), "8", "file,dataset", how],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    r = run_compiled(TRUNCATE_LOOP, tmp_path, "8", "file,dataset", how, timeout=60)
     want = ["file 8", "dataset 8"] + ([f"sent [{int(signal.SIGBUS)}]"] * (how == "signal"))
     assert r.stdout.splitlines() == want, (r.returncode, r.stdout, r.stderr[-2000:])
     assert r.returncode == ends, (r.returncode, r.stderr[-2000:])
@@ -354,13 +348,7 @@ def test_the_handlers_the_guard_displaced_are_kept_per_signal(tmp_path):
     a signal sent, not a fault, goes to its own signal's handler, an ignored one stays
     ignored, and a real fault whose handler was SIG_IGN ends the process by the default
     action instead of faulting again forever."""
-    r = subprocess.run(
-        [sys.executable, "-c", _KEPT_PER_SIGNAL, os.fspath(tmp_path / "one.ndf")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    r = run_compiled(_KEPT_PER_SIGNAL, tmp_path / "one.ndf")
     assert r.stdout.splitlines() == [f"sent [{int(signal.SIGBUS)}]"], (r.stdout, r.stderr)
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
 
@@ -395,13 +383,7 @@ def test_the_core_says_whether_a_copy_faulted_or_the_file_changed(tmp_path):
     """After a truncation, a read of a row whose page is gone faults: the guard catches it
     and the read says so (a part's with the part's number); a read of rows still in the
     file copies them, and the fstat after it sees the change."""
-    r = subprocess.run(
-        [sys.executable, "-c", _FAULT_OR_CHANGE, os.fspath(tmp_path / "f.ndf")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    r = run_compiled(_FAULT_OR_CHANGE, tmp_path / "f.ndf")
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.splitlines() == [
         "file 4000 a copy from the file's mapping faulted (truncated?) -",
@@ -446,12 +428,6 @@ def test_a_fault_raised_again_by_the_handler_it_chains_to_ends_the_process(tmp_p
     guard put back over it (as a crash reporter might): the signal raised from inside it
     takes the default action at once - the process ends by the fault's signal, never
     returning into the fault to loop through both handlers."""
-    r = subprocess.run(
-        [sys.executable, "-c", _RAISED_AGAIN, os.fspath(tmp_path / "one.ndf")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "EXACTBATCH_PURE": "0"},
-    )
+    r = run_compiled(_RAISED_AGAIN, tmp_path / "one.ndf", timeout=30)
     assert r.stdout.splitlines() == ["faulting"], (r.stdout, r.stderr[-2000:])
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
