@@ -261,7 +261,9 @@ class _Run:
         import jax
         import jax.numpy as jnp
 
-        self.jax, self.jnp = jax, jnp
+        from jax.flatten_util import ravel_pytree
+
+        self.jax, self.jnp, self.ravel = jax, jnp, ravel_pytree
         self.svi, self.kw, self.default = svi, model_kwargs, default
         self.num_steps, self.epoch = num_steps, epoch
         self.plan = Plan(num_steps, epoch) if default else None
@@ -274,7 +276,7 @@ class _Run:
         self.ends = np.array([b for _, b in spans], dtype=np.int32)
         self.spans = None  # the two on the device (see _spans)
         self.step_no = 0
-        self.sums = self.losses = self.lr0 = None
+        self.sums = self.losses = self.lr0 = self.unravel = None
 
     def new_epoch(self) -> None:
         if self.epoch is None and self.starts[-1] < self.num_steps:
@@ -282,18 +284,13 @@ class _Run:
             self.spans = None
 
     def _core(self, state, sums, i, lr, starts, ends, xb, yb):
-        jax, jnp = self.jax, self.jnp
+        jnp = self.jnp
         if self.default:
             state = _with_lr(state, lr)
         state, loss = self.svi.update(state, xb, yb, **self.kw)
-        params = self.svi.optim.get_params(state.optim_state)
+        flat, _ = self.ravel(self.svi.optim.get_params(state.optim_state))
         inside = (starts <= i) & (i < ends)
-
-        def add(k):
-            tree_map = jax.tree_util.tree_map
-            return tree_map(lambda s, v: s + jnp.where(inside[k], v, 0), sums[k], params)
-
-        return state, tuple(add(k) for k in range(len(sums))), loss
+        return state, sums + jnp.where(inside[:, None], flat[None, :], 0), loss
 
     def _jit(self, core, donate):
         """``core`` as one jitted step that also writes the loss into ``losses[i]``."""
@@ -311,9 +308,12 @@ class _Run:
         return self.spans
 
     def _fresh(self, params):
-        """Zero sums (one per span, each its own buffers: they are donated) and losses."""
-        jax, jnp = self.jax, self.jnp
-        sums = tuple(jax.tree_util.tree_map(jnp.zeros_like, params) for _ in self.starts)
+        """Zero sums and losses (fresh buffers: they are donated). The sums are one
+        array, a row of the raveled parameters per span: one buffer for the step to
+        pass, not one per parameter and span, keeps the per-step dispatch cheap."""
+        jnp = self.jnp
+        flat, self.unravel = self.ravel(params)
+        sums = jnp.zeros((len(self.starts), flat.size), dtype=flat.dtype)
         return sums, jnp.zeros(self.num_steps, dtype=jnp.result_type(float))
 
     def steps(self, state, feed, bar):
@@ -364,7 +364,7 @@ class _Run:
         losses, sums = jax.device_get((self.losses, self.sums))
         counts = self.ends - np.minimum(self.starts, self.ends)
         means = [
-            jax.tree_util.tree_map(lambda v, count=count: v / count, total) if count else None
+            self.unravel(total / count) if count else None
             for total, count in zip(sums, counts, strict=True)
         ]
         return np.asarray(losses), means[:-1], means[-1]
