@@ -212,7 +212,8 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     depth = None if "**" in parts else len(parts)
     found = []
     if fs is None:
-        top, above = os.path.normpath(folder), {}  # above: the real folders down to each
+        top = os.path.normpath(folder)
+        above: dict[str, frozenset[str]] = {}  # the real folders down to each
         for here, dirs, files in os.walk(top, onerror=_raise, followlinks=True):
             rel = os.path.relpath(here, top)
             at = () if rel == os.curdir else tuple(rel.split(os.sep))

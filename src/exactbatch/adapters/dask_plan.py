@@ -59,8 +59,8 @@ class Plan:
     parts: list
     lengths: tuple | None
     columns: Columns
-    features: tuple  # names (str)
-    labels: tuple
+    features: Sequence[str]  # names
+    labels: Sequence[str]
 
     @property
     def d(self) -> int:
@@ -93,10 +93,12 @@ def plan_for(collection, features, labels, caller: str) -> Plan:
     try:
         import dask.dataframe as dd
     except ImportError:  # pragma: no cover - dask[dataframe] missing: not a DataFrame then
-        dd = None
-    if dd is not None and isinstance(collection, dd.Series):
-        collection = collection.to_frame()
-    if dd is None or not isinstance(collection, dd.DataFrame):
+        frame = False
+    else:
+        if isinstance(collection, dd.Series):
+            collection = collection.to_frame()
+        frame = isinstance(collection, dd.DataFrame)
+    if not frame:
         raise TypeError(
             f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
         )

@@ -267,7 +267,8 @@ class _JaxEpoch:
                 f"as_jax needs an exactbatch DataLoader, whose iterator reads ahead with "
                 f"peek(); got {type(owner.loader).__name__}"
             )
-        self.ahead = deque()  # (loader's x, host arrays, device arrays), in peek() order
+        # (loader's x, host arrays, device arrays), in peek() order
+        self.ahead: deque[tuple] = deque()
         self.to = owner._putters()  # the default device is resolved once an epoch
         self.ones = None
         if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)

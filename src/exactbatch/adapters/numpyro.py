@@ -260,7 +260,6 @@ class _Run:
     def __init__(self, svi, model_kwargs, default, num_steps, epoch, average):
         import jax
         import jax.numpy as jnp
-
         from jax.flatten_util import ravel_pytree
 
         self.jax, self.jnp, self.ravel = jax, jnp, ravel_pytree

@@ -50,6 +50,7 @@ PyMC is imported on first use, not by importing this module.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -222,7 +223,7 @@ class _Feed:
             )
         self.batches = 0  # taken from the loader
         self.calls = 0  # steps done
-        self.on_epoch = []  # called when a new epoch begins
+        self.on_epoch: list[Callable[[], None]] = []  # called when a new epoch begins
 
     def load(self) -> None:
         loader, b = self.loader, self.loader.batch_size
@@ -346,7 +347,10 @@ def fit(
         check_exact_batches(ld, "fit")
         check_one_process(ld, "fit")
     model = pm.modelcontext(model)
-    feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
+    feeds = []
+    for ld in loaders:
+        xp, yp = _placeholders(model, ld, x, y)
+        feeds.append(_Feed(ld, xp, yp, int(n)))
     _check_all_fed(model, loaders)
     for feed in feeds:
         _check_labels(model, feed)

@@ -50,6 +50,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,7 @@ class _Parts:
         # rows): a batch is one call, whatever open parts its rows lie in. A part is set
         # there exactly while it is in self.open.
         local = not self.url and man.d + man.l > 0 and len(ns) > 0
-        self.compiled = parts_rows(self.starts, man.d, man.l) if local else None
+        self.compiled: Any = parts_rows(self.starts, man.d, man.l) if local else None
         self.pid = -1
         self._fresh()
 
@@ -172,7 +173,8 @@ class _Parts:
         """Locks and a pool of this process's own (made anew after a fork). Parts open
         under striped locks, so that the threads of a URL's reads open theirs at once."""
         if self.pid != os.getpid():
-            self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+            self.pid, self.lock = os.getpid(), threading.Lock()
+            self.pool: ThreadPoolExecutor | None = None
             self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, self.nparts))]
 
     def file(self, k: int, keep=()) -> NdfFile:

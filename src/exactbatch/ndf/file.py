@@ -21,10 +21,11 @@ reading, by ranged reads of the rows each batch needs: see
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
-from exactbatch.arrays import check_out_array
+from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
@@ -44,6 +45,12 @@ class Share:
     ``ValueError``."""
 
     __slots__ = ()
+    # what a subclass holds (in slots of its own)
+    _h: Any
+    path: str
+    n: int
+    d: int
+    l: int  # noqa: E741
 
     def _handle(self):
         h = self._h
@@ -96,7 +103,9 @@ class Share:
         h.read_rows_into(idx, out_x, out_y)
         return out_x, out_y
 
-    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
+    ) -> None:
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
@@ -201,7 +210,7 @@ class NdfFile(Share):
         positional read (one ranged read for a URL). Unchecked, like
         :meth:`read_rows_into`; the file is checked for changes first."""
         if out.size:
-            self._handle().read_block_into(start_row, memoryview(out).cast("B"))
+            self._handle().read_block_into(start_row, byte_view(out))
 
     def will_need(self, start_row: int, rows: int) -> None:
         """Rows ``[start_row, start_row + rows)`` are read soon: ask the kernel to start

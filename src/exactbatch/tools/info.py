@@ -28,6 +28,7 @@ rows. Memory: one slab (Parquet: one row group).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
@@ -126,7 +127,7 @@ _MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
 
 
 def _dataset(path: str, bar: bool, storage_options=None) -> dict:
-    out = {"path": path, "format": "dataset"}
+    out: dict[str, Any] = {"path": path, "format": "dataset"}
     try:
         ds = open_ndf_dataset(path, storage_options=storage_options)
     except NdfError as e:
@@ -210,7 +211,8 @@ def _parquet(path: str) -> dict:
 
     files = list_local_files(path)
     rows, groups, group_rows, nbytes = 0, 0, [], 0
-    schema, differ = None, []
+    schema: Any = None
+    differ = []
     for f in files:
         try:
             pf = pq.ParquetFile(for_arrow(f))

@@ -118,7 +118,7 @@ def _stratum(spec, names, labels, path) -> str | None:
     """The stratum column: ``spec`` (one name or position), else the one label column."""
     if spec is None:
         return labels[0] if len(labels) == 1 else None
-    cols = resolve_columns(spec, names, path, "--stratum")
+    cols = resolve_columns(spec, names, path, "--stratum") or []
     if len(cols) != 1:
         raise CliError(f"{path}: --stratum takes one column; got {spec!r}")
     return names[cols[0]]
