@@ -132,17 +132,17 @@ TARGETS = {
             *FAST_ONLY,
         ],
     ),
-    "batching": (  # the epochs' batch plans (indexed and streamed), re-batching, the gather
+    "batching": (  # the epochs' batch plans (random access and streamed), re-batching, the gather
         [
             "src/exactbatch/batching/gather.py",
-            "src/exactbatch/batching/indexed_epoch.py",
+            "src/exactbatch/batching/random_access_epoch.py",
             "src/exactbatch/batching/rebatch.py",
             "src/exactbatch/batching/returned.py",
             "src/exactbatch/batching/stream_epoch.py",
         ],
         [
             "exactbatch.batching.gather.*",
-            "exactbatch.batching.indexed_epoch.*",
+            "exactbatch.batching.random_access_epoch.*",
             "exactbatch.batching.rebatch.*",
             "exactbatch.batching.returned.*",
             "exactbatch.batching.stream_epoch.*",

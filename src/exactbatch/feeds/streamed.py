@@ -27,8 +27,8 @@ from dataclasses import replace
 from functools import partial
 
 from exactbatch.audit import audit_pass, count_total, resolve_stream_total
+from exactbatch.batching import num_batches
 from exactbatch.batching.buffer import mixing_window, shuffle_buffer
-from exactbatch.batching.indexed_epoch import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec

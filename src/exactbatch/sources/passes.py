@@ -36,7 +36,7 @@ from exactbatch.prefetch import Hinter, Prefetcher, shut
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
 from exactbatch.sources.protocols import StreamHooks
 
-__all__ = ["HINT_AHEAD", "indexed_pass", "open_pass", "sequential_pass", "shard_pieces"]
+__all__ = ["HINT_AHEAD", "chunk_source_pass", "open_pass", "sequential_pass", "shard_pieces"]
 
 HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
 
@@ -56,7 +56,7 @@ def open_pass(
     hooks = stream.hooks
     if hooks.chunk_indexed:
         pieces = shard_pieces(hooks.chunk_rows, shard, span, order_key)
-        return indexed_pass(hooks, pieces, widths, fed, into_buffer)
+        return chunk_source_pass(hooks, pieces, widths, fed, into_buffer)
     return sequential_pass(stream, shard, span, widths, fed)
 
 
@@ -74,7 +74,7 @@ def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[i
     return pieces
 
 
-def indexed_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, into_buffer: bool):
+def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, into_buffer: bool):
     """The ``pieces`` of a chunk source, in their order: read into arrays, or (with
     ``into_buffer``, where the source can and its widths are known) as
     :class:`~exactbatch.batching.gather.ChunkRead` for a shuffle buffer to read."""
