@@ -154,13 +154,18 @@ TARGETS = {
             *PIPELINE_TESTS,
         ],
     ),
-    "feeds": (  # a source cut into epochs for one shard: random access and streamed
-        ["src/exactbatch/feeds/*"],
-        ["exactbatch.feeds.*"],
+    "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
+        [
+            "src/exactbatch/feeds/*",
+            "src/exactbatch/sources/passes.py",
+            "src/exactbatch/sources/protocols.py",
+        ],
+        ["exactbatch.feeds.*", "exactbatch.sources.passes.*", "exactbatch.sources.protocols.*"],
         [
             "tests/feeds/",
             "tests/batching/",
-            "tests/sources/test_blocks.py",  # chunk-indexed streams
+            "tests/sources/test_protocols.py",
+            "tests/sources/test_blocks.py",  # chunk sources
             "tests/sources/test_parquet.py",
             *PIPELINE_TESTS,
         ],

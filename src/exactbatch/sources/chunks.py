@@ -161,7 +161,13 @@ class IterableStream(Stream):
 
 class ChunkIndexedStream(Stream):
     """A chunk source: chunk ``i`` is ``source.read_chunk(i)``, of
-    ``source.chunk_rows[i]`` rows."""
+    ``source.chunk_rows[i]`` rows; a pass front to back (to count its rows, or
+    learn its widths) reads every chunk in order, so the source need not be
+    iterable."""
+
+    def open(self):
+        read = self.hooks.read_chunk
+        return (read(i) for i in range(len(self.hooks.chunk_rows)))
 
 
 IndexedStream = ChunkIndexedStream  # the old name, kept working

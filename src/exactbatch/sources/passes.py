@@ -33,7 +33,7 @@ from exactbatch.batching.gather import ChunkRead
 from exactbatch.order import Shard, chunk_order, chunk_pieces
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Hinter, Prefetcher, shut
-from exactbatch.sources.chunks import Stream, Widths, close_iterator
+from exactbatch.sources.chunks import ChunkError, Stream, Widths, close_iterator
 from exactbatch.sources.protocols import StreamHooks
 
 __all__ = ["HINT_AHEAD", "chunk_source_pass", "open_pass", "sequential_pass", "shard_pieces"]
@@ -127,6 +127,11 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
                 continue
             x, y = widths.normalize(chunk, pos)
             del chunk
+            if x.shape[0] != rows[i]:  # else rows would be lost, or counted twice
+                raise ChunkError(
+                    f"chunk {pos}: read_chunk({i}) returned {x.shape[0]} rows, "
+                    f"but chunk_rows[{i}] says {rows[i]}"
+                )
             id0 = firsts[i] + lo
             fed.add_range(id0, firsts[i] + hi)
             yield x[lo:hi], y[lo:hi], id0
