@@ -19,32 +19,27 @@ optional hooks below; :func:`stream_hooks` is the one place they are looked
 up, once per loader. A stream without a hook is still read exactly; it only
 costs more:
 
-==================  ===================================  ======================================
-hook                what it is                           without it, the stream feed ...
-==================  ===================================  ======================================
-``n_rows``          the rows of the whole stream (any    counts the rows in one pass for
-                    stream, not only a chunk source)     ``total_size="auto"`` (with a warning),
-                                                         and grows a shuffle buffer by doubling
-``d``, ``l``        the widths, both or neither          learns them from the first chunk read
-                                                         (``loader.d`` is None until then)
-``block_rows``      recorded in a state (any stream),    records None
-                    so a state of other blocks is
-                    refused on load
-``will_need(i)``    chunk ``i`` is read soon (called     gives no hints
-                    up to ``HINT_AHEAD`` chunks ahead,
-                    from a thread of its own)
-``read_rows_into``  ``(row, out)``: rows ``row ..`` of   uses ``open_chunk``, else reads the
-                    the stream straight into a shuffle   chunk into arrays, then copies them
-                    buffer's rows (``out``: a
-                    C-contiguous float64 (k, d + l)
-                    array, x then y a row)
-``open_chunk(i)``   chunk ``i`` decoded on the read-     reads the chunk into arrays
-                    ahead thread, as a :class:`RowsInto`
-                    for the buffer to copy from
-==================  ===================================  ======================================
+* ``n_rows``: the rows of the whole stream (of any stream, not only a chunk
+  source). Without it, ``total_size="auto"`` counts the rows in one pass
+  (with a warning), and a shuffle buffer grows by doubling.
+* ``d`` and ``l`` (both, or neither): the widths. Without them, the feed
+  learns them from the first chunk read (``loader.d`` is None until then).
+* ``block_rows``: recorded in a state (of any stream), so that a state of
+  other blocks is refused on load. Without it, None is recorded.
+* ``will_need(i)``: chunk ``i`` is read soon; called up to ``HINT_AHEAD``
+  (16) chunks ahead of the reads, from a thread of its own. Without it, no
+  hints.
+* ``read_rows_into(row, out)``: rows ``row ..`` of the stream straight into a
+  shuffle buffer's rows (``out``: a C-contiguous float64 (k, d + l) array, x
+  then y a row). Without it, ``open_chunk`` is used, else the chunk is read
+  into arrays and copied.
+* ``open_chunk(i)``: chunk ``i`` decoded on the read-ahead thread, as a
+  :class:`RowsInto` for the buffer to copy from. Without it, the chunk is
+  read into arrays.
 
-The two buffer hooks (``read_rows_into``, ``open_chunk``) are used only by a
-shuffled pass, and only when the widths are known.
+The two buffer hooks are used only by a shuffled pass, and only when the
+widths are known. A chunk of other rows than ``chunk_rows`` says is a
+``ChunkError``.
 """
 
 from __future__ import annotations
