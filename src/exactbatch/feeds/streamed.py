@@ -36,7 +36,7 @@ from exactbatch.order import buffer_rng
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
 from exactbatch.sources.passes import HINT_AHEAD, open_pass
 
-__all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD: sources.passes', named here as before
+__all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
 
 
 class StreamFeed:
@@ -48,11 +48,10 @@ class StreamFeed:
     def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
         if spec.elastic:
             raise ValueError(
-                "elastic=True needs a random-access source (a Dataset, an NdfFile, an "
-                "array or a pair); a stream cannot be re-dealt across shards mid-epoch"
+                "elastic=True needs a random-access source (a Dataset, an NdfFile, an array, "
+                "a pair or a RowSource); a stream cannot be re-dealt across shards mid-epoch"
             )
         self.spec, self.stream, self.buffer_size = spec, stream, buffer_size
-        self.source = stream.source  # the user's object
         hooks = self.hooks = stream.hooks
         self.widths = Widths(hooks.d, hooks.l)
         self._counted = False  # did "auto" count the rows in a pass?
@@ -63,11 +62,11 @@ class StreamFeed:
         b, shard = spec.batch_size, spec.shard
         self.span = None  # the shard's rows (start, stop), stop None for the last shard
         if total_size is None:
-            self.start = self.n = self.nbatches = None
+            self.n = self.nbatches = None
         else:
-            self.start, stop = shard.range(total_size)
-            self.n = stop - self.start
-            self.span = (self.start, None if shard.is_last else stop)
+            start, stop = shard.range(total_size)
+            self.n = stop - start
+            self.span = (start, None if shard.is_last else stop)
             self.nbatches = num_batches(self.n, b, spec.drop_last)
         self.limit = None  # even_batches: every shard's count, the smallest shard's
         if spec.even_batches:
@@ -197,7 +196,7 @@ class StreamFeed:
         return self._audited(batches), tally
 
     def close(self) -> None:
-        self.source = self.stream = None
+        self.stream = None
         # the sizes stay (a state after close records them); the source's methods go
         self.hooks = replace(
             self.hooks, read_chunk=None, will_need=None, read_rows_into=None, open_chunk=None
