@@ -39,9 +39,9 @@ tests/test_law_matrix.py``).
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
-  covers the splitting), and the doubles off a stride of 4. Two epochs of every shard: the epoch law,
-  determinism (a fresh loader's ``set_epoch(1)``, without prefetch) and
-  epochs differ.
+  covers the splitting), and the doubles off a stride of 4. Two epochs of
+  every shard: the epoch law, determinism (a fresh loader's
+  ``set_epoch(1)``, without prefetch) and epochs differ.
 * ``test_epoch_laws_on_the_other_backend`` (210): the same on a stride of 16
   of those cases, on the other backend than the suite's (the pure NumPy path,
   or the compiled core under ``EXACTBATCH_PURE=1``), half of them in float32;
