@@ -40,12 +40,14 @@ import warnings
 from collections import Counter
 
 import numpy as np
+from doubles import ChunksDouble, RowsDouble
 from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
 
 import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
 
 __all__ = [
+    "DOUBLE_KINDS",
     "FlakyChunks",
     "FlakyFactory",
     "FlakyReader",
@@ -71,8 +73,12 @@ __all__ = [
     "wrap_reader",
 ]
 
+# rows_double and chunks_double: a new kind of source each, known to exactbatch only
+# through its protocol (RowSource, ChunkSource with no optional hook: tests/doubles.py).
 RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3", "sharded")
-STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks")
+RANDOM_ACCESS_KINDS += ("rows_double",)
+STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks", "chunks_double")
+DOUBLE_KINDS = ("rows_double", "chunks_double")
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -310,7 +316,7 @@ def source_from_spec(spec: dict):
     """The source a spec describes; every kind holds rows 0..n-1 of width (d, l).
 
     ``spec``: ``kind`` (one of RANDOM_ACCESS_KINDS + STREAM_KINDS), ``n``,
-    ``d``, ``l``; ``chunks`` (list, factory: chunk sizes); ``path`` (ndf: the
+    ``d``, ``l``; ``chunks`` (list, factory, chunks_double: chunk sizes); ``path`` (ndf: the
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3). Files are written by the test.
@@ -320,6 +326,10 @@ def source_from_spec(spec: dict):
     x, y = make_x(rows, d), make_y(rows, l)
     if kind == "dataset":
         return Dataset(x, y)
+    if kind == "rows_double":
+        return RowsDouble(x, y)
+    if kind == "chunks_double":
+        return ChunksDouble(x, y, spec["chunks"])
     if kind == "pair":
         return (x, y)
     if kind in ("array", "tensor", "dataframe"):

@@ -132,17 +132,17 @@ TARGETS = {
             *FAST_ONLY,
         ],
     ),
-    "batching": (  # the epochs' batch plans (indexed and streamed), re-batching, the gather
+    "batching": (  # the epochs' batch plans (random access and streamed), re-batching, the gather
         [
             "src/exactbatch/batching/gather.py",
-            "src/exactbatch/batching/indexed_epoch.py",
+            "src/exactbatch/batching/random_access_epoch.py",
             "src/exactbatch/batching/rebatch.py",
             "src/exactbatch/batching/returned.py",
             "src/exactbatch/batching/stream_epoch.py",
         ],
         [
             "exactbatch.batching.gather.*",
-            "exactbatch.batching.indexed_epoch.*",
+            "exactbatch.batching.random_access_epoch.*",
             "exactbatch.batching.rebatch.*",
             "exactbatch.batching.returned.*",
             "exactbatch.batching.stream_epoch.*",
@@ -154,13 +154,18 @@ TARGETS = {
             *PIPELINE_TESTS,
         ],
     ),
-    "feeds": (  # a source cut into epochs for one shard: random access and streamed
-        ["src/exactbatch/feeds/*"],
-        ["exactbatch.feeds.*"],
+    "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
+        [
+            "src/exactbatch/feeds/*",
+            "src/exactbatch/sources/passes.py",
+            "src/exactbatch/sources/protocols.py",
+        ],
+        ["exactbatch.feeds.*", "exactbatch.sources.passes.*", "exactbatch.sources.protocols.*"],
         [
             "tests/feeds/",
             "tests/batching/",
-            "tests/sources/test_blocks.py",  # chunk-indexed streams
+            "tests/sources/test_protocols.py",
+            "tests/sources/test_blocks.py",  # chunk sources
             "tests/sources/test_parquet.py",
             *PIPELINE_TESTS,
         ],

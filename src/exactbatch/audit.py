@@ -29,6 +29,7 @@ __all__ = [
     "count_total",
     "outside_window",
     "resolve_random_access_total",
+    "resolve_stream_total",
 ]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -76,6 +77,26 @@ def resolve_random_access_total(total_size, n: int) -> int:
             'pass total_size="auto" (or the whole dataset\'s row count, not a shard\'s)'
         )
     return n
+
+
+def resolve_stream_total(total_size, n_rows: int | None, count) -> int | None:
+    """N for a stream whose source has ``n_rows`` rows (None: it does not say).
+
+    ``"auto"`` gives ``n_rows``, or ``count()`` (a counting pass:
+    :func:`count_total`); None stays None (unknown); an int is trusted (and
+    audited after every pass) unless it disagrees with ``n_rows``: then
+    ``ValueError``.
+    """
+    check_total_size_kind(total_size)
+    if isinstance(total_size, str):  # "auto"
+        return n_rows if n_rows is not None else count()
+    if total_size is not None and n_rows is not None and total_size != n_rows:
+        raise ValueError(
+            f"total_size={total_size} disagrees with the source, which knows it has "
+            f'n_rows={n_rows} rows (from its metadata); pass total_size="auto" '
+            "(or the whole dataset's row count, not a shard's)"
+        )
+    return total_size
 
 
 def count_total(stream) -> tuple[int, tuple[int, int] | None]:

@@ -93,11 +93,15 @@ class Feed(Protocol):
     spec: BatchSpec
     kind: str
     n: int | None
-    d: int | None
-    l: int | None  # noqa: E741
     nbatches: int | None
     total_size: int | None
     total_batches: int | None
+
+    @property
+    def d(self) -> int | None: ...  # read-only: a stream learns it by reading
+
+    @property
+    def l(self) -> int | None: ...  # noqa: E743
 
     # (no mutate: a Protocol's signature, never called)
     def open_epoch(

@@ -20,7 +20,7 @@ from functools import partial
 import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
-from exactbatch.batching.indexed_epoch import BlockedOrder, IndexedEpoch, num_batches
+from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, rows_digest
@@ -93,7 +93,7 @@ class RandomAccessFeed:
 
     def open_epoch(
         self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
-    ) -> IndexedEpoch:
+    ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         under elastic sharding the epoch starts at global batch ``first`` (a resume
         at another shard count)."""
@@ -123,7 +123,7 @@ class RandomAccessFeed:
             if size <= _WHOLE_ROWS:
                 order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
         promised = partial(self._promise, count, first)
-        return IndexedEpoch(
+        return RandomAccessEpoch(
             self.reader,
             count,
             locate,
@@ -137,7 +137,7 @@ class RandomAccessFeed:
             span=None if spec.elastic else self.n,
         )
 
-    def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
+    def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """The rows an epoch of ``count`` batches promises: the shard's rows less
         the tail that drop_last or even_batches leave out (contiguous sharding), or
         every shard's global batches before ``first`` and the global batches dealt
