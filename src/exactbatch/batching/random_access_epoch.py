@@ -16,6 +16,7 @@ out, is given back and claimed again before any later batch.
 from __future__ import annotations
 
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,8 @@ class BlockedOrder:
         self.batch_size = batch_size
         self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
         self._lo = self._hi = 0
-        self._rows = self._digests = None
+        self._rows: Any = None
+        self._digests: Any = None
 
     def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
         """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
@@ -117,7 +119,7 @@ class BlockedOrder:
         if not (self._lo <= a and z <= self._hi):
             self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
             self._rows = self.mapped(self._lo, self._hi)
-            self._digests = memoryview(batch_digests(self._rows, self.batch_size))
+            self._digests = batch_digests(self._rows, self.batch_size).data
         lo = self._lo
         return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
 
@@ -149,7 +151,7 @@ class BlockedOrder:
             z = min(a + step, len(out))
             out[a:z] = self.mapped(a, z)
             digests[a // b : -(-z // b)] = batch_digests(out[a:z], b)
-        return out, memoryview(digests)
+        return out, digests.data
 
     def mapped(self, a: int, z: int) -> np.ndarray:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)

@@ -94,8 +94,12 @@ class Feed(Protocol):
     kind: str
     n: int | None
     nbatches: int | None
-    total_size: int | None
-    total_batches: int | None
+
+    @property
+    def total_size(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
+
+    @property
+    def total_batches(self) -> int | None: ...
 
     @property
     def d(self) -> int | None: ...  # read-only: a stream learns it by reading

@@ -14,6 +14,7 @@ instead of mapping positions.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 
@@ -62,7 +63,7 @@ class RandomAccessFeed:
         b, shard = spec.batch_size, spec.shard
         # Row numbers as int32 when they fit: half the bytes to move per batch.
         self._dtype = np.int32 if total < 2**31 else np.int64
-        self.total_batches = None
+        self.total_batches: int | None = None
         if spec.elastic:
             self.start = 0
             self.total_batches = num_batches(total, b, spec.drop_last)
@@ -99,11 +100,14 @@ class RandomAccessFeed:
         at another shard count)."""
         spec, total = self.spec, self.reader.n
         b, shard = spec.batch_size, spec.shard
+        locate: Callable[[int], tuple[int, int]]
         if spec.elastic:  # one global order, its batches dealt to the shards in turn
+            global_batches = self.total_batches
+            assert global_batches is not None  # set for an elastic feed
             key_shard, size, offset = 0, total, 0
-            count, _ = shard.elastic_share(total, b, self.total_batches, first)
+            count, _ = shard.elastic_share(total, b, global_batches, first)
             if spec.even_batches:
-                count = shard.even_share(self.total_batches, first)
+                count = shard.even_share(global_batches, first)
 
             def locate(k):
                 a = shard.dealt(k, first) * b

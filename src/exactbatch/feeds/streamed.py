@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from exactbatch.audit import audit_pass, count_total, resolve_stream_total
 from exactbatch.batching import num_batches
@@ -51,7 +52,8 @@ class StreamFeed:
                 "elastic=True needs a random-access source (a Dataset, an NdfFile, an array, "
                 "a pair or a RowSource); a stream cannot be re-dealt across shards mid-epoch"
             )
-        self.spec, self.stream, self.buffer_size = spec, stream, buffer_size
+        self.spec, self.buffer_size = spec, buffer_size
+        self.stream: Any = stream  # None once closed
         hooks = self.hooks = stream.hooks
         self.widths = Widths(hooks.d, hooks.l)
         self._counted = False  # did "auto" count the rows in a pass?
@@ -77,7 +79,7 @@ class StreamFeed:
             smallest = total_size // shard.count
             self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
-        self._spare = []  # the shuffle buffer's memory, kept from one epoch to the next
+        self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
 
     def _count(self) -> int:
         rows, width = count_total(self.stream)
@@ -141,7 +143,7 @@ class StreamFeed:
             cur = nxt
 
     def _audit(self, seen: int) -> None:
-        if self.n is not None and not self._warned:
+        if self.n is not None and self.total_size is not None and not self._warned:
             spec = self.spec
             self._warned = audit_pass(self.total_size, self.n, seen, spec.batch_size, spec.shard)
 

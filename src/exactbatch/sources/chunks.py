@@ -113,7 +113,7 @@ class Widths:
         self.d, self.l = d, l
 
     def known(self) -> tuple[int, int] | None:
-        return None if self.d is None else (self.d, self.l)
+        return None if self.d is None or self.l is None else (self.d, self.l)
 
     def normalize(self, chunk, index: int):
         """``chunk`` (the ``index``-th of its pass) as float64 ``(x, y)``, checked against

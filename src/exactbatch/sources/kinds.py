@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import collections.abc as cabc
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
@@ -46,7 +46,7 @@ class SourceKind(NamedTuple):
 
     name: str | None
     accepts: Callable[[object], bool]
-    open: Callable[[object], RowReader | Stream]
+    open: Callable[[Any], RowReader | Stream]
 
 
 def _open_reader(source) -> RowReader:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -401,7 +402,7 @@ def url_parquet_file(fs, url: str, metadata=None, size: int | None = None):
     No read-ahead cache: pyarrow asks for exactly the footer, or a row
     group's column chunks (coalesced, ``pre_buffer=True``).
     """
-    kw = {"cache_type": "none"}
+    kw: dict[str, Any] = {"cache_type": "none"}
     if size is not None:
         kw["size"] = size  # saves the file object a metadata request
     try:

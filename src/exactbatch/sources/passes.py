@@ -79,8 +79,11 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
     ``into_buffer``, where the source can and its widths are known) as
     :class:`~exactbatch.batching.gather.ChunkRead` for a shuffle buffer to read."""
     rows = hooks.chunk_rows
+    assert rows is not None  # a chunk source has them (stream_hooks checked)
     firsts = (np.cumsum(rows) - rows).tolist()  # each chunk's first row in the stream
-    into_buffer = into_buffer and widths.d is not None
+    known = widths.known()
+    into_buffer = into_buffer and known is not None
+    d, l = known or (0, 0)  # noqa: E741 (used only into a buffer: known then)
     # A source that can start reads early (ndf_blocks: the kernel reads ahead)
     # is told the chunks coming next, up to HINT_AHEAD chunks before they are
     # read, from a thread of its own (a hint can block while reads are queued).
@@ -95,7 +98,7 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
                 if hints is not None:
                     hints.taken()
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                yield ChunkRead(into, firsts[i] + lo, hi - lo, widths.d, widths.l)
+                yield ChunkRead(into, firsts[i] + lo, hi - lo, d, l)
         except GeneratorExit:
             closed = True
             raise
@@ -123,7 +126,7 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
             (chunk,) = ahead.get()
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, widths.d, widths.l)
+                yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l)
                 continue
             x, y = widths.normalize(chunk, pos)
             del chunk
@@ -148,7 +151,7 @@ def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tal
     it = stream.open()
     try:
         row = 0  # the stream's rows before this chunk
-        start, stop = (None, None) if span is None else span
+        start, stop = (0, None) if span is None else span
         for i, chunk in enumerate(it):
             x, y = widths.normalize(chunk, i)
             r = x.shape[0]
