@@ -100,11 +100,15 @@ TARGETS = {
     ),
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
         [
-            "src/exactbatch/cursor.py",
-            "src/exactbatch/epoch_iterator.py",
-            "src/exactbatch/loader_state.py",
+            "src/exactbatch/loader/cursor.py",
+            "src/exactbatch/loader/epoch_iterator.py",
+            "src/exactbatch/loader/state.py",
         ],
-        ["exactbatch.cursor.*", "exactbatch.epoch_iterator.*", "exactbatch.loader_state.*"],
+        [
+            "exactbatch.loader.cursor.*",
+            "exactbatch.loader.epoch_iterator.*",
+            "exactbatch.loader.state.*",
+        ],
         [
             "tests/loader/test_exactness.py",
             "tests/loader/test_loader.py",
@@ -212,7 +216,11 @@ def run(target: str, recheck: bool = False) -> None:
     with open(work / "mutmut.log", "a" if recheck else "w") as log:
         subprocess.run(
             [sys.executable, "-m", "mutmut", "run", *names],
-            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=False,
+            cwd=work,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
 
 
@@ -258,7 +266,10 @@ def summary(targets: list[str], diff: bool) -> None:
             if diff:
                 show = subprocess.run(
                     [sys.executable, "-m", "mutmut", "show", name],
-                    cwd=WORK / target, capture_output=True, text=True, check=False,
+                    cwd=WORK / target,
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
                 print("        " + show.stdout.strip().replace("\n", "\n        "))
 

@@ -17,7 +17,7 @@ import pytest
 from helpers import chunks_of, ids, wait_until_prefetched, write_parquet
 from laws import FlakyFactory
 
-import exactbatch.cursor
+import exactbatch.loader.cursor
 from exactbatch import (
     DataLoader,
     ExactnessError,
@@ -144,13 +144,13 @@ def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge, v
 def checked(monkeypatch):
     """``(epoch, rows handed out)`` of each ledger check, in order."""
     out = []
-    real = exactbatch.cursor.check_ledger
+    real = exactbatch.loader.cursor.check_ledger
 
     def spy(handed, promised, **where):
         out.append((where["epoch"], handed.rows))
         real(handed, promised, **where)
 
-    monkeypatch.setattr(exactbatch.cursor, "check_ledger", spy)
+    monkeypatch.setattr(exactbatch.loader.cursor, "check_ledger", spy)
     return out
 
 

@@ -11,7 +11,7 @@ ledger, pending batches and the source's shape; version 1 still loads
 from __future__ import annotations
 
 from exactbatch.checks import check_int
-from exactbatch.cursor import Position
+from exactbatch.loader.cursor import Position
 from exactbatch.order.digest import Tally
 
 __all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]

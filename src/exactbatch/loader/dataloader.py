@@ -3,9 +3,9 @@
 The loader checks its arguments and delegates: the source's kind picks a
 feed (:mod:`exactbatch.feeds`), which composes the order, the reader and
 the batching; the position and the ledger are the cursor's
-(:mod:`exactbatch.cursor`), ``iter()``'s epochs an iterator's over it
-(:mod:`exactbatch.epoch_iterator`); states are packed by
-:mod:`exactbatch.loader_state`.
+(:mod:`exactbatch.loader.cursor`), ``iter()``'s epochs an iterator's over it
+(:mod:`exactbatch.loader.epoch_iterator`); states are packed by
+:mod:`exactbatch.loader.state`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Holder
 from exactbatch.distributed import resolve_shard
-from exactbatch.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.kernels import pair_check
-from exactbatch.loader_state import pack_state, unpack_state
+from exactbatch.loader.cursor import Cursor, Holder
+from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.state import pack_state, unpack_state
 from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]

@@ -25,7 +25,7 @@ checked against the rows it promised, when nothing is left to claim and
 every group is handed out. Nothing here blocks in a finalizer: a dropped
 iterator's groups stay with the cursor until another claim takes them.
 
-:class:`exactbatch.epoch_iterator.EpochIterator` (what ``iter(loader)``
+:class:`exactbatch.loader.epoch_iterator.EpochIterator` (what ``iter(loader)``
 returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 """
 
@@ -434,7 +434,7 @@ class Cursor:
             )
 
     def restore(self, pos: Position, claimed: int) -> None:
-        """Resume at ``pos`` (see :mod:`exactbatch.loader_state`): ``claimed`` batches of
+        """Resume at ``pos`` (see :mod:`exactbatch.loader.state`): ``claimed`` batches of
         the epoch were claimed before (``pos.pending`` of them not handed out)."""
         with self.lock:
             self.seed = pos.seed

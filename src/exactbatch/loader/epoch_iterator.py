@@ -3,7 +3,7 @@ batch, small batches claimed (and from random access, read) a group at a time,
 with prefetch on a thread of its own.
 
 How many batches a group holds is :func:`group_sizes`'s rule; the claims, hand-outs
-and give-backs are :class:`exactbatch.cursor.Cursor`'s.
+and give-backs are :class:`exactbatch.loader.cursor.Cursor`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import deque
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Group
+from exactbatch.loader.cursor import Cursor, Group
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
