@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from exactbatch.audit import check_ledger
 from exactbatch.order.digest import Tally
@@ -138,9 +139,10 @@ class Cursor:
         self._waiting = 0  # claims waiting on it
         self.seed = seed
         self.epoch = 0
-        self._skip, self._pending, self._first = 0, (), 0
+        self._skip, self._first = 0, 0
+        self._pending: tuple[int, ...] = ()
         self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
-        self.current = None  # the epoch being handed out
+        self.current: Any = None  # the epoch being handed out (an Epoch once begun)
         self.gen = 0  # bumped when the cursor is moved; stale iterators stop
         self._last_rows = 0
         self._closed = False

@@ -213,21 +213,23 @@ class DataLoader:
         raises leaves the batch to the next call.
         """
         feed = self._feed  # its widths, not the properties: this runs once a batch
-        if feed.d is None:  # a stream not read yet: read ahead to learn its widths
+        d, l = feed.d, feed.l  # noqa: E741
+        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
             self._cursor.peek()
-            if feed.d is None:  # no chunk at all: the epoch is over before it began
+            d, l = feed.d, feed.l  # noqa: E741
+            if d is None or l is None:  # no chunk at all: the epoch is over before it began
                 return 0
         dt, b = self.dtype, self.batch_size
         if bx is None or by is None:
-            if bx is None or feed.l:
+            if bx is None or l:
                 raise TypeError(
-                    f"next_into needs {dt} buffers bx of shape {(b, feed.d)} and by of shape "
-                    f"{(b, feed.l)} (by may be None only when l = 0)"
+                    f"next_into needs {dt} buffers bx of shape {(b, d)} and by of shape "
+                    f"{(b, l)} (by may be None only when l = 0)"
                 )
             by = np.empty((b, 0), dtype=dt)
-        if not self._fits(bx, by, b, feed.d, feed.l, dt.itemsize):
-            check_out_array(bx, (b, feed.d), "bx", dt)  # says what is wrong
-            check_out_array(by, (b, feed.l), "by", dt)
+        if not self._fits(bx, by, b, d, l, dt.itemsize):
+            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
+            check_out_array(by, (b, l), "by", dt)
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -239,7 +241,8 @@ class DataLoader:
             except IndexError:  # empty, or emptied by another thread since
                 pass
         if item is None:
-            group, item = cursor.claim_next(self._holder, self._group_sizes()[0])
+            sizes = self._group_sizes()
+            group, item = cursor.claim_next(self._holder, sizes[0] if sizes else 1)
             if group is None:
                 return 0
         job, batch = item

@@ -146,6 +146,8 @@ def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
     rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
     digest = ledger.get("digest")
     try:
+        if not isinstance(digest, str):
+            raise TypeError
         value = int(digest, 16)
     except (TypeError, ValueError):
         raise ValueError(
