@@ -9,6 +9,7 @@ import os
 import types
 import urllib.request
 
+import backends
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -23,6 +24,7 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 S3_BUCKET = "exactbatch-test"
+
 
 
 @pytest.fixture(scope="session")
@@ -72,29 +74,39 @@ def s3_server():
         mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def backend_of_this_process():
+    """The backend the process runs on is the one its environment asks for (the pure
+    path under ``EXACTBATCH_PURE=1`` or without the compiled core), and every reader
+    gets that backend's kernel (tests/backends.py)."""
+    name = backends.expected_backend()
+    backends.check_readers(name)
+    return name
+
+
+def pytest_report_header(config):
+    from exactbatch import backend
+
+    return f"exactbatch backend: {backend()}"
+
+
 @pytest.fixture
 def numpy_backend():
     """Readers made in this test use the pure NumPy path (exactbatch.kernels), whatever
-    the process's backend: for tests of that path's own mechanics (positional reads,
-    the read lease)."""
-    from exactbatch import kernels
-
-    before = kernels.use_backend("numpy")
-    yield
-    kernels.use_backend(before)
+    the process's backend (checked: tests/backends.py): for tests of that path's own
+    mechanics (positional reads, the read lease)."""
+    with backends.on_backend("numpy"):
+        yield
 
 
 @pytest.fixture(params=["compiled", "numpy"])
 def each_backend(request):
-    """The test runs once per backend (the compiled one skipped where not built)."""
-    from exactbatch import kernels
-
-    try:
-        before = kernels.use_backend(request.param)
-    except ValueError:
+    """The test runs once per backend (checked: tests/backends.py; the compiled one
+    skipped where not built)."""
+    if request.param == "compiled" and not backends.built():
         pytest.skip("the compiled core is not built")
-    yield request.param
-    kernels.use_backend(before)
+    with backends.on_backend(request.param):
+        yield request.param
 
 
 # Test modules that import JAX, which starts threads that a later os.fork() in the
