@@ -6,6 +6,7 @@ S3 server (moto's standalone server) on 127.0.0.1, one per test session.
 
 import logging
 import os
+import sys
 import types
 import urllib.request
 
@@ -25,6 +26,19 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 S3_BUCKET = "exactbatch-test"
 
+
+def pytest_configure(config):
+    """Under `make mutants` (tests/mutants.py: mutmut runs pytest in its own process),
+    mutmut's trampolines wrap the package's functions: the warnings of exactbatch.audit
+    skip their frames as they skip the package's, so that where a warning points is
+    tested on every mutant too."""
+    mutmut = sys.modules.get("mutmut")
+    if mutmut is not None:
+        from exactbatch import audit
+
+        prefix = os.path.dirname(os.path.abspath(mutmut.__file__)) + os.sep
+        if prefix not in audit.SKIP_FILE_PREFIXES:
+            audit.SKIP_FILE_PREFIXES += (prefix,)
 
 
 @pytest.fixture(scope="session")
