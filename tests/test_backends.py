@@ -101,7 +101,12 @@ def test_the_kernels_and_the_laws_pass_under_exactbatch_pure(tmp_path):
             *(os.path.join(TESTS, t) for t in PURE_RUN),
         ],
         cwd=os.path.dirname(TESTS),
-        env={**os.environ, "EXACTBATCH_PURE": "1"},
+        # PYTEST_ADDOPTS dropped: this run's options are its own (no junit file of the
+        # parent's overwritten, no workers of xdist for a run this short)
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+            "EXACTBATCH_PURE": "1",
+        },
         capture_output=True,
         text=True,
         timeout=600,
