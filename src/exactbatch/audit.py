@@ -37,13 +37,13 @@ __all__ = [
 SKIP_FILE_PREFIXES: tuple[str, ...] = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
 
-def _warn(message, category=None) -> None:
-    """``warnings.warn(message, category)`` pointing at the first frame outside the
-    package (the first not under :data:`SKIP_FILE_PREFIXES`)."""
+def _warn(warning: Warning) -> None:
+    """``warnings.warn(warning)`` pointing at the first frame outside the package (the
+    first not under :data:`SKIP_FILE_PREFIXES`)."""
     frame, level = sys._getframe(0), 1  # level 1: this frame, which calls warnings.warn
     while frame is not None and frame.f_code.co_filename.startswith(SKIP_FILE_PREFIXES):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(warning, stacklevel=level)
 
 
 def check_total_size_kind(total_size) -> None:
@@ -86,9 +86,11 @@ def count_total(stream) -> tuple[int, tuple[int, int] | None]:
     finally:
         close_iterator(it)
     _warn(
-        f'total_size="auto": the source has no n_rows, so exactbatch counted its rows with '
-        f"one full pass ({rows} rows). Pass total_size={rows} to skip the counting pass.",
-        UserWarning,  # pragma: no mutate (None, or no category, means UserWarning too)
+        UserWarning(
+            f'total_size="auto": the source has no n_rows, so exactbatch counted its rows '
+            f"with one full pass ({rows} rows). Pass total_size={rows} to skip the counting "
+            "pass."
+        )
     )
     if rows == 0:
         raise ValueError(
