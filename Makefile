@@ -37,9 +37,13 @@ lint: $(VENV)/.installed-dev
 docs: $(VENV)/.installed-docs
 	$(MKDOCS)
 
+# The suite in parallel (pytest-xdist): one worker per core, at most 4 (each imports
+# torch, JAX and PyMC). --dist load hands the tests out in the order collected, so
+# the JAX modules still come last in every worker (tests/conftest.py says why).
+# A plain `pytest` runs serially.
 test: lint
 	$(MKDOCS)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses=4 --dist load
 
 bench: $(VENV)/.installed-dev
 	$(PY) bench/bench_core.py

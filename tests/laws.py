@@ -67,6 +67,7 @@ __all__ = [
     "drain_threads",
     "loader_from_spec",
     "promised_sizes",
+    "reader_of",
     "roundtrip",
     "run_python",
     "source_from_spec",
@@ -489,20 +490,19 @@ class FlakyChunks(FlakyReader):
         self.inner.read_rows_into(row, out)
 
 
-def wrap_reader(loader, wrap):
-    """Replace the loader's random-access reader by ``wrap(reader)`` before any epoch begins.
+def reader_of(loader):
+    """The random-access reader a loader reads every batch through: its feed's (the one
+    place the tests reach into a loader for it; the loader keeps no reference of its own)."""
+    reader = getattr(loader._feed, "reader", None)
+    assert reader is not None and hasattr(reader, "read"), "not a random-access loader"
+    return reader
 
-    The loader keeps its reader in ``loader._reader``; where a feed object
-    between the loader and the reader holds it too, that reference is swapped
-    as well, so every batch read goes through the wrapper.
-    """
-    inner = loader._reader
-    assert inner is not None and hasattr(inner, "read")
-    wrapped = wrap(inner)
-    loader._reader = wrapped
-    feed = getattr(loader, "_feed", None)
-    if feed is not None and getattr(feed, "reader", None) is inner:
-        feed.reader = wrapped
+
+def wrap_reader(loader, wrap):
+    """Replace the loader's random-access reader by ``wrap(reader)`` before any epoch
+    begins, so that every batch read goes through the wrapper."""
+    wrapped = wrap(reader_of(loader))
+    loader._feed.reader = wrapped
     return wrapped
 
 

@@ -42,9 +42,9 @@ tests/test_law_matrix.py``).
   covers the splitting), and the doubles off a stride of 4. Two epochs of
   every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_other_backend`` (210): the same on a stride of 16
-  of those cases, on the other backend than the suite's (the pure NumPy path,
-  or the compiled core under ``EXACTBATCH_PURE=1``), half of them in float32;
+* ``test_epoch_laws_on_the_pure_path`` (210): the same on a stride of 16 of
+  those cases on the pure NumPy path, half of them in float32; run again
+  under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
 * ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
   of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
@@ -293,10 +293,12 @@ def test_epoch_laws(case, make_spec):
     check_epoch_laws(case, make_spec)
 
 
-# The same laws on the other backend (the pure NumPy path, when the suite runs on the
-# compiled core, and the other way round under EXACTBATCH_PURE=1) and in float32: a
-# stride of the product (every kind, mode and way among them), about 25 s.
-OTHER_CASES = [
+# The same laws on the pure NumPy path and in float32: a stride of the product (every
+# kind, mode and way among them), about 25 s. They run in the suite's process (the
+# path chosen by kernels.use_backend, checked by the numpy_backend fixture) and again,
+# with the kernel tests, in a process of its own under EXACTBATCH_PURE=1
+# (tests/test_backends.py).
+PURE_CASES = [
     (c, dtype)
     for i, c in enumerate(EPOCH_CASES)
     for off, dtype in ((0, "float64"), (7, "float32"))
@@ -304,21 +306,9 @@ OTHER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case, dtype", [pytest.param(c, t, id=f"{c}-{t}") for c, t in OTHER_CASES]
-)
-def test_epoch_laws_on_the_other_backend(case, dtype, make_spec):
-    from exactbatch import kernels
-
-    other = "compiled" if kernels.backend() == "numpy" else "numpy"
-    try:
-        before = kernels.use_backend(other)
-    except ValueError:
-        pytest.skip("the compiled core is not built")
-    try:
-        check_epoch_laws(case, make_spec, dtype=np.dtype(dtype))
-    finally:
-        kernels.use_backend(before)
+@pytest.mark.parametrize("case, dtype", [pytest.param(c, t, id=f"{c}-{t}") for c, t in PURE_CASES])
+def test_epoch_laws_on_the_pure_path(case, dtype, make_spec, numpy_backend):
+    check_epoch_laws(case, make_spec, dtype=np.dtype(dtype))
 
 
 def test_epoch_laws_in_float32_on_this_backend(make_spec):

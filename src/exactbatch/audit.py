@@ -32,26 +32,19 @@ __all__ = [
     "resolve_stream_total",
 ]
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames of files under these prefixes are skipped by the warnings here as the package's
+# own, so that a warning points at the user's line (Python 3.12's skip_file_prefixes).
+# A tool that wraps the package's functions in code of its own adds its files' prefix.
+SKIP_FILE_PREFIXES: tuple[str, ...] = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
 
-def _wrapper(frame) -> bool:
-    """A frame of mutmut's trampolines, which `make mutants` puts around the package's
-    functions: skipped like the package's own, so the warnings' aim is tested there too."""
-    # no mutate: every module's globals have a __name__, so the default "" is never used
-    return frame.f_globals.get("__name__", "").startswith("mutmut.")  # pragma: no mutate
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this
-    function point at the first frame outside the package."""
-    frame = sys._getframe(1)
-    while frame is not None and _wrapper(frame):  # this function's own trampoline
-        frame = frame.f_back
-    level = 1
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE) or _wrapper(frame)):
+def _warn(warning: Warning) -> None:
+    """``warnings.warn(warning)`` pointing at the first frame outside the package (the
+    first not under :data:`SKIP_FILE_PREFIXES`)."""
+    frame, level = sys._getframe(0), 1  # level 1: this frame, which calls warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(SKIP_FILE_PREFIXES):
         frame, level = frame.f_back, level + 1
-    return level
+    warnings.warn(warning, stacklevel=level)
 
 
 def check_total_size_kind(total_size) -> None:
@@ -113,11 +106,12 @@ def count_total(stream) -> tuple[int, tuple[int, int] | None]:
             rows += x.shape[0]
     finally:
         close_iterator(it)
-    warnings.warn(
-        f'total_size="auto": the source has no n_rows, so exactbatch counted its rows with '
-        f"one full pass ({rows} rows). Pass total_size={rows} to skip the counting pass.",
-        UserWarning,  # pragma: no mutate (None, or no category, means UserWarning too)
-        stacklevel=_user_stacklevel(),
+    _warn(
+        UserWarning(
+            f'total_size="auto": the source has no n_rows, so exactbatch counted its rows '
+            f"with one full pass ({rows} rows). Pass total_size={rows} to skip the counting "
+            "pass."
+        )
     )
     if rows == 0:
         raise ValueError(
@@ -172,14 +166,13 @@ def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard) -> bo
         if shard.count == 1
         else f"shard {shard.index}'s share of total_size={total_size} ({n} rows)"
     )
-    warnings.warn(
+    _warn(
         TotalSizeWarning(
             f"{share} disagrees with the stream: a full pass handed out {seen} rows in "
             f"full batches of {batch_size} (a correct N satisfies seen <= N < seen + "
             f"batch_size). A likelihood rescaled by the wrong N is biased: pass the true "
             f'row count, or total_size="auto".'
-        ),
-        stacklevel=_user_stacklevel(),
+        )
     )
     return True
 

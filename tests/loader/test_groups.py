@@ -18,6 +18,7 @@ from laws import (
     check_resume,
     check_retry,
     drain,
+    reader_of,
     roundtrip,
     wrap_reader,
 )
@@ -37,7 +38,7 @@ class CountReads:
 
     def __init__(self, loader):
         self.sizes = []
-        reader = loader._reader
+        reader = reader_of(loader)
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exactbatch.extras import need
 from exactbatch.ndf.names import default_names, validate_names
 
 __all__ = ["Columns", "Plan", "import_dask", "plan_for"]
@@ -20,11 +21,7 @@ _REAL = "biuf"
 
 def import_dask():
     """dask, or an ImportError saying how to install it."""
-    try:
-        import dask
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.dask needs Dask: pip install 'exactbatch[dask]'") from e
-    return dask
+    return need("dask", by="exactbatch.dask", package="Dask", extra="dask")
 
 
 @dataclass(frozen=True)

@@ -46,16 +46,13 @@ import numpy as np
 from exactbatch.adapters.jax_put import Putter
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
 
 __all__ = ["JaxLoader", "as_jax"]
 
 
 def _jax():
-    try:
-        import jax
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.jax needs JAX: pip install 'exactbatch[jax]'") from e
-    return jax
+    return need("jax", by="exactbatch.jax", package="JAX", extra="jax")
 
 
 def _row_pieces(sharding) -> int:

@@ -60,6 +60,7 @@ from exactbatch.adapters.minibatch import (
 from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
 
 __all__ = ["fit"]
 
@@ -68,25 +69,14 @@ GUIDE_DRAWS = 256  # draws of the guide per window for the verdict's means and s
 
 def _svi():
     """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
-    try:
-        from numpyro.infer import SVI, Trace_ELBO
-        from numpyro.infer.svi import SVIRunResult
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "exactbatch.numpyro needs NumPyro: pip install 'exactbatch[numpyro]'"
-        ) from e
-    return SVI, Trace_ELBO, SVIRunResult
+    infer = need("numpyro.infer", by="exactbatch.numpyro", package="NumPyro", extra="numpyro")
+    return infer.SVI, infer.Trace_ELBO, infer.svi.SVIRunResult
 
 
 def _default_optim():
     """Adam whose step size lives in its state, so that the step can set it."""
-    try:
-        import optax
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
-            "pip install 'exactbatch[numpyro]'"
-        ) from e
+    by = "exactbatch.numpyro.fit's default schedule (optim=None)"
+    optax = need("optax", by=by, package="optax", extra="numpyro")
     return optax.inject_hyperparams(optax.adam)(learning_rate=CANDIDATES[0])
 
 
@@ -421,10 +411,7 @@ def _bar(show: bool, total: int):
     if not show:
         yield _NoBar()
         return
-    try:
-        from tqdm.auto import tqdm
-    except ImportError as e:
-        raise ImportError("progress_bar=True needs tqdm: pip install tqdm") from e
+    tqdm = need("tqdm.auto", by="progress_bar=True", package="tqdm").tqdm
     bar = tqdm(total=total, desc="fit", unit="step")
     bar.show = True
     try:

@@ -65,6 +65,7 @@ from exactbatch.adapters.minibatch import (
 from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
 
 __all__ = ["data", "fit"]
 
@@ -76,11 +77,7 @@ _PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _pm():
-    try:
-        import pymc
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.pymc needs PyMC: pip install 'exactbatch[pymc]'") from e
-    return pymc
+    return need("pymc", by="exactbatch.pymc", package="PyMC", extra="pymc")
 
 
 def _labels(yb: np.ndarray, ndim: int) -> np.ndarray:

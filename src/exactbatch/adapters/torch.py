@@ -33,6 +33,7 @@ import numpy as np
 
 from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
+from exactbatch.extras import need
 
 if TYPE_CHECKING:
     import torch
@@ -42,11 +43,7 @@ __all__ = ["TorchIterable", "TorchLoader", "as_torch", "distributed_shard"]  # n
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.torch needs PyTorch: pip install 'exactbatch[torch]'") from e
-    return torch
+    return need("torch", by="exactbatch.torch", package="PyTorch", extra="torch")
 
 
 class TorchLoader:

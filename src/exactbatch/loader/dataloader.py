@@ -127,7 +127,6 @@ class DataLoader:
         self.num_shards, self.shard_index = shard.count, shard.index
         self.dtype = spec.dtype
         self._feed = open_feed(source, spec, total_size, self.buffer_size)
-        self._reader = getattr(self._feed, "reader", None)  # random access; tests wrap it
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()

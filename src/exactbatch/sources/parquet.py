@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from exactbatch.extras import need
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.urls import (
@@ -85,13 +86,7 @@ def recorded_labels(schema) -> list[str] | None:
 
 
 def _pq():
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "parquet_source needs pyarrow: pip install 'exactbatch[parquet]'"
-        ) from e
-    return pq
+    return need("pyarrow.parquet", by="parquet_source", package="pyarrow", extra="parquet")
 
 
 def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
+from exactbatch.extras import need
 from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.ndf.names import DefaultNames
@@ -203,10 +204,7 @@ def _names_line(report: dict, key: str) -> str:
 
 
 def _parquet(path: str) -> dict:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
+    pq = need("pyarrow.parquet", by=f"{path}: reading Parquet", package="pyarrow", error=CliError)
     from exactbatch.sources.parquet import list_local_files
 
     files = list_local_files(path)
