@@ -33,6 +33,7 @@ demo: $(VENV)/.installed-demo
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check src tests bench examples docs
+	$(VENV)/bin/mypy
 
 docs: $(VENV)/.installed-docs
 	$(MKDOCS)

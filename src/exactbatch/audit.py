@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 from exactbatch.checks import check_int
 from exactbatch.errors import ExactnessError, TotalSizeWarning
@@ -41,7 +42,8 @@ SKIP_FILE_PREFIXES: tuple[str, ...] = (os.path.dirname(os.path.abspath(__file__)
 def _warn(warning: Warning) -> None:
     """``warnings.warn(warning)`` pointing at the first frame outside the package (the
     first not under :data:`SKIP_FILE_PREFIXES`)."""
-    frame, level = sys._getframe(0), 1  # level 1: this frame, which calls warnings.warn
+    frame: FrameType | None = sys._getframe(0)
+    level = 1  # level 1: this frame, which calls warnings.warn
     while frame is not None and frame.f_code.co_filename.startswith(SKIP_FILE_PREFIXES):
         frame, level = frame.f_back, level + 1
     warnings.warn(warning, stacklevel=level)

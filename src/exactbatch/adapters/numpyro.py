@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +63,7 @@ from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_m
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.loader import DataLoader
 
 __all__ = ["fit"]
 
@@ -124,17 +127,17 @@ def _result_class(run_result):
 
 
 def fit(
-    model,
-    guide,
-    loader,
+    model: Callable[..., Any],
+    guide: Callable[..., Any],
+    loader: DataLoader,
     num_steps: int,
     *,
-    optim=None,
-    rng_key,
+    optim: Any = None,
+    rng_key: Any,
     average_last_epoch: bool = False,
     progress_bar: bool = False,
-    **model_kwargs,
-):
+    **model_kwargs: Any,
+) -> Any:
     """Fit ``guide`` to ``model`` by SVI (``Trace_ELBO``), one new batch of ``loader`` per step.
 
     Each step calls ``model(xb, yb, **model_kwargs)`` and ``guide(xb, yb,
@@ -209,7 +212,7 @@ def fit(
     batches = as_jax(loader)
     xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
     trace = trace_model(model, xb, yb, model_kwargs, loader)
-    plates = check_plates(trace, loader.total_size, b, loader.l)
+    plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
 
     default = optim is None

@@ -50,7 +50,8 @@ PyMC is imported on first use, not by importing this module.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,7 @@ from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.loader import DataLoader
 
 __all__ = ["data", "fit"]
 
@@ -84,7 +86,9 @@ def _labels(yb: np.ndarray, ndim: int) -> np.ndarray:
     return yb[:, 0] if ndim == 1 else yb
 
 
-def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
+def data(
+    loader: DataLoader, x_name: str = "x", y_name: str = "y", *, model: Any = None
+) -> tuple[Any, Any]:
     """Make ``pm.Data`` placeholders for the loader's batches; call inside ``pm.Model()``.
 
     Returns ``(x_data, y_data)``: ``x_data`` of shape (batch_size, d), and
@@ -256,20 +260,20 @@ def _check_labels(model, feed) -> None:
 
 
 def fit(
-    loader,
+    loader: DataLoader | Sequence[DataLoader],
     n: int,
-    method="advi",
+    method: Any = "advi",
     *,
-    model=None,
-    x=None,
-    y=None,
-    random_seed=None,
+    model: Any = None,
+    x: Any = None,
+    y: Any = None,
+    random_seed: Any = None,
     progressbar: bool = False,
-    optim=None,
-    callbacks=None,
+    optim: Any = None,
+    callbacks: Sequence[Callable[..., Any]] | None = None,
     average_last_epoch: bool = False,
-    **fit_kwargs,
-):
+    **fit_kwargs: Any,
+) -> Any:
     """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
 
     Runs ``n`` optimisation steps; step i sees the loader's i-th batch from

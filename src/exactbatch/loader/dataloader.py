@@ -16,7 +16,8 @@ from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
-from exactbatch.kernels import pair_check
+from exactbatch.hints import DTypeLike, Source, TotalSize
+from exactbatch.kernels import check_dtype, pair_check
 from exactbatch.loader.cursor import Cursor, Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.state import pack_state, unpack_state
@@ -97,7 +98,7 @@ class DataLoader:
 
     def __init__(
         self,
-        source,
+        source: Source,
         batch_size: int,
         *,
         shuffle: bool = True,
@@ -105,19 +106,21 @@ class DataLoader:
         drop_last: bool = False,
         num_shards: int | str = 1,
         shard_index: int | str = 0,
-        total_size="auto",
+        total_size: TotalSize = "auto",
         buffer_size: int | None = None,
         even_batches: bool = False,
         elastic: bool = False,
         prefetch: int | None = None,
-        dtype=np.float64,
-    ):
+        dtype: DTypeLike = np.float64,
+    ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
-        spec = BatchSpec(batch_size, shuffle, drop_last, even_batches, elastic, shard, dtype)
+        spec = BatchSpec(
+            batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
+        )
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
@@ -194,7 +197,7 @@ class DataLoader:
 
     # -- iteration -------------------------------------------------------------
 
-    def __iter__(self):
+    def __iter__(self) -> EpochIterator:
         groups = self._group_sizes()
         group = groups[self.prefetch > 0] if groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
@@ -326,5 +329,5 @@ class DataLoader:
     def __enter__(self) -> DataLoader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

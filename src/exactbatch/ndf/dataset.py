@@ -56,6 +56,7 @@ import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.hints import PathLike
 from exactbatch.kernels import FileChanged, backend, parts_rows
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
@@ -406,7 +407,7 @@ class NdfDataset(Share):
 
     __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
 
-    def __init__(self, shared: _Parts):
+    def __init__(self, shared: _Parts) -> None:
         self._h = shared
         man = shared.man
         self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
@@ -465,7 +466,7 @@ class NdfDataset(Share):
 
 
 def open_ndf_dataset(
-    path, *, storage_options: dict | None = None, max_open_parts: int | None = None
+    path: PathLike, *, storage_options: dict | None = None, max_open_parts: int | None = None
 ) -> NdfDataset:
     """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
 

@@ -54,9 +54,12 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from exactbatch.arrays import byte_view
 from exactbatch.checks import check_int
+from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.file import open_ndf
 from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
@@ -270,7 +273,12 @@ def describe_part(path, name: str, *, storage_options: dict | None = None) -> tu
 
 
 def save_ndf_dataset(
-    path, parts, *, features=None, labels=None, storage_options: dict | None = None
+    path: PathLike,
+    parts: Iterable[Any],
+    *,
+    features: Columns = None,
+    labels: Columns = None,
+    storage_options: dict | None = None,
 ) -> None:
     """Write a sharded dataset at ``path`` (a folder, made if missing; or a URL) from
     ``parts``: an iterable of Datasets, ``(x, y)`` pairs or arrays ``x``, one per part,
@@ -359,12 +367,12 @@ def _write_over(write_id: str, names, host: str) -> bool:
 
 
 @contextlib.contextmanager
-def _signals_held():
+def _signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM that arrive in the block take effect at its end, each with the
     handler it had: in the main thread (the one that runs Python's signal handlers),
     for handlers set from Python (an ignored signal stays ignored)."""
     held: list[int] = []
-    old = {}
+    old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handler = signal.getsignal(sig)
@@ -373,10 +381,10 @@ def _signals_held():
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)
+        for caught, handler in old.items():
+            signal.signal(caught, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 class _Folder:

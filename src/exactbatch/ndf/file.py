@@ -27,6 +27,7 @@ import numpy as np
 
 from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
+from exactbatch.hints import PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar
@@ -142,7 +143,7 @@ class NdfFile(Share):
 
     __slots__ = ("_h", "_names", "d", "l", "n", "path")
 
-    def __init__(self, handle):
+    def __init__(self, handle: Any) -> None:
         self._h, self._names = handle, None
         self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
 
@@ -184,7 +185,7 @@ class NdfFile(Share):
         state = "closed" if self._h is None else "open"
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
-    def kernel_rows(self):
+    def kernel_rows(self) -> Any:
         """The compiled core's rows of this file (:func:`exactbatch.kernels.file_rows`):
         what a sharded dataset's gather reads this part through. None on the pure
         NumPy path, for a URL, and for a file without rows."""
@@ -237,7 +238,7 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     return idx
 
 
-def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
+def open_ndf(path: PathLike, *, storage_options: dict | None = None) -> NdfFile:
     """Open an ``.ndf`` file for reading, checking its header and exact size.
 
     A wrong magic, a short header, an impossible header or a size other
@@ -255,13 +256,13 @@ def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
         return NdfFile(open_url(os.fspath(path), storage_options))
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
-    path = local_path(os.fspath(path))
-    fd = open_regular(path, "an .ndf file")  # a FIFO or a device: refused, never waited on
+    local = local_path(os.fspath(path))
+    fd = open_regular(local, "an .ndf file")  # a FIFO or a device: refused, never waited on
     try:
         st = os.fstat(fd)
         head = os.pread(fd, HEADER_SIZE, 0) if st.st_size else b""
-        n, d, l = check_header(head, st.st_size, path)  # noqa: E741
-        return NdfFile(LocalHandle(path, fd, n, d, l, st))
+        n, d, l = check_header(head, st.st_size, local)  # noqa: E741
+        return NdfFile(LocalHandle(local, fd, n, d, l, st))
     except BaseException:
         os.close(fd)
         raise

@@ -34,11 +34,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import Any
 
 import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.dataset import Dataset
+from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_shape, expected_size, pack_header
 from exactbatch.ndf.names import SIDECAR_FORMAT, sidecar_bytes, sidecar_path, validate_names
 from exactbatch.ndf.regular import regular_file
@@ -59,7 +61,9 @@ __all__ = [
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
 
 
-def save_ndf(path, data, *, features=None, labels=None) -> None:
+def save_ndf(
+    path: PathLike, data: Any, *, features: Columns = None, labels: Columns = None
+) -> None:
     """Write ``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) to ``path``.
 
     Atomic: rows go to a temporary file in the same folder, which is flushed,

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class RowReader(Protocol):
     d: int
     l: int  # noqa: E741
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
+    def read(self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
 
     def prefetch_default(self, batch_bytes: int) -> int: ...
 
@@ -127,18 +127,18 @@ class RowSource(Protocol):
 _READER_MEMBERS = ("n", "d", "l", "read", "prefetch_default", "close")
 
 
-def is_row_source(source) -> bool:
+def is_row_source(source: object) -> bool:
     """Does ``source`` follow :class:`RowSource`? (Its reader is checked when opened.)"""
     return callable(getattr(source, "open_reader", None))
 
 
-def is_chunk_source(source) -> bool:
+def is_chunk_source(source: object) -> bool:
     """Does ``source`` follow :class:`ChunkSource`? (``chunk_rows`` is checked by
     :func:`stream_hooks`.)"""
     return hasattr(source, "chunk_rows") and callable(getattr(source, "read_chunk", None))
 
 
-def check_reader(reader, source) -> RowReader:
+def check_reader(reader: Any, source: object) -> RowReader:
     """``reader``, which ``source.open_reader()`` returned, if it is a :class:`RowReader`:
     else a ``TypeError`` naming what it lacks (or ``ValueError``: a size below 0)."""
     missing = [name for name in _READER_MEMBERS if not hasattr(reader, name)]
@@ -194,7 +194,7 @@ def _chunk_rows(source) -> np.ndarray:
     return out
 
 
-def stream_hooks(source) -> StreamHooks:
+def stream_hooks(source: Any) -> StreamHooks:
     """The hooks ``source`` has (module docs): the one place a stream's source is
     asked what it can do. A hook of the wrong kind is a ``TypeError`` (or
     ``ValueError``) naming it."""

@@ -14,6 +14,8 @@ batch between threads.
 
 from __future__ import annotations
 
+from typing import Any
+
 from exactbatch.dataset import Dataset
 from exactbatch.kernels import memory_rows
 from exactbatch.ndf import NdfDataset, NdfFile
@@ -32,7 +34,8 @@ class MemoryReader:
     """Rows of a :class:`Dataset`: one gather per batch (:func:`exactbatch.kernels.memory_rows`)."""
 
     def __init__(self, ds: Dataset):
-        self.x, self.y = ds.x, ds.y
+        self.x: Any = ds.x  # None once closed
+        self.y: Any = ds.y
         self.n, self.d, self.l = ds.n, ds.d, ds.l
         # The bound method itself: one call per batch, whatever the backend.
         self.read = memory_rows(ds.x, ds.y).read
