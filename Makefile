@@ -13,13 +13,15 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# The editable install also builds the compiled core (src/exactbatch/_core.c) next
-# to the sources; a failed compile still installs (the pure NumPy path runs then).
-$(VENV)/.installed-%: pyproject.toml src/exactbatch/_core.c | $(PY)
+# The editable install also builds the compiled core (src/exactbatch/_core*.c and its
+# private headers) next to the sources; a failed compile still installs (the pure
+# NumPy path runs then).
+CORE_SOURCES := $(wildcard src/exactbatch/_core*.c src/exactbatch/_core*.h)
+$(VENV)/.installed-%: pyproject.toml $(CORE_SOURCES) | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$*]'
 	touch $@
 
-# Rebuild only the compiled core in place (after editing _core.c).
+# Rebuild only the compiled core in place (after editing its C sources).
 core: $(VENV)/.installed-dev
 	$(PY) setup.py --quiet build_ext --inplace
 

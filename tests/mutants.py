@@ -1,5 +1,5 @@
 """`make mutants`: mutation testing of the order, the .ndf checks, audit, the loader's
-cursor and state, batching and feeds.
+cursor and state, batching, feeds and the compiled core.
 
 mutmut (configured in pyproject.toml's [tool.mutmut]) puts one-line bugs
 into the code, one at a time, and runs the tests that call the mutated
@@ -9,24 +9,35 @@ and its own test files run, so that the whole run stays feasible on two
 cores. Prints, per target, killed / survived / total and the kill rate, and
 lists the survivors (``--diff`` shows each one's change).
 
+mutmut mutates Python only: the ``core`` target (the C sources of
+``exactbatch._core``) has a runner of its own, below (:func:`run_core`), with
+the same report.
+
     python tests/mutants.py                 # every target, in the order below
     python tests/mutants.py order ndf       # some targets
     python tests/mutants.py --summary       # the last results again, no run
     python tests/mutants.py --recheck ndf   # only what was not killed, against today's tests
 
-Not part of ``make test``: a full run takes about an hour on two cores.
+Not part of ``make test``: a full run takes about an hour and a half on two cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from queue import Queue
 
 try:
     import tomllib
@@ -177,6 +188,8 @@ TARGETS = {
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+NOT_COUNTED = {"no compile", "same binary"}  # the core's mutants that are no other program
+ALL = [*TARGETS, "core"]  # `core`: the compiled core, by run_core (mutmut mutates Python only)
 
 
 def prepare(target: str) -> Path:
@@ -225,7 +238,13 @@ def run(target: str, recheck: bool = False) -> None:
 
 
 def results(target: str) -> dict[str, str] | None:
-    """Each selected mutant's status, from mutmut's files; None if never run."""
+    """Each selected mutant's status, from mutmut's files (the core's: from its runner's,
+    less those that did not compile); None if never run."""
+    if target == "core":
+        res = core_results()
+        if res is None:
+            return None
+        return {k: r["status"] for k, r in res.items() if r["status"] not in NOT_COUNTED}
     from mutmut.stats import status_by_exit_code
 
     metas = sorted((WORK / target / "mutants").rglob("*.meta"))
@@ -238,6 +257,365 @@ def results(target: str) -> dict[str, str] | None:
             if any(fnmatch.fnmatchcase(name, g) for g in globs):
                 out[name] = status_by_exit_code[code]
     return out
+
+
+# -- the compiled core -------------------------------------------------------------------
+#
+# One-line mutations of the C sources (every `_core*.c` and `_core*.h`), each applied to
+# a worker's copy of src/ and tests/ (never to this checkout's), built with `setup.py
+# build_ext --inplace` there, and the core's tests run against it with that copy first
+# on PYTHONPATH (the tests' child processes inherit it, so they see the mutant too). A
+# mutant that does not compile, or compiles to the same code as the unmutated core
+# (its library stripped of symbols and debug data is byte for byte the same: dead
+# code, another platform's branch), is left out of the count. The mutants are a fixed
+# sample of every site: a mutant is kept when the SHA-256 of its key (file, the line's
+# text and its occurrence, the column, the mutation; not the line number, so that an
+# edit elsewhere keeps the sample) falls below CORE_SAMPLE per mille.
+
+CORE_SOURCES = ("src/exactbatch", "_core*.[ch]")
+CORE_SAMPLE = 130  # per mille of the sites: ~230 mutants (~15 fail to compile), ~30 minutes
+CORE_WORKERS = 2
+# The tests that read through the core: its own edges, the kernels (gathers, casts,
+# checks, the guard's truncations in child processes), a dataset's parts, a file's reads
+# and changes, the guard; the NumPy path's own cases and EXACTBATCH_PURE's parsing left
+# out.
+CORE_TESTS = [
+    "tests/test_core.py",
+    "tests/test_kernels.py",
+    "tests/ndf/test_ndf_dataset.py",
+    "tests/ndf/test_file.py",
+    "tests/ndf/test_guard.py",
+    "-k",
+    "not exactbatch_pure and not [numpy and not -numpy]",
+]
+BIJECTION_TESTS = ["tests/order/test_bijection.py"]
+CORE_GROUPS = {"core": CORE_TESTS, "bijection": BIJECTION_TESTS}
+# The tests of a mutant by its file: the bijection has its own; the module table and the
+# shared header run both; every other file the core's.
+CORE_TESTS_OF = {"_core_bijection": ["bijection"], "_core": ["core", "bijection"]}
+# Calls that only give back memory, a buffer or a reference (dropping one leaks, which no
+# test of behaviour sees: a leak test is a memory measurement), or only hint (a prefetch:
+# dropping it changes the speed alone): not dropped.
+NOT_DROPPED = {
+    "__builtin_prefetch",
+    "tp_free",
+    "PyBuffer_Release",
+    "Py_DECREF",
+    "Py_XDECREF",
+    "Py_CLEAR",
+    "PyMem_Free",
+    "PyMem_RawFree",
+    "munmap",
+}
+# comparisons: the boundary moved and the direction turned (`<` for `>`: the inverted check)
+SWAPS = {
+    "<": ["<=", ">"],
+    "<=": ["<", ">="],
+    ">": [">=", "<"],
+    ">=": [">", "<="],
+    "==": ["!="],
+    "!=": ["=="],
+    "&&": ["||"],
+    "||": ["&&"],
+    "+=": ["-="],
+    "-=": ["+="],
+    "|=": ["&="],
+}
+_TOKEN = re.compile(
+    r"(?P<num>\b(?:0[xX][0-9a-fA-F]+|\d+)(?P<suffix>[uUlL]*)\b)"
+    r"|(?P<op><<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|[-+*/%<>&|^!=~?:;,(){}\[\].])"
+    r"|(?P<id>[A-Za-z_]\w*)"
+)
+_ARRAY_DECL = re.compile(r"^\s*(static\s+)?(const\s+)?(struct\s+)?\w+\s+\**\w+\[\d+\]")
+
+
+def mask_c(text: str) -> str:
+    """``text`` with its comments and string and character literals blanked (same length,
+    newlines kept): what is left is code."""
+    out, i, n = list(text), 0, len(text)
+    while i < n:
+        two = text[i : i + 2]
+        if two in ("/*", "//"):
+            end = text.find("*/", i + 2) + 2 if two == "/*" else text.find("\n", i)
+            end = n if end < 2 or end == -1 else end
+        elif text[i] in "\"'":
+            end = i + 1
+            while end < n and text[end] != text[i]:
+                end += 2 if text[end] == "\\" else 1
+            end += 1
+        else:
+            i += 1
+            continue
+        for k in range(i, min(end, n)):
+            out[k] = out[k] if text[k] == "\n" else " "
+        i = end
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class CMutant:
+    key: str  # stable: file, the line's text (hashed) and occurrence, column, mutation
+    path: str  # from the checkout's root
+    line: int  # 1-based, in today's file
+    before: str
+    after: str
+    op: str
+
+
+def _close_paren(code: str, at: int) -> int:
+    """The index of the ``)`` that closes the ``(`` at ``at`` on this line, or -1."""
+    depth = 0
+    for k in range(at, len(code)):
+        depth += {"(": 1, ")": -1}.get(code[k], 0)
+        if depth == 0:
+            return k
+    return -1
+
+
+def _line_mutants(code: str) -> list[tuple[int, int, str, str]]:
+    """``(start, end, replacement, op)`` for each mutation of one line of code (masked)."""
+    bare = code.rstrip().removesuffix("\\").strip()  # a macro's line ends in a backslash
+    if bare.startswith("#") and not re.match(r"#\s*define\s+\w+", bare):
+        return []  # #include, #if...: not code that runs
+    if bare.startswith("__builtin_prefetch("):
+        return []  # a hint: whatever address it is given, only the speed changes
+    toks = list(_TOKEN.finditer(code))
+    words = [t.group() for t in toks]
+    out = []
+    for k, t in enumerate(toks):
+        word, prev, nxt = t.group(), words[k - 1] if k else "", words[k + 1 : k + 2]
+        if t.lastgroup == "op" and word in SWAPS:
+            out += [(t.start(), t.end(), new, f"{word} -> {new}") for new in SWAPS[word]]
+        elif word in ("+", "-") and k and (toks[k - 1].lastgroup != "op" or prev in ")]"):
+            new = "-" if word == "+" else "+"  # binary only (a unary minus is a sign)
+            out.append((t.start(), t.end(), new, f"{word} -> {new}"))
+        elif word == "!":
+            out.append((t.start(), t.end(), "", "! dropped"))
+        elif t.lastgroup == "num":
+            if prev == "[" and nxt == ["]"] and _ARRAY_DECL.match(code):
+                continue  # an array's size: a larger one changes nothing
+            suffix = t.group("suffix")
+            digits = word[: len(word) - len(suffix)]
+            value = int(digits, 0)
+            new = 0 if value == 1 else value + 1
+            shown = (hex(new) if digits.lower().startswith("0x") else str(new)) + suffix
+            out.append((t.start(), t.end(), shown, f"{word} -> {shown}"))
+        elif word == "if" and nxt == ["("]:
+            close = _close_paren(code, toks[k + 1].start())
+            if close > 0:
+                out.append((toks[k + 1].start(), close + 1, "(0)", "if: check dropped"))
+    statement = (
+        words[:1] in (["return"], ["goto"], ["break"], ["continue"], ["*"])  # *out = ...
+        or (len(toks) > 1 and toks[0].lastgroup == "id" and toks[1].lastgroup == "op")
+    )
+    if (
+        statement
+        and bare.endswith(";")
+        and bare.count("(") == bare.count(")")
+        and not NOT_DROPPED & set(words)
+        and words[0] not in ("if", "for", "while", "switch", "case", "else", "do")
+        and words[1:2] != ["*"]  # a declaration: `PyObject *exc = ...;`
+    ):
+        start = code.index(bare[0])
+        out.append((start, start + len(bare), ";", "statement dropped"))
+    return out
+
+
+def core_mutants(sample: int = CORE_SAMPLE) -> list[CMutant]:
+    """Every mutant of today's C sources kept by the sample (``sample`` per mille of the
+    sites), in file and line order."""
+    folder, pattern = CORE_SOURCES
+    out = []
+    for path in sorted((ROOT / folder).glob(pattern)):
+        text = path.read_text()
+        rel = os.fspath(path.relative_to(ROOT))
+        seen: dict[str, int] = {}
+        for number, (line, code) in enumerate(
+            zip(text.split("\n"), mask_c(text).split("\n"), strict=True), 1
+        ):
+            digest = hashlib.sha256(line.strip().encode()).hexdigest()[:12]
+            seen[digest] = seen.get(digest, 0) + 1
+            indent = len(line) - len(line.lstrip())
+            for a, b, new, op in _line_mutants(code):
+                key = f"{rel}:{digest}.{seen[digest]}:{a - indent}:{op}"
+                if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 1000 >= sample:
+                    continue
+                out.append(CMutant(key, rel, number, line, line[:a] + new + line[b:], op))
+    return out
+
+
+def _groups_of(path: str) -> list[str]:
+    return CORE_TESTS_OF.get(Path(path).stem, ["core"])
+
+
+class _Worker:
+    """A copy of the sources to mutate and build: build/mutants/core/wK."""
+
+    def __init__(self, k: int):
+        self.dir = WORK / "core" / f"w{k}"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        # src and tests as they are now (editing them while a run goes on changes nothing)
+        skip = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__", "*.egg-info")
+        for name in ("src", "tests"):
+            shutil.copytree(ROOT / name, self.dir / name, ignore=skip)
+        for name in ("pyproject.toml", "setup.py", "README.md"):
+            shutil.copy(ROOT / name, self.dir / name)
+        self.env = dict(os.environ, CI="true", PYTHONPATH=str(self.dir / "src"))
+        self.env.pop("EXACTBATCH_PURE", None)
+        self.unmutated: str | None = None  # build()'s digest of the unmutated core
+
+    def build(self) -> str | None:
+        """Build the copy's core in place: the digest of its library stripped of symbols,
+        debug data and build id (the code alone), or None if it did not compile (an
+        optional extension that fails to compile leaves no library, and exits 0)."""
+        lib = self.dir / "src" / "exactbatch"
+        for old in lib.glob("_core.*.so"):
+            old.unlink()
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force",
+             "--build-temp", "build/temp"],
+            cwd=self.dir, env=self.env, capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+        built = next(lib.glob("_core.*.so"), None)
+        if built is None:
+            return None
+        code = self.dir / "build" / "stripped.so"
+        strip = ["strip", "--strip-all", "--remove-section=.note.gnu.build-id", "-o"]
+        r = subprocess.run([*strip, code, built], capture_output=True, check=False)
+        read = code if r.returncode == 0 else built  # no GNU strip: no binary is the same
+        return hashlib.sha256(read.read_bytes()).hexdigest()
+
+    def test(self, groups: list[str], timeout: float) -> str:
+        """Run each group of tests (stopping at the first failure): the mutant's status."""
+        deadline = time.monotonic() + timeout
+        for group in groups:
+            args = CORE_GROUPS[group]
+            cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *args]
+            with open(self.dir / "pytest.log", "w") as log:  # the last run's output
+                proc = subprocess.Popen(
+                    cmd, cwd=self.dir, env=self.env, start_new_session=True,
+                    stdout=log, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                try:
+                    rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the tests' child processes too
+                    proc.wait()
+                    return "timeout"
+            if rc < 0:
+                return "segfault"  # pytest itself died of a signal (a crash in the core)
+            if rc in (4, 5):
+                raise RuntimeError(f"{cmd}: pytest exit code {rc} (bad arguments?)")
+            if rc != 0:
+                return "killed"  # failed tests (1), or an import that failed (2)
+        return "survived"
+
+    def run(self, m: CMutant, original: str, timeouts: dict[str, float]) -> str:
+        target = self.dir / m.path
+        text = original.split("\n")
+        text[m.line - 1] = m.after
+        target.write_text("\n".join(text))
+        try:
+            built = self.build()
+            if built is None:
+                return "no compile"
+            if built == self.unmutated:
+                return "same binary"  # the compiler made the same code: an equivalent mutant
+            groups = _groups_of(m.path)
+            return self.test(groups, sum(timeouts[g] for g in groups))
+        finally:
+            target.write_text(original)
+
+
+def core_results() -> dict[str, dict] | None:
+    """Each mutant of the last core run, by key: its record and ``status``."""
+    path = WORK / "core" / "results.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+    with open(WORK / "core" / "run.log", "a") as f:
+        print(line, file=f)
+
+
+def _save(records: dict[str, dict]) -> None:
+    path = WORK / "core" / "results.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=1))
+    tmp.replace(path)
+
+
+def run_core(recheck: bool = False, sample: int = CORE_SAMPLE) -> None:
+    """The core's mutants, ``sample`` per mille of the sites, CORE_WORKERS at a time: a
+    fresh run, or with ``recheck`` only those of today's sources the last run did not
+    kill (survived or not checked) or did not have (the mutants of lines changed since:
+    the old ones are gone), against today's tests."""
+    mutants = core_mutants(sample)
+    if recheck:
+        last = core_results() or {}
+        # today's mutants only, where they are today
+        records = {m.key: {**last[m.key], **asdict(m)} for m in mutants if m.key in last}
+        done = KILLED | NOT_COUNTED
+        mutants = [m for m in mutants if records.get(m.key, {}).get("status") not in done]
+        if not mutants:
+            print("== core: nothing to recheck", flush=True)
+            return
+    else:
+        shutil.rmtree(WORK / "core", ignore_errors=True)
+        records = {}
+    (WORK / "core").mkdir(parents=True, exist_ok=True)
+    for m in mutants:  # (line numbers as today)
+        records[m.key] = {**asdict(m), "status": "not checked", "seconds": None}
+    _save(records)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # started in the background (`&`, nohup): SIGINT comes ignored, and the tests'
+        # processes would inherit that (the tests of a Ctrl-C need it delivered)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    workers = [_Worker(k) for k in range(CORE_WORKERS)]
+    _log(f"== core: {len(mutants)} mutants, {len(workers)} workers in {WORK / 'core'}")
+    # The unmutated core must build and pass; each group's time sets its timeout (twice
+    # that, and half a minute: a mutant that loops forever costs that much).
+    for w in workers:
+        w.unmutated = w.build()
+        if w.unmutated is None:
+            sys.exit("core: the unmutated core does not build")
+    timeouts = {}
+    for group in CORE_GROUPS:
+        t = time.monotonic()
+        if workers[0].test([group], timeout=3600) != "survived":
+            sys.exit(
+                f"core: the {group} tests fail on the unmutated core (see "
+                f"{workers[0].dir / 'pytest.log'}); fix that first"
+            )
+        timeouts[group] = 2 * (time.monotonic() - t) + 30
+    originals = {p: (ROOT / p).read_text() for p in {m.path for m in mutants}}
+    free: Queue = Queue()
+    for w in workers:
+        free.put(w)
+
+    def one(m: CMutant) -> None:
+        w = free.get()
+        try:
+            t = time.monotonic()
+            status = w.run(m, originals[m.path], timeouts)
+            records[m.key].update(status=status, seconds=round(time.monotonic() - t, 1))
+            _save(records)
+            _log(f"   {status:10s} {m.path}:{m.line}: {m.op} ({records[m.key]['seconds']} s)")
+        finally:
+            free.put(w)
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        for future in [pool.submit(one, m) for m in mutants]:
+            future.result()
+
+
+def _where(record: dict | None, name: str):
+    """A survivor as listed: a core mutant by file, line and change, sorted so; else its name."""
+    if record is None:
+        return name
+    return f"{record['path']}:{record['line']:<4d} {record['op']}"
 
 
 def summary(targets: list[str], diff: bool) -> None:
@@ -255,15 +633,20 @@ def summary(targets: list[str], diff: bool) -> None:
             f"  kill rate {rate:5.1f}%"
         )
         unchecked = sum(s == "not checked" for s in res.values())
+        log = WORK / target / ("run.log" if target == "core" else "mutmut.log")
         if unchecked:
             print(
                 f"    {unchecked} not checked: the run stopped early "
-                f"(see {WORK / target / 'mutmut.log'}); they count as not killed"
+                f"(see {log}); they count as not killed"
             )
             rest = {n: s for n, s in rest.items() if s != "not checked"}
-        for name, status in sorted(rest.items()):
-            print(f"    {status:10s} {name}")
-            if diff:
+        core = core_results() if target == "core" else {}
+        for name, status in sorted(rest.items(), key=lambda i: _where(core.get(i[0]), i[0])):
+            print(f"    {status:10s} {_where(core.get(name), name)}")
+            if diff and target == "core":
+                r = core[name]
+                print(f"        - {r['before'].strip()}\n        + {r['after'].strip()}")
+            elif diff:
                 show = subprocess.run(
                     [sys.executable, "-m", "mutmut", "show", name],
                     cwd=WORK / target,
@@ -276,7 +659,7 @@ def summary(targets: list[str], diff: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (default: all)")
+    ap.add_argument("targets", nargs="*", help=f"some of {', '.join(ALL)} (default: all)")
     ap.add_argument("--summary", action="store_true", help="print the last results, run nothing")
     ap.add_argument("--diff", action="store_true", help="show each survivor's change")
     ap.add_argument(
@@ -286,14 +669,24 @@ def main() -> None:
         "tests and code (mutmut makes the mutants of changed functions anew, unchecked; "
         "run --recheck until none is left unchecked; a new pragma shows in a fresh run)",
     )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=CORE_SAMPLE,
+        metavar="PER_MILLE",
+        help=f"core: the share of the C sources' mutation sites run (default {CORE_SAMPLE})",
+    )
     args = ap.parse_args()
-    targets = args.targets or list(TARGETS)
-    unknown = [t for t in targets if t not in TARGETS]
+    targets = args.targets or ALL
+    unknown = [t for t in targets if t not in ALL]
     if unknown:
-        ap.error(f"unknown target(s) {unknown}; expected some of {list(TARGETS)}")
+        ap.error(f"unknown target(s) {unknown}; expected some of {ALL}")
     if not args.summary:
         for target in targets:
-            run(target, args.recheck)
+            if target == "core":
+                run_core(args.recheck, args.sample)
+            else:
+                run(target, args.recheck)
     summary(targets, args.diff)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
-from exactbatch.checks import check_flag, check_int
+from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order import check_shard
 
 INTS = [3, np.int64(3), np.int32(3), np.uint8(3)]
@@ -47,6 +47,19 @@ def test_check_int_optional_lets_none_through_only():
         check_int("buffer_size", 0, 1, optional=True)
     with pytest.raises(TypeError, match="buffer_size must be an int"):
         check_int("buffer_size", None, 1)
+
+
+def test_check_dtype_takes_float64_and_float32_in_any_spelling_and_nothing_else():
+    """The batches' dtype (the loader's ``dtype=``): float64 or float32, as a NumPy dtype;
+    another dtype is a ValueError, what is no dtype a TypeError, each naming it."""
+    for spelling in (np.float32, "float32", "f4", np.dtype("<f4")):
+        assert check_dtype(spelling) == np.dtype(np.float32)
+    assert check_dtype(float) == np.dtype(np.float64)
+    with pytest.raises(ValueError) as info:
+        check_dtype(np.float16)
+    assert str(info.value) == "dtype must be np.float64 or np.float32; got float16"
+    with pytest.raises(TypeError, match="dtype must be np.float64 or np.float32; got 'nope'"):
+        check_dtype("nope")
 
 
 @pytest.mark.parametrize("value", FLAGS, ids=repr)

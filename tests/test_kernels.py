@@ -371,10 +371,20 @@ def test_the_buffer_check_refuses_an_itemsize_other_than_8_or_4():
 
 
 @needs_core
-def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
+@pytest.mark.parametrize("kind", ["memory", "parts"])
+def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers(tmp_path, kind):
+    """Rows.read and Parts.read (a dataset of one part) check their arguments alike."""
     x, y = make_data(10, 3, 1)
-    rows = kernels.memory_rows(x, y)
+    if kind == "memory":
+        rows = kernels.memory_rows(x, y)
+    else:
+        save_ndf(tmp_path / "p.ndf", (x, y))
+        part = open_ndf(tmp_path / "p.ndf")
+        rows = kernels.parts_rows(np.array([0, 10], dtype=np.int64), 3, 1)
+        rows.set(0, part.kernel_rows())
     ox, oy = np.empty((2, 3)), np.empty((2, 1))
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        rows.read(np.array([1, 2]), ox)
     with pytest.raises(IndexError, match="row 10 out of range"):
         rows.read(np.array([1, 10]), ox, oy)
     with pytest.raises(IndexError, match="row -1 out of range"):
@@ -393,6 +403,8 @@ def test_the_kernel_refuses_rows_out_of_range_and_wrong_buffers():
         ro = np.empty((2, 3))
         ro.flags.writeable = False
         rows.read(np.array([1, 2]), ro, oy)
+    if kind == "parts":
+        return
     w = np.zeros((10, 8))
     for x_bad in (w[:, ::2], w.T[:, :10], w[::-1, :3]):  # a row's values apart; rows reversed
         with pytest.raises(ValueError, match="x must hold each row's values side by side"):
@@ -482,8 +494,43 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
         parts.unset(3)
     with pytest.raises(ValueError, match="rise from 0"):
         kernels.parts_rows(np.array([0, 5, 4], dtype=np.int64), 3, 1)
-    with pytest.raises(TypeError, match="int64"):
-        kernels.parts_rows(np.array([0], dtype=np.int64), 3, 1)
+    for starts in (np.array([0], dtype=np.int64), np.array([0.0, 5.0]), np.array([0, 5])[None]):
+        with pytest.raises(TypeError, match="starts must be a 1-D int64 array"):
+            kernels.parts_rows(starts, 3, 1)
+
+
+@needs_core
+@pytest.mark.parametrize("nparts", [3, 65])  # 65: past the 64 parts of the read's bitmask
+def test_the_parts_kernel_reads_every_part_and_copies_nothing_for_a_row_out_of_range(
+    tmp_path, nparts
+):
+    """Over as many parts as a read tracks in one 64-bit mask and over more: the parts a
+    read needs are named (the last too), then every row comes from its part; a row out of
+    range (just past n, far past it, negative) is an IndexError with nothing copied."""
+    x, y = make_data(2 * nparts, 2, 1)
+    starts = np.arange(0, 2 * nparts + 1, 2, dtype=np.int64)  # two rows a part
+    parts, files = kernels.parts_rows(starts, 2, 1), []
+    for k in range(nparts):
+        exactbatch.save_ndf(tmp_path / f"p{k}.ndf", (x[2 * k : 2 * k + 2], y[2 * k : 2 * k + 2]))
+        files.append(exactbatch.open_ndf(tmp_path / f"p{k}.ndf"))
+    rows = np.array([2 * nparts - 1, 0, 3, 2 * nparts - 2])
+    ox, oy = np.full((4, 2), -1.0), np.full((4, 1), -1.0)
+    assert parts.read(rows, ox, oy) == [0, 1, nparts - 1]
+    for k in (0, 1, nparts - 1):
+        parts.set(k, files[k].kernel_rows())
+    assert parts.read(rows, ox, oy) is None
+    np.testing.assert_array_equal(ox, x[rows])
+    np.testing.assert_array_equal(oy, y[rows])
+    for bad in (2 * nparts, 1 << 40, -1):
+        for dt in (np.int32, np.int64):
+            if dt is np.int32 and bad == 1 << 40:
+                continue
+            ox[...], oy[...] = -1.0, -1.0
+            with pytest.raises(IndexError, match=f"row {bad} out of range for n={2 * nparts}"):
+                parts.read(np.array([0, bad, 3], dtype=dt), ox[:3], oy[:3])
+            assert (ox == -1).all() and (oy == -1).all()  # nothing copied
+    for f in files:
+        f.close()
 
 
 def test_kernel_rows_is_the_compiled_files_rows_or_none(tmp_path, each_backend):

@@ -1,7 +1,8 @@
 """Packaging: an sdist and a wheel build on this machine, the wheel with the compiled core.
 
-The sdist must carry ``src/exactbatch/_core.c`` (so ``pip install`` from it
-compiles the core), the wheel the built extension ``exactbatch/_core*.so``.
+The sdist must carry the compiled core's C sources and private headers
+(``src/exactbatch/_core*.c``, ``_core*.h``: so ``pip install`` from it compiles
+the core), the wheel the built extension ``exactbatch/_core*.so``.
 Built offline, with the running interpreter's setuptools (no build isolation:
 nothing is downloaded).
 """
@@ -71,7 +72,10 @@ def test_sdist_and_wheel_build_and_carry_the_compiled_core(tmp_path):
     (wheel,) = out.glob("exactbatch-*.whl")
     with tarfile.open(sdist) as t:
         names = t.getnames()
-    assert any(n.endswith("src/exactbatch/_core.c") for n in names), names
+    core = sorted(p.name for p in (ROOT / "src" / "exactbatch").glob("_core*.[ch]"))
+    assert "_core.c" in core and "_core.h" in core, core
+    for name in core:
+        assert any(n.endswith(f"src/exactbatch/{name}") for n in names), (name, names)
     assert any(n.endswith("src/exactbatch/kernels.py") for n in names), names
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()

@@ -1,4 +1,4 @@
-"""Checks of the int and flag arguments of the public surface, with one wording.
+"""Checks of the int, flag and dtype arguments of the public surface, with one wording.
 
 * An int argument takes a Python or NumPy integer; a bool (an ``int`` to
   Python, but never meant as a count), a float (even ``3.0``) or a string is
@@ -6,15 +6,19 @@
 * A flag takes ``bool`` or ``np.bool_`` only: ``shuffle="False"`` would be
   true to ``bool()``, and ``0``/``1`` hide a swapped argument, so anything
   else is a ``TypeError``.
+* A dtype (of the batches) is float64 or float32 (:data:`DTYPES`): another
+  dtype is a ``ValueError``, what is no dtype at all a ``TypeError``.
 
-Both name the argument and show the value.
+Each names the argument and shows the value.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_flag", "check_int"]
+__all__ = ["DTYPES", "check_dtype", "check_flag", "check_int"]
+
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the dtypes a loader's batches may have
 
 
 def check_int(name: str, value, minimum: int | None = None, *, optional: bool = False):
@@ -36,3 +40,15 @@ def check_flag(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
+
+
+def check_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype if it is float64 or float32, else a ``ValueError``
+    naming the argument (a ``TypeError`` for what is no dtype at all)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype must be np.float64 or np.float32; got {dtype!r}") from e
+    if dt not in DTYPES:
+        raise ValueError(f"dtype must be np.float64 or np.float32; got {dt}")
+    return dt

@@ -22,7 +22,9 @@ here once (:func:`memory_rows`, :func:`file_rows`) and calls its
 ``read(rows, out_x, out_y)`` per batch: ``rows`` a slice of consecutive rows
 or a 1-D int32/int64 array of row numbers in ``[0, n)`` (any order, repeats
 allowed), ``out_x``/``out_y`` C-contiguous arrays of shapes (r, d) and
-(r, l), both float64 or both float32.
+(r, l), both float64 or both float32. The order's keyed bijection makes its
+own kernel from :func:`core` (:mod:`exactbatch.order.bijection`); the dtype
+rules are :mod:`exactbatch.checks`'.
 """
 
 from __future__ import annotations
@@ -33,13 +35,12 @@ import os
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.checks import DTYPES
 
 __all__ = [
-    "DTYPES",
-    "bijection",
     "FileChanged",
     "backend",
-    "check_dtype",
+    "core",
     "file_rows",
     "gather",
     "map_file",
@@ -49,7 +50,6 @@ __all__ = [
     "use_backend",
 ]
 
-DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the output dtypes a loader may have
 _BY_ITEMSIZE = {dt.itemsize: dt for dt in DTYPES}
 
 
@@ -112,16 +112,11 @@ def use_backend(name: str) -> str:
     return before
 
 
-def check_dtype(dtype) -> np.dtype:
-    """``dtype`` as a NumPy dtype if it is float64 or float32, else a ``ValueError``
-    naming the argument (a ``TypeError`` for what is no dtype at all)."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"dtype must be np.float64 or np.float32; got {dtype!r}") from e
-    if dt not in DTYPES:
-        raise ValueError(f"dtype must be np.float64 or np.float32; got {dt}")
-    return dt
+def core():
+    """The compiled extension (:mod:`exactbatch._core`) when it is the backend in use,
+    else None: for a kernel whose Python lives beside its caller (the order's keyed
+    bijection, :mod:`exactbatch.order.bijection`), chosen when its object is made."""
+    return _CORE
 
 
 class _NumpyRows:
@@ -229,17 +224,6 @@ def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
     if _CORE is None:
         return None
     return _CORE.parts_rows(starts, d, l)
-
-
-def bijection(n: int, q: int, swap01: bool, plan):
-    """An epoch's keyed bijection in C (:class:`exactbatch.order.EpochBijection` builds
-    ``plan``: its rounds' ``(into_high, key, mult, mod, divisor)``), with
-    ``rows(start, out)`` (the rows of positions ``start ..`` into a 1-D int64 ``out``)
-    and ``map(positions)`` (a 1-D 64-bit array, in place): exactly the NumPy path's
-    rows, with the GIL released. None on the pure path."""
-    if _CORE is None:
-        return None
-    return _CORE.bijection(n, q, swap01, [tuple(int(v) for v in step) for step in plan])
 
 
 def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -1138,11 +1138,16 @@ def test_truncated_file_contiguous_read_is_ndf_error(saved, new_size):
             f.read_row(0)
 
 
+@pytest.mark.parametrize("unlinked", [False, True])
 @pytest.mark.parametrize("new_size", [28 + 40 * 500, 28 + 40 * 1000 - 8])
-def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(saved, new_size):
+def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(
+    saved, new_size, unlinked, each_backend
+):
     """A file truncated while open, its modification time then set back to what it was:
-    only the size check can see the change, and every read is still an NdfError that
-    names the file and both sizes, also of rows that are still in the file."""
+    every read, on both backends, is still an NdfError that names the file and both
+    sizes, also of rows that are still in the file. ``unlinked``: its last link gone as
+    well, which leaves its change time uncounted (the rule of
+    ``LocalHandle.check_size``): only the size check can see the change."""
     path, _, _ = saved
     full = 28 + 40 * 1000
     with open_ndf(path) as f:
@@ -1152,6 +1157,8 @@ def test_truncation_with_the_mtime_put_back_is_caught_by_the_size_check(saved, n
         os.truncate(path, new_size)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         assert os.stat(path).st_mtime_ns == st.st_mtime_ns  # the mtime check sees nothing
+        if unlinked:
+            os.unlink(path)
         scattered = np.random.default_rng(0).permutation(300)[:100]  # gathered from the map
         for read in (
             lambda: f.read_rows(range(0, 10)),  # one positional read

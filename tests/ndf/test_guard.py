@@ -328,3 +328,84 @@ def test_the_guard_holds_when_a_handler_is_installed_after_it(tmp_path, how, end
     if how == "faulthandler":
         assert "Fatal Python error: Segmentation fault" in r.stderr
         assert r.stderr.count("Fatal Python error") == 1  # reported once, not in a loop
+
+
+_KEPT_PER_SIGNAL = textwrap.dedent(
+    """
+    import ctypes, os, signal, sys
+    from exactbatch import open_ndf, save_ndf
+    sent = []
+    signal.signal(signal.SIGBUS, lambda s, frame: sent.append(s))
+    signal.signal(signal.SIGSEGV, signal.SIG_IGN)
+    save_ndf(sys.argv[1], [[1.0]])
+    f = open_ndf(sys.argv[1])  # installs the guard over both
+    os.kill(os.getpid(), signal.SIGBUS)  # sent, not a fault: to SIGBUS's handler
+    os.kill(os.getpid(), signal.SIGSEGV)  # sent, and SIGSEGV was ignored: still ignored
+    print("sent", sent, flush=True)
+    ctypes.string_at(16)  # a fault cannot be ignored: returning would fault forever
+    print("survived", flush=True)
+    """
+)
+
+
+@needs_core
+def test_the_handlers_the_guard_displaced_are_kept_per_signal(tmp_path):
+    """SIGBUS's handler (CPython's, for a Python function) and SIGSEGV's (ignored) differ:
+    a signal sent, not a fault, goes to its own signal's handler, an ignored one stays
+    ignored, and a real fault whose handler was SIG_IGN ends the process by the default
+    action instead of faulting again forever."""
+    r = subprocess.run(
+        [sys.executable, "-c", _KEPT_PER_SIGNAL, os.fspath(tmp_path / "one.ndf")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    assert r.stdout.splitlines() == [f"sent [{int(signal.SIGBUS)}]"], (r.stdout, r.stderr)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
+
+
+_FAULT_OR_CHANGE = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from exactbatch import kernels, open_ndf, save_ndf
+    path = sys.argv[1]
+    save_ndf(path, np.arange(4096 * 16, dtype=np.float64).reshape(4096, 16))  # 32 rows a page
+    f = open_ndf(path)
+    rows = f.kernel_rows()
+    parts = kernels.parts_rows(np.array([0, 4096], dtype=np.int64), 16, 0)
+    parts.set(0, rows)
+    ox, oy = np.empty((2, 16)), np.empty((2, 0))
+    for reader in (rows, parts):
+        reader.read(np.array([0, 4000]), ox, oy)  # the pages are mapped and read
+    os.truncate(path, 28 + 128 * 2000)  # row 4000's page is gone, row 1's is not
+    for idx in ([0, 4000], [0, 1]):
+        for name, reader in (("file", rows), ("parts", parts)):
+            try:
+                reader.read(np.array(idx), ox, oy)
+            except kernels.FileChanged as e:
+                print(name, idx[1], e, getattr(e, "part", "-"), flush=True)
+    """
+)
+
+
+@needs_core
+def test_the_core_says_whether_a_copy_faulted_or_the_file_changed(tmp_path):
+    """After a truncation, a read of a row whose page is gone faults: the guard catches it
+    and the read says so (a part's with the part's number); a read of rows still in the
+    file copies them, and the fstat after it sees the change."""
+    r = subprocess.run(
+        [sys.executable, "-c", _FAULT_OR_CHANGE, os.fspath(tmp_path / "f.ndf")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EXACTBATCH_PURE": "0"},
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.splitlines() == [
+        "file 4000 a copy from the file's mapping faulted (truncated?) -",
+        "parts 4000 a copy from a part's mapping faulted (truncated?) 0",
+        "file 1 the file's size, modification time or ctime changed -",
+        "parts 1 a part's size, modification time or ctime changed 0",
+    ]

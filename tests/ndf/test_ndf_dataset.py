@@ -173,6 +173,31 @@ def test_a_part_changed_with_its_mtime_put_back_is_an_error_naming_it(ds_path, e
             ds.read_rows(rows)
 
 
+@pytest.mark.parametrize("unlinked", [False, True])
+def test_a_part_truncated_with_its_mtime_put_back_is_caught_by_the_size_check(
+    ds_path, each_backend, unlinked
+):
+    """A part truncated by a few bytes (its pages still mapped: no fault), its
+    modification time then put back (``os.utime``): every read of the part's rows, on
+    the compiled gather over the parts' mappings and on the pure path, is an NdfError
+    naming the part's file and both sizes. ``unlinked``: the part's last link gone as
+    well (a dataset written anew over it removes the old parts), which leaves its change
+    time uncounted (the rule of ``LocalHandle.check_size``): only the size tells."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])  # parts 0, 2 and 4 are open
+    p = part_file(ds_path, 2)
+    st = os.stat(p)
+    os.truncate(p, st.st_size - 8)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if unlinked:
+        os.unlink(p)
+    ds.read_rows([0, 24])  # parts 0 and 4 are fine
+    want = f"{p}: the file changed while open: expected {st.st_size} bytes, found {st.st_size - 8}"
+    for rows in ([24, 10], [10, 11], np.arange(N)):  # rows still whole in the part, and all
+        with pytest.raises(NdfError, match=re.escape(want)):
+            ds.read_rows(rows)
+
+
 def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
     """When a copy faults the core cannot say in which part: the open parts are
     checked and the one that changed is named (else the dataset is)."""

@@ -509,3 +509,43 @@ def test_the_compiled_bijection_is_the_same_permutation(n):
     got = compiled.rows(0, n)
     np.testing.assert_array_equal(got, pure.rows(0, n))
     assert np.array_equal(np.sort(got), np.arange(n))
+
+
+@needs_core
+def test_the_compiled_bijection_checks_what_it_is_given():
+    """The kernel itself (``exactbatch._core.bijection``, which EpochBijection feeds only
+    plans it built): arguments it cannot use are a clear error, never a crash or rows
+    from garbage; a plan of 16 rounds, its most, is taken."""
+    from exactbatch import _core
+
+    # the 7 x 7 rectangle: rounds into x // 7, mod 7 (into_high, key, mult, mod, divisor)
+    step = (True, 3, 5, 7, -(-(1 << 64) // 7))
+    bij = _core.bijection(49, 7, False, [step] * 16)
+    out = np.empty(49, dtype=np.int64)
+    bij.rows(0, out)
+    assert sorted(out.tolist()) == list(range(49))  # a permutation of range(49)
+    for n, q, plan, error, words in [
+        (0, 7, [step], ValueError, "n and q must be >= 1"),
+        (49, 0, [step], ValueError, "n and q must be >= 1"),
+        (49, 7, [step] * 17, ValueError, "at most 16 rounds"),
+        (49, 7, 3, TypeError, "plan must be a sequence"),
+        (49, 7, [step[:4]], TypeError, "bijection plan"),
+        (49, 7, [(True, 3, 5, 1, 1)], ValueError, "a round's mod must be >= 2"),
+        (49, 7, [(True, 3, 5, 7, 0)], ValueError, "a round's mod must be >= 2"),
+    ]:
+        with pytest.raises(error, match=words):
+            _core.bijection(n, q, False, plan)
+    for bad in (
+        np.zeros(4, dtype=np.int32),
+        np.zeros(4, dtype=np.float64),
+        np.zeros((2, 2), dtype=np.int64),
+    ):
+        with pytest.raises(TypeError, match="must be a 1-D int64 or uint64 array"):
+            bij.map(bad)
+        with pytest.raises(TypeError, match="must be a 1-D int64 or uint64 array"):
+            bij.rows(0, bad)
+    frozen = np.arange(4, dtype=np.int64)
+    frozen.flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        bij.map(frozen)
+    assert frozen.tolist() == [0, 1, 2, 3]

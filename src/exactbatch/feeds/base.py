@@ -13,8 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from exactbatch.checks import check_flag, check_int
-from exactbatch.kernels import check_dtype
+from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
 

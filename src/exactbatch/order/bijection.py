@@ -57,7 +57,7 @@ import math
 
 import numpy as np
 
-from exactbatch.kernels import bijection as compiled_bijection
+from exactbatch import kernels
 from exactbatch.order.keys import check_key
 
 __all__ = ["EpochBijection", "epoch_rows"]
@@ -86,6 +86,18 @@ def _rectangle(n: int) -> tuple[int, int]:
 def _rounds_for(p: int, q: int) -> int:
     half = min(p, q)
     return 4 if half >= 256 else 8 if half >= 4 else _MAX_ROUNDS
+
+
+def _compiled(n: int, q: int, swap01: bool, plan):
+    """The same bijection in the compiled core, when it is the backend in use
+    (:func:`exactbatch.kernels.core`), else None: ``plan`` is the rounds'
+    ``(into_high, key, mult, mod, divisor)``; ``rows(start, out)`` fills a 1-D int64
+    ``out`` with the rows of positions ``start ..``, ``map(positions)`` maps a 1-D 64-bit
+    array in place, with the GIL released."""
+    core = kernels.core()
+    if core is None:
+        return None
+    return core.bijection(n, q, swap01, [tuple(int(v) for v in step) for step in plan])
 
 
 class EpochBijection:
@@ -121,8 +133,7 @@ class EpochBijection:
                 (into_high, words[2 * i], words[2 * i + 1] | _U64(1), _U64(mod), _U64(divisor))
             )
         self._plan = tuple(plan)
-        # The same rows from the compiled core, when it is used (exactbatch.kernels)
-        self._c = compiled_bijection(self.n, self.q, self._swap01, plan) if self.n else None
+        self._c = _compiled(self.n, self.q, self._swap01, plan) if self.n else None
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,446 @@
+/* A sharded dataset's rows (see _core_parts.h): Parts objects, which gather global rows
+ * straight from their parts' mappings under the guard. */
+#include "_core_parts.h"
+
+#include "_core_guard.h"
+#include "_core_rows.h"
+
+/* The rows of a sharded dataset: part k, a file_rows object set while the part is
+ * open (a dataset keeps a bounded number open: set, then unset to close one), holds
+ * global rows [starts[k], starts[k + 1]). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t nparts, n, d, l;
+    int64_t *starts; /* nparts + 1 */
+    int32_t *table;  /* table[b]: the part of row b << shift (a row's part in a step or two) */
+    Py_ssize_t buckets;
+    int shift;
+    RowsObject **parts;
+    /* where global row i of part k lies: origin[k] + i * stride (0: part k not set) */
+    uintptr_t *origin;
+    Py_ssize_t stride;
+    /* pins[k]: reads copying from part k now (without the GIL); unset(k) adds CLOSING
+     * while it takes the part away, which it does only when no read holds it */
+    int64_t *pins;
+} PartsObject;
+
+#define CLOSING ((int64_t)1 << 40)
+
+/* Hold part q for one read: 1 when it is set (then unpin it after the copy; until
+ * then unset() leaves it, so its mapping and origin stay), else 0 (nothing held). */
+static inline int pin(const PartsObject *p, Py_ssize_t q)
+{
+    if (__atomic_fetch_add(&p->pins[q], 1, __ATOMIC_ACQ_REL) < CLOSING &&
+        __atomic_load_n(&p->parts[q], __ATOMIC_ACQUIRE) != NULL)
+        return 1;
+    __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Let go of the parts a read pinned (seen[q] == 1). */
+static void unpin(const PartsObject *p, const char *seen)
+{
+    for (Py_ssize_t q = 0; q < p->nparts; q++)
+        if (seen[q] == 1)
+            __atomic_fetch_sub(&p->pins[q], 1, __ATOMIC_RELEASE);
+}
+
+/* The part that holds global row i (0 <= i < n): the last part whose first row is
+ * at most i (an empty part never is: the part after it starts at the same row).
+ * A binary search (to build the table) and the table's lookup (per row: a branch
+ * mispredicted per step of a search costs more than the copy of a row). */
+static Py_ssize_t part_search(const PartsObject *p, int64_t i, Py_ssize_t lo, Py_ssize_t hi)
+{
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi + 1) / 2;
+        if (p->starts[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
+{
+    int64_t b = i >> p->shift;
+    Py_ssize_t q = p->table[b], last = b + 1 < p->buckets ? p->table[b + 1] : p->nparts - 1;
+    if (last - q > 4) /* many small parts in one bucket: search them */
+        return part_search(p, i, q, last);
+    while (p->starts[q + 1] <= i)
+        q++;
+    return q;
+}
+
+/* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[k] is where row
+ * k lies in its part's mapping, and seen[q] is 1 for a part touched and pinned (set:
+ * unpin it after), 2 for one touched and not set (src then unusable). The first row
+ * out of range: *bad (and 0 is returned); else 1 if a part is not set, or 2. */
+#define DEFINE_PLACE(NAME, T)                                                               \
+    static int NAME(const PartsObject *p, const T *ix, Py_ssize_t start, Py_ssize_t r,      \
+                    const char **src, char *seen, Py_ssize_t *bad)                          \
+    {                                                                                       \
+        int missing = 0;                                                                    \
+        if (ix != NULL && p->nparts <= 64) { /* the parts touched as a bitmask: no branch */ \
+            /* Rows are placed by a copy of the origins, then the parts touched pinned:  */ \
+            /* a part closed and opened again in between (moved) means once more.       */ \
+            uintptr_t org[64];                                                              \
+            for (int pinned = 0;; pinned = 1) {                                             \
+                uint64_t touched = 0, over = 0, moved = 0;                                  \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    org[q] = __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED);              \
+                for (Py_ssize_t k = 0; k < r; k++) {                                        \
+                    int64_t i = (int64_t)ix[k];                                             \
+                    over |= (uint64_t)i >= (uint64_t)p->n;                                  \
+                    Py_ssize_t q = part_of(p, over ? 0 : i);                                \
+                    touched |= (uint64_t)1 << q;                                            \
+                    src[k] = (const char *)(org[q] + (uintptr_t)i * (uintptr_t)p->stride);  \
+                }                                                                           \
+                if (over) {                                                                 \
+                    for (Py_ssize_t k = 0; k < r; k++)                                      \
+                        if ((uint64_t)(int64_t)ix[k] >= (uint64_t)p->n) {                   \
+                            *bad = k;                                                       \
+                            break;                                                          \
+                        }                                                                   \
+                    return 0;                                                               \
+                }                                                                           \
+                for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
+                    if (touched >> q & 1) {                                                 \
+                        if (!pinned) {                                                      \
+                            seen[q] = pin(p, q) ? 1 : 2;                                    \
+                            missing |= seen[q] == 2;                                        \
+                        }                                                                   \
+                        moved |= org[q] != __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED); \
+                    }                                                                       \
+                if (missing)                                                                \
+                    return 1;                                                               \
+                if (!moved)                                                                 \
+                    return 2;                                                               \
+            }                                                                               \
+        }                                                                                   \
+        for (Py_ssize_t k = 0; k < r; k++) {                                                \
+            int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                            \
+            if ((uint64_t)i >= (uint64_t)p->n) {                                            \
+                *bad = k;                                                                   \
+                return 0;                                                                   \
+            }                                                                               \
+            Py_ssize_t q = part_of(p, i);                                                   \
+            if (!seen[q]) { /* pinned before its origin is read: it stays */                \
+                seen[q] = pin(p, q) ? 1 : 2;                                                \
+                missing |= seen[q] == 2;                                                    \
+            }                                                                               \
+            src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);    \
+        }                                                                                   \
+        return missing ? 1 : 2;                                                             \
+    }
+DEFINE_PLACE(place32, int32_t)
+DEFINE_PLACE(place64, int64_t)
+
+/* One read's copy from the parts' mappings: rows src[0..r) into out_x/out_y. */
+typedef struct {
+    const PartsObject *p;
+    const Job *j;
+    const char **src;
+} PartsCopy;
+
+/* One pass, as in both64 (_core_rows.c): y follows x in a part's row. */
+WIDE static void copy_placed(void *arg)
+{
+    const PartsCopy *c = arg;
+    const PartsObject *p = c->p;
+    const Job *j = c->j;
+    const char **src = c->src;
+    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32 ? 4 : 8), yoff = 8 * p->d;
+    for (Py_ssize_t k = 0; k < j->r; k++) {
+        if (k + PREFETCH < j->r) { /* as in copy_side: the row PREFETCH rows ahead */
+            __builtin_prefetch(src[k + PREFETCH]);
+            __builtin_prefetch(src[k + PREFETCH] + 8 * (p->d + p->l) - 1);
+        }
+        if (p->d)
+            copy_row(j->ox + k * ox, src[k], p->d, j->f32);
+        if (p->l)
+            copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32);
+    }
+}
+
+/* Rows of j, by global row number, straight from their parts' mappings into the
+ * outputs. Every row is checked and placed first, pinning the parts touched (see
+ * place32), then copied under the guard over the pinned parts' mappings (ranges[k]:
+ * part k's, empty for a part not pinned: zeroed by the caller), then each part touched is checked with one
+ * fstat, then unpinned. 0: copied (or j->bad >= 0: a row out of range, nothing
+ * copied); 1: parts not set (seen == 2), nothing copied; -1: a copy faulted (in part
+ * *which); -2: part *which changed. */
+static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src, char *seen,
+                             GuardRange *ranges, Py_ssize_t *which)
+{
+    int placed = j->isz == 4 ? place32(p, j->idx, j->start, j->r, src, seen, &j->bad)
+                             : place64(p, j->idx, j->start, j->r, src, seen, &j->bad);
+    if (placed != 2)
+        return placed;
+    for (Py_ssize_t q = 0; q < p->nparts; q++) /* a fault counts only in this read's parts */
+        if (seen[q] == 1) /* (the others' ranges stay empty: ranges comes zeroed) */
+            ranges[q] = (GuardRange){p->parts[q]->lo, p->parts[q]->hi};
+    PartsCopy c = {p, j, src};
+    if (guard_run(ranges, p->nparts, copy_placed, &c, which) < 0)
+        return -1;
+    for (Py_ssize_t q = 0; q < p->nparts; q++)
+        if (seen[q] == 1 && file_changed(p->parts[q])) {
+            *which = q;
+            return -2;
+        }
+    return 0;
+}
+
+static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
+                      GuardRange *ranges, Py_ssize_t *which)
+{
+    int rc = parts_copy_pinned(p, j, src, seen, ranges, which);
+    unpin(p, seen);
+    return rc;
+}
+
+PyDoc_STRVAR(parts_read_doc,
+"read(rows, out_x, out_y)\n--\n\n"
+"As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
+"or, copying nothing, the list of the parts the rows lie in that are not set\n"
+"(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
+"(with the part's number as its ``part`` attribute, None where a fault cannot\n"
+"say) when a part changed.");
+
+static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments");
+        return NULL;
+    }
+    Job j = JOB_INIT;
+    Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
+    int rc = 0;
+    Py_ssize_t which = -1;
+    PyObject *res = NULL;
+    const char **src = NULL;
+    char *seen = NULL;
+    GuardRange *ranges = NULL;
+
+    if (parse_rows(args[0], self->n, &j, &ib) < 0 ||
+        parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
+        goto done;
+    size_t cells;
+    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), sizeof(const char *), &cells))
+        src = PyMem_RawMalloc(cells);
+    seen = PyMem_RawCalloc((size_t)self->nparts, 1);
+    ranges = PyMem_RawCalloc((size_t)self->nparts, sizeof(GuardRange));
+    if (src == NULL || seen == NULL || ranges == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    guard_install();
+    Py_BEGIN_ALLOW_THREADS
+    rc = parts_copy(self, &j, src, seen, ranges, &which);
+    Py_END_ALLOW_THREADS
+    if (rc == 1) {
+        res = PyList_New(0);
+        for (Py_ssize_t q = 0; res != NULL && q < self->nparts; q++) {
+            if (seen[q] != 2)
+                continue;
+            PyObject *k = PyLong_FromSsize_t(q);
+            if (k == NULL || PyList_Append(res, k) < 0)
+                Py_CLEAR(res);
+            Py_XDECREF(k);
+        }
+    } else if (rc < 0) {
+        PyObject *exc = PyObject_CallFunction(
+            FileChanged, "s",
+            rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
+                     : "a part's size, modification time or ctime changed");
+        PyObject *part = which >= 0 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
+        if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
+            PyErr_SetObject(FileChanged, exc);
+        Py_XDECREF(part);
+        Py_XDECREF(exc);
+    } else if (j.bad >= 0) {
+        PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
+                     (long long)row_at(&j, j.bad), self->n);
+    } else {
+        res = Py_NewRef(Py_None);
+    }
+done:
+    PyMem_RawFree(src);
+    PyMem_RawFree(seen);
+    PyMem_RawFree(ranges);
+    PyBuffer_Release(&ib);
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    return res;
+}
+
+static PyObject *Parts_set(PartsObject *self, PyObject *args)
+{
+    Py_ssize_t k;
+    PyObject *o;
+    if (!PyArg_ParseTuple(args, "nO:set", &k, &o))
+        return NULL;
+    if (k < 0 || k >= self->nparts) {
+        PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(o, &RowsType) || ((RowsObject *)o)->lo == NULL) {
+        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows()");
+        return NULL;
+    }
+    RowsObject *s = (RowsObject *)o;
+    if (s->d != self->d || s->l != self->l || s->n != self->starts[k + 1] - self->starts[k]) {
+        PyErr_Format(PyExc_ValueError, "part %zd must hold (%lld, %zd, %zd) rows; got (%zd, "
+                     "%zd, %zd)", k, (long long)(self->starts[k + 1] - self->starts[k]),
+                     self->d, self->l, s->n, s->d, s->l);
+        return NULL;
+    }
+    /* Only where not set: a read on another thread (without the GIL) may be using it. */
+    if (self->parts[k] == NULL) {
+        /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
+         * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
+        self->origin[k] = (uintptr_t)s->xbase - (uintptr_t)self->starts[k] * (uintptr_t)s->xstride;
+        __atomic_store_n(&self->parts[k], (RowsObject *)Py_NewRef(o), __ATOMIC_RELEASE);
+    }
+    else if (self->parts[k] != s) {
+        PyErr_Format(PyExc_ValueError, "part %zd is set already", k);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(parts_unset_doc,
+"unset(k)\n--\n\n"
+"Let go of part k's rows (the part is being closed): True when done (or it was not\n"
+"set), False while a read on another thread is copying from it (try again later).");
+
+static PyObject *Parts_unset(PartsObject *self, PyObject *arg)
+{
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || k >= self->nparts) {
+        PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
+        return NULL;
+    }
+    int64_t idle = 0;
+    if (!__atomic_compare_exchange_n(&self->pins[k], &idle, CLOSING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        Py_RETURN_FALSE;
+    RowsObject *old = self->parts[k];
+    __atomic_store_n(&self->parts[k], NULL, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&self->pins[k], CLOSING, __ATOMIC_RELEASE);
+    Py_XDECREF(old);
+    Py_RETURN_TRUE;
+}
+
+static void Parts_dealloc(PartsObject *self)
+{
+    for (Py_ssize_t k = 0; self->parts != NULL && k < self->nparts; k++)
+        Py_XDECREF(self->parts[k]);
+    PyMem_Free(self->parts);
+    PyMem_Free(self->starts);
+    PyMem_Free(self->table);
+    PyMem_Free(self->origin);
+    PyMem_Free(self->pins);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Parts_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
+    {"set", (PyCFunction)Parts_set, METH_VARARGS,
+     "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open; keep\n"
+     "the file open (its descriptor is checked after each copy) until unset(k)."},
+    {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PartsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exactbatch._core.Parts",
+    .tp_basicsize = sizeof(PartsObject),
+    .tp_dealloc = (destructor)Parts_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A sharded dataset's rows: made by parts_rows().",
+    .tp_methods = Parts_methods,
+};
+
+PyObject *parts_rows(PyObject *mod, PyObject *args)
+{
+    PyObject *o;
+    Py_ssize_t d, l;
+    if (!PyArg_ParseTuple(args, "Onn:parts_rows", &o, &d, &l))
+        return NULL;
+    Py_ssize_t row;
+    if (d < 0 || l < 0) {
+        PyErr_SetString(PyExc_ValueError, "parts_rows: negative widths");
+        return NULL;
+    }
+    if (row_size("parts_rows", d, l, &row) < 0)
+        return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return NULL;
+    const char *f = plain_format(&b);
+    Py_ssize_t m = b.len / (b.itemsize ? b.itemsize : 1);
+    if (b.ndim != 1 || !strchr("lq", f[0]) || f[1] || b.itemsize != 8 || m < 2) {
+        PyErr_SetString(PyExc_TypeError, "parts_rows: starts must be a 1-D int64 array of the "
+                         "parts' first rows and n last (at least one part)");
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    if (m - 1 > INT32_MAX) { /* the table holds parts as int32 */
+        PyErr_Format(PyExc_ValueError, "parts_rows: at most %d parts; got %zd", INT32_MAX, m - 1);
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    const int64_t *st = b.buf;
+    for (Py_ssize_t k = 0; k < m; k++)
+        if ((k == 0 && st[0] != 0) || (k > 0 && st[k] < st[k - 1])) {
+            PyErr_SetString(PyExc_ValueError, "parts_rows: starts must rise from 0");
+            PyBuffer_Release(&b);
+            return NULL;
+        }
+    guard_install();
+    PartsObject *p = (PartsObject *)PartsType.tp_alloc(&PartsType, 0); /* zeroed */
+    if (p == NULL) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    p->stride = row;
+    p->nparts = m - 1;
+    p->n = (Py_ssize_t)st[m - 1];
+    p->d = d;
+    p->l = l;
+    /* Buckets of 2**shift rows: about 4 per part, so a row's part is the bucket's
+     * first part or one of the few after it. */
+    int shift = 0;
+    while ((((int64_t)st[m - 1] - 1) >> shift) + 1 > 4 * (int64_t)m + 64)
+        shift++;
+    Py_ssize_t buckets = st[m - 1] > 0 ? (Py_ssize_t)(((int64_t)st[m - 1] - 1) >> shift) + 1 : 1;
+    p->shift = shift;
+    p->buckets = buckets;
+    p->starts = PyMem_Malloc((size_t)m * sizeof(int64_t));
+    p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
+    p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
+    p->origin = PyMem_Calloc((size_t)(m - 1), sizeof(uintptr_t));
+    p->pins = PyMem_Calloc((size_t)(m - 1), sizeof(int64_t));
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL ||
+        p->pins == NULL) {
+        PyBuffer_Release(&b);
+        Py_DECREF(p);
+        return PyErr_NoMemory();
+    }
+    memcpy(p->starts, st, (size_t)m * sizeof(int64_t));
+    PyBuffer_Release(&b);
+    for (Py_ssize_t k = 0; k < buckets; k++)
+        p->table[k] = (int32_t)part_search(p, (int64_t)k << shift, 0, p->nparts - 1);
+    return (PyObject *)p;
+}
+
+int parts_ready(PyObject *module)
+{
+    if (PyType_Ready(&PartsType) < 0)
+        return -1;
+    return PyModule_AddObjectRef(module, "Parts", (PyObject *)&PartsType);
+}
