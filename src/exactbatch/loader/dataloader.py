@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_int
+from exactbatch.checks import check_dtype, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import DTypeLike, Source, TotalSize
-from exactbatch.kernels import check_dtype, pair_check
+from exactbatch.kernels import pair_check
 from exactbatch.loader.cursor import Cursor, Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.state import pack_state, unpack_state
