@@ -35,6 +35,7 @@ demo: $(VENV)/.installed-demo
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check src tests bench examples docs
+	$(VENV)/bin/ruff format --check src tests bench examples
 	$(VENV)/bin/mypy
 
 docs: $(VENV)/.installed-docs

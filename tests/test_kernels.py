@@ -569,6 +569,7 @@ def test_parts_with_many_small_parts_in_one_bucket(tmp_path):
 
 # -- the guard ------------------------------------------------------------------------------
 
+
 @needs_core
 @pytest.mark.parametrize("kind", ["file", "dataset"])
 def test_truncations_during_copies_are_ndf_errors_never_a_crash(tmp_path, kind):

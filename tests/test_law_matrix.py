@@ -708,6 +708,7 @@ def test_a_read_error_at_each_batch_then_the_same_batches(kind, via, prefetch, g
     assert reads > 1
     for at in range(reads):
         loader, flaky = flaky_loader()
-        check_retry(loader, lambda f=flaky, a=at: f.arm(a), want, via, d, l,
-                    lambda: loader_from_spec(spec))
+        check_retry(
+            loader, lambda f=flaky, a=at: f.arm(a), want, via, d, l, lambda: loader_from_spec(spec)
+        )
         loader.close()

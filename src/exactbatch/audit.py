@@ -69,7 +69,7 @@ def resolve_random_access_total(total_size, n: int) -> int:
     if isinstance(total_size, int) and total_size != n:
         raise ValueError(
             f"total_size={total_size} disagrees with the source, which has n={n} rows; "
-            'pass total_size="auto" (or the whole dataset\'s row count, not a shard\'s)'
+            "pass total_size=\"auto\" (or the whole dataset's row count, not a shard's)"
         )
     return n
 
@@ -184,8 +184,10 @@ def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: 
     :class:`~exactbatch.order.digest.Tally`) are the rows it ``promised``."""
     if handed == promised:
         return
-    what = "the same number of rows but not the same rows" if handed.rows == promised.rows else (
-        f"{handed.rows - promised.rows:+d} rows"
+    what = (
+        "the same number of rows but not the same rows"
+        if handed.rows == promised.rows
+        else (f"{handed.rows - promised.rows:+d} rows")
     )
     raise ExactnessError(
         f"epoch {epoch} of shard {shard_index} of {num_shards}: handed out {handed.rows} rows "

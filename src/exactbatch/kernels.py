@@ -84,7 +84,6 @@ _PURE = _pure_from_env()
 _CORE = None if _PURE else _BUILT  # the extension, when it is used
 
 
-
 class _FileChanged(OSError):
     """A file's rows could not be copied: truncated or rewritten while open (``part``:
     which part of a dataset). Raised by the compiled core only; without it, a class

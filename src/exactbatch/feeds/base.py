@@ -108,7 +108,12 @@ class Feed(Protocol):
 
     # (no mutate: a Protocol's signature, never called)
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()  # pragma: no mutate
+        self,
+        seed: int,
+        epoch: int,
+        skip: int,
+        first: int = 0,
+        pending=(),  # pragma: no mutate
     ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
         which come first); ``first``: the global batch an elastic epoch resumes at."""

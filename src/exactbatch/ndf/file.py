@@ -126,6 +126,7 @@ class Share:
         less on the hot path. Same arguments, unchecked, and the same errors."""
         return self._handle().read_rows_into
 
+
 class NdfFile(Share):
     """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
 

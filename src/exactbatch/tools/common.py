@@ -276,8 +276,7 @@ def _url_format(path: str, storage_options, tool: str) -> str:
         raise
     except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
         raise CliError(
-            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and "
-            "--storage-options)"
+            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and --storage-options)"
         ) from e
     if head != MAGIC:
         raise CliError(

@@ -67,6 +67,7 @@ from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
 
+
 def convert(
     src,
     dst,

@@ -279,5 +279,3 @@ class NdfInput:
         rows = rows or max(1, SLAB_BYTES // max(8, 8 * width))
         for raw in region_blocks(self.inp.regions, 8 * width, rows):
             yield raw.view("<f8").reshape(len(raw), width), len(raw)
-
-

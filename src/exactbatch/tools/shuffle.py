@@ -89,9 +89,7 @@ def external_shuffle(
     ``memory`` is the budget in bytes (at least one row). ``on_scatter(rows)``
     is called as the top level scatters rows (for progress).
     """
-    shuffle_regions(
-        [(path, offset, rows)], row_bytes, write, rng, memory, workdir, on_scatter
-    )
+    shuffle_regions([(path, offset, rows)], row_bytes, write, rng, memory, workdir, on_scatter)
 
 
 def shuffle_regions(
