@@ -22,6 +22,7 @@ import tempfile
 import numpy as np
 
 from exactbatch import backend, kernels, open_ndf, save_ndf
+from exactbatch.order import EpochBijection
 
 _PURE_WORDS = ("1", "true", "yes", "on")  # EXACTBATCH_PURE's words for the pure path
 _NDF = []  # a small .ndf file, written once per process
@@ -66,7 +67,8 @@ def readers() -> dict[str, bool]:
         "map_file": mapped is not None,
         "file_rows (an open .ndf file's)": file_kernel is not None,
         "parts_rows": kernels.parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
-        "bijection": kernels.bijection(10, 4, False, []) is not None,
+        # the order's keyed bijection takes the core's kernel when it is made
+        "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,
     }
 
 
