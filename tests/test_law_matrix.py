@@ -629,7 +629,7 @@ def grouping(request, monkeypatch):
     """Small batches claimed (and read) a group at a time, or one at a time as large
     batches are: patched before the loaders are built (they size their groups then)."""
     if request.param == "one by one":
-        from exactbatch import epoch_iterator
+        from exactbatch.loader import epoch_iterator
 
         monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 1)
         monkeypatch.setattr(epoch_iterator, "_AHEAD_GROUP_BATCHES", 1)
