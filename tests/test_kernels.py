@@ -515,6 +515,7 @@ def test_the_parts_kernel_reads_every_part_and_copies_nothing_for_a_row_out_of_r
         files.append(exactbatch.open_ndf(tmp_path / f"p{k}.ndf"))
     rows = np.array([2 * nparts - 1, 0, 3, 2 * nparts - 2])
     ox, oy = np.full((4, 2), -1.0), np.full((4, 1), -1.0)
+    assert parts.read(rows[[0, 3]], ox[:2], oy[:2]) == [nparts - 1]  # the last part alone
     assert parts.read(rows, ox, oy) == [0, 1, nparts - 1]
     for k in (0, 1, nparts - 1):
         parts.set(k, files[k].kernel_rows())

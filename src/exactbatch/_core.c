@@ -59,7 +59,7 @@ static PyMethodDef core_methods[] = {
      "parts_rows(starts, d, l)\n--\n\n"
      "Rows of a sharded dataset: part k holds global rows starts[k] .. starts[k + 1] - 1\n"
      "(starts: int64, from 0, n last); give each part's file_rows with set(k, rows)\n"
-     "once it is open. Installs the fault guard on first use."},
+     "once it is open."},
     {"pair_fits", (PyCFunction)(void (*)(void))pair_fits, METH_FASTCALL,
      "pair_fits(bx, by, rows, d, l, itemsize)\n--\n\n"
      "Whether bx and by are writeable C-contiguous NumPy arrays of shapes (rows, d) and\n"
