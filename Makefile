@@ -35,13 +35,19 @@ demo: $(VENV)/.installed-demo
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check src tests bench examples docs
+	$(VENV)/bin/ruff format --check src tests bench examples
+	$(VENV)/bin/mypy
 
 docs: $(VENV)/.installed-docs
 	$(MKDOCS)
 
+# The suite in parallel (pytest-xdist): one worker per core, at most 4 (each imports
+# torch, JAX and PyMC). --dist load hands the tests out in the order collected, so
+# the JAX modules still come last in every worker (tests/conftest.py says why).
+# A plain `pytest` runs serially.
 test: lint
 	$(MKDOCS)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses=4 --dist load
 
 bench: $(VENV)/.installed-dev
 	$(PY) bench/bench_core.py

@@ -75,8 +75,8 @@ def ledger_cost(x, y, b: int, repeats: int) -> None:
     with the ledger against epochs with its work stubbed out (per-batch digests
     zero, nothing added up, no end-of-epoch check), alternated so that both see
     the same machine. The stubs' own calls remain, so the figure is an upper bound."""
-    from exactbatch import cursor as loader_module  # the cursor checks the ledger
-    from exactbatch.batching import indexed_epoch as indexed
+    from exactbatch.batching import random_access_epoch as indexed
+    from exactbatch.loader import cursor as loader_module  # the cursor checks the ledger
     from exactbatch.order.digest import Tally
 
     real = (indexed.batch_digests, Tally.add, loader_module.check_ledger)

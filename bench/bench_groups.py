@@ -9,7 +9,7 @@ case alike) and the best of ``--rounds`` counts:
   drawn beforehand (``baselines.bare_gather``);
 * ``loader``: ``for xb, yb in DataLoader(x, y, b, shuffle=True)`` as shipped
   (batches under 512 KiB read up to 16 at a time);
-* ``one by one``: the same loader with groups of one (``exactbatch.epoch_iterator``'s
+* ``one by one``: the same loader with groups of one (``exactbatch.loader.epoch_iterator``'s
   ``_GROUP_BATCHES`` set to 1 before it is made), as before groups;
 * ``joined groups``: the loader with its groups claimed batch by batch and their
   rows joined (its epochs' ``span`` unset), as before a group of consecutive
@@ -48,7 +48,7 @@ import numpy as np
 from baselines import bare_gather  # bench/ is this script's folder
 
 import exactbatch
-import exactbatch.epoch_iterator as groups_module
+import exactbatch.loader.epoch_iterator as groups_module
 
 
 def _epoch(loader) -> None:

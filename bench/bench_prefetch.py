@@ -48,8 +48,10 @@ def main() -> None:
         for name, depth in (("no prefetch", 0), (f"prefetch={a.depth}", a.depth)):
             loader = DataLoader(f, a.batch, prefetch=depth, seed=1)
             rows.append((name, min(epoch_seconds(loader, per_batch) for _ in range(3))))
-    print(f"n={a.rows:,}, batch={a.batch}, {len(plain)} batches; compute per batch = "
-          f"load per batch = {per_batch * 1e6:.0f} us\n")
+    print(
+        f"n={a.rows:,}, batch={a.batch}, {len(plain)} batches; compute per batch = "
+        f"load per batch = {per_batch * 1e6:.0f} us\n"
+    )
     print("| epoch | seconds | / max(load, compute) |")
     print("|---|---:|---:|")
     print(f"| load only | {load:.3f} | {load / max(load, compute):.2f} |")

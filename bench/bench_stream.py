@@ -69,9 +69,7 @@ def run_one(mode: str, folder: str, batch: int, buffer: int) -> dict:
                 rows += len(x) + 0 * len(y)
     else:
         src = parquet_source(folder, labels="y")
-        loader = DataLoader(
-            src, batch, shuffle=(mode == "shuffled"), buffer_size=buffer, seed=1
-        )
+        loader = DataLoader(src, batch, shuffle=(mode == "shuffled"), buffer_size=buffer, seed=1)
         for xb, _ in loader:
             rows += len(xb)
     dt = time.perf_counter() - t0
@@ -135,8 +133,10 @@ def main() -> None:
         print(json.dumps(run_one(mode, folder, int(batch), int(buffer))))
         return
 
-    print(f"batch={a.batch}, buffer={a.buffer} rows, d={D}, l={L}, "
-          f"row groups of {GROUP_ROWS} rows, best of {a.repeat}\n")
+    print(
+        f"batch={a.batch}, buffer={a.buffer} rows, d={D}, l={L}, "
+        f"row groups of {GROUP_ROWS} rows, best of {a.repeat}\n"
+    )
     print("| rows | reader | rows/s | ratio to pyarrow | peak RSS (MiB) |")
     print("|---:|---|---:|---:|---:|")
     peaks = {}
@@ -147,8 +147,10 @@ def main() -> None:
             r = base if mode == "pyarrow" else measure(mode, folder, a.batch, a.buffer, a.repeat)
             assert r["rows"] == rows, (mode, r["rows"], rows)
             peaks.setdefault(mode, []).append(r["peak_rss"])
-            print(f"| {rows:,} | {mode} | {r['rows_per_s'] / 1e6:.2f}M | "
-                  f"{r['rows_per_s'] / base['rows_per_s']:.2f}x | {r['peak_rss'] / 2**20:.0f} |")
+            print(
+                f"| {rows:,} | {mode} | {r['rows_per_s'] / 1e6:.2f}M | "
+                f"{r['rows_per_s'] / base['rows_per_s']:.2f}x | {r['peak_rss'] / 2**20:.0f} |"
+            )
     if len(a.sizes) > 1:
         print()
         for mode, ps in peaks.items():

@@ -236,8 +236,10 @@ def _validate_worker(quota: int, wid: int, timeout: float, status_dir: str) -> d
         done, kind = head.decode().split()
         keep = os.path.join(status_dir, f"worker-{wid}-{attempt}.{kind}")
         shutil.copyfile(status, keep)
-        what = f"HANG (no progress for {timeout:.0f} s)" if hung else (
-            f"CRASH signal {-p.returncode}" if p.returncode < 0 else f"FAILED\n{se[-2000:]}"
+        what = (
+            f"HANG (no progress for {timeout:.0f} s)"
+            if hung
+            else (f"CRASH signal {-p.returncode}" if p.returncode < 0 else f"FAILED\n{se[-2000:]}")
         )
         failures.append(f"worker {wid}: {what} on a {kind} case (saved as {keep})")
         lost += int(done)  # cases run before it, their outcomes not reported
@@ -434,8 +436,17 @@ def _guard_runs(truncations: int, n: int, d: int, batch: int, after_open: str) -
         done = 0
         while done < truncations:
             p = subprocess.run(
-                [sys.executable, "-c", GUARD_LOOP, pristine, live, str(truncations - done),
-                 str(batch), str(done), after_open],
+                [
+                    sys.executable,
+                    "-c",
+                    GUARD_LOOP,
+                    pristine,
+                    live,
+                    str(truncations - done),
+                    str(batch),
+                    str(done),
+                    after_open,
+                ],
                 capture_output=True,
                 text=True,
                 timeout=600,
@@ -699,7 +710,15 @@ def writers(pairs: int, rows: int, part_rows: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parts = [
-        "fuzz", "validate", "crash", "changes", "guard", "cost", "load", "resume", "interrupt",
+        "fuzz",
+        "validate",
+        "crash",
+        "changes",
+        "guard",
+        "cost",
+        "load",
+        "resume",
+        "interrupt",
         "writers",
     ]
     parser.add_argument("parts", nargs="*", help=f"any of {parts} (default: all)")
@@ -724,9 +743,7 @@ def main() -> None:
     if "changes" in todo:
         results["changes"] = changes(trials=5 if q else 100, n=200_000, d=16, batch=4096)
     if "guard" in todo:
-        results["guard"] = guard(
-            truncations=50 if q else 1000, n=20_000, d=16, batch=4096
-        )
+        results["guard"] = guard(truncations=50 if q else 1000, n=20_000, d=16, batch=4096)
     if "cost" in todo:
         results["cost"] = gather_cost(
             n=200_000 if q else 1_000_000, d=16, seconds=0.3 if q else 1.5

@@ -35,7 +35,7 @@ NUTS; the verdict (drift, and whether it warned); seconds. Targets: within
 0.2 sd and sd ratios within 0.8-1.25.
 
     PYTHONPATH=src .venv/bin/python bench/statistics.py [--data breast_cancer ...]
-        [--steps 10000] [--seeds 3] [--buffer 64] [--nuts 500] [--skip pymc sorted nuts]
+        [--steps 10000 [40000 ...]] [--seeds 3] [--buffer 64] [--nuts 500] [--skip pymc sorted nuts]
 
 Sized for a small machine: one data set, one seed, one library at a time,
 each fit a few seconds to a minute.
@@ -44,6 +44,7 @@ each fit a few seconds to a minute.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 import warnings
 from functools import partial
@@ -272,7 +273,7 @@ def sorted_chunks(x, y, rows: int = 32):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=list(DATA), choices=list(DATA))
-    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, nargs="+", default=[10_000], help="one fit per length")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--buffer", type=int, default=64)
     ap.add_argument("--nuts", type=int, default=500)
@@ -287,7 +288,7 @@ def main() -> None:
         (m0, s0), (m1, s1) = refs
         agree = (np.abs(m0 - m1) / s0).max()
         print(f"\n{name}: {kind}, {x.shape[0]} rows, {x.shape[1]} features, batches of "
-              f"{batch}, {args.steps} steps; reference: two agree within {agree:.3f} sd "
+              f"{batch}, steps {args.steps}; reference: two agree within {agree:.3f} sd "
               f"(sds {np.min(s0 / s1):.3f}-{np.max(s0 / s1):.3f}x), "
               f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
         m_ref, s_ref = (m0 + m1) / 2, (s0 + s1) / 2
@@ -301,16 +302,17 @@ def main() -> None:
                   f"{np.max(s_ref / nuts_ms[1]):.2f}x NUTS's (mean-field), "
                   f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
 
-        args_of = (x, y, kind, k, batch, args.steps)
         runs = []
-        for seed in range(args.seeds):
+        for steps, seed in itertools.product(args.steps, range(args.seeds)):
+            args_of = (x, y, kind, k, batch, steps)
+            at = f", {steps} steps" if len(args.steps) > 1 else ""
             if "numpyro" not in args.skip:
-                runs.append(("numpyro.fit", seed, partial(fit_numpyro, *args_of, seed)))
+                runs.append((f"numpyro.fit{at}", seed, partial(fit_numpyro, *args_of, seed)))
             if "pymc" not in args.skip:
-                runs.append(("pymc.fit", seed, partial(fit_pymc, *args_of, seed)))
+                runs.append((f"pymc.fit{at}", seed, partial(fit_pymc, *args_of, seed)))
             if "sorted" not in args.skip:
                 streamed = partial(fit_numpyro, *args_of, seed, sorted_chunks(x, y), args.buffer)
-                runs.append((f"numpyro, sorted, buffer {args.buffer}", seed, streamed))
+                runs.append((f"numpyro, sorted, buffer {args.buffer}{at}", seed, streamed))
         for label, seed, run in runs:
             t = time.perf_counter()
             m, s, verdict, warned, lr = run()

@@ -4,11 +4,14 @@ Hypothesis is derandomized under CI and never timed. ``s3_server``: a real
 S3 server (moto's standalone server) on 127.0.0.1, one per test session.
 """
 
+import gc
 import logging
 import os
+import sys
 import types
 import urllib.request
 
+import backends
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -23,6 +26,20 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 S3_BUCKET = "exactbatch-test"
+
+
+def pytest_configure(config):
+    """Under `make mutants` (tests/mutants.py: mutmut runs pytest in its own process),
+    mutmut's trampolines wrap the package's functions: the warnings of exactbatch.audit
+    skip their frames as they skip the package's, so that where a warning points is
+    tested on every mutant too."""
+    mutmut = sys.modules.get("mutmut")
+    if mutmut is not None:
+        from exactbatch import audit
+
+        prefix = os.path.dirname(os.path.abspath(mutmut.__file__)) + os.sep
+        if prefix not in audit.SKIP_FILE_PREFIXES:
+            audit.SKIP_FILE_PREFIXES += (prefix,)
 
 
 @pytest.fixture(scope="session")
@@ -72,29 +89,39 @@ def s3_server():
         mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def backend_of_this_process():
+    """The backend the process runs on is the one its environment asks for (the pure
+    path under ``EXACTBATCH_PURE=1`` or without the compiled core), and every reader
+    gets that backend's kernel (tests/backends.py)."""
+    name = backends.expected_backend()
+    backends.check_readers(name)
+    return name
+
+
+def pytest_report_header(config):
+    from exactbatch import backend
+
+    return f"exactbatch backend: {backend()}"
+
+
 @pytest.fixture
 def numpy_backend():
     """Readers made in this test use the pure NumPy path (exactbatch.kernels), whatever
-    the process's backend: for tests of that path's own mechanics (positional reads,
-    the read lease)."""
-    from exactbatch import kernels
-
-    before = kernels.use_backend("numpy")
-    yield
-    kernels.use_backend(before)
+    the process's backend (checked: tests/backends.py): for tests of that path's own
+    mechanics (positional reads, the read lease)."""
+    with backends.on_backend("numpy"):
+        yield
 
 
 @pytest.fixture(params=["compiled", "numpy"])
 def each_backend(request):
-    """The test runs once per backend (the compiled one skipped where not built)."""
-    from exactbatch import kernels
-
-    try:
-        before = kernels.use_backend(request.param)
-    except ValueError:
+    """The test runs once per backend (checked: tests/backends.py; the compiled one
+    skipped where not built)."""
+    if request.param == "compiled" and not backends.built():
         pytest.skip("the compiled core is not built")
-    yield request.param
-    kernels.use_backend(before)
+    with backends.on_backend(request.param):
+        yield request.param
 
 
 # Test modules that import JAX, which starts threads that a later os.fork() in the
@@ -103,5 +130,19 @@ _JAX_MODULES = ("test_jax.py", "test_numpyro.py", "test_readme.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the JAX modules last, so the tests that fork do so before JAX is loaded."""
+    """Run the JAX modules last, so the tests that fork do so before JAX is loaded (in
+    every worker too under `make test`: xdist's --dist load keeps this order)."""
     items.sort(key=lambda item: item.path.name in _JAX_MODULES)  # stable: order kept
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_heap():
+    """Before each test module: what the modules before it left alive (the libraries
+    they imported - torch, JAX, PyMC, Dask - their caches, the suite's own objects) is
+    collected once and frozen (gc.freeze), so the collector leaves it out from then
+    on. A ``gc.collect()`` in a test (the lifetime and memory tests call it per batch)
+    then walks what this module made, not everything the suite ever imported: in a
+    process with those libraries loaded a full collection takes half a second.
+    A collection frees no less of what a test made."""
+    gc.collect()
+    gc.freeze()

@@ -40,12 +40,14 @@ import warnings
 from collections import Counter
 
 import numpy as np
+from doubles import ChunksDouble, RowsDouble
 from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
 
 import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
 
 __all__ = [
+    "DOUBLE_KINDS",
     "FlakyChunks",
     "FlakyFactory",
     "FlakyReader",
@@ -65,14 +67,19 @@ __all__ = [
     "drain_threads",
     "loader_from_spec",
     "promised_sizes",
+    "reader_of",
     "roundtrip",
     "run_python",
     "source_from_spec",
     "wrap_reader",
 ]
 
+# rows_double and chunks_double: a new kind of source each, known to exactbatch only
+# through its protocol (RowSource, ChunkSource with no optional hook: tests/doubles.py).
 RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf", "s3", "sharded")
-STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks")
+RANDOM_ACCESS_KINDS += ("rows_double",)
+STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks", "chunks_double")
+DOUBLE_KINDS = ("rows_double", "chunks_double")
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -310,7 +317,7 @@ def source_from_spec(spec: dict):
     """The source a spec describes; every kind holds rows 0..n-1 of width (d, l).
 
     ``spec``: ``kind`` (one of RANDOM_ACCESS_KINDS + STREAM_KINDS), ``n``,
-    ``d``, ``l``; ``chunks`` (list, factory: chunk sizes); ``path`` (ndf: the
+    ``d``, ``l``; ``chunks`` (list, factory, chunks_double: chunk sizes); ``path`` (ndf: the
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3). Files are written by the test.
@@ -320,6 +327,10 @@ def source_from_spec(spec: dict):
     x, y = make_x(rows, d), make_y(rows, l)
     if kind == "dataset":
         return Dataset(x, y)
+    if kind == "rows_double":
+        return RowsDouble(x, y)
+    if kind == "chunks_double":
+        return ChunksDouble(x, y, spec["chunks"])
     if kind == "pair":
         return (x, y)
     if kind in ("array", "tensor", "dataframe"):
@@ -479,20 +490,19 @@ class FlakyChunks(FlakyReader):
         self.inner.read_rows_into(row, out)
 
 
-def wrap_reader(loader, wrap):
-    """Replace the loader's random-access reader by ``wrap(reader)`` before any epoch begins.
+def reader_of(loader):
+    """The random-access reader a loader reads every batch through: its feed's (the one
+    place the tests reach into a loader for it; the loader keeps no reference of its own)."""
+    reader = getattr(loader._feed, "reader", None)
+    assert reader is not None and hasattr(reader, "read"), "not a random-access loader"
+    return reader
 
-    The loader keeps its reader in ``loader._reader``; where a feed object
-    between the loader and the reader holds it too, that reference is swapped
-    as well, so every batch read goes through the wrapper.
-    """
-    inner = loader._reader
-    assert inner is not None and hasattr(inner, "read")
-    wrapped = wrap(inner)
-    loader._reader = wrapped
-    feed = getattr(loader, "_feed", None)
-    if feed is not None and getattr(feed, "reader", None) is inner:
-        feed.reader = wrapped
+
+def wrap_reader(loader, wrap):
+    """Replace the loader's random-access reader by ``wrap(reader)`` before any epoch
+    begins, so that every batch read goes through the wrapper."""
+    wrapped = wrap(reader_of(loader))
+    loader._feed.reader = wrapped
     return wrapped
 
 

@@ -111,11 +111,15 @@ TARGETS = {
     ),
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
         [
-            "src/exactbatch/cursor.py",
-            "src/exactbatch/epoch_iterator.py",
-            "src/exactbatch/loader_state.py",
+            "src/exactbatch/loader/cursor.py",
+            "src/exactbatch/loader/epoch_iterator.py",
+            "src/exactbatch/loader/state.py",
         ],
-        ["exactbatch.cursor.*", "exactbatch.epoch_iterator.*", "exactbatch.loader_state.*"],
+        [
+            "exactbatch.loader.cursor.*",
+            "exactbatch.loader.epoch_iterator.*",
+            "exactbatch.loader.state.*",
+        ],
         [
             "tests/loader/test_exactness.py",
             "tests/loader/test_loader.py",
@@ -143,17 +147,17 @@ TARGETS = {
             *FAST_ONLY,
         ],
     ),
-    "batching": (  # the epochs' batch plans (indexed and streamed), re-batching, the gather
+    "batching": (  # the epochs' batch plans (random access and streamed), re-batching, the gather
         [
             "src/exactbatch/batching/gather.py",
-            "src/exactbatch/batching/indexed_epoch.py",
+            "src/exactbatch/batching/random_access_epoch.py",
             "src/exactbatch/batching/rebatch.py",
             "src/exactbatch/batching/returned.py",
             "src/exactbatch/batching/stream_epoch.py",
         ],
         [
             "exactbatch.batching.gather.*",
-            "exactbatch.batching.indexed_epoch.*",
+            "exactbatch.batching.random_access_epoch.*",
             "exactbatch.batching.rebatch.*",
             "exactbatch.batching.returned.*",
             "exactbatch.batching.stream_epoch.*",
@@ -165,13 +169,18 @@ TARGETS = {
             *PIPELINE_TESTS,
         ],
     ),
-    "feeds": (  # a source cut into epochs for one shard: random access and streamed
-        ["src/exactbatch/feeds/*"],
-        ["exactbatch.feeds.*"],
+    "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
+        [
+            "src/exactbatch/feeds/*",
+            "src/exactbatch/sources/passes.py",
+            "src/exactbatch/sources/protocols.py",
+        ],
+        ["exactbatch.feeds.*", "exactbatch.sources.passes.*", "exactbatch.sources.protocols.*"],
         [
             "tests/feeds/",
             "tests/batching/",
-            "tests/sources/test_blocks.py",  # chunk-indexed streams
+            "tests/sources/test_protocols.py",
+            "tests/sources/test_blocks.py",  # chunk sources
             "tests/sources/test_parquet.py",
             *PIPELINE_TESTS,
         ],
@@ -220,7 +229,11 @@ def run(target: str, recheck: bool = False) -> None:
     with open(work / "mutmut.log", "a" if recheck else "w") as log:
         subprocess.run(
             [sys.executable, "-m", "mutmut", "run", *names],
-            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=False,
+            cwd=work,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
 
 
@@ -636,7 +649,10 @@ def summary(targets: list[str], diff: bool) -> None:
             elif diff:
                 show = subprocess.run(
                     [sys.executable, "-m", "mutmut", "show", name],
-                    cwd=WORK / target, capture_output=True, text=True, check=False,
+                    cwd=WORK / target,
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
                 print("        " + show.stdout.strip().replace("\n", "\n        "))
 

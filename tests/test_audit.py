@@ -3,6 +3,7 @@ ledger check, with their exact messages (a user reads them to fix their code).""
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -169,3 +170,32 @@ def test_a_declared_total_size_on_random_access_must_be_the_whole_datasets():
         "total_size=4 disagrees with the source, which has n=5 rows; "
         "pass total_size=\"auto\" (or the whole dataset's row count, not a shard's)"
     )
+
+
+def test_the_warnings_skip_the_files_of_a_wrapper_given_in_skip_file_prefixes(
+    tmp_path, monkeypatch
+):
+    """A warning points at the first frame outside the package; code that wraps the
+    package's functions (mutmut's trampolines under `make mutants`) is skipped too once
+    its folder is in SKIP_FILE_PREFIXES, and not before."""
+    import importlib.util
+
+    from exactbatch import audit
+
+    (tmp_path / "wrapper.py").write_text(
+        "from exactbatch import audit\n"
+        "def count_total(stream):\n"
+        "    return audit.count_total(stream)\n"
+    )
+    spec = importlib.util.spec_from_file_location("wrapper", tmp_path / "wrapper.py")
+    wrapper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wrapper)
+    stream = IterableStream([np.ones((3, 2))])
+    for prefixes, where in (
+        (audit.SKIP_FILE_PREFIXES, str(tmp_path / "wrapper.py")),
+        (audit.SKIP_FILE_PREFIXES + (str(tmp_path) + os.sep,), __file__),
+    ):
+        monkeypatch.setattr(audit, "SKIP_FILE_PREFIXES", prefixes)
+        with pytest.warns(UserWarning, match="counted its rows") as caught:
+            wrapper.count_total(stream)
+        assert [w.filename for w in caught] == [where]

@@ -19,6 +19,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from backends import on_backend
 from helpers import TRUNCATE_LOOP, chunks_of, make_data, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -131,14 +132,11 @@ def _read_both(make, rows, r, d, l, dtype):  # noqa: E741
     """The rows read through ``make()``'s reader on each backend."""
     out = []
     for name in ("compiled", "numpy"):
-        before = kernels.use_backend(name)
-        try:
+        with on_backend(name):
             read = make()
             ox, oy = np.full((r, d), np.nan, dtype=dtype), np.full((r, l), np.nan, dtype=dtype)
             read(rows, ox, oy)
             out.append((ox, oy))
-        finally:
-            kernels.use_backend(before)
     return out
 
 
@@ -332,11 +330,8 @@ def _pair_checks() -> list:
     """``(backend, its pair_check() function)`` for each backend built."""
     out = []
     for name in ("compiled", "numpy") if COMPILED else ("numpy",):
-        before = kernels.use_backend(name)
-        try:
+        with on_backend(name):
             out.append((name, kernels.pair_check()))
-        finally:
-            kernels.use_backend(before)
     return out
 
 
@@ -574,6 +569,7 @@ def test_parts_with_many_small_parts_in_one_bucket(tmp_path):
 
 
 # -- the guard ------------------------------------------------------------------------------
+
 
 @needs_core
 @pytest.mark.parametrize("kind", ["file", "dataset"])

@@ -20,7 +20,15 @@ import ctypes
 
 import numpy as np
 
-__all__ = ["ALIGN", "as_float64_2d", "as_numpy", "batch_pair", "check_out_array", "is_array_like"]
+__all__ = [
+    "ALIGN",
+    "as_float64_2d",
+    "as_numpy",
+    "batch_pair",
+    "byte_view",
+    "check_out_array",
+    "is_array_like",
+]
 
 _REAL = "biuf"  # dtype kinds of real numbers: bool, signed, unsigned, float
 
@@ -37,11 +45,18 @@ def batch_pair(rows: int, d: int, l: int, dtype) -> tuple[np.ndarray, np.ndarray
     x_bytes = rows * d * dt.itemsize
     at_y = -(-x_bytes // ALIGN) * ALIGN  # x padded to whole lines
     raw = np.empty(at_y + rows * l * dt.itemsize + ALIGN, dtype=np.uint8)
-    at = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % ALIGN  # cheaper than .ctypes
+    at = -ctypes.addressof(ctypes.c_char.from_buffer(raw.data)) % ALIGN  # cheaper than .ctypes
     return (
         np.ndarray((rows, d), dt, raw, at),
         np.ndarray((rows, l), dt, raw, at + at_y),
     )
+
+
+def byte_view(a) -> memoryview:
+    """The bytes of ``a`` (a C-contiguous array, or any buffer) as a flat memoryview, for
+    ``readinto``/``write``; an empty one when it holds no bytes (a cast refuses those)."""
+    view = memoryview(a)
+    return view.cast("B") if view.nbytes else memoryview(b"")
 
 
 def is_array_like(a) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 from exactbatch.checks import check_int
 from exactbatch.errors import ExactnessError, TotalSizeWarning
@@ -29,28 +30,23 @@ __all__ = [
     "count_total",
     "outside_window",
     "resolve_random_access_total",
+    "resolve_stream_total",
 ]
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames of files under these prefixes are skipped by the warnings here as the package's
+# own, so that a warning points at the user's line (Python 3.12's skip_file_prefixes).
+# A tool that wraps the package's functions in code of its own adds its files' prefix.
+SKIP_FILE_PREFIXES: tuple[str, ...] = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
 
-def _wrapper(frame) -> bool:
-    """A frame of mutmut's trampolines, which `make mutants` puts around the package's
-    functions: skipped like the package's own, so the warnings' aim is tested there too."""
-    # no mutate: every module's globals have a __name__, so the default "" is never used
-    return frame.f_globals.get("__name__", "").startswith("mutmut.")  # pragma: no mutate
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this
-    function point at the first frame outside the package."""
-    frame = sys._getframe(1)
-    while frame is not None and _wrapper(frame):  # this function's own trampoline
-        frame = frame.f_back
-    level = 1
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE) or _wrapper(frame)):
+def _warn(warning: Warning) -> None:
+    """``warnings.warn(warning)`` pointing at the first frame outside the package (the
+    first not under :data:`SKIP_FILE_PREFIXES`)."""
+    frame: FrameType | None = sys._getframe(0)
+    level = 1  # level 1: this frame, which calls warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(SKIP_FILE_PREFIXES):
         frame, level = frame.f_back, level + 1
-    return level
+    warnings.warn(warning, stacklevel=level)
 
 
 def check_total_size_kind(total_size) -> None:
@@ -73,9 +69,29 @@ def resolve_random_access_total(total_size, n: int) -> int:
     if isinstance(total_size, int) and total_size != n:
         raise ValueError(
             f"total_size={total_size} disagrees with the source, which has n={n} rows; "
-            'pass total_size="auto" (or the whole dataset\'s row count, not a shard\'s)'
+            "pass total_size=\"auto\" (or the whole dataset's row count, not a shard's)"
         )
     return n
+
+
+def resolve_stream_total(total_size, n_rows: int | None, count) -> int | None:
+    """N for a stream whose source has ``n_rows`` rows (None: it does not say).
+
+    ``"auto"`` gives ``n_rows``, or ``count()`` (a counting pass:
+    :func:`count_total`); None stays None (unknown); an int is trusted (and
+    audited after every pass) unless it disagrees with ``n_rows``: then
+    ``ValueError``.
+    """
+    check_total_size_kind(total_size)
+    if isinstance(total_size, str):  # "auto"
+        return n_rows if n_rows is not None else count()
+    if total_size is not None and n_rows is not None and total_size != n_rows:
+        raise ValueError(
+            f"total_size={total_size} disagrees with the source, which knows it has "
+            f'n_rows={n_rows} rows (from its metadata); pass total_size="auto" '
+            "(or the whole dataset's row count, not a shard's)"
+        )
+    return total_size
 
 
 def count_total(stream) -> tuple[int, tuple[int, int] | None]:
@@ -92,11 +108,12 @@ def count_total(stream) -> tuple[int, tuple[int, int] | None]:
             rows += x.shape[0]
     finally:
         close_iterator(it)
-    warnings.warn(
-        f'total_size="auto": the source has no n_rows, so exactbatch counted its rows with '
-        f"one full pass ({rows} rows). Pass total_size={rows} to skip the counting pass.",
-        UserWarning,  # pragma: no mutate (None, or no category, means UserWarning too)
-        stacklevel=_user_stacklevel(),
+    _warn(
+        UserWarning(
+            f'total_size="auto": the source has no n_rows, so exactbatch counted its rows '
+            f"with one full pass ({rows} rows). Pass total_size={rows} to skip the counting "
+            "pass."
+        )
     )
     if rows == 0:
         raise ValueError(
@@ -151,14 +168,13 @@ def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard) -> bo
         if shard.count == 1
         else f"shard {shard.index}'s share of total_size={total_size} ({n} rows)"
     )
-    warnings.warn(
+    _warn(
         TotalSizeWarning(
             f"{share} disagrees with the stream: a full pass handed out {seen} rows in "
             f"full batches of {batch_size} (a correct N satisfies seen <= N < seen + "
             f"batch_size). A likelihood rescaled by the wrong N is biased: pass the true "
             f'row count, or total_size="auto".'
-        ),
-        stacklevel=_user_stacklevel(),
+        )
     )
     return True
 
@@ -168,8 +184,10 @@ def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: 
     :class:`~exactbatch.order.digest.Tally`) are the rows it ``promised``."""
     if handed == promised:
         return
-    what = "the same number of rows but not the same rows" if handed.rows == promised.rows else (
-        f"{handed.rows - promised.rows:+d} rows"
+    what = (
+        "the same number of rows but not the same rows"
+        if handed.rows == promised.rows
+        else (f"{handed.rows - promised.rows:+d} rows")
     )
     raise ExactnessError(
         f"epoch {epoch} of shard {shard_index} of {num_shards}: handed out {handed.rows} rows "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from exactbatch.arrays import as_float64_2d
 
@@ -22,7 +23,7 @@ class Dataset:
 
     __slots__ = ("x", "y")
 
-    def __init__(self, x, y=None):
+    def __init__(self, x: ArrayLike, y: ArrayLike | None = None) -> None:
         x = as_float64_2d(x, "x")
         if y is None:
             y = np.empty((x.shape[0], 0), dtype=np.float64)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -82,12 +83,16 @@ def _pure_from_env() -> bool:
 _PURE = _pure_from_env()
 _CORE = None if _PURE else _BUILT  # the extension, when it is used
 
-if _BUILT is not None:
-    FileChanged = _BUILT.FileChanged
-else:
 
-    class FileChanged(OSError):
-        """A file's rows could not be copied: truncated or rewritten while open."""
+class _FileChanged(OSError):
+    """A file's rows could not be copied: truncated or rewritten while open (``part``:
+    which part of a dataset). Raised by the compiled core only; without it, a class
+    that nothing raises, so that ``except FileChanged`` still reads."""
+
+    part: int
+
+
+FileChanged: Any = _BUILT.FileChanged if _BUILT is not None else _FileChanged
 
 
 def backend() -> str:

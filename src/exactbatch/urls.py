@@ -23,6 +23,8 @@ import os
 import pickle
 import re
 
+from exactbatch.extras import need
+
 __all__ = [
     "FOLDER_PATTERN",
     "ForkSafeFs",
@@ -101,13 +103,7 @@ def for_arrow(path) -> str:
 
 def import_fsspec():
     """The ``fsspec`` module, or an ``ImportError`` saying what to install."""
-    try:
-        import fsspec
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "reading URLs needs fsspec (and s3fs for s3://): pip install 'exactbatch[remote]'"
-        ) from e
-    return fsspec
+    return need("fsspec", by="reading URLs", package="fsspec (and s3fs for s3://)", extra="remote")
 
 
 def url_to_fs(url: str, storage_options: dict | None = None):
@@ -212,7 +208,8 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     depth = None if "**" in parts else len(parts)
     found = []
     if fs is None:
-        top, above = os.path.normpath(folder), {}  # above: the real folders down to each
+        top = os.path.normpath(folder)
+        above: dict[str, frozenset[str]] = {}  # the real folders down to each
         for here, dirs, files in os.walk(top, onerror=_raise, followlinks=True):
             rel = os.path.relpath(here, top)
             at = () if rel == os.curdir else tuple(rel.split(os.sep))

@@ -28,9 +28,19 @@ def test_two_ranks_partition_the_data_and_train(tmp_path, n, batch, count, dropp
     cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     run = subprocess.run(
-        [*cmd, "--standalone", "--nproc_per_node=2", str(SCRIPT), str(tmp_path), str(n),
-         str(batch)],
-        timeout=300, env=env, capture_output=True, text=True,
+        [
+            *cmd,
+            "--standalone",
+            "--nproc_per_node=2",
+            str(SCRIPT),
+            str(tmp_path),
+            str(n),
+            str(batch),
+        ],
+        timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]

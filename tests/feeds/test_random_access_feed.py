@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from exactbatch import DataLoader
-from exactbatch.batching.indexed_epoch import BlockedOrder
+from exactbatch.batching.random_access_epoch import BlockedOrder
 from exactbatch.feeds import random_access
 from exactbatch.order import EpochBijection
 

@@ -76,19 +76,37 @@ def test_even_batches_gives_every_shard_the_same_count(
     epoch law (laws.check_epoch) with the smallest shard's count; under contiguous sharding
     at most one batch per shard is left out."""
     loaders = [
-        DataLoader(ids(n), batch, shuffle=shuffle, drop_last=drop_last, num_shards=shards,
-                   shard_index=s, even_batches=True, elastic=elastic, seed=3)
+        DataLoader(
+            ids(n),
+            batch,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_shards=shards,
+            shard_index=s,
+            even_batches=True,
+            elastic=elastic,
+            seed=3,
+        )
         for s in range(shards)
     ]
     counts = {len(ld) for ld in loaders}
     assert len(counts) == 1
     got = [rows(ld) for ld in loaders]
-    check_epoch(got, n=n, batch_size=batch, drop_last=drop_last, shuffle=shuffle,
-                even_batches=True, elastic=elastic)
+    check_epoch(
+        got,
+        n=n,
+        batch_size=batch,
+        drop_last=drop_last,
+        shuffle=shuffle,
+        even_batches=True,
+        elastic=elastic,
+    )
     assert {len(g) for g in got} == counts
     if not elastic:
-        full = [DataLoader(ids(n), batch, drop_last=drop_last, num_shards=shards,
-                           shard_index=s) for s in range(shards)]
+        full = [
+            DataLoader(ids(n), batch, drop_last=drop_last, num_shards=shards, shard_index=s)
+            for s in range(shards)
+        ]
         assert all(len(f) - len(ld) <= 1 for f, ld in zip(full, loaders, strict=True))
 
 
@@ -102,15 +120,27 @@ def test_even_batches_needs_a_known_size():
 
 
 @settings(max_examples=100)
-@given(n=st.integers(0, 500), shards=st.integers(1, 7), batch=st.integers(1, 50),
-       shuffle=st.booleans(), seed=st.integers(0, 2**32))
+@given(
+    n=st.integers(0, 500),
+    shards=st.integers(1, 7),
+    batch=st.integers(1, 50),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**32),
+)
 def test_elastic_shards_hand_out_every_row_once(n, shards, batch, shuffle, seed):
     """Elastic shards deal one global order's batches: the epoch law (laws.check_epoch),
     across shards every row once."""
     got = []
     for s in range(shards):
-        ld = DataLoader(ids(n), batch, shuffle=shuffle, num_shards=shards, shard_index=s,
-                        elastic=True, seed=seed)
+        ld = DataLoader(
+            ids(n),
+            batch,
+            shuffle=shuffle,
+            num_shards=shards,
+            shard_index=s,
+            elastic=True,
+            seed=seed,
+        )
         r = rows(ld)
         assert len(r) == len(ld)
         assert sum(map(len, r)) == ld.n
@@ -120,9 +150,12 @@ def test_elastic_shards_hand_out_every_row_once(n, shards, batch, shuffle, seed)
 
 def test_elastic_global_order_does_not_depend_on_the_shard_count():
     """Under elastic, the global order of an epoch is a function of (seed, epoch) alone."""
+
     def global_order(shards):
-        per = [rows(DataLoader(ids(1000), 16, num_shards=shards, shard_index=s, elastic=True,
-                               seed=7)) for s in range(shards)]
+        per = [
+            rows(DataLoader(ids(1000), 16, num_shards=shards, shard_index=s, elastic=True, seed=7))
+            for s in range(shards)
+        ]
         out = [None] * sum(map(len, per))
         for s, batches in enumerate(per):
             for j, b in enumerate(batches):

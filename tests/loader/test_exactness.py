@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 import pytest
 from helpers import chunks_of, ids, wait_until_prefetched, write_parquet
-from laws import FlakyFactory
+from laws import FlakyFactory, reader_of
 
-import exactbatch.cursor
+import exactbatch.loader.cursor
 from exactbatch import (
     DataLoader,
     ExactnessError,
@@ -144,13 +144,13 @@ def test_a_forged_state_is_an_exactness_error_when_the_epoch_ends(kind, forge, v
 def checked(monkeypatch):
     """``(epoch, rows handed out)`` of each ledger check, in order."""
     out = []
-    real = exactbatch.cursor.check_ledger
+    real = exactbatch.loader.cursor.check_ledger
 
     def spy(handed, promised, **where):
         out.append((where["epoch"], handed.rows))
         real(handed, promised, **where)
 
-    monkeypatch.setattr(exactbatch.cursor, "check_ledger", spy)
+    monkeypatch.setattr(exactbatch.loader.cursor, "check_ledger", spy)
     return out
 
 
@@ -331,7 +331,7 @@ class FlakyReads:
         self.calls, self.failed = 0, False
         self.row = (fail_at - 1) * loader.batch_size  # the batch's first row, in read order
         self.done = 0  # rows read so far
-        reader = loader._reader
+        reader = reader_of(loader)
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):

@@ -1,5 +1,5 @@
 """Small batches claimed a group at a time by ``iter()`` (epoch_iterator.py's EpochIterator;
-from random access, read with one gather: indexed_epoch.take_group): fewer reads, the
+from random access, read with one gather: random_access_epoch.take_group): fewer reads, the
 same batches, and the state and give-back laws of batches handed out one by one, also
 for states taken on another thread while a group is handed out without the lock."""
 
@@ -18,6 +18,7 @@ from laws import (
     check_resume,
     check_retry,
     drain,
+    reader_of,
     roundtrip,
     wrap_reader,
 )
@@ -37,7 +38,7 @@ class CountReads:
 
     def __init__(self, loader):
         self.sizes = []
-        reader = loader._reader
+        reader = reader_of(loader)
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):

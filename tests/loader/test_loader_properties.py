@@ -84,9 +84,7 @@ def test_every_row_once_per_epoch_across_shards_or_full_batches_with_drop_last(c
         batches = row_ids(epoch_of(loader, c["epoch"], d, l))
         assert len(loader) == len(batches)
         per_shard.append(batches)
-    check_epoch(
-        per_shard, n=n, batch_size=b, drop_last=c["drop_last"], shuffle=c["shuffle"]
-    )
+    check_epoch(per_shard, n=n, batch_size=b, drop_last=c["drop_last"], shuffle=c["shuffle"])
 
 
 @settings(max_examples=100)

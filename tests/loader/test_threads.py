@@ -39,8 +39,9 @@ def test_eight_threads_share_one_loader_every_row_once_per_epoch(
     loader = DataLoader(make_source(kind, x, y, tmp_path), batch_size, shuffle=shuffle, seed=9)
     for epoch in range(2):
         got = drain_threads(loader, 2, 1, THREADS)
-        check_epoch([got], n=N, batch_size=batch_size, drop_last=False, shuffle=shuffle,
-                    ordered=False)
+        check_epoch(
+            [got], n=N, batch_size=batch_size, drop_last=False, shuffle=shuffle, ordered=False
+        )
         want = reference_batches(x, y, batch_size, epoch, shuffle=shuffle, seed=9)
         assert len(got) == len(want) == len(loader)
         # each thread's batch is one of the epoch's batches, as a whole

@@ -220,6 +220,7 @@ def test_truncations_at_random_instants_of_shuffled_reads_are_errors_never_sigbu
     for _ in range(6):
         live = tmp_path / "live.ndf"
         live.write_bytes(data)
+
         def truncate(live=live):
             time.sleep(float(rng.uniform(0.0, 0.05)))
             os.truncate(live, int(rng.integers(28, len(data))))
@@ -257,6 +258,7 @@ def test_writers_waiting_for_the_lease_never_signal_the_reader_to_death(tmp_path
     (ignored by default; a release resets it, so every acquire sets it again)."""
     path, stop = tmp_path / "a.ndf", tmp_path / "stop"
     _traceable(path, n=50_000)
+
     def write_opens():
         for _ in range(2000):  # each open waits for any copy in flight, then goes on
             os.close(os.open(path, os.O_WRONLY))
@@ -297,6 +299,7 @@ def test_a_forked_child_holds_a_lease_of_its_own(f):
 
 
 # -- the compiled core's fault guard, displaced -----------------------------------------------
+
 
 @needs_core
 @pytest.mark.parametrize(

@@ -199,10 +199,22 @@ GOLDEN_SMALL = {
 # (p, q, rounds) of the domain: the rectangle chosen and the rounds it gets, at the edges
 # of each choice (a half of 1, 2 x 2 for n = 3, 4 and 256 values a half, the window of q).
 GOLDEN_DOMAINS = {
-    1: (1, 1, 16), 2: (2, 1, 16), 3: (2, 2, 16), 4: (2, 2, 16), 5: (3, 2, 16),
-    10: (5, 2, 16), 16: (4, 4, 8), 20: (5, 4, 8), 37: (13, 3, 16), 1000: (40, 25, 8),
-    65536: (256, 256, 4), 65537: (331, 198, 8), 65792: (257, 256, 4),
-    10**6: (1000, 1000, 4), 2**40 + 1: (1049600, 1047553, 4), 2**44 + 7: (4195328, 4193281, 4),
+    1: (1, 1, 16),
+    2: (2, 1, 16),
+    3: (2, 2, 16),
+    4: (2, 2, 16),
+    5: (3, 2, 16),
+    10: (5, 2, 16),
+    16: (4, 4, 8),
+    20: (5, 4, 8),
+    37: (13, 3, 16),
+    1000: (40, 25, 8),
+    65536: (256, 256, 4),
+    65537: (331, 198, 8),
+    65792: (257, 256, 4),
+    10**6: (1000, 1000, 4),
+    2**40 + 1: (1049600, 1047553, 4),
+    2**44 + 7: (4195328, 4193281, 4),
 }
 
 
@@ -487,9 +499,7 @@ needs_core = pytest.mark.skipif(
     start=st.integers(0, 2**63 - 1),
     positions=st.lists(st.integers(0, 2**63 - 1), max_size=40),
 )
-def test_the_compiled_bijection_gives_the_numpy_paths_rows(
-    n, seed, epoch, shard, start, positions
-):
+def test_the_compiled_bijection_gives_the_numpy_paths_rows(n, seed, epoch, shard, start, positions):
     """Bit for bit, for any key and n (rounds of every kind, cycle walking, the swap of
     0 and 1): a run of positions (one over 8 lanes and a tail) and any positions."""
     compiled, pure = _both_backends(n, seed=seed, epoch=epoch, shard=shard)

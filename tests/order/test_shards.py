@@ -87,8 +87,11 @@ def test_chunk_order_is_a_permutation_keyed_by_seed_epoch_and_shard():
     assert np.array_equal(default, chunk_order(50, seed=1, epoch=2, shard=0))
     base = chunk_order(50, seed=1, epoch=2, shard=3)
     assert np.array_equal(base, chunk_order(50, seed=1, epoch=2, shard=3))
-    for other in (dict(seed=2, epoch=2, shard=3), dict(seed=1, epoch=3, shard=3),
-                  dict(seed=1, epoch=2, shard=4)):
+    for other in (
+        dict(seed=2, epoch=2, shard=3),
+        dict(seed=1, epoch=3, shard=3),
+        dict(seed=1, epoch=2, shard=4),
+    ):
         assert not np.array_equal(base, chunk_order(50, **other)), other
     assert not np.array_equal(base, np.arange(50))
     with pytest.raises(ValueError, match="k must be >= 0"):
@@ -99,8 +102,12 @@ def test_the_generators_are_keyed_by_tag_seed_epoch_and_shard():
     """buffer_rng and derive_rng: the same key, the same draws; any other part, others."""
     draws = buffer_rng(seed=1, epoch=2, shard=3).integers(0, 2**62, 4)
     assert np.array_equal(draws, buffer_rng(seed=1, epoch=2, shard=3).integers(0, 2**62, 4))
-    others = [buffer_rng(seed=2, epoch=2, shard=3), buffer_rng(seed=1, epoch=3, shard=3),
-              buffer_rng(seed=1, epoch=2, shard=4), derive_rng(0, 1, 2, 3)]
+    others = [
+        buffer_rng(seed=2, epoch=2, shard=3),
+        buffer_rng(seed=1, epoch=3, shard=3),
+        buffer_rng(seed=1, epoch=2, shard=4),
+        derive_rng(0, 1, 2, 3),
+    ]
     for rng in others:
         assert not np.array_equal(draws, rng.integers(0, 2**62, 4))
     assert np.array_equal(
@@ -135,5 +142,8 @@ def test_elastic_shares_deal_the_global_batches_in_turn(drop_last):
                     mine = [batches[s::shards] for s in range(shards)]
                     want_rows = [sum(min(b, n - g * b) for g in m) for m in mine]
                     assert shares == list(zip(map(len, mine), want_rows, strict=True)), (
-                        n, b, shards, first
+                        n,
+                        b,
+                        shards,
+                        first,
                     )

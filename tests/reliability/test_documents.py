@@ -76,8 +76,9 @@ scalars = st.one_of(
 )
 json_values = st.recursive(
     scalars,
-    lambda kids: st.lists(kids, max_size=4)
-    | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=3)
+    ),
     max_leaves=10,
 )
 name_lists = st.one_of(

@@ -177,9 +177,7 @@ def test_n_rows_comes_from_metadata_without_reading_data(folder, monkeypatch):
     _forbid_reads(monkeypatch)
     reads = []
     orig = ParquetSource._columns  # what read_chunk and open_chunk decode with
-    monkeypatch.setattr(
-        ParquetSource, "_columns", lambda self, i: reads.append(i) or orig(self, i)
-    )
+    monkeypatch.setattr(ParquetSource, "_columns", lambda self, i: reads.append(i) or orig(self, i))
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         src = parquet_source(root, labels="y0")

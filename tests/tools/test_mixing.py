@@ -274,8 +274,7 @@ def test_the_batch_scores_are_ks_distances():
     refs = [np.sort(np.round(rng.standard_normal(400) * 2)) for _ in range(3)]
     sc = score(values, refs, 30, replicates=19, rng=np.random.default_rng(0))
     want = [
-        [ks_distance(values[k : k + 30, j], refs[j]) for j in range(3)]
-        for k in range(0, 600, 30)
+        [ks_distance(values[k : k + 30, j], refs[j]) for j in range(3)] for k in range(0, 600, 30)
     ]
     np.testing.assert_array_equal(sc.ks, want)
     assert np.isnan(sc.ks[0, 2]) and sc.ks_sim.shape == (19, 20, 3)

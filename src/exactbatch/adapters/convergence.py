@@ -135,12 +135,12 @@ def judge(parts, losses, window: int) -> Convergence:
     if not ok.any():
         return _not_judged("the guide gave no posterior sds", window)
     with np.errstate(invalid="ignore", divide="ignore"):
-        moved, noise = zip(*(_change(v / scale) for v in (means, sds)), strict=True)
+        changes = [_change(v / scale) for v in (means, sds)]
     # Six degrees of freedom give a rough standard error, and the largest of many
     # latents' changes finds the latents whose error came out low: each is floored by
     # the median over the latents (of means; of sds), which share one noise level.
-    noise = [np.fmax(n, np.nanmedian(np.where(ok, n, np.nan))) for n in noise]
-    moved, noise = np.concatenate(moved), np.concatenate(noise)
+    moved = np.concatenate([m for m, _ in changes])
+    noise = np.concatenate([np.fmax(n, np.nanmedian(np.where(ok, n, np.nan))) for _, n in changes])
     ok = np.concatenate([ok, ok])
     drift = np.where(ok, moved - 2 * noise, -np.inf)
     drift = np.where(np.isnan(drift), np.inf, drift)  # a latent gone NaN has not converged

@@ -49,11 +49,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
+from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path
 from exactbatch.stats import ColumnStats
@@ -128,7 +130,12 @@ def _write_partition(part, index: int, path: str, write_id: str, columns: Column
 
 
 def to_ndf_dataset(
-    collection, path, *, features=None, labels=(), storage_options: dict | None = None
+    collection: Any,
+    path: PathLike,
+    *,
+    features: Any = None,
+    labels: Any = (),
+    storage_options: dict | None = None,
 ) -> None:
     """Write a Dask DataFrame or a 2-D Dask Array as a sharded ``.ndf`` dataset at ``path``.
 
@@ -220,7 +227,7 @@ class _Source:
     """What both kinds of Dask source share: the plan, its widths and names, the
     partitions computed ahead."""
 
-    def __init__(self, plan: Plan, ahead: int):
+    def __init__(self, plan: Plan, ahead: int) -> None:
         self._plan = plan
         self._ahead = _Ahead(plan.parts, ahead)
         self.features, self.labels = plan.features, plan.labels
@@ -262,7 +269,7 @@ class DaskPartitions(_Source):
     ``chunk_rows`` come from the lengths, so N needs no counting pass and a loader shard
     computes only the partitions its rows are in. See :func:`dask_source`."""
 
-    def __init__(self, plan: Plan, ahead: int):
+    def __init__(self, plan: Plan, ahead: int) -> None:
         super().__init__(plan, ahead)
         self.chunk_rows = np.asarray(plan.lengths, dtype=np.int64)
         self.n_rows = int(self.chunk_rows.sum())
@@ -293,7 +300,7 @@ class DaskStream(_Source):
 
 
 def dask_source(
-    collection, *, features=None, labels=(), ahead: int = 2
+    collection: Any, *, features: Any = None, labels: Any = (), ahead: int = 2
 ) -> DaskPartitions | DaskStream:
     """A streamed source for ``DataLoader`` whose chunks are ``collection``'s partitions.
 
@@ -326,7 +333,7 @@ def _partition_stats(part, columns: Columns) -> ColumnStats:
     return ColumnStats.of(np.concatenate((x, y), axis=1))  # (rows, d + l)
 
 
-def column_stats(collection, *, features=None, labels=()) -> list[dict]:
+def column_stats(collection: Any, *, features: Any = None, labels: Any = ()) -> list[dict]:
     """Per-column ``count``, ``nan``, ``mean``, ``sd`` (divisor n), ``min`` and ``max``
     of ``collection``'s chosen columns (as :func:`to_ndf_dataset` chooses them), features
     then labels, each a dict with the column's ``name``: what ``exactbatch info --stats``

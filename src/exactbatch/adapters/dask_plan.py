@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exactbatch.extras import need
 from exactbatch.ndf.names import default_names, validate_names
 
 __all__ = ["Columns", "Plan", "import_dask", "plan_for"]
@@ -20,11 +21,7 @@ _REAL = "biuf"
 
 def import_dask():
     """dask, or an ImportError saying how to install it."""
-    try:
-        import dask
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.dask needs Dask: pip install 'exactbatch[dask]'") from e
-    return dask
+    return need("dask", by="exactbatch.dask", package="Dask", extra="dask")
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,8 @@ class Plan:
     parts: list
     lengths: tuple | None
     columns: Columns
-    features: tuple  # names (str)
-    labels: tuple
+    features: Sequence[str]  # names
+    labels: Sequence[str]
 
     @property
     def d(self) -> int:
@@ -93,10 +90,12 @@ def plan_for(collection, features, labels, caller: str) -> Plan:
     try:
         import dask.dataframe as dd
     except ImportError:  # pragma: no cover - dask[dataframe] missing: not a DataFrame then
-        dd = None
-    if dd is not None and isinstance(collection, dd.Series):
-        collection = collection.to_frame()
-    if dd is None or not isinstance(collection, dd.DataFrame):
+        frame = False
+    else:
+        if isinstance(collection, dd.Series):
+            collection = collection.to_frame()
+        frame = isinstance(collection, dd.DataFrame)
+    if not frame:
         raise TypeError(
             f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
         )

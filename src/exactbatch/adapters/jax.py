@@ -40,22 +40,23 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from exactbatch.adapters.jax_put import Putter
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
+from exactbatch.hints import Device
+from exactbatch.loader import DataLoader
+from exactbatch.loader.epoch_iterator import EpochIterator
 
 __all__ = ["JaxLoader", "as_jax"]
 
 
 def _jax():
-    try:
-        import jax
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.jax needs JAX: pip install 'exactbatch[jax]'") from e
-    return jax
+    return need("jax", by="exactbatch.jax", package="JAX", extra="jax")
 
 
 def _row_pieces(sharding) -> int:
@@ -108,8 +109,15 @@ class JaxLoader:
     """
 
     def __init__(
-        self, loader, *, dtype=None, device=None, sharding=None, prefetch=2, pad_last=False
-    ):
+        self,
+        loader: DataLoader,
+        *,
+        dtype: Any = None,
+        device: Device = None,
+        sharding: Any = None,
+        prefetch: int = 2,
+        pad_last: bool = False,
+    ) -> None:
         jax = _jax()
         missing = [
             a
@@ -149,7 +157,9 @@ class JaxLoader:
                 f"the sharding's {self._pieces} devices: pass pad_last=True (or drop_last=True "
                 f"to the DataLoader)"
             )
-        self._putter_key = self._put_with = None  # the putters and what they put onto
+        # the putters and what they put onto
+        self._putter_key: tuple | None = None
+        self._put_with: Any = None
         self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
 
     def __len__(self) -> int:
@@ -162,7 +172,7 @@ class JaxLoader:
             f"prefetch={self.prefetch}, pad_last={self.pad_last})"
         )
 
-    def __iter__(self):
+    def __iter__(self) -> _JaxEpoch:
         older = self._epoch()
         if older is not None:
             older.close()  # an older epoch gives its batches back first
@@ -261,13 +271,14 @@ class _JaxEpoch:
 
     def __init__(self, owner: JaxLoader):
         self.owner = owner
-        self.it = iter(owner.loader)
+        self.it: EpochIterator | None = iter(owner.loader)
         if not hasattr(self.it, "peek"):
             raise TypeError(
                 f"as_jax needs an exactbatch DataLoader, whose iterator reads ahead with "
                 f"peek(); got {type(owner.loader).__name__}"
             )
-        self.ahead = deque()  # (loader's x, host arrays, device arrays), in peek() order
+        # (loader's x, host arrays, device arrays), in peek() order
+        self.ahead: deque[tuple] = deque()
         self.to = owner._putters()  # the default device is resolved once an epoch
         self.ones = None
         if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)
@@ -303,11 +314,11 @@ class _JaxEpoch:
 
 
 def as_jax(
-    loader,
+    loader: DataLoader,
     *,
-    dtype=None,
-    device=None,
-    sharding=None,
+    dtype: Any = None,
+    device: Device = None,
+    sharding: Any = None,
     prefetch: int = 2,
     pad_last: bool = False,
 ) -> JaxLoader:

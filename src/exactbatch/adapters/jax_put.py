@@ -17,6 +17,8 @@ caller must not write an array after putting it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["Putter"]
@@ -45,8 +47,9 @@ class Putter:
     def __init__(self, target, sharding, *, fast: bool = True):
         self.target, self.sharding = target, sharding
         self.committed = target is not None
-        self.plans = {}  # (shape, dtype) -> (aval, devices, indices), or None: device_put
-        self.batched = _batched_put() if fast else None
+        # (shape, dtype) -> (aval, devices, indices), or None: device_put
+        self.plans: dict[tuple, Any] = {}
+        self.batched: Any = _batched_put() if fast else None
 
     def __call__(self, arrays: tuple) -> tuple:
         """The device arrays of ``arrays`` (C-contiguous NumPy arrays), put asynchronously."""

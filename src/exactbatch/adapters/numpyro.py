@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +62,8 @@ from exactbatch.adapters.minibatch import (
 from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
+from exactbatch.loader import DataLoader
 
 __all__ = ["fit"]
 
@@ -68,25 +72,14 @@ GUIDE_DRAWS = 256  # draws of the guide per window for the verdict's means and s
 
 def _svi():
     """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
-    try:
-        from numpyro.infer import SVI, Trace_ELBO
-        from numpyro.infer.svi import SVIRunResult
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "exactbatch.numpyro needs NumPyro: pip install 'exactbatch[numpyro]'"
-        ) from e
-    return SVI, Trace_ELBO, SVIRunResult
+    infer = need("numpyro.infer", by="exactbatch.numpyro", package="NumPyro", extra="numpyro")
+    return infer.SVI, infer.Trace_ELBO, infer.svi.SVIRunResult
 
 
 def _default_optim():
     """Adam whose step size lives in its state, so that the step can set it."""
-    try:
-        import optax
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
-            "pip install 'exactbatch[numpyro]'"
-        ) from e
+    by = "exactbatch.numpyro.fit's default schedule (optim=None)"
+    optax = need("optax", by=by, package="optax", extra="numpyro")
     return optax.inject_hyperparams(optax.adam)(learning_rate=CANDIDATES[0])
 
 
@@ -134,17 +127,17 @@ def _result_class(run_result):
 
 
 def fit(
-    model,
-    guide,
-    loader,
+    model: Callable[..., Any],
+    guide: Callable[..., Any],
+    loader: DataLoader,
     num_steps: int,
     *,
-    optim=None,
-    rng_key,
+    optim: Any = None,
+    rng_key: Any,
     average_last_epoch: bool = False,
     progress_bar: bool = False,
-    **model_kwargs,
-):
+    **model_kwargs: Any,
+) -> Any:
     """Fit ``guide`` to ``model`` by SVI (``Trace_ELBO``), one new batch of ``loader`` per step.
 
     Each step calls ``model(xb, yb, **model_kwargs)`` and ``guide(xb, yb,
@@ -219,7 +212,7 @@ def fit(
     batches = as_jax(loader)
     xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
     trace = trace_model(model, xb, yb, model_kwargs, loader)
-    plates = check_plates(trace, loader.total_size, b, loader.l)
+    plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
 
     default = optim is None
@@ -260,8 +253,9 @@ class _Run:
     def __init__(self, svi, model_kwargs, default, num_steps, epoch, average):
         import jax
         import jax.numpy as jnp
+        from jax.flatten_util import ravel_pytree
 
-        self.jax, self.jnp = jax, jnp
+        self.jax, self.jnp, self.ravel = jax, jnp, ravel_pytree
         self.svi, self.kw, self.default = svi, model_kwargs, default
         self.num_steps, self.epoch = num_steps, epoch
         self.plan = Plan(num_steps, epoch) if default else None
@@ -274,7 +268,7 @@ class _Run:
         self.ends = np.array([b for _, b in spans], dtype=np.int32)
         self.spans = None  # the two on the device (see _spans)
         self.step_no = 0
-        self.sums = self.losses = self.lr0 = None
+        self.sums = self.losses = self.lr0 = self.unravel = None
 
     def new_epoch(self) -> None:
         if self.epoch is None and self.starts[-1] < self.num_steps:
@@ -282,18 +276,13 @@ class _Run:
             self.spans = None
 
     def _core(self, state, sums, i, lr, starts, ends, xb, yb):
-        jax, jnp = self.jax, self.jnp
+        jnp = self.jnp
         if self.default:
             state = _with_lr(state, lr)
         state, loss = self.svi.update(state, xb, yb, **self.kw)
-        params = self.svi.optim.get_params(state.optim_state)
+        flat, _ = self.ravel(self.svi.optim.get_params(state.optim_state))
         inside = (starts <= i) & (i < ends)
-
-        def add(k):
-            tree_map = jax.tree_util.tree_map
-            return tree_map(lambda s, v: s + jnp.where(inside[k], v, 0), sums[k], params)
-
-        return state, tuple(add(k) for k in range(len(sums))), loss
+        return state, sums + jnp.where(inside[:, None], flat[None, :], 0), loss
 
     def _jit(self, core, donate):
         """``core`` as one jitted step that also writes the loss into ``losses[i]``."""
@@ -311,9 +300,12 @@ class _Run:
         return self.spans
 
     def _fresh(self, params):
-        """Zero sums (one per span, each its own buffers: they are donated) and losses."""
-        jax, jnp = self.jax, self.jnp
-        sums = tuple(jax.tree_util.tree_map(jnp.zeros_like, params) for _ in self.starts)
+        """Zero sums and losses (fresh buffers: they are donated). The sums are one
+        array, a row of the raveled parameters per span: one buffer for the step to
+        pass, not one per parameter and span, keeps the per-step dispatch cheap."""
+        jnp = self.jnp
+        flat, self.unravel = self.ravel(params)
+        sums = jnp.zeros((len(self.starts), flat.size), dtype=flat.dtype)
         return sums, jnp.zeros(self.num_steps, dtype=jnp.result_type(float))
 
     def steps(self, state, feed, bar):
@@ -364,7 +356,7 @@ class _Run:
         losses, sums = jax.device_get((self.losses, self.sums))
         counts = self.ends - np.minimum(self.starts, self.ends)
         means = [
-            jax.tree_util.tree_map(lambda v, count=count: v / count, total) if count else None
+            self.unravel(total / count) if count else None
             for total, count in zip(sums, counts, strict=True)
         ]
         return np.asarray(losses), means[:-1], means[-1]
@@ -422,10 +414,7 @@ def _bar(show: bool, total: int):
     if not show:
         yield _NoBar()
         return
-    try:
-        from tqdm.auto import tqdm
-    except ImportError as e:
-        raise ImportError("progress_bar=True needs tqdm: pip install tqdm") from e
+    tqdm = need("tqdm.auto", by="progress_bar=True", package="tqdm").tqdm
     bar = tqdm(total=total, desc="fit", unit="step")
     bar.show = True
     try:

@@ -101,7 +101,8 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
             plate = plates.get(frame.name)
             if plate is None or frame.name in checked:
                 continue
-            if _check_plate(frame.name, *plate["args"][:2], total_size, rows, site["name"]):
+            size, subsample = plate["args"][:2]
+            if _check_plate(frame.name, size, subsample, total_size, rows, site["name"]):
                 checked.append(frame.name)
     if not checked:
         hint = f"; {LABELS_HINT}" if l == 0 else ""

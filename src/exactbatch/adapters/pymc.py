@@ -50,6 +50,8 @@ PyMC is imported on first use, not by importing this module.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +66,8 @@ from exactbatch.adapters.minibatch import (
 from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
+from exactbatch.loader import DataLoader
 
 __all__ = ["data", "fit"]
 
@@ -75,18 +79,16 @@ _PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _pm():
-    try:
-        import pymc
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.pymc needs PyMC: pip install 'exactbatch[pymc]'") from e
-    return pymc
+    return need("pymc", by="exactbatch.pymc", package="PyMC", extra="pymc")
 
 
 def _labels(yb: np.ndarray, ndim: int) -> np.ndarray:
     return yb[:, 0] if ndim == 1 else yb
 
 
-def data(loader, x_name: str = "x", y_name: str = "y", *, model=None):
+def data(
+    loader: DataLoader, x_name: str = "x", y_name: str = "y", *, model: Any = None
+) -> tuple[Any, Any]:
     """Make ``pm.Data`` placeholders for the loader's batches; call inside ``pm.Model()``.
 
     Returns ``(x_data, y_data)``: ``x_data`` of shape (batch_size, d), and
@@ -222,7 +224,7 @@ class _Feed:
             )
         self.batches = 0  # taken from the loader
         self.calls = 0  # steps done
-        self.on_epoch = []  # called when a new epoch begins
+        self.on_epoch: list[Callable[[], None]] = []  # called when a new epoch begins
 
     def load(self) -> None:
         loader, b = self.loader, self.loader.batch_size
@@ -258,20 +260,20 @@ def _check_labels(model, feed) -> None:
 
 
 def fit(
-    loader,
+    loader: DataLoader | Sequence[DataLoader],
     n: int,
-    method="advi",
+    method: Any = "advi",
     *,
-    model=None,
-    x=None,
-    y=None,
-    random_seed=None,
+    model: Any = None,
+    x: Any = None,
+    y: Any = None,
+    random_seed: Any = None,
     progressbar: bool = False,
-    optim=None,
-    callbacks=None,
+    optim: Any = None,
+    callbacks: Sequence[Callable[..., Any]] | None = None,
     average_last_epoch: bool = False,
-    **fit_kwargs,
-):
+    **fit_kwargs: Any,
+) -> Any:
     """Fit ``model`` by minibatch VI (``pm.fit``), one new batch of ``loader`` per step.
 
     Runs ``n`` optimisation steps; step i sees the loader's i-th batch from
@@ -346,7 +348,10 @@ def fit(
         check_exact_batches(ld, "fit")
         check_one_process(ld, "fit")
     model = pm.modelcontext(model)
-    feeds = [_Feed(ld, *_placeholders(model, ld, x, y), int(n)) for ld in loaders]
+    feeds = []
+    for ld in loaders:
+        xp, yp = _placeholders(model, ld, x, y)
+        feeds.append(_Feed(ld, xp, yp, int(n)))
     _check_all_fed(model, loaders)
     for feed in feeds:
         _check_labels(model, feed)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ class Run:
         self.num_steps, self.epoch, self.default = num_steps, epoch, default
         self.pilot_each = max(1, math.ceil(num_steps * PILOT_EACH))
         self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each)
-        self.optimizer = Adam(CANDIDATES[0]) if default else None
+        self.optimizer: Any = Adam(CANDIDATES[0]) if default else None
         self.spans, self.width = parts(num_steps, epoch)
         first = self.plan.pilot if default else 0
         self.avg_start = None
@@ -104,7 +105,10 @@ class Run:
         self.average = None
         self.losses: list[float] = []
         self.calls = 0
-        self.start = self.runs = self.lr0 = None
+        # the pilot's start, its candidates' runs, the kept step: set as the pilot goes
+        self.start: Any = None
+        self.runs: Any = None
+        self.lr0: float | None = None
 
     def new_epoch(self) -> None:
         if self.epoch is None and self.avg_start is not None:

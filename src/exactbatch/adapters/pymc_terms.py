@@ -24,12 +24,14 @@ PyMC is imported on first use, not by importing this module.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["check_terms", "reading", "total_size_of"]
 
 
-def reading(model, placeholders) -> list[tuple[str, object]]:
+def reading(model, placeholders) -> list[tuple[str, Any]]:
     """``(kind, variable)`` for every term of ``model`` whose graph reads any of
     ``placeholders``: kind ``"observed"``, ``"latent"`` or ``"potential"``."""
     from pytensor.graph.traversal import ancestors

@@ -27,12 +27,16 @@ torch is imported when a function here first needs it, never at import, so
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
+from exactbatch.extras import need
+from exactbatch.hints import Device
+from exactbatch.loader import DataLoader
 
 if TYPE_CHECKING:
     import torch
@@ -42,11 +46,7 @@ __all__ = ["TorchIterable", "TorchLoader", "as_torch", "distributed_shard"]  # n
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("exactbatch.torch needs PyTorch: pip install 'exactbatch[torch]'") from e
-    return torch
+    return need("torch", by="exactbatch.torch", package="PyTorch", extra="torch")
 
 
 class TorchLoader:
@@ -58,7 +58,14 @@ class TorchLoader:
     ``len()`` is ``len(loader)``, the batches per epoch.
     """
 
-    def __init__(self, loader, *, dtype=None, device=None, pin_memory=False):
+    def __init__(
+        self,
+        loader: DataLoader,
+        *,
+        dtype: Any = None,
+        device: Device = None,
+        pin_memory: bool = False,
+    ) -> None:
         torch = _torch()
         if not hasattr(loader, "__iter__"):
             raise TypeError(
@@ -93,7 +100,7 @@ class TorchLoader:
             t = t.to(self.device, non_blocking=self.pin_memory)
         return t
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for xb, yb in self.loader:
             yield self._convert(xb), self._convert(yb)
 
@@ -108,7 +115,9 @@ class TorchLoader:
         return _iterable_class()(self)
 
 
-def as_torch(loader, *, dtype=None, device=None, pin_memory: bool = False) -> TorchLoader:
+def as_torch(
+    loader: DataLoader, *, dtype: Any = None, device: Device = None, pin_memory: bool = False
+) -> TorchLoader:
     """Wrap an exactbatch ``DataLoader`` to yield PyTorch tensors.
 
     Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
@@ -148,7 +157,7 @@ def _iterable_class():
         and ``num_workers=0``.
         """
 
-        def __init__(self, source):
+        def __init__(self, source: TorchLoader | DataLoader) -> None:
             super().__init__()
             if not isinstance(source, TorchLoader):
                 source = TorchLoader(source)
@@ -157,7 +166,7 @@ def _iterable_class():
         def __len__(self) -> int:
             return len(self.source)
 
-        def __iter__(self):
+        def __iter__(self) -> Iterator[tuple[Any, Any]]:  # tensors
             if torch.utils.data.get_worker_info() is not None:
                 raise RuntimeError(
                     "an exactbatch TorchIterable was iterated in a DataLoader worker process: "

@@ -66,7 +66,7 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
     it = iter(chunks)
     pending = None  # (chunk, pos): a chunk that did not fit in the last half
     kept = np.zeros(0, dtype=np.uint64)  # ids of the previous half's leftovers (< b of them)
-    scratch = []  # the array a chunk cut by a half's end is read into (read_whole)
+    scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by a half's end
 
     def produce():
         nonlocal pending, kept
@@ -136,12 +136,12 @@ def shuffle_halves(
             hw, ow = views[k][1], views[1 - k][1]
             # The permutation covers the previous half's leftovers (at the end of
             # this half's first b rows) and the rows filled after them.
-            v = slice(b + filled - len(perm), b + filled)
+            now = slice(b + filled - len(perm), b + filled)
             rest = yield from drain(
-                *sides(hw[v], d), ids, perm, b, ended, drop_last, dropped, dtype
+                *sides(hw[now], d), ids, perm, b, ended, drop_last, dropped, dtype
             )
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
-            ow[b - lo : b] = hw[v][rest]
+            ow[b - lo : b] = hw[now][rest]
             free.put(views[k])
             if ended:
                 return

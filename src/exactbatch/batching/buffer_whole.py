@@ -11,6 +11,7 @@ doubling as rows arrive).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +36,10 @@ def shuffle_whole(
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.batching.gather.ChunkRead`) mixed in one buffer of
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
-    bw = bh = None
+    bw: Any = None  # the buffer's rows and ids, made at the first chunk
+    bh: Any = None
     fill = d = 0
-    scratch = []  # the array a chunk cut by the buffer's end is read into (read_whole)
+    scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by the end
     try:
         for chunk in chunks:
             rows, pos = chunk_size(chunk), 0

@@ -14,6 +14,7 @@ the digest of its row ids (:mod:`exactbatch.order.digest`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,9 @@ def rebatch(
     """
     b = batch_size
     digest = RangeDigests(b)
-    cx = cy = None  # the carry: a batch being completed across chunks
+    # the carry: a batch being completed across chunks
+    cx: Any = None
+    cy: Any = None
     filled = carried = 0  # its rows, and their digest
     for x, y, id0 in chunks:
         rows, pos = x.shape[0], 0

@@ -14,6 +14,7 @@ any later batch.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
@@ -68,8 +69,9 @@ class StreamEpoch:
         self._open_pass = open_pass
         self._it, self.tally = open_pass()
         self._limit = limit
-        self._pending = None
-        self._ready = deque()  # the rest of the group of batches read last
+        self._pending: tuple[Any, Any, int] | None = None
+        # the rest of the group of batches read last
+        self._ready: deque[tuple[Any, Any, int]] = deque()
         self._failed = False
         self._ended = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
@@ -82,7 +84,7 @@ class StreamEpoch:
                 kept.append(job)
         self.returned = Returned(kept)
 
-    def _next(self):
+    def _next(self) -> tuple[Any, Any, int] | None:
         """The pass's next batch (None at its end): read, not claimed."""
         if self._ended:
             return None

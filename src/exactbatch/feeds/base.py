@@ -92,15 +92,28 @@ class Feed(Protocol):
     spec: BatchSpec
     kind: str
     n: int | None
-    d: int | None
-    l: int | None  # noqa: E741
     nbatches: int | None
-    total_size: int | None
-    total_batches: int | None
+
+    @property
+    def total_size(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
+
+    @property
+    def total_batches(self) -> int | None: ...
+
+    @property
+    def d(self) -> int | None: ...  # read-only: a stream learns it by reading
+
+    @property
+    def l(self) -> int | None: ...  # noqa: E743
 
     # (no mutate: a Protocol's signature, never called)
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()  # pragma: no mutate
+        self,
+        seed: int,
+        epoch: int,
+        skip: int,
+        first: int = 0,
+        pending=(),  # pragma: no mutate
     ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
         which come first); ``first``: the global batch an elastic epoch resumes at."""

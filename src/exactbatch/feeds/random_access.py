@@ -14,13 +14,14 @@ instead of mapping positions.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 
 import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
-from exactbatch.batching.indexed_epoch import BlockedOrder, IndexedEpoch, num_batches
+from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, rows_digest
@@ -62,7 +63,7 @@ class RandomAccessFeed:
         b, shard = spec.batch_size, spec.shard
         # Row numbers as int32 when they fit: half the bytes to move per batch.
         self._dtype = np.int32 if total < 2**31 else np.int64
-        self.total_batches = None
+        self.total_batches: int | None = None
         if spec.elastic:
             self.start = 0
             self.total_batches = num_batches(total, b, spec.drop_last)
@@ -93,17 +94,20 @@ class RandomAccessFeed:
 
     def open_epoch(
         self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
-    ) -> IndexedEpoch:
+    ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         under elastic sharding the epoch starts at global batch ``first`` (a resume
         at another shard count)."""
         spec, total = self.spec, self.reader.n
         b, shard = spec.batch_size, spec.shard
+        locate: Callable[[int], tuple[int, int]]
         if spec.elastic:  # one global order, its batches dealt to the shards in turn
+            global_batches = self.total_batches
+            assert global_batches is not None  # set for an elastic feed
             key_shard, size, offset = 0, total, 0
-            count, _ = shard.elastic_share(total, b, self.total_batches, first)
+            count, _ = shard.elastic_share(total, b, global_batches, first)
             if spec.even_batches:
-                count = shard.even_share(self.total_batches, first)
+                count = shard.even_share(global_batches, first)
 
             def locate(k):
                 a = shard.dealt(k, first) * b
@@ -123,7 +127,7 @@ class RandomAccessFeed:
             if size <= _WHOLE_ROWS:
                 order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
         promised = partial(self._promise, count, first)
-        return IndexedEpoch(
+        return RandomAccessEpoch(
             self.reader,
             count,
             locate,
@@ -137,7 +141,7 @@ class RandomAccessFeed:
             span=None if spec.elastic else self.n,
         )
 
-    def _promise(self, count: int, first: int, epoch: IndexedEpoch) -> Tally:
+    def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """The rows an epoch of ``count`` batches promises: the shard's rows less
         the tail that drop_last or even_batches leave out (contiguous sharding), or
         every shard's global batches before ``first`` and the global batches dealt
@@ -181,7 +185,7 @@ class RandomAccessFeed:
 
     def global_ledger(self, pos) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
-        :class:`~exactbatch.cursor.Position`) carries - every shard's global batches
+        :class:`~exactbatch.loader.cursor.Position`) carries - every shard's global batches
         before ``pos.first + pos.done * S`` - as this shard measured it: its own
         ledger (the batches before ``first``, as resumed, and those it handed out
         since) with the other shards' batches since ``first`` added from the order,

@@ -1,17 +1,21 @@
-"""The streamed feed: chunk sources re-batched into exact batches, and audited.
+"""The streamed feed: a stream, one shard of it, its N and the audit of N, composed.
 
-An epoch of a streamed source is: the shard's chunks (in an order shuffled
-per epoch where the source can be read chunk by chunk, like Parquet row
-groups), re-batched in source order or mixed in a bounded shuffle buffer,
-then read one batch ahead so that the total_size audit has run by the time
-the last batch is handed out.
+An epoch of a streamed source is one pass of it for this shard
+(:func:`exactbatch.sources.passes.open_pass`: a chunk source's chunks in an
+order shuffled per epoch, any other stream front to back), re-batched in
+source order or mixed in a bounded shuffle buffer
+(:mod:`exactbatch.batching`), then read one batch ahead so that the
+total_size audit (:mod:`exactbatch.audit`) has run by the time the last
+batch is handed out. What the source provides beyond its chunks (``n_rows``,
+its widths, its read hooks) was read once, into ``stream.hooks``
+(:mod:`exactbatch.sources.protocols`).
 
 Sharding: with N known (``total_size`` an int, or resolved by ``"auto"``),
 shard s owns rows [s*N//S, (s+1)*N//S) of the stream and the last shard also
-takes any rows past N. A chunk-indexed source (Parquet) reads only the
-chunks its rows lie in; any other stream is read by every shard, each
-keeping its rows. With N unknown (``total_size=None``) shards split by
-chunk, round robin: shard s takes chunks s, s+S, s+2S, ... of the stream.
+takes any rows past N. A chunk source (Parquet) reads only the chunks its
+rows lie in; any other stream is read by every shard, each keeping its
+rows. With N unknown (``total_size=None``) shards split by chunk, round
+robin: shard s takes chunks s, s+S, s+2S, ... of the stream.
 
 Memory: the shuffle buffer, two batches (the one handed out and the one
 read ahead) and the chunks backing them, whatever N is.
@@ -19,25 +23,21 @@ read ahead) and the chunks backing them, whatever N is.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
+from typing import Any
 
-import numpy as np
-
-from exactbatch.audit import audit_pass, check_total_size_kind, count_total
+from exactbatch.audit import audit_pass, count_total, resolve_stream_total
+from exactbatch.batching import num_batches
 from exactbatch.batching.buffer import mixing_window, shuffle_buffer
-from exactbatch.batching.gather import ChunkRead
-from exactbatch.batching.indexed_epoch import num_batches
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
-from exactbatch.order import buffer_rng, chunk_order, chunk_pieces
-from exactbatch.order.digest import Tally
-from exactbatch.prefetch import Hinter, Prefetcher, shut
-from exactbatch.sources.chunks import Stream, close_iterator, normalize_chunk
+from exactbatch.order import buffer_rng
+from exactbatch.sources.chunks import Stream, Widths, close_iterator
+from exactbatch.sources.passes import HINT_AHEAD, open_pass
 
-__all__ = ["HINT_AHEAD", "StreamFeed"]
-
-HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
+__all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
 
 
 class StreamFeed:
@@ -49,36 +49,26 @@ class StreamFeed:
     def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
         if spec.elastic:
             raise ValueError(
-                "elastic=True needs a random-access source (a Dataset, an NdfFile, an "
-                "array or a pair); a stream cannot be re-dealt across shards mid-epoch"
+                "elastic=True needs a random-access source (a Dataset, an NdfFile, an array, "
+                "a pair or a RowSource); a stream cannot be re-dealt across shards mid-epoch"
             )
-        check_total_size_kind(total_size)
-        self.spec, self.stream, self.buffer_size = spec, stream, buffer_size
-        self.indexed = stream.indexed
-        self.source = stream.source  # the user's object
-        self.d = getattr(self.source, "d", None) if self.indexed else None
-        self.l = getattr(self.source, "l", None) if self.indexed else None
-        n_rows = getattr(self.source, "n_rows", None)
-        self._had_rows = False  # has a pass yielded rows? (then an empty one cannot be right)
+        self.spec, self.buffer_size = spec, buffer_size
+        self.stream: Any = stream  # None once closed
+        hooks = self.hooks = stream.hooks
+        self.widths = Widths(hooks.d, hooks.l)
+        self._counted = False  # did "auto" count the rows in a pass?
+        total_size = self.total_size = resolve_stream_total(total_size, hooks.n_rows, self._count)
         # Only a size the source vouches for (metadata, or rows counted) sizes the
         # buffer: a declared total_size, however wrong, never sizes an allocation.
-        self._known_size = total_size == "auto" or n_rows is not None
-        if isinstance(total_size, str):  # "auto"
-            total_size = int(n_rows) if n_rows is not None else self._count()
-        elif total_size is not None and n_rows is not None and total_size != int(n_rows):
-            raise ValueError(
-                f"total_size={total_size} disagrees with the source, which knows it has "
-                f'n_rows={int(n_rows)} rows (from its metadata); pass total_size="auto" '
-                "(or the whole dataset's row count, not a shard's)"
-            )
-        self.total_size = total_size
+        self._known_size = hooks.n_rows is not None or self._counted
         b, shard = spec.batch_size, spec.shard
+        self.span = None  # the shard's rows (start, stop), stop None for the last shard
         if total_size is None:
-            self.start = self.stop = self.n = self.nbatches = None
+            self.n = self.nbatches = None
         else:
-            self.start, stop = shard.range(total_size)
-            self.n = stop - self.start
-            self.stop = None if shard.is_last else stop
+            start, stop = shard.range(total_size)
+            self.n = stop - start
+            self.span = (start, None if shard.is_last else stop)
             self.nbatches = num_batches(self.n, b, spec.drop_last)
         self.limit = None  # even_batches: every shard's count, the smallest shard's
         if spec.even_batches:
@@ -89,14 +79,22 @@ class StreamFeed:
             smallest = total_size // shard.count
             self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
-        self._spare = []  # the shuffle buffer's memory, kept from one epoch to the next
+        self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
 
     def _count(self) -> int:
         rows, width = count_total(self.stream)
-        self._had_rows = True
+        self._counted = self.stream.had_rows = True
         if width is not None:
-            self.d, self.l = width
+            self.widths.d, self.widths.l = width
         return rows
+
+    @property
+    def d(self) -> int | None:
+        return self.widths.d
+
+    @property
+    def l(self) -> int | None:  # noqa: E743
+        return self.widths.l
 
     def prefetch_default(self) -> int:
         width = (self.d or 0) + (self.l or 0)  # unknown (0) for a stream not read yet
@@ -106,18 +104,9 @@ class StreamFeed:
         """A stream's state records its buffer and what it knows of its size."""
         return {
             "buffer_size": self.buffer_size,
-            "n_rows": getattr(self.source, "n_rows", None),
-            "block_rows": getattr(self.source, "block_rows", None),
+            "n_rows": self.hooks.n_rows,
+            "block_rows": self.hooks.block_rows,
         }
-
-    # -- one epoch ----------------------------------------------------------------
-
-    def _width(self):
-        return None if self.d is None else (self.d, self.l)
-
-    def _set_width(self, x, y) -> None:
-        if self.d is None:
-            self.d, self.l = x.shape[1], y.shape[1]
 
     def learn_widths(self) -> None:
         """A stream not read yet: learn its widths (d, l) from the first chunk of a
@@ -128,113 +117,11 @@ class StreamFeed:
         try:
             chunk = next(it, None)
             if chunk is not None:
-                self._set_width(*normalize_chunk(chunk, 0, None))
+                self.widths.normalize(chunk, 0)
         finally:
             close_iterator(it)
 
-    def _indexed_chunks(self, seed, epoch, fed: Tally, into_buffer: bool = False):
-        """The shard's chunks, in the epoch's chunk order: read into arrays, or (with
-        ``into_buffer``, for a shuffle buffer, where the source can: ``read_rows_into``
-        or ``open_chunk``) as :class:`~exactbatch.batching.gather.ChunkRead` for the
-        buffer to read."""
-        rows, shard = self.source.chunk_rows, self.spec.shard
-        if self.total_size is None:
-            pieces = [(i, 0, int(r)) for i, r in enumerate(rows) if shard.owns_chunk(i)]
-        else:
-            pieces = chunk_pieces(rows, self.start, self.stop)
-        if self.spec.shuffle:
-            order = chunk_order(len(pieces), seed=seed, epoch=epoch, shard=shard.index)
-            pieces = [pieces[j] for j in order.tolist()]
-        firsts = (np.cumsum(rows) - rows).tolist()  # each chunk's first row in the stream
-        # A source that can start reads early (ndf_blocks: the kernel reads ahead)
-        # is told the chunks coming next, up to HINT_AHEAD chunks before they are
-        # read, from a thread of its own (a hint can block while reads are queued).
-        hint = getattr(self.source, "will_need", None)
-        hints = None if hint is None else Hinter(hint, (i for i, _, _ in pieces), HINT_AHEAD)
-        into = getattr(self.source, "read_rows_into", None) if into_buffer else None
-        if into is not None:
-            # Rows read straight into the shuffle buffer's (by its filling thread).
-            closed = False
-            try:
-                for i, lo, hi in pieces:
-                    if hints is not None:
-                        hints.taken()
-                    fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                    yield ChunkRead(into, firsts[i] + lo, hi - lo, self.d, self.l)
-            except GeneratorExit:
-                closed = True
-                raise
-            finally:
-                shut(hints, wait=not closed)
-            return
-        # The next chunk is read on a background thread while this one is cut into
-        # batches (Parquet decoding and positional reads release the GIL): one
-        # chunk more in memory, reads overlapped with batching. A source that can
-        # (Parquet: open_chunk) only decodes it there, and the shuffle buffer's
-        # filling thread copies it straight into its rows.
-        todo = iter(pieces)
-        opened = getattr(self.source, "open_chunk", None) if into_buffer else None
-        read = self.source.read_chunk if opened is None else opened
-
-        def read_next():
-            for i, _, _ in todo:
-                if hints is not None:
-                    hints.taken()
-                return (read(i),)
-            return None
-
-        ahead, closed = Prefetcher(read_next, 1), False
-        try:
-            for pos, (i, lo, hi) in enumerate(pieces):
-                (chunk,) = ahead.get()
-                if opened is not None:
-                    fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                    yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, self.d, self.l)
-                    continue
-                x, y = normalize_chunk(chunk, pos, self._width())
-                del chunk
-                self._set_width(x, y)
-                id0 = firsts[i] + lo
-                fed.add_range(id0, firsts[i] + hi)
-                yield x[lo:hi], y[lo:hi], id0
-        except GeneratorExit:
-            closed = True
-            raise
-        finally:
-            shut(ahead, hints, wait=not closed)
-
-    def _stream_chunks(self, fed: Tally):
-        it = self.stream.open()
-        shard = self.spec.shard
-        try:
-            row = 0  # the stream's rows before this chunk
-            for i, chunk in enumerate(it):
-                x, y = normalize_chunk(chunk, i, self._width())
-                self._set_width(x, y)
-                r = x.shape[0]
-                if self.total_size is None:  # shards split by chunk
-                    lo, hi = (0, r) if shard.owns_chunk(i) else (0, 0)
-                else:
-                    lo = max(self.start - row, 0)
-                    hi = r if self.stop is None else min(self.stop - row, r)
-                if lo < hi:
-                    fed.add_range(row + lo, row + hi)
-                    yield x[lo:hi], y[lo:hi], row + lo
-                row += r
-                del x, y, chunk
-                if self.stop is not None and row >= self.stop:
-                    break
-            if row:
-                self._had_rows = True
-            elif self._had_rows:
-                raise ValueError(
-                    "the source yielded no rows in this pass after an earlier pass that did: "
-                    "it cannot restart, and every epoch must. Pass a zero-argument function "
-                    "that returns a fresh iterator on every call (or a re-iterable such as a "
-                    "list), not one that returns the same, spent iterator"
-                )
-        finally:
-            close_iterator(it)
+    # -- one epoch ----------------------------------------------------------------
 
     def _audited(self, groups):
         """Groups of batches, read one batch ahead (the next group is read before a
@@ -256,14 +143,14 @@ class StreamFeed:
             cur = nxt
 
     def _audit(self, seen: int) -> None:
-        if self.n is not None and not self._warned:
+        if self.n is not None and self.total_size is not None and not self._warned:
             spec = self.spec
             self._warned = audit_pass(self.total_size, self.n, seen, spec.batch_size, spec.shard)
 
     def _chunk_rows(self) -> int | None:
-        """A chunk-indexed source's mean chunk size (None: not chunk-indexed)."""
-        rows = self.source.chunk_rows if self.indexed else ()
-        return max(1, int(sum(rows)) // len(rows)) if len(rows) else None
+        """A chunk source's mean chunk size (None: not a chunk source)."""
+        rows = self.hooks.chunk_rows
+        return max(1, int(rows.sum()) // len(rows)) if rows is not None and len(rows) else None
 
     def _size_hint(self) -> int | None:
         return self.n if self._known_size else None
@@ -288,10 +175,9 @@ class StreamFeed:
 
     def _open_pass(self, seed: int, epoch: int):
         tally, spec = PassTally(), self.spec
-        chunks = (
-            self._indexed_chunks(seed, epoch, tally.fed, into_buffer=spec.shuffle)
-            if self.indexed
-            else self._stream_chunks(tally.fed)
+        order_key = (seed, epoch) if spec.shuffle else None
+        chunks = open_pass(
+            self.stream, spec.shard, self.span, self.widths, tally.fed, order_key, spec.shuffle
         )
         if spec.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=spec.shard.index)
@@ -312,5 +198,9 @@ class StreamFeed:
         return self._audited(batches), tally
 
     def close(self) -> None:
-        self.source = self.stream = None
+        self.stream = None
+        # the sizes stay (a state after close records them); the source's methods go
+        self.hooks = replace(
+            self.hooks, read_chunk=None, will_need=None, read_rows_into=None, open_chunk=None
+        )
         self._spare.clear()

@@ -50,11 +50,13 @@ from bisect import bisect_right
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.hints import PathLike
 from exactbatch.kernels import FileChanged, backend, parts_rows
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
@@ -164,7 +166,7 @@ class _Parts:
         # rows): a batch is one call, whatever open parts its rows lie in. A part is set
         # there exactly while it is in self.open.
         local = not self.url and man.d + man.l > 0 and len(ns) > 0
-        self.compiled = parts_rows(self.starts, man.d, man.l) if local else None
+        self.compiled: Any = parts_rows(self.starts, man.d, man.l) if local else None
         self.pid = -1
         self._fresh()
 
@@ -172,7 +174,8 @@ class _Parts:
         """Locks and a pool of this process's own (made anew after a fork). Parts open
         under striped locks, so that the threads of a URL's reads open theirs at once."""
         if self.pid != os.getpid():
-            self.pid, self.lock, self.pool = os.getpid(), threading.Lock(), None
+            self.pid, self.lock = os.getpid(), threading.Lock()
+            self.pool: ThreadPoolExecutor | None = None
             self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, self.nparts))]
 
     def file(self, k: int, keep=()) -> NdfFile:
@@ -404,7 +407,7 @@ class NdfDataset(Share):
 
     __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
 
-    def __init__(self, shared: _Parts):
+    def __init__(self, shared: _Parts) -> None:
         self._h = shared
         man = shared.man
         self.path, self.parts, self.d, self.l = shared.path, man.parts, man.d, man.l
@@ -463,7 +466,7 @@ class NdfDataset(Share):
 
 
 def open_ndf_dataset(
-    path, *, storage_options: dict | None = None, max_open_parts: int | None = None
+    path: PathLike, *, storage_options: dict | None = None, max_open_parts: int | None = None
 ) -> NdfDataset:
     """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
 

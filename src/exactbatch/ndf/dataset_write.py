@@ -54,8 +54,12 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+from exactbatch.arrays import byte_view
 from exactbatch.checks import check_int
+from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.file import open_ndf
 from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
@@ -269,7 +273,12 @@ def describe_part(path, name: str, *, storage_options: dict | None = None) -> tu
 
 
 def save_ndf_dataset(
-    path, parts, *, features=None, labels=None, storage_options: dict | None = None
+    path: PathLike,
+    parts: Iterable[Any],
+    *,
+    features: Columns = None,
+    labels: Columns = None,
+    storage_options: dict | None = None,
 ) -> None:
     """Write a sharded dataset at ``path`` (a folder, made if missing; or a URL) from
     ``parts``: an iterable of Datasets, ``(x, y)`` pairs or arrays ``x``, one per part,
@@ -358,12 +367,12 @@ def _write_over(write_id: str, names, host: str) -> bool:
 
 
 @contextlib.contextmanager
-def _signals_held():
+def _signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM that arrive in the block take effect at its end, each with the
     handler it had: in the main thread (the one that runs Python's signal handlers),
     for handlers set from Python (an ignored signal stays ignored)."""
     held: list[int] = []
-    old = {}
+    old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handler = signal.getsignal(sig)
@@ -372,10 +381,10 @@ def _signals_held():
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)
+        for caught, handler in old.items():
+            signal.signal(caught, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 class _Folder:
@@ -467,12 +476,14 @@ class _Folder:
             host, me, names = host_tag(), os.getpid(), set(self.names())
             over = {}  # write id -> whether it is over, for each write found
 
-            def is_over(write: str) -> bool:
+            def is_over(write: str | None) -> bool:
+                if write is None:
+                    return False
                 if write not in over:
                     over[write] = _write_over(write, names, host)
                 return over[write]
 
-            doomed = [e for e in names if (w := _write_of(e)) is not None and is_over(w)]
+            doomed = [e for e in names if is_over(_write_of(e))]
             for e in names:
                 if e.startswith(_MARKER) and re.fullmatch(WRITE_ID, w := e[len(_MARKER) :]):
                     if is_over(w):  # a marker of a write that is over: killed
@@ -536,8 +547,8 @@ class NdfDatasetWriter(Committing):
         validate_names(features, labels, self.d, self.l, join_path(self.path, MANIFEST))
         self.parts: list[PartInfo] = []
         self.rows = 0
-        self._part = None  # the part being written
-        self.write_id = None  # the write starts with its first part (or the commit)
+        self._part: NdfWriter | None = None  # the part being written
+        self.write_id: str | None = None  # the write starts with its first part (or the commit)
         if os.path.isfile(self.path):
             raise file_not_dataset(self.path)
 
@@ -558,6 +569,8 @@ class NdfDatasetWriter(Committing):
 
     def _close_part(self) -> None:
         w, self._part = self._part, None
+        if w is None:
+            return
         w.commit()
         self.parts.append(
             PartInfo(os.path.basename(w.path), w.rows, expected_size(w.rows, self.d, self.l))
@@ -577,7 +590,7 @@ class NdfDatasetWriter(Committing):
 
     def write_raw(self, rows) -> None:
         """Append whole rows already in the file layout (a bytes-like object of rows)."""
-        view = memoryview(rows).cast("B")
+        view = byte_view(rows)
         rb = self.row_bytes
         if rb == 0 or len(view) % rb:
             raise ValueError(f"{self.path}: {len(view)} bytes is not a whole number of rows")

@@ -21,11 +21,13 @@ reading, by ranged reads of the rows each batch needs: see
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
-from exactbatch.arrays import check_out_array
+from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
+from exactbatch.hints import PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar
@@ -44,6 +46,12 @@ class Share:
     ``ValueError``."""
 
     __slots__ = ()
+    # what a subclass holds (in slots of its own)
+    _h: Any
+    path: str
+    n: int
+    d: int
+    l: int  # noqa: E741
 
     def _handle(self):
         h = self._h
@@ -96,7 +104,9 @@ class Share:
         h.read_rows_into(idx, out_x, out_y)
         return out_x, out_y
 
-    def read_rows_into(self, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
+    ) -> None:
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
@@ -116,6 +126,7 @@ class Share:
         less on the hot path. Same arguments, unchecked, and the same errors."""
         return self._handle().read_rows_into
 
+
 class NdfFile(Share):
     """An open ``.ndf`` file: ``n`` rows of ``d`` features and ``l`` labels.
 
@@ -133,7 +144,7 @@ class NdfFile(Share):
 
     __slots__ = ("_h", "_names", "d", "l", "n", "path")
 
-    def __init__(self, handle):
+    def __init__(self, handle: Any) -> None:
         self._h, self._names = handle, None
         self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
 
@@ -175,7 +186,7 @@ class NdfFile(Share):
         state = "closed" if self._h is None else "open"
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
-    def kernel_rows(self):
+    def kernel_rows(self) -> Any:
         """The compiled core's rows of this file (:func:`exactbatch.kernels.file_rows`):
         what a sharded dataset's gather reads this part through. None on the pure
         NumPy path, for a URL, and for a file without rows."""
@@ -201,7 +212,7 @@ class NdfFile(Share):
         positional read (one ranged read for a URL). Unchecked, like
         :meth:`read_rows_into`; the file is checked for changes first."""
         if out.size:
-            self._handle().read_block_into(start_row, memoryview(out).cast("B"))
+            self._handle().read_block_into(start_row, byte_view(out))
 
     def will_need(self, start_row: int, rows: int) -> None:
         """Rows ``[start_row, start_row + rows)`` are read soon: ask the kernel to start
@@ -228,7 +239,7 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     return idx
 
 
-def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
+def open_ndf(path: PathLike, *, storage_options: dict | None = None) -> NdfFile:
     """Open an ``.ndf`` file for reading, checking its header and exact size.
 
     A wrong magic, a short header, an impossible header or a size other
@@ -246,13 +257,13 @@ def open_ndf(path, *, storage_options: dict | None = None) -> NdfFile:
         return NdfFile(open_url(os.fspath(path), storage_options))
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
-    path = local_path(os.fspath(path))
-    fd = open_regular(path, "an .ndf file")  # a FIFO or a device: refused, never waited on
+    local = local_path(os.fspath(path))
+    fd = open_regular(local, "an .ndf file")  # a FIFO or a device: refused, never waited on
     try:
         st = os.fstat(fd)
         head = os.pread(fd, HEADER_SIZE, 0) if st.st_size else b""
-        n, d, l = check_header(head, st.st_size, path)  # noqa: E741
-        return NdfFile(LocalHandle(path, fd, n, d, l, st))
+        n, d, l = check_header(head, st.st_size, local)  # noqa: E741
+        return NdfFile(LocalHandle(local, fd, n, d, l, st))
     except BaseException:
         os.close(fd)
         raise

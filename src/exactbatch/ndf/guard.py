@@ -18,22 +18,20 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import sys
 import threading
 import weakref
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
 
 __all__ = ["F_GETLEASE", "F_SETLEASE", "F_SETSIG", "Lease"]
 
 # Linux only; all three or none (then copies from the map are unguarded)
-F_SETLEASE, F_GETLEASE, F_SETSIG = (
-    (fcntl.F_SETLEASE, fcntl.F_GETLEASE, fcntl.F_SETSIG)
-    if all(hasattr(fcntl, n) for n in ("F_SETLEASE", "F_GETLEASE", "F_SETSIG"))
-    else (None, None, None)
-)
+if sys.platform == "linux":
+    import fcntl
+
+    F_SETLEASE, F_GETLEASE, F_SETSIG = fcntl.F_SETLEASE, fcntl.F_GETLEASE, fcntl.F_SETSIG
+else:  # pragma: no cover - other systems
+    fcntl = None
+    F_SETLEASE = F_GETLEASE = F_SETSIG = None
 
 
 class Lease:

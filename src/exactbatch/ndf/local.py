@@ -16,9 +16,11 @@ from __future__ import annotations
 import mmap
 import os
 import weakref
+from typing import Any
 
 import numpy as np
 
+from exactbatch.arrays import byte_view
 from exactbatch.errors import NdfError
 from exactbatch.kernels import FileChanged, file_rows, map_file
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
@@ -61,10 +63,11 @@ class LocalHandle:
     def __init__(self, path: str, fd: int, n: int, d: int, l: int, st=None):  # noqa: E741
         self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
         # st_mtime_ns and st_ctime_ns of ``st`` (the fstat at open): see check_size
-        self.mtime, self.ctime = (None, None) if st is None else (st.st_mtime_ns, st.st_ctime_ns)
+        self.mtime: int | None = None if st is None else st.st_mtime_ns
+        self.ctime: int | None = None if st is None else st.st_ctime_ns
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
-        self.rows = None  # (n,) of void rows over the mapping; None when no data
+        self.rows: Any = None  # (n,) of void rows over the mapping; None when no data
         self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
         if self.size > HEADER_SIZE:
             mm = _map(fd, self.size)
@@ -78,7 +81,7 @@ class LocalHandle:
             # the same rows read whole (x then y, as d + l features): read_raw_into
             self.compiled_raw = file_rows(mm, HEADER_SIZE, n, d + l, 0, fd, *times)
         # The compiled core guards its copies itself; the lease is the pure path's guard.
-        self.lease = Lease(fd) if self.rows is not None and self.compiled is None else None
+        self.lease: Any = Lease(fd) if self.rows is not None and self.compiled is None else None
         # Only now does the handle own fd: if mapping failed, open_ndf closes it (once).
         weakref.finalize(self, os.close, fd)
 
@@ -198,7 +201,7 @@ class LocalHandle:
             else:
                 rows, inverse, starts = runs or _runs(idx, always=True)
                 target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
-                raw = memoryview(target).cast("B")
+                raw = byte_view(target)
                 rb = self.row_bytes
                 for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
                     self.pread_into(raw[a * rb : b * rb], int(rows[a]))

@@ -34,10 +34,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import Any
 
 import numpy as np
 
+from exactbatch.arrays import byte_view
 from exactbatch.dataset import Dataset
+from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_shape, expected_size, pack_header
 from exactbatch.ndf.names import SIDECAR_FORMAT, sidecar_bytes, sidecar_path, validate_names
 from exactbatch.ndf.regular import regular_file
@@ -58,7 +61,9 @@ __all__ = [
 _WRITE_ROWS_BYTES = 8 << 20  # rows are written in slabs of about this size
 
 
-def save_ndf(path, data, *, features=None, labels=None) -> None:
+def save_ndf(
+    path: PathLike, data: Any, *, features: Columns = None, labels: Columns = None
+) -> None:
     """Write ``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) to ``path``.
 
     Atomic: rows go to a temporary file in the same folder, which is flushed,
@@ -128,7 +133,8 @@ class NamesSidecar:
         if self.names is None:
             return
         self._out = AtomicFile(self.path)
-        _write_all(self._out.fd, sidecar_bytes(*self.names, n, d, l))
+        features, labels = self.names
+        _write_all(self._out.fd, sidecar_bytes(features, labels, n, d, l))
 
     def commit(self) -> None:
         if self._out is not None:
@@ -169,7 +175,7 @@ def _write_rows(f, data: Dataset) -> None:
             slab = y[a : a + step]
         else:
             slab = np.concatenate((x[a : a + step], y[a : a + step]), axis=1)
-        f.write(memoryview(np.ascontiguousarray(slab, dtype=le)).cast("B"))
+        f.write(byte_view(np.ascontiguousarray(slab, dtype=le)))
 
 
 class AtomicFile:
@@ -252,13 +258,8 @@ def atomic_path(path, before_rename=None):
     out.commit()
 
 
-def _bytes_view(buf) -> memoryview:
-    view = memoryview(buf)
-    return view.cast("B") if view.nbytes else memoryview(b"")
-
-
 def _write_all(fd: int, buf) -> None:
-    view = _bytes_view(buf)
+    view = byte_view(buf)
     while view:
         view = view[os.write(fd, view) :]
 
@@ -268,6 +269,12 @@ class Committing:
     ``abort()``."""
 
     __slots__ = ()
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         return self
@@ -331,7 +338,7 @@ class NdfWriter(Committing):
 
     def write_raw(self, rows) -> None:
         """Append whole rows already in the file's byte layout (a bytes-like object)."""
-        view = _bytes_view(rows)
+        view = byte_view(rows)
         if self.row_bytes == 0 or len(view) % self.row_bytes:
             raise ValueError(f"{self.path}: {len(view)} bytes is not a whole number of rows")
         _write_all(self._out.fd, view)

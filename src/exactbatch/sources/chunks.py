@@ -10,6 +10,10 @@ zero-argument callable returning a fresh iterator, or a re-iterable (a list
 of chunks, an object whose ``__iter__`` returns a fresh iterator). A bare
 iterator or generator object is refused: it has one pass only
 (:func:`exactbatch.sources.kinds.open_source` decides which is which).
+A stream's optional hooks (``n_rows``, and for a chunk source the widths and
+its buffer and hint hooks) are read once, into ``Stream.hooks``
+(:func:`exactbatch.sources.protocols.stream_hooks`); a pass of it is
+:func:`exactbatch.sources.passes.open_pass`.
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ import collections.abc as cabc
 import numpy as np
 
 from exactbatch.arrays import as_numpy
+from exactbatch.sources.protocols import StreamHooks, stream_hooks
 
 __all__ = [
     "ChunkError",
+    "ChunkIndexedStream",
     "ChunkTypeError",
     "FactoryStream",
     "IndexedStream",
     "IterableStream",
     "Stream",
+    "Widths",
     "close_iterator",
     "normalize_chunk",
 ]
@@ -96,20 +103,50 @@ def normalize_chunk(chunk, index: int, width: tuple[int, int] | None):
     return x, y
 
 
+class Widths:
+    """A stream's widths ``(d, l)``: from its source's hooks, else learnt from the first
+    chunk read (None until then); every chunk is checked against them."""
+
+    __slots__ = ("d", "l")
+
+    def __init__(self, d: int | None = None, l: int | None = None):  # noqa: E741
+        self.d, self.l = d, l
+
+    def known(self) -> tuple[int, int] | None:
+        return None if self.d is None or self.l is None else (self.d, self.l)
+
+    def normalize(self, chunk, index: int):
+        """``chunk`` (the ``index``-th of its pass) as float64 ``(x, y)``, checked against
+        the widths, which it sets if unknown (:func:`normalize_chunk`)."""
+        x, y = normalize_chunk(chunk, index, self.known())
+        if self.d is None:
+            self.d, self.l = x.shape[1], y.shape[1]
+        return x, y
+
+
 class Stream:
     """A source read front to back, once per pass: ``open()`` starts a pass.
 
-    ``source`` is the user's object; ``indexed`` says whether it can also be
-    read chunk by chunk in any order (``read_chunk(i)``, ``chunk_rows``: Parquet,
+    ``source`` is the user's object; ``hooks`` what it provides beyond its
+    chunks (:class:`~exactbatch.sources.protocols.StreamHooks`, read once);
+    ``chunk_indexed`` whether it can also be read chunk by chunk in any order
+    (a :class:`~exactbatch.sources.protocols.ChunkSource`: Parquet,
     ``ndf_blocks``), so that a shard reads only its chunks and their order can
-    be shuffled. A stream's batches are ready to hand out once read: no
-    prefetch by default.
+    be shuffled. ``had_rows``: has a pass yielded rows (then an empty pass
+    cannot be right: the source did not restart). A stream's batches are ready
+    to hand out once read: no prefetch by default.
     """
 
-    indexed = False
+    hooks: StreamHooks
 
     def __init__(self, source):
         self.source = source
+        self.hooks = stream_hooks(source)
+        self.had_rows = False
+
+    @property
+    def chunk_indexed(self) -> bool:
+        return self.hooks.chunk_indexed
 
     def open(self):
         return iter(self.source)
@@ -122,11 +159,18 @@ class IterableStream(Stream):
     """A re-iterable of chunks: ``iter(source)`` is called once per pass."""
 
 
-class IndexedStream(Stream):
-    """A chunk-indexed source: chunk ``i`` is ``source.read_chunk(i)``, of
-    ``source.chunk_rows[i]`` rows."""
+class ChunkIndexedStream(Stream):
+    """A chunk source: chunk ``i`` is ``source.read_chunk(i)``, of
+    ``source.chunk_rows[i]`` rows; a pass front to back (to count its rows, or
+    learn its widths) reads every chunk in order, so the source need not be
+    iterable."""
 
-    indexed = True
+    def open(self):
+        read = self.hooks.read_chunk
+        return (read(i) for i in range(len(self.hooks.chunk_rows)))
+
+
+IndexedStream = ChunkIndexedStream  # the old name, kept working
 
 
 class FactoryStream(Stream):

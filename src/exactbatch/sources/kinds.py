@@ -2,71 +2,131 @@
 
 :func:`open_source` turns what a user passes to ``DataLoader`` into either
 
-* a random-access reader (:mod:`exactbatch.sources.random_access`): a
-  :class:`Dataset`, an :class:`NdfFile`, an :class:`NdfDataset` (a sharded
-  dataset), an array ``x`` (anything NumPy
-  views as an array: an ndarray, a CPU torch tensor, a pandas or polars
-  DataFrame, read as :mod:`exactbatch.arrays` says) or a pair ``(x, y)``;
-  every epoch is then a full permutation;
-* or a stream (:mod:`exactbatch.sources.chunks`): chunk-indexed when it
-  has ``read_chunk`` and ``chunk_rows`` (Parquet, ``ndf_blocks``: a shard
-  reads only its chunks, in a shuffled order), else a zero-argument
-  callable returning a fresh iterator of chunks, or a re-iterable of chunks.
+* a random-access reader (a :class:`~exactbatch.sources.protocols.RowReader`):
+  the one a :class:`~exactbatch.sources.protocols.RowSource` opens
+  (``open_reader()``), or one of :mod:`exactbatch.sources.random_access` for
+  a :class:`Dataset`, an :class:`NdfFile`, an :class:`NdfDataset` (a sharded
+  dataset), an array ``x`` (anything NumPy views as an array: an ndarray, a
+  CPU torch tensor, a pandas or polars DataFrame, read as
+  :mod:`exactbatch.arrays` says) or a pair ``(x, y)``; every epoch is then a
+  full permutation;
+* or a stream (:mod:`exactbatch.sources.chunks`): chunk-indexed for a
+  :class:`~exactbatch.sources.protocols.ChunkSource` (``read_chunk`` and
+  ``chunk_rows``: Parquet, ``ndf_blocks``; a shard reads only its chunks, in a
+  shuffled order), else a zero-argument callable returning a fresh iterator
+  of chunks, or a re-iterable of chunks.
 
-A list is never an array: a list is a sequence of chunks. A bare iterator
-or generator is refused (``TypeError``): it has one pass, and every epoch
-must restart the stream.
+The kinds are tried in the order of :data:`KINDS`, the protocols first, so a
+new kind of source is a module whose objects follow a protocol: nothing here
+changes. A list is never an array: a list is a sequence of chunks. A bare
+iterator or generator is refused (``TypeError``): it has one pass, and every
+epoch must restart the stream.
 """
 
 from __future__ import annotations
 
 import collections.abc as cabc
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
 from exactbatch.ndf import NdfDataset, NdfFile
-from exactbatch.sources.chunks import FactoryStream, IndexedStream, IterableStream, Stream
+from exactbatch.sources.chunks import ChunkIndexedStream, FactoryStream, IterableStream, Stream
+from exactbatch.sources.protocols import RowReader, check_reader, is_chunk_source, is_row_source
 from exactbatch.sources.random_access import MemoryReader, NdfReader
 
-__all__ = ["open_source"]
+__all__ = ["KINDS", "SourceKind", "open_source"]
 
 
-def open_source(source) -> MemoryReader | NdfReader | Stream:
-    """A random-access reader for ``source``, or a stream; ``TypeError`` for neither."""
-    if isinstance(source, (NdfFile, NdfDataset)):
-        return NdfReader(source)
-    if isinstance(source, Dataset):
-        return MemoryReader(source)
-    if hasattr(source, "__dask_graph__"):  # would be computed whole into memory as an array
+class SourceKind(NamedTuple):
+    """One kind of source: ``accepts(source)`` says it is one, ``open(source)`` opens it
+    (a reader or a stream) or refuses it with a ``TypeError``; ``name`` is how errors
+    list it (None: a kind refused, not listed)."""
+
+    name: str | None
+    accepts: Callable[[object], bool]
+    open: Callable[[Any], RowReader | Stream]
+
+
+def _open_reader(source) -> RowReader:
+    return check_reader(source.open_reader(), source)
+
+
+def _pair(source) -> MemoryReader:
+    if len(source) != 2:
         raise TypeError(
-            f"a Dask collection ({type(source).__name__}) is not an in-memory array: stream "
-            "it by partitions with DataLoader(exactbatch.dask.dask_source(collection), ...), "
-            "or write it once with exactbatch.dask.to_ndf_dataset and open that"
+            f"a tuple source must be an (x, y) pair; got a {len(source)}-tuple "
+            "(pass a list for a sequence of chunks)"
         )
-    if is_array_like(source):
-        return MemoryReader(Dataset(source))
-    if isinstance(source, tuple):
-        if len(source) != 2:
-            raise TypeError(
-                f"a tuple source must be an (x, y) pair; got a {len(source)}-tuple "
-                "(pass a list for a sequence of chunks)"
-            )
-        return MemoryReader(Dataset(*source))
-    if hasattr(source, "read_chunk") and hasattr(source, "chunk_rows"):
-        return IndexedStream(source)
-    if isinstance(source, cabc.Iterator):
-        raise TypeError(
-            f"a bare iterator or generator ({type(source).__name__}) can be read only once, "
-            "but every epoch must restart the stream: pass a zero-argument function that "
-            "returns a fresh iterator, e.g. DataLoader(lambda: make_chunks(), ...)"
-        )
-    if callable(source):
-        return FactoryStream(source)
-    if isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes)):
-        return IterableStream(source)
+    return MemoryReader(Dataset(*source))
+
+
+def _is_dask(source) -> bool:
+    return hasattr(source, "__dask_graph__")
+
+
+def _dask(source):  # it would be computed whole into memory as an array
     raise TypeError(
-        "source must be a Dataset, an NdfFile, an NdfDataset, an array x, a pair (x, y), "
-        "a parquet_source, a zero-argument callable returning an iterator of chunks, "
-        "or a re-iterable of chunks; "
-        f"got {type(source).__name__}"
+        f"a Dask collection ({type(source).__name__}) is not an in-memory array: stream "
+        "it by partitions with DataLoader(exactbatch.dask.dask_source(collection), ...), "
+        "or write it once with exactbatch.dask.to_ndf_dataset and open that"
+    )
+
+
+def _iterator(source):
+    raise TypeError(
+        f"a bare iterator or generator ({type(source).__name__}) can be read only once, "
+        "but every epoch must restart the stream: pass a zero-argument function that "
+        "returns a fresh iterator, e.g. DataLoader(lambda: make_chunks(), ...)"
+    )
+
+
+def _is_ndf(source) -> bool:
+    return isinstance(source, (NdfFile, NdfDataset))
+
+
+def _is_dataset(source) -> bool:
+    return isinstance(source, Dataset)
+
+
+def _is_pair(source) -> bool:
+    return isinstance(source, tuple)
+
+
+def _is_iterator(source) -> bool:
+    return isinstance(source, cabc.Iterator)
+
+
+def _is_reiterable(source) -> bool:
+    return isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes))
+
+
+KINDS: tuple[SourceKind, ...] = (
+    SourceKind("a RowSource (open_reader())", is_row_source, _open_reader),
+    SourceKind("an NdfFile, an NdfDataset", _is_ndf, NdfReader),
+    SourceKind("a Dataset", _is_dataset, MemoryReader),
+    SourceKind(None, _is_dask, _dask),
+    SourceKind("an array x", is_array_like, lambda s: MemoryReader(Dataset(s))),
+    SourceKind("a pair (x, y)", _is_pair, _pair),
+    SourceKind(
+        "a ChunkSource (chunk_rows, read_chunk: a parquet_source, ndf_blocks)",
+        is_chunk_source,
+        ChunkIndexedStream,
+    ),
+    SourceKind(None, _is_iterator, _iterator),
+    SourceKind("a zero-argument callable returning an iterator of chunks", callable, FactoryStream),
+    SourceKind("a re-iterable of chunks", _is_reiterable, IterableStream),
+)
+
+
+def open_source(source) -> RowReader | Stream:
+    """A random-access reader for ``source``, or a stream: the first of :data:`KINDS`
+    that accepts it; ``TypeError`` for none."""
+    for kind in KINDS:
+        if kind.accepts(source):
+            return kind.open(source)
+    names = [kind.name for kind in KINDS if kind.name is not None]
+    raise TypeError(
+        f"source must be {', '.join(names[:-1])} or {names[-1]}; got {type(source).__name__}"
     )

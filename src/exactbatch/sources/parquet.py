@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
+from exactbatch.extras import need
+from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
+from exactbatch.sources.protocols import Chunk
 from exactbatch.urls import (
     FOLDER_PATTERN,
     ForkSafeFs,
@@ -84,13 +88,7 @@ def recorded_labels(schema) -> list[str] | None:
 
 
 def _pq():
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "parquet_source needs pyarrow: pip install 'exactbatch[parquet]'"
-        ) from e
-    return pq
+    return need("pyarrow.parquet", by="parquet_source", package="pyarrow", extra="parquet")
 
 
 def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
@@ -156,7 +154,13 @@ class ParquetSource:
     copy into its rows; iterating yields every chunk in order.
     """
 
-    def __init__(self, files, features, labels=_NOT_GIVEN, fs=None):
+    def __init__(
+        self,
+        files: list[str],
+        features: Sequence[str] | None,
+        labels: Any = _NOT_GIVEN,
+        fs: Any = None,
+    ) -> None:
         _pq()
         _check_names(features, labels)
         self.files = files
@@ -179,7 +183,7 @@ class ParquetSource:
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
-            if features is None and fi == 0:
+            if features is None:  # the first file's columns, less the labels
                 features = [n for n in schema.names if n not in self.labels]
             self._check_schema(f, schema, list(features) + list(self.labels))
             self._meta.append(md)
@@ -191,7 +195,7 @@ class ParquetSource:
             for g, r in enumerate(rows):
                 self._groups.append((fi, g))
                 chunk_rows.append(r)
-        self.features = tuple(features)
+        self.features = tuple(features or ())
         self.d, self.l = len(self.features), len(self.labels)
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
         self.n_rows = int(self.chunk_rows.sum())
@@ -278,7 +282,7 @@ class ParquetSource:
             )
         return [table.column(name) for name in names]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Chunk]:
         for i in range(len(self._groups)):
             yield self.read_chunk(i)
 
@@ -292,10 +296,10 @@ def _identity(path) -> tuple[int, int, int, int, int]:
 
 
 def parquet_source(
-    path,
+    path: PathLike | Sequence[PathLike],
     *,
-    features=None,
-    labels=_NOT_GIVEN,
+    features: Columns = None,
+    labels: Any = _NOT_GIVEN,
     pattern: str = FOLDER_PATTERN,
     storage_options: dict | None = None,
 ) -> ParquetSource:
@@ -331,14 +335,17 @@ def parquet_source(
         labels = (labels,)
     if isinstance(features, str):
         features = (features,)
-    many = isinstance(path, Sequence) and not isinstance(path, (str, bytes))
-    if any(is_url(p) for p in (path if many else [path])):
+    if isinstance(path, Sequence) and not isinstance(path, (str, bytes)):
+        paths, many = list(path), True
+    else:
+        paths, many = [path], False
+    if any(is_url(p) for p in paths):
         fs, files = list_url_files(path, pattern, storage_options)
         return ParquetSource(files, features, labels, fs=fs)
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
-    path = [local_path(p) for p in path] if many else local_path(path)
-    files = list_local_files(path, pattern)
+    local = [local_path(p) for p in paths] if many else local_path(paths[0])
+    files = list_local_files(local, pattern)
     return ParquetSource(files, features, labels)
 
 
@@ -401,7 +408,7 @@ def url_parquet_file(fs, url: str, metadata=None, size: int | None = None):
     No read-ahead cache: pyarrow asks for exactly the footer, or a row
     group's column chunks (coalesced, ``pre_buffer=True``).
     """
-    kw = {"cache_type": "none"}
+    kw: dict[str, Any] = {"cache_type": "none"}
     if size is not None:
         kw["size"] = size  # saves the file object a metadata request
     try:

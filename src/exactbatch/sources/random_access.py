@@ -1,17 +1,20 @@
 """Random-access readers: fetch any rows of an in-memory array pair, an .ndf file or a
 sharded .ndf dataset.
 
-A reader has ``n``, ``d``, ``l`` and ``read(rows, out_x, out_y)`` where
-``rows`` is a ``slice`` of consecutive rows or an int32/int64 array of row
-indices, and the outputs are float64 or float32 arrays of shapes (r, d) and
-(r, l) (the cast happens in the gather). ``read`` may run on several
-threads at once. ``prefetch_default(batch_bytes)`` is how many batches a
-loader prepares ahead unless told: where reads wait (an .ndf file, a URL)
-overlapping them with the consumer's work pays; in memory a gather is as
-cheap as handing a batch between threads.
+Each is a :class:`~exactbatch.sources.protocols.RowReader`: ``n``, ``d``,
+``l``, ``read(rows, out_x, out_y)`` where ``rows`` is a ``slice`` of
+consecutive rows or an int32/int64 array of row indices, and the outputs are
+float64 or float32 arrays of shapes (r, d) and (r, l) (the cast happens in
+the gather); ``read`` may run on several threads at once.
+``prefetch_default(batch_bytes)`` is how many batches a loader prepares
+ahead unless told: where reads wait (an .ndf file, a URL) overlapping them
+with the consumer's work pays; in memory a gather is as cheap as handing a
+batch between threads.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from exactbatch.dataset import Dataset
 from exactbatch.kernels import memory_rows
@@ -31,7 +34,8 @@ class MemoryReader:
     """Rows of a :class:`Dataset`: one gather per batch (:func:`exactbatch.kernels.memory_rows`)."""
 
     def __init__(self, ds: Dataset):
-        self.x, self.y = ds.x, ds.y
+        self.x: Any = ds.x  # None once closed
+        self.y: Any = ds.y
         self.n, self.d, self.l = ds.n, ds.d, ds.l
         # The bound method itself: one call per batch, whatever the backend.
         self.read = memory_rows(ds.x, ds.y).read

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
+from exactbatch.extras import need
 from exactbatch.tools.common import (
     CliError,
     format_bytes,
@@ -180,10 +181,7 @@ def bench(
         from exactbatch.sources.parquet import parquet_source
         from exactbatch.tools.common import split_columns
 
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
+        pq = need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
         from exactbatch.tools.common import parquet_files
 
         names = pq.ParquetFile(parquet_files(src)[0]).schema_arrow.names

@@ -160,10 +160,11 @@ def parse_int_list(text: str) -> list[int]:
 
 
 def format_bytes(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
     raise AssertionError  # pragma: no cover
 
 
@@ -275,8 +276,7 @@ def _url_format(path: str, storage_options, tool: str) -> str:
         raise
     except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
         raise CliError(
-            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and "
-            "--storage-options)"
+            f"{path}: cannot read it: {type(e).__name__}: {e} (check the URL and --storage-options)"
         ) from e
     if head != MAGIC:
         raise CliError(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -65,6 +66,7 @@ from exactbatch.tools.convert_inputs import (
 from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
+
 
 def convert(
     src,
@@ -108,6 +110,7 @@ def convert(
                 f"{src}: already an .ndf file (to reorder it: exactbatch shuffle; to cut it "
                 "into parts: --part-rows)"
             )
+        inp: NdfInput | ParquetInput | CsvInput | NpyInput
         if from_ndf:
             if features is not None or labels is not None:
                 raise CliError(f"{src}: --features/--labels choose columns of Parquet, CSV, .npy")
@@ -140,6 +143,7 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
     names = {}
     if inp.names:
         names = {"features": inp.columns[: inp.d], "labels": inp.columns[inp.d :]}
+    writer: Callable[..., NdfWriter | NdfDatasetWriter]
     if part_rows is None:
         writer = partial(NdfWriter, dst, inp.d, inp.l, inp.n, **names)
     else:

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from exactbatch.extras import need
 from exactbatch.ndf.names import default_names
 from exactbatch.ndf.regular import check_regular, regular_file
 from exactbatch.sources.arrow import fill_columns as _fill_columns
@@ -30,11 +31,7 @@ _CSV_BLOCK_BYTES = 1 << 20
 
 def arrow():
     """pyarrow, or a CliError saying how to install it."""
-    try:
-        import pyarrow as pa
-    except ImportError as e:
-        raise CliError("Parquet and CSV need pyarrow: pip install pyarrow") from e
-    return pa
+    return need("pyarrow", by="reading Parquet and CSV", package="pyarrow", error=CliError)
 
 
 def read_errors():
@@ -282,5 +279,3 @@ class NdfInput:
         rows = rows or max(1, SLAB_BYTES // max(8, 8 * width))
         for raw in region_blocks(self.inp.regions, 8 * width, rows):
             yield raw.view("<f8").reshape(len(raw), width), len(raw)
-
-

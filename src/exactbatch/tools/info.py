@@ -28,9 +28,11 @@ rows. Memory: one slab (Parquet: one row group).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
+from exactbatch.extras import need
 from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.ndf.names import DefaultNames
@@ -126,7 +128,7 @@ _MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
 
 
 def _dataset(path: str, bar: bool, storage_options=None) -> dict:
-    out = {"path": path, "format": "dataset"}
+    out: dict[str, Any] = {"path": path, "format": "dataset"}
     try:
         ds = open_ndf_dataset(path, storage_options=storage_options)
     except NdfError as e:
@@ -202,15 +204,13 @@ def _names_line(report: dict, key: str) -> str:
 
 
 def _parquet(path: str) -> dict:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        raise CliError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from e
+    pq = need("pyarrow.parquet", by=f"{path}: reading Parquet", package="pyarrow", error=CliError)
     from exactbatch.sources.parquet import list_local_files
 
     files = list_local_files(path)
     rows, groups, group_rows, nbytes = 0, 0, [], 0
-    schema, differ = None, []
+    schema: Any = None
+    differ = []
     for f in files:
         try:
             pf = pq.ParquetFile(for_arrow(f))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.extras import need
 from exactbatch.tools.common import CliError, resolve_columns
 
 __all__ = ["MAX_COLUMNS", "Input", "Tagged", "ndf_input", "parquet_input"]
@@ -84,10 +85,7 @@ def parquet_input(path, columns, chunk_rows, stratum) -> Input:
 
     if chunk_rows:
         raise CliError(f"{path}: Parquet is read by row group; --chunk-rows is for .ndf files")
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        raise CliError("reading Parquet needs pyarrow: pip install pyarrow") from e
+    pq = need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
 
     from exactbatch.sources.parquet import is_numeric_type, recorded_labels
     from exactbatch.tools.common import parquet_files
@@ -118,7 +116,7 @@ def _stratum(spec, names, labels, path) -> str | None:
     """The stratum column: ``spec`` (one name or position), else the one label column."""
     if spec is None:
         return labels[0] if len(labels) == 1 else None
-    cols = resolve_columns(spec, names, path, "--stratum")
+    cols = resolve_columns(spec, names, path, "--stratum") or []
     if len(cols) != 1:
         raise CliError(f"{path}: --stratum takes one column; got {spec!r}")
     return names[cols[0]]

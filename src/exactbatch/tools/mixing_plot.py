@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from exactbatch.extras import need
+
 __all__ = ["check_path", "draw"]
 
 EXTENSIONS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -33,15 +35,12 @@ def check_path(path) -> None:
 
 def draw(r: dict, path) -> None:
     """Write the two-panel picture of a :func:`~exactbatch.tools.mixing.mixing` result."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        from exactbatch.tools.common import CliError
+    from exactbatch.tools.common import CliError
 
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from e
+    figure = need("matplotlib.figure", by="--plot", package="matplotlib", error=CliError)
     p, n = r["_plot"], r["n"]
     band = r["ks"]["random_band"]
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    fig = figure.Figure(figsize=(11, 4.4), layout="constrained")
     left, right = fig.subplots(1, 2)
 
     left.scatter(

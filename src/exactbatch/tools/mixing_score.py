@@ -58,17 +58,17 @@ def score(values, refs, batch_size: int, codes=None, *, replicates: int, rng, do
     cols = _Columns(values, refs, batch_size)
     ncls = int(codes.max()) + 1 if codes is not None and len(codes) else 1
     step = max(1, _GROUP_ROWS // max(1, s))  # replicates scored together
-    ks_sim, ent_sim = [], []
+    ks_parts, ent_sim = [], []
     for a in range(0, replicates, step):
         # each row a uniformly random permutation of the rows: (G, S)
         perms = rng.permuted(np.tile(np.arange(s), (min(step, replicates - a), 1)), axis=1)
-        ks_sim.append(cols.ks(perms))
+        ks_parts.append(cols.ks(perms))
         if codes is not None:
             ent_sim.append(_entropy(codes[perms], batch_size, ncls))
         if done is not None:
             done(len(perms))
     ks = cols.ks(np.arange(s)[None])[0]
-    ks_sim = np.concatenate(ks_sim).reshape(replicates, k, c)
+    ks_sim = np.concatenate(ks_parts).reshape(replicates, k, c)
     if codes is None:
         return Scores(ks, ks_sim)
     ent = _entropy(codes[None], batch_size, ncls)[0]

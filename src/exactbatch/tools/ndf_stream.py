@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from exactbatch.arrays import byte_view
 from exactbatch.ndf.regular import regular_file
 
 __all__ = [
@@ -37,11 +38,6 @@ def row_dtype(row_bytes: int) -> np.dtype:
     return np.dtype((np.void, max(1, row_bytes)))
 
 
-def _bytes_view(buf) -> memoryview:
-    view = memoryview(buf)
-    return view.cast("B") if view.nbytes else memoryview(b"")
-
-
 def _fill(f, view: memoryview, path, offset: int) -> None:
     got = 0
     while got < len(view):
@@ -57,7 +53,7 @@ def _fill(f, view: memoryview, path, offset: int) -> None:
 
 def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` (a C-contiguous array) with the bytes at ``offset`` of ``path``."""
-    view = _bytes_view(out)
+    view = byte_view(out)
     if len(view):
         with regular_file(path, buffering=0) as f:
             f.seek(offset)
@@ -67,7 +63,7 @@ def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
 
 def read_regions_into(regions, row_bytes: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` with the rows of ``regions`` (``[(path, offset, rows), ...]``), in turn."""
-    view, at = _bytes_view(out), 0
+    view, at = byte_view(out), 0
     for path, offset, rows in regions:
         size = rows * row_bytes
         if size:
@@ -100,7 +96,7 @@ def region_blocks(regions, row_bytes: int, block_rows: int):
         return
     block_rows = max(1, min(block_rows, total))
     buf = np.empty(block_rows, dtype=row_dtype(row_bytes))
-    raw = memoryview(buf).cast("B")
+    raw = byte_view(buf)
     full = 0  # rows of the buffer filled so far
     for path, offset, rows in regions:
         if rows == 0:

@@ -40,10 +40,13 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 
+from exactbatch.arrays import byte_view
 from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, leaves_no_temps
@@ -86,9 +89,7 @@ def external_shuffle(
     ``memory`` is the budget in bytes (at least one row). ``on_scatter(rows)``
     is called as the top level scatters rows (for progress).
     """
-    shuffle_regions(
-        [(path, offset, rows)], row_bytes, write, rng, memory, workdir, on_scatter
-    )
+    shuffle_regions([(path, offset, rows)], row_bytes, write, rng, memory, workdir, on_scatter)
 
 
 def shuffle_regions(
@@ -142,7 +143,7 @@ def _scatter(regions, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.
             start = 0
             for f, end in zip(files, ends.tolist(), strict=True):
                 if end > start:
-                    view = memoryview(gathered[start:end]).cast("B")
+                    view = byte_view(gathered[start:end])
                     while view:
                         view = view[f.write(view) :]
                 start = end
@@ -194,7 +195,8 @@ def shuffle_file(
     _check_space(dst, tmp_root, data, in_memory)
     rng = shuffle_rng(seed)
     desc = os.path.basename(src)
-    names = {"features": inp.features, "labels": inp.labels}  # kept: the columns stay
+    names: dict[str, Any] = {"features": inp.features, "labels": inp.labels}  # kept
+    writer: Callable[..., NdfWriter | NdfDatasetWriter]
     if sharded:
         writer = partial(NdfDatasetWriter, dst, d, l, part_rows, **names)
     else:
@@ -227,7 +229,7 @@ def shuffle_file(
                     workdir,
                     on_scatter=out.scattered,
                 )
-    out = {
+    report: dict[str, Any] = {
         "src": src,
         "dst": dst,
         "n": n,
@@ -239,8 +241,8 @@ def shuffle_file(
         "passes": 1 if in_memory or not data else 2,
     }
     if sharded:
-        out.update(parts=len(w.parts), part_rows=part_rows)
-    return out
+        report.update(parts=len(w.parts), part_rows=part_rows)
+    return report
 
 
 def render(out: dict) -> str:
@@ -304,7 +306,7 @@ def _check_space(dst, tmp_root, data, in_memory) -> None:
     """Refuse early when the output (and the buckets) cannot fit on disk."""
     if not os.path.isdir(tmp_root):
         raise CliError(f"{tmp_root}: temporary folder does not exist")
-    need = {}
+    need: dict[int, tuple[str, int]] = {}
     out_folder = os.path.dirname(os.path.abspath(dst))
     for folder, size in ((out_folder, data), (tmp_root, 0 if in_memory else data)):
         dev = os.stat(folder).st_dev

@@ -22,8 +22,9 @@ def main(out: str, n: int, batch: int) -> None:
     x[:, 0] = np.arange(n)  # the row id rides along in column 0
     w_true = np.array([0.0, 1.0, -2.0, 0.5])
     y = x[:, 1:] @ w_true[1:]
-    loader = DataLoader((x, y), batch, num_shards="auto", shard_index="auto",
-                        even_batches=True, seed=5)
+    loader = DataLoader(
+        (x, y), batch, num_shards="auto", shard_index="auto", even_batches=True, seed=5
+    )
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1, dtype=torch.float64))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -40,9 +41,15 @@ def main(out: str, n: int, batch: int) -> None:
             count += 1
         seen.append(np.concatenate(ids))
         counts.append(count)
-    np.savez(os.path.join(out, f"rank{rank}.npz"), epoch0=seen[0], epoch1=seen[1],
-             counts=np.array(counts), len=len(loader), loss=loss.item(),
-             shards=np.array([loader.num_shards, loader.shard_index]))
+    np.savez(
+        os.path.join(out, f"rank{rank}.npz"),
+        epoch0=seen[0],
+        epoch1=seen[1],
+        counts=np.array(counts),
+        len=len(loader),
+        loss=loss.item(),
+        shards=np.array([loader.num_shards, loader.shard_index]),
+    )
     dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()
     # Gloo's worker threads can abort the interpreter's teardown ("terminate called

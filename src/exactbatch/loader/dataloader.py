@@ -3,9 +3,9 @@
 The loader checks its arguments and delegates: the source's kind picks a
 feed (:mod:`exactbatch.feeds`), which composes the order, the reader and
 the batching; the position and the ledger are the cursor's
-(:mod:`exactbatch.cursor`), ``iter()``'s epochs an iterator's over it
-(:mod:`exactbatch.epoch_iterator`); states are packed by
-:mod:`exactbatch.loader_state`.
+(:mod:`exactbatch.loader.cursor`), ``iter()``'s epochs an iterator's over it
+(:mod:`exactbatch.loader.epoch_iterator`); states are packed by
+:mod:`exactbatch.loader.state`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Holder
+from exactbatch.checks import check_dtype, check_int
 from exactbatch.distributed import resolve_shard
-from exactbatch.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.feeds import BatchSpec, open_feed
+from exactbatch.hints import DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
-from exactbatch.loader_state import pack_state, unpack_state
+from exactbatch.loader.cursor import Cursor, Holder
+from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.state import pack_state, unpack_state
 from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
@@ -97,7 +98,7 @@ class DataLoader:
 
     def __init__(
         self,
-        source,
+        source: Source,
         batch_size: int,
         *,
         shuffle: bool = True,
@@ -105,19 +106,21 @@ class DataLoader:
         drop_last: bool = False,
         num_shards: int | str = 1,
         shard_index: int | str = 0,
-        total_size="auto",
+        total_size: TotalSize = "auto",
         buffer_size: int | None = None,
         even_batches: bool = False,
         elastic: bool = False,
         prefetch: int | None = None,
-        dtype=np.float64,
-    ):
+        dtype: DTypeLike = np.float64,
+    ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
-        spec = BatchSpec(batch_size, shuffle, drop_last, even_batches, elastic, shard, dtype)
+        spec = BatchSpec(
+            batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
+        )
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
@@ -127,7 +130,6 @@ class DataLoader:
         self.num_shards, self.shard_index = shard.count, shard.index
         self.dtype = spec.dtype
         self._feed = open_feed(source, spec, total_size, self.buffer_size)
-        self._reader = getattr(self._feed, "reader", None)  # random access; tests wrap it
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
@@ -195,7 +197,7 @@ class DataLoader:
 
     # -- iteration -------------------------------------------------------------
 
-    def __iter__(self):
+    def __iter__(self) -> EpochIterator:
         groups = self._group_sizes()
         group = groups[self.prefetch > 0] if groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
@@ -213,21 +215,23 @@ class DataLoader:
         raises leaves the batch to the next call.
         """
         feed = self._feed  # its widths, not the properties: this runs once a batch
-        if feed.d is None:  # a stream not read yet: read ahead to learn its widths
+        d, l = feed.d, feed.l  # noqa: E741
+        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
             self._cursor.peek()
-            if feed.d is None:  # no chunk at all: the epoch is over before it began
+            d, l = feed.d, feed.l  # noqa: E741
+            if d is None or l is None:  # no chunk at all: the epoch is over before it began
                 return 0
         dt, b = self.dtype, self.batch_size
         if bx is None or by is None:
-            if bx is None or feed.l:
+            if bx is None or l:
                 raise TypeError(
-                    f"next_into needs {dt} buffers bx of shape {(b, feed.d)} and by of shape "
-                    f"{(b, feed.l)} (by may be None only when l = 0)"
+                    f"next_into needs {dt} buffers bx of shape {(b, d)} and by of shape "
+                    f"{(b, l)} (by may be None only when l = 0)"
                 )
             by = np.empty((b, 0), dtype=dt)
-        if not self._fits(bx, by, b, feed.d, feed.l, dt.itemsize):
-            check_out_array(bx, (b, feed.d), "bx", dt)  # says what is wrong
-            check_out_array(by, (b, feed.l), "by", dt)
+        if not self._fits(bx, by, b, d, l, dt.itemsize):
+            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
+            check_out_array(by, (b, l), "by", dt)
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -239,7 +243,8 @@ class DataLoader:
             except IndexError:  # empty, or emptied by another thread since
                 pass
         if item is None:
-            group, item = cursor.claim_next(self._holder, self._group_sizes()[0])
+            sizes = self._group_sizes()
+            group, item = cursor.claim_next(self._holder, sizes[0] if sizes else 1)
             if group is None:
                 return 0
         job, batch = item
@@ -324,5 +329,5 @@ class DataLoader:
     def __enter__(self) -> DataLoader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -11,7 +11,7 @@ ledger, pending batches and the source's shape; version 1 still loads
 from __future__ import annotations
 
 from exactbatch.checks import check_int
-from exactbatch.cursor import Position
+from exactbatch.loader.cursor import Position
 from exactbatch.order.digest import Tally
 
 __all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
@@ -42,7 +42,13 @@ def settings(feed) -> dict:
 def pack_state(pos: Position, feed) -> dict:
     """The state of a cursor's :class:`Position` over ``feed``."""
     seed, epoch, done, pending, ledger, first, verified = (
-        pos.seed, pos.epoch, pos.done, pos.pending, pos.ledger, pos.first, pos.verified
+        pos.seed,
+        pos.epoch,
+        pos.done,
+        pos.pending,
+        pos.ledger,
+        pos.first,
+        pos.verified,
     )
     state = {
         "version": STATE_VERSION,
@@ -74,8 +80,7 @@ def unpack_state(state, feed, seed: int):
     version = state.get("version")
     if version not in (1, STATE_VERSION):
         raise ValueError(
-            f"state has version {version!r}; this exactbatch reads versions 1 and "
-            f"{STATE_VERSION}"
+            f"state has version {version!r}; this exactbatch reads versions 1 and {STATE_VERSION}"
         )
     for key, mine in settings(feed).items():
         theirs = state.get(key)
@@ -126,8 +131,7 @@ def unpack_state(state, feed, seed: int):
     else:
         if feed.nbatches is not None and claimed > feed.nbatches:
             raise ValueError(
-                f"state['batches_done']={done} exceeds the {feed.nbatches} batches of "
-                "an epoch"
+                f"state['batches_done']={done} exceeds the {feed.nbatches} batches of an epoch"
             )
         ledger, verified = _ledger_of(state, done)
     return Position(seed, epoch, done, tuple(pending), ledger, first, verified), claimed
@@ -146,6 +150,8 @@ def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
     rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
     digest = ledger.get("digest")
     try:
+        if not isinstance(digest, str):
+            raise TypeError
         value = int(digest, 16)
     except (TypeError, ValueError):
         raise ValueError(

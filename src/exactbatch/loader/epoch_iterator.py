@@ -3,18 +3,19 @@ batch, small batches claimed (and from random access, read) a group at a time,
 with prefetch on a thread of its own.
 
 How many batches a group holds is :func:`group_sizes`'s rule; the claims, hand-outs
-and give-backs are :class:`exactbatch.cursor.Cursor`'s.
+and give-backs are :class:`exactbatch.loader.cursor.Cursor`'s.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import cast
 
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.cursor import Cursor, Group
+from exactbatch.loader.cursor import Cursor, Group
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
@@ -67,7 +68,8 @@ class _Owner:
     __slots__ = ()
 
 
-_EMPTY = Group(None, None, None)  # an iterator's group before its first claim
+# an iterator's group before its first claim: empty, so never handed from
+_EMPTY = Group(cast(Cursor, None), None, None)
 
 
 class EpochIterator:
@@ -105,7 +107,7 @@ class EpochIterator:
         self._cursor, self._gen, self._group = cursor, gen, group or 1
         self._owner = owner = _Owner()
         self._current = _EMPTY  # the group being handed out
-        self._ahead = deque()  # groups read after it (by peek), in order
+        self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
         self._lock = threading.Lock()  # taken to change groups, not to hand out
         self._prefetcher = None
         if prefetch:

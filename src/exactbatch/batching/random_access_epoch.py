@@ -3,7 +3,7 @@
 Batch k of an epoch over a shard of n rows holds positions
 [k*b, min((k+1)*b, n)) of the order; with drop_last the partial tail is
 never claimed. Claiming a batch is cheap and done under the loader's lock;
-reading it (``IndexedJob.fill``) runs outside the lock, so threads read in parallel.
+reading it (``RandomAccessJob.fill``) runs outside the lock, so threads read in parallel.
 
 Each job carries its batch number and the ledger digest of its rows
 (:mod:`exactbatch.order.digest`), looked up, not computed, on the hot path: from
@@ -16,6 +16,7 @@ out, is given back and claimed again before any later batch.
 from __future__ import annotations
 
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from exactbatch.arrays import batch_pair
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
-__all__ = ["BlockedOrder", "IndexedEpoch", "IndexedJob", "num_batches", "take_group"]
+__all__ = ["BlockedOrder", "RandomAccessEpoch", "RandomAccessJob", "num_batches", "take_group"]
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -31,7 +32,7 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
-class IndexedJob:
+class RandomAccessJob:
     """One claimed batch of a random-access epoch, read when filled."""
 
     __slots__ = ("digest", "dtype", "k", "reader", "rows", "size")
@@ -50,7 +51,7 @@ class IndexedJob:
         return out_x, out_y
 
 
-def take_group(jobs: list[IndexedJob], rows=None) -> list[tuple[np.ndarray, np.ndarray]]:
+def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """The batches of ``jobs`` (claimed together, of one reader and dtype), read with
     one gather into one pair of new arrays: each batch is a view of them (rows
     ``[a, a + size)``), so a group costs one allocation and one call instead of one
@@ -103,7 +104,8 @@ class BlockedOrder:
         self.batch_size = batch_size
         self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
         self._lo = self._hi = 0
-        self._rows = self._digests = None
+        self._rows: Any = None
+        self._digests: Any = None
 
     def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
         """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
@@ -117,7 +119,7 @@ class BlockedOrder:
         if not (self._lo <= a and z <= self._hi):
             self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
             self._rows = self.mapped(self._lo, self._hi)
-            self._digests = memoryview(batch_digests(self._rows, self.batch_size))
+            self._digests = batch_digests(self._rows, self.batch_size).data
         lo = self._lo
         return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
 
@@ -149,7 +151,7 @@ class BlockedOrder:
             z = min(a + step, len(out))
             out[a:z] = self.mapped(a, z)
             digests[a // b : -(-z // b)] = batch_digests(out[a:z], b)
-        return out, memoryview(digests)
+        return out, digests.data
 
     def mapped(self, a: int, z: int) -> np.ndarray:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
@@ -158,7 +160,7 @@ class BlockedOrder:
         return rows
 
 
-class IndexedEpoch:
+class RandomAccessEpoch:
     """One epoch of a random-access shard: batch k is positions ``locate(k)``.
 
     ``order`` maps positions to absolute rows (a :class:`BlockedOrder`), or
@@ -211,11 +213,11 @@ class IndexedEpoch:
     def promise(self) -> Tally:
         return self._promised(self)
 
-    def job(self, k: int) -> IndexedJob:
+    def job(self, k: int) -> RandomAccessJob:
         a, z = self.locate(k)
         if self.order is None:
             start = self.offset + a
-            return IndexedJob(
+            return RandomAccessJob(
                 self.reader,
                 slice(start, self.offset + z),
                 z - a,
@@ -224,9 +226,9 @@ class IndexedEpoch:
                 self.dtype,
             )
         rows, digest = self.order.take(a, z)
-        return IndexedJob(self.reader, rows, z - a, k, digest, self.dtype)
+        return RandomAccessJob(self.reader, rows, z - a, k, digest, self.dtype)
 
-    def claim(self) -> IndexedJob | None:
+    def claim(self) -> RandomAccessJob | None:
         if self.returned:
             return self.returned.pop(0)
         k = self.claimed
@@ -257,7 +259,7 @@ class IndexedEpoch:
         k0 = self.claimed
         k1 = self.claimed = max(k0, min(self.nbatches, k0 + count - len(jobs)))
         jobs += [
-            IndexedJob(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
+            RandomAccessJob(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
             for k, a in zip(range(k0, k1), range(k0 * b, k1 * b, b), strict=True)
         ]
 

@@ -1,5 +1,5 @@
 """An epoch's keyed order, mapped a block of positions at a time or sliced from the
-whole order computed in the background (exactbatch.batching.indexed_epoch.BlockedOrder):
+whole order computed in the background (exactbatch.batching.random_access_epoch.BlockedOrder):
 every path hands out the bijection's rows and their digests, and the blocks are what
 saves bijection calls."""
 
@@ -10,7 +10,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from exactbatch.batching.indexed_epoch import BlockedOrder
+from exactbatch.batching.random_access_epoch import BlockedOrder
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import rows_digest
 

@@ -25,7 +25,7 @@ checked against the rows it promised, when nothing is left to claim and
 every group is handed out. Nothing here blocks in a finalizer: a dropped
 iterator's groups stay with the cursor until another claim takes them.
 
-:class:`exactbatch.epoch_iterator.EpochIterator` (what ``iter(loader)``
+:class:`exactbatch.loader.epoch_iterator.EpochIterator` (what ``iter(loader)``
 returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 """
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from exactbatch.audit import check_ledger
 from exactbatch.order.digest import Tally
@@ -138,9 +139,10 @@ class Cursor:
         self._waiting = 0  # claims waiting on it
         self.seed = seed
         self.epoch = 0
-        self._skip, self._pending, self._first = 0, (), 0
+        self._skip, self._first = 0, 0
+        self._pending: tuple[int, ...] = ()
         self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
-        self.current = None  # the epoch being handed out
+        self.current: Any = None  # the epoch being handed out (an Epoch once begun)
         self.gen = 0  # bumped when the cursor is moved; stale iterators stop
         self._last_rows = 0
         self._closed = False
@@ -434,7 +436,7 @@ class Cursor:
             )
 
     def restore(self, pos: Position, claimed: int) -> None:
-        """Resume at ``pos`` (see :mod:`exactbatch.loader_state`): ``claimed`` batches of
+        """Resume at ``pos`` (see :mod:`exactbatch.loader.state`): ``claimed`` batches of
         the epoch were claimed before (``pos.pending`` of them not handed out)."""
         with self.lock:
             self.seed = pos.seed

@@ -1,0 +1,35 @@
+"""Type aliases of the public signatures: what each kind of argument may be.
+
+Names only (no code runs on them); the functions check their arguments
+and say what was expected when one is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from numpy.typing import DTypeLike
+
+__all__ = ["Columns", "DTypeLike", "Device", "PathLike", "Source", "TotalSize"]
+
+# A local path or a URL (``s3://bucket/key``); a str or an ``os.PathLike``.
+PathLike = str | os.PathLike[str]
+
+# What a DataLoader reads: an array or a pair of arrays (NumPy, torch, pandas,
+# polars), a Dataset, an NdfFile or NdfDataset, a RowSource, a chunk source
+# (ParquetSource, ndf_blocks, a Dask source), a list of chunks or a generator
+# factory (see "DataLoader (one front door)" in the docs).
+Source = Any
+
+# N: an int, "auto" (from the source's metadata, else one counting pass), or
+# None (unknown: a stream that is never audited).
+TotalSize = int | Literal["auto"] | None
+
+# Column names (a sequence of str, or one name) or None for a default.
+Columns = Sequence[str] | str | None
+
+# A device of the adapter's library (``"cuda:0"``, a ``torch.device``, a
+# ``jax.Device``), or None for its default.
+Device = Any

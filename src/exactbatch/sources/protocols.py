@@ -1,0 +1,221 @@
+"""The source protocols: what a kind of source provides, written down once.
+
+There are two kinds of source, and a new kind of source implements one of them
+(docs/development.md, "Adding a source kind"):
+
+* **Random access.** A :class:`RowSource` (``open_reader()``) opens a
+  :class:`RowReader` of its own for each loader: any rows, in any order, on
+  several threads at once. Every epoch is then a full permutation.
+* **Chunk-indexed streams.** A :class:`ChunkSource` (``chunk_rows`` and
+  ``read_chunk(i)``) is read chunk by chunk in any order: a shard reads only
+  the chunks holding its rows, and a shuffled epoch shuffles their order
+  before mixing rows in a bounded buffer. Parquet row groups, ``ndf_blocks``
+  and Dask partitions are chunk sources. (A plain stream - a re-iterable or
+  a factory of chunks - is read front to back: no protocol beyond iteration.)
+
+:func:`exactbatch.sources.kinds.open_source` recognises both by these
+protocols, so a new kind needs no edit there. A chunk source may have the
+optional hooks below; :func:`stream_hooks` is the one place they are looked
+up, once per loader. A stream without a hook is still read exactly; it only
+costs more:
+
+* ``n_rows``: the rows of the whole stream (of any stream, not only a chunk
+  source). Without it, ``total_size="auto"`` counts the rows in one pass
+  (with a warning), and a shuffle buffer grows by doubling.
+* ``d`` and ``l`` (both, or neither): the widths. Without them, the feed
+  learns them from the first chunk read (``loader.d`` is None until then).
+* ``block_rows``: recorded in a state (of any stream), so that a state of
+  other blocks is refused on load. Without it, None is recorded.
+* ``will_need(i)``: chunk ``i`` is read soon; called up to ``HINT_AHEAD``
+  (16) chunks ahead of the reads, from a thread of its own. Without it, no
+  hints.
+* ``read_rows_into(row, out)``: rows ``row ..`` of the stream straight into a
+  shuffle buffer's rows (``out``: a C-contiguous float64 (k, d + l) array, x
+  then y a row). Without it, ``open_chunk`` is used, else the chunk is read
+  into arrays and copied.
+* ``open_chunk(i)``: chunk ``i`` decoded on the read-ahead thread, as a
+  :class:`RowsInto` for the buffer to copy from. Without it, the chunk is
+  read into arrays.
+
+The two buffer hooks are used only by a shuffled pass, and only when the
+widths are known. A chunk of other rows than ``chunk_rows`` says is a
+``ChunkError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, Union
+
+import numpy as np
+
+from exactbatch.checks import check_int
+
+__all__ = [
+    "Chunk",
+    "ChunkSource",
+    "RowReader",
+    "RowSource",
+    "RowsInto",
+    "StreamHooks",
+    "check_reader",
+    "is_chunk_source",
+    "is_row_source",
+    "stream_hooks",
+]
+
+# A chunk of a stream: x, or (x, y) (see exactbatch.sources.chunks.normalize_chunk).
+Chunk = Union[np.ndarray, "tuple[np.ndarray, np.ndarray]"]
+
+
+class ChunkSource(Protocol):
+    """A stream read chunk by chunk, in any order: chunk ``i`` is ``read_chunk(i)``.
+
+    ``chunk_rows``: the row count of each chunk (integers >= 0, in stream
+    order); ``read_chunk(i)`` returns chunk ``i`` as ``x`` or ``(x, y)`` of
+    exactly ``chunk_rows[i]`` rows (any array-like of real numbers: see
+    :func:`exactbatch.sources.chunks.normalize_chunk`), and may be called
+    from a background thread. Optional hooks: the module docs.
+    """
+
+    chunk_rows: Sequence[int]
+
+    def read_chunk(self, i: int) -> Chunk: ...
+
+
+class RowsInto(Protocol):
+    """Rows that can be read straight into a buffer (what ``open_chunk`` returns)."""
+
+    def read_rows_into(self, row: int, out: np.ndarray) -> None:
+        """Rows ``row .. row + len(out) - 1`` (numbered as the stream's) into ``out``, a
+        C-contiguous float64 (k, d + l) array, x then y a row."""
+
+
+class RowReader(Protocol):
+    """Rows of a random-access source, read by one loader.
+
+    ``n``, ``d``, ``l``: its rows and widths (ints >= 0). ``read(rows, out_x,
+    out_y)`` writes the rows ``rows`` - a ``slice`` of consecutive rows or an
+    int32/int64 array of row numbers in ``[0, n)`` - into ``out_x`` (r, d) and
+    ``out_y`` (r, l), float64 or float32 C-contiguous arrays (the reader
+    casts); it may run on several threads at once, and a read that raises
+    leaves its batch to be read again. ``prefetch_default(batch_bytes)``: the
+    batches a loader prepares ahead unless told (0 where a read is as cheap
+    as handing a batch between threads; 2 where reads wait on I/O).
+    ``close()``: the loader is done with it (idempotent).
+    """
+
+    n: int
+    d: int
+    l: int  # noqa: E741
+
+    def read(self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
+
+    def prefetch_default(self, batch_bytes: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class RowSource(Protocol):
+    """A random-access source: ``open_reader()`` returns a new :class:`RowReader`,
+    owned (and closed) by the loader that asked for it."""
+
+    def open_reader(self) -> RowReader: ...
+
+
+_READER_MEMBERS = ("n", "d", "l", "read", "prefetch_default", "close")
+
+
+def is_row_source(source: object) -> bool:
+    """Does ``source`` follow :class:`RowSource`? (Its reader is checked when opened.)"""
+    return callable(getattr(source, "open_reader", None))
+
+
+def is_chunk_source(source: object) -> bool:
+    """Does ``source`` follow :class:`ChunkSource`? (``chunk_rows`` is checked by
+    :func:`stream_hooks`.)"""
+    return hasattr(source, "chunk_rows") and callable(getattr(source, "read_chunk", None))
+
+
+def check_reader(reader: Any, source: object) -> RowReader:
+    """``reader``, which ``source.open_reader()`` returned, if it is a :class:`RowReader`:
+    else a ``TypeError`` naming what it lacks (or ``ValueError``: a size below 0)."""
+    missing = [name for name in _READER_MEMBERS if not hasattr(reader, name)]
+    if missing:
+        raise TypeError(
+            f"{type(source).__name__}.open_reader() returned {type(reader).__name__}, "
+            f"which lacks {', '.join(missing)}: a RowReader has n, d, l, "
+            "read(rows, out_x, out_y), prefetch_default(batch_bytes) and close()"
+        )
+    for name in ("n", "d", "l"):
+        check_int(f"{type(source).__name__}.open_reader().{name}", getattr(reader, name), 0)
+    return reader
+
+
+@dataclass(frozen=True)
+class StreamHooks:
+    """What a stream's source provides, looked up once (module docs): ``chunk_rows``
+    (an int64 array) and ``read_chunk`` for a chunk source (else None, as for
+    every hook it lacks), ``n_rows``, the widths ``d`` and ``l``, ``block_rows``,
+    and the callables ``will_need``, ``read_rows_into`` and ``open_chunk``."""
+
+    chunk_rows: np.ndarray | None = None
+    read_chunk: Callable | None = None
+    n_rows: int | None = None
+    d: int | None = None
+    l: int | None = None  # noqa: E741
+    block_rows: int | None = None
+    will_need: Callable | None = None
+    read_rows_into: Callable | None = None
+    open_chunk: Callable | None = None
+
+    @property
+    def chunk_indexed(self) -> bool:
+        """Can the stream be read chunk by chunk, in any order?"""
+        return self.chunk_rows is not None
+
+
+def _chunk_rows(source) -> np.ndarray:
+    name = f"{type(source).__name__}.chunk_rows"
+    try:
+        rows = np.asarray(source.chunk_rows)
+    except (TypeError, ValueError) as e:  # ragged
+        raise TypeError(f"{name} must be a sequence of row counts; {e}") from None
+    if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+        raise TypeError(
+            f"{name} must be a 1-D sequence of integer row counts; got dtype {rows.dtype} "
+            f"with shape {rows.shape}"
+        )
+    if rows.size and rows.min() < 0:
+        raise ValueError(f"{name} must be row counts >= 0; got {int(rows.min())}")
+    out = rows.astype(np.int64)
+    out.flags.writeable = False
+    return out
+
+
+def stream_hooks(source: Any) -> StreamHooks:
+    """The hooks ``source`` has (module docs): the one place a stream's source is
+    asked what it can do. A hook of the wrong kind is a ``TypeError`` (or
+    ``ValueError``) naming it."""
+    owner = type(source).__name__
+
+    def size(name: str, minimum: int):
+        return check_int(f"{owner}.{name}", getattr(source, name, None), minimum, optional=True)
+
+    common = {"n_rows": size("n_rows", 0), "block_rows": size("block_rows", 1)}
+    if not is_chunk_source(source):
+        return StreamHooks(**common)
+    d, l = size("d", 0), size("l", 0)  # noqa: E741
+    if (d is None) != (l is None):
+        raise TypeError(f"{owner} has only one of d and l; a chunk source has both, or neither")
+    return StreamHooks(
+        chunk_rows=_chunk_rows(source),
+        read_chunk=source.read_chunk,
+        d=d,
+        l=l,
+        will_need=getattr(source, "will_need", None),
+        read_rows_into=getattr(source, "read_rows_into", None),
+        open_chunk=getattr(source, "open_chunk", None),
+        **common,
+    )

@@ -1,0 +1,92 @@
+"""Which backend really serves the readers: the checks behind the backend fixtures.
+
+``kernels.use_backend`` and ``EXACTBATCH_PURE`` choose the backend; every
+reader then gets its kernel from one of the factories of
+:mod:`exactbatch.kernels`. A switch that a factory ignored would go unseen by
+tests that compare the two backends' batches (both sides would run the same
+kernel), so each switch made by the fixtures in ``conftest.py`` is followed by
+:func:`check_readers`, which asks every factory, and an ``.ndf`` file opened
+for real, which kernel it hands out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import inspect
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from exactbatch import backend, kernels, open_ndf, save_ndf
+from exactbatch.order import EpochBijection
+
+_PURE_WORDS = ("1", "true", "yes", "on")  # EXACTBATCH_PURE's words for the pure path
+_NDF = []  # a small .ndf file, written once per process
+
+
+def built() -> bool:
+    """Is the compiled core built (importable), whichever backend runs?"""
+    return importlib.util.find_spec("exactbatch._core") is not None
+
+
+def expected_backend() -> str:
+    """The backend this process must run on: the pure path when ``EXACTBATCH_PURE``
+    asks for it or the core is not built, else the compiled core."""
+    pure = os.environ.get("EXACTBATCH_PURE", "").strip().lower() in _PURE_WORDS
+    return "compiled" if built() and not pure else "numpy"
+
+
+def _ndf_path() -> str:
+    if not _NDF:
+        folder = tempfile.mkdtemp(prefix="exactbatch-backend-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        save_ndf(os.path.join(folder, "probe.ndf"), (np.zeros((3, 2)), np.zeros((3, 1))))
+        _NDF.append(os.path.join(folder, "probe.ndf"))
+    return _NDF[0]
+
+
+def readers() -> dict[str, bool]:
+    """For each kernel a reader can get, whether the compiled core serves it now (a C
+    function reads, or the factory returns a compiled object rather than None)."""
+    x, y = np.zeros((3, 2)), np.zeros((3, 1))
+    path = _ndf_path()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapped = kernels.map_file(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    with open_ndf(path) as f:
+        file_kernel = f.kernel_rows()
+    return {
+        "memory_rows": inspect.isbuiltin(kernels.memory_rows(x, y).read),
+        "pair_check": inspect.isbuiltin(kernels.pair_check()),
+        "map_file": mapped is not None,
+        "file_rows (an open .ndf file's)": file_kernel is not None,
+        "parts_rows": kernels.parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
+        # the order's keyed bijection takes the core's kernel when it is made
+        "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,
+    }
+
+
+def check_readers(name: str) -> None:
+    """``backend()`` says ``name``, and every kernel a reader gets is that backend's:
+    an AssertionError naming those that are not."""
+    assert backend() == name, f"backend() is {backend()!r}, expected {name!r}"
+    wrong = [k for k, compiled in readers().items() if compiled != (name == "compiled")]
+    assert not wrong, f"on the {name} backend, the other backend serves: {', '.join(wrong)}"
+
+
+@contextlib.contextmanager
+def on_backend(name: str):
+    """Readers made inside use backend ``name`` (checked: :func:`check_readers`); the
+    backend before is put back after. ``ValueError`` where ``name`` is not built."""
+    before = kernels.use_backend(name)
+    try:
+        check_readers(name)
+        yield name
+    finally:
+        kernels.use_backend(before)
