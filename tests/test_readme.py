@@ -55,6 +55,16 @@ def test_docs_pages_hold_the_examples():
     assert [p.name for p in usage if not _blocks(p)] == []
 
 
+def test_docs_index_lists_every_page():
+    """docs/index.md links every page of the site (a page added without a line there
+    is a page no reader finds)."""
+    docs = ROOT / "docs"
+    index = (docs / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([\w./-]+\.md)(?:#[\w-]*)?\)", index))
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")} - {"index.md"}
+    assert sorted(pages - linked) == []
+
+
 def test_blocks_are_found_with_their_lines(tmp_path):
     """The block finder returns each block's code and the line it starts on."""
     page = tmp_path / "page.md"
