@@ -139,6 +139,7 @@ class RandomAccessFeed:
             pending,
             spec.dtype,
             span=None if spec.elastic else self.n,
+            with_rows=spec.with_rows,
         )
 
     def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
