@@ -22,6 +22,10 @@ The product (before the subsets below):
     mode         plain, even_batches, elastic, elastic + even_batches
                  (elastic: random access only)
     threads      1, 4 (4 threads calling next_into on one loader)
+    with_rows    False, True: by the hash, half the cases (each kind both ways in
+                 every mode, way, shard count, shuffle and drop_last): every
+                 batch's row ids (the third element, or next_into's brows)
+                 must be exactly its rows' (column 0 of the traceable rows)
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -234,6 +238,9 @@ def make_spec(data_dir, request):
             "prefetch": case.prefetch,
             "even_batches": case.even,
             "elastic": case.elastic,
+            # half the cases hand out row ids too, checked against the rows (helpers.ids_of);
+            # the salt gives each kind both settings in every mode, way, shard count and flag
+            "with_rows": case.pick((False, True), "traced"),
         }
         if case.kind in STREAM_KINDS:
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
