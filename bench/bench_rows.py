@@ -5,10 +5,12 @@ For each batch size, one process runs shuffled epochs of every case round-robin
 side by side on a shared machine): a bare NumPy gather of the same epoch order
 (the run's baseline, ``bench/baselines.py``), then loaders over arrays in memory
 and over a stream (a list of chunks through the shuffle buffer), each without
-and with ``with_rows``. A figure is the median epoch's rows/s, and its ratio to
-the bare gather's median in the same run. Run it on this checkout and on
-another (``PYTHONPATH=/other/src``) to compare the ``with_rows=False`` rows: a
-checkout without ``with_rows`` runs only those.
+and with ``with_rows``. A figure is the median epoch's rows/s (wall clock), and
+its ratio to the bare gather's median in the same run; and the same ratio of the
+process's CPU time (every thread's), steadier on a busy machine, where another
+process's load stretches the wall clock but not the CPU time an epoch takes.
+Run it on this checkout and on another (``PYTHONPATH=/other/src``) to compare
+the ``with_rows=False`` rows: a checkout without ``with_rows`` runs only those.
 
     PYTHONPATH=src python bench/bench_rows.py              # 1,000,000 rows, 7 rounds
     PYTHONPATH=src python bench/bench_rows.py --rows 200000 --rounds 5 --batches 64
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import statistics
 import time
 import warnings
 
@@ -48,12 +49,12 @@ def main() -> None:
         f"exactbatch from {exactbatch.__file__}, backend {exactbatch.backend()}; n = {n:,}, "
         f"d = {D}, l = {L}; median of {args.rounds} shuffled epochs a case\n"
     )
-    print("| batch | case | rows/s | × bare gather | spread |")
-    print("|---:|---|---:|---:|---:|")
+    print("| batch | case | rows/s | × bare gather | spread | × bare (CPU time) |")
+    print("|---:|---|---:|---:|---:|---:|")
     for b in args.batches:
         perms = [epoch_rows(n, seed=SEED, epoch=e) for e in range(args.rounds)]
         gather = bare_gather(x, y, b)
-        cases = {"bare np.take": lambda r, gather=gather: gather(perms[r])}
+        cases = {"bare np.take": lambda r, gather=gather, perms=perms: gather(perms[r])}
         for ids in (False, True) if has_rows else (False,):
             kw = {"with_rows": True} if ids else {}
             tag = "with_rows=True" if ids else "with_rows=False"
@@ -64,18 +65,20 @@ def main() -> None:
             cases[f"memory, {tag}"] = _epochs(memory)
             cases[f"stream, {tag}"] = _epochs(stream)
         times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         for r in range(args.rounds):
             order = list(cases) if r % 2 == 0 else list(cases)[::-1]
             for name in order:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 cases[name](r)
                 times[name].append(time.perf_counter() - t0)
-        bare = n / statistics.median(times["bare np.take"])
+                cpu[name].append(time.process_time() - c0)
+        bare, bare_cpu = np.median(times["bare np.take"]), np.median(cpu["bare np.take"])
         for name, ts in times.items():
-            rate = n / statistics.median(ts)
             print(
-                f"| {b} | {name} | {rate / 1e6:.2f} M | {rate / bare:.2f}× | "
-                f"{max(ts) / min(ts):.2f} |"
+                f"| {b} | {name} | {n / np.median(ts) / 1e6:.2f} M | "
+                f"{bare / np.median(ts):.2f}× | {max(ts) / min(ts):.2f} | "
+                f"{bare_cpu / np.median(cpu[name]):.2f}× |"
             )
 
 

@@ -285,7 +285,7 @@ def test_row_ids_come_through_as_an_int64_tensor():
     got = list(as_torch(loader, dtype=torch.float32))
     assert [len(b) for b in got] == [3] * 4
     seen = []
-    for xb, yb, rows in got:
+    for xb, _, rows in got:
         assert rows.dtype == torch.int64 and xb.dtype == torch.float32
         assert torch.equal(xb, torch.from_numpy(x[rows.numpy()]).float())
         seen += rows.tolist()

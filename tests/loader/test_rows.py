@@ -86,7 +86,7 @@ def test_ids_belong_to_the_caller():
         pass
     for rows, kept in first:
         np.testing.assert_array_equal(rows, kept)
-    assert not any(np.shares_memory(a, b) for (a, _), (b, _) in zip(first, first[1:]))
+    assert not any(np.shares_memory(a, b) for (a, _), (b, _) in zip(first, first[1:], strict=False))
 
 
 def test_a_sharded_dataset_gives_global_ids(tmp_path):

@@ -211,7 +211,7 @@ class _Feed:
         self.bx = np.empty((b, loader.d), dtype=np.float64)
         self.by = np.empty((b, loader.l), dtype=np.float64)
         # a loader with_rows writes its ids too (the fit has no use for them)
-        self.buffers = (self.bx, self.by)
+        self.buffers: tuple[np.ndarray, ...] = (self.bx, self.by)
         if getattr(loader, "with_rows", False):
             self.buffers += (np.empty(b, dtype=np.int64),)
         if loader.l and y is None:

@@ -182,7 +182,7 @@ def _iterable_class():
         def __len__(self) -> int:
             return len(self.source)
 
-        def __iter__(self) -> Iterator[tuple[Any, Any]]:  # tensors
+        def __iter__(self) -> Iterator[tuple[Any, ...]]:  # tensors
             if torch.utils.data.get_worker_info() is not None:
                 raise RuntimeError(
                     "an exactbatch TorchIterable was iterated in a DataLoader worker process: "
