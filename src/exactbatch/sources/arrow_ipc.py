@@ -39,8 +39,9 @@ class ArrowFileSource:
         pa = need("pyarrow", by="arrow_file", package="pyarrow", extra="arrow")
         check_regular(path, "an Arrow IPC file")
         self.path = path
+        mapping = pa.memory_map(path, "r")
         try:
-            f = pa.ipc.open_file(pa.memory_map(path, "r"))
+            f = pa.ipc.open_file(mapping)
         except pa.ArrowInvalid as e:
             raise ValueError(
                 f"{path}: not an Arrow IPC file (Feather v2) ({e}); an IPC stream "
@@ -48,11 +49,13 @@ class ArrowFileSource:
             ) from e
         self.features, self.labels = pick_columns(f.schema, features, labels, path)
         names = list(self.features + self.labels)
-        fields = sorted(f.schema.get_field_index(c) for c in names)
-        only = pa.ipc.IpcReadOptions(included_fields=fields)  # a compressed file: these only
-        mapping = pa.memory_map(path, "r")
-        table = pa.ipc.open_file(mapping, options=only).read_all()
-        self.compressed = not _in_mapping(table, mapping)
+        first = pa.Table.from_batches([f.get_batch(0)]) if f.num_record_batches else None
+        self.compressed = first is not None and not _in_mapping(first, mapping)
+        if self.compressed:  # decompress the columns named only (a selection copies)
+            fields = sorted(f.schema.get_field_index(c) for c in names)
+            only = pa.ipc.IpcReadOptions(included_fields=fields)
+            f = pa.ipc.open_file(mapping, options=only)
+        table = f.read_all()
         self.batches = f.num_record_batches
         self.n, self.d, self.l = table.num_rows, len(self.features), len(self.labels)
         self._columns = [table.column(c) for c in names]
