@@ -389,8 +389,11 @@ def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
     names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
     table = pa.table(dict(zip(names, [*x.T, *y.T], strict=True)))
     bounds = np.cumsum([0, *(chunks or [n])])
-    batches = [b for a, z in zip(bounds[:-1], bounds[1:], strict=True) for b in
-               table.slice(int(a), int(z - a)).to_batches()] or table.to_batches()
+    batches = [
+        b
+        for a, z in zip(bounds[:-1], bounds[1:], strict=True)
+        for b in table.slice(int(a), int(z - a)).to_batches()
+    ] or table.to_batches()
     return pa.Table.from_batches(batches, table.schema)
 
 

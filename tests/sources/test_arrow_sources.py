@@ -10,11 +10,13 @@ a TypeError naming the fix. The loader's laws over each kind: tests/test_law_mat
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import warnings
 
 import numpy as np
 import pytest
+
 import exactbatch
 from exactbatch import DataLoader
 
@@ -40,7 +42,7 @@ def table(n: int = 23, chunks=(5, 0, 9, 9)) -> pa.Table:
         }
     )
     bounds = np.cumsum([0, *chunks])
-    batches = [b for a, z in zip(bounds[:-1], bounds[1:]) for b in t.slice(a, z - a).to_batches()]
+    batches = [b for a, z in itertools.pairwise(bounds) for b in t.slice(a, z - a).to_batches()]
     return pa.Table.from_batches(batches or t.to_batches(), t.schema)
 
 
@@ -101,7 +103,9 @@ def sources(tmp_path):
         con = duckdb.connect()
         con.register("t", t)
         con.execute("CREATE TABLE rows AS SELECT * FROM t ORDER BY x0")
-        out.append(("duckdb", exactbatch.duckdb_source(con.table("rows"), batch_rows=5, **FEATURES)))
+        out.append(
+            ("duckdb", exactbatch.duckdb_source(con.table("rows"), batch_rows=5, **FEATURES))
+        )
     except ImportError:
         pass
     return out
@@ -149,15 +153,15 @@ def columns(draw):
         arr = pa.array(values, type=typ)
         cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
         bounds = [0, *cuts, n]
-        cols.append(pa.chunked_array([arr.slice(a, z - a) for a, z in zip(bounds, bounds[1:])], typ))
+        cols.append(
+            pa.chunked_array([arr.slice(a, z - a) for a, z in itertools.pairwise(bounds)], typ)
+        )
     return cols
 
 
 def reference(cols) -> np.ndarray:
     """Each column as float64 through pyarrow's own conversion, nulls as NaN."""
-    out = [
-        np.asarray(c.cast(pa.float64()).to_pylist(), dtype=object).astype(float) for c in cols
-    ]
+    out = [np.asarray(c.cast(pa.float64()).to_pylist(), dtype=object).astype(float) for c in cols]
     return np.stack(out, 1) if out else np.empty((0, 0))
 
 
@@ -267,9 +271,7 @@ def test_a_string_column_named_is_a_value_error_naming_it(kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_unnamed_features_are_the_numeric_columns_the_rest_left_out_with_a_warning(
-    kind, tmp_path
-):
+def test_unnamed_features_are_the_numeric_columns_the_rest_left_out_with_a_warning(kind, tmp_path):
     build = make(kind, tmp_path)
     with pytest.warns(UserWarning, match=r"non-numeric column\(s\) \['s .*left out"):
         source = build(labels="y")

@@ -77,7 +77,9 @@ def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...],
     twice = sorted({c for c in named if names.count(c) > 1})
     if twice:
         raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
-    bad = [f"{c} ({schema.field(c).type})" for c in named if not is_numeric_type(schema.field(c).type)]
+    bad = [
+        f"{c} ({schema.field(c).type})" for c in named if not is_numeric_type(schema.field(c).type)
+    ]
     if bad:
         raise ValueError(
             f"{owner}: non-numeric column(s) {bad}; features and labels must be integer, "
@@ -130,7 +132,9 @@ class _Part:
             self.bits = np.frombuffer(data, dtype=np.uint8)
         else:
             dtype = np.dtype(_FLOATS.get(str(arr.type), str(arr.type)))  # int8 .. uint64
-            self.values = np.frombuffer(data, dtype=dtype, count=n, offset=dtype.itemsize * arr.offset)
+            self.values = np.frombuffer(
+                data, dtype=dtype, count=n, offset=dtype.itemsize * arr.offset
+            )
 
     def take(self, src) -> np.ndarray | float:
         if self.bits is not None:
@@ -149,9 +153,9 @@ def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
     """``[(chunk, dst, src)]``: where the rows ``rows`` (a slice, or an int64 array) lie
     among chunks beginning at ``starts`` (then the end): ``out[dst] = chunk[src]``."""
     k = len(starts) - 1
+    out: list[tuple[int, Any, Any]] = []
     if isinstance(rows, slice):
         a, b = rows.start, rows.stop
-        out = []
         for c in range(k):
             lo, hi = max(a, starts[c]), min(b, starts[c + 1])
             if lo < hi:
@@ -162,11 +166,11 @@ def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
     chunk = np.searchsorted(starts, rows, side="right") - 1
     order = np.argsort(chunk, kind="stable")
     counts = np.bincount(chunk, minlength=k)
-    out, at = [], 0
-    for c in np.flatnonzero(counts):
-        dst = order[at : at + counts[c]]
-        out.append((int(c), dst, rows[dst] - starts[c]))
-        at += counts[c]
+    at = 0
+    for part in np.flatnonzero(counts):
+        dst = order[at : at + counts[part]]
+        out.append((int(part), dst, rows[dst] - starts[part]))
+        at += int(counts[part])
     return out
 
 

@@ -87,7 +87,8 @@ def arrow_source(
             "data must be a pyarrow Table or RecordBatch, or a zero-argument function "
             f"returning a fresh RecordBatchReader; got {type(data).__name__}"
         )
-    return ArrowStream(_Readers(data, pa), *_schema_columns(data, features, labels), "the reader")
+    feats, labs = _schema_columns(data, features, labels)
+    return ArrowStream(_Readers(data, pa), feats, labs, "the reader")
 
 
 class _Readers:
@@ -108,7 +109,7 @@ class _Readers:
         return r
 
 
-def _schema_columns(factory: Callable, features, labels):
+def _schema_columns(factory: Callable, features, labels) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The columns to read, from the schema of a first reader (or first batch) made now."""
     first = factory()
     schema = getattr(first, "schema", None)

@@ -64,14 +64,21 @@ def duckdb_source(
         )
     check_int("batch_rows", batch_rows, 1)
     check_int("n_rows", n_rows, 0, optional=True)
-    schema = relation.limit(0).to_arrow_table().schema
+    schema = _reader(relation.limit(0), 1).schema
     feats, labs = pick_columns(schema, features, labels, "the DuckDB relation")
     if n_rows is None and relation.type == "TABLE_RELATION":
         n_rows = int(relation.count("*").fetchall()[0][0])
     query = relation.select(*[_quoted(c) for c in feats + labs])
     return ArrowStream(
-        lambda: query.to_arrow_reader(batch_rows), feats, labs, "the DuckDB relation", n_rows
+        lambda: _reader(query, batch_rows), feats, labs, "the DuckDB relation", n_rows
     )
+
+
+def _reader(relation, batch_rows: int):
+    """A fresh Arrow reader running ``relation`` (``to_arrow_reader``; before DuckDB 1.4,
+    ``fetch_arrow_reader``)."""
+    run = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+    return run(batch_rows)
 
 
 def _quoted(name: str) -> str:

@@ -35,12 +35,17 @@ from typing import Any, NamedTuple
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
 from exactbatch.ndf import NdfDataset, NdfFile
-from exactbatch.sources.arrow_table import arrow_source, is_arrow_reader, is_arrow_table, refuse_reader
+from exactbatch.sources.arrow_table import (
+    arrow_source,
+    is_arrow_reader,
+    is_arrow_table,
+    refuse_reader,
+)
 from exactbatch.sources.chunks import ChunkIndexedStream, FactoryStream, IterableStream, Stream
-from exactbatch.sources.protocols import RowReader, check_reader, is_chunk_source, is_row_source
 from exactbatch.sources.duckdb_relations import duckdb_source, is_duckdb_relation
 from exactbatch.sources.hf_datasets import hf_source, is_hf_dataset
 from exactbatch.sources.polars_frames import is_lazy_frame, polars_source
+from exactbatch.sources.protocols import RowReader, check_reader, is_chunk_source, is_row_source
 from exactbatch.sources.random_access import MemoryReader, NdfReader
 
 __all__ = ["KINDS", "SourceKind", "open_source"]

@@ -59,7 +59,9 @@ def polars_source(
             raise ValueError("n_rows applies to a LazyFrame; a DataFrame knows its rows")
         return ArrowTableSource(frame.to_arrow(), features, labels, "the polars DataFrame")
     if not isinstance(frame, pl.LazyFrame):
-        raise TypeError(f"frame must be a polars DataFrame or LazyFrame; got {type(frame).__name__}")
+        raise TypeError(
+            f"frame must be a polars DataFrame or LazyFrame; got {type(frame).__name__}"
+        )
     check_int("n_rows", n_rows, 0, optional=True)
     need("pyarrow", by="polars_source", package="pyarrow", extra="polars")
     feats, labs = pick_columns(_arrow_schema(frame), features, labels, "the LazyFrame")
