@@ -161,16 +161,15 @@ def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
             if lo < hi:
                 out.append((c, slice(lo - a, hi - a), slice(lo - starts[c], hi - starts[c])))
         return out
-    if k == 1:
-        return [(0, slice(None), rows)]
-    chunk = np.searchsorted(starts, rows, side="right") - 1
-    order = np.argsort(chunk, kind="stable")
-    counts = np.bincount(chunk, minlength=k)
-    at = 0
-    for part in np.flatnonzero(counts):
-        dst = order[at : at + counts[part]]
-        out.append((int(part), dst, rows[dst] - starts[part]))
-        at += int(counts[part])
+    # Rows in ascending order: each column is then read front to back (its pages and
+    # cache lines in the order the hardware prefetches), each chunk's rows one run.
+    order = np.argsort(rows, kind="stable")
+    ascending = rows[order]
+    cuts = np.searchsorted(ascending, starts)
+    for part in range(k):
+        a, z = int(cuts[part]), int(cuts[part + 1])
+        if a < z:
+            out.append((part, order[a:z], ascending[a:z] - starts[part]))
     return out
 
 
