@@ -14,7 +14,11 @@ The product (before the subsets below):
                  sharded dataset); rows_double and chunks_double, a new
                  kind each known to exactbatch only through its protocol
                  (RowSource; ChunkSource with no optional hook:
-                 tests/doubles.py)
+                 tests/doubles.py); the Arrow-native kinds arrow_file (an
+                 IPC file of record batches, an empty one among them),
+                 arrow_table, polars (a DataFrame), hf (a Dataset read
+                 through an index mapping), and the streams arrow_stream (a
+                 RecordBatchReader factory), lazyframe and duckdb
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
@@ -32,25 +36,27 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 2,334 cases, about 100 s on a 2-core machine (``time pytest
-tests/test_law_matrix.py``).
+Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
+(``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (1,680): the whole product (2,016 allowed
+* ``test_epoch_laws`` (2,016): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
-  covers the splitting), and the doubles off a stride of 4. Two epochs of
-  every shard: the epoch law, determinism (a fresh loader's
+  covers the splitting), and the doubles and the Arrow kinds off a stride
+  of 4. Two epochs of every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_pure_path`` (210): the same on a stride of 16 of
+* ``test_epoch_laws_on_the_pure_path`` (252): the same on a stride of 16 of
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
-  of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
+* ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
+  of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
+  stride of 15), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (124): every kind that can fail to read x
+* ``test_read_error_once_*`` (184): every kind that can fail to read (the
+  Arrow streams fail as the factory does, and are left to it) x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
   and threads.
 * ``test_changed_setting_*``: every kind x every setting that fixes the
