@@ -4,6 +4,7 @@ from exactbatch.dataset import Dataset
 from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
+from exactbatch.ndf.categories import categories
 from exactbatch.ndf import (
     NdfDataset,
     NdfFile,
@@ -26,6 +27,7 @@ __all__ = [
     "ParquetSource",
     "TotalSizeWarning",
     "backend",
+    "categories",
     "ndf_blocks",
     "open_ndf",
     "open_ndf_dataset",
