@@ -4,7 +4,6 @@ from exactbatch.dataset import Dataset
 from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
-from exactbatch.ndf.categories import categories
 from exactbatch.ndf import (
     NdfDataset,
     NdfFile,
@@ -13,6 +12,7 @@ from exactbatch.ndf import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.ndf.categories import categories
 from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 

@@ -34,10 +34,10 @@ import numpy as np
 
 from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
+from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
-from exactbatch.errors import NdfError
 from exactbatch.ndf.names import default_names, read_sidecar_doc
 from exactbatch.ndf.regular import open_regular
 from exactbatch.ndf.remote import open_url

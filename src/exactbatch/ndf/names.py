@@ -225,7 +225,9 @@ def check_categories(categories, features, labels, where: str) -> dict[str, list
     if categories is None or (isinstance(categories, dict) and not categories):
         return None
     if not isinstance(categories, dict):
-        raise TypeError(f"{where}: categories must be a dict {{column: [values]}}; got {categories!r:.80}")
+        raise TypeError(
+            f"{where}: categories must be a dict {{column: [values]}}; got {categories!r:.80}"
+        )
     columns = set(features or ()) | set(labels or ())
     unknown = [c for c in categories if c not in columns]
     if unknown:
@@ -236,7 +238,9 @@ def check_categories(categories, features, labels, where: str) -> dict[str, list
     out = {}
     for col, values in categories.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
-            raise TypeError(f"{where}: the categories of {col!r} must be a list; got {values!r:.80}")
+            raise TypeError(
+                f"{where}: the categories of {col!r} must be a list; got {values!r:.80}"
+            )
         bad = [v for v in values if not _category_value(v)]
         kinds = {isinstance(v, str) for v in values}
         if bad or len(kinds) > 1:
