@@ -123,9 +123,11 @@ class SourceColumns:
         todo = [c for c, v in self.categorical.items() if v is None and c in self.file_columns]
         seen: dict[str, list] = {c: [] for c in todo}
         if todo:
+            import pyarrow.compute as pc
+
             for _, table in reads(todo):
                 for c in todo:
-                    seen[c].append(table.column(c))
+                    seen[c].append(pc.unique(table.column(c)))  # not the column: memory
         for c, given in self.categorical.items():
             if given is not None:
                 self.vocab[c] = Vocabulary(c, given)
