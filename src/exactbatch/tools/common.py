@@ -47,8 +47,10 @@ _TAB_SEPARATED = (".tsv", ".tab")
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 
 
-class CliError(Exception):
-    """A problem with the user's input: printed as one line, exit status 2."""
+class CliError(ValueError):
+    """A problem with the user's input: printed as one line, exit status 2. A
+    ``ValueError``, as bad input is for the library's functions, so a Python caller of a
+    tool (``convert``) may catch either."""
 
 
 # -- Ctrl-C and SIGTERM -------------------------------------------------------------
