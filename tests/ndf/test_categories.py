@@ -53,7 +53,9 @@ def test_a_dataset_keeps_them_in_its_manifest(tmp_path):
     """NdfDatasetWriter(categories=) writes them to the manifest; categories(folder) and
     NdfDataset.categories read them; a manifest without the key has none."""
     path = tmp_path / "ds"
-    with NdfDatasetWriter(path, 2, 1, 2, features=["a", "city"], labels=["y"], categories=CATS) as w:
+    with NdfDatasetWriter(
+        path, 2, 1, 2, features=["a", "city"], labels=["y"], categories=CATS
+    ) as w:
         w.write(ROWS)
     assert json.loads((path / "manifest.json").read_text())["categories"] == CATS
     assert exactbatch.categories(path) == CATS
