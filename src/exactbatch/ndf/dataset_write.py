@@ -550,7 +550,7 @@ class NdfDatasetWriter(Committing):
         check_shape(0 if n is None else n, self.d, self.l, self.path)
         where = join_path(self.path, MANIFEST)
         names = validate_names(features, labels, self.d, self.l, where)
-        self.categories = check_categories(categories, *(names or (None, None)), where)
+        self.categories = check_categories(categories, names, where)
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part: NdfWriter | None = None  # the part being written

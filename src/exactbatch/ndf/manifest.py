@@ -196,7 +196,7 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
     features, labels = m.get("features"), m.get("labels")
     names = read_names(features, labels, d, l, where)
     try:
-        cats = check_categories(m.get("categories"), *(names or (None, None)), where)
+        cats = check_categories(m.get("categories"), names, where)
     except (TypeError, ValueError) as e:
         raise NdfError(str(e)) from None
     return Manifest(
@@ -309,7 +309,7 @@ def write_manifest(
     names = validate_names(features, labels, d, l, where)
     feats = None if features is None else tuple(names[0])
     labs = None if labels is None else tuple(names[1])
-    cats = check_categories(categories, *(names or (None, None)), where)
+    cats = check_categories(categories, names, where)
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs, cats)
     raw = _manifest_bytes(man)
     if is_url(path):

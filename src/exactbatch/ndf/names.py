@@ -211,14 +211,16 @@ def sidecar_path(path) -> str:
     return os.fspath(path) + SIDECAR_SUFFIX
 
 
-def check_categories(categories, features, labels, where: str) -> dict[str, list] | None:
+def check_categories(categories, names, where: str) -> dict[str, list] | None:
     """``categories`` (``{column: [value, ...]}``) checked against the columns' names: the
     one check of stored vocabularies, for writers (``ValueError``/``TypeError``) and
     readers (:func:`read_sidecar_doc`, :func:`~exactbatch.ndf.manifest.read_manifest`
     make them an :class:`NdfError`).
 
-    None or ``{}``: no categorical column (returns None). Each key must name a
-    feature or a label, so categories need named columns; each vocabulary is a
+    ``names``: ``(features, labels)``, as :func:`validate_names` returns them
+    (None: the data has no names). None or ``{}``: no categorical column
+    (returns None). Each key must name a feature or a label, so categories
+    need named columns; each vocabulary is a
     list of distinct values, each a string, an integer, a finite float or a
     boolean (what JSON keeps exactly), all strings or all not.
     """
@@ -228,12 +230,12 @@ def check_categories(categories, features, labels, where: str) -> dict[str, list
         raise TypeError(
             f"{where}: categories must be a dict {{column: [values]}}; got {categories!r:.80}"
         )
-    columns = set(features or ()) | set(labels or ())
-    unknown = [c for c in categories if c not in columns]
+    features, labels = names or ((), ())
+    unknown = [c for c in categories if c not in features and c not in labels]
     if unknown:
         raise ValueError(
             f"{where}: categories name column(s) {unknown[:8]!r:.200} that the data does not "
-            f"have; its columns are {[*(features or ()), *(labels or ())][:20]!r:.400}"
+            f"have; its columns are {[*features[:20], *labels[:20]][:20]!r:.400}"
         )
     out = {}
     for col, values in categories.items():
@@ -323,7 +325,7 @@ def read_sidecar_doc(path, n: int, d: int, l: int, *, fs=None, key=None):  # noq
     if names is None:  # as before categories: a sidecar naming nothing names nothing
         return None
     try:
-        cats = check_categories(doc.get("categories"), *names, where)
+        cats = check_categories(doc.get("categories"), names, where)
     except (TypeError, ValueError) as e:
         raise NdfError(str(e)) from None
     return (*names, cats or {})

@@ -134,7 +134,7 @@ class NamesSidecar:
 
     def __init__(self, path, names, categories=None):
         self.path, self.names, self._out = sidecar_path(path), names, None
-        self.categories = check_categories(categories, *(names or (None, None)), path)
+        self.categories = check_categories(categories, names, path)
 
     def prepare(self, n: int, d: int, l: int) -> None:  # noqa: E741
         if self.names is None:

@@ -418,7 +418,7 @@ def parquet_source(
     local = [local_path(p) for p in paths] if many else local_path(paths[0])
     files = list_local_files(local, pattern)
     parts = None
-    if not many and os.path.isdir(local):
+    if not isinstance(local, list) and os.path.isdir(local):
         base = for_arrow(local)
         parts = hive_partitions(base, [for_arrow(f) for f in files])
     return ParquetSource(files, features, labels, categorical=categorical, partitions=parts)

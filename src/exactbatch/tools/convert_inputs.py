@@ -63,7 +63,7 @@ class Blocks:
         if r > len(self.buf):
             size = max(r, 2 * len(self.buf))
             width = self.buf.shape[1]
-            self.buf = None  # let the old one go first
+            self.buf = np.empty((0, width), dtype=np.float64)  # let the old one go first
             self.buf = np.empty((size, width), dtype=np.float64)
         block = self.buf[:r]
         _fill_columns(columns, block)
