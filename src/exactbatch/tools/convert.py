@@ -184,7 +184,7 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
     with (
         leaves_no_temps(dst),
         writer(before_rename=check_interrupt) as w,
-        progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
+        progress(inp.total, f"convert {_shown(inp, src)}", inp.unit, bar) as pb,
     ):
         try:
             for block, advance in inp.blocks():
@@ -206,6 +206,12 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
     if part_rows is not None:  # the parts this write made (the folder may hold others')
         out.update(parts=len(w.parts), size_bytes=sum(p.nbytes for p in w.parts))
     return out
+
+
+def _shown(inp, src) -> str:
+    """What the progress bar says is being converted: the file, or how many files."""
+    paths = getattr(inp, "paths", None) or [src]
+    return os.path.basename(src) if len(paths) == 1 else f"{len(paths)} CSV files"
 
 
 def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) -> dict:
