@@ -434,7 +434,8 @@ class NdfDataset(Share):
 
     def __reduce__(self):
         h = self._handle()  # a closed dataset is not pickled: ValueError
-        return _reopen, (self.path, h.man, h.so, h.max_open)
+        path = self.path if h.url else os.path.abspath(self.path)  # for a worker elsewhere
+        return _reopen, (path, h.man, h.so, h.max_open)
 
     @property
     def open_parts(self) -> tuple[int, ...]:

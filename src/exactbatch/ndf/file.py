@@ -185,7 +185,8 @@ class NdfFile(Share):
     def __reduce__(self):
         h = self._handle()  # a closed file is not pickled: ValueError
         if isinstance(h, LocalHandle):
-            return _reopen, (self.path, (h.size, h.mtime, h.ctime), None)
+            # absolute (from the folder current now): the receiver may run in another one
+            return _reopen, (os.path.abspath(self.path), (h.size, h.mtime, h.ctime), None)
         fs = h.fs.get()
         return _reopen, (self.path, (h.size, h.etag), getattr(fs, "storage_options", None))
 

@@ -244,7 +244,9 @@ class ParquetSource:
     def __reduce__(self):
         fs = None if self._fs is None else self._fs.get()
         cats = self.categories or None  # the vocabularies as learned: no second pass
-        args = (self.files, self.features, self.labels, fs, cats, self._partitions, self._stats)
+        # local files by absolute path: the receiver may run in another folder
+        files = self.files if fs is not None else [os.path.abspath(f) for f in self.files]
+        args = (files, self.features, self.labels, fs, cats, self._partitions, self._stats)
         return _unpickle, args
 
     def _identity(self, path):
