@@ -185,6 +185,11 @@ class ParquetSource:
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
+            if fi == 0 and partitions is not None:
+                # a key the files also hold as a column is read from the files
+                kept = tuple(k for k in partitions.names if k not in schema.names)
+                partitions = partitions._replace(names=kept) if kept else None
+                self._partitions, keys = partitions, kept
             if features is None:  # the first file's columns and the partition keys, less labels
                 features = [n for n in (*schema.names, *keys) if n not in self.labels]
             if fi == 0:
@@ -218,13 +223,10 @@ class ParquetSource:
                 f"found {[*schema.names, *keys]}"
             )
         twice = sorted({c for c in columns if schema.names.count(c) > 1})
-        if cols.partitions is not None:
-            twice += [c for c in cols.partitions.names if c in schema.names]
         if twice:
             raise ValueError(
                 f"{f}: column name(s) {twice} appear more than once in the file "
-                f"(found {schema.names}, and partition keys), so which column is meant "
-                "is ambiguous"
+                f"(found {schema.names}), so which column is meant is ambiguous"
             )
         cols.check_types(f, {c: schema.field(c).type for c in columns})
 

@@ -3,7 +3,8 @@ folder's paths (``year=2024/month=01/part-0.parquet``), and which are coded as
 categories (:mod:`exactbatch.sources.categorical`).
 
 Hive partitions are found by ``pyarrow.dataset``'s partitioning
-(``partitioning="hive"``, relative to the folder the source was given): a key
+(``HivePartitioning.discover()``, relative to the folder the source was given,
+from the paths alone: no footer is read): a key
 whose values are all integers is an ``int32`` column, any other a string
 column (usable as a category); values are URL-decoded, as Spark, Dask and
 Polars write them. A file outside any ``key=value`` folder has the key
@@ -45,20 +46,16 @@ def hive_partitions(base: str, files: list[str], fs: Any = None) -> Partitions |
     if not _has_keys(base, files):
         return None
     import pyarrow.dataset as pds
+    from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
-    filesystem = None
-    if fs is not None:
-        from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-        filesystem = PyFileSystem(FSSpecHandler(fs))
+    filesystem = LocalFileSystem() if fs is None else PyFileSystem(FSSpecHandler(fs))
+    options = pds.FileSystemFactoryOptions(partition_base_dir=base)
+    options.partitioning_factory = pds.HivePartitioning.discover()
     try:
-        ds = pds.dataset(
-            files,
-            format="parquet",
-            partitioning="hive",
-            partition_base_dir=base,
-            filesystem=filesystem,
-        )
+        factory = pds.FileSystemDatasetFactory(filesystem, files, pds.ParquetFileFormat(), options)
+        # the keys' schema only (fragments=0): no footer is read, and a key that a file
+        # also holds as a column (of another type, say) does not conflict here
+        ds = factory.finish(factory.inspect(fragments=0))
     except Exception as e:  # ArrowInvalid (a ValueError), ArrowTypeError...
         raise ValueError(f"{base}: cannot read its Hive partitions ({e})") from e
     keys = {f.path: pds.get_partition_keys(f.partition_expression) for f in ds.get_fragments()}
