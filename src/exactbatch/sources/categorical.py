@@ -159,8 +159,11 @@ class Vocabulary:
         if pa.types.is_null(col.type):
             return pa.nulls(len(col), pa.float64())
         codes = pc.index_in(col, value_set=self._value_set(col.type, where))
+        floating = pa.types.is_floating(col.type)
+        if not floating and codes.null_count == col.null_count:
+            return codes.cast(pa.float64())  # every value found: the common case, no masks
         present = pc.is_valid(col)
-        if pa.types.is_floating(col.type):
+        if floating:
             present = pc.and_(present, pc.invert(pc.is_nan(col)))
         unknown = pc.and_(present, pc.is_null(codes))
         if pc.any(unknown).as_py():
@@ -171,5 +174,6 @@ class Vocabulary:
                 f"value(s); add it to categorical={{{self.column!r}: [...]}}, or let the "
                 "vocabulary be learned (categorical=[...])"
             )
-        codes = pc.if_else(present, codes, pa.scalar(None, codes.type))  # NaN: missing
+        if floating:
+            codes = pc.if_else(present, codes, pa.scalar(None, codes.type))  # NaN: missing
         return codes.cast(pa.float64())
