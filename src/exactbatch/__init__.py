@@ -12,6 +12,7 @@ from exactbatch.ndf import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.ndf.categories import categories
 from exactbatch.sources.arrow_ipc import arrow_file
 from exactbatch.sources.arrow_table import arrow_source
 from exactbatch.sources.blocks import ndf_blocks
@@ -33,6 +34,7 @@ __all__ = [
     "arrow_file",
     "arrow_source",
     "backend",
+    "categories",
     "duckdb_source",
     "hf_source",
     "ndf_blocks",
