@@ -40,6 +40,7 @@ from exactbatch.sources.categorical import check_categorical
 from exactbatch.sources.parquet_columns import (
     Partitions,
     SourceColumns,
+    check_names,
     hive_partitions,
     is_numeric_type,
 )
@@ -119,21 +120,6 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     raise TypeError(f"path must be a file, a folder or a list of files; got {path!r}")
 
 
-def _check_names(features, labels) -> None:
-    """Refuse a column named twice: within ``features``, within ``labels``, or in both."""
-    for what, names in (("features", features), ("labels", labels)):
-        names = list(names or ())
-        twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
-        if twice:
-            raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
-    both = [c for c in dict.fromkeys(labels) if c in set(features or ())]
-    if both:
-        raise ValueError(
-            f"column(s) {both} are named both in features and in labels: a label among "
-            "the features hands the model its answer (label leakage); name each in one only"
-        )
-
-
 class ParquetSource:
     """Row groups of Parquet files as chunks; see :func:`parquet_source`.
 
@@ -156,7 +142,7 @@ class ParquetSource:
         identities: list | None = None,
     ) -> None:
         _pq()
-        _check_names(features, labels)
+        check_names(features, labels)
         cats = check_categorical(categorical, "parquet_source")
         self.files = files
         self._fs = None if fs is None else ForkSafeFs(fs)  # of URL files; None: local

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn
 
-__all__ = ["Partitions", "SourceColumns", "hive_partitions", "is_numeric_type"]
+__all__ = ["Partitions", "SourceColumns", "check_names", "hive_partitions", "is_numeric_type"]
 
 
 class Partitions(NamedTuple):
@@ -169,3 +169,19 @@ def is_numeric_type(arrow_type) -> bool:
     import pyarrow.types as pat
 
     return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
+
+
+def check_names(features, labels) -> None:
+    """Refuse a column named twice: within ``features``, within ``labels``, or in both
+    (every Arrow-backed source's rule)."""
+    for what, names in (("features", features), ("labels", labels)):
+        names = list(names or ())
+        twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+        if twice:
+            raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
+    both = [c for c in dict.fromkeys(labels) if c in set(features or ())]
+    if both:
+        raise ValueError(
+            f"column(s) {both} are named both in features and in labels: a label among "
+            "the features hands the model its answer (label leakage); name each in one only"
+        )
