@@ -1,5 +1,6 @@
 """exactbatch: exact, reproducible minibatches for training loops."""
 
+from exactbatch.certificate import Certificate, certify
 from exactbatch.dataset import Dataset
 from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
@@ -16,6 +17,7 @@ from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 
 __all__ = [
+    "Certificate",
     "ConvergenceWarning",
     "DataLoader",
     "Dataset",
@@ -26,6 +28,7 @@ __all__ = [
     "ParquetSource",
     "TotalSizeWarning",
     "backend",
+    "certify",
     "ndf_blocks",
     "open_ndf",
     "open_ndf_dataset",
