@@ -46,7 +46,15 @@ from doubles import ChunksDouble, RowsDouble
 from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
 
 import exactbatch
-from exactbatch import DataLoader, Dataset, certify, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
+from exactbatch import (
+    DataLoader,
+    Dataset,
+    certify,
+    ndf_blocks,
+    open_ndf,
+    open_ndf_dataset,
+    parquet_source,
+)
 
 __all__ = [
     "DOUBLE_KINDS",

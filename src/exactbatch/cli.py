@@ -154,8 +154,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactbatch",
         description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
         epilog="Run 'exactbatch COMMAND --help' for each command's options. Exit status: "
-        "0 ok, 1 info found a malformed .ndf or certify an epoch not exact, 2 an error (one line naming the file; "
-        "--debug shows the traceback), 130 interrupted.",
+        "0 ok, 1 info found a malformed .ndf or certify an epoch not exact, 2 an error "
+        "(one line naming the file; --debug shows the traceback), 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"exactbatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

@@ -32,15 +32,15 @@ returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from exactbatch.audit import check_ledger
+from exactbatch.loader.groups import Group, Holder, tally_of
 from exactbatch.loader.history import History
 from exactbatch.order.digest import Tally
 
-__all__ = ["Cursor", "Group", "Holder", "Position"]
+__all__ = ["Cursor", "Position"]
 
 _WAIT = 0.01  # seconds between looks at reads in flight, when a claim finds the epoch over
 
@@ -67,62 +67,6 @@ class Position:
     first: int = 0
     verified: bool = True
     history: tuple = ()
-
-
-class Holder:
-    """A claimant's current group (``next_into``'s, shared by every caller): switched
-    under the cursor's lock, so that threads sharing it never claim past each other."""
-
-    __slots__ = ("group",)
-
-    def __init__(self):
-        self.group = None
-
-
-class Group:
-    """Batches claimed together by one claimant (``owner``) from epoch ``epoch``.
-
-    ``jobs``: the batches (by number) the group answers for until each is handed out
-    or given back - changed only under the cursor's lock; ``queue``: those ready to
-    hand out, as ``(job, batch)`` (``batch`` None: read at hand-out); ``handed``: the
-    jobs handed out, appended without the lock.
-    """
-
-    __slots__ = ("cursor", "epoch", "handed", "jobs", "owner", "queue")
-
-    def __init__(self, cursor: Cursor, epoch, owner):
-        self.cursor, self.epoch, self.owner = cursor, epoch, owner
-        self.jobs: dict = {}
-        self.queue: deque = deque()
-        self.handed: list = []
-
-    def hand(self, job) -> None:
-        """``job``'s batch reached its consumer (its read succeeded): it counts now."""
-        self.handed.append(job)
-        cursor = self.cursor
-        cursor._last_rows = job.size
-        if cursor._drained and len(self.handed) >= len(self.jobs):
-            cursor.settle()  # the epoch's last batches: check the ledger now
-
-    def unpop(self, item) -> None:
-        """The read of ``item``, popped from the queue, raised: it is next again."""
-        self.queue.appendleft(item)
-
-    def done(self) -> bool:
-        """Is every batch of the group handed out (none ready, none in flight)?"""
-        return len(self.handed) >= len(self.jobs)
-
-    def flying(self) -> bool:
-        """Is a batch of the group being read (claimed, neither ready nor handed out)?"""
-        return len(self.handed) + len(self.queue) < len(self.jobs)
-
-
-def _tally(jobs) -> Tally:
-    rows = digest = 0
-    for job in jobs:  # (one pass: this runs once a group)
-        rows += job.size
-        digest += job.digest
-    return Tally(rows, digest)
 
 
 class Cursor:
@@ -203,7 +147,7 @@ class Cursor:
         kept = []
         for g in self._live:
             if len(g.handed) >= len(g.jobs):  # (g.done(), without the call)
-                t = _tally(g.handed)
+                t = tally_of(g.handed)
                 self._handed.add(t.rows, t.digest)
             else:
                 kept.append(g)
@@ -281,7 +225,11 @@ class Cursor:
             return
         shard, promised = self.spec.shard, self.current.promise()
         check_ledger(
-            self._handed, promised, epoch=self.epoch, shard_index=shard.index, num_shards=shard.count
+            self._handed,
+            promised,
+            epoch=self.epoch,
+            shard_index=shard.index,
+            num_shards=shard.count,
         )
         self.history.keep(self.history.record(self, self.epoch, self._handed, promised))
 
@@ -307,7 +255,7 @@ class Cursor:
             claimed, holes = cur.claimed, set(cur.given_back())
             for g in self._live:
                 handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
-                t = _tally(handed)
+                t = tally_of(handed)
                 ledger.add(t.rows, t.digest)
                 ks = {job.k for job in handed}
                 holes.update(k for k in list(g.jobs) if k not in ks)
@@ -403,6 +351,12 @@ class Cursor:
                 except IndexError:
                     break
             self.give_back(group, jobs)
+
+    def handed_out(self, group: Group, job) -> None:
+        """``job`` of ``group`` reached its consumer (:meth:`Group.hand`)."""
+        self._last_rows = job.size
+        if self._drained and group.done():
+            self.settle()  # the epoch's last batches: check the ledger now
 
     def settle(self) -> None:
         """A group's last batch was handed out after a claim found the epoch drained:

@@ -18,7 +18,8 @@ from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
-from exactbatch.loader.cursor import Cursor, Holder
+from exactbatch.loader.cursor import Cursor
+from exactbatch.loader.groups import Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.state import pack_state, unpack_state
 from exactbatch.order import Shard
