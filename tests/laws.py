@@ -20,6 +20,8 @@ Laws:
   JSON into a fresh loader: the rest of the epoch, then the next epoch,
   equal the uninterrupted run; :func:`check_resume_in_process` does it in a
   fresh Python process.
+* :func:`check_certified` - the final states of every shard of a run, merged by
+  :func:`exactbatch.certify`, certify each epoch run, with the rows handed out.
 * :func:`check_retry` - a read that raises ``OSError`` once, the caller
   catching it and going on: the same batches as an unfaulted run, and
   ``state_dict`` counts only the batches handed out.
@@ -53,7 +55,15 @@ from helpers import (
 )
 
 import exactbatch
-from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
+from exactbatch import (
+    DataLoader,
+    Dataset,
+    certify,
+    ndf_blocks,
+    open_ndf,
+    open_ndf_dataset,
+    parquet_source,
+)
 
 __all__ = [
     "ARROW_KINDS",
@@ -212,6 +222,19 @@ def check_epoch(
     if not drop_last and not even_batches:
         missing = sorted(set(range(n)) - set(everything))
         assert not missing, f"rows never handed out: {missing[:20]}"
+
+
+def check_certified(states, per_epoch_rows: list[int]) -> None:
+    """The certificate law: ``states`` (every shard's last state, through JSON) certify
+    exactly the epochs run, the i-th with ``per_epoch_rows[i]`` rows handed out across
+    the shards; any one shard's states left out, the run is not certified."""
+    cert = certify([roundtrip(s) for s in states])
+    assert cert, f"an exact run was not certified:\n{cert}"
+    got = [(e.epoch, e.handed) for e in cert.epochs]
+    first = cert.epochs[0].epoch
+    assert got == [(first + i, r) for i, r in enumerate(per_epoch_rows)], got
+    if len(states) > 1 and per_epoch_rows[0]:
+        assert not certify([roundtrip(s) for s in states[1:]]), "certified without shard 0"
 
 
 def check_deterministic(got, want, ordered: bool = True) -> None:
@@ -692,6 +715,7 @@ def check_resume(
         if resume_via != "iter":
             resumed.reset()
         got.append(drain(resumed, resume_via, d, l))
+        final = resumed.state_dict()
         resumed.close()
         rolled = state["epoch"] > epoch
         assert rolled == (k == last) or (k == last and state.get("elastic")), (
@@ -700,7 +724,13 @@ def check_resume(
         expect = [want[1], want[2]] if rolled else [want[0][k:], want[1]]
         assert got[0] == expect[0], f"resumed after {k} of {last} batches: other batches"
         assert got[1] == expect[1], f"resumed after {k} of {last} batches: next epoch differs"
+        if resumed.num_shards == 1:  # the cut epoch whole (its first k batches on record)
+            check_certified([final], [len(_flat(w)) for w in want[: 3 if rolled else 2]])
     return want
+
+
+def _flat(batches) -> list[int]:
+    return [r for b in batches for r in b]
 
 
 def run_python(code: str, *args, timeout: float = 120) -> str:

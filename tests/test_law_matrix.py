@@ -89,6 +89,7 @@ from laws import (
     FlakyReader,
     arrow_table_of,
     check_abandoned_iterator,
+    check_certified,
     check_deterministic,
     check_epoch,
     check_epochs_differ,
@@ -368,7 +369,7 @@ def check_epoch_laws(case, make_spec, **changes):
     spec = make_spec(case, **changes)
     n, d, l, b = spec["n"], spec["d"], spec["l"], spec["loader"]["batch_size"]  # noqa: E741
     ordered = case.via != "threads"
-    runs = []
+    runs, states = [], []
     for s in range(case.shards):
         loader = loader_from_spec(spec, shard_index=s)
         epochs = []
@@ -376,6 +377,7 @@ def check_epoch_laws(case, make_spec, **changes):
             if e and case.via in ("next_into", "threads"):
                 loader.reset()  # next_into: 0 until reset()
             epochs.append(drain(loader, case.via, d, l))
+        states.append(loader.state_dict())
         loader.close()
         fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
         fresh.set_epoch(1)
@@ -395,6 +397,7 @@ def check_epoch_laws(case, make_spec, **changes):
         )
     both = [[run[e] if ordered else sorted(run[e]) for run in runs] for e in range(2)]
     check_epochs_differ(both[0], both[1], case.shuffle)
+    check_certified(states, [sum(len(b) for run in runs for b in run[e]) for e in range(2)])
 
 
 # -- resume ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """exactbatch: exact, reproducible minibatches for training loops."""
 
+from exactbatch.certificate import Certificate, certify
 from exactbatch.dataset import Dataset
 from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
 from exactbatch.kernels import backend
@@ -22,6 +23,7 @@ from exactbatch.sources.parquet import ParquetSource, parquet_source
 from exactbatch.sources.polars_frames import polars_source
 
 __all__ = [
+    "Certificate",
     "ConvergenceWarning",
     "DataLoader",
     "Dataset",
@@ -35,6 +37,7 @@ __all__ = [
     "arrow_source",
     "backend",
     "categories",
+    "certify",
     "duckdb_source",
     "hf_source",
     "ndf_blocks",

@@ -8,12 +8,14 @@
     exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
     exactbatch mixing SRC --batch-size B      how well a streaming loader mixes this data
     exactbatch bench SRC                      loader rows/s and memory against a bare read
+    exactbatch certify STATE...               did a run hand out every row exactly once?
 
 A thin front end: arguments are parsed and results printed here; the work
 is in :mod:`exactbatch.tools`, one module per subcommand, imported only
 when that subcommand runs (so is pyarrow, matplotlib or tqdm).
 
-Exit status: 0 success; 1 ``info`` found a malformed .ndf (its verdict); 2
+Exit status: 0 success; 1 ``info`` found a malformed .ndf, or ``certify``
+found an epoch not exact (their verdicts); 2
 a usage error, or any error while the command ran - every one goes through
 one funnel (:func:`_run`) and becomes one line on stderr naming the file
 (``--debug`` adds the traceback); 130 interrupted (Ctrl-C or SIGTERM),
@@ -104,6 +106,14 @@ def _bench(a) -> int:
     return 0
 
 
+def _certify(a) -> int:
+    from exactbatch.tools.certify import certify_files, public
+
+    cert = certify_files(a.states)
+    _print_json(public(cert)) if a.json else print(cert)
+    return 0 if cert else 1
+
+
 # -- the parser ---------------------------------------------------------------------------
 
 
@@ -147,8 +157,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactbatch",
         description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
         epilog="Run 'exactbatch COMMAND --help' for each command's options. Exit status: "
-        "0 ok, 1 info found a malformed .ndf, 2 an error (one line naming the file; "
-        "--debug shows the traceback), 130 interrupted.",
+        "0 ok, 1 info found a malformed .ndf or certify an epoch not exact, 2 an error "
+        "(one line naming the file; --debug shows the traceback), 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"exactbatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -387,6 +397,19 @@ def _parser() -> argparse.ArgumentParser:
         help="time only the first N rows of each epoch (default: all)",
     )
     s.set_defaults(run=_bench)
+
+    s = sub.add_parser(
+        "certify",
+        parents=[common],
+        help="did a run hand out every row of every epoch exactly once?",
+        description="Merge the ledgers of saved DataLoader states (every rank's, "
+        "across resumes and elastic changes) and say, epoch by epoch, whether "
+        "every row was handed out exactly once. Exit status 1 when not.",
+    )
+    s.add_argument(
+        "states", nargs="+", metavar="STATE", help="JSON files of states (state_dict())"
+    )
+    s.set_defaults(run=_certify)
     return p
 
 

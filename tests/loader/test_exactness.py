@@ -720,6 +720,19 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
         "shard_index": 1,
         "n": 50,
         "ledger": {"rows": 14, "digest": f"{rows_digest(np.array(got)):016x}"},
+        "history": [  # this epoch's record, for certify: this shard's hand-outs so far
+            {
+                "epoch": 0,
+                "shard": [1, 2],
+                "elastic": False,
+                "start": 0,
+                "drops": False,
+                "rows": 14,
+                "digest": f"{rows_digest(np.array(got)):016x}",
+                "promised": None,  # not ended yet
+                "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
+            }
+        ],
     }
 
 
@@ -735,7 +748,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "block_rows": 10,
         "ledger": {"rows": 10, "digest": f"{range_digest(0, 10):016x}"},
     }
-    assert len(state) == 20
+    assert len(state) == 21
     elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
     it = iter(elastic)
     next(it)
@@ -758,6 +771,19 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "l": 0,
         "global_batches_done": 2,
         "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
+        "history": [  # this rank's own hand-outs: global batch 0 (the ledger has both)
+            {
+                "epoch": 0,
+                "shard": [0, 2],
+                "elastic": True,
+                "start": 0,
+                "drops": False,
+                "rows": 10,
+                "digest": f"{rows_digest(first_two[:10]):016x}",
+                "promised": None,
+                "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
+            }
+        ],
     }
 
 
@@ -785,6 +811,11 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         (lambda s: s.pop("n"), ValueError, "state was taken with n=None, this loader has n=100"),
         (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
         (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
+        (lambda s: s.update(history={}), TypeError, r"state\['history'\] must be a list"),
+        (lambda s: s.update(history=[1]), TypeError, r"state\['history'\]\[0\] must be a dict"),
+        (lambda s: s["history"][0].pop("epoch"), ValueError, r"\[0\]\['epoch'\] must be a"),
+        (lambda s: s["history"][0].update(digest=7), ValueError, "hexadecimal"),
+        (lambda s: s["history"][0].update(whole=3), ValueError, r"\['whole'\] must be None"),
     ],
 )
 def test_a_malformed_state_is_refused_naming_the_key(change, error, match):

@@ -184,6 +184,17 @@ class RandomAccessFeed:
             out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
         return out
 
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+        """Elastic: the rows of every global batch ``epoch`` hands out, all shards', its
+        last segment resumed at global batch ``first`` (even_batches leaves out the
+        batches after the shards' equal shares)."""
+        bijection = None if epoch.order is None else epoch.order.bijection
+        stop, shard = self.total_batches, self.spec.shard
+        assert stop is not None  # set for an elastic feed
+        if self.spec.even_batches:
+            stop = first + shard.count * shard.even_share(stop, first)
+        return self._prefix_tally(bijection, 0, stop)
+
     def global_ledger(self, pos) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
         :class:`~exactbatch.loader.cursor.Position`) carries - every shard's global batches

@@ -20,7 +20,8 @@ from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
-from exactbatch.loader.cursor import Cursor, Holder
+from exactbatch.loader.cursor import Cursor
+from exactbatch.loader.groups import Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.state import pack_state, unpack_state
 from exactbatch.order import Shard
@@ -335,7 +336,10 @@ class DataLoader:
         resumes at the start of the next. The state records every setting that
         fixes the order and the source's shape (:meth:`load_state_dict`
         refuses another), and the epoch's ledger: the count and digest of the
-        rows handed out so far, checked when the epoch ends. Under
+        rows handed out so far, checked when the epoch ends; and ``history``, a
+        record of each epoch begun (this loader's own hand-outs, and the
+        promise once the epoch ended), which :func:`exactbatch.certify` merges
+        across ranks. Under
         ``elastic=True`` the state holds ``global_batches_done``, the batches
         of the epoch's global order handed out by all shards together,
         assuming they step in lockstep (as data-parallel training does); any

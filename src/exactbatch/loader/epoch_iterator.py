@@ -15,7 +15,8 @@ from typing import cast
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.loader.cursor import Cursor, Group
+from exactbatch.loader.cursor import Cursor
+from exactbatch.loader.groups import Group
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]

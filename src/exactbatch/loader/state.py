@@ -5,13 +5,16 @@ those claimed but not handed out, which come first on resume), every
 setting that fixes the order and the source's shape (a loader refuses a
 state taken under others), and the epoch's ledger. Version 2 adds the
 ledger, pending batches and the source's shape; version 1 still loads
-(its epoch's ledger is then not checked).
+(its epoch's ledger is then not checked). ``history`` holds the records of
+every epoch begun (:mod:`exactbatch.loader.history`), for
+:func:`exactbatch.certify`; a state without it loads with none.
 """
 
 from __future__ import annotations
 
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Position
+from exactbatch.loader.history import check_records
 from exactbatch.order.digest import Tally
 
 __all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
@@ -67,6 +70,7 @@ def pack_state(pos: Position, feed) -> dict:
         state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
+    state["history"] = [dict(r) for r in pos.history]
     return state
 
 
@@ -134,7 +138,9 @@ def unpack_state(state, feed, seed: int):
                 f"state['batches_done']={done} exceeds the {feed.nbatches} batches of an epoch"
             )
         ledger, verified = _ledger_of(state, done)
-    return Position(seed, epoch, done, tuple(pending), ledger, first, verified), claimed
+    history = tuple(check_records(state.get("history", [])))
+    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history)
+    return position, claimed
 
 
 def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
