@@ -35,6 +35,7 @@ from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import buffer_rng
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
+from exactbatch.sources.identity import stream_fingerprint
 from exactbatch.sources.passes import HINT_AHEAD, open_pass
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
@@ -107,6 +108,13 @@ class StreamFeed:
             "n_rows": self.hooks.n_rows,
             "block_rows": self.hooks.block_rows,
         }
+
+    def fingerprint(self) -> dict:
+        """The stream's identity (:func:`exactbatch.sources.identity.stream_fingerprint`):
+        its files' (Parquet, ``ndf_blocks``) and its chunks', read from what the source
+        already knows (no rows are read)."""
+        n = self.hooks.n_rows if self.hooks.n_rows is not None else self.total_size
+        return stream_fingerprint(self.stream.source, self.hooks, n, self.d, self.l)
 
     def learn_widths(self) -> None:
         """A stream not read yet: learn its widths (d, l) from the first chunk of a

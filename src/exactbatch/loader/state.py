@@ -5,7 +5,10 @@ those claimed but not handed out, which come first on resume), every
 setting that fixes the order and the source's shape (a loader refuses a
 state taken under others), and the epoch's ledger. Version 2 adds the
 ledger, pending batches and the source's shape; version 1 still loads
-(its epoch's ledger is then not checked).
+(its epoch's ledger is then not checked). A state also carries the
+source's ``fingerprint`` (:mod:`exactbatch.sources.identity`), checked on
+load unless the caller allows other data; a state without one (taken
+before fingerprints) loads unchecked.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Position
 from exactbatch.order.digest import Tally
+from exactbatch.sources.identity import describe, differences
 
-__all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
+__all__ = ["STATE_VERSION", "check_fingerprint", "pack_state", "settings", "unpack_state"]
 
 STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
 
@@ -67,7 +71,27 @@ def pack_state(pos: Position, feed) -> dict:
         state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
+    state["fingerprint"] = feed.fingerprint()
     return state
+
+
+def check_fingerprint(state: dict, feed) -> None:
+    """A ``ValueError`` naming both fingerprints if ``state`` was taken on other data
+    than ``feed`` reads (:func:`exactbatch.sources.identity.differences`); a state
+    without a fingerprint (taken before they were recorded) passes."""
+    theirs = state.get("fingerprint")
+    if theirs is None:
+        return
+    if not isinstance(theirs, dict):
+        raise TypeError(f"state['fingerprint'] must be a dict; got {theirs!r:.80}")
+    mine = feed.fingerprint()
+    differ = differences(theirs, mine)
+    if differ:
+        raise ValueError(
+            f"state was taken on other data (they differ in {', '.join(differ)}): the state's data "
+            f"is [{describe(theirs)}], this loader reads [{describe(mine)}]. Pass "
+            "allow_other_data=True to load_state_dict to resume on this data anyway"
+        )
 
 
 def unpack_state(state, feed, seed: int):

@@ -1,0 +1,206 @@
+"""What data a loader reads: the ``fingerprint`` a state carries.
+
+A fingerprint is small plain data (JSON-safe): ``n``, ``d``, ``l``, the
+column ``names`` where the source has real ones (a names sidecar, a
+manifest, Parquet columns; None for arrays), the file or manifest identity,
+a ``sample`` hash and, with ``DataLoader(rows=)``, the subset (``rows``:
+its count and a hash of its ids, in order).
+
+* An ``.ndf`` file: ``file`` (its path, size in bytes and mtime in ns) and a
+  ``sample``: a hash of up to 64 rows at fixed positions (spread evenly over
+  the file), read through the loader's own reader - 64 small reads, never a
+  full read.
+* A sharded dataset: ``manifest`` (its path, part count and a hash of the
+  manifest's parts - names, with their write ids, rows and bytes). No rows
+  are read: a part opens only when a shard reads it.
+* In memory (an array, a pair, a Dataset, a DataFrame) or a
+  :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash.
+* A stream: ``n`` (its ``n_rows``, else the loader's total_size) and, for a
+  chunk source, a hash of its ``chunks`` (the row counts of its chunks);
+  Parquet adds ``files`` (their count, the first path, and a hash of each
+  file's name and size); ``ndf_blocks`` its file's or manifest's identity.
+
+What :func:`differences` compares - what makes data "other" - is what
+describes the rows' content and order: n, d, l, names, the sample, the
+manifest's and the Parquet files' hashes, the chunks and the subset. The
+paths and mtimes are recorded to name the data in an error, and never
+compared: the same file copied to another path, to a node-local disk or
+restored from a backup (which moves its mtime) is the same data, and a state
+taken on it resumes there. The same rows held in memory and in an ``.ndf``
+file have the same sample, so a state moves between the two. What it cannot
+see: a file rewritten in place with the same shape that differs only away
+from the 64 sampled rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from exactbatch.ndf import NdfDataset, NdfFile
+from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.names import DefaultNames
+from exactbatch.order.subset import subset_digest
+from exactbatch.urls import is_url
+
+__all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
+__all__ += ["stream_fingerprint"]
+
+SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
+MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
+COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "chunks", "rows")
+
+
+def _hash(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+def sample_positions(n: int) -> np.ndarray:
+    """Up to :data:`SAMPLE_ROWS` row positions spread evenly over ``n`` rows (all of
+    them for n <= 64): fixed by n alone."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).round().astype(np.int64))
+
+
+def _rows_hash(pos: np.ndarray, x: np.ndarray, y: np.ndarray) -> str:
+    """The sample's hash: positions and float64 values (one NaN for every NaN)."""
+    x, y = (np.where(np.isnan(a), np.nan, a).astype("<f8") for a in (x, y))
+    return _hash(pos.astype("<i8").tobytes(), x.tobytes(), y.tobytes())
+
+
+def _sample(read, n: int, d: int, l: int) -> str:  # noqa: E741
+    """The hash of the fixed sample of rows, read by ``read(rows, out_x, out_y)``."""
+    pos = sample_positions(n)
+    x = np.empty((len(pos), d), dtype=np.float64)
+    y = np.empty((len(pos), l), dtype=np.float64)
+    if len(pos):
+        read(pos, x, y)
+    return _rows_hash(pos, x, y)
+
+
+def _names(features, labels):
+    """The column names to record: None for default names (x0.., y0..), a hash past
+    :data:`MAX_NAMES` names."""
+    if features is None or isinstance(features, DefaultNames):
+        if labels is None or isinstance(labels, DefaultNames):
+            return None
+    names = {"features": list(features or ()), "labels": list(labels or ())}
+    if len(names["features"]) + len(names["labels"]) > MAX_NAMES:
+        return "blake2b:" + _hash(json.dumps(names).encode())
+    return names
+
+
+def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
+    """An ``.ndf`` file's or dataset's identity; ``read``: how to read the file's
+    sample (None: :meth:`NdfFile.read_rows_into`)."""
+    out: dict = {"names": _names(f.features, f.labels)}
+    if isinstance(f, NdfDataset):
+        parts = [[p.name, p.n, p.nbytes] for p in f.manifest.parts]
+        digest = _hash(json.dumps([parts, f.d, f.l]).encode())
+        out["kind"] = "ndf dataset"
+        out["manifest"] = {"path": os.fspath(f.path), "parts": len(parts), "digest": digest}
+        return out
+    path = os.fspath(f.path)
+    size, mtime = expected_size(f.n, f.d, f.l), None
+    if not is_url(path):
+        st = os.stat(path)
+        size, mtime = st.st_size, st.st_mtime_ns
+    out["kind"] = "ndf"
+    out["file"] = {"path": path, "size": size, "mtime": mtime}
+    out["sample"] = _sample(read or f.read_rows_into, f.n, f.d, f.l)
+    return out
+
+
+def reader_fingerprint(reader, ids=None) -> dict:
+    """The fingerprint of a random-access reader's source (module docs); ``ids``: the
+    subset a loader serves (``rows=``), or None."""
+    fp: dict = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
+    f = getattr(reader, "file", None)
+    if isinstance(f, (NdfFile, NdfDataset)):
+        fp.update(_ndf_identity(f, reader.read))
+    else:
+        fp["kind"] = "memory" if hasattr(reader, "x") else type(reader).__name__
+        fp["names"] = _names(getattr(reader, "features", None), getattr(reader, "labels", None))
+        fp["sample"] = _sample(reader.read, reader.n, reader.d, reader.l)
+    fp["rows"] = None if ids is None else {"count": len(ids), "digest": subset_digest(ids)}
+    return fp
+
+
+def stream_fingerprint(source, hooks, n, d, l) -> dict:  # noqa: E741
+    """The fingerprint of a stream's ``source`` (its ``hooks``: a
+    :class:`~exactbatch.sources.protocols.StreamHooks`); ``n``, ``d``, ``l`` as the
+    loader knows them (None: unknown yet)."""
+    fp: dict = {"kind": "stream", "n": n, "d": d, "l": l, "names": None, "rows": None}
+    if hooks.chunk_rows is not None:
+        fp["chunks"] = _hash(hooks.chunk_rows.astype("<i8").tobytes())
+    f = getattr(source, "file", None)
+    files = getattr(source, "files", None)
+    if isinstance(f, (NdfFile, NdfDataset)):  # ndf_blocks
+        fp.update(_ndf_identity(f))
+    elif isinstance(files, (list, tuple)):  # Parquet: each file's name and size
+        fp["kind"] = "parquet"
+        fp["names"] = _names(getattr(source, "features", ()), getattr(source, "labels", ()))
+        listed = [[os.path.basename(str(p)), _size(p)] for p in files]
+        fp["files"] = {
+            "count": len(files),
+            "first": str(files[0]) if files else None,
+            "digest": _hash(json.dumps(listed).encode()),
+        }
+    return fp
+
+
+def _size(path) -> int | None:
+    """A local file's size (None for a URL: its rows and row groups say enough)."""
+    return None if is_url(str(path)) else os.stat(path).st_size
+
+
+def _key(fp: dict, key: str):
+    value = fp.get(key)
+    if key in ("manifest", "files") and isinstance(value, dict):
+        return value.get("digest")
+    return value
+
+
+def differences(theirs: dict, mine: dict) -> list[str]:
+    """The keys of :data:`COMPARED` on which two fingerprints differ. A key either
+    lacks (or holds None: not known, a stream not read yet) is not compared, but for
+    ``rows``: a subset and the whole source differ."""
+    out = []
+    for key in COMPARED:
+        a, b = _key(theirs, key), _key(mine, key)
+        if key != "rows" and (a is None or b is None):
+            continue
+        if a != b:
+            out.append(key)
+    return out
+
+
+def describe(fp: dict) -> str:
+    """A fingerprint in one line, for an error message."""
+    where = fp.get("file") or fp.get("manifest") or fp.get("files") or {}
+    path = where.get("path") or where.get("first")
+    bits = [f"{fp.get('kind')}" + (f" {path}" if path else "")]
+    bits.append(f"n={fp.get('n')}, d={fp.get('d')}, l={fp.get('l')}")
+    for key in ("size", "mtime"):
+        if where.get(key) is not None:
+            bits.append(f"{key}={where[key]}")
+    for key in COMPARED[3:]:
+        value = _key(fp, key)
+        if value is not None:
+            bits.append(f"{key}={_short(value)}")
+    return ", ".join(bits)
+
+
+def _short(value) -> str:
+    if isinstance(value, str):
+        return value[:12]
+    if isinstance(value, dict) and "digest" in value:
+        return f"{value.get('count')} ids {value['digest'][:12]}"
+    return f"{json.dumps(value)[:80]}"
