@@ -12,6 +12,7 @@ from exactbatch.ndf import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.order.splits import kfold, split
 from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 
@@ -26,12 +27,14 @@ __all__ = [
     "ParquetSource",
     "TotalSizeWarning",
     "backend",
+    "kfold",
     "ndf_blocks",
     "open_ndf",
     "open_ndf_dataset",
     "parquet_source",
     "save_ndf",
     "save_ndf_dataset",
+    "split",
 ]
 
 __version__ = "0.1.0.dev0"
