@@ -71,6 +71,7 @@ __all__ = [
     "roundtrip",
     "run_python",
     "source_from_spec",
+    "subset_positions",
     "wrap_reader",
 ]
 
@@ -320,9 +321,11 @@ def source_from_spec(spec: dict):
     ``d``, ``l``; ``chunks`` (list, factory, chunks_double: chunk sizes); ``path`` (ndf: the
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
-    ``url`` and ``storage_options`` (s3). Files are written by the test.
+    ``url`` and ``storage_options`` (s3); ``source_n``, the source's rows when the
+    loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them).
+    Files are written by the test.
     """
-    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
     rows = np.arange(n)
     x, y = make_x(rows, d), make_y(rows, l)
     if kind == "dataset":
@@ -363,6 +366,17 @@ def source_from_spec(spec: dict):
         finally:
             f.close()  # the blocks hold their own share of the file
     raise AssertionError(f"unknown source kind {kind!r}")
+
+
+def subset_positions(spec: dict, batches):
+    """Batches of source row ids as positions in the spec's subset (``rows=``), so that
+    the laws over ``range(n)`` apply to it as to a whole source; unchanged without a
+    subset. An id outside the subset becomes -1 (a row no shard owns)."""
+    rows = spec["loader"].get("rows")
+    if rows is None:
+        return batches
+    where = {r: p for p, r in enumerate(rows)}
+    return [[where.get(r, -1) for r in b] for b in batches]
 
 
 def loader_from_spec(spec: dict, wrap=None, **overrides) -> DataLoader:

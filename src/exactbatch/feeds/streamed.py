@@ -111,10 +111,9 @@ class StreamFeed:
 
     def fingerprint(self) -> dict:
         """The stream's identity (:func:`exactbatch.sources.identity.stream_fingerprint`):
-        its files' (Parquet, ``ndf_blocks``) and its chunks', read from what the source
-        already knows (no rows are read)."""
+        its files' (Parquet, ``ndf_blocks``), from what the source already knows."""
         n = self.hooks.n_rows if self.hooks.n_rows is not None else self.total_size
-        return stream_fingerprint(self.stream.source, self.hooks, n, self.d, self.l)
+        return stream_fingerprint(self.stream.source, n, self.d, self.l)
 
     def learn_widths(self) -> None:
         """A stream not read yet: learn its widths (d, l) from the first chunk of a

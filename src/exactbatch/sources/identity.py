@@ -15,14 +15,15 @@ its count and a hash of its ids, in order).
   are read: a part opens only when a shard reads it.
 * In memory (an array, a pair, a Dataset, a DataFrame) or a
   :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash.
-* A stream: ``n`` (its ``n_rows``, else the loader's total_size) and, for a
-  chunk source, a hash of its ``chunks`` (the row counts of its chunks);
-  Parquet adds ``files`` (their count, the first path, and a hash of each
-  file's name and size); ``ndf_blocks`` its file's or manifest's identity.
+* A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
+  adds ``files`` (their count, the first path, and a hash of each file's
+  name and size); ``ndf_blocks`` its file's or manifest's identity. How a
+  stream is cut into chunks (``block_rows``) is a setting of the state, not
+  the data's identity.
 
 What :func:`differences` compares - what makes data "other" - is what
 describes the rows' content and order: n, d, l, names, the sample, the
-manifest's and the Parquet files' hashes, the chunks and the subset. The
+manifest's and the Parquet files' hashes, and the subset. The
 paths and mtimes are recorded to name the data in an error, and never
 compared: the same file copied to another path, to a node-local disk or
 restored from a backup (which moves its mtime) is the same data, and a state
@@ -51,7 +52,7 @@ __all__ += ["stream_fingerprint"]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
-COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "chunks", "rows")
+COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "rows")
 
 
 def _hash(*parts: bytes) -> str:
@@ -133,13 +134,10 @@ def reader_fingerprint(reader, ids=None) -> dict:
     return fp
 
 
-def stream_fingerprint(source, hooks, n, d, l) -> dict:  # noqa: E741
-    """The fingerprint of a stream's ``source`` (its ``hooks``: a
-    :class:`~exactbatch.sources.protocols.StreamHooks`); ``n``, ``d``, ``l`` as the
-    loader knows them (None: unknown yet)."""
+def stream_fingerprint(source, n, d, l) -> dict:  # noqa: E741
+    """The fingerprint of a stream's ``source``; ``n``, ``d``, ``l`` as the loader
+    knows them (None: unknown yet). No rows are read."""
     fp: dict = {"kind": "stream", "n": n, "d": d, "l": l, "names": None, "rows": None}
-    if hooks.chunk_rows is not None:
-        fp["chunks"] = _hash(hooks.chunk_rows.astype("<i8").tobytes())
     f = getattr(source, "file", None)
     files = getattr(source, "files", None)
     if isinstance(f, (NdfFile, NdfDataset)):  # ndf_blocks
