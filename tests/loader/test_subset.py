@@ -46,8 +46,14 @@ def test_every_row_of_the_subset_once_an_epoch_across_shards(
     everything = []
     for s in range(shards):
         loader = DataLoader(
-            (X, Y), batch, rows=np.array(picked, dtype=np.int64), shuffle=shuffle, seed=seed,
-            num_shards=shards, shard_index=s, drop_last=drop_last,
+            (X, Y),
+            batch,
+            rows=np.array(picked, dtype=np.int64),
+            shuffle=shuffle,
+            seed=seed,
+            num_shards=shards,
+            shard_index=s,
+            drop_last=drop_last,
         )
         mine = picked[s * m // shards : (s + 1) * m // shards]
         assert loader.n == len(mine) and loader.total_size == m

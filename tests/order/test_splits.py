@@ -18,7 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import exactbatch
-from exactbatch import DataLoader, kfold, open_ndf, open_ndf_dataset, save_ndf, save_ndf_dataset, split
+from exactbatch import (
+    DataLoader,
+    kfold,
+    open_ndf,
+    open_ndf_dataset,
+    save_ndf,
+    save_ndf_dataset,
+    split,
+)
 from exactbatch.order.splits import split_counts
 
 
@@ -159,8 +167,9 @@ def test_groups_by_a_column_name_of_an_ndf_file_and_a_dataset(tmp_path):
     path = tmp_path / "named.ndf"
     save_ndf(path, (x, y), features=["id", "customer"], labels=["churn"])
     folder = tmp_path / "ds"
-    save_ndf_dataset(folder, [(x[:40], y[:40]), (x[40:], y[40:])], features=["id", "customer"],
-                     labels=["churn"])
+    save_ndf_dataset(
+        folder, [(x[:40], y[:40]), (x[40:], y[40:])], features=["id", "customer"], labels=["churn"]
+    )
     want = split(n, (0.7, 0.3), seed=2, groups=x[:, 1])
     for source in (open_ndf(path), open_ndf_dataset(folder)):
         got = split(source, (0.7, 0.3), seed=2, groups="customer")

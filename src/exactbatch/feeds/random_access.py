@@ -77,6 +77,9 @@ class RandomAccessFeed:
         # Row numbers as int32 when they fit: half the bytes to move per batch.
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
         self._fingerprint: dict | None = None  # made when a state first asks
+        # The reader and its read as opened: the fingerprint's sample never goes through
+        # what is put on the reader later (a test's fault injector counting its reads).
+        self._opened, self._sample_read = reader, reader.read
         self.total_batches: int | None = None
         if spec.elastic:
             self.start = 0
@@ -107,7 +110,9 @@ class RandomAccessFeed:
         """The source's identity (:func:`exactbatch.sources.identity.reader_fingerprint`),
         made once, at the first state taken or loaded."""
         if self._fingerprint is None:
-            self._fingerprint = reader_fingerprint(self.reader, self.ids)
+            if self._sample_read is None:  # closed first: the sizes and the subset only
+                return reader_fingerprint(self._opened, self.ids)
+            self._fingerprint = reader_fingerprint(self._opened, self.ids, self._sample_read)
         return self._fingerprint
 
     def learn_widths(self) -> None:
@@ -265,4 +270,5 @@ class RandomAccessFeed:
         return wanted[(seed, epoch, key_shard)]
 
     def close(self) -> None:
+        self._sample_read = None
         self.reader.close()

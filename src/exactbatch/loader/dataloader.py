@@ -342,9 +342,10 @@ class DataLoader:
         feed = self._feed
         if isinstance(state, dict) and state.get("d") is not None:
             feed.learn_widths()  # a stream not read yet reads its first chunk
-        if isinstance(state, dict) and not allow_other_data:
+        position, claimed = unpack_state(state, feed, self._cursor.seed)
+        if not allow_other_data:  # (after the settings and the shape: their errors first)
             check_fingerprint(state, feed)
-        self._cursor.restore(*unpack_state(state, feed, self._cursor.seed))
+        self._cursor.restore(position, claimed)
 
     # -- lifetime ---------------------------------------------------------------
 

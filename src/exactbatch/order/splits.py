@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from exactbatch.checks import check_int
+from exactbatch.hints import ArrayLike, Source
 from exactbatch.order.bijection import EpochBijection
 from exactbatch.sources.columns import source_column, source_size
 
@@ -157,7 +158,13 @@ def _parts(part_of_row: np.ndarray, count: int) -> tuple[np.ndarray, ...]:
     return tuple(np.flatnonzero(part_of_row == p).astype(np.int64) for p in range(count))
 
 
-def split(source_or_n, fractions, *, seed: int = 0, groups=None) -> tuple[np.ndarray, ...]:
+def split(
+    source_or_n: int | Source,
+    fractions: Sequence[float],
+    *,
+    seed: int = 0,
+    groups: ArrayLike | str | None = None,
+) -> tuple[np.ndarray, ...]:
     """Split rows into disjoint parts of the given ``fractions``: a tuple of sorted int64
     id arrays, one per fraction, whose union is every row.
 
@@ -189,7 +196,7 @@ def split(source_or_n, fractions, *, seed: int = 0, groups=None) -> tuple[np.nda
 
 
 def kfold(
-    source_or_n, k: int, *, seed: int = 0, groups=None
+    source_or_n: int | Source, k: int, *, seed: int = 0, groups: ArrayLike | str | None = None
 ) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """The k ``(train, test)`` pairs of k-fold cross-validation: sorted int64 id arrays.
 

@@ -48,7 +48,7 @@ from exactbatch.order.subset import subset_digest
 from exactbatch.urls import is_url
 
 __all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
-__all__ += ["stream_fingerprint"]
+__all__ += ["stream_identity"]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
@@ -119,25 +119,30 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     return out
 
 
-def reader_fingerprint(reader, ids=None) -> dict:
+def reader_fingerprint(reader, ids=None, read=None) -> dict:
     """The fingerprint of a random-access reader's source (module docs); ``ids``: the
-    subset a loader serves (``rows=``), or None."""
+    subset a loader serves (``rows=``), or None; ``read``: how to read the sample (the
+    reader's own read, as the loader opened it), None once the reader is closed: then
+    only the sizes and the subset are recorded (what a closed loader still knows)."""
     fp: dict = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
     f = getattr(reader, "file", None)
-    if isinstance(f, (NdfFile, NdfDataset)):
-        fp.update(_ndf_identity(f, reader.read))
+    if read is None:
+        pass
+    elif isinstance(f, (NdfFile, NdfDataset)):
+        fp.update(_ndf_identity(f, read))
     else:
         fp["kind"] = "memory" if hasattr(reader, "x") else type(reader).__name__
         fp["names"] = _names(getattr(reader, "features", None), getattr(reader, "labels", None))
-        fp["sample"] = _sample(reader.read, reader.n, reader.d, reader.l)
+        fp["sample"] = _sample(read, reader.n, reader.d, reader.l)
     fp["rows"] = None if ids is None else {"count": len(ids), "digest": subset_digest(ids)}
     return fp
 
 
-def stream_fingerprint(source, n, d, l) -> dict:  # noqa: E741
-    """The fingerprint of a stream's ``source``; ``n``, ``d``, ``l`` as the loader
-    knows them (None: unknown yet). No rows are read."""
-    fp: dict = {"kind": "stream", "n": n, "d": d, "l": l, "names": None, "rows": None}
+def stream_identity(source) -> dict:
+    """What identifies a stream's ``source`` beyond its sizes: Parquet's files,
+    ``ndf_blocks``' file or manifest (its sample: 64 rows read), else nothing but its
+    kind."""
+    fp: dict = {"kind": "stream", "names": None, "rows": None}
     f = getattr(source, "file", None)
     files = getattr(source, "files", None)
     if isinstance(f, (NdfFile, NdfDataset)):  # ndf_blocks
