@@ -111,8 +111,11 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     path = os.fspath(f.path)
     size, mtime = expected_size(f.n, f.d, f.l), None
     if not is_url(path):
-        st = os.stat(path)
-        size, mtime = st.st_size, st.st_mtime_ns
+        try:  # (a relative path after a chdir, a file removed while open: the header's)
+            st = os.stat(path)
+            size, mtime = st.st_size, st.st_mtime_ns
+        except OSError:
+            pass
     out["kind"] = "ndf"
     out["file"] = {"path": path, "size": size, "mtime": mtime}
     out["sample"] = _sample(read or f.read_rows_into, f.n, f.d, f.l)
@@ -160,8 +163,14 @@ def stream_identity(source) -> dict:
 
 
 def _size(path) -> int | None:
-    """A local file's size (None for a URL: its rows and row groups say enough)."""
-    return None if is_url(str(path)) else os.stat(path).st_size
+    """A local file's size (None for a URL, or a file gone: its name and the rows say
+    enough)."""
+    if is_url(str(path)):
+        return None
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 def _key(fp: dict, key: str):
