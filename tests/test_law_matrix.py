@@ -40,7 +40,7 @@ each ``next()``: the state counts only the batches handed out, and
 Size: 2,334 cases, about 100 s on a 2-core machine (``time pytest
 tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (1,680, and 269 over a subset): the whole product (2,016 allowed
+* ``test_epoch_laws`` (1,680, and 437 over a subset): the whole product (2,016 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
@@ -53,7 +53,8 @@ tests/test_law_matrix.py``).
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
 * ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
   of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
-  mode among them; the last shard cut at every batch of epoch 0 or 1.
+  mode among them; the last shard cut at every batch of epoch 0 or 1; and
+  33 of the random-access ones again over a subset (rows=).
 * ``test_resume_in_a_fresh_process`` (5).
 * ``test_read_error_once_*`` (124): every kind that can fail to read x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
