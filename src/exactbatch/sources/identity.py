@@ -6,18 +6,19 @@ manifest, Parquet columns; None for arrays), the file or manifest identity,
 a ``sample`` hash and, with ``DataLoader(rows=)``, the subset (``rows``:
 its count and a hash of its ids, in order).
 
-* An ``.ndf`` file: ``file`` (its path, size in bytes and mtime in ns) and a
-  ``sample``: a hash of up to 64 rows at fixed positions (spread evenly over
-  the file), read through the loader's own reader - 64 small reads, never a
-  full read.
-* A sharded dataset: ``manifest`` (its path, part count and a hash of the
-  manifest's parts - names, with their write ids, rows and bytes). No rows
-  are read: a part opens only when a shard reads it.
+* An ``.ndf`` file: its ``path``, ``size`` in bytes and ``mtime`` in ns, and
+  a ``sample``: a hash of up to 64 rows at fixed positions (spread evenly
+  over the file), read through the loader's own reader - 64 small reads,
+  never a full read.
+* A sharded dataset: its ``path``, ``parts`` (the part count) and
+  ``manifest``, a hash of the manifest's parts (names, with their write ids,
+  rows and bytes). No rows are read: a part opens only when a shard reads it.
 * In memory (an array, a pair, a Dataset, a DataFrame) or a
   :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash.
 * A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
-  adds ``files`` (their count, the first path, and a hash of each file's
-  name and size); ``ndf_blocks`` its file's or manifest's identity. How a
+  adds ``path`` (the first file), ``parts`` (the file count) and ``files``
+  (a hash of each file's name and size); ``ndf_blocks`` its file's or
+  manifest's identity. How a
   stream is cut into chunks (``block_rows``) is a setting of the state, not
   the data's identity.
 
@@ -105,8 +106,7 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     if isinstance(f, NdfDataset):
         parts = [[p.name, p.n, p.nbytes] for p in f.manifest.parts]
         digest = _hash(json.dumps([parts, f.d, f.l]).encode())
-        out["kind"] = "ndf dataset"
-        out["manifest"] = {"path": os.fspath(f.path), "parts": len(parts), "digest": digest}
+        out.update(kind="ndf dataset", path=os.fspath(f.path), parts=len(parts), manifest=digest)
         return out
     path = os.fspath(f.path)
     size, mtime = expected_size(f.n, f.d, f.l), None
@@ -116,8 +116,7 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
             size, mtime = st.st_size, st.st_mtime_ns
         except OSError:
             pass
-    out["kind"] = "ndf"
-    out["file"] = {"path": path, "size": size, "mtime": mtime}
+    out.update(kind="ndf", path=path, size=size, mtime=mtime)
     out["sample"] = _sample(read or f.read_rows_into, f.n, f.d, f.l)
     return out
 
@@ -154,11 +153,9 @@ def stream_identity(source) -> dict:
         fp["kind"] = "parquet"
         fp["names"] = _names(getattr(source, "features", ()), getattr(source, "labels", ()))
         listed = [[os.path.basename(str(p)), _size(p)] for p in files]
-        fp["files"] = {
-            "count": len(files),
-            "first": str(files[0]) if files else None,
-            "digest": _hash(json.dumps(listed).encode()),
-        }
+        fp["path"] = str(files[0]) if files else None  # the first file
+        fp["parts"] = len(files)
+        fp["files"] = _hash(json.dumps(listed).encode())
     return fp
 
 
@@ -173,20 +170,13 @@ def _size(path) -> int | None:
         return None
 
 
-def _key(fp: dict, key: str):
-    value = fp.get(key)
-    if key in ("manifest", "files") and isinstance(value, dict):
-        return value.get("digest")
-    return value
-
-
 def differences(theirs: dict, mine: dict) -> list[str]:
     """The keys of :data:`COMPARED` on which two fingerprints differ. A key either
     lacks (or holds None: not known, a stream not read yet) is not compared, but for
     ``rows``: a subset and the whole source differ."""
     out = []
     for key in COMPARED:
-        a, b = _key(theirs, key), _key(mine, key)
+        a, b = theirs.get(key), mine.get(key)
         if key != "rows" and (a is None or b is None):
             continue
         if a != b:
@@ -196,15 +186,14 @@ def differences(theirs: dict, mine: dict) -> list[str]:
 
 def describe(fp: dict) -> str:
     """A fingerprint in one line, for an error message."""
-    where = fp.get("file") or fp.get("manifest") or fp.get("files") or {}
-    path = where.get("path") or where.get("first")
+    path = fp.get("path")
     bits = [f"{fp.get('kind')}" + (f" {path}" if path else "")]
     bits.append(f"n={fp.get('n')}, d={fp.get('d')}, l={fp.get('l')}")
-    for key in ("size", "mtime"):
-        if where.get(key) is not None:
-            bits.append(f"{key}={where[key]}")
+    for key in ("size", "mtime", "parts"):
+        if fp.get(key) is not None:
+            bits.append(f"{key}={fp[key]}")
     for key in COMPARED[3:]:
-        value = _key(fp, key)
+        value = fp.get(key)
         if value is not None:
             bits.append(f"{key}={_short(value)}")
     return ", ".join(bits)
