@@ -28,6 +28,7 @@ from exactbatch import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.sources import identity
 from exactbatch.sources.identity import SAMPLE_ROWS, differences
 
 X, Y = make_data(300, d=3, l=1)
@@ -145,7 +146,7 @@ def test_a_dataset_is_known_by_its_manifest_wherever_it_lies(tmp_path):
         DataLoader(open_ndf_dataset(again), 10).load_state_dict(state)
 
 
-def test_parquet_files_are_known_by_name_and_size(tmp_path):
+def test_parquet_files_are_known_by_name_size_and_footer(tmp_path, monkeypatch):
     pytest.importorskip("pyarrow")
     folder, moved, other = tmp_path / "pq", tmp_path / "moved", tmp_path / "other"
     for f, sizes in ((folder, [40, 60]), (other, [50, 50])):
@@ -164,6 +165,17 @@ def test_parquet_files_are_known_by_name_and_size(tmp_path):
     assert rest(make(moved), state)
     with pytest.raises(ValueError, match="differ in files"):
         make(other).load_state_dict(state)
+    # the same names and row groups, other values, sizes unknown (as for URLs): told
+    # apart by the footers' statistics
+    monkeypatch.setattr(identity, "_size", lambda path: None)
+    blind = state_after(make(folder))
+    shifted = tmp_path / "shifted"
+    os.makedirs(shifted)
+    write_parquet(shifted / "a.parquet", [40, 60], 1)
+    write_parquet(shifted / "b.parquet", [30], 101)
+    with pytest.raises(ValueError, match="differ in files"):
+        make(shifted).load_state_dict(blind)
+    assert rest(make(moved), blind)
 
 
 class CountingRows:

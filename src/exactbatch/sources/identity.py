@@ -17,8 +17,9 @@ its count and a hash of its ids, in order).
   :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash.
 * A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
   adds ``path`` (the first file), ``parts`` (the file count) and ``files``
-  (a hash of each file's name and size); ``ndf_blocks`` its file's or
-  manifest's identity. How a
+  (a hash of each file's name and size, and of what its footer, read at
+  construction, says of its row groups: rows, and each column's min, max and
+  nulls); ``ndf_blocks`` its file's or manifest's identity. How a
   stream is cut into chunks (``block_rows``) is a setting of the state, not
   the data's identity.
 
@@ -155,8 +156,27 @@ def stream_identity(source) -> dict:
         listed = [[os.path.basename(str(p)), _size(p)] for p in files]
         fp["path"] = str(files[0]) if files else None  # the first file
         fp["parts"] = len(files)
-        fp["files"] = _hash(json.dumps(listed).encode())
+        footers = getattr(source, "footers", None) or []
+        fp["files"] = _hash(json.dumps([listed, _footer_stats(footers)]).encode())
     return fp
+
+
+def _footer_stats(footers) -> list:
+    """What Parquet footers say of their rows, already read: each row group's rows and
+    each column chunk's statistics (min, max, nulls), as text. Two files of the same
+    shape and size but other values differ here."""
+    out = []
+    for md in footers:
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            cols = []
+            for c in range(rg.num_columns):
+                st = rg.column(c).statistics
+                has = st is not None and st.has_min_max
+                cols.append([repr(st.min), repr(st.max)] if has else None)
+                cols.append(None if st is None else st.null_count)
+            out.append([rg.num_rows, cols])
+    return out
 
 
 def _size(path) -> int | None:
