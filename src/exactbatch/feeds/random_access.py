@@ -77,6 +77,7 @@ class RandomAccessFeed:
         # Row numbers as int32 when they fit: half the bytes to move per batch.
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
         self._fingerprint: dict | None = None  # made when a state first asks
+        self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see _promise
         # The reader and its read as opened: the fingerprint's sample never goes through
         # what is put on the reader later (a test's fault injector counting its reads).
         self._opened, self._sample_read = reader, reader.read
@@ -183,7 +184,9 @@ class RandomAccessFeed:
                 g = shard.dealt(np.arange(k0, min(count, k0 + self._step)), first)
                 promised.add(*self._batches_tally(bijection, g))
             return promised
-        promised.add(*self._run_tally(self.start, self.start + self.n))
+        if self._shard_tally is None:  # (a subset's: a pass over its ids, made once)
+            self._shard_tally = self._run_tally(self.start, self.start + self.n)
+        promised.add(*self._shard_tally)
         kept = min(self.n, count * b)
         if kept < self.n:
             left = Tally()
