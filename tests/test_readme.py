@@ -9,7 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
-OPTIONAL = ("pyarrow", "torch", "pymc", "pandas", "fsspec", "jax", "numpyro", "optax")
+OPTIONAL = ("pyarrow", "torch", "pymc", "pandas", "fsspec", "jax", "numpyro", "optax", "polars")
+OPTIONAL += ("datasets", "duckdb")
 
 
 def _blocks(page: Path) -> list[tuple[int, str]]:
@@ -53,6 +54,16 @@ def test_docs_pages_hold_the_examples():
     usage = sorted((ROOT / "docs" / "usage").glob("*.md"))
     assert len(usage) >= 9
     assert [p.name for p in usage if not _blocks(p)] == []
+
+
+def test_docs_index_lists_every_page():
+    """docs/index.md links every page of the site (a page added without a line there
+    is a page no reader finds)."""
+    docs = ROOT / "docs"
+    index = (docs / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([\w./-]+\.md)(?:#[\w-]*)?\)", index))
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")} - {"index.md"}
+    assert sorted(pages - linked) == []
 
 
 def test_blocks_are_found_with_their_lines(tmp_path):

@@ -134,8 +134,8 @@ class LocalHandle:
             done += got
 
     def read_block_into(self, start_row: int, buf: memoryview) -> None:
-        self.check_size()
         self.pread_into(buf, start_row)
+        self.check_size()  # after the read: see read_raw_into
 
     def will_need(self, start_row: int, rows: int) -> None:
         if _FADVISE is not None and rows > 0:
@@ -194,22 +194,32 @@ class LocalHandle:
         runs = None if scattered else _runs(idx)
         # Copies from the map are made under the lease, taken before the size check.
         held = None if runs is not None else self.lease.acquire()
-        try:
-            self.check_size()
-            if held is not None:
+        if held is None:
+            self._pread_rows(idx, stage, runs or _runs(idx, always=True))
+        else:
+            try:
+                self.check_size()  # a copy from a map cut short would end in SIGBUS
                 self.rows.take(idx, out=stage.view(self.rows.dtype).reshape(r), mode="clip")
-            else:
-                rows, inverse, starts = runs or _runs(idx, always=True)
-                target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
-                raw = byte_view(target)
-                rb = self.row_bytes
-                for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
-                    self.pread_into(raw[a * rb : b * rb], int(rows[a]))
-                if inverse is not None:
-                    stage[...] = target[inverse.reshape(r)]
-        finally:
-            if held:
-                self.lease.release()
+            finally:
+                if held:
+                    self.lease.release()
+        if not held:
+            # Unleased, a truncation may run during the copy: a positional read (or a
+            # copy from the map) racing it can hand back the zeroed tail of the file's
+            # last page. The truncation shrinks the size before it zeroes, so a check
+            # after the copy sees it (the compiled core's rule, for the same reason).
+            self.check_size()
+
+    def _pread_rows(self, idx: np.ndarray, stage: np.ndarray, runs) -> None:
+        """Rows ``idx`` into ``stage`` with one positional read a run of adjacent rows."""
+        rows, inverse, starts = runs
+        target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
+        raw = byte_view(target)
+        rb = self.row_bytes
+        for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
+            self.pread_into(raw[a * rb : b * rb], int(rows[a]))
+        if inverse is not None:
+            stage[...] = target[inverse.reshape(idx.shape[0])]
 
 
 def _map(fd: int, size: int):
