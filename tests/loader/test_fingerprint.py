@@ -229,3 +229,26 @@ def test_differences_compare_content_not_where_it_lies():
     assert differences(fp, {**fp, "sample": "cd", "n": 6}) == ["n", "sample"]
     unread = {**fp, "d": None, "l": None}  # a stream not read yet: its widths unknown
     assert differences(fp, unread) == []
+
+
+def test_a_row_source_adds_its_names_and_file(tmp_path):
+    """A RowSource (an Arrow IPC file) adds its column names and its file's path, size and
+    mtime to the sample; other names are other data."""
+    pa = pytest.importorskip("pyarrow")
+    from pyarrow import feather
+
+    from exactbatch import arrow_file
+
+    table = pa.table({"a": X[:, 0], "b": X[:, 1], "t": Y[:, 0]})
+    path = tmp_path / "a.arrow"
+    feather.write_feather(table, path, compression="uncompressed")
+    fp = state_after(DataLoader(arrow_file(path, labels=["t"]), 10))["fingerprint"]
+    assert fp["names"] == {"features": ["a", "b"], "labels": ["t"]}
+    assert fp["path"] == str(path) and fp["size"] == os.path.getsize(path)
+    renamed = tmp_path / "b.arrow"
+    feather.write_feather(
+        table.rename_columns(["a", "c", "t"]), renamed, compression="uncompressed"
+    )
+    state = state_after(DataLoader(arrow_file(path, labels=["t"]), 10))
+    with pytest.raises(ValueError, match="differ in names"):
+        DataLoader(arrow_file(renamed, labels=["t"]), 10).load_state_dict(state)

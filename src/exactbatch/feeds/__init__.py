@@ -30,7 +30,7 @@ def open_feed(
             )
         return StreamFeed(opened, spec, total_size, buffer_size)
     try:
-        return RandomAccessFeed(opened, spec, total_size, rows)
+        return RandomAccessFeed(opened, spec, total_size, rows, about=source)
     except BaseException:
         opened.close()  # the loader never got it: let go of the file now
         raise

@@ -34,7 +34,7 @@ from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, rows_digest
 from exactbatch.order.subset import check_subset
-from exactbatch.sources.identity import reader_fingerprint
+from exactbatch.sources.identity import reader_fingerprint, source_facts
 
 __all__ = ["RandomAccessFeed"]
 
@@ -66,8 +66,11 @@ class RandomAccessFeed:
 
     kind = "random access"
 
-    def __init__(self, reader, spec: BatchSpec, total_size="auto", rows=None):
+    def __init__(self, reader, spec: BatchSpec, total_size="auto", rows=None, about=None):
         self.reader, self.spec = reader, spec
+        # What a RowSource says of itself beyond its reader (names, a file's path): for
+        # the fingerprint, read now (plain attributes), so the feed keeps no reference.
+        self._about = source_facts(about)
         self.d, self.l = reader.d, reader.l
         # A subset's ids (rows=), or None: the source's rows are positions themselves.
         self.ids = None if rows is None else check_subset(rows, reader.n)
@@ -112,8 +115,9 @@ class RandomAccessFeed:
         made once, at the first state taken or loaded."""
         if self._fingerprint is None:
             if self._sample_read is None:  # closed first: the sizes and the subset only
-                return reader_fingerprint(self._opened, self.ids)
-            self._fingerprint = reader_fingerprint(self._opened, self.ids, self._sample_read)
+                return reader_fingerprint(self._opened, self.ids, about=self._about)
+            read = self._sample_read
+            self._fingerprint = reader_fingerprint(self._opened, self.ids, read, self._about)
         return self._fingerprint
 
     def learn_widths(self) -> None:

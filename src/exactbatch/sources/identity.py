@@ -14,7 +14,9 @@ its count and a hash of its ids, in order).
   ``manifest``, a hash of the manifest's parts (names, with their write ids,
   rows and bytes). No rows are read: a part opens only when a shard reads it.
 * In memory (an array, a pair, a Dataset, a DataFrame) or a
-  :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash.
+  :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash; a
+  RowSource adds its column names and the ``path``, ``size`` and ``mtime``
+  of the local file it names (an Arrow IPC file), where it has them.
 * A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
   adds ``path`` (the first file), ``parts`` (the file count) and ``files``
   (a hash of each file's name and size, and of what its footer, read at
@@ -50,7 +52,7 @@ from exactbatch.order.subset import subset_digest
 from exactbatch.urls import is_url
 
 __all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
-__all__ += ["stream_identity"]
+__all__ += ["source_facts", "stream_identity"]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
@@ -122,11 +124,32 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     return out
 
 
-def reader_fingerprint(reader, ids=None, read=None) -> dict:
+def source_facts(source) -> dict:
+    """What a :class:`~exactbatch.sources.protocols.RowSource` says of itself beyond its
+    reader: its type, column ``names`` and the local file at its ``path`` (size, mtime),
+    from plain attributes (no read); nothing for other sources (their readers say it)."""
+    if source is None or not callable(getattr(source, "open_reader", None)):
+        return {}
+    out: dict = {"kind": type(source).__name__}
+    names = _names(getattr(source, "features", None), getattr(source, "labels", None))
+    if names is not None:
+        out["names"] = names
+    path = getattr(source, "path", None)
+    if isinstance(path, (str, os.PathLike)) and not is_url(os.fspath(path)):
+        try:
+            st = os.stat(path)
+            out.update(path=os.fspath(path), size=st.st_size, mtime=st.st_mtime_ns)
+        except OSError:
+            pass
+    return out
+
+
+def reader_fingerprint(reader, ids=None, read=None, about=None) -> dict:
     """The fingerprint of a random-access reader's source (module docs); ``ids``: the
     subset a loader serves (``rows=``), or None; ``read``: how to read the sample (the
     reader's own read, as the loader opened it), None once the reader is closed: then
-    only the sizes and the subset are recorded (what a closed loader still knows)."""
+    only the sizes and the subset are recorded (what a closed loader still knows);
+    ``about``: :func:`source_facts` of a RowSource."""
     fp: dict = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
     f = getattr(reader, "file", None)
     if read is None:
@@ -136,6 +159,7 @@ def reader_fingerprint(reader, ids=None, read=None) -> dict:
     else:
         fp["kind"] = "memory" if hasattr(reader, "x") else type(reader).__name__
         fp["names"] = _names(getattr(reader, "features", None), getattr(reader, "labels", None))
+        fp.update(about or {})
         fp["sample"] = _sample(read, reader.n, reader.d, reader.l)
     fp["rows"] = None if ids is None else {"count": len(ids), "digest": subset_digest(ids)}
     return fp
