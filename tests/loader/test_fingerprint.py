@@ -209,7 +209,7 @@ def test_a_fingerprint_reads_at_most_64_rows_once():
     loader.state_dict()
     loader.state_dict()
     assert source.read == [SAMPLE_ROWS]
-    assert loader.state_dict()["fingerprint"]["kind"] == "Reader"
+    assert loader.state_dict()["fingerprint"]["kind"] == "CountingRows"  # the RowSource
 
 
 def test_differences_compare_content_not_where_it_lies():
