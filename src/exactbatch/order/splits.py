@@ -118,10 +118,10 @@ def _fractions(fractions) -> np.ndarray:
     if f.ndim != 1 or f.size == 0:
         raise ValueError(f"fractions must be a non-empty 1-D sequence; got {fractions!r}")
     if not np.all(np.isfinite(f)) or np.any(f <= 0):
-        raise ValueError(f"fractions must each be > 0 (and finite); got {list(f)}")
+        raise ValueError(f"fractions must each be > 0 (and finite); got {f.tolist()}")
     total = math.fsum(f.tolist())
     if abs(total - 1.0) > 1e-9:
-        raise ValueError(f"fractions must sum to 1; got {list(f)}, which sums to {total!r}")
+        raise ValueError(f"fractions must sum to 1; got {f.tolist()}, which sums to {total!r}")
     return f / total
 
 
