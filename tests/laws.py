@@ -41,7 +41,16 @@ from collections import Counter
 
 import numpy as np
 from doubles import ChunksDouble, RowsDouble
-from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
+from helpers import (
+    check_rows,
+    chunks_of,
+    collect,
+    ids_of,
+    into_buffers,
+    make_x,
+    make_y,
+    next_into_ids,
+)
 
 import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
@@ -263,18 +272,20 @@ def next_peeking(it, loader, handed: int, ahead: int = 3):
         f"after {handed} batches handed out and {len(peeked)} peeked, the state counts "
         f"{state['batches_done']}"
     )
-    xb, yb = next(it)
-    assert peeked and xb is peeked[0][0] and yb is peeked[0][1], "next() is not the peeked batch"
-    return xb, yb
+    batch = next(it)
+    assert peeked and len(batch) == len(peeked[0]), "next() is not the peeked batch"
+    same = all(a is b for a, b in zip(batch, peeked[0], strict=True))
+    assert same, "next() is not the peeked batch"
+    return batch
 
 
 def collect_peeking(loader, d: int, l: int) -> list[list[int]]:  # noqa: E741
     """One epoch through ``iter()``, peeking 3 batches ahead of each ``next``."""
     it, out = iter(loader), []
     while it.peek(1):
-        xb, yb = next_peeking(it, loader, len(out))
-        check_rows(xb, yb, d, l, loader.dtype)
-        out.append(ids(xb))
+        batch = next_peeking(it, loader, len(out))
+        check_rows(batch[0], batch[1], d, l, loader.dtype)
+        out.append(ids_of(batch))
     assert next(it, None) is None, "peek() found no batch, next() did"
     return out
 
@@ -308,9 +319,7 @@ def drain_threads(loader, d: int, l: int, n_threads: int = 4):  # noqa: E741
 
     def work(i):
         per_thread[i] = next_into_ids(loader, d, l)
-        bx = np.empty((loader.batch_size, d), dtype=loader.dtype)
-        by = np.empty((loader.batch_size, l), dtype=loader.dtype)
-        assert loader.next_into(bx, by) == 0
+        assert loader.next_into(*into_buffers(loader, d, l)) == 0
 
     run_threads(work, n_threads)
     return [b for batches in per_thread for b in batches]
@@ -604,20 +613,20 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
     got, faults = [], 0
     arm()
     it = iter(loader) if via in ("iter", "peek") else None
-    bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
+    buffers = into_buffers(loader, d, l)
     while True:
         try:
             if via == "peek":
                 if not it.peek(1):
                     break
-                xb, yb = next_peeking(it, loader, len(got))
+                batch = next_peeking(it, loader, len(got))
             elif it is not None:
-                xb, yb = next(it)
+                batch = next(it)
             else:
-                r = loader.next_into(bx, by)
+                r = loader.next_into(*buffers)
                 if r == 0:
                     break
-                xb, yb = bx[:r], by[:r]
+                batch = [b[:r] for b in buffers]
         except StopIteration:
             break
         except OSError:
@@ -633,8 +642,8 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
             assert collect(fresh, d, l) == want[len(got) :], "resumed after the error: other rows"
             fresh.close()
             continue
-        check_rows(xb, yb, d, l)
-        got.append(ids(xb))
+        check_rows(batch[0], batch[1], d, l)
+        got.append(ids_of(batch))
     assert faults == 1, "the injected read error was never raised (the test did not test)"
     assert got == want, "after a failed read the caller did not get the epoch's batches"
 
@@ -648,9 +657,8 @@ def _take(loader, via, k, d, l):  # noqa: E741
         it = iter(loader)
         taken = []
         for _ in range(k):
-            xb, _ = next(it)
-            taken.append(ids(xb))
-        return taken, lambda: [ids(xb) for xb, _ in it]
+            taken.append(ids_of(next(it)))
+        return taken, lambda: [ids_of(batch) for batch in it]
     taken = next_into_ids(loader, d, l, limit=k)
     return taken, lambda: next_into_ids(loader, d, l)
 
@@ -749,7 +757,7 @@ def check_resume_in_process(spec: dict, k: int, *, epoch: int = 0) -> None:
     for _ in range(k):
         next(it)
     state = roundtrip(here.state_dict())
-    want = [[ids(xb) for xb, _ in it], collect(here, spec["d"], spec["l"])]
+    want = [[ids_of(batch) for batch in it], collect(here, spec["d"], spec["l"])]
     assert want[0], "cut the epoch before its last batch"
     here.close()
     got = json.loads(run_python(_RESUME_CHILD, json.dumps(spec), json.dumps(state)))
@@ -833,8 +841,8 @@ def _next_batches(loader, it, via: str, d: int, l: int, limit):  # noqa: E741
     if it is None:
         return next_into_ids(loader, d, l, limit=limit)
     out = []
-    for xb, _ in it:
-        out.append(ids(xb))
+    for batch in it:
+        out.append(ids_of(batch))
         if limit is not None and len(out) >= limit:
             break
     return out
@@ -847,7 +855,7 @@ def check_abandoned_iterator(make_loader, want, k: int, keep: bool, d: int, l: i
     passes. A state taken after it was left resumes exactly."""
     loader = make_loader()
     it = iter(loader)
-    got = [ids(next(it)[0]) for _ in range(k)]
+    got = [ids_of(next(it)) for _ in range(k)]
     if not keep:
         del it
         gc.collect()
@@ -870,8 +878,8 @@ def check_shared_iterator(make_loader, want, threads: int, d: int, l: int):  # n
     per_thread = [[] for _ in range(threads)]
 
     def work(i):
-        for xb, _ in it:
-            per_thread[i].append(ids(xb))
+        for batch in it:
+            per_thread[i].append(ids_of(batch))
 
     run_threads(work, threads)
     got = [b for batches in per_thread for b in batches]

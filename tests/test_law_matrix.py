@@ -26,6 +26,10 @@ The product (before the subsets below):
     mode         plain, even_batches, elastic, elastic + even_batches
                  (elastic: random access only)
     threads      1, 4 (4 threads calling next_into on one loader)
+    with_rows    False, True: by the hash, half the cases (each kind both ways in
+                 every mode, way, shard count, shuffle and drop_last): every
+                 batch's row ids (the third element, or next_into's brows)
+                 must be exactly its rows' (column 0 of the traceable rows)
     rows         the whole source, or (random access, on a stride) a subset:
                  ``rows=`` ids of a source 19 rows larger, scattered and
                  unsorted; the laws then hold over the subset's positions
@@ -275,6 +279,9 @@ def make_spec(data_dir, request):
             "prefetch": case.prefetch,
             "even_batches": case.even,
             "elastic": case.elastic,
+            # half the cases hand out row ids too, checked against the rows (helpers.ids_of);
+            # the salt gives each kind both settings in every mode, way, shard count and flag
+            "with_rows": case.pick((False, True), "traced"),
         }
         if case.kind in STREAM_KINDS:
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")

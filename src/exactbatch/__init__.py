@@ -12,6 +12,7 @@ from exactbatch.ndf import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.ndf.categories import categories
 from exactbatch.order.splits import kfold, split
 from exactbatch.sources.arrow_ipc import arrow_file
 from exactbatch.sources.arrow_table import arrow_source
@@ -34,6 +35,7 @@ __all__ = [
     "arrow_file",
     "arrow_source",
     "backend",
+    "categories",
     "duckdb_source",
     "hf_source",
     "kfold",

@@ -3,6 +3,7 @@
     exactbatch info PATH                      what a file holds; is an .ndf (or dataset) intact?
                                               (PATH may be a URL of an .ndf or a dataset)
     exactbatch convert SRC DST                Parquet/CSV/.npy -> .ndf, .ndf -> Parquet
+                                              (SRC may be several CSVs, a folder or a glob)
     exactbatch convert SRC DIR --part-rows R  ... -> a sharded dataset of R-row parts
     exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
     exactbatch mixing SRC --batch-size B      how well a streaming loader mixes this data
@@ -59,7 +60,9 @@ def _convert(a) -> int:
     from exactbatch.tools.convert import convert, render
 
     names = ("features", "labels", "force", "delimiter", "row_group_rows", "names", "part_rows")
-    out = convert(a.src, a.dst, header=not a.no_header, **_opts(a, *names))
+    more = ("exclude", "categorical")
+    src = a.src[0] if len(a.src) == 1 else a.src
+    out = convert(src, a.dst, header=not a.no_header, **_opts(a, *names, *more))
     _print_json(out) if a.json else print(render(out))
     return 0
 
@@ -179,12 +182,30 @@ def _parser() -> argparse.ArgumentParser:
         ".parquet). Values are stored as float64.",
     )
     s.add_argument(
-        "src", help="Parquet file or folder, .csv (or .csv.gz), .npy, .ndf or a sharded dataset"
+        "src",
+        nargs="+",
+        help="Parquet file or folder (Hive partition keys become columns), .csv (or "
+        ".csv.gz), .npy, .ndf or a sharded dataset; or several CSV files (a folder of them, "
+        "a quoted glob such as 'data/*.csv', or a list) made into one .ndf, rows in sorted "
+        "path order",
     )
     s.add_argument(
         "dst",
         help="the file to write: NAME.ndf, or NAME.parquet from an .ndf; with "
         "--part-rows, the folder of a sharded dataset",
+    )
+    s.add_argument(
+        "--exclude",
+        metavar="COLS",
+        help="columns to leave out of the default features (names or positions), e.g. "
+        "an id or a free-text column",
+    )
+    s.add_argument(
+        "--categorical",
+        metavar="COLS",
+        help="Parquet and CSV: store these columns (strings, or numbers) as integer codes, "
+        "0.. in the sorted order of their values; the vocabularies are kept beside the "
+        "names (exactbatch.categories(DST))",
     )
     s.add_argument(
         "--part-rows",
@@ -385,8 +406,10 @@ def _message(e: BaseException, args) -> str:
         text = str(e) or type(e).__name__
     if not isinstance(e, (CliError, OSError, ValueError, ImportError)):
         text = f"{type(e).__name__}: {text}"  # unexpected: the type helps a bug report
-    named = (getattr(args, k, None) for k in ("path", "src", "dst", "plot", "tmp_dir"))
-    paths = [str(p) for p in named if p is not None]
+    named = [getattr(args, k, None) for k in ("path", "src", "dst", "plot", "tmp_dir")]
+    # convert's src is a list (several CSV files): each is a path an error may name
+    flat = [q for p in named for q in (p if isinstance(p, list) else [p])]
+    paths = [str(p) for p in flat if p is not None]
     if paths and not any(p in text for p in paths):
         text = f"{paths[0]}: {text}"
     return " ".join(text.split())  # one line

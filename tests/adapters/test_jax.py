@@ -353,3 +353,31 @@ def test_a_read_that_fails_while_reading_ahead_is_read_again_by_the_next_call(lo
         got.append(ids(np.asarray(xb)))
     assert failed == source.raised == 1
     assert got == want
+
+
+@pytest.mark.parametrize("pad_last", [False, True])
+def test_row_ids_come_through_as_host_int64(pad_last):
+    """A loader with_rows gives (xb, yb, rows) (and the mask after them with pad_last):
+    rows the loader's own ids, a NumPy int64 array (exact without 64-bit JAX), padded
+    with -1; resuming from the adapter's state hands out the ids left."""
+    loader = loader_of(100, 32, with_rows=True)
+    want = [rows.tolist() for _, _, rows in loader_of(100, 32, with_rows=True)]
+    got = list(as_jax(loader, pad_last=pad_last))
+    assert [len(b) for b in got] == [4 if pad_last else 3] * 4
+    for batch, rows in zip(got, want, strict=True):
+        ids_out = batch[2]
+        assert isinstance(ids_out, np.ndarray) and ids_out.dtype == np.int64
+        real = ids_out[: len(rows)].tolist()
+        assert real == rows == ids(np.asarray(batch[0])[: len(rows)])
+        assert (ids_out[len(rows) :] == -1).all()
+        if pad_last:
+            assert np.asarray(batch[3]).tolist() == [1.0] * len(rows) + [0.0] * (32 - len(rows))
+    loader = loader_of(100, 32, with_rows=True)
+    jl = as_jax(loader, prefetch=2)
+    it = iter(jl)
+    next(it)
+    state = jl.state_dict()
+    it.close()
+    resumed = loader_of(100, 32, with_rows=True)
+    resumed.load_state_dict(state)
+    assert [b[2].tolist() for b in as_jax(resumed)] == want[1:]

@@ -275,3 +275,20 @@ def test_shard_from_an_initialised_process_group(monkeypatch, tmp_path):
     finally:
         dist.destroy_process_group()
     assert distributed_shard() == (4, 2)  # destroyed: back to the environment
+
+
+def test_row_ids_come_through_as_an_int64_tensor():
+    """A loader with_rows gives (xb, yb, rows): rows an int64 tensor sharing the loader's
+    ids (never cast by dtype), equal to the rows' ids; the dataset() wrapper too."""
+    x = np.random.default_rng(0).normal(size=(50, 3))
+    loader = DataLoader(x, 16, seed=1, with_rows=True)
+    got = list(as_torch(loader, dtype=torch.float32))
+    assert [len(b) for b in got] == [3] * 4
+    seen = []
+    for xb, _, rows in got:
+        assert rows.dtype == torch.int64 and xb.dtype == torch.float32
+        assert torch.equal(xb, torch.from_numpy(x[rows.numpy()]).float())
+        seen += rows.tolist()
+    assert sorted(seen) == list(range(50))
+    ds_batches = list(torch.utils.data.DataLoader(as_torch(loader).dataset(), batch_size=None))
+    assert all(len(b) == 3 and b[2].dtype == torch.int64 for b in ds_batches)

@@ -3,7 +3,8 @@
 ``as_jax(loader)`` is an iterable with ``len()``: each ``iter()`` is one
 epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
 shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
-(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``.
+(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``; a loader built with
+``with_rows=True`` adds its row ids after ``yb`` (a NumPy int64 array).
 
 How the move overlaps the step: a put returns at once and copies in the
 background, so the iterator keeps ``prefetch`` batches put ahead of the one
@@ -222,9 +223,21 @@ class JaxLoader:
             o[a.shape[0] :] = 0
         return out
 
-    def _put(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
-        """``(host arrays, device arrays)`` of one batch put by ``to`` (the putters of
-        x and y, and of the mask); the device put is asynchronous."""
+    def _put(self, batch: tuple, to: tuple, ones):
+        """``(host arrays, device arrays)`` of one batch ``(xb, yb)`` (or ``(xb, yb,
+        ids)``: the ids stay on the host, a new NumPy int64 array, padded with -1)
+        put by ``to`` (the putters of x and y, and of the mask); the device put is
+        asynchronous."""
+        if len(batch) == 2:
+            return self._put_pair(*batch, to, ones)
+        xb, yb, ids = batch
+        host, put = self._put_pair(xb, yb, to, ones)
+        if self.pad_last and len(ids) < self.loader.batch_size:
+            ids = np.concatenate((ids, np.full(self.loader.batch_size - len(ids), -1, ids.dtype)))
+        # (x, y, ids, then the mask with pad_last: the loader's batch, then what pads it)
+        return (*host[:2], ids, *host[2:]), (*put[:2], ids, *put[2:])
+
+    def _put_pair(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
         rows, b = xb.shape[0], self.loader.batch_size
         if rows % self._pieces and not self.pad_last:
             raise ValueError(
@@ -293,10 +306,10 @@ class _JaxEpoch:
         if it is None:
             raise StopIteration
         if len(ahead) <= owner.prefetch:  # put what the loader reads ahead, in order
-            for xb, yb in it.peek(owner.prefetch + 1)[len(ahead) :]:
-                ahead.append((xb, *owner._put(xb, yb, self.to, self.ones)))
+            for batch in it.peek(owner.prefetch + 1)[len(ahead) :]:
+                ahead.append((batch[0], *owner._put(batch, self.to, self.ones)))
         try:
-            xb, _ = next(it)  # the batch put first: handed out, the loader counts it now
+            xb = next(it)[0]  # the batch put first: handed out, the loader counts it now
         except StopIteration:
             self.close()
             raise
@@ -351,6 +364,11 @@ def as_jax(
       third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
       for padding (padded rows are zeros), so a jitted step sees one shape
       and no row is dropped. Weigh the per-row loss by it.
+    * A loader built with ``with_rows=True`` gives ``(xb, yb, rows)`` (and
+      ``(xb, yb, rows, mask)`` with ``pad_last``): ``rows`` the batch's global
+      row ids as the loader hands them out, a NumPy int64 array on the host
+      (64-bit ids survive whether or not ``jax_enable_x64`` is on; padded
+      rows have id -1). ``jnp.asarray(rows)`` puts them on a device.
 
     ``state_dict()`` counts only the batches handed out (not those put
     ahead) and ``load_state_dict()`` resumes the loader; see the module's

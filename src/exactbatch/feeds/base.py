@@ -26,7 +26,8 @@ class BatchSpec:
 
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
     ``shard`` a :class:`~exactbatch.order.Shard`; ``dtype`` the batches' dtype,
-    float64 or float32 (the cast happens in the gather).
+    float64 or float32 (the cast happens in the gather); ``with_rows``: each batch
+    also carries its rows' global ids (int64), a third element.
     """
 
     batch_size: int
@@ -36,25 +37,32 @@ class BatchSpec:
     elastic: bool = False
     shard: Shard = Shard()
     dtype: np.dtype = np.dtype(np.float64)
+    with_rows: bool = False
 
     def __post_init__(self):
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
         fix(self, "dtype", check_dtype(self.dtype))
-        for name in ("shuffle", "drop_last", "even_batches", "elastic"):
+        for name in ("shuffle", "drop_last", "even_batches", "elastic", "with_rows"):
             fix(self, name, check_flag(name, getattr(self, name)))
         if not isinstance(self.shard, Shard):
             raise TypeError(f"shard must be a Shard; got {self.shard!r}")
 
 
 class Job(Protocol):
-    """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest."""
+    """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest.
+
+    ``take()`` is ``(x, y)``, or ``(x, y, rows)`` when the spec asks ``with_rows``;
+    ``fill_rows(out)`` writes the rows' ids (the ones the digest is of) into ``out``.
+    """
 
     k: int
     size: int
     digest: int
 
     def fill(self, out_x, out_y) -> None: ...
+
+    def fill_rows(self, out) -> None: ...
 
     def take(self): ...
 

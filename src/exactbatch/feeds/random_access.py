@@ -171,6 +171,7 @@ class RandomAccessFeed:
             spec.dtype,
             span=None if spec.elastic else self.n,
             ids=self.ids,
+            with_rows=spec.with_rows,
         )
 
     def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:

@@ -144,7 +144,7 @@ class StreamFeed:
         if cur is None:  # a pass with no batches is audited too
             self._audit(0)
         while cur is not None:
-            full += sum(x.shape[0] == b for x, _, _ in cur)
+            full += sum(batch[0].shape[0] == b for batch in cur)
             if len(cur) > 1:
                 yield cur[:-1]
             nxt = next(groups, None)
@@ -203,9 +203,12 @@ class StreamFeed:
                 ahead=self._chunk_rows(),
                 dropped=tally.dropped,
                 dtype=spec.dtype,
+                with_rows=spec.with_rows,
             )
         else:
-            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype)
+            batches = rebatch(
+                chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype, spec.with_rows
+            )
         return self._audited(batches), tally
 
     def close(self) -> None:

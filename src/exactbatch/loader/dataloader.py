@@ -10,6 +10,8 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
@@ -95,6 +97,17 @@ class DataLoader:
     holds: rows are cast as they are gathered, so a float32 batch costs no
     second pass (and half the bytes to write).
 
+    ``with_rows=True`` (a ``bool``, else ``TypeError``; the :attr:`with_rows`
+    attribute): every batch is ``(x, y, rows)``, ``rows`` a new int64 array of
+    the batch's global row ids, in the batch's row order - for random access
+    the row's index in the source (a sharded dataset's global row), for a
+    stream the row's position in the stream's unshuffled order (Parquet: the
+    row across the files, in file order). They are the ids the epoch ledger
+    digests, so every epoch's ids are each of its promised rows exactly once.
+    :meth:`next_into` then takes a third buffer. The setting does not change
+    the order, nor a state: a state resumes under either. Without it, nothing
+    is spent on ids.
+
     ``rows`` (random access only; a stream is a ``TypeError``): an int array
     of distinct row ids of the source, e.g. one part of
     :func:`exactbatch.split`. The loader then serves that subset as if it were
@@ -102,7 +115,8 @@ class DataLoader:
     it, a shuffle permutes it, unshuffled epochs follow its order, and every
     guarantee above holds over it. Batches gather the source's rows through
     the ids (no copy of the data; the ids are copied once); the ledger
-    digests the source's row ids, and a state records a hash of the ids.
+    digests the source's row ids (``with_rows`` hands out those ids), and a
+    state records a hash of the ids.
     Ids out of range are an ``IndexError``, an id given twice a
     ``ValueError``, a non-integer dtype a ``TypeError``, each naming ``rows``.
     """
@@ -123,6 +137,7 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
+        with_rows: bool = False,
         rows: ArrayLike | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
@@ -133,6 +148,7 @@ class DataLoader:
         spec = BatchSpec(
             batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
         )
+        spec = replace(spec, with_rows=with_rows)  # (checked there: a bool, else TypeError)
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
@@ -140,7 +156,7 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
         self.even_batches, self.elastic = spec.even_batches, spec.elastic
         self.num_shards, self.shard_index = shard.count, shard.index
-        self.dtype = spec.dtype
+        self.dtype, self.with_rows = spec.dtype, spec.with_rows
         self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
@@ -214,11 +230,16 @@ class DataLoader:
         group = groups[self.prefetch > 0] if groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
 
-    def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
+    def next_into(
+        self, bx: np.ndarray, by: np.ndarray | None = None, brows: np.ndarray | None = None
+    ) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
 
         Both must be C-contiguous arrays of the loader's :attr:`dtype` (a
         ``TypeError`` naming the buffer otherwise); ``by`` may be None when l = 0.
+        With ``with_rows=True``, ``brows`` (an int64 array of shape (batch_size,))
+        is required and receives the rows' global ids; without it, passing
+        ``brows`` is a ``TypeError`` (build the loader with ``with_rows=True``).
         Returns the rows written (the first rows of each buffer): 0 at the end
         of the epoch, and 0 again on every call until :meth:`reset` or a new
         ``iter()``. Safe to call from several threads at once: each call takes
@@ -244,6 +265,8 @@ class DataLoader:
         if not self._fits(bx, by, b, d, l, dt.itemsize):
             check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
             check_out_array(by, (b, l), "by", dt)
+        if brows is not None or self.with_rows:
+            self._check_brows(brows)
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -263,16 +286,34 @@ class DataLoader:
         size = job.size
         try:
             if batch is not None:  # read already, by an iterator left mid-epoch
-                bx[:size], by[:size] = batch
+                bx[:size], by[:size] = batch[0], batch[1]
             elif size == b:  # slicing costs as much as a tenth of a small batch's read
                 job.fill(bx, by)
             else:
                 job.fill(bx[:size], by[:size])
+            if brows is not None:  # the ids the ledger digests: the job's own
+                job.fill_rows(brows[:size])
         except BaseException:
             group.unpop(item)
             raise
         group.hand(job)
         return size
+
+    def _check_brows(self, brows) -> None:
+        """``next_into``'s third buffer: required with ``with_rows``, refused without."""
+        shape = (self.batch_size,)
+        if not self.with_rows:
+            raise TypeError(
+                f"next_into got brows, but this DataLoader was built with with_rows=False: "
+                f"build it with with_rows=True to have row ids written into an int64 array "
+                f"of shape {shape}"
+            )
+        if brows is None:
+            raise TypeError(
+                f"next_into of a DataLoader with with_rows=True needs brows, an int64 array "
+                f"of shape {shape} for the rows' ids: next_into(bx, by, brows)"
+            )
+        check_out_array(brows, shape, "brows", np.int64)
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's

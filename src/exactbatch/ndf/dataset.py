@@ -394,18 +394,33 @@ class NdfDataset(Share):
     holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
     ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
     row of each part, and ``n`` last), ``features`` and ``labels`` (column
-    names from the manifest, else ``x0..``/``y0..`` as for an NdfFile) and
-    ``manifest`` (the ``Manifest`` read, :mod:`exactbatch.ndf.manifest`;
+    names from the manifest, else ``x0..``/``y0..`` as for an NdfFile),
+    ``categories`` (the vocabularies of columns stored as integer codes,
+    ``{}`` when none) and ``manifest`` (the ``Manifest`` read, :mod:`exactbatch.ndf.manifest`;
     its names are None when it has none). The read methods are
     :class:`~exactbatch.ndf.file.NdfFile`'s (``read_row``, ``read_rows``,
     ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
     rows; each may be called from several threads at once. ``close()``
     releases this object's share, as for an NdfFile; reading a closed
     dataset is a ``ValueError``. At most ``max_open_parts`` parts are open at
-    once (None: no bound): see :func:`open_ndf_dataset`.
+    once (None: no bound): see :func:`open_ndf_dataset`. Pickling reopens it
+    by path: unpickling reads the manifest again and refuses with an
+    :class:`NdfError` one other than the pickled (parts, sizes, names).
     """
 
-    __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
+    __slots__ = (
+        "_h",
+        "categories",
+        "d",
+        "features",
+        "l",
+        "labels",
+        "manifest",
+        "n",
+        "parts",
+        "path",
+        "starts",
+    )
 
     def __init__(self, shared: _Parts) -> None:
         self._h = shared
@@ -415,6 +430,12 @@ class NdfDataset(Share):
         self.manifest = man
         fx, fy = default_names(man.d, man.l)
         self.features, self.labels = man.features or fx, man.labels or fy
+        self.categories = {c: list(v) for c, v in (man.categories or {}).items()}
+
+    def __reduce__(self):
+        h = self._handle()  # a closed dataset is not pickled: ValueError
+        path = self.path if h.url else os.path.abspath(self.path)  # for a worker elsewhere
+        return _reopen, (path, h.man, h.so, h.max_open)
 
     @property
     def open_parts(self) -> tuple[int, ...]:
@@ -463,6 +484,18 @@ class NdfDataset(Share):
         s = self._handle()
         for k, first, _, count in s.spans(start_row, rows):
             s.file(k).will_need(first, count)
+
+
+def _reopen(path: str, man: Manifest, storage_options, max_open: int | None) -> NdfDataset:
+    """An NdfDataset unpickled: opened again, refused if its manifest is not the pickled."""
+    ds = open_ndf_dataset(path, storage_options=storage_options, max_open_parts=max_open)
+    if ds.manifest != man:
+        ds.close()
+        raise NdfError(
+            f"{path}: the dataset changed between pickling and unpickling (its manifest "
+            "lists other parts, sizes or names now); open it again"
+        )
+    return ds
 
 
 def open_ndf_dataset(

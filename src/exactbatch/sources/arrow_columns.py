@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.sources.arrow import fill_columns
-from exactbatch.sources.parquet import is_numeric_type
+from exactbatch.sources.parquet_columns import check_names, is_numeric_type
 
 __all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
 
@@ -68,17 +68,7 @@ def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...],
     ``pyarrow.Schema``), checked as the module docs say; ``owner`` names the
     source in errors."""
     feats, labs = _names(features, "features"), _names(labels, "labels") or ()
-    # The same refusals, in the same words, as parquet_source's (its _check_names).
-    for what, given in (("features", feats or ()), ("labels", labs)):
-        twice = list(dict.fromkeys(c for c in given if given.count(c) > 1))
-        if twice:
-            raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
-    both = [c for c in dict.fromkeys(labs) if c in set(feats or ())]
-    if both:
-        raise ValueError(
-            f"column(s) {both} are named both in features and in labels: a label among "
-            "the features hands the model its answer (label leakage); name each in one only"
-        )
+    check_names(feats, labs)
     names = list(schema.names)
     named = list(feats or ()) + list(labs)
     missing = [c for c in named if c not in names]
