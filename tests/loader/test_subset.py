@@ -194,3 +194,25 @@ def test_a_stream_with_rows_is_a_type_error_saying_why(tmp_path):
     write_parquet(tmp_path / "a.parquet", [20, 30], 0, d=3, l=2)
     with pytest.raises(TypeError, match="stream"):
         DataLoader(parquet_source(tmp_path / "a.parquet", labels=["y0", "y1"]), 4, rows=[1])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_with_rows_hands_out_the_sources_ids_of_the_subset(shuffle):
+    """Row ids over a subset are the source's ids (the ledger's), through iter() and
+    next_into's third buffer alike."""
+    rows = np.random.default_rng(5).permutation(200)[:37]
+    loader = DataLoader((X, Y), 8, rows=rows, shuffle=shuffle, with_rows=True, seed=4)
+    seen = []
+    for xb, _, ids in loader:
+        assert ids.dtype == np.int64 and ids.tolist() == xb[:, 0].astype(int).tolist()
+        seen += ids.tolist()
+    assert sorted(seen) == sorted(rows.tolist())
+    if not shuffle:
+        assert seen == rows.tolist()
+    bx, by, brows = np.empty((8, 3)), np.empty((8, 2)), np.empty(8, dtype=np.int64)
+    loader.reset()
+    got = []
+    while (k := loader.next_into(bx, by, brows)) > 0:
+        assert brows[:k].tolist() == bx[:k, 0].astype(int).tolist()
+        got += brows[:k].tolist()
+    assert sorted(got) == sorted(rows.tolist())
