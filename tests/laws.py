@@ -93,6 +93,7 @@ __all__ = [
     "arrow_table_of",
     "run_python",
     "source_from_spec",
+    "subset_positions",
     "wrap_reader",
 ]
 
@@ -362,11 +363,13 @@ def source_from_spec(spec: dict):
     ``d``, ``l``; ``chunks`` (list, factory, chunks_double: chunk sizes); ``path`` (ndf: the
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
-    ``url`` and ``storage_options`` (s3). Files are written by the test.
+    ``url`` and ``storage_options`` (s3); ``source_n``, the source's rows when the
+    loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them).
+    Files are written by the test.
     The Arrow kinds (:data:`ARROW_KINDS`) read columns ``x0..`` and ``y0..`` in
     record batches of ``chunks`` rows (arrow_file: the file at ``path``).
     """
-    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
     if kind in ARROW_KINDS:
         return arrow_source_of(spec)
     rows = np.arange(n)
@@ -411,6 +414,17 @@ def source_from_spec(spec: dict):
     raise AssertionError(f"unknown source kind {kind!r}")
 
 
+def subset_positions(spec: dict, batches):
+    """Batches of source row ids as positions in the spec's subset (``rows=``), so that
+    the laws over ``range(n)`` apply to it as to a whole source; unchanged without a
+    subset. An id outside the subset becomes -1 (a row no shard owns)."""
+    rows = spec["loader"].get("rows")
+    if rows is None:
+        return batches
+    where = {r: p for p, r in enumerate(rows)}
+    return [[where.get(r, -1) for r in b] for b in batches]
+
+
 def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
     """Rows 0..n-1 as a pyarrow Table of columns ``x0..x{d-1}``, ``y0..y{l-1}``, in
     record batches of ``chunks`` rows (one batch when None)."""
@@ -431,7 +445,7 @@ def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
 
 def arrow_source_of(spec: dict):
     """The source of an Arrow kind's spec (see :func:`source_from_spec`)."""
-    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
     cols = {"features": [f"x{j}" for j in range(d)], "labels": [f"y{k}" for k in range(l)]}
     table = arrow_table_of(n, d, l, spec.get("chunks"))
     if kind == "arrow_file":

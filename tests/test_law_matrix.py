@@ -30,6 +30,11 @@ The product (before the subsets below):
                  every mode, way, shard count, shuffle and drop_last): every
                  batch's row ids (the third element, or next_into's brows)
                  must be exactly its rows' (column 0 of the traceable rows)
+    rows         the whole source, or (random access, on a stride) a subset:
+                 ``rows=`` ids of a source 19 rows larger, scattered and
+                 unsorted; the laws then hold over the subset's positions
+                 (laws.subset_positions), the rows handed out being the
+                 source's ids
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -43,7 +48,7 @@ each ``next()``: the state counts only the batches handed out, and
 Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (2,016): the whole product (3,360 allowed
+* ``test_epoch_laws`` (2,016, and 501 over a subset): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
@@ -57,7 +62,8 @@ Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
 * ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15), every kind and
-  mode among them; the last shard cut at every batch of epoch 0 or 1.
+  mode among them; the last shard cut at every batch of epoch 0 or 1; and
+  40 of the random-access ones again over a subset (rows=).
 * ``test_resume_in_a_fresh_process`` (5).
 * ``test_read_error_once_*`` (184): every kind that can fail to read (the
   Arrow streams fail as the factory does, and are left to it) x
@@ -74,7 +80,7 @@ from __future__ import annotations
 import itertools
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -102,6 +108,7 @@ from laws import (
     loader_from_spec,
     roundtrip,
     run_threads,
+    subset_positions,
     wrap_reader,
 )
 
@@ -134,12 +141,13 @@ class Case:
     prefetch: int
     mode: str
     threads: int
+    subset: bool = False  # rows=: a subset of a larger source
 
     def __str__(self) -> str:
         return (
             f"{self.kind}-{'shuf' if self.shuffle else 'seq'}"
             f"-{'drop' if self.drop_last else 'keep'}-S{self.shards}-pf{self.prefetch}"
-            f"-{self.mode}-t{self.threads}"
+            f"-{self.mode}-t{self.threads}" + ("-rows" if self.subset else "")
         )
 
     @property
@@ -201,6 +209,19 @@ EPOCH_CASES = [c for i, c in enumerate(ALL) if i % EPOCH_STRIDE.get(c.kind, 1) =
 RESUME_CASES = [
     c for i, c in enumerate(ALL) if c.threads == 1 and i % RESUME_STRIDE.get(c.kind, 5) == 0
 ]
+# The rows axis (rows=, a subset of a larger random-access source) on a stride of the
+# random-access cases: every kind, mode, shard count and way among them.
+SUBSET_STRIDE, SUBSET_EXTRA = 3, 19  # the source holds SUBSET_EXTRA rows beyond the subset
+SUBSET_CASES = [
+    replace(c, subset=True)
+    for i, c in enumerate(EPOCH_CASES)
+    if c.kind in RANDOM_ACCESS_KINDS and i % SUBSET_STRIDE == 1
+]
+RESUME_CASES += [
+    replace(c, subset=True)
+    for i, c in enumerate(RESUME_CASES)
+    if c.kind in RANDOM_ACCESS_KINDS and i % 4 == 1
+]
 
 
 def chunk_sizes(n: int, pattern) -> list[int]:
@@ -226,19 +247,22 @@ def make_spec(data_dir, request):
         n = case.pick(NS, "n") if n is None else n
         l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
         spec = {"kind": case.kind, "n": n, "d": d, "l": l}
+        source_n = n + SUBSET_EXTRA if case.subset else n  # the rows the source holds
+        if case.subset:
+            spec["source_n"] = source_n
         if case.kind in ("list", "factory", "parquet", "chunks_double", *ARROW_KINDS):
-            spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
+            spec["chunks"] = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
-            spec["path"] = write_ndf(data_dir, n, d, l)
+            spec["path"] = write_ndf(data_dir, source_n, d, l)
         if case.kind in ("sharded", "sharded_blocks"):
-            sizes = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "parts"))
+            sizes = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "parts"))
             spec["path"] = write_sharded(data_dir, sizes, d, l)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
             spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
         if case.kind == "arrow_file":
-            spec["path"] = write_arrow_file(data_dir, n, d, l, spec["chunks"])
+            spec["path"] = write_arrow_file(data_dir, source_n, d, l, spec["chunks"])
         if case.kind == "s3":
             s3 = request.getfixturevalue("s3_server")
             key = f"laws/{os.path.basename(spec['path'])}"
@@ -264,6 +288,9 @@ def make_spec(data_dir, request):
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
         if case.kind == "factory":  # a declared N; the list counts its rows ("auto")
             spec["loader"]["total_size"] = n
+        if case.subset:  # scattered, unsorted ids: n of the source's source_n rows
+            pick = np.random.default_rng(zlib.crc32(str(case).encode()))
+            spec["loader"]["rows"] = pick.permutation(source_n)[:n].tolist()
         spec["loader"].update(loader_changes)
         return spec
 
@@ -331,7 +358,7 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES])
+@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES])
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""
@@ -376,12 +403,12 @@ def check_epoch_laws(case, make_spec, **changes):
         for e in range(2):
             if e and case.via in ("next_into", "threads"):
                 loader.reset()  # next_into: 0 until reset()
-            epochs.append(drain(loader, case.via, d, l))
+            epochs.append(subset_positions(spec, drain(loader, case.via, d, l)))
         states.append(loader.state_dict())
         loader.close()
         fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
         fresh.set_epoch(1)
-        check_deterministic(epochs[1], collect(fresh, d, l), ordered)
+        check_deterministic(epochs[1], subset_positions(spec, collect(fresh, d, l)), ordered)
         fresh.close()
         runs.append(epochs)
     for e in range(2):

@@ -14,6 +14,7 @@ from exactbatch.ndf import (
     save_ndf_dataset,
 )
 from exactbatch.ndf.categories import categories
+from exactbatch.order.splits import kfold, split
 from exactbatch.sources.arrow_ipc import arrow_file
 from exactbatch.sources.arrow_table import arrow_source
 from exactbatch.sources.blocks import ndf_blocks
@@ -40,6 +41,7 @@ __all__ = [
     "certify",
     "duckdb_source",
     "hf_source",
+    "kfold",
     "ndf_blocks",
     "open_ndf",
     "open_ndf_dataset",
@@ -47,6 +49,7 @@ __all__ = [
     "polars_source",
     "save_ndf",
     "save_ndf_dataset",
+    "split",
 ]
 
 __version__ = "0.1.0.dev0"

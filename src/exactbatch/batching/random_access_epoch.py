@@ -133,15 +133,18 @@ class BlockedOrder:
     batches' digests, computed on a background thread for moderate n) is
     done, batches are sliced from it instead: the same rows, without the
     per-batch cost. Blocks start at batch boundaries, so a block's batch
-    digests are computed with it. Not thread-safe: used under the loader's
-    lock (but for the reference :meth:`use_whole`'s callback sets).
+    digests are computed with it. ``ids`` (a subset of the source,
+    ``DataLoader(rows=)``): positions map to subset positions, and those to
+    the source's row ids through it, so rows and digests are the source's.
+    Not thread-safe: used under the loader's lock (but for the reference
+    :meth:`use_whole`'s callback sets).
     """
 
     BLOCK = 4096
 
-    def __init__(self, bijection, offset: int, dtype, batch_size: int):
+    def __init__(self, bijection, offset: int, dtype, batch_size: int, ids=None):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
-        self.batch_size = batch_size
+        self.batch_size, self.ids = batch_size, ids
         self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
         self._lo = self._hi = 0
         self._rows: Any = None
@@ -197,6 +200,8 @@ class BlockedOrder:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
         if self.offset:
             rows += self.offset
+        if self.ids is not None:  # subset positions to the source's row ids
+            return self.ids.take(rows)
         return rows
 
 
@@ -215,7 +220,9 @@ class RandomAccessEpoch:
     ``span``: the shard's rows when batch k is positions ``k*b .. min(k*b + b,
     span)`` (contiguous sharding; None under elastic): consecutive batches are
     then one run of the order, and once the whole order is computed a group of
-    them is claimed in one loop and read as one slice of it.
+    them is claimed in one loop and read as one slice of it. ``ids``: a
+    subset's row ids (``DataLoader(rows=)``); file order's batches are then
+    slices of it (views), their rows the source's.
     """
 
     def __init__(
@@ -231,10 +238,11 @@ class RandomAccessEpoch:
         pending=(),
         dtype=None,
         span=None,
+        ids=None,
         with_rows=False,
     ):
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
-        self.offset, self.b, self.span = offset, b, span
+        self.offset, self.b, self.span, self.ids = offset, b, span, ids
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
         self._job = RowsJob if with_rows else RandomAccessJob
         self._digest = RangeDigests(b)
@@ -257,6 +265,9 @@ class RandomAccessEpoch:
 
     def job(self, k: int) -> RandomAccessJob:
         a, z = self.locate(k)
+        if self.order is None and self.ids is not None:  # a subset in its own order
+            rows = self.ids[self.offset + a : self.offset + z]
+            return self._job(self.reader, rows, z - a, k, rows_digest(rows), self.dtype)
         if self.order is None:
             start = self.offset + a
             return self._job(

@@ -135,6 +135,9 @@ class Feed(Protocol):
     def state_config(self) -> dict:
         """What a state records of the source beyond the spec (checked on load)."""
 
+    def fingerprint(self) -> dict:
+        """The source's identity, as a state records it (:mod:`exactbatch.sources.identity`)."""
+
     def learn_widths(self) -> None:
         """Set ``d``/``l`` if unknown (a stream not read yet), by reading."""
 

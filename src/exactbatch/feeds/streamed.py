@@ -35,6 +35,7 @@ from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import buffer_rng
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
+from exactbatch.sources.identity import stream_identity
 from exactbatch.sources.passes import HINT_AHEAD, open_pass
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
@@ -79,6 +80,7 @@ class StreamFeed:
             smallest = total_size // shard.count
             self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
+        self._identity: dict | None = None  # see fingerprint
         self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
 
     def _count(self) -> int:
@@ -107,6 +109,15 @@ class StreamFeed:
             "n_rows": self.hooks.n_rows,
             "block_rows": self.hooks.block_rows,
         }
+
+    def fingerprint(self) -> dict:
+        """The stream's sizes as known now and its source's identity
+        (:func:`exactbatch.sources.identity.stream_identity`, made once; a loader
+        closed before that records its sizes only)."""
+        if self._identity is None and self.stream is not None:
+            self._identity = stream_identity(self.stream.source)
+        n = self.hooks.n_rows if self.hooks.n_rows is not None else self.total_size
+        return {**(self._identity or {"kind": "stream"}), "n": n, "d": self.d, "l": self.l}
 
     def learn_widths(self) -> None:
         """A stream not read yet: learn its widths (d, l) from the first chunk of a

@@ -15,15 +15,15 @@ from dataclasses import replace
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_dtype, check_int
+from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
-from exactbatch.hints import DTypeLike, Source, TotalSize
+from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
-from exactbatch.loader.state import pack_state, unpack_state
+from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
 
 __all__ = ["DataLoader"]
@@ -108,6 +108,18 @@ class DataLoader:
     :meth:`next_into` then takes a third buffer. The setting does not change
     the order, nor a state: a state resumes under either. Without it, nothing
     is spent on ids.
+
+    ``rows`` (random access only; a stream is a ``TypeError``): an int array
+    of distinct row ids of the source, e.g. one part of
+    :func:`exactbatch.split`. The loader then serves that subset as if it were
+    the whole source: ``n`` and ``total_size`` are its length, shards split
+    it, a shuffle permutes it, unshuffled epochs follow its order, and every
+    guarantee above holds over it. Batches gather the source's rows through
+    the ids (no copy of the data; the ids are copied once); the ledger
+    digests the source's row ids (``with_rows`` hands out those ids), and a
+    state records a hash of the ids.
+    Ids out of range are an ``IndexError``, an id given twice a
+    ``ValueError``, a non-integer dtype a ``TypeError``, each naming ``rows``.
     """
 
     def __init__(
@@ -127,6 +139,7 @@ class DataLoader:
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
         with_rows: bool = False,
+        rows: ArrayLike | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
@@ -145,7 +158,7 @@ class DataLoader:
         self.even_batches, self.elastic = spec.even_batches, spec.elastic
         self.num_shards, self.shard_index = shard.count, shard.index
         self.dtype, self.with_rows = spec.dtype, spec.with_rows
-        self._feed = open_feed(source, spec, total_size, self.buffer_size)
+        self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
@@ -344,10 +357,16 @@ class DataLoader:
         of the epoch's global order handed out by all shards together,
         assuming they step in lockstep (as data-parallel training does); any
         shard count may resume from it, and every rank's state says the same.
+
+        The state's ``fingerprint`` says which data it was taken on (n, d, l,
+        column names, the file's or manifest's identity, a hash of a fixed
+        sample of up to 64 rows, and the ``rows`` subset's hash: see
+        :mod:`exactbatch.sources.identity`); it is made at the first state
+        and costs no full read.
         """
         return pack_state(self._cursor.snapshot(), self._feed)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, *, allow_other_data: bool = False) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
         The state must come from a loader with the same settings, seed and
@@ -357,11 +376,21 @@ class DataLoader:
         ``reset(seed=s)`` resumes in a loader built with ``seed=s`` or reset to
         it. A stream not read yet reads its first chunk here to learn its widths
         (d, l), so that a state of other widths is refused now, not mid-epoch.
+
+        A state taken on other data (its ``fingerprint`` differs from this
+        loader's source: other rows, names, files or subset) is a ``ValueError``
+        naming both, unless ``allow_other_data=True``; the same data at another
+        path, or with another mtime, is not other data. A state without a
+        fingerprint (from an exactbatch before them) loads unchecked.
         """
+        allow_other_data = check_flag("allow_other_data", allow_other_data)
         feed = self._feed
         if isinstance(state, dict) and state.get("d") is not None:
             feed.learn_widths()  # a stream not read yet reads its first chunk
-        self._cursor.restore(*unpack_state(state, feed, self._cursor.seed))
+        position, claimed = unpack_state(state, feed, self._cursor.seed)
+        if not allow_other_data:  # (after the settings and the shape: their errors first)
+            check_fingerprint(state, feed)
+        self._cursor.restore(position, claimed)
 
     # -- lifetime ---------------------------------------------------------------
 

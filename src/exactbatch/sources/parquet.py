@@ -246,6 +246,12 @@ class ParquetSource:
         size = self._stats[fi][0]  # url_identity: (size, etag, version)
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 
+    @property
+    def footers(self) -> list:
+        """Each file's footer (``pyarrow.parquet.FileMetaData``), as read at construction:
+        its row groups' rows and column statistics (what a state's fingerprint hashes)."""
+        return list(self._meta)
+
     def __len__(self) -> int:
         return len(self._groups)
 
