@@ -138,6 +138,11 @@ class Feed(Protocol):
     def fingerprint(self) -> dict:
         """The source's identity, as a state records it (:mod:`exactbatch.sources.identity`)."""
 
+    def whole(self) -> Tally | None:
+        """Every row an epoch covers, all shards' (their ids, as the ledger counts
+        them; None while a stream's size is unknown): what the run certificate
+        checks the shards' promises cover."""
+
     def learn_widths(self) -> None:
         """Set ``d``/``l`` if unknown (a stream not read yet), by reading."""
 

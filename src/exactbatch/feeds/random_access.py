@@ -32,7 +32,7 @@ from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
-from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
 from exactbatch.sources.identity import reader_fingerprint, source_facts
 
@@ -74,6 +74,7 @@ class RandomAccessFeed:
         self.d, self.l = reader.d, reader.l
         # A subset's ids (rows=), or None: the source's rows are positions themselves.
         self.ids = None if rows is None else check_subset(rows, reader.n)
+        self._whole: Tally | None = None
         size = reader.n if self.ids is None else len(self.ids)
         total = self.total_size = resolve_random_access_total(total_size, size)
         b, shard = spec.batch_size, spec.shard
@@ -109,6 +110,16 @@ class RandomAccessFeed:
 
     def state_config(self) -> dict:
         return {}
+
+    def whole(self) -> Tally:
+        """Every row of the source, or of the subset (module docs of
+        :mod:`exactbatch.feeds.base`)."""
+        if self._whole is None:  # (a subset's: a pass over its ids, made once)
+            ids, n = self.ids, self.reader.n
+            self._whole = (
+                Tally(n, range_digest(0, n)) if ids is None else Tally(len(ids), rows_digest(ids))
+            )
+        return self._whole
 
     def fingerprint(self) -> dict:
         """The source's identity (:func:`exactbatch.sources.identity.reader_fingerprint`),

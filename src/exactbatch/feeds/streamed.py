@@ -34,6 +34,7 @@ from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import buffer_rng
+from exactbatch.order.digest import Tally, range_digest
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
 from exactbatch.sources.identity import stream_identity
 from exactbatch.sources.passes import HINT_AHEAD, open_pass
@@ -109,6 +110,11 @@ class StreamFeed:
             "n_rows": self.hooks.n_rows,
             "block_rows": self.hooks.block_rows,
         }
+
+    def whole(self) -> Tally | None:
+        """Rows 0 .. N-1 of the stream's order, when N is known (see the Feed protocol)."""
+        total = self.total_size
+        return None if total is None else Tally(total, range_digest(0, total))
 
     def fingerprint(self) -> dict:
         """The stream's sizes as known now and its source's identity

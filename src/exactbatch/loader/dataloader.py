@@ -21,8 +21,8 @@ from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
 from exactbatch.loader.cursor import Cursor
-from exactbatch.loader.groups import Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.groups import Holder
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
 

@@ -18,7 +18,7 @@ across the ranks (:mod:`exactbatch.certificate`).
 
 from __future__ import annotations
 
-from exactbatch.order.digest import Tally, range_digest
+from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
 
@@ -55,9 +55,9 @@ class History:
             "promised": None,
             "whole": None,
         }
-        total = feed.total_size
-        if isinstance(total, int) and not isinstance(total, bool):
-            rec["whole"] = {"rows": total, "digest": f"{range_digest(0, total):016x}"}
+        whole = feed.whole()
+        if whole is not None:
+            rec["whole"] = _tally(whole)
         if promised is not None:
             if spec.elastic:  # every rank's batches of the epoch, from the order
                 rec["promised"] = _tally(feed.global_promise(cursor.current, self.start))
