@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
 
 __all__ = ["rebatch"]
@@ -36,11 +37,42 @@ def rebatch(
     """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows of ``dtype``
     (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks, each
     as a group of one (a list: what a stream's pass yields, as the shuffle buffer's
-    groups; one batch at a time, so that no more than it is held).
+    groups; one batch at a time, so that no more than it is held). ``dtype`` may
+    be an :class:`~exactbatch.batching.output.Output` (labels, transform, NaN
+    rule): batches are then cut as float64 and made by its rules (a second pass
+    over each batch, which a copy out of the chunks needs anyway).
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
     unless ``drop_last``, when they are dropped (and counted in ``dropped``).
     """
+    if not isinstance(dtype, Output):
+        yield from _rebatch(chunks, batch_size, drop_last, dropped, dtype)
+        return
+    out, spans = dtype, []  # the row ids of the batch being cut, as (first, stop) runs
+
+    def tracked():
+        for x, y, id0 in chunks:
+            spans.append((id0, id0 + x.shape[0]))
+            yield x, y, id0
+
+    taken = 0  # rows of spans[0] in earlier batches
+    for group in _rebatch(tracked(), batch_size, drop_last, dropped, np.float64):
+        x, y, digest = group[0]
+        ids, need = [], x.shape[0]
+        while need:
+            a, z = spans[0]
+            k = min(need, z - a - taken)
+            ids.append(np.arange(a + taken, a + taken + k, dtype=np.int64))
+            need -= k
+            taken += k
+            if a + taken == z:
+                spans.pop(0)
+                taken = 0
+        yield [(*out.finish(x, y, np.concatenate(ids) if ids else None), digest)]
+
+
+def _rebatch(chunks, batch_size, drop_last, dropped, dtype) -> Iterator:
+    """:func:`rebatch` for a dtype."""
     b = batch_size
     digest = RangeDigests(b)
     # the carry: a batch being completed across chunks

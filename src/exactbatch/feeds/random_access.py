@@ -21,6 +21,7 @@ from functools import partial
 import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
+from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
@@ -57,6 +58,8 @@ class RandomAccessFeed:
     kind = "random access"
 
     def __init__(self, reader, spec: BatchSpec, total_size="auto"):
+        if spec.output is not None:  # labels, transform or NaN rule: read through it
+            reader = OutputReader(reader, spec.output)
         self.reader, self.spec = reader, spec
         self.d, self.l = reader.d, reader.l
         total = self.total_size = resolve_random_access_total(total_size, reader.n)

@@ -191,10 +191,10 @@ class StreamFeed:
                 self._spare,
                 ahead=self._chunk_rows(),
                 dropped=tally.dropped,
-                dtype=spec.dtype,
+                dtype=spec.shaped,
             )
         else:
-            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype)
+            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.shaped)
         return self._audited(batches), tally
 
     def close(self) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_dtype, check_int
+from exactbatch.batching.output import Output
+from exactbatch.checks import check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import DTypeLike, Source, TotalSize
@@ -22,6 +23,7 @@ from exactbatch.loader.cursor import Cursor, Holder
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.state import pack_state, unpack_state
 from exactbatch.order import Shard
+from exactbatch.transform import Standardize
 
 __all__ = ["DataLoader"]
 
@@ -94,6 +96,18 @@ class DataLoader:
     :attr:`dtype` attribute) is the batches' dtype, whatever the source
     holds: rows are cast as they are gathered, so a float32 batch costs no
     second pass (and half the bytes to write).
+
+    Real data (see docs/usage/nan.md): ``label_dtype`` (None: the loader's
+    ``dtype``; ``np.int64`` or ``np.int32`` for class labels, converted checked
+    exact: a non-integer label, NaN or one out of range is a ``ValueError``
+    naming the row id; another dtype a ``ValueError`` naming ``label_dtype``).
+    ``transform``: a :class:`~exactbatch.Standardize`, applied to the features
+    as rows are gathered (statistics of the wrong width: ``ValueError`` naming
+    ``transform``, at construction, or at the first batch of a stream whose
+    widths are unknown). ``nan``: ``"keep"`` (default) or ``"error"``, which
+    refuses a batch holding a NaN with a ``ValueError`` naming the row id and
+    the column. Row ids are row numbers in the source (random access) or
+    positions in the stream's unshuffled order.
     """
 
     def __init__(
@@ -112,14 +126,16 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
+        label_dtype: DTypeLike | None = None, transform: Standardize | None = None, nan: str = "keep",  # noqa: E501
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
+        output = Output(dtype, label_dtype, transform, nan)
         spec = BatchSpec(
-            batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
+            batch_size, shuffle, drop_last, even_batches, elastic, shard, output.dtype, output
         )
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
@@ -128,7 +144,8 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
         self.even_batches, self.elastic = spec.even_batches, spec.elastic
         self.num_shards, self.shard_index = shard.count, shard.index
-        self.dtype = spec.dtype
+        self.dtype, self.label_dtype = spec.dtype, output.ydtype
+        self.transform, self.nan = transform, nan
         self._feed = open_feed(source, spec, total_size, self.buffer_size)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
@@ -205,8 +222,9 @@ class DataLoader:
     def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
 
-        Both must be C-contiguous arrays of the loader's :attr:`dtype` (a
-        ``TypeError`` naming the buffer otherwise); ``by`` may be None when l = 0.
+        Both must be C-contiguous arrays of the loader's :attr:`dtype` (``by``: of
+        its :attr:`label_dtype`), a ``TypeError`` naming the buffer otherwise; ``by``
+        may be None when l = 0.
         Returns the rows written (the first rows of each buffer): 0 at the end
         of the epoch, and 0 again on every call until :meth:`reset` or a new
         ``iter()``. Safe to call from several threads at once: each call takes
@@ -221,15 +239,18 @@ class DataLoader:
             d, l = feed.d, feed.l  # noqa: E741
             if d is None or l is None:  # no chunk at all: the epoch is over before it began
                 return 0
-        dt, b = self.dtype, self.batch_size
+        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
         if bx is None or by is None:
             if bx is None or l:
                 raise TypeError(
-                    f"next_into needs {dt} buffers bx of shape {(b, d)} and by of shape "
-                    f"{(b, l)} (by may be None only when l = 0)"
+                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
+                    f"shape {(b, l)} (by may be None only when l = 0)"
                 )
-            by = np.empty((b, 0), dtype=dt)
-        if not self._fits(bx, by, b, d, l, dt.itemsize):
+            by = np.empty((b, 0), dtype=yt)
+        if yt is not dt:  # class labels: by of label_dtype
+            check_out_array(bx, (b, d), "bx", dt)
+            check_out_array(by, (b, l), "by", yt)
+        elif not self._fits(bx, by, b, d, l, dt.itemsize):
             check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
             check_out_array(by, (b, l), "by", dt)
         # Small batches are claimed a group at a time into one group all callers pop
