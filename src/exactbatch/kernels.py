@@ -53,6 +53,7 @@ __all__ = [
     "memory_rows",
     "pair_check",
     "parts_rows",
+    "staged",
     "use_backend",
 ]
 
@@ -161,6 +162,15 @@ class TransformKernel:
             np.copyto(v, self.fill, where=nan)
         out[...] = v
         return first
+
+
+def staged(read, rows, out_x: np.ndarray, out_y: np.ndarray, kernel: TransformKernel) -> int:
+    """For a reader whose copy cannot take ``kernel``: rows ``rows`` read by ``read``
+    as float64, then mapped into ``out_x`` (a second pass, over a batch in cache).
+    Returns what a fused read does: the first row that held a NaN, or -1."""
+    x = np.empty(out_x.shape)
+    read(rows, x, out_y)
+    return kernel.apply(x, out_x)
 
 
 class _NumpyRows:

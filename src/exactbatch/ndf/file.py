@@ -105,20 +105,29 @@ class Share:
         return out_x, out_y
 
     def read_rows_into(
-        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
-    ) -> None:
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray, kernel=None
+    ):
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
         numbers in ``[0, n)`` (any order, repeats allowed), the outputs
         C-contiguous arrays of shapes (r, d) and (r, l), both float64 or both
         float32 (the cast happens in the gather). :meth:`read_rows` checks
-        all of that.
+        all of that. ``kernel``: a transform applied to x as it is copied (a
+        loader's ``transform``), where the reader :meth:`fuses` one; it returns
+        the first row that held a NaN, or -1.
         """
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
-        h.read_rows_into(rows, out_x, out_y)
+        if kernel is None:
+            return h.read_rows_into(rows, out_x, out_y)
+        return h.read_rows_into(rows, out_x, out_y, kernel)
+
+    def fuses(self) -> bool:
+        """Whether :meth:`read_rows_into` takes a transform kernel (a local file or
+        dataset does; a URL's reader does not)."""
+        return getattr(self._handle(), "fuses", False)
 
     def rows_reader(self):
         """:meth:`read_rows_into` without the check for a closed share: the function a

@@ -61,6 +61,7 @@ class NdfReader:
         # The handle's own read, called per batch (this reader's share stays open
         # until close()): one guarded kernel call on the compiled path.
         self.read = self.file.rows_reader()
+        self.fuses = self.file.fuses()  # takes a transform kernel
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for
