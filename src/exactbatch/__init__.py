@@ -14,6 +14,7 @@ from exactbatch.ndf import (
 )
 from exactbatch.sources.blocks import ndf_blocks
 from exactbatch.sources.parquet import ParquetSource, parquet_source
+from exactbatch.transform import Standardize
 
 __all__ = [
     "ConvergenceWarning",
@@ -24,6 +25,7 @@ __all__ = [
     "NdfError",
     "NdfFile",
     "ParquetSource",
+    "Standardize",
     "TotalSizeWarning",
     "backend",
     "ndf_blocks",
