@@ -98,10 +98,11 @@ DEFINE_SIDE(side64, int64_t)
         Py_ssize_t ob = w * (f32 ? 4 : 8);                                                \
         for (Py_ssize_t k = 0; k < r; k++) {                                              \
             int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                          \
-            if (ix != NULL && w > 4 && k + PREFETCH < r) {                                \
+            if (ix != NULL && w > 4 && k + PREFETCH < r) { /* every line of the row: */  \
                 const char *ahead = base + (int64_t)ix[k + PREFETCH] * stride;            \
-                __builtin_prefetch(ahead);                                                \
-                __builtin_prefetch(ahead + 8 * w - 1);                                    \
+                for (Py_ssize_t at = 0; at < 8 * w; at += 64) /* (the loop holds fewer */ \
+                    __builtin_prefetch(ahead + at);           /* rows in flight than  */ \
+                __builtin_prefetch(ahead + 8 * w - 1);        /* a memcpy's)          */ \
             }                                                                             \
             if (transform_row(out + k * ob, base + i * stride, w, f32, t) && *nan < 0)    \
                 *nan = k;                                                                 \
