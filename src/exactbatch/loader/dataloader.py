@@ -97,7 +97,7 @@ class DataLoader:
     holds: rows are cast as they are gathered, so a float32 batch costs no
     second pass (and half the bytes to write).
 
-    Real data (see docs/usage/nan.md): ``label_dtype`` (None: the loader's
+    Real data (docs/usage/in-memory.md, "Class labels, NaN and standardisation"): ``label_dtype`` (None: the loader's
     ``dtype``; ``np.int64`` or ``np.int32`` for class labels, converted checked
     exact: a non-integer label, NaN or one out of range is a ``ValueError``
     naming the row id; another dtype a ``ValueError`` naming ``label_dtype``).
