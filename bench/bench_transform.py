@@ -112,16 +112,18 @@ def main() -> None:
     clean = np.nan_to_num(x)  # for nan="error": no NaN to refuse
     st = Standardize((np.nanmean(x, axis=0), np.nanstd(x, axis=0)), nan_fill=0.0)
     perm = rng.permutation(n)
-    print(f"backend {backend()}; n = {n:,} rows of {d} float64 (1% NaN) + 1 label; "
-          f"best of {a.rounds} rounds, cases alternating")
+    print(
+        f"backend {backend()}; n = {n:,} rows of {d} float64 (1% NaN) + 1 label; "
+        f"best of {a.rounds} rounds, cases alternating"
+    )
     print("\n| batch | case | measured, M rows/s | baseline, M rows/s | ratio |")
     print("|---:|---|---:|---:|---:|")
     for b in a.batch:
         kcases = _kernel_cases(x, y, st, b)
         lcases = _loader_cases(x, y, st, b)
-        lcases["loader, float64: nan='error' (no NaN) / plain"] = _loader_cases(
-            clean, y, st, b
-        )["loader, float64: nan='error' (no NaN) / plain"]
+        lcases["loader, float64: nan='error' (no NaN) / plain"] = _loader_cases(clean, y, st, b)[
+            "loader, float64: nan='error' (no NaN) / plain"
+        ]
         best = {k: [0.0, 0.0] for k in (*kcases, *lcases)}
         for r in range(a.rounds):
             for k, fns in kcases.items():

@@ -267,7 +267,11 @@ def test_a_transformed_read_maps_x_as_it_copies_and_writes_nothing_around(reader
         for fill in (None, -2.0):
             tf = core.transform(mean, scale, fill)
             for name, reader in readers(x, y):
-                for rows in (rng.permutation(40)[:30], np.arange(7, 31).astype(np.int32), slice(3, 27)):
+                for rows in (
+                    rng.permutation(40)[:30],
+                    np.arange(7, 31).astype(np.int32),
+                    slice(3, 27),
+                ):
                     want = np.arange(40)[rows]
                     for ydt in {dtype, np.float64}:
                         bx = np.full(len(want) * d + 2 * pad, mark, dtype=dtype)
@@ -293,7 +297,9 @@ def test_a_read_takes_a_transform_kernel_or_none_and_refuses_anything_else(reade
         with pytest.raises(TypeError, match="transform must be a Transform"):
             reader.read(np.array([1]), ox[:1], oy[:1], object())
         with pytest.raises(ValueError, match="a transform of 3 features for rows of 2"):
-            reader.read(np.array([1]), ox[:1], oy[:1], core.transform(np.zeros(3), np.ones(3), None))
+            reader.read(
+                np.array([1]), ox[:1], oy[:1], core.transform(np.zeros(3), np.ones(3), None)
+            )
         with pytest.raises(TypeError, match="takes 3 arguments"):
             reader.read(np.array([1]), ox[:1], oy[:1], None, None)
         with pytest.raises(TypeError, match="same dtype"):  # float32 labels under float64 x

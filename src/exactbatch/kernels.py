@@ -156,8 +156,8 @@ class TransformKernel:
         v = src - self.mean
         v *= self.scale
         nan = np.isnan(v)
-        hit = nan.any(axis=1)
-        first = int(hit.argmax()) if len(hit) and hit.any() else -1
+        hit = np.asarray(nan.any(axis=1))
+        first = int(hit.argmax()) if hit.any() else -1
         if first >= 0 and self.fill is not None:
             np.copyto(v, self.fill, where=nan)
         out[...] = v
@@ -193,7 +193,9 @@ class _NumpyRows:
             out_x[...] = self.x[rows]
             out_y[...] = self.y[rows]
             return
-        if out_x.dtype != out_y.dtype or out_x.dtype != np.float64:  # a take then a cast (np.take into a float32
+        if (
+            out_x.dtype != out_y.dtype or out_x.dtype != np.float64
+        ):  # a take then a cast (np.take into a float32
             out_x[...] = self.x.take(rows, axis=0, mode="clip")  # `out` would copy
             out_y[...] = self.y.take(rows, axis=0, mode="clip")  # `out` in first)
             return

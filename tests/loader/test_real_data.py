@@ -15,6 +15,7 @@ import json
 import backends
 import numpy as np
 import pytest
+
 from exactbatch import (
     DataLoader,
     Standardize,
@@ -110,7 +111,7 @@ def test_int64_labels_are_exact_beyond_float32_and_refuse_beyond_int64():
     x = np.zeros((4, 1))
     y = np.array([[2.0**40 + 1], [0.0], [-(2.0**52)], [5.0]])
     loader = DataLoader((x, y), 4, shuffle=False, dtype=np.float32, label_dtype=np.int64)
-    (_, yb), = list(loader)
+    ((_, yb),) = list(loader)
     assert yb[:, 0].tolist() == [2**40 + 1, 0, -(2**52), 5]
     y[2, 0] = 2.0**63
     with pytest.raises(ValueError, match="row 2 has label"):
@@ -231,16 +232,16 @@ def test_a_zero_sd_divides_by_one_and_a_column_without_values_gets_mean_0_sd_1()
     ]
     st = Standardize(table, nan_fill=7.0)
     np.testing.assert_array_equal(st.scale, [1.0, 1.0, 1.0])
-    (xb, _), = list(DataLoader(x, 2, shuffle=False, transform=st))
+    ((xb, _),) = list(DataLoader(x, 2, shuffle=False, transform=st))
     np.testing.assert_array_equal(xb, [[0.0, 7.0, -1.0], [0.0, 7.0, 1.0]])
 
 
 def test_nan_fill_is_in_the_standardised_space_and_none_keeps_nan():
     x = np.array([[np.nan, 4.0], [2.0, np.nan]])
     stats = (np.array([2.0, 4.0]), np.array([2.0, 1.0]))
-    (xb, _), = list(DataLoader(x, 2, shuffle=False, transform=Standardize(stats, nan_fill=0.0)))
+    ((xb, _),) = list(DataLoader(x, 2, shuffle=False, transform=Standardize(stats, nan_fill=0.0)))
     np.testing.assert_array_equal(xb, [[0.0, 0.0], [0.0, 0.0]])  # 0.0: the mean
-    (xb, _), = list(DataLoader(x, 2, shuffle=False, transform=Standardize(stats)))
+    ((xb, _),) = list(DataLoader(x, 2, shuffle=False, transform=Standardize(stats)))
     assert np.isnan(xb[0, 0]) and np.isnan(xb[1, 1]) and xb[1, 0] == 0.0
 
 
@@ -321,7 +322,12 @@ def test_nan_error_names_the_row_id_and_column(tmp_path, kind, shuffle, each_bac
     kw = {"total_size": len(x), "buffer_size": 140} if kind == "stream" else {}
     for transform in (None, Standardize((np.zeros(D), np.ones(D)))):
         loader = DataLoader(
-            _source(kind, x, y, tmp_path), 16, shuffle=shuffle, nan="error", transform=transform, **kw
+            _source(kind, x, y, tmp_path),
+            16,
+            shuffle=shuffle,
+            nan="error",
+            transform=transform,
+            **kw,
         )
         with pytest.raises(ValueError, match=r"nan='error': row 123 has NaN in feature column 4"):
             _batches(loader)

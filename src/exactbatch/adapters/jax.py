@@ -218,7 +218,8 @@ class JaxLoader:
         are, int64 as int32 without 64-bit JAX (which holds no int64)."""
         yt = self.dtype
         if yb.dtype.kind == "i":
-            yt = yb.dtype if yb.dtype == np.int32 or _jax().config.jax_enable_x64 else np.int32
+            keep = yb.dtype == np.int32 or _jax().config.jax_enable_x64
+            yt = yb.dtype if keep else np.dtype(np.int32)
         if xb.shape[0] == rows_to and xb.dtype == self.dtype and yb.dtype == yt:
             return xb, yb
         out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype, yt)

@@ -140,10 +140,11 @@ class Output:
     def finish(self, x: np.ndarray, y: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
         """A batch built as float64 ``x``/``y`` (a re-batched stream's), made by these
         rules into new arrays (a second pass: such batches are copied from chunks)."""
+
         def read(rows, bx, by) -> None:
             bx[...], by[...] = x, y
 
-        ox, oy = self.pair(*x.shape, y.shape[1])
+        ox, oy = self.pair(x.shape[0], x.shape[1], y.shape[1])
         self.fill(read, False, slice(0, len(x)), ox, oy, ids)
         return ox, oy
 

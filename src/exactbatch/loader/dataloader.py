@@ -97,7 +97,8 @@ class DataLoader:
     holds: rows are cast as they are gathered, so a float32 batch costs no
     second pass (and half the bytes to write).
 
-    Real data (docs/usage/in-memory.md, "Class labels, NaN and standardisation"): ``label_dtype`` (None: the loader's
+    Real data (docs/usage/in-memory.md, "Class labels, NaN and
+    standardisation"): ``label_dtype`` (None: the loader's
     ``dtype``; ``np.int64`` or ``np.int32`` for class labels, converted checked
     exact: a non-integer label, NaN or one out of range is a ``ValueError``
     naming the row id; another dtype a ``ValueError`` naming ``label_dtype``).
@@ -126,7 +127,9 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
-        label_dtype: DTypeLike | None = None, transform: Standardize | None = None, nan: str = "keep",  # noqa: E501
+        label_dtype: DTypeLike | None = None,
+        transform: Standardize | None = None,
+        nan: str = "keep",
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
