@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,9 @@ class Standardize:
 
     __slots__ = ("mean", "nan_fill", "scale", "sd")
 
-    def __init__(self, stats, nan_fill: float | None = None) -> None:
+    def __init__(
+        self, stats: Mapping[str, Any] | Sequence[Any] | Standardize, nan_fill: float | None = None
+    ) -> None:
         means, sds, features = _columns(stats)
         if features is not None:
             means, sds = means[:features], sds[:features]

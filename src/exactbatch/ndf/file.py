@@ -28,6 +28,7 @@ import numpy as np
 from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
 from exactbatch.hints import PathLike
+from exactbatch.kernels import staged
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar
@@ -122,7 +123,9 @@ class Share:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
         if kernel is None:
             return h.read_rows_into(rows, out_x, out_y)
-        return h.read_rows_into(rows, out_x, out_y, kernel)
+        if getattr(h, "fuses", False):
+            return h.read_rows_into(rows, out_x, out_y, kernel)
+        return staged(h.read_rows_into, rows, out_x, out_y, kernel)  # a URL's
 
     def fuses(self) -> bool:
         """Whether :meth:`read_rows_into` takes a transform kernel (a local file or
