@@ -359,3 +359,42 @@ def test_nan_is_keep_or_error_and_error_with_a_fill_is_refused():
         DataLoader((x, y), 8, nan="raise")
     with pytest.raises(ValueError, match="nan_fill would never apply"):
         DataLoader((x, y), 8, nan="error", transform=_stats(x))
+
+
+def test_a_reader_that_does_not_fuse_gets_the_same_batches_after_its_read():
+    """A RowSource known only by the protocol (no ``fuses``): rows read as float64, then
+    the same kernel; labels, the NaN check and the widths check as everywhere."""
+    from doubles import RowsDouble
+
+    x, y = _data()
+    st = _stats(x)
+    for dtype in (np.float64, np.float32):
+        kw = {"dtype": dtype, "transform": st, "label_dtype": np.int32, "seed": 5}
+        want = _batches(DataLoader((x, y), 32, **kw))
+        got = _batches(DataLoader(RowsDouble(x, y), 32, **kw))
+        for (wx, wy), (gx, gy) in zip(want, got, strict=True):
+            assert gx.tobytes() == wx.tobytes() and gy.tobytes() == wy.tobytes()
+        plain = _batches(DataLoader(RowsDouble(x, y), 32, dtype=dtype, label_dtype=np.int64))
+        assert plain[0][0].dtype == dtype and plain[0][1].dtype == np.int64
+    x, y = _data(nan=0.0)
+    x[77, 2] = np.nan
+    with pytest.raises(ValueError, match="row 77 has NaN in feature column 2"):
+        _batches(DataLoader(RowsDouble(x, y), 32, nan="error"))
+    with pytest.raises(ValueError, match="transform: "):
+        DataLoader(RowsDouble(x, y), 32, transform=Standardize(([0.0], [1.0])))
+
+
+def test_a_dataset_at_a_url_gets_the_transform_after_its_ranged_reads(s3_server):
+    x, y = _data()
+    path = f"s3://{s3_server.bucket}/real-data/ds"
+    parts = [(x[a : a + 110], y[a : a + 110]) for a in range(0, len(x), 110)]
+    save_ndf_dataset(path, parts, storage_options=s3_server.so)
+    st = _stats(x)
+    for shuffle in (True, False):
+        kw = {"shuffle": shuffle, "transform": st, "label_dtype": np.int64, "seed": 2}
+        want = _batches(DataLoader((x, y), 32, **kw))
+        with open_ndf_dataset(path, storage_options=s3_server.so) as ds:
+            got = _batches(DataLoader(ds, 32, **kw))
+        for (wx, wy), (gx, gy) in zip(want, got, strict=True):
+            assert gx.tobytes() == wx.tobytes()
+            np.testing.assert_array_equal(gy, wy)
