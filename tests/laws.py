@@ -47,6 +47,8 @@ import exactbatch
 from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
 
 __all__ = [
+    "ARROW_KINDS",
+    "ARROW_STREAM_KINDS",
     "DOUBLE_KINDS",
     "FlakyChunks",
     "FlakyFactory",
@@ -69,6 +71,7 @@ __all__ = [
     "promised_sizes",
     "reader_of",
     "roundtrip",
+    "arrow_table_of",
     "run_python",
     "source_from_spec",
     "wrap_reader",
@@ -80,6 +83,13 @@ RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf",
 RANDOM_ACCESS_KINDS += ("rows_double",)
 STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks", "chunks_double")
 DOUBLE_KINDS = ("rows_double", "chunks_double")
+# The Arrow-native kinds (exactbatch.sources.arrow_*, polars_frames, hf_datasets,
+# duckdb_relations): random access, then streams whose query or reader runs again each pass.
+ARROW_RANDOM_KINDS = ("arrow_file", "arrow_table", "polars", "hf")
+ARROW_STREAM_KINDS = ("arrow_stream", "lazyframe", "duckdb")
+ARROW_KINDS = ARROW_RANDOM_KINDS + ARROW_STREAM_KINDS
+RANDOM_ACCESS_KINDS += ARROW_RANDOM_KINDS
+STREAM_KINDS += ARROW_STREAM_KINDS
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -321,8 +331,12 @@ def source_from_spec(spec: dict):
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3). Files are written by the test.
+    The Arrow kinds (:data:`ARROW_KINDS`) read columns ``x0..`` and ``y0..`` in
+    record batches of ``chunks`` rows (arrow_file: the file at ``path``).
     """
     kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    if kind in ARROW_KINDS:
+        return arrow_source_of(spec)
     rows = np.arange(n)
     x, y = make_x(rows, d), make_y(rows, l)
     if kind == "dataset":
@@ -363,6 +377,62 @@ def source_from_spec(spec: dict):
         finally:
             f.close()  # the blocks hold their own share of the file
     raise AssertionError(f"unknown source kind {kind!r}")
+
+
+def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
+    """Rows 0..n-1 as a pyarrow Table of columns ``x0..x{d-1}``, ``y0..y{l-1}``, in
+    record batches of ``chunks`` rows (one batch when None)."""
+    import pyarrow as pa
+
+    rows = np.arange(n)
+    x, y = make_x(rows, d), make_y(rows, l)
+    names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
+    table = pa.table(dict(zip(names, [*x.T, *y.T], strict=True)))
+    bounds = np.cumsum([0, *(chunks or [n])])
+    batches = [
+        b
+        for a, z in zip(bounds[:-1], bounds[1:], strict=True)
+        for b in table.slice(int(a), int(z - a)).to_batches()
+    ] or table.to_batches()
+    return pa.Table.from_batches(batches, table.schema)
+
+
+def arrow_source_of(spec: dict):
+    """The source of an Arrow kind's spec (see :func:`source_from_spec`)."""
+    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    cols = {"features": [f"x{j}" for j in range(d)], "labels": [f"y{k}" for k in range(l)]}
+    table = arrow_table_of(n, d, l, spec.get("chunks"))
+    if kind == "arrow_file":
+        return exactbatch.arrow_file(spec["path"], **cols)
+    if kind == "arrow_table":
+        return exactbatch.arrow_source(table, **cols)
+    if kind == "arrow_stream":
+        import pyarrow as pa
+
+        batches = table.to_batches()
+        return exactbatch.arrow_source(
+            lambda: pa.RecordBatchReader.from_batches(table.schema, batches), **cols
+        )
+    if kind in ("polars", "lazyframe"):
+        import polars as pl
+
+        frame = pl.from_arrow(table, rechunk=False)
+        if kind == "lazyframe":
+            return exactbatch.polars_source(frame.lazy(), batch_rows=7, **cols)
+        return exactbatch.polars_source(frame, **cols)
+    if kind == "hf":  # rows stored backwards, put in order by an index mapping
+        import datasets
+
+        ds = datasets.Dataset(table.take(np.arange(n)[::-1]))
+        return exactbatch.hf_source(ds.select(range(n - 1, -1, -1)), **cols)
+    if kind == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("rows", table)
+        con.execute("CREATE TABLE t AS SELECT * FROM rows ORDER BY x0")
+        return exactbatch.duckdb_source(con.table("t"), batch_rows=6, **cols)
+    raise AssertionError(f"unknown Arrow kind {kind!r}")
 
 
 def loader_from_spec(spec: dict, wrap=None, **overrides) -> DataLoader:

@@ -14,7 +14,11 @@ The product (before the subsets below):
                  sharded dataset); rows_double and chunks_double, a new
                  kind each known to exactbatch only through its protocol
                  (RowSource; ChunkSource with no optional hook:
-                 tests/doubles.py)
+                 tests/doubles.py); the Arrow-native kinds arrow_file (an
+                 IPC file of record batches, an empty one among them),
+                 arrow_table, polars (a DataFrame), hf (a Dataset read
+                 through an index mapping), and the streams arrow_stream (a
+                 RecordBatchReader factory), lazyframe and duckdb
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
@@ -32,25 +36,27 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 2,334 cases, about 100 s on a 2-core machine (``time pytest
-tests/test_law_matrix.py``).
+Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
+(``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (1,680): the whole product (2,016 allowed
+* ``test_epoch_laws`` (2,016): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
-  covers the splitting), and the doubles off a stride of 4. Two epochs of
-  every shard: the epoch law, determinism (a fresh loader's
+  covers the splitting), and the doubles and the Arrow kinds off a stride
+  of 4. Two epochs of every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_pure_path`` (210): the same on a stride of 16 of
+* ``test_epoch_laws_on_the_pure_path`` (252): the same on a stride of 16 of
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
-  of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
+* ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
+  of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
+  stride of 15), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (124): every kind that can fail to read x
+* ``test_read_error_once_*`` (184): every kind that can fail to read (the
+  Arrow streams fail as the factory does, and are left to it) x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
   and threads.
 * ``test_changed_setting_*``: every kind x every setting that fixes the
@@ -70,11 +76,14 @@ import numpy as np
 import pytest
 from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
 from laws import (
+    ARROW_KINDS,
+    ARROW_STREAM_KINDS,
     DOUBLE_KINDS,
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
     FlakyChunks,
     FlakyReader,
+    arrow_table_of,
     check_abandoned_iterator,
     check_deterministic,
     check_epoch,
@@ -98,8 +107,10 @@ from exactbatch import save_ndf
 # sources in the second round; switch their cases on when that lands.
 ARRAY_LIKE_KINDS = ("tensor", "dataframe")
 MODES = ("plain", "even", "elastic", "elastic_even")
-# The protocol doubles last, so the other kinds' strides below pick the cases they always did.
-KINDS = tuple(k for k in RANDOM_ACCESS_KINDS + STREAM_KINDS if k not in DOUBLE_KINDS) + DOUBLE_KINDS
+# The protocol doubles, then the Arrow kinds, last, so the other kinds' strides below
+# pick the cases they always did.
+LATE = DOUBLE_KINDS + ARROW_KINDS
+KINDS = tuple(k for k in RANDOM_ACCESS_KINDS + STREAM_KINDS if k not in LATE) + LATE
 
 NS = (23, 29, 37, 41, 47, 53, 61)
 BATCHES = (4, 5, 7)
@@ -176,6 +187,10 @@ def param(case: Case):
 EPOCH_STRIDE = {"s3": 4, "sharded": 3, "sharded_blocks": 3, "rows_double": 4, "chunks_double": 4}
 RESUME_STRIDE = {"s3": 15, "sharded": 15, "sharded_blocks": 15}
 RESUME_STRIDE.update(rows_double=15, chunks_double=15)
+# The Arrow kinds on a stride too: their reads are the shared Arrow column readers
+# (tests/sources/test_arrow_sources.py reads each kind's columns, chunks and nulls).
+EPOCH_STRIDE.update(dict.fromkeys(ARROW_KINDS, 4))
+RESUME_STRIDE.update(dict.fromkeys(ARROW_KINDS, 15))
 BLOCK_KINDS = ("ndf_blocks", "sharded_blocks")
 EPOCH_CASES = [c for i, c in enumerate(ALL) if i % EPOCH_STRIDE.get(c.kind, 1) == 0]
 RESUME_CASES = [
@@ -206,7 +221,7 @@ def make_spec(data_dir, request):
         n = case.pick(NS, "n") if n is None else n
         l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
         spec = {"kind": case.kind, "n": n, "d": d, "l": l}
-        if case.kind in ("list", "factory", "parquet", "chunks_double"):
+        if case.kind in ("list", "factory", "parquet", "chunks_double", *ARROW_KINDS):
             spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
             spec["path"] = write_ndf(data_dir, n, d, l)
@@ -217,6 +232,8 @@ def make_spec(data_dir, request):
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
             spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
+        if case.kind == "arrow_file":
+            spec["path"] = write_arrow_file(data_dir, n, d, l, spec["chunks"])
         if case.kind == "s3":
             s3 = request.getfixturevalue("s3_server")
             key = f"laws/{os.path.basename(spec['path'])}"
@@ -274,7 +291,27 @@ def write_parquet_folder(folder, chunks, d, l) -> str:  # noqa: E741
     return path
 
 
+def write_arrow_file(folder, n, d, l, chunks) -> str:  # noqa: E741
+    """An Arrow IPC file of record batches of ``chunks`` rows (uncompressed: mapped)."""
+    import pyarrow as pa
+
+    path = os.path.join(folder, "rows-" + "-".join(map(str, chunks)) + f"-{d}-{l}.arrow")
+    if not os.path.exists(path):
+        table = arrow_table_of(n, d, l, chunks)
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            for batch in table.to_batches():
+                w.write_batch(batch)
+    return path
+
+
+ARROW_NEEDS = {"polars": "polars", "lazyframe": "polars", "hf": "datasets", "duckdb": "duckdb"}
+
+
 def needs(case: Case) -> None:
+    if case.kind in ARROW_KINDS:
+        pytest.importorskip("pyarrow")
+        if case.kind in ARROW_NEEDS:
+            pytest.importorskip(ARROW_NEEDS[case.kind])
     if case.kind == "tensor":
         pytest.importorskip("torch")
     if case.kind == "dataframe":
@@ -396,7 +433,9 @@ def test_resume_in_a_fresh_process(case, k, make_spec):
 
 # -- faults ------------------------------------------------------------------------------------
 
-FAULT_KINDS = [k for k in KINDS if k != "list"]  # a list in memory has nothing to fail
+# A list in memory has nothing to fail; a stream of Arrow batches fails as a factory's
+# pass does (the same feed reads both, front to back), which the factory's cases cover.
+FAULT_KINDS = [k for k in KINDS if k != "list" and k not in ARROW_STREAM_KINDS]
 FAULT_WAYS = [("iter", 0), ("iter", 2), ("peek", 0), ("peek", 2), ("next_into", 0)]
 
 

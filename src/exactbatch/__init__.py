@@ -12,8 +12,13 @@ from exactbatch.ndf import (
     save_ndf,
     save_ndf_dataset,
 )
+from exactbatch.sources.arrow_ipc import arrow_file
+from exactbatch.sources.arrow_table import arrow_source
 from exactbatch.sources.blocks import ndf_blocks
+from exactbatch.sources.duckdb_relations import duckdb_source
+from exactbatch.sources.hf_datasets import hf_source
 from exactbatch.sources.parquet import ParquetSource, parquet_source
+from exactbatch.sources.polars_frames import polars_source
 from exactbatch.transform import Standardize
 
 __all__ = [
@@ -27,11 +32,16 @@ __all__ = [
     "ParquetSource",
     "Standardize",
     "TotalSizeWarning",
+    "arrow_file",
+    "arrow_source",
     "backend",
+    "duckdb_source",
+    "hf_source",
     "ndf_blocks",
     "open_ndf",
     "open_ndf_dataset",
     "parquet_source",
+    "polars_source",
     "save_ndf",
     "save_ndf_dataset",
 ]
