@@ -310,7 +310,7 @@ def test_transform_refuses_arrays_that_are_not_1d_float64_of_one_width():
     assert isinstance(core.transform(np.zeros(2), np.ones(2), 1), core.Transform)
     assert isinstance(core.transform(np.zeros(0), np.ones(0), None), core.Transform)
     for mean, scale, fill, error in [
-        (np.zeros(2), np.ones(3), None, "as long as mean"),
+        (np.zeros(2), np.ones(3), None, r"scale must be as long as mean \(2\); got 3"),
         (np.zeros(2, dtype=np.float32), np.ones(2), None, "mean must be a 1-D float64"),
         (np.zeros((2, 1)), np.ones(2), None, "mean must be a 1-D float64"),
         (np.zeros(2), np.ones(2, dtype=np.int64), None, "scale must be a 1-D float64"),
@@ -321,3 +321,11 @@ def test_transform_refuses_arrays_that_are_not_1d_float64_of_one_width():
         core.transform(np.zeros(2), np.ones(2), "0")
     with pytest.raises(TypeError):
         core.transform([0.0], np.ones(1), None)
+    with pytest.raises(TypeError):
+        core.transform(np.zeros(1), [1.0], None)
+    t = core.transform(np.array([1.0, 2.0]), np.array([4.0, 8.0]), -3)
+    out, nan = np.empty((1, 2)), np.array([[np.nan, 3.0]])
+    assert (
+        core.memory_rows(nan, np.empty((1, 0))).read(np.array([0]), out, np.empty((1, 0)), t) == 0
+    )
+    assert out.tolist() == [[-3.0, 8.0]]  # the fill as given; (3 - 2) * 8

@@ -17,23 +17,19 @@ PyTypeObject TransformType = {
     .tp_doc = "A transform fused into the gather: made by transform().",
 };
 
-/* A 1-D float64 buffer's d values, copied into out. */
-static int vector(PyObject *o, const char *name, Py_ssize_t *d, double **out)
+/* A 1-D float64 buffer (held in *b on success: release it). 0, or -1 with a ValueError
+ * naming it (or the buffer protocol's error) set. */
+static int vector(PyObject *o, const char *name, Py_buffer *b)
 {
-    Py_buffer b;
-    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         return -1;
-    const char *f = plain_format(&b);
-    int ok = b.ndim == 1 && f[0] == 'd' && !f[1] && (*d < 0 || b.shape[0] == *d);
-    if (!ok) {
-        PyErr_Format(PyExc_ValueError, "transform: %s must be a 1-D float64 array%s", name,
-                     *d < 0 ? "" : " as long as mean");
-    } else {
-        *d = b.shape[0];
-        memcpy(*out, b.buf, (size_t)b.len);
+    const char *f = plain_format(b);
+    if (b->ndim != 1 || f[0] != 'd' || f[1]) {
+        PyErr_Format(PyExc_ValueError, "transform: %s must be a 1-D float64 array", name);
+        PyBuffer_Release(b);
+        return -1;
     }
-    PyBuffer_Release(&b);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 PyObject *transform_new(PyObject *mod, PyObject *args)
@@ -41,34 +37,41 @@ PyObject *transform_new(PyObject *mod, PyObject *args)
     PyObject *mean, *scale, *fill;
     if (!PyArg_ParseTuple(args, "OOO:transform", &mean, &scale, &fill))
         return NULL;
-    Py_buffer probe; /* the width first, to size the block */
-    if (PyObject_GetBuffer(mean, &probe, PyBUF_ND) != 0)
+    double value = 0.0;
+    if (fill != Py_None && (value = PyFloat_AsDouble(fill)) == -1.0 && PyErr_Occurred())
         return NULL;
-    Py_ssize_t d = probe.ndim == 1 ? probe.shape[0] : 0;
-    PyBuffer_Release(&probe);
-    TransformObject *t = (TransformObject *)TransformType.tp_alloc(&TransformType, 0);
+    Py_buffer mb, sb;
+    if (vector(mean, "mean", &mb) < 0)
+        return NULL;
+    if (vector(scale, "scale", &sb) < 0) {
+        PyBuffer_Release(&mb);
+        return NULL;
+    }
+    TransformObject *t = NULL;
+    Py_ssize_t d = mb.shape[0];
+    if (sb.shape[0] != d) {
+        PyErr_Format(PyExc_ValueError, "transform: scale must be as long as mean (%zd); got "
+                     "%zd", d, sb.shape[0]);
+        goto done;
+    }
+    t = (TransformObject *)TransformType.tp_alloc(&TransformType, 0);
     if (t == NULL)
-        return NULL;
-    t->mean = PyMem_Calloc((size_t)(2 * d + 1), sizeof(double));
+        goto done;
+    t->mean = PyMem_Malloc((size_t)(2 * d + 1) * sizeof(double)); /* (+1: never 0 bytes) */
     if (t->mean == NULL) {
-        Py_DECREF(t);
-        return PyErr_NoMemory();
+        Py_CLEAR(t);
+        PyErr_NoMemory();
+        goto done;
     }
     t->scale = t->mean + d;
-    Py_ssize_t w = -1;
-    if (vector(mean, "mean", &w, &t->mean) < 0 || vector(scale, "scale", &w, &t->scale) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    t->d = w;
-    if (fill != Py_None) {
-        t->fill = PyFloat_AsDouble(fill);
-        if (t->fill == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        t->fill_on = 1;
-    }
+    memcpy(t->mean, mb.buf, (size_t)mb.len);
+    memcpy(t->scale, sb.buf, (size_t)sb.len);
+    t->d = d;
+    t->fill = value;
+    t->fill_on = fill != Py_None;
+done:
+    PyBuffer_Release(&mb);
+    PyBuffer_Release(&sb);
     return (PyObject *)t;
 }
 
