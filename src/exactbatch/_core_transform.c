@@ -82,9 +82,7 @@ int parse_transform(PyObject *o, Py_ssize_t d, const TransformObject **t)
         return 0;
     PyObject *c = NULL; /* a kernels.TransformKernel: its compiled twin, in its .c */
     if (!PyObject_TypeCheck(o, &TransformType)) {
-        c = PyObject_GetAttrString(o, "c");
-        if (c == NULL)
-            PyErr_Clear();
+        c = PyObject_GetAttrString(o, "c"); /* (its AttributeError replaced below) */
         if (c == NULL || !PyObject_TypeCheck(c, &TransformType)) {
             PyErr_Format(PyExc_TypeError, "read's transform must be a Transform (or hold "
                          "one as .c) or None; got %s", Py_TYPE(o)->tp_name);
