@@ -81,10 +81,9 @@ def test_class_labels_come_as_long_tensors_never_cast_by_dtype():
     the features follow ``dtype`` as before."""
     x = np.random.default_rng(0).standard_normal((50, 3))
     y = (np.arange(50) % 4).astype(np.float64)
-    loader = DataLoader((x, y), 16, seed=1, label_dtype=np.int64)
     ref = [(a.copy(), b.copy()) for a, b in DataLoader((x, y), 16, seed=1)]
     for dtype in (None, torch.float32):
-        got = list(as_torch(loader, dtype=dtype))
+        got = list(as_torch(DataLoader((x, y), 16, seed=1, label_dtype=np.int64), dtype=dtype))
         for (xb, yb), (rx, ry) in zip(got, ref, strict=True):
             assert yb.dtype == torch.int64 and xb.dtype == (dtype or torch.float64)
             assert np.array_equal(yb.numpy(), ry.astype(np.int64))
