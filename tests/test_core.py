@@ -323,9 +323,23 @@ def test_transform_refuses_arrays_that_are_not_1d_float64_of_one_width():
         core.transform([0.0], np.ones(1), None)
     with pytest.raises(TypeError):
         core.transform(np.zeros(1), [1.0], None)
+    with pytest.raises(TypeError):
+        core.transform(np.zeros(1), np.ones(1))  # three arguments
     t = core.transform(np.array([1.0, 2.0]), np.array([4.0, 8.0]), -3)
     out, nan = np.empty((1, 2)), np.array([[np.nan, 3.0]])
     assert (
         core.memory_rows(nan, np.empty((1, 0))).read(np.array([0]), out, np.empty((1, 0)), t) == 0
     )
     assert out.tolist() == [[-3.0, 8.0]]  # the fill as given; (3 - 2) * 8
+
+
+def test_a_transformed_read_names_the_first_row_with_a_nan_even_at_position_0(readers):
+    """The first row holding a NaN is kept, not a later one (rows 0 and 1 both hold one)."""
+    x, y = make_data(10, 5, 1)
+    x[[2, 7], 1] = np.nan
+    tf = core.transform(np.zeros(5), np.ones(5), None)
+    ox, oy = np.empty((3, 5)), np.empty((3, 1))
+    for name, reader in readers(x, y):
+        assert reader.read(np.array([7, 2, 4]), ox, oy, tf) == 0, name
+        assert reader.read(np.array([4, 7, 2]), ox, oy, tf) == 1, name
+        assert reader.read(slice(2, 5), ox, oy, tf) == 0, name
