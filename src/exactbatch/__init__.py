@@ -22,6 +22,7 @@ from exactbatch.sources.duckdb_relations import duckdb_source
 from exactbatch.sources.hf_datasets import hf_source
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 from exactbatch.sources.polars_frames import polars_source
+from exactbatch.transform import Standardize
 
 __all__ = [
     "Certificate",
@@ -33,6 +34,7 @@ __all__ = [
     "NdfError",
     "NdfFile",
     "ParquetSource",
+    "Standardize",
     "TotalSizeWarning",
     "arrow_file",
     "arrow_source",

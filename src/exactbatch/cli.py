@@ -406,9 +406,7 @@ def _parser() -> argparse.ArgumentParser:
         "across resumes and elastic changes) and say, epoch by epoch, whether "
         "every row was handed out exactly once. Exit status 1 when not.",
     )
-    s.add_argument(
-        "states", nargs="+", metavar="STATE", help="JSON files of states (state_dict())"
-    )
+    s.add_argument("states", nargs="+", metavar="STATE", help="JSON files of states (state_dict())")
     s.set_defaults(run=_certify)
     return p
 

@@ -65,6 +65,26 @@ def test_float64_with_64_bit_jax_is_exact():
         assert np.array_equal(np.asarray(xb), rx) and np.array_equal(np.asarray(yb), ry)
 
 
+def test_class_labels_stay_integers_int32_without_64_bit_jax():
+    """label_dtype=int32: int32 on the device; int64: int32 without x64 (a label beyond
+    int32 is a ValueError), int64 with it; pad_last pads the labels with zeros."""
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    y = (np.arange(50) % 5).astype(np.float64)
+    for label_dtype in (np.int32, np.int64):
+        loader = DataLoader((x, y), 16, shuffle=False, label_dtype=label_dtype)
+        got = list(as_jax(loader, pad_last=True))
+        assert all(np.asarray(yb).dtype == np.int32 for _, yb, _ in got)
+        labels = np.concatenate([np.asarray(yb)[np.asarray(m) > 0] for _, yb, m in got])
+        assert labels[:, 0].tolist() == (np.arange(50) % 5).tolist()
+    with jax.enable_x64(True):
+        (_, yb), *_ = list(as_jax(DataLoader((x, y), 16, label_dtype=np.int64)))
+        assert np.asarray(yb).dtype == np.int64
+    big = y.copy()
+    big[3] = 2.0**40
+    with pytest.raises(ValueError, match="beyond int32"):
+        list(as_jax(DataLoader((x, big), 16, shuffle=False, label_dtype=np.int64)))
+
+
 def test_prefetch_puts_batches_ahead():
     """When the first batch is handed out, prefetch more are already read and put on the
     device; the loader counts only the one handed out, in its own state and the adapter's."""

@@ -760,36 +760,39 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
     first_two = np.array(ids(next(whole)[0]) + ids(next(whole)[0]))
     state = elastic.state_dict()
     assert state.pop("fingerprint")["kind"] == "memory"
-    assert state == {
-        "version": 2,
-        "seed": 0,
-        "epoch": 0,
-        "batches_done": 1,
-        "source": "random access",
-        "batch_size": 10,
-        "shuffle": True,
-        "drop_last": False,
-        "even_batches": False,
-        "elastic": True,
-        "total_size": N,
-        "d": 1,
-        "l": 0,
-        "global_batches_done": 2,
-        "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
-        "history": [  # this rank's own hand-outs: global batch 0 (the ledger has both)
-            {
-                "epoch": 0,
-                "shard": [0, 2],
-                "elastic": True,
-                "start": 0,
-                "drops": False,
-                "rows": 10,
-                "digest": f"{rows_digest(first_two[:10]):016x}",
-                "promised": None,
-                "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
-            }
-        ],
-    }
+    assert (
+        state
+        == {
+            "version": 2,
+            "seed": 0,
+            "epoch": 0,
+            "batches_done": 1,
+            "source": "random access",
+            "batch_size": 10,
+            "shuffle": True,
+            "drop_last": False,
+            "even_batches": False,
+            "elastic": True,
+            "total_size": N,
+            "d": 1,
+            "l": 0,
+            "global_batches_done": 2,
+            "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
+            "history": [  # this rank's own hand-outs: global batch 0 (the ledger has both)
+                {
+                    "epoch": 0,
+                    "shard": [0, 2],
+                    "elastic": True,
+                    "start": 0,
+                    "drops": False,
+                    "rows": 10,
+                    "digest": f"{rows_digest(first_two[:10]):016x}",
+                    "promised": None,
+                    "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
+                }
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize(

@@ -214,13 +214,24 @@ class JaxLoader:
 
     def _host(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
         """``xb, yb`` in this dtype with ``rows_to`` rows (zeros below), copied only
-        if needed (into memory aligned so that a CPU device aliases it, not copies it)."""
-        if xb.shape[0] == rows_to and xb.dtype == yb.dtype == self.dtype:
+        if needed (into memory aligned so that a CPU device aliases it, not copies it).
+        Class labels (``DataLoader(label_dtype=...)``) stay integers: int32 as they
+        are, int64 as int32 without 64-bit JAX (which holds no int64)."""
+        yt = self.dtype
+        if yb.dtype.kind == "i":
+            keep = yb.dtype == np.int32 or _jax().config.jax_enable_x64
+            yt = yb.dtype if keep else np.dtype(np.int32)
+        if xb.shape[0] == rows_to and xb.dtype == self.dtype and yb.dtype == yt:
             return xb, yb
-        out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype)
+        out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype, yt)
         for a, o in zip((xb, yb), out, strict=True):
             o[: a.shape[0]] = a
             o[a.shape[0] :] = 0
+        if yt != yb.dtype and yt == np.int32 and (out[1][: yb.shape[0]] != yb).any():
+            raise ValueError(
+                "label_dtype=int64 labels beyond int32's range, which JAX without "
+                "jax_enable_x64 cannot hold: enable x64, or use smaller class ids"
+            )
         return out
 
     def _put(self, batch: tuple, to: tuple, ones):
@@ -339,7 +350,10 @@ def as_jax(
 
     Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
     Batches are ``(xb, yb)`` of shapes (rows, d) and (rows, l) (labels stay
-    2-D, like the loader's), the loader's rows in the loader's order.
+    2-D, like the loader's), the loader's rows in the loader's order. Class
+    labels (``DataLoader(..., label_dtype=np.int32)``) stay integers; int64
+    ones become int32 without ``jax_enable_x64`` (checked: one beyond int32 is a
+    ``ValueError``). ``dtype`` is the features' dtype.
 
     * ``dtype``: a floating dtype (``jnp.float32``, ``np.float64``, "float32").
       ``None``: the loader's dtype (``getattr(loader, "dtype", float64)``),

@@ -92,7 +92,8 @@ class TorchLoader:
 
     def _convert(self, a):
         t = _torch().from_numpy(a)  # shares a's memory
-        if self.dtype is not None and t.dtype != self.dtype:
+        # (class labels, DataLoader(label_dtype=np.int64), stay integers: a long tensor)
+        if self.dtype is not None and t.dtype != self.dtype and a.dtype.kind == "f":
             t = t.to(self.dtype)  # cast on the CPU: fewer bytes to move
         if self.pin_memory:
             t = t.pin_memory()
@@ -136,6 +137,9 @@ def as_torch(
     Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
     Batches are ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l) (labels
     stay 2-D, like the loader's, matching an ``nn.Linear(d, l)`` output).
+    Class labels (``DataLoader(..., label_dtype=np.int64)``) come as a long
+    tensor, never cast by ``dtype``: ``CrossEntropyLoss`` takes
+    ``yb[:, 0]`` as it is.
 
     * ``dtype=None`` (or the loader's own, ``torch.float64`` for a default
       loader, ``torch.float32`` for ``DataLoader(..., dtype=np.float32)``):

@@ -59,7 +59,8 @@ class RandomAccessJob:
 
     def take(self) -> tuple[np.ndarray, ...]:
         reader = self.reader
-        out_x, out_y = batch_pair(self.size, reader.d, reader.l, self.dtype)
+        ydtype = getattr(reader, "ydtype", None)  # (an OutputReader's labels)
+        out_x, out_y = batch_pair(self.size, reader.d, reader.l, self.dtype, ydtype)
         reader.read(self.rows, out_x, out_y)
         return out_x, out_y
 
@@ -104,7 +105,7 @@ def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray,
             rows = np.concatenate(rows)
     sizes = [job.size for job in jobs]
     m, size, total = len(sizes), sizes[0], sum(sizes)
-    gx, gy = batch_pair(total, reader.d, reader.l, dtype)
+    gx, gy = batch_pair(total, reader.d, reader.l, dtype, getattr(reader, "ydtype", None))
     reader.read(rows, gx, gy)
     if first.with_rows:
         return _split(sizes, gx, gy, row_ids(rows))

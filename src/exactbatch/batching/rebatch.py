@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
 
 __all__ = ["rebatch"]
@@ -38,11 +39,24 @@ def rebatch(
     (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks, each
     as a group of one (a list: what a stream's pass yields, as the shuffle buffer's
     groups; one batch at a time, so that no more than it is held). ``with_rows``:
-    ``(x, y, digest, rows)``, ``rows`` the int64 ids the digest is of.
+    ``(x, y, digest, rows)``, ``rows`` the int64 ids the digest is of. ``dtype`` may
+    be an :class:`~exactbatch.batching.output.Output` (labels, transform, NaN
+    rule): batches are then cut as float64 and made by its rules (a second pass
+    over each batch, which a copy out of the chunks needs anyway).
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
     unless ``drop_last``, when they are dropped (and counted in ``dropped``).
     """
+    if not isinstance(dtype, Output):
+        yield from _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows)
+        return
+    for group in _rebatch(chunks, batch_size, drop_last, dropped, np.float64, True):
+        x, y, digest, ids = group[0]  # the Output names rows by their ids
+        yield [(*dtype.finish(x, y, ids), digest, *((ids,) if with_rows else ()))]
+
+
+def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterator:
+    """:func:`rebatch` for a dtype."""
     b = batch_size
     digest = RangeDigests(b)
     # the carry: a batch being completed across chunks

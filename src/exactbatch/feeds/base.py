@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from exactbatch.batching.output import Output
 from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
@@ -27,7 +28,9 @@ class BatchSpec:
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
     ``shard`` a :class:`~exactbatch.order.Shard`; ``dtype`` the batches' dtype,
     float64 or float32 (the cast happens in the gather); ``with_rows``: each batch
-    also carries its rows' global ids (int64), a third element.
+    also carries its rows' global ids (int64), a third element; ``output`` the rest
+    of what batches are made into (:class:`~exactbatch.batching.output.Output`), or
+    None for plain batches of ``dtype``.
     """
 
     batch_size: int
@@ -38,6 +41,7 @@ class BatchSpec:
     shard: Shard = Shard()
     dtype: np.dtype = np.dtype(np.float64)
     with_rows: bool = False
+    output: Output | None = None  # label dtype, transform, NaN rule (None: plain)
 
     def __post_init__(self):
         fix = object.__setattr__
@@ -47,6 +51,13 @@ class BatchSpec:
             fix(self, name, check_flag(name, getattr(self, name)))
         if not isinstance(self.shard, Shard):
             raise TypeError(f"shard must be a Shard; got {self.shard!r}")
+        if self.output is not None and self.output.plain:
+            fix(self, "output", None)
+
+    @property
+    def shaped(self):
+        """What the batching makes batches with: the :class:`Output`, or the dtype."""
+        return self.dtype if self.output is None else self.output
 
 
 class Job(Protocol):

@@ -29,6 +29,7 @@ from functools import partial
 import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
+from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
@@ -67,6 +68,11 @@ class RandomAccessFeed:
     kind = "random access"
 
     def __init__(self, reader, spec: BatchSpec, total_size="auto", rows=None, about=None):
+        # The reader and its read as opened: the fingerprint's sample never goes through
+        # what is put on the reader later (the output's rules, a test's fault injector).
+        self._opened, self._sample_read = reader, reader.read
+        if spec.output is not None:  # labels, transform or NaN rule: read through it
+            reader = OutputReader(reader, spec.output)
         self.reader, self.spec = reader, spec
         # What a RowSource says of itself beyond its reader (names, a file's path): for
         # the fingerprint, read now (plain attributes), so the feed keeps no reference.
@@ -82,9 +88,6 @@ class RandomAccessFeed:
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
         self._fingerprint: dict | None = None  # made when a state first asks
         self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see _promise
-        # The reader and its read as opened: the fingerprint's sample never goes through
-        # what is put on the reader later (a test's fault injector counting its reads).
-        self._opened, self._sample_read = reader, reader.read
         self.total_batches: int | None = None
         if spec.elastic:
             self.start = 0

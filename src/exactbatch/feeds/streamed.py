@@ -208,12 +208,12 @@ class StreamFeed:
                 self._spare,
                 ahead=self._chunk_rows(),
                 dropped=tally.dropped,
-                dtype=spec.dtype,
+                dtype=spec.shaped,
                 with_rows=spec.with_rows,
             )
         else:
             batches = rebatch(
-                chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype, spec.with_rows
+                chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.shaped, spec.with_rows
             )
         return self._audited(batches), tally
 

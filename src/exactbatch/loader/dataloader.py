@@ -10,12 +10,11 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_dtype, check_flag, check_int
+from exactbatch.batching.output import Output
+from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
@@ -25,6 +24,7 @@ from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.groups import Holder
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
+from exactbatch.transform import Standardize
 
 __all__ = ["DataLoader"]
 
@@ -120,6 +120,19 @@ class DataLoader:
     state records a hash of the ids.
     Ids out of range are an ``IndexError``, an id given twice a
     ``ValueError``, a non-integer dtype a ``TypeError``, each naming ``rows``.
+
+    Real data (docs/usage/in-memory.md, "Class labels, NaN and
+    standardisation"): ``label_dtype`` (None: the loader's
+    ``dtype``; ``np.int64`` or ``np.int32`` for class labels, converted checked
+    exact: a non-integer label, NaN or one out of range is a ``ValueError``
+    naming the row id; another dtype a ``ValueError`` naming ``label_dtype``).
+    ``transform``: a :class:`~exactbatch.Standardize`, applied to the features
+    as rows are gathered (statistics of the wrong width: ``ValueError`` naming
+    ``transform``, at construction, or at the first batch of a stream whose
+    widths are unknown). ``nan``: ``"keep"`` (default) or ``"error"``, which
+    refuses a batch holding a NaN with a ``ValueError`` naming the row id and
+    the column. Row ids are row numbers in the source (random access) or
+    positions in the stream's unshuffled order.
     """
 
     def __init__(
@@ -140,16 +153,27 @@ class DataLoader:
         dtype: DTypeLike = np.float64,
         with_rows: bool = False,
         rows: ArrayLike | None = None,
+        label_dtype: DTypeLike | None = None,
+        transform: Standardize | None = None,
+        nan: str = "keep",
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
-        spec = BatchSpec(
-            batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
+        output = Output(dtype, label_dtype, transform, nan)
+        spec = BatchSpec(  # (checked there: with_rows a bool, else TypeError)
+            batch_size,
+            shuffle,
+            drop_last,
+            even_batches,
+            elastic,
+            shard,
+            output.dtype,
+            with_rows,
+            output,
         )
-        spec = replace(spec, with_rows=with_rows)  # (checked there: a bool, else TypeError)
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
@@ -157,7 +181,8 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
         self.even_batches, self.elastic = spec.even_batches, spec.elastic
         self.num_shards, self.shard_index = shard.count, shard.index
-        self.dtype, self.with_rows = spec.dtype, spec.with_rows
+        self.dtype, self.label_dtype = spec.dtype, output.ydtype
+        self.transform, self.nan, self.with_rows = transform, nan, spec.with_rows
         self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
@@ -236,11 +261,12 @@ class DataLoader:
     ) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
 
-        Both must be C-contiguous arrays of the loader's :attr:`dtype` (a
-        ``TypeError`` naming the buffer otherwise); ``by`` may be None when l = 0.
-        With ``with_rows=True``, ``brows`` (an int64 array of shape (batch_size,))
-        is required and receives the rows' global ids; without it, passing
-        ``brows`` is a ``TypeError`` (build the loader with ``with_rows=True``).
+        Both must be C-contiguous arrays of the loader's :attr:`dtype` (``by``: of
+        its :attr:`label_dtype`), a ``TypeError`` naming the buffer otherwise; ``by``
+        may be None when l = 0. With ``with_rows=True``, ``brows`` (an int64 array
+        of shape (batch_size,)) is required and receives the rows' global ids;
+        without it, passing ``brows`` is a ``TypeError`` (build the loader with
+        ``with_rows=True``).
         Returns the rows written (the first rows of each buffer): 0 at the end
         of the epoch, and 0 again on every call until :meth:`reset` or a new
         ``iter()``. Safe to call from several threads at once: each call takes
@@ -255,15 +281,18 @@ class DataLoader:
             d, l = feed.d, feed.l  # noqa: E741
             if d is None or l is None:  # no chunk at all: the epoch is over before it began
                 return 0
-        dt, b = self.dtype, self.batch_size
+        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
         if bx is None or by is None:
             if bx is None or l:
                 raise TypeError(
-                    f"next_into needs {dt} buffers bx of shape {(b, d)} and by of shape "
-                    f"{(b, l)} (by may be None only when l = 0)"
+                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
+                    f"shape {(b, l)} (by may be None only when l = 0)"
                 )
-            by = np.empty((b, 0), dtype=dt)
-        if not self._fits(bx, by, b, d, l, dt.itemsize):
+            by = np.empty((b, 0), dtype=yt)
+        if yt is not dt:  # class labels: by of label_dtype
+            check_out_array(bx, (b, d), "bx", dt)
+            check_out_array(by, (b, l), "by", yt)
+        elif not self._fits(bx, by, b, d, l, dt.itemsize):
             check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
             check_out_array(by, (b, l), "by", dt)
         if brows is not None or self.with_rows:

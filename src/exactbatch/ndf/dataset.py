@@ -57,7 +57,7 @@ import numpy as np
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
-from exactbatch.kernels import FileChanged, backend, parts_rows
+from exactbatch.kernels import FileChanged, backend, parts_rows, staged
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
     abort_dataset,
@@ -264,19 +264,26 @@ class _Parts:
                     self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
         return self.pool
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    fuses = True  # read_rows_into takes a transform kernel
+
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+        """Rows ``idx`` (global) into the outputs; with ``kernel``, x through it (in the
+        compiled gather, else after a float64 read), returning the first row that held
+        a NaN (or -1)."""
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
             if idx.stop <= idx.start:
-                return
+                return None if kernel is None else -1
             k = self.part_of(idx.start)
             a = self.bounds[k]
             if idx.stop <= self.bounds[k + 1]:  # in one part: a run of its rows, one copy
-                self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
-                return
+                run = slice(idx.start - a, idx.stop - a)
+                return self.file(k).read_rows_into(run, out_x, out_y, kernel)
         if self.compiled is not None:
-            self._gather(idx, out_x, out_y)
-            return
+            return self._gather(idx, out_x, out_y, kernel)
+        if kernel is not None:
+            return staged(self._split, idx, out_x, out_y, kernel)
         self._split(idx, out_x, out_y)
+        return None
 
     def _split(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
         """Rows ``idx`` read part by part, each through its part's ``NdfFile`` (a part
@@ -318,18 +325,18 @@ class _Parts:
         if final is not out_y and l:
             out_y[...] = final[:, d:]
 
-    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
         """Rows ``idx`` (global) in one guarded C call over the open parts' mappings;
         the parts it names as not open are opened (and checked) first, keeping the
         others it needs open. Rows in more parts than may be open at once, or parts
         other threads keep closing, are read part by part instead."""
         for _ in range(_GATHER_TRIES):
             try:
-                missing = self.compiled.read(idx, out_x, out_y)
+                missing = self.compiled.read(idx, out_x, out_y, kernel)
             except FileChanged as e:
                 self._changed(e.part)
-            if missing is None:
-                return
+            if not isinstance(missing, list):  # copied: None, or the kernel's NaN row
+                return missing
             need = self.touched(idx)
             if self.max_open is not None and len(need) > self.max_open:
                 break
@@ -340,7 +347,10 @@ class _Parts:
                 pure |= self.file(k, keep=need).kernel_rows() is None
             if pure:
                 break  # opened on the pure path (kernels.use_backend): no mapping to gather
+        if kernel is not None:
+            return staged(self._split, idx, out_x, out_y, kernel)
         self._split(idx, out_x, out_y)
+        return None
 
     def _changed(self, part: int | None):
         """A part changed during a gather (``part``; None: a copy faulted where the core

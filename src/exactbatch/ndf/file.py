@@ -36,6 +36,7 @@ from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
+from exactbatch.kernels import staged
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
 from exactbatch.ndf.names import default_names, read_sidecar_doc
@@ -113,20 +114,31 @@ class Share:
         return out_x, out_y
 
     def read_rows_into(
-        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
-    ) -> None:
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray, kernel=None
+    ):
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
         numbers in ``[0, n)`` (any order, repeats allowed), the outputs
         C-contiguous arrays of shapes (r, d) and (r, l), both float64 or both
         float32 (the cast happens in the gather). :meth:`read_rows` checks
-        all of that.
+        all of that. ``kernel``: a transform applied to x as it is copied (a
+        loader's ``transform``), where the reader :meth:`fuses` one; it returns
+        the first row that held a NaN, or -1.
         """
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
-        h.read_rows_into(rows, out_x, out_y)
+        if kernel is None:
+            return h.read_rows_into(rows, out_x, out_y)
+        if getattr(h, "fuses", False):
+            return h.read_rows_into(rows, out_x, out_y, kernel)
+        return staged(h.read_rows_into, rows, out_x, out_y, kernel)  # a URL's
+
+    def fuses(self) -> bool:
+        """Whether :meth:`read_rows_into` takes a transform kernel (a local file or
+        dataset does; a URL's reader does not)."""
+        return getattr(self._handle(), "fuses", False)
 
     def rows_reader(self):
         """:meth:`read_rows_into` without the check for a closed share: the function a

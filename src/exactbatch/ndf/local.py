@@ -22,7 +22,7 @@ import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows, map_file
+from exactbatch.kernels import FileChanged, file_rows, map_file, staged
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -142,15 +142,22 @@ class LocalHandle:
             start = HEADER_SIZE + start_row * self.row_bytes
             os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    fuses = True  # read_rows_into takes a transform kernel
+
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+        """Rows ``idx`` into the outputs; with ``kernel`` (a
+        :class:`~exactbatch.kernels.TransformKernel`), x through it as it is copied,
+        and the first row that held a NaN is returned (or -1)."""
         compiled = self.compiled
         if compiled is None:
+            if kernel is not None:
+                return staged(self._read_pure, idx, out_x, out_y, kernel)
             return self._read_pure(idx, out_x, out_y)
-        self._guarded(compiled, idx, out_x, out_y)
+        return self._guarded(compiled, idx, out_x, out_y, kernel)
 
-    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
         try:  # one guarded gather and one fstat, in C with the GIL released
-            compiled.read(idx, out_x, out_y)
+            return compiled.read(idx, out_x, out_y, kernel)
         except FileChanged:
             self.check_size()  # says what changed, if it can still see it
             raise NdfError(
