@@ -30,31 +30,28 @@ the manifest. ray is imported on first use, not by importing this module.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.dask_plan import Columns, check_real, frame_columns
+from exactbatch.adapters.dask_plan import Columns, check_real
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
-from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
-from exactbatch.ndf.manifest import PartInfo, dataset_path, file_not_dataset
-from exactbatch.urls import is_url
 
-# NdfDatasink is made on first access (module __getattr__), so ray loads lazily.
-__all__ = ["NdfDatasink", "to_ndf_dataset"]  # noqa: F822
+# NdfDatasink (exactbatch.adapters.ray_sink) is imported on first access (module
+# __getattr__), so ray loads lazily.
+__all__ = ["NdfDatasink", "import_ray", "to_ndf_dataset"]  # noqa: F822
 
-_CALLER = "NdfDatasink"
+CALLER = "NdfDatasink"
 
 
-def _ray():
+def import_ray():
     """ray (with Ray Data), or an ImportError saying how to install it."""
     need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
     return need("ray", by="exactbatch.ray", package="Ray Data", extra="ray")
 
 
-def _schema_dtypes(schema) -> tuple[list, dict]:
+def schema_dtypes(schema) -> tuple[list, dict]:
     """A Ray Dataset schema's column names, and each column's NumPy dtype (object for a
     type with no NumPy counterpart: strings, tensors, lists)."""
     names = list(schema.names)
@@ -68,7 +65,7 @@ def _schema_dtypes(schema) -> tuple[list, dict]:
     return names, dtypes
 
 
-def _block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
+def block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
     """One write task's blocks, concatenated, as float64 ``(x, y)``; a block whose chosen
     columns do not hold real numbers is a ``TypeError`` naming them."""
     import pandas as pd
@@ -81,124 +78,16 @@ def _block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
     chosen = [*columns.features, *columns.labels]
     missing = [c for c in chosen if c not in frame.columns]
     if missing:
-        raise ValueError(f"{_CALLER}: a block has no column(s) {missing}")
-    check_real(chosen, frame.dtypes, _CALLER)
+        raise ValueError(f"{CALLER}: a block has no column(s) {missing}")
+    check_real(chosen, frame.dtypes, CALLER)
     return columns.to_xy(frame)
 
 
-def _datasink_class():
-    """The ``NdfDatasink`` class, defined on first use so that ray loads lazily."""
-    global _DATASINK
-    if _DATASINK is not None:
-        return _DATASINK
-    Datasink = _ray().data.Datasink
-
-    class NdfDatasink(Datasink):
-        """A Ray Data datasink that writes a sharded ``.ndf`` dataset at ``path``.
-
-        ``ds.write_datasink(NdfDatasink(path, features=..., labels=...))``: one
-        part per write task (the blocks Ray hands it), each written atomically
-        by the task, in parallel; the manifest last, by the driver, listing the
-        parts in the order of the tasks' indices, which is the Dataset's order
-        when Ray keeps it (``execution_options.preserve_order``, which
-        :func:`to_ndf_dataset` sets). ``path``: a local folder (made if missing;
-        every node writing must see it) or a URL with ``storage_options``.
-        A file at ``path`` is an :class:`~exactbatch.NdfError`; bad columns
-        are refused at the first block, before any part is written. On any
-        failure the parts of this write are removed and no manifest is
-        written; a dataset already at ``path`` stays as it was.
-        ``manifest`` (after the write): the manifest written.
-        """
-
-        def __init__(
-            self,
-            path: PathLike,
-            *,
-            features: Any = None,
-            labels: Any = (),
-            storage_options: dict | None = None,
-        ) -> None:
-            self.path = dataset_path(path, storage_options)
-            if not is_url(self.path) and os.path.isfile(self.path):
-                raise file_not_dataset(self.path)
-            self.features, self.labels = features, labels
-            self.storage_options = storage_options
-            self.columns: Columns | None = None  # chosen at the first block's schema
-            self.names: tuple = ((), ())
-            self.write_id: str | None = None
-            self.manifest = None
-
-        def choose(self, schema) -> None:
-            """Choose and check the columns from the Dataset's ``schema``."""
-            names, dtypes = _schema_dtypes(schema)
-            self.columns, *names_ = frame_columns(
-                names, dtypes, self.features, self.labels, _CALLER, frame="Dataset"
-            )
-            self.names = tuple(names_)
-
-        def on_write_start(self, schema=None) -> None:
-            if schema is not None and self.columns is None:
-                self.choose(schema)
-            if self.write_id is None:  # (Ray calls this once, on the driver)
-                self.write_id = start_dataset(self.path, storage_options=self.storage_options)
-
-        def write(self, blocks, ctx) -> tuple:
-            if self.write_id is None or self.columns is None:
-                raise RuntimeError(f"{_CALLER}: a write task ran before on_write_start")
-            x, y = _block_xy(list(blocks), self.columns)
-            info = write_part(
-                self.path,
-                ctx.task_idx,
-                (x, y),
-                write_id=self.write_id,
-                storage_options=self.storage_options,
-            )
-            return (ctx.task_idx, *info)  # plain data: Ray keeps it in a table
-
-        def on_write_complete(self, write_result) -> None:
-            if self.write_id is None or self.columns is None:
-                raise ValueError(f"{self.path}: no parts to write (the Dataset has no blocks)")
-            try:
-                done = sorted(tuple(r) for r in write_result.write_returns if r is not None)
-                parts = [PartInfo(str(name), int(n), int(b)) for _, name, n, b in done]
-                features, labels = self.names
-                self.manifest = finish_dataset(
-                    self.path,
-                    self.write_id,
-                    parts,
-                    len(features),
-                    len(labels),
-                    features=features,
-                    labels=labels,
-                    storage_options=self.storage_options,
-                )
-            except BaseException:
-                abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
-                raise
-
-        def on_write_failed(self, error: Exception) -> None:
-            # Ray raises the error once its executor has stopped: no task writes any more.
-            if self.write_id is not None:
-                abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
-
-        def get_name(self) -> str:
-            return "NdfDataset"
-
-        def __repr__(self) -> str:
-            return f"NdfDatasink({self.path!r})"
-
-    NdfDatasink.__module__ = __name__
-    NdfDatasink.__qualname__ = "NdfDatasink"  # pickled by name via __getattr__
-    _DATASINK = NdfDatasink
-    return NdfDatasink
-
-
-_DATASINK: Any = None
-
-
 def __getattr__(name: str):
-    if name == "NdfDatasink":  # module attribute, made (and ray imported) on first use
-        return _datasink_class()
+    if name == "NdfDatasink":  # its module imports ray: on first use only
+        from exactbatch.adapters.ray_sink import NdfDatasink
+
+        return NdfDatasink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -223,12 +112,12 @@ def to_ndf_dataset(
     already at ``path`` stays readable until the new manifest replaces it; on
     any failure the parts written are removed, and the error is raised.
     """
-    ray = _ray()
+    ray = import_ray()
     if not isinstance(dataset, ray.data.Dataset):
         raise TypeError(f"to_ndf_dataset needs a ray.data.Dataset; got {type(dataset).__name__}")
-    sink = _datasink_class()(
-        path, features=features, labels=labels, storage_options=storage_options
-    )
+    from exactbatch.adapters.ray_sink import NdfDatasink
+
+    sink = NdfDatasink(path, features=features, labels=labels, storage_options=storage_options)
     schema = dataset.schema()
     if schema is None:
         raise ValueError(f"{sink.path}: no parts to write (the Dataset has no blocks)")

@@ -6,9 +6,11 @@ A local two-node Ray cluster on this machine (1 CPU each) runs a TorchTrainer
 of 1 to 2 CPU workers (gloo, DDP) over a sharded ``.ndf`` dataset, through
 ``DataLoader(..., num_shards="auto", shard_index="auto", elastic=True)``,
 saving every rank's loader state (and the row ids it handed out) in each Ray
-Train checkpoint. After local step KILL_AT of the first run the driver
-removes the second node: its worker dies with it, and Ray Train restarts the
-run from the last checkpoint on the resources left, one worker. OUT receives
+Train checkpoint. At local step KILL_AT of the first run, once Ray Train has
+registered the checkpoint of step CHECKPOINT_EVERY, the driver removes the
+second node: its worker dies with it, and Ray Train restarts the run from
+that checkpoint on the resources left, one worker (ScalingConfig's
+num_workers=(1, 2)). OUT receives
 ``result.json``: the world size of each run, every rank's state at the
 checkpoint resumed from and at the end, and the (epoch, row) ids handed out
 in the batches those states count.
@@ -86,6 +88,16 @@ def train_fn(config):
     save("final", last=True)
 
 
+def _registered(out: str) -> bool:
+    """Whether Ray Train's controller has registered a checkpoint of the run."""
+    snapshot = os.path.join(out, "runs", "elastic", "checkpoint_manager_snapshot.json")
+    try:
+        with open(snapshot) as f:
+            return bool(json.load(f).get("checkpoint_results"))
+    except (OSError, ValueError):
+        return False
+
+
 def main(out: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
@@ -121,8 +133,13 @@ def main(out: str) -> None:
         done: dict = {}
         fit = threading.Thread(target=lambda: done.update(result=trainer.fit()))
         fit.start()
-        while not os.path.exists(os.path.join(out, "killed")) and fit.is_alive():
-            time.sleep(0.1)
+        # The node goes once a worker has passed KILL_AT and the controller has
+        # registered the checkpoint before it (a report it had not yet collected from
+        # the workers would die with them, and the run restart from scratch).
+        while fit.is_alive() and not (
+            os.path.exists(os.path.join(out, "killed")) and _registered(out)
+        ):
+            time.sleep(0.2)
         print(f"{time.time() - T0:.1f}s: removing a node", flush=True)
         if fit.is_alive():
             cluster.remove_node(spare)  # a node lost, with the worker on it

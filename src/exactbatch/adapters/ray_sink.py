@@ -1,0 +1,121 @@
+"""The Ray Data datasink of :mod:`exactbatch.ray` (see :mod:`exactbatch.adapters.ray`).
+
+A module of its own because it imports ray as it is imported (a Datasink
+subclass needs its base class): :mod:`exactbatch.ray` imports it on first
+access of ``NdfDatasink``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from exactbatch.adapters.dask_plan import Columns, frame_columns
+from exactbatch.adapters.ray import CALLER, block_xy, import_ray, schema_dtypes
+from exactbatch.hints import PathLike
+from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.manifest import PartInfo, dataset_path, file_not_dataset
+from exactbatch.urls import is_url
+
+__all__ = ["NdfDatasink"]
+
+Datasink = import_ray().data.Datasink
+
+
+class NdfDatasink(Datasink):
+    """A Ray Data datasink that writes a sharded ``.ndf`` dataset at ``path``.
+
+    ``ds.write_datasink(NdfDatasink(path, features=..., labels=...))``: one
+    part per write task (the blocks Ray hands it), each written atomically
+    by the task, in parallel; the manifest last, by the driver, listing the
+    parts in the order of the tasks' indices, which is the Dataset's order
+    when Ray keeps it (``execution_options.preserve_order``, which
+    :func:`to_ndf_dataset` sets). ``path``: a local folder (made if missing;
+    every node writing must see it) or a URL with ``storage_options``.
+    A file at ``path`` is an :class:`~exactbatch.NdfError`; bad columns
+    are refused at the first block, before any part is written. On any
+    failure the parts of this write are removed and no manifest is
+    written; a dataset already at ``path`` stays as it was. (A part that a
+    task Ray failed to stop in time writes after the clean-up is removed by
+    the next write to the folder, as the parts of a killed write are.)
+    ``manifest`` (after the write): the manifest written.
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        features: Any = None,
+        labels: Any = (),
+        storage_options: dict | None = None,
+    ) -> None:
+        self.path = dataset_path(path, storage_options)
+        if not is_url(self.path) and os.path.isfile(self.path):
+            raise file_not_dataset(self.path)
+        self.features, self.labels = features, labels
+        self.storage_options = storage_options
+        self.columns: Columns | None = None  # chosen at the first block's schema
+        self.names: tuple = ((), ())
+        self.write_id: str | None = None
+        self.manifest = None
+
+    def choose(self, schema) -> None:
+        """Choose and check the columns from the Dataset's ``schema``."""
+        names, dtypes = schema_dtypes(schema)
+        self.columns, *names_ = frame_columns(
+            names, dtypes, self.features, self.labels, CALLER, frame="Dataset"
+        )
+        self.names = tuple(names_)
+
+    def on_write_start(self, schema=None) -> None:
+        if schema is not None and self.columns is None:
+            self.choose(schema)
+        if self.write_id is None:  # (Ray calls this once, on the driver)
+            self.write_id = start_dataset(self.path, storage_options=self.storage_options)
+
+    def write(self, blocks, ctx) -> tuple:
+        if self.write_id is None or self.columns is None:
+            raise RuntimeError(f"{CALLER}: a write task ran before on_write_start")
+        x, y = block_xy(list(blocks), self.columns)
+        info = write_part(
+            self.path,
+            ctx.task_idx,
+            (x, y),
+            write_id=self.write_id,
+            storage_options=self.storage_options,
+        )
+        return (ctx.task_idx, *info)  # plain data: Ray keeps it in a table
+
+    def on_write_complete(self, write_result) -> None:
+        if self.write_id is None or self.columns is None:
+            raise ValueError(f"{self.path}: no parts to write (the Dataset has no blocks)")
+        try:
+            done = sorted(tuple(r) for r in write_result.write_returns if r is not None)
+            parts = [PartInfo(str(name), int(n), int(b)) for _, name, n, b in done]
+            features, labels = self.names
+            self.manifest = finish_dataset(
+                self.path,
+                self.write_id,
+                parts,
+                len(features),
+                len(labels),
+                features=features,
+                labels=labels,
+                storage_options=self.storage_options,
+            )
+        except BaseException:
+            abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
+            raise
+
+    def on_write_failed(self, error: Exception) -> None:
+        # Ray has cancelled the tasks still running (without waiting for them): a part
+        # one of them renames into place after this is left for the next write to the
+        # folder to remove (its write's marker is gone), as after a killed write.
+        if self.write_id is not None:
+            abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
+
+    def get_name(self) -> str:
+        return "NdfDataset"
+
+    def __repr__(self) -> str:
+        return f"NdfDatasink({self.path!r})"
