@@ -14,12 +14,14 @@ from exactbatch.adapters.dask_plan import Columns, frame_columns
 from exactbatch.adapters.ray import CALLER, block_xy, import_ray, schema_dtypes
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
-from exactbatch.ndf.manifest import PartInfo, dataset_path, file_not_dataset
+from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
 from exactbatch.urls import is_url
 
 __all__ = ["NdfDatasink"]
 
-Datasink = import_ray().data.Datasink
+import_ray()  # ray and Ray Data, or the ImportError saying how to install them
+
+from ray.data import Datasink  # noqa: E402
 
 
 class NdfDatasink(Datasink):
@@ -57,7 +59,7 @@ class NdfDatasink(Datasink):
         self.columns: Columns | None = None  # chosen at the first block's schema
         self.names: tuple = ((), ())
         self.write_id: str | None = None
-        self.manifest = None
+        self.manifest: Manifest | None = None
 
     def choose(self, schema) -> None:
         """Choose and check the columns from the Dataset's ``schema``."""

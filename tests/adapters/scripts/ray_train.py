@@ -51,7 +51,8 @@ def train_fn(config):
     )
     # the shard comes from Ray Train's context (torch.distributed agrees)
     assert _from_ray_train() == (world, rank) == (loader.num_shards, loader.shard_index)
-    model = ray.train.torch.prepare_model(torch.nn.Linear(D, 1))
+    plain = torch.nn.Linear(D, 1)  # saved and loaded unwrapped: DDP's exists at 2 workers only
+    model = ray.train.torch.prepare_model(plain)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ids: list[int] = []  # epoch * N + row, of the batches handed out in this run
     resumed = ray.train.get_checkpoint()
@@ -60,14 +61,14 @@ def train_fn(config):
             # under elastic every rank's state says the same: any one resumes any rank
             with open(os.path.join(folder, "loader-0.json")) as f:
                 loader.load_state_dict(json.load(f)["state"])
-            model.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
+            plain.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
 
     def save(name: str, last: bool = False) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, f"{name}-{rank}.json"), "w") as f:
                 json.dump({"state": loader.state_dict(), "ids": ids, "world": world}, f)
             if rank == 0 and not last:
-                torch.save(model.state_dict(), os.path.join(tmp, "model.pt"))
+                torch.save(plain.state_dict(), os.path.join(tmp, "model.pt"))
             ray.train.report({"world": world}, checkpoint=Checkpoint.from_directory(tmp))
 
     step = 0
@@ -131,7 +132,14 @@ def main(out: str) -> None:
             ),
         )
         done: dict = {}
-        fit = threading.Thread(target=lambda: done.update(result=trainer.fit()))
+
+        def run() -> None:
+            try:
+                done["result"] = trainer.fit()
+            except BaseException as e:  # raised again below, in the main thread
+                done["error"] = e
+
+        fit = threading.Thread(target=run)
         fit.start()
         # The node goes once a worker has passed KILL_AT and the controller has
         # registered the checkpoint before it (a report it had not yet collected from
@@ -145,6 +153,8 @@ def main(out: str) -> None:
             cluster.remove_node(spare)  # a node lost, with the worker on it
         fit.join()
         print(f"{time.time() - T0:.1f}s: fit returned", flush=True)
+        if "error" in done:
+            raise done["error"]
         result = done["result"]
         assert result.error is None, result.error
         runs = os.path.join(out, "runs", "elastic")
