@@ -32,9 +32,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from exactbatch.adapters.dask_plan import Columns, check_real
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
 
@@ -42,45 +39,11 @@ from exactbatch.hints import PathLike
 # __getattr__), so ray loads lazily.
 __all__ = ["NdfDatasink", "import_ray", "to_ndf_dataset"]  # noqa: F822
 
-CALLER = "NdfDatasink"
-
 
 def import_ray():
     """ray (with Ray Data), or an ImportError saying how to install it."""
     need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
     return need("ray", by="exactbatch.ray", package="Ray Data", extra="ray")
-
-
-def schema_dtypes(schema) -> tuple[list, dict]:
-    """A Ray Dataset schema's column names, and each column's NumPy dtype (object for a
-    type with no NumPy counterpart: strings, tensors, lists)."""
-    names = list(schema.names)
-    dtypes = {}
-    for name, t in zip(names, schema.types, strict=True):
-        try:
-            dt = np.dtype(t.to_pandas_dtype() if hasattr(t, "to_pandas_dtype") else t)
-        except (TypeError, NotImplementedError, ValueError):
-            dt = np.dtype(object)
-        dtypes[name] = dt
-    return names, dtypes
-
-
-def block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """One write task's blocks, concatenated, as float64 ``(x, y)``; a block whose chosen
-    columns do not hold real numbers is a ``TypeError`` naming them."""
-    import pandas as pd
-    from ray.data.block import BlockAccessor
-
-    frames = [BlockAccessor.for_block(b).to_pandas() for b in blocks]
-    if not frames:  # a task given no block: an empty part of the right widths
-        return np.empty((0, len(columns.features))), np.empty((0, len(columns.labels)))
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    chosen = [*columns.features, *columns.labels]
-    missing = [c for c in chosen if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{CALLER}: a block has no column(s) {missing}")
-    check_real(chosen, frame.dtypes, CALLER)
-    return columns.to_xy(frame)
 
 
 def __getattr__(name: str):

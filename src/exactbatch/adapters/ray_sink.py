@@ -1,8 +1,8 @@
 """The Ray Data datasink of :mod:`exactbatch.ray` (see :mod:`exactbatch.adapters.ray`).
 
-A module of its own because it imports ray as it is imported (a Datasink
-subclass needs its base class): :mod:`exactbatch.ray` imports it on first
-access of ``NdfDatasink``.
+A module of its own, with what its write tasks run, because it imports ray
+as it is imported (a Datasink subclass needs its base class):
+:mod:`exactbatch.ray` imports it on first access of ``NdfDatasink``.
 """
 
 from __future__ import annotations
@@ -10,18 +10,55 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from exactbatch.adapters.dask_plan import Columns, frame_columns
-from exactbatch.adapters.ray import CALLER, block_xy, import_ray, schema_dtypes
+import numpy as np
+
+from exactbatch.adapters.dask_plan import Columns, check_real, frame_columns
+from exactbatch.extras import need
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
 from exactbatch.urls import is_url
 
-__all__ = ["NdfDatasink"]
+__all__ = ["NdfDatasink", "block_xy", "schema_dtypes"]
 
-import_ray()  # ray and Ray Data, or the ImportError saying how to install them
+# ray and Ray Data, or the ImportError saying how to install them (as import_ray says it)
+need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
 
 from ray.data import Datasink  # noqa: E402
+
+CALLER = "NdfDatasink"
+
+
+def schema_dtypes(schema) -> tuple[list, dict]:
+    """A Ray Dataset schema's column names, and each column's NumPy dtype (object for a
+    type with no NumPy counterpart: strings, tensors, lists)."""
+    names = list(schema.names)
+    dtypes = {}
+    for name, t in zip(names, schema.types, strict=True):
+        try:
+            dt = np.dtype(t.to_pandas_dtype() if hasattr(t, "to_pandas_dtype") else t)
+        except (TypeError, NotImplementedError, ValueError):
+            dt = np.dtype(object)
+        dtypes[name] = dt
+    return names, dtypes
+
+
+def block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """One write task's blocks, concatenated, as float64 ``(x, y)``; a block whose chosen
+    columns do not hold real numbers is a ``TypeError`` naming them."""
+    import pandas as pd
+    from ray.data.block import BlockAccessor
+
+    frames = [BlockAccessor.for_block(b).to_pandas() for b in blocks]
+    if not frames:  # a task given no block: an empty part of the right widths
+        return np.empty((0, len(columns.features))), np.empty((0, len(columns.labels)))
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    chosen = [*columns.features, *columns.labels]
+    missing = [c for c in chosen if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{CALLER}: a block has no column(s) {missing}")
+    check_real(chosen, frame.dtypes, CALLER)
+    return columns.to_xy(frame)
 
 
 class NdfDatasink(Datasink):
