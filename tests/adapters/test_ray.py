@@ -154,6 +154,22 @@ def test_datasink_round_trip_keeps_the_rows_their_order_and_names(ray, tmp_path,
     ]
 
 
+def test_columns_made_by_a_map_fused_with_the_write_are_written(ray, tmp_path):
+    """Ray fuses map_batches with the write and hands on_write_start the schema of the
+    map's input: the columns are chosen from the blocks written, not from it."""
+    from exactbatch.ray import NdfDatasink
+
+    frame = _frame(300)
+    ds = ray.data.from_pandas(frame).repartition(3)
+    ds = ds.map_batches(lambda b: b.assign(twice=2 * b["row"]), batch_format="pandas")
+    ds.write_datasink(NdfDatasink(tmp_path / "ds", features=["twice"], labels="row"))
+    with open_ndf_dataset(tmp_path / "ds") as data:
+        assert (data.features, data.labels) == (("twice",), ("row",))
+        x, y = data.read_rows(np.arange(data.n))
+    order = np.argsort(y[:, 0])  # the sink alone keeps Ray's order of the tasks
+    np.testing.assert_array_equal(x[order, 0], 2 * np.arange(300.0))
+
+
 def test_a_write_replaces_the_dataset_there_and_leaves_only_its_own_parts(ray, tmp_path):
     from exactbatch.ray import to_ndf_dataset
 

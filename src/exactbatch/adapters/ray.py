@@ -78,13 +78,13 @@ def to_ndf_dataset(
     ray = import_ray()
     if not isinstance(dataset, ray.data.Dataset):
         raise TypeError(f"to_ndf_dataset needs a ray.data.Dataset; got {type(dataset).__name__}")
-    from exactbatch.adapters.ray_sink import NdfDatasink
+    from exactbatch.adapters.ray_sink import NdfDatasink, schema_dtypes
 
     sink = NdfDatasink(path, features=features, labels=labels, storage_options=storage_options)
     schema = dataset.schema()
     if schema is None:
         raise ValueError(f"{sink.path}: no parts to write (the Dataset has no blocks)")
-    sink.choose(schema)
+    sink.choose(*schema_dtypes(schema))
     options = dataset.context.execution_options
     before = options.preserve_order
     options.preserve_order = True

@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.dask_plan import Columns, check_real, frame_columns
+from exactbatch.adapters.dask_plan import Columns, frame_columns
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
 from exactbatch.urls import is_url
 
-__all__ = ["NdfDatasink", "block_xy", "schema_dtypes"]
+__all__ = ["NdfDatasink", "block_frame", "schema_dtypes"]
 
 # ray and Ray Data, or the ImportError saying how to install them (as import_ray says it)
 need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
@@ -43,22 +43,15 @@ def schema_dtypes(schema) -> tuple[list, dict]:
     return names, dtypes
 
 
-def block_xy(blocks, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """One write task's blocks, concatenated, as float64 ``(x, y)``; a block whose chosen
-    columns do not hold real numbers is a ``TypeError`` naming them."""
+def block_frame(blocks):
+    """One write task's blocks as one pandas DataFrame (None for no block)."""
     import pandas as pd
     from ray.data.block import BlockAccessor
 
     frames = [BlockAccessor.for_block(b).to_pandas() for b in blocks]
-    if not frames:  # a task given no block: an empty part of the right widths
-        return np.empty((0, len(columns.features))), np.empty((0, len(columns.labels)))
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    chosen = [*columns.features, *columns.labels]
-    missing = [c for c in chosen if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{CALLER}: a block has no column(s) {missing}")
-    check_real(chosen, frame.dtypes, CALLER)
-    return columns.to_xy(frame)
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
 class NdfDatasink(Datasink):
@@ -72,7 +65,7 @@ class NdfDatasink(Datasink):
     :func:`to_ndf_dataset` sets). ``path``: a local folder (made if missing;
     every node writing must see it) or a URL with ``storage_options``.
     A file at ``path`` is an :class:`~exactbatch.NdfError`; bad columns
-    are refused at the first block, before any part is written. On any
+    are refused by each write task before it writes its part. On any
     failure the parts of this write are removed and no manifest is
     written; a dataset already at ``path`` stays as it was. (A part that a
     task Ray failed to stop in time writes after the clean-up is removed by
@@ -93,29 +86,38 @@ class NdfDatasink(Datasink):
             raise file_not_dataset(self.path)
         self.features, self.labels = features, labels
         self.storage_options = storage_options
-        self.columns: Columns | None = None  # chosen at the first block's schema
-        self.names: tuple = ((), ())
+        self.columns: Columns | None = None  # chosen by each task from its blocks
+        self.names: tuple = ((), ())  # the names of the features and the labels
         self.write_id: str | None = None
         self.manifest: Manifest | None = None
 
-    def choose(self, schema) -> None:
-        """Choose and check the columns from the Dataset's ``schema``."""
-        names, dtypes = schema_dtypes(schema)
-        self.columns, *names_ = frame_columns(
-            names, dtypes, self.features, self.labels, CALLER, frame="Dataset"
-        )
-        self.names = tuple(names_)
+    def choose(self, names: list, dtypes) -> tuple[Columns, tuple, tuple]:
+        """The columns to read of a table with these column ``names`` and ``dtypes``
+        (checked: an error naming a bad one); they become the sink's once chosen."""
+        chosen = frame_columns(names, dtypes, self.features, self.labels, CALLER, "Dataset")
+        self.columns, self.names = chosen[0], chosen[1:]
+        return chosen
 
     def on_write_start(self, schema=None) -> None:
-        if schema is not None and self.columns is None:
-            self.choose(schema)
+        # ``schema`` is not used to choose the columns: when Ray fuses the write with
+        # the operators before it, it is the schema of their input, not of the rows
+        # written. Each task checks its own blocks instead (to_ndf_dataset checks
+        # ``dataset.schema()`` first).
         if self.write_id is None:  # (Ray calls this once, on the driver)
             self.write_id = start_dataset(self.path, storage_options=self.storage_options)
 
     def write(self, blocks, ctx) -> tuple:
-        if self.write_id is None or self.columns is None:
+        if self.write_id is None:
             raise RuntimeError(f"{CALLER}: a write task ran before on_write_start")
-        x, y = block_xy(list(blocks), self.columns)
+        frame = block_frame(blocks)
+        if frame is None:  # a task given no block: an empty part, if the widths are known
+            if self.columns is None:
+                return (ctx.task_idx, None, 0, 0, None, None)
+            d, l = len(self.columns.features), len(self.columns.labels)  # noqa: E741
+            x, y = np.empty((0, d)), np.empty((0, l))
+        else:
+            columns, *names = self.choose(list(frame.columns), frame.dtypes)
+            x, y = columns.to_xy(frame)
         info = write_part(
             self.path,
             ctx.task_idx,
@@ -123,15 +125,27 @@ class NdfDatasink(Datasink):
             write_id=self.write_id,
             storage_options=self.storage_options,
         )
-        return (ctx.task_idx, *info)  # plain data: Ray keeps it in a table
+        features, labels = self.names
+        # plain data (Ray keeps it in a table): the part, and the names its task chose
+        return (ctx.task_idx, *info, list(features), list(labels))
 
     def on_write_complete(self, write_result) -> None:
-        if self.write_id is None or self.columns is None:
+        if self.write_id is None:
             raise ValueError(f"{self.path}: no parts to write (the Dataset has no blocks)")
         try:
-            done = sorted(tuple(r) for r in write_result.write_returns if r is not None)
-            parts = [PartInfo(str(name), int(n), int(b)) for _, name, n, b in done]
-            features, labels = self.names
+            done = sorted(
+                (r for r in write_result.write_returns if r is not None and r[1] is not None),
+                key=lambda r: r[0],
+            )
+            if not done:
+                raise ValueError(f"{self.path}: no parts to write (the Dataset has no rows)")
+            names = {(tuple(r[4]), tuple(r[5])) for r in done}
+            if len(names) > 1:
+                raise ValueError(
+                    f"{self.path}: the Dataset's blocks have different columns: {sorted(names)}"
+                )
+            ((features, labels),) = names
+            parts = [PartInfo(str(r[1]), int(r[2]), int(r[3])) for r in done]
             self.manifest = finish_dataset(
                 self.path,
                 self.write_id,
