@@ -16,6 +16,7 @@ import pytest
 
 from exactbatch.adapters import dask_plan, numpyro, pymc, torch
 from exactbatch.adapters import jax as jax_adapter
+from exactbatch.adapters import ray as ray_adapter
 from exactbatch.extras import need
 from exactbatch.sources import (
     arrow_ipc,
@@ -123,6 +124,12 @@ CASES = [
         "dask",
         ImportError,
         "exactbatch.dask needs Dask: pip install 'exactbatch[dask]'",
+    ),
+    (
+        lambda p: ray_adapter.import_ray(),
+        "ray",
+        ImportError,
+        "exactbatch.ray needs Ray Data: pip install 'exactbatch[ray]'",
     ),
     (
         lambda p: convert_inputs.arrow(),

@@ -11,6 +11,7 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 OPTIONAL = ("pyarrow", "torch", "pymc", "pandas", "fsspec", "jax", "numpyro", "optax", "polars")
 OPTIONAL += ("datasets", "duckdb")
+OPTIONAL += ("ray",)
 
 
 def _blocks(page: Path) -> list[tuple[int, str]]:

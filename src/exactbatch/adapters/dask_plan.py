@@ -16,7 +16,7 @@ from exactbatch.ndf.names import default_names, validate_names
 from exactbatch.sources.arrow import fill_float64
 from exactbatch.sources.categorical import Vocabulary, check_categorical, learn
 
-__all__ = ["Columns", "Plan", "import_dask", "plan_for"]
+__all__ = ["Columns", "Plan", "check_real", "frame_columns", "import_dask", "plan_for"]
 
 _REAL = "biuf"
 
@@ -132,14 +132,36 @@ def plan_for(collection, features, labels, caller: str, categorical=None) -> Pla
 
 
 def _frame_plan(ddf, features, labels, caller: str, cats: dict) -> Plan:
-    columns = list(ddf.columns)
+    columns, features, labels = frame_columns(
+        list(ddf.columns), ddf.dtypes, features, labels, caller, cats=cats
+    )
+    ddf = ddf[[*columns.features, *columns.labels]]  # read only these (Parquet: their chunks)
+    vocab = _vocabularies(ddf, cats, caller)
+    return Plan(
+        parts=list(ddf.to_delayed()),
+        lengths=_frame_lengths(ddf),
+        columns=Columns(True, columns.features, columns.labels, vocab),
+        features=features,
+        labels=labels,
+    )
+
+
+def frame_columns(
+    columns: list, dtypes, features, labels, caller: str, frame: str = "DataFrame", cats=()
+) -> tuple[Columns, tuple[str, ...], tuple[str, ...]]:
+    """The columns of a table of named columns (a Dask DataFrame; a Ray Dataset) to read:
+    ``(Columns, feature names, label names)``, each choice checked (a column missing,
+    named twice, both a feature and a label, or not of real numbers unless coded as a
+    category, one of ``cats``: an error naming it). ``dtypes``: each column's dtype
+    (anything with a NumPy ``kind``) by name; ``frame``: what the table is called in
+    the messages."""
     lab = _as_list(labels)
     feat = [c for c in columns if c not in lab] if features is None else _as_list(features)
     for what, chosen in (("features", feat), ("labels", lab)):
         missing = [c for c in chosen if c not in columns]
         if missing:
             raise ValueError(
-                f"{caller}: {what} names column(s) {missing} that the DataFrame does not "
+                f"{caller}: {what} names column(s) {missing} that the {frame} does not "
                 f"have; its columns are {columns[:20]}"
             )
         twice = list(dict.fromkeys(c for c in chosen if chosen.count(c) > 1))
@@ -159,30 +181,32 @@ def _frame_plan(ddf, features, labels, caller: str, cats: dict) -> Plan:
             f"{caller}: categorical names column(s) {outside} that are neither features nor "
             f"labels (chosen: {feat + lab}); name them in features= or labels= too"
         )
-    dtypes = ddf.dtypes
-    bad = [
-        f"{c!r} ({dtypes[c]})"
-        for c in feat + lab
-        if c not in cats and getattr(dtypes[c], "kind", "O") not in _REAL
-    ]
-    if bad:
-        raise TypeError(
-            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
-            "real numbers (bool, int or float): code them as integers with categorical=[...], "
-            "or choose others with features=/labels="
-        )
+    fix = (
+        "code them as integers with categorical=[...], or choose others with features=/labels="
+        if frame == "DataFrame"
+        else "choose others with features=/labels=, or encode them first"
+    )
+    check_real([c for c in feat + lab if c not in cats], dtypes, caller, fix)
     names = [str(c) for c in feat + lab]
     # the names the manifest will keep, checked before any partition is written: two
     # columns 1 and "1" are one name as text, and an empty name cannot be read back
     validate_names(names[: len(feat)], names[len(feat) :], len(feat), len(lab), caller)
-    ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
-    return Plan(
-        parts=list(ddf.to_delayed()),
-        lengths=_frame_lengths(ddf),
-        columns=Columns(True, tuple(feat), tuple(lab), _vocabularies(ddf, cats, caller)),
-        features=tuple(names[: len(feat)]),
-        labels=tuple(names[len(feat) :]),
+    return (
+        Columns(True, tuple(feat), tuple(lab)),
+        tuple(names[: len(feat)]),
+        tuple(names[len(feat) :]),
     )
+
+
+def check_real(chosen, dtypes, caller: str, fix: str) -> None:
+    """A ``TypeError`` naming each of the columns ``chosen`` whose dtype (in ``dtypes``,
+    by name) does not hold real numbers (bool, int, float), and saying ``fix``."""
+    bad = [f"{c!r} ({dtypes[c]})" for c in chosen if getattr(dtypes[c], "kind", "O") not in _REAL]
+    if bad:
+        raise TypeError(
+            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
+            f"real numbers (bool, int or float): {fix}"
+        )
 
 
 def _vocabularies(ddf, cats: dict, caller: str) -> tuple:

@@ -84,7 +84,7 @@ class DataLoader:
       :class:`TotalSizeWarning`) or None (unknown; ``len()`` raises).
 
     Distributed options: ``num_shards``/``shard_index`` may be ``"auto"``
-    (torch.distributed, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
+    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
