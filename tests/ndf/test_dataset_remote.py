@@ -18,7 +18,7 @@ from helpers import check_rows, make_data, write_ndf_dataset
 
 from exactbatch import DataLoader, NdfError, open_ndf_dataset, save_ndf_dataset
 from exactbatch.ndf import dataset as dsmod
-from exactbatch.ndf import dataset_write
+from exactbatch.ndf import dataset_protocol
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -179,7 +179,7 @@ def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
         f.write(b"NDF1" + bytes(100))
         raise OSError("disk full")
 
-    monkeypatch.setattr(dataset_write, "write_ndf_to", broken)
+    monkeypatch.setattr(dataset_protocol, "write_ndf_to", broken)
     with pytest.raises(OSError, match="disk full"):
         dsmod.write_part(
             url(s3, "dsets/abandon"), 0, make_data(2), write_id=write, storage_options=s3.so

@@ -632,16 +632,16 @@ def test_a_ctrl_c_during_the_manifests_rename_waits_for_its_end(tmp_path, ds_pat
     Ctrl-C is raised, and the new dataset is whole, the old one's parts removed."""
     import signal
 
-    from exactbatch.ndf import dataset_write
+    from exactbatch.ndf import dataset_protocol
 
-    write_manifest = dataset_write.write_manifest
+    write_manifest = dataset_protocol.write_manifest
 
     def interrupted(*args, **kwargs):
         man = write_manifest(*args, **kwargs)
         signal.raise_signal(signal.SIGINT)  # just after the rename
         return man
 
-    monkeypatch.setattr(dataset_write, "write_manifest", interrupted)
+    monkeypatch.setattr(dataset_protocol, "write_manifest", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_ndf_dataset(ds_path, [4, 4], d=3, l=2)
     ds = open_ndf_dataset(ds_path)

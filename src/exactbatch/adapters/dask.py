@@ -2,7 +2,7 @@
 partitions as a stream, and column statistics.
 
 * :func:`to_ndf_dataset` writes a Dask DataFrame or a 2-D Dask Array as a
-  sharded dataset (:mod:`exactbatch.ndf.dataset_write`): one part per
+  sharded dataset (:mod:`exactbatch.ndf.dataset_protocol`): one part per
   partition, each converted and written by the Dask worker that computed it,
   in parallel, each atomically (``write_part``: a temporary file renamed, or
   an upload committed only when whole), named with the write's id. The
@@ -56,7 +56,7 @@ import numpy as np
 from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
 from exactbatch.hints import PathLike
-from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path
 from exactbatch.stats import ColumnStats
 

@@ -2,7 +2,7 @@
 
 * :class:`NdfDatasink` (``ds.write_datasink(NdfDatasink(path, ...))``) and
   :func:`to_ndf_dataset` write a Ray Dataset of numeric columns as a sharded
-  dataset by the protocol of :mod:`exactbatch.ndf.dataset_write`, as
+  dataset by the protocol of :mod:`exactbatch.ndf.dataset_protocol`, as
   ``exactbatch.dask.to_ndf_dataset`` does for Dask: the driver starts the
   write (``on_write_start``); each Ray write task converts its blocks and
   writes them as one part, atomically, named by the task's index (so a task

@@ -15,7 +15,7 @@ import numpy as np
 from exactbatch.adapters.dask_plan import Columns, frame_columns
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
-from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
 from exactbatch.urls import is_url
 

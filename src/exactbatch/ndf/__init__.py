@@ -11,8 +11,9 @@
 - :mod:`~exactbatch.ndf.dataset`: sharded datasets, a folder of parts:
   :class:`NdfDataset`, :func:`open_ndf_dataset`; written by
   :mod:`~exactbatch.ndf.dataset_write` (:func:`save_ndf_dataset`,
-  :class:`~exactbatch.ndf.dataset_write.NdfDatasetWriter`), and listed by
-  their ``manifest.json`` (:mod:`~exactbatch.ndf.manifest`).
+  :class:`~exactbatch.ndf.dataset_write.NdfDatasetWriter`) by the steps of
+  :mod:`~exactbatch.ndf.dataset_protocol` (a write id, the manifest last),
+  and listed by their ``manifest.json`` (:mod:`~exactbatch.ndf.manifest`).
 
 The names below are importable from ``exactbatch.ndf`` itself.
 """

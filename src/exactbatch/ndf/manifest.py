@@ -82,7 +82,7 @@ class Manifest(NamedTuple):
 
 def part_name(index: int, write_id: str | None = None) -> str:
     """The file name of part ``index`` (0-based) of the dataset write ``write_id``:
-    ``part-00042-<write id>.ndf`` (see :mod:`exactbatch.ndf.dataset_write`). Without a
+    ``part-00042-<write id>.ndf`` (see :mod:`exactbatch.ndf.dataset_protocol`). Without a
     write id, ``part-00042.ndf``: how parts were named before write ids (such datasets
     read as any other)."""
     index = check_int("index", index, 0)
@@ -299,7 +299,7 @@ def write_manifest(
     ``l`` of them), or None. ``categories``: the vocabularies of columns stored
     as codes, ``{column: [value, ...]}`` (:func:`~exactbatch.ndf.names.check_categories`:
     they need names). Nothing else is written or removed: a dataset
-    write ends with :func:`~exactbatch.ndf.dataset_write.finish_dataset`,
+    write ends with :func:`~exactbatch.ndf.dataset_protocol.finish_dataset`,
     which calls this and then removes the parts of the dataset it replaced.
     """
     path = dataset_path(path, storage_options)

@@ -6,7 +6,7 @@ name says who wrote it, so that a file left by a writer that died (killed
 mid-write) is removed by the next writer on the same host, and a failed
 write removes its own.
 
-A dataset write (:mod:`exactbatch.ndf.dataset_write`) names its parts with a
+A dataset write (:mod:`exactbatch.ndf.dataset_protocol`) names its parts with a
 write id, ``<host>-<pid>-<random>`` (:func:`new_write_id`): it tells two
 writers apart, and says on which host and in which process the write runs,
 so that a later write can tell whether it is over (:func:`parse_write_id`).
