@@ -154,6 +154,9 @@ def test_modules_are_found():
     graph = _graph()
     assert "exactbatch.ndf.format" in graph["exactbatch.ndf.file"]
     assert "exactbatch.urls" in graph["exactbatch.ndf.remote"]
+    # the sharded datasets' split: the user-facing modules above the machinery
+    assert "exactbatch.ndf.dataset_parts" in graph["exactbatch.ndf.dataset"]
+    assert "exactbatch.ndf.dataset_protocol" in graph["exactbatch.ndf.dataset_write"]
 
 
 def test_no_import_circle():

@@ -1,4 +1,4 @@
-"""Sharded .ndf datasets on local folders (ndf/dataset.py, ndf/manifest.py).
+"""Sharded .ndf datasets on local folders (ndf/dataset.py, dataset_parts.py, manifest.py).
 
 A dataset is the concatenation of its parts: every read equals the same read
 of one array holding rows 0..n (helpers.make_data); parts open lazily and
@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 import exactbatch
 from exactbatch import NdfDataset, NdfError, open_ndf_dataset, save_ndf, save_ndf_dataset
 from exactbatch.ndf import dataset as dsmod
+from exactbatch.ndf import dataset_parts
 from exactbatch.ndf import manifest as manmod
 
 SIZES = [5, 0, 12, 1, 7]  # uneven, an empty part among them
@@ -279,7 +280,7 @@ def test_threads_opening_parts_at_once(ds_path):
     """Threads reading a fresh dataset at once each get their rows (a part opens once)."""
     ds = open_ndf_dataset(ds_path)
     errors, opened = [], []
-    real_open = dsmod.open_ndf
+    real_open = dataset_parts.open_ndf
 
     def counting_open(*a, **kw):
         opened.append(a[0])
@@ -296,7 +297,7 @@ def test_threads_opening_parts_at_once(ds_path):
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    dsmod.open_ndf = counting_open
+    dataset_parts.open_ndf = counting_open
     try:
         threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
         for t in threads:
@@ -304,7 +305,7 @@ def test_threads_opening_parts_at_once(ds_path):
         for t in threads:
             t.join()
     finally:
-        dsmod.open_ndf = real_open
+        dataset_parts.open_ndf = real_open
     assert not errors
     assert sorted(opened) == sorted(set(opened)) and len(opened) == 4
 
