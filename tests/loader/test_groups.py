@@ -5,6 +5,7 @@ for states taken on another thread while a group is handed out without the lock.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from concurrent.futures import Future
@@ -229,9 +230,56 @@ def test_peek_reads_ahead_without_handing_out(prefetch):
     it.close()  # the 9 read ahead go back: the loader hands them out next
     bx, by = np.empty((100, 1)), np.empty((100, 0))
     assert loader.next_into(bx, by) == 100 and ids([(bx, by)]) == want[1]
-    for bad in (-1, 1.5, "2"):
-        with pytest.raises((TypeError, ValueError), match="k"):
+    for bad, error in ((-1, "k must be >= 0; got k=-1"), (1.5, "k must be an int; got 1.5")):
+        with pytest.raises((TypeError, ValueError), match=f"^{re.escape(error)}$"):
             iter(loader).peek(bad)
+    with pytest.raises(TypeError, match="^k must be an int; got '2'$"):
+        iter(loader).peek("2")
+
+
+def test_peek_reads_only_the_groups_it_needs():
+    """peek(k) reads nothing when k batches are ready (none for k = 0), else the next
+    groups of 16 small batches (at least the batches missing), and hands nothing out."""
+    loader = DataLoader(x_of(), 10, shuffle=False)  # 100 batches of 80 bytes: groups of 16
+    reads = CountReads(loader)
+    it = iter(loader)
+    assert it.peek(0) == [] and reads.sizes == []
+    first = next(it)
+    assert reads.sizes == [160]
+    assert len(it.peek(15)) == 15 and reads.sizes == [160]  # the group holds them
+    assert len(it.peek(20)) == 20 and reads.sizes == [160, 160]  # 5 more: one group
+    assert len(it.peek(60)) == 60 and reads.sizes == [160, 160, 290]  # 29 more at once
+    assert ids([first]) + ids(it.peek(99)) == list(range(N))
+    assert loader.state_dict()["batches_done"] == 1
+
+
+def test_peek_reads_the_batches_an_iterator_takes_over_from_next_into():
+    """next_into's group holds batches claimed and not read (read at hand-out): an
+    iterator of the same epoch takes them over, and peek reads them."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    want = [ids([b]) for b in DataLoader(x_of(), 10, shuffle=True, seed=5)]
+    it = iter(loader)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    assert loader.next_into(bx, by) == 10 and ids([(bx, by)]) == want[0]
+    ahead = it.peek(3)
+    assert [ids([b]) for b in ahead] == want[1:4]
+    assert [ids([next(it)]) for _ in range(3)] == want[1:4]
+
+
+def test_a_failed_read_of_a_batch_taken_over_from_next_into_is_read_again():
+    """A batch an iterator took over from next_into's group is read at its hand-out: a
+    read that raises there leaves it next, and the next call reads it again."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    want = [ids([b]) for b in DataLoader(x_of(), 10, shuffle=True, seed=5)]
+    flaky = wrap_reader(loader, FlakyReader)
+    it = iter(loader)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    assert loader.next_into(bx, by) == 10  # its group: 16 batches claimed, 1 read
+    flaky.arm(1)  # the iterator's one fresh batch reads; then batch 1, taken over, fails
+    with pytest.raises(OSError, match="injected"):
+        next(it)
+    assert flaky.raised == 1
+    assert [ids([next(it)]) for _ in range(99)] == want[1:]
 
 
 def _stream(shuffle: bool, prefetch: int) -> DataLoader:

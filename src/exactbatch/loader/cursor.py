@@ -445,12 +445,19 @@ class Cursor:
             self._handed, self._verified = pos.ledger.copy(), pos.verified
 
     def close(self) -> bool:
-        """Stop the epoch in progress; False if already closed."""
+        """Stop the epoch in progress, keeping its position (a state taken after it resumes
+        at the same batch); False if already closed."""
         with self.lock:
             if self._closed:
                 return False
+            self._sweep()
+            epoch, done, pending, ledger = self._position()
             if self.current is not None:
                 self.current.close()
+            if epoch != self.epoch:  # every batch was handed out: at the next epoch's start
+                self.epoch, self._first, self._verified = epoch, 0, True
+            # kept as a restored state keeps them (see restore)
+            self._skip, self._pending, self._handed = done + len(pending), pending, ledger
             self._closed, self.current, self._begun = True, None, False
             self._live = []
             return True
