@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
@@ -163,6 +164,29 @@ def test_next_into_takes_the_next_batch_whichever_thread_calls():
     restored.load_state_dict(state)
     assert into_ids(restored) == want[40:]
     assert into_ids(loader) == want[40:]  # the live loader goes on from its group
+
+
+class _PoppedMeanwhile(deque):
+    """An empty group's queue that a caller's first look finds not empty: another thread
+    popped its last batch between that look and the caller's pop."""
+
+    looks = 0
+
+    def __bool__(self):
+        self.looks += 1
+        return self.looks == 1 or len(self) > 0
+
+
+def test_next_into_claims_the_next_group_when_its_last_batch_is_popped_meanwhile():
+    """A call of next_into whose claim, under the lock, loses the group's last batch to
+    another thread (popped without the lock) claims the next group: it hands out the
+    next batch, and none is lost or handed twice."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    assert into_ids(loader, 16) == want[:16]  # the first group of 16, handed out
+    loader._holder.group.queue = racy = _PoppedMeanwhile()
+    assert into_ids(loader) == want[16:]
+    assert racy.looks == 2  # the look that lost the race, then the one that claimed
 
 
 @pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
