@@ -164,7 +164,7 @@ class Cursor:
         self.current = self.feed.open_epoch(
             self.seed, self.epoch, self._skip, self._first, self._pending
         )
-        self._begun, self._ended, self._drained = True, False, False
+        self._begun = True  # (its flags are as __init__ or _move left them: not ended)
 
     def _move(self, epoch: int) -> None:
         if self.current is not None:
@@ -283,7 +283,7 @@ class Cursor:
         groups not handed out (ready, or read in flight) are pending; the epoch rolls
         over once every batch of it has been handed out."""
         cur, ledger = self.current, self._handed.copy()
-        if self._begun and cur is not None:
+        if self._begun:  # (then current is its epoch)
             claimed, holes = cur.claimed, set(cur.given_back())
             for g in self._live:
                 handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
@@ -297,7 +297,7 @@ class Cursor:
             holes.discard(claimed - 1)  # are simply not claimed yet
             claimed -= 1
         done = claimed - len(holes)
-        if self._begun and cur is not None and not holes and self._rolled(cur, done):
+        if self._begun and not holes and self._rolled(cur, done):
             return self.epoch + 1, 0, (), Tally()
         return self.epoch, done, tuple(sorted(holes)), ledger
 
