@@ -16,6 +16,7 @@ import pytest
 from helpers import make_x, make_y
 from laws import (
     FlakyReader,
+    GateReader,
     check_epoch,
     check_resume,
     check_retry,
@@ -187,6 +188,36 @@ def test_next_into_claims_the_next_group_when_its_last_batch_is_popped_meanwhile
     loader._holder.group.queue = racy = _PoppedMeanwhile()
     assert into_ids(loader) == want[16:]
     assert racy.looks == 2  # the look that lost the race, then the one that claimed
+
+
+def test_a_failed_read_of_a_groups_last_batch_after_next_into_moved_on_is_next_again():
+    """Thread A pops the last batch of next_into's group and reads it; thread B finds the
+    group empty and claims the next; A's read raises. The batch is next again - B's next
+    call reads it - and the epoch hands out every batch once (it was left in the old
+    group, which no claim takes from, and the epoch ended one batch short, unchecked)."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    got = into_ids(loader, 15)  # batch 15, the group's last, left
+    gate.arm()
+    errors = []
+
+    def thread_a():
+        try:
+            into_ids(loader, 1)
+        except OSError as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=thread_a)
+    worker.start()
+    assert gate.entered.wait(60)  # A reads batch 15, held at the gate
+    got += into_ids(loader, 1)  # B: batch 16, from the next group
+    gate.release(True)
+    worker.join(60)
+    assert len(errors) == 1
+    got += into_ids(loader)
+    assert got == want[:15] + [want[16], want[15]] + want[17:]
+    assert loader.state_dict()["epoch"] == 1
 
 
 @pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
