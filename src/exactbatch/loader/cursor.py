@@ -295,7 +295,7 @@ class Cursor:
         groups not handed out (ready, or read in flight) are pending; the epoch rolls
         over once every batch of it has been handed out."""
         cur, ledger = self.current, self._handed.copy()
-        if self._begun:  # (then current is its epoch)
+        if self._begun and cur is not None:
             claimed, holes = cur.claimed, set(cur.given_back())
             for g in self._live:
                 handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
@@ -309,7 +309,7 @@ class Cursor:
             holes.discard(claimed - 1)  # are simply not claimed yet
             claimed -= 1
         done = claimed - len(holes)
-        if self._begun and not holes and self._rolled(cur, done):
+        if self._begun and cur is not None and not holes and self._rolled(cur, done):
             return self.epoch + 1, 0, (), Tally()
         return self.epoch, done, tuple(sorted(holes)), ledger
 

@@ -110,7 +110,7 @@ def unpack_state(state, feed, seed: int):
             f"state['pending']={pending} must be distinct batches below "
             f"batches_done + len(pending) = {claimed}"
         )
-    first, ledger = 0, Tally()
+    first, ledger, verified = 0, Tally(), True
     if feed.spec.elastic:
         total = feed.total_batches
         first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
