@@ -204,3 +204,28 @@ def test_hinter_close_stops_a_hinter_waiting_for_room_and_a_failed_hint_stops_hi
         hints.taken()
     hints.close()
     assert calls == [0]
+
+
+def test_a_stale_iterators_prefetch_thread_does_not_begin_the_epoch_the_loader_moved_to():
+    """set_epoch(5) while a prefetching iterator's thread reads its first group: the
+    thread's next claim finds the iterator stale and stops, so the next iter() begins
+    epoch 5 (had the thread begun it, iter() would begin epoch 6)."""
+    from laws import GateReader, wrap_reader
+
+    x, y = ids(1000, d=1)
+    loader = DataLoader((x, y), 10, seed=1, prefetch=2)
+    gate = wrap_reader(loader, GateReader)
+    gate.arm()
+    it = iter(loader)
+    assert gate.entered.wait(60)  # the thread reads its first group
+    loader.set_epoch(5)
+    gate.release(False)
+    deadline = time.monotonic() + 60
+    while not it._prefetcher.full():  # that group, then the thread's next claim's outcome
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    want = DataLoader((x, y), 10, seed=1)
+    want.set_epoch(5)
+    assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
