@@ -220,6 +220,37 @@ def test_a_failed_read_of_a_groups_last_batch_after_next_into_moved_on_is_next_a
     assert loader.state_dict()["epoch"] == 1
 
 
+def test_a_failed_read_after_the_loader_moved_on_stays_with_its_epoch():
+    """Thread A reads a batch of next_into's group; meanwhile the loader moves to epoch 1
+    and next_into claims there; A's read raises: its batch belongs to epoch 0 and is
+    not handed out in epoch 1, which hands out its own batches, once each."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    assert into_ids(loader, 3) == want[:3]
+    gate.arm()
+    errors = []
+
+    def thread_a():
+        try:
+            into_ids(loader, 1)
+        except OSError as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=thread_a)
+    worker.start()
+    assert gate.entered.wait(60)  # A reads batch 3 of epoch 0, held at the gate
+    loader.set_epoch(1)
+    got = into_ids(loader, 1)  # epoch 1's group of 16 claimed, batch 0 handed out
+    gate.release(True)
+    worker.join(60)
+    assert len(errors) == 1
+    got += into_ids(loader)
+    ref = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    ref.set_epoch(1)
+    assert got == into_ids(ref)
+
+
 @pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
 def test_next_into_drops_its_group_when_the_loader_moves_on(move):
     """Batches next_into claimed ahead (a group) belong to their epoch: once the loader

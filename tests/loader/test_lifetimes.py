@@ -196,14 +196,29 @@ def test_a_state_taken_after_close_resumes_where_the_loader_stood(handed):
     assert loader.state_dict() == before
 
 
-def test_a_state_taken_after_close_keeps_an_elastic_position():
+@pytest.mark.parametrize("steps", [2, 5])
+def test_a_state_taken_after_close_keeps_an_elastic_position(steps):
     """Under elastic sharding too: the global batch and the ledger of every shard's
-    batches before it."""
+    batches before it (at the epoch's end: the next epoch's start)."""
     loader = DataLoader(x_of(), 10, seed=2, num_shards=2, elastic=True)
     it = iter(loader)
-    next(it)
-    next(it)
+    for _ in range(steps):
+        next(it)
     before = loader.state_dict()
-    assert before["global_batches_done"] == 4
+    assert (before["epoch"], before["global_batches_done"]) == ((0, 4) if steps == 2 else (1, 0))
     loader.close()
     assert loader.state_dict() == before
+
+
+def test_a_state_taken_after_close_keeps_the_pending_batches_of_a_restored_one():
+    """Closed right after a state with a batch waiting to be read again was loaded: a
+    state taken then is that state."""
+    loader = DataLoader(x_of(), 10, seed=2)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = {**loader.state_dict(), "pending": [1]}  # batches 0-4 claimed, 1 not handed
+    restored = DataLoader(x_of(), 10, seed=2)
+    restored.load_state_dict(state)
+    restored.close()
+    assert restored.state_dict() == state

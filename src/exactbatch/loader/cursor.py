@@ -110,7 +110,7 @@ class Group:
             return
         with self.cursor.lock:  # (where holder.group is switched)
             to = holder.group
-            if to is not self and to is not None and to.epoch is self.epoch:
+            if to is not self and to.epoch is self.epoch:  # (else its epoch has gone)
                 job = item[0]  # else no claim would take it back: the epoch would end short
                 to.jobs[job.k] = self.jobs.pop(job.k)
             else:
