@@ -170,12 +170,18 @@ TARGETS = {
         ],
     ),
     "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
-        [
+        [  # (what moved out of feeds/streamed.py: the passes, the hooks, a stream's widths)
             "src/exactbatch/feeds/*",
             "src/exactbatch/sources/passes.py",
             "src/exactbatch/sources/protocols.py",
+            "src/exactbatch/sources/chunks.py",
         ],
-        ["exactbatch.feeds.*", "exactbatch.sources.passes.*", "exactbatch.sources.protocols.*"],
+        [
+            "exactbatch.feeds.*",
+            "exactbatch.sources.passes.*",
+            "exactbatch.sources.protocols.*",
+            "exactbatch.sources.chunks.xǁWidthsǁ*",
+        ],
         [
             "tests/feeds/",
             "tests/batching/",
