@@ -85,6 +85,9 @@ def test_prefetch_reads_small_batches_in_larger_groups():
     wide = DataLoader(np.zeros((N, 1024)), 32, prefetch=1)  # 256 KiB batches: 16 in 4 MiB
     reads = CountReads(wide)
     assert sum(1 for _ in wide) == 32 and reads.sizes == [512, 488]
+    huge = DataLoader(np.zeros((N, 1024)), 600, prefetch=1)  # 4.7 MiB batches: one a read
+    reads = CountReads(huge)
+    assert sum(1 for _ in huge) == 2 and reads.sizes == [600, 400]
     want = DataLoader(x_of(), 10, shuffle=True, seed=3)
     want._groups = (1, 1)
     assert ids(got) == ids(want)
@@ -102,6 +105,11 @@ def test_large_batches_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), half, strict=False):
         pass
     assert reads.sizes == [64, 64]
+    pair = DataLoader((np.zeros((N, 1024)), np.zeros((N, 512))), 32)  # labels count too:
+    reads = CountReads(pair)  # 384 KiB batches, one a read
+    for _ in zip(range(3), pair, strict=False):
+        pass
+    assert reads.sizes == [32, 32, 32]
     small = DataLoader(x_of(), 10)
     reads = CountReads(small)
     bx, by = np.empty((10, 1)), np.empty((10, 0))
