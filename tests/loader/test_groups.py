@@ -352,11 +352,14 @@ def test_peek_reads_the_batches_an_iterator_takes_over_from_next_into():
     iterator of the same epoch takes them over, and peek reads them."""
     loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
     want = [ids([b]) for b in DataLoader(x_of(), 10, shuffle=True, seed=5)]
+    reads = CountReads(loader)
     it = iter(loader)
     bx, by = np.empty((10, 1)), np.empty((10, 0))
     assert loader.next_into(bx, by) == 10 and ids([(bx, by)]) == want[0]
     ahead = it.peek(3)
     assert [ids([b]) for b in ahead] == want[1:4]
+    # its group: the 15 taken over, and 1 batch claimed and read now; peek reads 3
+    assert reads.sizes == [10] * 5
     assert [ids([next(it)]) for _ in range(3)] == want[1:4]
 
 
