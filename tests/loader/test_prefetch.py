@@ -229,3 +229,31 @@ def test_a_stale_iterators_prefetch_thread_does_not_begin_the_epoch_the_loader_m
     assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]
     with pytest.raises(RuntimeError, match="stale"):
         next(it)
+
+
+def test_a_stale_prefetch_thread_over_a_stream_not_read_yet_does_not_begin_the_next_epoch():
+    """The same for a stream whose widths were unknown when iter() was called (its thread
+    sizes each group once it has read): once the loader has moved to epoch 5, the
+    thread's next claim finds the iterator stale, and the next iter() begins epoch 5."""
+    x, _ = ids(1000, d=1)
+    parts = [x[a : a + 70] for a in range(0, 1000, 70)]
+
+    def stream() -> DataLoader:
+        return DataLoader(lambda: iter(parts), 10, seed=1, prefetch=2, total_size=1000)
+
+    def until_full(it):
+        deadline = time.monotonic() + 60
+        while not it._prefetcher.full():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    loader = stream()
+    it = iter(loader)
+    until_full(it)  # two groups read; the thread waits for room
+    loader.set_epoch(5)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)  # takes a group from the thread, which claims again
+    until_full(it)  # what that claim gave (the stale error)
+    want = stream()
+    want.set_epoch(5)
+    assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]
