@@ -259,6 +259,29 @@ def test_a_failed_read_after_the_loader_moved_on_stays_with_its_epoch():
     assert got == into_ids(ref)
 
 
+def test_next_into_takes_over_ready_batches_behind_a_batch_being_read():
+    """A claim looks past a group whose last batch is being read (on another thread) to
+    the batches other claimants hold ready: next_into takes over the iterator's next
+    batch, not one claimed after it."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    it = iter(loader)
+    assert into_ids(loader, 15) == want[:15]  # next_into's group of 16: batch 15 left
+    gate.arm()
+    got_a = []
+    worker = threading.Thread(target=lambda: got_a.extend(into_ids(loader, 1)))
+    worker.start()
+    try:
+        assert gate.entered.wait(60)  # thread A reads batch 15, held at the gate
+        assert ids([next(it)]) == want[16]  # the iterator's group: batches 16-31
+        assert into_ids(loader, 1) == [want[17]]  # taken over from the iterator
+    finally:
+        gate.release(False)
+        worker.join(60)
+    assert got_a == [want[15]]
+
+
 @pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
 def test_next_into_drops_its_group_when_the_loader_moves_on(move):
     """Batches next_into claimed ahead (a group) belong to their epoch: once the loader
