@@ -14,7 +14,9 @@ at a larger scale, in child processes where a crash or a hang must be seen:
              outcomes (NdfError, SIGBUS, garbage) per read path (the compiled core's
              guarded gather, with and without prefetch; on the pure NumPy path: the map
              under its read lease, with and without prefetch; the map unguarded, as
-             before the lease; positional reads only; runs in file order); 100 trials each
+             before the lease; positional reads only; runs in file order; the truncation
+             made by a process holding the file open for writing, so that no lease is
+             given and positional reads race it, with and without prefetch); 100 trials each
     guard    1,000 truncations during copies from the map, in a tight loop: a thread
              copies 4,096-row batches while the main thread truncates the file at a
              random instant; NdfErrors (and how many the fault guard caught inside a
@@ -349,7 +351,36 @@ def _racer_file(path: str, n: int, d: int) -> None:
     save_ndf(path, (i * np.arange(1, d + 1), -i[:, 0]))
 
 
-def changes(trials: int, n: int, d: int, batch: int) -> dict:
+CHANGE_MODES = (
+    "compiled",
+    "compiled+prefetch",
+    "map",
+    "map+prefetch",
+    "unguarded",
+    "unguarded+prefetch",
+    "pread",
+    "runs",
+    "writer",
+    "writer+prefetch",
+)
+
+
+def _truncate(path: str, size: int, mode: str, rng) -> None:
+    """Truncate ``path`` to ``size``; the writer modes first open it for writing (which
+    waits for a copy under the lease, and then denies the lease: the reader falls back
+    to positional reads, which the truncation then races)."""
+    if not mode.startswith("writer"):
+        os.truncate(path, size)
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        time.sleep(float(rng.uniform(0.0, 0.005)))
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def changes(trials: int, n: int, d: int, batch: int, modes=CHANGE_MODES) -> dict:
     """Truncate the file at a random instant while a child reads it, ``trials`` times per mode."""
     folder = tempfile.mkdtemp(prefix="race-", dir=os.environ.get("RELIABILITY_DIR"))
     pristine = os.path.join(folder, "pristine.ndf")
@@ -358,16 +389,7 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
     rng = np.random.default_rng(3)
     out = {}
     try:
-        for mode in (
-            "compiled",
-            "compiled+prefetch",
-            "map",
-            "map+prefetch",
-            "unguarded",
-            "unguarded+prefetch",
-            "pread",
-            "runs",
-        ):
+        for mode in modes:
             pure = "0" if mode.startswith("compiled") else "1"
             counts = collections.Counter()
             t0 = time.perf_counter()
@@ -383,7 +405,7 @@ def changes(trials: int, n: int, d: int, batch: int) -> dict:
                 )
                 assert p.stdout.readline().strip() == "ready"
                 time.sleep(float(rng.uniform(0.0, 0.05)))
-                os.truncate(path, int(rng.integers(28, size)))
+                _truncate(path, int(rng.integers(28, size)), mode, rng)
                 try:
                     so, se = p.communicate(timeout=60)
                 except subprocess.TimeoutExpired:

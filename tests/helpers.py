@@ -35,6 +35,8 @@ __all__ = [
     "collect",
     "fifo",
     "ids",
+    "ids_of",
+    "into_buffers",
     "make_data",
     "make_source",
     "make_x",
@@ -146,6 +148,32 @@ def ids(xb: np.ndarray) -> list[int]:
     return xb[:, 0].astype(np.int64).tolist()
 
 
+def ids_of(batch) -> list[int]:
+    """Row ids of one batch, ``(xb, yb)`` or ``(xb, yb, rows)`` (``with_rows=True``),
+    from column 0; a third element must be exactly those ids, as a 1-D int64 array:
+    the loader's ids are checked against the rows they came with."""
+    got = ids(batch[0])
+    if len(batch) > 2:
+        rows = batch[2]
+        assert isinstance(rows, np.ndarray) and rows.dtype == np.int64, f"rows: {rows!r}"
+        assert rows.shape == (len(got),), f"rows of shape {rows.shape} for {len(got)} rows"
+        assert rows.tolist() == got, f"the batch's row ids {rows.tolist()} are not its rows {got}"
+    return got
+
+
+def into_buffers(loader, d: int | None = None, l: int | None = None) -> tuple:  # noqa: E741
+    """``next_into``'s buffers for ``loader``, filled with garbage (NaN, -1): ``(bx, by)``,
+    and ``brows`` too when the loader hands out row ids (``with_rows=True``)."""
+    d = loader.d if d is None else d
+    l = loader.l if l is None else l  # noqa: E741
+    dtype = getattr(loader, "dtype", np.float64)
+    bx = np.full((loader.batch_size, d), np.nan, dtype=dtype)
+    by = np.full((loader.batch_size, l), np.nan, dtype=dtype)
+    if getattr(loader, "with_rows", False):
+        return bx, by, np.full(loader.batch_size, -1, dtype=np.int64)
+    return bx, by
+
+
 def rows_of(batches) -> list[list[int]]:
     """Row ids of each batch of ``batches`` (an iterable of ``(xb, yb)``), unchecked."""
     return [ids(xb) for xb, _ in batches]
@@ -166,13 +194,14 @@ def check_rows(xb, yb, d: int, l: int, dtype=np.float64) -> None:  # noqa: E741
 
 def collect(loader, d: int | None = None, l: int | None = None) -> list[list[int]]:  # noqa: E741
     """Row ids of each batch of one epoch through ``iter(loader)``, checking every row
-    (of the loader's dtype)."""
+    (of the loader's dtype), and the batch's row ids where it carries them."""
     out = []
     dtype = getattr(loader, "dtype", np.float64)
-    for xb, yb in loader:
+    for batch in loader:
+        xb, yb = batch[0], batch[1]
         d_, l_ = xb.shape[1] if d is None else d, yb.shape[1] if l is None else l
         check_rows(xb, yb, d_, l_, dtype)
-        out.append(ids(xb))
+        out.append(ids_of(batch))
     return out
 
 
@@ -183,19 +212,19 @@ def next_into_ids(
     limit: int | None = None,
 ) -> list[list[int]]:
     """Row ids of the batches ``next_into`` writes until it returns 0 (or ``limit``),
-    checking every row; ``d`` and ``l`` default to the loader's."""
+    checking every row (and the row ids written, with ``with_rows=True``); ``d`` and
+    ``l`` default to the loader's."""
     d = loader.d if d is None else d
     l = loader.l if l is None else l  # noqa: E741
     dtype = getattr(loader, "dtype", np.float64)
-    bx = np.full((loader.batch_size, d), np.nan, dtype=dtype)
-    by = np.full((loader.batch_size, l), np.nan, dtype=dtype)
+    buffers = into_buffers(loader, d, l)
     out = []
     while limit is None or len(out) < limit:
-        got = loader.next_into(bx, by)
+        got = loader.next_into(*buffers)
         if got == 0:
             break
-        check_rows(bx[:got], by[:got], d, l, dtype)
-        out.append(ids(bx[:got]))
+        check_rows(buffers[0][:got], buffers[1][:got], d, l, dtype)
+        out.append(ids_of([b[:got] for b in buffers]))
     return out
 
 

@@ -20,6 +20,8 @@ Laws:
   JSON into a fresh loader: the rest of the epoch, then the next epoch,
   equal the uninterrupted run; :func:`check_resume_in_process` does it in a
   fresh Python process.
+* :func:`check_certified` - the final states of every shard of a run, merged by
+  :func:`exactbatch.certify`, certify each epoch run, with the rows handed out.
 * :func:`check_retry` - a read that raises ``OSError`` once, the caller
   catching it and going on: the same batches as an unfaulted run, and
   ``state_dict`` counts only the batches handed out.
@@ -41,12 +43,31 @@ from collections import Counter
 
 import numpy as np
 from doubles import ChunksDouble, RowsDouble
-from helpers import check_rows, chunks_of, collect, ids, make_x, make_y, next_into_ids
+from helpers import (
+    check_rows,
+    chunks_of,
+    collect,
+    ids_of,
+    into_buffers,
+    make_x,
+    make_y,
+    next_into_ids,
+)
 
 import exactbatch
-from exactbatch import DataLoader, Dataset, ndf_blocks, open_ndf, open_ndf_dataset, parquet_source
+from exactbatch import (
+    DataLoader,
+    Dataset,
+    certify,
+    ndf_blocks,
+    open_ndf,
+    open_ndf_dataset,
+    parquet_source,
+)
 
 __all__ = [
+    "ARROW_KINDS",
+    "ARROW_STREAM_KINDS",
     "DOUBLE_KINDS",
     "FlakyChunks",
     "FlakyFactory",
@@ -69,8 +90,10 @@ __all__ = [
     "promised_sizes",
     "reader_of",
     "roundtrip",
+    "arrow_table_of",
     "run_python",
     "source_from_spec",
+    "subset_positions",
     "wrap_reader",
 ]
 
@@ -80,6 +103,13 @@ RANDOM_ACCESS_KINDS = ("dataset", "array", "pair", "tensor", "dataframe", "ndf",
 RANDOM_ACCESS_KINDS += ("rows_double",)
 STREAM_KINDS = ("list", "factory", "parquet", "ndf_blocks", "sharded_blocks", "chunks_double")
 DOUBLE_KINDS = ("rows_double", "chunks_double")
+# The Arrow-native kinds (exactbatch.sources.arrow_*, polars_frames, hf_datasets,
+# duckdb_relations): random access, then streams whose query or reader runs again each pass.
+ARROW_RANDOM_KINDS = ("arrow_file", "arrow_table", "polars", "hf")
+ARROW_STREAM_KINDS = ("arrow_stream", "lazyframe", "duckdb")
+ARROW_KINDS = ARROW_RANDOM_KINDS + ARROW_STREAM_KINDS
+RANDOM_ACCESS_KINDS += ARROW_RANDOM_KINDS
+STREAM_KINDS += ARROW_STREAM_KINDS
 THREAD_TIMEOUT = 60  # seconds: a hang fails the test instead of blocking the run
 
 
@@ -195,6 +225,19 @@ def check_epoch(
         assert not missing, f"rows never handed out: {missing[:20]}"
 
 
+def check_certified(states, per_epoch_rows: list[int]) -> None:
+    """The certificate law: ``states`` (every shard's last state, through JSON) certify
+    exactly the epochs run, the i-th with ``per_epoch_rows[i]`` rows handed out across
+    the shards; any one shard's states left out, the run is not certified."""
+    cert = certify([roundtrip(s) for s in states])
+    assert cert, f"an exact run was not certified:\n{cert}"
+    got = [(e.epoch, e.handed) for e in cert.epochs]
+    first = cert.epochs[0].epoch
+    assert got == [(first + i, r) for i, r in enumerate(per_epoch_rows)], got
+    if len(states) > 1 and per_epoch_rows[0]:
+        assert not certify([roundtrip(s) for s in states[1:]]), "certified without shard 0"
+
+
 def check_deterministic(got, want, ordered: bool = True) -> None:
     """Two runs of the same (seed, epoch, shard) hand out the same batches.
 
@@ -252,18 +295,20 @@ def next_peeking(it, loader, handed: int, ahead: int = 3):
         f"after {handed} batches handed out and {len(peeked)} peeked, the state counts "
         f"{state['batches_done']}"
     )
-    xb, yb = next(it)
-    assert peeked and xb is peeked[0][0] and yb is peeked[0][1], "next() is not the peeked batch"
-    return xb, yb
+    batch = next(it)
+    assert peeked and len(batch) == len(peeked[0]), "next() is not the peeked batch"
+    same = all(a is b for a, b in zip(batch, peeked[0], strict=True))
+    assert same, "next() is not the peeked batch"
+    return batch
 
 
 def collect_peeking(loader, d: int, l: int) -> list[list[int]]:  # noqa: E741
     """One epoch through ``iter()``, peeking 3 batches ahead of each ``next``."""
     it, out = iter(loader), []
     while it.peek(1):
-        xb, yb = next_peeking(it, loader, len(out))
-        check_rows(xb, yb, d, l, loader.dtype)
-        out.append(ids(xb))
+        batch = next_peeking(it, loader, len(out))
+        check_rows(batch[0], batch[1], d, l, loader.dtype)
+        out.append(ids_of(batch))
     assert next(it, None) is None, "peek() found no batch, next() did"
     return out
 
@@ -297,9 +342,7 @@ def drain_threads(loader, d: int, l: int, n_threads: int = 4):  # noqa: E741
 
     def work(i):
         per_thread[i] = next_into_ids(loader, d, l)
-        bx = np.empty((loader.batch_size, d), dtype=loader.dtype)
-        by = np.empty((loader.batch_size, l), dtype=loader.dtype)
-        assert loader.next_into(bx, by) == 0
+        assert loader.next_into(*into_buffers(loader, d, l)) == 0
 
     run_threads(work, n_threads)
     return [b for batches in per_thread for b in batches]
@@ -320,9 +363,15 @@ def source_from_spec(spec: dict):
     ``d``, ``l``; ``chunks`` (list, factory, chunks_double: chunk sizes); ``path`` (ndf: the
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
-    ``url`` and ``storage_options`` (s3). Files are written by the test.
+    ``url`` and ``storage_options`` (s3); ``source_n``, the source's rows when the
+    loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them).
+    Files are written by the test.
+    The Arrow kinds (:data:`ARROW_KINDS`) read columns ``x0..`` and ``y0..`` in
+    record batches of ``chunks`` rows (arrow_file: the file at ``path``).
     """
-    kind, n, d, l = spec["kind"], spec["n"], spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
+    if kind in ARROW_KINDS:
+        return arrow_source_of(spec)
     rows = np.arange(n)
     x, y = make_x(rows, d), make_y(rows, l)
     if kind == "dataset":
@@ -363,6 +412,73 @@ def source_from_spec(spec: dict):
         finally:
             f.close()  # the blocks hold their own share of the file
     raise AssertionError(f"unknown source kind {kind!r}")
+
+
+def subset_positions(spec: dict, batches):
+    """Batches of source row ids as positions in the spec's subset (``rows=``), so that
+    the laws over ``range(n)`` apply to it as to a whole source; unchanged without a
+    subset. An id outside the subset becomes -1 (a row no shard owns)."""
+    rows = spec["loader"].get("rows")
+    if rows is None:
+        return batches
+    where = {r: p for p, r in enumerate(rows)}
+    return [[where.get(r, -1) for r in b] for b in batches]
+
+
+def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
+    """Rows 0..n-1 as a pyarrow Table of columns ``x0..x{d-1}``, ``y0..y{l-1}``, in
+    record batches of ``chunks`` rows (one batch when None)."""
+    import pyarrow as pa
+
+    rows = np.arange(n)
+    x, y = make_x(rows, d), make_y(rows, l)
+    names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
+    table = pa.table(dict(zip(names, [*x.T, *y.T], strict=True)))
+    bounds = np.cumsum([0, *(chunks or [n])])
+    batches = [
+        b
+        for a, z in zip(bounds[:-1], bounds[1:], strict=True)
+        for b in table.slice(int(a), int(z - a)).to_batches()
+    ] or table.to_batches()
+    return pa.Table.from_batches(batches, table.schema)
+
+
+def arrow_source_of(spec: dict):
+    """The source of an Arrow kind's spec (see :func:`source_from_spec`)."""
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
+    cols = {"features": [f"x{j}" for j in range(d)], "labels": [f"y{k}" for k in range(l)]}
+    table = arrow_table_of(n, d, l, spec.get("chunks"))
+    if kind == "arrow_file":
+        return exactbatch.arrow_file(spec["path"], **cols)
+    if kind == "arrow_table":
+        return exactbatch.arrow_source(table, **cols)
+    if kind == "arrow_stream":
+        import pyarrow as pa
+
+        batches = table.to_batches()
+        return exactbatch.arrow_source(
+            lambda: pa.RecordBatchReader.from_batches(table.schema, batches), **cols
+        )
+    if kind in ("polars", "lazyframe"):
+        import polars as pl
+
+        frame = pl.from_arrow(table, rechunk=False)
+        if kind == "lazyframe":
+            return exactbatch.polars_source(frame.lazy(), batch_rows=7, **cols)
+        return exactbatch.polars_source(frame, **cols)
+    if kind == "hf":  # rows stored backwards, put in order by an index mapping
+        import datasets
+
+        ds = datasets.Dataset(table.take(np.arange(n)[::-1]))
+        return exactbatch.hf_source(ds.select(range(n - 1, -1, -1)), **cols)
+    if kind == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("rows", table)
+        con.execute("CREATE TABLE t AS SELECT * FROM rows ORDER BY x0")
+        return exactbatch.duckdb_source(con.table("t"), batch_rows=6, **cols)
+    raise AssertionError(f"unknown Arrow kind {kind!r}")
 
 
 def loader_from_spec(spec: dict, wrap=None, **overrides) -> DataLoader:
@@ -520,20 +636,20 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
     got, faults = [], 0
     arm()
     it = iter(loader) if via in ("iter", "peek") else None
-    bx, by = np.empty((loader.batch_size, d)), np.empty((loader.batch_size, l))
+    buffers = into_buffers(loader, d, l)
     while True:
         try:
             if via == "peek":
                 if not it.peek(1):
                     break
-                xb, yb = next_peeking(it, loader, len(got))
+                batch = next_peeking(it, loader, len(got))
             elif it is not None:
-                xb, yb = next(it)
+                batch = next(it)
             else:
-                r = loader.next_into(bx, by)
+                r = loader.next_into(*buffers)
                 if r == 0:
                     break
-                xb, yb = bx[:r], by[:r]
+                batch = [b[:r] for b in buffers]
         except StopIteration:
             break
         except OSError:
@@ -549,8 +665,8 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader):  # no
             assert collect(fresh, d, l) == want[len(got) :], "resumed after the error: other rows"
             fresh.close()
             continue
-        check_rows(xb, yb, d, l)
-        got.append(ids(xb))
+        check_rows(batch[0], batch[1], d, l)
+        got.append(ids_of(batch))
     assert faults == 1, "the injected read error was never raised (the test did not test)"
     assert got == want, "after a failed read the caller did not get the epoch's batches"
 
@@ -564,9 +680,8 @@ def _take(loader, via, k, d, l):  # noqa: E741
         it = iter(loader)
         taken = []
         for _ in range(k):
-            xb, _ = next(it)
-            taken.append(ids(xb))
-        return taken, lambda: [ids(xb) for xb, _ in it]
+            taken.append(ids_of(next(it)))
+        return taken, lambda: [ids_of(batch) for batch in it]
     taken = next_into_ids(loader, d, l, limit=k)
     return taken, lambda: next_into_ids(loader, d, l)
 
@@ -614,6 +729,7 @@ def check_resume(
         if resume_via != "iter":
             resumed.reset()
         got.append(drain(resumed, resume_via, d, l))
+        final = resumed.state_dict()
         resumed.close()
         rolled = state["epoch"] > epoch
         assert rolled == (k == last) or (k == last and state.get("elastic")), (
@@ -622,7 +738,13 @@ def check_resume(
         expect = [want[1], want[2]] if rolled else [want[0][k:], want[1]]
         assert got[0] == expect[0], f"resumed after {k} of {last} batches: other batches"
         assert got[1] == expect[1], f"resumed after {k} of {last} batches: next epoch differs"
+        if resumed.num_shards == 1:  # the cut epoch whole (its first k batches on record)
+            check_certified([final], [len(_flat(w)) for w in want[: 3 if rolled else 2]])
     return want
+
+
+def _flat(batches) -> list[int]:
+    return [r for b in batches for r in b]
 
 
 def run_python(code: str, *args, timeout: float = 120) -> str:
@@ -665,7 +787,7 @@ def check_resume_in_process(spec: dict, k: int, *, epoch: int = 0) -> None:
     for _ in range(k):
         next(it)
     state = roundtrip(here.state_dict())
-    want = [[ids(xb) for xb, _ in it], collect(here, spec["d"], spec["l"])]
+    want = [[ids_of(batch) for batch in it], collect(here, spec["d"], spec["l"])]
     assert want[0], "cut the epoch before its last batch"
     here.close()
     got = json.loads(run_python(_RESUME_CHILD, json.dumps(spec), json.dumps(state)))
@@ -749,8 +871,8 @@ def _next_batches(loader, it, via: str, d: int, l: int, limit):  # noqa: E741
     if it is None:
         return next_into_ids(loader, d, l, limit=limit)
     out = []
-    for xb, _ in it:
-        out.append(ids(xb))
+    for batch in it:
+        out.append(ids_of(batch))
         if limit is not None and len(out) >= limit:
             break
     return out
@@ -763,7 +885,7 @@ def check_abandoned_iterator(make_loader, want, k: int, keep: bool, d: int, l: i
     passes. A state taken after it was left resumes exactly."""
     loader = make_loader()
     it = iter(loader)
-    got = [ids(next(it)[0]) for _ in range(k)]
+    got = [ids_of(next(it)) for _ in range(k)]
     if not keep:
         del it
         gc.collect()
@@ -786,8 +908,8 @@ def check_shared_iterator(make_loader, want, threads: int, d: int, l: int):  # n
     per_thread = [[] for _ in range(threads)]
 
     def work(i):
-        for xb, _ in it:
-            per_thread[i].append(ids(xb))
+        for batch in it:
+            per_thread[i].append(ids_of(batch))
 
     run_threads(work, threads)
     got = [b for batches in per_thread for b in batches]

@@ -239,3 +239,107 @@ def test_a_failed_allocation_is_a_memory_error_never_a_crash(tmp_path):
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
     assert all(line.endswith(" True") for line in r.stdout.splitlines()), r.stdout
     assert len(r.stdout.splitlines()) == 8, r.stdout
+
+
+# -- the transform fused into the gather (_core_transform.c) --------------------------------
+
+
+def _transform_reference(x, mean, scale, fill, dtype):
+    v = (x - mean) * scale
+    first = np.isnan(v).any(axis=1)
+    if fill is not None:
+        v = np.where(np.isnan(v), fill, v)
+    return v.astype(dtype), int(first.argmax()) if first.any() else -1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_transformed_read_maps_x_as_it_copies_and_writes_nothing_around(readers, dtype):
+    """Every reader, widths narrow and wide (the prefetching loop from 5 values a row),
+    shuffled, int32, a slice: x is (v - mean) * scale with NaN filled, y copied as it is
+    (float64 under float32 x too), the result the first row whose x held a NaN."""
+    rng = np.random.default_rng(8)
+    pad = 4
+    mark = np.frombuffer(b"\xa5" * 8, dtype=dtype)[0]
+    for d, l in [(1, 1), (3, 0), (5, 2), (7, 1)]:  # noqa: E741
+        x, y = make_data(40, d, l)
+        x[[9, 21], d - 1] = np.nan
+        mean, scale = rng.normal(size=d), rng.uniform(0.5, 2.0, d)
+        for fill in (None, -2.0):
+            tf = core.transform(mean, scale, fill)
+            for name, reader in readers(x, y):
+                for rows in (
+                    rng.permutation(40)[:30],
+                    np.arange(7, 31).astype(np.int32),
+                    slice(3, 27),
+                ):
+                    want = np.arange(40)[rows]
+                    for ydt in {dtype, np.float64}:
+                        bx = np.full(len(want) * d + 2 * pad, mark, dtype=dtype)
+                        ox = bx[pad : pad + len(want) * d].reshape(len(want), d)
+                        oy = np.empty((len(want), l), dtype=ydt)
+                        first = reader.read(rows, ox, oy, tf)
+                        ref, ref_first = _transform_reference(x[want], mean, scale, fill, dtype)
+                        assert ox.tobytes() == ref.tobytes(), (name, d, l, fill)
+                        assert first == ref_first, (name, rows)
+                        np.testing.assert_array_equal(oy, y[want].astype(ydt))
+                        for around in (bx[:pad], bx[-pad:]):
+                            assert around.tobytes() == b"\xa5" * around.nbytes
+
+
+def test_a_read_takes_a_transform_kernel_or_none_and_refuses_anything_else(readers):
+    x, y = make_data(10, 2, 1)
+    kern = kernels.TransformKernel(np.array([1.0, 2.0]), np.array([0.5, 0.25]), 0.0)
+    ox, oy = np.empty((3, 2)), np.empty((3, 1))
+    for name, reader in readers(x, y):
+        assert reader.read(np.array([1, 2, 3]), ox, oy, None) is None, name
+        assert reader.read(np.array([1, 2, 3]), ox, oy, kern) == -1, name
+        np.testing.assert_array_equal(ox, (x[1:4] - [1.0, 2.0]) * [0.5, 0.25])
+        with pytest.raises(TypeError, match="transform must be a Transform"):
+            reader.read(np.array([1]), ox[:1], oy[:1], object())
+        with pytest.raises(ValueError, match="a transform of 3 features for rows of 2"):
+            reader.read(
+                np.array([1]), ox[:1], oy[:1], core.transform(np.zeros(3), np.ones(3), None)
+            )
+        with pytest.raises(TypeError, match="takes 3 arguments"):
+            reader.read(np.array([1]), ox[:1], oy[:1], None, None)
+        with pytest.raises(TypeError, match="same dtype"):  # float32 labels under float64 x
+            reader.read(np.array([1]), ox[:1], np.empty((1, 1), dtype=np.float32), kern)
+
+
+def test_transform_refuses_arrays_that_are_not_1d_float64_of_one_width():
+    assert isinstance(core.transform(np.zeros(2), np.ones(2), 1), core.Transform)
+    assert isinstance(core.transform(np.zeros(0), np.ones(0), None), core.Transform)
+    for mean, scale, fill, error in [
+        (np.zeros(2), np.ones(3), None, r"scale must be as long as mean \(2\); got 3"),
+        (np.zeros(2, dtype=np.float32), np.ones(2), None, "mean must be a 1-D float64"),
+        (np.zeros((2, 1)), np.ones(2), None, "mean must be a 1-D float64"),
+        (np.zeros(2), np.ones(2, dtype=np.int64), None, "scale must be a 1-D float64"),
+    ]:
+        with pytest.raises(ValueError, match=error):
+            core.transform(mean, scale, fill)
+    with pytest.raises(TypeError):
+        core.transform(np.zeros(2), np.ones(2), "0")
+    with pytest.raises(TypeError):
+        core.transform([0.0], np.ones(1), None)
+    with pytest.raises(TypeError):
+        core.transform(np.zeros(1), [1.0], None)
+    with pytest.raises(TypeError):
+        core.transform(np.zeros(1), np.ones(1))  # three arguments
+    t = core.transform(np.array([1.0, 2.0]), np.array([4.0, 8.0]), -3)
+    out, nan = np.empty((1, 2)), np.array([[np.nan, 3.0]])
+    assert (
+        core.memory_rows(nan, np.empty((1, 0))).read(np.array([0]), out, np.empty((1, 0)), t) == 0
+    )
+    assert out.tolist() == [[-3.0, 8.0]]  # the fill as given; (3 - 2) * 8
+
+
+def test_a_transformed_read_names_the_first_row_with_a_nan_even_at_position_0(readers):
+    """The first row holding a NaN is kept, not a later one (rows 0 and 1 both hold one)."""
+    x, y = make_data(10, 5, 1)
+    x[[2, 7], 1] = np.nan
+    tf = core.transform(np.zeros(5), np.ones(5), None)
+    ox, oy = np.empty((3, 5)), np.empty((3, 1))
+    for name, reader in readers(x, y):
+        assert reader.read(np.array([7, 2, 4]), ox, oy, tf) == 0, name
+        assert reader.read(np.array([4, 7, 2]), ox, oy, tf) == 1, name
+        assert reader.read(slice(2, 5), ox, oy, tf) == 0, name

@@ -16,8 +16,16 @@ import pytest
 
 from exactbatch.adapters import dask_plan, numpyro, pymc, torch
 from exactbatch.adapters import jax as jax_adapter
+from exactbatch.adapters import ray as ray_adapter
 from exactbatch.extras import need
-from exactbatch.sources import parquet
+from exactbatch.sources import (
+    arrow_ipc,
+    arrow_table,
+    duckdb_relations,
+    hf_datasets,
+    parquet,
+    polars_frames,
+)
 from exactbatch.tools import bench, convert_inputs, info, mixing_inputs, mixing_plot
 from exactbatch.tools.common import CliError
 from exactbatch.urls import import_fsspec
@@ -37,6 +45,36 @@ CASES = [
         "pyarrow",
         ImportError,
         "parquet_source needs pyarrow: pip install 'exactbatch[parquet]'",
+    ),
+    (
+        lambda p: arrow_ipc.arrow_file(p / "a.arrow"),
+        "pyarrow",
+        ImportError,
+        "arrow_file needs pyarrow: pip install 'exactbatch[arrow]'",
+    ),
+    (
+        lambda p: arrow_table.arrow_source(None),
+        "pyarrow",
+        ImportError,
+        "arrow_source needs pyarrow: pip install 'exactbatch[arrow]'",
+    ),
+    (
+        lambda p: polars_frames.polars_source(None),
+        "polars",
+        ImportError,
+        "polars_source needs polars: pip install 'exactbatch[polars]'",
+    ),
+    (
+        lambda p: hf_datasets.hf_source(None),
+        "datasets",
+        ImportError,
+        "hf_source needs datasets: pip install 'exactbatch[hf]'",
+    ),
+    (
+        lambda p: duckdb_relations.duckdb_source(None),
+        "duckdb",
+        ImportError,
+        "duckdb_source needs duckdb: pip install 'exactbatch[duckdb]'",
     ),
     (
         lambda p: import_fsspec(),
@@ -86,6 +124,12 @@ CASES = [
         "dask",
         ImportError,
         "exactbatch.dask needs Dask: pip install 'exactbatch[dask]'",
+    ),
+    (
+        lambda p: ray_adapter.import_ray(),
+        "ray",
+        ImportError,
+        "exactbatch.ray needs Ray Data: pip install 'exactbatch[ray]'",
     ),
     (
         lambda p: convert_inputs.arrow(),

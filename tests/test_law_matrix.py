@@ -14,7 +14,11 @@ The product (before the subsets below):
                  sharded dataset); rows_double and chunks_double, a new
                  kind each known to exactbatch only through its protocol
                  (RowSource; ChunkSource with no optional hook:
-                 tests/doubles.py)
+                 tests/doubles.py); the Arrow-native kinds arrow_file (an
+                 IPC file of record batches, an empty one among them),
+                 arrow_table, polars (a DataFrame), hf (a Dataset read
+                 through an index mapping), and the streams arrow_stream (a
+                 RecordBatchReader factory), lazyframe and duckdb
     shuffle      False, True
     drop_last    False, True
     shards       1, 2, 3
@@ -22,6 +26,15 @@ The product (before the subsets below):
     mode         plain, even_batches, elastic, elastic + even_batches
                  (elastic: random access only)
     threads      1, 4 (4 threads calling next_into on one loader)
+    with_rows    False, True: by the hash, half the cases (each kind both ways in
+                 every mode, way, shard count, shuffle and drop_last): every
+                 batch's row ids (the third element, or next_into's brows)
+                 must be exactly its rows' (column 0 of the traceable rows)
+    rows         the whole source, or (random access, on a stride) a subset:
+                 ``rows=`` ids of a source 19 rows larger, scattered and
+                 unsorted; the laws then hold over the subset's positions
+                 (laws.subset_positions), the rows handed out being the
+                 source's ids
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -32,25 +45,28 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 2,334 cases, about 100 s on a 2-core machine (``time pytest
-tests/test_law_matrix.py``).
+Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
+(``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (1,680): the whole product (2,016 allowed
+* ``test_epoch_laws`` (2,016, and 501 over a subset): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
-  covers the splitting), and the doubles off a stride of 4. Two epochs of
-  every shard: the epoch law, determinism (a fresh loader's
+  covers the splitting), and the doubles and the Arrow kinds off a stride
+  of 4. Two epochs of every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_pure_path`` (210): the same on a stride of 16 of
+* ``test_epoch_laws_on_the_pure_path`` (252): the same on a stride of 16 of
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (171): the single-thread cases on a stride
-  of 5 (s3, sharded and sharded_blocks on a stride of 15), every kind and
-  mode among them; the last shard cut at every batch of epoch 0 or 1.
+* ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
+  of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
+  stride of 15), every kind and
+  mode among them; the last shard cut at every batch of epoch 0 or 1; and
+  40 of the random-access ones again over a subset (rows=).
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (124): every kind that can fail to read x
+* ``test_read_error_once_*`` (184): every kind that can fail to read (the
+  Arrow streams fail as the factory does, and are left to it) x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
   and threads.
 * ``test_changed_setting_*``: every kind x every setting that fixes the
@@ -64,18 +80,22 @@ from __future__ import annotations
 import itertools
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
 from laws import (
+    ARROW_KINDS,
+    ARROW_STREAM_KINDS,
     DOUBLE_KINDS,
     RANDOM_ACCESS_KINDS,
     STREAM_KINDS,
     FlakyChunks,
     FlakyReader,
+    arrow_table_of,
     check_abandoned_iterator,
+    check_certified,
     check_deterministic,
     check_epoch,
     check_epochs_differ,
@@ -88,6 +108,7 @@ from laws import (
     loader_from_spec,
     roundtrip,
     run_threads,
+    subset_positions,
     wrap_reader,
 )
 
@@ -98,8 +119,10 @@ from exactbatch import save_ndf
 # sources in the second round; switch their cases on when that lands.
 ARRAY_LIKE_KINDS = ("tensor", "dataframe")
 MODES = ("plain", "even", "elastic", "elastic_even")
-# The protocol doubles last, so the other kinds' strides below pick the cases they always did.
-KINDS = tuple(k for k in RANDOM_ACCESS_KINDS + STREAM_KINDS if k not in DOUBLE_KINDS) + DOUBLE_KINDS
+# The protocol doubles, then the Arrow kinds, last, so the other kinds' strides below
+# pick the cases they always did.
+LATE = DOUBLE_KINDS + ARROW_KINDS
+KINDS = tuple(k for k in RANDOM_ACCESS_KINDS + STREAM_KINDS if k not in LATE) + LATE
 
 NS = (23, 29, 37, 41, 47, 53, 61)
 BATCHES = (4, 5, 7)
@@ -118,12 +141,13 @@ class Case:
     prefetch: int
     mode: str
     threads: int
+    subset: bool = False  # rows=: a subset of a larger source
 
     def __str__(self) -> str:
         return (
             f"{self.kind}-{'shuf' if self.shuffle else 'seq'}"
             f"-{'drop' if self.drop_last else 'keep'}-S{self.shards}-pf{self.prefetch}"
-            f"-{self.mode}-t{self.threads}"
+            f"-{self.mode}-t{self.threads}" + ("-rows" if self.subset else "")
         )
 
     @property
@@ -176,10 +200,27 @@ def param(case: Case):
 EPOCH_STRIDE = {"s3": 4, "sharded": 3, "sharded_blocks": 3, "rows_double": 4, "chunks_double": 4}
 RESUME_STRIDE = {"s3": 15, "sharded": 15, "sharded_blocks": 15}
 RESUME_STRIDE.update(rows_double=15, chunks_double=15)
+# The Arrow kinds on a stride too: their reads are the shared Arrow column readers
+# (tests/sources/test_arrow_sources.py reads each kind's columns, chunks and nulls).
+EPOCH_STRIDE.update(dict.fromkeys(ARROW_KINDS, 4))
+RESUME_STRIDE.update(dict.fromkeys(ARROW_KINDS, 15))
 BLOCK_KINDS = ("ndf_blocks", "sharded_blocks")
 EPOCH_CASES = [c for i, c in enumerate(ALL) if i % EPOCH_STRIDE.get(c.kind, 1) == 0]
 RESUME_CASES = [
     c for i, c in enumerate(ALL) if c.threads == 1 and i % RESUME_STRIDE.get(c.kind, 5) == 0
+]
+# The rows axis (rows=, a subset of a larger random-access source) on a stride of the
+# random-access cases: every kind, mode, shard count and way among them.
+SUBSET_STRIDE, SUBSET_EXTRA = 3, 19  # the source holds SUBSET_EXTRA rows beyond the subset
+SUBSET_CASES = [
+    replace(c, subset=True)
+    for i, c in enumerate(EPOCH_CASES)
+    if c.kind in RANDOM_ACCESS_KINDS and i % SUBSET_STRIDE == 1
+]
+RESUME_CASES += [
+    replace(c, subset=True)
+    for i, c in enumerate(RESUME_CASES)
+    if c.kind in RANDOM_ACCESS_KINDS and i % 4 == 1
 ]
 
 
@@ -206,17 +247,22 @@ def make_spec(data_dir, request):
         n = case.pick(NS, "n") if n is None else n
         l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
         spec = {"kind": case.kind, "n": n, "d": d, "l": l}
-        if case.kind in ("list", "factory", "parquet", "chunks_double"):
-            spec["chunks"] = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "chunks"))
+        source_n = n + SUBSET_EXTRA if case.subset else n  # the rows the source holds
+        if case.subset:
+            spec["source_n"] = source_n
+        if case.kind in ("list", "factory", "parquet", "chunks_double", *ARROW_KINDS):
+            spec["chunks"] = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
-            spec["path"] = write_ndf(data_dir, n, d, l)
+            spec["path"] = write_ndf(data_dir, source_n, d, l)
         if case.kind in ("sharded", "sharded_blocks"):
-            sizes = chunk_sizes(n, case.pick(CHUNK_PATTERNS, "parts"))
+            sizes = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "parts"))
             spec["path"] = write_sharded(data_dir, sizes, d, l)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
             spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
+        if case.kind == "arrow_file":
+            spec["path"] = write_arrow_file(data_dir, source_n, d, l, spec["chunks"])
         if case.kind == "s3":
             s3 = request.getfixturevalue("s3_server")
             key = f"laws/{os.path.basename(spec['path'])}"
@@ -234,11 +280,17 @@ def make_spec(data_dir, request):
             "prefetch": case.prefetch,
             "even_batches": case.even,
             "elastic": case.elastic,
+            # half the cases hand out row ids too, checked against the rows (helpers.ids_of);
+            # the salt gives each kind both settings in every mode, way, shard count and flag
+            "with_rows": case.pick((False, True), "traced"),
         }
         if case.kind in STREAM_KINDS:
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
         if case.kind == "factory":  # a declared N; the list counts its rows ("auto")
             spec["loader"]["total_size"] = n
+        if case.subset:  # scattered, unsorted ids: n of the source's source_n rows
+            pick = np.random.default_rng(zlib.crc32(str(case).encode()))
+            spec["loader"]["rows"] = pick.permutation(source_n)[:n].tolist()
         spec["loader"].update(loader_changes)
         return spec
 
@@ -274,7 +326,27 @@ def write_parquet_folder(folder, chunks, d, l) -> str:  # noqa: E741
     return path
 
 
+def write_arrow_file(folder, n, d, l, chunks) -> str:  # noqa: E741
+    """An Arrow IPC file of record batches of ``chunks`` rows (uncompressed: mapped)."""
+    import pyarrow as pa
+
+    path = os.path.join(folder, "rows-" + "-".join(map(str, chunks)) + f"-{d}-{l}.arrow")
+    if not os.path.exists(path):
+        table = arrow_table_of(n, d, l, chunks)
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            for batch in table.to_batches():
+                w.write_batch(batch)
+    return path
+
+
+ARROW_NEEDS = {"polars": "polars", "lazyframe": "polars", "hf": "datasets", "duckdb": "duckdb"}
+
+
 def needs(case: Case) -> None:
+    if case.kind in ARROW_KINDS:
+        pytest.importorskip("pyarrow")
+        if case.kind in ARROW_NEEDS:
+            pytest.importorskip(ARROW_NEEDS[case.kind])
     if case.kind == "tensor":
         pytest.importorskip("torch")
     if case.kind == "dataframe":
@@ -286,7 +358,7 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES])
+@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES])
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""
@@ -324,18 +396,19 @@ def check_epoch_laws(case, make_spec, **changes):
     spec = make_spec(case, **changes)
     n, d, l, b = spec["n"], spec["d"], spec["l"], spec["loader"]["batch_size"]  # noqa: E741
     ordered = case.via != "threads"
-    runs = []
+    runs, states = [], []
     for s in range(case.shards):
         loader = loader_from_spec(spec, shard_index=s)
         epochs = []
         for e in range(2):
             if e and case.via in ("next_into", "threads"):
                 loader.reset()  # next_into: 0 until reset()
-            epochs.append(drain(loader, case.via, d, l))
+            epochs.append(subset_positions(spec, drain(loader, case.via, d, l)))
+        states.append(loader.state_dict())
         loader.close()
         fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
         fresh.set_epoch(1)
-        check_deterministic(epochs[1], collect(fresh, d, l), ordered)
+        check_deterministic(epochs[1], subset_positions(spec, collect(fresh, d, l)), ordered)
         fresh.close()
         runs.append(epochs)
     for e in range(2):
@@ -351,6 +424,7 @@ def check_epoch_laws(case, make_spec, **changes):
         )
     both = [[run[e] if ordered else sorted(run[e]) for run in runs] for e in range(2)]
     check_epochs_differ(both[0], both[1], case.shuffle)
+    check_certified(states, [sum(len(b) for run in runs for b in run[e]) for e in range(2)])
 
 
 # -- resume ------------------------------------------------------------------------------------
@@ -396,7 +470,9 @@ def test_resume_in_a_fresh_process(case, k, make_spec):
 
 # -- faults ------------------------------------------------------------------------------------
 
-FAULT_KINDS = [k for k in KINDS if k != "list"]  # a list in memory has nothing to fail
+# A list in memory has nothing to fail; a stream of Arrow batches fails as a factory's
+# pass does (the same feed reads both, front to back), which the factory's cases cover.
+FAULT_KINDS = [k for k in KINDS if k != "list" and k not in ARROW_STREAM_KINDS]
 FAULT_WAYS = [("iter", 0), ("iter", 2), ("peek", 0), ("peek", 2), ("next_into", 0)]
 
 

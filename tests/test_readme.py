@@ -9,7 +9,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
-OPTIONAL = ("pyarrow", "torch", "pymc", "pandas", "fsspec", "jax", "numpyro", "optax")
+OPTIONAL = ("pyarrow", "torch", "pymc", "pandas", "fsspec", "jax", "numpyro", "optax", "polars")
+OPTIONAL += ("datasets", "duckdb")
+OPTIONAL += ("ray",)
 
 
 def _blocks(page: Path) -> list[tuple[int, str]]:

@@ -11,6 +11,7 @@
 #include "_core_bijection.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
+#include "_core_transform.h"
 
 PyDoc_STRVAR(DOC,
 "The compiled kernels behind exactbatch.kernels (use that module, not this one).\n"
@@ -19,7 +20,7 @@ PyDoc_STRVAR(DOC,
 "``file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)``\n"
 "describe where rows live: two float64 C-contiguous arrays, or the rows of an\n"
 "``.ndf`` file's read-only mapping (x then y per row, 8*(d+l) bytes from\n"
-"``offset``). Their ``read(rows, out_x, out_y)`` gathers rows (a slice, or an\n"
+"``offset``). Their ``read(rows, out_x, out_y[, transform])`` gathers rows (a slice, or an\n"
 "int32/int64 index array) into float64 or float32 batch buffers in one pass,\n"
 "casting as it copies, with the GIL released; runs of consecutive rows are\n"
 "found as it goes and copied with one memcpy where the layout allows.\n"
@@ -64,6 +65,11 @@ static PyMethodDef core_methods[] = {
      "pair_fits(bx, by, rows, d, l, itemsize)\n--\n\n"
      "Whether bx and by are writeable C-contiguous NumPy arrays of shapes (rows, d) and\n"
      "(rows, l), both float64 (itemsize 8) or both float32 (4): next_into's check."},
+    {"transform", transform_new, METH_VARARGS,
+     "transform(mean, scale, fill)\n--\n\n"
+     "A Transform for read(): each feature (v - mean) * scale as it is copied (mean and\n"
+     "scale 1-D float64 arrays of d values), a NaN then replaced by fill (a float, or\n"
+     "None to keep NaN)."},
     {"bijection", bijection, METH_VARARGS,
      "bijection(n, q, swap01, plan)\n--\n\n"
      "An epoch's keyed bijection (exactbatch.order.bijection), for rows() and map()."},
@@ -84,7 +90,7 @@ PyMODINIT_FUNC PyInit__core(void)
         "A file's rows could not be copied: it was truncated or rewritten while open.",
         PyExc_OSError, NULL);
     if (FileChanged == NULL || PyModule_AddObjectRef(m, "FileChanged", FileChanged) < 0 ||
-        rows_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0) {
+        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

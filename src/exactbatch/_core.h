@@ -7,6 +7,7 @@
  *   _core_guard.c/.h   the fault guard over a set of address ranges (knows nothing else)
  *   _core_rows.c/.h    rows in memory or in a file's mapping: the gather and cast,
  *                      a file's mapping (map_file), next_into's buffer check
+ *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection
  *

@@ -139,7 +139,7 @@ DEFINE_PLACE(place64, int64_t)
 /* One read's copy from the parts' mappings: rows src[0..r) into out_x/out_y. */
 typedef struct {
     const PartsObject *p;
-    const Job *j;
+    Job *j; /* (its nan is set by the copy) */
     const char **src;
 } PartsCopy;
 
@@ -148,18 +148,21 @@ WIDE static void copy_placed(void *arg)
 {
     const PartsCopy *c = arg;
     const PartsObject *p = c->p;
-    const Job *j = c->j;
+    Job *j = c->j;
     const char **src = c->src;
-    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32 ? 4 : 8), yoff = 8 * p->d;
+    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32y ? 4 : 8), yoff = 8 * p->d;
     for (Py_ssize_t k = 0; k < j->r; k++) {
         if (k + PREFETCH < j->r) { /* as in copy_side: the row PREFETCH rows ahead */
             __builtin_prefetch(src[k + PREFETCH]);
             __builtin_prefetch(src[k + PREFETCH] + 8 * (p->d + p->l) - 1);
         }
-        if (p->d)
+        if (p->d && j->tf != NULL) {
+            if (transform_row(j->ox + k * ox, src[k], p->d, j->f32, j->tf) && j->nan < 0)
+                j->nan = k;
+        } else if (p->d)
             copy_row(j->ox + k * ox, src[k], p->d, j->f32);
         if (p->l)
-            copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32);
+            copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32y);
     }
 }
 
@@ -200,7 +203,7 @@ static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen
 }
 
 PyDoc_STRVAR(parts_read_doc,
-"read(rows, out_x, out_y)\n--\n\n"
+"read(rows, out_x, out_y, transform=None)\n--\n\n"
 "As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
 "or, copying nothing, the list of the parts the rows lie in that are not set\n"
 "(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
@@ -209,8 +212,9 @@ PyDoc_STRVAR(parts_read_doc,
 
 static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments "
+                                         "(and a transform)");
         return NULL;
     }
     Job j = JOB_INIT;
@@ -222,7 +226,8 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     char *seen = NULL;
     GuardRange *ranges = NULL;
 
-    if (parse_rows(args[0], self->n, &j, &ib) < 0 ||
+    if ((nargs == 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+        parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
     size_t cells;
@@ -262,7 +267,7 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(&j, j.bad), self->n);
     } else {
-        res = Py_NewRef(Py_None);
+        res = read_result(&j);
     }
 done:
     PyMem_RawFree(src);

@@ -86,15 +86,40 @@
 DEFINE_SIDE(side32, int32_t)
 DEFINE_SIDE(side64, int64_t)
 
+/* The features of rows ix[0..r) (ix NULL: start, start+1, ...) through the transform
+ * t (see _core_transform.h) as they are copied: the one pass over the batch, each row
+ * transformed while it is in the cache; *nan: the position of the first row that held
+ * a NaN. Wide shuffled rows are prefetched as in DEFINE_SIDE. */
+#define DEFINE_TRANSFORMED(NAME, T)                                                        \
+    WIDE static void NAME(const T *ix, Py_ssize_t start, Py_ssize_t r, const char *base,      \
+                          Py_ssize_t stride, Py_ssize_t w, char *out, int f32,             \
+                          const TransformObject *t, Py_ssize_t *nan)                       \
+    {                                                                                     \
+        Py_ssize_t ob = w * (f32 ? 4 : 8);                                                \
+        for (Py_ssize_t k = 0; k < r; k++) {                                              \
+            int64_t i = ix == NULL ? start + k : (int64_t)ix[k];                          \
+            if (ix != NULL && w > 4 && k + PREFETCH < r) { /* every line of the row: */  \
+                const char *ahead = base + (int64_t)ix[k + PREFETCH] * stride;            \
+                for (Py_ssize_t at = 0; at < 8 * w; at += 64) /* (the loop holds fewer */ \
+                    __builtin_prefetch(ahead + at);           /* rows in flight than  */ \
+                __builtin_prefetch(ahead + 8 * w - 1);        /* a memcpy's)          */ \
+            }                                                                             \
+            if (transform_row(out + k * ob, base + i * stride, w, f32, t) && *nan < 0)    \
+                *nan = k;                                                                 \
+        }                                                                                 \
+    }
+DEFINE_TRANSFORMED(transformed32, int32_t)
+DEFINE_TRANSFORMED(transformed64, int64_t)
+
 /* Both sides of rows ix[0..r) where y follows x in each row (an .ndf file, a
  * shuffle buffer's whole rows): one pass, each row's x then its y, so a row
  * missing the cache is fetched once, not once a side (measured 1.2x-1.4x
  * faster on shuffled rows than two passes). */
 #define DEFINE_BOTH(NAME, T)                                                              \
     WIDE static void NAME(const T *ix, Py_ssize_t r, const char *base, Py_ssize_t stride,   \
-                          Py_ssize_t d, Py_ssize_t l, char *ox, char *oy, int f32)         \
+                          Py_ssize_t d, Py_ssize_t l, char *ox, char *oy, int f32, int f32y) \
     {                                                                                     \
-        Py_ssize_t bx = d * (f32 ? 4 : 8), by = l * (f32 ? 4 : 8), yoff = 8 * d;          \
+        Py_ssize_t bx = d * (f32 ? 4 : 8), by = l * (f32y ? 4 : 8), yoff = 8 * d;         \
         Py_ssize_t k = 0;                                                                 \
         if (d + l > 4)                                                                    \
             for (; k + PREFETCH < r; k++) {                                               \
@@ -103,24 +128,24 @@ DEFINE_SIDE(side64, int64_t)
                 __builtin_prefetch(ahead + 8 * (d + l) - 1);                              \
                 const char *src = base + (int64_t)ix[k] * stride;                         \
                 copy_row(ox + k * bx, src, d, f32);                                       \
-                copy_row(oy + k * by, src + yoff, l, f32);                                \
+                copy_row(oy + k * by, src + yoff, l, f32y);                               \
             }                                                                             \
         for (; k < r; k++) {                                                              \
             const char *src = base + (int64_t)ix[k] * stride;                             \
             copy_row(ox + k * bx, src, d, f32);                                           \
-            copy_row(oy + k * by, src + yoff, l, f32);                                    \
+            copy_row(oy + k * by, src + yoff, l, f32y);                                   \
         }                                                                                 \
     }
 DEFINE_BOTH(both32, int32_t)
 DEFINE_BOTH(both64, int64_t)
 
 static void copy_side(const Job *j, const char *base, Py_ssize_t stride, Py_ssize_t w, char *out,
-                      int runs)
+                      int f32, int runs)
 {
     if (j->isz == 4)
-        side32(j->idx, j->start, j->r, base, stride, w, out, j->f32, runs);
+        side32(j->idx, j->start, j->r, base, stride, w, out, f32, runs);
     else
-        side64(j->idx, j->start, j->r, base, stride, w, out, j->f32, runs);
+        side64(j->idx, j->start, j->r, base, stride, w, out, f32, runs);
 }
 
 static void copy_rows(const RowsObject *s, Job *j)
@@ -134,18 +159,31 @@ static void copy_rows(const RowsObject *s, Job *j)
             return;
         runs = runs > 0;
     }
+    if (j->tf != NULL) { /* x through the transform, y copied as it is */
+        if (s->d && j->isz == 4)
+            transformed32(j->idx, j->start, j->r, s->xbase, s->xstride, s->d, j->ox, j->f32,
+                          j->tf, &j->nan);
+        else if (s->d)
+            transformed64(j->idx, j->start, j->r, s->xbase, s->xstride, s->d, j->ox, j->f32,
+                          j->tf, &j->nan);
+        if (s->l)
+            copy_side(j, s->ybase, s->ystride, s->l, j->oy, j->f32y, runs);
+        return;
+    }
     if (j->idx != NULL && !runs && s->d && s->l && s->ybase == s->xbase + 8 * s->d &&
         s->ystride == s->xstride) { /* y follows x in each row */
         if (j->isz == 4)
-            both32(j->idx, j->r, s->xbase, s->xstride, s->d, s->l, j->ox, j->oy, j->f32);
+            both32(j->idx, j->r, s->xbase, s->xstride, s->d, s->l, j->ox, j->oy, j->f32,
+                   j->f32y);
         else
-            both64(j->idx, j->r, s->xbase, s->xstride, s->d, s->l, j->ox, j->oy, j->f32);
+            both64(j->idx, j->r, s->xbase, s->xstride, s->d, s->l, j->ox, j->oy, j->f32,
+                   j->f32y);
         return;
     }
     if (s->d)
-        copy_side(j, s->xbase, s->xstride, s->d, j->ox, runs);
+        copy_side(j, s->xbase, s->xstride, s->d, j->ox, j->f32, runs);
     if (s->l)
-        copy_side(j, s->ybase, s->ystride, s->l, j->oy, runs);
+        copy_side(j, s->ybase, s->ystride, s->l, j->oy, j->f32y, runs);
 }
 
 #ifdef __APPLE__
@@ -222,11 +260,18 @@ static int out_buffer(PyObject *o, Py_buffer *b, const char *name)
 }
 
 PyDoc_STRVAR(read_doc,
-"read(rows, out_x, out_y)\n--\n\n"
+"read(rows, out_x, out_y, transform=None)\n--\n\n"
 "Copy rows ``rows`` (a slice, or a 1-D int32/int64 array, any order, repeats\n"
 "allowed) into ``out_x`` (r, d) and ``out_y`` (r, l), both float64 or both\n"
-"float32, C-contiguous. IndexError for a row outside [0, n); FileChanged when\n"
-"the file changed (or the copy faulted).");
+"float32 (or out_y float64), C-contiguous. With a ``transform`` (a Transform),\n"
+"x goes through it as it is copied, and the result is the position of the first\n"
+"row whose features held a NaN, or -1 (else None). IndexError for a row outside\n"
+"[0, n); FileChanged when the file changed (or the copy faulted).");
+
+PyObject *read_result(const Job *j)
+{
+    return j->tf == NULL ? Py_NewRef(Py_None) : PyLong_FromSsize_t(j->nan);
+}
 
 /* The rows argument of read(): a slice of [0, n) or a 1-D int32/int64 buffer (then
  * held in *ib: release it, also after an error). 0, or -1 with an exception set. */
@@ -276,8 +321,10 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
                __builtin_mul_overflow(want_x, bx->itemsize, &want_x) ||
                __builtin_mul_overflow(j->r, l, &want_y) ||
                __builtin_mul_overflow(want_y, by->itemsize, &want_y);
-    if (bx->itemsize != by->itemsize) {
-        PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype");
+    if (bx->itemsize != by->itemsize && by->itemsize != 8) {
+        /* (float64 labels under float32 features: class labels converted exactly after) */
+        PyErr_SetString(PyExc_TypeError, "out_x and out_y must have the same dtype (or out_y "
+                                         "float64)");
     } else if (over || bx->len != want_x || by->len != want_y) {
         PyErr_Format(PyExc_ValueError, "out_x and out_y must hold (%zd, %zd) and (%zd, %zd) "
                      "values", j->r, d, j->r, l);
@@ -285,6 +332,7 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
         j->ox = bx->buf;
         j->oy = by->buf;
         j->f32 = bx->itemsize == 4;
+        j->f32y = by->itemsize == 4;
         return 0;
     }
     PyBuffer_Release(bx);
@@ -294,8 +342,9 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
 
 static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments "
+                                         "(and a transform)");
         return NULL;
     }
     Job j = JOB_INIT;
@@ -303,7 +352,8 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     int rc = 0;
     PyObject *res = NULL;
 
-    if (parse_rows(args[0], self->n, &j, &ib) < 0 ||
+    if ((nargs == 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+        parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
     if (self->lo != NULL)
@@ -319,7 +369,7 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(&j, j.bad), self->n);
     } else {
-        res = Py_NewRef(Py_None);
+        res = read_result(&j);
     }
 done:
     PyBuffer_Release(&ib);

@@ -7,6 +7,7 @@
 #define EXACTBATCH_CORE_ROWS_H
 
 #include "_core.h"
+#include "_core_transform.h"
 
 typedef struct {
     PyObject_HEAD
@@ -30,11 +31,13 @@ typedef struct {
     int isz; /* 4 or 8 */
     Py_ssize_t start, r;
     char *ox, *oy;
-    int f32;
+    int f32, f32y; /* out_x float32; out_y float32 (float64 labels under float32 x: 0) */
     Py_ssize_t bad; /* the position of an index out of range, or -1 */
+    const TransformObject *tf; /* applied to x as it is copied, or NULL */
+    Py_ssize_t nan; /* with tf: the position of the first row whose x held a NaN, or -1 */
 } Job;
 
-#define JOB_INIT {NULL, 8, 0, 0, NULL, NULL, 0, -1}
+#define JOB_INIT {NULL, 8, 0, 0, NULL, NULL, 0, 0, -1, NULL, -1}
 
 /* Row k of the read (for the message of a row out of range). */
 static inline int64_t row_at(const Job *j, Py_ssize_t k)
@@ -109,6 +112,10 @@ int row_size(const char *who, Py_ssize_t d, Py_ssize_t l, Py_ssize_t *row);
 int parse_rows(PyObject *o, Py_ssize_t n, Job *j, Py_buffer *ib);
 int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, Py_buffer *bx,
                Py_buffer *by);
+
+/* read()'s result once copied: None, or with a transform the position of the first row
+ * whose features held a NaN (an int), or -1 when none did. */
+PyObject *read_result(const Job *j);
 
 /* Has the file of rows s (a file's) lost bytes, or changed its modification time or
  * change time since opened? One fstat. */

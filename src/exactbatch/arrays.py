@@ -37,18 +37,26 @@ _REAL = "biuf"  # dtype kinds of real numbers: bool, signed, unsigned, float
 ALIGN = 64
 
 
-def batch_pair(rows: int, d: int, l: int, dtype) -> tuple[np.ndarray, np.ndarray]:  # noqa: E741
+def batch_pair(
+    rows: int,
+    d: int,
+    l: int,  # noqa: E741
+    dtype,
+    ydtype=None,
+) -> tuple[np.ndarray, np.ndarray]:
     """New uninitialised C-contiguous ``(rows, d)`` and ``(rows, l)`` arrays of
-    ``dtype``, each starting on an ``ALIGN``-byte boundary (one allocation holds
-    both), so that ``jax.device_put`` on a CPU aliases a batch rather than copy it."""
+    ``dtype`` (y of ``ydtype`` when given: class labels), each starting on an
+    ``ALIGN``-byte boundary (one allocation holds both), so that ``jax.device_put``
+    on a CPU aliases a batch rather than copy it."""
     dt = np.dtype(dtype)
+    yt = dt if ydtype is None else np.dtype(ydtype)
     x_bytes = rows * d * dt.itemsize
     at_y = -(-x_bytes // ALIGN) * ALIGN  # x padded to whole lines
-    raw = np.empty(at_y + rows * l * dt.itemsize + ALIGN, dtype=np.uint8)
+    raw = np.empty(at_y + rows * l * yt.itemsize + ALIGN, dtype=np.uint8)
     at = -ctypes.addressof(ctypes.c_char.from_buffer(raw.data)) % ALIGN  # cheaper than .ctypes
     return (
         np.ndarray((rows, d), dt, raw, at),
-        np.ndarray((rows, l), dt, raw, at + at_y),
+        np.ndarray((rows, l), yt, raw, at + at_y),
     )
 
 

@@ -3,16 +3,19 @@
     exactbatch info PATH                      what a file holds; is an .ndf (or dataset) intact?
                                               (PATH may be a URL of an .ndf or a dataset)
     exactbatch convert SRC DST                Parquet/CSV/.npy -> .ndf, .ndf -> Parquet
+                                              (SRC may be several CSVs, a folder or a glob)
     exactbatch convert SRC DIR --part-rows R  ... -> a sharded dataset of R-row parts
     exactbatch shuffle SRC DST --memory 1GB   the one-time shuffle on disk, for sorted data
     exactbatch mixing SRC --batch-size B      how well a streaming loader mixes this data
     exactbatch bench SRC                      loader rows/s and memory against a bare read
+    exactbatch certify STATE...               did a run hand out every row exactly once?
 
 A thin front end: arguments are parsed and results printed here; the work
 is in :mod:`exactbatch.tools`, one module per subcommand, imported only
 when that subcommand runs (so is pyarrow, matplotlib or tqdm).
 
-Exit status: 0 success; 1 ``info`` found a malformed .ndf (its verdict); 2
+Exit status: 0 success; 1 ``info`` found a malformed .ndf, or ``certify``
+found an epoch not exact (their verdicts); 2
 a usage error, or any error while the command ran - every one goes through
 one funnel (:func:`_run`) and becomes one line on stderr naming the file
 (``--debug`` adds the traceback); 130 interrupted (Ctrl-C or SIGTERM),
@@ -59,7 +62,9 @@ def _convert(a) -> int:
     from exactbatch.tools.convert import convert, render
 
     names = ("features", "labels", "force", "delimiter", "row_group_rows", "names", "part_rows")
-    out = convert(a.src, a.dst, header=not a.no_header, **_opts(a, *names))
+    more = ("exclude", "categorical")
+    src = a.src[0] if len(a.src) == 1 else a.src
+    out = convert(src, a.dst, header=not a.no_header, **_opts(a, *names, *more))
     _print_json(out) if a.json else print(render(out))
     return 0
 
@@ -99,6 +104,14 @@ def _bench(a) -> int:
     r = bench(a.src, **_opts(a, *names, "storage_options"))
     _print_json(r) if a.json else print(render(r))
     return 0
+
+
+def _certify(a) -> int:
+    from exactbatch.tools.certify import certify_files, public
+
+    cert = certify_files(a.states)
+    _print_json(public(cert)) if a.json else print(cert)
+    return 0 if cert else 1
 
 
 # -- the parser ---------------------------------------------------------------------------
@@ -144,8 +157,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactbatch",
         description="From your data (Parquet, CSV, .npy) to exact, well-mixed batches.",
         epilog="Run 'exactbatch COMMAND --help' for each command's options. Exit status: "
-        "0 ok, 1 info found a malformed .ndf, 2 an error (one line naming the file; "
-        "--debug shows the traceback), 130 interrupted.",
+        "0 ok, 1 info found a malformed .ndf or certify an epoch not exact, 2 an error "
+        "(one line naming the file; --debug shows the traceback), 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"exactbatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -179,12 +192,30 @@ def _parser() -> argparse.ArgumentParser:
         ".parquet). Values are stored as float64.",
     )
     s.add_argument(
-        "src", help="Parquet file or folder, .csv (or .csv.gz), .npy, .ndf or a sharded dataset"
+        "src",
+        nargs="+",
+        help="Parquet file or folder (Hive partition keys become columns), .csv (or "
+        ".csv.gz), .npy, .ndf or a sharded dataset; or several CSV files (a folder of them, "
+        "a quoted glob such as 'data/*.csv', or a list) made into one .ndf, rows in sorted "
+        "path order",
     )
     s.add_argument(
         "dst",
         help="the file to write: NAME.ndf, or NAME.parquet from an .ndf; with "
         "--part-rows, the folder of a sharded dataset",
+    )
+    s.add_argument(
+        "--exclude",
+        metavar="COLS",
+        help="columns to leave out of the default features (names or positions), e.g. "
+        "an id or a free-text column",
+    )
+    s.add_argument(
+        "--categorical",
+        metavar="COLS",
+        help="Parquet and CSV: store these columns (strings, or numbers) as integer codes, "
+        "0.. in the sorted order of their values; the vocabularies are kept beside the "
+        "names (exactbatch.categories(DST))",
     )
     s.add_argument(
         "--part-rows",
@@ -366,6 +397,17 @@ def _parser() -> argparse.ArgumentParser:
         help="time only the first N rows of each epoch (default: all)",
     )
     s.set_defaults(run=_bench)
+
+    s = sub.add_parser(
+        "certify",
+        parents=[common],
+        help="did a run hand out every row of every epoch exactly once?",
+        description="Merge the ledgers of saved DataLoader states (every rank's, "
+        "across resumes and elastic changes) and say, epoch by epoch, whether "
+        "every row was handed out exactly once. Exit status 1 when not.",
+    )
+    s.add_argument("states", nargs="+", metavar="STATE", help="JSON files of states (state_dict())")
+    s.set_defaults(run=_certify)
     return p
 
 
@@ -385,8 +427,10 @@ def _message(e: BaseException, args) -> str:
         text = str(e) or type(e).__name__
     if not isinstance(e, (CliError, OSError, ValueError, ImportError)):
         text = f"{type(e).__name__}: {text}"  # unexpected: the type helps a bug report
-    named = (getattr(args, k, None) for k in ("path", "src", "dst", "plot", "tmp_dir"))
-    paths = [str(p) for p in named if p is not None]
+    named = [getattr(args, k, None) for k in ("path", "src", "dst", "plot", "tmp_dir")]
+    # convert's src is a list (several CSV files): each is a path an error may name
+    flat = [q for p in named for q in (p if isinstance(p, list) else [p])]
+    paths = [str(p) for p in flat if p is not None]
     if paths and not any(p in text for p in paths):
         text = f"{paths[0]}: {text}"
     return " ".join(text.split())  # one line

@@ -1,10 +1,22 @@
 """Where this process stands in a distributed job: (num_shards, shard_index).
 
 Used by ``DataLoader(num_shards="auto", shard_index="auto")``. The answer
-comes from ``torch.distributed`` when it is initialised, else from the
-``RANK``/``WORLD_SIZE`` environment variables (set by torchrun and most
-launchers), else a single shard. torch is imported only if it is already
-loaded or installed, never required.
+comes from the first of these that applies:
+
+1. ``torch.distributed``, when it is initialised: the process group the
+   collectives run on (Ray Train's ``TorchTrainer`` initialises it too, with
+   the same ranks);
+2. Ray Train, inside a Ray Train worker: ``ray.train.get_context()``'s world
+   rank and world size (for every Ray Train trainer, torch or not), so a run
+   Ray Train restarts at another worker count shards by the new count;
+3. the ``RANK``/``WORLD_SIZE`` environment variables (set by torchrun and
+   most launchers);
+4. else a single shard.
+
+Neither torch nor ray is ever imported here: each is asked only if the
+process has imported it already (a Ray Train worker has imported
+``ray.train``; a process that has not imported torch has not initialised
+``torch.distributed``).
 """
 
 from __future__ import annotations
@@ -24,6 +36,20 @@ def _from_torch():
     return dist.get_world_size(), dist.get_rank()
 
 
+def _from_ray_train():
+    train = sys.modules.get("ray.train")
+    if train is None:  # not imported: not a Ray Train worker
+        return None
+    try:
+        ctx = train.get_context()
+        world, rank = ctx.get_world_size(), ctx.get_world_rank()
+    except RuntimeError:  # the driver, or a process that is not a training worker
+        return None
+    if world is None or rank is None:  # pragma: no cover - an older Ray outside a session
+        return None
+    return int(world), int(rank)
+
+
 def _from_env():
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None and world is None:
@@ -41,8 +67,9 @@ def _from_env():
 
 
 def distributed_shard() -> tuple[int, int]:
-    """``(num_shards, shard_index)``: torch.distributed, else RANK/WORLD_SIZE, else (1, 0)."""
-    return _from_torch() or _from_env() or (1, 0)
+    """``(num_shards, shard_index)``: torch.distributed, else Ray Train's context, else
+    RANK/WORLD_SIZE, else (1, 0) (see the module docstring)."""
+    return _from_torch() or _from_ray_train() or _from_env() or (1, 0)
 
 
 def resolve_shard(num_shards, shard_index) -> tuple[int, int]:

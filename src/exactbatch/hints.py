@@ -10,9 +10,9 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from numpy.typing import DTypeLike
+from numpy.typing import ArrayLike, DTypeLike
 
-__all__ = ["Columns", "DTypeLike", "Device", "PathLike", "Source", "TotalSize"]
+__all__ = ["ArrayLike", "Columns", "DTypeLike", "Device", "PathLike", "Source", "TotalSize"]
 
 # A local path or a URL (``s3://bucket/key``); a str or an ``os.PathLike``.
 PathLike = str | os.PathLike[str]

@@ -22,7 +22,11 @@ here once (:func:`memory_rows`, :func:`file_rows`) and calls its
 ``read(rows, out_x, out_y)`` per batch: ``rows`` a slice of consecutive rows
 or a 1-D int32/int64 array of row numbers in ``[0, n)`` (any order, repeats
 allowed), ``out_x``/``out_y`` C-contiguous arrays of shapes (r, d) and
-(r, l), both float64 or both float32. The order's keyed bijection makes its
+(r, l), both float64 or both float32 (or out_y float64 under a float32 out_x:
+labels converted after, exactly). The memory reader's ``read`` (and the
+compiled ones of ``.ndf`` files and datasets) also takes a fourth argument, a
+:class:`TransformKernel`, applied to x as it is copied (no second pass over
+the batch). The order's keyed bijection makes its
 own kernel from :func:`core` (:mod:`exactbatch.order.bijection`); the dtype
 rules are :mod:`exactbatch.checks`'.
 """
@@ -40,6 +44,7 @@ from exactbatch.checks import DTYPES
 
 __all__ = [
     "FileChanged",
+    "TransformKernel",
     "backend",
     "core",
     "file_rows",
@@ -48,6 +53,7 @@ __all__ = [
     "memory_rows",
     "pair_check",
     "parts_rows",
+    "staged",
     "use_backend",
 ]
 
@@ -124,6 +130,49 @@ def core():
     return _CORE
 
 
+class TransformKernel:
+    """A per-feature affine map fused into the gather: each feature ``v`` becomes
+    ``(v - mean) * scale``, then a NaN becomes ``fill`` (None: stays NaN).
+
+    ``mean`` and ``scale`` are float64 arrays of d values (finite; scale > 0), so a
+    NaN out is a NaN in. Both backends compute in float64 and round once to the
+    output dtype, with the same operations in the same order (no multiply-add can
+    form), so they give the same bits. ``c`` is the compiled twin (None when the core
+    is not built), which a compiled reader applies as it copies each row.
+    """
+
+    __slots__ = ("c", "fill", "mean", "scale")
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, fill: float | None = None):
+        self.mean = np.ascontiguousarray(mean, dtype=np.float64)
+        self.scale = np.ascontiguousarray(scale, dtype=np.float64)
+        self.fill = None if fill is None else float(fill)
+        self.c = None if _BUILT is None else _BUILT.transform(self.mean, self.scale, self.fill)
+
+    def apply(self, src: np.ndarray, out: np.ndarray) -> int:
+        """``src`` (float64 rows of d features) through the map into ``out`` (float64 or
+        float32, of src's shape): the pure path's twin of the compiled copy. Returns
+        the position of the first row that held a NaN, or -1."""
+        v = src - self.mean
+        v *= self.scale
+        nan = np.isnan(v)
+        hit = np.asarray(nan.any(axis=1))
+        first = int(hit.argmax()) if hit.any() else -1
+        if first >= 0 and self.fill is not None:
+            np.copyto(v, self.fill, where=nan)
+        out[...] = v
+        return first
+
+
+def staged(read, rows, out_x: np.ndarray, out_y: np.ndarray, kernel: TransformKernel) -> int:
+    """For a reader whose copy cannot take ``kernel``: rows ``rows`` read by ``read``
+    as float64, then mapped into ``out_x`` (a second pass, over a batch in cache).
+    Returns what a fused read does: the first row that held a NaN, or -1."""
+    x = np.empty(out_x.shape)
+    read(rows, x, out_y)
+    return kernel.apply(x, out_x)
+
+
 class _NumpyRows:
     """The pure path of :func:`memory_rows`."""
 
@@ -133,14 +182,20 @@ class _NumpyRows:
         self.x, self.y, self.d, self.l = x, y, x.shape[1], y.shape[1]
         self.contiguous = x.flags.c_contiguous and y.flags.c_contiguous
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None):
+        if tf is not None:  # x staged as float64, then mapped (the compiled copy's twin)
+            stage = np.empty(out_x.shape)
+            self.read(rows, stage, out_y)
+            return tf.apply(stage, out_x)
         # Columns of whole rows (a shuffle buffer's x and y): indexing, as np.take
         # would first copy the whole array to make it contiguous.
         if isinstance(rows, slice) or not self.contiguous:
             out_x[...] = self.x[rows]
             out_y[...] = self.y[rows]
             return
-        if out_x.dtype != np.float64:  # a take then a cast (np.take into a float32
+        if (
+            out_x.dtype != out_y.dtype or out_x.dtype != np.float64
+        ):  # a take then a cast (np.take into a float32
             out_x[...] = self.x.take(rows, axis=0, mode="clip")  # `out` would copy
             out_y[...] = self.y.take(rows, axis=0, mode="clip")  # `out` in first)
             return

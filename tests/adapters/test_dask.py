@@ -20,7 +20,7 @@ import pytest
 from helpers import collect, make_data
 from laws import check_deterministic, check_epoch, check_epochs_differ, check_resume
 
-from exactbatch import DataLoader, open_ndf_dataset
+from exactbatch import DataLoader, Standardize, open_ndf_dataset
 
 dd = pytest.importorskip("dask.dataframe")
 da = pytest.importorskip("dask.array")
@@ -321,6 +321,20 @@ def test_column_stats_match_numpy(client):
     by_array = column_stats(arr, labels=[-2, -1])
     assert [s["name"] for s in by_array] == ["x0", "x1", "x2", "y0", "y1"]
     assert [s["max"] for s in by_array] == [s["max"] for s in got]
+
+
+def test_column_stats_standardise_a_loader_as_they_are(client):
+    """Standardize takes column_stats' list as it is (features then labels: d + l)."""
+    df, _ = frame(N)
+    df.loc[5, "x1"] = np.nan
+    stats = column_stats(dd.from_pandas(df, npartitions=4), labels=["t0", "t1"])
+    vals = df.to_numpy()
+    x, y = vals[:, :3], vals[:, 3:]
+    loader = DataLoader((x, y), 50, shuffle=False, transform=Standardize(stats, nan_fill=0.0))
+    xb = np.concatenate([b for b, _ in loader])
+    want = (x - np.nanmean(x, 0)) * (1 / np.nanstd(x, 0))
+    np.testing.assert_allclose(xb, np.where(np.isnan(want), 0.0, want), rtol=1e-12, atol=1e-12)
+    assert xb[5, 1] == 0.0
 
 
 # -- bad input (no cluster needed: refused before anything runs) -------------------------------

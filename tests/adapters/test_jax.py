@@ -65,6 +65,26 @@ def test_float64_with_64_bit_jax_is_exact():
         assert np.array_equal(np.asarray(xb), rx) and np.array_equal(np.asarray(yb), ry)
 
 
+def test_class_labels_stay_integers_int32_without_64_bit_jax():
+    """label_dtype=int32: int32 on the device; int64: int32 without x64 (a label beyond
+    int32 is a ValueError), int64 with it; pad_last pads the labels with zeros."""
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    y = (np.arange(50) % 5).astype(np.float64)
+    for label_dtype in (np.int32, np.int64):
+        loader = DataLoader((x, y), 16, shuffle=False, label_dtype=label_dtype)
+        got = list(as_jax(loader, pad_last=True))
+        assert all(np.asarray(yb).dtype == np.int32 for _, yb, _ in got)
+        labels = np.concatenate([np.asarray(yb)[np.asarray(m) > 0] for _, yb, m in got])
+        assert labels[:, 0].tolist() == (np.arange(50) % 5).tolist()
+    with jax.enable_x64(True):
+        (_, yb), *_ = list(as_jax(DataLoader((x, y), 16, label_dtype=np.int64)))
+        assert np.asarray(yb).dtype == np.int64
+    big = y.copy()
+    big[3] = 2.0**40
+    with pytest.raises(ValueError, match="beyond int32"):
+        list(as_jax(DataLoader((x, big), 16, shuffle=False, label_dtype=np.int64)))
+
+
 def test_prefetch_puts_batches_ahead():
     """When the first batch is handed out, prefetch more are already read and put on the
     device; the loader counts only the one handed out, in its own state and the adapter's."""
@@ -353,3 +373,31 @@ def test_a_read_that_fails_while_reading_ahead_is_read_again_by_the_next_call(lo
         got.append(ids(np.asarray(xb)))
     assert failed == source.raised == 1
     assert got == want
+
+
+@pytest.mark.parametrize("pad_last", [False, True])
+def test_row_ids_come_through_as_host_int64(pad_last):
+    """A loader with_rows gives (xb, yb, rows) (and the mask after them with pad_last):
+    rows the loader's own ids, a NumPy int64 array (exact without 64-bit JAX), padded
+    with -1; resuming from the adapter's state hands out the ids left."""
+    loader = loader_of(100, 32, with_rows=True)
+    want = [rows.tolist() for _, _, rows in loader_of(100, 32, with_rows=True)]
+    got = list(as_jax(loader, pad_last=pad_last))
+    assert [len(b) for b in got] == [4 if pad_last else 3] * 4
+    for batch, rows in zip(got, want, strict=True):
+        ids_out = batch[2]
+        assert isinstance(ids_out, np.ndarray) and ids_out.dtype == np.int64
+        real = ids_out[: len(rows)].tolist()
+        assert real == rows == ids(np.asarray(batch[0])[: len(rows)])
+        assert (ids_out[len(rows) :] == -1).all()
+        if pad_last:
+            assert np.asarray(batch[3]).tolist() == [1.0] * len(rows) + [0.0] * (32 - len(rows))
+    loader = loader_of(100, 32, with_rows=True)
+    jl = as_jax(loader, prefetch=2)
+    it = iter(jl)
+    next(it)
+    state = jl.state_dict()
+    it.close()
+    resumed = loader_of(100, 32, with_rows=True)
+    resumed.load_state_dict(state)
+    assert [b[2].tolist() for b in as_jax(resumed)] == want[1:]

@@ -489,3 +489,20 @@ def test_minibatch_svi_over_parquet_needs_no_tuning(tmp_path, capfd):
     with pytest.raises(ValueError, match=f"has size {10 * n}, but the loader's total_size is {n}"):
         fit(regression, AutoNormal(regression), loader, steps, rng_key=jax.random.key(0),
             N=10 * n)  # fmt: skip
+
+
+def test_a_loader_with_row_ids_feeds_its_batches():
+    """A loader built with with_rows=True: the fit steps over its (x, y), the ids left
+    aside, and the state counts the batches."""
+    loader = DataLoader(make_data(100), 20, seed=1, with_rows=True)
+    result = fit(
+        regression,
+        AutoNormal(regression),
+        loader,
+        7,
+        optim=numpyro.optim.Adam(0.01),
+        rng_key=jax.random.key(0),
+        N=100,
+    )
+    assert len(result.losses) == 7 and np.isfinite(result.losses).all()
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 2)

@@ -711,3 +711,19 @@ def test_a_loader_without_labels_no_likelihood_reads_points_at_labels():
         pm.Normal("obs", mu=x_data @ w, sigma=1, observed=y_data)
     with pytest.raises(ValueError, match=r"no labels \(l = 0\).*labels="):
         fit(loader, 5, model=model)
+
+
+def test_a_loader_with_row_ids_feeds_its_batches(monkeypatch):
+    """A loader built with with_rows=True feeds the same batches (its ids written into
+    a buffer of the fit's own, unused), and its state counts them."""
+    loader = DataLoader(ids(30), 10, seed=2, with_rows=True)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=30)
+    fake = FakeFit(x_data, y_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(loader, 4, model=model)
+    reference = DataLoader(ids(30), 10, seed=2)
+    want = [xb for _ in range(2) for xb, _ in reference]  # epochs 0 and 1
+    assert all(np.array_equal(a, b) for a, b in zip(fake.xs, want[:4], strict=True))
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 1)

@@ -76,6 +76,20 @@ def test_batches_are_tensors_of_the_loader_shapes():
         assert np.array_equal(xb.numpy(), rx) and np.array_equal(yb.numpy(), ry)
 
 
+def test_class_labels_come_as_long_tensors_never_cast_by_dtype():
+    """label_dtype=np.int64: yb is a long tensor of the same labels, whatever ``dtype``;
+    the features follow ``dtype`` as before."""
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    y = (np.arange(50) % 4).astype(np.float64)
+    ref = [(a.copy(), b.copy()) for a, b in DataLoader((x, y), 16, seed=1)]
+    for dtype in (None, torch.float32):
+        got = list(as_torch(DataLoader((x, y), 16, seed=1, label_dtype=np.int64), dtype=dtype))
+        for (xb, yb), (rx, ry) in zip(got, ref, strict=True):
+            assert yb.dtype == torch.int64 and xb.dtype == (dtype or torch.float64)
+            assert np.array_equal(yb.numpy(), ry.astype(np.int64))
+            assert np.allclose(xb.numpy(), rx)
+
+
 def test_each_iteration_is_the_next_epoch():
     """Each iter() over as_torch(...) is one epoch of the loader: a new shuffle each time."""
     tl = as_torch(loader_of(100, 100))
@@ -275,3 +289,20 @@ def test_shard_from_an_initialised_process_group(monkeypatch, tmp_path):
     finally:
         dist.destroy_process_group()
     assert distributed_shard() == (4, 2)  # destroyed: back to the environment
+
+
+def test_row_ids_come_through_as_an_int64_tensor():
+    """A loader with_rows gives (xb, yb, rows): rows an int64 tensor sharing the loader's
+    ids (never cast by dtype), equal to the rows' ids; the dataset() wrapper too."""
+    x = np.random.default_rng(0).normal(size=(50, 3))
+    loader = DataLoader(x, 16, seed=1, with_rows=True)
+    got = list(as_torch(loader, dtype=torch.float32))
+    assert [len(b) for b in got] == [3] * 4
+    seen = []
+    for xb, _, rows in got:
+        assert rows.dtype == torch.int64 and xb.dtype == torch.float32
+        assert torch.equal(xb, torch.from_numpy(x[rows.numpy()]).float())
+        seen += rows.tolist()
+    assert sorted(seen) == list(range(50))
+    ds_batches = list(torch.utils.data.DataLoader(as_torch(loader).dataset(), batch_size=None))
+    assert all(len(b) == 3 and b[2].dtype == torch.int64 for b in ds_batches)

@@ -735,7 +735,10 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
     loader = DataLoader((x_of(), np.zeros((N, 2))), 7, seed=3, num_shards=2, shard_index=1)
     it = iter(loader)
     got = [r for _ in range(2) for r in ids(next(it)[0])]
-    assert loader.state_dict() == {
+    state = loader.state_dict()
+    fingerprint = state.pop("fingerprint")  # the data's identity: tests/loader/test_fingerprint.py
+    assert (fingerprint["kind"], fingerprint["n"], fingerprint["d"]) == ("memory", N, 1)
+    assert state == {
         "version": 2,
         "seed": 3,
         "epoch": 0,
@@ -753,6 +756,19 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
         "shard_index": 1,
         "n": 50,
         "ledger": {"rows": 14, "digest": f"{rows_digest(np.array(got)):016x}"},
+        "history": [  # this epoch's record, for certify: this shard's hand-outs so far
+            {
+                "epoch": 0,
+                "shard": [1, 2],
+                "elastic": False,
+                "start": 0,
+                "drops": False,
+                "rows": 14,
+                "digest": f"{rows_digest(np.array(got)):016x}",
+                "promised": None,  # not ended yet
+                "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
+            }
+        ],
     }
 
 
@@ -768,30 +784,48 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "block_rows": 10,
         "ledger": {"rows": 10, "digest": f"{range_digest(0, 10):016x}"},
     }
-    assert len(state) == 20
+    assert len(state) == 22 and state["fingerprint"]["kind"] == "ndf"
     elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
     it = iter(elastic)
     next(it)
     # every shard's global batches 0 and 1: one shard's first two batches share that order
     whole = iter(DataLoader(x_of(), 10))
     first_two = np.array(ids(next(whole)[0]) + ids(next(whole)[0]))
-    assert elastic.state_dict() == {
-        "version": 2,
-        "seed": 0,
-        "epoch": 0,
-        "batches_done": 1,
-        "source": "random access",
-        "batch_size": 10,
-        "shuffle": True,
-        "drop_last": False,
-        "even_batches": False,
-        "elastic": True,
-        "total_size": N,
-        "d": 1,
-        "l": 0,
-        "global_batches_done": 2,
-        "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
-    }
+    state = elastic.state_dict()
+    assert state.pop("fingerprint")["kind"] == "memory"
+    assert (
+        state
+        == {
+            "version": 2,
+            "seed": 0,
+            "epoch": 0,
+            "batches_done": 1,
+            "source": "random access",
+            "batch_size": 10,
+            "shuffle": True,
+            "drop_last": False,
+            "even_batches": False,
+            "elastic": True,
+            "total_size": N,
+            "d": 1,
+            "l": 0,
+            "global_batches_done": 2,
+            "ledger": {"rows": 20, "digest": f"{rows_digest(first_two):016x}"},
+            "history": [  # this rank's own hand-outs: global batch 0 (the ledger has both)
+                {
+                    "epoch": 0,
+                    "shard": [0, 2],
+                    "elastic": True,
+                    "start": 0,
+                    "drops": False,
+                    "rows": 10,
+                    "digest": f"{rows_digest(first_two[:10]):016x}",
+                    "promised": None,
+                    "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
+                }
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -818,6 +852,11 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         (lambda s: s.pop("n"), ValueError, "state was taken with n=None, this loader has n=100"),
         (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
         (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
+        (lambda s: s.update(history={}), TypeError, r"state\['history'\] must be a list"),
+        (lambda s: s.update(history=[1]), TypeError, r"state\['history'\]\[0\] must be a dict"),
+        (lambda s: s["history"][0].pop("epoch"), ValueError, r"\[0\]\['epoch'\] must be a"),
+        (lambda s: s["history"][0].update(digest=7), ValueError, "hexadecimal"),
+        (lambda s: s["history"][0].update(whole=3), ValueError, r"\['whole'\] must be None"),
     ],
 )
 def test_a_malformed_state_is_refused_naming_the_key(change, error, match):

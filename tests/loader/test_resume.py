@@ -15,6 +15,7 @@ state taken right after restoring) and saving in a process of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import textwrap
@@ -315,7 +316,7 @@ def test_a_state_unpacks_to_the_position_it_was_packed_from(build):
         state = roundtrip(pack_state(pos, loader._feed))
         if pending:  # a batch whose read failed waits (batches 0-4 claimed, 4 handed out)
             state["pending"] = pending
-            pos = type(pos)(pos.seed, pos.epoch, pos.done, tuple(pending), pos.ledger)
+            pos = dataclasses.replace(pos, pending=tuple(pending))
         assert unpack_state(state, loader._feed, 3) == (pos, k + len(pending))
     loader.set_epoch(2)  # the start of an epoch: nothing claimed, nothing begun
     pos = loader._cursor.snapshot()

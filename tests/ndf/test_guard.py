@@ -75,6 +75,39 @@ def test_a_local_file_is_guarded_and_the_lease_is_held_only_during_a_copy(f):
     assert _lease_type(f) == F_UNLCK
 
 
+@pytest.mark.parametrize(
+    "read",
+    [
+        pytest.param(lambda f: f.read_rows(np.arange(100, 300)), id="a run of rows"),
+        pytest.param(lambda f: f.read_rows(np.array([4000, 7, 3000, 9])), id="few runs"),
+        pytest.param(lambda f: f.read_block_into(100, np.empty((200, 3))), id="a block"),
+        pytest.param(
+            lambda f: f.read_rows(np.random.default_rng(0).permutation(f.n)[:1000]),
+            id="scattered, no lease",
+        ),
+    ],
+)
+def test_a_read_racing_a_truncation_is_an_error_never_the_pages_zeroed_tail(f, monkeypatch, read):
+    """The kernel shrinks a truncated file's size, then zeroes the tail of its last page:
+    a positional read (or, unleased, a copy from the map) caught between the two hands
+    back zeros for rows that were there. The check after the read must see the shrink.
+    Simulated: the truncation lands during the read, which returns zeros."""
+    # unleased: what happens while a writer holds the file open
+    monkeypatch.setattr(guard.Lease, "acquire", lambda self: None)
+    real = os.preadv
+
+    def racing(fd, buffers, offset):
+        got = real(fd, buffers, offset)
+        os.truncate(f.path, 28 + 24 * (f.n - 1))  # the last row is gone: reads go on
+        for buf in buffers:
+            np.frombuffer(buf, dtype=np.uint8)[:got] = 0  # what the racing read returned
+        return got
+
+    monkeypatch.setattr(os, "preadv", racing)
+    with pytest.raises(NdfError, match="changed while open"):
+        read(f)
+
+
 @needs_lease
 def test_the_first_copier_takes_the_lease_and_the_last_releases_it(f):
     lease = f._handle().lease

@@ -137,11 +137,13 @@ def hive(tmp_path):
 def test_a_partitioned_folder_is_read_whole_alike_locally_and_over_a_url(hive):
     """The default pattern reads every .parquet at any depth (Hive partitions), in the
     order of their paths inside the folder: the same files and rows locally and over a
-    URL; ``[1]`` in the folder's name is part of the name; hidden files are skipped."""
+    URL; ``[1]`` in the folder's name is part of the name; hidden files are skipped.
+    (The partition keys are columns too: tests/sources/test_hive.py.)"""
     local, url = hive
+    feats = ["x0", "x1", "x2"]
     for pattern in ({}, {"pattern": "**/*.parquet"}):
-        a = parquet_source(local, labels="y0", **pattern)
-        b = parquet_source(url, labels="y0", **pattern)
+        a = parquet_source(local, features=feats, labels="y0", **pattern)
+        b = parquet_source(url, features=feats, labels="y0", **pattern)
         assert [os.path.relpath(f, local) for f in a.files] == list(HIVE)
         assert [f[len(url) + 1 :] for f in b.files] == list(HIVE)
         assert a.n_rows == b.n_rows == HIVE_N

@@ -135,6 +135,7 @@ def to_ndf_dataset(
     *,
     features: Any = None,
     labels: Any = (),
+    categorical: Any = None,
     storage_options: dict | None = None,
 ) -> None:
     """Write a Dask DataFrame or a 2-D Dask Array as a sharded ``.ndf`` dataset at ``path``.
@@ -151,6 +152,16 @@ def to_ndf_dataset(
     must see it) or a URL (``s3://bucket/prefix``) with ``storage_options``
     as for :func:`~exactbatch.ndf.dataset.open_ndf_dataset`.
 
+    ``categorical`` (a DataFrame's): columns among the features and labels
+    written as integer codes, by the rule of
+    :mod:`exactbatch.sources.categorical`: a list of names learns each
+    vocabulary, sorted, in a first pass (one ``compute`` of those columns'
+    distinct values: the collection is computed twice, unless persisted);
+    ``{column: [values]}`` gives it, and a partition holding another value
+    fails the write (``ValueError`` naming the column and the value). The
+    vocabularies go to the manifest: :func:`exactbatch.categories` reads them.
+    Any other non-numeric column chosen is a ``TypeError`` naming it.
+
     A dataset already at ``path`` stays readable until the new manifest
     replaces it (its parts are removed then). If any partition fails (its
     computation raises, or a write does), the error is raised once every
@@ -158,7 +169,7 @@ def to_ndf_dataset(
     write made are removed: the old dataset is as it was.
     """
     dask = import_dask()
-    plan = plan_for(collection, features, labels, "to_ndf_dataset")
+    plan = plan_for(collection, features, labels, "to_ndf_dataset", categorical)
     path = dataset_path(path, storage_options)
     write_id = start_dataset(path, storage_options=storage_options)
     try:
@@ -168,7 +179,10 @@ def to_ndf_dataset(
             for k, part in enumerate(plan.parts)
         ]
         infos = _compute_all(tasks)
-        names = {"features": plan.features, "labels": plan.labels} if plan.columns.frame else {}
+        names: dict = {}
+        if plan.columns.frame:
+            names = {"features": plan.features, "labels": plan.labels}
+            names["categories"] = {c: list(v) for c, v in plan.columns.categories} or None
         finish_dataset(
             path, write_id, infos, plan.d, plan.l, storage_options=storage_options, **names
         )

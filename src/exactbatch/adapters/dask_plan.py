@@ -13,8 +13,10 @@ import numpy as np
 
 from exactbatch.extras import need
 from exactbatch.ndf.names import default_names, validate_names
+from exactbatch.sources.arrow import fill_float64
+from exactbatch.sources.categorical import Vocabulary, check_categorical, learn
 
-__all__ = ["Columns", "Plan", "import_dask", "plan_for"]
+__all__ = ["Columns", "Plan", "check_real", "frame_columns", "import_dask", "plan_for"]
 
 _REAL = "biuf"
 
@@ -32,13 +34,28 @@ class Columns:
     frame: bool
     features: tuple
     labels: tuple
+    # ((column, (value, ...)), ...): the vocabularies of the columns coded as categories
+    categories: tuple = ()
 
     def to_xy(self, part) -> tuple[np.ndarray, np.ndarray]:
-        """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y)."""
+        """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y),
+        categorical columns as their codes (:mod:`exactbatch.sources.categorical`)."""
         if self.frame:
+            vocab = {c: Vocabulary(c, v) for c, v in self.categories}
 
             def take(cols):
-                return part[list(cols)].to_numpy(dtype=np.float64, na_value=np.nan)
+                plain = [c for c in cols if c not in vocab]
+                out = np.empty((len(part), len(cols)), dtype=np.float64)
+                if plain:
+                    at = [list(cols).index(c) for c in plain]
+                    out[:, at] = part[plain].to_numpy(dtype=np.float64, na_value=np.nan)
+                for j, c in enumerate(cols):
+                    if c in vocab:
+                        col = _arrow(part[c])
+                        fill_float64(
+                            vocab[c].encode(col, f"column {c!r} of a partition"), out[:, j]
+                        )
+                return out
 
         else:
             block = np.asarray(part)
@@ -68,6 +85,13 @@ class Plan:
         return len(self.labels)
 
 
+def _arrow(series):
+    """A pandas Series as an Arrow array (strings, numbers, a pandas categorical)."""
+    import pyarrow as pa
+
+    return pa.Array.from_pandas(series)
+
+
 def _as_list(value) -> list:
     if value is None:
         return []
@@ -76,8 +100,10 @@ def _as_list(value) -> list:
     return list(value)
 
 
-def plan_for(collection, features, labels, caller: str) -> Plan:
-    """Check ``collection`` and the columns chosen; its partitions as Delayed objects."""
+def plan_for(collection, features, labels, caller: str, categorical=None) -> Plan:
+    """Check ``collection`` and the columns chosen; its partitions as Delayed objects.
+    ``categorical`` (a DataFrame's only): the columns coded as categories, their
+    vocabularies learned by a first pass (one ``compute``) unless given."""
     dask = import_dask()
     if not dask.is_dask_collection(collection):
         raise TypeError(
@@ -85,7 +111,10 @@ def plan_for(collection, features, labels, caller: str) -> Plan:
         )
     import dask.array as da
 
+    cats = check_categorical(categorical, caller)
     if isinstance(collection, da.Array):
+        if cats:
+            raise TypeError(f"{caller}: categorical codes DataFrame columns; a Dask Array has none")
         return _array_plan(collection, features, labels, caller)
     try:
         import dask.dataframe as dd
@@ -99,18 +128,40 @@ def plan_for(collection, features, labels, caller: str) -> Plan:
         raise TypeError(
             f"{caller} needs a Dask DataFrame or a 2-D Dask Array; got {type(collection).__name__}"
         )
-    return _frame_plan(collection, features, labels, caller)
+    return _frame_plan(collection, features, labels, caller, cats)
 
 
-def _frame_plan(ddf, features, labels, caller: str) -> Plan:
-    columns = list(ddf.columns)
+def _frame_plan(ddf, features, labels, caller: str, cats: dict) -> Plan:
+    columns, features, labels = frame_columns(
+        list(ddf.columns), ddf.dtypes, features, labels, caller, cats=cats
+    )
+    ddf = ddf[[*columns.features, *columns.labels]]  # read only these (Parquet: their chunks)
+    vocab = _vocabularies(ddf, cats, caller)
+    return Plan(
+        parts=list(ddf.to_delayed()),
+        lengths=_frame_lengths(ddf),
+        columns=Columns(True, columns.features, columns.labels, vocab),
+        features=features,
+        labels=labels,
+    )
+
+
+def frame_columns(
+    columns: list, dtypes, features, labels, caller: str, frame: str = "DataFrame", cats=()
+) -> tuple[Columns, tuple[str, ...], tuple[str, ...]]:
+    """The columns of a table of named columns (a Dask DataFrame; a Ray Dataset) to read:
+    ``(Columns, feature names, label names)``, each choice checked (a column missing,
+    named twice, both a feature and a label, or not of real numbers unless coded as a
+    category, one of ``cats``: an error naming it). ``dtypes``: each column's dtype
+    (anything with a NumPy ``kind``) by name; ``frame``: what the table is called in
+    the messages."""
     lab = _as_list(labels)
     feat = [c for c in columns if c not in lab] if features is None else _as_list(features)
     for what, chosen in (("features", feat), ("labels", lab)):
         missing = [c for c in chosen if c not in columns]
         if missing:
             raise ValueError(
-                f"{caller}: {what} names column(s) {missing} that the DataFrame does not "
+                f"{caller}: {what} names column(s) {missing} that the {frame} does not "
                 f"have; its columns are {columns[:20]}"
             )
         twice = list(dict.fromkeys(c for c in chosen if chosen.count(c) > 1))
@@ -124,28 +175,56 @@ def _frame_plan(ddf, features, labels, caller: str) -> Plan:
         )
     if not feat and not lab:
         raise ValueError(f"{caller}: no columns chosen (features={features!r}, labels={labels!r})")
-    dtypes = ddf.dtypes
-    bad = [
-        f"{c!r} ({dtypes[c]})" for c in feat + lab if getattr(dtypes[c], "kind", "O") not in _REAL
-    ]
-    if bad:
-        raise TypeError(
-            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
-            "real numbers (bool, int or float): choose others with features=/labels=, or "
-            "encode them first"
+    outside = [c for c in cats if c not in feat + lab]
+    if outside:
+        raise ValueError(
+            f"{caller}: categorical names column(s) {outside} that are neither features nor "
+            f"labels (chosen: {feat + lab}); name them in features= or labels= too"
         )
+    fix = (
+        "code them as integers with categorical=[...], or choose others with features=/labels="
+        if frame == "DataFrame"
+        else "choose others with features=/labels=, or encode them first"
+    )
+    check_real([c for c in feat + lab if c not in cats], dtypes, caller, fix)
     names = [str(c) for c in feat + lab]
     # the names the manifest will keep, checked before any partition is written: two
     # columns 1 and "1" are one name as text, and an empty name cannot be read back
     validate_names(names[: len(feat)], names[len(feat) :], len(feat), len(lab), caller)
-    ddf = ddf[feat + lab]  # read only these (Parquet reads only their column chunks)
-    return Plan(
-        parts=list(ddf.to_delayed()),
-        lengths=_frame_lengths(ddf),
-        columns=Columns(True, tuple(feat), tuple(lab)),
-        features=tuple(names[: len(feat)]),
-        labels=tuple(names[len(feat) :]),
+    return (
+        Columns(True, tuple(feat), tuple(lab)),
+        tuple(names[: len(feat)]),
+        tuple(names[len(feat) :]),
     )
+
+
+def check_real(chosen, dtypes, caller: str, fix: str) -> None:
+    """A ``TypeError`` naming each of the columns ``chosen`` whose dtype (in ``dtypes``,
+    by name) does not hold real numbers (bool, int, float), and saying ``fix``."""
+    bad = [f"{c!r} ({dtypes[c]})" for c in chosen if getattr(dtypes[c], "kind", "O") not in _REAL]
+    if bad:
+        raise TypeError(
+            f"{caller}: non-numeric column(s) {', '.join(bad)}; every column read must hold "
+            f"real numbers (bool, int or float): {fix}"
+        )
+
+
+def _vocabularies(ddf, cats: dict, caller: str) -> tuple:
+    """``((column, values), ...)``: each categorical column's vocabulary, as given, or
+    learned (sorted) from its distinct values, all columns in one ``compute``."""
+    if not cats:
+        return ()
+    dask = import_dask()
+    todo = [c for c, v in cats.items() if v is None]
+    found = dict(zip(todo, dask.compute(*[ddf[c].drop_duplicates() for c in todo]), strict=True))
+    out = []
+    for c, given in cats.items():
+        try:
+            values = given if given is not None else learn([_arrow(found[c])])
+        except TypeError as e:
+            raise TypeError(f"{caller}: column {c!r}: {e}") from None
+        out.append((str(c), tuple(values)))
+    return tuple(out)
 
 
 def _frame_lengths(ddf) -> tuple | None:

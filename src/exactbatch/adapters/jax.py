@@ -3,7 +3,8 @@
 ``as_jax(loader)`` is an iterable with ``len()``: each ``iter()`` is one
 epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
 shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
-(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``.
+(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``; a loader built with
+``with_rows=True`` adds its row ids after ``yb`` (a NumPy int64 array).
 
 How the move overlaps the step: a put returns at once and copies in the
 background, so the iterator keeps ``prefetch`` batches put ahead of the one
@@ -213,18 +214,41 @@ class JaxLoader:
 
     def _host(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
         """``xb, yb`` in this dtype with ``rows_to`` rows (zeros below), copied only
-        if needed (into memory aligned so that a CPU device aliases it, not copies it)."""
-        if xb.shape[0] == rows_to and xb.dtype == yb.dtype == self.dtype:
+        if needed (into memory aligned so that a CPU device aliases it, not copies it).
+        Class labels (``DataLoader(label_dtype=...)``) stay integers: int32 as they
+        are, int64 as int32 without 64-bit JAX (which holds no int64)."""
+        yt = self.dtype
+        if yb.dtype.kind == "i":
+            keep = yb.dtype == np.int32 or _jax().config.jax_enable_x64
+            yt = yb.dtype if keep else np.dtype(np.int32)
+        if xb.shape[0] == rows_to and xb.dtype == self.dtype and yb.dtype == yt:
             return xb, yb
-        out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype)
+        out = batch_pair(rows_to, xb.shape[1], yb.shape[1], self.dtype, yt)
         for a, o in zip((xb, yb), out, strict=True):
             o[: a.shape[0]] = a
             o[a.shape[0] :] = 0
+        if yt != yb.dtype and yt == np.int32 and (out[1][: yb.shape[0]] != yb).any():
+            raise ValueError(
+                "label_dtype=int64 labels beyond int32's range, which JAX without "
+                "jax_enable_x64 cannot hold: enable x64, or use smaller class ids"
+            )
         return out
 
-    def _put(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
-        """``(host arrays, device arrays)`` of one batch put by ``to`` (the putters of
-        x and y, and of the mask); the device put is asynchronous."""
+    def _put(self, batch: tuple, to: tuple, ones):
+        """``(host arrays, device arrays)`` of one batch ``(xb, yb)`` (or ``(xb, yb,
+        ids)``: the ids stay on the host, a new NumPy int64 array, padded with -1)
+        put by ``to`` (the putters of x and y, and of the mask); the device put is
+        asynchronous."""
+        if len(batch) == 2:
+            return self._put_pair(*batch, to, ones)
+        xb, yb, ids = batch
+        host, put = self._put_pair(xb, yb, to, ones)
+        if self.pad_last and len(ids) < self.loader.batch_size:
+            ids = np.concatenate((ids, np.full(self.loader.batch_size - len(ids), -1, ids.dtype)))
+        # (x, y, ids, then the mask with pad_last: the loader's batch, then what pads it)
+        return (*host[:2], ids, *host[2:]), (*put[:2], ids, *put[2:])
+
+    def _put_pair(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
         rows, b = xb.shape[0], self.loader.batch_size
         if rows % self._pieces and not self.pad_last:
             raise ValueError(
@@ -293,10 +317,10 @@ class _JaxEpoch:
         if it is None:
             raise StopIteration
         if len(ahead) <= owner.prefetch:  # put what the loader reads ahead, in order
-            for xb, yb in it.peek(owner.prefetch + 1)[len(ahead) :]:
-                ahead.append((xb, *owner._put(xb, yb, self.to, self.ones)))
+            for batch in it.peek(owner.prefetch + 1)[len(ahead) :]:
+                ahead.append((batch[0], *owner._put(batch, self.to, self.ones)))
         try:
-            xb, _ = next(it)  # the batch put first: handed out, the loader counts it now
+            xb = next(it)[0]  # the batch put first: handed out, the loader counts it now
         except StopIteration:
             self.close()
             raise
@@ -326,7 +350,10 @@ def as_jax(
 
     Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
     Batches are ``(xb, yb)`` of shapes (rows, d) and (rows, l) (labels stay
-    2-D, like the loader's), the loader's rows in the loader's order.
+    2-D, like the loader's), the loader's rows in the loader's order. Class
+    labels (``DataLoader(..., label_dtype=np.int32)``) stay integers; int64
+    ones become int32 without ``jax_enable_x64`` (checked: one beyond int32 is a
+    ``ValueError``). ``dtype`` is the features' dtype.
 
     * ``dtype``: a floating dtype (``jnp.float32``, ``np.float64``, "float32").
       ``None``: the loader's dtype (``getattr(loader, "dtype", float64)``),
@@ -351,6 +378,11 @@ def as_jax(
       third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
       for padding (padded rows are zeros), so a jitted step sees one shape
       and no row is dropped. Weigh the per-row loss by it.
+    * A loader built with ``with_rows=True`` gives ``(xb, yb, rows)`` (and
+      ``(xb, yb, rows, mask)`` with ``pad_last``): ``rows`` the batch's global
+      row ids as the loader hands them out, a NumPy int64 array on the host
+      (64-bit ids survive whether or not ``jax_enable_x64`` is on; padded
+      rows have id -1). ``jnp.asarray(rows)`` puts them on a device.
 
     ``state_dict()`` counts only the batches handed out (not those put
     ahead) and ``load_state_dict()`` resumes the loader; see the module's

@@ -84,7 +84,8 @@ def epoch_length(loader) -> int | None:
 
 
 def first_batch(loader):
-    """The next batch the loader would hand out, leaving its cursor where it stood."""
+    """The next batch the loader would hand out, ``(xb, yb)`` (without row ids, where
+    the loader hands them out), leaving its cursor where it stood."""
     state = loader.state_dict()
     try:
         loader.load_state_dict(state)  # the same cursor, not yet begun
@@ -95,4 +96,4 @@ def first_batch(loader):
         loader.load_state_dict(state)
     if batch is None:
         raise ValueError("the loader handed out no batch: it has no data to feed")
-    return batch
+    return batch[0], batch[1]

@@ -107,7 +107,7 @@ def _epochs(batches, rows: int, on_new_epoch):
                     raise ValueError("the loader's epoch handed out no batch: nothing to feed")
                 on_new_epoch()
             check_batch_rows(batch[0].shape[0], rows)
-            yield batch
+            yield batch[0], batch[1]  # (a loader with_rows: the fit has no use for the ids)
     finally:
         it.close()
 

@@ -210,6 +210,10 @@ class _Feed:
         b = loader.batch_size
         self.bx = np.empty((b, loader.d), dtype=np.float64)
         self.by = np.empty((b, loader.l), dtype=np.float64)
+        # a loader with_rows writes its ids too (the fit has no use for them)
+        self.buffers: tuple[np.ndarray, ...] = (self.bx, self.by)
+        if getattr(loader, "with_rows", False):
+            self.buffers += (np.empty(b, dtype=np.int64),)
         if loader.l and y is None:
             raise ValueError(
                 f"the loader has {loader.l} label(s) per row but fit got no y placeholder: "
@@ -228,10 +232,10 @@ class _Feed:
 
     def load(self) -> None:
         loader, b = self.loader, self.loader.batch_size
-        rows = loader.next_into(self.bx, self.by)
+        rows = loader.next_into(*self.buffers)
         if rows == 0:  # the epoch is over: the next one begins
             loader.reset()
-            rows = loader.next_into(self.bx, self.by)
+            rows = loader.next_into(*self.buffers)
             if rows == 0:
                 raise ValueError("the loader's epoch handed out no batch: nothing to feed")
             for hook in self.on_epoch:

@@ -92,7 +92,8 @@ class TorchLoader:
 
     def _convert(self, a):
         t = _torch().from_numpy(a)  # shares a's memory
-        if self.dtype is not None and t.dtype != self.dtype:
+        # (class labels, DataLoader(label_dtype=np.int64), stay integers: a long tensor)
+        if self.dtype is not None and t.dtype != self.dtype and a.dtype.kind == "f":
             t = t.to(self.dtype)  # cast on the CPU: fewer bytes to move
         if self.pin_memory:
             t = t.pin_memory()
@@ -100,9 +101,22 @@ class TorchLoader:
             t = t.to(self.device, non_blocking=self.pin_memory)
         return t
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _convert_ids(self, a):
+        t = _torch().from_numpy(a)  # int64, shared: ids are never cast
+        if self.pin_memory:
+            t = t.pin_memory()
+        if self.device is not None:
+            t = t.to(self.device, non_blocking=self.pin_memory)
+        return t
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        convert = self._convert
+        if getattr(self.loader, "with_rows", False):
+            for xb, yb, rows in self.loader:
+                yield convert(xb), convert(yb), self._convert_ids(rows)
+            return
         for xb, yb in self.loader:
-            yield self._convert(xb), self._convert(yb)
+            yield convert(xb), convert(yb)
 
     def dataset(self) -> torch.utils.data.IterableDataset:
         """This iterable as a ``torch.utils.data.IterableDataset``.
@@ -123,6 +137,9 @@ def as_torch(
     Each ``iter()`` is one epoch of ``loader``; ``len()`` is ``len(loader)``.
     Batches are ``(xb, yb)`` tensors of shapes (rows, d) and (rows, l) (labels
     stay 2-D, like the loader's, matching an ``nn.Linear(d, l)`` output).
+    Class labels (``DataLoader(..., label_dtype=np.int64)``) come as a long
+    tensor, never cast by ``dtype``: ``CrossEntropyLoss`` takes
+    ``yb[:, 0]`` as it is.
 
     * ``dtype=None`` (or the loader's own, ``torch.float64`` for a default
       loader, ``torch.float32`` for ``DataLoader(..., dtype=np.float32)``):
@@ -130,6 +147,9 @@ def as_torch(
       another dtype casts on the CPU, a second pass over every batch: give
       the loader that dtype instead, where it is float32 or float64.
     * ``device``: each tensor is moved with ``.to(device, non_blocking=pin_memory)``.
+    * A loader built with ``with_rows=True`` gives ``(xb, yb, rows)``: ``rows``
+      the batch's global row ids, an int64 tensor (``torch.from_numpy``, no
+      copy; never cast by ``dtype``), moved to ``device`` like the others.
     * ``pin_memory=True`` copies each batch into page-locked memory first, for
       asynchronous copies to a CUDA device; it is ignored (no error) when CUDA
       is not available.
@@ -166,7 +186,7 @@ def _iterable_class():
         def __len__(self) -> int:
             return len(self.source)
 
-        def __iter__(self) -> Iterator[tuple[Any, Any]]:  # tensors
+        def __iter__(self) -> Iterator[tuple[Any, ...]]:  # tensors
             if torch.utils.data.get_worker_info() is not None:
                 raise RuntimeError(
                     "an exactbatch TorchIterable was iterated in a DataLoader worker process: "

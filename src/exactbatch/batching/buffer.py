@@ -110,8 +110,10 @@ def shuffle_buffer(
     ahead: int | None = None,
     dropped: Tally | None = None,
     dtype=np.float64,
+    with_rows: bool = False,
 ) -> Iterator:
-    """Yield shuffled ``(x, y, digest)`` batches of ``batch_size`` rows, in groups
+    """Yield shuffled ``(x, y, digest)`` batches (``(x, y, digest, rows)`` ``with_rows``:
+    the int64 ids of its rows, the ones the digest is of) of ``batch_size`` rows, in groups
     (lists of batches gathered together: see :func:`~exactbatch.batching.gather.gathered`), from
     ``(x, y, id0)`` chunks (or :class:`~exactbatch.batching.gather.ChunkRead`:
     rows a source reads straight into the buffer).
@@ -137,9 +139,9 @@ def shuffle_buffer(
     size, halves = _plan(batch_size, buffer_size, (d, l), size_hint, ahead)
     if halves:
         yield from shuffle_halves(
-            stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype
+            stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype, with_rows
         )
     else:
         yield from shuffle_whole(
-            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype
+            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype, with_rows
         )

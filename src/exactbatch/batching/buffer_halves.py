@@ -110,7 +110,7 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
 
 
 def shuffle_halves(
-    chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64
+    chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64, with_rows=False
 ) -> Iterator:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.batching.gather.ChunkRead`) mixed in a buffer of
@@ -138,7 +138,7 @@ def shuffle_halves(
             # this half's first b rows) and the rows filled after them.
             now = slice(b + filled - len(perm), b + filled)
             rest = yield from drain(
-                *sides(hw[now], d), ids, perm, b, ended, drop_last, dropped, dtype
+                *sides(hw[now], d), ids, perm, b, ended, drop_last, dropped, dtype, with_rows
             )
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
             ow[b - lo : b] = hw[now][rest]

@@ -31,7 +31,7 @@ _FIRST_ROWS = 1 << 14  # initial allocation; the buffer doubles up to its size
 
 
 def shuffle_whole(
-    chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64
+    chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64, with_rows=False
 ) -> Iterator:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.batching.gather.ChunkRead`) mixed in one buffer of
@@ -61,7 +61,15 @@ def shuffle_whole(
                     perm = rng.permutation(fill)
                     bh[:fill] = bh[:fill].take(perm)  # the ids, in the order handed out
                     rest = yield from drain(
-                        *sides(bw[:fill], d), bh[:fill], perm, b, False, drop_last, dropped, dtype
+                        *sides(bw[:fill], d),
+                        bh[:fill],
+                        perm,
+                        b,
+                        False,
+                        drop_last,
+                        dropped,
+                        dtype,
+                        with_rows,
                     )
                     bw[: len(rest)], bh[: len(rest)] = bw[rest], bh[fill - len(rest) : fill]
                     fill = len(rest)
@@ -70,7 +78,7 @@ def shuffle_whole(
             perm = rng.permutation(fill)
             bh[:fill] = bh[:fill].take(perm)
             yield from drain(
-                *sides(bw[:fill], d), bh[:fill], perm, b, True, drop_last, dropped, dtype
+                *sides(bw[:fill], d), bh[:fill], perm, b, True, drop_last, dropped, dtype, with_rows
             )
     finally:  # the next epoch reuses the buffer
         if bw is not None and spare is not None and not spare:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.kernels import gather
+from exactbatch.batching.output import Output
+from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import batch_digests, rows_digest
 
 __all__ = [
@@ -36,44 +37,69 @@ __all__ = [
     "gathered",
     "read_whole",
     "row_ids",
+    "shaped_gather",
     "sides",
 ]
 
 _GROUP_BYTES = 8 << 20  # batches are gathered from the buffer up to this much at a time
 
 
-def gathered(bx, by, ids, rows, b, dtype=np.float64):
+def gathered(bx, by, ids, rows, b, dtype=np.float64, with_rows=False):
     """Batches of ``b`` of buffered ``rows`` (a whole number of batches; ``ids``: their
-    row ids, in the same order), as ``dtype``: gathered several at a time (up to
+    row ids, in the same order), as ``dtype`` (or an Output: :func:`shaped_gather`):
+    gathered several at a time (up to
     about 8 MiB, 1/8 of the rows), each batch a view; yielded a group at a time,
     as a list of ``(x, y, digest)`` (what a stream's pass yields: one step of
-    its generators for many small batches)."""
+    its generators for many small batches); ``with_rows``: ``(x, y, digest, rows)``,
+    ``rows`` a view of a new int64 copy of the group's ids (the buffer's are
+    overwritten by the next fill)."""
     group = max(1, min(_GROUP_BYTES // (8 * max(1, bx.shape[1] + by.shape[1])), len(rows) // 8))
     group = max(b, group // b * b)
     for a in range(0, len(rows), group):
-        gx, gy = gather(bx, by, rows[a : a + group], dtype)
+        gx, gy = shaped_gather(bx, by, rows[a : a + group], dtype, ids[a : a + group])
         digests = batch_digests(ids[a : a + group], b).tolist()
-        yield [
-            (gx[c : c + b], gy[c : c + b], digests[j]) for j, c in enumerate(range(0, len(gx), b))
-        ]
+        if with_rows:
+            gi = ids[a : a + group].astype(np.int64)
+            yield [
+                (gx[c : c + b], gy[c : c + b], digests[j], gi[c : c + b])
+                for j, c in enumerate(range(0, len(gx), b))
+            ]
+        else:
+            yield [
+                (gx[c : c + b], gy[c : c + b], digests[j])
+                for j, c in enumerate(range(0, len(gx), b))
+            ]
         del gx, gy
 
 
-def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64):
+def shaped_gather(x, y, rows, shaped, ids) -> tuple[np.ndarray, np.ndarray]:
+    """New arrays holding buffered rows ``rows`` of ``x`` and ``y`` (their ids ``ids``),
+    made as ``shaped`` says: a dtype (:func:`exactbatch.kernels.gather`), or an
+    :class:`~exactbatch.batching.output.Output`, whose transform is applied in the
+    same gather."""
+    if not isinstance(shaped, Output):
+        return gather(x, y, rows, shaped)
+    ox, oy = shaped.pair(len(rows), x.shape[1], y.shape[1])
+    shaped.fill(memory_rows(x, y).read, True, rows, ox, oy, ids)
+    return ox, oy
+
+
+def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64, with_rows=False):
     """Yield (in groups, as :func:`gathered`) the full batches of the buffered rows
     ``vx``/``vy`` in the order ``perm`` (a permutation of their row numbers; ``ids``:
     the rows' ids in that order), as ``dtype``; if ``final``, the rows left (fewer
     than a batch) are the last batch (none with ``drop_last``: counted in
     ``dropped``), else their row numbers are returned to keep."""
     full = vx.shape[0] // b * b
-    yield from gathered(vx, vy, ids, perm[:full], b, dtype)
+    yield from gathered(vx, vy, ids, perm[:full], b, dtype, with_rows)
     rest = perm[full:]
     if not final:
         return rest
     if len(rest):
         digest = rows_digest(ids[full:])
         if not drop_last:
-            yield [(*gather(vx, vy, rest, dtype), digest)]
+            tail = (ids[full:].astype(np.int64),) if with_rows else ()
+            yield [(*shaped_gather(vx, vy, rest, dtype, ids[full:]), digest, *tail)]
         elif dropped is not None:
             dropped.add(len(rest), digest)
     return rest[:0]

@@ -24,7 +24,15 @@ from exactbatch.arrays import batch_pair
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
-__all__ = ["BlockedOrder", "RandomAccessEpoch", "RandomAccessJob", "num_batches", "take_group"]
+__all__ = [
+    "BlockedOrder",
+    "RandomAccessEpoch",
+    "RandomAccessJob",
+    "RowsJob",
+    "num_batches",
+    "row_ids",
+    "take_group",
+]
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -36,6 +44,7 @@ class RandomAccessJob:
     """One claimed batch of a random-access epoch, read when filled."""
 
     __slots__ = ("digest", "dtype", "k", "reader", "rows", "size")
+    with_rows = False  # take() gives (x, y); RowsJob's gives (x, y, rows)
 
     def __init__(self, reader, rows, size: int, k: int, digest: int, dtype=np.float64):
         self.reader, self.rows, self.size = reader, rows, size
@@ -44,19 +53,43 @@ class RandomAccessJob:
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         self.reader.read(self.rows, out_x, out_y)
 
-    def take(self) -> tuple[np.ndarray, np.ndarray]:
+    def fill_rows(self, out: np.ndarray) -> None:
+        """The batch's row ids (those its digest is of) into ``out`` (``size`` of them)."""
+        out[...] = row_ids(self.rows)
+
+    def take(self) -> tuple[np.ndarray, ...]:
         reader = self.reader
-        out_x, out_y = batch_pair(self.size, reader.d, reader.l, self.dtype)
+        ydtype = getattr(reader, "ydtype", None)  # (an OutputReader's labels)
+        out_x, out_y = batch_pair(self.size, reader.d, reader.l, self.dtype, ydtype)
         reader.read(self.rows, out_x, out_y)
         return out_x, out_y
 
 
-def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray, np.ndarray]]:
+class RowsJob(RandomAccessJob):
+    """A :class:`RandomAccessJob` whose batch carries its row ids: ``(x, y, rows)``."""
+
+    __slots__ = ()
+    with_rows = True
+
+    def take(self) -> tuple[np.ndarray, ...]:
+        return (*super().take(), row_ids(self.rows))
+
+
+def row_ids(rows) -> np.ndarray:
+    """``rows`` (a slice, or an array of the order, which may be int32 and shared) as
+    a new int64 array of global row ids: the caller's to keep."""
+    if isinstance(rows, slice):
+        return np.arange(rows.start, rows.stop, dtype=np.int64)
+    return np.array(rows, dtype=np.int64)
+
+
+def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray, ...]]:
     """The batches of ``jobs`` (claimed together, of one reader and dtype), read with
     one gather into one pair of new arrays: each batch is a view of them (rows
     ``[a, a + size)``), so a group costs one allocation and one call instead of one
     per batch. ``rows``: the jobs' rows as one array or slice, when the caller has it
-    (else they are joined)."""
+    (else they are joined). Jobs ``with_rows`` give ``(x, y, rows)``: the ids are
+    the rows just read (and digested), as one new int64 array the batches view."""
     first = jobs[0]
     reader, dtype = first.reader, first.dtype
     if rows is None:
@@ -72,14 +105,22 @@ def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray,
             rows = np.concatenate(rows)
     sizes = [job.size for job in jobs]
     m, size, total = len(sizes), sizes[0], sum(sizes)
-    gx, gy = batch_pair(total, reader.d, reader.l, dtype)
+    gx, gy = batch_pair(total, reader.d, reader.l, dtype, getattr(reader, "ydtype", None))
     reader.read(rows, gx, gy)
+    if first.with_rows:
+        return _split(sizes, gx, gy, row_ids(rows))
     if sizes.count(size) == m:  # batches of one size: the views in one reshape each
         gx, gy = gx.reshape(m, size, reader.d), gy.reshape(m, size, reader.l)
         return list(zip(gx, gy, strict=True))
+    return _split(sizes, gx, gy)
+
+
+def _split(sizes: list[int], *arrays: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """Views of ``arrays``' rows, ``sizes[0]`` rows, then ``sizes[1]``, ...: one
+    tuple of views a batch."""
     out, a = [], 0
     for k in sizes:
-        out.append((gx[a : a + k], gy[a : a + k]))
+        out.append(tuple(w[a : a + k] for w in arrays))
         a += k
     return out
 
@@ -93,15 +134,18 @@ class BlockedOrder:
     batches' digests, computed on a background thread for moderate n) is
     done, batches are sliced from it instead: the same rows, without the
     per-batch cost. Blocks start at batch boundaries, so a block's batch
-    digests are computed with it. Not thread-safe: used under the loader's
-    lock (but for the reference :meth:`use_whole`'s callback sets).
+    digests are computed with it. ``ids`` (a subset of the source,
+    ``DataLoader(rows=)``): positions map to subset positions, and those to
+    the source's row ids through it, so rows and digests are the source's.
+    Not thread-safe: used under the loader's lock (but for the reference
+    :meth:`use_whole`'s callback sets).
     """
 
     BLOCK = 4096
 
-    def __init__(self, bijection, offset: int, dtype, batch_size: int):
+    def __init__(self, bijection, offset: int, dtype, batch_size: int, ids=None):
         self.bijection, self.offset, self.dtype = bijection, offset, dtype
-        self.batch_size = batch_size
+        self.batch_size, self.ids = batch_size, ids
         self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
         self._lo = self._hi = 0
         self._rows: Any = None
@@ -157,6 +201,8 @@ class BlockedOrder:
         rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
         if self.offset:
             rows += self.offset
+        if self.ids is not None:  # subset positions to the source's row ids
+            return self.ids.take(rows)
         return rows
 
 
@@ -175,7 +221,9 @@ class RandomAccessEpoch:
     ``span``: the shard's rows when batch k is positions ``k*b .. min(k*b + b,
     span)`` (contiguous sharding; None under elastic): consecutive batches are
     then one run of the order, and once the whole order is computed a group of
-    them is claimed in one loop and read as one slice of it.
+    them is claimed in one loop and read as one slice of it. ``ids``: a
+    subset's row ids (``DataLoader(rows=)``); file order's batches are then
+    slices of it (views), their rows the source's.
     """
 
     def __init__(
@@ -191,10 +239,13 @@ class RandomAccessEpoch:
         pending=(),
         dtype=None,
         span=None,
+        ids=None,
+        with_rows=False,
     ):
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
-        self.offset, self.b, self.span = offset, b, span
+        self.offset, self.b, self.span, self.ids = offset, b, span, ids
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
+        self._job = RowsJob if with_rows else RandomAccessJob
         self._digest = RangeDigests(b)
         self._promised = promised
         self.claimed = skip
@@ -215,9 +266,12 @@ class RandomAccessEpoch:
 
     def job(self, k: int) -> RandomAccessJob:
         a, z = self.locate(k)
+        if self.order is None and self.ids is not None:  # a subset in its own order
+            rows = self.ids[self.offset + a : self.offset + z]
+            return self._job(self.reader, rows, z - a, k, rows_digest(rows), self.dtype)
         if self.order is None:
             start = self.offset + a
-            return RandomAccessJob(
+            return self._job(
                 self.reader,
                 slice(start, self.offset + z),
                 z - a,
@@ -226,7 +280,7 @@ class RandomAccessEpoch:
                 self.dtype,
             )
         rows, digest = self.order.take(a, z)
-        return RandomAccessJob(self.reader, rows, z - a, k, digest, self.dtype)
+        return self._job(self.reader, rows, z - a, k, digest, self.dtype)
 
     def claim(self) -> RandomAccessJob | None:
         if self.returned:
@@ -255,15 +309,15 @@ class RandomAccessEpoch:
         # What claim() does for each batch, without its calls: for small batches
         # they cost as much as the gather.
         rows, digests = whole
-        b, n, reader, dtype = self.b, self.span, self.reader, self.dtype
+        b, n, reader, dtype, make = self.b, self.span, self.reader, self.dtype, self._job
         k0 = self.claimed
         k1 = self.claimed = max(k0, min(self.nbatches, k0 + count - len(jobs)))
         jobs += [
-            RandomAccessJob(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
+            make(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
             for k, a in zip(range(k0, k1), range(k0 * b, k1 * b, b), strict=True)
         ]
 
-    def take_group(self, jobs) -> list[tuple[np.ndarray, np.ndarray]]:
+    def take_group(self, jobs) -> list[tuple[np.ndarray, ...]]:
         """The batches of ``jobs`` claimed together (see :func:`take_group`); consecutive
         batches of the whole order are read as one slice of it, not joined."""
         whole, k0, m = self._whole(), jobs[0].k, len(jobs)

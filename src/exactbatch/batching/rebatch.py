@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
 
 __all__ = ["rebatch"]
@@ -32,21 +33,37 @@ def rebatch(
     drop_last: bool,
     dropped: Tally | None = None,
     dtype=np.float64,
+    with_rows: bool = False,
 ) -> Iterator:
     """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows of ``dtype``
     (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks, each
     as a group of one (a list: what a stream's pass yields, as the shuffle buffer's
-    groups; one batch at a time, so that no more than it is held).
+    groups; one batch at a time, so that no more than it is held). ``with_rows``:
+    ``(x, y, digest, rows)``, ``rows`` the int64 ids the digest is of. ``dtype`` may
+    be an :class:`~exactbatch.batching.output.Output` (labels, transform, NaN
+    rule): batches are then cut as float64 and made by its rules (a second pass
+    over each batch, which a copy out of the chunks needs anyway).
 
     The last batch holds the remaining rows (fewer than ``batch_size``)
     unless ``drop_last``, when they are dropped (and counted in ``dropped``).
     """
+    if not isinstance(dtype, Output):
+        yield from _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows)
+        return
+    for group in _rebatch(chunks, batch_size, drop_last, dropped, np.float64, True):
+        x, y, digest, ids = group[0]  # the Output names rows by their ids
+        yield [(*dtype.finish(x, y, ids), digest, *((ids,) if with_rows else ()))]
+
+
+def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterator:
+    """:func:`rebatch` for a dtype."""
     b = batch_size
     digest = RangeDigests(b)
     # the carry: a batch being completed across chunks
     cx: Any = None
     cy: Any = None
     filled = carried = 0  # its rows, and their digest
+    runs: list[tuple[int, int]] = []  # with_rows: the carry's ids, as runs of the stream
     for x, y, id0 in chunks:
         rows, pos = x.shape[0], 0
         if filled:
@@ -56,14 +73,21 @@ def rebatch(
             cy[filled : filled + pos] = y[:pos]
             carried += digest(id0, id0 + pos)
             filled += pos
+            if with_rows:
+                runs.append((id0, id0 + pos))
             if filled == b:
-                yield [(cx, cy, carried & _MASK)]
+                yield [(cx, cy, carried & _MASK, *_ids(runs, with_rows))]
                 cx = cy = None
                 filled = carried = 0
+                runs.clear()
         while rows - pos >= b:
             bx, by = batch_pair(b, x.shape[1], y.shape[1], dtype)
             bx[:], by[:] = x[pos : pos + b], y[pos : pos + b]  # a copy, cast as it copies
-            yield [(bx, by, digest(id0 + pos, id0 + pos + b))]
+            if with_rows:
+                ids = np.arange(id0 + pos, id0 + pos + b, dtype=np.int64)
+                yield [(bx, by, digest(id0 + pos, id0 + pos + b), ids)]
+            else:
+                yield [(bx, by, digest(id0 + pos, id0 + pos + b))]
             pos += b
         if pos < rows:
             filled = rows - pos
@@ -71,11 +95,21 @@ def rebatch(
             cx[:filled] = x[pos:]
             cy[:filled] = y[pos:]
             carried = digest(id0 + pos, id0 + rows)
+            if with_rows:
+                runs.append((id0 + pos, id0 + rows))
         del x, y  # let the chunk go before the source makes the next one
     if filled and not drop_last:
-        yield [(cx[:filled], cy[:filled], carried & _MASK)]
+        yield [(cx[:filled], cy[:filled], carried & _MASK, *_ids(runs, with_rows))]
     elif filled and dropped is not None:
         dropped.add(filled, carried)
+
+
+def _ids(runs: list[tuple[int, int]], with_rows: bool) -> tuple[np.ndarray, ...]:
+    """``(ids,)``: the int64 ids of consecutive ``runs`` of the stream, or ``()``
+    without ``with_rows`` (a batch then has no third array)."""
+    if not with_rows:
+        return ()
+    return (np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in runs]),)
 
 
 def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0, dtype=np.float64):  # noqa: E741

@@ -23,20 +23,27 @@ __all__ = ["PassTally", "StreamEpoch", "StreamJob"]
 
 
 class StreamJob:
-    """One batch of a streamed epoch, already read: batch ``k`` of the pass."""
+    """One batch of a streamed epoch, already read: batch ``k`` of the pass, as the
+    pass made it: ``(x, y, digest)``, or ``(x, y, digest, rows)`` with row ids."""
 
-    __slots__ = ("digest", "k", "size", "x", "y")
+    __slots__ = ("digest", "k", "rows", "size", "x", "y")
 
-    def __init__(self, x, y, digest: int, k: int):
+    def __init__(self, k: int, x, y, digest: int, rows=None):
         self.x, self.y, self.size = x, y, x.shape[0]
-        self.digest, self.k = digest, k
+        self.digest, self.k, self.rows = digest, k, rows
 
     def fill(self, out_x, out_y) -> None:
         out_x[...] = self.x
         out_y[...] = self.y
 
+    def fill_rows(self, out) -> None:
+        """The batch's row ids (those its digest is of) into ``out``."""
+        out[...] = self.rows
+
     def take(self):
-        return self.x, self.y
+        if self.rows is None:
+            return self.x, self.y
+        return self.x, self.y, self.rows
 
 
 class PassTally:
@@ -141,8 +148,7 @@ class StreamEpoch:
         """even_batches: read the rest of the pass, counted as left out (again: nothing)."""
         while (batch := self.peek()) is not None:
             self._pending = None
-            x, _, digest = batch
-            self.tally.left.add(x.shape[0], digest)
+            self.tally.left.add(batch[0].shape[0], batch[2])
 
     def claim(self) -> StreamJob | None:
         if self.returned:
@@ -160,7 +166,7 @@ class StreamEpoch:
             if batch is None:
                 return None
         self.claimed += 1
-        return StreamJob(*batch, self.claimed - 1)
+        return StreamJob(self.claimed - 1, *batch)
 
     def claim_many(self, jobs: list, count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end): those of
@@ -174,7 +180,7 @@ class StreamEpoch:
                 k, take = self.claimed, min(count - len(jobs), len(ready))
                 self.claimed = k + take
                 pop = ready.popleft
-                jobs.extend([StreamJob(*pop(), j) for j in range(k, k + take)])
+                jobs.extend([StreamJob(j, *pop()) for j in range(k, k + take)])
                 continue
             job = self.claim()
             if job is None:

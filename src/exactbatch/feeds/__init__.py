@@ -15,9 +15,22 @@ from exactbatch.sources.kinds import open_source
 __all__ = ["BatchSpec", "Epoch", "Feed", "Job", "RandomAccessFeed", "StreamFeed", "open_feed"]
 
 
-def open_feed(source, spec: BatchSpec, total_size="auto", buffer_size: int | None = None) -> Feed:
-    """The feed for ``source``: a stream's, or a random-access reader's."""
+def open_feed(
+    source, spec: BatchSpec, total_size="auto", buffer_size: int | None = None, rows=None
+) -> Feed:
+    """The feed for ``source``: a stream's, or a random-access reader's (of the subset
+    ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``)."""
     opened = open_source(source)
     if isinstance(opened, Stream):
+        if rows is not None:
+            raise TypeError(
+                f"rows= selects rows of a random-access source, but {type(source).__name__} "
+                "is a stream, read front to back: its rows cannot be picked by id. Write it "
+                "once to .ndf (exactbatch convert, save_ndf) and pass rows= with that file"
+            )
         return StreamFeed(opened, spec, total_size, buffer_size)
-    return RandomAccessFeed(opened, spec, total_size)
+    try:
+        return RandomAccessFeed(opened, spec, total_size, rows, about=source)
+    except BaseException:
+        opened.close()  # the loader never got it: let go of the file now
+        raise

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from exactbatch.batching.output import Output
 from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
@@ -26,7 +27,10 @@ class BatchSpec:
 
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
     ``shard`` a :class:`~exactbatch.order.Shard`; ``dtype`` the batches' dtype,
-    float64 or float32 (the cast happens in the gather).
+    float64 or float32 (the cast happens in the gather); ``with_rows``: each batch
+    also carries its rows' global ids (int64), a third element; ``output`` the rest
+    of what batches are made into (:class:`~exactbatch.batching.output.Output`), or
+    None for plain batches of ``dtype``.
     """
 
     batch_size: int
@@ -36,25 +40,40 @@ class BatchSpec:
     elastic: bool = False
     shard: Shard = Shard()
     dtype: np.dtype = np.dtype(np.float64)
+    with_rows: bool = False
+    output: Output | None = None  # label dtype, transform, NaN rule (None: plain)
 
     def __post_init__(self):
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
         fix(self, "dtype", check_dtype(self.dtype))
-        for name in ("shuffle", "drop_last", "even_batches", "elastic"):
+        for name in ("shuffle", "drop_last", "even_batches", "elastic", "with_rows"):
             fix(self, name, check_flag(name, getattr(self, name)))
         if not isinstance(self.shard, Shard):
             raise TypeError(f"shard must be a Shard; got {self.shard!r}")
+        if self.output is not None and self.output.plain:
+            fix(self, "output", None)
+
+    @property
+    def shaped(self):
+        """What the batching makes batches with: the :class:`Output`, or the dtype."""
+        return self.dtype if self.output is None else self.output
 
 
 class Job(Protocol):
-    """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest."""
+    """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest.
+
+    ``take()`` is ``(x, y)``, or ``(x, y, rows)`` when the spec asks ``with_rows``;
+    ``fill_rows(out)`` writes the rows' ids (the ones the digest is of) into ``out``.
+    """
 
     k: int
     size: int
     digest: int
 
     def fill(self, out_x, out_y) -> None: ...
+
+    def fill_rows(self, out) -> None: ...
 
     def take(self): ...
 
@@ -126,6 +145,14 @@ class Feed(Protocol):
 
     def state_config(self) -> dict:
         """What a state records of the source beyond the spec (checked on load)."""
+
+    def fingerprint(self) -> dict:
+        """The source's identity, as a state records it (:mod:`exactbatch.sources.identity`)."""
+
+    def whole(self) -> Tally | None:
+        """Every row an epoch covers, all shards' (their ids, as the ledger counts
+        them; None while a stream's size is unknown): what the run certificate
+        checks the shards' promises cover."""
 
     def learn_widths(self) -> None:
         """Set ``d``/``l`` if unknown (a stream not read yet), by reading."""

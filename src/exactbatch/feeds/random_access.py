@@ -9,6 +9,14 @@ smallest shard's batch count. Orders are keyed bijections
 except that for up to 2**24 rows an epoch's whole order (4 bytes a row)
 is computed ahead on a background thread, so that batches slice it
 instead of mapping positions.
+
+A subset (``DataLoader(rows=ids)``) is a source of ``len(ids)`` rows whose
+position p is the source's row ``ids[p]``: shards, orders and batches are
+cut over the positions exactly as over a whole source, and each position is
+mapped to its row id where rows are made (:class:`BlockedOrder`, file
+order's slices of ``ids``), so jobs carry the source's row ids, the reader
+gathers them directly (no copy of the data), and the ledger digests the
+source's row ids.
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ from functools import partial
 import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
+from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import EpochBijection
-from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.order.digest import Tally, range_digest, rows_digest
+from exactbatch.order.subset import check_subset
+from exactbatch.sources.identity import reader_fingerprint, source_facts
 
 __all__ = ["RandomAccessFeed"]
 
@@ -56,13 +67,27 @@ class RandomAccessFeed:
 
     kind = "random access"
 
-    def __init__(self, reader, spec: BatchSpec, total_size="auto"):
+    def __init__(self, reader, spec: BatchSpec, total_size="auto", rows=None, about=None):
+        # The reader and its read as opened: the fingerprint's sample never goes through
+        # what is put on the reader later (the output's rules, a test's fault injector).
+        self._opened, self._sample_read = reader, reader.read
+        if spec.output is not None:  # labels, transform or NaN rule: read through it
+            reader = OutputReader(reader, spec.output)
         self.reader, self.spec = reader, spec
+        # What a RowSource says of itself beyond its reader (names, a file's path): for
+        # the fingerprint, read now (plain attributes), so the feed keeps no reference.
+        self._about = source_facts(about)
         self.d, self.l = reader.d, reader.l
-        total = self.total_size = resolve_random_access_total(total_size, reader.n)
+        # A subset's ids (rows=), or None: the source's rows are positions themselves.
+        self.ids = None if rows is None else check_subset(rows, reader.n)
+        self._whole: Tally | None = None
+        size = reader.n if self.ids is None else len(self.ids)
+        total = self.total_size = resolve_random_access_total(total_size, size)
         b, shard = spec.batch_size, spec.shard
         # Row numbers as int32 when they fit: half the bytes to move per batch.
-        self._dtype = np.int32 if total < 2**31 else np.int64
+        self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
+        self._fingerprint: dict | None = None  # made when a state first asks
+        self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see _promise
         self.total_batches: int | None = None
         if spec.elastic:
             self.start = 0
@@ -89,6 +114,26 @@ class RandomAccessFeed:
     def state_config(self) -> dict:
         return {}
 
+    def whole(self) -> Tally:
+        """Every row of the source, or of the subset (module docs of
+        :mod:`exactbatch.feeds.base`)."""
+        if self._whole is None:  # (a subset's: a pass over its ids, made once)
+            ids, n = self.ids, self.reader.n
+            self._whole = (
+                Tally(n, range_digest(0, n)) if ids is None else Tally(len(ids), rows_digest(ids))
+            )
+        return self._whole
+
+    def fingerprint(self) -> dict:
+        """The source's identity (:func:`exactbatch.sources.identity.reader_fingerprint`),
+        made once, at the first state taken or loaded."""
+        if self._fingerprint is None:
+            if self._sample_read is None:  # closed first: the sizes and the subset only
+                return reader_fingerprint(self._opened, self.ids, about=self._about)
+            read = self._sample_read
+            self._fingerprint = reader_fingerprint(self._opened, self.ids, read, self._about)
+        return self._fingerprint
+
     def learn_widths(self) -> None:
         """Known from the start: nothing to read."""
 
@@ -98,7 +143,7 @@ class RandomAccessFeed:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         under elastic sharding the epoch starts at global batch ``first`` (a resume
         at another shard count)."""
-        spec, total = self.spec, self.reader.n
+        spec, total = self.spec, self.total_size
         b, shard = spec.batch_size, spec.shard
         locate: Callable[[int], tuple[int, int]]
         if spec.elastic:  # one global order, its batches dealt to the shards in turn
@@ -122,7 +167,7 @@ class RandomAccessFeed:
         order = None
         if spec.shuffle:
             order = BlockedOrder(
-                self._bijection(seed, epoch, key_shard, size), offset, self._dtype, b
+                self._bijection(seed, epoch, key_shard, size), offset, self._dtype, b, self.ids
             )
             if size <= _WHOLE_ROWS:
                 order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
@@ -139,6 +184,8 @@ class RandomAccessFeed:
             pending,
             spec.dtype,
             span=None if spec.elastic else self.n,
+            ids=self.ids,
+            with_rows=spec.with_rows,
         )
 
     def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
@@ -156,24 +203,34 @@ class RandomAccessFeed:
                 g = shard.dealt(np.arange(k0, min(count, k0 + self._step)), first)
                 promised.add(*self._batches_tally(bijection, g))
             return promised
-        promised.add_range(self.start, self.start + self.n)
+        if self._shard_tally is None:  # (a subset's: a pass over its ids, made once)
+            self._shard_tally = self._run_tally(self.start, self.start + self.n)
+        promised.add(*self._shard_tally)
         kept = min(self.n, count * b)
         if kept < self.n:
             left = Tally()
             if epoch.order is None:
-                left.add_range(self.start + kept, self.start + self.n)
+                left.add(*self._run_tally(self.start + kept, self.start + self.n))
             else:
                 rows = epoch.order.mapped(kept, self.n)
                 left.add(len(rows), rows_digest(rows))
             promised = promised.minus(left)
         return promised
 
+    def _run_tally(self, start: int, stop: int) -> tuple[int, int]:
+        """``(rows, digest)`` of positions ``start .. stop-1``: the source's rows there."""
+        if self.ids is None:
+            return stop - start, rows_digest(slice(start, stop))
+        return stop - start, rows_digest(self.ids[start:stop])
+
     def _batches_tally(self, bijection, g: np.ndarray) -> tuple[int, int]:
         """``(rows, digest)`` of the global batches ``g`` of an elastic epoch."""
-        b, total = self.spec.batch_size, self.reader.n
+        b, total = self.spec.batch_size, self.total_size
         pos = (g[:, None] * b + np.arange(b)).ravel()
         pos = pos[pos < total]
         rows = pos if bijection is None else bijection(pos)
+        if self.ids is not None:
+            rows = self.ids.take(rows)
         return len(rows), rows_digest(rows)
 
     def _prefix_tally(self, bijection, start: int, stop: int) -> Tally:
@@ -182,6 +239,17 @@ class RandomAccessFeed:
         for g0 in range(start, stop, self._step):
             out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
         return out
+
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+        """Elastic: the rows of every global batch ``epoch`` hands out, all shards', its
+        last segment resumed at global batch ``first`` (even_batches leaves out the
+        batches after the shards' equal shares)."""
+        bijection = None if epoch.order is None else epoch.order.bijection
+        stop, shard = self.total_batches, self.spec.shard
+        assert stop is not None  # set for an elastic feed
+        if self.spec.even_batches:
+            stop = first + shard.count * shard.even_share(stop, first)
+        return self._prefix_tally(bijection, 0, stop)
 
     def global_ledger(self, pos) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
@@ -195,7 +263,7 @@ class RandomAccessFeed:
         stop = min(self.total_batches, pos.first + pos.done * shard.count)
         bijection = None
         if self.spec.shuffle:
-            bijection = self._bijection(pos.seed, pos.epoch, 0, self.reader.n)
+            bijection = self._bijection(pos.seed, pos.epoch, 0, self.total_size)
         key = (pos.seed, pos.epoch, pos.first)
         cached_key, cached_stop, tally = self._prefix
         if cached_key != key or cached_stop > stop:  # (a state per checkpoint: extend it)
@@ -226,7 +294,8 @@ class RandomAccessFeed:
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self._bijection(seed, e, key_shard, size)
-                blocked = BlockedOrder(bijection, offset, self._dtype, self.spec.batch_size)
+                b = self.spec.batch_size
+                blocked = BlockedOrder(bijection, offset, self._dtype, b, self.ids)
                 out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
                 fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut
@@ -234,4 +303,5 @@ class RandomAccessFeed:
         return wanted[(seed, epoch, key_shard)]
 
     def close(self) -> None:
+        self._sample_read = None
         self.reader.close()

@@ -34,7 +34,9 @@ from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
 from exactbatch.order import buffer_rng
+from exactbatch.order.digest import Tally, range_digest
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
+from exactbatch.sources.identity import stream_identity
 from exactbatch.sources.passes import HINT_AHEAD, open_pass
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
@@ -79,6 +81,7 @@ class StreamFeed:
             smallest = total_size // shard.count
             self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
+        self._identity: dict | None = None  # see fingerprint
         self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
 
     def _count(self) -> int:
@@ -108,6 +111,20 @@ class StreamFeed:
             "block_rows": self.hooks.block_rows,
         }
 
+    def whole(self) -> Tally | None:
+        """Rows 0 .. N-1 of the stream's order, when N is known (see the Feed protocol)."""
+        total = self.total_size
+        return None if total is None else Tally(total, range_digest(0, total))
+
+    def fingerprint(self) -> dict:
+        """The stream's sizes as known now and its source's identity
+        (:func:`exactbatch.sources.identity.stream_identity`, made once; a loader
+        closed before that records its sizes only)."""
+        if self._identity is None and self.stream is not None:
+            self._identity = stream_identity(self.stream.source)
+        n = self.hooks.n_rows if self.hooks.n_rows is not None else self.total_size
+        return {**(self._identity or {"kind": "stream"}), "n": n, "d": self.d, "l": self.l}
+
     def learn_widths(self) -> None:
         """A stream not read yet: learn its widths (d, l) from the first chunk of a
         pass opened for it alone (a stream with no chunk stays unknown)."""
@@ -133,7 +150,7 @@ class StreamFeed:
         if cur is None:  # a pass with no batches is audited too
             self._audit(0)
         while cur is not None:
-            full += sum(x.shape[0] == b for x, _, _ in cur)
+            full += sum(batch[0].shape[0] == b for batch in cur)
             if len(cur) > 1:
                 yield cur[:-1]
             nxt = next(groups, None)
@@ -191,10 +208,13 @@ class StreamFeed:
                 self._spare,
                 ahead=self._chunk_rows(),
                 dropped=tally.dropped,
-                dtype=spec.dtype,
+                dtype=spec.shaped,
+                with_rows=spec.with_rows,
             )
         else:
-            batches = rebatch(chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.dtype)
+            batches = rebatch(
+                chunks, spec.batch_size, spec.drop_last, tally.dropped, spec.shaped, spec.with_rows
+            )
         return self._audited(batches), tally
 
     def close(self) -> None:

@@ -32,14 +32,15 @@ returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from exactbatch.audit import check_ledger
+from exactbatch.loader.groups import Group, Holder, tally_of
+from exactbatch.loader.history import History
 from exactbatch.order.digest import Tally
 
-__all__ = ["Cursor", "Group", "Holder", "Position"]
+__all__ = ["Cursor", "Position"]
 
 _WAIT = 0.01  # seconds between looks at reads in flight, when a claim finds the epoch over
 
@@ -54,7 +55,8 @@ class Position:
     ``done + len(pending)`` not handed out, which come first on resume;
     ``ledger`` the rows handed out this epoch; ``first`` the global batch an
     elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
-    cannot be checked (resumed from a state without one).
+    cannot be checked (resumed from a state without one); ``history`` the
+    records of every epoch begun (:mod:`exactbatch.loader.history`).
     """
 
     seed: int
@@ -64,74 +66,7 @@ class Position:
     ledger: Tally = field(default_factory=Tally)
     first: int = 0
     verified: bool = True
-
-
-class Holder:
-    """A claimant's current group (``next_into``'s, shared by every caller): switched
-    under the cursor's lock, so that threads sharing it never claim past each other."""
-
-    __slots__ = ("group",)
-
-    def __init__(self):
-        self.group = None
-
-
-class Group:
-    """Batches claimed together by one claimant (``owner``) from epoch ``epoch``.
-
-    ``jobs``: the batches (by number) the group answers for until each is handed out
-    or given back - changed only under the cursor's lock; ``queue``: those ready to
-    hand out, as ``(job, batch)`` (``batch`` None: read at hand-out); ``handed``: the
-    jobs handed out, appended without the lock.
-    """
-
-    __slots__ = ("cursor", "epoch", "handed", "jobs", "owner", "queue")
-
-    def __init__(self, cursor: Cursor, epoch, owner):
-        self.cursor, self.epoch, self.owner = cursor, epoch, owner
-        self.jobs: dict = {}
-        self.queue: deque = deque()
-        self.handed: list = []
-
-    def hand(self, job) -> None:
-        """``job``'s batch reached its consumer (its read succeeded): it counts now."""
-        self.handed.append(job)
-        cursor = self.cursor
-        cursor._last_rows = job.size
-        if cursor._drained and len(self.handed) >= len(self.jobs):
-            cursor.settle()  # the epoch's last batches: check the ledger now
-
-    def unpop(self, item) -> None:
-        """The read of ``item``, popped from the queue, raised: it is next again (in
-        next_into's group of now, if another caller moved it on meanwhile)."""
-        holder = self.owner
-        if not isinstance(holder, Holder):  # an iterator's: it hands out from here
-            self.queue.appendleft(item)
-            return
-        with self.cursor.lock:  # (where holder.group is switched)
-            to = holder.group
-            if to is not self and to.epoch is self.epoch:  # (else its epoch has gone)
-                job = item[0]  # else no claim would take it back: the epoch would end short
-                to.jobs[job.k] = self.jobs.pop(job.k)
-            else:
-                to = self
-            to.queue.appendleft(item)
-
-    def done(self) -> bool:
-        """Is every batch of the group handed out (none ready, none in flight)?"""
-        return len(self.handed) >= len(self.jobs)
-
-    def flying(self) -> bool:
-        """Is a batch of the group being read (claimed, neither ready nor handed out)?"""
-        return len(self.handed) + len(self.queue) < len(self.jobs)
-
-
-def _tally(jobs) -> Tally:
-    rows = digest = 0
-    for job in jobs:  # (one pass: this runs once a group)
-        rows += job.size
-        digest += job.digest
-    return Tally(rows, digest)
+    history: tuple = ()
 
 
 class Cursor:
@@ -163,6 +98,7 @@ class Cursor:
         self._live: list[Group] = []  # groups of this epoch not all handed out yet
         self._drained = False  # a claim found nothing left (groups may still hand out)
         self._ended = False  # the epoch's ledger has been checked
+        self.history = History()  # the records of the epochs begun, for certify
 
     @property
     def last_rows(self) -> int:
@@ -179,6 +115,11 @@ class Cursor:
         self._begun = True  # (its flags are as __init__ or _move left them: not ended)
 
     def _move(self, epoch: int) -> None:
+        if not self._ended:  # an epoch left before its end is on record, cut short
+            live = self._live_record()
+            if live is not None:
+                self.history.keep(live)
+        self.history.moved()
         if self.current is not None:
             self.current.close()
         self.epoch, self._begun, self.current = epoch, False, None
@@ -206,7 +147,7 @@ class Cursor:
         kept = []
         for g in self._live:
             if len(g.handed) >= len(g.jobs):  # (g.done(), without the call)
-                t = _tally(g.handed)
+                t = tally_of(g.handed)
                 self._handed.add(t.rows, t.digest)
             else:
                 kept.append(g)
@@ -279,27 +220,42 @@ class Cursor:
         if self._ended:
             return
         self._ended = True
-        if not self._verified:
+        if not self._verified:  # on record, but not as ended: it cannot be certified
+            self.history.keep(self.history.record(self, self.epoch, self._handed, None))
             return
-        shard = self.spec.shard
+        shard, promised = self.spec.shard, self.current.promise()
         check_ledger(
             self._handed,
-            self.current.promise(),
+            promised,
             epoch=self.epoch,
             shard_index=shard.index,
             num_shards=shard.count,
         )
+        self.history.keep(self.history.record(self, self.epoch, self._handed, promised))
 
-    def _position(self):
-        """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
-        groups not handed out (ready, or read in flight) are pending; the epoch rolls
-        over once every batch of it has been handed out."""
+    def _live_record(self) -> dict | None:
+        """The record of the epoch in progress, as a state takes it now (None when
+        nothing of it was claimed yet, or once its record was kept)."""
+        if self._ended or self._closed:
+            return None
+        cur = self.current
+        if not (self._begun and cur is not None) and not (self._skip or self._first):
+            return None
+        ledger, claimed, holes = self._handed_now()
+        promised = None
+        if self._begun and cur is not None and not holes and self._rolled(cur, claimed):
+            promised = cur.promise()  # handed out whole: its check comes at the next claim
+        return self.history.record(self, self.epoch, ledger, promised)
+
+    def _handed_now(self):
+        """``(ledger, claimed, holes)``: the rows handed out this epoch (live groups'
+        hand-outs included), the batches claimed, and those of them not handed out."""
         cur, ledger = self.current, self._handed.copy()
         if self._begun and cur is not None:
             claimed, holes = cur.claimed, set(cur.given_back())
             for g in self._live:
                 handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
-                t = _tally(handed)
+                t = tally_of(handed)
                 ledger.add(t.rows, t.digest)
                 ks = {job.k for job in handed}
                 holes.update(k for k in list(g.jobs) if k not in ks)
@@ -308,6 +264,14 @@ class Cursor:
         while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
             holes.discard(claimed - 1)  # are simply not claimed yet
             claimed -= 1
+        return ledger, claimed, holes
+
+    def _position(self):
+        """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
+        groups not handed out (ready, or read in flight) are pending; the epoch rolls
+        over once every batch of it has been handed out."""
+        cur = self.current
+        ledger, claimed, holes = self._handed_now()
         done = claimed - len(holes)
         if self._begun and cur is not None and not holes and self._rolled(cur, done):
             return self.epoch + 1, 0, (), Tally()
@@ -388,6 +352,12 @@ class Cursor:
                     break
             self.give_back(group, jobs)
 
+    def handed_out(self, group: Group, job) -> None:
+        """``job`` of ``group`` reached its consumer (:meth:`Group.hand`)."""
+        self._last_rows = job.size
+        if self._drained and group.done():
+            self.settle()  # the epoch's last batches: check the ledger now
+
     def settle(self) -> None:
         """A group's last batch was handed out after a claim found the epoch drained:
         once every group is, check the ledger."""
@@ -421,6 +391,7 @@ class Cursor:
             if seed is not None:
                 self.seed = seed
                 self._move(0)
+                self.history.forget()  # another seed, another run
             else:  # an epoch restored mid-way (elastic: from a global batch) has begun too
                 begun = self._begun or self._skip or self._first
                 self._move(self.epoch + 1 if begun else self.epoch)
@@ -443,8 +414,16 @@ class Cursor:
             epoch, done, pending, ledger = self._position()
             same = epoch == self.epoch
             first = self._first if same else 0
+            history = tuple(self.history.states_records(self._live_record()))
             return Position(
-                self.seed, epoch, done, pending, ledger, first, self._verified or not same
+                self.seed,
+                epoch,
+                done,
+                pending,
+                ledger,
+                first,
+                self._verified or not same,
+                history,
             )
 
     def restore(self, pos: Position, claimed: int) -> None:
@@ -452,9 +431,11 @@ class Cursor:
         the epoch were claimed before (``pos.pending`` of them not handed out)."""
         with self.lock:
             self.seed = pos.seed
+            self._ended = True  # what came before is the state's: nothing of it on record
             self._move(pos.epoch)
             self._skip, self._pending, self._first = claimed, tuple(pos.pending), pos.first
             self._handed, self._verified = pos.ledger.copy(), pos.verified
+            self.history.restore(list(pos.history), self.spec.elastic, pos)
 
     def close(self) -> bool:
         """Stop the epoch in progress, keeping its position (a state taken after it resumes
@@ -464,6 +445,9 @@ class Cursor:
                 return False
             self._sweep()
             epoch, done, pending, ledger = self._position()
+            live = None if self._ended else self._live_record()
+            if live is not None:  # on record, as a state takes it (see _move)
+                self.history.keep(live)
             if self.current is not None:
                 self.current.close()
             if epoch != self.epoch:  # every batch was handed out: at the next epoch's start

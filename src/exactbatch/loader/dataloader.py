@@ -13,15 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.checks import check_dtype, check_int
+from exactbatch.batching.output import Output
+from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
-from exactbatch.hints import DTypeLike, Source, TotalSize
+from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
 from exactbatch.kernels import pair_check
-from exactbatch.loader.cursor import Cursor, Holder
+from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
-from exactbatch.loader.state import pack_state, unpack_state
+from exactbatch.loader.groups import Holder
+from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
+from exactbatch.transform import Standardize
 
 __all__ = ["DataLoader"]
 
@@ -81,7 +84,7 @@ class DataLoader:
       :class:`TotalSizeWarning`) or None (unknown; ``len()`` raises).
 
     Distributed options: ``num_shards``/``shard_index`` may be ``"auto"``
-    (torch.distributed, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
+    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
     every shard the smallest shard's batch count; ``elastic`` (random access
     only) deals one global order per epoch out to the shards batch by batch,
     so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
@@ -94,6 +97,42 @@ class DataLoader:
     :attr:`dtype` attribute) is the batches' dtype, whatever the source
     holds: rows are cast as they are gathered, so a float32 batch costs no
     second pass (and half the bytes to write).
+
+    ``with_rows=True`` (a ``bool``, else ``TypeError``; the :attr:`with_rows`
+    attribute): every batch is ``(x, y, rows)``, ``rows`` a new int64 array of
+    the batch's global row ids, in the batch's row order - for random access
+    the row's index in the source (a sharded dataset's global row), for a
+    stream the row's position in the stream's unshuffled order (Parquet: the
+    row across the files, in file order). They are the ids the epoch ledger
+    digests, so every epoch's ids are each of its promised rows exactly once.
+    :meth:`next_into` then takes a third buffer. The setting does not change
+    the order, nor a state: a state resumes under either. Without it, nothing
+    is spent on ids.
+
+    ``rows`` (random access only; a stream is a ``TypeError``): an int array
+    of distinct row ids of the source, e.g. one part of
+    :func:`exactbatch.split`. The loader then serves that subset as if it were
+    the whole source: ``n`` and ``total_size`` are its length, shards split
+    it, a shuffle permutes it, unshuffled epochs follow its order, and every
+    guarantee above holds over it. Batches gather the source's rows through
+    the ids (no copy of the data; the ids are copied once); the ledger
+    digests the source's row ids (``with_rows`` hands out those ids), and a
+    state records a hash of the ids.
+    Ids out of range are an ``IndexError``, an id given twice a
+    ``ValueError``, a non-integer dtype a ``TypeError``, each naming ``rows``.
+
+    Real data (docs/usage/in-memory.md, "Class labels, NaN and
+    standardisation"): ``label_dtype`` (None: the loader's
+    ``dtype``; ``np.int64`` or ``np.int32`` for class labels, converted checked
+    exact: a non-integer label, NaN or one out of range is a ``ValueError``
+    naming the row id; another dtype a ``ValueError`` naming ``label_dtype``).
+    ``transform``: a :class:`~exactbatch.Standardize`, applied to the features
+    as rows are gathered (statistics of the wrong width: ``ValueError`` naming
+    ``transform``, at construction, or at the first batch of a stream whose
+    widths are unknown). ``nan``: ``"keep"`` (default) or ``"error"``, which
+    refuses a batch holding a NaN with a ``ValueError`` naming the row id and
+    the column. Row ids are row numbers in the source (random access) or
+    positions in the stream's unshuffled order.
     """
 
     def __init__(
@@ -112,14 +151,28 @@ class DataLoader:
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
+        with_rows: bool = False,
+        rows: ArrayLike | None = None,
+        label_dtype: DTypeLike | None = None,
+        transform: Standardize | None = None,
+        nan: str = "keep",
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
-        spec = BatchSpec(
-            batch_size, shuffle, drop_last, even_batches, elastic, shard, check_dtype(dtype)
+        output = Output(dtype, label_dtype, transform, nan)
+        spec = BatchSpec(  # (checked there: with_rows a bool, else TypeError)
+            batch_size,
+            shuffle,
+            drop_last,
+            even_batches,
+            elastic,
+            shard,
+            output.dtype,
+            with_rows,
+            output,
         )
         prefetch = check_int("prefetch", prefetch, 0, optional=True)
         if isinstance(total_size, np.integer):
@@ -128,8 +181,9 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, spec.shuffle, spec.drop_last
         self.even_batches, self.elastic = spec.even_batches, spec.elastic
         self.num_shards, self.shard_index = shard.count, shard.index
-        self.dtype = spec.dtype
-        self._feed = open_feed(source, spec, total_size, self.buffer_size)
+        self.dtype, self.label_dtype = spec.dtype, output.ydtype
+        self.transform, self.nan, self.with_rows = transform, nan, spec.with_rows
+        self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
@@ -202,11 +256,17 @@ class DataLoader:
         group = groups[self.prefetch > 0] if groups else 0  # 0: size it later
         return EpochIterator(self._cursor, self._cursor.next_epoch(), self.prefetch, group)
 
-    def next_into(self, bx: np.ndarray, by: np.ndarray | None = None) -> int:
+    def next_into(
+        self, bx: np.ndarray, by: np.ndarray | None = None, brows: np.ndarray | None = None
+    ) -> int:
         """Write the next batch into ``bx`` (batch_size, d) and ``by`` (batch_size, l).
 
-        Both must be C-contiguous arrays of the loader's :attr:`dtype` (a
-        ``TypeError`` naming the buffer otherwise); ``by`` may be None when l = 0.
+        Both must be C-contiguous arrays of the loader's :attr:`dtype` (``by``: of
+        its :attr:`label_dtype`), a ``TypeError`` naming the buffer otherwise; ``by``
+        may be None when l = 0. With ``with_rows=True``, ``brows`` (an int64 array
+        of shape (batch_size,)) is required and receives the rows' global ids;
+        without it, passing ``brows`` is a ``TypeError`` (build the loader with
+        ``with_rows=True``).
         Returns the rows written (the first rows of each buffer): 0 at the end
         of the epoch, and 0 again on every call until :meth:`reset` or a new
         ``iter()``. Safe to call from several threads at once: each call takes
@@ -221,17 +281,22 @@ class DataLoader:
             d, l = feed.d, feed.l  # noqa: E741
             if d is None or l is None:  # no chunk at all: the epoch is over before it began
                 return 0
-        dt, b = self.dtype, self.batch_size
+        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
         if bx is None or by is None:
             if bx is None or l:
                 raise TypeError(
-                    f"next_into needs {dt} buffers bx of shape {(b, d)} and by of shape "
-                    f"{(b, l)} (by may be None only when l = 0)"
+                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
+                    f"shape {(b, l)} (by may be None only when l = 0)"
                 )
-            by = np.empty((b, 0), dtype=dt)
-        if not self._fits(bx, by, b, d, l, dt.itemsize):
+            by = np.empty((b, 0), dtype=yt)
+        if yt is not dt:  # class labels: by of label_dtype
+            check_out_array(bx, (b, d), "bx", dt)
+            check_out_array(by, (b, l), "by", yt)
+        elif not self._fits(bx, by, b, d, l, dt.itemsize):
             check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
             check_out_array(by, (b, l), "by", dt)
+        if brows is not None or self.with_rows:
+            self._check_brows(brows)
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -251,16 +316,34 @@ class DataLoader:
         size = job.size
         try:
             if batch is not None:  # read already, by an iterator left mid-epoch
-                bx[:size], by[:size] = batch
+                bx[:size], by[:size] = batch[0], batch[1]
             elif size == b:  # slicing costs as much as a tenth of a small batch's read
                 job.fill(bx, by)
             else:
                 job.fill(bx[:size], by[:size])
+            if brows is not None:  # the ids the ledger digests: the job's own
+                job.fill_rows(brows[:size])
         except BaseException:
             group.unpop(item)
             raise
         group.hand(job)
         return size
+
+    def _check_brows(self, brows) -> None:
+        """``next_into``'s third buffer: required with ``with_rows``, refused without."""
+        shape = (self.batch_size,)
+        if not self.with_rows:
+            raise TypeError(
+                f"next_into got brows, but this DataLoader was built with with_rows=False: "
+                f"build it with with_rows=True to have row ids written into an int64 array "
+                f"of shape {shape}"
+            )
+        if brows is None:
+            raise TypeError(
+                f"next_into of a DataLoader with with_rows=True needs brows, an int64 array "
+                f"of shape {shape} for the rows' ids: next_into(bx, by, brows)"
+            )
+        check_out_array(brows, shape, "brows", np.int64)
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's
@@ -295,15 +378,24 @@ class DataLoader:
         resumes at the start of the next. The state records every setting that
         fixes the order and the source's shape (:meth:`load_state_dict`
         refuses another), and the epoch's ledger: the count and digest of the
-        rows handed out so far, checked when the epoch ends. Under
+        rows handed out so far, checked when the epoch ends; and ``history``, a
+        record of each epoch begun (this loader's own hand-outs, and the
+        promise once the epoch ended), which :func:`exactbatch.certify` merges
+        across ranks. Under
         ``elastic=True`` the state holds ``global_batches_done``, the batches
         of the epoch's global order handed out by all shards together,
         assuming they step in lockstep (as data-parallel training does); any
         shard count may resume from it, and every rank's state says the same.
+
+        The state's ``fingerprint`` says which data it was taken on (n, d, l,
+        column names, the file's or manifest's identity, a hash of a fixed
+        sample of up to 64 rows, and the ``rows`` subset's hash: see
+        :mod:`exactbatch.sources.identity`); it is made at the first state
+        and costs no full read.
         """
         return pack_state(self._cursor.snapshot(), self._feed)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, *, allow_other_data: bool = False) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
         The state must come from a loader with the same settings, seed and
@@ -313,11 +405,21 @@ class DataLoader:
         ``reset(seed=s)`` resumes in a loader built with ``seed=s`` or reset to
         it. A stream not read yet reads its first chunk here to learn its widths
         (d, l), so that a state of other widths is refused now, not mid-epoch.
+
+        A state taken on other data (its ``fingerprint`` differs from this
+        loader's source: other rows, names, files or subset) is a ``ValueError``
+        naming both, unless ``allow_other_data=True``; the same data at another
+        path, or with another mtime, is not other data. A state without a
+        fingerprint (from an exactbatch before them) loads unchecked.
         """
+        allow_other_data = check_flag("allow_other_data", allow_other_data)
         feed = self._feed
         if isinstance(state, dict) and state.get("d") is not None:
             feed.learn_widths()  # a stream not read yet reads its first chunk
-        self._cursor.restore(*unpack_state(state, feed, self._cursor.seed))
+        position, claimed = unpack_state(state, feed, self._cursor.seed)
+        if not allow_other_data:  # (after the settings and the shape: their errors first)
+            check_fingerprint(state, feed)
+        self._cursor.restore(position, claimed)
 
     # -- lifetime ---------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from typing import cast
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.loader.cursor import Cursor, Group
+from exactbatch.loader.cursor import Cursor
+from exactbatch.loader.groups import Group
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
@@ -123,7 +124,7 @@ class EpochIterator:
     def __iter__(self) -> EpochIterator:
         return self
 
-    def __next__(self) -> tuple[np.ndarray, np.ndarray]:
+    def __next__(self) -> tuple[np.ndarray, ...]:
         group = self._current
         try:
             job, batch = group.queue.popleft()
@@ -172,7 +173,7 @@ class EpochIterator:
                     raise StopIteration
                 self._current = group
 
-    def peek(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def peek(self, k: int) -> list[tuple[np.ndarray, ...]]:
         """The next ``k`` batches (fewer at the epoch's end; ``k`` an int >= 0), read now
         but not handed out: ``next()`` hands them out in this order, the same arrays,
         and each counts (in ``state_dict()``) only then; closing the iterator first

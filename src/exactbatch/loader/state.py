@@ -5,16 +5,23 @@ those claimed but not handed out, which come first on resume), every
 setting that fixes the order and the source's shape (a loader refuses a
 state taken under others), and the epoch's ledger. Version 2 adds the
 ledger, pending batches and the source's shape; version 1 still loads
-(its epoch's ledger is then not checked).
+(its epoch's ledger is then not checked). A state also carries the
+source's ``fingerprint`` (:mod:`exactbatch.sources.identity`), checked on
+load unless the caller allows other data; a state without one (taken
+before fingerprints) loads unchecked. ``history`` holds the records of
+every epoch begun (:mod:`exactbatch.loader.history`), for
+:func:`exactbatch.certify`; a state without it loads with none.
 """
 
 from __future__ import annotations
 
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Position
+from exactbatch.loader.history import check_records
 from exactbatch.order.digest import Tally
+from exactbatch.sources.identity import describe, differences
 
-__all__ = ["STATE_VERSION", "pack_state", "settings", "unpack_state"]
+__all__ = ["STATE_VERSION", "check_fingerprint", "pack_state", "settings", "unpack_state"]
 
 STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
 
@@ -67,7 +74,28 @@ def pack_state(pos: Position, feed) -> dict:
         state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
+    state["history"] = [dict(r) for r in pos.history]
+    state["fingerprint"] = feed.fingerprint()
     return state
+
+
+def check_fingerprint(state: dict, feed) -> None:
+    """A ``ValueError`` naming both fingerprints if ``state`` was taken on other data
+    than ``feed`` reads (:func:`exactbatch.sources.identity.differences`); a state
+    without a fingerprint (taken before they were recorded) passes."""
+    theirs = state.get("fingerprint")
+    if theirs is None:
+        return
+    if not isinstance(theirs, dict):
+        raise TypeError(f"state['fingerprint'] must be a dict; got {theirs!r:.80}")
+    mine = feed.fingerprint()
+    differ = differences(theirs, mine)
+    if differ:
+        raise ValueError(
+            f"state was taken on other data (they differ in {', '.join(differ)}): the state's data "
+            f"is [{describe(theirs)}], this loader reads [{describe(mine)}]. Pass "
+            "allow_other_data=True to load_state_dict to resume on this data anyway"
+        )
 
 
 def unpack_state(state, feed, seed: int):
@@ -134,7 +162,9 @@ def unpack_state(state, feed, seed: int):
                 f"state['batches_done']={done} exceeds the {feed.nbatches} batches of an epoch"
             )
         ledger, verified = _ledger_of(state, done)
-    return Position(seed, epoch, done, tuple(pending), ledger, first, verified), claimed
+    history = tuple(check_records(state.get("history", [])))
+    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history)
+    return position, claimed
 
 
 def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:

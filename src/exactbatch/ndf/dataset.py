@@ -57,7 +57,7 @@ import numpy as np
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
-from exactbatch.kernels import FileChanged, backend, parts_rows
+from exactbatch.kernels import FileChanged, backend, parts_rows, staged
 from exactbatch.ndf.dataset_write import (
     NdfDatasetWriter,
     abort_dataset,
@@ -264,19 +264,26 @@ class _Parts:
                     self.pool = ThreadPoolExecutor(workers, thread_name_prefix="exactbatch-part")
         return self.pool
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    fuses = True  # read_rows_into takes a transform kernel
+
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+        """Rows ``idx`` (global) into the outputs; with ``kernel``, x through it (in the
+        compiled gather, else after a float64 read), returning the first row that held
+        a NaN (or -1)."""
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
             if idx.stop <= idx.start:
-                return
+                return None if kernel is None else -1
             k = self.part_of(idx.start)
             a = self.bounds[k]
             if idx.stop <= self.bounds[k + 1]:  # in one part: a run of its rows, one copy
-                self.file(k).read_rows_into(slice(idx.start - a, idx.stop - a), out_x, out_y)
-                return
+                run = slice(idx.start - a, idx.stop - a)
+                return self.file(k).read_rows_into(run, out_x, out_y, kernel)
         if self.compiled is not None:
-            self._gather(idx, out_x, out_y)
-            return
+            return self._gather(idx, out_x, out_y, kernel)
+        if kernel is not None:
+            return staged(self._split, idx, out_x, out_y, kernel)
         self._split(idx, out_x, out_y)
+        return None
 
     def _split(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
         """Rows ``idx`` read part by part, each through its part's ``NdfFile`` (a part
@@ -318,18 +325,18 @@ class _Parts:
         if final is not out_y and l:
             out_y[...] = final[:, d:]
 
-    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
         """Rows ``idx`` (global) in one guarded C call over the open parts' mappings;
         the parts it names as not open are opened (and checked) first, keeping the
         others it needs open. Rows in more parts than may be open at once, or parts
         other threads keep closing, are read part by part instead."""
         for _ in range(_GATHER_TRIES):
             try:
-                missing = self.compiled.read(idx, out_x, out_y)
+                missing = self.compiled.read(idx, out_x, out_y, kernel)
             except FileChanged as e:
                 self._changed(e.part)
-            if missing is None:
-                return
+            if not isinstance(missing, list):  # copied: None, or the kernel's NaN row
+                return missing
             need = self.touched(idx)
             if self.max_open is not None and len(need) > self.max_open:
                 break
@@ -340,7 +347,10 @@ class _Parts:
                 pure |= self.file(k, keep=need).kernel_rows() is None
             if pure:
                 break  # opened on the pure path (kernels.use_backend): no mapping to gather
+        if kernel is not None:
+            return staged(self._split, idx, out_x, out_y, kernel)
         self._split(idx, out_x, out_y)
+        return None
 
     def _changed(self, part: int | None):
         """A part changed during a gather (``part``; None: a copy faulted where the core
@@ -394,18 +404,33 @@ class NdfDataset(Share):
     holding those rows. Attributes: ``path``, ``n``, ``d``, ``l``,
     ``parts`` (a tuple of :class:`PartInfo`), ``starts`` (the first global
     row of each part, and ``n`` last), ``features`` and ``labels`` (column
-    names from the manifest, else ``x0..``/``y0..`` as for an NdfFile) and
-    ``manifest`` (the ``Manifest`` read, :mod:`exactbatch.ndf.manifest`;
+    names from the manifest, else ``x0..``/``y0..`` as for an NdfFile),
+    ``categories`` (the vocabularies of columns stored as integer codes,
+    ``{}`` when none) and ``manifest`` (the ``Manifest`` read, :mod:`exactbatch.ndf.manifest`;
     its names are None when it has none). The read methods are
     :class:`~exactbatch.ndf.file.NdfFile`'s (``read_row``, ``read_rows``,
     ``read_rows_into``, ``read_block_into``, ``will_need``), over the global
     rows; each may be called from several threads at once. ``close()``
     releases this object's share, as for an NdfFile; reading a closed
     dataset is a ``ValueError``. At most ``max_open_parts`` parts are open at
-    once (None: no bound): see :func:`open_ndf_dataset`.
+    once (None: no bound): see :func:`open_ndf_dataset`. Pickling reopens it
+    by path: unpickling reads the manifest again and refuses with an
+    :class:`NdfError` one other than the pickled (parts, sizes, names).
     """
 
-    __slots__ = ("_h", "d", "features", "l", "labels", "manifest", "n", "parts", "path", "starts")
+    __slots__ = (
+        "_h",
+        "categories",
+        "d",
+        "features",
+        "l",
+        "labels",
+        "manifest",
+        "n",
+        "parts",
+        "path",
+        "starts",
+    )
 
     def __init__(self, shared: _Parts) -> None:
         self._h = shared
@@ -415,6 +440,12 @@ class NdfDataset(Share):
         self.manifest = man
         fx, fy = default_names(man.d, man.l)
         self.features, self.labels = man.features or fx, man.labels or fy
+        self.categories = {c: list(v) for c, v in (man.categories or {}).items()}
+
+    def __reduce__(self):
+        h = self._handle()  # a closed dataset is not pickled: ValueError
+        path = self.path if h.url else os.path.abspath(self.path)  # for a worker elsewhere
+        return _reopen, (path, h.man, h.so, h.max_open)
 
     @property
     def open_parts(self) -> tuple[int, ...]:
@@ -463,6 +494,18 @@ class NdfDataset(Share):
         s = self._handle()
         for k, first, _, count in s.spans(start_row, rows):
             s.file(k).will_need(first, count)
+
+
+def _reopen(path: str, man: Manifest, storage_options, max_open: int | None) -> NdfDataset:
+    """An NdfDataset unpickled: opened again, refused if its manifest is not the pickled."""
+    ds = open_ndf_dataset(path, storage_options=storage_options, max_open_parts=max_open)
+    if ds.manifest != man:
+        ds.close()
+        raise NdfError(
+            f"{path}: the dataset changed between pickling and unpickling (its manifest "
+            "lists other parts, sizes or names now); open it again"
+        )
+    return ds
 
 
 def open_ndf_dataset(

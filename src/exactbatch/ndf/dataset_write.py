@@ -73,7 +73,7 @@ from exactbatch.ndf.manifest import (
     read_manifest,
     write_manifest,
 )
-from exactbatch.ndf.names import validate_names
+from exactbatch.ndf.names import check_categories, validate_names
 from exactbatch.ndf.temps import (
     WRITE_ID,
     host_tag,
@@ -190,6 +190,7 @@ def finish_dataset(
     *,
     features=None,
     labels=None,
+    categories=None,
     storage_options: dict | None = None,
     before_rename=None,
 ) -> Manifest:
@@ -198,7 +199,7 @@ def finish_dataset(
 
     ``parts``: the :class:`PartInfo` :func:`write_part` returned, each a part
     of this write (anything else is a ``ValueError``) whose file is there
-    (else ``FileNotFoundError``); ``d``, ``l``, ``features``, ``labels`` as
+    (else ``FileNotFoundError``); ``d``, ``l``, ``features``, ``labels``, ``categories`` as
     for :func:`~exactbatch.ndf.manifest.write_manifest`. On an error before
     the manifest is in place the write is aborted (:func:`abort_dataset`)
     and the error raised. SIGINT and SIGTERM are held until the end (see the
@@ -224,6 +225,7 @@ def finish_dataset(
                 l,
                 features=features,
                 labels=labels,
+                categories=categories,
                 storage_options=storage_options,
             )
         except BaseException:
@@ -517,7 +519,8 @@ class NdfDatasetWriter(Committing):
     (atomic: a temporary file renamed into place when the part is full), and
     :meth:`commit` ends with :func:`finish_dataset`. ``n``, when known up
     front, is checked at commit. ``features``/``labels``: column names kept
-    in the manifest (checked here, before any part is written). Use as a
+    in the manifest (checked here, before any part is written), and
+    ``categories`` the vocabularies of coded columns. Use as a
     context manager: a clean exit commits; an exception aborts
     (:func:`abort_dataset`: no part of this write is left, nor the folder if it
     made it, and a dataset that was there is untouched). ``before_rename``:
@@ -535,6 +538,7 @@ class NdfDatasetWriter(Committing):
         n: int | None = None,
         features=None,
         labels=None,
+        categories=None,
         before_rename=None,
     ):
         self.path = dataset_path(path, None)
@@ -544,7 +548,9 @@ class NdfDatasetWriter(Committing):
         self.before_rename = before_rename
         self.row_bytes = 8 * (self.d + self.l)
         check_shape(0 if n is None else n, self.d, self.l, self.path)
-        validate_names(features, labels, self.d, self.l, join_path(self.path, MANIFEST))
+        where = join_path(self.path, MANIFEST)
+        names = validate_names(features, labels, self.d, self.l, where)
+        self.categories = check_categories(categories, names, where)
         self.parts: list[PartInfo] = []
         self.rows = 0
         self._part: NdfWriter | None = None  # the part being written
@@ -621,6 +627,7 @@ class NdfDatasetWriter(Committing):
                 self.l,
                 features=self.features,
                 labels=self.labels,
+                categories=self.categories,
                 before_rename=self.before_rename,
             )
         except BaseException:  # (after a finish that a held Ctrl-C ended, this keeps all)

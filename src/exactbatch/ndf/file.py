@@ -13,6 +13,13 @@ was merely touched, or whose metadata changed: see
 (renamed over, as :func:`~exactbatch.ndf.write.save_ndf` does) or deleted
 while open keeps being read as the file that was opened (POSIX semantics).
 
+An open NdfFile pickles by its path (to spawned workers, Ray or Dask tasks):
+unpickling opens the file again, and refuses with an :class:`NdfError` a
+file whose size, modification time or change time differ from the pickled
+one's (for a URL: its size or ETag), so a worker never reads other data
+than the pickler would have. Its names and categories are read again from
+the sidecar.
+
 ``open_ndf`` also opens URLs (``s3://...``, any fsspec protocol) for
 reading, by ranged reads of the rows each batch needs: see
 :mod:`exactbatch.ndf.remote`.
@@ -27,10 +34,12 @@ import numpy as np
 
 from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
+from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
+from exactbatch.kernels import staged
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
-from exactbatch.ndf.names import default_names, read_sidecar
+from exactbatch.ndf.names import default_names, read_sidecar_doc
 from exactbatch.ndf.regular import open_regular
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
@@ -105,20 +114,31 @@ class Share:
         return out_x, out_y
 
     def read_rows_into(
-        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
-    ) -> None:
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray, kernel=None
+    ):
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
         numbers in ``[0, n)`` (any order, repeats allowed), the outputs
         C-contiguous arrays of shapes (r, d) and (r, l), both float64 or both
         float32 (the cast happens in the gather). :meth:`read_rows` checks
-        all of that.
+        all of that. ``kernel``: a transform applied to x as it is copied (a
+        loader's ``transform``), where the reader :meth:`fuses` one; it returns
+        the first row that held a NaN, or -1.
         """
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
-        h.read_rows_into(rows, out_x, out_y)
+        if kernel is None:
+            return h.read_rows_into(rows, out_x, out_y)
+        if getattr(h, "fuses", False):
+            return h.read_rows_into(rows, out_x, out_y, kernel)
+        return staged(h.read_rows_into, rows, out_x, out_y, kernel)  # a URL's
+
+    def fuses(self) -> bool:
+        """Whether :meth:`read_rows_into` takes a transform kernel (a local file or
+        dataset does; a URL's reader does not)."""
+        return getattr(self._handle(), "fuses", False)
 
     def rows_reader(self):
         """:meth:`read_rows_into` without the check for a closed share: the function a
@@ -139,7 +159,9 @@ class NdfFile(Share):
     ``features`` and ``labels`` are the columns' names, read (once, on first
     use) from the file's names sidecar ``path + ".json"``, which
     ``save_ndf(..., features=, labels=)`` and ``exactbatch convert`` write;
-    ``x0..``/``y0..`` when it has none (:mod:`exactbatch.ndf.names`).
+    ``x0..``/``y0..`` when it has none (:mod:`exactbatch.ndf.names`);
+    ``categories`` the vocabularies of its columns stored as integer codes.
+    Pickling reopens it by path (see the module's docstring).
     """
 
     __slots__ = ("_h", "_names", "d", "l", "n", "path")
@@ -158,13 +180,27 @@ class NdfFile(Share):
         """Names of the l label columns (the sidecar's, else ``y0..y{l-1}``)."""
         return self._column_names()[1]
 
+    @property
+    def categories(self) -> dict[str, list]:
+        """``{column: [value, ...]}`` for the columns stored as integer codes (code ``k``
+        is the ``k``-th value), from the sidecar; ``{}`` when there are none."""
+        return {c: list(v) for c, v in self._column_names()[2].items()}
+
     def _column_names(self):
         if self._names is None:
             h = self._handle()
             remote = {} if isinstance(h, LocalHandle) else {"fs": h.fs.get(), "key": h.key}
-            stored = read_sidecar(self.path, self.n, self.d, self.l, **remote)
-            self._names = stored or default_names(self.d, self.l)
+            stored = read_sidecar_doc(self.path, self.n, self.d, self.l, **remote)
+            self._names = stored or (*default_names(self.d, self.l), {})
         return self._names
+
+    def __reduce__(self):
+        h = self._handle()  # a closed file is not pickled: ValueError
+        if isinstance(h, LocalHandle):
+            # absolute (from the folder current now): the receiver may run in another one
+            return _reopen, (os.path.abspath(self.path), (h.size, h.mtime, h.ctime), None)
+        fs = h.fs.get()
+        return _reopen, (self.path, (h.size, h.etag), getattr(fs, "storage_options", None))
 
     @property
     def guarded(self) -> bool:
@@ -219,6 +255,20 @@ class NdfFile(Share):
         reading them now (``posix_fadvise``). A no-op for URLs, and where the OS has no
         such hint."""
         self._handle().will_need(start_row, rows)
+
+
+def _reopen(path: str, identity: tuple, storage_options) -> NdfFile:
+    """An NdfFile unpickled: ``path`` opened again, refused if it is not the file pickled."""
+    f = open_ndf(path, storage_options=storage_options or None)
+    h = f._h
+    found = (h.size, h.mtime, h.ctime) if isinstance(h, LocalHandle) else (h.size, h.etag)
+    if found != tuple(identity):
+        f.close()
+        raise NdfError(
+            f"{path}: the file changed between pickling and unpickling (size, modification "
+            f"and change times {tuple(identity)} when pickled, {found} now); open it again"
+        )
+    return f
 
 
 def _as_row_indices(indices, n: int, path: str) -> np.ndarray:

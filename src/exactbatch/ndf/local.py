@@ -22,7 +22,7 @@ import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows, map_file
+from exactbatch.kernels import FileChanged, file_rows, map_file, staged
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -134,23 +134,30 @@ class LocalHandle:
             done += got
 
     def read_block_into(self, start_row: int, buf: memoryview) -> None:
-        self.check_size()
         self.pread_into(buf, start_row)
+        self.check_size()  # after the read: see read_raw_into
 
     def will_need(self, start_row: int, rows: int) -> None:
         if _FADVISE is not None and rows > 0:
             start = HEADER_SIZE + start_row * self.row_bytes
             os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    fuses = True  # read_rows_into takes a transform kernel
+
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+        """Rows ``idx`` into the outputs; with ``kernel`` (a
+        :class:`~exactbatch.kernels.TransformKernel`), x through it as it is copied,
+        and the first row that held a NaN is returned (or -1)."""
         compiled = self.compiled
         if compiled is None:
+            if kernel is not None:
+                return staged(self._read_pure, idx, out_x, out_y, kernel)
             return self._read_pure(idx, out_x, out_y)
-        self._guarded(compiled, idx, out_x, out_y)
+        return self._guarded(compiled, idx, out_x, out_y, kernel)
 
-    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
         try:  # one guarded gather and one fstat, in C with the GIL released
-            compiled.read(idx, out_x, out_y)
+            return compiled.read(idx, out_x, out_y, kernel)
         except FileChanged:
             self.check_size()  # says what changed, if it can still see it
             raise NdfError(
@@ -194,22 +201,32 @@ class LocalHandle:
         runs = None if scattered else _runs(idx)
         # Copies from the map are made under the lease, taken before the size check.
         held = None if runs is not None else self.lease.acquire()
-        try:
-            self.check_size()
-            if held is not None:
+        if held is None:
+            self._pread_rows(idx, stage, runs or _runs(idx, always=True))
+        else:
+            try:
+                self.check_size()  # a copy from a map cut short would end in SIGBUS
                 self.rows.take(idx, out=stage.view(self.rows.dtype).reshape(r), mode="clip")
-            else:
-                rows, inverse, starts = runs or _runs(idx, always=True)
-                target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
-                raw = byte_view(target)
-                rb = self.row_bytes
-                for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
-                    self.pread_into(raw[a * rb : b * rb], int(rows[a]))
-                if inverse is not None:
-                    stage[...] = target[inverse.reshape(r)]
-        finally:
-            if held:
-                self.lease.release()
+            finally:
+                if held:
+                    self.lease.release()
+        if not held:
+            # Unleased, a truncation may run during the copy: a positional read (or a
+            # copy from the map) racing it can hand back the zeroed tail of the file's
+            # last page. The truncation shrinks the size before it zeroes, so a check
+            # after the copy sees it (the compiled core's rule, for the same reason).
+            self.check_size()
+
+    def _pread_rows(self, idx: np.ndarray, stage: np.ndarray, runs) -> None:
+        """Rows ``idx`` into ``stage`` with one positional read a run of adjacent rows."""
+        rows, inverse, starts = runs
+        target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
+        raw = byte_view(target)
+        rb = self.row_bytes
+        for a, b in zip(starts, [*starts[1:], rows.shape[0]], strict=True):
+            self.pread_into(raw[a * rb : b * rb], int(rows[a]))
+        if inverse is not None:
+            stage[...] = target[inverse.reshape(idx.shape[0])]
 
 
 def _map(fd: int, size: int):

@@ -29,7 +29,7 @@ from exactbatch.ndf.jsondoc import (
     get_int,
     parse_doc,
 )
-from exactbatch.ndf.names import read_names, validate_names
+from exactbatch.ndf.names import check_categories, read_names, validate_names
 from exactbatch.ndf.regular import read_regular
 from exactbatch.ndf.temps import WRITE_ID
 from exactbatch.ndf.write import atomic_path
@@ -72,6 +72,8 @@ class Manifest(NamedTuple):
     l: int  # noqa: E741
     features: tuple[str, ...] | None
     labels: tuple[str, ...] | None
+    # the vocabularies of columns stored as integer codes (exactbatch.ndf.names); None: none
+    categories: dict[str, list] | None = None
 
     @property
     def n(self) -> int:
@@ -193,12 +195,17 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
         raise NdfError(f"{where}: n={m['n']!r} but the parts' n add up to {total}")
     features, labels = m.get("features"), m.get("labels")
     names = read_names(features, labels, d, l, where)
+    try:
+        cats = check_categories(m.get("categories"), names, where)
+    except (TypeError, ValueError) as e:
+        raise NdfError(str(e)) from None
     return Manifest(
         parts,
         d,
         l,
         None if features is None else tuple(names[0]),
         None if labels is None else tuple(names[1]),
+        cats,
     )
 
 
@@ -208,6 +215,8 @@ def _manifest_bytes(man: Manifest) -> bytes:
         out["features"] = list(man.features)
     if man.labels is not None:
         out["labels"] = list(man.labels)
+    if man.categories:
+        out["categories"] = man.categories
     # one part a line: a diff or a `head` of the manifest stays readable
     parts = ",\n".join("  " + json.dumps(p._asdict()) for p in man.parts)
     head = json.dumps(out, indent=1)[:-2]  # without the closing "\n}"
@@ -275,6 +284,7 @@ def write_manifest(
     *,
     features=None,
     labels=None,
+    categories=None,
     storage_options: dict | None = None,
 ) -> Manifest:
     """Write ``manifest.json`` for the parts ``parts`` (in order) of the dataset at ``path``,
@@ -286,7 +296,9 @@ def write_manifest(
     listed once (else :class:`NdfError` naming the part); the part files
     themselves are not opened (``exactbatch info`` checks them).
     ``features``/``labels``: column names to keep with the data (``d`` and
-    ``l`` of them), or None. Nothing else is written or removed: a dataset
+    ``l`` of them), or None. ``categories``: the vocabularies of columns stored
+    as codes, ``{column: [value, ...]}`` (:func:`~exactbatch.ndf.names.check_categories`:
+    they need names). Nothing else is written or removed: a dataset
     write ends with :func:`~exactbatch.ndf.dataset_write.finish_dataset`,
     which calls this and then removes the parts of the dataset it replaced.
     """
@@ -297,7 +309,8 @@ def write_manifest(
     names = validate_names(features, labels, d, l, where)
     feats = None if features is None else tuple(names[0])
     labs = None if labels is None else tuple(names[1])
-    man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs)
+    cats = check_categories(categories, names, where)
+    man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs, cats)
     raw = _manifest_bytes(man)
     if is_url(path):
         fs, key = url_to_fs(path, storage_options)

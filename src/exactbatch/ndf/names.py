@@ -8,6 +8,13 @@ small JSON sidecar next to it, ``PATH + ".json"`` (``data.ndf.json`` for
      "n": 1000, "d": 3, "l": 1,
      "features": ["age", "income", "tenure"], "labels": ["churned"]}
 
+Columns stored as integer codes (``categorical=`` in ``exactbatch convert``,
+``parquet_source``, ``to_ndf_dataset``) add their vocabularies under
+``"categories"``: ``{"city": ["Lyon", "Paris"]}`` (code ``k`` is the
+column's ``k``-th value; :func:`check_categories`). The key is optional:
+files written before it, or without categorical columns, have none, and a
+reader that does not know it ignores it.
+
 n, d and l are those of the file the names were written with: a sidecar
 whose numbers differ from its file's header describes other data (left by
 an older write) and is an :class:`NdfError` naming both, never names
@@ -43,9 +50,11 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "SIDECAR_VERSION",
     "DefaultNames",
+    "check_categories",
     "default_names",
     "read_names",
     "read_sidecar",
+    "read_sidecar_doc",
     "sidecar_bytes",
     "sidecar_path",
     "validate_names",
@@ -202,8 +211,65 @@ def sidecar_path(path) -> str:
     return os.fspath(path) + SIDECAR_SUFFIX
 
 
-def sidecar_bytes(features, labels, n: int, d: int, l: int) -> bytes:  # noqa: E741
-    """The sidecar's content for names already checked by :func:`validate_names`."""
+def check_categories(categories, names, where: str) -> dict[str, list] | None:
+    """``categories`` (``{column: [value, ...]}``) checked against the columns' names: the
+    one check of stored vocabularies, for writers (``ValueError``/``TypeError``) and
+    readers (:func:`read_sidecar_doc`, :func:`~exactbatch.ndf.manifest.read_manifest`
+    make them an :class:`NdfError`).
+
+    ``names``: ``(features, labels)``, as :func:`validate_names` returns them
+    (None: the data has no names). None or ``{}``: no categorical column
+    (returns None). Each key must name a feature or a label, so categories
+    need named columns; each vocabulary is a
+    list of distinct values, each a string, an integer, a finite float or a
+    boolean (what JSON keeps exactly), all strings or all not.
+    """
+    if categories is None or (isinstance(categories, dict) and not categories):
+        return None
+    if not isinstance(categories, dict):
+        raise TypeError(
+            f"{where}: categories must be a dict {{column: [values]}}; got {categories!r:.80}"
+        )
+    features, labels = names or ((), ())
+    unknown = [c for c in categories if c not in features and c not in labels]
+    if unknown:
+        raise ValueError(
+            f"{where}: categories name column(s) {unknown[:8]!r:.200} that the data does not "
+            f"have; its columns are {[*features[:20], *labels[:20]][:20]!r:.400}"
+        )
+    out = {}
+    for col, values in categories.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise TypeError(
+                f"{where}: the categories of {col!r} must be a list; got {values!r:.80}"
+            )
+        bad = [v for v in values if not _category_value(v)]
+        kinds = {isinstance(v, str) for v in values}
+        if bad or len(kinds) > 1:
+            why = f"got {bad[:3]!r:.120}" if bad else "got strings and numbers mixed"
+            raise ValueError(
+                f"{where}: the categories of {col!r} must be strings, integers, finite floats "
+                f"or booleans, all strings or none; {why}"
+            )
+        if len({(type(v) is bool, v) for v in values}) != len(values):  # True is not 1
+            twice = [v for v in dict.fromkeys(values) if list(values).count(v) > 1]
+            raise ValueError(
+                f"{where}: the categories of {col!r} list value(s) {twice[:5]!r:.120} more than "
+                "once; each value has one code"
+            )
+        out[col] = list(values)
+    return out
+
+
+def _category_value(v) -> bool:
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    return isinstance(v, (str, int)) and (not isinstance(v, str) or _encodable(v))
+
+
+def sidecar_bytes(features, labels, n: int, d: int, l: int, categories=None) -> bytes:  # noqa: E741
+    """The sidecar's content for names already checked by :func:`validate_names` (and
+    vocabularies by :func:`check_categories`: None or ``{}`` writes no key)."""
     doc = {
         "format": SIDECAR_FORMAT,
         "version": SIDECAR_VERSION,
@@ -213,11 +279,21 @@ def sidecar_bytes(features, labels, n: int, d: int, l: int) -> bytes:  # noqa: E
         "features": list(features),
         "labels": list(labels),
     }
+    if categories:
+        doc["categories"] = {c: list(v) for c, v in categories.items()}
     return (json.dumps(doc) + "\n").encode()
 
 
 def read_sidecar(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E741
-    """``(features, labels)`` from the sidecar of the ``.ndf`` at ``path``; None if it has none.
+    """``(features, labels)`` from the sidecar of the ``.ndf`` at ``path``; None if it has
+    none. See :func:`read_sidecar_doc`, which gives its categories too."""
+    doc = read_sidecar_doc(path, n, d, l, fs=fs, key=key)
+    return None if doc is None else doc[:2]
+
+
+def read_sidecar_doc(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E741
+    """``(features, labels, categories)`` from the sidecar of the ``.ndf`` at ``path``
+    (``categories`` a dict, ``{}`` when it stores none); None if it has none.
 
     ``n``, ``d`` and ``l`` are the file's own (its header): a sidecar for
     other data, or one that is not a names sidecar of a known version
@@ -245,4 +321,11 @@ def read_sidecar(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E
             f"{os.fspath(path)} (n, d, l = {(n, d, l)}): it was left by an earlier write; "
             "remove it, or write the file again with its names"
         )
-    return read_names(doc.get("features"), doc.get("labels"), d, l, where)
+    names = read_names(doc.get("features"), doc.get("labels"), d, l, where)
+    if names is None:  # as before categories: a sidecar naming nothing names nothing
+        return None
+    try:
+        cats = check_categories(doc.get("categories"), names, where)
+    except (TypeError, ValueError) as e:
+        raise NdfError(str(e)) from None
+    return (*names, cats or {})

@@ -42,7 +42,13 @@ from exactbatch.arrays import byte_view
 from exactbatch.dataset import Dataset
 from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_shape, expected_size, pack_header
-from exactbatch.ndf.names import SIDECAR_FORMAT, sidecar_bytes, sidecar_path, validate_names
+from exactbatch.ndf.names import (
+    SIDECAR_FORMAT,
+    check_categories,
+    sidecar_bytes,
+    sidecar_path,
+    validate_names,
+)
 from exactbatch.ndf.regular import regular_file
 from exactbatch.ndf.temps import create_temp, fsync_folder, remove_own_temps, remove_stale_temps
 
@@ -124,17 +130,18 @@ class NamesSidecar:
     :meth:`abort` removes the temporary file.
     """
 
-    __slots__ = ("_out", "names", "path")
+    __slots__ = ("_out", "categories", "names", "path")
 
-    def __init__(self, path, names):
+    def __init__(self, path, names, categories=None):
         self.path, self.names, self._out = sidecar_path(path), names, None
+        self.categories = check_categories(categories, names, path)
 
     def prepare(self, n: int, d: int, l: int) -> None:  # noqa: E741
         if self.names is None:
             return
         self._out = AtomicFile(self.path)
         features, labels = self.names
-        _write_all(self._out.fd, sidecar_bytes(features, labels, n, d, l))
+        _write_all(self._out.fd, sidecar_bytes(features, labels, n, d, l, self.categories))
 
     def commit(self) -> None:
         if self._out is not None:
@@ -293,7 +300,9 @@ class NdfWriter(Committing):
     commit); None when it is only known at the end. Use as a context manager:
     a clean exit commits, an exception aborts. ``before_rename``: as
     :class:`AtomicFile`'s. ``features``/``labels``: column names for the
-    sidecar, as :func:`save_ndf`'s (checked here, written at commit).
+    sidecar, as :func:`save_ndf`'s (checked here, written at commit), and
+    ``categories`` the vocabularies of columns stored as codes
+    (:func:`~exactbatch.ndf.names.check_categories`).
     """
 
     def __init__(
@@ -306,6 +315,7 @@ class NdfWriter(Committing):
         before_rename=None,
         features=None,
         labels=None,
+        categories=None,
     ):
         self.path = os.fspath(path)
         self.d, self.l, self.n = int(d), int(l), n
@@ -313,7 +323,7 @@ class NdfWriter(Committing):
         self.rows = 0
         check_shape(0 if n is None else n, self.d, self.l, self.path)
         self._names = NamesSidecar(
-            self.path, validate_names(features, labels, self.d, self.l, self.path)
+            self.path, validate_names(features, labels, self.d, self.l, self.path), categories
         )
         self._out = AtomicFile(self.path, before_rename)
         try:

@@ -13,14 +13,17 @@
 * or a stream (:mod:`exactbatch.sources.chunks`): chunk-indexed for a
   :class:`~exactbatch.sources.protocols.ChunkSource` (``read_chunk`` and
   ``chunk_rows``: Parquet, ``ndf_blocks``; a shard reads only its chunks, in a
-  shuffled order), else a zero-argument callable returning a fresh iterator
-  of chunks, or a re-iterable of chunks.
+  shuffled order), a polars ``LazyFrame`` or a DuckDB relation (its query run
+  again each pass: :func:`exactbatch.polars_source`,
+  :func:`exactbatch.duckdb_source`), else a zero-argument callable returning
+  a fresh iterator of chunks, or a re-iterable of chunks.
 
 The kinds are tried in the order of :data:`KINDS`, the protocols first, so a
 new kind of source is a module whose objects follow a protocol: nothing here
 changes. A list is never an array: a list is a sequence of chunks. A bare
-iterator or generator is refused (``TypeError``): it has one pass, and every
-epoch must restart the stream.
+iterator or generator (a pyarrow ``RecordBatchReader`` among them) is
+refused (``TypeError``): it has one pass, and every epoch must restart the
+stream.
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ from typing import Any, NamedTuple
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
 from exactbatch.ndf import NdfDataset, NdfFile
+from exactbatch.sources.arrow_table import (
+    arrow_source,
+    is_arrow_reader,
+    is_arrow_table,
+    refuse_reader,
+)
 from exactbatch.sources.chunks import ChunkIndexedStream, FactoryStream, IterableStream, Stream
+from exactbatch.sources.duckdb_relations import duckdb_source, is_duckdb_relation
+from exactbatch.sources.hf_datasets import hf_source, is_hf_dataset
+from exactbatch.sources.polars_frames import is_lazy_frame, polars_source
 from exactbatch.sources.protocols import RowReader, check_reader, is_chunk_source, is_row_source
 from exactbatch.sources.random_access import MemoryReader, NdfReader
 
@@ -106,6 +118,13 @@ KINDS: tuple[SourceKind, ...] = (
     SourceKind("a RowSource (open_reader())", is_row_source, _open_reader),
     SourceKind("an NdfFile, an NdfDataset", _is_ndf, NdfReader),
     SourceKind("a Dataset", _is_dataset, MemoryReader),
+    # Arrow-native objects, before the array-likes (a pyarrow Table has __array__):
+    # each is opened as its module's source with every numeric column a feature.
+    SourceKind("a pyarrow Table", is_arrow_table, lambda s: open_source(arrow_source(s))),
+    SourceKind(None, is_arrow_reader, refuse_reader),
+    SourceKind("a polars LazyFrame", is_lazy_frame, lambda s: open_source(polars_source(s))),
+    SourceKind("a Hugging Face Dataset", is_hf_dataset, lambda s: open_source(hf_source(s))),
+    SourceKind("a DuckDB relation", is_duckdb_relation, lambda s: open_source(duckdb_source(s))),
     SourceKind(None, _is_dask, _dask),
     SourceKind("an array x", is_array_like, lambda s: MemoryReader(Dataset(s))),
     SourceKind("a pair (x, y)", _is_pair, _pair),

@@ -26,7 +26,6 @@ a later read is a ``ValueError``, as for a local file.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,18 +36,17 @@ from exactbatch.extras import need
 from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
-from exactbatch.sources.protocols import Chunk
-from exactbatch.urls import (
-    FOLDER_PATTERN,
-    ForkSafeFs,
-    find_files,
-    for_arrow,
-    is_url,
-    local_path,
-    object_info,
-    url_to_fs,
-    version_tag,
+from exactbatch.sources.categorical import check_categorical
+from exactbatch.sources.parquet_columns import (
+    Partitions,
+    SourceColumns,
+    check_names,
+    hive_partitions,
+    is_numeric_type,
 )
+from exactbatch.sources.parquet_urls import list_url_files, url_identity, url_parquet_file
+from exactbatch.sources.protocols import Chunk
+from exactbatch.urls import FOLDER_PATTERN, ForkSafeFs, find_files, for_arrow, is_url, local_path
 
 __all__ = [
     "LABELS_METADATA_KEY",
@@ -122,28 +120,6 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     raise TypeError(f"path must be a file, a folder or a list of files; got {path!r}")
 
 
-def is_numeric_type(arrow_type) -> bool:
-    """Can a column of this Arrow type be read as float64 (integer, floating, boolean)?"""
-    import pyarrow.types as pat
-
-    return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
-
-
-def _check_names(features, labels) -> None:
-    """Refuse a column named twice: within ``features``, within ``labels``, or in both."""
-    for what, names in (("features", features), ("labels", labels)):
-        names = list(names or ())
-        twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
-        if twice:
-            raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
-    both = [c for c in dict.fromkeys(labels) if c in set(features or ())]
-    if both:
-        raise ValueError(
-            f"column(s) {both} are named both in features and in labels: a label among "
-            "the features hands the model its answer (label leakage); name each in one only"
-        )
-
-
 class ParquetSource:
     """Row groups of Parquet files as chunks; see :func:`parquet_source`.
 
@@ -160,15 +136,22 @@ class ParquetSource:
         features: Sequence[str] | None,
         labels: Any = _NOT_GIVEN,
         fs: Any = None,
+        *,
+        categorical: Any = None,
+        partitions: Partitions | None = None,
+        identities: list | None = None,
     ) -> None:
         _pq()
-        _check_names(features, labels)
+        check_names(features, labels)
+        cats = check_categorical(categorical, "parquet_source")
         self.files = files
         self._fs = None if fs is None else ForkSafeFs(fs)  # of URL files; None: local
+        self._partitions = partitions
         self.labels = tuple(labels)
         self._meta = []
         self._stats = []  # each file's identity when its footer was read
         self._groups = []  # (file index, row group index) per chunk
+        keys = partitions.names if partitions is not None else ()
         chunk_rows = []
         for fi, f in enumerate(files):
             try:
@@ -180,12 +163,24 @@ class ParquetSource:
                 raise
             except Exception as e:  # ArrowInvalid (a ValueError), OSError, NotImplementedError...
                 raise ValueError(f"{f}: not a readable Parquet file ({e})") from e
+            if identities is not None and self._stats[fi] != identities[fi]:
+                raise ValueError(
+                    f"{f}: the file changed between pickling and unpickling the source "
+                    "(replaced, rewritten or touched); build the source again to read it"
+                )
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
-            if features is None:  # the first file's columns, less the labels
-                features = [n for n in schema.names if n not in self.labels]
-            self._check_schema(f, schema, list(features) + list(self.labels))
+            if fi == 0 and partitions is not None:
+                # a key the files also hold as a column is read from the files
+                kept = tuple(k for k in partitions.names if k not in schema.names)
+                partitions = partitions._replace(names=kept) if kept else None
+                self._partitions, keys = partitions, kept
+            if features is None:  # the first file's columns and the partition keys, less labels
+                features = [n for n in (*schema.names, *keys) if n not in self.labels]
+            if fi == 0:
+                self._cols = SourceColumns((*features, *self.labels), partitions, cats, f)
+            self._check_schema(f, schema, self._cols)
             self._meta.append(md)
             if any(r < 0 for r in rows) or sum(rows) != md.num_rows:
                 raise ValueError(
@@ -199,14 +194,19 @@ class ParquetSource:
         self.d, self.l = len(self.features), len(self.labels)
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
         self.n_rows = int(self.chunk_rows.sum())
+        if files:
+            self._cols.learn(self._read_columns)
+        self.categories: dict[str, list] = self._cols.categories if files else {}
 
     @staticmethod
-    def _check_schema(f, schema, columns) -> None:
+    def _check_schema(f, schema, cols: SourceColumns) -> None:
+        columns = cols.file_columns
         missing = [c for c in columns if c not in schema.names]
         if missing:
+            keys = cols.partitions.names if cols.partitions is not None else ()
             raise ValueError(
                 f"{f}: missing column(s) {missing}; expected columns {columns}, "
-                f"found {schema.names}"
+                f"found {[*schema.names, *keys]}"
             )
         twice = sorted({c for c in columns if schema.names.count(c) > 1})
         if twice:
@@ -214,13 +214,28 @@ class ParquetSource:
                 f"{f}: column name(s) {twice} appear more than once in the file "
                 f"(found {schema.names}), so which column is meant is ambiguous"
             )
-        types = {c: schema.field(c).type for c in columns}
-        bad = [f"{c} ({t})" for c, t in types.items() if not is_numeric_type(t)]
-        if bad:
-            raise ValueError(
-                f"{f}: non-numeric column(s) {bad}; features and labels must be "
-                "integer, floating or boolean columns"
-            )
+        cols.check_types(f, {c: schema.field(c).type for c in columns})
+
+    def _read_columns(self, columns: list[str]):
+        """``(file index, table)`` of ``columns`` of each file in turn, a record batch at a
+        time: the first pass that learns categorical vocabularies."""
+        for fi, f in enumerate(self.files):
+            try:
+                pf = self._parquet_file(fi, metadata=self._meta[fi])
+                for batch in pf.iter_batches(columns=columns, use_threads=False):
+                    yield fi, batch
+            except FileNotFoundError:
+                raise
+            except Exception as e:
+                raise ValueError(f"{f}: cannot read column(s) {columns} ({e})") from e
+
+    def __reduce__(self):
+        fs = None if self._fs is None else self._fs.get()
+        cats = self.categories or None  # the vocabularies as learned: no second pass
+        # local files by absolute path: the receiver may run in another folder
+        files = self.files if fs is not None else [os.path.abspath(f) for f in self.files]
+        args = (files, self.features, self.labels, fs, cats, self._partitions, self._stats)
+        return _unpickle, args
 
     def _identity(self, path):
         return _identity(path) if self._fs is None else url_identity(self._fs.get(), path)
@@ -230,6 +245,12 @@ class ParquetSource:
             return _pq().ParquetFile(for_arrow(self.files[fi]), metadata=metadata)
         size = self._stats[fi][0]  # url_identity: (size, etag, version)
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
+
+    @property
+    def footers(self) -> list:
+        """Each file's footer (``pyarrow.parquet.FileMetaData``), as read at construction:
+        its row groups' rows and column statistics (what a state's fingerprint hashes)."""
+        return list(self._meta)
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -261,16 +282,10 @@ class ParquetSource:
         """Row group ``i`` decoded and checked: its feature then label columns (Arrow)."""
         fi, g = self._groups[i]
         path = self.files[fi]
-        names = list(self.features) + list(self.labels)
-        if self._identity(path) != self._stats[fi]:
-            # its footer (kept since construction) no longer describes the file
-            raise ValueError(
-                f"{path}: the file changed (replaced, rewritten or truncated) after "
-                "parquet_source read its footer; build the source again to read it"
-            )
+        self._check_unchanged(fi)
         try:
             pf = self._parquet_file(fi, metadata=self._meta[fi])
-            table = pf.read_row_group(g, columns=names)
+            table = pf.read_row_group(g, columns=self._cols.file_columns)
         except FileNotFoundError:
             raise
         except Exception as e:
@@ -280,7 +295,39 @@ class ParquetSource:
             raise ValueError(
                 f"{path}: row group {g} has {rows} rows, its footer said {self.chunk_rows[i]}"
             )
-        return [table.column(name) for name in names]
+        first = int(self.chunk_rows[:i].sum())
+        return self._cols.arrow_columns(table, fi, f"{path}: row group {g}", first)
+
+    def _check_unchanged(self, fi: int) -> None:
+        path = self.files[fi]
+        if self._identity(path) != self._stats[fi]:
+            # its footer (kept since construction) no longer describes the file
+            raise ValueError(
+                f"{path}: the file changed (replaced, rewritten or truncated) after "
+                "parquet_source read its footer; build the source again to read it"
+            )
+
+    def iter_batches(self, rows: int) -> Iterator[list]:
+        """Every row in order as lists of Arrow columns (features then labels, coded),
+        a record batch of at most ``rows`` rows each: memory is one batch, whatever the
+        row groups' size (what ``exactbatch convert`` writes from)."""
+        first = 0
+        for fi, path in enumerate(self.files):
+            self._check_unchanged(fi)
+            if self._fs is None:
+                # Without pre-buffering, pages are read as they are decoded: memory is about
+                # one record batch, not a whole row group's column chunks at once.
+                pf = _pq().ParquetFile(
+                    for_arrow(path), metadata=self._meta[fi], pre_buffer=False, buffer_size=1 << 20
+                )
+            else:
+                pf = self._parquet_file(fi, metadata=self._meta[fi])
+            batches = pf.iter_batches(
+                batch_size=rows, columns=self._cols.file_columns, use_threads=False
+            )
+            for batch in batches:
+                yield self._cols.arrow_columns(batch, fi, path, first)
+                first += batch.num_rows
 
     def __iter__(self) -> Iterator[Chunk]:
         for i in range(len(self._groups)):
@@ -300,6 +347,7 @@ def parquet_source(
     *,
     features: Columns = None,
     labels: Any = _NOT_GIVEN,
+    categorical: Any = None,
     pattern: str = FOLDER_PATTERN,
     storage_options: dict | None = None,
 ) -> ParquetSource:
@@ -327,6 +375,19 @@ def parquet_source(
     are plain characters. The pattern means the same on a local folder and
     over a URL (:func:`exactbatch.urls.find_files`).
 
+    ``categorical``: columns (among the features and labels) read as integer
+    codes, with the rule of :mod:`exactbatch.sources.categorical`: a list of
+    names learns each vocabulary, sorted, in a first pass over those columns
+    at construction; ``{column: [values]}`` gives it (a value outside it is
+    a ``ValueError`` at the read that meets it). The vocabularies are
+    ``source.categories``. Any other non-numeric column chosen is a
+    ``ValueError`` naming it and this option.
+
+    The source pickles by its files (to spawned workers): unpickling reads
+    the footers again (not the data, and not the first pass: the
+    vocabularies travel) and refuses, with a ``ValueError`` naming it, a file
+    that changed since the source was built.
+
     ``path`` may be a URL (``s3://bucket/folder``, any fsspec protocol), or
     a list of URLs on one filesystem; ``storage_options`` (endpoint,
     credentials, ...) go to that filesystem, and apply only to URLs.
@@ -341,78 +402,32 @@ def parquet_source(
         paths, many = [path], False
     if any(is_url(p) for p in paths):
         fs, files = list_url_files(path, pattern, storage_options)
-        return ParquetSource(files, features, labels, fs=fs)
+        parts = None
+        if not many and (len(files) > 1 or files[0] != os.fspath(paths[0])):  # a folder
+            base = fs._strip_protocol(os.fspath(paths[0])).rstrip("/")
+            parts = hive_partitions(base, [fs._strip_protocol(f) for f in files], fs)
+        return ParquetSource(
+            files, features, labels, fs=fs, categorical=categorical, partitions=parts
+        )
     if storage_options is not None:
         raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
     local = [local_path(p) for p in paths] if many else local_path(paths[0])
     files = list_local_files(local, pattern)
-    return ParquetSource(files, features, labels)
+    parts = None
+    if not isinstance(local, list) and os.path.isdir(local):
+        base = for_arrow(local)
+        parts = hive_partitions(base, [for_arrow(f) for f in files])
+    return ParquetSource(files, features, labels, categorical=categorical, partitions=parts)
 
 
-# -- Parquet over a URL ----------------------------------------------------------------------
-
-
-def list_url_files(path, pattern: str = FOLDER_PATTERN, storage_options: dict | None = None):
-    """``(fs, [url, ...])``: the Parquet objects a URL, a folder URL or a list of URLs names.
-
-    A folder (a prefix) is read as its objects matching ``pattern``, as a
-    local folder is (:func:`exactbatch.urls.find_files`); a missing object
-    or an empty folder is ``FileNotFoundError``.
-    Every URL of a list must be on one filesystem (one protocol and options).
-    """
-    if isinstance(path, (str, os.PathLike)):
-        url = os.fspath(path)
-        fs, key = url_to_fs(url, storage_options)
-        try:
-            fs.invalidate_cache(key)
-            info = fs.info(key)
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"no such Parquet file or folder: {url}") from e
-        if info.get("type") != "directory":
-            return fs, [url]
-        files = find_files(key, pattern, fs)
-        if not files:
-            raise FileNotFoundError(f"no files matching {pattern!r} in folder {url}")
-        return fs, [fs.unstrip_protocol(k) for k in files]
-    urls = [os.fspath(p) for p in path]
-    if not urls:
-        raise ValueError("parquet_source got an empty list of files")
-    local = [u for u in urls if not is_url(u)]
-    if local:
-        raise ValueError(
-            f"parquet_source got a list mixing URLs and local paths (e.g. {local[0]!r}); "
-            "pass all files on one filesystem"
-        )
-    fs = None
-    for u in urls:
-        f, _ = url_to_fs(u, storage_options)
-        if fs is None:
-            fs = f
-        elif f is not fs:
-            raise ValueError(
-                f"parquet_source got URLs on different filesystems ({urls[0]!r} and {u!r}); "
-                "pass files of one protocol with one set of storage_options"
-            )
-    return fs, urls
-
-
-def url_identity(fs, url: str) -> tuple:
-    """What changes when an object is overwritten: (size, ETag or mtime, version)."""
-    info = object_info(fs, fs._strip_protocol(url), url)
-    return info.get("size"), version_tag(info), info.get("VersionId")
-
-
-def url_parquet_file(fs, url: str, metadata=None, size: int | None = None):
-    """A ``pyarrow.parquet.ParquetFile`` reading ``url`` through ``fs`` by ranged reads.
-
-    No read-ahead cache: pyarrow asks for exactly the footer, or a row
-    group's column chunks (coalesced, ``pre_buffer=True``).
-    """
-    kw: dict[str, Any] = {"cache_type": "none"}
-    if size is not None:
-        kw["size"] = size  # saves the file object a metadata request
-    try:
-        f = fs.open(fs._strip_protocol(url), "rb", **kw)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
-    return _pq().ParquetFile(f, metadata=metadata, pre_buffer=True)
+def _unpickle(files, features, labels, fs, categories, partitions, identities) -> ParquetSource:
+    """A ParquetSource unpickled: its files' footers read again, checked unchanged."""
+    return ParquetSource(
+        files,
+        features,
+        labels,
+        fs=fs,
+        categorical=categories,
+        partitions=partitions,
+        identities=identities,
+    )

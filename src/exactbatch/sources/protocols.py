@@ -103,7 +103,13 @@ class RowReader(Protocol):
     leaves its batch to be read again. ``prefetch_default(batch_bytes)``: the
     batches a loader prepares ahead unless told (0 where a read is as cheap
     as handing a batch between threads; 2 where reads wait on I/O).
-    ``close()``: the loader is done with it (idempotent).
+    ``close()``: the loader is done with it (idempotent). Optional: ``fuses``
+    True says ``read`` takes a fourth argument, a
+    :class:`~exactbatch.kernels.TransformKernel` (a loader's ``transform`` or
+    ``nan="error"``), applies it to x as it copies, returns the first row
+    whose x held a NaN (or -1), and takes float64 ``out_y`` under a float32
+    ``out_x``; without it, such a loader reads float64 rows and maps them
+    after (one more pass over the batch).
     """
 
     n: int

@@ -26,7 +26,7 @@ __all__ = ["MemoryReader", "NdfReader"]
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
 
-def _closed(rows, out_x, out_y) -> None:
+def _closed(rows, out_x, out_y, kernel=None) -> None:
     raise ValueError("read from a closed DataLoader")
 
 
@@ -37,8 +37,10 @@ class MemoryReader:
         self.x: Any = ds.x  # None once closed
         self.y: Any = ds.y
         self.n, self.d, self.l = ds.n, ds.d, ds.l
-        # The bound method itself: one call per batch, whatever the backend.
+        # The bound method itself: one call per batch, whatever the backend. It takes
+        # a transform kernel too (fuses: applied as rows are copied).
         self.read = memory_rows(ds.x, ds.y).read
+        self.fuses = True
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0
@@ -59,6 +61,7 @@ class NdfReader:
         # The handle's own read, called per batch (this reader's share stays open
         # until close()): one guarded kernel call on the compiled path.
         self.read = self.file.rows_reader()
+        self.fuses = self.file.fuses()  # takes a transform kernel
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for

@@ -47,8 +47,10 @@ _TAB_SEPARATED = (".tsv", ".tab")
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 
 
-class CliError(Exception):
-    """A problem with the user's input: printed as one line, exit status 2."""
+class CliError(ValueError):
+    """A problem with the user's input: printed as one line, exit status 2. A
+    ``ValueError``, as bad input is for the library's functions, so a Python caller of a
+    tool (``convert``) may catch either."""
 
 
 # -- Ctrl-C and SIGTERM -------------------------------------------------------------
@@ -366,16 +368,22 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
     return out
 
 
-def split_columns(features, labels, names, path) -> tuple[list[int], list[int]]:
-    """Feature and label column indices; features default to every column not a label.
+def split_columns(features, labels, names, path, exclude=None) -> tuple[list[int], list[int]]:
+    """Feature and label column indices; features default to every column not a label
+    and not in ``exclude`` (``--exclude``: names or positions, as ``features``). A column
+    both chosen and excluded is a :class:`CliError`.
 
     Columns are read by name, so a chosen column must have one, and one that no
     other column has: anything else is a :class:`CliError` naming the columns.
     """
     lab = resolve_columns(labels, names, path, "--labels") or []
     feat = resolve_columns(features, names, path, "--features")
+    out = resolve_columns(exclude, names, path, "--exclude") or []
     if feat is None:
-        feat = [j for j in range(len(names)) if j not in lab]
+        feat = [j for j in range(len(names)) if j not in lab and j not in out]
+    clash = [names[j] for j in feat + lab if j in out]
+    if clash:
+        raise CliError(f"{path}: column(s) {clash} are both chosen and given to --exclude")
     both = set(feat) & set(lab)
     if both:
         raise CliError(

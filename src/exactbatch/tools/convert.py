@@ -12,8 +12,27 @@ What it promises, and what it costs:
   destination; a file that was there keeps its old bytes.
 * Columns are chosen with ``features``/``labels``: comma-separated names,
   or integer positions (negative from the end) - positions are the only
-  choice for ``.npy``. Features default to every column not a label.
-  Values are stored as float64; nulls and empty CSV cells become NaN.
+  choice for ``.npy``. Features default to every column not a label and not
+  in ``exclude``. Values are stored as float64; nulls and empty CSV cells
+  become NaN.
+* No column is coerced silently: a non-numeric column chosen (by default
+  too) is refused, naming it and the options: ``categorical`` (store it as
+  integer codes), ``exclude`` (leave it out), or ``features``. With
+  ``categorical`` (Parquet and CSV), each named column is coded by the rule
+  of :mod:`exactbatch.sources.categorical`: its vocabulary is learned in a
+  first pass over that column only and sorted, so code ``j`` is its
+  ``j``-th smallest value; the vocabularies go beside the names (the
+  sidecar or the manifest: ``exactbatch.categories(DST)``). A numeric column
+  may be categorical too.
+* Several CSV files make one ``.ndf``: ``src`` a folder (its ``.csv``,
+  ``.tsv`` and ``.tab`` files, compressed too, at any depth, hidden names
+  skipped), a glob pattern (``"data/2024-*.csv"``) or a list of files. They
+  are read in sorted path order (as Python sorts the paths, whatever order
+  they were given in), one after the other; every one must have the first
+  one's columns (a ``CliError`` naming the file otherwise). The write stays
+  atomic: a bad file leaves nothing at ``dst``.
+* A Parquet folder partitioned Hive-style (``year=2024/month=01/``) has its
+  partition keys as columns after the files' own (see ``parquet_source``).
 * A CSV's row count is not known until its end, so the .ndf header is
   written last (see :class:`~exactbatch.ndf.write.NdfWriter`).
 * Column names travel: Parquet and CSV -> .ndf writes the chosen columns'
@@ -54,15 +73,8 @@ from exactbatch.tools.common import (
     progress,
     split_columns,
 )
-from exactbatch.tools.convert_inputs import (
-    CsvInput,
-    NdfInput,
-    NpyInput,
-    ParquetInput,
-    arrow,
-    csv_schema,
-    read_errors,
-)
+from exactbatch.tools.convert_csv import CsvInput, csv_inputs, csv_schema
+from exactbatch.tools.convert_inputs import NdfInput, NpyInput, ParquetInput, arrow, read_errors
 from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
@@ -74,6 +86,8 @@ def convert(
     *,
     features=None,
     labels=None,
+    exclude=None,
+    categorical=None,
     force=False,
     delimiter=None,
     header=True,
@@ -84,16 +98,20 @@ def convert(
 ) -> dict:
     """Convert ``src`` to ``dst`` (formats from the files); returns a summary dict.
 
-    With ``part_rows``, ``dst`` is a folder to write a sharded dataset into,
-    a new part every ``part_rows`` rows (from Parquet, CSV, .npy, an .ndf or
+    ``src``: a file, a folder, a glob pattern or a list of files (several: CSV
+    only, read in sorted path order). ``features``, ``labels``, ``exclude``
+    and ``categorical``: comma-separated column names (or positions);
+    see the module's docstring. With ``part_rows``, ``dst`` is a folder to write
+    a sharded dataset into, a new part every ``part_rows`` rows (from Parquet, CSV, .npy, an .ndf or
     another dataset). A sharded dataset reads like an .ndf file as ``src``.
     ``delimiter`` (CSV) None: a tab for ``.tsv``/``.tab``, else a comma.
     """
     force, header = check_flag("force", force), check_flag("header", header)
     bar = check_flag("bar", bar)
     row_group_rows = check_int("row_group_rows", row_group_rows, 1)
-    src, dst = os.fspath(src), os.fspath(dst)
-    src_fmt = detect_format(src)
+    dst = os.fspath(dst)
+    src, many = csv_inputs(src)
+    src_fmt = "csv" if many is not None else detect_format(src)
     if part_rows is not None:
         part_rows, dst_fmt = check_int("part_rows", part_rows, 1), "dataset"
         check_dataset_output(dst, force)
@@ -112,17 +130,26 @@ def convert(
             )
         inp: NdfInput | ParquetInput | CsvInput | NpyInput
         if from_ndf:
-            if features is not None or labels is not None:
-                raise CliError(f"{src}: --features/--labels choose columns of Parquet, CSV, .npy")
+            if any(c is not None for c in (features, labels, exclude, categorical)):
+                raise CliError(
+                    f"{src}: --features/--labels choose columns of Parquet, CSV, .npy (and so "
+                    "do --exclude and --categorical); an .ndf is converted whole"
+                )
             inp = NdfInput(src)
         elif src_fmt == "parquet":
-            inp = ParquetInput(src, features, labels)
+            inp = ParquetInput(src, features, labels, exclude, categorical)
         elif src_fmt == "csv":
-            inp = CsvInput(src, features, labels, delimiter, header)
+            inp = CsvInput(many or src, features, labels, delimiter, header, exclude, categorical)
         else:
-            inp = NpyInput(src, features, labels)
+            if categorical is not None:
+                raise CliError(
+                    f"{src}: --categorical codes Parquet and CSV columns; a .npy holds numbers only"
+                )
+            inp = NpyInput(src, features, labels, exclude)
         out = _to_ndf(inp, src, dst, bar, part_rows)
     elif from_ndf:
+        if exclude is not None or categorical is not None:
+            raise CliError(f"{src}: --exclude/--categorical choose columns of Parquet, CSV, .npy")
         out = _ndf_to_parquet(src, dst, features, labels, row_group_rows, names, bar)
     else:
         raise CliError(f"{src}: can only convert {src_fmt} to .ndf; name the output .ndf")
@@ -134,15 +161,20 @@ def convert(
         seconds=round(time.perf_counter() - t0, 3),
     )
     out.setdefault("size_bytes", os.path.getsize(dst))  # a dataset's: its parts' bytes
+    if many is not None:
+        out["files"] = len(many)
     return out
 
 
 def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
     errors = read_errors() if not isinstance(inp, NdfInput) else (OSError, ValueError)
     # the columns' names, where they have some: to the file's sidecar or the manifest
-    names = {}
+    names: dict = {}
     if inp.names:
         names = {"features": inp.columns[: inp.d], "labels": inp.columns[inp.d :]}
+    categories = getattr(inp, "categories", None) or {}
+    if categories:
+        names["categories"] = categories
     writer: Callable[..., NdfWriter | NdfDatasetWriter]
     if part_rows is None:
         writer = partial(NdfWriter, dst, inp.d, inp.l, inp.n, **names)
@@ -152,7 +184,7 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
     with (
         leaves_no_temps(dst),
         writer(before_rename=check_interrupt) as w,
-        progress(inp.total, f"convert {os.path.basename(src)}", inp.unit, bar) as pb,
+        progress(inp.total, f"convert {_shown(inp, src)}", inp.unit, bar) as pb,
     ):
         try:
             for block, advance in inp.blocks():
@@ -169,10 +201,17 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
         "l": inp.l,
         "features": inp.columns[: inp.d],
         "labels": inp.columns[inp.d :],
+        "categories": categories,
     }
     if part_rows is not None:  # the parts this write made (the folder may hold others')
         out.update(parts=len(w.parts), size_bytes=sum(p.nbytes for p in w.parts))
     return out
+
+
+def _shown(inp, src) -> str:
+    """What the progress bar says is being converted: the file, or how many files."""
+    paths = getattr(inp, "paths", None) or [src]
+    return os.path.basename(src) if len(paths) == 1 else f"{len(paths)} CSV files"
 
 
 def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) -> dict:
@@ -233,8 +272,12 @@ def _float64_array(values: np.ndarray):
 
 def render(out: dict) -> str:
     """The summary line of a conversion."""
+    cats = out.get("categories") or {}
+    coded = ", ".join(f"{c} ({len(v)} values)" for c, v in cats.items())
+    files = f" from {out['files']} files" if out.get("files") else ""
     return (
-        f"wrote {out['dst']}: {out['rows']:,} rows, {out['d']} features {out['features']}, "
-        f"{out['l']} labels {out['labels']}; {out['size_bytes']:,} bytes in "
-        f"{out['seconds']:.1f} s"
+        f"wrote {out['dst']}{files}: {out['rows']:,} rows, {out['d']} features "
+        f"{out['features']}, {out['l']} labels {out['labels']}"
+        + (f"; coded as integers: {coded}" if coded else "")
+        + f"; {out['size_bytes']:,} bytes in {out['seconds']:.1f} s"
     )

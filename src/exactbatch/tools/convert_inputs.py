@@ -1,6 +1,7 @@
-"""The inputs of ``exactbatch convert``: Parquet, CSV, ``.npy`` and ``.ndf`` (or a
-sharded dataset), each read front to back in slabs of float64 rows, with the
-columns chosen and named (see :mod:`exactbatch.tools.convert`).
+"""The inputs of ``exactbatch convert``: Parquet, ``.npy`` and ``.ndf`` (or a sharded
+dataset), each read front to back in slabs of float64 rows, with the columns chosen and
+named (see :mod:`exactbatch.tools.convert`); CSV is
+:mod:`exactbatch.tools.convert_csv`'s, with the helpers here.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ import numpy as np
 
 from exactbatch.extras import need
 from exactbatch.ndf.names import default_names
-from exactbatch.ndf.regular import check_regular, regular_file
+from exactbatch.ndf.regular import regular_file
 from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
+from exactbatch.sources.parquet_columns import hive_partitions
 from exactbatch.tools.common import (
     CliError,
-    csv_delimiter,
     parquet_files,
     resolve_columns,
     split_columns,
@@ -24,9 +25,16 @@ from exactbatch.tools.common import (
 from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
 from exactbatch.urls import for_arrow
 
-__all__ = ["CsvInput", "NdfInput", "NpyInput", "ParquetInput", "arrow", "csv_schema", "read_errors"]
-
-_CSV_BLOCK_BYTES = 1 << 20
+__all__ = [
+    "Blocks",
+    "NdfInput",
+    "NpyInput",
+    "ParquetInput",
+    "arrow",
+    "categorical_columns",
+    "read_errors",
+    "refuse_non_numeric",
+]
 
 
 def arrow():
@@ -40,25 +48,25 @@ def read_errors():
     return (pa.ArrowException, OSError, ValueError)
 
 
-class _Blocks:
-    """Record batches to float64 (rows, columns) blocks in one reused buffer.
+class Blocks:
+    """Lists of Arrow columns to float64 (rows, columns) blocks in one reused buffer.
 
     Reusing it keeps the allocator from piling up freed slabs; each block is
     valid until the next one is made (the writer consumes it at once).
     """
 
-    def __init__(self, columns):
-        self.columns = columns
-        self.buf = np.empty((0, len(columns)), dtype=np.float64)
+    def __init__(self, width: int):
+        self.buf = np.empty((0, width), dtype=np.float64)
 
-    def __call__(self, batch) -> np.ndarray:
-        r = batch.num_rows
+    def __call__(self, columns) -> np.ndarray:
+        r = len(columns[0]) if columns else 0
         if r > len(self.buf):
             size = max(r, 2 * len(self.buf))
-            self.buf = None  # let the old one go first
-            self.buf = np.empty((size, len(self.columns)), dtype=np.float64)
+            width = self.buf.shape[1]
+            self.buf = np.empty((0, width), dtype=np.float64)  # let the old one go first
+            self.buf = np.empty((size, width), dtype=np.float64)
         block = self.buf[:r]
-        _fill_columns([batch.column(name) for name in self.columns], block)
+        _fill_columns(columns, block)
         return block
 
 
@@ -68,10 +76,37 @@ def _is_number_type(t) -> bool:
     return pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_null(t)
 
 
-class ParquetInput:
-    """A Parquet file or folder; every file's schema checked by parquet_source."""
+def categorical_columns(spec, chosen: list[str], path) -> list[str]:
+    """``--categorical``'s names, each a chosen column (a CliError otherwise)."""
+    cats = [c.strip() for c in str(spec or "").split(",") if c.strip()]
+    outside = [c for c in cats if c not in chosen]
+    if outside:
+        raise CliError(
+            f"{path}: --categorical names column(s) {outside} that are not converted "
+            f"(columns converted: {chosen[:20]}); name existing columns, not --exclude'd ones"
+        )
+    return list(dict.fromkeys(cats))
 
-    def __init__(self, path, features, labels):
+
+def refuse_non_numeric(path, types: dict, cats: list[str]) -> None:
+    """A CliError naming the chosen columns that are neither numeric nor categorical, with
+    the options that deal with them: nothing is ever coerced silently."""
+    bad = [c for c, t in types.items() if c not in cats and not _is_number_type(t)]
+    if bad:
+        shown = [f"{c} ({types[c]})" for c in bad]
+        listed = ",".join(bad)
+        raise CliError(
+            f"{path}: non-numeric column(s) {shown}; code them as integers with --categorical "
+            f"{listed}, leave them out with --exclude {listed}, or choose columns with "
+            "--features/--labels"
+        )
+
+
+class ParquetInput:
+    """A Parquet file or folder (Hive partition keys as columns), read through
+    parquet_source, which checks every file's schema and codes the categorical columns."""
+
+    def __init__(self, path, features, labels, exclude=None, categorical=None):
         import pyarrow.parquet as pq
 
         from exactbatch.sources.parquet import parquet_source
@@ -83,7 +118,14 @@ class ParquetInput:
             schema = pq.ParquetFile(for_arrow(files[0])).schema_arrow
         except (OSError, ValueError) as e:
             raise CliError(f"{files[0]}: not a readable Parquet file ({e})") from e
-        names = schema.names
+        parts = None
+        if os.path.isdir(path):
+            try:
+                parts = hive_partitions(for_arrow(path), files)
+            except ValueError as e:
+                raise CliError(str(e)) from e
+        keys = parts.names if parts is not None else ()
+        names = [*schema.names, *keys]
         if labels is None:  # as parquet_source: the recorded labels, less chosen features
             taken = set(resolve_columns(features, names, path, "--features") or ())
             recorded = [
@@ -92,119 +134,33 @@ class ParquetInput:
                 if c not in names or names.index(c) not in taken
             ]
             labels = ",".join(recorded) or None
-        feat, lab = split_columns(features, labels, names, path)
-        try:  # checks that every file has these columns, numeric
+        feat, lab = split_columns(features, labels, names, path, exclude)
+        chosen = [names[j] for j in feat + lab]
+        cats = categorical_columns(categorical, chosen, path)
+        types = {c: parts.types[c] if c in keys else schema.field(c).type for c in chosen}
+        refuse_non_numeric(path, types, cats)
+        try:  # checks that every file has these columns, numeric or categorical
             src = parquet_source(
-                files, features=[names[j] for j in feat], labels=[names[j] for j in lab]
+                path,
+                features=chosen[: len(feat)],
+                labels=chosen[len(feat) :],
+                categorical=cats or None,
             )
-        except ValueError as e:
-            raise CliError(f"{e} (choose columns with --features/--labels)") from e
-        self.files, self.n = src.files, src.n_rows
+        except (ValueError, TypeError) as e:
+            raise CliError(f"{e} (choose columns with --features/--labels/--exclude)") from e
+        self.src, self.n = src, src.n_rows
         self.columns = [*src.features, *src.labels]
+        self.categories = src.categories
         self.d, self.l = src.d, src.l
         self.total, self.unit = self.n, "rows"
         self.names = True
 
     def blocks(self):
-        import pyarrow.parquet as pq
-
         rows = max(1, SLAB_BYTES // (8 * max(1, len(self.columns))))
-        to_block = _Blocks(self.columns)
-        for f in self.files:
-            # Without pre-buffering, pages are read as they are decoded: memory is about
-            # one record batch, not a whole row group's column chunks at once.
-            pf = pq.ParquetFile(for_arrow(f), pre_buffer=False, buffer_size=1 << 20)
-            for batch in pf.iter_batches(batch_size=rows, columns=self.columns, use_threads=False):
-                block = to_block(batch)
-                yield block, block.shape[0]
-
-
-def csv_schema(path, delimiter: str | None = None, header: bool = True):
-    """The columns of a CSV file and the types pyarrow infers from its first block;
-    ``delimiter`` None: :func:`~exactbatch.tools.common.csv_delimiter` (tabs for .tsv)."""
-    pa = arrow()
-    import pyarrow.csv as pcsv
-
-    check_regular(path, "a CSV file")  # pyarrow would wait on a FIFO
-    delimiter = csv_delimiter(path, delimiter)
-    try:
-        reader = pcsv.open_csv(for_arrow(path), **_csv_options(delimiter, header))
-    except pa.ArrowException as e:
-        raise CliError(f"{path}: cannot read as CSV ({e})") from e
-    schema = reader.schema
-    reader.close()
-    return schema
-
-
-def _csv_options(delimiter, header, **convert) -> dict:
-    import pyarrow.csv as pcsv
-
-    return {
-        "read_options": pcsv.ReadOptions(
-            block_size=_CSV_BLOCK_BYTES, autogenerate_column_names=not header
-        ),
-        "parse_options": pcsv.ParseOptions(delimiter=delimiter),
-        "convert_options": pcsv.ConvertOptions(**convert),
-    }
-
-
-class CsvInput:
-    """A CSV file read block by block; every chosen column parsed as float64.
-    ``delimiter`` None: a tab for ``.tsv``/``.tab``, else a comma."""
-
-    def __init__(self, path, features, labels, delimiter, header):
-        pa = arrow()
-        self.path, self.header = os.fspath(path), header
-        self.delimiter = csv_delimiter(path, delimiter)
-        schema = csv_schema(path, delimiter, header)
-        names = schema.names
-        feat, lab = split_columns(features, labels, names, path)
-        self.columns = [names[j] for j in feat + lab]
-        bad = [
-            f"{c} ({schema.field(c).type})"
-            for c in self.columns
-            if not _is_number_type(schema.field(c).type)
-        ]
-        if bad:
-            raise CliError(
-                f"{path}: non-numeric column(s) {bad}; choose numeric columns with "
-                "--features/--labels"
-            )
-        self.types = {
-            c: pa.bool_() if pa.types.is_boolean(schema.field(c).type) else pa.float64()
-            for c in self.columns
-        }
-        self.d, self.l, self.n = len(feat), len(lab), None
-        self.names = True
-        self.compressed = self.path.lower().endswith((".gz", ".bz2", ".zst", ".lz4"))
-        self.total = None if self.compressed else os.path.getsize(self.path)
-        self.unit = "rows" if self.compressed else "B"
-
-    def blocks(self):
-        pa = arrow()
-        import pyarrow.csv as pcsv
-
-        opts = _csv_options(
-            self.delimiter, self.header, column_types=self.types, include_columns=self.columns
-        )
-        local = for_arrow(self.path)
-        source = local if self.compressed else pa.OSFile(local)
-        reader = pcsv.open_csv(source, **opts)
-        to_block = _Blocks(self.columns)
-        try:
-            pos = 0
-            for batch in reader:
-                block = to_block(batch)
-                if self.compressed:
-                    yield block, block.shape[0]
-                else:
-                    now = min(source.tell(), self.total)
-                    yield block, now - pos
-                    pos = now
-        finally:
-            reader.close()
-            if not self.compressed:
-                source.close()
+        to_block = Blocks(len(self.columns))
+        for columns in self.src.iter_batches(rows):
+            block = to_block(columns)
+            yield block, block.shape[0]
 
 
 class NpyInput:
@@ -215,7 +171,7 @@ class NpyInput:
     one is sliced from a read-only memory map (np.load(mmap_mode="r")).
     """
 
-    def __init__(self, path, features, labels):
+    def __init__(self, path, features, labels, exclude=None):
         self.path = os.fspath(path)
         try:
             with regular_file(self.path, "a .npy file") as f:
@@ -237,7 +193,8 @@ class NpyInput:
                 f"{shape}, dtype {dtype}"
             )
         self.shape, self.fortran, self.dtype = shape, fortran, dtype
-        feat, lab = split_columns(features, labels, [str(j) for j in range(shape[1])], path)
+        positions = [str(j) for j in range(shape[1])]
+        feat, lab = split_columns(features, labels, positions, path, exclude)
         self.cols = feat + lab
         self.columns = [str(j) for j in self.cols]
         self.d, self.l, self.n = len(feat), len(lab), shape[0]

@@ -1,0 +1,174 @@
+"""The Ray Data datasink of :mod:`exactbatch.ray` (see :mod:`exactbatch.adapters.ray`).
+
+A module of its own, with what its write tasks run, because it imports ray
+as it is imported (a Datasink subclass needs its base class):
+:mod:`exactbatch.ray` imports it on first access of ``NdfDatasink``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from exactbatch.adapters.dask_plan import Columns, frame_columns
+from exactbatch.extras import need
+from exactbatch.hints import PathLike
+from exactbatch.ndf.dataset_write import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
+from exactbatch.urls import is_url
+
+__all__ = ["NdfDatasink", "block_frame", "schema_dtypes"]
+
+# ray and Ray Data, or the ImportError saying how to install them (as import_ray says it)
+need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
+
+from ray.data import Datasink  # noqa: E402
+
+CALLER = "NdfDatasink"
+
+
+def schema_dtypes(schema) -> tuple[list, dict]:
+    """A Ray Dataset schema's column names, and each column's NumPy dtype (object for a
+    type with no NumPy counterpart: strings, tensors, lists)."""
+    names = list(schema.names)
+    dtypes = {}
+    for name, t in zip(names, schema.types, strict=True):
+        try:
+            dt = np.dtype(t.to_pandas_dtype() if hasattr(t, "to_pandas_dtype") else t)
+        except (TypeError, NotImplementedError, ValueError):
+            dt = np.dtype(object)
+        dtypes[name] = dt
+    return names, dtypes
+
+
+def block_frame(blocks):
+    """One write task's blocks as one pandas DataFrame (None for no block)."""
+    import pandas as pd
+    from ray.data.block import BlockAccessor
+
+    frames = [BlockAccessor.for_block(b).to_pandas() for b in blocks]
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+class NdfDatasink(Datasink):
+    """A Ray Data datasink that writes a sharded ``.ndf`` dataset at ``path``.
+
+    ``ds.write_datasink(NdfDatasink(path, features=..., labels=...))``: one
+    part per write task (the blocks Ray hands it), each written atomically
+    by the task, in parallel; the manifest last, by the driver, listing the
+    parts in the order of the tasks' indices, which is the Dataset's order
+    when Ray keeps it (``execution_options.preserve_order``, which
+    :func:`to_ndf_dataset` sets). ``path``: a local folder (made if missing;
+    every node writing must see it) or a URL with ``storage_options``.
+    A file at ``path`` is an :class:`~exactbatch.NdfError`; bad columns
+    are refused by each write task before it writes its part. On any
+    failure the parts of this write are removed and no manifest is
+    written; a dataset already at ``path`` stays as it was. (A part that a
+    task Ray failed to stop in time writes after the clean-up is removed by
+    the next write to the folder, as the parts of a killed write are.)
+    ``manifest`` (after the write): the manifest written.
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        features: Any = None,
+        labels: Any = (),
+        storage_options: dict | None = None,
+    ) -> None:
+        self.path = dataset_path(path, storage_options)
+        if not is_url(self.path) and os.path.isfile(self.path):
+            raise file_not_dataset(self.path)
+        self.features, self.labels = features, labels
+        self.storage_options = storage_options
+        self.columns: Columns | None = None  # chosen by each task from its blocks
+        self.names: tuple = ((), ())  # the names of the features and the labels
+        self.write_id: str | None = None
+        self.manifest: Manifest | None = None
+
+    def choose(self, names: list, dtypes) -> tuple[Columns, tuple, tuple]:
+        """The columns to read of a table with these column ``names`` and ``dtypes``
+        (checked: an error naming a bad one); they become the sink's once chosen."""
+        chosen = frame_columns(names, dtypes, self.features, self.labels, CALLER, "Dataset")
+        self.columns, self.names = chosen[0], chosen[1:]
+        return chosen
+
+    def on_write_start(self, schema=None) -> None:
+        # ``schema`` is not used to choose the columns: when Ray fuses the write with
+        # the operators before it, it is the schema of their input, not of the rows
+        # written. Each task checks its own blocks instead (to_ndf_dataset checks
+        # ``dataset.schema()`` first).
+        if self.write_id is None:  # (Ray calls this once, on the driver)
+            self.write_id = start_dataset(self.path, storage_options=self.storage_options)
+
+    def write(self, blocks, ctx) -> tuple:
+        if self.write_id is None:
+            raise RuntimeError(f"{CALLER}: a write task ran before on_write_start")
+        frame = block_frame(blocks)
+        if frame is None:  # a task given no block: an empty part, if the widths are known
+            if self.columns is None:
+                return (ctx.task_idx, None, 0, 0, None, None)
+            d, l = len(self.columns.features), len(self.columns.labels)  # noqa: E741
+            x, y = np.empty((0, d)), np.empty((0, l))
+        else:
+            columns, *names = self.choose(list(frame.columns), frame.dtypes)
+            x, y = columns.to_xy(frame)
+        info = write_part(
+            self.path,
+            ctx.task_idx,
+            (x, y),
+            write_id=self.write_id,
+            storage_options=self.storage_options,
+        )
+        features, labels = self.names
+        # plain data (Ray keeps it in a table): the part, and the names its task chose
+        return (ctx.task_idx, *info, list(features), list(labels))
+
+    def on_write_complete(self, write_result) -> None:
+        if self.write_id is None:
+            raise ValueError(f"{self.path}: no parts to write (the Dataset has no blocks)")
+        try:
+            done = sorted(
+                (r for r in write_result.write_returns if r is not None and r[1] is not None),
+                key=lambda r: r[0],
+            )
+            if not done:
+                raise ValueError(f"{self.path}: no parts to write (the Dataset has no rows)")
+            names = {(tuple(r[4]), tuple(r[5])) for r in done}
+            if len(names) > 1:
+                raise ValueError(
+                    f"{self.path}: the Dataset's blocks have different columns: {sorted(names)}"
+                )
+            ((features, labels),) = names
+            parts = [PartInfo(str(r[1]), int(r[2]), int(r[3])) for r in done]
+            self.manifest = finish_dataset(
+                self.path,
+                self.write_id,
+                parts,
+                len(features),
+                len(labels),
+                features=features,
+                labels=labels,
+                storage_options=self.storage_options,
+            )
+        except BaseException:
+            abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
+            raise
+
+    def on_write_failed(self, error: Exception) -> None:
+        # Ray has cancelled the tasks still running (without waiting for them): a part
+        # one of them renames into place after this is left for the next write to the
+        # folder to remove (its write's marker is gone), as after a killed write.
+        if self.write_id is not None:
+            abort_dataset(self.path, self.write_id, storage_options=self.storage_options)
+
+    def get_name(self) -> str:
+        return "NdfDataset"
+
+    def __repr__(self) -> str:
+        return f"NdfDatasink({self.path!r})"

@@ -1,0 +1,79 @@
+"""Groups of batches claimed together, and who holds one: the unit of the cursor's
+claim protocol (:mod:`exactbatch.loader.cursor` says how they are claimed,
+handed out and given back).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from exactbatch.order.digest import Tally
+
+__all__ = ["Group", "Holder", "tally_of"]
+
+
+class Holder:
+    """A claimant's current group (``next_into``'s, shared by every caller): switched
+    under the cursor's lock, so that threads sharing it never claim past each other."""
+
+    __slots__ = ("group",)
+
+    def __init__(self):
+        self.group = None
+
+
+class Group:
+    """Batches claimed together by one claimant (``owner``) from epoch ``epoch``.
+
+    ``jobs``: the batches (by number) the group answers for until each is handed out
+    or given back - changed only under the cursor's lock; ``queue``: those ready to
+    hand out, as ``(job, batch)`` (``batch`` None: read at hand-out); ``handed``: the
+    jobs handed out, appended without the lock.
+    """
+
+    __slots__ = ("cursor", "epoch", "handed", "jobs", "owner", "queue")
+
+    def __init__(self, cursor: Any, epoch, owner):  # cursor: the Cursor claiming it
+        self.cursor, self.epoch, self.owner = cursor, epoch, owner
+        self.jobs: dict = {}
+        self.queue: deque = deque()
+        self.handed: list = []
+
+    def hand(self, job) -> None:
+        """``job``'s batch reached its consumer (its read succeeded): it counts now."""
+        self.handed.append(job)
+        self.cursor.handed_out(self, job)
+
+    def unpop(self, item) -> None:
+        """The read of ``item``, popped from the queue, raised: it is next again (in
+        next_into's group of now, if another caller moved it on meanwhile)."""
+        holder = self.owner
+        if not isinstance(holder, Holder):  # an iterator's: it hands out from here
+            self.queue.appendleft(item)
+            return
+        with self.cursor.lock:  # (where holder.group is switched)
+            to = holder.group
+            if to is not self and to.epoch is self.epoch:  # (else its epoch has gone)
+                job = item[0]  # else no claim would take it back: the epoch would end short
+                to.jobs[job.k] = self.jobs.pop(job.k)
+            else:
+                to = self
+            to.queue.appendleft(item)
+
+    def done(self) -> bool:
+        """Is every batch of the group handed out (none ready, none in flight)?"""
+        return len(self.handed) >= len(self.jobs)
+
+    def flying(self) -> bool:
+        """Is a batch of the group being read (claimed, neither ready nor handed out)?"""
+        return len(self.handed) + len(self.queue) < len(self.jobs)
+
+
+def tally_of(jobs) -> Tally:
+    """Rows and digest of the batches ``jobs``."""
+    rows = digest = 0
+    for job in jobs:  # (one pass: this runs once a group)
+        rows += job.size
+        digest += job.digest
+    return Tally(rows, digest)

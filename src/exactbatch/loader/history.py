@@ -1,0 +1,129 @@
+"""What a loader handed out in each epoch it began: the records a state carries
+for :func:`exactbatch.certify`.
+
+A record is one loader's part of one epoch since it began or resumed (a
+*segment*): this loader's own hand-outs (count and ledger digest) and,
+once the epoch ended here (its ledger checked), the rows the epoch
+promised. A loader keeps the records of the epochs it ended or left, and
+a state carries them with the record of the epoch in progress, about 200
+bytes an epoch. A loader that resumes a state takes its records on; a
+non-elastic one continues the state's own segment (the same shard), an
+elastic one starts a segment of its own from the global batch it resumes
+at, beside the records of the rank whose state it loaded. A segment is
+named by its epoch, shard and first global batch, so records are plain
+data: two loaders built and stepped alike take equal states. The records
+of every rank's states, merged, say which rows each epoch handed out
+across the ranks (:mod:`exactbatch.certificate`).
+"""
+
+from __future__ import annotations
+
+from exactbatch.order.digest import Tally
+
+__all__ = ["History", "check_records"]
+
+
+def _tally(t: Tally) -> dict:
+    return {"rows": t.rows, "digest": f"{t.digest:016x}"}
+
+
+class History:
+    """The records of one loader (see the module's docstring): those of epochs
+    ended or left, and where this loader's own segment of the epoch in progress
+    began (``start``, the global batch; 0 unless elastic) with the ledger it
+    began from (``base``: an elastic state's ledger covers other ranks' batches)."""
+
+    __slots__ = ("base", "records", "start")
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.base, self.start = Tally(), 0
+
+    def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
+        """The record of this loader's segment of ``epoch``: ``handed`` the epoch's
+        ledger as the cursor holds it, ``promised`` the epoch's promise once it ended
+        here (None while in progress, or for an epoch left before its end)."""
+        spec, feed = cursor.spec, cursor.feed
+        own = handed.minus(self.base)
+        rec = {
+            "epoch": epoch,
+            "shard": [spec.shard.index, spec.shard.count],
+            "elastic": spec.elastic,
+            "start": self.start,
+            "drops": spec.drop_last or spec.even_batches,  # rows left out by design
+            **_tally(own),
+            "promised": None,
+            "whole": None,
+        }
+        whole = feed.whole()
+        if whole is not None:
+            rec["whole"] = _tally(whole)
+        if promised is not None:
+            if spec.elastic:  # every rank's batches of the epoch, from the order
+                rec["promised"] = _tally(feed.global_promise(cursor.current, self.start))
+            else:
+                rec["promised"] = _tally(promised)
+        return rec
+
+    def keep(self, rec: dict) -> None:
+        """``rec`` is final (its epoch ended or was left): kept in every later state."""
+        self.records.append(rec)
+
+    def states_records(self, live: dict | None) -> list[dict]:
+        """The records a state takes now: those kept, and ``live``, the epoch in progress."""
+        return [*self.records, live] if live is not None else list(self.records)
+
+    def restore(self, records: list[dict], elastic: bool, pos) -> None:
+        """Take on a state's ``records``: a non-elastic loader goes on with the state's
+        segment of its epoch; an elastic one starts its own at the global batch it
+        resumes at, its hand-outs counted from the state's ledger."""
+        if elastic:
+            self.base, self.start = pos.ledger.copy(), pos.first
+            self.records = list(records)
+        else:  # the state's own live record is this loader's segment, continued
+            self.base, self.start = Tally(), 0
+            self.records = [r for r in records if r["epoch"] != pos.epoch]
+
+    def moved(self) -> None:
+        """A new epoch begins (or the cursor was moved): a segment from its start."""
+        self.base, self.start = Tally(), 0
+
+    def forget(self) -> None:
+        """A new seed: another run, with no records."""
+        self.records = []
+        self.moved()
+
+
+_KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}
+
+
+def check_records(records, where: str = "state['history']") -> list[dict]:
+    """``records`` as a state holds them, checked: a ``TypeError`` or ``ValueError``
+    naming the record and the key otherwise."""
+    if not isinstance(records, list):
+        raise TypeError(f"{where} must be a list of records; got {type(records).__name__}")
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise TypeError(f"{where}[{i}] must be a dict; got {type(rec).__name__}")
+        for key, kind in _KEYS.items():
+            value = rec.get(key)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ValueError(f"{where}[{i}]['{key}'] must be a {kind.__name__}; got {value!r}")
+        for key in ("digest",):
+            _hex(rec.get(key), f"{where}[{i}]['{key}']")
+        for key in ("promised", "whole"):
+            t = rec.get(key)
+            if t is not None:
+                if not isinstance(t, dict) or not isinstance(t.get("rows"), int):
+                    raise ValueError(f"{where}[{i}]['{key}'] must be None or {{rows, digest}}")
+                _hex(t.get("digest"), f"{where}[{i}]['{key}']['digest']")
+    return records
+
+
+def _hex(value, where: str) -> int:
+    try:
+        if not isinstance(value, str):
+            raise TypeError
+        return int(value, 16)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a hexadecimal string; got {value!r}") from None

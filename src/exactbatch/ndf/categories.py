@@ -1,0 +1,47 @@
+"""``exactbatch.categories(path)``: the vocabularies of the columns an ``.ndf`` file or a
+sharded dataset stores as integer codes.
+
+Columns named in ``categorical=`` (``exactbatch convert --categorical``,
+``parquet_source``, ``exactbatch.dask.to_ndf_dataset``) are stored as codes
+``0 .. k-1``; the value of code ``j`` is the ``j``-th of the column's
+vocabulary, kept beside the column names: in a file's names sidecar, in a
+dataset's manifest (:mod:`exactbatch.ndf.names`, docs/format.md). A missing
+value (null, NaN) is stored as NaN, never as a code.
+
+What it costs: one small read (the header and the sidecar, or the manifest).
+"""
+
+from __future__ import annotations
+
+import os
+
+from exactbatch.hints import PathLike
+from exactbatch.ndf.file import open_ndf
+from exactbatch.ndf.manifest import dataset_path, read_manifest
+from exactbatch.urls import is_url, url_to_fs
+
+__all__ = ["categories"]
+
+
+def categories(path: PathLike, *, storage_options: dict | None = None) -> dict[str, list]:
+    """``{column: [value, ...]}`` for every column of the data at ``path`` stored as
+    integer codes: code ``j`` of a column stands for its ``j``-th value. ``{}`` when no
+    column is (data written without ``categorical=``, or before it existed).
+
+    ``path``: an ``.ndf`` file (its names sidecar ``path + ".json"`` is read)
+    or a sharded dataset's folder (its manifest), locally or as a URL with
+    ``storage_options``. A malformed sidecar or manifest, or one whose
+    vocabularies name columns the data does not have, is an
+    :class:`~exactbatch.errors.NdfError`; a missing path ``FileNotFoundError``.
+    """
+    path = dataset_path(path, storage_options)
+    if is_url(path):
+        fs, key = url_to_fs(path, storage_options)
+        folder = not fs.isfile(key)
+    else:
+        folder = os.path.isdir(path)
+    if folder:
+        man = read_manifest(path, storage_options=storage_options)
+        return {c: list(v) for c, v in (man.categories or {}).items()}
+    with open_ndf(path, storage_options=storage_options) as f:
+        return f.categories

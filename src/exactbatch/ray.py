@@ -1,0 +1,20 @@
+"""Ray adapter: ``from exactbatch.ray import NdfDatasink, to_ndf_dataset``.
+
+A thin public name for :mod:`exactbatch.adapters.ray`; see there. ray is
+imported on first use, not by importing this module. Inside a Ray Train
+worker, ``DataLoader(num_shards="auto", shard_index="auto")`` shards by the
+worker's world rank and size (:mod:`exactbatch.distributed`).
+"""
+
+from exactbatch.adapters.ray import to_ndf_dataset
+
+# NdfDatasink is made on first access (__getattr__ below), so ray loads lazily.
+__all__ = ["NdfDatasink", "to_ndf_dataset"]  # noqa: F822
+
+
+def __getattr__(name: str):
+    if name == "NdfDatasink":  # defined lazily, so that ray loads on first use
+        from exactbatch.adapters import ray as _adapter
+
+        return _adapter.NdfDatasink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""What every Arrow-native source shares: choosing columns, reading rows of columns.
+
+The Arrow-native kinds (:mod:`~exactbatch.sources.arrow_ipc`,
+:mod:`~exactbatch.sources.arrow_table`, :mod:`~exactbatch.sources.polars_frames`,
+:mod:`~exactbatch.sources.hf_datasets`, :mod:`~exactbatch.sources.duckdb_relations`)
+are each one module that turns its library's object into Arrow columns, and
+then one of the two classes here:
+
+* :class:`ArrowColumnsReader`, a :class:`~exactbatch.sources.protocols.RowReader`
+  over Arrow columns in memory (or memory-mapped): each batch is gathered
+  from NumPy views of the columns' own buffers, so nothing is converted or
+  copied whole, before or during training. Multi-chunk columns (several
+  record batches) are read chunk by chunk.
+* :class:`ArrowStream`, a re-iterable stream of ``(x, y)`` chunks, one per
+  record batch of a fresh pass (a query run again, a reader made again).
+
+Columns (:func:`pick_columns`): integer, floating and boolean columns are
+read as float64 (then as the loader's dtype); a null is NaN. With
+``features=None``, the features are every numeric column not among the
+labels, and any other column is left out with a warning naming it. A column
+named as a feature or label that is missing or not numeric is a
+``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from exactbatch.sources.arrow import fill_columns
+from exactbatch.sources.parquet_columns import check_names, is_numeric_type
+
+__all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
+
+# A memory-mapped file: batches of at least this many bytes are read ahead by default
+# (page faults overlap the consumer's work), as for an .ndf file.
+PREFETCH_MIN_BYTES = 256 << 10
+
+
+def made_by(obj: object, library: str, *names: str) -> bool:
+    """Is ``obj`` an instance of a class called one of ``names`` from the package
+    ``library``? Found from its classes' modules, so nothing is imported to ask."""
+    return any(
+        cls.__name__ in names and cls.__module__.partition(".")[0] == library
+        for cls in type(obj).__mro__
+    )
+
+
+def _names(columns, what: str) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return (columns,)
+    if not isinstance(columns, Iterable):
+        raise TypeError(f"{what} must be a column name or a list of names; got {columns!r}")
+    out = tuple(columns)
+    bad = [c for c in out if not isinstance(c, str)]
+    if bad:
+        raise TypeError(f"{what} must be column names (str); got {bad}")
+    return out
+
+
+def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(features, labels)``: the column names to read from ``schema`` (a
+    ``pyarrow.Schema``), checked as the module docs say; ``owner`` names the
+    source in errors."""
+    feats, labs = _names(features, "features"), _names(labels, "labels") or ()
+    check_names(feats, labs)
+    names = list(schema.names)
+    named = list(feats or ()) + list(labs)
+    missing = [c for c in named if c not in names]
+    if missing:
+        raise ValueError(f"{owner}: missing column(s) {missing}; its columns are {names}")
+    twice = sorted({c for c in named if names.count(c) > 1})
+    if twice:
+        raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
+    bad = [
+        f"{c} ({schema.field(c).type})" for c in named if not is_numeric_type(schema.field(c).type)
+    ]
+    if bad:
+        raise ValueError(
+            f"{owner}: non-numeric column(s) {bad}; features and labels must be integer, "
+            "floating or boolean columns: leave them out, or encode them as numbers first"
+        )
+    if feats is None:
+        rest = [c for c in names if c not in labs]
+        feats = tuple(c for c in rest if is_numeric_type(schema.field(c).type))
+        left = [f"{c} ({schema.field(c).type})" for c in rest if c not in feats]
+        if left:
+            warnings.warn(
+                f"{owner}: non-numeric column(s) {left} left out of the features; "
+                "name the features (features=[...]) to choose them yourself",
+                stacklevel=4,
+            )
+    if not feats and not labs:
+        raise ValueError(f"{owner}: no numeric column to read (its columns are {names})")
+    return feats, labs
+
+
+# -- random access ---------------------------------------------------------------------
+
+
+# Arrow's names of its floating types, as NumPy's (the integer types' names are NumPy's).
+_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
+
+
+def _bits_at(bits: np.ndarray, first: int, src) -> np.ndarray:
+    i = (np.arange(src.start, src.stop) if isinstance(src, slice) else src) + first
+    return ((bits[i >> 3] >> (i & 7).astype(np.uint8)) & 1).astype(bool)
+
+
+class _Part:
+    """One chunk of one column, as views of its Arrow buffers (no copy): ``take(src)``
+    reads its rows ``src`` (a slice or an int64 array of rows in the chunk)."""
+
+    __slots__ = ("bits", "first", "valid", "values")
+
+    def __init__(self, arr):
+        import pyarrow as pa
+
+        n, self.first = len(arr), arr.offset
+        self.valid = self.values = self.bits = None
+        if arr.null_count == n:  # all null (or empty): a null-type array may have no buffers
+            return
+        validity, data = arr.buffers()[:2]
+        if arr.null_count:
+            self.valid = np.frombuffer(validity, dtype=np.uint8)
+        if pa.types.is_boolean(arr.type):
+            self.bits = np.frombuffer(data, dtype=np.uint8)
+        else:
+            dtype = np.dtype(_FLOATS.get(str(arr.type), str(arr.type)))  # int8 .. uint64
+            self.values = np.frombuffer(
+                data, dtype=dtype, count=n, offset=dtype.itemsize * arr.offset
+            )
+
+    def take(self, src) -> np.ndarray | float:
+        if self.bits is not None:
+            v: Any = _bits_at(self.bits, self.first, src)
+        elif self.values is not None:
+            v = self.values[src]
+        else:
+            return np.nan
+        if self.valid is not None:
+            v = v.astype(np.float64)
+            v[~_bits_at(self.valid, self.first, src)] = np.nan
+        return v
+
+
+def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
+    """``[(chunk, dst, src)]``: where the rows ``rows`` (a slice, or an int64 array) lie
+    among chunks beginning at ``starts`` (then the end): ``out[dst] = chunk[src]``."""
+    k = len(starts) - 1
+    out: list[tuple[int, Any, Any]] = []
+    if isinstance(rows, slice):
+        a, b = rows.start, rows.stop
+        for c in range(k):
+            lo, hi = max(a, starts[c]), min(b, starts[c + 1])
+            if lo < hi:
+                out.append((c, slice(lo - a, hi - a), slice(lo - starts[c], hi - starts[c])))
+        return out
+    # Rows in ascending order: each column is then read front to back (its pages and
+    # cache lines in the order the hardware prefetches), each chunk's rows one run.
+    order = np.argsort(rows, kind="stable")
+    ascending = rows[order]
+    cuts = np.searchsorted(ascending, starts)
+    for part in range(k):
+        a, z = int(cuts[part]), int(cuts[part + 1])
+        if a < z:
+            out.append((part, order[a:z], ascending[a:z] - starts[part]))
+    return out
+
+
+class ArrowColumnsReader:
+    """A :class:`~exactbatch.sources.protocols.RowReader` over Arrow columns:
+    ``columns`` (arrays or chunked arrays of ``n`` values each: ``d`` features then
+    labels), optionally seen through ``row_map`` (row ``i`` is the columns' row
+    ``row_map[i]``). ``mapped``: the columns lie in a memory-mapped file (reads then
+    default to prefetch, as an ``.ndf`` file's)."""
+
+    def __init__(self, columns: Sequence, d: int, row_map: np.ndarray | None = None, mapped=False):
+        import pyarrow as pa
+
+        chunked = [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c]) for c in columns]
+        total = len(chunked[0]) if chunked else 0
+        self.n = total if row_map is None else len(row_map)
+        self.d, self.l = d, len(chunked) - d
+        self.mapped = mapped
+        self._map = row_map
+        layouts: dict[tuple, list[int]] = {}
+        self._parts = []
+        for j, col in enumerate(chunked):
+            sizes = [len(a) for a in col.chunks] or [0]
+            layouts.setdefault(tuple(sizes), []).append(j)
+            self._parts.append([_Part(a) for a in col.chunks] or [_Part(pa.nulls(0))])
+        # Columns of one layout (record batches: all of them) share each batch's plan.
+        self._layouts: list[tuple[np.ndarray, list[int]]] | None = [
+            (np.concatenate([[0], np.cumsum(s)]).astype(np.int64), js) for s, js in layouts.items()
+        ]
+
+    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        layouts = self._layouts
+        if layouts is None:
+            raise ValueError("read from a closed DataLoader")
+        if self._map is not None:
+            rows = self._map[rows].astype(np.int64)
+        elif not isinstance(rows, slice):
+            rows = rows.astype(np.int64, copy=False)
+        d = self.d
+        for starts, columns in layouts:
+            for c, dst, src in _plan(starts, rows):
+                for j in columns:
+                    out, k = (out_x, j) if j < d else (out_y, j - d)
+                    out[dst, k] = self._parts[j][c].take(src)
+
+    def prefetch_default(self, batch_bytes: int) -> int:
+        return 2 if self.mapped and batch_bytes >= PREFETCH_MIN_BYTES else 0
+
+    def close(self) -> None:
+        self._layouts = None  # lets go of the columns (and a file's mapping) with the parts
+        self._parts = []
+
+
+# -- streams ---------------------------------------------------------------------------
+
+
+class ArrowStream:
+    """A stream of Arrow batches, read again on every pass: ``batches()`` returns a fresh
+    iterable of record batches or tables, each with the columns ``features`` and
+    ``labels``; iterating yields one float64 ``(x, y)`` chunk per batch (nulls as NaN).
+    ``n_rows``: the rows of a pass where known without reading it, else None (the
+    loader then counts them, or takes ``total_size``)."""
+
+    def __init__(
+        self,
+        batches: Callable[[], Iterable],
+        features: Sequence[str],
+        labels: Sequence[str],
+        owner: str,
+        n_rows: int | None = None,
+    ):
+        self._batches = batches
+        self.features, self.labels = tuple(features), tuple(labels)
+        self.owner = owner
+        self.n_rows = n_rows
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrowStream({self.owner}, features={list(self.features)}, "
+            f"labels={list(self.labels)}, n_rows={self.n_rows})"
+        )
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        names, d = self.features + self.labels, len(self.features)
+        it = iter(self._batches())
+        try:
+            for batch in it:
+                present = set(batch.schema.names)
+                missing = [c for c in names if c not in present]
+                if missing:
+                    raise ValueError(f"{self.owner}: a batch lacks column(s) {missing}")
+                cols = [batch.column(c) for c in names]
+                x = np.empty((batch.num_rows, d), dtype=np.float64)
+                y = np.empty((batch.num_rows, len(names) - d), dtype=np.float64)
+                fill_columns(cols[:d], x)
+                fill_columns(cols[d:], y)
+                yield x, y
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()

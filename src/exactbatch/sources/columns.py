@@ -1,0 +1,107 @@
+"""The rows and named columns of a random-access source, for splitting it.
+
+:func:`source_size` is a source's row count; :func:`source_column` one of its
+columns by name, for ``groups="customer"`` in :func:`exactbatch.split`. Column
+names are those of an ``.ndf`` file's names sidecar, a sharded dataset's
+manifest (``features`` then ``labels``: :mod:`exactbatch.ndf.names`), any
+source with ``features``/``labels`` attributes, or a pandas or polars
+DataFrame's columns (of any dtype: a column of strings groups as well). An
+array or an ``(x, y)`` pair has no names. Reading a column of a file reads
+the file once, in blocks of up to 64 Ki rows (memory: one block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactbatch.sources.chunks import Stream
+from exactbatch.sources.kinds import open_source
+
+__all__ = ["MissingColumnError", "source_column", "source_size"]
+
+_BLOCK_ROWS = 1 << 16  # rows read at a time for a column
+
+
+class MissingColumnError(KeyError, ValueError):
+    """A column name the source lacks: a ``KeyError`` (a lookup by name) and a
+    ``ValueError`` (a wrong argument value) both, with a plain message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _is_frame(source) -> bool:
+    return (
+        hasattr(source, "columns") and hasattr(source, "__getitem__") and hasattr(source, "shape")
+    )
+
+
+def source_size(source) -> int:
+    """The rows of a random-access source (what ``DataLoader`` accepts as one); a
+    stream is a ``TypeError``: its rows have no ids to split."""
+    n = getattr(source, "n", None)
+    if isinstance(n, int) and hasattr(source, "d"):  # NdfFile, NdfDataset, Dataset
+        return n
+    if _is_frame(source) or isinstance(source, np.ndarray):
+        return int(source.shape[0]) if source.ndim else 0
+    if isinstance(source, tuple) and len(source) == 2 and hasattr(source[0], "shape"):
+        return int(source[0].shape[0])
+    reader = _reader(source)
+    try:
+        return int(reader.n)
+    finally:
+        reader.close()
+
+
+def _reader(source):
+    opened = open_source(source)
+    if isinstance(opened, Stream):
+        raise TypeError(
+            f"a {type(source).__name__} is a stream, read front to back: its rows have no "
+            "ids to split or select. Split a random-access source (an .ndf file or dataset, "
+            "arrays), or pass the row count n"
+        )
+    return opened
+
+
+def _names(source) -> list[str] | None:
+    """The source's column names, or None when it has none."""
+    if _is_frame(source):
+        return [str(c) for c in source.columns]
+    features, labels = getattr(source, "features", None), getattr(source, "labels", None)
+    if features is None and labels is None:
+        return None
+    return list(features or ()) + list(labels or ())
+
+
+def source_column(source, name: str) -> np.ndarray:
+    """The values of the column ``name`` of ``source``, one per row.
+
+    A source without column names (an array, a pair, a Dataset) is a
+    ``TypeError``; a name it lacks a ``KeyError`` naming it and the available
+    names.
+    """
+    names = _names(source)
+    if names is None:
+        raise TypeError(
+            f"groups={name!r} names a column, but a {type(source).__name__} source has no "
+            "column names: pass groups as an array of one group label per row"
+        )
+    if name not in names:
+        shown = names if len(names) <= 40 else names[:40] + ["..."]
+        raise MissingColumnError(f"groups={name!r}: no such column; the source has {shown}")
+    if _is_frame(source):
+        return np.asarray(source[name])
+    at = names.index(name)
+    reader = _reader(source)
+    try:
+        n, d, l = reader.n, reader.d, reader.l  # noqa: E741
+        out = np.empty(n, dtype=np.float64)
+        for a in range(0, n, _BLOCK_ROWS):
+            z = min(n, a + _BLOCK_ROWS)
+            x, y = np.empty((z - a, d)), np.empty((z - a, l))
+            reader.read(slice(a, z), x, y)
+            out[a:z] = x[:, at] if at < d else y[:, at - d]
+    finally:
+        reader.close()
+    return out

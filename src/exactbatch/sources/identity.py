@@ -1,0 +1,251 @@
+"""What data a loader reads: the ``fingerprint`` a state carries.
+
+A fingerprint is small plain data (JSON-safe): ``n``, ``d``, ``l``, the
+column ``names`` where the source has real ones (a names sidecar, a
+manifest, Parquet columns; None for arrays), the file or manifest identity,
+a ``sample`` hash and, with ``DataLoader(rows=)``, the subset (``rows``:
+its count and a hash of its ids, in order).
+
+* An ``.ndf`` file: its ``path``, ``size`` in bytes and ``mtime`` in ns, and
+  a ``sample``: a hash of up to 64 rows at fixed positions (spread evenly
+  over the file), read through the loader's own reader - 64 small reads,
+  never a full read.
+* A sharded dataset: its ``path``, ``parts`` (the part count) and
+  ``manifest``, a hash of the manifest's parts (names, with their write ids,
+  rows and bytes). No rows are read: a part opens only when a shard reads it.
+* In memory (an array, a pair, a Dataset, a DataFrame) or a
+  :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash; a
+  RowSource adds its column names and the ``path``, ``size`` and ``mtime``
+  of the local file it names (an Arrow IPC file), where it has them.
+* A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
+  adds ``path`` (the first file), ``parts`` (the file count) and ``files``
+  (a hash of each file's name and size, and of what its footer, read at
+  construction, says of its row groups: rows, and each column's min, max and
+  nulls); ``ndf_blocks`` its file's or manifest's identity. How a
+  stream is cut into chunks (``block_rows``) is a setting of the state, not
+  the data's identity.
+
+What :func:`differences` compares - what makes data "other" - is what
+describes the rows' content and order: n, d, l, names, the sample, the
+manifest's and the Parquet files' hashes, and the subset. The
+paths and mtimes are recorded to name the data in an error, and never
+compared: the same file copied to another path, to a node-local disk or
+restored from a backup (which moves its mtime) is the same data, and a state
+taken on it resumes there. The same rows held in memory and in an ``.ndf``
+file have the same sample, so a state moves between the two. What it cannot
+see: a file rewritten in place with the same shape that differs only away
+from the 64 sampled rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from exactbatch.ndf import NdfDataset, NdfFile
+from exactbatch.ndf.format import expected_size
+from exactbatch.ndf.names import DefaultNames
+from exactbatch.order.subset import subset_digest
+from exactbatch.urls import is_url
+
+__all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
+__all__ += ["source_facts", "stream_identity"]
+
+SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
+MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
+COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "rows")
+
+
+def _hash(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+def sample_positions(n: int) -> np.ndarray:
+    """Up to :data:`SAMPLE_ROWS` row positions spread evenly over ``n`` rows (all of
+    them for n <= 64): fixed by n alone."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).round().astype(np.int64))
+
+
+def _rows_hash(pos: np.ndarray, x: np.ndarray, y: np.ndarray) -> str:
+    """The sample's hash: positions and float64 values (one NaN for every NaN)."""
+    x, y = (np.where(np.isnan(a), np.nan, a).astype("<f8") for a in (x, y))
+    return _hash(pos.astype("<i8").tobytes(), x.tobytes(), y.tobytes())
+
+
+def _sample(read, n: int, d: int, l: int) -> str:  # noqa: E741
+    """The hash of the fixed sample of rows, read by ``read(rows, out_x, out_y)``."""
+    pos = sample_positions(n)
+    x = np.empty((len(pos), d), dtype=np.float64)
+    y = np.empty((len(pos), l), dtype=np.float64)
+    if len(pos):
+        read(pos, x, y)
+    return _rows_hash(pos, x, y)
+
+
+def _names(features, labels):
+    """The column names to record: None for default names (x0.., y0..), a hash past
+    :data:`MAX_NAMES` names."""
+    if features is None or isinstance(features, DefaultNames):
+        if labels is None or isinstance(labels, DefaultNames):
+            return None
+    names = {"features": list(features or ()), "labels": list(labels or ())}
+    if len(names["features"]) + len(names["labels"]) > MAX_NAMES:
+        return "blake2b:" + _hash(json.dumps(names).encode())
+    return names
+
+
+def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
+    """An ``.ndf`` file's or dataset's identity; ``read``: how to read the file's
+    sample (None: :meth:`NdfFile.read_rows_into`)."""
+    out: dict = {"names": _names(f.features, f.labels)}
+    if isinstance(f, NdfDataset):
+        parts = [[p.name, p.n, p.nbytes] for p in f.manifest.parts]
+        digest = _hash(json.dumps([parts, f.d, f.l]).encode())
+        out.update(kind="ndf dataset", path=os.fspath(f.path), parts=len(parts), manifest=digest)
+        return out
+    path = os.fspath(f.path)
+    size, mtime = expected_size(f.n, f.d, f.l), None
+    if not is_url(path):
+        try:  # (a relative path after a chdir, a file removed while open: the header's)
+            st = os.stat(path)
+            size, mtime = st.st_size, st.st_mtime_ns
+        except OSError:
+            pass
+    out.update(kind="ndf", path=path, size=size, mtime=mtime)
+    out["sample"] = _sample(read or f.read_rows_into, f.n, f.d, f.l)
+    return out
+
+
+def source_facts(source) -> dict:
+    """What a :class:`~exactbatch.sources.protocols.RowSource` says of itself beyond its
+    reader: its type, column ``names`` and the local file at its ``path`` (size, mtime),
+    from plain attributes (no read); nothing for other sources (their readers say it)."""
+    if source is None or not callable(getattr(source, "open_reader", None)):
+        return {}
+    out: dict = {"kind": type(source).__name__}
+    names = _names(getattr(source, "features", None), getattr(source, "labels", None))
+    if names is not None:
+        out["names"] = names
+    path = getattr(source, "path", None)
+    if isinstance(path, (str, os.PathLike)) and not is_url(os.fspath(path)):
+        try:
+            st = os.stat(path)
+            out.update(path=os.fspath(path), size=st.st_size, mtime=st.st_mtime_ns)
+        except OSError:
+            pass
+    return out
+
+
+def reader_fingerprint(reader, ids=None, read=None, about=None) -> dict:
+    """The fingerprint of a random-access reader's source (module docs); ``ids``: the
+    subset a loader serves (``rows=``), or None; ``read``: how to read the sample (the
+    reader's own read, as the loader opened it), None once the reader is closed: then
+    only the sizes and the subset are recorded (what a closed loader still knows);
+    ``about``: :func:`source_facts` of a RowSource."""
+    fp: dict = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
+    f = getattr(reader, "file", None)
+    if read is None:
+        pass
+    elif isinstance(f, (NdfFile, NdfDataset)):
+        fp.update(_ndf_identity(f, read))
+    else:
+        fp["kind"] = "memory" if hasattr(reader, "x") else type(reader).__name__
+        fp["names"] = _names(getattr(reader, "features", None), getattr(reader, "labels", None))
+        fp.update(about or {})
+        fp["sample"] = _sample(read, reader.n, reader.d, reader.l)
+    fp["rows"] = None if ids is None else {"count": len(ids), "digest": subset_digest(ids)}
+    return fp
+
+
+def stream_identity(source) -> dict:
+    """What identifies a stream's ``source`` beyond its sizes: Parquet's files,
+    ``ndf_blocks``' file or manifest (its sample: 64 rows read), else nothing but its
+    kind."""
+    fp: dict = {"kind": "stream", "names": None, "rows": None}
+    f = getattr(source, "file", None)
+    files = getattr(source, "files", None)
+    if isinstance(f, (NdfFile, NdfDataset)):  # ndf_blocks
+        fp.update(_ndf_identity(f))
+    elif isinstance(files, (list, tuple)):  # Parquet: each file's name and size
+        fp["kind"] = "parquet"
+        fp["names"] = _names(getattr(source, "features", ()), getattr(source, "labels", ()))
+        listed = [[os.path.basename(str(p)), _size(p)] for p in files]
+        fp["path"] = str(files[0]) if files else None  # the first file
+        fp["parts"] = len(files)
+        footers = getattr(source, "footers", None) or []
+        fp["files"] = _hash(json.dumps([listed, _footer_stats(footers)]).encode())
+    return fp
+
+
+def _footer_stats(footers) -> list:
+    """What Parquet footers say of their rows, already read: each row group's rows and
+    each column chunk's statistics (min, max, nulls), as text. Two files of the same
+    shape and size but other values differ here."""
+    out = []
+    for md in footers:
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            cols = []
+            for c in range(rg.num_columns):
+                st = rg.column(c).statistics
+                has = st is not None and st.has_min_max
+                cols.append([repr(st.min), repr(st.max)] if has else None)
+                cols.append(None if st is None else st.null_count)
+            out.append([rg.num_rows, cols])
+    return out
+
+
+def _size(path) -> int | None:
+    """A local file's size (None for a URL, or a file gone: its name and the rows say
+    enough)."""
+    if is_url(str(path)):
+        return None
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def differences(theirs: dict, mine: dict) -> list[str]:
+    """The keys of :data:`COMPARED` on which two fingerprints differ. A key either
+    lacks (or holds None: not known, a stream not read yet) is not compared, but for
+    ``rows``: a subset and the whole source differ."""
+    out = []
+    for key in COMPARED:
+        a, b = theirs.get(key), mine.get(key)
+        if key != "rows" and (a is None or b is None):
+            continue
+        if a != b:
+            out.append(key)
+    return out
+
+
+def describe(fp: dict) -> str:
+    """A fingerprint in one line, for an error message."""
+    path = fp.get("path")
+    bits = [f"{fp.get('kind')}" + (f" {path}" if path else "")]
+    bits.append(f"n={fp.get('n')}, d={fp.get('d')}, l={fp.get('l')}")
+    for key in ("size", "mtime", "parts"):
+        if fp.get(key) is not None:
+            bits.append(f"{key}={fp[key]}")
+    for key in COMPARED[3:]:
+        value = fp.get(key)
+        if value is not None:
+            bits.append(f"{key}={_short(value)}")
+    return ", ".join(bits)
+
+
+def _short(value) -> str:
+    if isinstance(value, str):
+        return value[:12]
+    if isinstance(value, dict) and "digest" in value:
+        return f"{value.get('count')} ids {value['digest'][:12]}"
+    return f"{json.dumps(value)[:80]}"

@@ -1,0 +1,48 @@
+"""``exactbatch certify STATE...``: the run certificate of saved loader states.
+
+Each file is a JSON document holding one state (``DataLoader.state_dict()``),
+a list of states, or an object with the state under ``"loader"`` (a
+training checkpoint's usual key); every state of every file is merged, as
+:func:`exactbatch.certify` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from exactbatch.certificate import Certificate, certify
+from exactbatch.tools.common import CliError
+
+__all__ = ["certify_files", "public"]
+
+
+def _states(path: str) -> list[dict]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise CliError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("loader"), dict):
+        doc = doc["loader"]
+    states = doc if isinstance(doc, list) else [doc]
+    if not states or not all(isinstance(s, dict) and "version" in s for s in states):
+        raise CliError(
+            f"{path}: expected a DataLoader state (a JSON object from state_dict()), a list "
+            'of them, or an object holding one under "loader"'
+        )
+    return states
+
+
+def certify_files(paths: list[str]) -> Certificate:
+    """The certificate of every state in the files ``paths``."""
+    states = [s for path in paths for s in _states(path)]
+    try:
+        return certify(states)
+    except (TypeError, ValueError) as e:
+        raise CliError(f"{', '.join(paths)}: {e}") from None
+
+
+def public(cert: Certificate) -> dict:
+    """The certificate as JSON-safe data."""
+    return {"certified": bool(cert), "epochs": [asdict(e) for e in cert.epochs]}

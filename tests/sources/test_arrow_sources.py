@@ -1,0 +1,473 @@
+"""The Arrow-native sources: Arrow IPC files, pyarrow tables and readers, polars frames,
+Hugging Face datasets and DuckDB relations (exactbatch.sources.arrow_columns and one
+module per kind).
+
+Laws: every kind hands out exactly its rows' values (every column type read as
+float64, a null as NaN, a boolean as 0/1), through any record-batch layout; columns
+are chosen by name, and bad ones are a ValueError naming them; a one-pass reader is
+a TypeError naming the fix. The loader's laws over each kind: tests/test_law_matrix.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import exactbatch
+from exactbatch import DataLoader
+from exactbatch.sources.arrow_columns import ArrowColumnsReader
+
+pa = pytest.importorskip("pyarrow")
+
+
+def table(n: int = 23, chunks=(5, 0, 9, 9)) -> pa.Table:
+    """x0 = the row id (float64), x1 int32, x2 bool, s a string, y float64; record
+    batches of ``chunks`` rows."""
+    ids = np.arange(n, dtype=np.float64)
+    t = pa.table(
+        {
+            "x0": ids,
+            "x1": (ids * 2).astype(np.int32),
+            "x2": ids % 3 == 0,
+            "s": [f"r{i}" for i in range(n)],
+            "y": -ids - 0.5,
+        }
+    )
+    bounds = np.cumsum([0, *chunks])
+    batches = [b for a, z in itertools.pairwise(bounds) for b in t.slice(a, z - a).to_batches()]
+    return pa.Table.from_batches(batches or t.to_batches(), t.schema)
+
+
+def want(rows) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.asarray(rows, dtype=np.float64)
+    return np.stack([ids, ids * 2, (ids % 3 == 0)], 1), (-ids - 0.5).reshape(-1, 1)
+
+
+FEATURES = {"features": ["x0", "x1", "x2"], "labels": "y"}
+
+
+def all_rows(source, **kw):
+    """Every row of one unshuffled epoch, as (x, y)."""
+    batches = list(DataLoader(source, 4, shuffle=False, **kw))
+    return np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
+
+
+def write_file(path, t, **options):
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, t.schema, **options) as w:
+        for batch in t.to_batches():
+            w.write_batch(batch)
+    return path
+
+
+# -- every kind reads its rows exactly --------------------------------------------------------
+
+
+def sources(tmp_path):
+    """(name, source) of every kind over ``table()``, features x0..x2 and label y."""
+    t = table()
+    out = [
+        ("arrow_file", exactbatch.arrow_file(write_file(tmp_path / "t.arrow", t), **FEATURES)),
+        ("arrow_table", exactbatch.arrow_source(t, **FEATURES)),
+        (
+            "arrow_stream",
+            exactbatch.arrow_source(
+                lambda: pa.RecordBatchReader.from_batches(t.schema, t.to_batches()), **FEATURES
+            ),
+        ),
+    ]
+    try:
+        import polars as pl
+
+        frame = pl.from_arrow(t, rechunk=False)
+        out.append(("polars", exactbatch.polars_source(frame, **FEATURES)))
+        out.append(("lazyframe", exactbatch.polars_source(frame.lazy(), batch_rows=4, **FEATURES)))
+    except ImportError:
+        pass
+    try:
+        import datasets
+
+        out.append(("hf", exactbatch.hf_source(datasets.Dataset(t), **FEATURES)))
+    except ImportError:
+        pass
+    try:
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("t", t)
+        con.execute("CREATE TABLE rows AS SELECT * FROM t ORDER BY x0")
+        out.append(
+            ("duckdb", exactbatch.duckdb_source(con.table("rows"), batch_rows=5, **FEATURES))
+        )
+    except ImportError:
+        pass
+    return out
+
+
+def test_every_kind_hands_out_every_row_with_its_values_in_order(tmp_path):
+    made = sources(tmp_path)
+    assert {"arrow_file", "arrow_table", "arrow_stream"} <= {name for name, _ in made}
+    for name, source in made:
+        x, y = all_rows(source, total_size=23)
+        wx, wy = want(range(23))
+        np.testing.assert_array_equal(x, wx, err_msg=name)
+        np.testing.assert_array_equal(y, wy, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_kind_shuffled_is_a_permutation_of_exact_rows(tmp_path, dtype):
+    for name, source in sources(tmp_path):
+        loader = DataLoader(source, 5, seed=3, buffer_size=8, dtype=dtype, total_size=23)
+        got = list(loader)
+        x = np.concatenate([b[0] for b in got])
+        y = np.concatenate([b[1] for b in got])
+        assert x.dtype == dtype, name
+        order = x[:, 0].astype(int)
+        assert sorted(order) == list(range(23)), name
+        wx, wy = want(order)
+        np.testing.assert_array_equal(x, wx.astype(dtype), err_msg=name)
+        np.testing.assert_array_equal(y, wy.astype(dtype), err_msg=name)
+
+
+# -- the reader over any layout ---------------------------------------------------------------
+
+TYPES = [pa.int8(), pa.uint16(), pa.int32(), pa.int64(), pa.float16(), pa.float32(), pa.float64()]
+
+
+@st.composite
+def columns(draw):
+    n = draw(st.integers(0, 40))
+    cols = []
+    for _ in range(draw(st.integers(1, 4))):
+        typ = draw(st.sampled_from([*TYPES, pa.bool_()]))
+        values = draw(st.lists(st.one_of(st.none(), st.integers(0, 100)), min_size=n, max_size=n))
+        if typ == pa.bool_():
+            values = [None if v is None else bool(v % 2) for v in values]
+        arr = pa.array(values, type=typ)
+        cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
+        bounds = [0, *cuts, n]
+        cols.append(
+            pa.chunked_array([arr.slice(a, z - a) for a, z in itertools.pairwise(bounds)], typ)
+        )
+    return cols
+
+
+def reference(cols) -> np.ndarray:
+    """Each column as float64 through pyarrow's own conversion, nulls as NaN."""
+    out = [np.asarray(c.cast(pa.float64()).to_pylist(), dtype=object).astype(float) for c in cols]
+    return np.stack(out, 1) if out else np.empty((0, 0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(cols=columns(), data=st.data())
+def test_reader_reads_any_rows_of_any_layout_as_pyarrow_converts_them(cols, data):
+    """Conservation: read(rows) == the columns' float64 values at rows, for any rows (a
+    slice or an int array, repeats allowed) of any chunk layout, nulls NaN."""
+    n = len(cols[0])
+    d = data.draw(st.integers(0, len(cols)))
+    reader = ArrowColumnsReader(cols, d)
+    assert (reader.n, reader.d, reader.l) == (n, d, len(cols) - d)
+    ref = reference(cols).reshape(n, len(cols))
+    if data.draw(st.booleans()) or n == 0:
+        a = data.draw(st.integers(0, n))
+        rows = slice(a, data.draw(st.integers(a, n)))
+        picked = ref[rows]
+    else:
+        rows = np.asarray(data.draw(st.lists(st.integers(0, n - 1), max_size=30)), np.int64)
+        picked = ref[rows]
+    out_x, out_y = np.empty((len(picked), d)), np.empty((len(picked), len(cols) - d))
+    reader.read(rows, out_x, out_y)
+    np.testing.assert_array_equal(np.concatenate([out_x, out_y], 1), picked)
+
+
+def test_a_closed_reader_refuses_to_read():
+    reader = ArrowColumnsReader([pa.chunked_array([[1.0, 2.0]])], 1)
+    reader.close()
+    reader.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        reader.read(slice(0, 1), np.empty((1, 1)), np.empty((1, 0)))
+
+
+def test_nulls_are_nan_and_booleans_zero_or_one():
+    t = pa.table({"a": pa.array([1, None, 3], pa.int64()), "b": [True, None, False]})
+    x, y = all_rows(exactbatch.arrow_source(t))
+    np.testing.assert_array_equal(x, [[1, 1], [np.nan, np.nan], [3, 0]])
+    assert y.shape == (3, 0)
+
+
+# -- columns: chosen by name, bad ones named -------------------------------------------------
+
+
+def every_kind_over(t, tmp_path):
+    """Builders of every kind over the table ``t``: kind -> f(**columns)."""
+    out = {
+        "arrow_file": lambda **kw: exactbatch.arrow_file(write_file(tmp_path / "b.arrow", t), **kw),
+        "arrow_table": lambda **kw: exactbatch.arrow_source(t, **kw),
+        "arrow_stream": lambda **kw: exactbatch.arrow_source(
+            lambda: pa.RecordBatchReader.from_batches(t.schema, t.to_batches()), **kw
+        ),
+    }
+    try:
+        import polars as pl
+
+        out["polars"] = lambda **kw: exactbatch.polars_source(pl.from_arrow(t), **kw)
+        out["lazyframe"] = lambda **kw: exactbatch.polars_source(pl.from_arrow(t).lazy(), **kw)
+    except ImportError:
+        pass
+    try:
+        import datasets
+
+        out["hf"] = lambda **kw: exactbatch.hf_source(datasets.Dataset(t), **kw)
+    except ImportError:
+        pass
+    try:
+        import duckdb
+
+        def duck(**kw):
+            con = duckdb.connect()
+            con.register("t", t)
+            con.execute("CREATE TABLE rows AS SELECT * FROM t")
+            return exactbatch.duckdb_source(con.table("rows"), **kw)
+
+        out["duckdb"] = duck
+    except ImportError:
+        pass
+    return out
+
+
+KINDS = ["arrow_file", "arrow_table", "arrow_stream", "polars", "lazyframe", "hf", "duckdb"]
+
+
+def make(kind, tmp_path, t=None):
+    builders = every_kind_over(table() if t is None else t, tmp_path)
+    if kind not in builders:
+        pytest.skip(f"{kind} needs a package that is not installed")
+    return builders[kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_column_is_a_value_error_naming_it(kind, tmp_path):
+    build = make(kind, tmp_path)
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['nope'\]"):
+        build(features=["x0", "nope"], labels="y")
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['lab'\]"):
+        build(features=["x0"], labels="lab")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_string_column_named_is_a_value_error_naming_it(kind, tmp_path):
+    build = make(kind, tmp_path)
+    with pytest.raises(ValueError, match=r"non-numeric column\(s\) \['s \((large_)?string\)'\]"):
+        build(features=["x0", "s"], labels="y")
+    with pytest.raises(ValueError, match=r"non-numeric column\(s\) \['s "):
+        build(features=["x0"], labels="s")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unnamed_features_are_the_numeric_columns_the_rest_left_out_with_a_warning(kind, tmp_path):
+    build = make(kind, tmp_path)
+    with pytest.warns(UserWarning, match=r"non-numeric column\(s\) \['s .*left out"):
+        source = build(labels="y")
+    assert source.features == ("x0", "x1", "x2") and source.labels == ("y",)
+    x, y = all_rows(source, total_size=23)
+    np.testing.assert_array_equal(x, want(range(23))[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no column left out: no warning
+        build(features=["x1"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_column_named_twice_or_in_both_is_a_value_error(kind, tmp_path):
+    build = make(kind, tmp_path)
+    with pytest.raises(ValueError, match="more than once"):
+        build(features=["x0", "x0"])
+    with pytest.raises(ValueError, match="label leakage"):
+        build(features=["x0", "y"], labels="y")
+    with pytest.raises(TypeError, match="features must be column names"):
+        build(features=[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_empty_table_gives_empty_epochs(kind, tmp_path):
+    """No rows: the loader hands out no batch (as for an empty array); N is 0."""
+    build = make(kind, tmp_path, table(0, chunks=()))
+    loader = DataLoader(build(**FEATURES), 4, total_size=0)
+    assert list(loader) == [] and list(loader) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_table_without_a_numeric_column_is_a_value_error(kind, tmp_path):
+    build = make(kind, tmp_path, pa.table({"s": ["a", "b"]}))
+    with pytest.raises(ValueError, match="no numeric column"), pytest.warns(UserWarning):
+        build()
+
+
+# -- each kind's own ways ----------------------------------------------------------------------
+
+
+def test_an_arrow_file_is_mapped_and_pickles_by_its_path(tmp_path):
+    path = write_file(tmp_path / "t.arrow", table())
+    source = exactbatch.arrow_file(path, **FEATURES)
+    assert not source.compressed and source.batches == 3  # the empty batch is not written
+    again = pickle.loads(pickle.dumps(source))
+    assert (again.path, again.features, again.labels) == (str(path), source.features, ("y",))
+    np.testing.assert_array_equal(all_rows(again)[0], want(range(23))[0])
+
+
+def test_a_compressed_arrow_file_is_read_and_says_so(tmp_path):
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    path = write_file(tmp_path / "z.arrow", table(), options=options)
+    source = exactbatch.arrow_file(path, **FEATURES)
+    assert source.compressed
+    np.testing.assert_array_equal(all_rows(source)[1], want(range(23))[1])
+
+
+def test_arrow_file_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        exactbatch.arrow_file(tmp_path / "none.arrow")
+    bad = tmp_path / "bad.arrow"
+    bad.write_bytes(b"not arrow at all")
+    with pytest.raises(ValueError, match="bad.arrow: not an Arrow IPC file"):
+        exactbatch.arrow_file(bad)
+    stream = tmp_path / "s.arrows"
+    t = table()
+    with pa.OSFile(str(stream), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+        w.write_table(t)
+    with pytest.raises(ValueError, match="open_stream"):
+        exactbatch.arrow_file(stream)
+
+
+def test_a_bare_record_batch_reader_is_a_type_error_naming_the_fix():
+    t = table()
+    for give in (
+        lambda r: DataLoader(r, 4),
+        lambda r: exactbatch.arrow_source(r),
+    ):
+        reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+        with pytest.raises(TypeError, match="read only once.*zero-argument function"):
+            give(reader)
+    with pytest.raises(TypeError, match="data must be a pyarrow Table"):
+        exactbatch.arrow_source(42)
+    with pytest.raises(TypeError, match="must return a RecordBatchReader"):
+        exactbatch.arrow_source(lambda: 42)
+
+
+def test_a_reader_factory_may_return_an_iterable_of_batches_or_a_table():
+    t = table()
+    for factory in (lambda: iter(t.to_batches()), lambda: t):
+        x, _ = all_rows(exactbatch.arrow_source(factory, **FEATURES), total_size=23)
+        np.testing.assert_array_equal(x, want(range(23))[0])
+
+
+def test_bare_arrow_objects_are_sources_of_their_numeric_columns(tmp_path):
+    """A pyarrow Table, an HF Dataset, a LazyFrame, a DuckDB relation passed as they are:
+    every numeric column a feature, no labels (a string column left out, with a note)."""
+    t = table()
+    given = [t]
+    if (pl := _maybe("polars")) is not None:
+        given.append(pl.from_arrow(t).lazy())
+    if (datasets := _maybe("datasets")) is not None:
+        given.append(datasets.Dataset(t))
+    if (duckdb := _maybe("duckdb")) is not None:
+        con = duckdb.connect()
+        con.register("t", t)
+        given.append(con.sql("SELECT * FROM t ORDER BY x0"))
+    for obj in given:
+        with pytest.warns(UserWarning, match="left out"):
+            loader = DataLoader(obj, 4, shuffle=False, total_size=23)
+        x = np.concatenate([xb for xb, _ in loader])
+        wx, wy = want(range(23))
+        np.testing.assert_array_equal(x, np.concatenate([wx, wy], 1), err_msg=type(obj).__name__)
+
+
+def _maybe(name):
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def test_a_polars_data_frame_bare_stays_an_array_like():
+    """One way per kind: a bare DataFrame is read as np.asarray of it (exactbatch.arrays),
+    non-numeric columns refused; polars_source names columns and reads via Arrow."""
+    pl = pytest.importorskip("polars")
+    frame = pl.from_arrow(table())
+    with pytest.raises(TypeError, match="non-numeric column"):
+        DataLoader(frame, 4)
+    with pytest.raises(ValueError, match="n_rows applies to a LazyFrame"):
+        exactbatch.polars_source(frame, n_rows=3)
+    with pytest.raises(TypeError, match="frame must be a polars DataFrame or LazyFrame"):
+        exactbatch.polars_source(table())
+    with pytest.raises(ValueError, match="batch_rows must be >= 1"):
+        exactbatch.polars_source(frame.lazy(), batch_rows=0)
+
+
+def test_a_lazy_frame_runs_its_query_again_each_pass():
+    pl = pytest.importorskip("polars")
+    runs = []
+
+    def count(s):
+        runs.append(1)
+        return s
+
+    lf = pl.from_arrow(table()).lazy().with_columns(pl.col("x0").map_batches(count))
+    loader = DataLoader(exactbatch.polars_source(lf, **FEATURES, n_rows=23), 5, seed=1)
+    assert loader.total_size == 23
+    first, second = list(loader), list(loader)
+    assert len(runs) >= 2 and len(first) == len(second) == 5
+
+
+def test_an_hf_dataset_reads_through_its_index_mapping():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset(table()).shuffle(seed=4).select(range(3, 13))
+    x, y = all_rows(exactbatch.hf_source(ds, features="x0", labels="y"))
+    np.testing.assert_array_equal(x[:, 0], ds["x0"][:])
+    np.testing.assert_array_equal(y[:, 0], ds["y"][:])
+    with pytest.raises(TypeError, match=r"pass one split, e.g. hf_source\(ds\['train'\]\)"):
+        exactbatch.hf_source(datasets.DatasetDict({"train": ds}))
+    with pytest.raises(TypeError, match="must be a datasets.Dataset"):
+        exactbatch.hf_source(table())
+
+
+def test_an_hf_dataset_saved_to_disk_is_read_from_its_mapped_cache_files(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    x, y = all_rows(exactbatch.hf_source(ds.select(range(22, -1, -1)), **FEATURES))
+    wx, wy = want(range(22, -1, -1))
+    np.testing.assert_array_equal(x, wx)
+    np.testing.assert_array_equal(y, wy)
+
+
+def test_an_hf_class_label_column_is_an_integer_label():
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {"f": datasets.Value("float32"), "c": datasets.ClassLabel(names=["a", "b", "c"])}
+    )
+    ds = datasets.Dataset.from_dict({"f": [0.5, 1.5, 2.5], "c": [2, 0, 1]}, features=features)
+    x, y = all_rows(exactbatch.hf_source(ds, labels="c"))
+    np.testing.assert_array_equal(y[:, 0], [2, 0, 1])
+    np.testing.assert_array_equal(x[:, 0], [0.5, 1.5, 2.5])
+
+
+def test_a_duckdb_table_is_counted_a_query_is_not():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range::DOUBLE AS a, range % 2 AS b FROM range(30)")
+    assert exactbatch.duckdb_source(con.table("t")).n_rows == 30
+    query = con.sql("SELECT * FROM t WHERE a < 20 ORDER BY a")
+    assert exactbatch.duckdb_source(query).n_rows is None
+    assert exactbatch.duckdb_source(query, n_rows=20).n_rows == 20
+    with pytest.warns(UserWarning, match="counted its rows with one full pass"):
+        loader = DataLoader(exactbatch.duckdb_source(query, labels="b"), 6)
+    assert loader.total_size == 20
+    with pytest.raises(TypeError, match="relation must be a DuckDB relation"):
+        exactbatch.duckdb_source(table())
+    dec = con.sql("SELECT 1.5 AS p")  # DECIMAL: not a float
+    with pytest.raises(ValueError, match=r"non-numeric column\(s\) \['p \(decimal"):
+        exactbatch.duckdb_source(dec, features="p")

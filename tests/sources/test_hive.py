@@ -1,0 +1,243 @@
+"""Hive-partitioned Parquet folders and categorical columns in parquet_source (issue 30,
+items 5 and 7).
+
+Laws: the partition keys of ``year=2024/region=eu/part.parquet`` are columns (after the
+files' own), numeric when their values are integers, else usable only as categories;
+N still comes from the footers and chunks are still the row groups, so shuffles,
+shards and the epoch law hold as for any folder. A categorical column's code ``j`` is
+the ``j``-th value of its sorted vocabulary, learned in a first pass or given; a value
+outside a given vocabulary is refused at the read that meets it. Column ``x0`` is the
+row id (helpers.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+
+import numpy as np
+import pytest
+from helpers import check_rows, write_parquet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from laws import check_epoch
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from exactbatch import DataLoader, parquet_source  # noqa: E402
+
+# relative path -> row group sizes; rows numbered in sorted path order
+HIVE = {
+    "year=2024/region=eu/part-0.parquet": [6, 4],
+    "year=2024/region=us/part-0.parquet": [5],
+    "year=2025/region=eu%2Fwest/part-0.parquet": [3, 3],  # URL-encoded: "eu/west"
+    "year=2025/region=us/part-0.parquet": [7],
+}
+N = 28
+REGIONS = ["eu", "eu/west", "us"]  # sorted: the codes 0, 1, 2
+FEATS = ["x0", "x1", "x2"]
+
+
+def _keys(rel: str) -> tuple[int, str]:
+    year, region = rel.split("/")[:2]
+    return int(year.split("=")[1]), region.split("=")[1].replace("%2F", "/")
+
+
+@pytest.fixture(scope="module")
+def hive(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hive")
+    first, want = 0, {}
+    for rel, groups in HIVE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(root / rel, groups, first)
+        for i in range(first, first + sum(groups)):
+            want[i] = _keys(rel)
+        first += sum(groups)
+    return root, want
+
+
+def _check_keys(xb, want, year_col=3, region_col=4):
+    for row in xb:
+        year, region = want[int(row[0])]
+        assert row[year_col] == year and REGIONS[int(row[region_col])] == region
+
+
+def test_partition_keys_are_columns(hive):
+    """year (integers) is numeric, region (strings) a category; both follow the files'
+    columns; n_rows and the chunks come from the footers."""
+    root, want = hive
+    src = parquet_source(root, labels="y0", categorical=["region"])
+    assert src.features == (*FEATS, "year", "region") and src.labels == ("y0",)
+    assert src.n_rows == N and list(src.chunk_rows) == [6, 4, 5, 3, 3, 7]
+    assert src.categories == {"region": REGIONS}
+    for xb, yb in DataLoader(src, 8, shuffle=False):
+        check_rows(xb[:, :3], yb, 3, 1)
+        _check_keys(xb, want)
+
+
+def test_a_string_key_must_be_coded_or_left_out(hive):
+    """A string key among the features is refused, naming it and categorical=; naming the
+    features leaves it out; a key may be a label, or categorical though numeric."""
+    root, want = hive
+    with pytest.raises(ValueError, match=r"'region'.*categorical=\['region'\]"):
+        parquet_source(root, labels="y0")
+    assert parquet_source(root, features=[*FEATS, "year"], labels="y0").d == 4
+    src = parquet_source(root, features=FEATS, labels=["year"], categorical=["year"])
+    assert src.categories == {"year": [2024, 2025]}
+    x, y = src.read_chunk(0)
+    assert np.all(y[:, 0] == 0)  # 2024 is code 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    shards=st.integers(1, 3),
+    shuffle=st.booleans(),
+    b=st.integers(1, 9),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_shards_and_shuffles_keep_the_epoch_law(hive, shards, shuffle, b, drop_last, seed):
+    """Every row once across shards, each with its own partition keys."""
+    root, want = hive
+    src = parquet_source(root, labels="y0", categorical=["region"])
+    per_shard = []
+    for s in range(shards):
+        loader = DataLoader(
+            src,
+            b,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            num_shards=shards,
+            shard_index=s,
+            buffer_size=6,
+            total_size="auto",
+        )
+        got = []
+        for xb, _ in loader:
+            _check_keys(xb, want)
+            got.append([int(i) for i in xb[:, 0]])
+        per_shard.append(got)
+    check_epoch(per_shard, n=N, batch_size=b, drop_last=drop_last, shuffle=shuffle)
+
+
+def test_a_folder_without_keys_is_read_as_before(tmp_path):
+    write_parquet(tmp_path / "a.parquet", [3])
+    assert parquet_source(tmp_path, labels="y0").features == tuple(FEATS)
+
+
+# -- categorical columns of the files ---------------------------------------------------------
+
+
+def _table(cities, stores=None, path=None):
+    cols = {"x0": np.arange(len(cities), dtype=float), "city": pa.array(cities, pa.string())}
+    if stores is not None:
+        cols["store"] = pa.array(stores, pa.int64())
+    t = pa.table(cols)
+    if path is not None:
+        pq.write_table(t, path, row_group_size=2)
+    return t
+
+
+def test_codes_follow_the_sorted_vocabulary_whatever_the_file_order(tmp_path):
+    """Learned over every file, sorted: the same codes from either order of files; nulls
+    are NaN, never a code; an integer column may be categorical (sorted by value)."""
+    _table(["b", None, "c"], [30, 4, 30], tmp_path / "1.parquet")
+    _table(["a", "b"], [100, 4], tmp_path / "2.parquet")
+    for files in (["1", "2"], ["2", "1"]):
+        src = parquet_source(
+            [tmp_path / f"{f}.parquet" for f in files], categorical=["city", "store"]
+        )
+        assert src.categories == {"city": ["a", "b", "c"], "store": [4, 30, 100]}
+    x = np.concatenate([src.read_chunk(i)[0] for i in range(len(src))])
+    assert np.array_equal(x[:, 1], [0, 1, 1, np.nan, 2], equal_nan=True)
+    assert np.array_equal(x[:, 2], [2, 0, 1, 0, 1])
+
+
+def test_a_given_vocabulary_codes_in_its_order_and_refuses_other_values(tmp_path):
+    """categorical={col: values}: code j is values[j]; a value outside it is a ValueError
+    naming the column, the value and its row, at the read that meets it."""
+    _table(["b", "a", "z"], path=tmp_path / "t.parquet")
+    src = parquet_source(tmp_path / "t.parquet", categorical={"city": ["b", "a"]})
+    assert src.categories == {"city": ["b", "a"]}
+    assert np.array_equal(src.read_chunk(0)[0][:, 1], [0, 1])
+    with pytest.raises(ValueError, match=r"'city' holds 'z' \(row 2\).*not in its vocabulary"):
+        src.read_chunk(1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "error", "says"),
+    [
+        ({"features": ["x0", "nope"]}, ValueError, r"missing column\(s\) \['nope'\].*found"),
+        ({"features": ["x0"], "categorical": ["city"]}, ValueError, "neither features nor"),
+        ({"categorical": ["city", "city"]}, ValueError, "more than once"),
+        ({"categorical": {"city": ["a", "a"]}}, ValueError, "more than once"),
+        ({"categorical": 3}, TypeError, "categorical must be"),
+        ({}, ValueError, r"non-numeric column\(s\) \['city \(string\)'\].*categorical="),
+        ({"categorical": ["city", "day"]}, TypeError, r"day \(date32"),
+    ],
+    ids=["missing", "not-chosen", "twice", "repeated-value", "type", "string-not-coded", "date"],
+)
+def test_bad_columns_are_refused(tmp_path, kw, error, says):
+    t = _table(["a", "b"]).append_column("day", pa.array([1, 2], pa.date32()))
+    pq.write_table(t, tmp_path / "t.parquet")
+    if "features" not in kw:
+        kw = {"features": ["x0", "city", *(["day"] if "day" in str(kw) else [])], **kw}
+    with pytest.raises(error, match=says):
+        parquet_source(tmp_path / "t.parquet", **kw)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["x", "y", "é", "", "10", "9"])), min_size=1))
+def test_codes_decode_to_the_values(tmp_path_factory, values):
+    """Conservation: decoding every code through the vocabulary gives back the column
+    (NaN where it was null), and the vocabulary is the sorted distinct values."""
+    path = tmp_path_factory.mktemp("c") / "t.parquet"
+    _table(values, path=path)
+    src = parquet_source(path, categorical=["city"])
+    vocab = src.categories["city"]
+    assert vocab == sorted({v for v in values if v is not None})
+    x = np.concatenate([src.read_chunk(i)[0] for i in range(len(src))])
+    back = [None if np.isnan(c) else vocab[int(c)] for c in x[:, 1]]
+    assert back == values
+
+
+# -- pickling by path ------------------------------------------------------------------------
+
+
+def _chunks(src):
+    return [src.read_chunk(i) for i in range(len(src))]
+
+
+def test_a_source_goes_to_a_spawned_process(hive):
+    """Pickled by its files (keys and vocabularies travel): a spawned process reads the
+    same chunks."""
+    root, _ = hive
+    src = parquet_source(root, labels="y0", categorical=["region"])
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        (got,) = pool.map(_chunks, [src])
+    for (x, y), (gx, gy) in zip(_chunks(src), got, strict=True):
+        assert np.array_equal(x, gx) and np.array_equal(y, gy)
+
+
+def test_a_file_changed_since_pickling_is_refused(tmp_path):
+    write_parquet(tmp_path / "a.parquet", [3])
+    raw = pickle.dumps(parquet_source(tmp_path, labels="y0"))
+    st_ = os.stat(tmp_path / "a.parquet")
+    os.utime(tmp_path / "a.parquet", ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(ValueError, match="changed between pickling and unpickling"):
+        pickle.loads(raw)
+
+
+def test_a_key_the_files_also_hold_is_read_from_the_files(tmp_path):
+    """Some writers keep the partition column in the files too: the files' values win,
+    and the column is not doubled."""
+    for year in (2024, 2025):
+        (tmp_path / f"year={year}").mkdir()
+        t = pa.table({"x0": [1.0, 2.0], "year": [year * 10, year * 10]})
+        pq.write_table(t, tmp_path / f"year={year}" / "p.parquet")
+    src = parquet_source(tmp_path)
+    assert src.features == ("x0", "year")
+    assert src.read_chunk(1)[0][:, 1].tolist() == [20250.0, 20250.0]
