@@ -112,11 +112,13 @@ TARGETS = {
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
         [
             "src/exactbatch/loader/cursor.py",
+            "src/exactbatch/loader/groups.py",  # (the claims' groups, split out of cursor.py)
             "src/exactbatch/loader/epoch_iterator.py",
             "src/exactbatch/loader/state.py",
         ],
         [
             "exactbatch.loader.cursor.*",
+            "exactbatch.loader.groups.*",
             "exactbatch.loader.epoch_iterator.*",
             "exactbatch.loader.state.*",
         ],
