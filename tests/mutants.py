@@ -112,11 +112,13 @@ TARGETS = {
     "loader": (  # the cursor (claims, hand-outs, give-backs, the ledger check) and the state
         [
             "src/exactbatch/loader/cursor.py",
+            "src/exactbatch/loader/groups.py",  # (the claims' groups, split out of cursor.py)
             "src/exactbatch/loader/epoch_iterator.py",
             "src/exactbatch/loader/state.py",
         ],
         [
             "exactbatch.loader.cursor.*",
+            "exactbatch.loader.groups.*",
             "exactbatch.loader.epoch_iterator.*",
             "exactbatch.loader.state.*",
         ],
@@ -170,12 +172,18 @@ TARGETS = {
         ],
     ),
     "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
-        [
+        [  # (what moved out of feeds/streamed.py: the passes, the hooks, a stream's widths)
             "src/exactbatch/feeds/*",
             "src/exactbatch/sources/passes.py",
             "src/exactbatch/sources/protocols.py",
+            "src/exactbatch/sources/chunks.py",
         ],
-        ["exactbatch.feeds.*", "exactbatch.sources.passes.*", "exactbatch.sources.protocols.*"],
+        [
+            "exactbatch.feeds.*",
+            "exactbatch.sources.passes.*",
+            "exactbatch.sources.protocols.*",
+            "exactbatch.sources.chunks.xǁWidthsǁ*",
+        ],
         [
             "tests/feeds/",
             "tests/batching/",

@@ -167,6 +167,20 @@ def test_the_ledger_is_checked_at_the_end_of_every_epoch(checked):
     assert checked == [(0, N), (1, N), (5, N), (6, N)]
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_the_ledger_is_checked_as_the_epochs_last_batch_is_handed_out(checked, prefetch):
+    """Once a claim has found nothing left (here peek, reading to the epoch's end), the
+    hand-out of the last batch checks the ledger: no further call is needed for it."""
+    loader = DataLoader(x_of(), 7, seed=3, prefetch=prefetch)  # 15 batches
+    it = iter(loader)
+    assert len(it.peek(16)) == 15
+    for _ in range(14):
+        next(it)
+    assert checked == []
+    next(it)
+    assert checked == [(0, N)]
+
+
 @pytest.mark.parametrize("kind", sorted(SOURCES))
 def test_an_honest_resume_passes_the_ledger(kind):
     loader = DataLoader(SOURCES[kind](), 7, seed=3, total_size=N)
@@ -525,6 +539,25 @@ def test_a_streams_last_batch_prefetched_and_given_back_is_still_to_come():
     resumed = DataLoader(_stream(), 7, shuffle=False, total_size=N)
     resumed.load_state_dict(state)
     assert rows_of(resumed) == [98, 99]
+
+
+def test_a_failed_stream_read_gives_back_the_batches_its_claim_took_over():
+    """next_into takes over the 15 batches an iterator left ready (a group of 16 batches
+    of one row), then claims one more from the stream, whose read fails: the batches
+    taken over go back with it, and the epoch hands out every row once, in order."""
+    x = x_of(102)
+    source = FlakyFactory([x[a : a + 17] for a in range(0, 102, 17)])
+    loader = DataLoader(source, 1, shuffle=False, total_size=102)
+    rows_of(loader)  # epoch 0 learns the widths: iter() claims 16 small batches at once
+    source.arm(1)  # epoch 1: the read of rows 17..33 fails once
+    it = iter(loader)
+    got = ids(next(it)[0])
+    bx, by = np.empty((1, 1)), np.empty((1, 0))
+    with pytest.raises(OSError, match="chunk 1"):
+        loader.next_into(bx, by)
+    while loader.next_into(bx, by):
+        got += ids(bx)
+    assert source.raised == 1 and got == list(range(102))
 
 
 def test_a_state_taken_when_the_next_stream_read_fails_is_not_the_next_epoch():

@@ -5,8 +5,10 @@ for states taken on another thread while a group is handed out without the lock.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
+from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 from helpers import make_x, make_y
 from laws import (
     FlakyReader,
+    GateReader,
     check_epoch,
     check_resume,
     check_retry,
@@ -82,6 +85,9 @@ def test_prefetch_reads_small_batches_in_larger_groups():
     wide = DataLoader(np.zeros((N, 1024)), 32, prefetch=1)  # 256 KiB batches: 16 in 4 MiB
     reads = CountReads(wide)
     assert sum(1 for _ in wide) == 32 and reads.sizes == [512, 488]
+    huge = DataLoader(np.zeros((N, 1024)), 600, prefetch=1)  # 4.7 MiB batches: one a read
+    reads = CountReads(huge)
+    assert sum(1 for _ in huge) == 2 and reads.sizes == [600, 400]
     want = DataLoader(x_of(), 10, shuffle=True, seed=3)
     want._groups = (1, 1)
     assert ids(got) == ids(want)
@@ -99,6 +105,11 @@ def test_large_batches_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), half, strict=False):
         pass
     assert reads.sizes == [64, 64]
+    pair = DataLoader((np.zeros((N, 1024)), np.zeros((N, 512))), 32)  # labels count too:
+    reads = CountReads(pair)  # 384 KiB batches, one a read
+    for _ in zip(range(3), pair, strict=False):
+        pass
+    assert reads.sizes == [32, 32, 32]
     small = DataLoader(x_of(), 10)
     reads = CountReads(small)
     bx, by = np.empty((10, 1)), np.empty((10, 0))
@@ -162,6 +173,113 @@ def test_next_into_takes_the_next_batch_whichever_thread_calls():
     restored.load_state_dict(state)
     assert into_ids(restored) == want[40:]
     assert into_ids(loader) == want[40:]  # the live loader goes on from its group
+
+
+class _PoppedMeanwhile(deque):
+    """An empty group's queue that a caller's first look finds not empty: another thread
+    popped its last batch between that look and the caller's pop."""
+
+    looks = 0
+
+    def __bool__(self):
+        self.looks += 1
+        return self.looks == 1 or len(self) > 0
+
+
+def test_next_into_claims_the_next_group_when_its_last_batch_is_popped_meanwhile():
+    """A call of next_into whose claim, under the lock, loses the group's last batch to
+    another thread (popped without the lock) claims the next group: it hands out the
+    next batch, and none is lost or handed twice."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    assert into_ids(loader, 16) == want[:16]  # the first group of 16, handed out
+    loader._holder.group.queue = racy = _PoppedMeanwhile()
+    assert into_ids(loader) == want[16:]
+    assert racy.looks == 2  # the look that lost the race, then the one that claimed
+
+
+def test_a_failed_read_of_a_groups_last_batch_after_next_into_moved_on_is_next_again():
+    """Thread A pops the last batch of next_into's group and reads it; thread B finds the
+    group empty and claims the next; A's read raises. The batch is next again - B's next
+    call reads it - and the epoch hands out every batch once (it was left in the old
+    group, which no claim takes from, and the epoch ended one batch short, unchecked)."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    got = into_ids(loader, 15)  # batch 15, the group's last, left
+    gate.arm()
+    errors = []
+
+    def thread_a():
+        try:
+            into_ids(loader, 1)
+        except OSError as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=thread_a)
+    worker.start()
+    assert gate.entered.wait(60)  # A reads batch 15, held at the gate
+    got += into_ids(loader, 1)  # B: batch 16, from the next group
+    gate.release(True)
+    worker.join(60)
+    assert len(errors) == 1
+    got += into_ids(loader)
+    assert got == want[:15] + [want[16], want[15]] + want[17:]
+    assert loader.state_dict()["epoch"] == 1
+
+
+def test_a_failed_read_after_the_loader_moved_on_stays_with_its_epoch():
+    """Thread A reads a batch of next_into's group; meanwhile the loader moves to epoch 1
+    and next_into claims there; A's read raises: its batch belongs to epoch 0 and is
+    not handed out in epoch 1, which hands out its own batches, once each."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    assert into_ids(loader, 3) == want[:3]
+    gate.arm()
+    errors = []
+
+    def thread_a():
+        try:
+            into_ids(loader, 1)
+        except OSError as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=thread_a)
+    worker.start()
+    assert gate.entered.wait(60)  # A reads batch 3 of epoch 0, held at the gate
+    loader.set_epoch(1)
+    got = into_ids(loader, 1)  # epoch 1's group of 16 claimed, batch 0 handed out
+    gate.release(True)
+    worker.join(60)
+    assert len(errors) == 1
+    got += into_ids(loader)
+    ref = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    ref.set_epoch(1)
+    assert got == into_ids(ref)
+
+
+def test_next_into_takes_over_ready_batches_behind_a_batch_being_read():
+    """A claim looks past a group whose last batch is being read (on another thread) to
+    the batches other claimants hold ready: next_into takes over the iterator's next
+    batch, not one claimed after it."""
+    want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=4)
+    gate = wrap_reader(loader, GateReader)
+    it = iter(loader)
+    assert into_ids(loader, 15) == want[:15]  # next_into's group of 16: batch 15 left
+    gate.arm()
+    got_a = []
+    worker = threading.Thread(target=lambda: got_a.extend(into_ids(loader, 1)))
+    worker.start()
+    try:
+        assert gate.entered.wait(60)  # thread A reads batch 15, held at the gate
+        assert ids([next(it)]) == want[16]  # the iterator's group: batches 16-31
+        assert into_ids(loader, 1) == [want[17]]  # taken over from the iterator
+    finally:
+        gate.release(False)
+        worker.join(60)
+    assert got_a == [want[15]]
 
 
 @pytest.mark.parametrize("move", ["reset", "iter", "set_epoch", "load_state_dict"])
@@ -229,9 +347,59 @@ def test_peek_reads_ahead_without_handing_out(prefetch):
     it.close()  # the 9 read ahead go back: the loader hands them out next
     bx, by = np.empty((100, 1)), np.empty((100, 0))
     assert loader.next_into(bx, by) == 100 and ids([(bx, by)]) == want[1]
-    for bad in (-1, 1.5, "2"):
-        with pytest.raises((TypeError, ValueError), match="k"):
+    for bad, error in ((-1, "k must be >= 0; got k=-1"), (1.5, "k must be an int; got 1.5")):
+        with pytest.raises((TypeError, ValueError), match=f"^{re.escape(error)}$"):
             iter(loader).peek(bad)
+    with pytest.raises(TypeError, match="^k must be an int; got '2'$"):
+        iter(loader).peek("2")
+
+
+def test_peek_reads_only_the_groups_it_needs():
+    """peek(k) reads nothing when k batches are ready (none for k = 0), else the next
+    groups of 16 small batches (at least the batches missing), and hands nothing out."""
+    loader = DataLoader(x_of(), 10, shuffle=False)  # 100 batches of 80 bytes: groups of 16
+    reads = CountReads(loader)
+    it = iter(loader)
+    assert it.peek(0) == [] and reads.sizes == []
+    first = next(it)
+    assert reads.sizes == [160]
+    assert len(it.peek(15)) == 15 and reads.sizes == [160]  # the group holds them
+    assert len(it.peek(20)) == 20 and reads.sizes == [160, 160]  # 5 more: one group
+    assert len(it.peek(60)) == 60 and reads.sizes == [160, 160, 290]  # 29 more at once
+    assert ids([first]) + ids(it.peek(99)) == list(range(N))
+    assert loader.state_dict()["batches_done"] == 1
+
+
+def test_peek_reads_the_batches_an_iterator_takes_over_from_next_into():
+    """next_into's group holds batches claimed and not read (read at hand-out): an
+    iterator of the same epoch takes them over, and peek reads them."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    want = [ids([b]) for b in DataLoader(x_of(), 10, shuffle=True, seed=5)]
+    reads = CountReads(loader)
+    it = iter(loader)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    assert loader.next_into(bx, by) == 10 and ids([(bx, by)]) == want[0]
+    ahead = it.peek(3)
+    assert [ids([b]) for b in ahead] == want[1:4]
+    # its group: the 15 taken over, and 1 batch claimed and read now; peek reads 3
+    assert reads.sizes == [10] * 5
+    assert [ids([next(it)]) for _ in range(3)] == want[1:4]
+
+
+def test_a_failed_read_of_a_batch_taken_over_from_next_into_is_read_again():
+    """A batch an iterator took over from next_into's group is read at its hand-out: a
+    read that raises there leaves it next, and the next call reads it again."""
+    loader = DataLoader(x_of(), 10, shuffle=True, seed=5)
+    want = [ids([b]) for b in DataLoader(x_of(), 10, shuffle=True, seed=5)]
+    flaky = wrap_reader(loader, FlakyReader)
+    it = iter(loader)
+    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    assert loader.next_into(bx, by) == 10  # its group: 16 batches claimed, 1 read
+    flaky.arm(1)  # the iterator's one fresh batch reads; then batch 1, taken over, fails
+    with pytest.raises(OSError, match="injected"):
+        next(it)
+    assert flaky.raised == 1
+    assert [ids([next(it)]) for _ in range(99)] == want[1:]
 
 
 def _stream(shuffle: bool, prefetch: int) -> DataLoader:

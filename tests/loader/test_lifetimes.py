@@ -122,10 +122,12 @@ def test_reset_after_a_mid_epoch_resume_begins_the_next_epoch(elastic):
     assert [ids(xb) for xb, _ in loader] == [ids(xb) for xb, _ in ref]
 
 
-def test_a_dropped_iterator_leaves_nothing_claimed_behind():
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_dropped_iterator_leaves_nothing_claimed_behind(prefetch):
     """Every batch of an epoch ends handed out, given back or dropped with its epoch:
-    after an iterator is closed mid-group, no group of the cursor holds a batch."""
-    loader = DataLoader(x_of(), 5, seed=1)
+    after an iterator is closed mid-group (its prefetch thread's groups too, and the
+    group it was handing out), no group of the cursor holds a batch."""
+    loader = DataLoader(x_of(), 5, seed=1, prefetch=prefetch)
     it = iter(loader)
     next(it)
     it.close()
@@ -161,3 +163,62 @@ def test_a_stream_closed_early_waits_for_no_thread(tmp_path, monkeypatch, buffer
     while any(t.name.startswith("exactbatch-") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "a stopped thread did not end"
         time.sleep(0.01)
+
+
+@pytest.mark.parametrize("handed", [0, 3, 20, 100])
+def test_a_state_taken_after_close_resumes_where_the_loader_stood(handed):
+    """close() lets go of the source, not of the position: a state taken after it (a
+    checkpoint after a with block, say) is the state taken before it, and resumes at the
+    batch after the last handed out. A closed loader reads nothing more."""
+    loader = DataLoader(x_of(), 1, seed=2)  # 100 batches of one row, read 16 at a time
+    got = []
+    if handed:
+        it = iter(loader)
+        got = [ids(next(it)[0]) for _ in range(handed)]
+    before = loader.state_dict()
+    assert before["epoch"] == (1 if handed == N else 0)
+    loader.close()
+    loader.close()  # (again: nothing more to let go)
+    assert loader.state_dict() == before
+    resumed = DataLoader(x_of(), 1, seed=2)
+    resumed.load_state_dict(before)
+    ref = DataLoader(x_of(), 1, seed=2)
+    ref.set_epoch(before["epoch"])
+    want = [ids(xb) for xb, _ in ref]
+    if handed < N:  # (else the state is at the next epoch's start)
+        assert got == want[:handed]
+    assert [ids(xb) for xb, _ in resumed] == want[before["batches_done"] :]
+    bx, by = np.empty((1, 1)), np.empty((1, 0))
+    with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+        loader.next_into(bx, by)
+    with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+        iter(loader)
+    assert loader.state_dict() == before
+
+
+@pytest.mark.parametrize("steps", [2, 5])
+def test_a_state_taken_after_close_keeps_an_elastic_position(steps):
+    """Under elastic sharding too: the global batch and the ledger of every shard's
+    batches before it (at the epoch's end: the next epoch's start)."""
+    loader = DataLoader(x_of(), 10, seed=2, num_shards=2, elastic=True)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    before = loader.state_dict()
+    assert (before["epoch"], before["global_batches_done"]) == ((0, 4) if steps == 2 else (1, 0))
+    loader.close()
+    assert loader.state_dict() == before
+
+
+def test_a_state_taken_after_close_keeps_the_pending_batches_of_a_restored_one():
+    """Closed right after a state with a batch waiting to be read again was loaded: a
+    state taken then is that state."""
+    loader = DataLoader(x_of(), 10, seed=2)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = {**loader.state_dict(), "pending": [1]}  # batches 0-4 claimed, 1 not handed
+    restored = DataLoader(x_of(), 10, seed=2)
+    restored.load_state_dict(state)
+    restored.close()
+    assert restored.state_dict() == state

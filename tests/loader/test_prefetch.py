@@ -204,3 +204,56 @@ def test_hinter_close_stops_a_hinter_waiting_for_room_and_a_failed_hint_stops_hi
         hints.taken()
     hints.close()
     assert calls == [0]
+
+
+def test_a_stale_iterators_prefetch_thread_does_not_begin_the_epoch_the_loader_moved_to():
+    """set_epoch(5) while a prefetching iterator's thread reads its first group: the
+    thread's next claim finds the iterator stale and stops, so the next iter() begins
+    epoch 5 (had the thread begun it, iter() would begin epoch 6)."""
+    from laws import GateReader, wrap_reader
+
+    x, y = ids(1000, d=1)
+    loader = DataLoader((x, y), 10, seed=1, prefetch=2)
+    gate = wrap_reader(loader, GateReader)
+    gate.arm()
+    it = iter(loader)
+    assert gate.entered.wait(60)  # the thread reads its first group
+    loader.set_epoch(5)
+    gate.release(False)
+    deadline = time.monotonic() + 60
+    while not it._prefetcher.full():  # that group, then the thread's next claim's outcome
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    want = DataLoader((x, y), 10, seed=1)
+    want.set_epoch(5)
+    assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+
+
+def test_a_stale_prefetch_thread_over_a_stream_not_read_yet_does_not_begin_the_next_epoch():
+    """The same for a stream whose widths were unknown when iter() was called (its thread
+    sizes each group once it has read): once the loader has moved to epoch 5, the
+    thread's next claim finds the iterator stale, and the next iter() begins epoch 5."""
+    x, _ = ids(1000, d=1)
+    parts = [x[a : a + 70] for a in range(0, 1000, 70)]
+
+    def stream() -> DataLoader:
+        return DataLoader(lambda: iter(parts), 10, seed=1, prefetch=2, total_size=1000)
+
+    def until_full(it):
+        deadline = time.monotonic() + 60
+        while not it._prefetcher.full():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    loader = stream()
+    it = iter(loader)
+    until_full(it)  # two groups read; the thread waits for room
+    loader.set_epoch(5)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)  # takes a group from the thread, which claims again
+    until_full(it)  # what that claim gave (the stale error)
+    want = stream()
+    want.set_epoch(5)
+    assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]

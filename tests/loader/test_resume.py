@@ -15,6 +15,7 @@ state taken right after restoring) and saving in a process of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import textwrap
@@ -295,3 +296,78 @@ def test_resume_in_a_new_process_hands_out_exactly_the_remaining_batches(tmp_pat
         sizes = np.load(tmp_path / f"out-{name}-sizes.npy")
         assert sizes.tolist() == [len(b) for b in want]
         assert rows.tolist() == [r for b in want for r in b]
+
+
+# -- a state's edges -----------------------------------------------------------------------------
+
+
+def test_a_state_unpacks_to_the_position_it_was_packed_from(build):
+    """state.py's round trip: the Position a cursor snapshots, packed and unpacked (through
+    JSON), is that Position again, with the batches claimed before it (pending included)."""
+    from exactbatch.loader.state import pack_state, unpack_state
+
+    for k, pending in ((0, []), (4, []), (4, [1])):
+        loader = build("pair", seed=3)
+        if k:
+            it = iter(loader)
+            for _ in range(k):
+                next(it)
+        pos = loader._cursor.snapshot()
+        state = roundtrip(pack_state(pos, loader._feed))
+        if pending:  # a batch whose read failed waits (batches 0-4 claimed, 4 handed out)
+            state["pending"] = pending
+            pos = dataclasses.replace(pos, pending=tuple(pending))
+        assert unpack_state(state, loader._feed, 3) == (pos, k + len(pending))
+    loader.set_epoch(2)  # the start of an epoch: nothing claimed, nothing begun
+    pos = loader._cursor.snapshot()
+    assert unpack_state(roundtrip(loader.state_dict()), loader._feed, 3) == (pos, 0)
+
+
+def _stream(chunks, **kw) -> DataLoader:
+    """A stream read by a factory: its widths (d, l) are unknown until it is first read."""
+    return DataLoader(lambda: iter(chunks), 5, seed=3, total_size=47, **kw)
+
+
+def test_a_state_of_a_stream_not_read_yet_loads_into_one_read_and_checks_the_rest():
+    """A state taken before a stream was read records no widths (d, l None): a loader of
+    the same stream that has been read resumes it, and every other setting (those
+    recorded after the widths among them) is still checked."""
+    x, y = make_data(47, 2, 1)
+    chunks = [(x[a : a + 10], y[a : a + 10]) for a in range(0, 47, 10)]
+    state = roundtrip(_stream(chunks, buffer_size=20).state_dict())
+    assert (state["d"], state["l"]) == (None, None)
+    want = collect(_stream(chunks, buffer_size=20))
+    read = _stream(chunks, buffer_size=20)
+    it = iter(read)
+    next(it)
+    assert (read.state_dict()["d"], read.state_dict()["l"]) == (2, 1)
+    read.load_state_dict(state)
+    assert collect(read) == want
+    for changed in ("buffer_size", "n_rows"):
+        other = _stream(chunks, buffer_size=30)
+        next(iter(other))
+        assert state["buffer_size"] == 20 and "n_rows" in state
+        theirs = {**state, "n_rows": 46} if changed == "n_rows" else state
+        with pytest.raises(ValueError, match=rf"state was taken with {changed}="):
+            (other if changed == "buffer_size" else read).load_state_dict(theirs)
+
+
+@pytest.mark.parametrize("how", ["no ledger key", "ledger None"])
+def test_an_elastic_state_without_a_ledger_is_checked_only_from_the_epochs_start(build, how):
+    """An elastic state without a ledger (from before elastic states carried one, or taken
+    after a version-1 resume) resumes unchecked mid-epoch; at the start of an epoch there
+    is nothing to miss, and that epoch's ledger is checked (and recorded) again."""
+    for g, checked in ((0, True), (4, False)):
+        loader = build("pair", n=50, batch_size=5, num_shards=2, elastic=True)
+        it = iter(loader)
+        for _ in range(g // 2):
+            next(it)
+        state = roundtrip(loader.state_dict())
+        assert state["global_batches_done"] == g and state["ledger"] is not None
+        if how == "no ledger key":
+            del state["ledger"]
+        else:
+            state["ledger"] = None
+        resumed = build("pair", n=50, batch_size=5, num_shards=2, elastic=True)
+        resumed.load_state_dict(state)
+        assert (resumed.state_dict()["ledger"] is not None) is checked

@@ -246,7 +246,8 @@ def test_only_a_chunk_source_s_widths_are_hooks():
 
 def test_a_state_taken_after_close_still_records_the_source_s_sizes(tmp_path):
     """The hooks are read once, so a state taken after close() records n_rows and
-    block_rows as before it (it recorded None, and a fresh loader refused it)."""
+    block_rows as before it (it recorded None, and a fresh loader refused it), and
+    resumes after the batch handed out before it."""
     path = str(tmp_path / "a.ndf")
     rows = np.arange(N)
     save_ndf(path, (make_x(rows, 2), make_y(rows, 1)))
@@ -254,13 +255,13 @@ def test_a_state_taken_after_close_still_records_the_source_s_sizes(tmp_path):
         src = ndf_blocks(f, 5)
     loader = DataLoader(src, 4, buffer_size=8)
     it = iter(loader)
-    next(it)
+    first = next(it)[0][:, 0].astype(int).tolist()
     loader.close()
     state = loader.state_dict()
-    assert (state["n_rows"], state["block_rows"]) == (N, 5)
+    assert (state["n_rows"], state["block_rows"], state["batches_done"]) == (N, 5, 1)
     fresh = DataLoader(src, 4, buffer_size=8)
     fresh.load_state_dict(state)  # a ValueError before: "n_rows=None, this loader has 30"
-    assert rows_sorted(collect(fresh, 2, 1)) == list(range(N))
+    assert rows_sorted([first, *collect(fresh, 2, 1)]) == list(range(N))
 
 
 def test_parquet_and_ndf_blocks_declare_their_hooks(tmp_path):

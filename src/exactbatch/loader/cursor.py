@@ -112,7 +112,7 @@ class Cursor:
         self.current = self.feed.open_epoch(
             self.seed, self.epoch, self._skip, self._first, self._pending
         )
-        self._begun, self._ended, self._drained = True, False, False
+        self._begun = True  # (its flags are as __init__ or _move left them: not ended)
 
     def _move(self, epoch: int) -> None:
         if not self._ended:  # an epoch left before its end is on record, cut short
@@ -438,12 +438,22 @@ class Cursor:
             self.history.restore(list(pos.history), self.spec.elastic, pos)
 
     def close(self) -> bool:
-        """Stop the epoch in progress; False if already closed."""
+        """Stop the epoch in progress, keeping its position (a state taken after it resumes
+        at the same batch); False if already closed."""
         with self.lock:
             if self._closed:
                 return False
+            self._sweep()
+            epoch, done, pending, ledger = self._position()
+            live = None if self._ended else self._live_record()
+            if live is not None:  # on record, as a state takes it (see _move)
+                self.history.keep(live)
             if self.current is not None:
                 self.current.close()
+            if epoch != self.epoch:  # every batch was handed out: at the next epoch's start
+                self.epoch, self._first, self._verified = epoch, 0, True
+            # kept as a restored state keeps them (see restore)
+            self._skip, self._pending, self._handed = done + len(pending), pending, ledger
             self._closed, self.current, self._begun = True, None, False
             self._live = []
             return True
