@@ -133,6 +133,21 @@ TARGETS = {
             "tests/loader/test_lifetimes.py",
         ],
     ),
+    "certify": (  # the records a state carries of each epoch begun, and the certificate
+        [
+            "src/exactbatch/loader/history.py",
+            "src/exactbatch/certificate.py",
+        ],
+        [
+            "exactbatch.loader.history.*",
+            "exactbatch.certificate.*",
+        ],
+        [
+            "tests/loader/test_certify.py",
+            "tests/loader/test_exactness.py",
+            "tests/loader/test_resume.py",
+        ],
+    ),
     "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them
         [
             "src/exactbatch/batching/buffer.py",

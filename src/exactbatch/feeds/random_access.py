@@ -253,7 +253,7 @@ class RandomAccessFeed:
 
     def global_ledger(self, pos) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
-        :class:`~exactbatch.loader.cursor.Position`) carries - every shard's global batches
+        :class:`~exactbatch.loader.state.Position`) carries - every shard's global batches
         before ``pos.first + pos.done * S`` - as this shard measured it: its own
         ledger (the batches before ``first``, as resumed, and those it handed out
         since) with the other shards' batches since ``first`` added from the order,

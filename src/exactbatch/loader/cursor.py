@@ -32,41 +32,17 @@ returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from exactbatch.audit import check_ledger
 from exactbatch.loader.groups import Group, Holder, tally_of
 from exactbatch.loader.history import History
+from exactbatch.loader.state import Position
 from exactbatch.order.digest import Tally
 
-__all__ = ["Cursor", "Position"]
+__all__ = ["Cursor"]
 
 _WAIT = 0.01  # seconds between looks at reads in flight, when a claim finds the epoch over
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a cursor stands, as a state records it.
-
-    ``epoch`` the epoch in progress (the next one once every batch of it has
-    been handed out); ``done`` the batches handed out, counted from the start
-    of the epoch (from ``first`` under elastic) and ``pending`` those below
-    ``done + len(pending)`` not handed out, which come first on resume;
-    ``ledger`` the rows handed out this epoch; ``first`` the global batch an
-    elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
-    cannot be checked (resumed from a state without one); ``history`` the
-    records of every epoch begun (:mod:`exactbatch.loader.history`).
-    """
-
-    seed: int
-    epoch: int
-    done: int = 0
-    pending: tuple[int, ...] = ()
-    ledger: Tally = field(default_factory=Tally)
-    first: int = 0
-    verified: bool = True
-    history: tuple = ()
 
 
 class Cursor:

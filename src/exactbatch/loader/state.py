@@ -15,15 +15,47 @@ every epoch begun (:mod:`exactbatch.loader.history`), for
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from exactbatch.checks import check_int
-from exactbatch.loader.cursor import Position
 from exactbatch.loader.history import check_records
 from exactbatch.order.digest import Tally
 from exactbatch.sources.identity import describe, differences
 
-__all__ = ["STATE_VERSION", "check_fingerprint", "pack_state", "settings", "unpack_state"]
+__all__ = [
+    "STATE_VERSION",
+    "Position",
+    "check_fingerprint",
+    "pack_state",
+    "settings",
+    "unpack_state",
+]
 
 STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a cursor stands, as a state records it.
+
+    ``epoch`` the epoch in progress (the next one once every batch of it has
+    been handed out); ``done`` the batches handed out, counted from the start
+    of the epoch (from ``first`` under elastic) and ``pending`` those below
+    ``done + len(pending)`` not handed out, which come first on resume;
+    ``ledger`` the rows handed out this epoch; ``first`` the global batch an
+    elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
+    cannot be checked (resumed from a state without one); ``history`` the
+    records of every epoch begun (:mod:`exactbatch.loader.history`).
+    """
+
+    seed: int
+    epoch: int
+    done: int = 0
+    pending: tuple[int, ...] = ()
+    ledger: Tally = field(default_factory=Tally)
+    first: int = 0
+    verified: bool = True
+    history: tuple = ()
 
 
 def settings(feed) -> dict:
