@@ -16,10 +16,11 @@ holds every option and its help) and results printed here; the work is in
 subcommand runs (so is pyarrow, matplotlib or tqdm).
 
 Exit status: 0 success; 1 ``info`` found a malformed .ndf, or ``certify``
-found an epoch not exact (their verdicts); 2 a usage error, or any error while the command ran - every one goes through
-one funnel (:func:`_run`) and becomes one line on stderr naming the file
-(``--debug`` adds the traceback); 130 interrupted (Ctrl-C or SIGTERM),
-leaving no partial output behind.
+found an epoch not exact (their verdicts); 2 a usage error, or any error
+while the command ran - every one goes through one funnel (:func:`_run`)
+and becomes one line on stderr naming the file (``--debug`` adds the
+traceback); 130 interrupted (Ctrl-C or SIGTERM), leaving no partial output
+behind.
 """
 
 from __future__ import annotations
