@@ -108,7 +108,8 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
         for key, kind in _KEYS.items():
             value = rec.get(key)
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ValueError(f"{where}[{i}]['{key}'] must be a {kind.__name__}; got {value!r}")
+                what = {int: "an int", bool: "a bool", list: "a list"}[kind]
+                raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")
         for key in ("digest",):
             _hex(rec.get(key), f"{where}[{i}]['{key}']")
         for key in ("promised", "whole"):
