@@ -144,6 +144,7 @@ TARGETS = {
         ],
         [
             "tests/loader/test_certify.py",
+            "tests/loader/test_certify_verdicts.py",
             "tests/loader/test_exactness.py",
             "tests/loader/test_resume.py",
         ],
