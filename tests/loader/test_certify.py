@@ -194,3 +194,40 @@ def test_the_records_cost_a_few_hundred_bytes_an_epoch():
     assert len(states[0]["history"]) == 10
     assert len(json.dumps(states[0]["history"])) < 300 * 10
     assert np.all([r["promised"] is not None for r in states[0]["history"]])
+
+
+def test_a_resume_mid_epoch_keeps_the_records_of_the_epochs_before():
+    loader = DataLoader(x_of(N), 64, seed=4)
+    for _ in loader:
+        pass
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    resumed = DataLoader(x_of(N), 64, seed=4)
+    resumed.load_state_dict(roundtrip(loader.state_dict()))
+    for _ in resumed:
+        pass
+    final = resumed.state_dict()
+    assert [(r["epoch"], r["start"]) for r in final["history"]] == [(0, 0), (1, 0)]
+    cert = certify([final])
+    assert cert and [e.handed for e in cert.epochs] == [N, N]
+
+
+def test_an_elastic_run_with_even_batches_is_certified_through_a_change():
+    """even_batches leaves out the global batches after the shards' equal shares of the
+    last segment: the promise the certificate compares with is that segment's."""
+    kw = {"elastic": True, "even_batches": True, "seed": 6}
+    first = [DataLoader(x_of(N), 32, num_shards=3, shard_index=s, **kw) for s in range(3)]
+    its = [iter(ld) for ld in first]
+    for _ in range(5):  # 15 of the 32 global batches; 17 left for 2 ranks: 8 each
+        for it in its:
+            next(it)
+    states = [roundtrip(ld.state_dict()) for ld in first]
+    second = [DataLoader(x_of(N), 32, num_shards=2, shard_index=s, **kw) for s in range(2)]
+    for s, ld in enumerate(second):
+        ld.load_state_dict(states[s])
+        for _ in ld:
+            pass
+    cert = certify(states + [roundtrip(ld.state_dict()) for ld in second])
+    assert cert, str(cert)
+    assert cert.epochs[0].handed == N - 8  # the last global batch (8 rows) left out

@@ -226,3 +226,81 @@ def test_a_malformed_record_is_named_with_its_key(change, match):
         check_records([rec(range(3)), r], "here")
     with pytest.raises(ValueError, match=r"^states\[1\]\['history'\]\[0\]"):
         certify([state(rec(range(3))), state(r)])
+
+
+def test_every_verdict_names_its_epoch_and_counts_nothing_it_cannot_know():
+    mixed = certify(
+        [
+            state(rec(range(50), epoch=3, promised=range(50))),
+            state(rec(range(50), epoch=3, elastic=True, start=5)),
+        ]
+    ).epochs[0]
+    assert (mixed.epoch, mixed.repeated, mixed.missing) == (3, 0, None)
+    counts = certify(
+        [
+            state(rec(range(50), epoch=2, shard=(0, 2), promised=range(50))),
+            state(rec(range(50, 100), epoch=2, shard=(1, 3), promised=range(50, 100))),
+        ]
+    ).epochs[0]
+    assert (counts.epoch, counts.repeated, counts.missing) == (2, 0, None)
+    cut = certify([state(rec(range(60), epoch=4, elastic=True))]).epochs[0]
+    assert (cut.epoch, cut.repeated) == (4, 0)
+    gap = certify(
+        [
+            state(rec(range(40), epoch=5, shard=(0, 2), promised=range(40))),
+            state(rec(range(50, 100), epoch=5, shard=(1, 2), promised=range(50, 100))),
+        ]
+    ).epochs[0]
+    assert gap.epoch == 5
+
+
+def test_rows_all_handed_out_by_a_rank_not_shown_ended_are_not_counted_missing():
+    e = verdict(rec(range(50), shard=(0, 2), promised=range(50)), rec(range(50, 100), shard=(1, 2)))
+    assert (e.exact, e.missing) == (False, 0)
+    assert verdict(rec(range(100), elastic=True)).missing == 0
+
+
+def test_a_shard_s_own_gap_and_the_shards_coverage_gap_add_up():
+    e = verdict(
+        rec(range(38), shard=(0, 2), promised=range(40)),  # 2 rows short of its promise
+        rec([*range(50, 100), 50], shard=(1, 2), promised=range(50, 100)),  # 1 repeated
+    )
+    assert (e.missing, e.repeated) == (2 + 10, 1)
+    assert e.note == (
+        "shard 0: 38 rows of 40; shard 1: 51 rows of 50; the shards' rows (90) are not the "
+        "dataset's (100): shards overlap or leave rows out (a rank's shard_index or "
+        "num_shards wrong?)"
+    )
+    over = verdict(
+        rec(range(60), shard=(0, 2), promised=range(60)),
+        rec([*range(50, 100), 50], shard=(1, 2), promised=range(50, 100)),
+    )
+    assert (over.missing, over.repeated) == (0, 1 + 10)
+    two = verdict(
+        rec(range(20), shard=(0, 3), promised=range(30)),
+        rec(range(30, 40), shard=(1, 3)),
+    )
+    assert two.note == (
+        "shard 0: 20 rows of 30; shards 1, 2 of 3: no state shows the epoch's end (cut "
+        "short, or the rank's states are missing)"
+    )
+
+
+def test_what_is_not_a_state_or_a_record_is_named_in_full():
+    with pytest.raises(
+        TypeError, match=r"^certify takes a list of states \(one dict per rank\), not one state$"
+    ):
+        certify(state())
+    with pytest.raises(TypeError, match=r"^states\[0\] must be a dict from state_dict\(\); got "):
+        certify([[1]])
+    with pytest.raises(TypeError, match=r"got <class 'list'>$"):
+        certify([[1]])
+    with pytest.raises(ValueError, match=r"before certify, or is not a DataLoader state$"):
+        certify([{"version": 2}])
+    with pytest.raises(TypeError, match=r"^here must be a list of records; got dict$"):
+        check_records({}, "here")
+    with pytest.raises(TypeError, match=r"^here\[0\] must be a dict; got int$"):
+        check_records([3], "here")
+    with pytest.raises(ValueError, match="hexadecimal"):
+        check_records([{**rec(range(3)), "digest": "g0"}], "here")  # (valid in base 17)
+    assert str(certify([])) == "NOT certified: the states hold no epoch"
