@@ -203,8 +203,10 @@ def test_a_resume_mid_epoch_keeps_the_records_of_the_epochs_before():
     it = iter(loader)
     for _ in range(3):
         next(it)
+    taken = roundtrip(loader.state_dict())
+    assert [(r["epoch"], r["start"]) for r in taken["history"]] == [(0, 0), (1, 0)]
     resumed = DataLoader(x_of(N), 64, seed=4)
-    resumed.load_state_dict(roundtrip(loader.state_dict()))
+    resumed.load_state_dict(taken)
     for _ in resumed:
         pass
     final = resumed.state_dict()
