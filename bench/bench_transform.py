@@ -27,17 +27,9 @@ import argparse
 import time
 
 import numpy as np
+from bench_kernel import epoch_rate  # bench/ is this script's folder
 
 from exactbatch import DataLoader, Standardize, backend, kernels
-
-
-def epoch_rate(fn, perm: np.ndarray, b: int) -> float:
-    """Rows/s of one pass of ``fn(rows)`` over ``perm`` in batches of ``b``."""
-    n = len(perm) - len(perm) % b
-    t = time.perf_counter()
-    for a in range(0, n, b):
-        fn(perm[a : a + b])
-    return n / (time.perf_counter() - t)
 
 
 def loader_rate(make) -> float:
