@@ -398,3 +398,55 @@ def test_a_dataset_at_a_url_gets_the_transform_after_its_ranged_reads(s3_server)
         for (wx, wy), (gx, gy) in zip(want, got, strict=True):
             assert gx.tobytes() == wx.tobytes()
             np.testing.assert_array_equal(gy, wy)
+
+
+# -- the options together: row ids, subsets, class labels, the transform, nan='error' --------
+
+
+COMPOSED = [
+    (kind, shuffle, subset)
+    for kind in ("memory", "ndf", "chunks", "blocks")
+    for shuffle in (True, False)
+    for subset in ((False, True) if kind in ("memory", "ndf") else (False,))  # rows=: random access
+]
+
+
+@pytest.mark.parametrize(("kind", "shuffle", "subset"), COMPOSED)
+def test_row_ids_subsets_labels_and_the_transform_compose(tmp_path, kind, shuffle, subset):
+    """Every batch's features are the transform of its rows' (by the ids it carries), its
+    labels their integers, and the epoch's ids every row (of the subset) once: the
+    options built apart meet in the same gathers and re-batching."""
+    from exactbatch import ndf_blocks, open_ndf, save_ndf
+
+    stream = kind in ("chunks", "blocks")
+    rng = np.random.default_rng(0)
+    n = 1000
+    x = rng.normal(3, 2, (n, 3))
+    y = rng.integers(0, 4, (n, 1)).astype(np.float64)
+    mean, sd = x.mean(0), x.std(0)
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    source = {
+        "memory": lambda: (x, y),
+        "ndf": lambda: open_ndf(tmp_path / "a.ndf"),
+        "chunks": lambda: [(x[i : i + 100], y[i : i + 100]) for i in range(0, n, 100)],
+        "blocks": lambda: ndf_blocks(open_ndf(tmp_path / "a.ndf"), 100),
+    }[kind]()
+    ids = np.arange(0, n, 3)[::-1] if subset else None
+    kw = {"buffer_size": 300, "total_size": n} if stream else {"rows": ids}
+    loader = DataLoader(
+        source,
+        64,
+        shuffle=shuffle,
+        with_rows=True,
+        label_dtype=np.int64,
+        transform=Standardize((mean, sd)),
+        nan="error",
+        **kw,
+    )
+    seen = []
+    for xb, yb, rows in loader:
+        np.testing.assert_allclose(xb, (x[rows] - mean) / sd, rtol=1e-12, atol=1e-12)
+        assert yb.dtype == np.int64 and np.array_equal(yb[:, 0], y[rows, 0].astype(np.int64))
+        seen.append(rows)
+    want = np.arange(n) if ids is None else np.sort(ids)
+    assert np.array_equal(np.sort(np.concatenate(seen)), want)
