@@ -249,7 +249,10 @@ class RandomAccessFeed:
         assert stop is not None  # set for an elastic feed
         if self.spec.even_batches:
             stop = first + shard.count * shard.even_share(stop, first)
-        return self._prefix_tally(bijection, 0, stop)
+        # Every row less those of the batches not handed out (and, with drop_last, the
+        # rows after the last full batch): a pass over those few, not over the epoch.
+        b, size = self.spec.batch_size, self.total_size
+        return self.whole().minus(self._prefix_tally(bijection, stop, -(-size // b)))
 
     def global_ledger(self, pos) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
