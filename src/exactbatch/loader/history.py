@@ -110,8 +110,7 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 what = {int: "an int", bool: "a bool", list: "a list"}[kind]
                 raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")
-        for key in ("digest",):
-            _hex(rec.get(key), f"{where}[{i}]['{key}']")
+        _hex(rec.get("digest"), f"{where}[{i}]['digest']")
         for key in ("promised", "whole"):
             t = rec.get(key)
             if t is not None:
