@@ -189,10 +189,13 @@ def test_elastic_checkpoint_at_three_shards_resumes_at_two(taken):
     assert np.array_equal(np.sort(np.concatenate(next_epoch)), np.arange(n))
 
 
-def test_elastic_needs_a_random_access_source():
-    """A stream cannot be re-dealt mid-epoch: elastic on a stream is a ValueError."""
-    with pytest.raises(ValueError, match="elastic"):
-        DataLoader([ids(10)], 2, total_size=10, elastic=True)
+def test_elastic_needs_a_random_access_source_or_an_indexed_stream():
+    """A stream read front to back (a generator factory) cannot be re-dealt mid-epoch:
+    elastic on it is a ValueError saying why; a list of arrays is indexed, and elastic."""
+    with pytest.raises(ValueError, match=r"elastic=True needs .* read front to back"):
+        DataLoader(lambda: iter([ids(10)]), 2, total_size=10, elastic=True)
+    loader = DataLoader([ids(4), ids(6)[4:]], 2, elastic=True, num_shards=2)
+    assert len(loader) == 2 and loader.total_size == 6
 
 
 # -- each shard's order is its own key's ----------------------------------------------

@@ -7,12 +7,22 @@
 from __future__ import annotations
 
 from exactbatch.feeds.base import BatchSpec, Epoch, Feed, Job
+from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.streamed import StreamFeed
-from exactbatch.sources.chunks import Stream
+from exactbatch.sources.chunks import ChunkList, Stream
 from exactbatch.sources.kinds import open_source
 
-__all__ = ["BatchSpec", "Epoch", "Feed", "Job", "RandomAccessFeed", "StreamFeed", "open_feed"]
+__all__ = [
+    "BatchSpec",
+    "ElasticStreamFeed",
+    "Epoch",
+    "Feed",
+    "Job",
+    "RandomAccessFeed",
+    "StreamFeed",
+    "open_feed",
+]
 
 
 def open_feed(
@@ -20,6 +30,8 @@ def open_feed(
 ) -> Feed:
     """The feed for ``source``: a stream's, or a random-access reader's (of the subset
     ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``)."""
+    if spec.elastic and isinstance(source, list):  # elastic reads a list chunk by chunk
+        source = ChunkList(source)
     opened = open_source(source)
     if isinstance(opened, Stream):
         if rows is not None:
@@ -28,6 +40,8 @@ def open_feed(
                 "is a stream, read front to back: its rows cannot be picked by id. Write it "
                 "once to .ndf (exactbatch convert, save_ndf) and pass rows= with that file"
             )
+        if spec.elastic:
+            return ElasticStreamFeed(opened, spec, total_size, buffer_size)
         return StreamFeed(opened, spec, total_size, buffer_size)
     try:
         return RandomAccessFeed(opened, spec, total_size, rows, about=source)

@@ -46,14 +46,9 @@ class StreamFeed:
     """A stream, one shard of it, its N and the audit of N (module docs)."""
 
     kind = "stream"
-    total_batches = None  # no elastic dealing of a stream
+    total_batches = None  # no elastic dealing (elastic streams: feeds.elastic_stream)
 
     def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
-        if spec.elastic:
-            raise ValueError(
-                "elastic=True needs a random-access source (a Dataset, an NdfFile, an array, "
-                "a pair or a RowSource); a stream cannot be re-dealt across shards mid-epoch"
-            )
         self.spec, self.buffer_size = spec, buffer_size
         self.stream: Any = stream  # None once closed
         hooks = self.hooks = stream.hooks

@@ -28,6 +28,7 @@ from exactbatch.sources.protocols import StreamHooks, stream_hooks
 __all__ = [
     "ChunkError",
     "ChunkIndexedStream",
+    "ChunkList",
     "ChunkTypeError",
     "FactoryStream",
     "IndexedStream",
@@ -171,6 +172,24 @@ class ChunkIndexedStream(Stream):
 
 
 IndexedStream = ChunkIndexedStream  # the old name, kept working
+
+
+class ChunkList:
+    """A list of chunks as a :class:`~exactbatch.sources.protocols.ChunkSource`: what
+    ``elastic=True`` reads a list as (chunk by chunk, in any order). Each chunk is
+    checked once here, in list order, as a pass would check it (its widths against
+    the first's); its rows are counted so."""
+
+    def __init__(self, chunks: list):
+        self.chunks = chunks
+        widths = Widths()
+        counts = [widths.normalize(chunk, i)[0].shape[0] for i, chunk in enumerate(chunks)]
+        self.chunk_rows = np.array(counts, dtype=np.int64)
+        self.n_rows = int(self.chunk_rows.sum())
+        self.d, self.l = widths.d, widths.l
+
+    def read_chunk(self, i: int):
+        return self.chunks[i]
 
 
 class FactoryStream(Stream):

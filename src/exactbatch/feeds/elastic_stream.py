@@ -1,0 +1,167 @@
+"""The elastic streamed feed: a chunk-indexed stream dealt as one global order.
+
+``elastic=True`` on a stream whose chunks are indexed (Parquet row groups,
+``ndf_blocks`` over a file or a dataset, Dask partitions of known length, a
+list of arrays) makes each epoch one global order of the stream's rows, a
+pure function of ``(seed, epoch)``: the chunks shuffled, their rows mixed
+within windows of ``mixing_window`` rows (:class:`~exactbatch.order.windows.WindowedOrder`;
+file order without shuffle). The order is cut into global batches dealt to
+the shards in turn exactly as for a random-access source, so this feed is the
+random-access feed's elastic epochs, ledger and certificate over that order,
+and a state taken at S shards resumes at any S': the rows a partly consumed
+window still owes are its positions past the state's global batch.
+
+Rows are read through a :class:`~exactbatch.sources.chunk_cache.ChunkCacheReader`:
+a shard reads the chunks its batches' rows lie in, when a batch first needs
+them, and the chunks of the next window it needs are read ahead on a
+background thread.
+
+Costs (docs/usage/streaming.md, "Elastic streams"):
+
+* Memory: up to two windows of rows and the chunks they straddle (the
+  cache's budget), as a shuffle buffer reading ahead holds two halves.
+* Reads: a window holds ``window / batch_size`` global batches, dealt in
+  turn, so a shard reads every window its batches touch: about
+  ``min(S, window / batch_size + 1)`` times the rows a contiguous shard of
+  the same stream reads. That is the price of resuming at another shard
+  count through a buffer; a smaller window reads less and mixes less.
+* A resumed epoch reads again the chunks of the window it resumes in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactbatch.batching.buffer import mixing_window
+from exactbatch.feeds.base import BatchSpec
+from exactbatch.feeds.random_access import RandomAccessFeed
+from exactbatch.order.windows import WindowedOrder, chunk_of_rows
+from exactbatch.sources.chunk_cache import ChunkCacheReader
+from exactbatch.sources.chunks import Stream, Widths
+from exactbatch.sources.identity import stream_identity
+
+__all__ = ["ElasticStreamFeed", "refuse_unindexed"]
+
+
+def refuse_unindexed(stream: Stream) -> None:
+    """``ValueError`` unless ``stream`` is chunk-indexed (what elastic needs)."""
+    if not stream.chunk_indexed:
+        raise ValueError(
+            f"elastic=True needs a source whose rows can be re-dealt to another shard count: "
+            f"a random-access source, or a stream whose chunks are indexed (chunk_rows and "
+            f"read_chunk: parquet_source, ndf_blocks, dask_source with known partition "
+            f"lengths, a list of arrays). {type(stream.source).__name__} is read front to "
+            "back only, so a state could not say which rows another shard count still owes; "
+            "write it once to .ndf (exactbatch convert, save_ndf) or pass elastic=False"
+        )
+
+
+class ElasticStreamFeed(RandomAccessFeed):
+    """A chunk-indexed stream as elastic epochs of one shard (module docs)."""
+
+    kind = "stream"
+
+    def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
+        refuse_unindexed(stream)
+        hooks = self.hooks = stream.hooks
+        self.stream: Stream | None = stream  # None once closed
+        self.buffer_size = buffer_size
+        rows = hooks.chunk_rows
+        assert rows is not None  # refuse_unindexed checked
+        n = int(rows.sum())
+        self._identity: dict | None = None
+        cache = ChunkCacheReader(stream, Widths(hooks.d, hooks.l), 1)  # (learns the widths)
+        nonempty = rows[rows > 0]
+        mean = max(1, int(nonempty.mean())) if len(nonempty) else None
+        self.window = mixing_window(spec.batch_size, buffer_size, (cache.d, cache.l), n, mean)
+        largest = int(rows.max()) if len(rows) else 0
+        cache.budget = 2 * self.window + 2 * largest  # two windows, and what they straddle
+        self._cache = cache
+        super().__init__(cache, spec, total_size)
+
+    # -- what a state records -------------------------------------------------------
+
+    def state_config(self) -> dict:
+        """As a stream's: its buffer and what it knows of its size."""
+        return {
+            "buffer_size": self.buffer_size,
+            "n_rows": self.hooks.n_rows,
+            "block_rows": self.hooks.block_rows,
+        }
+
+    def fingerprint(self) -> dict:
+        """The stream's identity (:func:`exactbatch.sources.identity.stream_identity`) and
+        sizes, as a streamed feed's."""
+        if self._identity is None and self.stream is not None:
+            self._identity = stream_identity(self.stream.source)
+        sizes = {"n": self.n_rows, "d": self.d, "l": self.l}
+        return {**(self._identity or {"kind": "stream"}), **sizes}
+
+    @property
+    def n_rows(self) -> int:
+        return self.total_size
+
+    def mixing_window(self) -> int:
+        """The window a row is mixed within (1 without ``shuffle``)."""
+        return max(1, min(self.window, self.total_size)) if self.spec.shuffle else 1
+
+    def prefetch_default(self) -> int:
+        return 0  # the next window's chunks are read ahead
+
+    @property
+    def rows_read(self) -> int:
+        """Rows of every chunk read so far (the read amplification's numerator)."""
+        return self._cache.rows_read
+
+    # -- the order ------------------------------------------------------------------
+
+    def _bijection(self, seed, epoch, key_shard, size):
+        return WindowedOrder(self.hooks.chunk_rows, self.window, seed=seed, epoch=epoch)
+
+    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()):
+        out = super().open_epoch(seed, epoch, skip, first, pending)
+        order = None if out.order is None else out.order.bijection
+        locate, seen = out.locate, [-1]
+        window, cache = self.window, self._cache
+
+        # Each batch claimed that enters a new window has the chunks of that window and
+        # the next read ahead, those this shard's batches need (the epoch's own object:
+        # its locate is the feed's to wrap).
+        def located(k):
+            a, z = locate(k)
+            w = (z - 1) // window if z > a else -1
+            if w > seen[0]:
+                ahead = range(max(seen[0] + 1, a // window), w + 2)
+                seen[0] = w
+                cache.read_ahead(lambda: self._needed(order, ahead, first))
+            return a, z
+
+        out.locate = located
+        return out
+
+    def _needed(self, order, windows, first: int) -> list[int]:
+        """The chunks this shard's batches from global batch ``first`` on need in
+        ``windows``, in the order its reads meet them."""
+        b, n, shard, window = self.spec.batch_size, self.total_size, self.spec.shard, self.window
+        g0, count = shard.dealt(0, first), shard.count
+        last = self.total_batches
+        assert last is not None  # set for an elastic feed
+        out: list[np.ndarray] = []
+        for w in windows:
+            a, z = w * window, min((w + 1) * window, n)
+            if a >= z:
+                break
+            lo = max(a // b, g0)
+            lo = g0 + -(-(lo - g0) // count) * count  # this shard's first batch there
+            gs = np.arange(lo, min((z - 1) // b, last - 1) + 1, count)
+            pos = (gs[:, None] * b + np.arange(b)).ravel()
+            pos = pos[(pos >= a) & (pos < z)]
+            rows = pos if order is None else order(pos)
+            chunks = chunk_of_rows(self._cache.firsts, rows)
+            _, at = np.unique(chunks, return_index=True)
+            out.append(chunks[np.sort(at)])
+        return np.concatenate(out).tolist() if out else []
+
+    def close(self) -> None:
+        super().close()
+        self.stream = None

@@ -1,0 +1,111 @@
+"""The order of an elastic streamed epoch: chunks shuffled, rows mixed within windows.
+
+A chunk-indexed stream (Parquet row groups, ``ndf_blocks``, Dask partitions,
+a list of arrays) cannot be read in any order a row at a time, but it can be
+read chunk by chunk in any order. An elastic epoch over it is one global
+order, a pure function of ``(seed, epoch)``:
+
+1. the chunks in an order keyed by ``(seed, epoch)`` (:func:`chunk_order`,
+   shard key 0: the same for every shard count);
+2. their rows, concatenated in that order, cut into windows of ``window``
+   consecutive rows (the last one shorter), a window straddling chunks where
+   it falls;
+3. each window's rows permuted by its own keyed bijection
+   (:class:`EpochBijection` of the window's size, keyed by the window's
+   number): a row is mixed with the rows of its window, as it would be in a
+   shuffle buffer of that many rows.
+
+Position p of the epoch is then a row of the stream, as for random access,
+so global batches are cut and dealt to the shards by
+:class:`~exactbatch.order.Shard` exactly as for random access, and a state
+at any global batch resumes at any shard count: what a partly consumed
+window still owes is its positions past that batch, known from the key
+alone (nothing is stored). :class:`WindowedOrder` has the bijection's
+interface (``n``, ``__call__(positions)``, ``rows(start, stop)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactbatch.order.bijection import EpochBijection
+from exactbatch.order.keys import check_key, chunk_order
+
+__all__ = ["WindowedOrder", "chunk_of_rows"]
+
+
+def chunk_of_rows(firsts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The chunk holding each stream row of ``rows``, chunk ``i`` holding rows
+    ``firsts[i] ..`` (an empty chunk never: the last chunk starting at a row wins)."""
+    return np.searchsorted(firsts, rows, side="right") - 1
+
+
+class WindowedOrder:
+    """Epoch ``epoch``'s order of a chunk-indexed stream of ``chunk_rows`` (module docs):
+    position p (in ``[0, n)``) to its row of the stream. Immutable but for a small cache
+    of the windows' bijections; safe to share between threads."""
+
+    def __init__(self, chunk_rows, window: int, *, seed: int, epoch: int):
+        check_key(seed=seed, epoch=epoch)
+        rows = np.asarray(chunk_rows, dtype=np.int64)
+        self.seed, self.epoch = int(seed), int(epoch)
+        self.n = int(rows.sum())
+        self.window = max(1, int(window))
+        firsts = np.cumsum(rows) - rows  # each chunk's first row in the stream
+        order = chunk_order(len(rows), seed=seed, epoch=epoch, shard=0)
+        order = order[rows[order] > 0]  # an empty chunk holds no position
+        self.slot_chunks = order  # the chunks in the epoch's order
+        self.slot_rows = rows[order]
+        self.slot_starts = np.cumsum(self.slot_rows) - self.slot_rows  # their first position
+        self._slot_firsts = firsts[order]
+        self._bijections: dict[int, EpochBijection] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowedOrder(n={self.n}, window={self.window}, seed={self.seed}, epoch={self.epoch})"
+        )
+
+    @property
+    def windows(self) -> int:
+        return -(-self.n // self.window)
+
+    def _bijection(self, w: int) -> EpochBijection:
+        bij = self._bijections.get(w)
+        if bij is None:
+            size = min(self.window, self.n - w * self.window)
+            bij = EpochBijection(size, seed=self.seed, epoch=self.epoch, shard=w)
+            if len(self._bijections) >= 8:  # windows are met in order: keep a few
+                self._bijections.clear()
+            self._bijections[w] = bij
+        return bij
+
+    def __call__(self, positions) -> np.ndarray:
+        """Rows of the stream (int64, the shape of ``positions``) at ``positions``."""
+        pos = np.asarray(positions, dtype=np.int64)
+        flat = pos.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.n):
+            bad = flat[(flat < 0) | (flat >= self.n)][0]
+            raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
+        mixed = np.empty_like(flat)  # positions of the chunks' concatenation
+        w_of = flat // self.window
+        first, last = (int(w_of.min()), int(w_of.max())) if flat.size else (0, -1)
+        for w in range(first, last + 1):  # a call spans a few windows: a mask each
+            at = np.flatnonzero(w_of == w) if first != last else slice(None)
+            base = w * self.window
+            local = flat[at] - base
+            if local.size:
+                mixed[at] = base + self._bijection(w)(local)
+        slot = np.searchsorted(self.slot_starts, mixed, side="right") - 1
+        return (self._slot_firsts[slot] + (mixed - self.slot_starts[slot])).reshape(pos.shape)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows (int64) of positions ``start .. stop-1``."""
+        check_key(start=start, stop=stop)
+        return self(np.arange(start, max(start, stop), dtype=np.int64))
+
+    def window_chunks(self, w: int) -> np.ndarray:
+        """The chunks holding window ``w``'s rows, in the epoch's order."""
+        a, z = w * self.window, min((w + 1) * self.window, self.n)
+        lo = int(np.searchsorted(self.slot_starts, a, side="right")) - 1
+        hi = int(np.searchsorted(self.slot_starts, z, side="left"))
+        return self.slot_chunks[max(lo, 0) : hi]

@@ -1,0 +1,142 @@
+"""A chunk-indexed stream read as random access (exactbatch.sources.chunk_cache)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from exactbatch.sources.chunk_cache import ChunkCacheReader
+from exactbatch.sources.chunks import ChunkError, ChunkIndexedStream, ChunkList, Widths
+
+
+class Counting:
+    """A chunk source of ``rows`` rows a chunk, counting its reads; ``fail`` chunk ids
+    raise OSError once each; ``gate`` (an Event) holds every read until set."""
+
+    def __init__(self, rows, fail=(), gate=None):
+        self.chunk_rows = np.asarray(rows)
+        firsts = np.cumsum(rows) - np.asarray(rows)
+        pairs = zip(firsts, rows, strict=True)
+        self.parts = [np.arange(f, f + r, dtype=float)[:, None] for f, r in pairs]
+        self.reads, self.fail, self.gate = [], set(fail), gate
+
+    def read_chunk(self, i):
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.reads.append(i)
+        if i in self.fail:
+            self.fail.discard(i)
+            raise OSError(f"injected: chunk {i}")
+        return self.parts[i]
+
+
+def reader(source, budget=1000):
+    return ChunkCacheReader(ChunkIndexedStream(source), Widths(), budget)
+
+
+def read(r, rows):
+    out_x, out_y = np.empty((len(rows), r.d)), np.empty((len(rows), r.l))
+    r.read(np.asarray(rows), out_x, out_y)
+    return out_x[:, 0].astype(int).tolist()
+
+
+def test_rows_of_any_chunks_in_any_order_each_chunk_read_once():
+    src = Counting([5, 0, 7, 3])
+    r = reader(src)
+    assert (r.n, r.d, r.l) == (15, 1, 0)
+    assert read(r, [14, 0, 6, 5, 11, 12]) == [14, 0, 6, 5, 11, 12]
+    assert read(r, [1, 13]) == [1, 13]
+    assert sorted(src.reads) == [0, 2, 3]  # (chunk 0 read first, for the widths)
+    assert r.rows_read == 15
+
+
+def test_the_budget_lets_the_least_recently_used_chunk_go():
+    src = Counting([4, 4, 4])
+    r = reader(src, budget=8)
+    read(r, [0])
+    read(r, [4])
+    read(r, [0])  # chunk 0 used last: chunk 1 goes when chunk 2 comes
+    read(r, [8])
+    src.reads.clear()
+    read(r, [1, 9])
+    assert src.reads == []
+    read(r, [5])
+    assert src.reads == [1]
+
+
+def test_a_read_larger_than_the_budget_is_served_whole():
+    r = reader(Counting([3, 3, 3]), budget=1)
+    assert read(r, [8, 0, 4]) == [8, 0, 4]
+
+
+def test_a_failed_chunk_read_raises_and_the_next_read_reads_it_again():
+    src = Counting([4, 4], fail={1})
+    r = reader(src)
+    with pytest.raises(OSError, match="chunk 1"):
+        read(r, [0, 5])
+    assert read(r, [0, 5]) == [0, 5]
+
+
+def test_a_read_ahead_that_fails_is_let_go_and_the_read_that_needs_the_chunk_reads_it():
+    src = Counting([4, 4, 4], fail={2})
+    r = reader(src)
+    r.read_ahead(lambda: [1, 2])
+    done = threading.Event()
+    r.read_ahead(lambda: done.set() or [])  # one thread, in order: the first is handled
+    assert done.wait(10)
+    assert src.reads == [0, 1, 2]  # (0 for the widths) 2 failed
+    assert read(r, [9, 5]) == [9, 5]  # chunk 1 as read ahead; 2 read again, here
+    assert src.reads == [0, 1, 2, 2]
+
+
+def test_a_fault_that_lasts_is_raised_by_the_read_that_needs_the_chunk():
+    src = Counting([4, 4], fail={1})
+    r = reader(src)
+    r.read_ahead(lambda: [1])
+    src.fail.add(1)  # (fails ahead, or here: either way this read fails once more)
+    with pytest.raises(OSError, match="chunk 1"):
+        for _ in range(2):
+            read(r, [5])
+            src.fail.add(1)
+
+
+def test_two_threads_needing_one_chunk_wait_for_one_read():
+    gate = threading.Event()
+    src = Counting([4, 4])
+    r = reader(src)
+    src.gate = gate
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(read(r, [6]))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert got == [[6]] * 3 and src.reads.count(1) == 1
+
+
+def test_a_chunk_of_other_rows_than_chunk_rows_says_is_a_chunk_error():
+    src = Counting([4, 4])
+    src.parts[1] = src.parts[1][:3]
+    r = reader(src)
+    with pytest.raises(ChunkError, match=r"read_chunk\(1\) returned 3 rows"):
+        read(r, [5])
+
+
+def test_a_closed_reader_refuses_reads():
+    r = reader(Counting([2]))
+    r.close()
+    with pytest.raises(ValueError, match="closed"):
+        read(r, [0])
+
+
+def test_a_list_as_a_chunk_source_counts_its_chunks_rows():
+    chunks = [(np.zeros((3, 2)), np.zeros(3)), (np.zeros(2), np.zeros(1)), np.zeros((0, 2))]
+    with pytest.raises(ChunkError, match="chunk 2"):  # checked as a pass checks it
+        ChunkList(chunks)
+    src = ChunkList(chunks[:2])
+    assert src.chunk_rows.tolist() == [3, 1] and src.n_rows == 4
+    assert (src.d, src.l) == (2, 1)
+    assert src.read_chunk(1) is chunks[1]
