@@ -119,6 +119,9 @@ from exactbatch import save_ndf
 # sources in the second round; switch their cases on when that lands.
 ARRAY_LIKE_KINDS = ("tensor", "dataframe")
 MODES = ("plain", "even", "elastic", "elastic_even")
+# even_batches="pad" (iter() only, never with drop_last): its cases come after the others
+# in ALL, so the strides below pick the cases they always did.
+PAD_MODES = ("pad", "elastic_pad")
 # The protocol doubles, then the Arrow kinds, last, so the other kinds' strides below
 # pick the cases they always did.
 LATE = DOUBLE_KINDS + ARROW_KINDS
@@ -156,15 +159,20 @@ class Case:
             return "threads"
         if self.prefetch:  # iter(), half of the cases reading ahead with peek()
             return self.pick(("iter", "peek"), "via")
-        return "next_into"
+        return "iter" if self.pad else "next_into"  # next_into refuses "pad"
 
     @property
-    def even(self) -> bool:
-        return self.mode in ("even", "elastic_even")
+    def pad(self) -> bool:
+        return self.mode in PAD_MODES
+
+    @property
+    def even(self) -> bool | str:
+        """The loader's even_batches: False, True or "pad"."""
+        return "pad" if self.pad else self.mode in ("even", "elastic_even")
 
     @property
     def elastic(self) -> bool:
-        return self.mode in ("elastic", "elastic_even")
+        return self.mode in ("elastic", "elastic_even", "elastic_pad")
 
     def pick(self, options, salt: str):
         """A fixed choice among ``options``, hashed from the case's name."""
@@ -172,14 +180,17 @@ class Case:
 
 
 def allowed(case: Case) -> bool:
+    if case.pad and (case.drop_last or case.threads > 1):
+        return False  # refused with drop_last; threads share a loader by next_into
     return not (case.elastic and case.kind in STREAM_KINDS)
 
 
 ALL = [
     c
+    for modes in (MODES, PAD_MODES)
     for c in itertools.starmap(
         Case,
-        itertools.product(KINDS, (False, True), (False, True), (1, 2, 3), (0, 2), MODES, (1, 4)),
+        itertools.product(KINDS, (False, True), (False, True), (1, 2, 3), (0, 2), modes, (1, 4)),
     )
     if allowed(c)
 ]
@@ -439,10 +450,12 @@ def test_resume_at_every_batch(case, make_spec):
     needs(case)
     spec = make_spec(case)
     epoch = case.pick((0, 1), "epoch")
-    via = "iter" if case.prefetch else case.pick(("iter", "next_into"), "via")
-    resume_via = case.pick(("iter", "next_into"), "resume_via")
+    via = "iter" if case.prefetch or case.pad else case.pick(("iter", "next_into"), "via")
+    resume_via = "iter" if case.pad else case.pick(("iter", "next_into"), "resume_via")
+    # the last shard; under contiguous "pad", shard 0 (the smallest: the one padded)
+    shard = 0 if case.pad and not case.elastic else case.shards - 1
     check_resume(
-        lambda: loader_from_spec(spec),
+        lambda: loader_from_spec(spec, shard_index=shard),
         spec["d"],
         spec["l"],
         epoch=epoch,

@@ -147,7 +147,7 @@ class DataLoader:
         shard_index: int | str = 0,
         total_size: TotalSize = "auto",
         buffer_size: int | None = None,
-        even_batches: bool = False,
+        even_batches: bool | str = False,
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
@@ -275,6 +275,12 @@ class DataLoader:
         raises leaves the batch to the next call.
         """
         feed = self._feed  # its widths, not the properties: this runs once a batch
+        if feed.spec.pad:
+            raise ValueError(
+                "next_into cannot hand out the padding batches of even_batches='pad' (it "
+                "returns the rows written, and 0 means the end of the epoch): iterate with "
+                "iter(loader), whose batches are (xb, yb, mask)"
+            )
         d, l = feed.d, feed.l  # noqa: E741
         if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
             self._cursor.peek()
