@@ -564,6 +564,7 @@ CHANGES = {
     "num_shards": dict(num_shards=2, shard_index=1),
     "shard_index": dict(shard_index=0),
     "even_batches": dict(even_batches=True),
+    "pad": dict(even_batches="pad"),  # recorded as given: "pad" is not False (nor True)
     "elastic": dict(elastic=True),
     "buffer_size": dict(buffer_size=13),
     "block_rows": {},
@@ -571,7 +572,7 @@ CHANGES = {
     "d": {},
     "l": {},
 }
-NAMES = {"n": r"\bn\b|n_rows|total_size", "d": r"\bd\b", "l": r"\bl\b"}
+NAMES = {"n": r"\bn\b|n_rows|total_size", "d": r"\bd\b", "l": r"\bl\b", "pad": "even_batches"}
 
 
 def changes_for(kind: str):

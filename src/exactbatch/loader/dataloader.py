@@ -84,10 +84,14 @@ class DataLoader:
       :class:`TotalSizeWarning`) or None (unknown; ``len()`` raises).
 
     Distributed options: ``num_shards``/``shard_index`` may be ``"auto"``
-    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
-    every shard the smallest shard's batch count; ``elastic`` (random access
-    only) deals one global order per epoch out to the shards batch by batch,
-    so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
+    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches=True``
+    gives every shard the smallest shard's batch count; ``"pad"`` (evaluation; not with
+    ``drop_last``) the largest's, every row once: each batch ``batch_size`` rows, real
+    ones first, then zeros, and a bool mask last, ``(x, y, mask)`` (``(x, y, rows,
+    mask)``, padded ids -1), whole padding batches on a shard with fewer (no rows to
+    the ledger; ``next_into`` refuses it); ``elastic`` (random access only) deals one
+    global order per epoch out to the shards batch by batch, so a checkpoint resumes
+    at another shard count. ``prefetch=k`` prepares
     k batches on a background thread - k groups of small batches, of up to
     64 batches and 4 MiB each, from random access or a stream (default: the
     reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
