@@ -24,7 +24,12 @@ The product (before the subsets below):
     shards       1, 2, 3
     prefetch     0, 2 (with prefetch, iter() or iter() reading ahead with peek())
     mode         plain, even_batches, elastic, elastic + even_batches
-                 (elastic: random access only)
+                 (elastic: random access only); pad and elastic_pad
+                 (even_batches="pad": without drop_last and threads, and
+                 iter() for next_into, which refuses it; every batch is
+                 checked full, its mask a prefix, padding zeros with ids -1,
+                 and the laws run over its real rows, a padding batch an
+                 empty one: equal counts on every shard, every row once)
     threads      1, 4 (4 threads calling next_into on one loader)
     with_rows    False, True: by the hash, half the cases (each kind both ways in
                  every mode, way, shard count, shuffle and drop_last): every
@@ -61,7 +66,7 @@ Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
 * ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
-  stride of 15), every kind and
+  stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
   40 of the random-access ones again over a subset (rows=).
 * ``test_resume_in_a_fresh_process`` (5).
