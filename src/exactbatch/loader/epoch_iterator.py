@@ -15,7 +15,7 @@ from typing import cast
 
 import numpy as np
 
-from exactbatch.batching.padding import PadJob, masked
+from exactbatch.batching.padding import masked_group
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Group
@@ -53,10 +53,12 @@ def _take(cursor: Cursor, epoch, jobs) -> list:
     spec = cursor.spec
     if not spec.pad:
         return _read(epoch, jobs)
-    real = [job for job in jobs if not isinstance(job, PadJob)]
-    made = iter(_read(epoch, real) if real else ())
     b, shape = spec.batch_size, partial(_pad_shape, cursor.feed)
-    return [masked(None if isinstance(j, PadJob) else next(made), b, shape) for j in jobs]
+    real = [job for job in jobs if job.size]  # (a PadJob has no rows; every other job has)
+    if len(real) == len(jobs):
+        return masked_group(_read(epoch, jobs), b, shape)
+    made = iter(_read(epoch, real) if real else ())
+    return masked_group([next(made) if j.size else None for j in jobs], b, shape)
 
 
 def _read(epoch, jobs) -> list:
