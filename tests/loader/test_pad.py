@@ -221,22 +221,26 @@ def test_a_run_with_padding_certifies_every_row():
     assert not certify(states[1:])
 
 
-def test_a_stream_longer_than_its_declared_total_size_is_an_error_not_a_desync(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_stream_longer_than_its_declared_total_size_is_an_error_not_a_desync(prefetch, shuffle):
     """A factory declaring N=40 that yields 50 rows: the last shard's pass holds more
-    batches than every shard hands out: ValueError naming total_size (every call after
-    too); the shard whose rows fit hands out its batches."""
+    batches than every shard hands out: its len(loader) batches go out, then a
+    ValueError naming total_size (at every call after too); the shard whose rows fit
+    hands out its batches."""
     chunks = chunks_of([10, 10, 10, 10, 10], 3, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TotalSizeWarning of the audit
         ok = DataLoader(lambda: iter(chunks), 5, num_shards=2, shard_index=0,
-                        total_size=40, even_batches="pad")  # fmt: skip
+                        total_size=40, even_batches="pad", shuffle=shuffle)  # fmt: skip
         assert len(collect(ok)) == len(ok) == 4
-        long = DataLoader(lambda: iter(chunks), 5, num_shards=2, shard_index=1,
-                          total_size=40, even_batches="pad", shuffle=False)  # fmt: skip
-        it = iter(long)
+        long = DataLoader(lambda: iter(chunks), 5, num_shards=2, shard_index=1, total_size=40,
+                          even_batches="pad", shuffle=shuffle, prefetch=prefetch)  # fmt: skip
+        it, handed = iter(long), 0
         with pytest.raises(ValueError, match=r"(?s)even_batches='pad'.*total_size=40.*wrong"):
             for _ in it:
-                pass
+                handed += 1
+        assert handed == len(long) == 4
         with pytest.raises(ValueError, match="total_size"):
             next(it)
 

@@ -201,6 +201,8 @@ class StreamEpoch:
                 pop = ready.popleft
                 jobs.extend([StreamJob(j, *pop()) for j in range(k, k + take)])
                 continue
+            if jobs and room <= 0 and self._too_long is not None and not self.returned:
+                return  # at the limit: the batches before it go out, the next claim raises
             job = self.claim()
             if job is None:
                 return

@@ -10,6 +10,8 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
@@ -151,7 +153,7 @@ class DataLoader:
         shard_index: int | str = 0,
         total_size: TotalSize = "auto",
         buffer_size: int | None = None,
-        even_batches: bool | str = False,
+        even_batches: bool | Literal["pad"] = False,
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
