@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import chunks_of, collect, ids, make_x, make_y, unpad, write_parquet
-from laws import roundtrip
+from laws import check_shared_iterator, roundtrip
 
 from exactbatch import DataLoader, certify, parquet_source
 from exactbatch.adapters.minibatch import check_exact_batches
@@ -310,3 +310,21 @@ def test_the_fit_helpers_refuse_pad():
     loader = DataLoader(pair(12), 4, even_batches="pad")
     with pytest.raises(ValueError, match="even_batches='pad'.*evaluation"):
         check_exact_batches(loader, "fit")
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("kind", ["pair", "elastic", "list"])
+def test_one_iterator_shared_by_threads_hands_out_every_batch_once(kind, prefetch, tmp_path):
+    """Threads calling next() on one iterator of the padded shard: every batch, padding
+    included, once (laws.check_shared_iterator), and the ledger passes."""
+    n = 40 if kind == "elastic" else 26
+    src, kw = source(kind, *pair(n), tmp_path)
+    shard = 2 if kind == "elastic" else 0
+
+    def make():
+        return DataLoader(src, 4, num_shards=3, shard_index=shard, even_batches="pad",
+                          prefetch=prefetch, seed=2, **kw)  # fmt: skip
+
+    want = collect(make())
+    assert [] in want  # a padding batch among them
+    check_shared_iterator(make, want, 4, 3, 1)
