@@ -328,3 +328,12 @@ def test_one_iterator_shared_by_threads_hands_out_every_batch_once(kind, prefetc
     want = collect(make())
     assert [] in want  # a padding batch among them
     check_shared_iterator(make, want, 4, 3, 1)
+
+
+def test_a_stream_that_yields_no_row_cannot_be_padded():
+    """N declared, no row at all: the widths a padding batch needs are unknown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = DataLoader(lambda: iter([]), 4, total_size=10, even_batches="pad")
+        with pytest.raises(ValueError, match="yielded no rows.*total_size=10"):
+            list(loader)
