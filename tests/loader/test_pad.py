@@ -9,6 +9,7 @@ shard count, a stream longer than its declared N, and what is refused.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import numpy as np
@@ -307,9 +308,21 @@ def test_a_stream_of_unknown_size_is_refused():
 
 
 def test_the_fit_helpers_refuse_pad():
+    """The shared check, and each fit helper through it (where its package is installed)."""
     loader = DataLoader(pair(12), 4, even_batches="pad")
     with pytest.raises(ValueError, match="even_batches='pad'.*evaluation"):
         check_exact_batches(loader, "fit")
+    for name in ("numpyro", "pymc"):
+        try:
+            module = importlib.import_module(f"exactbatch.{name}")
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        with pytest.raises(ValueError, match="even_batches='pad'"):
+            if name == "numpyro":
+                module.fit(None, None, loader, 1, rng_key=None)
+            else:
+                module.fit(loader, 1, model=None)
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
