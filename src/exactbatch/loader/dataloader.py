@@ -201,7 +201,8 @@ class DataLoader:
     # -- sizes -----------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last.
+        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last
+        (``even_batches``: the smallest shard's count; ``"pad"``: the largest's).
 
         A stream of unknown size (``total_size=None``) has no length: ``TypeError``.
         """
