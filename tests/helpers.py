@@ -148,10 +148,35 @@ def ids(xb: np.ndarray) -> list[int]:
     return xb[:, 0].astype(np.int64).tolist()
 
 
+def unpad(batch, batch_size: int | None = None) -> tuple:
+    """The real rows of a batch of ``even_batches="pad"`` (its last element a bool
+    mask), checked: every array ``len(mask)`` rows (``batch_size``, when given), the
+    mask True for a prefix of the rows and False after, padded rows zero (row ids -1).
+    Any other batch is returned as it is."""
+    last = batch[-1]
+    if not (isinstance(last, np.ndarray) and last.dtype == bool):
+        return tuple(batch)
+    *arrays, mask = batch
+    b = len(mask)
+    assert mask.shape == (b,), f"mask of shape {mask.shape}"
+    assert batch_size is None or b == batch_size, f"a padded batch of {b} rows, not {batch_size}"
+    r = int(mask.sum())
+    assert mask[:r].all() and not mask[r:].any(), f"mask {mask.tolist()} is not real rows first"
+    for a in arrays:
+        assert a.shape[0] == b, f"a padded batch's array has {a.shape[0]} rows, not {b}"
+        if a.ndim == 1:  # row ids
+            assert (a[r:] == -1).all(), f"padded rows' ids {a[r:].tolist()}, not -1"
+        else:
+            assert not a[r:].any(), "padded rows are not zeros"
+    return tuple(a[:r] for a in arrays)
+
+
 def ids_of(batch) -> list[int]:
     """Row ids of one batch, ``(xb, yb)`` or ``(xb, yb, rows)`` (``with_rows=True``),
     from column 0; a third element must be exactly those ids, as a 1-D int64 array:
-    the loader's ids are checked against the rows they came with."""
+    the loader's ids are checked against the rows they came with. A padded batch
+    (``even_batches="pad"``): its real rows' (:func:`unpad`)."""
+    batch = unpad(batch)
     got = ids(batch[0])
     if len(batch) > 2:
         rows = batch[2]
@@ -198,6 +223,7 @@ def collect(loader, d: int | None = None, l: int | None = None) -> list[list[int
     out = []
     dtype = getattr(loader, "dtype", np.float64)
     for batch in loader:
+        batch = unpad(batch, loader.batch_size)
         xb, yb = batch[0], batch[1]
         d_, l_ = xb.shape[1] if d is None else d, yb.shape[1] if l is None else l
         check_rows(xb, yb, d_, l_, dtype)

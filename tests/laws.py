@@ -52,6 +52,7 @@ from helpers import (
     make_x,
     make_y,
     next_into_ids,
+    unpad,
 )
 
 import exactbatch
@@ -142,13 +143,22 @@ def promised_sizes(
     as many as the smallest shard (n // S rows) has. ``elastic``: every S-th
     batch of the whole epoch's batches from the shard's index on;
     ``even_batches``: each shard the same count, len(global) // S.
+    ``even_batches="pad"``: as many as the largest shard has (ceil(n / S)
+    rows; elastic: ceil(len(global) / S)), the shard's own batches then
+    padding batches of 0 real rows.
     """
+    pad = even_batches == "pad"
     if elastic:
         every = full_sizes(n, batch_size, drop_last)
         mine = every[shard_index::num_shards]
+        if pad:
+            return mine + [0] * (-(-len(every) // num_shards) - len(mine))
         return mine[: len(every) // num_shards] if even_batches else mine
     lo, hi = shard_bounds(n, num_shards, shard_index)
     mine = full_sizes(hi - lo, batch_size, drop_last)
+    if pad:
+        largest = len(full_sizes(-(-n // num_shards), batch_size, False))
+        return mine + [0] * (largest - len(mine))
     if even_batches:
         mine = mine[: len(full_sizes(n // num_shards, batch_size, drop_last))]
     return mine
@@ -196,8 +206,9 @@ def check_epoch(
     promised batch sizes (:func:`promised_sizes`), no row twice, only rows
     of its own range (contiguous shards); across shards: disjoint, and
     together every row of ``range(n)`` less exactly the promised leave-outs
-    (none without drop_last and even_batches); unshuffled: the exact batches
-    of the source's order.
+    (none without drop_last and even_batches=True; none under "pad", whose
+    padding batches are empty lists here); unshuffled: the exact batches of
+    the source's order.
     """
     num_shards = len(per_shard)
     everything = []
@@ -226,7 +237,7 @@ def check_epoch(
         everything += rows
     twice = len(everything) - len(set(everything))
     assert twice == 0, f"{twice} rows handed out by two shards"
-    if not drop_last and not even_batches:
+    if not drop_last and even_batches in (False, "pad"):
         missing = sorted(set(range(n)) - set(everything))
         assert not missing, f"rows never handed out: {missing[:20]}"
 
@@ -312,7 +323,7 @@ def collect_peeking(loader, d: int, l: int) -> list[list[int]]:  # noqa: E741
     """One epoch through ``iter()``, peeking 3 batches ahead of each ``next``."""
     it, out = iter(loader), []
     while it.peek(1):
-        batch = next_peeking(it, loader, len(out))
+        batch = unpad(next_peeking(it, loader, len(out)), loader.batch_size)
         check_rows(batch[0], batch[1], d, l, loader.dtype)
         out.append(ids_of(batch))
     assert next(it, None) is None, "peek() found no batch, next() did"

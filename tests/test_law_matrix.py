@@ -24,7 +24,12 @@ The product (before the subsets below):
     shards       1, 2, 3
     prefetch     0, 2 (with prefetch, iter() or iter() reading ahead with peek())
     mode         plain, even_batches, elastic, elastic + even_batches
-                 (elastic: random access only)
+                 (elastic: random access only); pad and elastic_pad
+                 (even_batches="pad": without drop_last and threads, and
+                 iter() for next_into, which refuses it; every batch is
+                 checked full, its mask a prefix, padding zeros with ids -1,
+                 and the laws run over its real rows, a padding batch an
+                 empty one: equal counts on every shard, every row once)
     threads      1, 4 (4 threads calling next_into on one loader)
     with_rows    False, True: by the hash, half the cases (each kind both ways in
                  every mode, way, shard count, shuffle and drop_last): every
@@ -61,7 +66,7 @@ Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
 * ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
-  stride of 15), every kind and
+  stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
   40 of the random-access ones again over a subset (rows=).
 * ``test_resume_in_a_fresh_process`` (5).
@@ -122,6 +127,9 @@ from exactbatch import save_ndf
 # sources in the second round; switch their cases on when that lands.
 ARRAY_LIKE_KINDS = ("tensor", "dataframe")
 MODES = ("plain", "even", "elastic", "elastic_even")
+# even_batches="pad" (iter() only, never with drop_last): its cases come after the others
+# in ALL, so the strides below pick the cases they always did.
+PAD_MODES = ("pad", "elastic_pad")
 # The protocol doubles, then the Arrow kinds, last, so the other kinds' strides below
 # pick the cases they always did.
 LATE = DOUBLE_KINDS + ARROW_KINDS
@@ -159,15 +167,20 @@ class Case:
             return "threads"
         if self.prefetch:  # iter(), half of the cases reading ahead with peek()
             return self.pick(("iter", "peek"), "via")
-        return "next_into"
+        return "iter" if self.pad else "next_into"  # next_into refuses "pad"
 
     @property
-    def even(self) -> bool:
-        return self.mode in ("even", "elastic_even")
+    def pad(self) -> bool:
+        return self.mode in PAD_MODES
+
+    @property
+    def even(self) -> bool | str:
+        """The loader's even_batches: False, True or "pad"."""
+        return "pad" if self.pad else self.mode in ("even", "elastic_even")
 
     @property
     def elastic(self) -> bool:
-        return self.mode in ("elastic", "elastic_even")
+        return self.mode in ("elastic", "elastic_even", "elastic_pad")
 
     def pick(self, options, salt: str):
         """A fixed choice among ``options``, hashed from the case's name."""
@@ -175,14 +188,17 @@ class Case:
 
 
 def allowed(case: Case) -> bool:
+    if case.pad and (case.drop_last or case.threads > 1):
+        return False  # refused with drop_last; threads share a loader by next_into
     return not (case.elastic and case.kind not in ELASTIC_KINDS)
 
 
 ALL = [
     c
+    for modes in (MODES, PAD_MODES)
     for c in itertools.starmap(
         Case,
-        itertools.product(KINDS, (False, True), (False, True), (1, 2, 3), (0, 2), MODES, (1, 4)),
+        itertools.product(KINDS, (False, True), (False, True), (1, 2, 3), (0, 2), modes, (1, 4)),
     )
     if allowed(c)
 ]
@@ -442,10 +458,12 @@ def test_resume_at_every_batch(case, make_spec):
     needs(case)
     spec = make_spec(case)
     epoch = case.pick((0, 1), "epoch")
-    via = "iter" if case.prefetch else case.pick(("iter", "next_into"), "via")
-    resume_via = case.pick(("iter", "next_into"), "resume_via")
+    via = "iter" if case.prefetch or case.pad else case.pick(("iter", "next_into"), "via")
+    resume_via = "iter" if case.pad else case.pick(("iter", "next_into"), "resume_via")
+    # the last shard; under contiguous "pad", shard 0 (the smallest: the one padded)
+    shard = 0 if case.pad and not case.elastic else case.shards - 1
     check_resume(
-        lambda: loader_from_spec(spec),
+        lambda: loader_from_spec(spec, shard_index=shard),
         spec["d"],
         spec["l"],
         epoch=epoch,
@@ -612,6 +630,7 @@ CHANGES = {
     "num_shards": dict(num_shards=2, shard_index=1),
     "shard_index": dict(shard_index=0),
     "even_batches": dict(even_batches=True),
+    "pad": dict(even_batches="pad"),  # recorded as given: "pad" is not False (nor True)
     "elastic": dict(elastic=True),
     "buffer_size": dict(buffer_size=13),
     "block_rows": {},
@@ -619,7 +638,7 @@ CHANGES = {
     "d": {},
     "l": {},
 }
-NAMES = {"n": r"\bn\b|n_rows|total_size", "d": r"\bd\b", "l": r"\bl\b"}
+NAMES = {"n": r"\bn\b|n_rows|total_size", "d": r"\bd\b", "l": r"\bl\b", "pad": "even_batches"}
 
 
 def changes_for(kind: str):

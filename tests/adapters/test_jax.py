@@ -401,3 +401,29 @@ def test_row_ids_come_through_as_host_int64(pad_last):
     resumed = loader_of(100, 32, with_rows=True)
     resumed.load_state_dict(state)
     assert [b[2].tolist() for b in as_jax(resumed)] == want[1:]
+
+
+@pytest.mark.parametrize("pad_last", [False, True])
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_even_batches_pad_carries_the_mask(pad_last, with_rows):
+    """A loader of even_batches="pad" hands out full batches with a bool mask: as_jax puts
+    them as pad_last does, (xb, yb[, rows], mask) with the mask 1.0/0.0, whatever
+    pad_last says; every rank the same steps, and every row once across the ranks."""
+    n, b, S = 50, 8, 3
+    seen, steps = [], set()
+    for s in range(S):
+        loader = loader_of(n, b, num_shards=S, shard_index=s, even_batches="pad",
+                           with_rows=with_rows)  # fmt: skip
+        got = list(as_jax(loader, pad_last=pad_last))
+        steps.add(len(got))
+        for batch in got:
+            assert len(batch) == 3 + with_rows
+            xb, yb, mask = np.asarray(batch[0]), np.asarray(batch[1]), np.asarray(batch[-1])
+            assert xb.shape == (b, 3) and yb.shape == (b, 1) and mask.shape == (b,)
+            assert mask.dtype == np.float32 and set(mask.tolist()) <= {0.0, 1.0}
+            real = mask > 0
+            assert not xb[~real].any()
+            if with_rows:
+                assert (batch[2][~real] == -1).all() and (batch[2][real] == ids(xb[real])).all()
+            seen += ids(xb[real])
+    assert len(steps) == 1 and sorted(seen) == list(range(n))

@@ -306,3 +306,30 @@ def test_row_ids_come_through_as_an_int64_tensor():
     assert sorted(seen) == list(range(50))
     ds_batches = list(torch.utils.data.DataLoader(as_torch(loader).dataset(), batch_size=None))
     assert all(len(b) == 3 and b[2].dtype == torch.int64 for b in ds_batches)
+
+
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_even_batches_pad_carries_the_mask_as_a_bool_tensor(with_rows):
+    """A loader of even_batches="pad": (xb, yb, mask), or (xb, yb, rows, mask) with row
+    ids; every batch batch_size rows, the mask a bool tensor; the masked sum over the
+    ranks is the whole data's, and every rank runs the same steps."""
+    x, y = make_xy(50)
+    total, seen, steps = 0.0, [], set()
+    for s in range(3):
+        loader = DataLoader((x, y), 8, num_shards=3, shard_index=s, even_batches="pad",
+                            with_rows=with_rows)  # fmt: skip
+        batches = list(as_torch(loader, dtype=torch.float32))
+        steps.add(len(batches))
+        for batch in batches:
+            assert len(batch) == 3 + with_rows
+            xb, yb, mask = batch[0], batch[1], batch[-1]
+            assert xb.shape == (8, 3) and xb.dtype == torch.float32 and mask.dtype == torch.bool
+            total += float((yb[:, 0].double() * mask).sum())
+            if with_rows:
+                rows = batch[2]
+                assert rows.dtype == torch.int64 and (rows[~mask] == -1).all()
+                seen += rows[mask].tolist()
+    assert len(steps) == 1
+    assert abs(total - float(y.astype(np.float32).astype(np.float64).sum())) < 1e-9
+    if with_rows:
+        assert sorted(seen) == list(range(50))

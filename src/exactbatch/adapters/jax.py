@@ -3,8 +3,10 @@
 ``as_jax(loader)`` is an iterable with ``len()``: each ``iter()`` is one
 epoch of the loader (the loader's own rule: the next epoch, a fresh seeded
 shuffle), yielding ``(xb, yb)`` ``jax.Array`` s of shapes (rows, d) and
-(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True``; a loader built with
-``with_rows=True`` adds its row ids after ``yb`` (a NumPy int64 array).
+(rows, l), or ``(xb, yb, mask)`` with ``pad_last=True`` or from a loader
+built with ``even_batches="pad"`` (whose batches are full already and
+carry their mask); a loader built with ``with_rows=True`` adds its row ids
+after ``yb`` (a NumPy int64 array).
 
 How the move overlaps the step: a put returns at once and copies in the
 background, so the iterator keeps ``prefetch`` batches put ahead of the one
@@ -133,6 +135,9 @@ class JaxLoader:
         self.loader = loader
         self.prefetch = check_int("prefetch", prefetch, 0)
         self.pad_last = check_flag("pad_last", pad_last)
+        # a loader of even_batches="pad" hands out full batches and their masks: put those
+        self._padded = getattr(loader, "even_batches", False) == "pad"
+        self._masked = self.pad_last or self._padded  # batches carry a mask
         self.dtype = _resolve_dtype(dtype, loader)
         if device is not None and sharding is not None:
             raise ValueError("pass device= or sharding=, not both (a sharding names its devices)")
@@ -238,27 +243,33 @@ class JaxLoader:
         """``(host arrays, device arrays)`` of one batch ``(xb, yb)`` (or ``(xb, yb,
         ids)``: the ids stay on the host, a new NumPy int64 array, padded with -1)
         put by ``to`` (the putters of x and y, and of the mask); the device put is
-        asynchronous."""
+        asynchronous. A batch of a loader of ``even_batches="pad"`` ends in its bool
+        mask, put as the mask of ``pad_last`` is."""
+        given = None
+        if self._padded:
+            batch, given = batch[:-1], batch[-1]
         if len(batch) == 2:
-            return self._put_pair(*batch, to, ones)
+            return self._put_pair(*batch, to, ones, given)
         xb, yb, ids = batch
-        host, put = self._put_pair(xb, yb, to, ones)
-        if self.pad_last and len(ids) < self.loader.batch_size:
+        host, put = self._put_pair(xb, yb, to, ones, given)
+        if self._masked and len(ids) < self.loader.batch_size:
             ids = np.concatenate((ids, np.full(self.loader.batch_size - len(ids), -1, ids.dtype)))
         # (x, y, ids, then the mask with pad_last: the loader's batch, then what pads it)
         return (*host[:2], ids, *host[2:]), (*put[:2], ids, *put[2:])
 
-    def _put_pair(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones):
+    def _put_pair(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones, given=None):
         rows, b = xb.shape[0], self.loader.batch_size
-        if rows % self._pieces and not self.pad_last:
+        if rows % self._pieces and not self._masked:
             raise ValueError(
                 f"a batch of {rows} rows does not divide evenly over the sharding's "
                 f"{self._pieces} devices: pass pad_last=True (or drop_last=True to the DataLoader)"
             )
-        host = self._host(xb, yb, b if self.pad_last else rows)
+        host = self._host(xb, yb, b if self._masked else rows)
         put = to[0](host)
-        if not self.pad_last:
+        if not self._masked:
             return host, put
+        if given is not None:  # the loader's own mask (even_batches="pad")
+            rows = int(given.sum())  # its real rows come first
         if rows == b:
             return host, (*put, ones)
         mask = np.zeros(b, dtype=self.dtype)
@@ -285,6 +296,8 @@ def _partial_rows(loader) -> int:
     n, b = getattr(loader, "n", None), loader.batch_size
     if n is None or getattr(loader, "drop_last", False):
         return 0
+    if getattr(loader, "even_batches", False) == "pad":  # every batch full, padded
+        return 0
     return n % b
 
 
@@ -305,7 +318,7 @@ class _JaxEpoch:
         self.ahead: deque[tuple] = deque()
         self.to = owner._putters()  # the default device is resolved once an epoch
         self.ones = None
-        if owner.pad_last:  # one device mask for every full batch (jax arrays are immutable)
+        if owner._masked:  # one device mask for every full batch (jax arrays are immutable)
             mask = np.ones(owner.loader.batch_size, dtype=owner.dtype)
             (self.ones,) = self.to[1]((mask,))
 
@@ -378,6 +391,12 @@ def as_jax(
       third element ``mask`` of shape (batch_size,): 1.0 for real rows, 0.0
       for padding (padded rows are zeros), so a jitted step sees one shape
       and no row is dropped. Weigh the per-row loss by it.
+    * A loader built with ``even_batches="pad"`` hands out full batches with a
+      bool mask already (and whole padding batches where its shard has fewer
+      real batches than the largest): its batches come as ``pad_last=True``'s,
+      ``(xb, yb, mask)`` with the mask 1.0/0.0 in ``dtype``, whatever
+      ``pad_last`` says; so every rank runs ``len()`` steps of one shape, and
+      a masked metric summed over the ranks is the whole data's.
     * A loader built with ``with_rows=True`` gives ``(xb, yb, rows)`` (and
       ``(xb, yb, rows, mask)`` with ``pad_last``): ``rows`` the batch's global
       row ids as the loader hands them out, a NumPy int64 array on the host

@@ -2,7 +2,8 @@
 
 * :func:`check_exact_batches` refuses a loader that may hand out a batch of
   fewer than ``batch_size`` rows (a partial batch would be scaled by
-  N / rows as if it were a full one's worth of data), and
+  N / rows as if it were a full one's worth of data), or padded ones
+  (``even_batches="pad"``, an evaluation setting), and
   :func:`check_batch_rows` stops a fit at such a batch when a stream's
   trusted size turns out wrong.
 * :func:`check_one_process` refuses a sharded or elastic loader: a fit
@@ -27,6 +28,13 @@ __all__ = [
 def check_exact_batches(loader, caller: str) -> None:
     """Refuse a loader whose batches are not all exactly ``batch_size`` rows."""
     b, n = loader.batch_size, loader.n
+    if getattr(loader, "even_batches", False) == "pad":
+        raise ValueError(
+            f"{caller} fits on training batches, but the loader has even_batches='pad', "
+            f"which is for evaluation: its padded rows (masked) would be fitted as data and "
+            f"its batches carry a mask. Build the loader with even_batches=False (or "
+            f"drop_last=True for batches of one shape)"
+        )
     fix = (
         f"{caller} needs every batch to have exactly batch_size={b} rows (each batch is "
         f"scaled by total_size / batch_size, and the shapes are fixed)"

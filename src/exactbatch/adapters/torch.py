@@ -102,7 +102,7 @@ class TorchLoader:
         return t
 
     def _convert_ids(self, a):
-        t = _torch().from_numpy(a)  # int64, shared: ids are never cast
+        t = _torch().from_numpy(a)  # int64 ids, or a bool mask; shared, never cast
         if self.pin_memory:
             t = t.pin_memory()
         if self.device is not None:
@@ -111,6 +111,11 @@ class TorchLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         convert = self._convert
+        if getattr(self.loader, "even_batches", False) == "pad":  # (x, y[, rows], mask)
+            for *arrays, mask in self.loader:
+                ids = [self._convert_ids(a) for a in arrays[2:]]  # the ids, with_rows
+                yield convert(arrays[0]), convert(arrays[1]), *ids, self._convert_ids(mask)
+            return
         if getattr(self.loader, "with_rows", False):
             for xb, yb, rows in self.loader:
                 yield convert(xb), convert(yb), self._convert_ids(rows)
@@ -150,6 +155,11 @@ def as_torch(
     * A loader built with ``with_rows=True`` gives ``(xb, yb, rows)``: ``rows``
       the batch's global row ids, an int64 tensor (``torch.from_numpy``, no
       copy; never cast by ``dtype``), moved to ``device`` like the others.
+    * A loader built with ``even_batches="pad"`` gives ``(xb, yb, mask)`` (and
+      ``(xb, yb, rows, mask)`` with ``with_rows``): every batch has batch_size
+      rows, ``mask`` a bool tensor, True for real rows (padded rows are zeros,
+      their ids -1), never cast, moved to ``device`` like the others. Weigh a
+      per-row metric by it: summed over the ranks, it is the whole data's.
     * ``pin_memory=True`` copies each batch into page-locked memory first, for
       asynchronous copies to a CUDA device; it is ignored (no error) when CUDA
       is not available.

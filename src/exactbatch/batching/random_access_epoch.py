@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
 
@@ -223,7 +224,9 @@ class RandomAccessEpoch:
     then one run of the order, and once the whole order is computed a group of
     them is claimed in one loop and read as one slice of it. ``ids``: a
     subset's row ids (``DataLoader(rows=)``); file order's batches are then
-    slices of it (views), their rows the source's.
+    slices of it (views), their rows the source's. ``real``: the batches that hold
+    rows (None: all ``nbatches``); batches ``real ..`` are padding
+    (:class:`~exactbatch.batching.padding.PadJob`, ``even_batches="pad"``).
     """
 
     def __init__(
@@ -241,7 +244,9 @@ class RandomAccessEpoch:
         span=None,
         ids=None,
         with_rows=False,
+        real=None,
     ):
+        self.real = nbatches if real is None else min(real, nbatches)
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
         self.offset, self.b, self.span, self.ids = offset, b, span, ids
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
@@ -264,7 +269,9 @@ class RandomAccessEpoch:
     def promise(self) -> Tally:
         return self._promised(self)
 
-    def job(self, k: int) -> RandomAccessJob:
+    def job(self, k: int) -> RandomAccessJob | PadJob:
+        if k >= self.real:
+            return PadJob(k)
         a, z = self.locate(k)
         if self.order is None and self.ids is not None:  # a subset in its own order
             rows = self.ids[self.offset + a : self.offset + z]
@@ -282,7 +289,7 @@ class RandomAccessEpoch:
         rows, digest = self.order.take(a, z)
         return self._job(self.reader, rows, z - a, k, digest, self.dtype)
 
-    def claim(self) -> RandomAccessJob | None:
+    def claim(self) -> RandomAccessJob | PadJob | None:
         if self.returned:
             return self.returned.pop(0)
         k = self.claimed
@@ -311,11 +318,13 @@ class RandomAccessEpoch:
         rows, digests = whole
         b, n, reader, dtype, make = self.b, self.span, self.reader, self.dtype, self._job
         k0 = self.claimed
-        k1 = self.claimed = max(k0, min(self.nbatches, k0 + count - len(jobs)))
+        k1 = self.claimed = max(k0, min(self.real, k0 + count - len(jobs)))
         jobs += [
             make(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
             for k, a in zip(range(k0, k1), range(k0 * b, k1 * b, b), strict=True)
         ]
+        while len(jobs) < count and (job := self.claim()) is not None:  # padding ("pad")
+            jobs.append(job)
 
     def take_group(self, jobs) -> list[tuple[np.ndarray, ...]]:
         """The batches of ``jobs`` claimed together (see :func:`take_group`); consecutive

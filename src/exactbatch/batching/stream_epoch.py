@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
 
@@ -70,12 +71,17 @@ class StreamEpoch:
     out before (a resumed epoch), but for those in ``pending``; ``limit``
     (even_batches) caps the batches handed out, and the rest of the pass
     is read (so the audit and the ledger see it) but not handed out.
+    ``too_long`` (``even_batches="pad"``): the batch count is exactly
+    ``limit``, padding batches (:class:`~exactbatch.batching.padding.PadJob`)
+    after the pass's own, and a pass holding more than ``limit`` batches
+    raises ``too_long()`` at the claim past the limit (every claim after).
     """
 
-    def __init__(self, open_pass, skip: int, limit: int | None = None, pending=()):
+    def __init__(self, open_pass, skip: int, limit: int | None = None, pending=(), too_long=None):
         self._open_pass = open_pass
         self._it, self.tally = open_pass()
         self._limit = limit
+        self._too_long = too_long
         self._pending: tuple[Any, Any, int] | None = None
         # the rest of the group of batches read last
         self._ready: deque[tuple[Any, Any, int]] = deque()
@@ -132,8 +138,11 @@ class StreamEpoch:
         ahead to know."""
         if self.returned or self._failed:  # a failed pass is read again at the next claim
             return False
-        if self._limit is not None and self.claimed >= self._limit:
+        capped = self._limit is not None and self.claimed >= self._limit
+        if capped and self._too_long is None:
             return True
+        if self._too_long is not None and not capped:  # padding, if not rows, to come
+            return False
         try:
             return self.peek() is None
         except Exception:  # the next claim reads it again, and raises there
@@ -150,21 +159,28 @@ class StreamEpoch:
             self._pending = None
             self.tally.left.add(batch[0].shape[0], batch[2])
 
-    def claim(self) -> StreamJob | None:
+    def claim(self) -> StreamJob | PadJob | None:
         if self.returned:
             return self.returned.pop(0)
         return self._claim_next()
 
-    def _claim_next(self) -> StreamJob | None:
-        """The pass's next batch, not one given back."""
+    def _claim_next(self) -> StreamJob | PadJob | None:
+        """The pass's next batch, not one given back (under "pad", a padding batch
+        once the pass has ended)."""
         if self._limit is not None and self.claimed >= self._limit:
-            self._drain()
+            if self._too_long is None:
+                self._drain()
+            elif self.peek() is not None:
+                raise self._too_long()
             return None
         batch, self._pending = self._pending, None  # read ahead by exhausted()
         if batch is None:
             batch = self._next()  # as peek() would, without keeping it pending
             if batch is None:
-                return None
+                if self._too_long is None:
+                    return None
+                self.claimed += 1
+                return PadJob(self.claimed - 1)
         self.claimed += 1
         return StreamJob(self.claimed - 1, *batch)
 
@@ -175,13 +191,18 @@ class StreamEpoch:
             ready = self._ready
             # What claim() would do, when no batch is given back, read ahead by
             # exhausted() (_pending: it comes first), to be read again or left out.
-            plain = self._pending is None and self._limit is None
-            if ready and plain and not (self.returned or self._failed):
-                k, take = self.claimed, min(count - len(jobs), len(ready))
+            plain = self._pending is None and (self._limit is None or self._too_long)
+            room = count - len(jobs)
+            if self._limit is not None:  # "pad": never past the limit here
+                room = min(room, self._limit - self.claimed)
+            if ready and plain and room > 0 and not (self.returned or self._failed):
+                k, take = self.claimed, min(room, len(ready))
                 self.claimed = k + take
                 pop = ready.popleft
                 jobs.extend([StreamJob(j, *pop()) for j in range(k, k + take)])
                 continue
+            if jobs and room <= 0 and self._too_long is not None and not self.returned:
+                return  # at the limit: the batches before it go out, the next claim raises
             job = self.claim()
             if job is None:
                 return

@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from exactbatch.batching.output import Output
+from exactbatch.batching.padding import PAD, check_even_batches
 from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
@@ -26,6 +27,9 @@ class BatchSpec:
     """The settings that cut every epoch into batches, validated once.
 
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
+    ``even_batches`` False, True (every shard the smallest shard's batch count) or
+    ``"pad"`` (every shard the largest shard's, padded: :mod:`exactbatch.batching.padding`;
+    not with ``drop_last``, a ``ValueError``);
     ``shard`` a :class:`~exactbatch.order.Shard`; ``dtype`` the batches' dtype,
     float64 or float32 (the cast happens in the gather); ``with_rows``: each batch
     also carries its rows' global ids (int64), a third element; ``output`` the rest
@@ -36,7 +40,7 @@ class BatchSpec:
     batch_size: int
     shuffle: bool = True
     drop_last: bool = False
-    even_batches: bool = False
+    even_batches: bool | str = False
     elastic: bool = False
     shard: Shard = Shard()
     dtype: np.dtype = np.dtype(np.float64)
@@ -47,12 +51,28 @@ class BatchSpec:
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
         fix(self, "dtype", check_dtype(self.dtype))
-        for name in ("shuffle", "drop_last", "even_batches", "elastic", "with_rows"):
+        for name in ("shuffle", "drop_last", "elastic", "with_rows"):
             fix(self, name, check_flag(name, getattr(self, name)))
+        fix(self, "even_batches", check_even_batches(self.even_batches))
+        if self.pad and self.drop_last:
+            raise ValueError(
+                "even_batches='pad' hands out every row (the last batches padded, with a "
+                "mask), drop_last=True drops the partial batches' rows: pass one of them"
+            )
         if not isinstance(self.shard, Shard):
             raise TypeError(f"shard must be a Shard; got {self.shard!r}")
         if self.output is not None and self.output.plain:
             fix(self, "output", None)
+
+    @property
+    def pad(self) -> bool:
+        """``even_batches="pad"``: every shard the largest shard's batch count, padded."""
+        return self.even_batches == PAD
+
+    @property
+    def capped(self) -> bool:
+        """``even_batches=True``: every shard the smallest shard's batch count."""
+        return self.even_batches is True
 
     @property
     def shaped(self):

@@ -3,8 +3,10 @@
 Sharding is contiguous (shard s owns rows [s*n//S, (s+1)*n//S) and
 permutes them), or ``elastic``: one global order per (seed, epoch), cut
 into batches dealt to the shards in turn (see
-:class:`exactbatch.order.Shard`). ``even_batches`` caps every shard at the
-smallest shard's batch count. Orders are keyed bijections
+:class:`exactbatch.order.Shard`). ``even_batches=True`` caps every shard at
+the smallest shard's batch count; ``"pad"`` gives every shard the largest
+shard's, the batches past a shard's own being padding
+(:mod:`exactbatch.batching.padding`). Orders are keyed bijections
 (:class:`exactbatch.order.EpochBijection`): nothing of size n is stored,
 except that for up to 2**24 rows an epoch's whole order (4 bytes a row)
 is computed ahead on a background thread, so that batches slice it
@@ -94,12 +96,14 @@ class RandomAccessFeed:
             self.total_batches = num_batches(total, b, spec.drop_last)
             full, self.n = shard.elastic_share(total, b, self.total_batches)
             even = shard.even_share(self.total_batches)
+            padded = shard.pad_share(self.total_batches)
         else:
             self.start, stop = shard.range(total)
             self.n = stop - self.start
             full = num_batches(self.n, b, spec.drop_last)
             even = num_batches(total // shard.count, b, spec.drop_last)
-        self.nbatches = even if spec.even_batches else full
+            padded = num_batches(-(-total // shard.count), b, False)  # the largest shard's
+        self.nbatches = even if spec.capped else padded if spec.pad else full
         self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
         self._prefix: tuple = (None, 0, Tally())  # see global_ledger: (key, stop, tally)
         self._step = max(1, (1 << 20) // b)  # elastic batches hashed a pass: small temporaries
@@ -151,8 +155,11 @@ class RandomAccessFeed:
             assert global_batches is not None  # set for an elastic feed
             key_shard, size, offset = 0, total, 0
             count, _ = shard.elastic_share(total, b, global_batches, first)
-            if spec.even_batches:
+            real = count
+            if spec.capped:
                 count = shard.even_share(global_batches, first)
+            elif spec.pad:
+                count = shard.pad_share(global_batches, first)
 
             def locate(k):
                 a = shard.dealt(k, first) * b
@@ -160,6 +167,7 @@ class RandomAccessFeed:
 
         else:  # the shard's own order of its rows start .. start + n
             key_shard, size, offset, count = shard.index, self.n, self.start, self.nbatches
+            real = num_batches(self.n, b, spec.drop_last)
 
             def locate(k, n=self.n):
                 return k * b, min(k * b + b, n)
@@ -171,7 +179,8 @@ class RandomAccessFeed:
             )
             if size <= _WHOLE_ROWS:
                 order.use_whole(self._whole_order(seed, epoch, key_shard, size, offset))
-        promised = partial(self._promise, count, first)
+        # (what is handed out: a capped count's batches, or every real one under "pad")
+        promised = partial(self._promise, min(count, real), first)
         return RandomAccessEpoch(
             self.reader,
             count,
@@ -186,6 +195,7 @@ class RandomAccessFeed:
             span=None if spec.elastic else self.n,
             ids=self.ids,
             with_rows=spec.with_rows,
+            real=real,
         )
 
     def _promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
@@ -247,7 +257,7 @@ class RandomAccessFeed:
         bijection = None if epoch.order is None else epoch.order.bijection
         stop, shard = self.total_batches, self.spec.shard
         assert stop is not None  # set for an elastic feed
-        if self.spec.even_batches:
+        if self.spec.capped:
             stop = first + shard.count * shard.even_share(stop, first)
         # Every row less those of the batches not handed out (and, with drop_last, the
         # rows after the last full batch): a pass over those few, not over the epoch.

@@ -67,14 +67,20 @@ class StreamFeed:
             self.n = stop - start
             self.span = (start, None if shard.is_last else stop)
             self.nbatches = num_batches(self.n, b, spec.drop_last)
-        self.limit = None  # even_batches: every shard's count, the smallest shard's
+        # even_batches: every shard's count, the smallest shard's (True) or the largest's
+        # ("pad": the batches past the pass's own are padding)
+        self.limit = None
         if spec.even_batches:
             if total_size is None:
                 raise ValueError(
-                    'even_batches=True needs the stream\'s size: pass total_size=N or "auto"'
+                    f"even_batches={spec.even_batches!r} needs the stream's size: pass "
+                    f'total_size=N or "auto"'
                 )
-            smallest = total_size // shard.count
-            self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
+            if spec.pad:
+                self.limit = self.nbatches = num_batches(-(-total_size // shard.count), b, False)
+            else:
+                smallest = total_size // shard.count
+                self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
         self._identity: dict | None = None  # see fingerprint
         self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
@@ -183,7 +189,23 @@ class StreamFeed:
         )
 
     def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()):
-        return StreamEpoch(partial(self._open_pass, seed, epoch), skip, self.limit, pending)
+        return StreamEpoch(
+            partial(self._open_pass, seed, epoch),
+            skip,
+            self.limit,
+            pending,
+            self._too_long if self.spec.pad else None,
+        )
+
+    def _too_long(self) -> ValueError:
+        """even_batches="pad": the pass holds more batches than N gives the shard."""
+        shard, n = self.spec.shard, self.total_size
+        return ValueError(
+            f"even_batches='pad': shard {shard.index} of {shard.count}'s pass holds more "
+            f"rows than total_size={n} gives it ({self.n} rows, {self.limit} batches, "
+            f"the count every shard hands out), so the ranks would fall out of step. "
+            f'total_size is wrong: pass the stream\'s true row count, or "auto" to count it'
+        )
 
     def _open_pass(self, seed: int, epoch: int):
         tally, spec = PassTally(), self.spec

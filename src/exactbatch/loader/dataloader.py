@@ -10,6 +10,8 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
@@ -84,10 +86,14 @@ class DataLoader:
       :class:`TotalSizeWarning`) or None (unknown; ``len()`` raises).
 
     Distributed options: ``num_shards``/``shard_index`` may be ``"auto"``
-    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches`` gives
-    every shard the smallest shard's batch count; ``elastic`` (random access
-    only) deals one global order per epoch out to the shards batch by batch,
-    so a checkpoint resumes at another shard count. ``prefetch=k`` prepares
+    (torch.distributed, else Ray Train, else ``RANK``/``WORLD_SIZE``); ``even_batches=True``
+    gives every shard the smallest shard's batch count; ``"pad"`` (evaluation; not with
+    ``drop_last``) the largest's, every row once: each batch ``batch_size`` rows, real
+    ones first, then zeros, and a bool mask last, ``(x, y, mask)`` (``(x, y, rows,
+    mask)``, padded ids -1), whole padding batches on a shard with fewer (no rows to
+    the ledger; ``next_into`` refuses it); ``elastic`` (random access only) deals one
+    global order per epoch out to the shards batch by batch, so a checkpoint resumes
+    at another shard count. ``prefetch=k`` prepares
     k batches on a background thread - k groups of small batches, of up to
     64 batches and 4 MiB each, from random access or a stream (default: the
     reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
@@ -147,7 +153,7 @@ class DataLoader:
         shard_index: int | str = 0,
         total_size: TotalSize = "auto",
         buffer_size: int | None = None,
-        even_batches: bool = False,
+        even_batches: bool | Literal["pad"] = False,
         elastic: bool = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
@@ -195,7 +201,8 @@ class DataLoader:
     # -- sizes -----------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last.
+        """Batches per epoch of this shard: ceil(n / batch_size), floor with drop_last
+        (``even_batches``: the smallest shard's count; ``"pad"``: the largest's).
 
         A stream of unknown size (``total_size=None``) has no length: ``TypeError``.
         """
@@ -275,6 +282,12 @@ class DataLoader:
         raises leaves the batch to the next call.
         """
         feed = self._feed  # its widths, not the properties: this runs once a batch
+        if feed.spec.pad:
+            raise ValueError(
+                "next_into cannot hand out the padding batches of even_batches='pad' (it "
+                "returns the rows written, and 0 means the end of the epoch): iterate with "
+                "iter(loader), whose batches are (xb, yb, mask)"
+            )
         d, l = feed.d, feed.l  # noqa: E741
         if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
             self._cursor.peek()

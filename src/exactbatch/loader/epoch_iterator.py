@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from functools import partial
 from typing import cast
 
 import numpy as np
 
+from exactbatch.batching.padding import masked_group
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Group
@@ -44,6 +46,37 @@ def group_sizes(feed) -> tuple[int, int] | None:
     return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
 
 
+def _take(cursor: Cursor, epoch, jobs) -> list:
+    """The batches of ``jobs`` (claimed together from ``epoch``): read with one gather
+    where there are several. Under ``even_batches="pad"`` each is made full, with its
+    mask (:func:`~exactbatch.batching.padding.masked`); padding jobs read nothing."""
+    spec = cursor.spec
+    if not spec.pad:
+        return _read(epoch, jobs)
+    b, shape = spec.batch_size, partial(_pad_shape, cursor.feed)
+    real = [job for job in jobs if job.size]  # (a PadJob has no rows; every other job has)
+    if len(real) == len(jobs):
+        return masked_group(_read(epoch, jobs), b, shape)
+    made = iter(_read(epoch, real) if real else ())
+    return masked_group([next(made) if j.size else None for j in jobs], b, shape)
+
+
+def _read(epoch, jobs) -> list:
+    return epoch.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+
+
+def _pad_shape(feed) -> tuple:
+    """What a padding batch of ``feed`` is made of: d, l, dtype, label dtype, row ids."""
+    spec = feed.spec
+    if feed.d is None:  # a stream that yielded no row: nothing says how wide to pad
+        raise ValueError(
+            f"even_batches='pad' cannot pad an epoch of a stream that yielded no rows "
+            f"(its widths are unknown), though total_size={feed.total_size} promised them"
+        )
+    ydtype = spec.dtype if spec.output is None else spec.output.ydtype
+    return feed.d, feed.l, spec.dtype, ydtype, spec.with_rows
+
+
 def _read_group(cursor: Cursor, gen: int, count: int, owner):
     """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
     out: other claimants' ready batches first, then the next batches of the epoch,
@@ -54,7 +87,7 @@ def _read_group(cursor: Cursor, gen: int, count: int, owner):
         return None
     if fresh:
         try:
-            batches = group.epoch.take_group(fresh) if len(fresh) > 1 else [fresh[0].take()]
+            batches = _take(cursor, group.epoch, fresh)
         except BaseException:
             cursor.give_back(group, fresh)
             raise
@@ -145,7 +178,7 @@ class EpochIterator:
         job, batch = item
         if batch is None:  # a batch taken over from next_into's group: read it now
             try:
-                batch = job.take()
+                batch = _take(cursor, group.epoch, [job])[0]
             except BaseException:
                 group.unpop(item)
                 raise
@@ -191,7 +224,7 @@ class EpochIterator:
                 self._ahead.append(group)
             out = []
             for job, batch in items[:k]:
-                out.append(job.take() if batch is None else batch)
+                out.append(_take(self._cursor, None, [job])[0] if batch is None else batch)
             return out
 
     def _read_more(self, count: int):

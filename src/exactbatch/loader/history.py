@@ -50,7 +50,7 @@ class History:
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
             "start": self.start,
-            "drops": spec.drop_last or spec.even_batches,  # rows left out by design
+            "drops": spec.drop_last or spec.capped,  # rows left out by design ("pad": none)
             **_tally(own),
             "promised": None,
             "whole": None,

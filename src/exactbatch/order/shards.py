@@ -87,6 +87,11 @@ class Shard:
         """Elastic with even_batches: every shard's batches, the smallest shard's."""
         return (total_batches - first) // self.count
 
+    def pad_share(self, total_batches: int, first: int = 0) -> int:
+        """Elastic with even_batches="pad": every shard's batches, the largest shard's
+        (the first shard's; the others end in a padding batch where they have one less)."""
+        return max(0, -(-(total_batches - first) // self.count))
+
 
 def check_shard(num_shards, shard_index) -> None:
     """Raise if ``(num_shards, shard_index)`` is not a valid shard (see :class:`Shard`)."""
