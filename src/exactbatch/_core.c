@@ -11,6 +11,7 @@
 #include "_core_bijection.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
+#include "_core_split.h"
 #include "_core_transform.h"
 
 PyDoc_STRVAR(DOC,
@@ -90,7 +91,8 @@ PyMODINIT_FUNC PyInit__core(void)
         "A file's rows could not be copied: it was truncated or rewritten while open.",
         PyExc_OSError, NULL);
     if (FileChanged == NULL || PyModule_AddObjectRef(m, "FileChanged", FileChanged) < 0 ||
-        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0) {
+        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
+        split_ready() < 0) {
         Py_DECREF(m);
         return NULL;
     }

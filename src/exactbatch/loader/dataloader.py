@@ -133,6 +133,17 @@ class DataLoader:
     refuses a batch holding a NaN with a ``ValueError`` naming the row id and
     the column. Row ids are row numbers in the source (random access) or
     positions in the stream's unshuffled order.
+
+    ``threads`` (None, or an int >= 1: else ``TypeError``/``ValueError``
+    naming ``threads``; the :attr:`threads` attribute): the threads that
+    gather one batch (or one group of small batches) on the compiled path,
+    each copying a range of its rows with the GIL released. None picks one a
+    256 KiB of rows, at most ``len(os.sched_getaffinity(0))``, so small
+    batches stay on one thread; an int fixes it (at most the batch's rows,
+    and 64). Batches are the same bytes whatever it is, so it is not part
+    of a state. It applies to random-access sources read by the compiled
+    gather (arrays, ``.ndf`` files and datasets); a stream's buffer, and the
+    pure NumPy path, pick their own.
     """
 
     def __init__(
@@ -156,6 +167,7 @@ class DataLoader:
         label_dtype: DTypeLike | None = None,
         transform: Standardize | None = None,
         nan: str = "keep",
+        threads: int | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
@@ -183,7 +195,10 @@ class DataLoader:
         self.num_shards, self.shard_index = shard.count, shard.index
         self.dtype, self.label_dtype = spec.dtype, output.ydtype
         self.transform, self.nan, self.with_rows = transform, nan, spec.with_rows
+        threads = check_int("threads", threads, 1, optional=True)
         self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
+        self.threads = threads  # not in a state: it does not change a batch's bytes
+        self._feed.use_threads(threads)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
