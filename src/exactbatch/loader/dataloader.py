@@ -204,6 +204,9 @@ class DataLoader:
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
         self._fits = pair_check()  # next_into's check of its buffers, made once
+        # (batch_size, d, l, itemsize) of next_into's plain buffers once the widths are
+        # known (a stream's after its first chunk), when batches are plain: see next_into
+        self._plain: tuple[int, int, int, int] | None = None
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
         self._holder = Holder()  # next_into's group: claimed a group at a time
 
@@ -289,29 +292,16 @@ class DataLoader:
         group at a time, counted in a state only once handed out). A read that
         raises leaves the batch to the next call.
         """
-        feed = self._feed  # its widths, not the properties: this runs once a batch
-        d, l = feed.d, feed.l  # noqa: E741
-        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
-            self._cursor.peek()
-            d, l = feed.d, feed.l  # noqa: E741
-            if d is None or l is None:  # no chunk at all: the epoch is over before it began
+        # Plain buffers (the loader's dtype, no row ids) of a loader whose widths are
+        # known take one check, in C; anything else the full checks and their messages.
+        plain = self._plain
+        if plain is None or brows is not None or not self._fits(bx, by, *plain):
+            checked = self._check_into(bx, by, brows)
+            if checked is None:  # a stream with no chunk at all: the epoch is over
                 return 0
-        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
-        if bx is None or by is None:
-            if bx is None or l:
-                raise TypeError(
-                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
-                    f"shape {(b, l)} (by may be None only when l = 0)"
-                )
-            by = np.empty((b, 0), dtype=yt)
-        if yt is not dt:  # class labels: by of label_dtype
-            check_out_array(bx, (b, d), "bx", dt)
-            check_out_array(by, (b, l), "by", yt)
-        elif not self._fits(bx, by, b, d, l, dt.itemsize):
-            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
-            check_out_array(by, (b, l), "by", dt)
-        if brows is not None or self.with_rows:
-            self._check_brows(brows)
+            by = checked
+        assert by is not None  # (the check passed: an array)
+        b = self.batch_size
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -343,6 +333,37 @@ class DataLoader:
             raise
         group.hand(job)
         return size
+
+    def _check_into(self, bx, by, brows):
+        """``next_into``'s checks of its buffers in full (each refused with a
+        ``TypeError`` naming it): ``by`` (made when None and l = 0), or None when a
+        stream has no chunk at all."""
+        feed = self._feed  # its widths, not the properties: this runs once a batch
+        d, l = feed.d, feed.l  # noqa: E741
+        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
+            self._cursor.peek()
+            d, l = feed.d, feed.l  # noqa: E741
+            if d is None or l is None:  # no chunk at all: the epoch is over before it began
+                return None
+        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
+        if bx is None or by is None:
+            if bx is None or l:
+                raise TypeError(
+                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
+                    f"shape {(b, l)} (by may be None only when l = 0)"
+                )
+            by = np.empty((b, 0), dtype=yt)
+        if yt is not dt:  # class labels: by of label_dtype
+            check_out_array(bx, (b, d), "bx", dt)
+            check_out_array(by, (b, l), "by", yt)
+        elif not self._fits(bx, by, b, d, l, dt.itemsize):
+            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
+            check_out_array(by, (b, l), "by", dt)
+        if brows is not None or self.with_rows:
+            self._check_brows(brows)
+        elif yt is dt:  # the next calls' one check (the widths are known now)
+            self._plain = (b, d, l, dt.itemsize)
+        return by
 
     def _check_brows(self, brows) -> None:
         """``next_into``'s third buffer: required with ``with_rows``, refused without."""
