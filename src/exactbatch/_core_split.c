@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 int parse_threads(PyObject *o, int *threads)
@@ -65,46 +66,96 @@ int split_count(int want, Py_ssize_t r, Py_ssize_t row_bytes)
 }
 
 /* The pool: up to SPLIT_MAX - 1 threads, made as reads first need them and kept, each
- * asleep until a read hands it its part (a thread made per read cost as much as a
- * batch of a few thousand rows). One read uses the pool at a time; a read that finds
- * it taken copies on its own thread (the cores are busy anyway). The threads are
- * joined at interpreter exit (Py_AtExit), and a forked child starts with none (the
- * pool is reset by pthread_atfork: the parent's threads do not exist there). */
+ * asleep until a read hands it a part (a thread made per read cost as much as a batch
+ * of a few thousand rows). Worker w takes part w + 1 of a read, and only the workers a
+ * read needs are woken, each on a condition of its own. One read uses the pool at a
+ * time; a read that finds it taken copies on its own thread (the cores are busy
+ * anyway). The threads are joined at interpreter exit (Py_AtExit), and a forked child
+ * starts with none (the pool is reset by pthread_atfork: the parent's threads do not
+ * exist there). */
 typedef struct {
     void (*work)(void *, int, Py_ssize_t, Py_ssize_t);
     void *ctx;
     Py_ssize_t lo, hi;
 } Part;
 
+typedef struct {
+    pthread_t tid;
+    pthread_cond_t wake;  /* a part, or stop */
+    unsigned long go;     /* parts handed to this worker so far (polled unlocked) */
+    const Part *part;     /* the last one */
+} Worker;
+
 static pthread_mutex_t pool_use = PTHREAD_MUTEX_INITIALIZER;  /* held by the read using it */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER; /* the fields below */
-static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;   /* a job, or stop */
 static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;   /* remaining reached 0 */
-static pthread_t workers[SPLIT_MAX];
-static unsigned long seen_at_start[SPLIT_MAX]; /* the job count when worker w was made */
-static int nworkers, stopping;
-static unsigned long jobs;        /* jobs handed out so far: a worker waits for the next */
-static const Part *job_parts;     /* the job's parts: worker w runs part w + 1 */
-static int job_count, remaining;  /* its parts; those not finished by the workers */
+static Worker workers[SPLIT_MAX];
+static int nworkers;
+static int stopping;            /* (read unlocked while polling: atomic loads) */
+static unsigned long remaining; /* the read's parts its workers have not finished */
+
+/* A worker, or the read waiting for its workers, polls for up to SPIN_NS before it
+ * sleeps on a condition: reads come back to back (a loop over batches), and waking a
+ * sleeping thread costs tens of microseconds on some hosts (a virtual machine's), as
+ * much as a batch of a thousand rows. Only the workers a read woke poll after it. */
+#define SPIN_NS 20000
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Poll while *word is (same) or is not (!same) v, and stop is not set, for up to
+ * SPIN_NS. */
+static void spin_while(const unsigned long *word, unsigned long v, int same)
+{
+    long long until = 0;
+    for (int k = 0;; k++) {
+        if ((__atomic_load_n(word, __ATOMIC_ACQUIRE) == v) != same ||
+            __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            return;
+        if ((k & 63) == 0) {
+            long long t = now_ns();
+            if (until == 0)
+                until = t + SPIN_NS;
+            else if (t > until)
+                return;
+        }
+        relax();
+    }
+}
 
 static void *worker(void *arg)
 {
     int w = (int)(intptr_t)arg;
+    Worker *me = &workers[w];
+    unsigned long seen = 0;
     pthread_mutex_lock(&pool_lock);
-    unsigned long seen = seen_at_start[w];
     for (;;) {
-        while (!stopping && jobs == seen)
-            pthread_cond_wait(&pool_wake, &pool_lock);
+        if (!stopping && me->go == seen) { /* poll a while, unlocked, before sleeping */
+            pthread_mutex_unlock(&pool_lock);
+            spin_while(&me->go, seen, 1);
+            pthread_mutex_lock(&pool_lock);
+        }
+        while (!stopping && me->go == seen)
+            pthread_cond_wait(&me->wake, &pool_lock);
         if (stopping)
             break;
-        seen = jobs;
-        if (w + 1 >= job_count)
-            continue; /* (a job of fewer parts: nothing for this one) */
-        const Part *p = &job_parts[w + 1];
+        seen = me->go;
+        const Part *p = me->part;
         pthread_mutex_unlock(&pool_lock);
         p->work(p->ctx, w + 1, p->lo, p->hi);
         pthread_mutex_lock(&pool_lock);
-        if (--remaining == 0)
+        if (__atomic_sub_fetch(&remaining, 1, __ATOMIC_ACQ_REL) == 0)
             pthread_cond_signal(&pool_done);
     }
     pthread_mutex_unlock(&pool_lock);
@@ -116,12 +167,13 @@ static void *worker(void *arg)
 static void pool_stop(void)
 {
     pthread_mutex_lock(&pool_lock);
-    stopping = 1;
-    pthread_cond_broadcast(&pool_wake);
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
     int n = nworkers;
+    for (int w = 0; w < n; w++)
+        pthread_cond_signal(&workers[w].wake);
     pthread_mutex_unlock(&pool_lock);
     for (int w = 0; w < n; w++)
-        pthread_join(workers[w], NULL);
+        pthread_join(workers[w].tid, NULL);
 }
 
 /* In a forked child: none of the parent's workers exist; the locks and conditions are
@@ -131,9 +183,9 @@ static void pool_forked(void)
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t c = PTHREAD_COND_INITIALIZER;
     pool_use = pool_lock = m;
-    pool_wake = pool_done = c;
-    nworkers = job_count = remaining = 0;
-    job_parts = NULL;
+    pool_done = c;
+    nworkers = 0;
+    remaining = 0;
 }
 
 /* Workers up to `want` (with pool_lock held): fewer when a thread cannot be made. They
@@ -150,8 +202,12 @@ static void pool_grow(int want)
     sigdelset(&all, SIGILL);
     int masked = pthread_sigmask(SIG_BLOCK, &all, &before) == 0;
     while (nworkers < want) {
-        seen_at_start[nworkers] = jobs;
-        if (pthread_create(&workers[nworkers], NULL, worker, (void *)(intptr_t)nworkers) != 0)
+        Worker *w = &workers[nworkers];
+        pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+        w->wake = c;
+        w->go = 0;
+        w->part = NULL;
+        if (pthread_create(&w->tid, NULL, worker, (void *)(intptr_t)nworkers) != 0)
             break;
         nworkers++;
     }
@@ -178,12 +234,11 @@ void split_run(int parts, Py_ssize_t r, void (*work)(void *ctx, int k, Py_ssize_
             pool_grow(parts - 1);
             helped = nworkers < parts - 1 ? nworkers : parts - 1;
         }
-        if (helped > 0) {
-            job_parts = part;
-            job_count = helped + 1;
-            remaining = helped;
-            jobs++;
-            pthread_cond_broadcast(&pool_wake);
+        remaining = (unsigned long)helped;
+        for (int w = 0; w < helped; w++) {
+            workers[w].part = &part[w + 1];
+            __atomic_store_n(&workers[w].go, workers[w].go + 1, __ATOMIC_RELEASE);
+            pthread_cond_signal(&workers[w].wake);
         }
         pthread_mutex_unlock(&pool_lock);
     }
@@ -191,10 +246,11 @@ void split_run(int parts, Py_ssize_t r, void (*work)(void *ctx, int k, Py_ssize_
         if (k == 0 || k > helped)
             work(ctx, k, part[k].lo, part[k].hi);
     if (pooled) {
+        if (helped > 0)
+            spin_while(&remaining, 0, 0); /* the workers' parts, polled a while */
         pthread_mutex_lock(&pool_lock);
         while (remaining > 0)
             pthread_cond_wait(&pool_done, &pool_lock);
-        job_parts = NULL;
         pthread_mutex_unlock(&pool_lock);
         pthread_mutex_unlock(&pool_use);
     }
