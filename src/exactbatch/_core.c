@@ -44,7 +44,8 @@ PyDoc_STRVAR(DOC,
 "catch a fault.\n"
 "\n"
 "A read's fifth argument, ``threads`` (None: the rows object's ``threads``,\n"
-"0 by default: one thread a 256 KiB of rows, at most the usable cores), splits\n"
+"0 by default: one thread a 256 KiB of rows, at most the usable cores less\n"
+"one), splits\n"
 "its rows into consecutive ranges copied at once by the calling thread and a\n"
 "pool of C threads (joined at interpreter exit, absent from a forked child);\n"
 "the batch is the same bytes whatever the count.\n");

@@ -474,7 +474,8 @@ static int Rows_set_threads(RowsObject *self, PyObject *v, void *closure)
 static PyGetSetDef Rows_getset[] = {
     {"threads", (getter)Rows_get_threads, (setter)Rows_set_threads,
      "Threads that copy one read when read() is not told: 0 (the default) picks one a\n"
-     "256 KiB of rows, at most the cores this process may run on; n >= 1 fixes it (at\n"
+     "256 KiB of rows, at most one fewer than the cores this process may run on;\n"
+"n >= 1 fixes it (at\n"
      "most the rows, and 64). Setting None sets 0.",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},

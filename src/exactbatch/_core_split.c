@@ -54,9 +54,14 @@ int split_count(int want, Py_ssize_t r, Py_ssize_t row_bytes)
         k = bytes / SPLIT_BYTES;
         if (k < 2)
             return 1; /* (no system call for the many small reads) */
-        int c = cores();
+        /* One core left to the rest (the caller's step, the order's and the
+         * prefetch's threads): on 2 cores the loader's order thread took half the
+         * second one (docs/benchmarks.md, issue 32), so auto stays on one thread. */
+        int c = cores() - 1;
         if (k > c)
             k = c;
+        if (k < 2)
+            return 1;
     }
     if (k > r)
         k = r;

@@ -19,7 +19,8 @@ int parse_threads(PyObject *o, int *threads);
 
 /* How many threads copy r rows of row_bytes bytes each under the setting want:
  * want >= 1 fixes it (at most r and SPLIT_MAX); 0 picks one a SPLIT_BYTES of rows, at
- * most the cores this process may run on (sched_getaffinity), 1 below 2 * SPLIT_BYTES. */
+ * most one fewer than the cores this process may run on (sched_getaffinity), 1 below
+ * 2 * SPLIT_BYTES. */
 int split_count(int want, Py_ssize_t r, Py_ssize_t row_bytes);
 
 /* work(ctx, k, lo, hi) for k in [0, parts), rows [lo, hi) the k-th of parts nearly

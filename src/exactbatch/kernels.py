@@ -29,8 +29,8 @@ compiled ones of ``.ndf`` files and datasets) also takes a fourth argument, a
 the batch), and a fifth, ``threads``: the compiled gather splits the rows into
 that many consecutive ranges, each copied by a thread (the caller's, and a small
 pool of C threads kept for the process, joined at exit, none in a forked child);
-None (or 0) picks one thread a 256 KiB of rows, at most the cores
-``os.sched_getaffinity`` gives, so small batches stay on one thread. The rows
+None (or 0) picks one thread a 256 KiB of rows, at most one fewer than the
+cores ``os.sched_getaffinity`` gives, so small batches stay on one thread. The rows
 object's ``threads`` attribute is the default. A batch is the same bytes
 whatever the count; the pure path is one thread, and ignores it. The order's
 keyed bijection makes its own kernel from :func:`core`

@@ -138,8 +138,9 @@ class DataLoader:
     naming ``threads``; the :attr:`threads` attribute): the threads that
     gather one batch (or one group of small batches) on the compiled path,
     each copying a range of its rows with the GIL released. None picks one a
-    256 KiB of rows, at most ``len(os.sched_getaffinity(0))``, so small
-    batches stay on one thread; an int fixes it (at most the batch's rows,
+    256 KiB of rows, at most ``len(os.sched_getaffinity(0)) - 1`` (a core
+    left to the step, the order's and prefetch's threads), so small batches,
+    and every batch on 2 cores, stay on one thread; an int fixes it (at most the batch's rows,
     and 64). Batches are the same bytes whatever it is, so it is not part
     of a state. It applies to random-access sources read by the compiled
     gather (arrays, ``.ndf`` files and datasets); a stream's buffer, and the
