@@ -153,7 +153,7 @@ static void *worker(void *arg)
         }
         while (!stopping && me->go == seen)
             pthread_cond_wait(&me->wake, &pool_lock);
-        if (stopping)
+        if (me->go == seen) /* told to stop, no part pending (one handed is run first) */
             break;
         seen = me->go;
         const Part *p = me->part;
