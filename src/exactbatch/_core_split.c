@@ -72,8 +72,10 @@ int split_count(int want, Py_ssize_t r, Py_ssize_t row_bytes)
 
 /* The pool: up to SPLIT_MAX - 1 threads, made as reads first need them and kept, each
  * asleep until a read hands it a part (a thread made per read cost as much as a batch
- * of a few thousand rows). Worker w takes part w + 1 of a read, and only the workers a
- * read needs are woken, each on a condition of its own. One read uses the pool at a
+ * of a few thousand rows). Worker w is handed part w + 1 of a read, and only the
+ * workers a read needs are woken, each on a condition of its own; the read, once its
+ * own part is copied, takes back each part whose worker has not started it (see
+ * claim), and waits only for those being copied. One read uses the pool at a
  * time; a read that finds it taken copies on its own thread (the cores are busy
  * anyway). The threads are joined at interpreter exit (Py_AtExit), and a forked child
  * starts with none (the pool is reset by pthread_atfork: the parent's threads do not
@@ -88,16 +90,27 @@ typedef struct {
     pthread_t tid;
     pthread_cond_t wake;  /* a part, or stop */
     unsigned long go;     /* parts handed to this worker so far (polled unlocked) */
-    const Part *part;     /* the last one */
+    unsigned long claim;  /* go while its part is not claimed yet, else 0 */
+    unsigned long done;   /* go once its part, claimed by the worker, is copied */
+    Part part;            /* the last part handed (a copy: the read's lives on its stack) */
 } Worker;
 
 static pthread_mutex_t pool_use = PTHREAD_MUTEX_INITIALIZER;  /* held by the read using it */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER; /* the fields below */
-static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;   /* remaining reached 0 */
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;   /* a worker's part copied */
 static Worker workers[SPLIT_MAX];
 static int nworkers;
-static int stopping;            /* (read unlocked while polling: atomic loads) */
-static unsigned long remaining; /* the read's parts its workers have not finished */
+static int stopping; /* (read unlocked while polling: atomic loads) */
+
+/* Claim part `go` of worker w: 1 for the first to ask (the worker, or the read that
+ * handed it and found it not started: a part is never waited for before a thread
+ * runs it, so a read on a busy host is never slower than its own copy), 0 after. */
+static inline int claim(Worker *w, unsigned long go)
+{
+    unsigned long want = go;
+    return __atomic_compare_exchange_n(&w->claim, &want, 0, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
 
 /* A worker, or the read waiting for its workers, polls for up to SPIN_NS before it
  * sleeps on a condition: reads come back to back (a loop over batches), and waking a
@@ -153,15 +166,20 @@ static void *worker(void *arg)
         }
         while (!stopping && me->go == seen)
             pthread_cond_wait(&me->wake, &pool_lock);
-        if (me->go == seen) /* told to stop, no part pending (one handed is run first) */
+        if (me->go == seen) /* told to stop, no part pending */
             break;
         seen = me->go;
-        const Part *p = me->part;
+        Part p = me->part;
         pthread_mutex_unlock(&pool_lock);
-        p->work(p->ctx, w + 1, p->lo, p->hi);
+        /* (a part the read took back is left: its read may have returned) */
+        int mine = claim(me, seen);
+        if (mine)
+            p.work(p.ctx, w + 1, p.lo, p.hi);
         pthread_mutex_lock(&pool_lock);
-        if (__atomic_sub_fetch(&remaining, 1, __ATOMIC_ACQ_REL) == 0)
-            pthread_cond_signal(&pool_done);
+        if (mine) {
+            __atomic_store_n(&me->done, seen, __ATOMIC_RELEASE);
+            pthread_cond_broadcast(&pool_done);
+        }
     }
     pthread_mutex_unlock(&pool_lock);
     return NULL;
@@ -190,7 +208,6 @@ static void pool_forked(void)
     pool_use = pool_lock = m;
     pool_done = c;
     nworkers = 0;
-    remaining = 0;
 }
 
 /* Workers up to `want` (with pool_lock held): fewer when a thread cannot be made. They
@@ -210,8 +227,7 @@ static void pool_grow(int want)
         Worker *w = &workers[nworkers];
         pthread_cond_t c = PTHREAD_COND_INITIALIZER;
         w->wake = c;
-        w->go = 0;
-        w->part = NULL;
+        w->go = w->claim = w->done = 0;
         if (pthread_create(&w->tid, NULL, worker, (void *)(intptr_t)nworkers) != 0)
             break;
         nworkers++;
@@ -231,7 +247,7 @@ void split_run(int parts, Py_ssize_t r, void (*work)(void *ctx, int k, Py_ssize_
         Py_ssize_t lo = each * k + (k < more ? k : more);
         part[k] = (Part){work, ctx, lo, lo + each + (k < more)};
     }
-    int helped = 0; /* parts 1 .. helped run on the pool's workers */
+    int helped = 0; /* parts 1 .. helped handed to the pool's workers */
     int pooled = parts > 1 && pthread_mutex_trylock(&pool_use) == 0;
     if (pooled) {
         pthread_mutex_lock(&pool_lock);
@@ -239,24 +255,37 @@ void split_run(int parts, Py_ssize_t r, void (*work)(void *ctx, int k, Py_ssize_
             pool_grow(parts - 1);
             helped = nworkers < parts - 1 ? nworkers : parts - 1;
         }
-        remaining = (unsigned long)helped;
         for (int w = 0; w < helped; w++) {
-            workers[w].part = &part[w + 1];
-            __atomic_store_n(&workers[w].go, workers[w].go + 1, __ATOMIC_RELEASE);
-            pthread_cond_signal(&workers[w].wake);
+            Worker *wk = &workers[w];
+            wk->part = part[w + 1];
+            wk->claim = wk->go + 1;
+            __atomic_store_n(&wk->go, wk->go + 1, __ATOMIC_RELEASE); /* (polled unlocked) */
+            pthread_cond_signal(&wk->wake);
         }
         pthread_mutex_unlock(&pool_lock);
     }
-    for (int k = 0; k < parts; k++) /* part 0, and those no worker took */
+    for (int k = 0; k < parts; k++) /* part 0, and those no worker was handed */
         if (k == 0 || k > helped)
             work(ctx, k, part[k].lo, part[k].hi);
     if (pooled) {
-        if (helped > 0)
-            spin_while(&remaining, 0, 0); /* the workers' parts, polled a while */
-        pthread_mutex_lock(&pool_lock);
-        while (remaining > 0)
-            pthread_cond_wait(&pool_done, &pool_lock);
-        pthread_mutex_unlock(&pool_lock);
+        int waits = 0;
+        char theirs[SPLIT_MAX];
+        for (int w = 0; w < helped; w++) { /* parts not started yet: copied here */
+            theirs[w] = !claim(&workers[w], workers[w].go);
+            if (!theirs[w])
+                work(ctx, w + 1, part[w + 1].lo, part[w + 1].hi);
+            waits |= theirs[w];
+        }
+        for (int w = 0; waits && w < helped; w++) { /* the parts the workers claimed */
+            if (!theirs[w])
+                continue;
+            unsigned long go = workers[w].go;
+            spin_while(&workers[w].done, go, 0); /* polled a while, then slept on */
+            pthread_mutex_lock(&pool_lock);
+            while (__atomic_load_n(&workers[w].done, __ATOMIC_ACQUIRE) != go)
+                pthread_cond_wait(&pool_done, &pool_lock);
+            pthread_mutex_unlock(&pool_lock);
+        }
         pthread_mutex_unlock(&pool_use);
     }
 }
