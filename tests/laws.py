@@ -16,6 +16,8 @@ Laws:
 * :func:`check_deterministic` - the same seed and epoch give the same
   batches in a fresh loader (as a set of batches when threads share it).
 * :func:`check_epochs_differ` - shuffled epochs differ; unshuffled ones are equal.
+* :func:`check_same_bytes` - loaders differing only in ``threads`` (the gather's)
+  hand out batches equal byte for byte, through ``iter()`` and ``next_into``.
 * :func:`check_resume` - cut an epoch at every batch k, ``state_dict`` through
   JSON into a fresh loader: the rest of the epoch, then the next epoch,
   equal the uninterrupted run; :func:`check_resume_in_process` does it in a
@@ -86,6 +88,7 @@ __all__ = [
     "check_resume",
     "check_resume_in_process",
     "check_retry",
+    "check_same_bytes",
     "check_shared_iterator",
     "check_state_mid_read",
     "drain",
@@ -264,6 +267,27 @@ def check_deterministic(got, want, ordered: bool = True) -> None:
         assert got == want, "a fresh loader with the same seed and epoch gave other batches"
     else:
         assert sorted(got) == sorted(want), "threads handed out other batches than one reader"
+
+
+def check_same_bytes(make_loader, counts) -> None:
+    """``make_loader(threads)`` for each of ``counts``: two epochs (one through
+    ``iter()``, one through ``next_into``) of the same batches, byte for byte."""
+    runs = []
+    for t in counts:
+        loader = make_loader(t)
+        got = [bytes(np.ascontiguousarray(a).data) for batch in loader for a in batch[:2]]
+        bx = np.empty((loader.batch_size, loader.d), dtype=loader.dtype)
+        by = np.empty((loader.batch_size, loader.l), dtype=loader.label_dtype)
+        while k := loader.next_into(bx, by, *_brows(loader)):
+            got += [bytes(bx[:k].data), bytes(by[:k].data)]
+        loader.close()
+        runs.append(got)
+    for t, got in zip(counts[1:], runs[1:], strict=True):
+        assert got == runs[0], f"threads={t} gave other bytes than threads={counts[0]}"
+
+
+def _brows(loader) -> tuple:
+    return (np.empty(loader.batch_size, dtype=np.int64),) if loader.with_rows else ()
 
 
 def check_epochs_differ(first, second, shuffle: bool) -> None:

@@ -305,6 +305,7 @@ CORE_WORKERS = 2
 # out.
 CORE_TESTS = [
     "tests/test_core.py",
+    "tests/test_core_split.py",
     "tests/test_kernels.py",
     "tests/ndf/test_ndf_dataset.py",
     "tests/ndf/test_file.py",

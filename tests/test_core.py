@@ -301,7 +301,7 @@ def test_a_read_takes_a_transform_kernel_or_none_and_refuses_anything_else(reade
                 np.array([1]), ox[:1], oy[:1], core.transform(np.zeros(3), np.ones(3), None)
             )
         with pytest.raises(TypeError, match="takes 3 arguments"):
-            reader.read(np.array([1]), ox[:1], oy[:1], None, None)
+            reader.read(np.array([1]), ox[:1], oy[:1], None, None, None)
         with pytest.raises(TypeError, match="same dtype"):  # float32 labels under float64 x
             reader.read(np.array([1]), ox[:1], np.empty((1, 1), dtype=np.float32), kern)
 

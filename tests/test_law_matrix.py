@@ -31,6 +31,11 @@ The product (before the subsets below):
                  and the laws run over its real rows, a padding batch an
                  empty one: equal counts on every shard, every row once)
     threads      1, 4 (4 threads calling next_into on one loader)
+    gather       DataLoader(threads=) None, 1, 3 (the threads splitting one batch's
+                 gather), by the hash; the fresh loader of the determinism law
+                 gathers on 1 or 2; and test_gather_threads_give_the_same_bytes:
+                 batches bit-identical for 1, 2, 3 and 7 threads, every random-
+                 access kind, float64 and float32, with and without a transform
     with_rows    False, True: by the hash, half the cases (each kind both ways in
                  every mode, way, shard count, shuffle and drop_last): every
                  batch's row ids (the third element, or next_into's brows)
@@ -50,7 +55,7 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 3,269 cases (``pytest --co``), about 150 s on a 2-core machine
+Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
 * ``test_epoch_laws`` (2,016, and 501 over a subset): the whole product (3,360 allowed
@@ -110,6 +115,7 @@ from laws import (
     check_resume,
     check_resume_in_process,
     check_retry,
+    check_same_bytes,
     check_shared_iterator,
     check_state_mid_read,
     drain,
@@ -140,6 +146,7 @@ BATCHES = (4, 5, 7)
 BUFFERS = (6, 9, 13)
 BLOCKS = (3, 6, 8)
 CHUNK_PATTERNS = ((5, 0, 9, 3, 11), (7,), (1, 4, 13, 2), (6, 6, 0, 10))
+GATHER_THREADS = (None, 1, 3)  # DataLoader(threads=): None picks from the bytes
 LABELS = {"array": 0, "tensor": 0, "dataframe": 0, "list": 0, "dataset": 2, "s3": 2, "factory": 2}
 
 
@@ -302,6 +309,9 @@ def make_spec(data_dir, request):
             # half the cases hand out row ids too, checked against the rows (helpers.ids_of);
             # the salt gives each kind both settings in every mode, way, shard count and flag
             "with_rows": case.pick((False, True), "traced"),
+            # the threads gathering one batch (the compiled gather split by row ranges;
+            # 3 splits even these small batches): by the hash, each kind every way
+            "threads": case.pick(GATHER_THREADS, "gather"),
         }
         if case.kind in STREAM_KINDS:
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
@@ -425,7 +435,8 @@ def check_epoch_laws(case, make_spec, **changes):
             epochs.append(subset_positions(spec, drain(loader, case.via, d, l)))
         states.append(loader.state_dict())
         loader.close()
-        fresh = loader_from_spec(spec, shard_index=s, prefetch=0)
+        # (on another gather thread count: the same batches whatever it is)
+        fresh = loader_from_spec(spec, shard_index=s, prefetch=0, threads=case.pick((1, 2), "t"))
         fresh.set_epoch(1)
         check_deterministic(epochs[1], subset_positions(spec, collect(fresh, d, l)), ordered)
         fresh.close()
@@ -444,6 +455,26 @@ def check_epoch_laws(case, make_spec, **changes):
     both = [[run[e] if ordered else sorted(run[e]) for run in runs] for e in range(2)]
     check_epochs_differ(both[0], both[1], case.shuffle)
     check_certified(states, [sum(len(b) for run in runs for b in run[e]) for e in range(2)])
+
+
+GATHER_KINDS = [k for k in RANDOM_ACCESS_KINDS if k not in ("s3",)]
+
+
+@pytest.mark.parametrize("kind", GATHER_KINDS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gather_threads_give_the_same_bytes(kind, dtype, make_spec):
+    """DataLoader(threads=k): the same batches, byte for byte, for every k (the compiled
+    gather split by row ranges; the pure path ignores it), shuffled, over a subset, with
+    a transform where the kind takes one, through iter() and next_into."""
+    case = Case(kind, True, False, 1, 0, "plain", 1, subset=kind in ("dataset", "ndf"))
+    needs(case)
+    spec = make_spec(case, n=61, dtype=np.dtype(dtype))
+    if kind in ("dataset", "ndf", "sharded"):
+        rng = np.random.default_rng(7)
+        spec["loader"]["transform"] = exactbatch.Standardize(
+            (rng.normal(size=spec["d"]), rng.uniform(0.5, 2, size=spec["d"]))
+        )
+    check_same_bytes(lambda t: loader_from_spec(spec, threads=t), (1, 2, 3, 7))
 
 
 # -- resume ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include "_core_bijection.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
+#include "_core_split.h"
 #include "_core_transform.h"
 
 PyDoc_STRVAR(DOC,
@@ -29,7 +30,8 @@ PyDoc_STRVAR(DOC,
 "read of the mapped range on the copying thread (the file was truncated\n"
 "during the copy) jumps out of the copy (sigsetjmp/siglongjmp), and ``read``\n"
 "raises ``FileChanged``, which the .ndf reader turns into ``NdfError`` naming\n"
-"the file. Any other fault goes to the handler this one displaced. Before every\n"
+"the file (on whichever thread a split read's fault happens: see below). Any\n"
+"other fault goes to the handler this one displaced. Before every\n"
 "guarded read the guard checks that it is still installed and, where another\n"
 "handler took its place (faulthandler, signal.signal, a library's sigaction),\n"
 "puts itself back, chaining to that handler.\n"
@@ -39,7 +41,14 @@ PyDoc_STRVAR(DOC,
 "rewrite in place (even one whose modification time was put back) is caught\n"
 "too. So the compiled path takes no read lease: the lease\n"
 "(exactbatch.ndf.guard) is kept only for the pure NumPy path, which cannot\n"
-"catch a fault.\n");
+"catch a fault.\n"
+"\n"
+"A read's fifth argument, ``threads`` (None: the rows object's ``threads``,\n"
+"0 by default: one thread a 256 KiB of rows, at most the usable cores less\n"
+"one), splits\n"
+"its rows into consecutive ranges copied at once by the calling thread and a\n"
+"pool of C threads (joined at interpreter exit, absent from a forked child);\n"
+"the batch is the same bytes whatever the count.\n");
 
 PyObject *FileChanged; /* raised by read(): the caller names the file */
 
@@ -90,7 +99,8 @@ PyMODINIT_FUNC PyInit__core(void)
         "A file's rows could not be copied: it was truncated or rewritten while open.",
         PyExc_OSError, NULL);
     if (FileChanged == NULL || PyModule_AddObjectRef(m, "FileChanged", FileChanged) < 0 ||
-        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0) {
+        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
+        split_ready() < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,6 +3,7 @@
 #include "_core_parts.h"
 
 #include "_core_guard.h"
+#include "_core_split.h"
 #include "_core_rows.h"
 
 /* The rows of a sharded dataset: part k, a file_rows object set while the part is
@@ -166,6 +167,34 @@ WIDE static void copy_placed(void *arg)
     }
 }
 
+#define NO_FAULT (-2) /* (guard_run's hit: the range a fault read, -1 if it cannot say) */
+
+/* A read split over threads (_core_split.h): each part copies its rows under a guard
+ * of its own over the same ranges; what each found. */
+typedef struct {
+    const PartsObject *p;
+    const Job *j;
+    const char **src;
+    const GuardRange *ranges;
+    Py_ssize_t nan[SPLIT_MAX]; /* the read's first row with a NaN in part k, or -1 */
+    Py_ssize_t hit[SPLIT_MAX]; /* the part a fault read (-1: unknown), or NO_FAULT */
+} PartsSplit;
+
+static void copy_part(void *ctx, int k, Py_ssize_t lo, Py_ssize_t hi)
+{
+    PartsSplit *c = ctx;
+    const PartsObject *p = c->p;
+    Job j = *c->j;
+    j.r = hi - lo;
+    j.ox += lo * p->d * (j.f32 ? 4 : 8);
+    j.oy += lo * p->l * (j.f32y ? 4 : 8);
+    j.nan = -1;
+    PartsCopy pc = {p, &j, c->src + lo};
+    Py_ssize_t hit = -1;
+    c->hit[k] = guard_run(c->ranges, p->nparts, copy_placed, &pc, &hit) < 0 ? hit : NO_FAULT;
+    c->nan[k] = j.nan < 0 ? -1 : lo + j.nan;
+}
+
 /* Rows of j, by global row number, straight from their parts' mappings into the
  * outputs. Every row is checked and placed first, pinning the parts touched (see
  * place32), then copied under the guard over the pinned parts' mappings (ranges[k]:
@@ -174,7 +203,7 @@ WIDE static void copy_placed(void *arg)
  * copied); 1: parts not set (seen == 2), nothing copied; -1: a copy faulted (in part
  * *which); -2: part *which changed. */
 static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src, char *seen,
-                             GuardRange *ranges, Py_ssize_t *which)
+                             GuardRange *ranges, Py_ssize_t *which, int parts)
 {
     int placed = j->isz == 4 ? place32(p, j->idx, j->start, j->r, src, seen, &j->bad)
                              : place64(p, j->idx, j->start, j->r, src, seen, &j->bad);
@@ -183,9 +212,15 @@ static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src, cha
     for (Py_ssize_t q = 0; q < p->nparts; q++) /* a fault counts only in this read's parts */
         if (seen[q] == 1) /* (the others' ranges stay empty: ranges comes zeroed) */
             ranges[q] = (GuardRange){p->parts[q]->lo, p->parts[q]->hi};
-    PartsCopy c = {p, j, src};
-    if (guard_run(ranges, p->nparts, copy_placed, &c, which) < 0)
-        return -1;
+    PartsSplit c = {p, j, src, ranges, {0}, {0}};
+    split_run(parts, j->r, copy_part, &c);
+    for (int k = 0; k < parts; k++)
+        if (c.hit[k] != NO_FAULT) {
+            *which = c.hit[k];
+            return -1;
+        }
+    for (int k = 0; k < parts && j->nan < 0; k++)
+        j->nan = c.nan[k];
     for (Py_ssize_t q = 0; q < p->nparts; q++)
         if (seen[q] == 1 && file_changed(p->parts[q])) {
             *which = q;
@@ -195,15 +230,15 @@ static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src, cha
 }
 
 static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen,
-                      GuardRange *ranges, Py_ssize_t *which)
+                      GuardRange *ranges, Py_ssize_t *which, int parts)
 {
-    int rc = parts_copy_pinned(p, j, src, seen, ranges, which);
+    int rc = parts_copy_pinned(p, j, src, seen, ranges, which, parts);
     unpin(p, seen);
     return rc;
 }
 
 PyDoc_STRVAR(parts_read_doc,
-"read(rows, out_x, out_y, transform=None)\n--\n\n"
+"read(rows, out_x, out_y, transform=None, threads=None)\n--\n\n"
 "As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
 "or, copying nothing, the list of the parts the rows lie in that are not set\n"
 "(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
@@ -212,21 +247,22 @@ PyDoc_STRVAR(parts_read_doc,
 
 static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 && nargs != 4) {
+    if (nargs < 3 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments "
-                                         "(and a transform)");
+                                         "(and a transform, and threads)");
         return NULL;
     }
     Job j = JOB_INIT;
     Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
-    int rc = 0;
+    int rc = 0, threads = 0;
     Py_ssize_t which = -1;
     PyObject *res = NULL;
     const char **src = NULL;
     char *seen = NULL;
     GuardRange *ranges = NULL;
 
-    if ((nargs == 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+    if ((nargs >= 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+        (nargs == 5 && parse_threads(args[4], &threads) < 0) ||
         parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
@@ -240,8 +276,9 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         goto done;
     }
     guard_install();
+    int parts = split_count(threads, j.r, 8 * (self->d + self->l));
     Py_BEGIN_ALLOW_THREADS
-    rc = parts_copy(self, &j, src, seen, ranges, &which);
+    rc = parts_copy(self, &j, src, seen, ranges, &which, parts);
     Py_END_ALLOW_THREADS
     if (rc == 1) {
         res = PyList_New(0);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "_core_guard.h"
+#include "_core_split.h"
 
 /* ------------------------------------------------------------------ the copy loops */
 
@@ -148,17 +149,21 @@ static void copy_side(const Job *j, const char *base, Py_ssize_t stride, Py_ssiz
         side64(j->idx, j->start, j->r, base, stride, w, out, f32, runs);
 }
 
-static void copy_rows(const RowsObject *s, Job *j)
+/* Every row of j checked before any is copied (the copies then need no check): 1 when
+ * the read starts with a run of consecutive rows (or is a slice), 0 when it does not,
+ * -1 with j->bad set when a row is out of range. */
+static int scan_rows(const RowsObject *s, Job *j)
 {
-    /* Every row is checked before any is copied (the copies then need no check). */
-    int runs = 1;
-    if (j->idx != NULL) {
-        runs = j->isz == 4 ? side32_scan(j->idx, j->r, (uint64_t)s->n, &j->bad)
+    if (j->idx == NULL)
+        return 1;
+    int runs = j->isz == 4 ? side32_scan(j->idx, j->r, (uint64_t)s->n, &j->bad)
                            : side64_scan(j->idx, j->r, (uint64_t)s->n, &j->bad);
-        if (runs == 0)
-            return;
-        runs = runs > 0;
-    }
+    return runs == 0 ? -1 : runs > 0;
+}
+
+/* The copy of j's rows, checked by scan_rows (runs: what it said). */
+static void copy_scanned(const RowsObject *s, Job *j, int runs)
+{
     if (j->tf != NULL) { /* x through the transform, y copied as it is */
         if (s->d && j->isz == 4)
             transformed32(j->idx, j->start, j->r, s->xbase, s->xstride, s->d, j->ox, j->f32,
@@ -184,6 +189,13 @@ static void copy_rows(const RowsObject *s, Job *j)
         copy_side(j, s->xbase, s->xstride, s->d, j->ox, j->f32, runs);
     if (s->l)
         copy_side(j, s->ybase, s->ystride, s->l, j->oy, j->f32y, runs);
+}
+
+static void copy_rows(const RowsObject *s, Job *j)
+{
+    int runs = scan_rows(s, j);
+    if (runs >= 0)
+        copy_scanned(s, j, runs);
 }
 
 #ifdef __APPLE__
@@ -218,9 +230,69 @@ static void copy_rows_of(void *arg)
     copy_rows(c->s, c->j);
 }
 
-/* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. */
-static int guarded_copy(const RowsObject *s, Job *j)
+/* One part of a read split over threads (_core_split.h): the whole read, scanned, and
+ * what each part's copy found. */
+typedef struct {
+    const RowsObject *s;
+    const Job *j;
+    Py_ssize_t nan[SPLIT_MAX]; /* the read's first row with a NaN in part k, or -1 */
+    char faulted[SPLIT_MAX];
+} SplitCopy;
+
+typedef struct {
+    const RowsObject *s;
+    Job *j;
+    int runs;
+} ScannedCopy;
+
+static void copy_scanned_of(void *arg)
 {
+    ScannedCopy *c = arg;
+    copy_scanned(c->s, c->j, c->runs);
+}
+
+/* Rows [lo, hi) of the read, on this thread: a Job of their own (its rows and outputs
+ * offset), under this thread's own guard. Each row is copied as a read of one thread
+ * copies it (a part starting a run, or not, picks a loop, not the bytes). */
+static void copy_part(void *ctx, int k, Py_ssize_t lo, Py_ssize_t hi)
+{
+    SplitCopy *c = ctx;
+    const RowsObject *s = c->s;
+    Job j = *c->j;
+    j.r = hi - lo;
+    if (j.idx != NULL)
+        j.idx = (const char *)j.idx + lo * j.isz;
+    else
+        j.start += lo;
+    j.ox += lo * s->d * (j.f32 ? 4 : 8);
+    j.oy += lo * s->l * (j.f32y ? 4 : 8);
+    j.nan = -1;
+    ScannedCopy sc = {s, &j, j.idx == NULL || (j.r > 1 && row_at(&j, 1) == row_at(&j, 0) + 1)};
+    if (s->lo == NULL) {
+        copy_scanned_of(&sc);
+    } else {
+        GuardRange mapping = {s->lo, s->hi};
+        c->faulted[k] = guard_run(&mapping, 1, copy_scanned_of, &sc, NULL) < 0;
+    }
+    c->nan[k] = j.nan < 0 ? -1 : lo + j.nan;
+}
+
+/* 0: copied; -1: the copy faulted (the guard caught it); -2: the file changed. On
+ * `parts` threads (split_count), each copying a range of the rows. */
+static int guarded_copy(const RowsObject *s, Job *j, int parts)
+{
+    if (parts > 1) {
+        if (scan_rows(s, j) < 0)
+            return 0; /* (j->bad set, nothing copied) */
+        SplitCopy c = {s, j, {0}, {0}};
+        split_run(parts, j->r, copy_part, &c);
+        for (int k = 0; k < parts; k++)
+            if (c.faulted[k])
+                return -1;
+        for (int k = 0; k < parts && j->nan < 0; k++)
+            j->nan = c.nan[k];
+        return s->lo != NULL && file_changed(s) ? -2 : 0;
+    }
     if (s->lo == NULL) {
         copy_rows(s, j);
         return 0;
@@ -260,13 +332,15 @@ static int out_buffer(PyObject *o, Py_buffer *b, const char *name)
 }
 
 PyDoc_STRVAR(read_doc,
-"read(rows, out_x, out_y, transform=None)\n--\n\n"
+"read(rows, out_x, out_y, transform=None, threads=None)\n--\n\n"
 "Copy rows ``rows`` (a slice, or a 1-D int32/int64 array, any order, repeats\n"
 "allowed) into ``out_x`` (r, d) and ``out_y`` (r, l), both float64 or both\n"
 "float32 (or out_y float64), C-contiguous. With a ``transform`` (a Transform),\n"
 "x goes through it as it is copied, and the result is the position of the first\n"
 "row whose features held a NaN, or -1 (else None). IndexError for a row outside\n"
-"[0, n); FileChanged when the file changed (or the copy faulted).");
+"[0, n); FileChanged when the file changed (or the copy faulted). ``threads``:\n"
+"how many threads copy the rows, each a range of them (None: the object's\n"
+"``threads``); the batch is the same bytes whatever the count.");
 
 PyObject *read_result(const Job *j)
 {
@@ -342,24 +416,26 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
 
 static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 && nargs != 4) {
+    if (nargs < 3 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments "
-                                         "(and a transform)");
+                                         "(and a transform, and threads)");
         return NULL;
     }
     Job j = JOB_INIT;
     Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
-    int rc = 0;
+    int rc = 0, threads = self->threads;
     PyObject *res = NULL;
 
-    if ((nargs == 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+    if ((nargs >= 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
+        (nargs == 5 && args[4] != Py_None && parse_threads(args[4], &threads) < 0) ||
         parse_rows(args[0], self->n, &j, &ib) < 0 ||
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
     if (self->lo != NULL)
         guard_install();
+    int parts = split_count(threads, j.r, 8 * (self->d + self->l));
     Py_BEGIN_ALLOW_THREADS
-    rc = guarded_copy(self, &j);
+    rc = guarded_copy(self, &j, parts);
     Py_END_ALLOW_THREADS
     if (rc == -1) {
         PyErr_SetString(FileChanged, "a copy from the file's mapping faulted (truncated?)");
@@ -385,6 +461,26 @@ static void Rows_dealloc(RowsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyObject *Rows_get_threads(RowsObject *self, void *closure)
+{
+    return PyLong_FromLong(self->threads);
+}
+
+static int Rows_set_threads(RowsObject *self, PyObject *v, void *closure)
+{
+    return parse_threads(v, &self->threads);
+}
+
+static PyGetSetDef Rows_getset[] = {
+    {"threads", (getter)Rows_get_threads, (setter)Rows_set_threads,
+     "Threads that copy one read when read() is not told: 0 (the default) picks one a\n"
+     "256 KiB of rows, at most one fewer than the cores this process may run on;\n"
+"n >= 1 fixes it (at\n"
+     "most the rows, and 64). Setting None sets 0.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Rows_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Rows_read, METH_FASTCALL, read_doc},
     {NULL, NULL, 0, NULL},
@@ -398,6 +494,7 @@ PyTypeObject RowsType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Where rows live: made by memory_rows() or file_rows().",
     .tp_methods = Rows_methods,
+    .tp_getset = Rows_getset,
 };
 
 /* Zeroed (tp_alloc): no buffer held yet, and lo NULL, in memory, until file_rows sets

@@ -21,6 +21,7 @@ typedef struct {
      * opened (a time < 0: unchecked) */
     int fd;
     long long size, mtime_ns, ctime_ns;
+    int threads; /* a read's threads when it is not told (_core_split.h): 0 auto */
 } RowsObject;
 
 extern PyTypeObject RowsType;

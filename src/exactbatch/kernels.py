@@ -26,9 +26,15 @@ allowed), ``out_x``/``out_y`` C-contiguous arrays of shapes (r, d) and
 labels converted after, exactly). The memory reader's ``read`` (and the
 compiled ones of ``.ndf`` files and datasets) also takes a fourth argument, a
 :class:`TransformKernel`, applied to x as it is copied (no second pass over
-the batch). The order's keyed bijection makes its
-own kernel from :func:`core` (:mod:`exactbatch.order.bijection`); the dtype
-rules are :mod:`exactbatch.checks`'.
+the batch), and a fifth, ``threads``: the compiled gather splits the rows into
+that many consecutive ranges, each copied by a thread (the caller's, and a small
+pool of C threads kept for the process, joined at exit, none in a forked child);
+None (or 0) picks one thread a 256 KiB of rows, at most one fewer than the
+cores ``os.sched_getaffinity`` gives, so small batches stay on one thread. The rows
+object's ``threads`` attribute is the default. A batch is the same bytes
+whatever the count; the pure path is one thread, and ignores it. The order's
+keyed bijection makes its own kernel from :func:`core`
+(:mod:`exactbatch.order.bijection`); the dtype rules are :mod:`exactbatch.checks`'.
 """
 
 from __future__ import annotations
@@ -176,13 +182,14 @@ def staged(read, rows, out_x: np.ndarray, out_y: np.ndarray, kernel: TransformKe
 class _NumpyRows:
     """The pure path of :func:`memory_rows`."""
 
-    __slots__ = ("contiguous", "d", "l", "x", "y")
+    __slots__ = ("contiguous", "d", "l", "threads", "x", "y")
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y, self.d, self.l = x, y, x.shape[1], y.shape[1]
         self.contiguous = x.flags.c_contiguous and y.flags.c_contiguous
+        self.threads = None  # the compiled twin's setting: here one thread always
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None):
+    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None, threads=None):
         if tf is not None:  # x staged as float64, then mapped (the compiled copy's twin)
             stage = np.empty(out_x.shape)
             self.read(rows, stage, out_y)

@@ -147,8 +147,9 @@ def test_device_moves():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-CUDA fallback")
 def test_pin_memory_without_cuda_is_ignored():
-    """pin_memory=True without CUDA: no error, plain (unpinned) zero-copy tensors."""
-    tl = as_torch(loader_of(), pin_memory=True)
+    """pin_memory=True without CUDA: a warning, plain (unpinned) zero-copy tensors."""
+    with pytest.warns(RuntimeWarning, match="CUDA is not available"):
+        tl = as_torch(loader_of(), pin_memory=True)
     assert tl.pin_memory is False
     assert all(not xb.is_pinned() for xb, _ in tl)
 

@@ -394,7 +394,7 @@ _FAULT_OR_CHANGE = textwrap.dedent(
     import os, sys
     import numpy as np
     from exactbatch import kernels, open_ndf, save_ndf
-    path = sys.argv[1]
+    path, threads = sys.argv[1], int(sys.argv[2])  # threads 2: row 4000 on a pool thread
     save_ndf(path, np.arange(4096 * 16, dtype=np.float64).reshape(4096, 16))  # 32 rows a page
     f = open_ndf(path)
     rows = f.kernel_rows()
@@ -407,7 +407,7 @@ _FAULT_OR_CHANGE = textwrap.dedent(
     for idx in ([0, 4000], [0, 1]):
         for name, reader in (("file", rows), ("parts", parts)):
             try:
-                reader.read(np.array(idx), ox, oy)
+                reader.read(np.array(idx), ox, oy, None, threads)
             except kernels.FileChanged as e:
                 print(name, idx[1], e, getattr(e, "part", "-"), flush=True)
     """
@@ -415,11 +415,13 @@ _FAULT_OR_CHANGE = textwrap.dedent(
 
 
 @needs_core
-def test_the_core_says_whether_a_copy_faulted_or_the_file_changed(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_core_says_whether_a_copy_faulted_or_the_file_changed(tmp_path, threads):
     """After a truncation, a read of a row whose page is gone faults: the guard catches it
     and the read says so (a part's with the part's number); a read of rows still in the
-    file copies them, and the fstat after it sees the change."""
-    r = run_compiled(_FAULT_OR_CHANGE, tmp_path / "f.ndf")
+    file copies them, and the fstat after it sees the change. On 2 threads the fault is
+    raised on the pool's thread, whose own guard catches it."""
+    r = run_compiled(_FAULT_OR_CHANGE, tmp_path / "f.ndf", threads)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.splitlines() == [
         "file 4000 a copy from the file's mapping faulted (truncated?) -",

@@ -11,8 +11,11 @@ shares the array's memory (the loader never reuses a batch's arrays, so this
 is safe). So for float32 tensors build the loader with ``dtype=np.float32``:
 its gather casts as it copies the rows. A ``dtype`` other than the loader's
 is one more copy on the CPU, before any move, so less is sent to a device;
-``pin_memory`` is one more copy, into page-locked memory, so that the move
-to a CUDA device can be asynchronous (``non_blocking=True``).
+``pin_memory`` (with CUDA) gathers each batch straight into page-locked
+memory, a buffer of a pool reused once nothing holds it
+(:mod:`exactbatch.adapters.torch_pinned`), so that the move to a CUDA device
+is asynchronous (``non_blocking=True``) and costs no copy first; with a cast,
+it is one more copy, into a pinned tensor.
 
 ``TorchIterable`` (``as_torch(loader).dataset()``) is the same iterable as a
 ``torch.utils.data.IterableDataset`` for code that expects one. Batches are
@@ -27,11 +30,13 @@ torch is imported when a function here first needs it, never at import, so
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from exactbatch.adapters.torch_pinned import PinnedPool, pinned_allocator, use_counter
 from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
 from exactbatch.extras import need
@@ -54,8 +59,12 @@ class TorchLoader:
 
     Attributes: ``loader`` (the wrapped loader), ``dtype`` (the tensors' dtype:
     the one asked for, else the loader's, when it has one), ``device`` and
-    ``pin_memory`` (True only when asked for and CUDA is available).
-    ``len()`` is ``len(loader)``, the batches per epoch.
+    ``pin_memory`` (True only when asked for and CUDA is available, or an
+    ``allocator`` is given). ``len()`` is ``len(loader)``, the batches per epoch.
+
+    ``allocator`` (for tests, and memory of one's own): ``nbytes -> tensor``, a
+    1-D uint8 CPU tensor, used by the pinned pool in place of page-locked memory
+    (then ``pin_memory=True`` holds without CUDA).
     """
 
     def __init__(
@@ -65,6 +74,7 @@ class TorchLoader:
         dtype: Any = None,
         device: Device = None,
         pin_memory: bool = False,
+        allocator: Callable[[int], Any] | None = None,
     ) -> None:
         torch = _torch()
         if not hasattr(loader, "__iter__"):
@@ -79,7 +89,26 @@ class TorchLoader:
             dtype = getattr(torch, np.dtype(loader.dtype).name)
         self.dtype = dtype
         self.device = None if device is None else torch.device(device)  # bad names fail here
-        self.pin_memory = check_flag("pin_memory", pin_memory) and torch.cuda.is_available()
+        asked = check_flag("pin_memory", pin_memory)
+        self.pin_memory = asked and (allocator is not None or torch.cuda.is_available())
+        if asked and not self.pin_memory:
+            warnings.warn(
+                "as_torch(pin_memory=True): CUDA is not available, so there is no page-locked "
+                "memory to pin: batches stay in ordinary memory (zero-copy tensors)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        # Gathered straight into the pool's pinned buffers: a loader with next_into
+        # whose float dtype is the tensors' (a cast makes a new tensor anyway), and not
+        # of even_batches="pad" (its masks come from iter(): pinned as they are copied).
+        self._pool = None
+        if (
+            self.pin_memory
+            and hasattr(loader, "next_into")
+            and getattr(loader, "even_batches", False) != "pad"
+            and (dtype == getattr(torch, np.dtype(getattr(loader, "dtype", "O")).name, None))
+        ):
+            self._pool = PinnedPool(allocator or pinned_allocator(torch), use_counter(torch))
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -110,6 +139,75 @@ class TorchLoader:
         return t
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self._pool is not None:
+            return self._pinned()
+        return self._converted()
+
+    def _pinned(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        """An epoch gathered by ``next_into`` into the pool's buffers: x, y (and the
+        row ids) of a batch in one buffer, each part 64-byte aligned."""
+        torch, loader, pool = _torch(), self.loader, self._pool
+        assert pool is not None
+        b, d, l = loader.batch_size, loader.d, loader.l  # noqa: E741
+        # iter()'s rule, each iter() the next epoch: begun by iter() itself, whose
+        # iterator is dropped unused (with prefetch, batches it read ahead are left with
+        # the cursor, and next_into hands them out first, copied into the buffers)
+        it = iter(loader)
+        first = None
+        if loader.d is None:  # a stream not read yet: its first batch learns the widths
+            first = next(it, None)
+            if first is None:
+                return
+        del it
+        d, l = loader.d, loader.l  # noqa: E741
+        assert d is not None and l is not None  # (known once a batch was read)
+        parts: list[tuple[Any, tuple[int, ...]]] = [
+            (loader.dtype, (b, d)),
+            (loader.label_dtype, (b, l)),
+        ]
+        if loader.with_rows:
+            parts.append((np.dtype(np.int64), (b,)))
+        spans, end = [], 0
+        for dt, shape in parts:
+            nbytes = int(np.prod(shape)) * np.dtype(dt).itemsize
+            spans.append((end, end + nbytes, np.dtype(dt), shape))
+            end = -(-(end + nbytes) // 64) * 64
+        while True:
+            buf = pool.take(end)
+            arrays = [buf.base[a:z].numpy().view(dt).reshape(shape) for a, z, dt, shape in spans]
+            if first is not None:  # (handed out already: copied into pinned memory)
+                n = len(first[0])
+                for out, got in zip(arrays, first, strict=True):
+                    out[:n] = got
+                first = None
+            else:
+                try:
+                    n = loader.next_into(*arrays)
+                except BaseException:
+                    del arrays
+                    pool.give_back(buf)
+                    raise
+            del arrays  # (the pool counts who holds the buffer: not these)
+            if n == 0:
+                pool.give_back(buf)
+                return
+            yield self._views(torch, buf, spans, n)
+
+    def _views(self, torch, buf, spans, n: int) -> tuple[torch.Tensor, ...]:
+        """Batch ``n`` rows of ``buf`` as tensors (moved to the device: the copy's event
+        kept, so the buffer is reused only once it is done)."""
+        out = tuple(
+            buf.base[a:z].view(getattr(torch, dt.name)).view(shape)[:n] for a, z, dt, shape in spans
+        )
+        if self.device is None:
+            return out
+        moved = tuple(t.to(self.device, non_blocking=True) for t in out)
+        if self.device.type == "cuda":
+            buf.event = torch.cuda.Event()
+            buf.event.record()
+        return moved
+
+    def _converted(self) -> Iterator[tuple[torch.Tensor, ...]]:
         convert = self._convert
         if getattr(self.loader, "even_batches", False) == "pad":  # (x, y[, rows], mask)
             for *arrays, mask in self.loader:
@@ -160,9 +258,13 @@ def as_torch(
       rows, ``mask`` a bool tensor, True for real rows (padded rows are zeros,
       their ids -1), never cast, moved to ``device`` like the others. Weigh a
       per-row metric by it: summed over the ranks, it is the whole data's.
-    * ``pin_memory=True`` copies each batch into page-locked memory first, for
-      asynchronous copies to a CUDA device; it is ignored (no error) when CUDA
-      is not available.
+    * ``pin_memory=True`` (with CUDA): each batch is gathered straight into
+      page-locked memory (the loader's ``next_into``, into a buffer of a pool
+      reused once no tensor of it is alive and its copy to the device is
+      done), for asynchronous copies to a CUDA device; with a ``dtype`` other
+      than the loader's, the cast batch is copied into pinned memory instead.
+      Without CUDA there is no page-locked memory: a ``RuntimeWarning``, and
+      batches stay in ordinary memory (zero-copy tensors).
 
     ``.dataset()`` gives the same batches as a ``torch.utils.data.IterableDataset``.
     """

@@ -195,5 +195,10 @@ class OutputReader:
     def prefetch_default(self, batch_bytes: int) -> int:
         return self.inner.prefetch_default(batch_bytes)
 
+    def use_threads(self, threads: int | None) -> None:
+        use = getattr(self.inner, "use_threads", None)
+        if use is not None:
+            use(threads)
+
     def close(self) -> None:
         self.inner.close()

@@ -163,6 +163,9 @@ class Feed(Protocol):
     def prefetch_default(self) -> int:
         """Batches to prepare ahead unless the user says (the reader's own rule)."""
 
+    def use_threads(self, threads: int | None) -> None:
+        """The threads that gather one batch or group (None: from its bytes)."""
+
     def state_config(self) -> dict:
         """What a state records of the source beyond the spec (checked on load)."""
 

@@ -115,6 +115,12 @@ class RandomAccessFeed:
     def prefetch_default(self) -> int:
         return self.reader.prefetch_default(self.spec.batch_size * 8 * (self.d + self.l))
 
+    def use_threads(self, threads: int | None) -> None:
+        """The reader's gather on ``threads`` (a reader that cannot split ignores it)."""
+        use = getattr(self.reader, "use_threads", None)
+        if use is not None:
+            use(threads)
+
     def state_config(self) -> dict:
         return {}
 

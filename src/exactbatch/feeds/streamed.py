@@ -104,6 +104,9 @@ class StreamFeed:
         width = (self.d or 0) + (self.l or 0)  # unknown (0) for a stream not read yet
         return self.stream.prefetch_default(self.spec.batch_size * 8 * width)
 
+    def use_threads(self, threads: int | None) -> None:
+        """A buffer's groups are gathered with the threads picked from their bytes."""
+
     def state_config(self) -> dict:
         """A stream's state records its buffer and what it knows of its size."""
         return {

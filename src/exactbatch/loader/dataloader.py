@@ -139,6 +139,18 @@ class DataLoader:
     refuses a batch holding a NaN with a ``ValueError`` naming the row id and
     the column. Row ids are row numbers in the source (random access) or
     positions in the stream's unshuffled order.
+
+    ``threads`` (None, or an int >= 1: else ``TypeError``/``ValueError``
+    naming ``threads``; the :attr:`threads` attribute): the threads that
+    gather one batch (or one group of small batches) on the compiled path,
+    each copying a range of its rows with the GIL released. None picks one a
+    256 KiB of rows, at most ``len(os.sched_getaffinity(0)) - 1`` (a core
+    left to the step, the order's and prefetch's threads), so small batches,
+    and every batch on 2 cores, stay on one thread; an int fixes it (at most the batch's rows,
+    and 64). Batches are the same bytes whatever it is, so it is not part
+    of a state. It applies to random-access sources read by the compiled
+    gather (arrays, ``.ndf`` files and datasets); a stream's buffer, and the
+    pure NumPy path, pick their own.
     """
 
     def __init__(
@@ -162,6 +174,7 @@ class DataLoader:
         label_dtype: DTypeLike | None = None,
         transform: Standardize | None = None,
         nan: str = "keep",
+        threads: int | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0)
@@ -189,12 +202,18 @@ class DataLoader:
         self.num_shards, self.shard_index = shard.count, shard.index
         self.dtype, self.label_dtype = spec.dtype, output.ydtype
         self.transform, self.nan, self.with_rows = transform, nan, spec.with_rows
+        threads = check_int("threads", threads, 1, optional=True)
         self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
+        self.threads = threads  # not in a state: it does not change a batch's bytes
+        self._feed.use_threads(threads)
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
         self._fits = pair_check()  # next_into's check of its buffers, made once
+        # (batch_size, d, l, itemsize) of next_into's plain buffers once the widths are
+        # known (a stream's after its first chunk), when batches are plain: see next_into
+        self._plain: tuple[int, int, int, int] | None = None
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
         self._holder = Holder()  # next_into's group: claimed a group at a time
 
@@ -281,35 +300,16 @@ class DataLoader:
         group at a time, counted in a state only once handed out). A read that
         raises leaves the batch to the next call.
         """
-        feed = self._feed  # its widths, not the properties: this runs once a batch
-        if feed.spec.pad:
-            raise ValueError(
-                "next_into cannot hand out the padding batches of even_batches='pad' (it "
-                "returns the rows written, and 0 means the end of the epoch): iterate with "
-                "iter(loader), whose batches are (xb, yb, mask)"
-            )
-        d, l = feed.d, feed.l  # noqa: E741
-        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
-            self._cursor.peek()
-            d, l = feed.d, feed.l  # noqa: E741
-            if d is None or l is None:  # no chunk at all: the epoch is over before it began
+        # Plain buffers (the loader's dtype, no row ids) of a loader whose widths are
+        # known take one check, in C; anything else the full checks and their messages.
+        plain = self._plain
+        if plain is None or brows is not None or not self._fits(bx, by, *plain):
+            checked = self._check_into(bx, by, brows)
+            if checked is None:  # a stream with no chunk at all: the epoch is over
                 return 0
-        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
-        if bx is None or by is None:
-            if bx is None or l:
-                raise TypeError(
-                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
-                    f"shape {(b, l)} (by may be None only when l = 0)"
-                )
-            by = np.empty((b, 0), dtype=yt)
-        if yt is not dt:  # class labels: by of label_dtype
-            check_out_array(bx, (b, d), "bx", dt)
-            check_out_array(by, (b, l), "by", yt)
-        elif not self._fits(bx, by, b, d, l, dt.itemsize):
-            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
-            check_out_array(by, (b, l), "by", dt)
-        if brows is not None or self.with_rows:
-            self._check_brows(brows)
+            by = checked
+        assert by is not None  # (the check passed: an array)
+        b = self.batch_size
         # Small batches are claimed a group at a time into one group all callers pop
         # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
         # a third of a small batch's read. A batch counts once its read succeeded.
@@ -341,6 +341,43 @@ class DataLoader:
             raise
         group.hand(job)
         return size
+
+    def _check_into(self, bx, by, brows):
+        """``next_into``'s checks of its buffers in full (each refused with a
+        ``TypeError`` naming it): ``by`` (made when None and l = 0), or None when a
+        stream has no chunk at all."""
+        feed = self._feed  # its widths, not the properties: this runs once a batch
+        if feed.spec.pad:  # (never plain: every call comes here, and is refused)
+            raise ValueError(
+                "next_into cannot hand out the padding batches of even_batches='pad' (it "
+                "returns the rows written, and 0 means the end of the epoch): iterate with "
+                "iter(loader), whose batches are (xb, yb, mask)"
+            )
+        d, l = feed.d, feed.l  # noqa: E741
+        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
+            self._cursor.peek()
+            d, l = feed.d, feed.l  # noqa: E741
+            if d is None or l is None:  # no chunk at all: the epoch is over before it began
+                return None
+        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
+        if bx is None or by is None:
+            if bx is None or l:
+                raise TypeError(
+                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
+                    f"shape {(b, l)} (by may be None only when l = 0)"
+                )
+            by = np.empty((b, 0), dtype=yt)
+        if yt is not dt:  # class labels: by of label_dtype
+            check_out_array(bx, (b, d), "bx", dt)
+            check_out_array(by, (b, l), "by", yt)
+        elif not self._fits(bx, by, b, d, l, dt.itemsize):
+            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
+            check_out_array(by, (b, l), "by", dt)
+        if brows is not None or self.with_rows:
+            self._check_brows(brows)
+        elif yt is dt:  # the next calls' one check (the widths are known now)
+            self._plain = (b, d, l, dt.itemsize)
+        return by
 
     def _check_brows(self, brows) -> None:
         """``next_into``'s third buffer: required with ``with_rows``, refused without."""

@@ -202,11 +202,13 @@ class Parts:
         return self.pool
 
     fuses = True  # read_rows_into takes a transform kernel
+    splits = True  # read_rows_into takes threads (the compiled gather's)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
         """Rows ``idx`` (global) into the outputs; with ``kernel``, x through it (in the
         compiled gather, else after a float64 read), returning the first row that held
-        a NaN (or -1)."""
+        a NaN (or -1). ``threads``: the compiled gather's (None: from the bytes; a run
+        within one part is one copy)."""
         if isinstance(idx, slice):  # a run of rows (a loader's batch in file order)
             if idx.stop <= idx.start:
                 return None if kernel is None else -1
@@ -216,7 +218,7 @@ class Parts:
                 run = slice(idx.start - a, idx.stop - a)
                 return self.file(k).read_rows_into(run, out_x, out_y, kernel)
         if self.compiled is not None:
-            return self._gather(idx, out_x, out_y, kernel)
+            return self._gather(idx, out_x, out_y, kernel, threads)
         if kernel is not None:
             return staged(self._split, idx, out_x, out_y, kernel)
         self._split(idx, out_x, out_y)
@@ -262,14 +264,14 @@ class Parts:
         if final is not out_y and l:
             out_y[...] = final[:, d:]
 
-    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
         """Rows ``idx`` (global) in one guarded C call over the open parts' mappings;
         the parts it names as not open are opened (and checked) first, keeping the
         others it needs open. Rows in more parts than may be open at once, or parts
         other threads keep closing, are read part by part instead."""
         for _ in range(_GATHER_TRIES):
             try:
-                missing = self.compiled.read(idx, out_x, out_y, kernel)
+                missing = self.compiled.read(idx, out_x, out_y, kernel, threads)
             except FileChanged as e:
                 self._changed(e.part)
             if not isinstance(missing, list):  # copied: None, or the kernel's NaN row

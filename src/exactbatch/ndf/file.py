@@ -28,6 +28,7 @@ reading, by ranged reads of the rows each batch needs: see
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -140,11 +141,16 @@ class Share:
         dataset does; a URL's reader does not)."""
         return getattr(self._handle(), "fuses", False)
 
-    def rows_reader(self):
+    def rows_reader(self, threads: int | None = None):
         """:meth:`read_rows_into` without the check for a closed share: the function a
         reader that holds its own share (a loader's) calls per batch, one Python call
-        less on the hot path. Same arguments, unchecked, and the same errors."""
-        return self._handle().read_rows_into
+        less on the hot path. Same arguments, unchecked, and the same errors.
+        ``threads``: the compiled gather's threads for each read (None: picked from
+        the batch's bytes; a URL's reads ignore it)."""
+        h = self._handle()
+        if threads is None or not getattr(h, "splits", False):
+            return h.read_rows_into
+        return partial(h.read_rows_into, threads=threads)
 
 
 class NdfFile(Share):

@@ -143,21 +143,25 @@ class LocalHandle:
             os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)
 
     fuses = True  # read_rows_into takes a transform kernel
+    splits = True  # read_rows_into takes threads (the compiled gather's)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
         """Rows ``idx`` into the outputs; with ``kernel`` (a
         :class:`~exactbatch.kernels.TransformKernel`), x through it as it is copied,
-        and the first row that held a NaN is returned (or -1)."""
+        and the first row that held a NaN is returned (or -1). ``threads``: the
+        compiled gather's (None: from the batch's bytes; the pure path ignores it)."""
         compiled = self.compiled
         if compiled is None:
             if kernel is not None:
                 return staged(self._read_pure, idx, out_x, out_y, kernel)
             return self._read_pure(idx, out_x, out_y)
-        return self._guarded(compiled, idx, out_x, out_y, kernel)
+        return self._guarded(compiled, idx, out_x, out_y, kernel, threads)
 
-    def _guarded(self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+    def _guarded(
+        self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None
+    ):
         try:  # one guarded gather and one fstat, in C with the GIL released
-            return compiled.read(idx, out_x, out_y, kernel)
+            return compiled.read(idx, out_x, out_y, kernel, threads)
         except FileChanged:
             self.check_size()  # says what changed, if it can still see it
             raise NdfError(

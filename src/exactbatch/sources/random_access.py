@@ -6,6 +6,9 @@ Each is a :class:`~exactbatch.sources.protocols.RowReader`: ``n``, ``d``,
 consecutive rows or an int32/int64 array of row indices, and the outputs are
 float64 or float32 arrays of shapes (r, d) and (r, l) (the cast happens in
 the gather); ``read`` may run on several threads at once.
+``use_threads(threads)`` sets how many threads the compiled gather splits each
+read over (None: picked from the batch's bytes and the cores); batches are the
+same bytes whatever it is.
 ``prefetch_default(batch_bytes)`` is how many batches a loader prepares
 ahead unless told: where reads wait (an .ndf file, a URL) overlapping them
 with the consumer's work pays; in memory a gather is as cheap as handing a
@@ -39,14 +42,20 @@ class MemoryReader:
         self.n, self.d, self.l = ds.n, ds.d, ds.l
         # The bound method itself: one call per batch, whatever the backend. It takes
         # a transform kernel too (fuses: applied as rows are copied).
-        self.read = memory_rows(ds.x, ds.y).read
+        self._rows = memory_rows(ds.x, ds.y)
+        self.read = self._rows.read
         self.fuses = True
+
+    def use_threads(self, threads: int | None) -> None:
+        """The gather's threads for every read (None: picked from each batch's bytes).
+        Set on the rows object: no extra call per batch."""
+        self._rows.threads = threads
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0
 
     def close(self) -> None:
-        self.x = self.y = None
+        self.x = self.y = self._rows = None
         self.read = _closed
 
 
@@ -62,6 +71,11 @@ class NdfReader:
         # until close()): one guarded kernel call on the compiled path.
         self.read = self.file.rows_reader()
         self.fuses = self.file.fuses()  # takes a transform kernel
+
+    def use_threads(self, threads: int | None) -> None:
+        """The gather's threads for every read (None: picked from each batch's bytes;
+        a URL's reads ignore it)."""
+        self.read = self.file.rows_reader(threads)
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for

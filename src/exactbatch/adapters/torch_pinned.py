@@ -1,0 +1,96 @@
+"""Page-locked (pinned) buffers for :func:`exactbatch.torch.as_torch`: a pool reused
+batch after batch, which the loader gathers into directly (``next_into``), so a batch
+costs no copy into pinned memory before its asynchronous move to a CUDA device.
+
+A buffer the pool handed out is reused only once nothing else holds its memory: no
+tensor or array made from it is alive outside the pool (its storage's use count is
+back to the pool's own references), and the copy to the device that read it has
+finished (a CUDA event recorded after it). So a batch the caller keeps is never
+overwritten; one it drops is the next batch's buffer. The allocator is injected,
+so the pool's logic runs on a CPU (tests give plain memory in its place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PinnedPool", "pinned_allocator", "use_counter"]
+
+
+def use_counter(torch) -> Callable[[Any], int]:
+    """``storage -> int``: how many tensors and arrays hold a storage, torch's own count
+    (``torch._C._storage_Use_Count``, torch's private function: looked up by name). Where
+    a torch has none, a count no buffer gets below: a buffer is then never reused, only
+    ever new (right, and slower)."""
+    count = getattr(getattr(torch, "_C", None), "_storage_Use_Count", None)
+    if count is None:
+        return lambda storage: 1 << 30
+    return lambda storage: count(storage._cdata)
+
+
+def pinned_allocator(torch) -> Callable[[int], Any]:
+    """``nbytes -> tensor``: a 1-D uint8 tensor of page-locked memory (needs CUDA)."""
+    return lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+class _Buffer:
+    """One buffer of the pool: its 1-D uint8 tensor, its storage (held, to count who
+    else holds it), the count when only the pool does, and the device copy's event."""
+
+    __slots__ = ("base", "event", "nbytes", "own", "storage")
+
+    def __init__(self, tensor, use_count):
+        self.base = tensor
+        self.nbytes = tensor.numel()
+        self.storage = tensor.untyped_storage()
+        self.own = use_count(self.storage)
+        self.event = None
+
+
+class PinnedPool:
+    """Buffers of ``alloc(nbytes)`` (a 1-D uint8 tensor), lent by :meth:`take` and
+    reused once free (module docs). ``use_count(storage)``: how many tensors and
+    arrays hold a storage (torch's own count). Not thread-safe: one iterator's."""
+
+    def __init__(self, alloc: Callable[[int], Any], use_count: Callable[[Any], int]):
+        self._alloc, self._use_count = alloc, use_count
+        self._lent: list[_Buffer] = []
+        self._free: list[_Buffer] = []
+
+    def _busy(self, buf: _Buffer) -> bool:
+        if buf.event is not None:
+            if not buf.event.query():
+                return True
+            buf.event = None
+        return self._use_count(buf.storage) > buf.own
+
+    def take(self, nbytes: int) -> _Buffer:
+        """A buffer of at least ``nbytes``: a free one (the lent ones nothing holds any
+        more come back first), else a new one. Lent until it is free again."""
+        lent: list[_Buffer] = []
+        for buf in self._lent:
+            (lent if self._busy(buf) else self._free).append(buf)
+        self._lent = lent
+        for k, buf in enumerate(self._free):
+            if buf.nbytes >= nbytes:
+                del self._free[k]
+                break
+        else:
+            buf = _Buffer(self._alloc(max(1, nbytes)), self._use_count)
+        self._lent.append(buf)
+        return buf
+
+    def give_back(self, buf: _Buffer) -> None:
+        """``buf`` was taken but nothing made from it was handed out: free at once."""
+        self._lent.remove(buf)
+        self._free.append(buf)
+
+    def sizes(self) -> tuple[int, int]:
+        """(lent, free) buffers, for tests and ``repr``."""
+        return len(self._lent), len(self._free)
+
+    def clear(self) -> None:
+        """Let go of the free buffers (those lent are let go of by their holders)."""
+        self._free.clear()
+        self._lent.clear()
