@@ -13,6 +13,7 @@ from doubles import ChunksDouble
 from helpers import make_data, write_parquet
 
 from exactbatch import DataLoader, parquet_source
+from exactbatch.batching.gather import WholeRows
 from exactbatch.feeds import streamed
 from exactbatch.prefetch import ReadAhead
 from exactbatch.sources import passes
@@ -125,6 +126,10 @@ class _Counted:
         out[...] = self.rows[row - self.first : row - self.first + len(out)]
 
 
+class CountedRows(WholeRows):
+    __slots__ = ("count",)
+
+
 def _batches(loader, epochs=2):
     out = []
     for e in range(epochs):
@@ -149,16 +154,13 @@ def test_chunks_read_ahead_at_once_give_the_same_batches_and_stay_bounded(
         src = CountedChunks(x, y, sizes)
         src.n_rows = 400
 
-        class Whole(passes.WholeRows):
-            """The rows laid out by a reading thread (depth > 1): counted as chunks too."""
+        def counted_laid_out(chunk, first, rows, width, lay=passes.laid_out):
+            """Rows laid out by a reading thread (depth > 1): the same chunk, counted once."""
+            whole = CountedRows(lay(chunk, first, rows, width).whole, first)
+            whole.count = chunk.count
+            return whole
 
-            __slots__ = ("count",)
-
-            def __init__(self, chunk, first, rows, width):
-                self.count = chunk.count  # the same chunk, counted once
-                super().__init__(chunk, first, rows, width)
-
-        monkeypatch.setattr(passes, "WholeRows", Whole)
+        monkeypatch.setattr(passes, "laid_out", counted_laid_out)
         monkeypatch.setattr(streamed, "read_depth", lambda *args, k=k: k)
         loaders[k] = (src, _batches(DataLoader(src, 7, seed=3, buffer_size=buffer_size)))
     (one, want), (many, got) = loaders[1], loaders[depth]

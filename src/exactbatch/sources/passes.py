@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.batching.gather import ChunkRead
+from exactbatch.batching.gather import ChunkRead, laid_out
 from exactbatch.order import Shard, chunk_order, chunk_pieces
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Hinter, ReadAhead, cores, shut
@@ -116,7 +116,12 @@ def chunk_source_pass(
     hint = hooks.will_need
     hints = None if hint is None else Hinter(hint, (i for i, _, _ in pieces), HINT_AHEAD)
     taken = None if hints is None else hints.taken
+    # Straight into the buffer, one chunk at a time, unless several can be read at
+    # once (depth > 1) through open_chunk (ndf_blocks: blocks read past the page
+    # cache then keep the disk busy while the buffer's rows are handed out).
     into = hooks.read_rows_into if into_buffer else None
+    if depth > 1 and hooks.open_chunk is not None:
+        into = None
     if into is not None:
         # Rows read straight into the shuffle buffer's (by its filling thread).
         closed = False
@@ -144,7 +149,7 @@ def chunk_source_pass(
         # whole rows, so that the buffer's thread, the one every batch waits on,
         # only copies them (one copy a row more, made off that thread).
         def read(i, opened=opened):
-            return WholeRows(opened(i), firsts[i], int(rows[i]), d + l)
+            return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
     ahead, closed = ReadAhead(read, (i for i, _, _ in pieces), depth, taken), False
     try:
@@ -171,23 +176,6 @@ def chunk_source_pass(
         raise
     finally:
         shut(ahead, hints, wait=not closed)
-
-
-class WholeRows:
-    """A chunk's ``rows`` rows from stream row ``first`` on, laid out as whole rows
-    (``width`` float64 a row, x then y) from ``chunk`` (a
-    :class:`~exactbatch.sources.protocols.RowsInto`) by the thread that makes it;
-    :meth:`read_rows_into` then copies them."""
-
-    __slots__ = ("first", "whole")
-
-    def __init__(self, chunk, first: int, rows: int, width: int):
-        self.first, self.whole = first, np.empty((rows, width), dtype=np.float64)
-        chunk.read_rows_into(first, self.whole)
-
-    def read_rows_into(self, row: int, out: np.ndarray) -> None:
-        a = row - self.first
-        out[...] = self.whole[a : a + out.shape[0]]
 
 
 def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tally):
