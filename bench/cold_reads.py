@@ -16,9 +16,10 @@ and the loader's epoch, ``DataLoader(ndf_blocks(f), b, buffer_size=64 blocks)``
 and with the default buffer, as it reads by default (buffered, the next 16
 blocks announced), and with 64 blocks and ``O_DIRECT`` on
 (:mod:`exactbatch.ndf.direct`: cold blocks read past the cache, several at
-once where the loader reads ahead). Each round runs every case once; a
-figure is the median over the rounds of its ratio to the sequential read of
-its own round, with its GB/s.
+once where the loader reads ahead). Each round runs every case once, in the
+order of the table or its reverse, every other round; a figure is the median
+over the rounds of its ratio to the sequential read of its own round, with
+its GB/s.
 
     .venv/bin/python bench/cold_reads.py                 # the compare.py file (4M rows)
     .venv/bin/python bench/cold_reads.py --rounds 3 --batch 64
@@ -165,7 +166,9 @@ def main() -> None:
     cached = []
     try:
         for r in range(a.rounds):
-            for name, run in cases.items():
+            names = list(cases) if r % 2 == 0 else list(cases)[::-1]  # no case always first
+            for name in names:
+                run = cases[name]
                 cached.append(compare.evict(path))
                 before = device_reads(path)
                 t0 = time.perf_counter()

@@ -41,6 +41,7 @@ from exactbatch.sources.protocols import StreamHooks
 __all__ = [
     "AHEAD_SHARE",
     "HINT_AHEAD",
+    "LAY_OUT_DEPTH",
     "chunk_source_pass",
     "open_pass",
     "read_depth",
@@ -50,6 +51,7 @@ __all__ = [
 
 HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
 AHEAD_SHARE = 2  # the chunks read ahead of a buffer hold at most 1/AHEAD_SHARE of its rows
+LAY_OUT_DEPTH = 3  # reading threads lay chunks out as whole rows from this depth on
 
 
 def read_depth(buffer_rows: int | None, chunk_rows: int | None, threads: int | None = None) -> int:
@@ -144,10 +146,12 @@ def chunk_source_pass(
     # filling thread copies each straight into its rows.
     opened = hooks.open_chunk if into_buffer else None
     read = hooks.read_chunk if opened is None else opened
-    if opened is not None and depth > 1:
+    if opened is not None and depth >= LAY_OUT_DEPTH:
         # Several reading threads (cores to spare): each also lays its chunk out as
         # whole rows, so that the buffer's thread, the one every batch waits on,
-        # only copies them (one copy a row more, made off that thread).
+        # only copies them (one copy a row more, made off that thread). Not with
+        # two: the buffer's thread and one reader already share two cores evenly
+        # (measured: 14% slower with, on 2 cores; docs/benchmarks.md).
         def read(i, opened=opened):
             return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
