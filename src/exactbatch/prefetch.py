@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 __all__ = ["Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
 
@@ -180,21 +180,45 @@ class ReadAhead:
     result the reader holds, at most ``depth + 1`` results are alive. An
     exception raised by ``read(k)`` is raised by the :meth:`get` that would have
     returned its result; reads started past it are dropped. ``taken``, if given,
-    is called (on the reader's thread) for each key as its read starts.
+    is called (on the reader's thread) for each key as its read starts. The
+    threads are daemons, as :class:`Prefetcher`'s: stopped, they end by
+    themselves after the read under way, and the interpreter's exit waits for
+    none of them.
     """
 
     def __init__(self, read, keys, depth: int, taken=None):
         self._read, self._keys, self._taken = read, iter(keys), taken
         self._pending: deque[Future] = deque()
-        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="exactbatch-read")
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, name="exactbatch-read", daemon=True)
+            for _ in range(depth)
+        ]
+        for t in self._threads:
+            t.start()
         for _ in range(depth):
             self._start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None or self._stop.is_set():
+                return
+            key, done = job
+            try:
+                done.set_result(self._read(key))
+            except BaseException as e:  # handed to the reader, raised there
+                done.set_exception(e)
+            del job, done  # a result held here would outlive its get()
 
     def _start(self) -> None:
         for k in self._keys:
             if self._taken is not None:
                 self._taken()
-            self._pending.append(self._pool.submit(self._read, k))
+            done: Future = Future()
+            self._pending.append(done)
+            self._jobs.put((k, done))
             return
 
     def get(self):
@@ -207,13 +231,17 @@ class ReadAhead:
 
     def stop(self) -> None:
         """Drop the reads not begun and let the threads end, without waiting for them."""
+        self._stop.set()
         self._pending.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _ in self._threads:
+            self._jobs.put(None)
 
     def close(self) -> None:
         """Drop the reads not begun and wait for those under way to end."""
-        self._pending.clear()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.stop()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join()
 
 
 def cores() -> int:
