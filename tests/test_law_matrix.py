@@ -40,6 +40,9 @@ The product (before the subsets below):
                  every mode, way, shard count, shuffle and drop_last): every
                  batch's row ids (the third element, or next_into's brows)
                  must be exactly its rows' (column 0 of the traceable rows)
+    read depth   1, 2, 3 by the hash: the chunks a chunk-indexed stream (parquet,
+                 ndf_blocks, sharded_blocks, chunks_double) reads ahead at once,
+                 on as many threads (sources/passes.py read_depth)
     rows         the whole source, or (random access, on a stride) a subset:
                  ``rows=`` ids of a source 19 rows larger, scattered and
                  unsorted; the laws then hold over the subset's positions
@@ -128,6 +131,7 @@ from laws import (
 
 import exactbatch
 from exactbatch import save_ndf
+from exactbatch.feeds import streamed
 
 # Array-likes (a CPU torch tensor, a pandas DataFrame) become random-access
 # sources in the second round; switch their cases on when that lands.
@@ -144,6 +148,8 @@ KINDS = tuple(k for k in RANDOM_ACCESS_KINDS + STREAM_KINDS if k not in LATE) + 
 NS = (23, 29, 37, 41, 47, 53, 61)
 BATCHES = (4, 5, 7)
 BUFFERS = (6, 9, 13)
+READ_DEPTHS = (1, 2, 3)  # chunks a chunk-indexed stream reads ahead at once
+CHUNK_KINDS = ("parquet", "ndf_blocks", "sharded_blocks", "chunks_double")
 BLOCKS = (3, 6, 8)
 CHUNK_PATTERNS = ((5, 0, 9, 3, 11), (7,), (1, 4, 13, 2), (6, 6, 0, 10))
 GATHER_THREADS = (None, 1, 3)  # DataLoader(threads=): None picks from the bytes
@@ -315,6 +321,11 @@ def make_spec(data_dir, request):
         }
         if case.kind in STREAM_KINDS:
             spec["loader"]["buffer_size"] = case.pick(BUFFERS, "buffer")
+        if case.kind in CHUNK_KINDS:  # chunks read ahead at once, whatever the buffer's size
+            depth = case.pick(READ_DEPTHS, "depth")
+            request.getfixturevalue("monkeypatch").setattr(
+                streamed, "read_depth", lambda *args, **kwargs: depth
+            )
         if case.kind == "factory":  # a declared N; the list counts its rows ("auto")
             spec["loader"]["total_size"] = n
         if case.subset:  # scattered, unsorted ids: n of the source's source_n rows

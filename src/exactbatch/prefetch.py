@@ -11,10 +11,13 @@ dropping the iterator) stops the thread.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+from collections import deque
+from concurrent.futures import Future
 
-__all__ = ["Hinter", "Prefetcher", "shut"]
+__all__ = ["Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
 
 _END = object()
 _POLL = 0.05  # seconds between checks of the stop flag while the queue is full
@@ -166,6 +169,87 @@ class Hinter:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+
+class ReadAhead:
+    """``read(k)`` for each ``k`` of ``keys``, up to ``depth`` at once on threads of
+    its own; :meth:`get` returns the results in the order of ``keys``.
+
+    At most ``depth`` keys are being read or waiting to be taken at any time: a
+    new read starts as the reader takes a result (:meth:`get`), so, with the
+    result the reader holds, at most ``depth + 1`` results are alive. An
+    exception raised by ``read(k)`` is raised by the :meth:`get` that would have
+    returned its result; reads started past it are dropped. ``taken``, if given,
+    is called (on the reader's thread) for each key as its read starts. The
+    threads are daemons, as :class:`Prefetcher`'s: stopped, they end by
+    themselves after the read under way, and the interpreter's exit waits for
+    none of them.
+    """
+
+    def __init__(self, read, keys, depth: int, taken=None):
+        self._read, self._keys, self._taken = read, iter(keys), taken
+        self._pending: deque[Future] = deque()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, name="exactbatch-read", daemon=True)
+            for _ in range(depth)
+        ]
+        for t in self._threads:
+            t.start()
+        for _ in range(depth):
+            self._start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None or self._stop.is_set():
+                return
+            key, done = job
+            try:
+                done.set_result(self._read(key))
+            except BaseException as e:  # handed to the reader, raised there
+                done.set_exception(e)
+            del job, done  # a result held here would outlive its get()
+
+    def _start(self) -> None:
+        for k in self._keys:
+            if self._taken is not None:
+                self._taken()
+            done: Future = Future()
+            self._pending.append(done)
+            self._jobs.put((k, done))
+            return
+
+    def get(self):
+        """The next result (raised: the exception of its read); None after the last."""
+        if not self._pending:
+            return None
+        done = self._pending.popleft()
+        self._start()  # before the wait: the reads keep ``depth`` keys busy
+        return done.result()
+
+    def stop(self) -> None:
+        """Drop the reads not begun and let the threads end, without waiting for them."""
+        self._stop.set()
+        self._pending.clear()
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def close(self) -> None:
+        """Drop the reads not begun and wait for those under way to end."""
+        self.stop()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join()
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def shut(*workers, wait: bool) -> None:

@@ -137,8 +137,9 @@ def test_a_dropped_iterator_leaves_nothing_claimed_behind(prefetch):
     assert state["batches_done"] == 1 and "pending" not in state
 
 
+@pytest.mark.parametrize("depth", [1, 3], ids=["straight-in", "read-ahead"])
 @pytest.mark.parametrize("buffer_size", [200, 1000], ids=["one-piece", "halves"])
-def test_a_stream_closed_early_waits_for_no_thread(tmp_path, monkeypatch, buffer_size):
+def test_a_stream_closed_early_waits_for_no_thread(tmp_path, monkeypatch, buffer_size, depth):
     """A stream's generators closed early (the loader moved on, or the garbage collector
     freed them, on whatever thread it runs) stop their threads without waiting for
     them: a wait there deadlocked when the collector ran on the very thread waited on
@@ -148,17 +149,23 @@ def test_a_stream_closed_early_waits_for_no_thread(tmp_path, monkeypatch, buffer
 
     from exactbatch import ndf_blocks, open_ndf, save_ndf
     from exactbatch import prefetch as prefetch_module
+    from exactbatch.feeds import streamed
 
     save_ndf(tmp_path / "s.ndf", x_of(2000))
-    loader = DataLoader(ndf_blocks(open_ndf(tmp_path / "s.ndf"), 50), 10, buffer_size=buffer_size)
+    blocks = ndf_blocks(open_ndf(tmp_path / "s.ndf"), 50)
+    if depth > 1:  # blocks read ahead, several at once (prefetch.ReadAhead)
+        monkeypatch.setattr(streamed, "read_depth", lambda *args: depth)
+        monkeypatch.setattr(type(blocks), "open_chunk", property(lambda self: self.read_block))
+    loader = DataLoader(blocks, 10, buffer_size=buffer_size)
     it = iter(loader)
     next(it)
     waited = []
-    for cls in (prefetch_module.Prefetcher, prefetch_module.Hinter):
+    for cls in (prefetch_module.Prefetcher, prefetch_module.Hinter, prefetch_module.ReadAhead):
         monkeypatch.setattr(cls, "close", lambda self, cls=cls: waited.append(cls.__name__))
     loader.set_epoch(0)  # the epoch's generators are closed here
     assert waited == []
     monkeypatch.undo()
+    del loader, blocks, it
     deadline = time.monotonic() + 30
     while any(t.name.startswith("exactbatch-") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "a stopped thread did not end"

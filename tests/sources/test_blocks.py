@@ -109,6 +109,7 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
     import threading
 
     import exactbatch.ndf.local as file_module  # where the hint is given
+    from exactbatch.feeds import streamed
     from exactbatch.feeds.streamed import HINT_AHEAD
 
     src = ndf_blocks(ndf, 10)  # 100 blocks of 10 rows (24-byte rows)
@@ -133,6 +134,8 @@ def test_the_kernel_is_told_of_the_blocks_coming_next_in_epoch_order(ndf, monkey
         return real(row, out)
 
     monkeypatch.setattr(src, "read_rows_into", read_rows_into)
+    # one block at a time, straight into the buffer (several at once: test_read_ahead.py)
+    monkeypatch.setattr(streamed, "read_depth", lambda *args: 1)
     loader = DataLoader(src, 50, shuffle=True, seed=4, buffer_size=200)
     got = row_ids(loader)
     assert np.array_equal(np.sort(got), np.arange(1000))

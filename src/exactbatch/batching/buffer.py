@@ -49,7 +49,6 @@ rows that ``drop_last`` leaves out are counted in ``dropped``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import chain
 
 import numpy as np
 
@@ -58,7 +57,13 @@ from exactbatch.batching.buffer_whole import shuffle_whole
 from exactbatch.batching.gather import chunk_width
 from exactbatch.order.digest import Tally
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "full_mix_buffer", "mixing_window", "shuffle_buffer"]
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "buffer_rows",
+    "full_mix_buffer",
+    "mixing_window",
+    "shuffle_buffer",
+]
 
 DEFAULT_BUFFER_BYTES = 64 << 20  # buffer_size=None: rows filling about this much
 _AHEAD_CHUNKS = 8  # read ahead only if half the buffer still mixes this many chunks
@@ -74,6 +79,17 @@ def _plan(batch_size, buffer_size, width, size_hint, ahead) -> tuple[int, bool]:
         ahead and size_hint is not None and size_hint > size and size >= 2 * _AHEAD_CHUNKS * ahead
     )
     return size, halves
+
+
+def buffer_rows(
+    batch_size: int, buffer_size: int | None, width: tuple[int, int] | None, size_hint=None
+) -> int | None:
+    """The rows a buffer holds (never more than the stream's ``size_hint``, when
+    known); None while the default size's widths (``width``) are unknown."""
+    if buffer_size is None and width is None:
+        return None
+    size = _plan(batch_size, buffer_size, width or (0, 0), None, None)[0]
+    return size if size_hint is None else max(1, min(size, size_hint))
 
 
 def mixing_window(
@@ -97,6 +113,13 @@ def full_mix_buffer(batch_size: int, size_hint: int) -> int:
     rows: the stream's rows (a buffer that holds the whole stream is one piece,
     never halves), or 1 when the stream fits in one batch."""
     return 1 if size_hint <= batch_size else size_hint
+
+
+def _first_then(first: list, it) -> Iterator:
+    """``first``'s one chunk, then ``it``'s, holding none of them once handed on (a
+    ``chain((first,), it)`` holds the first chunk, decoded rows and all, to the end)."""
+    yield first.pop()
+    yield from it
 
 
 def shuffle_buffer(
@@ -133,8 +156,8 @@ def shuffle_buffer(
     first = next(it, None)
     if first is None:
         return
-    stream = chain((first,), it)
     d, l = chunk_width(first)  # noqa: E741
+    stream = _first_then([first], it)
     del first
     size, halves = _plan(batch_size, buffer_size, (d, l), size_hint, ahead)
     if halves:

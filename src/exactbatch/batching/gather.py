@@ -29,12 +29,14 @@ from exactbatch.order.digest import batch_digests, rows_digest
 
 __all__ = [
     "ChunkRead",
+    "WholeRows",
     "buffer_arrays",
     "chunk_size",
     "chunk_width",
     "drain",
     "fill_rows",
     "gathered",
+    "laid_out",
     "read_whole",
     "row_ids",
     "shaped_gather",
@@ -117,6 +119,33 @@ class ChunkRead:
 
     def __init__(self, read_into, id0: int, rows: int, d: int, l: int):  # noqa: E741
         self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
+
+
+class WholeRows:
+    """A chunk's rows from stream row ``first`` on, held as whole rows (``whole``: a
+    C-contiguous float64 (rows, d + l) array, x then y a row, as a buffer holds them):
+    :meth:`read_rows_into` copies them, one contiguous copy. What a chunk read ahead
+    on a thread of its own becomes (``ndf_blocks`` reads a block so;
+    :func:`laid_out` lays any other out)."""
+
+    __slots__ = ("first", "whole")
+
+    def __init__(self, whole: np.ndarray, first: int):
+        self.whole, self.first = whole, first
+
+    def read_rows_into(self, row: int, out: np.ndarray) -> None:
+        a = row - self.first
+        out[...] = self.whole[a : a + out.shape[0]]
+
+
+def laid_out(chunk, first: int, rows: int, width: int) -> WholeRows:
+    """``chunk`` (a :class:`~exactbatch.sources.protocols.RowsInto` of ``rows`` rows
+    from stream row ``first`` on, ``width`` values a row) as :class:`WholeRows`."""
+    if isinstance(chunk, WholeRows):
+        return chunk
+    whole = np.empty((rows, width), dtype=np.float64)
+    chunk.read_rows_into(first, whole)
+    return WholeRows(whole, first)
 
 
 def chunk_size(chunk) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 
 from exactbatch.audit import audit_pass, count_total, resolve_stream_total
 from exactbatch.batching import num_batches
-from exactbatch.batching.buffer import mixing_window, shuffle_buffer
+from exactbatch.batching.buffer import buffer_rows, mixing_window, shuffle_buffer
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
@@ -37,7 +37,7 @@ from exactbatch.order import buffer_rng
 from exactbatch.order.digest import Tally, range_digest
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
 from exactbatch.sources.identity import stream_identity
-from exactbatch.sources.passes import HINT_AHEAD, open_pass
+from exactbatch.sources.passes import HINT_AHEAD, open_pass, read_depth
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
 
@@ -213,8 +213,20 @@ class StreamFeed:
     def _open_pass(self, seed: int, epoch: int):
         tally, spec = PassTally(), self.spec
         order_key = (seed, epoch) if spec.shuffle else None
+        rows = None  # chunks read ahead at once: a share of the buffer (passes.read_depth)
+        if spec.shuffle:
+            width = None if self.d is None else (self.d, self.l or 0)
+            rows = buffer_rows(spec.batch_size, self.buffer_size, width, self._size_hint())
+        depth = read_depth(rows, self._chunk_rows())
         chunks = open_pass(
-            self.stream, spec.shard, self.span, self.widths, tally.fed, order_key, spec.shuffle
+            self.stream,
+            spec.shard,
+            self.span,
+            self.widths,
+            tally.fed,
+            order_key,
+            spec.shuffle,
+            depth,
         )
         if spec.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=spec.shard.index)

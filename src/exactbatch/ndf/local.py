@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from exactbatch.arrays import byte_view
 from exactbatch.errors import NdfError
 from exactbatch.kernels import FileChanged, file_rows, map_file, staged
+from exactbatch.ndf.direct import MIN_DIRECT_BYTES, Unsupported, open_direct
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -32,6 +34,8 @@ _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
 _SORT_ROWS = 16  # unordered requests up to this size are sorted to find their runs
 _FADVISE = getattr(os, "POSIX_FADV_WILLNEED", None)  # not on macOS or Windows
+_UNOPENED = object()  # LocalHandle.direct before the first block read
+_OPENING = threading.Lock()  # one open of a file's direct reads
 
 
 class LocalHandle:
@@ -47,6 +51,7 @@ class LocalHandle:
         "__weakref__",
         "ctime",
         "d",
+        "direct",
         "fd",
         "l",
         "lease",
@@ -69,6 +74,7 @@ class LocalHandle:
         self.size = expected_size(n, d, l)
         self.rows: Any = None  # (n,) of void rows over the mapping; None when no data
         self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
+        self.direct: Any = _UNOPENED  # block reads past the page cache (ndf/direct.py)
         if self.size > HEADER_SIZE:
             mm = _map(fd, self.size)
             # Void rows have alignment 1, so np.take copies whole rows from the
@@ -126,18 +132,48 @@ class LocalHandle:
         while done < total:
             got = os.preadv(self.fd, [buf[done:]], offset + done)
             if got == 0:
-                self.check_size()
-                raise NdfError(
-                    f"{self.path}: expected {total} bytes at offset {offset}, "
-                    f"the file ended after {done}"
-                )
+                self._ended(offset, total, done)
             done += got
 
+    def _ended(self, offset: int, total: int, done: int) -> None:
+        self.check_size()
+        raise NdfError(
+            f"{self.path}: expected {total} bytes at offset {offset}, the file ended after {done}"
+        )
+
     def read_block_into(self, start_row: int, buf: memoryview) -> None:
-        self.pread_into(buf, start_row)
+        """One block of rows: past the page cache where it is cold and the file system
+        allows it (:mod:`exactbatch.ndf.direct`), else a buffered positional read; the
+        same bytes and errors either way."""
+        direct = self._direct() if len(buf) >= MIN_DIRECT_BYTES else None
+        offset = HEADER_SIZE + start_row * self.row_bytes
+        if direct is None or direct.cached(offset, len(buf)):
+            self.pread_into(buf, start_row)
+        else:
+            try:
+                done = direct.read(offset, buf)
+            except Unsupported:  # read buffered from now on
+                self.direct = None
+                self.pread_into(buf, start_row)
+            else:
+                if done < len(buf):
+                    self._ended(offset, len(buf), done)
         self.check_size()  # after the read: see read_raw_into
 
+    def _direct(self):
+        """The file's direct reads, opened at the first block read; None without them."""
+        direct = self.direct
+        if direct is _UNOPENED:
+            with _OPENING:
+                if self.direct is _UNOPENED:
+                    base = None if self.rows is None else self.rows.ctypes.data - HEADER_SIZE
+                    self.direct = open_direct(self.fd, base)
+                direct = self.direct
+        return direct
+
     def will_need(self, start_row: int, rows: int) -> None:
+        if rows * self.row_bytes >= MIN_DIRECT_BYTES and self._direct() is not None:
+            return  # a block read past the cache: a hint would have it read twice
         if _FADVISE is not None and rows > 0:
             start = HEADER_SIZE + start_row * self.row_bytes
             os.posix_fadvise(self.fd, start, rows * self.row_bytes, _FADVISE)

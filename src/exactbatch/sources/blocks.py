@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
+from exactbatch.batching.gather import WholeRows
 from exactbatch.checks import check_int
-from exactbatch.ndf import NdfDataset, NdfFile
+from exactbatch.ndf import NdfDataset, NdfFile, direct
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -71,6 +72,25 @@ class NdfBlocks:
         block = np.empty((rows, self.d + self.l), dtype=np.float64)
         self.file.read_block_into(start, block)
         return block[:, : self.d], block[:, self.d :]
+
+    @property
+    def open_chunk(self):
+        """With direct reads on (:mod:`exactbatch.ndf.direct`), :meth:`read_block`: what
+        a loader reading several blocks at once then reads them with. Else absent (an
+        ``AttributeError``): blocks are read straight into the shuffle buffer, one at a
+        time, the kernel reading ahead the blocks announced by :meth:`will_need`."""
+        if not direct.ENABLED:
+            raise AttributeError("open_chunk: blocks are read with read_rows_into")
+        return self.read_block
+
+    def read_block(self, i: int) -> WholeRows:
+        """Block ``i`` read (one positional read: past the page cache where it is cold,
+        see :mod:`exactbatch.ndf.direct`) into whole rows of its own, for a shuffle
+        buffer to copy."""
+        start, rows = int(self.chunk_starts[i]), int(self.chunk_rows[i])
+        block = np.empty((rows, self.d + self.l), dtype=np.float64)
+        self.file.read_block_into(start, block)
+        return WholeRows(block, start)
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         """Rows ``row .. row + len(out) - 1`` (of ``[0, n_rows)``) into ``out``, a

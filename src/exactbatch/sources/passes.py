@@ -5,9 +5,10 @@
 
 * a chunk source (Parquet, ``ndf_blocks``, Dask partitions): only the
   chunks holding the shard's rows are read, in an order shuffled per epoch
-  when ``order_key`` is given (:func:`shard_pieces`); the next chunk is read
-  on a background thread while this one is cut into batches (Parquet
-  decoding and positional reads release the GIL); a source with
+  when ``order_key`` is given (:func:`shard_pieces`); the next ``depth``
+  chunks are read ahead, at once, on threads of their own, while this one is
+  cut into batches (Parquet decoding and positional reads release the GIL;
+  :func:`read_depth` picks ``depth`` for a shuffle buffer); a source with
   ``will_need`` is told of the chunks coming next, and a shuffle buffer reads
   through ``read_rows_into`` or ``open_chunk`` where the source has them;
 * any other stream: read front to back, every chunk of it; each shard keeps
@@ -22,23 +23,46 @@ A pass yields ``(x, y, id0)``: float64 arrays of the shard's rows of a chunk,
 ``id0`` the stream row of the first; or, for a shuffle buffer, a
 :class:`~exactbatch.batching.gather.ChunkRead` (rows the buffer reads
 itself). Every row yielded is added to ``fed``, the ledger's tally. Memory:
-the chunk being cut and the one read ahead.
+the chunk being cut and the ``depth`` chunks read ahead (the order in which
+chunks are handed on is the pieces' order, whatever ``depth``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.batching.gather import ChunkRead
+from exactbatch.batching.gather import ChunkRead, laid_out
 from exactbatch.order import Shard, chunk_order, chunk_pieces
 from exactbatch.order.digest import Tally
-from exactbatch.prefetch import Hinter, Prefetcher, shut
+from exactbatch.prefetch import Hinter, ReadAhead, cores, shut
 from exactbatch.sources.chunks import ChunkError, Stream, Widths, close_iterator
 from exactbatch.sources.protocols import StreamHooks
 
-__all__ = ["HINT_AHEAD", "chunk_source_pass", "open_pass", "sequential_pass", "shard_pieces"]
+__all__ = [
+    "AHEAD_SHARE",
+    "HINT_AHEAD",
+    "LAY_OUT_DEPTH",
+    "chunk_source_pass",
+    "open_pass",
+    "read_depth",
+    "sequential_pass",
+    "shard_pieces",
+]
 
 HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
+AHEAD_SHARE = 2  # the chunks read ahead of a buffer hold at most 1/AHEAD_SHARE of its rows
+LAY_OUT_DEPTH = 3  # reading threads lay chunks out as whole rows from this depth on
+
+
+def read_depth(buffer_rows: int | None, chunk_rows: int | None, threads: int | None = None) -> int:
+    """How many chunks a pass reads ahead, at once: 1 without a shuffle buffer
+    (``buffer_rows`` None) or a chunk size (``chunk_rows``, the chunks' mean); else as
+    many chunks as fit in ``1 / AHEAD_SHARE`` of the buffer's rows, at most one a
+    core (``threads``: the cores this process may use), at least 1."""
+    if not buffer_rows or not chunk_rows:
+        return 1
+    fit = buffer_rows // (AHEAD_SHARE * chunk_rows)
+    return max(1, min(fit, cores() if threads is None else threads))
 
 
 def open_pass(
@@ -49,14 +73,15 @@ def open_pass(
     fed: Tally,
     order_key: tuple[int, int] | None = None,
     into_buffer: bool = False,
+    depth: int = 1,
 ):
     """The chunks of one pass of ``stream`` for ``shard`` (module docs); ``order_key``
     ``(seed, epoch)`` shuffles a chunk source's chunk order; ``into_buffer``: for a
-    shuffle buffer (its read hooks may be used)."""
+    shuffle buffer (its read hooks may be used); ``depth``: chunks read ahead."""
     hooks = stream.hooks
     if hooks.chunk_indexed:
         pieces = shard_pieces(hooks.chunk_rows, shard, span, order_key)
-        return chunk_source_pass(hooks, pieces, widths, fed, into_buffer)
+        return chunk_source_pass(hooks, pieces, widths, fed, into_buffer, depth)
     return sequential_pass(stream, shard, span, widths, fed)
 
 
@@ -74,10 +99,13 @@ def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[i
     return pieces
 
 
-def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, into_buffer: bool):
+def chunk_source_pass(
+    hooks: StreamHooks, pieces, widths: Widths, fed: Tally, into_buffer: bool, depth: int = 1
+):
     """The ``pieces`` of a chunk source, in their order: read into arrays, or (with
     ``into_buffer``, where the source can and its widths are known) as
-    :class:`~exactbatch.batching.gather.ChunkRead` for a shuffle buffer to read."""
+    :class:`~exactbatch.batching.gather.ChunkRead` for a shuffle buffer to read;
+    ``depth`` chunks read ahead, at once (module docs)."""
     rows = hooks.chunk_rows
     assert rows is not None  # a chunk source has them (stream_hooks checked)
     firsts = (np.cumsum(rows) - rows).tolist()  # each chunk's first row in the stream
@@ -89,14 +117,20 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
     # read, from a thread of its own (a hint can block while reads are queued).
     hint = hooks.will_need
     hints = None if hint is None else Hinter(hint, (i for i, _, _ in pieces), HINT_AHEAD)
+    taken = None if hints is None else hints.taken
+    # Straight into the buffer, one chunk at a time, unless several can be read at
+    # once (depth > 1) through open_chunk (ndf_blocks: blocks read past the page
+    # cache then keep the disk busy while the buffer's rows are handed out).
     into = hooks.read_rows_into if into_buffer else None
+    if depth > 1 and hooks.open_chunk is not None:
+        into = None
     if into is not None:
         # Rows read straight into the shuffle buffer's (by its filling thread).
         closed = False
         try:
             for i, lo, hi in pieces:
-                if hints is not None:
-                    hints.taken()
+                if taken is not None:
+                    taken()
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
                 yield ChunkRead(into, firsts[i] + lo, hi - lo, d, l)
         except GeneratorExit:
@@ -105,28 +139,30 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
         finally:
             shut(hints, wait=not closed)
         return
-    # The next chunk is read on a background thread while this one is cut into
-    # batches: one chunk more in memory, reads overlapped with batching. A source
-    # that can (Parquet: open_chunk) only decodes it there, and the shuffle
-    # buffer's filling thread copies it straight into its rows.
-    todo = iter(pieces)
+    # The next `depth` chunks are read on threads of their own while this one is cut
+    # into batches: reads overlapped with batching, and with each other (Parquet row
+    # groups decoded on every core), handed on in the pieces' order. A source that
+    # can (Parquet: open_chunk) only decodes them there, and the shuffle buffer's
+    # filling thread copies each straight into its rows.
     opened = hooks.open_chunk if into_buffer else None
     read = hooks.read_chunk if opened is None else opened
+    if opened is not None and depth >= LAY_OUT_DEPTH:
+        # Several reading threads (cores to spare): each also lays its chunk out as
+        # whole rows, so that the buffer's thread, the one every batch waits on,
+        # only copies them (one copy a row more, made off that thread). Not with
+        # two: the buffer's thread and one reader already share two cores evenly
+        # (measured: 14% slower with, on 2 cores; docs/benchmarks.md).
+        def read(i, opened=opened):
+            return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
-    def read_next():
-        for i, _, _ in todo:
-            if hints is not None:
-                hints.taken()
-            return (read(i),)
-        return None
-
-    ahead, closed = Prefetcher(read_next, 1), False
+    ahead, closed = ReadAhead(read, (i for i, _, _ in pieces), depth, taken), False
     try:
         for pos, (i, lo, hi) in enumerate(pieces):
-            (chunk,) = ahead.get()
+            chunk = ahead.get()
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
                 yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l)
+                del chunk  # before the next is taken: depth + 1 chunks at most
                 continue
             x, y = widths.normalize(chunk, pos)
             del chunk
@@ -138,6 +174,7 @@ def chunk_source_pass(hooks: StreamHooks, pieces, widths: Widths, fed: Tally, in
             id0 = firsts[i] + lo
             fed.add_range(id0, firsts[i] + hi)
             yield x[lo:hi], y[lo:hi], id0
+            del x, y
     except GeneratorExit:
         closed = True
         raise

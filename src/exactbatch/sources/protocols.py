@@ -33,9 +33,11 @@ costs more:
   shuffle buffer's rows (``out``: a C-contiguous float64 (k, d + l) array, x
   then y a row). Without it, ``open_chunk`` is used, else the chunk is read
   into arrays and copied.
-* ``open_chunk(i)``: chunk ``i`` decoded on the read-ahead thread, as a
+* ``open_chunk(i)``: chunk ``i`` decoded on a read-ahead thread, as a
   :class:`RowsInto` for the buffer to copy from. Without it, the chunk is
-  read into arrays.
+  read into arrays. A pass that reads several chunks at once (see
+  :func:`~exactbatch.sources.passes.read_depth`) reads through it even where
+  the source has ``read_rows_into`` too (which reads one chunk at a time).
 
 The two buffer hooks are used only by a shuffled pass, and only when the
 widths are known. A chunk of other rows than ``chunk_rows`` says is a

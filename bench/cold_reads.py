@@ -1,0 +1,211 @@
+"""Cold ``ndf_blocks`` against the disk's own ceiling for the same requests.
+
+Every case reads the same cold ``.ndf`` file (its pages dropped before each
+read with fsync + ``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no root;
+the share still cached is printed): a sequential read (8 MiB positional reads),
+then the very requests ``ndf_blocks`` makes, outside the loader: each block's
+rows (``block_rows`` rows from byte 28 + row * 136: unaligned) in the loader's
+shuffled block order for that epoch,
+
+* buffered, one at a time, with no hint, and with the next 16 blocks announced
+  (``POSIX_FADV_WILLNEED``, as the loader's buffered reads are);
+* with ``O_DIRECT``: each block widened to 4 KiB boundaries, read into an
+  aligned buffer, one at a time and ``--threads`` at a time;
+
+and the loader's epoch, ``DataLoader(ndf_blocks(f), b, buffer_size=64 blocks)``
+and with the default buffer, as it reads by default (buffered, the next 16
+blocks announced), and with 64 blocks and ``O_DIRECT`` on
+(:mod:`exactbatch.ndf.direct`: cold blocks read past the cache, several at
+once where the loader reads ahead). Each round runs every case once, in the
+order of the table or its reverse, every other round; a figure is the median
+over the rounds of its ratio to the sequential read of its own round, with
+its GB/s.
+
+    .venv/bin/python bench/cold_reads.py                 # the compare.py file (4M rows)
+    .venv/bin/python bench/cold_reads.py --rounds 3 --batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+import compare  # noqa: E402  (bench/ is this script's folder)
+from bench_blocks import device_reads, sequential  # noqa: E402
+
+from exactbatch import DataLoader, ndf_blocks, open_ndf  # noqa: E402
+from exactbatch.ndf import direct  # noqa: E402
+from exactbatch.ndf.format import HEADER_SIZE  # noqa: E402
+from exactbatch.order import chunk_order  # noqa: E402
+
+ALIGN = 4096
+AHEAD = 16
+
+
+def requests(src, epoch: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of each block read of ``src``'s shuffled epoch ``epoch``
+    (seed 0, one shard), in the order the loader reads them."""
+    rb = 8 * (src.d + src.l)
+    order = chunk_order(len(src.chunk_rows), seed=0, epoch=epoch).tolist()
+    return [
+        (HEADER_SIZE + int(src.chunk_starts[i]) * rb, int(src.chunk_rows[i]) * rb) for i in order
+    ]
+
+
+def buffered(path: str, reqs, ahead: int) -> None:
+    buf = bytearray(max(n for _, n in reqs))
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for k, (off, n) in enumerate(reqs):
+            if ahead:
+                for o, m in reqs[k + (ahead if k else 0) : k + ahead + 1]:
+                    os.posix_fadvise(fd, o, m, os.POSIX_FADV_WILLNEED)
+            os.preadv(fd, [view[:n]], off)
+    finally:
+        os.close(fd)
+
+
+def direct_reads(path: str, reqs, threads: int) -> None:
+    """The requests widened to ``ALIGN``, read with O_DIRECT by ``threads`` threads,
+    each into an aligned buffer of its own, taking the requests in order."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    todo, lock = iter(reqs), threading.Lock()
+    most = max(n for _, n in reqs) + 2 * ALIGN
+
+    def work():
+        buf = mmap.mmap(-1, most)  # page-aligned
+        view = memoryview(buf)
+        while True:
+            with lock:
+                req = next(todo, None)
+            if req is None:
+                return
+            off, n = req
+            a, z = off - off % ALIGN, -(-(off + n) // ALIGN) * ALIGN
+            got = 0
+            while got < z - a:
+                k = os.preadv(fd, [view[got : z - a]], a + got)
+                if k == 0 or k % ALIGN:
+                    break
+                got += k
+
+    try:
+        pool = [threading.Thread(target=work) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=4, help="O_DIRECT reads at once")
+    ap.add_argument("--cache", default=str(compare.ROOT / ".cache" / "compare"))
+    a = ap.parse_args()
+    path = compare.make_data(Path(a.cache), a.rows)["ndf"]
+    f = open_ndf(path)
+    src = ndf_blocks(f)
+    loaders = {
+        "64 blocks": DataLoader(src, a.batch, seed=0, buffer_size=64 * src.block_rows),
+        "default buffer": DataLoader(src, a.batch, seed=0),
+    }
+    # The same loader with O_DIRECT on (off by default: exactbatch.ndf.direct), over a
+    # file of its own (direct reads are opened per open file, at its first block read).
+    direct.ENABLED = True
+    g = open_ndf(path)
+    loaders["64 blocks, O_DIRECT on"] = DataLoader(
+        ndf_blocks(g), a.batch, seed=0, buffer_size=64 * src.block_rows
+    )
+    direct.ENABLED = False
+
+    def through(loader):
+        def run(e):
+            direct.ENABLED = loader is loaders["64 blocks, O_DIRECT on"]
+            loader.set_epoch(e)
+            for _ in loader:
+                pass
+            direct.ENABLED = False
+
+        return run
+
+    cases = {
+        "sequential read (8 MiB at a time)": lambda e: sequential(path),
+        "the loader's block requests, buffered": lambda e: buffered(path, requests(src, e), 0),
+        f"the same, next {AHEAD} announced (WILLNEED)": lambda e: buffered(
+            path, requests(src, e), AHEAD
+        ),
+        "the same, O_DIRECT (4 KiB aligned), one at a time": lambda e: direct_reads(
+            path, requests(src, e), 1
+        ),
+        f"the same, O_DIRECT, {a.threads} at a time": lambda e: direct_reads(
+            path, requests(src, e), a.threads
+        ),
+        **{
+            f"DataLoader(ndf_blocks(f)), batch {a.batch}, {k}": through(loader)
+            for k, loader in loaders.items()
+        },
+    }
+    times: dict[str, list] = {name: [] for name in cases}
+    disk: dict[str, list] = {name: [] for name in cases}
+    cached = []
+    try:
+        for r in range(a.rounds):
+            names = list(cases) if r % 2 == 0 else list(cases)[::-1]  # no case always first
+            for name in names:
+                run = cases[name]
+                cached.append(compare.evict(path))
+                before = device_reads(path)
+                t0 = time.perf_counter()
+                run(r)
+                times[name].append(time.perf_counter() - t0)
+                after = device_reads(path)
+                if before and after:
+                    disk[name].append((after[0] - before[0], (after[1] - before[1]) * 512))
+    finally:
+        for loader in loaders.values():
+            loader.close()
+        f.close()
+        g.close()
+    seq = np.array(times["sequential read (8 MiB at a time)"])
+    gb = os.path.getsize(path) / 1e9
+    print(
+        f"{a.rows:,} rows ({gb:.2f} GB), blocks of {src.block_rows:,} rows "
+        f"({src.block_rows * 8 * (src.d + src.l) / 2**20:.1f} MiB); {a.rounds} rounds; "
+        f"cached before a read: at most {max(cached):.1%}; loader's block reads: "
+        f"{'O_DIRECT' if direct.ENABLED else 'buffered'} by default; {os.cpu_count()} CPUs, "
+        f"load average {compare.loadavg()}"
+    )
+    print(
+        "| read | GB/s (median) | × the sequential read (median of rounds) "
+        "| disk requests (MiB each) |"
+    )
+    print("|---|---:|---:|---:|")
+    for name, t in times.items():
+        t = np.array(t)
+        req = disk[name]
+        if req:
+            count, size = np.median([c for c, _ in req]), np.median([b for _, b in req])
+            reqs = f"{count:.0f} ({size / max(count, 1) / 2**20:.2f})"
+        else:
+            reqs = "n/a"
+        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(seq / t):.2f}× | {reqs} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Block reads past the page cache (ndf/direct.py): an implementation detail. With
+O_DIRECT or without it, or falling back from it, the same bytes, the same batches and
+the same errors (a truncated file is still an NdfError)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+from helpers import make_x, make_y
+
+from exactbatch import DataLoader, NdfError, ndf_blocks, open_ndf, save_ndf
+from exactbatch.ndf import direct, local
+from exactbatch.sources import passes
+
+N, D, L = 1001, 4, 1  # 40 bytes a row: the file's end and most blocks are not 4 KiB-aligned
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "a.ndf"
+    rows = np.arange(N)
+    save_ndf(p, (make_x(rows, D), make_y(rows, L)))
+    return p
+
+
+@pytest.fixture
+def on(monkeypatch):
+    """Direct reads on, for blocks of any size, every block taken for cold; ``on.reads``
+    counts the reads that went past the cache."""
+    monkeypatch.setattr(direct, "ENABLED", True)
+    monkeypatch.setattr(local, "MIN_DIRECT_BYTES", 1)
+    monkeypatch.setattr(direct, "CACHED_SHARE", 2.0)  # no block counts as cached
+    real, reads = direct.DirectReads.read, []
+
+    def read(self, offset, out):
+        reads.append(offset)
+        return real(self, offset, out)
+
+    monkeypatch.setattr(direct.DirectReads, "read", read)
+    on.reads = reads
+    return on
+
+
+def _batches(path, **kw):
+    with open_ndf(path) as f:
+        loader = DataLoader(ndf_blocks(f, 37), 16, seed=7, **kw)
+        out = []
+        for e in range(2):
+            loader.set_epoch(e)
+            out += [(xb.copy(), yb.copy()) for xb, yb in loader]
+        loader.close()
+        return out
+
+
+def _same(a, b):
+    assert len(a) == len(b) > 0
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert np.array_equal(xa, xb) and np.array_equal(ya, yb)
+
+
+def _direct_ok(path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = direct.open_direct(fd, None) if direct.ENABLED else None
+        return got is not None
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_blocks_read_past_the_cache_give_the_same_batches(
+    path, on, monkeypatch, each_backend, shuffle, depth
+):
+    """Both backends, straight into the buffer (depth 1) and several blocks at once:
+    the batches of buffered reads, every block read directly."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(passes, "read_depth", lambda *args: depth)
+    monkeypatch.setattr("exactbatch.feeds.streamed.read_depth", lambda *args: depth)
+    got = _batches(path, shuffle=shuffle, buffer_size=300)
+    assert len(on.reads) == 2 * -(-N // 37)  # every block, each epoch
+    monkeypatch.setattr(direct, "ENABLED", False)
+    _same(got, _batches(path, shuffle=shuffle, buffer_size=300))
+
+
+def test_a_cached_block_is_read_buffered(path, on, monkeypatch):
+    monkeypatch.setattr(direct, "CACHED_SHARE", 0.0)  # every block counts as cached
+    _batches(path)
+    assert on.reads == []
+
+
+def test_einval_at_the_o_direct_open_falls_back_to_buffered_reads(path, on, monkeypatch):
+    """tmpfs before Linux 6.6 and some FUSE file systems refuse the open with EINVAL."""
+    want = _batches(path)
+    on.reads.clear()
+    real = os.open
+
+    def refusing(file, flags, *args, **kwargs):
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(direct.os, "open", refusing)
+    with open_ndf(path) as f:
+        x = np.empty((37, D + L))
+        f.read_block_into(100, x)
+        assert f._handle().direct is None
+        assert np.array_equal(x[:, 0], np.arange(100, 137))
+    assert on.reads == []
+    _same(want, _batches(path))
+
+
+def test_einval_at_a_direct_read_falls_back_for_good(path, on, monkeypatch):
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    want = _batches(path)
+    real, refused = os.preadv, []
+
+    def refusing(fd, buffers, offset, *flags):
+        if fd not in (h.fd for h in handles):  # the O_DIRECT descriptor
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, buffers, offset, *flags)
+
+    with open_ndf(path) as f:
+        handles = [f._handle()]
+        monkeypatch.setattr(direct.os, "preadv", refusing)
+        x = np.empty((37, D + L))
+        f.read_block_into(500, x)
+        assert np.array_equal(x[:, 0], np.arange(500, 537))
+        assert len(refused) == 1 and f._handle().direct is None
+        f.read_block_into(0, x)  # buffered from now on
+        assert len(refused) == 1 and np.array_equal(x[:, 0], np.arange(37))
+    monkeypatch.undo()
+    _same(want, _batches(path))
+
+
+@pytest.mark.parametrize("read_directly", [False, True])
+def test_a_truncated_file_is_the_same_error_with_or_without_o_direct(
+    path, on, monkeypatch, read_directly
+):
+    if read_directly and not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(direct, "ENABLED", read_directly)
+    with open_ndf(path) as f:
+        x = np.empty((37, D + L))
+        f.read_block_into(0, x)
+        os.truncate(path, 28 + 40 * (N - 10))  # the last 10 rows gone
+        with pytest.raises(NdfError, match="changed while open: expected"):
+            f.read_block_into(N - 37, x)  # past the new end
+        with pytest.raises(NdfError, match="changed while open: expected"):
+            f.read_block_into(0, x)  # within it: the size check after the read
+    assert bool(on.reads) == read_directly
+
+
+def test_a_direct_read_ending_early_is_the_buffered_read_s_error(path, on, monkeypatch):
+    """The file ends inside the block but its size still looks right (the race the check
+    after a read exists for): the same NdfError as a buffered read's."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(direct.DirectReads, "read", lambda self, offset, out: len(out) - 40)
+    monkeypatch.setattr(local.LocalHandle, "check_size", lambda self: None)
+    with open_ndf(path) as f:
+        with pytest.raises(
+            NdfError, match=r"expected 1480 bytes at offset \d+, the file ended after 1440"
+        ):
+            f.read_block_into(0, np.empty((37, D + L)))
