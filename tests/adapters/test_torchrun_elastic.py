@@ -1,0 +1,117 @@
+"""Elastic streams under torchrun: 4 gloo ranks killed with kill -9 mid-epoch, resumed at 3,
+killed again, resumed at 2, over a Parquet folder and over ndf_blocks of a sharded .ndf
+dataset, each read through a shuffle buffer smaller than the data; then a padded
+evaluation pass over 3 ranks (issue 31, item 4). About 60 s a source on 2 cores; the
+larger run is bench/elastic_reads.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("pyarrow")
+
+import exactbatch  # noqa: E402
+from exactbatch import DataLoader  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "scripts" / "elastic_train.py"
+N, GROUP, EPOCHS = 2400, 100, 2  # 24 row groups (or blocks of 50): the buffer holds 300 rows
+# (world size, the step after which its last rank is killed; 0: runs to the end)
+PHASES = [(4, 5), (3, 32), (2, 0)]
+
+
+def rows(n: int):
+    x = np.random.default_rng(1).standard_normal((n, 4))
+    x[:, 3] = np.arange(n)  # the row id rides along as a fourth feature
+    y = x[:, :3] @ np.array([0.4, -1.1, 2.0]) + 0.1
+    return x, y
+
+
+def write(tmp_path: Path, kind: str) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x, y = rows(N)
+    if kind == "parquet":
+        folder = tmp_path / "data"
+        folder.mkdir()
+        for k, (a, b) in enumerate([(0, 1100), (1100, N)]):  # two files, uneven
+            cols = {f"x{j}": x[a:b, j] for j in range(4)} | {"y0": y[a:b]}
+            pq.write_table(pa.table(cols), folder / f"part{k}.parquet", row_group_size=GROUP)
+        return os.fspath(folder)
+    parts = [(x[a:b], y[a:b]) for a, b in [(0, 700), (700, 1500), (1500, N)]]
+    exactbatch.save_ndf_dataset(tmp_path / "data", parts)
+    return os.fspath(tmp_path / "data")
+
+
+def torchrun(world: int, *args) -> subprocess.CompletedProcess:
+    found = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    cmd = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([src] + [env["PYTHONPATH"]] * bool(env.get("PYTHONPATH")))
+    argv = [*cmd, "--standalone", f"--nproc_per_node={world}", str(SCRIPT), *map(str, args)]
+    return subprocess.run(argv, timeout=300, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("kind", ["parquet", "ndf_blocks"])
+def test_killed_at_4_resumed_at_3_killed_again_resumed_at_2_every_epoch_exactly_once(
+    tmp_path, kind
+):
+    """The rows each phase handed out up to the checkpoint the next phase resumed from,
+    and all the last phase's, are every row exactly once in each epoch; certify on the
+    last states (and the states no later rank resumed from) proves both epochs; the
+    padded evaluation over 3 ranks sums to the one-process metric."""
+    path, out = write(tmp_path, kind), tmp_path / "run"
+    out.mkdir()
+    resumed_from = []
+    for phase, (world, kill_at) in enumerate(PHASES):
+        run = torchrun(world, out, kind, path, "train", phase, EPOCHS, kill_at)
+        if kill_at:
+            assert run.returncode != 0, "the killed run exited cleanly"
+            assert (out / "ckpt" / str(kill_at) / "DONE").exists(), run.stderr[-3000:]
+            assert not (out / "ckpt" / str(kill_at + 1) / "DONE").exists()
+            resumed_from.append(kill_at)
+        else:
+            assert run.returncode == 0, run.stderr[-3000:]
+    # Each phase counts up to the step the next one resumed from: the batches taken
+    # after it (by the killed rank, and any the others took) are taken again.
+    epochs = defaultdict(list)
+    for phase, (world, _) in enumerate(PHASES):
+        upto = resumed_from[phase] if phase < len(resumed_from) else None
+        for r in range(world):
+            for line in (out / f"log-{phase}-rank{r}.jsonl").read_text().splitlines():
+                rec = json.loads(line)
+                if upto is None or rec["step"] <= upto:
+                    epochs[rec["epoch"]] += rec["ids"]
+    assert sorted(epochs) == list(range(EPOCHS))
+    for e, ids in epochs.items():
+        assert sorted(ids) == list(range(N)), f"epoch {e}: rows lost or repeated"
+    # The certificate: the last phase's final states and, of each checkpoint resumed
+    # from, the states of ranks that no rank of the next world loaded.
+    states = [json.loads((out / f"final-2-rank{r}.json").read_text()) for r in range(2)]
+    for (world, _), (after, _), step in zip(PHASES[:-1], PHASES[1:], resumed_from, strict=True):
+        for r in range(after, world):
+            states.append(json.loads((out / "ckpt" / str(step) / f"rank{r}.json").read_text()))
+    cert = exactbatch.certify(states)
+    assert cert, str(cert)
+    assert [(ep.epoch, ep.handed) for ep in cert.epochs] == [(e, N) for e in range(EPOCHS)]
+    assert not exactbatch.certify(states[1:]), "certified without one rank's state"
+    # Evaluation over 3 ranks, padded: the same metric as one process, every row once.
+    run = torchrun(3, out, kind, path, "eval")
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads((out / "eval.json").read_text())
+    assert got["rows"] == N and len(set(got["batches"])) == 1
+    want = 0.0
+    for xb, yb in DataLoader(rows(N), 32, shuffle=False):
+        want += float(((xb[:, :3] @ np.array([0.5, -1.0, 2.0]) - yb[:, 0]) ** 2).sum())
+    assert got["sum"] == pytest.approx(want, rel=1e-12)
