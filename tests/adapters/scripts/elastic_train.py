@@ -130,10 +130,9 @@ def evaluate(out: str, kind: str, path: str) -> None:
     dist.all_gather(counts, torch.tensor([batches]))
     dist.all_reduce(total)
     if rank == 0:
-        save_json(
-            os.path.join(out, "eval.json"),
-            {"sum": total[0].item(), "rows": int(total[1].item()), "batches": [int(c) for c in counts]},
-        )
+        found = {"sum": total[0].item(), "rows": int(total[1].item())}
+        found["batches"] = [int(c) for c in counts]
+        save_json(os.path.join(out, "eval.json"), found)
 
 
 def main() -> None:
