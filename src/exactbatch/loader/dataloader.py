@@ -14,7 +14,6 @@ from typing import Literal
 
 import numpy as np
 
-from exactbatch.arrays import check_out_array
 from exactbatch.batching.output import Output
 from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
@@ -24,6 +23,7 @@ from exactbatch.kernels import pair_check
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.groups import Holder
+from exactbatch.loader.into import check_into
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
 from exactbatch.transform import Standardize
@@ -91,9 +91,12 @@ class DataLoader:
     ``drop_last``) the largest's, every row once: each batch ``batch_size`` rows, real
     ones first, then zeros, and a bool mask last, ``(x, y, mask)`` (``(x, y, rows,
     mask)``, padded ids -1), whole padding batches on a shard with fewer (no rows to
-    the ledger; ``next_into`` refuses it); ``elastic`` (random access only) deals one
-    global order per epoch out to the shards batch by batch, so a checkpoint resumes
-    at another shard count. ``prefetch=k`` prepares
+    the ledger; ``next_into`` refuses it); ``elastic`` (random access, or a stream whose
+    chunks are indexed - Parquet, ``ndf_blocks``, Dask partitions of known length, a
+    list of arrays - whose rows it mixes within windows of :attr:`mixing_window` rows;
+    a stream read front to back only is a ``ValueError``) deals one global order per
+    epoch out to the shards batch by batch, so a checkpoint resumes at another shard
+    count. ``prefetch=k`` prepares
     k batches on a background thread - k groups of small batches, of up to
     64 batches and 4 MiB each, from random access or a stream (default: the
     reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
@@ -343,57 +346,15 @@ class DataLoader:
         return size
 
     def _check_into(self, bx, by, brows):
-        """``next_into``'s checks of its buffers in full (each refused with a
-        ``TypeError`` naming it): ``by`` (made when None and l = 0), or None when a
-        stream has no chunk at all."""
-        feed = self._feed  # its widths, not the properties: this runs once a batch
-        if feed.spec.pad:  # (never plain: every call comes here, and is refused)
-            raise ValueError(
-                "next_into cannot hand out the padding batches of even_batches='pad' (it "
-                "returns the rows written, and 0 means the end of the epoch): iterate with "
-                "iter(loader), whose batches are (xb, yb, mask)"
-            )
-        d, l = feed.d, feed.l  # noqa: E741
-        if d is None or l is None:  # a stream not read yet: read ahead to learn its widths
-            self._cursor.peek()
-            d, l = feed.d, feed.l  # noqa: E741
-            if d is None or l is None:  # no chunk at all: the epoch is over before it began
-                return None
-        dt, yt, b = self.dtype, self.label_dtype, self.batch_size
-        if bx is None or by is None:
-            if bx is None or l:
-                raise TypeError(
-                    f"next_into needs buffers bx ({dt}) of shape {(b, d)} and by ({yt}) of "
-                    f"shape {(b, l)} (by may be None only when l = 0)"
-                )
-            by = np.empty((b, 0), dtype=yt)
-        if yt is not dt:  # class labels: by of label_dtype
-            check_out_array(bx, (b, d), "bx", dt)
-            check_out_array(by, (b, l), "by", yt)
-        elif not self._fits(bx, by, b, d, l, dt.itemsize):
-            check_out_array(bx, (b, d), "bx", dt)  # says what is wrong
-            check_out_array(by, (b, l), "by", dt)
-        if brows is not None or self.with_rows:
-            self._check_brows(brows)
-        elif yt is dt:  # the next calls' one check (the widths are known now)
-            self._plain = (b, d, l, dt.itemsize)
+        """``next_into``'s checks of its buffers in full (:func:`check_into`): ``by``, or
+        None when a stream has no chunk at all; the next calls' one check is set."""
+        by, plain = check_into(
+            self._feed, self._cursor.peek, bx, by, brows, self.dtype, self.label_dtype,
+            self.batch_size, self._fits, self.with_rows,
+        )  # fmt: skip
+        if plain is not None:
+            self._plain = plain
         return by
-
-    def _check_brows(self, brows) -> None:
-        """``next_into``'s third buffer: required with ``with_rows``, refused without."""
-        shape = (self.batch_size,)
-        if not self.with_rows:
-            raise TypeError(
-                f"next_into got brows, but this DataLoader was built with with_rows=False: "
-                f"build it with with_rows=True to have row ids written into an int64 array "
-                f"of shape {shape}"
-            )
-        if brows is None:
-            raise TypeError(
-                f"next_into of a DataLoader with with_rows=True needs brows, an int64 array "
-                f"of shape {shape} for the rows' ids: next_into(bx, by, brows)"
-            )
-        check_out_array(brows, shape, "brows", np.int64)
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's
