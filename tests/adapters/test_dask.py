@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import collect, make_data
-from laws import check_deterministic, check_epoch, check_epochs_differ, check_resume
+from laws import check_deterministic, check_epoch, check_epochs_differ, check_reshard, check_resume
 
 from exactbatch import DataLoader, Standardize, open_ndf_dataset
 
@@ -304,6 +304,21 @@ def test_partitions_are_computed_ahead_on_the_cluster(client):
 def test_the_resume_law(client, kind):
     make = _loaders(kind)
     check_resume(lambda: make(seed=9, num_shards=2, shard_index=1), D, L, cuts=[0, 5, 99])
+
+
+@pytest.mark.parametrize("shards,after", [(3, 2), (1, 4)])
+def test_elastic_partitions_resume_at_another_shard_count(client, shards, after):
+    """Partitions of known length are an indexed stream: elastic, a state of S ranks
+    resumes at S' through the buffer (laws.check_reshard); unknown lengths are refused."""
+    make = _loaders("array")
+
+    def rank(num_shards, shard_index, resumed):
+        return make(seed=4, buffer_size=40, num_shards=num_shards, shard_index=shard_index,
+                    elastic=True)  # fmt: skip
+
+    check_reshard(rank, shards, after, D, L, cut=2)
+    with pytest.raises(ValueError, match="read front to back"):
+        _loaders("filtered")(elastic=True)
 
 
 def test_column_stats_match_numpy(client):
