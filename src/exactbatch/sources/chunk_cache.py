@@ -40,6 +40,8 @@ from exactbatch.sources.chunks import ChunkError, Stream, Widths
 
 __all__ = ["ChunkCacheReader"]
 
+_AHEAD = 1 << 62  # the recency of a chunk read ahead and not used yet: above every read's
+
 
 class _Snapshot:
     """Chunks side by side in one array: chunk ``c`` is rows ``at[c] ..`` of it (-1: not
@@ -83,6 +85,7 @@ class ChunkCacheReader:
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
+        self._built = 0  # the tick the snapshot was made at
         self.rows_read = 0  # rows of every chunk read (read amplification)
         self._todo: deque = deque()  # the read-ahead thread's work (see read_ahead)
         self._reading_ahead = False
@@ -134,6 +137,8 @@ class ChunkCacheReader:
             self.rows_read += x.shape[0]
             if not self._closed:
                 self._fresh[c] = (x, y)
+                if ahead:  # not used yet, but soon: kept before any chunk used already
+                    self._used[c] = _AHEAD
         fut.set_result((x, y))
 
     def _wait(self, c: int, load: tuple[Future, bool]):
@@ -164,12 +169,19 @@ class ChunkCacheReader:
             assert snap is not None
             if all(snap.at[c] >= 0 for c in chunks):  # another read made one already
                 return snap
-            others = {**snap.chunks, **self._fresh}
+            # Then the chunks read ahead (needed next), then those of the snapshot used
+            # since it was made (a window's batches still under way), the most recent
+            # first: a chunk not used since is done with, and not copied again.
+            used = self._used
+            kept = [c for c in snap.chunks if used[c] >= self._built]
+            others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
+            order = [*self._fresh, *sorted(kept, key=lambda c: -used[c])]
             room = self.budget - sum(x.shape[0] for x, _ in got.values())
-            for c in sorted(others, key=lambda c: -self._used[c]):
+            for c in order:
                 if c not in got and room >= others[c][0].shape[0]:
                     got[c] = others[c]
                     room -= others[c][0].shape[0]
+            self._built = self._tick
             snap = self._snap = _Snapshot(len(self.chunk_rows), got, self.d, self.l)
             self._fresh = {}
             return snap
