@@ -53,9 +53,19 @@ def _source(kind, x, y, tmp_path):
         parts = [(x[a : a + 110], y[a : a + 110]) for a in range(0, len(x), 110)]
         save_ndf_dataset(tmp_path / "ds", parts)
         return open_ndf_dataset(tmp_path / "ds")
-    if kind == "stream":
+    if kind in ("stream", "elastic"):  # elastic: a list dealt by windows (elastic=True)
         return [(x[a : a + 70], y[a : a + 70]) for a in range(0, len(x), 70)]
     raise AssertionError(kind)
+
+
+def _kw(kind, x, buffer_size=None) -> dict:
+    """The loader settings a kind of source needs beyond the test's own."""
+    buffer = {} if buffer_size is None else {"buffer_size": buffer_size}
+    if kind == "stream":
+        return {"total_size": len(x), **buffer}
+    if kind == "elastic":
+        return {"elastic": True, **buffer}
+    return {}
 
 
 def _batches(loader):
@@ -66,10 +76,10 @@ def _batches(loader):
 
 
 @pytest.mark.parametrize("label_dtype", [np.int64, np.int32])
-@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream"])
+@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream", "elastic"])
 def test_class_labels_come_as_the_same_values_in_integers(tmp_path, kind, label_dtype):
     x, y = _data(nan=0.0)
-    kw = {"total_size": len(x)} if kind == "stream" else {}
+    kw = _kw(kind, x)
     for dtype in (np.float64, np.float32):
         plain = _batches(DataLoader(_source(kind, x, y, tmp_path), 32, dtype=dtype, **kw))
         got = _batches(
@@ -97,11 +107,11 @@ def test_label_dtype_none_or_the_loaders_dtype_is_the_plain_loader():
     [(2.5, 41), (np.nan, 7), (np.inf, 99), (2.0**31, 250), (-(2.0**31) - 1, 3)],
     ids=["fraction", "nan", "inf", "above-int32", "below-int32"],
 )
-@pytest.mark.parametrize("kind", ["pair", "stream"])
+@pytest.mark.parametrize("kind", ["pair", "stream", "elastic"])
 def test_a_label_that_is_no_int32_is_a_value_error_naming_its_row(tmp_path, kind, bad, row):
     x, y = _data(nan=0.0)
     y[row, 0] = bad
-    kw = {"total_size": len(x)} if kind == "stream" else {}
+    kw = _kw(kind, x)
     loader = DataLoader(_source(kind, x, y, tmp_path), 32, label_dtype=np.int32, **kw)
     with pytest.raises(ValueError, match=rf"label_dtype=int32: row {row} has label"):
         _batches(loader)
@@ -160,14 +170,14 @@ def test_labels_survive_prefetch_and_resume():
 # -- transform ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream"])
+@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream", "elastic"])
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_the_fused_transform_is_the_transform_after_a_plain_gather(tmp_path, kind, shuffle):
     """float64: bit for bit; float32: the float64 result rounded once (so within half a
     float32 ulp of it, and within one ulp of transforming a float32 gather)."""
     x, y = _data()
     st = _stats(x)
-    kw = {"total_size": len(x), "buffer_size": 140} if kind == "stream" else {}
+    kw = _kw(kind, x, 140)
     plain = _batches(DataLoader(_source(kind, x, y, tmp_path), 32, shuffle=shuffle, **kw))
     for dtype in (np.float64, np.float32):
         loader = DataLoader(
@@ -181,12 +191,12 @@ def test_the_fused_transform_is_the_transform_after_a_plain_gather(tmp_path, kin
             assert not np.isnan(gx).any()
 
 
-@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream"])
+@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream", "elastic"])
 def test_both_backends_give_bit_identical_transformed_batches(tmp_path, kind):
     if not backends.built():
         pytest.skip("the compiled core is not built")
     x, y = _data(seed=4)
-    kw = {"total_size": len(x), "buffer_size": 140} if kind == "stream" else {}
+    kw = _kw(kind, x, 140)
     for fill in (None, -3.5):
         st = Standardize((np.nanmean(x, 0), np.nanstd(x, 0)), nan_fill=fill)
         for dtype in (np.float64, np.float32):
@@ -314,12 +324,12 @@ def test_standardize_called_on_rows_is_the_loaders_transform():
 # -- nan="error" ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream"])
+@pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream", "elastic"])
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_nan_error_names_the_row_id_and_column(tmp_path, kind, shuffle, each_backend):
     x, y = _data(nan=0.0)
     x[123, 4] = np.nan
-    kw = {"total_size": len(x), "buffer_size": 140} if kind == "stream" else {}
+    kw = _kw(kind, x, 140)
     for transform in (None, Standardize((np.zeros(D), np.ones(D)))):
         loader = DataLoader(
             _source(kind, x, y, tmp_path),
