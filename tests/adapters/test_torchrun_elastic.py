@@ -58,7 +58,7 @@ def torchrun(world: int, *args) -> subprocess.CompletedProcess:
     cmd = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([src] + [env["PYTHONPATH"]] * bool(env.get("PYTHONPATH")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     argv = [*cmd, "--standalone", f"--nproc_per_node={world}", str(SCRIPT), *map(str, args)]
     return subprocess.run(argv, timeout=300, env=env, capture_output=True, text=True)
 
