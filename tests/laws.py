@@ -631,6 +631,12 @@ class FlakyChunks(FlakyReader):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def _fails(self, rows: int = 0) -> bool:
+        failed = super()._fails(rows)
+        if failed:  # where: absorbed() says whether an elastic read ahead took it
+            self.raised_on = threading.current_thread().name
+        return failed
+
     def _open_chunk(self, i: int):
         if self._fails():
             raise OSError(f"injected: chunk {i} could not be read")
@@ -638,7 +644,6 @@ class FlakyChunks(FlakyReader):
 
     def read_chunk(self, i: int):
         if self._fails():
-            self.raised_on = threading.current_thread().name
             raise OSError(f"injected: chunk {i} could not be read")
         return self.inner.read_chunk(i)
 

@@ -49,18 +49,17 @@ class _Snapshot:
 
     __slots__ = ("at", "chunks", "read", "rows")
 
-    def __init__(self, nchunks: int, parts: dict[int, tuple[np.ndarray, np.ndarray]], d, l):  # noqa: E741
+    def __init__(self, nchunks: int, parts: dict[int, np.ndarray], d, l):  # noqa: E741
         self.at = np.full(nchunks, -1, dtype=np.int64)
-        self.chunks = parts  # c -> (x, y), views of the arrays below
-        rows = sum(x.shape[0] for x, _ in parts.values())
+        rows = sum(part.shape[0] for part in parts.values())
         xy = np.empty((rows, d + l))  # whole rows: x then y, one gather for both
         a = 0
-        views = {}
-        for c, (x, y) in parts.items():
-            z = a + x.shape[0]
-            xy[a:z, :d], xy[a:z, d:] = x, y
+        views = {}  # c -> its rows of xy (whole rows: a chunk is one copy)
+        for c, part in parts.items():
+            z = a + part.shape[0]
+            xy[a:z] = part
             self.at[c] = a
-            views[c] = (xy[a:z, :d], xy[a:z, d:])
+            views[c] = xy[a:z]
             a = z
         self.chunks, self.rows = views, rows
         self.read = memory_rows(xy[:, :d], xy[:, d:]).read
@@ -74,6 +73,7 @@ class ChunkCacheReader:
         hooks = stream.hooks
         assert hooks.chunk_rows is not None and hooks.read_chunk is not None  # (a chunk source)
         self._read_chunk = hooks.read_chunk
+        self._rows_into, self._open_chunk = hooks.read_rows_into, hooks.open_chunk
         self._will_need = hooks.will_need
         self.chunk_rows = hooks.chunk_rows
         self.firsts = np.cumsum(self.chunk_rows) - self.chunk_rows
@@ -81,7 +81,7 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # read, not in the snapshot
+        self._fresh: dict[int, np.ndarray] = {}  # read, not in the snapshot
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
@@ -118,12 +118,7 @@ class ChunkCacheReader:
         """Read chunk ``c``, resolving ``fut`` (its exception too; read ``ahead``, an error
         is let go, and a thread waiting on ``fut`` reads the chunk itself)."""
         try:
-            x, y = self._widths.normalize(self._read_chunk(c), c)
-            if x.shape[0] != self.chunk_rows[c]:  # else rows would be lost, or doubled
-                raise ChunkError(
-                    f"chunk {c}: read_chunk({c}) returned {x.shape[0]} rows, "
-                    f"but chunk_rows[{c}] says {int(self.chunk_rows[c])}"
-                )
+            xy = self._read(c)
         except BaseException as e:
             with self._lock:
                 self._loading.pop(c, None)
@@ -134,12 +129,33 @@ class ChunkCacheReader:
             raise
         with self._lock:
             self._loading.pop(c, None)
-            self.rows_read += x.shape[0]
+            self.rows_read += xy.shape[0]
             if not self._closed:
-                self._fresh[c] = (x, y)
+                self._fresh[c] = xy
                 if ahead:  # not used yet, but soon: kept before any chunk used already
                     self._used[c] = _AHEAD
-        fut.set_result((x, y))
+        fut.set_result(xy)
+
+    def _read(self, c: int) -> np.ndarray:
+        """Chunk ``c`` as whole rows (x then y, float64): read straight into them where
+        the source can (``read_rows_into``, ``open_chunk``) and its widths are known,
+        else ``read_chunk``'s, checked as a pass checks it."""
+        known, rows = self._widths.known(), int(self.chunk_rows[c])
+        into, opened = self._rows_into, self._open_chunk
+        if known is not None and (into is not None or opened is not None):
+            xy = np.empty((rows, sum(known)))
+            if into is None:
+                assert opened is not None
+                into = opened(c).read_rows_into
+            into(int(self.firsts[c]), xy)
+            return xy
+        x, y = self._widths.normalize(self._read_chunk(c), c)
+        if x.shape[0] != rows:  # else rows would be lost, or doubled
+            raise ChunkError(
+                f"chunk {c}: read_chunk({c}) returned {x.shape[0]} rows, "
+                f"but chunk_rows[{c}] says {rows}"
+            )
+        return np.concatenate((x, y), axis=1)
 
     def _wait(self, c: int, load: tuple[Future, bool]):
         """Chunk ``c`` once its ``load`` (:meth:`_start`) is done: made here if this thread
@@ -176,11 +192,11 @@ class ChunkCacheReader:
             kept = [c for c in snap.chunks if used[c] >= self._built]
             others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
             order = [*self._fresh, *sorted(kept, key=lambda c: -used[c])]
-            room = self.budget - sum(x.shape[0] for x, _ in got.values())
+            room = self.budget - sum(part.shape[0] for part in got.values())
             for c in order:
-                if c not in got and room >= others[c][0].shape[0]:
+                if c not in got and room >= others[c].shape[0]:
                     got[c] = others[c]
-                    room -= others[c][0].shape[0]
+                    room -= others[c].shape[0]
             self._built = self._tick
             snap = self._snap = _Snapshot(len(self.chunk_rows), got, self.d, self.l)
             self._fresh = {}
@@ -247,7 +263,7 @@ class ChunkCacheReader:
                         break
                     if snap.at[c] >= 0 or c in self._fresh or c in self._loading:
                         continue
-                    fresh = sum(x.shape[0] for x, _ in self._fresh.values())
+                    fresh = sum(part.shape[0] for part in self._fresh.values())
                     if fresh + int(self.chunk_rows[c]) > self.budget:  # no room: stop here
                         break
                     fut = self._loading[c] = Future()
