@@ -75,7 +75,7 @@ class ElasticStreamFeed(RandomAccessFeed):
         mean = max(1, int(nonempty.mean())) if len(nonempty) else None
         self.window = mixing_window(spec.batch_size, buffer_size, (cache.d, cache.l), n, mean)
         largest = int(rows.max()) if len(rows) else 0
-        cache.budget = 2 * self.window + 2 * largest  # two windows, and what they straddle
+        cache.budget = 2 * self.window + 4 * largest  # two windows, and what they straddle
         self._cache = cache
         super().__init__(cache, spec, total_size)
 

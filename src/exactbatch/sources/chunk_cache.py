@@ -185,13 +185,13 @@ class ChunkCacheReader:
             assert snap is not None
             if all(snap.at[c] >= 0 for c in chunks):  # another read made one already
                 return snap
-            # Then the chunks read ahead (needed next), then those of the snapshot used
-            # since it was made (a window's batches still under way), the most recent
-            # first: a chunk not used since is done with, and not copied again.
+            # Then those of the snapshot used since it was made (a window's batches
+            # still under way), the most recent first, then the chunks read ahead (the
+            # next window's): a chunk not used since is done with, and not copied again.
             used = self._used
             kept = [c for c in snap.chunks if used[c] >= self._built]
             others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
-            order = [*self._fresh, *sorted(kept, key=lambda c: -used[c])]
+            order = [*sorted(kept, key=lambda c: -used[c]), *self._fresh]
             room = self.budget - sum(part.shape[0] for part in got.values())
             for c in order:
                 if c not in got and room >= others[c].shape[0]:
