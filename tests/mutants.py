@@ -149,6 +149,24 @@ TARGETS = {
             "tests/loader/test_resume.py",
         ],
     ),
+    "elastic": (  # elastic streams: the windowed order, the chunk cache, the feed
+        [
+            "src/exactbatch/order/windows.py",
+            "src/exactbatch/sources/chunk_cache.py",
+            "src/exactbatch/feeds/elastic_stream.py",
+        ],
+        [
+            "exactbatch.order.windows.*",
+            "exactbatch.sources.chunk_cache.*",
+            "exactbatch.feeds.elastic_stream.*",
+        ],
+        [
+            "tests/order/test_windows.py",
+            "tests/sources/test_chunk_cache.py",
+            "tests/feeds/test_elastic_stream.py",
+            "tests/loader/test_distributed.py",
+        ],
+    ),
     "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them
         [
             "src/exactbatch/batching/buffer.py",

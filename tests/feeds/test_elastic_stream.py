@@ -1,0 +1,149 @@
+"""The elastic streamed feed (exactbatch.feeds.elastic_stream): what it reads, what a state
+records, and the laws over a few cases (the law matrix runs the whole product)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import make_x, make_y
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from laws import check_epoch, check_reshard
+
+from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
+from exactbatch.order.windows import WindowedOrder
+
+
+def ids(n):
+    return np.arange(n, dtype=np.float64).reshape(n, 1)
+
+
+def chunks_of(n, size):
+    x = ids(n)
+    return [x[a : a + size] for a in range(0, n, size)]
+
+
+def rows(loader):
+    return [xb[:, 0].astype(np.int64).tolist() for xb, _ in loader]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    size=st.integers(1, 40),
+    shards=st.integers(1, 4),
+    batch=st.integers(1, 30),
+    buffer=st.integers(1, 120),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+)
+def test_every_row_once_across_the_shards(n, size, shards, batch, buffer, shuffle, drop_last):
+    """The epoch law (laws.check_epoch, elastic) for any sizes, chunking and buffer."""
+    got = []
+    for s in range(shards):
+        loader = DataLoader(
+            chunks_of(n, size),
+            batch,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_shards=shards,
+            shard_index=s,
+            elastic=True,
+            buffer_size=buffer,
+        )
+        got.append(rows(loader))
+        assert len(got[-1]) == len(loader)
+    check_epoch(got, n=n, batch_size=batch, drop_last=drop_last, shuffle=shuffle, elastic=True)
+
+
+def test_the_global_order_is_the_windowed_order_dealt_in_turn():
+    """Shard s of S hands out global batches s, s + S, ... of WindowedOrder(seed, epoch)."""
+    chunk_rows, window, b = [30] * 10, 70, 8
+    for epoch in range(2):
+        whole = WindowedOrder(chunk_rows, window, seed=4, epoch=epoch).rows(0, 300)
+        batches = [whole[a : a + b].tolist() for a in range(0, 300, b)]
+        for shards in (1, 3):
+            for s in range(shards):
+                loader = DataLoader(
+                    chunks_of(300, 30), b, seed=4, num_shards=shards, shard_index=s,
+                    elastic=True, buffer_size=window,
+                )  # fmt: skip
+                loader.set_epoch(epoch)
+                assert loader.mixing_window == window
+                assert rows(loader) == batches[s::shards]
+
+
+@pytest.mark.parametrize("shards,after", [(4, 3), (3, 2), (2, 4), (1, 3)])
+def test_a_state_resumes_at_another_shard_count(tmp_path, shards, after):
+    """laws.check_reshard over ndf_blocks, shuffled, a buffer smaller than the data."""
+    save_ndf(tmp_path / "d.ndf", (make_x(np.arange(203), 2), make_y(np.arange(203), 1)))
+
+    def make(num_shards, shard_index, resumed):
+        f = open_ndf(tmp_path / "d.ndf")
+        try:
+            source = ndf_blocks(f, 9)
+        finally:
+            f.close()
+        return DataLoader(
+            source, 6, num_shards=num_shards, shard_index=shard_index, elastic=True,
+            buffer_size=40, seed=2,
+        )  # fmt: skip
+
+    check_reshard(make, shards, after, 2, 1, cut=3)
+
+
+def test_each_rank_reads_only_the_chunks_its_batches_need():
+    """A window of one batch: each of 4 ranks reads its batches' chunks, not the stream."""
+    n, size = 4000, 50
+    read = 0
+    for s in range(4):
+        loader = DataLoader(
+            chunks_of(n, size), 100, num_shards=4, shard_index=s, elastic=True,
+            buffer_size=100,
+        )  # fmt: skip
+        assert sum(map(len, rows(loader))) == n // 4
+        read += loader._feed.rows_read
+    assert n <= read <= 2 * n  # about once (a batch straddles two chunks at most)
+
+
+def test_a_wide_window_reads_the_stream_on_every_rank():
+    """The price of a window of many batches: each rank reads every window."""
+    loader = DataLoader(
+        chunks_of(1000, 50), 10, num_shards=4, shard_index=1, elastic=True, buffer_size=500
+    )
+    rows(loader)
+    assert loader._feed.rows_read == 1000
+
+
+def test_a_state_records_the_stream_and_refuses_other_data(tmp_path):
+    loader = DataLoader(chunks_of(100, 10), 8, elastic=True, buffer_size=30)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["source"] == "stream" and state["buffer_size"] == 30
+    assert state["global_batches_done"] == 1 and state["fingerprint"]["n"] == 100
+    other = DataLoader(chunks_of(100, 10), 8, elastic=True, buffer_size=31)
+    with pytest.raises(ValueError, match="buffer_size"):
+        other.load_state_dict(state)
+    longer = DataLoader(chunks_of(110, 10), 8, elastic=True, buffer_size=30)
+    with pytest.raises(ValueError, match="n_rows|total_size|\\bn\\b"):
+        longer.load_state_dict(state)
+
+
+def test_a_declared_total_size_must_be_the_streams():
+    with pytest.raises(ValueError, match="total_size=99"):
+        DataLoader(chunks_of(100, 10), 8, elastic=True, total_size=99)
+    assert DataLoader(chunks_of(100, 10), 8, elastic=True, total_size=100).total_size == 100
+
+
+def test_a_closed_loader_lets_go_of_its_chunks_and_reads_no_more():
+    loader = DataLoader(chunks_of(100, 10), 8, elastic=True)
+    next(iter(loader))
+    loader.close()
+    assert loader._feed.stream is None and loader._feed.rows_read == 100
+    with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+        iter(loader)
+    with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+        loader.next_into(np.empty((8, 1)), np.empty((8, 0)))
