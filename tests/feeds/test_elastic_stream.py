@@ -147,3 +147,46 @@ def test_a_closed_loader_lets_go_of_its_chunks_and_reads_no_more():
         iter(loader)
     with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
         loader.next_into(np.empty((8, 1)), np.empty((8, 0)))
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("shards,first", [(1, 0), (3, 0), (4, 5), (2, 7)])
+def test_read_ahead_names_exactly_the_chunks_the_shards_batches_need(shuffle, shards, first):
+    """The read-ahead plan (_needed) of a shard, over every window: the chunks its batches'
+    rows lie in, each once, in the order its batches first meet them."""
+    n, size, b, buffer = 600, 25, 10, 60
+    firsts = np.arange(0, n, size)
+    for s in range(shards):
+        loader = DataLoader(
+            chunks_of(n, size), b, shuffle=shuffle, num_shards=shards, shard_index=s,
+            elastic=True, buffer_size=buffer, seed=3, with_rows=True,
+        )  # fmt: skip
+        feed = loader._feed
+        order = WindowedOrder([size] * (n // size), buffer, seed=3, epoch=0) if shuffle else None
+        got = feed._needed(order, range(feed.windows_of_epoch()), first)
+        want = []
+        for g in range(first + s, -(-n // b), shards):  # the shard's batches from `first`
+            pos = np.arange(g * b, min(g * b + b, n))
+            batch_rows = pos if order is None else order(pos)
+            for c in (np.searchsorted(firsts, batch_rows, side="right") - 1).tolist():
+                if c not in want:
+                    want.append(c)
+        assert sorted(got) == sorted(want) and len(got) == len(set(got))
+        if first == 0:  # the epoch from its start: those chunks read (a few read again
+            list(loader)  # when the budget of two windows let them go before a straddle)
+            assert size * len(want) <= feed.rows_read <= 1.5 * size * len(want)
+
+
+def test_the_fingerprint_names_the_source_and_its_sizes(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exactbatch import parquet_source
+
+    x = ids(40)
+    pq.write_table(pa.table({"a": x[:, 0], "y": x[:, 0]}), tmp_path / "f.parquet", row_group_size=8)
+    loader = DataLoader(parquet_source(tmp_path / "f.parquet", labels=["y"]), 8, elastic=True)
+    fp = loader.state_dict()["fingerprint"]
+    assert fp["kind"] == "parquet" and (fp["n"], fp["d"], fp["l"]) == (40, 1, 1)
+    listed = DataLoader(chunks_of(40, 8), 8, elastic=True).state_dict()["fingerprint"]
+    assert listed["kind"] == "stream" and (listed["n"], listed["d"], listed["l"]) == (40, 1, 0)

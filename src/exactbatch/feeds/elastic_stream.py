@@ -108,6 +108,10 @@ class ElasticStreamFeed(RandomAccessFeed):
     def prefetch_default(self) -> int:
         return 0  # the next window's chunks are read ahead
 
+    def windows_of_epoch(self) -> int:
+        """The windows an epoch's order is cut into."""
+        return -(-self.total_size // self.window)
+
     @property
     def rows_read(self) -> int:
         """Rows of every chunk read so far (the read amplification's numerator)."""
@@ -157,10 +161,12 @@ class ElasticStreamFeed(RandomAccessFeed):
             pos = (gs[:, None] * b + np.arange(b)).ravel()
             pos = pos[(pos >= a) & (pos < z)]
             rows = pos if order is None else order(pos)
-            chunks = chunk_of_rows(self._cache.firsts, rows)
-            _, at = np.unique(chunks, return_index=True)
-            out.append(chunks[np.sort(at)])
-        return np.concatenate(out).tolist() if out else []
+            out.append(chunk_of_rows(self._cache.firsts, rows))
+        if not out:
+            return []
+        chunks = np.concatenate(out)  # each once, where a batch first meets it
+        _, at = np.unique(chunks, return_index=True)
+        return chunks[np.sort(at)].tolist()
 
     def close(self) -> None:
         super().close()
