@@ -685,43 +685,59 @@ def check_retry(loader, arm, want, via: str, d: int, l: int, make_loader, absorb
     into ``make_loader()``, hands out ``want[k:]`` where k batches had been
     handed out.
     """
-    got, faults = [], 0
+    faults = []  # the batches handed out before each error
+
+    def on_fault(handed: int) -> None:
+        faults.append(handed)
+        state = roundtrip(loader.state_dict())
+        assert state["epoch"] == 0 and state["batches_done"] == handed, (
+            f"after {handed} batches and a failed read, the state counts "
+            f"epoch {state['epoch']}, batch {state['batches_done']}"
+        )
+        fresh = make_loader()
+        fresh.load_state_dict(state)
+        assert collect(fresh, d, l) == want[handed:], "resumed after the error: other rows"
+        fresh.close()
+
     arm()
+    got = [ids_of(batch) for batch in retrying(loader, via, d, l, on_fault)]
+    if not (absorbed is not None and not faults and absorbed()):  # (a read ahead's: let go)
+        assert faults, "the injected read error was never raised (the test did not test)"
+    assert got == want, "after a failed read the caller did not get the epoch's batches"
+
+
+def retrying(loader, via: str, d: int, l: int, on_fault=None):  # noqa: E741
+    """The batches of one epoch through ``via`` (``"iter"``, ``"peek"`` or ``"next_into"``),
+    every row checked, as a caller that retries takes them: an ``OSError`` (at most one)
+    caught and the next call made, ``on_fault(handed)`` called there with the batches
+    handed out before it."""
+    handed, faults = 0, 0
     it = iter(loader) if via in ("iter", "peek") else None
     buffers = into_buffers(loader, d, l)
     while True:
         try:
             if via == "peek":
                 if not it.peek(1):
-                    break
-                batch = next_peeking(it, loader, len(got))
+                    return
+                batch = next_peeking(it, loader, handed)
             elif it is not None:
                 batch = next(it)
             else:
                 r = loader.next_into(*buffers)
                 if r == 0:
-                    break
+                    return
                 batch = [b[:r] for b in buffers]
         except StopIteration:
-            break
+            return
         except OSError:
             faults += 1
             assert faults == 1, "the injected error was raised twice"
-            state = roundtrip(loader.state_dict())
-            assert state["epoch"] == 0 and state["batches_done"] == len(got), (
-                f"after {len(got)} batches and a failed read, the state counts "
-                f"epoch {state['epoch']}, batch {state['batches_done']}"
-            )
-            fresh = make_loader()
-            fresh.load_state_dict(state)
-            assert collect(fresh, d, l) == want[len(got) :], "resumed after the error: other rows"
-            fresh.close()
+            if on_fault is not None:
+                on_fault(handed)
             continue
         check_rows(batch[0], batch[1], d, l)
-        got.append(ids_of(batch))
-    if not (absorbed is not None and faults == 0 and absorbed()):  # (a read ahead's: let go)
-        assert faults == 1, "the injected read error was never raised (the test did not test)"
-    assert got == want, "after a failed read the caller did not get the epoch's batches"
+        handed += 1
+        yield batch
 
 
 # -- resume ---------------------------------------------------------------------------------
@@ -850,29 +866,9 @@ def check_reshard(make_loader, shards: int, shards_after: int, d, l, *, cut, via
 
 
 def drain_retrying(loader, via: str, d: int, l: int):  # noqa: E741
-    """One epoch through ``via`` (as :func:`drain`), an ``OSError`` caught and the next
-    call made, as a caller that retries does (a source may fail once)."""
-    got, faults = [], 0
-    it = iter(loader) if via == "iter" else None
-    buffers = into_buffers(loader, d, l)
-    while True:
-        try:
-            if it is not None:
-                batch = next(it)
-            else:
-                r = loader.next_into(*buffers)
-                if r == 0:
-                    break
-                batch = [b[:r] for b in buffers]
-        except StopIteration:
-            break
-        except OSError:
-            faults += 1
-            assert faults == 1, "the injected error was raised twice"
-            continue
-        check_rows(batch[0], batch[1], d, l)
-        got.append(ids_of(batch))
-    return got
+    """One epoch's row ids through ``via``, an ``OSError`` caught and the next call made
+    (:func:`retrying`): a source may fail once."""
+    return [ids_of(batch) for batch in retrying(loader, via, d, l)]
 
 
 def _flat(batches) -> list[int]:
