@@ -128,6 +128,26 @@ def device_reads(path: str) -> tuple[int, int] | None:
         return None
 
 
+def print_table(times: dict, requests: dict, gb: float) -> None:
+    """The markdown table of each read's GB/s and ratio to the sequential read (median of
+    the rounds), and its disk requests (count, MiB each) where /proc said."""
+    seq = np.array(times["sequential read (8 MiB at a time)"])
+    print(
+        "| read | GB/s (median) | × the sequential read (median of rounds) "
+        "| disk requests (MiB each) |"
+    )
+    print("|---|---:|---:|---:|")
+    for name, t in times.items():
+        t = np.array(t)
+        req = requests[name]
+        if req:
+            count, size = np.median([c for c, _ in req]), np.median([b for _, b in req])
+            disk = f"{count:.0f} ({size / max(count, 1) / 2**20:.2f})"
+        else:
+            disk = "n/a"
+        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(seq / t):.2f}× | {disk} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
@@ -190,23 +210,9 @@ def main() -> None:
             loader.close()
         os.unlink(path)
         os.rmdir(folder)
-    seq = np.array(times["sequential read (8 MiB at a time)"])
     gb = (28 + 8 * 17 * a.rows) / 1e9
     print(f"{a.rows:,} rows ({gb:.2f} GB), cold before every read; {a.rounds} rounds")
-    print(
-        "| read | GB/s (median) | × the sequential read (median of rounds) "
-        "| disk requests (MiB each) |"
-    )
-    print("|---|---:|---:|---:|")
-    for name, t in times.items():
-        t = np.array(t)
-        req = requests[name]
-        if req:
-            count, size = np.median([c for c, _ in req]), np.median([b for _, b in req])
-            disk = f"{count:.0f} ({size / max(count, 1) / 2**20:.1f})"
-        else:
-            disk = "n/a"
-        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(seq / t):.2f}× | {disk} |")
+    print_table(times, requests, gb)
 
 
 if __name__ == "__main__":

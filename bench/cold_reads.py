@@ -35,13 +35,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import compare  # noqa: E402  (bench/ is this script's folder)
-from bench_blocks import device_reads, sequential  # noqa: E402
+from bench_blocks import device_reads, print_table, sequential  # noqa: E402
 
 from exactbatch import DataLoader, ndf_blocks, open_ndf  # noqa: E402
 from exactbatch.ndf import direct  # noqa: E402
@@ -182,7 +180,6 @@ def main() -> None:
             loader.close()
         f.close()
         g.close()
-    seq = np.array(times["sequential read (8 MiB at a time)"])
     gb = os.path.getsize(path) / 1e9
     print(
         f"{a.rows:,} rows ({gb:.2f} GB), blocks of {src.block_rows:,} rows "
@@ -191,20 +188,7 @@ def main() -> None:
         f"{'O_DIRECT' if direct.ENABLED else 'buffered'} by default; {os.cpu_count()} CPUs, "
         f"load average {compare.loadavg()}"
     )
-    print(
-        "| read | GB/s (median) | × the sequential read (median of rounds) "
-        "| disk requests (MiB each) |"
-    )
-    print("|---|---:|---:|---:|")
-    for name, t in times.items():
-        t = np.array(t)
-        req = disk[name]
-        if req:
-            count, size = np.median([c for c, _ in req]), np.median([b for _, b in req])
-            reqs = f"{count:.0f} ({size / max(count, 1) / 2**20:.2f})"
-        else:
-            reqs = "n/a"
-        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(seq / t):.2f}× | {reqs} |")
+    print_table(times, disk, gb)
 
 
 if __name__ == "__main__":
