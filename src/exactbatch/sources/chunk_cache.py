@@ -6,17 +6,20 @@ the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
 time a read needs it, by the thread that needs it (two threads needing one
-chunk wait for one read). The chunks kept are copied side by side into one
-array, a snapshot that never changes, so a read is one gather of the compiled
-core (or NumPy) from it, and a read in progress keeps its snapshot alive
-whatever the others do. A read that needs a chunk the snapshot lacks makes a
-new one: the chunks it needs, those read since, then the others most recently
-used, while the budget allows (a read needing more than the budget gets them
-all, never a deadlock). That copy is made about once a window: the price of
-one gather a read. A chunk whose read failed is not kept: the next read of it
-reads it again. A read ahead that fails is raised by the first read that needs
-the chunk, once, as if that read had failed (a caller sees every fault where it
-reads).
+chunk wait for one read), as whole rows (x then y: straight into them where
+the source reads into rows, ``read_rows_into`` or ``open_chunk``). The chunks
+kept are copied side by side into one array, a snapshot that never changes, so
+a read is one gather of the compiled core (or NumPy) from it, and a read in
+progress keeps its snapshot alive whatever the others do. A read that needs a
+chunk the snapshot lacks makes a new one: the chunks it needs, then those of
+the old one used since it was made (the most recent first), then those read
+ahead, while the budget allows (a read needing more than the budget gets them
+all, never a deadlock); a chunk not used since the last snapshot is done with,
+and not copied again. That copy is made about once a window: the price of one
+gather a read. A chunk whose read failed is not kept: the next read of it
+reads it again. A read ahead that fails is let go: the read that needs the
+chunk reads it (a fault that lasts is raised there; a passing one is never
+seen).
 
 :meth:`ChunkCacheReader.read_ahead` loads chunks on a background thread
 before they are asked for (the elastic feed names the chunks of the next
@@ -47,7 +50,7 @@ class _Snapshot:
     """Chunks side by side in one array: chunk ``c`` is rows ``at[c] ..`` of it (-1: not
     held). Never changed once made."""
 
-    __slots__ = ("at", "chunks", "read", "rows")
+    __slots__ = ("at", "chunks", "read")
 
     def __init__(self, nchunks: int, parts: dict[int, np.ndarray], d, l):  # noqa: E741
         self.at = np.full(nchunks, -1, dtype=np.int64)
@@ -61,7 +64,7 @@ class _Snapshot:
             self.at[c] = a
             views[c] = xy[a:z]
             a = z
-        self.chunks, self.rows = views, rows
+        self.chunks = views
         self.read = memory_rows(xy[:, :d], xy[:, d:]).read
 
 
@@ -170,8 +173,9 @@ class ChunkCacheReader:
             load = self._start(c)
 
     def _snapshot(self, chunks) -> _Snapshot:
-        """A snapshot holding ``chunks`` (read here if need be), and the current one's
-        chunks and those read since while the budget allows, the most recently used first."""
+        """A snapshot holding ``chunks`` (read here if need be), then, while the budget
+        allows, the current one's chunks used since it was made and those read ahead
+        (module docs)."""
         got = {}
         for c in chunks:  # (outside the lock: reads wait on I/O)
             with self._lock:
