@@ -32,79 +32,85 @@ returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from exactbatch.audit import check_ledger
 from exactbatch.loader.groups import Group, Holder, tally_of
 from exactbatch.loader.history import History
+from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
+from exactbatch.loader.standing import Standing
 from exactbatch.loader.state import Position
 from exactbatch.order.digest import Tally
 
 __all__ = ["Cursor"]
 
-_WAIT = 0.01  # seconds between looks at reads in flight, when a claim finds the epoch over
+_WAIT = 0.01  # seconds between looks at reads in flight (a claim at the epoch's end, a state)
+_CLOSED = "read from a closed DataLoader"
 
 
-class Cursor:
+class Cursor(Standing):
     """The position of a loader over ``feed``, and the ledger of its epoch.
 
-    ``epoch`` is the epoch in progress, or the pending one; ``skip`` batches
-    of the pending epoch were claimed before (a restored state), of which
-    those in ``pending`` were not handed out and come first; ``first`` is
-    the global batch an elastic epoch starts at. Its fields are its own:
-    other modules read them and change them only through its methods.
+    ``phase`` (:class:`~exactbatch.loader.lifecycle.Phase`) and ``start`` (the
+    frozen :class:`~exactbatch.loader.lifecycle.Start` its epoch begins from)
+    say where it stands; ``current`` is the epoch being handed out (None while
+    FRESH, or closed on a start). Its fields are its own: other modules read
+    them and change them only through its methods, each a transition of
+    :mod:`exactbatch.loader.lifecycle`.
     """
 
     def __init__(self, feed, seed: int):
         self.feed, self.spec = feed, feed.spec
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a group's batches became ready
-        self._waiting = 0  # claims waiting on it
+        self._waiting = 0  # claims (or states) waiting on it
         self.seed = seed
-        self.epoch = 0
-        self._skip, self._first = 0, 0
-        self._pending: tuple[int, ...] = ()
-        self._begun = False  # has the epoch begun (an iter() or a claimed batch)?
-        self.current: Any = None  # the epoch being handed out (an Epoch once begun)
-        self.gen = 0  # bumped when the cursor is moved; stale iterators stop
+        self.phase = Phase.FRESH
+        self.start = Start(0)
+        self.current = None  # the Epoch (a ClosedEpoch once closed mid-way), or None
+        self.gen = 0  # bumped when the cursor is moved or closed; stale iterators stop
         self._last_rows = 0
-        self._closed = False
-        self._handed = Tally()  # the ledger: rows of retired groups (resumes included)
-        self._verified = True  # False for an epoch resumed from a state without a ledger
+        self._handed = Tally()  # the ledger: rows of retired groups (the start's included)
         self._live: list[Group] = []  # groups of this epoch not all handed out yet
-        self._drained = False  # a claim found nothing left (groups may still hand out)
-        self._ended = False  # the epoch's ledger has been checked
         self.history = History()  # the records of the epochs begun, for certify
 
     @property
     def last_rows(self) -> int:
         return self._last_rows
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the start (the one in progress, or pending)."""
+        return self.start.epoch
+
     # -- under the lock ---------------------------------------------------------
 
     def _begin(self) -> None:
-        if self._closed:
-            raise ValueError("read from a closed DataLoader")
-        self.current = self.feed.open_epoch(
-            self.seed, self.epoch, self._skip, self._first, self._pending
-        )
-        self._begun = True  # (its flags are as __init__ or _move left them: not ended)
+        """FRESH -> EPOCH: open the start's epoch."""
+        if self.phase is Phase.CLOSED:
+            raise ValueError(_CLOSED)
+        s = self.start
+        self.current = self.feed.open_epoch(self.seed, s.epoch, s.skip, s.first, s.pending)
+        self._handed = s.ledger.copy()
+        self.phase = Phase.EPOCH
 
-    def _move(self, epoch: int) -> None:
-        if not self._ended:  # an epoch left before its end is on record, cut short
+    def _move(self, start: Start, keep: bool = True) -> None:
+        """To ``start``, leaving the epoch in progress (on record, cut short, when
+        ``keep``: as a state would take it); a closed cursor stays closed."""
+        if keep and self.phase is not Phase.BETWEEN:  # (an ended epoch is on record)
             live = self._live_record()
             if live is not None:
                 self.history.keep(live)
         self.history.moved()
         if self.current is not None:
             self.current.close()
-        self.epoch, self._begun, self.current = epoch, False, None
-        self._skip, self._pending, self._first = 0, (), 0
-        self._handed, self._verified, self._ended, self._drained = Tally(), True, False, False
-        self._live = []
+        self.start, self.current, self._live, self._handed = start, None, [], Tally()
+        if self.phase is not Phase.CLOSED:
+            self.phase = Phase.FRESH
         self.gen += 1
 
     def check_gen(self, gen: int | None) -> None:
+        if self.phase is Phase.CLOSED:
+            raise ValueError(_CLOSED)
         if gen is not None and gen != self.gen:
             raise RuntimeError(
                 "this iterator is stale: a later iter(), reset(), set_epoch() or "
@@ -112,9 +118,9 @@ class Cursor:
             )
 
     def _claimable(self, gen: int | None):
-        """The epoch to claim from (begun if it had not), after the generation check."""
+        """The epoch to claim from (begun if FRESH), after the generation check."""
         self.check_gen(gen)
-        if not self._begun:
+        if self.phase is Phase.FRESH:
             self._begin()
         return self.current
 
@@ -156,6 +162,8 @@ class Cursor:
         yet be given back, or become a stray: the claim waits for it)."""
         while True:
             epoch = self._claimable(gen)
+            if self.phase is Phase.BETWEEN:
+                return None, []
             self._sweep()
             group = Group(self, epoch, owner)
             self._strays(group, count)
@@ -174,15 +182,18 @@ class Cursor:
                 return group, fresh
             if not any(g.flying() for g in self._live):
                 break
-            self._waiting += 1  # a read in flight: it ends in a hand-out or a stray
-            try:
-                self._changed.wait(_WAIT)
-            finally:
-                self._waiting -= 1
-        self._drained = True
+            self._wait()  # a read in flight: it ends in a hand-out or a stray
+        self.phase = Phase.DRAINING
         if not self._live:
             self._end()
         return None, []
+
+    def _wait(self) -> None:
+        self._waiting += 1
+        try:
+            self._changed.wait(_WAIT)
+        finally:
+            self._waiting -= 1
 
     def _requeue(self, group: Group) -> None:
         """Strays taken into ``group`` go back to the epoch (claimed again first)."""
@@ -191,80 +202,40 @@ class Cursor:
         if jobs:
             self.current.give_back(jobs)
 
+    def _give_back(self, group: Group, jobs) -> None:
+        cur = self.current
+        if group.epoch is not cur and not (isinstance(cur, ClosedEpoch) and cur.of(group)):
+            return  # the cursor moved on: nothing to give to
+        for job in jobs:
+            group.jobs.pop(job.k, None)
+        cur.give_back(jobs)  # (a closed epoch's: on record as not handed out)
+        if self.phase in (Phase.DRAINING, Phase.BETWEEN):  # there is a batch to claim
+            self.phase = Phase.EPOCH
+        self._changed.notify_all()
+
     def _end(self) -> None:
-        """The epoch has ended: check the ledger (once) against the epoch's promise."""
-        if self._ended:
+        """DRAINING -> BETWEEN: check the ledger (once) against the epoch's promise."""
+        if self.phase is Phase.BETWEEN:
             return
-        self._ended = True
-        if not self._verified:  # on record, but not as ended: it cannot be certified
-            self.history.keep(self.history.record(self, self.epoch, self._handed, None))
+        self.phase = Phase.BETWEEN
+        epoch = self.start.epoch
+        if not self.start.verified:  # on record, but not as ended: it cannot be certified
+            self.history.keep(self.history.record(self, epoch, self._handed, None))
             return
         shard, promised = self.spec.shard, self.current.promise()
         check_ledger(
-            self._handed,
-            promised,
-            epoch=self.epoch,
-            shard_index=shard.index,
-            num_shards=shard.count,
+            self._handed, promised, epoch=epoch, shard_index=shard.index, num_shards=shard.count
         )
-        self.history.keep(self.history.record(self, self.epoch, self._handed, promised))
+        self.history.keep(self.history.record(self, epoch, self._handed, promised))
 
-    def _live_record(self) -> dict | None:
-        """The record of the epoch in progress, as a state takes it now (None when
-        nothing of it was claimed yet, or once its record was kept)."""
-        if self._ended or self._closed:
-            return None
-        cur = self.current
-        if not (self._begun and cur is not None) and not (self._skip or self._first):
-            return None
-        ledger, claimed, holes = self._handed_now()
-        promised = None
-        if self._begun and cur is not None and not holes and self._rolled(cur, claimed):
-            promised = cur.promise()  # handed out whole: its check comes at the next claim
-        return self.history.record(self, self.epoch, ledger, promised)
-
-    def _handed_now(self):
-        """``(ledger, claimed, holes)``: the rows handed out this epoch (live groups'
-        hand-outs included), the batches claimed, and those of them not handed out."""
-        cur, ledger = self.current, self._handed.copy()
-        if self._begun and cur is not None:
-            claimed, holes = cur.claimed, set(cur.given_back())
-            for g in self._live:
-                handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
-                t = tally_of(handed)
-                ledger.add(t.rows, t.digest)
-                ks = {job.k for job in handed}
-                holes.update(k for k in list(g.jobs) if k not in ks)
-        else:
-            claimed, holes = self._skip, set(self._pending)
-        while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
-            holes.discard(claimed - 1)  # are simply not claimed yet
-            claimed -= 1
-        return ledger, claimed, holes
-
-    def _position(self):
-        """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
-        groups not handed out (ready, or read in flight) are pending; the epoch rolls
-        over once every batch of it has been handed out."""
-        cur = self.current
-        ledger, claimed, holes = self._handed_now()
-        done = claimed - len(holes)
-        if self._begun and cur is not None and not holes and self._rolled(cur, done):
-            return self.epoch + 1, 0, (), Tally()
-        return self.epoch, done, tuple(sorted(holes)), ledger
-
-    def _rolled(self, cur, done: int) -> bool:
-        """Is the epoch over, for a state taken now (no batch of it left out)?"""
-        if any(not g.done() for g in self._live):  # read ahead, or in flight: not over
-            return False
-        if not self.spec.elastic:
-            return self._ended or cur.exhausted()
-        # Under elastic sharding every rank's state must say the same: the epoch is
-        # over when all ranks (in lockstep) have handed out every global batch, or
-        # when this rank has seen the end (then so have the others).
-        if self._ended or (self.spec.even_batches and cur.exhausted()):
-            return True
-        return self._first + done * self.spec.shard.count >= self.feed.total_batches
+    def _land_flights(self) -> None:
+        """Elastic: wait while a read in flight stands below a batch handed out (it ends
+        handed out, or given back), so that a state's position is a global batch."""
+        while self.spec.elastic and self.current is not None:
+            self._sweep()
+            if not self._position()[2] or not any(g.flying() for g in self._live):
+                return
+            self._wait()
 
     # -- taking the lock ----------------------------------------------------------
 
@@ -306,32 +277,34 @@ class Cursor:
     def give_back(self, group: Group, jobs) -> None:
         """``jobs`` of ``group`` were claimed and will not be handed out by it (a read that
         raised, an iterator closed): claimed again before any later batch."""
-        if not jobs:
-            return
+        if jobs:
+            with self.lock:
+                self._give_back(group, jobs)
+
+    def unpop(self, group: Group, item) -> None:
+        """A read of ``item``, popped from ``group``, raised: it is next again - at the
+        front of the group its claimant hands out from now (``next_into``'s may have
+        moved on) while that group is live, else given back to the epoch (claimed
+        again first; a retired group would hand it out uncounted)."""
         with self.lock:
-            if group.epoch is not self.current:  # the cursor moved on: nothing to give to
+            to = getattr(group.owner, "group", group)  # (an iterator's: its own group)
+            if group.epoch is not self.current or not (to is group or to in self._live):
+                self._give_back(group, [item[0]])  # (moved on: nothing; closed: on record)
                 return
-            for job in jobs:
-                group.jobs.pop(job.k, None)
-            self.current.give_back(jobs)
-            self._drained = self._ended = False
-            self._changed.notify_all()
+            if to is not group:
+                job = item[0]
+                to.jobs[job.k] = group.jobs.pop(job.k)
+            to.queue.appendleft(item)
 
     def release(self, groups) -> None:
         """An iterator is closed: the batches its ``groups`` hold ready go back."""
         for group in groups:
-            jobs = []
-            while True:
-                try:
-                    jobs.append(group.queue.popleft()[0])
-                except IndexError:
-                    break
-            self.give_back(group, jobs)
+            self.give_back(group, _popped(group.queue))
 
     def handed_out(self, group: Group, job) -> None:
         """``job`` of ``group`` reached its consumer (:meth:`Group.hand`)."""
         self._last_rows = job.size
-        if self._drained and group.done():
+        if self.phase is Phase.DRAINING and group.done():
             self.settle()  # the epoch's last batches: check the ledger now
 
     def settle(self) -> None:
@@ -339,42 +312,47 @@ class Cursor:
         once every group is, check the ledger."""
         with self.lock:
             self._sweep()
-            if self._drained and not self._live and self.current is not None:
+            if self.phase is Phase.DRAINING and not self._live:
                 self._end()
 
     def next_epoch(self) -> int:
-        """``iter(loader)``: begin the next epoch (the pending one if it has not
-        begun); its iterators' generation."""
+        """``iter(loader)``: begin the next epoch (the start's, if FRESH); its
+        iterators' generation."""
         with self.lock:
-            if self._begun:
-                self._move(self.epoch + 1)
-            else:
+            if self.phase is Phase.CLOSED:
+                raise ValueError(_CLOSED)
+            if self.phase is Phase.FRESH:
                 self.gen += 1
+            else:
+                self._move(Start(self.start.epoch + 1))
             self._begin()
             return self.gen
 
     def peek(self) -> None:
         """Read ahead of a stream not read yet, to learn its widths."""
         with self.lock:
-            if not self._begun:
+            if self.phase in (Phase.FRESH, Phase.CLOSED):
                 self._begin()
             self.current.peek()
 
     def rewind(self, seed: int | None = None) -> None:
-        """To epoch 0 of ``seed``; without one, to the start of the next epoch (of
-        the pending one if the current epoch has not begun)."""
+        """To epoch 0 of ``seed`` (a new history); without one, to the start of the next
+        epoch (of the start's own, if FRESH at its very beginning)."""
         with self.lock:
             if seed is not None:
                 self.seed = seed
-                self._move(0)
+                self._move(Start(0))
                 self.history.forget()  # another seed, another run
-            else:  # an epoch restored mid-way (elastic: from a global batch) has begun too
-                begun = self._begun or self._skip or self._first
-                self._move(self.epoch + 1 if begun else self.epoch)
+            else:
+                stays = self.current is None and self.start.beginning
+                self._move(Start(self.start.epoch + (0 if stays else 1)))
 
     def set_epoch(self, epoch: int) -> None:
+        """To the start of ``epoch``; FRESH on a start of ``epoch`` already (a restored
+        state's, say: torch's set_epoch after load_state_dict), it stays there."""
         with self.lock:
-            self._move(epoch)
+            if not (self.current is None and self.start.epoch == epoch):
+                self._move(Start(epoch))
 
     def epoch_now(self) -> int:
         """The epoch in progress, or the one the next ``iter()`` begins when every
@@ -386,10 +364,10 @@ class Cursor:
     def snapshot(self) -> Position:
         """The :class:`Position` of a state taken now."""
         with self.lock:
+            self._land_flights()
             self._sweep()
             epoch, done, pending, ledger = self._position()
-            same = epoch == self.epoch
-            first = self._first if same else 0
+            same = epoch == self.start.epoch
             history = tuple(self.history.states_records(self._live_record()))
             return Position(
                 self.seed,
@@ -397,8 +375,8 @@ class Cursor:
                 done,
                 pending,
                 ledger,
-                first,
-                self._verified or not same,
+                self.start.first if same else 0,
+                self.start.verified or not same,
                 history,
             )
 
@@ -407,29 +385,37 @@ class Cursor:
         the epoch were claimed before (``pos.pending`` of them not handed out)."""
         with self.lock:
             self.seed = pos.seed
-            self._ended = True  # what came before is the state's: nothing of it on record
-            self._move(pos.epoch)
-            self._skip, self._pending, self._first = claimed, tuple(pos.pending), pos.first
-            self._handed, self._verified = pos.ledger.copy(), pos.verified
+            start = Start(
+                pos.epoch, claimed, tuple(pos.pending), pos.first, pos.ledger.copy(), pos.verified
+            )
+            self._move(start, keep=False)  # what came before is the state's: not on record
             self.history.restore(list(pos.history), self.spec.elastic, pos)
 
     def close(self) -> bool:
-        """Stop the epoch in progress, keeping its position (a state taken after it resumes
-        at the same batch); False if already closed."""
+        """CLOSED: nothing more is claimed, and no batch ready is handed out; the position
+        stays (a state taken after it resumes at the same batch, counting a read in
+        flight at close that then succeeds); False if already closed."""
         with self.lock:
-            if self._closed:
+            if self.phase is Phase.CLOSED:
                 return False
             self._sweep()
-            epoch, done, pending, ledger = self._position()
-            live = None if self._ended else self._live_record()
-            if live is not None:  # on record, as a state takes it (see _move)
-                self.history.keep(live)
-            if self.current is not None:
-                self.current.close()
-            if epoch != self.epoch:  # every batch was handed out: at the next epoch's start
-                self.epoch, self._first, self._verified = epoch, 0, True
-            # kept as a restored state keeps them (see restore)
-            self._skip, self._pending, self._handed = done + len(pending), pending, ledger
-            self._closed, self.current, self._begun = True, None, False
-            self._live = []
+            cur = self.current
+            if self.phase is Phase.BETWEEN:  # on the next epoch's start
+                self._move(Start(self.start.epoch + 1), keep=False)
+            elif cur is not None:  # its accounting goes on; its batches ready go back
+                self.current = ClosedEpoch(cur)
+                for g in self._live:
+                    self._give_back(g, _popped(g.queue))
+            self.phase = Phase.CLOSED
+            self.gen += 1
             return True
+
+
+def _popped(queue) -> list:
+    """The jobs of every ``(job, batch)`` popped from ``queue`` now (others may pop too)."""
+    jobs = []
+    while True:
+        try:
+            jobs.append(queue.popleft()[0])
+        except IndexError:
+            return jobs

@@ -46,20 +46,9 @@ class Group:
         self.cursor.handed_out(self, job)
 
     def unpop(self, item) -> None:
-        """The read of ``item``, popped from the queue, raised: it is next again (in
-        next_into's group of now, if another caller moved it on meanwhile)."""
-        holder = self.owner
-        if not isinstance(holder, Holder):  # an iterator's: it hands out from here
-            self.queue.appendleft(item)
-            return
-        with self.cursor.lock:  # (where holder.group is switched)
-            to = holder.group
-            if to is not self and to.epoch is self.epoch:  # (else its epoch has gone)
-                job = item[0]  # else no claim would take it back: the epoch would end short
-                to.jobs[job.k] = self.jobs.pop(job.k)
-            else:
-                to = self
-            to.queue.appendleft(item)
+        """The read of ``item``, popped from the queue, raised: it is next again
+        (:meth:`Cursor.unpop <exactbatch.loader.cursor.Cursor.unpop>` says where)."""
+        self.cursor.unpop(self, item)
 
     def done(self) -> bool:
         """Is every batch of the group handed out (none ready, none in flight)?"""

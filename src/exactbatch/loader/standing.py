@@ -1,0 +1,88 @@
+"""Where a cursor stands, as a state takes it: the epoch's hand-outs (its live groups'
+included), the batches claimed and not handed out, and whether the epoch is over.
+
+:class:`Standing` is the part of :class:`exactbatch.loader.cursor.Cursor` that reads
+its fields and changes none; every method runs under the cursor's lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exactbatch.loader.groups import tally_of
+from exactbatch.loader.lifecycle import Phase, Start
+from exactbatch.order.digest import Tally
+
+__all__ = ["Standing"]
+
+
+class Standing:
+    """The cursor's accounting (module docs): what a state and a record take now."""
+
+    # (the cursor's fields, set by Cursor.__init__)
+    phase: Phase
+    start: Start
+    current: Any
+    history: Any
+    spec: Any
+    feed: Any
+    _handed: Tally
+    _live: list
+
+    def _live_record(self) -> dict | None:
+        """The record of the epoch in progress, as a state takes it now (None when
+        nothing of it was claimed yet, or once its record was kept)."""
+        if self.phase is Phase.BETWEEN or (self.current is None and self.start.beginning):
+            return None
+        ledger, claimed, holes = self._handed_now()
+        promised = None
+        if self.current is not None and not holes and self._rolled(claimed):
+            promised = self.current.promise()  # handed out whole: its check comes at the next claim
+        return self.history.record(self, self.start.epoch, ledger, promised)
+
+    def _handed_now(self):
+        """``(ledger, claimed, holes)``: the rows handed out this epoch (live groups'
+        hand-outs included), the batches claimed, and those of them not handed out."""
+        cur = self.current
+        if cur is None:  # on a start
+            s = self.start
+            ledger, claimed, holes = s.ledger.copy(), s.skip, set(s.pending)
+        else:
+            ledger, claimed, holes = self._handed.copy(), cur.claimed, set(cur.given_back())
+            for g in self._live:
+                handed = list(g.handed)  # a consistent cut: later hand-outs are not in it
+                t = tally_of(handed)
+                ledger.add(t.rows, t.digest)
+                ks = {job.k for job in handed}
+                holes.update(k for k in list(g.jobs) if k not in ks)
+        while claimed and claimed - 1 in holes:  # batches claimed last and not handed out
+            holes.discard(claimed - 1)  # are simply not claimed yet
+            claimed -= 1
+        return ledger, claimed, holes
+
+    def _position(self):
+        """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
+        groups not handed out (ready, or read in flight) are pending; the epoch rolls
+        over once every batch of it has been handed out."""
+        epoch = self.start.epoch
+        if self.phase is Phase.BETWEEN:
+            return epoch + 1, 0, (), Tally()
+        ledger, claimed, holes = self._handed_now()
+        done = claimed - len(holes)
+        if self.current is not None and not holes and self._rolled(done):
+            return epoch + 1, 0, (), Tally()
+        return epoch, done, tuple(sorted(holes)), ledger
+
+    def _rolled(self, done: int) -> bool:
+        """Is the epoch over, for a state taken now (no batch of it left out)?"""
+        if any(not g.done() for g in self._live):  # read ahead, or in flight: not over
+            return False
+        cur = self.current
+        if not self.spec.elastic:
+            return cur.exhausted()
+        # Under elastic sharding every rank's state must say the same: the epoch is
+        # over when all ranks (in lockstep) have handed out every global batch, or
+        # when this rank has seen the end (then so have the others).
+        if self.spec.even_batches and cur.exhausted():
+            return True
+        return self.start.first + done * self.spec.shard.count >= self.feed.total_batches
