@@ -101,7 +101,8 @@ class ClosedEpoch:
         return list(self._given_back)
 
     def exhausted(self) -> bool:
-        return self._exhausted
+        """Was every batch claimed at close, and none given back since?"""
+        return self._exhausted and not self._given_back
 
     def promise(self) -> Tally:
         return self.epoch.promise()
