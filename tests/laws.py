@@ -44,6 +44,7 @@ import warnings
 from collections import Counter
 
 import numpy as np
+import pytest
 from doubles import ChunksDouble, RowsDouble
 from helpers import (
     check_rows,
@@ -764,6 +765,7 @@ def check_resume(
     via: str = "iter",
     resume_via: str = "iter",
     cuts=None,
+    set_epoch: bool = False,
 ):
     """The resume law, cut at every batch k of epoch ``epoch`` (or at ``cuts``).
 
@@ -777,7 +779,8 @@ def check_resume(
     same and other ranks may still hold a batch of the epoch: its state then
     stays in the epoch, and the resumed shard's rest of it is empty. Taking
     the state disturbs nothing: the cut loader goes on with batches k.. too.
-    Returns the uninterrupted epochs.
+    With ``set_epoch``, the resumed loader is first set to the state's epoch (the
+    torch habit), which keeps the restored position. Returns the uninterrupted epochs.
     """
     ref = make_loader()
     ref.set_epoch(epoch)
@@ -794,6 +797,8 @@ def check_resume(
         cut.close()
         resumed = make_loader()
         resumed.load_state_dict(state)
+        if set_epoch:  # the torch habit: set_epoch(e) after load, on the state's epoch
+            resumed.set_epoch(state["epoch"])
         got = [drain(resumed, resume_via, d, l)]
         if resume_via != "iter":
             resumed.reset()
@@ -1044,3 +1049,125 @@ def check_shared_iterator(make_loader, want, threads: int, d: int, l: int):  # n
     assert sorted(got) == sorted(want)
     assert loader.state_dict()["epoch"] == 1
     loader.close()
+
+
+# -- the lifecycle (DESIGN: "One lifecycle") -----------------------------------------------
+
+
+def _resumed_rest(state, make_loader, d: int, l: int):  # noqa: E741
+    """The batches a fresh loader hands out from ``state`` (the rest of its epoch)."""
+    fresh = make_loader()
+    fresh.load_state_dict(state)
+    rest = collect(fresh, d, l)
+    fresh.close()
+    return rest
+
+
+def check_close(make_loader, want, via: str, k: int, d: int, l: int):  # noqa: E741
+    """close() from another thread after ``k`` batches through ``via`` (``"iter"``, with
+    the loader's prefetch, or ``"next_into"``), while a third thread takes a state:
+    nothing more is handed out (the next call raises ValueError, or the iterator
+    has ended), the states before, during and after close are one, and it resumes
+    at batch k. Returns 1 (a schedule tried)."""
+    loader = make_loader()
+    it = iter(loader) if via == "iter" else None
+    got = _next_batches(loader, it, via, d, l, k) if k else []
+    before = roundtrip(loader.state_dict())
+    during = []
+    closer = threading.Thread(target=loader.close)
+    taker = threading.Thread(target=lambda: during.append(roundtrip(loader.state_dict())))
+    closer.start()
+    taker.start()
+    closer.join(THREAD_TIMEOUT)
+    taker.join(THREAD_TIMEOUT)
+    try:
+        more = _next_batches(loader, it, via, d, l, 1)
+    except ValueError as e:
+        assert "closed" in str(e), e
+    else:
+        assert via == "iter" and k == len(want) and not more, f"handed out after close: {more}"
+    after = roundtrip(loader.state_dict())
+    assert during == [before] and after == before, "a state moved with close()"
+    if after["epoch"] == 0:
+        assert got + _resumed_rest(after, make_loader, d, l) == want, "resumed after close"
+    else:
+        assert k == len(want)
+    return 1
+
+
+def check_reset_seed(make_loader, fresh, k: int, via: str, d: int, l: int, seed: int):  # noqa: E741
+    """reset(seed=seed) after ``k`` batches of epoch 0 through ``via`` (an iterator left
+    behind): what follows is ``fresh``, epoch 0 of ``seed``, exactly; a state taken after
+    one batch of it says (seed, 0, 1) and resumes in a loader of that seed."""
+    loader = make_loader()
+    it = iter(loader) if via == "iter" else None
+    _next_batches(loader, it, via, d, l, k)
+    loader.reset(seed=seed)
+    got = next_into_ids(loader, d, l, limit=1)
+    state = roundtrip(loader.state_dict())
+    assert (state["seed"], state["epoch"], state["batches_done"]) == (seed, 0, len(got))
+    rest = _resumed_rest(state, lambda: make_loader(seed=seed), d, l)
+    assert got + rest == fresh, "resumed after reset(seed): other batches"
+    assert got + next_into_ids(loader, d, l) == fresh, "after reset(seed): other batches"
+    loader.close()
+
+
+def check_errors_near_the_end(make_loader, want, threads: int, at: int, d: int, l: int):  # noqa: E741
+    """``threads`` threads calling next_into, the read of the ``at``-th batch (near the
+    epoch's end) raising OSError once and that thread going on, each thread taking
+    a state after every batch: every batch handed out once, no ExactnessError, and
+    every state resumes its epoch's rest exactly (elastic: at 1, 2 and 3 shards;
+    a state with a failed batch pending is refused there, naming the failed read).
+    Returns the states resumed."""
+    loader = make_loader()
+    flaky = wrap_reader(loader, FlakyReader)
+    flaky.batch = loader.batch_size
+    flaky.arm(at)
+    per_thread, states = [[] for _ in range(threads)], []
+
+    def work(i):
+        while True:
+            try:
+                batch = next_into_ids(loader, d, l, limit=1)
+            except OSError:
+                continue
+            states.append(roundtrip(loader.state_dict()))
+            if not batch:
+                return
+            per_thread[i] += batch
+
+    run_threads(work, threads)
+    assert flaky.raised == 1, "the injected error was never raised (the test did not test)"
+    assert sorted(b for t in per_thread for b in t) == sorted(want)
+    assert loader.epoch == 1
+    resumed = 0
+    for state in states:
+        if state["epoch"] > 0:
+            continue
+        if state.get("elastic"):
+            resumed += _resume_elastic(state, make_loader, want, d, l)
+            continue
+        done, pending = state["batches_done"], state.get("pending", [])
+        rest = [want[k] for k in pending] + want[done + len(pending) :]
+        assert _resumed_rest(state, make_loader, d, l) == rest, f"resumed from {state}"
+        resumed += 1
+    return resumed
+
+
+def _resume_elastic(state, make_loader, want, d: int, l: int) -> int:  # noqa: E741
+    """An elastic state of a one-rank run resumed at 1, 2 and 3 ranks: together they
+    hand out the global batches from its ``global_batches_done`` on, each once."""
+    if state.get("pending"):
+        with pytest.raises(ValueError, match="failed"):
+            make_loader().load_state_dict(state)
+        return 0
+    g = state["global_batches_done"]
+    for shards in (1, 2, 3):
+        rest = []
+        for s in range(shards):
+            rank = make_loader(num_shards=shards, shard_index=s)
+            rank.load_state_dict(state)
+            rest += collect(rank, d, l)
+            rank.close()
+        assert sorted(rest) == sorted(want[g:]), f"{shards} ranks resumed at {g}: other rows"
+    return 3

@@ -93,6 +93,7 @@ from __future__ import annotations
 import itertools
 import os
 import zlib
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -111,9 +112,12 @@ from laws import (
     arrow_table_of,
     check_abandoned_iterator,
     check_certified,
+    check_close,
     check_deterministic,
     check_epoch,
     check_epochs_differ,
+    check_errors_near_the_end,
+    check_reset_seed,
     check_reshard,
     check_resume,
     check_resume_in_process,
@@ -511,6 +515,7 @@ def test_resume_at_every_batch(case, make_spec):
         epoch=epoch,
         via=via,
         resume_via=resume_via,
+        set_epoch=case.pick((False, True), "set_epoch"),  # axis: set_epoch after resume
     )
 
 
@@ -910,3 +915,69 @@ def test_a_read_error_at_each_batch_then_the_same_batches(kind, via, prefetch, g
             loader, lambda f=flaky, a=at: f.arm(a), want, via, d, l, lambda: loader_from_spec(spec)
         )
         loader.close()
+
+
+# -- the lifecycle (DESIGN: "One lifecycle") -----------------------------------------------
+
+LIFECYCLE_KINDS = [
+    pytest.param(k, marks=marks_for(k)) for k in ("pair", "ndf", "factory", "parquet")
+]
+LIFECYCLE_WAYS = [("iter", 0), ("iter", 2), ("next_into", 0)]
+SCHEDULES = Counter()  # schedules tried and states resumed, per axis (see the report below)
+
+
+def _lifecycle_case(kind, prefetch, mode, make_spec, **changes):
+    case = Case(kind, True, False, 2, prefetch, mode, 1)
+    needs(case)
+    spec = make_spec(case, **changes)
+    make = lambda **o: loader_from_spec(spec, **o)  # noqa: E731
+    return spec, make, spec["d"], spec["l"]
+
+
+@pytest.mark.parametrize("mode", ["plain", "elastic"])
+@pytest.mark.parametrize("via,prefetch", LIFECYCLE_WAYS)
+@pytest.mark.parametrize("kind", LIFECYCLE_KINDS)
+def test_close_from_another_thread_at_every_batch(kind, via, prefetch, mode, make_spec):
+    """Axes: close() from another thread after every batch of an epoch, and a state taken
+    during close (laws.check_close)."""
+    if mode == "elastic" and kind == "factory":
+        pytest.skip("a stream read front to back cannot be elastic")
+    spec, make, d, l = _lifecycle_case(kind, prefetch, mode, make_spec)  # noqa: E741
+    want = collect(make(), d, l)
+    for k in range(len(want) + 1):
+        SCHEDULES["close"] += check_close(make, want, via, k, d, l)
+
+
+@pytest.mark.parametrize("via,prefetch", LIFECYCLE_WAYS)
+@pytest.mark.parametrize("kind", LIFECYCLE_KINDS)
+def test_reset_seed_mid_run(kind, via, prefetch, make_spec):
+    """Axis: reset(seed=...) after 0, 1 and 3 batches (laws.check_reset_seed)."""
+    spec, make, d, l = _lifecycle_case(kind, prefetch, "plain", make_spec, seed=5)  # noqa: E741
+    fresh = collect(make(seed=11), d, l)
+    for k in (0, 1, 3):
+        check_reset_seed(make, fresh, k, via, d, l, 11)
+        SCHEDULES["reset"] += 1
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("mode", ["plain", "elastic"])
+@pytest.mark.parametrize("kind", ["pair", "ndf"])
+def test_read_errors_near_the_end_on_every_thread(kind, mode, threads, make_spec):
+    """Axis: next_into on several threads, a read failing once at each of the epoch's
+    last four batches, states taken after every batch (laws.check_errors_near_the_end)."""
+    case = Case(kind, True, False, 1, 0, mode, threads)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+    make = lambda **o: loader_from_spec(spec, **o)  # noqa: E731
+    want = collect(make(), d, l)
+    for at in range(max(0, len(want) - 4), len(want)):
+        SCHEDULES["errors"] += 1
+        SCHEDULES["resumed"] += check_errors_near_the_end(make, want, threads, at, d, l)
+
+
+def test_lifecycle_figures():
+    """Prints the schedules tried and the states resumed by the lifecycle axes above
+    (run with them, ``-s``: pytest tests/test_law_matrix.py -k "lifecycle or close_from
+    or reset_seed or near_the_end" -s -n 0)."""
+    print(f"\nlifecycle axes: {dict(SCHEDULES)}")
