@@ -113,12 +113,16 @@ TARGETS = {
         [
             "src/exactbatch/loader/cursor.py",
             "src/exactbatch/loader/groups.py",  # (the claims' groups, split out of cursor.py)
+            "src/exactbatch/loader/lifecycle.py",  # (its phases and start; and its standing,
+            "src/exactbatch/loader/standing.py",  # both split out of cursor.py)
             "src/exactbatch/loader/epoch_iterator.py",
             "src/exactbatch/loader/state.py",
         ],
         [
             "exactbatch.loader.cursor.*",
             "exactbatch.loader.groups.*",
+            "exactbatch.loader.lifecycle.*",
+            "exactbatch.loader.standing.*",
             "exactbatch.loader.epoch_iterator.*",
             "exactbatch.loader.state.*",
         ],
@@ -131,6 +135,7 @@ TARGETS = {
             "tests/loader/test_prefetch.py",
             "tests/loader/test_groups.py",
             "tests/loader/test_lifetimes.py",
+            "tests/loader/test_lifecycle.py",
         ],
     ),
     "certify": (  # the records a state carries of each epoch begun, and the certificate

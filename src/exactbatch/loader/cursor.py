@@ -9,7 +9,12 @@ lock, and every batch of a group ends in exactly one of three ways:
 * given back (:meth:`Cursor.give_back`: a read that raised, an iterator
   closed): claimed again before any later batch;
 * dropped, with its epoch, when the cursor moves on (``reset``,
-  ``set_epoch``, ``load_state_dict``, a new ``iter()``).
+  ``set_epoch``, ``load_state_dict``, a new ``iter()``); once it is closed,
+  on record as not handed out (but a read in flight at close that succeeds).
+
+The cursor is in one phase on one frozen start (:mod:`exactbatch.loader.lifecycle`
+says each transition's rule); what a state takes of it is
+:mod:`exactbatch.loader.standing`'s.
 
 A group's batches are handed out without the lock: a consumer pops the next
 one from the group's ``queue`` (a deque: each pop is atomic, so no batch is

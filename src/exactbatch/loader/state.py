@@ -180,8 +180,11 @@ def unpack_state(state, feed, seed: int):
             )
         if pending:
             raise ValueError(
-                "this elastic state was taken while a batch whose read had failed waited "
-                "to be read again; take the state after that batch is handed out"
+                f"this elastic state lists batches {pending} as not handed out below "
+                "batches handed out (a batch whose read had failed waited to be read "
+                "again), so its position is no global batch another shard count could "
+                "resume at; take the state after that batch is handed out (a state waits "
+                "for reads in flight, never for a failed one)"
             )
         claimed = 0
         if "ledger" in state:  # (an elastic state from before it carried one: unchecked)
