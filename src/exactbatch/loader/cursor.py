@@ -113,9 +113,13 @@ class Cursor(Standing):
             self.phase = Phase.FRESH
         self.gen += 1
 
-    def check_gen(self, gen: int | None) -> None:
+    def check_open(self) -> None:
+        """``ValueError`` once closed: nothing more is handed out."""
         if self.phase is Phase.CLOSED:
             raise ValueError(_CLOSED)
+
+    def check_gen(self, gen: int | None) -> None:
+        self.check_open()
         if gen is not None and gen != self.gen:
             raise RuntimeError(
                 "this iterator is stale: a later iter(), reset(), set_epoch() or "

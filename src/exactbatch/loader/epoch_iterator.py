@@ -203,8 +203,7 @@ class EpochIterator:
                 group = self._read_more(self._group)
                 if group is None:
                     self.close()
-                    # (read ahead to the end, then closed or moved on: say so, not "ended")
-                    self._cursor.check_gen(self._gen)
+                    self._cursor.check_open()  # (read ahead to the end, then closed)
                     raise StopIteration
                 self._current = group
 
