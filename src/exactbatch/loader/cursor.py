@@ -400,6 +400,7 @@ class Cursor:
                 first,
                 self._verified or not same,
                 history,
+                *self.history.lineage(),
             )
 
     def restore(self, pos: Position, claimed: int) -> None:

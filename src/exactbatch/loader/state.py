@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
 from exactbatch.loader.history import check_records
+from exactbatch.loader.lineage import state_id
 from exactbatch.order.digest import Tally
 from exactbatch.sources.identity import describe, differences
 
@@ -45,7 +46,10 @@ class Position:
     ``ledger`` the rows handed out this epoch; ``first`` the global batch an
     elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
     cannot be checked (resumed from a state without one); ``history`` the
-    records of every epoch begun (:mod:`exactbatch.loader.history`).
+    records of every epoch begun (:mod:`exactbatch.loader.history`);
+    ``parent`` and ``seq`` its lineage (:mod:`exactbatch.loader.lineage`):
+    of a state taken, the id of the state loaded before and its count since;
+    of a state being loaded, its own id (the parent of what follows).
     """
 
     seed: int
@@ -56,6 +60,8 @@ class Position:
     first: int = 0
     verified: bool = True
     history: tuple = ()
+    parent: str | None = None
+    seq: int = 0
 
 
 def settings(feed) -> dict:
@@ -108,6 +114,10 @@ def pack_state(pos: Position, feed) -> dict:
         state["ledger"] = None
     state["history"] = [dict(r) for r in pos.history]
     state["fingerprint"] = feed.fingerprint()
+    if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
+        state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
+    state["parent"], state["seq"] = pos.parent, pos.seq
+    state["id"] = state_id(state)
     return state
 
 
@@ -195,7 +205,8 @@ def unpack_state(state, feed, seed: int):
             )
         ledger, verified = _ledger_of(state, done)
     history = tuple(check_records(state.get("history", [])))
-    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history)
+    parent = state_id(state)  # (its own, checked: an id is not trusted)
+    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history, parent)
     return position, claimed
 
 
