@@ -207,3 +207,56 @@ def test_a_restart_from_an_earlier_checkpoint_abandons_the_later_and_what_came_o
     final = roundtrip(from_a.state_dict())
     cert = certify([a, b, c, final])
     assert cert and set(cert.set_aside) == {b["id"], c["id"]}, str(cert)
+
+
+# -- elastic under DDP never falls out of step -------------------------------------------------
+
+
+def _fake_torch_distributed(monkeypatch, world: int) -> None:
+    """torch.distributed initialised at ``world`` ranks, as the loader asks it."""
+    import sys
+    import types
+
+    dist = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        get_world_size=lambda: world,
+        get_rank=lambda: 0,
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+
+
+def test_an_elastic_resume_under_ddp_never_gives_ranks_different_step_counts(monkeypatch):
+    """3 ranks, 5 steps (15 of the 32 global batches), resumed at 2 ranks under
+    torch.distributed: 17 batches left would be 9 and 8 steps (a hang in DDP's all-reduce).
+    The default refuses at load_state_dict, saying why; even_batches=True (the state
+    loads under it) gives both ranks 8 steps, and the run is certified."""
+    _, states = _elastic(None, 3, 5)
+    _fake_torch_distributed(monkeypatch, 2)
+    plain = DataLoader(x_of(), 32, num_shards=2, shard_index=1, elastic=True, seed=5)
+    with pytest.raises(ValueError, match=r"17 global batches, which 2 ranks .* 9 and 8 steps"):
+        plain.load_state_dict(states[1])
+    assert plain.state_dict()["global_batches_done"] == 0  # (left as it was)
+    even = [
+        DataLoader(x_of(), 32, num_shards=2, shard_index=s, elastic=True, seed=5, even_batches=True)
+        for s in range(2)
+    ]
+    steps = []
+    for s, loader in enumerate(even):
+        loader.load_state_dict(states[s])
+        steps.append(sum(1 for _ in loader))
+    assert steps == [8, 8]
+    assert certify(states + [roundtrip(ld.state_dict()) for ld in even])
+
+
+@pytest.mark.parametrize(("world", "taken"), [(2, 8), (4, 4), (1, 5)])
+def test_an_elastic_resume_under_ddp_that_divides_evenly_loads(monkeypatch, world, taken):
+    _, states = _elastic(None, 2, taken)  # 2 * taken of the 32 global batches
+    _fake_torch_distributed(monkeypatch, world)
+    loaders = [
+        DataLoader(x_of(), 32, num_shards=world, shard_index=s, elastic=True, seed=5)
+        for s in range(world)
+    ]
+    for loader in loaders:
+        loader.load_state_dict(states[0])
+    assert len({sum(1 for _ in ld) for ld in loaders}) == 1 or world == 1

@@ -62,6 +62,14 @@ def state_id(state: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def _differ(key: str, a, b, elastic) -> bool:
+    if key in ("d", "l") and (a is None or b is None):
+        return False  # a stream not read yet
+    if key == "even_batches" and elastic:
+        return False  # elastic: each segment's own (a resume may change it)
+    return a != b
+
+
 def same_run(states: list[dict]) -> None:
     """A ``ValueError`` naming the field and both values (and the states) unless every
     state is of one run: the same seed, dataset size, settings and data (a key one
@@ -72,9 +80,7 @@ def same_run(states: list[dict]) -> None:
     for i, state in enumerate(states[1:], 1):
         for key in sorted((first.keys() & state.keys()) - _NOT_RUN):
             a, b = first[key], state[key]
-            if key in ("d", "l") and (a is None or b is None):
-                continue  # a stream not read yet
-            if a != b:
+            if _differ(key, a, b, first.get("elastic")):
                 raise ValueError(
                     f"states[0] and states[{i}] are of different runs: {key}={a!r} and "
                     f"{key}={b!r}; certify one run's states at a time"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
+from exactbatch.distributed import torch_world_size
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
 from exactbatch.order.digest import Tally
@@ -156,6 +157,8 @@ def unpack_state(state, feed, seed: int):
         theirs = state.get(key)
         if key not in state and version == 1:
             continue  # not recorded by version 1
+        if key == "even_batches" and feed.spec.elastic:
+            continue  # elastic: it only says how each segment ends (check_ddp_steps)
         if key in ("d", "l") and (theirs is None or mine is None):
             continue  # a stream not read yet
         if theirs != mine:
@@ -188,6 +191,7 @@ def unpack_state(state, feed, seed: int):
             raise ValueError(
                 f"state['global_batches_done']={first} exceeds the {total} batches of an epoch"
             )
+        check_ddp_steps(feed, first)
         if pending:
             raise ValueError(
                 "this elastic state was taken while a batch whose read had failed waited "
@@ -208,6 +212,38 @@ def unpack_state(state, feed, seed: int):
     parent = state_id(state)  # (its own, checked: an id is not trusted)
     position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history, parent)
     return position, claimed
+
+
+def check_ddp_steps(feed, first: int) -> None:
+    """Under ``torch.distributed`` at a world size > 1 (the loader's shard count), an
+    elastic loader with ``even_batches=False`` resumed at global batch ``first`` must
+    give every rank the same step count, this epoch and the next: else DDP's
+    all-reduces fall out of step and the job hangs. A ``ValueError`` saying so, on
+    every rank alike, before any batch."""
+    spec = feed.spec
+    world, total = torch_world_size(), feed.total_batches
+    if spec.even_batches is not False or world is None or world < 2 or total is None:
+        return
+    if world != spec.shard.count:
+        return
+    uneven = [
+        (what, left)
+        for what, left in (("the rest of this epoch", total - first), ("every later epoch", total))
+        if left % world
+    ]
+    if not uneven:
+        return
+    what, left = uneven[0]
+    counts = sorted({-(-(left - s) // world) for s in range(world)}, reverse=True)
+    raise ValueError(
+        f"this elastic state resumes at global batch {first} of {total}: {what} has {left} "
+        f"global batches, which {world} ranks under torch.distributed would take as "
+        f"{' and '.join(map(str, counts))} steps, and DDP's all-reduces would fall out of "
+        "step (a hang). Build the loader with even_batches=True (every rank the smallest "
+        'share; the few batches past it are left out) or even_batches="pad" (every row, '
+        "the last batches padded and masked), or resume at a world size that divides "
+        f"{left} and {total}"
+    )
 
 
 def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
