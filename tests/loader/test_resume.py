@@ -319,12 +319,12 @@ def test_a_state_unpacks_to_the_position_it_was_packed_from(build):
         if pending:  # a batch whose read failed waits (batches 0-4 claimed, 4 handed out)
             state["pending"] = pending
             pos = dataclasses.replace(pos, pending=tuple(pending))
-        pos = dataclasses.replace(pos, parent=state_id(state), seq=0)
+        pos = dataclasses.replace(pos, parent=state_id(state))
         assert unpack_state(state, loader._feed, 3) == (pos, k + len(pending))
     loader.set_epoch(2)  # the start of an epoch: nothing claimed, nothing begun
     pos = loader._cursor.snapshot()
     state = roundtrip(loader.state_dict())
-    pos = dataclasses.replace(pos, parent=state["id"], seq=0)
+    pos = dataclasses.replace(pos, parent=state["id"])
     assert unpack_state(state, loader._feed, 3) == (pos, 0)
 
 

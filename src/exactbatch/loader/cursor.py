@@ -400,7 +400,7 @@ class Cursor:
                 first,
                 self._verified or not same,
                 history,
-                *self.history.lineage(),
+                *self.history.lineage(history),
             )
 
     def restore(self, pos: Position, claimed: int) -> None:

@@ -18,6 +18,8 @@ across the ranks (:mod:`exactbatch.certificate`).
 
 from __future__ import annotations
 
+import time
+
 from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
@@ -33,19 +35,22 @@ class History:
     began (``start``, the global batch; 0 unless elastic) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
-    __slots__ = ("base", "parent", "records", "start", "taken")
+    __slots__ = ("base", "loaded", "loaded_at", "parent", "records", "start")
 
     def __init__(self) -> None:
         self.records: list[dict] = []
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
-        self.taken = 0  # states taken since
+        self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
+        self.loaded: tuple = ((), None, None)  # the state loaded: its records and lineage
 
-    def lineage(self) -> tuple[str | None, int]:
-        """``(parent, seq)`` of a state taken now: the state loaded, and this state's
-        count since (1 for the first)."""
-        self.taken += 1
-        return self.parent, self.taken
+    def lineage(self, records) -> tuple[str | None, int | None]:
+        """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
+        and when; before anything was handed out since (the same records), the loaded
+        state's own (a state taken then is the state loaded)."""
+        if tuple(records) == self.loaded[0]:
+            return self.loaded[1], self.loaded[2]
+        return self.parent, self.loaded_at
 
     def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
         """The record of this loader's segment of ``epoch``: ``handed`` the epoch's
@@ -90,7 +95,8 @@ class History:
         segment of its epoch; an elastic one starts its own at the global batch it
         resumes at, its hand-outs counted from the state's ledger. The state
         (``pos.parent``, its id) is the parent of the states taken from now on."""
-        self.parent, self.taken = pos.parent, 0
+        self.parent, self.loaded_at = pos.parent, time.time_ns()
+        self.loaded = (tuple(records), *pos.origin)
         if elastic:
             self.base, self.start = pos.ledger.copy(), pos.first
             self.records = list(records)
@@ -107,7 +113,7 @@ class History:
     def forget(self) -> None:
         """A new seed: another run, with no records and no parent."""
         self.records = []
-        self.parent, self.taken = None, 0
+        self.parent, self.loaded_at, self.loaded = None, None, ((), None, None)
         self.moved()
 
 

@@ -3,21 +3,33 @@ follows.
 
 Every state names itself: ``id`` is a digest of where it stands - the run
 (seed, settings, data), the epoch, the batches handed out and the ledger, and
-its ``parent`` - but not of its records nor of ``seq``. Under ``elastic=True``
-the batches counted are the global ones, so every rank's state taken at one
-step of a run in lockstep has the same id: the id names the checkpoint, not
-the rank (an elastic state names its rank in ``shard``). ``parent`` is the id
-of the state the loader was loaded from (None for a loader that started
-fresh, or after ``reset(seed=...)``, a new run);
-``seq`` counts the states a loader took since (1, 2, ...).
+its ``parent`` - but not of its records nor of when it was loaded. Under
+``elastic=True`` the batches counted are the global ones, so every rank's
+state taken at one step of a run in lockstep has the same id: the id names
+the checkpoint, not the rank (an elastic state names its rank in ``shard``).
+``parent`` is the id of the state the loader was loaded from (None for a
+loader that started fresh, or after ``reset(seed=...)``, a new run), and
+``loaded_at`` when (nanoseconds since 1970 by the loading machine's clock;
+None with no parent). A state's *clock* is the rows its records hold: along
+a lineage it only grows.
 
-The rollback rule. The loaders that share a parent (and, unless elastic, a
-shard) form one *session* of the run. A restart from one of a session's states
-rolls the run back to it: the session's states taken after it (a larger
-``seq``) are abandoned, with every state that descends from them. The states
-kept are the run's lineage: those the final states descend from, and the final
-states themselves; the rest are set aside (:func:`follow`). A state not loaded
-from one given (its parent not among the states) starts a lineage of its own.
+A *session* is one loader's life after a load (or from its start): its
+parent, its shard (``(index, count)``) and its ``loaded_at``. The rollback
+rules, which make the states kept the run's lineage (:func:`follow`):
+
+1. A restart from one of a session's states rolls the run back to it: the
+   session's states with a later clock are abandoned.
+2. Two sessions of one shard loaded from one state: the earlier was given up
+   (a second restart from the same checkpoint); all its states are abandoned.
+3. What descends from an abandoned state is abandoned.
+
+The states kept are those the final states descend from, and the final
+states; the rest are set aside. A state whose parent is not among the states
+starts a lineage of its own. Not followed: a restart from a state already
+abandoned (a roll forward past a rollback), and, under elastic, two restarts
+from one checkpoint at different shard counts (the first's states of ranks
+the second lacks are not set aside: certify then counts their rows twice,
+and says the epoch is not exact - leave those states out).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from exactbatch.sources.identity import differences
 __all__ = ["follow", "same_run", "state_id"]
 
 # Where a state stands, less what differs between the ranks of an elastic run at one step.
-_NOT_POSITION = frozenset({"id", "seq", "history"})
+_NOT_POSITION = frozenset({"id", "loaded_at", "history"})
 _PER_RANK = frozenset({"batches_done", "pending", "shard"})  # (elastic: the global count says it)
 # What differs between the states of one run: where each stands, and each rank's own shard.
 _NOT_RUN = frozenset(
@@ -45,7 +57,7 @@ _NOT_RUN = frozenset(
         "fingerprint",
         "id",
         "parent",
-        "seq",
+        "loaded_at",
         "shard_index",
         "shard",
         "n",
@@ -96,39 +108,40 @@ def same_run(states: list[dict]) -> None:
                 )
 
 
-def _session(state: dict) -> tuple:
-    """One loader's states: its parent and its shard (an elastic state's ``shard``)."""
+def _lane(state: dict) -> tuple:
+    """Its parent and its shard: one loader's lane, whatever its load's time."""
     shard = state.get("shard") if state.get("elastic") else None
     if not isinstance(shard, list):
         shard = [state.get("shard_index"), state.get("num_shards")]
     return (state.get("parent"), *shard)
 
 
-def _seq(state: dict) -> int:
-    seq = state.get("seq")
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+def _clock(state: dict) -> int:
+    """The rows its records hold: along a lineage, only more."""
+    return sum(r["rows"] for r in state["history"])
 
 
 def follow(states: list[dict]) -> tuple[list[int], list[int]]:
-    """``(kept, aside)``: the indices of ``states`` on the run's lineage, and those
-    set aside by the rollback rule (module docs)."""
+    """``(kept, aside)``: the indices of ``states`` (their records checked) on the run's
+    lineage, and those the rollback rules set aside (module docs)."""
     ids = [state_id(s) for s in states]  # (made again: an id is not trusted)
-    sessions: dict[tuple, list[int]] = {}
+    lanes: dict[tuple, list[int]] = {}
     for i, s in enumerate(states):
-        sessions.setdefault(_session(s), []).append(i)
+        lanes.setdefault(_lane(s), []).append(i)
     loaded = {s.get("parent") for s in states} - {None}
     abandoned: set[int] = set()
-    for members in sessions.values():
-        # A restart from one of the session's states abandons those taken after it
-        # (a state taken twice at one place: after the later of the two).
+    for members in lanes.values():
+        at = {states[i].get("loaded_at") for i in members}
+        if len(at) > 1:  # rule 2: the session loaded last stands (an unknown time: first)
+            last = max(at, key=lambda t: -1 if not isinstance(t, int) else t)
+            gone = {i for i in members if states[i].get("loaded_at") != last}
+            abandoned |= gone
+            members = [i for i in members if i not in gone]
         points = [i for i in members if ids[i] in loaded]
-        if points:
-            first = min(points, key=lambda i: _seq(states[i]))
-            back = max(_seq(states[i]) for i in members if ids[i] == ids[first])
-            abandoned.update(i for i in members if _seq(states[i]) > back)
-    # What descends from an abandoned state is abandoned too (its parent's id is
-    # held by abandoned states only).
-    while True:
+        if points:  # rule 1: back to the earliest state restarted from
+            back = min(_clock(states[i]) for i in points)
+            abandoned.update(i for i in members if _clock(states[i]) > back)
+    while True:  # rule 3 (an id also held by a state kept is not abandoned)
         alive = {ids[i] for i in range(len(states)) if i not in abandoned}
         dead = {ids[i] for i in abandoned} - alive
         more = {i for i, s in enumerate(states) if i not in abandoned and s.get("parent") in dead}

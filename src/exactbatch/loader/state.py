@@ -48,8 +48,8 @@ class Position:
     elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
     cannot be checked (resumed from a state without one); ``history`` the
     records of every epoch begun (:mod:`exactbatch.loader.history`);
-    ``parent`` and ``seq`` its lineage (:mod:`exactbatch.loader.lineage`):
-    of a state taken, the id of the state loaded before and its count since;
+    ``parent`` and ``loaded_at`` its lineage (:mod:`exactbatch.loader.lineage`):
+    of a state taken, the id of the state loaded before and when it was loaded;
     of a state being loaded, its own id (the parent of what follows).
     """
 
@@ -62,7 +62,8 @@ class Position:
     verified: bool = True
     history: tuple = ()
     parent: str | None = None
-    seq: int = 0
+    loaded_at: int | None = None
+    origin: tuple = (None, None)  # a state being loaded: its own parent and loaded_at
 
 
 def settings(feed) -> dict:
@@ -117,7 +118,7 @@ def pack_state(pos: Position, feed) -> dict:
     state["fingerprint"] = feed.fingerprint()
     if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
         state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
-    state["parent"], state["seq"] = pos.parent, pos.seq
+    state["parent"], state["loaded_at"] = pos.parent, pos.loaded_at
     state["id"] = state_id(state)
     return state
 
