@@ -114,6 +114,7 @@ from laws import (
     check_deterministic,
     check_epoch,
     check_epochs_differ,
+    check_lineage,
     check_reshard,
     check_resume,
     check_resume_in_process,
@@ -910,3 +911,15 @@ def test_a_read_error_at_each_batch_then_the_same_batches(kind, via, prefetch, g
             loader, lambda f=flaky, a=at: f.arm(a), want, via, d, l, lambda: loader_from_spec(spec)
         )
         loader.close()
+
+
+# -- the lineage law ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("elastic", [False, True], ids=["contiguous", "elastic"])
+def test_lineage_law_random_kill_resume_rollback_trees(elastic):
+    """certify's verdict on every state of a random tree of kills, resumes and rollbacks
+    (1 to 4 shards) is the truth of the final lineage's row ids (laws.check_lineage);
+    both verdicts are met."""
+    verdicts = [check_lineage(seed, elastic) for seed in range(60)]
+    assert 0 < sum(verdicts) < len(verdicts)

@@ -211,7 +211,11 @@ def unpack_state(state, feed, seed: int):
         ledger, verified = _ledger_of(state, done)
     history = tuple(check_records(state.get("history", [])))
     parent = state_id(state)  # (its own, checked: an id is not trusted)
-    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history, parent)
+    loaded_at = state.get("loaded_at")
+    origin = (state.get("parent"), loaded_at if isinstance(loaded_at, int) else None)
+    position = Position(
+        seed, epoch, done, tuple(pending), ledger, first, verified, history, parent, None, origin
+    )
     return position, claimed
 
 
