@@ -262,3 +262,30 @@ def test_an_elastic_resume_under_ddp_that_divides_evenly_loads(monkeypatch, worl
     for loader in loaders:
         loader.load_state_dict(states[0])
     assert len({sum(1 for _ in ld) for ld in loaders}) == 1 or world == 1
+
+
+def test_the_command_names_the_states_set_aside(tmp_path, capsys):
+    import json
+
+    from exactbatch.cli import main
+
+    loader = DataLoader(x_of(), 64, seed=3)
+    it = iter(loader)
+    _take(it, 3)
+    a = roundtrip(loader.state_dict())
+    _take(it, 3)
+    b = roundtrip(loader.state_dict())
+    resumed = DataLoader(x_of(), 64, seed=3)
+    resumed.load_state_dict(a)
+    for _ in resumed:
+        pass
+    path = tmp_path / "states.json"
+    path.write_text(json.dumps([a, b, resumed.state_dict()]))
+    assert main(["certify", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["set_aside"] == [b["id"]]
+    other = DataLoader(x_of(), 64, seed=4)
+    for _ in other:
+        pass
+    path.write_text(json.dumps([a, other.state_dict()]))
+    assert main(["certify", str(path)]) == 2
+    assert "different runs: seed=3 and seed=4" in capsys.readouterr().err
