@@ -138,18 +138,21 @@ TARGETS = {
             "tests/loader/test_lifecycle.py",
         ],
     ),
-    "certify": (  # the records a state carries of each epoch begun, and the certificate
+    "certify": (  # the records a state carries of each epoch begun, its lineage, the certificate
         [
             "src/exactbatch/loader/history.py",
+            "src/exactbatch/loader/lineage.py",
             "src/exactbatch/certificate.py",
         ],
         [
             "exactbatch.loader.history.*",
+            "exactbatch.loader.lineage.*",
             "exactbatch.certificate.*",
         ],
         [
             "tests/loader/test_certify.py",
             "tests/loader/test_certify_verdicts.py",
+            "tests/loader/test_certify_lineage.py",
             "tests/loader/test_exactness.py",
             "tests/loader/test_resume.py",
         ],

@@ -118,6 +118,7 @@ from laws import (
     check_epochs_differ,
     check_errors_near_the_end,
     check_reset_seed,
+    check_lineage,
     check_reshard,
     check_resume,
     check_resume_in_process,
@@ -981,3 +982,15 @@ def test_lifecycle_figures():
     (run with them, ``-s``: pytest tests/test_law_matrix.py -k "lifecycle or close_from
     or reset_seed or near_the_end" -s -n 0)."""
     print(f"\nlifecycle axes: {dict(SCHEDULES)}")
+
+
+# -- the lineage law ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("elastic", [False, True], ids=["contiguous", "elastic"])
+def test_lineage_law_random_kill_resume_rollback_trees(elastic):
+    """certify's verdict on every state of a random tree of kills, resumes and rollbacks
+    (1 to 4 shards) is the truth of the final lineage's row ids (laws.check_lineage);
+    both verdicts are met."""
+    verdicts = [check_lineage(seed, elastic) for seed in range(60)]
+    assert 0 < sum(verdicts) < len(verdicts)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exactbatch.loader.history import check_records
+from exactbatch.loader.lineage import follow, same_run
 from exactbatch.order.digest import Tally
 
 __all__ = ["Certificate", "EpochCertificate", "certify"]
@@ -55,9 +56,12 @@ class EpochCertificate:
 @dataclass(frozen=True)
 class Certificate:
     """The verdict on a run: one :class:`EpochCertificate` per epoch any rank began,
-    in order. Truthy only when there is at least one epoch and every one is exact."""
+    in order. Truthy only when there is at least one epoch and every one is exact.
+    ``set_aside``: the ids of the states given that the run's lineage abandoned (a
+    restart from an earlier state; :mod:`exactbatch.loader.lineage`), not counted."""
 
     epochs: tuple[EpochCertificate, ...]
+    set_aside: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.epochs) and all(e.exact for e in self.epochs)
@@ -75,13 +79,27 @@ class Certificate:
             if self
             else f"NOT certified: {len(self.failures)} of {len(self.epochs)} epochs not exact"
         )
-        return "\n".join([head, *(f"  {e}" for e in self.epochs)])
+        lines = [head, *(f"  {e}" for e in self.epochs)]
+        if self.set_aside:
+            lines.append(
+                f"  set aside: {len(self.set_aside)} state(s) no final state descends from "
+                f"(a restart from an earlier state abandoned them): {', '.join(self.set_aside)}"
+            )
+        return "\n".join(lines)
 
 
 def certify(states: Iterable[dict]) -> Certificate:
     """Merge the records of ``states`` (``DataLoader.state_dict()`` of every rank of a
-    run, any number each: a state supersedes the earlier ones of the same rank and
-    segment) and judge each epoch any rank began.
+    run, any number each) and judge each epoch any rank began.
+
+    The states must be of one run (the same seed, dataset size, settings and data:
+    a ``ValueError`` naming the field otherwise). certify follows their lineage
+    (:mod:`exactbatch.loader.lineage`): a state abandoned by a restart from an
+    earlier one, and what descends from it, is set aside and named in
+    :attr:`Certificate.set_aside`; more states of the lineage do no harm (a later
+    state of a rank's segment supersedes its earlier ones). Every record a state
+    holds counts: an epoch replayed on one rank (two records of its segment) is
+    not exact.
 
     An epoch is exact when every shard's part of it ended on record and the rows
     handed out, across the ranks, are the rows the epoch promised, each once. Under
@@ -93,7 +111,7 @@ def certify(states: Iterable[dict]) -> Certificate:
     """
     if isinstance(states, dict):
         raise TypeError("certify takes a list of states (one dict per rank), not one state")
-    kept: dict[tuple, dict] = {}
+    states = list(states)
     for i, state in enumerate(states):
         if not isinstance(state, dict):
             raise TypeError(f"states[{i}] must be a dict from state_dict(); got {type(state)}")
@@ -102,15 +120,26 @@ def certify(states: Iterable[dict]) -> Certificate:
                 f"states[{i}] has no 'history': it was taken by an exactbatch before "
                 "certify, or is not a DataLoader state"
             )
-        for rec in check_records(state["history"], f"states[{i}]['history']"):
-            key = (rec["epoch"], rec["start"], tuple(rec["shard"]))
-            old = kept.get(key)
+        check_records(state["history"], f"states[{i}]['history']")
+    same_run(states)
+    kept, aside = follow(states)
+    merged: dict[tuple, dict] = {}
+    for i in kept:
+        seen: dict[tuple, int] = {}
+        for rec in states[i]["history"]:
+            # The n-th record of a segment in one state is its n-th run: a replay
+            # (the epoch begun again on the same shard) is a record of its own.
+            seg = (rec["epoch"], rec["start"], tuple(rec["shard"]))
+            key = (*seg, seen.get(seg, 0))
+            seen[seg] = key[-1] + 1
+            old = merged.get(key)
             if old is None or _later(rec, old):
-                kept[key] = rec
+                merged[key] = rec
     epochs: dict[int, list[dict]] = {}
-    for rec in kept.values():
+    for rec in merged.values():
         epochs.setdefault(rec["epoch"], []).append(rec)
-    return Certificate(tuple(_judge(e, epochs[e]) for e in sorted(epochs)))
+    ids = tuple(dict.fromkeys(str(states[i].get("id", f"states[{i}]")) for i in aside))
+    return Certificate(tuple(_judge(e, epochs[e]) for e in sorted(epochs)), ids)
 
 
 def _later(rec: dict, old: dict) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["distributed_shard", "resolve_shard"]
+__all__ = ["distributed_shard", "resolve_shard", "torch_world_size"]
 
 
 def _from_torch():
@@ -34,6 +34,12 @@ def _from_torch():
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     return dist.get_world_size(), dist.get_rank()
+
+
+def torch_world_size() -> int | None:
+    """The world size of ``torch.distributed`` when it is initialised (else None)."""
+    found = _from_torch()
+    return None if found is None else found[0]
 
 
 def _from_ray_train():

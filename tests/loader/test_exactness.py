@@ -28,6 +28,7 @@ from exactbatch import (
     save_ndf,
 )
 from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
+from exactbatch.loader.lineage import state_id
 from exactbatch.order.digest import (
     RangeDigests,
     Tally,
@@ -739,6 +740,14 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
     state = loader.state_dict()
     fingerprint = state.pop("fingerprint")  # the data's identity: tests/loader/test_fingerprint.py
     assert (fingerprint["kind"], fingerprint["n"], fingerprint["d"]) == ("memory", N, 1)
+    lineage = {
+        k: state.pop(k) for k in ("id", "parent", "loaded_at")
+    }  # tests/loader/test_certify_lineage.py
+    assert lineage == {
+        "id": state_id({**state, **lineage, "fingerprint": fingerprint}),
+        "parent": None,
+        "loaded_at": None,
+    }
     assert state == {
         "version": 2,
         "seed": 3,
@@ -785,7 +794,9 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "block_rows": 10,
         "ledger": {"rows": 10, "digest": f"{range_digest(0, 10):016x}"},
     }
-    assert len(state) == 22 and state["fingerprint"]["kind"] == "ndf"
+    assert (
+        len(state) == 25 and state["fingerprint"]["kind"] == "ndf"
+    )  # (22 + id, parent, loaded_at)
     elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
     it = iter(elastic)
     next(it)
@@ -794,6 +805,12 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
     first_two = np.array(ids(next(whole)[0]) + ids(next(whole)[0]))
     state = elastic.state_dict()
     assert state.pop("fingerprint")["kind"] == "memory"
+    assert {k: state.pop(k) for k in ("parent", "loaded_at", "shard")} == {
+        "parent": None,
+        "loaded_at": None,
+        "shard": [0, 2],  # (an elastic state's settings do not name it)
+    }
+    assert isinstance(state.pop("id"), str)
     assert (
         state
         == {

@@ -16,6 +16,7 @@ from helpers import ids
 from laws import run_python
 
 from exactbatch import DataLoader
+from exactbatch.loader.lineage import state_id
 
 N = 100
 
@@ -225,6 +226,7 @@ def test_a_state_taken_after_close_keeps_the_pending_batches_of_a_restored_one()
     for _ in range(4):
         next(it)
     state = {**loader.state_dict(), "pending": [1]}  # batches 0-4 claimed, 1 not handed
+    state["id"] = state_id(state)  # (edited: its id is made again)
     restored = DataLoader(x_of(), 10, seed=2)
     restored.load_state_dict(state)
     restored.close()

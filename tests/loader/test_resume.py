@@ -303,7 +303,9 @@ def test_resume_in_a_new_process_hands_out_exactly_the_remaining_batches(tmp_pat
 
 def test_a_state_unpacks_to_the_position_it_was_packed_from(build):
     """state.py's round trip: the Position a cursor snapshots, packed and unpacked (through
-    JSON), is that Position again, with the batches claimed before it (pending included)."""
+    JSON), is that Position again, with the batches claimed before it (pending included);
+    its lineage is the state's own id (the parent of what follows)."""
+    from exactbatch.loader.lineage import state_id
     from exactbatch.loader.state import pack_state, unpack_state
 
     for k, pending in ((0, []), (4, []), (4, [1])):
@@ -317,10 +319,13 @@ def test_a_state_unpacks_to_the_position_it_was_packed_from(build):
         if pending:  # a batch whose read failed waits (batches 0-4 claimed, 4 handed out)
             state["pending"] = pending
             pos = dataclasses.replace(pos, pending=tuple(pending))
+        pos = dataclasses.replace(pos, parent=state_id(state))
         assert unpack_state(state, loader._feed, 3) == (pos, k + len(pending))
     loader.set_epoch(2)  # the start of an epoch: nothing claimed, nothing begun
     pos = loader._cursor.snapshot()
-    assert unpack_state(roundtrip(loader.state_dict()), loader._feed, 3) == (pos, 0)
+    state = roundtrip(loader.state_dict())
+    pos = dataclasses.replace(pos, parent=state["id"])
+    assert unpack_state(state, loader._feed, 3) == (pos, 0)
 
 
 def _stream(chunks, **kw) -> DataLoader:

@@ -387,6 +387,7 @@ class Cursor(Standing):
                 self.start.first if same else 0,
                 self.start.verified or not same,
                 history,
+                *self.history.lineage(history),
             )
 
     def restore(self, pos: Position, claimed: int) -> None:

@@ -18,6 +18,8 @@ across the ranks (:mod:`exactbatch.certificate`).
 
 from __future__ import annotations
 
+import time
+
 from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
@@ -33,11 +35,22 @@ class History:
     began (``start``, the global batch; 0 unless elastic) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
-    __slots__ = ("base", "records", "start")
+    __slots__ = ("base", "loaded", "loaded_at", "parent", "records", "start")
 
     def __init__(self) -> None:
         self.records: list[dict] = []
         self.base, self.start = Tally(), 0
+        self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
+        self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
+        self.loaded: tuple = ((), None, None)  # the state loaded: its records and lineage
+
+    def lineage(self, records) -> tuple[str | None, int | None]:
+        """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
+        and when; before anything was handed out since (the same records), the loaded
+        state's own (a state taken then is the state loaded)."""
+        if tuple(records) == self.loaded[0]:
+            return self.loaded[1], self.loaded[2]
+        return self.parent, self.loaded_at
 
     def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
         """The record of this loader's segment of ``epoch``: ``handed`` the epoch's
@@ -66,32 +79,54 @@ class History:
         return rec
 
     def keep(self, rec: dict) -> None:
-        """``rec`` is final (its epoch ended or was left): kept in every later state."""
-        self.records.append(rec)
+        """``rec`` is final (its epoch ended or was left): kept in every later state
+        (unless it holds nothing: no row handed out, no end on record)."""
+        if _holds(rec):
+            self.records.append(rec)
 
     def states_records(self, live: dict | None) -> list[dict]:
-        """The records a state takes now: those kept, and ``live``, the epoch in progress."""
-        return [*self.records, live] if live is not None else list(self.records)
+        """The records a state takes now: those kept, and ``live``, the epoch in progress
+        (unless nothing of it was handed out yet: an ``iter()`` with no batch taken is
+        neither a loss nor a hand-out)."""
+        return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
     def restore(self, records: list[dict], elastic: bool, pos) -> None:
         """Take on a state's ``records``: a non-elastic loader goes on with the state's
         segment of its epoch; an elastic one starts its own at the global batch it
-        resumes at, its hand-outs counted from the state's ledger."""
+        resumes at, its hand-outs counted from the state's ledger. The state
+        (``pos.parent``, its id) is the parent of the states taken from now on."""
+        self.parent, self.loaded_at = pos.parent, time.time_ns()
+        self.loaded = (tuple(records), *pos.origin)
         if elastic:
             self.base, self.start = pos.ledger.copy(), pos.first
             self.records = list(records)
-        else:  # the state's own live record is this loader's segment, continued
+        else:  # the state's own live record (its last) is this loader's segment, continued
             self.base, self.start = Tally(), 0
-            self.records = [r for r in records if r["epoch"] != pos.epoch]
+            self.records = list(records)
+            if records and _live_of(records[-1], pos):
+                self.records.pop()
 
     def moved(self) -> None:
         """A new epoch begins (or the cursor was moved): a segment from its start."""
         self.base, self.start = Tally(), 0
 
     def forget(self) -> None:
-        """A new seed: another run, with no records."""
+        """A new seed: another run, with no records and no parent."""
         self.records = []
+        self.parent, self.loaded_at, self.loaded = None, None, ((), None, None)
         self.moved()
+
+
+def _holds(rec: dict) -> bool:
+    """Does ``rec`` say anything: a row handed out, or the epoch's end?"""
+    return rec["rows"] > 0 or rec["promised"] is not None
+
+
+def _live_of(rec: dict, pos) -> bool:
+    """Is ``rec`` (a state's last record) the segment in progress at ``pos``, which
+    a non-elastic resume continues? Every other record of the epoch (one left before,
+    e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
+    return rec["epoch"] == pos.epoch and rec["promised"] is None and bool(pos.done or pos.pending)
 
 
 _KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}

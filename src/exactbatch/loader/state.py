@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
+from exactbatch.distributed import torch_world_size
 from exactbatch.loader.history import check_records
+from exactbatch.loader.lineage import state_id
 from exactbatch.order.digest import Tally
 from exactbatch.sources.identity import describe, differences
 
@@ -45,7 +47,10 @@ class Position:
     ``ledger`` the rows handed out this epoch; ``first`` the global batch an
     elastic epoch (re)started at; ``verified`` False for an epoch whose ledger
     cannot be checked (resumed from a state without one); ``history`` the
-    records of every epoch begun (:mod:`exactbatch.loader.history`).
+    records of every epoch begun (:mod:`exactbatch.loader.history`);
+    ``parent`` and ``loaded_at`` its lineage (:mod:`exactbatch.loader.lineage`):
+    of a state taken, the id of the state loaded before and when it was loaded;
+    of a state being loaded, its own id (the parent of what follows).
     """
 
     seed: int
@@ -56,6 +61,9 @@ class Position:
     first: int = 0
     verified: bool = True
     history: tuple = ()
+    parent: str | None = None
+    loaded_at: int | None = None
+    origin: tuple = (None, None)  # a state being loaded: its own parent and loaded_at
 
 
 def settings(feed) -> dict:
@@ -108,6 +116,10 @@ def pack_state(pos: Position, feed) -> dict:
         state["ledger"] = None
     state["history"] = [dict(r) for r in pos.history]
     state["fingerprint"] = feed.fingerprint()
+    if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
+        state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
+    state["parent"], state["loaded_at"] = pos.parent, pos.loaded_at
+    state["id"] = state_id(state)
     return state
 
 
@@ -146,6 +158,8 @@ def unpack_state(state, feed, seed: int):
         theirs = state.get(key)
         if key not in state and version == 1:
             continue  # not recorded by version 1
+        if key == "even_batches" and feed.spec.elastic:
+            continue  # elastic: it only says how each segment ends (check_ddp_steps)
         if key in ("d", "l") and (theirs is None or mine is None):
             continue  # a stream not read yet
         if theirs != mine:
@@ -178,6 +192,7 @@ def unpack_state(state, feed, seed: int):
             raise ValueError(
                 f"state['global_batches_done']={first} exceeds the {total} batches of an epoch"
             )
+        check_ddp_steps(feed, first)
         if pending:
             raise ValueError(
                 f"this elastic state lists batches {pending} as not handed out below "
@@ -198,8 +213,45 @@ def unpack_state(state, feed, seed: int):
             )
         ledger, verified = _ledger_of(state, done)
     history = tuple(check_records(state.get("history", [])))
-    position = Position(seed, epoch, done, tuple(pending), ledger, first, verified, history)
+    parent = state_id(state)  # (its own, checked: an id is not trusted)
+    loaded_at = state.get("loaded_at")
+    origin = (state.get("parent"), loaded_at if isinstance(loaded_at, int) else None)
+    position = Position(
+        seed, epoch, done, tuple(pending), ledger, first, verified, history, parent, None, origin
+    )
     return position, claimed
+
+
+def check_ddp_steps(feed, first: int) -> None:
+    """Under ``torch.distributed`` at a world size > 1 (the loader's shard count), an
+    elastic loader with ``even_batches=False`` resumed at global batch ``first`` must
+    give every rank the same step count, this epoch and the next: else DDP's
+    all-reduces fall out of step and the job hangs. A ``ValueError`` saying so, on
+    every rank alike, before any batch."""
+    spec = feed.spec
+    world, total = torch_world_size(), feed.total_batches
+    if spec.even_batches is not False or world is None or world < 2 or total is None:
+        return
+    if world != spec.shard.count:
+        return
+    uneven = [
+        (what, left)
+        for what, left in (("the rest of this epoch", total - first), ("every later epoch", total))
+        if left % world
+    ]
+    if not uneven:
+        return
+    what, left = uneven[0]
+    counts = sorted({-(-(left - s) // world) for s in range(world)}, reverse=True)
+    raise ValueError(
+        f"this elastic state resumes at global batch {first} of {total}: {what} has {left} "
+        f"global batches, which {world} ranks under torch.distributed would take as "
+        f"{' and '.join(map(str, counts))} steps, and DDP's all-reduces would fall out of "
+        "step (a hang). Build the loader with even_batches=True (every rank the smallest "
+        'share; the few batches past it are left out) or even_batches="pad" (every row, '
+        "the last batches padded and masked), or resume at a world size that divides "
+        f"{left} and {total}"
+    )
 
 
 def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:

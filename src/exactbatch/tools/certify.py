@@ -45,4 +45,8 @@ def certify_files(paths: list[str]) -> Certificate:
 
 def public(cert: Certificate) -> dict:
     """The certificate as JSON-safe data."""
-    return {"certified": bool(cert), "epochs": [asdict(e) for e in cert.epochs]}
+    return {
+        "certified": bool(cert),
+        "epochs": [asdict(e) for e in cert.epochs],
+        "set_aside": list(cert.set_aside),
+    }

@@ -1,0 +1,291 @@
+"""The certificate follows the run's lineage (issue 38): a state names itself and its
+parent, certify sets aside what a restart abandoned, refuses other runs' states, counts
+every record a state holds (a replay is never certified), and takes an epoch begun with
+no batch for nothing. The random trees of kills, resumes and rollbacks are the lineage
+law (tests/laws.py, ``check_lineage``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import make_x
+from laws import roundtrip
+
+from exactbatch import DataLoader, certify
+from exactbatch.loader.lineage import state_id
+
+N = 1000
+
+
+def x_of(n: int = N) -> np.ndarray:
+    return make_x(np.arange(n), 1)
+
+
+def _ids(batches) -> list[int]:
+    return sorted(int(i) for b in batches for i in b[-1])
+
+
+def _take(it, k: int) -> list:
+    return [next(it) for _ in range(k)]
+
+
+# -- a replay is never certified -----------------------------------------------------------
+
+
+def test_an_epoch_begun_again_on_a_resumed_loader_is_certified_only_if_no_row_repeats():
+    """The torch habit, set_epoch every epoch, after a mid-epoch resume: whatever rule
+    set_epoch follows, certify's verdict is the truth of the row ids handed out."""
+    loader = DataLoader(x_of(), 64, seed=1, with_rows=True)
+    first = _take(iter(loader), 5)
+    checkpoint = roundtrip(loader.state_dict())
+    resumed = DataLoader(x_of(), 64, seed=1, with_rows=True)
+    resumed.load_state_dict(checkpoint)
+    resumed.set_epoch(0)
+    rest = list(resumed)
+    final = roundtrip(resumed.state_dict())
+    exact = _ids(first + rest) == list(range(N))
+    assert bool(certify([checkpoint, final])) == exact
+    assert bool(certify([final])) == exact
+
+
+def test_an_epoch_begun_again_mid_way_is_a_replay_not_certified():
+    loader = DataLoader(x_of(), 64, seed=1, with_rows=True)
+    got = _take(iter(loader), 5)
+    loader.set_epoch(0)
+    got += list(loader)
+    final = roundtrip(loader.state_dict())
+    assert len(_ids(got)) == N + 5 * 64  # (the rows of the 5 batches, twice)
+    (e,) = certify([final]).epochs
+    assert (e.exact, e.handed, e.repeated) == (False, N + 320, 320)
+
+
+def test_two_records_of_one_segment_in_one_state_both_count():
+    (rec,) = [r for r in _whole_epoch_state()["history"]]
+    cut = {**rec, "promised": None, "rows": 64, "digest": "0" * 16}
+    for history in ([cut, rec], [rec, cut]):
+        (e,) = certify([{"version": 2, "history": history}]).epochs
+        assert not e.exact and e.handed == N + 64 and e.repeated == 64
+
+
+def _whole_epoch_state() -> dict:
+    loader = DataLoader(x_of(), 64, seed=1)
+    for _ in loader:
+        pass
+    return roundtrip(loader.state_dict())
+
+
+# -- reset(seed=...) starts a new run ----------------------------------------------------
+
+
+def test_reset_to_another_seed_leaves_no_record_of_the_old_run():
+    loader = DataLoader(x_of(), 64, seed=1)
+    for _ in loader:
+        pass
+    before = roundtrip(loader.state_dict())
+    loader.reset(seed=2)
+    _take(iter(loader), 3)
+    after = roundtrip(loader.state_dict())
+    assert [(r["epoch"], r["rows"], r["promised"]) for r in after["history"]] == [(0, 192, None)]
+    assert after["parent"] is None and after["loaded_at"] is None
+    (e,) = certify([after]).epochs
+    assert not e.exact and e.handed == 192
+    with pytest.raises(ValueError, match=r"different runs: seed=1 and seed=2"):
+        certify([before, after])
+
+
+# -- other runs are refused, naming the field ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("other", "match"),
+    [
+        ({"seed": 2}, "seed=1 and seed=2"),
+        ({"batch_size": 32}, "batch_size=64 and batch_size=32"),
+        ({"x": x_of(N + 1)}, "total_size=1000 and total_size=1001"),
+        ({"x": x_of() + 1}, "fingerprints differ in sample"),
+    ],
+)
+def test_states_of_another_run_are_refused_naming_the_field(other, match):
+    def run(shard, seed=1, batch_size=64, x=None):
+        loader = DataLoader(
+            x_of() if x is None else x, batch_size, num_shards=2, shard_index=shard, seed=seed
+        )
+        for _ in loader:
+            pass
+        return roundtrip(loader.state_dict())
+
+    assert certify([run(0), run(1)])
+    with pytest.raises(ValueError, match=match):
+        certify([run(0), run(1, **other)])
+
+
+# -- an epoch begun with no batch is nothing ---------------------------------------------
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_an_epoch_begun_by_iter_with_no_batch_taken_is_not_cut_short(elastic):
+    loader = DataLoader(x_of(), 64, seed=1, elastic=elastic)
+    for _ in loader:
+        pass
+    iter(loader)
+    state = roundtrip(loader.state_dict())
+    cert = certify([state])
+    assert cert and [e.epoch for e in cert.epochs] == [0], str(cert)
+
+
+# -- the lineage ----------------------------------------------------------------------------
+
+
+def test_every_state_names_itself_and_the_state_it_was_loaded_from():
+    loader = DataLoader(x_of(), 64, seed=1)
+    it = iter(loader)
+    _take(it, 2)
+    a = roundtrip(loader.state_dict())
+    _take(it, 2)
+    b = roundtrip(loader.state_dict())
+    assert (a["parent"], a["loaded_at"], b["parent"]) == (None, None, None)
+    assert a["id"] == state_id(a) and b["id"] == state_id(b) and a["id"] != b["id"]
+    resumed = DataLoader(x_of(), 64, seed=1)
+    resumed.load_state_dict(a)
+    assert roundtrip(resumed.state_dict()) == a  # nothing handed out since: the state loaded
+    _take(iter(resumed), 1)
+    c = roundtrip(resumed.state_dict())
+    assert c["parent"] == a["id"] and isinstance(c["loaded_at"], int)
+    forged = {**a, "batches_done": 3}
+    assert state_id(forged) != a["id"]  # (the id is of the content: made again, not trusted)
+
+
+def _elastic(states_in, shards, steps, seed=5):
+    """Loaders at ``shards`` elastic shards (each from ``states_in[s]`` if given) stepped
+    ``steps`` batches in lockstep (None: to the end): their states."""
+    loaders = [
+        DataLoader(x_of(), 32, num_shards=shards, shard_index=s, elastic=True, seed=seed)
+        for s in range(shards)
+    ]
+    for s, loader in enumerate(loaders):
+        if states_in:
+            loader.load_state_dict(states_in[s % len(states_in)])
+    its = [iter(ld) for ld in loaders]
+    k = 0
+    while steps is None or k < steps:
+        if all(b is None for b in [next(it, None) for it in its]):
+            break
+        k += 1
+    return list(zip(loaders, its, strict=True)), [roundtrip(ld.state_dict()) for ld in loaders]
+
+
+def test_a_checkpoint_the_restart_did_not_resume_from_is_set_aside():
+    """Checkpoints A and B saved (Ray Train keeps both), the job restarted from A at
+    another world size: B is set aside and said so, not counted as rows repeated."""
+    running, a = _elastic(None, 2, 3)
+    for _ in range(2):  # the same epoch goes on: 2 more steps, then B
+        for _, it in running:
+            next(it)
+    b = [roundtrip(ld.state_dict()) for ld, _ in running]
+    _, final = _elastic(a, 3, None)
+    cert = certify(a + b + final)
+    assert cert, str(cert)
+    assert cert.set_aside == (b[0]["id"],) and b[0]["id"] == b[1]["id"]
+    assert "set aside: 1 state(s)" in str(cert)
+    assert certify(final + a) and certify(final + b + a)  # any order; more states no harm
+    assert not certify(b + final[:2])  # without A's ranks: rows of the first segment unseen
+
+
+def test_a_restart_from_an_earlier_checkpoint_abandons_the_later_and_what_came_of_them():
+    loader = DataLoader(x_of(), 64, seed=3)
+    it = iter(loader)
+    _take(it, 3)
+    a = roundtrip(loader.state_dict())
+    _take(it, 3)
+    b = roundtrip(loader.state_dict())
+    from_b = DataLoader(x_of(), 64, seed=3)
+    from_b.load_state_dict(b)
+    _take(iter(from_b), 4)
+    c = roundtrip(from_b.state_dict())  # then this restart died too
+    from_a = DataLoader(x_of(), 64, seed=3)
+    from_a.load_state_dict(a)
+    for _ in from_a:
+        pass
+    final = roundtrip(from_a.state_dict())
+    cert = certify([a, b, c, final])
+    assert cert and set(cert.set_aside) == {b["id"], c["id"]}, str(cert)
+
+
+# -- elastic under DDP never falls out of step -------------------------------------------------
+
+
+def _fake_torch_distributed(monkeypatch, world: int) -> None:
+    """torch.distributed initialised at ``world`` ranks, as the loader asks it."""
+    import sys
+    import types
+
+    dist = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        get_world_size=lambda: world,
+        get_rank=lambda: 0,
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+
+
+def test_an_elastic_resume_under_ddp_never_gives_ranks_different_step_counts(monkeypatch):
+    """3 ranks, 5 steps (15 of the 32 global batches), resumed at 2 ranks under
+    torch.distributed: 17 batches left would be 9 and 8 steps (a hang in DDP's all-reduce).
+    The default refuses at load_state_dict, saying why; even_batches=True (the state
+    loads under it) gives both ranks 8 steps, and the run is certified."""
+    _, states = _elastic(None, 3, 5)
+    _fake_torch_distributed(monkeypatch, 2)
+    plain = DataLoader(x_of(), 32, num_shards=2, shard_index=1, elastic=True, seed=5)
+    with pytest.raises(ValueError, match=r"17 global batches, which 2 ranks .* 9 and 8 steps"):
+        plain.load_state_dict(states[1])
+    assert plain.state_dict()["global_batches_done"] == 0  # (left as it was)
+    even = [
+        DataLoader(x_of(), 32, num_shards=2, shard_index=s, elastic=True, seed=5, even_batches=True)
+        for s in range(2)
+    ]
+    steps = []
+    for s, loader in enumerate(even):
+        loader.load_state_dict(states[s])
+        steps.append(sum(1 for _ in loader))
+    assert steps == [8, 8]
+    assert certify(states + [roundtrip(ld.state_dict()) for ld in even])
+
+
+@pytest.mark.parametrize(("world", "taken"), [(2, 8), (4, 4), (1, 5)])
+def test_an_elastic_resume_under_ddp_that_divides_evenly_loads(monkeypatch, world, taken):
+    _, states = _elastic(None, 2, taken)  # 2 * taken of the 32 global batches
+    _fake_torch_distributed(monkeypatch, world)
+    loaders = [
+        DataLoader(x_of(), 32, num_shards=world, shard_index=s, elastic=True, seed=5)
+        for s in range(world)
+    ]
+    for loader in loaders:
+        loader.load_state_dict(states[0])
+    assert len({sum(1 for _ in ld) for ld in loaders}) == 1 or world == 1
+
+
+def test_the_command_names_the_states_set_aside(tmp_path, capsys):
+    import json
+
+    from exactbatch.cli import main
+
+    loader = DataLoader(x_of(), 64, seed=3)
+    it = iter(loader)
+    _take(it, 3)
+    a = roundtrip(loader.state_dict())
+    _take(it, 3)
+    b = roundtrip(loader.state_dict())
+    resumed = DataLoader(x_of(), 64, seed=3)
+    resumed.load_state_dict(a)
+    for _ in resumed:
+        pass
+    path = tmp_path / "states.json"
+    path.write_text(json.dumps([a, b, resumed.state_dict()]))
+    assert main(["certify", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["set_aside"] == [b["id"]]
+    other = DataLoader(x_of(), 64, seed=4)
+    for _ in other:
+        pass
+    path.write_text(json.dumps([a, other.state_dict()]))
+    assert main(["certify", str(path)]) == 2
+    assert "different runs: seed=3 and seed=4" in capsys.readouterr().err
