@@ -64,7 +64,8 @@ class Output:
     """A loader's batch rules (module docs). ``fused(reader)`` says whether a
     reader's ``read`` takes a :class:`~exactbatch.kernels.TransformKernel`."""
 
-    __slots__ = ("_kernels", "dtype", "int_labels", "nan_error", "plain", "transform", "ydtype")
+    __slots__ = ("_kernels", "dtype", "int_labels", "nan_error", "names", "plain", "transform")
+    __slots__ += ("ydtype",)
 
     def __init__(self, dtype=np.float64, label_dtype=None, transform=None, nan: str = "keep"):
         self.dtype = check_dtype(dtype)
@@ -84,12 +85,21 @@ class Output:
         self.int_labels = self.ydtype in LABEL_DTYPES
         self.plain = transform is None and not self.nan_error and not self.int_labels
         self._kernels: dict[int, TransformKernel | None] = {}
+        self.names: list[str] | None = None  # the source's features, once named
 
+    def name_columns(self, names: tuple[list[str], list[str]] | None) -> None:
+        """The source's ``(features, labels)`` names (None: it has none): a transform
+        whose statistics name their columns takes them by name (``ValueError`` naming
+        ``transform`` and the features it lacks)."""
+        if names is not None:
+            self.names = list(names[0])
+            if self.transform is not None:
+                self.transform = self.transform.for_columns(*names)
     def check_widths(self, d: int | None, l: int | None) -> None:  # noqa: E741
         """Refuse a transform of the wrong width (``ValueError`` naming ``transform``);
         nothing while the widths are unknown (a stream not read yet)."""
         if d is not None and self.transform is not None:
-            self.transform.features(d, l)
+            self.transform.features(d, l, self.names)
 
     def kernel(self, d: int, l: int) -> TransformKernel | None:  # noqa: E741
         """The gather's kernel for d features (None: x is copied as it is)."""
@@ -98,7 +108,8 @@ class Output:
         except KeyError:
             pass
         if self.transform is not None:
-            kern: TransformKernel | None = self.transform.kernel(self.transform.features(d, l))
+            used = self.transform.features(d, l, self.names)
+            kern: TransformKernel | None = self.transform.kernel(used)
         elif self.nan_error:  # the check alone: (v - 0) * 1 is v
             kern = TransformKernel(np.zeros(d), np.ones(d))
         else:

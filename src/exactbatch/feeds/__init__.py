@@ -11,6 +11,7 @@ from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.sources.chunks import ChunkList, Stream
+from exactbatch.sources.columns import column_names
 from exactbatch.sources.kinds import open_source
 
 __all__ = [
@@ -33,6 +34,13 @@ def open_feed(
     if spec.elastic and isinstance(source, list):  # elastic reads a list chunk by chunk
         source = ChunkList(source)
     opened = open_source(source)
+    if spec.output is not None:  # a transform meets the source's columns by name
+        try:
+            spec.output.name_columns(column_names(source, opened))
+        except BaseException:
+            if not isinstance(opened, Stream):
+                opened.close()
+            raise
     if isinstance(opened, Stream):
         if rows is not None:
             raise TypeError(

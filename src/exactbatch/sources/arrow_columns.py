@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.sources.arrow import fill_columns
-from exactbatch.sources.parquet_columns import check_names, is_numeric_type
+from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
 
 __all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
 
@@ -71,24 +71,23 @@ def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...],
     check_names(feats, labs)
     names = list(schema.names)
     named = list(feats or ()) + list(labs)
-    missing = [c for c in named if c not in names]
+    missing, twice = find_columns(names, named)
     if missing:
         raise ValueError(f"{owner}: missing column(s) {missing}; its columns are {names}")
-    twice = sorted({c for c in named if names.count(c) > 1})
     if twice:
         raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
-    bad = [
-        f"{c} ({schema.field(c).type})" for c in named if not is_numeric_type(schema.field(c).type)
-    ]
+    types = {c: t for c, t in zip(names, schema.types, strict=True)}  # (by name: linear)
+    bad = [f"{c} ({types[c]})" for c in named if not is_numeric_type(types[c])]
     if bad:
         raise ValueError(
             f"{owner}: non-numeric column(s) {bad}; features and labels must be integer, "
             "floating or boolean columns: leave them out, or encode them as numbers first"
         )
     if feats is None:
-        rest = [c for c in names if c not in labs]
-        feats = tuple(c for c in rest if is_numeric_type(schema.field(c).type))
-        left = [f"{c} ({schema.field(c).type})" for c in rest if c not in feats]
+        labelled = set(labs)
+        rest = [c for c in names if c not in labelled]
+        feats = tuple(c for c in rest if is_numeric_type(types[c]))
+        left = [f"{c} ({types[c]})" for c in rest if not is_numeric_type(types[c])]
         if left:
             warnings.warn(
                 f"{owner}: non-numeric column(s) {left} left out of the features; "
