@@ -181,10 +181,10 @@ def bench(
         from exactbatch.sources.parquet import parquet_source
         from exactbatch.tools.common import split_columns
 
-        pq = need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
-        from exactbatch.tools.common import parquet_files
+        need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
+        from exactbatch.tools.common import parquet_columns
 
-        names = pq.ParquetFile(parquet_files(src)[0]).schema_arrow.names
+        names = parquet_columns(src)[0]  # the loader's columns: partition keys last
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]
