@@ -44,6 +44,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
+__all__ += ["code", "vocabularies"]
 
 
 def check_categorical(categorical, where: str) -> dict[str, list | None]:
@@ -287,3 +288,32 @@ def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
             f"{dt} cannot hold exactly (integers up to 2**{exact.bit_length() - 1} only): "
             "two categories would get one code; load it with dtype=np.float64"
         )
+
+
+def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
+    """``{column: Vocabulary}`` for ``categorical`` (as :func:`check_categorical` gives
+    it): the vocabularies given, and the others learned from ``batches()``, an iterable
+    of Arrow tables or record batches holding those columns (called only when one is
+    to be learned: a first pass)."""
+    import pyarrow.compute as pc
+
+    todo = [c for c, v in categorical.items() if v is None]
+    seen: dict[str, list] = {c: [] for c in todo}
+    if todo:
+        for batch in batches():
+            for c in todo:
+                seen[c].append(pc.unique(_plain(batch.column(c))))  # not the column: memory
+    out = {}
+    for c, given in categorical.items():
+        try:
+            out[c] = Vocabulary(c, learn(seen[c]) if given is None else given)
+        except TypeError as e:
+            raise TypeError(f"column {c!r}: {e}") from None
+    return out
+
+
+def code(name: str, col, vocab: dict, where: str, first_row: int = 0):
+    """``col`` (the column ``name``) coded when ``vocab`` has a vocabulary for it, else
+    as it is."""
+    v = vocab.get(name)
+    return col if v is None else v.encode(col, where, first_row)
