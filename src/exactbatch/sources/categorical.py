@@ -144,7 +144,7 @@ def learn(columns: Iterable) -> list:
         ) from None
 
 
-_EXACT = 2.0**53  # integers up to this size are float64 exactly
+_EXACT = 2.0**53  # integers below this size are float64 exactly (and so is 2**53 + 1 not)
 
 
 def _key(v):
@@ -191,7 +191,7 @@ class Vocabulary:
             self._numbers = ()
             if self.values and set(map(type, self.values)) <= {int, float}:
                 keys = np.array(self.values, dtype=np.float64)
-                if np.isfinite(keys).all() and np.abs(keys).max() <= _EXACT:
+                if np.isfinite(keys).all() and np.abs(keys).max() < _EXACT:
                     order = np.argsort(keys, kind="stable")
                     keys, dense = keys[order], None
                     lo, span = keys[0], keys[-1] - keys[0] + 1
@@ -237,7 +237,7 @@ class Vocabulary:
         x = None
         if numeric and self._sorted():
             x = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
-            if pa.types.is_integer(t) and len(x) and np.abs(x).max() > _EXACT:
+            if pa.types.is_integer(t) and len(x) and np.nanmax(np.abs(x)) >= _EXACT:
                 x = None  # past 2**53: float64 would merge neighbours; the hash is exact
         if x is not None:
             out = self._numeric(x)
