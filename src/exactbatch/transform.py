@@ -135,8 +135,7 @@ class Standardize:
                 j = int(bad.argmax())
                 raise ValueError(
                     f"stats: column {self._column(j)}'s {name} is {v[j]!r}; expected a "
-                    "finite number"
-                    + (" >= 0" if name == "sd" else "")
+                    "finite number" + (" >= 0" if name == "sd" else "")
                 )
         if nan_fill is not None:
             if isinstance(nan_fill, bool) or not isinstance(nan_fill, numbers.Real):

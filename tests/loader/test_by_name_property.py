@@ -67,7 +67,9 @@ def test_every_column_by_name_against_numpy(tmp_path_factory, layout):
         os.makedirs(root / os.path.dirname(rel) if "/" in rel else root, exist_ok=True)
         pq.write_table(pa.table(table), root / rel)
         written.append((rel, table, years[i], parts[i], r))
-    for rel, table, year, part, r in sorted(written):  # the loader's order: sorted paths
+    for _rel, table, year, part, r in sorted(
+        written, key=lambda w: w[0]
+    ):  # the loader's order: sorted paths
         for c in cols:
             data[c].append(table[c])
         data["k"].append(table["k"].astype(np.float64))

@@ -375,7 +375,7 @@ def column_stats(
     if rows is None:
         tasks = [summarise(p, plan.columns) for p in plan.parts]
     else:
-        lengths = plan.lengths
+        lengths: Any = plan.lengths
         if lengths is None:
             lengths = _compute_all([dask.delayed(_length, pure=True)(p) for p in plan.parts])
         bounds = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])

@@ -64,8 +64,16 @@ class Output:
     """A loader's batch rules (module docs). ``fused(reader)`` says whether a
     reader's ``read`` takes a :class:`~exactbatch.kernels.TransformKernel`."""
 
-    __slots__ = ("_kernels", "dtype", "int_labels", "nan_error", "names", "plain", "transform")
-    __slots__ += ("ydtype",)
+    __slots__ = (
+        "_kernels",
+        "dtype",
+        "int_labels",
+        "nan_error",
+        "names",
+        "plain",
+        "transform",
+        "ydtype",
+    )
 
     def __init__(self, dtype=np.float64, label_dtype=None, transform=None, nan: str = "keep"):
         self.dtype = check_dtype(dtype)
@@ -95,6 +103,7 @@ class Output:
             self.names = list(names[0])
             if self.transform is not None:
                 self.transform = self.transform.for_columns(*names)
+
     def check_widths(self, d: int | None, l: int | None) -> None:  # noqa: E741
         """Refuse a transform of the wrong width (``ValueError`` naming ``transform``);
         nothing while the widths are unknown (a stream not read yet)."""

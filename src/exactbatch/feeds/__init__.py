@@ -10,8 +10,8 @@ from exactbatch.feeds.base import BatchSpec, Epoch, Feed, Job
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.streamed import StreamFeed
-from exactbatch.sources.chunks import ChunkList, Stream
 from exactbatch.sources.categorical import check_code_dtype
+from exactbatch.sources.chunks import ChunkList, Stream
 from exactbatch.sources.columns import column_names, source_categories
 from exactbatch.sources.kinds import open_source
 

@@ -47,9 +47,7 @@ class ArrowTableSource:
     :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``table``,
     ``features``, ``labels``, ``n``, ``d``, ``l``."""
 
-    def __init__(
-        self, table, features, labels, owner: str = "the pyarrow Table", categorical=None
-    ):
+    def __init__(self, table, features, labels, owner: str = "the pyarrow Table", categorical=None):
         cats = check_categorical(categorical, owner)
         self.features, self.labels = pick_columns(table.schema, features, labels, owner, cats)
         self.n, self.d, self.l = table.num_rows, len(self.features), len(self.labels)
