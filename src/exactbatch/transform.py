@@ -10,6 +10,12 @@ or its NumPy twin): no second pass over the batch.
 
 Rules, each stated once:
 
+* Statistics meet the loader's columns BY NAME when they name them (an
+  ``info`` report, ``column_stats``, a dict with ``"names"``): each feature
+  the loader reads takes the statistics of its own name, whatever the order
+  of either (:meth:`Standardize.for_columns`). Only unnamed statistics, or
+  a source without names (an array), meet by position, width checked.
+
 * The division is a multiplication by ``1 / sd`` computed once per column
   in float64 (:attr:`Standardize.scale`): a divide per value would cost more
   than the copy. So a value equals ``(v - mean) * (1 / sd)`` exactly, which is
