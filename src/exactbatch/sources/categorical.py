@@ -219,7 +219,7 @@ class Vocabulary:
 
     def encode(self, col, where: str, first_row: int = 0):
         """``col`` (an Arrow array or chunked array of this column) as a float64 Arrow
-        array of codes, missing values null (NaN once read). A value outside the
+        array of codes, missing values NaN. A value outside the
         vocabulary (no entry equal to it) is a ``ValueError`` naming the column, the
         value and its row (``first_row`` + its position in ``col``), starting with
         ``where``."""
@@ -235,6 +235,11 @@ class Vocabulary:
             return pa.nulls(len(col), pa.float64())
         numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
         x = None
+        if numeric and self._sorted() and self._sorted()[2] is not None and not col.null_count:
+            if pa.types.is_integer(t) and t != pa.uint64():
+                out = self._dense(col.to_numpy())  # integers, no nulls: the table directly
+                unknown = np.isnan(out)
+                return self._checked(out, unknown, col, where, first_row)
         if numeric and self._sorted():
             x = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
             if pa.types.is_integer(t) and len(x) and np.nanmax(np.abs(x)) >= _EXACT:
@@ -257,6 +262,26 @@ class Vocabulary:
                 valid &= ~np.isnan(col.to_numpy(zero_copy_only=False))
             unknown = valid & (out == -1.0)
             out[~valid] = np.nan  # null, NaN: missing, never coded
+        return self._checked(out, unknown, col, where, first_row)
+
+    def _dense(self, xi):
+        """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
+        import numpy as np
+
+        lo, table = self._sorted()[2]
+        i = xi.astype(np.int64, copy=False) - np.int64(lo)
+        ok = (i >= 0) & (i < len(table))
+        if ok.all():
+            return table[i]
+        out = np.full(len(xi), np.nan)
+        out[ok] = table[i[ok]]
+        return out
+
+    def _checked(self, out, unknown, col, where: str, first_row: int):
+        """``out`` as an Arrow float64 array (missing values NaN), or the ``ValueError``
+        of the first value ``unknown`` marks."""
+        import pyarrow as pa
+
         if unknown.any():
             i = int(unknown.argmax())
             raise ValueError(
@@ -266,7 +291,7 @@ class Vocabulary:
                 f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
                 "(categorical=[...])"
             )
-        return pa.array(out, type=pa.float64(), from_pandas=True)  # NaN: missing (null)
+        return pa.array(out, type=pa.float64())  # NaN: missing (a plain float64 column)
 
 
 def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
