@@ -179,3 +179,10 @@ def test_float32_batches_refuse_codes_they_cannot_hold():
         DataLoader(_Coded(2**24 + 2), 2, dtype=np.float32)
     DataLoader(_Coded(2**24 + 1), 2, dtype=np.float32)  # codes up to 2**24: exact
     DataLoader(_Coded(2**24 + 2), 2, dtype=np.float64)
+
+
+def test_a_nan_error_names_the_feature():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"p": [1.0, 2.0], "q": [3.0, np.nan]})
+    with pytest.raises(ValueError, match=r"row 1 has NaN in feature column 1 \('q'\)"):
+        _epoch(frame, nan="error")

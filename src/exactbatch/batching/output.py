@@ -153,7 +153,7 @@ class Output:
             if y64 is not y:
                 y[...] = y64
         if self.nan_error:
-            self._refuse_nan(out_x, y, first, rows, ids)
+            self._refuse_nan(out_x, y, first, rows, ids, self.names)
         if self.int_labels:
             self.labels_into(y, out_y, rows, ids)
 
@@ -169,11 +169,12 @@ class Output:
         return ox, oy
 
     @staticmethod
-    def _refuse_nan(x, y, first: int, rows, ids) -> None:
+    def _refuse_nan(x, y, first: int, rows, ids, names=None) -> None:
         if first >= 0:
             c = int(np.isnan(x[first]).argmax())
+            named = f" ({names[c]!r})" if names is not None and c < len(names) else ""
             raise ValueError(
-                f"nan='error': row {_row_id(rows, ids, first)} has NaN in feature column {c}"
+                f"nan='error': row {_row_id(rows, ids, first)} has NaN in feature column {c}{named}"
             )
         if y.shape[1] and y.dtype.kind == "f":
             bad = np.isnan(y)
