@@ -109,6 +109,13 @@ def test_info_and_mixing_see_a_hive_folders_partition_keys(tmp_path, capsys):
     assert [c["name"] for c in out["skipped_columns"]] == ["a", "y"]
 
 
+def test_bench_reads_a_hive_key_as_the_loader_does(tmp_path, capsys):
+    _hive(tmp_path)
+    argv = ["bench", str(tmp_path), "--features", "a,year", "--labels", "y"]
+    assert main([*argv, "--batch-size", "50", "--json"]) == 0
+    assert "loader" in capsys.readouterr().out
+
+
 # -- item 3: vocabularies by equality ------------------------------------------------------
 
 

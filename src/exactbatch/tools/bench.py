@@ -97,10 +97,12 @@ def _bare_url(source, limit, pb) -> int:
 def _bare_parquet(source, limit, pb) -> int:
     import pyarrow.parquet as pq
 
-    names = [*source.features, *source.labels]
+    chosen = [*source.features, *source.labels]
     rows = 0
     for path in source.files:
         pf = pq.ParquetFile(for_arrow(path))
+        held = set(pf.schema_arrow.names)  # a Hive key is in the path, not read
+        names = [c for c in chosen if c in held]
         for g in range(pf.metadata.num_row_groups):
             if rows >= limit:
                 return rows
