@@ -134,7 +134,8 @@ def learn(columns: Iterable) -> list:
 
     seen: set = set()
     for col in columns:
-        seen.update(_zero(v) for v in _present(pc.unique(_plain(col)).to_pylist()))
+        seen.update(pc.unique(_plain(col)).to_pylist())
+    seen = {_zero(v) for v in _present(seen)}  # once, over the distinct values only
     try:
         return sorted(seen, key=lambda v: (type(v) is not bool, v))
     except TypeError:
