@@ -126,3 +126,9 @@ def test_column_stats_of_a_subset_are_the_subsets():
         assert [s["count"] for s in stats] == [25, 25]
     with pytest.raises(IndexError, match="rows"):
         column_stats(ddf, rows=[90])
+
+
+def test_a_name_twice_in_a_table_is_refused_naming_it():
+    t = pa.Table.from_arrays([pa.array([1.0]), pa.array([2.0])], names=["a", "a"])
+    with pytest.raises(ValueError, match=r"\['a'\] appear more than once"):
+        arrow_source(t)

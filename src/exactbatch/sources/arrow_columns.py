@@ -84,8 +84,10 @@ def pick_columns(
         raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
     types = {c: t for c, t in zip(names, schema.types, strict=True)}  # (by name: linear)
 
+    numeric = {t: is_numeric_type(t) for t in set(types.values())}  # (few distinct types)
+
     def readable(c) -> bool:
-        return is_categorical_type(types[c]) if c in cats else is_numeric_type(types[c])
+        return is_categorical_type(types[c]) if c in cats else numeric[types[c]]
 
     outside = [c for c in cats if c not in types]
     if outside:
@@ -99,8 +101,12 @@ def pick_columns(
     if feats is None:
         labelled = set(labs)
         rest = [c for c in names if c not in labelled]
-        feats = tuple(c for c in rest if readable(c))
-        left = [f"{c} ({types[c]})" for c in rest if not readable(c)]
+        ok = [readable(c) for c in rest]
+        feats = tuple(c for c, r in zip(rest, ok, strict=True) if r)
+        twice = find_columns(names, feats)[1]
+        if twice:
+            raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
+        left = [f"{c} ({types[c]})" for c, r in zip(rest, ok, strict=True) if not r]
         if left:
             warnings.warn(
                 f"{owner}: non-numeric column(s) {left} left out of the features; "

@@ -55,8 +55,9 @@ class ArrowTableSource:
         # in place
         vocab = vocabularies(cats, lambda: [table.select(list(cats))])
         self.categories = {c: list(v.values) for c, v in vocab.items()}
+        held = dict(zip(table.schema.names, table.columns, strict=True))  # (names unique)
         names = self.features + self.labels
-        self._columns = [code(c, table.column(c), vocab, owner) for c in names]
+        self._columns = [code(c, held[c], vocab, owner) for c in names]
         self.table = table
 
     def open_reader(self) -> ArrowColumnsReader:
