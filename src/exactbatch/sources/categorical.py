@@ -137,6 +137,8 @@ def learn(columns: Iterable) -> list:
         seen.update(pc.unique(_plain(col)).to_pylist())
     seen = {_zero(v) for v in _present(seen)}  # once, over the distinct values only
     try:
+        if not any(type(v) is bool for v in seen):
+            return sorted(seen)  # (a key of tuples would cost 20x on a large vocabulary)
         return sorted(seen, key=lambda v: (type(v) is not bool, v))
     except TypeError:
         kinds = sorted({type(v).__name__ for v in seen})
