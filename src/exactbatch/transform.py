@@ -10,6 +10,12 @@ or its NumPy twin): no second pass over the batch.
 
 Rules, each stated once:
 
+* Statistics meet the loader's columns BY NAME when they name them (an
+  ``info`` report, ``column_stats``, a dict with ``"names"``): each feature
+  the loader reads takes the statistics of its own name, whatever the order
+  of either (:meth:`Standardize.for_columns`). Only unnamed statistics, or
+  a source without names (an array), meet by position, width checked.
+
 * The division is a multiplication by ``1 / sd`` computed once per column
   in float64 (:attr:`Standardize.scale`): a divide per value would cost more
   than the copy. So a value equals ``(v - mean) * (1 / sd)`` exactly, which is
@@ -28,6 +34,7 @@ Memory: three float64 arrays of one value per feature.
 from __future__ import annotations
 
 import numbers
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,17 +45,28 @@ from exactbatch.kernels import TransformKernel
 __all__ = ["Standardize"]
 
 
-def _columns(stats) -> tuple[list, list, int | None]:
-    """``(means, sds, features)`` of any accepted form of ``stats``; ``features``: the
-    feature count when the statistics say it (an ``info`` report's ``d``), else None."""
+def _named(rows) -> list | None:
+    """The column names of a list of statistics (``info``'s, ``column_stats``'), when
+    every column has one (None: the statistics are by position only)."""
+    names = [c.get("name") for c in rows]
+    return names if all(isinstance(n, str) for n in names) else None
+
+
+def _columns(stats) -> tuple[list, list, int | None, list | None]:
+    """``(means, sds, features, names)`` of any accepted form of ``stats``; ``features``:
+    the feature count when the statistics say it (an ``info`` report's ``d``), else None;
+    ``names``: each column's name, when the statistics name every column, else None."""
     if isinstance(stats, Standardize):
-        return list(stats.mean), list(stats.sd), None
+        names = None if stats.names is None else list(stats.names)
+        return list(stats.mean), list(stats.sd), None, names
     if isinstance(stats, Mapping) and "stats" in stats:  # an `info --stats --json` report
         d = stats.get("d")
-        means, sds, _ = _columns(stats["stats"])
-        return means, sds, d if isinstance(d, int) and 0 <= d <= len(means) else None
+        means, sds, _, names = _columns(stats["stats"])
+        return means, sds, d if isinstance(d, int) and 0 <= d <= len(means) else None, names
     if isinstance(stats, Mapping) and "mean" in stats and "sd" in stats:
-        return list(np.ravel(stats["mean"])), list(np.ravel(stats["sd"])), None
+        names = stats.get("names")
+        names = None if names is None else [str(n) for n in names]
+        return list(np.ravel(stats["mean"])), list(np.ravel(stats["sd"])), None, names
     if isinstance(stats, Sequence) and not isinstance(stats, (str, bytes)):
         if all(isinstance(c, Mapping) for c in stats):  # column_stats, a report's "stats"
             missing = [i for i, c in enumerate(stats) if "mean" not in c or "sd" not in c]
@@ -57,9 +75,10 @@ def _columns(stats) -> tuple[list, list, int | None]:
                     f"stats: column {missing[0]} has no 'mean' and 'sd' (expected what "
                     "`exactbatch info --stats --json` or exactbatch.dask.column_stats give)"
                 )
-            return [c["mean"] for c in stats], [c["sd"] for c in stats], None
+            means, sds = [c["mean"] for c in stats], [c["sd"] for c in stats]
+            return means, sds, None, _named(stats)
         if len(stats) == 2:  # (mean, sd)
-            return list(np.ravel(stats[0])), list(np.ravel(stats[1])), None
+            return list(np.ravel(stats[0])), list(np.ravel(stats[1])), None, None
     raise TypeError(
         "stats must be an `exactbatch info --stats --json` report (or its 'stats' list), "
         "exactbatch.dask.column_stats(...), a dict with 'mean' and 'sd', or a pair "
@@ -67,34 +86,53 @@ def _columns(stats) -> tuple[list, list, int | None]:
     )
 
 
+def _shown(names) -> str:
+    names = list(names)
+    return str(names if len(names) <= 20 else [*names[:20], "..."])
+
+
 class Standardize:
     """``(x - mean) / sd`` per feature column, then NaN -> ``nan_fill`` (module docs).
 
-    ``stats``: an ``exactbatch info --stats --json`` report (its features, the
-    first ``d`` columns, when it says ``d``) or its ``"stats"`` list,
-    :func:`exactbatch.dask.column_stats`'s list, a dict with ``"mean"`` and
-    ``"sd"``, or a pair ``(mean, sd)`` of arrays. A column without values
-    (mean and sd None) gets mean 0 and sd 1; a NaN, infinite or negative
-    statistic is a ``ValueError``. ``nan_fill``: a finite number (in the
-    standardised space: 0.0 is the mean) or None to keep NaN.
+    ``stats``: an ``exactbatch info --stats --json`` report or its ``"stats"``
+    list, :func:`exactbatch.dask.column_stats`'s list, a dict with ``"mean"``
+    and ``"sd"`` (and, optionally, ``"names"``), or a pair ``(mean, sd)`` of
+    arrays. A column without values (mean and sd None) gets mean 0 and sd 1;
+    a NaN, infinite or negative statistic is a ``ValueError``. ``nan_fill``: a
+    finite number (in the standardised space: 0.0 is the mean) or None to
+    keep NaN.
 
-    A loader takes the statistics of its d features: ``width`` must be d, or
-    d + l (the features' then the labels' statistics, as ``info`` and
-    ``column_stats`` list them; the labels' are not used). Any other width is
-    a ``ValueError`` naming ``transform``, at construction (at the first
-    batch for a stream whose widths are not known before).
+    Statistics that name their columns (``info``'s and ``column_stats``' do:
+    :attr:`names`) meet a loader's columns BY NAME: each feature the loader
+    reads takes the statistics of the column of its name, whatever the order
+    of either (a report lists a Parquet file's columns in file order, a
+    loader reads features then labels, Hive keys last). A feature with no
+    statistics of its name is a ``ValueError`` naming it, as is a name given
+    twice. Statistics without names, or a source without names (an array),
+    meet by position: ``width`` must then be d, or d + l (the features' then
+    the labels' statistics, as ``info`` lists them when it says ``d``; the
+    labels' are not used); any other width is a ``ValueError`` naming
+    ``transform`` and the source's columns. Either check runs at
+    construction of the loader (at its first batch for a stream whose
+    widths are not known before).
     """
 
-    __slots__ = ("mean", "nan_fill", "scale", "sd")
+    __slots__ = ("mean", "names", "nan_fill", "scale", "sd")
 
     def __init__(
         self, stats: Mapping[str, Any] | Sequence[Any] | Standardize, nan_fill: float | None = None
     ) -> None:
-        means, sds, features = _columns(stats)
-        if features is not None:
+        means, sds, features, names = _columns(stats)
+        if features is not None and names is None:  # by position: the report's features
             means, sds = means[:features], sds[:features]
-        if len(means) != len(sds):
-            raise ValueError(f"stats: {len(means)} means but {len(sds)} sds")
+        if len(means) != len(sds) or (names is not None and len(names) != len(means)):
+            also = "" if names is None else f" and {len(names)} names"
+            raise ValueError(f"stats: {len(means)} means but {len(sds)} sds{also}")
+        if names is not None:
+            twice = sorted({c for c, k in Counter(names).items() if k > 1})
+            if twice:
+                raise ValueError(f"stats: column(s) {_shown(twice)} have statistics twice")
+        self.names: tuple[str, ...] | None = None if names is None else tuple(names)
         mean = np.array([0.0 if m is None else m for m in means], dtype=np.float64)
         sd = np.array([1.0 if s is None else s for s in sds], dtype=np.float64)
         for name, v in (("mean", mean), ("sd", sd)):
@@ -102,8 +140,8 @@ class Standardize:
             if bad.any():
                 j = int(bad.argmax())
                 raise ValueError(
-                    f"stats: column {j}'s {name} is {v[j]!r}; expected a finite number"
-                    + (" >= 0" if name == "sd" else "")
+                    f"stats: column {self._column(j)}'s {name} is {v[j]!r}; expected a "
+                    "finite number" + (" >= 0" if name == "sd" else "")
                 )
         if nan_fill is not None:
             if isinstance(nan_fill, bool) or not isinstance(nan_fill, numbers.Real):
@@ -118,7 +156,9 @@ class Standardize:
             self.scale = np.where(sd == 0, 1.0, 1.0 / np.where(sd == 0, 1.0, sd))
         if not np.isfinite(self.scale).all():
             j = int((~np.isfinite(self.scale)).argmax())
-            raise ValueError(f"stats: column {j}'s sd {sd[j]!r} is too small to divide by")
+            raise ValueError(
+                f"stats: column {self._column(j)}'s sd {sd[j]!r} is too small to divide by"
+            )
         for a in (self.mean, self.sd, self.scale):
             a.setflags(write=False)
 
@@ -127,18 +167,48 @@ class Standardize:
         """Columns the statistics cover."""
         return len(self.mean)
 
-    def __repr__(self) -> str:
-        return f"Standardize(width={self.width}, nan_fill={self.nan_fill!r})"
+    def _column(self, j: int) -> str:
+        return str(j) if self.names is None else f"{j} ({self.names[j]!r})"
 
-    def features(self, d: int, l: int | None) -> int:  # noqa: E741
+    def __repr__(self) -> str:
+        named = "" if self.names is None else ", by name"
+        return f"Standardize(width={self.width}{named}, nan_fill={self.nan_fill!r})"
+
+    def for_columns(self, features, labels=()) -> Standardize:
+        """The statistics a loader reading the columns ``features`` (then ``labels``)
+        uses, in its order: by name when both sides have names (a feature without
+        statistics of its name is a ``ValueError`` naming it), else this one, by
+        position (checked by :meth:`features` once the widths are known)."""
+        if self.names is None or features is None:
+            return self
+        at = {c: j for j, c in enumerate(self.names)}
+        missing = [c for c in features if c not in at]
+        if missing:
+            raise ValueError(
+                f"transform: Standardize has no statistics of the source's feature(s) "
+                f"{_shown(missing)}; its statistics are of {_shown(self.names)} (matched "
+                "by name: compute them over the columns the loader reads)"
+            )
+        pick = np.array([at[c] for c in features], dtype=np.int64)
+        out = object.__new__(Standardize)
+        out.names, out.nan_fill = tuple(features), self.nan_fill
+        out.mean, out.sd, out.scale = self.mean[pick], self.sd[pick], self.scale[pick]
+        for a in (out.mean, out.sd, out.scale):
+            a.setflags(write=False)
+        return out
+
+    def features(self, d: int, l: int | None, names=None) -> int:  # noqa: E741
         """How many leading columns a loader of ``d`` features and ``l`` labels uses: d,
-        when the width is d or d + l; else a ``ValueError`` naming ``transform``."""
+        when the width is d or d + l; else a ``ValueError`` naming ``transform`` (and
+        the source's columns, ``names``, when known)."""
         if self.width == d or (l is not None and self.width == d + l):
             return d
         also = "" if l is None else f" or d + l = {d + l} (features then labels)"
+        cols = "" if names is None else f" {_shown(names)}"
         raise ValueError(
-            f"transform: Standardize has statistics of {self.width} columns; the source "
-            f"has d = {d} features, so expected {d}{also}"
+            f"transform: Standardize has statistics of {self.width} columns by position; "
+            f"the source has d = {d} features{cols}, so expected {d}{also} (statistics "
+            "with column names are matched by name)"
         )
 
     def kernel(self, d: int) -> TransformKernel:

@@ -259,19 +259,20 @@ def test_standardize_takes_info_stats_json_and_column_stats_lists(tmp_path):
     x, y = _data(nan=0.0)
     save_ndf(tmp_path / "d.ndf", (x, y))
     report = json.loads(json.dumps(info(tmp_path / "d.ndf", stats=True, bar=False)))
-    st = Standardize(report)  # the report knows d: the features' statistics only
-    assert st.width == D
-    np.testing.assert_allclose(st.mean, x.mean(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(st.sd, x.std(axis=0), rtol=1e-12)
-    whole = Standardize(report["stats"])  # features then labels: d + l is accepted
-    assert whole.width == D + L
+    st = Standardize(report)  # named: every column's statistics, taken by name
+    assert st.width == D + L and st.names == (*report["features"], *report["labels"])
+    np.testing.assert_allclose(st.mean[:D], x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(st.sd[:D], x.std(axis=0), rtol=1e-12)
+    whole = Standardize({"mean": st.mean, "sd": st.sd})  # by position: d + l is accepted
+    assert whole.width == D + L and whole.names is None
     for s in (st, whole):
         loader = DataLoader(open_ndf(tmp_path / "d.ndf"), 50, shuffle=False, transform=s)
         xb = np.concatenate([b for b, _ in loader])
         np.testing.assert_allclose(xb.mean(axis=0), 0.0, atol=1e-12)
         np.testing.assert_allclose(xb.std(axis=0), 1.0, rtol=1e-12)
-    same = Standardize({"mean": st.mean, "sd": st.sd})
+    same = Standardize({"mean": st.mean, "sd": st.sd, "names": st.names})
     np.testing.assert_array_equal(same.scale, st.scale)
+    assert same.names == st.names
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,7 @@ from exactbatch.checks import check_int
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path
+from exactbatch.order.subset import check_subset
 from exactbatch.stats import ColumnStats
 
 __all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
@@ -342,21 +343,50 @@ def dask_source(
 # -- statistics -------------------------------------------------------------------------------
 
 
-def _partition_stats(part, columns: Columns) -> ColumnStats:
+def _partition_stats(part, columns: Columns, rows=None) -> ColumnStats:
     x, y = columns.to_xy(part)
-    return ColumnStats.of(np.concatenate((x, y), axis=1))  # (rows, d + l)
+    both = np.concatenate((x, y), axis=1)  # (rows, d + l)
+    return ColumnStats.of(both if rows is None else both[rows])
 
 
-def column_stats(collection: Any, *, features: Any = None, labels: Any = ()) -> list[dict]:
+def _length(part) -> int:
+    return len(part)
+
+
+def column_stats(
+    collection: Any, *, features: Any = None, labels: Any = (), rows: Any = None
+) -> list[dict]:
     """Per-column ``count``, ``nan``, ``mean``, ``sd`` (divisor n), ``min`` and ``max``
     of ``collection``'s chosen columns (as :func:`to_ndf_dataset` chooses them), features
     then labels, each a dict with the column's ``name``: what ``exactbatch info --stats``
-    reports for a file. Each partition is summarised where it is computed, in parallel,
-    and the summaries are merged on the client (numerically stable at any offset)."""
+    reports for a file, and what :class:`~exactbatch.Standardize` matches to a loader's
+    columns by name. Each partition is summarised where it is computed, in parallel,
+    and the summaries are merged on the client (numerically stable at any offset).
+
+    ``rows``: the statistics of these rows only (distinct ids into the collection's
+    rows in order, ``DataLoader(rows=)``'s rule; a training fold of
+    :func:`exactbatch.split` or :func:`exactbatch.kfold`), so a transform fitted on
+    the training rows alone needs no merge by hand. Each partition summarises its own
+    ids; partitions of unknown length are counted first (one more pass).
+    """
     dask = import_dask()
     plan = plan_for(collection, features, labels, "column_stats")
     summarise = dask.delayed(_partition_stats, pure=True)
-    parts = _compute_all([summarise(p, plan.columns) for p in plan.parts])
+    if rows is None:
+        tasks = [summarise(p, plan.columns) for p in plan.parts]
+    else:
+        lengths: Any = plan.lengths
+        if lengths is None:
+            lengths = _compute_all([dask.delayed(_length, pure=True)(p) for p in plan.parts])
+        bounds = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
+        ids = np.sort(check_subset(rows, int(bounds[-1])))
+        cut = np.searchsorted(ids, bounds)
+        tasks = [
+            summarise(p, plan.columns, ids[cut[i] : cut[i + 1]] - bounds[i])
+            for i, p in enumerate(plan.parts)
+            if cut[i + 1] > cut[i]
+        ]
+    parts = _compute_all(tasks)
     total = ColumnStats(plan.d + plan.l)
     for s in parts:
         total.merge(s)

@@ -64,7 +64,16 @@ class Output:
     """A loader's batch rules (module docs). ``fused(reader)`` says whether a
     reader's ``read`` takes a :class:`~exactbatch.kernels.TransformKernel`."""
 
-    __slots__ = ("_kernels", "dtype", "int_labels", "nan_error", "plain", "transform", "ydtype")
+    __slots__ = (
+        "_kernels",
+        "dtype",
+        "int_labels",
+        "nan_error",
+        "names",
+        "plain",
+        "transform",
+        "ydtype",
+    )
 
     def __init__(self, dtype=np.float64, label_dtype=None, transform=None, nan: str = "keep"):
         self.dtype = check_dtype(dtype)
@@ -84,12 +93,22 @@ class Output:
         self.int_labels = self.ydtype in LABEL_DTYPES
         self.plain = transform is None and not self.nan_error and not self.int_labels
         self._kernels: dict[int, TransformKernel | None] = {}
+        self.names: list[str] | None = None  # the source's features, once named
+
+    def name_columns(self, names: tuple[list[str], list[str]] | None) -> None:
+        """The source's ``(features, labels)`` names (None: it has none): a transform
+        whose statistics name their columns takes them by name (``ValueError`` naming
+        ``transform`` and the features it lacks)."""
+        if names is not None:
+            self.names = list(names[0])
+            if self.transform is not None:
+                self.transform = self.transform.for_columns(*names)
 
     def check_widths(self, d: int | None, l: int | None) -> None:  # noqa: E741
         """Refuse a transform of the wrong width (``ValueError`` naming ``transform``);
         nothing while the widths are unknown (a stream not read yet)."""
         if d is not None and self.transform is not None:
-            self.transform.features(d, l)
+            self.transform.features(d, l, self.names)
 
     def kernel(self, d: int, l: int) -> TransformKernel | None:  # noqa: E741
         """The gather's kernel for d features (None: x is copied as it is)."""
@@ -98,7 +117,8 @@ class Output:
         except KeyError:
             pass
         if self.transform is not None:
-            kern: TransformKernel | None = self.transform.kernel(self.transform.features(d, l))
+            used = self.transform.features(d, l, self.names)
+            kern: TransformKernel | None = self.transform.kernel(used)
         elif self.nan_error:  # the check alone: (v - 0) * 1 is v
             kern = TransformKernel(np.zeros(d), np.ones(d))
         else:
@@ -133,7 +153,7 @@ class Output:
             if y64 is not y:
                 y[...] = y64
         if self.nan_error:
-            self._refuse_nan(out_x, y, first, rows, ids)
+            self._refuse_nan(out_x, y, first, rows, ids, self.names)
         if self.int_labels:
             self.labels_into(y, out_y, rows, ids)
 
@@ -149,11 +169,12 @@ class Output:
         return ox, oy
 
     @staticmethod
-    def _refuse_nan(x, y, first: int, rows, ids) -> None:
+    def _refuse_nan(x, y, first: int, rows, ids, names=None) -> None:
         if first >= 0:
             c = int(np.isnan(x[first]).argmax())
+            named = f" ({names[c]!r})" if names is not None and c < len(names) else ""
             raise ValueError(
-                f"nan='error': row {_row_id(rows, ids, first)} has NaN in feature column {c}"
+                f"nan='error': row {_row_id(rows, ids, first)} has NaN in feature column {c}{named}"
             )
         if y.shape[1] and y.dtype.kind == "f":
             bad = np.isnan(y)

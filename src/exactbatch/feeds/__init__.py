@@ -10,7 +10,9 @@ from exactbatch.feeds.base import BatchSpec, Epoch, Feed, Job
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.streamed import StreamFeed
+from exactbatch.sources.categorical import check_code_dtype
 from exactbatch.sources.chunks import ChunkList, Stream
+from exactbatch.sources.columns import column_names, source_categories
 from exactbatch.sources.kinds import open_source
 
 __all__ = [
@@ -33,6 +35,17 @@ def open_feed(
     if spec.elastic and isinstance(source, list):  # elastic reads a list chunk by chunk
         source = ChunkList(source)
     opened = open_source(source)
+    try:
+        names, cats = column_names(source, opened), source_categories(source, opened)
+        if cats and names is not None and spec.output is not None and spec.output.int_labels:
+            cats = {c: v for c, v in cats.items() if c not in set(names[1])}  # int labels
+        check_code_dtype(cats, spec.dtype)
+        if spec.output is not None:  # a transform meets the source's columns by name
+            spec.output.name_columns(names)
+    except BaseException:
+        if not isinstance(opened, Stream):
+            opened.close()
+        raise
     if isinstance(opened, Stream):
         if rows is not None:
             raise TypeError(

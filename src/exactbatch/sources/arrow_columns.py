@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from exactbatch.sources.arrow import fill_columns
-from exactbatch.sources.parquet_columns import check_names, is_numeric_type
+from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
+from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
 
 __all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
 
@@ -63,32 +64,49 @@ def _names(columns, what: str) -> tuple[str, ...] | None:
     return out
 
 
-def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def pick_columns(
+    schema, features, labels, owner: str, categorical: dict | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(features, labels)``: the column names to read from ``schema`` (a
     ``pyarrow.Schema``), checked as the module docs say; ``owner`` names the
-    source in errors."""
+    source in errors. ``categorical`` (:func:`~exactbatch.sources.categorical.
+    check_categorical`'s dict): columns read as codes, which may be strings (and are
+    features, with ``features=None``, where they are not labels)."""
+    cats = categorical or {}
     feats, labs = _names(features, "features"), _names(labels, "labels") or ()
     check_names(feats, labs)
     names = list(schema.names)
     named = list(feats or ()) + list(labs)
-    missing = [c for c in named if c not in names]
+    missing, twice = find_columns(names, named)
     if missing:
         raise ValueError(f"{owner}: missing column(s) {missing}; its columns are {names}")
-    twice = sorted({c for c in named if names.count(c) > 1})
     if twice:
         raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
-    bad = [
-        f"{c} ({schema.field(c).type})" for c in named if not is_numeric_type(schema.field(c).type)
-    ]
+    types = {c: t for c, t in zip(names, schema.types, strict=True)}  # (by name: linear)
+
+    numeric = {t: is_numeric_type(t) for t in set(types.values())}  # (few distinct types)
+
+    def readable(c) -> bool:
+        return is_categorical_type(types[c]) if c in cats else numeric[types[c]]
+
+    outside = [c for c in cats if c not in types]
+    if outside:
+        raise ValueError(f"{owner}: categorical names missing column(s) {outside}")
+    bad = [f"{c} ({types[c]})" for c in named if not readable(c)]
     if bad:
         raise ValueError(
             f"{owner}: non-numeric column(s) {bad}; features and labels must be integer, "
             "floating or boolean columns: leave them out, or encode them as numbers first"
         )
     if feats is None:
-        rest = [c for c in names if c not in labs]
-        feats = tuple(c for c in rest if is_numeric_type(schema.field(c).type))
-        left = [f"{c} ({schema.field(c).type})" for c in rest if c not in feats]
+        labelled = set(labs)
+        rest = [c for c in names if c not in labelled]
+        ok = [readable(c) for c in rest]
+        feats = tuple(c for c, r in zip(rest, ok, strict=True) if r)
+        twice = find_columns(names, feats)[1]
+        if twice:
+            raise ValueError(f"{owner}: column name(s) {twice} appear more than once")
+        left = [f"{c} ({types[c]})" for c, r in zip(rest, ok, strict=True) if not r]
         if left:
             warnings.warn(
                 f"{owner}: non-numeric column(s) {left} left out of the features; "
@@ -97,6 +115,13 @@ def pick_columns(schema, features, labels, owner: str) -> tuple[tuple[str, ...],
             )
     if not feats and not labs:
         raise ValueError(f"{owner}: no numeric column to read (its columns are {names})")
+    chosen = {*feats, *labs}
+    unread = [c for c in cats if c not in chosen]
+    if unread:
+        raise ValueError(
+            f"{owner}: categorical names column(s) {unread} that are neither features nor "
+            "labels; name them in features= or labels= too"
+        )
     return feats, labs
 
 
@@ -240,11 +265,15 @@ class ArrowStream:
         labels: Sequence[str],
         owner: str,
         n_rows: int | None = None,
+        categorical: dict | None = None,
     ):
         self._batches = batches
         self.features, self.labels = tuple(features), tuple(labels)
         self.owner = owner
         self.n_rows = n_rows
+        # the vocabularies (given, or learned in a first pass now), each built once
+        self._vocab = vocabularies(categorical or {}, batches)
+        self.categories = {c: list(v.values) for c, v in self._vocab.items()}
 
     def __repr__(self) -> str:
         return (
@@ -254,7 +283,7 @@ class ArrowStream:
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         names, d = self.features + self.labels, len(self.features)
-        it = iter(self._batches())
+        it, first = iter(self._batches()), 0
         try:
             for batch in it:
                 present = set(batch.schema.names)
@@ -262,6 +291,10 @@ class ArrowStream:
                 if missing:
                     raise ValueError(f"{self.owner}: a batch lacks column(s) {missing}")
                 cols = [batch.column(c) for c in names]
+                if self._vocab:
+                    v, at = self._vocab, f"{self.owner}: a batch"
+                    cols = [code(c, a, v, at, first) for c, a in zip(names, cols, strict=True)]
+                first += batch.num_rows
                 x = np.empty((batch.num_rows, d), dtype=np.float64)
                 y = np.empty((batch.num_rows, len(names) - d), dtype=np.float64)
                 fill_columns(cols[:d], x)

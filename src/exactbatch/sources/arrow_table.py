@@ -17,6 +17,7 @@ from typing import Any
 
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, ArrowStream, made_by, pick_columns
+from exactbatch.sources.categorical import check_categorical, code, vocabularies
 
 __all__ = ["ArrowTableSource", "arrow_source", "is_arrow_reader", "is_arrow_table", "refuse_reader"]
 
@@ -46,10 +47,17 @@ class ArrowTableSource:
     :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``table``,
     ``features``, ``labels``, ``n``, ``d``, ``l``."""
 
-    def __init__(self, table, features, labels, owner: str = "the pyarrow Table"):
-        self.features, self.labels = pick_columns(table.schema, features, labels, owner)
+    def __init__(self, table, features, labels, owner: str = "the pyarrow Table", categorical=None):
+        cats = check_categorical(categorical, owner)
+        self.features, self.labels = pick_columns(table.schema, features, labels, owner, cats)
         self.n, self.d, self.l = table.num_rows, len(self.features), len(self.labels)
-        self._columns = [table.column(c) for c in self.features + self.labels]
+        # coded columns are coded once, here (a float64 column each); the others are read
+        # in place
+        vocab = vocabularies(cats, lambda: [table.select(list(cats))])
+        self.categories = {c: list(v.values) for c, v in vocab.items()}
+        held = dict(zip(table.schema.names, table.columns, strict=True))  # (names unique)
+        names = self.features + self.labels
+        self._columns = [code(c, held[c], vocab, owner) for c in names]
         self.table = table
 
     def open_reader(self) -> ArrowColumnsReader:
@@ -65,6 +73,7 @@ def arrow_source(
     *,
     features: str | Sequence[str] | None = None,
     labels: str | Sequence[str] = (),
+    categorical: Any = None,
 ) -> ArrowTableSource | ArrowStream:
     """A source over pyarrow data: a ``Table`` or ``RecordBatch`` (random access,
     read in place), or a zero-argument function returning a fresh
@@ -76,10 +85,15 @@ def arrow_source(
     not among the labels (others left out with a warning); a named column
     missing or not numeric is a ``ValueError`` naming it; a null is NaN. A
     bare ``RecordBatchReader`` is a ``TypeError`` (it cannot restart).
+
+    ``categorical``: columns read as integer codes, as in
+    :func:`exactbatch.parquet_source` (:mod:`exactbatch.sources.categorical`):
+    a list learns each vocabulary (a table's column at once; a stream's in a
+    first pass), ``{column: [values]}`` gives it; ``source.categories``.
     """
     pa = need("pyarrow", by="arrow_source", package="pyarrow", extra="arrow")
     if is_arrow_table(data):
-        return ArrowTableSource(data, features, labels)
+        return ArrowTableSource(data, features, labels, categorical=categorical)
     if is_arrow_reader(data) or isinstance(data, cabc.Iterator):
         refuse_reader(data)
     if not callable(data):
@@ -87,8 +101,9 @@ def arrow_source(
             "data must be a pyarrow Table or RecordBatch, or a zero-argument function "
             f"returning a fresh RecordBatchReader; got {type(data).__name__}"
         )
-    feats, labs = _schema_columns(data, features, labels)
-    return ArrowStream(_Readers(data, pa), feats, labs, "the reader")
+    cats = check_categorical(categorical, "arrow_source")
+    feats, labs = _schema_columns(data, features, labels, cats)
+    return ArrowStream(_Readers(data, pa), feats, labs, "the reader", categorical=cats)
 
 
 class _Readers:
@@ -109,7 +124,9 @@ class _Readers:
         return r
 
 
-def _schema_columns(factory: Callable, features, labels) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _schema_columns(
+    factory: Callable, features, labels, cats: dict
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The columns to read, from the schema of a first reader (or first batch) made now."""
     first = factory()
     schema = getattr(first, "schema", None)
@@ -123,4 +140,4 @@ def _schema_columns(factory: Callable, features, labels) -> tuple[tuple[str, ...
     close = getattr(first, "close", None)
     if close is not None:
         close()
-    return pick_columns(schema, features, labels, "the reader")
+    return pick_columns(schema, features, labels, "the reader", cats)

@@ -14,14 +14,28 @@ The rule, one for every entry point:
   ``j`` is the ``j``-th smallest value whatever the order of rows, files or
   partitions. ``categorical={column: [values]}`` gives the vocabulary
   instead (no first pass): code ``j`` is ``values[j]``, in the order given.
+* A value takes the code of the vocabulary entry EQUAL to it, whatever the
+  two types: an integer column's 0 is coded as the entry 0 (or 0.0) of a
+  vocabulary learned from a float file, never by a cast that truncates
+  -0.5 to 0. Equal numbers are one category: 0, 0.0 and -0.0 are one
+  value (a learned vocabulary keeps it as 0.0; a given one listing two of
+  them is refused as a repeat), while a boolean is never a number
+  (``True`` is not the category 1) and a string never a number (``"1"``
+  is not 1).
 * A missing value (null, or NaN in a float column) is stored as NaN, never
   coded. A value not in the vocabulary (possible only with a vocabulary
   given) is refused: a ``ValueError`` naming the column, the value and
   where it is, never an "other" code a model would learn as a category.
 
 What it costs: the first pass reads the categorical columns once (in
-Parquet, only their column chunks); coding a batch is one hash lookup a
-value (``pyarrow.compute.index_in``), and the vocabulary's memory.
+Parquet, only their column chunks). The lookups are built once per
+vocabulary, never per batch: numbers are coded by a table (integers in a
+range a few times the vocabulary's size) or a binary search of the sorted
+entries, in NumPy; other values (strings, booleans) by one hash lookup per
+DISTINCT value of the batch. Memory: the vocabulary, its hash and its
+float64 keys. A loader whose dtype cannot hold every code exactly
+(float32 past 2**24 categories' codes, float16 past 2**11) refuses the
+source (:func:`check_code_dtype`).
 """
 
 from __future__ import annotations
@@ -29,7 +43,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["Vocabulary", "check_categorical", "is_categorical_type", "learn"]
+__all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
+__all__ += ["code", "vocabularies"]
 
 
 def check_categorical(categorical, where: str) -> dict[str, list | None]:
@@ -105,16 +120,25 @@ def _present(values) -> list:
     return [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
+def _zero(v):
+    """``v`` with a float -0.0 made 0.0: the two are equal, so one category (module docs)."""
+    return 0.0 if type(v) is float and v == 0 else v
+
+
 def learn(columns: Iterable) -> list:
     """The sorted distinct values (nulls and NaN left out) of ``columns``, Arrow arrays of
-    one column (a file's, a batch's each): a learned vocabulary. Values of different
-    kinds (strings in one file, numbers in another) are a ``TypeError``."""
+    one column (a file's, a batch's each): a learned vocabulary. Equal values are one
+    value (0 and 0.0 and -0.0; a float zero is kept as 0.0); values of different kinds
+    (strings in one file, numbers in another) are a ``TypeError``."""
     import pyarrow.compute as pc
 
     seen: set = set()
     for col in columns:
-        seen.update(_present(pc.unique(_plain(col)).to_pylist()))
+        seen.update(pc.unique(_plain(col)).to_pylist())
+    seen = {_zero(v) for v in _present(seen)}  # once, over the distinct values only
     try:
+        if not any(type(v) is bool for v in seen):
+            return sorted(seen)  # (a key of tuples would cost 20x on a large vocabulary)
         return sorted(seen, key=lambda v: (type(v) is not bool, v))
     except TypeError:
         kinds = sorted({type(v).__name__ for v in seen})
@@ -123,57 +147,201 @@ def learn(columns: Iterable) -> list:
         ) from None
 
 
-class Vocabulary:
-    """One column's vocabulary: :meth:`encode` turns its values into float64 codes."""
+_EXACT = 2.0**53  # integers below this size are float64 exactly (and so is 2**53 + 1 not)
 
-    __slots__ = ("_sets", "column", "values")
+
+def _key(v):
+    """A value's key in a vocabulary: equal values, equal keys, but for booleans (True is
+    not the category 1); a string is its own key."""
+    return v if type(v) is str else (type(v) is bool, _zero(v))
+
+
+class Vocabulary:
+    """One column's vocabulary: :meth:`encode` turns its values into float64 codes.
+
+    The lookups are built once, when first needed, and kept: a hash of every
+    entry (a value's code is the code of the entry EQUAL to it: 0, 0.0 and
+    -0.0 are one value, ``True`` is not 1, ``"1"`` is not 1), and, for the
+    numbers, their float64 values sorted, so that a numeric batch is coded by
+    a binary search (no hash of the whole vocabulary per batch).
+    """
+
+    __slots__ = ("_codes", "_numbers", "column", "values")
 
     def __init__(self, column: str, values: Sequence):
         self.column, self.values = column, list(values)
-        self._sets: dict = {}  # Arrow type -> the vocabulary as an array of that type
+        self._codes: dict | None = None  # _key(value) -> code
+        self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
 
-    def _value_set(self, arrow_type, where: str):
-        vs = self._sets.get(arrow_type)
-        if vs is None:
-            import pyarrow as pa
+    def _lookup(self) -> dict:
+        if self._codes is None:
+            if all(type(v) is str for v in self.values):
+                self._codes = dict(zip(self.values, range(len(self.values)), strict=True))
+            else:
+                self._codes = {_key(v): j for j, v in enumerate(self.values)}
+        return self._codes
 
-            try:
-                vs = pa.array(self.values, type=arrow_type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-                raise ValueError(
-                    f"{where}: the vocabulary of {self.column!r} ({self.values[:5]!r:.80}...) "
-                    f"does not fit the column's type {arrow_type} ({e})"
-                ) from None
-            self._sets[arrow_type] = vs
-        return vs
+    def _sorted(self) -> tuple:
+        """The numeric entries as float64: ``(keys sorted, their codes, dense)``, where
+        ``dense`` is ``(lowest, table)`` (``table[v - lowest]``: the code of the integer
+        ``v``, NaN for none) when the entries are integers in a range at most a few
+        times their count, else None; ``()`` when an entry is not a number (a boolean,
+        a string) or not a float64 exactly (an integer past 2**53): such vocabularies
+        go through the hash."""
+        if self._numbers is None:
+            import numpy as np
+
+            self._numbers = ()
+            if self.values and set(map(type, self.values)) <= {int, float}:
+                keys = np.array(self.values, dtype=np.float64)
+                if np.isfinite(keys).all() and np.abs(keys).max() < _EXACT:
+                    order = np.argsort(keys, kind="stable")
+                    keys, dense = keys[order], None
+                    lo, span = keys[0], keys[-1] - keys[0] + 1
+                    if (keys == np.floor(keys)).all() and span <= 4 * len(keys) + 1024:
+                        table = np.full(int(span), np.nan)
+                        table[(keys - lo).astype(np.int64)] = order
+                        dense = (lo, table)
+                    self._numbers = (keys, order.astype(np.float64), dense)
+        return self._numbers
+
+    def _numeric(self, x):
+        """Codes of the float64 values ``x`` (NaN where no entry equals the value)."""
+        import numpy as np
+
+        keys, codes, dense = self._sorted()
+        if dense is not None:  # integers in a range: a table, one read a value
+            lo, table = dense
+            i = x - lo
+            ok = (i >= 0) & (i < len(table)) & (i == np.floor(i))  # (NaN: False)
+            out = np.full(len(x), np.nan)
+            out[ok] = table[i[ok].astype(np.int64)]
+            return out
+        at = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
+        return np.where(keys[at] == x, codes[at], np.nan)
 
     def encode(self, col, where: str, first_row: int = 0):
         """``col`` (an Arrow array or chunked array of this column) as a float64 Arrow
-        array of codes, missing values null (NaN once read). A value outside the
-        vocabulary is a ``ValueError`` naming the column, the value and its row
-        (``first_row`` + its position in ``col``), starting with ``where``."""
+        array of codes, missing values NaN. A value outside the
+        vocabulary (no entry equal to it) is a ``ValueError`` naming the column, the
+        value and its row (``first_row`` + its position in ``col``), starting with
+        ``where``."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         col = _plain(col)
-        if pa.types.is_null(col.type):
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        t = col.type
+        if pa.types.is_null(t):
             return pa.nulls(len(col), pa.float64())
-        codes = pc.index_in(col, value_set=self._value_set(col.type, where))
-        floating = pa.types.is_floating(col.type)
-        if not floating and codes.null_count == col.null_count:
-            return codes.cast(pa.float64())  # every value found: the common case, no masks
-        present = pc.is_valid(col)
-        if floating:
-            present = pc.and_(present, pc.invert(pc.is_nan(col)))
-        unknown = pc.and_(present, pc.is_null(codes))
-        if pc.any(unknown).as_py():
-            at = pc.index(unknown, True).as_py()
+        numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+        x = None
+        if numeric and self._sorted() and self._sorted()[2] is not None and not col.null_count:
+            if pa.types.is_integer(t) and t != pa.uint64():
+                out = self._dense(col.to_numpy())  # integers, no nulls: the table directly
+                unknown = np.isnan(out)
+                return self._checked(out, unknown, col, where, first_row)
+        if numeric and self._sorted():
+            x = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
+            if pa.types.is_integer(t) and len(x) and np.nanmax(np.abs(x)) >= _EXACT:
+                x = None  # past 2**53: float64 would merge neighbours; the hash is exact
+        if x is not None:
+            out = self._numeric(x)
+            unknown = np.isnan(out) & ~np.isnan(x)
+        else:  # each distinct value looked up once
+            enc = pc.dictionary_encode(col)
+            lookup, values = self._lookup(), enc.dictionary.to_pylist()  # (no null in it)
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                values = list(map(_key, values))
+            table = np.fromiter(map(lookup.get, values, [-1.0] * len(values)), np.float64)
+            idx = enc.indices.to_numpy(zero_copy_only=False)  # nulls: see below
+            if enc.indices.null_count:
+                idx = np.where(enc.indices.is_valid().to_numpy(zero_copy_only=False), idx, 0)
+            valid = col.is_valid().to_numpy(zero_copy_only=False)
+            out = np.where(valid, table[idx.astype(np.int64)] if len(table) else np.nan, np.nan)
+            if pa.types.is_floating(t):
+                valid &= ~np.isnan(col.to_numpy(zero_copy_only=False))
+            unknown = valid & (out == -1.0)
+            out[~valid] = np.nan  # null, NaN: missing, never coded
+        return self._checked(out, unknown, col, where, first_row)
+
+    def _dense(self, xi):
+        """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
+        import numpy as np
+
+        lo, table = self._sorted()[2]
+        i = xi.astype(np.int64, copy=False) - np.int64(lo)
+        ok = (i >= 0) & (i < len(table))
+        if ok.all():
+            return table[i]
+        out = np.full(len(xi), np.nan)
+        out[ok] = table[i[ok]]
+        return out
+
+    def _checked(self, out, unknown, col, where: str, first_row: int):
+        """``out`` as an Arrow float64 array (missing values NaN), or the ``ValueError``
+        of the first value ``unknown`` marks."""
+        import pyarrow as pa
+
+        if unknown.any():
+            i = int(unknown.argmax())
             raise ValueError(
-                f"{where}: column {self.column!r} holds {col[at].as_py()!r} (row "
-                f"{first_row + at}), which is not in its vocabulary of {len(self.values)} "
-                f"value(s); add it to categorical={{{self.column!r}: [...]}}, or let the "
-                "vocabulary be learned (categorical=[...])"
+                f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
+                f"{first_row + i}), which is not in its vocabulary of {len(self.values)} "
+                f"value(s) (a value takes the code of the entry equal to it); add it to "
+                f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
+                "(categorical=[...])"
             )
-        if floating:
-            codes = pc.if_else(present, codes, pa.scalar(None, codes.type))  # NaN: missing
-        return codes.cast(pa.float64())
+        return pa.array(out, type=pa.float64())  # NaN: missing (a plain float64 column)
+
+
+def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
+    """Refuse (``ValueError`` naming ``where``, the column and its count) a floating
+    ``dtype`` that cannot hold every code of ``categories`` (``{column: [values]}``)
+    exactly: codes run to k - 1, and float32 holds every integer up to 2**24 only
+    (float16: 2**11); past it two categories would share a code."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    if dt.kind != "f" or not categories:
+        return
+    exact = 2 ** (np.finfo(dt).nmant + 1)
+    big = {c: len(v) for c, v in categories.items() if len(v) - 1 > exact}
+    if big:
+        c, k = next(iter(big.items()))
+        raise ValueError(
+            f"{where}={dt}: column {c!r} has {k:,} categories, whose codes up to {k - 1:,} "
+            f"{dt} cannot hold exactly (integers up to 2**{exact.bit_length() - 1} only): "
+            "two categories would get one code; load it with dtype=np.float64"
+        )
+
+
+def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
+    """``{column: Vocabulary}`` for ``categorical`` (as :func:`check_categorical` gives
+    it): the vocabularies given, and the others learned from ``batches()``, an iterable
+    of Arrow tables or record batches holding those columns (called only when one is
+    to be learned: a first pass)."""
+    import pyarrow.compute as pc
+
+    todo = [c for c, v in categorical.items() if v is None]
+    seen: dict[str, list] = {c: [] for c in todo}
+    if todo:
+        for batch in batches():
+            for c in todo:
+                seen[c].append(pc.unique(_plain(batch.column(c))))  # not the column: memory
+    out = {}
+    for c, given in categorical.items():
+        try:
+            out[c] = Vocabulary(c, learn(seen[c]) if given is None else given)
+        except TypeError as e:
+            raise TypeError(f"column {c!r}: {e}") from None
+    return out
+
+
+def code(name: str, col, vocab: dict, where: str, first_row: int = 0):
+    """``col`` (the column ``name``) coded when ``vocab`` has a vocabulary for it, else
+    as it is."""
+    v = vocab.get(name)
+    return col if v is None else v.encode(col, where, first_row)

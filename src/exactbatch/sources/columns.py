@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.ndf.names import DefaultNames
 from exactbatch.sources.chunks import Stream
 from exactbatch.sources.kinds import open_source
 
-__all__ = ["MissingColumnError", "source_column", "source_size"]
+__all__ = ["MissingColumnError", "column_names", "source_categories", "source_column"]
+__all__ += ["source_size"]
 
 _BLOCK_ROWS = 1 << 16  # rows read at a time for a column
 
@@ -72,6 +74,49 @@ def _names(source) -> list[str] | None:
     if features is None and labels is None:
         return None
     return list(features or ()) + list(labels or ())
+
+
+def column_names(source, opened=None) -> tuple[list[str], list[str]] | None:
+    """``(features, labels)``: the names of the columns a loader reads from ``source``
+    (``opened``: what :func:`~exactbatch.sources.kinds.open_source` made of it), in the
+    loader's order, or None when they have none: an array, a pair of arrays, a stream
+    of plain chunks, an ``.ndf`` written without names (``x0..``, ``y0..``: positions,
+    not names). Found on the source, else on what opened it (an Arrow or polars
+    object's source, an ``ndf_blocks`` file)."""
+    if isinstance(source, tuple) and len(source) == 2 and all(map(_is_frame, source)):
+        return [str(c) for c in source[0].columns], [str(c) for c in source[1].columns]
+    if _is_frame(source):
+        return [str(c) for c in source.columns], []
+    for o in _described(source, opened):
+        features, labels = getattr(o, "features", None), getattr(o, "labels", None)
+        if features is None and labels is None:
+            continue
+        if isinstance(features, DefaultNames) and isinstance(labels, DefaultNames):
+            return None
+        return [str(c) for c in features or ()], [str(c) for c in labels or ()]
+    return None
+
+
+def source_categories(source, opened=None) -> dict[str, list]:
+    """The vocabularies of the columns ``source`` reads as integer codes (a Parquet
+    source's ``categorical=``, an ``.ndf`` file's or dataset's stored ones): ``{}``
+    for none. Found where :func:`column_names` finds the names."""
+    for o in _described(source, opened):
+        cats = getattr(o, "categories", None)
+        if isinstance(cats, dict):
+            return cats
+    return {}
+
+
+def _described(source, opened):
+    """What may describe ``source``'s columns: itself, what opened it, the object a
+    stream reads (``.source``), and the file of either (``.file``)."""
+    for obj in (source, opened, getattr(opened, "source", None)):
+        if obj is not None:
+            yield obj
+            f = getattr(obj, "file", None)
+            if f is not None:
+                yield f
 
 
 def source_column(source, name: str) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 from exactbatch.checks import check_int
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowStream, made_by, pick_columns
+from exactbatch.sources.categorical import check_categorical
 
 __all__ = ["duckdb_source", "is_duckdb_relation"]
 
@@ -45,6 +46,7 @@ def duckdb_source(
     labels: str | Sequence[str] = (),
     batch_rows: int = BATCH_ROWS,
     n_rows: int | None = None,
+    categorical: Any = None,
 ) -> ArrowStream:
     """A stream over a DuckDB relation, its query run once per pass, ``batch_rows`` rows
     a chunk.
@@ -54,6 +56,11 @@ def duckdb_source(
     named column missing or not numeric is a ``ValueError`` naming it; a
     null is NaN. ``n_rows``: the relation's row count, if known (a table's
     is counted here; see the module docs).
+
+    ``categorical``: columns read as integer codes, as in
+    :func:`exactbatch.parquet_source` (:mod:`exactbatch.sources.categorical`):
+    a list learns each vocabulary, sorted, in a first pass of the query;
+    ``{column: [values]}`` gives it; ``source.categories``.
     """
     need("duckdb", by="duckdb_source", package="duckdb", extra="duckdb")
     need("pyarrow", by="duckdb_source", package="pyarrow", extra="duckdb")
@@ -65,12 +72,14 @@ def duckdb_source(
     check_int("batch_rows", batch_rows, 1)
     check_int("n_rows", n_rows, 0, optional=True)
     schema = _reader(relation.limit(0), 1).schema
-    feats, labs = pick_columns(schema, features, labels, "the DuckDB relation")
+    cats = check_categorical(categorical, "duckdb_source")
+    feats, labs = pick_columns(schema, features, labels, "the DuckDB relation", cats)
     if n_rows is None and relation.type == "TABLE_RELATION":
         n_rows = int(relation.count("*").fetchall()[0][0])
     query = relation.select(*[_quoted(c) for c in feats + labs])
+    owner = "the DuckDB relation"
     return ArrowStream(
-        lambda: _reader(query, batch_rows), feats, labs, "the DuckDB relation", n_rows
+        lambda: _reader(query, batch_rows), feats, labs, owner, n_rows, categorical=cats
     )
 
 

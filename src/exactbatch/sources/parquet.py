@@ -41,6 +41,7 @@ from exactbatch.sources.parquet_columns import (
     Partitions,
     SourceColumns,
     check_names,
+    find_columns,
     hive_partitions,
     is_numeric_type,
 )
@@ -200,21 +201,21 @@ class ParquetSource:
 
     @staticmethod
     def _check_schema(f, schema, cols: SourceColumns) -> None:
-        columns = cols.file_columns
-        missing = [c for c in columns if c not in schema.names]
+        columns, names = cols.file_columns, schema.names  # (a new list at each .names)
+        missing, twice = find_columns(names, columns)
         if missing:
             keys = cols.partitions.names if cols.partitions is not None else ()
             raise ValueError(
                 f"{f}: missing column(s) {missing}; expected columns {columns}, "
-                f"found {[*schema.names, *keys]}"
+                f"found {[*names, *keys]}"
             )
-        twice = sorted({c for c in columns if schema.names.count(c) > 1})
         if twice:
             raise ValueError(
                 f"{f}: column name(s) {twice} appear more than once in the file "
-                f"(found {schema.names}), so which column is meant is ambiguous"
+                f"(found {names}), so which column is meant is ambiguous"
             )
-        cols.check_types(f, {c: schema.field(c).type for c in columns})
+        at = {c: i for i, c in enumerate(names)}
+        cols.check_types(f, {c: schema.field(at[c]).type for c in columns})
 
     def _read_columns(self, columns: list[str]):
         """``(file index, table)`` of ``columns`` of each file in turn, a record batch at a

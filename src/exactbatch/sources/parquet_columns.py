@@ -15,11 +15,14 @@ their values are constant within a file, taken from its path.
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn
 
-__all__ = ["Partitions", "SourceColumns", "check_names", "hive_partitions", "is_numeric_type"]
+__all__ = ["Partitions", "SourceColumns", "check_names", "find_columns", "hive_partitions"]
+__all__ += ["is_numeric_type"]
 
 
 class Partitions(NamedTuple):
@@ -77,6 +80,7 @@ class SourceColumns:
         keys = set(partitions.names) if partitions is not None else set()
         self.keys = [c for c in self.names if c in keys]
         self.file_columns = [c for c in self.names if c not in keys]
+        self._from_files = frozenset(self.file_columns)  # (a set: linear in the columns)
         outside = [c for c in categorical if c not in self.names]
         if outside:
             raise ValueError(
@@ -117,7 +121,7 @@ class SourceColumns:
         """The vocabularies: those given, and the others learned, sorted, from
         ``reads(columns)`` (an iterable of ``(file index, table)`` of those file columns)
         and the partition keys' values."""
-        todo = [c for c, v in self.categorical.items() if v is None and c in self.file_columns]
+        todo = [c for c, v in self.categorical.items() if v is None and c in self._from_files]
         seen: dict[str, list] = {c: [] for c in todo}
         if todo:
             import pyarrow.compute as pc
@@ -152,7 +156,7 @@ class SourceColumns:
 
         rows, out = table.num_rows, []
         for c in self.names:
-            if c in self.file_columns:
+            if c in self._from_files:
                 col = table.column(c)
             else:
                 assert self.partitions is not None
@@ -175,13 +179,25 @@ def check_names(features, labels) -> None:
     """Refuse a column named twice: within ``features``, within ``labels``, or in both
     (every Arrow-backed source's rule)."""
     for what, names in (("features", features), ("labels", labels)):
-        names = list(names or ())
-        twice = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+        _, twice = find_columns(names or (), ())
         if twice:
             raise ValueError(f"{what} names column(s) {twice} more than once; name each once")
-    both = [c for c in dict.fromkeys(labels) if c in set(features or ())]
+    chosen = set(features or ())
+    both = [c for c in dict.fromkeys(labels) if c in chosen]
     if both:
         raise ValueError(
             f"column(s) {both} are named both in features and in labels: a label among "
             "the features hands the model its answer (label leakage); name each in one only"
         )
+
+
+def find_columns(available: Sequence[str], named: Sequence[str]) -> tuple[list, list]:
+    """``(missing, twice)``: the names of ``named`` not in ``available``, in their
+    order, and the names of ``available`` found in it more than once that ``named``
+    names (all of them when ``named`` is empty), sorted. Linear in the columns (a
+    file of 8,000 columns is checked in milliseconds, not minutes)."""
+    counts = Counter(available)
+    missing = [c for c in named if c not in counts]
+    asked = counts if not named else dict.fromkeys(named)
+    twice = sorted(c for c in asked if counts.get(c, 0) > 1)
+    return missing, twice

@@ -22,6 +22,7 @@ from exactbatch.checks import check_int
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowStream, made_by, pick_columns
 from exactbatch.sources.arrow_table import ArrowTableSource
+from exactbatch.sources.categorical import check_categorical
 
 __all__ = ["is_lazy_frame", "polars_source"]
 
@@ -41,6 +42,7 @@ def polars_source(
     labels: str | Sequence[str] = (),
     batch_rows: int = BATCH_ROWS,
     n_rows: int | None = None,
+    categorical: Any = None,
 ) -> ArrowTableSource | ArrowStream:
     """A source over a polars ``DataFrame`` (random access) or ``LazyFrame`` (a stream
     that runs the query once per pass, ``batch_rows`` rows a chunk).
@@ -51,26 +53,35 @@ def polars_source(
     null is NaN. ``n_rows``: a LazyFrame's row count if you know it (else
     the loader counts it in a pass, or takes ``total_size``); a DataFrame
     knows its own.
+
+    ``categorical``: columns read as integer codes, as in
+    :func:`exactbatch.parquet_source` (:mod:`exactbatch.sources.categorical`):
+    a list learns each vocabulary, sorted (a DataFrame's column at once; a
+    LazyFrame's in a first pass of its query), ``{column: [values]}`` gives
+    it; the vocabularies are ``source.categories``. A DataFrame's coded
+    columns are coded once, at construction (a float64 column each).
     """
     pl = need("polars", by="polars_source", package="polars", extra="polars")
     check_int("batch_rows", batch_rows, 1)
     if isinstance(frame, pl.DataFrame):
         if n_rows is not None:
             raise ValueError("n_rows applies to a LazyFrame; a DataFrame knows its rows")
-        return ArrowTableSource(frame.to_arrow(), features, labels, "the polars DataFrame")
+        owner = "the polars DataFrame"
+        return ArrowTableSource(frame.to_arrow(), features, labels, owner, categorical)
     if not isinstance(frame, pl.LazyFrame):
         raise TypeError(
             f"frame must be a polars DataFrame or LazyFrame; got {type(frame).__name__}"
         )
     check_int("n_rows", n_rows, 0, optional=True)
     need("pyarrow", by="polars_source", package="pyarrow", extra="polars")
-    feats, labs = pick_columns(_arrow_schema(frame), features, labels, "the LazyFrame")
+    cats = check_categorical(categorical, "polars_source")
+    feats, labs = pick_columns(_arrow_schema(frame), features, labels, "the LazyFrame", cats)
     query = frame.select(list(feats + labs))
 
     def batches():
         return (df.to_arrow() for df in query.collect_batches(chunk_size=batch_rows))
 
-    return ArrowStream(batches, feats, labs, "the LazyFrame", n_rows=n_rows)
+    return ArrowStream(batches, feats, labs, "the LazyFrame", n_rows, categorical=cats)
 
 
 def _arrow_schema(frame):

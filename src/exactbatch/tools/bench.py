@@ -97,10 +97,12 @@ def _bare_url(source, limit, pb) -> int:
 def _bare_parquet(source, limit, pb) -> int:
     import pyarrow.parquet as pq
 
-    names = [*source.features, *source.labels]
+    chosen = [*source.features, *source.labels]
     rows = 0
     for path in source.files:
         pf = pq.ParquetFile(for_arrow(path))
+        held = set(pf.schema_arrow.names)  # a Hive key is in the path, not read
+        names = [c for c in chosen if c in held]
         for g in range(pf.metadata.num_row_groups):
             if rows >= limit:
                 return rows
@@ -181,10 +183,10 @@ def bench(
         from exactbatch.sources.parquet import parquet_source
         from exactbatch.tools.common import split_columns
 
-        pq = need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
-        from exactbatch.tools.common import parquet_files
+        need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
+        from exactbatch.tools.common import parquet_columns
 
-        names = pq.ParquetFile(parquet_files(src)[0]).schema_arrow.names
+        names = parquet_columns(src)[0]  # the loader's columns: partition keys last
         feat, lab = split_columns(features, labels, names, src)
         source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]

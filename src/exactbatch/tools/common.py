@@ -24,6 +24,7 @@ __all__ = [
     "input_format",
     "open_ndf_input",
     "output_format",
+    "parquet_columns",
     "parquet_files",
     "parse_int_list",
     "parse_size",
@@ -240,6 +241,28 @@ def parquet_files(path) -> list[str]:
     from exactbatch.urls import for_arrow
 
     return [for_arrow(f) for f in list_local_files(path)]
+
+
+def parquet_columns(path) -> tuple[list[str], dict, set]:
+    """The columns a loader reads from the local Parquet ``path`` (a file or a folder),
+    in its order: ``(names, types, keys)``, the first file's columns then the Hive
+    partition keys of a folder (``year=2024/...``) that the files do not hold (what
+    :func:`~exactbatch.parquet_source` reads as columns, last), each name's Arrow type,
+    and which names are partition keys. Read from one footer and the paths."""
+    import pyarrow.parquet as pq
+
+    from exactbatch.sources.parquet_columns import hive_partitions
+    from exactbatch.urls import for_arrow
+
+    files = parquet_files(path)
+    schema = pq.ParquetFile(files[0]).schema_arrow
+    names, types = list(schema.names), dict(zip(schema.names, schema.types, strict=True))
+    parts = hive_partitions(for_arrow(path), files) if os.path.isdir(path) else None
+    keys = [k for k in (parts.names if parts else ()) if k not in types]
+    for k in keys:
+        names.append(k)
+        types[k] = parts.types[k]  # type: ignore[union-attr]
+    return names, types, set(keys)
 
 
 def input_format(path, storage_options=None, tool: str = "info") -> str:

@@ -43,6 +43,7 @@ from exactbatch.tools.common import (
     format_bytes,
     input_format,
     open_ndf_input,
+    parquet_columns,
     parquet_files,
     progress,
 )
@@ -107,14 +108,16 @@ def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dic
 
 
 def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
+    """Every numeric column the loader reads by default (partition keys included), in
+    its order: features, then the labels the files record."""
     import numpy as np
     import pyarrow.parquet as pq
 
     from exactbatch.sources.parquet import is_numeric_type, parquet_source, recorded_labels
 
-    schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
-    labels = recorded_labels(schema) or []
-    numeric = [f.name for f in schema if is_numeric_type(f.type) and f.name not in labels]
+    names, types, _ = parquet_columns(path)
+    labels = recorded_labels(pq.ParquetFile(parquet_files(path)[0]).schema_arrow) or []
+    numeric = [c for c in names if is_numeric_type(types[c]) and c not in labels]
     src = parquet_source(path, features=numeric, labels=labels)
     acc = ColumnStats(src.d + src.l)
     with progress(src.n_rows, f"stats {os.path.basename(path)}", "rows", bar) as pb:
@@ -225,6 +228,7 @@ def _parquet(path: str) -> dict:
             schema = pf.schema_arrow
         elif not pf.schema_arrow.equals(schema):
             differ.append(f)
+    names, types, keys = parquet_columns(path)  # the loader's: partition keys last
     out = {
         "path": path,
         "format": "parquet",
@@ -232,7 +236,10 @@ def _parquet(path: str) -> dict:
         "files": len(files),
         "row_groups": groups,
         "size_bytes": nbytes,
-        "columns": [{"name": fld.name, "type": str(fld.type)} for fld in schema],
+        "columns": [
+            {"name": c, "type": str(types[c]), **({"partition_key": True} if c in keys else {})}
+            for c in names
+        ],
         "files_with_another_schema": differ,
     }
     if group_rows:
@@ -318,7 +325,8 @@ def render(report: dict) -> str:
         lines.append(f"  columns ({len(report['columns'])}):")
         width = max((len(c["name"]) for c in report["columns"]), default=0)
         for c in report["columns"]:
-            lines.append(f"    {c['name']:<{width}}  {c['type']}")
+            key = "  (partition key)" if c.get("partition_key") else ""
+            lines.append(f"    {c['name']:<{width}}  {c['type']}{key}")
     return "\n".join(lines + _stats_lines(report))
 
 

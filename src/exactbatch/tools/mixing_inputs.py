@@ -88,25 +88,27 @@ def parquet_input(path, columns, chunk_rows, stratum) -> Input:
     pq = need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
 
     from exactbatch.sources.parquet import is_numeric_type, recorded_labels
-    from exactbatch.tools.common import parquet_files
+    from exactbatch.tools.common import parquet_columns, parquet_files
 
-    schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
-    numeric = [f.name for f in schema if is_numeric_type(f.type)]
-    cols = resolve_columns(columns, schema.names, path, "--columns")
-    chosen = numeric[:MAX_COLUMNS] if cols is None else [schema.names[j] for j in cols]
+    # the loader's columns, in its order: a Hive folder's partition keys last
+    names, types, _ = parquet_columns(path)
+    numeric = [c for c in names if is_numeric_type(types[c])]
+    cols = resolve_columns(columns, names, path, "--columns")
+    chosen = numeric[:MAX_COLUMNS] if cols is None else [names[j] for j in cols]
     if not chosen:
         raise CliError(f"{path}: no numeric columns to examine")
+    schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
     labels = [c for c in recorded_labels(schema) or [] if c in numeric]
-    strat = _stratum(stratum, schema.names, labels, path)
+    strat = _stratum(stratum, names, labels, path)
     if strat is not None and strat not in numeric:
-        kind = schema.field(strat).type
+        kind = types[strat]
         raise CliError(f"{path}: --stratum {strat} is {kind}; mixing reads numeric columns")
-    read, at = _read_columns(schema.names, chosen, strat)
-    src = parquet_source(path, features=[schema.names[j] for j in read], labels=())
+    read, at = _read_columns(names, chosen, strat)
+    src = parquet_source(path, features=[names[j] for j in read], labels=())
     skipped = [
-        {"name": f.name, "reason": f"non-numeric: {f.type}"}
-        for f in schema
-        if f.name not in numeric and f.name not in chosen
+        {"name": c, "reason": f"non-numeric: {types[c]}"}
+        for c in names
+        if c not in numeric and c not in chosen
     ] + _skipped(numeric, chosen, columns)
     tagged = Tagged(src.chunk_rows, lambda i, a, b: src.read_chunk(i)[0])
     return Input(tagged, chosen, len(numeric), None, skipped, strat, at)
