@@ -178,9 +178,18 @@ class ArrowColumnsReader:
     ``columns`` (arrays or chunked arrays of ``n`` values each: ``d`` features then
     labels), optionally seen through ``row_map`` (row ``i`` is the columns' row
     ``row_map[i]``). ``mapped``: the columns lie in a memory-mapped file (reads then
-    default to prefetch, as an ``.ndf`` file's)."""
+    default to prefetch, as an ``.ndf`` file's). ``check``: called after each batch is
+    gathered, to raise if the files the columns lie in changed (a
+    :class:`~exactbatch.sources.file_watch.FileWatch`'s), or None."""
 
-    def __init__(self, columns: Sequence, d: int, row_map: np.ndarray | None = None, mapped=False):
+    def __init__(
+        self,
+        columns: Sequence,
+        d: int,
+        row_map: np.ndarray | None = None,
+        mapped: bool = False,
+        check: Callable[[], None] | None = None,
+    ):
         import pyarrow as pa
 
         chunked = [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c]) for c in columns]
@@ -188,6 +197,7 @@ class ArrowColumnsReader:
         self.n = total if row_map is None else len(row_map)
         self.d, self.l = d, len(chunked) - d
         self.mapped = mapped
+        self._check = check
         self._map = row_map
         layouts: dict[tuple, list[int]] = {}
         self._parts = []
@@ -214,6 +224,8 @@ class ArrowColumnsReader:
                 for j in columns:
                     out, k = (out_x, j) if j < d else (out_y, j - d)
                     out[dst, k] = self._parts[j][c].take(src)
+        if self._check is not None:  # after the copy: a change during it is seen too
+            self._check()
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 2 if self.mapped and batch_bytes >= PREFETCH_MIN_BYTES else 0
