@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.sources.arrow import fill_columns
+from exactbatch.sources.identity import column_names
 from exactbatch.sources.parquet_columns import check_names, is_numeric_type
 
 __all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
@@ -257,6 +258,12 @@ class ArrowStream:
         self.features, self.labels = tuple(features), tuple(labels)
         self.owner = owner
         self.n_rows = n_rows
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`): a query's rows
+        cannot be sampled without running it."""
+        names = column_names(self.features, self.labels)
+        return {"kind": f"arrow stream ({self.owner})", "names": names}
 
     def __repr__(self) -> str:
         return (

@@ -31,6 +31,7 @@ from exactbatch.extras import need
 from exactbatch.hints import PathLike
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, pick_columns
 from exactbatch.sources.file_watch import FileWatch
+from exactbatch.sources.identity import column_names, file_facts
 
 __all__ = ["ArrowFileSource", "arrow_file"]
 
@@ -72,6 +73,11 @@ class ArrowFileSource:
         """A new reader of the file's rows (the loader owns and closes it)."""
         check = None if self.compressed else self._watch.check
         return ArrowColumnsReader(self._columns, self.d, mapped=True, check=check)
+
+    def identity(self) -> dict:
+        """Its kind, columns and file (:mod:`exactbatch.sources.identity`)."""
+        names = column_names(self.features, self.labels)
+        return {"kind": "arrow_file", "names": names, **file_facts(self.path)}
 
     def check_unchanged(self) -> None:
         """``NdfError`` naming the file if it changed (in place) since it was opened."""

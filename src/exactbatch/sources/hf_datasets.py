@@ -27,6 +27,7 @@ import numpy as np
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, made_by, pick_columns
 from exactbatch.sources.file_watch import FileWatch
+from exactbatch.sources.identity import column_names
 
 __all__ = ["HfDatasetSource", "hf_source", "is_hf_dataset"]
 
@@ -56,6 +57,10 @@ class HfDatasetSource:
         self.dataset = dataset
         files = [f["filename"] for f in getattr(dataset, "cache_files", None) or ()]
         self._watch = FileWatch(files, "a Hugging Face dataset's Arrow cache file")
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`)."""
+        return {"kind": "hf_dataset", "names": column_names(self.features, self.labels)}
 
     def open_reader(self) -> ArrowColumnsReader:
         """A new reader of the dataset's rows (the loader owns and closes it)."""

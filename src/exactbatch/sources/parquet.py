@@ -37,6 +37,7 @@ from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.sources.categorical import check_categorical
+from exactbatch.sources.identity import parquet_identity
 from exactbatch.sources.parquet_columns import (
     Partitions,
     SourceColumns,
@@ -251,6 +252,10 @@ class ParquetSource:
         """Each file's footer (``pyarrow.parquet.FileMetaData``), as read at construction:
         its row groups' rows and column statistics (what a state's fingerprint hashes)."""
         return list(self._meta)
+
+    def identity(self) -> dict:
+        """Its files, footers and columns (:func:`exactbatch.sources.identity.parquet_identity`)."""
+        return parquet_identity(self.files, self._meta, self.features, self.labels)
 
     def __len__(self) -> int:
         return len(self._groups)
