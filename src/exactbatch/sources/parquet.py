@@ -47,7 +47,15 @@ from exactbatch.sources.parquet_columns import (
 )
 from exactbatch.sources.parquet_urls import list_url_files, url_identity, url_parquet_file
 from exactbatch.sources.protocols import Chunk
-from exactbatch.urls import FOLDER_PATTERN, ForkSafeFs, find_files, for_arrow, is_url, local_path
+from exactbatch.urls import (
+    FOLDER_PATTERN,
+    ForkSafeFs,
+    find_files,
+    for_arrow,
+    is_url,
+    local_path,
+    once_each,
+)
 
 __all__ = [
     "LABELS_METADATA_KEY",
@@ -98,7 +106,9 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     their paths inside it, each checked to be a regular file (a FIFO is an
     ``NdfError`` at once: pyarrow would wait on it); an empty one, or a
     missing path, is ``FileNotFoundError``; an empty list a ``ValueError``. A
-    list is taken as given (each file is checked on open).
+    list is taken as given (each file is checked on open), but that a file it
+    names twice (by its real path: through a link too) is read once, at its
+    first place, as in a folder.
     """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
@@ -114,7 +124,7 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
             check_regular(f, "a Parquet file")
         return files
     if isinstance(path, Sequence) and not isinstance(path, (bytes, str)):
-        files = [os.fspath(p) for p in path]
+        files = once_each([os.fspath(p) for p in path])
         if not files:
             raise ValueError("parquet_source got an empty list of files")
         return files
