@@ -166,7 +166,7 @@ def shuffle_file(
     part), the manifest last (keeping ``src``'s column names). The order is
     the one a shuffle of one file holding ``src``'s rows would give.
     """
-    seed, memory = check_int("seed", seed, 0), check_int("memory", memory, 1)
+    seed, memory = check_int("seed", seed, 0, maximum=None), check_int("memory", memory, 1)
     force, bar = check_flag("force", force), check_flag("bar", bar)
     if part_rows is not None:
         part_rows = check_int("part_rows", part_rows, 1)

@@ -1,0 +1,44 @@
+"""Issue 39, the smaller items: each a clear error naming the argument or file, or the
+expected result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import exactbatch
+from exactbatch import DataLoader
+
+X = np.arange(40.0).reshape(20, 2)
+
+
+@pytest.mark.parametrize("name", ["batch_size", "total_size", "buffer_size", "threads", "prefetch"])
+@pytest.mark.parametrize("value", [2**63, 2**64])
+def test_an_int_argument_past_int64_is_a_value_error_naming_it(name, value):
+    args = {"batch_size": 4, name: value}
+    with pytest.raises(ValueError, match=f"^{name} must be <= "):
+        list(DataLoader(X, **args))
+
+
+def test_a_seed_of_any_size_is_still_a_seed():
+    a = [b[0] for b in DataLoader(X, 4, seed=2**64 + 3)]
+    assert np.array_equal(np.sort(np.concatenate(a), axis=0), X)
+
+
+def test_prefetch_is_bounded_not_allocated():
+    """prefetch=2**40 would queue 2**40 places: refused, naming it."""
+    with pytest.raises(ValueError, match=r"^prefetch must be <= 1024; got prefetch=1099511627776"):
+        DataLoader(X, 10, prefetch=2**40)
+    assert len(list(DataLoader(X, 10, prefetch=1024))) == 2
+
+
+@pytest.mark.parametrize("how", ["split", "kfold"])
+def test_split_and_kfold_take_a_polars_data_frame(how):
+    pl = pytest.importorskip("polars")
+    df = pl.DataFrame({"a": X[:, 0], "g": np.arange(20) % 4})
+    if how == "split":
+        parts = exactbatch.split(df, (0.5, 0.5), groups="g")
+        assert sorted(np.concatenate(parts).tolist()) == list(range(20))
+    else:
+        folds = exactbatch.kfold(df, 2)
+        assert all(len(tr) + len(te) == 20 for tr, te in folds)
