@@ -42,3 +42,31 @@ def test_split_and_kfold_take_a_polars_data_frame(how):
     else:
         folds = exactbatch.kfold(df, 2)
         assert all(len(tr) + len(te) == 20 for tr, te in folds)
+
+
+def test_certify_names_the_state_file_an_error_is_about(tmp_path, capsys):
+    import json
+
+    from exactbatch.cli import main
+
+    loader = DataLoader(X, 5)
+    for _ in loader:
+        pass
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(loader.state_dict()))
+    state = loader.state_dict()
+    state["history"] = "lost"
+    bad.write_text(json.dumps(state))
+    assert main(["certify", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: the state['history'] must be a list" in err and str(good) not in err
+
+
+@pytest.mark.parametrize("name", ["out.parquet", "out.csv", "out.npy"])
+def test_shuffle_refuses_an_output_named_for_another_format(tmp_path, capsys, name):
+    from exactbatch.cli import main
+
+    exactbatch.save_ndf(tmp_path / "a.ndf", X)
+    assert main(["shuffle", str(tmp_path / "a.ndf"), str(tmp_path / name)]) == 2
+    assert f"{tmp_path / name}: shuffle writes an .ndf file" in capsys.readouterr().err
+    assert not (tmp_path / name).exists()
