@@ -70,3 +70,29 @@ def test_shuffle_refuses_an_output_named_for_another_format(tmp_path, capsys, na
     assert main(["shuffle", str(tmp_path / "a.ndf"), str(tmp_path / name)]) == 2
     assert f"{tmp_path / name}: shuffle writes an .ndf file" in capsys.readouterr().err
     assert not (tmp_path / name).exists()
+
+
+def test_a_hive_key_past_int32_is_an_integer_key(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    for key in (3_000_000_000, 5):
+        (tmp_path / f"id={key}").mkdir()
+        pq.write_table(pa.table({"a": [1.0, 2.0]}), tmp_path / f"id={key}" / "p.parquet")
+    source = exactbatch.parquet_source(tmp_path)
+    x = np.concatenate([b[0] for b in DataLoader(source, 4, shuffle=False)])
+    assert source.features == ("a", "id") and x[:, 1].tolist() == [3e9, 3e9, 5, 5]
+
+
+@pytest.mark.parametrize("stats", [True, False], ids=["footer", "read"])
+def test_a_partition_key_held_in_the_files_must_agree_with_the_path(tmp_path, stats):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    (tmp_path / "year=2024").mkdir()
+    path = tmp_path / "year=2024" / "p.parquet"
+    pq.write_table(pa.table({"a": [1.0, 2.0], "year": [2023, 2024]}), path, write_statistics=stats)
+    with pytest.raises(ValueError, match=r"p.parquet: the partition key 'year' is also a column"):
+        exactbatch.parquet_source(tmp_path)
+    pq.write_table(pa.table({"a": [1.0, 2.0], "year": [2024, 2024]}), path, write_statistics=stats)
+    assert exactbatch.parquet_source(tmp_path).n_rows == 2

@@ -41,6 +41,7 @@ from exactbatch.sources.identity import parquet_identity
 from exactbatch.sources.parquet_columns import (
     Partitions,
     SourceColumns,
+    check_held_keys,
     check_names,
     hive_partitions,
     is_numeric_type,
@@ -182,6 +183,8 @@ class ParquetSource:
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
+            if partitions is not None:  # a key a file also holds must agree with its path
+                check_held_keys(f, pf, partitions.values[fi])
             if fi == 0 and partitions is not None:
                 # a key the files also hold as a column is read from the files
                 kept = tuple(k for k in partitions.names if k not in schema.names)
