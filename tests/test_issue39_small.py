@@ -96,3 +96,12 @@ def test_a_partition_key_held_in_the_files_must_agree_with_the_path(tmp_path, st
         exactbatch.parquet_source(tmp_path)
     pq.write_table(pa.table({"a": [1.0, 2.0], "year": [2024, 2024]}), path, write_statistics=stats)
     assert exactbatch.parquet_source(tmp_path).n_rows == 2
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["DataFrame", "LazyFrame"])
+def test_polars_source_on_an_int128_column_names_it(lazy):
+    pl = pytest.importorskip("polars")
+    pytest.importorskip("pyarrow")
+    df = pl.DataFrame({"a": [1.0, 2.0], "big": pl.Series([1, 2], dtype=pl.Int128)})
+    with pytest.raises(ValueError, match=r"column\(s\) \['big \(Int128\)'\] have a type Arrow"):
+        exactbatch.polars_source(df.lazy() if lazy else df)

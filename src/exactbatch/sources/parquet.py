@@ -386,8 +386,11 @@ def parquet_source(
     A folder is read as its files matching ``pattern``, sorted by their
     paths inside it. The default, ``"**/*.parquet"``, is every ``.parquet``
     file at any depth, so a Hive-style partitioned folder
-    (``year=2024/month=01/part-0.parquet``) is read whole; the partition
-    keys are not read as columns. ``"*.parquet"`` reads the top level only.
+    (``year=2024/month=01/part-0.parquet``) is read whole, its partition
+    keys columns like the files' (after them, with ``features=None``; see
+    :mod:`~exactbatch.sources.parquet_columns`). ``"*.parquet"`` reads the
+    top level only. A file reached twice by its real path (through a link)
+    is read once, at its first path.
     ``**`` is any number of folders; a wildcard skips hidden names (a
     leading ``.``); glob characters in the folder's own name (``run[1]``)
     are plain characters. The pattern means the same on a local folder and
