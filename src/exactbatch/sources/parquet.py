@@ -107,9 +107,8 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     their paths inside it, each checked to be a regular file (a FIFO is an
     ``NdfError`` at once: pyarrow would wait on it); an empty one, or a
     missing path, is ``FileNotFoundError``; an empty list a ``ValueError``. A
-    list is taken as given (each file is checked on open), but that a file it
-    names twice (by its real path: through a link too) is read once, at its
-    first place, as in a folder.
+    list is taken as given (each file is checked on open), but a file named twice (its
+    real path: a link too) is read once, at its first place, as in a folder.
     """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
@@ -387,10 +386,8 @@ def parquet_source(
     paths inside it. The default, ``"**/*.parquet"``, is every ``.parquet``
     file at any depth, so a Hive-style partitioned folder
     (``year=2024/month=01/part-0.parquet``) is read whole, its partition
-    keys columns like the files' (after them, with ``features=None``; see
-    :mod:`~exactbatch.sources.parquet_columns`). ``"*.parquet"`` reads the
-    top level only. A file reached twice by its real path (through a link)
-    is read once, at its first path.
+    keys columns as the files' are (:mod:`~exactbatch.sources.parquet_columns`);
+    ``"*.parquet"`` reads the top level only; a file reached twice (a link) is read once.
     ``**`` is any number of folders; a wildcard skips hidden names (a
     leading ``.``); glob characters in the folder's own name (``run[1]``)
     are plain characters. The pattern means the same on a local folder and
