@@ -87,8 +87,7 @@ _NOT_GIVEN = _NotGiven()
 
 
 def recorded_labels(schema) -> list[str] | None:
-    """The label columns a Parquet schema's metadata records (``LABELS_METADATA_KEY``),
-    or None when it records none."""
+    """The label columns the schema's metadata records (``LABELS_METADATA_KEY``), or None."""
     raw = (schema.metadata or {}).get(LABELS_METADATA_KEY)
     if raw is None:
         return None
