@@ -2,7 +2,9 @@
 
 * An int argument takes a Python or NumPy integer; a bool (an ``int`` to
   Python, but never meant as a count), a float (even ``3.0``) or a string is
-  a ``TypeError``; one below its minimum a ``ValueError``.
+  a ``TypeError``; one below its minimum a ``ValueError``, and so is one
+  above its maximum: unless told, :data:`INT_MAX` (2**63 - 1), since every
+  count and size is an int64 (a seed takes any size).
 * A flag takes ``bool`` or ``np.bool_`` only: ``shuffle="False"`` would be
   true to ``bool()``, and ``0``/``1`` hide a swapped argument, so anything
   else is a ``TypeError``.
@@ -16,15 +18,26 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DTYPES", "check_dtype", "check_flag", "check_int"]
+__all__ = ["DTYPES", "INT_MAX", "check_dtype", "check_flag", "check_int"]
+
+INT_MAX = 2**63 - 1  # the largest int argument (counts and sizes are int64s) unless told
 
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the dtypes a loader's batches may have
 
 
-def check_int(name: str, value, minimum: int | None = None, *, optional: bool = False):
-    """``value`` as a Python int if it is an integer (not a bool) ``>= minimum``.
+def check_int(
+    name: str,
+    value,
+    minimum: int | None = None,
+    *,
+    optional: bool = False,
+    maximum: int | None = INT_MAX,
+):
+    """``value`` as a Python int if it is an integer (not a bool) ``>= minimum`` and
+    ``<= maximum``.
 
-    ``minimum=None`` checks the kind only; ``optional=True`` lets None through.
+    ``minimum=None`` checks the kind only (and ``maximum=None`` sets no ceiling: a
+    seed); ``optional=True`` lets None through.
     """
     if optional and value is None:
         return None
@@ -32,6 +45,9 @@ def check_int(name: str, value, minimum: int | None = None, *, optional: bool = 
         raise TypeError(f"{name} must be an int; got {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {name}={value}")
+    if maximum is not None and value > maximum:
+        limit = "2**63 - 1" if maximum == INT_MAX else str(maximum)
+        raise ValueError(f"{name} must be <= {limit}; got {name}={value}")
     return int(value)
 
 

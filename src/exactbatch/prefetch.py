@@ -17,7 +17,11 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 
-__all__ = ["Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
+__all__ = ["MAX_DEPTH", "Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
+
+# The most batches (or groups) a loader may prepare ahead: each place holds a batch, and
+# more than this is memory exhausted, not speed (prefetch=2**40 is refused, not tried).
+MAX_DEPTH = 1024
 
 _END = object()
 _POLL = 0.05  # seconds between checks of the stop flag while the queue is full

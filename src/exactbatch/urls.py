@@ -202,7 +202,10 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     ``ValueError`` naming it. Local folders reached through links are
     followed, except a link to a folder it is in (a loop); one that cannot
     be listed is the
-    ``OSError`` that says so, never a folder without files.
+    ``OSError`` that says so, never a folder without files. A local file
+    reached by several paths (a link to a folder beside it, a link to a
+    file) is listed once, at its first path (:func:`once_each`): its rows
+    are never read twice.
     """
     parts = _pattern_parts(pattern)
     depth = None if "**" in parts else len(parts)
@@ -221,7 +224,7 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
             above[here] = chain | {real}
             dirs[:] = [d for d in dirs if _matches(parts, (*at, d), folder=True)]
             found += ["/".join((*at, f)) for f in files if _matches(parts, (*at, f))]
-        return [os.path.join(folder, *rel.split("/")) for rel in sorted(found)]
+        return once_each([os.path.join(folder, *rel.split("/")) for rel in sorted(found)])
     root = folder.rstrip("/")
     head = root + "/"
     for key, info in fs.find(root, maxdepth=depth, withdirs=False, detail=True).items():
@@ -231,6 +234,19 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
         if _matches(parts, tuple(rel.split("/"))):
             found.append(rel)
     return [head + rel for rel in sorted(found)]
+
+
+def once_each(paths: list[str]) -> list[str]:
+    """``paths`` less those that reach a file already listed (the same real path: through
+    a link), in order: each local file once, at its first path."""
+    seen: set[str] = set()
+    out = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            out.append(p)
+    return out
 
 
 def _raise(error: OSError):

@@ -189,4 +189,4 @@ def test_the_fingerprint_names_the_source_and_its_sizes(tmp_path):
     fp = loader.state_dict()["fingerprint"]
     assert fp["kind"] == "parquet" and (fp["n"], fp["d"], fp["l"]) == (40, 1, 1)
     listed = DataLoader(chunks_of(40, 8), 8, elastic=True).state_dict()["fingerprint"]
-    assert listed["kind"] == "stream" and (listed["n"], listed["d"], listed["l"]) == (40, 1, 0)
+    assert listed["kind"] == "chunks" and (listed["n"], listed["d"], listed["l"]) == (40, 1, 0)

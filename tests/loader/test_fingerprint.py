@@ -252,3 +252,96 @@ def test_a_row_source_adds_its_names_and_file(tmp_path):
     state = state_after(DataLoader(arrow_file(path, labels=["t"]), 10))
     with pytest.raises(ValueError, match="differ in names"):
         DataLoader(arrow_file(renamed, labels=["t"]), 10).load_state_dict(state)
+
+
+# -- every source kind names itself: identity() (issue 39, item 5) --------------------
+
+
+def test_a_lazyframe_state_is_refused_over_other_columns_and_loads_over_the_same():
+    """A LazyFrame names its columns in its identity(): a state over columns x, y does not
+    load into a loader over columns p, q of the same shape."""
+    pl = pytest.importorskip("polars")
+    pytest.importorskip("pyarrow")
+    a = pl.LazyFrame({"x": X[:, 0], "y": X[:, 1]})
+    state = state_after(DataLoader(a, 10, total_size=300))
+    assert state["fingerprint"]["names"] == {"features": ["x", "y"], "labels": []}
+    other = pl.LazyFrame({"p": X[:, 0], "q": X[:, 1]})
+    with pytest.raises(ValueError, match="differ in names"):
+        DataLoader(other, 10, total_size=300).load_state_dict(state)
+    DataLoader(pl.LazyFrame({"x": X[:, 0], "y": X[:, 1]}), 10, total_size=300).load_state_dict(
+        state
+    )
+
+
+@pytest.mark.parametrize("elastic", [False, True], ids=["stream", "elastic"])
+def test_a_list_of_chunks_is_fingerprinted_by_a_sample_of_its_rows(elastic):
+    """A list of chunks has the sample an array of its rows has, however it is cut: other
+    rows of the same shape are other data."""
+    chunks = [(X[a : a + 60], Y[a : a + 60]) for a in range(0, 300, 60)]
+    state = state_after(DataLoader(chunks, 10, total_size=300, elastic=elastic))
+    fp = state["fingerprint"]
+    whole = state_after(DataLoader((X, Y), 10))["fingerprint"]
+    assert fp["kind"] == "chunks" and fp["sample"] == whole["sample"]
+    recut = [(X[a : a + 100], Y[a : a + 100]) for a in range(0, 300, 100)]
+    DataLoader(recut, 10, total_size=300, elastic=elastic).load_state_dict(state)
+    other = [(RX[a : a + 60], RY[a : a + 60]) for a in range(0, 300, 60)]
+    with pytest.raises(ValueError, match="differ in sample"):
+        DataLoader(other, 10, total_size=300, elastic=elastic).load_state_dict(state)
+
+
+def test_a_state_from_before_identity_loads():
+    """A state taken before identity() (a stream's fingerprint without names or sample)
+    still loads: a key it lacks is not compared."""
+    pl = pytest.importorskip("polars")
+    pytest.importorskip("pyarrow")
+    frame = pl.LazyFrame({"x": X[:, 0], "y": X[:, 1]})
+    state = state_after(DataLoader(frame, 10, total_size=300))
+    state["fingerprint"] = {"kind": "stream", "names": None, "rows": None, "n": 300, "d": 2, "l": 0}
+    loader = DataLoader(frame, 10, total_size=300)
+    loader.load_state_dict(state)
+    assert len(collect(loader)) == 28
+
+
+class _Named:
+    """A user's stream with an identity() hook (and a wrong one)."""
+
+    def __init__(self, data, identity):
+        self.data, self._identity, self.n_rows = data, identity, len(data)
+
+    def __iter__(self):
+        return iter([self.data])
+
+    def identity(self):
+        return self._identity
+
+
+def test_a_user_source_identity_is_recorded_and_checked():
+    state = state_after(DataLoader(_Named(X, {"kind": "mine", "names": "v1"}), 10), 1)
+    assert state["fingerprint"]["kind"] == "mine"
+    with pytest.raises(ValueError, match="differ in names"):
+        DataLoader(_Named(X, {"kind": "mine", "names": "v2"}), 10).load_state_dict(state)
+    with pytest.raises(TypeError, match=r"_Named.identity\(\) must return a dict"):
+        DataLoader(_Named(X, ["v1"]), 10).state_dict()
+
+
+def test_every_source_kind_of_the_library_has_an_identity(tmp_path):
+    """Each kind names itself (no attribute of it guessed at)."""
+    pa = pytest.importorskip("pyarrow")
+    import exactbatch
+
+    table = pa.table({"a": X[:, 0], "t": Y[:, 0]})
+    path = tmp_path / "a.arrow"
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    write_parquet(tmp_path / "p.parquet", [100])
+    save_ndf(tmp_path / "d.ndf", (X, Y))
+    sources = [
+        exactbatch.arrow_file(path, labels="t"),
+        exactbatch.arrow_source(table, labels="t"),
+        exactbatch.arrow_source(lambda: table.to_batches(), labels="t"),
+        parquet_source(tmp_path / "p.parquet"),
+        exactbatch.ndf_blocks(open_ndf(tmp_path / "d.ndf")),
+    ]
+    for source in sources:
+        got = source.identity()
+        assert isinstance(got, dict) and got["kind"], source

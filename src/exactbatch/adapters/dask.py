@@ -59,6 +59,7 @@ from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import dataset_path
 from exactbatch.order.subset import check_subset
+from exactbatch.sources.identity import column_names
 from exactbatch.stats import ColumnStats
 
 __all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
@@ -248,6 +249,11 @@ class _Source:
         self.features, self.labels = plan.features, plan.labels
         self.d, self.l = plan.d, plan.l
         self.npartitions = len(plan.parts)
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`): no partition is
+        computed to sample it."""
+        return {"kind": "dask", "names": column_names(self.features, self.labels)}
 
     @property
     def computing(self) -> tuple[int, ...]:

@@ -54,6 +54,7 @@ from exactbatch.extras import need
 from exactbatch.hints import Device
 from exactbatch.loader import DataLoader
 from exactbatch.loader.epoch_iterator import EpochIterator
+from exactbatch.prefetch import MAX_DEPTH
 
 __all__ = ["JaxLoader", "as_jax"]
 
@@ -133,7 +134,7 @@ class JaxLoader:
                 f"(no {', '.join(missing)})"
             )
         self.loader = loader
-        self.prefetch = check_int("prefetch", prefetch, 0)
+        self.prefetch = check_int("prefetch", prefetch, 0, maximum=MAX_DEPTH)
         self.pad_last = check_flag("pad_last", pad_last)
         # a loader of even_batches="pad" hands out full batches and their masks: put those
         self._padded = getattr(loader, "even_batches", False) == "pad"

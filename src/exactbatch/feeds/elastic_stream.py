@@ -93,7 +93,7 @@ class ElasticStreamFeed(RandomAccessFeed):
         """The stream's identity (:func:`exactbatch.sources.identity.stream_identity`) and
         sizes, as a streamed feed's."""
         if self._identity is None and self.stream is not None:
-            self._identity = stream_identity(self.stream.source)
+            self._identity = stream_identity(self.stream.source, self.stream.hooks.identity)
         sizes = {"n": self.n_rows, "d": self.d, "l": self.l}
         return {**(self._identity or {"kind": "stream"}), **sizes}
 

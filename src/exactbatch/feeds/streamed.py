@@ -125,7 +125,7 @@ class StreamFeed:
         (:func:`exactbatch.sources.identity.stream_identity`, made once; a loader
         closed before that records its sizes only)."""
         if self._identity is None and self.stream is not None:
-            self._identity = stream_identity(self.stream.source)
+            self._identity = stream_identity(self.stream.source, self.stream.hooks.identity)
         n = self.hooks.n_rows if self.hooks.n_rows is not None else self.total_size
         return {**(self._identity or {"kind": "stream"}), "n": n, "d": self.d, "l": self.l}
 

@@ -26,6 +26,7 @@ from exactbatch.loader.groups import Holder
 from exactbatch.loader.into import check_into
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.order import Shard
+from exactbatch.prefetch import MAX_DEPTH
 from exactbatch.transform import Standardize
 
 __all__ = ["DataLoader"]
@@ -180,7 +181,7 @@ class DataLoader:
         threads: int | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
-        seed = check_int("seed", seed, 0)
+        seed = check_int("seed", seed, 0, maximum=None)
         num_shards, shard_index = resolve_shard(num_shards, shard_index)
         shard = Shard(shard_index, num_shards)
         self.buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
@@ -196,7 +197,7 @@ class DataLoader:
             with_rows,
             output,
         )
-        prefetch = check_int("prefetch", prefetch, 0, optional=True)
+        prefetch = check_int("prefetch", prefetch, 0, optional=True, maximum=MAX_DEPTH)
         if isinstance(total_size, np.integer):
             total_size = int(total_size)
         # The spec's settings as plain attributes: read on every batch, so no properties.
@@ -373,7 +374,7 @@ class DataLoader:
         of the next epoch (of the pending one if the current epoch has not
         begun).
         """
-        self._cursor.rewind(check_int("seed", seed, 0, optional=True))
+        self._cursor.rewind(check_int("seed", seed, 0, optional=True, maximum=None))
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` or ``next_into`` begins."""

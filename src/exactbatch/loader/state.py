@@ -166,7 +166,7 @@ def unpack_state(state, feed, seed: int):
             raise ValueError(
                 f"state was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
             )
-    theirs = check_int("state['seed']", state.get("seed"), 0)
+    theirs = check_int("state['seed']", state.get("seed"), 0, maximum=None)
     if theirs != seed:
         raise ValueError(
             f"state was taken with seed={theirs}, this loader has seed={seed} (build the "

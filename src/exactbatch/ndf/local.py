@@ -28,7 +28,27 @@ from exactbatch.ndf.direct import MIN_DIRECT_BYTES, Unsupported, open_direct
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
-__all__ = ["LocalHandle"]
+__all__ = ["LocalHandle", "what_changed"]
+
+
+def what_changed(st: os.stat_result, size: int, mtime: int | None, ctime: int | None):
+    """How the file whose ``fstat`` is ``st`` changed since it had ``size`` bytes (at
+    least), modification time ``mtime`` and change time ``ctime`` (in ns; None:
+    unchecked), in words; None if it did not. The rule of :meth:`LocalHandle.check_size`,
+    for every file read in place (an ``.ndf``, a mapped Arrow file)."""
+    if st.st_size < size:
+        return f"expected {size} bytes, found {st.st_size} (truncated?)"
+    if mtime is not None and st.st_mtime_ns != mtime:
+        what = "its modification time changed"
+    elif ctime is not None and st.st_nlink and st.st_ctime_ns != ctime:
+        what = (
+            "its change time, ctime, moved though its modification time did not: "
+            "written, then its modification time put back, or its metadata changed"
+        )
+    else:
+        return None
+    return f"it was modified in place after it was opened ({what})"
+
 
 _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each,
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
@@ -103,27 +123,12 @@ class LocalHandle:
         rename over its path) is not: the file opened is still read.
         (The compiled core's check after each copy is the same rule.)
         """
-        st = os.fstat(self.fd)
-        found = st.st_size
-        if found < self.size:
+        what = what_changed(os.fstat(self.fd), self.size, self.mtime, self.ctime)
+        if what is not None:
             raise NdfError(
-                f"{self.path}: the file changed while open: expected {self.size} bytes, "
-                f"found {found} (truncated?)"
+                f"{self.path}: the file changed while open: {what}; open it again to read "
+                "the new contents, and replace files with save_ndf (a rename) instead"
             )
-        if self.mtime is not None and st.st_mtime_ns != self.mtime:
-            what = "its modification time changed"
-        elif self.ctime is not None and st.st_nlink and st.st_ctime_ns != self.ctime:
-            what = (
-                "its change time, ctime, moved though its modification time did not: "
-                "written, then its modification time put back, or its metadata changed"
-            )
-        else:
-            return
-        raise NdfError(
-            f"{self.path}: the file changed while open: it was modified in place after "
-            f"it was opened ({what}); open it again to read the new contents, and "
-            "replace files with save_ndf (a rename) instead"
-        )
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
         """Fill ``buf`` with the bytes of rows from ``first_row`` on (no size check first)."""

@@ -21,9 +21,9 @@ _TAG_BUFFER = 0x65786266  # the shuffle buffer of streamed epochs
 
 
 def check_key(**key: int) -> None:
-    """Each keyword must be an int >= 0 (TypeError / ValueError naming it)."""
+    """Each keyword must be an int >= 0, of any size (TypeError / ValueError naming it)."""
     for name, value in key.items():
-        check_int(name, value, 0)
+        check_int(name, value, 0, maximum=None)  # a key of any size (SeedSequence)
 
 
 def derive_rng(tag: int, seed: int, epoch: int, shard: int) -> np.random.Generator:

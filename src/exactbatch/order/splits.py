@@ -182,7 +182,7 @@ def split(
     it and the available names; a column name for a source without names
     (an array) or a row count, a ``TypeError``; a stream, a ``TypeError``.
     """
-    seed = check_int("seed", seed, 0)
+    seed = check_int("seed", seed, 0, maximum=None)
     n = _size_of(source_or_n)
     f = _fractions(fractions)
     coded = _groups(source_or_n, groups, n)
@@ -209,7 +209,7 @@ def kfold(
     ``k`` must be an int >= 2 and at most the rows (with groups: the groups),
     else a ``ValueError``; other bad input as for :func:`split`.
     """
-    seed = check_int("seed", seed, 0)
+    seed = check_int("seed", seed, 0, maximum=None)
     k = check_int("k", k)
     if k < 2:
         raise ValueError(f"k must be >= 2 (folds); got k={k}")

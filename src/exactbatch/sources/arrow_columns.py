@@ -32,6 +32,7 @@ import numpy as np
 
 from exactbatch.sources.arrow import fill_columns
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
+from exactbatch.sources.identity import column_names
 from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
 
 __all__ = ["ArrowColumnsReader", "ArrowStream", "made_by", "pick_columns"]
@@ -203,9 +204,18 @@ class ArrowColumnsReader:
     ``columns`` (arrays or chunked arrays of ``n`` values each: ``d`` features then
     labels), optionally seen through ``row_map`` (row ``i`` is the columns' row
     ``row_map[i]``). ``mapped``: the columns lie in a memory-mapped file (reads then
-    default to prefetch, as an ``.ndf`` file's)."""
+    default to prefetch, as an ``.ndf`` file's). ``check``: called after each batch is
+    gathered, to raise if the files the columns lie in changed (a
+    :class:`~exactbatch.sources.file_watch.FileWatch`'s), or None."""
 
-    def __init__(self, columns: Sequence, d: int, row_map: np.ndarray | None = None, mapped=False):
+    def __init__(
+        self,
+        columns: Sequence,
+        d: int,
+        row_map: np.ndarray | None = None,
+        mapped: bool = False,
+        check: Callable[[], None] | None = None,
+    ):
         import pyarrow as pa
 
         chunked = [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c]) for c in columns]
@@ -213,6 +223,7 @@ class ArrowColumnsReader:
         self.n = total if row_map is None else len(row_map)
         self.d, self.l = d, len(chunked) - d
         self.mapped = mapped
+        self._check = check
         self._map = row_map
         layouts: dict[tuple, list[int]] = {}
         self._parts = []
@@ -239,6 +250,8 @@ class ArrowColumnsReader:
                 for j in columns:
                     out, k = (out_x, j) if j < d else (out_y, j - d)
                     out[dst, k] = self._parts[j][c].take(src)
+        if self._check is not None:  # after the copy: a change during it is seen too
+            self._check()
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 2 if self.mapped and batch_bytes >= PREFETCH_MIN_BYTES else 0
@@ -274,6 +287,12 @@ class ArrowStream:
         # the vocabularies (given, or learned in a first pass now), each built once
         self._vocab = vocabularies(categorical or {}, batches)
         self.categories = {c: list(v.values) for c, v in self._vocab.items()}
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`): a query's rows
+        cannot be sampled without running it."""
+        names = column_names(self.features, self.labels)
+        return {"kind": f"arrow stream ({self.owner})", "names": names}
 
     def __repr__(self) -> str:
         return (

@@ -11,9 +11,15 @@ cannot be read in place: its buffers are decompressed into memory when it is
 opened (the columns named only). Write ``compression="uncompressed"`` to
 keep the file mapped.
 
-Do not rewrite or truncate the file while a loader reads it: unlike an
-``.ndf`` file, whose reads are guarded, a mapping of a truncated file is
-a ``SIGBUS``.
+The file's identity is checked as an ``.ndf`` file's is
+(:mod:`~exactbatch.sources.file_watch`): its size, modification time and
+change time after every batch read from the mapping, and on unpickling. A
+file rewritten in place (say, written again larger between epochs) is then
+an ``NdfError`` naming it, never rows of the new file read through the old
+layout; one replaced by a rename keeps being read as the file opened. (A
+compressed file, read into memory at open, is checked only on unpickling.)
+Do not truncate the file while a loader reads it: unlike an ``.ndf`` file,
+whose copies are guarded, a mapping of a truncated file is a ``SIGBUS``.
 """
 
 from __future__ import annotations
@@ -23,22 +29,25 @@ from collections.abc import Sequence
 
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
-from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, pick_columns
+from exactbatch.sources.file_watch import FileWatch
+from exactbatch.sources.identity import column_names, file_facts
 
 __all__ = ["ArrowFileSource", "arrow_file"]
 
 
 class ArrowFileSource:
     """An Arrow IPC file, as :func:`arrow_file` opens it: a
-    :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``path``,
-    ``features``, ``labels``, ``n``, ``d``, ``l``, ``batches`` (the file's record
-    batches) and ``compressed``. It pickles by its path (reopened on load)."""
+        :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``path``,
+        ``features``, ``labels``, ``n``, ``d``, ``l``, ``batches`` (the file's record
+        batches) and ``compressed``. It pickles by its path and the file's stamps (reopened
+    on load, and refused if the file changed: ``NdfError``)."""
 
-    def __init__(self, path: str, features, labels):
+    def __init__(self, path: str, features, labels, stamps=None):
         pa = need("pyarrow", by="arrow_file", package="pyarrow", extra="arrow")
-        check_regular(path, "an Arrow IPC file")
         self.path = path
+        # opened (and stamped) before it is mapped: what is read is what is checked
+        self._watch = FileWatch([path], "an Arrow IPC file", stamps)
         mapping = pa.memory_map(path, "r")
         try:
             f = pa.ipc.open_file(mapping)
@@ -62,10 +71,20 @@ class ArrowFileSource:
 
     def open_reader(self) -> ArrowColumnsReader:
         """A new reader of the file's rows (the loader owns and closes it)."""
-        return ArrowColumnsReader(self._columns, self.d, mapped=True)
+        check = None if self.compressed else self._watch.check
+        return ArrowColumnsReader(self._columns, self.d, mapped=True, check=check)
+
+    def identity(self) -> dict:
+        """Its kind, columns and file (:mod:`exactbatch.sources.identity`)."""
+        names = column_names(self.features, self.labels)
+        return {"kind": "arrow_file", "names": names, **file_facts(self.path)}
+
+    def check_unchanged(self) -> None:
+        """``NdfError`` naming the file if it changed (in place) since it was opened."""
+        self._watch.check()
 
     def __reduce__(self):
-        return (_reopen, (self.path, self.features, self.labels))
+        return (_reopen, (self.path, self.features, self.labels, self._watch.stamps))
 
     def __repr__(self) -> str:
         return (
@@ -88,8 +107,8 @@ def _in_mapping(table, mapping) -> bool:
     )
 
 
-def _reopen(path: str, features, labels) -> ArrowFileSource:
-    return ArrowFileSource(path, features, labels)
+def _reopen(path: str, features, labels, stamps=None) -> ArrowFileSource:
+    return ArrowFileSource(path, features, labels, stamps)
 
 
 def arrow_file(

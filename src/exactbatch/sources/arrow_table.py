@@ -18,6 +18,7 @@ from typing import Any
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, ArrowStream, made_by, pick_columns
 from exactbatch.sources.categorical import check_categorical, code, vocabularies
+from exactbatch.sources.identity import column_names
 
 __all__ = ["ArrowTableSource", "arrow_source", "is_arrow_reader", "is_arrow_table", "refuse_reader"]
 
@@ -59,6 +60,12 @@ class ArrowTableSource:
         names = self.features + self.labels
         self._columns = [code(c, held[c], vocab, owner) for c in names]
         self.table = table
+        self.owner = owner
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`)."""
+        names = column_names(self.features, self.labels)
+        return {"kind": f"arrow table ({self.owner})", "names": names}
 
     def open_reader(self) -> ArrowColumnsReader:
         """A new reader of the table's rows (the loader owns and closes it)."""

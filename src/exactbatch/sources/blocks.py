@@ -29,6 +29,7 @@ from exactbatch.arrays import check_out_array
 from exactbatch.batching.gather import WholeRows
 from exactbatch.checks import check_int
 from exactbatch.ndf import NdfDataset, NdfFile, direct
+from exactbatch.sources.identity import ndf_identity
 
 __all__ = ["NdfBlocks", "ndf_blocks"]
 
@@ -58,6 +59,11 @@ class NdfBlocks:
             starts.append(first)
             rows.append(np.minimum(block_rows, b - first))
         self.chunk_starts, self.chunk_rows = np.concatenate(starts), np.concatenate(rows)
+
+    def identity(self) -> dict:
+        """Its file's or dataset's identity (:func:`exactbatch.sources.identity.ndf_identity`:
+        the sample is 64 rows read)."""
+        return ndf_identity(self.file)
 
     def __len__(self) -> int:
         return len(self.chunk_rows)

@@ -45,7 +45,8 @@ def source_size(source) -> int:
     if isinstance(n, int) and hasattr(source, "d"):  # NdfFile, NdfDataset, Dataset
         return n
     if _is_frame(source) or isinstance(source, np.ndarray):
-        return int(source.shape[0]) if source.ndim else 0
+        shape = tuple(source.shape)  # (a polars DataFrame has a shape, but no ndim)
+        return int(shape[0]) if shape else 0
     if isinstance(source, tuple) and len(source) == 2 and hasattr(source[0], "shape"):
         return int(source[0].shape[0])
     reader = _reader(source)

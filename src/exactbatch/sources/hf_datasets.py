@@ -9,6 +9,12 @@ copy of the table and no formatting of rows
 chosen by name; ``ClassLabel`` columns are integers, so they may be
 labels; ``string``, ``Image``, ``Sequence`` and other non-numeric features
 are left out (or, when named, refused).
+
+A dataset loaded from disk lies in memory-mapped Arrow cache files
+(``dataset.cache_files``): they are watched as an Arrow IPC file is
+(:mod:`~exactbatch.sources.file_watch`), so a cache file rewritten in place
+(``save_to_disk`` over the folder read) is an ``NdfError`` naming it at the
+next batch, never rows of the new file read through the old layout.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import numpy as np
 
 from exactbatch.extras import need
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, made_by, pick_columns
+from exactbatch.sources.file_watch import FileWatch
+from exactbatch.sources.identity import column_names
 
 __all__ = ["HfDatasetSource", "hf_source", "is_hf_dataset"]
 
@@ -47,10 +55,17 @@ class HfDatasetSource:
         self.d, self.l = len(self.features), len(self.labels)
         self._columns = [table.column(c) for c in self.features + self.labels]
         self.dataset = dataset
+        files = [f["filename"] for f in getattr(dataset, "cache_files", None) or ()]
+        self._watch = FileWatch(files, "a Hugging Face dataset's Arrow cache file")
+
+    def identity(self) -> dict:
+        """Its kind and columns (:mod:`exactbatch.sources.identity`)."""
+        return {"kind": "hf_dataset", "names": column_names(self.features, self.labels)}
 
     def open_reader(self) -> ArrowColumnsReader:
         """A new reader of the dataset's rows (the loader owns and closes it)."""
-        return ArrowColumnsReader(self._columns, self.d, row_map=self._map)
+        check = self._watch.check if self._watch.paths else None
+        return ArrowColumnsReader(self._columns, self.d, row_map=self._map, check=check)
 
     def __repr__(self) -> str:
         return f"HfDatasetSource(n={self.n}, d={self.d}, l={self.l})"

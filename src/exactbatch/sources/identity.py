@@ -15,15 +15,25 @@ its count and a hash of its ids, in order).
   rows and bytes). No rows are read: a part opens only when a shard reads it.
 * In memory (an array, a pair, a Dataset, a DataFrame) or a
   :class:`~exactbatch.sources.protocols.RowSource`: the ``sample`` hash; a
-  RowSource adds its column names and the ``path``, ``size`` and ``mtime``
-  of the local file it names (an Arrow IPC file), where it has them.
-* A stream: ``n`` (its ``n_rows``, else the loader's total_size); Parquet
-  adds ``path`` (the first file), ``parts`` (the file count) and ``files``
-  (a hash of each file's name and size, and of what its footer, read at
-  construction, says of its row groups: rows, and each column's min, max and
-  nulls); ``ndf_blocks`` its file's or manifest's identity. How a
-  stream is cut into chunks (``block_rows``) is a setting of the state, not
-  the data's identity.
+  RowSource adds what its ``identity()`` says (below).
+* A stream: ``n`` (its ``n_rows``, else the loader's total_size), and what
+  its source's ``identity()`` says; a list of chunks (no ``identity()``:
+  plain data) the ``sample`` of its rows, as an array's. How a stream is cut
+  into chunks (``block_rows``) is a setting of the state, not the data's
+  identity.
+
+``identity()`` is the optional hook by which a source kind names itself
+(:mod:`exactbatch.sources.protocols`), read once per loader: a small
+JSON-safe dict with its ``kind``, its column ``names`` (its schema: every
+column is read as a number) and what it can say of its data without a read
+of it. Each kind of the library has one: an Arrow file, table, Hugging Face
+dataset, polars or DuckDB source its names (a file's ``path``, ``size`` and
+``mtime`` too); Parquet (:func:`parquet_identity`) its names, ``path`` (the
+first file), ``parts`` (the file count) and ``files`` (a hash of each file's
+name and size, and of what its footer, read at construction, says of its
+row groups: rows, and each column's min, max and nulls); ``ndf_blocks``
+its file's or manifest's identity (:func:`ndf_identity`). A source without
+one is recorded by its kind alone: no attribute of it is guessed at.
 
 What :func:`differences` compares - what makes data "other" - is what
 describes the rows' content and order: n, d, l, names, the sample, the
@@ -49,10 +59,12 @@ from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.names import DefaultNames
 from exactbatch.order.subset import subset_digest
+from exactbatch.sources.chunks import ChunkList, Widths
 from exactbatch.urls import is_url
 
 __all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
-__all__ += ["source_facts", "stream_identity"]
+__all__ += ["column_names", "file_facts", "ndf_identity", "parquet_identity", "source_facts"]
+__all__ += ["stream_identity"]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
@@ -90,7 +102,7 @@ def _sample(read, n: int, d: int, l: int) -> str:  # noqa: E741
     return _rows_hash(pos, x, y)
 
 
-def _names(features, labels):
+def column_names(features, labels):
     """The column names to record: None for default names (x0.., y0..), a hash past
     :data:`MAX_NAMES` names."""
     if features is None or isinstance(features, DefaultNames):
@@ -102,10 +114,10 @@ def _names(features, labels):
     return names
 
 
-def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
+def ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     """An ``.ndf`` file's or dataset's identity; ``read``: how to read the file's
     sample (None: :meth:`NdfFile.read_rows_into`)."""
-    out: dict = {"names": _names(f.features, f.labels)}
+    out: dict = {"names": column_names(f.features, f.labels)}
     if isinstance(f, NdfDataset):
         parts = [[p.name, p.n, p.nbytes] for p in f.manifest.parts]
         digest = _hash(json.dumps([parts, f.d, f.l]).encode())
@@ -124,23 +136,39 @@ def _ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     return out
 
 
-def source_facts(source) -> dict:
-    """What a :class:`~exactbatch.sources.protocols.RowSource` says of itself beyond its
-    reader: its type, column ``names`` and the local file at its ``path`` (size, mtime),
-    from plain attributes (no read); nothing for other sources (their readers say it)."""
-    if source is None or not callable(getattr(source, "open_reader", None)):
-        return {}
-    out: dict = {"kind": type(source).__name__}
-    names = _names(getattr(source, "features", None), getattr(source, "labels", None))
-    if names is not None:
-        out["names"] = names
-    path = getattr(source, "path", None)
+def file_facts(path) -> dict:
+    """A local file's ``path``, ``size`` and ``mtime`` (recorded to name the data in an
+    error, never compared); nothing for a URL or a file gone."""
     if isinstance(path, (str, os.PathLike)) and not is_url(os.fspath(path)):
         try:
             st = os.stat(path)
-            out.update(path=os.fspath(path), size=st.st_size, mtime=st.st_mtime_ns)
+            return {"path": os.fspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
         except OSError:
             pass
+    return {}
+
+
+def _identity_of(source, call) -> dict:
+    """What ``call()`` (a source's ``identity()``) says, checked to be a dict."""
+    got = call()
+    if not isinstance(got, dict):
+        raise TypeError(
+            f"{type(source).__name__}.identity() must return a dict (its kind, column "
+            f"names, ...); got {type(got).__name__}"
+        )
+    return got
+
+
+def source_facts(source) -> dict:
+    """What a :class:`~exactbatch.sources.protocols.RowSource` says of itself beyond its
+    reader: its type, and what its ``identity()`` says (module docs; no read); nothing
+    for other sources (their readers say it)."""
+    if source is None or not callable(getattr(source, "open_reader", None)):
+        return {}
+    out: dict = {"kind": type(source).__name__}
+    call = getattr(source, "identity", None)
+    if callable(call):
+        out.update(_identity_of(source, call))
     return out
 
 
@@ -155,34 +183,53 @@ def reader_fingerprint(reader, ids=None, read=None, about=None) -> dict:
     if read is None:
         pass
     elif isinstance(f, (NdfFile, NdfDataset)):
-        fp.update(_ndf_identity(f, read))
+        fp.update(ndf_identity(f, read))
     else:
         fp["kind"] = "memory" if hasattr(reader, "x") else type(reader).__name__
-        fp["names"] = _names(getattr(reader, "features", None), getattr(reader, "labels", None))
         fp.update(about or {})
         fp["sample"] = _sample(read, reader.n, reader.d, reader.l)
     fp["rows"] = None if ids is None else {"count": len(ids), "digest": subset_digest(ids)}
     return fp
 
 
-def stream_identity(source) -> dict:
-    """What identifies a stream's ``source`` beyond its sizes: Parquet's files,
-    ``ndf_blocks``' file or manifest (its sample: 64 rows read), else nothing but its
-    kind."""
+def stream_identity(source, call=None) -> dict:
+    """What identifies a stream's ``source`` beyond its sizes: what ``call`` (its
+    ``identity()``, as :func:`~exactbatch.sources.protocols.stream_hooks` found it)
+    says; for a list of chunks, the sample of its rows; else its kind alone."""
     fp: dict = {"kind": "stream", "names": None, "rows": None}
-    f = getattr(source, "file", None)
-    files = getattr(source, "files", None)
-    if isinstance(f, (NdfFile, NdfDataset)):  # ndf_blocks
-        fp.update(_ndf_identity(f))
-    elif isinstance(files, (list, tuple)):  # Parquet: each file's name and size
-        fp["kind"] = "parquet"
-        fp["names"] = _names(getattr(source, "features", ()), getattr(source, "labels", ()))
-        listed = [[os.path.basename(str(p)), _size(p)] for p in files]
-        fp["path"] = str(files[0]) if files else None  # the first file
-        fp["parts"] = len(files)
-        footers = getattr(source, "footers", None) or []
-        fp["files"] = _hash(json.dumps([listed, _footer_stats(footers)]).encode())
+    if call is not None:
+        fp.update(_identity_of(source, call))
+    elif isinstance(source, (list, tuple, ChunkList)):
+        fp.update(kind="chunks", sample=_chunks_sample(getattr(source, "chunks", source)))
     return fp
+
+
+def _chunks_sample(chunks) -> str:
+    """The sample of a list of chunks' rows: the rows at :func:`sample_positions` of
+    them all (the same hash as for an array of those rows, however they are cut)."""
+    widths = Widths()
+    pairs = [widths.normalize(c, i) for i, c in enumerate(chunks)]
+    d, l = widths.known() or (0, 0)  # noqa: E741
+    starts = np.cumsum([0] + [x.shape[0] for x, _ in pairs])
+    pos = sample_positions(int(starts[-1]))
+    x, y = np.empty((len(pos), d)), np.empty((len(pos), l))
+    which = np.searchsorted(starts, pos, side="right") - 1
+    for k, (p, c) in enumerate(zip(pos, which, strict=True)):
+        x[k], y[k] = pairs[c][0][p - starts[c]], pairs[c][1][p - starts[c]]
+    return _rows_hash(pos, x, y)
+
+
+def parquet_identity(files, footers, features, labels) -> dict:
+    """A Parquet source's identity (module docs): ``files`` its paths (or URLs),
+    ``footers`` their footers as read at construction."""
+    listed = [[os.path.basename(str(p)), _size(p)] for p in files]
+    return {
+        "kind": "parquet",
+        "names": column_names(features, labels),
+        "path": str(files[0]) if files else None,  # the first file
+        "parts": len(files),
+        "files": _hash(json.dumps([listed, _footer_stats(footers)]).encode()),
+    }
 
 
 def _footer_stats(footers) -> list:

@@ -37,9 +37,11 @@ from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, fill_columns
 from exactbatch.sources.categorical import check_categorical
+from exactbatch.sources.identity import parquet_identity
 from exactbatch.sources.parquet_columns import (
     Partitions,
     SourceColumns,
+    check_held_keys,
     check_names,
     find_columns,
     hive_partitions,
@@ -47,7 +49,15 @@ from exactbatch.sources.parquet_columns import (
 )
 from exactbatch.sources.parquet_urls import list_url_files, url_identity, url_parquet_file
 from exactbatch.sources.protocols import Chunk
-from exactbatch.urls import FOLDER_PATTERN, ForkSafeFs, find_files, for_arrow, is_url, local_path
+from exactbatch.urls import (
+    FOLDER_PATTERN,
+    ForkSafeFs,
+    find_files,
+    for_arrow,
+    is_url,
+    local_path,
+    once_each,
+)
 
 __all__ = [
     "LABELS_METADATA_KEY",
@@ -78,8 +88,7 @@ _NOT_GIVEN = _NotGiven()
 
 
 def recorded_labels(schema) -> list[str] | None:
-    """The label columns a Parquet schema's metadata records (``LABELS_METADATA_KEY``),
-    or None when it records none."""
+    """The label columns the schema's metadata records (``LABELS_METADATA_KEY``), or None."""
     raw = (schema.metadata or {}).get(LABELS_METADATA_KEY)
     if raw is None:
         return None
@@ -98,7 +107,8 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
     their paths inside it, each checked to be a regular file (a FIFO is an
     ``NdfError`` at once: pyarrow would wait on it); an empty one, or a
     missing path, is ``FileNotFoundError``; an empty list a ``ValueError``. A
-    list is taken as given (each file is checked on open).
+    list is taken as given (each file is checked on open), but a file named twice (its
+    real path: a link too) is read once, at its first place, as in a folder.
     """
     if isinstance(path, (str, os.PathLike)):
         path = os.fspath(path)
@@ -114,7 +124,7 @@ def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
             check_regular(f, "a Parquet file")
         return files
     if isinstance(path, Sequence) and not isinstance(path, (bytes, str)):
-        files = [os.fspath(p) for p in path]
+        files = once_each([os.fspath(p) for p in path])
         if not files:
             raise ValueError("parquet_source got an empty list of files")
         return files
@@ -172,6 +182,8 @@ class ParquetSource:
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
+            if partitions is not None:  # a key a file also holds must agree with its path
+                check_held_keys(f, pf, partitions.values[fi])
             if fi == 0 and partitions is not None:
                 # a key the files also hold as a column is read from the files
                 kept = tuple(k for k in partitions.names if k not in schema.names)
@@ -252,6 +264,10 @@ class ParquetSource:
         """Each file's footer (``pyarrow.parquet.FileMetaData``), as read at construction:
         its row groups' rows and column statistics (what a state's fingerprint hashes)."""
         return list(self._meta)
+
+    def identity(self) -> dict:
+        """Its files, footers and columns (:func:`exactbatch.sources.identity.parquet_identity`)."""
+        return parquet_identity(self.files, self._meta, self.features, self.labels)
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -369,8 +385,9 @@ def parquet_source(
     A folder is read as its files matching ``pattern``, sorted by their
     paths inside it. The default, ``"**/*.parquet"``, is every ``.parquet``
     file at any depth, so a Hive-style partitioned folder
-    (``year=2024/month=01/part-0.parquet``) is read whole; the partition
-    keys are not read as columns. ``"*.parquet"`` reads the top level only.
+    (``year=2024/month=01/part-0.parquet``) is read whole, its partition
+    keys columns as the files' are (:mod:`~exactbatch.sources.parquet_columns`);
+    ``"*.parquet"`` reads the top level only; a file reached twice (a link) is read once.
     ``**`` is any number of folders; a wildcard skips hidden names (a
     leading ``.``); glob characters in the folder's own name (``run[1]``)
     are plain characters. The pattern means the same on a local folder and

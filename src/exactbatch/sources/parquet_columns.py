@@ -5,9 +5,13 @@ categories (:mod:`exactbatch.sources.categorical`).
 Hive partitions are found by ``pyarrow.dataset``'s partitioning
 (``HivePartitioning.discover()``, relative to the folder the source was given,
 from the paths alone: no footer is read): a key
-whose values are all integers is an ``int32`` column, any other a string
-column (usable as a category); values are URL-decoded, as Spark, Dask and
-Polars write them. A file outside any ``key=value`` folder has the key
+whose values are all integers is an integer column (``int32``, or ``int64``
+where a value is past int32), any other a string column (usable as a
+category); values are URL-decoded, as Spark, Dask and Polars write them. A
+key a file also holds as a column is read from the file, and every value
+there must be the one its path says (:func:`check_held_keys`: from the
+footer's statistics, else a read of that column), else a ``ValueError``
+naming the file and the key. A file outside any ``key=value`` folder has the key
 missing (null: NaN, or a missing category). Partition keys cost no read:
 their values are constant within a file, taken from its path.
 """
@@ -22,7 +26,7 @@ from typing import Any, NamedTuple
 from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn
 
 __all__ = ["Partitions", "SourceColumns", "check_names", "find_columns", "hive_partitions"]
-__all__ += ["is_numeric_type"]
+__all__ += ["check_held_keys", "is_numeric_type"]
 
 
 class Partitions(NamedTuple):
@@ -65,7 +69,51 @@ def hive_partitions(base: str, files: list[str], fs: Any = None) -> Partitions |
     fields = [ds.schema.field(i) for i in range(len(ds.schema))]
     found = {k for v in keys.values() for k in v}
     names = tuple(f.name for f in fields if f.name in found)
-    return Partitions(names, {f.name: f.type for f in fields}, [keys.get(f, {}) for f in files])
+    types = {f.name: f.type for f in fields}
+    values = [keys.get(f, {}) for f in files]
+    for name in names:  # discover() says int32 or string: integers past int32 are int64
+        if str(types[name]) == "string" and _all_int64([v.get(name) for v in values]):
+            import pyarrow as pa
+
+            types[name] = pa.int64()
+            for v in values:
+                if v.get(name) is not None:
+                    v[name] = int(v[name])
+    return Partitions(names, types, values)
+
+
+def _all_int64(values: list) -> bool:
+    """Are the (string) values, less nulls, all integers within int64?"""
+    found = [v for v in values if v is not None]
+    try:
+        return bool(found) and all(-(2**63) <= int(v) < 2**63 and str(int(v)) == v for v in found)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_held_keys(path: str, pf, keys: dict) -> None:
+    """A ``ValueError`` naming ``path`` and the key if a partition key the file (``pf``, a
+    ``ParquetFile``) also holds as a column holds a value other than its path's
+    (``keys``: the path's values). From the footer's statistics where every row group
+    has them, else from a read of that column."""
+    names = pf.schema_arrow.names
+    md = pf.metadata
+    for key, want in keys.items():
+        if key not in names or want is None:
+            continue
+        j = pf.schema_arrow.get_field_index(key)
+        stats = [md.row_group(g).column(j).statistics for g in range(md.num_row_groups)]
+        if all(s is not None and s.has_min_max and not s.null_count for s in stats):
+            found = {v for s in stats for v in (s.min, s.max)}
+        else:
+            found = set(pf.read(columns=[key]).column(0).unique().to_pylist())
+        bad = sorted(repr(v) for v in found if v != want and str(v) != str(want))
+        if bad:
+            raise ValueError(
+                f"{path}: the partition key {key!r} is also a column of the file, holding "
+                f"{', '.join(bad[:5])} where its path says {key}={want}: which is meant is "
+                "ambiguous; drop the column from the files, or fix the folder's name"
+            )
 
 
 class SourceColumns:

@@ -67,7 +67,7 @@ def polars_source(
         if n_rows is not None:
             raise ValueError("n_rows applies to a LazyFrame; a DataFrame knows its rows")
         owner = "the polars DataFrame"
-        return ArrowTableSource(frame.to_arrow(), features, labels, owner, categorical)
+        return ArrowTableSource(_to_arrow(frame, owner), features, labels, owner, categorical)
     if not isinstance(frame, pl.LazyFrame):
         raise TypeError(
             f"frame must be a polars DataFrame or LazyFrame; got {type(frame).__name__}"
@@ -88,4 +88,24 @@ def _arrow_schema(frame):
     """The LazyFrame's schema as Arrow's, without running its query: an empty frame's."""
     import polars as pl
 
-    return pl.DataFrame(schema=frame.collect_schema()).to_arrow().schema
+    return _to_arrow(pl.DataFrame(schema=frame.collect_schema()), "the LazyFrame").schema
+
+
+def _to_arrow(frame, owner: str):
+    """``frame.to_arrow()``, or a ``ValueError`` naming the columns Arrow cannot hold (a
+    polars Int128, say) instead of pyarrow's own error."""
+    import pyarrow as pa
+
+    try:
+        return frame.to_arrow()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        bad = []
+        for name, dtype in frame.schema.items():
+            try:
+                frame.select(name).head(0).to_arrow()
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                bad.append(f"{name} ({dtype})")
+        raise ValueError(
+            f"{owner}: column(s) {bad or list(frame.columns)} have a type Arrow cannot hold "
+            f"({e}); cast them first (e.g. pl.col(name).cast(pl.Float64)), or drop them"
+        ) from None

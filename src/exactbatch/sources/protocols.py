@@ -26,6 +26,12 @@ costs more:
   learns them from the first chunk read (``loader.d`` is None until then).
 * ``block_rows``: recorded in a state (of any stream), so that a state of
   other blocks is refused on load. Without it, None is recorded.
+* ``identity()``: what names the data (of any stream, and of a
+  :class:`RowSource`): a small JSON-safe dict with its ``kind``, its column
+  ``names`` and what it can say of its rows without reading them
+  (:mod:`exactbatch.sources.identity`), recorded in a state and compared on
+  load. Without it, the kind alone is recorded (and a state of other data
+  with the same sizes is not told apart).
 * ``will_need(i)``: chunk ``i`` is read soon; called up to ``HINT_AHEAD``
   (16) chunks ahead of the reads, from a thread of its own. Without it, no
   hints.
@@ -166,7 +172,8 @@ class StreamHooks:
     """What a stream's source provides, looked up once (module docs): ``chunk_rows``
     (an int64 array) and ``read_chunk`` for a chunk source (else None, as for
     every hook it lacks), ``n_rows``, the widths ``d`` and ``l``, ``block_rows``,
-    and the callables ``will_need``, ``read_rows_into`` and ``open_chunk``."""
+    and the callables ``identity``, ``will_need``, ``read_rows_into`` and
+    ``open_chunk``."""
 
     chunk_rows: np.ndarray | None = None
     read_chunk: Callable | None = None
@@ -174,6 +181,7 @@ class StreamHooks:
     d: int | None = None
     l: int | None = None  # noqa: E741
     block_rows: int | None = None
+    identity: Callable | None = None
     will_need: Callable | None = None
     read_rows_into: Callable | None = None
     open_chunk: Callable | None = None
@@ -211,7 +219,14 @@ def stream_hooks(source: Any) -> StreamHooks:
     def size(name: str, minimum: int):
         return check_int(f"{owner}.{name}", getattr(source, name, None), minimum, optional=True)
 
-    common = {"n_rows": size("n_rows", 0), "block_rows": size("block_rows", 1)}
+    identity = getattr(source, "identity", None)
+    if identity is not None and not callable(identity):
+        raise TypeError(f"{owner}.identity must be a method returning a dict; got {identity!r:.80}")
+    common = {
+        "n_rows": size("n_rows", 0),
+        "block_rows": size("block_rows", 1),
+        "identity": identity,
+    }
     if not is_chunk_source(source):
         return StreamHooks(**common)
     d, l = size("d", 0), size("l", 0)  # noqa: E741

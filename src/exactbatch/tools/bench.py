@@ -149,7 +149,7 @@ def bench(
     """
     batch_sizes = [check_int(f"batch_sizes[{i}]", b, 1) for i, b in enumerate(batch_sizes)]
     shuffle, bar = check_flag("shuffle", shuffle), check_flag("bar", bar)
-    seed = check_int("seed", seed, 0)
+    seed = check_int("seed", seed, 0, maximum=None)
     buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
     max_rows = check_int("max_rows", max_rows, 1, optional=True)
     src = os.fspath(src)

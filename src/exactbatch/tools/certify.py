@@ -9,6 +9,7 @@ training checkpoint's usual key); every state of every file is merged, as
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,12 +36,23 @@ def _states(path: str) -> list[dict]:
 
 
 def certify_files(paths: list[str]) -> Certificate:
-    """The certificate of every state in the files ``paths``."""
-    states = [s for path in paths for s in _states(path)]
+    """The certificate of every state in the files ``paths``; an error about one state
+    names the file that holds it (and its place there, for a file of several)."""
+    states, owners = [], []
+    for path in paths:
+        found = _states(path)
+        states += found
+        owners += [
+            path if len(found) == 1 else f"{path} (its state {j})" for j in range(len(found))
+        ]
     try:
         return certify(states)
     except (TypeError, ValueError) as e:
-        raise CliError(f"{', '.join(paths)}: {e}") from None
+        message = str(e)
+        at = re.match(r"states\[(\d+)\]", message)
+        if at is None or int(at[1]) >= len(owners):
+            raise CliError(f"{', '.join(paths)}: {message}") from None
+        raise CliError(f"{owners[int(at[1])]}: the state{message[at.end() :]}") from None
 
 
 def public(cert: Certificate) -> dict:

@@ -201,6 +201,13 @@ def refuse_url(path, doing: str = "reading") -> None:
         )
 
 
+def named_format(path) -> str | None:
+    """The format a file's name says (``"ndf"``, ``"parquet"``, ...: its extension, less
+    a compression's), or None for a name that says none."""
+    ext = os.path.splitext(_strip_compression(os.fspath(path)))[1].lower()
+    return _EXTENSIONS.get(ext)
+
+
 def detect_format(path) -> str:
     """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
     then extension.

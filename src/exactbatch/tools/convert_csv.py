@@ -19,7 +19,7 @@ from exactbatch.tools.convert_inputs import (
     read_errors,
     refuse_non_numeric,
 )
-from exactbatch.urls import FOLDER_PATTERN, find_files, for_arrow
+from exactbatch.urls import FOLDER_PATTERN, find_files, for_arrow, once_each
 
 __all__ = ["CsvInput", "csv_inputs", "csv_schema"]
 
@@ -43,7 +43,7 @@ def _folder_csvs(folder: str) -> list[str]:
     for top, dirs, names in os.walk(folder):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         out += [os.path.join(top, n) for n in names if not n.startswith(".") and _is_csv_name(n)]
-    return sorted(out, key=lambda f: os.path.relpath(f, folder).split(os.sep))
+    return once_each(sorted(out, key=lambda f: os.path.relpath(f, folder).split(os.sep)))
 
 
 def csv_inputs(src) -> tuple[str, list[str] | None]:
@@ -58,7 +58,7 @@ def csv_inputs(src) -> tuple[str, list[str] | None]:
             raise CliError("no input files given")
         if len(paths) == 1:
             return paths[0], None
-        shown, files = " ".join(paths), sorted(paths)
+        shown, files = " ".join(paths), once_each(sorted(paths))
     else:
         shown = os.fspath(src)
         if os.path.isdir(shown):
@@ -73,7 +73,7 @@ def csv_inputs(src) -> tuple[str, list[str] | None]:
             return shown, files
         if os.path.exists(shown) or not _GLOB & set(shown):
             return shown, None
-        files = sorted(glob.glob(shown, recursive=True))
+        files = once_each(sorted(glob.glob(shown, recursive=True)))
         if not files:
             raise CliError(f"{shown}: no files match this pattern")
     odd = [f for f in files if os.path.isdir(f) or detect_format(f) != "csv"]

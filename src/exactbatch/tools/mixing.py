@@ -140,7 +140,10 @@ def mixing(
     for a full shuffle in at most 5% of seeds (see
     :func:`~exactbatch.tools.mixing_score.verdict`).
     """
-    batch_size, seed = check_int("batch_size", batch_size, 1), check_int("seed", seed, 0)
+    batch_size, seed = (
+        check_int("batch_size", batch_size, 1),
+        check_int("seed", seed, 0, maximum=None),
+    )
     buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
     chunk_rows = check_int("chunk_rows", chunk_rows, 1, optional=True)
     max_batches = check_int("max_batches", max_batches, 1)

@@ -57,6 +57,7 @@ from exactbatch.tools.common import (
     check_output,
     detect_format,
     format_bytes,
+    named_format,
     progress,
     refuse_url,
 )
@@ -166,7 +167,7 @@ def shuffle_file(
     part), the manifest last (keeping ``src``'s column names). The order is
     the one a shuffle of one file holding ``src``'s rows would give.
     """
-    seed, memory = check_int("seed", seed, 0), check_int("memory", memory, 1)
+    seed, memory = check_int("seed", seed, 0, maximum=None), check_int("memory", memory, 1)
     force, bar = check_flag("force", force), check_flag("bar", bar)
     if part_rows is not None:
         part_rows = check_int("part_rows", part_rows, 1)
@@ -176,6 +177,12 @@ def shuffle_file(
         raise CliError(
             f"{src}: shuffle reads .ndf files and sharded datasets; convert this {fmt} data "
             "first (exactbatch convert SRC NAME.ndf)"
+        )
+    named = named_format(dst)
+    if named not in (None, "ndf"):  # an .ndf written under a name that says otherwise
+        raise CliError(
+            f"{dst}: shuffle writes an .ndf file (or a sharded dataset), not {named}; name "
+            f"it NAME.ndf, then convert it: exactbatch convert NAME.ndf {dst}"
         )
     inp = ndf_regions(src)
     n, d, l = inp.n, inp.d, inp.l  # noqa: E741
