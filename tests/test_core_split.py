@@ -132,7 +132,7 @@ def test_large_threaded_reads_wait_for_every_part():
     NaN it was filled with, or stale rows)."""
     n, reads = (4_000_000, 120) if _STRESS else (2_000_000, 8)
     rng = np.random.default_rng(11)
-    # traceable rows (exact in float32 below 2**21): x[i] = i + (0, 1/4, 1/2, 3/4), y[i] = i
+    # traceable rows (exact in float32 below 2**22): x[i] = i + (0, 1/4, 1/2, 3/4), y[i] = i
     x = np.arange(n, dtype=np.float64)[:, None] + np.arange(4) / 4
     y = x[:, :1].copy()
     rows = core.memory_rows(x, y)
