@@ -311,6 +311,20 @@ def test_statistics_of_the_wrong_width_name_transform_at_construction_or_first_b
         DataLoader((x, y), 16, transform=(np.zeros(D), np.ones(D)))
 
 
+@pytest.mark.parametrize("l", [1, 2])
+def test_statistics_neither_d_nor_d_plus_l_wide_are_refused(l):  # noqa: E741
+    """Only d (the features') or d + l (features then labels) columns of statistics: wider
+    ones are refused as narrower ones are (a loader never takes the first d of more)."""
+    x, y = np.zeros((40, D)), np.zeros((40, l))
+    for width in range(1, 2 * D + 3):
+        st = Standardize((np.zeros(width), np.ones(width)))
+        if width in (D, D + l):
+            DataLoader((x, y), 8, transform=st)
+            continue
+        with pytest.raises(ValueError, match=rf"transform: .* {width} columns.* d = {D}"):
+            DataLoader((x, y), 8, transform=st)
+
+
 def test_standardize_called_on_rows_is_the_loaders_transform():
     x, _ = _data()
     st = _stats(x)
