@@ -26,7 +26,9 @@ rm -f "$W"/src/exactbatch/_core*.so
 # and lock from the start. halt_on_error: the first report fails the run. die_after_fork=0:
 # the test of a forked child starts threads there (the core resets its pool at a fork;
 # TSan cannot follow a multi-threaded fork, and would end the child).
-TESTS=${TSAN_TESTS:-"tests/test_core_split.py tests/loader/test_threads.py tests/ndf/test_guard.py"}
+# (Not tests/ndf/test_guard.py: its faults, SIGBUS in a copy left by siglongjmp from the
+# handler, end a process under TSan without a report: TSan defers signals it intercepts.)
+TESTS=${TSAN_TESTS:-"tests/test_core_split.py tests/loader/test_threads.py"}
 # shellcheck disable=SC2086
 LD_PRELOAD="$LIB" \
     TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0 die_after_fork=0 ${TSAN_OPTIONS:-}" \
