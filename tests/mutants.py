@@ -260,7 +260,7 @@ TARGETS = {
     "names": (  # column names: checked, kept, looked up
         ["src/exactbatch/ndf/names.py"],
         ["exactbatch.ndf.names.*"],
-        ["tests/ndf/test_names.py", "tests/ndf/test_validation.py"],
+        ["tests/ndf/test_names.py", "tests/ndf/test_validation.py", "tests/ndf/test_categories.py"],
     ),
     "dataset_write": (  # a sharded dataset's writers (parts, aborts, the manifest at commit)
         ["src/exactbatch/ndf/dataset_write.py"],
