@@ -225,7 +225,7 @@ def test_with_rows_hands_out_the_sources_ids_of_the_subset(shuffle):
 class _Huge:
     """A RowSource of 2**31 + 100 rows made up as read (row i: x = i, y = -i), no memory."""
 
-    n, d, l = 2**31 + 100, 1, 1
+    n, d, l = 2**31 + 100, 1, 1  # noqa: E741
 
     def open_reader(self):
         return self
