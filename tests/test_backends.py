@@ -27,7 +27,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 # What the process under EXACTBATCH_PURE=1 runs: the kernel tests, and the law matrix's
 # stride on the pure path (there on the path the environment chose).
 # EXACTBATCH_PURE_LAWS=all runs the whole law matrix there instead (about 5,000 cases:
-# some 35 minutes on one shared core of the 2-core test machine, too long for `make
+# some 32 minutes on one shared core of the 2-core test machine, too long for `make
 # test`; docs/development.md).
 PURE_RUN = ["test_kernels.py", "test_law_matrix.py::test_epoch_laws_on_the_pure_path"]
 if os.environ.get("EXACTBATCH_PURE_LAWS", "") == "all":
