@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # The Material theme's notice about its end of life, printed on every build.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-.PHONY: demo test lint docs bench mutants clean core dist
+.PHONY: demo test lint docs bench mutants tsan clean core dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ bench: $(VENV)/.installed-dev
 # `$(PY) tests/mutants.py --summary --diff` shows the last results.
 mutants: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py $(TARGETS)
+
+# The compiled core built with -fsanitize=thread (in build/tsan/) and its thread tests run
+# under ThreadSanitizer (not part of `make test`; a few minutes). Needs gcc's TSan
+# runtime: `apt-get install libtsan2` on Debian or Ubuntu (tests/tsan.sh says so).
+tsan: $(VENV)/.installed-dev
+	PY=$(PY) tests/tsan.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build site src/*.egg-info

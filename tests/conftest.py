@@ -7,6 +7,7 @@ S3 server (moto's standalone server) on 127.0.0.1, one per test session.
 import gc
 import logging
 import os
+import signal
 import sys
 import types
 import urllib.request
@@ -97,6 +98,21 @@ def backend_of_this_process():
     name = backends.expected_backend()
     backends.check_readers(name)
     return name
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sigint_delivered():
+    """Ctrl-C reaches the tests as KeyboardInterrupt even when pytest was started with
+    SIGINT ignored (in the background: ``&``, nohup, some CI runners), as the tests of
+    an interrupted write need it (they would fail falsely); set back at the end."""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def pytest_report_header(config):

@@ -112,3 +112,40 @@ def test_the_pool_ends_with_the_interpreter_and_a_forked_child_reads_without_it(
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["child 0", "threads done"]
+
+
+# The sizes where a race in the pool shows: a read long enough that the reading thread
+# sleeps on its workers (past the 20 us it polls), and parts that end in another order
+# than the read waits for them (every worker that finishes wakes every sleeper): worker
+# 0's part (the read's rows n/t .. 2n/t) gathers at random over millions of rows, the
+# other parts read the same 64 rows again. Repeated, each read checked against the rows
+# it names (x[i] holds i), its output refilled with NaN first. On 2 cores the default
+# size caught the reading thread's wait made an `if` (_core_split.c, split_run) in 6 of
+# 6 runs (a wrong read or a crash); EXACTBATCH_STRESS=1 runs 120 reads of 4 million
+# rows, with uniform shuffles and 64 threads too (`make tsan` runs the default size).
+_STRESS = os.environ.get("EXACTBATCH_STRESS", "") not in ("", "0")
+
+
+def test_large_threaded_reads_wait_for_every_part():
+    """Large reads split over many threads, repeated: each returns only once every part
+    is copied (a read that returned before a worker had copied its part would show the
+    NaN it was filled with, or stale rows)."""
+    n, reads = (4_000_000, 120) if _STRESS else (2_000_000, 8)
+    rng = np.random.default_rng(11)
+    # traceable rows (exact in float32 below 2**22): x[i] = i + (0, 1/4, 1/2, 3/4), y[i] = i
+    x = np.arange(n, dtype=np.float64)[:, None] + np.arange(4) / 4
+    y = x[:, :1].copy()
+    rows = core.memory_rows(x, y)
+    ox, oy = np.empty((n, 4), np.float32), np.empty((n, 1), np.float32)
+    for k in range(reads):
+        t = (4, 3, 8, 64 if _STRESS else 4)[k % 4]
+        if not _STRESS or k % 8 < 6:  # worker 0's part slow, every other part fast
+            idx = np.arange(n) % 64
+            idx[n // t : 2 * n // t] = rng.integers(0, n, 2 * n // t - n // t)
+        else:
+            idx = rng.permutation(n)
+        ox.fill(np.nan)
+        oy.fill(np.nan)
+        rows.read(idx, ox, oy, None, t)
+        assert (oy[:, 0] == idx).all(), (k, t)
+        assert (ox[:, 0] == idx).all() and (ox[:, 3] == idx + 0.75).all(), (k, t)

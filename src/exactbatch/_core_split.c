@@ -258,7 +258,8 @@ void split_run(int parts, Py_ssize_t r, void (*work)(void *ctx, int k, Py_ssize_
         for (int w = 0; w < helped; w++) {
             Worker *wk = &workers[w];
             wk->part = part[w + 1];
-            wk->claim = wk->go + 1;
+            /* atomic: a worker may still be claiming its last part, one the read took back */
+            __atomic_store_n(&wk->claim, wk->go + 1, __ATOMIC_RELEASE);
             __atomic_store_n(&wk->go, wk->go + 1, __ATOMIC_RELEASE); /* (polled unlocked) */
             pthread_cond_signal(&wk->wake);
         }

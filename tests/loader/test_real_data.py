@@ -42,6 +42,13 @@ def _stats(x):
     return Standardize((np.nanmean(x, axis=0), np.nanstd(x, axis=0)), nan_fill=0.0)
 
 
+def _standardized(px, x, fill=0.0):
+    """The reference, by NumPy alone from the data (not from the Standardize under test):
+    (v - mean) * (1 / sd) per column, NaN -> fill."""
+    mean, sd = np.nanmean(x, axis=0), np.nanstd(x, axis=0)
+    return np.where(np.isnan(px), fill, (px - mean) * (1.0 / sd))
+
+
 def _source(kind, x, y, tmp_path):
     if kind == "pair":
         return (x, y)
@@ -173,8 +180,8 @@ def test_labels_survive_prefetch_and_resume():
 @pytest.mark.parametrize("kind", ["pair", "ndf", "dataset", "stream", "elastic"])
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_the_fused_transform_is_the_transform_after_a_plain_gather(tmp_path, kind, shuffle):
-    """float64: bit for bit; float32: the float64 result rounded once (so within half a
-    float32 ulp of it, and within one ulp of transforming a float32 gather)."""
+    """float64: bit for bit the reference computed by NumPy from the data; float32: that
+    result rounded once (so within half a float32 ulp of it)."""
     x, y = _data()
     st = _stats(x)
     kw = _kw(kind, x, 140)
@@ -186,7 +193,7 @@ def test_the_fused_transform_is_the_transform_after_a_plain_gather(tmp_path, kin
         got = _batches(loader)
         assert len(got) == len(plain)
         for (px, py), (gx, gy) in zip(plain, got, strict=True):
-            np.testing.assert_array_equal(gx, st(px).astype(dtype))
+            np.testing.assert_array_equal(gx, _standardized(px, x).astype(dtype))
             np.testing.assert_array_equal(gy, py.astype(dtype))
             assert not np.isnan(gx).any()
 
@@ -310,6 +317,20 @@ def test_statistics_of_the_wrong_width_name_transform_at_construction_or_first_b
         next(iter(loader))
     with pytest.raises(TypeError, match="transform must be an exactbatch.Standardize"):
         DataLoader((x, y), 16, transform=(np.zeros(D), np.ones(D)))
+
+
+@pytest.mark.parametrize("l", [1, 2])
+def test_statistics_neither_d_nor_d_plus_l_wide_are_refused(l):  # noqa: E741
+    """Only d (the features') or d + l (features then labels) columns of statistics: wider
+    ones are refused as narrower ones are (a loader never takes the first d of more)."""
+    x, y = np.zeros((40, D)), np.zeros((40, l))
+    for width in range(1, 2 * D + 3):
+        st = Standardize((np.zeros(width), np.ones(width)))
+        if width in (D, D + l):
+            DataLoader((x, y), 8, transform=st)
+            continue
+        with pytest.raises(ValueError, match=rf"transform: .* {width} columns.* d = {D}"):
+            DataLoader((x, y), 8, transform=st)
 
 
 def test_standardize_called_on_rows_is_the_loaders_transform():

@@ -409,17 +409,44 @@ def test_storage_options_for_a_local_path_is_a_value_error(saved):
     assert repr(os.fspath(path)) in str(info.value)
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root ignores file permissions"
-)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX permissions and fork")
 def test_unreadable_file_is_permission_error(tmp_path):
-    """A file without read permission is the OS's PermissionError."""
+    """A file without read permission is the OS's PermissionError. Root ignores
+    permissions (most CI containers run as root): there the file opens for root, and the
+    refusal is checked in a child run as the unprivileged user ``nobody``."""
     x, y = distinct_data(2, 2, 1)
-    path = tmp_path / "locked.ndf"
-    path.write_bytes(ndf_bytes(x, y))
-    path.chmod(0)
-    with pytest.raises(PermissionError):
-        open_ndf(path)
+    if os.geteuid() != 0:
+        path = tmp_path / "locked.ndf"
+        path.write_bytes(ndf_bytes(x, y))
+        path.chmod(0)
+        with pytest.raises(PermissionError):
+            open_ndf(path)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:  # under /tmp: nobody may look in it
+        os.chmod(folder, 0o755)
+        path = os.path.join(folder, "locked.ndf")
+        with open(path, "wb") as f:
+            f.write(ndf_bytes(x, y))
+        os.chmod(path, 0)
+        with open_ndf(path) as opened:  # root: permissions do not apply
+            assert opened.n == 2
+        pid = os.fork()  # (no exec: the interpreter may lie where nobody cannot read)
+        if pid == 0:
+            code = 3
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                open_ndf(path)
+            except PermissionError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # 3: it opened; 2: another error
 
 
 @needs_proc_fd

@@ -900,3 +900,36 @@ def test_reads_in_a_forked_child(ds_path):
         got = json.loads(f.read())
     os.waitpid(pid, 0)
     assert got == [24, 17, 3, 6]
+
+
+def _open_files_under(folder) -> list[str]:
+    """The files under ``folder`` this process holds open (deleted ones too)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            held.append(target)
+    return held
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("how", ["abort", "error"])
+def test_an_aborted_write_closes_the_part_it_was_writing(tmp_path, how):
+    """A write aborted mid-part (abort(), or an error in its with block) closes that
+    part's file, not only removes it: an open descriptor of a removed file keeps its
+    disk space until the process ends."""
+    x, y = make_data(7, 3, 2)
+    w = dsmod.NdfDatasetWriter(tmp_path / "ds", 3, 2, part_rows=5)
+    if how == "abort":
+        w.write(np.hstack([x, y]))  # one part whole, the second begun
+        assert _open_files_under(tmp_path)
+        w.abort()
+    else:
+        with pytest.raises(RuntimeError), w:
+            w.write(np.hstack([x, y]))
+            raise RuntimeError("the caller's own error")
+    assert _open_files_under(tmp_path) == []
+    assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())

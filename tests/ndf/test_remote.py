@@ -13,13 +13,12 @@ count the range requests that really go out.
 Two groups of tests: the first exercises ``exactbatch.ndf.remote`` and the
 URL parts of ``exactbatch.urls`` and ``exactbatch.sources.parquet`` directly; the second goes
 through the public API (``open_ndf(url)``, ``parquet_source(url)``,
-``DataLoader``) and needs the hooks in ``docs/remote.patch``; it is skipped,
-saying so, until that patch is applied.
+``DataLoader``). (It was once skipped until a patch of those hooks was applied:
+the hooks are in the package now, and no guard is left that could skip it silently.)
 """
 
 from __future__ import annotations
 
-import inspect
 import multiprocessing
 import os
 import pickle
@@ -43,11 +42,6 @@ s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-
-PATCHED = "storage_options" in inspect.signature(open_ndf).parameters
-needs_patch = pytest.mark.skipif(
-    not PATCHED, reason="the public-API hooks of docs/remote.patch are not applied yet"
-)
 
 BUCKET = "exactbatch-test"
 N, D, L = 3000, 4, 2  # the .ndf: 48-byte rows, 144,028 bytes
@@ -628,7 +622,6 @@ def assert_same_epochs(a: DataLoader, b: DataLoader, epochs: int = 2) -> int:
     return batches
 
 
-@needs_patch
 def test_open_ndf_url_public(s3):
     with open_ndf(s3.url("data.ndf"), storage_options=s3.so) as f:
         assert isinstance(f, NdfFile) and (f.n, f.d, f.l) == (N, D, L)
@@ -642,7 +635,6 @@ def test_open_ndf_url_public(s3):
             f.read_row(N)
 
 
-@needs_patch
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_ndf_loader_over_s3_equals_local(s3, shuffle, num_shards):
@@ -666,7 +658,6 @@ def test_ndf_loader_over_s3_equals_local(s3, shuffle, num_shards):
     assert total > 0
 
 
-@needs_patch
 def test_ndf_loader_next_into_threads_and_resume_over_s3(s3):
     url = s3.url("data.ndf")
     a = DataLoader(open_ndf(url, storage_options=s3.so), batch_size=128, seed=2)
@@ -703,7 +694,6 @@ def test_ndf_loader_next_into_threads_and_resume_over_s3(s3):
     assert sorted(seen) == list(range(N))
 
 
-@needs_patch
 def test_public_read_coalesces(s3, reqlog):
     f = open_ndf(s3.url("data.ndf"), storage_options=s3.so)
     reqlog["gets"].clear()
@@ -718,7 +708,6 @@ def test_public_read_coalesces(s3, reqlog):
     assert len(reqlog["gets"]) == 3  # one range per block
 
 
-@needs_patch
 def test_public_errors(s3, tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         open_ndf(s3.url("nope.ndf"), storage_options=s3.so)
@@ -737,7 +726,6 @@ def test_public_errors(s3, tmp_path):
         exactbatch.parquet_source(s3.local / "pq", storage_options=s3.so)
 
 
-@needs_patch
 def test_parquet_n_rows_from_footers_only(s3, monkeypatch):
     fetched = []
     real = s3fs.core.S3File._fetch_range
@@ -767,7 +755,6 @@ def test_parquet_n_rows_from_footers_only(s3, monkeypatch):
     assert sum(e - s for _, s, e, _ in fetched) < os.path.getsize(s3.local / "pq/a.parquet")
 
 
-@needs_patch
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_parquet_loader_over_s3_equals_local(s3, shuffle, num_shards):
@@ -790,7 +777,6 @@ def test_parquet_loader_over_s3_equals_local(s3, shuffle, num_shards):
     assert total >= PQ_N // 1000
 
 
-@needs_patch
 def test_parquet_object_changed_after_footer_is_valueerror(s3):
     url = s3.put_bytes("pq-change/a.parquet", (s3.local / "pq" / "a.parquet").read_bytes())
     src = exactbatch.parquet_source(url, labels="y0", storage_options=s3.so)
@@ -803,7 +789,6 @@ def test_parquet_object_changed_after_footer_is_valueerror(s3):
         src.read_chunk(0)
 
 
-@needs_patch
 def test_memory_protocol_public(s3, memory_fs):
     """Any fsspec protocol through the public API: .ndf and a Parquet folder in memory://."""
     memory_fs.pipe_file("/exactbatch-mem/d.ndf", (s3.local / "data.ndf").read_bytes())
@@ -830,7 +815,6 @@ def _child_parquet(conn):
         conn.send(repr(e))
 
 
-@needs_patch
 @pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
 def test_parquet_source_in_forked_child(s3):
     src = exactbatch.parquet_source(s3.url("pq"), labels="y0", storage_options=s3.so)

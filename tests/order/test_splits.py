@@ -287,3 +287,30 @@ def test_a_stream_cannot_be_split():
         split(-1, (0.5, 0.5))
     with pytest.raises(ValueError, match="seed must be >= 0"):
         split(5, (0.5, 0.5), seed=-1)
+
+
+def test_golden_splits_never_change_between_versions():
+    """A split names an experiment's rows: these literals (the splits of 2026-12) change
+    only on purpose. They pin the seeded order, the largest remainder's tie rule (the
+    earlier part first), kfold's extra rows to the first folds, and the groups' deal
+    (the least full part, the earlier on a tie)."""
+    assert split_counts(10, (1 / 3, 1 / 3, 1 / 3)) == [4, 3, 3]  # a three-way tie
+    assert split_counts(5, (0.5, 0.5)) == [3, 2]
+    assert split_counts(7, (0.25,) * 4) == [2, 2, 2, 1]
+    assert split_counts(10, (0.25, 0.5, 0.25)) == [3, 5, 2]
+    golden = {
+        (10, (0.6, 0.4), 0): [[0, 2, 4, 5, 8, 9], [1, 3, 6, 7]],
+        (10, (0.6, 0.4), 1): [[0, 1, 2, 5, 6, 9], [3, 4, 7, 8]],
+        (11, (0.5, 0.25, 0.25), 3): [[0, 2, 3, 7, 8], [1, 4, 5], [6, 9, 10]],
+    }
+    for (n, fractions, seed), parts in golden.items():
+        assert [p.tolist() for p in split(n, fractions, seed=seed)] == parts
+    assert [t.tolist() for _, t in kfold(10, 3, seed=2)] == [[4, 5, 6, 9], [0, 3, 7], [1, 2, 8]]
+    pairs = np.repeat(np.arange(6), 2)  # six groups of two rows
+    got = split(12, (0.5, 0.5), seed=0, groups=pairs)
+    assert [p.tolist() for p in got] == [[0, 1, 2, 3, 8, 9], [4, 5, 6, 7, 10, 11]]
+    folds = [t.tolist() for _, t in kfold(12, 3, seed=1, groups=pairs)]
+    assert folds == [[6, 7, 10, 11], [2, 3, 4, 5], [0, 1, 8, 9]]
+    sizes = np.array([0, 1, 1, 2, 2, 2, 3, 3, 3, 3])  # groups of 1, 2, 3 and 4 rows
+    folds = [t.tolist() for _, t in kfold(10, 2, seed=0, groups=sizes)]
+    assert folds == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]

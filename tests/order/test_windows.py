@@ -8,17 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactbatch.order import chunk_order
 from exactbatch.order.windows import WindowedOrder, chunk_of_rows
 
 
 def chunk_stream(chunk_rows, seed, epoch):
-    """The stream's rows with its chunks in the epoch's order (empty chunks dropped)."""
+    """The stream's rows with its chunks in the epoch's order, found without the order's
+    own chunk_order: windows of one row mix nothing, so that order is the chunks' (each
+    checked to be whole, its rows ascending, every chunk with rows once)."""
+    n = sum(chunk_rows)
+    stream = WindowedOrder(chunk_rows, 1, seed=seed, epoch=epoch).rows(0, n)
+    assert np.array_equal(np.sort(stream), np.arange(n))
+    at = np.argsort(stream)  # each row's position
     firsts = np.cumsum(chunk_rows) - np.asarray(chunk_rows)
-    order = chunk_order(len(chunk_rows), seed=seed, epoch=epoch, shard=0)
-    return np.concatenate(
-        [np.arange(firsts[c], firsts[c] + chunk_rows[c]) for c in order] + [np.zeros(0, int)]
-    )
+    for f, k in zip(firsts, chunk_rows, strict=True):  # a chunk's rows: one run, in order
+        assert (np.diff(at[f : f + k]) == 1).all()
+    return stream
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,3 +72,26 @@ def test_positions_out_of_range_are_an_index_error():
         order(np.array([1, 8]))
     with pytest.raises(IndexError, match="position -1"):
         order(np.array([-1]))
+
+
+def test_golden_orders_never_change_between_versions():
+    """An epoch's order is part of the contract (a state resumes by it, a seed names an
+    experiment): these literals (the orders of 2026-12) change only on purpose."""
+    from exactbatch.order import chunk_order
+
+    assert chunk_order(6, seed=7, epoch=1).tolist() == [4, 1, 0, 5, 3, 2]
+    assert chunk_order(6, seed=7, epoch=2).tolist() == [0, 1, 4, 5, 3, 2]
+    order = WindowedOrder([3, 0, 4, 2, 5, 1], 4, seed=7, epoch=1)
+    assert order.rows(0, 15).tolist() == [9, 12, 11, 10, 2, 0, 13, 1, 8, 14, 3, 7, 5, 6, 4]
+    one = WindowedOrder([3, 0, 4, 2, 5, 1], 1, seed=7, epoch=1)
+    assert one.rows(0, 15).tolist() == [9, 10, 11, 12, 13, 0, 1, 2, 14, 7, 8, 3, 4, 5, 6]
+
+
+def test_each_window_is_mixed_by_a_key_of_its_own():
+    """Windows of the same size are permuted differently (each keyed by its number): one
+    key for all would move the same places in every window."""
+    order = WindowedOrder([8] * 20, 8, seed=1, epoch=0)  # window w: chunk c's rows
+    rows = order.rows(0, 160).reshape(20, 8)
+    local = rows - rows.min(axis=1, keepdims=True)  # each window's permutation of 0..7
+    assert all(sorted(p) == list(range(8)) for p in local.tolist())
+    assert len({tuple(p) for p in local.tolist()}) == 20

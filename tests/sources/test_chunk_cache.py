@@ -91,6 +91,34 @@ def test_a_read_ahead_that_fails_is_let_go_and_the_read_that_needs_the_chunk_rea
     assert src.reads == [0, 1, 2, 2]
 
 
+def test_a_read_waiting_on_a_read_ahead_that_fails_reads_the_chunk_itself(monkeypatch):
+    """A read that needs a chunk while it is being read ahead waits for that read; when
+    it fails, the read reads the chunk again (its error is the read ahead's, let go: it
+    never reaches the read)."""
+    src = Counting([4, 4], fail={1})
+    r = reader(src)
+    gate, waiting = threading.Event(), threading.Event()
+    src.gate = gate  # the read ahead of chunk 1 held in read_chunk
+    start = r._start
+
+    def start_seen(c):  # the read found the read ahead under way: it waits on it
+        load = start(c)
+        if threading.current_thread().name == "needs-1" and not load[1]:
+            waiting.set()
+        return load
+
+    monkeypatch.setattr(r, "_start", start_seen)
+    r.read_ahead(lambda: [1])
+    got = []
+    t = threading.Thread(target=lambda: got.append(read(r, [5, 6])), name="needs-1")
+    t.start()
+    assert waiting.wait(10)
+    gate.set()  # the read ahead fails now; the read reads chunk 1 itself
+    t.join(10)
+    assert got == [[5, 6]]
+    assert src.reads == [0, 1, 1]
+
+
 def test_a_fault_that_lasts_is_raised_by_the_read_that_needs_the_chunk():
     src = Counting([4, 4], fail={1})
     r = reader(src)
