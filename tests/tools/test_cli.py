@@ -390,6 +390,7 @@ def test_the_documented_session_runs(tmp_path, monkeypatch):
         ["shuffle", "{p}", "{o}.ndf"],
         ["mixing", "{p}", "--batch-size", "4"],
         ["bench", "{p}"],
+        ["certify", "{p}"],
     ],
     ids=lambda a: "-".join(a[:2]).replace("-{p}", ""),
 )
