@@ -461,3 +461,18 @@ def test_convert_summary_abbreviates_thousands_of_column_names(tmp_path, capsys)
     assert main(["convert", str(path), str(tmp_path / "out.ndf"), "-q"]) == 0
     out = capsys.readouterr().out
     assert "3000 features" in out and "(3000 in all)" in out and len(out) < 800
+
+
+def test_info_of_a_folder_above_the_data_stops_instead_of_walking_the_disk(
+    tmp_path, capsys, monkeypatch
+):
+    """`info /` walked the whole filesystem: a search past MAX_WALK files and folders
+    stops with one line naming the folder (the bound lowered here to 50)."""
+    from exactbatch import urls
+
+    monkeypatch.setattr(urls, "MAX_WALK", 50)
+    for i in range(60):
+        (tmp_path / f"d{i}").mkdir()
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: more than 50 files and folders" in err and "Traceback" not in err
