@@ -270,6 +270,16 @@ class DataLoader:
         """
         return self._feed.mixing_window()
 
+    def __reduce_ex__(self, protocol):
+        # a loader holds threads, open files and an epoch in flight: what moves between
+        # processes is its state, and the source, which pickle (NdfFile, NdfDataset,
+        # Parquet by path)
+        raise TypeError(
+            "a DataLoader cannot be pickled (it holds threads and open files): pickle "
+            "loader.state_dict() and the source, and rebuild it in the other process with "
+            "DataLoader(source, ...) and load_state_dict(state)"
+        )
+
     def __repr__(self) -> str:
         return (
             f"DataLoader(n={self.n}, d={self.d}, l={self.l}, batch_size={self.batch_size}, "
