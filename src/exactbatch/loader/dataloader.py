@@ -270,15 +270,8 @@ class DataLoader:
         """
         return self._feed.mixing_window()
 
-    def __reduce_ex__(self, protocol):
-        # a loader holds threads, open files and an epoch in flight: what moves between
-        # processes is its state, and the source, which pickle (NdfFile, NdfDataset,
-        # Parquet by path)
-        raise TypeError(
-            "a DataLoader cannot be pickled (it holds threads and open files): pickle "
-            "loader.state_dict() and the source, and rebuild it in the other process with "
-            "DataLoader(source, ...) and load_state_dict(state)"
-        )
+    def __reduce_ex__(self, protocol):  # threads, open files: the state is what moves
+        raise TypeError("a DataLoader cannot be pickled: send state_dict(), use load_state_dict")
 
     def __repr__(self) -> str:
         return (
