@@ -82,3 +82,18 @@ def test_sdist_and_wheel_build_and_carry_the_compiled_core(tmp_path):
     assert any(n.startswith("exactbatch/_core") and n.endswith((".so", ".pyd")) for n in names)
     assert "exactbatch/kernels.py" in names
     assert "-py3-none-any" not in wheel.name  # a platform wheel: it holds compiled code
+
+
+def test_readme_install_list_names_every_user_extra():
+    """README's install list shows every extra a user installs (issue 43: polars,
+    duckdb, hf, arrow and ray were missing); the tools' own extras aside."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    readme = (ROOT / "README.md").read_text()
+    shown = set(re.findall(r"'\.\[([a-z0-9_-]+)\]'", readme))
+    missing = set(extras) - {"docs", "demo", "progress"} - shown
+    assert not missing, f"README's install list lacks {sorted(missing)}"

@@ -196,7 +196,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "how representative batches are (KS distance to the whole data, and the "
         "class entropy of a stratum, against random batches); --plot draws both. "
         "The verdict is calibrated on simulated full shuffles: a full shuffle is "
-        "called NOT well mixed in at most 5%% of seeds.",
+        "called NOT well mixed in at most 5% of seeds.",
     )
     s.add_argument(
         "src", help="an .ndf, a sharded dataset, a Parquet file or folder, or an .ndf/dataset URL"

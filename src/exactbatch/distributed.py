@@ -9,11 +9,15 @@ comes from the first of these that applies:
 2. Ray Train, inside a Ray Train worker: ``ray.train.get_context()``'s world
    rank and world size (for every Ray Train trainer, torch or not), so a run
    Ray Train restarts at another worker count shards by the new count;
-3. the ``RANK``/``WORLD_SIZE`` environment variables (set by torchrun and
+3. Dask, inside a task on a Dask worker: the worker's place among the
+   workers the scheduler knows now, sorted by address, and their number
+   (run one reading task per worker: ``client.submit(fn, workers=[address])``
+   for each address in ``client.scheduler_info()["workers"]``);
+4. the ``RANK``/``WORLD_SIZE`` environment variables (set by torchrun and
    most launchers);
-4. else a single shard.
+5. else a single shard.
 
-Neither torch nor ray is ever imported here: each is asked only if the
+Neither torch, ray nor distributed is ever imported here: each is asked only if the
 process has imported it already (a Ray Train worker has imported
 ``ray.train``; a process that has not imported torch has not initialised
 ``torch.distributed``).
@@ -56,6 +60,23 @@ def _from_ray_train():
     return int(world), int(rank)
 
 
+def _from_dask():
+    dist = sys.modules.get("distributed")
+    if dist is None:  # not imported: not inside a Dask worker
+        return None
+    try:
+        worker = dist.get_worker()
+    except ValueError:  # not inside a task on a worker
+        return None
+    workers = sorted(dist.get_client().scheduler_info(n_workers=-1)["workers"])
+    if worker.address not in workers:
+        raise RuntimeError(
+            f"this Dask worker ({worker.address}) is not among the scheduler's workers "
+            f"{workers[:8]}: cannot tell its shard; pass num_shards and shard_index"
+        )
+    return len(workers), workers.index(worker.address)
+
+
 def _from_env():
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None and world is None:
@@ -74,8 +95,8 @@ def _from_env():
 
 def distributed_shard() -> tuple[int, int]:
     """``(num_shards, shard_index)``: torch.distributed, else Ray Train's context, else
-    RANK/WORLD_SIZE, else (1, 0) (see the module docstring)."""
-    return _from_torch() or _from_ray_train() or _from_env() or (1, 0)
+    the Dask worker's place, else RANK/WORLD_SIZE, else (1, 0) (module docstring)."""
+    return _from_torch() or _from_ray_train() or _from_dask() or _from_env() or (1, 0)
 
 
 def resolve_shard(num_shards, shard_index) -> tuple[int, int]:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceWarning", "ExactnessError", "NdfError", "TotalSizeWarning"]
+__all__ = [
+    "ConvergenceWarning",
+    "ExactnessError",
+    "NdfError",
+    "NdfOrderWarning",
+    "TotalSizeWarning",
+]
 
 
 class NdfError(ValueError):
@@ -19,6 +25,11 @@ class TotalSizeWarning(UserWarning):
     Issued at most once per loader, naming both numbers: a wrong N rescales
     a minibatch likelihood by the wrong factor and biases the posterior.
     """
+
+
+class NdfOrderWarning(UserWarning):
+    """A Ray Data write of a sharded dataset whose parts may not follow the Dataset's
+    row order (``NdfDatasink`` under Ray's ``preserve_order=False``)."""
 
 
 class ConvergenceWarning(UserWarning):

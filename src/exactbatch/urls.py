@@ -178,6 +178,9 @@ FOLDER_PATTERN = "**/*.parquet"
 partition folders such as ``year=2024/month=01/`` included)."""
 
 
+MAX_WALK = 1_000_000  # files and folders a local search looks at before it gives up
+
+
 def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     """The files under ``folder`` whose path inside it matches ``pattern``, sorted by that path.
 
@@ -205,7 +208,10 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     ``OSError`` that says so, never a folder without files. A local file
     reached by several paths (a link to a folder beside it, a link to a
     file) is listed once, at its first path (:func:`once_each`): its rows
-    are never read twice.
+    are never read twice. A local search
+    that meets more than ``MAX_WALK`` (a million) files and folders stops
+    with a ``ValueError`` naming ``folder`` (``exactbatch info /`` would walk
+    the whole filesystem).
     """
     parts = _pattern_parts(pattern)
     depth = None if "**" in parts else len(parts)
@@ -213,7 +219,14 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     if fs is None:
         top = os.path.normpath(folder)
         above: dict[str, frozenset[str]] = {}  # the real folders down to each
+        seen = 0
         for here, dirs, files in os.walk(top, onerror=_raise, followlinks=True):
+            seen += len(dirs) + len(files)
+            if seen > MAX_WALK:  # "/" or a home folder: never a walk of the whole disk
+                raise ValueError(
+                    f"{folder}: more than {MAX_WALK:,} files and folders under it, looking "
+                    f"for {pattern!r}: name the folder that holds the data, not one above it"
+                )
             rel = os.path.relpath(here, top)
             at = () if rel == os.curdir else tuple(rel.split(os.sep))
             real = os.path.realpath(here)

@@ -414,3 +414,28 @@ def test_a_dask_collection_given_to_the_loader_is_refused_pointing_at_dask_sourc
     for collection in (da.from_array(x, chunks=10), dd.from_array(x, chunksize=10)):
         with pytest.raises(TypeError, match="Dask collection.*dask_source"):
             DataLoader(collection, 8)
+
+
+def test_inside_dask_tasks_auto_shards_by_the_worker(client):
+    """num_shards="auto" in a task on a Dask worker: the worker's place among the
+    scheduler's workers, sorted by address; one task per worker reads every row once.
+    On the driver (distributed imported, no worker) it is one shard."""
+    from exactbatch.distributed import distributed_shard
+
+    def read():
+        import numpy as np
+
+        from exactbatch import DataLoader
+        from exactbatch.distributed import distributed_shard
+
+        x = np.arange(30.0).reshape(30, 1)
+        loader = DataLoader(x, 4, shuffle=True, seed=5, num_shards="auto", shard_index="auto")
+        rows = [int(v) for xb, _ in loader for v in xb[:, 0]]
+        return distributed_shard(), rows
+
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    got = client.gather([client.submit(read, workers=[w], pure=False) for w in workers])
+    assert [shard for shard, _ in got] == [(len(workers), i) for i in range(len(workers))]
+    rows = [r for _, rs in got for r in rs]
+    assert sorted(rows) == list(range(30))
+    assert distributed_shard() == (1, 0)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
+jnp = jax.numpy
 
 from helpers import chunks_of, ids, make_data  # noqa: E402
 
@@ -427,3 +428,14 @@ def test_even_batches_pad_carries_the_mask(pad_last, with_rows):
                 assert (batch[2][~real] == -1).all() and (batch[2][real] == ids(xb[real])).all()
             seen += ids(xb[real])
     assert len(steps) == 1 and sorted(seen) == list(range(n))
+
+
+def test_bfloat16_is_a_floating_dtype_cast_on_the_host():
+    """jnp.bfloat16 is floating to JAX (not to NumPy): handed out, the batches cast."""
+    x, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
+    for dtype in (jnp.bfloat16, "bfloat16"):
+        got = list(as_jax(DataLoader((x, y), 4, shuffle=False), dtype=dtype))
+        assert all(a.dtype == jnp.bfloat16 for b in got for a in b)
+        np.testing.assert_array_equal(
+            np.concatenate([np.asarray(b[0], np.float64) for b in got]), x
+        )

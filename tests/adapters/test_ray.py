@@ -13,6 +13,7 @@ tests/adapters/test_ray_train.py.)
 import os
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -136,7 +137,10 @@ def test_datasink_round_trip_keeps_the_rows_their_order_and_names(ray, tmp_path,
     frame = _frame(1003)
     ds = ray.data.from_pandas(frame).repartition(blocks)
     to_ndf_dataset(ds, tmp_path / "a", labels="clicked")
-    ds.write_datasink(NdfDatasink(tmp_path / "b", features=["price", "row"], labels=["flag"]))
+    from exactbatch.errors import NdfOrderWarning
+
+    with pytest.warns(NdfOrderWarning):  # preserve_order off: Ray's order (here the same)
+        ds.write_datasink(NdfDatasink(tmp_path / "b", features=["price", "row"], labels=["flag"]))
     with open_ndf_dataset(tmp_path / "a") as a, open_ndf_dataset(tmp_path / "b") as b:
         assert (a.n, a.d, a.l, len(a.parts)) == (1003, 3, 1, blocks)
         assert a.features == ("row", "price", "flag") and a.labels == ("clicked",)
@@ -249,3 +253,60 @@ def test_a_failed_write_leaves_no_manifest_and_no_part(ray, tmp_path, existing):
     assert _ours(path) == before and (path / "keep.txt").read_text() == "mine"
     with open_ndf_dataset(path) as old:
         assert (old.n, old.d, old.l) == (10, 1, 0)
+
+
+# -- rows_per_part and row order (issue 43) ----------------------------------------------------
+
+
+def test_rows_per_part_bundles_the_rows_into_parts_of_that_many(ray, tmp_path):
+    from exactbatch.ray import NdfDatasink, to_ndf_dataset
+
+    frame = _frame(1000)
+    ds = ray.data.from_pandas(frame).repartition(20)  # blocks of 50 rows
+    to_ndf_dataset(ds, tmp_path / "a", labels="clicked", rows_per_part=200)
+    with open_ndf_dataset(tmp_path / "a") as a:
+        assert [p.n for p in a.parts] == [200] * 5
+        x, _ = a.read_rows(np.arange(a.n))
+        np.testing.assert_array_equal(x[:, 0], np.arange(1000.0))
+    assert NdfDatasink(tmp_path / "b", rows_per_part=300).min_rows_per_write == 300
+    assert NdfDatasink(tmp_path / "b").min_rows_per_write is None
+    for bad, error in ((0, ValueError), (-5, ValueError), (2.5, TypeError), ("9", TypeError)):
+        with pytest.raises(error, match="rows_per_part"):
+            NdfDatasink(tmp_path / "b", rows_per_part=bad)
+
+
+def test_a_plain_sink_agrees_with_to_ndf_dataset_under_preserve_order_and_warns_without(
+    ray, tmp_path
+):
+    """With Ray's preserve_order on, ds.write_datasink(NdfDatasink) writes row i of the
+    Dataset as row i, as to_ndf_dataset does; with it off (Ray's default) the order is
+    Ray's and the sink says so as the write starts (the same rows, each once)."""
+    from exactbatch.errors import NdfOrderWarning
+    from exactbatch.ray import NdfDatasink, to_ndf_dataset
+
+    frame = _frame(600)
+    ds = ray.data.from_pandas(frame).repartition(6)
+    to_ndf_dataset(ds, tmp_path / "a", labels="clicked")
+    options = ray.data.DataContext.get_current().execution_options
+    before = options.preserve_order
+    try:
+        options.preserve_order = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NdfOrderWarning)
+            ds.write_datasink(NdfDatasink(tmp_path / "b", labels="clicked"))
+        options.preserve_order = False
+        with pytest.warns(NdfOrderWarning, match="to_ndf_dataset"):
+            ds.write_datasink(NdfDatasink(tmp_path / "c", labels="clicked"))
+    finally:
+        options.preserve_order = before
+    with (
+        open_ndf_dataset(tmp_path / "a") as a,
+        open_ndf_dataset(tmp_path / "b") as b,
+        open_ndf_dataset(tmp_path / "c") as c,
+    ):
+        xa, ya = a.read_rows(np.arange(a.n))
+        xb, yb = b.read_rows(np.arange(b.n))
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+        xc, _ = c.read_rows(np.arange(c.n))
+        assert sorted(xc[:, 0].tolist()) == list(range(600))

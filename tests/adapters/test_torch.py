@@ -173,6 +173,10 @@ def test_bad_arguments():
         as_torch(loader_of(), device="no-such-device")
     with pytest.raises(TypeError, match="DataLoader"):
         as_torch(42)
+    x = np.zeros((10, 2))
+    for data in (x, (x, x[:, :1]), [x], torch.zeros(10, 2)):  # data, not a loader: at once
+        with pytest.raises(TypeError, match=r"as_torch\(DataLoader\(data, batch_size="):
+            as_torch(data)
 
 
 def test_a_linear_model_trains():

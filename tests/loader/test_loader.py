@@ -825,3 +825,15 @@ def test_closing_a_loader_does_not_close_the_users_ndffile(tmp_path):
         xr, yr = f.read_row(7)
         np.testing.assert_array_equal(xr, x[7])
         np.testing.assert_array_equal(yr, y[7])
+
+
+def test_pickling_a_loader_is_a_type_error_pointing_to_state_dict():
+    """A loader holds threads and open files: pickle refuses it, naming the way
+    (its state_dict and the source), instead of a message about an inner object."""
+    import copy
+    import pickle
+
+    loader = DataLoader(np.zeros((10, 2)), 4)
+    for attempt in (pickle.dumps, copy.copy):
+        with pytest.raises(TypeError, match=r"cannot be pickled.*state_dict\(\).*load_state_dict"):
+            attempt(loader)

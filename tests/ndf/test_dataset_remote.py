@@ -187,3 +187,37 @@ def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
     assert listing(s3, "dsets/abandon") == [f".exactbatch-write-{write}"]  # the write's marker
     dsmod.abort_dataset(url(s3, "dsets/abandon"), write, storage_options=s3.so)
     assert listing(s3, "dsets/abandon") == []
+
+
+def _open_uploads(s3, key: str) -> list[str]:
+    got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=key + "/")
+    return sorted(u["Key"].rsplit("/", 1)[-1] for u in got.get("Uploads", []))
+
+
+def test_the_next_write_aborts_the_uploads_a_killed_writer_left_open(s3):
+    """A writer killed mid-upload leaves an S3 multipart upload open (billed, in no
+    listing); the next write to the folder aborts it with the writer's other
+    leftovers, and leaves open the uploads of writes still running."""
+    import subprocess
+    import sys
+
+    from exactbatch.ndf.temps import host_tag
+
+    key = "dsets/killed"
+    write_ndf_dataset(url(s3, key), [3], storage_options=s3.so)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a process that is gone: the killed writer
+    dead = f"{host_tag()}-{child.pid}-0badf00d"
+    live = dsmod.start_dataset(url(s3, "dsets/other"), storage_options=s3.so)  # running
+    for write in (dead, live):
+        s3.fs.pipe_file(f"{s3.bucket}/{key}/.exactbatch-write-{write}", b"")
+        s3.fs.call_s3(
+            "create_multipart_upload",
+            Bucket=s3.bucket,
+            Key=f"{key}/{dataset_protocol.part_name(0, write)}",
+        )
+    assert len(_open_uploads(s3, key)) == 2
+    write_ndf_dataset(url(s3, key), [4], storage_options=s3.so)  # the next write
+    assert _open_uploads(s3, key) == [dataset_protocol.part_name(0, live)]
+    assert open_ndf_dataset(url(s3, key), storage_options=s3.so).n == 4
+    dsmod.abort_dataset(url(s3, "dsets/other"), live, storage_options=s3.so)

@@ -84,6 +84,7 @@ def test_each_command_has_help(cmd, capsys):
     assert main([cmd, "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: exactbatch {cmd}")
+    assert "%%" not in out  # a description is printed as written: "5%", not "5%%"
 
 
 def test_no_command_prints_usage_and_exits_2(capsys):
@@ -389,6 +390,7 @@ def test_the_documented_session_runs(tmp_path, monkeypatch):
         ["shuffle", "{p}", "{o}.ndf"],
         ["mixing", "{p}", "--batch-size", "4"],
         ["bench", "{p}"],
+        ["certify", "{p}"],
     ],
     ids=lambda a: "-".join(a[:2]).replace("-{p}", ""),
 )
@@ -432,3 +434,45 @@ def test_info_lists_the_first_thousand_default_names(tmp_path, capsys):
     assert r["labels"] == ["y0", "y1"] and "labels_more" not in r and r["valid"]
     assert main(["info", str(path), "-q"]) == 0
     assert "x998, x999, ... (2,147,482,645 more)" in capsys.readouterr().out
+
+
+# -- many columns: messages and summaries stay short, and never hide a name (issue 43) ----
+
+
+def _wide(tmp_path, d=3000):
+    x = np.zeros((4, d))
+    names = [f"c{i}" for i in range(d - 1)] + ["price_usd"]
+    save_ndf(tmp_path / "wide.ndf", (x, np.zeros((4, 1))), features=names, labels=["y"])
+    return tmp_path / "wide.ndf"
+
+
+def test_a_column_not_found_among_many_names_the_closest(tmp_path, capsys):
+    path = _wide(tmp_path)
+    assert main(["mixing", str(path), "--batch-size", "2", "--columns", "price"]) == 2
+    err = capsys.readouterr().err
+    assert "3001 in all" in err and "closest to 'price': ['price_usd']" in err
+    assert len(err) < 600
+
+
+def test_convert_summary_abbreviates_thousands_of_column_names(tmp_path, capsys):
+    path = tmp_path / "wide.csv"
+    names = [f"c{i}" for i in range(3000)]
+    path.write_text(",".join(names) + "\n" + ",".join("1" for _ in names) + "\n")
+    assert main(["convert", str(path), str(tmp_path / "out.ndf"), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "3000 features" in out and "(3000 in all)" in out and len(out) < 800
+
+
+def test_info_of_a_folder_above_the_data_stops_instead_of_walking_the_disk(
+    tmp_path, capsys, monkeypatch
+):
+    """`info /` walked the whole filesystem: a search past MAX_WALK files and folders
+    stops with one line naming the folder (the bound lowered here to 50)."""
+    from exactbatch import urls
+
+    monkeypatch.setattr(urls, "MAX_WALK", 50)
+    for i in range(60):
+        (tmp_path / f"d{i}").mkdir()
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: more than 50 files and folders" in err and "Traceback" not in err

@@ -93,7 +93,9 @@ def _resolve_dtype(dtype, loader) -> np.dtype:
         want = np.dtype(dtype)
     except TypeError as e:
         raise TypeError(f"dtype must be a floating dtype such as jnp.float32; got {dtype!r}") from e
-    if not np.issubdtype(want, np.floating):
+    # jnp.bfloat16 (and JAX's other ml_dtypes floats) are floating to JAX, not to NumPy:
+    # handed out as such, cast from the loader's dtype in the copy to the host batch
+    if not (np.issubdtype(want, np.floating) or jax.numpy.issubdtype(want, jax.numpy.floating)):
         raise TypeError(f"dtype must be a floating dtype such as jnp.float32; got {dtype!r}")
     if want == np.float64 and not x64:
         raise ValueError(
@@ -369,7 +371,8 @@ def as_jax(
     ones become int32 without ``jax_enable_x64`` (checked: one beyond int32 is a
     ``ValueError``). ``dtype`` is the features' dtype.
 
-    * ``dtype``: a floating dtype (``jnp.float32``, ``np.float64``, "float32").
+    * ``dtype``: a floating dtype (``jnp.float32``, ``np.float64``, "float32",
+      ``jnp.bfloat16``: cast on the host as the batch is copied for the put).
       ``None``: the loader's dtype (``getattr(loader, "dtype", float64)``),
       except that float64 becomes float32 when 64-bit JAX is off (JAX's
       default: ``jax_enable_x64`` false) - JAX would make it float32 anyway;

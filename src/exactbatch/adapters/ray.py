@@ -61,6 +61,7 @@ def to_ndf_dataset(
     features: Any = None,
     labels: Any = (),
     storage_options: dict | None = None,
+    rows_per_part: int | None = None,
 ) -> None:
     """Write a Ray Dataset as a sharded ``.ndf`` dataset at ``path``: row i of the
     dataset written is row i of ``dataset``.
@@ -74,13 +75,22 @@ def to_ndf_dataset(
     atomically by the task, the manifest last by the driver. A dataset
     already at ``path`` stays readable until the new manifest replaces it; on
     any failure the parts written are removed, and the error is raised.
+    ``rows_per_part``: at least this many rows to a write task, so to a part
+    (Ray's ``min_rows_per_write``; see :class:`NdfDatasink`).
     """
     ray = import_ray()
     if not isinstance(dataset, ray.data.Dataset):
         raise TypeError(f"to_ndf_dataset needs a ray.data.Dataset; got {type(dataset).__name__}")
     from exactbatch.adapters.ray_sink import NdfDatasink, schema_dtypes
 
-    sink = NdfDatasink(path, features=features, labels=labels, storage_options=storage_options)
+    sink = NdfDatasink(
+        path,
+        features=features,
+        labels=labels,
+        storage_options=storage_options,
+        rows_per_part=rows_per_part,
+    )
+    sink.ordered = True  # preserve_order is on for this write (below)
     schema = dataset.schema()
     if schema is None:
         raise ValueError(f"{sink.path}: no parts to write (the Dataset has no blocks)")

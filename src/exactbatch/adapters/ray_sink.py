@@ -8,11 +8,14 @@ as it is imported (a Datasink subclass needs its base class):
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
 from exactbatch.adapters.dask_plan import Columns, frame_columns
+from exactbatch.checks import check_int
+from exactbatch.errors import NdfOrderWarning
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
@@ -71,6 +74,22 @@ class NdfDatasink(Datasink):
     task Ray failed to stop in time writes after the clean-up is removed by
     the next write to the folder, as the parts of a killed write are.)
     ``manifest`` (after the write): the manifest written.
+
+    ``rows_per_part``: Ray's ``min_rows_per_write``: Ray bundles at least
+    this many rows into each write task (the last task takes what is left),
+    so a part holds about ``rows_per_part`` rows (a block is never cut: a
+    part can hold more) and the parts are written in parallel. None (the
+    default) leaves the bundling to Ray, which may hand one task most of
+    the rows.
+
+    Row order: the parts follow the write tasks' indices, which follow the
+    Dataset's order only when Ray's ``preserve_order`` is on.
+    :func:`~exactbatch.ray.to_ndf_dataset` turns it on for its write, so row
+    i written is row i of the Dataset. A plain ``ds.write_datasink(sink)``
+    under ``preserve_order=False`` (Ray's default) writes the same rows,
+    each once, in the order Ray's tasks received their blocks (which can
+    differ from the Dataset's, run to run), and warns
+    (``NdfOrderWarning``) as the write starts.
     """
 
     def __init__(
@@ -80,7 +99,12 @@ class NdfDatasink(Datasink):
         features: Any = None,
         labels: Any = (),
         storage_options: dict | None = None,
+        rows_per_part: int | None = None,
     ) -> None:
+        if rows_per_part is not None:
+            rows_per_part = check_int("rows_per_part", rows_per_part, 1)
+        self.rows_per_part = rows_per_part
+        self.ordered = False  # set by to_ndf_dataset, which turns preserve_order on
         self.path = dataset_path(path, storage_options)
         if not is_url(self.path) and os.path.isfile(self.path):
             raise file_not_dataset(self.path)
@@ -104,7 +128,28 @@ class NdfDatasink(Datasink):
         # written. Each task checks its own blocks instead (to_ndf_dataset checks
         # ``dataset.schema()`` first).
         if self.write_id is None:  # (Ray calls this once, on the driver)
+            self._warn_unordered()
             self.write_id = start_dataset(self.path, storage_options=self.storage_options)
+
+    @property
+    def min_rows_per_write(self) -> int | None:
+        """Ray bundles at least this many rows into a write task: ``rows_per_part``."""
+        return self.rows_per_part
+
+    def _warn_unordered(self) -> None:
+        from ray.data import DataContext
+
+        if self.ordered or DataContext.get_current().execution_options.preserve_order:
+            return
+        warnings.warn(
+            f"{CALLER}({self.path!r}): Ray's preserve_order is off, so the parts are "
+            "written in the order Ray's tasks receive their blocks, which can differ from "
+            "the Dataset's (row ids then do not match its row numbers). For the Dataset's "
+            "order use exactbatch.ray.to_ndf_dataset, or set "
+            "DataContext.get_current().execution_options.preserve_order = True",
+            NdfOrderWarning,
+            stacklevel=2,
+        )
 
     def write(self, blocks, ctx) -> tuple:
         if self.write_id is None:

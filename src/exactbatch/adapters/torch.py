@@ -77,6 +77,12 @@ class TorchLoader:
         allocator: Callable[[int], Any] | None = None,
     ) -> None:
         torch = _torch()
+        if isinstance(loader, (tuple, list)) or hasattr(loader, "shape"):
+            # an array (or pair) iterates row by row: refused here, not deep in an epoch
+            raise TypeError(
+                f"as_torch needs an exactbatch DataLoader; got {type(loader).__name__}, "
+                "data itself: wrap it first, as_torch(DataLoader(data, batch_size=...))"
+            )
         if not hasattr(loader, "__iter__"):
             raise TypeError(
                 f"as_torch needs an exactbatch DataLoader (an iterable of (x, y) arrays); "

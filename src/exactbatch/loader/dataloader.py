@@ -271,6 +271,9 @@ class DataLoader:
         """
         return self._feed.mixing_window()
 
+    def __reduce_ex__(self, protocol):  # threads, open files: the state is what moves
+        raise TypeError("a DataLoader cannot be pickled: send state_dict(), use load_state_dict")
+
     def __repr__(self) -> str:
         return (
             f"DataLoader(n={self.n}, d={self.d}, l={self.l}, batch_size={self.batch_size}, "

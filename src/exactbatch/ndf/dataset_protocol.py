@@ -74,6 +74,7 @@ from exactbatch.ndf.manifest import (
     read_manifest,
     write_manifest,
 )
+from exactbatch.ndf.remote import abort_uploads
 from exactbatch.ndf.temps import (
     WRITE_ID,
     host_tag,
@@ -406,7 +407,8 @@ class _Folder:
 
     def remove_leftovers(self) -> None:
         """Remove the part files no manifest will list (see the module docstring), the
-        markers of writes killed on this host, and the temporary files of writers gone.
+        markers of writes killed on this host, the temporary files of writers gone, and
+        (S3) the multipart uploads of writes that are over.
         Best effort."""
         with contextlib.suppress(Exception):
             host, me, names = host_tag(), os.getpid(), set(self.names())
@@ -420,6 +422,8 @@ class _Folder:
                 return over[write]
 
             doomed = [e for e in names if is_over(_write_of(e))]
+            if self.fs is not None:  # and the uploads of a killed writer, never committed
+                abort_uploads(self.fs, self.key, lambda e: is_over(_write_of(e)))
             for e in names:
                 if e.startswith(_MARKER) and re.fullmatch(WRITE_ID, w := e[len(_MARKER) :]):
                     if is_over(w):  # a marker of a write that is over: killed

@@ -32,6 +32,7 @@ and upload. A handle opened before a fork reads in the child too
 
 from __future__ import annotations
 
+import contextlib
 import errno
 
 import numpy as np
@@ -363,3 +364,38 @@ def read_remote_rows(
         whole = dist[inverse]
         out_x[...] = whole[:, :d]
         out_y[...] = whole[:, d:]
+
+
+# -- uploads a killed writer left open ------------------------------------------------------
+
+
+def abort_uploads(fs, folder_key: str, doomed) -> int:
+    """Abort the S3 multipart uploads still open under ``folder_key/`` whose file name
+    ``doomed(name)`` says will never be committed (a writer killed mid-upload leaves
+    one open: billed, and in no listing); the number aborted. Other stores, and any
+    error (no permission to list uploads), abort nothing: best effort."""
+    if not _is_s3(fs):
+        return 0
+    bucket, _, prefix = folder_key.rstrip("/").partition("/")
+    prefix += "/"
+    aborted, marks = 0, dict[str, str]()
+    with contextlib.suppress(Exception):
+        while True:
+            page = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marks)
+            for up in page.get("Uploads", []):
+                name = up["Key"][len(prefix) :]
+                if "/" not in name and doomed(name):
+                    fs.call_s3(
+                        "abort_multipart_upload",
+                        Bucket=bucket,
+                        Key=up["Key"],
+                        UploadId=up["UploadId"],
+                    )
+                    aborted += 1
+            if not page.get("IsTruncated"):
+                return aborted
+            marks = {
+                "KeyMarker": page.get("NextKeyMarker", ""),
+                "UploadIdMarker": page.get("NextUploadIdMarker", ""),
+            }
+    return aborted

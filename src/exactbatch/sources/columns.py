@@ -120,22 +120,22 @@ def _described(source, opened):
                 yield f
 
 
-def source_column(source, name: str) -> np.ndarray:
+def source_column(source, name: str, arg: str = "groups") -> np.ndarray:
     """The values of the column ``name`` of ``source``, one per row.
 
     A source without column names (an array, a pair, a Dataset) is a
     ``TypeError``; a name it lacks a ``KeyError`` naming it and the available
-    names.
+    names. Errors name the argument ``arg`` the column was given as.
     """
     names = _names(source)
     if names is None:
         raise TypeError(
-            f"groups={name!r} names a column, but a {type(source).__name__} source has no "
-            "column names: pass groups as an array of one group label per row"
+            f"{arg}={name!r} names a column, but a {type(source).__name__} source has no "
+            f"column names: pass {arg} as an array of one label per row"
         )
     if name not in names:
         shown = names if len(names) <= 40 else names[:40] + ["..."]
-        raise MissingColumnError(f"groups={name!r}: no such column; the source has {shown}")
+        raise MissingColumnError(f"{arg}={name!r}: no such column; the source has {shown}")
     if _is_frame(source):
         return np.asarray(source[name])
     at = names.index(name)

@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict
-from pathlib import Path
 
 from exactbatch.certificate import Certificate, certify
+from exactbatch.ndf.regular import read_regular
 from exactbatch.tools.common import CliError
 
 __all__ = ["certify_files", "public"]
 
+_MAX_BYTES = 1 << 30  # a state is a few KiB: a bigger file is not one
+
 
 def _states(path: str) -> list[dict]:
     try:
-        doc = json.loads(Path(path).read_text())
+        # a FIFO or a device would block (or never end): only a regular file is read
+        doc = json.loads(read_regular(path, _MAX_BYTES, "a DataLoader state (JSON)"))
     except json.JSONDecodeError as e:
         raise CliError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     if isinstance(doc, dict) and isinstance(doc.get("loader"), dict):

@@ -365,8 +365,24 @@ def check_dataset_output(dst, force: bool) -> str:
     return dst
 
 
-def _shown(names: list[str]) -> list[str]:
-    return names if len(names) <= 20 else [*names[:20], "..."]
+def shown_names(names, near: str | None = None, limit: int = 20) -> str:
+    """Column names for a message: all of them up to ``limit``; else the first and last
+    few, how many in all and (for a name ``near`` that was not found) the names
+    closest to it, so a long list never hides the name a user looks for."""
+    names = [str(v) for v in names]
+    if len(names) <= limit:
+        return repr(names)
+    head, tail = names[: limit - 5], names[-3:]
+    text = f"[{', '.join(map(repr, head))}, ..., {', '.join(map(repr, tail))}] ({len(names)} in all"
+    if near is not None:
+        import difflib
+
+        close = difflib.get_close_matches(near, names, n=5, cutoff=0.6)
+        close += [v for v in names if near.lower() in v.lower() and v not in close][
+            : 5 - len(close)
+        ]
+        text += f"; closest to {near!r}: {close}" if close else f"; none close to {near!r}"
+    return text + ")"
 
 
 def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None:
@@ -386,7 +402,7 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
             k = int(item)
         except ValueError:
             raise CliError(
-                f"{path}: no column {item!r} ({what}); columns are {_shown(names)}"
+                f"{path}: no column {item!r} ({what}); columns are {shown_names(names, item)}"
             ) from None
         if not -len(names) <= k < len(names):
             raise CliError(
@@ -426,12 +442,13 @@ def split_columns(features, labels, names, path, exclude=None) -> tuple[list[int
     if unnamed:  # e.g. the index column of a CSV written by pandas
         raise CliError(
             f"{path}: the column(s) at position(s) {unnamed} have no name (columns: "
-            f"{_shown(names)}); name them, or choose other columns with --features/--labels"
+            f"{shown_names(names)}); name them, or choose other columns with --features/--labels"
         )
     twice = sorted({names[j] for j in chosen if names.count(names[j]) > 1})
     if twice:
         raise CliError(
-            f"{path}: column name(s) {twice} appear more than once (columns: {_shown(names)}), "
+            f"{path}: column name(s) {twice} appear more than once "
+            f"(columns: {shown_names(names)}), "
             "so which column is meant is ambiguous; rename them, or choose other columns "
             "with --features/--labels"
         )

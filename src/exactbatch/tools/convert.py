@@ -71,6 +71,7 @@ from exactbatch.tools.common import (
     detect_format,
     output_format,
     progress,
+    shown_names,
     split_columns,
 )
 from exactbatch.tools.convert_csv import CsvInput, csv_inputs, csv_schema
@@ -277,7 +278,7 @@ def render(out: dict) -> str:
     files = f" from {out['files']} files" if out.get("files") else ""
     return (
         f"wrote {out['dst']}{files}: {out['rows']:,} rows, {out['d']} features "
-        f"{out['features']}, {out['l']} labels {out['labels']}"
+        f"{shown_names(out['features'])}, {out['l']} labels {shown_names(out['labels'])}"
         + (f"; coded as integers: {coded}" if coded else "")
         + f"; {out['size_bytes']:,} bytes in {out['seconds']:.1f} s"
     )

@@ -11,7 +11,13 @@ import os
 
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.categorical import Vocabulary, learn
-from exactbatch.tools.common import CliError, csv_delimiter, detect_format, split_columns
+from exactbatch.tools.common import (
+    CliError,
+    csv_delimiter,
+    detect_format,
+    shown_names,
+    split_columns,
+)
 from exactbatch.tools.convert_inputs import (
     Blocks,
     arrow,
@@ -132,8 +138,8 @@ class CsvInput:
             found = csv_schema(p, delimiter, header).names
             if found != names:
                 raise CliError(
-                    f"{p}: its columns {_shown_names(found)} differ from those of {self.path} "
-                    f"{_shown_names(names)}; every file converted together must have the same "
+                    f"{p}: its columns {shown_names(found)} differ from those of {self.path} "
+                    f"{shown_names(names)}; every file converted together must have the same "
                     "columns, in the same order"
                 )
         feat, lab = split_columns(features, labels, names, self.path, exclude)
@@ -223,7 +229,3 @@ class CsvInput:
                 now = min(at, os.path.getsize(path))
                 yield block, now - pos
                 pos = now
-
-
-def _shown_names(names) -> list:
-    return list(names[:12]) + (["..."] if len(names) > 12 else [])

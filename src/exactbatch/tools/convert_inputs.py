@@ -20,6 +20,7 @@ from exactbatch.tools.common import (
     CliError,
     parquet_files,
     resolve_columns,
+    shown_names,
     split_columns,
 )
 from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
@@ -83,7 +84,8 @@ def categorical_columns(spec, chosen: list[str], path) -> list[str]:
     if outside:
         raise CliError(
             f"{path}: --categorical names column(s) {outside} that are not converted "
-            f"(columns converted: {chosen[:20]}); name existing columns, not --exclude'd ones"
+            f"(columns converted: {shown_names(chosen)}); name existing columns, "
+            "not --exclude'd ones"
         )
     return list(dict.fromkeys(cats))
 
