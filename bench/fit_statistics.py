@@ -34,7 +34,7 @@ in the reference's posterior sds; the range of the sd ratios; the distance to
 NUTS; the verdict (drift, and whether it warned); seconds. Targets: within
 0.2 sd and sd ratios within 0.8-1.25.
 
-    PYTHONPATH=src .venv/bin/python bench/statistics.py [--data breast_cancer ...]
+    PYTHONPATH=src .venv/bin/python bench/fit_statistics.py [--data breast_cancer ...]
         [--steps 10000 [40000 ...]] [--seeds 3] [--buffer 64] [--nuts 500] [--skip pymc sorted nuts]
 
 Sized for a small machine: one data set, one seed, one library at a time,
