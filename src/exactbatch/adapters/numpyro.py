@@ -233,9 +233,10 @@ def fit(
     params = svi.get_params(state)
     if average_last_epoch and average is not None:
         params = svi.constrain_fn(average)
-    elif default and verdict.converged:
-        # the tail's last window, judged still: its mean has the error of one iterate at most
-        params = svi.constrain_fn(run.last_window(part_means))
+    elif default and verdict.moving is False:
+        # the tail, judged still: its average is nearer than any one iterate (a fit still
+        # travelling is behind its own average: then the last iterate)
+        params = svi.constrain_fn(run.tail_mean(part_means))
     result = _result_class(run_result)(params, state, losses)
     result.convergence, result.step_size = verdict, run.lr0
     warn_if_moving(verdict)
@@ -361,12 +362,12 @@ class _Run:
         ]
         return np.asarray(losses), means[:-1], means[-1]
 
-    def last_window(self, part_means):
-        """The mean unconstrained parameters of the verdict's second window."""
-        counts = (self.ends - self.starts)[PARTS : 2 * PARTS]
+    def tail_mean(self, part_means):
+        """The mean unconstrained parameters of the verdict's two windows."""
+        counts = (self.ends - self.starts)[: 2 * PARTS]
         weights = counts / counts.sum()
         return self.jax.tree_util.tree_map(
-            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means[PARTS:]
+            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means
         )
 
 
