@@ -53,7 +53,7 @@ __all__ = ["ALPHA", "ERROR_MAX", "PARTS", "THRESHOLD", "Convergence", "judge", "
            "warn_if_moving"]  # fmt: skip
 
 THRESHOLD = 0.1  # posterior sds the fit may still drift between its last two windows
-ERROR_MAX = 0.2  # the largest standard error of the returned average, in posterior sds
+ERROR_MAX = 0.25  # the largest standard error of the returned average, in posterior sds
 RHO_MAX = 0.9  # the largest lag-1 correlation of the parts the error is widened for
 ALPHA = 0.05  # the chance a converged fit's drift is called significant, over all latents
 
@@ -221,9 +221,11 @@ def _change(values):
     # widened for parts that follow one another (their lag-1 correlation, pooled)
     about = values - values.mean(axis=0)
     spread = np.sqrt((about**2).sum(axis=0) / (2 * PARTS - 1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = (about[1:] * about[:-1]).sum(axis=0) / (about**2).sum(axis=0)
-    rho = float(np.clip(np.nan_to_num(np.nanmedian(rho)) if rho.size else 0.0, 0.0, RHO_MAX))
+    power = (about**2).sum(axis=0)
+    lag = (about[1:] * about[:-1]).sum(axis=0)
+    seen = np.isfinite(power) & np.isfinite(lag) & (power > 0)
+    rho = float(np.median(lag[seen] / power[seen])) if seen.any() else 0.0
+    rho = min(max(rho, 0.0), RHO_MAX)
     widen = np.sqrt((1 + rho) / (1 - rho))
     return moved, sigma * np.sqrt(2 / PARTS), spread * widen / np.sqrt(2 * PARTS)
 

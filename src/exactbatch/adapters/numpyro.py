@@ -59,7 +59,12 @@ from exactbatch.adapters.minibatch import (
     epoch_length,
     first_batch,
 )
-from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
+from exactbatch.adapters.numpyro_terms import (
+    check_latents,
+    check_plates,
+    check_terms,
+    trace_model,
+)
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
@@ -210,10 +215,13 @@ def fit(
         )
     b = loader.batch_size
     batches = as_jax(loader)
-    xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
+    first = first_batch(loader)
+    # the first batch as the steps will see it: integer labels stay integers
+    xb, yb = batches._host(*first, first[0].shape[0])
     trace = trace_model(model, xb, yb, model_kwargs, loader)
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
+    check_latents(trace, plates)
 
     default = optim is None
     svi = svi_class(model, guide, _default_optim() if default else optim, elbo())
