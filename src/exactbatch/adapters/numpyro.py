@@ -215,9 +215,9 @@ def fit(
         )
     b = loader.batch_size
     batches = as_jax(loader)
-    first = first_batch(loader)
+    x0, y0 = first_batch(loader)
     # the first batch as the steps will see it: integer labels stay integers
-    xb, yb = batches._host(*first, first[0].shape[0])
+    xb, yb = batches._host(x0, y0, x0.shape[0])
     trace = trace_model(model, xb, yb, model_kwargs, loader)
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
