@@ -54,7 +54,7 @@ def main() -> None:
             num = parquet_source(path, features=["a", "code"])
             plain.append(_epoch(num))
             coded.append(_epoch(src))
-    m = np.median  # (bench/statistics.py shadows the standard module here)
+    m = np.median
     print(
         f"{a.rows:,} rows, {len(src)} row groups, {a.values} values: first pass "
         f"{m(learn):.3f} s; an epoch of row groups: numeric column {m(plain):.3f} s, "

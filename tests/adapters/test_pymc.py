@@ -727,3 +727,26 @@ def test_a_loader_with_row_ids_feeds_its_batches(monkeypatch):
     want = [xb for _ in range(2) for xb, _ in reference]  # epochs 0 and 1
     assert all(np.array_equal(a, b) for a, b in zip(fake.xs, want[:4], strict=True))
     assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"label_dtype": np.int64}, {"dtype": np.float32}], ids=["int64-labels", "float32"]
+)
+def test_a_loader_of_other_dtypes_feeds_its_batches(kw, monkeypatch):
+    """The fit's buffers take the loader's own dtypes (next_into writes only into those:
+    int64 labels and float32 features were a TypeError of the fit's float64 buffers)."""
+    x, y = ids(30)
+    labels = (np.arange(30) % 2).astype(np.int64)
+    loader = DataLoader((x, labels), 10, seed=2, **kw)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        w = pm.Normal("w", 0, 1, shape=2)
+        pm.Bernoulli("obs", logit_p=x_data @ w * 1e-3, observed=y_data, total_size=30)
+    fake = FakeFit(x_data, y_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(loader, 4, model=model)
+    reference = DataLoader((x, labels), 10, seed=2)
+    want = [(xb, yb[:, 0]) for _ in range(2) for xb, yb in reference]
+    assert len(fake.xs) == 4
+    for got_x, got_y, (xb, yb) in zip(fake.xs, fake.ys, want[:4], strict=False):
+        assert np.array_equal(got_x, xb) and np.array_equal(got_y, yb)

@@ -390,3 +390,24 @@ def test_urls_are_read_as_info_reads_them(data, sorted_dataset, memory_fs, tmp_p
         argv = [cmd, str(data / "sorted.ndf"), *extra, "--storage-options", "{}", "-q"]
         assert main(argv) == 2
         assert "storage options apply only to URLs" in capsys.readouterr().err
+
+
+def test_the_verdict_counts_the_labels_class_entropy():
+    """Batches whose features look random but whose labels cluster (label-sorted: 0.54
+    of a random batch's class entropy was called well mixed, p = 0.48): the entropy rank
+    is part of the verdict. Under exchangeable sets (a full shuffle) the combined verdict
+    still calls at most 5% not well mixed (400 seeds)."""
+    from exactbatch.tools.mixing_score import Scores, verdict
+
+    rng = np.random.default_rng(0)
+    r, k = 99, 20
+    ks_sim = rng.random((r, k, 2))
+    clustered = Scores(rng.random((k, 2)), ks_sim, np.full(k, 0.54), 1 + rng.random((r, k)) * 0)
+    v = verdict(clustered)
+    assert not v["well_mixed"] and v["p_value"] <= 0.02
+    alarms = 0
+    for _ in range(400):
+        ks = rng.random((r + 1, k, 2))
+        ent = rng.random((r + 1, k))
+        alarms += not verdict(Scores(ks[0], ks[1:], ent[0], ent[1:]))["well_mixed"]
+    assert alarms <= 20

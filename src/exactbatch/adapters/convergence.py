@@ -1,4 +1,4 @@
-"""The convergence verdict of the fit helpers: how far the fit still moved at its end.
+"""The convergence verdict of the fit helpers: did the fit stop moving, and how sure is it?
 
 A fit that has not converged looks like one that has: the loss is noisy,
 and a small step makes the parameters crawl wherever they are. The verdict
@@ -6,27 +6,34 @@ reads the fit's last two windows of steps (see
 :func:`exactbatch.adapters.schedule.windows`: two fifths of the steps, in
 whole epochs), each cut into :data:`PARTS` parts, and the guide's posterior
 mean and sd of every latent at the mean of each part's iterates (averaging
-within a part cancels most of the jitter).
+within a part cancels most of the jitter). All figures are in posterior sds
+of the guide (the last window's):
 
 * ``movement``: the largest change of a posterior mean or sd from the first
-  window to the second, in posterior sds of the guide (the last window's).
+  window to the second.
 * ``noise``: the standard error of that change, from the scatter of the
   parts' values about a straight line through them (a steady drift is not
   noise; the jitter the parts did not average away is), floored by the
   median over the latents (six degrees of freedom give a rough estimate,
   and the largest change would otherwise find the latents whose estimate
   came out low).
-* ``drift``: the largest change beyond twice its standard error - how far
-  the posterior moved that noise cannot explain. Above :data:`THRESHOLD` the
-  fit raises :class:`exactbatch.ConvergenceWarning`.
+* ``drift``: the largest change beyond ``z`` standard errors, ``z`` the
+  two-sided normal quantile of :data:`ALPHA` shared by every mean and sd
+  judged (Bonferroni): a converged fit passes in at least 95% of seeds
+  whatever the number of latents. A drift above :data:`THRESHOLD` is a fit
+  still travelling: the last iterate is returned, not the average.
+* ``error``: the largest standard error of the tail's average (what a
+  converged fit returns), floored as the noise. A large noise is no proof
+  of convergence: it is a fit that has not pinned its posterior down - too
+  few epochs in its tail for the batch's noise to average away, which grows
+  as sqrt(N / batch_size / steps). Above :data:`ERROR_MAX` the fit is not
+  converged either.
 * ``elbo_change``: the change of the mean loss (the negative ELBO estimate)
   between the windows, with its standard error: a loss still falling by
   many standard errors is a fit still improving.
 
-Measured (docs/statistics.md): a converged fit of a small model is judged
-converged in at least 19 of 20 seeds (tested); the old recipe - Adam from
-0.01 decaying to 5e-4 - on the breast-cancer logistic regression, which ends
-4-10 posterior sds off, still drifts by 0.14-0.33 sd and is caught.
+Either above its bound: :class:`exactbatch.ConvergenceWarning`, naming
+which. Measured in docs/statistics.md (bench/fit_statistics.py).
 
 Pure Python and NumPy: no optional package is imported here.
 """
@@ -35,16 +42,20 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
-from exactbatch.adapters.schedule import windows
+from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
 
-__all__ = ["PARTS", "THRESHOLD", "Convergence", "judge", "parts", "warn_if_moving"]
+__all__ = ["ALPHA", "ERROR_MAX", "PARTS", "THRESHOLD", "Convergence", "judge", "parts",
+           "warn_if_moving"]  # fmt: skip
 
 THRESHOLD = 0.1  # posterior sds the fit may still drift between its last two windows
-PARTS = 4  # parts of each window
+ERROR_MAX = 0.25  # the largest standard error of the returned average, in posterior sds
+RHO_MAX = 0.9  # the largest lag-1 correlation of the parts the error is widened for
+ALPHA = 0.05  # the chance a converged fit's drift is called significant, over all latents
 
 
 @dataclass(frozen=True)
@@ -52,13 +63,15 @@ class Convergence:
     """What the fit's last two windows say about its convergence.
 
     ``drift`` is the largest change of a posterior mean or sd between the
-    windows beyond twice its standard error, in posterior sds (None when the fit
+    windows beyond ``z`` standard errors, in posterior sds (None when the fit
     was too short for two windows, or the guide gave no sds); ``movement`` the
     largest change itself and ``noise`` its standard error; ``where`` names the
     latent that drifted most (``"w[3] mean"``); ``window`` is each window's
     steps; ``elbo_change`` the change of the mean loss from the first window to
     the second (negative: still falling) and ``elbo_se`` its standard error;
-    ``threshold`` the drift above which the fit is judged not converged.
+    ``threshold`` the drift above which the fit is still moving; ``error`` the
+    largest standard error of the tail's average (``error_where`` its latent)
+    and ``error_max`` its bound; ``z`` the standard errors a change must pass.
     """
 
     drift: float | None
@@ -69,11 +82,23 @@ class Convergence:
     elbo_change: float | None
     elbo_se: float | None
     threshold: float = THRESHOLD
+    error: float | None = None
+    error_where: str = ""
+    error_max: float = ERROR_MAX
+    z: float = 2.0
+
+    @property
+    def moving(self) -> bool | None:
+        """True when the drift is above the threshold: the fit still travels."""
+        return None if self.drift is None else self.drift > self.threshold
 
     @property
     def converged(self) -> bool | None:
-        """True when the drift is at most the threshold; None when not judged."""
-        return None if self.drift is None else self.drift <= self.threshold
+        """True when the fit no longer drifts and its average is within ``error_max``
+        standard error; None when not judged."""
+        if self.drift is None:
+            return None
+        return not self.moving and (self.error is None or self.error <= self.error_max)
 
     def __str__(self) -> str:
         if self.drift is None:
@@ -85,11 +110,17 @@ class Convergence:
                 f"(standard error {self.elbo_se:.2g})"
             )
         verdict = "converged" if self.converged else "NOT converged"
+        error = ""
+        if self.error is not None:
+            error = (
+                f"; the tail's average is within {self.error:.3f} sd standard error "
+                f"({self.error_where}; bound {self.error_max} sd)"
+            )
         return (
             f"{verdict}: the posterior drifted {max(self.drift, 0):.3f} sd ({self.where}) "
-            f"between the last two windows of {self.window} steps, beyond twice the noise "
-            f"(it moved {self.movement:.3f} sd, noise {self.noise:.3f}; threshold "
-            f"{self.threshold} sd){elbo}"
+            f"between the last two windows of {self.window} steps, beyond {self.z:.2f}x the "
+            f"noise (it moved {self.movement:.3f} sd, noise {self.noise:.3f}; threshold "
+            f"{self.threshold} sd){error}{elbo}"
         )
 
 
@@ -136,16 +167,16 @@ def judge(parts, losses, window: int) -> Convergence:
         return _not_judged("the guide gave no posterior sds", window)
     with np.errstate(invalid="ignore", divide="ignore"):
         changes = [_change(v / scale) for v in (means, sds)]
-    # Six degrees of freedom give a rough standard error, and the largest of many
-    # latents' changes finds the latents whose error came out low: each is floored by
-    # the median over the latents (of means; of sds), which share one noise level.
-    moved = np.concatenate([m for m, _ in changes])
-    noise = np.concatenate([np.fmax(n, np.nanmedian(np.where(ok, n, np.nan))) for _, n in changes])
+    moved = np.concatenate([m for m, _, _ in changes])
+    noise = np.concatenate([_floored(n, ok) for _, n, _ in changes])
+    error = np.concatenate([_floored(e, ok) for _, _, e in changes])
     ok = np.concatenate([ok, ok])
-    drift = np.where(ok, moved - 2 * noise, -np.inf)
+    z = NormalDist().inv_cdf(1 - ALPHA / (2 * int(ok.sum())))
+    drift = np.where(ok, moved - z * noise, -np.inf)
     drift = np.where(np.isnan(drift), np.inf, drift)  # a latent gone NaN has not converged
-    worst = int(np.argmax(drift))
-    what = "mean" if worst < len(labels) else "sd"
+    error = np.where(ok, error, -np.inf)
+    error = np.where(np.isnan(error), np.inf, error)
+    worst, least = int(np.argmax(drift)), int(np.argmax(error))
     losses = np.asarray(losses, dtype=np.float64)[-2 * window :]
     first, second = losses[:window], losses[window:]
     change = se = None
@@ -156,23 +187,47 @@ def judge(parts, losses, window: int) -> Convergence:
         float(drift[worst]),
         float(moved[worst]),
         float(noise[worst]),
-        f"{labels[worst % len(labels)]} {what}",
+        _name(labels, worst),
         window,
         change,
         se,
+        error=float(error[least]),
+        error_where=_name(labels, least),
+        z=z,
     )
+
+
+def _name(labels, k: int) -> str:
+    return f"{labels[k % len(labels)]} {'mean' if k < len(labels) else 'sd'}"
+
+
+def _floored(se, ok):
+    """Each latent's standard error, floored by their median: the latents share one
+    noise level, and six degrees of freedom give a rough estimate of each."""
+    return np.fmax(se, np.nanmedian(np.where(ok, se, np.nan)))
 
 
 def _change(values):
     """The change of each column of ``values`` (2 * PARTS rows, in step order) from the
-    first half's mean to the second's, and its standard error from the rows' scatter
-    about a straight line (a steady drift is not counted as noise)."""
+    first half's mean to the second's, its standard error from the rows' scatter about a
+    straight line (a steady drift is not counted as noise), and the standard error of
+    the mean of all the rows (the tail's average)."""
     t = np.arange(2 * PARTS) - (2 * PARTS - 1) / 2
     slope = (t[:, None] * values).sum(axis=0) / (t**2).sum()
     resid = values - values.mean(axis=0) - slope * t[:, None]
     sigma = np.sqrt((resid**2).sum(axis=0) / (2 * PARTS - 2))
     moved = np.abs(values[PARTS:].mean(axis=0) - values[:PARTS].mean(axis=0))
-    return moved, sigma * np.sqrt(2 / PARTS)
+    # the average's error: the parts' scatter about their mean (a slow wander counts),
+    # widened for parts that follow one another (their lag-1 correlation, pooled)
+    about = values - values.mean(axis=0)
+    spread = np.sqrt((about**2).sum(axis=0) / (2 * PARTS - 1))
+    power = (about**2).sum(axis=0)
+    lag = (about[1:] * about[:-1]).sum(axis=0)
+    seen = np.isfinite(power) & np.isfinite(lag) & (power > 0)
+    rho = float(np.median(lag[seen] / power[seen])) if seen.any() else 0.0
+    rho = min(max(rho, 0.0), RHO_MAX)
+    widen = np.sqrt((1 + rho) / (1 - rho))
+    return moved, sigma * np.sqrt(2 / PARTS), spread * widen / np.sqrt(2 * PARTS)
 
 
 def _flat(side, names, i):
@@ -181,15 +236,27 @@ def _flat(side, names, i):
 
 def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
     """Raise :class:`exactbatch.ConvergenceWarning` when the fit is judged not converged."""
-    if verdict.converged is False:
-        warnings.warn(
-            ConvergenceWarning(
-                f"fit has not converged: the posterior still drifted {verdict.drift:.3g} sd "
-                f"({verdict.where}) between its last two windows of {verdict.window} steps, "
-                f"beyond twice the noise and above the threshold of {verdict.threshold} sd "
-                f"(it moved {verdict.movement:.3g} sd). Run more steps: 2-4x (the default "
-                f"schedule stretches over them), or, with your own optim=, end with a "
-                f"smaller step. The figures are in the result's .convergence"
-            ),
-            stacklevel=stacklevel,
+    if verdict.converged is not False:
+        return
+    if verdict.moving:
+        why = (
+            f"the posterior still drifted {verdict.drift:.3g} sd ({verdict.where}) between "
+            f"its last two windows of {verdict.window} steps, beyond {verdict.z:.2f}x the "
+            f"noise and above the threshold of {verdict.threshold} sd (it moved "
+            f"{verdict.movement:.3g} sd); the last iterate is returned"
         )
+    else:
+        why = (
+            f"the average of its last {2 * verdict.window} steps is uncertain by "
+            f"{verdict.error:.3g} posterior sd ({verdict.error_where}; standard error, bound "
+            f"{verdict.error_max} sd): the batches' noise has not averaged away, which "
+            f"takes more epochs in the tail as N / batch_size grows"
+        )
+    warnings.warn(
+        ConvergenceWarning(
+            f"fit has not converged: {why}. Run more steps: 2-4x (the default schedule "
+            f"stretches over them), or larger batches; with your own optim=, end with a "
+            f"smaller step. The figures are in the result's .convergence"
+        ),
+        stacklevel=stacklevel,
+    )

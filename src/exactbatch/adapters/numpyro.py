@@ -59,7 +59,12 @@ from exactbatch.adapters.minibatch import (
     epoch_length,
     first_batch,
 )
-from exactbatch.adapters.numpyro_terms import check_plates, check_terms, trace_model
+from exactbatch.adapters.numpyro_terms import (
+    check_latents,
+    check_plates,
+    check_terms,
+    trace_model,
+)
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
@@ -210,10 +215,13 @@ def fit(
         )
     b = loader.batch_size
     batches = as_jax(loader)
-    xb, yb = (np.asarray(a, dtype=batches.dtype) for a in first_batch(loader))
+    x0, y0 = first_batch(loader)
+    # the first batch as the steps will see it: integer labels stay integers
+    xb, yb = batches._host(x0, y0, x0.shape[0])
     trace = trace_model(model, xb, yb, model_kwargs, loader)
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
+    check_latents(trace, plates)
 
     default = optim is None
     svi = svi_class(model, guide, _default_optim() if default else optim, elbo())
@@ -233,9 +241,10 @@ def fit(
     params = svi.get_params(state)
     if average_last_epoch and average is not None:
         params = svi.constrain_fn(average)
-    elif default and verdict.converged:
-        # the tail's last window, judged still: its mean has the error of one iterate at most
-        params = svi.constrain_fn(run.last_window(part_means))
+    elif default and verdict.moving is False:
+        # the tail, judged still: its average is nearer than any one iterate (a fit still
+        # travelling is behind its own average: then the last iterate)
+        params = svi.constrain_fn(run.tail_mean(part_means))
     result = _result_class(run_result)(params, state, losses)
     result.convergence, result.step_size = verdict, run.lr0
     warn_if_moving(verdict)
@@ -361,12 +370,12 @@ class _Run:
         ]
         return np.asarray(losses), means[:-1], means[-1]
 
-    def last_window(self, part_means):
-        """The mean unconstrained parameters of the verdict's second window."""
-        counts = (self.ends - self.starts)[PARTS : 2 * PARTS]
+    def tail_mean(self, part_means):
+        """The mean unconstrained parameters of the verdict's two windows."""
+        counts = (self.ends - self.starts)[: 2 * PARTS]
         weights = counts / counts.sum()
         return self.jax.tree_util.tree_map(
-            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means[PARTS:]
+            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means
         )
 
 

@@ -27,7 +27,7 @@ NumPyro and JAX are imported on first use, not by importing this module.
 
 from __future__ import annotations
 
-__all__ = ["LABELS_HINT", "check_plates", "check_terms", "trace_model"]
+__all__ = ["LABELS_HINT", "check_latents", "check_plates", "check_terms", "trace_model"]
 
 LABELS_HINT = (
     "the loader has no labels (l = 0): yb has 0 columns. If the likelihood needs labels, "
@@ -60,17 +60,28 @@ def trace_model(model, xb, yb, model_kwargs, loader):
         raise
 
 
-def _check_plate(name, size, subsample, total_size, rows, observed) -> bool:
+def _check_plate(name, size, subsample, total_size, rows, observed, scale=None) -> bool:
     """Does plate ``name`` cover the batch's rows? ``ValueError`` if it does with the
     wrong size or subsample size."""
     subsample = size if subsample is None else subsample
     if size != total_size and subsample != rows:
         return False  # another plate (over labels, say): not the batch's rows
     if size != total_size:
+        counts = size / subsample * (scale or 1.0)
+        if scale is not None and abs(counts - total_size / rows) <= 1e-6 * counts:
+            raise ValueError(
+                f"fit: the model's plate {name!r} has size {size}, not the loader's "
+                f"total_size {total_size}; observed site {observed!r} is scaled by hand "
+                f"(handlers.scale: {scale:g}), so each row counts {counts:g} times, as it "
+                f"should, but fit checks the dataset's size through the plate. Use "
+                f"numpyro.plate({name!r}, loader.total_size, subsample_size=loader.batch_size) "
+                f"and drop handlers.scale (with both, each row would count "
+                f"({total_size}/{rows})^2 times)"
+            )
         raise ValueError(
             f"fit: the model's plate {name!r} has size {size}, but the loader's "
             f"total_size is {total_size}: observed site {observed!r} would count "
-            f"{size}/{rows} times instead of {total_size}/{rows}. Use "
+            f"{counts:g} times per row instead of {total_size}/{rows}. Use "
             f"numpyro.plate({name!r}, loader.total_size, subsample_size=loader.batch_size)"
         )
     if subsample != rows:
@@ -102,7 +113,8 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
             if plate is None or frame.name in checked:
                 continue
             size, subsample = plate["args"][:2]
-            if _check_plate(frame.name, size, subsample, total_size, rows, site["name"]):
+            scale = site.get("scale")
+            if _check_plate(frame.name, size, subsample, total_size, rows, site["name"], scale):
                 checked.append(frame.name)
     if not checked:
         hint = f"; {LABELS_HINT}" if l == 0 else ""
@@ -185,6 +197,7 @@ def check_terms(model, trace, xb, yb, model_kwargs, plates: list[str], total_siz
                 f"numpyro.plate('data', loader.total_size, subsample_size=loader.batch_size)"
                 f" (the plate of the other sites)"
             )
+        _check_scale(site, batch, total_size, rows)
         width = max(-f.dim for f in frames)
         want = [1] * width
         for f in frames:
@@ -209,6 +222,46 @@ def check_terms(model, trace, xb, yb, model_kwargs, plates: list[str], total_siz
                 f"{batch[0].name!r}): the plate repeats it for each of the {rows} rows, so "
                 f"it counts {rows} x {total_size}/{rows} times. Give it one term per row: no "
                 f"sum or mean over the batch (numpyro.factor(name, per_row_terms))"
+            )
+
+
+def _check_scale(site, batch, total_size: int, rows: int) -> None:
+    """An observed site in the batch's plate counts total_size / rows times per row: a
+    ``handlers.scale`` around the subsample plate multiplies the plate's own scaling."""
+    scale = site.get("scale")
+    want = total_size / rows
+    if scale is None or abs(float(scale) - want) <= 1e-6 * want:
+        return
+    extra = float(scale) / want
+    raise ValueError(
+        f"fit: observed site {site['name']!r} counts {float(scale):g} times per row, not "
+        f"total_size/batch_size = {total_size}/{rows} = {want:g}: the subsample plate "
+        f"{batch[0].name!r} already scales it by {want:g}, and a handlers.scale around it "
+        f"multiplies that by {extra:g} (handlers.scale(N/B) counts the data "
+        f"({total_size}/{rows})^2 times). Drop handlers.scale: the plate's scaling is the "
+        f"whole of it (fit fits the posterior, not a tempered one)"
+    )
+
+
+def check_latents(trace, plates: list[str]) -> None:
+    """Refuse a latent site inside the batch's plate (a latent per row).
+
+    The plate draws its own subsample indices, not the batch's row ids, so the
+    guide's parameter of row r would be fitted to whichever rows the step drew."""
+    for site in trace.values():
+        if site["type"] != "sample" or site.get("is_observed"):
+            continue
+        inside = [f.name for f in site.get("cond_indep_stack", ()) if f.name in plates]
+        if inside:
+            raise ValueError(
+                f"fit: latent site {site['name']!r} lies inside the data plate "
+                f"{inside[0]!r}: a latent per row (a local latent). fit does not support "
+                f"it: the plate subsamples indices of its own, not the batch's rows, so "
+                f"each row's latent would be fitted to other rows' data (measured: tens of "
+                f"posterior sds off, with no sign of it). Integrate it out of the "
+                f"likelihood, or run numpyro's SVI yourself with "
+                f"numpyro.plate({inside[0]!r}, N, subsample=row_ids) in model and guide, "
+                f"row_ids from a loader made with with_rows=True"
             )
 
 

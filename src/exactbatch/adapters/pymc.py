@@ -208,8 +208,9 @@ class _Feed:
         if loader.d is None:  # a stream not read yet: learn its widths
             first_batch(loader)
         b = loader.batch_size
-        self.bx = np.empty((b, loader.d), dtype=np.float64)
-        self.by = np.empty((b, loader.l), dtype=np.float64)
+        # the loader's own dtypes (next_into writes only into its own)
+        self.bx = np.empty((b, loader.d), dtype=loader.dtype)
+        self.by = np.empty((b, loader.l), dtype=loader.label_dtype or loader.dtype)
         # a loader with_rows writes its ids too (the fit has no use for them)
         self.buffers: tuple[np.ndarray, ...] = (self.bx, self.by)
         if getattr(loader, "with_rows", False):

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.convergence import PARTS, judge, parts
+from exactbatch.adapters.convergence import judge, parts
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
 
 __all__ = ["PILOT_EACH", "Adam", "Run"]
@@ -165,7 +165,7 @@ class Run:
     def finish(self, approx):
         """The verdict, with the approximation's parameters set to those returned: the
         last epoch's mean (``average``), else with the default schedule the mean of the
-        verdict's last window when it found the fit still, else the last iterate."""
+        verdict's two windows when it found no drift, else the last iterate."""
         params = getattr(approx, "params", None)
         if params is None:
             return judge([], self.losses, 0)
@@ -176,8 +176,9 @@ class Run:
         chosen = None
         if self.average is not None:
             chosen = _mean(self.average)
-        elif self.default and verdict.converged:
-            tail = [s for s in self.sums[PARTS:] if s is not None]
+        elif self.default and verdict.moving is False:
+            # the tail, judged still: its average (a fit still travelling is behind it)
+            tail = [s for s in self.sums if s is not None]
             if tail:
                 chosen = _mean(_merge(tail))
         for p, v in zip(params, chosen or last, strict=True):

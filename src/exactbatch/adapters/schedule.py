@@ -13,16 +13,31 @@ three phases, each a fixed share of the steps:
   can use (Stan's ADVI adapts its step by such a pilot: Kucukelbir et al.
   2017). The fit goes on from where the kept candidate stands.
 * **Decay** (to 60% of the steps): the step falls linearly from the kept
-  ``lr0`` to ``lr0 / FLOOR``. A constant step leaves the iterate jittering by
+  ``lr0`` to the tail's step. A constant step leaves the iterate jittering by
   many posterior sds on large data; for a fixed budget a linear decay is
   the schedule whose last iterate does best (Defazio et al. 2023).
-* **Tail** (the last 40%): the step stays at ``lr0 / FLOOR``. The tail is the
-  two windows the convergence verdict compares (:func:`windows`): at a small
-  constant step a converged fit stands still and one still travelling moves.
+* **Tail** (the last 40%): the step stays at :meth:`Plan.tail_step`, sized
+  so that the fit still relaxes within each of the verdict's parts: at a
+  small step Adam moves an unconstrained parameter by about the step each
+  step, and a guide's log-sd returns to its optimum in about ``0.7 / step``
+  steps when the guide's draws are the noise, and in ``sqrt(N / B) / (2 *
+  step)`` when the batch's noise is (a log-sd's gradient carries it); a
+  posterior mean in ``1 / (step * sqrt(B))`` for standardised data. The
+  tail's step is ``RELAX * max(1, sqrt(N / B) / 2) / part`` (``part`` the
+  steps of one of the verdict's ``2 * PARTS`` parts), within ``[lr0 /
+  FLOOR, lr0 / CAP]``. A smaller step,
+  a hundredth of ``lr0`` whatever the fit's length, froze short fits where
+  they stood (the verdict then saw nothing move); a larger N makes each
+  iterate jitter by more posterior sds (their variance grows as
+  N / sqrt(batch_size) times the step), which the tail's average takes
+  away and the verdict measures (its ``error``): an average over a
+  window of W steps is within about ``sqrt((N / B) / W)`` posterior sds
+  whatever the step, so a fit that has seen too few epochs in its tail
+  is told so, not hidden behind a step too small to move.
 
-The fit returns the mean of the tail's last window when the verdict finds
-it still (no worse than one iterate: see docs/usage/numpyro.md), else the
-last iterate.
+The fit returns the mean of the tail's iterates (both windows) when the
+verdict finds no drift, else the last iterate (a fit still travelling is
+behind its own average: see docs/usage/numpyro.md).
 
 NumPy only: no optional package is imported here.
 """
@@ -33,10 +48,14 @@ import math
 
 import numpy as np
 
-__all__ = ["CANDIDATES", "FLOOR", "PILOT", "Plan", "pick", "pick_apart", "windows"]
+__all__ = ["CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "Plan", "pick", "pick_apart",
+           "windows"]  # fmt: skip
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
-FLOOR = 100  # the tail's step is lr0 / FLOOR
+FLOOR = 1000  # the tail's step is at least lr0 / FLOOR ...
+CAP = 3  # ... and at most lr0 / CAP
+RELAX = 2.0  # the tail's step is RELAX / (steps of a part): a log-sd relaxes in a third of a part
+PARTS = 4  # parts of each of the verdict's two windows
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
 
@@ -68,14 +87,23 @@ class Plan:
         self.pilot = max(1, math.ceil(num_steps * PILOT)) if pilot is None else pilot
         start, width = windows(num_steps, epoch)
         self.tail = max(self.pilot, start if width else num_steps)
+        self.part = max(1, width // PARTS if width else int(num_steps * WINDOW) // PARTS)
+        # a log-sd's gradient carries the batch's noise, sqrt(N / B) times its pull back
+        self.noise = max(1.0, math.sqrt(epoch) / 2) if epoch else 1.0
+
+    def tail_step(self, lr0: float) -> float:
+        """The tail's step: ``RELAX * max(1, sqrt(epoch) / 2) / part``, within
+        ``[lr0 / FLOOR, lr0 / CAP]`` (``epoch`` the batches of an epoch)."""
+        return min(lr0 / CAP, max(lr0 / FLOOR, RELAX * self.noise / self.part))
 
     def step_size(self, lr0: float, i: int) -> float:
-        """Linear from ``lr0`` after the pilot to ``lr0 / FLOOR`` at the tail, then flat."""
+        """Linear from ``lr0`` after the pilot to :meth:`tail_step` at the tail, then flat."""
+        end = self.tail_step(lr0)
         if i >= self.tail:
-            return lr0 / FLOOR
+            return end
         span = max(1, self.tail - self.pilot)
         done = min(max(i - self.pilot, 0), span) / span
-        return lr0 * (1 - done * (1 - 1 / FLOOR))
+        return lr0 + done * (end - lr0)
 
 
 def _settling(run) -> bool:

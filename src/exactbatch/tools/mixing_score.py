@@ -148,11 +148,16 @@ def verdict(sc: Scores) -> dict:
     threshold is the 95th percentile of all batches' scores, the real ones and
     the replicates' pooled (a symmetric function of them all, so every set is
     judged alike). Each set's statistic is its share of batches above the
-    threshold, ties broken by its mean score. The real batches are *not well
-    mixed* when at most ``LEVEL * (R + 1) - 1`` replicates reach theirs: the
-    Monte Carlo p-value ``(1 + #{replicates >= real}) / (R + 1)`` is at most
-    ``LEVEL``. Under a full shuffle the real statistic's rank among the
-    ``R + 1`` is uniform, so this happens with probability at most ``LEVEL``.
+    threshold, ties broken by its mean score. With a stratum (by default the
+    label column) a set's rank by that is combined with its rank by the mean
+    class entropy of its batches (lower is worse): the worse of the two, so
+    label-sorted batches of representative features are caught. The real
+    batches are *not well mixed* when at most ``LEVEL * (R + 1) - 1``
+    replicates reach theirs: the Monte Carlo p-value ``(1 + #{replicates >=
+    real}) / (R + 1)`` is at most ``LEVEL``. Under a full shuffle the sets
+    are exchangeable and the statistic a symmetric function of them all, so
+    the real one's rank among the ``R + 1`` is uniform: this happens with
+    probability at most ``LEVEL``.
     """
     per = np.nanmean(sc.ks, axis=1)  # (K,)
     per_sim = np.nanmean(sc.ks_sim, axis=2)  # (R, K)
@@ -162,9 +167,16 @@ def verdict(sc: Scores) -> dict:
     shares = np.mean(per_sim > tau, axis=1) if per_sim.shape[1] else np.zeros(len(per_sim))
     mean = _mean(per)
     means = np.array([_mean(p) for p in per_sim])
-    ge = (shares > share) | ((shares == share) & (means >= mean))
     r = len(per_sim)
-    p_value = (1 + int(np.sum(ge))) / (r + 1)
+    # each set's badness by KS (share, then mean score), real first
+    worse = _ranks(np.r_[share, shares], np.r_[mean, means])
+    if sc.entropy is not None and float(np.mean(sc.entropy_sim)) > 0:
+        # and by the stratum's (the labels') class entropy: lower is worse. The set's
+        # statistic is the worse of its two ranks, a symmetric function of all the
+        # sets, so the real one's rank stays uniform under a full shuffle
+        ent = np.r_[np.mean(sc.entropy), np.mean(sc.entropy_sim, axis=1)]
+        worse = np.maximum(worse, _ranks(-ent, np.zeros(r + 1)))
+    p_value = int(np.sum(worse >= worse[0])) / (r + 1)
     lo, mid, hi = (float(v) for v in np.quantile(shares, [0.05, 0.5, 0.95]))
     return {
         "threshold": tau if np.isfinite(tau) else None,  # None: every score NaN
@@ -174,6 +186,14 @@ def verdict(sc: Scores) -> dict:
         "replicates": r,
         "well_mixed": p_value > LEVEL,
     }
+
+
+def _ranks(first, second) -> np.ndarray:
+    """Each set's rank (0 the best) by ``first``, ties by ``second``; equal sets share
+    their highest rank (a tie counts against the real set, as ``>=`` does)."""
+    keys = np.stack([np.nan_to_num(first, nan=-np.inf), np.nan_to_num(second, nan=-np.inf)], 1)
+    return np.array([int(np.sum((keys[:, 0] < a) | ((keys[:, 0] == a) & (keys[:, 1] <= b)))) - 1
+                     for a, b in keys])  # fmt: skip
 
 
 def _mean(a) -> float:

@@ -34,8 +34,18 @@ in the reference's posterior sds; the range of the sd ratios; the distance to
 NUTS; the verdict (drift, and whether it warned); seconds. Targets: within
 0.2 sd and sd ratios within 0.8-1.25.
 
-    PYTHONPATH=src .venv/bin/python bench/statistics.py [--data breast_cancer ...]
+    PYTHONPATH=src .venv/bin/python bench/fit_statistics.py [--data breast_cancer ...]
         [--steps 10000 [40000 ...]] [--seeds 3] [--buffer 64] [--nuts 500] [--skip pymc sorted nuts]
+
+``--grid``: the N x B x steps grid of issue 40 on a synthetic regression of 3
+features (``--kind linear|logistic``, ``--scale a b c`` for unstandardised
+columns), N in ``--grid-n`` (10k, 50k, 200k), B in ``--grid-b`` (16, 64, 256),
+``--steps`` (give 2000 5000); each fit against the same L-BFGS reference, the
+count of fits silently wrong (> 0.5 sd or sds off > 1.5x, no warning) and of
+false alarms (within 0.2 sd and 0.8-1.25x, warned) printed at the end:
+
+    PYTHONPATH=src .venv/bin/python bench/fit_statistics.py --grid --steps 2000 5000 \
+        --seeds 1 --skip pymc
 
 Sized for a small machine: one data set, one seed, one library at a time,
 each fit a few seconds to a minute.
@@ -270,8 +280,56 @@ def sorted_chunks(x, y, rows: int = 32):
     return [(xs[i : i + rows], ys[i : i + rows]) for i in range(0, len(ys), rows)]
 
 
+def synthetic(n: int, kind: str, seed: int = 123, scale=None):
+    """n rows of 3 standard normal features (times ``scale`` per column: unstandardised),
+    y = x @ (1, -2, 0.5) / scale + 0.3 + noise (linear) or its Bernoulli (logistic)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3))
+    eta = x @ np.array([1.0, -2.0, 0.5]) + 0.3
+    if scale is not None:
+        x = x * np.asarray(scale)
+    if kind == "linear":
+        return x, eta + rng.standard_normal(n)
+    return x, (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(np.float64)
+
+
+def grid(args) -> None:
+    """N x B x steps on the synthetic regression: each cell's fits against the reference.
+    A fit is silently wrong when it is more than 0.5 sd off (or its sds off by more than
+    1.5x) and did not warn; a false alarm, a fit within 0.2 sd (sds 0.8-1.25x) that did."""
+    silent = alarms = total = 0
+    for n in args.grid_n:
+        x, y = synthetic(n, args.kind, scale=args.scale)
+        m_ref, s_ref = reference(x, y, args.kind, None, 0)
+        for batch, steps, seed in itertools.product(args.grid_b, args.steps, range(args.seeds)):
+            for lib, run in (("numpyro", fit_numpyro), ("pymc", fit_pymc)):
+                if lib in args.skip:
+                    continue
+                t = time.perf_counter()
+                m, s, verdict, warned, lr = run(x, y, args.kind, None, batch, steps, seed)
+                off, ratio = (np.abs(m - m_ref) / s_ref).max(), s / s_ref
+                wrong = off > 0.5 or ratio.min() < 1 / 1.5 or ratio.max() > 1.5
+                good = off <= 0.2 and ratio.min() >= 0.8 and ratio.max() <= 1.25
+                mark = "SILENT" if wrong and not warned else "ALARM" if good and warned else ""
+                silent += mark == "SILENT"
+                alarms += mark == "ALARM"
+                total += 1
+                print(f"  {lib:8s} N={n:<7d} B={batch:<4d} {steps:>6d} steps seed {seed}: "
+                      f"{off:5.2f} sd, sds {ratio.min():.2f}-{ratio.max():.2f}x, step {lr}, "
+                      f"drift {verdict.drift:.3f} error {verdict.error:.3f}"
+                      f"{' WARNED' if warned else ''} {mark} "
+                      f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
+    print(f"grid: {total} fits, {silent} silently wrong, {alarms} false alarms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", action="store_true", help="the N x B x steps grid instead")
+    ap.add_argument("--grid-n", type=int, nargs="+", default=[10_000, 50_000, 200_000])
+    ap.add_argument("--grid-b", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--kind", default="linear", choices=["linear", "logistic"])
+    ap.add_argument("--scale", type=float, nargs=3, default=None,
+                    help="unstandardised features: each column times these")  # fmt: skip
     ap.add_argument("--data", nargs="+", default=list(DATA), choices=list(DATA))
     ap.add_argument("--steps", type=int, nargs="+", default=[10_000], help="one fit per length")
     ap.add_argument("--seeds", type=int, default=3)
@@ -279,6 +337,9 @@ def main() -> None:
     ap.add_argument("--nuts", type=int, default=500)
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "sorted", "nuts"])
     args = ap.parse_args()
+    if args.grid:
+        grid(args)
+        return
 
     for name in args.data:
         x, y, kind, k = load(name)
