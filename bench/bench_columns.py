@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=100, help="row groups")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    m = np.median  # (bench/statistics.py shadows the standard module here)
+    m = np.median
     with tempfile.TemporaryDirectory() as tmp:
         for k in a.columns:
             path = os.path.join(tmp, f"w{k}.parquet")
