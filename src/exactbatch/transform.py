@@ -174,7 +174,7 @@ class Standardize:
         named = "" if self.names is None else ", by name"
         return f"Standardize(width={self.width}{named}, nan_fill={self.nan_fill!r})"
 
-    def for_columns(self, features, labels=()) -> Standardize:
+    def for_columns(self, features: Sequence[str], labels: Sequence[str] = ()) -> Standardize:
         """The statistics a loader reading the columns ``features`` (then ``labels``)
         uses, in its order: by name when both sides have names (a feature without
         statistics of its name is a ``ValueError`` naming it), else this one, by
@@ -197,7 +197,7 @@ class Standardize:
             a.setflags(write=False)
         return out
 
-    def features(self, d: int, l: int | None, names=None) -> int:  # noqa: E741
+    def features(self, d: int, l: int | None, names: Sequence[str] | None = None) -> int:  # noqa: E741
         """How many leading columns a loader of ``d`` features and ``l`` labels uses: d,
         when the width is d or d + l; else a ``ValueError`` naming ``transform`` (and
         the source's columns, ``names``, when known)."""
