@@ -388,6 +388,7 @@ class Cursor(Standing):
                 self.start.verified or not same,
                 history,
                 *self.history.lineage(history),
+                compacted=tuple(self.history.summaries()),
             )
 
     def restore(self, pos: Position, claimed: int) -> None:
