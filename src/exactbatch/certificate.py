@@ -227,11 +227,18 @@ def _folds_note(summaries, clash, epochs) -> str:
         if recs and len({r["shard"][0] for r in recs}) < recs[0]["shard"][1]:
             return f"a shard of epoch {e} is not on record: {unknown}"
     total = sum(int(s["digest"], 16) for s in checked)
+    held = {(e, tuple(s["shard"])) for s in summaries for e, _ in expand(s)}
     for e in folded:
         w = weight(e)
-        for r in epochs.get(e, []):
+        promised: set[tuple] = set()  # (a shard's promise once, however many runs)
+        for r in sorted(epochs.get(e, []), key=lambda r: r["promised"] is None):
             if r.get("elided"):
                 continue
+            if not r["elastic"]:
+                shard = tuple(r["shard"])
+                if (e, shard) in held or shard in promised:
+                    continue
+                promised.add(shard)
             t = r["digest"] if r["elastic"] else (r["promised"] or {}).get("digest")
             if t is None:
                 return f"epoch {e}'s promise on shard {r['shard'][0]} is not on record: {unknown}"

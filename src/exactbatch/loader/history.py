@@ -46,13 +46,14 @@ class History:
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
-        self.loaded: tuple = ((), None, None)  # the state loaded: its records and lineage
+        self.loaded: tuple = (None, None, None)  # the state loaded: its records and lineage
 
     def lineage(self, records) -> tuple[str | None, int | None]:
         """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
         and when; before anything was handed out since (the same records), the loaded
-        state's own (a state taken then is the state loaded)."""
-        if tuple(records) == self.loaded[0]:
+        state's own (a state taken then is the state loaded). (Its summaries are compared
+        too: a fold may leave as few records as the state loaded had.)"""
+        if (tuple(records), self.compacted) == self.loaded[0]:
             return self.loaded[1], self.loaded[2]
         return self.parent, self.loaded_at
 
@@ -106,8 +107,8 @@ class History:
         resumes at, its hand-outs counted from the state's ledger. The state
         (``pos.parent``, its id) is the parent of the states taken from now on."""
         self.parent, self.loaded_at = pos.parent, time.time_ns()
-        self.loaded = (tuple(records), *pos.origin)
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
+        self.loaded = ((tuple(records), self.summaries()), *pos.origin)
         if elastic:
             self.base, self.start = pos.ledger.copy(), pos.first
             self.records = list(records)
@@ -124,7 +125,7 @@ class History:
     def forget(self) -> None:
         """A new seed: another run, with no records and no parent."""
         self.records, self.compacted = [], []
-        self.parent, self.loaded_at, self.loaded = None, None, ((), None, None)
+        self.parent, self.loaded_at, self.loaded = None, None, (None, None, None)
         self.moved()
 
 
