@@ -175,7 +175,8 @@ def _summaries(states: list[dict]) -> tuple[list[dict], set[int]]:
         for s in state.get("compacted", []):
             held = frozenset(e for e, _ in expand(s))
             by_shard.setdefault((tuple(s["shard"]), s["elastic"]), []).append((held, s))
-    counted, clash = [], set()
+    counted: list[dict] = []
+    clash: set[int] = set()
     for found in by_shard.values():
         found.sort(key=lambda f: -len(f[0]))
         mine: list[tuple[frozenset, dict]] = []
