@@ -259,14 +259,14 @@ def check_certified(states, per_epoch_rows: list[int]) -> None:
         assert not certify([roundtrip(s) for s in states[1:]]), "certified without shard 0"
 
 
-def check_lineage(seed: int, elastic: bool, n: int = 120, batch: int = 16) -> bool:
+def check_lineage(seed: int, elastic: bool, n: int = 120, batch: int = 16, epochs: int = 2) -> bool:
     """The lineage law: a random tree of processes - each resumed from a checkpoint of
     the current lineage (the latest, or an earlier one: a rollback that abandons the
     later ones), stepping every rank in lockstep, saving every rank's state now and
     then, sometimes beginning its epoch again (``set_epoch``), killed at random (its
     batches after its last checkpoint lost with the model) - over 1 to 4 shards (under
     elastic, another count at each restart). The last process runs to the end of two
-    epochs or stops at random. Every state saved, in any order, certifies exactly
+    epochs (``epochs``) or stops at random. Every state saved, in any order, certifies exactly
     when the truth computed from the row ids of the final lineage says every epoch
     begun handed out each row once. Returns that truth (for the caller's tally).
 
@@ -331,8 +331,8 @@ def check_lineage(seed: int, elastic: bool, n: int = 120, batch: int = 16) -> bo
                 continue
             got = [next(it, None) for it in its]
             if all(b is None for b in got):
-                if max(eps) >= 1:
-                    break  # two epochs run
+                if max(eps) >= epochs - 1:
+                    break  # every epoch run
                 eps, its = begin()
                 continue
             for e, b in zip(eps, got, strict=True):

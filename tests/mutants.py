@@ -144,10 +144,12 @@ TARGETS = {
         [
             "src/exactbatch/loader/history.py",
             "src/exactbatch/loader/lineage.py",
+            "src/exactbatch/loader/compaction.py",  # (old records folded: the state's bound)
             "src/exactbatch/certificate.py",
         ],
         [
             "exactbatch.loader.history.*",
+            "exactbatch.loader.compaction.*",
             "exactbatch.loader.lineage.*",
             "exactbatch.certificate.*",
         ],
@@ -155,6 +157,7 @@ TARGETS = {
             "tests/loader/test_certify.py",
             "tests/loader/test_certify_verdicts.py",
             "tests/loader/test_certify_lineage.py",
+            "tests/loader/test_compaction.py",
             "tests/loader/test_exactness.py",
             "tests/loader/test_resume.py",
         ],

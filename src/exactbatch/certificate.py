@@ -14,13 +14,16 @@ needed, and no data is read.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from exactbatch.loader.compaction import check_summaries, expand, weight
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import follow, same_run
 from exactbatch.order.digest import Tally
 
 __all__ = ["Certificate", "EpochCertificate", "certify"]
+
+_MASK = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -121,11 +124,19 @@ def certify(states: Iterable[dict]) -> Certificate:
                 "certify, or is not a DataLoader state"
             )
         check_records(state["history"], f"states[{i}]['history']")
+        check_summaries(state.get("compacted", []), f"states[{i}]['compacted']")
     same_run(states)
     kept, aside = follow(states)
+    summaries, clash = _summaries([states[i] for i in kept])
     merged: dict[tuple, dict] = {}
     for i in kept:
-        seen: dict[tuple, int] = {}
+        # A segment a state folded into its summary was its first run: a record of it
+        # beside the summary is another run (a replay), counted as such.
+        seen: dict[tuple, int] = {
+            (e, 0, tuple(s["shard"])): 1
+            for s in states[i].get("compacted", [])
+            for e, _ in expand(s)
+        }
         for rec in states[i]["history"]:
             # The n-th record of a segment in one state is its n-th run: a replay
             # (the epoch begun again on the same shard) is a record of its own.
@@ -135,11 +146,109 @@ def certify(states: Iterable[dict]) -> Certificate:
             old = merged.get(key)
             if old is None or _later(rec, old):
                 merged[key] = rec
+    for summary in summaries:  # (it supersedes every record of the segments it holds)
+        for e, rows in expand(summary):
+            merged[(e, 0, tuple(summary["shard"]), 0)] = _folded(summary, e, rows)
     epochs: dict[int, list[dict]] = {}
     for rec in merged.values():
         epochs.setdefault(rec["epoch"], []).append(rec)
     ids = tuple(dict.fromkeys(str(states[i].get("id", f"states[{i}]")) for i in aside))
-    return Certificate(tuple(_judge(e, epochs[e]) for e in sorted(epochs)), ids)
+    verdicts = [_judge(e, epochs[e]) for e in sorted(epochs)]
+    note = _folds_note(summaries, clash, epochs)
+    if note:
+        folded = {e for s in summaries for e, _ in expand(s)} | clash
+        verdicts = [
+            replace(v, exact=False, note=f"{v.note}; {note}" if v.note else note)
+            if v.epoch in folded
+            else v
+            for v in verdicts
+        ]
+    return Certificate(tuple(verdicts), ids)
+
+
+def _summaries(states: list[dict]) -> tuple[list[dict], set[int]]:
+    """The summaries to count: per shard, those no other summary of it holds (a later
+    one of its lane holds an earlier's epochs too); and the epochs two of them both
+    hold without one holding the other's (not one lane: judged not exact)."""
+    by_shard: dict[tuple, list[tuple[frozenset, dict]]] = {}
+    for state in states:
+        for s in state.get("compacted", []):
+            held = frozenset(e for e, _ in expand(s))
+            by_shard.setdefault((tuple(s["shard"]), s["elastic"]), []).append((held, s))
+    counted: list[dict] = []
+    clash: set[int] = set()
+    for found in by_shard.values():
+        found.sort(key=lambda f: -len(f[0]))
+        mine: list[tuple[frozenset, dict]] = []
+        for held, s in found:
+            same = [m for m in mine if held <= m[0]]
+            if same:
+                if any(held == m[0] and s["digest"] != m[1]["digest"] for m in same):
+                    clash |= held
+                continue
+            for other, _ in mine:
+                clash |= held & other
+            mine.append((held, s))
+        counted += [s for _, s in mine]
+    return counted, clash
+
+
+def _folded(summary: dict, epoch: int, rows: int) -> dict:
+    """The record of ``epoch`` that ``summary`` folded, as far as it says: its rows
+    (its digest is in the summary's sum, checked by :func:`_folds_note`)."""
+    whole = summary["whole"]
+    promised = whole if summary["elastic"] else {"rows": rows, "digest": "0"}
+    return {
+        "epoch": epoch,
+        "shard": list(summary["shard"]),
+        "elastic": summary["elastic"],
+        "start": 0,
+        "drops": summary["drops"],
+        "rows": rows,
+        "digest": "0",
+        "promised": {"rows": promised["rows"], "digest": "0"},
+        "whole": whole,
+        "elided": True,
+    }
+
+
+def _folds_note(summaries, clash, epochs) -> str:
+    """Why the folded epochs are not exact ("" if they may be): their digests, weighted
+    by epoch and summed over every shard's summaries and records, against the dataset's
+    rows once per epoch (:mod:`exactbatch.loader.compaction`)."""
+    if clash:
+        return "summaries of one shard disagree on the epochs they hold"
+    checked = [s for s in summaries if s["elastic"] or not s["drops"]]
+    if not checked:
+        return ""
+    folded = {e for s in summaries for e, _ in expand(s)}
+    unknown = "the folded epochs' rows cannot be checked"
+    for e in folded:
+        recs = [r for r in epochs.get(e, []) if not r["elastic"]]
+        if recs and len({r["shard"][0] for r in recs}) < recs[0]["shard"][1]:
+            return f"a shard of epoch {e} is not on record: {unknown}"
+    total = sum(int(s["digest"], 16) for s in checked)
+    held = {(e, tuple(s["shard"])) for s in summaries for e, _ in expand(s)}
+    for e in folded:
+        w = weight(e)
+        promised: set[tuple] = set()  # (a shard's promise once, however many runs)
+        for r in sorted(epochs.get(e, []), key=lambda r: r["promised"] is None):
+            if r.get("elided"):
+                continue
+            if not r["elastic"]:
+                shard = tuple(r["shard"])
+                if (e, shard) in held or shard in promised:
+                    continue
+                promised.add(shard)
+            t = r["digest"] if r["elastic"] else (r["promised"] or {}).get("digest")
+            if t is None:
+                return f"epoch {e}'s promise on shard {r['shard'][0]} is not on record: {unknown}"
+            total += w * int(t, 16)
+    whole = int(checked[0]["whole"]["digest"], 16)
+    want = sum(weight(e) for e in folded) * whole
+    if (total - want) & _MASK:
+        return "the folded epochs' rows, summed over the shards, are not the dataset's rows"
+    return ""
 
 
 def _later(rec: dict, old: dict) -> bool:
@@ -182,7 +291,7 @@ def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
         diff = got.rows - promised.rows
         repeated += max(diff, 0)
         missing += max(-diff, 0)
-        if got != promised:
+        if not _same(got, promised, any(r.get("elided") for r in mine)):
             notes.append(
                 f"shard {k}: {got.rows} rows of {promised.rows}"
                 + ("" if diff else ", the same count but not the same rows")
@@ -197,7 +306,8 @@ def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
         missing_all = None if whole is None else max(whole["rows"] - expected.rows - seen, 0)
         return _verdict(epoch, handed, None, missing_all, repeated, "; ".join(notes))
     drops = any(r.get("drops") for r in recs)
-    if whole is not None and not drops and expected != _tally(whole):
+    elided = any(r.get("elided") for r in recs)
+    if whole is not None and not drops and not _same(expected, _tally(whole), elided):
         notes.append(
             f"the shards' rows ({expected.rows}) are not the dataset's ({whole['rows']}): "
             "shards overlap or leave rows out (a rank's shard_index or num_shards wrong?)"
@@ -206,7 +316,9 @@ def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
         missing += max(short, 0)
         repeated += max(-short, 0)
         return _verdict(epoch, handed, whole["rows"], missing, repeated, "; ".join(notes))
-    return _verdict(epoch, handed, expected.rows, missing, repeated, "; ".join(notes), expected)
+    return _verdict(
+        epoch, handed, expected.rows, missing, repeated, "; ".join(notes), expected, elided
+    )
 
 
 def _judge_elastic(epoch: int, recs: list[dict], handed: Tally) -> EpochCertificate:
@@ -219,16 +331,25 @@ def _judge_elastic(epoch: int, recs: list[dict], handed: Tally) -> EpochCertific
     promised = _tally(ended[0]["promised"])
     diff = handed.rows - promised.rows
     note = ""
-    if handed != promised:
+    elided = any(r.get("elided") for r in recs)
+    if not _same(handed, promised, elided):
         note = (
             "the same count but not the same rows"
             if not diff
             else "the segments' hand-outs do not add up to the epoch's global order "
             "(a rank's states missing, or batches replayed after a checkpoint)"
         )
-    return _verdict(epoch, handed, promised.rows, max(-diff, 0), max(diff, 0), note, promised)
+    return _verdict(
+        epoch, handed, promised.rows, max(-diff, 0), max(diff, 0), note, promised, elided
+    )
 
 
-def _verdict(epoch, handed: Tally, expected, missing, repeated, note, promised=None):
-    exact = promised is not None and handed == promised and not note
+def _same(a: Tally, b: Tally, elided: bool) -> bool:
+    """Equal tallies; only their rows where a folded record's digest is elided (the
+    digests of folded epochs are checked together, by :func:`_folds_note`)."""
+    return a.rows == b.rows if elided else a == b
+
+
+def _verdict(epoch, handed, expected, missing, repeated, note, promised=None, elided=False):
+    exact = promised is not None and _same(handed, promised, elided) and not note
     return EpochCertificate(epoch, exact, handed.rows, expected, missing, repeated, note)

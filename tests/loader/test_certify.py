@@ -18,6 +18,7 @@ from laws import roundtrip
 
 from exactbatch import Certificate, DataLoader, certify
 from exactbatch.cli import main
+from exactbatch.loader.compaction import KEEP
 
 N = 1000
 
@@ -189,11 +190,13 @@ def test_the_command_prints_the_certificate_and_exits_1_when_not(tmp_path, capsy
     assert "expected a DataLoader state" in capsys.readouterr().err
 
 
-def test_the_records_cost_a_few_hundred_bytes_an_epoch():
+def test_the_last_epochs_records_cost_a_few_hundred_bytes_each_and_older_ones_are_folded():
     states = _run(1, epochs=10)
-    assert len(states[0]["history"]) == 10
-    assert len(json.dumps(states[0]["history"])) < 300 * 10
+    assert len(states[0]["history"]) == KEEP  # epochs 6 .. 9 in full
+    assert len(json.dumps(states[0]["history"])) < 300 * KEEP
     assert np.all([r["promised"] is not None for r in states[0]["history"]])
+    (summary,) = states[0]["compacted"]  # epochs 0 .. 5, folded
+    assert summary["epochs"] == [[0, 5, N]] and summary["shard"] == [0, 1]
 
 
 def test_a_resume_mid_epoch_keeps_the_records_of_the_epochs_before():

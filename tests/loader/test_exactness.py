@@ -749,7 +749,7 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
         "loaded_at": None,
     }
     assert state == {
-        "version": 2,
+        "version": 3,
         "seed": 3,
         "epoch": 0,
         "batches_done": 2,
@@ -779,6 +779,7 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
                 "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
             }
         ],
+        "compacted": [],  # old epochs' records, folded (tests/loader/test_compaction.py)
     }
 
 
@@ -795,8 +796,8 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         "ledger": {"rows": 10, "digest": f"{range_digest(0, 10):016x}"},
     }
     assert (
-        len(state) == 25 and state["fingerprint"]["kind"] == "ndf"
-    )  # (22 + id, parent, loaded_at)
+        len(state) == 26 and state["fingerprint"]["kind"] == "ndf"
+    )  # (22 + id, parent, loaded_at, compacted)
     elastic = DataLoader(x_of(), 10, num_shards=2, shard_index=0, elastic=True)
     it = iter(elastic)
     next(it)
@@ -814,7 +815,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
     assert (
         state
         == {
-            "version": 2,
+            "version": 3,
             "seed": 0,
             "epoch": 0,
             "batches_done": 1,
@@ -842,6 +843,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
                     "whole": {"rows": N, "digest": f"{range_digest(0, N):016x}"},
                 }
             ],
+            "compacted": [],
         }
     )
 
@@ -849,7 +851,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        (lambda s: s.update(version=3), ValueError, "version 3"),
+        (lambda s: s.update(version=4), ValueError, "version 4"),
         (lambda s: s.pop("version"), ValueError, "version None"),
         (lambda s: s.update(seed=-1), ValueError, r"state\['seed'\] must be >= 0"),
         (lambda s: s.update(epoch="1"), TypeError, r"state\['epoch'\] must be an int"),
@@ -866,7 +868,11 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
         (lambda s: s["ledger"].update(digest="zz"), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(digest=None), ValueError, "hexadecimal"),
         (lambda s: s["ledger"].update(rows=-1), ValueError, r"\['rows'\] must be >= 0"),
-        (lambda s: s.pop("ledger"), ValueError, r"^state has no 'ledger' \(every version-2"),
+        (
+            lambda s: s.pop("ledger"),
+            ValueError,
+            r"^state has no 'ledger' \(every state since version 2",
+        ),
         (lambda s: s.pop("n"), ValueError, "state was taken with n=None, this loader has n=100"),
         (lambda s: s.update(d=2), ValueError, "state was taken with d=2, this loader has d=1"),
         (lambda s: s.update(source="stream"), ValueError, "source='stream'"),
@@ -975,7 +981,7 @@ def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
     it = iter(resumed)
     next(it)
     mid = roundtrip(resumed.state_dict())
-    assert mid["version"] == 2 and mid["batches_done"] == 6 and mid["ledger"] is None
+    assert mid["version"] == 3 and mid["batches_done"] == 6 and mid["ledger"] is None
     again = DataLoader(x_of(), 7, seed=3)
     again.load_state_dict(mid)  # loads, and its epoch is not checked either
     assert len(rows_of(again)) == N - 42

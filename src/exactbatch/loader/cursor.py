@@ -378,6 +378,7 @@ class Cursor(Standing):
             epoch, done, pending, ledger = self._position()
             same = epoch == self.start.epoch
             history = tuple(self.history.states_records(self._live_record()))
+            parent, loaded_at = self.history.lineage(history)
             return Position(
                 self.seed,
                 epoch,
@@ -387,7 +388,9 @@ class Cursor(Standing):
                 self.start.first if same else 0,
                 self.start.verified or not same,
                 history,
-                *self.history.lineage(history),
+                parent,
+                loaded_at,
+                compacted=tuple(self.history.summaries()),
             )
 
     def restore(self, pos: Position, claimed: int) -> None:

@@ -6,7 +6,9 @@ A record is one loader's part of one epoch since it began or resumed (a
 once the epoch ended here (its ledger checked), the rows the epoch
 promised. A loader keeps the records of the epochs it ended or left, and
 a state carries them with the record of the epoch in progress, about 200
-bytes an epoch. A loader that resumes a state takes its records on; a
+bytes an epoch, for its last few epochs: older clean records are folded into
+one summary per shard (:mod:`exactbatch.loader.compaction`), so a state stays
+a few KB however many epochs it ran. A loader that resumes a state takes its records on; a
 non-elastic one continues the state's own segment (the same shard), an
 elastic one starts a segment of its own from the global batch it resumes
 at, beside the records of the rank whose state it loaded. A segment is
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import time
 
+from exactbatch.loader import compaction
 from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
@@ -35,20 +38,22 @@ class History:
     began (``start``, the global batch; 0 unless elastic) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
-    __slots__ = ("base", "loaded", "loaded_at", "parent", "records", "start")
+    __slots__ = ("base", "compacted", "loaded", "loaded_at", "parent", "records", "start")
 
     def __init__(self) -> None:
         self.records: list[dict] = []
+        self.compacted: list[dict] = []  # old clean records, folded (loader.compaction)
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
-        self.loaded: tuple = ((), None, None)  # the state loaded: its records and lineage
+        self.loaded: tuple = (None, None, None)  # the state loaded: its records and lineage
 
     def lineage(self, records) -> tuple[str | None, int | None]:
         """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
         and when; before anything was handed out since (the same records), the loaded
-        state's own (a state taken then is the state loaded)."""
-        if tuple(records) == self.loaded[0]:
+        state's own (a state taken then is the state loaded). (Its summaries are compared
+        too: a fold may leave as few records as the state loaded had.)"""
+        if (tuple(records), self.compacted) == self.loaded[0]:
             return self.loaded[1], self.loaded[2]
         return self.parent, self.loaded_at
 
@@ -80,9 +85,15 @@ class History:
 
     def keep(self, rec: dict) -> None:
         """``rec`` is final (its epoch ended or was left): kept in every later state
-        (unless it holds nothing: no row handed out, no end on record)."""
+        (unless it holds nothing: no row handed out, no end on record), or folded into
+        its shard's summary once it is old and clean (:mod:`exactbatch.loader.compaction`)."""
         if _holds(rec):
             self.records.append(rec)
+            compaction.compact(self.records, self.compacted, rec["shard"])
+
+    def summaries(self) -> list[dict]:
+        """The summaries a state takes now (copies: later folds do not change them)."""
+        return [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in self.compacted]
 
     def states_records(self, live: dict | None) -> list[dict]:
         """The records a state takes now: those kept, and ``live``, the epoch in progress
@@ -96,7 +107,8 @@ class History:
         resumes at, its hand-outs counted from the state's ledger. The state
         (``pos.parent``, its id) is the parent of the states taken from now on."""
         self.parent, self.loaded_at = pos.parent, time.time_ns()
-        self.loaded = (tuple(records), *pos.origin)
+        self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
+        self.loaded = ((tuple(records), self.summaries()), *pos.origin)
         if elastic:
             self.base, self.start = pos.ledger.copy(), pos.first
             self.records = list(records)
@@ -112,8 +124,8 @@ class History:
 
     def forget(self) -> None:
         """A new seed: another run, with no records and no parent."""
-        self.records = []
-        self.parent, self.loaded_at, self.loaded = None, None, ((), None, None)
+        self.records, self.compacted = [], []
+        self.parent, self.loaded_at, self.loaded = None, None, (None, None, None)
         self.moved()
 
 

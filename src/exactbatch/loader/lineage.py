@@ -37,12 +37,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+from exactbatch.loader.compaction import summary_rows
 from exactbatch.sources.identity import differences
 
 __all__ = ["follow", "same_run", "state_id"]
 
 # Where a state stands, less what differs between the ranks of an elastic run at one step.
-_NOT_POSITION = frozenset({"id", "loaded_at", "history"})
+_NOT_POSITION = frozenset({"id", "loaded_at", "history", "compacted"})
 _PER_RANK = frozenset({"batches_done", "pending", "shard"})  # (elastic: the global count says it)
 # What differs between the states of one run: where each stands, and each rank's own shard.
 _NOT_RUN = frozenset(
@@ -54,6 +55,7 @@ _NOT_RUN = frozenset(
         "global_batches_done",
         "ledger",
         "history",
+        "compacted",
         "fingerprint",
         "id",
         "parent",
@@ -118,7 +120,7 @@ def _lane(state: dict) -> tuple:
 
 def _clock(state: dict) -> int:
     """The rows its records hold: along a lineage, only more."""
-    return sum(r["rows"] for r in state["history"])
+    return sum(r["rows"] for r in state["history"]) + summary_rows(state.get("compacted", []))
 
 
 def follow(states: list[dict]) -> tuple[list[int], list[int]]:

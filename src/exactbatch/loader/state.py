@@ -10,7 +10,10 @@ source's ``fingerprint`` (:mod:`exactbatch.sources.identity`), checked on
 load unless the caller allows other data; a state without one (taken
 before fingerprints) loads unchecked. ``history`` holds the records of
 every epoch begun (:mod:`exactbatch.loader.history`), for
-:func:`exactbatch.certify`; a state without it loads with none.
+:func:`exactbatch.certify`; a state without it loads with none. Version 3
+adds ``compacted``, the summaries of old records
+(:mod:`exactbatch.loader.compaction`); a version-2 state, with every record in
+full, still loads.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
 from exactbatch.distributed import torch_world_size
+from exactbatch.loader.compaction import check_summaries
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
 from exactbatch.order.digest import Tally
@@ -33,7 +37,11 @@ __all__ = [
     "unpack_state",
 ]
 
-STATE_VERSION = 2  # 2: the ledger, pending batches and the source's shape; 1 still loads
+# 2: the ledger, pending batches and the source's shape; 3: the records' summaries
+# ("compacted"). Versions 1 and 2 still load (a version-2 state's records are folded
+# as the loader goes on).
+STATE_VERSION = 3
+_READS = (1, 2, STATE_VERSION)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class Position:
     parent: str | None = None
     loaded_at: int | None = None
     origin: tuple = (None, None)  # a state being loaded: its own parent and loaded_at
+    compacted: tuple = ()  # the summaries of old clean records (exactbatch.loader.compaction)
 
 
 def settings(feed) -> dict:
@@ -115,6 +124,7 @@ def pack_state(pos: Position, feed) -> dict:
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
     state["history"] = [dict(r) for r in pos.history]
+    state["compacted"] = [dict(s) for s in pos.compacted]
     state["fingerprint"] = feed.fingerprint()
     if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
         state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
@@ -150,9 +160,10 @@ def unpack_state(state, feed, seed: int):
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}")
     version = state.get("version")
-    if version not in (1, STATE_VERSION):
+    if version not in _READS:
         raise ValueError(
-            f"state has version {version!r}; this exactbatch reads versions 1 and {STATE_VERSION}"
+            f"state has version {version!r}; this exactbatch reads versions "
+            f"{', '.join(map(str, _READS[:-1]))} and {STATE_VERSION}"
         )
     for key, mine in settings(feed).items():
         theirs = state.get(key)
@@ -213,11 +224,23 @@ def unpack_state(state, feed, seed: int):
             )
         ledger, verified = _ledger_of(state, done)
     history = tuple(check_records(state.get("history", [])))
+    compacted = tuple(check_summaries(state.get("compacted", [])))
     parent = state_id(state)  # (its own, checked: an id is not trusted)
     loaded_at = state.get("loaded_at")
     origin = (state.get("parent"), loaded_at if isinstance(loaded_at, int) else None)
     position = Position(
-        seed, epoch, done, tuple(pending), ledger, first, verified, history, parent, None, origin
+        seed,
+        epoch,
+        done,
+        tuple(pending),
+        ledger,
+        first,
+        verified,
+        history,
+        parent,
+        None,
+        origin,
+        compacted,
     )
     return position, claimed
 
@@ -258,7 +281,7 @@ def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
     """The ledger a state carries, and whether the epoch can be checked (a state of
     version 1 has none: its epoch is not checked)."""
     if "ledger" not in state and state.get("version") != 1:
-        raise ValueError("state has no 'ledger' (every version-2 state has one)")
+        raise ValueError("state has no 'ledger' (every state since version 2 has one)")
     ledger = state.get("ledger")
     if ledger is None:  # version 1, or resumed from it: the epoch is not checked
         return Tally(), done == 0

@@ -1,0 +1,162 @@
+"""Keeping a state small: the records of old, clean epochs folded into one summary per
+shard, which :func:`exactbatch.certify` checks as surely as the records.
+
+A state keeps the records (:mod:`exactbatch.loader.history`) of its last
+:data:`KEEP` epochs in full. An older record is folded into its shard's
+*summary* when it is *clean*: its segment began at the epoch's start, ended
+on record, is the only record of that segment in the state, and its epoch is
+not in the summary yet; a non-elastic one was also exact on its shard (the
+rows handed out are the rows promised), and an elastic one drops no rows.
+Anything else (a replay, an epoch cut short, a loss) stays in full, so
+certify still names it. A summary holds, per shard (``[index, count]``):
+
+* ``epochs``: runs ``[first, last, rows]``, each epoch of the run with
+  ``rows`` handed out on this shard (one run for a plain run);
+* ``digest``: the sum, mod 2**64, of each folded record's digest times its
+  epoch's weight (:func:`weight`, an odd 64-bit hash of the epoch);
+* ``whole`` (the dataset's rows) and ``drops``, as the records said.
+
+Digests are sums, so certify, which sums every shard's records of an epoch
+and compares with the dataset's rows, can sum the weighted digests of every
+shard's summaries and records of the folded epochs and compare with the
+weighted dataset: a difference in any epoch shows (with the digest's own
+odds), and the rows of each epoch are still checked one by one. Every rank
+folds its own records alike; a summary supersedes the full records of the
+segments it holds, in any state, as a later record does. The state's size is
+then bounded in the number of epochs: a few KB after 10,000 epochs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["KEEP", "check_summaries", "compact", "expand", "summary_rows", "weight"]
+
+KEEP = 4  # the last epochs whose records a state keeps in full
+_MASK = (1 << 64) - 1
+
+
+def weight(epoch: int) -> int:
+    """The odd 64-bit weight of ``epoch``'s digests in a summary."""
+    h = hashlib.blake2b(epoch.to_bytes(8, "little"), digest_size=8).digest()
+    return int.from_bytes(h, "little") | 1
+
+
+def _covers(summary: dict, epoch: int) -> bool:
+    return any(lo <= epoch <= hi for lo, hi, _ in summary["epochs"])
+
+
+def _clean(rec: dict, records: list[dict], summary: dict | None) -> bool:
+    if rec["start"] != 0 or rec["promised"] is None or rec["whole"] is None:
+        return False
+    if summary is not None and (_covers(summary, rec["epoch"]) or summary["whole"] != rec["whole"]):
+        return False  # (a second run of a folded epoch stays on record)
+    seg = (rec["epoch"], tuple(rec["shard"]))
+    if sum((r["epoch"], tuple(r["shard"])) == seg and r["start"] == 0 for r in records) != 1:
+        return False
+    if rec["elastic"]:
+        return not rec["drops"]
+    return rec["promised"] == {"rows": rec["rows"], "digest": rec["digest"]}
+
+
+def _insert(runs: list, epoch: int, rows: int) -> None:
+    """Add ``epoch`` (``rows``) to the sorted runs, merging neighbours of equal rows."""
+    runs.append([epoch, epoch, rows])
+    runs.sort()
+    merged: list[list[int]] = []
+    for run in runs:
+        if merged and merged[-1][1] + 1 == run[0] and merged[-1][2] == run[2]:
+            merged[-1][1] = run[1]
+        else:
+            merged.append(run)
+    runs[:] = merged
+
+
+def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> None:
+    """Fold the clean records of ``shard`` older than the last :data:`KEEP` epochs into
+    its summary in ``summaries`` (made if none), in place."""
+    if not records:
+        return
+    newest = max(r["epoch"] for r in records)
+    summary = next((s for s in summaries if s["shard"] == shard), None)
+    kept = []
+    for rec in records:
+        if rec["shard"] != shard or rec["epoch"] > newest - KEEP:
+            kept.append(rec)
+            continue
+        if not _clean(rec, records, summary):
+            kept.append(rec)
+            continue
+        if summary is None:
+            summary = {
+                "shard": list(shard),
+                "elastic": rec["elastic"],
+                "drops": False,
+                "epochs": [],
+                "digest": "0",
+                "whole": dict(rec["whole"]),
+            }
+            summaries.append(summary)
+        total = int(summary["digest"], 16) + weight(rec["epoch"]) * int(rec["digest"], 16)
+        summary["digest"] = f"{total & _MASK:016x}"
+        summary["drops"] = bool(summary["drops"] or rec["drops"])
+        _insert(summary["epochs"], rec["epoch"], rec["rows"])
+    records[:] = kept
+
+
+def expand(summary: dict):
+    """``(epoch, rows)`` of each epoch ``summary`` holds."""
+    for lo, hi, rows in summary["epochs"]:
+        for e in range(lo, hi + 1):
+            yield e, rows
+
+
+def summary_rows(summaries) -> int:
+    """The rows the summaries hold (a state's clock counts them with its records')."""
+    return sum((hi - lo + 1) * rows for s in summaries for lo, hi, rows in s["epochs"])
+
+
+def check_summaries(value, where: str = "state['compacted']") -> list[dict]:
+    """``value`` as a state holds it, checked: a ``TypeError`` or ``ValueError`` naming
+    the summary and the key otherwise."""
+    if not isinstance(value, list):
+        raise TypeError(f"{where} must be a list of summaries; got {type(value).__name__}")
+    for i, s in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(s, dict):
+            raise TypeError(f"{at} must be a dict; got {type(s).__name__}")
+        shard = s.get("shard")
+        if not (isinstance(shard, list) and len(shard) == 2 and all(_int(v) for v in shard)):
+            raise ValueError(f"{at}['shard'] must be [index, count]; got {shard!r}")
+        for key in ("elastic", "drops"):
+            if not isinstance(s.get(key), bool):
+                raise ValueError(f"{at}['{key}'] must be a bool; got {s.get(key)!r}")
+        runs = s.get("epochs")
+        if not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 3 and all(_int(v) for v in r) and r[0] <= r[1]
+            for r in runs
+        ):
+            raise ValueError(f"{at}['epochs'] must be a list of [first, last, rows]; got {runs!r}")
+        whole = s.get("whole")
+        if (
+            not isinstance(whole, dict)
+            or not _int(whole.get("rows"))
+            or not _hex(whole.get("digest"))
+        ):
+            raise ValueError(f"{at}['whole'] must be {{rows, digest}}; got {whole!r}")
+        if not _hex(s.get("digest")):
+            raise ValueError(
+                f"{at}['digest'] must be a hexadecimal string; got {s.get('digest')!r}"
+            )
+    return value
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _hex(v) -> bool:
+    try:
+        return isinstance(v, str) and int(v, 16) >= 0
+    except ValueError:
+        return False
