@@ -2,7 +2,13 @@
 
 from exactbatch.certificate import Certificate, certify
 from exactbatch.dataset import Dataset
-from exactbatch.errors import ConvergenceWarning, ExactnessError, NdfError, TotalSizeWarning
+from exactbatch.errors import (
+    ConvergenceWarning,
+    ExactnessError,
+    MixingWarning,
+    NdfError,
+    TotalSizeWarning,
+)
 from exactbatch.kernels import backend
 from exactbatch.loader import DataLoader
 from exactbatch.ndf import (
@@ -30,6 +36,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "ExactnessError",
+    "MixingWarning",
     "NdfDataset",
     "NdfError",
     "NdfFile",

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ConvergenceWarning",
     "ExactnessError",
+    "MixingWarning",
     "NdfError",
     "NdfOrderWarning",
     "TotalSizeWarning",
@@ -40,6 +41,19 @@ class ConvergenceWarning(UserWarning):
     guide) between the means of the fit's last two windows of steps. The
     message names the figure, the latent that moved most and what to do (run
     more steps); the result's ``.convergence`` holds the figures.
+    """
+
+
+class MixingWarning(UserWarning):
+    """A fit helper found the loader's batches not well mixed before its first step.
+
+    Raised by ``exactbatch.numpyro.fit`` and ``exactbatch.pymc.fit`` over a
+    stream whose mixing window is smaller than the data, when the batches
+    ahead are less representative than every one of 99 random cuts of the
+    same rows (the test of ``exactbatch mixing``): a sorted source through a
+    small buffer, which biases the fit without a convergence warning. The
+    message names the figures and the fix (a one-time ``exactbatch shuffle``,
+    or a larger ``buffer_size``).
     """
 
 

@@ -17,7 +17,16 @@ from exactbatch.adapters.convergence import (
     parts,
     warn_if_moving,
 )
-from exactbatch.adapters.schedule import CAP, FLOOR, RELAX, Plan, pick, pick_apart, windows
+from exactbatch.adapters.schedule import (
+    CAP,
+    FLOOR,
+    RELAX,
+    SPREAD,
+    Plan,
+    pick,
+    pick_apart,
+    windows,
+)
 from exactbatch.errors import ConvergenceWarning
 
 # -- the schedule ------------------------------------------------------------------------
@@ -44,15 +53,27 @@ def test_the_tail_step_relaxes_within_a_part_whatever_the_fit_length():
 def test_the_tail_step_grows_with_sqrt_of_the_batches_an_epoch():
     """A log-sd's gradient carries the batch's noise, sqrt(N / B) times its pull: the
     tail's step grows by sqrt(N / B) / 2 once that is above 1 (within the bounds)."""
-    small, large = Plan(40_000, 4), Plan(40_000, 400)
+    small, large = Plan(40_000, 4), Plan(400_000, 400)
     assert small.tail_step(0.3) == pytest.approx(RELAX / small.part)  # sqrt(4) / 2 = 1
     assert large.tail_step(0.3) == pytest.approx(RELAX * math.sqrt(400) / 2 / large.part)
+
+
+def test_the_tail_step_bounds_the_jitters_bias():
+    """At most SPREAD / sqrt(N / B): the iterate's jitter shifts a nonlinear likelihood's
+    mean by about step * sqrt(N / B) posterior sds (N = 10k, B = 64, 5000 steps: the step
+    was lr0 / 3, a noise sd 0.74 sd off, judged converged)."""
+    plan = Plan(5000, 156)
+    assert plan.tail_step(0.1) == pytest.approx(SPREAD / math.sqrt(156))
+    assert plan.tail_step(0.1) < RELAX * plan.noise / plan.part and plan.tail_step(0.1) < 0.1 / CAP
+    assert Plan(5000, None).tail_step(0.1) == pytest.approx(RELAX / Plan(5000, None).part)
+    # the floor still holds: a step that moves at all
+    assert Plan(5000, 10**9).tail_step(0.1) == pytest.approx(0.1 / FLOOR)
 
 
 def test_the_tail_step_stays_within_its_bounds():
     """At most lr0 / CAP (a short fit keeps a step that moves: 300 steps no longer end
     at a hundredth of lr0, frozen), at least lr0 / FLOOR."""
-    short = Plan(300, 17)
+    short = Plan(300, 1)
     assert short.tail_step(0.3) == pytest.approx(0.3 / CAP)
     assert short.step_size(0.3, 299) == pytest.approx(0.3 / CAP)
     huge = Plan(10_000_000, None)
@@ -183,3 +204,31 @@ def test_the_threshold_is_in_posterior_sds():
         line = np.arange(2 * PARTS)[:, None] * move / PARTS + np.zeros(2)
         v = judge(_parts(line), np.zeros(100), 50)
         assert v.movement == pytest.approx(move) and v.moving is moving
+
+
+def test_the_movement_is_in_the_last_windows_sds_and_the_noise_is_its_standard_error():
+    """A fit whose sds narrowed between the windows: the movement is read in the last
+    window's sds (the posterior the fit returns); the noise is the residual sd about a
+    straight line through the parts times sqrt(2 / PARTS) (the standard error of a
+    difference of two means of PARTS parts)."""
+    ramp = np.arange(2 * PARTS)[:, None] * 0.1 + np.zeros(2)
+    sds = np.r_[np.full((PARTS, 2), 1.1), np.full((PARTS, 2), 1.0)]
+    v = judge(_parts(ramp, sds), np.zeros(100), 50)
+    assert v.movement == pytest.approx(PARTS * 0.1)  # in the last window's sds (1)
+    wiggle = np.array([1.0, -1, -1, 1, 1, -1, -1, 1])[:, None] * 0.1 + np.zeros(2)
+    w = judge(_parts(wiggle, 1 + 5 * wiggle), np.zeros(100), 50)  # the sds noisier yet
+    assert w.where.endswith("mean")
+    t = np.arange(2 * PARTS) - (2 * PARTS - 1) / 2
+    slope = (t * wiggle[:, 0]).sum() / (t**2).sum()
+    resid = wiggle[:, 0] - wiggle[:, 0].mean() - slope * t
+    sigma = np.sqrt((resid**2).sum() / (2 * PARTS - 2))
+    assert w.noise == pytest.approx(sigma * np.sqrt(2 / PARTS))
+
+
+def test_an_error_at_its_bound_is_converged():
+    from exactbatch.adapters.convergence import Convergence
+
+    at = Convergence(0.0, 0.0, 0.0, "w mean", 50, None, None, error=ERROR_MAX)
+    assert at.converged and not at.moving
+    over = Convergence(0.0, 0.0, 0.0, "w mean", 50, None, None, error=ERROR_MAX * 1.01)
+    assert over.converged is False

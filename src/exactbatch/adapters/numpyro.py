@@ -17,6 +17,10 @@ Guarantees and refusals:
   ``batch_size``; every observed site whose log-density depends on the
   batch lies in it, with exactly the plates' shape and one value per row.
   Else a ``ValueError`` naming the plate or site, the numbers and the fix.
+* A loader whose mixing window is smaller than the data (a stream through a
+  shuffle buffer) has its next batches examined first
+  (:mod:`exactbatch.adapters.order_check`): ``exactbatch.MixingWarning``,
+  with the figures and the fix, when they are not well mixed.
 * Every batch has exactly ``batch_size`` rows, or the loader is refused with
   a ``ValueError`` naming ``drop_last``; a loader of several shards (or an
   elastic one) is refused: the fit runs in one process.
@@ -65,6 +69,7 @@ from exactbatch.adapters.numpyro_terms import (
     check_terms,
     trace_model,
 )
+from exactbatch.adapters.order_check import check_order
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
@@ -222,6 +227,7 @@ def fit(
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
     check_latents(trace, plates)
+    check_order(loader, "fit")
 
     default = optim is None
     svi = svi_class(model, guide, _default_optim() if default else optim, elbo())

@@ -38,6 +38,10 @@ Guarantees and refusals:
   threshold, ``exactbatch.ConvergenceWarning``).
 * A loader of several shards (or an elastic one) is refused: the fit runs
   in one process.
+* A loader whose mixing window is smaller than the data has its next
+  batches examined before the first step
+  (:mod:`exactbatch.adapters.order_check`): ``exactbatch.MixingWarning``
+  when they are not well mixed.
 
 Costs: one copy of each batch into the placeholders (``set_value``); the
 loader's own reads and memory are unchanged. ``data`` reads the first batch
@@ -63,6 +67,7 @@ from exactbatch.adapters.minibatch import (
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.order_check import check_order
 from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
@@ -361,6 +366,8 @@ def fit(
     for feed in feeds:
         _check_labels(model, feed)
         check_terms(model, feed.loader, (feed.x, feed.y))
+    for ld in loaders:
+        check_order(ld, "fit")
     if optim is not None and "obj_optimizer" in fit_kwargs:
         raise TypeError("fit got optim= and obj_optimizer=: pass one of them")
     optim = fit_kwargs.pop("obj_optimizer", optim)
