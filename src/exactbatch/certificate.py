@@ -13,14 +13,15 @@ needed, and no data is read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import follow, same_run
 from exactbatch.order.digest import Tally
 
-__all__ = ["Certificate", "EpochCertificate", "certify"]
+__all__ = ["Certificate", "EpochCertificate", "certify", "certify_named"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,25 @@ def certify(states: Iterable[dict]) -> Certificate:
         epochs.setdefault(rec["epoch"], []).append(rec)
     ids = tuple(dict.fromkeys(str(states[i].get("id", f"states[{i}]")) for i in aside))
     return Certificate(tuple(_judge(e, epochs[e]) for e in sorted(epochs)), ids)
+
+
+def certify_named(states: list[dict], owners: Sequence[str], where: str) -> Certificate:
+    """:func:`certify` of ``states``, whose i-th came from ``owners[i]`` (a file, a
+    checkpoint), all from ``where``: a ``ValueError`` about one state names its owner
+    instead of its place in the list, any other names ``where`` (a ``TypeError`` is
+    one too)."""
+    try:
+        return certify(states)
+    except (TypeError, ValueError) as e:
+        message = str(e)
+        at = re.match(r"states\[(\d+)\]", message)
+        if at is None or int(at[1]) >= len(owners):
+            raise ValueError(f"{where}: {message}") from None
+        rest = message[at.end() :]
+        other = re.search(r"states\[(\d+)\]", rest)
+        if other is not None and int(other[1]) < len(owners):
+            rest = rest[: other.start()] + owners[int(other[1])] + rest[other.end() :]
+        raise ValueError(f"{owners[int(at[1])]}: the state{rest}") from None
 
 
 def _later(rec: dict, old: dict) -> bool:
