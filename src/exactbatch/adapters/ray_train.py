@@ -39,7 +39,7 @@ def _train():
 
 def report_with_loader(
     metrics: dict,
-    loader,
+    loader: Any,
     *,
     checkpoint_dir: PathLike | None = None,
     **report_options: Any,
@@ -93,7 +93,7 @@ def _listing(checkpoint) -> tuple[list[str], Any, str]:
     return names, read, where
 
 
-def restore_loader(loader, checkpoint=None):
+def restore_loader(loader: Any, checkpoint: Any = None) -> Any:
     """Load this worker's state from ``checkpoint`` (None: ``ray.train.get_checkpoint()``,
     the checkpoint Ray Train restarts the run from) into ``loader``; return that
     checkpoint (restore the model from it), or None for a fresh start (nothing loaded).
@@ -116,7 +116,7 @@ def restore_loader(loader, checkpoint=None):
     return checkpoint
 
 
-def certify_run(run, *, storage_filesystem=None) -> Certificate:
+def certify_run(run: Any, *, storage_filesystem: Any = None) -> Certificate:
     """The run certificate (:func:`exactbatch.certify`) of a Ray Train run, from the
     loader states in every checkpoint Ray Train registered, the lineage followed (the
     checkpoints a restart did not resume from are set aside).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from exactbatch.certificate import Certificate, certify_named
 from exactbatch.checks import check_int
@@ -77,10 +78,10 @@ def save_checkpoint(
     folder: PathLike,
     step: int,
     *,
-    loader,
-    model=None,
-    optimizer=None,
-    extra=None,
+    loader: Any,
+    model: Any = None,
+    optimizer: Any = None,
+    extra: Any = None,
 ) -> str:
     """Save this rank's part of the checkpoint of ``step`` into ``folder`` (made if
     missing); every rank calls it at the same step. Returns the step's folder.
@@ -130,10 +131,10 @@ def _latest(folder: str) -> tuple[int, str, dict] | None:
 def load_checkpoint(
     folder: PathLike,
     *,
-    loader,
-    model=None,
-    optimizer=None,
-    map_location="cpu",
+    loader: Any,
+    model: Any = None,
+    optimizer: Any = None,
+    map_location: Any = "cpu",
 ) -> int | None:
     """Resume from the latest complete checkpoint in ``folder``: load this rank's loader
     state into ``loader`` (under ``elastic=True`` any rank's, so the job may restart at
