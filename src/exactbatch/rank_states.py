@@ -156,8 +156,8 @@ def checkpoint_states(names, read, where: str) -> tuple[dict[int, dict], str]:
     if len(counts) > 1:
         found = {r: shard_count(s) for r, s in states.items()}
         return states, (
-            f"{where}: its states were taken by worlds of different sizes "
-            f"(rank: ranks {found}): a checkpoint of a killed run, partly overwritten"
+            f"{where}: its states were taken at different numbers of ranks (by rank: "
+            f"{found}): a killed run's checkpoint, partly overwritten"
         )
     return states, missing_ranks(ranks, counts.pop() if counts else None, where)
 

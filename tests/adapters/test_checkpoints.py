@@ -66,6 +66,7 @@ def test_a_run_killed_mid_save_resumes_from_the_last_complete_step_and_certifies
     again = ranks()
     assert [load_checkpoint(ckpt, loader=r, model=model, optimizer=opt) for r in again] == [7, 7]
     assert float(model.weight.detach().abs().max()) < 5.0
+    assert not (ckpt / "step-000000008").exists()  # the killed run's step, removed by rank 0
     step, its = run(ckpt, again, 2, start=7)  # epoch 1's third and fourth steps
     assert (
         again[0].state_dict()["parent"]
@@ -175,7 +176,7 @@ def test_ray_certify_run_follows_the_registered_checkpoints(train, tmp_path):
 
 
 def test_ray_bad_runs_are_named(train, tmp_path):
-    from exactbatch.ray import certify_run, restore_loader
+    from exactbatch.ray import certify_run, report_with_loader, restore_loader
 
     with pytest.raises(ValueError, match=r"nowhere: not the folder of a Ray Train run"):
         certify_run(tmp_path / "nowhere")
@@ -183,6 +184,8 @@ def test_ray_bad_runs_are_named(train, tmp_path):
         certify_run(result(train, tmp_path, []))
     with pytest.raises(TypeError, match="certify_run needs a ray.train.Result"):
         certify_run(3)
+    with pytest.raises(TypeError, match="report_with_loader needs an exactbatch DataLoader"):
+        report_with_loader({}, X)
     half = checkpoint(tmp_path / "half", ranks()[:1])
     with pytest.raises(ValueError, match=r"half: a checkpoint of 2 ranks .*loader-1\.json missing"):
         certify_run(result(train, tmp_path, [half]))

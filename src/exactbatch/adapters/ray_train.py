@@ -59,18 +59,24 @@ def report_with_loader(
     loader = loader_of(loader, "report_with_loader")
     check_world(loader, train.get_context().get_world_size(), "report_with_loader")
     own = checkpoint_dir is None
+    mode = report_options.get("checkpoint_upload_mode")
+    mode = getattr(mode, "value", mode)
+    if own and mode not in (None, "SYNC", "ASYNC"):
+        raise ValueError(
+            f"report_with_loader: checkpoint_upload_mode={mode} reports a folder already in "
+            "storage; give it as checkpoint_dir (the state is written there)"
+        )
     folder = (
         tempfile.mkdtemp(prefix="exactbatch-checkpoint-")
         if checkpoint_dir is None
         else os.fspath(checkpoint_dir)
     )
-    mode = report_options.get("checkpoint_upload_mode")
     try:
         write_state(folder, loader)
         checkpoint = train.Checkpoint.from_directory(folder)
         train.report(metrics, checkpoint=checkpoint, **report_options)
     finally:
-        if own and getattr(mode, "value", mode) != "ASYNC":
+        if own and mode != "ASYNC":
             shutil.rmtree(folder, ignore_errors=True)
 
 

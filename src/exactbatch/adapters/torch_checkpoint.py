@@ -9,13 +9,14 @@ loader state, ``loader-{rank}.json`` (:mod:`exactbatch.rank_states`), each file
 atomically. A step is *complete* when it holds the state of every rank of the
 world that saved it; rank 0 writes its state after the model, so a complete step
 holds the model too. ``load_checkpoint`` resumes from the latest complete step
-(a run killed mid-save leaves an incomplete one, passed over), and
+(a run killed mid-save leaves an incomplete one: passed over, and removed), and
 ``certify_folder`` certifies the run from every complete step, with the lineage
 rule of :func:`exactbatch.certify`. torch is imported on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any
@@ -57,14 +58,33 @@ def _step_folders(folder: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _read(where: str):
-    names = os.listdir(where)
+def _read(where: str) -> tuple[dict[int, dict], str]:
+    """The states of the step folder ``where`` by rank, and why they are not complete."""
 
     def read(name: str) -> bytes:
         with open(os.path.join(where, name), "rb") as f:
             return f.read()
 
-    return checkpoint_states(names, read, where)
+    try:
+        return checkpoint_states(os.listdir(where), read, where)
+    except FileNotFoundError:  # an incomplete step, removed by rank 0 as this rank read it
+        return {}, f"{where}: removed"
+
+
+def _remove_leftovers(steps: list[str]) -> None:
+    """Remove the files ``save_checkpoint`` wrote in the incomplete steps ``steps`` (a killed
+    run's), and each folder once empty: a later step left over would stand for the run's
+    end in :func:`certify_folder`."""
+    for here in steps:
+        try:
+            names = os.listdir(here)
+        except FileNotFoundError:
+            continue
+        for name in [*rank_files(names).values(), *([MODEL] if MODEL in names else [])]:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(here, name))
+        with contextlib.suppress(OSError):  # a file of the user's own stays, and its folder
+            os.rmdir(here)
 
 
 def _unwrapped(model):
@@ -120,12 +140,16 @@ def save_checkpoint(
     return here
 
 
-def _latest(folder: str) -> tuple[int, str, dict] | None:
+def _latest(folder: str) -> tuple[tuple[int, str, dict] | None, list[str]]:
+    """``(step, its folder, its states)`` of the latest complete step in ``folder`` (None:
+    none), and the folders of the incomplete steps after it."""
+    later: list[str] = []
     for step, here in reversed(_step_folders(folder)):
         states, why = _read(here)
         if not why:
-            return step, here, states
-    return None
+            return (step, here, states), later
+        later.append(here)
+    return None, later
 
 
 def load_checkpoint(
@@ -143,12 +167,15 @@ def load_checkpoint(
     when ``folder`` holds no complete checkpoint (or does not exist): a fresh start.
 
     Call it on every rank before the first step. A step a killed run left incomplete
-    is passed over. A checkpoint the loader refuses (other settings, other data, a
-    non-elastic loader at another number of ranks), or one saved without the model
-    asked for, is a ``ValueError`` naming the file.
+    is passed over, and its files removed (by rank 0). A checkpoint the loader
+    refuses (other settings, other data, a non-elastic loader at another number of
+    ranks), or one saved without the model asked for, is a ``ValueError`` naming the
+    file.
     """
     loader = loader_of(loader, "load_checkpoint")
-    found = _latest(os.fspath(folder))
+    found, later = _latest(os.fspath(folder))
+    if loader.shard_index == 0:
+        _remove_leftovers(later)
     if found is None:
         return None
     step, here, states = found
