@@ -2,14 +2,25 @@
 
 Importing :mod:`exactbatch.cli` imports the package, NumPy first: a good
 fraction of a second in which a Ctrl-C would print a traceback of the import
-machinery. This module lies outside the package so that it runs before that
-import: until ``main`` takes the signals over, SIGINT ends the process at
+machinery. This module lies outside the package, imports nothing but what
+Python has loaded already (``_signal`` is built in), and takes SIGINT over as its
+first statement, when it is imported (by the console script, before ``main`` is called): from then
+until ``main`` hands the signals to the command, SIGINT ends the process at
 once with one line on stderr and status 130 (nothing has been written yet).
 A SIGINT that is ignored (a job started in the background) stays ignored.
+
+Before this module runs, Python starts (``site``, the ``.pth`` files) and the
+console script the installer wrote imports ``re``: no code of exactbatch's
+runs yet, and a Ctrl-C there is Python's own (a traceback of its start-up).
+
+``EXACTBATCH_PAUSE_AT`` (for the tests): ``launcher`` (before the command's
+imports) or ``cli`` (after them, before the command runs): the launcher
+writes ``exactbatch: paused at PHASE`` to stderr there and waits up to a
+minute, so that a test's signal lands in a known phase.
 """
 
-import os
-import signal
+import _signal  # the C module: ``signal`` would first build its enums, milliseconds long
+import os  # (loaded by Python's start-up already, as sys is)
 import sys
 
 
@@ -22,12 +33,30 @@ def _quit(signum, frame):
         os._exit(130)
 
 
+def _take_sigint() -> None:
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _quit)
+
+
+_take_sigint()  # as this module is imported: the earliest moment exactbatch's code runs
+
+
+def _pause(phase: str) -> None:
+    if os.environ.get("EXACTBATCH_PAUSE_AT") == phase:
+        import time
+
+        sys.stderr.write(f"exactbatch: paused at {phase}\n")
+        sys.stderr.flush()
+        time.sleep(60)
+
+
 def main() -> int:
     """Run the command with ``sys.argv[1:]``; return the exit status."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _quit)
+    _take_sigint()  # (run as ``python -m``, or imported where SIGINT was changed since)
+    _pause("launcher")
     from exactbatch.cli import main as run
 
+    _pause("cli")
     return run()
 
 

@@ -347,6 +347,22 @@ def run_cli(*args, check=None, timeout=120):
     return p
 
 
+def torchrun(script, world: int, *args, timeout=300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=world script *args`` on CPU (gloo), with
+    this exactbatch importable in every rank."""
+    import shutil
+
+    import exactbatch
+
+    found = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    cmd = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    argv = [*cmd, "--standalone", f"--nproc_per_node={world}", str(script), *map(str, args)]
+    return subprocess.run(argv, timeout=timeout, env=env, capture_output=True, text=True)
+
+
 def run_compiled(code: str, *args, timeout=120):
     """Run ``code`` (dedented) in a fresh interpreter on the compiled core (a regression
     that crashes it, or hangs it until ``timeout``, fails the test, not the suite), with

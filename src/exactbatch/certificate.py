@@ -13,7 +13,8 @@ needed, and no data is read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from exactbatch.loader.compaction import check_summaries, expand, weight
@@ -21,7 +22,7 @@ from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import follow, same_run
 from exactbatch.order.digest import Tally
 
-__all__ = ["Certificate", "EpochCertificate", "certify"]
+__all__ = ["Certificate", "EpochCertificate", "certify", "certify_named"]
 
 _MASK = (1 << 64) - 1
 
@@ -249,6 +250,25 @@ def _folds_note(summaries, clash, epochs) -> str:
     if (total - want) & _MASK:
         return "the folded epochs' rows, summed over the shards, are not the dataset's rows"
     return ""
+
+
+def certify_named(states: list[dict], owners: Sequence[str], where: str) -> Certificate:
+    """:func:`certify` of ``states``, whose i-th came from ``owners[i]`` (a file, a
+    checkpoint), all from ``where``: a ``ValueError`` about one state names its owner
+    instead of its place in the list, any other names ``where`` (a ``TypeError`` is
+    one too)."""
+    try:
+        return certify(states)
+    except (TypeError, ValueError) as e:
+        message = str(e)
+        at = re.match(r"states\[(\d+)\]", message)
+        if at is None or int(at[1]) >= len(owners):
+            raise ValueError(f"{where}: {message}") from None
+        rest = message[at.end() :]
+        other = re.search(r"states\[(\d+)\]", rest)
+        if other is not None and int(other[1]) < len(owners):
+            rest = rest[: other.start()] + owners[int(other[1])] + rest[other.end() :]
+        raise ValueError(f"{owners[int(at[1])]}: the state{rest}") from None
 
 
 def _later(rec: dict, old: dict) -> bool:

@@ -4,8 +4,10 @@ worker count, and every epoch is exact.
 The run (tests/adapters/scripts/ray_train.py, in a subprocess of its own): a
 local two-node Ray cluster on this machine, a TorchTrainer of 1 to 2 CPU workers
 (gloo, DDP), ``DataLoader(open_ndf_dataset(path), ..., num_shards="auto",
-shard_index="auto", elastic=True)``; a node is removed mid-epoch and Ray Train
-restarts from the last checkpoint with one worker. Slow (a Ray cluster starts,
+shard_index="auto", elastic=True)``, its state saved and restored by
+``exactbatch.ray.report_with_loader`` and ``restore_loader``; a node is removed
+mid-epoch and Ray Train restarts from the last checkpoint with one worker; the
+run ends at ``exactbatch.ray.certify_run``. Slow (a Ray cluster starts,
 and torch in each worker: a minute or more on a loaded 2-core machine), in a
 file of its own so that ``--deselect tests/adapters/test_ray_train.py`` (or
 ``-k "not ray_train"``) leaves it out.
@@ -50,27 +52,29 @@ def test_a_node_lost_mid_epoch_resumes_at_one_worker_and_every_epoch_is_exact(tm
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     with open(tmp_path / "result.json") as f:
-        saved = json.load(f)["segments"]
+        found = json.load(f)
+    saved = found["checkpoints"]
 
     # The checkpoint resumed from: the last one of the two-worker run, one state per rank.
-    first = [s for s in saved if s["world"] == 2]
-    resumed_from = max(s["checkpoint"] for s in first)
-    at = sorted((s for s in first if s["checkpoint"] == resumed_from), key=lambda s: s["file"])
-    assert [s["file"] for s in at] == ["loader-0.json", "loader-1.json"]
-    assert {s["state"]["global_batches_done"] for s in at} == {10}  # 5 steps of 2 ranks
+    first = [c for c in saved if {i["world"] for i in c["ids"].values()} == {2}]
+    at = first[-1]
+    assert sorted(at["states"]) == ["0", "1"]
+    assert {s["global_batches_done"] for s in at["states"].values()} == {10}  # 5 steps of 2
     # The run it restarted as: one worker, from that checkpoint, to the end.
-    (final,) = [s for s in saved if s["file"].startswith("final-")]
-    assert final["world"] == 1
-    assert (final["state"]["epoch"], final["state"]["global_batches_done"]) == (EPOCHS, 0)
+    final = saved[-1]
+    assert final["ids"]["0"]["world"] == 1 and sorted(final["states"]) == ["0"]
+    state = final["states"]["0"]
+    assert (state["epoch"], state["global_batches_done"]) == (EPOCHS, 0)
+    assert state["parent"] == at["states"]["0"]["id"]  # restore_loader loaded that checkpoint
 
     # Every (epoch, row) handed out exactly once: by the two ranks up to the checkpoint,
     # then by the one worker (the batches of the lost run after it were rolled back).
-    ids = Counter(i for s in [*at, final] for i in s["ids"])
+    ids = Counter(i for c in (at, final) for rec in c["ids"].values() for i in rec["ids"])
     assert sorted(ids) == list(range(EPOCHS * N))
     assert set(ids.values()) == {1}
 
-    certify = getattr(exactbatch, "certify", None)
-    if certify is not None:  # the run certificate, from the states alone
-        cert = certify([s["state"] for s in [*at, final]])
-        assert cert, str(cert)
-        assert len(cert.epochs) == EPOCHS
+    # The run certificate, by certify_run alone (of the Result, and of the run's folder),
+    # from every checkpoint Ray Train registered.
+    for cert in (found["certificate"], found["from_path"]):
+        assert cert["certified"], cert
+        assert [(e["epoch"], e["handed"]) for e in cert["epochs"]] == [(0, N), (1, N)]

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("pyarrow")
+
+import helpers  # noqa: E402
 
 import exactbatch  # noqa: E402
 from exactbatch import DataLoader  # noqa: E402
@@ -54,13 +54,7 @@ def write(tmp_path: Path, kind: str) -> str:
 
 
 def torchrun(world: int, *args) -> subprocess.CompletedProcess:
-    found = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    cmd = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    src = os.path.dirname(os.path.dirname(os.path.abspath(exactbatch.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    argv = [*cmd, "--standalone", f"--nproc_per_node={world}", str(SCRIPT), *map(str, args)]
-    return subprocess.run(argv, timeout=300, env=env, capture_output=True, text=True)
+    return helpers.torchrun(SCRIPT, world, *args)
 
 
 @pytest.mark.parametrize("kind", ["parquet", "ndf_blocks"])

@@ -41,6 +41,8 @@ FULL = HEADER_SIZE + 8 * N * D  # the size of the .ndf once every row is written
 PRECIOUS = b"the file the user meant to keep"
 # What the `exactbatch` console script runs (pyproject.toml's [project.scripts]).
 ENTRY = "import sys, _exactbatch_cli; sys.exit(_exactbatch_cli.main())"
+# What the installer writes for it (pip's script: `re` first, then the entry point).
+CONSOLE_SCRIPT = "import re, sys; from _exactbatch_cli import main; sys.exit(main())"
 DEADLINE = 60.0
 
 
@@ -345,6 +347,37 @@ def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
     assert (tmp_path / "o.ndf").exists()
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.02])
+@pytest.mark.parametrize("phase", ["launcher", "cli"])
+def test_a_ctrl_c_as_the_command_starts_is_one_line_and_130(tmp_path, phase, delay):
+    """Ctrl-C while the launcher imports the command (``launcher``), or just after
+    (``cli``, before the command takes the signals): exit 130, one line, no traceback.
+    EXACTBATCH_PAUSE_AT holds the child in the phase, so the signal lands there on any
+    machine."""
+    env = {**os.environ, "EXACTBATCH_PAUSE_AT": phase}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CONSOLE_SCRIPT,
+            "info",
+            str(tmp_path / "none.ndf"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    seen = wait_for_stderr(proc, f"paused at {phase}".encode())
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=DEADLINE)
+    err = (seen + err).decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.rstrip().endswith("exactbatch: interrupted"), err
+    assert out == b""
+
+
 def test_the_console_script_is_the_quiet_launcher():
     """The `exactbatch` script runs _exactbatch_cli.main (what ENTRY runs above), which
     handles a Ctrl-C during the imports before exactbatch.cli.main takes over."""
@@ -384,3 +417,17 @@ def test_a_second_ctrl_c_does_not_cut_the_cleanup_short(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("interrupted") == 1 and "Traceback" not in err
     assert os.listdir(out) == ["o.ndf"] and (out / "o.ndf").read_bytes() == PRECIOUS
+
+
+def test_the_launcher_takes_sigint_as_it_is_imported():
+    """The console script imports _exactbatch_cli before it calls main: the handler is in
+    place from the import on, not from the call."""
+    code = "import signal, _exactbatch_cli; print(signal.getsignal(signal.SIGINT).__name__)"
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.stdout.strip() == "_quit", run.stderr

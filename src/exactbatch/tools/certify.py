@@ -9,10 +9,9 @@ training checkpoint's usual key); every state of every file is merged, as
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict
 
-from exactbatch.certificate import Certificate, certify
+from exactbatch.certificate import Certificate, certify_named
 from exactbatch.ndf.regular import read_regular
 from exactbatch.tools.common import CliError
 
@@ -49,13 +48,9 @@ def certify_files(paths: list[str]) -> Certificate:
             path if len(found) == 1 else f"{path} (its state {j})" for j in range(len(found))
         ]
     try:
-        return certify(states)
-    except (TypeError, ValueError) as e:
-        message = str(e)
-        at = re.match(r"states\[(\d+)\]", message)
-        if at is None or int(at[1]) >= len(owners):
-            raise CliError(f"{', '.join(paths)}: {message}") from None
-        raise CliError(f"{owners[int(at[1])]}: the state{message[at.end() :]}") from None
+        return certify_named(states, owners, ", ".join(paths))
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def public(cert: Certificate) -> dict:

@@ -5,15 +5,17 @@
 A local two-node Ray cluster on this machine (1 CPU each) runs a TorchTrainer
 of 1 to 2 CPU workers (gloo, DDP) over a sharded ``.ndf`` dataset, through
 ``DataLoader(..., num_shards="auto", shard_index="auto", elastic=True)``,
-saving every rank's loader state (and the row ids it handed out) in each Ray
-Train checkpoint. At local step KILL_AT of the first run, once Ray Train has
-registered the checkpoint of step CHECKPOINT_EVERY, the driver removes the
+saving every rank's loader state in each Ray Train checkpoint with
+``exactbatch.ray.report_with_loader`` (and the row ids it handed out, the test's
+own file), resuming with ``restore_loader`` and certifying with ``certify_run``.
+At local step KILL_AT of the first run, once Ray Train has registered the
+checkpoint of step CHECKPOINT_EVERY, the driver removes the
 second node: its worker dies with it, and Ray Train restarts the run from
 that checkpoint on the resources left, one worker (ScalingConfig's
 num_workers=(1, 2)). OUT receives
-``result.json``: the world size of each run, every rank's state at the
-checkpoint resumed from and at the end, and the (epoch, row) ids handed out
-in the batches those states count.
+``result.json``: the certificate ``certify_run`` gave (of the Result, and of the
+run's folder), and of each registered checkpoint every rank's state and the
+(epoch, row) ids handed out in the batches it counts, with the world size.
 """
 
 import json
@@ -33,10 +35,10 @@ CHECKPOINT_EVERY, KILL_AT = 5, 7  # local steps: the run resumes from local step
 def train_fn(config):
     import ray.train
     import torch
-    from ray.train import Checkpoint
 
     from exactbatch import DataLoader, open_ndf_dataset
     from exactbatch.distributed import _from_ray_train
+    from exactbatch.ray import report_with_loader, restore_loader
 
     torch.manual_seed(0)
     ctx = ray.train.get_context()
@@ -55,21 +57,19 @@ def train_fn(config):
     model = ray.train.torch.prepare_model(plain)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ids: list[int] = []  # epoch * N + row, of the batches handed out in this run
-    resumed = ray.train.get_checkpoint()
+    resumed = restore_loader(loader)  # the documented call: any rank's state, any count
     if resumed:
         with resumed.as_directory() as folder:
-            # under elastic every rank's state says the same: any one resumes any rank
-            with open(os.path.join(folder, "loader-0.json")) as f:
-                loader.load_state_dict(json.load(f)["state"])
             plain.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
 
-    def save(name: str, last: bool = False) -> None:
+    def save() -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            with open(os.path.join(tmp, f"{name}-{rank}.json"), "w") as f:
-                json.dump({"state": loader.state_dict(), "ids": ids, "world": world}, f)
-            if rank == 0 and not last:
+            # the test's own record (the rows handed out), beside the model
+            with open(os.path.join(tmp, f"ids-{rank}.json"), "w") as f:
+                json.dump({"ids": ids, "world": world}, f)
+            if rank == 0:
                 torch.save(plain.state_dict(), os.path.join(tmp, "model.pt"))
-            ray.train.report({"world": world}, checkpoint=Checkpoint.from_directory(tmp))
+            report_with_loader({"world": world}, loader, checkpoint_dir=tmp)
 
     step = 0
     while loader.epoch < EPOCHS:
@@ -82,11 +82,11 @@ def train_fn(config):
             opt.step()
             step += 1
             if step % CHECKPOINT_EVERY == 0:
-                save("loader")
+                save()
             if step == KILL_AT and not os.path.exists(config["marker"]):
                 open(config["marker"], "w").close()  # the driver removes a node now
                 time.sleep(300)  # this run ends here, its node gone
-    save("final", last=True)
+    save()  # the run's end, on record
 
 
 def _registered(out: str) -> bool:
@@ -158,19 +158,23 @@ def main(out: str) -> None:
         result = done["result"]
         assert result.error is None, result.error
         runs = os.path.join(out, "runs", "elastic")
-        checkpoints = sorted(
-            c
-            for c in os.listdir(runs)
-            if c.startswith("checkpoint_") and os.path.isdir(os.path.join(runs, c))
-        )
-        report: dict = {"segments": []}
-        for c in checkpoints:
+        # The certificate through the documented call, from the Result and from storage.
+        from exactbatch.ray import certify_run
+        from exactbatch.tools.certify import public
+
+        report: dict = {
+            "certificate": public(certify_run(result)),
+            "from_path": public(certify_run(runs)),
+            "checkpoints": [],
+        }
+        for c in sorted(os.path.basename(ck.path) for ck, _ in result.best_checkpoints):
+            saved: dict = {"checkpoint": c, "states": {}, "ids": {}}
             for name in sorted(os.listdir(os.path.join(runs, c))):
+                kind = "states" if name.startswith("loader-") else "ids"
                 if name.endswith(".json"):
                     with open(os.path.join(runs, c, name)) as f:
-                        saved = json.load(f)
-                    saved.update(checkpoint=c, file=name)
-                    report["segments"].append(saved)
+                        saved[kind][name.split("-")[1][: -len(".json")]] = json.load(f)
+            report["checkpoints"].append(saved)
         with open(os.path.join(out, "result.json"), "w") as f:
             json.dump(report, f)
     finally:

@@ -1,0 +1,202 @@
+"""exactbatch.torch's and exactbatch.ray's checkpoint helpers in one process: the ranks
+simulated by loaders of each shard, the checkpoints by folders; bad input named.
+
+The runs under torchrun and Ray Train are tests/adapters/test_torchrun_checkpoint.py
+and test_ray_train.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+from exactbatch.rank_states import write_state
+
+torch = pytest.importorskip("torch")
+
+from exactbatch.torch import certify_folder, load_checkpoint, save_checkpoint  # noqa: E402
+
+X = np.arange(80.0).reshape(40, 2)  # 5 batches of 4 a rank at 2 ranks
+
+
+def ranks(world=2, seed=3, elastic=False):
+    return [
+        DataLoader(X, 4, num_shards=world, shard_index=r, seed=seed, elastic=elastic)
+        for r in range(world)
+    ]
+
+
+def run(folder, loaders, steps, start=0, its=None, **saved):
+    """Step the ranks together ``steps`` times (across epochs) through their iterators
+    ``its`` (None: new ones), saving every step; return the step and the iterators."""
+    its = its or [iter(loader) for loader in loaders]
+    for step in range(start + 1, start + steps + 1):
+        for k, loader in enumerate(loaders):
+            try:
+                next(its[k])
+            except StopIteration:
+                its[k] = iter(loader)
+                next(its[k])
+        for loader in loaders:
+            save_checkpoint(folder, step, loader=loader, **saved)
+    return start + steps, its
+
+
+def finish(folder, loaders, its, step):
+    """Run the ranks' iterators ``its`` to the end of their epoch and save the run's end."""
+    for loader, it in zip(loaders, its, strict=True):
+        for _ in it:
+            pass
+        save_checkpoint(folder, step, loader=loader)
+
+
+def test_a_run_killed_mid_save_resumes_from_the_last_complete_step_and_certifies(tmp_path):
+    model, ckpt = torch.nn.Linear(2, 1), tmp_path / "ckpt"
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    first = ranks()
+    run(ckpt, first, 7, model=model, optimizer=opt)  # into epoch 1
+    for loader in first:  # step 8: rank 1 dies before saving it
+        next(iter(loader))
+    save_checkpoint(ckpt, 8, loader=first[0], model=model, optimizer=opt)
+    with torch.no_grad():
+        model.weight.fill_(5.0)  # the model moved after the checkpoint: rolled back below
+    again = ranks()
+    assert [load_checkpoint(ckpt, loader=r, model=model, optimizer=opt) for r in again] == [7, 7]
+    assert float(model.weight.detach().abs().max()) < 5.0
+    assert not (ckpt / "step-000000008").exists()  # the killed run's step, removed by rank 0
+    step, its = run(ckpt, again, 2, start=7)  # epoch 1's third and fourth steps
+    assert (
+        again[0].state_dict()["parent"]
+        == json.loads((ckpt / "step-000000007" / "loader-0.json").read_text())["id"]
+    )
+    finish(ckpt, again, its, step)
+    cert = certify_folder(ckpt)
+    assert cert, str(cert)
+    assert [(e.epoch, e.handed) for e in cert.epochs] == [(0, 40), (1, 40)]
+
+
+def test_an_elastic_run_resumes_at_another_number_of_ranks(tmp_path):
+    step, _ = run(tmp_path, ranks(elastic=True), 3)
+    one = ranks(world=1, elastic=True)
+    assert load_checkpoint(tmp_path, loader=one[0]) == step
+    for _ in range(2):  # the rest of epoch 0: 10 global batches, 3 handed out
+        for _ in iter(one[0]):
+            pass
+    save_checkpoint(tmp_path, step + 1, loader=one[0])
+    assert certify_folder(tmp_path)
+
+
+def test_no_checkpoint_is_a_fresh_start_and_nothing_to_certify(tmp_path):
+    loader = ranks()[0]
+    assert load_checkpoint(tmp_path / "none", loader=loader) is None
+    assert load_checkpoint(tmp_path, loader=loader) is None
+    for where in (tmp_path, tmp_path / "none"):
+        with pytest.raises(ValueError, match=rf"{where}: no checkpoint"):
+            certify_folder(where)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="file: a file"):
+        certify_folder(tmp_path / "file")
+
+
+def test_a_missing_rank_in_the_last_checkpoint_is_named(tmp_path):
+    run(tmp_path, ranks(), 2)
+    os.remove(tmp_path / "step-000000002" / "loader-1.json")
+    with pytest.raises(ValueError, match=r"step-000000002: a checkpoint of 2 ranks .*loader-1"):
+        certify_folder(tmp_path)
+    loader = ranks()[1]
+    assert load_checkpoint(tmp_path, loader=loader) == 1  # the incomplete step passed over
+
+
+def test_a_checkpoint_of_another_run_is_named(tmp_path):
+    run(tmp_path, ranks(), 1)
+    run(tmp_path, ranks(seed=4), 1, start=1)
+    with pytest.raises(
+        ValueError,
+        match=r"step-000000001.loader-0\.json: the state and .*step-000000002.loader-0\.json are ",
+    ):
+        certify_folder(tmp_path)
+    with pytest.raises(ValueError, match=r"step-000000002.loader-0\.json: .*seed"):
+        load_checkpoint(tmp_path, loader=ranks()[0])
+
+
+def test_other_ranks_or_a_missing_model_or_a_broken_file_are_named(tmp_path):
+    run(tmp_path, ranks(), 1)
+    with pytest.raises(ValueError, match=r"step-000000001: a checkpoint of 2 ranks cannot resume"):
+        load_checkpoint(tmp_path, loader=ranks(world=3)[2])
+    with pytest.raises(ValueError, match=r"model\.pt: missing"):
+        load_checkpoint(tmp_path, loader=ranks()[0], model=torch.nn.Linear(2, 1))
+    (tmp_path / "step-000000001" / "loader-1.json").write_text("{")
+    with pytest.raises(ValueError, match=r"loader-1\.json: not a loader state"):
+        certify_folder(tmp_path)
+    with pytest.raises(TypeError, match="save_checkpoint needs an exactbatch DataLoader"):
+        save_checkpoint(tmp_path, 1, loader=X)
+
+
+# -- Ray Train: certify_run and restore_loader on checkpoints made here ---------------
+
+
+@pytest.fixture(scope="module")
+def train():
+    return pytest.importorskip("ray.train")
+
+
+def checkpoint(folder, loaders):
+    os.makedirs(folder, exist_ok=True)
+    for loader in loaders:
+        write_state(os.fspath(folder), loader)
+    return folder
+
+
+def result(train, path, folders):
+    found = [(train.Checkpoint.from_directory(os.fspath(f)), {}) for f in folders]
+    return train.Result(
+        metrics={}, checkpoint=None, error=None, path=os.fspath(path), best_checkpoints=found
+    )
+
+
+def test_ray_certify_run_follows_the_registered_checkpoints(train, tmp_path):
+    from exactbatch.ray import certify_run, restore_loader
+
+    first = ranks(elastic=True)
+    for loader in first:
+        next(iter(loader))
+    a = checkpoint(tmp_path / "checkpoint_a", first)
+    (one,) = ranks(world=1, elastic=True)
+    assert restore_loader(one, train.Checkpoint.from_directory(os.fspath(a))) is not None
+    for _ in range(2):
+        for _ in iter(one):
+            pass
+    b = checkpoint(tmp_path / "checkpoint_b", [one])
+    cert = certify_run(result(train, tmp_path, [a, b]))
+    assert cert, str(cert)
+    assert [(e.epoch, e.handed) for e in cert.epochs] == [(0, 40), (1, 40)]
+
+
+def test_ray_bad_runs_are_named(train, tmp_path):
+    from exactbatch.ray import certify_run, report_with_loader, restore_loader
+
+    with pytest.raises(ValueError, match=r"nowhere: not the folder of a Ray Train run"):
+        certify_run(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=rf"{tmp_path}: Ray Train registered no checkpoint"):
+        certify_run(result(train, tmp_path, []))
+    with pytest.raises(TypeError, match="certify_run needs a ray.train.Result"):
+        certify_run(3)
+    with pytest.raises(TypeError, match="report_with_loader needs an exactbatch DataLoader"):
+        report_with_loader({}, X)
+    half = checkpoint(tmp_path / "half", ranks()[:1])
+    with pytest.raises(ValueError, match=r"half: a checkpoint of 2 ranks .*loader-1\.json missing"):
+        certify_run(result(train, tmp_path, [half]))
+    empty = checkpoint(tmp_path / "empty", [])
+    with pytest.raises(ValueError, match=r"empty: no loader state"):
+        certify_run(result(train, tmp_path, [empty]))
+    with pytest.raises(ValueError, match=r"empty: no loader state"):
+        restore_loader(ranks()[0], train.Checkpoint.from_directory(os.fspath(empty)))
+    other = checkpoint(tmp_path / "other", ranks(seed=9))
+    mine = checkpoint(tmp_path / "mine", ranks())
+    with pytest.raises(ValueError, match=r"mine.loader-0\.json: the state and .*other"):
+        certify_run(result(train, tmp_path, [mine, other]))
+    with pytest.raises(ValueError, match=r"other.loader-0\.json: .*seed"):
+        restore_loader(ranks()[0], train.Checkpoint.from_directory(os.fspath(other)))
