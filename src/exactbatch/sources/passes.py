@@ -197,12 +197,22 @@ def chunk_source_pass(
         shut(ahead, hints, wait=not closed)
 
 
+def _timed_chunks(it, timed):
+    """The chunks of ``it``, each pull through ``timed`` (the one that finds the end too)."""
+    pull = timed(partial(next, it, _DONE))
+    while True:
+        chunk = pull()
+        if chunk is _DONE:
+            return
+        yield chunk
+
+
 def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tally, timed=None):
     """A pass of ``stream`` front to back: each chunk's rows the shard owns (``timed``
     wraps each chunk's read). A pass with no rows after one with rows is a
     ``ValueError``: the source cannot restart."""
     it = stream.open()
-    chunks = it if timed is None else iter(timed(partial(next, it, _DONE)), _DONE)
+    chunks = it if timed is None else _timed_chunks(it, timed)
     try:
         row = 0  # the stream's rows before this chunk
         start, stop = (0, None) if span is None else span
