@@ -35,14 +35,14 @@ _NEVER = 1 << 62  # no report due: a time perf_counter_ns never reaches
 def _bucket(ns: int) -> int:
     """The histogram bucket of ``ns``: its power of two, and the 3 bits below the top."""
     b = ns.bit_length()
-    return ns if b <= 4 else (b << 3) | ((ns >> (b - 4)) & 7)
+    return ns if b <= 4 else ((b - 3) << 3) | ((ns >> (b - 4)) & 7)
 
 
 def _low(i: int) -> int:
     """The least ns of bucket ``i`` (:func:`_bucket`'s inverse)."""
     if i < 16:
         return i
-    b, f = i >> 3, i & 7
+    b, f = (i >> 3) + 3, i & 7
     return (8 | f) << (b - 4)
 
 
