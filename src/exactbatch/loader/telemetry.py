@@ -88,6 +88,7 @@ class Telemetry:
     # -- recording (any thread) -----------------------------------------------
 
     def _slot(self) -> list[int]:
+        """This thread's slot (made at its first record)."""
         try:
             return self._local.slot
         except AttributeError:
@@ -101,7 +102,8 @@ class Telemetry:
         s = self._slot()
         s[_READ_NS] += ns
         s[_READS] += 1
-        s[_HIST + _bucket(ns)] += 1
+        b = ns.bit_length()  # (_bucket, written out: this runs a batch under next_into)
+        s[_HIST + (ns if b <= 4 else ((b - 3) << 3) | ((ns >> (b - 4)) & 7))] += 1
 
     def timed(self, read):
         """``read``, each call recorded as a read of the source (a stream's chunks)."""
@@ -119,12 +121,16 @@ class Telemetry:
         itself, a read of the source too); calls ``progress`` when a report is due."""
         now = perf_counter_ns()
         ns = now - t0
-        s = self._slot()
+        try:  # (self._slot(), written out: this runs a batch under next_into)
+            s = self._local.slot
+        except AttributeError:
+            s = self._slot()
         s[_WAIT_NS] += ns
         if read and self.gathers:
             s[_READ_NS] += ns
             s[_READS] += 1
-            s[_HIST + _bucket(ns)] += 1
+            b = ns.bit_length()
+            s[_HIST + (ns if b <= 4 else ((b - 3) << 3) | ((ns >> (b - 4)) & 7))] += 1
         if now >= self._due:
             self._report_now(now)
 
