@@ -202,3 +202,17 @@ def test_percentiles_of_a_known_spread():
     assert p50 <= p90 <= p99
     assert abs(p50 - 50_000) <= 50_000 / 16 and abs(p99 - 99_000) <= 99_000 / 16
     assert percentile_ns(np.zeros(8, dtype=np.int64), 50) is None
+
+
+def test_a_running_torch_profiler_sees_the_waits_as_ranges():
+    """Under torch.profiler, each wait of iter() is an ``exactbatch.wait`` range; with
+    no profiler running, no range is made."""
+    torch = pytest.importorskip("torch")
+    from exactbatch.loader.telemetry import profiled
+
+    assert profiled() is None
+    loader = DataLoader(make_data(N, D, L), B)
+    with torch.profiler.profile() as prof:
+        batches = list(loader)
+    waits = [e for e in prof.events() if e.name == "exactbatch.wait"]
+    assert len(batches) == 16 and len(waits) >= 1

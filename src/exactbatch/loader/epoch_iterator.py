@@ -20,6 +20,7 @@ from exactbatch.batching.padding import masked_group
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Group
+from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
@@ -195,10 +196,15 @@ class EpochIterator:
     def _waited(self):
         """:meth:`_next_group`, its time the consumer's wait (:mod:`telemetry
         <exactbatch.loader.telemetry>`): the batches of a group are handed out
-        without a wait."""
+        without a wait. Under a running torch profiler the wait is a range,
+        ``exactbatch.wait``."""
         t0 = perf_counter_ns()
+        span = profiled()  # a torch profiler range, when one is recording
         try:
-            return self._next_group()
+            if span is None:
+                return self._next_group()
+            with span:
+                return self._next_group()
         finally:
             self._cursor.telemetry.waited(t0)
 

@@ -16,13 +16,14 @@ miss their last read or wait (never a row: rows are the ledger's).
 
 from __future__ import annotations
 
+import sys
 import threading
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Reports", "Telemetry", "check_progress", "percentile_ns"]
+__all__ = ["Reports", "Telemetry", "check_progress", "percentile_ns", "profiled"]
 
 # A slot: these counters, then the latency histogram (bucket of ns: see _bucket).
 _WAIT_NS, _READ_NS, _READS, _ASKED, _READY, _EMPTY, _STEPS, _STEP_NS, _STALL_NS = range(9)
@@ -44,6 +45,21 @@ def _low(i: int) -> int:
         return i
     b, f = (i >> 3) + 3, i & 7
     return (8 | f) << (b - 4)
+
+
+def profiled():
+    """A ``torch.profiler.record_function("exactbatch.wait")`` range to wrap a wait in,
+    when torch is imported already and its profiler is on; else None (torch is never
+    imported here)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.autograd.profiler._is_profiler_enabled:
+            return None
+        return torch.profiler.record_function("exactbatch.wait")
+    except AttributeError:  # a torch without them
+        return None
 
 
 def check_progress(progress, every) -> float:
