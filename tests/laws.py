@@ -1270,3 +1270,19 @@ def _resume_elastic(state, make_loader, want, d: int, l: int) -> int:  # noqa: E
             rank.close()
         assert sorted(rest) == sorted(want[g:]), f"{shards} ranks resumed at {g}: other rows"
     return 3
+
+
+def check_stats_counts(stats: dict, epoch_batches, run_batches, epochs: int) -> None:
+    """The telemetry law: ``loader.stats()`` counts exactly the rows and batches handed
+    out (``epoch_batches``: the epoch's, ``run_batches``: every epoch's since the loader
+    was built, as row-id lists, padding batches empty), whatever the threads, and its
+    read latencies are ordered."""
+    for part, batches in (("epoch", epoch_batches), ("run", run_batches)):
+        got = stats[part]
+        assert got["rows"] == sum(len(b) for b in batches), (part, got)
+        assert got["batches"] == len(batches), (part, got)
+        lat = got["read_latency_s"]
+        assert set(lat) == {"p50", "p90", "p99"}
+        if got["reads"]:
+            assert 0 <= lat["p50"] <= lat["p90"] <= lat["p99"], lat
+    assert stats["run"]["epochs"] == epochs

@@ -119,6 +119,7 @@ TARGETS = {
             "src/exactbatch/loader/standing.py",  # both split out of cursor.py)
             "src/exactbatch/loader/epoch_iterator.py",
             "src/exactbatch/loader/state.py",
+            "src/exactbatch/loader/telemetry.py",  # (stats(): counts, latency, steps)
         ],
         [
             "exactbatch.loader.cursor.*",
@@ -127,8 +128,10 @@ TARGETS = {
             "exactbatch.loader.standing.*",
             "exactbatch.loader.epoch_iterator.*",
             "exactbatch.loader.state.*",
+            "exactbatch.loader.telemetry.*",
         ],
         [
+            "tests/loader/test_telemetry.py",
             "tests/loader/test_exactness.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_resume.py",

@@ -126,6 +126,7 @@ from laws import (
     check_same_bytes,
     check_shared_iterator,
     check_state_mid_read,
+    check_stats_counts,
     drain,
     loader_from_spec,
     roundtrip,
@@ -445,11 +446,14 @@ def check_epoch_laws(case, make_spec, **changes):
     runs, states = [], []
     for s in range(case.shards):
         loader = loader_from_spec(spec, shard_index=s)
-        epochs = []
+        epochs, flat = [], []  # (flat: every batch handed out, for the stats law)
         for e in range(2):
             if e and case.via in ("next_into", "threads"):
                 loader.reset()  # next_into: 0 until reset()
-            epochs.append(subset_positions(spec, drain(loader, case.via, d, l)))
+            batches = drain(loader, case.via, d, l)
+            check_stats_counts(loader.stats(), batches, [*flat, *batches], e + 1)
+            flat += batches
+            epochs.append(subset_positions(spec, batches))
         states.append(loader.state_dict())
         loader.close()
         # (on another gather thread count: the same batches whatever it is)

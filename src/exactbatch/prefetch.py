@@ -89,6 +89,10 @@ class Prefetcher:
             raise item.error
         return item
 
+    def ready(self) -> int:
+        """Results waiting to be taken now (the end counts as one)."""
+        return self._queue.qsize()
+
     def full(self) -> bool:
         """Are ``depth`` results waiting (the thread then waits for room)?"""
         return self._queue.qsize() >= self._depth

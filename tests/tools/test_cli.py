@@ -307,10 +307,14 @@ def test_bench_ndf_in_a_subprocess(small_ndf):
     ]
     assert all(x["rows"] == 1000 and x["rows_per_s"] > 0 for x in runs)
     assert runs[0]["ratio"] == 1.0
+    for x in runs[1:]:  # each loader run's stats(): the rows and bytes it handed out
+        assert (x["stats"]["rows"], x["stats"]["bytes"]) == (1000, 1000 * 8 * (r["d"] + r["l"]))
+        assert x["stats"]["reads"] >= 1 and x["stats"]["read_latency_s"]["p50"] > 0
     if sys.platform.startswith("linux"):
         assert all(x["peak_rss"] > 10 << 20 for x in runs)
     p = run("bench", small_ndf, "--batch-sizes", "100", "--max-rows", "300", "-q", check=0)
     assert "bare read" in p.stdout and "x bare" in p.stdout and "peak RSS" in p.stdout
+    assert "where the loader's time went" in p.stdout and "read ms p50/p90/p99" in p.stdout
 
 
 def test_bench_parquet(small_parquet, capsys):

@@ -166,6 +166,11 @@ class Feed(Protocol):
     def use_threads(self, threads: int | None) -> None:
         """The threads that gather one batch or group (None: from its bytes)."""
 
+    def time_reads(self, timed) -> bool:
+        """Wrap the source's reads in ``timed(read)`` from now on (a stream's chunk
+        reads): True; False where the reads are the gathers of batches (random
+        access), which the loader times itself."""
+
     def state_config(self) -> dict:
         """What a state records of the source beyond the spec (checked on load)."""
 

@@ -84,6 +84,7 @@ class StreamFeed:
         self._warned = False
         self._identity: dict | None = None  # see fingerprint
         self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
+        self._timed = None  # wraps each chunk read (time_reads), or None
 
     def _count(self) -> int:
         rows, width = count_total(self.stream)
@@ -106,6 +107,11 @@ class StreamFeed:
 
     def use_threads(self, threads: int | None) -> None:
         """A buffer's groups are gathered with the threads picked from their bytes."""
+
+    def time_reads(self, timed) -> bool:
+        """Each chunk read of the passes opened from now on goes through ``timed``."""
+        self._timed = timed
+        return True
 
     def state_config(self) -> dict:
         """A stream's state records its buffer and what it knows of its size."""
@@ -227,6 +233,7 @@ class StreamFeed:
             order_key,
             spec.shuffle,
             depth,
+            self._timed,
         )
         if spec.shuffle:
             rng = buffer_rng(seed=seed, epoch=epoch, shard=spec.shard.index)

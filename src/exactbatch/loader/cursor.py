@@ -44,6 +44,7 @@ from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
 from exactbatch.loader.state import Position
+from exactbatch.loader.telemetry import Telemetry
 from exactbatch.order.digest import Tally
 
 __all__ = ["Cursor"]
@@ -77,6 +78,8 @@ class Cursor(Standing):
         self._handed = Tally()  # the ledger: rows of retired groups (the start's included)
         self._live: list[Group] = []  # groups of this epoch not all handed out yet
         self.history = History()  # the records of the epochs begun, for certify
+        self.telemetry = Telemetry()  # reads, waits and steps, for stats()
+        self._past = [0, 0, 0]  # rows, batches and epochs this loader handed out before
 
     @property
     def last_rows(self) -> int:
@@ -97,6 +100,7 @@ class Cursor(Standing):
         self.current = self.feed.open_epoch(self.seed, s.epoch, s.skip, s.first, s.pending)
         self._handed = s.ledger.copy()
         self.phase = Phase.EPOCH
+        self.telemetry.began()
 
     def _move(self, start: Start, keep: bool = True) -> None:
         """To ``start``, leaving the epoch in progress (on record, cut short, when
@@ -107,6 +111,8 @@ class Cursor(Standing):
                 self.history.keep(live)
         self.history.moved()
         if self.current is not None:
+            rows, batches = self._handed_here()
+            self._past = [self._past[0] + rows, self._past[1] + batches, self._past[2] + 1]
             self.current.close()
         self.start, self.current, self._live, self._handed = start, None, [], Tally()
         if self.phase is not Phase.CLOSED:
@@ -227,6 +233,7 @@ class Cursor(Standing):
         if self.phase is Phase.BETWEEN:
             return
         self.phase = Phase.BETWEEN
+        self.telemetry.ended()
         epoch = self.start.epoch
         if not self.start.verified:  # on record, but not as ended: it cannot be certified
             self.history.keep(self.history.record(self, epoch, self._handed, None))
@@ -369,6 +376,17 @@ class Cursor(Standing):
         with self.lock:
             self._sweep()
             return self._position()[0]
+
+    def counts(self) -> tuple[dict, dict]:
+        """The rows and batches this loader handed out: of the epoch in progress (or the
+        last one ended), and of every epoch since it was built."""
+        with self.lock:
+            self._sweep()
+            rows, batches = self._handed_here() if self.current is not None else (0, 0)
+            past_rows, past_batches, epochs = self._past
+            epoch = {"epoch": self.start.epoch, "rows": rows, "batches": batches}
+            run = {"epochs": epochs + (self.current is not None)}
+        return epoch, {**run, "rows": past_rows + rows, "batches": past_batches + batches}
 
     def snapshot(self) -> Position:
         """The :class:`Position` of a state taken now."""

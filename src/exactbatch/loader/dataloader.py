@@ -10,6 +10,8 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Literal
 
 import numpy as np
@@ -19,12 +21,12 @@ from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
-from exactbatch.kernels import pair_check
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
 from exactbatch.loader.groups import Holder
-from exactbatch.loader.into import check_into
+from exactbatch.loader.into import IntoChecks
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
+from exactbatch.loader.telemetry import Reports, check_progress
 from exactbatch.order import Shard
 from exactbatch.prefetch import MAX_DEPTH
 from exactbatch.transform import Standardize
@@ -32,7 +34,7 @@ from exactbatch.transform import Standardize
 __all__ = ["DataLoader"]
 
 
-class DataLoader:
+class DataLoader(Reports):
     """Exact minibatches of a source, with seeded shuffles, epochs and shards.
 
     ``source`` is random-access - a :class:`Dataset`, an :class:`NdfFile`, an
@@ -155,6 +157,11 @@ class DataLoader:
     of a state. It applies to random-access sources read by the compiled
     gather (arrays, ``.ndf`` files and datasets); a stream's buffer, and the
     pure NumPy path, pick their own.
+
+    :meth:`stats` says where the time goes (rows and bytes handed out, read latency,
+    waits, prefetch, the stall share of steps marked by :meth:`step`); ``progress``, a
+    callable, gets it at each epoch's end and every ``progress_every`` seconds
+    (docs/usage/telemetry.md).
     """
 
     def __init__(
@@ -179,6 +186,8 @@ class DataLoader:
         transform: Standardize | None = None,
         nan: str = "keep",
         threads: int | None = None,
+        progress: Callable[[dict], object] | None = None,
+        progress_every: float = 10.0,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0, maximum=None)
@@ -214,10 +223,8 @@ class DataLoader:
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
         self._cursor = Cursor(self._feed, seed)
-        self._fits = pair_check()  # next_into's check of its buffers, made once
-        # (batch_size, d, l, itemsize) of next_into's plain buffers once the widths are
-        # known (a stream's after its first chunk), when batches are plain: see next_into
-        self._plain: tuple[int, int, int, int] | None = None
+        self._telemetry = self._watch(progress, check_progress(progress, progress_every))
+        self._checks = IntoChecks()  # next_into's checks of its buffers
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
         self._holder = Holder()  # next_into's group: claimed a group at a time
 
@@ -309,12 +316,13 @@ class DataLoader:
         """
         # Plain buffers (the loader's dtype, no row ids) of a loader whose widths are
         # known take one check, in C; anything else the full checks and their messages.
-        plain = self._plain
-        if plain is None or brows is not None or not self._fits(bx, by, *plain):
-            checked = self._check_into(bx, by, brows)
-            if checked is None:  # a stream with no chunk at all: the epoch is over
+        t0 = perf_counter_ns()  # the call is the consumer's wait (stats())
+        checks = self._checks
+        plain = checks.plain
+        if plain is None or brows is not None or not checks.fits(bx, by, *plain):
+            by = checks.full(self._feed, self._cursor.peek, bx, by, brows, self)
+            if by is None:  # a stream with no chunk at all: the epoch is over
                 return 0
-            by = checked
         assert by is not None  # (the check passed: an array)
         b = self.batch_size
         # Small batches are claimed a group at a time into one group all callers pop
@@ -331,6 +339,7 @@ class DataLoader:
             sizes = self._group_sizes()
             group, item = cursor.claim_next(self._holder, sizes[0] if sizes else 1)
             if group is None:
+                self._telemetry.waited(t0)
                 return 0
         job, batch = item
         size = job.size
@@ -347,18 +356,8 @@ class DataLoader:
             group.unpop(item)
             raise
         group.hand(job)
+        self._telemetry.waited(t0, batch is None)  # (the fill: a read of random access)
         return size
-
-    def _check_into(self, bx, by, brows):
-        """``next_into``'s checks of its buffers in full (:func:`check_into`): ``by``, or
-        None when a stream has no chunk at all; the next calls' one check is set."""
-        by, plain = check_into(
-            self._feed, self._cursor.peek, bx, by, brows, self.dtype, self.label_dtype,
-            self.batch_size, self._fits, self.with_rows,
-        )  # fmt: skip
-        if plain is not None:
-            self._plain = plain
-        return by
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's

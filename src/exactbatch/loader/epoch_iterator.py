@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from functools import partial
+from time import perf_counter_ns
 from typing import cast
 
 import numpy as np
@@ -19,6 +20,7 @@ from exactbatch.batching.padding import masked_group
 from exactbatch.checks import check_int
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Group
+from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
 __all__ = ["EpochIterator", "group_sizes"]
@@ -52,17 +54,23 @@ def _take(cursor: Cursor, epoch, jobs) -> list:
     mask (:func:`~exactbatch.batching.padding.masked`); padding jobs read nothing."""
     spec = cursor.spec
     if not spec.pad:
-        return _read(epoch, jobs)
+        return _read(cursor, epoch, jobs)
     b, shape = spec.batch_size, partial(_pad_shape, cursor.feed)
     real = [job for job in jobs if job.size]  # (a PadJob has no rows; every other job has)
     if len(real) == len(jobs):
-        return masked_group(_read(epoch, jobs), b, shape)
-    made = iter(_read(epoch, real) if real else ())
+        return masked_group(_read(cursor, epoch, jobs), b, shape)
+    made = iter(_read(cursor, epoch, real) if real else ())
     return masked_group([next(made) if j.size else None for j in jobs], b, shape)
 
 
-def _read(epoch, jobs) -> list:
-    return epoch.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+def _read(cursor: Cursor, epoch, jobs) -> list:
+    """The batches of ``jobs``, read now: one read of a random-access source (for the
+    telemetry; a stream's reads are its chunks')."""
+    t0 = perf_counter_ns()
+    out = epoch.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+    if cursor.telemetry.gathers:
+        cursor.telemetry.read(t0)
+    return out
 
 
 def _pad_shape(feed) -> tuple:
@@ -164,7 +172,7 @@ class EpochIterator:
         except IndexError:
             job = None  # (not called in here: its errors would chain this one)
         if job is None:
-            return self._next_group()
+            return self._waited()
         # (written out here and in _hand: a call costs a tenth of a small batch's gather)
         if self._cursor.gen != self._gen or batch is None:
             return self._hand(group, (job, batch))
@@ -184,6 +192,21 @@ class EpochIterator:
                 raise
         group.hand(job)
         return batch
+
+    def _waited(self):
+        """:meth:`_next_group`, its time the consumer's wait (:mod:`telemetry
+        <exactbatch.loader.telemetry>`): the batches of a group are handed out
+        without a wait. Under a running torch profiler the wait is a range,
+        ``exactbatch.wait``."""
+        t0 = perf_counter_ns()
+        span = profiled()  # a torch profiler range, when one is recording
+        try:
+            if span is None:
+                return self._next_group()
+            with span:
+                return self._next_group()
+        finally:
+            self._cursor.telemetry.waited(t0)
 
     def _next_group(self):
         """The current group is empty: hand out from the next one (read ahead by
@@ -233,6 +256,7 @@ class EpochIterator:
         None at the epoch's end."""
         if self._prefetcher is None:
             return _read_group(self._cursor, self._gen, count, self._owner)
+        self._cursor.telemetry.asked(self._prefetcher.ready())
         try:
             return self._prefetcher.get()
         except BaseException:

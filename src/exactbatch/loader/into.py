@@ -10,8 +10,32 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
+from exactbatch.kernels import pair_check
 
-__all__ = ["check_brows", "check_into"]
+__all__ = ["IntoChecks", "check_brows", "check_into"]
+
+
+class IntoChecks:
+    """A loader's ``next_into`` checks: :meth:`full` until plain buffers pass it, then
+    ``fits(bx, by, *plain)``, one check in C (``plain``: the ``(b, d, l, itemsize)``
+    it takes once the widths are known, when batches are plain; else None)."""
+
+    __slots__ = ("fits", "plain")
+
+    def __init__(self) -> None:
+        self.fits = pair_check()  # made once
+        self.plain: tuple[int, int, int, int] | None = None
+
+    def full(self, feed, peek, bx, by, brows, loader):
+        """:func:`check_into` with ``loader``'s settings: ``by``, or None when a stream
+        has no chunk at all; once plain buffers passed, the next calls' one check is set."""
+        by, plain = check_into(
+            feed, peek, bx, by, brows, loader.dtype, loader.label_dtype, loader.batch_size,
+            self.fits, loader.with_rows,
+        )  # fmt: skip
+        if plain is not None:
+            self.plain = plain
+        return by
 
 
 def check_into(feed, peek, bx, by, brows, dt, yt, b: int, fits, with_rows: bool):

@@ -60,6 +60,13 @@ class Standing:
             claimed -= 1
         return ledger, claimed, holes
 
+    def _handed_here(self) -> tuple[int, int]:
+        """The rows and batches of the epoch in progress handed out since its start
+        (a restored state's hand-outs are not this loader's)."""
+        ledger, claimed, holes = self._handed_now()
+        s = self.start
+        return ledger.rows - s.ledger.rows, claimed - len(holes) - (s.skip - len(s.pending))
+
     def _position(self):
         """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
         groups not handed out (ready, or read in flight) are pending; the epoch rolls

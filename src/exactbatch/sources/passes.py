@@ -29,6 +29,8 @@ chunks are handed on is the pieces' order, whatever ``depth``).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from exactbatch.batching.gather import ChunkRead, laid_out
@@ -52,6 +54,7 @@ __all__ = [
 HINT_AHEAD = 16  # chunks a source with will_need() is told of before they are read
 AHEAD_SHARE = 2  # the chunks read ahead of a buffer hold at most 1/AHEAD_SHARE of its rows
 LAY_OUT_DEPTH = 3  # reading threads lay chunks out as whole rows from this depth on
+_DONE = object()  # a timed sequential pass's end
 
 
 def read_depth(buffer_rows: int | None, chunk_rows: int | None, threads: int | None = None) -> int:
@@ -74,15 +77,17 @@ def open_pass(
     order_key: tuple[int, int] | None = None,
     into_buffer: bool = False,
     depth: int = 1,
+    timed=None,
 ):
     """The chunks of one pass of ``stream`` for ``shard`` (module docs); ``order_key``
     ``(seed, epoch)`` shuffles a chunk source's chunk order; ``into_buffer``: for a
-    shuffle buffer (its read hooks may be used); ``depth``: chunks read ahead."""
+    shuffle buffer (its read hooks may be used); ``depth``: chunks read ahead;
+    ``timed``: wraps each read of a chunk (``timed(read)``: the loader's telemetry)."""
     hooks = stream.hooks
     if hooks.chunk_indexed:
         pieces = shard_pieces(hooks.chunk_rows, shard, span, order_key)
-        return chunk_source_pass(hooks, pieces, widths, fed, into_buffer, depth)
-    return sequential_pass(stream, shard, span, widths, fed)
+        return chunk_source_pass(hooks, pieces, widths, fed, into_buffer, depth, timed)
+    return sequential_pass(stream, shard, span, widths, fed, timed)
 
 
 def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[int, int, int]]:
@@ -100,7 +105,13 @@ def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[i
 
 
 def chunk_source_pass(
-    hooks: StreamHooks, pieces, widths: Widths, fed: Tally, into_buffer: bool, depth: int = 1
+    hooks: StreamHooks,
+    pieces,
+    widths: Widths,
+    fed: Tally,
+    into_buffer: bool,
+    depth: int = 1,
+    timed=None,
 ):
     """The ``pieces`` of a chunk source, in their order: read into arrays, or (with
     ``into_buffer``, where the source can and its widths are known) as
@@ -125,6 +136,8 @@ def chunk_source_pass(
     if depth > 1 and hooks.open_chunk is not None:
         into = None
     if into is not None:
+        if timed is not None:
+            into = timed(into)
         # Rows read straight into the shuffle buffer's (by its filling thread).
         closed = False
         try:
@@ -155,6 +168,8 @@ def chunk_source_pass(
         def read(i, opened=opened):
             return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
+    if timed is not None:
+        read = timed(read)
     ahead, closed = ReadAhead(read, (i for i, _, _ in pieces), depth, taken), False
     try:
         for pos, (i, lo, hi) in enumerate(pieces):
@@ -182,14 +197,26 @@ def chunk_source_pass(
         shut(ahead, hints, wait=not closed)
 
 
-def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tally):
-    """A pass of ``stream`` front to back: each chunk's rows the shard owns. A pass
-    with no rows after one with rows is a ``ValueError``: the source cannot restart."""
+def _timed_chunks(it, timed):
+    """The chunks of ``it``, each pull through ``timed`` (the one that finds the end too)."""
+    pull = timed(partial(next, it, _DONE))
+    while True:
+        chunk = pull()
+        if chunk is _DONE:
+            return
+        yield chunk
+
+
+def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tally, timed=None):
+    """A pass of ``stream`` front to back: each chunk's rows the shard owns (``timed``
+    wraps each chunk's read). A pass with no rows after one with rows is a
+    ``ValueError``: the source cannot restart."""
     it = stream.open()
+    chunks = it if timed is None else _timed_chunks(it, timed)
     try:
         row = 0  # the stream's rows before this chunk
         start, stop = (0, None) if span is None else span
-        for i, chunk in enumerate(it):
+        for i, chunk in enumerate(chunks):
             x, y = widths.normalize(chunk, i)
             r = x.shape[0]
             if span is None:  # shards split by chunk

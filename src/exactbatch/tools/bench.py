@@ -115,7 +115,8 @@ def _bare_parquet(source, limit, pb) -> int:
     return rows
 
 
-def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb) -> int:
+def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb, out: dict) -> int:
+    """The rows of one timed loader run; its ``stats()["run"]`` into ``out["stats"]``."""
     from exactbatch import DataLoader
 
     rows = 0
@@ -125,6 +126,7 @@ def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb) -> int:
             pb.update(len(xb))
             if rows >= limit:
                 break
+        out["stats"] = loader.stats()["run"]
     return rows
 
 
@@ -207,7 +209,7 @@ def bench(
     name = os.path.basename(src)
     runs = []
 
-    def timed(label, batch, fn):
+    def timed(label, batch, fn, more=None):
         with progress(limit, f"{label} {name}", "rows", bar) as pb:
             reset = _reset_peak()
             t0 = time.perf_counter()
@@ -215,6 +217,7 @@ def bench(
             dt = time.perf_counter() - t0
         runs.append(
             {
+                **(more or {}),
                 "path": label,
                 "batch": batch,
                 "rows": rows,
@@ -229,10 +232,14 @@ def bench(
         bare(limit, pb)
     timed(bare_name, None, lambda pb: bare(limit, pb))
     for b in batch_sizes:
+        more: dict = {}  # the run's loader.stats()["run"], as "stats"
         timed(
             "loader",
             b,
-            lambda pb, b=b: _loader_run(source, b, limit, shuffle, seed, buffer_size, pb),
+            lambda pb, b=b, m=more: _loader_run(
+                source, b, limit, shuffle, seed, buffer_size, pb, m
+            ),
+            more,
         )
     if fmt != "parquet":
         source.close()
@@ -276,4 +283,29 @@ def render(r: dict) -> str:
         )
     if any(not run["peak_reset"] for run in r["runs"]):
         lines.append("  * peak since the process started (this system cannot reset it)")
+    lines += _where_time_went(r["runs"])
     return "\n".join(lines)
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v * 1e3:.3g}"
+
+
+def _where_time_went(runs) -> list[str]:
+    """Each loader run's ``stats()`` (docs/usage/telemetry.md): the source's reads, their
+    latency percentiles, and the share of the run spent waiting for batches."""
+    stats = [run for run in runs if run.get("stats")]
+    if not stats:
+        return []
+    lines = [
+        "  where the loader's time went (loader.stats()):",
+        f"  {'batch':>7}{'reads':>9}{'read ms p50/p90/p99':>24}{'waited':>9}{'MB out':>9}",
+    ]
+    for run in stats:
+        s, lat = run["stats"], run["stats"]["read_latency_s"]
+        share = s["wait_s"] / run["seconds"] if run["seconds"] > 0 else 0.0
+        pct = f"{_ms(lat['p50'])}/{_ms(lat['p90'])}/{_ms(lat['p99'])}"
+        lines.append(
+            f"  {run['batch']:>7,}{s['reads']:>9,}{pct:>24}{share:>8.0%} {s['bytes'] / 1e6:>8.1f}"
+        )
+    return lines
