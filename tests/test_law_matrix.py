@@ -171,12 +171,15 @@ class Case:
     mode: str
     threads: int
     subset: bool = False  # rows=: a subset of a larger source
+    columns: bool = False  # features=/labels=: the loader's columns of a wider source
 
     def __str__(self) -> str:
         return (
             f"{self.kind}-{'shuf' if self.shuffle else 'seq'}"
             f"-{'drop' if self.drop_last else 'keep'}-S{self.shards}-pf{self.prefetch}"
-            f"-{self.mode}-t{self.threads}" + ("-rows" if self.subset else "")
+            f"-{self.mode}-t{self.threads}"
+            + ("-rows" if self.subset else "")
+            + ("-cols" if self.columns else "")
         )
 
     @property
@@ -259,6 +262,12 @@ RESUME_CASES += [
     for i, c in enumerate(RESUME_CASES)
     if c.kind in RANDOM_ACCESS_KINDS and i % 4 == 1
 ]
+# The columns axis (DataLoader(features=, labels=): the loader's columns of a source
+# holding one more feature and one more label, left out) on a stride: every kind.
+COLUMNS_CASES = [replace(c, columns=True) for i, c in enumerate(EPOCH_CASES) if i % 41 == 3]
+RESUME_CASES += [replace(c, columns=True) for i, c in enumerate(RESUME_CASES) if i % 14 == 2]
+# the source kinds whose columns have names (the others' are chosen by position)
+NAMED_KINDS = ("parquet", "dataframe", *ARROW_KINDS)
 
 
 def chunk_sizes(n: int, pattern) -> list[int]:
@@ -284,22 +293,26 @@ def make_spec(data_dir, request):
         n = case.pick(NS, "n") if n is None else n
         l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
         spec = {"kind": case.kind, "n": n, "d": d, "l": l}
+        sd, sl = d, l  # the source's widths
+        if case.columns:  # one more feature, and one more label where the kind has labels
+            sd, sl = d + 1, l + 1 if LABELS.get(case.kind, 1) else 0
+            spec["source_d"], spec["source_l"] = sd, sl
         source_n = n + SUBSET_EXTRA if case.subset else n  # the rows the source holds
         if case.subset:
             spec["source_n"] = source_n
         if case.kind in ("list", "factory", "parquet", "chunks_double", *ARROW_KINDS):
             spec["chunks"] = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
-            spec["path"] = write_ndf(data_dir, source_n, d, l)
+            spec["path"] = write_ndf(data_dir, source_n, sd, sl)
         if case.kind in ("sharded", "sharded_blocks"):
             sizes = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "parts"))
-            spec["path"] = write_sharded(data_dir, sizes, d, l)
+            spec["path"] = write_sharded(data_dir, sizes, sd, sl)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
-            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
+            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl)
         if case.kind == "arrow_file":
-            spec["path"] = write_arrow_file(data_dir, source_n, d, l, spec["chunks"])
+            spec["path"] = write_arrow_file(data_dir, source_n, sd, sl, spec["chunks"])
         if case.kind == "s3":
             s3 = request.getfixturevalue("s3_server")
             key = f"laws/{os.path.basename(spec['path'])}"
@@ -336,6 +349,12 @@ def make_spec(data_dir, request):
         if case.subset:  # scattered, unsorted ids: n of the source's source_n rows
             pick = np.random.default_rng(zlib.crc32(str(case).encode()))
             spec["loader"]["rows"] = pick.permutation(source_n)[:n].tolist()
+        if case.columns:  # x0..x{d-1} and y0..y{l-1}, by name or by position
+            named = case.kind in NAMED_KINDS
+            feats = [f"x{j}" for j in range(d)] if named else list(range(d))
+            labs = [f"y{k}" for k in range(l)] if named else list(range(sd, sd + l))
+            spec["loader"]["features"] = feats
+            spec["loader"]["labels"] = labs if sl else None
         spec["loader"].update(loader_changes)
         return spec
 
@@ -403,7 +422,7 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES])
+@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES])
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""
