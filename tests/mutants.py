@@ -265,6 +265,11 @@ TARGETS = {
             "tests/sources/test_hive.py",
         ],
     ),
+    "selection": (  # DataLoader(features=, labels=): the columns a loader reads
+        ["src/exactbatch/sources/selection.py"],
+        ["exactbatch.sources.selection.*"],
+        ["tests/sources/test_selection.py"],
+    ),
     "names": (  # column names: checked, kept, looked up
         ["src/exactbatch/ndf/names.py"],
         ["exactbatch.ndf.names.*"],

@@ -48,6 +48,11 @@ The product (before the subsets below):
                  unsorted; the laws then hold over the subset's positions
                  (laws.subset_positions), the rows handed out being the
                  source's ids
+    columns      every column of the source, or (on a stride, every kind)
+                 DataLoader(features=, labels=) choosing the traceable
+                 columns of a source holding one more feature and one more
+                 label (by name where the kind has names, else by position):
+                 the laws hold over the selection, a state resumes under it
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -61,7 +66,8 @@ each ``next()``: the state counts only the batches handed out, and
 Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (2,016, and 501 over a subset): the whole product (3,360 allowed
+* ``test_epoch_laws`` (2,016, 501 over a subset, 65 over a column
+  selection): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
@@ -76,7 +82,8 @@ Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
-  40 of the random-access ones again over a subset (rows=).
+  40 of the random-access ones again over a subset (rows=), and 26 over a
+  column selection (features=, labels=).
 * ``test_resume_in_a_fresh_process`` (5).
 * ``test_read_error_once_*`` (184): every kind that can fail to read (the
   Arrow streams fail as the factory does, and are left to it) x
