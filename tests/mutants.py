@@ -245,7 +245,12 @@ TARGETS = {
     "transform": (  # Standardize (its statistics, widths, NaN fill) and column statistics
         ["src/exactbatch/transform.py", "src/exactbatch/stats.py"],
         ["exactbatch.transform.*", "exactbatch.stats.*"],
-        ["tests/loader/test_real_data.py", "tests/test_stats.py", "tests/test_kernels.py"],
+        [
+            "tests/loader/test_real_data.py",
+            "tests/loader/test_nan_fill_columns.py",
+            "tests/test_stats.py",
+            "tests/test_kernels.py",
+        ],
     ),
     "identity": (  # a state's fingerprint of its source
         ["src/exactbatch/sources/identity.py"],
