@@ -101,6 +101,7 @@ __all__ = [
     "arrow_table_of",
     "run_python",
     "source_from_spec",
+    "source_widths",
     "subset_positions",
     "wrap_reader",
 ]
@@ -505,12 +506,14 @@ def source_from_spec(spec: dict):
     file; parquet, sharded, sharded_blocks: the folder; ndf_blocks: the file);
     ``block_rows`` (ndf_blocks, sharded_blocks);
     ``url`` and ``storage_options`` (s3); ``source_n``, the source's rows when the
-    loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them).
+    loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them);
+    ``source_d``, ``source_l``: its widths when the loader chooses its columns
+    (:func:`source_widths`).
     Files are written by the test.
     The Arrow kinds (:data:`ARROW_KINDS`) read columns ``x0..`` and ``y0..`` in
     record batches of ``chunks`` rows (arrow_file: the file at ``path``).
     """
-    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), *source_widths(spec)  # noqa: E741
     if kind in ARROW_KINDS:
         return arrow_source_of(spec)
     rows = np.arange(n)
@@ -555,6 +558,14 @@ def source_from_spec(spec: dict):
     raise AssertionError(f"unknown source kind {kind!r}")
 
 
+def source_widths(spec: dict) -> tuple[int, int]:
+    """The widths the spec's source holds: ``(d, l)``, or wider (``source_d``,
+    ``source_l``) when the loader chooses its columns (``features=``/``labels=``):
+    the source's first d features and first l labels are the loader's traceable ones,
+    and its extra columns (a last feature, a last label) are left out."""
+    return spec.get("source_d", spec["d"]), spec.get("source_l", spec["l"])
+
+
 def subset_positions(spec: dict, batches):
     """Batches of source row ids as positions in the spec's subset (``rows=``), so that
     the laws over ``range(n)`` apply to it as to a whole source; unchanged without a
@@ -586,7 +597,7 @@ def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
 
 def arrow_source_of(spec: dict):
     """The source of an Arrow kind's spec (see :func:`source_from_spec`)."""
-    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), spec["d"], spec["l"]  # noqa: E741
+    kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), *source_widths(spec)  # noqa: E741
     cols = {"features": [f"x{j}" for j in range(d)], "labels": [f"y{k}" for k in range(l)]}
     table = arrow_table_of(n, d, l, spec.get("chunks"))
     if kind == "arrow_file":

@@ -251,7 +251,12 @@ TARGETS = {
     "transform": (  # Standardize (its statistics, widths, NaN fill) and column statistics
         ["src/exactbatch/transform.py", "src/exactbatch/stats.py"],
         ["exactbatch.transform.*", "exactbatch.stats.*"],
-        ["tests/loader/test_real_data.py", "tests/test_stats.py", "tests/test_kernels.py"],
+        [
+            "tests/loader/test_real_data.py",
+            "tests/loader/test_nan_fill_columns.py",
+            "tests/test_stats.py",
+            "tests/test_kernels.py",
+        ],
     ),
     "identity": (  # a state's fingerprint of its source
         ["src/exactbatch/sources/identity.py"],
@@ -270,6 +275,11 @@ TARGETS = {
             "tests/tools/test_convert_columns.py",
             "tests/sources/test_hive.py",
         ],
+    ),
+    "selection": (  # DataLoader(features=, labels=): the columns a loader reads
+        ["src/exactbatch/sources/selection.py"],
+        ["exactbatch.sources.selection.*"],
+        ["tests/sources/test_selection.py"],
     ),
     "names": (  # column names: checked, kept, looked up
         ["src/exactbatch/ndf/names.py"],

@@ -48,6 +48,11 @@ The product (before the subsets below):
                  unsorted; the laws then hold over the subset's positions
                  (laws.subset_positions), the rows handed out being the
                  source's ids
+    columns      every column of the source, or (on a stride, every kind)
+                 DataLoader(features=, labels=) choosing the traceable
+                 columns of a source holding one more feature and one more
+                 label (by name where the kind has names, else by position):
+                 the laws hold over the selection, a state resumes under it
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -61,7 +66,8 @@ each ``next()``: the state counts only the batches handed out, and
 Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (2,016, and 501 over a subset): the whole product (3,360 allowed
+* ``test_epoch_laws`` (2,016, 501 over a subset, 65 over a column
+  selection): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
@@ -76,7 +82,8 @@ Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
-  40 of the random-access ones again over a subset (rows=).
+  40 of the random-access ones again over a subset (rows=), and 26 over a
+  column selection (features=, labels=).
 * ``test_resume_in_a_fresh_process`` (5).
 * ``test_read_error_once_*`` (184): every kind that can fail to read (the
   Arrow streams fail as the factory does, and are left to it) x
@@ -173,12 +180,15 @@ class Case:
     mode: str
     threads: int
     subset: bool = False  # rows=: a subset of a larger source
+    columns: bool = False  # features=/labels=: the loader's columns of a wider source
 
     def __str__(self) -> str:
         return (
             f"{self.kind}-{'shuf' if self.shuffle else 'seq'}"
             f"-{'drop' if self.drop_last else 'keep'}-S{self.shards}-pf{self.prefetch}"
-            f"-{self.mode}-t{self.threads}" + ("-rows" if self.subset else "")
+            f"-{self.mode}-t{self.threads}"
+            + ("-rows" if self.subset else "")
+            + ("-cols" if self.columns else "")
         )
 
     @property
@@ -261,6 +271,12 @@ RESUME_CASES += [
     for i, c in enumerate(RESUME_CASES)
     if c.kind in RANDOM_ACCESS_KINDS and i % 4 == 1
 ]
+# The columns axis (DataLoader(features=, labels=): the loader's columns of a source
+# holding one more feature and one more label, left out) on a stride: every kind.
+COLUMNS_CASES = [replace(c, columns=True) for i, c in enumerate(EPOCH_CASES) if i % 41 == 3]
+RESUME_CASES += [replace(c, columns=True) for i, c in enumerate(RESUME_CASES) if i % 14 == 2]
+# the source kinds whose columns have names (the others' are chosen by position)
+NAMED_KINDS = ("parquet", "dataframe", *ARROW_KINDS)
 
 
 def chunk_sizes(n: int, pattern) -> list[int]:
@@ -286,22 +302,26 @@ def make_spec(data_dir, request):
         n = case.pick(NS, "n") if n is None else n
         l = LABELS.get(case.kind, 1) if l is None else l  # noqa: E741
         spec = {"kind": case.kind, "n": n, "d": d, "l": l}
+        sd, sl = d, l  # the source's widths
+        if case.columns:  # one more feature, and one more label where the kind has labels
+            sd, sl = d + 1, l + 1 if LABELS.get(case.kind, 1) else 0
+            spec["source_d"], spec["source_l"] = sd, sl
         source_n = n + SUBSET_EXTRA if case.subset else n  # the rows the source holds
         if case.subset:
             spec["source_n"] = source_n
         if case.kind in ("list", "factory", "parquet", "chunks_double", *ARROW_KINDS):
             spec["chunks"] = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "chunks"))
         if case.kind in ("ndf", "ndf_blocks", "s3"):
-            spec["path"] = write_ndf(data_dir, source_n, d, l)
+            spec["path"] = write_ndf(data_dir, source_n, sd, sl)
         if case.kind in ("sharded", "sharded_blocks"):
             sizes = chunk_sizes(source_n, case.pick(CHUNK_PATTERNS, "parts"))
-            spec["path"] = write_sharded(data_dir, sizes, d, l)
+            spec["path"] = write_sharded(data_dir, sizes, sd, sl)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
         if case.kind == "parquet":
-            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], d, l)
+            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl)
         if case.kind == "arrow_file":
-            spec["path"] = write_arrow_file(data_dir, source_n, d, l, spec["chunks"])
+            spec["path"] = write_arrow_file(data_dir, source_n, sd, sl, spec["chunks"])
         if case.kind == "s3":
             s3 = request.getfixturevalue("s3_server")
             key = f"laws/{os.path.basename(spec['path'])}"
@@ -338,6 +358,12 @@ def make_spec(data_dir, request):
         if case.subset:  # scattered, unsorted ids: n of the source's source_n rows
             pick = np.random.default_rng(zlib.crc32(str(case).encode()))
             spec["loader"]["rows"] = pick.permutation(source_n)[:n].tolist()
+        if case.columns:  # x0..x{d-1} and y0..y{l-1}, by name or by position
+            named = case.kind in NAMED_KINDS
+            feats = [f"x{j}" for j in range(d)] if named else list(range(d))
+            labs = [f"y{k}" for k in range(l)] if named else list(range(sd, sd + l))
+            spec["loader"]["features"] = feats
+            spec["loader"]["labels"] = labs if sl else None
         spec["loader"].update(loader_changes)
         return spec
 
@@ -405,7 +431,7 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES])
+@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES])
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""

@@ -77,8 +77,9 @@ static PyMethodDef core_methods[] = {
     {"transform", transform_new, METH_VARARGS,
      "transform(mean, scale, fill)\n--\n\n"
      "A Transform for read(): each feature (v - mean) * scale as it is copied (mean and\n"
-     "scale 1-D float64 arrays of d values), a NaN then replaced by fill (a float, or\n"
-     "None to keep NaN)."},
+     "scale 1-D float64 arrays of d values), a NaN then replaced by fill (a float, a\n"
+     "1-D float64 array of d values, NaN where a column keeps its NaN, or None to keep\n"
+     "NaN)."},
     {"bijection", bijection, METH_VARARGS,
      "bijection(n, q, swap01, plan)\n--\n\n"
      "An epoch's keyed bijection (exactbatch.order.bijection), for rows() and map()."},

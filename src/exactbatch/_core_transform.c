@@ -4,7 +4,7 @@
 
 static void Transform_dealloc(TransformObject *self)
 {
-    PyMem_Free(self->mean); /* (scale lives in the same block) */
+    PyMem_Free(self->mean); /* (scale and fill live in the same block) */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -38,13 +38,23 @@ PyObject *transform_new(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOO:transform", &mean, &scale, &fill))
         return NULL;
     double value = 0.0;
-    if (fill != Py_None && (value = PyFloat_AsDouble(fill)) == -1.0 && PyErr_Occurred())
+    Py_buffer fb = {0};
+    int fill_vector = fill != Py_None && !PyFloat_Check(fill) && !PyLong_Check(fill);
+    if (fill_vector) {
+        if (vector(fill, "fill", &fb) < 0)
+            return NULL;
+    } else if (fill != Py_None && (value = PyFloat_AsDouble(fill)) == -1.0 && PyErr_Occurred())
         return NULL;
     Py_buffer mb, sb;
-    if (vector(mean, "mean", &mb) < 0)
+    if (vector(mean, "mean", &mb) < 0) {
+        if (fill_vector)
+            PyBuffer_Release(&fb);
         return NULL;
+    }
     if (vector(scale, "scale", &sb) < 0) {
         PyBuffer_Release(&mb);
+        if (fill_vector)
+            PyBuffer_Release(&fb);
         return NULL;
     }
     TransformObject *t = NULL;
@@ -54,24 +64,33 @@ PyObject *transform_new(PyObject *mod, PyObject *args)
                      "%zd", d, sb.shape[0]);
         goto done;
     }
+    if (fill_vector && fb.shape[0] != d) {
+        PyErr_Format(PyExc_ValueError, "transform: fill must be as long as mean (%zd); got "
+                     "%zd", d, fb.shape[0]);
+        goto done;
+    }
     t = (TransformObject *)TransformType.tp_alloc(&TransformType, 0);
     if (t == NULL)
         goto done;
-    t->mean = PyMem_Malloc((size_t)(2 * d + 1) * sizeof(double)); /* (+1: never 0 bytes) */
+    t->mean = PyMem_Malloc((size_t)(3 * d + 1) * sizeof(double)); /* (+1: never 0 bytes) */
     if (t->mean == NULL) {
         Py_CLEAR(t);
         PyErr_NoMemory();
         goto done;
     }
     t->scale = t->mean + d;
+    t->fill = t->mean + 2 * d; /* one fill a column: a scalar fill repeated */
     memcpy(t->mean, mb.buf, (size_t)mb.len);
     memcpy(t->scale, sb.buf, (size_t)sb.len);
+    for (Py_ssize_t c = 0; c < d; c++)
+        t->fill[c] = fill_vector ? ((const double *)fb.buf)[c] : value;
     t->d = d;
-    t->fill = value;
     t->fill_on = fill != Py_None;
 done:
     PyBuffer_Release(&mb);
     PyBuffer_Release(&sb);
+    if (fill_vector)
+        PyBuffer_Release(&fb);
     return (PyObject *)t;
 }
 

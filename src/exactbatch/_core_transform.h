@@ -1,6 +1,6 @@
 /*
  * A transform fused into the gather: each feature value (v - mean) * scale as it is
- * copied, NaN replaced by a fill, and the first row holding a NaN noted. Python's side
+ * copied, NaN replaced by its column's fill, and the first row holding a NaN noted. Python's side
  * and its pure NumPy twin are exactbatch.kernels.TransformKernel (same arithmetic, so
  * both backends give the same bits).
  */
@@ -13,14 +13,16 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t d;         /* features: the width of mean and scale */
     double *mean, *scale; /* d values each (scale = 1/sd, so a multiply, not a divide) */
-    double fill;          /* what a NaN becomes, when fill_on */
+    double *fill;         /* d values: what a NaN of each column becomes, when fill_on
+                             (a NaN fill: that column keeps its NaN) */
     int fill_on;
 } TransformObject;
 
 extern PyTypeObject TransformType;
 
 /* One row of w features from src (float64) into dst (float64, or float32 when f32) as
- * (v - mean) * scale, a NaN replaced by the fill when t has one. 1 when the row held a
+ * (v - mean) * scale, a NaN replaced by its column's fill when t has fills (a column
+ * whose fill is NaN keeps the NaN the arithmetic made). 1 when the row held a
  * NaN (a NaN out is a NaN in: mean and scale are finite, scale > 0), else 0. No
  * multiply-add is formed ((v - m) * s has none), so the bits are NumPy's. */
 /* a when flag (0 or 1), else b: a bitwise select, which vectorises where a ?: on
@@ -41,8 +43,7 @@ static inline int transform_row(char *restrict dst, const char *restrict src, Py
     /* Branch-free loops, one per output type and fill, so that each vectorises (a
      * 64-bit NaN flag a lane; a NaN kept is the very NaN the arithmetic made, as
      * NumPy's is). */
-    const double *restrict m = t->mean, *restrict s = t->scale;
-    const double fill = t->fill;
+    const double *restrict m = t->mean, *restrict s = t->scale, *restrict f = t->fill;
     int64_t nan = 0;
     if (f32 && t->fill_on) {
         float *restrict o = (float *)dst;
@@ -52,7 +53,7 @@ static inline int transform_row(char *restrict dst, const char *restrict src, Py
             v = (v - m[c]) * s[c];
             int64_t isnan_ = v != v;
             nan |= isnan_;
-            o[c] = (float)pick(isnan_, fill, v);
+            o[c] = (float)pick(isnan_ & (int64_t)(f[c] == f[c]), f[c], v);
         }
     } else if (f32) {
         float *restrict o = (float *)dst;
@@ -71,7 +72,7 @@ static inline int transform_row(char *restrict dst, const char *restrict src, Py
             v = (v - m[c]) * s[c];
             int64_t isnan_ = v != v;
             nan |= isnan_;
-            o[c] = pick(isnan_, fill, v);
+            o[c] = pick(isnan_ & (int64_t)(f[c] == f[c]), f[c], v);
         }
     } else {
         double *restrict o = (double *)dst;

@@ -138,7 +138,8 @@ def core():
 
 class TransformKernel:
     """A per-feature affine map fused into the gather: each feature ``v`` becomes
-    ``(v - mean) * scale``, then a NaN becomes ``fill`` (None: stays NaN).
+    ``(v - mean) * scale``, then a NaN becomes ``fill`` (None: stays NaN; a float
+    array of d values: each column's own fill, NaN where a column keeps its NaN).
 
     ``mean`` and ``scale`` are float64 arrays of d values (finite; scale > 0), so a
     NaN out is a NaN in. Both backends compute in float64 and round once to the
@@ -149,10 +150,14 @@ class TransformKernel:
 
     __slots__ = ("c", "fill", "mean", "scale")
 
-    def __init__(self, mean: np.ndarray, scale: np.ndarray, fill: float | None = None):
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, fill: float | np.ndarray | None = None):
         self.mean = np.ascontiguousarray(mean, dtype=np.float64)
         self.scale = np.ascontiguousarray(scale, dtype=np.float64)
-        self.fill = None if fill is None else float(fill)
+        self.fill: float | np.ndarray | None = None
+        if isinstance(fill, np.ndarray):
+            self.fill = np.ascontiguousarray(fill, dtype=np.float64)
+        elif fill is not None:
+            self.fill = float(fill)
         self.c = None if _BUILT is None else _BUILT.transform(self.mean, self.scale, self.fill)
 
     def apply(self, src: np.ndarray, out: np.ndarray) -> int:
@@ -164,7 +169,9 @@ class TransformKernel:
         nan = np.isnan(v)
         hit = np.asarray(nan.any(axis=1))
         first = int(hit.argmax()) if hit.any() else -1
-        if first >= 0 and self.fill is not None:
+        if first >= 0 and isinstance(self.fill, np.ndarray):  # a column's NaN fill keeps
+            np.copyto(v, self.fill, where=nan & ~np.isnan(self.fill))
+        elif first >= 0 and self.fill is not None:
             np.copyto(v, self.fill, where=nan)
         out[...] = v
         return first

@@ -25,7 +25,12 @@ Rules, each stated once:
   column with no value at all (``count`` 0 in the statistics: mean and sd
   None) gets mean 0 and sd 1; its NaN take the fill.
 * The fill is in the standardised space: ``nan_fill=0.0`` puts a missing
-  value at the column's mean. ``nan_fill=None`` keeps NaN.
+  value at the column's mean. ``nan_fill=None`` keeps NaN. A mapping
+  ``{name: value}`` gives each named feature its own fill (a column it does
+  not name keeps its NaN), so a missing category need not land on the
+  mean's code: the names meet the statistics' names (checked at
+  construction), or, for statistics without names, the loader's features
+  (checked when the loader is built; a source without names refuses it).
 * Arithmetic is float64, rounded once to the loader's dtype.
 
 Memory: three float64 arrays of one value per feature.
@@ -86,6 +91,38 @@ def _columns(stats) -> tuple[list, list, int | None, list | None]:
     )
 
 
+def _fill_key(key) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"nan_fill's keys must be column names (str); got {key!r}")
+    return key
+
+
+def _fill_value(value, key=None) -> float | None:
+    """A fill: a finite number as a float (None, in a mapping: the column keeps NaN)."""
+    what = "nan_fill" if key is None else f"nan_fill[{key!r}]"
+    if value is None and key is not None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        also = " (or None)" if key is not None else ", a mapping {name: number}, or None"
+        raise TypeError(f"{what} must be a number{also}; got {value!r}")
+    if not np.isfinite(float(value)):
+        raise ValueError(f"{what} must be finite; got {value!r}")
+    return float(value)
+
+
+def _fill_vector(fills: dict, names, what: str) -> np.ndarray:
+    """Each of ``names``' fill from the mapping ``fills`` (NaN: none, the NaN kept); a
+    name of ``fills`` not among ``names`` is a ``ValueError`` naming ``nan_fill``."""
+    unknown = [c for c in fills if c not in set(names)]
+    if unknown:
+        raise ValueError(
+            f"nan_fill names column(s) {_shown(unknown)} not among {what} {_shown(names)}"
+        )
+    out = np.array([np.nan if fills.get(c) is None else fills[c] for c in names])
+    out.setflags(write=False)
+    return out
+
+
 def _shown(names) -> str:
     names = list(names)
     return str(names if len(names) <= 20 else [*names[:20], "..."])
@@ -100,7 +137,12 @@ class Standardize:
     arrays. A column without values (mean and sd None) gets mean 0 and sd 1;
     a NaN, infinite or negative statistic is a ``ValueError``. ``nan_fill``: a
     finite number (in the standardised space: 0.0 is the mean) or None to
-    keep NaN.
+    keep NaN, for every feature; or a mapping ``{column name: number or
+    None}``, each named feature's own fill (the others keep NaN). A name the
+    statistics lack (or, without names in the statistics, that the loader's
+    features lack) is a ``ValueError`` naming ``nan_fill`` and the name; a
+    key that is not a str, or a value neither a number nor None, a
+    ``TypeError``.
 
     Statistics that name their columns (``info``'s and ``column_stats``' do:
     :attr:`names`) meet a loader's columns BY NAME: each feature the loader
@@ -117,10 +159,12 @@ class Standardize:
     widths are not known before).
     """
 
-    __slots__ = ("mean", "names", "nan_fill", "scale", "sd")
+    __slots__ = ("_fills", "mean", "names", "nan_fill", "scale", "sd")
 
     def __init__(
-        self, stats: Mapping[str, Any] | Sequence[Any] | Standardize, nan_fill: float | None = None
+        self,
+        stats: Mapping[str, Any] | Sequence[Any] | Standardize,
+        nan_fill: float | Mapping[str, float | None] | None = None,
     ) -> None:
         means, sds, features, names = _columns(stats)
         if features is not None and names is None:  # by position: the report's features
@@ -143,13 +187,16 @@ class Standardize:
                     f"stats: column {self._column(j)}'s {name} is {v[j]!r}; expected a "
                     "finite number" + (" >= 0" if name == "sd" else "")
                 )
-        if nan_fill is not None:
-            if isinstance(nan_fill, bool) or not isinstance(nan_fill, numbers.Real):
-                raise TypeError(f"nan_fill must be a number or None; got {nan_fill!r}")
-            if not np.isfinite(nan_fill):
-                raise ValueError(f"nan_fill must be finite; got {nan_fill!r}")
-            nan_fill = float(nan_fill)
+        if isinstance(nan_fill, Mapping):
+            nan_fill = {_fill_key(k): _fill_value(v, k) for k, v in nan_fill.items()}
+        elif nan_fill is not None:
+            nan_fill = _fill_value(nan_fill)
         self.mean, self.sd, self.nan_fill = mean, sd, nan_fill
+        # each column's fill (NaN: keeps NaN) where nan_fill maps names and the columns
+        # have names; None otherwise (one fill, or a mapping waiting for for_columns)
+        self._fills: np.ndarray | None = None
+        if isinstance(nan_fill, dict) and self.names is not None:
+            self._fills = _fill_vector(nan_fill, self.names, "the statistics' columns")
         # 1/sd once per column (a constant column: 1); a subnormal sd whose
         # reciprocal overflows is refused, as (v - mean) * inf would make NaN.
         with np.errstate(divide="ignore", over="ignore"):
@@ -179,6 +226,10 @@ class Standardize:
         uses, in its order: by name when both sides have names (a feature without
         statistics of its name is a ``ValueError`` naming it), else this one, by
         position (checked by :meth:`features` once the widths are known)."""
+        if features is not None and self.names is None and isinstance(self.nan_fill, dict):
+            out = self._copy(slice(None), self.names)  # by position, fills by the features'
+            out._fills = _fill_vector(self.nan_fill, list(features), "the loader's features")
+            return out
         if self.names is None or features is None:
             return self
         at = {c: j for j, c in enumerate(self.names)}
@@ -189,10 +240,15 @@ class Standardize:
                 f"{_shown(missing)}; its statistics are of {_shown(self.names)} (matched "
                 "by name: compute them over the columns the loader reads)"
             )
-        pick = np.array([at[c] for c in features], dtype=np.int64)
+        return self._copy(np.array([at[c] for c in features], dtype=np.int64), features)
+
+    def _copy(self, pick, names) -> Standardize:
+        """The statistics (and fills) of the columns ``pick``, named ``names``."""
         out = object.__new__(Standardize)
-        out.names, out.nan_fill = tuple(features), self.nan_fill
+        out.names = None if names is None else tuple(names)
+        out.nan_fill = self.nan_fill
         out.mean, out.sd, out.scale = self.mean[pick], self.sd[pick], self.scale[pick]
+        out._fills = None if self._fills is None else self._fills[pick]
         for a in (out.mean, out.sd, out.scale):
             a.setflags(write=False)
         return out
@@ -202,6 +258,7 @@ class Standardize:
         when the width is d or d + l; else a ``ValueError`` naming ``transform`` (and
         the source's columns, ``names``, when known)."""
         if self.width == d or (l is not None and self.width == d + l):
+            self._check_fills()
             return d
         also = "" if l is None else f" or d + l = {d + l} (features then labels)"
         cols = "" if names is None else f" {_shown(names)}"
@@ -213,7 +270,20 @@ class Standardize:
 
     def kernel(self, d: int) -> TransformKernel:
         """The gather's kernel for the first ``d`` columns."""
-        return TransformKernel(self.mean[:d], self.scale[:d], self.nan_fill)
+        self._check_fills()
+        fill = self._fills[:d] if self._fills is not None else self.nan_fill
+        assert not isinstance(fill, dict)  # (a mapping's fills are the vector)
+        return TransformKernel(self.mean[:d], self.scale[:d], fill)
+
+    def _check_fills(self) -> None:
+        """A ``ValueError`` naming ``transform`` when ``nan_fill`` maps names that no
+        columns' names have placed (statistics and source both without names)."""
+        if isinstance(self.nan_fill, dict) and self._fills is None:
+            raise ValueError(
+                f"transform: nan_fill maps column names ({_shown(self.nan_fill)}), but "
+                "neither the statistics nor the source name their columns: give "
+                "nan_fill as one number, or statistics with names"
+            )
 
     def __call__(self, x) -> np.ndarray:
         """The transform applied to ``x`` (rows, k), k <= :attr:`width` (the first k

@@ -14,6 +14,7 @@ from exactbatch.sources.categorical import check_code_dtype
 from exactbatch.sources.chunks import ChunkList, Stream
 from exactbatch.sources.columns import column_names, source_categories
 from exactbatch.sources.kinds import open_source
+from exactbatch.sources.selection import select_columns
 
 __all__ = [
     "BatchSpec",
@@ -28,12 +29,20 @@ __all__ = [
 
 
 def open_feed(
-    source, spec: BatchSpec, total_size="auto", buffer_size: int | None = None, rows=None
+    source,
+    spec: BatchSpec,
+    total_size="auto",
+    buffer_size: int | None = None,
+    rows=None,
+    columns: tuple = (None, None),
 ) -> Feed:
     """The feed for ``source``: a stream's, or a random-access reader's (of the subset
-    ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``)."""
+    ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``);
+    ``columns``: the loader's ``(features, labels)`` selection
+    (:func:`~exactbatch.sources.selection.select_columns`)."""
     if spec.elastic and isinstance(source, list):  # elastic reads a list chunk by chunk
         source = ChunkList(source)
+    source = select_columns(source, *columns)
     opened = open_source(source)
     try:
         names, cats = column_names(source, opened), source_categories(source, opened)

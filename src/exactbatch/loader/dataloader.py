@@ -10,7 +10,7 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Literal
 
@@ -105,31 +105,23 @@ class DataLoader(Reports):
     reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
     else 0).
 
-    ``dtype`` (``np.float64`` or ``np.float32``, else ``ValueError``; the
-    :attr:`dtype` attribute) is the batches' dtype, whatever the source
-    holds: rows are cast as they are gathered, so a float32 batch costs no
-    second pass (and half the bytes to write).
+    ``dtype`` (``np.float64`` or ``np.float32``): the batches' dtype, cast as
+    rows are gathered (no second pass).
 
-    ``with_rows=True`` (a ``bool``, else ``TypeError``; the :attr:`with_rows`
-    attribute): every batch is ``(x, y, rows)``, ``rows`` a new int64 array of
-    the batch's global row ids, in the batch's row order - for random access
-    the row's index in the source (a sharded dataset's global row), for a
-    stream the row's position in the stream's unshuffled order (Parquet: the
-    row across the files, in file order). They are the ids the epoch ledger
-    digests, so every epoch's ids are each of its promised rows exactly once.
-    :meth:`next_into` then takes a third buffer. The setting does not change
-    the order, nor a state: a state resumes under either. Without it, nothing
-    is spent on ids.
+    ``with_rows=True`` (a ``bool``): every batch is ``(x, y, rows)``, ``rows`` a
+    new int64 array of the batch's global row ids, in its row order - for
+    random access the row's index in the source (a sharded dataset's global
+    row), for a stream the row's position in its unshuffled order (Parquet:
+    across the files, in file order): the ids the epoch ledger digests.
+    :meth:`next_into` then takes a third buffer. It changes neither the
+    order nor a state.
 
     ``rows`` (random access only; a stream is a ``TypeError``): an int array
     of distinct row ids of the source, e.g. one part of
     :func:`exactbatch.split`. The loader then serves that subset as if it were
-    the whole source: ``n`` and ``total_size`` are its length, shards split
-    it, a shuffle permutes it, unshuffled epochs follow its order, and every
+    the whole source (``n`` and ``total_size`` are its length), and every
     guarantee above holds over it. Batches gather the source's rows through
-    the ids (no copy of the data; the ids are copied once); the ledger
-    digests the source's row ids (``with_rows`` hands out those ids), and a
-    state records a hash of the ids.
+    the ids (no copy of the data); a state records a hash of the ids.
     Ids out of range are an ``IndexError``, an id given twice a
     ``ValueError``, a non-integer dtype a ``TypeError``, each naming ``rows``.
 
@@ -145,6 +137,12 @@ class DataLoader(Reports):
     refuses a batch holding a NaN with a ``ValueError`` naming the row id and
     the column. Row ids are row numbers in the source (random access) or
     positions in the stream's unshuffled order.
+
+    ``features``/``labels`` (None, or lists of column names or positions): the
+    source's columns a loader reads, in each role, on every kind of source
+    (:mod:`exactbatch.sources.selection`): ``features=None`` is the source's
+    features not chosen as labels, ``labels=None`` its labels. A state
+    records the choice and refuses another's.
 
     ``threads`` (None, or an int >= 1: else ``TypeError``/``ValueError``
     naming ``threads``; the :attr:`threads` attribute): the threads that
@@ -188,6 +186,8 @@ class DataLoader(Reports):
         threads: int | None = None,
         progress: Callable[[dict], object] | None = None,
         progress_every: float = 10.0,
+        features: Sequence[str | int] | str | int | None = None,
+        labels: Sequence[str | int] | str | int | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0, maximum=None)
@@ -216,7 +216,8 @@ class DataLoader(Reports):
         self.dtype, self.label_dtype = spec.dtype, output.ydtype
         self.transform, self.nan, self.with_rows = transform, nan, spec.with_rows
         threads = check_int("threads", threads, 1, optional=True)
-        self._feed = open_feed(source, spec, total_size, self.buffer_size, rows)
+        columns = (features, labels)
+        self._feed = open_feed(source, spec, total_size, self.buffer_size, rows, columns)
         self.threads = threads  # not in a state: it does not change a batch's bytes
         self._feed.use_threads(threads)
         self.total_size = self._feed.total_size

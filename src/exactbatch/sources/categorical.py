@@ -31,9 +31,12 @@ What it costs: the first pass reads the categorical columns once (in
 Parquet, only their column chunks). The lookups are built once per
 vocabulary, never per batch: numbers are coded by a table (integers in a
 range a few times the vocabulary's size) or a binary search of the sorted
-entries, in NumPy; other values (strings, booleans) by one hash lookup per
-DISTINCT value of the batch. Memory: the vocabulary, its hash and its
-float64 keys. A loader whose dtype cannot hold every code exactly
+entries, in NumPy; strings against a vocabulary of strings by their 64-bit
+keys, a whole chunk at once (:mod:`exactbatch.sources.string_keys`: no
+Python per row or per distinct value); other values (booleans, mixed kinds)
+by one hash lookup per DISTINCT value of the batch. Memory: the vocabulary,
+its hash and its float64 keys (strings: 16 bytes an entry and one Arrow
+array of them). A loader whose dtype cannot hold every code exactly
 (float32 past 2**24 categories' codes, float16 past 2**11) refuses the
 source (:func:`check_code_dtype`).
 """
@@ -42,6 +45,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+
+from exactbatch.sources.string_keys import StringIndex
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
 __all__ += ["code", "vocabularies"]
@@ -166,12 +171,29 @@ class Vocabulary:
     a binary search (no hash of the whole vocabulary per batch).
     """
 
-    __slots__ = ("_codes", "_numbers", "column", "values")
+    __slots__ = ("_all_str", "_codes", "_numbers", "_strings", "column", "values")
 
     def __init__(self, column: str, values: Sequence):
         self.column, self.values = column, list(values)
         self._codes: dict | None = None  # _key(value) -> code
         self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
+        self._strings: StringIndex | None | bool = False  # False: not built yet
+        self._all_str: bool | None = None
+
+    @property
+    def strings(self) -> bool:
+        """Is every entry a string (and is there one)? (Found once.)"""
+        if self._all_str is None:
+            self._all_str = bool(self.values) and all(type(v) is str for v in self.values)
+        return self._all_str
+
+    def _string_index(self) -> StringIndex | None:
+        """The vectorised index of a vocabulary of strings only (None: another, or two
+        entries whose keys collide: the hash codes them)."""
+        if self._strings is False:
+            self._strings = StringIndex.of(self.values) if self.strings else None
+        assert self._strings is not True
+        return self._strings
 
     def _lookup(self) -> dict:
         if self._codes is None:
@@ -230,6 +252,11 @@ class Vocabulary:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
+            col = col.chunk(0)
+        coded = self._strings_coded(col)
+        if coded is not None:  # strings against strings: vectorised
+            return self._checked(coded[0], coded[1], col, where, first_row)
         col = _plain(col)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -266,6 +293,35 @@ class Vocabulary:
             unknown = valid & (out == -1.0)
             out[~valid] = np.nan  # null, NaN: missing, never coded
         return self._checked(out, unknown, col, where, first_row)
+
+    def _strings_coded(self, col):
+        """``(codes, unknown)`` of a string column (an Array, plain or dictionary-encoded)
+        against a vocabulary of strings, a chunk at once: its distinct values (its
+        dictionary, or Arrow's ``dictionary_encode``, in C) coded by the vocabulary's
+        :class:`StringIndex`, then taken by the indices; None for anything else."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = getattr(col, "type", None)
+        if isinstance(col, pa.ChunkedArray) or t is None:
+            return None
+        value = t.value_type if pa.types.is_dictionary(t) else t
+        if not (pa.types.is_string(value) or pa.types.is_large_string(value)):
+            return None
+        index = self._string_index()
+        if index is None:
+            return None
+        enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
+        codes, found = index.codes(enc.dictionary)
+        valid = enc.indices.is_valid().to_numpy(zero_copy_only=False)
+        idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.intp)
+        if not len(codes):  # (every value null)
+            return np.full(len(col), np.nan), np.zeros(len(col), dtype=bool)
+        out = codes[idx]
+        unknown = valid & ~found[idx]
+        out[~valid] = np.nan  # null: missing, never coded
+        return out, unknown
 
     def _dense(self, xi):
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""

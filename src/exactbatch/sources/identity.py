@@ -4,7 +4,9 @@ A fingerprint is small plain data (JSON-safe): ``n``, ``d``, ``l``, the
 column ``names`` where the source has real ones (a names sidecar, a
 manifest, Parquet columns; None for arrays), the file or manifest identity,
 a ``sample`` hash and, with ``DataLoader(rows=)``, the subset (``rows``:
-its count and a hash of its ids, in order).
+its count and a hash of its ids, in order); with ``DataLoader(features=,
+labels=)``, the chosen columns (``selection``: their positions among the
+source's columns, and their names; :mod:`exactbatch.sources.selection`).
 
 * An ``.ndf`` file: its ``path``, ``size`` in bytes and ``mtime`` in ns, and
   a ``sample``: a hash of up to 64 rows at fixed positions (spread evenly
@@ -37,7 +39,7 @@ one is recorded by its kind alone: no attribute of it is guessed at.
 
 What :func:`differences` compares - what makes data "other" - is what
 describes the rows' content and order: n, d, l, names, the sample, the
-manifest's and the Parquet files' hashes, and the subset. The
+manifest's and the Parquet files' hashes, the subset and the column selection. The
 paths and mtimes are recorded to name the data in an error, and never
 compared: the same file copied to another path, to a node-local disk or
 restored from a backup (which moves its mtime) is the same data, and a state
@@ -68,7 +70,8 @@ __all__ += ["stream_identity"]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
-COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "rows")
+COMPARED = ("n", "d", "l", "names", "sample", "manifest", "files", "rows", "selection")
+_ALWAYS = ("rows", "selection")  # compared even where one side has none: a part differs
 
 
 def _hash(*parts: bytes) -> str:
@@ -264,11 +267,12 @@ def _size(path) -> int | None:
 def differences(theirs: dict, mine: dict) -> list[str]:
     """The keys of :data:`COMPARED` on which two fingerprints differ. A key either
     lacks (or holds None: not known, a stream not read yet) is not compared, but for
-    ``rows``: a subset and the whole source differ."""
+    ``rows`` and ``selection``: a subset and the whole source differ, as do chosen
+    columns and all of them."""
     out = []
     for key in COMPARED:
         a, b = theirs.get(key), mine.get(key)
-        if key != "rows" and (a is None or b is None):
+        if key not in _ALWAYS and (a is None or b is None):
             continue
         if a != b:
             out.append(key)

@@ -253,9 +253,13 @@ class ParquetSource:
     def _identity(self, path):
         return _identity(path) if self._fs is None else url_identity(self._fs.get(), path)
 
-    def _parquet_file(self, fi: int, metadata=None):
+    def _parquet_file(self, fi: int, metadata=None, dictionary=None):
+        """File ``fi`` opened; ``dictionary``: columns a local file hands out dictionary-
+        encoded (categorical strings: their row group's distinct values are coded once,
+        and Parquet's own dictionary pages are never expanded into strings)."""
         if self._fs is None:
-            return _pq().ParquetFile(for_arrow(self.files[fi]), metadata=metadata)
+            path = for_arrow(self.files[fi])
+            return _pq().ParquetFile(path, metadata=metadata, read_dictionary=dictionary)
         size = self._stats[fi][0]  # url_identity: (size, etag, version)
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 
@@ -301,7 +305,7 @@ class ParquetSource:
         path = self.files[fi]
         self._check_unchanged(fi)
         try:
-            pf = self._parquet_file(fi, metadata=self._meta[fi])
+            pf = self._parquet_file(fi, self._meta[fi], self._cols.string_codes or None)
             table = pf.read_row_group(g, columns=self._cols.file_columns)
         except FileNotFoundError:
             raise

@@ -193,6 +193,12 @@ class SourceColumns:
                     raise TypeError(f"column {c!r}: {e}") from None
 
     @property
+    def string_codes(self) -> list[str]:
+        """The files' columns coded against vocabularies of strings (read dictionary-
+        encoded: :meth:`Vocabulary.encode` codes each distinct value once)."""
+        return [c for c in self.file_columns if c in self.vocab and self.vocab[c].strings]
+
+    @property
     def categories(self) -> dict[str, list]:
         """``{column: [value, ...]}``: code ``j`` is the ``j``-th value."""
         return {c: list(v.values) for c, v in self.vocab.items()}

@@ -1,0 +1,134 @@
+"""Strings coded against a vocabulary, a whole Arrow array at a time (no Python per row).
+
+A vocabulary of strings is indexed once (:class:`StringIndex`): each entry's
+64-bit key - a polynomial hash of its UTF-8 bytes and its length, computed
+from the Arrow array's offsets and bytes in a few NumPy passes
+(:func:`string_keys`) - sorted, with the entry's code beside it. A chunk is
+then coded in NumPy and Arrow alone: its keys, their buckets among the sorted
+keys, and a check that the entry found is EQUAL to the value (Arrow's
+``equal`` over the chunk), so two strings whose keys collide can never share
+a code: a value whose key matches no entry, or matches an entry that is
+another string, is unknown. A vocabulary in which two entries share a key
+(never seen; possible only for strings built to collide) is not indexed:
+:meth:`StringIndex.of` returns None, and the caller codes by its hash table.
+
+What it costs a chunk: three passes over its bytes and a few over its
+strings, a read of each key's bucket (the sorted keys cut by their top bits,
+4 to 8 buckets an entry), and one take and compare of the strings found.
+Memory: the keys and codes (16 bytes an entry), the bucket starts (32 to 64
+bytes an entry) and the
+vocabulary as one Arrow array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["StringIndex", "string_keys"]
+
+_P = np.uint64(0x100000001B3)  # the FNV prime: odd, so every power is too
+_LENGTH = np.uint64(0x9E3779B97F4A7C15)  # mixes the length in (a zero byte still counts)
+
+
+def _powers(k: int) -> np.ndarray:
+    """``P**0 .. P**(k-1)`` modulo 2**64."""
+    out = np.full(max(k, 1), _P, dtype=np.uint64)
+    out[0] = 1
+    return np.cumprod(out, dtype=np.uint64)
+
+
+def string_keys(arr) -> np.ndarray:
+    """The uint64 key of each string of ``arr`` (a pyarrow ``string`` or
+    ``large_string`` Array, not chunked): ``sum((byte_i + 1) * P**(len - 1 - i))``
+    plus the length times a constant, modulo 2**64, then mixed (:func:`_mixed`); a
+    null's key is its bytes' (callers mask nulls)."""
+    import pyarrow as pa
+
+    n = len(arr)
+    bufs = arr.buffers()
+    wide = pa.types.is_large_string(arr.type)
+    offs = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32)
+    offs = offs[arr.offset : arr.offset + n + 1].astype(np.int64)
+    lens = np.diff(offs)
+    keys = lens.astype(np.uint64) * _LENGTH
+    if n == 0 or offs[-1] == offs[0]:
+        return _mixed(keys)
+    data = np.frombuffer(bufs[2], dtype=np.uint8)[offs[0] : offs[-1]]
+    # each byte's power: its distance from its string's end
+    ends = np.repeat(offs[1:] - offs[0], lens)
+    from_end = ends - 1 - np.arange(len(data), dtype=np.int64)
+    terms = np.zeros(len(data) + 1, dtype=np.uint64)  # (+1: a last empty string's start)
+    terms[:-1] = (data.astype(np.uint64) + np.uint64(1)) * _powers(int(lens.max()))[from_end]
+    sums = np.add.reduceat(terms, offs[:-1] - offs[0])  # (an empty string's: dropped)
+    keys += np.where(lens > 0, sums, np.uint64(0))
+    return _mixed(keys)
+
+
+def _mixed(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: every bit of a key moves its top bits (the buckets')."""
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+class StringIndex:
+    """A string vocabulary's sorted keys and codes (module docs); made by :meth:`of`."""
+
+    __slots__ = ("_codes", "_keys", "_most", "_shift", "_starts", "_values")
+
+    def __init__(self, values, keys: np.ndarray, order: np.ndarray):
+        self._values, self._keys = values, keys[order]
+        self._codes = order.astype(np.float64)
+        # buckets by a key's top bits, most with one entry or none: a key's candidates are the
+        # sorted keys from its bucket's start (no binary search: one read, rarely more)
+        bits = max(1, int(len(keys)).bit_length() + 2)  # 4 to 8 buckets an entry
+        self._shift = np.uint64(64 - bits)
+        tops = (self._keys >> self._shift).astype(np.int64)
+        self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
+        self._most = int(np.diff(self._starts).max()) if len(keys) else 0
+
+    @classmethod
+    def of(cls, values: list[str]) -> StringIndex | None:
+        """The index of the vocabulary ``values`` (code ``j`` is ``values[j]``), or None
+        when two of its entries share a key."""
+        import pyarrow as pa
+
+        arr = pa.array(values, type=pa.large_string())
+        keys = string_keys(arr)
+        order = np.argsort(keys, kind="stable")
+        if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+            return None
+        return cls(arr, keys, order)
+
+    def codes(self, col) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, found)`` of ``col`` (a string Array, not chunked): float64 codes
+        (NaN where no entry is equal: null, or not in the vocabulary) and whether an
+        entry equal to the value was found."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(col)
+        if n == 0 or len(self._keys) == 0:
+            return np.full(n, np.nan), np.zeros(n, dtype=bool)
+        keys = string_keys(col)
+        tops = (keys >> self._shift).astype(np.int64)
+        at, ends = self._starts[tops], self._starts[tops + 1]
+        found = np.zeros(n, dtype=bool)
+        look = np.flatnonzero(at < ends)  # the keys whose bucket is not empty
+        for _ in range(self._most):  # the bucket's entries, one round each
+            hit = self._keys[at[look]] == keys[look]
+            found[look[hit]] = True
+            look = look[~hit]
+            at[look] += 1
+            look = look[at[look] < ends[look]]
+            if not len(look):
+                break
+        at = np.minimum(at, len(self._keys) - 1)
+        codes = self._codes[at]
+        entries = self._values.take(pa.array(codes.astype(np.int64)))
+        same = pc.equal(entries, col.cast(pa.large_string()))  # (a collision: False)
+        found &= same.fill_null(False).to_numpy(zero_copy_only=False)
+        return np.where(found, codes, np.nan), found
