@@ -9,6 +9,7 @@
 #include "_core.h"
 
 #include "_core_bijection.h"
+#include "_core_columns.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
 #include "_core_split.h"
@@ -80,6 +81,11 @@ static PyMethodDef core_methods[] = {
      "scale 1-D float64 arrays of d values), a NaN then replaced by fill (a float, a\n"
      "1-D float64 array of d values, NaN where a column keeps its NaN, or None to keep\n"
      "NaN)."},
+    {"columns_into", columns_into, METH_VARARGS,
+     "columns_into(cols, start, out)\n--\n\n"
+     "out[i, j] = cols[j][start + i]: rows of 1-D float64 C-contiguous columns into out, a\n"
+     "2-D float64 or float32 array of len(cols) values a row, side by side (its rows any\n"
+     "stride apart), cast as they are copied, with the GIL released."},
     {"bijection", bijection, METH_VARARGS,
      "bijection(n, q, swap01, plan)\n--\n\n"
      "An epoch's keyed bijection (exactbatch.order.bijection), for rows() and map()."},

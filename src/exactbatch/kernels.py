@@ -52,6 +52,7 @@ __all__ = [
     "FileChanged",
     "TransformKernel",
     "backend",
+    "columns_into",
     "core",
     "file_rows",
     "gather",
@@ -306,3 +307,25 @@ def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.nd
     out_x, out_y = batch_pair(len(rows), x.shape[1], y.shape[1], dtype)
     memory_rows(x, y).read(rows, out_x, out_y)
     return out_x, out_y
+
+
+# columns_into's pure path writes this much of the output's rows at a time: a tile
+# stays in the core's cache while each column is written into it.
+_TILE_BYTES = 512 << 10
+
+
+def columns_into(cols, start: int, out: np.ndarray) -> None:
+    """``out[i, j] = cols[j][start + i]``: rows of 1-D float64 C-contiguous columns into
+    ``out`` (a 2-D float64 or float32 array of ``len(cols)`` values a row, side by side,
+    its rows any stride apart: a batch, or a shuffle buffer's x or y), cast as they are
+    copied. The compiled core copies a block of rows at a time with the GIL released;
+    the pure path a tile at a time, column by column; the same bits either way."""
+    if _CORE is not None:
+        _CORE.columns_into(cols, start, out)
+        return
+    k = out.shape[0]
+    step = max(1, _TILE_BYTES // max(1, out.strides[0]))
+    for a in range(0, k, step):
+        z = min(k, a + step)
+        for j, v in enumerate(cols):
+            out[a:z, j] = v[start + a : start + z]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import batch_digests, rows_digest
@@ -188,7 +189,8 @@ def fill_rows(chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> Non
         return
     x, y, id0 = chunk
     bx, by = sides(bw, x.shape[1])
-    bx[:], by[:] = x[pos : pos + take], y[pos : pos + take]
+    put(bx, x[pos : pos + take])  # (from a chunk's columns: straight into the rows)
+    put(by, y[pos : pos + take])
     bh[:] = row_ids(id0, pos, take)
 
 

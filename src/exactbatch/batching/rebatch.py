@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
 
@@ -69,8 +70,8 @@ def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterat
         if filled:
             pos = min(b - filled, rows)
             cx, cy = _room(cx, cy, filled + pos, b, dtype=dtype)
-            cx[filled : filled + pos] = x[:pos]
-            cy[filled : filled + pos] = y[:pos]
+            put(cx[filled : filled + pos], x[:pos])
+            put(cy[filled : filled + pos], y[:pos])
             carried += digest(id0, id0 + pos)
             filled += pos
             if with_rows:
@@ -82,7 +83,8 @@ def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterat
                 runs.clear()
         while rows - pos >= b:
             bx, by = batch_pair(b, x.shape[1], y.shape[1], dtype)
-            bx[:], by[:] = x[pos : pos + b], y[pos : pos + b]  # a copy, cast as it copies
+            put(bx, x[pos : pos + b])  # a copy, cast as it copies
+            put(by, y[pos : pos + b])
             if with_rows:
                 ids = np.arange(id0 + pos, id0 + pos + b, dtype=np.int64)
                 yield [(bx, by, digest(id0 + pos, id0 + pos + b), ids)]
@@ -92,8 +94,8 @@ def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterat
         if pos < rows:
             filled = rows - pos
             cx, cy = _room(None, None, filled, b, x.shape[1], y.shape[1], dtype)
-            cx[:filled] = x[pos:]
-            cy[:filled] = y[pos:]
+            put(cx[:filled], x[pos:])
+            put(cy[:filled], y[pos:])
             carried = digest(id0 + pos, id0 + rows)
             if with_rows:
                 runs.append((id0 + pos, id0 + rows))

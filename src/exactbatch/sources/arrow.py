@@ -11,13 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
+from exactbatch.batching.column_chunk import Columns
 from exactbatch.checks import check_int
 
-__all__ = ["ArrowRows", "fill_columns", "fill_float64"]
-
-# fill_columns writes this much of the output's rows at a time: a tile stays in the
-# core's cache (2 MiB of L2 here) while each column is written into it.
-_TILE_BYTES = 512 << 10
+__all__ = ["ArrowRows", "column_chunk", "fill_columns", "fill_float64"]
 
 
 def fill_float64(col, out: np.ndarray) -> None:
@@ -47,19 +44,19 @@ def fill_float64(col, out: np.ndarray) -> None:
 
 def fill_columns(cols, out: np.ndarray) -> None:
     """``out[:, j] = cols[j]`` for every column (Arrow arrays or chunked arrays of
-    numbers, ``len(out)`` values each) as float64, nulls as NaN.
+    numbers, ``len(out)`` values each) as float64, nulls as NaN; ``out`` float64 or
+    float32 (cast as copied), each row's values side by side.
 
-    Written a tile of rows at a time: column by column, each column's 8 bytes
-    a row would pull the whole of ``out`` through the cache again, once a
-    column (2.2x slower for 16 columns of 64K rows, `out` new).
-    """
-    n = out.shape[0]
-    values = [_values(col, n) for col in cols]
-    step = max(1, _TILE_BYTES // max(1, out.strides[0]))
-    for a in range(0, n, step):
-        z = min(n, a + step)
-        for j, v in enumerate(values):
-            out[a:z, j] = v[a:z]
+    Straight from the columns' buffers into the rows
+    (:func:`exactbatch.kernels.columns_into`, a block of rows at a time)."""
+    column_chunk(cols, out.shape[0]).into(out)
+
+
+def column_chunk(cols, n: int) -> Columns:
+    """``cols`` (Arrow arrays or chunked arrays of numbers, ``n`` values each) as a
+    :class:`~exactbatch.batching.column_chunk.Columns`: views of their buffers where
+    they are float64 without nulls, else float64 copies (nulls as NaN)."""
+    return Columns([_values(col, n) for col in cols], n)
 
 
 def _values(col, n: int) -> np.ndarray:

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.sources.arrow import fill_columns
+from exactbatch.batching.column_chunk import Columns
+from exactbatch.sources.arrow import column_chunk
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
 from exactbatch.sources.identity import column_names
 from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
@@ -301,6 +302,13 @@ class ArrowStream:
         )
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for x, y in self.column_chunks():
+            yield np.asarray(x), np.asarray(y)
+
+    def column_chunks(self) -> Iterator[tuple[Columns, Columns]]:
+        """A fresh pass, each batch's ``(x, y)`` held column by column (the
+        :class:`~exactbatch.sources.protocols.StreamHooks` hook): a loader copies
+        their rows straight into its batches, with no row-major copy first."""
         names, d = self.features + self.labels, len(self.features)
         it, first = iter(self._batches()), 0
         try:
@@ -314,11 +322,7 @@ class ArrowStream:
                     v, at = self._vocab, f"{self.owner}: a batch"
                     cols = [code(c, a, v, at, first) for c, a in zip(names, cols, strict=True)]
                 first += batch.num_rows
-                x = np.empty((batch.num_rows, d), dtype=np.float64)
-                y = np.empty((batch.num_rows, len(names) - d), dtype=np.float64)
-                fill_columns(cols[:d], x)
-                fill_columns(cols[d:], y)
-                yield x, y
+                yield column_chunk(cols[:d], batch.num_rows), column_chunk(cols[d:], batch.num_rows)
         finally:
             close = getattr(it, "close", None)
             if close is not None:

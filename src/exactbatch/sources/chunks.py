@@ -23,6 +23,7 @@ import collections.abc as cabc
 import numpy as np
 
 from exactbatch.arrays import as_numpy
+from exactbatch.batching.column_chunk import Columns
 from exactbatch.sources.protocols import StreamHooks, stream_hooks
 
 __all__ = [
@@ -48,7 +49,9 @@ class ChunkTypeError(ChunkError, TypeError):
     """A chunk holds something other than real numbers (also a ``TypeError``)."""
 
 
-def _chunk_array(a, what: str, index: int) -> np.ndarray:
+def _chunk_array(a, what: str, index: int):
+    if isinstance(a, Columns):  # float64 columns already (column_chunks)
+        return a
     try:
         arr = as_numpy(a, what)  # a chunk may be a DataFrame, a tensor, ... as well
     except TypeError as e:
@@ -150,14 +153,16 @@ class Stream:
         return self.hooks.chunk_indexed
 
     def open(self):
-        return iter(self.source)
+        columns = self.hooks.column_chunks
+        return iter(self.source) if columns is None else columns()
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0
 
 
 class IterableStream(Stream):
-    """A re-iterable of chunks: ``iter(source)`` is called once per pass."""
+    """A re-iterable of chunks: ``iter(source)`` is called once per pass (its
+    ``column_chunks()`` where it has one: chunks held column by column)."""
 
 
 class ChunkIndexedStream(Stream):

@@ -45,6 +45,14 @@ costs more:
   :func:`~exactbatch.sources.passes.read_depth`) reads through it even where
   the source has ``read_rows_into`` too (which reads one chunk at a time).
 
+And of any stream:
+
+* ``column_chunks()``: a fresh pass, as ``(x, y)`` pairs of
+  :class:`~exactbatch.batching.column_chunk.Columns` (chunks held column by
+  column, copied straight into batches), read instead of iterating the
+  source (the Arrow-family streams have it). Without it, the source is
+  iterated.
+
 The two buffer hooks are used only by a shuffled pass, and only when the
 widths are known. A chunk of other rows than ``chunk_rows`` says is a
 ``ChunkError``.
@@ -172,8 +180,8 @@ class StreamHooks:
     """What a stream's source provides, looked up once (module docs): ``chunk_rows``
     (an int64 array) and ``read_chunk`` for a chunk source (else None, as for
     every hook it lacks), ``n_rows``, the widths ``d`` and ``l``, ``block_rows``,
-    and the callables ``identity``, ``will_need``, ``read_rows_into`` and
-    ``open_chunk``."""
+    and the callables ``identity``, ``will_need``, ``read_rows_into``,
+    ``open_chunk`` and ``column_chunks``."""
 
     chunk_rows: np.ndarray | None = None
     read_chunk: Callable | None = None
@@ -185,6 +193,7 @@ class StreamHooks:
     will_need: Callable | None = None
     read_rows_into: Callable | None = None
     open_chunk: Callable | None = None
+    column_chunks: Callable | None = None
 
     @property
     def chunk_indexed(self) -> bool:
@@ -222,10 +231,14 @@ def stream_hooks(source: Any) -> StreamHooks:
     identity = getattr(source, "identity", None)
     if identity is not None and not callable(identity):
         raise TypeError(f"{owner}.identity must be a method returning a dict; got {identity!r:.80}")
+    columns = getattr(source, "column_chunks", None)
+    if columns is not None and not callable(columns):
+        raise TypeError(f"{owner}.column_chunks must be a method; got {columns!r:.80}")
     common = {
         "n_rows": size("n_rows", 0),
         "block_rows": size("block_rows", 1),
         "identity": identity,
+        "column_chunks": columns,
     }
     if not is_chunk_source(source):
         return StreamHooks(**common)

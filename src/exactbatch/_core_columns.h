@@ -1,0 +1,13 @@
+/*
+ * Columns into rows: rows of float64 columns (an Arrow chunk's, as NumPy views of its
+ * buffers) copied straight into a batch's or a buffer's whole rows, cast as they are
+ * copied. The pure NumPy twin is exactbatch.kernels.columns_into (same bits).
+ */
+#ifndef EXACTBATCH_CORE_COLUMNS_H
+#define EXACTBATCH_CORE_COLUMNS_H
+
+#include "_core.h"
+
+PyObject *columns_into(PyObject *mod, PyObject *args);
+
+#endif

@@ -1,0 +1,133 @@
+"""Chunks held column by column (exactbatch.batching.column_chunk): copied straight
+into rows by exactbatch.kernels.columns_into, bit for bit the same on both backends;
+an Arrow stream's batches through them are its rows (nulls NaN, any numeric type,
+cast to the loader's dtype) in the same order, on both backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backends import built, on_backend
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import exactbatch
+from exactbatch import DataLoader, kernels
+from exactbatch.batching.column_chunk import Columns, put
+
+needs_core = pytest.mark.skipif(not built(), reason="the compiled core is not built")
+
+
+@needs_core
+@settings(max_examples=100)
+@given(data=st.data())
+def test_the_backends_copy_columns_into_rows_bit_for_bit(data):
+    n, w = data.draw(st.integers(1, 300)), data.draw(st.integers(0, 6))
+    start = data.draw(st.integers(0, n - 1))
+    k = data.draw(st.integers(0, n - start))
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    gap = data.draw(st.sampled_from([0, 3]))  # out: a whole array, or columns of wider rows
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    cols = [rng.standard_normal(n) * 10.0 ** rng.integers(-50, 50, n) for _ in range(w)]
+    if w:
+        cols[0][start] = np.nan
+    got = []
+    for name in ("compiled", "numpy"):
+        with on_backend(name), np.errstate(over="ignore"):
+            wide = np.zeros((k, w + gap), dtype=dtype)
+            kernels.columns_into(cols, start, wide[:, :w])
+            got.append(wide)
+    with np.errstate(over="ignore"):
+        want = np.stack(cols, axis=1)[start : start + k].astype(dtype) if w else got[0][:, :0]
+    np.testing.assert_array_equal(got[0][:, :w], want)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
+@needs_core
+def test_the_compiled_copy_refuses_short_columns_and_wrong_outputs():
+    cols = [np.arange(5.0), np.arange(5.0)]
+    with on_backend("compiled"):
+        with pytest.raises(ValueError, match="column 0 has 5 values"):
+            kernels.columns_into(cols, 2, np.empty((4, 2)))
+        with pytest.raises(ValueError, match=r"\(rows, 2\)"):
+            kernels.columns_into(cols, 0, np.empty((4, 3)))
+        with pytest.raises(TypeError, match="float64 or float32"):
+            kernels.columns_into(cols, 0, np.empty((4, 2), dtype=np.int64))
+        with pytest.raises(TypeError, match="column 1 must be 1-D float64"):
+            kernels.columns_into([cols[0], cols[1].astype(np.float32)], 0, np.empty((4, 2)))
+
+
+def test_a_column_chunk_slices_by_rows_and_reads_as_its_array():
+    cols = [np.arange(10.0), np.arange(10.0) * 2]
+    c = Columns(cols, 8, start=1)
+    want = np.stack(cols, axis=1)[1:9]
+    assert c.shape == (8, 2) and c.ndim == 2 and len(c) == 8
+    np.testing.assert_array_equal(np.asarray(c), want)
+    np.testing.assert_array_equal(np.asarray(c[2:5]), want[2:5])
+    np.testing.assert_array_equal(np.asarray(c[-3:]), want[-3:])
+    np.testing.assert_array_equal(c[::2], want[::2])
+    out = np.empty((3, 2), dtype=np.float32)
+    put(out, c[5:])
+    np.testing.assert_array_equal(out, want[5:].astype(np.float32))
+
+
+def _table(n: int):
+    import pyarrow as pa
+
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal(n) * 1e-3
+    nulls = rng.random(n) < 0.2
+    t = pa.table(
+        {
+            "a": pa.array(f),  # float64, no nulls: read in place
+            "b": pa.array(rng.integers(-(2**40), 2**40, n)),  # int64: float32 rounds it
+            "c": pa.array(rng.standard_normal(n).astype(np.float32)),
+            "d": pa.array(np.where(nulls, 0.0, f), mask=nulls),  # nulls: NaN
+            "y": pa.array(rng.integers(0, 3, n).astype(np.int8)),
+        }
+    )
+    return t, t.to_batches(max_chunksize=37)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_an_arrow_stream_gives_its_rows_alike_on_both_backends(shuffle, dtype):
+    import pyarrow as pa
+
+    table, batches = _table(500)
+
+    def reader():
+        return pa.RecordBatchReader.from_batches(table.schema, batches)
+
+    want = np.stack([table.column(c).to_numpy(zero_copy_only=False) for c in "abcd"], axis=1)
+    want = np.where(np.isnan(want.astype(np.float64)), np.nan, want).astype(np.float64)
+    names = ("compiled", "numpy") if built() else ("numpy",)
+    got = {}
+    for name in names:
+        with on_backend(name):
+            src = exactbatch.arrow_source(reader, features=list("abcd"), labels="y")
+            loader = DataLoader(
+                src, 64, shuffle=shuffle, seed=3, dtype=dtype, with_rows=True, total_size=500
+            )
+            parts = list(loader)
+            loader.close()
+        rows = np.concatenate([r for _, _, r in parts])
+        x = np.concatenate([bx for bx, _, _ in parts])
+        assert sorted(rows.tolist()) == list(range(500))  # each row once
+        np.testing.assert_array_equal(x, want[rows].astype(dtype))
+        got[name] = (x.tobytes(), rows.tobytes())
+    assert len(set(got.values())) == 1
+
+
+def test_iterating_an_arrow_stream_still_gives_float64_arrays():
+    import pyarrow as pa
+
+    table, batches = _table(100)
+    src = exactbatch.arrow_source(
+        lambda: pa.RecordBatchReader.from_batches(table.schema, batches),
+        features=list("abcd"),
+        labels="y",
+    )
+    chunks = list(src)
+    assert all(type(x) is np.ndarray and x.dtype == np.float64 for x, _ in chunks)
+    assert sum(len(x) for x, _ in chunks) == 100
