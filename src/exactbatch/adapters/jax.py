@@ -220,7 +220,7 @@ class JaxLoader:
             self._put_with = tuple(Putter(t, s) for t, s in zip(targets, key, strict=True))
         return self._put_with
 
-    def _host(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
+    def host_pair(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
         """``xb, yb`` in this dtype with ``rows_to`` rows (zeros below), copied only
         if needed (into memory aligned so that a CPU device aliases it, not copies it).
         Class labels (``DataLoader(label_dtype=...)``) stay integers: int32 as they
@@ -267,7 +267,7 @@ class JaxLoader:
                 f"a batch of {rows} rows does not divide evenly over the sharding's "
                 f"{self._pieces} devices: pass pad_last=True (or drop_last=True to the DataLoader)"
             )
-        host = self._host(xb, yb, b if self._masked else rows)
+        host = self.host_pair(xb, yb, b if self._masked else rows)
         put = to[0](host)
         if not self._masked:
             return host, put

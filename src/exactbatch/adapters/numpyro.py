@@ -217,7 +217,7 @@ def fit(
     batches = as_jax(loader)
     x0, y0 = first_batch(loader)
     # the first batch as the steps will see it: integer labels stay integers
-    xb, yb = batches._host(x0, y0, x0.shape[0])
+    xb, yb = batches.host_pair(x0, y0, x0.shape[0])
     trace = trace_model(model, xb, yb, model_kwargs, loader)
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
