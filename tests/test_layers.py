@@ -1,5 +1,7 @@
-"""The shape of the package: no import circle among exactbatch's modules, and no
-private name (``_name``) of one module used by another.
+"""The shape of the package: every import points down the layers (DESIGN.md's
+"Layering", docs/development.md's "The layout"), no import circle among
+exactbatch's modules, and no private name (``_name``) of one module used by
+another.
 
 Read from the source with ``ast``, so every import counts, including those
 made inside functions to defer them: a deferred import still ties two modules
@@ -28,6 +30,50 @@ def _modules() -> dict[str, pathlib.Path]:
 
 
 MODULES = _modules()
+
+
+# The layers, lowest first: a module imports only from its own layer or those below.
+# An entry ending in ".*" is a package and everything in it; any other names one module.
+LAYERS = (
+    (  # what every layer uses: errors, argument checks, arrays, the kernels, read-ahead
+        "foundations",
+        (
+            *(
+                f"exactbatch.{m}"
+                for m in "errors hints extras checks arrays dataset kernels prefetch".split()
+            ),
+            *(f"exactbatch.{m}" for m in "urls stats transform distributed".split()),
+        ),
+    ),
+    ("order", ("exactbatch.order.*",)),  # pure functions of ids: arrays in, never a source
+    ("ndf", ("exactbatch.ndf.*",)),  # the .ndf format
+    ("sources", ("exactbatch.sources.*",)),  # the readers, over the format
+    ("batching", ("exactbatch.batching.*",)),
+    ("feeds", ("exactbatch.feeds.*", "exactbatch.audit")),  # (the audit a feed's pass runs)
+    ("loader", ("exactbatch.loader.*", "exactbatch.certificate")),
+    (  # the front door (the package's public names) and the adapters
+        "adapters",
+        (
+            "exactbatch",
+            "exactbatch.adapters.*",
+            *(f"exactbatch.{m}" for m in "torch jax numpyro pymc dask ray".split()),
+        ),
+    ),
+    (
+        "command",
+        ("exactbatch.cli", "exactbatch.cli_args", "exactbatch.cli_parser", "exactbatch.tools.*"),
+    ),
+)
+
+
+def _layer_of(module: str, layers=LAYERS) -> int | None:
+    """The rank of ``module``'s layer (0 the lowest), or None when no layer names it."""
+    for rank, (_, entries) in enumerate(layers):
+        for entry in entries:
+            package = entry.removesuffix(".*")
+            if module == package or (entry.endswith(".*") and module.startswith(package + ".")):
+                return rank
+    return None
 
 
 def _private(name: str) -> bool:
@@ -138,6 +184,52 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(component) > 1:
                     out.append(sorted(component))
     return out
+
+
+def _upward(edges, layers=LAYERS) -> list[str]:
+    """Each ``(module, target, where)`` import whose target lies in a layer above the
+    module's, as a message."""
+    names = [name for name, _ in layers]
+    out = []
+    for module, target, where in edges:
+        a, b = _layer_of(module, layers), _layer_of(target, layers)
+        if a is not None and b is not None and b > a:
+            out.append(f"{where}: {module} ({names[a]}) imports {target} ({names[b]}), above it")
+    return out
+
+
+def _edges():
+    """``(module, target, "path:line")`` for every import of one of our modules by another."""
+    for m in MODULES:
+        for target, _, line in _imports(m)[1]:
+            if target != m and target in MODULES:
+                yield m, target, f"{MODULES[m].relative_to(SRC)}:{line}"
+
+
+def test_the_layer_checker_finds_an_upward_import():
+    """The direction check itself: down and sideways pass, up fails, by package or name."""
+    layers = (("low", ("p.low.*", "p.base")), ("high", ("p.high.*", "p")))
+    assert _layer_of("p", layers) == 1 and _layer_of("p.low", layers) == 0
+    assert _layer_of("p.low.x.y", layers) == 0 and _layer_of("p.other", layers) is None
+    down = [("p.high.a", "p.low.b", "a:1"), ("p.low.b", "p.base", "b:1"), ("p", "p.high.a", "c:1")]
+    assert _upward(down, layers) == []
+    up = [("p.low.b", "p.high.a", "b:2"), ("p.base", "p", "d:3")]
+    assert _upward(up, layers) == [
+        "b:2: p.low.b (low) imports p.high.a (high), above it",
+        "d:3: p.base (low) imports p (high), above it",
+    ]
+
+
+def test_every_module_has_a_layer():
+    """A new module is placed in a layer (LAYERS above) before the direction is checked."""
+    assert [m for m in MODULES if _layer_of(m) is None] == []
+
+
+def test_imports_point_down_the_layers():
+    """No module imports one from a layer above its own (deferred imports included):
+    the order takes arrays, never a source; the sources never reach the batching; the
+    loader never the adapters."""
+    assert _upward(_edges()) == []
 
 
 def test_the_checker_finds_a_circle():

@@ -20,7 +20,6 @@ from exactbatch.ndf import (
     save_ndf_dataset,
 )
 from exactbatch.ndf.categories import categories
-from exactbatch.order.splits import kfold, split
 from exactbatch.sources.arrow_ipc import arrow_file
 from exactbatch.sources.arrow_table import arrow_source
 from exactbatch.sources.blocks import ndf_blocks
@@ -28,6 +27,7 @@ from exactbatch.sources.duckdb_relations import duckdb_source
 from exactbatch.sources.hf_datasets import hf_source
 from exactbatch.sources.parquet import ParquetSource, parquet_source
 from exactbatch.sources.polars_frames import polars_source
+from exactbatch.sources.splitting import kfold, split
 from exactbatch.transform import Standardize
 
 __all__ = [

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exactbatch.batching.gather import ChunkRead, buffer_arrays, read_whole, row_ids
+from exactbatch.batching.gather import buffer_arrays, read_whole, row_ids
+from exactbatch.sources.chunks import ChunkRead
 
 
 def test_a_spare_buffer_is_reused_when_it_fits():

@@ -203,3 +203,14 @@ def test_bad_keys_and_labels_are_clear_errors(tmp_path):
     save_ndf(tmp_path / "a.ndf", (x, y), features=["id", "b", "c"], labels=["t"])
     with pytest.raises(KeyError, match=r"stratify='shop': no such column"):
         split(open_ndf(tmp_path / "a.ndf"), (0.5, 0.5), stratify="shop")
+
+
+def test_the_order_takes_labels_as_arrays_never_a_column_name():
+    """The order's split of ids reads no source: a column name is refused, naming the
+    argument (exactbatch.split looks columns up, above the order)."""
+    from exactbatch.order.splits import kfold_rows, split_rows
+
+    with pytest.raises(TypeError, match="groups='g' names a column"):
+        split_rows(10, (0.5, 0.5), groups="g")
+    with pytest.raises(TypeError, match="key='id' names a column"):
+        kfold_rows(10, 2, key="id")

@@ -13,10 +13,10 @@ from doubles import ChunksDouble
 from helpers import make_data, write_parquet
 
 from exactbatch import DataLoader, parquet_source
-from exactbatch.batching.gather import WholeRows
 from exactbatch.feeds import streamed
 from exactbatch.prefetch import ReadAhead
 from exactbatch.sources import passes
+from exactbatch.sources.chunks import WholeRows
 from exactbatch.sources.passes import AHEAD_SHARE, read_depth
 
 WAIT = 30  # seconds: a read that never comes fails the test instead of hanging it

@@ -138,7 +138,7 @@ def shuffle_buffer(
     """Yield shuffled ``(x, y, digest)`` batches (``(x, y, digest, rows)`` ``with_rows``:
     the int64 ids of its rows, the ones the digest is of) of ``batch_size`` rows, in groups
     (lists of batches gathered together: see :func:`~exactbatch.batching.gather.gathered`), from
-    ``(x, y, id0)`` chunks (or :class:`~exactbatch.batching.gather.ChunkRead`:
+    ``(x, y, id0)`` chunks (or :class:`~exactbatch.sources.chunks.ChunkRead`:
     rows a source reads straight into the buffer).
 
     ``buffer_size`` is in rows; None means as many rows as fill

@@ -113,7 +113,7 @@ def shuffle_halves(
     chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64, with_rows=False
 ) -> Iterator:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
-    :class:`~exactbatch.batching.gather.ChunkRead`) mixed in a buffer of
+    :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
     thread; ``width`` is ``(d, l)``; the rest as for
     :func:`exactbatch.batching.buffer.shuffle_buffer`)."""

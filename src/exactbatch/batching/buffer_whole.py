@@ -34,7 +34,7 @@ def shuffle_whole(
     chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64, with_rows=False
 ) -> Iterator:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
-    :class:`~exactbatch.batching.gather.ChunkRead`) mixed in one buffer of
+    :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in one buffer of
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     bw: Any = None  # the buffer's rows and ids, made at the first chunk
     bh: Any = None

@@ -2,7 +2,8 @@
 into them, row ids, and batches gathered out of a permuted buffer.
 
 A buffer holds whole rows, x then y (float64), like an ``.ndf`` file: a
-source that can read rows straight into memory (:class:`ChunkRead`, from
+source that can read rows straight into memory
+(:class:`~exactbatch.sources.chunks.ChunkRead`, from
 ``ndf_blocks``) fills it with one positional read a block, and no block array
 of its own; any other chunk's x and y are copied into the rows' two sides.
 Batches are gathered several at a time (up to about 8 MiB, 1/8 of the
@@ -27,17 +28,15 @@ from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import batch_digests, rows_digest
+from exactbatch.sources.chunks import ChunkRead
 
 __all__ = [
-    "ChunkRead",
-    "WholeRows",
     "buffer_arrays",
     "chunk_size",
     "chunk_width",
     "drain",
     "fill_rows",
     "gathered",
-    "laid_out",
     "read_whole",
     "row_ids",
     "shaped_gather",
@@ -106,47 +105,6 @@ def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64, wit
         elif dropped is not None:
             dropped.add(len(rest), digest)
     return rest[:0]
-
-
-class ChunkRead:
-    """A chunk not read yet: ``rows`` rows from row ``id0`` on (of the stream, which
-    for a chunk-indexed source is the source's own row number), which
-    ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out`` has: a
-    C-contiguous float64 (k, d + l) array, x then y a row) straight into a
-    buffer's rows. One copy a row less than a chunk read into arrays of its
-    own, then copied."""
-
-    __slots__ = ("d", "id0", "l", "read_into", "rows")
-
-    def __init__(self, read_into, id0: int, rows: int, d: int, l: int):  # noqa: E741
-        self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
-
-
-class WholeRows:
-    """A chunk's rows from stream row ``first`` on, held as whole rows (``whole``: a
-    C-contiguous float64 (rows, d + l) array, x then y a row, as a buffer holds them):
-    :meth:`read_rows_into` copies them, one contiguous copy. What a chunk read ahead
-    on a thread of its own becomes (``ndf_blocks`` reads a block so;
-    :func:`laid_out` lays any other out)."""
-
-    __slots__ = ("first", "whole")
-
-    def __init__(self, whole: np.ndarray, first: int):
-        self.whole, self.first = whole, first
-
-    def read_rows_into(self, row: int, out: np.ndarray) -> None:
-        a = row - self.first
-        out[...] = self.whole[a : a + out.shape[0]]
-
-
-def laid_out(chunk, first: int, rows: int, width: int) -> WholeRows:
-    """``chunk`` (a :class:`~exactbatch.sources.protocols.RowsInto` of ``rows`` rows
-    from stream row ``first`` on, ``width`` values a row) as :class:`WholeRows`."""
-    if isinstance(chunk, WholeRows):
-        return chunk
-    whole = np.empty((rows, width), dtype=np.float64)
-    chunk.read_rows_into(first, whole)
-    return WholeRows(whole, first)
 
 
 def chunk_size(chunk) -> int:

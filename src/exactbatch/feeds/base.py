@@ -3,13 +3,15 @@
 A feed composes the three layers below it - an order (:mod:`exactbatch.order`),
 a reader or stream (:mod:`exactbatch.sources`), and the cutting of an epoch
 into batches (:mod:`exactbatch.batching`) - into what the loader hands out.
-The loader knows feeds only through :class:`Feed` and :class:`Epoch`.
+The loader knows feeds only through :class:`Feed` and :class:`Epoch`: these
+protocols list every method and attribute it calls on them (mypy checks each
+feed and epoch against them where the loader takes one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
 
-__all__ = ["BatchSpec", "Epoch", "Feed", "Job"]
+__all__ = ["BatchSpec", "ElasticFeed", "Epoch", "Feed", "Job", "Place"]
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,32 @@ class Job(Protocol):
     size: int
     digest: int
 
-    def fill(self, out_x, out_y) -> None: ...
+    def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
 
-    def fill_rows(self, out) -> None: ...
+    def fill_rows(self, out: np.ndarray) -> None: ...
 
-    def take(self): ...
+    def take(self) -> tuple[np.ndarray, ...]: ...
+
+
+class Place(Protocol):
+    """Where a state stands, as a feed reads it (the loader's
+    :class:`~exactbatch.loader.state.Position` is one; the feeds sit below the loader,
+    so they name only what they read)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def ledger(self) -> Tally: ...
 
 
 class Epoch(Protocol):
@@ -105,7 +128,14 @@ class Epoch(Protocol):
 
     def claim(self) -> Job | None: ...
 
-    def give_back(self, jobs) -> None: ...
+    def claim_many(self, jobs: list[Any], count: int) -> None:
+        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
+
+    def take_group(self, jobs: list[Any]) -> list[tuple[np.ndarray, ...]]:
+        """The batches of ``jobs`` (claimed together), in order: what ``take()`` of
+        each gives, made in as few reads as the epoch can."""
+
+    def give_back(self, jobs: list[Any]) -> None: ...
 
     def given_back(self) -> list[int]: ...
 
@@ -113,7 +143,7 @@ class Epoch(Protocol):
 
     def promise(self) -> Tally: ...
 
-    def peek(self): ...
+    def peek(self) -> object: ...
 
     def close(self) -> None: ...
 
@@ -187,3 +217,16 @@ class Feed(Protocol):
 
     def close(self) -> None:
         """Let go of the source."""
+
+
+class ElasticFeed(Feed, Protocol):
+    """A feed that deals global batches to ranks elastically (``elastic=True``: the
+    random-access feed): what the loader's state and records call on it then."""
+
+    def global_promise(self, epoch: Any, first: int) -> Tally:
+        """Elastic: the rows of every global batch ``epoch`` (one this feed opened)
+        hands out, all shards', its last segment resumed at global batch ``first``."""
+
+    def global_ledger(self, pos: Place) -> Tally:
+        """Elastic: the ledger a state at ``pos`` carries, every shard's global batches
+        before it, as this shard measured it."""

@@ -33,7 +33,7 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec
+from exactbatch.feeds.base import BatchSpec, Place
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -274,7 +274,7 @@ class RandomAccessFeed:
         b, size = self.spec.batch_size, self.total_size
         return self.whole().minus(self._prefix_tally(bijection, stop, -(-size // b)))
 
-    def global_ledger(self, pos) -> Tally:
+    def global_ledger(self, pos: Place) -> Tally:
         """Elastic: the ledger a state at ``pos`` (a cursor's
         :class:`~exactbatch.loader.state.Position`) carries - every shard's global batches
         before ``pos.first + pos.done * S`` - as this shard measured it: its own
@@ -282,8 +282,9 @@ class RandomAccessFeed:
         since) with the other shards' batches since ``first`` added from the order,
         assuming they stepped in lockstep. A state whose ``global_batches_done`` was
         changed then fails the ledger check at the end of the epoch it resumes."""
-        shard = self.spec.shard
-        stop = min(self.total_batches, pos.first + pos.done * shard.count)
+        shard, total = self.spec.shard, self.total_batches
+        assert total is not None  # set for an elastic feed
+        stop = min(total, pos.first + pos.done * shard.count)
         bijection = None
         if self.spec.shuffle:
             bijection = self._bijection(pos.seed, pos.epoch, 0, self.total_size)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import threading
 
 from exactbatch.audit import check_ledger
+from exactbatch.feeds.base import Epoch, Feed
 from exactbatch.loader.groups import Group, Holder, tally_of
 from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
@@ -64,7 +65,7 @@ class Cursor(Standing):
     :mod:`exactbatch.loader.lifecycle`.
     """
 
-    def __init__(self, feed, seed: int):
+    def __init__(self, feed: Feed, seed: int):
         self.feed, self.spec = feed, feed.spec
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a group's batches became ready
@@ -72,7 +73,7 @@ class Cursor(Standing):
         self.seed = seed
         self.phase = Phase.FRESH
         self.start = Start(0)
-        self.current = None  # the Epoch (a ClosedEpoch once closed mid-way), or None
+        self.current: Epoch | ClosedEpoch | None = None  # (a ClosedEpoch once closed mid-way)
         self.gen = 0  # bumped when the cursor is moved or closed; stale iterators stop
         self._last_rows = 0
         self._handed = Tally()  # the ledger: rows of retired groups (the start's included)
@@ -210,12 +211,18 @@ class Cursor(Standing):
         finally:
             self._waiting -= 1
 
+    def _held(self) -> Epoch | ClosedEpoch:
+        """``current``, where the caller knows an epoch is held (begun, maybe closed)."""
+        cur = self.current
+        assert cur is not None
+        return cur
+
     def _requeue(self, group: Group) -> None:
         """Strays taken into ``group`` go back to the epoch (claimed again first)."""
         jobs = [item[0] for item in group.queue]
         group.queue.clear()
         if jobs:
-            self.current.give_back(jobs)
+            self._held().give_back(jobs)
 
     def _give_back(self, group: Group, jobs) -> None:
         cur = self.current
@@ -238,7 +245,7 @@ class Cursor(Standing):
         if not self.start.verified:  # on record, but not as ended: it cannot be certified
             self.history.keep(self.history.record(self, epoch, self._handed, None))
             return
-        shard, promised = self.spec.shard, self.current.promise()
+        shard, promised = self.spec.shard, self._held().promise()
         check_ledger(
             self._handed, promised, epoch=epoch, shard_index=shard.index, num_shards=shard.count
         )
@@ -349,7 +356,9 @@ class Cursor(Standing):
         with self.lock:
             if self.phase in (Phase.FRESH, Phase.CLOSED):
                 self._begin()
-            self.current.peek()
+            cur = self._held()
+            assert not isinstance(cur, ClosedEpoch)  # (just begun, or in an epoch)
+            cur.peek()
 
     def rewind(self, seed: int | None = None) -> None:
         """To epoch 0 of ``seed`` (a new history); without one, to the start of the next

@@ -1,9 +1,11 @@
 """The per-row labels a split reads (``groups=``, ``key=``, ``stratify=``) and the keyed
 hash that makes a split by ``key=`` survive growth.
 
-:func:`row_labels` fetches one label per row (an array, or a column of the
-source by name) and refuses what cannot label a row (a wrong length, NaN,
-None). :func:`label_codes` turns labels into 0 .. G-1 in their sorted order.
+:func:`row_labels` checks one label per row (an array, or :class:`Labels`:
+an array with the name an error gives it, such as a source's column that
+:mod:`exactbatch.sources.splitting` looked up) and refuses what cannot label
+a row (a wrong length, NaN, None). :func:`label_codes` turns labels into
+0 .. G-1 in their sorted order. Arrays only: the order never reads a source.
 
 :func:`key_hashes` maps each key to a 64-bit value that depends only on the
 key and the seed, never on the other rows: so a row keeps its hash, and its
@@ -28,28 +30,35 @@ BLAKE2b call per distinct key otherwise (about 1 us each).
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 
-from exactbatch.sources.columns import source_column
-
-__all__ = ["key_hashes", "label_codes", "row_labels"]
+__all__ = ["Labels", "key_hashes", "label_codes", "row_labels"]
 
 _TAG_KEY = 0x6578686B  # keys of split hashes, apart from split orders and epochs
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
-def row_labels(source_or_n, spec, n: int, arg: str) -> tuple[np.ndarray, str]:
-    """``(values, where)``: one label per row from ``spec`` (an array or a column name
-    of the source), and how to name it in an error. Wrong length, NaN or None is a
-    ``ValueError`` naming ``arg``."""
-    if isinstance(spec, str):
-        if isinstance(source_or_n, (int, np.integer)):
-            raise TypeError(
-                f"{arg}={spec!r} names a column, but the first argument is a row count: "
-                f"pass the source itself, or {arg} as an array"
-            )
-        values, where = source_column(source_or_n, spec, arg=arg), f"column {spec!r}"
+class Labels(NamedTuple):
+    """One label per row, and how an error names them (``column 'customer'``)."""
+
+    values: np.ndarray
+    where: str
+
+
+def row_labels(spec, n: int, arg: str) -> tuple[np.ndarray, str]:
+    """``(values, where)``: one label per row from ``spec`` (an array, or
+    :class:`Labels`), and how to name it in an error. Wrong length, NaN or None is a
+    ``ValueError`` naming ``arg``; a column name (a string) a ``TypeError``: columns
+    are looked up above the order (:mod:`exactbatch.sources.splitting`)."""
+    if isinstance(spec, Labels):
+        values, where = np.asarray(spec.values), spec.where
+    elif isinstance(spec, str):
+        raise TypeError(
+            f"{arg}={spec!r} names a column, but a split of row ids takes labels: "
+            f"pass {arg} as an array of one label per row"
+        )
     else:
         values, where = np.asarray(spec), arg
     if values.ndim != 1 or len(values) != n:

@@ -1,4 +1,7 @@
-"""Deterministic splits of a source's rows: :func:`split` and :func:`kfold`.
+"""Deterministic splits of row ids: :func:`split_rows` and :func:`kfold_rows`, behind
+:func:`exactbatch.split` and :func:`exactbatch.kfold` (:mod:`exactbatch.sources.splitting`
+looks a source's size and named columns up, then calls these: the order takes
+a row count and arrays only).
 
 Both are pure functions: the same arguments give the same id arrays, on any
 machine, whatever happened before (the order comes from the keyed bijection
@@ -18,7 +21,7 @@ counts add up to n). A part can be empty when ``n * f_p`` is below one.
 ``kfold`` without groups: fold i holds ``n // k`` rows, one more for the
 first ``n % k`` folds.
 
-With ``groups`` (one label per row: an array, or a column of the source),
+With ``groups`` (one label per row),
 every group lies wholly in one part. The groups (their distinct labels,
 sorted) are put in a seeded random order and dealt one by one, each to the
 part that is least full relative to its target ``n * f_p`` (smallest
@@ -49,12 +52,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from exactbatch.checks import check_int
-from exactbatch.hints import ArrayLike, Source
+from exactbatch.hints import ArrayLike
 from exactbatch.order.bijection import EpochBijection
-from exactbatch.order.split_keys import key_hashes, label_codes, row_labels
-from exactbatch.sources.columns import source_size
+from exactbatch.order.split_keys import Labels, key_hashes, label_codes, row_labels
 
-__all__ = ["Folds", "Split", "kfold", "split"]
+__all__ = ["Folds", "Split", "check_alone", "check_fractions", "check_k", "kfold_rows"]
+__all__ += ["split_rows"]
+
+LabelsArg = ArrayLike | Labels | None  # one label per row, or none
 
 _TAG_SPLIT = 0x65787370  # keys of split orders, apart from every epoch's
 
@@ -72,24 +77,17 @@ def _order(m: int, seed: int) -> np.ndarray:
     return EpochBijection(m, seed=_key(seed), epoch=0).rows(0, m).astype(np.int64)
 
 
-def _size_of(source_or_n) -> int:
-    if isinstance(source_or_n, bool):
-        raise TypeError("source_or_n must be a row count (an int) or a random-access source")
-    if isinstance(source_or_n, (int, np.integer)):
-        return check_int("n", source_or_n, 0)
-    return source_size(source_or_n)
-
-
-def _groups(source_or_n, groups, n: int):
+def _groups(groups, n: int):
     """``(codes, sizes)``: each row's group as 0 .. G-1 (the labels' sorted order) and
     each group's rows; None without groups."""
     if groups is None:
         return None
-    codes = label_codes(*row_labels(source_or_n, groups, n, "groups"))
+    codes = label_codes(*row_labels(groups, n, "groups"))
     return codes, np.bincount(codes, minlength=int(codes.max()) + 1 if n else 0)
 
 
-def _fractions(fractions) -> np.ndarray:
+def check_fractions(fractions) -> np.ndarray:
+    """``fractions`` checked (numbers > 0 summing to 1) and normalised, as float64."""
     if isinstance(fractions, (str, bytes)) or not isinstance(fractions, (Sequence, np.ndarray)):
         raise TypeError(
             f"fractions must be a sequence of numbers, e.g. (0.8, 0.2); got {fractions!r}"
@@ -110,7 +108,7 @@ def _fractions(fractions) -> np.ndarray:
 
 def split_counts(n: int, fractions) -> list[int]:
     """Rows per part by the largest remainder method (module docs)."""
-    f = _fractions(fractions)
+    f = check_fractions(fractions)
     exact = n * f
     counts = np.floor(exact).astype(np.int64)
     left = n - int(counts.sum())
@@ -176,7 +174,8 @@ class Folds(tuple):
         return tuple(len(test) for _, test in self)
 
 
-def _alone(groups, key, stratify) -> None:
+def check_alone(groups, key, stratify) -> None:
+    """Refuse the label arguments that do not go together (``groups`` with another)."""
     if key is not None and groups is not None:
         raise ValueError(
             "pass groups= or key=, not both: rows of equal key already land on one side, "
@@ -214,13 +213,13 @@ def _cut_strata(ordered: np.ndarray, strata: np.ndarray, f: np.ndarray) -> np.nd
     return part
 
 
-def _stratified(source_or_n, stratify, key, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _stratified(stratify, key, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ordered, strata)``: the rows stratum by stratum (the labels' sorted order),
     each stratum in key hash order (ties by row id) or else the seeded order, and the
     strata's sizes."""
-    codes = label_codes(*row_labels(source_or_n, stratify, n, "stratify"))
+    codes = label_codes(*row_labels(stratify, n, "stratify"))
     if key is not None:
-        h = key_hashes(*row_labels(source_or_n, key, n, "key"), seed)
+        h = key_hashes(*row_labels(key, n, "key"), seed)
         ordered = np.lexsort((np.arange(n), h, codes)).astype(np.int64)
     else:
         order = _order(n, seed)
@@ -228,57 +227,30 @@ def _stratified(source_or_n, stratify, key, n: int, seed: int) -> tuple[np.ndarr
     return ordered, np.bincount(codes, minlength=int(codes.max()) + 1 if n else 0)
 
 
-def split(
-    source_or_n: int | Source,
+def split_rows(
+    n: int,
     fractions: Sequence[float],
     *,
     seed: int = 0,
-    groups: ArrayLike | str | None = None,
-    key: ArrayLike | str | None = None,
-    stratify: ArrayLike | str | None = None,
+    groups: LabelsArg = None,
+    key: LabelsArg = None,
+    stratify: LabelsArg = None,
 ) -> Split:
-    """Split rows into disjoint parts of the given ``fractions``: a tuple of sorted int64
-    id arrays, one per fraction, whose union is every row (a :class:`Split`, which
-    also reports ``counts`` and ``expected``).
-
-    ``source_or_n``: a row count n, or a random-access source (anything
-    ``DataLoader`` reads by row: an ``.ndf`` file or dataset, arrays, a
-    DataFrame). ``fractions``: numbers > 0 summing to 1, e.g. ``(0.8, 0.1,
-    0.1)``; rounded to counts by the largest remainder method. ``groups``: one
-    label per row (an array), or the name of a column of the source; every
-    group then lies wholly in one part, and sizes approximate the fractions
-    (module docs). A pure function of its arguments.
-
-    ``key``: one key per row (ids: integers or strings), or a column name.
-    Each row's part is a keyed hash of its key and ``seed`` alone, so a row
-    keeps its part when rows are added (or removed); rows of equal key share a
-    part (a group column as key is a grouped split that survives growth). Part
-    p gets each key with probability ``f_p``: the counts are exact only in
-    expectation. ``stratify``: one class label per row, or a column name; each
-    class is cut on its own, so part p holds within one row of ``m_c * f_p`` of
-    the ``m_c`` rows of class c (and in total within the number of classes of
-    ``n * f_p``). With ``key`` too, each class is cut in key hash order:
-    appending m rows to a class moves at most m of its old rows per cut.
-
-    Bad input: fractions not summing to 1, or one <= 0, a ``ValueError``;
-    groups, keys or labels of the wrong length or holding NaN, a ``ValueError``
-    naming them; ``groups`` with ``key`` or ``stratify``, a ``ValueError``; a
-    column the source lacks, a ``KeyError`` (also a ``ValueError``) naming it
-    and the available names; a column name for a source without names (an
-    array) or a row count, a ``TypeError``; a stream, a ``TypeError``.
-    """
+    """The ids ``0 .. n-1`` split into disjoint parts of the given ``fractions`` (module
+    docs), each label argument one label per row (an array, or :class:`Labels`).
+    What :func:`exactbatch.split` returns, once it has the rows and labels."""
     seed = check_int("seed", seed, 0, maximum=None)
-    n = _size_of(source_or_n)
-    f = _fractions(fractions)
-    _alone(groups, key, stratify)
+    n = check_int("n", n, 0)
+    f = check_fractions(fractions)
+    check_alone(groups, key, stratify)
     expected = n * f
     if stratify is not None:
-        ordered, strata = _stratified(source_or_n, stratify, key, n, seed)
+        ordered, strata = _stratified(stratify, key, n, seed)
         return Split(_parts(_cut_strata(ordered, strata, f), len(f)), expected)
     if key is not None:
-        h = key_hashes(*row_labels(source_or_n, key, n, "key"), seed)
+        h = key_hashes(*row_labels(key, n, "key"), seed)
         return Split(_parts(_hash_parts(h, f), len(f)), expected)
-    coded = _groups(source_or_n, groups, n)
+    coded = _groups(groups, n)
     if coded is None:
         counts = split_counts(n, f)
         order, cuts = _order(n, seed), np.cumsum([0, *counts])
@@ -289,51 +261,42 @@ def split(
     return Split(_parts(where[codes], len(f)), expected)
 
 
-def kfold(
-    source_or_n: int | Source,
-    k: int,
-    *,
-    seed: int = 0,
-    groups: ArrayLike | str | None = None,
-    key: ArrayLike | str | None = None,
-    stratify: ArrayLike | str | None = None,
-) -> Folds:
-    """The k ``(train, test)`` pairs of k-fold cross-validation: sorted int64 id arrays
-    (a :class:`Folds`, which also reports the test folds' ``counts`` and ``expected``).
-
-    The test parts are disjoint and together every row; each train part is
-    every other row. ``source_or_n`` and ``groups`` as for :func:`split`;
-    with groups, every group lies wholly in one test fold (so never on both
-    sides of a pair). Without groups, fold i holds ``n // k`` rows, one more
-    for the first ``n % k``. ``key``: as for :func:`split`, each row's fold is
-    a keyed hash of its key (fold i gets each key with probability 1/k), so a
-    row keeps its fold when rows are added. ``stratify``: each class is dealt
-    round the folds, so every fold holds ``m_c // k`` or one more rows of each
-    class c, and ``n // k`` or one more rows in all; with ``key`` too, each
-    class is cut in key hash order as :func:`split` does. A pure function of
-    its arguments.
-
-    ``k`` must be an int >= 2 and at most the rows (with groups: the groups),
-    else a ``ValueError``; other bad input as for :func:`split`.
-    """
-    seed = check_int("seed", seed, 0, maximum=None)
+def check_k(k) -> int:
+    """``k`` checked: an int >= 2 (folds)."""
     k = check_int("k", k)
     if k < 2:
         raise ValueError(f"k must be >= 2 (folds); got k={k}")
-    n = _size_of(source_or_n)
-    _alone(groups, key, stratify)
-    coded = _groups(source_or_n, groups, n)
+    return k
+
+
+def kfold_rows(
+    n: int,
+    k: int,
+    *,
+    seed: int = 0,
+    groups: LabelsArg = None,
+    key: LabelsArg = None,
+    stratify: LabelsArg = None,
+) -> Folds:
+    """The k ``(train, test)`` pairs of k-fold cross-validation of the ids ``0 .. n-1``
+    (module docs), each label argument as for :func:`split_rows`. What
+    :func:`exactbatch.kfold` returns, once it has the rows and labels."""
+    seed = check_int("seed", seed, 0, maximum=None)
+    k = check_k(k)
+    n = check_int("n", n, 0)
+    check_alone(groups, key, stratify)
+    coded = _groups(groups, n)
     if coded is None and k > n:
         raise ValueError(f"k={k} folds exceed the n={n} rows: each fold needs a row")
     if stratify is not None:
-        ordered, strata = _stratified(source_or_n, stratify, key, n, seed)
+        ordered, strata = _stratified(stratify, key, n, seed)
         if key is not None:
             fold = _cut_strata(ordered, strata, np.full(k, 1.0 / k))
         else:  # dealt round the folds, class after class: every count within one
             fold = np.empty(n, dtype=np.int64)
             fold[ordered] = np.arange(n) % k
     elif key is not None:
-        h = key_hashes(*row_labels(source_or_n, key, n, "key"), seed)
+        h = key_hashes(*row_labels(key, n, "key"), seed)
         fold = _hash_parts(h, np.full(k, 1.0 / k))
     elif coded is None:
         fold = np.empty(n, dtype=np.int64)

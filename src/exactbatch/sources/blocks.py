@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.batching.gather import WholeRows
 from exactbatch.checks import check_int
 from exactbatch.ndf import NdfDataset, NdfFile, direct
+from exactbatch.sources.chunks import WholeRows
 from exactbatch.sources.identity import ndf_identity
 
 __all__ = ["NdfBlocks", "ndf_blocks"]

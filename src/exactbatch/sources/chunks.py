@@ -14,6 +14,12 @@ A stream's optional hooks (``n_rows``, and for a chunk source the widths and
 its buffer and hint hooks) are read once, into ``Stream.hooks``
 (:func:`exactbatch.sources.protocols.stream_hooks`); a pass of it is
 :func:`exactbatch.sources.passes.open_pass`.
+
+Beside ``(x, y, id0)``, a pass yields two forms of a chunk that a shuffle
+buffer reads straight into its rows (defined here, with the streams, so
+that the sources never import the batching above them): :class:`ChunkRead`
+(rows not read yet) and :class:`WholeRows` (rows read ahead, laid out as a
+buffer holds them).
 """
 
 from __future__ import annotations
@@ -30,13 +36,16 @@ __all__ = [
     "ChunkError",
     "ChunkIndexedStream",
     "ChunkList",
+    "ChunkRead",
     "ChunkTypeError",
     "FactoryStream",
     "IndexedStream",
     "IterableStream",
     "Stream",
     "Widths",
+    "WholeRows",
     "close_iterator",
+    "laid_out",
     "normalize_chunk",
 ]
 
@@ -218,3 +227,44 @@ def close_iterator(it) -> None:
     close = getattr(it, "close", None)
     if close is not None:
         close()
+
+
+class ChunkRead:
+    """A chunk not read yet: ``rows`` rows from row ``id0`` on (of the stream, which
+    for a chunk-indexed source is the source's own row number), which
+    ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out`` has: a
+    C-contiguous float64 (k, d + l) array, x then y a row) straight into a
+    buffer's rows. One copy a row less than a chunk read into arrays of its
+    own, then copied."""
+
+    __slots__ = ("d", "id0", "l", "read_into", "rows")
+
+    def __init__(self, read_into, id0: int, rows: int, d: int, l: int):  # noqa: E741
+        self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
+
+
+class WholeRows:
+    """A chunk's rows from stream row ``first`` on, held as whole rows (``whole``: a
+    C-contiguous float64 (rows, d + l) array, x then y a row, as a buffer holds them):
+    :meth:`read_rows_into` copies them, one contiguous copy. What a chunk read ahead
+    on a thread of its own becomes (``ndf_blocks`` reads a block so;
+    :func:`laid_out` lays any other out)."""
+
+    __slots__ = ("first", "whole")
+
+    def __init__(self, whole: np.ndarray, first: int):
+        self.whole, self.first = whole, first
+
+    def read_rows_into(self, row: int, out: np.ndarray) -> None:
+        a = row - self.first
+        out[...] = self.whole[a : a + out.shape[0]]
+
+
+def laid_out(chunk, first: int, rows: int, width: int) -> WholeRows:
+    """``chunk`` (a :class:`~exactbatch.sources.protocols.RowsInto` of ``rows`` rows
+    from stream row ``first`` on, ``width`` values a row) as :class:`WholeRows`."""
+    if isinstance(chunk, WholeRows):
+        return chunk
+    whole = np.empty((rows, width), dtype=np.float64)
+    chunk.read_rows_into(first, whole)
+    return WholeRows(whole, first)

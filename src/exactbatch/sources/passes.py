@@ -21,7 +21,7 @@ s+2S, ... of the stream.
 
 A pass yields ``(x, y, id0)``: float64 arrays of the shard's rows of a chunk,
 ``id0`` the stream row of the first; or, for a shuffle buffer, a
-:class:`~exactbatch.batching.gather.ChunkRead` (rows the buffer reads
+:class:`~exactbatch.sources.chunks.ChunkRead` (rows the buffer reads
 itself). Every row yielded is added to ``fed``, the ledger's tally. Memory:
 the chunk being cut and the ``depth`` chunks read ahead (the order in which
 chunks are handed on is the pieces' order, whatever ``depth``).
@@ -33,11 +33,17 @@ from functools import partial
 
 import numpy as np
 
-from exactbatch.batching.gather import ChunkRead, laid_out
 from exactbatch.order import Shard, chunk_order, chunk_pieces
 from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Hinter, ReadAhead, cores, shut
-from exactbatch.sources.chunks import ChunkError, Stream, Widths, close_iterator
+from exactbatch.sources.chunks import (
+    ChunkError,
+    ChunkRead,
+    Stream,
+    Widths,
+    close_iterator,
+    laid_out,
+)
 from exactbatch.sources.protocols import StreamHooks
 
 __all__ = [
@@ -115,7 +121,7 @@ def chunk_source_pass(
 ):
     """The ``pieces`` of a chunk source, in their order: read into arrays, or (with
     ``into_buffer``, where the source can and its widths are known) as
-    :class:`~exactbatch.batching.gather.ChunkRead` for a shuffle buffer to read;
+    :class:`~exactbatch.sources.chunks.ChunkRead` for a shuffle buffer to read;
     ``depth`` chunks read ahead, at once (module docs)."""
     rows = hooks.chunk_rows
     assert rows is not None  # a chunk source has them (stream_hooks checked)
