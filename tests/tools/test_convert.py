@@ -398,10 +398,10 @@ def test_arrow_buffers_to_float64_keep_nulls_offsets_and_types():
         assert np.array_equal(out, expect, equal_nan=True), (arr, out)
 
 
-@pytest.mark.parametrize("tile_rows", [1, 3, 10**6])
-def test_arrow_columns_fill_rows_tile_by_tile_as_column_by_column(monkeypatch, tile_rows):
-    """fill_columns writes a tile of rows at a time (one tile, several, a partial last
-    one): the same values as each column filled on its own, whatever the column (one
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_arrow_columns_fill_rows_as_column_by_column(dtype):
+    """fill_columns (a blocked copy from the columns' buffers into the rows, cast as
+    copied): the same values as each column filled on its own, whatever the column (one
     chunk of float64 read in place, with an offset; nulls; other types; several
     chunks; all null), into every column of a row-major output."""
     from exactbatch.sources import arrow
@@ -419,13 +419,11 @@ def test_arrow_columns_fill_rows_tile_by_tile_as_column_by_column(monkeypatch, t
     want = np.full((n, len(cases)), -1.0)
     for j, col in enumerate(cases):
         arrow.fill_float64(col, want[:, j])
-    width = 8 * (len(cases) + 2)  # a row of the output, in bytes: two more columns
-    monkeypatch.setattr(arrow, "_TILE_BYTES", tile_rows * width)
-    out = np.full((n, len(cases) + 2), -1.0)
+    out = np.full((n, len(cases) + 2), -1.0, dtype=dtype)  # two more columns beside
     arrow.fill_columns(cases, out[:, 1:-1])
-    assert np.array_equal(out[:, 1:-1], want, equal_nan=True)
+    assert np.array_equal(out[:, 1:-1], want.astype(dtype), equal_nan=True)
     assert (out[:, [0, -1]] == -1).all()  # nothing written beside the columns
-    arrow.fill_columns([], np.empty((n, 0)))  # no columns: nothing to do
+    arrow.fill_columns([], np.empty((n, 0), dtype=dtype))  # no columns: nothing to do
 
 
 def test_bad_value_in_a_late_row_leaves_no_output(tmp_path):
