@@ -105,7 +105,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
+from helpers import (
+    coded_ids,
+    collect,
+    make_x,
+    make_y,
+    next_into_ids,
+    write_ndf_dataset,
+    write_parquet,
+)
 from laws import (
     ARROW_KINDS,
     ARROW_STREAM_KINDS,
@@ -181,6 +189,7 @@ class Case:
     threads: int
     subset: bool = False  # rows=: a subset of a larger source
     columns: bool = False  # features=/labels=: the loader's columns of a wider source
+    coded: bool = False  # categorical=: the id column held as strings, coded by a vocabulary
 
     def __str__(self) -> str:
         return (
@@ -189,6 +198,7 @@ class Case:
             f"-{self.mode}-t{self.threads}"
             + ("-rows" if self.subset else "")
             + ("-cols" if self.columns else "")
+            + ("-cat" if self.coded else "")
         )
 
     @property
@@ -277,6 +287,25 @@ COLUMNS_CASES = [replace(c, columns=True) for i, c in enumerate(EPOCH_CASES) if 
 RESUME_CASES += [replace(c, columns=True) for i, c in enumerate(RESUME_CASES) if i % 14 == 2]
 # the source kinds whose columns have names (the others' are chosen by position)
 NAMED_KINDS = ("parquet", "dataframe", *ARROW_KINDS)
+# The categorical axis (categorical=: the id column x0 held as strings and coded back to
+# the ids by a vocabulary, learned or given; the Arrow kinds' strings plain or dictionary-
+# encoded, Parquet's read as dictionaries) on a stride of the kinds that take categorical=.
+CODED_KINDS = ("parquet", "arrow_table", "arrow_stream", "polars")
+
+
+def _each_kind(cases, k: int) -> list:
+    """``k`` cases of each coded kind, drawn from its own by a fixed hash of their names
+    (a stride would fall in step with the product's order: one mode each)."""
+    out = []
+    for kind in CODED_KINDS:
+        own = [c for c in cases if c.kind == kind and not (c.subset or c.columns)]
+        own.sort(key=lambda c: zlib.crc32(f"{c}/coded".encode()))
+        out += [replace(c, coded=True) for c in own[:k]]
+    return out
+
+
+CODED_CASES = _each_kind(ALL, 4)
+RESUME_CASES += _each_kind([c for c in ALL if c.threads == 1], 1)
 
 
 def chunk_sizes(n: int, pattern) -> list[int]:
@@ -318,8 +347,12 @@ def make_spec(data_dir, request):
             spec["path"] = write_sharded(data_dir, sizes, sd, sl)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
+        if case.coded:  # x0 as strings, coded back to the ids (a vocabulary learned or given)
+            vocabularies = (["x0"], {"x0": coded_ids(range(source_n))})
+            spec["categorical"] = case.pick(vocabularies, "vocabulary")
+            spec["coded"] = case.pick(("plain", "dictionary"), "coded")
         if case.kind == "parquet":
-            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl)
+            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl, case.coded)
         if case.kind == "arrow_file":
             spec["path"] = write_arrow_file(data_dir, source_n, sd, sl, spec["chunks"])
         if case.kind == "s3":
@@ -385,16 +418,23 @@ def write_sharded(folder, sizes, d, l) -> str:  # noqa: E741
     return path
 
 
-def write_parquet_folder(folder, chunks, d, l) -> str:  # noqa: E741
-    """Two files of row groups ``chunks`` (an empty group included where the sizes say)."""
-    path = os.path.join(folder, "pq-" + "-".join(map(str, chunks)) + f"-{d}-{l}")
+def write_parquet_folder(folder, chunks, d, l, coded=False) -> str:  # noqa: E741
+    """Two files of row groups ``chunks`` (an empty group included where the sizes say);
+    ``coded``: x0 held as strings (helpers.coded_ids)."""
+    base = "pq-" + "-".join(map(str, chunks)) + f"-{d}-{l}" + ("-cat" if coded else "")
+    path = os.path.join(folder, base)
+    id_type = None
+    if coded:
+        import pyarrow as pa
+
+        id_type = pa.string()
     if not os.path.exists(path):
         os.makedirs(path)
         half = len(chunks) // 2 or 1
         first = 0
         for name, groups in (("a.parquet", chunks[:half]), ("b.parquet", chunks[half:])):
             if groups:
-                write_parquet(os.path.join(path, name), groups, first, d=d, l=l)
+                write_parquet(os.path.join(path, name), groups, first, d=d, l=l, id_type=id_type)
                 first += sum(groups)
     return path
 
@@ -431,7 +471,9 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES])
+@pytest.mark.parametrize(
+    "case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES + CODED_CASES]
+)
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""

@@ -143,6 +143,22 @@ def test_a_null_is_never_coded_whatever_its_bytes():
     assert codes[1] == 1 and found[1]
 
 
+def test_a_chunk_of_one_value_is_coded():
+    index = StringIndex.of(VOCAB)
+    for value in ("ab", "", "zz", None):
+        _assert_codes(index, VOCAB, pa.array([value], type=pa.string()))
+
+
+def test_each_entry_sits_in_the_bucket_of_its_keys_top_bits():
+    vocabulary = [f"w{i}" for i in range(300)]
+    index = StringIndex.of(vocabulary)
+    bits = (len(index._starts) - 1).bit_length() - 1
+    keys = [_reference_key(v) for v in vocabulary]
+    for at, code in enumerate(index._codes.astype(int)):
+        top = keys[code] >> (64 - bits)
+        assert index._starts[top] <= at < index._starts[top + 1]
+
+
 def test_buckets_are_four_to_eight_an_entry():
     for n in (1, 2, 3, 100, 1000, 4097):
         index = StringIndex.of([str(i) for i in range(n)])
@@ -186,6 +202,17 @@ def test_a_value_whose_key_collides_with_an_entrys_is_unknown(monkeypatch):
     np.testing.assert_array_equal(found, [1, 0, 1, 0, 1, 0, 0, 0])
     np.testing.assert_array_equal(codes[found], [0, 1, 2])
     assert np.isnan(codes[~found]).all()
+
+
+def test_a_value_in_the_last_bucket_past_its_entries_is_unknown(monkeypatch):
+    # keys by hand: "a" and "b" share bucket 0 (two rounds of search), "c" is alone in
+    # the last bucket, and "z" falls there too: its search ends at the last entry
+    keys = {"a": 0, "b": 1, "c": 2**63, "z": 2**63 + 1, "": 2**64 - 1}
+    monkeypatch.setattr(
+        sk, "string_keys", lambda arr: np.array([keys[v or ""] for v in arr.to_pylist()], np.uint64)
+    )
+    index = StringIndex.of(["c", "a", "b"])
+    _assert_codes(index, ["c", "a", "b"], pa.array(["z", "c", "a", "b", "", None, "z"]))
 
 
 def test_a_vocabulary_whose_entries_share_a_key_is_not_indexed(monkeypatch):
