@@ -53,6 +53,13 @@ The product (before the subsets below):
                  columns of a source holding one more feature and one more
                  label (by name where the kind has names, else by position):
                  the laws hold over the selection, a state resumes under it
+    categorical  plain, or (4 cases of each of parquet, arrow_table,
+                 arrow_stream and polars, drawn by the hash, and 1 resume
+                 case each) ``categorical=``: the id column x0 held as
+                 strings (helpers.coded_ids) and coded back to the ids by a
+                 vocabulary learned or given (the Arrow kinds' strings plain
+                 or dictionary-encoded, Parquet's read as dictionaries), so
+                 that every row is traced through its code
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -63,29 +70,29 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
+Size: 5,217 cases (``pytest --co``, on 2026-12-06), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (2,016, 501 over a subset, 65 over a column
-  selection): the whole product (3,360 allowed
+* ``test_epoch_laws`` (3,299, 563 over a subset, 65 over a column
+  selection, 16 over a categorical column): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
   covers the splitting), and the doubles and the Arrow kinds off a stride
   of 4. Two epochs of every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_pure_path`` (252): the same on a stride of 16 of
+* ``test_epoch_laws_on_the_pure_path`` (332): the same on a stride of 16 of
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
+* ``test_resume_at_every_batch`` (392): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
-  40 of the random-access ones again over a subset (rows=), and 26 over a
-  column selection (features=, labels=).
+  50 of the random-access ones again over a subset (rows=), 26 over a
+  column selection (features=, labels=), and 4 over a categorical column.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (184): every kind that can fail to read (the
+* ``test_read_error_once_*`` (354): every kind that can fail to read (the
   Arrow streams fail as the factory does, and are left to it) x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
   and threads.
