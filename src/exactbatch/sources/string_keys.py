@@ -88,7 +88,7 @@ class StringIndex:
         self._shift = np.uint64(64 - bits)
         tops = (self._keys >> self._shift).astype(np.int64)
         self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
-        self._most = int(np.diff(self._starts).max()) if len(keys) else 0
+        self._most = int(np.diff(self._starts).max())  # (never empty: 4 buckets at least)
 
     @classmethod
     def of(cls, values: list[str]) -> StringIndex | None:
