@@ -56,7 +56,8 @@ def check_categorical(categorical, where: str) -> dict[str, list | None]:
     """``categorical`` as ``{column: vocabulary or None}`` (None: learn it).
 
     ``categorical``: None, a column name, a list of names, or a mapping from
-    names to their vocabularies (lists of distinct values). Anything else is
+    names to their vocabularies (lists of distinct values; a NumPy array's scalars are
+    taken as Python's: np.str_ as str, np.bool_ as bool). Anything else is
     a ``TypeError`` naming the argument; a name given twice, or a vocabulary
     with a repeated value, a ``ValueError``.
     """
