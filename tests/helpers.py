@@ -291,6 +291,13 @@ def part_file(path, k: int) -> str:
         return os.path.join(path, json.load(f)["parts"][k]["name"])
 
 
+def coded_ids(row_ids) -> list[str]:
+    """Row ids as the strings of a categorical column coded back to the ids: zero-padded,
+    so that the learned (sorted) vocabulary of ids 0..n-1 codes id ``i`` as ``i``, and
+    so does the vocabulary given as ``coded_ids(range(n))``."""
+    return [f"{int(i):06d}" for i in row_ids]
+
+
 def write_parquet(
     path,
     group_sizes,
@@ -304,8 +311,9 @@ def write_parquet(
     """Write rows ``first_id, first_id+1, ...`` to ``path``, one row group per size.
 
     Columns ``x0..x{d-1}`` (``x0`` the row id) and labels ``y0..y{l-1}``;
-    ``order`` optionally permutes the column order in the file. Returns the
-    (lo, hi) row ids of each row group.
+    ``order`` optionally permutes the column order in the file; ``id_type`` is
+    ``x0``'s type (a string type: the ids as :func:`coded_ids`, a categorical
+    column). Returns the (lo, hi) row ids of each row group.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -327,7 +335,10 @@ def write_parquet(
             cols = {f"x{j}": x[:, j] for j in range(d)}
             cols.update({f"y{k}": y[:, k] for k in range(l)})
             if id_type is not None:
-                cols["x0"] = pa.array(r, type=pa.int64()).cast(id_type)
+                if pa.types.is_string(id_type) or pa.types.is_large_string(id_type):
+                    cols["x0"] = pa.array(coded_ids(r), type=id_type)
+                else:
+                    cols["x0"] = pa.array(r, type=pa.int64()).cast(id_type)
             w.write_table(pa.table({name: cols[name] for name in names}, schema=schema))
             bounds.append((lo, lo + s))
             lo += s

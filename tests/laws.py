@@ -49,6 +49,7 @@ from doubles import ChunksDouble, RowsDouble
 from helpers import (
     check_rows,
     chunks_of,
+    coded_ids,
     collect,
     ids_of,
     into_buffers,
@@ -508,7 +509,10 @@ def source_from_spec(spec: dict):
     ``url`` and ``storage_options`` (s3); ``source_n``, the source's rows when the
     loader serves a subset of them (``spec["loader"]["rows"]``, ``n`` of them);
     ``source_d``, ``source_l``: its widths when the loader chooses its columns
-    (:func:`source_widths`).
+    (:func:`source_widths`); ``categorical`` (parquet, arrow_table, arrow_stream,
+    polars): ``x0`` held as strings and coded back to the ids by this vocabulary
+    (``["x0"]``: learned), ``coded`` (the Arrow kinds): those strings ``"plain"`` or
+    ``"dictionary"``-encoded.
     Files are written by the test.
     The Arrow kinds (:data:`ARROW_KINDS`) read columns ``x0..`` and ``y0..`` in
     record batches of ``chunks`` rows (arrow_file: the file at ``path``).
@@ -548,7 +552,8 @@ def source_from_spec(spec: dict):
     if kind == "factory":
         return FlakyFactory(chunks_of(spec["chunks"], d, l))
     if kind == "parquet":
-        return parquet_source(spec["path"], labels=[f"y{k}" for k in range(l)])
+        labels = [f"y{k}" for k in range(l)]
+        return parquet_source(spec["path"], labels=labels, categorical=spec.get("categorical"))
     if kind in ("ndf_blocks", "sharded_blocks"):
         f = open_ndf(spec["path"]) if kind == "ndf_blocks" else open_ndf_dataset(spec["path"])
         try:
@@ -577,15 +582,20 @@ def subset_positions(spec: dict, batches):
     return [[where.get(r, -1) for r in b] for b in batches]
 
 
-def arrow_table_of(n: int, d: int, l: int, chunks=None):  # noqa: E741
+def arrow_table_of(n: int, d: int, l: int, chunks=None, coded=None):  # noqa: E741
     """Rows 0..n-1 as a pyarrow Table of columns ``x0..x{d-1}``, ``y0..y{l-1}``, in
-    record batches of ``chunks`` rows (one batch when None)."""
+    record batches of ``chunks`` rows (one batch when None). ``coded``: ``x0`` as
+    strings (:func:`~helpers.coded_ids`), ``"plain"`` or ``"dictionary"``-encoded."""
     import pyarrow as pa
 
     rows = np.arange(n)
     x, y = make_x(rows, d), make_y(rows, l)
     names = [f"x{j}" for j in range(d)] + [f"y{k}" for k in range(l)]
-    table = pa.table(dict(zip(names, [*x.T, *y.T], strict=True)))
+    cols = [*x.T, *y.T]
+    if coded:
+        cols[0] = pa.array(coded_ids(rows))
+        cols[0] = cols[0].dictionary_encode() if coded == "dictionary" else cols[0]
+    table = pa.table(dict(zip(names, cols, strict=True)))
     bounds = np.cumsum([0, *(chunks or [n])])
     batches = [
         b
@@ -599,7 +609,9 @@ def arrow_source_of(spec: dict):
     """The source of an Arrow kind's spec (see :func:`source_from_spec`)."""
     kind, n, d, l = spec["kind"], spec.get("source_n", spec["n"]), *source_widths(spec)  # noqa: E741
     cols = {"features": [f"x{j}" for j in range(d)], "labels": [f"y{k}" for k in range(l)]}
-    table = arrow_table_of(n, d, l, spec.get("chunks"))
+    table = arrow_table_of(n, d, l, spec.get("chunks"), spec.get("coded"))
+    if "categorical" in spec:  # x0 coded back to the ids (kinds that take categorical=)
+        cols["categorical"] = spec["categorical"]
     if kind == "arrow_file":
         return exactbatch.arrow_file(spec["path"], **cols)
     if kind == "arrow_table":

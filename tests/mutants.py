@@ -276,6 +276,11 @@ TARGETS = {
             "tests/sources/test_hive.py",
         ],
     ),
+    "string_keys": (  # strings coded a chunk at once by their 64-bit keys
+        ["src/exactbatch/sources/string_keys.py"],
+        ["exactbatch.sources.string_keys.*"],
+        ["tests/sources/test_string_keys.py"],
+    ),
     "selection": (  # DataLoader(features=, labels=): the columns a loader reads
         ["src/exactbatch/sources/selection.py"],
         ["exactbatch.sources.selection.*"],

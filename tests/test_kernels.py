@@ -643,9 +643,10 @@ _VALUES = st.one_of(
 @given(data=st.data())
 def test_the_backends_transform_rows_to_the_same_bits(data):
     """Any values (NaN, inf, -0.0, subnormals, huge), any finite mean and scale > 0, with
-    or without a fill, float64 or float32 out: the compiled gather's transform and the
-    pure path's (gather, then ``TransformKernel.apply``) agree bit for bit, and on the
-    first row that held a NaN."""
+    no fill, one fill, or one fill per column (``Standardize(nan_fill={name: v})``; NaN:
+    that column keeps its NaN), float64 or float32 out: the compiled gather's transform
+    and the pure path's (gather, then ``TransformKernel.apply``) agree bit for bit, and
+    on the first row that held a NaN."""
     n = data.draw(st.integers(1, 12))
     d = data.draw(st.integers(1, 9))
     x = np.array(data.draw(st.lists(_VALUES, min_size=n * d, max_size=n * d))).reshape(n, d)
@@ -653,7 +654,8 @@ def test_the_backends_transform_rows_to_the_same_bits(data):
     finite = st.floats(-1e6, 1e6, allow_nan=False, width=64)
     mean = np.array(data.draw(st.lists(finite, min_size=d, max_size=d)))
     scale = np.array(data.draw(st.lists(st.floats(1e-6, 1e6), min_size=d, max_size=d)))
-    fill = data.draw(st.one_of(st.none(), finite))
+    per_column = st.lists(st.one_of(finite, st.just(np.nan)), min_size=d, max_size=d)
+    fill = data.draw(st.one_of(st.none(), finite, per_column.map(np.array)))
     rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=20)))
     dtype = data.draw(st.sampled_from([np.float64, np.float32]))
     kern = kernels.TransformKernel(mean, scale, fill)
@@ -665,3 +667,24 @@ def test_the_backends_transform_rows_to_the_same_bits(data):
                 first = kernels.memory_rows(x, y).read(rows, ox, oy, kern)
             got[name] = (ox.tobytes(), oy.tobytes(), first)
     assert got["compiled"] == got["numpy"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_each_column_takes_its_own_nan_fill_on_this_backend(dtype):
+    """One NaN fill per column (a NaN fill: the column keeps its NaN), on the backend this
+    process uses (the pure path under ``EXACTBATCH_PURE=1``, tests/test_backends.py),
+    against the same arithmetic in NumPy; the first row holding a NaN is named."""
+    x = np.array([[1.0, np.nan, np.nan], [np.nan, 2.0, np.nan], [3.0, 4.0, 5.0]] * 3)
+    y = np.arange(len(x), dtype=np.float64).reshape(-1, 1)
+    mean, scale = np.array([1.0, -2.0, 0.5]), np.array([0.5, 2.0, 4.0])
+    fill = np.array([-1.0, np.nan, 7.5])
+    rows = np.array([2, 0, 1, 4, 8])
+    ox, oy = np.empty((len(rows), 3), dtype=dtype), np.empty((len(rows), 1))
+    first = kernels.memory_rows(x, y).read(rows, ox, oy, kernels.TransformKernel(mean, scale, fill))
+    want = (x[rows] - mean) * scale
+    for j, f in enumerate(fill):
+        if not np.isnan(f):
+            want[np.isnan(want[:, j]), j] = f
+    np.testing.assert_array_equal(ox, want.astype(dtype))
+    np.testing.assert_array_equal(oy, y[rows])
+    assert first == 1  # rows[1] (source row 0) is the first to hold a NaN

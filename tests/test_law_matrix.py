@@ -53,6 +53,13 @@ The product (before the subsets below):
                  columns of a source holding one more feature and one more
                  label (by name where the kind has names, else by position):
                  the laws hold over the selection, a state resumes under it
+    categorical  plain, or (4 cases of each of parquet, arrow_table,
+                 arrow_stream and polars, drawn by the hash, and 1 resume
+                 case each) ``categorical=``: the id column x0 held as
+                 strings (helpers.coded_ids) and coded back to the ids by a
+                 vocabulary learned or given (the Arrow kinds' strings plain
+                 or dictionary-encoded, Parquet's read as dictionaries), so
+                 that every row is traced through its code
 
 Every case draws its sizes from a fixed hash of its name: n in 23..61 rows
 (odd sizes), batch_size 4, 5 or 7, chunk sizes from several patterns (empty
@@ -63,29 +70,29 @@ those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
 ``next()`` hands out the batch peeked); else ``next_into``.
 
-Size: 3,834 cases (``pytest --co``), about 150 s on a 2-core machine
+Size: 5,217 cases (``pytest --co``, on 2026-12-06), about 150 s on a 2-core machine
 (``time pytest tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (2,016, 501 over a subset, 65 over a column
-  selection): the whole product (3,360 allowed
+* ``test_epoch_laws`` (3,299, 563 over a subset, 65 over a column
+  selection, 16 over a categorical column): the whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 4 (each is network
   round trips) and the sharded and sharded_blocks cases off a stride of 3
   (their reads are an .ndf file's, part by part: tests/ndf/test_ndf_dataset.py
   covers the splitting), and the doubles and the Arrow kinds off a stride
   of 4. Two epochs of every shard: the epoch law, determinism (a fresh loader's
   ``set_epoch(1)``, without prefetch) and epochs differ.
-* ``test_epoch_laws_on_the_pure_path`` (252): the same on a stride of 16 of
+* ``test_epoch_laws_on_the_pure_path`` (332): the same on a stride of 16 of
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (215): the single-thread cases on a stride
+* ``test_resume_at_every_batch`` (392): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
-  40 of the random-access ones again over a subset (rows=), and 26 over a
-  column selection (features=, labels=).
+  50 of the random-access ones again over a subset (rows=), 26 over a
+  column selection (features=, labels=), and 4 over a categorical column.
 * ``test_resume_in_a_fresh_process`` (5).
-* ``test_read_error_once_*`` (184): every kind that can fail to read (the
+* ``test_read_error_once_*`` (354): every kind that can fail to read (the
   Arrow streams fail as the factory does, and are left to it) x
   shuffle x (iter, iter + prefetch 2, peek, peek + prefetch 2, next_into);
   and threads.
@@ -105,7 +112,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from helpers import collect, make_x, make_y, next_into_ids, write_ndf_dataset, write_parquet
+from helpers import (
+    coded_ids,
+    collect,
+    make_x,
+    make_y,
+    next_into_ids,
+    write_ndf_dataset,
+    write_parquet,
+)
 from laws import (
     ARROW_KINDS,
     ARROW_STREAM_KINDS,
@@ -181,6 +196,7 @@ class Case:
     threads: int
     subset: bool = False  # rows=: a subset of a larger source
     columns: bool = False  # features=/labels=: the loader's columns of a wider source
+    coded: bool = False  # categorical=: the id column held as strings, coded by a vocabulary
 
     def __str__(self) -> str:
         return (
@@ -189,6 +205,7 @@ class Case:
             f"-{self.mode}-t{self.threads}"
             + ("-rows" if self.subset else "")
             + ("-cols" if self.columns else "")
+            + ("-cat" if self.coded else "")
         )
 
     @property
@@ -277,6 +294,25 @@ COLUMNS_CASES = [replace(c, columns=True) for i, c in enumerate(EPOCH_CASES) if 
 RESUME_CASES += [replace(c, columns=True) for i, c in enumerate(RESUME_CASES) if i % 14 == 2]
 # the source kinds whose columns have names (the others' are chosen by position)
 NAMED_KINDS = ("parquet", "dataframe", *ARROW_KINDS)
+# The categorical axis (categorical=: the id column x0 held as strings and coded back to
+# the ids by a vocabulary, learned or given; the Arrow kinds' strings plain or dictionary-
+# encoded, Parquet's read as dictionaries) on a stride of the kinds that take categorical=.
+CODED_KINDS = ("parquet", "arrow_table", "arrow_stream", "polars")
+
+
+def _each_kind(cases, k: int) -> list:
+    """``k`` cases of each coded kind, drawn from its own by a fixed hash of their names
+    (a stride would fall in step with the product's order: one mode each)."""
+    out = []
+    for kind in CODED_KINDS:
+        own = [c for c in cases if c.kind == kind and not (c.subset or c.columns)]
+        own.sort(key=lambda c: zlib.crc32(f"{c}/coded".encode()))
+        out += [replace(c, coded=True) for c in own[:k]]
+    return out
+
+
+CODED_CASES = _each_kind(ALL, 4)
+RESUME_CASES += _each_kind([c for c in ALL if c.threads == 1], 1)
 
 
 def chunk_sizes(n: int, pattern) -> list[int]:
@@ -318,8 +354,12 @@ def make_spec(data_dir, request):
             spec["path"] = write_sharded(data_dir, sizes, sd, sl)
         if case.kind in BLOCK_KINDS:
             spec["block_rows"] = case.pick(BLOCKS, "blocks")
+        if case.coded:  # x0 as strings, coded back to the ids (a vocabulary learned or given)
+            vocabularies = (["x0"], {"x0": coded_ids(range(source_n))})
+            spec["categorical"] = case.pick(vocabularies, "vocabulary")
+            spec["coded"] = case.pick(("plain", "dictionary"), "coded")
         if case.kind == "parquet":
-            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl)
+            spec["path"] = write_parquet_folder(data_dir, spec["chunks"], sd, sl, case.coded)
         if case.kind == "arrow_file":
             spec["path"] = write_arrow_file(data_dir, source_n, sd, sl, spec["chunks"])
         if case.kind == "s3":
@@ -385,16 +425,23 @@ def write_sharded(folder, sizes, d, l) -> str:  # noqa: E741
     return path
 
 
-def write_parquet_folder(folder, chunks, d, l) -> str:  # noqa: E741
-    """Two files of row groups ``chunks`` (an empty group included where the sizes say)."""
-    path = os.path.join(folder, "pq-" + "-".join(map(str, chunks)) + f"-{d}-{l}")
+def write_parquet_folder(folder, chunks, d, l, coded=False) -> str:  # noqa: E741
+    """Two files of row groups ``chunks`` (an empty group included where the sizes say);
+    ``coded``: x0 held as strings (helpers.coded_ids)."""
+    base = "pq-" + "-".join(map(str, chunks)) + f"-{d}-{l}" + ("-cat" if coded else "")
+    path = os.path.join(folder, base)
+    id_type = None
+    if coded:
+        import pyarrow as pa
+
+        id_type = pa.string()
     if not os.path.exists(path):
         os.makedirs(path)
         half = len(chunks) // 2 or 1
         first = 0
         for name, groups in (("a.parquet", chunks[:half]), ("b.parquet", chunks[half:])):
             if groups:
-                write_parquet(os.path.join(path, name), groups, first, d=d, l=l)
+                write_parquet(os.path.join(path, name), groups, first, d=d, l=l, id_type=id_type)
                 first += sum(groups)
     return path
 
@@ -431,7 +478,9 @@ def needs(case: Case) -> None:
 # -- the epoch laws over the whole product -------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES])
+@pytest.mark.parametrize(
+    "case", [param(c) for c in EPOCH_CASES + SUBSET_CASES + COLUMNS_CASES + CODED_CASES]
+)
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
     set_epoch(1) (as a set of batches under threads); shuffled epochs differ."""

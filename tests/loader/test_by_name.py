@@ -139,6 +139,21 @@ def test_a_learned_vocabulary_with_both_zeros_codes_its_own_data(tmp_path):
     assert np.isnan(codes[3])
 
 
+def test_a_numpy_array_as_a_vocabulary_codes_by_its_values():
+    from exactbatch import arrow_source
+
+    def codes(values, vocabulary):
+        t = pa.table({"c": values})
+        src = arrow_source(t, features=["c"], labels=(), categorical={"c": vocabulary})
+        return _epoch(src)[0][:, 0]
+
+    np.testing.assert_array_equal(codes(["a", "b"], np.array(["b", "a"])), [1, 0])  # np.str_
+    np.testing.assert_array_equal(codes([True, False], np.array([False, True])), [1, 0])
+    np.testing.assert_array_equal(codes([0, 1], np.array([-0.5, 0, 1])), [1, 2])
+    with pytest.raises(ValueError, match="holds 1 "):  # an np.bool_ is not the number 1 either
+        codes([1, 0], np.array([False, True]))
+
+
 def test_numbers_strings_and_booleans_are_distinct_categories(tmp_path):
     with pytest.raises(ValueError, match="holds 1 "):
         _coded(tmp_path, pa.table({"c": [1, 0]}), {"c": [False, True]})

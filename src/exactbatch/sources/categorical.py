@@ -56,10 +56,13 @@ def check_categorical(categorical, where: str) -> dict[str, list | None]:
     """``categorical`` as ``{column: vocabulary or None}`` (None: learn it).
 
     ``categorical``: None, a column name, a list of names, or a mapping from
-    names to their vocabularies (lists of distinct values). Anything else is
+    names to their vocabularies (lists of distinct values; a NumPy array's scalars are
+    taken as Python's: np.str_ as str, np.bool_ as bool). Anything else is
     a ``TypeError`` naming the argument; a name given twice, or a vocabulary
     with a repeated value, a ``ValueError``.
     """
+    import numpy as np
+
     if categorical is None:
         return {}
     if isinstance(categorical, str):
@@ -74,7 +77,8 @@ def check_categorical(categorical, where: str) -> dict[str, list | None]:
                     f"{where}: categorical[{col!r}] must be a list of values (the vocabulary); "
                     f"got {values!r:.80}"
                 )
-            vocab = list(values)
+            # a NumPy array's scalars as Python's: np.str_ is not str, np.bool_ not bool
+            vocab = [v.item() if isinstance(v, np.generic) else v for v in values]
             keys = [(type(v) is bool, v) for v in vocab]  # True is not the category 1
             if len(set(keys)) != len(keys):
                 twice = [v for k, v in zip(keys, vocab, strict=True) if keys.count(k) > 1]

@@ -84,11 +84,11 @@ class StringIndex:
         self._codes = order.astype(np.float64)
         # buckets by a key's top bits, most with one entry or none: a key's candidates are the
         # sorted keys from its bucket's start (no binary search: one read, rarely more)
-        bits = max(1, int(len(keys)).bit_length() + 2)  # 4 to 8 buckets an entry
+        bits = int(len(keys)).bit_length() + 2  # 4 to 8 buckets an entry
         self._shift = np.uint64(64 - bits)
         tops = (self._keys >> self._shift).astype(np.int64)
         self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
-        self._most = int(np.diff(self._starts).max()) if len(keys) else 0
+        self._most = int(np.diff(self._starts).max())  # (never empty: 4 buckets at least)
 
     @classmethod
     def of(cls, values: list[str]) -> StringIndex | None:
@@ -99,7 +99,7 @@ class StringIndex:
         arr = pa.array(values, type=pa.large_string())
         keys = string_keys(arr)
         order = np.argsort(keys, kind="stable")
-        if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+        if (np.diff(keys[order]) == 0).any():
             return None
         return cls(arr, keys, order)
 
