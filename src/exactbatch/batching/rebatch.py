@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
-from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
+from exactbatch.sources.column_chunk import put
 
 __all__ = ["rebatch"]
 

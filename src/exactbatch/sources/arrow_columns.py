@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.batching.column_chunk import Columns
 from exactbatch.sources.arrow import column_chunk
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
+from exactbatch.sources.column_chunk import Columns
 from exactbatch.sources.identity import column_names
 from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
 

@@ -6,8 +6,10 @@ the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
 time a read needs it, by the thread that needs it (two threads needing one
-chunk wait for one read), as whole rows (x then y: straight into them where
-the source reads into rows, ``read_rows_into`` or ``open_chunk``). The chunks
+chunk wait for one read): held column by column where the source can
+(``read_columns``: Parquet's row groups, as decoded), else as whole rows (x
+then y: straight into them where the source reads into rows,
+``read_rows_into`` or ``open_chunk``). The chunks
 kept are copied side by side into one array, a snapshot that never changes, so
 a read is one gather of the compiled core (or NumPy) from it, and a read in
 progress keeps its snapshot alive whatever the others do. A read that needs a
@@ -40,10 +42,16 @@ import numpy as np
 from exactbatch.kernels import memory_rows
 from exactbatch.order.windows import chunk_of_rows
 from exactbatch.sources.chunks import ChunkError, Stream, Widths
+from exactbatch.sources.column_chunk import put
 
 __all__ = ["ChunkCacheReader"]
 
 _AHEAD = 1 << 62  # the recency of a chunk read ahead and not used yet: above every read's
+
+
+def _rows(part) -> int:
+    """The rows of a chunk held: whole rows (an array), or ``(x, y)`` columns."""
+    return part[0].shape[0] if isinstance(part, tuple) else part.shape[0]
 
 
 class _Snapshot:
@@ -52,15 +60,19 @@ class _Snapshot:
 
     __slots__ = ("at", "chunks", "read")
 
-    def __init__(self, nchunks: int, parts: dict[int, np.ndarray], d, l):  # noqa: E741
+    def __init__(self, nchunks: int, parts: dict, d, l):  # noqa: E741
         self.at = np.full(nchunks, -1, dtype=np.int64)
-        rows = sum(part.shape[0] for part in parts.values())
+        rows = sum(_rows(part) for part in parts.values())
         xy = np.empty((rows, d + l))  # whole rows: x then y, one gather for both
         a = 0
         views = {}  # c -> its rows of xy (whole rows: a chunk is one copy)
         for c, part in parts.items():
-            z = a + part.shape[0]
-            xy[a:z] = part
+            z = a + _rows(part)
+            if isinstance(part, tuple):  # held column by column: copied straight in
+                put(xy[a:z, :d], part[0])
+                put(xy[a:z, d:], part[1])
+            else:
+                xy[a:z] = part
             self.at[c] = a
             views[c] = xy[a:z]
             a = z
@@ -77,6 +89,7 @@ class ChunkCacheReader:
         assert hooks.chunk_rows is not None and hooks.read_chunk is not None  # (a chunk source)
         self._read_chunk = hooks.read_chunk
         self._rows_into, self._open_chunk = hooks.read_rows_into, hooks.open_chunk
+        self._read_columns = hooks.read_columns
         self._will_need = hooks.will_need
         self.chunk_rows = hooks.chunk_rows
         self.firsts = np.cumsum(self.chunk_rows) - self.chunk_rows
@@ -84,7 +97,7 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict[int, np.ndarray] = {}  # read, not in the snapshot
+        self._fresh: dict = {}  # read, not in the snapshot (_rows: what each holds)
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
@@ -132,19 +145,29 @@ class ChunkCacheReader:
             raise
         with self._lock:
             self._loading.pop(c, None)
-            self.rows_read += xy.shape[0]
+            self.rows_read += _rows(xy)
             if not self._closed:
                 self._fresh[c] = xy
                 if ahead:  # not used yet, but soon: kept before any chunk used already
                     self._used[c] = _AHEAD
         fut.set_result(xy)
 
-    def _read(self, c: int) -> np.ndarray:
-        """Chunk ``c`` as whole rows (x then y, float64): read straight into them where
-        the source can (``read_rows_into``, ``open_chunk``) and its widths are known,
-        else ``read_chunk``'s, checked as a pass checks it."""
+    def _read(self, c: int):
+        """Chunk ``c`` held as ``read_columns`` gives it (``(x, y)`` columns, copied into
+        the snapshot with no whole rows first) where the source has it and its widths are
+        known; else as whole rows (x then y, float64): read straight into them where the
+        source can (``read_rows_into``, ``open_chunk``), else ``read_chunk``'s, checked
+        as a pass checks it."""
         known, rows = self._widths.known(), int(self.chunk_rows[c])
         into, opened = self._rows_into, self._open_chunk
+        if known is not None and self._read_columns is not None:
+            x, y = self._widths.normalize(self._read_columns(c), c)
+            if x.shape[0] != rows:
+                raise ChunkError(
+                    f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
+                    f"but chunk_rows[{c}] says {rows}"
+                )
+            return x, y
         if known is not None and (into is not None or opened is not None):
             xy = np.empty((rows, sum(known)))
             if into is None:
@@ -196,11 +219,11 @@ class ChunkCacheReader:
             kept = [c for c in snap.chunks if used[c] >= self._built]
             others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
             order = [*sorted(kept, key=lambda c: -used[c]), *self._fresh]
-            room = self.budget - sum(part.shape[0] for part in got.values())
+            room = self.budget - sum(_rows(part) for part in got.values())
             for c in order:
-                if c not in got and room >= others[c].shape[0]:
+                if c not in got and room >= _rows(others[c]):
                     got[c] = others[c]
-                    room -= others[c].shape[0]
+                    room -= _rows(others[c])
             self._built = self._tick
             snap = self._snap = _Snapshot(len(self.chunk_rows), got, self.d, self.l)
             self._fresh = {}
@@ -267,7 +290,7 @@ class ChunkCacheReader:
                         break
                     if snap.at[c] >= 0 or c in self._fresh or c in self._loading:
                         continue
-                    fresh = sum(part.shape[0] for part in self._fresh.values())
+                    fresh = sum(_rows(part) for part in self._fresh.values())
                     if fresh + int(self.chunk_rows[c]) > self.budget:  # no room: stop here
                         break
                     fut = self._loading[c] = Future()

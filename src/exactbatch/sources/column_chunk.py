@@ -1,6 +1,7 @@
 """A chunk held column by column, and the one copy of a chunk's rows into rows.
 
-An Arrow-family stream's chunk (a record batch) is columns: NumPy views of
+An Arrow-family stream's chunk (a record batch), or a Parquet row group, is
+columns: NumPy views of
 each column's buffer where it is float64 without nulls, else one float64
 copy of the column (nulls as NaN). :class:`Columns` keeps them so, and its
 rows are copied straight into a batch's rows or a shuffle buffer's
