@@ -209,7 +209,8 @@ class ChunkCacheReader:
             got[c] = held if held is not None else self._wait(c, self._start(c))
         with self._lock:
             snap = self._snap
-            assert snap is not None
+            if self._closed or snap is None:  # closed while this read waited on a chunk
+                raise ValueError("read from a closed DataLoader")
             if all(snap.at[c] >= 0 for c in chunks):  # another read made one already
                 return snap
             # Then those of the snapshot used since it was made (a window's batches
