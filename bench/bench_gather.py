@@ -11,6 +11,8 @@ baseline's time over the loader's (above 1: the loader is faster):
 * ``reader``: a ``pyarrow.RecordBatchReader`` made per pass, unshuffled, against
   iterating the reader's own record batches, each cut into batches turned into
   (b, 17) float64 NumPy arrays (``arrow_sources.streams``'s baseline);
+* ``parquet in order``: ``parquet_source`` of one file, unshuffled, against a tiled
+  raw pyarrow read of the same row groups (below);
 * ``parquet shuffled``: ``parquet_source`` of one file, shuffled (buffer
   ``--buffer`` rows), against a tiled raw pyarrow read of the same row groups
   (``read_row_group``, its columns filled into rows a tile at a time:
@@ -25,6 +27,7 @@ Polars and DuckDB are skipped, with a line saying so, where they are not install
 
     PYTHONPATH=src .venv/bin/python bench/bench_gather.py               # 400,000 rows
     PYTHONPATH=src .venv/bin/python bench/bench_gather.py --rows 2000000 --rounds 7
+    PYTHONPATH=src .venv/bin/python bench/bench_gather.py --clock cpu   # a loaded machine
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def cases(table, path: str, batch: int, buffer: int):
     out = [("reader", cut_batches(reader, batch), loader_epoch(source, batch))]
     parquet = lambda: exactbatch.parquet_source(path, labels="y")  # noqa: E731
     raw = tiled_raw(path)
+    out.append(("parquet in order", raw, loader_epoch(parquet, batch)))
     out.append(
         ("parquet shuffled", raw, loader_epoch(parquet, batch, shuffle=True, buffer_size=buffer))
     )
@@ -141,15 +145,19 @@ def cases(table, path: str, batch: int, buffer: int):
     return out, skipped
 
 
-def paired(base, mine, rounds: int) -> tuple[float, float, float]:
-    """``(baseline s, loader s, ratio)``: medians of ``rounds`` interleaved epochs."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def paired(base, mine, rounds: int, clock=time.perf_counter) -> tuple[float, float, float]:
+    """``(baseline s, loader s, ratio)``: medians of ``rounds`` interleaved epochs (the
+    ratio the median of each round's)."""
     base(), mine()  # warm-up: page cache, imports, buffers
     tb, tm = [], []
     for r in range(rounds):
         for run, times in ((base, tb), (mine, tm))[:: 1 if r % 2 == 0 else -1]:
-            t0 = time.perf_counter()
+            t0 = clock()
             run()
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
     b, m = statistics.median(tb), statistics.median(tm)
     ratios = sorted(x / y for x, y in zip(tb, tm, strict=True))
     return b, m, statistics.median(ratios)
@@ -162,6 +170,13 @@ def main(argv=None) -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[64, 4096])
     p.add_argument("--buffer", type=int, default=131_072, help="shuffle buffer (rows)")
     p.add_argument("--only", nargs="*", default=None, help="run only these pairs (names)")
+    p.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall: elapsed time; cpu: this process's CPU time, all its threads (steadier "
+        "on a loaded machine, but it charges a library's parallel threads in full)",
+    )
     a = p.parse_args(argv)
     import pyarrow.parquet as pq
 
@@ -169,7 +184,7 @@ def main(argv=None) -> None:
     rate = lambda s: f"{a.rows / s / 1e6:6.2f}M"  # noqa: E731
     print(
         f"{a.rows:,} rows, d = {D}, l = 1, row groups of {ROW_GROUP:,}, buffer {a.buffer:,}, "
-        f"median of {a.rounds} interleaved rounds, wall clock, backend {exactbatch.backend()}"
+        f"median of {a.rounds} interleaved rounds, {a.clock} time, backend {exactbatch.backend()}"
     )
     print(f"{'pair':<18}{'batch':>6}{'baseline rows/s':>17}{'loader rows/s':>15}{'ratio':>8}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,7 +195,7 @@ def main(argv=None) -> None:
             for name, base, mine in pairs:
                 if a.only and name not in a.only:
                     continue
-                b, m, ratio = paired(base, mine, a.rounds)
+                b, m, ratio = paired(base, mine, a.rounds, CLOCKS[a.clock])
                 print(f"{name:<18}{batch:>6}{rate(b):>17}{rate(m):>15}{ratio:>7.2f}x")
             for line in skipped:
                 print(line)
