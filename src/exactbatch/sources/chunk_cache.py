@@ -42,16 +42,11 @@ import numpy as np
 from exactbatch.kernels import memory_rows
 from exactbatch.order.windows import chunk_of_rows
 from exactbatch.sources.chunks import ChunkError, Stream, Widths
-from exactbatch.sources.column_chunk import put
+from exactbatch.sources.column_chunk import put, side_by_side
 
 __all__ = ["ChunkCacheReader"]
 
 _AHEAD = 1 << 62  # the recency of a chunk read ahead and not used yet: above every read's
-
-
-def _rows(part) -> int:
-    """The rows of a chunk held: whole rows (an array), or ``(x, y)`` columns."""
-    return part[0].shape[0] if isinstance(part, tuple) else part.shape[0]
 
 
 class _Snapshot:
@@ -62,17 +57,13 @@ class _Snapshot:
 
     def __init__(self, nchunks: int, parts: dict, d, l):  # noqa: E741
         self.at = np.full(nchunks, -1, dtype=np.int64)
-        rows = sum(_rows(part) for part in parts.values())
+        rows = sum(part.shape[0] for part in parts.values())
         xy = np.empty((rows, d + l))  # whole rows: x then y, one gather for both
         a = 0
         views = {}  # c -> its rows of xy (whole rows: a chunk is one copy)
         for c, part in parts.items():
-            z = a + _rows(part)
-            if isinstance(part, tuple):  # held column by column: copied straight in
-                put(xy[a:z, :d], part[0])
-                put(xy[a:z, d:], part[1])
-            else:
-                xy[a:z] = part
+            z = a + part.shape[0]
+            put(xy[a:z], part)  # (a chunk held column by column: straight from them)
             self.at[c] = a
             views[c] = xy[a:z]
             a = z
@@ -97,7 +88,7 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict = {}  # read, not in the snapshot (_rows: what each holds)
+        self._fresh: dict = {}  # read, not in the snapshot (arrays, or Columns)
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
@@ -145,7 +136,7 @@ class ChunkCacheReader:
             raise
         with self._lock:
             self._loading.pop(c, None)
-            self.rows_read += _rows(xy)
+            self.rows_read += xy.shape[0]
             if not self._closed:
                 self._fresh[c] = xy
                 if ahead:  # not used yet, but soon: kept before any chunk used already
@@ -153,11 +144,11 @@ class ChunkCacheReader:
         fut.set_result(xy)
 
     def _read(self, c: int):
-        """Chunk ``c`` held as ``read_columns`` gives it (``(x, y)`` columns, copied into
-        the snapshot with no whole rows first) where the source has it and its widths are
-        known; else as whole rows (x then y, float64): read straight into them where the
-        source can (``read_rows_into``, ``open_chunk``), else ``read_chunk``'s, checked
-        as a pass checks it."""
+        """Chunk ``c`` held as ``read_columns`` gives it (x then y, column by column:
+        copied into the snapshot with no whole rows first) where the source has it and
+        its widths are known; else as whole rows (x then y, float64): read straight into
+        them where the source can (``read_rows_into``, ``open_chunk``), else
+        ``read_chunk``'s, checked as a pass checks it."""
         known, rows = self._widths.known(), int(self.chunk_rows[c])
         into, opened = self._rows_into, self._open_chunk
         if known is not None and self._read_columns is not None:
@@ -167,7 +158,7 @@ class ChunkCacheReader:
                     f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
                     f"but chunk_rows[{c}] says {rows}"
                 )
-            return x, y
+            return side_by_side(x, y)
         if known is not None and (into is not None or opened is not None):
             xy = np.empty((rows, sum(known)))
             if into is None:
@@ -220,11 +211,11 @@ class ChunkCacheReader:
             kept = [c for c in snap.chunks if used[c] >= self._built]
             others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
             order = [*sorted(kept, key=lambda c: -used[c]), *self._fresh]
-            room = self.budget - sum(_rows(part) for part in got.values())
+            room = self.budget - sum(part.shape[0] for part in got.values())
             for c in order:
-                if c not in got and room >= _rows(others[c]):
+                if c not in got and room >= others[c].shape[0]:
                     got[c] = others[c]
-                    room -= _rows(others[c])
+                    room -= others[c].shape[0]
             self._built = self._tick
             snap = self._snap = _Snapshot(len(self.chunk_rows), got, self.d, self.l)
             self._fresh = {}
@@ -291,7 +282,7 @@ class ChunkCacheReader:
                         break
                     if snap.at[c] >= 0 or c in self._fresh or c in self._loading:
                         continue
-                    fresh = sum(_rows(part) for part in self._fresh.values())
+                    fresh = sum(part.shape[0] for part in self._fresh.values())
                     if fresh + int(self.chunk_rows[c]) > self.budget:  # no room: stop here
                         break
                     fut = self._loading[c] = Future()

@@ -24,7 +24,7 @@ import numpy as np
 
 from exactbatch.kernels import columns_into
 
-__all__ = ["Columns", "put"]
+__all__ = ["Columns", "put", "side_by_side"]
 
 
 class Columns:
@@ -70,3 +70,11 @@ def put(out: np.ndarray, src) -> None:
         src.into(out)
     else:
         out[...] = src
+
+
+def side_by_side(x, y) -> Columns | np.ndarray:
+    """``x`` then ``y`` (a chunk's pair, of equal rows) as one chunk of whole rows: a
+    :class:`Columns` of both's columns where both are held so, else a float64 array."""
+    if isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start:
+        return Columns([*x.cols, *y.cols], x.shape[0], x.start)
+    return np.concatenate((np.asarray(x), np.asarray(y)), axis=1)
