@@ -65,20 +65,25 @@ def _tiles(chunks, b: int) -> Iterator:
     of about ``_TILE_BYTES`` is one such copy for many batches, and stays in the cache
     while they are copied out of it."""
     scratch: list = []
+    seen = 0  # rows passed on: the tiles are cut on the batches' bounds (one carry a chunk)
     for x, y, id0 in chunks:
-        width = x.shape[1] + y.shape[1]
+        rows, width = x.shape[0], x.shape[1] + y.shape[1]
         if not isinstance(x, Columns) or b * 8 * width >= _TILE_BYTES:
+            seen += rows
             yield x, y, id0
             continue
-        t = max(b, _TILE_BYTES // (8 * max(1, width)))
+        t = max(1, _TILE_BYTES // (8 * max(1, width) * b)) * b  # whole batches a tile
         if not scratch or len(scratch[0]) < t or scratch[0].shape[1] != x.shape[1]:
             scratch[:] = [np.empty((t, x.shape[1])), np.empty((t, y.shape[1]))]
         tx, ty = scratch
-        for a in range(0, x.shape[0], t):
-            z = min(a + t, x.shape[0])
+        a = 0
+        while a < rows:
+            z = min(rows, a + ((-(seen + a)) % b or t))  # a carry's rest, else a tile
             put(tx[: z - a], x[a:z])
             put(ty[: z - a], y[a:z])
             yield tx[: z - a], ty[: z - a], id0 + a
+            a = z
+        seen += rows
         del x, y
 
 
