@@ -5,7 +5,8 @@ data. Columns are frozen by name at construction and every file's schema is
 checked against them, so a file with its columns in another order still
 yields the right features. The loader reads only the row groups (and rows)
 its shard owns, and may shuffle the order of row groups each epoch.
-Memory: one row group at a time, as float64.
+Memory: one row group at a time, as decoded (float64 copies of its other
+columns).
 
 Faults: a file that is not readable Parquet (truncated, a corrupt footer,
 row counts that do not add up), that lacks a column, has it non-numeric or
