@@ -49,6 +49,17 @@ def _ndf_path() -> str:
     return _NDF[0]
 
 
+def _columns_compiled() -> bool:
+    """Does the compiled core copy columns into rows now (``kernels.columns_into``, which
+    picks its backend at each call)? The compiled copy refuses a column that is not
+    float64; the NumPy twin casts it."""
+    try:
+        kernels.columns_into([np.zeros(1, dtype=np.int64)], 0, np.empty((1, 1)))
+    except TypeError:
+        return True
+    return False
+
+
 def readers() -> dict[str, bool]:
     """For each kernel a reader can get, whether the compiled core serves it now (a C
     function reads, or the factory returns a compiled object rather than None)."""
@@ -69,6 +80,7 @@ def readers() -> dict[str, bool]:
         "parts_rows": kernels.parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
         # the order's keyed bijection takes the core's kernel when it is made
         "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,
+        "columns_into (streams' and Parquet's column chunks)": _columns_compiled(),
     }
 
 

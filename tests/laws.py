@@ -736,8 +736,9 @@ class FlakyChunks(FlakyReader):
     """Wraps a chunk-indexed source (Parquet, ndf_blocks): its ``at``-th read of a
     chunk after :meth:`arm` raises OSError once, whether the chunk is read into
     arrays of its own (``read_chunk``), straight into a shuffle buffer
-    (``read_rows_into``, where the source has it) or decoded for the buffer to
-    copy (``open_chunk``, where the source has it). Everything else is the
+    (``read_rows_into``, where the source has it), decoded for the buffer to
+    copy (``open_chunk``, where the source has it) or held column by column
+    (``read_columns``, where the source has it). Everything else is the
     source's own."""
 
     def __init__(self, inner):
@@ -748,9 +749,11 @@ class FlakyChunks(FlakyReader):
             self.read_rows_into = self._read_rows_into
         if hasattr(inner, "open_chunk"):
             self.open_chunk = self._open_chunk
+        if hasattr(inner, "read_columns"):
+            self.read_columns = self._read_columns
 
     def __getattr__(self, name):
-        if name in ("read_rows_into", "open_chunk"):  # only where the source has it
+        if name in ("read_rows_into", "open_chunk", "read_columns"):  # where the source has it
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -769,6 +772,11 @@ class FlakyChunks(FlakyReader):
         if self._fails():
             raise OSError(f"injected: chunk {i} could not be read")
         return self.inner.read_chunk(i)
+
+    def _read_columns(self, i: int):
+        if self._fails():
+            raise OSError(f"injected: chunk {i} could not be read")
+        return self.inner.read_columns(i)
 
     def absorbed(self) -> bool:
         """Did the fault hit an elastic stream's read ahead (let go: the read that needs

@@ -43,3 +43,32 @@ def test_a_batch_larger_than_the_first_carry_is_completed_across_many_chunks():
     assert np.array_equal(np.concatenate([x[:, 0] for x, _, _ in out]), np.arange(10_000))
     assert all(np.array_equal(y, -x) for x, y, _ in out)
     assert all(d == rows_digest(x[:, 0].astype(np.int64)) for x, _, d in out)
+
+
+def test_chunks_held_by_columns_give_the_batches_their_arrays_give(monkeypatch):
+    """Small batches cut from chunks held column by column (laid out a tile at a time:
+    tiles smaller than a chunk here, batches straddling tiles and chunks) are the
+    batches the same chunks as arrays give: rows, order, digests and fresh arrays."""
+    import exactbatch.batching.rebatch as rb
+    from exactbatch.sources.column_chunk import Columns
+
+    monkeypatch.setattr(rb, "_TILE_BYTES", 8 * 3 * 10)  # tiles of 10 rows of 3 values
+    chunks, a = [], 0
+    for size in (0, 23, 7, 41, 1, 30):
+        ids = np.arange(a, a + size, dtype=np.float64)
+        chunks.append((np.stack([ids, ids * 2], axis=1), -ids[:, None], a))
+        a += size
+
+    def held(x, y, id0):
+        return Columns(list(x.T.copy()), len(x)), Columns(list(y.T.copy()), len(y)), id0
+
+    for b in (4, 7, 64):
+        want = list(rebatch(chunks, b, drop_last=False, with_rows=True))
+        got = list(rebatch([held(*c) for c in chunks], b, drop_last=False, with_rows=True))
+        assert len(got) == len(want)
+        for [(gx, gy, gd, gr)], [(wx, wy, wd, wr)] in zip(got, want, strict=True):
+            np.testing.assert_array_equal(gx, wx)
+            np.testing.assert_array_equal(gy, wy)
+            assert gd == wd and gr.tolist() == wr.tolist()
+        xs = [g[0][0] for g in got]
+        assert not any(np.shares_memory(p, q) for p, q in zip(xs, xs[1:], strict=False))

@@ -185,6 +185,24 @@ def test_reader_reads_any_rows_of_any_layout_as_pyarrow_converts_them(cols, data
     np.testing.assert_array_equal(np.concatenate([out_x, out_y], 1), picked)
 
 
+def test_a_reader_closed_during_a_read_finishes_that_read(monkeypatch):
+    """close() from another thread while a batch is being read (here: at its first
+    column): that read still completes from the columns it began with."""
+    import exactbatch.sources.arrow_columns as ac
+
+    reader = ArrowColumnsReader([pa.chunked_array([[1.0, 2.0]]), pa.chunked_array([[3.0, 4.0]])], 1)
+    take = ac._Part.take
+
+    def closing(self, src):
+        reader.close()
+        return take(self, src)
+
+    monkeypatch.setattr(ac._Part, "take", closing)
+    out_x, out_y = np.empty((2, 1)), np.empty((2, 1))
+    reader.read(slice(0, 2), out_x, out_y)
+    assert out_x[:, 0].tolist() == [1.0, 2.0] and out_y[:, 0].tolist() == [3.0, 4.0]
+
+
 def test_a_closed_reader_refuses_to_read():
     reader = ArrowColumnsReader([pa.chunked_array([[1.0, 2.0]])], 1)
     reader.close()

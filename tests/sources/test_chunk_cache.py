@@ -160,6 +160,33 @@ def test_a_closed_reader_refuses_reads():
         read(r, [0])
 
 
+def test_a_reader_closed_while_a_read_waits_on_its_chunk_says_it_is_closed():
+    """close() from another thread while a read waits on a chunk's read: the read raises
+    the closed loader's ValueError when the chunk comes, never an AssertionError."""
+    gate = threading.Event()
+    src = Counting([2, 2], gate=gate)
+    gate.set()
+    r = reader(src)  # (its widths learned from chunk 0)
+    gate.clear()
+    errors = []
+
+    def work():
+        try:
+            read(r, [3])
+        except Exception as e:  # noqa: BLE001 (the test looks at what was raised)
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    while not r._loading:  # the read has begun reading chunk 1
+        threading.Event().wait(0.001)
+    r.close()
+    gate.set()
+    t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], ValueError), errors
+    assert "closed" in str(errors[0])
+
+
 def test_a_list_as_a_chunk_source_counts_its_chunks_rows():
     chunks = [(np.zeros((3, 2)), np.zeros(3)), (np.zeros(2), np.zeros(1)), np.zeros((0, 2))]
     with pytest.raises(ChunkError, match="chunk 2"):  # checked as a pass checks it

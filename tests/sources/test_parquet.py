@@ -399,9 +399,10 @@ def test_nulls_and_other_types_reach_a_shuffled_epoch_as_in_file_order(tmp_path)
 
 @pytest.fixture
 def count_reads(monkeypatch):
-    """The row groups read (``read_chunk``, or ``open_chunk`` for a shuffle buffer)."""
+    """The row groups read (``read_columns``, which ``read_chunk`` reads through, or
+    ``open_chunk`` for a shuffle buffer)."""
     reads = []
-    for name in ("read_chunk", "open_chunk"):
+    for name in ("read_columns", "open_chunk"):
         orig = getattr(ParquetSource, name)
 
         def counting(self, i, orig=orig):

@@ -157,7 +157,10 @@ def test_a_chunk_of_other_rows_than_chunk_rows_says_is_a_chunk_error_naming_it()
 class Hooked(ChunksDouble):
     """Every optional hook, served by __getattr__ so each lookup is counted."""
 
-    HOOKS = ("n_rows", "d", "l", "block_rows", "will_need", "read_rows_into", "open_chunk")
+    HOOKS = (
+        *("n_rows", "d", "l", "block_rows", "will_need"),
+        *("read_rows_into", "open_chunk", "read_columns"),
+    )
 
     def __init__(self, x, y, sizes):
         super().__init__(x, y, sizes)
@@ -170,7 +173,7 @@ class Hooked(ChunksDouble):
         self.looked_up.append(name)
         values = {"n_rows": len(self.x), "d": self.x.shape[1], "l": self.y.shape[1]}
         values.update(block_rows=self.chunk_rows[0], will_need=self.hinted.append)
-        values.update(read_rows_into=self._into, open_chunk=self._open)
+        values.update(read_rows_into=self._into, open_chunk=self._open, read_columns=self._open)
         return values[name]
 
     def _into(self, row, out):
@@ -182,7 +185,7 @@ class Hooked(ChunksDouble):
 
 
 def test_every_hook_is_looked_up_once_per_loader_and_used():
-    """stream_hooks is the one place a stream's hooks are asked for: each of the seven
+    """stream_hooks is the one place a stream's hooks are asked for: each of the eight
     once, when the loader is built, none during its epochs (before, the feed asked for
     will_need, read_rows_into and open_chunk at every pass)."""
     x, y = make_data(N)
@@ -276,6 +279,7 @@ def test_parquet_and_ndf_blocks_declare_their_hooks(tmp_path):
         pq = stream_hooks(parquet_source(path, labels="y0"))
     assert (pq.n_rows, pq.d, pq.l, pq.block_rows) == (10, 2, 1, None)
     assert pq.open_chunk is not None and pq.read_rows_into is None and pq.will_need is None
+    assert pq.read_columns is not None
     assert pq.chunk_rows.tolist() == [4, 6] and not pq.chunk_rows.flags.writeable
     ndf = str(tmp_path / "a.ndf")
     save_ndf(ndf, (make_x(np.arange(10), 2), make_y(np.arange(10), 1)))

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import batch_digests, rows_digest
 from exactbatch.sources.chunks import ChunkRead
+from exactbatch.sources.column_chunk import put
 
 __all__ = [
     "buffer_arrays",

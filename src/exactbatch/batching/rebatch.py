@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 
 from exactbatch.arrays import batch_pair
-from exactbatch.batching.column_chunk import put
 from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
+from exactbatch.sources.column_chunk import Columns, put
 
 __all__ = ["rebatch"]
 
 _MASK = (1 << 64) - 1
+_TILE_BYTES = 128 << 10  # a tile of a chunk held column by column (_tiles)
 
 
 def rebatch(
@@ -56,9 +57,40 @@ def rebatch(
         yield [(*dtype.finish(x, y, ids), digest, *((ids,) if with_rows else ()))]
 
 
+def _tiles(chunks, b: int) -> Iterator:
+    """``chunks``, each chunk held column by column that small batches would be cut from
+    laid out a tile of rows at a time (views of one scratch tile, copied out of before
+    the next: every batch and carry is a copy). A small batch's copy straight from the
+    columns costs a call and a buffer a column, more than the rows themselves; a tile
+    of about ``_TILE_BYTES`` is one such copy for many batches, and stays in the cache
+    while they are copied out of it."""
+    scratch: list = []
+    seen = 0  # rows passed on: the tiles are cut on the batches' bounds (one carry a chunk)
+    for x, y, id0 in chunks:
+        rows, width = x.shape[0], x.shape[1] + y.shape[1]
+        if not isinstance(x, Columns) or b * 8 * width >= _TILE_BYTES:
+            seen += rows
+            yield x, y, id0
+            continue
+        t = max(1, _TILE_BYTES // (8 * max(1, width) * b)) * b  # whole batches a tile
+        if not scratch or len(scratch[0]) < t or scratch[0].shape[1] != x.shape[1]:
+            scratch[:] = [np.empty((t, x.shape[1])), np.empty((t, y.shape[1]))]
+        tx, ty = scratch
+        a = 0
+        while a < rows:
+            z = min(rows, a + ((-(seen + a)) % b or t))  # a carry's rest, else a tile
+            put(tx[: z - a], x[a:z])
+            put(ty[: z - a], y[a:z])
+            yield tx[: z - a], ty[: z - a], id0 + a
+            a = z
+        seen += rows
+        del x, y
+
+
 def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterator:
     """:func:`rebatch` for a dtype."""
     b = batch_size
+    chunks = _tiles(chunks, b)
     digest = RangeDigests(b)
     # the carry: a batch being completed across chunks
     cx: Any = None

@@ -260,6 +260,11 @@ class StreamFeed:
         self.stream = None
         # the sizes stay (a state after close records them); the source's methods go
         self.hooks = replace(
-            self.hooks, read_chunk=None, will_need=None, read_rows_into=None, open_chunk=None
+            self.hooks,
+            read_chunk=None,
+            will_need=None,
+            read_rows_into=None,
+            open_chunk=None,
+            read_columns=None,
         )
         self._spare.clear()

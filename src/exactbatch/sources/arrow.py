@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.arrays import check_out_array
-from exactbatch.batching.column_chunk import Columns
 from exactbatch.checks import check_int
+from exactbatch.sources.column_chunk import Columns
 
 __all__ = ["ArrowRows", "column_chunk", "fill_columns", "fill_float64"]
 
@@ -54,7 +54,7 @@ def fill_columns(cols, out: np.ndarray) -> None:
 
 def column_chunk(cols, n: int) -> Columns:
     """``cols`` (Arrow arrays or chunked arrays of numbers, ``n`` values each) as a
-    :class:`~exactbatch.batching.column_chunk.Columns`: views of their buffers where
+    :class:`~exactbatch.sources.column_chunk.Columns`: views of their buffers where
     they are float64 without nulls, else float64 copies (nulls as NaN)."""
     return Columns([_values(col, n) for col in cols], n)
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.batching.column_chunk import Columns
 from exactbatch.sources.arrow import column_chunk
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
+from exactbatch.sources.column_chunk import Columns
 from exactbatch.sources.identity import column_names
 from exactbatch.sources.parquet_columns import check_names, find_columns, is_numeric_type
 
@@ -238,6 +238,9 @@ class ArrowColumnsReader:
         ]
 
     def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        # A close() during the read lets it end: the parts taken first (close lets go of
+        # the layouts first, so layouts found mean these parts are whole).
+        parts = self._parts
         layouts = self._layouts
         if layouts is None:
             raise ValueError("read from a closed DataLoader")
@@ -250,7 +253,7 @@ class ArrowColumnsReader:
             for c, dst, src in _plan(starts, rows):
                 for j in columns:
                     out, k = (out_x, j) if j < d else (out_y, j - d)
-                    out[dst, k] = self._parts[j][c].take(src)
+                    out[dst, k] = parts[j][c].take(src)
         if self._check is not None:  # after the copy: a change during it is seen too
             self._check()
 

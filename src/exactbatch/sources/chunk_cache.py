@@ -6,8 +6,10 @@ the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
 time a read needs it, by the thread that needs it (two threads needing one
-chunk wait for one read), as whole rows (x then y: straight into them where
-the source reads into rows, ``read_rows_into`` or ``open_chunk``). The chunks
+chunk wait for one read): held column by column where the source can
+(``read_columns``: Parquet's row groups, as decoded), else as whole rows (x
+then y: straight into them where the source reads into rows,
+``read_rows_into`` or ``open_chunk``). The chunks
 kept are copied side by side into one array, a snapshot that never changes, so
 a read is one gather of the compiled core (or NumPy) from it, and a read in
 progress keeps its snapshot alive whatever the others do. A read that needs a
@@ -40,6 +42,7 @@ import numpy as np
 from exactbatch.kernels import memory_rows
 from exactbatch.order.windows import chunk_of_rows
 from exactbatch.sources.chunks import ChunkError, Stream, Widths
+from exactbatch.sources.column_chunk import put, side_by_side
 
 __all__ = ["ChunkCacheReader"]
 
@@ -52,7 +55,7 @@ class _Snapshot:
 
     __slots__ = ("at", "chunks", "read")
 
-    def __init__(self, nchunks: int, parts: dict[int, np.ndarray], d, l):  # noqa: E741
+    def __init__(self, nchunks: int, parts: dict, d, l):  # noqa: E741
         self.at = np.full(nchunks, -1, dtype=np.int64)
         rows = sum(part.shape[0] for part in parts.values())
         xy = np.empty((rows, d + l))  # whole rows: x then y, one gather for both
@@ -60,7 +63,7 @@ class _Snapshot:
         views = {}  # c -> its rows of xy (whole rows: a chunk is one copy)
         for c, part in parts.items():
             z = a + part.shape[0]
-            xy[a:z] = part
+            put(xy[a:z], part)  # (a chunk held column by column: straight from them)
             self.at[c] = a
             views[c] = xy[a:z]
             a = z
@@ -77,6 +80,7 @@ class ChunkCacheReader:
         assert hooks.chunk_rows is not None and hooks.read_chunk is not None  # (a chunk source)
         self._read_chunk = hooks.read_chunk
         self._rows_into, self._open_chunk = hooks.read_rows_into, hooks.open_chunk
+        self._read_columns = hooks.read_columns
         self._will_need = hooks.will_need
         self.chunk_rows = hooks.chunk_rows
         self.firsts = np.cumsum(self.chunk_rows) - self.chunk_rows
@@ -84,7 +88,7 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict[int, np.ndarray] = {}  # read, not in the snapshot
+        self._fresh: dict = {}  # read, not in the snapshot (arrays, or Columns)
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
@@ -139,12 +143,22 @@ class ChunkCacheReader:
                     self._used[c] = _AHEAD
         fut.set_result(xy)
 
-    def _read(self, c: int) -> np.ndarray:
-        """Chunk ``c`` as whole rows (x then y, float64): read straight into them where
-        the source can (``read_rows_into``, ``open_chunk``) and its widths are known,
-        else ``read_chunk``'s, checked as a pass checks it."""
+    def _read(self, c: int):
+        """Chunk ``c`` held as ``read_columns`` gives it (x then y, column by column:
+        copied into the snapshot with no whole rows first) where the source has it and
+        its widths are known; else as whole rows (x then y, float64): read straight into
+        them where the source can (``read_rows_into``, ``open_chunk``), else
+        ``read_chunk``'s, checked as a pass checks it."""
         known, rows = self._widths.known(), int(self.chunk_rows[c])
         into, opened = self._rows_into, self._open_chunk
+        if known is not None and self._read_columns is not None:
+            x, y = self._widths.normalize(self._read_columns(c), c)
+            if x.shape[0] != rows:
+                raise ChunkError(
+                    f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
+                    f"but chunk_rows[{c}] says {rows}"
+                )
+            return side_by_side(x, y)
         if known is not None and (into is not None or opened is not None):
             xy = np.empty((rows, sum(known)))
             if into is None:
@@ -186,7 +200,8 @@ class ChunkCacheReader:
             got[c] = held if held is not None else self._wait(c, self._start(c))
         with self._lock:
             snap = self._snap
-            assert snap is not None
+            if self._closed or snap is None:  # closed while this read waited on a chunk
+                raise ValueError("read from a closed DataLoader")
             if all(snap.at[c] >= 0 for c in chunks):  # another read made one already
                 return snap
             # Then those of the snapshot used since it was made (a window's batches

@@ -29,7 +29,7 @@ import collections.abc as cabc
 import numpy as np
 
 from exactbatch.arrays import as_numpy
-from exactbatch.batching.column_chunk import Columns
+from exactbatch.sources.column_chunk import Columns
 from exactbatch.sources.protocols import StreamHooks, stream_hooks
 
 __all__ = [

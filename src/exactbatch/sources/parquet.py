@@ -5,7 +5,8 @@ data. Columns are frozen by name at construction and every file's schema is
 checked against them, so a file with its columns in another order still
 yields the right features. The loader reads only the row groups (and rows)
 its shard owns, and may shuffle the order of row groups each epoch.
-Memory: one row group at a time, as float64.
+Memory: one row group at a time, as decoded (float64 copies of its other
+columns).
 
 Faults: a file that is not readable Parquet (truncated, a corrupt footer,
 row counts that do not add up), that lacks a column, has it non-numeric or
@@ -35,8 +36,9 @@ import numpy as np
 from exactbatch.extras import need
 from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.regular import check_regular
-from exactbatch.sources.arrow import ArrowRows, fill_columns
+from exactbatch.sources.arrow import ArrowRows, column_chunk
 from exactbatch.sources.categorical import check_categorical
+from exactbatch.sources.column_chunk import Columns as ColumnChunk
 from exactbatch.sources.identity import parquet_identity
 from exactbatch.sources.parquet_columns import (
     Partitions,
@@ -137,7 +139,8 @@ class ParquetSource:
     Attributes: ``files``, ``features`` and ``labels`` (column names),
     ``d``, ``l``, ``n_rows`` and ``chunk_rows`` (rows of each row group, in
     file then row-group order). ``read_chunk(i)`` reads row group ``i`` as
-    float64 ``(x, y)``, ``open_chunk(i)`` decodes it for a shuffle buffer to
+    float64 ``(x, y)``, ``read_columns(i)`` holds it column by column (copied
+    straight into batches), ``open_chunk(i)`` decodes it for a shuffle buffer to
     copy into its rows; iterating yields every chunk in order.
     """
 
@@ -284,12 +287,15 @@ class ParquetSource:
 
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row group ``i`` (in file order) as float64 ``(x, y)``."""
+        x, y = self.read_columns(i)
+        return np.asarray(x), np.asarray(y)  # nulls are NaN
+
+    def read_columns(self, i: int) -> tuple[ColumnChunk, ColumnChunk]:
+        """Row group ``i`` decoded, as ``(x, y)`` held column by column (views of its
+        float64 columns' buffers, a float64 copy of any other: nulls as NaN): a loader
+        copies its rows straight into batches, with no row-major copy first."""
         columns, rows, d = self._columns(i), int(self.chunk_rows[i]), self.d
-        x = np.empty((rows, d), dtype=np.float64)
-        y = np.empty((rows, self.l), dtype=np.float64)
-        fill_columns(columns[:d], x)  # nulls become NaN
-        fill_columns(columns[d:], y)
-        return x, y
+        return column_chunk(columns[:d], rows), column_chunk(columns[d:], rows)
 
     def open_chunk(self, i: int) -> ArrowRows:
         """Row group ``i`` decoded (on the calling thread: a stream's read-ahead), for a

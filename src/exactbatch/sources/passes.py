@@ -19,8 +19,10 @@ known size (``stop`` None for the last shard: it also takes any rows past
 N), or None when N is unknown, and shard s then takes chunks s, s+S,
 s+2S, ... of the stream.
 
-A pass yields ``(x, y, id0)``: float64 arrays of the shard's rows of a chunk,
-``id0`` the stream row of the first; or, for a shuffle buffer, a
+A pass yields ``(x, y, id0)``: float64 arrays of the shard's rows of a chunk
+(or :class:`~exactbatch.sources.column_chunk.Columns`, where the source holds
+its chunks column by column: ``read_columns``, ``column_chunks``), ``id0`` the
+stream row of the first; or, for a shuffle buffer, a
 :class:`~exactbatch.sources.chunks.ChunkRead` (rows the buffer reads
 itself). Every row yielded is added to ``fed``, the ledger's tally. Memory:
 the chunk being cut and the ``depth`` chunks read ahead (the order in which
@@ -164,7 +166,10 @@ def chunk_source_pass(
     # can (Parquet: open_chunk) only decodes them there, and the shuffle buffer's
     # filling thread copies each straight into its rows.
     opened = hooks.open_chunk if into_buffer else None
-    read = hooks.read_chunk if opened is None else opened
+    # Else chunks held column by column where the source can (read_columns: Parquet),
+    # their rows then copied once, straight into the batches.
+    read = (hooks.read_columns or hooks.read_chunk) if opened is None else opened
+    name = "read_columns" if opened is None and hooks.read_columns else "read_chunk"
     if opened is not None and depth >= LAY_OUT_DEPTH:
         # Several reading threads (cores to spare): each also lays its chunk out as
         # whole rows, so that the buffer's thread, the one every batch waits on,
@@ -189,7 +194,7 @@ def chunk_source_pass(
             del chunk
             if x.shape[0] != rows[i]:  # else rows would be lost, or counted twice
                 raise ChunkError(
-                    f"chunk {pos}: read_chunk({i}) returned {x.shape[0]} rows, "
+                    f"chunk {pos}: {name}({i}) returned {x.shape[0]} rows, "
                     f"but chunk_rows[{i}] says {rows[i]}"
                 )
             id0 = firsts[i] + lo

@@ -44,11 +44,17 @@ costs more:
   read into arrays. A pass that reads several chunks at once (see
   :func:`~exactbatch.sources.passes.read_depth`) reads through it even where
   the source has ``read_rows_into`` too (which reads one chunk at a time).
+* ``read_columns(i)``: chunk ``i`` as ``(x, y)``, a pair of
+  :class:`~exactbatch.sources.column_chunk.Columns` (held column by column,
+  copied straight into batches, or into an elastic stream's chunk cache),
+  read instead of ``read_chunk`` wherever the loader reads a chunk whole.
+  Without it, ``read_chunk``'s arrays (Parquet has it: its row groups are
+  never laid out as rows before a batch).
 
 And of any stream:
 
 * ``column_chunks()``: a fresh pass, as ``(x, y)`` pairs of
-  :class:`~exactbatch.batching.column_chunk.Columns` (chunks held column by
+  :class:`~exactbatch.sources.column_chunk.Columns` (chunks held column by
   column, copied straight into batches), read instead of iterating the
   source (the Arrow-family streams have it). Without it, the source is
   iterated.
@@ -181,7 +187,7 @@ class StreamHooks:
     (an int64 array) and ``read_chunk`` for a chunk source (else None, as for
     every hook it lacks), ``n_rows``, the widths ``d`` and ``l``, ``block_rows``,
     and the callables ``identity``, ``will_need``, ``read_rows_into``,
-    ``open_chunk`` and ``column_chunks``."""
+    ``open_chunk``, ``read_columns`` and ``column_chunks``."""
 
     chunk_rows: np.ndarray | None = None
     read_chunk: Callable | None = None
@@ -193,6 +199,7 @@ class StreamHooks:
     will_need: Callable | None = None
     read_rows_into: Callable | None = None
     open_chunk: Callable | None = None
+    read_columns: Callable | None = None
     column_chunks: Callable | None = None
 
     @property
@@ -253,5 +260,6 @@ def stream_hooks(source: Any) -> StreamHooks:
         will_need=getattr(source, "will_need", None),
         read_rows_into=getattr(source, "read_rows_into", None),
         open_chunk=getattr(source, "open_chunk", None),
+        read_columns=getattr(source, "read_columns", None),
         **common,
     )

@@ -1,4 +1,4 @@
-"""Chunks held column by column (exactbatch.batching.column_chunk): copied straight
+"""Chunks held column by column (exactbatch.sources.column_chunk): copied straight
 into rows by exactbatch.kernels.columns_into, bit for bit the same on both backends;
 an Arrow stream's batches through them are its rows (nulls NaN, any numeric type,
 cast to the loader's dtype) in the same order, on both backends."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import exactbatch
 from exactbatch import DataLoader, kernels
-from exactbatch.batching.column_chunk import Columns, put
+from exactbatch.sources.column_chunk import Columns, put
 
 needs_core = pytest.mark.skipif(not built(), reason="the compiled core is not built")
 
@@ -131,3 +131,50 @@ def test_iterating_an_arrow_stream_still_gives_float64_arrays():
     chunks = list(src)
     assert all(type(x) is np.ndarray and x.dtype == np.float64 for x, _ in chunks)
     assert sum(len(x) for x, _ in chunks) == 100
+
+
+@pytest.mark.parametrize(
+    "shuffle,elastic", [(False, False), (False, True), (True, True)], ids=["plain", "el", "el-sh"]
+)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_parquet_row_groups_reach_the_batches_column_by_column(
+    tmp_path, monkeypatch, shuffle, elastic, dtype
+):
+    """A Parquet source's row groups are held column by column (read_columns) wherever a
+    loader reads one whole, an unshuffled pass and the elastic cache alike: never laid
+    out as rows first (read_chunk, open_chunk), and the same batches on both backends."""
+    import pyarrow.parquet as pq
+
+    from exactbatch.sources.parquet import ParquetSource
+
+    table, _ = _table(300)
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=37)
+    x0, y0 = exactbatch.parquet_source(path, features=list("abcd"), labels="y").read_columns(1)
+    assert isinstance(x0, Columns) and isinstance(y0, Columns) and x0.shape == (37, 4)
+
+    def laid_out(self, i):
+        raise AssertionError("a row group laid out as rows before its batches")
+
+    monkeypatch.setattr(ParquetSource, "read_chunk", laid_out)
+    monkeypatch.setattr(ParquetSource, "open_chunk", laid_out)
+    want = np.stack([table.column(c).to_numpy(zero_copy_only=False) for c in "abcd"], axis=1)
+    wy = table.column("y").to_numpy().astype(np.float64)
+    got = {}
+    for name in ("compiled", "numpy") if built() else ("numpy",):
+        with on_backend(name):
+            src = exactbatch.parquet_source(path, features=list("abcd"), labels="y")
+            options = {"elastic": elastic, "buffer_size": 50}
+            loader = DataLoader(
+                src, 16, shuffle=shuffle, seed=3, dtype=dtype, with_rows=True, **options
+            )
+            parts = list(loader)
+            loader.close()
+        rows = np.concatenate([r for _, _, r in parts])
+        x = np.concatenate([bx for bx, _, _ in parts])
+        y = np.concatenate([by for _, by, _ in parts])
+        assert sorted(rows.tolist()) == list(range(300))  # each row once
+        np.testing.assert_array_equal(x, want[rows].astype(np.float64).astype(dtype))
+        np.testing.assert_array_equal(y[:, 0], wy[rows])
+        got[name] = (x.tobytes(), y.tobytes(), rows.tobytes())
+    assert len(set(got.values())) == 1

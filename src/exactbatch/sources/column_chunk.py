@@ -1,14 +1,16 @@
 """A chunk held column by column, and the one copy of a chunk's rows into rows.
 
-An Arrow-family stream's chunk (a record batch) is columns: NumPy views of
-each column's buffer where it is float64 without nulls, else one float64
-copy of the column (nulls as NaN). :class:`Columns` keeps them so, and its
+An Arrow-family stream's chunk (a record batch), or a Parquet row group, is
+columns: NumPy views of each column's buffer where it is float64 without
+nulls, else one float64 copy of the column (nulls as NaN). :class:`Columns` keeps them so, and its
 rows are copied straight into a batch's rows or a shuffle buffer's
 (:func:`put`: :func:`exactbatch.kernels.columns_into`, the compiled core's
 or its NumPy twin, casting to the batch's dtype as it copies). No row-major
 copy of the chunk is ever made: each row is copied once on its way to a
 batch (twice through a shuffle buffer), not once more into a chunk of whole
-rows first.
+rows first. (Batches of less than a tile, 128 KiB, are cut from a tile of
+rows laid out in the cache: one copy from the columns for many batches;
+:mod:`exactbatch.batching.rebatch`.)
 
 A :class:`Columns` is what a pass hands on where an array would be: it has
 ``shape``, ``ndim`` and ``dtype``, is sliced by rows (``chunk[lo:hi]``, a
@@ -23,7 +25,7 @@ import numpy as np
 
 from exactbatch.kernels import columns_into
 
-__all__ = ["Columns", "put"]
+__all__ = ["Columns", "put", "side_by_side"]
 
 
 class Columns:
@@ -69,3 +71,11 @@ def put(out: np.ndarray, src) -> None:
         src.into(out)
     else:
         out[...] = src
+
+
+def side_by_side(x, y) -> Columns | np.ndarray:
+    """``x`` then ``y`` (a chunk's pair, of equal rows) as one chunk of whole rows: a
+    :class:`Columns` of both's columns where both are held so, else a float64 array."""
+    if isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start:
+        return Columns([*x.cols, *y.cols], x.shape[0], x.start)
+    return np.concatenate((np.asarray(x), np.asarray(y)), axis=1)
