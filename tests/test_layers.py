@@ -42,7 +42,7 @@ LAYERS = (
                 f"exactbatch.{m}"
                 for m in "errors hints extras checks arrays dataset kernels prefetch".split()
             ),
-            *(f"exactbatch.{m}" for m in "urls stats transform distributed".split()),
+            *(f"exactbatch.{m}" for m in "urls stats mixing_score transform distributed".split()),
         ),
     ),
     ("order", ("exactbatch.order.*",)),  # pure functions of ids: arrays in, never a source
@@ -50,7 +50,7 @@ LAYERS = (
     ("sources", ("exactbatch.sources.*",)),  # the readers, over the format
     ("batching", ("exactbatch.batching.*",)),
     ("feeds", ("exactbatch.feeds.*", "exactbatch.audit")),  # (the audit a feed's pass runs)
-    ("loader", ("exactbatch.loader.*", "exactbatch.certificate")),
+    ("loader", ("exactbatch.loader.*", "exactbatch.certificate", "exactbatch.rank_states")),
     (  # the front door (the package's public names) and the adapters
         "adapters",
         (

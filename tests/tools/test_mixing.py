@@ -14,7 +14,7 @@ import pytest
 from exactbatch import DataLoader, save_ndf
 from exactbatch.cli import main
 from exactbatch.tools.mixing import ks_distance, mixing
-from exactbatch.tools.mixing_score import score
+from exactbatch.mixing_score import score
 
 N = 20_000
 
@@ -397,7 +397,7 @@ def test_the_verdict_counts_the_labels_class_entropy():
     of a random batch's class entropy was called well mixed, p = 0.48): the entropy rank
     is part of the verdict. Under exchangeable sets (a full shuffle) the combined verdict
     still calls at most 5% not well mixed (400 seeds)."""
-    from exactbatch.tools.mixing_score import Scores, verdict
+    from exactbatch.mixing_score import Scores, verdict
 
     rng = np.random.default_rng(0)
     r, k = 99, 20

@@ -11,8 +11,8 @@ at 10,000 rows. The convergence verdict cannot see it (the fit is still).
 :func:`check_order` examines the loader's own order before the first step:
 the batches it would hand out next, ``check_batches`` of them spread over the
 rest of its epoch (at most :data:`READ_ROWS` rows read), scored by
-:func:`exactbatch.tools.mixing_score.score` and judged by its
-:func:`~exactbatch.tools.mixing_score.verdict` - the test of ``exactbatch
+:func:`exactbatch.mixing_score.score` and judged by its
+:func:`~exactbatch.mixing_score.verdict` - the test of ``exactbatch
 mixing``: each batch's Kolmogorov-Smirnov distance per column (the label
 columns and up to :data:`COLUMNS` features) to the rows examined, and the
 first label's class entropy per batch when it has at most
@@ -40,7 +40,7 @@ import warnings
 import numpy as np
 
 from exactbatch.errors import MixingWarning
-from exactbatch.tools.mixing_score import entropy_codes, entropy_ratio, score, verdict
+from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
 
 __all__ = ["CHECK_ROWS", "COLUMNS", "READ_ROWS", "REPLICATES", "check_order", "examine"]
 
@@ -78,7 +78,7 @@ def _sample(loader) -> list:
 
 
 def examine(loader, *, seed: int = 0) -> dict | None:
-    """The verdict of :func:`exactbatch.tools.mixing_score.verdict` on the loader's next
+    """The verdict of :func:`exactbatch.mixing_score.verdict` on the loader's next
     batches (with ``batches``, ``columns`` and, for a class label, ``entropy``), or None
     when it mixes the whole data or fewer than 2 full batches are ahead."""
     n, window = loader.total_size, loader.mixing_window

@@ -26,7 +26,7 @@ two things over one epoch:
   shuffle, lower when batches cluster a class).
 
 The verdict is calibrated by that simulation
-(:func:`~exactbatch.tools.mixing_score.verdict`): under a full shuffle the
+(:func:`~exactbatch.mixing_score.verdict`): under a full shuffle the
 loader's batches and the simulated ones are exchangeable, so a full
 shuffle is called not well mixed in at most 5% of seeds, whatever the data,
 the batch size or the number of batches.
@@ -61,7 +61,7 @@ import numpy as np
 from exactbatch.checks import check_flag, check_int
 from exactbatch.tools.common import CliError, input_format, open_ndf_input, progress
 from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
-from exactbatch.tools.mixing_score import entropy_codes, entropy_ratio, score, verdict
+from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
 
 __all__ = ["REPLICATES", "ks_distance", "mixing", "public", "render"]
 
@@ -102,7 +102,7 @@ def _spread_full_shuffle(b: int, n: int) -> float:
 def ks_distance(values: np.ndarray, ref_sorted: np.ndarray) -> float:
     """Two-sample Kolmogorov-Smirnov distance; NaNs dropped; ``ref_sorted`` sorted, NaN-free.
 
-    The definition: :mod:`~exactbatch.tools.mixing_score` computes the same for
+    The definition: :mod:`~exactbatch.mixing_score` computes the same for
     every batch and replicate at once."""
     a = np.sort(values[~np.isnan(values)])
     if not len(a) or not len(ref_sorted):
@@ -138,7 +138,7 @@ def mixing(
     when there is exactly one). ``replicates``: simulated full shuffles the
     verdict is calibrated on (at least 19). ``result["well_mixed"]`` is False
     for a full shuffle in at most 5% of seeds (see
-    :func:`~exactbatch.tools.mixing_score.verdict`).
+    :func:`~exactbatch.mixing_score.verdict`).
     """
     batch_size, seed = (
         check_int("batch_size", batch_size, 1),
