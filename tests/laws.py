@@ -261,7 +261,13 @@ def check_certified(states, per_epoch_rows: list[int]) -> None:
 
 
 def check_lineage(
-    seed: int, elastic: bool, n: int = 120, batch: int = 16, epochs: int = 2, habits: bool = False
+    seed: int,
+    elastic: bool,
+    n: int = 120,
+    batch: int = 16,
+    epochs: int = 2,
+    habits: bool = False,
+    drop_last: bool = False,
 ) -> bool:
     """The lineage law: a random tree of processes - each resumed from a checkpoint of
     the current lineage (the latest, or an earlier one: a rollback that abandons the
@@ -272,7 +278,8 @@ def check_lineage(
     ``habits`` adds a user's habits, drawn apart (the tree of a seed without them is
     unchanged): ``set_epoch`` on the epoch just restored (torch's: the position is
     kept), a stop by ``close()`` then a last save, and, under elastic, a checkpoint
-    resumed again at another count than the first time. The last process runs to
+    resumed again at another count than the first time. ``drop_last``: each epoch's
+    promise is its full batches (under elastic, the global order's). The last process runs to
     the end of ``epochs`` epochs or stops at random. Every state saved, in any order,
     certifies exactly when the truth computed from the row ids of the final lineage
     says every epoch begun handed out each row once. Returns that truth (for the
@@ -305,7 +312,14 @@ def check_lineage(
                 count = count if habits else back.setdefault("resumed_at", count)
         loaders = [
             DataLoader(
-                x, batch, num_shards=count, shard_index=s, seed=7, elastic=elastic, with_rows=True
+                x,
+                batch,
+                num_shards=count,
+                shard_index=s,
+                seed=7,
+                elastic=elastic,
+                with_rows=True,
+                drop_last=drop_last,
             )
             for s in range(count)
         ]
@@ -362,7 +376,10 @@ def check_lineage(
             saved += [roundtrip(ld.state_dict()) for ld in loaders]
             truth = rows
         # (else killed: what it handed out after its last checkpoint is lost)
-    exact = bool(truth) and all(sorted(ids) == list(range(n)) for ids in truth.values())
+    exact = bool(truth) and all(
+        sorted(ids) == _promised_rows(x, batch, shards, elastic, drop_last, e)
+        for e, ids in truth.items()
+    )
     order = rng.permutation(len(saved))
     cert = certify([saved[i] for i in order])
     if back is not None and not handed:  # (not on record: see above)
@@ -374,6 +391,29 @@ def check_lineage(
     if exact:
         assert [e.epoch for e in cert.epochs] == sorted(truth)
     return exact
+
+
+def _promised_rows(x, batch, shards, elastic, drop_last, epoch) -> list[int]:
+    """The rows epoch ``epoch`` promises (all of them, less drop_last's: under elastic, the
+    global order's last batch; else each shard's), from a run that nothing interrupts."""
+    if not drop_last:
+        return list(range(len(x)))
+    count = 1 if elastic else shards
+    rows = []
+    for s in range(count):
+        loader = DataLoader(
+            x,
+            batch,
+            num_shards=count,
+            shard_index=s,
+            seed=7,
+            elastic=elastic,
+            with_rows=True,
+            drop_last=True,
+        )
+        loader.set_epoch(epoch)
+        rows += [int(i) for b in loader for i in b[-1]]
+    return sorted(rows)
 
 
 def check_deterministic(got, want, ordered: bool = True) -> None:

@@ -1023,8 +1023,12 @@ def test_lineage_law_random_kill_resume_rollback_trees(elastic):
     """certify's verdict on every state of a random tree of kills, resumes and rollbacks
     (1 to 4 shards) is the truth of the final lineage's row ids (laws.check_lineage);
     both verdicts are met. The odd seeds add the user's habits: set_epoch after a load,
-    a stop by close(), a checkpoint resumed again at another shard count (elastic)."""
-    verdicts = [check_lineage(seed, elastic, habits=seed % 2 == 1) for seed in range(60)]
+    a stop by close(), a checkpoint resumed again at another shard count (elastic);
+    every third seed drops the last partial batch (drop_last)."""
+    verdicts = [
+        check_lineage(seed, elastic, habits=seed % 2 == 1, drop_last=seed % 3 == 2)
+        for seed in range(60)
+    ]
     assert 0 < sum(verdicts) < len(verdicts)
 
 
