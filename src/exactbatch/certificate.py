@@ -198,7 +198,7 @@ def _folded(summary: dict, epoch: int, rows: int) -> dict:
     """The record of ``epoch`` that ``summary`` folded, as far as it says: its rows
     (its digest is in the summary's sum, checked by :func:`_folds_note`)."""
     whole = summary["whole"]
-    promised = whole if summary["elastic"] else {"rows": rows, "digest": "0"}
+    promised = summary.get("promised", whole) if summary["elastic"] else {"rows": rows}
     return {
         "epoch": epoch,
         "shard": list(summary["shard"]),
@@ -245,8 +245,22 @@ def _folds_note(summaries, clash, epochs) -> str:
             if t is None:
                 return f"epoch {e}'s promise on shard {r['shard'][0]} is not on record: {unknown}"
             total += w * int(t, 16)
+    # Under elastic with drops, each rank's summary sums its epochs' own promises: the
+    # largest of those folded as far (every other holds some of its epochs) count once.
+    groups = {
+        (frozenset(e for e, _ in expand(s)), s["promised"]["digest"])
+        for s in checked
+        if "promised" in s
+    }
+    largest = [g for g in groups if not any(g[0] < h[0] for h in groups)]
+    by_promise: set[int] = set()
+    for held_by, _ in largest:
+        if by_promise & held_by:
+            return f"the ranks' summaries disagree on the epochs' promises: {unknown}"
+        by_promise |= held_by
     whole = int(checked[0]["whole"]["digest"], 16)
-    want = sum(weight(e) for e in folded) * whole
+    want = sum(weight(e) for e in folded - by_promise) * whole
+    want += sum(int(digest, 16) for _, digest in largest)
     if (total - want) & _MASK:
         return "the folded epochs' rows, summed over the shards, are not the dataset's rows"
     return ""

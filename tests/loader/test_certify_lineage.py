@@ -211,6 +211,135 @@ def test_a_restart_from_an_earlier_checkpoint_abandons_the_later_and_what_came_o
     assert cert and set(cert.set_aside) == {b["id"], c["id"]}, str(cert)
 
 
+def _loaded(state, **kw) -> DataLoader:
+    loader = DataLoader(x_of(), 64, seed=3, **kw)
+    loader.load_state_dict(state)
+    return loader
+
+
+def test_two_restarts_from_one_checkpoint_that_reach_one_place_are_told_apart():
+    """Restarted from A, then from A again (the first restart given up): both reach the
+    start of epoch 1, one place, one id. A restart from the first one's state there
+    (given up with it) is not one from the second's: the second runs on, certified."""
+    loader = DataLoader(x_of(), 64, seed=3)
+    _take(iter(loader), 3)
+    a = roundtrip(loader.state_dict())
+    first = _loaded(a)
+    for _ in first:
+        pass
+    d1 = roundtrip(first.state_dict())  # epoch 0 ended: epoch 1's start
+    from_d1 = _loaded(d1)
+    _take(iter(from_d1), 2)
+    e = roundtrip(from_d1.state_dict())  # (then this restart died too)
+    second = _loaded(a)
+    for _ in second:
+        pass
+    d2 = roundtrip(second.state_dict())
+    assert d2["id"] == d1["id"]  # (one place of one lineage: one id)
+    for _ in second:
+        pass
+    final = roundtrip(second.state_dict())
+    cert = certify([a, d1, e, d2, final])
+    assert cert and [x.epoch for x in cert.epochs] == [0, 1], str(cert)
+    assert set(cert.set_aside) == {d1["id"], e["id"]}
+
+
+def test_a_place_reached_twice_in_one_session_restarts_from_the_right_one():
+    """One loader stands at the start of epoch 1 twice (set_epoch(1) after part of it),
+    saved both times (one id); restarts from the second then from a state between:
+    each rolls back to the state it loaded, and the final lineage is certified."""
+    loader = DataLoader(x_of(), 64, seed=3)
+    for _ in loader:
+        pass
+    x1 = roundtrip(loader.state_dict())  # epoch 1's start
+    it = iter(loader)
+    _take(it, 2)
+    y = roundtrip(loader.state_dict())
+    loader.set_epoch(1)
+    x2 = roundtrip(loader.state_dict())  # epoch 1's start again: 2 batches of it on record
+    assert x2["id"] == x1["id"]
+    from_x2 = _loaded(x2)
+    _take(iter(from_x2), 3)
+    dead = roundtrip(from_x2.state_dict())
+    final_loader = _loaded(y)
+    for _ in final_loader:
+        pass
+    final = roundtrip(final_loader.state_dict())
+    cert = certify([x1, y, x2, dead, final])
+    assert cert, str(cert)
+    assert certify([x1, y, x2, dead, final][::-1])  # (any order)
+
+
+def test_a_state_after_close_is_the_same_place_with_the_same_id():
+    """close() lets go of the data, so a state taken after it knows less of the data:
+    it stands where the state before close stood, with the same id."""
+    loader = DataLoader(x_of(), 64, seed=3)
+    _take(iter(loader), 2)
+    loader.close()
+    closed = roundtrip(loader.state_dict())
+    again = _loaded(closed)
+    assert state_id(roundtrip(again.state_dict())) == closed["id"]
+    open_one = DataLoader(x_of(), 64, seed=3)
+    _take(iter(open_one), 2)
+    assert roundtrip(open_one.state_dict())["id"] == closed["id"]
+
+
+def test_two_elastic_restarts_from_one_checkpoint_at_other_counts_keep_the_later():
+    """Restarted from A at 1 shard, given up, then from A at 3 shards: the first
+    restart's states (other shards than the second's) are set aside."""
+    _, a = _elastic(None, 2, 3)
+    _, first = _elastic(a, 1, 4)
+    _, final = _elastic(a, 3, None)
+    cert = certify(a + first + final)
+    assert cert and cert.set_aside == (first[0]["id"],), str(cert)
+
+
+def test_an_elastic_state_taken_right_after_a_resume_at_another_count_is_the_state_loaded():
+    """Ranks of another count save as soon as they resume (copies of the checkpoint,
+    each naming its own shard), and the job is restarted from an earlier checkpoint:
+    the copies fall with the checkpoint's later states, whatever shard they name."""
+    running, a = _elastic(None, 2, 2)
+    for _ in range(3):
+        for _, it in running:
+            next(it)
+    b = [roundtrip(ld.state_dict()) for ld, _ in running]
+    copies = [roundtrip(_loaded_elastic(b[s % 2], s, 3).state_dict()) for s in range(3)]
+    assert {c["id"] for c in copies} == {b[0]["id"]}
+    _, final = _elastic(a, 2, None)
+    cert = certify(a + b + copies + final)
+    assert cert, str(cert)
+
+
+def _loaded_elastic(state, s, shards, seed=5) -> DataLoader:
+    loader = DataLoader(x_of(), 32, num_shards=shards, shard_index=s, elastic=True, seed=seed)
+    loader.load_state_dict(state)
+    return loader
+
+
+def test_states_of_the_run_before_reset_seed_are_refused_naming_it():
+    """reset(seed=s) begins a new run, even of the same seed: its states and the old
+    run's are not merged (the old run's whole epochs would bless the new one's cut
+    short)."""
+    loader = DataLoader(x_of(), 64, seed=7)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    old = roundtrip(loader.state_dict())
+    loader.reset(seed=7)
+    for _ in loader:
+        pass
+    _take(iter(loader), 1)
+    new = roundtrip(loader.state_dict())
+    assert new["run"] == 1 and "run" not in old
+    assert not certify([new])
+    with pytest.raises(ValueError, match=r"run=0 and run=1 \(reset\(seed=...\) began a new run\)"):
+        certify([old, new])
+    resumed = DataLoader(x_of(), 64, seed=7)
+    resumed.load_state_dict(new)
+    _take(iter(resumed), 1)
+    assert roundtrip(resumed.state_dict())["run"] == 1  # (a resume goes on with the run)
+
+
 # -- elastic under DDP never falls out of step -------------------------------------------------
 
 

@@ -97,6 +97,46 @@ def test_a_forged_summary_is_not_certified(elastic):
 
 
 @pytest.mark.parametrize(
+    "kw", [{"drop_last": True}, {"even_batches": True}, {"drop_last": True, "even_batches": True}]
+)
+def test_an_elastic_run_that_drops_rows_is_folded_each_epoch_by_its_own_promise(kw):
+    """Under elastic, drop_last and even_batches=True leave out rows that differ epoch by
+    epoch: the ranks' summaries sum each epoch's own promise, and certify checks the
+    folded epochs against them as surely as against the dataset."""
+    x = make_x(np.arange(45), 1)
+    loaders = [
+        DataLoader(x, 4, num_shards=3, shard_index=s, seed=2, elastic=True, **kw) for s in range(3)
+    ]
+    early = _epochs(loaders, 2)
+    states = _epochs(loaders, 198)
+    assert all(len(json.dumps(s)) < 2048 for s in states)  # (was 46 KB each)
+    assert len({json.dumps(s["compacted"][0]["promised"]) for s in states}) == 1
+    cert = certify(states)
+    assert cert and len(cert.epochs) == 200 and certify([*early, *states])
+    assert not certify(states[:2])  # a rank's states missing
+    forged = json.loads(json.dumps(states))
+    forged[1]["compacted"][0]["promised"]["digest"] = "1234"
+    assert not certify(forged)
+    for ld in loaders:  # a folded epoch again: never certified
+        ld.set_epoch(2)
+    replay = certify(_epochs(loaders, 1))
+    assert not replay and next(e for e in replay.epochs if e.epoch == 2).repeated > 0
+
+
+def test_a_loader_that_folds_on_leaves_the_state_it_loaded_as_it_was():
+    """The summaries a loader takes on are its own: its folds change neither the state
+    dict it loaded (which another restart may load again) nor states taken before."""
+    x = make_x(np.arange(45), 1)
+    (state,) = _epochs([DataLoader(x, 4, seed=2, elastic=True, drop_last=True)], 6)
+    before = json.loads(json.dumps(state))
+    loader = DataLoader(x, 4, seed=2, elastic=True, drop_last=True)
+    loader.load_state_dict(state)
+    taken = loader.state_dict()
+    _epochs([loader], 3)  # (epochs 2 .. 4 folded)
+    assert state == before and taken["compacted"] == before["compacted"]
+
+
+@pytest.mark.parametrize(
     ("change", "match"),
     [
         (lambda s: s.update(compacted={}), r"state\['compacted'\] must be a list"),
@@ -105,6 +145,7 @@ def test_a_forged_summary_is_not_certified(elastic):
         (lambda s: s["compacted"][0].update(digest="zz"), r"\['digest'\] must be a hex"),
         (lambda s: s["compacted"][0].update(whole=None), r"\['whole'\] must be"),
         (lambda s: s["compacted"][0].update(drops=1), r"\['drops'\] must be a bool"),
+        (lambda s: s["compacted"][0].update(promised=[]), r"\['promised'\] must be"),
     ],
 )
 def test_a_malformed_summary_is_refused_naming_the_key(change, match):

@@ -6,7 +6,9 @@ A state keeps the records (:mod:`exactbatch.loader.history`) of its last
 *summary* when it is *clean*: its segment began at the epoch's start, ended
 on record, is the only record of that segment in the state, and its epoch is
 not in the summary yet; a non-elastic one was also exact on its shard (the
-rows handed out are the rows promised), and an elastic one drops no rows.
+rows handed out are the rows promised), and an elastic one that drops rows
+(``drop_last``, ``even_batches=True``) promised as many rows as the epochs
+folded before it.
 Anything else (a replay, an epoch cut short, a loss) stays in full, so
 certify still names it. A summary holds, per shard (``[index, count]``):
 
@@ -14,13 +16,17 @@ certify still names it. A summary holds, per shard (``[index, count]``):
   ``rows`` handed out on this shard (one run for a plain run);
 * ``digest``: the sum, mod 2**64, of each folded record's digest times its
   epoch's weight (:func:`weight`, an odd 64-bit hash of the epoch);
-* ``whole`` (the dataset's rows) and ``drops``, as the records said.
+* ``whole`` (the dataset's rows) and ``drops``, as the records said;
+* ``promised``, elastic with drops only (the rows left out differ epoch by
+  epoch): each epoch's promised rows (one count for all) and the sum of its
+  promised digests, weighted alike.
 
 Digests are sums, so certify, which sums every shard's records of an epoch
 and compares with the dataset's rows, can sum the weighted digests of every
 shard's summaries and records of the folded epochs and compare with the
-weighted dataset: a difference in any epoch shows (with the digest's own
-odds), and the rows of each epoch are still checked one by one. Every rank
+weighted dataset (under elastic with drops, the weighted promises): a
+difference in any epoch shows (with the digest's own odds), and the rows of
+each epoch are still checked one by one. Every rank
 folds its own records alike; a summary supersedes the full records of the
 segments it holds, in any state, as a later record does. The state's size is
 then bounded in the number of epochs: a few KB after 10,000 epochs.
@@ -54,8 +60,12 @@ def _clean(rec: dict, records: list[dict], summary: dict | None) -> bool:
     seg = (rec["epoch"], tuple(rec["shard"]))
     if sum((r["epoch"], tuple(r["shard"])) == seg and r["start"] == 0 for r in records) != 1:
         return False
-    if rec["elastic"]:
-        return not rec["drops"]
+    if rec["elastic"]:  # (with drops: the summary sums each epoch's own promise)
+        if summary is None:
+            return True
+        if "promised" not in summary:
+            return not rec["drops"]
+        return rec["promised"]["rows"] == summary["promised"]["rows"]
     return rec["promised"] == {"rows": rec["rows"], "digest": rec["digest"]}
 
 
@@ -96,9 +106,15 @@ def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> Non
                 "digest": "0",
                 "whole": dict(rec["whole"]),
             }
+            if rec["elastic"] and rec["drops"]:
+                summary["promised"] = {"rows": rec["promised"]["rows"], "digest": "0"}
             summaries.append(summary)
         total = int(summary["digest"], 16) + weight(rec["epoch"]) * int(rec["digest"], 16)
         summary["digest"] = f"{total & _MASK:016x}"
+        if "promised" in summary:  # (a new dict: a state taken before keeps its own)
+            promise = weight(rec["epoch"]) * int(rec["promised"]["digest"], 16)
+            promise += int(summary["promised"]["digest"], 16)
+            summary["promised"] = {**summary["promised"], "digest": f"{promise & _MASK:016x}"}
         summary["drops"] = bool(summary["drops"] or rec["drops"])
         _insert(summary["epochs"], rec["epoch"], rec["rows"])
     records[:] = kept
@@ -148,6 +164,13 @@ def check_summaries(value, where: str = "state['compacted']") -> list[dict]:
             raise ValueError(
                 f"{at}['digest'] must be a hexadecimal string; got {s.get('digest')!r}"
             )
+        promised = s.get("promised", {"rows": 0, "digest": "0"})
+        if (
+            not isinstance(promised, dict)
+            or not _int(promised.get("rows"))
+            or not _hex(promised.get("digest"))
+        ):
+            raise ValueError(f"{at}['promised'] must be {{rows, digest}}; got {promised!r}")
     return value
 
 

@@ -418,6 +418,7 @@ class Cursor(Standing):
                 parent,
                 loaded_at,
                 compacted=tuple(self.history.summaries()),
+                run=self.history.run,
             )
 
     def restore(self, pos: Position, claimed: int) -> None:

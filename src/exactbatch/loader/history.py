@@ -38,7 +38,7 @@ class History:
     began (``start``, the global batch; 0 unless elastic) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
-    __slots__ = ("base", "compacted", "loaded", "loaded_at", "parent", "records", "start")
+    __slots__ = ("base", "compacted", "loaded", "loaded_at", "parent", "records", "run", "start")
 
     def __init__(self) -> None:
         self.records: list[dict] = []
@@ -47,6 +47,7 @@ class History:
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
         self.loaded: tuple = (None, None, None)  # the state loaded: its records and lineage
+        self.run = 0  # the reset(seed=...) calls before (exactbatch.loader.state.Position)
 
     def lineage(self, records) -> tuple[str | None, int | None]:
         """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
@@ -106,7 +107,7 @@ class History:
         segment of its epoch; an elastic one starts its own at the global batch it
         resumes at, its hand-outs counted from the state's ledger. The state
         (``pos.parent``, its id) is the parent of the states taken from now on."""
-        self.parent, self.loaded_at = pos.parent, time.time_ns()
+        self.parent, self.loaded_at, self.run = pos.parent, time.time_ns(), pos.run
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
         self.loaded = ((tuple(records), self.summaries()), *pos.origin)
         if elastic:
@@ -124,7 +125,7 @@ class History:
 
     def forget(self) -> None:
         """A new seed: another run, with no records and no parent."""
-        self.records, self.compacted = [], []
+        self.records, self.compacted, self.run = [], [], self.run + 1
         self.parent, self.loaded_at, self.loaded = None, None, (None, None, None)
         self.moved()
 

@@ -2,48 +2,66 @@
 follows.
 
 Every state names itself: ``id`` is a digest of where it stands - the run
-(seed, settings, data), the epoch, the batches handed out and the ledger, and
-its ``parent`` - but not of its records nor of when it was loaded. Under
+(seed, settings, ``run``), the epoch, the batches handed out and the ledger, and
+its ``parent`` - but not of its records, of when it was loaded, nor of its data's
+fingerprint (a state taken after ``close()`` knows less of the data: the same
+place; :func:`same_run` compares the data). Under
 ``elastic=True`` the batches counted are the global ones, so every rank's
 state taken at one step of a run in lockstep has the same id: the id names
 the checkpoint, not the rank (an elastic state names its rank in ``shard``).
 ``parent`` is the id of the state the loader was loaded from (None for a
 loader that started fresh, or after ``reset(seed=...)``, a new run), and
 ``loaded_at`` when (nanoseconds since 1970 by the loading machine's clock;
-None with no parent). A state's *clock* is the rows its records hold: along
-a lineage it only grows.
+None with no parent). A state's *clock* is the rows its records hold, then
+the fewer rows its position's ledger holds: along a session it only grows (a
+move back by ``set_epoch`` keeps the rows on record and drops the ledger's).
 
 A *session* is one loader's life after a load (or from its start): its
-parent, its shard (``(index, count)``) and its ``loaded_at``. The rollback
-rules, which make the states kept the run's lineage (:func:`follow`):
+parent and its ``loaded_at`` (to the nanosecond, one loader's load), in the
+*lane* of its shard (``(index, count)``); a fresh start's (no time) is named by
+its lane. A state taken after a load, before any batch, is the state loaded: it
+belongs to that state's session, whatever shard it names (under elastic, a rank
+of another count takes such a copy of another rank's state). The rollback rules,
+which make the states kept the run's lineage (:func:`follow`):
 
 1. A restart from one of a session's states rolls the run back to it: the
-   session's states with a later clock are abandoned.
-2. Two sessions of one shard loaded from one state: the earlier was given up
-   (a second restart from the same checkpoint); all its states are abandoned.
+   session's states with a later clock are abandoned. Two sessions of a lane
+   may each reach a state of one id (two restarts from one checkpoint reach
+   the same place): the state loaded is the one of the session loaded last
+   before the restart (a load takes a state that existed then). One session
+   may reach a place twice (``set_epoch`` back to it), the second time with
+   more runs of an epoch on record: the state loaded is the latest whose runs
+   the restarted session holds.
+2. Two sessions loaded from one state, of one lane or (elastic) of other shard
+   counts: the earlier was given up (a second restart from the same
+   checkpoint); all its states are abandoned.
 3. What descends from an abandoned state is abandoned.
 
 The states kept are those the final states descend from, and the final
 states; the rest are set aside. A state whose parent is not among the states
-starts a lineage of its own. Not followed: a restart from a state already
-abandoned (a roll forward past a rollback), and, under elastic, two restarts
-from one checkpoint at different shard counts (the first's states of ranks
-the second lacks are not set aside: certify then counts their rows twice,
-and says the epoch is not exact - leave those states out).
+starts a lineage of its own. The load times of one run's machines are taken
+to agree to within the time between two restarts. Not followed: a restart
+from a state already abandoned (a roll forward past a rollback), and a
+restart whose final states were taken before any batch (they are the state
+loaded: the restart is not on record, and certify judges the states as if
+it had not happened; take the final states after a batch).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 
-from exactbatch.loader.compaction import summary_rows
+from exactbatch.loader.compaction import expand, summary_rows
 from exactbatch.sources.identity import differences
 
 __all__ = ["follow", "same_run", "state_id"]
 
 # Where a state stands, less what differs between the ranks of an elastic run at one step.
-_NOT_POSITION = frozenset({"id", "loaded_at", "history", "compacted"})
+# (Not its data's fingerprint either: one taken after close() knows less of the data, and
+# same_run compares what both know.)
+_NOT_POSITION = frozenset({"id", "loaded_at", "history", "compacted", "fingerprint"})
 _PER_RANK = frozenset({"batches_done", "pending", "shard"})  # (elastic: the global count says it)
 # What differs between the states of one run: where each stands, and each rank's own shard.
 _NOT_RUN = frozenset(
@@ -67,6 +85,9 @@ _NOT_RUN = frozenset(
 )
 
 
+_RESET = " (reset(seed=...) began a new run)"
+
+
 def state_id(state: dict) -> str:
     """The id of ``state`` (module docs): the same for two states that stand at the same
     place of the same lineage (under elastic, whatever their rank)."""
@@ -86,18 +107,20 @@ def _differ(key: str, a, b, elastic) -> bool:
 
 def same_run(states: list[dict]) -> None:
     """A ``ValueError`` naming the field and both values (and the states) unless every
-    state is of one run: the same seed, dataset size, settings and data (a key one
-    state lacks, from an older exactbatch, is not compared)."""
+    state is of one run: the same seed, dataset size, settings, data and ``run`` (the
+    ``reset(seed=...)`` calls before: each begins a new run; 0 where not written), a
+    key one state lacks, from an older exactbatch, not compared."""
     if not states:
         return
     first = states[0]
     for i, state in enumerate(states[1:], 1):
-        for key in sorted((first.keys() & state.keys()) - _NOT_RUN):
-            a, b = first[key], state[key]
+        for key in [*sorted((first.keys() & state.keys()) - _NOT_RUN - {"run"}), "run"]:
+            a, b = first.get(key, 0), state.get(key, 0)  # (only "run" may be missing: 0)
             if _differ(key, a, b, first.get("elastic")):
                 raise ValueError(
                     f"states[0] and states[{i}] are of different runs: {key}={a!r} and "
-                    f"{key}={b!r}; certify one run's states at a time"
+                    f"{key}={b!r}{_RESET if key == 'run' else ''}; certify one run's "
+                    "states at a time"
                 )
         fa, fb = first.get("fingerprint"), state.get("fingerprint")
         if isinstance(fa, dict) and isinstance(fb, dict):
@@ -118,35 +141,125 @@ def _lane(state: dict) -> tuple:
     return (state.get("parent"), *shard)
 
 
-def _clock(state: dict) -> int:
-    """The rows its records hold: along a lineage, only more."""
-    return sum(r["rows"] for r in state["history"]) + summary_rows(state.get("compacted", []))
+def _time(state: dict) -> int:
+    """When its session was loaded (an unknown time: before any known one)."""
+    t = state.get("loaded_at")
+    return t if isinstance(t, int) and not isinstance(t, bool) else -1
+
+
+def _clock(state: dict) -> tuple[int, int]:
+    """The rows its records hold, then the fewer its position's ledger holds: along a
+    session it only grows (a move back, ``set_epoch``, keeps the rows on record)."""
+    records = sum(r["rows"] for r in state["history"]) + summary_rows(state.get("compacted", []))
+    ledger = state.get("ledger")
+    return records, -(ledger["rows"] if isinstance(ledger, dict) else 0)
+
+
+def _session(state: dict) -> tuple:
+    """The session a state was taken in. A state taken before any batch since a load is
+    the state loaded, and names its session whatever shard it says (under elastic, a
+    rank of another count takes such a copy of another rank's state): by its parent
+    and load's time (to the nanosecond, one loader's load), or, of a fresh start (no
+    time), by the shard its records are of."""
+    t = _time(state)
+    if t >= 0:
+        return (state.get("parent"), t)
+    lane = _lane(state)
+    own = [*state.get("compacted", []), *state["history"]]
+    if lane[0] is None and own:
+        return (None, *own[0]["shard"], t)
+    return (*lane, t)
+
+
+def _loaded_from(ids, lanes, child: tuple) -> set[tuple]:
+    """The sessions holding the state session ``child`` was loaded from: in each lane
+    with a state of that id, the session loaded last before it (two sessions of a lane
+    may each reach a state of one id - two restarts from one checkpoint both reach the
+    same place - and a load can only take a state that existed then: a session of
+    unknown time, a fresh start's, came before); every one for a load at an unknown
+    time."""
+    parent, loaded = child[0], child[-1]
+    chosen: set[tuple] = set()
+    for found in lanes.values():
+        holding = [s for s, members in found.items() if any(ids[i] == parent for i in members)]
+        before = [s for s in holding if s[-1] < loaded]
+        if loaded < 0:
+            chosen.update(holding)
+        elif before:
+            chosen.add(max(before, key=lambda s: s[-1]))
+    return chosen
+
+
+def _runs(state: dict) -> Counter:
+    """How many runs of each segment (epoch, first global batch) its records hold."""
+    runs = Counter((r["epoch"], r["start"]) for r in state["history"])
+    for s in state.get("compacted", []):  # (a folded epoch: one run from its start)
+        runs.update({(e, 0): 1 for e, _ in expand(s)})
+    return runs
+
+
+def _restart_point(states, points: list[int], child: dict) -> tuple[int, int]:
+    """The clock of the state ``child`` (a state of the session loaded from it) was
+    loaded from, among ``points``, states of one session with its id: one place
+    reached twice (``set_epoch`` back to it) holds more runs of an epoch the second
+    time. The latest whose runs the child holds; the earliest if none says."""
+    runs = _runs(child)
+    fits = [i for i in points if not _runs(states[i]) - runs]
+    if fits:
+        return max(_clock(states[i]) for i in fits)
+    return min(_clock(states[i]) for i in points)
+
+
+def _given_up(sessions, lanes, parents) -> set[int]:
+    """Rule 2: the states of the sessions given up - a session loaded from the same
+    state as a later one, in its lane or (elastic) at another shard count."""
+    gone: set[int] = set()
+    for found in lanes.values():
+        last = max(s[-1] for s in found)
+        gone.update(i for s in found if s[-1] < last for i in sessions[s])
+    counts: dict[tuple, set] = {}  # each session's shard counts
+    for lane, found in lanes.items():
+        for session in found:
+            counts.setdefault(session, set()).add(lane[-1])
+    for session in parents:
+        if any(
+            other[0] == session[0]
+            and other[-1] > session[-1]
+            and not counts[session] & counts[other]
+            for other in parents
+        ):
+            gone.update(sessions[session])
+    return gone
 
 
 def follow(states: list[dict]) -> tuple[list[int], list[int]]:
     """``(kept, aside)``: the indices of ``states`` (their records checked) on the run's
     lineage, and those the rollback rules set aside (module docs)."""
     ids = [state_id(s) for s in states]  # (made again: an id is not trusted)
-    lanes: dict[tuple, list[int]] = {}
+    sessions: dict[tuple, list[int]] = {}
+    lanes: dict[tuple, dict[tuple, list[int]]] = {}  # lane: its sessions' states in it
     for i, s in enumerate(states):
-        lanes.setdefault(_lane(s), []).append(i)
-    loaded = {s.get("parent") for s in states} - {None}
-    abandoned: set[int] = set()
-    for members in lanes.values():
-        at = {states[i].get("loaded_at") for i in members}
-        if len(at) > 1:  # rule 2: the session loaded last stands (an unknown time: first)
-            last = max(at, key=lambda t: -1 if not isinstance(t, int) else t)
-            gone = {i for i in members if states[i].get("loaded_at") != last}
-            abandoned |= gone
-            members = [i for i in members if i not in gone]
-        points = [i for i in members if ids[i] in loaded]
-        if points:  # rule 1: back to the earliest state restarted from
-            back = min(_clock(states[i]) for i in points)
-            abandoned.update(i for i in members if _clock(states[i]) > back)
-    while True:  # rule 3 (an id also held by a state kept is not abandoned)
-        alive = {ids[i] for i in range(len(states)) if i not in abandoned}
-        dead = {ids[i] for i in abandoned} - alive
-        more = {i for i, s in enumerate(states) if i not in abandoned and s.get("parent") in dead}
+        sessions.setdefault(_session(s), []).append(i)
+        lanes.setdefault(_lane(s), {}).setdefault(_session(s), []).append(i)
+    parents = {c: _loaded_from(ids, lanes, c) for c in sessions if c[0] is not None}
+    abandoned = _given_up(sessions, lanes, parents)  # rule 2
+    loaded: dict[tuple, list[int]] = {}  # each session's parent: the states it loaded
+    for child, held in parents.items():  # rule 1: back to the state restarted from
+        first = min(sessions[child], key=lambda i: _clock(states[i]))
+        loaded[child] = []
+        for session in held:
+            points = [i for i in sessions[session] if ids[i] == child[0]]
+            if points:
+                back = _restart_point(states, points, states[first])
+                loaded[child] += [i for i in points if _clock(states[i]) == back]
+                abandoned.update(i for i in sessions[session] if _clock(states[i]) > back)
+    while True:  # rule 3
+        more = {
+            i
+            for child, held in loaded.items()
+            if held and all(j in abandoned for j in held)
+            for i in sessions[child]
+        } - abandoned
         if not more:
             break
         abandoned |= more

@@ -73,6 +73,7 @@ class Position:
     loaded_at: int | None = None
     origin: tuple = (None, None)  # a state being loaded: its own parent and loaded_at
     compacted: tuple = ()  # the summaries of old clean records (exactbatch.loader.compaction)
+    run: int = 0  # the reset(seed=...) calls before, along the lineage (each a new run)
 
 
 def settings(feed) -> dict:
@@ -129,6 +130,8 @@ def pack_state(pos: Position, feed) -> dict:
     if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
         state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
     state["parent"], state["loaded_at"] = pos.parent, pos.loaded_at
+    if pos.run:  # (a run reset(seed=...) began: certify merges no other run's states)
+        state["run"] = pos.run
     state["id"] = state_id(state)
     return state
 
@@ -241,6 +244,7 @@ def unpack_state(state, feed, seed: int):
         None,
         origin,
         compacted,
+        check_int("state['run']", state.get("run", 0), 0, maximum=None),
     )
     return position, claimed
 
