@@ -172,9 +172,12 @@ def test_read_ahead_names_exactly_the_chunks_the_shards_batches_need(shuffle, sh
                 if c not in want:
                     want.append(c)
         assert sorted(got) == sorted(want) and len(got) == len(set(got))
-        if first == 0:  # the epoch from its start: those chunks read (a few read again
-            list(loader)  # when the budget of two windows let them go before a straddle)
-            assert size * len(want) <= feed.rows_read <= 1.5 * size * len(want)
+        if first == 0:  # the epoch from its start: every chunk needed read, at least once
+            # (how many are read again, when the budget of two windows let them go before a
+            # straddle, depends on the read-ahead thread's timing: bench/elastic_reads.py
+            # measures it; a bound here failed under load)
+            assert sum(len(xb) for xb, _, _ in loader) == len(range(s, -(-n // b), shards)) * b
+            assert feed.rows_read >= size * len(want)
 
 
 def test_the_fingerprint_names_the_source_and_its_sizes(tmp_path):
