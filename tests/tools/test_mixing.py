@@ -13,8 +13,8 @@ import pytest
 
 from exactbatch import DataLoader, save_ndf
 from exactbatch.cli import main
-from exactbatch.tools.mixing import ks_distance, mixing
 from exactbatch.mixing_score import score
+from exactbatch.tools.mixing import ks_distance, mixing
 
 N = 20_000
 

@@ -59,9 +59,9 @@ import warnings
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
+from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
 from exactbatch.tools.common import CliError, input_format, open_ndf_input, progress
 from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
-from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
 
 __all__ = ["REPLICATES", "ks_distance", "mixing", "public", "render"]
 
