@@ -475,7 +475,7 @@ TARGETS = {
     "checkpoints": (  # the ranks' states beside a framework's checkpoints
         ["src/exactbatch/rank_states.py", "src/exactbatch/adapters/torch_checkpoint.py"],
         ["exactbatch.rank_states.*", "exactbatch.adapters.torch_checkpoint.*"],
-        ["tests/adapters/test_checkpoints.py"],
+        ["tests/test_rank_states.py", "tests/adapters/test_checkpoints.py"],
     ),
     "fits": (  # a fit's step schedule, its convergence check and the pre-fit mixing check
         [
