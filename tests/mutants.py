@@ -287,7 +287,13 @@ TARGETS = {
     "selection": (  # DataLoader(features=, labels=): the columns a loader reads
         ["src/exactbatch/sources/selection.py"],
         ["exactbatch.sources.selection.*"],
-        ["tests/sources/test_selection.py"],
+        [  # (and what it describes: a state's fingerprint, names, categories)
+            "tests/sources/test_selection.py",
+            "tests/loader/test_fingerprint.py",
+            "tests/loader/test_by_name.py",
+            "tests/ndf/test_categories.py",
+            *FAST_ONLY,
+        ],
     ),
     "names": (  # column names: checked, kept, looked up
         ["src/exactbatch/ndf/names.py"],

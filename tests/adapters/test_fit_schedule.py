@@ -4,6 +4,7 @@ fits keep a step that moves, and the verdict tells a still fit from a travelling
 from one too noisy to trust, with its false alarms at most 5% by construction."""
 
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -364,7 +365,8 @@ def test_the_verdict_and_the_warning_read_as_documented():
     with pytest.warns(ConvergenceWarning) as got:
         fit(moving)
         fit(noisy)
-    assert [w.filename for w in got] == [__file__, __file__]
+    if "mutmut" not in sys.modules:  # (under make mutants, trampolines add frames)
+        assert [w.filename for w in got] == [__file__, __file__]
     assert str(got[0].message) == (
         "fit has not converged: the posterior still drifted 0.5 sd (w[2] sd) between its "
         "last two windows of 10 steps, beyond 2.00x the noise and above the threshold of "

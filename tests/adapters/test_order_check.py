@@ -2,6 +2,7 @@
 label-sorted stream through a small buffer is warned about with the figures and the
 fix; a well-shuffled stream, or random access with shuffle, is not."""
 
+import sys
 import warnings
 
 import numpy as np
@@ -222,4 +223,5 @@ def test_the_warning_needs_every_random_cut_better_and_points_at_the_fit(monkeyp
     verdict["p_value"] = 0.01
     with pytest.warns(MixingWarning, match="within a window of unknown rows of 400") as got:
         fit()
-    assert got[0].filename == __file__
+    if "mutmut" not in sys.modules:  # (under make mutants, trampolines add frames)
+        assert got[0].filename == __file__
