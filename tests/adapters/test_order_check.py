@@ -125,11 +125,12 @@ def test_fit_examines_the_stream_before_its_first_step():
 
 class _Batches:
     """A loader's stand-in for the examination: ``count`` batches of ``b`` rows (or
-    ``rows`` rows each), batch k's features k plus their column's number, labels -k-1 (or
-    ``labels``: None, or a width); it counts the batches read."""
+    ``rows`` rows each), batch k's features k plus their column's number (``nans``: the
+    second all NaN), labels -k-1 (or ``labels``: None, or a width); it counts the batches
+    read."""
 
-    def __init__(self, b, count, d=3, rows=None, labels=1, window=64):
-        self.batch_size, self.count, self.d = b, count, d
+    def __init__(self, b, count, d=3, rows=None, labels=1, window=64, nans=False):
+        self.batch_size, self.count, self.d, self.nans = b, count, d, nans
         self.rows, self.labels, self.reads = rows or b, labels, 0
         self.total_size, self.mixing_window = b * count, window
 
@@ -146,6 +147,8 @@ class _Batches:
         for k in range(self.count):
             self.reads += 1
             x = k + np.zeros((self.rows, self.d)) + np.arange(self.d)
+            if self.nans:
+                x[:, 1] = np.nan
             y = None if self.labels is None else np.full((self.rows, self.labels), -k - 1.0)
             yield x, y
 
@@ -193,6 +196,14 @@ def test_the_features_examined_are_spread_over_the_columns(monkeypatch):
     assert v["columns"] == 9
     v, values = _examined(monkeypatch, _Batches(100, 4, d=2))
     assert values[0, :2].tolist() == [0, 1] and v["columns"] == 3  # every feature of 2
+
+
+def test_a_feature_of_nans_only_is_examined_quietly():
+    """A column of NaNs scores NaN: no warning of NumPy's reaches the fit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = examine(_Batches(100, 4, nans=True))
+    assert v is not None and v["columns"] == 4
 
 
 @pytest.mark.parametrize("labels", [None, 0])
