@@ -147,7 +147,11 @@ def test_rank_0_alone_saves_the_model_file_and_clears_states_beyond_its_world(tm
     assert sorted(os.listdir(here)) == ["loader-0.json", "loader-1.json", "model.pt"]
     saved = torch.load(here / "model.pt")
     assert saved == {"step": 0, "model": None, "optimizer": None, "extra": {"lr": 0.5}}
-    with pytest.raises(ValueError, match="step"):
+    with pytest.raises(ValueError, match="no model state"):  # saved with extra alone
+        load_checkpoint(tmp_path, loader=zero, model=torch.nn.Linear(2, 1))
+    save_checkpoint(tmp_path, 1, loader=zero, model=torch.nn.Linear(2, 1))  # a model alone
+    assert torch.load(tmp_path / "step-000000001" / "model.pt")["model"] is not None
+    with pytest.raises(ValueError, match="^step must be >= 0; got step=-1$"):
         save_checkpoint(tmp_path, -1, loader=zero)
     with pytest.raises(TypeError, match="^load_checkpoint needs an exactbatch DataLoader"):
         load_checkpoint(tmp_path, loader=X)
