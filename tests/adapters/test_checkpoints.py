@@ -135,6 +135,43 @@ def test_other_ranks_or_a_missing_model_or_a_broken_file_are_named(tmp_path):
         save_checkpoint(tmp_path, 1, loader=X)
 
 
+def test_rank_0_alone_saves_the_model_file_and_clears_states_beyond_its_world(tmp_path):
+    here = tmp_path / "step-000000000"
+    here.mkdir()
+    for rank in (1, 2, 3):  # a killed run of 4 ranks
+        (here / f"loader-{rank}.json").write_text("{}")
+    zero, one = ranks()
+    save_checkpoint(tmp_path, 0, loader=one, extra={"lr": 0.5})  # step 0 is a step
+    assert not (here / "model.pt").exists() and (here / "loader-3.json").exists()
+    save_checkpoint(tmp_path, 0, loader=zero, extra={"lr": 0.5})
+    assert sorted(os.listdir(here)) == ["loader-0.json", "loader-1.json", "model.pt"]
+    saved = torch.load(here / "model.pt")
+    assert saved == {"step": 0, "model": None, "optimizer": None, "extra": {"lr": 0.5}}
+    with pytest.raises(ValueError, match="no model state"):  # saved with extra alone
+        load_checkpoint(tmp_path, loader=zero, model=torch.nn.Linear(2, 1))
+    save_checkpoint(tmp_path, 1, loader=zero, model=torch.nn.Linear(2, 1))  # a model alone
+    assert torch.load(tmp_path / "step-000000001" / "model.pt")["model"] is not None
+    with pytest.raises(ValueError, match="^step must be >= 0; got step=-1$"):
+        save_checkpoint(tmp_path, -1, loader=zero)
+    with pytest.raises(TypeError, match="^load_checkpoint needs an exactbatch DataLoader"):
+        load_checkpoint(tmp_path, loader=X)
+
+
+def test_only_rank_0_removes_a_killed_runs_steps_and_the_users_files_stay(tmp_path):
+    run(tmp_path, ranks(), 1)
+    late = tmp_path / "step-000000002"
+    late.mkdir()
+    (late / "loader-0.json").write_text(json.dumps(ranks()[0].state_dict()))
+    (tmp_path / "step-000000009").write_text("not a step")  # a file, and a folder of theirs
+    (tmp_path / "logs").mkdir()
+    assert load_checkpoint(tmp_path, loader=ranks()[1]) == 1
+    assert (late / "loader-0.json").exists()  # rank 1 leaves it
+    (late / "notes.txt").write_text("mine")
+    assert load_checkpoint(tmp_path, loader=ranks()[0]) == 1
+    assert os.listdir(late) == ["notes.txt"]
+    assert (tmp_path / "logs").is_dir() and (tmp_path / "step-000000009").is_file()
+
+
 # -- Ray Train: certify_run and restore_loader on checkpoints made here ---------------
 
 

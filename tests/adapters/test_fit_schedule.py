@@ -4,6 +4,8 @@ fits keep a step that moves, and the verdict tells a still fit from a travelling
 from one too noisy to trust, with its false alarms at most 5% by construction."""
 
 import math
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from exactbatch.adapters.convergence import (
     ERROR_MAX,
     PARTS,
     THRESHOLD,
+    Convergence,
     judge,
     parts,
     warn_if_moving,
@@ -232,3 +235,170 @@ def test_an_error_at_its_bound_is_converged():
     assert at.converged and not at.moving
     over = Convergence(0.0, 0.0, 0.0, "w mean", 50, None, None, error=ERROR_MAX * 1.01)
     assert over.converged is False
+
+
+# -- the edges each rule names (issue 41: the mutation target `fits`) ---------------------
+
+
+def test_a_window_of_one_step_is_judged_and_a_shorter_one_is_not():
+    assert windows(5, None) == (3, 1)
+    assert windows(4, None) == (4, 0)
+    assert windows(20, None) == (12, 4)
+
+
+def test_the_plan_follows_its_epochs_and_a_given_pilot():
+    plan = Plan(1000, 30)  # windows of 6 epochs of 30 (180 steps), not 200
+    assert plan.tail == 640 and plan.part == 45
+    assert Plan(1000, None, pilot=7).pilot == 7
+    assert Plan(10, None).pilot == 1 and Plan(20, None).part == 1
+    uneven = Plan(1010, None)  # windows of 202 steps: parts of 50 whole steps
+    assert uneven.part == 50 and isinstance(uneven.part, int)
+
+
+def test_pick_reads_the_second_half_of_the_pilot_and_keeps_the_next_larger_only_if_it_falls():
+    # a flat larger step is stable but not falling: the best is kept
+    rows = np.stack([np.full(20, 3.0), np.linspace(5, 1, 20), np.linspace(6, 2, 20)], 1)
+    assert pick(rows) == 1
+    # the largest step best: nothing larger to try (the smallest settling changes nothing)
+    assert pick(np.stack([np.linspace(4, 0, 20), np.linspace(6, 2, 20)], 1)) == 0
+    # the second best and falling: the largest
+    assert pick(np.stack([np.linspace(9, 1, 20), np.linspace(5, 0.5, 20)], 1)) == 0
+    # an early dip of the largest step (its first half) does not count
+    dip = np.r_[np.zeros(6), np.full(4, -100.0), np.full(10, 5.0)]
+    assert pick(np.stack([dip, np.full(20, 4.0)], 1)) == 1
+    # two pilot steps: the last is the second half
+    assert pick([[0.0, 5.0], [3.0, 1.0]]) == 1
+    # one candidate diverged: the others still compete
+    gone = np.stack([np.full(20, np.inf), np.linspace(6, 2, 20), np.linspace(9, 4, 20)], 1)
+    assert pick(gone) == 1
+
+
+def test_pick_apart_passes_over_a_run_gone_nan_or_empty():
+    assert pick_apart([[5.0, np.nan], [3.0, 2.0]]) == 1
+    assert pick_apart([[np.nan], [np.inf]]) == 1  # all diverged: the smallest step
+    early = [[0.0] * 6 + [-100.0] * 4 + [5.0] * 10, [4.0] * 20]
+    assert pick_apart(early) == 1
+
+
+def test_parts_are_the_windows_cut_in_PARTS_each():
+    assert parts(20, None) == ([(12 + k, 13 + k) for k in range(2 * PARTS)], 4)
+    assert parts(19, None) == ([], 0)
+    spans, width = parts(1000, 30)
+    assert width == 180 and spans[0] == (640, 685) and spans[-1] == (955, 1000)
+
+
+def test_what_is_not_judged_says_why():
+    short = judge([], np.zeros(3), 0)
+    assert (short.where, short.window, short.drift) == ("fewer than 2 steps to compare", 0, None)
+    assert str(short) == "not judged: fewer than 2 steps to compare"
+    values = np.zeros((2 * PARTS, 2))
+    assert judge(_parts(values), np.zeros(100), 0).drift is None  # parts but no window
+    flat = judge(_parts(values, np.zeros_like(values)), np.zeros(100), 50)
+    assert (flat.where, flat.window, flat.converged) == (
+        "the guide gave no posterior sds",
+        50,
+        None,
+    )
+
+
+def test_latents_are_named_by_their_place_and_a_drifting_sd_as_sd():
+    quiet = np.zeros((2 * PARTS, 1))
+    ramp = np.linspace(0, 1, 2 * PARTS)
+    vector = np.c_[quiet, ramp]  # b[1] drifts
+    parts_ = [{"a": (quiet[k, 0], 1.0), "b": (vector[k], np.ones(2))} for k in range(2 * PARTS)]
+    assert judge(parts_, np.zeros(100), 50).where == "b[1] mean"
+    sd_ramp = [{"a": (0.0, 1.0 + ramp[k]), "b": (np.zeros(2), np.ones(2))} for k in range(8)]
+    assert judge(sd_ramp, np.zeros(100), 50).where == "a sd"
+
+
+def test_a_latent_with_no_spread_is_left_out_quietly():
+    """A latent the guide holds fixed (sd 0) is not judged: no warning of a division by
+    zero, and it neither drifts nor widens the error."""
+    rng = np.random.default_rng(3)
+    means = np.c_[_still(rng, 3, 0.01), np.arange(2 * PARTS) * 10.0]
+    sds = np.c_[np.ones((2 * PARTS, 3)), np.zeros(2 * PARTS)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = judge(_parts(means, sds), np.zeros(100), 50)
+    assert v.converged and not v.where.startswith("w[3]") and v.error < ERROR_MAX
+
+
+def test_latents_at_different_levels_are_judged_each_against_itself():
+    rng = np.random.default_rng(4)
+    levels = _still(rng, 3, 0.01) + np.array([0.0, 5.0, -40.0])
+    assert judge(_parts(levels), np.zeros(100), 50).converged
+
+
+def test_a_latent_that_creeps_without_noise_is_judged_at_the_shared_noise_level():
+    """Each latent's noise is floored by the median of all: a latent on a perfect line
+    (no scatter of its own) moving 0.16 sd is within the others' noise, not a drift."""
+    rng = np.random.default_rng(5)
+    means = np.c_[_still(rng, 5, 0.1), np.arange(2 * PARTS) * 0.04]
+    v = judge(_parts(means), np.zeros(100), 50)
+    assert v.moving is False
+
+
+def test_the_verdict_and_the_warning_read_as_documented():
+    v = Convergence(
+        0.05, 0.2, 0.06, "w[0] mean", 100, -0.5, 0.01, error=0.1, error_where="w[1] sd", z=2.5
+    )
+    assert str(v) == (
+        "converged: the posterior drifted 0.050 sd (w[0] mean) between the last two windows "
+        "of 100 steps, beyond 2.50x the noise (it moved 0.200 sd, noise 0.060; threshold "
+        "0.1 sd); the tail's average is within 0.100 sd standard error (w[1] sd; bound "
+        "0.25 sd); the mean loss changed by -0.5 (standard error 0.01)"
+    )
+    still = Convergence(-0.3, 0.01, 0.06, "w mean", 10, None, None, error=None, z=2.0)
+    assert str(still) == (
+        "converged: the posterior drifted 0.000 sd (w mean) between the last two windows of "
+        "10 steps, beyond 2.00x the noise (it moved 0.010 sd, noise 0.060; threshold 0.1 sd)"
+    )
+    assert str(Convergence(0.5, 0.7, 0.06, "w mean", 10, None, None)).startswith(
+        "NOT converged: the posterior drifted 0.500 sd"
+    )
+    moving = Convergence(0.5, 0.7, 0.06, "w[2] sd", 10, None, None, z=2.0)
+    noisy = Convergence(0.0, 0.0, 0.0, "w mean", 10, None, None, error=0.4, error_where="w sd")
+
+    def fit(verdict):
+        warn_if_moving(verdict)  # stacklevel 3: the warning points at fit's caller
+
+    with pytest.warns(ConvergenceWarning) as got:
+        fit(moving)
+        fit(noisy)
+    if "mutmut" not in sys.modules:  # (under make mutants, trampolines add frames)
+        assert [w.filename for w in got] == [__file__, __file__]
+    assert str(got[0].message) == (
+        "fit has not converged: the posterior still drifted 0.5 sd (w[2] sd) between its "
+        "last two windows of 10 steps, beyond 2.00x the noise and above the threshold of "
+        "0.1 sd (it moved 0.7 sd); the last iterate is returned. Run more steps: 2-4x (the "
+        "default schedule stretches over them), or larger batches; with your own optim=, end "
+        "with a smaller step. The figures are in the result's .convergence"
+    )
+    assert str(got[1].message).startswith(
+        "fit has not converged: the average of its last 20 steps is uncertain by 0.4 "
+        "posterior sd (w sd; standard error, bound 0.25 sd)"
+    )
+
+
+def test_the_loss_trend_is_the_change_between_the_last_two_windows_with_its_error():
+    rng = np.random.default_rng(6)
+    losses = np.r_[np.full(30, 99.0), 5 + rng.standard_normal(50), 3 + rng.standard_normal(50)]
+    v = judge(_parts(_still(rng, 2, 0.01)), losses, 50)
+    first, second = losses[-100:-50], losses[-50:]
+    assert v.elbo_change == pytest.approx(second.mean() - first.mean())
+    assert v.elbo_se == pytest.approx(np.sqrt(first.var() / 50 + second.var() / 50))
+    for short in (losses[-99:], np.r_[losses[:-1], np.nan]):  # too few, or one not finite
+        w = judge(_parts(_still(rng, 2, 0.01)), short, 50)
+        assert w.elbo_change is None and w.elbo_se is None and w.converged
+
+
+def test_the_error_names_its_latent_and_latents_gone_nan_are_uncertain_without_bound():
+    rng = np.random.default_rng(7)
+    values = _still(rng, 3, 0.01)
+    values[:, 2] += np.array([1.0, -1, 1, -1, -1, 1, -1, 1]) * 0.5  # w[2] scatters
+    assert judge(_parts(values), np.zeros(100), 50).error_where == "w[2] mean"
+    values[-1] = np.nan  # (one latent gone NaN alone takes the others' shared level)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's "All-NaN slice"
+        v = judge(_parts(values), np.zeros(100), 50)
+    assert v.error == np.inf and v.converged is False

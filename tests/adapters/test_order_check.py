@@ -2,6 +2,7 @@
 label-sorted stream through a small buffer is warned about with the figures and the
 fix; a well-shuffled stream, or random access with shuffle, is not."""
 
+import sys
 import warnings
 
 import numpy as np
@@ -120,3 +121,118 @@ def test_fit_examines_the_stream_before_its_first_step():
     with warnings.catch_warnings():
         warnings.simplefilter("error", MixingWarning)
         run(_stream(np.random.default_rng(0).permutation(N), _continuous))
+
+
+class _Batches:
+    """A loader's stand-in for the examination: ``count`` batches of ``b`` rows (or
+    ``rows`` rows each), batch k's features k plus their column's number (``nans``: the
+    second all NaN), labels -k-1 (or ``labels``: None, or a width); it counts the batches
+    read."""
+
+    def __init__(self, b, count, d=3, rows=None, labels=1, window=64, nans=False):
+        self.batch_size, self.count, self.d, self.nans = b, count, d, nans
+        self.rows, self.labels, self.reads = rows or b, labels, 0
+        self.total_size, self.mixing_window = b * count, window
+
+    def __len__(self):
+        return self.count
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    def __iter__(self):
+        for k in range(self.count):
+            self.reads += 1
+            x = k + np.zeros((self.rows, self.d)) + np.arange(self.d)
+            if self.nans:
+                x[:, 1] = np.nan
+            y = None if self.labels is None else np.full((self.rows, self.labels), -k - 1.0)
+            yield x, y
+
+
+def _examined(monkeypatch, loader):
+    """examine's verdict, and the rows it scored."""
+    from exactbatch.adapters import order_check
+
+    seen = []
+    score = order_check.score
+
+    def spy(values, *args, **kwargs):
+        seen.append(values.copy())
+        return score(values, *args, **kwargs)
+
+    monkeypatch.setattr(order_check, "score", spy)
+    return examine(loader), (seen[0] if seen else None)
+
+
+def test_the_batches_examined_are_spread_over_what_is_read(monkeypatch):
+    """8192 rows kept at most: 2 batches of 3000 of the 10 ahead, the first and the
+    sixth (spread), their features and their labels; no further batch read."""
+    loader = _Batches(3000, 10)
+    v, values = _examined(monkeypatch, loader)
+    assert v["batches"] == 2 and v["columns"] == 4 and "entropy" in v  # 3 features, 1 class
+    np.testing.assert_array_equal(np.unique(values[:, 0]), [0, 5])
+    np.testing.assert_array_equal(np.unique(values[:, 3]), [-6, -1])
+    assert loader.reads == 7
+    many = _Batches(256, 1000)  # 32 batches kept of the 1000 ahead (1 in 32)
+    v, values = _examined(monkeypatch, many)
+    assert v["batches"] == 32 and many.reads == 31 * 32 + 2
+    np.testing.assert_array_equal(np.unique(values[:, 0]), np.arange(0, 1000, 32))
+
+
+def test_short_batches_are_not_examined_and_reading_stops_at_its_bound():
+    for b in (1 << 16, 1 << 19):  # READ_ROWS // b batches ahead (at least one)
+        loader = _Batches(b, 100, rows=5)
+        assert examine(loader) is None
+        assert loader.reads == max(READ_ROWS // b, 1) + 1  # the one past the bound, unused
+
+
+def test_the_features_examined_are_spread_over_the_columns(monkeypatch):
+    v, values = _examined(monkeypatch, _Batches(100, 4, d=20))
+    assert values[0, :8].tolist() == [0, 3, 5, 8, 11, 14, 16, 19]  # first and last kept
+    assert v["columns"] == 9
+    v, values = _examined(monkeypatch, _Batches(100, 4, d=2))
+    assert values[0, :2].tolist() == [0, 1] and v["columns"] == 3  # every feature of 2
+
+
+def test_a_feature_of_nans_only_is_examined_quietly():
+    """A column of NaNs scores NaN: no warning of NumPy's reaches the fit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = examine(_Batches(100, 4, nans=True))
+    assert v is not None and v["columns"] == 4
+
+
+@pytest.mark.parametrize("labels", [None, 0])
+def test_a_loader_without_labels_is_examined_on_its_features(monkeypatch, labels):
+    v, values = _examined(monkeypatch, _Batches(100, 4, labels=labels))
+    assert v["columns"] == 3 and values.shape == (400, 3) and "entropy" not in v
+
+
+def test_the_examination_is_the_same_every_time():
+    order = np.random.default_rng(7).permutation(N)
+    first = examine(_stream(order, _continuous))
+    assert examine(_stream(order, _continuous)) == first
+
+
+def test_the_warning_needs_every_random_cut_better_and_points_at_the_fit(monkeypatch):
+    from exactbatch.adapters import order_check
+
+    loader = _Batches(100, 4, window=None)
+    verdict = {"p_value": 0.02, "replicates": 99, "share": 1.0, "batches": 2}
+    monkeypatch.setattr(order_check, "examine", lambda loader: dict(verdict))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MixingWarning)
+        check_order(loader, "fit")  # 2 of 100 cuts as bad: no warning
+
+    def fit():
+        check_order(loader, "fit")  # the warning points at fit's caller
+
+    verdict["p_value"] = 0.01
+    with pytest.warns(MixingWarning, match="within a window of unknown rows of 400") as got:
+        fit()
+    if "mutmut" not in sys.modules:  # (under make mutants, trampolines add frames)
+        assert got[0].filename == __file__

@@ -88,7 +88,8 @@ def examine(loader, *, seed: int = 0) -> dict | None:
     if len(batches) < 2:
         return None
     d = batches[0][0].shape[1]
-    picked = sorted({round(j * (d - 1) / max(1, COLUMNS - 1)) for j in range(min(d, COLUMNS))})
+    k = min(d, COLUMNS)  # every feature when there are at most COLUMNS, else spread
+    picked = sorted({round(j * (d - 1) / max(1, k - 1)) for j in range(k)})
     parts = [np.asarray(x[:, picked], dtype=np.float64) for x, _ in batches]
     y0 = batches[0][1]
     labels = y0 is not None and np.ndim(y0) == 2 and np.shape(y0)[1] > 0
