@@ -200,8 +200,10 @@ def churn_loaders(path, count: int, n: int, seed: int = 0) -> None:
             kind = i % 5
             if kind == 4:  # blocks through the two-half buffer (a helper thread fills one)
                 loader = DataLoader(ndf_blocks(shared, 500), 256, seed=i, buffer_size=10_000)
-            elif kind == 0:  # a loader over a shared NdfFile, read by iter(), dropped
-                loader = DataLoader(shared, batch_size=256, seed=i, prefetch=4)
+            elif kind == 0:  # a loader over a shared NdfFile, read by iter(), dropped (some
+                # with a progress callback: the telemetry holds the loader's stats weakly)
+                progress = (lambda stats: None) if i % 2 else None
+                loader = DataLoader(shared, batch_size=256, seed=i, prefetch=4, progress=progress)
             elif kind == 1:  # a file opened for this loader and closed at once
                 with open_ndf(path) as f:
                     loader = DataLoader(f, batch_size=256, seed=i)

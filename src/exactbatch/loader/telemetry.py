@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from time import perf_counter_ns
 from typing import Any
 
@@ -192,7 +193,11 @@ class Telemetry:
     def report_to(self, progress, every: float, report) -> None:
         """Call ``progress(report())`` at each epoch's end and every ``every`` seconds
         (checked as the consumer waits: at least once a group of batches)."""
-        self._progress, self._report, self._every = progress, report, int(min(every, 1e9) * 1e9)
+        # the loader's report is held weakly: the loader owns the cursor that owns this,
+        # and a read-ahead thread holding the cursor must not keep the loader (and with it
+        # the thread) alive once the user drops it
+        self._progress, self._every = progress, int(min(every, 1e9) * 1e9)
+        self._report = None if progress is None else weakref.WeakMethod(report)
         self._due = perf_counter_ns() + self._every
 
     def _report_now(self, now: int) -> None:
@@ -202,8 +207,9 @@ class Telemetry:
             self._due = now + self._every
         finally:
             self._lock.release()
-        if self._progress is not None and self._report is not None:
-            self._progress(self._report())
+        report = None if self._report is None else self._report()
+        if self._progress is not None and report is not None:
+            self._progress(report())
 
     def report(self, epoch: dict, run: dict, row_bytes: int, prefetch: int) -> dict:
         """:meth:`exactbatch.DataLoader.stats`'s dict: ``epoch`` and ``run`` (the
