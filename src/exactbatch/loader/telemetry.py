@@ -98,7 +98,8 @@ class Telemetry:
         self._lock = threading.Lock()  # step(), and reports
         self._mark: tuple[int, int] | None = None  # last step's (time, waits so far)
         self._base = np.zeros(_SLOT, dtype=np.int64)  # the counts when the epoch began
-        self._progress = self._report = None  # see report_to
+        self._progress: Any = None  # see report_to
+        self._report: weakref.WeakMethod | None = None
         self._every = _NEVER
         self._due = _NEVER  # when progress is called next (0: at the next record)
 
