@@ -311,19 +311,7 @@ def check_lineage(
             if elastic:  # (without habits, a checkpoint resumed again: at the same count)
                 count = int(rng.integers(1, 5))
                 count = count if habits else back.setdefault("resumed_at", count)
-        loaders = [
-            DataLoader(
-                x,
-                batch,
-                num_shards=count,
-                shard_index=s,
-                seed=7,
-                elastic=elastic,
-                with_rows=True,
-                drop_last=drop_last,
-            )
-            for s in range(count)
-        ]
+        loaders = [_lineage_loader(x, batch, count, s, elastic, drop_last) for s in range(count)]
         rows = {e: list(v) for e, v in back["rows"].items()} if back else {}
         if back is not None:
             for s, loader in enumerate(loaders):
@@ -394,6 +382,20 @@ def check_lineage(
     return exact
 
 
+def _lineage_loader(x, batch, count, s, elastic, drop_last) -> DataLoader:
+    """Shard ``s`` of ``count`` of the lineage law's loaders (seed 7, row ids out)."""
+    return DataLoader(
+        x,
+        batch,
+        num_shards=count,
+        shard_index=s,
+        seed=7,
+        elastic=elastic,
+        with_rows=True,
+        drop_last=drop_last,
+    )
+
+
 def _promised_rows(x, batch, shards, elastic, drop_last, epoch) -> list[int]:
     """The rows epoch ``epoch`` promises (all of them, less drop_last's: under elastic, the
     global order's last batch; else each shard's), from a run that nothing interrupts."""
@@ -402,16 +404,7 @@ def _promised_rows(x, batch, shards, elastic, drop_last, epoch) -> list[int]:
     count = 1 if elastic else shards
     rows = []
     for s in range(count):
-        loader = DataLoader(
-            x,
-            batch,
-            num_shards=count,
-            shard_index=s,
-            seed=7,
-            elastic=elastic,
-            with_rows=True,
-            drop_last=True,
-        )
+        loader = _lineage_loader(x, batch, count, s, elastic, True)
         loader.set_epoch(epoch)
         rows += [int(i) for b in loader for i in b[-1]]
     return sorted(rows)

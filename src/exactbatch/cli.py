@@ -77,7 +77,8 @@ def _shuffle(a) -> int:
 
 
 def _mixing(a) -> int:
-    from exactbatch.tools.mixing import mixing, public, render
+    from exactbatch.tools.mixing import mixing
+    from exactbatch.tools.mixing_report import public, render
 
     if a.plot is not None:
         from exactbatch.tools.mixing_plot import check_path

@@ -26,6 +26,7 @@ import numpy as np
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_dtype
 from exactbatch.kernels import TransformKernel
+from exactbatch.sources.random_access import WrappedReader
 from exactbatch.transform import Standardize
 
 __all__ = ["LABEL_DTYPES", "Output", "OutputReader", "check_label_dtype"]
@@ -197,7 +198,7 @@ class Output:
             )
 
 
-class OutputReader:
+class OutputReader(WrappedReader):
     """A random-access reader whose reads follow an :class:`Output`'s rules: what a
     feed reads through when the output is not plain. ``ydtype``: the labels' dtype,
     for the batches made for it. A transform of the wrong width is refused here
@@ -212,14 +213,3 @@ class OutputReader:
     def read(self, rows, out_x, out_y) -> None:
         inner = self.inner
         self.output.fill(inner.read, getattr(inner, "fuses", False), rows, out_x, out_y)
-
-    def prefetch_default(self, batch_bytes: int) -> int:
-        return self.inner.prefetch_default(batch_bytes)
-
-    def use_threads(self, threads: int | None) -> None:
-        use = getattr(self.inner, "use_threads", None)
-        if use is not None:
-            use(threads)
-
-    def close(self) -> None:
-        self.inner.close()

@@ -35,7 +35,6 @@ import numpy as np
 
 from exactbatch.extras import need
 from exactbatch.hints import Columns, PathLike
-from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.arrow import ArrowRows, column_chunk
 from exactbatch.sources.categorical import check_categorical
 from exactbatch.sources.column_chunk import Columns as ColumnChunk
@@ -49,16 +48,15 @@ from exactbatch.sources.parquet_columns import (
     hive_partitions,
     is_numeric_type,
 )
+from exactbatch.sources.parquet_files import list_local_files
 from exactbatch.sources.parquet_urls import list_url_files, url_identity, url_parquet_file
 from exactbatch.sources.protocols import Chunk
 from exactbatch.urls import (
     FOLDER_PATTERN,
     ForkSafeFs,
-    find_files,
     for_arrow,
     is_url,
     local_path,
-    once_each,
 )
 
 __all__ = [
@@ -99,38 +97,6 @@ def recorded_labels(schema) -> list[str] | None:
 
 def _pq():
     return need("pyarrow.parquet", by="parquet_source", package="pyarrow", extra="parquet")
-
-
-def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
-    """The local Parquet files ``path`` names: a file, a folder or a list of files.
-
-    A folder is read as its files matching ``pattern``
-    (:func:`exactbatch.urls.find_files`: ``**`` is any depth), sorted by
-    their paths inside it, each checked to be a regular file (a FIFO is an
-    ``NdfError`` at once: pyarrow would wait on it); an empty one, or a
-    missing path, is ``FileNotFoundError``; an empty list a ``ValueError``. A
-    list is taken as given (each file is checked on open), but a file named twice (its
-    real path: a link too) is read once, at its first place, as in a folder.
-    """
-    if isinstance(path, (str, os.PathLike)):
-        path = os.fspath(path)
-        if os.path.isdir(path):
-            files = find_files(path, pattern)
-            if not files:
-                raise FileNotFoundError(f"no files matching {pattern!r} in folder {path}")
-        elif not os.path.exists(path):
-            raise FileNotFoundError(f"no such Parquet file or folder: {path}")
-        else:
-            files = [path]
-        for f in files:
-            check_regular(f, "a Parquet file")
-        return files
-    if isinstance(path, Sequence) and not isinstance(path, (bytes, str)):
-        files = once_each([os.fspath(p) for p in path])
-        if not files:
-            raise ValueError("parquet_source got an empty list of files")
-        return files
-    raise TypeError(f"path must be a file, a folder or a list of files; got {path!r}")
 
 
 class ParquetSource:

@@ -24,7 +24,7 @@ from exactbatch.kernels import memory_rows
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.urls import is_url
 
-__all__ = ["MemoryReader", "NdfReader"]
+__all__ = ["MemoryReader", "NdfReader", "WrappedReader"]
 
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
@@ -88,3 +88,22 @@ class NdfReader:
     def close(self) -> None:
         self.file.close()
         self.read = _closed  # lets go of the handle (the file closes with its last holder)
+
+
+class WrappedReader:
+    """A reader over another, ``inner``, that changes what a read gives (the columns
+    taken, the output's dtype and transform) and leaves the rest to it: its threads,
+    its prefetch default and its close."""
+
+    inner: Any
+
+    def prefetch_default(self, batch_bytes: int) -> int:
+        return self.inner.prefetch_default(batch_bytes)
+
+    def use_threads(self, threads: int | None) -> None:
+        use = getattr(self.inner, "use_threads", None)
+        if use is not None:
+            use(threads)
+
+    def close(self) -> None:
+        self.inner.close()

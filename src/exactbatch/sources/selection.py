@@ -54,6 +54,7 @@ from exactbatch.sources.identity import ndf_identity, source_facts, stream_ident
 from exactbatch.sources.kinds import open_source
 from exactbatch.sources.polars_frames import is_lazy_frame, polars_source
 from exactbatch.sources.protocols import StreamHooks
+from exactbatch.sources.random_access import WrappedReader
 
 __all__ = ["SelectedChunks", "SelectedRows", "SelectedStream", "Selection", "select_columns"]
 
@@ -238,7 +239,7 @@ def _inner_identity(source, opened) -> dict:
     return source_facts(source) or {"kind": "memory"}
 
 
-class _SelectedReader:
+class _SelectedReader(WrappedReader):
     """The reader of :class:`SelectedRows`: the source's rows read whole (in the batch's
     dtype), the chosen columns taken from them."""
 
@@ -255,17 +256,6 @@ class _SelectedReader:
         y = np.empty((k, inner.l), dtype=out_y.dtype)
         inner.read(rows, x, y)
         self._take(x, y, out_x, out_y)
-
-    def prefetch_default(self, batch_bytes: int) -> int:
-        return self.inner.prefetch_default(batch_bytes)
-
-    def use_threads(self, threads: int | None) -> None:
-        use = getattr(self.inner, "use_threads", None)
-        if use is not None:
-            use(threads)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class _StreamSelected(_Described):

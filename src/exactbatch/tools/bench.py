@@ -183,7 +183,7 @@ def bench(
             bare_name = "bare read (readinto)"
     elif fmt == "parquet":
         from exactbatch.sources.parquet import parquet_source
-        from exactbatch.tools.common import split_columns
+        from exactbatch.tools.column_args import split_columns
 
         need("pyarrow.parquet", by="reading Parquet", package="pyarrow", error=CliError)
         from exactbatch.tools.common import parquet_columns

@@ -63,6 +63,7 @@ from exactbatch.checks import check_flag, check_int
 from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.parquet import LABELS_METADATA_KEY
+from exactbatch.tools.column_args import shown_names, split_columns
 from exactbatch.tools.common import (
     CliError,
     check_dataset_output,
@@ -71,8 +72,6 @@ from exactbatch.tools.common import (
     detect_format,
     output_format,
     progress,
-    shown_names,
-    split_columns,
 )
 from exactbatch.tools.convert_csv import CsvInput, csv_inputs, csv_schema
 from exactbatch.tools.convert_inputs import NdfInput, NpyInput, ParquetInput, arrow, read_errors

@@ -11,12 +11,11 @@ import os
 
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.categorical import Vocabulary, learn
+from exactbatch.tools.column_args import shown_names, split_columns
 from exactbatch.tools.common import (
     CliError,
     csv_delimiter,
     detect_format,
-    shown_names,
-    split_columns,
 )
 from exactbatch.tools.convert_inputs import (
     Blocks,

@@ -16,12 +16,10 @@ from exactbatch.ndf.regular import regular_file
 from exactbatch.sources.arrow import fill_columns as _fill_columns
 from exactbatch.sources.parquet import recorded_labels
 from exactbatch.sources.parquet_columns import hive_partitions
+from exactbatch.tools.column_args import resolve_columns, shown_names, split_columns
 from exactbatch.tools.common import (
     CliError,
     parquet_files,
-    resolve_columns,
-    shown_names,
-    split_columns,
 )
 from exactbatch.tools.ndf_stream import SLAB_BYTES, ndf_regions, read_blocks, region_blocks
 from exactbatch.urls import for_arrow

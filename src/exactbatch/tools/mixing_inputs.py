@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.extras import need
-from exactbatch.tools.common import CliError, resolve_columns
+from exactbatch.tools.column_args import resolve_columns
+from exactbatch.tools.common import CliError
 
 __all__ = ["MAX_COLUMNS", "Input", "Tagged", "ndf_input", "parquet_input"]
 
