@@ -47,7 +47,11 @@ def _pause(phase: str) -> None:
 
         sys.stderr.write(f"exactbatch: paused at {phase}\n")
         sys.stderr.flush()
-        time.sleep(60)
+        # in short sleeps: a signal that lands between the write and a sleep's start
+        # sets a flag the sleep does not see (it would wait out the whole minute); the
+        # loop runs the handler within a tenth of a second
+        for _ in range(600):
+            time.sleep(0.1)
 
 
 def main() -> int:
