@@ -386,6 +386,7 @@ TARGETS = {
             "src/exactbatch/ndf/direct.py",
             "src/exactbatch/ndf/guard.py",
             "src/exactbatch/ndf/remote.py",
+            "src/exactbatch/ndf/storage.py",
         ],
         [
             "exactbatch.ndf.dataset.*",
@@ -394,6 +395,7 @@ TARGETS = {
             "exactbatch.ndf.direct.*",
             "exactbatch.ndf.guard.*",
             "exactbatch.ndf.remote.*",
+            "exactbatch.ndf.storage.*",
         ],
         [
             "tests/ndf/test_ndf_dataset.py",
@@ -402,6 +404,7 @@ TARGETS = {
             "tests/ndf/test_guard.py",
             "tests/ndf/test_remote.py",
             "tests/ndf/test_pickle.py",
+            "tests/ndf/test_storage.py",
             *FAST_ONLY,
         ],
     ),

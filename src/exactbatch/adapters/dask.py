@@ -57,7 +57,7 @@ from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
-from exactbatch.ndf.manifest import dataset_path
+from exactbatch.ndf.storage import dataset_path
 from exactbatch.order.subset import check_subset
 from exactbatch.sources.identity import column_names
 from exactbatch.stats import ColumnStats

@@ -7,7 +7,6 @@ as it is imported (a Datasink subclass needs its base class):
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -19,8 +18,8 @@ from exactbatch.errors import NdfOrderWarning
 from exactbatch.extras import need
 from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
-from exactbatch.ndf.manifest import Manifest, PartInfo, dataset_path, file_not_dataset
-from exactbatch.urls import is_url
+from exactbatch.ndf.manifest import Manifest, PartInfo, file_not_dataset
+from exactbatch.ndf.storage import location
 
 __all__ = ["NdfDatasink", "block_frame", "schema_dtypes"]
 
@@ -105,8 +104,9 @@ class NdfDatasink(Datasink):
             rows_per_part = check_int("rows_per_part", rows_per_part, 1)
         self.rows_per_part = rows_per_part
         self.ordered = False  # set by to_ndf_dataset, which turns preserve_order on
-        self.path = dataset_path(path, storage_options)
-        if not is_url(self.path) and os.path.isfile(self.path):
+        where = location(path, storage_options)
+        self.path = where.path
+        if not where.url and where.is_file():  # free locally (a URL's start_dataset checks)
             raise file_not_dataset(self.path)
         self.features, self.labels = features, labels
         self.storage_options = storage_options

@@ -13,12 +13,10 @@ What it costs: one small read (the header and the sidecar, or the manifest).
 
 from __future__ import annotations
 
-import os
-
 from exactbatch.hints import PathLike
 from exactbatch.ndf.file import open_ndf
-from exactbatch.ndf.manifest import dataset_path, read_manifest
-from exactbatch.urls import is_url, url_to_fs
+from exactbatch.ndf.manifest import read_manifest
+from exactbatch.ndf.storage import location
 
 __all__ = ["categories"]
 
@@ -34,13 +32,9 @@ def categories(path: PathLike, *, storage_options: dict | None = None) -> dict[s
     vocabularies name columns the data does not have, is an
     :class:`~exactbatch.errors.NdfError`; a missing path ``FileNotFoundError``.
     """
-    path = dataset_path(path, storage_options)
-    if is_url(path):
-        fs, key = url_to_fs(path, storage_options)
-        folder = not fs.isfile(key)
-    else:
-        folder = os.path.isdir(path)
-    if folder:
+    where = location(path, storage_options)
+    path = where.path
+    if not where.is_file():
         man = read_manifest(path, storage_options=storage_options)
         return {c: list(v) for c, v in (man.categories or {}).items()}
     with open_ndf(path, storage_options=storage_options) as f:

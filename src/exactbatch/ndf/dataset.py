@@ -69,13 +69,12 @@ from exactbatch.ndf.file import NdfFile, Share
 from exactbatch.ndf.manifest import (
     Manifest,
     PartInfo,
-    dataset_path,
     part_name,
     read_manifest,
     write_manifest,
 )
 from exactbatch.ndf.names import default_names
-from exactbatch.urls import is_url
+from exactbatch.ndf.storage import location
 
 __all__ = [
     "Manifest",
@@ -229,8 +228,9 @@ def open_ndf_dataset(
     descriptor).
     """
     check_int("max_open_parts", max_open_parts, 1, optional=True)
-    path = dataset_path(path, storage_options)
+    folder = location(path, storage_options)
+    path = folder.path
     man = read_manifest(path, storage_options=storage_options)
-    if max_open_parts is None and not is_url(path):
+    if max_open_parts is None and not folder.url:
         max_open_parts = default_max_open_parts()
     return NdfDataset(Parts(path, man, storage_options, max_open_parts))

@@ -32,8 +32,8 @@ from exactbatch.errors import NdfError
 from exactbatch.kernels import FileChanged, backend, parts_rows, staged
 from exactbatch.ndf.file import NdfFile, open_ndf
 from exactbatch.ndf.format import expected_size
-from exactbatch.ndf.manifest import Manifest, join_path
-from exactbatch.urls import is_url
+from exactbatch.ndf.manifest import Manifest
+from exactbatch.ndf.storage import join_path, location
 
 __all__ = ["Parts", "default_max_open_parts"]
 
@@ -90,7 +90,7 @@ class Parts:
 
     def __init__(self, path: str, man: Manifest, storage_options, max_open: int | None):
         self.path, self.man, self.so = path, man, storage_options
-        self.url = is_url(path)
+        self.url = location(path, storage_options).url
         ns = np.array([p.n for p in man.parts], dtype=np.int64)
         self.starts = np.zeros(len(ns) + 1, dtype=np.int64)
         np.cumsum(ns, out=self.starts[1:])

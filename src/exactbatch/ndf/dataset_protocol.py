@@ -67,14 +67,12 @@ from exactbatch.ndf.manifest import (
     MANIFEST,
     Manifest,
     PartInfo,
-    dataset_path,
     file_not_dataset,
-    join_path,
     part_name,
     read_manifest,
     write_manifest,
 )
-from exactbatch.ndf.remote import abort_uploads
+from exactbatch.ndf.storage import dataset_path, join_path, location
 from exactbatch.ndf.temps import (
     WRITE_ID,
     host_tag,
@@ -83,8 +81,7 @@ from exactbatch.ndf.temps import (
     parse_write_id,
     pid_alive,
 )
-from exactbatch.ndf.write import as_dataset, save_ndf, write_ndf_to
-from exactbatch.urls import is_url, url_to_fs
+from exactbatch.ndf.write import as_dataset, write_ndf_to
 
 __all__ = [
     "abort_dataset",
@@ -126,7 +123,7 @@ def start_dataset(path, *, storage_options: dict | None = None) -> str:
             write_id = new_write_id()
         _ACTIVE[write_id] = made
     try:
-        folder.create(_MARKER + write_id)
+        folder.location.create(_MARKER + write_id)
     except BaseException:
         abort_dataset(path, write_id, storage_options=storage_options)
         raise
@@ -142,38 +139,16 @@ def write_part(
     atomically, named :func:`part_name(index, write_id) <part_name>`; return its
     :class:`PartInfo` for :func:`finish_dataset`.
 
-    Locally through :func:`~exactbatch.ndf.write.save_ndf` (a temporary file
-    renamed into place); at a URL as one upload that is committed only when
-    whole (an S3 multipart upload is aborted on error). Runs on any machine
-    that sees ``path``; no manifest is written.
+    Locally as a temporary file renamed into place; at a URL as one upload
+    that is committed only when whole (an S3 multipart upload is aborted on
+    error). Runs on any machine that sees ``path``; no manifest is written.
     """
-    path = dataset_path(path, storage_options)
     name = part_name(index, write_id)
     data = as_dataset(data)
-    target = join_path(path, name)
-    check_shape(data.n, data.d, data.l, target)
-    if is_url(path):
-        fs, key = url_to_fs(target, storage_options)
-        f = fs.open(key, "wb", autocommit=False)
-        try:
-            write_ndf_to(f, data)
-            f.close()
-            f.commit()
-        except BaseException:
-            _abandon(f)
-            raise
-    else:
-        save_ndf(target, data)
+    target = location(path, storage_options).child(name)
+    check_shape(data.n, data.d, data.l, target.path)
+    target.write_file(lambda f: write_ndf_to(f, data))
     return PartInfo(name, data.n, expected_size(data.n, data.d, data.l))
-
-
-def _abandon(f) -> None:
-    """Throw away an uncommitted upload (best effort: the error that got here matters more)."""
-    with contextlib.suppress(Exception):
-        f.discard()
-    f.forced = True  # nothing more is uploaded at close
-    with contextlib.suppress(Exception):
-        f.close()
 
 
 def finish_dataset(
@@ -325,53 +300,26 @@ def signals_held() -> Iterator[None]:
 
 
 class _Folder:
-    """A dataset's folder, local or at a URL: what the write protocol does with it."""
+    """A dataset's folder, local or at a URL (a :class:`~exactbatch.ndf.storage.Location`):
+    what the write protocol does with it."""
 
     def __init__(self, path: str, storage_options):
-        self.path, self.so = path, storage_options
-        self.fs = None
-        if is_url(path):
-            self.fs, self.key = url_to_fs(path, storage_options)
+        self.location = location(path, storage_options)
+        self.path, self.so = self.location.path, storage_options
 
     def make(self) -> bool:
         """Make the folder if missing (a file there is an error); whether it was made."""
-        if self.fs is not None:  # object stores have no folders to make
-            self.fs.invalidate_cache()
-            if self.fs.isfile(self.key):
-                raise file_not_dataset(self.path)
-            return False
-        if os.path.isfile(self.path):
+        if self.location.is_file():
             raise file_not_dataset(self.path)
-        try:
-            os.mkdir(self.path)
-        except FileExistsError:
-            return False
-        return True
-
-    def create(self, name: str) -> None:
-        """Make the empty file ``name`` (locally: one that was not there)."""
-        if self.fs is not None:
-            self.fs.pipe_file(join_path(self.key, name), b"")
-        else:
-            os.close(os.open(os.path.join(self.path, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        return self.location.make_folder()
 
     def names(self) -> list[str]:
         """The names of the files in the folder (none if it is missing)."""
-        try:
-            if self.fs is None:
-                return os.listdir(self.path)
-            self.fs.invalidate_cache()
-            return [k.rstrip("/").rsplit("/", 1)[-1] for k in self.fs.ls(self.key, detail=False)]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        return self.location.names()
 
     def remove(self, name: str) -> None:
         """Remove the file ``name``, best effort (a file left is listed by no manifest)."""
-        with contextlib.suppress(Exception):
-            if self.fs is None:
-                os.unlink(os.path.join(self.path, name))
-            else:
-                self.fs.rm_file(join_path(self.key, name))
+        self.location.remove(name)
 
     def listed(self) -> frozenset | None:
         """The part names the manifest there lists now: none without a manifest; None
@@ -422,8 +370,8 @@ class _Folder:
                 return over[write]
 
             doomed = [e for e in names if is_over(_write_of(e))]
-            if self.fs is not None:  # and the uploads of a killed writer, never committed
-                abort_uploads(self.fs, self.key, lambda e: is_over(_write_of(e)))
+            # and the uploads of a killed writer, never committed (S3)
+            self.location.abort_uploads(lambda e: is_over(_write_of(e)))
             for e in names:
                 if e.startswith(_MARKER) and re.fullmatch(WRITE_ID, w := e[len(_MARKER) :]):
                     if is_over(w):  # a marker of a write that is over: killed

@@ -34,12 +34,11 @@ from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
     MANIFEST,
     PartInfo,
-    dataset_path,
     file_not_dataset,
-    join_path,
     part_name,
 )
 from exactbatch.ndf.names import check_categories, validate_names
+from exactbatch.ndf.storage import dataset_path, join_path
 from exactbatch.ndf.write import Committing, NdfWriter, as_dataset
 
 __all__ = [

@@ -22,18 +22,10 @@ import numpy as np
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.ndf.format import MAX_FILE_BYTES, MAX_ROWS, MAX_WIDTH, expected_size, shape_error
-from exactbatch.ndf.jsondoc import (
-    MAX_DOC_BYTES,
-    check_kind,
-    fetch_doc,
-    get_int,
-    parse_doc,
-)
+from exactbatch.ndf.jsondoc import check_kind, get_int, parse_doc
 from exactbatch.ndf.names import check_categories, read_names, validate_names
-from exactbatch.ndf.regular import read_regular
+from exactbatch.ndf.storage import location
 from exactbatch.ndf.temps import WRITE_ID
-from exactbatch.ndf.write import atomic_path
-from exactbatch.urls import is_url, local_path, url_to_fs
 
 __all__ = [
     "FORMAT",
@@ -41,9 +33,7 @@ __all__ = [
     "VERSION",
     "Manifest",
     "PartInfo",
-    "dataset_path",
     "file_not_dataset",
-    "join_path",
     "no_manifest",
     "part_name",
     "read_manifest",
@@ -91,27 +81,6 @@ def part_name(index: int, write_id: str | None = None) -> str:
     if not isinstance(write_id, str) or not re.fullmatch(WRITE_ID, write_id):
         raise ValueError(f"write_id must be a write id from start_dataset; got {write_id!r}")
     return f"part-{index:05d}-{write_id}.ndf"
-
-
-# -- where things are: local folders and URLs alike ---------------------------------------
-
-
-def join_path(path: str, name: str) -> str:
-    """``name`` inside the folder (or URL prefix) ``path``."""
-    return f"{path.rstrip('/')}/{name}" if is_url(path) else os.path.join(path, name)
-
-
-def dataset_path(path, storage_options) -> str:
-    """``path`` as a str (a URL, or a local path); storage_options only for URLs."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}")
-    if is_url(path):
-        return path
-    if storage_options is not None:
-        raise ValueError(f"storage_options applies only to URLs; got the local path {path!r}")
-    return local_path(path)
 
 
 # -- the manifest -------------------------------------------------------------------------
@@ -235,29 +204,17 @@ def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
     or whose names fail :func:`~exactbatch.ndf.names.validate_names`. A path
     that does not exist is ``FileNotFoundError``.
     """
-    path = dataset_path(path, storage_options)
-    where = join_path(path, MANIFEST)
-    if is_url(path):
-        fs, key = url_to_fs(path, storage_options)
-        fs.invalidate_cache()
-        try:
-            raw = fetch_doc(fs, join_path(key, MANIFEST))
-        except FileNotFoundError:
-            if fs.isfile(key):
-                raise file_not_dataset(path) from None
-            if not fs.exists(key):
-                raise FileNotFoundError(errno.ENOENT, "no such dataset folder", path) from None
-            raise no_manifest(path) from None
-    else:
-        try:
-            raw = read_regular(where, MAX_DOC_BYTES, "a dataset manifest")
-        except (FileNotFoundError, NotADirectoryError):
-            if os.path.isfile(path):
-                raise file_not_dataset(path) from None
-            if not os.path.isdir(path):
-                raise FileNotFoundError(errno.ENOENT, "no such dataset folder", path) from None
-            raise no_manifest(path) from None
-    return _parse_manifest(raw, where)
+    folder = location(path, storage_options)
+    doc = folder.child(MANIFEST)
+    try:
+        raw = doc.read_doc("a dataset manifest")
+    except (FileNotFoundError, NotADirectoryError):
+        if folder.is_file():
+            raise file_not_dataset(folder.path) from None
+        if not folder.exists():
+            raise FileNotFoundError(errno.ENOENT, "no such dataset folder", folder.path) from None
+        raise no_manifest(folder.path) from None
+    return _parse_manifest(raw, doc.path)
 
 
 def file_not_dataset(path: str) -> NdfError:
@@ -302,21 +259,14 @@ def write_manifest(
     write ends with :func:`~exactbatch.ndf.dataset_protocol.finish_dataset`,
     which calls this and then removes the parts of the dataset it replaced.
     """
-    path = dataset_path(path, storage_options)
+    doc = location(path, storage_options).child(MANIFEST)
     d, l = check_int("d", d, 0), check_int("l", l, 0)  # noqa: E741
-    where = join_path(path, MANIFEST)
+    where = doc.path
     _widths(d, l, where)
     names = validate_names(features, labels, d, l, where)
     feats = None if features is None else tuple(names[0])
     labs = None if labels is None else tuple(names[1])
     cats = check_categories(categories, names, where)
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs, cats)
-    raw = _manifest_bytes(man)
-    if is_url(path):
-        fs, key = url_to_fs(path, storage_options)
-        fs.pipe_file(join_path(key, MANIFEST), raw)  # one PUT: whole or not at all
-        fs.invalidate_cache()
-    else:
-        with atomic_path(where) as tmp, open(tmp, "wb") as f:
-            f.write(raw)
+    doc.write_doc(_manifest_bytes(man))
     return man

@@ -60,9 +60,9 @@ import numpy as np
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.names import DefaultNames
+from exactbatch.ndf.storage import local_stat
 from exactbatch.order.subset import subset_digest
 from exactbatch.sources.chunks import ChunkList, Widths
-from exactbatch.urls import is_url
 
 __all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
 __all__ += ["column_names", "file_facts", "ndf_identity", "parquet_identity", "source_facts"]
@@ -128,12 +128,9 @@ def ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
         return out
     path = os.fspath(f.path)
     size, mtime = expected_size(f.n, f.d, f.l), None
-    if not is_url(path):
-        try:  # (a relative path after a chdir, a file removed while open: the header's)
-            st = os.stat(path)
-            size, mtime = st.st_size, st.st_mtime_ns
-        except OSError:
-            pass
+    # (a URL, a relative path after a chdir, a file removed while open: the header's size)
+    if (st := local_stat(path)) is not None:
+        size, mtime = st.st_size, st.st_mtime_ns
     out.update(kind="ndf", path=path, size=size, mtime=mtime)
     out["sample"] = _sample(read or f.read_rows_into, f.n, f.d, f.l)
     return out
@@ -142,13 +139,10 @@ def ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
 def file_facts(path) -> dict:
     """A local file's ``path``, ``size`` and ``mtime`` (recorded to name the data in an
     error, never compared); nothing for a URL or a file gone."""
-    if isinstance(path, (str, os.PathLike)) and not is_url(os.fspath(path)):
-        try:
-            st = os.stat(path)
-            return {"path": os.fspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
-        except OSError:
-            pass
-    return {}
+    st = local_stat(path)
+    return (
+        {} if st is None else {"path": os.fspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
+    )
 
 
 def _identity_of(source, call) -> dict:
@@ -256,12 +250,8 @@ def _footer_stats(footers) -> list:
 def _size(path) -> int | None:
     """A local file's size (None for a URL, or a file gone: its name and the rows say
     enough)."""
-    if is_url(str(path)):
-        return None
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
+    st = local_stat(str(path))
+    return None if st is None else st.st_size
 
 
 def differences(theirs: dict, mine: dict) -> list[str]:
