@@ -4,12 +4,15 @@ sharding rules of DESIGN.md written out here independently."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from exactbatch import DataLoader
 from exactbatch.feeds import BatchSpec, Contiguous, Elastic, ElasticStreamFeed, StreamFeed
 from exactbatch.order import Shard
+from exactbatch.order.digest import Tally, range_digest
 
 
 def _dealing(kind, n, b, count, index, **kw):
@@ -88,3 +91,20 @@ def test_the_feed_opened_takes_the_dealing_of_its_elastic_setting():
         )
         assert type(streamed._feed) is (ElasticStreamFeed if elastic else StreamFeed)
     assert type(streamed._feed.dealing) is Elastic  # a list read chunk by chunk, dealt
+
+
+@pytest.mark.parametrize("first,even,stop", [(0, True, 90), (4, True, 100), (4, False, 103)])
+def test_elastic_global_promise_leaves_out_the_batches_past_the_equal_shares(first, even, stop):
+    """103 rows, batch 10, 3 shards: 11 global batches. Capped (even_batches=True) from
+    global batch 0, each shard takes 11 // 3 = 3: batches 0..8, rows 0..89; from global
+    batch 4, (11 - 4) // 3 = 2 more each: batches 0..9, rows 0..99; not capped, every
+    row."""
+    n, b = 103, 10
+
+    def whole():
+        return Tally(n, range_digest(0, n))
+
+    spec = BatchSpec(b, shuffle=False, even_batches=even, shard=Shard(1, 3))
+    deal = Elastic(spec, n, None, None, whole)
+    got = deal.global_promise(SimpleNamespace(order=None), first)
+    assert got == Tally(stop, range_digest(0, stop))
