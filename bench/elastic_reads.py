@@ -36,11 +36,17 @@ class Counted:
             self.read_rows_into = self._read_rows_into
         if hasattr(inner, "open_chunk"):
             self.open_chunk = self._open_chunk
+        if hasattr(inner, "read_columns"):  # (Parquet: how an elastic stream reads it)
+            self.read_columns = self._read_columns
 
     def __getattr__(self, name):
-        if name in ("read_rows_into", "open_chunk"):
+        if name in ("read_rows_into", "open_chunk", "read_columns"):
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+    def _read_columns(self, i):
+        self.rows += int(self.inner.chunk_rows[i])
+        return self.inner.read_columns(i)
 
     def read_chunk(self, i):
         self.rows += int(self.inner.chunk_rows[i])

@@ -229,7 +229,8 @@ TARGETS = {
             *PIPELINE_TESTS,
         ],
     ),
-    "feeds": (  # a source cut into epochs for one shard, and a stream's passes and hooks
+    "feeds": (  # a source cut into epochs for one shard, how batches are dealt to the shards
+        # (feeds/dealing.py: contiguous or elastic), and a stream's passes and hooks
         [  # (what moved out of feeds/streamed.py: the passes, the hooks, a stream's widths)
             "src/exactbatch/feeds/*",
             "src/exactbatch/sources/passes.py",

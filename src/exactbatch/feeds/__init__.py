@@ -1,23 +1,29 @@
 """The two feeds behind the loader: random access and streamed.
 
 :func:`open_feed` is the loader's one way in: the source's kind
-(:func:`exactbatch.sources.kinds.open_source`) picks the feed.
+(:func:`exactbatch.sources.kinds.open_source`) picks the feed, and the spec's
+``elastic`` the dealing (:mod:`exactbatch.feeds.dealing`), read there once:
+contiguous rows a shard, or one global order dealt to the shards in turn.
 """
 
 from __future__ import annotations
 
-from exactbatch.feeds.base import BatchSpec, Epoch, Feed, Job
+from exactbatch.feeds.base import BatchSpec, Dealing, DealingKind, Epoch, Feed, Job
+from exactbatch.feeds.dealing import Contiguous, Elastic
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.sources.categorical import check_code_dtype
-from exactbatch.sources.chunks import ChunkList, Stream
+from exactbatch.sources.chunks import Stream
 from exactbatch.sources.columns import column_names, source_categories
 from exactbatch.sources.kinds import open_source
 from exactbatch.sources.selection import select_columns
 
 __all__ = [
     "BatchSpec",
+    "Contiguous",
+    "Dealing",
+    "Elastic",
     "ElasticStreamFeed",
     "Epoch",
     "Feed",
@@ -40,9 +46,8 @@ def open_feed(
     ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``);
     ``columns``: the loader's ``(features, labels)`` selection
     (:func:`~exactbatch.sources.selection.select_columns`)."""
-    if spec.elastic and isinstance(source, list):  # elastic reads a list chunk by chunk
-        source = ChunkList(source)
-    source = select_columns(source, *columns)
+    dealing: DealingKind = Elastic if spec.elastic else Contiguous  # (the one choice)
+    source = select_columns(dealing.chunked(source), *columns)
     opened = open_source(source)
     try:
         names, cats = column_names(source, opened), source_categories(source, opened)
@@ -62,11 +67,9 @@ def open_feed(
                 "is a stream, read front to back: its rows cannot be picked by id. Write it "
                 "once to .ndf (exactbatch convert, save_ndf) and pass rows= with that file"
             )
-        if spec.elastic:
-            return ElasticStreamFeed(opened, spec, total_size, buffer_size)
-        return StreamFeed(opened, spec, total_size, buffer_size)
+        return dealing.open_stream(opened, spec, total_size, buffer_size)
     try:
-        return RandomAccessFeed(opened, spec, total_size, rows, about=source)
+        return RandomAccessFeed(opened, spec, dealing, total_size, rows, about=source)
     except BaseException:
         opened.close()  # the loader never got it: let go of the file now
         raise

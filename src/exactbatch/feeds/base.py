@@ -10,18 +10,30 @@ feed and epoch against them where the loader takes one).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from exactbatch.batching.output import Output
 from exactbatch.batching.padding import PAD, check_even_batches
+from exactbatch.batching.random_access_epoch import RandomAccessEpoch
 from exactbatch.checks import check_dtype, check_flag, check_int
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
 
-__all__ = ["BatchSpec", "ElasticFeed", "Epoch", "Feed", "Job", "Place"]
+__all__ = [
+    "BatchSpec",
+    "Dealing",
+    "DealingKind",
+    "ElasticFeed",
+    "Epoch",
+    "Feed",
+    "Job",
+    "Place",
+    "Plan",
+]
 
 
 @dataclass(frozen=True)
@@ -160,8 +172,12 @@ class Feed(Protocol):
 
     spec: BatchSpec
     kind: str
-    n: int | None
-    nbatches: int | None
+
+    @property
+    def n(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
+
+    @property
+    def nbatches(self) -> int | None: ...
 
     @property
     def total_size(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
@@ -230,3 +246,71 @@ class ElasticFeed(Feed, Protocol):
     def global_ledger(self, pos: Place) -> Tally:
         """Elastic: the ledger a state at ``pos`` carries, every shard's global batches
         before it, as this shard measured it."""
+
+
+class Plan(NamedTuple):
+    """One epoch of a shard, as its :class:`Dealing` lays it out: the order keyed by
+    ``key`` over ``size`` positions, mapped to rows ``offset + ...``; ``batches``
+    handed out (``real`` of them holding rows, the rest padding), batch k at
+    positions ``locate(k)``; ``span``: the shard's rows when batches are consecutive
+    runs of the order (None: dealt, not consecutive)."""
+
+    key: int
+    size: int
+    offset: int
+    batches: int
+    real: int
+    locate: Callable[[int], tuple[int, int]]
+    span: int | None
+
+
+class Dealing(Protocol):
+    """How one feed's epochs deal batches to the shards (:mod:`exactbatch.feeds.dealing`:
+    contiguous rows a shard, or one global order dealt in turn), bound to the feed's
+    rows. ``start``/``n``: the shard's first row and rows (``start`` 0 when dealt);
+    ``nbatches`` per epoch; ``total_batches`` the global batches an epoch is cut into
+    (None: contiguous)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def nbatches(self) -> int: ...
+
+    @property
+    def total_batches(self) -> int | None: ...
+
+    def plan(self, first: int) -> Plan:
+        """The epoch's layout resumed at global batch ``first`` (0 unless dealt)."""
+
+    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
+        """The rows an epoch of ``count`` batches of this shard promises, from ``first``."""
+
+    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+        """The positions of the epoch's order in ``[a, z)`` this shard's batches hold."""
+
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+        """Every shard's rows of ``epoch`` (dealt only: :class:`ElasticFeed`)."""
+
+    def global_ledger(self, pos: Place) -> Tally:
+        """Every shard's rows before ``pos`` (dealt only: :class:`ElasticFeed`)."""
+
+
+class DealingKind(Protocol):
+    """A dealing as :func:`~exactbatch.feeds.open_feed` picks it, before it is bound to
+    a feed's rows (``orders``: the feed's keyed orders, ``(seed, epoch, key, size) ->``
+    a bijection; ``whole``: its every-row tally)."""
+
+    def __call__(self, spec: BatchSpec, total: int, ids: Any, orders: Any, whole: Any) -> Dealing:
+        """The dealing of a feed of ``total`` rows (a subset's ``ids``, or None)."""
+
+    @staticmethod
+    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+        """The feed of a stream under this dealing."""
+
+    @staticmethod
+    def chunked(source: Any) -> Any:
+        """``source`` as this dealing's stream reads it."""

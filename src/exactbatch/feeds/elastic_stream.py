@@ -6,10 +6,12 @@ list of arrays) makes each epoch one global order of the stream's rows, a
 pure function of ``(seed, epoch)``: the chunks shuffled, their rows mixed
 within windows of ``mixing_window`` rows (:class:`~exactbatch.order.windows.WindowedOrder`;
 file order without shuffle). The order is cut into global batches dealt to
-the shards in turn exactly as for a random-access source, so this feed is the
-random-access feed's elastic epochs, ledger and certificate over that order,
-and a state taken at S shards resumes at any S': the rows a partly consumed
-window still owes are its positions past the state's global batch.
+the shards by the feed's dealing (:mod:`exactbatch.feeds.dealing`) exactly as
+for a random-access source, so this feed holds a random-access feed over the
+stream's chunks (its ``orders`` the windowed order, its ``ahead`` the read
+ahead below) and is that feed's epochs, ledger and certificate, and a state
+taken at S shards resumes at any S': the rows a partly consumed window still
+owes are its positions past the state's global batch.
 
 Rows are read through a :class:`~exactbatch.sources.chunk_cache.ChunkCacheReader`:
 a shard reads the chunks its batches' rows lie in, when a batch first needs
@@ -33,8 +35,10 @@ from __future__ import annotations
 import numpy as np
 
 from exactbatch.batching.buffer import mixing_window
-from exactbatch.feeds.base import BatchSpec
+from exactbatch.batching.random_access_epoch import RandomAccessEpoch
+from exactbatch.feeds.base import BatchSpec, DealingKind, Place
 from exactbatch.feeds.random_access import RandomAccessFeed
+from exactbatch.order.digest import Tally
 from exactbatch.order.windows import WindowedOrder, chunk_of_rows
 from exactbatch.sources.chunk_cache import ChunkCacheReader
 from exactbatch.sources.chunks import Stream, Widths
@@ -56,16 +60,24 @@ def refuse_unindexed(stream: Stream) -> None:
         )
 
 
-class ElasticStreamFeed(RandomAccessFeed):
-    """A chunk-indexed stream as elastic epochs of one shard (module docs)."""
+class ElasticStreamFeed:
+    """A chunk-indexed stream as dealt epochs of one shard (module docs): a
+    :class:`RandomAccessFeed` over its chunk cache, with the stream's identity."""
 
     kind = "stream"
 
-    def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
+    def __init__(
+        self,
+        stream: Stream,
+        spec: BatchSpec,
+        total_size,
+        buffer_size: int | None,
+        dealing: DealingKind,
+    ):
         refuse_unindexed(stream)
         hooks = self.hooks = stream.hooks
         self.stream: Stream | None = stream  # None once closed
-        self.buffer_size = buffer_size
+        self.buffer_size, self.spec = buffer_size, spec
         rows = hooks.chunk_rows
         assert rows is not None  # refuse_unindexed checked
         n = int(rows.sum())
@@ -77,7 +89,54 @@ class ElasticStreamFeed(RandomAccessFeed):
         largest = int(rows.max()) if len(rows) else 0
         cache.budget = 2 * self.window + 4 * largest  # two windows, and what they straddle
         self._cache = cache
-        super().__init__(cache, spec, total_size)
+        self.rows = RandomAccessFeed(
+            cache, spec, dealing, total_size, orders=self._order, ahead=self._read_ahead
+        )
+        self.dealing = self.rows.dealing
+        self.n, self.nbatches = self.rows.n, self.rows.nbatches
+        self.total_size, self.total_batches = self.rows.total_size, self.rows.total_batches
+
+    # -- as the random-access feed over the chunks ------------------------------------
+
+    @property
+    def d(self) -> int:
+        return self.rows.d
+
+    @property
+    def l(self) -> int:  # noqa: E743
+        return self.rows.l
+
+    @property
+    def reader(self):
+        """The reader every batch is read through (the chunk cache, as the output reads it)."""
+        return self.rows.reader
+
+    @reader.setter
+    def reader(self, reader) -> None:
+        self.rows.reader = reader
+
+    def open_epoch(
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
+    ) -> RandomAccessEpoch:
+        return self.rows.open_epoch(seed, epoch, skip, first, pending)
+
+    def use_threads(self, threads: int | None) -> None:
+        self.rows.use_threads(threads)
+
+    def time_reads(self, timed) -> bool:
+        return self.rows.time_reads(timed)
+
+    def whole(self) -> Tally:
+        return self.rows.whole()
+
+    def learn_widths(self) -> None:
+        """Known from the start (the cache learnt them): nothing to read."""
+
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+        return self.rows.global_promise(epoch, first)
+
+    def global_ledger(self, pos: Place) -> Tally:
+        return self.rows.global_ledger(pos)
 
     # -- what a state records -------------------------------------------------------
 
@@ -117,20 +176,19 @@ class ElasticStreamFeed(RandomAccessFeed):
         """Rows of every chunk read so far (the read amplification's numerator)."""
         return self._cache.rows_read
 
-    # -- the order ------------------------------------------------------------------
+    # -- the order and the read-ahead -------------------------------------------------
 
-    def _bijection(self, seed, epoch, key_shard, size):
+    def _order(self, seed, epoch, key_shard, size) -> WindowedOrder:
+        """The epoch's windowed order (one for every shard: ``key_shard`` is 0)."""
         return WindowedOrder(self.hooks.chunk_rows, self.window, seed=seed, epoch=epoch)
 
-    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()):
-        out = super().open_epoch(seed, epoch, skip, first, pending)
-        order = None if out.order is None else out.order.bijection
-        locate, seen = out.locate, [-1]
+    def _read_ahead(self, locate, order, first: int):
+        """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
+        enters a new window has the chunks of that window and the next read ahead,
+        those this shard's batches need."""
+        seen = [-1]
         window, cache = self.window, self._cache
 
-        # Each batch claimed that enters a new window has the chunks of that window and
-        # the next read ahead, those this shard's batches need (the epoch's own object:
-        # its locate is the feed's to wrap).
         def located(k):
             a, z = locate(k)
             w = (z - 1) // window if z > a else -1
@@ -140,26 +198,18 @@ class ElasticStreamFeed(RandomAccessFeed):
                 cache.read_ahead(lambda: self._needed(order, ahead, first))
             return a, z
 
-        out.locate = located
-        return out
+        return located
 
     def _needed(self, order, windows, first: int) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them."""
-        b, n, shard, window = self.spec.batch_size, self.total_size, self.spec.shard, self.window
-        g0, count = shard.dealt(0, first), shard.count
-        last = self.total_batches
-        assert last is not None  # set for an elastic feed
+        n, window = self.total_size, self.window
         out: list[np.ndarray] = []
         for w in windows:
             a, z = w * window, min((w + 1) * window, n)
             if a >= z:
                 break
-            lo = max(a // b, g0)
-            lo = g0 + -(-(lo - g0) // count) * count  # this shard's first batch there
-            gs = np.arange(lo, min((z - 1) // b, last - 1) + 1, count)
-            pos = (gs[:, None] * b + np.arange(b)).ravel()
-            pos = pos[(pos >= a) & (pos < z)]
+            pos = self.dealing.positions(a, z, first)
             rows = pos if order is None else order(pos)
             out.append(chunk_of_rows(self._cache.firsts, rows))
         if not out:
@@ -169,5 +219,5 @@ class ElasticStreamFeed(RandomAccessFeed):
         return chunks[np.sort(at)].tolist()
 
     def close(self) -> None:
-        super().close()
+        self.rows.close()
         self.stream = None

@@ -1,0 +1,246 @@
+"""How an epoch's batches are dealt to the shards: one strategy, chosen where a feed opens.
+
+:func:`exactbatch.feeds.open_feed` reads ``BatchSpec.elastic`` once and picks
+one of the two dealings here (:class:`~exactbatch.feeds.base.Dealing`, the
+protocol); nothing below it asks the flag again:
+
+* :class:`Contiguous`: shard s of S owns the rows ``[s*n//S, (s+1)*n//S)``
+  and permutes them by its own key (shard key s); batch k is positions
+  ``k*b ..`` of that order. A stream is read by a
+  :class:`~exactbatch.feeds.streamed.StreamFeed` (its shard's rows through
+  the shuffle buffer).
+* :class:`Elastic`: one global order of every row per ``(seed, epoch)``
+  (shard key 0), cut into global batches dealt in turn - global batch g to
+  shard g mod S, counted from the global batch ``first`` an epoch resumes at
+  (:meth:`exactbatch.order.Shard.dealt`) - so a state resumes at any shard
+  count. A chunk-indexed stream is read by an
+  :class:`~exactbatch.feeds.elastic_stream.ElasticStreamFeed`, and a list of
+  arrays as such a stream. The ledger a state carries and the promise the
+  run certificate checks are then every shard's (:meth:`Elastic.global_ledger`,
+  :meth:`Elastic.global_promise`).
+
+A dealing is bound to one feed's rows: the whole dataset's ``total`` rows (or
+a subset's, ``ids``), the feed's keyed ``orders`` (a bijection, or a windowed
+order for an elastic stream) and its ``whole()`` tally.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactbatch.batching.random_access_epoch import num_batches
+from exactbatch.feeds.base import BatchSpec, Place, Plan
+from exactbatch.feeds.elastic_stream import ElasticStreamFeed
+from exactbatch.feeds.streamed import StreamFeed
+from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.sources.chunks import ChunkList
+
+__all__ = ["Contiguous", "Elastic"]
+
+
+def _pair(t: Tally) -> tuple[int, int]:
+    return t.rows, t.digest
+
+
+def _count(spec: BatchSpec, full: int, even: int, padded: int) -> int:
+    """An epoch's batches: ``even`` with even_batches=True, ``padded`` with "pad"."""
+    return even if spec.capped else padded if spec.pad else full
+
+
+class Contiguous:
+    """Shard s of S owns contiguous rows and permutes them (module docs)."""
+
+    def __init__(self, spec: BatchSpec, total: int, ids, orders, whole) -> None:
+        self.spec, self.ids = spec, ids
+        b, shard = spec.batch_size, spec.shard
+        self.start, stop = shard.range(total)
+        self.n = stop - self.start
+        self.total_batches: int | None = None
+        self.nbatches = _count(
+            spec,
+            num_batches(self.n, b, spec.drop_last),
+            num_batches(total // shard.count, b, spec.drop_last),
+            num_batches(-(-total // shard.count), b, False),  # the largest shard's
+        )
+        self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see promise
+
+    @staticmethod
+    def open_stream(stream, spec: BatchSpec, total_size, buffer_size):
+        """A stream's feed: its shard's rows through the shuffle buffer."""
+        return StreamFeed(stream, spec, total_size, buffer_size)
+
+    @staticmethod
+    def chunked(source):
+        """``source`` as a stream reads it (a list of arrays: a re-iterable of chunks)."""
+        return source
+
+    def plan(self, first: int) -> Plan:
+        """The shard's own order of its rows ``start .. start + n`` (``first`` is 0)."""
+        b, n = self.spec.batch_size, self.n
+
+        def locate(k):
+            return k * b, min(k * b + b, n)
+
+        real = num_batches(n, b, self.spec.drop_last)
+        return Plan(self.spec.shard.index, n, self.start, self.nbatches, real, locate, n)
+
+    def promise(self, count: int, first: int, epoch) -> Tally:
+        """The shard's rows less the tail that drop_last or even_batches leave out of an
+        epoch of ``count`` batches."""
+        promised = Tally()
+        b = self.spec.batch_size
+        if self._shard_tally is None:  # (a subset's: a pass over its ids, made once)
+            self._shard_tally = self._run_tally(self.start, self.start + self.n)
+        promised.add(*self._shard_tally)
+        kept = min(self.n, count * b)
+        if kept < self.n:
+            left = Tally()
+            if epoch.order is None:
+                left.add(*self._run_tally(self.start + kept, self.start + self.n))
+            else:
+                rows = epoch.order.mapped(kept, self.n)
+                left.add(len(rows), rows_digest(rows))
+            promised = promised.minus(left)
+        return promised
+
+    def _run_tally(self, start: int, stop: int) -> tuple[int, int]:
+        """``(rows, digest)`` of positions ``start .. stop-1``: the source's rows there."""
+        if self.ids is None:
+            return stop - start, rows_digest(slice(start, stop))
+        return stop - start, rows_digest(self.ids[start:stop])
+
+    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+        """Positions of the shard's order in ``[a, z)`` its batches hold: all of them."""
+        return np.arange(max(a, 0), min(z, self.n), dtype=np.int64)
+
+    def global_promise(self, epoch, first: int) -> Tally:
+        raise TypeError("contiguous sharding has no global batches: each shard's own promise")
+
+    def global_ledger(self, pos: Place) -> Tally:
+        raise TypeError("contiguous sharding has no global batches: the state's own ledger")
+
+
+class Elastic:
+    """One global order's batches dealt to the shards in turn (module docs)."""
+
+    def __init__(self, spec: BatchSpec, total: int, ids, orders, whole) -> None:
+        self.spec, self.total, self.ids = spec, total, ids
+        self._orders, self._whole = orders, whole
+        b, shard = spec.batch_size, spec.shard
+        self.start = 0
+        batches = self.total_batches = num_batches(total, b, spec.drop_last)
+        full, self.n = shard.elastic_share(total, b, batches)
+        self.nbatches = _count(spec, full, shard.even_share(batches), shard.pad_share(batches))
+        self._prefix: tuple = (None, 0, Tally())  # see global_ledger: (key, stop, tally)
+        self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
+
+    @staticmethod
+    def open_stream(stream, spec: BatchSpec, total_size, buffer_size):
+        """A chunk-indexed stream's feed: its chunks as random access, one global order."""
+        return ElasticStreamFeed(stream, spec, total_size, buffer_size, Elastic)
+
+    @staticmethod
+    def chunked(source):
+        """``source`` as an elastic stream reads it: a list chunk by chunk, in any order."""
+        return ChunkList(source) if isinstance(source, list) else source
+
+    def plan(self, first: int) -> Plan:
+        """The global order (shard key 0), this shard's batches from global batch
+        ``first`` on."""
+        spec, total = self.spec, self.total
+        b, shard, batches = spec.batch_size, spec.shard, self.total_batches
+        count, _ = shard.elastic_share(total, b, batches, first)
+        real = count
+        if spec.capped:
+            count = shard.even_share(batches, first)
+        elif spec.pad:
+            count = shard.pad_share(batches, first)
+
+        def locate(k):
+            a = shard.dealt(k, first) * b
+            return a, min(a + b, total)
+
+        return Plan(0, total, 0, count, real, locate, None)
+
+    def promise(self, count: int, first: int, epoch) -> Tally:
+        """Every shard's global batches before ``first`` and the ``count`` global batches
+        dealt to this shard from batch ``first`` on (the ledger a state carries holds
+        the former, :meth:`global_ledger`)."""
+        shard = self.spec.shard
+        bijection = None if epoch.order is None else epoch.order.bijection
+        promised = self._prefix_tally(bijection, 0, first)
+        for k0 in range(0, count, self._step):
+            g = shard.dealt(np.arange(k0, min(count, k0 + self._step)), first)
+            promised.add(*self._batches_tally(bijection, g))
+        return promised
+
+    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+        """Positions of the global order in ``[a, z)`` that this shard's batches from
+        global batch ``first`` on hold."""
+        b, shard, last = self.spec.batch_size, self.spec.shard, self.total_batches
+        g0, count = shard.dealt(0, first), shard.count
+        lo = max(a // b, g0)
+        lo = g0 + -(-(lo - g0) // count) * count  # this shard's first batch there
+        gs = np.arange(lo, min((z - 1) // b, last - 1) + 1, count)
+        pos = (gs[:, None] * b + np.arange(b)).ravel()
+        return pos[(pos >= a) & (pos < z)]
+
+    def _batches_tally(self, bijection, g: np.ndarray) -> tuple[int, int]:
+        """``(rows, digest)`` of the global batches ``g`` of an epoch."""
+        b, total = self.spec.batch_size, self.total
+        pos = (g[:, None] * b + np.arange(b)).ravel()
+        pos = pos[pos < total]
+        rows = pos if bijection is None else bijection(pos)
+        if self.ids is not None:
+            rows = self.ids.take(rows)
+        return len(rows), rows_digest(rows)
+
+    def _prefix_tally(self, bijection, start: int, stop: int) -> Tally:
+        """The rows of global batches ``[start, stop)`` of an epoch."""
+        out = Tally()
+        for g0 in range(start, stop, self._step):
+            out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
+        return out
+
+    def global_promise(self, epoch, first: int) -> Tally:
+        """The rows of every global batch ``epoch`` hands out, all shards', its last
+        segment resumed at global batch ``first`` (even_batches leaves out the batches
+        after the shards' equal shares)."""
+        bijection = None if epoch.order is None else epoch.order.bijection
+        stop, shard = self.total_batches, self.spec.shard
+        if self.spec.capped:
+            stop = first + shard.count * shard.even_share(stop, first)
+        # Every row less those of the batches not handed out (and, with drop_last, the
+        # rows after the last full batch): a pass over those few, not over the epoch.
+        b, size = self.spec.batch_size, self.total
+        return self._whole().minus(self._prefix_tally(bijection, stop, -(-size // b)))
+
+    def global_ledger(self, pos: Place) -> Tally:
+        """The ledger a state at ``pos`` (a cursor's
+        :class:`~exactbatch.loader.state.Position`) carries - every shard's global batches
+        before ``pos.first + pos.done * S`` - as this shard measured it: its own
+        ledger (the batches before ``first``, as resumed, and those it handed out
+        since) with the other shards' batches since ``first`` added from the order,
+        assuming they stepped in lockstep. A state whose ``global_batches_done`` was
+        changed then fails the ledger check at the end of the epoch it resumes."""
+        shard, total = self.spec.shard, self.total_batches
+        stop = min(total, pos.first + pos.done * shard.count)
+        bijection = None
+        if self.spec.shuffle:
+            bijection = self._orders(pos.seed, pos.epoch, 0, self.total)
+        key = (pos.seed, pos.epoch, pos.first)
+        cached_key, cached_stop, tally = self._prefix
+        if cached_key != key or cached_stop > stop:  # (a state per checkpoint: extend it)
+            cached_stop, tally = pos.first, Tally()
+        tally = tally.copy()
+        tally.add(*_pair(self._prefix_tally(bijection, cached_stop, stop)))
+        self._prefix = (key, stop, tally)
+        others = tally.copy()
+        own = Tally()
+        mine = shard.dealt(np.arange(pos.done), pos.first)
+        for k0 in range(0, len(mine), self._step):
+            own.add(*self._batches_tally(bijection, mine[k0 : k0 + self._step]))
+        others = others.minus(own)
+        out = pos.ledger.copy()
+        out.add(*_pair(others))
+        return out

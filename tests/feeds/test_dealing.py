@@ -1,0 +1,110 @@
+"""How an epoch's batches are dealt to the shards (exactbatch.feeds.dealing): one
+strategy picked where the feed opens, each dealing's epoch layout checked against the
+sharding rules of DESIGN.md written out here independently."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+from exactbatch.feeds import BatchSpec, Contiguous, Elastic, ElasticStreamFeed, StreamFeed
+from exactbatch.order import Shard
+from exactbatch.order.digest import Tally, range_digest
+
+
+def _dealing(kind, n, b, count, index, **kw):
+    spec = BatchSpec(b, shard=Shard(index, count), **kw)
+    return kind(spec, n, None, None, None)
+
+
+def _positions(plan):
+    """The positions of the order each batch of ``plan`` holds, batch by batch."""
+    return [np.arange(*plan.locate(k)) for k in range(plan.real)]
+
+
+@pytest.mark.parametrize("n,b,count", [(103, 10, 3), (100, 10, 4), (7, 10, 3), (0, 4, 2)])
+def test_contiguous_shard_s_takes_its_rows_in_batches_of_its_own_order(n, b, count):
+    for s in range(count):
+        deal = _dealing(Contiguous, n, b, count, s)
+        start, stop = s * n // count, (s + 1) * n // count  # DESIGN.md's range rule
+        plan = deal.plan(0)
+        assert (deal.start, deal.n, deal.total_batches) == (start, stop - start, None)
+        assert (plan.key, plan.size, plan.offset, plan.span) == (
+            s,
+            stop - start,
+            start,
+            stop - start,
+        )
+        assert plan.batches == plan.real == -(-(stop - start) // b)
+        got = _positions(plan)
+        want = [np.arange(a, min(a + b, stop - start)) for a in range(0, stop - start, b)]
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        assert deal.positions(-5, 10**6, 0).tolist() == list(range(stop - start))
+
+
+@pytest.mark.parametrize("n,b,count,first", [(103, 10, 3, 0), (103, 10, 3, 4), (100, 10, 4, 2)])
+def test_elastic_deals_global_batch_g_to_shard_g_mod_s_from_first(n, b, count, first):
+    batches = -(-n // b)
+    seen = []
+    for s in range(count):
+        deal = _dealing(Elastic, n, b, count, s)
+        plan = deal.plan(first)
+        assert (plan.key, plan.size, plan.offset, plan.span) == (0, n, 0, None)
+        mine = list(range(first + s, batches, count))  # the rule, written out
+        assert plan.batches == plan.real == len(mine)
+        got = _positions(plan)
+        assert [g.tolist() for g in got] == [list(range(g * b, min(g * b + b, n))) for g in mine]
+        held = np.concatenate(got) if got else np.array([], dtype=np.int64)
+        assert deal.positions(0, n, first).tolist() == held.tolist()
+        assert deal.positions(25, 61, first).tolist() == held[(held >= 25) & (held < 61)].tolist()
+        seen += held.tolist()
+    assert sorted(seen) == list(range(first * b, n))  # every global batch from `first`, once
+
+
+def test_elastic_even_batches_cap_and_pad_the_count():
+    n, b, count = 103, 10, 3  # 11 global batches: shares 4, 4, 3
+    capped = [_dealing(Elastic, n, b, count, s, even_batches=True).plan(0) for s in range(3)]
+    padded = [_dealing(Elastic, n, b, count, s, even_batches="pad").plan(0) for s in range(3)]
+    assert [p.batches for p in capped] == [3, 3, 3] and [p.real for p in capped] == [4, 4, 3]
+    assert [p.batches for p in padded] == [4, 4, 4] and [p.real for p in padded] == [4, 4, 3]
+
+
+def test_contiguous_has_no_global_batches():
+    deal = _dealing(Contiguous, 10, 2, 2, 0)
+    with pytest.raises(TypeError, match="no global batches"):
+        deal.global_promise(None, 0)
+    with pytest.raises(TypeError, match="no global batches"):
+        deal.global_ledger(None)
+
+
+def test_the_feed_opened_takes_the_dealing_of_its_elastic_setting():
+    x = np.arange(60.0).reshape(30, 2)
+    chunks = [x[a : a + 10] for a in range(0, 30, 10)]
+    for elastic, kind in ((False, Contiguous), (True, Elastic)):
+        loader = DataLoader(x, 4, elastic=elastic, num_shards=2, shard_index=1)
+        assert type(loader._feed.dealing) is kind
+        streamed = DataLoader(
+            chunks, 4, elastic=elastic, num_shards=2, shard_index=1, total_size=30
+        )
+        assert type(streamed._feed) is (ElasticStreamFeed if elastic else StreamFeed)
+    assert type(streamed._feed.dealing) is Elastic  # a list read chunk by chunk, dealt
+
+
+@pytest.mark.parametrize("first,even,stop", [(0, True, 90), (4, True, 100), (4, False, 103)])
+def test_elastic_global_promise_leaves_out_the_batches_past_the_equal_shares(first, even, stop):
+    """103 rows, batch 10, 3 shards: 11 global batches. Capped (even_batches=True) from
+    global batch 0, each shard takes 11 // 3 = 3: batches 0..8, rows 0..89; from global
+    batch 4, (11 - 4) // 3 = 2 more each: batches 0..9, rows 0..99; not capped, every
+    row."""
+    n, b = 103, 10
+
+    def whole():
+        return Tally(n, range_digest(0, n))
+
+    spec = BatchSpec(b, shuffle=False, even_batches=even, shard=Shard(1, 3))
+    deal = Elastic(spec, n, None, None, whole)
+    got = deal.global_promise(SimpleNamespace(order=None), first)
+    assert got == Tally(stop, range_digest(0, stop))
