@@ -160,8 +160,12 @@ class Feed(Protocol):
 
     spec: BatchSpec
     kind: str
-    n: int | None
-    nbatches: int | None
+
+    @property
+    def n(self) -> int | None: ...  # (read-only here: a random-access feed's is an int)
+
+    @property
+    def nbatches(self) -> int | None: ...
 
     @property
     def total_size(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
