@@ -16,6 +16,8 @@ Each names the argument and shows the value.
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import numpy as np
 
 __all__ = ["DTYPES", "INT_MAX", "check_dtype", "check_flag", "check_int"]
@@ -25,14 +27,32 @@ INT_MAX = 2**63 - 1  # the largest int argument (counts and sizes are int64s) un
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # the dtypes a loader's batches may have
 
 
+@overload
 def check_int(
     name: str,
-    value,
+    value: Any,
+    minimum: int | None = None,
+    *,
+    optional: Literal[False] = False,
+    maximum: int | None = INT_MAX,
+) -> int: ...
+@overload
+def check_int(
+    name: str,
+    value: Any,
+    minimum: int | None = None,
+    *,
+    optional: bool,
+    maximum: int | None = INT_MAX,
+) -> int | None: ...
+def check_int(
+    name: str,
+    value: Any,
     minimum: int | None = None,
     *,
     optional: bool = False,
     maximum: int | None = INT_MAX,
-):
+) -> int | None:
     """``value`` as a Python int if it is an integer (not a bool) ``>= minimum`` and
     ``<= maximum``.
 

@@ -130,7 +130,7 @@ def use_backend(name: str) -> str:
     return before
 
 
-def core():
+def core() -> Any:
     """The compiled extension (:mod:`exactbatch._core`) when it is the backend in use,
     else None: for a kernel whose Python lives beside its caller (the order's keyed
     bijection, :mod:`exactbatch.order.bijection`), chosen when its object is made."""

@@ -54,6 +54,8 @@ divisors done as NumPy does them (a multiply and shifts): exactly the same rows.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +90,7 @@ def _rounds_for(p: int, q: int) -> int:
     return 4 if half >= 256 else 8 if half >= 4 else _MAX_ROUNDS
 
 
-def _compiled(n: int, q: int, swap01: bool, plan):
+def _compiled(n: int, q: int, swap01: bool, plan: Sequence[tuple[Any, ...]]) -> Any:
     """The same bijection in the compiled core, when it is the backend in use
     (:func:`exactbatch.kernels.core`), else None: ``plan`` is the rounds'
     ``(into_high, key, mult, mod, divisor)``; ``rows(start, out)`` fills a 1-D int64
@@ -140,7 +142,7 @@ class EpochBijection:
             f"EpochBijection(n={self.n}, seed={self.seed}, epoch={self.epoch}, shard={self.shard})"
         )
 
-    def __call__(self, positions) -> np.ndarray:
+    def __call__(self, positions: np.ndarray | int | list[int]) -> np.ndarray:
         """Rows (int64, the shape of ``positions``) at ``positions``, each in ``[0, n)``."""
         pos = np.asarray(positions)
         if pos.dtype.kind not in "iu":
@@ -176,7 +178,7 @@ class EpochBijection:
     def _permute(self, x: np.ndarray) -> np.ndarray:
         """The keyed bijection of the rectangle ``[0, p*q)``; ``x`` is left as it was."""
         q = _U64(self.q)
-        high = np.floor_divide(x, q)  # in [0, p)
+        high: np.ndarray = np.floor_divide(x, q)  # in [0, p)
         t = np.multiply(high, q)
         low = np.subtract(x, t)  # in [0, q)
         for into_high, key, mult, mod, divisor in self._plan:

@@ -33,7 +33,7 @@ def range_digest(start: int, stop: int) -> int:
     return (_prefix(stop) - _prefix(start)) & _MASK if stop > start else 0
 
 
-def row_hashes(rows) -> np.ndarray:
+def row_hashes(rows: np.ndarray | slice | list[int]) -> np.ndarray:
     """Each row id's hash, as uint64 (a new array)."""
     v = np.asarray(rows).astype(np.uint64)
     v *= np.uint64(_K1)
@@ -42,7 +42,7 @@ def row_hashes(rows) -> np.ndarray:
     return v
 
 
-def rows_digest(rows) -> int:
+def rows_digest(rows: np.ndarray | slice | list[int]) -> int:
     """The digest of the row ids ``rows`` (an integer array or a slice of ids)."""
     if isinstance(rows, slice):
         return range_digest(rows.start, rows.stop)
@@ -62,7 +62,8 @@ def batch_digests(rows: np.ndarray, batch_size: int) -> np.ndarray:
     s1 = np.add.reduceat(u, starts)
     s2 = np.add.reduceat(u * u, starts)
     count = np.diff(np.append(starts, n)).astype(np.uint64)
-    return s2 * np.uint64(_A) + s1 * np.uint64(_B) + count * np.uint64(_C)
+    out: np.ndarray = s2 * np.uint64(_A) + s1 * np.uint64(_B) + count * np.uint64(_C)
+    return out
 
 
 class RangeDigests:
@@ -112,7 +113,7 @@ class Tally:
         """A copy that later additions to this one leave as it is."""
         return Tally(self.rows, self._sum)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Tally) and (self.rows, self.digest) == (other.rows, other.digest)
 
     def __repr__(self) -> str:

@@ -13,7 +13,9 @@ Three rules, each stated once, in :class:`Shard`:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -34,7 +36,7 @@ class Shard:
     index: int = 0
     count: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         count = check_int("num_shards", self.count)
         index = check_int("shard_index", self.index)
         if count < 1:
@@ -60,12 +62,18 @@ class Shard:
         """Round robin, for a stream of unknown size: is chunk ``i`` this shard's?"""
         return i % self.count == self.index
 
-    def dealt(self, k, first: int = 0):
+    @overload
+    def dealt(self, k: int, first: int = 0) -> int: ...
+    @overload
+    def dealt(self, k: np.ndarray, first: int = 0) -> np.ndarray: ...
+    def dealt(self, k: int | np.ndarray, first: int = 0) -> int | np.ndarray:
         """Elastic dealing: the global batch that is this shard's batch ``k`` (an int
         or an integer array) of an epoch resumed at global batch ``first``."""
         return first + self.index + k * self.count
 
-    def elastic_share(self, n: int, batch_size: int, total_batches: int, first: int = 0):
+    def elastic_share(
+        self, n: int, batch_size: int, total_batches: int, first: int = 0
+    ) -> tuple[int, int]:
         """``(batches, rows)`` this shard takes of an epoch under elastic dealing.
 
         The epoch's global order is cut into ``total_batches`` batches of
@@ -93,12 +101,14 @@ class Shard:
         return max(0, -(-(total_batches - first) // self.count))
 
 
-def check_shard(num_shards, shard_index) -> None:
+def check_shard(num_shards: int, shard_index: int) -> None:
     """Raise if ``(num_shards, shard_index)`` is not a valid shard (see :class:`Shard`)."""
     Shard(shard_index, num_shards)
 
 
-def chunk_pieces(chunk_rows, start: int, stop: int | None) -> list[tuple[int, int, int]]:
+def chunk_pieces(
+    chunk_rows: Sequence[int] | np.ndarray, start: int, stop: int | None
+) -> list[tuple[int, int, int]]:
     """The parts of chunks that hold rows [start, stop) of their concatenation.
 
     ``chunk_rows[i]`` is the row count of chunk i; ``stop=None`` means to the

@@ -47,7 +47,7 @@ class Labels(NamedTuple):
     where: str
 
 
-def row_labels(spec, n: int, arg: str) -> tuple[np.ndarray, str]:
+def row_labels(spec: object, n: int, arg: str) -> tuple[np.ndarray, str]:
     """``(values, where)``: one label per row from ``spec`` (an array, or
     :class:`Labels`), and how to name it in an error. Wrong length, NaN or None is a
     ``ValueError`` naming ``arg``; a column name (a string) a ``TypeError``: columns
@@ -97,7 +97,8 @@ def _mix(z: np.ndarray) -> np.ndarray:
     z = z * _M1
     z = z ^ (z >> np.uint64(27))
     z = z * _M2
-    return z ^ (z >> np.uint64(31))
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
 
 
 def _int_hashes(v: np.ndarray, k0: int, k1: int) -> np.ndarray:
@@ -110,7 +111,10 @@ def _whole(values: np.ndarray) -> np.ndarray:
     """Which keys are whole numbers within int64 (hashed as the integers they are)."""
     if values.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
-            return (values == np.floor(values)) & (values >= -(2.0**63)) & (values < 2.0**63)
+            whole: np.ndarray = (
+                (values == np.floor(values)) & (values >= -(2.0**63)) & (values < 2.0**63)
+            )
+            return whole
     return np.array(
         [
             isinstance(v, (int, np.integer))
@@ -121,13 +125,14 @@ def _whole(values: np.ndarray) -> np.ndarray:
     )
 
 
-def _value_bytes(v, where: str) -> bytes:
+def _value_bytes(v: object, where: str) -> bytes:
     if isinstance(v, str):
         return b"s" + v.encode("utf-8")
     if isinstance(v, (bytes, bytearray, np.bytes_)):
         return b"b" + bytes(v)
     if isinstance(v, (float, np.floating)):
-        return b"f" + np.float64(0.0 if v == 0 else v).astype("<f8").tobytes()
+        raw: bytes = np.float64(0.0 if v == 0 else v).astype("<f8").tobytes()
+        return b"f" + raw
     raise TypeError(
         f"{where} must hold integers, strings, bytes or numbers as keys; got {type(v).__name__}"
     )

@@ -77,7 +77,7 @@ def _order(m: int, seed: int) -> np.ndarray:
     return EpochBijection(m, seed=_key(seed), epoch=0).rows(0, m).astype(np.int64)
 
 
-def _groups(groups, n: int):
+def _groups(groups: LabelsArg, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(codes, sizes)``: each row's group as 0 .. G-1 (the labels' sorted order) and
     each group's rows; None without groups."""
     if groups is None:
@@ -86,7 +86,7 @@ def _groups(groups, n: int):
     return codes, np.bincount(codes, minlength=int(codes.max()) + 1 if n else 0)
 
 
-def check_fractions(fractions) -> np.ndarray:
+def check_fractions(fractions: object) -> np.ndarray:
     """``fractions`` checked (numbers > 0 summing to 1) and normalised, as float64."""
     if isinstance(fractions, (str, bytes)) or not isinstance(fractions, (Sequence, np.ndarray)):
         raise TypeError(
@@ -103,10 +103,11 @@ def check_fractions(fractions) -> np.ndarray:
     total = math.fsum(f.tolist())
     if abs(total - 1.0) > 1e-9:
         raise ValueError(f"fractions must sum to 1; got {f.tolist()}, which sums to {total!r}")
-    return f / total
+    normalised: np.ndarray = f / total
+    return normalised
 
 
-def split_counts(n: int, fractions) -> list[int]:
+def split_counts(n: int, fractions: object) -> list[int]:
     """Rows per part by the largest remainder method (module docs)."""
     f = check_fractions(fractions)
     exact = n * f
@@ -114,7 +115,8 @@ def split_counts(n: int, fractions) -> list[int]:
     left = n - int(counts.sum())
     order = np.argsort(-(exact - counts), kind="stable")  # largest remainder, earlier first
     counts[order[:left]] += 1
-    return counts.tolist()
+    out: list[int] = counts.tolist()
+    return out
 
 
 def _deal(sizes: np.ndarray, targets: np.ndarray, seed: int) -> np.ndarray:
@@ -139,14 +141,16 @@ def _parts(part_of_row: np.ndarray, count: int) -> tuple[np.ndarray, ...]:
     return tuple(np.flatnonzero(part_of_row == p).astype(np.int64) for p in range(count))
 
 
-class Split(tuple):
+class Split(tuple[np.ndarray, ...]):
     """What :func:`split` returns: a tuple of sorted int64 id arrays, one per fraction,
     that also reports ``counts`` (the rows each part got) and ``expected`` (``n * f_p``,
     what each part gets on average: exactly, with ``key=``, only in expectation)."""
 
     expected: tuple[float, ...]
 
-    def __new__(cls, parts, expected=()):
+    def __new__(
+        cls, parts: Sequence[np.ndarray], expected: Sequence[float] | np.ndarray = ()
+    ) -> Split:
         self = super().__new__(cls, parts)
         self.expected = tuple(float(e) for e in expected)
         return self
@@ -157,13 +161,17 @@ class Split(tuple):
         return tuple(len(p) for p in self)
 
 
-class Folds(tuple):
+class Folds(tuple[tuple[np.ndarray, np.ndarray], ...]):
     """What :func:`kfold` returns: a tuple of k ``(train, test)`` pairs that also
     reports ``counts`` (each test fold's rows) and ``expected`` (``n / k`` each)."""
 
     expected: tuple[float, ...]
 
-    def __new__(cls, pairs, expected=()):
+    def __new__(
+        cls,
+        pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+        expected: Sequence[float] | np.ndarray = (),
+    ) -> Folds:
         self = super().__new__(cls, pairs)
         self.expected = tuple(float(e) for e in expected)
         return self
@@ -174,7 +182,7 @@ class Folds(tuple):
         return tuple(len(test) for _, test in self)
 
 
-def check_alone(groups, key, stratify) -> None:
+def check_alone(groups: LabelsArg, key: LabelsArg, stratify: LabelsArg) -> None:
     """Refuse the label arguments that do not go together (``groups`` with another)."""
     if key is not None and groups is not None:
         raise ValueError(
@@ -213,7 +221,9 @@ def _cut_strata(ordered: np.ndarray, strata: np.ndarray, f: np.ndarray) -> np.nd
     return part
 
 
-def _stratified(stratify, key, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _stratified(
+    stratify: LabelsArg, key: LabelsArg, n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(ordered, strata)``: the rows stratum by stratum (the labels' sorted order),
     each stratum in key hash order (ties by row id) or else the seeded order, and the
     strata's sizes."""
@@ -261,7 +271,7 @@ def split_rows(
     return Split(_parts(where[codes], len(f)), expected)
 
 
-def check_k(k) -> int:
+def check_k(k: object) -> int:
     """``k`` checked: an int >= 2 (folds)."""
     k = check_int("k", k)
     if k < 2:

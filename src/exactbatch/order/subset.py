@@ -18,7 +18,7 @@ import numpy as np
 __all__ = ["check_subset", "subset_digest"]
 
 
-def check_subset(rows, n: int, name: str = "rows") -> np.ndarray:
+def check_subset(rows: object, n: int, name: str = "rows") -> np.ndarray:
     """``rows`` as a read-only int array (int32 when ``n`` < 2**31, else int64) of
     distinct ids in ``[0, n)``.
 

@@ -26,6 +26,8 @@ interface (``n``, ``__call__(positions)``, ``rows(start, stop)``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from exactbatch.order.bijection import EpochBijection
@@ -45,7 +47,9 @@ class WindowedOrder:
     position p (in ``[0, n)``) to its row of the stream. Immutable but for a small cache
     of the windows' bijections; safe to share between threads."""
 
-    def __init__(self, chunk_rows, window: int, *, seed: int, epoch: int):
+    def __init__(
+        self, chunk_rows: Sequence[int] | np.ndarray, window: int, *, seed: int, epoch: int
+    ) -> None:
         check_key(seed=seed, epoch=epoch)
         rows = np.asarray(chunk_rows, dtype=np.int64)
         self.seed, self.epoch = int(seed), int(epoch)
@@ -79,7 +83,7 @@ class WindowedOrder:
             self._bijections[w] = bij
         return bij
 
-    def __call__(self, positions) -> np.ndarray:
+    def __call__(self, positions: np.ndarray | int | list[int]) -> np.ndarray:
         """Rows of the stream (int64, the shape of ``positions``) at ``positions``."""
         pos = np.asarray(positions, dtype=np.int64)
         flat = pos.reshape(-1)
@@ -96,7 +100,8 @@ class WindowedOrder:
             if local.size:
                 mixed[at] = base + self._bijection(w)(local)
         slot = np.searchsorted(self.slot_starts, mixed, side="right") - 1
-        return (self._slot_firsts[slot] + (mixed - self.slot_starts[slot])).reshape(pos.shape)
+        out: np.ndarray = self._slot_firsts[slot] + (mixed - self.slot_starts[slot])
+        return out.reshape(pos.shape)
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Rows (int64) of positions ``start .. stop-1``."""
@@ -108,4 +113,5 @@ class WindowedOrder:
         a, z = w * self.window, min((w + 1) * self.window, self.n)
         lo = int(np.searchsorted(self.slot_starts, a, side="right")) - 1
         hi = int(np.searchsorted(self.slot_starts, z, side="left"))
-        return self.slot_chunks[max(lo, 0) : hi]
+        chunks: np.ndarray = self.slot_chunks[max(lo, 0) : hi]
+        return chunks
