@@ -80,6 +80,7 @@ class ElasticStreamFeed:
         self.buffer_size, self.spec = buffer_size, spec
         rows = hooks.chunk_rows
         assert rows is not None  # refuse_unindexed checked
+        self._chunk_rows = rows
         n = int(rows.sum())
         self._identity: dict | None = None
         cache = ChunkCacheReader(stream, Widths(hooks.d, hooks.l), 1)  # (learns the widths)
@@ -180,7 +181,7 @@ class ElasticStreamFeed:
 
     def _order(self, seed, epoch, key_shard, size) -> WindowedOrder:
         """The epoch's windowed order (one for every shard: ``key_shard`` is 0)."""
-        return WindowedOrder(self.hooks.chunk_rows, self.window, seed=seed, epoch=epoch)
+        return WindowedOrder(self._chunk_rows, self.window, seed=seed, epoch=epoch)
 
     def _read_ahead(self, locate, order, first: int):
         """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
