@@ -605,7 +605,7 @@ def test_memory_protocol_directly(memory_fs, tmp_path):
         open_ndf("memory://exactbatch-mem/none.ndf")
 
 
-# == 3. the public API (needs docs/remote.patch) ==============================================
+# == 3. the public API ===============================================================
 
 
 def loader_pairs(make_remote, make_local, **kw):
