@@ -10,6 +10,8 @@
 
 #include "_core_bijection.h"
 #include "_core_columns.h"
+#include "_core_fits.h"
+#include "_core_mapping.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
 #include "_core_split.h"
@@ -50,8 +52,6 @@ PyDoc_STRVAR(DOC,
 "its rows into consecutive ranges copied at once by the calling thread and a\n"
 "pool of C threads (joined at interpreter exit, absent from a forked child);\n"
 "the batch is the same bytes whatever the count.\n");
-
-PyObject *FileChanged; /* raised by read(): the caller names the file */
 
 static PyMethodDef core_methods[] = {
     {"memory_rows", memory_rows, METH_VARARGS,
@@ -101,12 +101,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    FileChanged = PyErr_NewExceptionWithDoc(
-        "exactbatch._core.FileChanged",
-        "A file's rows could not be copied: it was truncated or rewritten while open.",
-        PyExc_OSError, NULL);
-    if (FileChanged == NULL || PyModule_AddObjectRef(m, "FileChanged", FileChanged) < 0 ||
-        rows_ready(m) < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
+    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
         split_ready() < 0) {
         Py_DECREF(m);
         return NULL;

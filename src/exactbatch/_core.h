@@ -3,10 +3,16 @@
  *
  * One extension module from several files, one concern each:
  *
- *   _core.c            the module table: the docstring, the functions, FileChanged
+ *   _core.c            the module table: the docstring, the functions (includes every unit;
+ *                      no unit includes it)
+ *   _core_errors.c     the exceptions the units raise (FileChanged; declared here)
  *   _core_guard.c/.h   the fault guard over a set of address ranges (knows nothing else)
- *   _core_rows.c/.h    rows in memory or in a file's mapping: the gather and cast,
- *                      a file's mapping (map_file), next_into's buffer check
+ *   _core_rows.c/.h    rows in memory or in a file's mapping: Rows objects, a read's
+ *                      arguments and result
+ *   _core_copy.c       a read's copy (declared in _core_rows.h): the gather and cast loops,
+ *                      split over threads, guarded, the file checked after
+ *   _core_mapping.c/.h a file's read-only mapping as a buffer (map_file)
+ *   _core_fits.c/.h    next_into's check of the caller's buffers (pair_fits)
  *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection
@@ -26,8 +32,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Raised by the reads when a file changed (made by the module, _core.c). */
+/* Raised by the reads when a file changed (made in _core_errors.c, by errors_ready: 0,
+ * or -1 with an exception set). */
 extern PyObject *FileChanged;
+int errors_ready(PyObject *module);
 
 /* A buffer's struct format without its byte-order prefix ('=', '<', '@'), "B" when
  * it gives none: "d", "f", "q", ... */

@@ -119,14 +119,17 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
 PyObject *read_result(const Job *j);
 
 /* Has the file of rows s (a file's) lost bytes, or changed its modification time or
- * change time since opened? One fstat. */
+ * change time since opened? One fstat. (_core_copy.c) */
 int file_changed(const RowsObject *s);
 
-/* The module's functions (see their docs in _core.c) and its types made ready. */
+/* The copy of read j of rows s, on `parts` threads (split_count), each copying a range
+ * of the rows under its own fault guard: 0 copied; -1 the copy faulted (the guard
+ * caught it); -2 the file changed. Runs without the GIL. (_core_copy.c) */
+int guarded_copy(const RowsObject *s, Job *j, int parts);
+
+/* The module's functions (see their docs in _core.c) and the Rows type made ready. */
 PyObject *memory_rows(PyObject *mod, PyObject *args);
 PyObject *file_rows(PyObject *mod, PyObject *args);
-PyObject *map_file(PyObject *mod, PyObject *args);
-PyObject *pair_fits(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 int rows_ready(PyObject *module);
 
 #endif
