@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from exactbatch.sources.string_keys import StringIndex
+from exactbatch.sources.string_keys import StringIndex, take_codes
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
 __all__ += ["code", "vocabularies"]
@@ -175,7 +175,7 @@ class Vocabulary:
     a binary search (no hash of the whole vocabulary per batch).
     """
 
-    __slots__ = ("_all_str", "_codes", "_numbers", "_strings", "column", "values")
+    __slots__ = ("_all_str", "_codes", "_last", "_numbers", "_strings", "column", "values")
 
     def __init__(self, column: str, values: Sequence):
         self.column, self.values = column, list(values)
@@ -183,6 +183,7 @@ class Vocabulary:
         self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
         self._strings: StringIndex | None | bool = False  # False: not built yet
         self._all_str: bool | None = None
+        self._last: tuple | None = None  # (a chunk's dictionary, its codes, found)
 
     @property
     def strings(self) -> bool:
@@ -260,7 +261,9 @@ class Vocabulary:
             col = col.chunk(0)
         coded = self._strings_coded(col)
         if coded is not None:  # strings against strings: vectorised
-            return self._checked(coded[0], coded[1], col, where, first_row)
+            if coded[1] >= 0:
+                self._refuse(col, coded[1], where, first_row)
+            return coded[0]
         col = _plain(col)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -299,11 +302,14 @@ class Vocabulary:
         return self._checked(out, unknown, col, where, first_row)
 
     def _strings_coded(self, col):
-        """``(codes, unknown)`` of a string column (an Array, plain or dictionary-encoded)
-        against a vocabulary of strings, a chunk at once: its distinct values (its
-        dictionary, or Arrow's ``dictionary_encode``, in C) coded by the vocabulary's
-        :class:`StringIndex`, then taken by the indices; None for anything else."""
-        import numpy as np
+        """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
+        against a vocabulary of strings, a chunk at once: a float64 Arrow array and the
+        first row whose value is not in the vocabulary (-1: none); None for anything
+        else. Its distinct values (its dictionary, or Arrow's ``dictionary_encode``, in
+        C) are coded by the vocabulary's :class:`StringIndex`, then taken by the indices
+        (:func:`~exactbatch.sources.string_keys.take_codes`); a dictionary equal to the
+        last chunk's (an Arrow stream's, a Parquet file written from a dictionary
+        column) reuses its codes."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -317,15 +323,15 @@ class Vocabulary:
         if index is None:
             return None
         enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
-        codes, found = index.codes(enc.dictionary)
-        valid = enc.indices.is_valid().to_numpy(zero_copy_only=False)
-        idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.intp)
-        if not len(codes):  # (every value null)
-            return np.full(len(col), np.nan), np.zeros(len(col), dtype=bool)
-        out = codes[idx]
-        unknown = valid & ~found[idx]
-        out[~valid] = np.nan  # null: missing, never coded
-        return out, unknown
+        dictionary, last = enc.dictionary, self._last
+        if last is not None and last[0].equals(dictionary):
+            table, found = last[1], last[2]
+        else:
+            table, found = index.codes(dictionary)
+            if dictionary.null_count:  # a null in the dictionary: missing (NaN), not unknown
+                found |= ~dictionary.is_valid().to_numpy(zero_copy_only=False)
+            self._last = (dictionary, table, found)
+        return take_codes(enc.indices, table, found)
 
     def _dense(self, xi):
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
@@ -346,15 +352,18 @@ class Vocabulary:
         import pyarrow as pa
 
         if unknown.any():
-            i = int(unknown.argmax())
-            raise ValueError(
-                f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
-                f"{first_row + i}), which is not in its vocabulary of {len(self.values)} "
-                f"value(s) (a value takes the code of the entry equal to it); add it to "
-                f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
-                "(categorical=[...])"
-            )
+            self._refuse(col, int(unknown.argmax()), where, first_row)
         return pa.array(out, type=pa.float64())  # NaN: missing (a plain float64 column)
+
+    def _refuse(self, col, i: int, where: str, first_row: int):
+        """The ``ValueError`` of row ``i`` of ``col``: a value not in the vocabulary."""
+        raise ValueError(
+            f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
+            f"{first_row + i}), which is not in its vocabulary of {len(self.values)} "
+            f"value(s) (a value takes the code of the entry equal to it); add it to "
+            f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
+            "(categorical=[...])"
+        )
 
 
 def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
