@@ -132,8 +132,14 @@ done:
 /* index_codes(keys, offsets, data, index_keys, index_codes, starts, shift, vocab_offsets,
  * vocab_data, out, found): each string i (bytes offsets[i] .. of data, key keys[i]) looked
  * up among the vocabulary's sorted keys from the start of its bucket (starts[key >> shift])
- * to the next bucket's; an entry with its key whose bytes (vocab_offsets[code] .. of
- * vocab_data) equal the string's gives out[i] = its code, found[i] = 1; else NaN, 0. */
+ * to the next bucket's; the entry at position `at` with its key whose bytes (the entries
+ * are in the keys' order: vocab_offsets[at] .. of vocab_data) equal the string's gives
+ * out[i] = index_codes[at], found[i] = 1; else NaN, 0. A large vocabulary's index is far
+ * out of the cache: the rows ahead have their bucket, then their entry, then its bytes
+ * fetched while this row is looked up (three reads from memory at once, not one after
+ * the other). The index is checked as it is read (never whole per call: that is its
+ * size): a start or code out of range is a ValueError. */
+#define AHEAD 8 /* rows between fetching a bucket and its entry, and the entry and its bytes */
 PyObject *index_codes(PyObject *mod, PyObject *args)
 {
     PyObject *o[10];
@@ -162,16 +168,29 @@ PyObject *index_codes(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "index_codes: inconsistent index or strings");
         goto done;
     }
-    const int64_t *starts = (const int64_t *)b[5].buf;
+    const int64_t *starts = (const int64_t *)b[5].buf, *voffs = (const int64_t *)b[6].buf;
     const double *codes = (const double *)b[4].buf;
     const uint64_t *keys = (const uint64_t *)b[0].buf, *sorted = (const uint64_t *)b[3].buf;
     const unsigned char *data = (const unsigned char *)b[2].buf, *vdata = (const unsigned char *)b[7].buf;
-    const int64_t *voffs = (const int64_t *)b[6].buf;
     double *out = (double *)b[8].buf;
     char *found = (char *)b[9].buf;
-    int bad = 0; /* the index checked as it is read (never once whole: that is its size) */
+    int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* (prefetches are hints: an address out of range is never read) */
+        if (i + 2 * AHEAD < n)
+            __builtin_prefetch(&starts[keys[i + 2 * AHEAD] >> shift]);
+        if (i + AHEAD < n) {
+            int64_t ahead = starts[keys[i + AHEAD] >> shift];
+            __builtin_prefetch(&sorted[ahead]);
+            __builtin_prefetch(&voffs[ahead]);
+            __builtin_prefetch(&codes[ahead]);
+        }
+        if (i + AHEAD / 2 < n) {
+            int64_t ahead = starts[keys[i + AHEAD / 2] >> shift];
+            if (0 <= ahead && ahead < m)
+                __builtin_prefetch(vdata + voffs[ahead]);
+        }
         uint64_t k = keys[i];
         int64_t at = starts[k >> shift], end = starts[(k >> shift) + 1];
         if (!(0 <= at && at <= end && end <= m)) {
@@ -187,9 +206,9 @@ PyObject *index_codes(PyObject *mod, PyObject *args)
                 bad = 1;
                 break;
             }
-            int64_t j = (int64_t)codes[at], from = offset_at(&b[1], i);
-            int64_t len = offset_at(&b[1], i + 1) - from;
-            hit = voffs[j + 1] - voffs[j] == len && (len == 0 || !memcmp(vdata + voffs[j], data + from, (size_t)len));
+            int64_t from = offset_at(&b[1], i), len = offset_at(&b[1], i + 1) - from;
+            hit = voffs[at + 1] - voffs[at] == len &&
+                  (len == 0 || !memcmp(vdata + voffs[at], data + from, (size_t)len));
             if (hit)
                 code = codes[at];
         }

@@ -110,7 +110,10 @@ class StringIndex:
     __slots__ = ("_codes", "_keys", "_most", "_shift", "_starts", "_values", "_voffs")
 
     def __init__(self, values, keys: np.ndarray, order: np.ndarray):
-        self._values, self._keys = values, keys[order]
+        import pyarrow as pa
+
+        # the entries in their keys' order: an entry's key, code and bytes at one position
+        self._values, self._keys = values.take(pa.array(order)), keys[order]
         self._codes = order.astype(np.float64)
         # buckets by a key's top bits, most with one entry or none: a key's candidates are the
         # sorted keys from its bucket's start (no binary search: one read, rarely more)
@@ -119,7 +122,7 @@ class StringIndex:
         tops = (self._keys >> self._shift).astype(np.int64)
         self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
         self._most = int(np.diff(self._starts).max())  # (never empty: 4 buckets at least)
-        self._voffs = _strings(values)[0]  # (int64: a large_string array)
+        self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
     @classmethod
     def of(cls, values: list[str]) -> StringIndex | None:
@@ -170,7 +173,7 @@ class StringIndex:
                 break
         at = np.minimum(at, len(self._keys) - 1)
         codes = self._codes[at]
-        entries = self._values.take(pa.array(codes.astype(np.int64)))
+        entries = self._values.take(pa.array(at))
         same = pc.equal(entries, col.cast(pa.large_string()))  # (a collision: False)
         found &= same.fill_null(False).to_numpy(zero_copy_only=False)
         return np.where(found, codes, np.nan), found
