@@ -70,7 +70,8 @@ def main() -> None:
     print(
         f"{a.rows:,} rows, {len(src)} row groups, {a.values} values: first pass "
         f"{m(learn):.3f} s; an epoch of row groups: numeric column {m(plain):.3f} s, "
-        f"coded string column {m(coded):.3f} s ({m(coded) / m(plain):.2f}x numeric; "
+        f"coded string column {m(coded):.3f} s ({m(coded) / m(plain):.2f}x numeric; the "
+        f"first epoch {coded[0]:.3f} s, {coded[0] / plain[0]:.2f}x; "
         f"{a.rows / m(coded) / 1e6:.1f} M rows/s; {a.clock} clock)"
     )
 

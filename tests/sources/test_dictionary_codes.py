@@ -159,6 +159,42 @@ def test_an_equal_dictionary_reuses_its_codes_and_another_never(each_backend, mo
     assert len(calls) == 3
 
 
+def test_a_row_group_read_again_reuses_its_dictionarys_codes(tmp_path, each_backend, monkeypatch):
+    rng = np.random.default_rng(5)
+    words = [f"v{i:03d}" for i in range(300)]
+    values = [None if i % 11 == 0 else words[j] for i, j in enumerate(rng.integers(0, 300, 3000))]
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"w": values, "n": np.arange(3000.0)}), path, row_group_size=500)
+    src = parquet_source(path, features=["w"], labels=["n"], categorical=["w"])
+    want = _want(src.categories["w"], values)
+    calls = []
+    real = StringIndex.codes
+    monkeypatch.setattr(StringIndex, "codes", lambda self, col: calls.append(1) or real(self, col))
+
+    def epoch():
+        return np.concatenate([src.read_chunk(i)[0][:, 0] for i in range(len(src))])
+
+    np.testing.assert_array_equal(epoch(), want)
+    assert len(calls) == 6  # six row groups, six dictionaries (each its own order)
+    np.testing.assert_array_equal(epoch(), want)
+    np.testing.assert_array_equal(src.read_chunk(3)[0][:, 0], want[1500:2000])
+    assert len(calls) == 6  # read again: every dictionary's codes kept by its row group
+    vocab = src._cols.vocab["w"]
+    other = _dict([0, 1], ["v001", "v002"])  # another dictionary at a kept place: found again
+    np.testing.assert_array_equal(vocab.encode(other, "here", place=(0, 3)).to_numpy(), [1, 2])
+    assert len(calls) == 7
+
+
+def test_places_hold_at_most_twice_the_vocabulary_and_a_margin(monkeypatch):
+    from exactbatch.sources import categorical
+
+    monkeypatch.setattr(categorical, "_PLACES_HOLD", 1)
+    vocab = Vocabulary("c", ["a", "b"])  # holds up to 2 * 2 + 1 = 5 dictionary entries
+    for place, dictionary in enumerate([["a", "b"], ["b", "a"], ["a", "b", None], ["b"]]):
+        vocab.encode(_dict([0], dictionary), "here", place=place)
+    assert sorted(vocab._places) == [0, 1, 3] and vocab._held == 5
+
+
 def test_parquet_row_groups_sharing_a_dictionary_code_as_a_dict_does(tmp_path, each_backend):
     # written from a dictionary column: every row group keeps the one dictionary
     rng = np.random.default_rng(3)

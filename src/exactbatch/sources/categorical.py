@@ -156,6 +156,7 @@ def learn(columns: Iterable) -> list:
         ) from None
 
 
+_PLACES_HOLD = 1 << 16  # dictionary entries a vocabulary keeps by place, beyond twice its own
 _EXACT = 2.0**53  # integers below this size are float64 exactly (and so is 2**53 + 1 not)
 
 
@@ -175,7 +176,17 @@ class Vocabulary:
     a binary search (no hash of the whole vocabulary per batch).
     """
 
-    __slots__ = ("_all_str", "_codes", "_last", "_numbers", "_strings", "column", "values")
+    __slots__ = (
+        "_all_str",
+        "_codes",
+        "_held",
+        "_last",
+        "_numbers",
+        "_places",
+        "_strings",
+        "column",
+        "values",
+    )
 
     def __init__(self, column: str, values: Sequence):
         self.column, self.values = column, list(values)
@@ -184,6 +195,8 @@ class Vocabulary:
         self._strings: StringIndex | None | bool = False  # False: not built yet
         self._all_str: bool | None = None
         self._last: tuple | None = None  # (a chunk's dictionary, its codes, found)
+        self._places: dict = {}  # a chunk's place -> ((its dictionary's size), codes, found)
+        self._held = 0  # the dictionary entries _places holds
 
     @property
     def strings(self) -> bool:
@@ -247,19 +260,22 @@ class Vocabulary:
         at = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
         return np.where(keys[at] == x, codes[at], np.nan)
 
-    def encode(self, col, where: str, first_row: int = 0):
+    def encode(self, col, where: str, first_row: int = 0, place=None):
         """``col`` (an Arrow array or chunked array of this column) as a float64 Arrow
         array of codes, missing values NaN. A value outside the
         vocabulary (no entry equal to it) is a ``ValueError`` naming the column, the
         value and its row (``first_row`` + its position in ``col``), starting with
-        ``where``."""
+        ``where``. ``place``: where the chunk comes from (hashable; None: anywhere)
+        when every read of it gives the same values (a Parquet file's row group,
+        whose file is checked unchanged at each read): its dictionary's codes are
+        kept for the next read (:meth:`_strings_coded`)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
             col = col.chunk(0)
-        coded = self._strings_coded(col)
+        coded = self._strings_coded(col, place)
         if coded is not None:  # strings against strings: vectorised
             if coded[1] >= 0:
                 self._refuse(col, coded[1], where, first_row)
@@ -301,15 +317,17 @@ class Vocabulary:
             out[~valid] = np.nan  # null, NaN: missing, never coded
         return self._checked(out, unknown, col, where, first_row)
 
-    def _strings_coded(self, col):
+    def _strings_coded(self, col, place=None):
         """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
         against a vocabulary of strings, a chunk at once: a float64 Arrow array and the
         first row whose value is not in the vocabulary (-1: none); None for anything
         else. Its distinct values (its dictionary, or Arrow's ``dictionary_encode``, in
         C) are coded by the vocabulary's :class:`StringIndex`, then taken by the indices
-        (:func:`~exactbatch.sources.string_keys.take_codes`); a dictionary equal to the
-        last chunk's (an Arrow stream's, a Parquet file written from a dictionary
-        column) reuses its codes."""
+        (:func:`~exactbatch.sources.string_keys.take_codes`). The dictionary's codes are
+        reused, not found again, when it equals the last chunk's (an Arrow stream's, a
+        Parquet file written from a dictionary column), or when the chunk's ``place``
+        was coded before (a row group read again next epoch: its dictionary's size
+        checked); places hold at most twice the vocabulary's entries (and 65,536)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -324,13 +342,21 @@ class Vocabulary:
             return None
         enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
         dictionary, last = enc.dictionary, self._last
-        if last is not None and last[0].equals(dictionary):
+        size = (len(dictionary), dictionary.nbytes)
+        kept = self._places.get(place) if place is not None else None
+        if kept is not None and kept[0] == size:
+            table, found = kept[1], kept[2]
+        elif last is not None and last[0].equals(dictionary):
             table, found = last[1], last[2]
         else:
             table, found = index.codes(dictionary)
             if dictionary.null_count:  # a null in the dictionary: missing (NaN), not unknown
                 found |= ~dictionary.is_valid().to_numpy(zero_copy_only=False)
             self._last = (dictionary, table, found)
+        if place is not None and kept is None:
+            if self._held + size[0] <= 2 * len(self.values) + _PLACES_HOLD:
+                self._places[place] = (size, table, found)
+                self._held += size[0]
         return take_codes(enc.indices, table, found)
 
     def _dense(self, xi):
