@@ -257,3 +257,15 @@ def test_the_compiled_kernels_refuse_inconsistent_buffers():
         c.index_codes(*args[:4], broken, *args[5:], out, hit)
     with pytest.raises(ValueError, match="inconsistent"):
         c.index_codes(*args, np.empty(3), hit)
+
+
+def test_a_chunked_column_is_coded_chunk_by_chunk_rows_numbered_across(each_backend):
+    vocab = Vocabulary("c", VOCAB)
+    chunks = [pa.array(["a", None, "b"]), _dict([0, 0], ["ab"]), pa.array([], type=pa.string())]
+    col = pa.chunked_array(chunks[:1] + [chunks[1].cast(pa.string())] + chunks[2:])
+    out = vocab.encode(col, "chunk")
+    assert isinstance(out, pa.Array) and out.type == pa.float64()
+    np.testing.assert_array_equal(out.to_numpy(zero_copy_only=False), [1, np.nan, 2, 3, 3])
+    bad = pa.chunked_array([pa.array(["a", "b"]), pa.array(["ab", "zz"])])
+    with pytest.raises(ValueError, match=r"column 'c' holds 'zz' \(row 8\)"):
+        vocab.encode(bad, "chunk", first_row=5)

@@ -275,6 +275,12 @@ class Vocabulary:
 
         if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
             col = col.chunk(0)
+        if isinstance(col, pa.ChunkedArray) and self.strings and col.num_chunks:
+            parts = []  # chunk by chunk (a table's batches): each one's distinct values
+            for chunk in col.chunks:
+                parts.append(self.encode(chunk, where, first_row))
+                first_row += len(chunk)
+            return pa.concat_arrays(parts)
         coded = self._strings_coded(col, place)
         if coded is not None:  # strings against strings: vectorised
             if coded[1] >= 0:
