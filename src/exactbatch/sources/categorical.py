@@ -32,13 +32,16 @@ Parquet, only their column chunks). The lookups are built once per
 vocabulary, never per batch: numbers are coded by a table (integers in a
 range a few times the vocabulary's size) or a binary search of the sorted
 entries, in NumPy; strings against a vocabulary of strings by their 64-bit
-keys, a whole chunk at once (:mod:`exactbatch.sources.string_keys`: no
-Python per row or per distinct value); other values (booleans, mixed kinds)
-by one hash lookup per DISTINCT value of the batch. Memory: the vocabulary,
-its hash and its float64 keys (strings: 16 bytes an entry and one Arrow
-array of them). A loader whose dtype cannot hold every code exactly
-(float32 past 2**24 categories' codes, float16 past 2**11) refuses the
-source (:func:`check_code_dtype`).
+keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a chunk's
+distinct values (its dictionary: Parquet's dictionary pages as read) coded
+once, then taken by its indices, and not coded again for a dictionary equal
+to the last chunk's or a row group read before; other values (booleans,
+mixed kinds) by one hash lookup per DISTINCT value of the batch. Memory: the
+vocabulary, its hash and its float64 keys (strings: 16 bytes an entry and one
+Arrow array of them; the row groups' dictionaries' codes, 9 bytes an entry,
+at most twice the vocabulary's entries and 65,536). A loader whose dtype
+cannot hold every code exactly (float32 past 2**24 categories' codes,
+float16 past 2**11) refuses the source (:func:`check_code_dtype`).
 """
 
 from __future__ import annotations
@@ -325,15 +328,13 @@ class Vocabulary:
 
     def _strings_coded(self, col, place=None):
         """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
-        against a vocabulary of strings, a chunk at once: a float64 Arrow array and the
-        first row whose value is not in the vocabulary (-1: none); None for anything
-        else. Its distinct values (its dictionary, or Arrow's ``dictionary_encode``, in
-        C) are coded by the vocabulary's :class:`StringIndex`, then taken by the indices
-        (:func:`~exactbatch.sources.string_keys.take_codes`). The dictionary's codes are
-        reused, not found again, when it equals the last chunk's (an Arrow stream's, a
-        Parquet file written from a dictionary column), or when the chunk's ``place``
-        was coded before (a row group read again next epoch: its dictionary's size
-        checked); places hold at most twice the vocabulary's entries (and 65,536)."""
+        against a vocabulary of strings: a float64 Arrow array and the first row whose
+        value is not in the vocabulary (-1: none); None for anything else. Its
+        dictionary (or Arrow's ``dictionary_encode``'s) is coded by the
+        :class:`StringIndex`, then taken by the indices (:func:`take_codes`), unless it
+        equals the last chunk's (an Arrow stream's, a Parquet file written from a
+        dictionary column) or the chunk's ``place`` was coded before (its dictionary's
+        size checked; at most twice the vocabulary's entries and 65,536 kept)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 

@@ -2,22 +2,15 @@
 
 A vocabulary of strings is indexed once (:class:`StringIndex`): each entry's
 64-bit key - a polynomial hash of its UTF-8 bytes and its length, computed
-from the Arrow array's offsets and bytes in a few NumPy passes
-(:func:`string_keys`) - sorted, with the entry's code beside it. A chunk is
-then coded in NumPy and Arrow alone: its keys, their buckets among the sorted
-keys, and a check that the entry found is EQUAL to the value (Arrow's
-``equal`` over the chunk), so two strings whose keys collide can never share
-a code: a value whose key matches no entry, or matches an entry that is
-another string, is unknown. A vocabulary in which two entries share a key
-(never seen; possible only for strings built to collide) is not indexed:
-:meth:`StringIndex.of` returns None, and the caller codes by its hash table.
-
-What it costs a chunk: three passes over its bytes and a few over its
-strings, a read of each key's bucket (the sorted keys cut by their top bits,
-4 to 8 buckets an entry), and one take and compare of the strings found.
-Memory: the keys and codes (16 bytes an entry), the bucket starts (32 to 64
-bytes an entry) and the
-vocabulary as one Arrow array.
+from the Arrow array's offsets and bytes (:func:`string_keys`) - sorted, with
+the entry's code and bytes beside it (the entries kept in their keys' order).
+A chunk is then coded without Python per value: its keys, their buckets among
+the sorted keys, and a check that the entry found is EQUAL to the value, byte
+for byte, so two strings whose keys collide can never share a code: a value
+whose key matches no entry, or matches an entry that is another string, is
+unknown. A vocabulary in which two entries share a key (never seen; possible
+only for strings built to collide) is not indexed: :meth:`StringIndex.of`
+returns None, and the caller codes by its hash table.
 
 A dictionary-encoded chunk (Parquet's pages read with ``read_dictionary``, an
 Arrow stream's dictionary column, or a chunk Arrow's ``dictionary_encode``
@@ -26,9 +19,15 @@ its indices (:func:`take_codes`): one read of a small table a row.
 
 Two backends, the same keys and codes (:mod:`exactbatch.kernels` picks): the
 compiled core (``string_keys``, ``index_codes``, ``take_codes`` in
-``_core_codes.c``: one pass each, the GIL released, no temporaries) and the
-NumPy code here. Both take the keys from :func:`string_keys` as this module
-holds it, so a test that replaces it (to force collisions) tests both.
+``_core_codes.c``: one pass each with the GIL released; a large index's
+buckets, entries and bytes fetched for the values ahead while one is
+compared) and the NumPy code here (a few passes over the bytes, rounds over
+the buckets, Arrow's ``take`` and ``equal`` for the check). Both take the keys
+from :func:`string_keys` as this module holds it, so a test that replaces it
+(to force collisions) tests both.
+
+Memory: the keys and codes (16 bytes an entry), the bucket starts (32 to 64
+bytes an entry) and the vocabulary as one Arrow array.
 """
 
 from __future__ import annotations
@@ -120,7 +119,8 @@ class StringIndex:
         bits = int(len(keys)).bit_length() + 2  # 4 to 8 buckets an entry
         self._shift = np.uint64(64 - bits)
         tops = (self._keys >> self._shift).astype(np.int64)
-        self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
+        counts = np.bincount(tops, minlength=1 << bits)  # (tops sorted: each bucket's run)
+        self._starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         self._most = int(np.diff(self._starts).max())  # (never empty: 4 buckets at least)
         self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
