@@ -721,10 +721,21 @@ CORE_TESTS = [
     "not exactbatch_pure and not [numpy and not -numpy]",
 ]
 BIJECTION_TESTS = ["tests/order/test_bijection.py"]
-CORE_GROUPS = {"core": CORE_TESTS, "bijection": BIJECTION_TESTS}
-# The tests of a mutant by its file: the bijection has its own; the module table and the
-# shared header run both; every other file the core's.
-CORE_TESTS_OF = {"_core_bijection": ["bijection"], "_core": ["core", "bijection"]}
+# categorical strings' keys, codes and dictionary take (_core_codes.c), on the compiled path
+CODES_TESTS = [
+    "tests/sources/test_dictionary_codes.py",
+    "tests/sources/test_string_keys.py",
+    "-k",
+    "not numpy",
+]
+CORE_GROUPS = {"core": CORE_TESTS, "bijection": BIJECTION_TESTS, "codes": CODES_TESTS}
+# The tests of a mutant by its file: the bijection and the codes have their own; the
+# module table and the shared header run them all; every other file the core's.
+CORE_TESTS_OF = {
+    "_core_bijection": ["bijection"],
+    "_core_codes": ["codes"],
+    "_core": ["core", "bijection", "codes"],
+}
 # Calls that only give back memory, a buffer or a reference (dropping one leaks, which no
 # test of behaviour sees: a leak test is a memory measurement), or only hint (a prefetch:
 # dropping it changes the speed alone): not dropped.

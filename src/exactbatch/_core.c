@@ -9,6 +9,7 @@
 #include "_core.h"
 
 #include "_core_bijection.h"
+#include "_core_codes.h"
 #include "_core_columns.h"
 #include "_core_fits.h"
 #include "_core_mapping.h"
@@ -86,6 +87,21 @@ static PyMethodDef core_methods[] = {
      "out[i, j] = cols[j][start + i]: rows of 1-D float64 C-contiguous columns into out, a\n"
      "2-D float64 or float32 array of len(cols) values a row, side by side (its rows any\n"
      "stride apart), cast as they are copied, with the GIL released."},
+    {"string_keys", string_keys, METH_VARARGS,
+     "string_keys(offsets, data, out)\n--\n\n"
+     "out[i]: the 64-bit key of string i (bytes offsets[i] .. offsets[i + 1] - 1 of data;\n"
+     "offsets int32 or int64), as exactbatch.sources.string_keys.string_keys computes it."},
+    {"index_codes", index_codes, METH_VARARGS,
+     "index_codes(keys, offsets, data, index_keys, index_codes, starts, shift, vocab_offsets,\n"
+     "vocab_data, out, found)\n--\n\n"
+     "Each string's code in a StringIndex (its sorted keys, their codes, the bucket starts\n"
+     "by a key's top bits): the entry with its key whose bytes equal it; NaN and found\n"
+     "False where none, with the GIL released."},
+    {"take_codes", take_codes, METH_VARARGS,
+     "take_codes(indices, validity, bit_offset, table, found, out)\n--\n\n"
+     "out[i] = table[indices[i]] (NaN where the validity bitmap, or None, says null); returns\n"
+     "the first row whose index's entry is not found, or -1. An index outside the table\n"
+     "is a ValueError."},
     {"bijection", bijection, METH_VARARGS,
      "bijection(n, q, swap01, plan)\n--\n\n"
      "An epoch's keyed bijection (exactbatch.order.bijection), for rows() and map()."},

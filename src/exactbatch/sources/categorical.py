@@ -32,13 +32,16 @@ Parquet, only their column chunks). The lookups are built once per
 vocabulary, never per batch: numbers are coded by a table (integers in a
 range a few times the vocabulary's size) or a binary search of the sorted
 entries, in NumPy; strings against a vocabulary of strings by their 64-bit
-keys, a whole chunk at once (:mod:`exactbatch.sources.string_keys`: no
-Python per row or per distinct value); other values (booleans, mixed kinds)
-by one hash lookup per DISTINCT value of the batch. Memory: the vocabulary,
-its hash and its float64 keys (strings: 16 bytes an entry and one Arrow
-array of them). A loader whose dtype cannot hold every code exactly
-(float32 past 2**24 categories' codes, float16 past 2**11) refuses the
-source (:func:`check_code_dtype`).
+keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a chunk's
+distinct values (its dictionary: Parquet's dictionary pages as read) coded
+once, then taken by its indices, and not coded again for a dictionary equal
+to the last chunk's or a row group read before; other values (booleans,
+mixed kinds) by one hash lookup per DISTINCT value of the batch. Memory: the
+vocabulary, its hash and its float64 keys (strings: 16 bytes an entry and one
+Arrow array of them; the row groups' dictionaries' codes, 9 bytes an entry,
+at most twice the vocabulary's entries and 65,536). A loader whose dtype
+cannot hold every code exactly (float32 past 2**24 categories' codes,
+float16 past 2**11) refuses the source (:func:`check_code_dtype`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from exactbatch.sources.string_keys import StringIndex
+from exactbatch.sources.string_keys import StringIndex, take_codes
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
 __all__ += ["code", "vocabularies"]
@@ -156,6 +159,7 @@ def learn(columns: Iterable) -> list:
         ) from None
 
 
+_PLACES_HOLD = 1 << 16  # dictionary entries a vocabulary keeps by place, beyond twice its own
 _EXACT = 2.0**53  # integers below this size are float64 exactly (and so is 2**53 + 1 not)
 
 
@@ -175,7 +179,17 @@ class Vocabulary:
     a binary search (no hash of the whole vocabulary per batch).
     """
 
-    __slots__ = ("_all_str", "_codes", "_numbers", "_strings", "column", "values")
+    __slots__ = (
+        "_all_str",
+        "_codes",
+        "_held",
+        "_last",
+        "_numbers",
+        "_places",
+        "_strings",
+        "column",
+        "values",
+    )
 
     def __init__(self, column: str, values: Sequence):
         self.column, self.values = column, list(values)
@@ -183,6 +197,9 @@ class Vocabulary:
         self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
         self._strings: StringIndex | None | bool = False  # False: not built yet
         self._all_str: bool | None = None
+        self._last: tuple | None = None  # (a chunk's dictionary, its codes, found)
+        self._places: dict = {}  # a chunk's place -> ((its dictionary's size), codes, found)
+        self._held = 0  # the dictionary entries _places holds
 
     @property
     def strings(self) -> bool:
@@ -246,21 +263,32 @@ class Vocabulary:
         at = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
         return np.where(keys[at] == x, codes[at], np.nan)
 
-    def encode(self, col, where: str, first_row: int = 0):
+    def encode(self, col, where: str, first_row: int = 0, place=None):
         """``col`` (an Arrow array or chunked array of this column) as a float64 Arrow
         array of codes, missing values NaN. A value outside the
         vocabulary (no entry equal to it) is a ``ValueError`` naming the column, the
         value and its row (``first_row`` + its position in ``col``), starting with
-        ``where``."""
+        ``where``. ``place``: where the chunk comes from (hashable; None: anywhere)
+        when every read of it gives the same values (a Parquet file's row group,
+        whose file is checked unchanged at each read): its dictionary's codes are
+        kept for the next read (:meth:`_strings_coded`)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
             col = col.chunk(0)
-        coded = self._strings_coded(col)
+        if isinstance(col, pa.ChunkedArray) and self.strings and col.num_chunks:
+            parts = []  # chunk by chunk (a table's batches): each one's distinct values
+            for chunk in col.chunks:
+                parts.append(self.encode(chunk, where, first_row))
+                first_row += len(chunk)
+            return pa.concat_arrays(parts)
+        coded = self._strings_coded(col, place)
         if coded is not None:  # strings against strings: vectorised
-            return self._checked(coded[0], coded[1], col, where, first_row)
+            if coded[1] >= 0:
+                self._refuse(col, coded[1], where, first_row)
+            return coded[0]
         col = _plain(col)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
@@ -298,12 +326,15 @@ class Vocabulary:
             out[~valid] = np.nan  # null, NaN: missing, never coded
         return self._checked(out, unknown, col, where, first_row)
 
-    def _strings_coded(self, col):
-        """``(codes, unknown)`` of a string column (an Array, plain or dictionary-encoded)
-        against a vocabulary of strings, a chunk at once: its distinct values (its
-        dictionary, or Arrow's ``dictionary_encode``, in C) coded by the vocabulary's
-        :class:`StringIndex`, then taken by the indices; None for anything else."""
-        import numpy as np
+    def _strings_coded(self, col, place=None):
+        """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
+        against a vocabulary of strings: a float64 Arrow array and the first row whose
+        value is not in the vocabulary (-1: none); None for anything else. Its
+        dictionary (or Arrow's ``dictionary_encode``'s) is coded by the
+        :class:`StringIndex`, then taken by the indices (:func:`take_codes`), unless it
+        equals the last chunk's (an Arrow stream's, a Parquet file written from a
+        dictionary column) or the chunk's ``place`` was coded before (its dictionary's
+        size checked; at most twice the vocabulary's entries and 65,536 kept)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -317,15 +348,23 @@ class Vocabulary:
         if index is None:
             return None
         enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
-        codes, found = index.codes(enc.dictionary)
-        valid = enc.indices.is_valid().to_numpy(zero_copy_only=False)
-        idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.intp)
-        if not len(codes):  # (every value null)
-            return np.full(len(col), np.nan), np.zeros(len(col), dtype=bool)
-        out = codes[idx]
-        unknown = valid & ~found[idx]
-        out[~valid] = np.nan  # null: missing, never coded
-        return out, unknown
+        dictionary, last = enc.dictionary, self._last
+        size = (len(dictionary), dictionary.nbytes)
+        kept = self._places.get(place) if place is not None else None
+        if kept is not None and kept[0] == size:
+            table, found = kept[1], kept[2]
+        elif last is not None and last[0].equals(dictionary):
+            table, found = last[1], last[2]
+        else:
+            table, found = index.codes(dictionary)
+            if dictionary.null_count:  # a null in the dictionary: missing (NaN), not unknown
+                found |= ~dictionary.is_valid().to_numpy(zero_copy_only=False)
+            self._last = (dictionary, table, found)
+        if place is not None and kept is None:
+            if self._held + size[0] <= 2 * len(self.values) + _PLACES_HOLD:
+                self._places[place] = (size, table, found)
+                self._held += size[0]
+        return take_codes(enc.indices, table, found)
 
     def _dense(self, xi):
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
@@ -346,15 +385,18 @@ class Vocabulary:
         import pyarrow as pa
 
         if unknown.any():
-            i = int(unknown.argmax())
-            raise ValueError(
-                f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
-                f"{first_row + i}), which is not in its vocabulary of {len(self.values)} "
-                f"value(s) (a value takes the code of the entry equal to it); add it to "
-                f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
-                "(categorical=[...])"
-            )
+            self._refuse(col, int(unknown.argmax()), where, first_row)
         return pa.array(out, type=pa.float64())  # NaN: missing (a plain float64 column)
+
+    def _refuse(self, col, i: int, where: str, first_row: int):
+        """The ``ValueError`` of row ``i`` of ``col``: a value not in the vocabulary."""
+        raise ValueError(
+            f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
+            f"{first_row + i}), which is not in its vocabulary of {len(self.values)} "
+            f"value(s) (a value takes the code of the entry equal to it); add it to "
+            f"categorical={{{self.column!r}: [...]}}, or let the vocabulary be learned "
+            "(categorical=[...])"
+        )
 
 
 def check_code_dtype(categories, dtype, where: str = "dtype") -> None:

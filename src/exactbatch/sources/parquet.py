@@ -289,7 +289,7 @@ class ParquetSource:
                 f"{path}: row group {g} has {rows} rows, its footer said {self.chunk_rows[i]}"
             )
         first = int(self.chunk_rows[:i].sum())
-        return self._cols.arrow_columns(table, fi, f"{path}: row group {g}", first)
+        return self._cols.arrow_columns(table, fi, f"{path}: row group {g}", first, (fi, g))
 
     def _check_unchanged(self, fi: int) -> None:
         path = self.files[fi]

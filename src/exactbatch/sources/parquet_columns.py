@@ -203,9 +203,10 @@ class SourceColumns:
         """``{column: [value, ...]}``: code ``j`` is the ``j``-th value."""
         return {c: list(v.values) for c, v in self.vocab.items()}
 
-    def arrow_columns(self, table, fi: int, where: str, first_row: int = 0) -> list:
+    def arrow_columns(self, table, fi: int, where: str, first_row: int = 0, place=None) -> list:
         """The chosen columns of ``table`` (a table or record batch read from file ``fi``,
-        holding ``file_columns``): partition keys made constant, categories coded."""
+        holding ``file_columns``): partition keys made constant, categories coded
+        (``place``: the row group's, when ``table`` is one: :meth:`Vocabulary.encode`)."""
         import pyarrow as pa
 
         rows, out = table.num_rows, []
@@ -218,7 +219,7 @@ class SourceColumns:
                 t = self.partitions.types[c]
                 col = pa.nulls(rows, t) if value is None else pa.repeat(pa.scalar(value, t), rows)
             v = self.vocab.get(c)
-            out.append(col if v is None else v.encode(col, where, first_row))
+            out.append(col if v is None else v.encode(col, where, first_row, place))
         return out
 
 

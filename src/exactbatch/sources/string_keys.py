@@ -2,29 +2,41 @@
 
 A vocabulary of strings is indexed once (:class:`StringIndex`): each entry's
 64-bit key - a polynomial hash of its UTF-8 bytes and its length, computed
-from the Arrow array's offsets and bytes in a few NumPy passes
-(:func:`string_keys`) - sorted, with the entry's code beside it. A chunk is
-then coded in NumPy and Arrow alone: its keys, their buckets among the sorted
-keys, and a check that the entry found is EQUAL to the value (Arrow's
-``equal`` over the chunk), so two strings whose keys collide can never share
-a code: a value whose key matches no entry, or matches an entry that is
-another string, is unknown. A vocabulary in which two entries share a key
-(never seen; possible only for strings built to collide) is not indexed:
-:meth:`StringIndex.of` returns None, and the caller codes by its hash table.
+from the Arrow array's offsets and bytes (:func:`string_keys`) - sorted, with
+the entry's code and bytes beside it (the entries kept in their keys' order).
+A chunk is then coded without Python per value: its keys, their buckets among
+the sorted keys, and a check that the entry found is EQUAL to the value, byte
+for byte, so two strings whose keys collide can never share a code: a value
+whose key matches no entry, or matches an entry that is another string, is
+unknown. A vocabulary in which two entries share a key (never seen; possible
+only for strings built to collide) is not indexed: :meth:`StringIndex.of`
+returns None, and the caller codes by its hash table.
 
-What it costs a chunk: three passes over its bytes and a few over its
-strings, a read of each key's bucket (the sorted keys cut by their top bits,
-4 to 8 buckets an entry), and one take and compare of the strings found.
+A dictionary-encoded chunk (Parquet's pages read with ``read_dictionary``, an
+Arrow stream's dictionary column, or a chunk Arrow's ``dictionary_encode``
+made) is coded as its dictionary (each distinct value once) and then taken by
+its indices (:func:`take_codes`): one read of a small table a row.
+
+Two backends, the same keys and codes (:mod:`exactbatch.kernels` picks): the
+compiled core (``string_keys``, ``index_codes``, ``take_codes`` in
+``_core_codes.c``: one pass each with the GIL released; a large index's
+buckets, entries and bytes fetched for the values ahead while one is
+compared) and the NumPy code here (a few passes over the bytes, rounds over
+the buckets, Arrow's ``take`` and ``equal`` for the check). Both take the keys
+from :func:`string_keys` as this module holds it, so a test that replaces it
+(to force collisions) tests both.
+
 Memory: the keys and codes (16 bytes an entry), the bucket starts (32 to 64
-bytes an entry) and the
-vocabulary as one Arrow array.
+bytes an entry) and the vocabulary as one Arrow array.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["StringIndex", "string_keys"]
+from exactbatch.kernels import core
+
+__all__ = ["StringIndex", "string_keys", "take_codes"]
 
 _P = np.uint64(0x100000001B3)  # the FNV prime: odd, so every power is too
 _LENGTH = np.uint64(0x9E3779B97F4A7C15)  # mixes the length in (a zero byte still counts)
@@ -42,18 +54,21 @@ def string_keys(arr) -> np.ndarray:
     ``large_string`` Array, not chunked): ``sum((byte_i + 1) * P**(len - 1 - i))``
     plus the length times a constant, modulo 2**64, then mixed (:func:`_mixed`); a
     null's key is its bytes' (callers mask nulls)."""
-    import pyarrow as pa
-
     n = len(arr)
-    bufs = arr.buffers()
-    wide = pa.types.is_large_string(arr.type)
-    offs = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32)
-    offs = offs[arr.offset : arr.offset + n + 1].astype(np.int64)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    offs, buf = _strings(arr)
+    c = core()
+    if c is not None:
+        out = np.empty(n, dtype=np.uint64)
+        c.string_keys(offs, buf, out)
+        return out
+    offs = offs.astype(np.int64)
     lens = np.diff(offs)
     keys = lens.astype(np.uint64) * _LENGTH
-    if n == 0 or offs[-1] == offs[0]:
+    if offs[-1] == offs[0]:
         return _mixed(keys)
-    data = np.frombuffer(bufs[2], dtype=np.uint8)[offs[0] : offs[-1]]
+    data = np.frombuffer(buf, dtype=np.uint8)[offs[0] : offs[-1]]
     # each byte's power: its distance from its string's end
     ends = np.repeat(offs[1:] - offs[0], lens)
     from_end = ends - 1 - np.arange(len(data), dtype=np.int64)
@@ -62,6 +77,20 @@ def string_keys(arr) -> np.ndarray:
     sums = np.add.reduceat(terms, offs[:-1] - offs[0])  # (an empty string's: dropped)
     keys += np.where(lens > 0, sums, np.uint64(0))
     return _mixed(keys)
+
+
+def _strings(arr) -> tuple:
+    """``(offsets, data)`` of a string or large_string Array: its ``len + 1`` offsets
+    (int32 or int64, a view) into ``data``, its bytes (an Arrow buffer, or None)."""
+    import pyarrow as pa
+
+    bufs = arr.buffers()
+    wide = pa.types.is_large_string(arr.type)
+    dt = np.int64 if wide else np.int32
+    if bufs[1] is None:  # (an empty array may have no offsets)
+        return np.zeros(len(arr) + 1, dtype=dt), bufs[2]
+    offs = np.frombuffer(bufs[1], dtype=dt)
+    return offs[arr.offset : arr.offset + len(arr) + 1], bufs[2]
 
 
 def _mixed(x: np.ndarray) -> np.ndarray:
@@ -77,18 +106,23 @@ def _mixed(x: np.ndarray) -> np.ndarray:
 class StringIndex:
     """A string vocabulary's sorted keys and codes (module docs); made by :meth:`of`."""
 
-    __slots__ = ("_codes", "_keys", "_most", "_shift", "_starts", "_values")
+    __slots__ = ("_codes", "_keys", "_most", "_shift", "_starts", "_values", "_voffs")
 
     def __init__(self, values, keys: np.ndarray, order: np.ndarray):
-        self._values, self._keys = values, keys[order]
+        import pyarrow as pa
+
+        # the entries in their keys' order: an entry's key, code and bytes at one position
+        self._values, self._keys = values.take(pa.array(order)), keys[order]
         self._codes = order.astype(np.float64)
         # buckets by a key's top bits, most with one entry or none: a key's candidates are the
         # sorted keys from its bucket's start (no binary search: one read, rarely more)
         bits = int(len(keys)).bit_length() + 2  # 4 to 8 buckets an entry
         self._shift = np.uint64(64 - bits)
         tops = (self._keys >> self._shift).astype(np.int64)
-        self._starts = np.searchsorted(tops, np.arange((1 << bits) + 1)).astype(np.int64)
+        counts = np.bincount(tops, minlength=1 << bits)  # (tops sorted: each bucket's run)
+        self._starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         self._most = int(np.diff(self._starts).max())  # (never empty: 4 buckets at least)
+        self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
     @classmethod
     def of(cls, values: list[str]) -> StringIndex | None:
@@ -114,6 +148,17 @@ class StringIndex:
         if n == 0 or len(self._keys) == 0:
             return np.full(n, np.nan), np.zeros(n, dtype=bool)
         keys = string_keys(col)
+        c = core()
+        if c is not None:
+            offs, data = _strings(col)
+            out, found = np.empty(n), np.empty(n, dtype=bool)
+            vdata = self._values.buffers()[2]
+            args = (self._codes, self._starts, int(self._shift), self._voffs, vdata)
+            c.index_codes(keys, offs, data, self._keys, *args, out, found)
+            if col.null_count:  # (a null's bytes may spell an entry)
+                null = ~col.is_valid().to_numpy(zero_copy_only=False)
+                out[null], found[null] = np.nan, False
+            return out, found
         tops = (keys >> self._shift).astype(np.int64)
         at, ends = self._starts[tops], self._starts[tops + 1]
         found = np.zeros(n, dtype=bool)
@@ -128,7 +173,45 @@ class StringIndex:
                 break
         at = np.minimum(at, len(self._keys) - 1)
         codes = self._codes[at]
-        entries = self._values.take(pa.array(codes.astype(np.int64)))
+        entries = self._values.take(pa.array(at))
         same = pc.equal(entries, col.cast(pa.large_string()))  # (a collision: False)
         found &= same.fill_null(False).to_numpy(zero_copy_only=False)
         return np.where(found, codes, np.nan), found
+
+
+def take_codes(indices, table: np.ndarray, found: np.ndarray):
+    """``(codes, first)``: ``table[indices]`` as a float64 Arrow array (NaN where an index
+    is null), and the first row whose index's entry was not ``found`` (-1: none).
+    ``indices``: a dictionary array's indices (an integer Array); ``table``, ``found``:
+    its dictionary's codes (:meth:`StringIndex.codes`). An index outside the table is a
+    ``ValueError``. The output lives in Arrow's memory pool (reused chunk after chunk)."""
+    import pyarrow as pa
+
+    n = len(indices)
+    if n == 0:
+        return pa.array([], type=pa.float64()), -1
+    buf = pa.allocate_buffer(8 * n)
+    out = np.frombuffer(buf, dtype=np.float64)
+    c = core()
+    if c is not None:
+        validity, data = indices.buffers()
+        ix = np.frombuffer(data, dtype=indices.type.to_pandas_dtype())
+        ix = ix[indices.offset : indices.offset + n]
+        bits = validity if indices.null_count else None
+        first = c.take_codes(ix, bits, indices.offset, table, found, out)
+        return pa.Array.from_buffers(pa.float64(), n, [None, buf]), first
+    ix = indices.fill_null(0).to_numpy(zero_copy_only=False)
+    valid = indices.is_valid().to_numpy(zero_copy_only=False) if indices.null_count else None
+    inside = (ix >= 0) & (ix < len(table))
+    if not (inside if valid is None else inside | ~valid).all():
+        raise ValueError("take_codes: a dictionary index outside its dictionary")
+    if len(table):
+        np.take(table, ix, out=out)
+        unknown = ~found[ix]
+    else:  # (every row null)
+        out[:], unknown = np.nan, np.zeros(n, dtype=bool)
+    if valid is not None:
+        out[~valid] = np.nan
+        unknown &= valid
+    first = int(unknown.argmax()) if unknown.any() else -1
+    return pa.Array.from_buffers(pa.float64(), n, [None, buf]), first
