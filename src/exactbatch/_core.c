@@ -117,7 +117,8 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 || transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
+    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 ||
+        transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
         split_ready() < 0) {
         Py_DECREF(m);
         return NULL;
