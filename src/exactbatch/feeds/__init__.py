@@ -8,6 +8,8 @@ contiguous rows a shard, or one global order dealt to the shards in turn.
 
 from __future__ import annotations
 
+from typing import Any
+
 from exactbatch.feeds.base import BatchSpec, Dealing, DealingKind, Epoch, Feed, Job
 from exactbatch.feeds.dealing import Contiguous, Elastic
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
@@ -35,12 +37,12 @@ __all__ = [
 
 
 def open_feed(
-    source,
+    source: Any,
     spec: BatchSpec,
-    total_size="auto",
+    total_size: int | str | None = "auto",
     buffer_size: int | None = None,
-    rows=None,
-    columns: tuple = (None, None),
+    rows: Any = None,
+    columns: tuple[Any, Any] = (None, None),
 ) -> Feed:
     """The feed for ``source``: a stream's, or a random-access reader's (of the subset
     ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``);

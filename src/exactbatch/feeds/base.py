@@ -61,7 +61,7 @@ class BatchSpec:
     with_rows: bool = False
     output: Output | None = None  # label dtype, transform, NaN rule (None: plain)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
         fix(self, "dtype", check_dtype(self.dtype))
@@ -89,7 +89,7 @@ class BatchSpec:
         return self.even_batches is True
 
     @property
-    def shaped(self):
+    def shaped(self) -> np.dtype | Output:
         """What the batching makes batches with: the :class:`Output`, or the dtype."""
         return self.dtype if self.output is None else self.output
 
@@ -198,7 +198,7 @@ class Feed(Protocol):
         epoch: int,
         skip: int,
         first: int = 0,
-        pending=(),  # pragma: no mutate
+        pending: tuple[int, ...] = (),  # pragma: no mutate
     ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
         which come first); ``first``: the global batch an elastic epoch resumes at."""
@@ -212,15 +212,15 @@ class Feed(Protocol):
     def use_threads(self, threads: int | None) -> None:
         """The threads that gather one batch or group (None: from its bytes)."""
 
-    def time_reads(self, timed) -> bool:
+    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
         """Wrap the source's reads in ``timed(read)`` from now on (a stream's chunk
         reads): True; False where the reads are the gathers of batches (random
         access), which the loader times itself."""
 
-    def state_config(self) -> dict:
+    def state_config(self) -> dict[str, Any]:
         """What a state records of the source beyond the spec (checked on load)."""
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """The source's identity, as a state records it (:mod:`exactbatch.sources.identity`)."""
 
     def whole(self) -> Tally | None:

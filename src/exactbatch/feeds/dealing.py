@@ -26,16 +26,25 @@ order for an elastic stream) and its ``whole()`` tally.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
-from exactbatch.batching.random_access_epoch import num_batches
-from exactbatch.feeds.base import BatchSpec, Place, Plan
+from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
+from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.order.digest import Tally, rows_digest
 from exactbatch.sources.chunks import ChunkList
 
 __all__ = ["Contiguous", "Elastic"]
+
+
+# A feed's keyed orders: (seed, epoch, shard key, size) -> a bijection of positions (or an
+# elastic stream's windowed order); an epoch's order as a map of positions to rows.
+Orders = Callable[[int, int, int, int], Any]
+Bijection = Callable[[np.ndarray], np.ndarray]
 
 
 def _pair(t: Tally) -> tuple[int, int]:
@@ -50,7 +59,14 @@ def _count(spec: BatchSpec, full: int, even: int, padded: int) -> int:
 class Contiguous:
     """Shard s of S owns contiguous rows and permutes them (module docs)."""
 
-    def __init__(self, spec: BatchSpec, total: int, ids, orders, whole) -> None:
+    def __init__(
+        self,
+        spec: BatchSpec,
+        total: int,
+        ids: np.ndarray | None,
+        orders: Orders,
+        whole: Callable[[], Tally],
+    ) -> None:
         self.spec, self.ids = spec, ids
         b, shard = spec.batch_size, spec.shard
         self.start, stop = shard.range(total)
@@ -65,12 +81,12 @@ class Contiguous:
         self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see promise
 
     @staticmethod
-    def open_stream(stream, spec: BatchSpec, total_size, buffer_size):
+    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
         """A stream's feed: its shard's rows through the shuffle buffer."""
         return StreamFeed(stream, spec, total_size, buffer_size)
 
     @staticmethod
-    def chunked(source):
+    def chunked(source: Any) -> Any:
         """``source`` as a stream reads it (a list of arrays: a re-iterable of chunks)."""
         return source
 
@@ -78,13 +94,13 @@ class Contiguous:
         """The shard's own order of its rows ``start .. start + n`` (``first`` is 0)."""
         b, n = self.spec.batch_size, self.n
 
-        def locate(k):
+        def locate(k: int) -> tuple[int, int]:
             return k * b, min(k * b + b, n)
 
         real = num_batches(n, b, self.spec.drop_last)
         return Plan(self.spec.shard.index, n, self.start, self.nbatches, real, locate, n)
 
-    def promise(self, count: int, first: int, epoch) -> Tally:
+    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """The shard's rows less the tail that drop_last or even_batches leave out of an
         epoch of ``count`` batches."""
         promised = Tally()
@@ -113,7 +129,7 @@ class Contiguous:
         """Positions of the shard's order in ``[a, z)`` its batches hold: all of them."""
         return np.arange(max(a, 0), min(z, self.n), dtype=np.int64)
 
-    def global_promise(self, epoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
         raise TypeError("contiguous sharding has no global batches: each shard's own promise")
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -123,7 +139,14 @@ class Contiguous:
 class Elastic:
     """One global order's batches dealt to the shards in turn (module docs)."""
 
-    def __init__(self, spec: BatchSpec, total: int, ids, orders, whole) -> None:
+    def __init__(
+        self,
+        spec: BatchSpec,
+        total: int,
+        ids: np.ndarray | None,
+        orders: Orders,
+        whole: Callable[[], Tally],
+    ) -> None:
         self.spec, self.total, self.ids = spec, total, ids
         self._orders, self._whole = orders, whole
         b, shard = spec.batch_size, spec.shard
@@ -131,16 +154,21 @@ class Elastic:
         batches = self.total_batches = num_batches(total, b, spec.drop_last)
         full, self.n = shard.elastic_share(total, b, batches)
         self.nbatches = _count(spec, full, shard.even_share(batches), shard.pad_share(batches))
-        self._prefix: tuple = (None, 0, Tally())  # see global_ledger: (key, stop, tally)
+        # see global_ledger: (key, stop, tally)
+        self._prefix: tuple[tuple[int, int, int] | None, int, Tally] = (
+            None,
+            0,
+            Tally(),
+        )  # see global_ledger: (key, stop, tally)
         self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
 
     @staticmethod
-    def open_stream(stream, spec: BatchSpec, total_size, buffer_size):
+    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
         """A chunk-indexed stream's feed: its chunks as random access, one global order."""
         return ElasticStreamFeed(stream, spec, total_size, buffer_size, Elastic)
 
     @staticmethod
-    def chunked(source):
+    def chunked(source: Any) -> Any:
         """``source`` as an elastic stream reads it: a list chunk by chunk, in any order."""
         return ChunkList(source) if isinstance(source, list) else source
 
@@ -156,13 +184,13 @@ class Elastic:
         elif spec.pad:
             count = shard.pad_share(batches, first)
 
-        def locate(k):
+        def locate(k: int) -> tuple[int, int]:
             a = shard.dealt(k, first) * b
             return a, min(a + b, total)
 
         return Plan(0, total, 0, count, real, locate, None)
 
-    def promise(self, count: int, first: int, epoch) -> Tally:
+    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """Every shard's global batches before ``first`` and the ``count`` global batches
         dealt to this shard from batch ``first`` on (the ledger a state carries holds
         the former, :meth:`global_ledger`)."""
@@ -185,7 +213,7 @@ class Elastic:
         pos = (gs[:, None] * b + np.arange(b)).ravel()
         return pos[(pos >= a) & (pos < z)]
 
-    def _batches_tally(self, bijection, g: np.ndarray) -> tuple[int, int]:
+    def _batches_tally(self, bijection: Bijection | None, g: np.ndarray) -> tuple[int, int]:
         """``(rows, digest)`` of the global batches ``g`` of an epoch."""
         b, total = self.spec.batch_size, self.total
         pos = (g[:, None] * b + np.arange(b)).ravel()
@@ -195,14 +223,14 @@ class Elastic:
             rows = self.ids.take(rows)
         return len(rows), rows_digest(rows)
 
-    def _prefix_tally(self, bijection, start: int, stop: int) -> Tally:
+    def _prefix_tally(self, bijection: Bijection | None, start: int, stop: int) -> Tally:
         """The rows of global batches ``[start, stop)`` of an epoch."""
         out = Tally()
         for g0 in range(start, stop, self._step):
             out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
         return out
 
-    def global_promise(self, epoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
         """The rows of every global batch ``epoch`` hands out, all shards', its last
         segment resumed at global batch ``first`` (even_batches leaves out the batches
         after the shards' equal shares)."""

@@ -32,6 +32,9 @@ Costs (docs/usage/streaming.md, "Elastic streams"):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 
 from exactbatch.batching.buffer import mixing_window
@@ -70,10 +73,10 @@ class ElasticStreamFeed:
         self,
         stream: Stream,
         spec: BatchSpec,
-        total_size,
+        total_size: int | str | None,
         buffer_size: int | None,
         dealing: DealingKind,
-    ):
+    ) -> None:
         refuse_unindexed(stream)
         hooks = self.hooks = stream.hooks
         self.stream: Stream | None = stream  # None once closed
@@ -82,7 +85,7 @@ class ElasticStreamFeed:
         assert rows is not None  # refuse_unindexed checked
         self._chunk_rows = rows
         n = int(rows.sum())
-        self._identity: dict | None = None
+        self._identity: dict[str, Any] | None = None
         cache = ChunkCacheReader(stream, Widths(hooks.d, hooks.l), 1)  # (learns the widths)
         nonempty = rows[rows > 0]
         mean = max(1, int(nonempty.mean())) if len(nonempty) else None
@@ -101,30 +104,32 @@ class ElasticStreamFeed:
 
     @property
     def d(self) -> int:
-        return self.rows.d
+        d: int = self.rows.d
+        return d
 
     @property
     def l(self) -> int:  # noqa: E743
-        return self.rows.l
+        width: int = self.rows.l
+        return width
 
     @property
-    def reader(self):
+    def reader(self) -> Any:
         """The reader every batch is read through (the chunk cache, as the output reads it)."""
         return self.rows.reader
 
     @reader.setter
-    def reader(self, reader) -> None:
+    def reader(self, reader: Any) -> None:
         self.rows.reader = reader
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         return self.rows.open_epoch(seed, epoch, skip, first, pending)
 
     def use_threads(self, threads: int | None) -> None:
         self.rows.use_threads(threads)
 
-    def time_reads(self, timed) -> bool:
+    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
         return self.rows.time_reads(timed)
 
     def whole(self) -> Tally:
@@ -141,7 +146,7 @@ class ElasticStreamFeed:
 
     # -- what a state records -------------------------------------------------------
 
-    def state_config(self) -> dict:
+    def state_config(self) -> dict[str, Any]:
         """As a stream's: its buffer and what it knows of its size."""
         return {
             "buffer_size": self.buffer_size,
@@ -149,7 +154,7 @@ class ElasticStreamFeed:
             "block_rows": self.hooks.block_rows,
         }
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """The stream's identity (:func:`exactbatch.sources.identity.stream_identity`) and
         sizes, as a streamed feed's."""
         if self._identity is None and self.stream is not None:
@@ -179,18 +184,23 @@ class ElasticStreamFeed:
 
     # -- the order and the read-ahead -------------------------------------------------
 
-    def _order(self, seed, epoch, key_shard, size) -> WindowedOrder:
+    def _order(self, seed: int, epoch: int, key_shard: int, size: int) -> WindowedOrder:
         """The epoch's windowed order (one for every shard: ``key_shard`` is 0)."""
         return WindowedOrder(self._chunk_rows, self.window, seed=seed, epoch=epoch)
 
-    def _read_ahead(self, locate, order, first: int):
+    def _read_ahead(
+        self,
+        locate: Callable[[int], tuple[int, int]],
+        order: Callable[[np.ndarray], np.ndarray] | None,
+        first: int,
+    ) -> Callable[[int], tuple[int, int]]:
         """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
         enters a new window has the chunks of that window and the next read ahead,
         those this shard's batches need."""
         seen = [-1]
         window, cache = self.window, self._cache
 
-        def located(k):
+        def located(k: int) -> tuple[int, int]:
             a, z = locate(k)
             w = (z - 1) // window if z > a else -1
             if w > seen[0]:
@@ -201,7 +211,9 @@ class ElasticStreamFeed:
 
         return located
 
-    def _needed(self, order, windows, first: int) -> list[int]:
+    def _needed(
+        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: int
+    ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them."""
         n, window = self.total_size, self.window
@@ -217,7 +229,8 @@ class ElasticStreamFeed:
             return []
         chunks = np.concatenate(out)  # each once, where a batch first meets it
         _, at = np.unique(chunks, return_index=True)
-        return chunks[np.sort(at)].tolist()
+        needed: list[int] = chunks[np.sort(at)].tolist()
+        return needed
 
     def close(self) -> None:
         self.rows.close()

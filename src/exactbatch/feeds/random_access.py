@@ -25,8 +25,10 @@ source's row ids.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,7 @@ from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
 from exactbatch.sources.identity import reader_fingerprint, source_facts
+from exactbatch.sources.protocols import RowReader
 
 __all__ = ["RandomAccessFeed"]
 
@@ -52,15 +55,18 @@ def keyed_order(seed: int, epoch: int, key: int, size: int) -> EpochBijection:
     return EpochBijection(size, seed=seed, epoch=epoch, shard=key)
 
 
-def unchanged(locate, order, first: int):
+Locate = Callable[[int], tuple[int, int]]
+
+
+def unchanged(locate: Locate, order: Any, first: int) -> Locate:
     """No read-ahead: an epoch's ``locate`` as its dealing gives it."""
     return locate
 
 
-def _in_background(compute) -> Future:
-    fut: Future = Future()
+def _in_background(compute: Callable[[], np.ndarray]) -> Future[np.ndarray]:
+    fut: Future[np.ndarray] = Future()
 
-    def work():
+    def work() -> None:
         try:
             fut.set_result(compute())
         except BaseException as e:  # surfaces only if someone asks for .result()
@@ -83,18 +89,19 @@ class RandomAccessFeed:
 
     def __init__(
         self,
-        reader,
+        reader: RowReader,
         spec: BatchSpec,
         dealing: DealingKind,
-        total_size="auto",
-        rows=None,
-        about=None,
-        orders=keyed_order,
-        ahead=unchanged,
-    ):
+        total_size: int | str | None = "auto",
+        rows: Any = None,
+        about: Any = None,
+        orders: Callable[[int, int, int, int], Any] = keyed_order,
+        ahead: Callable[[Locate, Any, int], Locate] = unchanged,
+    ) -> None:
         # The reader and its read as opened: the fingerprint's sample never goes through
         # what is put on the reader later (the output's rules, a test's fault injector).
-        self._opened, self._sample_read = reader, reader.read
+        self._opened = reader
+        self._sample_read: Callable[..., None] | None = reader.read
         if spec.output is not None:  # labels, transform or NaN rule: read through it
             reader = OutputReader(reader, spec.output)
         self.reader, self.spec = reader, spec
@@ -110,11 +117,11 @@ class RandomAccessFeed:
         total = self.total_size = resolve_random_access_total(total_size, size)
         # Row numbers as int32 when they fit: half the bytes to move per batch.
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
-        self._fingerprint: dict | None = None  # made when a state first asks
+        self._fingerprint: dict[str, Any] | None = None  # made when a state first asks
         deal = self.dealing = dealing(spec, total, self.ids, orders, self.whole)
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
-        self._wholes: dict[tuple[int, int, int], Future] = {}  # see _whole_order
+        self._wholes: dict[tuple[int, int, int], Future[np.ndarray]] = {}  # see _whole_order
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -129,11 +136,11 @@ class RandomAccessFeed:
         if use is not None:
             use(threads)
 
-    def time_reads(self, timed) -> bool:
+    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
         """A batch's gather is its read (the loader times it)."""
         return False
 
-    def state_config(self) -> dict:
+    def state_config(self) -> dict[str, Any]:
         return {}
 
     def whole(self) -> Tally:
@@ -146,7 +153,7 @@ class RandomAccessFeed:
             )
         return self._whole
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """The source's identity (:func:`exactbatch.sources.identity.reader_fingerprint`),
         made once, at the first state taken or loaded."""
         if self._fingerprint is None:
@@ -160,7 +167,7 @@ class RandomAccessFeed:
         """Known from the start: nothing to read."""
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending=()
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         ``first``: the global batch a dealt epoch resumes at (another shard count)."""
@@ -202,7 +209,9 @@ class RandomAccessFeed:
         before it, as this shard measured it (the dealing's)."""
         return self.dealing.global_ledger(pos)
 
-    def _whole_order(self, seed, epoch, key_shard, size, offset) -> Future:
+    def _whole_order(
+        self, seed: int, epoch: int, key_shard: int, size: int, offset: int
+    ) -> Future[np.ndarray]:
         """This epoch's whole order, and the next epoch's, computed in the background
         (the keyed bijection releases the GIL); batches use blocks until it is ready."""
         wanted = {}

@@ -23,9 +23,12 @@ read ahead) and the chunks backing them, whatever N is.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
+
+import numpy as np
 
 from exactbatch.audit import audit_pass, count_total, resolve_stream_total
 from exactbatch.batching import num_batches
@@ -48,7 +51,9 @@ class StreamFeed:
     kind = "stream"
     total_batches = None  # no elastic dealing (elastic streams: feeds.elastic_stream)
 
-    def __init__(self, stream: Stream, spec: BatchSpec, total_size, buffer_size: int | None):
+    def __init__(
+        self, stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> None:
         self.spec, self.buffer_size = spec, buffer_size
         self.stream: Any = stream  # None once closed
         hooks = self.hooks = stream.hooks
@@ -82,16 +87,19 @@ class StreamFeed:
                 smallest = total_size // shard.count
                 self.limit = self.nbatches = num_batches(smallest, b, spec.drop_last)
         self._warned = False
-        self._identity: dict | None = None  # see fingerprint
-        self._spare: list = []  # the shuffle buffer's memory, kept from one epoch to the next
-        self._timed = None  # wraps each chunk read (time_reads), or None
+        self._identity: dict[str, Any] | None = None  # see fingerprint
+        # the shuffle buffer's memory, kept from one epoch to the next
+        self._spare: list[np.ndarray] = []
+        # wraps each chunk read (time_reads), or None
+        self._timed: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
     def _count(self) -> int:
         rows, width = count_total(self.stream)
         self._counted = self.stream.had_rows = True
         if width is not None:
             self.widths.d, self.widths.l = width
-        return rows
+        counted: int = rows
+        return counted
 
     @property
     def d(self) -> int | None:
@@ -103,17 +111,18 @@ class StreamFeed:
 
     def prefetch_default(self) -> int:
         width = (self.d or 0) + (self.l or 0)  # unknown (0) for a stream not read yet
-        return self.stream.prefetch_default(self.spec.batch_size * 8 * width)
+        depth: int = self.stream.prefetch_default(self.spec.batch_size * 8 * width)
+        return depth
 
     def use_threads(self, threads: int | None) -> None:
         """A buffer's groups are gathered with the threads picked from their bytes."""
 
-    def time_reads(self, timed) -> bool:
+    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
         """Each chunk read of the passes opened from now on goes through ``timed``."""
         self._timed = timed
         return True
 
-    def state_config(self) -> dict:
+    def state_config(self) -> dict[str, Any]:
         """A stream's state records its buffer and what it knows of its size."""
         return {
             "buffer_size": self.buffer_size,
@@ -126,7 +135,7 @@ class StreamFeed:
         total = self.total_size
         return None if total is None else Tally(total, range_digest(0, total))
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """The stream's sizes as known now and its source's identity
         (:func:`exactbatch.sources.identity.stream_identity`, made once; a loader
         closed before that records its sizes only)."""
@@ -150,7 +159,7 @@ class StreamFeed:
 
     # -- one epoch ----------------------------------------------------------------
 
-    def _audited(self, groups):
+    def _audited(self, groups: Iterator[list[Any]]) -> Iterator[list[Any]]:
         """Groups of batches, read one batch ahead (the next group is read before a
         group's last batch, not its first, so a consumer's work on the group
         overlaps the read); audit N when the pass ends, before its last batch."""
@@ -197,7 +206,9 @@ class StreamFeed:
             self._chunk_rows(),
         )
 
-    def open_epoch(self, seed: int, epoch: int, skip: int, first: int = 0, pending=()):
+    def open_epoch(
+        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+    ) -> StreamEpoch:
         return StreamEpoch(
             partial(self._open_pass, seed, epoch),
             skip,
@@ -216,7 +227,7 @@ class StreamFeed:
             f'total_size is wrong: pass the stream\'s true row count, or "auto" to count it'
         )
 
-    def _open_pass(self, seed: int, epoch: int):
+    def _open_pass(self, seed: int, epoch: int) -> tuple[Iterator[list[Any]], PassTally]:
         tally, spec = PassTally(), self.spec
         order_key = (seed, epoch) if spec.shuffle else None
         rows = None  # chunks read ahead at once: a share of the buffer (passes.read_depth)
