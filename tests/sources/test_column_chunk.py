@@ -235,3 +235,61 @@ def test_parquet_row_groups_reach_the_batches_column_by_column(
         np.testing.assert_array_equal(y[:, 0], wy[rows])
         got[name] = (x.tobytes(), y.tobytes(), rows.tobytes())
     assert len(set(got.values())) == 1
+
+
+@pytest.mark.parametrize("nulls", [False, True], ids=["plain", "a-chunk-with-nulls"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_an_arrow_table_read_in_order_copies_plain_chunks_straight_into_rows(
+    monkeypatch, nulls, dtype
+):
+    """An Arrow table (a polars DataFrame's) read in order: each chunk whose columns are
+    all plain (float64, float32, integers of at most 32 bits, no nulls) is copied with
+    one columns_into a side, never column by column; a chunk with nulls, a bool or an
+    int64 column is read column by column; the rows are the data's either way, on both
+    backends."""
+    import pyarrow as pa
+
+    from exactbatch.sources import arrow_columns
+
+    rng = np.random.default_rng(8)
+    sizes = [50, 0, 73, 61]
+    chunks = []
+    for k, n in enumerate(sizes):
+        mask = (rng.random(n) < 0.3) if nulls and k == 2 else None
+        chunks.append(
+            pa.record_batch(
+                {
+                    "a": pa.array(rng.standard_normal(n)),
+                    "b": pa.array(rng.integers(-(2**31), 2**31, n).astype(np.int32), mask=mask),
+                    "c": pa.array(rng.random(n, np.float32)),
+                    "y": pa.array(rng.integers(0, 255, n).astype(np.uint8)),
+                }
+            )
+        )
+    table = pa.Table.from_batches(chunks)
+    cols = [table.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in "abcy"]
+    want = np.stack(cols, axis=1)
+    if nulls:
+        want[:, 1][~table.column("b").is_valid().to_numpy(zero_copy_only=False)] = np.nan
+    column_wise = []
+    take = arrow_columns._Part.take
+
+    def counted(part, src):
+        column_wise.append(part)
+        return take(part, src)
+
+    monkeypatch.setattr(arrow_columns._Part, "take", counted)
+    got = {}
+    for name in ("compiled", "numpy") if built() else ("numpy",):
+        with on_backend(name):
+            src = exactbatch.arrow_source(table, features=list("abc"), labels="y")
+            loader = DataLoader(src, 16, shuffle=False, dtype=dtype)
+            x = np.concatenate([bx for bx, _ in loader])
+            y = np.concatenate([by for _, by in loader])
+            loader.close()
+        np.testing.assert_array_equal(x, want[:, :3].astype(dtype))
+        np.testing.assert_array_equal(y[:, 0], want[:, 3].astype(dtype))
+        got[name] = x.tobytes() + y.tobytes()
+    assert len(set(got.values())) == 1
+    # only the chunk with nulls (its 73 rows, 4 columns, each a batch a column) by columns
+    assert bool(column_wise) == nulls
