@@ -189,7 +189,7 @@ def _runs(js: list[int], d: int, parts: list) -> tuple | None:
     ``x_js`` its feature columns (from output column ``x_lo``, one after another) and
     ``y_js`` its labels (from ``y_lo``); None where they are not consecutive."""
     xs, ys = [j for j in js if j < d], [j - d for j in js if j >= d]
-    if any(b - a != 1 for a, b in zip(xs, xs[1:])) or any(b - a != 1 for a, b in zip(ys, ys[1:])):
+    if any(v != list(range(v[0], v[0] + len(v))) for v in (xs, ys) if v):
         return None
     chunks = len(parts[js[0]]) if js else 0
     plain = [
