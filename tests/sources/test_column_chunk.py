@@ -293,3 +293,17 @@ def test_an_arrow_table_read_in_order_copies_plain_chunks_straight_into_rows(
     assert len(set(got.values())) == 1
     # only the chunk with nulls (its 73 rows, 4 columns, each a batch a column) by columns
     assert bool(column_wise) == nulls
+
+
+def test_an_arrow_table_read_in_order_with_integer_labels():
+    """label_dtype=int64: the in-order copy still gives each row's integer label."""
+    import pyarrow as pa
+
+    y = np.arange(100, dtype=np.int32) % 7
+    table = pa.table({"a": pa.array(np.arange(100.0)), "y": pa.array(y)})
+    src = exactbatch.arrow_source(table, features="a", labels="y")
+    loader = DataLoader(src, 16, shuffle=False, label_dtype="int64")
+    got = np.concatenate([by for _, by in loader])
+    loader.close()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got[:, 0], y)

@@ -293,10 +293,12 @@ class ArrowColumnsReader:
         elif not isinstance(rows, slice):
             rows = rows.astype(np.int64, copy=False)
         d = self.d
+        # in order, into float rows (columns_into's outputs): plain chunks copied whole
+        fused = isinstance(rows, slice) and out_x.dtype.char in "fd" and out_y.dtype.char in "fd"
         for (starts, columns), runs, bounds in zip(layouts, self._runs, self._bounds, strict=False):
             plan = _in_order(bounds, rows) if isinstance(rows, slice) else _plan(starts, rows)
             for c, dst, src in plan:
-                if isinstance(src, slice) and runs is not None and runs[0][c]:
+                if fused and runs is not None and runs[0][c]:
                     # rows in order, every column plain: one copy a side, cast as copied
                     for out, lo, js in ((out_x, runs[1], runs[2]), (out_y, runs[3], runs[4])):
                         if js:
