@@ -133,7 +133,7 @@ def print_table(times: dict, requests: dict, gb: float) -> None:
     the rounds), and its disk requests (count, MiB each) where /proc said."""
     seq = np.array(times["sequential read (8 MiB at a time)"])
     print(
-        "| read | GB/s (median) | × the sequential read (median of rounds) "
+        "| read | GB/s (median) | × the sequential read (median of rounds, range) "
         "| disk requests (MiB each) |"
     )
     print("|---|---:|---:|---:|")
@@ -145,7 +145,9 @@ def print_table(times: dict, requests: dict, gb: float) -> None:
             disk = f"{count:.0f} ({size / max(count, 1) / 2**20:.2f})"
         else:
             disk = "n/a"
-        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(seq / t):.2f}× | {disk} |")
+        r = seq / t
+        spread = f" ({r.min():.2f}-{r.max():.2f})" if len(r) > 1 else ""
+        print(f"| {name} | {gb / np.median(t):.2f} | {np.median(r):.2f}×{spread} | {disk} |")
 
 
 def main() -> None:

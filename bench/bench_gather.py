@@ -28,6 +28,7 @@ Polars and DuckDB are skipped, with a line saying so, where they are not install
     PYTHONPATH=src .venv/bin/python bench/bench_gather.py               # 400,000 rows
     PYTHONPATH=src .venv/bin/python bench/bench_gather.py --rows 2000000 --rounds 7
     PYTHONPATH=src .venv/bin/python bench/bench_gather.py --clock cpu   # a loaded machine
+    PYTHONPATH=src .venv/bin/python bench/bench_gather.py --features-type int32  # cast fused
 """
 
 from __future__ import annotations
@@ -148,6 +149,21 @@ def cases(table, path: str, batch: int, buffer: int):
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+def narrowed(table, kind: str):
+    """``table`` with its feature columns as ``kind`` (float64: as it is)."""
+    import pyarrow as pa
+
+    if kind == "float64":
+        return table
+    cols = {}
+    for name in table.column_names:
+        v = table.column(name).to_numpy()
+        if name in NAMES:
+            v = v.astype(np.float32) if kind == "float32" else np.round(v * 1000).astype(np.int32)
+        cols[name] = v
+    return pa.Table.from_batches(pa.table(cols).to_batches(max_chunksize=ROW_GROUP))
+
+
 def paired(base, mine, rounds: int, clock=time.perf_counter) -> tuple[float, float, float]:
     """``(baseline s, loader s, ratio)``: medians of ``rounds`` interleaved epochs (the
     ratio the median of each round's)."""
@@ -171,6 +187,13 @@ def main(argv=None) -> None:
     p.add_argument("--buffer", type=int, default=131_072, help="shuffle buffer (rows)")
     p.add_argument("--only", nargs="*", default=None, help="run only these pairs (names)")
     p.add_argument(
+        "--features-type",
+        choices=["float64", "float32", "int32"],
+        default="float64",
+        help="the 16 feature columns' Arrow type (float32 and int32 are cast as they are "
+        "copied: int32 holds round(1000 x))",
+    )
+    p.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
@@ -180,10 +203,11 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     import pyarrow.parquet as pq
 
-    table = make_table(a.rows)
+    table = narrowed(make_table(a.rows), a.features_type)
     rate = lambda s: f"{a.rows / s / 1e6:6.2f}M"  # noqa: E731
     print(
-        f"{a.rows:,} rows, d = {D}, l = 1, row groups of {ROW_GROUP:,}, buffer {a.buffer:,}, "
+        f"{a.rows:,} rows, d = {D} ({a.features_type}), l = 1, row groups of {ROW_GROUP:,}, "
+        f"buffer {a.buffer:,}, "
         f"median of {a.rounds} interleaved rounds, {a.clock} time, backend {exactbatch.backend()}"
     )
     print(f"{'pair':<18}{'batch':>6}{'baseline rows/s':>17}{'loader rows/s':>15}{'ratio':>8}")

@@ -51,8 +51,8 @@ def _ndf_path() -> str:
 
 def _columns_compiled() -> bool:
     """Does the compiled core copy columns into rows now (``kernels.columns_into``, which
-    picks its backend at each call)? The compiled copy refuses a column that is not
-    float64; the NumPy twin casts it."""
+    picks its backend at each call)? The compiled copy refuses an int64 column (only
+    types float64 holds exactly); the NumPy twin casts it."""
     try:
         kernels.columns_into([np.zeros(1, dtype=np.int64)], 0, np.empty((1, 1)))
     except TypeError:

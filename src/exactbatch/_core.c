@@ -84,7 +84,8 @@ static PyMethodDef core_methods[] = {
      "NaN)."},
     {"columns_into", columns_into, METH_VARARGS,
      "columns_into(cols, start, out)\n--\n\n"
-     "out[i, j] = cols[j][start + i]: rows of 1-D float64 C-contiguous columns into out, a\n"
+     "out[i, j] = cols[j][start + i]: rows of 1-D C-contiguous columns (float64, float32, or\n"
+     "integers of at most 32 bits) into out, a\n"
      "2-D float64 or float32 array of len(cols) values a row, side by side (its rows any\n"
      "stride apart), cast as they are copied, with the GIL released."},
     {"string_keys", string_keys, METH_VARARGS,

@@ -315,9 +315,10 @@ _TILE_BYTES = 512 << 10
 
 
 def columns_into(cols, start: int, out: np.ndarray) -> None:
-    """``out[i, j] = cols[j][start + i]``: rows of 1-D float64 C-contiguous columns into
-    ``out`` (a 2-D float64 or float32 array of ``len(cols)`` values a row, side by side,
-    its rows any stride apart: a batch, or a shuffle buffer's x or y), cast as they are
+    """``out[i, j] = cols[j][start + i]``: rows of 1-D C-contiguous columns (float64,
+    float32, or integers of at most 32 bits: each value exact as float64) into ``out``
+    (a 2-D float64 or float32 array of ``len(cols)`` values a row, side by side, its
+    rows any stride apart: a batch, or a shuffle buffer's x or y), cast as they are
     copied. The compiled core copies a block of rows at a time with the GIL released;
     the pure path a tile at a time, column by column; the same bits either way."""
     if _CORE is not None:

@@ -17,6 +17,9 @@ from exactbatch.sources.column_chunk import Columns, put
 
 needs_core = pytest.mark.skipif(not built(), reason="the compiled core is not built")
 
+# Column types copied (and cast) straight from their buffers, besides float64.
+_NARROW = ["float64", "float32", "int8", "uint8", "int16", "uint16", "int32", "uint32"]
+
 
 @needs_core
 @settings(max_examples=100)
@@ -31,6 +34,15 @@ def test_the_backends_copy_columns_into_rows_bit_for_bit(data):
     cols = [rng.standard_normal(n) * 10.0 ** rng.integers(-50, 50, n) for _ in range(w)]
     if w:
         cols[0][start] = np.nan
+    # any column may be one that is cast as it is copied (float32, or a narrow integer)
+    for j in range(1, w):
+        t = np.dtype(data.draw(st.sampled_from(_NARROW)))
+        if t.kind == "f":
+            with np.errstate(over="ignore"):
+                cols[j] = cols[j].astype(t)
+        else:
+            info = np.iinfo(t)
+            cols[j] = rng.integers(info.min, info.max, n, endpoint=True, dtype=t)
     got = []
     for name in ("compiled", "numpy"):
         with on_backend(name), np.errstate(over="ignore"):
@@ -53,8 +65,10 @@ def test_the_compiled_copy_refuses_short_columns_and_wrong_outputs():
             kernels.columns_into(cols, 0, np.empty((4, 3)))
         with pytest.raises(TypeError, match="float64 or float32"):
             kernels.columns_into(cols, 0, np.empty((4, 2), dtype=np.int64))
-        with pytest.raises(TypeError, match="column 1 must be 1-D float64"):
-            kernels.columns_into([cols[0], cols[1].astype(np.float32)], 0, np.empty((4, 2)))
+        with pytest.raises(TypeError, match="column 1 must be 1-D float64, float32, or an"):
+            kernels.columns_into([cols[0], cols[1].astype(np.int64)], 0, np.empty((4, 2)))
+        with pytest.raises(TypeError, match="column 0 must be 1-D"):
+            kernels.columns_into([np.zeros(5, dtype=np.float16)], 0, np.empty((4, 1)))
 
 
 def test_a_column_chunk_slices_by_rows_and_reads_as_its_array():
@@ -69,6 +83,49 @@ def test_a_column_chunk_slices_by_rows_and_reads_as_its_array():
     out = np.empty((3, 2), dtype=np.float32)
     put(out, c[5:])
     np.testing.assert_array_equal(out, want[5:].astype(np.float32))
+
+
+def test_narrow_columns_are_held_as_their_buffers_and_wide_or_null_ones_as_float64():
+    """Cast fusion: a chunk's int32, float32 (any type float64 holds exactly) columns
+    without nulls are views of their Arrow buffers, cast only as their rows are copied;
+    int64 (Arrow's checked cast), bool (bits) and columns with nulls are float64 copies
+    (nulls NaN); the rows are the same either way."""
+    import pyarrow as pa
+
+    from exactbatch.sources.arrow import column_chunk
+
+    rng = np.random.default_rng(11)
+    n = 300
+    i32, f32 = rng.integers(-(2**31), 2**31, n).astype(np.int32), rng.random(n, np.float32)
+    cols = [
+        pa.array(i32),
+        pa.array(f32),
+        pa.array(rng.integers(0, 2**16, n).astype(np.uint16)),
+        pa.array(rng.integers(-(2**40), 2**40, n)),
+        pa.array(rng.random(n) < 0.5),
+        pa.array(i32, mask=rng.random(n) < 0.3),
+        pa.array(f32).slice(5, n - 10),  # an offset into its buffer
+    ]
+    cols[-1] = pa.concat_arrays([cols[-1], pa.array(f32[:10])])  # n values again
+    c = column_chunk(cols, n)
+    assert [v.dtype for v in c.cols] == [
+        np.int32,
+        np.float32,
+        np.uint16,
+        np.float64,
+        np.float64,
+        np.float64,
+        np.float32,
+    ]
+    assert np.shares_memory(c.cols[0], np.frombuffer(cols[0].buffers()[1], np.int32))
+    want = np.stack([a.to_numpy(zero_copy_only=False).astype(np.float64) for a in cols], 1)
+    want[:, 5][~cols[5].is_valid().to_numpy(zero_copy_only=False)] = np.nan
+    for name in ("compiled", "numpy") if built() else ("numpy",):
+        with on_backend(name):
+            for dtype in (np.float64, np.float32):
+                np.testing.assert_array_equal(
+                    np.asarray(c[3:], dtype=dtype), want[3:].astype(dtype)
+                )
 
 
 def _table(n: int):
@@ -178,3 +235,75 @@ def test_parquet_row_groups_reach_the_batches_column_by_column(
         np.testing.assert_array_equal(y[:, 0], wy[rows])
         got[name] = (x.tobytes(), y.tobytes(), rows.tobytes())
     assert len(set(got.values())) == 1
+
+
+@pytest.mark.parametrize("nulls", [False, True], ids=["plain", "a-chunk-with-nulls"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_an_arrow_table_read_in_order_copies_plain_chunks_straight_into_rows(
+    monkeypatch, nulls, dtype
+):
+    """An Arrow table (a polars DataFrame's) read in order: each chunk whose columns are
+    all plain (float64, float32, integers of at most 32 bits, no nulls) is copied with
+    one columns_into a side, never column by column; a chunk with nulls, a bool or an
+    int64 column is read column by column; the rows are the data's either way, on both
+    backends."""
+    import pyarrow as pa
+
+    from exactbatch.sources import arrow_columns
+
+    rng = np.random.default_rng(8)
+    sizes = [50, 0, 73, 61]
+    chunks = []
+    for k, n in enumerate(sizes):
+        mask = (rng.random(n) < 0.3) if nulls and k == 2 else None
+        chunks.append(
+            pa.record_batch(
+                {
+                    "a": pa.array(rng.standard_normal(n)),
+                    "b": pa.array(rng.integers(-(2**31), 2**31, n).astype(np.int32), mask=mask),
+                    "c": pa.array(rng.random(n, np.float32)),
+                    "y": pa.array(rng.integers(0, 255, n).astype(np.uint8)),
+                }
+            )
+        )
+    table = pa.Table.from_batches(chunks)
+    cols = [table.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in "abcy"]
+    want = np.stack(cols, axis=1)
+    if nulls:
+        want[:, 1][~table.column("b").is_valid().to_numpy(zero_copy_only=False)] = np.nan
+    column_wise = []
+    take = arrow_columns._Part.take
+
+    def counted(part, src):
+        column_wise.append(part)
+        return take(part, src)
+
+    monkeypatch.setattr(arrow_columns._Part, "take", counted)
+    got = {}
+    for name in ("compiled", "numpy") if built() else ("numpy",):
+        with on_backend(name):
+            src = exactbatch.arrow_source(table, features=list("abc"), labels="y")
+            loader = DataLoader(src, 16, shuffle=False, dtype=dtype)
+            x = np.concatenate([bx for bx, _ in loader])
+            y = np.concatenate([by for _, by in loader])
+            loader.close()
+        np.testing.assert_array_equal(x, want[:, :3].astype(dtype))
+        np.testing.assert_array_equal(y[:, 0], want[:, 3].astype(dtype))
+        got[name] = x.tobytes() + y.tobytes()
+    assert len(set(got.values())) == 1
+    # only the chunk with nulls (its 73 rows, 4 columns, each a batch a column) by columns
+    assert bool(column_wise) == nulls
+
+
+def test_an_arrow_table_read_in_order_with_integer_labels():
+    """label_dtype=int64: the in-order copy still gives each row's integer label."""
+    import pyarrow as pa
+
+    y = np.arange(100, dtype=np.int32) % 7
+    table = pa.table({"a": pa.array(np.arange(100.0)), "y": pa.array(y)})
+    src = exactbatch.arrow_source(table, features="a", labels="y")
+    loader = DataLoader(src, 16, shuffle=False, label_dtype="int64")
+    got = np.concatenate([by for _, by in loader])
+    loader.close()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got[:, 0], y)

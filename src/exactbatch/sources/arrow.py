@@ -55,20 +55,37 @@ def fill_columns(cols, out: np.ndarray) -> None:
 def column_chunk(cols, n: int) -> Columns:
     """``cols`` (Arrow arrays or chunked arrays of numbers, ``n`` values each) as a
     :class:`~exactbatch.sources.column_chunk.Columns`: views of their buffers where
-    they are float64 without nulls, else float64 copies (nulls as NaN)."""
+    they are one chunk without nulls of float64, float32 or an integer of at most 32
+    bits (cast as their rows are copied), else float64 copies (nulls as NaN)."""
     return Columns([_values(col, n) for col in cols], n)
 
 
+# Arrow's types whose buffers a Columns holds as they are: every value exact as float64
+# (a wider integer takes Arrow's checked cast to float64: fill_float64).
+_VIEWED = {
+    "double": np.float64,
+    "float": np.float32,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "int32": np.int32,
+    "uint32": np.uint32,
+}
+
+
 def _values(col, n: int) -> np.ndarray:
-    """``col``'s ``n`` values as a 1-D float64 array: a view of its Arrow buffer where it
-    is one chunk of float64 with no nulls, else a copy (see :func:`fill_float64`)."""
+    """``col``'s ``n`` values as a 1-D array: a view of its Arrow buffer where it is one
+    chunk of a type in ``_VIEWED`` with no nulls, else a float64 copy (see
+    :func:`fill_float64`)."""
     import pyarrow as pa
 
     if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
         col = col.chunk(0)
-    plain = not isinstance(col, pa.ChunkedArray) and col.type == pa.float64()
-    if plain and n and not col.null_count:
-        return np.frombuffer(col.buffers()[1], dtype=np.float64, count=n, offset=8 * col.offset)
+    dtype = None if isinstance(col, pa.ChunkedArray) else _VIEWED.get(str(col.type))
+    if dtype is not None and n and not col.null_count:
+        size = np.dtype(dtype).itemsize
+        return np.frombuffer(col.buffers()[1], dtype=dtype, count=n, offset=size * col.offset)
     v = np.empty(n, dtype=np.float64)
     fill_float64(col, v)
     return v

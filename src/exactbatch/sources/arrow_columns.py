@@ -25,11 +25,13 @@ named as a feature or label that is missing or not numeric is a
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from exactbatch.kernels import columns_into
 from exactbatch.sources.arrow import column_chunk
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
 from exactbatch.sources.column_chunk import Columns
@@ -176,6 +178,46 @@ class _Part:
         return v
 
 
+# The value types columns_into copies (and casts) straight from a column's buffer.
+_PLAIN = frozenset(np.dtype(t) for t in ("f8", "f4", "i1", "u1", "i2", "u2", "i4", "u4"))
+
+
+def _runs(js: list[int], d: int, parts: list) -> tuple | None:
+    """For a layout of columns ``js``: ``(plain, x_lo, x_js, y_lo, y_js)``, ``plain[c]``
+    whether chunk ``c`` of every one of them is plain values (a type in ``_PLAIN``, no
+    nulls: read in order with one :func:`~exactbatch.kernels.columns_into` a side),
+    ``x_js`` its feature columns (from output column ``x_lo``, one after another) and
+    ``y_js`` its labels (from ``y_lo``); None where they are not consecutive."""
+    xs, ys = [j for j in js if j < d], [j - d for j in js if j >= d]
+    if any(v != list(range(v[0], v[0] + len(v))) for v in (xs, ys) if v):
+        return None
+    chunks = len(parts[js[0]]) if js else 0
+    plain = [
+        all(
+            parts[j][c].values is not None
+            and parts[j][c].valid is None
+            and parts[j][c].values.dtype in _PLAIN
+            for j in js
+        )
+        for c in range(chunks)
+    ]
+    return plain, xs[0] if xs else 0, xs, ys[0] if ys else 0, [j + d for j in ys]
+
+
+def _in_order(bounds: list[int], rows: slice) -> list[tuple[int, slice, slice]]:
+    """:func:`_plan` of a slice of rows, ``bounds`` its ``starts`` as a list: the chunks
+    it crosses found by bisection, not by a loop over every chunk."""
+    a, b = rows.start, rows.stop
+    out = []
+    c = max(0, bisect_right(bounds, a) - 1)
+    while c < len(bounds) - 1 and bounds[c] < b:
+        lo, hi = max(a, bounds[c]), min(b, bounds[c + 1])
+        if lo < hi:
+            out.append((c, slice(lo - a, hi - a), slice(lo - bounds[c], hi - bounds[c])))
+        c += 1
+    return out
+
+
 def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
     """``[(chunk, dst, src)]``: where the rows ``rows`` (a slice, or an int64 array) lie
     among chunks beginning at ``starts`` (then the end): ``out[dst] = chunk[src]``."""
@@ -236,6 +278,8 @@ class ArrowColumnsReader:
         self._layouts: list[tuple[np.ndarray, list[int]]] | None = [
             (np.concatenate([[0], np.cumsum(s)]).astype(np.int64), js) for s, js in layouts.items()
         ]
+        self._runs = [_runs(js, d, self._parts) for _, js in self._layouts]
+        self._bounds = [starts.tolist() for starts, _ in self._layouts]
 
     def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
         # A close() during the read lets it end: the parts taken first (close lets go of
@@ -249,8 +293,18 @@ class ArrowColumnsReader:
         elif not isinstance(rows, slice):
             rows = rows.astype(np.int64, copy=False)
         d = self.d
-        for starts, columns in layouts:
-            for c, dst, src in _plan(starts, rows):
+        # in order, into float rows (columns_into's outputs): plain chunks copied whole
+        fused = isinstance(rows, slice) and out_x.dtype.char in "fd" and out_y.dtype.char in "fd"
+        for (starts, columns), runs, bounds in zip(layouts, self._runs, self._bounds, strict=False):
+            plan = _in_order(bounds, rows) if isinstance(rows, slice) else _plan(starts, rows)
+            for c, dst, src in plan:
+                if fused and runs is not None and runs[0][c]:
+                    # rows in order, every column plain: one copy a side, cast as copied
+                    for out, lo, js in ((out_x, runs[1], runs[2]), (out_y, runs[3], runs[4])):
+                        if js:
+                            view = out[dst, lo : lo + len(js)]
+                            columns_into([parts[j][c].values for j in js], src.start, view)
+                    continue
                 for j in columns:
                     out, k = (out_x, j) if j < d else (out_y, j - d)
                     out[dst, k] = parts[j][c].take(src)

@@ -1,8 +1,10 @@
 """A chunk held column by column, and the one copy of a chunk's rows into rows.
 
 An Arrow-family stream's chunk (a record batch), or a Parquet row group, is
-columns: NumPy views of each column's buffer where it is float64 without
-nulls, else one float64 copy of the column (nulls as NaN). :class:`Columns` keeps them so, and its
+columns: NumPy views of each column's buffer where it is float64, float32
+or an integer of at most 32 bits, without nulls, else one float64 copy of
+the column (nulls as NaN); a view's values are cast as they are copied, never
+in a copy of their own. :class:`Columns` keeps them so, and its
 rows are copied straight into a batch's rows or a shuffle buffer's
 (:func:`put`: :func:`exactbatch.kernels.columns_into`, the compiled core's
 or its NumPy twin, casting to the batch's dtype as it copies). No row-major
@@ -29,9 +31,10 @@ __all__ = ["Columns", "put", "side_by_side"]
 
 
 class Columns:
-    """Rows ``start .. start + rows - 1`` of ``cols`` (1-D float64 C-contiguous arrays,
-    one a column, each at least ``start + rows`` long) as a (rows, len(cols)) float64
-    chunk, held column by column (module docs)."""
+    """Rows ``start .. start + rows - 1`` of ``cols`` (1-D C-contiguous arrays, one a
+    column, each at least ``start + rows`` long: float64, float32 or integers of at
+    most 32 bits) as a (rows, len(cols)) float64 chunk, held column by column (module
+    docs)."""
 
     __slots__ = ("cols", "shape", "start")
     ndim = 2
