@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import warnings
+import weakref
 from collections import Counter
 
 import numpy as np
@@ -1199,8 +1200,11 @@ def check_abandoned_iterator(make_loader, want, k: int, keep: bool, d: int, l: i
     it = iter(loader)
     got = [ids_of(next(it)) for _ in range(k)]
     if not keep:
+        gone = weakref.ref(it)
         del it
-        gc.collect()
+        if gone() is not None:  # (held in a cycle: the collector frees it)
+            gc.collect()
+        assert gone() is None, "the iterator dropped is still alive"
     state = roundtrip(loader.state_dict())
     got += next_into_ids(loader, d, l)
     assert got == want, "next_into after an iterator left mid-epoch: other batches"
