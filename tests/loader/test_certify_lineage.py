@@ -147,7 +147,11 @@ def test_every_state_names_itself_and_the_state_it_was_loaded_from():
     assert a["id"] == state_id(a) and b["id"] == state_id(b) and a["id"] != b["id"]
     resumed = DataLoader(x_of(), 64, seed=1)
     resumed.load_state_dict(a)
-    assert roundtrip(resumed.state_dict()) == a  # nothing handed out since: the state loaded
+    at_once = roundtrip(resumed.state_dict())  # nothing handed out since: a's place, a's child
+    assert at_once["parent"] == a["id"] and isinstance(at_once["loaded_at"], int)
+    assert at_once["id"] != a["id"]
+    position = ("epoch", "batches_done", "ledger", "history", "compacted")
+    assert [at_once[k] for k in position] == [a[k] for k in position]
     _take(iter(resumed), 1)
     c = roundtrip(resumed.state_dict())
     assert c["parent"] == a["id"] and isinstance(c["loaded_at"], int)
@@ -277,8 +281,8 @@ def test_a_state_after_close_is_the_same_place_with_the_same_id():
     _take(iter(loader), 2)
     loader.close()
     closed = roundtrip(loader.state_dict())
-    again = _loaded(closed)
-    assert state_id(roundtrip(again.state_dict())) == closed["id"]
+    again = roundtrip(_loaded(closed).state_dict())  # (a restart from it: its child)
+    assert again["parent"] == closed["id"] and state_id(again) == again["id"] != closed["id"]
     open_one = DataLoader(x_of(), 64, seed=3)
     _take(iter(open_one), 2)
     assert roundtrip(open_one.state_dict())["id"] == closed["id"]
@@ -294,20 +298,52 @@ def test_two_elastic_restarts_from_one_checkpoint_at_other_counts_keep_the_later
     assert cert and cert.set_aside == (first[0]["id"],), str(cert)
 
 
-def test_an_elastic_state_taken_right_after_a_resume_at_another_count_is_the_state_loaded():
-    """Ranks of another count save as soon as they resume (copies of the checkpoint,
-    each naming its own shard), and the job is restarted from an earlier checkpoint:
-    the copies fall with the checkpoint's later states, whatever shard they name."""
+def test_an_elastic_state_taken_right_after_a_resume_at_another_count_is_its_child():
+    """Ranks of another count save as soon as they resume (the checkpoint's place, each
+    naming its own shard and the checkpoint as parent: one id across the ranks), and
+    the job is restarted from an earlier checkpoint: the copies fall with the
+    checkpoint's later states, whatever shard they name."""
     running, a = _elastic(None, 2, 2)
     for _ in range(3):
         for _, it in running:
             next(it)
     b = [roundtrip(ld.state_dict()) for ld, _ in running]
     copies = [roundtrip(_loaded_elastic(b[s % 2], s, 3).state_dict()) for s in range(3)]
-    assert {c["id"] for c in copies} == {b[0]["id"]}
+    assert len({c["id"] for c in copies}) == 1 and copies[0]["id"] != b[0]["id"]
+    assert {c["parent"] for c in copies} == {b[0]["id"]}
     _, final = _elastic(a, 2, None)
     cert = certify(a + b + copies + final)
     assert cert, str(cert)
+    assert set(cert.set_aside) == {b[0]["id"], copies[0]["id"]}, str(cert)
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_a_restart_that_saves_before_any_batch_and_stops_is_cut_short(elastic):
+    """Checkpoint A mid-run, B at the run's end; a restart from A saves at once (before
+    any batch) and stops. Its states are a node of their own (the restart is on record):
+    B is set aside, and the lineage that ends at the restart's states is cut short."""
+    running, a = _elastic(None, 2, 3) if elastic else _plain(3)
+    for _, it in running:
+        for _ in it:
+            pass
+    b = [roundtrip(ld.state_dict()) for ld, _ in running]
+    assert certify(a + b)
+    if elastic:  # (at another count: each rank a copy of a rank's state of A)
+        copy = [roundtrip(_loaded_elastic(a[s % 2], s, 3).state_dict()) for s in range(3)]
+    else:
+        copy = [roundtrip(_loaded(a[0]).state_dict())]
+    cert = certify(a + b + copy)
+    assert not cert, str(cert)
+    assert {c["parent"] for c in copy} == {a[0]["id"]} and copy[0]["id"] != a[0]["id"]
+    assert set(cert.set_aside) == {b[0]["id"]}, str(cert)
+    assert not certify(b + copy + a)  # (any order)
+
+
+def _plain(steps):
+    loader = DataLoader(x_of(), 64, seed=3)
+    it = iter(loader)
+    _take(it, steps)
+    return [(loader, it)], [roundtrip(loader.state_dict())]
 
 
 def _loaded_elastic(state, s, shards, seed=5) -> DataLoader:

@@ -405,7 +405,7 @@ class Cursor(Standing):
             epoch, done, pending, ledger = self._position()
             same = epoch == self.start.epoch
             history = tuple(self.history.states_records(self._live_record()))
-            parent, loaded_at = self.history.lineage(history)
+            parent, loaded_at = self.history.lineage()
             return Position(
                 self.seed,
                 epoch,

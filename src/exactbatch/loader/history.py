@@ -38,7 +38,7 @@ class History:
     began (``start``, the global batch; 0 unless elastic) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
-    __slots__ = ("base", "compacted", "loaded", "loaded_at", "parent", "records", "run", "start")
+    __slots__ = ("base", "compacted", "loaded_at", "parent", "records", "run", "start")
 
     def __init__(self) -> None:
         self.records: list[dict] = []
@@ -46,16 +46,13 @@ class History:
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
-        self.loaded: tuple = (None, None, None)  # the state loaded: its records and lineage
         self.run = 0  # the reset(seed=...) calls before (exactbatch.loader.state.Position)
 
-    def lineage(self, records) -> tuple[str | None, int | None]:
-        """``(parent, loaded_at)`` of a state taken now with ``records``: the state loaded,
-        and when; before anything was handed out since (the same records), the loaded
-        state's own (a state taken then is the state loaded). (Its summaries are compared
-        too: a fold may leave as few records as the state loaded had.)"""
-        if (tuple(records), self.compacted) == self.loaded[0]:
-            return self.loaded[1], self.loaded[2]
+    def lineage(self) -> tuple[str | None, int | None]:
+        """``(parent, loaded_at)`` of a state taken now: the state loaded, and when. Even
+        before anything was handed out since the load, a state names it: the restart is
+        a node of the lineage of its own (a state taken then stands where the state
+        loaded stood, in another session: :mod:`exactbatch.loader.lineage`)."""
         return self.parent, self.loaded_at
 
     def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
@@ -109,7 +106,6 @@ class History:
         (``pos.parent``, its id) is the parent of the states taken from now on."""
         self.parent, self.loaded_at, self.run = pos.parent, time.time_ns(), pos.run
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
-        self.loaded = ((tuple(records), self.summaries()), *pos.origin)
         if elastic:
             self.base, self.start = pos.ledger.copy(), pos.first
             self.records = list(records)
@@ -126,7 +122,7 @@ class History:
     def forget(self) -> None:
         """A new seed: another run, with no records and no parent."""
         self.records, self.compacted, self.run = [], [], self.run + 1
-        self.parent, self.loaded_at, self.loaded = None, None, (None, None, None)
+        self.parent, self.loaded_at = None, None
         self.moved()
 
 

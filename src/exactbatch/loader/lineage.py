@@ -19,9 +19,11 @@ move back by ``set_epoch`` keeps the rows on record and drops the ledger's).
 A *session* is one loader's life after a load (or from its start): its
 parent and its ``loaded_at`` (to the nanosecond, one loader's load), in the
 *lane* of its shard (``(index, count)``); a fresh start's (no time) is named by
-its lane. A state taken after a load, before any batch, is the state loaded: it
-belongs to that state's session, whatever shard it names (under elastic, a rank
-of another count takes such a copy of another rank's state). The rollback rules,
+its lane. A state taken after a load belongs to that load's session even before
+any batch (it stands where the state loaded stood, a node of its own): a
+restart that saves at once is on record, and under elastic the ranks of another
+count that save as soon as they resume are that restart's states, whatever shard
+each names. The rollback rules,
 which make the states kept the run's lineage (:func:`follow`):
 
 1. A restart from one of a session's states rolls the run back to it: the
@@ -41,10 +43,7 @@ The states kept are those the final states descend from, and the final
 states; the rest are set aside. A state whose parent is not among the states
 starts a lineage of its own. The load times of one run's machines are taken
 to agree to within the time between two restarts. Not followed: a restart
-from a state already abandoned (a roll forward past a rollback), and a
-restart whose final states were taken before any batch (they are the state
-loaded: the restart is not on record, and certify judges the states as if
-it had not happened; take the final states after a batch).
+from a state already abandoned (a roll forward past a rollback).
 """
 
 from __future__ import annotations
@@ -156,11 +155,9 @@ def _clock(state: dict) -> tuple[int, int]:
 
 
 def _session(state: dict) -> tuple:
-    """The session a state was taken in. A state taken before any batch since a load is
-    the state loaded, and names its session whatever shard it says (under elastic, a
-    rank of another count takes such a copy of another rank's state): by its parent
-    and load's time (to the nanosecond, one loader's load), or, of a fresh start (no
-    time), by the shard its records are of."""
+    """The session a state was taken in: by its parent and load's time (to the
+    nanosecond, one loader's load; a state taken before any batch since the load
+    included), or, of a fresh start (no time), by the shard its records are of."""
     t = _time(state)
     if t >= 0:
         return (state.get("parent"), t)

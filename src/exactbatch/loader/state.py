@@ -71,7 +71,6 @@ class Position:
     history: tuple = ()
     parent: str | None = None
     loaded_at: int | None = None
-    origin: tuple = (None, None)  # a state being loaded: its own parent and loaded_at
     compacted: tuple = ()  # the summaries of old clean records (exactbatch.loader.compaction)
     run: int = 0  # the reset(seed=...) calls before, along the lineage (each a new run)
 
@@ -229,8 +228,6 @@ def unpack_state(state, feed, seed: int):
     history = tuple(check_records(state.get("history", [])))
     compacted = tuple(check_summaries(state.get("compacted", [])))
     parent = state_id(state)  # (its own, checked: an id is not trusted)
-    loaded_at = state.get("loaded_at")
-    origin = (state.get("parent"), loaded_at if isinstance(loaded_at, int) else None)
     position = Position(
         seed,
         epoch,
@@ -242,7 +239,6 @@ def unpack_state(state, feed, seed: int):
         history,
         parent,
         None,
-        origin,
         compacted,
         check_int("state['run']", state.get("run", 0), 0, maximum=None),
     )

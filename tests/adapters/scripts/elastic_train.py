@@ -1,7 +1,7 @@
 """Run by torchrun in tests/adapters/test_torchrun_elastic.py: elastic DDP training over
 a stream, killed and resumed at another world size, and a padded evaluation pass.
 
-    elastic_train.py OUT KIND PATH train PHASE EPOCHS KILL_AT
+    elastic_train.py OUT KIND PATH train PHASE EPOCHS KILL_AT [eval]
     elastic_train.py OUT KIND PATH eval
 
 ``train``: every rank reads the stream (a Parquet folder, or ``ndf_blocks`` of a
@@ -16,7 +16,8 @@ ends the others.
 
 ``eval``: one unshuffled pass with ``even_batches="pad"``; the masked sum of
 squared residuals of a fixed linear model and the row count, all-reduced, go to
-OUT/eval.json (rank 0), with every rank's batch count.
+OUT/eval.json (rank 0), with every rank's batch count. ``train ... eval`` makes that
+pass first, then trains (one start of torch on every rank for both).
 """
 
 import json
@@ -140,6 +141,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     if mode == "train":
         phase, epochs, kill_at = (int(a) for a in sys.argv[5:8])
+        if sys.argv[8:] == ["eval"]:
+            evaluate(out, kind, path)
+            dist.barrier()  # eval.json written before any rank may be killed
         train(out, kind, path, phase, epochs, kill_at)
     else:
         evaluate(out, kind, path)
