@@ -213,11 +213,26 @@ def flat(means: dict, sds: dict):
 # -- the fits -----------------------------------------------------------------------------
 
 
+def _record_warnings():
+    from exactbatch import ConvergenceWarning, MixingWarning
+
+    for category in (ConvergenceWarning, MixingWarning):
+        warnings.simplefilter("always", category)
+
+
+def _warned(caught) -> bool:
+    """Did the fit warn: its verdict (ConvergenceWarning) or its order check before the
+    first step (MixingWarning, a sorted stream)?"""
+    from exactbatch import ConvergenceWarning, MixingWarning
+
+    return any(issubclass(w.category, (ConvergenceWarning, MixingWarning)) for w in caught)
+
+
 def fit_numpyro(x, y, kind, k, batch, steps, seed, source=None, buffer=None):
     import jax
     from numpyro.infer.autoguide import AutoNormal
 
-    from exactbatch import ConvergenceWarning, DataLoader
+    from exactbatch import DataLoader
     from exactbatch.numpyro import fit
 
     n, d = x.shape
@@ -228,31 +243,31 @@ def fit_numpyro(x, y, kind, k, batch, steps, seed, source=None, buffer=None):
         loader = DataLoader(source, batch, seed=seed, drop_last=True, total_size=n,
                             buffer_size=buffer)  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
+        _record_warnings()
         r = fit(model, AutoNormal(model), loader, steps, rng_key=jax.random.key(seed), N=n)
     keys = [key[: -len("_auto_loc")] for key in r.params if key.endswith("_auto_loc")]
     means = {key: np.asarray(r.params[f"{key}_auto_loc"]) for key in keys}
     sds = {key: np.asarray(r.params[f"{key}_auto_scale"]) for key in keys}
-    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    warned = _warned(caught)
     return (*flat(means, sds), r.convergence, warned, r.step_size)
 
 
 def fit_pymc(x, y, kind, k, batch, steps, seed):
-    from exactbatch import ConvergenceWarning, DataLoader
+    from exactbatch import DataLoader
     from exactbatch.pymc import fit
 
     n, d = x.shape
     loader = DataLoader((x, y), batch, seed=seed, drop_last=True)
     model = pymc_model(kind, d, k, loader)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
+        _record_warnings()
         approx = fit(loader, steps, model=model, random_seed=seed)
     mean, sd = approx.mean.eval(), approx.std.eval()
     means, sds = {}, {}
     for name, where, shape, _ in approx.groups[0].ordering.values():
         name = {"sigma_log__": "sigma"}.get(name, name)
         means[name], sds[name] = mean[where].reshape(shape), sd[where].reshape(shape)
-    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    warned = _warned(caught)
     return (*flat(means, sds), approx.convergence, warned, approx.step_size)
 
 
@@ -316,7 +331,8 @@ def grid(args) -> None:
                 total += 1
                 print(f"  {lib:8s} N={n:<7d} B={batch:<4d} {steps:>6d} steps seed {seed}: "
                       f"{off:5.2f} sd, sds {ratio.min():.2f}-{ratio.max():.2f}x, step {lr}, "
-                      f"drift {verdict.drift:.3f} error {verdict.error:.3f}"
+                      f"drift {verdict.drift:.3f} error {verdict.error:.3f} "
+                      f"sd error {verdict.sd_error:.3f}"
                       f"{' WARNED' if warned else ''} {mark} "
                       f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
     print(f"grid: {total} fits, {silent} silently wrong, {alarms} false alarms")

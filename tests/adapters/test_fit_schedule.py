@@ -14,6 +14,7 @@ from exactbatch.adapters.convergence import (
     ALPHA,
     ERROR_MAX,
     PARTS,
+    SD_ERROR_MAX,
     THRESHOLD,
     Convergence,
     judge,
@@ -226,6 +227,39 @@ def test_the_movement_is_in_the_last_windows_sds_and_the_noise_is_its_standard_e
     resid = wiggle[:, 0] - wiggle[:, 0].mean() - slope * t
     sigma = np.sqrt((resid**2).sum() / (2 * PARTS - 2))
     assert w.noise == pytest.approx(sigma * np.sqrt(2 / PARTS))
+
+
+def test_the_sds_error_is_floored_by_what_the_batches_noise_leaves_over_the_tail():
+    """A guide sd relaxes slower than a part when the batch's noise drives it, and the
+    parts' scatter cannot see it (logistic, N = 5000, B = 64, 2000 steps: an sd's
+    average scattered 0.15 relative over seeds, the parts said 0.07; sds 0.66x with a
+    quiet verdict). With the epoch's batches its error is at least 0.5 * sqrt(epoch /
+    (2 * window)): 78 batches an epoch over 2 x 390 steps is 0.158, above SD_ERROR_MAX."""
+    rng = np.random.default_rng(3)
+    means = _still(rng, 4, 0.01)
+    sds = 1 + _still(rng, 4, 0.01)
+    quiet = judge(_parts(means, sds), np.zeros(800), 390)
+    assert quiet.converged and quiet.sd_error < 0.01  # the parts' own: no floor
+    floored = judge(_parts(means, sds), np.zeros(800), 390, epoch=78)
+    assert floored.sd_error == pytest.approx(0.5 * np.sqrt(78 / 780))
+    assert floored.sd_error > SD_ERROR_MAX and floored.converged is False
+    assert floored.moving is False and floored.error <= ERROR_MAX  # only the sds
+    assert floored.sd_error_where.endswith(" sd")
+    with pytest.warns(ConvergenceWarning, match=r"its sds are uncertain by 0\.158 of themselves"):
+        warn_if_moving(floored)
+    long = judge(_parts(means, sds), np.zeros(8000), 3900, epoch=78)  # 10x the steps
+    assert long.sd_error == pytest.approx(0.5 * np.sqrt(78 / 7800)) and long.converged
+    # the parts' own error is kept where it is larger, and names its latent
+    sds[:, 2] += np.array([1.0, -1, 1, -1, -1, 1, -1, 1]) * 0.5
+    wide = judge(_parts(means, sds), np.zeros(8000), 3900, epoch=78)
+    assert wide.sd_error > 0.1 and wide.sd_error_where == "w[2] sd"
+
+
+def test_an_sd_error_at_its_bound_is_converged():
+    at = Convergence(0.0, 0.0, 0.0, "w mean", 50, None, None, error=0.1, sd_error=SD_ERROR_MAX)
+    assert at.converged
+    over = Convergence(0.0, 0.0, 0.0, "w mean", 50, None, None, sd_error=SD_ERROR_MAX * 1.01)
+    assert over.converged is False and over.moving is False
 
 
 def test_an_error_at_its_bound_is_converged():

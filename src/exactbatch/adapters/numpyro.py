@@ -243,7 +243,7 @@ def fit(
     loader.load_state_dict(loader.state_dict())
 
     losses, part_means, average = run.results()
-    verdict = _verdict(svi, guide, part_means, losses, run.width, xb, yb, model_kwargs)
+    verdict = _verdict(svi, guide, part_means, losses, run, xb, yb, model_kwargs)
     params = svi.get_params(state)
     if average_last_epoch and average is not None:
         params = svi.constrain_fn(average)
@@ -385,9 +385,11 @@ class _Run:
         )
 
 
-def _verdict(svi, guide, part_means, losses, width, xb, yb, model_kwargs):
+def _verdict(svi, guide, part_means, losses, run, xb, yb, model_kwargs):
     """The convergence verdict from the parts' mean parameters: the guide's posterior
-    means and sds at each, from the same draws (one compiled, vectorised call)."""
+    means and sds at each, from the same draws (one compiled, vectorised call); with the
+    default schedule, the sds' error floored by the epoch's batches."""
+    width = run.width
     if not width:
         return judge([], losses, 0)
     import jax
@@ -410,7 +412,7 @@ def _verdict(svi, guide, part_means, losses, width, xb, yb, model_kwargs):
         {name: (mean[k], sd[k]) for name, (mean, sd) in found.items()}
         for k in range(len(part_means))
     ]
-    return judge(parts, losses, width)
+    return judge(parts, losses, width, run.epoch if run.default else None)
 
 
 class _NoBar:

@@ -171,7 +171,8 @@ class Run:
             return judge([], self.losses, 0)
         last = [p.get_value() for p in params]
         means = [_mean(s) for s in self.sums]
-        verdict = _verdict(approx, means, self.losses, self.width) if self.width else None
+        epoch = self.epoch if self.default else None
+        verdict = _verdict(approx, means, self.losses, self.width, epoch) if self.width else None
         verdict = verdict or judge([], self.losses, 0)  # not judged
         chosen = None
         if self.average is not None:
@@ -209,7 +210,7 @@ def _mean(total):
     return [v / count for v in values]
 
 
-def _verdict(approx, part_means, losses, width):
+def _verdict(approx, part_means, losses, width, epoch=None):
     """The guide's posterior means and sds at each part's mean parameters."""
     import pytensor
 
@@ -234,4 +235,4 @@ def _verdict(approx, part_means, losses, width):
     finally:
         for p, v in zip(params, last, strict=True):
             p.set_value(v)
-    return judge(found, losses, width)
+    return judge(found, losses, width, epoch)
