@@ -32,10 +32,10 @@ Parquet, only their column chunks). The lookups are built once per
 vocabulary, never per batch: numbers are coded by a table (integers in a
 range a few times the vocabulary's size) or a binary search of the sorted
 entries, in NumPy; strings against a vocabulary of strings by their 64-bit
-keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a chunk's
-distinct values (its dictionary: Parquet's dictionary pages as read) coded
-once, then taken by its indices, and not coded again for a dictionary equal
-to the last chunk's or a row group read before; other values (booleans,
+keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a plain
+chunk's rows each looked up, a dictionary chunk's distinct values (Parquet's
+dictionary pages as read) coded once, then taken by its indices, and not coded
+again for a dictionary equal to the last chunk's or a row group read before; other values (booleans,
 mixed kinds) by one hash lookup per DISTINCT value of the batch. Memory: the
 vocabulary, its hash and its float64 keys (strings: 16 bytes an entry and one
 Arrow array of them; the row groups' dictionaries' codes, 9 bytes an entry,
@@ -329,14 +329,13 @@ class Vocabulary:
     def _strings_coded(self, col, place=None):
         """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
         against a vocabulary of strings: a float64 Arrow array and the first row whose
-        value is not in the vocabulary (-1: none); None for anything else. Its
-        dictionary (or Arrow's ``dictionary_encode``'s) is coded by the
-        :class:`StringIndex`, then taken by the indices (:func:`take_codes`), unless it
-        equals the last chunk's (an Arrow stream's, a Parquet file written from a
-        dictionary column) or the chunk's ``place`` was coded before (its dictionary's
-        size checked; at most twice the vocabulary's entries and 65,536 kept)."""
+        value is not in the vocabulary (-1: none); None for anything else. A plain chunk's
+        rows are looked up in the :class:`StringIndex`; a dictionary chunk's dictionary is
+        coded by it, then taken by the indices (:func:`take_codes`), unless it equals the
+        last chunk's (an Arrow stream's, a Parquet file written from a dictionary column)
+        or the chunk's ``place`` was coded before (its dictionary's size checked; at most
+        twice the vocabulary's entries and 65,536 kept)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         t = getattr(col, "type", None)
         if isinstance(col, pa.ChunkedArray) or t is None:
@@ -347,8 +346,9 @@ class Vocabulary:
         index = self._string_index()
         if index is None:
             return None
-        enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
-        dictionary, last = enc.dictionary, self._last
+        if not pa.types.is_dictionary(t):  # plain: each row looked up, no dictionary made
+            return index.coded(col)
+        dictionary, last = col.dictionary, self._last
         size = (len(dictionary), dictionary.nbytes)
         kept = self._places.get(place) if place is not None else None
         if kept is not None and kept[0] == size:
@@ -364,7 +364,7 @@ class Vocabulary:
             if self._held + size[0] <= 2 * len(self.values) + _PLACES_HOLD:
                 self._places[place] = (size, table, found)
                 self._held += size[0]
-        return take_codes(enc.indices, table, found)
+        return take_codes(col.indices, table, found)
 
     def _dense(self, xi):
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""

@@ -137,21 +137,39 @@ class StringIndex:
             return None
         return cls(arr, keys, order)
 
-    def codes(self, col) -> tuple[np.ndarray, np.ndarray]:
+    def coded(self, col) -> tuple:
+        """``(codes, first)`` of a plain string Array ``col``, each row looked up (no
+        dictionary made): a float64 Arrow array (NaN where null) in Arrow's memory pool,
+        and the first row whose value is not in the vocabulary (-1: none)."""
+        import pyarrow as pa
+
+        n = len(col)
+        buf = pa.allocate_buffer(8 * n)
+        codes, found = self.codes(col, np.frombuffer(buf, dtype=np.float64))
+        unknown = ~found
+        if col.null_count:  # a null is missing, never unknown
+            unknown &= col.is_valid().to_numpy(zero_copy_only=False)
+        first = int(unknown.argmax()) if n and unknown.any() else -1
+        return pa.Array.from_buffers(pa.float64(), n, [None, buf]), first
+
+    def codes(self, col, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, found)`` of ``col`` (a string Array, not chunked): float64 codes
-        (NaN where no entry is equal: null, or not in the vocabulary) and whether an
-        entry equal to the value was found."""
+        (NaN where no entry is equal: null, or not in the vocabulary; written into
+        ``out`` when given) and whether an entry equal to the value was found."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         n = len(col)
+        if out is None:
+            out = np.empty(n)
         if n == 0 or len(self._keys) == 0:
-            return np.full(n, np.nan), np.zeros(n, dtype=bool)
+            out[:] = np.nan
+            return out, np.zeros(n, dtype=bool)
         keys = string_keys(col)
         c = core()
         if c is not None:
             offs, data = _strings(col)
-            out, found = np.empty(n), np.empty(n, dtype=bool)
+            found = np.empty(n, dtype=bool)
             vdata = self._values.buffers()[2]
             args = (self._codes, self._starts, int(self._shift), self._voffs, vdata)
             c.index_codes(keys, offs, data, self._keys, *args, out, found)
@@ -176,7 +194,8 @@ class StringIndex:
         entries = self._values.take(pa.array(at))
         same = pc.equal(entries, col.cast(pa.large_string()))  # (a collision: False)
         found &= same.fill_null(False).to_numpy(zero_copy_only=False)
-        return np.where(found, codes, np.nan), found
+        np.copyto(out, np.where(found, codes, np.nan))
+        return out, found
 
 
 def take_codes(indices, table: np.ndarray, found: np.ndarray):
