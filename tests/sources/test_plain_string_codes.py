@@ -63,7 +63,9 @@ def test_each_row_gets_its_equal_entrys_code_with_no_dictionary(each_backend, ki
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
 def test_plain_codes_are_the_dictionary_paths_bit_for_bit(each_backend, kind):
-    values = [VOCAB[i] if i < len(VOCAB) else None for i in np.random.default_rng(3).integers(0, 12, 500)]
+    values = [
+        VOCAB[i] if i < len(VOCAB) else None for i in np.random.default_rng(3).integers(0, 12, 500)
+    ]
     plain = pa.array(values, type=kind)
     got = _coded(Vocabulary("c", VOCAB), plain)
     via = _coded(Vocabulary("c", VOCAB), pc.dictionary_encode(plain))
@@ -137,7 +139,9 @@ def _reference_key(s: str) -> int:
 
 def test_the_key_is_the_documented_hash_for_every_length(each_backend):
     # eight bytes a step in the compiled key: every length around a step's edges
-    values = ["".join(chr(0x21 + (7 * i + j) % 200) for j in range(n)) for i, n in enumerate(range(41))]
+    values = [
+        "".join(chr(0x21 + (7 * i + j) % 200) for j in range(n)) for i, n in enumerate(range(41))
+    ]
     values += ["\xff" * 17, "é" * 9]
     assert string_keys(pa.array(values)).tolist() == [_reference_key(v) for v in values]
 
@@ -161,7 +165,10 @@ def _epoch(src) -> np.ndarray:
 def test_a_stream_of_plain_strings_codes_as_its_dictionary_twin(each_backend, learned):
     cities = ["b", "a", None, "日本", "b", "", "a\0", "é", "b", None, "ab"]
     vocab = ["city"] if learned else {"city": VOCAB}
-    srcs = [arrow_source(_stream(cities, d), features=["city"], labels=["y"], categorical=vocab) for d in (False, True)]
+    srcs = [
+        arrow_source(_stream(cities, d), features=["city"], labels=["y"], categorical=vocab)
+        for d in (False, True)
+    ]
     assert srcs[0].categories == srcs[1].categories
     if learned:  # the first pass's vocabulary: sorted, nulls left out
         assert srcs[0].categories["city"] == sorted({c for c in cities if c is not None})
@@ -173,6 +180,51 @@ def test_a_stream_of_plain_strings_codes_as_its_dictionary_twin(each_backend, le
 
 def test_a_stream_row_outside_the_vocabulary_is_refused_naming_its_row(each_backend):
     cities = ["a", "b", "a", "b", "b", "zz", "a"]  # row 5: the second batch's second
-    src = arrow_source(_stream(cities, False), features=["city"], labels=["y"], categorical={"city": VOCAB})
+    src = arrow_source(
+        _stream(cities, False), features=["city"], labels=["y"], categorical={"city": VOCAB}
+    )
     with pytest.raises(ValueError, match=r"a batch: column 'city' holds 'zz' \(row 5\)"):
         _epoch(src)
+
+
+# -- a learned vocabulary of strings, kept as Arrow ----------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=12), max_size=4))
+def test_sorted_strings_is_pythons_sorted_set(parts):
+    from exactbatch.sources.string_keys import sorted_strings
+
+    cols = [pa.array(p, type=pa.string()) for p in parts]
+    cols = [c.dictionary_encode() if i % 2 else c for i, c in enumerate(cols)]  # both kinds
+    got = sorted_strings(cols)
+    assert got.type == pa.large_string()
+    assert got.to_pylist() == sorted({v for p in parts for v in p if v is not None})
+
+
+def test_a_learned_string_vocabulary_indexes_its_arrow_array(each_backend, monkeypatch):
+    from exactbatch.sources.categorical import learn, learned
+
+    given = []
+    real = StringIndex.of.__func__
+    monkeypatch.setattr(
+        StringIndex, "of", classmethod(lambda cls, v, a=None: given.append(a) or real(cls, v, a))
+    )
+    cols = [
+        pa.array(["b", None, "é"]),
+        pa.chunked_array([pa.array(["a\0", "b", ""], pa.large_string())]),
+    ]
+    vocab = learned("c", cols)
+    assert vocab.values == learn(cols) == ["", "a\0", "b", "é"]
+    np.testing.assert_array_equal(_coded(vocab, pa.array(["é", None, "", "b"])), [3, np.nan, 0, 2])
+    assert len(given) == 1 and given[0] is not None  # built from the Arrow array, not the list
+    with pytest.raises(ValueError, match="column 'c' holds 'q'"):
+        vocab.encode(pa.array(["q"]), "chunk")
+
+
+def test_a_learned_vocabulary_of_other_kinds_is_learned_as_before():
+    from exactbatch.sources.categorical import learned
+
+    assert learned("n", [pa.array([3, None, 1]), pa.array([1.0, -0.0])]).values == [0.0, 1, 3]
+    with pytest.raises(TypeError, match="column 'm'.*kinds"):
+        learned("m", [pa.array(["a"]), pa.array([1])])

@@ -41,7 +41,7 @@ vocabulary, its hash and its float64 keys (strings: 16 bytes an entry and one
 Arrow array of them; the row groups' dictionaries' codes, 9 bytes an entry,
 at most twice the vocabulary's entries and 65,536). A loader whose dtype
 cannot hold every code exactly (float32 past 2**24 categories' codes,
-float16 past 2**11) refuses the source (:func:`check_code_dtype`).
+float16 past 2**11) refuses the source (:func:`~exactbatch.sources.code_dtype.check_code_dtype`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from exactbatch.sources.string_keys import StringIndex, take_codes
+from exactbatch.sources.code_dtype import check_code_dtype
+from exactbatch.sources.string_keys import StringIndex, sorted_strings, take_codes
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
-__all__ += ["code", "vocabularies"]
+__all__ += ["code", "learned", "vocabularies"]
 
 
 def check_categorical(categorical, where: str) -> dict[str, list | None]:
@@ -181,6 +182,7 @@ class Vocabulary:
 
     __slots__ = (
         "_all_str",
+        "_arrow",
         "_codes",
         "_held",
         "_last",
@@ -191,8 +193,9 @@ class Vocabulary:
         "values",
     )
 
-    def __init__(self, column: str, values: Sequence):
+    def __init__(self, column: str, values: Sequence, arrow=None):
         self.column, self.values = column, list(values)
+        self._arrow = arrow  # the values as an Arrow string array (learned: sorted_strings)
         self._codes: dict | None = None  # _key(value) -> code
         self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
         self._strings: StringIndex | None | bool = False  # False: not built yet
@@ -212,7 +215,7 @@ class Vocabulary:
         """The vectorised index of a vocabulary of strings only (None: another, or two
         entries whose keys collide: the hash codes them)."""
         if self._strings is False:
-            self._strings = StringIndex.of(self.values) if self.strings else None
+            self._strings = StringIndex.of(self.values, self._arrow) if self.strings else None
         assert self._strings is not True
         return self._strings
 
@@ -399,27 +402,6 @@ class Vocabulary:
         )
 
 
-def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
-    """Refuse (``ValueError`` naming ``where``, the column and its count) a floating
-    ``dtype`` that cannot hold every code of ``categories`` (``{column: [values]}``)
-    exactly: codes run to k - 1, and float32 holds every integer up to 2**24 only
-    (float16: 2**11); past it two categories would share a code."""
-    import numpy as np
-
-    dt = np.dtype(dtype)
-    if dt.kind != "f" or not categories:
-        return
-    exact = 2 ** (np.finfo(dt).nmant + 1)
-    big = {c: len(v) for c, v in categories.items() if len(v) - 1 > exact}
-    if big:
-        c, k = next(iter(big.items()))
-        raise ValueError(
-            f"{where}={dt}: column {c!r} has {k:,} categories, whose codes up to {k - 1:,} "
-            f"{dt} cannot hold exactly (integers up to 2**{exact.bit_length() - 1} only): "
-            "two categories would get one code; load it with dtype=np.float64"
-        )
-
-
 def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
     """``{column: Vocabulary}`` for ``categorical`` (as :func:`check_categorical` gives
     it): the vocabularies given, and the others learned from ``batches()``, an iterable
@@ -435,11 +417,21 @@ def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
                 seen[c].append(pc.unique(_plain(batch.column(c))))  # not the column: memory
     out = {}
     for c, given in categorical.items():
-        try:
-            out[c] = Vocabulary(c, learn(seen[c]) if given is None else given)
-        except TypeError as e:
-            raise TypeError(f"column {c!r}: {e}") from None
+        out[c] = learned(c, seen[c]) if given is None else Vocabulary(c, given)
     return out
+
+
+def learned(column: str, columns: list) -> Vocabulary:
+    """The vocabulary :func:`learn` gives ``columns`` (Arrow arrays of the column
+    ``column``: a ``TypeError`` naming it for values of two kinds). One of strings only
+    is sorted by Arrow and kept as that Arrow array, its index built from it (no Python
+    strings converted to Arrow again)."""
+    arrow = sorted_strings(columns)
+    try:
+        values = learn(columns) if arrow is None else arrow.to_pylist()
+    except TypeError as e:
+        raise TypeError(f"column {column!r}: {e}") from None
+    return Vocabulary(column, values, arrow)
 
 
 def code(name: str, col, vocab: dict, where: str, first_row: int = 0):

@@ -36,7 +36,7 @@ import numpy as np
 
 from exactbatch.kernels import core
 
-__all__ = ["StringIndex", "string_keys", "take_codes"]
+__all__ = ["StringIndex", "sorted_strings", "string_keys", "take_codes"]
 
 _P = np.uint64(0x100000001B3)  # the FNV prime: odd, so every power is too
 _LENGTH = np.uint64(0x9E3779B97F4A7C15)  # mixes the length in (a zero byte still counts)
@@ -77,6 +77,26 @@ def string_keys(arr) -> np.ndarray:
     sums = np.add.reduceat(terms, offs[:-1] - offs[0])  # (an empty string's: dropped)
     keys += np.where(lens > 0, sums, np.uint64(0))
     return _mixed(keys)
+
+
+def sorted_strings(columns):
+    """The distinct strings of ``columns`` (Arrow arrays or chunked arrays, plain or
+    dictionary-encoded), nulls left out, sorted by code point (UTF-8's byte order: what
+    Python's ``sorted`` gives), as one ``large_string`` Array; None when a column is of
+    another type (its values are learned in Python)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = []
+    for col in columns:
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            return None
+        col = col.cast(t) if t != col.type else col  # a dictionary decoded to its values
+        col = col.cast(pa.large_string())
+        chunks += col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    values = pc.drop_null(pc.unique(pa.chunked_array(chunks, type=pa.large_string())))
+    return values.take(pc.sort_indices(values))
 
 
 def _strings(arr) -> tuple:
@@ -125,12 +145,16 @@ class StringIndex:
         self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
     @classmethod
-    def of(cls, values: list[str]) -> StringIndex | None:
+    def of(cls, values: list[str], arrow=None) -> StringIndex | None:
         """The index of the vocabulary ``values`` (code ``j`` is ``values[j]``), or None
-        when two of its entries share a key."""
+        when two of its entries share a key. ``arrow``: the same values as an Arrow
+        string array, when there is one (no conversion from Python's)."""
         import pyarrow as pa
 
-        arr = pa.array(values, type=pa.large_string())
+        if arrow is None:
+            arr = pa.array(values, type=pa.large_string())
+        else:
+            arr = arrow.cast(pa.large_string())
         keys = string_keys(arr)
         order = np.argsort(keys, kind="stable")
         if (np.diff(keys[order]) == 0).any():
