@@ -277,8 +277,16 @@ TARGETS = {
         ],
     ),
     "categories": (  # coded columns' vocabularies: in the manifest, and from Arrow/Parquet
-        ["src/exactbatch/ndf/categories.py", "src/exactbatch/sources/categorical.py"],
-        ["exactbatch.ndf.categories.*", "exactbatch.sources.categorical.*"],
+        [
+            "src/exactbatch/ndf/categories.py",
+            "src/exactbatch/sources/categorical.py",
+            "src/exactbatch/sources/code_dtype.py",
+        ],
+        [
+            "exactbatch.ndf.categories.*",
+            "exactbatch.sources.categorical.*",
+            "exactbatch.sources.code_dtype.*",
+        ],
         [
             "tests/ndf/test_categories.py",
             "tests/tools/test_convert_columns.py",
@@ -288,7 +296,7 @@ TARGETS = {
     "string_keys": (  # strings coded a chunk at once by their 64-bit keys
         ["src/exactbatch/sources/string_keys.py"],
         ["exactbatch.sources.string_keys.*"],
-        ["tests/sources/test_string_keys.py"],
+        ["tests/sources/test_string_keys.py", "tests/sources/test_plain_string_codes.py"],
     ),
     "selection": (  # DataLoader(features=, labels=): the columns a loader reads
         ["src/exactbatch/sources/selection.py"],
@@ -725,6 +733,7 @@ BIJECTION_TESTS = ["tests/order/test_bijection.py"]
 CODES_TESTS = [
     "tests/sources/test_dictionary_codes.py",
     "tests/sources/test_string_keys.py",
+    "tests/sources/test_plain_string_codes.py",
     "-k",
     "not numpy",
 ]

@@ -20,10 +20,43 @@ static inline uint64_t mixed(uint64_t x)
 /* sum((byte_i + 1) * P**(len - 1 - i)) + len * LENGTH modulo 2**64, mixed: string_keys's. */
 static inline uint64_t key_of(const unsigned char *s, int64_t len)
 {
+    /* eight bytes a step: h * P**8 + sum((byte_j + 1) * P**(7 - j)), the same sum modulo
+     * 2**64 as a byte a step, with one multiply in the chain from step to step, not eight
+     * (the last step's bytes, fewer than eight, the same way) */
+    static const uint64_t pw[9] = {1, KEY_P, KEY_P * KEY_P, KEY_P * KEY_P * KEY_P,
+                                   KEY_P * KEY_P * KEY_P * KEY_P, KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
+                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
+                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
+                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P};
     uint64_t h = 0;
-    for (int64_t i = 0; i < len; i++)
-        h = h * KEY_P + (uint64_t)s[i] + 1;
-    return mixed(h + (uint64_t)len * KEY_LENGTH);
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        const unsigned char *b = s + i;
+        uint64_t lo = ((uint64_t)b[0] + 1) * pw[7] + ((uint64_t)b[1] + 1) * pw[6] +
+                      ((uint64_t)b[2] + 1) * pw[5] + ((uint64_t)b[3] + 1) * pw[4];
+        uint64_t hi = ((uint64_t)b[4] + 1) * pw[3] + ((uint64_t)b[5] + 1) * pw[2] +
+                      ((uint64_t)b[6] + 1) * pw[1] + ((uint64_t)b[7] + 1);
+        h = h * pw[8] + lo + hi;
+    }
+    int64_t r = len - i;
+    uint64_t t = 0;
+    for (int64_t j = 0; j < r; j++)
+        t += ((uint64_t)s[i + j] + 1) * pw[r - 1 - j];
+    return mixed(h * pw[r] + t + (uint64_t)len * KEY_LENGTH);
+}
+
+/* Are the len bytes at a and b the same? (8 to 16 bytes: two 8-byte reads each, inside.) */
+static inline int same_bytes(const unsigned char *a, const unsigned char *b, int64_t len)
+{
+    if (len >= 8 && len <= 16) {
+        uint64_t a0, a1, b0, b1;
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, a + len - 8, 8);
+        memcpy(&b1, b + len - 8, 8);
+        return a0 == b0 && a1 == b1;
+    }
+    return len == 0 || !memcmp(a, b, (size_t)len);
 }
 
 /* A buffer's kind: 'i' a signed integer, 'u' an unsigned one, 'f' a float, '?' a bool,
@@ -140,6 +173,7 @@ done:
  * the other). The index is checked as it is read (never whole per call: that is its
  * size): a start or code out of range is a ValueError. */
 #define AHEAD 8 /* rows between fetching a bucket and its entry, and the entry and its bytes */
+#define FAR 8192 /* entries past which the index is fetched ahead (else in the cache) */
 PyObject *index_codes(PyObject *mod, PyObject *args)
 {
     PyObject *o[10];
@@ -174,19 +208,19 @@ PyObject *index_codes(PyObject *mod, PyObject *args)
     const unsigned char *data = (const unsigned char *)b[2].buf, *vdata = (const unsigned char *)b[7].buf;
     double *out = (double *)b[8].buf;
     char *found = (char *)b[9].buf;
-    int bad = 0;
+    int bad = 0, far = m > FAR; /* a small index stays in the cache: nothing to fetch */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         /* (prefetches are hints: an address out of range is never read) */
-        if (i + 2 * AHEAD < n)
+        if (far && i + 2 * AHEAD < n)
             __builtin_prefetch(&starts[keys[i + 2 * AHEAD] >> shift]);
-        if (i + AHEAD < n) {
+        if (far && i + AHEAD < n) {
             int64_t ahead = starts[keys[i + AHEAD] >> shift];
             __builtin_prefetch(&sorted[ahead]);
             __builtin_prefetch(&voffs[ahead]);
             __builtin_prefetch(&codes[ahead]);
         }
-        if (i + AHEAD / 2 < n) {
+        if (far && i + AHEAD / 2 < n) {
             int64_t ahead = starts[keys[i + AHEAD / 2] >> shift];
             if (0 <= ahead && ahead < m)
                 __builtin_prefetch(vdata + voffs[ahead]);
@@ -207,8 +241,7 @@ PyObject *index_codes(PyObject *mod, PyObject *args)
                 break;
             }
             int64_t from = offset_at(&b[1], i), len = offset_at(&b[1], i + 1) - from;
-            hit = voffs[at + 1] - voffs[at] == len &&
-                  (len == 0 || !memcmp(vdata + voffs[at], data + from, (size_t)len));
+            hit = voffs[at + 1] - voffs[at] == len && same_bytes(vdata + voffs[at], data + from, len);
             if (hit)
                 code = codes[at];
         }

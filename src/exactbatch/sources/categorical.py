@@ -32,16 +32,16 @@ Parquet, only their column chunks). The lookups are built once per
 vocabulary, never per batch: numbers are coded by a table (integers in a
 range a few times the vocabulary's size) or a binary search of the sorted
 entries, in NumPy; strings against a vocabulary of strings by their 64-bit
-keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a chunk's
-distinct values (its dictionary: Parquet's dictionary pages as read) coded
-once, then taken by its indices, and not coded again for a dictionary equal
-to the last chunk's or a row group read before; other values (booleans,
+keys (:mod:`exactbatch.sources.string_keys`, compiled or NumPy): a plain
+chunk's rows each looked up, a dictionary chunk's distinct values (Parquet's
+dictionary pages as read) coded once, then taken by its indices, and not coded
+again for a dictionary equal to the last chunk's or a row group read before; other values (booleans,
 mixed kinds) by one hash lookup per DISTINCT value of the batch. Memory: the
 vocabulary, its hash and its float64 keys (strings: 16 bytes an entry and one
 Arrow array of them; the row groups' dictionaries' codes, 9 bytes an entry,
 at most twice the vocabulary's entries and 65,536). A loader whose dtype
 cannot hold every code exactly (float32 past 2**24 categories' codes,
-float16 past 2**11) refuses the source (:func:`check_code_dtype`).
+float16 past 2**11) refuses the source (:func:`~exactbatch.sources.code_dtype.check_code_dtype`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from exactbatch.sources.string_keys import StringIndex, take_codes
+from exactbatch.sources.code_dtype import check_code_dtype
+from exactbatch.sources.string_keys import StringIndex, sorted_strings, take_codes
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
-__all__ += ["code", "vocabularies"]
+__all__ += ["code", "learned", "vocabularies"]
 
 
 def check_categorical(categorical, where: str) -> dict[str, list | None]:
@@ -181,6 +182,7 @@ class Vocabulary:
 
     __slots__ = (
         "_all_str",
+        "_arrow",
         "_codes",
         "_held",
         "_last",
@@ -191,8 +193,9 @@ class Vocabulary:
         "values",
     )
 
-    def __init__(self, column: str, values: Sequence):
+    def __init__(self, column: str, values: Sequence, arrow=None):
         self.column, self.values = column, list(values)
+        self._arrow = arrow  # the values as an Arrow string array (learned: sorted_strings)
         self._codes: dict | None = None  # _key(value) -> code
         self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
         self._strings: StringIndex | None | bool = False  # False: not built yet
@@ -212,7 +215,7 @@ class Vocabulary:
         """The vectorised index of a vocabulary of strings only (None: another, or two
         entries whose keys collide: the hash codes them)."""
         if self._strings is False:
-            self._strings = StringIndex.of(self.values) if self.strings else None
+            self._strings = StringIndex.of(self.values, self._arrow) if self.strings else None
         assert self._strings is not True
         return self._strings
 
@@ -329,14 +332,13 @@ class Vocabulary:
     def _strings_coded(self, col, place=None):
         """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
         against a vocabulary of strings: a float64 Arrow array and the first row whose
-        value is not in the vocabulary (-1: none); None for anything else. Its
-        dictionary (or Arrow's ``dictionary_encode``'s) is coded by the
-        :class:`StringIndex`, then taken by the indices (:func:`take_codes`), unless it
-        equals the last chunk's (an Arrow stream's, a Parquet file written from a
-        dictionary column) or the chunk's ``place`` was coded before (its dictionary's
-        size checked; at most twice the vocabulary's entries and 65,536 kept)."""
+        value is not in the vocabulary (-1: none); None for anything else. A plain chunk's
+        rows are looked up in the :class:`StringIndex`; a dictionary chunk's dictionary is
+        coded by it, then taken by the indices (:func:`take_codes`), unless it equals the
+        last chunk's (an Arrow stream's, a Parquet file written from a dictionary column)
+        or the chunk's ``place`` was coded before (its dictionary's size checked; at most
+        twice the vocabulary's entries and 65,536 kept)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         t = getattr(col, "type", None)
         if isinstance(col, pa.ChunkedArray) or t is None:
@@ -347,8 +349,9 @@ class Vocabulary:
         index = self._string_index()
         if index is None:
             return None
-        enc = col if pa.types.is_dictionary(t) else pc.dictionary_encode(col)
-        dictionary, last = enc.dictionary, self._last
+        if not pa.types.is_dictionary(t):  # plain: each row looked up, no dictionary made
+            return index.coded(col)
+        dictionary, last = col.dictionary, self._last
         size = (len(dictionary), dictionary.nbytes)
         kept = self._places.get(place) if place is not None else None
         if kept is not None and kept[0] == size:
@@ -364,7 +367,7 @@ class Vocabulary:
             if self._held + size[0] <= 2 * len(self.values) + _PLACES_HOLD:
                 self._places[place] = (size, table, found)
                 self._held += size[0]
-        return take_codes(enc.indices, table, found)
+        return take_codes(col.indices, table, found)
 
     def _dense(self, xi):
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
@@ -399,27 +402,6 @@ class Vocabulary:
         )
 
 
-def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
-    """Refuse (``ValueError`` naming ``where``, the column and its count) a floating
-    ``dtype`` that cannot hold every code of ``categories`` (``{column: [values]}``)
-    exactly: codes run to k - 1, and float32 holds every integer up to 2**24 only
-    (float16: 2**11); past it two categories would share a code."""
-    import numpy as np
-
-    dt = np.dtype(dtype)
-    if dt.kind != "f" or not categories:
-        return
-    exact = 2 ** (np.finfo(dt).nmant + 1)
-    big = {c: len(v) for c, v in categories.items() if len(v) - 1 > exact}
-    if big:
-        c, k = next(iter(big.items()))
-        raise ValueError(
-            f"{where}={dt}: column {c!r} has {k:,} categories, whose codes up to {k - 1:,} "
-            f"{dt} cannot hold exactly (integers up to 2**{exact.bit_length() - 1} only): "
-            "two categories would get one code; load it with dtype=np.float64"
-        )
-
-
 def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
     """``{column: Vocabulary}`` for ``categorical`` (as :func:`check_categorical` gives
     it): the vocabularies given, and the others learned from ``batches()``, an iterable
@@ -435,11 +417,21 @@ def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
                 seen[c].append(pc.unique(_plain(batch.column(c))))  # not the column: memory
     out = {}
     for c, given in categorical.items():
-        try:
-            out[c] = Vocabulary(c, learn(seen[c]) if given is None else given)
-        except TypeError as e:
-            raise TypeError(f"column {c!r}: {e}") from None
+        out[c] = learned(c, seen[c]) if given is None else Vocabulary(c, given)
     return out
+
+
+def learned(column: str, columns: list) -> Vocabulary:
+    """The vocabulary :func:`learn` gives ``columns`` (Arrow arrays of the column
+    ``column``: a ``TypeError`` naming it for values of two kinds). One of strings only
+    is sorted by Arrow and kept as that Arrow array, its index built from it (no Python
+    strings converted to Arrow again)."""
+    arrow = sorted_strings(columns)
+    try:
+        values = learn(columns) if arrow is None else arrow.to_pylist()
+    except TypeError as e:
+        raise TypeError(f"column {column!r}: {e}") from None
+    return Vocabulary(column, values, arrow)
 
 
 def code(name: str, col, vocab: dict, where: str, first_row: int = 0):

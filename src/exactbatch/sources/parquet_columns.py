@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn
+from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn, learned
 
 __all__ = ["Partitions", "SourceColumns", "check_names", "find_columns", "hive_partitions"]
 __all__ += ["check_held_keys", "is_numeric_type"]
@@ -187,10 +187,7 @@ class SourceColumns:
                 values = [v.get(c) for v in self.partitions.values]
                 self.vocab[c] = Vocabulary(c, learn([pa.array(values)]))
             else:
-                try:
-                    self.vocab[c] = Vocabulary(c, learn(seen[c]))
-                except TypeError as e:
-                    raise TypeError(f"column {c!r}: {e}") from None
+                self.vocab[c] = learned(c, seen[c])
 
     @property
     def string_codes(self) -> list[str]:

@@ -36,7 +36,7 @@ import numpy as np
 
 from exactbatch.kernels import core
 
-__all__ = ["StringIndex", "string_keys", "take_codes"]
+__all__ = ["StringIndex", "sorted_strings", "string_keys", "take_codes"]
 
 _P = np.uint64(0x100000001B3)  # the FNV prime: odd, so every power is too
 _LENGTH = np.uint64(0x9E3779B97F4A7C15)  # mixes the length in (a zero byte still counts)
@@ -77,6 +77,26 @@ def string_keys(arr) -> np.ndarray:
     sums = np.add.reduceat(terms, offs[:-1] - offs[0])  # (an empty string's: dropped)
     keys += np.where(lens > 0, sums, np.uint64(0))
     return _mixed(keys)
+
+
+def sorted_strings(columns):
+    """The distinct strings of ``columns`` (Arrow arrays or chunked arrays, plain or
+    dictionary-encoded), nulls left out, sorted by code point (UTF-8's byte order: what
+    Python's ``sorted`` gives), as one ``large_string`` Array; None when a column is of
+    another type (its values are learned in Python)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = []
+    for col in columns:
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            return None
+        col = col.cast(t) if t != col.type else col  # a dictionary decoded to its values
+        col = col.cast(pa.large_string())
+        chunks += col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    values = pc.drop_null(pc.unique(pa.chunked_array(chunks, type=pa.large_string())))
+    return values.take(pc.sort_indices(values))
 
 
 def _strings(arr) -> tuple:
@@ -125,33 +145,55 @@ class StringIndex:
         self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
     @classmethod
-    def of(cls, values: list[str]) -> StringIndex | None:
+    def of(cls, values: list[str], arrow=None) -> StringIndex | None:
         """The index of the vocabulary ``values`` (code ``j`` is ``values[j]``), or None
-        when two of its entries share a key."""
+        when two of its entries share a key. ``arrow``: the same values as an Arrow
+        string array, when there is one (no conversion from Python's)."""
         import pyarrow as pa
 
-        arr = pa.array(values, type=pa.large_string())
+        if arrow is None:
+            arr = pa.array(values, type=pa.large_string())
+        else:
+            arr = arrow.cast(pa.large_string())
         keys = string_keys(arr)
         order = np.argsort(keys, kind="stable")
         if (np.diff(keys[order]) == 0).any():
             return None
         return cls(arr, keys, order)
 
-    def codes(self, col) -> tuple[np.ndarray, np.ndarray]:
+    def coded(self, col) -> tuple:
+        """``(codes, first)`` of a plain string Array ``col``, each row looked up (no
+        dictionary made): a float64 Arrow array (NaN where null) in Arrow's memory pool,
+        and the first row whose value is not in the vocabulary (-1: none)."""
+        import pyarrow as pa
+
+        n = len(col)
+        buf = pa.allocate_buffer(8 * n)
+        codes, found = self.codes(col, np.frombuffer(buf, dtype=np.float64))
+        unknown = ~found
+        if col.null_count:  # a null is missing, never unknown
+            unknown &= col.is_valid().to_numpy(zero_copy_only=False)
+        first = int(unknown.argmax()) if n and unknown.any() else -1
+        return pa.Array.from_buffers(pa.float64(), n, [None, buf]), first
+
+    def codes(self, col, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, found)`` of ``col`` (a string Array, not chunked): float64 codes
-        (NaN where no entry is equal: null, or not in the vocabulary) and whether an
-        entry equal to the value was found."""
+        (NaN where no entry is equal: null, or not in the vocabulary; written into
+        ``out`` when given) and whether an entry equal to the value was found."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         n = len(col)
+        if out is None:
+            out = np.empty(n)
         if n == 0 or len(self._keys) == 0:
-            return np.full(n, np.nan), np.zeros(n, dtype=bool)
+            out[:] = np.nan
+            return out, np.zeros(n, dtype=bool)
         keys = string_keys(col)
         c = core()
         if c is not None:
             offs, data = _strings(col)
-            out, found = np.empty(n), np.empty(n, dtype=bool)
+            found = np.empty(n, dtype=bool)
             vdata = self._values.buffers()[2]
             args = (self._codes, self._starts, int(self._shift), self._voffs, vdata)
             c.index_codes(keys, offs, data, self._keys, *args, out, found)
@@ -176,7 +218,8 @@ class StringIndex:
         entries = self._values.take(pa.array(at))
         same = pc.equal(entries, col.cast(pa.large_string()))  # (a collision: False)
         found &= same.fill_null(False).to_numpy(zero_copy_only=False)
-        return np.where(found, codes, np.nan), found
+        np.copyto(out, np.where(found, codes, np.nan))
+        return out, found
 
 
 def take_codes(indices, table: np.ndarray, found: np.ndarray):
