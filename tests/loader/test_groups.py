@@ -54,11 +54,11 @@ def ids(batches) -> list[int]:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle):
+def test_small_batches_are_read_sixty_four_at_a_time_with_the_same_batches(shuffle):
     loader = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
     reads = CountReads(loader)
     got = list(iter(loader))
-    assert reads.sizes == [160] * 6 + [40]  # 100 batches: 7 groups
+    assert reads.sizes == [640, 360]  # 100 batches: 2 groups
     want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
     want._groups = (1, 1)  # one by one
     reads = CountReads(want)
@@ -100,6 +100,11 @@ def test_large_batches_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), loader, strict=False):
         pass
     assert reads.sizes == [64, 64, 64]
+    it = iter(loader)  # claimed a prefetch group (4 MiB: 8 batches) at a time, read one by one
+    next(it)
+    assert reads.sizes[3:] == [64] and len(it._current.jobs) == 8
+    assert loader.state_dict()["batches_done"] == 1
+    assert sum(1 for _ in it) == len(loader) - 1 and reads.sizes[3:] == [64] * 15 + [40]
     half = DataLoader(wide, 32)  # 256 KiB batches: two a read
     reads = CountReads(half)
     for _ in zip(range(3), half, strict=False):
@@ -160,19 +165,19 @@ def test_next_into_takes_the_next_batch_whichever_thread_calls():
     one thread's calls would, and a state after them counts only those handed out."""
     want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
     loader, got = DataLoader(x_of(), 10, shuffle=True, seed=4), []
-    for k in range(40):  # 2.5 groups
+    for k in range(80):  # 1.25 groups
         worker = threading.Thread(target=lambda: got.extend(into_ids(loader, 1)))
         worker.start()
         worker.join()
-        if k == 20:
-            assert len(loader._holder.group.queue) == 11  # the group of 16 claimed at batch 16
-    assert got == want[:40]
+        if k == 70:
+            assert len(loader._holder.group.queue) == 29  # the last 36, claimed at batch 64
+    assert got == want[:80]
     state = loader.state_dict()
-    assert state["batches_done"] == 40 and not state.get("pending")
+    assert state["batches_done"] == 80 and not state.get("pending")
     restored = DataLoader(x_of(), 10, shuffle=True, seed=4)
     restored.load_state_dict(state)
-    assert into_ids(restored) == want[40:]
-    assert into_ids(loader) == want[40:]  # the live loader goes on from its group
+    assert into_ids(restored) == want[80:]
+    assert into_ids(loader) == want[80:]  # the live loader goes on from its group
 
 
 class _PoppedMeanwhile(deque):
