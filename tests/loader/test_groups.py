@@ -28,8 +28,17 @@ from laws import (
 
 from exactbatch import DataLoader
 from exactbatch.feeds import random_access
+from exactbatch.loader import epoch_iterator
 
 N = 1000
+GROUP_BATCHES = epoch_iterator._GROUP_BATCHES  # the default: 64 small batches a group
+
+
+@pytest.fixture(autouse=True)
+def groups_of_sixteen(monkeypatch):
+    """The laws of groups hold at any size: these tests count in groups of 16 (64 only
+    where a test says so)."""
+    monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 16)
 
 
 def x_of() -> np.ndarray:
@@ -54,7 +63,9 @@ def ids(batches) -> list[int]:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_small_batches_are_read_sixty_four_at_a_time_with_the_same_batches(shuffle):
+def test_small_batches_are_read_sixty_four_at_a_time_with_the_same_batches(shuffle, monkeypatch):
+    monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", GROUP_BATCHES)
+    assert GROUP_BATCHES == 64
     loader = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
     reads = CountReads(loader)
     got = list(iter(loader))
@@ -165,19 +176,19 @@ def test_next_into_takes_the_next_batch_whichever_thread_calls():
     one thread's calls would, and a state after them counts only those handed out."""
     want = into_ids(DataLoader(x_of(), 10, shuffle=True, seed=4))
     loader, got = DataLoader(x_of(), 10, shuffle=True, seed=4), []
-    for k in range(80):  # 1.25 groups
+    for k in range(40):  # 2.5 groups
         worker = threading.Thread(target=lambda: got.extend(into_ids(loader, 1)))
         worker.start()
         worker.join()
-        if k == 70:
-            assert len(loader._holder.group.queue) == 29  # the last 36, claimed at batch 64
-    assert got == want[:80]
+        if k == 20:
+            assert len(loader._holder.group.queue) == 11  # the group of 16 claimed at batch 16
+    assert got == want[:40]
     state = loader.state_dict()
-    assert state["batches_done"] == 80 and not state.get("pending")
+    assert state["batches_done"] == 40 and not state.get("pending")
     restored = DataLoader(x_of(), 10, shuffle=True, seed=4)
     restored.load_state_dict(state)
-    assert into_ids(restored) == want[80:]
-    assert into_ids(loader) == want[80:]  # the live loader goes on from its group
+    assert into_ids(restored) == want[40:]
+    assert into_ids(loader) == want[40:]  # the live loader goes on from its group
 
 
 class _PoppedMeanwhile(deque):

@@ -22,7 +22,7 @@ from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
 from exactbatch.loader.cursor import Cursor
-from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_count
 from exactbatch.loader.groups import Holder
 from exactbatch.loader.into import IntoChecks
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
@@ -326,9 +326,9 @@ class DataLoader(Reports):
                 return 0
         assert by is not None  # (the check passed: an array)
         b = self.batch_size
-        # Batches are claimed a prefetch group at a time (read at hand-out: no arrays)
-        # into one group all callers pop from without the lock (Cursor.claim_next): a
-        # claim costs as much as a small batch's read. A batch counts once read.
+        # Batches are claimed a group at a time (into_count) into one group all callers
+        # pop from without the lock (see Cursor.claim_next): the claim's lock and calls
+        # cost a third of a small batch's read. A batch counts once its read succeeded.
         cursor = self._cursor
         group, item = self._holder.group, None
         if group is not None and group.epoch is cursor.current:
@@ -337,8 +337,7 @@ class DataLoader(Reports):
             except IndexError:  # empty, or emptied by another thread since
                 pass
         if item is None:
-            sizes = self._group_sizes()
-            group, item = cursor.claim_next(self._holder, sizes[1] if sizes else 1)
+            group, item = cursor.claim_next(self._holder, into_count(self._group_sizes()))
             if group is None:
                 self._telemetry.waited(t0)
                 return 0

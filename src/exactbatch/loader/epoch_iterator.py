@@ -23,7 +23,7 @@ from exactbatch.loader.groups import Group
 from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
-__all__ = ["EpochIterator", "group_sizes"]
+__all__ = ["EpochIterator", "group_sizes", "into_count"]
 
 # iter() claims small batches up to _GROUP_BATCHES and _GROUP_BYTES at a time (one claim;
 # from random access, one gather, one pair of arrays); from a stream, whose claim reads
@@ -52,6 +52,15 @@ def group_sizes(feed) -> tuple[int, int] | None:
     if feed.kind != "random access":
         most = min(most, _STREAM_GROUP_BATCHES)
     return max(1, min(most, _GROUP_BYTES // per)), ahead
+
+
+def into_count(sizes: tuple[int, int] | None) -> int:
+    """Batches a claim of ``next_into`` takes (its batches are read as handed out): a
+    group's (``sizes``: :func:`group_sizes`), or a prefetch group's where batches are
+    too large for groups: one claim, under the lock, for many batches."""
+    if sizes is None:
+        return 1
+    return sizes[0] if sizes[0] > 1 else sizes[1]
 
 
 def _take(cursor: Cursor, epoch, jobs) -> list:
