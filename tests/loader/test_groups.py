@@ -633,3 +633,24 @@ def test_the_ledger_a_state_takes_is_a_copy(via):
     for _ in range(20):
         next(it) if via == "iter" else loader.next_into(bx, by)
     assert (ledger.rows, ledger.digest) == before and before[0] == 160
+
+
+def test_peek_of_large_batches_claimed_unread_hands_out_the_same_arrays():
+    """Batches over 256 KiB are claimed a prefetch group at a time and read as they are
+    handed out; peek() reads them ahead once: next() hands out those very arrays, in
+    order, each read once, and the epoch is the one read batch by batch."""
+    wide = np.arange(N * 1024, dtype=np.float64).reshape(N, 1024)  # 512 KiB batches of 64
+    loader = DataLoader(wide, 64, shuffle=True, seed=6)
+    reads = CountReads(loader)
+    it = iter(loader)
+    first = next(it)
+    ahead = it.peek(3)
+    assert len(reads.sizes) == 4
+    got = [first, *(next(it) for _ in range(3))]
+    assert all(a[0] is b[0] for a, b in zip(ahead, got[1:], strict=True))
+    assert len(reads.sizes) == 4  # read once, by peek
+    got += list(it)
+    want = DataLoader(wide, 64, shuffle=True, seed=6)
+    want._groups = (1, 1)
+    expected = list(iter(want))
+    assert [g[0][:, 0].tolist() for g in got] == [e[0][:, 0].tolist() for e in expected]

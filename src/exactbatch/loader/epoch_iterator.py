@@ -161,6 +161,7 @@ class EpochIterator:
         "_lazy",
         "_lock",
         "_owner",
+        "_peeked",
         "_prefetcher",
     )
 
@@ -173,6 +174,7 @@ class EpochIterator:
         self._owner = owner = _Owner()
         self._current = _EMPTY  # the group being handed out
         self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
+        self._peeked: dict = {}  # batches claimed unread, read by peek: by batch number
         self._lock = threading.Lock()  # taken to change groups, not to hand out
         self._prefetcher = None
         if prefetch:
@@ -208,6 +210,8 @@ class EpochIterator:
         if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
             cursor.check_gen(self._gen)  # batches with it
         job, batch = item
+        if batch is None and self._peeked:  # read by peek()
+            batch = self._peeked.pop(job.k, None)
         if batch is None:  # claimed unread (lazily, or by next_into): read it now
             t0 = perf_counter_ns()
             try:
@@ -275,7 +279,11 @@ class EpochIterator:
                 self._ahead.append(group)
             out = []
             for job, batch in items[:k]:
-                out.append(_take(self._cursor, None, [job])[0] if batch is None else batch)
+                if batch is None:  # claimed unread: read now, and handed out as read
+                    batch = self._peeked.get(job.k)
+                    if batch is None:
+                        batch = self._peeked[job.k] = _take(self._cursor, None, [job])[0]
+                out.append(batch)
             return out
 
     def _read_more(self, count: int):
@@ -294,7 +302,7 @@ class EpochIterator:
 
     def _groups(self) -> list:
         groups = [self._current, *self._ahead]
-        self._current, self._ahead = _EMPTY, deque()
+        self._current, self._ahead, self._peeked = _EMPTY, deque(), {}
         return [g for g in groups if g is not _EMPTY]
 
     def close(self) -> None:
