@@ -7,9 +7,14 @@ shuffled epoch of each in turn (thread CPU time; wall time with prefetch,
 whose work is on another thread), alternating which goes first, and the
 median and the best of ``--rounds`` are printed as ratios now/then (above 1:
 faster now). In-process and interleaved, because this machine's speed drifts
-by up to 2x between processes.
+by up to 2x between processes. Each round also times the limit: one core running
+exactbatch's compiled gather (``kernels.memory_rows(x, y).read``) over a held
+permutation into reused buffers (compare.py's ``c_limit``), so the table gives
+each loader's microseconds per batch, their overhead above the limit's, and
+the fraction of the limit reached (best of the rounds).
 
     .venv/bin/python bench/ab_against.py 606698f [--rows 1000000] [--batch 64 256 1024]
+    .venv/bin/python bench/ab_against.py 376bbad --batch 64 4096 --via iter next_into
 """
 
 from __future__ import annotations
@@ -72,6 +77,18 @@ def epoch(loader, via: str, b: int, d: int) -> float:
     return clock() - t
 
 
+def limit_epoch(read, perm: np.ndarray, b: int, d: int) -> float:
+    """One epoch of the bare compiled gather over ``perm`` (thread CPU seconds)."""
+    bx, by = np.empty((b, d)), np.empty((b, 1))
+    n, t = len(perm), time.thread_time()
+    full = n - n % b
+    for i in range(0, full, b):
+        read(perm[i : i + b], bx, by)
+    if full < n:
+        read(perm[full:], bx[: n - full], by[: n - full])
+    return time.thread_time() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev", help="the earlier commit")
@@ -90,22 +107,30 @@ def main() -> None:
         x = rng.standard_normal((args.rows, args.cols))
         y = rng.standard_normal((args.rows, 1))
         print(f"{args.rows:,} rows of {args.cols}+1 float64, {os.cpu_count()} cores; now/then")
+        read = now.kernels.memory_rows(x, y).read
+        perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
         for b in args.batch:
             for via in args.via:
                 pf = 2 if via == "prefetch" else 0
                 loaders = [m.DataLoader((x, y), b, seed=1, prefetch=pf) for m in (now, then)]
                 for loader in loaders:  # warm: the whole orders computed, pages touched
                     epoch(loader, via, b, args.cols)
-                times = ([], [])
+                times: tuple[list, list, list] = ([], [], [])
                 for r in range(args.rounds):
-                    for k in (0, 1) if r % 2 else (1, 0):
-                        times[k].append(epoch(loaders[k], via, b, args.cols))
+                    for k in (0, 1, 2) if r % 2 else (2, 1, 0):
+                        if k == 2:
+                            times[k].append(limit_epoch(read, perm, b, args.cols))
+                        else:
+                            times[k].append(epoch(loaders[k], via, b, args.cols))
                 med = statistics.median(times[1]) / statistics.median(times[0])
                 best = min(times[1]) / min(times[0])
                 rate = args.rows / statistics.median(times[0]) / 1e6
+                per = [min(t) / -(-args.rows // b) * 1e6 for t in times]  # us a batch
                 print(
                     f"batch {b:5d}  {via:9s}  now {rate:6.2f} M rows/s  "
-                    f"median {med:.2f}x  best {best:.2f}x",
+                    f"median {med:.2f}x  best {best:.2f}x  |  us/batch: C limit {per[2]:.2f}, "
+                    f"then {per[1]:.2f} (+{per[1] - per[2]:.2f}, {per[2] / per[1]:.2f}x C), "
+                    f"now {per[0]:.2f} (+{per[0] - per[2]:.2f}, {per[2] / per[0]:.2f}x C)",
                     flush=True,
                 )
     finally:

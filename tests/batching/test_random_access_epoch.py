@@ -73,3 +73,58 @@ def test_batches_in_order_map_each_block_once(b):
         order.take(a, min(a + b, n))
     # blocks at 0, 4096, 8192 (b=64: 64 batches fill a block); at 0, 4000, 8000 (b=1000)
     assert bijection.calls == 3
+
+
+def _epoch_with_whole_order(n, b, drop_last=False, with_rows=False):
+    """A shuffled in-memory epoch whose whole order is computed (claims take runs of it)."""
+    import time
+
+    from exactbatch import DataLoader
+
+    x = np.arange(n * 3, dtype=np.float64).reshape(n, 3)
+    y = np.arange(n, dtype=np.float64).reshape(n, 1)
+    loader = DataLoader((x, y), b, seed=5, drop_last=drop_last, with_rows=with_rows)
+    epoch = loader._feed.open_epoch(5, 2, 0)
+    for _ in range(500):  # (computed on a background thread)
+        if epoch.order.whole is not None:
+            return loader, epoch
+        time.sleep(0.01)
+    raise AssertionError("the whole order was not computed")
+
+
+@pytest.mark.parametrize("n, b, drop_last", [(1000, 64, False), (1000, 64, True), (64, 64, False)])
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_a_claim_of_many_batches_takes_the_jobs_one_claim_each_would(n, b, drop_last, with_rows):
+    """claim_many over the whole order (RunJob, made a run at a time) gives each batch's
+    number, rows, size and digest as job(k) does, reads the same bytes (fill and take,
+    row ids included), in groups of any size, the short last batch and one-batch
+    claims included."""
+    loader, epoch = _epoch_with_whole_order(n, b, drop_last, with_rows)
+    jobs: list = []
+    for count in (1, 5, 1, 100):
+        got: list = []
+        epoch.claim_many(got, count)
+        assert len(got) == min(count, loader._feed.nbatches - len(jobs))
+        jobs += got
+    assert [j.k for j in jobs] == list(range(len(loader)))
+    d, l = loader.d, loader.l  # noqa: E741
+    for job in jobs:
+        one = epoch.job(job.k)
+        assert type(job).__name__.startswith("Run")
+        assert (job.size, job.digest) == (one.size, one.digest)
+        assert job.digest == rows_digest(one.rows)
+        np.testing.assert_array_equal(job.rows, one.rows)
+        bx, by = np.empty((job.size, d)), np.empty((job.size, l))
+        job.fill(bx, by)
+        for got_part, want_part in zip(job.take(), one.take(), strict=True):
+            np.testing.assert_array_equal(got_part, want_part)
+        np.testing.assert_array_equal(bx, one.take()[0])
+        ids = np.empty(job.size, dtype=np.int64)
+        job.fill_rows(ids)
+        np.testing.assert_array_equal(ids, one.rows)
+    assert len(jobs[0].take()) == (3 if with_rows else 2)
+    group = jobs[1:4] or jobs  # consecutive: read as one slice of the whole order
+    for job, batch in zip(group, epoch.take_group(group), strict=True):
+        for got_part, want_part in zip(batch, epoch.job(job.k).take(), strict=True):
+            np.testing.assert_array_equal(got_part, want_part)
+    loader.close()

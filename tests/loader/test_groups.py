@@ -28,8 +28,17 @@ from laws import (
 
 from exactbatch import DataLoader
 from exactbatch.feeds import random_access
+from exactbatch.loader import epoch_iterator
 
 N = 1000
+GROUP_BATCHES = epoch_iterator._GROUP_BATCHES  # the default: 64 small batches a group
+
+
+@pytest.fixture(autouse=True)
+def groups_of_sixteen(monkeypatch):
+    """The laws of groups hold at any size: these tests count in groups of 16 (64 only
+    where a test says so)."""
+    monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 16)
 
 
 def x_of() -> np.ndarray:
@@ -54,11 +63,13 @@ def ids(batches) -> list[int]:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_small_batches_are_read_sixteen_at_a_time_with_the_same_batches(shuffle):
+def test_small_batches_are_read_sixty_four_at_a_time_with_the_same_batches(shuffle, monkeypatch):
+    monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", GROUP_BATCHES)
+    assert GROUP_BATCHES == 64
     loader = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
     reads = CountReads(loader)
     got = list(iter(loader))
-    assert reads.sizes == [160] * 6 + [40]  # 100 batches: 7 groups
+    assert reads.sizes == [640, 360]  # 100 batches: 2 groups
     want = DataLoader(x_of(), 10, shuffle=shuffle, seed=3)
     want._groups = (1, 1)  # one by one
     reads = CountReads(want)
@@ -100,6 +111,11 @@ def test_large_batches_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), loader, strict=False):
         pass
     assert reads.sizes == [64, 64, 64]
+    it = iter(loader)  # claimed a prefetch group (4 MiB: 8 batches) at a time, read one by one
+    next(it)
+    assert reads.sizes[3:] == [64] and len(it._current.jobs) == 8
+    assert loader.state_dict()["batches_done"] == 1
+    assert sum(1 for _ in it) == len(loader) - 1 and reads.sizes[3:] == [64] * 15 + [40]
     half = DataLoader(wide, 32)  # 256 KiB batches: two a read
     reads = CountReads(half)
     for _ in zip(range(3), half, strict=False):
@@ -617,3 +633,24 @@ def test_the_ledger_a_state_takes_is_a_copy(via):
     for _ in range(20):
         next(it) if via == "iter" else loader.next_into(bx, by)
     assert (ledger.rows, ledger.digest) == before and before[0] == 160
+
+
+def test_peek_of_large_batches_claimed_unread_hands_out_the_same_arrays():
+    """Batches over 256 KiB are claimed a prefetch group at a time and read as they are
+    handed out; peek() reads them ahead once: next() hands out those very arrays, in
+    order, each read once, and the epoch is the one read batch by batch."""
+    wide = np.arange(N * 1024, dtype=np.float64).reshape(N, 1024)  # 512 KiB batches of 64
+    loader = DataLoader(wide, 64, shuffle=True, seed=6)
+    reads = CountReads(loader)
+    it = iter(loader)
+    first = next(it)
+    ahead = it.peek(3)
+    assert len(reads.sizes) == 4
+    got = [first, *(next(it) for _ in range(3))]
+    assert all(a[0] is b[0] for a, b in zip(ahead, got[1:], strict=True))
+    assert len(reads.sizes) == 4  # read once, by peek
+    got += list(it)
+    want = DataLoader(wide, 64, shuffle=True, seed=6)
+    want._groups = (1, 1)
+    expected = list(iter(want))
+    assert [g[0][:, 0].tolist() for g in got] == [e[0][:, 0].tolist() for e in expected]

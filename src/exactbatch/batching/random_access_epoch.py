@@ -16,7 +16,8 @@ out, is given back and claimed again before any later batch.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,9 +28,11 @@ from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_dig
 
 __all__ = [
     "BlockedOrder",
+    "OrderRun",
     "RandomAccessEpoch",
     "RandomAccessJob",
     "RowsJob",
+    "RunJob",
     "num_batches",
     "row_ids",
     "take_group",
@@ -74,6 +77,95 @@ class RowsJob(RandomAccessJob):
 
     def take(self) -> tuple[np.ndarray, ...]:
         return (*super().take(), row_ids(self.rows))
+
+
+class _RunFields(NamedTuple):
+    run: OrderRun
+    k: int
+    size: int
+    digest: int
+    start: int  # k*b: the batch's first position in the order
+
+
+class RunJob(_RunFields):
+    """Batch ``k`` of an epoch's whole order (an :class:`OrderRun`, ``run``): what a
+    :class:`RandomAccessJob` is, made for a claim of many batches at C speed (a tuple,
+    made without a call per batch) and holding no view of its rows until one is read
+    alone (``rows``: positions ``start .. start + size`` of the order, ``start = k*b``)."""
+
+    __slots__ = ()
+    with_rows = False
+
+    @property
+    def reader(self):
+        return self.run.reader
+
+    @property
+    def dtype(self):
+        return self.run.dtype
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.run.rows[self.start : self.start + self.size]
+
+    def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
+        run, a = self.run, self.start  # (rows, written out: this runs a batch)
+        run.reader.read(run.rows[a : a + self.size], out_x, out_y)
+
+    def fill_rows(self, out: np.ndarray) -> None:
+        out[...] = self.rows
+
+    def take(self) -> tuple[np.ndarray, ...]:
+        run = self.run
+        reader = run.reader
+        out_x, out_y = batch_pair(self.size, reader.d, reader.l, run.dtype, run.ydtype)
+        reader.read(self.rows, out_x, out_y)
+        if self.with_rows:
+            return out_x, out_y, row_ids(self.rows)
+        return out_x, out_y
+
+
+class RunRowsJob(RunJob):
+    """A :class:`RunJob` whose batch carries its row ids: ``(x, y, rows)``."""
+
+    __slots__ = ()
+    with_rows = True
+
+
+_new = tuple.__new__
+
+
+class OrderRun:
+    """The whole order of an epoch whose batch k is positions ``k*b .. min(k*b + b, n)``
+    (``rows``, and ``digests`` one a batch): its batches claimed as :class:`RunJob` s."""
+
+    __slots__ = ("b", "digests", "dtype", "job", "n", "reader", "rows", "ydtype")
+
+    def __init__(self, reader, rows, digests, b: int, n: int, dtype, with_rows: bool):
+        self.reader, self.rows, self.digests, self.b, self.n = reader, rows, digests, b, n
+        self.dtype, self.ydtype = dtype, getattr(reader, "ydtype", None)
+        self.job = RunRowsJob if with_rows else RunJob
+
+    def jobs(self, k0: int, k1: int) -> list:
+        """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop."""
+        b, n = self.b, self.n
+        full = min(k1, n // b)  # batches k0 .. full-1 hold b rows
+        out = list(
+            map(
+                _new,
+                repeat(self.job),
+                zip(
+                    repeat(self),
+                    range(k0, full),
+                    repeat(b),
+                    self.digests[k0:full].tolist(),
+                    range(k0 * b, full * b, b),
+                ),
+            )
+        )
+        for k in range(max(k0, full), k1):  # the short last batch
+            out.append(_new(self.job, (self, k, n - k * b, self.digests[k], k * b)))
+        return out
 
 
 def row_ids(rows) -> np.ndarray:
@@ -253,6 +345,7 @@ class RandomAccessEpoch:
         self._job = RowsJob if with_rows else RandomAccessJob
         self._digest = RangeDigests(b)
         self._promised = promised
+        self._order_run: OrderRun | None = None  # see _run
         self.claimed = skip
         self.returned = Returned(self.job(k) for k in pending)
 
@@ -305,24 +398,32 @@ class RandomAccessEpoch:
             return None
         return self.order.whole
 
+    def _run(self) -> OrderRun | None:
+        """The :class:`OrderRun` of the whole order, once computed (see :meth:`_whole`)."""
+        run = self._order_run
+        if run is None:
+            whole = self._whole()
+            if whole is None:
+                return None
+            rows, digests = whole
+            run = self._order_run = OrderRun(
+                self.reader, rows, digests, self.b, self.span, self.dtype, self._job is RowsJob
+            )
+        return run
+
     def claim_many(self, jobs: list, count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
-        # (one batch: claim() costs less than the loop below)
-        whole = None if self.returned or count - len(jobs) == 1 else self._whole()
-        if whole is None:
+        run = None if self.returned else self._run()
+        if run is None:
             while len(jobs) < count and (job := self.claim()) is not None:
                 jobs.append(job)
             return
-        # What claim() does for each batch, without its calls: for small batches
-        # they cost as much as the gather.
-        rows, digests = whole
-        b, n, reader, dtype, make = self.b, self.span, self.reader, self.dtype, self._job
+        # What claim() does for each batch, a run at a time: for small batches its
+        # calls, and a view of each batch's rows, cost as much as the gather.
         k0 = self.claimed
         k1 = self.claimed = max(k0, min(self.real, k0 + count - len(jobs)))
-        jobs += [
-            make(reader, rows[a : min(a + b, n)], min(b, n - a), k, digests[k], dtype)
-            for k, a in zip(range(k0, k1), range(k0 * b, k1 * b, b), strict=True)
-        ]
+        if k1 > k0:
+            jobs += run.jobs(k0, k1)
         while len(jobs) < count and (job := self.claim()) is not None:  # padding ("pad")
             jobs.append(job)
 

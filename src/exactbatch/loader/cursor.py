@@ -40,7 +40,7 @@ import threading
 
 from exactbatch.audit import check_ledger
 from exactbatch.feeds.base import Epoch, Feed
-from exactbatch.loader.groups import Group, Holder, tally_of
+from exactbatch.loader.groups import Group, Holder, batch_numbers, tally_of
 from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
@@ -193,7 +193,7 @@ class Cursor(Standing):
                     self._requeue(group)
                     raise
             if fresh or group.queue:
-                group.jobs.update({job.k: job for job in fresh})
+                group.jobs.update(zip(map(batch_numbers, fresh), fresh, strict=True))
                 self._live.append(group)
                 return group, fresh
             if not any(g.flying() for g in self._live):
@@ -324,8 +324,9 @@ class Cursor(Standing):
         for group in groups:
             self.give_back(group, _popped(group.queue))
 
-    def handed_out(self, group: Group, job) -> None:
-        """``job`` of ``group`` reached its consumer (:meth:`Group.hand`)."""
+    def hand(self, group: Group, job) -> None:
+        """``job`` of ``group`` reached its consumer (:meth:`Group.hand`): it counts now."""
+        group.handed.append(job)
         self._last_rows = job.size
         if self.phase is Phase.DRAINING and group.done():
             self.settle()  # the epoch's last batches: check the ledger now

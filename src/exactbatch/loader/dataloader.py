@@ -22,7 +22,7 @@ from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
 from exactbatch.loader.cursor import Cursor
-from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_count
 from exactbatch.loader.groups import Holder
 from exactbatch.loader.into import IntoChecks
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
@@ -65,7 +65,7 @@ class DataLoader(Reports):
       ``(x, y)`` arrays of shapes (rows, d) and (rows, l) and dtype ``dtype``
       (float64, or float32: cast in the gather, with no second pass) that
       belong to the caller (nothing else writes them; small batches of a
-      random-access source are read up to 16 at a time, at most 512 KiB -
+      random-access source are read up to 64 at a time, at most 512 KiB -
       with prefetch, up to 64 at a time, at most 4 MiB, by the prefetch
       thread: such a batch is a view of its group's arrays).
       Where ``batch_size`` is a multiple of 16, a batch's x and y start on a
@@ -326,9 +326,9 @@ class DataLoader(Reports):
                 return 0
         assert by is not None  # (the check passed: an array)
         b = self.batch_size
-        # Small batches are claimed a group at a time into one group all callers pop
-        # from without the lock (see Cursor.claim_next): the claim's lock and calls cost
-        # a third of a small batch's read. A batch counts once its read succeeded.
+        # Batches are claimed a group at a time (into_count) into one group all callers
+        # pop from without the lock (see Cursor.claim_next): the claim's lock and calls
+        # cost a third of a small batch's read. A batch counts once its read succeeded.
         cursor = self._cursor
         group, item = self._holder.group, None
         if group is not None and group.epoch is cursor.current:
@@ -337,8 +337,7 @@ class DataLoader(Reports):
             except IndexError:  # empty, or emptied by another thread since
                 pass
         if item is None:
-            sizes = self._group_sizes()
-            group, item = cursor.claim_next(self._holder, sizes[0] if sizes else 1)
+            group, item = cursor.claim_next(self._holder, into_count(self._group_sizes()))
             if group is None:
                 self._telemetry.waited(t0)
                 return 0
@@ -356,7 +355,7 @@ class DataLoader(Reports):
         except BaseException:
             group.unpop(item)
             raise
-        group.hand(job)
+        cursor.hand(group, job)
         self._telemetry.waited(t0, batch is None)  # (the fill: a read of random access)
         return size
 

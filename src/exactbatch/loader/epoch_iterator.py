@@ -23,13 +23,16 @@ from exactbatch.loader.groups import Group
 from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
-__all__ = ["EpochIterator", "group_sizes"]
+__all__ = ["EpochIterator", "group_sizes", "into_count"]
 
 # iter() claims small batches up to _GROUP_BATCHES and _GROUP_BYTES at a time (one claim;
-# from random access, one gather, one pair of arrays). A prefetch thread reads larger
+# from random access, one gather, one pair of arrays); from a stream, whose claim reads
+# its chunks ahead, up to _STREAM_GROUP_BATCHES. A group's claim, arrays and calls cost
+# tens of us (at batch 64, about 3 us a batch in groups of 16, 1 us in groups of 64), so
+# a group of random access carries up to 64 batches. A prefetch thread reads larger
 # groups: each hand-off between threads costs 40-100 us (the waits for the GIL), as much
 # as a batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
-_GROUP_BYTES, _GROUP_BATCHES = 512 << 10, 16
+_GROUP_BYTES, _GROUP_BATCHES, _STREAM_GROUP_BATCHES = 512 << 10, 64, 16
 _AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
 
 
@@ -45,7 +48,19 @@ def group_sizes(feed) -> tuple[int, int] | None:
     if not per:
         return 1, 1
     ahead = max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per))
-    return max(1, min(_GROUP_BATCHES, _GROUP_BYTES // per)), ahead
+    most = _GROUP_BATCHES
+    if feed.kind != "random access":
+        most = min(most, _STREAM_GROUP_BATCHES)
+    return max(1, min(most, _GROUP_BYTES // per)), ahead
+
+
+def into_count(sizes: tuple[int, int] | None) -> int:
+    """Batches a claim of ``next_into`` takes (its batches are read as handed out): a
+    group's (``sizes``: :func:`group_sizes`), or a prefetch group's where batches are
+    too large for groups: one claim, under the lock, for many batches."""
+    if sizes is None:
+        return 1
+    return sizes[0] if sizes[0] > 1 else sizes[1]
 
 
 def _take(cursor: Cursor, epoch, jobs) -> list:
@@ -85,15 +100,18 @@ def _pad_shape(feed) -> tuple:
     return feed.d, feed.l, spec.dtype, ydtype, spec.with_rows
 
 
-def _read_group(cursor: Cursor, gen: int, count: int, owner):
+def _read_group(cursor: Cursor, gen: int, count: int, owner, lazy: bool = False):
     """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
     out: other claimants' ready batches first, then the next batches of the epoch,
-    claimed under one lock and read with one gather. None at the end. A read that
-    raises gives the fresh batches back (claimed again first)."""
+    claimed under one lock and read with one gather (``lazy``: each read as it is
+    handed out, as ``next_into`` does). None at the end. A read that raises gives the
+    fresh batches back (claimed again first)."""
     group, fresh = cursor.claim(owner, count, gen)
     if group is None:
         return None
-    if fresh:
+    if lazy:
+        cursor.ready(group, [(job, None) for job in fresh])
+    elif fresh:
         try:
             batches = _take(cursor, group.epoch, fresh)
         except BaseException:
@@ -140,16 +158,23 @@ class EpochIterator:
         "_current",
         "_gen",
         "_group",
+        "_lazy",
         "_lock",
         "_owner",
+        "_peeked",
         "_prefetcher",
     )
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
         self._cursor, self._gen, self._group = cursor, gen, group or 1
+        # Random-access batches too large to read in groups (a group of one) are claimed
+        # a prefetch group at a time, each read as it is handed out: one claim for many.
+        sizes = None if prefetch or group != 1 else group_sizes(cursor.feed)
+        self._lazy = sizes[1] if sizes and cursor.feed.kind == "random access" else 0
         self._owner = owner = _Owner()
         self._current = _EMPTY  # the group being handed out
         self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
+        self._peeked: dict = {}  # batches claimed unread, read by peek: by batch number
         self._lock = threading.Lock()  # taken to change groups, not to hand out
         self._prefetcher = None
         if prefetch:
@@ -174,9 +199,10 @@ class EpochIterator:
         if job is None:
             return self._waited()
         # (written out here and in _hand: a call costs a tenth of a small batch's gather)
-        if self._cursor.gen != self._gen or batch is None:
+        cursor = self._cursor
+        if cursor.gen != self._gen or batch is None:
             return self._hand(group, (job, batch))
-        group.hand(job)
+        cursor.hand(group, job)
         return batch
 
     def _hand(self, group, item):
@@ -184,13 +210,18 @@ class EpochIterator:
         if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
             cursor.check_gen(self._gen)  # batches with it
         job, batch = item
-        if batch is None:  # a batch taken over from next_into's group: read it now
+        if batch is None and self._peeked:  # read by peek()
+            batch = self._peeked.pop(job.k, None)
+        if batch is None:  # claimed unread (lazily, or by next_into): read it now
+            t0 = perf_counter_ns()
             try:
                 batch = _take(cursor, group.epoch, [job])[0]
             except BaseException:
                 group.unpop(item)
                 raise
-        group.hand(job)
+            finally:
+                cursor.telemetry.waited(t0)
+        cursor.hand(group, job)
         return batch
 
     def _waited(self):
@@ -248,14 +279,20 @@ class EpochIterator:
                 self._ahead.append(group)
             out = []
             for job, batch in items[:k]:
-                out.append(_take(self._cursor, None, [job])[0] if batch is None else batch)
+                if batch is None:  # claimed unread: read now, and handed out as read
+                    batch = self._peeked.get(job.k)
+                    if batch is None:
+                        batch = self._peeked[job.k] = _take(self._cursor, None, [job])[0]
+                out.append(batch)
             return out
 
     def _read_more(self, count: int):
         """The next group (from the prefetch thread, else ``count`` batches read now);
         None at the epoch's end."""
         if self._prefetcher is None:
-            return _read_group(self._cursor, self._gen, count, self._owner)
+            if self._lazy > 1:
+                count = max(count, self._lazy)
+            return _read_group(self._cursor, self._gen, count, self._owner, self._lazy > 1)
         self._cursor.telemetry.asked(self._prefetcher.ready())
         try:
             return self._prefetcher.get()
@@ -265,7 +302,7 @@ class EpochIterator:
 
     def _groups(self) -> list:
         groups = [self._current, *self._ahead]
-        self._current, self._ahead = _EMPTY, deque()
+        self._current, self._ahead, self._peeked = _EMPTY, deque(), {}
         return [g for g in groups if g is not _EMPTY]
 
     def close(self) -> None:
