@@ -10,7 +10,7 @@ import pytest
 
 pm = pytest.importorskip("pymc")
 
-from exactbatch import DataLoader, TotalSizeWarning  # noqa: E402
+from exactbatch import DataLoader, TotalSizeWarning, certify  # noqa: E402
 from exactbatch.pymc import data, fit  # noqa: E402
 
 
@@ -64,13 +64,19 @@ def test_importing_the_adapter_does_not_import_pymc():
 def test_placeholders_hold_the_next_batch_and_leave_the_loader_alone(l):  # noqa: E741
     """x is (batch_size, d); y is (batch_size,) for one label per row, (batch_size, l) for
     several, None for none. They hold the batch the loader hands out next, and the loader
-    still hands it out next (its state is unchanged)."""
+    still hands it out next: its state stands where it stood, naming the reload that
+    put it back (as any load does: exactbatch.loader.lineage), and a run certifies."""
     x, y = xy(100, l=l)
     loader = DataLoader((x, y), 20, seed=3)
     before = loader.state_dict()
     with pm.Model() as model:
         x_data, y_data = data(loader)
-    assert loader.state_dict() == before
+    after = loader.state_dict()
+    lineage = {"id", "parent", "loaded_at"}
+    assert {k: v for k, v in after.items() if k not in lineage} == {
+        k: v for k, v in before.items() if k not in lineage
+    }
+    assert after["parent"] == before["id"]
     xb, yb = next(iter(loader))
     assert model["x"] is x_data and x_data.get_value().shape == (20, 3)
     assert np.array_equal(x_data.get_value(), xb)
@@ -80,6 +86,11 @@ def test_placeholders_hold_the_next_batch_and_leave_the_loader_alone(l):  # noqa
         want = yb[:, 0] if l == 1 else yb
         assert model["y"] is y_data and y_data.get_value().shape == want.shape
         assert np.array_equal(y_data.get_value(), want)
+    for _ in loader:  # a whole epoch after the one cut short by next(iter(loader))
+        pass
+    first, whole = certify([loader.state_dict()]).epochs  # the peek is not counted:
+    assert first.handed == 20 and first.repeated == 0  # the one batch next() took
+    assert whole.exact and whole.handed == 100
 
 
 def test_placeholders_of_a_generator_stream():
