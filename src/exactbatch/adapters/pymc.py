@@ -101,7 +101,8 @@ def data(
     (batch_size, l) for several, or None when it has none. They hold the
     loader's next batch (the one :func:`fit` will feed first); the loader is
     left where it stood (its state names the reload that put it back, as a
-    state taken after any load does; the batch read is not counted). Observe them with ``total_size=loader.total_size``::
+    state taken after any load does; the batch read is not counted).
+    Observe them with ``total_size=loader.total_size``::
 
         with pm.Model() as model:
             x, y = exactbatch.pymc.data(loader)
