@@ -260,8 +260,10 @@ TARGETS = {
         ["src/exactbatch/transform.py", "src/exactbatch/stats.py"],
         ["exactbatch.transform.*", "exactbatch.stats.*"],
         [
+            "tests/test_transform.py",
             "tests/loader/test_real_data.py",
             "tests/loader/test_nan_fill_columns.py",
+            "tests/loader/test_by_name.py",  # statistics by name
             "tests/test_stats.py",
             "tests/test_kernels.py",
         ],
