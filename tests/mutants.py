@@ -272,6 +272,7 @@ TARGETS = {
         ["src/exactbatch/sources/identity.py"],
         ["exactbatch.sources.identity.*"],
         [
+            "tests/sources/test_identity.py",
             "tests/loader/test_fingerprint.py",
             "tests/loader/test_resume.py",
             "tests/loader/test_certify.py",
