@@ -40,6 +40,14 @@ def test_the_rows_hash_holds_positions_features_and_labels_as_float64():
     assert identity._rows_hash(pos, x, y + 1) != h
 
 
+def test_the_rows_hash_never_changes_between_versions():
+    """A state saved by an earlier version carries this hash: the positions as int64 and
+    the values as float64, little-endian, hashed by BLAKE2b-128 (a change refuses every
+    state saved before it as other data)."""
+    x, y = np.array([[1.5, -2.0], [np.nan, 4.0]]), np.array([[1.0], [0.0]])
+    assert identity._rows_hash(np.array([0, 3]), x, y) == "2fa24ddffd465ef8826a0d5e57d355a6"
+
+
 def test_a_list_of_chunks_is_sampled_as_an_array_of_its_rows():
     x, y = np.arange(20.0).reshape(10, 2), np.arange(10.0).reshape(10, 1)
     whole = identity._chunks_sample([(x, y)])
