@@ -282,9 +282,11 @@ TARGETS = {
         ["src/exactbatch/ndf/categories.py", "src/exactbatch/sources/categorical.py"],
         ["exactbatch.ndf.categories.*", "exactbatch.sources.categorical.*"],
         [
+            "tests/sources/test_categorical.py",
             "tests/ndf/test_categories.py",
             "tests/tools/test_convert_columns.py",
             "tests/sources/test_hive.py",
+            "tests/sources/test_wide_and_coded.py",  # the Arrow sources' categorical=
         ],
     ),
     "string_keys": (  # strings coded a chunk at once by their 64-bit keys
