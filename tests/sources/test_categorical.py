@@ -140,6 +140,9 @@ def test_a_value_outside_the_vocabulary_is_named_with_its_row():
         (["a", 1], ["a", "1"], None, "'1'", 1),  # "1" is not 1 (the hash)
         ([0, 1, 2], [1, 7, 0], pa.int64(), "7", 1),  # the dense table
         ([0, 1, 2], [1, None, -1], pa.int64(), "-1", 2),
+        ([0, 1, 2], [2, 3], pa.int64(), "3", 1),  # one past the table's top
+        ([0, 1, 2], [2.0, 3.0], pa.float64(), "3.0", 1),
+        ([0.5, 1e9], [0.5, 2e9], pa.float64(), "2000000000.0", 1),  # past the last entry
         ([0.5, 1e9], [0.5, 0.25], pa.float64(), "0.25", 1),  # the search
         ([0.0, 1.0], [0.0, -0.5], pa.float64(), "-0.5", 1),  # never truncated to 0
         ([0, 1], [False, True], pa.bool_(), "False", 0),  # a boolean is not a number
@@ -162,6 +165,9 @@ def test_numbers_take_the_code_of_the_entry_equal_to_them():
     assert _codes(sparse, [0, 1_000_000_000], type=pa.int64()) == [1, 0]
     assert _codes([0.0, 1.0], [1, 0], type=pa.int8()) == [1, 0]  # 0 is the entry 0.0
     assert _codes([10, 5, 7, 1], [10, 7, 5, 1], type=pa.int16()) == [0, 2, 1, 3]
+    assert _codes([-3, 2, -1], [2.0, -3.0, None], type=pa.float64()) == [1, 0, None]
+    assert _codes([-3, 2, -1], [2, -3, -1], type=pa.int64()) == [1, 0, 2]
+    assert _codes([0.5, 0.75, 1.5], [0.75, 0.5, 1.5], type=pa.float64()) == [1, 0, 2]
     big = [2**53, 2**53 + 1, 2**60]  # past float64's integers: the hash, exactly
     assert _codes(big, [2**53 + 1, 2**53, 2**60, None], type=pa.int64()) == [1, 0, 2, None]
     assert _codes([2, 2**60], [2**60, 2], type=pa.int64()) == [1, 0]
