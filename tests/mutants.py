@@ -261,8 +261,10 @@ TARGETS = {
         ["src/exactbatch/transform.py", "src/exactbatch/stats.py"],
         ["exactbatch.transform.*", "exactbatch.stats.*"],
         [
+            "tests/test_transform.py",
             "tests/loader/test_real_data.py",
             "tests/loader/test_nan_fill_columns.py",
+            "tests/loader/test_by_name.py",  # statistics by name
             "tests/test_stats.py",
             "tests/test_kernels.py",
         ],
@@ -271,6 +273,7 @@ TARGETS = {
         ["src/exactbatch/sources/identity.py"],
         ["exactbatch.sources.identity.*"],
         [
+            "tests/sources/test_identity.py",
             "tests/loader/test_fingerprint.py",
             "tests/loader/test_resume.py",
             "tests/loader/test_certify.py",
@@ -288,9 +291,11 @@ TARGETS = {
             "exactbatch.sources.code_dtype.*",
         ],
         [
+            "tests/sources/test_categorical.py",
             "tests/ndf/test_categories.py",
             "tests/tools/test_convert_columns.py",
             "tests/sources/test_hive.py",
+            "tests/sources/test_wide_and_coded.py",  # the Arrow sources' categorical=
         ],
     ),
     "string_keys": (  # strings coded a chunk at once by their 64-bit keys

@@ -82,3 +82,47 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="1 names for 2 columns"):
         ColumnStats(2).table(["a"])
     assert ColumnStats.of(np.zeros((0, 2))).count.tolist() == [0, 0]
+
+
+@given(
+    n=st.integers(2, 60),
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_any_cut_of_rows_with_nans_gives_each_columns_own_statistics(n, cuts, seed):
+    """Rows holding NaN (about a third of the values, a column NaN throughout some blocks
+    and not others): every column's count, mean, sd, min and max are its own non-NaN
+    values', whatever the cut."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, 3)) * [1, 10, 100] + [0, 50, -7]
+    a[rng.random((n, 3)) < 0.35] = np.nan
+    a[: n // 2, 2] = np.nan  # a column with no value in the first blocks
+    a[-1, 0] = np.nan if n > 2 else a[-1, 0]
+    a[0, 1] = 1e6  # each column's extremes differ from the others'
+    bounds = [0, *sorted(c for c in cuts if c < n), n]
+    s = ColumnStats(3)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        s.update(a[lo:hi])
+    t = s.table(["a", "b", "c"])
+    for j, row in enumerate(t):
+        v = a[~np.isnan(a[:, j]), j]
+        assert (row["count"], row["nan"]) == (len(v), n - len(v))
+        if len(v) == 0:
+            assert row["mean"] is None and row["sd"] is None
+            continue
+        np.testing.assert_allclose(row["mean"], v.mean(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(row["sd"], v.std(), rtol=1e-9, atol=1e-12)
+        assert (row["min"], row["max"]) == (v.min(), v.max())
+
+
+def test_float32_rows_are_summarised_in_float64():
+    """A float32 block's statistics are those of its values taken as float64 (float32
+    sums would lose the digits below 1e-7 of the mean)."""
+    x = (np.float32(1000) + np.arange(7, dtype=np.float32) * np.float32(0.001)).reshape(-1, 1)
+    x[3, 0] = np.nan
+    for block in (x, np.c_[x, x[::-1]]):
+        got = ColumnStats.of(block).table(["a", "b"][: block.shape[1]])
+        want = ColumnStats.of(block.astype(np.float64)).table(["a", "b"][: block.shape[1]])
+        assert got == want
+        v = x[~np.isnan(x[:, 0]), 0].astype(np.float64)
+        assert got[0]["mean"] == pytest.approx(v.mean(), rel=1e-15, abs=0)

@@ -54,6 +54,18 @@ def test_a_short_batch_is_copied_its_rows_first_then_zeros():
     assert px.dtype == x.dtype and py.dtype == y.dtype
 
 
+def test_a_short_batch_keeps_its_own_dtypes():
+    """The padded copy of a short float32 batch is float32 (not NumPy's default float64),
+    its labels keep theirs: the padded batch has the dtype of every other batch."""
+    x = np.array([[1.5, 2.5]], dtype=np.float32)
+    y = np.array([[7]], dtype=np.int32)
+    px, py, mask = masked((x, y), 3, shape)
+    assert px.dtype == np.float32 and py.dtype == np.int32
+    assert px.tolist() == [[1.5, 2.5], [0, 0], [0, 0]] and py.tolist() == [[7], [0], [0]]
+    px, py, ids, mask = masked((x.astype(np.float16), y, np.array([4])), 2, shape)
+    assert px.dtype == np.float16 and ids.tolist() == [4, -1] and mask.tolist() == [True, False]
+
+
 def test_every_mask_is_a_writable_array_of_its_own():
     """A caller may change a mask in place (``mask &= valid``): no mask is shared with
     another batch nor read-only, full batches' included (their ones are a copy)."""

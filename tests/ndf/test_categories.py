@@ -97,3 +97,24 @@ def test_bad_vocabularies_are_refused_when_written_and_when_read(tmp_path, categ
 def test_categories_of_a_missing_path(tmp_path):
     with pytest.raises(FileNotFoundError):
         exactbatch.categories(tmp_path / "nope.ndf")
+
+
+def test_categories_at_a_url_read_the_sidecar_or_the_manifest(tmp_path):
+    """At a URL (fsspec's memory:// here) a file is told from a dataset's folder by the
+    storage itself: a file's sidecar and a folder's manifest are read there."""
+    fsspec = pytest.importorskip("fsspec")
+    _write(tmp_path / "coded.ndf")
+    with NdfDatasetWriter(
+        tmp_path / "ds", 2, 1, 2, features=["a", "city"], labels=["y"], categories=CATS
+    ) as w:
+        w.write(ROWS)
+    fs = fsspec.filesystem("memory")
+    root = "/exactbatch-categories"
+    for local in (tmp_path / "coded.ndf", tmp_path / "coded.ndf.json", tmp_path / "ds"):
+        fs.put(str(local), f"{root}/{local.name}", recursive=local.is_dir())
+    try:
+        assert exactbatch.categories(f"memory://{root}/coded.ndf") == CATS
+        assert exactbatch.categories(f"memory://{root}/ds") == CATS
+        assert exactbatch.categories(f"memory://{root}/ds", storage_options={}) == CATS
+    finally:
+        fs.rm(root, recursive=True)
