@@ -107,6 +107,10 @@ def test_a_learned_vocabulary_is_sorted_without_missing_values():
     assert str(learn([pa.array([-0.0])])[0]) == "0.0"
     assert learn([pa.array([True, None, False])]) == [False, True]
     assert learn([pa.array([True]), pa.array([3, 2])]) == [True, 2, 3]  # booleans first
+    # True is not the category 1, nor False 0: a boolean file beside an integer one
+    both = learn([pa.array([True, False]), pa.array([1, 0, 2])])
+    assert both == [False, True, 0, 1, 2]
+    assert [type(v) for v in both] == [bool, bool, int, int, int]
     assert learn([pa.array(["b", "a", "b"]).dictionary_encode()]) == ["a", "b"]
     assert learn([]) == [] and learn([pa.array([None, None])]) == []
     with pytest.raises(TypeError) as e:

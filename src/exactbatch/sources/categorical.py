@@ -143,16 +143,19 @@ def learn(columns: Iterable) -> list:
     one column (a file's, a batch's each): a learned vocabulary. Equal values are one
     value (0 and 0.0 and -0.0; a float zero is kept as 0.0); values of different kinds
     (strings in one file, numbers in another) are a ``TypeError``."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     seen: set = set()
+    flags: set = set()  # a boolean file's: True is not 1 (a set would make them one)
     for col in columns:
-        seen.update(pc.unique(_plain(col)).to_pylist())
+        plain = _plain(col)
+        (flags if pa.types.is_boolean(plain.type) else seen).update(pc.unique(plain).to_pylist())
     seen = {_zero(v) for v in _present(seen)}  # once, over the distinct values only
     try:
-        if not any(type(v) is bool for v in seen):
+        if not flags:
             return sorted(seen)  # (a key of tuples would cost 20x on a large vocabulary)
-        return sorted(seen, key=lambda v: (type(v) is not bool, v))
+        return sorted([*seen, *_present(flags)], key=lambda v: (type(v) is not bool, v))
     except TypeError:
         kinds = sorted({type(v).__name__ for v in seen})
         raise TypeError(
