@@ -320,7 +320,19 @@ _DEFECTS = {
     "list": lambda s, dt: np.zeros(s, dt).tolist(),
     "memoryview": lambda s, dt: memoryview(np.zeros(s, dt)),
     "None": lambda s, dt: None,
+    # the compiled check reads numpy's fields (not a buffer export): arrays whose dtype
+    # was set in place, or whose native byte order is spelled out, are told apart alike
+    "dtype set in place": lambda s, dt: _retyped(s, dt),
+    "native order spelled": lambda s, dt: np.zeros(s, dt.newbyteorder("<" if _LE else ">")),
 }
+_LE = sys.byteorder == "little"
+
+
+def _retyped(shape, dt):
+    """An array of ``dt`` whose dtype was then set in place to the int of its itemsize."""
+    a = np.zeros(shape, dt)
+    a.dtype = np.int64 if dt.itemsize == 8 else np.int32
+    return a
 
 
 def _pair_checks() -> list:

@@ -524,6 +524,47 @@ def test_next_into_read_only_buffer_is_refused(build):
     _first_batch_is_still_next(loader)
 
 
+def _retype(a):
+    a.dtype = np.int64  # same itemsize: the shape stays (32, 3)
+
+
+def _freeze(a):
+    a.flags.writeable = False
+
+
+def _reshape(a):
+    a.shape = (16, 6)
+
+
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        (_retype, TypeError, "bx must have dtype float64"),
+        (_freeze, ValueError, "bx must be a writeable C-contiguous array"),
+        (_reshape, ValueError, "bx must have shape (32, 3)"),
+    ],
+    ids=["dtype-set", "made-read-only", "shape-set"],
+)
+def test_next_into_checks_the_same_buffers_again_after_they_changed_in_place(
+    build, change, error, words
+):
+    """The buffers passed call after call are checked on every call (no verdict kept by
+    identity): the same bx changed in place between calls (its dtype or shape set, made
+    read-only) is refused with its message, no batch consumed."""
+    loader = build("pair", n=100, batch_size=32, d=3, l=2, shuffle=False)
+    bx, by = np.empty((32, 3)), np.empty((32, 2))
+    for k in range(2):  # the same buffers twice: the fast check passes them
+        assert loader.next_into(bx, by) == 32
+        assert ids(bx) == list(range(32 * k, 32 * k + 32))
+    change(bx)
+    with pytest.raises(error) as info:
+        loader.next_into(bx, by)
+    assert words in str(info.value)
+    fresh = np.empty((32, 3))
+    assert loader.next_into(fresh, by) == 32
+    assert ids(fresh) == list(range(64, 96))  # the refused call took no batch
+
+
 # -- yielded arrays are the caller's ------------------------------------------------------------
 
 

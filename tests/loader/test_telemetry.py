@@ -90,6 +90,7 @@ def test_next_into_from_threads_counts_exactly(kind, tmp_path):
     assert s["bytes"] == N * 8 * (D + L)
     if kind in ("pair", "ndf"):
         assert s["reads"] == s["batches"]  # each next_into reads its batch
+        assert 0 < s["read_s"] <= s["wait_s"]  # each read a wait (the last 0's wait not)
     assert s["wait_s"] > 0
 
 
@@ -216,3 +217,41 @@ def test_a_running_torch_profiler_sees_the_waits_as_ranges():
         batches = list(loader)
     waits = [e for e in prof.events() if e.name == "exactbatch.wait"]
     assert len(batches) == 16 and len(waits) >= 1
+
+
+def test_the_bucket_table_is_the_bucket_of_every_ns_below_it():
+    """next_into's reads index a table (not the formula): the same bucket for every ns."""
+    from exactbatch.loader.telemetry import _BUCKET_OF, _TABLE, _bucket
+
+    assert len(_BUCKET_OF) == _TABLE
+    assert list(_BUCKET_OF) == [_bucket(ns) for ns in range(_TABLE)]
+
+
+def test_a_wait_that_reads_counts_as_a_wait_and_a_read_a_plain_wait_as_a_wait():
+    """waited(t0, True), a gather's wait, is in wait_s and read_s alike, one read of
+    the histogram; waited(t0) in wait_s only; read(t0) in read_s only."""
+    from time import perf_counter_ns
+
+    from exactbatch.loader.telemetry import Telemetry
+
+    def report(tel):
+        return tel.report({"rows": 0, "batches": 0}, {"rows": 0, "batches": 0}, 8, 0)["run"]
+
+    tel = Telemetry(gathers=True)
+    for _ in range(3):
+        tel.waited(perf_counter_ns() - 200_000, True)  # 200 us and more: past the table
+        tel.waited(perf_counter_ns() - 5_000, True)
+    r = report(tel)
+    assert r["reads"] == 6 and r["wait_s"] == r["read_s"] >= 3 * 205e-6
+    assert r["read_latency_s"]["p50"] is not None
+    tel.waited(perf_counter_ns() - 1_000_000)  # a plain wait: 1 ms more waited, no read
+    tel.read(perf_counter_ns() - 10**12)  # a stream's read: 1000 s more read, no wait
+    r2 = report(tel)
+    assert r2["reads"] == 7
+    assert 1e-3 <= r2["wait_s"] - r["wait_s"] < 100  # (not the read's 1000 s)
+    assert r2["read_s"] - r["read_s"] >= 1000
+    assert r2["read_latency_s"]["p99"] >= 1000 * (1 - 1 / 16)
+    streamed = Telemetry(gathers=False)  # a stream's waits are not its reads
+    streamed.waited(perf_counter_ns() - 5_000, True)
+    r3 = report(streamed)
+    assert r3["reads"] == 0 and r3["read_s"] == 0 and r3["wait_s"] >= 5e-6

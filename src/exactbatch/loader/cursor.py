@@ -42,7 +42,7 @@ from exactbatch.audit import check_ledger
 from exactbatch.feeds.base import Epoch, Feed
 from exactbatch.loader.groups import Group, Holder, batch_numbers, tally_of
 from exactbatch.loader.history import History
-from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
+from exactbatch.loader.lifecycle import DRAINING, ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
 from exactbatch.loader.state import Position
 from exactbatch.loader.telemetry import Telemetry
@@ -328,7 +328,7 @@ class Cursor(Standing):
         """``job`` of ``group`` reached its consumer (:meth:`Group.hand`): it counts now."""
         group.handed.append(job)
         self._last_rows = job.size
-        if self.phase is Phase.DRAINING and group.done():
+        if self.phase is DRAINING and group.done():
             self.settle()  # the epoch's last batches: check the ledger now
 
     def settle(self) -> None:
