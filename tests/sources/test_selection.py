@@ -219,7 +219,7 @@ def test_a_selected_files_identity_is_its_files_and_the_chosen_columns(ndf_file)
     assert about["selection"] == want
 
 
-def test_arrays_selected_are_named_by_memory_and_positions():
+def test_arrays_selected_are_named_by_their_kind_and_positions():
     x, y = _data()
     s = select_columns((x, y), features=[3, 4], labels=[0])
     assert s.identity() == {
