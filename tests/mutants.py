@@ -323,6 +323,7 @@ TARGETS = {
         ["src/exactbatch/ndf/dataset_write.py"],
         ["exactbatch.ndf.dataset_write.*"],
         [
+            "tests/ndf/test_dataset_write.py",
             "tests/ndf/test_ndf_dataset.py",
             "tests/reliability/test_dataset_writes.py",
             "tests/ndf/test_validation.py",

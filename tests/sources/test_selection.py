@@ -9,12 +9,16 @@ selection.
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import numpy as np
 import pytest
 
 import exactbatch
 from exactbatch import DataLoader, open_ndf, save_ndf
+from exactbatch.ndf import NdfWriter
+from exactbatch.sources.selection import select_columns
 
 NAMES = (["age", "income", "customer_id", "tenure"], ["churned"])
 
@@ -197,3 +201,131 @@ def test_a_transform_meets_the_chosen_columns_by_name(ndf_file):
     loader = DataLoader(ndf_file, 5, shuffle=False, features=["tenure", "age"], transform=t)
     gx, _ = _one_epoch(loader)
     np.testing.assert_allclose(gx, np.column_stack([x[:, 3] - 4.0, (x[:, 0] - 1.0) / 2.0]))
+
+
+# -- what a selection says of itself (select_columns directly): the loader's fingerprint
+# and categories are made of these
+
+
+def test_a_selected_files_identity_is_its_files_and_the_chosen_columns(ndf_file):
+    s = select_columns(ndf_file, features=["tenure", "age"])
+    want = {"features": [3, 0], "labels": [4], "names": [["tenure", "age"], ["churned"]]}
+    assert (s.features, s.labels, s.selection) == (["tenure", "age"], ["churned"], want)
+    about = s.identity()
+    assert (about["kind"], about["path"]) == ("ndf", ndf_file.path)
+    assert about["size"] == os.path.getsize(ndf_file.path)
+    assert "sample" not in about  # (the loader samples the selected rows itself)
+    assert about["names"] == {"features": ["tenure", "age"], "labels": ["churned"]}
+    assert about["selection"] == want
+
+
+def test_arrays_selected_are_named_by_their_kind_and_positions():
+    x, y = _data()
+    s = select_columns((x, y), features=[3, 4], labels=[0])
+    assert s.identity() == {
+        "kind": "memory",
+        "names": None,
+        "selection": {"features": [3, 4], "labels": [0]},
+    }
+
+
+def test_only_the_chosen_coded_columns_keep_their_vocabularies(tmp_path):
+    x, y = _data()
+    x[:, 2] = np.arange(len(x)) % 2  # customer_id, coded
+    path = tmp_path / "coded.ndf"
+    cats = {"customer_id": ["a", "b"]}
+    with NdfWriter(path, 4, 1, features=NAMES[0], labels=NAMES[1], categories=cats) as w:
+        w.write(np.hstack([x, y]))
+    with open_ndf(path) as f:
+        assert select_columns(f, features=["customer_id", "age"]).categories == cats
+        assert select_columns(f, features=["age"]).categories == {}
+
+
+def test_a_selected_sharded_datasets_blocks_say_what_they_read(tmp_path):
+    x, y = _data()
+    path = tmp_path / "ds"
+    exactbatch.save_ndf_dataset(
+        path, [(x[:9], y[:9]), (x[9:], y[9:])], features=NAMES[0], labels=NAMES[1]
+    )
+    with exactbatch.open_ndf_dataset(path) as ds:
+        blocks = exactbatch.ndf_blocks(ds, 5)
+        s = select_columns(blocks, features=["tenure"], labels=["age"])
+        assert (s.d, s.l, s.features, s.labels) == (1, 1, ["tenure"], ["age"])
+        assert s.will_need == blocks.will_need
+        want = {"features": [3], "labels": [0], "names": [["tenure"], ["age"]]}
+        assert s.selection == want
+        about = s.identity()
+        assert (about["kind"], about["selection"]) == ("ndf dataset", want)
+        assert about["names"] == {"features": ["tenure"], "labels": ["age"]}
+        gx, gy = s.read_chunk(0)
+        np.testing.assert_array_equal(gx, x[:5, [3]])
+        np.testing.assert_array_equal(gy, x[:5, [0]])
+
+
+def test_a_stream_without_widths_records_its_arguments_until_its_first_chunk():
+    x, y = _data()
+
+    def chunks():
+        yield x[:10], y[:10]
+        yield x[10:], y[10:]
+
+    s = select_columns(chunks, features=[3])
+    given = {"features": [3], "labels": None}
+    assert (s.selection, s.features, s.labels) == (given, None, None)
+    assert s.identity() == {"kind": "stream", "names": None, "rows": None, "selection": given}
+    gx = np.concatenate([c[0] for c in s()])
+    np.testing.assert_array_equal(gx, x[:, [3]])
+    assert s.selection == {"features": [3], "labels": [4]}
+    assert s.identity()["selection"] == {"features": [3], "labels": [4]}
+    s = select_columns(chunks, features=[3], labels=[0])
+    assert s.selection == {"features": [3], "labels": [0]}
+
+
+def test_a_selected_list_of_chunks_keeps_its_sample():
+    """A re-iterable of chunks is named by a sample of its rows: two lists of other rows
+    are two sources, under the same selection."""
+    x, y = _data()
+    a = select_columns([(x[:10], y[:10]), (x[10:], y[10:])], features=[3]).identity()
+    b = select_columns([(x[:10], y[:10]), (x[10:] + 1, y[10:])], features=[3]).identity()
+    assert a["kind"] == b["kind"] == "chunks"
+    assert re.fullmatch("[0-9a-f]{32}", a["sample"]) and a["sample"] != b["sample"]
+
+
+def test_a_bad_chunk_under_a_selection_is_named_by_its_place():
+    x, y = _data()
+
+    def chunks():
+        yield x[:10], y[:10]
+        yield x[10:, :3], y[10:]
+
+    with pytest.raises(ValueError, match="chunk 1"):
+        list(select_columns(chunks, features=[0])())
+
+
+def test_a_repeated_or_shared_column_is_shown_by_name_or_position(ndf_file):
+    with pytest.raises(ValueError, match=re.escape("more than once: ['age', 'age']")):
+        select_columns(ndf_file, features=["age", "age"])
+    with pytest.raises(ValueError, match=re.escape("column(s) ['churned'] are chosen both")):
+        select_columns(ndf_file, features=["age", "churned"])
+    x, y = _data()
+    with pytest.raises(ValueError, match=re.escape("more than once: [1, 1]")):
+        select_columns((x, y), features=[1, 1])
+
+
+def test_a_label_column_among_the_features_with_no_labels():
+    """features=[0, 4], labels=(): every chosen column a feature, one of them the
+    source's label (the take joins x and y)."""
+    x, y = _data()
+    s = select_columns((x, y), features=[0, 4], labels=())
+    out_x, out_y = np.empty((23, 2)), np.empty((23, 0))
+    s.open_reader().read(slice(0, 23), out_x, out_y)
+    np.testing.assert_array_equal(out_x, np.column_stack([x[:, 0], y[:, 0]]))
+
+
+def test_every_reader_of_a_selection_reads_the_same_rows(ndf_file):
+    x, _ = _data()
+    s = select_columns(ndf_file, features=["tenure"], labels=())
+    for _ in range(2):  # the first reader is the one opened; the second opens its own
+        out_x, out_y = np.empty((4, 1)), np.empty((4, 0))
+        s.open_reader().read(np.array([0, 5, 6, 22]), out_x, out_y)
+        np.testing.assert_array_equal(out_x, x[[0, 5, 6, 22]][:, [3]])
