@@ -89,7 +89,7 @@ class StreamFeed:
         self._warned = False
         self._identity: dict[str, Any] | None = None  # see fingerprint
         # the shuffle buffer's memory, kept from one epoch to the next
-        self._spare: list[np.ndarray] = []
+        self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, ids)
         # wraps each chunk read (time_reads), or None
         self._timed: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
