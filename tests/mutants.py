@@ -209,6 +209,7 @@ TARGETS = {
     ),
     "batching": (  # the epochs' batch plans (random access and streamed), re-batching, the gather
         [
+            "src/exactbatch/batching/blocked_order.py",
             "src/exactbatch/batching/gather.py",
             "src/exactbatch/batching/random_access_epoch.py",
             "src/exactbatch/batching/rebatch.py",
@@ -216,6 +217,7 @@ TARGETS = {
             "src/exactbatch/batching/stream_epoch.py",
         ],
         [
+            "exactbatch.batching.blocked_order.*",
             "exactbatch.batching.gather.*",
             "exactbatch.batching.random_access_epoch.*",
             "exactbatch.batching.rebatch.*",

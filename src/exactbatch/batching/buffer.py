@@ -54,7 +54,7 @@ import numpy as np
 
 from exactbatch.batching.buffer_halves import shuffle_halves
 from exactbatch.batching.buffer_whole import shuffle_whole
-from exactbatch.batching.gather import chunk_width
+from exactbatch.batching.gather import Chunk, Group, Shaped, chunk_width
 from exactbatch.order.digest import Tally
 
 __all__ = [
@@ -69,7 +69,13 @@ DEFAULT_BUFFER_BYTES = 64 << 20  # buffer_size=None: rows filling about this muc
 _AHEAD_CHUNKS = 8  # read ahead only if half the buffer still mixes this many chunks
 
 
-def _plan(batch_size, buffer_size, width, size_hint, ahead) -> tuple[int, bool]:
+def _plan(
+    batch_size: int,
+    buffer_size: int | None,
+    width: tuple[int, int],
+    size_hint: int | None,
+    ahead: int | None,
+) -> tuple[int, bool]:
     """``(rows, halves)``: the buffer's size in rows, and whether it reads ahead in
     two halves (the rule in the module docs)."""
     if buffer_size is None:
@@ -82,7 +88,10 @@ def _plan(batch_size, buffer_size, width, size_hint, ahead) -> tuple[int, bool]:
 
 
 def buffer_rows(
-    batch_size: int, buffer_size: int | None, width: tuple[int, int] | None, size_hint=None
+    batch_size: int,
+    buffer_size: int | None,
+    width: tuple[int, int] | None,
+    size_hint: int | None = None,
 ) -> int | None:
     """The rows a buffer holds (never more than the stream's ``size_hint``, when
     known); None while the default size's widths (``width``) are unknown."""
@@ -115,7 +124,7 @@ def full_mix_buffer(batch_size: int, size_hint: int) -> int:
     return 1 if size_hint <= batch_size else size_hint
 
 
-def _first_then(first: list, it) -> Iterator:
+def _first_then(first: list[Chunk], it: Iterator[Chunk]) -> Iterator[Chunk]:
     """``first``'s one chunk, then ``it``'s, holding none of them once handed on (a
     ``chain((first,), it)`` holds the first chunk, decoded rows and all, to the end)."""
     yield first.pop()
@@ -123,18 +132,18 @@ def _first_then(first: list, it) -> Iterator:
 
 
 def shuffle_buffer(
-    chunks: Iterable,
+    chunks: Iterable[Chunk],
     batch_size: int,
     buffer_size: int | None,
     rng: np.random.Generator,
     drop_last: bool,
     size_hint: int | None = None,
-    spare: list | None = None,
+    spare: list[tuple[np.ndarray, np.ndarray]] | None = None,
     ahead: int | None = None,
     dropped: Tally | None = None,
-    dtype=np.float64,
+    dtype: Shaped = np.float64,
     with_rows: bool = False,
-) -> Iterator:
+) -> Iterator[Group]:
     """Yield shuffled ``(x, y, digest)`` batches (``(x, y, digest, rows)`` ``with_rows``:
     the int64 ids of its rows, the ones the digest is of) of ``batch_size`` rows, in groups
     (lists of batches gathered together: see :func:`~exactbatch.batching.gather.gathered`), from

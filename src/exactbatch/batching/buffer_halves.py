@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
 from exactbatch.batching.gather import (
+    Chunk,
+    Group,
+    Shaped,
     buffer_arrays,
     chunk_size,
     drain,
@@ -25,9 +28,15 @@ from exactbatch.batching.gather import (
     read_whole,
     sides,
 )
+from exactbatch.order.digest import Tally
 from exactbatch.prefetch import Prefetcher, shut
 
 __all__ = ["shuffle_halves"]
+
+# A half to fill: (index, whole rows, ids); None ends the helper.
+_Half = tuple[int, np.ndarray, np.ndarray]
+# A half filled: (index, rows, ended, perm, ids).
+_Filled = tuple[int, int, bool, np.ndarray, np.ndarray]
 
 
 class _Drawn:
@@ -37,7 +46,9 @@ class _Drawn:
     generator's state before, for the rows the half has: the order is the same as
     drawn after the read."""
 
-    def __init__(self, rng, count: int):
+    perm: np.ndarray | None
+
+    def __init__(self, rng: np.random.Generator, count: int) -> None:
         self.rng, self.state, self.count, self.perm = rng, rng.bit_generator.state, count, None
         self.thread = threading.Thread(
             target=self._draw, name="exactbatch-permutation", daemon=True
@@ -55,7 +66,14 @@ class _Drawn:
         return self.rng.permutation(count)
 
 
-def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event):
+def _halves_filled(
+    chunks: Iterable[Chunk],
+    halves: queue.Queue[_Half | None],
+    half: int,
+    b: int,
+    rng: np.random.Generator,
+    stop: threading.Event,
+) -> Callable[[], _Filled | None]:
     """On a helper thread: fill free halves (from ``halves``, a queue; None there
     ends the helper) with the stream's rows, in order; return ``(index, rows,
     ended, perm, ids)`` for each, ``perm`` the order of its rows (the previous
@@ -64,11 +82,13 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
     The permutations are drawn here, in the order the main thread would draw
     them, so the order is the same and the main thread only gathers."""
     it = iter(chunks)
-    pending = None  # (chunk, pos): a chunk that did not fit in the last half
+    pending: tuple[Chunk, int] | None = (
+        None  # (chunk, pos): a chunk that did not fit in the last half
+    )
     kept = np.zeros(0, dtype=np.uint64)  # ids of the previous half's leftovers (< b of them)
     scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by a half's end
 
-    def produce():
+    def produce() -> _Filled | None:
         nonlocal pending, kept
         if stop.is_set():
             return None
@@ -110,8 +130,17 @@ def _halves_filled(chunks, halves, half: int, b: int, rng, stop: threading.Event
 
 
 def shuffle_halves(
-    chunks, b, size, rng, drop_last, width, spare, dropped, dtype=np.float64, with_rows=False
-) -> Iterator:
+    chunks: Iterable[Chunk],
+    b: int,
+    size: int,
+    rng: np.random.Generator,
+    drop_last: bool,
+    width: tuple[int, int],
+    spare: list[tuple[np.ndarray, np.ndarray]] | None,
+    dropped: Tally | None,
+    dtype: Shaped = np.float64,
+    with_rows: bool = False,
+) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
@@ -122,7 +151,7 @@ def shuffle_halves(
     bw, bh = buffer_arrays(spare, 2 * (b + half), d, l)
     span = b + half  # a half: room for a batch's leftovers, then `half` new rows
     views = [(k, bw[k * span : (k + 1) * span], bh[k * span : (k + 1) * span]) for k in (0, 1)]
-    free: queue.Queue = queue.Queue()
+    free: queue.Queue[_Half | None] = queue.Queue()
     for v in views:
         free.put(v)
     stop = threading.Event()

@@ -10,12 +10,15 @@ doubling as rows arrive).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from exactbatch.batching.gather import (
+    Chunk,
+    Group,
+    Shaped,
     buffer_arrays,
     chunk_size,
     chunk_width,
@@ -24,6 +27,7 @@ from exactbatch.batching.gather import (
     read_whole,
     sides,
 )
+from exactbatch.order.digest import Tally
 
 __all__ = ["shuffle_whole"]
 
@@ -31,8 +35,17 @@ _FIRST_ROWS = 1 << 14  # initial allocation; the buffer doubles up to its size
 
 
 def shuffle_whole(
-    chunks, b, size, rng, drop_last, size_hint, spare, dropped, dtype=np.float64, with_rows=False
-) -> Iterator:
+    chunks: Iterable[Chunk],
+    b: int,
+    size: int,
+    rng: np.random.Generator,
+    drop_last: bool,
+    size_hint: int | None,
+    spare: list[tuple[np.ndarray, np.ndarray]] | None,
+    dropped: Tally | None,
+    dtype: Shaped = np.float64,
+    with_rows: bool = False,
+) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in one buffer of
     ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""

@@ -22,15 +22,22 @@ core.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterator
+from typing import Any, TypeAlias
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
-from exactbatch.order.digest import batch_digests, rows_digest
+from exactbatch.order.digest import Tally, batch_digests, rows_digest
 from exactbatch.sources.chunks import ChunkRead
 from exactbatch.sources.column_chunk import put
 
 __all__ = [
+    "Chunk",
+    "Group",
+    "Shaped",
     "buffer_arrays",
     "chunk_size",
     "chunk_width",
@@ -45,8 +52,23 @@ __all__ = [
 
 _GROUP_BYTES = 8 << 20  # batches are gathered from the buffer up to this much at a time
 
+# What batches are made as: a dtype, or an Output (labels, transform, NaN rule).
+Shaped: TypeAlias = "DTypeLike | Output"
+# A stream's chunk: (x, y, id0), x and y arrays or Columns, or rows read straight in.
+Chunk: TypeAlias = "tuple[Any, Any, int] | ChunkRead"
+# A group of batches gathered together: each (x, y, digest) or (x, y, digest, rows).
+Group: TypeAlias = "list[tuple[Any, ...]]"
 
-def gathered(bx, by, ids, rows, b, dtype=np.float64, with_rows=False):
+
+def gathered(
+    bx: np.ndarray,
+    by: np.ndarray,
+    ids: np.ndarray,
+    rows: np.ndarray,
+    b: int,
+    dtype: Shaped = np.float64,
+    with_rows: bool = False,
+) -> Iterator[Group]:
     """Batches of ``b`` of buffered ``rows`` (a whole number of batches; ``ids``: their
     row ids, in the same order), as ``dtype`` (or an Output: :func:`shaped_gather`):
     gathered several at a time (up to
@@ -74,7 +96,9 @@ def gathered(bx, by, ids, rows, b, dtype=np.float64, with_rows=False):
         del gx, gy
 
 
-def shaped_gather(x, y, rows, shaped, ids) -> tuple[np.ndarray, np.ndarray]:
+def shaped_gather(
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, shaped: Shaped, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """New arrays holding buffered rows ``rows`` of ``x`` and ``y`` (their ids ``ids``),
     made as ``shaped`` says: a dtype (:func:`exactbatch.kernels.gather`), or an
     :class:`~exactbatch.batching.output.Output`, whose transform is applied in the
@@ -86,7 +110,18 @@ def shaped_gather(x, y, rows, shaped, ids) -> tuple[np.ndarray, np.ndarray]:
     return ox, oy
 
 
-def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64, with_rows=False):
+def drain(
+    vx: np.ndarray,
+    vy: np.ndarray,
+    ids: np.ndarray,
+    perm: np.ndarray,
+    b: int,
+    final: bool,
+    drop_last: bool,
+    dropped: Tally | None,
+    dtype: Shaped = np.float64,
+    with_rows: bool = False,
+) -> Generator[Group, None, np.ndarray]:
     """Yield (in groups, as :func:`gathered`) the full batches of the buffered rows
     ``vx``/``vy`` in the order ``perm`` (a permutation of their row numbers; ``ids``:
     the rows' ids in that order), as ``dtype``; if ``final``, the rows left (fewer
@@ -107,19 +142,20 @@ def drain(vx, vy, ids, perm, b, final, drop_last, dropped, dtype=np.float64, wit
     return rest[:0]
 
 
-def chunk_size(chunk) -> int:
+def chunk_size(chunk: Chunk) -> int:
     """Rows of a chunk: ``(x, y, id0)`` or a :class:`ChunkRead`."""
-    return chunk.rows if isinstance(chunk, ChunkRead) else chunk[0].shape[0]
+    rows: int = chunk.rows if isinstance(chunk, ChunkRead) else chunk[0].shape[0]
+    return rows
 
 
-def chunk_width(chunk) -> tuple[int, int]:
+def chunk_width(chunk: Chunk) -> tuple[int, int]:
     """``(d, l)`` of a chunk: ``(x, y, id0)`` or a :class:`ChunkRead`."""
     if isinstance(chunk, ChunkRead):
         return chunk.d, chunk.l
     return chunk[0].shape[1], chunk[1].shape[1]
 
 
-def read_whole(chunk, take: int, scratch: list):
+def read_whole(chunk: Chunk, take: int, scratch: list[np.ndarray]) -> Chunk:
     """``chunk``, unless it is a :class:`ChunkRead` of which fewer than all rows are
     wanted now (the buffer's room ends inside it): then its rows read into arrays
     of its own, ``(x, y, id0)``. So a chunk is always one read (one ranged GET for
@@ -137,7 +173,7 @@ def read_whole(chunk, take: int, scratch: list):
     return (*sides(w, chunk.d), chunk.id0)
 
 
-def fill_rows(chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> None:
+def fill_rows(chunk: Chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> None:
     """Rows ``pos .. pos + take - 1`` of ``chunk`` into buffer rows ``bw`` (whole
     rows: ``take`` of them) and their ids into ``bh`` (a :class:`ChunkRead`: all its
     rows; see :func:`read_whole`)."""
@@ -157,7 +193,12 @@ def sides(bw: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     return bw[:, :d], bw[:, d:]
 
 
-def buffer_arrays(spare, rows: int, d: int, l: int):  # noqa: E741
+def buffer_arrays(
+    spare: list[tuple[np.ndarray, np.ndarray]] | None,
+    rows: int,
+    d: int,
+    l: int,  # noqa: E741
+) -> tuple[np.ndarray, np.ndarray]:
     """``(bw, bh)``: ``rows`` whole rows (x then y, float64 C-contiguous) and their ids
     (uint64): the pair in ``spare`` (emptied) if it fits."""
     if spare:

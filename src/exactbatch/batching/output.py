@@ -21,11 +21,16 @@ access), or its position in the stream's unshuffled order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_dtype
 from exactbatch.kernels import TransformKernel
+from exactbatch.sources.protocols import RowReader
 from exactbatch.sources.random_access import WrappedReader
 from exactbatch.transform import Standardize
 
@@ -34,14 +39,14 @@ __all__ = ["LABEL_DTYPES", "Output", "OutputReader", "check_label_dtype"]
 LABEL_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # class labels
 
 
-def check_label_dtype(label_dtype, dtype: np.dtype) -> np.dtype:
+def check_label_dtype(label_dtype: DTypeLike | None, dtype: np.dtype) -> np.dtype:
     """``label_dtype`` as a dtype: None is ``dtype`` (the loader's); int64 and int32
     are class labels; anything else a ``ValueError`` (``TypeError`` for no dtype)
     naming ``label_dtype``."""
     if label_dtype is None:
         return dtype
     try:
-        dt = np.dtype(label_dtype)
+        dt: np.dtype = np.dtype(label_dtype)
     except TypeError as e:
         raise TypeError(
             f"label_dtype must be None, np.int64 or np.int32; got {label_dtype!r}"
@@ -54,11 +59,14 @@ def check_label_dtype(label_dtype, dtype: np.dtype) -> np.dtype:
     return dt
 
 
-def _row_id(rows, ids, k: int) -> int:
+def _row_id(rows: np.ndarray | slice, ids: np.ndarray | None, k: int) -> int:
     """The id of the batch's row ``k``: ``ids[k]`` when given, else its row number."""
     if ids is not None:
         return int(ids[k])
-    return rows.start + k if isinstance(rows, slice) else int(rows[k])
+    if isinstance(rows, slice):
+        start: int = rows.start
+        return start + k
+    return int(rows[k])
 
 
 class Output:
@@ -76,7 +84,13 @@ class Output:
         "ydtype",
     )
 
-    def __init__(self, dtype=np.float64, label_dtype=None, transform=None, nan: str = "keep"):
+    def __init__(
+        self,
+        dtype: DTypeLike = np.float64,
+        label_dtype: DTypeLike | None = None,
+        transform: Standardize | None = None,
+        nan: str = "keep",
+    ) -> None:
         self.dtype = check_dtype(dtype)
         self.ydtype = check_label_dtype(label_dtype, self.dtype)
         if transform is not None and not isinstance(transform, Standardize):
@@ -131,7 +145,15 @@ class Output:
         """New ``(rows, d)`` and ``(rows, l)`` arrays of the batch's dtypes."""
         return batch_pair(rows, d, l, self.dtype, self.ydtype)
 
-    def fill(self, read, fuses: bool, rows, out_x, out_y, ids=None) -> None:
+    def fill(
+        self,
+        read: Callable[..., Any],
+        fuses: bool,
+        rows: np.ndarray | slice,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        ids: np.ndarray | None = None,
+    ) -> None:
         """Rows ``rows`` through ``read(rows, x, y[, kernel])`` into ``out_x`` and
         ``out_y`` by these rules; ``fuses``: ``read`` takes a kernel; ``ids``: the
         rows' ids (else their row numbers)."""
@@ -158,11 +180,13 @@ class Output:
         if self.int_labels:
             self.labels_into(y, out_y, rows, ids)
 
-    def finish(self, x: np.ndarray, y: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
+    def finish(
+        self, x: np.ndarray, y: np.ndarray, ids: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A batch built as float64 ``x``/``y`` (a re-batched stream's), made by these
         rules into new arrays (a second pass: such batches are copied from chunks)."""
 
-        def read(rows, bx, by) -> None:
+        def read(rows: np.ndarray | slice, bx: np.ndarray, by: np.ndarray) -> None:
             bx[...], by[...] = x, y
 
         ox, oy = self.pair(x.shape[0], x.shape[1], y.shape[1])
@@ -170,7 +194,14 @@ class Output:
         return ox, oy
 
     @staticmethod
-    def _refuse_nan(x, y, first: int, rows, ids, names=None) -> None:
+    def _refuse_nan(
+        x: np.ndarray,
+        y: np.ndarray,
+        first: int,
+        rows: np.ndarray | slice,
+        ids: np.ndarray | None,
+        names: list[str] | None = None,
+    ) -> None:
         if first >= 0:
             c = int(np.isnan(x[first]).argmax())
             named = f" ({names[c]!r})" if names is not None and c < len(names) else ""
@@ -185,7 +216,13 @@ class Output:
                     f"nan='error': row {_row_id(rows, ids, k)} has NaN in label column {c}"
                 )
 
-    def labels_into(self, y: np.ndarray, out: np.ndarray, rows, ids=None) -> None:
+    def labels_into(
+        self,
+        y: np.ndarray,
+        out: np.ndarray,
+        rows: np.ndarray | slice,
+        ids: np.ndarray | None = None,
+    ) -> None:
         """float64 labels ``y`` into the int array ``out``, checked exact."""
         with np.errstate(invalid="ignore"):  # (NaN and out of range are found below)
             np.copyto(out, y, casting="unsafe")
@@ -204,12 +241,12 @@ class OutputReader(WrappedReader):
     for the batches made for it. A transform of the wrong width is refused here
     (``ValueError`` naming ``transform``)."""
 
-    def __init__(self, reader, output: Output):
+    def __init__(self, reader: RowReader, output: Output) -> None:
         output.check_widths(reader.d, reader.l)
         self.inner, self.output = reader, output
         self.n, self.d, self.l = reader.n, reader.d, reader.l
         self.ydtype = output.ydtype
 
-    def read(self, rows, out_x, out_y) -> None:
+    def read(self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray) -> None:
         inner = self.inner
         self.output.fill(inner.read, getattr(inner, "fuses", False), rows, out_x, out_y)

@@ -14,7 +14,9 @@ the batch carries them) are -1 for padded rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +26,11 @@ __all__ = ["PAD", "PadJob", "check_even_batches", "masked", "masked_group"]
 
 PAD = "pad"
 
+# masked()'s shape(): (d, l, dtype, label dtype, with_rows), asked for a padding batch
+Shape = Callable[[], tuple[int, int, Any, Any, bool]]
 
-def check_even_batches(value):
+
+def check_even_batches(value: object) -> bool | str:
     """``even_batches`` as given: ``False``, ``True`` (a ``bool`` or ``np.bool_``) or
     ``"pad"``; another string a ``ValueError``, anything else a ``TypeError``, each
     naming ``even_batches`` and what it accepts."""
@@ -47,16 +52,16 @@ class PadJob:
     digest = 0  # the empty set's
     rows = None
 
-    def __init__(self, k: int):
+    def __init__(self, k: int) -> None:
         self.k = k
 
-    def fill(self, out_x, out_y) -> None:
+    def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         """Nothing to write: it has no rows."""
 
-    def fill_rows(self, out) -> None:
+    def fill_rows(self, out: np.ndarray) -> None:
         """Nothing to write: it has no rows."""
 
-    def take(self):
+    def take(self) -> None:
         """None: :func:`masked` makes the batch (the job knows no widths)."""
         return None
 
@@ -69,9 +74,12 @@ def _ones(b: int) -> np.ndarray:
     return ones
 
 
-def masked_group(batches, batch_size: int, shape) -> list[tuple[np.ndarray, ...]]:
+def masked_group(
+    batches: Iterable[tuple[np.ndarray, ...] | None], batch_size: int, shape: Shape
+) -> list[tuple[np.ndarray, ...]]:
     """:func:`masked` of each of ``batches`` (a group's, in order)."""
-    ones, out = _ones(batch_size), []
+    ones = _ones(batch_size)
+    out: list[tuple[np.ndarray, ...]] = []
     for batch in batches:
         if batch is not None and batch[0].shape[0] == batch_size:  # (masked's, inlined)
             out.append((*batch, ones.copy()))
@@ -80,7 +88,9 @@ def masked_group(batches, batch_size: int, shape) -> list[tuple[np.ndarray, ...]
     return out
 
 
-def masked(batch, batch_size: int, shape) -> tuple[np.ndarray, ...]:
+def masked(
+    batch: tuple[np.ndarray, ...] | None, batch_size: int, shape: Shape
+) -> tuple[np.ndarray, ...]:
     """``batch`` (``(x, y)`` or ``(x, y, rows)`` of up to ``batch_size`` rows; None for
     a :class:`PadJob`'s) as ``batch_size`` rows, then its mask (bool, True for real
     rows). ``shape()``: ``(d, l, dtype, label dtype, with_rows)``, asked only for a

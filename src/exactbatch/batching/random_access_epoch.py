@@ -15,20 +15,24 @@ out, is given back and claimed again before any later batch.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.blocked_order import BlockedOrder, Positions, Whole
 from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
-from exactbatch.order.digest import RangeDigests, Tally, batch_digests, rows_digest
+from exactbatch.order.digest import RangeDigests, Tally, rows_digest
+from exactbatch.sources.protocols import RowReader
 
 __all__ = [
     "BlockedOrder",
     "OrderRun",
+    "Positions",
     "RandomAccessEpoch",
     "RandomAccessJob",
     "RowsJob",
@@ -36,6 +40,7 @@ __all__ = [
     "num_batches",
     "row_ids",
     "take_group",
+    "Whole",
 ]
 
 
@@ -50,7 +55,15 @@ class RandomAccessJob:
     __slots__ = ("digest", "dtype", "k", "reader", "rows", "size")
     with_rows = False  # take() gives (x, y); RowsJob's gives (x, y, rows)
 
-    def __init__(self, reader, rows, size: int, k: int, digest: int, dtype=np.float64):
+    def __init__(
+        self,
+        reader: RowReader,
+        rows: np.ndarray | slice,
+        size: int,
+        k: int,
+        digest: int,
+        dtype: DTypeLike = np.float64,
+    ) -> None:
         self.reader, self.rows, self.size = reader, rows, size
         self.k, self.digest, self.dtype = k, digest, dtype
 
@@ -97,11 +110,11 @@ class RunJob(_RunFields):
     with_rows = False
 
     @property
-    def reader(self):
+    def reader(self) -> RowReader:
         return self.run.reader
 
     @property
-    def dtype(self):
+    def dtype(self) -> DTypeLike:
         return self.run.dtype
 
     @property
@@ -141,16 +154,25 @@ class OrderRun:
 
     __slots__ = ("b", "digests", "dtype", "job", "n", "reader", "rows", "ydtype")
 
-    def __init__(self, reader, rows, digests, b: int, n: int, dtype, with_rows: bool):
+    def __init__(
+        self,
+        reader: RowReader,
+        rows: np.ndarray,
+        digests: memoryview,
+        b: int,
+        n: int,
+        dtype: DTypeLike,
+        with_rows: bool,
+    ) -> None:
         self.reader, self.rows, self.digests, self.b, self.n = reader, rows, digests, b, n
         self.dtype, self.ydtype = dtype, getattr(reader, "ydtype", None)
-        self.job = RunRowsJob if with_rows else RunJob
+        self.job: type[RunJob] = RunRowsJob if with_rows else RunJob
 
-    def jobs(self, k0: int, k1: int) -> list:
+    def jobs(self, k0: int, k1: int) -> list[RunJob]:
         """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop."""
         b, n = self.b, self.n
         full = min(k1, n // b)  # batches k0 .. full-1 hold b rows
-        out = list(
+        out: list[RunJob] = list(
             map(
                 _new,
                 repeat(self.job),
@@ -168,7 +190,7 @@ class OrderRun:
         return out
 
 
-def row_ids(rows) -> np.ndarray:
+def row_ids(rows: np.ndarray | slice) -> np.ndarray:
     """``rows`` (a slice, or an array of the order, which may be int32 and shared) as
     a new int64 array of global row ids: the caller's to keep."""
     if isinstance(rows, slice):
@@ -176,7 +198,9 @@ def row_ids(rows) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
-def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray, ...]]:
+def take_group(
+    jobs: Sequence[RandomAccessJob | RunJob], rows: np.ndarray | slice | None = None
+) -> list[tuple[np.ndarray, ...]]:
     """The batches of ``jobs`` (claimed together, of one reader and dtype), read with
     one gather into one pair of new arrays: each batch is a view of them (rows
     ``[a, a + size)``), so a group costs one allocation and one call instead of one
@@ -186,16 +210,16 @@ def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray,
     first = jobs[0]
     reader, dtype = first.reader, first.dtype
     if rows is None:
-        rows = [job.rows for job in jobs]
-        if isinstance(rows[0], slice):  # file order: consecutive batches are one run
-            runs = all(b.start == a.stop for a, b in zip(rows, rows[1:], strict=False))
+        parts: list[Any] = [job.rows for job in jobs]  # slices, or arrays
+        if isinstance(parts[0], slice):  # file order: consecutive batches are one run
+            runs = all(b.start == a.stop for a, b in zip(parts, parts[1:], strict=False))
             rows = (
-                slice(rows[0].start, rows[-1].stop)
+                slice(parts[0].start, parts[-1].stop)
                 if runs
-                else np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows])
+                else np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in parts])
             )
         else:
-            rows = np.concatenate(rows)
+            rows = np.concatenate(parts)
     sizes = [job.size for job in jobs]
     m, size, total = len(sizes), sizes[0], sum(sizes)
     gx, gy = batch_pair(total, reader.d, reader.l, dtype, getattr(reader, "ydtype", None))
@@ -211,92 +235,12 @@ def take_group(jobs: list[RandomAccessJob], rows=None) -> list[tuple[np.ndarray,
 def _split(sizes: list[int], *arrays: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """Views of ``arrays``' rows, ``sizes[0]`` rows, then ``sizes[1]``, ...: one
     tuple of views a batch."""
-    out, a = [], 0
+    out: list[tuple[np.ndarray, ...]] = []
+    a = 0
     for k in sizes:
         out.append(tuple(w[a : a + k] for w in arrays))
         a += k
     return out
-
-
-class BlockedOrder:
-    """Rows of an epoch's keyed order, computed a block of positions at a time.
-
-    A bijection call has a fixed cost, so positions are mapped ``BLOCK`` at a
-    time and batches sliced out of the block; memory is one block, whatever n.
-    Once the Future given to :meth:`use_whole` (the entire order and its
-    batches' digests, computed on a background thread for moderate n) is
-    done, batches are sliced from it instead: the same rows, without the
-    per-batch cost. Blocks start at batch boundaries, so a block's batch
-    digests are computed with it. ``ids`` (a subset of the source,
-    ``DataLoader(rows=)``): positions map to subset positions, and those to
-    the source's row ids through it, so rows and digests are the source's.
-    Not thread-safe: used under the loader's lock (but for the reference
-    :meth:`use_whole`'s callback sets).
-    """
-
-    BLOCK = 4096
-
-    def __init__(self, bijection, offset: int, dtype, batch_size: int, ids=None):
-        self.bijection, self.offset, self.dtype = bijection, offset, dtype
-        self.batch_size, self.ids = batch_size, ids
-        self._whole = None  # the whole order's (rows, digests), set by use_whole's callback
-        self._lo = self._hi = 0
-        self._rows: Any = None
-        self._digests: Any = None
-
-    def take(self, a: int, z: int) -> tuple[np.ndarray, int]:
-        """The rows at positions ``a .. z-1`` (``a`` a batch boundary) and their digest."""
-        done = self._whole
-        if done is not None:
-            rows, digests = done
-            return rows[a:z], digests[a // self.batch_size]
-        if z - a >= self.BLOCK:
-            rows = self.mapped(a, z)
-            return rows, rows_digest(rows)
-        if not (self._lo <= a and z <= self._hi):
-            self._lo, self._hi = a, min(a + self.BLOCK, self.bijection.n)
-            self._rows = self.mapped(self._lo, self._hi)
-            self._digests = batch_digests(self._rows, self.batch_size).data
-        lo = self._lo
-        return self._rows[a - lo : z - lo], self._digests[(a - lo) // self.batch_size]
-
-    @property
-    def whole(self):
-        """The whole order's ``(rows, digests)`` (one digest a batch) once computed, else
-        None."""
-        return self._whole
-
-    def use_whole(self, whole: Future) -> None:
-        """Slice batches from ``whole``'s result once it is done (had it failed, the
-        blocks still work). The future's thread sets it: no Future call per batch, and
-        a reference is set atomically, so the loader's lock need not be held."""
-
-        def done(fut: Future) -> None:
-            if fut.exception() is None:
-                self._whole = fut.result()
-
-        whole.add_done_callback(done)
-
-    def mapped_all(self, out: np.ndarray):
-        """The whole order, mapped block by block into ``out``, and its batches'
-        digests: the temporaries stay one block small (a background thread's large
-        temporaries would stay in its malloc arena after it ends)."""
-        b = self.batch_size
-        step = max(1, 2 * self.BLOCK // b) * b  # whole batches per step
-        digests = np.empty(-(-len(out) // b), dtype=np.uint64)
-        for a in range(0, len(out), step):
-            z = min(a + step, len(out))
-            out[a:z] = self.mapped(a, z)
-            digests[a // b : -(-z // b)] = batch_digests(out[a:z], b)
-        return out, digests.data
-
-    def mapped(self, a: int, z: int) -> np.ndarray:
-        rows = self.bijection.rows(a, z).astype(self.dtype, copy=False)
-        if self.offset:
-            rows += self.offset
-        if self.ids is not None:  # subset positions to the source's row ids
-            return self.ids.take(rows)
-        return rows
 
 
 class RandomAccessEpoch:
@@ -323,26 +267,26 @@ class RandomAccessEpoch:
 
     def __init__(
         self,
-        reader,
-        nbatches,
-        locate,
-        order,
-        offset,
-        b,
-        promised,
-        skip=0,
-        pending=(),
-        dtype=None,
-        span=None,
-        ids=None,
-        with_rows=False,
-        real=None,
-    ):
+        reader: RowReader,
+        nbatches: int,
+        locate: Callable[[int], tuple[int, int]],
+        order: BlockedOrder | None,
+        offset: int,
+        b: int,
+        promised: Callable[[RandomAccessEpoch], Tally],
+        skip: int = 0,
+        pending: Iterable[int] = (),
+        dtype: DTypeLike | None = None,
+        span: int | None = None,
+        ids: np.ndarray | None = None,
+        with_rows: bool = False,
+        real: int | None = None,
+    ) -> None:
         self.real = nbatches if real is None else min(real, nbatches)
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
         self.offset, self.b, self.span, self.ids = offset, b, span, ids
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
-        self._job = RowsJob if with_rows else RandomAccessJob
+        self._job: type[RandomAccessJob] = RowsJob if with_rows else RandomAccessJob
         self._digest = RangeDigests(b)
         self._promised = promised
         self._order_run: OrderRun | None = None  # see _run
@@ -384,14 +328,15 @@ class RandomAccessEpoch:
 
     def claim(self) -> RandomAccessJob | PadJob | None:
         if self.returned:
-            return self.returned.pop(0)
+            job: RandomAccessJob | PadJob = self.returned.pop(0)
+            return job
         k = self.claimed
         if k >= self.nbatches:
             return None
         self.claimed = k + 1
         return self.job(k)
 
-    def _whole(self):
+    def _whole(self) -> Whole | None:
         """The whole order's ``(rows, digests)`` when batches are runs of it (``span``),
         else None (elastic, file order, or not computed yet)."""
         if self.span is None or self.order is None:
@@ -406,12 +351,13 @@ class RandomAccessEpoch:
             if whole is None:
                 return None
             rows, digests = whole
+            span = cast(int, self.span)  # (a whole order is used only with a span)
             run = self._order_run = OrderRun(
-                self.reader, rows, digests, self.b, self.span, self.dtype, self._job is RowsJob
+                self.reader, rows, digests, self.b, span, self.dtype, self._job is RowsJob
             )
         return run
 
-    def claim_many(self, jobs: list, count: int) -> None:
+    def claim_many(self, jobs: list[Any], count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
         run = None if self.returned else self._run()
         if run is None:
@@ -427,7 +373,7 @@ class RandomAccessEpoch:
         while len(jobs) < count and (job := self.claim()) is not None:  # padding ("pad")
             jobs.append(job)
 
-    def take_group(self, jobs) -> list[tuple[np.ndarray, ...]]:
+    def take_group(self, jobs: list[Any]) -> list[tuple[np.ndarray, ...]]:
         """The batches of ``jobs`` claimed together (see :func:`take_group`); consecutive
         batches of the whole order are read as one slice of it, not joined."""
         whole, k0, m = self._whole(), jobs[0].k, len(jobs)
@@ -436,7 +382,7 @@ class RandomAccessEpoch:
         b = self.b
         return take_group(jobs, whole[0][k0 * b : min(k0 * b + m * b, self.span)])
 
-    def give_back(self, jobs) -> None:
+    def give_back(self, jobs: Iterable[Any]) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
         self.returned.add(jobs)
 

@@ -17,8 +17,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from exactbatch.arrays import batch_pair
+from exactbatch.batching.gather import Group, Shaped
 from exactbatch.batching.output import Output
 from exactbatch.order.digest import RangeDigests, Tally
 from exactbatch.sources.column_chunk import Columns, put
@@ -30,13 +32,13 @@ _TILE_BYTES = 128 << 10  # a tile of a chunk held column by column (_tiles)
 
 
 def rebatch(
-    chunks: Iterable,
+    chunks: Iterable[tuple[Any, Any, int]],
     batch_size: int,
     drop_last: bool,
     dropped: Tally | None = None,
-    dtype=np.float64,
+    dtype: Shaped = np.float64,
     with_rows: bool = False,
-) -> Iterator:
+) -> Iterator[Group]:
     """Yield ``(x, y, digest)`` batches of exactly ``batch_size`` rows of ``dtype``
     (float64 or float32: cast as they are copied) from ``(x, y, id0)`` chunks, each
     as a group of one (a list: what a stream's pass yields, as the shuffle buffer's
@@ -57,14 +59,14 @@ def rebatch(
         yield [(*dtype.finish(x, y, ids), digest, *((ids,) if with_rows else ()))]
 
 
-def _tiles(chunks, b: int) -> Iterator:
+def _tiles(chunks: Iterable[tuple[Any, Any, int]], b: int) -> Iterator[tuple[Any, Any, int]]:
     """``chunks``, each chunk held column by column that small batches would be cut from
     laid out a tile of rows at a time (views of one scratch tile, copied out of before
     the next: every batch and carry is a copy). A small batch's copy straight from the
     columns costs a call and a buffer a column, more than the rows themselves; a tile
     of about ``_TILE_BYTES`` is one such copy for many batches, and stays in the cache
     while they are copied out of it."""
-    scratch: list = []
+    scratch: list[np.ndarray] = []
     seen = 0  # rows passed on: the tiles are cut on the batches' bounds (one carry a chunk)
     for x, y, id0 in chunks:
         rows, width = x.shape[0], x.shape[1] + y.shape[1]
@@ -87,7 +89,14 @@ def _tiles(chunks, b: int) -> Iterator:
         del x, y
 
 
-def _rebatch(chunks, batch_size, drop_last, dropped, dtype, with_rows) -> Iterator:
+def _rebatch(
+    chunks: Iterable[tuple[Any, Any, int]],
+    batch_size: int,
+    drop_last: bool,
+    dropped: Tally | None,
+    dtype: DTypeLike,
+    with_rows: bool,
+) -> Iterator[Group]:
     """:func:`rebatch` for a dtype."""
     b = batch_size
     chunks = _tiles(chunks, b)
@@ -146,7 +155,15 @@ def _ids(runs: list[tuple[int, int]], with_rows: bool) -> tuple[np.ndarray, ...]
     return (np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in runs]),)
 
 
-def _room(cx, cy, need: int, b: int, d: int = 0, l: int = 0, dtype=np.float64):  # noqa: E741
+def _room(
+    cx: np.ndarray | None,
+    cy: Any,  # an array, None exactly when cx is (a pair mypy cannot tie)
+    need: int,
+    b: int,
+    d: int = 0,
+    l: int = 0,  # noqa: E741
+    dtype: DTypeLike = np.float64,
+) -> tuple[np.ndarray, np.ndarray]:
     """A carry with room for ``need`` rows: grown by doubling, never past ``b``,
     so a huge batch_size costs only the rows that actually arrive."""
     if cx is not None and len(cx) >= need:

@@ -14,8 +14,12 @@ any later batch.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
+import numpy as np
+
+from exactbatch.batching.gather import Group
 from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
@@ -29,19 +33,21 @@ class StreamJob:
 
     __slots__ = ("digest", "k", "rows", "size", "x", "y")
 
-    def __init__(self, k: int, x, y, digest: int, rows=None):
+    def __init__(
+        self, k: int, x: np.ndarray, y: np.ndarray, digest: int, rows: np.ndarray | None = None
+    ) -> None:
         self.x, self.y, self.size = x, y, x.shape[0]
         self.digest, self.k, self.rows = digest, k, rows
 
-    def fill(self, out_x, out_y) -> None:
+    def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
         out_x[...] = self.x
         out_y[...] = self.y
 
-    def fill_rows(self, out) -> None:
+    def fill_rows(self, out: np.ndarray) -> None:
         """The batch's row ids (those its digest is of) into ``out``."""
         out[...] = self.rows
 
-    def take(self):
+    def take(self) -> tuple[np.ndarray, ...]:
         if self.rows is None:
             return self.x, self.y
         return self.x, self.y, self.rows
@@ -54,7 +60,7 @@ class PassTally:
 
     __slots__ = ("dropped", "fed", "left")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.fed, self.dropped, self.left = Tally(), Tally(), Tally()
 
     def promise(self) -> Tally:
@@ -77,7 +83,14 @@ class StreamEpoch:
     raises ``too_long()`` at the claim past the limit (every claim after).
     """
 
-    def __init__(self, open_pass, skip: int, limit: int | None = None, pending=(), too_long=None):
+    def __init__(
+        self,
+        open_pass: Callable[[], tuple[Generator[Group, None, None], PassTally]],
+        skip: int,
+        limit: int | None = None,
+        pending: Iterable[int] = (),
+        too_long: Callable[[], BaseException] | None = None,
+    ) -> None:
         self._open_pass = open_pass
         self._it, self.tally = open_pass()
         self._limit = limit
@@ -88,7 +101,8 @@ class StreamEpoch:
         self._failed = False
         self._ended = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
-        keep, kept = set(pending), []
+        keep = set(pending)
+        kept: list[StreamJob | PadJob] = []
         for _ in range(skip):  # resume: replay the batches claimed before, keep the pending
             job = self._claim_next()
             if job is None:
@@ -111,7 +125,7 @@ class StreamEpoch:
                     return None
         return self._pull()
 
-    def _pull(self):
+    def _pull(self) -> tuple[Any, Any, int] | None:
         ready = self._ready
         if ready:
             return ready.popleft()
@@ -148,7 +162,7 @@ class StreamEpoch:
         except Exception:  # the next claim reads it again, and raises there
             return False
 
-    def peek(self):
+    def peek(self) -> tuple[Any, Any, int] | None:
         if self._pending is None:
             self._pending = self._next()
         return self._pending
@@ -161,7 +175,8 @@ class StreamEpoch:
 
     def claim(self) -> StreamJob | PadJob | None:
         if self.returned:
-            return self.returned.pop(0)
+            job: StreamJob | PadJob = self.returned.pop(0)
+            return job
         return self._claim_next()
 
     def _claim_next(self) -> StreamJob | PadJob | None:
@@ -184,7 +199,7 @@ class StreamEpoch:
         self.claimed += 1
         return StreamJob(self.claimed - 1, *batch)
 
-    def claim_many(self, jobs: list, count: int) -> None:
+    def claim_many(self, jobs: list[Any], count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end): those of
         the group read last are taken at once, without a claim each."""
         while len(jobs) < count:
@@ -209,11 +224,11 @@ class StreamEpoch:
             jobs.append(job)
 
     @staticmethod
-    def take_group(jobs) -> list:
+    def take_group(jobs: list[Any]) -> list[Any]:
         """The batches of ``jobs`` claimed together (read already, as the pass made them)."""
         return [job.take() for job in jobs]
 
-    def give_back(self, jobs) -> None:
+    def give_back(self, jobs: Iterable[Any]) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""
         self.returned.add(jobs)
 

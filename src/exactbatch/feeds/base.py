@@ -97,7 +97,8 @@ class BatchSpec:
 class Job(Protocol):
     """One claimed batch: batch ``k`` of the epoch, ``size`` rows, its ledger digest.
 
-    ``take()`` is ``(x, y)``, or ``(x, y, rows)`` when the spec asks ``with_rows``;
+    ``take()`` is ``(x, y)``, or ``(x, y, rows)`` when the spec asks ``with_rows``
+    (None for a padding batch: :func:`~exactbatch.batching.padding.masked` makes it);
     ``fill_rows(out)`` writes the rows' ids (the ones the digest is of) into ``out``.
     """
 
@@ -109,7 +110,7 @@ class Job(Protocol):
 
     def fill_rows(self, out: np.ndarray) -> None: ...
 
-    def take(self) -> tuple[np.ndarray, ...]: ...
+    def take(self) -> tuple[np.ndarray, ...] | None: ...
 
 
 class Place(Protocol):

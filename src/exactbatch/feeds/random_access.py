@@ -34,7 +34,7 @@ import numpy as np
 
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
-from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch
+from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
 from exactbatch.feeds.base import BatchSpec, DealingKind, Place
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
@@ -63,8 +63,8 @@ def unchanged(locate: Locate, order: Any, first: int) -> Locate:
     return locate
 
 
-def _in_background(compute: Callable[[], np.ndarray]) -> Future[np.ndarray]:
-    fut: Future[np.ndarray] = Future()
+def _in_background(compute: Callable[[], Whole]) -> Future[Whole]:
+    fut: Future[Whole] = Future()
 
     def work() -> None:
         try:
@@ -121,7 +121,7 @@ class RandomAccessFeed:
         deal = self.dealing = dealing(spec, total, self.ids, orders, self.whole)
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
-        self._wholes: dict[tuple[int, int, int], Future[np.ndarray]] = {}  # see _whole_order
+        self._wholes: dict[tuple[int, int, int], Future[Whole]] = {}  # see _whole_order
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -211,7 +211,7 @@ class RandomAccessFeed:
 
     def _whole_order(
         self, seed: int, epoch: int, key_shard: int, size: int, offset: int
-    ) -> Future[np.ndarray]:
+    ) -> Future[Whole]:
         """This epoch's whole order, and the next epoch's, computed in the background
         (the keyed bijection releases the GIL); batches use blocks until it is ready."""
         wanted = {}

@@ -23,7 +23,7 @@ read ahead) and the chunks backing them, whatever N is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -89,7 +89,7 @@ class StreamFeed:
         self._warned = False
         self._identity: dict[str, Any] | None = None  # see fingerprint
         # the shuffle buffer's memory, kept from one epoch to the next
-        self._spare: list[np.ndarray] = []
+        self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, ids)
         # wraps each chunk read (time_reads), or None
         self._timed: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
@@ -159,7 +159,7 @@ class StreamFeed:
 
     # -- one epoch ----------------------------------------------------------------
 
-    def _audited(self, groups: Iterator[list[Any]]) -> Iterator[list[Any]]:
+    def _audited(self, groups: Iterator[list[Any]]) -> Generator[list[Any], None, None]:
         """Groups of batches, read one batch ahead (the next group is read before a
         group's last batch, not its first, so a consumer's work on the group
         overlaps the read); audit N when the pass ends, before its last batch."""
@@ -227,7 +227,9 @@ class StreamFeed:
             f'total_size is wrong: pass the stream\'s true row count, or "auto" to count it'
         )
 
-    def _open_pass(self, seed: int, epoch: int) -> tuple[Iterator[list[Any]], PassTally]:
+    def _open_pass(
+        self, seed: int, epoch: int
+    ) -> tuple[Generator[list[Any], None, None], PassTally]:
         tally, spec = PassTally(), self.spec
         order_key = (seed, epoch) if spec.shuffle else None
         rows = None  # chunks read ahead at once: a share of the buffer (passes.read_depth)
