@@ -403,24 +403,7 @@ class Cursor(Standing):
         with self.lock:
             self._land_flights()
             self._sweep()
-            epoch, done, pending, ledger = self._position()
-            same = epoch == self.start.epoch
-            history = tuple(self.history.states_records(self._live_record()))
-            parent, loaded_at = self.history.lineage()
-            return Position(
-                self.seed,
-                epoch,
-                done,
-                pending,
-                ledger,
-                self.start.first if same else 0,
-                self.start.verified or not same,
-                history,
-                parent,
-                loaded_at,
-                compacted=tuple(self.history.summaries()),
-                run=self.history.run,
-            )
+            return self._state_position()
 
     def restore(self, pos: Position, claimed: int) -> None:
         """Resume at ``pos`` (see :mod:`exactbatch.loader.state`): ``claimed`` batches of

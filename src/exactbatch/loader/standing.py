@@ -1,5 +1,6 @@
 """Where a cursor stands, as a state takes it: the epoch's hand-outs (its live groups'
-included), the batches claimed and not handed out, and whether the epoch is over.
+included), the batches claimed and not handed out, whether the epoch is over, and the
+:class:`~exactbatch.loader.state.Position` a state records.
 
 :class:`Standing` is the part of :class:`exactbatch.loader.cursor.Cursor` that reads
 its fields and changes none; every method runs under the cursor's lock.
@@ -11,6 +12,7 @@ from typing import Any
 
 from exactbatch.loader.groups import tally_of
 from exactbatch.loader.lifecycle import Phase, Start
+from exactbatch.loader.state import Position
 from exactbatch.order.digest import Tally
 
 __all__ = ["Standing"]
@@ -21,6 +23,7 @@ class Standing:
 
     # (the cursor's fields, set by Cursor.__init__)
     phase: Phase
+    seed: int
     start: Start
     current: Any
     history: Any
@@ -28,6 +31,28 @@ class Standing:
     feed: Any
     _handed: Tally
     _live: list
+
+    def _state_position(self) -> Position:
+        """The :class:`Position` of a state taken now (reads in flight landed, strays
+        swept: :meth:`Cursor.snapshot`)."""
+        epoch, done, pending, ledger = self._position()
+        same = epoch == self.start.epoch
+        history = tuple(self.history.states_records(self._live_record()))
+        parent, loaded_at = self.history.lineage()
+        return Position(
+            self.seed,
+            epoch,
+            done,
+            pending,
+            ledger,
+            self.start.first if same else 0,
+            self.start.verified or not same,
+            history,
+            parent,
+            loaded_at,
+            compacted=tuple(self.history.summaries()),
+            run=self.history.run,
+        )
 
     def _live_record(self) -> dict | None:
         """The record of the epoch in progress, as a state takes it now (None when
