@@ -118,3 +118,21 @@ def test_categories_at_a_url_read_the_sidecar_or_the_manifest(tmp_path):
         assert exactbatch.categories(f"memory://{root}/ds", storage_options={}) == CATS
     finally:
         fs.rm(root, recursive=True)
+
+
+def test_categories_at_an_s3_url_use_its_storage_options(tmp_path, s3_server):
+    """The storage options (the local S3 server's endpoint and keys) reach the reads of
+    a file's sidecar and of a folder's manifest at an S3 URL."""
+    _write(tmp_path / "coded.ndf")
+    with NdfDatasetWriter(
+        tmp_path / "ds", 2, 1, 2, features=["a", "city"], labels=["y"], categories=CATS
+    ) as w:
+        w.write(ROWS)
+    root = f"{s3_server.bucket}/categories"
+    for local in (tmp_path / "coded.ndf", tmp_path / "coded.ndf.json", tmp_path / "ds"):
+        s3_server.fs.put(str(local), f"{root}/{local.name}", recursive=local.is_dir())
+    so = s3_server.so
+    assert exactbatch.categories(f"s3://{root}/coded.ndf", storage_options=so) == CATS
+    assert exactbatch.categories(f"s3://{root}/ds", storage_options=so) == CATS
+    with pytest.raises(FileNotFoundError):
+        exactbatch.categories(f"s3://{root}/missing", storage_options=so)
