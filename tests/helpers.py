@@ -480,3 +480,21 @@ def fifo(path):
     finally:
         stop.set()
         t.join()
+
+
+def reference_string_key(s: str | None) -> int:
+    """The 64-bit key exactbatch.sources.string_keys documents for a string, computed with
+    Python integers (an independent reference for both backends): ``sum((b_i + 1) *
+    P**(len-1-i)) + len * C`` modulo 2**64, then SplitMix64's finaliser. A null: its
+    bytes (none)."""
+    m = 2**64
+    data = (s or "").encode()
+    x = len(data) * 0x9E3779B97F4A7C15
+    for i, b in enumerate(data):
+        x += (b + 1) * pow(0x100000001B3, len(data) - 1 - i, m)
+    x %= m
+    x ^= x >> 30
+    x = x * 0xBF58476D1CE4E5B9 % m
+    x ^= x >> 27
+    x = x * 0x94D049BB133111EB % m
+    return x ^ (x >> 31)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import reference_string_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,6 @@ from exactbatch.sources.categorical import Vocabulary  # noqa: E402
 from exactbatch.sources.string_keys import StringIndex, string_keys  # noqa: E402
 
 VOCAB = ["", "a", "b", "ab", "é", "日本", "a\0", "x" * 40, "city0000001", "sixteen_bytes_16"]
-M = 2**64
 
 
 def _want(values: list) -> np.ndarray:
@@ -123,27 +123,13 @@ def test_plain_codes_agree_with_a_dict_on_both_backends(vocabulary, data):
             np.testing.assert_array_equal(out.to_numpy(zero_copy_only=False), want)
 
 
-def _reference_key(s: str) -> int:
-    """The documented key with Python integers (tests/sources/test_string_keys.py's)."""
-    data = s.encode()
-    x = len(data) * 0x9E3779B97F4A7C15
-    for i, b in enumerate(data):
-        x += (b + 1) * pow(0x100000001B3, len(data) - 1 - i, M)
-    x %= M
-    x ^= x >> 30
-    x = x * 0xBF58476D1CE4E5B9 % M
-    x ^= x >> 27
-    x = x * 0x94D049BB133111EB % M
-    return x ^ (x >> 31)
-
-
 def test_the_key_is_the_documented_hash_for_every_length(each_backend):
     # eight bytes a step in the compiled key: every length around a step's edges
     values = [
         "".join(chr(0x21 + (7 * i + j) % 200) for j in range(n)) for i, n in enumerate(range(41))
     ]
     values += ["\xff" * 17, "é" * 9]
-    assert string_keys(pa.array(values)).tolist() == [_reference_key(v) for v in values]
+    assert string_keys(pa.array(values)).tolist() == [reference_string_key(v) for v in values]
 
 
 # -- an Arrow stream of plain strings ------------------------------------------------------

@@ -17,6 +17,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import reference_string_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,23 +27,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 from exactbatch.sources import string_keys as sk  # noqa: E402
 from exactbatch.sources.categorical import Vocabulary  # noqa: E402
 from exactbatch.sources.string_keys import StringIndex, string_keys  # noqa: E402
-
-M = 2**64
-
-
-def _reference_key(s: str | None) -> int:
-    """The key the module documents, with Python integers: ``sum((b_i + 1) * P**(len-1-i))
-    + len * C`` modulo 2**64, then SplitMix64's finaliser. A null: its bytes (none)."""
-    data = (s or "").encode()
-    x = len(data) * 0x9E3779B97F4A7C15
-    for i, b in enumerate(data):
-        x += (b + 1) * pow(0x100000001B3, len(data) - 1 - i, M)
-    x %= M
-    x ^= x >> 30
-    x = x * 0xBF58476D1CE4E5B9 % M
-    x ^= x >> 27
-    x = x * 0x94D049BB133111EB % M
-    return x ^ (x >> 31)
 
 
 def _reference_codes(vocabulary: list[str], values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +56,7 @@ def test_each_key_is_the_documented_hash(kind):
     arr = pa.array(VALUES, type=kind)
     keys = string_keys(arr)
     assert keys.dtype == np.uint64 and len(keys) == len(VALUES)
-    assert keys.tolist() == [_reference_key(v) for v in VALUES]
+    assert keys.tolist() == [reference_string_key(v) for v in VALUES]
 
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
@@ -80,15 +64,17 @@ def test_a_sliced_array_keys_its_own_strings(kind):
     arr = pa.array(VALUES, type=kind)
     for start, stop in [(0, 1), (3, 9), (len(VALUES) - 2, len(VALUES)), (5, 5)]:
         part = arr.slice(start, stop - start)
-        assert string_keys(part).tolist() == [_reference_key(v) for v in VALUES[start:stop]]
+        assert string_keys(part).tolist() == [reference_string_key(v) for v in VALUES[start:stop]]
 
 
 def test_empty_arrays_and_empty_strings_have_keys():
     assert string_keys(pa.array([], type=pa.string())).tolist() == []
     only_empty = pa.array(["", "", None], type=pa.large_string())
-    assert string_keys(only_empty).tolist() == [_reference_key("")] * 3
+    assert string_keys(only_empty).tolist() == [reference_string_key("")] * 3
     # an empty string last (after a long one) and first: its key is its length's alone
-    assert string_keys(pa.array(["abc", ""])).tolist() == [_reference_key(s) for s in ["abc", ""]]
+    assert string_keys(pa.array(["abc", ""])).tolist() == [
+        reference_string_key(s) for s in ["abc", ""]
+    ]
 
 
 def test_the_length_counts_and_so_do_zero_bytes():
@@ -153,7 +139,7 @@ def test_each_entry_sits_in_the_bucket_of_its_keys_top_bits():
     vocabulary = [f"w{i}" for i in range(300)]
     index = StringIndex.of(vocabulary)
     bits = (len(index._starts) - 1).bit_length() - 1
-    keys = [_reference_key(v) for v in vocabulary]
+    keys = [reference_string_key(v) for v in vocabulary]
     for at, code in enumerate(index._codes.astype(int)):
         top = keys[code] >> (64 - bits)
         assert index._starts[top] <= at < index._starts[top + 1]
