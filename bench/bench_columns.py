@@ -2,7 +2,11 @@
 column count doubles (``parquet_source`` over one file of k columns, ``arrow_source``
 over a table of k columns: construction only), and an epoch of row groups with a
 categorical column of many distinct values against the same epoch with a numeric
-column in its place (the ratio, median of interleaved rounds: this machine drifts).
+column in its place (the ratio, median of interleaved rounds: this machine drifts),
+and Parquet's own read of each column with no coding (a ``ParquetFile`` opened per
+row group and ``read_row_group``, as the source reads: the float column, the string
+column as ``read_dictionary`` hands it, dictionary-encoded, and as plain strings), the
+floor under the coded epoch.
 
     .venv/bin/python bench/bench_columns.py [--columns 1000 2000 4000 8000]
         [--arrow-columns 16000] [--rows 1000000] [--values 1000000] [--groups 100] [--clock cpu]
@@ -44,6 +48,16 @@ def _epoch(src) -> float:
     t = _clock()
     for i in range(len(src)):
         src.read_chunk(i)
+    return _clock() - t
+
+
+def _bare(path: str, column: str, groups: int, dictionary: bool) -> float:
+    """Parquet's read of ``column``'s row groups alone: no checks, no coding."""
+    meta = pq.ParquetFile(path).metadata
+    t = _clock()
+    for g in range(groups):
+        pf = pq.ParquetFile(path, metadata=meta, read_dictionary=[column] if dictionary else None)
+        pf.read_row_group(g, columns=[column])
     return _clock() - t
 
 
@@ -89,9 +103,14 @@ def main() -> None:
         strs = parquet_source(path, features=["str"], labels=(), categorical=["str"])
         learn_str = _clock() - t - learn_int
         times: dict[str, list[float]] = {"numeric": [], "int codes": [], "str codes": []}
+        bare: dict[str, list[float]] = {"float": [], "str, dictionary": [], "str, plain": []}
+        reads = (("float", "num", False), ("str, dictionary", "str", True))
+        reads += (("str, plain", "str", False),)
         for _ in range(a.rounds):
             for name, src in (("numeric", num), ("int codes", ints), ("str codes", strs)):
                 times[name].append(_epoch(src))
+            for name, col, dictionary in reads:
+                bare[name].append(_bare(path, col, len(num), dictionary))
         base = m(times["numeric"])
         print(
             f"{a.rows:,} rows, {len(num)} row groups, {a.values:,} categories "
@@ -103,6 +122,11 @@ def main() -> None:
                 f"  {name:10s} {m(ts):7.3f} s  ({m(ts) / base:5.2f}x numeric; the first "
                 f"epoch {ts[0]:.3f} s, {ts[0] / times['numeric'][0]:5.2f}x)"
             )
+        print("Parquet's read alone (read_row_group, no checks, no coding):")
+        for name, ts in bare.items():
+            print(f"  {name:16s} {m(ts):7.3f} s  ({m(ts) / base:5.2f}x the numeric epoch)")
+        floor = m(bare["str, dictionary"])
+        print(f"  str codes' epoch / the string column's read: {m(times['str codes']) / floor:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -285,11 +285,13 @@ TARGETS = {
         [
             "src/exactbatch/ndf/categories.py",
             "src/exactbatch/sources/categorical.py",
+            "src/exactbatch/sources/categorical_args.py",
             "src/exactbatch/sources/code_dtype.py",
         ],
         [
             "exactbatch.ndf.categories.*",
             "exactbatch.sources.categorical.*",
+            "exactbatch.sources.categorical_args.*",
             "exactbatch.sources.code_dtype.*",
         ],
         [

@@ -39,6 +39,36 @@ def test_categorical_as_given_is_a_dict_of_columns_and_vocabularies():
     assert [type(v) for v in got["a"]] == [str, str]  # np.str_ made str
 
 
+def test_a_given_vocabulary_of_strings_keeps_its_values_and_types():
+    # strings only: checked by loops in C (types, repeats), the list copied as given
+    names = [f"v{i}" for i in range(1000)]
+    got = check_categorical({"a": names, "b": np.array(names), "c": np.array(names, object)}, "w")
+    assert got == {"a": names, "b": names, "c": names}
+    assert got["a"] is not names  # (a copy: the caller's list may change)
+    assert {type(v) for col in got.values() for v in col} == {str}
+    # NumPy scalars in a list or an object array made Python's, whatever else is there
+    mixed = check_categorical(
+        {"a": [np.str_("x"), "y"], "b": np.array([np.int64(3), "z"], object)}, "w"
+    )
+    assert mixed == {"a": ["x", "y"], "b": [3, "z"]}
+    assert [type(v) for v in mixed["a"] + mixed["b"]] == [str, str, int, str]
+
+    # a str subclass is not a str: keyed as before (the hash path), never merged with str
+    class Tag(str):
+        pass
+
+    assert Vocabulary("c", [Tag("x"), "y"]).strings is False
+    assert Vocabulary("c", ["x", "y"]).strings is True
+    assert Vocabulary("c", []).strings is False
+
+
+def test_a_repeat_in_a_large_given_vocabulary_is_named_at_once():
+    names = [f"v{i}" for i in range(200_000)] + ["v7", "v9", "v7"]
+    message = "w: categorical['a'] lists ['v7', 'v9', 'v7', 'v9', 'v7'] more than once"
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        check_categorical({"a": names}, "w")
+
+
 @pytest.mark.parametrize(
     "bad, kind, message",
     [

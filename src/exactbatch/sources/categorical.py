@@ -47,60 +47,14 @@ float16 past 2**11) refuses the source (:func:`~exactbatch.sources.code_dtype.ch
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
+from exactbatch.sources.categorical_args import check_categorical
 from exactbatch.sources.code_dtype import check_code_dtype
 from exactbatch.sources.string_keys import StringIndex, sorted_strings, take_codes
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
 __all__ += ["code", "learned", "vocabularies"]
-
-
-def check_categorical(categorical, where: str) -> dict[str, list | None]:
-    """``categorical`` as ``{column: vocabulary or None}`` (None: learn it).
-
-    ``categorical``: None, a column name, a list of names, or a mapping from
-    names to their vocabularies (lists of distinct values; a NumPy array's scalars are
-    taken as Python's: np.str_ as str, np.bool_ as bool). Anything else is
-    a ``TypeError`` naming the argument; a name given twice, or a vocabulary
-    with a repeated value, a ``ValueError``.
-    """
-    import numpy as np
-
-    if categorical is None:
-        return {}
-    if isinstance(categorical, str):
-        categorical = [categorical]
-    if isinstance(categorical, Mapping):
-        out: dict[str, list | None] = {}
-        for col, values in categorical.items():
-            if not isinstance(col, str):
-                raise TypeError(f"{where}: categorical names columns by name; got {col!r}")
-            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-                raise TypeError(
-                    f"{where}: categorical[{col!r}] must be a list of values (the vocabulary); "
-                    f"got {values!r:.80}"
-                )
-            # a NumPy array's scalars as Python's: np.str_ is not str, np.bool_ not bool
-            vocab = [v.item() if isinstance(v, np.generic) else v for v in values]
-            keys = [(type(v) is bool, v) for v in vocab]  # True is not the category 1
-            if len(set(keys)) != len(keys):
-                twice = [v for k, v in zip(keys, vocab, strict=True) if keys.count(k) > 1]
-                raise ValueError(
-                    f"{where}: categorical[{col!r}] lists {twice[:5]!r:.120} more than once; "
-                    "each value has one code"
-                )
-            out[col] = vocab
-        return out
-    if not isinstance(categorical, Sequence) or not all(isinstance(c, str) for c in categorical):
-        raise TypeError(
-            f"{where}: categorical must be a list of column names or a dict {{column: "
-            f"[values]}}; got {categorical!r:.80}"
-        )
-    twice = list(dict.fromkeys(c for c in categorical if list(categorical).count(c) > 1))
-    if twice:
-        raise ValueError(f"{where}: categorical names column(s) {twice} more than once")
-    return dict.fromkeys(categorical)
 
 
 def is_categorical_type(arrow_type) -> bool:
@@ -211,7 +165,7 @@ class Vocabulary:
     def strings(self) -> bool:
         """Is every entry a string (and is there one)? (Found once.)"""
         if self._all_str is None:
-            self._all_str = bool(self.values) and all(type(v) is str for v in self.values)
+            self._all_str = set(map(type, self.values)) == {str}  # (a loop in C)
         return self._all_str
 
     def _string_index(self) -> StringIndex | None:

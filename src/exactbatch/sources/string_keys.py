@@ -156,7 +156,7 @@ class StringIndex:
         else:
             arr = arrow.cast(pa.large_string())
         keys = string_keys(arr)
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(keys)  # (two equal keys: no index, so no order among them)
         if (np.diff(keys[order]) == 0).any():
             return None
         return cls(arr, keys, order)
