@@ -484,14 +484,16 @@ def fifo(path):
 
 def reference_string_key(s: str | None) -> int:
     """The 64-bit key exactbatch.sources.string_keys documents for a string, computed with
-    Python integers (an independent reference for both backends): ``sum((b_i + 1) *
-    P**(len-1-i)) + len * C`` modulo 2**64, then SplitMix64's finaliser. A null: its
-    bytes (none)."""
+    Python integers (an independent reference for both backends): its UTF-8 bytes as
+    little-endian words of eight bytes (the last one's missing bytes zero) ``w_0 ..
+    w_{m-1}``, ``sum(w_q * P**(m-1-q)) + len * C`` modulo 2**64, then SplitMix64's
+    finaliser. A null: its bytes (none)."""
     m = 2**64
     data = (s or "").encode()
+    words = [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
     x = len(data) * 0x9E3779B97F4A7C15
-    for i, b in enumerate(data):
-        x += (b + 1) * pow(0x100000001B3, len(data) - 1 - i, m)
+    for q, w in enumerate(words):
+        x += w * pow(0x100000001B3, len(words) - 1 - q, m)
     x %= m
     x ^= x >> 30
     x = x * 0xBF58476D1CE4E5B9 % m

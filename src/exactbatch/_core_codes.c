@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#define KEY_P 0x100000001B3ULL        /* the FNV prime: the polynomial's base */
+#define KEY_P 0x100000001B3ULL        /* the FNV prime: the polynomial's base (odd) */
 #define KEY_LENGTH 0x9E3779B97F4A7C15ULL /* mixes the length in (a zero byte still counts) */
 
 /* SplitMix64's finaliser: every bit of a key moves its top bits (the buckets'). */
@@ -17,32 +17,42 @@ static inline uint64_t mixed(uint64_t x)
     return x;
 }
 
-/* sum((byte_i + 1) * P**(len - 1 - i)) + len * LENGTH modulo 2**64, mixed: string_keys's. */
-static inline uint64_t key_of(const unsigned char *s, int64_t len)
+/* The 8 bytes at p as a little-endian word (byte j at bits 8j), whatever the host's order. */
+static inline uint64_t word8(const unsigned char *p)
 {
-    /* eight bytes a step: h * P**8 + sum((byte_j + 1) * P**(7 - j)), the same sum modulo
-     * 2**64 as a byte a step, with one multiply in the chain from step to step, not eight
-     * (the last step's bytes, fewer than eight, the same way) */
-    static const uint64_t pw[9] = {1, KEY_P, KEY_P * KEY_P, KEY_P * KEY_P * KEY_P,
-                                   KEY_P * KEY_P * KEY_P * KEY_P, KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
-                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
-                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P,
-                                   KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P * KEY_P};
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* string_keys's key of the len bytes at s: the little-endian words w_0 .. w_{m-1} of its
+ * bytes (eight a word, the last one's missing bytes zero), sum(w_q * P**(m - 1 - q)) +
+ * len * LENGTH modulo 2**64, mixed. One multiply in the chain a word. `room`: the bytes
+ * readable from s (at least len): a last part word is read whole, its bytes past the
+ * string dropped, when the string has eight bytes before it or the buffer eight after
+ * its start; a byte at a time else (a short string at the buffer's end). */
+static inline uint64_t key_of(const unsigned char *s, int64_t len, int64_t room)
+{
     uint64_t h = 0;
     int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        const unsigned char *b = s + i;
-        uint64_t lo = ((uint64_t)b[0] + 1) * pw[7] + ((uint64_t)b[1] + 1) * pw[6] +
-                      ((uint64_t)b[2] + 1) * pw[5] + ((uint64_t)b[3] + 1) * pw[4];
-        uint64_t hi = ((uint64_t)b[4] + 1) * pw[3] + ((uint64_t)b[5] + 1) * pw[2] +
-                      ((uint64_t)b[6] + 1) * pw[1] + ((uint64_t)b[7] + 1);
-        h = h * pw[8] + lo + hi;
-    }
+    for (; i + 8 <= len; i += 8)
+        h = h * KEY_P + word8(s + i);
     int64_t r = len - i;
-    uint64_t t = 0;
-    for (int64_t j = 0; j < r; j++)
-        t += ((uint64_t)s[i + j] + 1) * pw[r - 1 - j];
-    return mixed(h * pw[r] + t + (uint64_t)len * KEY_LENGTH);
+    if (r > 0) {
+        uint64_t w = 0;
+        if (len >= 8)
+            w = word8(s + len - 8) >> (8 * (8 - r));
+        else if (room >= 8)
+            w = word8(s) & ((1ULL << (8 * r)) - 1);
+        else
+            for (int64_t j = 0; j < r; j++)
+                w |= (uint64_t)s[j] << (8 * j);
+        h = h * KEY_P + w;
+    }
+    return mixed(h + (uint64_t)len * KEY_LENGTH);
 }
 
 /* Are the len bytes at a and b the same? (8 to 16 bytes: two 8-byte reads each, inside.) */
@@ -150,10 +160,11 @@ PyObject *string_keys(PyObject *mod, PyObject *args)
     }
     const unsigned char *data = (const unsigned char *)b[1].buf;
     uint64_t *out = (uint64_t *)b[2].buf;
+    int64_t size = (int64_t)b[1].len;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t at = offset_at(&b[0], i);
-        out[i] = key_of(data + at, offset_at(&b[0], i + 1) - at);
+        out[i] = key_of(data + at, offset_at(&b[0], i + 1) - at, size - at);
     }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);

@@ -1,8 +1,9 @@
 """Strings coded against a vocabulary, a whole Arrow array at a time (no Python per row).
 
 A vocabulary of strings is indexed once (:class:`StringIndex`): each entry's
-64-bit key - a polynomial hash of its UTF-8 bytes and its length, computed
-from the Arrow array's offsets and bytes (:func:`string_keys`) - sorted, with
+64-bit key - a polynomial hash of its UTF-8 bytes read eight at a time and its
+length, computed from the Arrow array's offsets and bytes (:func:`string_keys`) -
+sorted, with
 the entry's code and bytes beside it (the entries kept in their keys' order).
 A chunk is then coded without Python per value: its keys, their buckets among
 the sorted keys, and a check that the entry found is EQUAL to the value, byte
@@ -51,9 +52,10 @@ def _powers(k: int) -> np.ndarray:
 
 def string_keys(arr) -> np.ndarray:
     """The uint64 key of each string of ``arr`` (a pyarrow ``string`` or
-    ``large_string`` Array, not chunked): ``sum((byte_i + 1) * P**(len - 1 - i))``
-    plus the length times a constant, modulo 2**64, then mixed (:func:`_mixed`); a
-    null's key is its bytes' (callers mask nulls)."""
+    ``large_string`` Array, not chunked): its UTF-8 bytes as little-endian 64-bit words
+    ``w_0 .. w_{m-1}`` (eight bytes a word, the last one's missing bytes zero),
+    ``sum(w_q * P**(m - 1 - q))`` plus the length times a constant, modulo 2**64, then
+    mixed (:func:`_mixed`); a null's key is its bytes' (callers mask nulls)."""
     n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
@@ -69,11 +71,13 @@ def string_keys(arr) -> np.ndarray:
     if offs[-1] == offs[0]:
         return _mixed(keys)
     data = np.frombuffer(buf, dtype=np.uint8)[offs[0] : offs[-1]]
-    # each byte's power: its distance from its string's end
-    ends = np.repeat(offs[1:] - offs[0], lens)
-    from_end = ends - 1 - np.arange(len(data), dtype=np.int64)
+    # each byte's place in its string: its word's distance from the last word, its shift
+    at = np.arange(len(data), dtype=np.int64) - np.repeat(offs[:-1] - offs[0], lens)
+    words = (lens + 7) // 8
+    from_end = np.repeat(words, lens) - 1 - at // 8
+    shift = (at % 8 * 8).astype(np.uint64)
     terms = np.zeros(len(data) + 1, dtype=np.uint64)  # (+1: a last empty string's start)
-    terms[:-1] = (data.astype(np.uint64) + np.uint64(1)) * _powers(int(lens.max()))[from_end]
+    terms[:-1] = (data.astype(np.uint64) << shift) * _powers(int(words.max()))[from_end]
     sums = np.add.reduceat(terms, offs[:-1] - offs[0])  # (an empty string's: dropped)
     keys += np.where(lens > 0, sums, np.uint64(0))
     return _mixed(keys)
