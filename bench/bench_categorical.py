@@ -9,7 +9,9 @@ machine's speed drifts).
 ``--stream``: the same table read by ``arrow_source`` as a stream of record batches
 (65,536 rows each) instead of a Parquet file, its string column plain or
 dictionary-encoded; the vocabulary given as a list of Python strings (the numeric
-epoch is the same stream's with the float column in its place).
+epoch is the same stream's with the float column in its place). A plain stream also
+prints Arrow's own C++ over the same strings: ``pyarrow.compute.index_in`` against
+the vocabulary (a lookup a row), and ``dictionary_encode`` of each batch alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from exactbatch import arrow_source, parquet_source
@@ -100,12 +103,25 @@ def _stream(a, table: pa.Table, names) -> None:
     t = _clock()
     src = arrow_source(reader, features=["a", "city"], labels=(), categorical=vocab)
     given = _clock() - t
+    # Arrow's own C++ over the same string column, no loader: a lookup of each row in the
+    # vocabulary (index_in), and the dictionary of each batch alone (dictionary_encode)
+    arrow: dict[str, list[float]] = {"index_in": [], "dictionary_encode": []}
+    value_set = pa.array(vocab["city"])
+    column = [b.column(2) for b in batches]
+    calls = {"index_in": lambda c: pc.index_in(c, value_set=value_set)}
+    calls["dictionary_encode"] = pc.dictionary_encode
     for _ in range(a.rounds):
         for s_, out in ((num, plain), (src, coded)):
             t = _clock()
             for _chunk in s_:
                 pass
             out.append(_clock() - t)
+        if a.stream == "plain":
+            for name, call in calls.items():
+                t = _clock()
+                for c in column:
+                    call(c)
+                arrow[name].append(_clock() - t)
     m = np.median
     print(
         f"{a.rows:,} rows, {len(batches)} batches of an Arrow stream ({a.stream} strings), "
@@ -114,6 +130,11 @@ def _stream(a, table: pa.Table, names) -> None:
         f"vocabulary's index built, {coded[0]:.3f} s; the source built, its vocabulary "
         f"checked, {given:.3f} s; {a.clock} clock)"
     )
+    if a.stream == "plain":
+        print(
+            f"  Arrow's C++ over the same strings: index_in {m(arrow['index_in']):.3f} s, "
+            f"dictionary_encode alone {m(arrow['dictionary_encode']):.3f} s"
+        )
 
 
 if __name__ == "__main__":
