@@ -9,8 +9,9 @@ sliced, nulls, a null slot whose bytes spell a value); no dictionary is made
 (Arrow's ``dictionary_encode`` is never called); a row outside the vocabulary is
 refused naming the column, the value and its row exactly as the dictionary path
 does, a null never; an Arrow stream of plain strings codes as the same stream of
-dictionary strings, with a vocabulary given or learned; the compiled key, which
-takes eight bytes a step, is the documented hash for every length.
+dictionary strings, with a vocabulary given (a list, a tuple or a NumPy array) or
+learned; the compiled key, which reads eight bytes a word, is the documented hash for
+every length, whatever follows a string in its buffer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pa = pytest.importorskip("pyarrow")
 pc = pytest.importorskip("pyarrow.compute")
 
 from exactbatch import arrow_source  # noqa: E402
-from exactbatch.sources.categorical import Vocabulary  # noqa: E402
+from exactbatch.sources.categorical import Vocabulary, check_categorical  # noqa: E402
 from exactbatch.sources.string_keys import StringIndex, string_keys  # noqa: E402
 
 VOCAB = ["", "a", "b", "ab", "é", "日本", "a\0", "x" * 40, "city0000001", "sixteen_bytes_16"]
@@ -124,12 +125,30 @@ def test_plain_codes_agree_with_a_dict_on_both_backends(vocabulary, data):
 
 
 def test_the_key_is_the_documented_hash_for_every_length(each_backend):
-    # eight bytes a step in the compiled key: every length around a step's edges
+    # eight bytes a word in the compiled key: every length around a word's edges
     values = [
         "".join(chr(0x21 + (7 * i + j) % 200) for j in range(n)) for i, n in enumerate(range(41))
     ]
     values += ["\xff" * 17, "é" * 9]
-    assert string_keys(pa.array(values)).tolist() == [reference_string_key(v) for v in values]
+    for order in (values, values[::-1]):
+        arr = pa.array(order)
+        assert string_keys(arr).tolist() == [reference_string_key(v) for v in order]
+        # one string alone: others' bytes after it (a last part word read whole, masked),
+        # or none (the buffer's last: a byte at a time)
+        for k, value in enumerate(order):
+            assert string_keys(arr.slice(k, 1)).tolist() == [reference_string_key(value)]
+
+
+def test_a_vocabulary_given_as_a_list_or_an_array_codes_alike(each_backend, no_dictionary):
+    # (a fixed-width NumPy string array drops trailing NULs: it is given no "a\0")
+    short = VOCAB[:6]
+    cases = [(VOCAB, VOCAB), (tuple(VOCAB), VOCAB), (np.array(VOCAB, dtype=object), VOCAB)]
+    for as_given, vocabulary in [*cases, (np.array(short), short)]:
+        vocab = check_categorical({"c": as_given}, "w")["c"]
+        assert vocab == vocabulary and {type(v) for v in vocab} == {str}
+        values = [*vocabulary[::-1], None, vocabulary[1]]
+        got = _coded(Vocabulary("c", vocab), pa.array(values))
+        np.testing.assert_array_equal(got, _want(values))
 
 
 # -- an Arrow stream of plain strings ------------------------------------------------------

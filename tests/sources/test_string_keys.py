@@ -77,17 +77,6 @@ def test_empty_arrays_and_empty_strings_have_keys():
     ]
 
 
-def test_a_last_part_word_read_whole_or_byte_by_byte_has_the_same_key():
-    # every length around a word's: a short string with others' bytes after it (its
-    # part word read whole, masked), last in its buffer (a byte at a time), bytes >= 0x80
-    texts = ["".join(chr(33 + (7 * i + j) % 90) for j in range(k)) for i, k in enumerate(range(26))]
-    for values in (texts, texts[::-1], [t + "\xff" for t in texts]):
-        arr = pa.array(values)
-        assert string_keys(arr).tolist() == [reference_string_key(v) for v in values]
-        for k, value in enumerate(values):
-            assert string_keys(arr.slice(k, 1)).tolist() == [reference_string_key(value)]
-
-
 def test_the_length_counts_and_so_do_zero_bytes():
     keys = string_keys(pa.array(["", "\0", "\0\0", "a", "a\0", "\0a"]))
     assert len(set(keys.tolist())) == 6
