@@ -22,6 +22,7 @@ from laws import (
     check_retry,
     drain,
     reader_of,
+    reads_through_read,
     roundtrip,
     wrap_reader,
 )
@@ -50,7 +51,7 @@ class CountReads:
 
     def __init__(self, loader):
         self.sizes = []
-        reader = reader_of(loader)
+        reader = reads_through_read(reader_of(loader))
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):

@@ -214,13 +214,14 @@ class EpochIterator:
             batch = self._peeked.pop(job.k, None)
         if batch is None:  # claimed unread (lazily, or by next_into): read it now
             t0 = perf_counter_ns()
+            plain = not cursor.spec.pad  # (else _take pads it, and counts its read)
             try:
-                batch = _take(cursor, group.epoch, [job])[0]
+                batch = job.take() if plain else _take(cursor, group.epoch, [job])[0]
             except BaseException:
+                cursor.telemetry.waited(t0)
                 group.unpop(item)
                 raise
-            finally:
-                cursor.telemetry.waited(t0)
+            cursor.telemetry.waited(t0, plain)  # (plain: a wait that was a read too)
         cursor.hand(group, job)
         return batch
 
