@@ -128,3 +128,43 @@ def test_a_wait_is_counted_alike_on_both_backends():
             slot2 = [0] * telemetry._SLOT
             now = count(slot2, t0, telemetry._WAIT_NS, -1)  # no histogram: a wait only
             assert slot2[telemetry._WAIT_NS] == now - t0 and sum(slot2) == now - t0
+
+
+def _order_run(n: int, b: int, with_rows: bool = False):
+    """An :class:`OrderRun` over a shuffled order of ``n`` rows in batches of ``b``."""
+    from exactbatch.batching.random_access_epoch import OrderRun
+    from exactbatch.order.digest import batch_digests
+
+    x, y = np.arange(float(n)).reshape(n, 1), np.zeros((n, 0))
+    rows = np.random.default_rng(n).permutation(n).astype(np.int32)
+    reader = kernels.memory_rows(x, y)
+    return OrderRun(reader, rows, batch_digests(rows, b).data, b, n, np.float64, with_rows)
+
+
+@needs_core
+@pytest.mark.parametrize("with_rows", [False, True])
+@pytest.mark.parametrize(("n", "b", "k0", "k1"), [(100, 7, 0, 15), (100, 7, 3, 9), (64, 8, 7, 8)])
+def test_a_claims_jobs_are_the_same_tuples_on_both_backends(n, b, k0, k1, with_rows):
+    run = _order_run(n, b, with_rows)
+    made = run.jobs(k0, k1)  # in C
+    run.make = None
+    twin = run.jobs(k0, k1)  # its twin
+    assert [type(j) for j in made] == [type(j) for j in twin] == [run.job] * (k1 - k0)
+    assert made == twin  # run, k, size, digest, start: item for item
+    assert [j.size for j in made][-1] == min(b, n - (k1 - 1) * b)
+    assert all(j.run is run and j.start == j.k * b for j in made)
+
+
+@needs_core
+def test_run_jobs_refuses_bad_arguments_naming_them():
+    run = _order_run(20, 8)
+    make = kernels.core().run_jobs
+    with pytest.raises(IndexError, match="batches 0 .. 4 of 20 rows in batches of 8"):
+        make(run.job, run, 0, 4, 8, 20, run.digests)  # batch 3 would start at row 24
+    with pytest.raises(IndexError, match="with 3 digests"):
+        make(run.job, run, 0, 4, 8, 40, run.digests)
+    with pytest.raises(TypeError, match="digests must be a 1-D uint64"):
+        make(run.job, run, 0, 1, 8, 20, np.zeros(3).data)
+    with pytest.raises(TypeError, match="job_type must be a subclass of tuple"):
+        make(list, run, 0, 1, 8, 20, run.digests)
+    assert make(run.job, run, 2, 2, 8, 20, run.digests) == []

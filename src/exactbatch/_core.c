@@ -77,6 +77,11 @@ static PyMethodDef core_methods[] = {
      "pair_fits(bx, by, rows, d, l, itemsize)\n--\n\n"
      "Whether bx and by are writeable C-contiguous NumPy arrays of shapes (rows, d) and\n"
      "(rows, l), both float64 (itemsize 8) or both float32 (4): next_into's check."},
+    {"run_jobs", (PyCFunction)(void (*)(void))run_jobs, METH_FASTCALL,
+     "run_jobs(job_type, run, k0, k1, b, n, digests)\n--\n\n"
+     "[job_type(run, k, size, digests[k], k * b) for k in k0 .. k1 - 1], each of b rows or\n"
+     "the rest of n: a claim's jobs of an epoch's whole order, in one loop (job_type a\n"
+     "tuple subclass with no fields of its own, digests a 1-D uint64 buffer)."},
     {"waited", (PyCFunction)(void (*)(void))waited, METH_FASTCALL,
      "waited(slot, t0, at, hist)\n--\n\n"
      "now (perf_counter_ns's clock): slot[at] += now - t0, and with hist >= 0 one more in\n"

@@ -209,6 +209,73 @@ done:
     return res;
 }
 
+/* job_type(run, k, size, digest, start): a tuple of the subclass job_type, made as
+ * tuple.__new__(job_type, ...) makes it (the items made first, then the tuple). */
+static PyObject *new_job(PyTypeObject *job_type, PyObject *run, Py_ssize_t k, Py_ssize_t size,
+                         unsigned long long digest, Py_ssize_t start)
+{
+    PyObject *items[5] = {Py_NewRef(run), PyLong_FromSsize_t(k), PyLong_FromSsize_t(size),
+                          PyLong_FromUnsignedLongLong(digest), PyLong_FromSsize_t(start)};
+    PyObject *job = NULL;
+    if (items[1] && items[2] && items[3] && items[4])
+        job = job_type->tp_alloc(job_type, 5);
+    if (job == NULL) {
+        for (int i = 0; i < 5; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++)
+        PyTuple_SET_ITEM(job, i, items[i]);
+    return job;
+}
+
+PyObject *run_jobs(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "run_jobs(job_type, run, k0, k1, b, n, digests) takes "
+                                         "7 arguments");
+        return NULL;
+    }
+    PyTypeObject *job_type = (PyTypeObject *)args[0];
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype(job_type, &PyTuple_Type) ||
+        job_type->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        job_type->tp_itemsize != PyTuple_Type.tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "run_jobs: job_type must be a subclass of tuple with "
+                                         "no fields of its own (__slots__ = ())");
+        return NULL;
+    }
+    Py_ssize_t v[4];
+    for (int i = 0; i < 4; i++)
+        if ((v[i] = PyLong_AsSsize_t(args[2 + i])) == -1 && PyErr_Occurred())
+            return NULL;
+    Py_ssize_t k0 = v[0], k1 = v[1], b = v[2], n = v[3];
+    Py_buffer db;
+    if (PyObject_GetBuffer(args[6], &db, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return NULL;
+    PyObject *out = NULL;
+    const char *f = plain_format(&db);
+    if (db.itemsize != 8 || db.ndim != 1 || !strchr("QLK", f[0]) || f[1]) {
+        PyErr_SetString(PyExc_TypeError, "run_jobs: digests must be a 1-D uint64 buffer");
+    } else if (b < 1 || k0 < 0 || k1 < k0 || k1 > db.len / 8 ||
+               (k1 > k0 && (n < 1 || (k1 - 1) > (n - 1) / b))) {
+        PyErr_Format(PyExc_IndexError, "run_jobs: batches %zd .. %zd of %zd rows in batches "
+                     "of %zd, with %zd digests", k0, k1, n, b, db.len / 8);
+    } else if ((out = PyList_New(k1 - k0)) != NULL) {
+        const unsigned long long *dg = db.buf;
+        for (Py_ssize_t k = k0; k < k1; k++) {
+            Py_ssize_t start = k * b, size = n - start < b ? n - start : b;
+            PyObject *job = new_job(job_type, args[1], k, size, dg[k], start);
+            if (job == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, k - k0, job);
+        }
+    }
+    PyBuffer_Release(&db);
+    return out;
+}
+
 /* ns's histogram bucket (exactbatch.loader.telemetry._bucket). */
 static Py_ssize_t bucket(unsigned long long ns)
 {

@@ -23,6 +23,12 @@ PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
  * dtype float64 or float32, ydtype None (dtype's), the same or float64. */
 PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* run_jobs(job_type, run, k0, k1, b, n, digests): [job_type(run, k, size, digests[k],
+ * k*b) for k in k0 .. k1-1] (size b, or what is left of n rows), made in one loop: a
+ * claim's jobs of an epoch's whole order (OrderRun.jobs). job_type a tuple subclass
+ * with no fields of its own; digests a 1-D uint64 buffer. */
+PyObject *run_jobs(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
 /* waited(slot, t0, at, hist): now (perf_counter_ns's clock); slot[at] += now - t0, and
  * with hist >= 0 slot[hist + bucket(now - t0)] += 1 (telemetry's histogram). */
 PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);

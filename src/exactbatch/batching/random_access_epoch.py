@@ -26,7 +26,7 @@ from exactbatch.arrays import batch_pair
 from exactbatch.batching.blocked_order import BlockedOrder, Positions, Whole
 from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
-from exactbatch.kernels import RunReads
+from exactbatch.kernels import RunReads, core
 from exactbatch.order.digest import RangeDigests, Tally, rows_digest
 from exactbatch.sources.protocols import RowReader
 
@@ -161,6 +161,7 @@ class OrderRun:
         "dtype",
         "dtypes",
         "job",
+        "make",
         "n",
         "reader",
         "rows",
@@ -186,12 +187,18 @@ class OrderRun:
         # or their twins over its read (kernels.RunReads).
         self.via: Any = reader if hasattr(reader, "read_run") else RunReads(reader)
         self.dtypes = (np.dtype(dtype), None if self.ydtype is None else np.dtype(self.ydtype))
+        compiled = core()  # a claim's jobs made in one loop in C, where it is in use
+        self.make = None if compiled is None else compiled.run_jobs
 
     def jobs(self, k0: int, k1: int) -> list[RunJob]:
-        """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop."""
+        """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop (the
+        compiled core's ``run_jobs``; this its twin: the same tuples)."""
         b, n = self.b, self.n
+        if self.make is not None:
+            out: list[RunJob] = self.make(self.job, self, k0, k1, b, n, self.digests)
+            return out
         full = min(k1, n // b)  # batches k0 .. full-1 hold b rows
-        out: list[RunJob] = list(
+        out = list(
             map(
                 _new,
                 repeat(self.job),
