@@ -2,8 +2,6 @@
  * into the caller's buffers or into new ones, and a wait counted in telemetry's slot. */
 #include "_core_hand.h"
 
-#include <time.h>
-
 #include "_core_fits.h"
 #include "_core_guard.h"
 #include "_core_split.h"
@@ -14,6 +12,7 @@
 #define ALIGN 64 /* a batch's x and y start on a cache line (exactbatch.arrays.ALIGN) */
 
 static PyObject *np_empty, *uint8_dtype, *dtype_type; /* numpy.empty, its uint8, numpy.dtype */
+static PyObject *perf_counter_ns;                      /* time.perf_counter_ns */
 
 static int native(const descr_head *t)
 {
@@ -309,22 +308,31 @@ PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "waited(slot, t0, at, hist) takes 4 arguments");
         return NULL;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* perf_counter_ns's clock */
-    long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     long long t0 = PyLong_AsLongLong(args[1]);
     Py_ssize_t at = PyLong_AsSsize_t(args[2]), hist = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    long long ns = now - t0;
-    if (add_to(args[0], at, ns) < 0 ||
-        (hist >= 0 && add_to(args[0], hist + bucket(ns < 0 ? 0 : (unsigned long long)ns), 1) < 0))
+    PyObject *now = PyObject_CallNoArgs(perf_counter_ns); /* t0's clock, whatever the OS */
+    if (now == NULL)
         return NULL;
-    return PyLong_FromLongLong(now);
+    long long end = PyLong_AsLongLong(now), ns = end - t0;
+    if ((end == -1 && PyErr_Occurred()) || add_to(args[0], at, ns) < 0 ||
+        (hist >= 0 && add_to(args[0], hist + bucket(ns < 0 ? 0 : (unsigned long long)ns), 1) < 0)) {
+        Py_DECREF(now);
+        return NULL;
+    }
+    return now;
 }
 
 int hand_ready(void)
 {
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        return -1;
+    perf_counter_ns = PyObject_GetAttrString(time, "perf_counter_ns");
+    Py_DECREF(time);
+    if (perf_counter_ns == NULL)
+        return -1;
     PyObject *np = PyImport_ImportModule("numpy");
     if (np == NULL)
         return -1;

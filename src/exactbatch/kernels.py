@@ -50,6 +50,7 @@ from exactbatch.checks import DTYPES
 
 __all__ = [
     "FileChanged",
+    "RunReads",
     "TransformKernel",
     "backend",
     "columns_into",
@@ -58,10 +59,9 @@ __all__ = [
     "gather",
     "map_file",
     "memory_rows",
-    "RunReads",
     "pair_check",
-    "run_reads",
     "parts_rows",
+    "run_reads",
     "staged",
     "use_backend",
 ]
