@@ -22,6 +22,7 @@ import tempfile
 import numpy as np
 
 from exactbatch import backend, kernels, open_ndf, save_ndf
+from exactbatch.loader.telemetry import Telemetry
 from exactbatch.order import EpochBijection
 
 _PURE_WORDS = ("1", "true", "yes", "on")  # EXACTBATCH_PURE's words for the pure path
@@ -81,6 +82,8 @@ def readers() -> dict[str, bool]:
         # the order's keyed bijection takes the core's kernel when it is made
         "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,
         "columns_into (streams' and Parquet's column chunks)": _columns_compiled(),
+        # a wait counted (the loader's telemetry takes the core's when it is made)
+        "Telemetry's wait count": inspect.isbuiltin(Telemetry()._count),
     }
 
 

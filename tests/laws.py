@@ -65,6 +65,7 @@ from exactbatch import (
     DataLoader,
     Dataset,
     certify,
+    kernels,
     ndf_blocks,
     open_ndf,
     open_ndf_dataset,
@@ -99,6 +100,7 @@ __all__ = [
     "loader_from_spec",
     "promised_sizes",
     "reader_of",
+    "reads_through_read",
     "roundtrip",
     "arrow_table_of",
     "run_python",
@@ -844,6 +846,15 @@ def reader_of(loader):
     place the tests reach into a loader for it; the loader keeps no reference of its own)."""
     reader = getattr(loader._feed, "reader", None)
     assert reader is not None and hasattr(reader, "read"), "not a random-access loader"
+    return reader
+
+
+def reads_through_read(reader):
+    """Make every batch ``reader`` reads go through its ``read`` (a test double set there
+    sees each): its reads of a whole order's batches too (``read_run``, ``take_run``,
+    compiled for a memory reader), by way of their twins over ``read``."""
+    twin = kernels.RunReads(reader)
+    reader.read_run, reader.take_run = twin.read_run, twin.take_run
     return reader
 
 

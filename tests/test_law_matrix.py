@@ -930,6 +930,7 @@ def grouping(request, monkeypatch):
 
         monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 1)
         monkeypatch.setattr(epoch_iterator, "_AHEAD_GROUP_BATCHES", 1)
+        monkeypatch.setattr(epoch_iterator, "_LAZY_BATCHES", 1)  # (next_into's claims)
     return request.param
 
 

@@ -12,6 +12,7 @@
 #include "_core_codes.h"
 #include "_core_columns.h"
 #include "_core_fits.h"
+#include "_core_hand.h"
 #include "_core_mapping.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
@@ -76,6 +77,15 @@ static PyMethodDef core_methods[] = {
      "pair_fits(bx, by, rows, d, l, itemsize)\n--\n\n"
      "Whether bx and by are writeable C-contiguous NumPy arrays of shapes (rows, d) and\n"
      "(rows, l), both float64 (itemsize 8) or both float32 (4): next_into's check."},
+    {"run_jobs", (PyCFunction)(void (*)(void))run_jobs, METH_FASTCALL,
+     "run_jobs(job_type, run, k0, k1, b, n, digests)\n--\n\n"
+     "[job_type(run, k, size, digests[k], k * b) for k in k0 .. k1 - 1], each of b rows or\n"
+     "the rest of n: a claim's jobs of an epoch's whole order, in one loop (job_type a\n"
+     "tuple subclass with no fields of its own, digests a 1-D uint64 buffer)."},
+    {"waited", (PyCFunction)(void (*)(void))waited, METH_FASTCALL,
+     "waited(slot, t0, at, hist)\n--\n\n"
+     "now (perf_counter_ns's clock): slot[at] += now - t0, and with hist >= 0 one more in\n"
+     "slot[hist + bucket] (a telemetry slot's histogram of 8 buckets a power of two)."},
     {"transform", transform_new, METH_VARARGS,
      "transform(mean, scale, fill)\n--\n\n"
      "A Transform for read(): each feature (v - mean) * scale as it is copied (mean and\n"
@@ -118,7 +128,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 ||
+    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 || hand_ready() < 0 ||
         transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
         split_ready() < 0) {
         Py_DECREF(m);

@@ -13,6 +13,9 @@
  *                      split over threads, guarded, the file checked after
  *   _core_mapping.c/.h a file's read-only mapping as a buffer (map_file)
  *   _core_fits.c/.h    next_into's check of the caller's buffers (pair_fits)
+ *   _core_hand.c/.h    a hand-out's read of a whole order's batch, into the caller's
+ *                      buffers or a new pair (Rows.read_run, take_run); a wait counted
+ *                      in a telemetry slot (waited)
  *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection

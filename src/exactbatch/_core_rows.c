@@ -3,6 +3,7 @@
 #include "_core_rows.h"
 
 #include "_core_guard.h"
+#include "_core_hand.h"
 #include "_core_split.h"
 
 /* ------------------------------------------------------------------ Rows objects */
@@ -184,6 +185,15 @@ static PyGetSetDef Rows_getset[] = {
 
 static PyMethodDef Rows_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Rows_read, METH_FASTCALL, read_doc},
+    {"read_run", (PyCFunction)(void (*)(void))Rows_read_run, METH_FASTCALL,
+     "read_run(order, start, size, out_x, out_y)\n--\n\n"
+     "read(order[start:start + size], out_x[:size], out_y[:size]) without the views: order\n"
+     "a 1-D C-contiguous int32/int64 ndarray, out_x and out_y writeable C-contiguous\n"
+     "float64 or float32 ndarrays of at least size rows (a batch's hand-out)."},
+    {"take_run", (PyCFunction)(void (*)(void))Rows_take_run, METH_FASTCALL,
+     "take_run(order, start, size, dtype, ydtype)\n--\n\n"
+     "Rows order[start:start + size] as a new (x, y) pair of dtype (float64 or float32;\n"
+     "y of ydtype when not None), laid out as exactbatch.arrays.batch_pair's."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -50,6 +50,7 @@ from exactbatch.checks import DTYPES
 
 __all__ = [
     "FileChanged",
+    "RunReads",
     "TransformKernel",
     "backend",
     "columns_into",
@@ -60,6 +61,7 @@ __all__ = [
     "memory_rows",
     "pair_check",
     "parts_rows",
+    "run_reads",
     "staged",
     "use_backend",
 ]
@@ -243,6 +245,45 @@ def _numpy_pair_fits(bx, by, rows: int, d: int, l: int, itemsize: int) -> bool: 
     """The pure path of :func:`pair_check`'s function."""
     dt = _BY_ITEMSIZE.get(itemsize)
     return dt is not None and _fits(bx, (rows, d), dt) and _fits(by, (rows, l), dt)
+
+
+class RunReads:
+    """The pure twins of a compiled rows object's ``read_run`` and ``take_run``, over
+    ``reader``'s ``read`` (looked up at each call: a closed reader's refuses), ``d``
+    and ``l``: the same bytes, by way of a view of the order."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, reader) -> None:
+        self.reader = reader
+
+    def read_run(self, rows, start: int, size: int, out_x: np.ndarray, out_y: np.ndarray):
+        """Rows ``rows[start:start + size]`` into the first ``size`` rows of ``out_x``
+        and ``out_y``."""
+        if len(out_x) != size:
+            out_x, out_y = out_x[:size], out_y[:size]
+        self.reader.read(rows[start : start + size], out_x, out_y)
+
+    def take_run(self, rows, start: int, size: int, dtype, ydtype):
+        """Rows ``rows[start:start + size]`` as a new pair (:func:`batch_pair`)."""
+        reader = self.reader
+        out_x, out_y = batch_pair(size, reader.d, reader.l, dtype, ydtype)
+        reader.read(rows[start : start + size], out_x, out_y)
+        return out_x, out_y
+
+
+def run_reads(rows) -> tuple[Any, Any]:
+    """``(read_run, take_run)`` of ``rows`` (what :func:`memory_rows` returns):
+    ``read_run(order, start, size, out_x, out_y)`` reads rows ``order[start:start +
+    size]`` into the first ``size`` rows of the outputs, ``take_run(order, start, size,
+    dtype, ydtype)`` into a new pair (dtype float64 or float32; ``ydtype`` None or a
+    float). A hand-out's read of a batch of an epoch's whole order: one call in C each
+    on the compiled path, with no view of the order and no buffer export; else their
+    twins (:class:`RunReads`), the same bytes."""
+    if _BUILT is not None and type(rows) is _BUILT.Rows:
+        return rows.read_run, rows.take_run
+    twin = RunReads(rows)
+    return twin.read_run, twin.take_run
 
 
 def pair_check():

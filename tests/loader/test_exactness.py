@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import chunks_of, ids, wait_until_prefetched, write_parquet
-from laws import FlakyFactory, reader_of
+from laws import FlakyFactory, reader_of, reads_through_read
 
 import exactbatch.loader.cursor
 from exactbatch import (
@@ -346,7 +346,7 @@ class FlakyReads:
         self.calls, self.failed = 0, False
         self.row = (fail_at - 1) * loader.batch_size  # the batch's first row, in read order
         self.done = 0  # rows read so far
-        reader = reader_of(loader)
+        reader = reads_through_read(reader_of(loader))
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):

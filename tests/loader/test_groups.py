@@ -22,6 +22,7 @@ from laws import (
     check_retry,
     drain,
     reader_of,
+    reads_through_read,
     roundtrip,
     wrap_reader,
 )
@@ -37,8 +38,9 @@ GROUP_BATCHES = epoch_iterator._GROUP_BATCHES  # the default: 64 small batches a
 @pytest.fixture(autouse=True)
 def groups_of_sixteen(monkeypatch):
     """The laws of groups hold at any size: these tests count in groups of 16 (64 only
-    where a test says so)."""
+    where a test says so), next_into's claims too."""
     monkeypatch.setattr(epoch_iterator, "_GROUP_BATCHES", 16)
+    monkeypatch.setattr(epoch_iterator, "_LAZY_BATCHES", 16)
 
 
 def x_of() -> np.ndarray:
@@ -50,7 +52,7 @@ class CountReads:
 
     def __init__(self, loader):
         self.sizes = []
-        reader = reader_of(loader)
+        reader = reads_through_read(reader_of(loader))
         self.read, reader.read = reader.read, self
 
     def __call__(self, rows, out_x, out_y):
@@ -111,9 +113,9 @@ def test_large_batches_and_next_into_read_batch_by_batch():
     for _ in zip(range(3), loader, strict=False):
         pass
     assert reads.sizes == [64, 64, 64]
-    it = iter(loader)  # claimed a prefetch group (4 MiB: 8 batches) at a time, read one by one
+    it = iter(loader)  # claimed unread, _LAZY_BATCHES at a time (16 here), read one by one
     next(it)
-    assert reads.sizes[3:] == [64] and len(it._current.jobs) == 8
+    assert reads.sizes[3:] == [64] and len(it._current.jobs) == 16
     assert loader.state_dict()["batches_done"] == 1
     assert sum(1 for _ in it) == len(loader) - 1 and reads.sizes[3:] == [64] * 15 + [40]
     half = DataLoader(wide, 32)  # 256 KiB batches: two a read

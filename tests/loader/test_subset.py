@@ -16,7 +16,7 @@ import pytest
 from helpers import collect, make_data, next_into_ids, write_ndf_dataset
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from laws import reader_of, roundtrip
+from laws import reader_of, reads_through_read, roundtrip
 
 from exactbatch import DataLoader, open_ndf_dataset, parquet_source
 from exactbatch.order.digest import rows_digest
@@ -106,7 +106,7 @@ def test_batches_gather_the_source_rows_through_the_ids():
     """The reader is asked for the source's ids directly (one gather, no second map)."""
     asked = []
     loader = DataLoader((X, Y), 4, rows=[10, 30, 20, 40, 50], shuffle=False)
-    reader = reader_of(loader)
+    reader = reads_through_read(reader_of(loader))
     inner = reader.read
 
     def spy(rows, out_x, out_y):

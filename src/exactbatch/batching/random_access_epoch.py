@@ -26,6 +26,7 @@ from exactbatch.arrays import batch_pair
 from exactbatch.batching.blocked_order import BlockedOrder, Positions, Whole
 from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
+from exactbatch.kernels import RunReads, core
 from exactbatch.order.digest import RangeDigests, Tally, rows_digest
 from exactbatch.sources.protocols import RowReader
 
@@ -122,20 +123,22 @@ class RunJob(_RunFields):
         return self.run.rows[self.start : self.start + self.size]
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        run, a = self.run, self.start  # (rows, written out: this runs a batch)
-        run.reader.read(run.rows[a : a + self.size], out_x, out_y)
+        """The batch into the first ``size`` rows of ``out_x`` and ``out_y`` (one call in
+        C where the reader is compiled: no view of the order, no buffer export)."""
+        run = self.run
+        run.via.read_run(run.rows, self.start, self.size, out_x, out_y)
 
     def fill_rows(self, out: np.ndarray) -> None:
         out[...] = self.rows
 
     def take(self) -> tuple[np.ndarray, ...]:
         run = self.run
-        reader = run.reader
-        out_x, out_y = batch_pair(self.size, reader.d, reader.l, run.dtype, run.ydtype)
-        reader.read(self.rows, out_x, out_y)
+        batch: tuple[np.ndarray, ...] = run.via.take_run(
+            run.rows, self.start, self.size, *run.dtypes
+        )
         if self.with_rows:
-            return out_x, out_y, row_ids(self.rows)
-        return out_x, out_y
+            return (*batch, row_ids(self.rows))
+        return batch
 
 
 class RunRowsJob(RunJob):
@@ -152,7 +155,19 @@ class OrderRun:
     """The whole order of an epoch whose batch k is positions ``k*b .. min(k*b + b, n)``
     (``rows``, and ``digests`` one a batch): its batches claimed as :class:`RunJob` s."""
 
-    __slots__ = ("b", "digests", "dtype", "job", "n", "reader", "rows", "ydtype")
+    __slots__ = (
+        "b",
+        "digests",
+        "dtype",
+        "dtypes",
+        "job",
+        "make",
+        "n",
+        "reader",
+        "rows",
+        "via",
+        "ydtype",
+    )
 
     def __init__(
         self,
@@ -167,12 +182,23 @@ class OrderRun:
         self.reader, self.rows, self.digests, self.b, self.n = reader, rows, digests, b, n
         self.dtype, self.ydtype = dtype, getattr(reader, "ydtype", None)
         self.job: type[RunJob] = RunRowsJob if with_rows else RunJob
+        # A hand-out's read of batch k, into the caller's buffers or a new pair: the
+        # reader's read_run and take_run (a memory reader's: in C where it is compiled),
+        # or their twins over its read (kernels.RunReads).
+        self.via: Any = reader if hasattr(reader, "read_run") else RunReads(reader)
+        self.dtypes = (np.dtype(dtype), None if self.ydtype is None else np.dtype(self.ydtype))
+        compiled = core()  # a claim's jobs made in one loop in C, where it is in use
+        self.make = None if compiled is None else compiled.run_jobs
 
     def jobs(self, k0: int, k1: int) -> list[RunJob]:
-        """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop."""
+        """The jobs of batches ``k0 .. k1-1`` (``k0 < k1``), made in one C loop (the
+        compiled core's ``run_jobs``; this its twin: the same tuples)."""
         b, n = self.b, self.n
+        if self.make is not None:
+            out: list[RunJob] = self.make(self.job, self, k0, k1, b, n, self.digests)
+            return out
         full = min(k1, n // b)  # batches k0 .. full-1 hold b rows
-        out: list[RunJob] = list(
+        out = list(
             map(
                 _new,
                 repeat(self.job),

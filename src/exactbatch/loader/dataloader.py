@@ -326,9 +326,8 @@ class DataLoader(Reports):
                 return 0
         assert by is not None  # (the check passed: an array)
         b = self.batch_size
-        # Batches are claimed a group at a time (into_count) into one group all callers
-        # pop from without the lock (see Cursor.claim_next): the claim's lock and calls
-        # cost a third of a small batch's read. A batch counts once its read succeeded.
+        # Batches are claimed many at a time (into_count) into one group all callers pop
+        # from without the lock (Cursor.claim_next); one counts once its read succeeded.
         cursor = self._cursor
         group, item = self._holder.group, None
         if group is not None and group.epoch is cursor.current:
@@ -337,7 +336,8 @@ class DataLoader(Reports):
             except IndexError:  # empty, or emptied by another thread since
                 pass
         if item is None:
-            group, item = cursor.claim_next(self._holder, into_count(self._group_sizes()))
+            count = into_count(self._group_sizes(), self._feed.kind)
+            group, item = cursor.claim_next(self._holder, count)
             if group is None:
                 self._telemetry.waited(t0)
                 return 0

@@ -34,6 +34,11 @@ __all__ = ["EpochIterator", "group_sizes", "into_count"]
 # as a batch of 1024 rows, so it must carry many batches (bench/bench_groups.py).
 _GROUP_BYTES, _GROUP_BATCHES, _STREAM_GROUP_BATCHES = 512 << 10, 64, 16
 _AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
+# Random-access batches read as they are handed out (next_into's; iter()'s too large for
+# groups but not for a prefetch group) are claimed _LAZY_BATCHES at a time: a claim's
+# fixed cost (tens of us: its lock, its group, the sweep) over many batches, and no
+# memory (a claimed batch is a tuple until it is read).
+_LAZY_BATCHES = 256
 
 
 def group_sizes(feed) -> tuple[int, int] | None:
@@ -54,12 +59,15 @@ def group_sizes(feed) -> tuple[int, int] | None:
     return max(1, min(most, _GROUP_BYTES // per)), ahead
 
 
-def into_count(sizes: tuple[int, int] | None) -> int:
-    """Batches a claim of ``next_into`` takes (its batches are read as handed out): a
-    group's (``sizes``: :func:`group_sizes`), or a prefetch group's where batches are
-    too large for groups: one claim, under the lock, for many batches."""
+def into_count(sizes: tuple[int, int] | None, kind: str = "random access") -> int:
+    """Batches a claim of ``next_into`` takes (its batches are read as handed out): from
+    random access (``kind``, the feed's), _LAZY_BATCHES; from a stream, whose claim reads
+    its chunks ahead, a group's (``sizes``: :func:`group_sizes`), or a prefetch group's
+    where batches are too large for groups: one claim, under the lock, for many."""
     if sizes is None:
         return 1
+    if kind == "random access":
+        return _LAZY_BATCHES
     return sizes[0] if sizes[0] > 1 else sizes[1]
 
 
@@ -168,9 +176,10 @@ class EpochIterator:
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
         self._cursor, self._gen, self._group = cursor, gen, group or 1
         # Random-access batches too large to read in groups (a group of one) are claimed
-        # a prefetch group at a time, each read as it is handed out: one claim for many.
+        # _LAZY_BATCHES at a time, each read as it is handed out: one claim for many.
         sizes = None if prefetch or group != 1 else group_sizes(cursor.feed)
-        self._lazy = sizes[1] if sizes and cursor.feed.kind == "random access" else 0
+        lazy = sizes is not None and sizes[1] > 1 and cursor.feed.kind == "random access"
+        self._lazy = _LAZY_BATCHES if lazy else 0
         self._owner = owner = _Owner()
         self._current = _EMPTY  # the group being handed out
         self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
@@ -214,13 +223,14 @@ class EpochIterator:
             batch = self._peeked.pop(job.k, None)
         if batch is None:  # claimed unread (lazily, or by next_into): read it now
             t0 = perf_counter_ns()
+            plain = not cursor.spec.pad  # (else _take pads it, and counts its read)
             try:
-                batch = _take(cursor, group.epoch, [job])[0]
+                batch = job.take() if plain else _take(cursor, group.epoch, [job])[0]
             except BaseException:
+                cursor.telemetry.waited(t0)
                 group.unpop(item)
                 raise
-            finally:
-                cursor.telemetry.waited(t0)
+            cursor.telemetry.waited(t0, plain)  # (plain: a wait that was a read too)
         cursor.hand(group, job)
         return batch
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from exactbatch.dataset import Dataset
-from exactbatch.kernels import memory_rows
+from exactbatch.kernels import memory_rows, run_reads
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.urls import is_url
 
@@ -29,7 +29,7 @@ __all__ = ["MemoryReader", "NdfReader", "WrappedReader"]
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
 
-def _closed(rows, out_x, out_y, kernel=None) -> None:
+def _closed(*args: object) -> None:  # (read, read_run and take_run, once closed)
     raise ValueError("read from a closed DataLoader")
 
 
@@ -44,6 +44,8 @@ class MemoryReader:
         # a transform kernel too (fuses: applied as rows are copied).
         self._rows = memory_rows(ds.x, ds.y)
         self.read = self._rows.read
+        # A hand-out's read of a batch of an epoch's whole order (kernels.run_reads).
+        self.read_run, self.take_run = run_reads(self._rows)
         self.fuses = True
 
     def use_threads(self, threads: int | None) -> None:
@@ -56,7 +58,7 @@ class MemoryReader:
 
     def close(self) -> None:
         self.x = self.y = self._rows = None
-        self.read = _closed
+        self.read = self.read_run = self.take_run = _closed
 
 
 class NdfReader:

@@ -1,0 +1,39 @@
+/*
+ * A hand-out's steps in C: the read of batch k of an epoch's whole order (positions
+ * start .. start + size of its rows) into the caller's buffers (Rows.read_run, what
+ * next_into's RunJob.fill calls) or into a new aligned pair (Rows.take_run, iter()'s
+ * batch read as it is handed out), with no view of the order and no buffer export;
+ * and a wait counted in a telemetry slot (waited). Their pure twins are
+ * exactbatch.batching.random_access_epoch's read_run/take_run and
+ * exactbatch.loader.telemetry.Telemetry.waited.
+ */
+#ifndef EXACTBATCH_CORE_HAND_H
+#define EXACTBATCH_CORE_HAND_H
+
+#include "_core.h"
+#include "_core_rows.h"
+
+/* Rows.read_run(order, start, size, out_x, out_y): rows order[start:start + size]
+ * into the first size rows of out_x and out_y (writeable C-contiguous float64/float32
+ * ndarrays of d and l columns, at least size rows; out_y of x's dtype, or float64). */
+PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* Rows.take_run(order, start, size, dtype, ydtype): those rows as a new (x, y) pair
+ * (exactbatch.arrays.batch_pair's layout: one allocation, each on a 64-byte line);
+ * dtype float64 or float32, ydtype None (dtype's), the same or float64. */
+PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* run_jobs(job_type, run, k0, k1, b, n, digests): [job_type(run, k, size, digests[k],
+ * k*b) for k in k0 .. k1-1] (size b, or what is left of n rows), made in one loop: a
+ * claim's jobs of an epoch's whole order (OrderRun.jobs). job_type a tuple subclass
+ * with no fields of its own; digests a 1-D uint64 buffer. */
+PyObject *run_jobs(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
+/* waited(slot, t0, at, hist): now (perf_counter_ns's clock); slot[at] += now - t0, and
+ * with hist >= 0 slot[hist + bucket(now - t0)] += 1 (telemetry's histogram). */
+PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
+/* numpy.empty and the dtypes looked up: 0, or -1 with an exception set. */
+int hand_ready(void);
+
+#endif
