@@ -195,3 +195,15 @@ def test_a_list_as_a_chunk_source_counts_its_chunks_rows():
     assert src.chunk_rows.tolist() == [3, 1] and src.n_rows == 4
     assert (src.d, src.l) == (2, 1)
     assert src.read_chunk(1) is chunks[1]
+
+
+def test_holds_says_whether_every_chunk_named_is_held_or_being_read():
+    src = Counting([4, 4, 4])
+    r = reader(src, budget=8)
+    read(r, [0, 4])
+    assert r.holds([0, 1]) and r.holds([])
+    assert not r.holds([1, 2])
+    read(r, [9])
+    assert r.holds([2])
+    r.close()
+    assert not r.holds([2])

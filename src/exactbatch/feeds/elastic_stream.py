@@ -217,6 +217,9 @@ class ElasticStreamFeed:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them."""
         n, window = self.total_size, self.window
+        windows = list(windows)
+        if self._cache.holds(self._window_chunks(order, windows)):
+            return []  # (a stream the cache holds whole: no order mapped to find out)
         out: list[np.ndarray] = []
         for w in windows:
             a, z = w * window, min((w + 1) * window, n)
@@ -231,6 +234,22 @@ class ElasticStreamFeed:
         _, at = np.unique(chunks, return_index=True)
         needed: list[int] = chunks[np.sort(at)].tolist()
         return needed
+
+    def _window_chunks(self, order: Any, windows: list[int]) -> list[int]:
+        """Every chunk holding rows of ``windows`` (a superset of those a shard needs
+        there), from the order's chunk slots (file order: ``order`` None)."""
+        n, window, firsts = self.total_size, self.window, self._cache.firsts
+        out: set[int] = set()
+        for w in windows:
+            a, z = w * window, min((w + 1) * window, n)
+            if a >= z:
+                break
+            if order is not None:
+                out.update(order.window_chunks(w).tolist())
+            else:
+                lo, hi = chunk_of_rows(firsts, np.array([a, z - 1])).tolist()
+                out.update(c for c in range(lo, hi + 1) if self._chunk_rows[c])
+        return sorted(out)
 
     def close(self) -> None:
         self.rows.close()

@@ -246,6 +246,15 @@ class ChunkCacheReader:
             return snap.read(local, out_x, out_y)
         return snap.read(local, out_x, out_y, kernel)
 
+    def holds(self, chunks) -> bool:
+        """Is every chunk of ``chunks`` held (in the snapshot, read, or being read)?"""
+        with self._lock:
+            snap = self._snap
+            if snap is None:
+                return False
+            at, fresh, loading = snap.at, self._fresh, self._loading
+            return all(at[c] >= 0 or c in fresh or c in loading for c in chunks)
+
     # -- reading ahead --------------------------------------------------------------
 
     def read_ahead(self, chunks) -> None:
