@@ -215,17 +215,24 @@ class ElasticStreamFeed:
         self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: int
     ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
-        ``windows``, in the order its reads meet them."""
+        ``windows``, in the order its reads meet them (a window all of whose batches
+        are this shard's: in the order's chunk slots)."""
         n, window = self.total_size, self.window
         windows = list(windows)
         if self._cache.holds(self._window_chunks(order, windows)):
             return []  # (a stream the cache holds whole: no order mapped to find out)
         out: list[np.ndarray] = []
+        slots = getattr(order, "window_chunks", None)  # (a WindowedOrder's)
         for w in windows:
             a, z = w * window, min((w + 1) * window, n)
             if a >= z:
                 break
             pos = self.dealing.positions(a, z, first)
+            if len(pos) == z - a and slots is not None:
+                # every position of the window is this shard's (one rank): its chunks,
+                # in the order's slots, without mapping the window's positions
+                out.append(slots(w))
+                continue
             rows = pos if order is None else order(pos)
             out.append(chunk_of_rows(self._cache.firsts, rows))
         if not out:
