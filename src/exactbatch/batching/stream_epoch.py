@@ -30,39 +30,36 @@ __all__ = ["PassTally", "StreamEpoch", "StreamJob", "StreamRowsJob", "stream_job
 
 class _StreamFields(NamedTuple):
     k: int
+    size: int
     x: np.ndarray
     y: np.ndarray
     digest: int
 
 
 class StreamJob(_StreamFields):
-    """One batch of a streamed epoch, already read: batch ``k`` of the pass, as the
-    pass made it, ``(x, y, digest)`` (:class:`StreamRowsJob`: with its row ids). A
-    tuple, so that a claim of many batches makes them in one C loop
+    """One batch of a streamed epoch, already read: batch ``k`` of the pass, ``size``
+    rows, as the pass made it, ``(x, y, digest)`` (:class:`StreamRowsJob`: with its row
+    ids). A tuple, so that a claim of many batches makes them in one C loop
     (:func:`stream_job`, :meth:`StreamEpoch.claim_many`)."""
 
     __slots__ = ()
     rows: np.ndarray | None = None
 
-    @property
-    def size(self) -> int:
-        rows: int = self[1].shape[0]
-        return rows
-
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        out_x[...] = self[1]
-        out_y[...] = self[2]
+        out_x[...] = self[2]
+        out_y[...] = self[3]
 
     def fill_rows(self, out: np.ndarray) -> None:
         """The batch's row ids (those its digest is of) into ``out``."""
         out[...] = self.rows
 
     def take(self) -> tuple[np.ndarray, ...]:
-        return self[1], self[2]
+        return self[2], self[3]
 
 
 class _StreamRowsFields(NamedTuple):
     k: int
+    size: int
     x: np.ndarray
     y: np.ndarray
     digest: int
@@ -73,22 +70,22 @@ class StreamRowsJob(_StreamRowsFields):
     """A :class:`StreamJob` whose batch carries its row ids: ``(x, y, rows)``."""
 
     __slots__ = ()
-    size = StreamJob.size
     fill = StreamJob.fill
     fill_rows = StreamJob.fill_rows
 
     def take(self) -> tuple[np.ndarray, ...]:
-        return self[1], self[2], self[4]
+        return self[2], self[3], self[5]
 
 
 _new = tuple.__new__
 _JOBS: dict[int, type] = {3: StreamJob, 4: StreamRowsJob}  # by the length of a pass's batch
-_PLAIN = itemgetter(1, 2)  # a StreamJob's take()
+_PLAIN = itemgetter(2, 3)  # a StreamJob's take()
+_X = itemgetter(0)  # a pass's batch's x
 
 
 def stream_job(k: int, batch: tuple[Any, ...]) -> StreamJob | StreamRowsJob:
     """Batch ``k`` of a pass, ``(x, y, digest)`` or ``(x, y, digest, rows)``, as its job."""
-    job: StreamJob | StreamRowsJob = _new(_JOBS[len(batch)], (k, *batch))
+    job: StreamJob | StreamRowsJob = _new(_JOBS[len(batch)], (k, len(batch[0]), *batch))
     return job
 
 
@@ -255,9 +252,10 @@ class StreamEpoch:
             if at < len(ready) and plain and room > 0 and not (self.returned or self._failed):
                 k, take = self.claimed, min(room, len(ready) - at)
                 self.claimed, self._at = k + take, at + take
-                # the jobs made in one C loop: (k,) + batch, as the batch's job class
+                # the jobs made in one C loop: (k, size) + batch, as the batch's job class
                 batches = ready[at : at + take]
-                fields = map(tuple.__add__, zip(range(k, k + take)), batches)
+                heads = zip(range(k, k + take), map(len, map(_X, batches)), strict=True)
+                fields = map(tuple.__add__, heads, batches)
                 jobs.extend(map(_new, repeat(_JOBS[len(batches[0])]), fields))
                 continue
             if jobs and room <= 0 and self._too_long is not None and not self.returned:
