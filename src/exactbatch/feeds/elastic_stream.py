@@ -124,7 +124,22 @@ class ElasticStreamFeed:
     def open_epoch(
         self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
-        return self.rows.open_epoch(seed, epoch, skip, first, pending)
+        out = self.rows.open_epoch(seed, epoch, skip, first, pending)
+        if out.order is not None and out.ids is None and self._one_run(first, out.nbatches):
+            # One rank from the epoch's start: batch k is positions k*b .. of the order, so
+            # (once the whole order is computed) batches are claimed many at a time and
+            # read as slices of it, as a random-access shard's (its last one claimed is
+            # still located: the read-ahead of the windows it enters)
+            out.span = self.total_size
+        return out
+
+    def _one_run(self, first: int, nbatches: int) -> bool:
+        """Is batch k of an epoch resumed at ``first`` positions ``k*b .. min(k*b + b,
+        n)`` of the global order (one rank, from the start)? Asked of the dealing."""
+        if first or self.spec.shard.count != 1 or not nbatches:
+            return False
+        b, n, locate = self.spec.batch_size, self.total_size, self.dealing.plan(first).locate
+        return all(locate(k) == (k * b, min(k * b + b, n)) for k in {0, nbatches - 1})
 
     def use_threads(self, threads: int | None) -> None:
         self.rows.use_threads(threads)
