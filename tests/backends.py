@@ -79,6 +79,9 @@ def readers() -> dict[str, bool]:
         "map_file": mapped is not None,
         "file_rows (an open .ndf file's)": file_kernel is not None,
         "parts_rows": kernels.parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
+        "memory_parts (an elastic stream's chunks)": inspect.isbuiltin(
+            kernels.memory_parts(np.array([0, 3], dtype=np.int64), 2, 1).read
+        ),
         # the order's keyed bijection takes the core's kernel when it is made
         "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,
         "columns_into (streams' and Parquet's column chunks)": _columns_compiled(),

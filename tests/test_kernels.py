@@ -697,3 +697,39 @@ def test_each_column_takes_its_own_nan_fill_on_this_backend(dtype):
     np.testing.assert_array_equal(ox, want.astype(dtype))
     np.testing.assert_array_equal(oy, y[rows])
     assert first == 1  # rows[1] (source row 0) is the first to hold a NaN
+
+
+@pytest.mark.parametrize("l", [1, 0])
+def test_memory_parts_gather_stream_rows_from_chunks_held_in_memory(each_backend, l):  # noqa: E741
+    """memory_parts (an elastic stream's chunk cache): chunks of whole rows set as parts
+    (memory_rows of one array each); a read by stream row gathers from every chunk it
+    touches in one call, the same bits on both backends (float32 cast too), or names
+    the chunks not set and copies nothing; unset lets one go. The compiled parts refuse
+    rows in memory that are not one array of whole rows."""
+    x, y = make_data(12, 3, l)
+    xy = np.concatenate((x, y), axis=1)
+    starts = np.array([0, 5, 5, 12], dtype=np.int64)  # an empty chunk between
+    parts = kernels.memory_parts(starts, 3, l)
+    rows = np.array([11, 0, 5, 4, 4, 7], dtype=np.int64)
+    ox, oy = np.full((6, 3), -1.0), np.full((6, l), -1.0)
+    assert parts.read(rows, ox, oy) == [0, 2] and (ox == -1).all()
+    chunks = [xy[a:b].copy() for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    parts.set(0, kernels.memory_rows(chunks[0][:, :3], chunks[0][:, 3:]))
+    assert parts.read(rows, ox, oy) == [2]
+    parts.set(2, kernels.memory_rows(chunks[2][:, :3], chunks[2][:, 3:]))
+    assert parts.read(rows, ox, oy) is None
+    np.testing.assert_array_equal(ox, x[rows])
+    np.testing.assert_array_equal(oy, y[rows])
+    sx, sy = np.empty((6, 3), dtype=np.float32), np.empty((6, l), dtype=np.float32)
+    assert parts.read(rows, sx, sy) is None
+    np.testing.assert_array_equal(sx, x[rows].astype(np.float32))
+    assert parts.unset(2) is True
+    assert parts.read(rows[:2], ox[:2], oy[:2]) == [2]
+    assert parts.read(rows[1:2], ox[:1], oy[:1]) is None  # chunk 0 only: still held
+    if each_backend == "compiled":
+        if l:
+            with pytest.raises(TypeError, match="whole rows"):  # two arrays, not one of rows
+                parts.set(2, kernels.memory_rows(x[5:], y[5:]))
+        with pytest.raises(TypeError, match="whole rows"):  # rows of another stride
+            wide = np.zeros((7, 6))
+            parts.set(2, kernels.memory_rows(wide[:, :3], wide[:, 3 : 3 + l]))

@@ -222,7 +222,7 @@ static int parts_copy_pinned(const PartsObject *p, Job *j, const char **src, cha
     for (int k = 0; k < parts && j->nan < 0; k++)
         j->nan = c.nan[k];
     for (Py_ssize_t q = 0; q < p->nparts; q++)
-        if (seen[q] == 1 && file_changed(p->parts[q])) {
+        if (seen[q] == 1 && p->parts[q]->lo != NULL && file_changed(p->parts[q])) {
             *which = q;
             return -2;
         }
@@ -326,11 +326,19 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
         PyErr_Format(PyExc_IndexError, "part %zd out of range for %zd parts", k, self->nparts);
         return NULL;
     }
-    if (!PyObject_TypeCheck(o, &RowsType) || ((RowsObject *)o)->lo == NULL) {
-        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows()");
+    RowsObject *s = PyObject_TypeCheck(o, &RowsType) ? (RowsObject *)o : NULL;
+    /* A file's rows, or rows in memory laid out as a file's are (memory_rows of one
+     * array of whole rows: y follows x in a row, one stride; a side of no values is
+     * not looked at): a chunk held in memory. */
+    int whole = s != NULL && s->lo == NULL &&
+                (s->d == 0 || s->l == 0 || s->ybase == s->xbase + 8 * s->d) &&
+                (s->n <= 1 || ((s->d == 0 || s->xstride == self->stride) &&
+                               (s->l == 0 || s->ystride == self->stride)));
+    if (s == NULL || (s->lo == NULL && !whole)) {
+        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows(), or "
+                                         "memory_rows() of one array of whole rows");
         return NULL;
     }
-    RowsObject *s = (RowsObject *)o;
     if (s->d != self->d || s->l != self->l || s->n != self->starts[k + 1] - self->starts[k]) {
         PyErr_Format(PyExc_ValueError, "part %zd must hold (%lld, %zd, %zd) rows; got (%zd, "
                      "%zd, %zd)", k, (long long)(self->starts[k + 1] - self->starts[k]),
@@ -341,7 +349,8 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
     if (self->parts[k] == NULL) {
         /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
          * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
-        self->origin[k] = (uintptr_t)s->xbase - (uintptr_t)self->starts[k] * (uintptr_t)s->xstride;
+        const char *row0 = s->lo == NULL && s->d == 0 ? s->ybase : s->xbase; /* (x: none) */
+        self->origin[k] = (uintptr_t)row0 - (uintptr_t)self->starts[k] * (uintptr_t)self->stride;
         __atomic_store_n(&self->parts[k], (RowsObject *)Py_NewRef(o), __ATOMIC_RELEASE);
     }
     else if (self->parts[k] != s) {
@@ -392,7 +401,8 @@ static PyMethodDef Parts_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
     {"set", (PyCFunction)Parts_set, METH_VARARGS,
      "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open; keep\n"
-     "the file open (its descriptor is checked after each copy) until unset(k)."},
+     "the file open (its descriptor is checked after each copy) until unset(k). Or a\n"
+     "memory_rows object of one array of whole rows (x then y): rows held in memory."},
     {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -60,6 +60,7 @@ __all__ = [
     "map_file",
     "memory_rows",
     "pair_check",
+    "memory_parts",
     "parts_rows",
     "run_reads",
     "staged",
@@ -339,6 +340,59 @@ def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
     as ``part`` (None for a fault during the copy). None on the pure path."""
     if _CORE is None:
         return None
+    return _CORE.parts_rows(starts, d, l)
+
+
+class _NumpyParts:
+    """The pure path of :func:`memory_parts`: each read staged as whole float64 rows,
+    part by part, then read as :func:`memory_rows` reads (the same bits)."""
+
+    def __init__(self, starts: np.ndarray, d: int, l: int):  # noqa: E741
+        self.starts, self.d, self.l = np.asarray(starts, dtype=np.int64), d, l
+        self.parts: list = [None] * (len(self.starts) - 1)
+
+    def set(self, k: int, rows) -> None:
+        if self.parts[k] is not None and self.parts[k] is not rows:
+            raise ValueError(f"part {k} is set already")
+        self.parts[k] = rows
+
+    def unset(self, k: int) -> bool:
+        self.parts[k] = None
+        return True
+
+    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None, threads=None):
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
+        q = np.searchsorted(self.starts, rows, side="right") - 1
+        touched = np.unique(q).tolist()
+        parts = [self.parts[k] for k in touched]  # (taken once: an unset meanwhile is seen)
+        missing = [k for k, part in zip(touched, parts, strict=True) if part is None]
+        if missing:
+            return missing
+        d = self.d
+        stage = np.empty((len(rows), d + self.l))
+        for k, part in zip(touched, parts, strict=True):
+            at = np.flatnonzero(q == k) if len(touched) > 1 else slice(None)
+            local = rows[at] - self.starts[k]
+            stage[at, :d], stage[at, d:] = part.x[local], part.y[local]
+        return _NumpyRows(stage[:, :d], stage[:, d:]).read(np.arange(len(rows)), out_x, out_y, tf)
+
+
+def memory_parts(starts: np.ndarray, d: int, l: int):  # noqa: E741
+    """Rows of a stream whose chunk ``k`` holds rows ``starts[k] .. starts[k + 1] - 1``
+    (``starts`` int64, from 0, n last), held in memory chunk by chunk: ``set(k, rows)``
+    gives chunk ``k``'s rows (:func:`memory_rows` of one C-contiguous float64 array of
+    its whole rows, x then y), ``unset(k)`` lets go of them (False, keeping them, while
+    a read on another thread copies from them); ``read(rows, out_x, out_y)`` gathers
+    rows by their stream number straight from the chunks, in one call whatever the
+    chunks they lie in, or returns the list of those chunks not set (copying nothing).
+    The compiled core's :func:`parts_rows`, or its NumPy twin: the same bits."""
+    starts = np.asarray(starts, dtype=np.int64)
+    if len(starts) < 2:  # no chunk: one of no rows
+        starts = np.zeros(2, dtype=np.int64)
+    if _CORE is None:
+        return _NumpyParts(starts, d, l)
     return _CORE.parts_rows(starts, d, l)
 
 

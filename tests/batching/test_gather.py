@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exactbatch.batching.gather import buffer_arrays, read_whole, row_ids
+from exactbatch.batching.gather import buffer_arrays, fill_rows, gathered, read_whole, row_ids
+from exactbatch.order.digest import rows_digest
 from exactbatch.sources.chunks import ChunkRead
 
 
@@ -61,3 +62,38 @@ def test_a_chunk_cut_by_the_buffers_end_is_read_whole_into_one_kept_array():
     assert scratch[0] is not first and scratch[0].shape == (9, 3)
     arrays = (np.zeros((3, 2)), np.zeros((3, 1)), 0)
     assert read_whole(arrays, 1, scratch) is arrays
+
+
+def test_a_held_chunk_cut_by_the_buffers_end_is_read_in_parts_straight_from_it():
+    """A ChunkRead ``held`` in memory (decoded by open_chunk) passes through however
+    few rows are wanted: its rows are copied in parts, no scratch array, no whole read."""
+    reader, scratch = _Rows(), []
+    chunk = ChunkRead(reader, 10, 6, 2, 1, held=True)
+    assert read_whole(chunk, 4, scratch) is chunk and reader.reads == 0 and not scratch
+    bw, bh = np.empty((3, 3)), np.empty(3, dtype=np.uint64)
+    fill_rows(chunk, 4, 2, bw[:2], bh[:2])  # rows 14 and 15 of the stream
+    assert reader.reads == 1 and bw[:2, 0].tolist() == [14, 15] and bh[:2].tolist() == [14, 15]
+
+
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_a_groups_batches_are_views_of_its_arrays_with_their_digests(with_rows):
+    """gathered: each batch b rows of the group's new arrays (not of the buffer), in the
+    order given, its digest that of its ids (and its ids, with_rows), whatever ids hold
+    past the rows (a buffer's leftovers)."""
+    bw = np.arange(40, dtype=np.float64).reshape(20, 2)
+    bx, by = bw[:, :1], bw[:, 1:]
+    order = np.random.default_rng(0).permutation(20)
+    ids = (100 + order).astype(np.uint64)  # 2 more than the rows gathered below
+    groups = list(gathered(bx, by, ids, order[:18], 3, np.float64, with_rows))
+    batches = [batch for group in groups for batch in group]
+    assert len(batches) == 6
+    for j, batch in enumerate(batches):
+        want = order[3 * j : 3 * j + 3]
+        x, y, digest = batch[:3]
+        assert x.tolist() == bw[want, :1].tolist() and y.tolist() == bw[want, 1:].tolist()
+        assert digest == rows_digest(ids[3 * j : 3 * j + 3])
+        assert not np.shares_memory(x, bw)
+        if with_rows:
+            assert batch[3].dtype == np.int64 and batch[3].tolist() == (100 + want).tolist()
+        else:
+            assert len(batch) == 3

@@ -4,6 +4,7 @@ records, and the laws over a few cases (the law matrix runs the whole product)."
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -193,3 +194,42 @@ def test_the_fingerprint_names_the_source_and_its_sizes(tmp_path):
     assert fp["kind"] == "parquet" and (fp["n"], fp["d"], fp["l"]) == (40, 1, 1)
     listed = DataLoader(chunks_of(40, 8), 8, elastic=True).state_dict()["fingerprint"]
     assert listed["kind"] == "chunks" and (listed["n"], listed["d"], listed["l"]) == (40, 1, 0)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_one_rank_claims_runs_of_the_whole_order_and_still_reads_ahead(drop_last):
+    """At one rank from an epoch's start, batch k is positions k*b .. of the windowed
+    order: once the whole order is computed, batches are claimed many at a time (the
+    random-access run) and read as its slices, the same batches and digests as one at a
+    time, and the last batch of each claim still sets off the read-ahead of its windows.
+    A resumed epoch (first > 0) and two ranks keep locating batch by batch."""
+    n, size, b, window = 300, 30, 8, 70
+    loader = DataLoader(
+        chunks_of(n, size), b, seed=4, elastic=True, buffer_size=window, drop_last=drop_last
+    )
+    feed = loader._feed
+    epoch = feed.open_epoch(4, 0, 0)
+    assert epoch.span == n
+    for _ in range(500):  # the whole order, computed on its thread
+        if epoch.order.whole is not None:
+            break
+        time.sleep(0.01)
+    asked = []
+    feed._cache.read_ahead = lambda chunks: asked.append(chunks())
+    jobs: list = []
+    epoch.claim_many(jobs, 5)
+    assert [job.k for job in jobs] == list(range(5)) and type(jobs[0]).__name__ == "RunJob"
+    order = WindowedOrder([size] * 10, window, seed=4, epoch=0)
+    ahead = {*order.window_chunks(0).tolist(), *order.window_chunks(1).tolist()}
+    assert len(asked) == 1 and set(asked[0]) == ahead  # batch 4's window, and the next
+    whole = order.rows(0, n)
+    for job, (x, _) in zip(jobs, epoch.take_group(jobs), strict=True):
+        assert x[:, 0].astype(np.int64).tolist() == whole[job.k * b : job.k * b + b].tolist()
+        single = feed.open_epoch(4, 0, job.k)  # located one at a time (a resumed count)
+        assert single.claim().digest == job.digest
+    more: list = []
+    epoch.claim_many(more, 10**6)
+    assert len(jobs) + len(more) == (n // b if drop_last else -(-n // b))
+    assert feed.open_epoch(4, 0, 0, first=1).span is None
+    two = DataLoader(chunks_of(n, size), b, seed=4, elastic=True, num_shards=2, shard_index=0)
+    assert two._feed.open_epoch(4, 0, 0).span is None

@@ -95,3 +95,23 @@ def test_each_window_is_mixed_by_a_key_of_its_own():
     local = rows - rows.min(axis=1, keepdims=True)  # each window's permutation of 0..7
     assert all(sorted(p) == list(range(8)) for p in local.tolist())
     assert len({tuple(p) for p in local.tolist()}) == 20
+
+
+@pytest.mark.parametrize("window", [1, 7, 40, 1000])
+def test_rows_of_a_run_are_the_rows_of_its_positions_mapped_one_by_one(window):
+    """rows(start, stop) maps a window's run at once: the rows __call__ gives for
+    arange(start, stop), for runs within a window, across windows, empty and whole;
+    a run past n is the IndexError __call__ raises."""
+    chunk_rows = [13, 0, 40, 7, 25, 1, 30]
+    n = sum(chunk_rows)
+    order = WindowedOrder(chunk_rows, window, seed=5, epoch=2)
+    rng = np.random.default_rng(0)
+    runs = [(0, n), (0, 0), (n, n), (3, 4), (n - 1, n), (9, 2)]
+    runs += [tuple(sorted(rng.integers(0, n + 1, 2).tolist())) for _ in range(20)]
+    for a, z in runs:
+        want = order(np.arange(a, max(a, z), dtype=np.int64))
+        got = order.rows(a, z)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    for a, z in [(0, n + 1), (n, n + 3), (n + 2, n + 5)]:
+        with pytest.raises(IndexError, match=f"position {max(a, n)} is out of range"):
+            order.rows(a, z)

@@ -195,3 +195,33 @@ def test_a_list_as_a_chunk_source_counts_its_chunks_rows():
     assert src.chunk_rows.tolist() == [3, 1] and src.n_rows == 4
     assert (src.d, src.l) == (2, 1)
     assert src.read_chunk(1) is chunks[1]
+
+
+def test_holds_says_whether_every_chunk_named_is_held_or_being_read():
+    src = Counting([4, 4, 4])
+    r = reader(src, budget=8)
+    read(r, [0, 4])
+    assert r.holds([0, 1]) and r.holds([])
+    assert not r.holds([1, 2])
+    read(r, [9])
+    assert r.holds([2])
+    r.close()
+    assert not r.holds([2])
+
+
+def test_chunks_not_used_lately_are_kept_while_the_budget_has_room():
+    """A chunk held costs no copy: one not used since the last chunk came in stays
+    while the budget has room (a stream that fits in the budget is read once), and the
+    least recently used goes first when it has not."""
+    src = Counting([4, 4, 4, 4, 4])
+    r = reader(src, budget=16)
+    for row in (0, 4, 8, 12):  # chunk 0 not used since chunk 2 came in: kept
+        assert read(r, [row]) == [row]
+    assert read(r, [1, 5, 9, 13]) == [1, 5, 9, 13]
+    assert sorted(src.reads) == [0, 1, 2, 3] and r.rows_read == 16
+    read(r, [6, 10, 14])
+    read(r, [16])  # a fifth chunk: no room, the least recently used (chunk 0) goes
+    src.reads.clear()
+    assert read(r, [7, 11, 15, 17]) == [7, 11, 15, 17] and src.reads == []
+    read(r, [2])
+    assert src.reads == [0]

@@ -396,6 +396,7 @@ class RandomAccessEpoch:
         k1 = self.claimed = max(k0, min(self.real, k0 + count - len(jobs)))
         if k1 > k0:
             jobs += run.jobs(k0, k1)
+            self.locate(k1 - 1)  # (what locating a batch sets off: an elastic read-ahead)
         while len(jobs) < count and (job := self.claim()) is not None:  # padding ("pad")
             jobs.append(job)
 

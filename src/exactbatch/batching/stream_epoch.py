@@ -13,9 +13,10 @@ any later batch.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,33 +25,68 @@ from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
 from exactbatch.order.digest import Tally
 
-__all__ = ["PassTally", "StreamEpoch", "StreamJob"]
+__all__ = ["PassTally", "StreamEpoch", "StreamJob", "StreamRowsJob", "stream_job"]
 
 
-class StreamJob:
-    """One batch of a streamed epoch, already read: batch ``k`` of the pass, as the
-    pass made it: ``(x, y, digest)``, or ``(x, y, digest, rows)`` with row ids."""
+class _StreamFields(NamedTuple):
+    k: int
+    size: int
+    x: np.ndarray
+    y: np.ndarray
+    digest: int
 
-    __slots__ = ("digest", "k", "rows", "size", "x", "y")
 
-    def __init__(
-        self, k: int, x: np.ndarray, y: np.ndarray, digest: int, rows: np.ndarray | None = None
-    ) -> None:
-        self.x, self.y, self.size = x, y, x.shape[0]
-        self.digest, self.k, self.rows = digest, k, rows
+class StreamJob(_StreamFields):
+    """One batch of a streamed epoch, already read: batch ``k`` of the pass, ``size``
+    rows, as the pass made it, ``(x, y, digest)`` (:class:`StreamRowsJob`: with its row
+    ids). A tuple, so that a claim of many batches makes them in one C loop
+    (:func:`stream_job`, :meth:`StreamEpoch.claim_many`)."""
+
+    __slots__ = ()
+    rows: np.ndarray | None = None
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None:
-        out_x[...] = self.x
-        out_y[...] = self.y
+        out_x[...] = self[2]
+        out_y[...] = self[3]
 
     def fill_rows(self, out: np.ndarray) -> None:
         """The batch's row ids (those its digest is of) into ``out``."""
         out[...] = self.rows
 
     def take(self) -> tuple[np.ndarray, ...]:
-        if self.rows is None:
-            return self.x, self.y
-        return self.x, self.y, self.rows
+        return self[2], self[3]
+
+
+class _StreamRowsFields(NamedTuple):
+    k: int
+    size: int
+    x: np.ndarray
+    y: np.ndarray
+    digest: int
+    rows: np.ndarray
+
+
+class StreamRowsJob(_StreamRowsFields):
+    """A :class:`StreamJob` whose batch carries its row ids: ``(x, y, rows)``."""
+
+    __slots__ = ()
+    fill = StreamJob.fill
+    fill_rows = StreamJob.fill_rows
+
+    def take(self) -> tuple[np.ndarray, ...]:
+        return self[2], self[3], self[5]
+
+
+_new = tuple.__new__
+_JOBS: dict[int, type] = {3: StreamJob, 4: StreamRowsJob}  # by the length of a pass's batch
+_PLAIN = itemgetter(2, 3)  # a StreamJob's take()
+_X = itemgetter(0)  # a pass's batch's x
+
+
+def stream_job(k: int, batch: tuple[Any, ...]) -> StreamJob | StreamRowsJob:
+    """Batch ``k`` of a pass, ``(x, y, digest)`` or ``(x, y, digest, rows)``, as its job."""
+    job: StreamJob | StreamRowsJob = _new(_JOBS[len(batch)], (k, len(batch[0]), *batch))
+    return job
 
 
 class PassTally:
@@ -96,13 +132,14 @@ class StreamEpoch:
         self._limit = limit
         self._too_long = too_long
         self._pending: tuple[Any, Any, int] | None = None
-        # the rest of the group of batches read last
-        self._ready: deque[tuple[Any, Any, int]] = deque()
+        # the group of batches read last, its batches from _at on not claimed yet
+        self._ready: list[tuple[Any, ...]] = []
+        self._at = 0
         self._failed = False
         self._ended = False
         self.claimed = 0  # batches of the pass claimed (handed out, prefetched, given back)
         keep = set(pending)
-        kept: list[StreamJob | PadJob] = []
+        kept: list[StreamJob | StreamRowsJob | PadJob] = []
         for _ in range(skip):  # resume: replay the batches claimed before, keep the pending
             job = self._claim_next()
             if job is None:
@@ -119,16 +156,18 @@ class StreamEpoch:
             self._it.close()
             self._it, self.tally = self._open_pass()
             self._failed = False
-            self._ready.clear()
+            self._ready, self._at = [], 0
             for _ in range(self.claimed):
                 if self._pull() is None:
                     return None
         return self._pull()
 
     def _pull(self) -> tuple[Any, Any, int] | None:
-        ready = self._ready
-        if ready:
-            return ready.popleft()
+        at = self._at
+        if at < len(self._ready):
+            self._at = at + 1
+            return self._ready[at]
+        self._ready, self._at = [], 0  # (the group's arrays let go of)
         try:
             group = next(self._it, None)
         except BaseException:
@@ -137,14 +176,14 @@ class StreamEpoch:
         if group is None:
             self._ended = True
             return None
-        ready.extend(group)
-        return ready.popleft()
+        self._ready, self._at = group, 1
+        return group[0]
 
     def close(self) -> None:
         """Stop the epoch early: the source's iterator is closed now, not at GC."""
         self._ended = True
         self._pending = None
-        self._ready.clear()
+        self._ready, self._at = [], 0
         self._it.close()
 
     def exhausted(self) -> bool:
@@ -173,13 +212,13 @@ class StreamEpoch:
             self._pending = None
             self.tally.left.add(batch[0].shape[0], batch[2])
 
-    def claim(self) -> StreamJob | PadJob | None:
+    def claim(self) -> StreamJob | StreamRowsJob | PadJob | None:
         if self.returned:
-            job: StreamJob | PadJob = self.returned.pop(0)
+            job: StreamJob | StreamRowsJob | PadJob = self.returned.pop(0)
             return job
         return self._claim_next()
 
-    def _claim_next(self) -> StreamJob | PadJob | None:
+    def _claim_next(self) -> StreamJob | StreamRowsJob | PadJob | None:
         """The pass's next batch, not one given back (under "pad", a padding batch
         once the pass has ended)."""
         if self._limit is not None and self.claimed >= self._limit:
@@ -197,24 +236,27 @@ class StreamEpoch:
                 self.claimed += 1
                 return PadJob(self.claimed - 1)
         self.claimed += 1
-        return StreamJob(self.claimed - 1, *batch)
+        return stream_job(self.claimed - 1, batch)
 
     def claim_many(self, jobs: list[Any], count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end): those of
         the group read last are taken at once, without a claim each."""
         while len(jobs) < count:
-            ready = self._ready
+            ready, at = self._ready, self._at
             # What claim() would do, when no batch is given back, read ahead by
             # exhausted() (_pending: it comes first), to be read again or left out.
             plain = self._pending is None and (self._limit is None or self._too_long)
             room = count - len(jobs)
             if self._limit is not None:  # "pad": never past the limit here
                 room = min(room, self._limit - self.claimed)
-            if ready and plain and room > 0 and not (self.returned or self._failed):
-                k, take = self.claimed, min(room, len(ready))
-                self.claimed = k + take
-                pop = ready.popleft
-                jobs.extend([StreamJob(j, *pop()) for j in range(k, k + take)])
+            if at < len(ready) and plain and room > 0 and not (self.returned or self._failed):
+                k, take = self.claimed, min(room, len(ready) - at)
+                self.claimed, self._at = k + take, at + take
+                # the jobs made in one C loop: (k, size) + batch, as the batch's job class
+                batches = ready[at : at + take]
+                heads = zip(range(k, k + take), map(len, map(_X, batches)), strict=True)
+                fields = map(tuple.__add__, heads, batches)
+                jobs.extend(map(_new, repeat(_JOBS[len(batches[0])]), fields))
                 continue
             if jobs and room <= 0 and self._too_long is not None and not self.returned:
                 return  # at the limit: the batches before it go out, the next claim raises
@@ -226,6 +268,8 @@ class StreamEpoch:
     @staticmethod
     def take_group(jobs: list[Any]) -> list[Any]:
         """The batches of ``jobs`` claimed together (read already, as the pass made them)."""
+        if set(map(type, jobs)) == {StreamJob}:  # (no padding, no ids): in one C loop
+            return list(map(_PLAIN, jobs))
         return [job.take() for job in jobs]
 
     def give_back(self, jobs: Iterable[Any]) -> None:

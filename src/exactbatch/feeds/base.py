@@ -102,9 +102,15 @@ class Job(Protocol):
     ``fill_rows(out)`` writes the rows' ids (the ones the digest is of) into ``out``.
     """
 
-    k: int
-    size: int
-    digest: int
+    # (read-only: a job may be a tuple, made for a claim of many at C speed)
+    @property
+    def k(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def digest(self) -> int: ...
 
     def fill(self, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
 

@@ -124,7 +124,22 @@ class ElasticStreamFeed:
     def open_epoch(
         self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
-        return self.rows.open_epoch(seed, epoch, skip, first, pending)
+        out = self.rows.open_epoch(seed, epoch, skip, first, pending)
+        if out.order is not None and out.ids is None and self._one_run(first, out.nbatches):
+            # One rank from the epoch's start: batch k is positions k*b .. of the order, so
+            # (once the whole order is computed) batches are claimed many at a time and
+            # read as slices of it, as a random-access shard's (its last one claimed is
+            # still located: the read-ahead of the windows it enters)
+            out.span = self.total_size
+        return out
+
+    def _one_run(self, first: int, nbatches: int) -> bool:
+        """Is batch k of an epoch resumed at ``first`` positions ``k*b .. min(k*b + b,
+        n)`` of the global order (one rank, from the start)? Asked of the dealing."""
+        if first or self.spec.shard.count != 1 or not nbatches:
+            return False
+        b, n, locate = self.spec.batch_size, self.total_size, self.dealing.plan(first).locate
+        return all(locate(k) == (k * b, min(k * b + b, n)) for k in {0, nbatches - 1})
 
     def use_threads(self, threads: int | None) -> None:
         self.rows.use_threads(threads)
@@ -215,14 +230,24 @@ class ElasticStreamFeed:
         self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: int
     ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
-        ``windows``, in the order its reads meet them."""
+        ``windows``, in the order its reads meet them (a window all of whose batches
+        are this shard's: in the order's chunk slots)."""
         n, window = self.total_size, self.window
+        windows = list(windows)
+        if self._cache.holds(self._window_chunks(order, windows)):
+            return []  # (a stream the cache holds whole: no order mapped to find out)
         out: list[np.ndarray] = []
+        slots = getattr(order, "window_chunks", None)  # (a WindowedOrder's)
         for w in windows:
             a, z = w * window, min((w + 1) * window, n)
             if a >= z:
                 break
             pos = self.dealing.positions(a, z, first)
+            if len(pos) == z - a and slots is not None:
+                # every position of the window is this shard's (one rank): its chunks,
+                # in the order's slots, without mapping the window's positions
+                out.append(slots(w))
+                continue
             rows = pos if order is None else order(pos)
             out.append(chunk_of_rows(self._cache.firsts, rows))
         if not out:
@@ -231,6 +256,22 @@ class ElasticStreamFeed:
         _, at = np.unique(chunks, return_index=True)
         needed: list[int] = chunks[np.sort(at)].tolist()
         return needed
+
+    def _window_chunks(self, order: Any, windows: list[int]) -> list[int]:
+        """Every chunk holding rows of ``windows`` (a superset of those a shard needs
+        there), from the order's chunk slots (file order: ``order`` None)."""
+        n, window, firsts = self.total_size, self.window, self._cache.firsts
+        out: set[int] = set()
+        for w in windows:
+            a, z = w * window, min((w + 1) * window, n)
+            if a >= z:
+                break
+            if order is not None:
+                out.update(order.window_chunks(w).tolist())
+            else:
+                lo, hi = chunk_of_rows(firsts, np.array([a, z - 1])).tolist()
+                out.update(c for c in range(lo, hi + 1) if self._chunk_rows[c])
+        return sorted(out)
 
     def close(self) -> None:
         self.rows.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,9 @@ from exactbatch.sources.identity import stream_identity
 from exactbatch.sources.passes import HINT_AHEAD, open_pass, read_depth
 
 __all__ = ["HINT_AHEAD", "StreamFeed"]  # HINT_AHEAD is sources.passes', importable here too
+
+
+_X = itemgetter(0)  # a batch's x
 
 
 class StreamFeed:
@@ -169,7 +173,7 @@ class StreamFeed:
         if cur is None:  # a pass with no batches is audited too
             self._audit(0)
         while cur is not None:
-            full += sum(batch[0].shape[0] == b for batch in cur)
+            full += sum(map(b.__eq__, map(len, map(_X, cur))))  # full batches (C loops)
             if len(cur) > 1:
                 yield cur[:-1]
             nxt = next(groups, None)

@@ -62,6 +62,8 @@ class WindowedOrder:
         self.slot_rows = rows[order]
         self.slot_starts = np.cumsum(self.slot_rows) - self.slot_rows  # their first position
         self._slot_firsts = firsts[order]
+        # a position of the chunks' concatenation p in slot s is the stream row p + delta[s]
+        self._delta = self._slot_firsts - self.slot_starts
         self._bijections: dict[int, EpochBijection] = {}
 
     def __repr__(self) -> str:
@@ -99,14 +101,31 @@ class WindowedOrder:
             local = flat[at] - base
             if local.size:
                 mixed[at] = base + self._bijection(w)(local)
+        return self._stream_rows(mixed).reshape(pos.shape)
+
+    def _stream_rows(self, mixed: np.ndarray) -> np.ndarray:
+        """Rows of the stream at positions ``mixed`` of the chunks' concatenation."""
         slot = np.searchsorted(self.slot_starts, mixed, side="right") - 1
-        out: np.ndarray = self._slot_firsts[slot] + (mixed - self.slot_starts[slot])
-        return out.reshape(pos.shape)
+        out: np.ndarray = mixed + self._delta[slot]
+        return out
 
     def rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows (int64) of positions ``start .. stop-1``."""
+        """Rows (int64) of positions ``start .. stop-1`` (as ``self(arange(start, stop))``,
+        a window's run mapped at once: no masks, no positions made)."""
         check_key(start=start, stop=stop)
-        return self(np.arange(start, max(start, stop), dtype=np.int64))
+        stop = max(start, stop)
+        if stop > self.n:
+            bad = max(start, self.n)
+            raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
+        mixed = np.empty(stop - start, dtype=np.int64)
+        window = self.window
+        for w in range(start // window, -(-stop // window)):
+            base = w * window
+            lo, hi = max(start, base), min(stop, base + window)
+            run = self._bijection(w).rows(lo - base, hi - base)
+            run += base
+            mixed[lo - start : hi - start] = run
+        return self._stream_rows(mixed)
 
     def window_chunks(self, w: int) -> np.ndarray:
         """The chunks holding window ``w``'s rows, in the epoch's order."""

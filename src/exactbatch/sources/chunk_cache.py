@@ -5,23 +5,23 @@ rows of the stream by id, as a random-access epoch does, but its order keeps
 the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
-time a read needs it, by the thread that needs it (two threads needing one
-chunk wait for one read): held column by column where the source can
-(``read_columns``: Parquet's row groups, as decoded), else as whole rows (x
-then y: straight into them where the source reads into rows,
-``read_rows_into`` or ``open_chunk``). The chunks
-kept are copied side by side into one array, a snapshot that never changes, so
-a read is one gather of the compiled core (or NumPy) from it, and a read in
-progress keeps its snapshot alive whatever the others do. A read that needs a
-chunk the snapshot lacks makes a new one: the chunks it needs, then those of
-the old one used since it was made (the most recent first), then those read
-ahead, while the budget allows (a read needing more than the budget gets them
-all, never a deadlock); a chunk not used since the last snapshot is done with,
-and not copied again. That copy is made about once a window: the price of one
-gather a read. A chunk whose read failed is not kept: the next read of it
-reads it again. A read ahead that fails is let go: the read that needs the
-chunk reads it (a fault that lasts is raised there; a passing one is never
-seen).
+time a read needs it, by the thread that needs it (two threads needing one chunk wait for one read),
+and laid out once as whole rows (x then y: one copy straight from its columns
+where the source holds them so, ``read_columns``: Parquet's row groups, as
+decoded; straight into them where the source reads into rows,
+``read_rows_into`` or ``open_chunk``). The chunks held are the parts of one
+:func:`~exactbatch.kernels.memory_parts`, so a read is one gather of the
+compiled core (or NumPy) by stream row, whatever the chunks its rows lie in.
+A read that needs a chunk not held yet decides what is held from then on: the
+chunks it needs, then those held and used since the last such decision (the
+most recent first), then those read ahead, then the other chunks held (the
+most recently used first), while the budget allows (a read needing more than
+the budget gets them all, never a deadlock); a chunk left out is let go (a
+read on another thread copying from it keeps it until the next decision). No
+chunk is copied again: each is laid out once, when read, and a stream that
+fits in the budget is read once. A chunk whose read failed is not kept: the next read of it reads it
+again. A read ahead that fails is let go: the read that needs the chunk reads
+it (a fault that lasts is raised there; a passing one is never seen).
 
 :meth:`ChunkCacheReader.read_ahead` loads chunks on a background thread
 before they are asked for (the elastic feed names the chunks of the next
@@ -39,36 +39,14 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from exactbatch.kernels import memory_rows
+from exactbatch.kernels import memory_parts, memory_rows
 from exactbatch.order.windows import chunk_of_rows
 from exactbatch.sources.chunks import ChunkError, Stream, Widths
-from exactbatch.sources.column_chunk import put, side_by_side
+from exactbatch.sources.column_chunk import Columns, put, side_by_side
 
 __all__ = ["ChunkCacheReader"]
 
 _AHEAD = 1 << 62  # the recency of a chunk read ahead and not used yet: above every read's
-
-
-class _Snapshot:
-    """Chunks side by side in one array: chunk ``c`` is rows ``at[c] ..`` of it (-1: not
-    held). Never changed once made."""
-
-    __slots__ = ("at", "chunks", "read")
-
-    def __init__(self, nchunks: int, parts: dict, d, l):  # noqa: E741
-        self.at = np.full(nchunks, -1, dtype=np.int64)
-        rows = sum(part.shape[0] for part in parts.values())
-        xy = np.empty((rows, d + l))  # whole rows: x then y, one gather for both
-        a = 0
-        views = {}  # c -> its rows of xy (whole rows: a chunk is one copy)
-        for c, part in parts.items():
-            z = a + part.shape[0]
-            put(xy[a:z], part)  # (a chunk held column by column: straight from them)
-            self.at[c] = a
-            views[c] = xy[a:z]
-            a = z
-        self.chunks = views
-        self.read = memory_rows(xy[:, :d], xy[:, d:]).read
 
 
 class ChunkCacheReader:
@@ -88,23 +66,26 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict = {}  # read, not in the snapshot (arrays, or Columns)
+        self._fresh: dict = {}  # read (whole rows), not held yet
+        self._held: dict = {}  # the chunks set in the parts (whole rows)
+        self._going: dict = {}  # let go of, but set still: copied from by a read then
         self._loading: dict[int, Future] = {}
         self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
         self._tick = 0
-        self._built = 0  # the tick the snapshot was made at
+        self._built = 0  # the tick of the last decision of what is held
         self.rows_read = 0  # rows of every chunk read (read amplification)
         self._todo: deque = deque()  # the read-ahead thread's work (see read_ahead)
         self._reading_ahead = False
         self._closed = False
-        self._snap: _Snapshot | None = None
+        self._parts = None
         if widths.known() is None:  # learn them from the first chunk with rows
             first = int(np.flatnonzero(self.chunk_rows)[0]) if self.n else None
             if first is not None:
                 self._wait(first, self._start(first))
         self.d, self.l = widths.d or 0, widths.l or 0
-        self.fuses = True  # read() takes a transform kernel: a snapshot's gather applies it
-        self._snap = _Snapshot(len(self.chunk_rows), {}, self.d, self.l)
+        self.fuses = True  # read() takes a transform kernel: the parts' gather applies it
+        starts = np.concatenate([self.firsts, [self.n]]).astype(np.int64)
+        self._parts = memory_parts(starts, self.d, self.l)
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0  # the next window's chunks are read ahead (read_ahead)
@@ -144,11 +125,10 @@ class ChunkCacheReader:
         fut.set_result(xy)
 
     def _read(self, c: int):
-        """Chunk ``c`` held as ``read_columns`` gives it (x then y, column by column:
-        copied into the snapshot with no whole rows first) where the source has it and
-        its widths are known; else as whole rows (x then y, float64): read straight into
-        them where the source can (``read_rows_into``, ``open_chunk``), else
-        ``read_chunk``'s, checked as a pass checks it."""
+        """Chunk ``c`` as whole rows (x then y, float64): copied straight from the columns
+        ``read_columns`` gives where the source has it and its widths are known, read
+        straight into them where the source can (``read_rows_into``, ``open_chunk``),
+        else ``read_chunk``'s, checked as a pass checks it."""
         known, rows = self._widths.known(), int(self.chunk_rows[c])
         into, opened = self._rows_into, self._open_chunk
         if known is not None and self._read_columns is not None:
@@ -158,7 +138,12 @@ class ChunkCacheReader:
                     f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
                     f"but chunk_rows[{c}] says {rows}"
                 )
-            return side_by_side(x, y)
+            xy = side_by_side(x, y)
+            if isinstance(xy, Columns):  # laid out as whole rows: one copy, from the columns
+                whole = np.empty(xy.shape)
+                put(whole, xy)
+                return whole
+            return xy
         if known is not None and (into is not None or opened is not None):
             xy = np.empty((rows, sum(known)))
             if into is None:
@@ -186,40 +171,57 @@ class ChunkCacheReader:
                 return got
             load = self._start(c)
 
-    def _snapshot(self, chunks) -> _Snapshot:
-        """A snapshot holding ``chunks`` (read here if need be), then, while the budget
-        allows, the current one's chunks used since it was made and those read ahead
-        (module docs)."""
+    def _hold(self, chunks) -> None:
+        """Decide what is held, ``chunks`` first (read here if need be), then, while the
+        budget allows, the chunks held and used since the last decision, those read
+        ahead, then the others held (module docs): each set in the parts once, none
+        copied again."""
         got = {}
         for c in chunks:  # (outside the lock: reads wait on I/O)
             with self._lock:
                 if self._closed:
                     raise ValueError("read from a closed DataLoader")
-                held = self._snap.chunks.get(c) if self._snap else None
+                held = self._held.get(c)
+                held = held if held is not None else self._going.get(c)
                 held = held if held is not None else self._fresh.get(c)
             got[c] = held if held is not None else self._wait(c, self._start(c))
         with self._lock:
-            snap = self._snap
-            if self._closed or snap is None:  # closed while this read waited on a chunk
+            parts = self._parts
+            if self._closed or parts is None:  # closed while this read waited on a chunk
                 raise ValueError("read from a closed DataLoader")
-            if all(snap.at[c] >= 0 for c in chunks):  # another read made one already
-                return snap
-            # Then those of the snapshot used since it was made (a window's batches
+            if all(c in self._held for c in chunks):  # another read decided already
+                return
+            # Then those held and used since the last decision (a window's batches
             # still under way), the most recent first, then the chunks read ahead (the
-            # next window's): a chunk not used since is done with, and not copied again.
-            used = self._used
-            kept = [c for c in snap.chunks if used[c] >= self._built]
-            others = {**{c: snap.chunks[c] for c in kept}, **self._fresh}
-            order = [*sorted(kept, key=lambda c: -used[c]), *self._fresh]
+            # next window's), then those held and not used since (kept, the most recent
+            # first, while there is room: a chunk held costs no copy).
+            used, built = self._used, self._built
+            recent = sorted(self._held, key=lambda c: -used[c])
+            others = {**self._held, **self._fresh}
+            order = [
+                *(c for c in recent if used[c] >= built),
+                *self._fresh,
+                *(c for c in recent if used[c] < built),
+            ]
             room = self.budget - sum(part.shape[0] for part in got.values())
             for c in order:
                 if c not in got and room >= others[c].shape[0]:
                     got[c] = others[c]
                     room -= others[c].shape[0]
             self._built = self._tick
-            snap = self._snap = _Snapshot(len(self.chunk_rows), got, self.d, self.l)
+            going = self._going
+            going.update((c, xy) for c, xy in self._held.items() if c not in got)
+            still = {c: going.pop(c) for c in [c for c in going if c in got]}
+            got.update(still)  # let go of before, set still: held again as they are
+            for c in list(going):  # (one a read copies from now: at the next decision)
+                if parts.unset(c):
+                    del going[c]
+            d = self.d
+            for c, xy in got.items():
+                if c not in self._held and c not in still:
+                    parts.set(c, memory_rows(xy[:, :d], xy[:, d:]))
+            self._held = got
             self._fresh = {}
-            return snap
 
     # -- rows ---------------------------------------------------------------------
 
@@ -231,20 +233,29 @@ class ChunkCacheReader:
         rows = np.asarray(rows, dtype=np.int64)
         if not rows.size:
             return None if kernel is None else -1
-        cid = chunk_of_rows(self.firsts, rows)
-        snap = self._snap
-        if snap is None:
+        parts = self._parts
+        if parts is None:
             raise ValueError("read from a closed DataLoader")
-        at = snap.at[cid]
-        if at.min() < 0:
-            snap = self._snapshot(np.unique(cid).tolist())
-            at = snap.at[cid]
+        cid = chunk_of_rows(self.firsts, rows)
         self._tick += 1
         self._used[cid] = self._tick  # (a race between reads only blurs the recency)
-        local = at + (rows - self.firsts[cid])
-        if kernel is None:
-            return snap.read(local, out_x, out_y)
-        return snap.read(local, out_x, out_y, kernel)
+        args = (rows, out_x, out_y) if kernel is None else (rows, out_x, out_y, kernel)
+        while True:
+            got = parts.read(*args)
+            if not isinstance(got, list):  # copied (None, or the kernel's answer)
+                return got
+            self._hold(np.unique(cid).tolist())  # chunks not held: copied nothing
+            parts = self._parts
+            if parts is None:
+                raise ValueError("read from a closed DataLoader")
+
+    def holds(self, chunks) -> bool:
+        """Is every chunk of ``chunks`` held (set in the parts, read, or being read)?"""
+        with self._lock:
+            if self._closed:
+                return False
+            held, fresh, loading = self._held, self._fresh, self._loading
+            return all(c in held or c in fresh or c in loading for c in chunks)
 
     # -- reading ahead --------------------------------------------------------------
 
@@ -277,10 +288,9 @@ class ChunkCacheReader:
                     self._will_need(c)
             for c in chunks:
                 with self._lock:
-                    snap = self._snap
-                    if self._closed or snap is None:
+                    if self._closed:
                         break
-                    if snap.at[c] >= 0 or c in self._fresh or c in self._loading:
+                    if c in self._held or c in self._fresh or c in self._loading:
                         continue
                     fresh = sum(part.shape[0] for part in self._fresh.values())
                     if fresh + int(self.chunk_rows[c]) > self.budget:  # no room: stop here
@@ -296,4 +306,5 @@ class ChunkCacheReader:
             self._closed = True
             self._fresh.clear()
             self._todo.clear()
-            self._snap = None
+            self._held, self._going = {}, {}
+            self._parts = None  # (a read copying now keeps the chunks it needs)

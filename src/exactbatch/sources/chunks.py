@@ -235,12 +235,24 @@ class ChunkRead:
     ``read_into(row, out)`` reads (rows ``row ..``, as many as ``out`` has: a
     C-contiguous float64 (k, d + l) array, x then y a row) straight into a
     buffer's rows. One copy a row less than a chunk read into arrays of its
-    own, then copied."""
+    own, then copied. ``held``: its rows are in memory already (a chunk decoded
+    by ``open_chunk``), so reading a part of them costs only that part; else
+    each read is a read of the source (a positional read, a ranged GET), and a
+    chunk is read whole, once (:func:`~exactbatch.batching.gather.read_whole`)."""
 
-    __slots__ = ("d", "id0", "l", "read_into", "rows")
+    __slots__ = ("d", "held", "id0", "l", "read_into", "rows")
 
-    def __init__(self, read_into, id0: int, rows: int, d: int, l: int):  # noqa: E741
+    def __init__(
+        self,
+        read_into,
+        id0: int,
+        rows: int,
+        d: int,
+        l: int,  # noqa: E741
+        held: bool = False,
+    ):
         self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
+        self.held = held
 
 
 class WholeRows:
