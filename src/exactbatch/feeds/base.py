@@ -33,6 +33,7 @@ __all__ = [
     "Job",
     "Place",
     "Plan",
+    "StateRule",
 ]
 
 
@@ -134,6 +135,36 @@ class Place(Protocol):
     def ledger(self) -> Tally: ...
 
 
+class StateRule(Protocol):
+    """What a state records of where a feed's dealing stands, and how it resumes
+    (:mod:`exactbatch.feeds.state_rules`: one rule per dealing). ``free``: settings a
+    state may differ in; ``lands_flights``: a state waits for reads in flight below a
+    batch handed out (its position must be one every rank shares)."""
+
+    free: frozenset[str]
+    lands_flights: bool
+
+    def settings(self, feed: Any) -> dict[str, Any]: ...
+
+    def position(self, pos: Place, feed: Any) -> dict[str, Any]: ...
+
+    def ledger(self, pos: Place, feed: Any) -> Tally: ...
+
+    def shard(self, feed: Any) -> dict[str, Any]: ...
+
+    def resume(
+        self, state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
+    ) -> tuple[Any, int, Tally, bool]: ...
+
+    def start_of(self, first: Any) -> int: ...
+
+    def promise(self, feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally: ...
+
+    def segment(self, pos: Place) -> tuple[Tally, Any] | None: ...
+
+    def rolled(self, feed: Any, epoch: Any, first: Any, done: int) -> bool: ...
+
+
 class Epoch(Protocol):
     """One epoch's batches, claimed in order (under the loader's lock)."""
 
@@ -173,6 +204,9 @@ class Feed(Protocol):
 
     spec: BatchSpec
     kind: str
+
+    @property
+    def rule(self) -> StateRule: ...  # what a state records of its dealing
 
     @property
     def n(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
@@ -283,6 +317,9 @@ class Dealing(Protocol):
 
     @property
     def total_batches(self) -> int | None: ...
+
+    @property
+    def rule(self) -> StateRule: ...
 
     def plan(self, first: int) -> Plan:
         """The epoch's layout resumed at global batch ``first`` (0 unless dealt)."""

@@ -34,6 +34,7 @@ import numpy as np
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
+from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.order.digest import Tally, rows_digest
 from exactbatch.sources.chunks import ChunkList
@@ -58,6 +59,8 @@ def _count(spec: BatchSpec, full: int, even: int, padded: int) -> int:
 
 class Contiguous:
     """Shard s of S owns contiguous rows and permutes them (module docs)."""
+
+    rule = ContiguousRule()  # what a state records of it (feeds.state_rules)
 
     def __init__(
         self,
@@ -138,6 +141,8 @@ class Contiguous:
 
 class Elastic:
     """One global order's batches dealt to the shards in turn (module docs)."""
+
+    rule = ElasticRule()  # what a state records of it (feeds.state_rules)
 
     def __init__(
         self,

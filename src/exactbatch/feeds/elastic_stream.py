@@ -96,7 +96,7 @@ class ElasticStreamFeed:
         self.rows = RandomAccessFeed(
             cache, spec, dealing, total_size, orders=self._order, ahead=self._read_ahead
         )
-        self.dealing = self.rows.dealing
+        self.dealing, self.rule = self.rows.dealing, self.rows.rule
         self.n, self.nbatches = self.rows.n, self.rows.nbatches
         self.total_size, self.total_batches = self.rows.total_size, self.rows.total_batches
 

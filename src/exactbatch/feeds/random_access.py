@@ -119,6 +119,7 @@ class RandomAccessFeed:
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
         self._fingerprint: dict[str, Any] | None = None  # made when a state first asks
         deal = self.dealing = dealing(spec, total, self.ids, orders, self.whole)
+        self.rule = deal.rule  # what a state records of the dealing (feeds.state_rules)
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
         self._wholes: dict[tuple[int, int, int], Future[Whole]] = {}  # see _whole_order

@@ -35,7 +35,8 @@ def _tally(t: Tally) -> dict:
 class History:
     """The records of one loader (see the module's docstring): those of epochs
     ended or left, and where this loader's own segment of the epoch in progress
-    began (``start``, the global batch; 0 unless elastic) with the ledger it
+    began (``start``, where its dealing's epoch resumed: the global batch under elastic,
+    0 for a contiguous shard) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
     __slots__ = ("base", "compacted", "loaded_at", "parent", "records", "run", "start")
@@ -60,12 +61,13 @@ class History:
         ledger as the cursor holds it, ``promised`` the epoch's promise once it ended
         here (None while in progress, or for an epoch left before its end)."""
         spec, feed = cursor.spec, cursor.feed
+        rule = feed.rule
         own = handed.minus(self.base)
         rec = {
             "epoch": epoch,
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
-            "start": self.start,
+            "start": rule.start_of(self.start),
             "drops": spec.drop_last or spec.capped,  # rows left out by design ("pad": none)
             **_tally(own),
             "promised": None,
@@ -74,11 +76,8 @@ class History:
         whole = feed.whole()
         if whole is not None:
             rec["whole"] = _tally(whole)
-        if promised is not None:
-            if spec.elastic:  # every rank's batches of the epoch, from the order
-                rec["promised"] = _tally(feed.global_promise(cursor.current, self.start))
-            else:
-                rec["promised"] = _tally(promised)
+        if promised is not None:  # (dealt: every rank's batches of the epoch, from the order)
+            rec["promised"] = _tally(rule.promise(feed, cursor.current, self.start, promised))
         return rec
 
     def keep(self, rec: dict) -> None:
@@ -99,19 +98,20 @@ class History:
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[dict], elastic: bool, pos) -> None:
-        """Take on a state's ``records``: a non-elastic loader goes on with the state's
-        segment of its epoch; an elastic one starts its own at the global batch it
-        resumes at, its hand-outs counted from the state's ledger. The state
-        (``pos.parent``, its id) is the parent of the states taken from now on."""
+    def restore(self, records: list[dict], rule, pos) -> None:
+        """Take on a state's ``records``: as the feed's state ``rule`` says
+        (:mod:`exactbatch.feeds.state_rules`), a contiguous shard goes on with the
+        state's segment of its epoch; a dealt one starts its own where it resumes, its
+        hand-outs counted from the state's ledger. The state (``pos.parent``, its id)
+        is the parent of the states taken from now on."""
         self.parent, self.loaded_at, self.run = pos.parent, time.time_ns(), pos.run
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
-        if elastic:
-            self.base, self.start = pos.ledger.copy(), pos.first
-            self.records = list(records)
+        self.records = list(records)
+        segment = rule.segment(pos)
+        if segment is not None:
+            self.base, self.start = segment
         else:  # the state's own live record (its last) is this loader's segment, continued
             self.base, self.start = Tally(), 0
-            self.records = list(records)
             if records and _live_of(records[-1], pos):
                 self.records.pop()
 
