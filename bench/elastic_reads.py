@@ -2,10 +2,11 @@
 
 An elastic streamed epoch (``elastic=True`` on Parquet or ``ndf_blocks``) deals
 one global order's batches to the S ranks in turn, so each rank reads every
-window its batches touch; a plain S-rank run reads only its own chunks. For S
+window its batches touch; a plain S-rank run reads only its own chunks, and so
+does ``elastic="ranges"`` (contiguous shares of each segment's rows). For S
 in 1..4 this prints, per source kind, the rows of chunks all S ranks read in
 one epoch as a multiple of N (the read amplification: 1.0 reads every row
-once), for plain and elastic, and the epoch's rows/s of rank 0 against plain
+once), for plain, elastic and ranges, and the epoch's rows/s of rank 0 against plain
 rank 0 measured in the same run.
 
     .venv/bin/python bench/elastic_reads.py [--rows 400000] [--batch 1024]
@@ -111,12 +112,12 @@ def main() -> None:
             f"{n} rows x {args.features}+1, {args.groups} chunks of {n // args.groups} rows, "
             f"batch {args.batch}, buffer/window {args.buffer} rows ({os.cpu_count()} cores)"
         )
-        head = f"{'plain reads':>12} {'elastic reads':>14} {'rank 0 rate':>12}"
-        print(f"{'source':10} {'S':>2} {head}")
+        head = f"{'plain reads':>12} {'elastic reads':>14} {'ranges reads':>13} {'rank 0 rate':>12}"
+        print(f"{'source':10} {'S':>2} {head} {'ranges rate':>12}")
         for kind in ("parquet", "ndf_blocks"):
             for shards in (1, 2, 3, 4):
                 totals, rates = {}, {}
-                for elastic in (False, True):
+                for elastic in (False, True, "ranges"):
                     block = n // args.groups
                     got = [
                         epoch(folder, kind, block, shards, r, elastic, args.batch, args.buffer)
@@ -126,11 +127,13 @@ def main() -> None:
                     rates[elastic] = got[0][1]
                 print(
                     f"{kind:10} {shards:>2} {totals[False]:>11.2f}x {totals[True]:>13.2f}x "
-                    f"{rates[True] / rates[False]:>11.2f}x"
+                    f"{totals['ranges']:>12.2f}x {rates[True] / rates[False]:>11.2f}x "
+                    f"{rates['ranges'] / rates[False]:>11.2f}x"
                 )
         print(
-            "reads: rows of chunks read by all S ranks in an epoch / N; rank 0 rate: elastic "
-            "rows/s / plain rows/s (one run; noisy on a shared machine)"
+            "reads: rows of chunks read by all S ranks in an epoch / N (elastic=True, and "
+            'elastic="ranges"); rank 0 rate: its rows/s / plain rows/s (one run; noisy on a '
+            "shared machine)"
         )
 
 

@@ -29,6 +29,7 @@ from exactbatch import (
 )
 from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
 from exactbatch.loader.lineage import state_id
+from exactbatch.loader.state import STATE_VERSION
 from exactbatch.order.digest import (
     RangeDigests,
     Tally,
@@ -981,7 +982,7 @@ def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
     it = iter(resumed)
     next(it)
     mid = roundtrip(resumed.state_dict())
-    assert mid["version"] == 3 and mid["batches_done"] == 6 and mid["ledger"] is None
+    assert mid["version"] == STATE_VERSION and mid["batches_done"] == 6 and mid["ledger"] is None
     again = DataLoader(x_of(), 7, seed=3)
     again.load_state_dict(mid)  # loads, and its epoch is not checked either
     assert len(rows_of(again)) == N - 42

@@ -122,7 +122,7 @@ class ElasticStreamFeed:
         self.rows.reader = reader
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         return self.rows.open_epoch(seed, epoch, skip, first, pending)
 
@@ -138,7 +138,7 @@ class ElasticStreamFeed:
     def learn_widths(self) -> None:
         """Known from the start (the cache learnt them): nothing to read."""
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
         return self.rows.global_promise(epoch, first)
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -192,7 +192,7 @@ class ElasticStreamFeed:
         self,
         locate: Callable[[int], tuple[int, int]],
         order: Callable[[np.ndarray], np.ndarray] | None,
-        first: int,
+        first: Any,
     ) -> Callable[[int], tuple[int, int]]:
         """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
         enters a new window has the chunks of that window and the next read ahead,
@@ -212,7 +212,7 @@ class ElasticStreamFeed:
         return located
 
     def _needed(
-        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: int
+        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: Any
     ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them."""

@@ -58,7 +58,7 @@ def keyed_order(seed: int, epoch: int, key: int, size: int) -> EpochBijection:
 Locate = Callable[[int], tuple[int, int]]
 
 
-def unchanged(locate: Locate, order: Any, first: int) -> Locate:
+def unchanged(locate: Locate, order: Any, first: Any) -> Locate:
     """No read-ahead: an epoch's ``locate`` as its dealing gives it."""
     return locate
 
@@ -168,17 +168,17 @@ class RandomAccessFeed:
         """Known from the start: nothing to read."""
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         ``first``: the global batch a dealt epoch resumes at (another shard count)."""
         spec = self.spec
         plan = self.dealing.plan(first)
         order = None
-        if spec.shuffle:
-            bijection = self._orders(seed, epoch, plan.key, plan.size)
+        bijection = self.dealing.order(seed, epoch, plan, first)
+        if bijection is not None:
             order = BlockedOrder(bijection, plan.offset, self._dtype, spec.batch_size, self.ids)
-            if plan.size <= _WHOLE_ROWS:
+            if plan.size <= _WHOLE_ROWS and self.dealing.keyed:
                 order.use_whole(self._whole_order(seed, epoch, plan.key, plan.size, plan.offset))
         # (what is handed out: a capped count's batches, or every real one under "pad")
         promised = partial(self.dealing.promise, min(plan.batches, plan.real), first)
@@ -200,7 +200,7 @@ class RandomAccessFeed:
             real=plan.real,
         )
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
         """Dealt: the rows of every global batch ``epoch`` hands out, all shards', its
         last segment resumed at global batch ``first`` (the dealing's)."""
         return self.dealing.global_promise(epoch, first)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from exactbatch.batching.random_access_epoch import num_batches
 from exactbatch.checks import check_int
 from exactbatch.distributed import torch_world_size
 from exactbatch.feeds.base import Place
 from exactbatch.order.digest import Tally
+from exactbatch.order.ranges import check_segments, remaining, segments_of
 
-__all__ = ["ContiguousRule", "ElasticRule", "check_ddp_steps", "ledger_of"]
+__all__ = ["ContiguousRule", "ElasticRule", "RangesRule", "check_ddp_steps", "ledger_of"]
 
 
 class ContiguousRule:
@@ -71,7 +73,7 @@ class ContiguousRule:
         return 0, claimed, ledger, verified
 
     @staticmethod
-    def start_of(first: Any) -> int:
+    def start_of(feed: Any, first: Any) -> int:
         """A record's ``start``: 0 (a shard's one segment)."""
         return 0
 
@@ -141,7 +143,7 @@ class ElasticRule:
         return first, 0, ledger, verified
 
     @staticmethod
-    def start_of(first: Any) -> int:
+    def start_of(feed: Any, first: Any) -> int:
         """A record's ``start``: the global batch its segment began at."""
         return int(first)
 
@@ -165,6 +167,99 @@ class ElasticRule:
         if feed.spec.even_batches and epoch.exhausted():
             return True
         return bool(first + done * feed.spec.shard.count >= feed.total_batches)
+
+
+class RangesRule:
+    """A state of ``elastic="ranges"``: the epoch's world-size history, every rank's
+    ledger (module docs)."""
+
+    free: frozenset[str] = frozenset({"even_batches"})  # each segment's own
+    lands_flights = True  # a state's position must be a step every rank shares
+
+    @staticmethod
+    def settings(feed: Any) -> dict[str, Any]:
+        """Nothing beyond the spec: any shard count resumes the state."""
+        return {}
+
+    @staticmethod
+    def position(pos: Place, feed: Any) -> dict[str, Any]:
+        """The epoch's segments ``[[num_shards, steps], ...]``, the one in progress last
+        (a segment of no step is none: the same agenda)."""
+        segments = [list(s) for s in segments_of(pos.first)]
+        if pos.done:
+            segments.append([feed.spec.shard.count, pos.done])
+        return {"segments": segments}
+
+    @staticmethod
+    def ledger(pos: Place, feed: Any) -> Tally:
+        """Every rank's rows before the state, this rank's as measured."""
+        out: Tally = feed.global_ledger(pos)
+        return out
+
+    @staticmethod
+    def shard(feed: Any) -> dict[str, Any]:
+        """The rank and count the state was taken at (its settings do not name them)."""
+        return {"shard": [feed.spec.shard.index, feed.spec.shard.count]}
+
+    @staticmethod
+    def resume(
+        state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
+    ) -> tuple[Any, int, Tally, bool]:
+        """``(segments, 0, ledger, verified)``: the epoch's segments, checked, its rest
+        dealt at this loader's shard count."""
+        spec = feed.spec
+        where = "state['segments']"
+        segments = check_segments(state.get("segments"), feed.total_size, spec.batch_size, where)
+        refuse_pending(pending)
+        check_ranges_ddp(feed, segments)
+        ledger, verified = ledger_of(state, len(segments))
+        return segments, 0, ledger, verified
+
+    @staticmethod
+    def start_of(feed: Any, first: Any) -> int:
+        """A record's ``start``: the rows every rank handed out before its segment."""
+        n = feed.total_size
+        return int(n - remaining(n, feed.spec.batch_size, segments_of(first)))
+
+    @staticmethod
+    def promise(feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally:
+        """Every rank's rows of the epoch, from the order and the segments."""
+        out: Tally = feed.global_promise(epoch, first)
+        return out
+
+    @staticmethod
+    def segment(pos: Place) -> tuple[Tally, Any] | None:
+        """A segment of its own after the state's, its hand-outs counted from the
+        state's ledger."""
+        return pos.ledger.copy(), pos.first
+
+    @staticmethod
+    def rolled(feed: Any, epoch: Any, first: Any, done: int) -> bool:
+        """Every rank's state must say the same: the epoch is over when every rank
+        (in lockstep) has handed out its share, the longest's ``done`` steps."""
+        if feed.spec.even_batches and epoch.exhausted():
+            return True
+        return bool(done >= feed.dealing.counts(first)[2])
+
+
+def check_ranges_ddp(feed: Any, segments: Any) -> None:
+    """Under ``torch.distributed`` at the loader's shard count, ``elastic="ranges"`` with
+    ``even_batches=False`` must give every rank the same step count, in the rest of
+    this epoch and in every later one: a ``ValueError`` saying so otherwise (DDP's
+    all-reduces would fall out of step)."""
+    spec, world = feed.spec, torch_world_size()
+    if spec.even_batches is not False or world is None or world < 2 or world != spec.shard.count:
+        return
+    b = spec.batch_size
+    for what, first in (("the rest of this epoch", segments), ("every later epoch", ())):
+        steps = sorted({num_batches(m, b, spec.drop_last) for m in feed.dealing.sizes(first)})
+        if len(steps) > 1:
+            raise ValueError(
+                f'elastic="ranges" at {world} ranks under torch.distributed: {what} gives '
+                f"the ranks {' and '.join(map(str, steps))} steps, and DDP's all-reduces "
+                "would fall out of step (a hang). Build the loader with even_batches=True "
+                'or even_batches="pad"'
+            )
 
 
 def refuse_pending(pending: list[int]) -> None:

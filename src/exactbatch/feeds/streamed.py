@@ -209,7 +209,7 @@ class StreamFeed:
         )
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> StreamEpoch:
         return StreamEpoch(
             partial(self._open_pass, seed, epoch),

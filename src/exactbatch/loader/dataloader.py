@@ -175,7 +175,7 @@ class DataLoader(Reports):
         total_size: TotalSize = "auto",
         buffer_size: int | None = None,
         even_batches: bool | Literal["pad"] = False,
-        elastic: bool = False,
+        elastic: bool | str = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
         with_rows: bool = False,
@@ -400,6 +400,8 @@ class DataLoader(Reports):
         of the epoch's global order handed out by all shards together,
         assuming they step in lockstep (as data-parallel training does); any
         shard count may resume from it, and every rank's state says the same.
+        Under ``elastic="ranges"`` it holds ``segments``, the epoch's world-size
+        history ``[[num_shards, steps], ...]`` (the same on every rank).
 
         The state's ``fingerprint`` says which data it was taken on (n, d, l,
         column names, the file's or manifest's identity, a hash of a fixed

@@ -67,7 +67,7 @@ class History:
             "epoch": epoch,
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
-            "start": rule.start_of(self.start),
+            "start": rule.start_of(feed, self.start),
             "drops": spec.drop_last or spec.capped,  # rows left out by design ("pad": none)
             **_tally(own),
             "promised": None,
@@ -151,6 +151,8 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
             raise TypeError(f"{where}[{i}] must be a dict; got {type(rec).__name__}")
         for key, kind in _KEYS.items():
             value = rec.get(key)
+            if key == "elastic" and value == "ranges":  # (elastic="ranges": a dealt record)
+                continue
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 what = {int: "an int", bool: "a bool", list: "a list"}[kind]
                 raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")

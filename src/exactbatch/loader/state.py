@@ -13,7 +13,9 @@ every epoch begun (:mod:`exactbatch.loader.history`), for
 :func:`exactbatch.certify`; a state without it loads with none. Version 3
 adds ``compacted``, the summaries of old records
 (:mod:`exactbatch.loader.compaction`); a version-2 state, with every record in
-full, still loads.
+full, still loads. Version 4 adds ``elastic="ranges"``, whose states hold
+``segments``, the epoch's world-size history (:mod:`exactbatch.feeds.state_rules`);
+what each dealing records is its rule's (:mod:`exactbatch.feeds.state_rules`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ __all__ = [
 ]
 
 # 2: the ledger, pending batches and the source's shape; 3: the records' summaries
-# ("compacted"). Versions 1 and 2 still load (a version-2 state's records are folded
-# as the loader goes on).
-STATE_VERSION = 3
-_READS = (1, 2, STATE_VERSION)
+# ("compacted"); 4: elastic="ranges" and its world-size history ("segments"). Versions
+# 1 to 3 still load (a version-2 state's records are folded as the loader goes on; a
+# state before 4 never holds elastic="ranges").
+STATE_VERSION = 4
+_READS = (1, 2, 3, STATE_VERSION)
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,14 @@ class WindowedOrder:
             local = flat[at] - base
             if local.size:
                 mixed[at] = base + self._bijection(w)(local)
-        slot = np.searchsorted(self.slot_starts, mixed, side="right") - 1
-        out: np.ndarray = self._slot_firsts[slot] + (mixed - self.slot_starts[slot])
-        return out.reshape(pos.shape)
+        return self.unmixed(mixed).reshape(pos.shape)
+
+    def unmixed(self, positions: np.ndarray) -> np.ndarray:
+        """Rows of the stream at ``positions`` (int64, 1-D) of the chunks' concatenation in
+        the epoch's chunk order, before any window is mixed."""
+        slot = np.searchsorted(self.slot_starts, positions, side="right") - 1
+        out: np.ndarray = self._slot_firsts[slot] + (positions - self.slot_starts[slot])
+        return out
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Rows (int64) of positions ``start .. stop-1``."""
