@@ -85,11 +85,23 @@ class Ranges:
 
     # -- the segment in progress ------------------------------------------------------
 
-    def sizes(self, first: Any) -> list[int]:
-        """Every rank's share of the agenda after the segments ``first``, in rows."""
+    def split(self, first: Any) -> tuple[tuple[tuple[int, int], ...], int]:
+        """``(before, done)``: the segments before the one in progress and its steps
+        done before (at this shard count, the last segment of ``first`` goes on)."""
         segs = segments_of(first)
+        if segs and segs[-1][0] == self.spec.shard.count:
+            return segs[:-1], segs[-1][1]
+        return segs, 0
+
+    def continued(self, first: Any) -> int:
+        """The steps of the segment in progress done before a resume at ``first``."""
+        return self.split(first)[1]
+
+    def sizes(self, first: Any) -> list[int]:
+        """Every rank's share of the segment in progress, in rows."""
+        before, _ = self.split(first)
         b, count = self.spec.batch_size, self.spec.shard.count
-        return share_sizes(remaining(self.total, b, segs), count)
+        return share_sizes(remaining(self.total, b, before), count)
 
     def counts(self, first: Any) -> tuple[int, int, int]:
         """``(batches, real, last)``: this rank's batches of the segment (its own, or
@@ -128,63 +140,73 @@ class Ranges:
         _, base = self._layout(seed, epoch)
         return RangesOrder(pieces, seed=seed, epoch=epoch, mix=self.spec.shuffle, base=base)
 
-    def agenda(self, seed: int, epoch: int, first: Any) -> list[Piece]:
-        """The agenda after the segments ``first``."""
+    def _agenda(self, seed: int, epoch: int, segments: Any) -> list[Piece]:
         window, _ = self._layout(seed, epoch)
-        b = self.spec.batch_size
-        return agenda_at(self.total, window, b, segments_of(first))
+        return agenda_at(self.total, window, self.spec.batch_size, segments_of(segments))
 
     def rank_order(self, seed: int, epoch: int, first: Any, index: int) -> RangesOrder:
-        """Rank ``index``'s order in the segment after ``first``."""
+        """Rank ``index``'s order in the segment in progress at ``first``."""
         window, _ = self._layout(seed, epoch)
-        pieces = deal(self.agenda(seed, epoch, first), self.spec.shard.count, index, window)
+        before, _ = self.split(first)
+        pieces = deal(self._agenda(seed, epoch, before), self.spec.shard.count, index, window)
         return self._order(pieces, seed, epoch)
 
     def order(self, seed: int, epoch: int, plan: Plan, first: Any = ()) -> RangesOrder:
-        """This rank's order of the segment after ``first`` (every time: even
-        unshuffled, a resumed share is pieces of the base order)."""
+        """This rank's order of the segment in progress (every time: even unshuffled, a
+        resumed share is pieces of the base order)."""
         return self.rank_order(seed, epoch, first, self.spec.shard.index)
 
     # -- the ledger -----------------------------------------------------------------
 
-    def _tally(self, order: RangesOrder, stop: int) -> Tally:
-        """``(rows, digest)`` of ``order``'s positions ``0 .. stop-1``, as row ids."""
+    def _tally(self, order: RangesOrder, start: int, stop: int) -> Tally:
+        """``(rows, digest)`` of ``order``'s positions ``start .. stop-1``, as row ids."""
         out = Tally()
-        for a in range(0, min(stop, order.n), _STEP):
-            rows = order.rows(a, min(stop, order.n, a + _STEP))
+        stop = min(stop, order.n)
+        for a in range(start, stop, _STEP):
+            rows = order.rows(a, min(stop, a + _STEP))
             if self.ids is not None:
                 rows = self.ids.take(rows)
             out.add(len(rows), rows_digest(rows))
         return out
 
-    def before(self, seed: int, epoch: int, first: Any) -> Tally:
-        """Every row handed out before the segment after ``first``: every row less the
-        agenda's."""
-        segs = segments_of(first)
-        if not segs:
+    def _before(self, seed: int, epoch: int, segments: Any) -> Tally:
+        """Every row handed out in ``segments``: every row less the agenda after them."""
+        if not segments_of(segments):
             return Tally()
-        agenda = self._order(self.agenda(seed, epoch, segs), seed, epoch)
-        return self._whole().minus(self._tally(agenda, agenda.n))
+        agenda = self._order(self._agenda(seed, epoch, segments), seed, epoch)
+        return self._whole().minus(self._tally(agenda, 0, agenda.n))
 
-    def _handed(self, seed: int, epoch: int, first: Any, steps: list[int]) -> Tally:
-        """Every rank's rows of the segment after ``first``, rank r's first
-        ``steps[r]`` batches."""
+    def _steps(self, seed: int, epoch: int, first: Any, steps: list[tuple[int, int]]) -> Tally:
+        """Every rank's rows of the segment in progress, rank r's batches
+        ``steps[r][0] .. steps[r][1]-1``."""
         b, out = self.spec.batch_size, Tally()
-        for r, k in enumerate(steps):
-            if k:
-                t = self._tally(self.rank_order(seed, epoch, first, r), k * b)
+        for r, (k0, k1) in enumerate(steps):
+            if k1 > k0:
+                t = self._tally(self.rank_order(seed, epoch, first, r), k0 * b, k1 * b)
                 out.add(t.rows, t.digest)
         return out
 
-    def promise(self, count: int, first: Any, epoch: RandomAccessEpoch) -> Tally:
-        """The rows every rank handed out before this segment and the ``count`` batches
-        of this rank's share (the ledger a state carries holds the former)."""
+    def own_steps(self, pos: Place, done: int) -> Tally:
+        """This rank's rows of its first ``done`` batches of the segment at ``pos``."""
+        order = self.rank_order(pos.seed, pos.epoch, pos.first, self.spec.shard.index)
+        return self._tally(order, 0, done * self.spec.batch_size)
+
+    @staticmethod
+    def _bijection(epoch: RandomAccessEpoch) -> RangesOrder:
         order = epoch.order
         assert order is not None  # (a ranges epoch always has one)
         bij = order.bijection
         assert isinstance(bij, RangesOrder)
-        out = self.before(bij.seed, bij.epoch, first)
-        own = self._tally(bij, count * self.spec.batch_size)
+        return bij
+
+    def promise(self, count: int, first: Any, epoch: RandomAccessEpoch) -> Tally:
+        """Every rank's rows before the resume at ``first`` and this rank's batches of
+        the segment from there to ``count`` (the ledger a state carries holds the
+        former)."""
+        bij = self._bijection(epoch)
+        out = self._before(bij.seed, bij.epoch, first)
+        b = self.spec.batch_size
+        own = self._tally(bij, self.continued(first) * b, count * b)
         out.add(own.rows, own.digest)
         return out
 
@@ -194,30 +216,28 @@ class Ranges:
         return np.arange(max(a, 0), min(z, n), dtype=np.int64)
 
     def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
-        """The rows every rank hands out in ``epoch`` (this rank's, resumed after the
-        segments ``first``): every row before the segment, and each rank's batches of
-        it (what drop_last / even_batches leave of its share left out)."""
-        order = epoch.order
-        assert order is not None
-        bij = order.bijection
-        assert isinstance(bij, RangesOrder)
+        """The rows every rank hands out in ``epoch`` (this rank's, resumed at
+        ``first``): every row before the segment in progress, and each rank's batches
+        of it (what drop_last / even_batches leave of its share left out)."""
+        bij = self._bijection(epoch)
         spec, b = self.spec, self.spec.batch_size
         own = [num_batches(m, b, spec.drop_last) for m in self.sizes(first)]
-        steps = [min(own)] * len(own) if spec.capped else own
-        out = self.before(bij.seed, bij.epoch, first)
-        t = self._handed(bij.seed, bij.epoch, first, steps)
+        steps = [(0, min(own) if spec.capped else k) for k in own]
+        before, _ = self.split(first)
+        out = self._before(bij.seed, bij.epoch, before)
+        t = self._steps(bij.seed, bij.epoch, first, steps)
         out.add(t.rows, t.digest)
         return out
 
     def global_ledger(self, pos: Place) -> Tally:
         """The ledger a state at ``pos`` carries - every rank's rows before it - as this
-        rank measured it: its own ledger (the rows before the segment, as resumed, and
-        those it handed out since) with the other ranks' batches since added from the
-        order, assuming they stepped in lockstep. A state whose segments were changed
-        then fails the ledger check at the end of the epoch it resumes."""
-        count, me = self.spec.shard.count, self.spec.shard.index
-        steps = [0 if r == me else pos.done for r in range(count)]
+        rank measured it: its own ledger (the rows before its resume, and those it
+        handed out since) with the other ranks' batches since added from the order,
+        assuming they stepped in lockstep. A state whose segments were changed then
+        fails the ledger check at the end of the epoch it resumes."""
+        count, me, d = self.spec.shard.count, self.spec.shard.index, self.continued(pos.first)
+        steps = [(d, d if r == me else pos.done) for r in range(count)]
         out = pos.ledger.copy()
-        t = self._handed(pos.seed, pos.epoch, pos.first, steps)
+        t = self._steps(pos.seed, pos.epoch, pos.first, steps)
         out.add(t.rows, t.digest)
         return out

@@ -27,7 +27,7 @@ from exactbatch.checks import check_int
 from exactbatch.distributed import torch_world_size
 from exactbatch.feeds.base import Place
 from exactbatch.order.digest import Tally
-from exactbatch.order.ranges import check_segments, remaining, segments_of
+from exactbatch.order.ranges import check_segments, remaining
 
 __all__ = ["ContiguousRule", "ElasticRule", "RangesRule", "check_ddp_steps", "ledger_of"]
 
@@ -62,15 +62,16 @@ class ContiguousRule:
     @staticmethod
     def resume(
         state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
-    ) -> tuple[Any, int, Tally, bool]:
-        """``(first, claimed, ledger, verified)`` of a state (its ``batches_done`` and
-        ``pending`` checked already): the same shard, its batches claimed before."""
+    ) -> tuple[Any, int, int, Tally, bool]:
+        """``(first, claimed, done, ledger, verified)`` of a state (its ``batches_done``,
+        ``done``, and ``pending`` checked already): the same shard, its batches claimed
+        before."""
         if feed.nbatches is not None and claimed > feed.nbatches:
             raise ValueError(
                 f"state['batches_done']={done} exceeds the {feed.nbatches} batches of an epoch"
             )
         ledger, verified = ledger_of(state, done)
-        return 0, claimed, ledger, verified
+        return 0, claimed, done, ledger, verified
 
     @staticmethod
     def start_of(feed: Any, first: Any) -> int:
@@ -83,10 +84,12 @@ class ContiguousRule:
         return promised
 
     @staticmethod
-    def segment(pos: Place) -> tuple[Tally, Any] | None:
-        """``(base, first)`` of the segment a loader resumed at ``pos`` begins; None: it
-        goes on with the state's own segment (the same shard)."""
-        return None
+    def segment(pos: Place, feed: Any) -> tuple[Tally, Any, bool]:
+        """``(base, first, continued)``: where the record of a loader resumed at ``pos``
+        counts from (its hand-outs less ``base``), its segment's ``first``, and whether
+        it goes on with the state's own segment (its live record, this loader's now):
+        a contiguous shard's is its one segment, from the start of the epoch."""
+        return Tally(), 0, True
 
     @staticmethod
     def rolled(feed: Any, epoch: Any, first: Any, done: int) -> bool:
@@ -125,8 +128,8 @@ class ElasticRule:
     @staticmethod
     def resume(
         state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
-    ) -> tuple[Any, int, Tally, bool]:
-        """``(first, 0, ledger, verified)``: the global batch the epoch resumes at, at
+    ) -> tuple[Any, int, int, Tally, bool]:
+        """``(first, 0, done, ledger, verified)``: the global batch the epoch resumes at, at
         any shard count (a state listing batches not handed out is refused)."""
         total = feed.total_batches
         first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
@@ -140,7 +143,7 @@ class ElasticRule:
             ledger, verified = ledger_of(state, first)
         else:
             ledger, verified = Tally(), first == 0
-        return first, 0, ledger, verified
+        return first, 0, done, ledger, verified
 
     @staticmethod
     def start_of(feed: Any, first: Any) -> int:
@@ -154,10 +157,10 @@ class ElasticRule:
         return out
 
     @staticmethod
-    def segment(pos: Place) -> tuple[Tally, Any] | None:
+    def segment(pos: Place, feed: Any) -> tuple[Tally, Any, bool]:
         """A segment of its own from the global batch it resumes at, its hand-outs
         counted from the state's ledger."""
-        return pos.ledger.copy(), pos.first
+        return pos.ledger.copy(), pos.first, False
 
     @staticmethod
     def rolled(feed: Any, epoch: Any, first: Any, done: int) -> bool:
@@ -185,7 +188,8 @@ class RangesRule:
     def position(pos: Place, feed: Any) -> dict[str, Any]:
         """The epoch's segments ``[[num_shards, steps], ...]``, the one in progress last
         (a segment of no step is none: the same agenda)."""
-        segments = [list(s) for s in segments_of(pos.first)]
+        before, _ = feed.dealing.split(pos.first)
+        segments = [list(s) for s in before]
         if pos.done:
             segments.append([feed.spec.shard.count, pos.done])
         return {"segments": segments}
@@ -204,22 +208,24 @@ class RangesRule:
     @staticmethod
     def resume(
         state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
-    ) -> tuple[Any, int, Tally, bool]:
-        """``(segments, 0, ledger, verified)``: the epoch's segments, checked, its rest
-        dealt at this loader's shard count."""
+    ) -> tuple[Any, int, int, Tally, bool]:
+        """``(segments, claimed, done, ledger, verified)``: the epoch's segments,
+        checked; at another shard count its rest is dealt anew (``claimed`` and ``done``
+        0), at the last segment's count that segment goes on (both its steps)."""
         spec = feed.spec
         where = "state['segments']"
         segments = check_segments(state.get("segments"), feed.total_size, spec.batch_size, where)
         refuse_pending(pending)
         check_ranges_ddp(feed, segments)
         ledger, verified = ledger_of(state, len(segments))
-        return segments, 0, ledger, verified
+        steps = feed.dealing.continued(segments)  # (the segment's steps: its done, resumed)
+        return segments, steps, steps, ledger, verified
 
     @staticmethod
     def start_of(feed: Any, first: Any) -> int:
         """A record's ``start``: the rows every rank handed out before its segment."""
-        n = feed.total_size
-        return int(n - remaining(n, feed.spec.batch_size, segments_of(first)))
+        n, (before, _) = feed.total_size, feed.dealing.split(first)
+        return int(n - remaining(n, feed.spec.batch_size, before))
 
     @staticmethod
     def promise(feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally:
@@ -228,10 +234,14 @@ class RangesRule:
         return out
 
     @staticmethod
-    def segment(pos: Place) -> tuple[Tally, Any] | None:
-        """A segment of its own after the state's, its hand-outs counted from the
-        state's ledger."""
-        return pos.ledger.copy(), pos.first
+    def segment(pos: Place, feed: Any) -> tuple[Tally, Any, bool]:
+        """At another shard count, a segment of its own after the state's, its
+        hand-outs counted from the state's ledger; at the same count, the state's
+        segment goes on, counted from the ledger less this rank's own steps of it."""
+        done = feed.dealing.continued(pos.first)
+        if not done:
+            return pos.ledger.copy(), pos.first, False
+        return pos.ledger.minus(feed.dealing.own_steps(pos, done)), pos.first, True
 
     @staticmethod
     def rolled(feed: Any, epoch: Any, first: Any, done: int) -> bool:

@@ -414,7 +414,7 @@ class Cursor(Standing):
                 pos.epoch, claimed, tuple(pos.pending), pos.first, pos.ledger.copy(), pos.verified
             )
             self._move(start, keep=False)  # what came before is the state's: not on record
-            self.history.restore(list(pos.history), self.feed.rule, pos)
+            self.history.restore(list(pos.history), self.feed, pos)
 
     def close(self) -> bool:
         """CLOSED: nothing more is claimed, and no batch ready is handed out; the position

@@ -98,8 +98,8 @@ class History:
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[dict], rule, pos) -> None:
-        """Take on a state's ``records``: as the feed's state ``rule`` says
+    def restore(self, records: list[dict], feed, pos) -> None:
+        """Take on a state's ``records``: as the ``feed``'s state rule says
         (:mod:`exactbatch.feeds.state_rules`), a contiguous shard goes on with the
         state's segment of its epoch; a dealt one starts its own where it resumes, its
         hand-outs counted from the state's ledger. The state (``pos.parent``, its id)
@@ -107,13 +107,10 @@ class History:
         self.parent, self.loaded_at, self.run = pos.parent, time.time_ns(), pos.run
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
         self.records = list(records)
-        segment = rule.segment(pos)
-        if segment is not None:
-            self.base, self.start = segment
-        else:  # the state's own live record (its last) is this loader's segment, continued
-            self.base, self.start = Tally(), 0
-            if records and _live_of(records[-1], pos):
-                self.records.pop()
+        self.base, self.start, continued = feed.rule.segment(pos, feed)
+        shard = [feed.spec.shard.index, feed.spec.shard.count]
+        if continued and records and _live_of(records[-1], pos, shard):
+            self.records.pop()  # the state's live record is this loader's segment, continued
 
     def moved(self) -> None:
         """A new epoch begins (or the cursor was moved): a segment from its start."""
@@ -131,11 +128,12 @@ def _holds(rec: dict) -> bool:
     return rec["rows"] > 0 or rec["promised"] is not None
 
 
-def _live_of(rec: dict, pos) -> bool:
-    """Is ``rec`` (a state's last record) the segment in progress at ``pos``, which
-    a non-elastic resume continues? Every other record of the epoch (one left before,
-    e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
-    return rec["epoch"] == pos.epoch and rec["promised"] is None and bool(pos.done or pos.pending)
+def _live_of(rec: dict, pos, shard: list[int]) -> bool:
+    """Is ``rec`` (a state's last record) the segment in progress at ``pos`` of
+    ``shard``, which a resume continues? Every other record of the epoch (one left
+    before, e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
+    live = rec["epoch"] == pos.epoch and rec["promised"] is None and rec["shard"] == shard
+    return live and bool(pos.done or pos.pending)
 
 
 _KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}

@@ -195,7 +195,7 @@ def unpack_state(state, feed, seed: int):
             f"state['pending']={pending} must be distinct batches below "
             f"batches_done + len(pending) = {claimed}"
         )
-    first, claimed, ledger, verified = feed.rule.resume(state, feed, done, pending, claimed)
+    first, claimed, done, ledger, verified = feed.rule.resume(state, feed, done, pending, claimed)
     history = tuple(check_records(state.get("history", [])))
     compacted = tuple(check_summaries(state.get("compacted", [])))
     parent = state_id(state)  # (its own, checked: an id is not trusted)
