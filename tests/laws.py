@@ -268,7 +268,7 @@ def check_certified(states, per_epoch_rows: list[int]) -> None:
 
 def check_lineage(
     seed: int,
-    elastic: bool,
+    elastic: bool | str,
     n: int = 120,
     batch: int = 16,
     epochs: int = 2,
@@ -280,7 +280,8 @@ def check_lineage(
     later ones; a checkpoint may be resumed twice), stepping every rank in lockstep,
     saving every rank's state now and then, sometimes beginning its epoch again
     (``set_epoch``), killed at random (its batches after its last checkpoint lost with
-    the model) - over 1 to 4 shards (under elastic, another count at each restart).
+    the model) - over 1 to 4 shards (under elastic, True or "ranges", another count at
+    each restart; "ranges" without ``drop_last``).
     ``habits`` adds a user's habits, drawn apart (the tree of a seed without them is
     unchanged): ``set_epoch`` on the epoch just restored (torch's: the position is
     kept), a stop by ``close()`` then a last save, and, under elastic, a checkpoint
