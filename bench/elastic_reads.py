@@ -97,6 +97,34 @@ def epoch(folder, kind, block_rows, shards, rank, elastic, batch, buffer):
     return src.rows, rate
 
 
+def resumed(folder, kind, block_rows, batch, buffer, shards=4, steps=40, after=3):
+    """Rows all ranks read in one epoch of ``elastic="ranges"``: ``shards`` ranks for
+    ``steps`` lockstep steps, then ``after`` ranks resumed from their states, to the end."""
+    read, states = 0, []
+    for r in range(shards):
+        src = Counted(make_source(folder, kind, block_rows))
+        loader = DataLoader(
+            src, batch, num_shards=shards, shard_index=r, elastic="ranges", buffer_size=buffer
+        )
+        it = iter(loader)
+        for _ in range(steps):
+            next(it, None)
+        states.append(loader.state_dict())
+        loader.close()
+        read += src.rows
+    for r in range(after):
+        src = Counted(make_source(folder, kind, block_rows))
+        loader = DataLoader(
+            src, batch, num_shards=after, shard_index=r, elastic="ranges", buffer_size=buffer
+        )
+        loader.load_state_dict(states[r])
+        for _ in loader:
+            pass
+        loader.close()
+        read += src.rows
+    return read
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=400_000)
@@ -130,6 +158,9 @@ def main() -> None:
                     f"{totals['ranges']:>12.2f}x {rates[True] / rates[False]:>11.2f}x "
                     f"{rates['ranges'] / rates[False]:>11.2f}x"
                 )
+        for kind in ("parquet", "ndf_blocks"):
+            got = resumed(folder, kind, n // args.groups, args.batch, args.buffer) / n
+            print(f'{kind}: elastic="ranges" at S=4 for 40 steps, then S\'=3: reads {got:.2f}x')
         print(
             "reads: rows of chunks read by all S ranks in an epoch / N (elastic=True, and "
             'elastic="ranges"); rank 0 rate: its rows/s / plain rows/s (one run; noisy on a '
