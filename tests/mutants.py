@@ -77,8 +77,8 @@ TARGETS = {
             "tests/order/test_shards.py",
             "tests/order/test_splits.py",
             "tests/order/test_windows.py",
-            "tests/order/test_ranges.py",  # (order/ranges.py: elastic="ranges"'s rule)
-            "tests/loader/test_ranges.py",
+            "tests/order/test_ranges_rule.py",  # (order/ranges.py: elastic="ranges"'s rule)
+            "tests/loader/test_elastic_ranges.py",
             "tests/loader/test_distributed.py",
         ],
     ),
@@ -251,7 +251,7 @@ TARGETS = {
         [
             "tests/feeds/",
             "tests/batching/",
-            "tests/loader/test_ranges.py",  # (feeds/ranges.py, feeds/state_rules.py)
+            "tests/loader/test_elastic_ranges.py",  # (feeds/ranges.py, feeds/state_rules.py)
             "tests/sources/test_protocols.py",
             "tests/sources/test_blocks.py",  # chunk sources
             "tests/sources/test_parquet.py",

@@ -619,7 +619,7 @@ def test_a_declared_total_size_that_differs_from_parquet_metadata_is_refused(tmp
 
 
 # (even_batches takes "pad" too: tests/loader/test_pad.py checks what it refuses; elastic
-# takes "ranges": tests/loader/test_ranges.py)
+# takes "ranges": tests/loader/test_elastic_ranges.py)
 @pytest.mark.parametrize("flag", ["shuffle", "drop_last"])
 @pytest.mark.parametrize("value", ["False", 0, 1.0, None])
 def test_flags_are_bools(flag, value):

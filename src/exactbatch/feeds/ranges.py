@@ -72,6 +72,8 @@ class Ranges:
         a, z = share(total, spec.shard.count, spec.shard.index)
         self.n = z - a
         self.nbatches = self.counts(())[0]
+        # see global_ledger: (key, steps, the other ranks' rows of those steps)
+        self._others: tuple[Any, int, Tally] = (None, 0, Tally())
 
     @staticmethod
     def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
@@ -236,8 +238,15 @@ class Ranges:
         assuming they stepped in lockstep. A state whose segments were changed then
         fails the ledger check at the end of the epoch it resumes."""
         count, me, d = self.spec.shard.count, self.spec.shard.index, self.continued(pos.first)
-        steps = [(d, d if r == me else pos.done) for r in range(count)]
-        out = pos.ledger.copy()
+        key = (pos.seed, pos.epoch, segments_of(pos.first))
+        cached, since, others = self._others
+        if cached != key or since > pos.done:  # (a state per checkpoint: extend it)
+            since, others = d, Tally()
+        others = others.copy()
+        steps = [(since, since if r == me else pos.done) for r in range(count)]
         t = self._steps(pos.seed, pos.epoch, pos.first, steps)
-        out.add(t.rows, t.digest)
+        others.add(t.rows, t.digest)
+        self._others = (key, max(since, pos.done), others)
+        out = pos.ledger.copy()
+        out.add(others.rows, others.digest)
         return out
