@@ -13,6 +13,10 @@ ahead below) and is that feed's epochs, ledger and certificate, and a state
 taken at S shards resumes at any S': the rows a partly consumed window still
 owes are its positions past the state's global batch.
 
+Under ``elastic="ranges"`` (:mod:`exactbatch.feeds.ranges`) the same feed holds
+that dealing instead: a shard's order is its contiguous share of the epoch's chunk
+order, windows mixed within it, so it reads its own chunks only.
+
 Rows are read through a :class:`~exactbatch.sources.chunk_cache.ChunkCacheReader`:
 a shard reads the chunks its batches' rows lie in, when a batch first needs
 them, and the chunks of the next window it needs are read ahead on a
