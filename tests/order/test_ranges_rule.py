@@ -183,3 +183,31 @@ def test_segments_read_back_as_tuples():
     assert check_segments([[2, 3], [1, 0]], 100, 10, "s") == ((2, 3), (1, 0))
     assert segments_of(0) == segments_of(()) == ()
     assert segments_of([[4, 2]]) == ((4, 2),)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chunk_rows=st.lists(st.integers(0, 30), min_size=1, max_size=10),
+    window=st.integers(1, 40),
+    history=histories,
+    count=st.integers(1, 4),
+    cut=st.tuples(st.integers(0, 400), st.integers(0, 400)),
+    mix=st.booleans(),
+)
+def test_row_sets_are_the_rows_of_a_span_as_a_set(chunk_rows, window, history, count, cut, mix):
+    """A span's rows as runs and arrays (what a digest is taken of) are exactly its rows,
+    each once, through a stream's chunk order (WindowedOrder.unmixed_ranges) or none."""
+    from exactbatch.order.windows import WindowedOrder
+
+    n = sum(chunk_rows)
+    chunks = WindowedOrder(chunk_rows, window, seed=4, epoch=1)
+    agenda = agenda_at(n, window, 3, history)
+    for base in (None, chunks):
+        kw = {} if base is None else {"base": base.unmixed, "base_ranges": base.unmixed_ranges}
+        for pieces in (agenda, deal(agenda, count, count - 1, window)):
+            order = RangesOrder(pieces, seed=4, epoch=1, mix=mix, **kw)
+            a, z = sorted(min(c, order.n) for c in cut)
+            runs, arrays = order.row_sets(a, z)
+            got = [r for lo, hi in runs for r in range(lo, hi)]
+            got += [int(r) for rows in arrays for r in rows]
+            assert sorted(got) == sorted(order.rows(a, z).tolist())

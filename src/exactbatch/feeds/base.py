@@ -343,7 +343,7 @@ class Dealing(Protocol):
     def rule(self) -> StateRule: ...
 
     @property
-    def keyed(self) -> bool: ...  # is an epoch's order the feed's keyed one (computed ahead)?
+    def keyed(self) -> bool: ...  # is an epoch's order its key's alone (not ``first``'s)?
 
     def plan(self, first: Any) -> Plan:
         """The epoch's layout resumed at ``first`` (0 unless dealt)."""

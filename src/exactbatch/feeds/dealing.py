@@ -61,7 +61,7 @@ class Contiguous:
     """Shard s of S owns contiguous rows and permutes them (module docs)."""
 
     rule = ContiguousRule()  # what a state records of it (feeds.state_rules)
-    keyed = True  # an epoch's order is the feed's keyed order: computed ahead
+    keyed = True  # an epoch's order is the feed's keyed one, whatever ``first``
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class Elastic:
     """One global order's batches dealt to the shards in turn (module docs)."""
 
     rule = ElasticRule()  # what a state records of it (feeds.state_rules)
-    keyed = True  # an epoch's order is the feed's keyed order: computed ahead
+    keyed = True  # an epoch's order is the feed's keyed one, whatever ``first``
 
     def __init__(
         self,

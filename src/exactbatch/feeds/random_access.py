@@ -35,7 +35,7 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
-from exactbatch.feeds.base import BatchSpec, DealingKind, Place
+from exactbatch.feeds.base import BatchSpec, DealingKind, Place, Plan
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -122,7 +122,7 @@ class RandomAccessFeed:
         self.rule = deal.rule  # what a state records of the dealing (feeds.state_rules)
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
-        self._wholes: dict[tuple[int, int, int], Future[Whole]] = {}  # see _whole_order
+        self._wholes: dict[tuple[Any, ...], Future[Whole]] = {}  # see _whole_order
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -178,8 +178,8 @@ class RandomAccessFeed:
         bijection = self.dealing.order(seed, epoch, plan, first)
         if bijection is not None:
             order = BlockedOrder(bijection, plan.offset, self._dtype, spec.batch_size, self.ids)
-            if plan.size <= _WHOLE_ROWS and self.dealing.keyed:
-                order.use_whole(self._whole_order(seed, epoch, plan.key, plan.size, plan.offset))
+            if plan.size <= _WHOLE_ROWS:
+                order.use_whole(self._whole_order(seed, epoch, plan, first))
         # (what is handed out: a capped count's batches, or every real one under "pad")
         promised = partial(self.dealing.promise, min(plan.batches, plan.real), first)
         locate = self._ahead(plan.locate, None if order is None else order.bijection, first)
@@ -210,24 +210,25 @@ class RandomAccessFeed:
         before it, as this shard measured it (the dealing's)."""
         return self.dealing.global_ledger(pos)
 
-    def _whole_order(
-        self, seed: int, epoch: int, key_shard: int, size: int, offset: int
-    ) -> Future[Whole]:
-        """This epoch's whole order, and the next epoch's, computed in the background
-        (the keyed bijection releases the GIL); batches use blocks until it is ready."""
+    def _whole_order(self, seed: int, epoch: int, plan: Plan, first: Any) -> Future[Whole]:
+        """This epoch's whole order (``plan``'s, resumed at ``first``), and the next
+        epoch's (from its start), computed in the background (the keyed bijection
+        releases the GIL); batches use blocks until it is ready. An order is known by
+        its key, and by where it resumed unless the dealing's orders are ``keyed``."""
         wanted = {}
-        for e in (epoch, epoch + 1):
-            key = (seed, e, key_shard)
+        for e, f in ((epoch, first), (epoch + 1, 0)):
+            p = plan if e == epoch else self.dealing.plan(0)
+            key = (seed, e, p.key, None if self.dealing.keyed else f or ())
             fut = self._wholes.get(key)
             if fut is None:
-                bijection = self._orders(seed, e, key_shard, size)
+                bijection = self.dealing.order(seed, e, p, f)
                 b = self.spec.batch_size
-                blocked = BlockedOrder(bijection, offset, self._dtype, b, self.ids)
-                out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
+                blocked = BlockedOrder(bijection, p.offset, self._dtype, b, self.ids)
+                out = np.empty(p.size, dtype=self._dtype)  # allocated here, not in the thread
                 fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut
         self._wholes = wanted
-        return wanted[(seed, epoch, key_shard)]
+        return wanted[(seed, epoch, plan.key, None if self.dealing.keyed else first or ())]
 
     def close(self) -> None:
         self._sample_read = None

@@ -32,7 +32,7 @@ from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batch
 from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import RangesRule
-from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.ranges import (
     Piece,
     RangesOrder,
@@ -55,7 +55,7 @@ class Ranges:
     """Contiguous shares of each segment's agenda (module docs)."""
 
     rule = RangesRule()  # what a state records of it (feeds.state_rules)
-    keyed = False  # an epoch's order depends on its history: none computed ahead
+    keyed = False  # an epoch's order depends on its history (``first``) too
 
     def __init__(
         self,
@@ -128,19 +128,29 @@ class Ranges:
 
     # -- orders -------------------------------------------------------------------------
 
-    def _layout(self, seed: int, epoch: int) -> tuple[int, Callable[[np.ndarray], Any] | None]:
+    def _layout(self, seed: int, epoch: int) -> tuple[int, WindowedOrder | None]:
         """``(window, base)`` of an epoch: a stream's windows and chunk order; a
         random-access source's whole rows (one window a share), positions as rows."""
         if not self.spec.shuffle:
             return max(1, self.total), None
         order = self._orders(seed, epoch, 0, self.total)
         if isinstance(order, WindowedOrder):
-            return order.window, order.unmixed
+            return order.window, order
         return max(1, self.total), None
 
     def _order(self, pieces: list[Piece], seed: int, epoch: int) -> RangesOrder:
         _, base = self._layout(seed, epoch)
-        return RangesOrder(pieces, seed=seed, epoch=epoch, mix=self.spec.shuffle, base=base)
+        mix = self.spec.shuffle
+        if base is None:
+            return RangesOrder(pieces, seed=seed, epoch=epoch, mix=mix)
+        return RangesOrder(
+            pieces,
+            seed=seed,
+            epoch=epoch,
+            mix=mix,
+            base=base.unmixed,
+            base_ranges=base.unmixed_ranges,
+        )
 
     def _agenda(self, seed: int, epoch: int, segments: Any) -> list[Piece]:
         window, _ = self._layout(seed, epoch)
@@ -161,9 +171,17 @@ class Ranges:
     # -- the ledger -----------------------------------------------------------------
 
     def _tally(self, order: RangesOrder, start: int, stop: int) -> Tally:
-        """``(rows, digest)`` of ``order``'s positions ``start .. stop-1``, as row ids."""
+        """``(rows, digest)`` of ``order``'s positions ``start .. stop-1``, as row ids
+        (the windows held whole in closed form; a subset's ids a pass over them)."""
         out = Tally()
         stop = min(stop, order.n)
+        if self.ids is None:
+            runs, arrays = order.row_sets(start, stop)
+            for a, z in runs:
+                out.add(z - a, range_digest(a, z))
+            for rows in arrays:
+                out.add(len(rows), rows_digest(rows))
+            return out
         for a in range(start, stop, _STEP):
             rows = order.rows(a, min(stop, a + _STEP))
             if self.ids is not None:

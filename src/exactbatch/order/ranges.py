@@ -208,10 +208,12 @@ class RangesOrder:
         epoch: int,
         mix: bool = True,
         base: Callable[[np.ndarray], np.ndarray] | None = None,
+        base_ranges: Callable[[int, int], list[tuple[int, int]]] | None = None,
     ) -> None:
         check_key(seed=seed, epoch=epoch)
         self.pieces = list(pieces)
         self.seed, self.epoch, self.mix, self.base = int(seed), int(epoch), mix, base
+        self.base_ranges = base_ranges  # base positions a..b as runs of rows (with base)
         sizes = np.array([p.rows for p in self.pieces], dtype=np.int64)
         self.starts = np.cumsum(sizes) - sizes  # each piece's first position
         self.n = int(sizes.sum())
@@ -254,3 +256,29 @@ class RangesOrder:
         """Rows (int64) of positions ``start .. stop-1``."""
         check_key(start=start, stop=stop)
         return self(np.arange(start, max(start, stop), dtype=np.int64))
+
+    def row_sets(self, start: int, stop: int) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+        """The rows of positions ``start .. stop-1`` as a set, not in order: runs of
+        consecutive rows ``(first, past)`` (a piece held whole, or unmixed: its window's
+        base positions, whatever their order) and arrays of the rest (parts of mixed
+        windows), so a set's digest costs a few runs' closed forms, not a pass."""
+        runs: list[tuple[int, int]] = []
+        arrays: list[np.ndarray] = []
+        stop = min(stop, self.n)
+        for k, p in enumerate(self.pieces):
+            a = max(start, int(self.starts[k]))
+            z = min(stop, int(self.starts[k]) + p.rows)
+            if z <= a:
+                continue
+            x, y = p.i + a - int(self.starts[k]), p.i + z - int(self.starts[k])
+            if not (self.mix and p.mixed) or (x == 0 and y == p.size):
+                lo, hi = p.lo + x, p.lo + y
+                if self.base is None:
+                    runs.append((lo, hi))
+                elif self.base_ranges is not None:
+                    runs += self.base_ranges(lo, hi)
+                else:
+                    arrays.append(self.base(np.arange(lo, hi, dtype=np.int64)))
+            else:
+                arrays.append(self.rows(a, z))
+        return runs, arrays

@@ -101,6 +101,22 @@ class WindowedOrder:
                 mixed[at] = base + self._bijection(w)(local)
         return self.unmixed(mixed).reshape(pos.shape)
 
+    def unmixed_ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The rows of positions ``start .. stop-1`` of :meth:`unmixed`, as runs of
+        consecutive rows ``(first, past)``, one a chunk they cross."""
+        out: list[tuple[int, int]] = []
+        if stop <= start:
+            return out
+        lo = int(np.searchsorted(self.slot_starts, start, side="right")) - 1
+        hi = int(np.searchsorted(self.slot_starts, stop, side="left"))
+        for k in range(max(lo, 0), hi):
+            a = max(start, int(self.slot_starts[k]))
+            z = min(stop, int(self.slot_starts[k] + self.slot_rows[k]))
+            if z > a:
+                first = int(self._slot_firsts[k]) + a - int(self.slot_starts[k])
+                out.append((first, first + z - a))
+        return out
+
     def unmixed(self, positions: np.ndarray) -> np.ndarray:
         """Rows of the stream at ``positions`` (int64, 1-D) of the chunks' concatenation in
         the epoch's chunk order, before any window is mixed."""
