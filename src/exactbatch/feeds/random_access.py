@@ -218,7 +218,7 @@ class RandomAccessFeed:
         wanted = {}
         for e, f in ((epoch, first), (epoch + 1, 0)):
             p = plan if e == epoch else self.dealing.plan(0)
-            key = (seed, e, p.key, None if self.dealing.keyed else f or ())
+            key = self._whole_key(seed, e, p, f)
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self.dealing.order(seed, e, p, f)
@@ -228,7 +228,13 @@ class RandomAccessFeed:
                 fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut
         self._wholes = wanted
-        return wanted[(seed, epoch, plan.key, None if self.dealing.keyed else first or ())]
+        return wanted[self._whole_key(seed, epoch, plan, first)]
+
+    def _whole_key(self, seed: int, epoch: int, plan: Plan, first: Any) -> tuple[Any, ...]:
+        """``(seed, epoch, key)`` of an order (and where it resumed, unless ``keyed``)."""
+        if self.dealing.keyed:
+            return (seed, epoch, plan.key)
+        return (seed, epoch, plan.key, first or ())
 
     def close(self) -> None:
         self._sample_read = None
