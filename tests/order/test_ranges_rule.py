@@ -211,3 +211,18 @@ def test_row_sets_are_the_rows_of_a_span_as_a_set(chunk_rows, window, history, c
             got = [r for lo, hi in runs for r in range(lo, hi)]
             got += [int(r) for rows in arrays for r in rows]
             assert sorted(got) == sorted(order.rows(a, z).tolist())
+
+
+def test_a_window_is_keyed_by_seed_epoch_its_first_position_and_length():
+    """The documented key: window (lo, size) of epoch e is EpochBijection(size, seed,
+    e, shard=lo) of its positions; two windows of one size mix alike only by chance."""
+    from exactbatch.order.bijection import EpochBijection
+
+    pieces = [Piece(0, 10, 0, 10, True), Piece(10, 10, 0, 10, True), Piece(20, 7, 0, 7, True)]
+    order = RangesOrder(pieces, seed=11, epoch=2)
+    for p, start in zip(pieces, (0, 10, 20), strict=True):
+        want = p.lo + EpochBijection(p.size, seed=11, epoch=2, shard=p.lo)(np.arange(p.size))
+        assert order.rows(start, start + p.size).tolist() == want.tolist()
+    assert (order.rows(0, 10) - 0).tolist() != (order.rows(10, 20) - 10).tolist()
+    part = RangesOrder([Piece(10, 10, 4, 9, True)], seed=11, epoch=2)  # a remainder
+    assert part.rows(0, 5).tolist() == order.rows(14, 19).tolist()

@@ -146,8 +146,7 @@ def agenda_after(
     the ranks' rests, in rank order."""
     out: list[Piece] = []
     for r in range(count):
-        order = deal(agenda, count, r, window)
-        out += rest(order, min(done * batch, sum(p.rows for p in order)))
+        out += rest(deal(agenda, count, r, window), done * batch)  # (a share done: nothing)
     return out
 
 
