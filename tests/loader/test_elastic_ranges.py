@@ -108,6 +108,7 @@ def test_a_state_records_the_world_size_history_and_resumes_at_any_count():
     a resume at another count is a new segment, at the same count the segment goes on;
     every row once, and the states certify."""
     ranks = [rank(r, 3) for r in range(3)]
+    assert ranks[0].state_dict()["segments"] == []  # an epoch's start: no segment yet
     seen = step(ranks, [iter(ld) for ld in ranks], 4)
     states = [json.loads(json.dumps(ld.state_dict())) for ld in ranks]
     assert {s["version"] for s in states} == {STATE_VERSION}
@@ -117,6 +118,7 @@ def test_a_state_records_the_world_size_history_and_resumes_at_any_count():
     two = [rank(r, 2) for r in range(2)]
     for r, ld in enumerate(two):
         ld.load_state_dict(states[r])
+    assert two[0].state_dict()["segments"] == [[3, 4]]  # no step at 2 ranks: no segment
     seen += step(two, [iter(ld) for ld in two], 2)
     mid = [json.loads(json.dumps(ld.state_dict())) for ld in two]
     assert [s["segments"] for s in mid] == [[[3, 4], [2, 2]]] * 2
@@ -194,9 +196,10 @@ def test_under_ddp_uneven_steps_are_refused_unless_even_batches(monkeypatch):
     monkeypatch.setattr(state_rules, "torch_world_size", lambda: 3)
     with pytest.raises(ValueError, match="DDP"):
         rank(0, 3, source=chunks(2178)).load_state_dict(state)
-    state = ranks[0].state_dict()
-    state["even_batches"] = True
-    rank(0, 3, source=chunks(2178), even_batches=True).load_state_dict(state)
+    rank(0, 3, source=chunks(2178), even_batches=True).load_state_dict(state)  # (another
+    # even_batches loads: it says how each segment ends)
+    monkeypatch.setattr(state_rules, "torch_world_size", lambda: 4)  # not these ranks' world
+    rank(0, 3, source=chunks(2178)).load_state_dict(state)
 
 
 def test_random_access_shares_are_contiguous_shards_shuffled():
