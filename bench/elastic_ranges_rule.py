@@ -1,5 +1,6 @@
-"""A model of the proposed "ranges" elastic dealing (docs/usage/streaming.md, "Design:
-elastic without read amplification"): not the loader, the rule alone, to check it.
+"""A model of the "ranges" elastic dealing (``elastic="ranges"``, docs/usage/streaming.md):
+not the loader, the rule alone, written apart from it to check it (tests/order/
+test_ranges_rule.py compares exactbatch.order.ranges with it, windows unmixed).
 
 For a stream of chunks it deals each segment's agenda to S ranks as contiguous
 shares, mixes each rank's rows not yet mixed in windows keyed by their first row,

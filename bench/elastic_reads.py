@@ -2,10 +2,11 @@
 
 An elastic streamed epoch (``elastic=True`` on Parquet or ``ndf_blocks``) deals
 one global order's batches to the S ranks in turn, so each rank reads every
-window its batches touch; a plain S-rank run reads only its own chunks. For S
+window its batches touch; a plain S-rank run reads only its own chunks, and so
+does ``elastic="ranges"`` (contiguous shares of each segment's rows). For S
 in 1..4 this prints, per source kind, the rows of chunks all S ranks read in
 one epoch as a multiple of N (the read amplification: 1.0 reads every row
-once), for plain and elastic, and the epoch's rows/s of rank 0 against plain
+once), for plain, elastic and ranges, and the epoch's rows/s of rank 0 against plain
 rank 0 measured in the same run.
 
     .venv/bin/python bench/elastic_reads.py [--rows 400000] [--batch 1024]
@@ -96,6 +97,34 @@ def epoch(folder, kind, block_rows, shards, rank, elastic, batch, buffer):
     return src.rows, rate
 
 
+def resumed(folder, kind, block_rows, batch, buffer, shards=4, steps=40, after=3):
+    """Rows all ranks read in one epoch of ``elastic="ranges"``: ``shards`` ranks for
+    ``steps`` lockstep steps, then ``after`` ranks resumed from their states, to the end."""
+    read, states = 0, []
+    for r in range(shards):
+        src = Counted(make_source(folder, kind, block_rows))
+        loader = DataLoader(
+            src, batch, num_shards=shards, shard_index=r, elastic="ranges", buffer_size=buffer
+        )
+        it = iter(loader)
+        for _ in range(steps):
+            next(it, None)
+        states.append(loader.state_dict())
+        loader.close()
+        read += src.rows
+    for r in range(after):
+        src = Counted(make_source(folder, kind, block_rows))
+        loader = DataLoader(
+            src, batch, num_shards=after, shard_index=r, elastic="ranges", buffer_size=buffer
+        )
+        loader.load_state_dict(states[r])
+        for _ in loader:
+            pass
+        loader.close()
+        read += src.rows
+    return read
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=400_000)
@@ -111,12 +140,12 @@ def main() -> None:
             f"{n} rows x {args.features}+1, {args.groups} chunks of {n // args.groups} rows, "
             f"batch {args.batch}, buffer/window {args.buffer} rows ({os.cpu_count()} cores)"
         )
-        head = f"{'plain reads':>12} {'elastic reads':>14} {'rank 0 rate':>12}"
-        print(f"{'source':10} {'S':>2} {head}")
+        head = f"{'plain reads':>12} {'elastic reads':>14} {'ranges reads':>13} {'rank 0 rate':>12}"
+        print(f"{'source':10} {'S':>2} {head} {'ranges rate':>12}")
         for kind in ("parquet", "ndf_blocks"):
             for shards in (1, 2, 3, 4):
                 totals, rates = {}, {}
-                for elastic in (False, True):
+                for elastic in (False, True, "ranges"):
                     block = n // args.groups
                     got = [
                         epoch(folder, kind, block, shards, r, elastic, args.batch, args.buffer)
@@ -126,11 +155,16 @@ def main() -> None:
                     rates[elastic] = got[0][1]
                 print(
                     f"{kind:10} {shards:>2} {totals[False]:>11.2f}x {totals[True]:>13.2f}x "
-                    f"{rates[True] / rates[False]:>11.2f}x"
+                    f"{totals['ranges']:>12.2f}x {rates[True] / rates[False]:>11.2f}x "
+                    f"{rates['ranges'] / rates[False]:>11.2f}x"
                 )
+        for kind in ("parquet", "ndf_blocks"):
+            got = resumed(folder, kind, n // args.groups, args.batch, args.buffer) / n
+            print(f'{kind}: elastic="ranges" at S=4 for 40 steps, then S\'=3: reads {got:.2f}x')
         print(
-            "reads: rows of chunks read by all S ranks in an epoch / N; rank 0 rate: elastic "
-            "rows/s / plain rows/s (one run; noisy on a shared machine)"
+            "reads: rows of chunks read by all S ranks in an epoch / N (elastic=True, and "
+            'elastic="ranges"); rank 0 rate: its rows/s / plain rows/s (one run; noisy on a '
+            "shared machine)"
         )
 
 

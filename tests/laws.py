@@ -89,6 +89,7 @@ __all__ = [
     "check_epoch",
     "check_epochs_differ",
     "check_reshard",
+    "check_reshard_ranges",
     "check_resume",
     "check_resume_in_process",
     "check_retry",
@@ -206,6 +207,7 @@ def check_epoch(
     even_batches: bool = False,
     elastic: bool = False,
     ordered: bool = True,
+    owned: bool = True,
 ) -> None:
     """The epoch law, over one epoch of every shard.
 
@@ -217,7 +219,9 @@ def check_epoch(
     together every row of ``range(n)`` less exactly the promised leave-outs
     (none without drop_last and even_batches=True; none under "pad", whose
     padding batches are empty lists here); unshuffled: the exact batches of
-    the source's order.
+    the source's order. ``owned=False``: a contiguous shard of the epoch's chunk
+    order, not of the source's rows (``elastic="ranges"`` on a shuffled stream): its
+    rows are not checked against its range of the source.
     """
     num_shards = len(per_shard)
     everything = []
@@ -232,7 +236,7 @@ def check_epoch(
         rows = [r for b in batches for r in b]
         dup = sorted(r for r, times in Counter(rows).items() if times > 1)
         assert not dup, f"{where}: rows handed out twice: {dup[:20]}"
-        lo, hi = (0, n) if elastic else shard_bounds(n, num_shards, s)
+        lo, hi = (0, n) if elastic or not owned else shard_bounds(n, num_shards, s)
         bad = [r for r in rows if not lo <= r < hi]
         assert not bad, f"{where}: rows it does not own: {bad[:20]}"
         if not shuffle:
@@ -266,7 +270,7 @@ def check_certified(states, per_epoch_rows: list[int]) -> None:
 
 def check_lineage(
     seed: int,
-    elastic: bool,
+    elastic: bool | str,
     n: int = 120,
     batch: int = 16,
     epochs: int = 2,
@@ -278,7 +282,8 @@ def check_lineage(
     later ones; a checkpoint may be resumed twice), stepping every rank in lockstep,
     saving every rank's state now and then, sometimes beginning its epoch again
     (``set_epoch``), killed at random (its batches after its last checkpoint lost with
-    the model) - over 1 to 4 shards (under elastic, another count at each restart).
+    the model) - over 1 to 4 shards (under elastic, True or "ranges", another count at
+    each restart; "ranges" without ``drop_last``).
     ``habits`` adds a user's habits, drawn apart (the tree of a seed without them is
     unchanged): ``set_epoch`` on the epoch just restored (torch's: the position is
     kept), a stop by ``close()`` then a last save, and, under elastic, a checkpoint
@@ -1059,6 +1064,67 @@ def check_reshard(make_loader, shards: int, shards_after: int, d, l, *, cut, via
     assert [following[g] for g in sorted(following)] == want[1], f"{where}: the next epoch"
     unresumed = states[shards_after:]  # no later rank loaded them: their records count
     check_certified(finals + unresumed, [len(_flat(w)) for w in want])
+
+
+def check_reshard_ranges(make_loader, shards: int, shards_after: int, d, l, *, cut, via="iter"):  # noqa: E741
+    """The resume law of ``elastic="ranges"`` across shard counts: ``shards`` ranks in
+    lockstep take ``cut`` batches each of epoch 0 and their states go through JSON;
+    ``shards_after`` ranks each load one (rank s the state of rank s % shards) and take
+    the rest of the epoch through ``via``, then the next epoch. Every row of epoch 0 is
+    handed out once (less, with drop_last, fewer than a batch a rank of the last
+    segment); the resumed ranks' batches are a pure function of the history (a second
+    set of loaders resumed from the same states hands out the same batches); the next
+    epoch is a fresh ``shards_after``-rank epoch exactly; the last states certify both
+    epochs. ``make_loader(num_shards, shard_index, resumed)`` builds a rank (a resumed
+    one's source may fail once, the caller going on)."""
+    n = len(_flat(collect(make_loader(1, 0, False), d, l)))
+    drop = make_loader(1, 0, False).drop_last
+    counts = [len(make_loader(shards, s, False)) for s in range(shards)]
+    # in lockstep, the epoch not over and no rank past its end (a rank done early stands
+    # at its own count: a checkpoint then is every rank's only under even_batches)
+    cut = max(0, min(cut, min(counts), max(counts) - 1))
+    before, states = [], []
+    for s in range(shards):
+        loader = make_loader(shards, s, False)
+        it = iter(loader)
+        for _ in range(cut):
+            batch = next(it, None)
+            if batch is not None:
+                before += ids_of(batch)
+        states.append(roundtrip(loader.state_dict()))
+        loader.close()
+    segments = {json.dumps(st["segments"]) for st in states if st["epoch"] == 0}
+    assert len(segments) <= 1, f"ranks not in lockstep: {segments}"
+    runs = []
+    for again in range(2):
+        after, following, finals = [], [], []
+        for s in range(shards_after):
+            loader = make_loader(shards_after, s, again == 0)
+            loader.load_state_dict(states[s % shards])
+            after.append(drain_retrying(loader, via, d, l))
+            if via != "iter":
+                loader.reset()
+            following.append(drain_retrying(loader, via, d, l))
+            finals.append(loader.state_dict())
+            loader.close()
+        runs.append((after, following, finals))
+    (after, following, finals), (again_after, again_following, _) = runs
+    assert after == again_after and following == again_following, "not a function of history"
+    rows = before + [r for batches in after for r in _flat(batches)]
+    where = f"{shards} -> {shards_after} shards after {cut} steps"
+    assert len(rows) == len(set(rows)), f"{where}: a row handed out twice"
+    left = set(range(n)) - set(rows)
+    if drop:  # the last segment's partial batches: fewer than a batch a rank
+        assert len(left) < shards_after * make_loader(1, 0, False).batch_size, where
+    else:
+        assert not left, f"{where}: rows {sorted(left)[:10]} never handed out"
+    for s in range(shards_after):  # the next epoch: a fresh shards_after-rank epoch
+        fresh = make_loader(shards_after, s, False)
+        fresh.set_epoch(1)
+        assert following[s] == collect(fresh, d, l), f"{where}: rank {s}'s next epoch"
+    unresumed = states[shards_after:]
+    want = [len(rows), len(_flat([b for batches in following for b in batches]))]
+    check_certified(finals + unresumed, want)
 
 
 def drain_retrying(loader, via: str, d: int, l: int):  # noqa: E741

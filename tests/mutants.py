@@ -77,6 +77,8 @@ TARGETS = {
             "tests/order/test_shards.py",
             "tests/order/test_splits.py",
             "tests/order/test_windows.py",
+            "tests/order/test_ranges_rule.py",  # (order/ranges.py: elastic="ranges"'s rule)
+            "tests/loader/test_elastic_ranges.py",
             "tests/loader/test_distributed.py",
         ],
     ),
@@ -232,7 +234,8 @@ TARGETS = {
         ],
     ),
     "feeds": (  # a source cut into epochs for one shard, how batches are dealt to the shards
-        # (feeds/dealing.py: contiguous or elastic), and a stream's passes and hooks
+        # (feeds/dealing.py: contiguous or elastic; feeds/ranges.py: elastic="ranges"; what
+        # a state records of each, feeds/state_rules.py), and a stream's passes and hooks
         [  # (what moved out of feeds/streamed.py: the passes, the hooks, a stream's widths)
             "src/exactbatch/feeds/*",
             "src/exactbatch/sources/passes.py",
@@ -248,6 +251,7 @@ TARGETS = {
         [
             "tests/feeds/",
             "tests/batching/",
+            "tests/loader/test_elastic_ranges.py",  # (feeds/ranges.py, feeds/state_rules.py)
             "tests/sources/test_protocols.py",
             "tests/sources/test_blocks.py",  # chunk sources
             "tests/sources/test_parquet.py",

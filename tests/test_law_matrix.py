@@ -143,6 +143,7 @@ from laws import (
     check_lineage,
     check_reset_seed,
     check_reshard,
+    check_reshard_ranges,
     check_resume,
     check_resume_in_process,
     check_retry,
@@ -170,6 +171,10 @@ MODES = ("plain", "even", "elastic", "elastic_even")
 # even_batches="pad" (iter() only, never with drop_last): its cases come after the others
 # in ALL, so the strides below pick the cases they always did.
 PAD_MODES = ("pad", "elastic_pad")
+# elastic="ranges" (contiguous shares of each segment, the rest re-dealt at a resume): not
+# in the product, but a stride of the elastic cases re-run in it (RANGES_CASES), a few
+# per law, so the suite's time hardly moves.
+RANGES_MODES = {"elastic": "ranges", "elastic_even": "ranges_even", "elastic_pad": "ranges_pad"}
 # The protocol doubles, then the Arrow kinds, last, so the other kinds' strides below
 # pick the cases they always did.
 LATE = DOUBLE_KINDS + ARROW_KINDS
@@ -219,16 +224,28 @@ class Case:
 
     @property
     def pad(self) -> bool:
-        return self.mode in PAD_MODES
+        return self.mode in (*PAD_MODES, "ranges_pad")
 
     @property
     def even(self) -> bool | str:
         """The loader's even_batches: False, True or "pad"."""
-        return "pad" if self.pad else self.mode in ("even", "elastic_even")
+        return "pad" if self.pad else self.mode in ("even", "elastic_even", "ranges_even")
 
     @property
     def elastic(self) -> bool:
+        """Dealt in turn (elastic=True): global batch g to shard g mod S."""
         return self.mode in ("elastic", "elastic_even", "elastic_pad")
+
+    @property
+    def ranges(self) -> bool:
+        """elastic="ranges": an epoch at one shard count is contiguous shards' (the laws'
+        elastic=False), a resume re-deals the rest."""
+        return self.mode in RANGES_MODES.values()
+
+    @property
+    def dealing(self) -> bool | str:
+        """The loader's elastic: False, True or "ranges"."""
+        return "ranges" if self.ranges else self.elastic
 
     def pick(self, options, salt: str):
         """A fixed choice among ``options``, hashed from the case's name."""
@@ -238,7 +255,7 @@ class Case:
 def allowed(case: Case) -> bool:
     if case.pad and (case.drop_last or case.threads > 1):
         return False  # refused with drop_last; threads share a loader by next_into
-    return not (case.elastic and case.kind not in ELASTIC_KINDS)
+    return not ((case.elastic or case.ranges) and case.kind not in ELASTIC_KINDS)
 
 
 ALL = [
@@ -316,6 +333,18 @@ CODED_CASES = _each_kind(ALL, 4)
 RESUME_CASES += _each_kind([c for c in ALL if c.threads == 1], 1)
 
 
+# The ranges axis: a stride of the elastic cases, each in its ranges mode (every kind that
+# can be elastic, each mode and way among them): their epochs and resumes at one count.
+# (drawn by a fixed hash of their names: a stride would fall in step with the product)
+def _ranges_of(cases, every: int) -> list:
+    drawn = [c for c in cases if c.elastic and zlib.crc32(f"{c}/ranges".encode()) % every == 0]
+    return [replace(c, mode=RANGES_MODES[c.mode]) for c in drawn]
+
+
+RANGES_CASES = _ranges_of(EPOCH_CASES, 30)
+RESUME_CASES += _ranges_of([c for c in ALL if c.threads == 1], 90)
+
+
 def chunk_sizes(n: int, pattern) -> list[int]:
     out, total = [], 0
     for s in itertools.cycle(pattern):
@@ -379,7 +408,7 @@ def make_spec(data_dir, request):
             "shard_index": case.shards - 1,
             "prefetch": case.prefetch,
             "even_batches": case.even,
-            "elastic": case.elastic,
+            "elastic": case.dealing,
             # half the cases hand out row ids too, checked against the rows (helpers.ids_of);
             # the salt gives each kind both settings in every mode, way, shard count and flag
             "with_rows": case.pick((False, True), "traced"),
@@ -492,7 +521,8 @@ EPOCH_LAW_CASES = [
 
 
 @pytest.mark.parametrize(
-    "case", [param(c) for c in EPOCH_LAW_CASES + SUBSET_CASES + COLUMNS_CASES + CODED_CASES]
+    "case",
+    [param(c) for c in EPOCH_LAW_CASES + SUBSET_CASES + COLUMNS_CASES + CODED_CASES + RANGES_CASES],
 )
 def test_epoch_laws(case, make_spec):
     """Two epochs of every shard: each the epoch law; epoch 1 equal to a fresh loader's
@@ -560,6 +590,8 @@ def check_epoch_laws(case, make_spec, **changes):
             even_batches=case.even,
             elastic=case.elastic,
             ordered=ordered,
+            # (ranges on a shuffled stream: a contiguous shard of the chunk order's rows)
+            owned=not (case.ranges and case.shuffle and case.kind in STREAM_KINDS),
         )
     both = [[run[e] if ordered else sorted(run[e]) for run in runs] for e in range(2)]
     check_epochs_differ(both[0], both[1], case.shuffle)
@@ -755,6 +787,57 @@ def test_elastic_state_at_s_shards_resumes_at_any_other_count(kind, shards, afte
 
     cut = case.pick((0, 1, 2, 3, 5), "cut")
     check_reshard(make, shards, after, d, l, cut=cut, via=case.pick(("iter", "next_into"), "via"))
+
+
+RANGES_RESHARD = [
+    (k, s, t)
+    for i, (k, s, t) in enumerate(
+        (k, s, t)
+        for k in ("pair", "ndf", "list", "parquet", "ndf_blocks")
+        for s in (1, 2, 3, 4)
+        for t in (1, 2, 3, 4)
+    )
+    if s != t and i % 3 == 0
+]
+
+
+@pytest.mark.parametrize(
+    "kind,shards,after",
+    [pytest.param(k, s, t, id=f"{k}-S{s}-to-S{t}") for k, s, t in RANGES_RESHARD],
+)
+def test_ranges_state_at_s_shards_resumes_at_any_other_count(kind, shards, after, make_spec):
+    """elastic="ranges", random access and indexed streams: S ranks in lockstep cut
+    mid-epoch, S' ranks resume from their states (a resumed rank's source failing once):
+    every row once, the batches a function of the history, the next epoch an S'-rank
+    epoch; the last states certify both (laws.check_reshard_ranges)."""
+    case = Case(kind, True, False, shards, 0, "ranges", 1)
+    case = replace(case, shuffle=case.pick((True, True, False), "shuffle"))
+    case = replace(case, drop_last=case.pick((False, True), "drop"))
+    needs(case)
+    spec = make_spec(case)
+    d, l = spec["d"], spec["l"]  # noqa: E741
+
+    def make(num_shards, shard_index, resumed):
+        wrapped = []
+
+        def wrap(source):
+            faulty = resumed and shard_index == 0 and kind in INDEXED_STREAM_KINDS
+            wrapped.append(FlakyChunks(source) if faulty and kind != "list" else source)
+            return wrapped[0]
+
+        loader = loader_from_spec(spec, wrap=wrap, num_shards=num_shards, shard_index=shard_index)
+        if resumed and shard_index == 0:
+            if kind in RANDOM_ACCESS_KINDS:
+                flaky = wrap_reader(loader, FlakyReader)
+                flaky.batch = loader.batch_size
+                flaky.arm(1)
+            elif isinstance(wrapped[0], FlakyChunks):
+                wrapped[0].arm(1)
+        return loader
+
+    cut = case.pick((0, 1, 2, 3), "cut")
+    via = case.pick(("iter", "next_into"), "via")
+    check_reshard_ranges(make, shards, after, d, l, cut=cut, via=via)
 
 
 # -- settings changed between save and resume --------------------------------------------------
@@ -1081,22 +1164,34 @@ def test_lifecycle_figures():
 # -- the lineage law ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("elastic", [False, True], ids=["contiguous", "elastic"])
+# elastic="ranges" too (another world size at each restart), without drop_last: which
+# rows its last segment drops depends on the history, which the law's truth (a run that
+# nothing interrupts) cannot say.
+LINEAGE_DEALINGS = pytest.mark.parametrize(
+    "elastic", [False, True, "ranges"], ids=["contiguous", "elastic", "ranges"]
+)
+
+
+@LINEAGE_DEALINGS
 def test_lineage_law_random_kill_resume_rollback_trees(elastic):
     """certify's verdict on every state of a random tree of kills, resumes and rollbacks
     (1 to 4 shards) is the truth of the final lineage's row ids (laws.check_lineage);
     both verdicts are met. The odd seeds add the user's habits: set_epoch after a load,
     a stop by close(), a checkpoint resumed again at another shard count (elastic);
-    every third seed drops the last partial batch (drop_last)."""
+    every third seed drops the last partial batch (drop_last; not under ranges)."""
     verdicts = [
-        check_lineage(seed, elastic, habits=seed % 2 == 1, drop_last=seed % 3 == 2)
+        check_lineage(seed, elastic, habits=seed % 2 == 1, drop_last=_drops(seed, elastic))
         for seed in range(60)
     ]
     assert 0 < sum(verdicts) < len(verdicts)
 
 
+def _drops(seed: int, elastic) -> bool:
+    return seed % 3 == 2 and elastic != "ranges"
+
+
 @pytest.mark.parametrize("keep", [0, 1], ids=["fold-at-once", "fold-after-1"])
-@pytest.mark.parametrize("elastic", [False, True], ids=["contiguous", "elastic"])
+@LINEAGE_DEALINGS
 def test_lineage_law_across_compaction_points(elastic, keep, monkeypatch):
     """The lineage law over longer runs (five epochs) whose states fold their old
     records into summaries (exactbatch.loader.compaction) as they go: kills, resumes
@@ -1106,7 +1201,9 @@ def test_lineage_law_across_compaction_points(elastic, keep, monkeypatch):
     checkpoint that reach one place, with one id: told apart by their load times.)"""
     monkeypatch.setattr(compaction, "KEEP", keep)
     verdicts = [
-        check_lineage(seed, elastic, epochs=5, habits=seed % 2 == 1, drop_last=seed % 3 == 2)
+        check_lineage(
+            seed, elastic, epochs=5, habits=seed % 2 == 1, drop_last=_drops(seed, elastic)
+        )
         for seed in range(40)
     ]
     assert 0 < sum(verdicts) < len(verdicts)

@@ -14,6 +14,7 @@ from laws import roundtrip
 from exactbatch import DataLoader, certify
 from exactbatch.loader import compaction
 from exactbatch.loader.lineage import state_id
+from exactbatch.loader.state import STATE_VERSION
 
 N = 40
 
@@ -52,7 +53,7 @@ def test_a_version_2_state_with_every_record_in_full_still_loads_and_is_folded(m
     (loader,) = _loaders()
     loader.load_state_dict(old)
     (new,) = _epochs([loader], 3)
-    assert new["version"] == 3 and len(new["history"]) == 4
+    assert new["version"] == STATE_VERSION and len(new["history"]) == 4
     assert new["compacted"][0]["epochs"] == [[0, 18, N]] and new["parent"] == state_id(old)
     assert certify([old]) and len(certify([old]).epochs) == 20
     cert = certify([old, new])

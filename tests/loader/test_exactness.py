@@ -29,6 +29,7 @@ from exactbatch import (
 )
 from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES
 from exactbatch.loader.lineage import state_id
+from exactbatch.loader.state import STATE_VERSION
 from exactbatch.order.digest import (
     RangeDigests,
     Tally,
@@ -617,8 +618,9 @@ def test_a_declared_total_size_that_differs_from_parquet_metadata_is_refused(tmp
     assert DataLoader(src, 10, total_size=100).total_size == 100
 
 
-# (even_batches takes "pad" too: tests/loader/test_pad.py checks what it refuses)
-@pytest.mark.parametrize("flag", ["shuffle", "drop_last", "elastic"])
+# (even_batches takes "pad" too: tests/loader/test_pad.py checks what it refuses; elastic
+# takes "ranges": tests/loader/test_elastic_ranges.py)
+@pytest.mark.parametrize("flag", ["shuffle", "drop_last"])
 @pytest.mark.parametrize("value", ["False", 0, 1.0, None])
 def test_flags_are_bools(flag, value):
     with pytest.raises(TypeError, match=f"{flag} must be a bool"):
@@ -749,7 +751,7 @@ def test_the_state_of_a_random_access_loader_mid_epoch_is_exactly_this():
         "loaded_at": None,
     }
     assert state == {
-        "version": 3,
+        "version": STATE_VERSION,
         "seed": 3,
         "epoch": 0,
         "batches_done": 2,
@@ -815,7 +817,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
     assert (
         state
         == {
-            "version": 3,
+            "version": STATE_VERSION,
             "seed": 0,
             "epoch": 0,
             "batches_done": 1,
@@ -851,7 +853,7 @@ def test_the_state_of_a_stream_and_of_an_elastic_loader_is_exactly_this(tmp_path
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        (lambda s: s.update(version=4), ValueError, "version 4"),
+        (lambda s: s.update(version=STATE_VERSION + 1), ValueError, f"version {STATE_VERSION + 1}"),
         (lambda s: s.pop("version"), ValueError, "version None"),
         (lambda s: s.update(seed=-1), ValueError, r"state\['seed'\] must be >= 0"),
         (lambda s: s.update(epoch="1"), TypeError, r"state\['epoch'\] must be an int"),
@@ -981,7 +983,7 @@ def test_a_state_taken_after_a_version_1_resume_says_its_epoch_is_unchecked():
     it = iter(resumed)
     next(it)
     mid = roundtrip(resumed.state_dict())
-    assert mid["version"] == 3 and mid["batches_done"] == 6 and mid["ledger"] is None
+    assert mid["version"] == STATE_VERSION and mid["batches_done"] == 6 and mid["ledger"] is None
     again = DataLoader(x_of(), 7, seed=3)
     again.load_state_dict(mid)  # loads, and its epoch is not checked either
     assert len(rows_of(again)) == N - 42

@@ -3,7 +3,8 @@
 :func:`open_feed` is the loader's one way in: the source's kind
 (:func:`exactbatch.sources.kinds.open_source`) picks the feed, and the spec's
 ``elastic`` the dealing (:mod:`exactbatch.feeds.dealing`), read there once:
-contiguous rows a shard, or one global order dealt to the shards in turn.
+contiguous rows a shard, one global order dealt to the shards in turn, or
+(``"ranges"``, :mod:`exactbatch.feeds.ranges`) contiguous shares of each segment.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from exactbatch.feeds.base import BatchSpec, Dealing, DealingKind, Epoch, Feed, 
 from exactbatch.feeds.dealing import Contiguous, Elastic
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
+from exactbatch.feeds.ranges import Ranges
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.sources.categorical import check_code_dtype
 from exactbatch.sources.chunks import Stream
@@ -31,9 +33,15 @@ __all__ = [
     "Feed",
     "Job",
     "RandomAccessFeed",
+    "Ranges",
     "StreamFeed",
     "open_feed",
 ]
+
+
+# How batches are dealt to the shards, by the spec's elastic: contiguous shards, one
+# global order dealt in turn, or contiguous shares of each segment.
+_DEALINGS: dict[bool | str, DealingKind] = {False: Contiguous, True: Elastic, "ranges": Ranges}
 
 
 def open_feed(
@@ -48,7 +56,7 @@ def open_feed(
     ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``);
     ``columns``: the loader's ``(features, labels)`` selection
     (:func:`~exactbatch.sources.selection.select_columns`)."""
-    dealing: DealingKind = Elastic if spec.elastic else Contiguous  # (the one choice)
+    dealing: DealingKind = _DEALINGS[spec.elastic]  # (the one choice)
     source = select_columns(dealing.chunked(source), *columns)
     opened = open_source(source)
     try:

@@ -24,6 +24,7 @@ from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
 
 __all__ = [
+    "RANGES",
     "BatchSpec",
     "Dealing",
     "DealingKind",
@@ -33,7 +34,25 @@ __all__ = [
     "Job",
     "Place",
     "Plan",
+    "StateRule",
 ]
+
+
+RANGES = "ranges"  # elastic="ranges": contiguous shares of each segment (feeds.ranges)
+
+
+def check_elastic(value: object) -> bool | str:
+    """``elastic`` as given: ``False``, ``True`` (a ``bool`` or ``np.bool_``) or
+    ``"ranges"``; another string a ``ValueError``, anything else a ``TypeError``, each
+    naming ``elastic`` and what it accepts."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    accepted = "False, True or 'ranges'"
+    if isinstance(value, str):
+        if value == RANGES:
+            return RANGES
+        raise ValueError(f"elastic must be {accepted}; got {value!r}")
+    raise TypeError(f"elastic must be {accepted}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,8 @@ class BatchSpec:
     """The settings that cut every epoch into batches, validated once.
 
     ``batch_size`` an int >= 1; the flags ``bool`` (see :mod:`exactbatch.checks`);
+    ``elastic`` False, True (one global order dealt in turn) or ``"ranges"``
+    (contiguous shares of each segment: :mod:`exactbatch.feeds.ranges`);
     ``even_batches`` False, True (every shard the smallest shard's batch count) or
     ``"pad"`` (every shard the largest shard's, padded: :mod:`exactbatch.batching.padding`;
     not with ``drop_last``, a ``ValueError``);
@@ -55,7 +76,7 @@ class BatchSpec:
     shuffle: bool = True
     drop_last: bool = False
     even_batches: bool | str = False
-    elastic: bool = False
+    elastic: bool | str = False
     shard: Shard = Shard()
     dtype: np.dtype = np.dtype(np.float64)
     with_rows: bool = False
@@ -65,8 +86,9 @@ class BatchSpec:
         fix = object.__setattr__
         fix(self, "batch_size", check_int("batch_size", self.batch_size, 1))
         fix(self, "dtype", check_dtype(self.dtype))
-        for name in ("shuffle", "drop_last", "elastic", "with_rows"):
+        for name in ("shuffle", "drop_last", "with_rows"):
             fix(self, name, check_flag(name, getattr(self, name)))
+        fix(self, "elastic", check_elastic(self.elastic))
         fix(self, "even_batches", check_even_batches(self.even_batches))
         if self.pad and self.drop_last:
             raise ValueError(
@@ -131,13 +153,43 @@ class Place(Protocol):
     def epoch(self) -> int: ...
 
     @property
-    def first(self) -> int: ...
+    def first(self) -> Any: ...  # where a dealt epoch resumed (its state rule's)
 
     @property
     def done(self) -> int: ...
 
     @property
     def ledger(self) -> Tally: ...
+
+
+class StateRule(Protocol):
+    """What a state records of where a feed's dealing stands, and how it resumes
+    (:mod:`exactbatch.feeds.state_rules`: one rule per dealing). ``free``: settings a
+    state may differ in; ``lands_flights``: a state waits for reads in flight below a
+    batch handed out (its position must be one every rank shares)."""
+
+    free: frozenset[str]
+    lands_flights: bool
+
+    def settings(self, feed: Any) -> dict[str, Any]: ...
+
+    def position(self, pos: Place, feed: Any) -> dict[str, Any]: ...
+
+    def ledger(self, pos: Place, feed: Any) -> Tally: ...
+
+    def shard(self, feed: Any) -> dict[str, Any]: ...
+
+    def resume(
+        self, state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
+    ) -> tuple[Any, int, int, Tally, bool]: ...
+
+    def start_of(self, feed: Any, first: Any) -> int: ...
+
+    def promise(self, feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally: ...
+
+    def segment(self, pos: Place, feed: Any) -> tuple[Tally, Any, bool]: ...
+
+    def rolled(self, feed: Any, epoch: Any, first: Any, done: int) -> bool: ...
 
 
 class Epoch(Protocol):
@@ -181,6 +233,9 @@ class Feed(Protocol):
     kind: str
 
     @property
+    def rule(self) -> StateRule: ...  # what a state records of its dealing
+
+    @property
     def n(self) -> int | None: ...  # (read-only here: a feed may know it is an int)
 
     @property
@@ -204,7 +259,7 @@ class Feed(Protocol):
         seed: int,
         epoch: int,
         skip: int,
-        first: int = 0,
+        first: Any = 0,
         pending: tuple[int, ...] = (),  # pragma: no mutate
     ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
@@ -246,7 +301,7 @@ class ElasticFeed(Feed, Protocol):
     """A feed that deals global batches to ranks elastically (``elastic=True``: the
     random-access feed): what the loader's state and records call on it then."""
 
-    def global_promise(self, epoch: Any, first: int) -> Tally:
+    def global_promise(self, epoch: Any, first: Any) -> Tally:
         """Elastic: the rows of every global batch ``epoch`` (one this feed opened)
         hands out, all shards', its last segment resumed at global batch ``first``."""
 
@@ -290,16 +345,25 @@ class Dealing(Protocol):
     @property
     def total_batches(self) -> int | None: ...
 
-    def plan(self, first: int) -> Plan:
-        """The epoch's layout resumed at global batch ``first`` (0 unless dealt)."""
+    @property
+    def rule(self) -> StateRule: ...
 
-    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
+    @property
+    def keyed(self) -> bool: ...  # is an epoch's order its key's alone (not ``first``'s)?
+
+    def plan(self, first: Any) -> Plan:
+        """The epoch's layout resumed at ``first`` (0 unless dealt)."""
+
+    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+        """The epoch's order of ``plan``'s positions (None: file order)."""
+
+    def promise(self, count: int, first: Any, epoch: RandomAccessEpoch) -> Tally:
         """The rows an epoch of ``count`` batches of this shard promises, from ``first``."""
 
-    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+    def positions(self, a: int, z: int, first: Any) -> np.ndarray:
         """The positions of the epoch's order in ``[a, z)`` this shard's batches hold."""
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
         """Every shard's rows of ``epoch`` (dealt only: :class:`ElasticFeed`)."""
 
     def global_ledger(self, pos: Place) -> Tally:

@@ -34,6 +34,7 @@ import numpy as np
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
+from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.order.digest import Tally, rows_digest
 from exactbatch.sources.chunks import ChunkList
@@ -59,6 +60,9 @@ def _count(spec: BatchSpec, full: int, even: int, padded: int) -> int:
 class Contiguous:
     """Shard s of S owns contiguous rows and permutes them (module docs)."""
 
+    rule = ContiguousRule()  # what a state records of it (feeds.state_rules)
+    keyed = True  # an epoch's order is the feed's keyed one, whatever ``first``
+
     def __init__(
         self,
         spec: BatchSpec,
@@ -67,7 +71,7 @@ class Contiguous:
         orders: Orders,
         whole: Callable[[], Tally],
     ) -> None:
-        self.spec, self.ids = spec, ids
+        self.spec, self.ids, self._orders = spec, ids, orders
         b, shard = spec.batch_size, spec.shard
         self.start, stop = shard.range(total)
         self.n = stop - self.start
@@ -99,6 +103,10 @@ class Contiguous:
 
         real = num_batches(n, b, self.spec.drop_last)
         return Plan(self.spec.shard.index, n, self.start, self.nbatches, real, locate, n)
+
+    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+        """The epoch's keyed order of the shard's rows (None: file order)."""
+        return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 
     def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """The shard's rows less the tail that drop_last or even_batches leave out of an
@@ -138,6 +146,9 @@ class Contiguous:
 
 class Elastic:
     """One global order's batches dealt to the shards in turn (module docs)."""
+
+    rule = ElasticRule()  # what a state records of it (feeds.state_rules)
+    keyed = True  # an epoch's order is the feed's keyed one, whatever ``first``
 
     def __init__(
         self,
@@ -189,6 +200,10 @@ class Elastic:
             return a, min(a + b, total)
 
         return Plan(0, total, 0, count, real, locate, None)
+
+    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+        """The epoch's one global order (None: file order)."""
+        return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 
     def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
         """Every shard's global batches before ``first`` and the ``count`` global batches

@@ -13,6 +13,10 @@ ahead below) and is that feed's epochs, ledger and certificate, and a state
 taken at S shards resumes at any S': the rows a partly consumed window still
 owes are its positions past the state's global batch.
 
+Under ``elastic="ranges"`` (:mod:`exactbatch.feeds.ranges`) the same feed holds
+that dealing instead: a shard's order is its contiguous share of the epoch's chunk
+order, windows mixed within it, so it reads its own chunks only.
+
 Rows are read through a :class:`~exactbatch.sources.chunk_cache.ChunkCacheReader`:
 a shard reads the chunks its batches' rows lie in, when a batch first needs
 them, and the chunks of the next window it needs are read ahead on a
@@ -96,7 +100,7 @@ class ElasticStreamFeed:
         self.rows = RandomAccessFeed(
             cache, spec, dealing, total_size, orders=self._order, ahead=self._read_ahead
         )
-        self.dealing = self.rows.dealing
+        self.dealing, self.rule = self.rows.dealing, self.rows.rule
         self.n, self.nbatches = self.rows.n, self.rows.nbatches
         self.total_size, self.total_batches = self.rows.total_size, self.rows.total_batches
 
@@ -122,7 +126,7 @@ class ElasticStreamFeed:
         self.rows.reader = reader
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         out = self.rows.open_epoch(seed, epoch, skip, first, pending)
         if out.order is not None and out.ids is None and self._one_run(first, out.nbatches):
@@ -153,7 +157,7 @@ class ElasticStreamFeed:
     def learn_widths(self) -> None:
         """Known from the start (the cache learnt them): nothing to read."""
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
         return self.rows.global_promise(epoch, first)
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -207,7 +211,7 @@ class ElasticStreamFeed:
         self,
         locate: Callable[[int], tuple[int, int]],
         order: Callable[[np.ndarray], np.ndarray] | None,
-        first: int,
+        first: Any,
     ) -> Callable[[int], tuple[int, int]]:
         """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
         enters a new window has the chunks of that window and the next read ahead,
@@ -227,7 +231,7 @@ class ElasticStreamFeed:
         return located
 
     def _needed(
-        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: int
+        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: Any
     ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them (a window all of whose batches

@@ -35,7 +35,7 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
-from exactbatch.feeds.base import BatchSpec, DealingKind, Place
+from exactbatch.feeds.base import BatchSpec, DealingKind, Place, Plan
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -58,7 +58,7 @@ def keyed_order(seed: int, epoch: int, key: int, size: int) -> EpochBijection:
 Locate = Callable[[int], tuple[int, int]]
 
 
-def unchanged(locate: Locate, order: Any, first: int) -> Locate:
+def unchanged(locate: Locate, order: Any, first: Any) -> Locate:
     """No read-ahead: an epoch's ``locate`` as its dealing gives it."""
     return locate
 
@@ -119,9 +119,10 @@ class RandomAccessFeed:
         self._dtype = np.int32 if max(total, reader.n) < 2**31 else np.int64
         self._fingerprint: dict[str, Any] | None = None  # made when a state first asks
         deal = self.dealing = dealing(spec, total, self.ids, orders, self.whole)
+        self.rule = deal.rule  # what a state records of the dealing (feeds.state_rules)
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
-        self._wholes: dict[tuple[int, int, int], Future[Whole]] = {}  # see _whole_order
+        self._wholes: dict[tuple[Any, ...], Future[Whole]] = {}  # see _whole_order
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -167,18 +168,18 @@ class RandomAccessFeed:
         """Known from the start: nothing to read."""
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         ``first``: the global batch a dealt epoch resumes at (another shard count)."""
         spec = self.spec
         plan = self.dealing.plan(first)
         order = None
-        if spec.shuffle:
-            bijection = self._orders(seed, epoch, plan.key, plan.size)
+        bijection = self.dealing.order(seed, epoch, plan, first)
+        if bijection is not None:
             order = BlockedOrder(bijection, plan.offset, self._dtype, spec.batch_size, self.ids)
             if plan.size <= _WHOLE_ROWS:
-                order.use_whole(self._whole_order(seed, epoch, plan.key, plan.size, plan.offset))
+                order.use_whole(self._whole_order(seed, epoch, plan, first))
         # (what is handed out: a capped count's batches, or every real one under "pad")
         promised = partial(self.dealing.promise, min(plan.batches, plan.real), first)
         locate = self._ahead(plan.locate, None if order is None else order.bijection, first)
@@ -199,7 +200,7 @@ class RandomAccessFeed:
             real=plan.real,
         )
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
         """Dealt: the rows of every global batch ``epoch`` hands out, all shards', its
         last segment resumed at global batch ``first`` (the dealing's)."""
         return self.dealing.global_promise(epoch, first)
@@ -209,24 +210,31 @@ class RandomAccessFeed:
         before it, as this shard measured it (the dealing's)."""
         return self.dealing.global_ledger(pos)
 
-    def _whole_order(
-        self, seed: int, epoch: int, key_shard: int, size: int, offset: int
-    ) -> Future[Whole]:
-        """This epoch's whole order, and the next epoch's, computed in the background
-        (the keyed bijection releases the GIL); batches use blocks until it is ready."""
+    def _whole_order(self, seed: int, epoch: int, plan: Plan, first: Any) -> Future[Whole]:
+        """This epoch's whole order (``plan``'s, resumed at ``first``), and the next
+        epoch's (from its start), computed in the background (the keyed bijection
+        releases the GIL); batches use blocks until it is ready. An order is known by
+        its key, and by where it resumed unless the dealing's orders are ``keyed``."""
         wanted = {}
-        for e in (epoch, epoch + 1):
-            key = (seed, e, key_shard)
+        for e, f in ((epoch, first), (epoch + 1, 0)):
+            p = plan if e == epoch else self.dealing.plan(0)
+            key = self._whole_key(seed, e, p, f)
             fut = self._wholes.get(key)
             if fut is None:
-                bijection = self._orders(seed, e, key_shard, size)
+                bijection = self.dealing.order(seed, e, p, f)
                 b = self.spec.batch_size
-                blocked = BlockedOrder(bijection, offset, self._dtype, b, self.ids)
-                out = np.empty(size, dtype=self._dtype)  # allocated here, not in the thread
+                blocked = BlockedOrder(bijection, p.offset, self._dtype, b, self.ids)
+                out = np.empty(p.size, dtype=self._dtype)  # allocated here, not in the thread
                 fut = _in_background(partial(blocked.mapped_all, out))
             wanted[key] = fut
         self._wholes = wanted
-        return wanted[(seed, epoch, key_shard)]
+        return wanted[self._whole_key(seed, epoch, plan, first)]
+
+    def _whole_key(self, seed: int, epoch: int, plan: Plan, first: Any) -> tuple[Any, ...]:
+        """``(seed, epoch, key)`` of an order (and where it resumed, unless ``keyed``)."""
+        if self.dealing.keyed:
+            return (seed, epoch, plan.key)
+        return (seed, epoch, plan.key, first or ())
 
     def close(self) -> None:
         self._sample_read = None

@@ -37,6 +37,7 @@ from exactbatch.batching.buffer import buffer_rows, mixing_window, shuffle_buffe
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
 from exactbatch.feeds.base import BatchSpec
+from exactbatch.feeds.state_rules import ContiguousRule
 from exactbatch.order import buffer_rng
 from exactbatch.order.digest import Tally, range_digest
 from exactbatch.sources.chunks import Stream, Widths, close_iterator
@@ -54,6 +55,7 @@ class StreamFeed:
 
     kind = "stream"
     total_batches = None  # no elastic dealing (elastic streams: feeds.elastic_stream)
+    rule = ContiguousRule()  # what a state records of its shard (feeds.state_rules)
 
     def __init__(
         self, stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
@@ -211,7 +213,7 @@ class StreamFeed:
         )
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: int = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
     ) -> StreamEpoch:
         return StreamEpoch(
             partial(self._open_pass, seed, epoch),

@@ -145,7 +145,7 @@ def check_summaries(value, where: str = "state['compacted']") -> list[dict]:
         if not (isinstance(shard, list) and len(shard) == 2 and all(_int(v) for v in shard)):
             raise ValueError(f"{at}['shard'] must be [index, count]; got {shard!r}")
         for key in ("elastic", "drops"):
-            if not isinstance(s.get(key), bool):
+            if not isinstance(s.get(key), bool) and not (key == "elastic" and s[key] == "ranges"):
                 raise ValueError(f"{at}['{key}'] must be a bool; got {s.get(key)!r}")
         runs = s.get("epochs")
         if not isinstance(runs, list) or not all(

@@ -252,9 +252,9 @@ class Cursor(Standing):
         self.history.keep(self.history.record(self, epoch, self._handed, promised))
 
     def _land_flights(self) -> None:
-        """Elastic: wait while a read in flight stands below a batch handed out (it ends
+        """Dealt: wait while a read in flight stands below a batch handed out (it ends
         handed out, or given back), so that a state's position is a global batch."""
-        while self.spec.elastic and self.current is not None:
+        while self.feed.rule.lands_flights and self.current is not None:
             self._sweep()
             if not self._position()[2] or not any(g.flying() for g in self._live):
                 return
@@ -414,7 +414,7 @@ class Cursor(Standing):
                 pos.epoch, claimed, tuple(pos.pending), pos.first, pos.ledger.copy(), pos.verified
             )
             self._move(start, keep=False)  # what came before is the state's: not on record
-            self.history.restore(list(pos.history), self.spec.elastic, pos)
+            self.history.restore(list(pos.history), self.feed, pos)
 
     def close(self) -> bool:
         """CLOSED: nothing more is claimed, and no batch ready is handed out; the position

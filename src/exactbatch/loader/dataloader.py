@@ -99,11 +99,11 @@ class DataLoader(Reports):
     list of arrays - whose rows it mixes within windows of :attr:`mixing_window` rows;
     a stream read front to back only is a ``ValueError``) deals one global order per
     epoch out to the shards batch by batch, so a checkpoint resumes at another shard
-    count. ``prefetch=k`` prepares
-    k batches on a background thread - k groups of small batches, of up to
-    64 batches and 4 MiB each, from random access or a stream (default: the
-    reader's own - 2 for .ndf batches of 256 KiB or more and for .ndf URLs,
-    else 0).
+    count (``"ranges"``: contiguous shares, the rest re-dealt at a resume; batches a
+    function of the world-size history). ``prefetch=k`` prepares k batches on a
+    background thread - k groups of small batches, of up to 64 batches and 4 MiB
+    each, from random access or a stream (default: the reader's own - 2 for .ndf
+    batches of 256 KiB or more and for .ndf URLs, else 0).
 
     ``dtype`` (``np.float64`` or ``np.float32``): the batches' dtype, cast as
     rows are gathered (no second pass).
@@ -175,7 +175,7 @@ class DataLoader(Reports):
         total_size: TotalSize = "auto",
         buffer_size: int | None = None,
         even_batches: bool | Literal["pad"] = False,
-        elastic: bool = False,
+        elastic: bool | str = False,
         prefetch: int | None = None,
         dtype: DTypeLike = np.float64,
         with_rows: bool = False,
@@ -395,11 +395,11 @@ class DataLoader(Reports):
         rows handed out so far, checked when the epoch ends; and ``history``, a
         record of each epoch begun (this loader's own hand-outs, and the
         promise once the epoch ended), which :func:`exactbatch.certify` merges
-        across ranks. Under
-        ``elastic=True`` the state holds ``global_batches_done``, the batches
+        across ranks. Under ``elastic=True`` the state holds ``global_batches_done``, the batches
         of the epoch's global order handed out by all shards together,
         assuming they step in lockstep (as data-parallel training does); any
-        shard count may resume from it, and every rank's state says the same.
+        shard count may resume from it, and every rank's state says the same
+        (``"ranges"``: ``segments``, the world-size history ``[[S, steps], ...]``).
 
         The state's ``fingerprint`` says which data it was taken on (n, d, l,
         column names, the file's or manifest's identity, a hash of a fixed

@@ -35,7 +35,8 @@ def _tally(t: Tally) -> dict:
 class History:
     """The records of one loader (see the module's docstring): those of epochs
     ended or left, and where this loader's own segment of the epoch in progress
-    began (``start``, the global batch; 0 unless elastic) with the ledger it
+    began (``start``, where its dealing's epoch resumed: the global batch under elastic,
+    0 for a contiguous shard) with the ledger it
     began from (``base``: an elastic state's ledger covers other ranks' batches)."""
 
     __slots__ = ("base", "compacted", "loaded_at", "parent", "records", "run", "start")
@@ -60,12 +61,13 @@ class History:
         ledger as the cursor holds it, ``promised`` the epoch's promise once it ended
         here (None while in progress, or for an epoch left before its end)."""
         spec, feed = cursor.spec, cursor.feed
+        rule = feed.rule
         own = handed.minus(self.base)
         rec = {
             "epoch": epoch,
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
-            "start": self.start,
+            "start": rule.start_of(feed, self.start),
             "drops": spec.drop_last or spec.capped,  # rows left out by design ("pad": none)
             **_tally(own),
             "promised": None,
@@ -74,11 +76,8 @@ class History:
         whole = feed.whole()
         if whole is not None:
             rec["whole"] = _tally(whole)
-        if promised is not None:
-            if spec.elastic:  # every rank's batches of the epoch, from the order
-                rec["promised"] = _tally(feed.global_promise(cursor.current, self.start))
-            else:
-                rec["promised"] = _tally(promised)
+        if promised is not None:  # (dealt: every rank's batches of the epoch, from the order)
+            rec["promised"] = _tally(rule.promise(feed, cursor.current, self.start, promised))
         return rec
 
     def keep(self, rec: dict) -> None:
@@ -99,21 +98,19 @@ class History:
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[dict], elastic: bool, pos) -> None:
-        """Take on a state's ``records``: a non-elastic loader goes on with the state's
-        segment of its epoch; an elastic one starts its own at the global batch it
-        resumes at, its hand-outs counted from the state's ledger. The state
-        (``pos.parent``, its id) is the parent of the states taken from now on."""
+    def restore(self, records: list[dict], feed, pos) -> None:
+        """Take on a state's ``records``: as the ``feed``'s state rule says
+        (:mod:`exactbatch.feeds.state_rules`), a contiguous shard goes on with the
+        state's segment of its epoch; a dealt one starts its own where it resumes, its
+        hand-outs counted from the state's ledger. The state (``pos.parent``, its id)
+        is the parent of the states taken from now on."""
         self.parent, self.loaded_at, self.run = pos.parent, time.time_ns(), pos.run
         self.compacted = [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in pos.compacted]
-        if elastic:
-            self.base, self.start = pos.ledger.copy(), pos.first
-            self.records = list(records)
-        else:  # the state's own live record (its last) is this loader's segment, continued
-            self.base, self.start = Tally(), 0
-            self.records = list(records)
-            if records and _live_of(records[-1], pos):
-                self.records.pop()
+        self.records = list(records)
+        self.base, self.start, continued = feed.rule.segment(pos, feed)
+        shard = [feed.spec.shard.index, feed.spec.shard.count]
+        if continued and records and _live_of(records[-1], pos, shard):
+            self.records.pop()  # the state's live record is this loader's segment, continued
 
     def moved(self) -> None:
         """A new epoch begins (or the cursor was moved): a segment from its start."""
@@ -131,11 +128,12 @@ def _holds(rec: dict) -> bool:
     return rec["rows"] > 0 or rec["promised"] is not None
 
 
-def _live_of(rec: dict, pos) -> bool:
-    """Is ``rec`` (a state's last record) the segment in progress at ``pos``, which
-    a non-elastic resume continues? Every other record of the epoch (one left before,
-    e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
-    return rec["epoch"] == pos.epoch and rec["promised"] is None and bool(pos.done or pos.pending)
+def _live_of(rec: dict, pos, shard: list[int]) -> bool:
+    """Is ``rec`` (a state's last record) the segment in progress at ``pos`` of
+    ``shard``, which a resume continues? Every other record of the epoch (one left
+    before, e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
+    live = rec["epoch"] == pos.epoch and rec["promised"] is None and rec["shard"] == shard
+    return live and bool(pos.done or pos.pending)
 
 
 _KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}
@@ -151,6 +149,8 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
             raise TypeError(f"{where}[{i}] must be a dict; got {type(rec).__name__}")
         for key, kind in _KEYS.items():
             value = rec.get(key)
+            if key == "elastic" and value == "ranges":  # (elastic="ranges": a dealt record)
+                continue
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 what = {int: "an int", bool: "a bool", list: "a list"}[kind]
                 raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")

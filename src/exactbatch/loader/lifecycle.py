@@ -58,7 +58,8 @@ DRAINING = Phase.DRAINING
 class Start:
     """The position an epoch begins from: ``epoch``; ``skip`` batches of it claimed
     before (a restored state's), of which ``pending`` were not handed out (claimed
-    again first); ``first``, the global batch an elastic epoch resumes at;
+    again first); ``first``, where a dealt epoch resumes (its dealing's state rule
+    says what: :mod:`exactbatch.feeds.state_rules`; the global batch under elastic);
     ``ledger``, the rows handed out before it (a restored state's; never changed:
     the cursor copies it); ``verified``, False when that ledger cannot be checked
     (a state without one)."""

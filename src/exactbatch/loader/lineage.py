@@ -70,6 +70,7 @@ _NOT_RUN = frozenset(
         "batches_done",
         "pending",
         "global_batches_done",
+        "segments",
         "ledger",
         "history",
         "compacted",

@@ -109,12 +109,4 @@ class Standing:
         """Is the epoch over, for a state taken now (no batch of it left out)?"""
         if any(not g.done() for g in self._live):  # read ahead, or in flight: not over
             return False
-        cur = self.current
-        if not self.spec.elastic:
-            return cur.exhausted()
-        # Under elastic sharding every rank's state must say the same: the epoch is
-        # over when all ranks (in lockstep) have handed out every global batch, or
-        # when this rank has seen the end (then so have the others).
-        if self.spec.even_batches and cur.exhausted():
-            return True
-        return self.start.first + done * self.spec.shard.count >= self.feed.total_batches
+        return bool(self.feed.rule.rolled(self.feed, self.current, self.start.first, done))

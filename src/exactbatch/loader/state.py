@@ -13,7 +13,9 @@ every epoch begun (:mod:`exactbatch.loader.history`), for
 :func:`exactbatch.certify`; a state without it loads with none. Version 3
 adds ``compacted``, the summaries of old records
 (:mod:`exactbatch.loader.compaction`); a version-2 state, with every record in
-full, still loads.
+full, still loads. Version 4 adds ``elastic="ranges"``, whose states hold
+``segments``, the epoch's world-size history (:mod:`exactbatch.feeds.state_rules`);
+what each dealing records is its rule's (:mod:`exactbatch.feeds.state_rules`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
-from exactbatch.distributed import torch_world_size
 from exactbatch.loader.compaction import check_summaries
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
@@ -38,10 +39,11 @@ __all__ = [
 ]
 
 # 2: the ledger, pending batches and the source's shape; 3: the records' summaries
-# ("compacted"). Versions 1 and 2 still load (a version-2 state's records are folded
-# as the loader goes on).
-STATE_VERSION = 3
-_READS = (1, 2, STATE_VERSION)
+# ("compacted"); 4: elastic="ranges" and its world-size history ("segments"). Versions
+# 1 to 3 still load (a version-2 state's records are folded as the loader goes on; a
+# state before 4 never holds elastic="ranges").
+STATE_VERSION = 4
+_READS = (1, 2, 3, STATE_VERSION)
 
 
 @dataclass(frozen=True)
@@ -89,21 +91,19 @@ def settings(feed) -> dict:
         "d": feed.d,
         "l": feed.l,
     }
-    if not spec.elastic:  # elastic states resume at any shard count
-        config.update(num_shards=spec.shard.count, shard_index=spec.shard.index, n=feed.n)
+    config.update(feed.rule.settings(feed))  # (a contiguous shard's; a dealt state's none)
     config.update(feed.state_config())
     return config
 
 
 def pack_state(pos: Position, feed) -> dict:
     """The state of a cursor's :class:`Position` over ``feed``."""
-    seed, epoch, done, pending, ledger, first, verified = (
+    seed, epoch, done, pending, ledger, verified = (
         pos.seed,
         pos.epoch,
         pos.done,
         pos.pending,
         pos.ledger,
-        pos.first,
         pos.verified,
     )
     state = {
@@ -115,19 +115,17 @@ def pack_state(pos: Position, feed) -> dict:
     }
     if pending:
         state["pending"] = list(pending)
-    if feed.spec.elastic:
-        state["global_batches_done"] = first + done * feed.spec.shard.count
-        if verified:  # every shard's batches before it, this shard's as measured
-            ledger = feed.global_ledger(pos)
-    if verified:
+    rule = feed.rule
+    state.update(rule.position(pos, feed))
+    if verified:  # (dealt: every shard's batches before it, this shard's as measured)
+        ledger = rule.ledger(pos, feed)
         state["ledger"] = {"rows": ledger.rows, "digest": f"{ledger.digest:016x}"}
     else:  # resumed from a state without one: this epoch cannot be checked
         state["ledger"] = None
     state["history"] = [dict(r) for r in pos.history]
     state["compacted"] = [dict(s) for s in pos.compacted]
     state["fingerprint"] = feed.fingerprint()
-    if feed.spec.elastic:  # (its settings do not name the shard: any count resumes it)
-        state["shard"] = [feed.spec.shard.index, feed.spec.shard.count]
+    state.update(rule.shard(feed))  # (dealt: its settings do not name the shard)
     state["parent"], state["loaded_at"] = pos.parent, pos.loaded_at
     if pos.run:  # (a run reset(seed=...) began: certify merges no other run's states)
         state["run"] = pos.run
@@ -171,8 +169,8 @@ def unpack_state(state, feed, seed: int):
         theirs = state.get(key)
         if key not in state and version == 1:
             continue  # not recorded by version 1
-        if key == "even_batches" and feed.spec.elastic:
-            continue  # elastic: it only says how each segment ends (check_ddp_steps)
+        if key in feed.rule.free:
+            continue  # dealt: even_batches only says how each segment ends
         if key in ("d", "l") and (theirs is None or mine is None):
             continue  # a stream not read yet
         if theirs != mine:
@@ -197,34 +195,7 @@ def unpack_state(state, feed, seed: int):
             f"state['pending']={pending} must be distinct batches below "
             f"batches_done + len(pending) = {claimed}"
         )
-    first, ledger, verified = 0, Tally(), True
-    if feed.spec.elastic:
-        total = feed.total_batches
-        first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
-        if first > total:
-            raise ValueError(
-                f"state['global_batches_done']={first} exceeds the {total} batches of an epoch"
-            )
-        check_ddp_steps(feed, first)
-        if pending:
-            raise ValueError(
-                f"this elastic state lists batches {pending} as not handed out below "
-                "batches handed out (a batch whose read had failed waited to be read "
-                "again), so its position is no global batch another shard count could "
-                "resume at; take the state after that batch is handed out (a state waits "
-                "for reads in flight, never for a failed one)"
-            )
-        claimed = 0
-        if "ledger" in state:  # (an elastic state from before it carried one: unchecked)
-            ledger, verified = _ledger_of(state, first)
-        else:
-            verified = first == 0
-    else:
-        if feed.nbatches is not None and claimed > feed.nbatches:
-            raise ValueError(
-                f"state['batches_done']={done} exceeds the {feed.nbatches} batches of an epoch"
-            )
-        ledger, verified = _ledger_of(state, done)
+    first, claimed, done, ledger, verified = feed.rule.resume(state, feed, done, pending, claimed)
     history = tuple(check_records(state.get("history", [])))
     compacted = tuple(check_summaries(state.get("compacted", [])))
     parent = state_id(state)  # (its own, checked: an id is not trusted)
@@ -243,58 +214,3 @@ def unpack_state(state, feed, seed: int):
         check_int("state['run']", state.get("run", 0), 0, maximum=None),
     )
     return position, claimed
-
-
-def check_ddp_steps(feed, first: int) -> None:
-    """Under ``torch.distributed`` at a world size > 1 (the loader's shard count), an
-    elastic loader with ``even_batches=False`` resumed at global batch ``first`` must
-    give every rank the same step count, this epoch and the next: else DDP's
-    all-reduces fall out of step and the job hangs. A ``ValueError`` saying so, on
-    every rank alike, before any batch."""
-    spec = feed.spec
-    world, total = torch_world_size(), feed.total_batches
-    if spec.even_batches is not False or world is None or world < 2 or total is None:
-        return
-    if world != spec.shard.count:
-        return
-    uneven = [
-        (what, left)
-        for what, left in (("the rest of this epoch", total - first), ("every later epoch", total))
-        if left % world
-    ]
-    if not uneven:
-        return
-    what, left = uneven[0]
-    counts = sorted({-(-(left - s) // world) for s in range(world)}, reverse=True)
-    raise ValueError(
-        f"this elastic state resumes at global batch {first} of {total}: {what} has {left} "
-        f"global batches, which {world} ranks under torch.distributed would take as "
-        f"{' and '.join(map(str, counts))} steps, and DDP's all-reduces would fall out of "
-        "step (a hang). Build the loader with even_batches=True (every rank the smallest "
-        'share; the few batches past it are left out) or even_batches="pad" (every row, '
-        "the last batches padded and masked), or resume at a world size that divides "
-        f"{left} and {total}"
-    )
-
-
-def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
-    """The ledger a state carries, and whether the epoch can be checked (a state of
-    version 1 has none: its epoch is not checked)."""
-    if "ledger" not in state and state.get("version") != 1:
-        raise ValueError("state has no 'ledger' (every state since version 2 has one)")
-    ledger = state.get("ledger")
-    if ledger is None:  # version 1, or resumed from it: the epoch is not checked
-        return Tally(), done == 0
-    if not isinstance(ledger, dict):
-        raise TypeError(f"state['ledger'] must be a dict; got {ledger!r}")
-    rows = check_int("state['ledger']['rows']", ledger.get("rows"), 0)
-    digest = ledger.get("digest")
-    try:
-        if not isinstance(digest, str):
-            raise TypeError
-        value = int(digest, 16)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"state['ledger']['digest'] must be a hexadecimal string; got {digest!r}"
-        ) from None
-    return Tally(rows, value), True

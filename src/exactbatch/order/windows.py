@@ -101,12 +101,29 @@ class WindowedOrder:
             local = flat[at] - base
             if local.size:
                 mixed[at] = base + self._bijection(w)(local)
-        return self._stream_rows(mixed).reshape(pos.shape)
+        return self.unmixed(mixed).reshape(pos.shape)
 
-    def _stream_rows(self, mixed: np.ndarray) -> np.ndarray:
-        """Rows of the stream at positions ``mixed`` of the chunks' concatenation."""
-        slot = np.searchsorted(self.slot_starts, mixed, side="right") - 1
-        out: np.ndarray = mixed + self._delta[slot]
+    def unmixed_ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The rows of positions ``start .. stop-1`` of :meth:`unmixed`, as runs of
+        consecutive rows ``(first, past)``, one a chunk they cross."""
+        out: list[tuple[int, int]] = []
+        if stop <= start:
+            return out
+        lo = int(np.searchsorted(self.slot_starts, start, side="right")) - 1
+        hi = int(np.searchsorted(self.slot_starts, stop, side="left"))
+        for k in range(max(lo, 0), hi):
+            a = max(start, int(self.slot_starts[k]))
+            z = min(stop, int(self.slot_starts[k] + self.slot_rows[k]))
+            if z > a:
+                first = int(self._slot_firsts[k]) + a - int(self.slot_starts[k])
+                out.append((first, first + z - a))
+        return out
+
+    def unmixed(self, positions: np.ndarray) -> np.ndarray:
+        """Rows of the stream at ``positions`` (int64, 1-D) of the chunks' concatenation in
+        the epoch's chunk order, before any window is mixed."""
+        slot = np.searchsorted(self.slot_starts, positions, side="right") - 1
+        out: np.ndarray = positions + self._delta[slot]
         return out
 
     def rows(self, start: int, stop: int) -> np.ndarray:
@@ -125,7 +142,7 @@ class WindowedOrder:
             run = self._bijection(w).rows(lo - base, hi - base)
             run += base
             mixed[lo - start : hi - start] = run
-        return self._stream_rows(mixed)
+        return self.unmixed(mixed)
 
     def window_chunks(self, w: int) -> np.ndarray:
         """The chunks holding window ``w``'s rows, in the epoch's order."""
