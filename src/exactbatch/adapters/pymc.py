@@ -373,7 +373,9 @@ def fit(
     if optim is not None and "obj_optimizer" in fit_kwargs:
         raise TypeError("fit got optim= and obj_optimizer=: pass one of them")
     optim = fit_kwargs.pop("obj_optimizer", optim)
-    run = Run(n, epoch_length(loaders[0]), optim is None, average_last_epoch)
+    run = Run(
+        n, epoch_length(loaders[0]), optim is None, average_last_epoch, feeds[0].loader.total_size
+    )
     feeds[0].on_epoch.append(run.new_epoch)
     if run.default:
         method = _inference(pm, method, model, random_seed, fit_kwargs)

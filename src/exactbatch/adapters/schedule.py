@@ -43,6 +43,23 @@ three phases, each a fixed share of the steps:
   whatever the step, so a fit that has seen too few epochs in its tail
   is told so, not hidden behind a step too small to move.
 
+Where the tail begins, Adam's moments restart at zero: its second moment
+otherwise still remembers the first steps' gradients, hundreds of times the
+tail's for a guide sd that began far too wide, and holds that parameter
+back to a creep of ~1% of itself a part (measured: a noise sd's guide sd
+2.00x the reference after 2,000 steps, moving too slowly for the verdict's
+threshold). In the tail each coordinate's step is also at most
+``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
+moment, the coordinate's gradient noise): Adam moves a coordinate by about
+the step in its own units, so a coefficient of a column 100x the others'
+(posterior sd 100x smaller) jittered by 29 posterior sds at the tail's
+step, and the residuals it fed biased the noise sd by 6.4 of its sds
+(measured, unstandardised features). At stationarity a coordinate jitters
+by ``J**2 ~ step * sqrt(v) / 2`` of its posterior variances whatever its
+scale, and the jitter's bias is ``~J**2 / sqrt(N)`` posterior sds: the cap
+bounds it for every coordinate as ``SPREAD / sqrt(N / B)`` does for a
+standardised one (whose ``sqrt(v)`` is about ``N / sqrt(B)``).
+
 The fit returns the mean of the tail's iterates (both windows) when the
 verdict finds no drift, else the last iterate (a fit still travelling is
 behind its own average: see docs/usage/numpyro.md).
@@ -91,7 +108,9 @@ class Plan:
     :meth:`step_size` gives the step size of step ``i`` once the pilot chose ``lr0``.
     """
 
-    def __init__(self, num_steps: int, epoch: int | None, pilot: int | None = None):
+    def __init__(
+        self, num_steps: int, epoch: int | None, pilot: int | None = None, rows: int | None = None
+    ):
         self.num_steps = num_steps
         self.pilot = max(1, math.ceil(num_steps * PILOT)) if pilot is None else pilot
         start, width = windows(num_steps, epoch)
@@ -101,12 +120,20 @@ class Plan:
         self.noise = max(1.0, math.sqrt(epoch) / 2) if epoch else 1.0
         # the iterate's jitter biases a nonlinear likelihood's mean by ~ step * sqrt(N / B)
         self.spread = SPREAD / math.sqrt(epoch) if epoch else math.inf
+        # ... and of any coordinate, whatever its scale: its step times its gradient's noise
+        self.coordinate = SPREAD * math.sqrt(rows) if rows else math.inf
 
     def tail_step(self, lr0: float) -> float:
         """The tail's step: ``RELAX * max(1, sqrt(epoch) / 2) / part``, at most
         ``SPREAD / sqrt(epoch)`` and ``lr0 / CAP``, at least ``lr0 / FLOOR`` (``epoch``
         the batches of an epoch)."""
         return max(lr0 / FLOOR, min(lr0 / CAP, self.spread, RELAX * self.noise / self.part))
+
+    def cap(self, i: int) -> float:
+        """The bound on ``step * sqrt(v)`` of each coordinate at step ``i`` (``v`` Adam's
+        second moment): ``SPREAD * sqrt(N)`` in the tail (``N`` the data's rows), none
+        (``inf``) before it or when N is not known."""
+        return self.coordinate if i >= self.tail else math.inf
 
     def step_size(self, lr0: float, i: int) -> float:
         """Linear from ``lr0`` after the pilot to :meth:`tail_step` at the tail, then flat."""
