@@ -380,6 +380,9 @@ def fit(
     if run.default:
         method = _inference(pm, method, model, random_seed, fit_kwargs)
         run.remember(method.approx)
+        scaled = getattr(method.approx, "scale_cost_to_minibatch", False)
+        if scaled and all(f.loader.total_size for f in feeds):  # the loss over N / B
+            run.cost = min(f.loader.batch_size / f.loader.total_size for f in feeds)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
     approx = pm.fit(

@@ -103,6 +103,8 @@ class Run:
         self.optimizer: Any = Adam(CANDIDATES[0]) if default else None
         self.spans, self.width = parts(num_steps, epoch)
         first = self.plan.pilot if default else 0
+        # the loss's scale: PyMC divides it by N / B by default (scale_cost_to_minibatch)
+        self.cost = 1.0
         self.avg_start = None
         if average:
             self.avg_start = max(first, num_steps - epoch) if epoch else first
@@ -168,7 +170,8 @@ class Run:
             opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
             if step + 1 == self.plan.tail:  # the tail's Adam starts afresh, capped
                 opt.reset()
-                opt.cap.set_value(np.asarray(self.plan.cap(step + 1), dtype=opt.cap.dtype))
+                cap = self.plan.cap(step + 1) * self.cost
+                opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
 
     def finish(self, approx):
         """The verdict, with the approximation's parameters set to those returned: the
