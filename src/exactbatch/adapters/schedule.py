@@ -52,13 +52,14 @@ threshold). In the tail each coordinate's step is also at most
 ``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
 moment, the coordinate's gradient noise): Adam moves a coordinate by about
 the step in its own units, so a coefficient of a column 100x the others'
-(posterior sd 100x smaller) jittered by 29 posterior sds at the tail's
-step, and the residuals it fed biased the noise sd by 6.4 of its sds
-(measured, unstandardised features). At stationarity a coordinate jitters
+(posterior sd 100x smaller) jittered by 22 posterior sds at the tail's
+step, and the residuals it fed biased the noise sd by 4.0 of its sds
+(measured, unstandardised features; 0.35 with the cap). At stationarity a coordinate jitters
 by ``J**2 ~ step * sqrt(v) / 2`` of its posterior variances whatever its
 scale, and the jitter's bias is ``~J**2 / sqrt(N)`` posterior sds: the cap
 bounds it for every coordinate as ``SPREAD / sqrt(N / B)`` does for a
-standardised one (whose ``sqrt(v)`` is about ``N / sqrt(B)``).
+standardised one (whose ``sqrt(v)`` is about ``N / sqrt(B)``). ``v`` is in
+the loss's units: PyMC divides its loss by N / B, and its cap with it.
 
 The fit returns the mean of the tail's iterates (both windows) when the
 verdict finds no drift, else the last iterate (a fit still travelling is
@@ -104,7 +105,8 @@ def windows(num_steps: int, epoch: int | None) -> tuple[int, int]:
 class Plan:
     """The default schedule of a fit of ``num_steps`` steps (see the module doc).
 
-    ``pilot`` is its number of pilot steps, ``tail`` the step its tail begins at;
+    ``pilot`` is its number of pilot steps, ``tail`` the step its tail begins at (where
+    Adam's moments restart), ``rows`` the data's N (None: unknown, no cap);
     :meth:`step_size` gives the step size of step ``i`` once the pilot chose ``lr0``.
     """
 
