@@ -14,15 +14,28 @@ from exactbatch.adapters.schedule import Plan
 GRADS = np.array([[0.5, 300.0], [-1.0, -150.0], [0.25, 900.0], [2.0, -600.0]])
 
 
-def _capped(grads, lr, cap):
+def _capped(grads, lr, cap, budget=math.inf):
     """Capped Adam in NumPy: the updates of each step."""
     m = v = np.zeros(grads.shape[1])
     out = []
     for t, g in enumerate(grads, 1):
         m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
         root = np.sqrt(v / (1 - 0.999**t)) + 1e-8
-        out.append(-(m / (1 - 0.9**t)) * np.minimum(lr, cap / root) / root)
+        spent = np.minimum(lr * root, cap)
+        out.append(-(m / (1 - 0.9**t)) * np.minimum(spent, _level(spent, budget)) / root**2)
     return np.array(out)
+
+
+def _level(spent, budget):
+    """The water level c with sum(min(spent, c)) = budget, exactly (sorted, not bisected)."""
+    if spent.sum() <= budget:
+        return spent.max()
+    low = np.sort(spent)
+    for j in range(len(low)):  # j coordinates below the level, the rest at it
+        c = (budget - low[:j].sum()) / (len(low) - j)
+        if c <= low[j]:
+            return c
+    raise AssertionError("unreachable")
 
 
 def test_the_cap_bounds_a_noisy_coordinates_step_and_leaves_the_others():
@@ -31,13 +44,42 @@ def test_the_cap_bounds_a_noisy_coordinates_step_and_leaves_the_others():
     assert np.all(np.abs(capped[:, 1]) < np.abs(free[:, 1]) / 5)  # sqrt(v) ~ 300-600
 
 
+def test_the_budget_cuts_the_coordinates_that_spend_most():
+    """The sum of step * sqrt(v_hat) over the coordinates is at most the budget (a noise
+    sd that every coefficient's jitter feeds is biased by about that sum): the noisy
+    coordinate is cut down to the level, the quiet one (a log-sd's gradient is sqrt(N)
+    times less noisy) keeps the step it needs to relax."""
+    free, tight = _capped(GRADS, 0.1, 3.0), _capped(GRADS, 0.1, 3.0, budget=1.0)
+    assert np.allclose(tight[:, 0], free[:, 0])
+    assert np.all(np.abs(tight[:, 1]) < np.abs(free[:, 1]) / 2)
+    assert np.allclose(_capped(GRADS, 0.1, 3.0, budget=1e6), free)
+
+
+def test_fill_finds_the_level_in_numpyro_and_pymc():
+    jnp = pytest.importorskip("jax.numpy")
+    from exactbatch.adapters.numpyro_adam import fill
+
+    rng = np.random.default_rng(0)
+    spent = rng.exponential(size=30) ** 2
+    for budget in (0.5, spent.sum() / 3, spent.sum() - 1e-3, spent.sum() * 2, math.inf):
+        want = _level(spent, budget)
+        assert float(fill(jnp.asarray(spent), budget)) == pytest.approx(want, rel=1e-5)
+        pytest.importorskip("pytensor")
+        from exactbatch.adapters.pymc_schedule import _fill
+
+        got = _fill(spent, np.float64(budget)).eval()
+        assert float(got) == pytest.approx(want, rel=1e-9), budget
+
+
 def test_numpyro_adam_is_optax_adam_without_cap_and_capped_with_one():
     jnp = pytest.importorskip("jax.numpy")
     optax = pytest.importorskip("optax")
     from exactbatch.adapters.numpyro_adam import adam
 
-    for cap, want in ((math.inf, None), (3.0, _capped(GRADS, 0.1, 3.0))):
-        opt, ref = adam(0.1, cap), optax.adam(0.1)
+    cases = [(math.inf, math.inf, None), (3.0, math.inf, _capped(GRADS, 0.1, 3.0)),
+             (3.0, 1.0, _capped(GRADS, 0.1, 3.0, 1.0))]  # fmt: skip
+    for cap, budget, want in cases:
+        opt, ref = adam(0.1, cap, budget), optax.adam(0.1)
         state, ref_state = opt.init(jnp.zeros(2)), ref.init(jnp.zeros(2))
         for t, g in enumerate(GRADS):
             g = jnp.asarray(g, dtype=jnp.float32)
@@ -66,7 +108,7 @@ def test_numpyro_restart_zeroes_the_moments_and_keeps_the_rest():
     state = svi.init(jax.random.key(0))
     for _ in range(5):
         state, _ = svi.update(state)
-    state = with_schedule(state, np.float32(0.05), np.float32(2.0))
+    state = with_schedule(state, np.float32(0.05), np.float32(2.0), np.float32(7.0))
     fresh = restart_moments(state)
     inner = fresh.optim_state[1][1].inner_state
     assert int(inner.count) == 0
@@ -76,6 +118,7 @@ def test_numpyro_restart_zeroes_the_moments_and_keeps_the_rest():
     assert all(np.array_equal(old[k], new[k]) for k in old)
     hyper = fresh.optim_state[1][1].hyperparams
     assert float(hyper["learning_rate"]) == pytest.approx(0.05) and float(hyper["cap"]) == 2
+    assert float(hyper["budget"]) == 7
 
 
 def _regression(n=400, seed=0):
@@ -118,7 +161,9 @@ def test_numpyro_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch
     plan = Plan(300, 20, rows=400)
     assert seen == [plan.tail]  # once, after `tail` steps of Adam (pilot included)
     assert int(r.state.optim_state[1][1].inner_state.count) == 300 - plan.tail
-    assert float(r.state.optim_state[1][1].hyperparams["cap"]) == pytest.approx(plan.cap(299))
+    hyper = r.state.optim_state[1][1].hyperparams
+    assert float(hyper["cap"]) == pytest.approx(plan.cap(299))
+    assert float(hyper["budget"]) == pytest.approx(plan.budget(299))
 
 
 def test_pymc_adam_is_capped_adam_and_resets(tmp_path):
@@ -131,15 +176,16 @@ def test_pymc_adam_is_capped_adam_and_resets(tmp_path):
     grad = pytensor.shared(np.zeros(2))
     opt = Adam(0.1)
     step = pytensor.function([], [], updates=opt([grad], [param]))
-    for cap in (math.inf, 3.0):
+    for cap, budget in ((math.inf, math.inf), (3.0, math.inf), (3.0, 1.0)):
         opt.reset()
         param.set_value(np.zeros(2))
         opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
+        opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))
         for t, g in enumerate(GRADS):
             before = param.get_value().copy()
             grad.set_value(g)
             step()
-            expected = _capped(GRADS, 0.1, cap)[t]
+            expected = _capped(GRADS, 0.1, cap, budget)[t]
             assert np.allclose(param.get_value() - before, expected, rtol=1e-6), (cap, t)
     assert any(np.any(v) for v in opt.save())
     opt.reset()
@@ -180,5 +226,6 @@ def test_pymc_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch):
     assert [calls for calls, _ in seen] == [6, 12, 18, plan.tail]
     assert all(cap == math.inf for _, cap in seen)  # the cap is set after the reset
     # in the loss's units: PyMC divides it by N / B (scale_cost_to_minibatch)
-    cap = plan.cap(plan.tail) * 20 / 400
+    cap, budget = plan.cap(plan.tail) * 20 / 400, plan.budget(plan.tail) * 20 / 400
     assert float(runs[0].optimizer.cap.get_value()) == pytest.approx(cap)
+    assert float(runs[0].optimizer.budget.get_value()) == pytest.approx(budget)

@@ -274,10 +274,10 @@ class _Run:
             self.starts[-1] = self.step_no  # average the epoch now beginning
             self.spans = None
 
-    def _core(self, state, sums, i, lr, cap, starts, ends, xb, yb):
+    def _core(self, state, sums, i, lr, cap, budget, starts, ends, xb, yb):
         jnp = self.jnp
         if self.default:
-            state = with_schedule(state, lr, cap)
+            state = with_schedule(state, lr, cap, budget)
         state, loss = self.svi.update(state, xb, yb, **self.kw)
         flat, _ = self.ravel(self.svi.optim.get_params(state.optim_state))
         inside = (starts <= i) & (i < ends)
@@ -317,14 +317,14 @@ class _Run:
         lr0 = self.lr0 or 0.0
         for i in range(self.step_no, self.num_steps):
             xb, yb = next(feed)
-            lr = cap = 0.0
+            lr = cap = budget = 0.0
             if self.default:
                 if i == self.plan.tail:
                     state = restart_moments(state)
-                lr, cap = self.plan.step_size(lr0, i), self.plan.cap(i)
+                lr, cap, budget = self.plan.step_size(lr0, i), self.plan.cap(i), self.plan.budget(i)
             state, self.sums, self.losses = step(
                 state, self.sums, self.losses, i, np.float32(lr), np.float32(cap),
-                *self._spans(), xb, yb,
+                np.float32(budget), *self._spans(), xb, yb,
             )  # fmt: skip
             self.step_no = i + 1
             bar.update(1)
@@ -343,8 +343,16 @@ class _Run:
             xb, yb = next(feed)
             runs = [
                 step(
-                    st, sums, losses, i, np.float32(lr), np.float32(np.inf), *self._spans(), xb, yb
-                )
+                    st,
+                    sums,
+                    losses,
+                    i,
+                    np.float32(lr),
+                    *[np.float32(np.inf)] * 2,
+                    *self._spans(),
+                    xb,
+                    yb,
+                )  # fmt: skip
                 for (st, sums, losses), lr in zip(runs, CANDIDATES, strict=True)
             ]
             self.step_no = i + 1

@@ -49,6 +49,8 @@ class Adam:
         self.lr = pytensor.shared(np.asarray(lr, dtype=pytensor.config.floatX))
         # each coordinate's step at most cap / sqrt(v_hat) (Plan.cap; inf: none)
         self.cap = pytensor.shared(np.asarray(np.inf, dtype=pytensor.config.floatX))
+        # ... and the sum of step * sqrt(v_hat) at most budget: the largest cut to a level
+        self.budget = pytensor.shared(np.asarray(np.inf, dtype=pytensor.config.floatX))
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.state: list = []
 
@@ -62,7 +64,7 @@ class Adam:
         t = t_prev + 1
         b1, b2 = self.beta1, self.beta2
         c1, c2 = one - b1**t, one - b2**t
-        updates, moments = OrderedDict(), []
+        updates, moments, steps = OrderedDict(), [], []
         for param, g in zip(params, grads, strict=True):
             value = param.get_value(borrow=True)
             m_prev = pytensor.shared(np.zeros_like(value), shape=param.type.shape)
@@ -71,8 +73,11 @@ class Adam:
             v_t = b2 * v_prev + (one - b2) * g**2
             updates[m_prev], updates[v_prev] = m_t, v_t
             root = pt.sqrt(v_t / c2) + self.epsilon
-            updates[param] = param - (m_t / c1) * pt.minimum(self.lr, self.cap / root) / root
+            steps.append((param, m_t, root, pt.minimum(self.lr * root, self.cap)))
             moments += [m_prev, v_prev]
+        level = _fill(pt.concatenate([pt.flatten(a) for *_, a in steps]), self.budget)
+        for param, m_t, root, spent in steps:
+            updates[param] = param - (m_t / c1) * pt.minimum(spent, level) / root / root
         updates[t_prev] = t
         self.state = [t_prev, *moments]
         return updates
@@ -86,6 +91,21 @@ class Adam:
 
     def reset(self) -> None:
         self.load([np.zeros_like(v) for v in self.save()])
+
+
+def _fill(spent, budget):
+    """The level ``c`` at which ``sum(min(spent, c))`` is ``budget`` (the largest of
+    ``spent`` when it all fits): :func:`exactbatch.adapters.numpyro_adam.fill` in
+    PyTensor, 40 halvings unrolled."""
+    import pytensor.tensor as pt
+
+    top = pt.max(spent)
+    lo, hi = pt.zeros_like(top), top
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        over = pt.gt(pt.sum(pt.minimum(spent, mid)), budget)
+        lo, hi = pt.switch(over, lo, mid), pt.switch(over, mid, hi)
+    return pt.switch(pt.le(pt.sum(spent), budget), top, lo)
 
 
 class Run:
@@ -170,8 +190,9 @@ class Run:
             opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
             if step + 1 == self.plan.tail:  # the tail's Adam starts afresh, capped
                 opt.reset()
-                cap = self.plan.cap(step + 1) * self.cost
+                cap, budget = (f(step + 1) * self.cost for f in (self.plan.cap, self.plan.budget))
                 opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
+                opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))
 
     def finish(self, approx):
         """The verdict, with the approximation's parameters set to those returned: the
