@@ -532,6 +532,7 @@ TARGETS = {
     "samplers": (  # NumPyro's and PyMC's fits: their terms, PyMC's schedule
         [
             "src/exactbatch/adapters/numpyro.py",
+            "src/exactbatch/adapters/numpyro_adam.py",
             "src/exactbatch/adapters/numpyro_terms.py",
             "src/exactbatch/adapters/pymc.py",
             "src/exactbatch/adapters/pymc_terms.py",
@@ -541,7 +542,12 @@ TARGETS = {
             "exactbatch.adapters.numpyro*",
             "exactbatch.adapters.pymc*",
         ],
-        ["tests/adapters/test_numpyro.py", "tests/adapters/test_pymc.py", *FAST_ONLY],
+        [
+            "tests/adapters/test_numpyro.py",
+            "tests/adapters/test_pymc.py",
+            "tests/adapters/test_fit_adam.py",
+            *FAST_ONLY,
+        ],
     ),
     "frameworks": (  # PyTorch and JAX: iterables, pinned buffers, device puts, minibatches
         [

@@ -22,6 +22,7 @@ from exactbatch.adapters.convergence import (
     warn_if_moving,
 )
 from exactbatch.adapters.schedule import (
+    BIAS,
     CAP,
     FLOOR,
     RELAX,
@@ -436,3 +437,25 @@ def test_the_error_names_its_latent_and_latents_gone_nan_are_uncertain_without_b
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's "All-NaN slice"
         v = judge(_parts(values), np.zeros(100), 50)
     assert v.error == np.inf and v.converged is False
+
+
+def test_the_tail_caps_each_coordinates_step_by_its_gradient_noise():
+    """In the tail (only), a coordinate's step times sqrt(v) is at most SPREAD * sqrt(N):
+    the jitter's bound of a standardised coordinate (sqrt(v) ~ N / sqrt(B): the same as
+    SPREAD / sqrt(N / B)), kept for a column 100x the others'. No N: no cap."""
+    plan = Plan(5000, 39, rows=10_000)
+    assert plan.cap(plan.tail - 1) == math.inf
+    assert plan.cap(plan.tail) == plan.cap(4999) == pytest.approx(SPREAD * 100)
+    standardised = 10_000 / math.sqrt(256)  # a standardised coefficient's gradient noise
+    assert plan.cap(plan.tail) / standardised == pytest.approx(plan.spread, rel=0.01)
+    assert Plan(5000, 39).cap(4999) == math.inf
+
+
+def test_the_tail_bounds_the_sum_of_the_coordinates_jitter():
+    """In the tail the sum over coordinates of step * sqrt(v) is at most BIAS * sqrt(2 N):
+    a noise sd's log is biased by about that sum over sqrt(2 N) posterior sds (measured:
+    20 group intercepts and 3 coefficients, 0.54 sd at the tail's step, 0.28 at half)."""
+    plan = Plan(5000, 39, rows=10_000)
+    assert plan.budget(plan.tail - 1) == math.inf
+    assert plan.budget(plan.tail) == pytest.approx(BIAS * math.sqrt(20_000))
+    assert Plan(5000, 39).budget(4999) == math.inf

@@ -63,6 +63,7 @@ from exactbatch.adapters.minibatch import (
     epoch_length,
     first_batch,
 )
+from exactbatch.adapters.numpyro_adam import default_optim, restart_moments, with_schedule
 from exactbatch.adapters.numpyro_terms import (
     check_latents,
     check_plates,
@@ -84,23 +85,6 @@ def _svi():
     """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
     infer = need("numpyro.infer", by="exactbatch.numpyro", package="NumPyro", extra="numpyro")
     return infer.SVI, infer.Trace_ELBO, infer.svi.SVIRunResult
-
-
-def _default_optim():
-    """Adam whose step size lives in its state, so that the step can set it."""
-    by = "exactbatch.numpyro.fit's default schedule (optim=None)"
-    optax = need("optax", by=by, package="optax", extra="numpyro")
-    return optax.inject_hyperparams(optax.adam)(learning_rate=CANDIDATES[0])
-
-
-def _with_lr(state, lr):
-    """``state`` (an SVIState of :func:`_default_optim`) with its step size set to ``lr``.
-
-    NumPyro keeps an optax optimiser's state as ``(step, (params, optax_state))``."""
-    step, (params, opt) = state.optim_state
-    hyper = dict(opt.hyperparams)
-    hyper["learning_rate"] = lr.astype(hyper["learning_rate"].dtype)
-    return state._replace(optim_state=(step, (params, opt._replace(hyperparams=hyper))))
 
 
 def _epochs(batches, rows: int, on_new_epoch):
@@ -230,10 +214,10 @@ def fit(
     check_order(loader, "fit")
 
     default = optim is None
-    svi = svi_class(model, guide, _default_optim() if default else optim, elbo())
+    svi = svi_class(model, guide, default_optim() if default else optim, elbo())
     state = svi.init(rng_key, xb, yb, **model_kwargs)
     epoch = epoch_length(loader)
-    run = _Run(svi, model_kwargs, default, num_steps, epoch, average_last_epoch)
+    run = _Run(svi, model_kwargs, default, num_steps, epoch, average_last_epoch, loader.total_size)
     with contextlib.ExitStack() as stack:
         feed = stack.enter_context(contextlib.closing(_epochs(batches, b, run.new_epoch)))
         bar = stack.enter_context(_bar(progress_bar, num_steps))
@@ -265,7 +249,7 @@ class _Run:
     the windows it falls in (the verdict's two, and the last epoch's when it is
     averaged); :meth:`results` reads them back in one ``device_get``."""
 
-    def __init__(self, svi, model_kwargs, default, num_steps, epoch, average):
+    def __init__(self, svi, model_kwargs, default, num_steps, epoch, average, rows=None):
         import jax
         import jax.numpy as jnp
         from jax.flatten_util import ravel_pytree
@@ -273,7 +257,7 @@ class _Run:
         self.jax, self.jnp, self.ravel = jax, jnp, ravel_pytree
         self.svi, self.kw, self.default = svi, model_kwargs, default
         self.num_steps, self.epoch = num_steps, epoch
-        self.plan = Plan(num_steps, epoch) if default else None
+        self.plan = Plan(num_steps, epoch, rows=rows) if default else None
         spans, self.width = parts(num_steps, epoch)
         # the sums: one per part of the verdict's windows, then the last epoch's (its start
         # moves with each new epoch when the epoch's length is unknown)
@@ -290,10 +274,10 @@ class _Run:
             self.starts[-1] = self.step_no  # average the epoch now beginning
             self.spans = None
 
-    def _core(self, state, sums, i, lr, starts, ends, xb, yb):
+    def _core(self, state, sums, i, lr, cap, budget, starts, ends, xb, yb):
         jnp = self.jnp
         if self.default:
-            state = _with_lr(state, lr)
+            state = with_schedule(state, lr, cap, budget)
         state, loss = self.svi.update(state, xb, yb, **self.kw)
         flat, _ = self.ravel(self.svi.optim.get_params(state.optim_state))
         inside = (starts <= i) & (i < ends)
@@ -333,10 +317,15 @@ class _Run:
         lr0 = self.lr0 or 0.0
         for i in range(self.step_no, self.num_steps):
             xb, yb = next(feed)
-            lr = self.plan.step_size(lr0, i) if self.default else 0.0
+            lr = cap = budget = 0.0
+            if self.default:
+                if i == self.plan.tail:
+                    state = restart_moments(state)
+                lr, cap, budget = self.plan.step_size(lr0, i), self.plan.cap(i), self.plan.budget(i)
             state, self.sums, self.losses = step(
-                state, self.sums, self.losses, i, np.float32(lr), *self._spans(), xb, yb
-            )
+                state, self.sums, self.losses, i, np.float32(lr), np.float32(cap),
+                np.float32(budget), *self._spans(), xb, yb,
+            )  # fmt: skip
             self.step_no = i + 1
             bar.update(1)
             if bar.show and (i % every == 0 or i + 1 == self.num_steps):
@@ -353,7 +342,17 @@ class _Run:
         for i in range(self.plan.pilot):
             xb, yb = next(feed)
             runs = [
-                step(st, sums, losses, i, np.float32(lr), *self._spans(), xb, yb)
+                step(
+                    st,
+                    sums,
+                    losses,
+                    i,
+                    np.float32(lr),
+                    *[np.float32(np.inf)] * 2,
+                    *self._spans(),
+                    xb,
+                    yb,
+                )  # fmt: skip
                 for (st, sums, losses), lr in zip(runs, CANDIDATES, strict=True)
             ]
             self.step_no = i + 1

@@ -373,11 +373,16 @@ def fit(
     if optim is not None and "obj_optimizer" in fit_kwargs:
         raise TypeError("fit got optim= and obj_optimizer=: pass one of them")
     optim = fit_kwargs.pop("obj_optimizer", optim)
-    run = Run(n, epoch_length(loaders[0]), optim is None, average_last_epoch)
+    run = Run(
+        n, epoch_length(loaders[0]), optim is None, average_last_epoch, feeds[0].loader.total_size
+    )
     feeds[0].on_epoch.append(run.new_epoch)
     if run.default:
         method = _inference(pm, method, model, random_seed, fit_kwargs)
         run.remember(method.approx)
+        scaled = getattr(method.approx, "scale_cost_to_minibatch", False)
+        if scaled and all(f.loader.total_size for f in feeds):  # the loss over N / B
+            run.cost = min(f.loader.batch_size / f.loader.total_size for f in feeds)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
     approx = pm.fit(

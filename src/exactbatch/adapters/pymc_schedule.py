@@ -39,12 +39,18 @@ PILOT_EACH = 0.02  # share of the steps each candidate of the pilot runs
 
 class Adam:
     """``pm.adam`` (Kingma and Ba) whose step size :attr:`lr` is a shared variable
-    and whose state can be saved, restored and reset between steps."""
+    and whose state can be saved, restored and reset between steps; each coordinate's
+    step is at most :attr:`cap` ``/ sqrt(v_hat)`` (a shared variable, ``inf`` to begin:
+    see :meth:`exactbatch.adapters.schedule.Plan.cap`)."""
 
     def __init__(self, lr: float, beta1=0.9, beta2=0.999, epsilon=1e-8):
         import pytensor
 
         self.lr = pytensor.shared(np.asarray(lr, dtype=pytensor.config.floatX))
+        # each coordinate's step at most cap / sqrt(v_hat) (Plan.cap; inf: none)
+        self.cap = pytensor.shared(np.asarray(np.inf, dtype=pytensor.config.floatX))
+        # ... and the sum of step * sqrt(v_hat) at most budget: the largest cut to a level
+        self.budget = pytensor.shared(np.asarray(np.inf, dtype=pytensor.config.floatX))
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.state: list = []
 
@@ -57,8 +63,8 @@ class Adam:
         one = pt.constant(1)
         t = t_prev + 1
         b1, b2 = self.beta1, self.beta2
-        a_t = self.lr * pt.sqrt(one - b2**t) / (one - b1**t)
-        updates, moments = OrderedDict(), []
+        c1, c2 = one - b1**t, one - b2**t
+        updates, moments, steps = OrderedDict(), [], []
         for param, g in zip(params, grads, strict=True):
             value = param.get_value(borrow=True)
             m_prev = pytensor.shared(np.zeros_like(value), shape=param.type.shape)
@@ -66,8 +72,12 @@ class Adam:
             m_t = b1 * m_prev + (one - b1) * g
             v_t = b2 * v_prev + (one - b2) * g**2
             updates[m_prev], updates[v_prev] = m_t, v_t
-            updates[param] = param - a_t * m_t / (pt.sqrt(v_t) + self.epsilon)
+            root = pt.sqrt(v_t / c2) + self.epsilon
+            steps.append((param, m_t, root, pt.minimum(self.lr * root, self.cap)))
             moments += [m_prev, v_prev]
+        level = _fill(pt.concatenate([pt.flatten(a) for *_, a in steps]), self.budget)
+        for param, m_t, root, spent in steps:
+            updates[param] = param - (m_t / c1) * pt.minimum(spent, level) / root / root
         updates[t_prev] = t
         self.state = [t_prev, *moments]
         return updates
@@ -83,6 +93,21 @@ class Adam:
         self.load([np.zeros_like(v) for v in self.save()])
 
 
+def _fill(spent, budget):
+    """The level ``c`` at which ``sum(min(spent, c))`` is ``budget`` (the largest of
+    ``spent`` when it all fits): :func:`exactbatch.adapters.numpyro_adam.fill` in
+    PyTensor, 40 halvings unrolled."""
+    import pytensor.tensor as pt
+
+    top = pt.max(spent)
+    lo, hi = pt.zeros_like(top), top
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        over = pt.gt(pt.sum(pt.minimum(spent, mid)), budget)
+        lo, hi = pt.switch(over, lo, mid), pt.switch(over, mid, hi)
+    return pt.switch(pt.le(pt.sum(spent), budget), top, lo)
+
+
 class Run:
     """A ``pm.fit`` callback over the ``num_steps`` steps of one fit (see the module).
 
@@ -91,13 +116,15 @@ class Run:
     epoch's iterates (``epoch`` batches; None: since the last epoch began, which
     :meth:`new_epoch` marks)."""
 
-    def __init__(self, num_steps: int, epoch: int | None, default: bool, average: bool):
+    def __init__(self, num_steps: int, epoch: int | None, default: bool, average: bool, rows=None):
         self.num_steps, self.epoch, self.default = num_steps, epoch, default
         self.pilot_each = max(1, math.ceil(num_steps * PILOT_EACH))
-        self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each)
+        self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each, rows=rows)
         self.optimizer: Any = Adam(CANDIDATES[0]) if default else None
         self.spans, self.width = parts(num_steps, epoch)
         first = self.plan.pilot if default else 0
+        # the loss's scale: PyMC divides it by N / B by default (scale_cost_to_minibatch)
+        self.cost = 1.0
         self.avg_start = None
         if average:
             self.avg_start = max(first, num_steps - epoch) if epoch else first
@@ -161,6 +188,11 @@ class Run:
         if self.lr0 is not None:
             lr = self.plan.step_size(self.lr0, step + 1)
             opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
+            if step + 1 == self.plan.tail:  # the tail's Adam starts afresh, capped
+                opt.reset()
+                cap, budget = (f(step + 1) * self.cost for f in (self.plan.cap, self.plan.budget))
+                opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
+                opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))
 
     def finish(self, approx):
         """The verdict, with the approximation's parameters set to those returned: the
