@@ -23,12 +23,13 @@ from __future__ import annotations
 import time
 
 from exactbatch.loader import compaction
+from exactbatch.loader.records import Record, Recorder, Resumed, Summary, Tallied
 from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
 
 
-def _tally(t: Tally) -> dict:
+def _tally(t: Tally) -> Tallied:
     return {"rows": t.rows, "digest": f"{t.digest:016x}"}
 
 
@@ -41,8 +42,8 @@ class History:
     __slots__ = ("base", "compacted", "loaded_at", "parent", "records", "run", "start")
 
     def __init__(self) -> None:
-        self.records: list[dict] = []
-        self.compacted: list[dict] = []  # old clean records, folded (loader.compaction)
+        self.records: list[Record] = []
+        self.compacted: list[Summary] = []  # old clean records, folded (loader.compaction)
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
@@ -55,13 +56,13 @@ class History:
         loaded stood, in another session: :mod:`exactbatch.loader.lineage`)."""
         return self.parent, self.loaded_at
 
-    def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
+    def record(self, cursor: Recorder, epoch: int, handed: Tally, promised: Tally | None) -> Record:
         """The record of this loader's segment of ``epoch``: ``handed`` the epoch's
         ledger as the cursor holds it, ``promised`` the epoch's promise once it ended
         here (None while in progress, or for an epoch left before its end)."""
         spec, feed = cursor.spec, cursor.feed
         own = handed.minus(self.base)
-        rec = {
+        rec: Record = {
             "epoch": epoch,
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
@@ -76,12 +77,13 @@ class History:
             rec["whole"] = _tally(whole)
         if promised is not None:
             if spec.elastic:  # every rank's batches of the epoch, from the order
+                assert cursor.current is not None  # (a promise: the epoch is held)
                 rec["promised"] = _tally(feed.global_promise(cursor.current, self.start))
             else:
                 rec["promised"] = _tally(promised)
         return rec
 
-    def keep(self, rec: dict) -> None:
+    def keep(self, rec: Record) -> None:
         """``rec`` is final (its epoch ended or was left): kept in every later state
         (unless it holds nothing: no row handed out, no end on record), or folded into
         its shard's summary once it is old and clean (:mod:`exactbatch.loader.compaction`)."""
@@ -89,17 +91,17 @@ class History:
             self.records.append(rec)
             compaction.compact(self.records, self.compacted, rec["shard"])
 
-    def summaries(self) -> list[dict]:
+    def summaries(self) -> list[Summary]:
         """The summaries a state takes now (copies: later folds do not change them)."""
         return [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in self.compacted]
 
-    def states_records(self, live: dict | None) -> list[dict]:
+    def states_records(self, live: Record | None) -> list[Record]:
         """The records a state takes now: those kept, and ``live``, the epoch in progress
         (unless nothing of it was handed out yet: an ``iter()`` with no batch taken is
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[dict], elastic: bool, pos) -> None:
+    def restore(self, records: list[Record], elastic: bool, pos: Resumed) -> None:
         """Take on a state's ``records``: a non-elastic loader goes on with the state's
         segment of its epoch; an elastic one starts its own at the global batch it
         resumes at, its hand-outs counted from the state's ledger. The state
@@ -126,12 +128,12 @@ class History:
         self.moved()
 
 
-def _holds(rec: dict) -> bool:
+def _holds(rec: Record) -> bool:
     """Does ``rec`` say anything: a row handed out, or the epoch's end?"""
     return rec["rows"] > 0 or rec["promised"] is not None
 
 
-def _live_of(rec: dict, pos) -> bool:
+def _live_of(rec: Record, pos: Resumed) -> bool:
     """Is ``rec`` (a state's last record) the segment in progress at ``pos``, which
     a non-elastic resume continues? Every other record of the epoch (one left before,
     e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
@@ -141,7 +143,7 @@ def _live_of(rec: dict, pos) -> bool:
 _KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}
 
 
-def check_records(records, where: str = "state['history']") -> list[dict]:
+def check_records(records: object, where: str = "state['history']") -> list[Record]:
     """``records`` as a state holds them, checked: a ``TypeError`` or ``ValueError``
     naming the record and the key otherwise."""
     if not isinstance(records, list):
@@ -164,7 +166,7 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
     return records
 
 
-def _hex(value, where: str) -> int:
+def _hex(value: object, where: str) -> int:
     try:
         if not isinstance(value, str):
             raise TypeError
