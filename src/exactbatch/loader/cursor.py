@@ -230,7 +230,8 @@ class Cursor(Standing):
             return  # the cursor moved on: nothing to give to
         for job in jobs:
             group.jobs.pop(job.k, None)
-        cur.give_back(jobs)  # (a closed epoch's: on record as not handed out)
+        # (a closed epoch's: on record as not handed out; group.epoch's, so never None)
+        cur.give_back(jobs)  # type: ignore[union-attr]
         if self.phase in (Phase.DRAINING, Phase.BETWEEN):  # there is a batch to claim
             self.phase = Phase.EPOCH
         self._changed.notify_all()

@@ -223,7 +223,7 @@ class DataLoader(Reports):
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
-        self._cursor = Cursor(self._feed, seed)
+        self._cursor: Cursor = Cursor(self._feed, seed)
         self._telemetry = self._watch(progress, check_progress(progress, progress_every))
         self._checks = IntoChecks()  # next_into's checks of its buffers
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
@@ -353,9 +353,9 @@ class DataLoader(Reports):
             if brows is not None:  # the ids the ledger digests: the job's own
                 job.fill_rows(brows[:size])
         except BaseException:
-            group.unpop(item)
+            group.unpop(item)  # type: ignore[union-attr]  # (the group popped from: see above)
             raise
-        cursor.hand(group, job)
+        cursor.hand(group, job)  # type: ignore[arg-type]  # (mypy cannot tie it to the item)
         self._telemetry.waited(t0, batch is None)  # (the fill: a read of random access)
         return size
 
