@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
 from exactbatch.distributed import torch_world_size
+from exactbatch.feeds.base import Feed
 from exactbatch.loader.compaction import check_summaries
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
+from exactbatch.loader.records import Record, State, Summary
 from exactbatch.order.digest import Tally
 from exactbatch.sources.identity import describe, differences
 
@@ -68,14 +70,14 @@ class Position:
     ledger: Tally = field(default_factory=Tally)
     first: int = 0
     verified: bool = True
-    history: tuple = ()
+    history: tuple[Record, ...] = ()
     parent: str | None = None
     loaded_at: int | None = None
-    compacted: tuple = ()  # the summaries of old clean records (exactbatch.loader.compaction)
+    compacted: tuple[Summary, ...] = ()  # the summaries of old clean records (loader.compaction)
     run: int = 0  # the reset(seed=...) calls before, along the lineage (each a new run)
 
 
-def settings(feed) -> dict:
+def settings(feed: Feed) -> State:
     """Every setting that fixes the order, and the source's shape."""
     spec = feed.spec
     config = {
@@ -95,7 +97,7 @@ def settings(feed) -> dict:
     return config
 
 
-def pack_state(pos: Position, feed) -> dict:
+def pack_state(pos: Position, feed: Feed) -> State:
     """The state of a cursor's :class:`Position` over ``feed``."""
     seed, epoch, done, pending, ledger, first, verified = (
         pos.seed,
@@ -135,7 +137,7 @@ def pack_state(pos: Position, feed) -> dict:
     return state
 
 
-def check_fingerprint(state: dict, feed) -> None:
+def check_fingerprint(state: State, feed: Feed) -> None:
     """A ``ValueError`` naming both fingerprints if ``state`` was taken on other data
     than ``feed`` reads (:func:`exactbatch.sources.identity.differences`); a state
     without a fingerprint (taken before they were recorded) passes."""
@@ -154,7 +156,7 @@ def check_fingerprint(state: dict, feed) -> None:
         )
 
 
-def unpack_state(state, feed, seed: int):
+def unpack_state(state: object, feed: Feed, seed: int) -> tuple[Position, int]:
     """``(position, claimed)`` for ``Cursor.restore``: ``claimed``, the batches of the
     epoch claimed before (``position.pending`` of them not handed out). A state from
     other settings (``seed``: the loader's) is a ``ValueError`` naming the setting and
@@ -201,7 +203,7 @@ def unpack_state(state, feed, seed: int):
     if feed.spec.elastic:
         total = feed.total_batches
         first = check_int("state['global_batches_done']", state.get("global_batches_done"), 0)
-        if first > total:
+        if first > total:  # type: ignore[operator]  # (elastic: an int)
             raise ValueError(
                 f"state['global_batches_done']={first} exceeds the {total} batches of an epoch"
             )
@@ -245,7 +247,7 @@ def unpack_state(state, feed, seed: int):
     return position, claimed
 
 
-def check_ddp_steps(feed, first: int) -> None:
+def check_ddp_steps(feed: Feed, first: int) -> None:
     """Under ``torch.distributed`` at a world size > 1 (the loader's shard count), an
     elastic loader with ``even_batches=False`` resumed at global batch ``first`` must
     give every rank the same step count, this epoch and the next: else DDP's
@@ -277,7 +279,7 @@ def check_ddp_steps(feed, first: int) -> None:
     )
 
 
-def _ledger_of(state: dict, done: int) -> tuple[Tally, bool]:
+def _ledger_of(state: State, done: int) -> tuple[Tally, bool]:
     """The ledger a state carries, and whether the epoch can be checked (a state of
     version 1 has none: its epoch is not checked)."""
     if "ledger" not in state and state.get("version") != 1:
