@@ -140,7 +140,7 @@ def _live_of(rec: Record, pos: Resumed) -> bool:
     return rec["epoch"] == pos.epoch and rec["promised"] is None and bool(pos.done or pos.pending)
 
 
-_KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}
+_KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int, "drops": bool}
 
 
 def check_records(records: object, where: str = "state['history']") -> list[Record]:
@@ -158,7 +158,7 @@ def check_records(records: object, where: str = "state['history']") -> list[Reco
                 raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")
         _hex(rec.get("digest"), f"{where}[{i}]['digest']")
         for key in ("promised", "whole"):
-            t = rec.get(key)
+            t = rec.get(key, ())  # (missing: neither None nor a tally)
             if t is not None:
                 if not isinstance(t, dict) or not isinstance(t.get("rows"), int):
                     raise ValueError(f"{where}[{i}]['{key}'] must be None or {{rows, digest}}")
