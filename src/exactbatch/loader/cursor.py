@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 
 from exactbatch.audit import check_ledger
 from exactbatch.feeds.base import Epoch, Feed, Job
-from exactbatch.loader.groups import Group, Holder, Item, batch_numbers, tally_of
+from exactbatch.loader.groups import Claim, Group, Holder, Item, batch_numbers, tally_of
 from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import DRAINING, ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
@@ -172,9 +172,7 @@ class Cursor(Standing):
             if len(group.queue) >= count:
                 return
 
-    def _claim_locked(
-        self, owner: object, count: int, gen: int | None
-    ) -> tuple[Group | None, list[Job]]:
+    def _claim_locked(self, owner: object, count: int, gen: int | None) -> Claim:
         """``(group, fresh)``: a new group of up to ``count`` batches - first the strays
         of other claimants, then ``fresh`` jobs claimed now and still to read (the
         group's ``queue`` holds the strays). ``(None, [])`` at the end of the epoch:
@@ -267,9 +265,7 @@ class Cursor(Standing):
 
     # -- taking the lock ----------------------------------------------------------
 
-    def claim(
-        self, owner: object, count: int, gen: int | None = None
-    ) -> tuple[Group | None, list[Job]]:
+    def claim(self, owner: object, count: int, gen: int | None = None) -> Claim:
         """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
         ``fresh`` are the jobs claimed now, for the caller to read and then
         :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,

@@ -15,7 +15,7 @@ import numpy as np
 from exactbatch.feeds.base import Epoch, Job
 from exactbatch.order.digest import Tally
 
-__all__ = ["Batch", "Claims", "Group", "Holder", "Item", "batch_numbers", "tally_of"]
+__all__ = ["Batch", "Claim", "Claims", "Group", "Holder", "Item", "batch_numbers", "tally_of"]
 
 Batch = tuple[np.ndarray, ...]  # (x, y), (x, y, rows), and a mask last under "pad"
 Item = tuple[Job, Batch | None]  # a job and its batch, ready (None: read at hand-out)
@@ -74,6 +74,8 @@ class Group:
         """Is a batch of the group being read (claimed, neither ready nor handed out)?"""
         return len(self.handed) + len(self.queue) < len(self.jobs)
 
+
+Claim = tuple[Group | None, list[Job]]  # a claim's group, and the jobs claimed fresh in it
 
 _SIZE: Callable[[Job], int] = attrgetter("size")
 _DIGEST: Callable[[Job], int] = attrgetter("digest")
