@@ -40,6 +40,8 @@ GLUE = {
     "src/exactbatch/ray.py": "alias of exactbatch.adapters.ray*",
     # The exception and warning classes: names and docstrings, no behaviour.
     "src/exactbatch/errors.py": "exception classes",
+    # Types only: TypedDicts and Protocols, read by mypy, with no body that runs.
+    "src/exactbatch/loader/records.py": "types of a state's records (TypedDict, Protocol)",
     # The console script's process wrapper (signals before the parser loads): it acts only
     # as a new process's entry point, which a mutant cannot reach (mutmut mutates the
     # test process's modules); tests/tools/test_interrupt.py runs it in a child process.

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from exactbatch.loader.compaction import check_summaries, expand, weight
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import follow, same_run
+from exactbatch.loader.records import Summary
 from exactbatch.order.digest import Tally
 
 __all__ = ["Certificate", "EpochCertificate", "certify", "certify_named"]
@@ -167,20 +168,20 @@ def certify(states: Iterable[dict]) -> Certificate:
     return Certificate(tuple(verdicts), ids)
 
 
-def _summaries(states: list[dict]) -> tuple[list[dict], set[int]]:
+def _summaries(states: list[dict]) -> tuple[list[Summary], set[int]]:
     """The summaries to count: per shard, those no other summary of it holds (a later
     one of its lane holds an earlier's epochs too); and the epochs two of them both
     hold without one holding the other's (not one lane: judged not exact)."""
-    by_shard: dict[tuple, list[tuple[frozenset, dict]]] = {}
+    by_shard: dict[tuple, list[tuple[frozenset, Summary]]] = {}
     for state in states:
         for s in state.get("compacted", []):
             held = frozenset(e for e, _ in expand(s))
             by_shard.setdefault((tuple(s["shard"]), s["elastic"]), []).append((held, s))
-    counted: list[dict] = []
+    counted: list[Summary] = []
     clash: set[int] = set()
     for found in by_shard.values():
         found.sort(key=lambda f: -len(f[0]))
-        mine: list[tuple[frozenset, dict]] = []
+        mine: list[tuple[frozenset, Summary]] = []
         for held, s in found:
             same = [m for m in mine if held <= m[0]]
             if same:
@@ -194,7 +195,7 @@ def _summaries(states: list[dict]) -> tuple[list[dict], set[int]]:
     return counted, clash
 
 
-def _folded(summary: dict, epoch: int, rows: int) -> dict:
+def _folded(summary: Summary, epoch: int, rows: int) -> dict:
     """The record of ``epoch`` that ``summary`` folded, as far as it says: its rows
     (its digest is in the summary's sum, checked by :func:`_folds_note`)."""
     whole = summary["whole"]

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -287,7 +288,7 @@ def run_reads(rows) -> tuple[Any, Any]:
     return twin.read_run, twin.take_run
 
 
-def pair_check():
+def pair_check() -> Callable[[object, object, int, int, int, int], bool]:
     """``fits(bx, by, rows, d, l, itemsize) -> bool``: whether ``bx`` and ``by`` are
     writeable C-contiguous NumPy arrays of shapes (rows, d) and (rows, l), both float64
     (``itemsize`` 8) or both float32 (4). What :func:`exactbatch.arrays.check_out_array`

@@ -15,13 +15,17 @@ import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Generic, TypeVar
 
 __all__ = ["MAX_DEPTH", "Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
 
 # The most batches (or groups) a loader may prepare ahead: each place holds a batch, and
 # more than this is memory exhausted, not speed (prefetch=2**40 is refused, not tried).
 MAX_DEPTH = 1024
+
+T = TypeVar("T")
 
 _END = object()
 _POLL = 0.05  # seconds between checks of the stop flag while the queue is full
@@ -34,7 +38,7 @@ class _Failure:
         self.error = error
 
 
-class Prefetcher:
+class Prefetcher(Generic[T]):
     """Runs ``produce()`` on a thread until it returns None; ``get()`` takes results in order.
 
     Two C-level queues make the hand-off: the results, and one token per free
@@ -42,14 +46,14 @@ class Prefetcher:
     one back as it takes a result), a third of ``queue.Queue``'s cost a result.
     """
 
-    def __init__(self, produce, depth: int):
+    def __init__(self, produce: Callable[[], T | None], depth: int) -> None:
         self._depth = depth
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._room: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(depth):
             self._room.put(None)
         self._stop = threading.Event()
-        self._unsent = None  # a result made after close() began: close() returns it
+        self._unsent: T | None = None  # a result made after close() began: close() returns it
         self._thread = threading.Thread(
             target=self._run, args=(produce,), name="exactbatch-prefetch", daemon=True
         )
@@ -65,7 +69,7 @@ class Prefetcher:
             return True
         return False
 
-    def _run(self, produce) -> None:
+    def _run(self, produce: Callable[[], T | None]) -> None:
         try:
             while not self._stop.is_set():
                 item = produce()
@@ -78,7 +82,7 @@ class Prefetcher:
         except BaseException as e:  # handed to the consumer, raised there
             self._put(_Failure(e))
 
-    def get(self):
+    def get(self) -> T | None:
         """The next result; None at the end; re-raises what ``produce`` raised."""
         item = self._queue.get()
         if item is _END:
@@ -105,7 +109,7 @@ class Prefetcher:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def close(self) -> list:
+    def close(self) -> list[T]:
         """Stop the thread; return the results it prepared and nobody took, in order
         (all of them, once the thread has ended)."""
         self._stop.set()

@@ -78,6 +78,14 @@ def test_contiguous_has_no_global_batches():
         deal.global_promise(None, 0)
     with pytest.raises(TypeError, match="no global batches"):
         deal.global_ledger(None)
+    # a stream read front to back (contiguous shards) answers the feed's elastic calls alike
+    x = np.arange(20.0).reshape(10, 2)
+    feed = DataLoader([x[:5], x[5:]], 2, num_shards=2, total_size=10)._feed
+    assert type(feed) is StreamFeed
+    with pytest.raises(TypeError, match="no global batches: a shard's own promise"):
+        feed.global_promise(SimpleNamespace(order=None), 0)
+    with pytest.raises(TypeError, match="no global batches: the state's own ledger"):
+        feed.global_ledger(None)
 
 
 def test_the_feed_opened_takes_the_dealing_of_its_elastic_setting():

@@ -217,6 +217,11 @@ def test_each_epoch_is_judged_apart_and_the_report_lists_them():
         (lambda r: r.update(promised={"rows": 1}), r"\['promised'\]\['digest'\] must be a hex"),
         (lambda r: r.update(promised={"digest": "0"}), r"\['promised'\] must be None or"),
         (lambda r: r.update(whole=[1]), r"\['whole'\] must be None or"),
+        # a key every record has, missing: named here, not a KeyError where it is read
+        (lambda r: r.pop("promised"), r"\['promised'\] must be None or \{rows, digest\}"),
+        (lambda r: r.pop("whole"), r"\['whole'\] must be None or"),
+        (lambda r: r.pop("drops"), r"\['drops'\] must be a bool; got None"),
+        (lambda r: r.update(drops=1), r"\['drops'\] must be a bool; got 1"),
     ],
 )
 def test_a_malformed_record_is_named_with_its_key(change, match):

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from exactbatch.batching.blocked_order import BlockedOrder
 from exactbatch.batching.gather import Group
 from exactbatch.batching.padding import PadJob
 from exactbatch.batching.returned import Returned
@@ -118,6 +119,8 @@ class StreamEpoch:
     after the pass's own, and a pass holding more than ``limit`` batches
     raises ``too_long()`` at the claim past the limit (every claim after).
     """
+
+    order: BlockedOrder | None = None  # a pass has no keyed order of positions
 
     def __init__(
         self,

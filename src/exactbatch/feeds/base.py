@@ -10,12 +10,13 @@ feed and epoch against them where the loader takes one).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from exactbatch.batching.blocked_order import BlockedOrder
 from exactbatch.batching.output import Output
 from exactbatch.batching.padding import PAD, check_even_batches
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
@@ -28,10 +29,10 @@ __all__ = [
     "BatchSpec",
     "Dealing",
     "DealingKind",
-    "ElasticFeed",
     "Epoch",
     "Feed",
     "Job",
+    "Ordered",
     "Place",
     "Plan",
     "StateRule",
@@ -122,9 +123,9 @@ class Job(Protocol):
     ``take()`` is ``(x, y)``, or ``(x, y, rows)`` when the spec asks ``with_rows``
     (None for a padding batch: :func:`~exactbatch.batching.padding.masked` makes it);
     ``fill_rows(out)`` writes the rows' ids (the ones the digest is of) into ``out``.
+    (Read-only: a job of a whole order's run is a tuple.)
     """
 
-    # (read-only: a job may be a tuple, made for a claim of many at C speed)
     @property
     def k(self) -> int: ...
 
@@ -192,21 +193,30 @@ class StateRule(Protocol):
     def rolled(self, feed: Any, epoch: Any, first: Any, done: int) -> bool: ...
 
 
-class Epoch(Protocol):
+class Ordered(Protocol):
+    """An epoch as an elastic feed's :meth:`Feed.global_promise` reads it: its keyed
+    order (None: file order). Every :class:`Epoch` is one (a stream's has no order),
+    and so is the loader's :class:`~exactbatch.loader.lifecycle.ClosedEpoch`."""
+
+    @property
+    def order(self) -> BlockedOrder | None: ...
+
+
+class Epoch(Ordered, Protocol):
     """One epoch's batches, claimed in order (under the loader's lock)."""
 
     claimed: int  # batches claimed so far (handed out, prepared ahead or given back)
 
     def claim(self) -> Job | None: ...
 
-    def claim_many(self, jobs: list[Any], count: int) -> None:
+    def claim_many(self, jobs: list[Job], count: int) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
 
-    def take_group(self, jobs: list[Any]) -> list[tuple[np.ndarray, ...]]:
+    def take_group(self, jobs: list[Job]) -> list[tuple[np.ndarray, ...]]:
         """The batches of ``jobs`` (claimed together), in order: what ``take()`` of
         each gives, made in as few reads as the epoch can."""
 
-    def give_back(self, jobs: list[Any]) -> None: ...
+    def give_back(self, jobs: Sequence[Job]) -> None: ...
 
     def given_back(self) -> list[int]: ...
 
@@ -296,18 +306,15 @@ class Feed(Protocol):
     def close(self) -> None:
         """Let go of the source."""
 
-
-class ElasticFeed(Feed, Protocol):
-    """A feed that deals global batches to ranks elastically (``elastic=True``: the
-    random-access feed): what the loader's state and records call on it then."""
-
-    def global_promise(self, epoch: Any, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         """Elastic: the rows of every global batch ``epoch`` (one this feed opened)
-        hands out, all shards', its last segment resumed at global batch ``first``."""
+        hands out, all shards', its last segment resumed at global batch ``first``
+        (a ``TypeError`` where batches are not dealt: a shard's own promise)."""
 
     def global_ledger(self, pos: Place) -> Tally:
         """Elastic: the ledger a state at ``pos`` carries, every shard's global batches
-        before it, as this shard measured it."""
+        before it, as this shard measured it (a ``TypeError`` where batches are not
+        dealt: a state's ledger is then its shard's own)."""
 
 
 class Plan(NamedTuple):
@@ -363,11 +370,11 @@ class Dealing(Protocol):
     def positions(self, a: int, z: int, first: Any) -> np.ndarray:
         """The positions of the epoch's order in ``[a, z)`` this shard's batches hold."""
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
-        """Every shard's rows of ``epoch`` (dealt only: :class:`ElasticFeed`)."""
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+        """Every shard's rows of ``epoch`` (dealt only: :meth:`Feed.global_promise`)."""
 
     def global_ledger(self, pos: Place) -> Tally:
-        """Every shard's rows before ``pos`` (dealt only: :class:`ElasticFeed`)."""
+        """Every shard's rows before ``pos`` (dealt only: :meth:`Feed.global_ledger`)."""
 
 
 class DealingKind(Protocol):

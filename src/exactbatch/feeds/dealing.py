@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
+from exactbatch.feeds.base import BatchSpec, Feed, Ordered, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
@@ -137,7 +137,7 @@ class Contiguous:
         """Positions of the shard's order in ``[a, z)`` its batches hold: all of them."""
         return np.arange(max(a, 0), min(z, self.n), dtype=np.int64)
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         raise TypeError("contiguous sharding has no global batches: each shard's own promise")
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -245,7 +245,7 @@ class Elastic:
             out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
         return out
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: int) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         """The rows of every global batch ``epoch`` hands out, all shards', its last
         segment resumed at global batch ``first`` (even_batches leaves out the batches
         after the shards' equal shares)."""

@@ -43,7 +43,7 @@ import numpy as np
 
 from exactbatch.batching.buffer import mixing_window
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
-from exactbatch.feeds.base import BatchSpec, DealingKind, Place
+from exactbatch.feeds.base import BatchSpec, DealingKind, Ordered, Place
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.order.digest import Tally
 from exactbatch.order.windows import WindowedOrder, chunk_of_rows
@@ -157,7 +157,7 @@ class ElasticStreamFeed:
     def learn_widths(self) -> None:
         """Known from the start (the cache learnt them): nothing to read."""
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         return self.rows.global_promise(epoch, first)
 
     def global_ledger(self, pos: Place) -> Tally:

@@ -35,7 +35,7 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
-from exactbatch.feeds.base import BatchSpec, DealingKind, Place, Plan
+from exactbatch.feeds.base import BatchSpec, DealingKind, Ordered, Place, Plan
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -200,7 +200,7 @@ class RandomAccessFeed:
             real=plan.real,
         )
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         """Dealt: the rows of every global batch ``epoch`` hands out, all shards', its
         last segment resumed at global batch ``first`` (the dealing's)."""
         return self.dealing.global_promise(epoch, first)

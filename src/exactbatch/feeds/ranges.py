@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, Place, Plan
+from exactbatch.feeds.base import BatchSpec, Feed, Ordered, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import RangesRule
 from exactbatch.order.digest import Tally, range_digest, rows_digest
@@ -212,7 +212,7 @@ class Ranges:
         return self._tally(order, 0, done * self.spec.batch_size)
 
     @staticmethod
-    def _bijection(epoch: RandomAccessEpoch) -> RangesOrder:
+    def _bijection(epoch: Ordered) -> RangesOrder:
         order = epoch.order
         assert order is not None  # (a ranges epoch always has one)
         bij = order.bijection
@@ -235,7 +235,7 @@ class Ranges:
         n = self.sizes(first)[self.spec.shard.index]
         return np.arange(max(a, 0), min(z, n), dtype=np.int64)
 
-    def global_promise(self, epoch: RandomAccessEpoch, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
         """The rows every rank hands out in ``epoch`` (this rank's, resumed at
         ``first``): every row before the segment in progress, and each rank's batches
         of it (what drop_last / even_batches leave of its share left out)."""

@@ -36,7 +36,7 @@ from exactbatch.batching import num_batches
 from exactbatch.batching.buffer import buffer_rows, mixing_window, shuffle_buffer
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
-from exactbatch.feeds.base import BatchSpec
+from exactbatch.feeds.base import BatchSpec, Ordered, Place
 from exactbatch.feeds.state_rules import ContiguousRule
 from exactbatch.order import buffer_rng
 from exactbatch.order.digest import Tally, range_digest
@@ -287,3 +287,9 @@ class StreamFeed:
             read_columns=None,
         )
         self._spare.clear()
+
+    def global_promise(self, epoch: Ordered, first: int) -> Tally:
+        raise TypeError("a stream read front to back has no global batches: a shard's own promise")
+
+    def global_ledger(self, pos: Place) -> Tally:
+        raise TypeError("a stream read front to back has no global batches: the state's own ledger")

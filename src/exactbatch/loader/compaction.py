@@ -35,6 +35,9 @@ then bounded in the number of epochs: a few KB after 10,000 epochs.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
+
+from exactbatch.loader.records import Record, Summary, Tallied
 
 __all__ = ["KEEP", "check_summaries", "compact", "expand", "summary_rows", "weight"]
 
@@ -48,14 +51,18 @@ def weight(epoch: int) -> int:
     return int.from_bytes(h, "little") | 1
 
 
-def _covers(summary: dict, epoch: int) -> bool:
+def _covers(summary: Summary, epoch: int) -> bool:
     return any(lo <= epoch <= hi for lo, hi, _ in summary["epochs"])
 
 
-def _clean(rec: dict, records: list[dict], summary: dict | None) -> bool:
-    if rec["start"] != 0 or rec["promised"] is None or rec["whole"] is None:
+def _clean(
+    rec: Record, promised: Tallied, whole: Tallied, records: list[Record], summary: Summary | None
+) -> bool:
+    """Is ``rec`` (its epoch ended on record: ``promised``, of a dataset of rows
+    ``whole``) clean, to be folded into ``summary`` (module docs)?"""
+    if rec["start"] != 0:
         return False
-    if summary is not None and (_covers(summary, rec["epoch"]) or summary["whole"] != rec["whole"]):
+    if summary is not None and (_covers(summary, rec["epoch"]) or summary["whole"] != whole):
         return False  # (a second run of a folded epoch stays on record)
     seg = (rec["epoch"], tuple(rec["shard"]))
     if sum((r["epoch"], tuple(r["shard"])) == seg and r["start"] == 0 for r in records) != 1:
@@ -65,11 +72,11 @@ def _clean(rec: dict, records: list[dict], summary: dict | None) -> bool:
             return True
         if "promised" not in summary:
             return not rec["drops"]
-        return rec["promised"]["rows"] == summary["promised"]["rows"]
-    return rec["promised"] == {"rows": rec["rows"], "digest": rec["digest"]}
+        return promised["rows"] == summary["promised"]["rows"]
+    return promised == {"rows": rec["rows"], "digest": rec["digest"]}
 
 
-def _insert(runs: list, epoch: int, rows: int) -> None:
+def _insert(runs: list[list[int]], epoch: int, rows: int) -> None:
     """Add ``epoch`` (``rows``) to the sorted runs, merging neighbours of equal rows."""
     runs.append([epoch, epoch, rows])
     runs.sort()
@@ -82,7 +89,7 @@ def _insert(runs: list, epoch: int, rows: int) -> None:
     runs[:] = merged
 
 
-def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> None:
+def compact(records: list[Record], summaries: list[Summary], shard: list[int]) -> None:
     """Fold the clean records of ``shard`` older than the last :data:`KEEP` epochs into
     its summary in ``summaries`` (made if none), in place."""
     if not records:
@@ -94,7 +101,8 @@ def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> Non
         if rec["shard"] != shard or rec["epoch"] > newest - KEEP:
             kept.append(rec)
             continue
-        if not _clean(rec, records, summary):
+        promised, whole = rec["promised"], rec["whole"]
+        if promised is None or whole is None or not _clean(rec, promised, whole, records, summary):
             kept.append(rec)
             continue
         if summary is None:
@@ -104,15 +112,15 @@ def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> Non
                 "drops": False,
                 "epochs": [],
                 "digest": "0",
-                "whole": dict(rec["whole"]),
+                "whole": whole.copy(),
             }
             if rec["elastic"] and rec["drops"]:
-                summary["promised"] = {"rows": rec["promised"]["rows"], "digest": "0"}
+                summary["promised"] = {"rows": promised["rows"], "digest": "0"}
             summaries.append(summary)
         total = int(summary["digest"], 16) + weight(rec["epoch"]) * int(rec["digest"], 16)
         summary["digest"] = f"{total & _MASK:016x}"
         if "promised" in summary:  # (a new dict: a state taken before keeps its own)
-            promise = weight(rec["epoch"]) * int(rec["promised"]["digest"], 16)
+            promise = weight(rec["epoch"]) * int(promised["digest"], 16)
             promise += int(summary["promised"]["digest"], 16)
             summary["promised"] = {**summary["promised"], "digest": f"{promise & _MASK:016x}"}
         summary["drops"] = bool(summary["drops"] or rec["drops"])
@@ -120,19 +128,19 @@ def compact(records: list[dict], summaries: list[dict], shard: list[int]) -> Non
     records[:] = kept
 
 
-def expand(summary: dict):
+def expand(summary: Summary) -> Iterator[tuple[int, int]]:
     """``(epoch, rows)`` of each epoch ``summary`` holds."""
     for lo, hi, rows in summary["epochs"]:
         for e in range(lo, hi + 1):
             yield e, rows
 
 
-def summary_rows(summaries) -> int:
+def summary_rows(summaries: Iterable[Summary]) -> int:
     """The rows the summaries hold (a state's clock counts them with its records')."""
     return sum((hi - lo + 1) * rows for s in summaries for lo, hi, rows in s["epochs"])
 
 
-def check_summaries(value, where: str = "state['compacted']") -> list[dict]:
+def check_summaries(value: object, where: str = "state['compacted']") -> list[Summary]:
     """``value`` as a state holds it, checked: a ``TypeError`` or ``ValueError`` naming
     the summary and the key otherwise."""
     if not isinstance(value, list):
@@ -174,11 +182,11 @@ def check_summaries(value, where: str = "state['compacted']") -> list[dict]:
     return value
 
 
-def _int(v) -> bool:
+def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _hex(v) -> bool:
+def _hex(v: object) -> bool:
     try:
         return isinstance(v, str) and int(v, 16) >= 0
     except ValueError:

@@ -37,10 +37,12 @@ returns) and :meth:`exactbatch.loader.DataLoader.next_into` claim through it.
 from __future__ import annotations
 
 import threading
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 from exactbatch.audit import check_ledger
-from exactbatch.feeds.base import Epoch, Feed
-from exactbatch.loader.groups import Group, Holder, batch_numbers, tally_of
+from exactbatch.feeds.base import Epoch, Feed, Job
+from exactbatch.loader.groups import Claim, Group, Holder, Item, batch_numbers, tally_of
 from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import DRAINING, ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
@@ -65,7 +67,7 @@ class Cursor(Standing):
     :mod:`exactbatch.loader.lifecycle`.
     """
 
-    def __init__(self, feed: Feed, seed: int):
+    def __init__(self, feed: Feed, seed: int) -> None:
         self.feed, self.spec = feed, feed.spec
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a group's batches became ready
@@ -133,12 +135,12 @@ class Cursor(Standing):
                 "load_state_dict() moved the loader on"
             )
 
-    def _claimable(self, gen: int | None):
+    def _claimable(self, gen: int | None) -> Epoch:
         """The epoch to claim from (begun if FRESH), after the generation check."""
         self.check_gen(gen)
         if self.phase is Phase.FRESH:
             self._begin()
-        return self.current
+        return self.current  # type: ignore[return-value]  # (not closed: an Epoch, begun)
 
     def _sweep(self) -> None:
         """Retire the groups whose batches are all handed out: into the ledger."""
@@ -170,7 +172,7 @@ class Cursor(Standing):
             if len(group.queue) >= count:
                 return
 
-    def _claim_locked(self, owner, count: int, gen: int | None):
+    def _claim_locked(self, owner: object, count: int, gen: int | None) -> Claim:
         """``(group, fresh)``: a new group of up to ``count`` batches - first the strays
         of other claimants, then ``fresh`` jobs claimed now and still to read (the
         group's ``queue`` holds the strays). ``(None, [])`` at the end of the epoch:
@@ -183,7 +185,7 @@ class Cursor(Standing):
             self._sweep()
             group = Group(self, epoch, owner)
             self._strays(group, count)
-            fresh: list = []
+            fresh: list[Job] = []
             if len(group.queue) < count:
                 try:
                     epoch.claim_many(fresh, count - len(group.queue))
@@ -224,13 +226,14 @@ class Cursor(Standing):
         if jobs:
             self._held().give_back(jobs)
 
-    def _give_back(self, group: Group, jobs) -> None:
+    def _give_back(self, group: Group, jobs: Sequence[Job]) -> None:
         cur = self.current
         if group.epoch is not cur and not (isinstance(cur, ClosedEpoch) and cur.of(group)):
             return  # the cursor moved on: nothing to give to
         for job in jobs:
             group.jobs.pop(job.k, None)
-        cur.give_back(jobs)  # (a closed epoch's: on record as not handed out)
+        # (a closed epoch's: on record as not handed out; group.epoch's, so never None)
+        cur.give_back(jobs)  # type: ignore[union-attr]
         if self.phase in (Phase.DRAINING, Phase.BETWEEN):  # there is a batch to claim
             self.phase = Phase.EPOCH
         self._changed.notify_all()
@@ -262,7 +265,7 @@ class Cursor(Standing):
 
     # -- taking the lock ----------------------------------------------------------
 
-    def claim(self, owner, count: int, gen: int | None = None):
+    def claim(self, owner: object, count: int, gen: int | None = None) -> Claim:
         """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
         ``fresh`` are the jobs claimed now, for the caller to read and then
         :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,
@@ -270,7 +273,7 @@ class Cursor(Standing):
         with self.lock:
             return self._claim_locked(owner, count, gen)
 
-    def claim_next(self, holder: Holder, count: int):
+    def claim_next(self, holder: Holder, count: int) -> tuple[Group, Item] | tuple[None, None]:
         """``next_into``'s claim: ``(group, item)``, the next ``(job, batch)`` of
         ``holder``'s group (shared by every caller, each popping from its left without
         the lock), after claiming a new group of up to ``count`` when it is empty;
@@ -290,21 +293,21 @@ class Cursor(Standing):
                 group.queue.extend([(job, None) for job in fresh])
                 holder.group = group
 
-    def ready(self, group: Group, items) -> None:
+    def ready(self, group: Group, items: Iterable[Item]) -> None:
         """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""
         group.queue.extend(items)
         if self._waiting:  # a claim waits for reads in flight at the epoch's end
             with self.lock:
                 self._changed.notify_all()
 
-    def give_back(self, group: Group, jobs) -> None:
+    def give_back(self, group: Group, jobs: Sequence[Job]) -> None:
         """``jobs`` of ``group`` were claimed and will not be handed out by it (a read that
         raised, an iterator closed): claimed again before any later batch."""
         if jobs:
             with self.lock:
                 self._give_back(group, jobs)
 
-    def unpop(self, group: Group, item) -> None:
+    def unpop(self, group: Group, item: Item) -> None:
         """A read of ``item``, popped from ``group``, raised: it is next again - at the
         front of the group its claimant hands out from now (``next_into``'s may have
         moved on) while that group is live, else given back to the epoch (claimed
@@ -319,12 +322,12 @@ class Cursor(Standing):
                 to.jobs[job.k] = group.jobs.pop(job.k)
             to.queue.appendleft(item)
 
-    def release(self, groups) -> None:
+    def release(self, groups: Iterable[Group]) -> None:
         """An iterator is closed: the batches its ``groups`` hold ready go back."""
         for group in groups:
             self.give_back(group, _popped(group.queue))
 
-    def hand(self, group: Group, job) -> None:
+    def hand(self, group: Group, job: Job) -> None:
         """``job`` of ``group`` reached its consumer (:meth:`Group.hand`): it counts now."""
         group.handed.append(job)
         self._last_rows = job.size
@@ -387,7 +390,7 @@ class Cursor(Standing):
             self._sweep()
             return self._position()[0]
 
-    def counts(self) -> tuple[dict, dict]:
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """The rows and batches this loader handed out: of the epoch in progress (or the
         last one ended), and of every epoch since it was built."""
         with self.lock:
@@ -436,9 +439,9 @@ class Cursor(Standing):
             return True
 
 
-def _popped(queue) -> list:
+def _popped(queue: deque[Item]) -> list[Job]:
     """The jobs of every ``(job, batch)`` popped from ``queue`` now (others may pop too)."""
-    jobs = []
+    jobs: list[Job] = []
     while True:
         try:
             jobs.append(queue.popleft()[0])

@@ -10,9 +10,9 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from time import perf_counter_ns
-from typing import Literal
+from typing import Any, Literal, NoReturn, SupportsIndex
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_co
 from exactbatch.loader.groups import Holder
 from exactbatch.loader.into import IntoChecks
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
-from exactbatch.loader.telemetry import Reports, check_progress
+from exactbatch.loader.telemetry import Progress, Reports, check_progress
 from exactbatch.order import Shard
 from exactbatch.prefetch import MAX_DEPTH
 from exactbatch.transform import Standardize
@@ -184,7 +184,7 @@ class DataLoader(Reports):
         transform: Standardize | None = None,
         nan: str = "keep",
         threads: int | None = None,
-        progress: Callable[[dict], object] | None = None,
+        progress: Progress | None = None,
         progress_every: float = 10.0,
         features: Sequence[str | int] | str | int | None = None,
         labels: Sequence[str | int] | str | int | None = None,
@@ -223,7 +223,7 @@ class DataLoader(Reports):
         self.total_size = self._feed.total_size
         self.n = self._feed.n
         self.prefetch = prefetch if prefetch is not None else self._feed.prefetch_default()
-        self._cursor = Cursor(self._feed, seed)
+        self._cursor: Cursor = Cursor(self._feed, seed)
         self._telemetry = self._watch(progress, check_progress(progress, progress_every))
         self._checks = IntoChecks()  # next_into's checks of its buffers
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
@@ -279,7 +279,7 @@ class DataLoader(Reports):
         """
         return self._feed.mixing_window()
 
-    def __reduce_ex__(self, protocol):  # threads, open files: the state is what moves
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:  # a state moves, not threads
         raise TypeError("a DataLoader cannot be pickled: send state_dict(), use load_state_dict")
 
     def __repr__(self) -> str:
@@ -341,7 +341,7 @@ class DataLoader(Reports):
             if group is None:
                 self._telemetry.waited(t0)
                 return 0
-        job, batch = item
+        job, batch = item  # type: ignore[misc]  # (group and item: set by the pop or the claim)
         size = job.size
         try:
             if batch is not None:  # read already, by an iterator left mid-epoch
@@ -353,9 +353,9 @@ class DataLoader(Reports):
             if brows is not None:  # the ids the ledger digests: the job's own
                 job.fill_rows(brows[:size])
         except BaseException:
-            group.unpop(item)
+            group.unpop(item)  # type: ignore[union-attr, arg-type]
             raise
-        cursor.hand(group, job)
+        cursor.hand(group, job)  # type: ignore[arg-type]
         self._telemetry.waited(t0, batch is None)  # (the fill: a read of random access)
         return size
 
@@ -384,7 +384,7 @@ class DataLoader(Reports):
 
     # -- resume ---------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where the loader stands, as small plain data (JSON-safe).
 
         Batches handed out count as consumed; batches prepared ahead (prefetch)
@@ -409,7 +409,7 @@ class DataLoader(Reports):
         """
         return pack_state(self._cursor.snapshot(), self._feed)
 
-    def load_state_dict(self, state: dict, *, allow_other_data: bool = False) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, allow_other_data: bool = False) -> None:
         """Resume from :meth:`state_dict`: the next batches are those not yet handed out.
 
         The state must come from a loader with the same settings, seed and

@@ -18,8 +18,9 @@ import numpy as np
 
 from exactbatch.batching.padding import masked_group
 from exactbatch.checks import check_int
+from exactbatch.feeds.base import Epoch, Feed, Job
 from exactbatch.loader.cursor import Cursor
-from exactbatch.loader.groups import Group
+from exactbatch.loader.groups import Batch, Claims, Group, Item
 from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
@@ -41,15 +42,16 @@ _AHEAD_GROUP_BYTES, _AHEAD_GROUP_BATCHES = 4 << 20, 64
 _LAZY_BATCHES = 256
 
 
-def group_sizes(feed) -> tuple[int, int] | None:
+def group_sizes(feed: Feed) -> tuple[int, int] | None:
     """Batches a group of :class:`EpochIterator`, without and with prefetch (None while
     a stream's widths are unknown). Small batches are claimed a group at a time, under
     one lock, and handed out without it; small random-access batches are read a group
     at a time too: the claim, the two arrays and the call per batch cost as much as a
     small batch's gather."""
-    if feed.d is None:
+    d, l = feed.d, feed.l  # noqa: E741
+    if d is None or l is None:  # (known together)
         return None
-    per = feed.spec.batch_size * 8 * (feed.d + feed.l)
+    per = feed.spec.batch_size * 8 * (d + l)
     if not per:
         return 1, 1
     ahead = max(1, min(_AHEAD_GROUP_BATCHES, _AHEAD_GROUP_BYTES // per))
@@ -71,7 +73,7 @@ def into_count(sizes: tuple[int, int] | None, kind: str = "random access") -> in
     return sizes[0] if sizes[0] > 1 else sizes[1]
 
 
-def _take(cursor: Cursor, epoch, jobs) -> list:
+def _take(cursor: Cursor, epoch: Epoch | None, jobs: list[Job]) -> list[Batch]:
     """The batches of ``jobs`` (claimed together from ``epoch``): read with one gather
     where there are several. Under ``even_batches="pad"`` each is made full, with its
     mask (:func:`~exactbatch.batching.padding.masked`); padding jobs read nothing."""
@@ -86,29 +88,38 @@ def _take(cursor: Cursor, epoch, jobs) -> list:
     return masked_group([next(made) if j.size else None for j in jobs], b, shape)
 
 
-def _read(cursor: Cursor, epoch, jobs) -> list:
+def _read(cursor: Cursor, epoch: Epoch | None, jobs: list[Job]) -> list[Batch]:
     """The batches of ``jobs``, read now: one read of a random-access source (for the
-    telemetry; a stream's reads are its chunks')."""
+    telemetry; a stream's reads are its chunks'). No padding job is read here, and
+    ``epoch`` (None: :meth:`EpochIterator.peek`'s) is read from for several."""
     t0 = perf_counter_ns()
-    out = epoch.take_group(jobs) if len(jobs) > 1 else [jobs[0].take()]
+    if len(jobs) > 1:
+        assert epoch is not None
+        out = epoch.take_group(jobs)
+    else:
+        one = jobs[0].take()
+        assert one is not None
+        out = [one]
     if cursor.telemetry.gathers:
         cursor.telemetry.read(t0)
     return out
 
 
-def _pad_shape(feed) -> tuple:
+def _pad_shape(feed: Feed) -> tuple[int, int, np.dtype, np.dtype, bool]:
     """What a padding batch of ``feed`` is made of: d, l, dtype, label dtype, row ids."""
-    spec = feed.spec
-    if feed.d is None:  # a stream that yielded no row: nothing says how wide to pad
+    spec, d, l = feed.spec, feed.d, feed.l  # noqa: E741
+    if d is None or l is None:  # a stream that yielded no row: nothing says how wide to pad
         raise ValueError(
             f"even_batches='pad' cannot pad an epoch of a stream that yielded no rows "
             f"(its widths are unknown), though total_size={feed.total_size} promised them"
         )
     ydtype = spec.dtype if spec.output is None else spec.output.ydtype
-    return feed.d, feed.l, spec.dtype, ydtype, spec.with_rows
+    return d, l, spec.dtype, ydtype, spec.with_rows
 
 
-def _read_group(cursor: Cursor, gen: int, count: int, owner, lazy: bool = False):
+def _read_group(
+    cursor: Cursor, gen: int, count: int, owner: object, lazy: bool = False
+) -> Group | None:
     """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
     out: other claimants' ready batches first, then the next batches of the epoch,
     claimed under one lock and read with one gather (``lazy``: each read as it is
@@ -137,7 +148,7 @@ class _Owner:
 
 
 # an iterator's group before its first claim: empty, so never handed from
-_EMPTY = Group(cast(Cursor, None), None, None)
+_EMPTY = Group(cast(Claims, None), None, None)
 
 
 class EpochIterator:
@@ -173,7 +184,7 @@ class EpochIterator:
         "_prefetcher",
     )
 
-    def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1):
+    def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1) -> None:
         self._cursor, self._gen, self._group = cursor, gen, group or 1
         # Random-access batches too large to read in groups (a group of one) are claimed
         # _LAZY_BATCHES at a time, each read as it is handed out: one claim for many.
@@ -183,12 +194,12 @@ class EpochIterator:
         self._owner = owner = _Owner()
         self._current = _EMPTY  # the group being handed out
         self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
-        self._peeked: dict = {}  # batches claimed unread, read by peek: by batch number
+        self._peeked: dict[int, Batch] = {}  # batches claimed unread, read by peek: by batch number
         self._lock = threading.Lock()  # taken to change groups, not to hand out
-        self._prefetcher = None
+        self._prefetcher: Prefetcher[Group] | None = None
         if prefetch:
-
-            def produce():  # must not hold the iterator: dropping it stops the thread
+            # (produce must not hold the iterator: dropping it stops the thread)
+            def produce() -> Group | None:
                 if group:
                     return _read_group(cursor, gen, group, owner)
                 # A stream not read yet: its groups are sized once its widths are known.
@@ -214,7 +225,7 @@ class EpochIterator:
         cursor.hand(group, job)
         return batch
 
-    def _hand(self, group, item):
+    def _hand(self, group: Group, item: Item) -> Batch:
         cursor = self._cursor
         if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
             cursor.check_gen(self._gen)  # batches with it
@@ -231,10 +242,11 @@ class EpochIterator:
                 group.unpop(item)
                 raise
             cursor.telemetry.waited(t0, plain)  # (plain: a wait that was a read too)
+            assert batch is not None  # (only a padding job takes None, and _take pads it)
         cursor.hand(group, job)
         return batch
 
-    def _waited(self):
+    def _waited(self) -> Batch:
         """:meth:`_next_group`, its time the consumer's wait (:mod:`telemetry
         <exactbatch.loader.telemetry>`): the batches of a group are handed out
         without a wait. Under a running torch profiler the wait is a range,
@@ -249,7 +261,7 @@ class EpochIterator:
         finally:
             self._cursor.telemetry.waited(t0)
 
-    def _next_group(self):
+    def _next_group(self) -> Batch:
         """The current group is empty: hand out from the next one (read ahead by
         :meth:`peek`, prefetched, or claimed now); StopIteration at the end."""
         with self._lock:  # threads sharing the iterator change groups one at a time
@@ -264,12 +276,12 @@ class EpochIterator:
                 if self._ahead:
                     self._current = self._ahead.popleft()
                     continue
-                group = self._read_more(self._group)
-                if group is None:
+                more = self._read_more(self._group)
+                if more is None:
                     self.close()
                     self._cursor.check_open()  # (read ahead to the end, then closed)
                     raise StopIteration
-                self._current = group
+                self._current = more
 
     def peek(self, k: int) -> list[tuple[np.ndarray, ...]]:
         """The next ``k`` batches (fewer at the epoch's end; ``k`` an int >= 0), read now
@@ -296,7 +308,7 @@ class EpochIterator:
                 out.append(batch)
             return out
 
-    def _read_more(self, count: int):
+    def _read_more(self, count: int) -> Group | None:
         """The next group (from the prefetch thread, else ``count`` batches read now);
         None at the epoch's end."""
         if self._prefetcher is None:
@@ -310,7 +322,7 @@ class EpochIterator:
             self.close()  # later calls ask the cursor directly
             raise
 
-    def _groups(self) -> list:
+    def _groups(self) -> list[Group]:
         groups = [self._current, *self._ahead]
         self._current, self._ahead, self._peeked = _EMPTY, deque(), {}
         return [g for g in groups if g is not _EMPTY]
@@ -323,7 +335,7 @@ class EpochIterator:
             self._prefetcher = None
         self._cursor.release(groups)
 
-    def __del__(self):
+    def __del__(self) -> None:
         # No lock and no join here (the collector may run this on a thread that holds
         # the cursor's lock): stop the prefetch thread, and leave the groups' ready
         # batches with the cursor, where the next claim takes them.

@@ -6,12 +6,28 @@ handed out and given back).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import Any
+from typing import Protocol
 
+import numpy as np
+
+from exactbatch.feeds.base import Epoch, Job
 from exactbatch.order.digest import Tally
 
-__all__ = ["Group", "Holder", "batch_numbers", "tally_of"]
+__all__ = ["Batch", "Claim", "Claims", "Group", "Holder", "Item", "batch_numbers", "tally_of"]
+
+Batch = tuple[np.ndarray, ...]  # (x, y), (x, y, rows), and a mask last under "pad"
+Item = tuple[Job, Batch | None]  # a job and its batch, ready (None: read at hand-out)
+
+
+class Claims(Protocol):
+    """The cursor, as its groups call it back (:class:`exactbatch.loader.cursor.Cursor`,
+    whose module imports this one)."""
+
+    def hand(self, group: Group, job: Job) -> None: ...
+
+    def unpop(self, group: Group, item: Item) -> None: ...
 
 
 class Holder:
@@ -20,8 +36,8 @@ class Holder:
 
     __slots__ = ("group",)
 
-    def __init__(self):
-        self.group = None
+    def __init__(self) -> None:
+        self.group: Group | None = None
 
 
 class Group:
@@ -35,17 +51,17 @@ class Group:
 
     __slots__ = ("cursor", "epoch", "handed", "jobs", "owner", "queue")
 
-    def __init__(self, cursor: Any, epoch, owner):  # cursor: the Cursor claiming it
-        self.cursor, self.epoch, self.owner = cursor, epoch, owner
-        self.jobs: dict = {}
-        self.queue: deque = deque()
-        self.handed: list = []
+    def __init__(self, cursor: Claims, epoch: Epoch | None, owner: object) -> None:
+        self.cursor, self.epoch, self.owner = cursor, epoch, owner  # (epoch None: no claim)
+        self.jobs: dict[int, Job] = {}
+        self.queue: deque[Item] = deque()
+        self.handed: list[Job] = []
 
-    def hand(self, job) -> None:
+    def hand(self, job: Job) -> None:
         """``job``'s batch reached its consumer (its read succeeded): it counts now."""
         self.cursor.hand(self, job)
 
-    def unpop(self, item) -> None:
+    def unpop(self, item: Item) -> None:
         """The read of ``item``, popped from the queue, raised: it is next again
         (:meth:`Cursor.unpop <exactbatch.loader.cursor.Cursor.unpop>` says where)."""
         self.cursor.unpop(self, item)
@@ -59,10 +75,13 @@ class Group:
         return len(self.handed) + len(self.queue) < len(self.jobs)
 
 
-_SIZE, _DIGEST = attrgetter("size"), attrgetter("digest")
-batch_numbers = attrgetter("k")  # a job's batch number: map(batch_numbers, jobs)
+Claim = tuple[Group | None, list[Job]]  # a claim's group, and the jobs claimed fresh in it
+
+_SIZE: Callable[[Job], int] = attrgetter("size")
+_DIGEST: Callable[[Job], int] = attrgetter("digest")
+batch_numbers: Callable[[Job], int] = attrgetter("k")  # a job's number: map(batch_numbers, jobs)
 
 
-def tally_of(jobs) -> Tally:
+def tally_of(jobs: Iterable[Job]) -> Tally:
     """Rows and digest of the batches ``jobs`` (two loops in C: this runs once a group)."""
     return Tally(sum(map(_SIZE, jobs)), sum(map(_DIGEST, jobs)))

@@ -21,14 +21,16 @@ across the ranks (:mod:`exactbatch.certificate`).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from exactbatch.loader import compaction
+from exactbatch.loader.records import Record, Recorder, Resumed, Summary, Tallied
 from exactbatch.order.digest import Tally
 
 __all__ = ["History", "check_records"]
 
 
-def _tally(t: Tally) -> dict:
+def _tally(t: Tally) -> Tallied:
     return {"rows": t.rows, "digest": f"{t.digest:016x}"}
 
 
@@ -42,8 +44,8 @@ class History:
     __slots__ = ("base", "compacted", "loaded_at", "parent", "records", "run", "start")
 
     def __init__(self) -> None:
-        self.records: list[dict] = []
-        self.compacted: list[dict] = []  # old clean records, folded (loader.compaction)
+        self.records: list[Record] = []
+        self.compacted: list[Summary] = []  # old clean records, folded (loader.compaction)
         self.base, self.start = Tally(), 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
@@ -56,14 +58,14 @@ class History:
         loaded stood, in another session: :mod:`exactbatch.loader.lineage`)."""
         return self.parent, self.loaded_at
 
-    def record(self, cursor, epoch: int, handed: Tally, promised: Tally | None) -> dict:
+    def record(self, cursor: Recorder, epoch: int, handed: Tally, promised: Tally | None) -> Record:
         """The record of this loader's segment of ``epoch``: ``handed`` the epoch's
         ledger as the cursor holds it, ``promised`` the epoch's promise once it ended
         here (None while in progress, or for an epoch left before its end)."""
         spec, feed = cursor.spec, cursor.feed
         rule = feed.rule
         own = handed.minus(self.base)
-        rec = {
+        rec: Record = {
             "epoch": epoch,
             "shard": [spec.shard.index, spec.shard.count],
             "elastic": spec.elastic,
@@ -80,7 +82,7 @@ class History:
             rec["promised"] = _tally(rule.promise(feed, cursor.current, self.start, promised))
         return rec
 
-    def keep(self, rec: dict) -> None:
+    def keep(self, rec: Record) -> None:
         """``rec`` is final (its epoch ended or was left): kept in every later state
         (unless it holds nothing: no row handed out, no end on record), or folded into
         its shard's summary once it is old and clean (:mod:`exactbatch.loader.compaction`)."""
@@ -88,17 +90,17 @@ class History:
             self.records.append(rec)
             compaction.compact(self.records, self.compacted, rec["shard"])
 
-    def summaries(self) -> list[dict]:
+    def summaries(self) -> list[Summary]:
         """The summaries a state takes now (copies: later folds do not change them)."""
         return [{**s, "epochs": [list(r) for r in s["epochs"]]} for s in self.compacted]
 
-    def states_records(self, live: dict | None) -> list[dict]:
+    def states_records(self, live: Record | None) -> list[Record]:
         """The records a state takes now: those kept, and ``live``, the epoch in progress
         (unless nothing of it was handed out yet: an ``iter()`` with no batch taken is
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[dict], feed, pos) -> None:
+    def restore(self, records: list[Record], feed: Any, pos: Resumed) -> None:
         """Take on a state's ``records``: as the ``feed``'s state rule says
         (:mod:`exactbatch.feeds.state_rules`), a contiguous shard goes on with the
         state's segment of its epoch; a dealt one starts its own where it resumes, its
@@ -123,12 +125,12 @@ class History:
         self.moved()
 
 
-def _holds(rec: dict) -> bool:
+def _holds(rec: Record) -> bool:
     """Does ``rec`` say anything: a row handed out, or the epoch's end?"""
     return rec["rows"] > 0 or rec["promised"] is not None
 
 
-def _live_of(rec: dict, pos, shard: list[int]) -> bool:
+def _live_of(rec: Record, pos: Resumed, shard: list[int]) -> bool:
     """Is ``rec`` (a state's last record) the segment in progress at ``pos`` of
     ``shard``, which a resume continues? Every other record of the epoch (one left
     before, e.g. by ``set_epoch``) stays: a replay of the epoch stays on record."""
@@ -136,10 +138,10 @@ def _live_of(rec: dict, pos, shard: list[int]) -> bool:
     return live and bool(pos.done or pos.pending)
 
 
-_KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int}
+_KEYS = {"epoch": int, "shard": list, "elastic": bool, "start": int, "rows": int, "drops": bool}
 
 
-def check_records(records, where: str = "state['history']") -> list[dict]:
+def check_records(records: object, where: str = "state['history']") -> list[Record]:
     """``records`` as a state holds them, checked: a ``TypeError`` or ``ValueError``
     naming the record and the key otherwise."""
     if not isinstance(records, list):
@@ -156,7 +158,7 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
                 raise ValueError(f"{where}[{i}]['{key}'] must be {what}; got {value!r}")
         _hex(rec.get("digest"), f"{where}[{i}]['digest']")
         for key in ("promised", "whole"):
-            t = rec.get(key)
+            t = rec.get(key, ())  # (missing: neither None nor a tally)
             if t is not None:
                 if not isinstance(t, dict) or not isinstance(t.get("rows"), int):
                     raise ValueError(f"{where}[{i}]['{key}'] must be None or {{rows, digest}}")
@@ -164,7 +166,7 @@ def check_records(records, where: str = "state['history']") -> list[dict]:
     return records
 
 
-def _hex(value, where: str) -> int:
+def _hex(value: object, where: str) -> int:
     try:
         if not isinstance(value, str):
             raise TypeError

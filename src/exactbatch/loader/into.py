@@ -7,12 +7,35 @@ passes, plain buffers take one check in C (``kernels.pair_check``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
+from exactbatch.feeds.base import Feed
 from exactbatch.kernels import pair_check
 
-__all__ = ["IntoChecks", "check_brows", "check_into"]
+__all__ = ["IntoChecks", "Settings", "check_brows", "check_into"]
+
+Plain = tuple[int, int, int, int]  # (b, d, l, itemsize): what the one check in C takes
+Fits = Callable[[object, object, int, int, int, int], bool]  # kernels.pair_check's
+
+
+class Settings(Protocol):
+    """The loader's settings the checks read (a :class:`~exactbatch.DataLoader`)."""
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    @property
+    def label_dtype(self) -> np.dtype: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def with_rows(self) -> bool: ...
 
 
 class IntoChecks:
@@ -24,9 +47,17 @@ class IntoChecks:
 
     def __init__(self) -> None:
         self.fits = pair_check()  # made once
-        self.plain: tuple[int, int, int, int] | None = None
+        self.plain: Plain | None = None
 
-    def full(self, feed, peek, bx, by, brows, loader):
+    def full(
+        self,
+        feed: Feed,
+        peek: Callable[[], None],
+        bx: np.ndarray | None,
+        by: np.ndarray | None,
+        brows: np.ndarray | None,
+        loader: Settings,
+    ) -> np.ndarray | None:
         """:func:`check_into` with ``loader``'s settings: ``by``, or None when a stream
         has no chunk at all; once plain buffers passed, the next calls' one check is set."""
         by, plain = check_into(
@@ -38,7 +69,18 @@ class IntoChecks:
         return by
 
 
-def check_into(feed, peek, bx, by, brows, dt, yt, b: int, fits, with_rows: bool):
+def check_into(
+    feed: Feed,
+    peek: Callable[[], None],
+    bx: np.ndarray | None,
+    by: np.ndarray | None,
+    brows: np.ndarray | None,
+    dt: np.dtype,
+    yt: np.dtype,
+    b: int,
+    fits: Fits,
+    with_rows: bool,
+) -> tuple[np.ndarray | None, Plain | None]:
     """``(by, plain)``: ``by`` (made when None and l = 0), or None when a stream has no
     chunk at all (``peek()`` reads ahead to learn a stream's widths); ``plain`` the
     ``(b, d, l, itemsize)`` the next calls' one check takes, or None. Each buffer that
@@ -75,7 +117,7 @@ def check_into(feed, peek, bx, by, brows, dt, yt, b: int, fits, with_rows: bool)
     return by, ((b, d, l, dt.itemsize) if yt is dt else None)
 
 
-def check_brows(brows, with_rows: bool, b: int) -> None:
+def check_brows(brows: np.ndarray | None, with_rows: bool, b: int) -> None:
     """``next_into``'s third buffer: required with ``with_rows``, refused without."""
     shape = (b,)
     if not with_rows:

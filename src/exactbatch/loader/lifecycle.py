@@ -32,11 +32,16 @@ another thread meanwhile belongs to the epoch left.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from exactbatch.batching.blocked_order import BlockedOrder
+from exactbatch.feeds.base import Job, Ordered
+from exactbatch.loader.groups import Group
 from exactbatch.order.digest import Tally
 
-__all__ = ["DRAINING", "ClosedEpoch", "Phase", "Start"]
+__all__ = ["DRAINING", "Accounted", "ClosedEpoch", "Phase", "Start"]
 
 
 class Phase(enum.Enum):
@@ -77,6 +82,21 @@ class Start:
         return not (self.skip or self.first or self.pending)
 
 
+class Accounted(Ordered, Protocol):
+    """An epoch as its accounting reads it: an :class:`~exactbatch.feeds.base.Epoch`, or a
+    :class:`ClosedEpoch` (one closed mid-way)."""
+
+    claimed: int
+
+    def given_back(self) -> list[int]: ...
+
+    def exhausted(self) -> bool: ...
+
+    def promise(self) -> Tally: ...
+
+    def close(self) -> None: ...
+
+
 class ClosedEpoch:
     """An epoch closed mid-way, as its accounting still reads it: the batches claimed
     and given back, and whether every batch was claimed, as they were at close (the
@@ -86,22 +106,23 @@ class ClosedEpoch:
 
     __slots__ = ("_exhausted", "_given_back", "claimed", "epoch")
 
-    def __init__(self, epoch):
+    def __init__(self, epoch: Accounted) -> None:
         self.epoch, self.claimed = epoch, epoch.claimed
         self._given_back, self._exhausted = list(epoch.given_back()), epoch.exhausted()
         epoch.close()
 
-    def of(self, group) -> bool:
+    def of(self, group: Group) -> bool:
         """Was ``group`` claimed from this epoch?"""
         return group.epoch is self.epoch
 
-    def give_back(self, jobs) -> None:
+    def give_back(self, jobs: Iterable[Job]) -> None:
         """Batches not handed out after all: on record as such (claimed no more)."""
         self._given_back += [job.k for job in jobs]
 
     @property
-    def order(self):
-        return getattr(self.epoch, "order", None)
+    def order(self) -> BlockedOrder | None:
+        order: BlockedOrder | None = getattr(self.epoch, "order", None)
+        return order
 
     def given_back(self) -> list[int]:
         return list(self._given_back)

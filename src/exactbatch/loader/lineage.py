@@ -51,8 +51,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from typing import Any
 
 from exactbatch.loader.compaction import expand, summary_rows
+from exactbatch.loader.records import State
 from exactbatch.sources.identity import differences
 
 __all__ = ["follow", "same_run", "state_id"]
@@ -87,8 +89,13 @@ _NOT_RUN = frozenset(
 
 _RESET = " (reset(seed=...) began a new run)"
 
+# A lane, (parent, shard index, shard count), and a session, (parent, load time) or (parent,
+# shard index, shard count, -1): values read from the states (plain data, checked by certify).
+Lane = tuple[Any, ...]
+Session = tuple[Any, ...]
 
-def state_id(state: dict) -> str:
+
+def state_id(state: State) -> str:
     """The id of ``state`` (module docs): the same for two states that stand at the same
     place of the same lineage (under elastic, whatever their rank)."""
     drop = _NOT_POSITION | (_PER_RANK if state.get("elastic") else frozenset())
@@ -97,7 +104,7 @@ def state_id(state: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def _differ(key: str, a, b, elastic) -> bool:
+def _differ(key: str, a: object, b: object, elastic: object) -> bool:
     if key in ("d", "l") and (a is None or b is None):
         return False  # a stream not read yet
     if key == "even_batches" and elastic:
@@ -105,7 +112,7 @@ def _differ(key: str, a, b, elastic) -> bool:
     return a != b
 
 
-def same_run(states: list[dict]) -> None:
+def same_run(states: list[State]) -> None:
     """A ``ValueError`` naming the field and both values (and the states) unless every
     state is of one run: the same seed, dataset size, settings, data and ``run`` (the
     ``reset(seed=...)`` calls before: each begins a new run; 0 where not written), a
@@ -133,7 +140,7 @@ def same_run(states: list[dict]) -> None:
                 )
 
 
-def _lane(state: dict) -> tuple:
+def _lane(state: State) -> Lane:
     """Its parent and its shard: one loader's lane, whatever its load's time."""
     shard = state.get("shard") if state.get("elastic") else None
     if not isinstance(shard, list):
@@ -141,13 +148,13 @@ def _lane(state: dict) -> tuple:
     return (state.get("parent"), *shard)
 
 
-def _time(state: dict) -> int:
+def _time(state: State) -> int:
     """When its session was loaded (an unknown time: before any known one)."""
     t = state.get("loaded_at")
     return t if isinstance(t, int) and not isinstance(t, bool) else -1
 
 
-def _clock(state: dict) -> tuple[int, int]:
+def _clock(state: State) -> tuple[int, int]:
     """The rows its records hold, then the fewer its position's ledger holds: along a
     session it only grows (a move back, ``set_epoch``, keeps the rows on record)."""
     records = sum(r["rows"] for r in state["history"]) + summary_rows(state.get("compacted", []))
@@ -155,7 +162,7 @@ def _clock(state: dict) -> tuple[int, int]:
     return records, -(ledger["rows"] if isinstance(ledger, dict) else 0)
 
 
-def _session(state: dict) -> tuple:
+def _session(state: State) -> Session:
     """The session a state was taken in: by its parent and load's time (to the
     nanosecond, one loader's load; a state taken before any batch since the load
     included), or, of a fresh start (no time), by the shard its records are of."""
@@ -169,7 +176,9 @@ def _session(state: dict) -> tuple:
     return (*lane, t)
 
 
-def _loaded_from(ids, lanes, child: tuple) -> set[tuple]:
+def _loaded_from(
+    ids: list[str], lanes: dict[Lane, dict[Session, list[int]]], child: Session
+) -> set[Session]:
     """The sessions holding the state session ``child`` was loaded from: in each lane
     with a state of that id, the session loaded last before it (two sessions of a lane
     may each reach a state of one id - two restarts from one checkpoint both reach the
@@ -177,7 +186,7 @@ def _loaded_from(ids, lanes, child: tuple) -> set[tuple]:
     unknown time, a fresh start's, came before); every one for a load at an unknown
     time."""
     parent, loaded = child[0], child[-1]
-    chosen: set[tuple] = set()
+    chosen: set[Session] = set()
     for found in lanes.values():
         holding = [s for s, members in found.items() if any(ids[i] == parent for i in members)]
         before = [s for s in holding if s[-1] < loaded]
@@ -188,7 +197,7 @@ def _loaded_from(ids, lanes, child: tuple) -> set[tuple]:
     return chosen
 
 
-def _runs(state: dict) -> Counter:
+def _runs(state: State) -> Counter[tuple[int, int]]:
     """How many runs of each segment (epoch, first global batch) its records hold."""
     runs = Counter((r["epoch"], r["start"]) for r in state["history"])
     for s in state.get("compacted", []):  # (a folded epoch: one run from its start)
@@ -196,7 +205,7 @@ def _runs(state: dict) -> Counter:
     return runs
 
 
-def _restart_point(states, points: list[int], child: dict) -> tuple[int, int]:
+def _restart_point(states: list[State], points: list[int], child: State) -> tuple[int, int]:
     """The clock of the state ``child`` (a state of the session loaded from it) was
     loaded from, among ``points``, states of one session with its id: one place
     reached twice (``set_epoch`` back to it) holds more runs of an epoch the second
@@ -208,14 +217,18 @@ def _restart_point(states, points: list[int], child: dict) -> tuple[int, int]:
     return min(_clock(states[i]) for i in points)
 
 
-def _given_up(sessions, lanes, parents) -> set[int]:
+def _given_up(
+    sessions: dict[Session, list[int]],
+    lanes: dict[Lane, dict[Session, list[int]]],
+    parents: dict[Session, set[Session]],
+) -> set[int]:
     """Rule 2: the states of the sessions given up - a session loaded from the same
     state as a later one, in its lane or (elastic) at another shard count."""
     gone: set[int] = set()
     for found in lanes.values():
         last = max(s[-1] for s in found)
         gone.update(i for s in found if s[-1] < last for i in sessions[s])
-    counts: dict[tuple, set] = {}  # each session's shard counts
+    counts: dict[Session, set[int]] = {}  # each session's shard counts
     for lane, found in lanes.items():
         for session in found:
             counts.setdefault(session, set()).add(lane[-1])
@@ -230,18 +243,18 @@ def _given_up(sessions, lanes, parents) -> set[int]:
     return gone
 
 
-def follow(states: list[dict]) -> tuple[list[int], list[int]]:
+def follow(states: list[State]) -> tuple[list[int], list[int]]:
     """``(kept, aside)``: the indices of ``states`` (their records checked) on the run's
     lineage, and those the rollback rules set aside (module docs)."""
     ids = [state_id(s) for s in states]  # (made again: an id is not trusted)
-    sessions: dict[tuple, list[int]] = {}
-    lanes: dict[tuple, dict[tuple, list[int]]] = {}  # lane: its sessions' states in it
+    sessions: dict[Session, list[int]] = {}
+    lanes: dict[Lane, dict[Session, list[int]]] = {}  # lane: its sessions' states in it
     for i, s in enumerate(states):
         sessions.setdefault(_session(s), []).append(i)
         lanes.setdefault(_lane(s), {}).setdefault(_session(s), []).append(i)
     parents = {c: _loaded_from(ids, lanes, c) for c in sessions if c[0] is not None}
     abandoned = _given_up(sessions, lanes, parents)  # rule 2
-    loaded: dict[tuple, list[int]] = {}  # each session's parent: the states it loaded
+    loaded: dict[Session, list[int]] = {}  # each session's parent: the states it loaded
     for child, held in parents.items():  # rule 1: back to the state restarted from
         first = min(sessions[child], key=lambda i: _clock(states[i]))
         loaded[child] = []

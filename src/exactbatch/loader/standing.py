@@ -8,10 +8,11 @@ its fields and changes none; every method runs under the cursor's lock.
 
 from __future__ import annotations
 
-from typing import Any
-
-from exactbatch.loader.groups import tally_of
-from exactbatch.loader.lifecycle import Phase, Start
+from exactbatch.feeds.base import BatchSpec, Epoch, Feed
+from exactbatch.loader.groups import Group, tally_of
+from exactbatch.loader.history import History
+from exactbatch.loader.lifecycle import ClosedEpoch, Phase, Start
+from exactbatch.loader.records import Record
 from exactbatch.loader.state import Position
 from exactbatch.order.digest import Tally
 
@@ -25,12 +26,12 @@ class Standing:
     phase: Phase
     seed: int
     start: Start
-    current: Any
-    history: Any
-    spec: Any
-    feed: Any
+    current: Epoch | ClosedEpoch | None
+    history: History
+    spec: BatchSpec
+    feed: Feed
     _handed: Tally
-    _live: list
+    _live: list[Group]
 
     def _state_position(self) -> Position:
         """The :class:`Position` of a state taken now (reads in flight landed, strays
@@ -54,7 +55,7 @@ class Standing:
             run=self.history.run,
         )
 
-    def _live_record(self) -> dict | None:
+    def _live_record(self) -> Record | None:
         """The record of the epoch in progress, as a state takes it now (None when
         nothing of it was claimed yet, or once its record was kept)."""
         if self.phase is Phase.BETWEEN or (self.current is None and self.start.beginning):
@@ -65,7 +66,7 @@ class Standing:
             promised = self.current.promise()  # handed out whole: its check comes at the next claim
         return self.history.record(self, self.start.epoch, ledger, promised)
 
-    def _handed_now(self):
+    def _handed_now(self) -> tuple[Tally, int, set[int]]:
         """``(ledger, claimed, holes)``: the rows handed out this epoch (live groups'
         hand-outs included), the batches claimed, and those of them not handed out."""
         cur = self.current
@@ -92,7 +93,7 @@ class Standing:
         s = self.start
         return ledger.rows - s.ledger.rows, claimed - len(holes) - (s.skip - len(s.pending))
 
-    def _position(self):
+    def _position(self) -> tuple[int, int, tuple[int, ...], Tally]:
         """``(epoch, done, pending, ledger)`` as a state takes them now: batches of live
         groups not handed out (ready, or read in flight) are pending; the epoch rolls
         over once every batch of it has been handed out."""

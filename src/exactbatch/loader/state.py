@@ -23,9 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
+from exactbatch.feeds.base import Feed
 from exactbatch.loader.compaction import check_summaries
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
+from exactbatch.loader.records import Record, State, Summary
 from exactbatch.order.digest import Tally
 from exactbatch.sources.identity import describe, differences
 
@@ -70,14 +72,14 @@ class Position:
     ledger: Tally = field(default_factory=Tally)
     first: int = 0
     verified: bool = True
-    history: tuple = ()
+    history: tuple[Record, ...] = ()
     parent: str | None = None
     loaded_at: int | None = None
-    compacted: tuple = ()  # the summaries of old clean records (exactbatch.loader.compaction)
+    compacted: tuple[Summary, ...] = ()  # the summaries of old clean records (loader.compaction)
     run: int = 0  # the reset(seed=...) calls before, along the lineage (each a new run)
 
 
-def settings(feed) -> dict:
+def settings(feed: Feed) -> State:
     """Every setting that fixes the order, and the source's shape."""
     spec = feed.spec
     config = {
@@ -96,7 +98,7 @@ def settings(feed) -> dict:
     return config
 
 
-def pack_state(pos: Position, feed) -> dict:
+def pack_state(pos: Position, feed: Feed) -> State:
     """The state of a cursor's :class:`Position` over ``feed``."""
     seed, epoch, done, pending, ledger, verified = (
         pos.seed,
@@ -133,7 +135,7 @@ def pack_state(pos: Position, feed) -> dict:
     return state
 
 
-def check_fingerprint(state: dict, feed) -> None:
+def check_fingerprint(state: State, feed: Feed) -> None:
     """A ``ValueError`` naming both fingerprints if ``state`` was taken on other data
     than ``feed`` reads (:func:`exactbatch.sources.identity.differences`); a state
     without a fingerprint (taken before they were recorded) passes."""
@@ -152,7 +154,7 @@ def check_fingerprint(state: dict, feed) -> None:
         )
 
 
-def unpack_state(state, feed, seed: int):
+def unpack_state(state: object, feed: Feed, seed: int) -> tuple[Position, int]:
     """``(position, claimed)`` for ``Cursor.restore``: ``claimed``, the batches of the
     epoch claimed before (``position.pending`` of them not handed out). A state from
     other settings (``seed``: the loader's) is a ``ValueError`` naming the setting and

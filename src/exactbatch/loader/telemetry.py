@@ -19,11 +19,14 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from exactbatch.feeds.base import Feed
 from exactbatch.kernels import core
 
 __all__ = ["Reports", "Telemetry", "check_progress", "percentile_ns", "profiled"]
@@ -37,6 +40,10 @@ _HIST = 9
 _BUCKETS = 64 * 8
 _SLOT = _HIST + _BUCKETS
 _NEVER = 1 << 62  # no report due: a time perf_counter_ns never reaches
+
+R = TypeVar("R")
+Stats = dict[str, Any]  # stats(): plain data (docs/usage/telemetry.md)
+Progress = Callable[[Stats], object]
 
 
 def _bucket(ns: int) -> int:
@@ -82,7 +89,7 @@ def _low(i: int) -> int:
     return (8 | f) << (b - 4)
 
 
-def profiled():
+def profiled() -> AbstractContextManager[object] | None:
     """A ``torch.profiler.record_function("exactbatch.wait")`` range to wrap a wait in,
     when torch is imported already and its profiler is on; else None (torch is never
     imported here)."""
@@ -92,12 +99,13 @@ def profiled():
     try:
         if not torch.autograd.profiler._is_profiler_enabled:
             return None
-        return torch.profiler.record_function("exactbatch.wait")
+        span: AbstractContextManager[object] = torch.profiler.record_function("exactbatch.wait")
+        return span
     except AttributeError:  # a torch without them
         return None
 
 
-def check_progress(progress, every) -> float:
+def check_progress(progress: object, every: object) -> float:
     """``progress`` a callable or None, ``every`` seconds > 0: its float."""
     if progress is not None and not callable(progress):
         raise TypeError(
@@ -124,7 +132,7 @@ class Telemetry:
     """One loader's counters (module docs). ``gathers``: do reads happen where the
     batches are gathered (random access), rather than as a stream's chunk reads?"""
 
-    def __init__(self, gathers: bool = True):
+    def __init__(self, gathers: bool = True) -> None:
         self.gathers = gathers
         compiled = core()  # a wait's count: one call in C, or its twin
         self._count = _count if compiled is None else compiled.waited
@@ -134,8 +142,8 @@ class Telemetry:
         self._lock = threading.Lock()  # step(), and reports
         self._mark: tuple[int, int] | None = None  # last step's (time, waits so far)
         self._base = np.zeros(_SLOT, dtype=np.int64)  # the counts when the epoch began
-        self._progress: Any = None  # see report_to
-        self._report: weakref.WeakMethod | None = None
+        self._progress: Progress | None = None  # see report_to
+        self._report: weakref.WeakMethod[Callable[[], Stats]] | None = None
         self._every = _NEVER
         self._due = _NEVER  # when progress is called next (0: at the next record)
 
@@ -144,7 +152,8 @@ class Telemetry:
     def _slot(self) -> list[int]:
         """This thread's slot (made at its first record)."""
         try:
-            return self._local.slot
+            slot: list[int] = self._local.slot
+            return slot
         except AttributeError:
             slot = self._local.slot = [0] * _SLOT
             self._slots.append(slot)
@@ -157,10 +166,10 @@ class Telemetry:
         s[_READ_NS] += ns
         s[_HIST + (_BUCKET_OF[ns] if ns < _TABLE else _bucket(ns))] += 1
 
-    def timed(self, read):
+    def timed(self, read: Callable[..., R]) -> Callable[..., R]:
         """``read``, each call recorded as a read of the source (a stream's chunks)."""
 
-        def timed_read(*args):
+        def timed_read(*args: Any) -> R:
             t0 = perf_counter_ns()
             out = read(*args)
             self.read(t0)
@@ -221,7 +230,9 @@ class Telemetry:
 
     # -- reports ----------------------------------------------------------------
 
-    def report_to(self, progress, every: float, report) -> None:
+    def report_to(
+        self, progress: Progress | None, every: float, report: Callable[[], Stats]
+    ) -> None:
         """Call ``progress(report())`` at each epoch's end and every ``every`` seconds
         (checked as the consumer waits: at least once a group of batches)."""
         # the loader's report is held weakly: the loader owns the cursor that owns this,
@@ -242,7 +253,7 @@ class Telemetry:
         if self._progress is not None and report is not None:
             self._progress(report())
 
-    def report(self, epoch: dict, run: dict, row_bytes: int, prefetch: int) -> dict:
+    def report(self, epoch: Stats, run: Stats, row_bytes: int, prefetch: int) -> Stats:
         """:meth:`exactbatch.DataLoader.stats`'s dict: ``epoch`` and ``run`` (the
         ledger's counts of each, ``rows`` and ``batches``) with their bytes (``row_bytes``
         a row) and timings added."""
@@ -258,7 +269,7 @@ class Telemetry:
         }
 
 
-def _timings(c: np.ndarray) -> dict:
+def _timings(c: np.ndarray) -> Stats:
     hist = c[_HIST:]
     reads, asked, steps = int(hist.sum()), int(c[_ASKED]), int(c[_STEPS])
     both = int(c[_BOTH_NS])
@@ -277,25 +288,35 @@ def _timings(c: np.ndarray) -> dict:
     }
 
 
+class Counted(Protocol):
+    """The cursor, as the telemetry reads it (:class:`exactbatch.loader.cursor.Cursor`,
+    whose module imports this one)."""
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    def counts(self) -> tuple[Stats, Stats]: ...
+
+
 class Reports:
     """The loader's telemetry methods (:class:`exactbatch.DataLoader`'s own fields)."""
 
-    _cursor: Any
-    _feed: Any
+    _cursor: Counted  # (the loader's Cursor)
+    _feed: Feed
     _telemetry: Telemetry
     dtype: np.dtype
     label_dtype: np.dtype
     with_rows: bool
     prefetch: int
 
-    def _watch(self, progress, every: float) -> Telemetry:
+    def _watch(self, progress: Progress | None, every: float) -> Telemetry:
         """The cursor's telemetry, timing the feed's reads and calling ``progress``."""
         tel = self._cursor.telemetry
         tel.gathers = not self._feed.time_reads(tel.timed)
         tel.report_to(progress, every, self.stats)
         return tel
 
-    def stats(self) -> dict:
+    def stats(self) -> Stats:
         """Where the time goes (docs/usage/telemetry.md): rows, bytes and batches handed
         out, the source's reads and their latency, the consumer's waits, prefetch and
         steps; of the epoch in progress or last ended (``"epoch"``) and since the loader
