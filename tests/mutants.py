@@ -366,6 +366,7 @@ TARGETS = {
             "tests/loader/test_prefetch.py",
             "tests/sources/test_read_ahead.py",
             "tests/test_urls.py",
+            "tests/test_distributed_shard.py",
             "tests/loader/test_distributed.py",
             *FAST_ONLY,
         ],
