@@ -350,6 +350,8 @@ TARGETS = {
         [
             "tests/test_checks.py",
             "tests/test_kernels.py",
+            "tests/test_dataset.py",
+            "tests/test_arrays.py",
             "tests/sources/test_array_likes.py",
             "tests/sources/test_column_chunk.py",
             *FAST_ONLY,
