@@ -356,6 +356,8 @@ TARGETS = {
         [
             "tests/test_checks.py",
             "tests/test_kernels.py",
+            "tests/test_dataset.py",
+            "tests/test_arrays.py",
             "tests/sources/test_array_likes.py",
             "tests/sources/test_column_chunk.py",
             *FAST_ONLY,
@@ -372,6 +374,7 @@ TARGETS = {
             "tests/loader/test_prefetch.py",
             "tests/sources/test_read_ahead.py",
             "tests/test_urls.py",
+            "tests/test_distributed_shard.py",
             "tests/loader/test_distributed.py",
             *FAST_ONLY,
         ],
@@ -487,6 +490,7 @@ TARGETS = {
         ["src/exactbatch/batching/output.py", "src/exactbatch/sources/column_chunk.py"],
         ["exactbatch.batching.output.*", "exactbatch.sources.column_chunk.*"],
         [
+            "tests/batching/test_output.py",
             "tests/sources/test_column_chunk.py",
             "tests/loader/test_real_data.py",
             "tests/loader/test_nan_fill_columns.py",
@@ -645,6 +649,7 @@ TARGETS = {
 }
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+EARLIER = "earlier.json"  # a target's verdicts before its last recheck (see run)
 NOT_COUNTED = {"no compile", "same binary"}  # the core's mutants that are no other program
 ALL = [*TARGETS, "core"]  # `core`: the compiled core, by run_core (mutmut mutates Python only)
 
@@ -654,12 +659,19 @@ def prepare(target: str) -> Path:
     and pytest's settings."""
     if tomllib is None:
         sys.exit("make mutants needs Python >= 3.11 (tomllib)")
-    files, _, tests = TARGETS[target]
     work = WORK / target
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for name in ("src", "tests"):
         (work / name).symlink_to(ROOT / name)
+    write_config(target, work)
+    return work
+
+
+def write_config(target: str, work: Path) -> None:
+    """``work``'s pyproject.toml: the target's files and today's test files (a recheck
+    writes it again, so that a test file added to the target since is run too)."""
+    files, _, tests = TARGETS[target]
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
     config = dict(tool["mutmut"], only_mutate=files, pytest_add_cli_args_test_selection=tests)
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
@@ -667,7 +679,6 @@ def prepare(target: str) -> Path:
     lines += ["[tool.pytest.ini_options]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in tool["pytest"]["ini_options"].items()]
     (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
-    return work
 
 
 def run(target: str, recheck: bool = False) -> None:
@@ -676,11 +687,16 @@ def run(target: str, recheck: bool = False) -> None:
     the mutants of a changed function are made anew and left unchecked, for the next
     recheck)."""
     if recheck:
-        names = sorted(n for n, s in (results(target) or {}).items() if s not in KILLED)
+        before = results(target) or {}
+        names = sorted(n for n, s in before.items() if s not in KILLED)
         if not names:
             print(f"== {target}: no survivors to recheck", flush=True)
             return
         work = WORK / target
+        # A changed configuration (a test file added to the target) makes mutmut make
+        # every mutant anew, unchecked: the verdicts so far are kept for results().
+        (work / EARLIER).write_text(json.dumps(before, indent=0, sort_keys=True))
+        write_config(target, work)
     else:
         work, names = prepare(target), TARGETS[target][1]
     env = dict(os.environ, CI="true", PYTHONPATH=str(ROOT / "src"))  # derandomized hypothesis
@@ -715,6 +731,12 @@ def results(target: str) -> dict[str, str] | None:
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             if any(fnmatch.fnmatchcase(name, g) for g in globs):
                 out[name] = status_by_exit_code[code]
+    earlier = WORK / target / EARLIER
+    if earlier.exists():  # a mutant a recheck left unchecked keeps its verdict before it
+        was = json.loads(earlier.read_text())
+        for name, status in out.items():
+            if status == "not checked" and name in was:
+                out[name] = was[name]
     return out
 
 

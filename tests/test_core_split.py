@@ -11,8 +11,9 @@ import os
 import numpy as np
 import pytest
 from helpers import make_data, run_compiled
+from laws import run_threads
 
-from exactbatch import DataLoader, kernels
+from exactbatch import DataLoader, kernels, open_ndf, save_ndf
 
 core = pytest.importorskip("exactbatch._core", reason="the compiled core is not built")
 
@@ -45,6 +46,45 @@ def test_a_split_read_copies_the_bytes_one_thread_does(dtype):
                     assert all(
                         a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True)
                     ), t
+
+
+def test_a_files_and_a_datasets_parts_split_reads_run_on_several_threads_at_once(tmp_path):
+    """A file's mapping (each pool thread under a fault guard of its own) and a dataset's
+    parts (each pinned while a thread copies it), read by three Python threads at once,
+    each read split over the pool: every read copies the rows it names. (`make tsan` runs
+    this for the guard's and the parts' threads: tests/ndf/test_guard.py cannot run
+    there.)"""
+    n, starts = 30_000, [0, 9_000, 21_000, 30_000]
+    x = np.arange(n, dtype=np.float64)[:, None] + np.arange(4) / 4
+    save_ndf(tmp_path / "all.ndf", (x, x[:, :1]))
+    for k in range(3):
+        part = x[starts[k] : starts[k + 1]]
+        save_ndf(tmp_path / f"part{k}.ndf", (part, part[:, :1]))
+    files = [open_ndf(tmp_path / "all.ndf")] + [
+        open_ndf(tmp_path / f"part{k}.ndf") for k in range(3)
+    ]
+    try:
+        parts = kernels.parts_rows(np.array(starts, dtype=np.int64), 4, 1)
+        for k in range(3):
+            parts.set(k, files[k + 1].kernel_rows())
+        readers = [files[0].kernel_rows(), parts]
+
+        def work(i):
+            rng = np.random.default_rng(i)
+            ox, oy = np.empty((n, 4)), np.empty((n, 1))
+            for k in range(6):
+                idx = rng.permutation(n) if k % 2 else np.sort(rng.integers(0, n, n))
+                ox.fill(np.nan)
+                oy.fill(np.nan)
+                assert (
+                    readers[k % 2].read(idx, ox, oy, None, 3 + i) is None
+                )  # copied (all parts set)
+                assert (oy[:, 0] == idx).all() and (ox[:, 3] == idx + 0.75).all(), (i, k)
+
+        run_threads(work, 3)
+    finally:
+        for f in files:
+            f.close()
 
 
 def test_threads_is_none_or_an_int_and_the_rows_object_keeps_it():

@@ -733,3 +733,85 @@ def test_memory_parts_gather_stream_rows_from_chunks_held_in_memory(each_backend
         with pytest.raises(TypeError, match="whole rows"):  # rows of another stride
             wide = np.zeros((7, 6))
             parts.set(2, kernels.memory_rows(wide[:, :3], wide[:, 3 : 3 + l]))
+
+
+def test_exactbatch_pure_unset_is_not_the_pure_path_and_another_word_is_refused_whole(
+    monkeypatch,
+):
+    monkeypatch.delenv("EXACTBATCH_PURE", raising=False)
+    assert kernels._pure_from_env() is False
+    monkeypatch.setenv("EXACTBATCH_PURE", " y ")
+    with pytest.raises(ValueError) as e:
+        kernels._pure_from_env()
+    assert str(e.value) == (
+        "EXACTBATCH_PURE=' y ': expected 1/true/yes/on (the pure NumPy path) or "
+        "0/false/no/off/empty (the compiled core, when built)"
+    )
+
+
+def test_the_core_is_imported_when_built_and_none_when_it_cannot_be(monkeypatch):
+    assert kernels._import_core() is kernels._BUILT
+    monkeypatch.setitem(sys.modules, "exactbatch._core", None)  # as if it failed to build
+    assert kernels._import_core() is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gather_makes_new_batches_of_the_dtype_on_this_backend(dtype, each_backend):
+    x, y = make_data(30, 3, 2)
+    rows = np.array([29, 0, 7, 7, 3])
+    gx, gy = kernels.gather(x, y, rows, dtype)
+    assert (gx.dtype, gy.dtype, gx.shape, gy.shape) == (dtype, dtype, (5, 3), (5, 2))
+    np.testing.assert_array_equal(gx, x[rows].astype(dtype))
+    np.testing.assert_array_equal(gy, y[rows].astype(dtype))
+
+
+def test_staged_reads_float64_rows_then_maps_them_into_the_batch():
+    """A reader whose copy cannot take the kernel: its rows read as float64, then mapped
+    into the batch's dtype; the first row that held a NaN comes back."""
+    x, y = make_data(6, 3, 1)
+    x[4, 1] = np.nan
+    seen = []
+
+    def read(rows, bx, by):
+        seen.append(bx.dtype)
+        bx[...], by[...] = x[rows], y[rows]
+
+    kern = kernels.TransformKernel(np.ones(3), np.full(3, 0.5))
+    out_x, out_y = np.empty((3, 3), np.float32), np.empty((3, 1), np.float32)
+    assert kernels.staged(read, np.array([1, 4, 5]), out_x, out_y, kern) == 1
+    assert seen == [np.float64]
+    np.testing.assert_array_equal(out_x, ((x[[1, 4, 5]] - 1) * 0.5).astype(np.float32))
+    np.testing.assert_array_equal(out_y, y[[1, 4, 5]].astype(np.float32))
+    x[4, 1] = 0.0
+    assert kernels.staged(read, np.array([1, 4, 5]), out_x, out_y, kern) == -1
+
+
+def test_the_pure_transform_maps_fills_and_finds_the_first_nan_row():
+    """TransformKernel.apply (the pure path's twin of the fused copy), against a
+    reference written out: (v - mean) * scale in float64, a NaN filled by the one fill
+    or by its column's (a NaN column fill keeps the NaN), the first NaN row returned
+    (the batch's first row too), whatever the given arrays' dtypes."""
+    src = np.arange(12, dtype=np.float64).reshape(4, 3)
+    mean, scale = np.array([1, 2, 3]), np.array([2, 1, 4])  # ints: made float64
+    ref = (src - mean) * scale
+    for nan_rows, first in (([2], 2), ([0, 3], 0)):
+        x = src.copy()
+        x[nan_rows, 1] = np.nan
+        x[nan_rows, 2] = np.nan
+        for fill, want in (
+            (None, np.nan),
+            (7, 7.0),
+            (np.array([5, 6, 8], dtype=np.int64), [6.0, 8.0]),
+            (np.array([5.0, 6.0, np.nan]), [6.0, np.nan]),
+        ):
+            kern = kernels.TransformKernel(mean, scale, fill)
+            assert kern.mean.dtype == kern.scale.dtype == np.float64
+            assert (
+                kern.fill is None or isinstance(kern.fill, float) or kern.fill.dtype == np.float64
+            )
+            out = np.empty((4, 3), np.float32)
+            assert kern.apply(x, out) == first
+            expect = ref.copy()
+            expect[nan_rows, 1:] = want
+            np.testing.assert_array_equal(out, expect.astype(np.float32))
+    assert kernels.TransformKernel(mean, scale).apply(src, np.empty((4, 3))) == -1

@@ -162,3 +162,192 @@ def test_a_folder_that_cannot_be_listed_is_an_error_not_an_empty_folder(tmp_path
     with pytest.raises(PermissionError, match="locked"):
         urls.find_files(str(tmp_path), "**/*.parquet")
     assert urls.find_files(str(tmp_path), "*.parquet") == [str(tmp_path / "a.parquet")]
+
+
+# -- each helper on its own ---------------------------------------------------------------
+
+
+class _Options(dict):
+    pass
+
+
+def test_which_names_are_urls():
+    for path in ("s3://b/k", "S3://b/k", "memory://x", "gs://b", "simplecache::s3://b/k"):
+        assert urls.is_url(path) is True, path
+    for path in ("file:///tmp/x", "FILE:///tmp/x", "/tmp/x", "x.ndf", "C://x", None, 3):
+        assert urls.is_url(path) is False, path
+    assert urls.is_url(PurePosixLike("s3://b/k")) is True  # os.PathLike
+    assert urls.is_url(PurePosixLike("/tmp/x")) is False
+
+
+class PurePosixLike:
+    def __init__(self, path):
+        self.path = path
+
+    def __fspath__(self):
+        return self.path
+
+
+def test_a_chain_is_registered_protocols_down_to_a_url():
+    assert urls.is_url("SimpleCache::s3://b/k")  # protocols in any case
+    assert urls.is_url("blockcache::simplecache::gs://b/k")
+    assert urls.is_url("simplecache::file:///tmp/x")  # fsspec reads file:// as a chain's end
+    assert not urls.is_url("simplecache::data.ndf")  # ends in a local path
+    assert not urls.is_url("nosuchprotocol::s3://b/k")  # not registered
+    assert not urls.is_url("simplecache::nosuchprotocol::s3://b/k")
+    name = f"exactbatch{uuid.uuid4().hex[:8]}"  # registered, never a known implementation
+    fsspec.register_implementation(name, type(fsspec.filesystem("memory")))
+    from fsspec.registry import known_implementations
+
+    assert name not in known_implementations
+    assert urls.is_url(f"{name}::s3://b/k")
+
+
+def test_without_fsspec_a_chain_that_ends_in_a_url_is_a_url(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fsspec.registry", None)  # cannot be imported
+    assert urls.is_url("nosuchprotocol::s3://b/k")  # opening it says what to install
+    assert not urls.is_url("nosuchprotocol::data.ndf")
+
+
+def test_local_path_takes_file_urls_off_and_leaves_the_rest():
+    assert urls.local_path("file:///a/b") == "/a/b"
+    assert urls.local_path("FILE:///a/b") == "/a/b"
+    assert urls.local_path("file:/a/b") == "file:/a/b"
+    assert urls.local_path("s3://b/k") == "s3://b/k"
+    assert urls.local_path(3) == 3
+
+
+def test_for_arrow_makes_a_local_path_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert urls.for_arrow("data::v2.parquet") == os.path.join(str(tmp_path), "data::v2.parquet")
+    assert urls.for_arrow("/abs/x.parquet") == "/abs/x.parquet"
+
+
+def test_without_fsspec_a_url_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    with pytest.raises(ImportError) as e:
+        urls.import_fsspec()
+    assert str(e.value) == (
+        "reading URLs needs fsspec (and s3fs for s3://): pip install 'exactbatch[remote]'"
+    )
+
+
+def test_url_to_fs_passes_its_options_and_refuses_other_kinds(tmp_path):
+    fs, path = urls.url_to_fs(f"file://{tmp_path}", {"auto_mkdir": True})
+    assert fs.auto_mkdir is True and path == str(tmp_path)
+    fs, path = urls.url_to_fs(f"file://{tmp_path}", _Options(auto_mkdir=True))  # a dict
+    assert fs.auto_mkdir is True
+    fs, path = urls.url_to_fs(f"file://{tmp_path}")
+    assert fs.auto_mkdir is False and path == str(tmp_path)
+    with pytest.raises(TypeError) as e:
+        urls.url_to_fs("memory://x", [("anon", True)])
+    assert str(e.value) == "storage_options must be a dict or None; got [('anon', True)]"
+
+
+def test_protocols_are_a_tuple_of_names():
+    class Fs:
+        protocol = "memory"
+
+    assert urls.protocols(Fs) == ("memory",)
+    Fs.protocol = ["s3", "s3a"]
+    assert urls.protocols(Fs) == ("s3", "s3a")
+
+
+def test_a_fork_safe_filesystem_is_made_anew_once_in_another_process():
+    fs = _Options(name="fs")
+    safe = urls.ForkSafeFs(fs)
+    assert safe.get() is fs and safe.pid == os.getpid()
+    safe.pid = -1  # as in a forked child
+    again = safe.get()
+    assert again == fs and again is not fs and safe.pid == os.getpid()
+    assert safe.get() is again
+
+
+def test_object_info_is_fresh_and_a_missing_object_names_its_url():
+    class Fs:
+        invalidated: list = []
+
+        def invalidate_cache(self, key):
+            self.invalidated.append(key)
+
+        def info(self, key):
+            if key == "b/gone":
+                raise FileNotFoundError(key)
+            return {"name": key}
+
+    fs = Fs()
+    assert urls.object_info(fs, "b/k", "s3://b/k") == {"name": "b/k"}
+    with pytest.raises(FileNotFoundError) as e:
+        urls.object_info(fs, "b/gone", "s3://b/gone")
+    assert (e.value.errno, e.value.strerror, e.value.filename) == (
+        2,
+        "no such file or object",
+        "s3://b/gone",
+    )
+    assert fs.invalidated == ["b/k", "b/gone"]
+
+
+def test_a_version_tag_is_the_first_tag_present():
+    assert urls.version_tag({"mtime": 5, "ETag": '"abc"'}) == '"abc"'
+    assert urls.version_tag({"ETag": None, "etag": None, "mtime": 5.5}) == "5.5"
+    assert urls.version_tag({"size": 3}) is None
+
+
+def test_a_search_over_a_url_asks_only_as_deep_as_the_pattern_and_skips_folders():
+    class Fs:
+        def find(self, root, maxdepth, withdirs, detail):
+            self.asked = (root, maxdepth, withdirs, detail)
+            return {
+                "b/dataX/d.parquet": {"type": "directory"},  # a folder, whatever its name
+                "b/dataXY/y.parquet": {"type": "file"},  # beside the folder, not in it
+                "b/dataX/a.parquet": {"type": "file"},
+                "b/dataX/d.parquet/c.parquet": {"type": "file"},
+            }
+
+    fs = Fs()
+    assert urls.find_files("b/dataX/", "*.parquet", fs) == ["b/dataX/a.parquet"]
+    assert fs.asked == ("b/dataX", 1, False, True)
+    assert urls.find_files("b/dataX", "*/*.parquet", fs) == ["b/dataX/d.parquet/c.parquet"]
+    assert fs.asked[1] == 2
+    got = urls.find_files("b/dataX", "**/*.parquet", fs)
+    assert got == ["b/dataX/a.parquet", "b/dataX/d.parquet/c.parquet"] and fs.asked[1] is None
+
+
+def test_a_local_search_stops_past_its_bound_naming_the_folder(tmp_path, monkeypatch):
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_bytes(b"x")
+    monkeypatch.setattr(urls, "MAX_WALK", 4)
+    (tmp_path / "d").mkdir()  # 4 entries: at the bound, not past it
+    assert len(urls.find_files(str(tmp_path), "**/*")) == 3
+    (tmp_path / "d" / "e").write_bytes(b"x")  # 5
+    with pytest.raises(ValueError) as e:
+        urls.find_files(str(tmp_path), "**/*")
+    assert str(e.value) == (
+        f"{tmp_path}: more than 4 files and folders under it, looking for '**/*': name the "
+        "folder that holds the data, not one above it"
+    )
+
+
+def test_names_with_spaces_are_found_whole(tmp_path):
+    (tmp_path / "my data").mkdir()
+    (tmp_path / "my data" / "a b.parquet").write_bytes(b"x")
+    want = [os.path.join(tmp_path, "my data", "a b.parquet")]
+    assert urls.find_files(str(tmp_path), "**/*.parquet") == want
+
+
+def test_a_hidden_folder_named_by_the_pattern_is_searched(tmp_path):
+    (tmp_path / ".a").mkdir()
+    (tmp_path / ".a" / "x.parquet").write_bytes(b"x")
+    want = [os.path.join(tmp_path, ".a", "x.parquet")]
+    assert urls.find_files(str(tmp_path), "**/.a/*.parquet") == want
+    assert urls.find_files(str(tmp_path), "**/*.parquet") == []
+
+
+def test_a_pattern_that_is_not_a_str_is_a_type_error():
+    with pytest.raises(TypeError) as e:
+        urls.find_files(".", 3)
+    assert str(e.value) == "pattern must be a str such as '*.parquet'; got 3"

@@ -28,7 +28,11 @@ rm -f "$W"/src/exactbatch/_core*.so
 # TSan cannot follow a multi-threaded fork, and would end the child).
 # (Not tests/ndf/test_guard.py: its faults, SIGBUS in a copy left by siglongjmp from the
 # handler, end a process under TSan without a report: TSan defers signals it intercepts.)
-TESTS=${TSAN_TESTS:-"tests/test_core_split.py tests/loader/test_threads.py"}
+# The pool (_core_split.c) over arrays, a file's mapping and a dataset's parts (_core_copy.c,
+# _core_parts.c), the loader's threads, and the categorical codes' GIL-free lookups run
+# on several threads at once (_core_codes.c).
+TESTS=${TSAN_TESTS:-"tests/test_core_split.py tests/loader/test_threads.py
+    tests/sources/test_string_keys.py::test_one_vocabulary_codes_chunks_on_several_threads_at_once"}
 # shellcheck disable=SC2086
 LD_PRELOAD="$LIB" \
     TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0 die_after_fork=0 ${TSAN_OPTIONS:-}" \

@@ -257,3 +257,121 @@ def test_a_stale_prefetch_thread_over_a_stream_not_read_yet_does_not_begin_the_n
     want = stream()
     want.set_epoch(5)
     assert [xb[:, 0].tolist() for xb, _ in loader] == [xb[:, 0].tolist() for xb, _ in want]
+
+
+# -- the threads themselves (exactbatch.prefetch) ----------------------------------------
+
+
+def _until(done, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def _threads(name):
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def test_each_helper_thread_is_a_named_daemon():
+    """Named, so that a stack dump says whose thread it is; daemons, so that the
+    interpreter's exit waits for none of them."""
+    from exactbatch.prefetch import Hinter, Prefetcher, ReadAhead
+
+    go = threading.Event()
+    before = {n: len(_threads(n)) for n in ("exactbatch-prefetch", "exactbatch-read")}
+    p = Prefetcher(lambda: go.wait(10) and None, 2)
+    r = ReadAhead(lambda k: go.wait(10), range(3), 2)
+    h = Hinter(lambda k: go.wait(10), iter(range(3)), 1)
+    try:
+        assert p._thread.name == "exactbatch-prefetch" and p._thread.daemon is True
+        assert [(t.name, t.daemon) for t in r._threads] == [("exactbatch-read", True)] * 2
+        assert h._thread.name == "exactbatch-hints" and h._thread.daemon is True
+        assert len(_threads("exactbatch-read")) == before["exactbatch-read"] + 2
+    finally:
+        go.set()
+        p.close()
+        r.close()
+        h.close()
+
+
+def test_a_prefetcher_waits_for_room_however_long_the_consumer_takes():
+    """A producer ahead by ``depth`` waits for room, polling its stop flag, for as long as
+    the consumer takes: it never gives up."""
+    from exactbatch.prefetch import Prefetcher
+
+    made = iter(range(1, 4))
+    p = Prefetcher(lambda: next(made, None), 1)
+    _until(p.full)
+    time.sleep(0.2)  # several polls without room
+    assert p.join(0.01) is False  # still waiting, not ended
+    assert [p.get(), p.get(), p.get(), p.get()] == [1, 2, 3, None]
+    assert p.join(10) is True
+
+
+def test_a_prefetcher_closed_returns_what_nobody_took_in_order_once():
+    """close() returns the results ready and the one made while the thread waited for
+    room, in order; a second close() nothing more. join() on the prefetch thread itself
+    is False at once."""
+    from exactbatch.prefetch import Prefetcher
+
+    made, joined, box = [], [], []
+    go = threading.Event()
+
+    def produce():
+        go.wait(10)
+        if not made:
+            joined.append(box[0].join(1))
+        made.append(len(made) + 1)
+        return made[-1]
+
+    box.append(Prefetcher(produce, 1))
+    p = box[0]
+    go.set()
+    _until(lambda: len(made) >= 2)  # 1 ready, 2 made and waiting for room
+    assert p.close() == [1, 2]
+    assert p.close() == []
+    assert joined == [False]
+
+
+def test_cores_without_an_affinity_is_the_cpu_count_or_one(monkeypatch):
+    import os
+
+    from exactbatch import prefetch
+
+    def no_affinity(pid):
+        raise OSError("not here")
+
+    monkeypatch.setattr(os, "sched_getaffinity", no_affinity, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert prefetch.cores() == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert prefetch.cores() == 6
+
+
+def test_a_read_ahead_stopped_begins_no_read_and_closed_waits_for_the_one_under_way():
+    from exactbatch.prefetch import ReadAhead
+
+    go = threading.Event()
+    seen, done, queued = [], [], []
+
+    def read(k):
+        seen.append(k)
+        if k == 0:
+            go.wait(10)
+            time.sleep(0.2)
+            done.append(k)
+        return k
+
+    r = ReadAhead(read, range(5), 1, taken=lambda: queued.append(1))
+    _until(lambda: seen == [0])
+    got = []
+    getter = threading.Thread(target=lambda: got.append(r.get()))
+    getter.start()
+    _until(lambda: len(queued) == 2)  # key 1 queued behind the read of key 0
+    r.stop()
+    go.set()
+    r.close()
+    assert done == [0]  # close() waited for the read under way
+    getter.join(10)
+    assert got == [0] and seen == [0]  # key 1, queued before the stop, never read

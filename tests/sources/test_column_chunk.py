@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import exactbatch
 from exactbatch import DataLoader, kernels
-from exactbatch.sources.column_chunk import Columns, put
+from exactbatch.sources.column_chunk import Columns, put, side_by_side
 
 needs_core = pytest.mark.skipif(not built(), reason="the compiled core is not built")
 
@@ -307,3 +307,27 @@ def test_an_arrow_table_read_in_order_with_integer_labels():
     loader.close()
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got[:, 0], y)
+
+
+def test_side_by_side_keeps_two_column_chunks_of_the_same_rows_as_columns():
+    """A chunk's x and y held as columns of the same rows are one chunk of columns (no
+    copy); other starts, or an array on either side, one float64 array of both."""
+    cols = [np.arange(10.0), np.arange(10.0) * 2, np.arange(10, dtype=np.int32) * 3]
+    whole = np.stack(cols, axis=1).astype(np.float64)
+    x, y = Columns(cols[:2], 6, start=2), Columns(cols[2:], 6, start=2)
+    both = side_by_side(x, y)
+    assert isinstance(both, Columns) and (both.start, both.shape) == (2, (6, 3))
+    np.testing.assert_array_equal(np.asarray(both), whole[2:8])
+    for a, b in [
+        (x, Columns(cols[2:], 6, start=0)),
+        (x, np.asarray(y)),
+        (np.asarray(x), y),
+        (np.asarray(x), np.asarray(y)),
+    ]:
+        got = side_by_side(a, b)
+        assert type(got) is np.ndarray and got.dtype == np.float64 and got.shape == (6, 3)
+        np.testing.assert_array_equal(got, np.hstack([np.asarray(a), np.asarray(b)]))
+
+
+def test_a_column_chunk_shows_its_rows_columns_and_start():
+    assert repr(Columns([np.arange(9.0)] * 2, 4, start=3)) == "Columns(rows=4, columns=2, start=3)"

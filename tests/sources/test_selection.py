@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 import pytest
+from doubles import ChunksDouble
 
 import exactbatch
 from exactbatch import DataLoader, open_ndf, save_ndf
@@ -300,6 +301,19 @@ def test_a_bad_chunk_under_a_selection_is_named_by_its_place():
 
     with pytest.raises(ValueError, match="chunk 1"):
         list(select_columns(chunks, features=[0])())
+
+
+def test_a_chunk_indexed_sources_bad_chunk_is_named_by_its_index():
+    """A chunk read by its index (a shard's, in a shuffled order) is named by that index
+    when its widths disagree with the first chunk read."""
+    x, y = _data()
+    source = ChunksDouble(x, y, [5, 5, 5, 8])
+    s = select_columns(source, features=[3])
+    gx, _ = s.read_chunk(1)
+    np.testing.assert_array_equal(gx, x[5:10, [3]])
+    source.x = x[:, :3]  # the chunks read from now on are one column short
+    with pytest.raises(ValueError, match=r"^chunk 2: expected x of shape \(rows, 4\)"):
+        s.read_chunk(2)
 
 
 def test_a_repeated_or_shared_column_is_shown_by_name_or_position(ndf_file):

@@ -20,6 +20,7 @@ import pytest
 from helpers import reference_string_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from laws import run_threads
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -230,6 +231,27 @@ def test_plain_and_dictionary_chunks_code_alike(kind):
     np.testing.assert_array_equal(_coded(vocab, plain), want)
     np.testing.assert_array_equal(_coded(vocab, plain.dictionary_encode()), want)
     np.testing.assert_array_equal(_coded(vocab, pa.chunked_array([plain])), want)
+
+
+def test_one_vocabulary_codes_chunks_on_several_threads_at_once():
+    """The compiled keys, lookups and dictionary takes release the GIL: four threads
+    coding chunks of their own against one vocabulary at once (its index shared, read
+    only) each get their own chunk's codes. (`make tsan` runs this for _core_codes.c.)"""
+    rng = np.random.default_rng(8)
+    vocabulary = [f"value {i}" for i in range(3000)]
+    vocab = Vocabulary("c", vocabulary)
+    chunks, wants = [], []
+    for i in range(4):
+        values = [None if j % 97 == 0 else vocabulary[j] for j in rng.integers(0, 3000, 40_000)]
+        col = pa.array(values, type=pa.large_string() if i % 2 else pa.string())
+        chunks.append(col.dictionary_encode() if i >= 2 else col)
+        wants.append(_reference_codes(vocabulary, values)[0])
+
+    def work(i):
+        for _ in range(5):
+            np.testing.assert_array_equal(_coded(vocab, chunks[i]), wants[i])
+
+    run_threads(work, 4)
 
 
 def test_dictionary_encoded_parquet_chunks_code_as_the_dict_does(tmp_path):

@@ -1,0 +1,65 @@
+"""exactbatch.arrays' helpers on their own: a buffer's bytes and the check of an output
+array. (What is read as an array, and how: tests/sources/test_array_likes.py and
+tests/test_dataset.py.)"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from exactbatch.arrays import byte_view, check_out_array
+
+
+def test_byte_view_is_the_flat_unsigned_bytes_or_empty():
+    a = np.array([[1.0, -2.0]])
+    view = byte_view(a)
+    assert (view.format, view.ndim, view.nbytes) == ("B", 1, 16)
+    assert view.tolist() == list(a.tobytes())  # unsigned: 0..255
+    view[8:] = np.array([5.0]).tobytes()  # written through
+    assert a[0, 1] == 5.0
+    for empty in (np.empty((0, 3)), np.empty((3, 0)), b""):
+        view = byte_view(empty)  # a cast refuses a shape with a zero: an empty view instead
+        assert view.nbytes == 0 and view.tobytes() == b""
+
+
+def test_check_out_array_gives_a_new_array_of_the_dtype_for_none():
+    out = check_out_array(None, (2, 3), "out_x", np.float32)
+    assert (out.shape, out.dtype) == ((2, 3), np.float32)
+    assert check_out_array(None, (1,), "out_x").dtype == np.float64
+
+
+def test_check_out_array_refuses_each_wrong_output_naming_it():
+    ok = np.empty((2, 3), np.float32)
+    assert check_out_array(ok, (2, 3), "out_x", np.float32) is ok
+    cases = [
+        (
+            [[0.0] * 3] * 2,
+            TypeError,
+            "out_x must be a float32 NumPy array of shape (2, 3); got list",
+        ),
+        (
+            ok.astype(np.float64),
+            TypeError,
+            "out_x must have dtype float32 and shape (2, 3); got dtype float64",
+        ),
+        (np.empty((3, 2), np.float32), ValueError, "out_x must have shape (2, 3); got (3, 2)"),
+        (np.empty((3, 3), np.float32)[:2], None, None),  # a C-contiguous slice of rows: fine
+        (
+            np.empty((2, 6), np.float32)[:, ::2],
+            ValueError,
+            "out_x must be a writeable C-contiguous array of shape (2, 3)",
+        ),
+    ]
+    readonly = np.empty((2, 3), np.float32)
+    readonly.flags.writeable = False
+    cases.append(
+        (readonly, ValueError, "out_x must be a writeable C-contiguous array of shape (2, 3)")
+    )
+    for out, error, message in cases:
+        if error is None:
+            assert check_out_array(out, (2, 3), "out_x", np.float32) is out
+            continue
+        with pytest.raises(error, match=f"^{re.escape(message)}$"):
+            check_out_array(out, (2, 3), "out_x", np.float32)
