@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from exactbatch.adapters import dask_plan, numpyro, pymc, torch
+from exactbatch.adapters import dask_plan, numpyro, numpyro_adam, pymc, torch
 from exactbatch.adapters import jax as jax_adapter
 from exactbatch.adapters import ray as ray_adapter
 from exactbatch.extras import need
@@ -95,7 +95,7 @@ CASES = [
         "exactbatch.numpyro needs NumPyro: pip install 'exactbatch[numpyro]'",
     ),
     (
-        lambda p: numpyro._default_optim(),
+        lambda p: numpyro_adam.default_optim(),
         "optax",
         ImportError,
         "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
