@@ -86,6 +86,8 @@ def test_regular_file_and_check_regular(tmp_path):
     with regular_file(p, buffering=0) as f:
         assert f.read(2) == b"ab" and not hasattr(f, "raw")  # unbuffered: a FileIO
     check_regular(p)
+    with pytest.raises(NdfError, match="^/dev/null: not a regular file: expected a file, found"):
+        check_regular("/dev/null")  # what= by default
     with pytest.raises(NdfError, match="expected a parquet file, found a character device"):
         check_regular("/dev/null", "a parquet file")
     with pytest.raises(IsADirectoryError, match="expected a sidecar, found a folder"):
