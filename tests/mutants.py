@@ -395,6 +395,11 @@ TARGETS = {
             "exactbatch.ndf.regular.*",
         ],
         [
+            "tests/ndf/test_write.py",  # (the five modules' own tests, each function on its own)
+            "tests/ndf/test_jsondoc.py",
+            "tests/ndf/test_manifest.py",
+            "tests/ndf/test_temps.py",
+            "tests/ndf/test_regular.py",
             "tests/ndf/test_file.py",
             "tests/ndf/test_validation.py",
             "tests/ndf/test_categories.py",
