@@ -2,9 +2,12 @@
 block on its own, in an empty folder)."""
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
+
+from exactbatch.errors import ConvergenceWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -35,13 +38,18 @@ def _title(page: Path, line: int) -> str:
 )
 def test_example_runs(page, line, code, tmp_path, monkeypatch):
     """The block executes without error in an empty folder (skipped when it needs an
-    optional package that is not installed)."""
+    optional package that is not installed), and a fit it runs converges: a page's fit
+    is shown as the way to fit, so its warning is an error here (unless the block is
+    about the warning: it names ConvergenceWarning)."""
     for module in OPTIONAL:
         if f"import {module}" in code or f"exactbatch.{module}" in code:
             pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
     # Blank lines first, so that a traceback names the line of the page.
-    exec(compile("\n" * line + code, str(page), "exec"), {"__name__": "__docs__"})
+    with warnings.catch_warnings():
+        if "ConvergenceWarning" not in code:
+            warnings.simplefilter("error", ConvergenceWarning)
+        exec(compile("\n" * line + code, str(page), "exec"), {"__name__": "__docs__"})
 
 
 def test_readme_is_a_front_page_with_a_tour():
