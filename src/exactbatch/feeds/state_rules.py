@@ -172,17 +172,11 @@ class ElasticRule:
         return bool(first + done * feed.spec.shard.count >= feed.total_batches)
 
 
-class RangesRule:
+class RangesRule(ElasticRule):
     """A state of ``elastic="ranges"``: the epoch's world-size history, every rank's
-    ledger (module docs)."""
-
-    free: frozenset[str] = frozenset({"even_batches"})  # each segment's own
-    lands_flights = True  # a state's position must be a step every rank shares
-
-    @staticmethod
-    def settings(feed: Any) -> dict[str, Any]:
-        """Nothing beyond the spec: any shard count resumes the state."""
-        return {}
+    ledger (module docs). As an elastic state: any shard count resumes it, its
+    position is a step every rank shares, it carries every rank's ledger and the
+    shard it was taken at."""
 
     @staticmethod
     def position(pos: Place, feed: Any) -> dict[str, Any]:
@@ -193,17 +187,6 @@ class RangesRule:
         if pos.done:
             segments.append([feed.spec.shard.count, pos.done])
         return {"segments": segments}
-
-    @staticmethod
-    def ledger(pos: Place, feed: Any) -> Tally:
-        """Every rank's rows before the state, this rank's as measured."""
-        out: Tally = feed.global_ledger(pos)
-        return out
-
-    @staticmethod
-    def shard(feed: Any) -> dict[str, Any]:
-        """The rank and count the state was taken at (its settings do not name them)."""
-        return {"shard": [feed.spec.shard.index, feed.spec.shard.count]}
 
     @staticmethod
     def resume(
