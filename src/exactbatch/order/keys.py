@@ -13,7 +13,7 @@ import numpy as np
 
 from exactbatch.checks import check_int
 
-__all__ = ["buffer_rng", "check_key", "chunk_order", "derive_rng"]
+__all__ = ["buffer_rng", "check_key", "checked_positions", "chunk_order", "derive_rng"]
 
 # Streams of randomness for different purposes are kept apart by a tag.
 _TAG_CHUNKS = 0x65786368  # chunk orders of streamed epochs
@@ -42,3 +42,14 @@ def chunk_order(k: int, *, seed: int, epoch: int, shard: int = 0) -> np.ndarray:
 def buffer_rng(*, seed: int, epoch: int, shard: int = 0) -> np.random.Generator:
     """The generator a streamed epoch's shuffle buffer draws from."""
     return derive_rng(_TAG_BUFFER, seed, epoch, shard)
+
+
+def checked_positions(positions: np.ndarray | int | list[int], n: int) -> np.ndarray:
+    """``positions`` as int64 (their shape kept), each in ``[0, n)``: an ``IndexError``
+    naming the first outside it otherwise."""
+    pos = np.asarray(positions, dtype=np.int64)
+    flat = pos.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= n):
+        bad = flat[(flat < 0) | (flat >= n)][0]
+        raise IndexError(f"position {bad} is out of range [0, n) = [0, {n})")
+    return pos

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from exactbatch.order.bijection import EpochBijection
-from exactbatch.order.keys import check_key
+from exactbatch.order.keys import check_key, checked_positions
 
 __all__ = [
     "Piece",
@@ -232,11 +232,8 @@ class RangesOrder:
 
     def __call__(self, positions: np.ndarray | int | list[int]) -> np.ndarray:
         """Rows (int64, the shape of ``positions``) at ``positions``."""
-        pos = np.asarray(positions, dtype=np.int64)
+        pos = checked_positions(positions, self.n)
         flat = pos.reshape(-1)
-        if flat.size and (flat.min() < 0 or flat.max() >= self.n):
-            bad = flat[(flat < 0) | (flat >= self.n)][0]
-            raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
         out = np.empty_like(flat)
         which = np.searchsorted(self.starts, flat, side="right") - 1
         ks = np.unique(which).tolist()

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from exactbatch.order.bijection import EpochBijection
-from exactbatch.order.keys import check_key, chunk_order
+from exactbatch.order.keys import check_key, checked_positions, chunk_order
 
 __all__ = ["WindowedOrder", "chunk_of_rows"]
 
@@ -87,11 +87,8 @@ class WindowedOrder:
 
     def __call__(self, positions: np.ndarray | int | list[int]) -> np.ndarray:
         """Rows of the stream (int64, the shape of ``positions``) at ``positions``."""
-        pos = np.asarray(positions, dtype=np.int64)
+        pos = checked_positions(positions, self.n)
         flat = pos.reshape(-1)
-        if flat.size and (flat.min() < 0 or flat.max() >= self.n):
-            bad = flat[(flat < 0) | (flat >= self.n)][0]
-            raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
         mixed = np.empty_like(flat)  # positions of the chunks' concatenation
         w_of = flat // self.window
         first, last = (int(w_of.min()), int(w_of.max())) if flat.size else (0, -1)
