@@ -769,6 +769,7 @@ CORE_TESTS = [
     "tests/test_core.py",
     "tests/test_core_split.py",
     "tests/test_kernels.py",
+    "tests/test_hand_kernels.py",
     "tests/ndf/test_ndf_dataset.py",
     "tests/ndf/test_file.py",
     "tests/ndf/test_guard.py",
