@@ -750,22 +750,9 @@ RESHARD_KINDS = INDEXED_STREAM_KINDS + ("pair", "ndf", "sharded")
 RESHARD = [(k, s, t) for k in RESHARD_KINDS for s in (1, 2, 3, 4) for t in (1, 2, 3, 4)]
 
 
-@pytest.mark.parametrize(
-    "kind,shards,after",
-    [pytest.param(k, s, t, id=f"{k}-S{s}-to-S{t}", marks=marks_for(k)) for k, s, t in RESHARD],
-)
-def test_elastic_state_at_s_shards_resumes_at_any_other_count(kind, shards, after, make_spec):
-    """Elastic, every indexed stream kind (and random access): S ranks in lockstep cut
-    mid-epoch, S' ranks resume from their states (a resumed rank's source failing once,
-    the caller going on): every global batch of the epoch exactly as one rank's
-    uninterrupted epoch, then the next epoch whole; the last states certify both
-    (laws.check_reshard)."""
-    case = Case(kind, True, False, shards, 0, "elastic", 1)
-    case = replace(case, shuffle=case.pick((True, True, False), "shuffle"))
-    case = replace(case, drop_last=case.pick((False, True), "drop"))
-    needs(case)
-    spec = make_spec(case)
-    d, l = spec["d"], spec["l"]  # noqa: E741
+def _flaky_resumed_ranks(kind, spec):
+    """``make(num_shards, shard_index, resumed)``: a rank's loader of ``spec``; a
+    resumed rank 0's source fails once (its reader, or its stream's chunks)."""
 
     def make(num_shards, shard_index, resumed):
         wrapped = []
@@ -785,6 +772,26 @@ def test_elastic_state_at_s_shards_resumes_at_any_other_count(kind, shards, afte
                 wrapped[0].arm(1)
         return loader
 
+    return make
+
+
+@pytest.mark.parametrize(
+    "kind,shards,after",
+    [pytest.param(k, s, t, id=f"{k}-S{s}-to-S{t}", marks=marks_for(k)) for k, s, t in RESHARD],
+)
+def test_elastic_state_at_s_shards_resumes_at_any_other_count(kind, shards, after, make_spec):
+    """Elastic, every indexed stream kind (and random access): S ranks in lockstep cut
+    mid-epoch, S' ranks resume from their states (a resumed rank's source failing once,
+    the caller going on): every global batch of the epoch exactly as one rank's
+    uninterrupted epoch, then the next epoch whole; the last states certify both
+    (laws.check_reshard)."""
+    case = Case(kind, True, False, shards, 0, "elastic", 1)
+    case = replace(case, shuffle=case.pick((True, True, False), "shuffle"))
+    case = replace(case, drop_last=case.pick((False, True), "drop"))
+    needs(case)
+    spec = make_spec(case)
+    make = _flaky_resumed_ranks(kind, spec)
+    d, l = spec["d"], spec["l"]  # noqa: E741
     cut = case.pick((0, 1, 2, 3, 5), "cut")
     check_reshard(make, shards, after, d, l, cut=cut, via=case.pick(("iter", "next_into"), "via"))
 
@@ -815,26 +822,8 @@ def test_ranges_state_at_s_shards_resumes_at_any_other_count(kind, shards, after
     case = replace(case, drop_last=case.pick((False, True), "drop"))
     needs(case)
     spec = make_spec(case)
+    make = _flaky_resumed_ranks(kind, spec)
     d, l = spec["d"], spec["l"]  # noqa: E741
-
-    def make(num_shards, shard_index, resumed):
-        wrapped = []
-
-        def wrap(source):
-            faulty = resumed and shard_index == 0 and kind in INDEXED_STREAM_KINDS
-            wrapped.append(FlakyChunks(source) if faulty and kind != "list" else source)
-            return wrapped[0]
-
-        loader = loader_from_spec(spec, wrap=wrap, num_shards=num_shards, shard_index=shard_index)
-        if resumed and shard_index == 0:
-            if kind in RANDOM_ACCESS_KINDS:
-                flaky = wrap_reader(loader, FlakyReader)
-                flaky.batch = loader.batch_size
-                flaky.arm(1)
-            elif isinstance(wrapped[0], FlakyChunks):
-                wrapped[0].arm(1)
-        return loader
-
     cut = case.pick((0, 1, 2, 3), "cut")
     via = case.pick(("iter", "next_into"), "via")
     check_reshard_ranges(make, shards, after, d, l, cut=cut, via=via)
