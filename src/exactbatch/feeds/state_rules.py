@@ -211,12 +211,6 @@ class RangesRule(ElasticRule):
         return int(n - remaining(n, feed.spec.batch_size, before))
 
     @staticmethod
-    def promise(feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally:
-        """Every rank's rows of the epoch, from the order and the segments."""
-        out: Tally = feed.global_promise(epoch, first)
-        return out
-
-    @staticmethod
     def segment(pos: Place, feed: Any) -> tuple[Tally, Any, bool]:
         """At another shard count, a segment of its own after the state's, its
         hand-outs counted from the state's ledger; at the same count, the state's
