@@ -143,3 +143,198 @@ done:
     Py_DECREF(fast);
     return result;
 }
+
+/* Rows of columns scattered to rows of batches (scatter_columns). */
+typedef struct {
+    const char *const *cols;   /* each column's first value */
+    const Py_ssize_t *strides; /* bytes between a column's values */
+    const int *types;
+    Py_ssize_t w;
+    const int64_t *dest;       /* row i's position among the batches' rows */
+    Py_ssize_t k;
+    char *const *outs;         /* group g: positions g * group .. */
+    const Py_ssize_t *ostrides;
+    Py_ssize_t group, full;    /* positions >= full: rows of left */
+    char *left;
+    Py_ssize_t lstride;
+} Scatter;
+
+#define SCATTER_COLUMN(T)                                                               \
+    do {                                                                                \
+        const char *v = s->cols[j] + a * s->strides[j];                                 \
+        Py_ssize_t step = s->strides[j];                                                \
+        for (Py_ssize_t i = 0; i < z - a; i++)                                          \
+            ((double *)rows[i])[j] = (double)*(const T *)(v + i * step);                \
+    } while (0)
+
+/* Row i of the columns (each value as float64, exact) into the row at position dest[i]:
+ * a block of rows at a time, each column's values written into rows that stay in L1. */
+static void scatter_rows(const Scatter *s)
+{
+    char *rows[BLOCK];
+    for (Py_ssize_t a = 0; a < s->k; a += BLOCK) {
+        Py_ssize_t z = a + BLOCK < s->k ? a + BLOCK : s->k;
+        for (Py_ssize_t i = a; i < z; i++) {
+            Py_ssize_t q = (Py_ssize_t)s->dest[i];
+            rows[i - a] = q < s->full ? s->outs[q / s->group] + (q % s->group) * s->ostrides[q / s->group]
+                                      : s->left + (q - s->full) * s->lstride;
+        }
+        for (Py_ssize_t j = 0; j < s->w; j++) {
+            switch (s->types[j]) {
+            case C_F64: SCATTER_COLUMN(double); break;
+            case C_F32: SCATTER_COLUMN(float); break;
+            case C_I8: SCATTER_COLUMN(int8_t); break;
+            case C_U8: SCATTER_COLUMN(uint8_t); break;
+            case C_I16: SCATTER_COLUMN(int16_t); break;
+            case C_U16: SCATTER_COLUMN(uint16_t); break;
+            case C_I32: SCATTER_COLUMN(int32_t); break;
+            default: SCATTER_COLUMN(uint32_t); break;
+            }
+        }
+    }
+}
+
+/* A 2-D float64 array of w values a row, side by side (its rows any stride apart). */
+static int rows_of_doubles(PyObject *o, Py_buffer *b, Py_ssize_t w, const char *what)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+        return -1;
+    const char *f = plain_format(b);
+    if (b->ndim != 2 || f[0] != 'd' || f[1] || b->itemsize != 8 || b->shape[1] != w ||
+        (w > 1 && b->strides[1] != 8) || (b->shape[0] > 1 && b->strides[0] < w * 8)) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_ValueError,
+                     "scatter_columns: %s must be a 2-D float64 array of %zd values a row, "
+                     "side by side", what, w);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *scatter_columns(PyObject *mod, PyObject *args)
+{
+    PyObject *cseq, *dobj, *oseq, *lobj;
+    Py_ssize_t group;
+    if (!PyArg_ParseTuple(args, "OOOOn:scatter_columns", &cseq, &dobj, &oseq, &lobj, &group))
+        return NULL;
+    PyObject *cfast = PySequence_Fast(cseq, "scatter_columns: cols must be a sequence of arrays");
+    if (cfast == NULL)
+        return NULL;
+    PyObject *ofast = PySequence_Fast(oseq, "scatter_columns: outs must be a sequence of arrays");
+    if (ofast == NULL) {
+        Py_DECREF(cfast);
+        return NULL;
+    }
+    Py_ssize_t w = PySequence_Fast_GET_SIZE(cfast), m = PySequence_Fast_GET_SIZE(ofast);
+    Py_ssize_t gotc = 0, goto_ = 0;
+    Py_buffer dest, left, *cbufs = PyMem_Calloc(w + 1, sizeof(Py_buffer));
+    Py_buffer *obufs = PyMem_Calloc(m + 1, sizeof(Py_buffer));
+    const char **cols = PyMem_Calloc(w + 1, sizeof(char *));
+    Py_ssize_t *strides = PyMem_Calloc(w + 1, sizeof(Py_ssize_t));
+    int *types = PyMem_Calloc(w + 1, sizeof(int));
+    char **outs = PyMem_Calloc(m + 1, sizeof(char *));
+    Py_ssize_t *ostrides = PyMem_Calloc(m + 1, sizeof(Py_ssize_t));
+    PyObject *result = NULL;
+    int have_dest = 0, have_left = 0;
+    if (!cbufs || !obufs || !cols || !strides || !types || !outs || !ostrides) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (group < 1) {
+        PyErr_SetString(PyExc_ValueError, "scatter_columns: group must be >= 1");
+        goto done;
+    }
+    if (PyObject_GetBuffer(dobj, &dest, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        goto done;
+    have_dest = 1;
+    const char *df = plain_format(&dest);
+    if (dest.ndim != 1 || dest.itemsize != 8 || !((df[0] == 'q' || df[0] == 'l') && !df[1])) {
+        PyErr_SetString(PyExc_TypeError, "scatter_columns: dest must be a 1-D int64 array");
+        goto done;
+    }
+    Py_ssize_t k = dest.shape[0];
+    if (rows_of_doubles(lobj, &left, w, "left") != 0)
+        goto done;
+    have_left = 1;
+    Py_ssize_t full = 0;
+    for (; goto_ < m; goto_++) {
+        Py_buffer *b = &obufs[goto_];
+        if (rows_of_doubles(PySequence_Fast_GET_ITEM(ofast, goto_), b, w, "each out") != 0)
+            goto done;
+        outs[goto_] = b->buf;
+        ostrides[goto_] = b->strides[0];
+        if (b->shape[0] != group && !(goto_ == m - 1 && b->shape[0] > 0 && b->shape[0] < group)) {
+            goto_++;
+            PyErr_Format(PyExc_ValueError,
+                         "scatter_columns: every out but the last must have group=%zd rows, "
+                         "the last 1 to group", group);
+            goto done;
+        }
+        full += b->shape[0];
+    }
+    for (; gotc < w; gotc++) {
+        Py_buffer *b = &cbufs[gotc];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(cfast, gotc), b,
+                               PyBUF_STRIDES | PyBUF_FORMAT) != 0)
+            goto done;
+        types[gotc] = column_type(plain_format(b), b->itemsize);
+        if (b->ndim != 1 || types[gotc] < 0) {
+            PyBuffer_Release(b);
+            PyErr_Format(PyExc_TypeError,
+                         "scatter_columns: column %zd must be 1-D float64, float32, or an "
+                         "integer of at most 32 bits", gotc);
+            goto done;
+        }
+        if (b->shape[0] < k) {
+            PyBuffer_Release(b);
+            PyErr_Format(PyExc_ValueError,
+                         "scatter_columns: column %zd has %zd values; dest has %zd", gotc,
+                         b->shape[0], k);
+            goto done;
+        }
+        cols[gotc] = b->buf;
+        strides[gotc] = b->strides[0];
+    }
+    const int64_t *d = dest.buf;
+    Py_ssize_t end = full + left.shape[0], bad = -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (d[i] < 0 || d[i] >= end) {
+            bad = i;
+            break;
+        }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_IndexError,
+                     "scatter_columns: dest[%zd] = %lld is outside 0..%zd", bad,
+                     (long long)d[bad], end - 1);
+        goto done;
+    }
+    Scatter s = {cols, strides, types, w, d, k, outs, ostrides, group, full,
+                 left.buf, left.shape[0] > 1 ? left.strides[0] : w * 8};
+    if (k && w) {
+        Py_BEGIN_ALLOW_THREADS
+        scatter_rows(&s);
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t j = 0; j < gotc; j++)
+        PyBuffer_Release(&cbufs[j]);
+    for (Py_ssize_t j = 0; j < goto_; j++)
+        PyBuffer_Release(&obufs[j]);
+    if (have_dest)
+        PyBuffer_Release(&dest);
+    if (have_left)
+        PyBuffer_Release(&left);
+    PyMem_Free(cbufs);
+    PyMem_Free(obufs);
+    PyMem_Free(cols);
+    PyMem_Free(strides);
+    PyMem_Free(types);
+    PyMem_Free(outs);
+    PyMem_Free(ostrides);
+    Py_DECREF(cfast);
+    Py_DECREF(ofast);
+    return result;
+}
