@@ -76,7 +76,7 @@ def _same(a, b):
     assert [len(g) for g in ga] == [len(g) for g in gb]  # the same batches a group
     for p, q in zip((x for g in ga for x in g), (x for g in gb for x in g), strict=True):
         assert len(p) == len(q)
-        assert p[0].dtype == q[0].dtype and p[1].dtype == q[1].dtype
+        assert p[0].dtype == q[0].dtype == np.float64
         assert p[0].tobytes() == q[0].tobytes() and p[1].tobytes() == q[1].tobytes()
         assert p[0].shape == q[0].shape and p[1].shape == q[1].shape
         assert p[2] == q[2]
@@ -103,17 +103,18 @@ def test_scattered_fills_make_the_buffers_batches_bit_for_bit(data):
         left -= sizes[-1]
     hint = n + data.draw(st.sampled_from([0, 0, -1, 1, -size, size, -n]))
     drop_last, with_rows = data.draw(st.booleans()), data.draw(st.booleans())
-    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
     seed = data.draw(st.integers(0, 2**32 - 1))
     cols, rows = _table(n, d, l, types, seed)
 
     def fused(chunks, rng, dropped):
         return scatter.shuffle_scattered(
-            iter(chunks), (d, l), b, size, rng, drop_last, hint, None, dropped, dtype, with_rows
+            iter(chunks), (d, l), b, size, rng, drop_last, hint, None, dropped, with_rows
         )
 
     def buffered(chunks, rng, dropped):
-        return shuffle_whole(chunks, b, size, rng, drop_last, None, None, dropped, dtype, with_rows)
+        return shuffle_whole(
+            chunks, b, size, rng, drop_last, None, None, dropped, np.float64, with_rows
+        )
 
     want = _run(buffered, _chunks(kind, cols, rows, d, l, sizes), seed)
     got = _run(fused, _chunks(kind, cols, rows, d, l, sizes), seed)
@@ -124,34 +125,30 @@ def test_scattered_fills_make_the_buffers_batches_bit_for_bit(data):
 
 
 @pytest.mark.parametrize("hint", [2000, 1990, 2500])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_the_buffer_scatters_its_fills_where_the_size_is_known(monkeypatch, hint, dtype):
-    """shuffle_buffer scatters (size_hint known: right, or wrong either way) and gives
-    the batches it gives without scattering; the buffer is kept in spare and reused."""
+def test_the_buffer_scatters_float64_fills_where_the_size_is_known(monkeypatch, hint):
+    """shuffle_buffer scatters (float64, size_hint known: right, or wrong either way) and
+    gives the batches it gives without scattering."""
     calls = []
     real = kernels.scatter_columns
     monkeypatch.setattr(scatter, "scatter_columns", lambda *a: calls.append(1) or real(*a))
     cols, rows = _table(2000, 3, 1, ["float64", "float32", "int16", "float64"], 5)
     sizes = [100] * 20
 
-    def run(size_hint, spare=None):
+    def run(size_hint, dtype=np.float64):
         return _run(
             lambda chunks, rng, dropped: shuffle_buffer(
-                chunks, 32, 300, rng, False, size_hint, spare, None, dropped, dtype
+                chunks, 32, 300, rng, False, size_hint, None, None, dropped, dtype
             ),
             _chunks("columns", cols, rows, 3, 1, sizes),
             9,
         )
 
-    spare = []
-    got = run(hint, spare)
+    got = run(hint)
     assert calls
-    ((bw, bh),) = spare
-    assert len(bw) == len(bh) == 300
-    _same(run(hint, spare), got)  # the buffer reused: the same batches
-    assert spare[0][0] is bw
     calls.clear()
-    _same(run(None), got)  # the size unknown: the buffer is filled in stream order
+    _same(got, run(None))  # the size unknown: the buffer copies rows in
+    assert not calls
+    run(hint, np.float32)  # float32 batches: not scattered
     assert not calls
 
 

@@ -174,20 +174,10 @@ def shuffle_buffer(
         yield from shuffle_halves(
             stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype, with_rows
         )
-    elif fusable(size_hint):  # rows read in the order handed out
+    elif fusable(dtype, size_hint):  # each row copied once, to its place in a batch
         assert size_hint is not None
         yield from shuffle_scattered(
-            stream,
-            (d, l),
-            batch_size,
-            size,
-            rng,
-            drop_last,
-            size_hint,
-            spare,
-            dropped,
-            dtype,
-            with_rows,
+            stream, (d, l), batch_size, size, rng, drop_last, size_hint, spare, dropped, with_rows
         )
     else:
         yield from shuffle_whole(

@@ -57,12 +57,12 @@ def shuffle_whole(
     bh: Any = None
     fill = d = 0
     if kept is not None:
-        whole, ids, d = kept
+        rows, ids, d = kept
         fill = len(ids)
         want = fill + (_FIRST_ROWS if size_hint is None else size_hint)
-        bw, bh = buffer_arrays(spare, max(fill, 1, min(size, want)), d, whole.shape[1] - d)
-        bw[:fill], bh[:fill] = whole, ids
-        del whole, ids
+        bw, bh = buffer_arrays(spare, max(fill, 1, min(size, want)), d, rows.shape[1] - d)
+        bw[:fill], bh[:fill] = rows, ids
+        del rows, ids
     scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by the end
     try:
         for chunk in chunks:
