@@ -92,13 +92,6 @@ static PyMethodDef core_methods[] = {
      "scale 1-D float64 arrays of d values), a NaN then replaced by fill (a float, a\n"
      "1-D float64 array of d values, NaN where a column keeps its NaN, or None to keep\n"
      "NaN)."},
-    {"scatter_columns", scatter_columns, METH_VARARGS,
-     "scatter_columns(cols, dest, outs, left, group)\n--\n\n"
-     "Row i of cols (1-D columns of any stride: float64, float32, or integers of at most\n"
-     "32 bits, each value as float64) into the row at position dest[i] (int64) of outs\n"
-     "(2-D float64 arrays of len(cols) values a row, group rows each but the last, 1 to\n"
-     "group: positions g * group .. in outs[g]) or, past them, of left; with the GIL\n"
-     "released."},
     {"columns_into", columns_into, METH_VARARGS,
      "columns_into(cols, start, out)\n--\n\n"
      "out[i, j] = cols[j][start + i]: rows of 1-D C-contiguous columns (float64, float32, or\n"

@@ -11,8 +11,4 @@
 
 PyObject *columns_into(PyObject *mod, PyObject *args);
 
-/* Rows of columns scattered to their positions among a buffer's batches (the shuffle
- * buffer's fill fused with its gather); the pure twin is exactbatch.kernels.scatter_columns. */
-PyObject *scatter_columns(PyObject *mod, PyObject *args);
-
 #endif

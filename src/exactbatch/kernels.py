@@ -64,7 +64,6 @@ __all__ = [
     "memory_parts",
     "parts_rows",
     "run_reads",
-    "scatter_columns",
     "staged",
     "use_backend",
 ]
@@ -427,30 +426,3 @@ def columns_into(cols, start: int, out: np.ndarray) -> None:
         z = min(k, a + step)
         for j, v in enumerate(cols):
             out[a:z, j] = v[start + a : start + z]
-
-
-def scatter_columns(cols, dest: np.ndarray, outs, left: np.ndarray, group: int) -> None:
-    """Row ``i`` of ``cols`` (1-D columns of any stride, float64, float32 or integers of
-    at most 32 bits, each value exact as float64; at least ``len(dest)`` values each)
-    into the row at position ``dest[i]`` (int64) of the batches' rows: ``outs[g]`` holds
-    positions ``g * group ..`` (2-D float64 arrays of ``len(cols)`` values a row, side
-    by side, ``group`` rows each but the last, which has 1 to ``group``), and ``left``
-    the positions past them (a shuffle buffer's fill scattered straight to the rows of
-    its batches: :mod:`exactbatch.batching.scatter`). The compiled core copies a block
-    of rows at a time with the GIL released; the same bits either way."""
-    if _CORE is not None:
-        _CORE.scatter_columns(cols, dest, outs, left, group)
-        return
-    k = len(dest)
-    src = np.empty((k, len(cols)))
-    for j, v in enumerate(cols):
-        src[:, j] = v[:k]
-    full = sum(len(out) for out in outs)
-    if k and (dest.min() < 0 or dest.max() >= full + len(left)):
-        raise IndexError(f"scatter_columns: dest outside 0..{full + len(left) - 1}")
-    g = np.where(dest < full, dest // group, len(outs))  # each row's out (len(outs): left)
-    for at, out in enumerate(outs):
-        mine = g == at
-        out[dest[mine] - at * group] = src[mine]
-    mine = dest >= full
-    left[dest[mine] - full] = src[mine]

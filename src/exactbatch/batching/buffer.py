@@ -55,7 +55,6 @@ import numpy as np
 from exactbatch.batching.buffer_halves import shuffle_halves
 from exactbatch.batching.buffer_whole import shuffle_whole
 from exactbatch.batching.gather import Chunk, Group, Shaped, chunk_width
-from exactbatch.batching.scatter import fusable, shuffle_scattered
 from exactbatch.order.digest import Tally
 
 __all__ = [
@@ -173,11 +172,6 @@ def shuffle_buffer(
     if halves:
         yield from shuffle_halves(
             stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype, with_rows
-        )
-    elif fusable(dtype, size_hint):  # each row copied once, to its place in a batch
-        assert size_hint is not None
-        yield from shuffle_scattered(
-            stream, (d, l), batch_size, size, rng, drop_last, size_hint, spare, dropped, with_rows
         )
     else:
         yield from shuffle_whole(

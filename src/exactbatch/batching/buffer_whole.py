@@ -45,24 +45,13 @@ def shuffle_whole(
     dropped: Tally | None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
-    kept: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in one buffer of
-    ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`).
-    ``kept``: ``(rows, ids, d)``, whole rows already taken from the stream (fewer than
-    ``size``: those a scattered fill left, :mod:`exactbatch.batching.scatter`), first
-    in the buffer; ``size_hint`` then counts the rows after them."""
+    ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     bw: Any = None  # the buffer's rows and ids, made at the first chunk
     bh: Any = None
     fill = d = 0
-    if kept is not None:
-        rows, ids, d = kept
-        fill = len(ids)
-        want = fill + (_FIRST_ROWS if size_hint is None else size_hint)
-        bw, bh = buffer_arrays(spare, max(fill, 1, min(size, want)), d, rows.shape[1] - d)
-        bw[:fill], bh[:fill] = rows, ids
-        del rows, ids
     scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by the end
     try:
         for chunk in chunks:

@@ -38,14 +38,12 @@ __all__ = [
     "Chunk",
     "Group",
     "Shaped",
-    "batches_of",
     "buffer_arrays",
     "chunk_size",
     "chunk_width",
     "drain",
     "fill_rows",
     "gathered",
-    "group_rows",
     "read_whole",
     "row_ids",
     "shaped_gather",
@@ -79,34 +77,22 @@ def gathered(
     its generators for many small batches); ``with_rows``: ``(x, y, digest, rows)``,
     ``rows`` a view of a new int64 copy of the group's ids (the buffer's are
     overwritten by the next fill)."""
-    group = group_rows(len(rows), bx.shape[1] + by.shape[1], b)
+    group = max(1, min(_GROUP_BYTES // (8 * max(1, bx.shape[1] + by.shape[1])), len(rows) // 8))
+    group = max(b, group // b * b)
     for a in range(0, len(rows), group):
         z = min(a + group, len(rows))  # (ids may run past the rows: a buffer's leftovers)
         gx, gy = shaped_gather(bx, by, rows[a:z], dtype, ids[a:z])
-        yield batches_of(gx, gy, ids[a:z], b, with_rows)
-        del gx, gy
-
-
-def group_rows(rows: int, width: int, b: int) -> int:
-    """The rows of each group of batches made together out of ``rows`` buffered rows
-    of ``width`` values (a whole number of ``b``-row batches): up to about 8 MiB,
-    1/8 of the rows."""
-    group = max(1, min(_GROUP_BYTES // (8 * max(1, width)), rows // 8))
-    return max(b, group // b * b)
-
-
-def batches_of(gx: np.ndarray, gy: np.ndarray, ids: np.ndarray, b: int, with_rows: bool) -> Group:
-    """A group's rows ``gx``/``gy`` (``ids``: theirs) as its ``b``-row batches, each
-    ``(x, y, digest)`` (``with_rows``: ``(x, y, digest, rows)``), views of the group."""
-    digests = batch_digests(ids, b).tolist()
-    # The batches' views made in C: one reshape of each array, iterated by zip
-    # (a loop in Python cost ~2 us a batch, at batch 64 as much as the gather).
-    m = len(gx) // b
-    views = (gx.reshape((m, b, *gx.shape[1:])), gy.reshape((m, b, *gy.shape[1:])))
-    if with_rows:
-        gi = ids.astype(np.int64).reshape(m, b)
-        return list(zip(*views, digests, gi, strict=True))
-    return list(zip(*views, digests, strict=True))
+        digests = batch_digests(ids[a:z], b).tolist()
+        # The batches' views made in C: one reshape of each array, iterated by zip
+        # (a loop in Python cost ~2 us a batch, at batch 64 as much as the gather).
+        m = len(gx) // b
+        views = (gx.reshape((m, b, *gx.shape[1:])), gy.reshape((m, b, *gy.shape[1:])))
+        if with_rows:
+            gi = ids[a:z].astype(np.int64).reshape(m, b)
+            yield list(zip(*views, digests, gi, strict=True))
+        else:
+            yield list(zip(*views, digests, strict=True))
+        del gx, gy, views
 
 
 def shaped_gather(

@@ -99,20 +99,10 @@ class ArrowRows:
     Another ``out`` is a ``TypeError`` or ``ValueError`` naming it; rows outside the
     chunk an ``IndexError``."""
 
-    __slots__ = ("_views", "columns", "first", "rows")
+    __slots__ = ("columns", "first", "rows")
 
     def __init__(self, columns: list, first: int, rows: int):
         self.columns, self.first, self.rows = columns, first, rows
-        self._views: list[np.ndarray] | None = None
-
-    def column_views(self) -> tuple[list[np.ndarray], int]:
-        """``(cols, first)``: every column as a 1-D array (a view of its buffer, or a
-        float64 copy: :func:`column_chunk`'s rule), value ``r`` that of source row
-        ``first + r``; made once, for a shuffle buffer that scatters rows straight from
-        them (:mod:`exactbatch.batching.scatter`)."""
-        if self._views is None:
-            self._views = column_chunk(self.columns, self.rows).cols
-        return self._views, self.first
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         k = out.shape[0] if isinstance(out, np.ndarray) and out.ndim == 2 else 0

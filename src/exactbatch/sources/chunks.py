@@ -238,10 +238,9 @@ class ChunkRead:
     own, then copied. ``held``: its rows are in memory already (a chunk decoded
     by ``open_chunk``), so reading a part of them costs only that part; else
     each read is a read of the source (a positional read, a ranged GET), and a
-    chunk is read whole, once (:func:`~exactbatch.batching.gather.read_whole`).
-    ``views``: for a held chunk, its holder's ``column_views`` where it has one."""
+    chunk is read whole, once (:func:`~exactbatch.batching.gather.read_whole`)."""
 
-    __slots__ = ("d", "held", "id0", "l", "read_into", "rows", "views")
+    __slots__ = ("d", "held", "id0", "l", "read_into", "rows")
 
     def __init__(
         self,
@@ -251,13 +250,9 @@ class ChunkRead:
         d: int,
         l: int,  # noqa: E741
         held: bool = False,
-        views=None,
     ):
         self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
         self.held = held
-        # a held chunk's rows as columns, where its holder has them: a callable
-        # returning (cols, first), 1-D arrays whose value r is stream row first + r
-        self.views = views
 
 
 class WholeRows:
@@ -275,11 +270,6 @@ class WholeRows:
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         a = row - self.first
         out[...] = self.whole[a : a + out.shape[0]]
-
-    def column_views(self) -> tuple[list[np.ndarray], int]:
-        """``(cols, first)``: its columns, 1-D views of its rows (as
-        :meth:`~exactbatch.sources.arrow.ArrowRows.column_views`)."""
-        return [self.whole[:, j] for j in range(self.whole.shape[1])], self.first
 
 
 def laid_out(chunk, first: int, rows: int, width: int) -> WholeRows:

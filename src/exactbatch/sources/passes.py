@@ -187,10 +187,7 @@ def chunk_source_pass(
             chunk = ahead.get()
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                views = getattr(chunk, "column_views", None)
-                yield ChunkRead(
-                    chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, held=True, views=views
-                )
+                yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, held=True)
                 del chunk  # before the next is taken: depth + 1 chunks at most
                 continue
             x, y = widths.normalize(chunk, pos)
