@@ -137,3 +137,43 @@ def test_the_order_is_the_documented_one_for_any_end_of_the_stream(n, halves):
     size, ahead = (600, 25) if halves else (300, None)
     got = shuffled_rows(n, chunk, b, size, n, ahead, None, seed=7)
     assert np.array_equal(got, reference_order(n, b, 300, seed=7, whole=not halves))
+
+
+@pytest.mark.parametrize("halves", [True, False])
+@pytest.mark.parametrize("keep_every", [1, 3, 0])
+def test_a_batch_held_is_never_overwritten_and_groups_let_go_are_reused(
+    monkeypatch, halves, keep_every
+):
+    """The groups' arrays are reused (GroupArrays) only once no batch of theirs is held:
+    every batch kept (a view of its group, or an array made from one) still holds the
+    rows it was handed out with at the end of the pass, and a pass whose batches are
+    let go of makes fewer arrays than groups."""
+    import exactbatch.batching.gather as gather
+
+    made = []
+    real = gather.batch_pair
+    monkeypatch.setattr(gather, "batch_pair", lambda *a: made.append(1) or real(*a))
+    n, chunk, b = 6000, 25, 32
+    size, ahead = (1200, 25) if halves else (600, None)
+
+    def chunks():
+        for a in range(0, n, chunk):
+            x = np.arange(a, min(n, a + chunk), dtype=np.float64)[:, None]
+            yield x, -x, a
+
+    rng = np.random.default_rng(3)
+    kept, groups = [], 0
+    for group in shuffle_buffer(chunks(), b, size, rng, False, n, None, ahead):
+        groups += 1
+        for i, (x, y, _) in enumerate(group):
+            if keep_every and i % keep_every == 0:
+                # a view of a batch, or an object made from one
+                held = memoryview(y) if i % 2 else x[1:]
+                kept.append((held, np.array(held)))
+        del group, x, y
+    for held, was in kept:
+        assert np.array_equal(np.asarray(held), was)
+    if keep_every == 0:
+        assert len(made) < groups / 2
+    else:
+        assert len(made) >= groups - 1  # a batch of every group held: none reused
