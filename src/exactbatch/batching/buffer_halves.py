@@ -20,7 +20,6 @@ import numpy as np
 from exactbatch.batching.gather import (
     Chunk,
     Group,
-    GroupArrays,
     Shaped,
     buffer_arrays,
     chunk_size,
@@ -156,7 +155,6 @@ def shuffle_halves(
     for v in views:
         free.put(v)
     stop = threading.Event()
-    pool = GroupArrays()  # the groups' arrays, reused once let go of
     ahead, closed = Prefetcher(_halves_filled(chunks, free, half, b, rng, stop), 1), False
     try:
         while True:
@@ -169,16 +167,7 @@ def shuffle_halves(
             # this half's first b rows) and the rows filled after them.
             now = slice(b + filled - len(perm), b + filled)
             rest = yield from drain(
-                *sides(hw[now], d),
-                ids,
-                perm,
-                b,
-                ended,
-                drop_last,
-                dropped,
-                dtype,
-                with_rows,
-                pool,
+                *sides(hw[now], d), ids, perm, b, ended, drop_last, dropped, dtype, with_rows
             )
             lo = len(rest)  # leftovers: at the end of the next half's first b rows
             ow[b - lo : b] = hw[now][rest]

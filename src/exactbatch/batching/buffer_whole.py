@@ -18,7 +18,6 @@ import numpy as np
 from exactbatch.batching.gather import (
     Chunk,
     Group,
-    GroupArrays,
     Shaped,
     buffer_arrays,
     chunk_size,
@@ -54,7 +53,6 @@ def shuffle_whole(
     bh: Any = None
     fill = d = 0
     scratch: list[np.ndarray] = []  # where read_whole reads a chunk cut by the end
-    pool = GroupArrays()  # the groups' arrays, reused once let go of
     try:
         for chunk in chunks:
             rows, pos = chunk_size(chunk), 0
@@ -85,7 +83,6 @@ def shuffle_whole(
                         dropped,
                         dtype,
                         with_rows,
-                        pool,
                     )
                     bw[: len(rest)], bh[: len(rest)] = bw[rest], bh[fill - len(rest) : fill]
                     fill = len(rest)
@@ -94,16 +91,7 @@ def shuffle_whole(
             perm = rng.permutation(fill)
             bh[:fill] = bh[:fill].take(perm)
             yield from drain(
-                *sides(bw[:fill], d),
-                bh[:fill],
-                perm,
-                b,
-                True,
-                drop_last,
-                dropped,
-                dtype,
-                with_rows,
-                pool,
+                *sides(bw[:fill], d), bh[:fill], perm, b, True, drop_last, dropped, dtype, with_rows
             )
     finally:  # the next epoch reuses the buffer
         if bw is not None and spare is not None and not spare:

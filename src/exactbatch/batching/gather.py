@@ -22,14 +22,12 @@ core.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Generator, Iterator
 from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from exactbatch.arrays import batch_pair
 from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import Tally, batch_digests, rows_digest
@@ -39,7 +37,6 @@ from exactbatch.sources.column_chunk import put
 __all__ = [
     "Chunk",
     "Group",
-    "GroupArrays",
     "Shaped",
     "buffer_arrays",
     "chunk_size",
@@ -71,7 +68,6 @@ def gathered(
     b: int,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
-    pool: GroupArrays | None = None,
 ) -> Iterator[Group]:
     """Batches of ``b`` of buffered ``rows`` (a whole number of batches; ``ids``: their
     row ids, in the same order), as ``dtype`` (or an Output: :func:`shaped_gather`):
@@ -80,13 +76,12 @@ def gathered(
     as a list of ``(x, y, digest)`` (what a stream's pass yields: one step of
     its generators for many small batches); ``with_rows``: ``(x, y, digest, rows)``,
     ``rows`` a view of a new int64 copy of the group's ids (the buffer's are
-    overwritten by the next fill). ``pool``: where a group's arrays are taken from
-    (:class:`GroupArrays`)."""
+    overwritten by the next fill)."""
     group = max(1, min(_GROUP_BYTES // (8 * max(1, bx.shape[1] + by.shape[1])), len(rows) // 8))
     group = max(b, group // b * b)
     for a in range(0, len(rows), group):
         z = min(a + group, len(rows))  # (ids may run past the rows: a buffer's leftovers)
-        gx, gy = shaped_gather(bx, by, rows[a:z], dtype, ids[a:z], pool)
+        gx, gy = shaped_gather(bx, by, rows[a:z], dtype, ids[a:z])
         digests = batch_digests(ids[a:z], b).tolist()
         # The batches' views made in C: one reshape of each array, iterated by zip
         # (a loop in Python cost ~2 us a batch, at batch 64 as much as the gather).
@@ -100,64 +95,15 @@ def gathered(
         del gx, gy, views
 
 
-class GroupArrays:
-    """The arrays a shuffle buffer's groups of batches are gathered into, reused once
-    no batch of theirs is held any longer.
-
-    A group's batches are views of its arrays, handed out; an array made afresh for
-    every group costs a page fault for each 4 KiB of it, about as much as the gather
-    itself (measured: docs/benchmarks.md, issue 42). So the last :data:`KEEP` pairs
-    made are kept, and one is taken again for a group of its shape and dtype when
-    nothing but this pool refers to its memory: no batch, no view of one, no array
-    made from one (``torch.from_numpy``, a memoryview) holds it, so no row a caller
-    can still read is ever overwritten. Memory: at most :data:`KEEP` groups (about
-    8 MiB each) more than the caller holds, for as long as the pass lives."""
-
-    __slots__ = ("pairs",)
-    KEEP = 4
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (memory, x, y)
-
-    def pair(self, rows: int, d: int, l: int, dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray]:  # noqa: E741
-        """``(x, y)``: ``(rows, d)`` and ``(rows, l)`` arrays of ``dtype``, as
-        :func:`~exactbatch.arrays.batch_pair` makes them: a pair kept that nothing
-        else refers to, else a new one (kept, if fewer than KEEP are)."""
-        dt = np.dtype(dtype)
-        for p in self.pairs:
-            x, y = p[1], p[2]
-            # held by the pair's tuple, its x and y, and getrefcount's argument: no more
-            if (
-                x.shape == (rows, d)
-                and y.shape == (rows, l)
-                and x.dtype == dt
-                and sys.getrefcount(p[0]) == 4
-            ):
-                return p[1], p[2]
-        x, y = batch_pair(rows, d, l, dt)
-        if len(self.pairs) < self.KEEP:
-            self.pairs.append((x.base, x, y))
-        return x, y
-
-
 def shaped_gather(
-    x: np.ndarray,
-    y: np.ndarray,
-    rows: np.ndarray,
-    shaped: Shaped,
-    ids: np.ndarray,
-    pool: GroupArrays | None = None,
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, shaped: Shaped, ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """New arrays holding buffered rows ``rows`` of ``x`` and ``y`` (their ids ``ids``),
-    made as ``shaped`` says: a dtype (:func:`exactbatch.kernels.gather`; the arrays
-    ``pool``'s, when given), or an :class:`~exactbatch.batching.output.Output`, whose
-    transform is applied in the same gather."""
+    made as ``shaped`` says: a dtype (:func:`exactbatch.kernels.gather`), or an
+    :class:`~exactbatch.batching.output.Output`, whose transform is applied in the
+    same gather."""
     if not isinstance(shaped, Output):
-        if pool is None:
-            return gather(x, y, rows, shaped)
-        ox, oy = pool.pair(len(rows), x.shape[1], y.shape[1], shaped)
-        memory_rows(x, y).read(rows, ox, oy)
-        return ox, oy
+        return gather(x, y, rows, shaped)
     ox, oy = shaped.pair(len(rows), x.shape[1], y.shape[1])
     shaped.fill(memory_rows(x, y).read, True, rows, ox, oy, ids)
     return ox, oy
@@ -174,16 +120,14 @@ def drain(
     dropped: Tally | None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
-    pool: GroupArrays | None = None,
 ) -> Generator[Group, None, np.ndarray]:
     """Yield (in groups, as :func:`gathered`) the full batches of the buffered rows
     ``vx``/``vy`` in the order ``perm`` (a permutation of their row numbers; ``ids``:
     the rows' ids in that order), as ``dtype``; if ``final``, the rows left (fewer
     than a batch) are the last batch (none with ``drop_last``: counted in
-    ``dropped``), else their row numbers are returned to keep (``pool``: as for
-    :func:`gathered`)."""
+    ``dropped``), else their row numbers are returned to keep."""
     full = vx.shape[0] // b * b
-    yield from gathered(vx, vy, ids, perm[:full], b, dtype, with_rows, pool)
+    yield from gathered(vx, vy, ids, perm[:full], b, dtype, with_rows)
     rest = perm[full:]
     if not final:
         return rest
@@ -191,7 +135,7 @@ def drain(
         digest = rows_digest(ids[full:])
         if not drop_last:
             tail = (ids[full:].astype(np.int64),) if with_rows else ()
-            yield [(*shaped_gather(vx, vy, rest, dtype, ids[full:], pool), digest, *tail)]
+            yield [(*shaped_gather(vx, vy, rest, dtype, ids[full:]), digest, *tail)]
         elif dropped is not None:
             dropped.add(len(rest), digest)
     return rest[:0]
