@@ -36,7 +36,7 @@ from exactbatch.batching import num_batches
 from exactbatch.batching.buffer import buffer_rows, mixing_window, shuffle_buffer
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
-from exactbatch.feeds.base import BatchSpec, Ordered, Place
+from exactbatch.feeds.base import BatchSpec, First, Ordered, Place
 from exactbatch.feeds.state_rules import ContiguousRule
 from exactbatch.order import buffer_rng
 from exactbatch.order.digest import Tally, range_digest
@@ -213,7 +213,7 @@ class StreamFeed:
         )
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: First = 0, pending: tuple[int, ...] = ()
     ) -> StreamEpoch:
         return StreamEpoch(
             partial(self._open_pass, seed, epoch),
@@ -288,7 +288,7 @@ class StreamFeed:
         )
         self._spare.clear()
 
-    def global_promise(self, epoch: Ordered, first: int) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         raise TypeError("a stream read front to back has no global batches: a shard's own promise")
 
     def global_ledger(self, pos: Place) -> Tally:
