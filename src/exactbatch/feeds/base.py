@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
-from exactbatch.batching.blocked_order import BlockedOrder
+from exactbatch.batching.blocked_order import BlockedOrder, Positions
 from exactbatch.batching.output import Output
 from exactbatch.batching.padding import PAD, check_even_batches
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
@@ -35,9 +35,11 @@ __all__ = [
     "First",
     "Job",
     "Ordered",
+    "Orders",
     "Place",
     "Plan",
     "StateRule",
+    "Timer",
     "global_batch",
 ]
 
@@ -155,6 +157,17 @@ class Job(Protocol):
     def fill_rows(self, out: np.ndarray) -> None: ...
 
     def take(self) -> tuple[np.ndarray, ...] | None: ...
+
+
+R = TypeVar("R")
+
+
+class Timer(Protocol):
+    """What a feed wraps its source's reads in (:meth:`Feed.time_reads`; the loader's
+    :meth:`Telemetry.timed <exactbatch.loader.telemetry.Telemetry.timed>`): ``read``,
+    each call recorded, its arguments and result the read's."""
+
+    def __call__(self, read: Callable[..., R]) -> Callable[..., R]: ...
 
 
 class Place(Protocol):
@@ -307,7 +320,7 @@ class Feed(Protocol):
     def use_threads(self, threads: int | None) -> None:
         """The threads that gather one batch or group (None: from its bytes)."""
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         """Wrap the source's reads in ``timed(read)`` from now on (a stream's chunk
         reads): True; False where the reads are the gathers of batches (random
         access), which the loader times itself."""
@@ -338,6 +351,11 @@ class Feed(Protocol):
         """Elastic: the ledger a state at ``pos`` carries, every shard's global batches
         before it, as this shard measured it (a ``TypeError`` where batches are not
         dealt: a state's ledger is then its shard's own)."""
+
+
+# A feed's keyed orders: (seed, epoch, shard key, size) -> an order of that many positions
+# (a bijection, an elastic stream's windowed order).
+Orders = Callable[[int, int, int, int], Positions]
 
 
 class Plan(NamedTuple):
@@ -384,7 +402,7 @@ class Dealing(Protocol):
     def plan(self, first: First) -> Plan:
         """The epoch's layout resumed at ``first`` (0 unless dealt)."""
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's order of ``plan``'s positions (None: file order)."""
 
     def promise(self, count: int, first: First, epoch: RandomAccessEpoch) -> Tally:
@@ -405,7 +423,14 @@ class DealingKind(Protocol):
     a feed's rows (``orders``: the feed's keyed orders, ``(seed, epoch, key, size) ->``
     a bijection; ``whole``: its every-row tally)."""
 
-    def __call__(self, spec: BatchSpec, total: int, ids: Any, orders: Any, whole: Any) -> Dealing:
+    def __call__(
+        self,
+        spec: BatchSpec,
+        total: int,
+        ids: np.ndarray | None,
+        orders: Orders,
+        whole: Callable[[], Tally],
+    ) -> Dealing:
         """The dealing of a feed of ``total`` rows (a subset's ``ids``, or None)."""
 
     @staticmethod

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from exactbatch.batching.blocked_order import Positions
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Place, Plan, global_batch
+from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan, global_batch
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
@@ -42,9 +43,7 @@ from exactbatch.sources.chunks import ChunkList
 __all__ = ["Contiguous", "Elastic"]
 
 
-# A feed's keyed orders: (seed, epoch, shard key, size) -> a bijection of positions (or an
-# elastic stream's windowed order); an epoch's order as a map of positions to rows.
-Orders = Callable[[int, int, int, int], Any]
+# an epoch's order as a map of positions to rows
 Bijection = Callable[[np.ndarray], np.ndarray]
 
 
@@ -104,7 +103,7 @@ class Contiguous:
         real = num_batches(n, b, self.spec.drop_last)
         return Plan(self.spec.shard.index, n, self.start, self.nbatches, real, locate, n)
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's keyed order of the shard's rows (None: file order)."""
         return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 
@@ -202,7 +201,7 @@ class Elastic:
 
         return Plan(0, total, 0, count, real, locate, None)
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's one global order (None: file order)."""
         return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from exactbatch.batching.buffer import mixing_window
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
-from exactbatch.feeds.base import BatchSpec, DealingKind, First, Ordered, Place
+from exactbatch.feeds.base import BatchSpec, DealingKind, First, Ordered, Place, Timer
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.order.digest import Tally
 from exactbatch.order.windows import WindowedOrder, chunk_of_rows
@@ -148,7 +148,7 @@ class ElasticStreamFeed:
     def use_threads(self, threads: int | None) -> None:
         self.rows.use_threads(threads)
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         return self.rows.time_reads(timed)
 
     def whole(self) -> Tally:

@@ -35,7 +35,16 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
-from exactbatch.feeds.base import BatchSpec, DealingKind, First, Ordered, Place, Plan
+from exactbatch.feeds.base import (
+    BatchSpec,
+    DealingKind,
+    First,
+    Ordered,
+    Orders,
+    Place,
+    Plan,
+    Timer,
+)
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -95,7 +104,7 @@ class RandomAccessFeed:
         total_size: int | str | None = "auto",
         rows: Any = None,
         about: Any = None,
-        orders: Callable[[int, int, int, int], Any] = keyed_order,
+        orders: Orders = keyed_order,
         ahead: Callable[[Locate, Any, First], Locate] = unchanged,
     ) -> None:
         # The reader and its read as opened: the fingerprint's sample never goes through
@@ -137,7 +146,7 @@ class RandomAccessFeed:
         if use is not None:
             use(threads)
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         """A batch's gather is its read (the loader times it)."""
         return False
 
@@ -222,6 +231,7 @@ class RandomAccessFeed:
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self.dealing.order(seed, e, p, f)
+                assert bijection is not None  # (shuffled: as the epoch whose order this is)
                 b = self.spec.batch_size
                 blocked = BlockedOrder(bijection, p.offset, self._dtype, b, self.ids)
                 out = np.empty(p.size, dtype=self._dtype)  # allocated here, not in the thread

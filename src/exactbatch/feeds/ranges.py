@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Place, Plan
+from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import RangesRule
 from exactbatch.order.digest import Tally, range_digest, rows_digest
@@ -61,7 +61,7 @@ class Ranges:
         spec: BatchSpec,
         total: int,
         ids: np.ndarray | None,
-        orders: Callable[[int, int, int, int], Any],
+        orders: Orders,
         whole: Callable[[], Tally],
     ) -> None:
         self.spec, self.total, self.ids = spec, total, ids
