@@ -21,8 +21,10 @@ from exactbatch.batching.output import Output
 from exactbatch.batching.padding import PAD, check_even_batches
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
 from exactbatch.checks import check_dtype, check_flag, check_int
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
+from exactbatch.sources.chunks import Stream
 
 __all__ = [
     "RANGES",
@@ -434,9 +436,11 @@ class DealingKind(Protocol):
         """The dealing of a feed of ``total`` rows (a subset's ``ids``, or None)."""
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """The feed of a stream under this dealing."""
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as this dealing's stream reads it."""

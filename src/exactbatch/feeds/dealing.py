@@ -27,7 +27,6 @@ order for an elastic stream) and its ``whole()`` tally.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -37,8 +36,9 @@ from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally, rows_digest
-from exactbatch.sources.chunks import ChunkList
+from exactbatch.sources.chunks import ChunkList, Stream
 
 __all__ = ["Contiguous", "Elastic"]
 
@@ -84,12 +84,14 @@ class Contiguous:
         self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see promise
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A stream's feed: its shard's rows through the shuffle buffer."""
         return StreamFeed(stream, spec, total_size, buffer_size)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as a stream reads it (a list of arrays: a re-iterable of chunks)."""
         return source
 
@@ -173,12 +175,14 @@ class Elastic:
         self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A chunk-indexed stream's feed: its chunks as random access, one global order."""
         return ElasticStreamFeed(stream, spec, total_size, buffer_size, Elastic)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as an elastic stream reads it: a list chunk by chunk, in any order."""
         return ChunkList(source) if isinstance(source, list) else source
 

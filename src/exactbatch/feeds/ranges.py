@@ -32,6 +32,7 @@ from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batch
 from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import RangesRule
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.ranges import (
     Piece,
@@ -44,7 +45,7 @@ from exactbatch.order.ranges import (
     share_sizes,
 )
 from exactbatch.order.windows import WindowedOrder
-from exactbatch.sources.chunks import ChunkList
+from exactbatch.sources.chunks import ChunkList, Stream
 
 __all__ = ["Ranges"]
 
@@ -76,12 +77,14 @@ class Ranges:
         self._others: tuple[Any, int, Tally] = (None, 0, Tally())
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A chunk-indexed stream's feed: its chunks as random access."""
         return ElasticStreamFeed(stream, spec, total_size, buffer_size, Ranges)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as a stream under this dealing reads it: a list chunk by chunk."""
         return ChunkList(source) if isinstance(source, list) else source
 

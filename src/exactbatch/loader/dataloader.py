@@ -10,7 +10,6 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any, Literal, NoReturn, SupportsIndex
 
@@ -20,7 +19,7 @@ from exactbatch.batching.output import Output
 from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
-from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
+from exactbatch.hints import ArrayLike, ColumnSelection, DTypeLike, Source, TotalSize
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_count
 from exactbatch.loader.groups import Holder, Popped
@@ -186,8 +185,8 @@ class DataLoader(Reports):
         threads: int | None = None,
         progress: Progress | None = None,
         progress_every: float = 10.0,
-        features: Sequence[str | int] | str | int | None = None,
-        labels: Sequence[str | int] | str | int | None = None,
+        features: ColumnSelection = None,
+        labels: ColumnSelection = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0, maximum=None)
