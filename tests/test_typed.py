@@ -76,6 +76,11 @@ STRICT = (
     "exactbatch.feeds.*",
     "exactbatch.batching.*",
     "exactbatch.order.*",
+    "exactbatch.arrays",
+    "exactbatch.checks",
+    "exactbatch.dataset",
+    "exactbatch.extras",
+    "exactbatch.prefetch",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
