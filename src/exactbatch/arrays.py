@@ -17,8 +17,10 @@ are never imported here. Two kinds get care of their own:
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "ALIGN",
@@ -41,8 +43,8 @@ def batch_pair(
     rows: int,
     d: int,
     l: int,  # noqa: E741
-    dtype,
-    ydtype=None,
+    dtype: DTypeLike,
+    ydtype: DTypeLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """New uninitialised C-contiguous ``(rows, d)`` and ``(rows, l)`` arrays of
     ``dtype`` (y of ``ydtype`` when given: class labels), each starting on an
@@ -60,14 +62,14 @@ def batch_pair(
     )
 
 
-def byte_view(a) -> memoryview:
+def byte_view(a: Any) -> memoryview:  # (NumPy's arrays are no Buffer to mypy for 3.10)
     """The bytes of ``a`` (a C-contiguous array, or any buffer) as a flat memoryview, for
     ``readinto``/``write``; an empty one when it holds no bytes (a cast refuses those)."""
     view = memoryview(a)
     return view.cast("B") if view.nbytes else memoryview(b"")
 
 
-def is_array_like(a) -> bool:
+def is_array_like(a: object) -> bool:
     """Whether NumPy views ``a`` as an array: an ndarray, or an object with
     ``__array__`` or the array interface (a torch tensor, a DataFrame, ...).
 
@@ -77,7 +79,7 @@ def is_array_like(a) -> bool:
     )
 
 
-def _library(a) -> str | None:
+def _library(a: object) -> str | None:
     """``"pandas"`` or ``"polars"`` for their DataFrames (or subclasses), ``"torch"`` for
     a tensor, else None; from the class's module, without importing anything."""
     for cls in type(a).__mro__:
@@ -89,7 +91,7 @@ def _library(a) -> str | None:
     return None
 
 
-def _frame_to_float64(df, kind: str, name: str) -> np.ndarray:
+def _frame_to_float64(df: Any, kind: str, name: str) -> np.ndarray:  # (untyped libraries)
     """A DataFrame's columns, each as NumPy converts it, in one float64 (n, k) array."""
     # polars: get_columns(); pandas: items() (also when a column name repeats)
     named = [(s.name, s) for s in df.get_columns()] if kind == "polars" else list(df.items())
@@ -110,7 +112,7 @@ def _frame_to_float64(df, kind: str, name: str) -> np.ndarray:
     return out
 
 
-def as_numpy(a, name: str) -> np.ndarray:
+def as_numpy(a: Any, name: str) -> np.ndarray:  # (a tensor, a frame: untyped libraries)
     """``a`` as ``np.asarray`` views it, with the care the module docstring describes.
 
     What cannot be read as an array at all is a ``TypeError`` naming ``name``; a
@@ -148,7 +150,7 @@ def as_numpy(a, name: str) -> np.ndarray:
         ) from e
 
 
-def as_float64_2d(a, name: str, *, allow_1d: bool = False) -> np.ndarray:
+def as_float64_2d(a: object, name: str, *, allow_1d: bool = False) -> np.ndarray:
     """Return ``a`` as a float64 C-contiguous 2-D array, copying only when needed.
 
     ``a`` is any array-like (see :func:`as_numpy`). Bool, integer and float
@@ -169,7 +171,9 @@ def as_float64_2d(a, name: str, *, allow_1d: bool = False) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float64)
 
 
-def check_out_array(out, shape: tuple[int, ...], name: str, dtype=np.float64) -> np.ndarray:
+def check_out_array(
+    out: object, shape: tuple[int, ...], name: str, dtype: DTypeLike = np.float64
+) -> np.ndarray:
     """``out`` if it is a writeable C-contiguous array of ``shape`` and ``dtype``
     (float64 unless told).
 

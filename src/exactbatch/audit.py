@@ -17,11 +17,17 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from exactbatch.checks import check_int
 from exactbatch.errors import ExactnessError, TotalSizeWarning
-from exactbatch.sources.chunks import close_iterator, normalize_chunk
+from exactbatch.sources.chunks import Stream, close_iterator, normalize_chunk
+
+if TYPE_CHECKING:  # (the order imports nothing of this module; no cycle at run time)
+    from exactbatch.order.digest import Tally
+    from exactbatch.order.shards import Shard
 
 __all__ = [
     "audit_pass",
@@ -49,7 +55,7 @@ def _warn(warning: Warning) -> None:
     warnings.warn(warning, stacklevel=level)
 
 
-def check_total_size_kind(total_size) -> None:
+def check_total_size_kind(total_size: object) -> None:
     """``total_size`` must be ``"auto"``, None or an int >= 0."""
     if total_size is None or (isinstance(total_size, str) and total_size == "auto"):
         return
@@ -59,7 +65,7 @@ def check_total_size_kind(total_size) -> None:
         raise TypeError(f'total_size must be "auto", None or an int; got {total_size!r}') from None
 
 
-def resolve_random_access_total(total_size, n: int) -> int:
+def resolve_random_access_total(total_size: object, n: int) -> int:
     """N for a random-access source of ``n`` rows: exact, whatever is declared.
 
     ``"auto"`` and ``None`` give ``n``; an int must equal ``n`` (the whole
@@ -74,7 +80,9 @@ def resolve_random_access_total(total_size, n: int) -> int:
     return n
 
 
-def resolve_stream_total(total_size, n_rows: int | None, count) -> int | None:
+def resolve_stream_total(
+    total_size: int | str | None, n_rows: int | None, count: Callable[[], int]
+) -> int | None:
     """N for a stream whose source has ``n_rows`` rows (None: it does not say).
 
     ``"auto"`` gives ``n_rows``, or ``count()`` (a counting pass:
@@ -94,7 +102,7 @@ def resolve_stream_total(total_size, n_rows: int | None, count) -> int | None:
     return total_size
 
 
-def count_total(stream) -> tuple[int, tuple[int, int] | None]:
+def count_total(stream: Stream) -> tuple[int, tuple[int, int] | None]:
     """``total_size="auto"`` on a stream without ``n_rows``: count its rows in one
     full pass, with a warning naming the count, and check that the stream
     restarts. ``(rows, (d, l))``, the widths None when no chunk came.
@@ -124,7 +132,7 @@ def count_total(stream) -> tuple[int, tuple[int, int] | None]:
     return rows, width
 
 
-def _probe_restart(stream, first, first_pass_rows: int) -> None:
+def _probe_restart(stream: Stream, first: Iterator[object], first_pass_rows: int) -> None:
     """Check that ``stream`` yields a fresh pass with rows after the pass ``first``
     (rows, not values: a chunk of rows with no columns counts)."""
     second = stream.open()
@@ -157,7 +165,7 @@ def outside_window(expected: int, seen: int, batch_size: int) -> bool:
     return 10 * expected < 9 * seen or 10 * expected >= 11 * (seen + batch_size)
 
 
-def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard) -> bool:
+def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard: Shard) -> bool:
     """After a full pass of a stream handed out ``seen`` rows in full batches: warn
     (:class:`TotalSizeWarning`) if ``n``, this ``shard``'s share of the declared
     ``total_size``, cannot be right. Whether it warned."""
@@ -179,7 +187,9 @@ def audit_pass(total_size: int, n: int, seen: int, batch_size: int, shard) -> bo
     return True
 
 
-def check_ledger(handed, promised, *, epoch: int, shard_index: int, num_shards: int) -> None:
+def check_ledger(
+    handed: Tally, promised: Tally, *, epoch: int, shard_index: int, num_shards: int
+) -> None:
     """Raise :class:`ExactnessError` unless the rows ``handed`` out in an epoch (a
     :class:`~exactbatch.order.digest.Tally`) are the rows it ``promised``."""
     if handed == promised:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["DTYPES", "INT_MAX", "check_dtype", "check_flag", "check_int"]
 
@@ -71,14 +72,14 @@ def check_int(
     return int(value)
 
 
-def check_flag(name: str, value) -> bool:
+def check_flag(name: str, value: object) -> bool:
     """``value`` as a Python bool if it is a ``bool`` or ``np.bool_``."""
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
 
 
-def check_dtype(dtype) -> np.dtype:
+def check_dtype(dtype: DTypeLike) -> np.dtype:
     """``dtype`` as a NumPy dtype if it is float64 or float32, else a ``ValueError``
     naming the argument (a ``TypeError`` for what is no dtype at all)."""
     try:

@@ -38,15 +38,15 @@ class Dataset:
 
     @property
     def n(self) -> int:
-        return self.x.shape[0]
+        return int(self.x.shape[0])
 
     @property
     def d(self) -> int:
-        return self.x.shape[1]
+        return int(self.x.shape[1])
 
     @property
     def l(self) -> int:  # noqa: E743 - the contract's name for the label width
-        return self.y.shape[1]
+        return int(self.y.shape[1])
 
     def __len__(self) -> int:
         return self.n

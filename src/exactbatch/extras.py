@@ -10,6 +10,7 @@ package itself).
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 __all__ = ["need"]
 
@@ -21,7 +22,7 @@ def need(
     package: str,
     extra: str | None = None,
     error: type[Exception] = ImportError,
-):
+) -> ModuleType:
     """The module ``module`` (imported); where it cannot be imported, ``error`` (an
     ``ImportError`` unless told) reading ``"{by} needs {package}: pip install ..."``,
     naming the extra ``exactbatch[extra]`` or else ``package``, chained to the

@@ -12,7 +12,16 @@ from typing import Any, Literal
 
 from numpy.typing import ArrayLike, DTypeLike
 
-__all__ = ["ArrayLike", "Columns", "DTypeLike", "Device", "PathLike", "Source", "TotalSize"]
+__all__ = [
+    "ArrayLike",
+    "ColumnSelection",
+    "Columns",
+    "DTypeLike",
+    "Device",
+    "PathLike",
+    "Source",
+    "TotalSize",
+]
 
 # A local path or a URL (``s3://bucket/key``); a str or an ``os.PathLike``.
 PathLike = str | os.PathLike[str]
@@ -29,6 +38,10 @@ TotalSize = int | Literal["auto"] | None
 
 # Column names (a sequence of str, or one name) or None for a default.
 Columns = Sequence[str] | str | None
+
+# A loader's features= or labels=: columns by name or position (a sequence, or one),
+# or None for a default.
+ColumnSelection = Sequence[str | int] | str | int | None
 
 # A device of the adapter's library (``"cuda:0"``, a ``torch.device``, a
 # ``jax.Device``), or None for its default.

@@ -15,9 +15,9 @@ import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 __all__ = ["MAX_DEPTH", "Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
 
@@ -26,16 +26,25 @@ __all__ = ["MAX_DEPTH", "Hinter", "Prefetcher", "ReadAhead", "cores", "shut"]
 MAX_DEPTH = 1024
 
 T = TypeVar("T")
+K = TypeVar("K")
 
-_END = object()
 _POLL = 0.05  # seconds between checks of the stop flag while the queue is full
 
 
 class _Failure:
     __slots__ = ("error",)
 
-    def __init__(self, error: BaseException):
+    def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+class _End:
+    """The end of a Prefetcher's results (one, ``_END``)."""
+
+    __slots__ = ()
+
+
+_END = _End()
 
 
 class Prefetcher(Generic[T]):
@@ -48,8 +57,8 @@ class Prefetcher(Generic[T]):
 
     def __init__(self, produce: Callable[[], T | None], depth: int) -> None:
         self._depth = depth
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._room: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[T | _Failure | _End] = queue.SimpleQueue()
+        self._room: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(depth):
             self._room.put(None)
         self._stop = threading.Event()
@@ -59,7 +68,7 @@ class Prefetcher(Generic[T]):
         )
         self._thread.start()
 
-    def _put(self, item) -> bool:
+    def _put(self, item: T | _Failure | _End) -> bool:
         while not self._stop.is_set():
             try:
                 self._room.get(timeout=_POLL)
@@ -85,7 +94,7 @@ class Prefetcher(Generic[T]):
     def get(self) -> T | None:
         """The next result; None at the end; re-raises what ``produce`` raised."""
         item = self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._queue.put(_END)  # stay at the end for later calls
             return None
         self._room.put(None)
@@ -113,7 +122,7 @@ class Prefetcher(Generic[T]):
         """Stop the thread; return the results it prepared and nobody took, in order
         (all of them, once the thread has ended)."""
         self._stop.set()
-        left = []
+        left: list[T | _Failure | _End] = []
         while True:
             try:
                 left.append(self._queue.get_nowait())
@@ -129,17 +138,17 @@ class Prefetcher(Generic[T]):
             if self._unsent is not None:
                 left.append(self._unsent)
                 self._unsent = None
-        return [item for item in left if item is not _END and not isinstance(item, _Failure)]
+        return [item for item in left if not isinstance(item, (_End, _Failure))]
 
     def stop(self) -> None:
         """Ask the thread to stop, without waiting for it (safe in a finalizer)."""
         self._stop.set()
 
-    def __del__(self):
+    def __del__(self) -> None:
         self._stop.set()
 
 
-class Hinter:
+class Hinter(Generic[K]):
     """Calls ``hint(k)`` for each ``k`` of ``keys`` on a thread of its own, at most
     ``ahead`` keys past those the reader has taken (:meth:`taken`).
 
@@ -149,7 +158,7 @@ class Hinter:
     reads: hints only advise.
     """
 
-    def __init__(self, hint, keys, ahead: int):
+    def __init__(self, hint: Callable[[K], object], keys: Iterable[K], ahead: int) -> None:
         self._room = threading.Semaphore(ahead)
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -157,7 +166,7 @@ class Hinter:
         )
         self._thread.start()
 
-    def _run(self, hint, keys) -> None:
+    def _run(self, hint: Callable[[K], object], keys: Iterable[K]) -> None:
         for k in keys:
             while not self._room.acquire(timeout=_POLL):
                 if self._stop.is_set():
@@ -183,7 +192,7 @@ class Hinter:
             self._thread.join()
 
 
-class ReadAhead:
+class ReadAhead(Generic[K, T]):
     """``read(k)`` for each ``k`` of ``keys``, up to ``depth`` at once on threads of
     its own; :meth:`get` returns the results in the order of ``keys``.
 
@@ -198,10 +207,16 @@ class ReadAhead:
     none of them.
     """
 
-    def __init__(self, read, keys, depth: int, taken=None):
+    def __init__(
+        self,
+        read: Callable[[K], T],
+        keys: Iterable[K],
+        depth: int,
+        taken: Callable[[], object] | None = None,
+    ) -> None:
         self._read, self._keys, self._taken = read, iter(keys), taken
-        self._pending: deque[Future] = deque()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: deque[Future[T]] = deque()
+        self._jobs: queue.SimpleQueue[tuple[K, Future[T]] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._run, name="exactbatch-read", daemon=True)
@@ -228,12 +243,12 @@ class ReadAhead:
         for k in self._keys:
             if self._taken is not None:
                 self._taken()
-            done: Future = Future()
+            done: Future[T] = Future()
             self._pending.append(done)
             self._jobs.put((k, done))
             return
 
-    def get(self):
+    def get(self) -> T | None:
         """The next result (raised: the exception of its read); None after the last."""
         if not self._pending:
             return None
@@ -264,7 +279,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def shut(*workers, wait: bool) -> None:
+class Worker(Protocol):
+    """What :func:`shut` stops: a :class:`Prefetcher`, :class:`Hinter` or :class:`ReadAhead`."""
+
+    def stop(self) -> None: ...
+
+    def close(self) -> object: ...
+
+
+def shut(*workers: Worker | None, wait: bool) -> None:
     """Stop ``workers`` (:class:`Prefetcher` s, :class:`Hinter` s; None skipped), and
     wait for their threads only if ``wait``. A generator closed early (``GeneratorExit``)
     must not wait: the garbage collector closes it on whatever thread made the

@@ -9,14 +9,13 @@ contiguous rows a shard, one global order dealt to the shards in turn, or
 
 from __future__ import annotations
 
-from typing import Any
-
 from exactbatch.feeds.base import BatchSpec, Dealing, DealingKind, Epoch, Feed, Job
 from exactbatch.feeds.dealing import Contiguous, Elastic
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.feeds.ranges import Ranges
 from exactbatch.feeds.streamed import StreamFeed
+from exactbatch.hints import ArrayLike, ColumnSelection, Source
 from exactbatch.sources.categorical import check_code_dtype
 from exactbatch.sources.chunks import Stream
 from exactbatch.sources.columns import column_names, source_categories
@@ -45,12 +44,12 @@ _DEALINGS: dict[bool | str, DealingKind] = {False: Contiguous, True: Elastic, "r
 
 
 def open_feed(
-    source: Any,
+    source: Source,
     spec: BatchSpec,
     total_size: int | str | None = "auto",
     buffer_size: int | None = None,
-    rows: Any = None,
-    columns: tuple[Any, Any] = (None, None),
+    rows: ArrayLike | None = None,
+    columns: tuple[ColumnSelection, ColumnSelection] = (None, None),
 ) -> Feed:
     """The feed for ``source``: a stream's, or a random-access reader's (of the subset
     ``rows`` of it, if given: a stream has no row ids to select, a ``TypeError``);

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
-from exactbatch.batching.blocked_order import BlockedOrder
+from exactbatch.batching.blocked_order import BlockedOrder, Positions
 from exactbatch.batching.output import Output
 from exactbatch.batching.padding import PAD, check_even_batches
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
 from exactbatch.checks import check_dtype, check_flag, check_int
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally
 from exactbatch.order.shards import Shard
+from exactbatch.sources.chunks import Stream
 
 __all__ = [
     "RANGES",
@@ -30,16 +32,33 @@ __all__ = [
     "Dealing",
     "DealingKind",
     "Epoch",
+    "Exhaustible",
     "Feed",
+    "First",
     "Job",
     "Ordered",
+    "Orders",
     "Place",
     "Plan",
     "StateRule",
+    "Timer",
+    "global_batch",
 ]
 
 
 RANGES = "ranges"  # elastic="ranges": contiguous shares of each segment (feeds.ranges)
+
+# Where a dealing's epoch (re)started, as a state rule says (feeds.state_rules): 0 for
+# contiguous shards, the global batch for elastic ones, the segments (num_shards, steps)
+# before the one in progress under "ranges" (0 or (): none).
+First = int | tuple[tuple[int, int], ...]
+
+
+def global_batch(first: First) -> int:
+    """``first`` of an elastic (dealt) epoch: the global batch it resumes at."""
+    if not isinstance(first, int):
+        raise TypeError(f"an elastic epoch resumes at a global batch; got {first!r}")
+    return first
 
 
 def check_elastic(value: object) -> bool | str:
@@ -142,6 +161,17 @@ class Job(Protocol):
     def take(self) -> tuple[np.ndarray, ...] | None: ...
 
 
+R = TypeVar("R")
+
+
+class Timer(Protocol):
+    """What a feed wraps its source's reads in (:meth:`Feed.time_reads`; the loader's
+    :meth:`Telemetry.timed <exactbatch.loader.telemetry.Telemetry.timed>`): ``read``,
+    each call recorded, its arguments and result the read's."""
+
+    def __call__(self, read: Callable[..., R]) -> Callable[..., R]: ...
+
+
 class Place(Protocol):
     """Where a state stands, as a feed reads it (the loader's
     :class:`~exactbatch.loader.state.Position` is one; the feeds sit below the loader,
@@ -154,7 +184,7 @@ class Place(Protocol):
     def epoch(self) -> int: ...
 
     @property
-    def first(self) -> Any: ...  # where a dealt epoch resumed (its state rule's)
+    def first(self) -> First: ...  # where a dealt epoch resumed (its state rule's)
 
     @property
     def done(self) -> int: ...
@@ -172,25 +202,25 @@ class StateRule(Protocol):
     free: frozenset[str]
     lands_flights: bool
 
-    def settings(self, feed: Any) -> dict[str, Any]: ...
+    def settings(self, feed: Feed) -> dict[str, Any]: ...  # (a state's JSON)
 
-    def position(self, pos: Place, feed: Any) -> dict[str, Any]: ...
+    def position(self, pos: Place, feed: Feed) -> dict[str, Any]: ...
 
-    def ledger(self, pos: Place, feed: Any) -> Tally: ...
+    def ledger(self, pos: Place, feed: Feed) -> Tally: ...
 
-    def shard(self, feed: Any) -> dict[str, Any]: ...
+    def shard(self, feed: Feed) -> dict[str, Any]: ...
 
     def resume(
-        self, state: dict[str, Any], feed: Any, done: int, pending: list[int], claimed: int
-    ) -> tuple[Any, int, int, Tally, bool]: ...
+        self, state: dict[str, Any], feed: Feed, done: int, pending: list[int], claimed: int
+    ) -> tuple[First, int, int, Tally, bool]: ...
 
-    def start_of(self, feed: Any, first: Any) -> int: ...
+    def start_of(self, feed: Feed, first: First) -> int: ...
 
-    def promise(self, feed: Any, epoch: Any, first: Any, promised: Tally) -> Tally: ...
+    def promise(self, feed: Feed, epoch: Exhaustible, first: First, promised: Tally) -> Tally: ...
 
-    def segment(self, pos: Place, feed: Any) -> tuple[Tally, Any, bool]: ...
+    def segment(self, pos: Place, feed: Feed) -> tuple[Tally, First, bool]: ...
 
-    def rolled(self, feed: Any, epoch: Any, first: Any, done: int) -> bool: ...
+    def rolled(self, feed: Feed, epoch: Exhaustible, first: First, done: int) -> bool: ...
 
 
 class Ordered(Protocol):
@@ -202,7 +232,15 @@ class Ordered(Protocol):
     def order(self) -> BlockedOrder | None: ...
 
 
-class Epoch(Ordered, Protocol):
+class Exhaustible(Ordered, Protocol):
+    """An epoch as a :class:`StateRule` reads it: its order, and whether this shard
+    claimed every batch of it (the loader's
+    :class:`~exactbatch.loader.lifecycle.ClosedEpoch` is one too)."""
+
+    def exhausted(self) -> bool: ...
+
+
+class Epoch(Exhaustible, Protocol):
     """One epoch's batches, claimed in order (under the loader's lock)."""
 
     claimed: int  # batches claimed so far (handed out, prepared ahead or given back)
@@ -269,7 +307,7 @@ class Feed(Protocol):
         seed: int,
         epoch: int,
         skip: int,
-        first: Any = 0,
+        first: First = 0,
         pending: tuple[int, ...] = (),  # pragma: no mutate
     ) -> Epoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``,
@@ -284,7 +322,7 @@ class Feed(Protocol):
     def use_threads(self, threads: int | None) -> None:
         """The threads that gather one batch or group (None: from its bytes)."""
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         """Wrap the source's reads in ``timed(read)`` from now on (a stream's chunk
         reads): True; False where the reads are the gathers of batches (random
         access), which the loader times itself."""
@@ -306,7 +344,7 @@ class Feed(Protocol):
     def close(self) -> None:
         """Let go of the source."""
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """Elastic: the rows of every global batch ``epoch`` (one this feed opened)
         hands out, all shards', its last segment resumed at global batch ``first``
         (a ``TypeError`` where batches are not dealt: a shard's own promise)."""
@@ -315,6 +353,11 @@ class Feed(Protocol):
         """Elastic: the ledger a state at ``pos`` carries, every shard's global batches
         before it, as this shard measured it (a ``TypeError`` where batches are not
         dealt: a state's ledger is then its shard's own)."""
+
+
+# A feed's keyed orders: (seed, epoch, shard key, size) -> an order of that many positions
+# (a bijection, an elastic stream's windowed order).
+Orders = Callable[[int, int, int, int], Positions]
 
 
 class Plan(NamedTuple):
@@ -358,19 +401,19 @@ class Dealing(Protocol):
     @property
     def keyed(self) -> bool: ...  # is an epoch's order its key's alone (not ``first``'s)?
 
-    def plan(self, first: Any) -> Plan:
+    def plan(self, first: First) -> Plan:
         """The epoch's layout resumed at ``first`` (0 unless dealt)."""
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's order of ``plan``'s positions (None: file order)."""
 
-    def promise(self, count: int, first: Any, epoch: RandomAccessEpoch) -> Tally:
+    def promise(self, count: int, first: First, epoch: RandomAccessEpoch) -> Tally:
         """The rows an epoch of ``count`` batches of this shard promises, from ``first``."""
 
-    def positions(self, a: int, z: int, first: Any) -> np.ndarray:
+    def positions(self, a: int, z: int, first: First) -> np.ndarray:
         """The positions of the epoch's order in ``[a, z)`` this shard's batches hold."""
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """Every shard's rows of ``epoch`` (dealt only: :meth:`Feed.global_promise`)."""
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -382,13 +425,22 @@ class DealingKind(Protocol):
     a feed's rows (``orders``: the feed's keyed orders, ``(seed, epoch, key, size) ->``
     a bijection; ``whole``: its every-row tally)."""
 
-    def __call__(self, spec: BatchSpec, total: int, ids: Any, orders: Any, whole: Any) -> Dealing:
+    def __call__(
+        self,
+        spec: BatchSpec,
+        total: int,
+        ids: np.ndarray | None,
+        orders: Orders,
+        whole: Callable[[], Tally],
+    ) -> Dealing:
         """The dealing of a feed of ``total`` rows (a subset's ``ids``, or None)."""
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """The feed of a stream under this dealing."""
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as this dealing's stream reads it."""

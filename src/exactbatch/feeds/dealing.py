@@ -27,24 +27,23 @@ order for an elastic stream) and its ``whole()`` tally.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
+from exactbatch.batching.blocked_order import Positions
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, Ordered, Place, Plan
+from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan, global_batch
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally, rows_digest
-from exactbatch.sources.chunks import ChunkList
+from exactbatch.sources.chunks import ChunkList, Stream
 
 __all__ = ["Contiguous", "Elastic"]
 
 
-# A feed's keyed orders: (seed, epoch, shard key, size) -> a bijection of positions (or an
-# elastic stream's windowed order); an epoch's order as a map of positions to rows.
-Orders = Callable[[int, int, int, int], Any]
+# an epoch's order as a map of positions to rows
 Bijection = Callable[[np.ndarray], np.ndarray]
 
 
@@ -85,16 +84,18 @@ class Contiguous:
         self._shard_tally: tuple[int, int] | None = None  # the shard's rows: see promise
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A stream's feed: its shard's rows through the shuffle buffer."""
         return StreamFeed(stream, spec, total_size, buffer_size)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as a stream reads it (a list of arrays: a re-iterable of chunks)."""
         return source
 
-    def plan(self, first: int) -> Plan:
+    def plan(self, first: First) -> Plan:
         """The shard's own order of its rows ``start .. start + n`` (``first`` is 0)."""
         b, n = self.spec.batch_size, self.n
 
@@ -104,11 +105,11 @@ class Contiguous:
         real = num_batches(n, b, self.spec.drop_last)
         return Plan(self.spec.shard.index, n, self.start, self.nbatches, real, locate, n)
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's keyed order of the shard's rows (None: file order)."""
         return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 
-    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
+    def promise(self, count: int, first: First, epoch: RandomAccessEpoch) -> Tally:
         """The shard's rows less the tail that drop_last or even_batches leave out of an
         epoch of ``count`` batches."""
         promised = Tally()
@@ -133,11 +134,11 @@ class Contiguous:
             return stop - start, rows_digest(slice(start, stop))
         return stop - start, rows_digest(self.ids[start:stop])
 
-    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+    def positions(self, a: int, z: int, first: First) -> np.ndarray:
         """Positions of the shard's order in ``[a, z)`` its batches hold: all of them."""
         return np.arange(max(a, 0), min(z, self.n), dtype=np.int64)
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         raise TypeError("contiguous sharding has no global batches: each shard's own promise")
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -174,18 +175,21 @@ class Elastic:
         self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A chunk-indexed stream's feed: its chunks as random access, one global order."""
         return ElasticStreamFeed(stream, spec, total_size, buffer_size, Elastic)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as an elastic stream reads it: a list chunk by chunk, in any order."""
         return ChunkList(source) if isinstance(source, list) else source
 
-    def plan(self, first: int) -> Plan:
+    def plan(self, first: First) -> Plan:
         """The global order (shard key 0), this shard's batches from global batch
         ``first`` on."""
+        first = global_batch(first)
         spec, total = self.spec, self.total
         b, shard, batches = spec.batch_size, spec.shard, self.total_batches
         count, _ = shard.elastic_share(total, b, batches, first)
@@ -201,14 +205,15 @@ class Elastic:
 
         return Plan(0, total, 0, count, real, locate, None)
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: Any = 0) -> Any:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = 0) -> Positions | None:
         """The epoch's one global order (None: file order)."""
         return self._orders(seed, epoch, plan.key, plan.size) if self.spec.shuffle else None
 
-    def promise(self, count: int, first: int, epoch: RandomAccessEpoch) -> Tally:
+    def promise(self, count: int, first: First, epoch: RandomAccessEpoch) -> Tally:
         """Every shard's global batches before ``first`` and the ``count`` global batches
         dealt to this shard from batch ``first`` on (the ledger a state carries holds
         the former, :meth:`global_ledger`)."""
+        first = global_batch(first)
         shard = self.spec.shard
         bijection = None if epoch.order is None else epoch.order.bijection
         promised = self._prefix_tally(bijection, 0, first)
@@ -217,9 +222,10 @@ class Elastic:
             promised.add(*self._batches_tally(bijection, g))
         return promised
 
-    def positions(self, a: int, z: int, first: int) -> np.ndarray:
+    def positions(self, a: int, z: int, first: First) -> np.ndarray:
         """Positions of the global order in ``[a, z)`` that this shard's batches from
         global batch ``first`` on hold."""
+        first = global_batch(first)
         b, shard, last = self.spec.batch_size, self.spec.shard, self.total_batches
         g0, count = shard.dealt(0, first), shard.count
         lo = max(a // b, g0)
@@ -245,10 +251,11 @@ class Elastic:
             out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
         return out
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """The rows of every global batch ``epoch`` hands out, all shards', its last
         segment resumed at global batch ``first`` (even_batches leaves out the batches
         after the shards' equal shares)."""
+        first = global_batch(first)
         bijection = None if epoch.order is None else epoch.order.bijection
         stop, shard = self.total_batches, self.spec.shard
         if self.spec.capped:
@@ -266,21 +273,21 @@ class Elastic:
         since) with the other shards' batches since ``first`` added from the order,
         assuming they stepped in lockstep. A state whose ``global_batches_done`` was
         changed then fails the ledger check at the end of the epoch it resumes."""
-        shard, total = self.spec.shard, self.total_batches
-        stop = min(total, pos.first + pos.done * shard.count)
+        shard, total, first = self.spec.shard, self.total_batches, global_batch(pos.first)
+        stop = min(total, first + pos.done * shard.count)
         bijection = None
         if self.spec.shuffle:
             bijection = self._orders(pos.seed, pos.epoch, 0, self.total)
-        key = (pos.seed, pos.epoch, pos.first)
+        key = (pos.seed, pos.epoch, first)
         cached_key, cached_stop, tally = self._prefix
         if cached_key != key or cached_stop > stop:  # (a state per checkpoint: extend it)
-            cached_stop, tally = pos.first, Tally()
+            cached_stop, tally = first, Tally()
         tally = tally.copy()
         tally.add(*_pair(self._prefix_tally(bijection, cached_stop, stop)))
         self._prefix = (key, stop, tally)
         others = tally.copy()
         own = Tally()
-        mine = shard.dealt(np.arange(pos.done), pos.first)
+        mine = shard.dealt(np.arange(pos.done), first)
         for k0 in range(0, len(mine), self._step):
             own.add(*self._batches_tally(bijection, mine[k0 : k0 + self._step]))
         others = others.minus(own)

@@ -43,7 +43,7 @@ import numpy as np
 
 from exactbatch.batching.buffer import mixing_window
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch
-from exactbatch.feeds.base import BatchSpec, DealingKind, Ordered, Place
+from exactbatch.feeds.base import BatchSpec, DealingKind, First, Ordered, Place, Timer
 from exactbatch.feeds.random_access import RandomAccessFeed
 from exactbatch.order.digest import Tally
 from exactbatch.order.windows import WindowedOrder, chunk_of_rows
@@ -126,7 +126,7 @@ class ElasticStreamFeed:
         self.rows.reader = reader
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: First = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         out = self.rows.open_epoch(seed, epoch, skip, first, pending)
         if out.order is not None and out.ids is None and self._one_run(first, out.nbatches):
@@ -137,7 +137,7 @@ class ElasticStreamFeed:
             out.span = self.total_size
         return out
 
-    def _one_run(self, first: int, nbatches: int) -> bool:
+    def _one_run(self, first: First, nbatches: int) -> bool:
         """Is batch k of an epoch resumed at ``first`` positions ``k*b .. min(k*b + b,
         n)`` of the global order (one rank, from the start)? Asked of the dealing."""
         if first or self.spec.shard.count != 1 or not nbatches:
@@ -148,7 +148,7 @@ class ElasticStreamFeed:
     def use_threads(self, threads: int | None) -> None:
         self.rows.use_threads(threads)
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         return self.rows.time_reads(timed)
 
     def whole(self) -> Tally:
@@ -157,7 +157,7 @@ class ElasticStreamFeed:
     def learn_widths(self) -> None:
         """Known from the start (the cache learnt them): nothing to read."""
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         return self.rows.global_promise(epoch, first)
 
     def global_ledger(self, pos: Place) -> Tally:
@@ -211,7 +211,7 @@ class ElasticStreamFeed:
         self,
         locate: Callable[[int], tuple[int, int]],
         order: Callable[[np.ndarray], np.ndarray] | None,
-        first: Any,
+        first: First,
     ) -> Callable[[int], tuple[int, int]]:
         """``locate`` of an epoch resumed at ``first``, such that each batch claimed that
         enters a new window has the chunks of that window and the next read ahead,
@@ -231,7 +231,7 @@ class ElasticStreamFeed:
         return located
 
     def _needed(
-        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: Any
+        self, order: Callable[[np.ndarray], np.ndarray] | None, windows: Iterable[int], first: First
     ) -> list[int]:
         """The chunks this shard's batches from global batch ``first`` on need in
         ``windows``, in the order its reads meet them (a window all of whose batches

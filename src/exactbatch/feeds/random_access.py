@@ -35,7 +35,16 @@ import numpy as np
 from exactbatch.audit import resolve_random_access_total
 from exactbatch.batching.output import OutputReader
 from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, Whole
-from exactbatch.feeds.base import BatchSpec, DealingKind, Ordered, Place, Plan
+from exactbatch.feeds.base import (
+    BatchSpec,
+    DealingKind,
+    First,
+    Ordered,
+    Orders,
+    Place,
+    Plan,
+    Timer,
+)
 from exactbatch.order import EpochBijection
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
@@ -58,7 +67,7 @@ def keyed_order(seed: int, epoch: int, key: int, size: int) -> EpochBijection:
 Locate = Callable[[int], tuple[int, int]]
 
 
-def unchanged(locate: Locate, order: Any, first: Any) -> Locate:
+def unchanged(locate: Locate, order: Any, first: First) -> Locate:
     """No read-ahead: an epoch's ``locate`` as its dealing gives it."""
     return locate
 
@@ -95,8 +104,8 @@ class RandomAccessFeed:
         total_size: int | str | None = "auto",
         rows: Any = None,
         about: Any = None,
-        orders: Callable[[int, int, int, int], Any] = keyed_order,
-        ahead: Callable[[Locate, Any, int], Locate] = unchanged,
+        orders: Orders = keyed_order,
+        ahead: Callable[[Locate, Any, First], Locate] = unchanged,
     ) -> None:
         # The reader and its read as opened: the fingerprint's sample never goes through
         # what is put on the reader later (the output's rules, a test's fault injector).
@@ -137,7 +146,7 @@ class RandomAccessFeed:
         if use is not None:
             use(threads)
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         """A batch's gather is its read (the loader times it)."""
         return False
 
@@ -168,7 +177,7 @@ class RandomAccessFeed:
         """Known from the start: nothing to read."""
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: First = 0, pending: tuple[int, ...] = ()
     ) -> RandomAccessEpoch:
         """Epoch ``epoch`` less its first ``skip`` batches (but those in ``pending``);
         ``first``: the global batch a dealt epoch resumes at (another shard count)."""
@@ -200,7 +209,7 @@ class RandomAccessFeed:
             real=plan.real,
         )
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """Dealt: the rows of every global batch ``epoch`` hands out, all shards', its
         last segment resumed at global batch ``first`` (the dealing's)."""
         return self.dealing.global_promise(epoch, first)
@@ -210,7 +219,7 @@ class RandomAccessFeed:
         before it, as this shard measured it (the dealing's)."""
         return self.dealing.global_ledger(pos)
 
-    def _whole_order(self, seed: int, epoch: int, plan: Plan, first: Any) -> Future[Whole]:
+    def _whole_order(self, seed: int, epoch: int, plan: Plan, first: First) -> Future[Whole]:
         """This epoch's whole order (``plan``'s, resumed at ``first``), and the next
         epoch's (from its start), computed in the background (the keyed bijection
         releases the GIL); batches use blocks until it is ready. An order is known by
@@ -222,6 +231,7 @@ class RandomAccessFeed:
             fut = self._wholes.get(key)
             if fut is None:
                 bijection = self.dealing.order(seed, e, p, f)
+                assert bijection is not None  # (shuffled: as the epoch whose order this is)
                 b = self.spec.batch_size
                 blocked = BlockedOrder(bijection, p.offset, self._dtype, b, self.ids)
                 out = np.empty(p.size, dtype=self._dtype)  # allocated here, not in the thread
@@ -230,7 +240,7 @@ class RandomAccessFeed:
         self._wholes = wanted
         return wanted[self._whole_key(seed, epoch, plan, first)]
 
-    def _whole_key(self, seed: int, epoch: int, plan: Plan, first: Any) -> tuple[Any, ...]:
+    def _whole_key(self, seed: int, epoch: int, plan: Plan, first: First) -> tuple[Any, ...]:
         """``(seed, epoch, key)`` of an order (and where it resumed, unless ``keyed``)."""
         if self.dealing.keyed:
             return (seed, epoch, plan.key)

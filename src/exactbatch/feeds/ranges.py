@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
-from exactbatch.feeds.base import BatchSpec, Feed, Ordered, Place, Plan
+from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import RangesRule
+from exactbatch.hints import Source
 from exactbatch.order.digest import Tally, range_digest, rows_digest
 from exactbatch.order.ranges import (
     Piece,
@@ -44,7 +45,7 @@ from exactbatch.order.ranges import (
     share_sizes,
 )
 from exactbatch.order.windows import WindowedOrder
-from exactbatch.sources.chunks import ChunkList
+from exactbatch.sources.chunks import ChunkList, Stream
 
 __all__ = ["Ranges"]
 
@@ -54,7 +55,6 @@ _STEP = 1 << 18  # positions mapped and hashed a pass (small temporaries)
 class Ranges:
     """Contiguous shares of each segment's agenda (module docs)."""
 
-    rule = RangesRule()  # what a state records of it (feeds.state_rules)
     keyed = False  # an epoch's order depends on its history (``first``) too
 
     def __init__(
@@ -62,12 +62,13 @@ class Ranges:
         spec: BatchSpec,
         total: int,
         ids: np.ndarray | None,
-        orders: Callable[[int, int, int, int], Any],
+        orders: Orders,
         whole: Callable[[], Tally],
     ) -> None:
         self.spec, self.total, self.ids = spec, total, ids
         self._orders, self._whole = orders, whole
         self.start = 0
+        self.rule = RangesRule(self)  # what a state records of it (feeds.state_rules)
         self.total_batches: int | None = None  # no global batches
         a, z = share(total, spec.shard.count, spec.shard.index)
         self.n = z - a
@@ -76,18 +77,20 @@ class Ranges:
         self._others: tuple[Any, int, Tally] = (None, 0, Tally())
 
     @staticmethod
-    def open_stream(stream: Any, spec: BatchSpec, total_size: Any, buffer_size: Any) -> Feed:
+    def open_stream(
+        stream: Stream, spec: BatchSpec, total_size: int | str | None, buffer_size: int | None
+    ) -> Feed:
         """A chunk-indexed stream's feed: its chunks as random access."""
         return ElasticStreamFeed(stream, spec, total_size, buffer_size, Ranges)
 
     @staticmethod
-    def chunked(source: Any) -> Any:
+    def chunked(source: Source) -> Source:
         """``source`` as a stream under this dealing reads it: a list chunk by chunk."""
         return ChunkList(source) if isinstance(source, list) else source
 
     # -- the segment in progress ------------------------------------------------------
 
-    def split(self, first: Any) -> tuple[tuple[tuple[int, int], ...], int]:
+    def split(self, first: First) -> tuple[tuple[tuple[int, int], ...], int]:
         """``(before, done)``: the segments before the one in progress and its steps
         done before (at this shard count, the last segment of ``first`` goes on)."""
         segs = segments_of(first)
@@ -95,17 +98,17 @@ class Ranges:
             return segs[:-1], segs[-1][1]
         return segs, 0
 
-    def continued(self, first: Any) -> int:
+    def continued(self, first: First) -> int:
         """The steps of the segment in progress done before a resume at ``first``."""
         return self.split(first)[1]
 
-    def sizes(self, first: Any) -> list[int]:
+    def sizes(self, first: First) -> list[int]:
         """Every rank's share of the segment in progress, in rows."""
         before, _ = self.split(first)
         b, count = self.spec.batch_size, self.spec.shard.count
         return share_sizes(remaining(self.total, b, before), count)
 
-    def counts(self, first: Any) -> tuple[int, int, int]:
+    def counts(self, first: First) -> tuple[int, int, int]:
         """``(batches, real, last)``: this rank's batches of the segment (its own, or
         every rank's smallest under even_batches=True, largest under "pad"), those
         holding rows, and the step after which every rank is done."""
@@ -116,7 +119,7 @@ class Ranges:
         last = min(own) if spec.capped else max(own)
         return batches, real, last
 
-    def plan(self, first: Any) -> Plan:
+    def plan(self, first: First) -> Plan:
         """This rank's order of its share, batch k at positions ``k*b ..``."""
         b, n = self.spec.batch_size, self.sizes(first)[self.spec.shard.index]
         batches, real, _ = self.counts(first)
@@ -152,18 +155,18 @@ class Ranges:
             base_ranges=base.unmixed_ranges,
         )
 
-    def _agenda(self, seed: int, epoch: int, segments: Any) -> list[Piece]:
+    def _agenda(self, seed: int, epoch: int, segments: First) -> list[Piece]:
         window, _ = self._layout(seed, epoch)
         return agenda_at(self.total, window, self.spec.batch_size, segments_of(segments))
 
-    def rank_order(self, seed: int, epoch: int, first: Any, index: int) -> RangesOrder:
+    def rank_order(self, seed: int, epoch: int, first: First, index: int) -> RangesOrder:
         """Rank ``index``'s order in the segment in progress at ``first``."""
         window, _ = self._layout(seed, epoch)
         before, _ = self.split(first)
         pieces = deal(self._agenda(seed, epoch, before), self.spec.shard.count, index, window)
         return self._order(pieces, seed, epoch)
 
-    def order(self, seed: int, epoch: int, plan: Plan, first: Any = ()) -> RangesOrder:
+    def order(self, seed: int, epoch: int, plan: Plan, first: First = ()) -> RangesOrder:
         """This rank's order of the segment in progress (every time: even unshuffled, a
         resumed share is pieces of the base order)."""
         return self.rank_order(seed, epoch, first, self.spec.shard.index)
@@ -189,14 +192,14 @@ class Ranges:
             out.add(len(rows), rows_digest(rows))
         return out
 
-    def _before(self, seed: int, epoch: int, segments: Any) -> Tally:
+    def _before(self, seed: int, epoch: int, segments: First) -> Tally:
         """Every row handed out in ``segments``: every row less the agenda after them."""
         if not segments_of(segments):
             return Tally()
         agenda = self._order(self._agenda(seed, epoch, segments), seed, epoch)
         return self._whole().minus(self._tally(agenda, 0, agenda.n))
 
-    def _steps(self, seed: int, epoch: int, first: Any, steps: list[tuple[int, int]]) -> Tally:
+    def _steps(self, seed: int, epoch: int, first: First, steps: list[tuple[int, int]]) -> Tally:
         """Every rank's rows of the segment in progress, rank r's batches
         ``steps[r][0] .. steps[r][1]-1``."""
         b, out = self.spec.batch_size, Tally()
@@ -219,7 +222,7 @@ class Ranges:
         assert isinstance(bij, RangesOrder)
         return bij
 
-    def promise(self, count: int, first: Any, epoch: RandomAccessEpoch) -> Tally:
+    def promise(self, count: int, first: First, epoch: RandomAccessEpoch) -> Tally:
         """Every rank's rows before the resume at ``first`` and this rank's batches of
         the segment from there to ``count`` (the ledger a state carries holds the
         former)."""
@@ -230,12 +233,12 @@ class Ranges:
         out.add(own.rows, own.digest)
         return out
 
-    def positions(self, a: int, z: int, first: Any) -> np.ndarray:
+    def positions(self, a: int, z: int, first: First) -> np.ndarray:
         """Positions of this rank's order in ``[a, z)``: all of them are its own."""
         n = self.sizes(first)[self.spec.shard.index]
         return np.arange(max(a, 0), min(z, n), dtype=np.int64)
 
-    def global_promise(self, epoch: Ordered, first: Any) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """The rows every rank hands out in ``epoch`` (this rank's, resumed at
         ``first``): every row before the segment in progress, and each rank's batches
         of it (what drop_last / even_batches leave of its share left out)."""

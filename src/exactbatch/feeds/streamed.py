@@ -23,7 +23,7 @@ read ahead) and the chunks backing them, whatever N is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
 from functools import partial
 from operator import itemgetter
@@ -36,7 +36,7 @@ from exactbatch.batching import num_batches
 from exactbatch.batching.buffer import buffer_rows, mixing_window, shuffle_buffer
 from exactbatch.batching.rebatch import rebatch
 from exactbatch.batching.stream_epoch import PassTally, StreamEpoch
-from exactbatch.feeds.base import BatchSpec, Ordered, Place
+from exactbatch.feeds.base import BatchSpec, First, Ordered, Place, Timer
 from exactbatch.feeds.state_rules import ContiguousRule
 from exactbatch.order import buffer_rng
 from exactbatch.order.digest import Tally, range_digest
@@ -97,7 +97,7 @@ class StreamFeed:
         # the shuffle buffer's memory, kept from one epoch to the next
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, ids)
         # wraps each chunk read (time_reads), or None
-        self._timed: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+        self._timed: Timer | None = None
 
     def _count(self) -> int:
         rows, width = count_total(self.stream)
@@ -123,7 +123,7 @@ class StreamFeed:
     def use_threads(self, threads: int | None) -> None:
         """A buffer's groups are gathered with the threads picked from their bytes."""
 
-    def time_reads(self, timed: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    def time_reads(self, timed: Timer) -> bool:
         """Each chunk read of the passes opened from now on goes through ``timed``."""
         self._timed = timed
         return True
@@ -213,7 +213,7 @@ class StreamFeed:
         )
 
     def open_epoch(
-        self, seed: int, epoch: int, skip: int, first: Any = 0, pending: tuple[int, ...] = ()
+        self, seed: int, epoch: int, skip: int, first: First = 0, pending: tuple[int, ...] = ()
     ) -> StreamEpoch:
         return StreamEpoch(
             partial(self._open_pass, seed, epoch),
@@ -288,7 +288,7 @@ class StreamFeed:
         )
         self._spare.clear()
 
-    def global_promise(self, epoch: Ordered, first: int) -> Tally:
+    def global_promise(self, epoch: Ordered, first: First) -> Tally:
         raise TypeError("a stream read front to back has no global batches: a shard's own promise")
 
     def global_ledger(self, pos: Place) -> Tally:

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 
 from exactbatch.audit import check_ledger
 from exactbatch.feeds.base import Epoch, Feed, Job
-from exactbatch.loader.groups import Claim, Group, Holder, Item, batch_numbers, tally_of
+from exactbatch.loader.groups import Claim, Group, Holder, Item, Popped, batch_numbers, tally_of
 from exactbatch.loader.history import History
 from exactbatch.loader.lifecycle import DRAINING, ClosedEpoch, Phase, Start
 from exactbatch.loader.standing import Standing
@@ -140,7 +140,7 @@ class Cursor(Standing):
         self.check_gen(gen)
         if self.phase is Phase.FRESH:
             self._begin()
-        return self.current  # type: ignore[return-value]  # (not closed: an Epoch, begun)
+        return self._open()
 
     def _sweep(self) -> None:
         """Retire the groups whose batches are all handed out: into the ledger."""
@@ -213,6 +213,13 @@ class Cursor(Standing):
         finally:
             self._waiting -= 1
 
+    def _open(self) -> Epoch:
+        """``current``, where the caller knows an epoch is open (begun, not closed: a
+        claim's, after the generation check)."""
+        cur = self.current
+        assert cur is not None and not isinstance(cur, ClosedEpoch)
+        return cur
+
     def _held(self) -> Epoch | ClosedEpoch:
         """``current``, where the caller knows an epoch is held (begun, maybe closed)."""
         cur = self.current
@@ -228,12 +235,13 @@ class Cursor(Standing):
 
     def _give_back(self, group: Group, jobs: Sequence[Job]) -> None:
         cur = self.current
-        if group.epoch is not cur and not (isinstance(cur, ClosedEpoch) and cur.of(group)):
+        if cur is None or (
+            group.epoch is not cur and not (isinstance(cur, ClosedEpoch) and cur.of(group))
+        ):
             return  # the cursor moved on: nothing to give to
         for job in jobs:
             group.jobs.pop(job.k, None)
-        # (a closed epoch's: on record as not handed out; group.epoch's, so never None)
-        cur.give_back(jobs)  # type: ignore[union-attr]
+        cur.give_back(jobs)  # (a closed epoch's: on record as not handed out)
         if self.phase in (Phase.DRAINING, Phase.BETWEEN):  # there is a batch to claim
             self.phase = Phase.EPOCH
         self._changed.notify_all()
@@ -273,12 +281,12 @@ class Cursor(Standing):
         with self.lock:
             return self._claim_locked(owner, count, gen)
 
-    def claim_next(self, holder: Holder, count: int) -> tuple[Group, Item] | tuple[None, None]:
+    def claim_next(self, holder: Holder, count: int) -> Popped | None:
         """``next_into``'s claim: ``(group, item)``, the next ``(job, batch)`` of
         ``holder``'s group (shared by every caller, each popping from its left without
         the lock), after claiming a new group of up to ``count`` when it is empty;
-        ``(None, None)`` at the end of the epoch. A call takes the next batch,
-        whichever thread makes it."""
+        None at the end of the epoch. A call takes the next batch, whichever thread
+        makes it."""
         with self.lock:
             while True:
                 group = holder.group
@@ -289,7 +297,7 @@ class Cursor(Standing):
                         continue
                 group, fresh = self._claim_locked(holder, count, None)
                 if group is None:
-                    return None, None
+                    return None
                 group.queue.extend([(job, None) for job in fresh])
                 holder.group = group
 

@@ -10,7 +10,6 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any, Literal, NoReturn, SupportsIndex
 
@@ -20,10 +19,10 @@ from exactbatch.batching.output import Output
 from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
-from exactbatch.hints import ArrayLike, DTypeLike, Source, TotalSize
+from exactbatch.hints import ArrayLike, ColumnSelection, DTypeLike, Source, TotalSize
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_count
-from exactbatch.loader.groups import Holder
+from exactbatch.loader.groups import Holder, Popped
 from exactbatch.loader.into import IntoChecks
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.loader.telemetry import Progress, Reports, check_progress
@@ -186,8 +185,8 @@ class DataLoader(Reports):
         threads: int | None = None,
         progress: Progress | None = None,
         progress_every: float = 10.0,
-        features: Sequence[str | int] | str | int | None = None,
-        labels: Sequence[str | int] | str | int | None = None,
+        features: ColumnSelection = None,
+        labels: ColumnSelection = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, 1)
         seed = check_int("seed", seed, 0, maximum=None)
@@ -329,19 +328,21 @@ class DataLoader(Reports):
         # Batches are claimed many at a time (into_count) into one group all callers pop
         # from without the lock (Cursor.claim_next); one counts once its read succeeded.
         cursor = self._cursor
-        group, item = self._holder.group, None
-        if group is not None and group.epoch is cursor.current:
+        held = self._holder.group
+        popped: Popped | None = None
+        if held is not None and held.epoch is cursor.current:
             try:
-                item = group.queue.popleft()
+                popped = held, held.queue.popleft()
             except IndexError:  # empty, or emptied by another thread since
                 pass
-        if item is None:
+        if popped is None:
             count = into_count(self._group_sizes(), self._feed.kind)
-            group, item = cursor.claim_next(self._holder, count)
-            if group is None:
+            popped = cursor.claim_next(self._holder, count)
+            if popped is None:
                 self._telemetry.waited(t0)
                 return 0
-        job, batch = item  # type: ignore[misc]  # (group and item: set by the pop or the claim)
+        group, item = popped
+        job, batch = item
         size = job.size
         try:
             if batch is not None:  # read already, by an iterator left mid-epoch
@@ -353,9 +354,9 @@ class DataLoader(Reports):
             if brows is not None:  # the ids the ledger digests: the job's own
                 job.fill_rows(brows[:size])
         except BaseException:
-            group.unpop(item)  # type: ignore[union-attr, arg-type]
+            group.unpop(item)
             raise
-        cursor.hand(group, job)  # type: ignore[arg-type]
+        cursor.hand(group, job)
         self._telemetry.waited(t0, batch is None)  # (the fill: a read of random access)
         return size
 

@@ -15,7 +15,17 @@ import numpy as np
 from exactbatch.feeds.base import Epoch, Job
 from exactbatch.order.digest import Tally
 
-__all__ = ["Batch", "Claim", "Claims", "Group", "Holder", "Item", "batch_numbers", "tally_of"]
+__all__ = [
+    "Batch",
+    "Claim",
+    "Claims",
+    "Group",
+    "Holder",
+    "Item",
+    "Popped",
+    "batch_numbers",
+    "tally_of",
+]
 
 Batch = tuple[np.ndarray, ...]  # (x, y), (x, y, rows), and a mask last under "pad"
 Item = tuple[Job, Batch | None]  # a job and its batch, ready (None: read at hand-out)
@@ -76,6 +86,7 @@ class Group:
 
 
 Claim = tuple[Group | None, list[Job]]  # a claim's group, and the jobs claimed fresh in it
+Popped = tuple[Group, Item]  # an item popped from a group's queue, and that group
 
 _SIZE: Callable[[Job], int] = attrgetter("size")
 _DIGEST: Callable[[Job], int] = attrgetter("digest")

@@ -21,8 +21,8 @@ across the ranks (:mod:`exactbatch.certificate`).
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from exactbatch.feeds.base import Feed, First
 from exactbatch.loader import compaction
 from exactbatch.loader.records import Record, Recorder, Resumed, Summary, Tallied
 from exactbatch.order.digest import Tally
@@ -46,7 +46,8 @@ class History:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.compacted: list[Summary] = []  # old clean records, folded (loader.compaction)
-        self.base, self.start = Tally(), 0
+        self.base = Tally()
+        self.start: First = 0
         self.parent: str | None = None  # the id of the state loaded (exactbatch.loader.lineage)
         self.loaded_at: int | None = None  # when (ns since the epoch, this machine's clock)
         self.run = 0  # the reset(seed=...) calls before (exactbatch.loader.state.Position)
@@ -79,7 +80,9 @@ class History:
         if whole is not None:
             rec["whole"] = _tally(whole)
         if promised is not None:  # (dealt: every rank's batches of the epoch, from the order)
-            rec["promised"] = _tally(rule.promise(feed, cursor.current, self.start, promised))
+            epoch_held = cursor.current
+            assert epoch_held is not None  # (an epoch's promise: the epoch is held)
+            rec["promised"] = _tally(rule.promise(feed, epoch_held, self.start, promised))
         return rec
 
     def keep(self, rec: Record) -> None:
@@ -100,7 +103,7 @@ class History:
         neither a loss nor a hand-out)."""
         return [*self.records, live] if live is not None and _holds(live) else list(self.records)
 
-    def restore(self, records: list[Record], feed: Any, pos: Resumed) -> None:
+    def restore(self, records: list[Record], feed: Feed, pos: Resumed) -> None:
         """Take on a state's ``records``: as the ``feed``'s state rule says
         (:mod:`exactbatch.feeds.state_rules`), a contiguous shard goes on with the
         state's segment of its epoch; a dealt one starts its own where it resumes, its

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exactbatch.batching.blocked_order import BlockedOrder
-from exactbatch.feeds.base import Job, Ordered
+from exactbatch.feeds.base import First, Job, Ordered
 from exactbatch.loader.groups import Group
 from exactbatch.order.digest import Tally
 
@@ -72,7 +72,7 @@ class Start:
     epoch: int
     skip: int = 0
     pending: tuple[int, ...] = ()
-    first: int = 0
+    first: First = 0
     ledger: Tally = field(default_factory=Tally)
     verified: bool = True
 

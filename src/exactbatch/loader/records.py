@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from exactbatch.feeds.base import BatchSpec, Feed, Ordered, Place
+from exactbatch.feeds.base import BatchSpec, Exhaustible, Feed, Place
 
 if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
     from typing_extensions import NotRequired
@@ -67,7 +67,7 @@ class Recorder(Protocol):
     def feed(self) -> Feed: ...
 
     @property
-    def current(self) -> Ordered | None: ...
+    def current(self) -> Exhaustible | None: ...
 
 
 class Resumed(Place, Protocol):

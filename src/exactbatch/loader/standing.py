@@ -62,8 +62,9 @@ class Standing:
             return None
         ledger, claimed, holes = self._handed_now()
         promised = None
-        if self.current is not None and not holes and self._rolled(claimed):
-            promised = self.current.promise()  # handed out whole: its check comes at the next claim
+        cur = self.current
+        if cur is not None and not holes and self._rolled(cur, claimed):
+            promised = cur.promise()  # handed out whole: its check comes at the next claim
         return self.history.record(self, self.start.epoch, ledger, promised)
 
     def _handed_now(self) -> tuple[Tally, int, set[int]]:
@@ -102,12 +103,13 @@ class Standing:
             return epoch + 1, 0, (), Tally()
         ledger, claimed, holes = self._handed_now()
         done = claimed - len(holes)
-        if self.current is not None and not holes and self._rolled(done):
+        cur = self.current
+        if cur is not None and not holes and self._rolled(cur, done):
             return epoch + 1, 0, (), Tally()
         return epoch, done, tuple(sorted(holes)), ledger
 
-    def _rolled(self, done: int) -> bool:
-        """Is the epoch over, for a state taken now (no batch of it left out)?"""
+    def _rolled(self, cur: Epoch | ClosedEpoch, done: int) -> bool:
+        """Is the epoch ``cur`` over, for a state taken now (no batch of it left out)?"""
         if any(not g.done() for g in self._live):  # read ahead, or in flight: not over
             return False
-        return bool(self.feed.rule.rolled(self.feed, self.current, self.start.first, done))
+        return self.feed.rule.rolled(self.feed, cur, self.start.first, done)

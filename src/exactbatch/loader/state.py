@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exactbatch.checks import check_int
-from exactbatch.feeds.base import Feed
+from exactbatch.feeds.base import Feed, First
 from exactbatch.loader.compaction import check_summaries
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import state_id
@@ -70,7 +70,7 @@ class Position:
     done: int = 0
     pending: tuple[int, ...] = ()
     ledger: Tally = field(default_factory=Tally)
-    first: int = 0
+    first: First = 0
     verified: bool = True
     history: tuple[Record, ...] = ()
     parent: str | None = None

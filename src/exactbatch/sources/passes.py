@@ -179,12 +179,14 @@ def chunk_source_pass(
         def read(i, opened=opened):
             return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
+    assert read is not None  # (a chunk-indexed source reads its chunks by index)
     if timed is not None:
         read = timed(read)
     ahead, closed = ReadAhead(read, (i for i, _, _ in pieces), depth, taken), False
     try:
         for pos, (i, lo, hi) in enumerate(pieces):
             chunk = ahead.get()
+            assert chunk is not None  # (a piece's: read ahead for every piece)
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
                 yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, held=True)

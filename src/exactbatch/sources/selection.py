@@ -44,6 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from exactbatch.hints import ColumnSelection, Source
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.sources.arrow_table import arrow_source, is_arrow_table
 from exactbatch.sources.chunks import Stream, Widths
@@ -328,7 +329,9 @@ class SelectedStream(_StreamSelected):
             yield self._select(chunk, widths, i)
 
 
-def select_columns(source, features=None, labels=None):
+def select_columns(
+    source: Source, features: ColumnSelection = None, labels: ColumnSelection = None
+) -> Source:
     """``source`` as a loader with ``features``/``labels`` reads it (module docs): the
     source itself when both are None."""
     selection = Selection(features, labels)
