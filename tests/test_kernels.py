@@ -815,3 +815,35 @@ def test_the_pure_transform_maps_fills_and_finds_the_first_nan_row():
             expect[nan_rows, 1:] = want
             np.testing.assert_array_equal(out, expect.astype(np.float32))
     assert kernels.TransformKernel(mean, scale).apply(src, np.empty((4, 3))) == -1
+
+
+@pytest.mark.parametrize("l", [2, 0])
+def test_run_reads_read_and_take_a_run_of_the_order_on_this_backend(each_backend, l):  # noqa: E741
+    """run_reads: ``read_run(order, start, size, out_x, out_y)`` reads rows
+    ``order[start:start + size]`` into the first ``size`` rows of the outputs (the rest
+    untouched), ``take_run`` into a new aligned pair of the dtype (y of ``ydtype`` when
+    given): the compiled rows object's own, or the pure twins (RunReads), the same
+    bytes."""
+    x, y = make_data(20, 3, l)
+    rows = kernels.memory_rows(x, y)
+    read_run, take_run = kernels.run_reads(rows)
+    if each_backend == "numpy":
+        assert isinstance(read_run.__self__, kernels.RunReads)
+    order = np.array([4, 19, 0, 7, 7, 12, 3], dtype=np.int64)
+    ox, oy = np.full((5, 3), -1.0), np.full((5, l), -1.0)
+    read_run(order, 2, 3, ox, oy)  # rows 0, 7, 7 into the first 3 of 5
+    np.testing.assert_array_equal(ox[:3], x[[0, 7, 7]])
+    np.testing.assert_array_equal(oy[:3], y[[0, 7, 7]])
+    assert (ox[3:] == -1).all() and (oy[3:] == -1).all()
+    ox, oy = np.full((2, 3), -1.0), np.full((2, l), -1.0)
+    read_run(order, 5, 2, ox, oy)  # outputs of exactly the run's size
+    np.testing.assert_array_equal(ox, x[[12, 3]])
+    np.testing.assert_array_equal(oy, y[[12, 3]])
+    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)  # (as the epoch passes them)
+    for dtype, ydtype in ((f64, None), (f32, None), (f32, f64)):
+        tx, ty = take_run(order, 1, 4, dtype, ydtype)
+        assert tx.shape == (4, 3) and ty.shape == (4, l)
+        assert tx.dtype == dtype and ty.dtype == (ydtype or dtype)
+        assert tx.ctypes.data % exactbatch.arrays.ALIGN == 0
+        np.testing.assert_array_equal(tx, x[[19, 0, 7, 7]].astype(dtype))
+        np.testing.assert_array_equal(ty, y[[19, 0, 7, 7]].astype(ydtype or dtype))
