@@ -847,3 +847,33 @@ def test_run_reads_read_and_take_a_run_of_the_order_on_this_backend(each_backend
         assert tx.ctypes.data % exactbatch.arrays.ALIGN == 0
         np.testing.assert_array_equal(tx, x[[19, 0, 7, 7]].astype(dtype))
         np.testing.assert_array_equal(ty, y[[19, 0, 7, 7]].astype(ydtype or dtype))
+
+
+def test_memory_parts_read_a_slice_fuse_a_transform_and_keep_a_part_once_set(each_backend):
+    """memory_parts' reads also take a slice of stream rows (across chunks) and a
+    TransformKernel (applied as rows are copied: the bits of the memory reader's fused
+    read); a chunk set again to the same rows object is no change, to another one a
+    ValueError naming it."""
+    x, y = make_data(12, 3, 2)
+    xy = np.concatenate((x, y), axis=1)
+    starts = np.array([0, 4, 12], dtype=np.int64)
+    parts = kernels.memory_parts(starts, 3, 2)
+    held = [kernels.memory_rows(xy[a:b, :3], xy[a:b, 3:]) for a, b in ((0, 4), (4, 12))]
+    for k, rows in enumerate(held):
+        parts.set(k, rows)
+    parts.set(1, held[1])  # the same rows again: kept
+    with pytest.raises(ValueError, match="part 1 is set already"):
+        parts.set(1, kernels.memory_rows(xy[4:, :3], xy[4:, 3:]))
+    ox, oy = np.full((6, 3), -1.0), np.full((6, 2), -1.0)
+    assert parts.read(slice(2, 8), ox, oy) is None  # chunks 0 and 1
+    np.testing.assert_array_equal(ox, x[2:8])
+    np.testing.assert_array_equal(oy, y[2:8])
+    tf = kernels.TransformKernel(np.arange(3.0), np.array([0.5, 2.0, 4.0]))
+    want_x, want_y = np.empty((6, 3), dtype=np.float32), np.empty((6, 2), dtype=np.float32)
+    first = kernels.memory_rows(x, y).read(np.arange(2, 8), want_x, want_y, tf)
+    assert first == -1  # (no row held a NaN)
+    sx, sy = np.empty((6, 3), dtype=np.float32), np.empty((6, 2), dtype=np.float32)
+    order = np.array([7, 2, 3, 4, 5, 6], dtype=np.int32)
+    assert parts.read(order[[1, 2, 3, 4, 5, 0]], sx, sy, tf) == first
+    assert sx.tobytes() == want_x.tobytes() and sy.tobytes() == want_y.tobytes()
+    assert not np.array_equal(sx, x[2:8].astype(np.float32))  # (the map did something)
