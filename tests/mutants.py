@@ -467,6 +467,7 @@ TARGETS = {
             "exactbatch.sources.blocks.*",
         ],
         [
+            "tests/sources/test_columns.py",
             "tests/sources/test_file_watch.py",
             "tests/order/test_splits.py",
             "tests/sources/test_random_access.py",
