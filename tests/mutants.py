@@ -468,6 +468,7 @@ TARGETS = {
         ],
         [
             "tests/sources/test_columns.py",
+            "tests/sources/test_kinds.py",
             "tests/sources/test_file_watch.py",
             "tests/order/test_splits.py",
             "tests/sources/test_random_access.py",

@@ -40,7 +40,7 @@ def test_each_kind_opens_as_its_reader_or_stream(tmp_path):
         (lambda: iter([X]), FactoryStream, None),
         ([X[:4], X[4:]], IterableStream, None),
     ]
-    for source, kind, l in cases:
+    for source, kind, l in cases:  # noqa: E741
         opened = open_source(source)
         assert type(opened) is kind, source
         if l is not None:
