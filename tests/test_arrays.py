@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from exactbatch.arrays import byte_view, check_out_array
+from exactbatch.arrays import _library, as_numpy, byte_view, check_out_array
 
 
 def test_byte_view_is_the_flat_unsigned_bytes_or_empty():
@@ -63,3 +63,37 @@ def test_check_out_array_refuses_each_wrong_output_naming_it():
             continue
         with pytest.raises(error, match=f"^{re.escape(message)}$"):
             check_out_array(out, (2, 3), "out_x", np.float32)
+
+
+def _stand_in(name: str, module: str, base=object):
+    """A class ``module.name`` (nothing imported) whose objects NumPy reads as [[1, 2]]."""
+    return type(name, (base,), {"__module__": module, "__array__": _two})
+
+
+def _two(self, dtype=None, copy=None):
+    return np.array([[1.0, 2.0]])
+
+
+def test_library_is_told_by_class_name_and_root_module_both():
+    """Only a ``Tensor`` of the torch package is a torch tensor; only a ``DataFrame`` of
+    pandas or polars a frame; subclasses too (by their bases); no import."""
+    assert _library(_stand_in("Tensor", "torch")()) == "torch"
+    assert _library(_stand_in("Parameter", "torch.nn", _stand_in("Tensor", "torch._C"))()) == (
+        "torch"
+    )
+    assert _library(_stand_in("DataFrame", "pandas.core.frame")()) == "pandas"
+    assert _library(_stand_in("DataFrame", "polars")()) == "polars"
+    for name, module in (
+        ("Tensor", "tensorflow"),  # another library's Tensor
+        ("Size", "torch"),  # torch, but no tensor
+        ("DataFrame", "dask.dataframe"),
+        ("Series", "pandas"),
+        ("Tensor", "torchvision"),  # a root that only starts like torch
+    ):
+        assert _library(_stand_in(name, module)()) is None, (name, module)
+
+
+def test_an_array_like_of_no_known_library_is_read_as_numpy_reads_it():
+    for name, module in (("Tensor", "tensorflow"), ("Size", "torch")):
+        got = as_numpy(_stand_in(name, module)(), "x")
+        np.testing.assert_array_equal(got, [[1.0, 2.0]])
