@@ -9,7 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from exactbatch.arrays import _library, as_numpy, byte_view, check_out_array
+from exactbatch.arrays import (
+    ALIGN,
+    _library,
+    as_numpy,
+    batch_pair,
+    byte_view,
+    check_out_array,
+    is_array_like,
+)
 
 
 def test_byte_view_is_the_flat_unsigned_bytes_or_empty():
@@ -97,3 +105,39 @@ def test_an_array_like_of_no_known_library_is_read_as_numpy_reads_it():
     for name, module in (("Tensor", "tensorflow"), ("Size", "torch")):
         got = as_numpy(_stand_in(name, module)(), "x")
         np.testing.assert_array_equal(got, [[1.0, 2.0]])
+
+
+def test_batch_pair_is_one_allocation_x_then_y_each_on_a_line():
+    """x (padded to whole 64-byte lines) then y in one uint8 buffer of those bytes and
+    one line of slack (for the alignment): both start on a line, never overlap."""
+    cases = ((5, 3, 2, np.float32, None), (7, 1, 1, np.float64, np.int64))
+    for rows, d, l, dt, yt in cases:  # noqa: E741
+        x, y = batch_pair(rows, d, l, dt, yt)
+        assert x.base is y.base and x.base.dtype == np.uint8
+        x_bytes = rows * d * np.dtype(dt).itemsize
+        at_y = -(-x_bytes // ALIGN) * ALIGN
+        assert x.base.nbytes == at_y + rows * l * np.dtype(yt or dt).itemsize + ALIGN
+        assert x.ctypes.data % ALIGN == 0 and y.ctypes.data % ALIGN == 0
+        assert y.ctypes.data - x.ctypes.data == at_y
+        assert not np.shares_memory(x, y)
+        assert x.flags.c_contiguous and y.flags.c_contiguous
+        assert (x.shape, y.shape, x.dtype, y.dtype) == ((rows, d), (rows, l), dt, yt or dt)
+
+
+def test_is_array_like_by_any_of_numpy_s_three_protocols():
+    class Interface:
+        def __init__(self):
+            self.__array_interface__ = np.zeros(3).__array_interface__
+
+    class Struct:
+        def __init__(self):
+            self.__array_struct__ = np.zeros(3).__array_struct__
+
+    class Array:
+        def __array__(self, dtype=None, copy=None):
+            return np.zeros(3)
+
+    for a in (np.zeros(2), Interface(), Struct(), Array()):
+        assert is_array_like(a), a
+    for a in ([1.0, 2.0], (np.zeros(2), np.zeros(2)), 3.0, "ab", object()):
+        assert not is_array_like(a), a

@@ -877,3 +877,13 @@ def test_memory_parts_read_a_slice_fuse_a_transform_and_keep_a_part_once_set(eac
     assert parts.read(order[[1, 2, 3, 4, 5, 0]], sx, sy, tf) == first
     assert sx.tobytes() == want_x.tobytes() and sy.tobytes() == want_y.tobytes()
     assert not np.array_equal(sx, x[2:8].astype(np.float32))  # (the map did something)
+
+
+def test_a_transform_kernel_has_no_compiled_twin_without_the_core(monkeypatch):
+    """Where the core is not built, TransformKernel.c is None and apply maps alone."""
+    monkeypatch.setattr(kernels, "_BUILT", None)
+    tf = kernels.TransformKernel(np.array([1.0, 2.0]), np.array([2.0, 0.5]), fill=0.0)
+    assert tf.c is None
+    out = np.empty((2, 2))
+    assert tf.apply(np.array([[3.0, 4.0], [np.nan, 2.0]]), out) == 1
+    np.testing.assert_array_equal(out, [[4.0, 1.0], [0.0, 0.0]])
