@@ -95,8 +95,34 @@ def test_exactbatch_pure_of_another_value_is_an_error_naming_it(value):
 
 
 def test_use_backend_refuses_a_bad_name():
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(ValueError) as info:
         kernels.use_backend("fortran")
+    assert str(info.value) == "backend must be 'compiled' or 'numpy'; got 'fortran'"
+
+
+def test_use_backend_switches_the_factories_and_returns_the_backend_before(monkeypatch):
+    """Each switch is seen by backend(), core() and the factories, and returns the
+    backend in use before it; "compiled" where the core is not built is refused, naming
+    why, and changes nothing."""
+    start = kernels.backend()
+    try:
+        assert kernels.use_backend("numpy") == start
+        assert kernels.backend() == "numpy" and kernels.core() is None
+        assert kernels.use_backend("numpy") == "numpy"
+        assert kernels.pair_check() is kernels._numpy_pair_fits
+        if built():
+            assert kernels.use_backend("compiled") == "numpy"
+            assert kernels.backend() == "compiled" and kernels.core() is kernels._BUILT
+            assert kernels.pair_check() is kernels._BUILT.pair_fits
+            assert kernels.use_backend("numpy") == "compiled"
+        monkeypatch.setattr(kernels, "_BUILT", None)
+        with pytest.raises(ValueError) as info:
+            kernels.use_backend("compiled")
+        assert str(info.value) == "the compiled backend is not built (see docs/development.md)"
+        assert kernels.backend() == "numpy"
+    finally:
+        monkeypatch.undo()
+        kernels.use_backend(start)
 
 
 # -- identical batches --------------------------------------------------------------------
