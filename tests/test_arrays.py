@@ -141,3 +141,43 @@ def test_is_array_like_by_any_of_numpy_s_three_protocols():
         assert is_array_like(a), a
     for a in ([1.0, 2.0], (np.zeros(2), np.zeros(2)), 3.0, "ab", object()):
         assert not is_array_like(a), a
+
+
+def test_as_numpy_of_ragged_input_hints_at_chunks_only_for_chunks():
+    """Ragged 2-D arrays (or tuples) in a sequence are chunks, not rows: the hint says to
+    pass them as a list; ragged rows of numbers get no hint."""
+    hint = (
+        " (a source that is a tuple of two is an (x, y) pair: pass a sequence of "
+        "(x, y) chunks as a list)"
+    )
+    for chunks in (
+        [np.zeros((2, 2)), np.zeros((3, 2))],
+        (np.zeros((1, 3)), np.zeros((2, 3))),
+        [(np.zeros((2, 1)), np.zeros(2)), (np.zeros((1, 1)), np.zeros(1))],
+    ):
+        with pytest.raises(ValueError) as info:
+            as_numpy(chunks, "x")
+        assert str(info.value).endswith(hint), str(info.value)
+    for rows in ([[1.0, 2.0], [3.0]], [np.zeros(2), np.zeros(3)]):
+        with pytest.raises(ValueError) as info:
+            as_numpy(rows, "y")
+        message = str(info.value)
+        assert message.startswith("y must be a rectangular array of numbers, but its rows ")
+        assert "chunks" not in message
+
+
+def test_as_numpy_of_what_numpy_cannot_read_names_the_argument():
+    class Broken:
+        def __init__(self, error):
+            self.error = error
+
+        def __array__(self, dtype=None, copy=None):
+            raise self.error
+
+    for error in (TypeError("no dtype"), RuntimeError("on a device")):
+        with pytest.raises(TypeError) as info:
+            as_numpy(Broken(error), "labels")
+        assert str(info.value) == f"labels cannot be read as a NumPy array: {error}"
+        assert info.value.__cause__ is error
+    a = np.zeros((2, 2))
+    assert as_numpy(a, "x") is a
