@@ -14,7 +14,7 @@ import urllib.request
 
 import backends
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "ci",
@@ -24,7 +24,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+# Under `make mutants` (mutmut runs pytest in its own process): a mutant's failing example
+# is not shrunk. The verdict is the same (the test fails on the example it finds), but
+# shrinking could outlast mutmut's CPU-time limit and be counted a timeout, at ten times
+# the tests' time.
+settings.register_profile(
+    "mutants", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
+)
+settings.load_profile(
+    "mutants"
+    if "mutmut" in sys.modules
+    else "ci"
+    if os.environ.get("CI")
+    else os.environ.get("HYPOTHESIS_PROFILE", "dev")
+)
 
 S3_BUCKET = "exactbatch-test"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from exactbatch import DataLoader, ndf_blocks, open_ndf, save_ndf
-from exactbatch.checks import check_dtype, check_flag, check_int
+from exactbatch.checks import INT_MAX, check_dtype, check_flag, check_int
 from exactbatch.order import check_shard
 
 INTS = [3, np.int64(3), np.int32(3), np.uint8(3)]
@@ -39,6 +39,23 @@ def test_check_int_below_the_minimum_is_a_value_error_naming_argument_and_value(
         check_int("seed", np.int64(-1), 0)
     assert str(info.value) == "seed must be >= 0; got seed=-1"
     assert check_int("i", -5) == -5  # no minimum: the kind only
+
+
+def test_check_int_above_the_maximum_is_a_value_error_naming_the_limit():
+    """Unless told, the ceiling is INT_MAX (2**63 - 1, written so); ``maximum=`` sets
+    another, inclusive; ``maximum=None`` none at all (a seed)."""
+    assert INT_MAX == 2**63 - 1
+    assert check_int("n", INT_MAX) == INT_MAX
+    assert check_int("n", np.uint64(INT_MAX)) == INT_MAX
+    with pytest.raises(ValueError) as info:
+        check_int("n", INT_MAX + 1, 0)
+    assert str(info.value) == f"n must be <= 2**63 - 1; got n={INT_MAX + 1}"
+    assert check_int("k", 10, 1, maximum=10) == 10
+    with pytest.raises(ValueError) as info:
+        check_int("k", np.int64(11), 1, maximum=10)
+    assert str(info.value) == "k must be <= 10; got k=11"
+    assert check_int("seed", 2**100, 0, maximum=None) == 2**100
+    assert check_int("k", None, 1, optional=True, maximum=0) is None
 
 
 def test_check_int_optional_lets_none_through_only():

@@ -288,3 +288,46 @@ def test_different_n_is_value_error_naming_both_shapes(x_shape, y_shape):
     want_y = y_shape if len(y_shape) == 2 else (y_shape[0], 1)
     assert str(x_shape) in msg, msg
     assert str(want_y) in msg or str(y_shape) in msg, msg
+
+
+def test_every_refusal_s_text():
+    """The messages in full: the argument, what it must be, what was found."""
+    cases = [
+        (
+            (np.array([["a"]]),),
+            TypeError,
+            "x must hold real numbers (bool, int or float); got dtype <U1",
+        ),
+        (
+            (np.zeros((2, 2)), np.array([1j, 2j])),
+            TypeError,
+            "y must hold real numbers (bool, int or float); got dtype complex128",
+        ),
+        ((np.zeros(3),), ValueError, "x must be 2-D (n, d); got shape (3,)"),
+        (
+            (np.zeros((2, 2)), np.zeros((2, 1, 1))),
+            ValueError,
+            "y must be 2-D (n, l) or 1-D (n,); got shape (2, 1, 1)",
+        ),
+        (
+            (np.zeros((3, 2)), np.zeros((2, 1))),
+            ValueError,
+            "x and y must have the same number of rows; got x (3, 2) and y (2, 1)",
+        ),
+    ]
+    for args, error, message in cases:
+        with pytest.raises(error) as info:
+            Dataset(*args)
+        assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
+        Dataset(np.zeros((2, 2)), [[1.0], [2.0, 3.0]])
+    assert str(info.value).startswith(
+        "y must be a rectangular array of numbers, but its rows differ in length or shape: "
+    )
+
+
+def test_no_labels_are_an_empty_float64_column_block():
+    ds = Dataset(np.zeros((4, 2), dtype=np.float32))
+    assert ds.y.shape == (4, 0) and ds.y.dtype == np.float64 and ds.y.flags.c_contiguous
+    assert (ds.n, ds.d, ds.l, len(ds)) == (4, 2, 0, 4)
+    assert repr(ds) == "Dataset(n=4, d=2, l=0)"

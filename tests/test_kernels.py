@@ -95,8 +95,34 @@ def test_exactbatch_pure_of_another_value_is_an_error_naming_it(value):
 
 
 def test_use_backend_refuses_a_bad_name():
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(ValueError) as info:
         kernels.use_backend("fortran")
+    assert str(info.value) == "backend must be 'compiled' or 'numpy'; got 'fortran'"
+
+
+def test_use_backend_switches_the_factories_and_returns_the_backend_before(monkeypatch):
+    """Each switch is seen by backend(), core() and the factories, and returns the
+    backend in use before it; "compiled" where the core is not built is refused, naming
+    why, and changes nothing."""
+    start = kernels.backend()
+    try:
+        assert kernels.use_backend("numpy") == start
+        assert kernels.backend() == "numpy" and kernels.core() is None
+        assert kernels.use_backend("numpy") == "numpy"
+        assert kernels.pair_check() is kernels._numpy_pair_fits
+        if built():
+            assert kernels.use_backend("compiled") == "numpy"
+            assert kernels.backend() == "compiled" and kernels.core() is kernels._BUILT
+            assert kernels.pair_check() is kernels._BUILT.pair_fits
+            assert kernels.use_backend("numpy") == "compiled"
+        monkeypatch.setattr(kernels, "_BUILT", None)
+        with pytest.raises(ValueError) as info:
+            kernels.use_backend("compiled")
+        assert str(info.value) == "the compiled backend is not built (see docs/development.md)"
+        assert kernels.backend() == "numpy"
+    finally:
+        monkeypatch.undo()
+        kernels.use_backend(start)
 
 
 # -- identical batches --------------------------------------------------------------------
@@ -815,3 +841,75 @@ def test_the_pure_transform_maps_fills_and_finds_the_first_nan_row():
             expect[nan_rows, 1:] = want
             np.testing.assert_array_equal(out, expect.astype(np.float32))
     assert kernels.TransformKernel(mean, scale).apply(src, np.empty((4, 3))) == -1
+
+
+@pytest.mark.parametrize("l", [2, 0])
+def test_run_reads_read_and_take_a_run_of_the_order_on_this_backend(each_backend, l):  # noqa: E741
+    """run_reads: ``read_run(order, start, size, out_x, out_y)`` reads rows
+    ``order[start:start + size]`` into the first ``size`` rows of the outputs (the rest
+    untouched), ``take_run`` into a new aligned pair of the dtype (y of ``ydtype`` when
+    given): the compiled rows object's own, or the pure twins (RunReads), the same
+    bytes."""
+    x, y = make_data(20, 3, l)
+    rows = kernels.memory_rows(x, y)
+    read_run, take_run = kernels.run_reads(rows)
+    if each_backend == "numpy":
+        assert isinstance(read_run.__self__, kernels.RunReads)
+    order = np.array([4, 19, 0, 7, 7, 12, 3], dtype=np.int64)
+    ox, oy = np.full((5, 3), -1.0), np.full((5, l), -1.0)
+    read_run(order, 2, 3, ox, oy)  # rows 0, 7, 7 into the first 3 of 5
+    np.testing.assert_array_equal(ox[:3], x[[0, 7, 7]])
+    np.testing.assert_array_equal(oy[:3], y[[0, 7, 7]])
+    assert (ox[3:] == -1).all() and (oy[3:] == -1).all()
+    ox, oy = np.full((2, 3), -1.0), np.full((2, l), -1.0)
+    read_run(order, 5, 2, ox, oy)  # outputs of exactly the run's size
+    np.testing.assert_array_equal(ox, x[[12, 3]])
+    np.testing.assert_array_equal(oy, y[[12, 3]])
+    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)  # (as the epoch passes them)
+    for dtype, ydtype in ((f64, None), (f32, None), (f32, f64)):
+        tx, ty = take_run(order, 1, 4, dtype, ydtype)
+        assert tx.shape == (4, 3) and ty.shape == (4, l)
+        assert tx.dtype == dtype and ty.dtype == (ydtype or dtype)
+        assert tx.ctypes.data % exactbatch.arrays.ALIGN == 0
+        np.testing.assert_array_equal(tx, x[[19, 0, 7, 7]].astype(dtype))
+        np.testing.assert_array_equal(ty, y[[19, 0, 7, 7]].astype(ydtype or dtype))
+
+
+def test_memory_parts_read_a_slice_fuse_a_transform_and_keep_a_part_once_set(each_backend):
+    """memory_parts' reads also take a slice of stream rows (across chunks) and a
+    TransformKernel (applied as rows are copied: the bits of the memory reader's fused
+    read); a chunk set again to the same rows object is no change, to another one a
+    ValueError naming it."""
+    x, y = make_data(12, 3, 2)
+    xy = np.concatenate((x, y), axis=1)
+    starts = np.array([0, 4, 12], dtype=np.int64)
+    parts = kernels.memory_parts(starts, 3, 2)
+    held = [kernels.memory_rows(xy[a:b, :3], xy[a:b, 3:]) for a, b in ((0, 4), (4, 12))]
+    for k, rows in enumerate(held):
+        parts.set(k, rows)
+    parts.set(1, held[1])  # the same rows again: kept
+    with pytest.raises(ValueError, match="part 1 is set already"):
+        parts.set(1, kernels.memory_rows(xy[4:, :3], xy[4:, 3:]))
+    ox, oy = np.full((6, 3), -1.0), np.full((6, 2), -1.0)
+    assert parts.read(slice(2, 8), ox, oy) is None  # chunks 0 and 1
+    np.testing.assert_array_equal(ox, x[2:8])
+    np.testing.assert_array_equal(oy, y[2:8])
+    tf = kernels.TransformKernel(np.arange(3.0), np.array([0.5, 2.0, 4.0]))
+    want_x, want_y = np.empty((6, 3), dtype=np.float32), np.empty((6, 2), dtype=np.float32)
+    first = kernels.memory_rows(x, y).read(np.arange(2, 8), want_x, want_y, tf)
+    assert first == -1  # (no row held a NaN)
+    sx, sy = np.empty((6, 3), dtype=np.float32), np.empty((6, 2), dtype=np.float32)
+    order = np.array([7, 2, 3, 4, 5, 6], dtype=np.int32)
+    assert parts.read(order[[1, 2, 3, 4, 5, 0]], sx, sy, tf) == first
+    assert sx.tobytes() == want_x.tobytes() and sy.tobytes() == want_y.tobytes()
+    assert not np.array_equal(sx, x[2:8].astype(np.float32))  # (the map did something)
+
+
+def test_a_transform_kernel_has_no_compiled_twin_without_the_core(monkeypatch):
+    """Where the core is not built, TransformKernel.c is None and apply maps alone."""
+    monkeypatch.setattr(kernels, "_BUILT", None)
+    tf = kernels.TransformKernel(np.array([1.0, 2.0]), np.array([2.0, 0.5]), fill=0.0)
+    assert tf.c is None
+    out = np.empty((2, 2))
+    assert tf.apply(np.array([[3.0, 4.0], [np.nan, 2.0]]), out) == 1
+    np.testing.assert_array_equal(out, [[4.0, 1.0], [0.0, 0.0]])

@@ -181,6 +181,54 @@ def test_groups_by_a_column_name_of_an_ndf_file_and_a_dataset(tmp_path):
     assert len(split(open_ndf(path), (0.5, 0.5), groups="churn")) == 2
 
 
+def _same(got, want) -> bool:
+    if isinstance(want[0], tuple):  # folds: (train, test) pairs
+        return all(_same(g, w) for g, w in zip(got, want, strict=True))
+    return all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_key_and_stratify_by_column_name_are_the_columns_values(tmp_path):
+    """key= and stratify= take a column name as groups= does: the same parts as the
+    column's values given as an array, for split and kfold."""
+    n = 60
+    x, y = make_data(n, d=2, l=1)
+    x[:, 1] = np.arange(n) % 7  # "customer"
+    y[:, 0] = np.arange(n) % 3  # "churn": three classes
+    path = tmp_path / "named.ndf"
+    save_ndf(path, (x, y), features=["id", "customer"], labels=["churn"])
+    f = open_ndf(path)
+
+    def halves(source, **kw):
+        return split(source, (0.7, 0.3), seed=5, **kw)
+
+    def thirds(source, **kw):
+        return kfold(source, 3, seed=5, **kw)
+
+    for cut in (halves, thirds):
+        assert _same(cut(f, key="customer"), cut(n, key=x[:, 1])), cut.__name__
+        assert _same(cut(f, stratify="churn"), cut(n, stratify=y[:, 0])), cut.__name__
+        assert _same(cut(f, groups="customer"), cut(n, groups=x[:, 1])), cut.__name__
+        assert not _same(cut(f, key="customer"), cut(f, key="id")), cut.__name__
+
+
+def test_a_numpy_row_count_and_a_seed_of_any_size(tmp_path):
+    assert _same(split(np.int64(20), (0.5, 0.5), seed=3), split(20, (0.5, 0.5), seed=3))
+    assert _same(kfold(np.int32(20), 4, seed=3), kfold(20, 4, seed=3))
+    big = 2**70  # a seed has no ceiling
+    check_partition(split(20, (0.5, 0.5), seed=big), 20)
+    check_partition([t for _, t in kfold(20, 4, seed=big)], 20)
+    for arg in ("groups", "key", "stratify"):
+        with pytest.raises(TypeError) as info:
+            kfold(np.int64(12), 2, **{arg: "a"})
+        assert str(info.value) == (
+            f"{arg}='a' names a column, but the first argument is a row count: pass the "
+            f"source itself, or {arg} as an array"
+        )
+    with pytest.raises(TypeError) as info:
+        kfold(True, 2)
+    assert str(info.value) == ("source_or_n must be a row count (an int) or a random-access source")
+
+
 def test_groups_by_a_dataframe_column_of_strings():
     pd = pytest.importorskip("pandas")
     frame = pd.DataFrame({"a": np.arange(30.0), "shop": list("xyz") * 10})

@@ -115,8 +115,12 @@ def test_a_dataframe_with_non_numeric_columns_is_a_type_error_naming_them():
     assert "'city'" in msg and "'day'" in msg and "'n'" not in msg
     with pytest.raises(TypeError, match="'city'"):
         Dataset(X[:2], df)  # as labels too
-    with pytest.raises(TypeError, match="'city'"):
+    with pytest.raises(TypeError) as info:  # each column named with its own dtype
         DataLoader(_polars().DataFrame({"n": [1, 2], "city": ["Oslo", "Lima"]}), 1)
+    assert str(info.value) == (
+        "x is a DataFrame with non-numeric column(s) 'city' (String); every column must "
+        "hold real numbers (bool, int or float): select or encode them first"
+    )
 
 
 def test_a_tensor_off_the_cpu_is_a_type_error_asking_for_cpu():

@@ -331,3 +331,21 @@ def test_side_by_side_keeps_two_column_chunks_of_the_same_rows_as_columns():
 
 def test_a_column_chunk_shows_its_rows_columns_and_start():
     assert repr(Columns([np.arange(9.0)] * 2, 4, start=3)) == "Columns(rows=4, columns=2, start=3)"
+
+
+@pytest.mark.parametrize("tile_bytes", [1, 40, 48, 100, 512 << 10])
+def test_the_pure_copy_writes_every_row_whatever_its_tile(monkeypatch, tile_bytes):
+    """The pure path copies a tile of rows at a time (``_TILE_BYTES`` of the output's
+    rows, at least one row): tiles of one row, of a row and a half, of rows that do not
+    divide the batch, of the whole batch; every row written once, from ``start`` on."""
+    monkeypatch.setattr(kernels, "_TILE_BYTES", tile_bytes)
+    cols = [np.arange(30.0), np.arange(30, dtype=np.int32) * -2, np.arange(30.0) / 4]
+    want = np.stack(cols, axis=1)[7:18]
+    with on_backend("numpy"):
+        wide = np.full((11, 5), -1.0)  # columns of wider rows: a stride of 40 bytes
+        kernels.columns_into(cols, 7, wide[:, :3])
+        np.testing.assert_array_equal(wide[:, :3], want)
+        assert (wide[:, 3:] == -1).all()
+        narrow = np.full((11, 3), -1.0, dtype=np.float32)
+        kernels.columns_into(cols, 7, narrow)
+        np.testing.assert_array_equal(narrow, want.astype(np.float32))

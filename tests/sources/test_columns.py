@@ -1,0 +1,144 @@
+"""exactbatch.sources.columns on its own: a source's rows, its column names and
+vocabularies, one of its columns by name. (Through split and kfold:
+tests/order/test_splits.py; through a loader's features=/labels=:
+tests/loader/test_by_name.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import make_data
+
+from exactbatch import Dataset, ndf_blocks, open_ndf, save_ndf
+from exactbatch.ndf import NdfWriter
+from exactbatch.sources import columns
+from exactbatch.sources.columns import (
+    MissingColumnError,
+    column_names,
+    source_categories,
+    source_column,
+    source_size,
+)
+from exactbatch.sources.kinds import open_source
+
+pd = pytest.importorskip("pandas")
+
+
+class _Rows:
+    """A RowSource whose reader counts its closes."""
+
+    def __init__(self, x, y):
+        self.x, self.y, self.closed = x, y, 0
+
+    def open_reader(self):
+        outer = self
+        reader = open_source((self.x, self.y))
+        close = reader.close
+
+        def counted():
+            outer.closed += 1
+            close()
+
+        reader.close = counted
+        return reader
+
+
+def test_source_size_of_each_kind_of_random_access_source(tmp_path):
+    x, y = make_data(7, 3, 1)
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    assert source_size(Dataset(x, y)) == 7
+    assert source_size(open_ndf(tmp_path / "a.ndf")) == 7
+    assert source_size(x) == 7 and source_size(np.zeros((0, 2))) == 0
+    assert source_size(np.array(5.0)) == 0  # (no rows: a 0-d array has no shape)
+    assert source_size((x, y)) == 7
+    assert source_size(pd.DataFrame(x)) == 7
+    rows = _Rows(x[:5], y[:5])  # no shape: opened, its n read, closed
+    assert source_size(rows) == 5 and rows.closed == 1
+
+
+def test_source_size_of_a_stream_is_a_type_error_naming_it():
+    def chunks():
+        return iter([np.zeros((3, 2))])
+
+    with pytest.raises(TypeError) as info:
+        source_size(chunks)
+    assert str(info.value) == (
+        "a function is a stream, read front to back: its rows have no ids to split or "
+        "select. Split a random-access source (an .ndf file or dataset, arrays), or pass "
+        "the row count n"
+    )
+
+
+def test_column_names_of_frames_files_and_sources_without_names(tmp_path):
+    x, y = make_data(6, 2, 1)
+    fx = pd.DataFrame(x, columns=["a", "b"])
+    fy = pd.DataFrame(y, columns=["t"])
+    assert column_names((fx, fy)) == (["a", "b"], ["t"])
+    assert column_names(fx) == (["a", "b"], [])
+    assert column_names((fx, y)) is None  # a pair of a frame and an array: no names
+    save_ndf(tmp_path / "named.ndf", (x, y), features=["id", "store"], labels=["t"])
+    save_ndf(tmp_path / "plain.ndf", (x, y))
+    named, plain = open_ndf(tmp_path / "named.ndf"), open_ndf(tmp_path / "plain.ndf")
+    assert column_names(named) == (["id", "store"], ["t"])
+    assert column_names(plain) is None  # x0, x1, y0: positions, not names
+    blocks = ndf_blocks(named, 2)  # the names of the file a stream reads
+    assert column_names(blocks, open_source(blocks)) == (["id", "store"], ["t"])
+    assert column_names(x) is None and column_names((x, y)) is None
+    assert column_names(Dataset(x, y)) is None
+
+
+def test_source_categories_of_a_coded_file_and_of_a_source_without_them(tmp_path):
+    cats = {"city": ["Lima", "Oslo"]}
+    path = tmp_path / "coded.ndf"
+    with NdfWriter(path, 2, 1, features=["a", "city"], labels=["y"], categories=cats) as w:
+        w.write(np.array([[1.0, 0.0, 0.0], [2.0, 1.0, 1.0]]))
+    f = open_ndf(path)
+    assert source_categories(f) == cats
+    blocks = ndf_blocks(f, 1)
+    assert source_categories(blocks, open_source(blocks)) == cats
+    assert source_categories(np.zeros((2, 2))) == {}
+
+
+def test_source_column_of_a_frame_is_its_values_of_any_dtype():
+    df = pd.DataFrame({"id": [1.0, 2.0, 3.0], "city": ["Oslo", "Lima", "Oslo"]})
+    assert source_column(df, "city").tolist() == ["Oslo", "Lima", "Oslo"]
+    np.testing.assert_array_equal(source_column(df, "id"), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("block_rows", [1 << 16, 4, 5, 11])
+def test_source_column_of_a_file_reads_it_in_blocks_features_and_labels(
+    tmp_path, monkeypatch, block_rows
+):
+    """A feature or a label column of an .ndf file, whatever the block: every row once."""
+    monkeypatch.setattr(columns, "_BLOCK_ROWS", block_rows)
+    x, y = make_data(11, 3, 2)
+    save_ndf(tmp_path / "f.ndf", (x, y), features=["a", "b", "c"], labels=["s", "t"])
+    f = open_ndf(tmp_path / "f.ndf")
+    for j, name in enumerate(["a", "b", "c"]):
+        got = source_column(f, name)
+        assert got.dtype == np.float64 and got.shape == (11,)
+        np.testing.assert_array_equal(got, x[:, j])
+    for j, name in enumerate(["s", "t"]):
+        np.testing.assert_array_equal(source_column(f, name), y[:, j])
+
+
+def test_a_source_without_names_or_a_name_it_lacks_is_refused_naming_the_argument(tmp_path):
+    x, y = make_data(4, 2, 1)
+    with pytest.raises(TypeError) as info:
+        source_column((x, y), "a", arg="stratify")
+    assert str(info.value) == (
+        "stratify='a' names a column, but a tuple source has no column names: pass "
+        "stratify as an array of one label per row"
+    )
+    names = [f"c{j}" for j in range(45)]
+    save_ndf(tmp_path / "wide.ndf", np.zeros((2, 45)), features=names)
+    with pytest.raises(MissingColumnError) as info:
+        source_column(open_ndf(tmp_path / "wide.ndf"), "zz")
+    shown = names[:40] + ["..."]
+    assert str(info.value) == f"groups='zz': no such column; the source has {shown}"
+    assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+    save_ndf(tmp_path / "narrow.ndf", np.zeros((2, 40)), features=names[:40])
+    with pytest.raises(MissingColumnError) as info:
+        source_column(open_ndf(tmp_path / "narrow.ndf"), "zz", arg="key")
+    assert str(info.value) == f"key='zz': no such column; the source has {names[:40]}"
+    assert str(MissingColumnError()) == ""
