@@ -19,6 +19,11 @@ the stream, so each epoch reads every chunk, as the plain stream does; at
 
     PYTHONPATH=src .venv/bin/python bench/elastic_one_rank.py                # 1M rows
     PYTHONPATH=src .venv/bin/python bench/elastic_one_rank.py --source list --rows 400000
+    PYTHONPATH=src .venv/bin/python bench/elastic_one_rank.py --ledger   # the promise alone
+
+``--ledger`` prints instead the CPU time of the ledger's promise at an epoch's end
+(``RandomAccessEpoch.promise``, once the epoch's whole order is computed; thread
+CPU, min of 5) on a list of ``--rows`` rows.
 """
 
 from __future__ import annotations
@@ -36,6 +41,24 @@ import exactbatch
 from exactbatch import DataLoader
 
 CHUNK = 65536
+
+
+def ledger(rows: int) -> None:
+    """The CPU time of an elastic epoch's promise at one rank (module docs)."""
+    import numpy as np
+
+    x = np.random.default_rng(0).standard_normal((rows, 4))
+    chunks = [x[a : a + CHUNK] for a in range(0, rows, CHUNK)]
+    loader = DataLoader(chunks, 64, seed=1, buffer_size=131_072, elastic=True, total_size=rows)
+    epoch = loader._feed.rows.open_epoch(1, 0, 0)
+    while epoch.order is not None and epoch.order.whole is None:  # (its background thread)
+        time.sleep(0.01)
+    spent = []
+    for _ in range(5):
+        t = time.thread_time()
+        epoch.promise()
+        spent.append(time.thread_time() - t)
+    print(f"{rows:,} rows, batch 64: the promise {min(spent) * 1e3:.2f} ms (thread CPU, min of 5)")
 
 
 def make_source(kind: str, folder: str, rows: int):
@@ -64,7 +87,11 @@ def main(argv=None) -> None:
     p.add_argument("--source", choices=["parquet", "list"], default="parquet")
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     p.add_argument("--drop-last", action="store_true")
+    p.add_argument("--ledger", action="store_true", help="time the ledger's promise only")
     a = p.parse_args(argv)
+    if a.ledger:
+        ledger(a.rows)
+        return
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     print(
         f"{a.source}, {a.rows:,} rows, buffer {a.buffer:,}, median of {a.rounds} epochs "
