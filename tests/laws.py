@@ -283,12 +283,15 @@ def check_lineage(
     saving every rank's state now and then, sometimes beginning its epoch again
     (``set_epoch``), killed at random (its batches after its last checkpoint lost with
     the model) - over 1 to 4 shards (under elastic, True or "ranges", another count at
-    each restart; "ranges" without ``drop_last``).
+    each restart).
     ``habits`` adds a user's habits, drawn apart (the tree of a seed without them is
     unchanged): ``set_epoch`` on the epoch just restored (torch's: the position is
     kept), a stop by ``close()`` then a last save, and, under elastic, a checkpoint
     resumed again at another count than the first time. ``drop_last``: each epoch's
-    promise is its full batches (under elastic, the global order's). A restart may save
+    promise is its full batches (under elastic, the global order's; under "ranges", the
+    full batches of each rank's share of the epoch's last segment, so the rows it
+    leaves out depend on the world-size history: the truth is then a run that nothing
+    interrupts through the final lineage's history, :func:`_ranges_rows`). A restart may save
     at once, before any batch (before or after ``iter()``), and may stop there (killed,
     or the last process: its final states stand where the checkpoint it loaded stood);
     drawn apart too, so a tree without it is unchanged. The last process runs to
@@ -305,6 +308,7 @@ def check_lineage(
     path: list[dict] = []  # the checkpoints of the current lineage, oldest first
     processes = int(rng.integers(1, 6))
     truth: dict[int, list[int]] = {}
+    history: dict[int, list[list[int]]] = {}  # the final lineage's world sizes an epoch
     for p in range(processes):
         last = p == processes - 1
         back = None
@@ -319,6 +323,8 @@ def check_lineage(
                 count = count if habits else back.setdefault("resumed_at", count)
         loaders = [_lineage_loader(x, batch, count, s, elastic, drop_last) for s in range(count)]
         rows = {e: list(v) for e, v in back["rows"].items()} if back else {}
+        # each epoch's world-size history along the lineage: [count, steps] segments
+        segs = {e: [list(g) for g in v] for e, v in back["segs"].items()} if back else {}
         if back is not None:
             for s, loader in enumerate(loaders):
                 loader.load_state_dict(back["states"][s % len(back["states"])])
@@ -326,15 +332,35 @@ def check_lineage(
                 for loader in loaders:
                     loader.set_epoch(loader.epoch)
 
-        def begin(loaders=loaders):
-            eps = [ld.epoch for ld in loaders]
+        now = [ld.epoch for ld in loaders]  # the epochs begun (or loaded): see ended
+
+        def begin(loaders=loaders, now=now):
+            eps = now[:] = [ld.epoch for ld in loaders]
             return eps, [iter(ld) for ld in loaders]
 
-        def save(loaders=loaders, count=count, rows=rows, saved=saved, path=path) -> None:
+        def ended(count=count, segs=segs, now=now, states=()) -> None:
+            """The epochs in progress ended here, at ``count`` (all ranks out of batches,
+            or ``states`` taken past them): under "ranges" with drop_last, the rows its
+            last segment leaves out are the tails of this count's shares."""
+            for e in set(now):
+                if not states or any(st["epoch"] > e for st in states):
+                    hist = segs.setdefault(e, [])
+                    if not hist or hist[-1][0] != count:
+                        hist.append([count, 0])
+
+        def save(
+            loaders=loaders, count=count, rows=rows, segs=segs, saved=saved, path=path
+        ) -> None:
             states = [roundtrip(ld.state_dict()) for ld in loaders]
             saved.extend(states)
+            ended(states=states)
             path.append(
-                {"states": states, "rows": {e: list(v) for e, v in rows.items()}, "count": count}
+                {
+                    "states": states,
+                    "rows": {e: list(v) for e, v in rows.items()},
+                    "segs": {e: [list(g) for g in v] for e, v in segs.items()},
+                    "count": count,
+                }
             )
 
         at_once = back is not None and quick.random() < 0.25  # saved before any batch
@@ -359,10 +385,12 @@ def check_lineage(
             if u < 0.15:  # the epoch in progress begun again, on every rank
                 for ld, e in zip(loaders, eps, strict=True):
                     ld.set_epoch(e)
+                    segs.pop(e, None)  # (its history begins again too)
                 eps, its = begin()
                 continue
             got = [next(it, None) for it in its]
             if all(b is None for b in got):
+                ended()
                 if max(eps) >= epochs - 1:
                     break  # every epoch run
                 eps, its = begin()
@@ -370,12 +398,20 @@ def check_lineage(
             for e, b in zip(eps, got, strict=True):
                 if b is not None:
                     rows.setdefault(e, []).extend(int(i) for i in b[-1])
+            for e in {e for e, b in zip(eps, got, strict=True) if b is not None}:
+                hist = segs.setdefault(e, [])  # a step at this count (at the last one's: on)
+                if hist and hist[-1][0] == count:
+                    hist[-1][1] += 1
+                else:
+                    hist.append([count, 1])
         if last:
-            saved += [roundtrip(ld.state_dict()) for ld in loaders]
-            truth = rows
+            final = [roundtrip(ld.state_dict()) for ld in loaders]
+            saved += final
+            ended(states=final)
+            truth, history = rows, segs
         # (else killed: what it handed out after its last checkpoint is lost)
     exact = bool(truth) and all(
-        sorted(ids) == _promised_rows(x, batch, shards, elastic, drop_last, e)
+        sorted(ids) == _promised_rows(x, batch, shards, elastic, drop_last, e, history.get(e))
         for e, ids in truth.items()
     )
     order = rng.permutation(len(saved))
@@ -403,17 +439,48 @@ def _lineage_loader(x, batch, count, s, elastic, drop_last) -> DataLoader:
     )
 
 
-def _promised_rows(x, batch, shards, elastic, drop_last, epoch) -> list[int]:
+def _promised_rows(x, batch, shards, elastic, drop_last, epoch, history=None) -> list[int]:
     """The rows epoch ``epoch`` promises (all of them, less drop_last's: under elastic, the
-    global order's last batch; else each shard's), from a run that nothing interrupts."""
+    global order's last batch; under "ranges", the tails of the ranks' shares of the last
+    segment of its world-size ``history``; else each shard's), from a run that nothing
+    interrupts."""
     if not drop_last:
         return list(range(len(x)))
+    if elastic == "ranges":
+        return _ranges_rows(x, batch, epoch, history or [[shards, 0]])
     count = 1 if elastic else shards
     rows = []
     for s in range(count):
         loader = _lineage_loader(x, batch, count, s, elastic, True)
         loader.set_epoch(epoch)
         rows += [int(i) for b in loader for i in b[-1]]
+    return sorted(rows)
+
+
+def _ranges_rows(x, batch, epoch, history) -> list[int]:
+    """The rows epoch ``epoch`` of ``elastic="ranges"`` with drop_last hands out through
+    the world-size ``history`` (``[count, steps]`` segments, the last one run to the
+    end), from a run that nothing interrupts: each segment's ranks stepped in lockstep
+    as the lineage law steps them, the next segment's rank s resumed from the state of
+    rank s mod count."""
+    rows: list[int] = []
+    states: list[dict] = []
+    for j, (count, steps) in enumerate(history):
+        loaders = [_lineage_loader(x, batch, count, s, "ranges", True) for s in range(count)]
+        for s, loader in enumerate(loaders):
+            if states:
+                loader.load_state_dict(states[s % len(states)])
+            else:
+                loader.set_epoch(epoch)
+        its = [iter(loader) for loader in loaders]
+        k = 0
+        while j == len(history) - 1 or k < steps:  # (the last segment: to the end)
+            got = [b for b in (next(it, None) for it in its) if b is not None]
+            if not got:
+                break
+            rows += [int(i) for b in got for i in b[-1]]
+            k += 1
+        states = [loader.state_dict() for loader in loaders]
     return sorted(rows)
 
 

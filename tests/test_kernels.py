@@ -761,6 +761,37 @@ def test_memory_parts_gather_stream_rows_from_chunks_held_in_memory(each_backend
             parts.set(2, kernels.memory_rows(wide[:, :3], wide[:, 3 : 3 + l]))
 
 
+def test_memory_parts_stamp_the_chunks_each_read_touches(each_backend):
+    """stamp_into (how the chunk cache knows which chunks were read last, with no pass
+    over the rows): each read, copied or naming chunks not set, ticks the clock (the
+    last entry) and stamps the chunks its rows lie in with it, on both backends alike;
+    a read of a row out of range stamps nothing; a stamps array of another length or
+    dtype is refused."""
+    x, y = make_data(12, 3, 1)
+    xy = np.concatenate((x, y), axis=1)
+    starts = np.array([0, 5, 5, 12], dtype=np.int64)
+    parts = kernels.memory_parts(starts, 3, 1)
+    for bad in (np.zeros(3, dtype=np.int64), np.zeros(4, dtype=np.int32)):
+        with pytest.raises(TypeError, match="stamps must be"):
+            parts.stamp_into(bad)
+    stamps = np.zeros(4, dtype=np.int64)
+    parts.stamp_into(stamps)
+    ox, oy = np.empty((3, 3)), np.empty((3, 1))
+    assert parts.read(np.array([11, 0, 4], dtype=np.int32), ox, oy) == [0, 2]
+    assert stamps.tolist() == [1, 0, 1, 1]
+    for k, (a, z) in enumerate([(0, 5), (5, 12)]):
+        chunk = xy[a:z].copy()  # one array of whole rows
+        parts.set(2 * k, kernels.memory_rows(chunk[:, :3], chunk[:, 3:]))
+    assert parts.read(np.array([1, 2, 3]), ox, oy) is None
+    assert stamps.tolist() == [2, 0, 1, 2]
+    assert parts.read(slice(6, 9), ox, oy) is None
+    np.testing.assert_array_equal(ox, x[6:9])
+    assert stamps.tolist() == [2, 0, 3, 3]
+    with pytest.raises(IndexError, match="out of range"):
+        parts.read(np.array([0, 12, 1]), ox, oy)
+    assert stamps.tolist() == [2, 0, 3, 3]
+
+
 def test_exactbatch_pure_unset_is_not_the_pure_path_and_another_word_is_refused_whole(
     monkeypatch,
 ):

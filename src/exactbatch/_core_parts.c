@@ -23,6 +23,9 @@ typedef struct {
     /* pins[k]: reads copying from part k now (without the GIL); unset(k) adds CLOSING
      * while it takes the part away, which it does only when no read holds it */
     int64_t *pins;
+    /* stamp_into()'s array, if given (stamps.buf NULL: none): nparts + 1 int64, the
+     * last a clock; each read ticks it and stamps the parts it touched with it */
+    Py_buffer stamps;
 } PartsObject;
 
 #define CLOSING ((int64_t)1 << 40)
@@ -280,6 +283,12 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
     Py_BEGIN_ALLOW_THREADS
     rc = parts_copy(self, &j, src, seen, ranges, &which, parts);
     Py_END_ALLOW_THREADS
+    if (rc >= 0 && j.bad < 0 && self->stamps.buf != NULL) { /* (the GIL held: no race) */
+        int64_t *t = self->stamps.buf, tick = ++t[self->nparts];
+        for (Py_ssize_t q = 0; q < self->nparts; q++)
+            if (seen[q])
+                t[q] = tick;
+    }
     if (rc == 1) {
         res = PyList_New(0);
         for (Py_ssize_t q = 0; res != NULL && q < self->nparts; q++) {
@@ -385,8 +394,34 @@ static PyObject *Parts_unset(PartsObject *self, PyObject *arg)
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(parts_stamp_into_doc,
+"stamp_into(stamps)\n--\n\n"
+"From now on, each read (copied, or finding parts not set) adds 1 to stamps[-1] and\n"
+"writes it to stamps[k] of each part k its rows lie in: which parts were read\n"
+"last, with no pass over the rows. ``stamps``: a writable 1-D int64 array of the\n"
+"parts' count plus one entries, held until another is given.");
+
+static PyObject *Parts_stamp_into(PartsObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+        return NULL;
+    const char *f = plain_format(&b);
+    if (b.ndim != 1 || !strchr("lq", f[0]) || f[1] || b.itemsize != 8 ||
+        b.len != (self->nparts + 1) * 8) {
+        PyErr_Format(PyExc_TypeError, "stamp_into: stamps must be a writable 1-D int64 "
+                     "array of %zd entries (a part's each, then the clock)", self->nparts + 1);
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    PyBuffer_Release(&self->stamps); /* (the one given before, if any) */
+    self->stamps = b;
+    Py_RETURN_NONE;
+}
+
 static void Parts_dealloc(PartsObject *self)
 {
+    PyBuffer_Release(&self->stamps);
     for (Py_ssize_t k = 0; self->parts != NULL && k < self->nparts; k++)
         Py_XDECREF(self->parts[k]);
     PyMem_Free(self->parts);
@@ -404,6 +439,7 @@ static PyMethodDef Parts_methods[] = {
      "the file open (its descriptor is checked after each copy) until unset(k). Or a\n"
      "memory_rows object of one array of whole rows (x then y): rows held in memory."},
     {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
+    {"stamp_into", (PyCFunction)Parts_stamp_into, METH_O, parts_stamp_into_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -351,6 +351,15 @@ class _NumpyParts:
     def __init__(self, starts: np.ndarray, d: int, l: int):  # noqa: E741
         self.starts, self.d, self.l = np.asarray(starts, dtype=np.int64), d, l
         self.parts: list = [None] * (len(self.starts) - 1)
+        self._stamps: np.ndarray | None = None  # see stamp_into
+
+    def stamp_into(self, stamps: np.ndarray) -> None:
+        if stamps.dtype != np.int64 or stamps.shape != (len(self.parts) + 1,):
+            raise TypeError(
+                f"stamp_into: stamps must be a writable 1-D int64 array of "
+                f"{len(self.parts) + 1} entries (a part's each, then the clock)"
+            )
+        self._stamps = stamps
 
     def set(self, k: int, rows) -> None:
         if self.parts[k] is not None and self.parts[k] is not rows:
@@ -365,8 +374,14 @@ class _NumpyParts:
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.starts[-1]):
+            bad = rows[(rows < 0) | (rows >= self.starts[-1])][0]
+            raise IndexError(f"row {bad} out of range for n={self.starts[-1]} rows")
         q = np.searchsorted(self.starts, rows, side="right") - 1
         touched = np.unique(q).tolist()
+        if self._stamps is not None:  # (the compiled read's stamps: module docs there)
+            self._stamps[-1] += 1
+            self._stamps[touched] = self._stamps[-1]
         parts = [self.parts[k] for k in touched]  # (taken once: an unset meanwhile is seen)
         missing = [k for k, part in zip(touched, parts, strict=True) if part is None]
         if missing:
@@ -387,7 +402,9 @@ def memory_parts(starts: np.ndarray, d: int, l: int):  # noqa: E741
     its whole rows, x then y), ``unset(k)`` lets go of them (False, keeping them, while
     a read on another thread copies from them); ``read(rows, out_x, out_y)`` gathers
     rows by their stream number straight from the chunks, in one call whatever the
-    chunks they lie in, or returns the list of those chunks not set (copying nothing).
+    chunks they lie in, or returns the list of those chunks not set (copying nothing);
+    ``stamp_into(stamps)`` (an int64 array of a chunk's entry each and a clock last)
+    has each read tick the clock and stamp the chunks it touched with it.
     The compiled core's :func:`parts_rows`, or its NumPy twin: the same bits."""
     starts = np.asarray(starts, dtype=np.int64)
     if len(starts) < 2:  # no chunk: one of no rows

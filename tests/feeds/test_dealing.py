@@ -8,11 +8,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exactbatch import DataLoader
+from exactbatch.batching.blocked_order import BlockedOrder
 from exactbatch.feeds import BatchSpec, Contiguous, Elastic, ElasticStreamFeed, StreamFeed
-from exactbatch.order import Shard
-from exactbatch.order.digest import Tally, range_digest
+from exactbatch.feeds.dealing import GlobalBatches
+from exactbatch.order import EpochBijection, Shard
+from exactbatch.order.digest import Tally, range_digest, rows_digest
 
 
 def _dealing(kind, n, b, count, index, **kw):
@@ -116,3 +120,44 @@ def test_elastic_global_promise_leaves_out_the_batches_past_the_equal_shares(fir
     deal = Elastic(spec, n, None, None, whole)
     got = deal.global_promise(SimpleNamespace(order=None), first)
     assert got == Tally(stop, range_digest(0, stop))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    total=st.integers(0, 300),
+    b=st.integers(1, 40),
+    subset=st.booleans(),
+    shuffle=st.booleans(),
+    picks=st.lists(st.integers(0, 10**6), max_size=12),
+    span=st.tuples(st.integers(0, 12), st.integers(0, 12)),
+)
+def test_global_batches_tally_alike_from_digests_closed_forms_and_the_mapped_order(
+    total, b, subset, shuffle, picks, span
+):
+    """The ledger's count of any set of an epoch's global batches (rows, digest) is the
+    same whether summed from the digests computed with the whole order, in closed form
+    (file order), or from the order's rows mapped and hashed: the digests of the rows
+    those batches hold, written out here."""
+    nb = -(-total // b)
+    ids = np.random.default_rng(total).permutation(2 * total + 3)[:total] if subset else None
+    bij = EpochBijection(total, seed=3, epoch=1) if shuffle and total else None
+    blocked = BlockedOrder(bij or (lambda p: p), 0, np.int64, b, ids)
+    if bij is None:  # file order: the positions themselves
+        blocked.bijection = SimpleNamespace(rows=lambda a, z: np.arange(a, z), n=total)
+    rows_all, digests = blocked.mapped_all(np.empty(total, dtype=np.int64))
+    ways = [
+        GlobalBatches(b, total, ids, bij, np.frombuffer(digests, dtype=np.uint64)),
+        GlobalBatches(b, total, ids, bij, None),
+    ]
+    g = np.array(sorted({p % nb for p in picks}) if nb else [], dtype=np.int64)
+    lo, hi = min(span[0], nb), min(span[1], nb)
+
+    def want(batches):
+        rows = [rows_all[k * b : k * b + b] for k in batches]
+        rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        return len(rows), rows_digest(rows)
+
+    for way in ways:
+        assert way.tally(g) == want(g.tolist())
+        got = way.span(lo, hi)
+        assert (got.rows, got.digest) == want(range(lo, hi))

@@ -416,8 +416,10 @@ class Dealing(Protocol):
     def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """Every shard's rows of ``epoch`` (dealt only: :meth:`Feed.global_promise`)."""
 
-    def global_ledger(self, pos: Place) -> Tally:
-        """Every shard's rows before ``pos`` (dealt only: :meth:`Feed.global_ledger`)."""
+    def global_ledger(self, pos: Place, digests: np.ndarray | None = None) -> Tally:
+        """Every shard's rows before ``pos`` (dealt only: :meth:`Feed.global_ledger`);
+        ``digests``: the epoch's global batches' digests, where its whole order is
+        computed (:meth:`BlockedOrder.mapped_all`), so that no row need be mapped."""
 
 
 class DealingKind(Protocol):

@@ -31,13 +31,13 @@ from collections.abc import Callable
 import numpy as np
 
 from exactbatch.batching.blocked_order import Positions
-from exactbatch.batching.random_access_epoch import RandomAccessEpoch, num_batches
+from exactbatch.batching.random_access_epoch import BlockedOrder, RandomAccessEpoch, num_batches
 from exactbatch.feeds.base import BatchSpec, Feed, First, Ordered, Orders, Place, Plan, global_batch
 from exactbatch.feeds.elastic_stream import ElasticStreamFeed
 from exactbatch.feeds.state_rules import ContiguousRule, ElasticRule
 from exactbatch.feeds.streamed import StreamFeed
 from exactbatch.hints import Source
-from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.order.digest import RangeDigests, Tally, range_digest, rows_digest
 from exactbatch.sources.chunks import ChunkList, Stream
 
 __all__ = ["Contiguous", "Elastic"]
@@ -45,6 +45,9 @@ __all__ = ["Contiguous", "Elastic"]
 
 # an epoch's order as a map of positions to rows
 Bijection = Callable[[np.ndarray], np.ndarray]
+
+
+_MASK = (1 << 64) - 1  # digests are sums mod 2**64 (exactbatch.order.digest)
 
 
 def _pair(t: Tally) -> tuple[int, int]:
@@ -141,7 +144,7 @@ class Contiguous:
     def global_promise(self, epoch: Ordered, first: First) -> Tally:
         raise TypeError("contiguous sharding has no global batches: each shard's own promise")
 
-    def global_ledger(self, pos: Place) -> Tally:
+    def global_ledger(self, pos: Place, digests: np.ndarray | None = None) -> Tally:
         raise TypeError("contiguous sharding has no global batches: the state's own ledger")
 
 
@@ -167,12 +170,7 @@ class Elastic:
         full, self.n = shard.elastic_share(total, b, batches)
         self.nbatches = _count(spec, full, shard.even_share(batches), shard.pad_share(batches))
         # see global_ledger: (key, stop, tally)
-        self._prefix: tuple[tuple[int, int, int] | None, int, Tally] = (
-            None,
-            0,
-            Tally(),
-        )  # see global_ledger: (key, stop, tally)
-        self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
+        self._prefix: tuple[tuple[int, int, int] | None, int, Tally] = (None, 0, Tally())
 
     @staticmethod
     def open_stream(
@@ -214,12 +212,9 @@ class Elastic:
         dealt to this shard from batch ``first`` on (the ledger a state carries holds
         the former, :meth:`global_ledger`)."""
         first = global_batch(first)
-        shard = self.spec.shard
-        bijection = None if epoch.order is None else epoch.order.bijection
-        promised = self._prefix_tally(bijection, 0, first)
-        for k0 in range(0, count, self._step):
-            g = shard.dealt(np.arange(k0, min(count, k0 + self._step)), first)
-            promised.add(*self._batches_tally(bijection, g))
+        batches = self._batches(epoch.order)
+        promised = batches.span(0, first)
+        promised.add(*batches.tally(self.spec.shard.dealt(np.arange(count), first)))
         return promised
 
     def positions(self, a: int, z: int, first: First) -> np.ndarray:
@@ -234,63 +229,132 @@ class Elastic:
         pos = (gs[:, None] * b + np.arange(b)).ravel()
         return pos[(pos >= a) & (pos < z)]
 
-    def _batches_tally(self, bijection: Bijection | None, g: np.ndarray) -> tuple[int, int]:
-        """``(rows, digest)`` of the global batches ``g`` of an epoch."""
-        b, total = self.spec.batch_size, self.total
-        pos = (g[:, None] * b + np.arange(b)).ravel()
-        pos = pos[pos < total]
-        rows = pos if bijection is None else bijection(pos)
-        if self.ids is not None:
-            rows = self.ids.take(rows)
-        return len(rows), rows_digest(rows)
-
-    def _prefix_tally(self, bijection: Bijection | None, start: int, stop: int) -> Tally:
-        """The rows of global batches ``[start, stop)`` of an epoch."""
-        out = Tally()
-        for g0 in range(start, stop, self._step):
-            out.add(*self._batches_tally(bijection, np.arange(g0, min(stop, g0 + self._step))))
-        return out
+    def _batches(self, order: BlockedOrder | None) -> GlobalBatches:
+        """An epoch's global batches as its ledger counts them (``order``: the epoch's
+        :class:`BlockedOrder`, None in file order): from the digests computed with its
+        whole order once they are, else from its bijection."""
+        bijection = digests = None
+        if order is not None:
+            bijection = order.bijection
+            if order.whole is not None:
+                digests = np.frombuffer(order.whole[1], dtype=np.uint64)
+        return GlobalBatches(self.spec.batch_size, self.total, self.ids, bijection, digests)
 
     def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """The rows of every global batch ``epoch`` hands out, all shards', its last
         segment resumed at global batch ``first`` (even_batches leaves out the batches
         after the shards' equal shares)."""
         first = global_batch(first)
-        bijection = None if epoch.order is None else epoch.order.bijection
         stop, shard = self.total_batches, self.spec.shard
         if self.spec.capped:
             stop = first + shard.count * shard.even_share(stop, first)
         # Every row less those of the batches not handed out (and, with drop_last, the
         # rows after the last full batch): a pass over those few, not over the epoch.
         b, size = self.spec.batch_size, self.total
-        return self._whole().minus(self._prefix_tally(bijection, stop, -(-size // b)))
+        return self._whole().minus(self._batches(epoch.order).span(stop, -(-size // b)))
 
-    def global_ledger(self, pos: Place) -> Tally:
+    def global_ledger(self, pos: Place, digests: np.ndarray | None = None) -> Tally:
         """The ledger a state at ``pos`` (a cursor's
         :class:`~exactbatch.loader.state.Position`) carries - every shard's global batches
         before ``pos.first + pos.done * S`` - as this shard measured it: its own
         ledger (the batches before ``first``, as resumed, and those it handed out
         since) with the other shards' batches since ``first`` added from the order,
         assuming they stepped in lockstep. A state whose ``global_batches_done`` was
-        changed then fails the ledger check at the end of the epoch it resumes."""
-        shard, total, first = self.spec.shard, self.total_batches, global_batch(pos.first)
+        changed then fails the ledger check at the end of the epoch it resumes.
+        ``digests``: the epoch's global batches' digests where the feed has computed
+        its whole order (then no row is mapped here)."""
+        shard, total = self.spec.shard, self.total_batches
+        first = global_batch(pos.first)
         stop = min(total, first + pos.done * shard.count)
         bijection = None
-        if self.spec.shuffle:
+        if self.spec.shuffle and digests is None:
             bijection = self._orders(pos.seed, pos.epoch, 0, self.total)
+        batches = GlobalBatches(self.spec.batch_size, self.total, self.ids, bijection, digests)
         key = (pos.seed, pos.epoch, first)
         cached_key, cached_stop, tally = self._prefix
         if cached_key != key or cached_stop > stop:  # (a state per checkpoint: extend it)
             cached_stop, tally = first, Tally()
         tally = tally.copy()
-        tally.add(*_pair(self._prefix_tally(bijection, cached_stop, stop)))
+        tally.add(*_pair(batches.span(cached_stop, stop)))
         self._prefix = (key, stop, tally)
-        others = tally.copy()
-        own = Tally()
-        mine = shard.dealt(np.arange(pos.done), first)
-        for k0 in range(0, len(mine), self._step):
-            own.add(*self._batches_tally(bijection, mine[k0 : k0 + self._step]))
-        others = others.minus(own)
+        own = batches.tally(shard.dealt(np.arange(pos.done), first))
         out = pos.ledger.copy()
-        out.add(*_pair(others))
+        out.add(*_pair(tally.minus(Tally(*own))))
         return out
+
+
+class GlobalBatches:
+    """The global batches of one epoch - batch g holds positions ``g*b .. min(g*b + b,
+    total)`` of its order - as the ledger counts them: ``(rows, digest)`` of any set of
+    them. Costs, fastest first: a sum of the digests computed with the epoch's whole
+    order (``digests``, one a batch, made on the order's background thread with the
+    batches' rows: no row mapped here); in file order (``bijection`` None, no subset
+    ``ids``), closed forms; else the order mapped and hashed, ``step`` batches a pass."""
+
+    def __init__(
+        self,
+        b: int,
+        total: int,
+        ids: np.ndarray | None,
+        bijection: Bijection | None,
+        digests: np.ndarray | None,
+    ) -> None:
+        self.b, self.total, self.ids = b, total, ids
+        self.bijection, self.digests = bijection, digests
+        self._step = max(1, (1 << 20) // b)  # batches hashed a pass: small temporaries
+        self._full = RangeDigests(b)
+
+    def rows(self, g: np.ndarray) -> int:
+        """The rows of batches ``g`` (each ``b``, the last one what is left)."""
+        return int(np.minimum(self.b, self.total - g * self.b).sum()) if len(g) else 0
+
+    def tally(self, g: np.ndarray) -> tuple[int, int]:
+        """``(rows, digest)`` of the global batches ``g`` (distinct, each < the epoch's)."""
+        g = np.asarray(g, dtype=np.int64)
+        if self.digests is not None:
+            return self.rows(g), int(self.digests[g].sum(dtype=np.uint64))
+        if self.bijection is None and self.ids is None:  # runs of rows: closed forms
+            return self.rows(g), self._closed(g)
+        out = Tally()
+        for k0 in range(0, len(g), self._step):
+            out.add(*self._mapped(g[k0 : k0 + self._step]))
+        return out.rows, out.digest
+
+    def span(self, start: int, stop: int) -> Tally:
+        """The rows of global batches ``start .. stop-1``."""
+        b = self.b
+        if stop <= start:
+            return Tally()
+        if self.digests is not None:
+            rows = min(stop * b, self.total) - start * b
+            return Tally(rows, int(self.digests[start:stop].sum(dtype=np.uint64)))
+        if self.bijection is None and self.ids is None:  # one run of rows
+            return Tally(
+                min(stop * b, self.total) - start * b,
+                range_digest(start * b, min(stop * b, self.total)),
+            )
+        out = Tally()
+        for g0 in range(start, stop, self._step):
+            out.add(*self._mapped(np.arange(g0, min(stop, g0 + self._step))))
+        return out
+
+    def _closed(self, g: np.ndarray) -> int:
+        """The digest of file order's batches ``g``: each a run of rows, a full one from
+        row m hashing to ``(a*m + b')*m + c`` mod 2**64 (:class:`RangeDigests`)."""
+        b, total, f = self.b, self.total, self._full
+        full = g[(g + 1) * b <= total]
+        m = full.astype(np.uint64) * np.uint64(b)
+        out = int((((m * np.uint64(f.a) + np.uint64(f.b)) * m) + np.uint64(f.c)).sum())
+        for k in g[(g + 1) * b > total].tolist():  # the last batch, partial
+            out += range_digest(k * b, total)
+        return out & _MASK
+
+    def _mapped(self, g: np.ndarray) -> tuple[int, int]:
+        """``(rows, digest)`` of the batches ``g``, their positions mapped by the order."""
+        b, total = self.b, self.total
+        pos = (g[:, None] * b + np.arange(b)).ravel()
+        pos = pos[pos < total]
+        rows = pos if self.bijection is None else self.bijection(pos)
+        if self.ids is not None:
+            rows = self.ids.take(rows)
+        return len(rows), rows_digest(rows)

@@ -216,8 +216,19 @@ class RandomAccessFeed:
 
     def global_ledger(self, pos: Place) -> Tally:
         """Dealt: the ledger a state at ``pos`` carries, every shard's global batches
-        before it, as this shard measured it (the dealing's)."""
-        return self.dealing.global_ledger(pos)
+        before it, as this shard measured it (the dealing's, from the batches' digests
+        computed with the epoch's whole order where they are)."""
+        return self.dealing.global_ledger(pos, self._digests(pos.seed, pos.epoch))
+
+    def _digests(self, seed: int, epoch: int) -> np.ndarray | None:
+        """The digests of the batches of epoch ``(seed, epoch)``'s whole order from its
+        start (a keyed dealing's: the shard key 0 of a dealt one), where computed."""
+        if not self.dealing.keyed:
+            return None
+        fut = self._wholes.get(self._whole_key(seed, epoch, self.dealing.plan(0), 0))
+        if fut is None or not fut.done() or fut.exception() is not None:
+            return None
+        return np.frombuffer(fut.result()[1], dtype=np.uint64)
 
     def _whole_order(self, seed: int, epoch: int, plan: Plan, first: First) -> Future[Whole]:
         """This epoch's whole order (``plan``'s, resumed at ``first``), and the next

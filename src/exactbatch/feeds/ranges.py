@@ -252,12 +252,13 @@ class Ranges:
         out.add(t.rows, t.digest)
         return out
 
-    def global_ledger(self, pos: Place) -> Tally:
+    def global_ledger(self, pos: Place, digests: np.ndarray | None = None) -> Tally:
         """The ledger a state at ``pos`` carries - every rank's rows before it - as this
         rank measured it: its own ledger (the rows before its resume, and those it
         handed out since) with the other ranks' batches since added from the order,
         assuming they stepped in lockstep. A state whose segments were changed then
-        fails the ledger check at the end of the epoch it resumes."""
+        fails the ledger check at the end of the epoch it resumes. (``digests``, a
+        global order's batches', is not used: a rank's rows are counted in closed form.)"""
         count, me, d = self.spec.shard.count, self.spec.shard.index, self.continued(pos.first)
         key = (pos.seed, pos.epoch, segments_of(pos.first))
         cached, since, others = self._others

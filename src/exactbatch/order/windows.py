@@ -65,6 +65,7 @@ class WindowedOrder:
         # a position of the chunks' concatenation p in slot s is the stream row p + delta[s]
         self._delta = self._slot_firsts - self.slot_starts
         self._bijections: dict[int, EpochBijection] = {}
+        self._runs: dict[int, np.ndarray] = {}  # see _window_rows
 
     def __repr__(self) -> str:
         return (
@@ -85,20 +86,34 @@ class WindowedOrder:
             self._bijections[w] = bij
         return bij
 
+    def _window_rows(self, w: int) -> np.ndarray:
+        """The rows of window ``w``'s positions before it is mixed (:meth:`unmixed` of
+        them: a run of consecutive rows a chunk it crosses), int64, so that a mixed
+        position's row is one lookup, not a search of the chunks. Kept for the last two
+        windows met (8 bytes a row of a window each: less than the cache holds of them)."""
+        rows = self._runs.get(w)
+        if rows is None:
+            base = w * self.window
+            runs = self.unmixed_ranges(base, min(base + self.window, self.n))
+            rows = np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in runs])
+            if len(self._runs) >= 2:  # windows are met in order: keep two
+                self._runs.clear()
+            self._runs[w] = rows
+        return rows
+
     def __call__(self, positions: np.ndarray | int | list[int]) -> np.ndarray:
         """Rows of the stream (int64, the shape of ``positions``) at ``positions``."""
         pos = checked_positions(positions, self.n)
         flat = pos.reshape(-1)
-        mixed = np.empty_like(flat)  # positions of the chunks' concatenation
+        out = np.empty_like(flat)
         w_of = flat // self.window
         first, last = (int(w_of.min()), int(w_of.max())) if flat.size else (0, -1)
         for w in range(first, last + 1):  # a call spans a few windows: a mask each
             at = np.flatnonzero(w_of == w) if first != last else slice(None)
-            base = w * self.window
-            local = flat[at] - base
+            local = flat[at] - w * self.window
             if local.size:
-                mixed[at] = base + self._bijection(w)(local)
-        return self.unmixed(mixed).reshape(pos.shape)
+                out[at] = self._window_rows(w)[self._bijection(w)(local)]
+        return out.reshape(pos.shape)
 
     def unmixed_ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The rows of positions ``start .. stop-1`` of :meth:`unmixed`, as runs of
@@ -131,15 +146,14 @@ class WindowedOrder:
         if stop > self.n:
             bad = max(start, self.n)
             raise IndexError(f"position {bad} is out of range [0, n) = [0, {self.n})")
-        mixed = np.empty(stop - start, dtype=np.int64)
+        out = np.empty(stop - start, dtype=np.int64)
         window = self.window
         for w in range(start // window, -(-stop // window)):
             base = w * window
             lo, hi = max(start, base), min(stop, base + window)
             run = self._bijection(w).rows(lo - base, hi - base)
-            run += base
-            mixed[lo - start : hi - start] = run
-        return self.unmixed(mixed)
+            self._window_rows(w).take(run, out=out[lo - start : hi - start])
+        return out
 
     def window_chunks(self, w: int) -> np.ndarray:
         """The chunks holding window ``w``'s rows, in the epoch's order."""

@@ -70,9 +70,10 @@ class ChunkCacheReader:
         self._held: dict = {}  # the chunks set in the parts (whole rows)
         self._going: dict = {}  # let go of, but set still: copied from by a read then
         self._loading: dict[int, Future] = {}
-        self._used = np.zeros(len(self.chunk_rows), dtype=np.int64)  # when each was last read
-        self._tick = 0
-        self._built = 0  # the tick of the last decision of what is held
+        # when each chunk was last read, and (last) the reads' clock: stamped by the parts'
+        # reads (stamp_into), as each read's chunks are known there without a pass here
+        self._used = np.zeros(max(1, len(self.chunk_rows)) + 1, dtype=np.int64)
+        self._built = 0  # the clock at the last decision of what is held
         self.rows_read = 0  # rows of every chunk read (read amplification)
         self._todo: deque = deque()  # the read-ahead thread's work (see read_ahead)
         self._reading_ahead = False
@@ -86,6 +87,7 @@ class ChunkCacheReader:
         self.fuses = True  # read() takes a transform kernel: the parts' gather applies it
         starts = np.concatenate([self.firsts, [self.n]]).astype(np.int64)
         self._parts = memory_parts(starts, self.d, self.l)
+        self._parts.stamp_into(self._used)
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0  # the next window's chunks are read ahead (read_ahead)
@@ -208,7 +210,7 @@ class ChunkCacheReader:
                 if c not in got and room >= others[c].shape[0]:
                     got[c] = others[c]
                     room -= others[c].shape[0]
-            self._built = self._tick
+            self._built = int(used[-1])
             going = self._going
             going.update((c, xy) for c, xy in self._held.items() if c not in got)
             still = {c: going.pop(c) for c in [c for c in going if c in got]}
@@ -228,26 +230,30 @@ class ChunkCacheReader:
     def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
         """Rows ``rows`` (stream row ids: a slice or an integer array) into the outputs
         (``kernel``: a transform applied as they are copied; see ``RowReader.fuses``)."""
-        if isinstance(rows, slice):
-            rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-        rows = np.asarray(rows, dtype=np.int64)
-        if not rows.size:
-            return None if kernel is None else -1
+        if not isinstance(rows, (slice, np.ndarray)):
+            rows = np.asarray(rows, dtype=np.int64)
         parts = self._parts
         if parts is None:
             raise ValueError("read from a closed DataLoader")
-        cid = chunk_of_rows(self.firsts, rows)
-        self._tick += 1
-        self._used[cid] = self._tick  # (a race between reads only blurs the recency)
+        # A read stamps the chunks it touches (the parts' stamp_into): no pass over the
+        # rows here unless a chunk is not held.
         args = (rows, out_x, out_y) if kernel is None else (rows, out_x, out_y, kernel)
         while True:
             got = parts.read(*args)
             if not isinstance(got, list):  # copied (None, or the kernel's answer)
                 return got
-            self._hold(np.unique(cid).tolist())  # chunks not held: copied nothing
+            self._hold(self._chunks(rows))  # chunks not held: copied nothing
             parts = self._parts
             if parts is None:
                 raise ValueError("read from a closed DataLoader")
+
+    def _chunks(self, rows) -> list[int]:
+        """The chunks ``rows`` (a slice or an integer array of stream rows) lie in."""
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, dtype=np.int64)
+        cid = chunk_of_rows(self.firsts, np.asarray(rows, dtype=np.int64))
+        chunks: list[int] = np.unique(cid).tolist()
+        return chunks
 
     def holds(self, chunks) -> bool:
         """Is every chunk of ``chunks`` held (set in the parts, read, or being read)?"""
