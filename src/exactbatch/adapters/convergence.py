@@ -44,8 +44,15 @@ of the guide (the last window's):
   between the windows, with its standard error: a loss still falling by
   many standard errors is a fit still improving.
 
-Either above its bound: :class:`exactbatch.ConvergenceWarning`, naming
-which. Measured in docs/statistics.md (bench/fit_statistics.py).
+Any above its bound: :class:`exactbatch.ConvergenceWarning`, naming each
+with its figures and saying which estimate the fit returned
+(:func:`estimate`; ``returned`` on the verdict): with the default schedule
+the tail's average (:data:`TAIL`) when the fit no longer drifts, the mean of
+the last part's iterates (:data:`LAST_PART`) when it still travels - not the
+last iterate, which the tail's step leaves jittering by several posterior
+sds (measured: PyMC, 507 sd off and sds 0.01-86x, where the last part's
+mean was 0.13 sd off). Measured in docs/statistics.md
+(bench/fit_statistics.py, bench/fit_verdict_trace.py).
 
 Pure Python and NumPy: no optional package is imported here.
 """
@@ -61,14 +68,21 @@ import numpy as np
 from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
 
-__all__ = ["ALPHA", "ERROR_MAX", "PARTS", "SD_ERROR_MAX", "THRESHOLD", "Convergence", "judge",
-           "parts", "warn_if_moving"]  # fmt: skip
+__all__ = ["ALPHA", "ERROR_MAX", "LAST", "LAST_EPOCH", "LAST_PART", "PARTS", "SD_ERROR_MAX",
+           "TAIL", "THRESHOLD", "Convergence", "estimate", "judge", "parts",
+           "warn_if_moving"]  # fmt: skip
 
 THRESHOLD = 0.1  # posterior sds the fit may still drift between its last two windows
 ERROR_MAX = 0.25  # the largest standard error of the returned average, in posterior sds
 RHO_MAX = 0.9  # the largest lag-1 correlation of the parts the error is widened for
 SD_ERROR_MAX = 0.15  # ... of a guide sd's average, relative: 1/1.5 is 2.2 of them away
 ALPHA = 0.05  # the chance a converged fit's drift is called significant, over all latents
+
+# what a fit returns (:func:`estimate`)
+TAIL = "the mean of the tail's iterates (both windows)"
+LAST_PART = "the mean of the last part's iterates"
+LAST = "the last iterate"
+LAST_EPOCH = "the mean of the last epoch's iterates"
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,8 @@ class Convergence:
     and ``error_max`` its bound; ``z`` the standard errors a change must pass;
     ``sd_error`` the largest relative standard error of the tail's average of a
     guide sd (``sd_error_where``; None when not judged) and ``sd_error_max`` its
-    bound.
+    bound; ``returned`` the estimate the fit returned (:func:`estimate`; empty from
+    :func:`judge` alone).
     """
 
     drift: float | None
@@ -105,6 +120,7 @@ class Convergence:
     sd_error: float | None = None
     sd_error_where: str = ""
     sd_error_max: float = SD_ERROR_MAX
+    returned: str = ""
 
     @property
     def moving(self) -> bool | None:
@@ -148,6 +164,21 @@ class Convergence:
             f"noise (it moved {self.movement:.3f} sd, noise {self.noise:.3f}; threshold "
             f"{self.threshold} sd){error}{elbo}"
         )
+
+
+def estimate(verdict: Convergence, default: bool, averaged: bool = False) -> str:
+    """What a fit returns, from its verdict: :data:`LAST_EPOCH` when it averages its last
+    epoch (``averaged``, ``average_last_epoch=True``); with the default schedule
+    (``default``) :data:`TAIL` when the verdict finds no drift and :data:`LAST_PART` when
+    it does (a travelling fit is behind its tail's average, and its last iterate jitters
+    by several posterior sds at the tail's step: the last part's mean is the latest
+    average, half a part behind); else (an optimiser of your own, a fit too short to
+    judge) :data:`LAST`."""
+    if averaged:
+        return LAST_EPOCH
+    if default and verdict.moving is not None:
+        return LAST_PART if verdict.moving else TAIL
+    return LAST
 
 
 def parts(num_steps: int, epoch: int | None) -> tuple[list[tuple[int, int]], int]:
@@ -276,36 +307,50 @@ def _flat(side, names, i):
     return np.concatenate([np.ravel(np.asarray(side[k][i], dtype=np.float64)) for k in names])
 
 
-def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
-    """Raise :class:`exactbatch.ConvergenceWarning` when the fit is judged not converged."""
-    if verdict.converged is not False:
-        return
-    if not verdict.moving and (verdict.error is None or verdict.error <= verdict.error_max):
-        why = (
-            f"its sds are uncertain by {verdict.sd_error:.3g} of themselves "
-            f"({verdict.sd_error_where}; standard error, bound {verdict.sd_error_max}): a "
-            f"guide's sd averages the batches' noise away slowly (its error shrinks as "
-            f"sqrt(N / batch_size / steps))"
-        )
-    elif verdict.moving:
-        why = (
+def _reasons(verdict: Convergence) -> list[str]:
+    """Each bound the verdict is above, with its figures."""
+    reasons = []
+    if verdict.moving:
+        reasons.append(
             f"the posterior still drifted {verdict.drift:.3g} sd ({verdict.where}) between "
             f"its last two windows of {verdict.window} steps, beyond {verdict.z:.2f}x the "
             f"noise and above the threshold of {verdict.threshold} sd (it moved "
-            f"{verdict.movement:.3g} sd); the last iterate is returned"
+            f"{verdict.movement:.3g} sd)"
         )
-    else:
-        why = (
+    if verdict.error is not None and verdict.error > verdict.error_max:
+        reasons.append(
             f"the average of its last {2 * verdict.window} steps is uncertain by "
             f"{verdict.error:.3g} posterior sd ({verdict.error_where}; standard error, bound "
             f"{verdict.error_max} sd): the batches' noise has not averaged away, which "
             f"takes more epochs in the tail as N / batch_size grows"
         )
+    if verdict.sd_error is not None and verdict.sd_error > verdict.sd_error_max:
+        reasons.append(
+            f"its sds are uncertain by {verdict.sd_error:.3g} of themselves "
+            f"({verdict.sd_error_where}; standard error, bound {verdict.sd_error_max}): a "
+            f"guide's sd averages the batches' noise away slowly (its error shrinks as "
+            f"sqrt(N / batch_size / steps))"
+        )
+    return reasons
+
+
+def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
+    """Raise :class:`exactbatch.ConvergenceWarning` when the fit is judged not converged,
+    naming each bound it is above with its figures, and what the fit returned."""
+    if verdict.converged is not False:
+        return
+    returned = f"; returned: {verdict.returned}" if verdict.returned else ""
+    if verdict.returned == LAST_PART:
+        returned += (
+            f" (the last {verdict.window // PARTS} steps; a travelling fit is behind the "
+            f"tail's average, and its last iterate jitters by several posterior sds)"
+        )
     warnings.warn(
         ConvergenceWarning(
-            f"fit has not converged: {why}. Run more steps: 2-4x (the default schedule "
-            f"stretches over them), or larger batches; with your own optim=, end with a "
-            f"smaller step. The figures are in the result's .convergence"
+            f"fit has not converged: {'; and '.join(_reasons(verdict))}{returned}. Run more "
+            f"steps: 2-4x (the default schedule stretches over them), or larger batches; "
+            f"with your own optim=, end with a smaller step. The figures are in the "
+            f"result's .convergence"
         ),
         stacklevel=stacklevel,
     )
