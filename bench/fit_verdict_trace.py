@@ -118,12 +118,16 @@ def rejudge(paths):
             r = "" if sd is None else f", sds {np.min(sd / s_ref):.2f}-{np.max(sd / s_ref):.2f}x"
             return f"{d.max():.2f} sd{r}"
 
+        last = s["last"]
+        if last and s["lib"] == "pymc":  # ADVI's flat order: w, b, sigma (the model's)
+            front = means.shape[1] - np.size(s["parts"][-1]["w"][0])
+            last = {k: np.r_[v[-front:], v[:-front]] for k, v in last.items()}
         v = judge(s["parts"], s["losses"], s["window"], s["epoch"])
         m, sd = s["returned"]
         print(f"{s['label']}: returned {off(m, sd)}; tail {off(means.mean(0), sds.mean(0))}, "
               f"last window {off(means[PARTS:].mean(0), sds[PARTS:].mean(0))}, last part "
               f"{off(means[-1], sds[-1])}"
-              + (f", last iterate {off(s['last']['mean'], s['last']['sd'])}" if s["last"] else "")
+              + (f", last iterate {off(last['mean'], last['sd'])}" if last else "")
               + f"\n  then: {s['verdict']}\n  now:  {v}", flush=True)  # fmt: skip
 
 

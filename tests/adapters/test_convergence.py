@@ -1,5 +1,5 @@
 """What a fit returns and what it warns agree: the verdict names the estimate returned
-(the tail's average when still, the last part's mean when travelling, the last iterate
+(the tail's average when still, the last window's mean when travelling, the last iterate
 with an optimiser of your own), and the warning names every bound the fit is above, with
 its figures, and that estimate. Unit tests (NumPy only), then fit itself in each library
 with its verdict forced (a real fit, its parameters checked against its own parts)."""
@@ -14,7 +14,7 @@ from exactbatch.adapters import convergence
 from exactbatch.adapters.convergence import (
     LAST,
     LAST_EPOCH,
-    LAST_PART,
+    LAST_WINDOW,
     PARTS,
     TAIL,
     Convergence,
@@ -35,7 +35,7 @@ def test_the_estimate_returned_follows_the_verdict():
     noisy = _verdict(error=0.4, sd_error=0.3)  # not converged, but still: its average
     assert estimate(still, default=True) == TAIL
     assert estimate(noisy, default=True) == TAIL
-    assert estimate(moving, default=True) == LAST_PART
+    assert estimate(moving, default=True) == LAST_WINDOW
     assert estimate(moving, default=False) == LAST  # an optimiser of your own
     assert estimate(still, default=False) == LAST
     not_judged = Convergence(None, None, None, "too short", 0, None, None)
@@ -51,13 +51,14 @@ def _warning(verdict):
 
 
 def test_the_warning_names_every_bound_it_is_above_and_what_was_returned():
-    """A travelling fit whose sds are also uncertain: both figures, and the last part's
+    """A travelling fit whose sds are also uncertain: both figures, and the last window's
     mean returned (the old warning named the first reason only, and 'the last iterate')."""
-    both = dataclasses.replace(_verdict(drift=0.4, sd_error=0.2), returned=LAST_PART)
+    both = dataclasses.replace(_verdict(drift=0.4, sd_error=0.2), returned=LAST_WINDOW)
     text = _warning(both)
     assert "still drifted 0.4 sd (w[0] mean)" in text
     assert "its sds are uncertain by 0.2 of themselves (w[2] sd" in text
-    assert "returned: the mean of the last part's iterates (the last 20 steps;" in text
+    assert ("returned: the mean of the last window's iterates (the last fifth of the "
+            "steps): 80 steps, behind the fit by about half its movement") in text
     assert "last iterate is returned" not in text
     all_three = dataclasses.replace(both, error=0.3, returned=TAIL)
     text = _warning(all_three)
@@ -136,15 +137,20 @@ def test_numpyro_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch)
         warnings.simplefilter("always", ConvergenceWarning)
         r = adapter.fit(model, AutoNormal(model), loader, 200, rng_key=jax.random.key(0), N=200)
     svi, parts = seen["svi"], seen["parts"]
-    want = svi.constrain_fn(parts[-1] if moving else seen["run"].tail_mean(parts))
+    counts = seen["run"].ends[: 2 * PARTS] - seen["run"].starts[: 2 * PARTS]
+    chosen = slice(PARTS if moving else 0, 2 * PARTS)
+    mean = jax.tree_util.tree_map(
+        lambda *v: np.average(np.stack(v), axis=0, weights=counts[chosen]), *parts[chosen]
+    )
+    want = svi.constrain_fn(mean)
     last = svi.get_params(r.state)
-    assert r.convergence.returned == (LAST_PART if moving else TAIL)
+    assert r.convergence.returned == (LAST_WINDOW if moving else TAIL)
     for key, value in want.items():
         np.testing.assert_allclose(r.params[key], value, rtol=1e-6)
     assert any(not np.allclose(r.params[k], last[k]) for k in last)  # not the last iterate
     texts = [str(w.message) for w in got if issubclass(w.category, ConvergenceWarning)]
     if moving:
-        assert len(texts) == 1 and f"returned: {LAST_PART}" in texts[0]
+        assert len(texts) == 1 and f"returned: {LAST_WINDOW}" in texts[0]
     else:
         assert not texts
 
@@ -177,18 +183,16 @@ def test_pymc_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch):
         warnings.simplefilter("always", ConvergenceWarning)
         approx = fit(loader, 200, model=model, random_seed=0)
     sums = seen["sums"]
-    if moving:
-        want = [v / sums[-1][1] for v in sums[-1][0]]
-    else:
-        count = sum(c for _, c in sums)
-        want = [sum(s[0][k] for s in sums) / count for k in range(len(sums[0][0]))]
+    chosen = sums[PARTS:] if moving else sums
+    count = sum(c for _, c in chosen)
+    want = [sum(s[0][k] for s in chosen) / count for k in range(len(sums[0][0]))]
     assert len(sums) == 2 * PARTS
-    assert approx.convergence.returned == (LAST_PART if moving else TAIL)
+    assert approx.convergence.returned == (LAST_WINDOW if moving else TAIL)
     for p, value, last in zip(approx.params, want, seen["last"], strict=True):
         np.testing.assert_allclose(p.get_value(), value, rtol=1e-6)
         assert not np.allclose(p.get_value(), last)  # not the last iterate
     texts = [str(w.message) for w in got if issubclass(w.category, ConvergenceWarning)]
     if moving:
-        assert len(texts) == 1 and f"returned: {LAST_PART}" in texts[0]
+        assert len(texts) == 1 and f"returned: {LAST_WINDOW}" in texts[0]
     else:
         assert not texts

@@ -48,10 +48,13 @@ Any above its bound: :class:`exactbatch.ConvergenceWarning`, naming each
 with its figures and saying which estimate the fit returned
 (:func:`estimate`; ``returned`` on the verdict): with the default schedule
 the tail's average (:data:`TAIL`) when the fit no longer drifts, the mean of
-the last part's iterates (:data:`LAST_PART`) when it still travels - not the
-last iterate, which the tail's step leaves jittering by several posterior
-sds (measured: PyMC, 507 sd off and sds 0.01-86x, where the last part's
-mean was 0.13 sd off). Measured in docs/statistics.md
+the last window's iterates (:data:`LAST_WINDOW`, the last fifth of the steps)
+when it still travels: it lags the fit by half as much as the tail's average,
+at sqrt(2) times its standard error. Not the last iterate, which the tail's
+step leaves jittering by posterior sds (measured 1.1-2.6 sd off, where the
+last window's mean was 0.10-0.27), nor the last part's mean (0.13-0.67 sd:
+its noise is sqrt(2 * PARTS) times the tail's error, more than the lag it
+saves unless the fit drifts by more than about 1 sd a window). Measured in docs/statistics.md
 (bench/fit_statistics.py, bench/fit_verdict_trace.py).
 
 Pure Python and NumPy: no optional package is imported here.
@@ -68,7 +71,7 @@ import numpy as np
 from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
 
-__all__ = ["ALPHA", "ERROR_MAX", "LAST", "LAST_EPOCH", "LAST_PART", "PARTS", "SD_ERROR_MAX",
+__all__ = ["ALPHA", "ERROR_MAX", "LAST", "LAST_EPOCH", "LAST_WINDOW", "PARTS", "SD_ERROR_MAX",
            "TAIL", "THRESHOLD", "Convergence", "estimate", "judge", "parts",
            "warn_if_moving"]  # fmt: skip
 
@@ -80,7 +83,7 @@ ALPHA = 0.05  # the chance a converged fit's drift is called significant, over a
 
 # what a fit returns (:func:`estimate`)
 TAIL = "the mean of the tail's iterates (both windows)"
-LAST_PART = "the mean of the last part's iterates"
+LAST_WINDOW = "the mean of the last window's iterates (the last fifth of the steps)"
 LAST = "the last iterate"
 LAST_EPOCH = "the mean of the last epoch's iterates"
 
@@ -169,15 +172,15 @@ class Convergence:
 def estimate(verdict: Convergence, default: bool, averaged: bool = False) -> str:
     """What a fit returns, from its verdict: :data:`LAST_EPOCH` when it averages its last
     epoch (``averaged``, ``average_last_epoch=True``); with the default schedule
-    (``default``) :data:`TAIL` when the verdict finds no drift and :data:`LAST_PART` when
-    it does (a travelling fit is behind its tail's average, and its last iterate jitters
-    by several posterior sds at the tail's step: the last part's mean is the latest
-    average, half a part behind); else (an optimiser of your own, a fit too short to
-    judge) :data:`LAST`."""
+    (``default``) :data:`TAIL` when the verdict finds no drift and :data:`LAST_WINDOW`
+    when it does (a travelling fit is behind its tail's average by about the movement,
+    behind the last window's by half of it; its last iterate jitters by posterior sds at
+    the tail's step); else (an optimiser of your own, a fit too short to judge)
+    :data:`LAST`."""
     if averaged:
         return LAST_EPOCH
     if default and verdict.moving is not None:
-        return LAST_PART if verdict.moving else TAIL
+        return LAST_WINDOW if verdict.moving else TAIL
     return LAST
 
 
@@ -340,10 +343,11 @@ def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
     if verdict.converged is not False:
         return
     returned = f"; returned: {verdict.returned}" if verdict.returned else ""
-    if verdict.returned == LAST_PART:
+    if verdict.returned == LAST_WINDOW:
         returned += (
-            f" (the last {verdict.window // PARTS} steps; a travelling fit is behind the "
-            f"tail's average, and its last iterate jitters by several posterior sds)"
+            f": {verdict.window} steps, behind the fit by about half its movement (a "
+            f"travelling fit is behind the tail's average by all of it, and its last "
+            f"iterate jitters by posterior sds)"
         )
     warnings.warn(
         ConvergenceWarning(

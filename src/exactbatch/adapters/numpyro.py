@@ -58,7 +58,7 @@ import numpy as np
 
 from exactbatch.adapters.convergence import (
     LAST_EPOCH,
-    LAST_PART,
+    LAST_WINDOW,
     PARTS,
     TAIL,
     estimate,
@@ -167,9 +167,9 @@ def fit(
     The params returned (``result.convergence.returned`` names which): with
     the default schedule, the mean of the iterates of the tail (the verdict's
     two windows, the last two fifths of the steps) when the verdict finds no
-    drift, else the mean of the last part's iterates (the last fortieth of
-    the steps: a travelling fit is behind the tail's average, and the tail's
-    step leaves each iterate jittering by several posterior sds); with an
+    drift, else the mean of the last window's iterates (the last fifth of the
+    steps: a travelling fit is behind the tail's average, and the tail's
+    step leaves each iterate jittering by posterior sds); with an
     ``optim`` of your own, or a fit too short to judge, the last iterate.
     ``average_last_epoch=True``: the mean of the iterates over the fit's last
     epoch instead (the last ``min(num_steps, len(loader))`` steps; for a
@@ -253,8 +253,8 @@ def fit(
         params = svi.constrain_fn(average)
     elif verdict.returned == TAIL:  # judged still: its average is nearer than any iterate
         params = svi.constrain_fn(run.tail_mean(part_means))
-    elif verdict.returned == LAST_PART:  # still travelling: behind the tail's average
-        params = svi.constrain_fn(part_means[-1])
+    elif verdict.returned == LAST_WINDOW:  # still travelling: behind the tail's average
+        params = svi.constrain_fn(run.tail_mean(part_means, last=True))
     result = _result_class(run_result)(params, state, losses)
     result.convergence, result.step_size = verdict, run.lr0
     warn_if_moving(verdict)
@@ -395,12 +395,15 @@ class _Run:
         ]
         return np.asarray(losses), means[:-1], means[-1]
 
-    def tail_mean(self, part_means):
-        """The mean unconstrained parameters of the verdict's two windows."""
-        counts = (self.ends - self.starts)[: 2 * PARTS]
+    def tail_mean(self, part_means, last: bool = False):
+        """The mean unconstrained parameters of the verdict's two windows (``last``: of
+        its second window only)."""
+        first = PARTS if last else 0
+        counts = (self.ends - self.starts)[first : 2 * PARTS]
         weights = counts / counts.sum()
         return self.jax.tree_util.tree_map(
-            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means
+            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)),
+            *part_means[first : 2 * PARTS],
         )
 
 
