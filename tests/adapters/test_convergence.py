@@ -77,6 +77,36 @@ def test_a_converged_verdict_does_not_warn():
         warn_if_moving(dataclasses.replace(_verdict(), returned=TAIL))
 
 
+def _parts(means, sds):
+    return [{"w": (means[k], sds[k])} for k in range(2 * PARTS)]
+
+
+def test_an_sds_wander_between_windows_is_judged_against_the_sds_floor():
+    """A guide sd's window averages wander by more than the parts show (the floor of
+    sd_error): breast cancer, NumPyro, 10,000 steps, seed 2 - w[18]'s sd moved 0.256 of
+    itself between the windows against a parts' noise of 0.047 and warned (drift 0.100),
+    its fit within 0.14 sd and 0.91-1.06x. With the epoch the sds' noise is at least 2x
+    the floor (each window's average sqrt(2) times the tail's error, their difference
+    sqrt(2) again); the means keep their own noise, and a larger move still drifts."""
+    rng = np.random.default_rng(7)
+    means = rng.standard_normal((2 * PARTS, 3)) * 0.01
+    sds = 1 + rng.standard_normal((2 * PARTS, 3)) * 0.01
+    sds[PARTS:, 1] -= 0.2  # the window averages of w[1]'s sd 0.2 apart: 0.25 of it
+    epoch, window = 17, 1989  # breast cancer: 569 rows in batches of 32
+    floor = 0.5 * np.sqrt(epoch / (2 * window))
+    plain = convergence.judge(_parts(means, sds), np.zeros(4000), window)
+    assert plain.moving and plain.where == "w[1] sd"
+    floored = convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch)
+    assert floored.moving is False and floored.converged, str(floored)
+    assert floored.noise == pytest.approx(2 * floor) and floored.where == "w[1] sd"
+    sds[PARTS:, 1] -= 0.3  # 0.5 apart: beyond z x 2 x floor + the threshold
+    assert convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch).moving
+    means[PARTS:, 0] += 0.25  # a mean's move keeps the parts' own noise: still drifts
+    sds[PARTS:, 1] += 0.3
+    moved = convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch)
+    assert moved.moving and moved.where == "w[0] mean"
+
+
 # -- fit itself, its verdict forced ---------------------------------------------------------
 
 
