@@ -21,7 +21,7 @@ of the guide (the last window's):
   two-sided normal quantile of :data:`ALPHA` shared by every mean and sd
   judged (Bonferroni): a converged fit passes in at least 95% of seeds
   whatever the number of latents. A drift above :data:`THRESHOLD` is a fit
-  still travelling: the last iterate is returned, not the average.
+  still travelling: the last window's average is returned, not the tail's.
 * ``error``: the largest standard error of the tail's average (what a
   converged fit returns), floored as the noise. A large noise is no proof
   of convergence: it is a fit that has not pinned its posterior down - too
