@@ -43,7 +43,8 @@ def _flat_part(part, lib):
 
 
 def run(args):
-    from exactbatch.adapters import convergence, numpyro as enp, pymc_schedule
+    from exactbatch.adapters import convergence, pymc_schedule
+    from exactbatch.adapters import numpyro as enp
 
     saved = {}
     real_judge = convergence.judge
@@ -89,9 +90,11 @@ def run(args):
         m, s, verdict, warned, lr = fs.fit_numpyro(x, y, kind, k, batch, args.steps, args.seed)
         params = last.pop("svi").get_params(last.pop("state"))
         keys = [key[: -len("_auto_loc")] for key in params if key.endswith("_auto_loc")]
-        last.update(zip(("mean", "sd"), fs.flat(
+        found = fs.flat(
             {key: np.asarray(params[f"{key}_auto_loc"]) for key in keys},
-            {key: np.asarray(params[f"{key}_auto_scale"]) for key in keys})))  # fmt: skip
+            {key: np.asarray(params[f"{key}_auto_scale"]) for key in keys},
+        )
+        last.update(mean=found[0], sd=found[1])
     saved.update(lib=args.lib, kind=kind, batch=batch, steps=args.steps, seed=args.seed,
                  m_ref=m_ref, s_ref=s_ref, returned=(m, s), verdict=verdict, warned=warned,
                  lr=lr, last=last, label=args.label or f"{args.lib} {args.data or kind} "
@@ -113,10 +116,9 @@ def rejudge(paths):
         means = np.stack([m for m, _ in flats])
         sds = np.stack([v for _, v in flats])
 
-        def off(m, sd=None):
-            d = np.abs(m - m_ref) / s_ref
-            r = "" if sd is None else f", sds {np.min(sd / s_ref):.2f}-{np.max(sd / s_ref):.2f}x"
-            return f"{d.max():.2f} sd{r}"
+        def off(m, sd, m_ref=m_ref, s_ref=s_ref):
+            d, r = np.abs(m - m_ref) / s_ref, sd / s_ref
+            return f"{d.max():.2f} sd, sds {r.min():.2f}-{r.max():.2f}x"
 
         last = s["last"]
         if last and s["lib"] == "pymc":  # ADVI's flat order: w, b, sigma (the model's)

@@ -57,8 +57,10 @@ def test_the_warning_names_every_bound_it_is_above_and_what_was_returned():
     text = _warning(both)
     assert "still drifted 0.4 sd (w[0] mean)" in text
     assert "its sds are uncertain by 0.2 of themselves (w[2] sd" in text
-    assert ("returned: the mean of the last window's iterates (the last fifth of the "
-            "steps): 80 steps, behind the fit by about half its movement") in text
+    assert (
+        "returned: the mean of the last window's iterates (the last fifth of the "
+        "steps): 80 steps, behind the fit by about half its movement"
+    ) in text
     assert "last iterate is returned" not in text
     all_three = dataclasses.replace(both, error=0.3, returned=TAIL)
     text = _warning(all_three)

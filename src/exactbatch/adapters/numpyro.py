@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np

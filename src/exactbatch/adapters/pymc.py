@@ -55,8 +55,8 @@ PyMC is imported on first use, not by importing this module.
 from __future__ import annotations
 
 import weakref
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
