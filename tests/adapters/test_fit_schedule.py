@@ -405,7 +405,7 @@ def test_the_verdict_and_the_warning_read_as_documented():
     assert str(got[0].message) == (
         "fit has not converged: the posterior still drifted 0.5 sd (w[2] sd) between its "
         "last two windows of 10 steps, beyond 2.00x the noise and above the threshold of "
-        "0.1 sd (it moved 0.7 sd); the last iterate is returned. Run more steps: 2-4x (the "
+        "0.1 sd (it moved 0.7 sd). Run more steps: 2-4x (the "
         "default schedule stretches over them), or larger batches; with your own optim=, end "
         "with a smaller step. The figures are in the result's .convergence"
     )

@@ -31,8 +31,9 @@ Guarantees and refusals:
   :mod:`exactbatch.adapters.schedule`: a pilot that picks Adam's step size,
   a linear decay, a flat tail. Any other ``optim`` is used as given.
 * The result's ``convergence`` says how far the posterior still moved over
-  the fit's last two windows (:mod:`exactbatch.adapters.convergence`);
-  above the threshold, ``exactbatch.ConvergenceWarning``.
+  the fit's last two windows and how well its average is pinned down
+  (:mod:`exactbatch.adapters.convergence`); above a bound,
+  ``exactbatch.ConvergenceWarning``, saying which estimate was returned.
 
 Costs: batches come through :func:`exactbatch.jax.as_jax` (put on the
 device two batches ahead, float32 unless 64-bit JAX is on). The step is
@@ -50,11 +51,21 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.convergence import PARTS, judge, parts, warn_if_moving
+from exactbatch.adapters.convergence import (
+    LAST_EPOCH,
+    LAST_WINDOW,
+    PARTS,
+    TAIL,
+    estimate,
+    judge,
+    parts,
+    warn_if_moving,
+)
 from exactbatch.adapters.jax import as_jax
 from exactbatch.adapters.minibatch import (
     check_batch_rows,
@@ -153,9 +164,13 @@ def fit(
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 
-    The params returned: with the default schedule, the mean of the iterates
-    of the fit's last fifth when the verdict finds the fit still there, else
-    the last iterate; with an ``optim`` of your own, the last iterate.
+    The params returned (``result.convergence.returned`` names which): with
+    the default schedule, the mean of the iterates of the tail (the verdict's
+    two windows, the last two fifths of the steps) when the verdict finds no
+    drift, else the mean of the last window's iterates (the last fifth of the
+    steps: a travelling fit is behind the tail's average, and the tail's
+    step leaves each iterate jittering by posterior sds); with an
+    ``optim`` of your own, or a fit too short to judge, the last iterate.
     ``average_last_epoch=True``: the mean of the iterates over the fit's last
     epoch instead (the last ``min(num_steps, len(loader))`` steps; for a
     stream of unknown size, those since its last epoch began), averaged in
@@ -172,9 +187,11 @@ def fit(
     ``convergence`` an :class:`exactbatch.adapters.convergence.Convergence`:
     how far the guide's posterior means and sds moved, in its posterior sds,
     between the fit's last two windows of a fifth of the steps each, its
-    noise, the drift beyond twice the noise, and the loss's trend. When that
-    drift is above 0.1 sd the fit raises ``exactbatch.ConvergenceWarning``:
-    run more steps.
+    noise, the drift beyond ``z`` times the noise, the standard errors of the
+    tail's average (means and sds), the loss's trend, and ``returned``. When
+    the drift is above 0.1 sd, or an error above its bound, the fit raises
+    ``exactbatch.ConvergenceWarning`` naming each figure and what it
+    returned: run more steps.
 
     Refuses, before any step: a loader that may hand out a partial batch
     (``ValueError`` naming ``drop_last``); a loader of several shards or an
@@ -228,13 +245,16 @@ def fit(
 
     losses, part_means, average = run.results()
     verdict = _verdict(svi, guide, part_means, losses, run, xb, yb, model_kwargs)
-    params = svi.get_params(state)
-    if average_last_epoch and average is not None:
+    verdict = replace(
+        verdict, returned=estimate(verdict, default, average_last_epoch and average is not None)
+    )
+    params = svi.get_params(state)  # LAST
+    if verdict.returned == LAST_EPOCH:
         params = svi.constrain_fn(average)
-    elif default and verdict.moving is False:
-        # the tail, judged still: its average is nearer than any one iterate (a fit still
-        # travelling is behind its own average: then the last iterate)
+    elif verdict.returned == TAIL:  # judged still: its average is nearer than any iterate
         params = svi.constrain_fn(run.tail_mean(part_means))
+    elif verdict.returned == LAST_WINDOW:  # still travelling: behind the tail's average
+        params = svi.constrain_fn(run.tail_mean(part_means, last=True))
     result = _result_class(run_result)(params, state, losses)
     result.convergence, result.step_size = verdict, run.lr0
     warn_if_moving(verdict)
@@ -375,12 +395,15 @@ class _Run:
         ]
         return np.asarray(losses), means[:-1], means[-1]
 
-    def tail_mean(self, part_means):
-        """The mean unconstrained parameters of the verdict's two windows."""
-        counts = (self.ends - self.starts)[: 2 * PARTS]
+    def tail_mean(self, part_means, last: bool = False):
+        """The mean unconstrained parameters of the verdict's two windows (``last``: of
+        its second window only)."""
+        first = PARTS if last else 0
+        counts = (self.ends - self.starts)[first : 2 * PARTS]
         weights = counts / counts.sum()
         return self.jax.tree_util.tree_map(
-            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)), *part_means
+            lambda *v: sum(w * x for w, x in zip(weights, v, strict=True)),
+            *part_means[first : 2 * PARTS],
         )
 
 

@@ -1,0 +1,230 @@
+"""What a fit returns and what it warns agree: the verdict names the estimate returned
+(the tail's average when still, the last window's mean when travelling, the last iterate
+with an optimiser of your own), and the warning names every bound the fit is above, with
+its figures, and that estimate. Unit tests (NumPy only), then fit itself in each library
+with its verdict forced (a real fit, its parameters checked against its own parts)."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+from exactbatch.adapters import convergence
+from exactbatch.adapters.convergence import (
+    LAST,
+    LAST_EPOCH,
+    LAST_WINDOW,
+    PARTS,
+    TAIL,
+    Convergence,
+    estimate,
+    warn_if_moving,
+)
+from exactbatch.errors import ConvergenceWarning
+
+
+def _verdict(drift=-1.0, error=0.1, sd_error=0.05, window=80):
+    return Convergence(drift, 0.3, 0.1, "w[0] mean", window, None, None, error=error,
+                       error_where="w[1] mean", z=2.5, sd_error=sd_error,
+                       sd_error_where="w[2] sd")  # fmt: skip
+
+
+def test_the_estimate_returned_follows_the_verdict():
+    still, moving = _verdict(), _verdict(drift=0.4)
+    noisy = _verdict(error=0.4, sd_error=0.3)  # not converged, but still: its average
+    assert estimate(still, default=True) == TAIL
+    assert estimate(noisy, default=True) == TAIL
+    assert estimate(moving, default=True) == LAST_WINDOW
+    assert estimate(moving, default=False) == LAST  # an optimiser of your own
+    assert estimate(still, default=False) == LAST
+    not_judged = Convergence(None, None, None, "too short", 0, None, None)
+    assert estimate(not_judged, default=True) == LAST
+    assert estimate(moving, default=True, averaged=True) == LAST_EPOCH
+
+
+def _warning(verdict):
+    with pytest.warns(ConvergenceWarning) as got:
+        warn_if_moving(verdict)
+    assert len(got) == 1
+    return str(got[0].message)
+
+
+def test_the_warning_names_every_bound_it_is_above_and_what_was_returned():
+    """A travelling fit whose sds are also uncertain: both figures, and the last window's
+    mean returned (the old warning named the first reason only, and 'the last iterate')."""
+    both = dataclasses.replace(_verdict(drift=0.4, sd_error=0.2), returned=LAST_WINDOW)
+    text = _warning(both)
+    assert "still drifted 0.4 sd (w[0] mean)" in text
+    assert "its sds are uncertain by 0.2 of themselves (w[2] sd" in text
+    assert (
+        "returned: the mean of the last window's iterates (the last fifth of the "
+        "steps): 80 steps, behind the fit by about half its movement"
+    ) in text
+    assert "last iterate is returned" not in text
+    all_three = dataclasses.replace(both, error=0.3, returned=TAIL)
+    text = _warning(all_three)
+    assert "uncertain by 0.3 posterior sd (w[1] mean" in text
+    assert text.count("; and ") == 2
+    assert "returned: the mean of the tail's iterates (both windows)." in text
+    # the sds alone, and no estimate named (a verdict of judge alone)
+    text = _warning(_verdict(sd_error=0.2))
+    assert text.startswith("fit has not converged: its sds are uncertain by 0.2")
+    assert "returned" not in text and "drifted" not in text and "posterior sd (" not in text
+
+
+def test_a_converged_verdict_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warn_if_moving(dataclasses.replace(_verdict(), returned=TAIL))
+
+
+def _parts(means, sds):
+    return [{"w": (means[k], sds[k])} for k in range(2 * PARTS)]
+
+
+def test_an_sds_wander_between_windows_is_judged_against_the_sds_floor():
+    """A guide sd's window averages wander by more than the parts show (the floor of
+    sd_error): breast cancer, NumPyro, 10,000 steps, seed 2 - w[18]'s sd moved 0.256 of
+    itself between the windows against a parts' noise of 0.047 and warned (drift 0.100),
+    its fit within 0.14 sd and 0.91-1.06x. With the epoch the sds' noise is at least 2x
+    the floor (each window's average sqrt(2) times the tail's error, their difference
+    sqrt(2) again); the means keep their own noise, and a larger move still drifts."""
+    rng = np.random.default_rng(7)
+    means = rng.standard_normal((2 * PARTS, 3)) * 0.01
+    sds = 1 + rng.standard_normal((2 * PARTS, 3)) * 0.01
+    sds[PARTS:, 1] -= 0.2  # the window averages of w[1]'s sd 0.2 apart: 0.25 of it
+    epoch, window = 17, 1989  # breast cancer: 569 rows in batches of 32
+    floor = 0.5 * np.sqrt(epoch / (2 * window))
+    plain = convergence.judge(_parts(means, sds), np.zeros(4000), window)
+    assert plain.moving and plain.where == "w[1] sd"
+    floored = convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch)
+    assert floored.moving is False and floored.converged, str(floored)
+    assert floored.noise == pytest.approx(2 * floor) and floored.where == "w[1] sd"
+    sds[PARTS:, 1] -= 0.3  # 0.5 apart: beyond z x 2 x floor + the threshold
+    assert convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch).moving
+    means[PARTS:, 0] += 0.25  # a mean's move keeps the parts' own noise: still drifts
+    sds[PARTS:, 1] += 0.3
+    moved = convergence.judge(_parts(means, sds), np.zeros(4000), window, epoch)
+    assert moved.moving and moved.where == "w[0] mean"
+
+
+# -- fit itself, its verdict forced ---------------------------------------------------------
+
+
+def _forced(real, moving: bool):
+    """``judge`` that gives the real verdict, its drift forced above or below the bound."""
+
+    def judge(*args, **kw):
+        v = real(*args, **kw)
+        if v.drift is None:
+            return v
+        if moving:
+            return dataclasses.replace(v, drift=0.5, movement=0.6)
+        return dataclasses.replace(v, drift=-1.0, error=0.0, sd_error=0.0)
+
+    return judge
+
+
+def _data(n=200):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 2))
+    return x, x @ np.array([1.0, -0.5]) + 0.3 + rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("moving", [True, False])
+def test_numpyro_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch):
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    pytest.importorskip("optax")
+    import numpyro.distributions as dist
+    from numpyro.infer.autoguide import AutoNormal
+
+    from exactbatch import DataLoader
+    from exactbatch.adapters import numpyro as adapter
+
+    def model(xb, yb, N):  # noqa: N803
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([2]).to_event(1))
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(b + xb @ w, 1), obs=yb[:, 0])
+
+    seen = {}
+    real_results, real_verdict = adapter._Run.results, adapter._verdict
+
+    def results(self):
+        out = real_results(self)
+        seen["parts"], seen["run"] = out[1], self
+        return out
+
+    def verdict(svi, *args):
+        seen["svi"] = svi
+        return real_verdict(svi, *args)
+
+    monkeypatch.setattr(adapter._Run, "results", results)
+    monkeypatch.setattr(adapter, "_verdict", verdict)
+    monkeypatch.setattr(adapter, "judge", _forced(convergence.judge, moving))
+    loader = DataLoader(_data(), 20, seed=0)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", ConvergenceWarning)
+        r = adapter.fit(model, AutoNormal(model), loader, 200, rng_key=jax.random.key(0), N=200)
+    svi, parts = seen["svi"], seen["parts"]
+    counts = seen["run"].ends[: 2 * PARTS] - seen["run"].starts[: 2 * PARTS]
+    chosen = slice(PARTS if moving else 0, 2 * PARTS)
+    mean = jax.tree_util.tree_map(
+        lambda *v: np.average(np.stack(v), axis=0, weights=counts[chosen]), *parts[chosen]
+    )
+    want = svi.constrain_fn(mean)
+    last = svi.get_params(r.state)
+    assert r.convergence.returned == (LAST_WINDOW if moving else TAIL)
+    for key, value in want.items():
+        np.testing.assert_allclose(r.params[key], value, rtol=1e-6)
+    assert any(not np.allclose(r.params[k], last[k]) for k in last)  # not the last iterate
+    texts = [str(w.message) for w in got if issubclass(w.category, ConvergenceWarning)]
+    if moving:
+        assert len(texts) == 1 and f"returned: {LAST_WINDOW}" in texts[0]
+    else:
+        assert not texts
+
+
+@pytest.mark.parametrize("moving", [True, False])
+def test_pymc_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch):
+    pm = pytest.importorskip("pymc")
+
+    from exactbatch import DataLoader
+    from exactbatch.adapters import pymc_schedule
+    from exactbatch.pymc import data, fit
+
+    seen = {}
+    real_finish = pymc_schedule.Run.finish
+
+    def finish(self, approx):
+        seen["last"] = [p.get_value().copy() for p in approx.params]
+        seen["sums"] = [(list(v), c) for v, c in self.sums]
+        return real_finish(self, approx)
+
+    monkeypatch.setattr(pymc_schedule.Run, "finish", finish)
+    monkeypatch.setattr(pymc_schedule, "judge", _forced(convergence.judge, moving))
+    loader = DataLoader(_data(), 20, seed=0)
+    with pm.Model() as model:
+        x, y = data(loader)
+        w = pm.Normal("w", 0, 1, shape=2)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("obs", b + x @ w, 1, observed=y, total_size=200)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", ConvergenceWarning)
+        approx = fit(loader, 200, model=model, random_seed=0)
+    sums = seen["sums"]
+    chosen = sums[PARTS:] if moving else sums
+    count = sum(c for _, c in chosen)
+    want = [sum(s[0][k] for s in chosen) / count for k in range(len(sums[0][0]))]
+    assert len(sums) == 2 * PARTS
+    assert approx.convergence.returned == (LAST_WINDOW if moving else TAIL)
+    for p, value, last in zip(approx.params, want, seen["last"], strict=True):
+        np.testing.assert_allclose(p.get_value(), value, rtol=1e-6)
+        assert not np.allclose(p.get_value(), last)  # not the last iterate
+    texts = [str(w.message) for w in got if issubclass(w.category, ConvergenceWarning)]
+    if moving:
+        assert len(texts) == 1 and f"returned: {LAST_WINDOW}" in texts[0]
+    else:
+        assert not texts
