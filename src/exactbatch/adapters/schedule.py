@@ -82,8 +82,8 @@ import math
 
 import numpy as np
 
-__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "Plan", "pick",
-           "pick_apart", "windows"]  # fmt: skip
+__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS", "Plan",
+           "pick", "pick_apart", "windows"]  # fmt: skip
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
 FLOOR = 1000  # the tail's step is at least lr0 / FLOOR ...
@@ -92,6 +92,7 @@ RELAX = 2.0  # the tail's step is RELAX / (steps of a part): a log-sd relaxes in
 SPREAD = 0.2  # ... and at most SPREAD / sqrt(batches an epoch): the jitter's bias bounded
 BIAS = 0.2  # the tail's sum over coordinates of step * sqrt(v): at most BIAS * sqrt(2 N)
 PARTS = 4  # parts of each of the verdict's two windows
+RESTARTS = 2  # Adam's moments restart at the start of each of the decay's RESTARTS pieces
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
 
@@ -135,12 +136,22 @@ class Plan:
         self.coordinate = SPREAD * math.sqrt(rows) if rows else math.inf
         # ... and of all of them together (the jitter's bias on a latent they all feed)
         self.total = BIAS * math.sqrt(2 * rows) if rows else math.inf
+        # where Adam's moments restart: the decay's pieces' starts (the pilot's end first),
+        # and the tail's
+        span = self.tail - self.pilot
+        self.restarts = tuple(sorted({self.pilot + k * span // RESTARTS for k in range(RESTARTS)}
+                                     | {self.tail}))  # fmt: skip
 
     def tail_step(self, lr0: float) -> float:
         """The tail's step: ``RELAX * max(1, sqrt(epoch) / 2) / part``, at most
         ``SPREAD / sqrt(epoch)`` and ``lr0 / CAP``, at least ``lr0 / FLOOR`` (``epoch``
         the batches of an epoch)."""
         return max(lr0 / FLOOR, min(lr0 / CAP, self.spread, RELAX * self.noise / self.part))
+
+    def restart(self, i: int) -> bool:
+        """Do Adam's moments restart before step ``i``? At the pilot's end, at the start
+        of each of the decay's :data:`RESTARTS` pieces, and where the tail begins."""
+        return i in self.restarts and i < self.num_steps
 
     def cap(self, i: int) -> float:
         """The bound on ``step * sqrt(v)`` of each coordinate at step ``i`` (``v`` Adam's
