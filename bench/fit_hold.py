@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 import fit_statistics as fs
+import numpy as np
 
 
 def main() -> None:
@@ -53,9 +52,10 @@ def main() -> None:
     svi = SVI(model, AutoNormal(model), optax_to_numpyro(adam(args.lr, args.cap, args.budget)),
               loss)  # fmt: skip
     xs, ys = jnp.asarray(x, jnp.float32), jnp.asarray(y[:, None], jnp.float32)
-    start = {"b_auto_loc": m_ref[0], "b_auto_scale": s_ref[0], "sigma_auto_loc": m_ref[1],
-             "sigma_auto_scale": s_ref[1], "w_auto_loc": m_ref[2:], "w_auto_scale": s_ref[2:]}  # fmt: skip
-    start = {k: jnp.asarray(v, jnp.float32) for k, v in start.items()}
+    at = {"b": 0, "sigma": 1, "w": slice(2, None)}  # the reference's order (b, sigma, w)
+    both = (("loc", m_ref), ("scale", s_ref))
+    start = {f"{k}_auto_{part}": jnp.asarray(v[i], jnp.float32)
+             for k, i in at.items() for part, v in both}  # fmt: skip
     state = svi.init(jax.random.key(0), xs[:b], ys[:b], N=n, init_params=start)
     epoch = n // b
     rng = np.random.default_rng(1)
@@ -80,8 +80,9 @@ def main() -> None:
         rb = np.array([r[a : a + w].mean() for a in range(0, len(r) - w + 1, w)])
         zb = np.array([z[a : a + w].mean() for a in range(0, len(z) - w + 1, w)])
         print(f"  {name:9s} sd: long-run {np.exp(r.mean()):.3f}x, jitter (log) {r.std():.3f}, "
-              f"{w}-step averages' scatter (log) {rb.std():.3f} ({len(rb)}) | mean: long-run "
-              f"{z.mean():+.3f} sd, jitter {z.std():.2f}, averages' scatter {zb.std():.3f}")  # fmt: skip
+              f"{w}-step averages' scatter (log) {rb.std():.3f} ({len(rb)}) | mean: "
+              f"long-run {z.mean():+.3f} sd, jitter {z.std():.2f}, "
+              f"averages' scatter {zb.std():.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
