@@ -45,8 +45,9 @@ three phases, each a fixed share of the steps:
 
 Adam's moments restart at zero where the pilot ends, at the start of each of
 the decay's :data:`RESTARTS` pieces and where the tail begins
-(:attr:`Plan.restarts`): Adam's bias-corrected second moment is the mean of
-the squared gradients since it last started, so it otherwise still
+(:attr:`Plan.restarts`): Adam's bias-corrected second moment is nearly the
+mean of the squared gradients since it last started (over fewer than
+``1 / (1 - beta2)`` = 1,000 steps), so it otherwise still
 remembers the first steps' gradients, hundreds of times the tail's for a
 guide sd that began far too wide, and holds that parameter back to a creep
 of ~1% of itself a part (measured: a noise sd's guide sd 2.00x the
@@ -55,8 +56,8 @@ with the tail's restart alone, N = 50k, B = 256, 2000 steps: that sd's
 ``sqrt(v)`` still 20,800 after the pilot and 4,400 at the tail, where its
 gradient's noise is ~14 - it moved at a fifteenth of its step through the
 whole decay and was 4.6x too wide at the tail; restarted after the pilot
-and mid-decay it was within 1.5x by step 200). In the tail each coordinate's step is also at most
-``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
+and mid-decay: 1.5x at steps 100-200, 1.01x on the tail's average). In the
+tail each coordinate's step is also at most ``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
 moment, the coordinate's gradient noise): Adam moves a coordinate by about
 the step in its own units, so a coefficient of a column 100x the others'
 (posterior sd 100x smaller) jittered by 22 posterior sds at the tail's
