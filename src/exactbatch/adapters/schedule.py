@@ -46,32 +46,32 @@ three phases, each a fixed share of the steps:
 Adam's moments restart at zero where the pilot ends, at the start of each of
 the decay's :data:`RESTARTS` pieces and where the tail begins
 (:attr:`Plan.restarts`): Adam's bias-corrected second moment is nearly the
-mean of the squared gradients since it last started (over fewer than
-``1 / (1 - beta2)`` = 1,000 steps), so it otherwise still
-remembers the first steps' gradients, hundreds of times the tail's for a
-guide sd that began far too wide, and holds that parameter back to a creep
-of ~1% of itself a part (measured: a noise sd's guide sd 2.00x the
-reference after 2,000 steps, moving too slowly for the verdict's threshold;
-with the tail's restart alone, N = 50k, B = 256, 2000 steps: that sd's
-``sqrt(v)`` still 20,800 after the pilot and 4,400 at the tail, where its
-gradient's noise is ~14 - it moved at a fifteenth of its step through the
-whole decay and was 4.6x too wide at the tail; restarted after the pilot
-and mid-decay: 1.5x at steps 100-200, 1.01x on the tail's average). In the
-tail each coordinate's step is also at most ``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
-moment, the coordinate's gradient noise): Adam moves a coordinate by about
-the step in its own units, so a coefficient of a column 100x the others'
-(posterior sd 100x smaller) jittered by 22 posterior sds at the tail's
-step, and the residuals it fed biased the noise sd by 4.0 of its sds
-(measured, unstandardised features; 0.35 with the cap). At stationarity a coordinate jitters
-by ``J**2 ~ step * sqrt(v) / 2`` of its posterior variances whatever its
-scale, and the jitter's bias is ``~J**2 / sqrt(N)`` posterior sds: the cap
-bounds it for every coordinate as ``SPREAD / sqrt(N / B)`` does for a
-standardised one (whose ``sqrt(v)`` is about ``N / sqrt(B)``). ``v`` is in
-the loss's units: PyMC divides its loss by N / B, and its cap with it. And
-the sum over the coordinates of ``step * sqrt(v)`` is at most ``BIAS *
-sqrt(2 N)`` (:meth:`Plan.budget`): every coefficient's jitter feeds the
-residuals, so a noise sd's log is biased by about that sum over
-``sqrt(2 N)`` of its posterior sds (measured: 20 group intercepts and 3
+mean of the squared gradients since it last started (over fewer than ``1 /
+(1 - beta2)`` = 1,000 steps), so it otherwise still remembers the first
+steps' gradients, hundreds of times the tail's for a guide sd that began far
+too wide, and holds that parameter back to a creep of ~1% of itself a part
+(measured: a noise sd's guide sd 2.00x the reference after 2,000 steps,
+moving too slowly for the verdict's threshold; with the tail's restart
+alone, N = 50k, B = 256, 2000 steps: that sd's ``sqrt(v)`` still 20,800
+after the pilot and 4,400 at the tail, where its gradient's noise is ~14 -
+it moved at a fifteenth of its step through the whole decay and was 4.6x too
+wide at the tail; restarted after the pilot and mid-decay: 1.5x at steps
+100-200, 1.01x on the tail's average). In the tail each coordinate's step is
+also at most ``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's
+second moment, the coordinate's gradient noise): Adam moves a coordinate by
+about the step in its own units, so a coefficient of a column 100x the
+others' (posterior sd 100x smaller) jittered by 22 posterior sds at the
+tail's step, and the residuals it fed biased the noise sd by 4.0 of its sds
+(measured, unstandardised features; 0.35 with the cap). At stationarity a
+coordinate jitters by ``J**2 ~ step * sqrt(v) / 2`` of its posterior
+variances whatever its scale, and the jitter's bias is ``~J**2 / sqrt(N)``
+posterior sds: the cap bounds it for every coordinate as ``SPREAD / sqrt(N /
+B)`` does for a standardised one (whose ``sqrt(v)`` is about ``N /
+sqrt(B)``). ``v`` is in the loss's units: PyMC divides its loss by N / B,
+and its cap with it. And the sum over the coordinates of ``step * sqrt(v)``
+is at most ``BIAS * sqrt(2 N)`` (:meth:`Plan.budget`): every coefficient's
+jitter feeds the residuals, so a noise sd's log is biased by about that sum
+over ``sqrt(2 N)`` of its posterior sds (measured: 20 group intercepts and 3
 coefficients, 0.54 sd at the tail's step, 0.28 at half of it). The
 coordinates that spend most (the means: their gradient noise is about
 ``sqrt(N)`` times a log-sd's) are cut down to a common level; the others
