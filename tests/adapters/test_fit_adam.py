@@ -1,6 +1,7 @@
 """The default schedule's Adam, in NumPyro (optax) and PyMC (pytensor): with no cap it
 is Adam; in the tail each coordinate's step is capped at cap / sqrt(v_hat); its moments
-restart where the tail begins, and the fit helpers restart them there, once."""
+restart where the tail begins, and the fit helpers restart them there and where the
+schedule says (Plan.restarts: the pilot's end, the decay's pieces), only there."""
 
 import math
 import warnings
@@ -128,9 +129,10 @@ def _regression(n=400, seed=0):
     return x, y
 
 
-def test_numpyro_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch):
-    """fit's default schedule restarts Adam's moments at the tail's first step (a state
-    whose count is the steps done so far), exactly once, and caps the tail from there."""
+def test_numpyro_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
+    """fit's default schedule restarts Adam's moments at the pilot's end (a state whose
+    count is the pilot's steps), at the decay's pieces and at the tail's first step, each
+    once, and caps the tail from there."""
     jax = pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     pytest.importorskip("optax")
@@ -159,7 +161,9 @@ def test_numpyro_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch
         warnings.simplefilter("ignore")
         r = fit(model, AutoNormal(model), loader, 300, rng_key=jax.random.key(0))
     plan = Plan(300, 20, rows=400)
-    assert seen == [plan.tail]  # once, after `tail` steps of Adam (pilot included)
+    # the moments' count at each restart: the steps since the one before (the pilot's)
+    assert len(plan.restarts) == 3 and plan.restarts[0] == plan.pilot
+    assert seen == [b - a for a, b in zip([0, *plan.restarts[:-1]], plan.restarts, strict=True)]
     assert int(r.state.optim_state[1][1].inner_state.count) == 300 - plan.tail
     hyper = r.state.optim_state[1][1].hyperparams
     assert float(hyper["cap"]) == pytest.approx(plan.cap(299))
@@ -192,7 +196,7 @@ def test_pymc_adam_is_capped_adam_and_resets(tmp_path):
     assert not any(np.any(v) for v in opt.save())
 
 
-def test_pymc_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch):
+def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     pm = pytest.importorskip("pymc")
 
     from exactbatch.adapters import pymc_schedule
@@ -222,8 +226,10 @@ def test_pymc_fit_restarts_the_moments_once_where_the_tail_begins(monkeypatch):
         warnings.simplefilter("ignore")
         fit(loader, 300, model=model, random_seed=0)
     plan = runs[0].plan
-    # the pilot's three restarts (each candidate from the start), then the tail's, once
-    assert [calls for calls, _ in seen] == [6, 12, 18, plan.tail]
+    # the pilot's three restarts (each candidate from the start), then the plan's: the
+    # pilot's end (the kept candidate's moments, loaded, are reset), the decay's, the tail's
+    assert plan.restarts[0] == plan.pilot == 24 and plan.restarts[-1] == plan.tail
+    assert [calls for calls, _ in seen] == [6, 12, 18, *plan.restarts]
     assert all(cap == math.inf for _, cap in seen)  # the cap is set after the reset
     # in the loss's units: PyMC divides it by N / B (scale_cost_to_minibatch)
     cap, budget = plan.cap(plan.tail) * 20 / 400, plan.budget(plan.tail) * 20 / 400

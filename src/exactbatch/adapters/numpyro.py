@@ -339,7 +339,7 @@ class _Run:
             xb, yb = next(feed)
             lr = cap = budget = 0.0
             if self.default:
-                if i == self.plan.tail:
+                if self.plan.restart(i):
                     state = restart_moments(state)
                 lr, cap, budget = self.plan.step_size(lr0, i), self.plan.cap(i), self.plan.budget(i)
             state, self.sums, self.losses = step(

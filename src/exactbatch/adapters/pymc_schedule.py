@@ -188,8 +188,9 @@ class Run:
         if self.lr0 is not None:
             lr = self.plan.step_size(self.lr0, step + 1)
             opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
-            if step + 1 == self.plan.tail:  # the tail's Adam starts afresh, capped
+            if self.plan.restart(step + 1):  # Adam starts afresh (Plan.restarts)
                 opt.reset()
+            if step + 1 == self.plan.tail:  # ... and in the tail, capped
                 cap, budget = (f(step + 1) * self.cost for f in (self.plan.cap, self.plan.budget))
                 opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
                 opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))

@@ -43,27 +43,35 @@ three phases, each a fixed share of the steps:
   whatever the step, so a fit that has seen too few epochs in its tail
   is told so, not hidden behind a step too small to move.
 
-Where the tail begins, Adam's moments restart at zero: its second moment
-otherwise still remembers the first steps' gradients, hundreds of times the
-tail's for a guide sd that began far too wide, and holds that parameter
-back to a creep of ~1% of itself a part (measured: a noise sd's guide sd
-2.00x the reference after 2,000 steps, moving too slowly for the verdict's
-threshold). In the tail each coordinate's step is also at most
-``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's second
-moment, the coordinate's gradient noise): Adam moves a coordinate by about
-the step in its own units, so a coefficient of a column 100x the others'
-(posterior sd 100x smaller) jittered by 22 posterior sds at the tail's
-step, and the residuals it fed biased the noise sd by 4.0 of its sds
-(measured, unstandardised features; 0.35 with the cap). At stationarity a coordinate jitters
-by ``J**2 ~ step * sqrt(v) / 2`` of its posterior variances whatever its
-scale, and the jitter's bias is ``~J**2 / sqrt(N)`` posterior sds: the cap
-bounds it for every coordinate as ``SPREAD / sqrt(N / B)`` does for a
-standardised one (whose ``sqrt(v)`` is about ``N / sqrt(B)``). ``v`` is in
-the loss's units: PyMC divides its loss by N / B, and its cap with it. And
-the sum over the coordinates of ``step * sqrt(v)`` is at most ``BIAS *
-sqrt(2 N)`` (:meth:`Plan.budget`): every coefficient's jitter feeds the
-residuals, so a noise sd's log is biased by about that sum over
-``sqrt(2 N)`` of its posterior sds (measured: 20 group intercepts and 3
+Adam's moments restart at zero where the pilot ends, at the start of each of
+the decay's :data:`RESTARTS` pieces and where the tail begins
+(:attr:`Plan.restarts`): Adam's bias-corrected second moment is nearly the
+mean of the squared gradients since it last started (over fewer than ``1 /
+(1 - beta2)`` = 1,000 steps), so it otherwise still remembers the first
+steps' gradients, hundreds of times the tail's for a guide sd that began far
+too wide, and holds that parameter back to a creep of ~1% of itself a part
+(measured: a noise sd's guide sd 2.00x the reference after 2,000 steps,
+moving too slowly for the verdict's threshold; with the tail's restart
+alone, N = 50k, B = 256, 2000 steps: that sd's ``sqrt(v)`` still 20,800
+after the pilot and 4,400 at the tail, where its gradient's noise is ~14 -
+it moved at a fifteenth of its step through the whole decay and was 4.6x too
+wide at the tail; restarted after the pilot and mid-decay: 1.5x at steps
+100-200, 1.01x on the tail's average). In the tail each coordinate's step is
+also at most ``SPREAD * sqrt(N) / sqrt(v)`` (:meth:`Plan.cap`; ``v`` Adam's
+second moment, the coordinate's gradient noise): Adam moves a coordinate by
+about the step in its own units, so a coefficient of a column 100x the
+others' (posterior sd 100x smaller) jittered by 22 posterior sds at the
+tail's step, and the residuals it fed biased the noise sd by 4.0 of its sds
+(measured, unstandardised features; 0.35 with the cap). At stationarity a
+coordinate jitters by ``J**2 ~ step * sqrt(v) / 2`` of its posterior
+variances whatever its scale, and the jitter's bias is ``~J**2 / sqrt(N)``
+posterior sds: the cap bounds it for every coordinate as ``SPREAD / sqrt(N /
+B)`` does for a standardised one (whose ``sqrt(v)`` is about ``N /
+sqrt(B)``). ``v`` is in the loss's units: PyMC divides its loss by N / B,
+and its cap with it. And the sum over the coordinates of ``step * sqrt(v)``
+is at most ``BIAS * sqrt(2 N)`` (:meth:`Plan.budget`): every coefficient's
+jitter feeds the residuals, so a noise sd's log is biased by about that sum
+over ``sqrt(2 N)`` of its posterior sds (measured: 20 group intercepts and 3
 coefficients, 0.54 sd at the tail's step, 0.28 at half of it). The
 coordinates that spend most (the means: their gradient noise is about
 ``sqrt(N)`` times a log-sd's) are cut down to a common level; the others
@@ -82,8 +90,8 @@ import math
 
 import numpy as np
 
-__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "Plan", "pick",
-           "pick_apart", "windows"]  # fmt: skip
+__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS", "Plan",
+           "pick", "pick_apart", "windows"]  # fmt: skip
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
 FLOOR = 1000  # the tail's step is at least lr0 / FLOOR ...
@@ -92,6 +100,7 @@ RELAX = 2.0  # the tail's step is RELAX / (steps of a part): a log-sd relaxes in
 SPREAD = 0.2  # ... and at most SPREAD / sqrt(batches an epoch): the jitter's bias bounded
 BIAS = 0.2  # the tail's sum over coordinates of step * sqrt(v): at most BIAS * sqrt(2 N)
 PARTS = 4  # parts of each of the verdict's two windows
+RESTARTS = 2  # Adam's moments restart at the start of each of the decay's RESTARTS pieces
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
 
@@ -135,12 +144,22 @@ class Plan:
         self.coordinate = SPREAD * math.sqrt(rows) if rows else math.inf
         # ... and of all of them together (the jitter's bias on a latent they all feed)
         self.total = BIAS * math.sqrt(2 * rows) if rows else math.inf
+        # where Adam's moments restart: the decay's pieces' starts (the pilot's end first),
+        # and the tail's
+        span = self.tail - self.pilot
+        self.restarts = tuple(sorted({self.pilot + k * span // RESTARTS for k in range(RESTARTS)}
+                                     | {self.tail}))  # fmt: skip
 
     def tail_step(self, lr0: float) -> float:
         """The tail's step: ``RELAX * max(1, sqrt(epoch) / 2) / part``, at most
         ``SPREAD / sqrt(epoch)`` and ``lr0 / CAP``, at least ``lr0 / FLOOR`` (``epoch``
         the batches of an epoch)."""
         return max(lr0 / FLOOR, min(lr0 / CAP, self.spread, RELAX * self.noise / self.part))
+
+    def restart(self, i: int) -> bool:
+        """Do Adam's moments restart before step ``i``? At the pilot's end, at the start
+        of each of the decay's :data:`RESTARTS` pieces, and where the tail begins."""
+        return i in self.restarts and i < self.num_steps
 
     def cap(self, i: int) -> float:
         """The bound on ``step * sqrt(v)`` of each coordinate at step ``i`` (``v`` Adam's
