@@ -79,6 +79,17 @@ def test_a_converged_verdict_does_not_warn():
         warn_if_moving(dataclasses.replace(_verdict(), returned=TAIL))
 
 
+
+def test_a_fit_too_short_to_judge_warns_and_a_point_estimate_does_not():
+    short = convergence.judge([], np.zeros(3), 0)
+    with pytest.warns(ConvergenceWarning, match="fit not judged: too few steps.*Run at least 20"):
+        warn_if_moving(dataclasses.replace(short, returned=convergence.LAST))
+    no_sds = convergence.judge(_parts(np.zeros((2 * PARTS, 1)), np.zeros((2 * PARTS, 1))), [], 4)
+    assert no_sds.converged is None and no_sds.where != convergence.TOO_SHORT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warn_if_moving(no_sds)
+
 def _parts(means, sds):
     return [{"w": (means[k], sds[k])} for k in range(2 * PARTS)]
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from exactbatch.adapters.convergence import (
+    TOO_SHORT,
     ALPHA,
     ERROR_MAX,
     PARTS,
@@ -325,8 +326,8 @@ def test_parts_are_the_windows_cut_in_PARTS_each():
 
 def test_what_is_not_judged_says_why():
     short = judge([], np.zeros(3), 0)
-    assert (short.where, short.window, short.drift) == ("fewer than 2 steps to compare", 0, None)
-    assert str(short) == "not judged: fewer than 2 steps to compare"
+    assert (short.where, short.window, short.drift) == (TOO_SHORT, 0, None)
+    assert str(short) == f"not judged: {TOO_SHORT}"
     values = np.zeros((2 * PARTS, 2))
     assert judge(_parts(values), np.zeros(100), 0).drift is None  # parts but no window
     flat = judge(_parts(values, np.zeros_like(values)), np.zeros(100), 50)

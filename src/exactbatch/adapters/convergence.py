@@ -207,6 +207,9 @@ def _labels(names, sizes):
             yield from (f"{name}[{k}]" for k in range(size))
 
 
+TOO_SHORT = "too few steps for two windows to compare"
+
+
 def _not_judged(why: str, window: int) -> Convergence:
     return Convergence(None, None, None, why, window, None, None)
 
@@ -223,7 +226,7 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     the sds' error at ``0.5 * sqrt(epoch / (2 * window))``: see the module doc.
     """
     if not window or not parts:
-        return _not_judged("fewer than 2 steps to compare", 0)
+        return _not_judged(TOO_SHORT, 0)
     names = sorted(parts[-1])
     means = np.stack([_flat(part, names, 0) for part in parts])  # (2 * PARTS, latents)
     sds = np.stack([_flat(part, names, 1) for part in parts])
@@ -354,7 +357,20 @@ def _reasons(verdict: Convergence) -> list[str]:
 
 def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
     """Raise :class:`exactbatch.ConvergenceWarning` when the fit is judged not converged,
-    naming each bound it is above with its figures, and what the fit returned."""
+    naming each bound it is above with its figures, and what the fit returned; and
+    when a fit was too short to be judged at all (its last iterate returned unchecked).
+    A guide with no posterior sds (a point estimate) is not warned about."""
+    if verdict.converged is None:
+        if verdict.where == TOO_SHORT:
+            warnings.warn(
+                ConvergenceWarning(
+                    f"fit not judged: {TOO_SHORT} (the verdict compares two windows of "
+                    f"at least {PARTS} steps each, a fifth of the steps); its last iterate "
+                    f"is returned unchecked. Run at least {5 * PARTS} steps"
+                ),
+                stacklevel=stacklevel,
+            )
+        return
     if verdict.converged is not False:
         return
     returned = f"; returned: {verdict.returned}" if verdict.returned else ""
