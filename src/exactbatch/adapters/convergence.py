@@ -77,8 +77,8 @@ from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
 
 __all__ = ["ALPHA", "ERROR_MAX", "LAST", "LAST_EPOCH", "LAST_WINDOW", "PARTS", "SD_ERROR_MAX",
-           "TAIL", "THRESHOLD", "Convergence", "estimate", "judge", "parts",
-           "warn_if_moving"]  # fmt: skip
+           "TAIL", "THRESHOLD", "TOO_SHORT", "Convergence", "estimate", "judge", "not_judged",
+           "parts", "warn_if_moving"]  # fmt: skip
 
 THRESHOLD = 0.1  # posterior sds the fit may still drift between its last two windows
 ERROR_MAX = 0.25  # the largest standard error of the returned average, in posterior sds
@@ -210,7 +210,8 @@ def _labels(names, sizes):
 TOO_SHORT = "too few steps for two windows to compare"
 
 
-def _not_judged(why: str, window: int) -> Convergence:
+def not_judged(why: str, window: int) -> Convergence:
+    """A verdict that judged nothing, saying why (``str`` gives "not judged: why")."""
     return Convergence(None, None, None, why, window, None, None)
 
 
@@ -226,7 +227,7 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     the sds' error at ``0.5 * sqrt(epoch / (2 * window))``: see the module doc.
     """
     if not window or not parts:
-        return _not_judged(TOO_SHORT, 0)
+        return not_judged(TOO_SHORT, 0)
     names = sorted(parts[-1])
     means = np.stack([_flat(part, names, 0) for part in parts])  # (2 * PARTS, latents)
     sds = np.stack([_flat(part, names, 1) for part in parts])
@@ -234,7 +235,7 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     scale = sds[PARTS:].mean(axis=0)
     ok = np.isfinite(scale) & (scale > 0)
     if not ok.any():
-        return _not_judged("the guide gave no posterior sds", window)
+        return not_judged("the guide gave no posterior sds", window)
     with np.errstate(invalid="ignore", divide="ignore"):
         changes = [_change(v / scale) for v in (means, sds)]
     moved = np.concatenate([m for m, _, _ in changes])

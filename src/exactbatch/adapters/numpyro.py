@@ -159,8 +159,9 @@ def fit(
     :mod:`exactbatch.adapters.schedule`, which needs no tuning - for the first
     5% of the steps a pilot runs the candidate step sizes (0.3, 0.1, 0.03, 0.01)
     side by side on the same batches and random draws and keeps the largest
-    stable one; the step then decays linearly to a hundredth of it at 60% of
-    the steps and stays there. Any other ``optim`` - a NumPyro optimiser
+    stable one; the step then decays linearly to the tail's step (bounded by
+    the data's N and the batch; see the module) at 60% of the steps and stays
+    there. Any other ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 

@@ -314,7 +314,8 @@ def fit(
     which needs no tuning: a pilot runs the candidate step sizes (0.3, 0.1,
     0.03, 0.01) one after another, each for 2% of the steps from the same
     start, and keeps the largest stable one; the step then decays linearly
-    to a hundredth of it at 60% of the steps and stays there. A named
+    to the tail's step (bounded by the data's N and the batch; see the
+    module) at 60% of the steps and stays there. A named
     ``method`` is made into PyMC's Inference object first (with the seed);
     ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
     other ``optim`` (``pm.adam(learning_rate=1e-3)``; or ``obj_optimizer=``,
@@ -404,7 +405,7 @@ def fit(
         obj_optimizer=run.optimizer if run.default else optim,
         **fit_kwargs,
     )
-    verdict = run.finish(approx)  # the params set to the tail's average or the last iterate
+    verdict = run.finish(approx)  # the params: the tail's average or the last iterate
     verdict = replace(verdict, returned=estimate(verdict, run.default, run.average is not None))
     if verdict.returned == LAST_WINDOW:
         _set_mean(approx, run.sums[PARTS:])

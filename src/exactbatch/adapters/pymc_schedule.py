@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.convergence import judge, parts
+from exactbatch.adapters.convergence import judge, not_judged, parts
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
 
 __all__ = ["PILOT_EACH", "Adam", "Run"]
@@ -201,7 +201,7 @@ class Run:
         verdict's two windows when it found no drift, else the last iterate."""
         params = getattr(approx, "params", None)
         if params is None:
-            return judge([], self.losses, 0)
+            return not_judged("the approximation has no parameters to average", 0)
         last = [p.get_value() for p in params]
         means = [_mean(s) for s in self.sums]
         epoch = self.epoch if self.default else None

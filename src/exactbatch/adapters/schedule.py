@@ -78,8 +78,9 @@ coordinates that spend most (the means: their gradient noise is about
 keep the step that relaxes the guide's sds.
 
 The fit returns the mean of the tail's iterates (both windows) when the
-verdict finds no drift, else the last iterate (a fit still travelling is
-behind its own average: see docs/usage/numpyro.md).
+verdict finds no drift, else the mean of its last window's (a fit still
+travelling is behind its tail's average; its last iterate jitters by
+posterior sds: see :func:`exactbatch.adapters.convergence.estimate`).
 
 NumPy only: no optional package is imported here.
 """
