@@ -225,3 +225,128 @@ def test_chunks_not_used_lately_are_kept_while_the_budget_has_room():
     assert read(r, [7, 11, 15, 17]) == [7, 11, 15, 17] and src.reads == []
     read(r, [2])
     assert src.reads == [0]
+
+
+class Hooked(Counting):
+    """A chunk source of known widths (x one column, y the row id times 10) with one of
+    the optional read hooks (``hook``): ``read_columns``, ``read_rows_into`` or
+    ``open_chunk``; ``read_chunk`` refused (the hook must be what reads); ``short``: a
+    chunk whose columns hold a row less."""
+
+    d, l = 1, 1
+
+    def __init__(self, rows, hook, short=None):
+        super().__init__(rows)
+        self.hook, self.short, self.calls = hook, short, []
+        for other in {"read_columns", "read_rows_into", "open_chunk"} - {hook}:
+            setattr(self, other, None)  # (no such hook: stream_hooks finds None)
+
+    def read_chunk(self, i):
+        raise AssertionError(f"read_chunk({i}) called; {self.hook} should read it")
+
+    def _whole(self, first, k):
+        ids = np.arange(first, first + k, dtype=float)
+        return np.stack([ids, 10 * ids], axis=1)
+
+    def read_columns(self, i):
+        from exactbatch.sources.column_chunk import Columns
+
+        self.calls.append(("columns", i))
+        first = int(np.cumsum(self.chunk_rows)[i] - self.chunk_rows[i])
+        k = int(self.chunk_rows[i]) - (i == self.short)
+        whole = self._whole(first, k)
+        if i % 2:  # held as arrays: laid out as they are
+            return whole[:, :1], whole[:, 1:]
+        x = np.ascontiguousarray(whole[:, 0])
+        return Columns([x], k), Columns([10 * x], k)
+
+    def read_rows_into(self, row, out):
+        self.calls.append(("into", row, out.shape))
+        out[...] = self._whole(row, out.shape[0])
+
+    def open_chunk(self, i):
+        self.calls.append(("open", i))
+        source = self
+
+        class Rows:
+            def read_rows_into(self, row, out):
+                source.calls.append(("opened into", row, out.shape))
+                out[...] = source._whole(row, out.shape[0])
+
+        return Rows()
+
+
+def read_xy(r, rows):
+    out_x, out_y = np.empty((len(rows), r.d)), np.empty((len(rows), r.l))
+    r.read(np.asarray(rows), out_x, out_y)
+    return out_x[:, 0].tolist(), out_y[:, 0].tolist()
+
+
+@pytest.mark.parametrize("hook", ["read_columns", "read_rows_into", "open_chunk"])
+def test_a_chunk_is_read_through_the_sources_read_hook_where_it_has_one(hook):
+    """Known widths and a hook: the chunk is read by it, never by read_chunk (Parquet's
+    columns copied once into whole rows; ndf_blocks' rows read straight into them), x then
+    y a row, at the chunk's first row of the stream."""
+    src = Hooked([3, 4, 0, 2], hook)
+    r = ChunkCacheReader(ChunkIndexedStream(src), Widths(1, 1), 1000)
+    assert (r.d, r.l) == (1, 1) and src.calls == []  # (widths known: nothing read yet)
+    assert read_xy(r, [8, 0, 4, 3]) == ([8, 0, 4, 3], [80, 0, 40, 30])
+    want = {
+        "read_columns": [("columns", 0), ("columns", 1), ("columns", 3)],
+        "read_rows_into": [("into", 0, (3, 2)), ("into", 3, (4, 2)), ("into", 7, (2, 2))],
+        "open_chunk": [("open", 0), ("opened into", 0, (3, 2)), ("open", 1),
+                       ("opened into", 3, (4, 2)), ("open", 3), ("opened into", 7, (2, 2))],
+    }[hook]  # fmt: skip
+    assert sorted(src.calls) == sorted(want)
+    assert r.rows_read == 9
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_columns_of_other_rows_than_chunk_rows_says_is_a_chunk_error(short):
+    src = Hooked([3, 4], "read_columns", short=short)
+    r = ChunkCacheReader(ChunkIndexedStream(src), Widths(1, 1), 1000)
+    with pytest.raises(ChunkError, match=rf"^chunk {short}: read_columns\({short}\) returned "
+                       rf"{[2, 3][short]} rows, but chunk_rows\[{short}\] says {[3, 4][short]}$"):  # fmt: skip
+        read_xy(r, [0, 3])
+
+
+def test_the_widths_are_learned_from_the_first_chunk_with_rows():
+    src = Counting([0, 0, 3, 2])
+    r = reader(src)
+    assert src.reads == [2] and (r.d, r.l) == (1, 0)
+    assert read(r, [4, 0]) == [4, 0] and sorted(src.reads) == [2, 3]
+    empty = reader(Counting([0, 0]))
+    assert (empty.n, empty.d, empty.l) == (0, 0, 0)
+
+
+def test_a_stream_of_labels_only_has_no_feature_columns():
+    chunks = [(np.zeros((3, 0)), np.arange(3.0)), (np.zeros((2, 0)), np.arange(3.0, 5))]
+    r = ChunkCacheReader(ChunkIndexedStream(ChunkList(chunks)), Widths(), 100)
+    assert (r.d, r.l) == (0, 1)
+    out_x, out_y = np.empty((3, 0)), np.empty((3, 1))
+    r.read(np.array([4, 0, 2]), out_x, out_y)
+    assert out_y[:, 0].tolist() == [4, 0, 2]
+
+
+def test_a_budget_of_one_row_or_none_keeps_one_chunk_of_one_row():
+    for budget in (0, 1):
+        src = Counting([1, 1, 1])
+        r = reader(src, budget=budget)
+        assert r.budget == 1
+        for row in (0, 1, 0, 2, 1):
+            assert read(r, [row]) == [row]
+        assert src.reads == [0, 1, 0, 2, 1]  # (0 first for the widths, kept for the read)
+
+
+def test_read_ahead_hints_the_chunks_it_will_read_to_the_source():
+    """will_need(i) (ndf_blocks: the kernel starts reading) for each chunk read ahead,
+    before they are read."""
+    src = Counting([4, 4, 4])
+    hints = []
+    src.will_need = lambda i: hints.append((i, list(src.reads)))
+    r = reader(src)
+    done = threading.Event()
+    r.read_ahead(lambda: [2, 1])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert hints == [(2, [0]), (1, [0])] and src.reads == [0, 2, 1]
