@@ -405,3 +405,45 @@ def test_the_promise_of_an_even_epoch_resumed_elsewhere_counts_from_its_first_ba
     assert whole.rows == 90  # 10 batches, 3 each: the tenth not handed out
     assert feed.global_promise(epoch, 1).rows == 100  # from batch 1: 9 more, 3 each
     assert feed.global_promise(epoch, 2).rows == 80  # from batch 2: 8, 2 each
+
+
+@pytest.mark.parametrize(
+    "chunk,buffer,window",
+    [
+        (5, 200, 100),  # half the buffer still mixes 8 chunks or more: halves
+        (30, 70, 70),  # it would not: the whole buffer
+        (1, 20, 10),  # chunks of one row
+        (1, 2000, 1000),  # a buffer larger than the stream: the stream
+    ],
+)
+def test_the_window_is_the_streamed_buffers_mixing_window(chunk, buffer, window):
+    """A window mixes what a streamed shuffle buffer of the same size over the same chunk
+    source mixes (half the buffer when it reads ahead in halves, never more than the stream)."""
+    n = 1000
+    elastic = DataLoader(chunks_of(n, chunk), 4, elastic=True, buffer_size=buffer)
+    from exactbatch.sources.chunks import ChunkList
+
+    streamed = DataLoader(ChunkList(chunks_of(n, chunk)), 4, buffer_size=buffer, total_size=n)
+    assert elastic._feed.window == elastic.mixing_window == window
+    assert streamed.mixing_window == window
+
+
+def test_empty_chunks_leave_the_mean_chunk_of_a_window_alone():
+    """The chunk size that decides halves is the mean of the chunks with rows: chunks of
+    3 rows between empty ones mix as chunks of 3 (40 rows hold fewer than 2 * 8 of them:
+    the whole buffer)."""
+    chunks = [c for part in chunks_of(150, 3) for c in (part, ids(0))]
+    assert DataLoader(chunks, 4, elastic=True, buffer_size=40)._feed.window == 40
+    assert DataLoader(chunks_of(150, 3), 4, elastic=True, buffer_size=40)._feed.window == 40
+    assert DataLoader(chunks_of(150, 3), 4, elastic=True, buffer_size=48)._feed.window == 24
+
+
+def test_the_cache_holds_two_windows_and_the_chunks_they_straddle():
+    """The memory an elastic stream holds (docs/usage/streaming.md): two windows of rows
+    and four of its largest chunk; no batch prepared ahead (its chunks are read ahead)."""
+    sizes = [5, 17, 0, 9]
+    chunks = [ids(31)[a - r : a] for a, r in zip(np.cumsum(sizes), sizes, strict=True)]
+    loader = DataLoader(chunks, 4, elastic=True, buffer_size=10)
+    feed = loader._feed
+    assert feed.window == 10 and feed._cache.budget == 2 * 10 + 4 * 17
+    assert loader.prefetch == 0 and feed.prefetch_default() == 0
