@@ -314,7 +314,7 @@ def test_a_window_whose_chunks_are_held_is_read_ahead_no_more():
 def test_the_chunks_of_windows_by_the_orders_slots_or_in_file_order():
     """_window_chunks: every chunk with rows in the windows named (file order: the chunks
     rows w*W .. lie in; an empty chunk never; a window past the end: none)."""
-    sizes = [25, 0, 25, 10, 0, 40, 25, 25, 0, 30]  # 180 rows
+    sizes = [25, 0, 25, 9, 1, 40, 25, 25, 0, 30]  # 180 rows (chunk 4: row 59 alone)
     chunks = [ids(180)[a - r : a] for a, r in zip(np.cumsum(sizes), sizes, strict=True)]
     loader = DataLoader(chunks, 10, elastic=True, buffer_size=60, seed=3)
     feed = loader._feed
@@ -327,7 +327,8 @@ def test_the_chunks_of_windows_by_the_orders_slots_or_in_file_order():
         assert feed._window_chunks(None, [w]) == in_file
         assert feed._window_chunks(order, [w]) == sorted(order.window_chunks(w).tolist())
     assert feed._window_chunks(None, [1]) == [5, 6]  # rows 60..119: chunks 5 and 6
-    assert feed._window_chunks(None, [0, 1]) == [0, 2, 3, 5, 6]
+    assert feed._window_chunks(None, [0]) == [0, 2, 3, 4]  # (4: the window's last row)
+    assert feed._window_chunks(None, [0, 1]) == [0, 2, 3, 4, 5, 6]
     assert feed._window_chunks(None, [3]) == feed._window_chunks(order, [3]) == []
     assert feed._window_chunks(None, [2, 3, 4]) == [6, 7, 9]
     loader.close()
@@ -447,3 +448,31 @@ def test_the_cache_holds_two_windows_and_the_chunks_they_straddle():
     feed = loader._feed
     assert feed.window == 10 and feed._cache.budget == 2 * 10 + 4 * 17
     assert loader.prefetch == 0 and feed.prefetch_default() == 0
+
+
+def test_the_window_past_the_end_adds_nothing_to_a_shard_that_owns_none_of_the_last():
+    """Windows of one batch dealt to two ranks: the rank that owns no batch of the last
+    window needs none of its chunks, and the window past the end adds none."""
+    order = WindowedOrder([25] * 24, 10, seed=3, epoch=0)
+    for s in range(2):
+        _, feed = _feed(buffer=10, shards=2, s=s)
+        assert feed.window == 10 and feed.windows_of_epoch() == 60
+        last = order.window_chunks(59).tolist()
+        assert feed._needed(order, [59, 60], 0) == (last if s == 1 else [])
+
+
+@pytest.mark.parametrize("source", ["iterable", "factory"])
+def test_elastic_refuses_a_stream_read_front_to_back_only(source):
+    chunks = chunks_of(20, 5)
+
+    class Chunks:
+        def __iter__(self):
+            return iter(chunks)
+
+    data = Chunks() if source == "iterable" else (lambda: iter(chunks))
+    name = type(data).__name__
+    with pytest.raises(ValueError, match=rf"{name} is read front to back only") as e:
+        DataLoader(data, 5, elastic=True)
+    assert str(e.value).endswith(
+        "write it once to .ndf (exactbatch convert, save_ndf) or pass elastic=False"
+    )
