@@ -250,9 +250,7 @@ def _met(chunks):
 
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("shards,first", [(1, 0), (3, 0), (4, 5), (1, 4)])
-def test_read_ahead_of_each_window_alone_in_the_order_its_reads_meet_them(
-    shuffle, shards, first
-):
+def test_read_ahead_of_each_window_alone_in_the_order_its_reads_meet_them(shuffle, shards, first):
     """_needed of one window at a time (and of the window past the end: none): the chunks
     the shard's batches there need, in the order they are met, each once; a window all of
     whose positions are the shard's lists them in the order's chunk slots."""

@@ -233,7 +233,7 @@ class Hooked(Counting):
     ``open_chunk``; ``read_chunk`` refused (the hook must be what reads); ``short``: a
     chunk whose columns hold a row less."""
 
-    d, l = 1, 1
+    d, l = 1, 1  # noqa: E741
 
     def __init__(self, rows, hook, short=None):
         super().__init__(rows)
@@ -305,8 +305,9 @@ def test_a_chunk_is_read_through_the_sources_read_hook_where_it_has_one(hook):
 def test_columns_of_other_rows_than_chunk_rows_says_is_a_chunk_error(short):
     src = Hooked([3, 4], "read_columns", short=short)
     r = ChunkCacheReader(ChunkIndexedStream(src), Widths(1, 1), 1000)
-    with pytest.raises(ChunkError, match=rf"^chunk {short}: read_columns\({short}\) returned "
-                       rf"{[2, 3][short]} rows, but chunk_rows\[{short}\] says {[3, 4][short]}$"):  # fmt: skip
+    got, said = [2, 3][short], [3, 4][short]
+    want = rf"^chunk {short}: read_columns\({short}\) returned {got} rows, but "
+    with pytest.raises(ChunkError, match=want + rf"chunk_rows\[{short}\] says {said}$"):
         read_xy(r, [0, 3])
 
 
