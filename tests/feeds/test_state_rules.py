@@ -84,3 +84,52 @@ def test_a_resume_ddp_steps_evenly_or_that_no_ddp_runs_is_let_through(shards, wo
     if shards != 2:
         x3, state3 = _state(100, 3)  # 7 left: uneven at 3 ranks
         _resume(x3, state3, shards, world, **kw)
+
+
+def _ranges_state(n, ranks, steps):
+    """An elastic="ranges" state of ``n`` rows (chunks of 250, batches of 64) after
+    ``steps`` lockstep steps of ``ranks`` ranks (rank 0's)."""
+    x = np.arange(float(n)).reshape(n, 1)
+    source = [x[a : a + 250] for a in range(0, n, 250)]
+    loaders = [
+        DataLoader(source, 64, num_shards=ranks, shard_index=r, elastic="ranges", seed=3)
+        for r in range(ranks)
+    ]
+    its = [iter(ld) for ld in loaders]
+    for _ in range(steps):
+        for it in its:
+            next(it)
+    return source, loaders[0].state_dict()
+
+
+def _ranges_resume(source, state, shards, world, **kw):
+    loader = DataLoader(source, 64, num_shards=shards, elastic="ranges", seed=3, **kw)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(state_rules, "torch_world_size", lambda: world)
+    try:
+        loader.load_state_dict(state)
+    finally:
+        mp.undo()
+
+
+def test_a_ranges_resume_ddp_would_step_unevenly_is_refused_naming_the_steps():
+    """2178 rows less 2 steps of 2 ranks: 1922 rows, 640 and 641 a rank at 3 ranks (10
+    and 11 steps); 1922 rows less 1 step of 2 ranks: 1794, 598 a rank (10 steps), but a
+    later epoch's 1922 gives 10 and 11."""
+    source, state = _ranges_state(2178, 2, 2)
+    with pytest.raises(ValueError) as e:
+        _ranges_resume(source, state, 3, 3)
+    assert str(e.value) == (
+        'elastic="ranges" at 3 ranks under torch.distributed: the rest of this epoch gives '
+        "the ranks 10 and 11 steps, and DDP's all-reduces would fall out of step (a hang). "
+        'Build the loader with even_batches=True or even_batches="pad"'
+    )
+    source, state = _ranges_state(1922, 2, 1)
+    with pytest.raises(ValueError, match=r": every later epoch gives the ranks 10 and 11 "):
+        _ranges_resume(source, state, 3, 3)
+    evened = [{"even_batches": True}, {"even_batches": "pad"}]
+    for world, kw in [(None, {}), (4, {}), (3, evened[0]), (3, evened[1])]:
+        _ranges_resume(source, state, 3, world, **kw)  # no DDP, another world, or evened
+    _ranges_resume(source, state, 1, 1)  # one rank steps alone
+    source, state = _ranges_state(1920, 2, 1)  # 640 a rank, now and later
+    _ranges_resume(source, state, 3, 3)
