@@ -86,3 +86,59 @@ def test_the_global_promise_is_every_ranks_rows(drop_last, even):
         feed = loader._feed
         got = feed.global_promise(feed.open_epoch(seed, 0, 0), ())
         assert (got.rows, got.digest) == (want.rows, want.digest)
+
+
+def test_the_global_promise_of_a_subset_is_every_ranks_source_rows():
+    """rows=: the ledger counts the source's row ids (a subset's ids taken), as handed out."""
+    n, b, seed = 3000, 64, 2
+    x = np.arange(float(n)).reshape(n, 1)
+    subset = np.random.default_rng(0).permutation(n)[:1922]
+    kw = {"rows": subset, "seed": seed, "elastic": "ranges", "even_batches": True}
+    loaders = [DataLoader(x, b, num_shards=3, shard_index=r, **kw) for r in range(3)]
+    want = Tally()
+    for loader in loaders:
+        for batch in loader:
+            ids = _ids(batch)
+            want.add(len(ids), rows_digest(ids))
+    assert want.rows == 3 * 640
+    feed = loaders[1]._feed
+    got = feed.global_promise(feed.open_epoch(seed, 0, 0), ())
+    assert (got.rows, got.digest) == (want.rows, want.digest)
+
+
+@pytest.mark.parametrize(
+    "kw,counts",
+    [
+        ({}, [10, 11, 11]),
+        ({"drop_last": True}, [10, 10, 10]),
+        ({"even_batches": True}, [10, 10, 10]),
+        ({"even_batches": "pad"}, [11, 11, 11]),
+    ],
+)
+def test_each_ranks_batches_of_its_share(kw, counts):
+    """Shares of 640, 641 and 641 rows in batches of 64: 10, 11 and 11 batches (the
+    smallest under even_batches=True, the largest under "pad")."""
+    x = np.zeros((1922, 1))
+    for r in range(3):
+        loader = DataLoader(x, 64, num_shards=3, shard_index=r, elastic="ranges", **kw)
+        assert len(loader) == loader._feed.dealing.nbatches == counts[r]
+        assert sum(1 for _ in loader) == counts[r]
+
+
+def test_each_checkpoint_of_an_epoch_carries_every_ranks_rows_so_far():
+    """States taken step after step (the ranks in lockstep): each one's ledger is the rows
+    every rank handed out before it, as rank 0 measures it (the others' from the order)."""
+    n, b = 1922, 64
+    x = np.arange(float(n)).reshape(n, 1)
+    loaders = [
+        DataLoader(x, b, num_shards=3, shard_index=r, elastic="ranges", seed=5) for r in range(3)
+    ]
+    its = [iter(ld) for ld in loaders]
+    want = Tally()
+    for step in range(4):
+        for it in its:
+            ids = _ids(next(it))
+            want.add(len(ids), rows_digest(ids))
+        for r in (0, 2):
+            ledger = loaders[r].state_dict()["ledger"]
+            assert ledger == {"rows": want.rows, "digest": f"{want.digest:016x}"}, (step, r)
