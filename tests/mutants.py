@@ -201,6 +201,10 @@ TARGETS = {
             "tests/sources/test_chunk_cache.py",
             "tests/feeds/test_elastic_stream.py",
             "tests/loader/test_distributed.py",
+            # elastic="ranges" reads through the same feed, cache and chunk order
+            # (WindowedOrder.unmixed_ranges is its rows' runs)
+            "tests/order/test_ranges_rule.py",
+            "tests/loader/test_elastic_ranges.py",
         ],
     ),
     "buffers": (  # the shuffle buffers: one piece or two halves, and the rule between them
@@ -691,7 +695,16 @@ def write_config(target: str, work: Path) -> None:
     writes it again, so that a test file added to the target since is run too)."""
     files, _, tests = TARGETS[target]
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
-    config = dict(tool["mutmut"], only_mutate=files, pytest_add_cli_args_test_selection=tests)
+    # bench/ too: tests/order/test_ranges_rule.py checks the order against its model there
+    # (mutmut copies tests/ and what also_copy names into its mutants/ folder)
+    if not (work / "bench").exists():
+        (work / "bench").symlink_to(ROOT / "bench")
+    config = dict(
+        tool["mutmut"],
+        only_mutate=files,
+        pytest_add_cli_args_test_selection=tests,
+        also_copy=["bench/"],
+    )
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     # pytest's own settings too (pythonpath: the tests import helpers and laws from tests/)
     lines += ["[tool.pytest.ini_options]"]

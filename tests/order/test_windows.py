@@ -115,3 +115,47 @@ def test_rows_of_a_run_are_the_rows_of_its_positions_mapped_one_by_one(window):
     for a, z in [(0, n + 1), (n, n + 3), (n + 2, n + 5)]:
         with pytest.raises(IndexError, match=f"position {max(a, n)} is out of range"):
             order.rows(a, z)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chunk_rows=st.lists(st.integers(0, 20), min_size=1, max_size=10),
+    seed=st.integers(0, 2**32),
+    cut=st.tuples(st.integers(0, 220), st.integers(0, 220)),
+)
+def test_unmixed_ranges_are_the_unmixed_rows_one_run_a_chunk(chunk_rows, seed, cut):
+    """unmixed_ranges(a, z) is unmixed(arange(a, z)) as runs of consecutive rows, one run
+    for each chunk the positions cross, in the epoch's chunk order (none for an empty or
+    backward span); those rows, found without the order's code, are the chunk-ordered
+    stream's (windows of one row mix nothing)."""
+    order = WindowedOrder(chunk_rows, 3, seed=seed, epoch=1)
+    n = order.n
+    stream = chunk_stream(chunk_rows, seed, 1)
+    a, z = sorted(min(c, n) for c in cut)
+    runs = order.unmixed_ranges(a, z)
+    assert all(type(v) is int for run in runs for v in run)
+    got = [r for lo, hi in runs for r in range(lo, hi)]
+    assert got == order.unmixed(np.arange(a, z, dtype=np.int64)).tolist()
+    assert got == stream[a:z].tolist()
+    firsts = np.cumsum(chunk_rows) - np.asarray(chunk_rows)
+    held = chunk_of_rows(firsts, np.array(got, dtype=np.int64)).tolist()
+    assert [chunk_of_rows(firsts, np.array([lo]))[0] for lo, _ in runs] == list(
+        dict.fromkeys(held)
+    )  # one run a chunk, in the order the positions meet them
+    assert all(hi > lo for lo, hi in runs)
+    assert order.unmixed_ranges(z, a) == []  # backward, or empty
+
+
+def test_unmixed_ranges_of_a_span_inside_one_chunk_and_across_chunks():
+    """Golden runs: the chunk order [4, 1, 0, 5, 3, 2] of seed 7, epoch 1 (the golden test
+    above) over chunks of 3, 0, 4, 2, 5, 1 rows: chunk 4 (rows 9..13) at positions 0..4,
+    chunk 1 (empty), 0 (rows 0..2) at 5..7, 5 (row 14) at 8, 3 (rows 7..8) at 9..10 and
+    2 (rows 3..6) at 11..14."""
+    order = WindowedOrder([3, 0, 4, 2, 5, 1], 4, seed=7, epoch=1)
+    assert order.unmixed_ranges(0, 15) == [(9, 14), (0, 3), (14, 15), (7, 9), (3, 7)]
+    assert order.unmixed_ranges(1, 3) == [(10, 12)]
+    assert order.unmixed_ranges(4, 9) == [(13, 14), (0, 3), (14, 15)]
+    assert order.unmixed_ranges(9, 11) == [(7, 9)]
+    assert order.unmixed_ranges(12, 13) == [(4, 5)]
+    assert order.unmixed_ranges(13, 15) == [(5, 7)]
+    assert order.unmixed_ranges(5, 5) == [] and order.unmixed_ranges(9, 2) == []

@@ -225,3 +225,388 @@ def test_chunks_not_used_lately_are_kept_while_the_budget_has_room():
     assert read(r, [7, 11, 15, 17]) == [7, 11, 15, 17] and src.reads == []
     read(r, [2])
     assert src.reads == [0]
+
+
+class Hooked(Counting):
+    """A chunk source of known widths (x one column, y the row id times 10) with one of
+    the optional read hooks (``hook``): ``read_columns``, ``read_rows_into`` or
+    ``open_chunk``; ``read_chunk`` refused (the hook must be what reads); ``short``: a
+    chunk whose columns hold a row less."""
+
+    d, l = 1, 1  # noqa: E741
+
+    def __init__(self, rows, hook, short=None):
+        super().__init__(rows)
+        self.hook, self.short, self.calls = hook, short, []
+        for other in {"read_columns", "read_rows_into", "open_chunk"} - {hook}:
+            setattr(self, other, None)  # (no such hook: stream_hooks finds None)
+
+    def read_chunk(self, i):
+        raise AssertionError(f"read_chunk({i}) called; {self.hook} should read it")
+
+    def _whole(self, first, k):
+        ids = np.arange(first, first + k, dtype=float)
+        return np.stack([ids, 10 * ids], axis=1)
+
+    def read_columns(self, i):
+        from exactbatch.sources.column_chunk import Columns
+
+        self.calls.append(("columns", i))
+        first = int(np.cumsum(self.chunk_rows)[i] - self.chunk_rows[i])
+        k = int(self.chunk_rows[i]) - (i == self.short)
+        whole = self._whole(first, k)
+        if i % 2:  # held as arrays: laid out as they are
+            return whole[:, :1], whole[:, 1:]
+        x = np.ascontiguousarray(whole[:, 0])
+        return Columns([x], k), Columns([10 * x], k)
+
+    def read_rows_into(self, row, out):
+        self.calls.append(("into", row, out.shape))
+        out[...] = self._whole(row, out.shape[0])
+
+    def open_chunk(self, i):
+        self.calls.append(("open", i))
+        source = self
+
+        class Rows:
+            def read_rows_into(self, row, out):
+                source.calls.append(("opened into", row, out.shape))
+                out[...] = source._whole(row, out.shape[0])
+
+        return Rows()
+
+
+def read_xy(r, rows):
+    out_x, out_y = np.empty((len(rows), r.d)), np.empty((len(rows), r.l))
+    r.read(np.asarray(rows), out_x, out_y)
+    return out_x[:, 0].tolist(), out_y[:, 0].tolist()
+
+
+@pytest.mark.parametrize("hook", ["read_columns", "read_rows_into", "open_chunk"])
+def test_a_chunk_is_read_through_the_sources_read_hook_where_it_has_one(hook):
+    """Known widths and a hook: the chunk is read by it, never by read_chunk (Parquet's
+    columns copied once into whole rows; ndf_blocks' rows read straight into them), x then
+    y a row, at the chunk's first row of the stream."""
+    src = Hooked([3, 4, 0, 2], hook)
+    r = ChunkCacheReader(ChunkIndexedStream(src), Widths(1, 1), 1000)
+    assert (r.d, r.l) == (1, 1) and src.calls == []  # (widths known: nothing read yet)
+    assert read_xy(r, [8, 0, 4, 3]) == ([8, 0, 4, 3], [80, 0, 40, 30])
+    want = {
+        "read_columns": [("columns", 0), ("columns", 1), ("columns", 3)],
+        "read_rows_into": [("into", 0, (3, 2)), ("into", 3, (4, 2)), ("into", 7, (2, 2))],
+        "open_chunk": [("open", 0), ("opened into", 0, (3, 2)), ("open", 1),
+                       ("opened into", 3, (4, 2)), ("open", 3), ("opened into", 7, (2, 2))],
+    }[hook]  # fmt: skip
+    assert sorted(src.calls) == sorted(want)
+    assert r.rows_read == 9
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_columns_of_other_rows_than_chunk_rows_says_is_a_chunk_error(short):
+    src = Hooked([3, 4], "read_columns", short=short)
+    r = ChunkCacheReader(ChunkIndexedStream(src), Widths(1, 1), 1000)
+    got, said = [2, 3][short], [3, 4][short]
+    want = rf"^chunk {short}: read_columns\({short}\) returned {got} rows, but "
+    with pytest.raises(ChunkError, match=want + rf"chunk_rows\[{short}\] says {said}$"):
+        read_xy(r, [0, 3])
+
+
+def test_the_widths_are_learned_from_the_first_chunk_with_rows():
+    src = Counting([0, 0, 3, 2])
+    r = reader(src)
+    assert src.reads == [2] and (r.d, r.l) == (1, 0)
+    assert read(r, [4, 0]) == [4, 0] and sorted(src.reads) == [2, 3]
+    empty = reader(Counting([0, 0]))
+    assert (empty.n, empty.d, empty.l) == (0, 0, 0)
+
+
+def test_a_stream_of_labels_only_has_no_feature_columns():
+    chunks = [(np.zeros((3, 0)), np.arange(3.0)), (np.zeros((2, 0)), np.arange(3.0, 5))]
+    r = ChunkCacheReader(ChunkIndexedStream(ChunkList(chunks)), Widths(), 100)
+    assert (r.d, r.l) == (0, 1)
+    out_x, out_y = np.empty((3, 0)), np.empty((3, 1))
+    r.read(np.array([4, 0, 2]), out_x, out_y)
+    assert out_y[:, 0].tolist() == [4, 0, 2]
+
+
+def test_a_budget_of_one_row_or_none_keeps_one_chunk_of_one_row():
+    for budget in (0, 1):
+        src = Counting([1, 1, 1])
+        r = reader(src, budget=budget)
+        assert r.budget == 1
+        for row in (0, 1, 0, 2, 1):
+            assert read(r, [row]) == [row]
+        assert src.reads == [0, 1, 0, 2, 1]  # (0 first for the widths, kept for the read)
+
+
+def test_read_ahead_hints_the_chunks_it_will_read_to_the_source():
+    """will_need(i) (ndf_blocks: the kernel starts reading) for each chunk read ahead,
+    before they are read."""
+    src = Counting([4, 4, 4])
+    hints = []
+    src.will_need = lambda i: hints.append((i, list(src.reads)))
+    r = reader(src)
+    done = threading.Event()
+    r.read_ahead(lambda: [2, 1])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert hints == [(2, [0]), (1, [0])] and src.reads == [0, 2, 1]
+
+
+def test_a_chunk_of_other_widths_is_named_by_its_index():
+    src = Counting([4, 4, 4])
+    src.parts[2] = np.zeros((4, 2))
+    r = reader(src)
+    with pytest.raises(ChunkError, match=r"^chunk 2: expected x of shape \(rows, 1\)"):
+        read(r, [9])
+
+
+def test_the_budget_counts_rows_whatever_the_width():
+    """Chunks of 2 rows and 5 columns, a budget of 4 rows: two chunks kept, a third lets
+    the least recently used go (the budget is rows, never columns)."""
+    src = Counting([2, 2, 2])
+    src.parts = [np.repeat(p, 5, axis=1) for p in src.parts]
+    r = reader(src, budget=4)
+    for row in (0, 2, 0):
+        assert read(r, [row]) == [row]
+    assert src.reads == [0, 1]  # chunk 0 kept beside chunk 1
+    read(r, [4])
+    read(r, [0])
+    read(r, [3])
+    assert src.reads == [0, 1, 2, 1]  # chunk 1, the least recently used, went for 2
+
+
+def test_a_read_of_a_chunk_held_and_a_chunk_not_reads_only_the_new_one():
+    src = Counting([4, 4, 4])
+    r = reader(src)
+    assert read(r, [1]) == [1]
+    assert read(r, [0, 5, 2, 9]) == [0, 5, 2, 9]
+    assert src.reads == [0, 1, 2] and r.rows_read == 12
+
+
+class KeepFor:
+    """A reader's parts whose ``unset`` of the chunks in ``busy`` answers False once each
+    (a read on another thread copying from them: they stay set until a later decision)."""
+
+    def __init__(self, parts, busy):
+        self.parts, self.busy, self.unset_asked = parts, set(busy), []
+
+    def read(self, *args):
+        return self.parts.read(*args)
+
+    def set(self, c, rows):
+        return self.parts.set(c, rows)
+
+    def unset(self, c):
+        self.unset_asked.append(c)
+        if c in self.busy:
+            self.busy.discard(c)
+            return False
+        return self.parts.unset(c)
+
+
+def test_a_chunk_let_go_while_a_read_copied_from_it_is_held_again_without_a_read():
+    """A chunk let go of while another thread's read still copies from it stays set; a
+    read that needs it again with a chunk not held takes it as it is (never read again),
+    and one let go of and no longer copied from is unset at the next decision."""
+    src = Counting([4, 4, 4])
+    r = reader(src, budget=4)
+    r._parts = parts = KeepFor(r._parts, busy={0})
+    assert read(r, [0]) == [0]
+    assert read(r, [4]) == [4]  # chunk 0 let go of, but still set (busy)
+    assert parts.unset_asked == [0] and read(r, [1]) == [1]  # (set still: no decision)
+    assert read(r, [2, 9]) == [2, 9]  # chunk 0 again, with chunk 2: 0 is not read again
+    assert src.reads == [0, 1, 2] and r.rows_read == 12
+    assert parts.unset_asked == [0, 1]  # chunk 1 let go of; 0 held again, never unset
+    assert r.holds([0, 2]) and not r.holds([1])
+
+
+def _closed_while_reading(rows):
+    """A read of ``rows`` (chunks of 2 rows, chunk 0 read for the widths) that is closed
+    while it waits on its first chunk's read: what it raised."""
+    gate = threading.Event()
+    src = Counting([2, 2, 2], gate=gate)
+    gate.set()
+    r = reader(src)
+    gate.clear()
+    errors = []
+
+    def work():
+        try:
+            read(r, rows)
+        except Exception as e:  # noqa: BLE001 (the test looks at what was raised)
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    while not r._loading:  # the read has begun reading its first chunk
+        threading.Event().wait(0.001)
+    r.close()
+    gate.set()
+    t.join(10)
+    assert len(errors) == 1 and type(errors[0]) is ValueError, errors
+    return str(errors[0])
+
+
+@pytest.mark.parametrize("rows", [[3], [3, 5]])
+def test_a_read_closed_while_waiting_says_so_before_or_after_its_other_chunks(rows):
+    """Closed while its first chunk is read: the read raises once that chunk comes, at
+    its next chunk (two needed) or before deciding what is held (one)."""
+    assert _closed_while_reading(rows) == "read from a closed DataLoader"
+
+
+def test_a_closed_reader_refuses_reads_and_holds_nothing():
+    r = reader(Counting([2]))
+    assert r.holds([])
+    r.close()
+    with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+        read(r, [0])
+    assert not r.holds([]) and not r.holds([0])
+
+
+def test_a_read_of_no_rows_copies_nothing_and_answers_as_the_kernel_would():
+    """No rows: None, or with a transform kernel -1 (no row held a NaN)."""
+    from exactbatch.kernels import TransformKernel
+
+    src = Counting([2, 2])
+    r = reader(src)
+    x, y = np.empty((0, 1)), np.empty((0, 0))
+    assert r.read(np.array([], dtype=np.int64), x, y) is None
+    assert r.read(slice(3, 3), x, y) is None
+    assert r.read(np.array([], dtype=np.int64), x, y, TransformKernel([0.0], [1.0])) == -1
+    assert src.reads == [0]
+
+
+def test_a_read_applies_the_transform_kernel_as_it_copies():
+    """fuses: read() takes the transform's kernel, which maps each feature as its row is
+    copied and answers the first row that held a NaN (-1: none); without a kernel the
+    read answers None."""
+    from exactbatch.kernels import TransformKernel
+
+    src = Counting([3, 3])
+    src.parts[1] = np.array([[3.0], [np.nan], [5.0]])
+    r = reader(src)
+    assert r.fuses is True
+    kern = TransformKernel([1.0], [2.0])
+    x, y = np.empty((3, 1)), np.empty((3, 0))
+    assert r.read(np.array([2, 0, 1]), x, y, kern) == -1
+    assert x[:, 0].tolist() == [2.0, -2.0, 0.0]
+    assert r.read(np.array([0, 3, 4, 5]), np.empty((4, 1)), np.empty((4, 0)), kern) == 2
+    assert r.read(slice(0, 3), x, y) is None and x[:, 0].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_chunk_read_ahead_or_held_is_held_and_not_read_again():
+    """holds() counts a chunk read ahead (not set yet); the read-ahead skips a chunk held,
+    read ahead or being read, and goes on to the next."""
+    src = Counting([4, 4, 4, 4])
+    r = reader(src)
+    read(r, [5])  # chunk 1 held
+    done = threading.Event()
+    r.read_ahead(lambda: [2])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert r.holds([2]) and r.holds([0, 1, 2]) and not r.holds([3])
+    done.clear()
+    r.read_ahead(lambda: [1, 2, 3])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert src.reads == [0, 1, 2, 3]
+
+
+def test_the_read_ahead_stops_where_its_chunks_would_pass_the_budget():
+    """Chunks read ahead while their rows (those read ahead and not used yet) fit in the
+    budget, to the row: chunks of 2 rows and 5 columns, a budget of 4 rows: two."""
+    src = Counting([2, 2, 2, 2])
+    src.parts = [np.repeat(p, 5, axis=1) for p in src.parts]
+    r = ChunkCacheReader(ChunkIndexedStream(src), Widths(5, 0), 4)  # (nothing read yet)
+    done = threading.Event()
+    r.read_ahead(lambda: [1, 2, 3])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert src.reads == [1, 2]
+    out_x = np.empty((2, 5))
+    r.read(np.array([3, 5]), out_x, np.empty((2, 0)))  # both used: room again
+    done.clear()
+    r.read_ahead(lambda: [3])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert src.reads == [1, 2, 3]
+
+
+def test_a_read_ahead_whose_list_fails_is_skipped_and_the_next_is_read():
+    src = Counting([4, 4, 4])
+    r = reader(src)
+    done = threading.Event()
+
+    def closed():
+        raise ValueError("read from a closed DataLoader")
+
+    r.read_ahead(closed)
+    r.read_ahead(lambda: [2])
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert src.reads == [0, 2]
+
+
+def test_read_ahead_runs_on_one_named_daemon_thread_in_order():
+    """One thread at a time ("exactbatch-chunks", a daemon: a loader dropped unclosed
+    never holds the process): a list asked while another is read waits its turn."""
+    src = Counting([4, 4, 4])
+    r = reader(src)
+    gate, second, done = threading.Event(), threading.Event(), threading.Event()
+    events, threads = [], []
+
+    def first():
+        threads.append(threading.current_thread())
+        gate.wait(10)
+        events.append("first")
+        return []
+
+    r.read_ahead(first)
+    r.read_ahead(lambda: second.set() or events.append("second") or [])
+    second.wait(0.5)  # (a second thread would list it now; the one thread waits)
+    gate.set()
+    r.read_ahead(lambda: done.set() or [])
+    assert done.wait(10)
+    assert events == ["first", "second"]
+    assert threads[0].name == "exactbatch-chunks" and threads[0].daemon
+
+
+def _wait_on_a_failed_read_ahead(r, src, c, rows):
+    """A read of ``rows`` that needs chunk ``c`` while it is read ahead, that read ahead
+    failing: what the read got."""
+    gate, waiting = threading.Event(), threading.Event()
+    src.gate, src.fail = gate, {c}
+    start = r._start
+
+    def start_seen(k):
+        load = start(k)
+        if threading.current_thread().name == "needs" and not load[1]:
+            waiting.set()
+        return load
+
+    r._start = start_seen
+    r.read_ahead(lambda: [c])
+    got = []
+    t = threading.Thread(target=lambda: got.append(read(r, rows)), name="needs")
+    t.start()
+    assert waiting.wait(10)
+    gate.set()
+    t.join(10)
+    del r._start
+    return got
+
+
+def test_reads_waiting_on_two_failed_read_aheads_each_get_their_own_chunk():
+    """Two read-aheads abandoned in turn (chunks 1, then 2): each read that waited on one
+    reads its own chunk again, never the other's."""
+    src = Counting([4, 4, 4])
+    r = reader(src)
+    assert _wait_on_a_failed_read_ahead(r, src, 1, [5, 6]) == [[5, 6]]
+    assert _wait_on_a_failed_read_ahead(r, src, 2, [9, 10]) == [[9, 10]]
+    assert src.reads == [0, 1, 1, 2, 2]
+
+
+def test_a_reader_prepares_no_batches_ahead():
+    """prefetch_default: none (the next window's chunks are read ahead instead)."""
+    assert reader(Counting([2])).prefetch_default(10**6) == 0

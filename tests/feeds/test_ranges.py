@@ -1,0 +1,144 @@
+"""The elastic="ranges" dealing (exactbatch.feeds.ranges): a rank's positions, plan and
+order, and the promise of every rank's rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+from exactbatch.order.digest import Tally, rows_digest
+from exactbatch.order.windows import WindowedOrder
+
+
+def _ids(batch):
+    return batch[0][:, 0].astype(np.int64)
+
+
+def _chunks(n, size):
+    x = np.arange(float(n)).reshape(n, 1)
+    return [x[a : a + size] for a in range(0, n, size)]
+
+
+def test_a_ranks_positions_and_batches_are_its_share_from_zero():
+    """Rank r of 3 over 1000 rows holds positions 0 .. its share (333 or 334), batch k at
+    k*b .. (the last one short); positions asked outside them are cut off."""
+    for r, size in enumerate([333, 333, 334]):
+        loader = DataLoader(np.zeros((1000, 1)), 64, num_shards=3, shard_index=r, elastic="ranges")
+        dealing = loader._feed.dealing
+        assert dealing.positions(-5, 10**6, ()).tolist() == list(range(size))
+        assert dealing.positions(10, 20, ()).dtype == np.int64
+        assert dealing.positions(300, 400, ()).tolist() == list(range(300, size))
+        plan = dealing.plan(())
+        assert plan.locate(0) == (0, 64) and plan.locate(5) == (320, size)
+        assert (plan.key, plan.size, plan.span) == (r, size, size)
+
+
+def test_unshuffled_ranks_hand_out_their_contiguous_shares_in_file_order():
+    """No shuffle: rank r's rows are rows [r*n//S, (r+1)*n//S) in order, over a stream's
+    chunks and over random access alike."""
+    n = 1000
+    for source in (_chunks(n, 70), np.arange(float(n)).reshape(n, 1)):
+        for r in range(3):
+            loader = DataLoader(
+                source, 64, num_shards=3, shard_index=r, elastic="ranges", shuffle=False
+            )
+            got = [i for b in loader for i in _ids(b).tolist()]
+            assert got == list(range(r * n // 3, (r + 1) * n // 3))
+
+
+def test_shuffled_stream_ranks_read_shares_of_the_epochs_chunk_order():
+    """Shuffled, one rank over a stream: its rows come window by window of the chunk order
+    of WindowedOrder(seed, epoch) (each window's rows those of its positions there)."""
+    n, size, window = 1000, 50, 200
+    loader = DataLoader(
+        _chunks(n, size), 50, elastic="ranges", buffer_size=window, seed=4, num_shards=1
+    )
+    assert loader.mixing_window == window
+    got = np.array([i for b in loader for i in _ids(b).tolist()])
+    chunks = WindowedOrder([size] * (n // size), window, seed=4, epoch=0).rows(0, n)
+    for w in range(n // window):
+        part = slice(w * window, (w + 1) * window)
+        assert sorted(got[part].tolist()) == sorted(chunks[part].tolist())
+    assert got.tolist() != chunks.tolist()  # (mixed within each window)
+
+
+def test_a_declared_total_size_of_a_ranges_stream_must_be_its_rows():
+    with pytest.raises(ValueError, match="total_size=99"):
+        DataLoader(_chunks(100, 10), 8, elastic="ranges", total_size=99)
+
+
+@pytest.mark.parametrize("drop_last,even", [(False, False), (True, False), (False, True)])
+def test_the_global_promise_is_every_ranks_rows(drop_last, even):
+    """global_promise: the rows every rank hands out in an epoch (what drop_last leaves of
+    each share, and even_batches of the longer ones, left out)."""
+    n, b, seed = 1922, 64, 2  # shares of 640, 641 and 641 rows: 10, 11 and 11 batches
+    x = np.arange(float(n)).reshape(n, 1)
+    kw = {"drop_last": drop_last, "even_batches": even, "seed": seed, "elastic": "ranges"}
+    loaders = [DataLoader(x, b, num_shards=3, shard_index=r, **kw) for r in range(3)]
+    want = Tally()
+    for loader in loaders:
+        for batch in loader:
+            ids = _ids(batch)
+            want.add(len(ids), rows_digest(ids))
+    assert want.rows < n if drop_last or even else want.rows == n
+    for loader in loaders:
+        feed = loader._feed
+        got = feed.global_promise(feed.open_epoch(seed, 0, 0), ())
+        assert (got.rows, got.digest) == (want.rows, want.digest)
+
+
+def test_the_global_promise_of_a_subset_is_every_ranks_source_rows():
+    """rows=: the ledger counts the source's row ids (a subset's ids taken), as handed out."""
+    n, b, seed = 3000, 64, 2
+    x = np.arange(float(n)).reshape(n, 1)
+    subset = np.random.default_rng(0).permutation(n)[:1922]
+    kw = {"rows": subset, "seed": seed, "elastic": "ranges", "even_batches": True}
+    loaders = [DataLoader(x, b, num_shards=3, shard_index=r, **kw) for r in range(3)]
+    want = Tally()
+    for loader in loaders:
+        for batch in loader:
+            ids = _ids(batch)
+            want.add(len(ids), rows_digest(ids))
+    assert want.rows == 3 * 640
+    feed = loaders[1]._feed
+    got = feed.global_promise(feed.open_epoch(seed, 0, 0), ())
+    assert (got.rows, got.digest) == (want.rows, want.digest)
+
+
+@pytest.mark.parametrize(
+    "kw,counts",
+    [
+        ({}, [10, 11, 11]),
+        ({"drop_last": True}, [10, 10, 10]),
+        ({"even_batches": True}, [10, 10, 10]),
+        ({"even_batches": "pad"}, [11, 11, 11]),
+    ],
+)
+def test_each_ranks_batches_of_its_share(kw, counts):
+    """Shares of 640, 641 and 641 rows in batches of 64: 10, 11 and 11 batches (the
+    smallest under even_batches=True, the largest under "pad")."""
+    x = np.zeros((1922, 1))
+    for r in range(3):
+        loader = DataLoader(x, 64, num_shards=3, shard_index=r, elastic="ranges", **kw)
+        assert len(loader) == loader._feed.dealing.nbatches == counts[r]
+        assert sum(1 for _ in loader) == counts[r]
+
+
+def test_each_checkpoint_of_an_epoch_carries_every_ranks_rows_so_far():
+    """States taken step after step (the ranks in lockstep): each one's ledger is the rows
+    every rank handed out before it, as rank 0 measures it (the others' from the order)."""
+    n, b = 1922, 64
+    x = np.arange(float(n)).reshape(n, 1)
+    loaders = [
+        DataLoader(x, b, num_shards=3, shard_index=r, elastic="ranges", seed=5) for r in range(3)
+    ]
+    its = [iter(ld) for ld in loaders]
+    want = Tally()
+    for step in range(4):
+        for it in its:
+            ids = _ids(next(it))
+            want.add(len(ids), rows_digest(ids))
+        for r in (0, 2):
+            ledger = loaders[r].state_dict()["ledger"]
+            assert ledger == {"rows": want.rows, "digest": f"{want.digest:016x}"}, (step, r)
