@@ -508,6 +508,7 @@ TARGETS = {
         ["src/exactbatch/loader/dataloader.py", "src/exactbatch/loader/into.py"],
         ["exactbatch.loader.dataloader.*", "exactbatch.loader.into.*"],
         [
+            "tests/loader/test_front_door.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_rows.py",
             "tests/loader/test_subset.py",

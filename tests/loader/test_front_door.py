@@ -1,0 +1,197 @@
+"""The DataLoader's own checks (reset, set_epoch, pickling, len, repr, load_state_dict's
+flag) and next_into's checks of the caller's buffers (loader/into.py): each message in
+full, and the one check in C that plain buffers take once they passed."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader
+from tests.helpers import make_data
+
+
+def loader(n=10, d=3, l=1, **kw) -> DataLoader:  # noqa: E741
+    x, y = make_data(n, d, l)
+    if kw.get("label_dtype") is not None:  # class labels: 0, 1, 2, 0, ...
+        y = (np.arange(n) % 3).astype(np.float64).reshape(n, 1)
+    return DataLoader((x, y) if l else x, 4, shuffle=False, **kw)
+
+
+def stream(n=10, d=3, l=1, **kw) -> DataLoader:  # noqa: E741
+    x, y = make_data(n, d, l)
+    return DataLoader(lambda: iter([(x[:6], y[:6]), (x[6:], y[6:])]), 4, shuffle=False, **kw)
+
+
+# -- next_into's buffers ---------------------------------------------------------------------
+
+
+def test_plain_buffers_pass_the_full_checks_once_then_one_check_in_c():
+    dl = loader(dtype=np.float32)
+    assert dl._checks.plain is None
+    bx, by = np.empty((4, 3), np.float32), np.empty((4, 1), np.float32)
+    assert dl.next_into(bx, by) == 4
+    assert dl._checks.plain == (4, 3, 1, 4)  # (b, d, l, itemsize)
+    assert dl.next_into(bx, by) == 4 and bx[0, 0] == 4
+    with pytest.raises(TypeError, match=r"^bx must have dtype float32 and shape \(4, 3\)"):
+        dl.next_into(np.empty((4, 3)), by)  # the C check fails: the full ones say why
+    with pytest.raises(ValueError, match=r"^by must have shape \(4, 1\); got \(4, 2\)$"):
+        dl.next_into(bx, np.empty((4, 2), np.float32))
+    assert dl.next_into(bx, by) == 2 and bx[0, 0] == 8
+
+
+def test_buffers_with_row_ids_or_class_labels_are_never_plain():
+    dl = loader(with_rows=True)
+    bx, by, brows = np.empty((4, 3)), np.empty((4, 1)), np.empty(4, np.int64)
+    assert dl.next_into(bx, by, brows) == 4 and list(brows) == [0, 1, 2, 3]
+    assert dl._checks.plain is None
+    dl = loader(label_dtype=np.int64)
+    assert dl.next_into(bx, np.empty((4, 1), np.int64)) == 4
+    assert dl._checks.plain is None
+
+
+def test_missing_buffers_are_named_with_their_shapes():
+    dl = loader(label_dtype=np.int32)
+    want = (
+        r"^next_into needs buffers bx \(float64\) of shape \(4, 3\) and by \(int32\) of "
+        r"shape \(4, 1\) \(by may be None only when l = 0\)$"
+    )
+    with pytest.raises(TypeError, match=want):
+        dl.next_into(np.empty((4, 3)))
+    with pytest.raises(TypeError, match=want):
+        dl.next_into(None, np.empty((4, 1), np.int32))
+    no_labels = loader(l=0)
+    with pytest.raises(TypeError, match=r"bx \(float64\) of shape \(4, 3\) and by"):
+        no_labels.next_into(None)
+    bx = np.empty((4, 3))
+    assert no_labels.next_into(bx) == 4 and no_labels.next_into(bx, None) == 4
+    assert list(bx[:, 0]) == [4, 5, 6, 7]
+
+
+def test_class_labels_check_each_buffer_against_its_own_dtype():
+    dl = loader(label_dtype=np.int64)
+    bx, by = np.empty((4, 3)), np.empty((4, 1), np.int64)
+    with pytest.raises(TypeError, match=r"^bx must have dtype float64 and shape \(4, 3\)"):
+        dl.next_into(bx.astype(np.int64), by)
+    with pytest.raises(TypeError, match=r"^by must have dtype int64 and shape \(4, 1\)"):
+        dl.next_into(bx, by.astype(np.float64))
+    with pytest.raises(ValueError, match=r"^by must have shape \(4, 1\); got \(4, 2\)$"):
+        dl.next_into(bx, np.empty((4, 2), np.int64))
+    assert dl.next_into(bx, by) == 4 and list(by[:, 0]) == [0, 1, 2, 0]
+
+
+def test_plain_buffers_that_do_not_fit_are_named():
+    dl = loader()
+    by = np.empty((4, 1))
+    with pytest.raises(ValueError, match=r"^bx must have shape \(4, 3\); got \(4, 2\)$"):
+        dl.next_into(np.empty((4, 2)), by)
+    with pytest.raises(TypeError, match=r"^by must have dtype float64 and shape \(4, 1\)"):
+        dl.next_into(np.empty((4, 3)), by.astype(np.float32))
+    assert dl._checks.plain is None and dl.next_into(np.empty((4, 3)), by) == 4
+
+
+def test_brows_without_with_rows_and_with_rows_without_brows():
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    with pytest.raises(TypeError) as e:
+        loader().next_into(bx, by, np.empty(4, np.int64))
+    assert str(e.value) == (
+        "next_into got brows, but this DataLoader was built with with_rows=False: build it "
+        "with with_rows=True to have row ids written into an int64 array of shape (4,)"
+    )
+    dl = loader(with_rows=True)
+    with pytest.raises(TypeError) as e:
+        dl.next_into(bx, by)
+    assert str(e.value) == (
+        "next_into of a DataLoader with with_rows=True needs brows, an int64 array of shape "
+        "(4,) for the rows' ids: next_into(bx, by, brows)"
+    )
+    with pytest.raises(TypeError, match=r"^brows must have dtype int64 and shape \(4,\)"):
+        dl.next_into(bx, by, np.empty(4, np.int32))
+    with pytest.raises(ValueError, match=r"^brows must have shape \(4,\); got \(3,\)$"):
+        dl.next_into(bx, by, np.empty(3, np.int64))
+
+
+def test_padding_is_refused_by_name():
+    dl = loader(num_shards=2, shard_index=1, even_batches="pad")
+    with pytest.raises(ValueError) as e:
+        dl.next_into(np.empty((4, 3)), np.empty((4, 1)))
+    assert str(e.value) == (
+        "next_into cannot hand out the padding batches of even_batches='pad' (it returns the "
+        "rows written, and 0 means the end of the epoch): iterate with iter(loader), whose "
+        "batches are (xb, yb, mask)"
+    )
+
+
+def test_next_into_first_reads_ahead_to_learn_a_streams_widths():
+    dl = stream(total_size=None)
+    assert dl.d is None and dl._checks.plain is None
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    got = []
+    while (r := dl.next_into(bx, by)) > 0:
+        got += list(bx[:r, 0])
+    assert dl.d == 3 and dl._checks.plain == (4, 3, 1, 8)
+    assert got == list(range(10))
+
+
+def test_a_stream_without_a_chunk_ends_its_epoch_at_once():
+    dl = DataLoader(lambda: iter([]), 4, total_size=None)
+    assert dl.next_into(np.empty((4, 3)), np.empty((4, 1))) == 0
+    assert dl._checks.plain is None and dl.d is None
+
+
+# -- the front door's own checks --------------------------------------------------------------
+
+
+def test_reset_checks_the_seed_and_takes_any_big_one():
+    dl = loader()
+    with pytest.raises(ValueError, match=r"^seed must be >= 0; got seed=-1$"):
+        dl.reset(-1)
+    with pytest.raises(TypeError, match=r"^seed must be an int; got 1.5$"):
+        dl.reset(1.5)
+    dl.reset(2**70)
+    assert dl.seed == 2**70
+    dl.reset(0)
+    assert dl.seed == 0
+    dl.reset()
+    assert dl.seed == 0
+
+
+def test_set_epoch_checks_the_epoch():
+    dl = loader()
+    with pytest.raises(ValueError, match=r"^epoch must be >= 0; got epoch=-1$"):
+        dl.set_epoch(-1)
+    with pytest.raises(TypeError, match=r"^epoch must be an int; got '1'$"):
+        dl.set_epoch("1")
+    dl.set_epoch(0)
+    assert dl.epoch == 0
+
+
+def test_a_loader_is_not_pickled():
+    with pytest.raises(TypeError) as e:
+        pickle.dumps(loader())
+    assert str(e.value) == (
+        "a DataLoader cannot be pickled: send state_dict(), use load_state_dict"
+    )
+
+
+def test_len_of_a_stream_of_unknown_size():
+    with pytest.raises(TypeError) as e:
+        len(stream(total_size=None))
+    assert str(e.value) == "len() of a DataLoader over a stream with total_size=None is unknown"
+    assert len(stream(total_size=10)) == 3
+
+
+def test_repr():
+    dl = loader(seed=5, drop_last=True, num_shards=2, shard_index=1)
+    assert repr(dl) == (
+        "DataLoader(n=5, d=3, l=1, batch_size=4, shuffle=False, seed=5, drop_last=True, "
+        "shard=1/2, total_size=10, epoch=0)"
+    )
+
+
+def test_load_state_dict_checks_its_flag():
+    dl = loader()
+    with pytest.raises(TypeError, match="allow_other_data"):
+        dl.load_state_dict(dl.state_dict(), allow_other_data=1)
