@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from exactbatch import DataLoader
+from exactbatch.loader.into import IntoChecks
 from tests.helpers import make_data
 
 
@@ -17,7 +18,7 @@ def loader(n=10, d=3, l=1, **kw) -> DataLoader:  # noqa: E741
     x, y = make_data(n, d, l)
     if kw.get("label_dtype") is not None:  # class labels: 0, 1, 2, 0, ...
         y = (np.arange(n) % 3).astype(np.float64).reshape(n, 1)
-    return DataLoader((x, y) if l else x, 4, shuffle=False, **kw)
+    return DataLoader((x, y) if l else x, 4, **{"shuffle": False, **kw})
 
 
 def stream(n=10, d=3, l=1, **kw) -> DataLoader:  # noqa: E741
@@ -47,9 +48,12 @@ def test_buffers_with_row_ids_or_class_labels_are_never_plain():
     bx, by, brows = np.empty((4, 3)), np.empty((4, 1)), np.empty(4, np.int64)
     assert dl.next_into(bx, by, brows) == 4 and list(brows) == [0, 1, 2, 3]
     assert dl._checks.plain is None
+    assert [dl.next_into(bx, by, brows) for _ in range(5)] == [4, 2, 0, 0, 0]  # full checks
+    assert list(brows[:2]) == [8, 9]
     dl = loader(label_dtype=np.int64)
     assert dl.next_into(bx, np.empty((4, 1), np.int64)) == 4
     assert dl._checks.plain is None
+    assert [dl.next_into(bx, np.empty((4, 1), np.int64)) for _ in range(4)] == [4, 2, 0, 0]
 
 
 def test_missing_buffers_are_named_with_their_shapes():
@@ -68,6 +72,10 @@ def test_missing_buffers_are_named_with_their_shapes():
     bx = np.empty((4, 3))
     assert no_labels.next_into(bx) == 4 and no_labels.next_into(bx, None) == 4
     assert list(bx[:, 0]) == [4, 5, 6, 7]
+    single = loader(l=0, dtype=np.float32)  # by made of the loader's dtype
+    bx = np.empty((4, 3), np.float32)
+    assert single.next_into(bx) == 4 and single._checks.plain == (4, 3, 0, 4)
+    assert single.next_into(bx) == 4 and bx[0, 0] == 4
 
 
 def test_class_labels_check_each_buffer_against_its_own_dtype():
@@ -195,3 +203,41 @@ def test_load_state_dict_checks_its_flag():
     dl = loader()
     with pytest.raises(TypeError, match="allow_other_data"):
         dl.load_state_dict(dl.state_dict(), allow_other_data=1)
+
+
+def test_plain_buffers_take_the_full_checks_once_an_epoch_long(monkeypatch):
+    """After plain buffers passed, next_into checks them in C only: the full checks (with
+    their messages) run again only for a buffer that fails it, or for brows."""
+    calls = []
+    full = IntoChecks.full
+
+    def counted(self, *args):
+        calls.append(args[4] is not None)  # brows given
+        return full(self, *args)
+
+    monkeypatch.setattr(IntoChecks, "full", counted)
+    dl = loader(n=40)
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    assert [dl.next_into(bx, by) for _ in range(11)] == [4] * 10 + [0]
+    assert calls == [False]
+    with pytest.raises(ValueError, match="^bx must have shape"):
+        dl.next_into(np.empty((4, 2)), by)
+    assert calls == [False, False]
+    dl = loader(n=40, with_rows=True)
+    calls.clear()
+    assert [dl.next_into(bx, by, np.empty(4, np.int64)) for _ in range(3)] == [4] * 3
+    assert calls == [True] * 3
+
+
+def test_next_into_hands_out_the_batches_an_iterator_read_ahead():
+    """An iterator left mid-epoch leaves batches it read; next_into hands them out."""
+    dl = loader(n=40, shuffle=True, seed=3)
+    want = [list(xb[:, 0]) for xb, _ in loader(n=40, shuffle=True, seed=3)]
+    it = iter(dl)
+    got = [list(next(it)[0][:, 0])]
+    it.peek(3)
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    while dl.next_into(bx, by):
+        got.append(list(bx[:, 0]))
+        assert list(by[:, 0]) == list(make_data(40)[1][bx[:, 0].astype(int), 0])
+    assert got == want
