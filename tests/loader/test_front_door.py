@@ -12,6 +12,7 @@ import pytest
 from exactbatch import DataLoader
 from exactbatch.loader.into import IntoChecks
 from tests.helpers import make_data
+from tests.loader.test_exactness import FlakyReads
 
 
 def loader(n=10, d=3, l=1, **kw) -> DataLoader:  # noqa: E741
@@ -241,3 +242,53 @@ def test_next_into_hands_out_the_batches_an_iterator_read_ahead():
         got.append(list(bx[:, 0]))
         assert list(by[:, 0]) == list(make_data(40)[1][bx[:, 0].astype(int), 0])
     assert got == want
+
+
+def test_a_read_that_raises_leaves_its_batch_to_the_next_call():
+    dl = loader(n=40)
+    FlakyReads(dl, fail_at=2)
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    assert dl.next_into(bx, by) == 4 and bx[0, 0] == 0
+    with pytest.raises(OSError, match="injected"):
+        dl.next_into(bx, by)
+    got = []
+    while dl.next_into(bx, by):
+        got.append(int(bx[0, 0]))
+    assert got == list(range(4, 40, 4))
+
+
+def test_next_into_counts_its_reads_of_the_source():
+    dl = loader(n=40, shuffle=True)
+    it = iter(dl)
+    next(it)
+    it.peek(2)  # read ahead by the iterator: next_into hands them out without a read
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    while dl.next_into(bx, by):
+        pass
+    stats = dl.stats()["epoch"]
+    assert stats["batches"] == 10 and 1 <= stats["reads"] <= 8
+
+
+def test_load_state_dict_refuses_other_data_unless_allowed():
+    x, y = make_data(10)
+    state = loader().state_dict()
+    other = DataLoader((x + 1, y), 4, shuffle=False)
+    with pytest.raises(ValueError, match="^state was taken on other data"):
+        other.load_state_dict(state)
+    other.load_state_dict(state, allow_other_data=True)
+    with pytest.raises(TypeError, match=r"^state must be a dict from state_dict\(\); got list$"):
+        other.load_state_dict(["x"])
+
+
+def test_a_stream_not_read_yet_learns_its_widths_at_load_state_dict():
+    first = stream(total_size=None)
+    bx, by = np.empty((4, 3)), np.empty((4, 1))
+    assert first.next_into(bx, by) == 4
+    state = first.state_dict()
+    resumed = stream(total_size=None)
+    resumed.load_state_dict(state)
+    assert resumed.next_into(bx, by) == 4 and list(bx[:, 0]) == [4, 5, 6, 7]
+    narrow = stream(d=2, total_size=None)
+    with pytest.raises(ValueError, match="^state was taken with d=3, this loader has d=2$"):
+        narrow.load_state_dict(state)  # refused at the load, not mid-epoch
+    assert narrow.d == 2
