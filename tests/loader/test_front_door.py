@@ -292,3 +292,48 @@ def test_a_stream_not_read_yet_learns_its_widths_at_load_state_dict():
     with pytest.raises(ValueError, match="^state was taken with d=3, this loader has d=2$"):
         narrow.load_state_dict(state)  # refused at the load, not mid-epoch
     assert narrow.d == 2
+
+
+@pytest.mark.parametrize(
+    "kw, error, message",
+    [
+        ({"batch_size": 0}, ValueError, r"^batch_size must be >= 1; got batch_size=0$"),
+        ({"seed": -1}, ValueError, r"^seed must be >= 0; got seed=-1$"),
+        ({"buffer_size": 0}, ValueError, r"^buffer_size must be >= 1; got buffer_size=0$"),
+        ({"prefetch": -1}, ValueError, r"^prefetch must be >= 0; got prefetch=-1$"),
+        ({"prefetch": 1025}, ValueError, r"^prefetch must be <= 1024; got prefetch=1025$"),
+        ({"threads": 0}, ValueError, r"^threads must be >= 1; got threads=0$"),
+        ({"threads": 1.5}, TypeError, r"^threads must be an int; got 1.5$"),
+        ({"progress": print, "progress_every": 0}, ValueError, "^progress_every must be"),
+        ({"progress": 3}, TypeError, "^progress must be a callable"),
+    ],
+)
+def test_the_front_doors_arguments_are_checked_by_name(kw, error, message):
+    x, y = make_data(10)
+    with pytest.raises(error, match=message):
+        DataLoader((x, y), kw.pop("batch_size", 4), **kw)
+
+
+def test_the_front_doors_settings_reach_the_loader():
+    x, y = make_data(40)
+    dl = DataLoader((x, y), 4)  # shuffled, seed 0, by default
+    assert dl.seed == 0 and dl.shuffle is True
+    assert [list(b[:, 0]) for b, _ in dl] == [
+        list(b[:, 0]) for b, _ in DataLoader((x, y), 4, shuffle=True, seed=0)
+    ]
+    firsts = [int(b[0, 0]) for b, _ in DataLoader((x, y), 4)]
+    assert firsts != sorted(firsts)  # not file order
+    big = DataLoader((x, y), 4, seed=2**70, threads=2, prefetch=1024, buffer_size=7)
+    assert (big.seed, big.threads, big.prefetch, big.buffer_size) == (2**70, 2, 1024, 7)
+    assert DataLoader((x, y), 4, threads=1).threads == 1
+    assert DataLoader((x, y), 4, prefetch=0).prefetch == 0
+    labels = (np.arange(40) % 3).astype(np.float64).reshape(40, 1)
+    assert DataLoader((x, labels), 4, label_dtype=np.int32).label_dtype == np.int32
+    assert DataLoader((x, y), 4, features=[0]).d == 1
+    sized = stream(total_size=np.int64(10))
+    assert sized.total_size == 10 and type(sized.total_size) is int and len(sized) == 3
+    seen = []
+    watched = DataLoader((x, y), 4, progress=seen.append)
+    for _ in watched:
+        pass
+    assert len(seen) == 1 and seen[0]["epoch"]["batches"] == 10
