@@ -89,6 +89,9 @@ def test_class_labels_check_each_buffer_against_its_own_dtype():
     with pytest.raises(ValueError, match=r"^by must have shape \(4, 1\); got \(4, 2\)$"):
         dl.next_into(bx, np.empty((4, 2), np.int64))
     assert dl.next_into(bx, by) == 4 and list(by[:, 0]) == [0, 1, 2, 0]
+    single = loader(label_dtype=np.int64, dtype=np.float32)  # bx of the loader's dtype
+    with pytest.raises(TypeError, match=r"^bx must have dtype float32 and shape \(4, 3\)"):
+        single.next_into(bx, by)
 
 
 def test_plain_buffers_that_do_not_fit_are_named():
@@ -202,7 +205,7 @@ def test_repr():
 
 def test_load_state_dict_checks_its_flag():
     dl = loader()
-    with pytest.raises(TypeError, match="allow_other_data"):
+    with pytest.raises(TypeError, match="^allow_other_data must be a bool"):
         dl.load_state_dict(dl.state_dict(), allow_other_data=1)
 
 
