@@ -313,8 +313,9 @@ def test_a_stream_not_read_yet_learns_its_widths_at_load_state_dict():
 )
 def test_the_front_doors_arguments_are_checked_by_name(kw, error, message):
     x, y = make_data(10)
+    kw = {"batch_size": 4, **kw}  # (a copy: the parameters are shared between runs)
     with pytest.raises(error, match=message):
-        DataLoader((x, y), kw.pop("batch_size", 4), **kw)
+        DataLoader((x, y), **kw)
 
 
 def test_the_front_doors_settings_reach_the_loader():
