@@ -525,6 +525,7 @@ TARGETS = {
         ["src/exactbatch/loader/dataloader.py", "src/exactbatch/loader/into.py"],
         ["exactbatch.loader.dataloader.*", "exactbatch.loader.into.*"],
         [
+            "tests/loader/test_front_door.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_rows.py",
             "tests/loader/test_subset.py",
@@ -663,10 +664,25 @@ TARGETS = {
             *FAST_ONLY,
         ],
     ),
-    "mixing": (  # exactbatch mixing: its inputs, its score and verdict, its plot
-        ["src/exactbatch/tools/mixing*.py", "src/exactbatch/mixing_score.py"],
-        ["exactbatch.tools.mixing*", "exactbatch.mixing_score.*"],
+    "mixing": (  # exactbatch mixing: its inputs, its score and verdict, its report
+        [
+            "src/exactbatch/tools/mixing.py",
+            "src/exactbatch/tools/mixing_inputs.py",
+            "src/exactbatch/tools/mixing_report.py",
+            "src/exactbatch/mixing_score.py",
+        ],
+        [
+            "exactbatch.tools.mixing.*",
+            "exactbatch.tools.mixing_inputs.*",
+            "exactbatch.tools.mixing_report.*",
+            "exactbatch.mixing_score.*",
+        ],
         ["tests/tools/test_mixing.py", "tests/adapters/test_order_check.py", *NO_NUMPYRO_FIT],
+    ),
+    "mixing_plot": (  # its --plot, drawn in-process (a target of its own: minutes, not 90)
+        ["src/exactbatch/tools/mixing_plot.py"],
+        ["exactbatch.tools.mixing_plot.*"],
+        ["tests/tools/test_mixing_plot.py", *FAST_ONLY],
     ),
 }
 
