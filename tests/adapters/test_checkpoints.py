@@ -237,3 +237,139 @@ def test_ray_bad_runs_are_named(train, tmp_path):
         certify_run(result(train, tmp_path, [mine, other]))
     with pytest.raises(ValueError, match=r"other.loader-0\.json: .*seed"):
         restore_loader(ranks()[0], train.Checkpoint.from_directory(os.fspath(other)))
+
+
+# -- Ray Train: report_with_loader and restore_loader against a stand-in ray.train ----------
+
+
+class FakeTrain:
+    """What report_with_loader and restore_loader call of ``ray.train``: each report's
+    metrics, options, and the files of its checkpoint's folder as they were then."""
+
+    def __init__(self, world, restart_from=None):
+        self.world, self.restart_from, self.reports = world, restart_from, []
+        train = self
+
+        class Checkpoint:
+            def __init__(self, folder):
+                self.folder = folder
+
+            @classmethod
+            def from_directory(cls, folder):
+                return cls(folder)
+
+        class Context:
+            def get_world_size(self):
+                return train.world
+
+        self.Checkpoint, self.context = Checkpoint, Context()
+
+    def get_context(self):
+        return self.context
+
+    def get_checkpoint(self):
+        return self.restart_from
+
+    def report(self, metrics, checkpoint=None, **options):
+        folder = checkpoint.folder
+        found = {n: open(os.path.join(folder, n)).read() for n in sorted(os.listdir(folder))}
+        self.reports.append((metrics, folder, found, options))
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    def make(world, restart_from=None):
+        fake = FakeTrain(world, restart_from)
+        monkeypatch.setattr("exactbatch.adapters.ray_train._train", lambda: fake)
+        return fake
+
+    return make
+
+
+@pytest.mark.parametrize("mode", [None, "SYNC", "ASYNC", "enum ASYNC"])
+def test_ray_report_puts_the_workers_state_in_a_folder_of_its_own(fake_train, mode):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    loader = ranks()[1]
+    next(iter(loader))
+    options = {} if mode is None else {"checkpoint_upload_mode": mode}
+    if mode == "enum ASYNC":  # (ray.train.CheckpointUploadMode.ASYNC: its value is read)
+        options = {"checkpoint_upload_mode": type("Mode", (), {"value": "ASYNC"})()}
+    report_with_loader({"loss": 0.5}, loader, **options)
+    ((metrics, folder, found, passed),) = train.reports
+    assert metrics == {"loss": 0.5} and passed == options
+    assert os.path.basename(folder).startswith("exactbatch-checkpoint-")
+    assert list(found) == ["loader-1.json"]
+    assert json.loads(found["loader-1.json"]) == json.loads(json.dumps(loader.state_dict()))
+    # Ray copies the folder during the report (SYNC): removed after; ASYNC: Ray removes it
+    assert os.path.isdir(folder) == (mode is not None and "ASYNC" in mode)
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            os.remove(os.path.join(folder, name))
+        os.rmdir(folder)
+
+
+def test_ray_report_adds_the_state_to_the_workers_checkpoint_folder(fake_train, tmp_path):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    (tmp_path / "model.pt").write_text("weights")
+    loader = ranks()[0]
+    report_with_loader({}, loader, checkpoint_dir=tmp_path, checkpoint_upload_mode="NO_UPLOAD")
+    ((_, folder, found, passed),) = train.reports
+    assert folder == os.fspath(tmp_path) and passed == {"checkpoint_upload_mode": "NO_UPLOAD"}
+    assert sorted(found) == ["loader-0.json", "model.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["loader-0.json", "model.pt"]  # the user's: kept
+
+
+def test_ray_report_refusals_name_the_world_and_the_upload_mode(fake_train, tmp_path):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(3)
+    with pytest.raises(
+        ValueError, match=r"report_with_loader: the loader has num_shards=2 in a job of 3 ranks"
+    ):
+        report_with_loader({}, ranks()[0])
+    train.world = 2
+    with pytest.raises(
+        ValueError,
+        match=r"report_with_loader: checkpoint_upload_mode=NO_UPLOAD reports a folder already "
+        "in storage; give it as checkpoint_dir",
+    ):
+        report_with_loader({}, ranks()[0], checkpoint_upload_mode="NO_UPLOAD")
+    assert train.reports == []
+
+
+def test_ray_report_that_fails_still_removes_its_folder(fake_train, monkeypatch):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    seen = []
+
+    def fail(metrics, checkpoint=None, **options):
+        seen.append(checkpoint.folder)
+        raise RuntimeError("storage down")
+
+    monkeypatch.setattr(train, "report", fail)
+    with pytest.raises(RuntimeError, match="storage down"):
+        report_with_loader({}, ranks()[0])
+    assert len(seen) == 1 and not os.path.exists(seen[0])
+
+
+def test_ray_restore_reads_the_checkpoint_ray_train_restarts_from(fake_train, train, tmp_path):
+    from exactbatch.ray import restore_loader
+
+    fake_train(2, restart_from=None)
+    assert restore_loader(ranks()[0]) is None  # a fresh start
+    first = ranks()
+    its = [iter(loader) for loader in first]
+    for it in its:
+        next(it)
+    folder = checkpoint(tmp_path / "c", first)
+    saved = train.Checkpoint.from_directory(os.fspath(folder))
+    fake_train(2, restart_from=saved)
+    again = ranks()[1]
+    assert restore_loader(again) is saved
+    x, _ = next(iter(again))  # rank 1's second batch, as the first run's next
+    np.testing.assert_array_equal(x, next(its[1])[0])
