@@ -373,3 +373,77 @@ def test_ray_restore_reads_the_checkpoint_ray_train_restarts_from(fake_train, tr
     assert restore_loader(again) is saved
     x, _ = next(iter(again))  # rank 1's second batch, as the first run's next
     np.testing.assert_array_equal(x, next(its[1])[0])
+
+
+def test_ray_helpers_without_ray_train_say_how_to_install_it(monkeypatch):
+    import sys
+
+    from exactbatch.ray import certify_run
+
+    monkeypatch.setitem(sys.modules, "ray.train", None)  # (an import of it fails)
+    with pytest.raises(
+        ImportError, match=r"^exactbatch\.ray needs Ray Train: pip install 'exactbatch\[ray\]'$"
+    ):
+        certify_run("anywhere")
+
+
+def test_ray_checkpoints_are_named_by_their_filesystem_and_path(train, tmp_path):
+    """A local checkpoint is named by its path; another filesystem's as type://path."""
+    import types
+
+    import pyarrow.fs
+
+    from exactbatch.ray import certify_run, restore_loader
+
+    with pytest.raises(TypeError, match="restore_loader needs an exactbatch DataLoader"):
+        restore_loader(X, None)
+    half = checkpoint(tmp_path / "half", ranks()[:1])
+    with pytest.raises(ValueError, match=rf"^{half}: a checkpoint of 2 ranks"):
+        certify_run(result(train, tmp_path, [half]))
+    sub = pyarrow.fs.SubTreeFileSystem(os.fspath(tmp_path), pyarrow.fs.LocalFileSystem())
+    elsewhere = types.SimpleNamespace(filesystem=sub, path="half")
+    with pytest.raises(ValueError, match=r"^subtree://half: a checkpoint of 2 ranks"):
+        restore_loader(ranks()[0], elsewhere)
+    gone = types.SimpleNamespace(filesystem=sub, path="gone")
+    with pytest.raises(ValueError, match=r"^subtree://gone: cannot list the checkpoint \("):
+        restore_loader(ranks()[0], gone)
+
+
+def test_ray_certify_run_reads_a_runs_folder_through_its_filesystem(fake_train, tmp_path):
+    import types
+
+    fake = fake_train(2)
+    folder = checkpoint(tmp_path / "c", ranks())
+    asked = []
+
+    def from_path(path, storage_filesystem=None):
+        asked.append((path, storage_filesystem))
+        if path == "nowhere":
+            raise RuntimeError("no such run")
+        found = [(types.SimpleNamespace(filesystem=fs, path=os.fspath(folder)), {})]
+        return types.SimpleNamespace(path=path, best_checkpoints=found)
+
+    import pyarrow.fs
+
+    from exactbatch.ray import certify_run
+
+    fs = pyarrow.fs.LocalFileSystem()
+    fake.Result = types.SimpleNamespace(from_path=from_path)
+    cert = certify_run("the-run", storage_filesystem=fs)
+    assert asked == [("the-run", fs)]
+    assert type(cert).__name__ == "Certificate"
+    with pytest.raises(ValueError, match=r"^nowhere: not the folder of a Ray Train run \(no such"):
+        certify_run("nowhere")
+    with pytest.raises(
+        TypeError,
+        match=r"certify_run needs a ray.train.Result or a run's folder; "
+        "got int$",
+    ):
+        certify_run(3)
+    empty = types.SimpleNamespace(path="p", best_checkpoints=None)
+    with pytest.raises(
+        ValueError,
+        match=r"^p: Ray Train registered no checkpoint in this run \(report the loader with "
+        r"exactbatch\.ray\.report_with_loader\)$",
+    ):
+        certify_run(empty)
