@@ -179,3 +179,16 @@ def test_its_name_repr_and_rows_per_write(tmp_path):
     assert sink.min_rows_per_write == 7
     assert (sink.columns, sink.names, sink.write_id, sink.manifest) == (None, ((), ()), None, None)
     assert sink.ordered is False
+
+
+def test_each_task_writes_its_part_with_the_sinks_storage_options(s3_server):
+    """A URL whose store needs options (the endpoint, the keys): each task's part is
+    written with them, as the start and the manifest are."""
+    url = f"s3://{s3_server.bucket}/test_ray_sink/ds"
+    sink = started(url, labels="clicked", storage_options=s3_server.so)
+    done = sink.write([frame(0, 5)], ctx(0))
+    sink.on_write_complete(result(done))
+    with open_ndf_dataset(url, storage_options=s3_server.so) as ds:
+        assert (ds.n, ds.d, ds.l) == (5, 2, 1)
+        x, _ = ds.read_rows(np.arange(5))
+    np.testing.assert_array_equal(x[:, 0], np.arange(5.0))
