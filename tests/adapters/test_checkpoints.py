@@ -447,3 +447,21 @@ def test_ray_certify_run_reads_a_runs_folder_through_its_filesystem(fake_train, 
         r"exactbatch\.ray\.report_with_loader\)$",
     ):
         certify_run(empty)
+
+
+def test_ray_report_whose_folder_ray_already_took_succeeds(fake_train, monkeypatch):
+    """The clean-up of report_with_loader's own folder ignores a folder gone already."""
+    import shutil
+
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    taken = []
+
+    def take(metrics, checkpoint=None, **options):
+        shutil.rmtree(checkpoint.folder)
+        taken.append(checkpoint.folder)
+
+    monkeypatch.setattr(train, "report", take)
+    report_with_loader({}, ranks()[0])
+    assert len(taken) == 1 and not os.path.exists(taken[0])
