@@ -611,6 +611,7 @@ TARGETS = {
             "tests/adapters/test_dask.py",
             "tests/adapters/test_dask_categorical.py",
             "tests/adapters/test_ray.py",
+            "tests/adapters/test_ray_sink.py",  # (the sink's tasks in this process)
             "tests/adapters/test_checkpoints.py",
             *FAST_ONLY,
         ],

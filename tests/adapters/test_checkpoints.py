@@ -237,3 +237,231 @@ def test_ray_bad_runs_are_named(train, tmp_path):
         certify_run(result(train, tmp_path, [mine, other]))
     with pytest.raises(ValueError, match=r"other.loader-0\.json: .*seed"):
         restore_loader(ranks()[0], train.Checkpoint.from_directory(os.fspath(other)))
+
+
+# -- Ray Train: report_with_loader and restore_loader against a stand-in ray.train ----------
+
+
+class FakeTrain:
+    """What report_with_loader and restore_loader call of ``ray.train``: each report's
+    metrics, options, and the files of its checkpoint's folder as they were then."""
+
+    def __init__(self, world, restart_from=None):
+        self.world, self.restart_from, self.reports = world, restart_from, []
+        train = self
+
+        class Checkpoint:
+            def __init__(self, folder):
+                self.folder = folder
+
+            @classmethod
+            def from_directory(cls, folder):
+                return cls(folder)
+
+        class Context:
+            def get_world_size(self):
+                return train.world
+
+        self.Checkpoint, self.context = Checkpoint, Context()
+
+    def get_context(self):
+        return self.context
+
+    def get_checkpoint(self):
+        return self.restart_from
+
+    def report(self, metrics, checkpoint=None, **options):
+        folder = checkpoint.folder
+        found = {n: open(os.path.join(folder, n)).read() for n in sorted(os.listdir(folder))}
+        self.reports.append((metrics, folder, found, options))
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    def make(world, restart_from=None):
+        fake = FakeTrain(world, restart_from)
+        monkeypatch.setattr("exactbatch.adapters.ray_train._train", lambda: fake)
+        return fake
+
+    return make
+
+
+@pytest.mark.parametrize("mode", [None, "SYNC", "ASYNC", "enum ASYNC"])
+def test_ray_report_puts_the_workers_state_in_a_folder_of_its_own(fake_train, mode):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    loader = ranks()[1]
+    next(iter(loader))
+    options = {} if mode is None else {"checkpoint_upload_mode": mode}
+    if mode == "enum ASYNC":  # (ray.train.CheckpointUploadMode.ASYNC: its value is read)
+        options = {"checkpoint_upload_mode": type("Mode", (), {"value": "ASYNC"})()}
+    report_with_loader({"loss": 0.5}, loader, **options)
+    ((metrics, folder, found, passed),) = train.reports
+    assert metrics == {"loss": 0.5} and passed == options
+    assert os.path.basename(folder).startswith("exactbatch-checkpoint-")
+    assert list(found) == ["loader-1.json"]
+    assert json.loads(found["loader-1.json"]) == json.loads(json.dumps(loader.state_dict()))
+    # Ray copies the folder during the report (SYNC): removed after; ASYNC: Ray removes it
+    assert os.path.isdir(folder) == (mode is not None and "ASYNC" in mode)
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            os.remove(os.path.join(folder, name))
+        os.rmdir(folder)
+
+
+def test_ray_report_adds_the_state_to_the_workers_checkpoint_folder(fake_train, tmp_path):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    (tmp_path / "model.pt").write_text("weights")
+    loader = ranks()[0]
+    report_with_loader({}, loader, checkpoint_dir=tmp_path, checkpoint_upload_mode="NO_UPLOAD")
+    ((_, folder, found, passed),) = train.reports
+    assert folder == os.fspath(tmp_path) and passed == {"checkpoint_upload_mode": "NO_UPLOAD"}
+    assert sorted(found) == ["loader-0.json", "model.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["loader-0.json", "model.pt"]  # the user's: kept
+
+
+def test_ray_report_refusals_name_the_world_and_the_upload_mode(fake_train, tmp_path):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(3)
+    with pytest.raises(
+        ValueError, match=r"report_with_loader: the loader has num_shards=2 in a job of 3 ranks"
+    ):
+        report_with_loader({}, ranks()[0])
+    train.world = 2
+    with pytest.raises(
+        ValueError,
+        match=r"report_with_loader: checkpoint_upload_mode=NO_UPLOAD reports a folder already "
+        "in storage; give it as checkpoint_dir",
+    ):
+        report_with_loader({}, ranks()[0], checkpoint_upload_mode="NO_UPLOAD")
+    assert train.reports == []
+
+
+def test_ray_report_that_fails_still_removes_its_folder(fake_train, monkeypatch):
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    seen = []
+
+    def fail(metrics, checkpoint=None, **options):
+        seen.append(checkpoint.folder)
+        raise RuntimeError("storage down")
+
+    monkeypatch.setattr(train, "report", fail)
+    with pytest.raises(RuntimeError, match="storage down"):
+        report_with_loader({}, ranks()[0])
+    assert len(seen) == 1 and not os.path.exists(seen[0])
+
+
+def test_ray_restore_reads_the_checkpoint_ray_train_restarts_from(fake_train, train, tmp_path):
+    from exactbatch.ray import restore_loader
+
+    fake_train(2, restart_from=None)
+    assert restore_loader(ranks()[0]) is None  # a fresh start
+    first = ranks()
+    its = [iter(loader) for loader in first]
+    for it in its:
+        next(it)
+    folder = checkpoint(tmp_path / "c", first)
+    saved = train.Checkpoint.from_directory(os.fspath(folder))
+    fake_train(2, restart_from=saved)
+    again = ranks()[1]
+    assert restore_loader(again) is saved
+    x, _ = next(iter(again))  # rank 1's second batch, as the first run's next
+    np.testing.assert_array_equal(x, next(its[1])[0])
+
+
+def test_ray_helpers_without_ray_train_say_how_to_install_it(monkeypatch):
+    import sys
+
+    from exactbatch.ray import certify_run
+
+    monkeypatch.setitem(sys.modules, "ray.train", None)  # (an import of it fails)
+    with pytest.raises(
+        ImportError, match=r"^exactbatch\.ray needs Ray Train: pip install 'exactbatch\[ray\]'$"
+    ):
+        certify_run("anywhere")
+
+
+def test_ray_checkpoints_are_named_by_their_filesystem_and_path(train, tmp_path):
+    """A local checkpoint is named by its path; another filesystem's as type://path."""
+    import types
+
+    import pyarrow.fs
+
+    from exactbatch.ray import certify_run, restore_loader
+
+    with pytest.raises(TypeError, match="restore_loader needs an exactbatch DataLoader"):
+        restore_loader(X, None)
+    half = checkpoint(tmp_path / "half", ranks()[:1])
+    with pytest.raises(ValueError, match=rf"^{half}: a checkpoint of 2 ranks"):
+        certify_run(result(train, tmp_path, [half]))
+    sub = pyarrow.fs.SubTreeFileSystem(os.fspath(tmp_path), pyarrow.fs.LocalFileSystem())
+    elsewhere = types.SimpleNamespace(filesystem=sub, path="half")
+    with pytest.raises(ValueError, match=r"^subtree://half: a checkpoint of 2 ranks"):
+        restore_loader(ranks()[0], elsewhere)
+    gone = types.SimpleNamespace(filesystem=sub, path="gone")
+    with pytest.raises(ValueError, match=r"^subtree://gone: cannot list the checkpoint \("):
+        restore_loader(ranks()[0], gone)
+
+
+def test_ray_certify_run_reads_a_runs_folder_through_its_filesystem(fake_train, tmp_path):
+    import types
+
+    fake = fake_train(2)
+    folder = checkpoint(tmp_path / "c", ranks())
+    asked = []
+
+    def from_path(path, storage_filesystem=None):
+        asked.append((path, storage_filesystem))
+        if path == "nowhere":
+            raise RuntimeError("no such run")
+        found = [(types.SimpleNamespace(filesystem=fs, path=os.fspath(folder)), {})]
+        return types.SimpleNamespace(path=path, best_checkpoints=found)
+
+    import pyarrow.fs
+
+    from exactbatch.ray import certify_run
+
+    fs = pyarrow.fs.LocalFileSystem()
+    fake.Result = types.SimpleNamespace(from_path=from_path)
+    cert = certify_run("the-run", storage_filesystem=fs)
+    assert asked == [("the-run", fs)]
+    assert type(cert).__name__ == "Certificate"
+    with pytest.raises(ValueError, match=r"^nowhere: not the folder of a Ray Train run \(no such"):
+        certify_run("nowhere")
+    with pytest.raises(
+        TypeError,
+        match=r"certify_run needs a ray.train.Result or a run's folder; "
+        "got int$",
+    ):
+        certify_run(3)
+    empty = types.SimpleNamespace(path="p", best_checkpoints=None)
+    with pytest.raises(
+        ValueError,
+        match=r"^p: Ray Train registered no checkpoint in this run \(report the loader with "
+        r"exactbatch\.ray\.report_with_loader\)$",
+    ):
+        certify_run(empty)
+
+
+def test_ray_report_whose_folder_ray_already_took_succeeds(fake_train, monkeypatch):
+    """The clean-up of report_with_loader's own folder ignores a folder gone already."""
+    import shutil
+
+    from exactbatch.ray import report_with_loader
+
+    train = fake_train(2)
+    taken = []
+
+    def take(metrics, checkpoint=None, **options):
+        shutil.rmtree(checkpoint.folder)
+        taken.append(checkpoint.folder)
+
+    monkeypatch.setattr(train, "report", take)
+    report_with_loader({}, ranks()[0])
+    assert len(taken) == 1 and not os.path.exists(taken[0])

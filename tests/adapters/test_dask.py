@@ -439,3 +439,22 @@ def test_inside_dask_tasks_auto_shards_by_the_worker(client):
     rows = [r for _, rs in got for r in rs]
     assert sorted(rows) == list(range(30))
     assert distributed_shard() == (1, 0)
+
+
+def test_a_partitions_summary_is_its_chosen_columns_features_then_labels():
+    """_partition_stats, as each Dask task runs it (in a worker process, where no mutant
+    of `make mutants` reaches): the chosen columns in order, of all rows or some."""
+    from exactbatch.adapters.dask import _partition_stats
+    from exactbatch.adapters.dask_plan import frame_columns
+
+    df, _ = frame(20)
+    columns, _, _ = frame_columns(list(df.columns), df.dtypes, ["x2", "x0"], ["t1"], "column_stats")
+    want = df[["x2", "x0", "t1"]].to_numpy()
+    every = _partition_stats(df, columns).table(["x2", "x0", "t1"])
+    np.testing.assert_allclose([s["mean"] for s in every], want.mean(0), rtol=1e-12)
+    assert [s["count"] for s in every] == [20, 20, 20]
+    rows = np.array([3, 7, 19])
+    some = _partition_stats(df, columns, rows).table(["x2", "x0", "t1"])
+    assert [s["count"] for s in some] == [3, 3, 3]
+    assert [s["max"] for s in some] == list(want[rows].max(0))
+    assert [s["min"] for s in some] == list(want[rows].min(0))
