@@ -79,7 +79,6 @@ def test_a_converged_verdict_does_not_warn():
         warn_if_moving(dataclasses.replace(_verdict(), returned=TAIL))
 
 
-
 def test_a_fit_too_short_to_judge_warns_and_a_point_estimate_does_not():
     short = convergence.judge([], np.zeros(3), 0)
     with pytest.warns(ConvergenceWarning, match="fit not judged: too few steps.*Run at least 20"):
@@ -89,6 +88,7 @@ def test_a_fit_too_short_to_judge_warns_and_a_point_estimate_does_not():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         warn_if_moving(no_sds)
+
 
 def _parts(means, sds):
     return [{"w": (means[k], sds[k])} for k in range(2 * PARTS)]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from exactbatch.adapters.convergence import (
-    TOO_SHORT,
     ALPHA,
     ERROR_MAX,
     PARTS,
     SD_ERROR_MAX,
     THRESHOLD,
+    TOO_SHORT,
     Convergence,
     judge,
     parts,
