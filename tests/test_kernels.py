@@ -913,3 +913,23 @@ def test_a_transform_kernel_has_no_compiled_twin_without_the_core(monkeypatch):
     out = np.empty((2, 2))
     assert tf.apply(np.array([[3.0, 4.0], [np.nan, 2.0]]), out) == 1
     np.testing.assert_array_equal(out, [[4.0, 1.0], [0.0, 0.0]])
+
+
+def test_memory_parts_of_one_chunk_of_none_and_of_int32_or_listed_starts(each_backend):
+    """``starts`` as any integer sequence (int32, a list): read as int64; one chunk is
+    one part; no chunk at all (``[]`` or ``[0]``) is one part of no rows, whose reads
+    of no rows copy nothing and need nothing set."""
+    x, y = make_data(5, 2, 1)
+    xy = np.concatenate((x, y), axis=1)
+    for starts in (np.array([0, 5], dtype=np.int32), [0, 5]):
+        parts = kernels.memory_parts(starts, 2, 1)
+        ox, oy = np.empty((3, 2)), np.empty((3, 1))
+        assert parts.read(np.array([4, 0, 2]), ox, oy) == [0]
+        parts.set(0, kernels.memory_rows(xy[:, :2], xy[:, 2:]))
+        assert parts.read(np.array([4, 0, 2]), ox, oy) is None
+        np.testing.assert_array_equal(ox, x[[4, 0, 2]])
+        np.testing.assert_array_equal(oy, y[[4, 0, 2]])
+    for starts in ([], [0], np.zeros(0, dtype=np.int64)):
+        parts = kernels.memory_parts(starts, 2, 1)
+        none = np.zeros(0, dtype=np.int64)
+        assert parts.read(none, np.empty((0, 2)), np.empty((0, 1))) is None
