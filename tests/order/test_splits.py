@@ -224,6 +224,16 @@ def test_a_numpy_row_count_and_a_seed_of_any_size(tmp_path):
             f"{arg}='a' names a column, but the first argument is a row count: pass the "
             f"source itself, or {arg} as an array"
         )
+    assert _same(kfold(20, 4), kfold(20, 4, seed=0))  # the default seed
+    with pytest.raises(ValueError) as info:
+        kfold(20, 4, seed=-1)
+    assert str(info.value) == "seed must be >= 0; got seed=-1"
+    g = np.arange(20) % 5
+    for kw in ({"groups": g, "key": g}, {"groups": g, "stratify": g}):
+        with pytest.raises(ValueError):
+            kfold(20, 4, **kw)
+        with pytest.raises(ValueError):
+            split(20, (0.5, 0.5), **kw)
     with pytest.raises(TypeError) as info:
         kfold(True, 2)
     assert str(info.value) == ("source_or_n must be a row count (an int) or a random-access source")
