@@ -263,3 +263,10 @@ def test_read_block_and_iteration_give_each_block_s_rows(tmp_path):
     assert len(got) == 3
     np.testing.assert_array_equal(np.concatenate([gx for gx, _ in got]), x)
     np.testing.assert_array_equal(np.concatenate([gy for _, gy in got]), y)
+
+
+def test_read_rows_into_a_list_is_a_type_error_naming_out(tmp_path):
+    save_ndf(tmp_path / "b.ndf", np.zeros((4, 2)))
+    blocks = ndf_blocks(open_ndf(tmp_path / "b.ndf"), 2)
+    with pytest.raises(TypeError, match="^out must be a float64 NumPy array of shape"):
+        blocks.read_rows_into(0, [[0.0, 0.0]])
