@@ -944,3 +944,53 @@ def test_a_transform_kernel_has_no_compiled_twin_without_the_core(monkeypatch):
     out = np.empty((2, 2))
     assert tf.apply(np.array([[3.0, 4.0], [np.nan, 2.0]]), out) == 1
     np.testing.assert_array_equal(out, [[4.0, 1.0], [0.0, 0.0]])
+
+
+def test_memory_parts_of_one_chunk_of_none_and_of_int32_or_listed_starts(each_backend):
+    """``starts`` as any integer sequence (int32, a list): read as int64; one chunk is
+    one part; no chunk at all (``[]`` or ``[0]``) is one part of no rows, whose reads
+    of no rows copy nothing and need nothing set."""
+    x, y = make_data(5, 2, 1)
+    xy = np.concatenate((x, y), axis=1)
+    for starts in (np.array([0, 5], dtype=np.int32), [0, 5]):
+        parts = kernels.memory_parts(starts, 2, 1)
+        ox, oy = np.empty((3, 2)), np.empty((3, 1))
+        assert parts.read(np.array([4, 0, 2]), ox, oy) == [0]
+        parts.set(0, kernels.memory_rows(xy[:, :2], xy[:, 2:]))
+        assert parts.read(np.array([4, 0, 2]), ox, oy) is None
+        np.testing.assert_array_equal(ox, x[[4, 0, 2]])
+        np.testing.assert_array_equal(oy, y[[4, 0, 2]])
+    for starts in ([], [0], np.zeros(0, dtype=np.int64)):
+        parts = kernels.memory_parts(starts, 2, 1)
+        none = np.zeros(0, dtype=np.int64)
+        assert parts.read(none, np.empty((0, 2)), np.empty((0, 1))) is None
+
+
+@needs_core
+def test_file_rows_checks_the_times_it_is_given_and_none_it_is_not(tmp_path):
+    """The compiled file reader fstat's after each copy: a modification or change time
+    other than the one given is FileChanged; None (either) leaves that time unchecked."""
+    x, y = make_data(4, 2, 1)
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    fd = os.open(tmp_path / "a.ndf", os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        mm = kernels.map_file(fd, st.st_size)
+        ox, oy = np.empty((2, 2)), np.empty((2, 1))
+        rows = np.array([3, 1])
+        for mtime, ctime in (
+            (None, None),
+            (st.st_mtime_ns, None),
+            (None, st.st_ctime_ns),
+            (st.st_mtime_ns, st.st_ctime_ns),
+        ):
+            r = kernels.file_rows(mm, 28, 4, 2, 1, fd, st.st_size, mtime, ctime)
+            r.read(rows, ox, oy)
+            np.testing.assert_array_equal(ox, x[rows])
+            np.testing.assert_array_equal(oy, y[rows])
+        for mtime, ctime in ((st.st_mtime_ns + 1, None), (None, st.st_ctime_ns + 1)):
+            r = kernels.file_rows(mm, 28, 4, 2, 1, fd, st.st_size, mtime, ctime)
+            with pytest.raises(kernels.FileChanged):
+                r.read(rows, ox, oy)
+    finally:
+        os.close(fd)

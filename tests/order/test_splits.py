@@ -209,6 +209,11 @@ def test_key_and_stratify_by_column_name_are_the_columns_values(tmp_path):
         assert _same(cut(f, stratify="churn"), cut(n, stratify=y[:, 0])), cut.__name__
         assert _same(cut(f, groups="customer"), cut(n, groups=x[:, 1])), cut.__name__
         assert not _same(cut(f, key="customer"), cut(f, key="id")), cut.__name__
+        assert not _same(cut(f, stratify="churn"), cut(f)), cut.__name__
+        for arg in ("groups", "key", "stratify"):
+            with pytest.raises(KeyError) as info:
+                cut(f, **{arg: "zz"})
+            assert str(info.value).startswith(f"{arg}='zz': no such column"), cut.__name__
 
 
 def test_a_numpy_row_count_and_a_seed_of_any_size(tmp_path):
@@ -224,6 +229,17 @@ def test_a_numpy_row_count_and_a_seed_of_any_size(tmp_path):
             f"{arg}='a' names a column, but the first argument is a row count: pass the "
             f"source itself, or {arg} as an array"
         )
+    assert _same(kfold(20, 4), kfold(20, 4, seed=0))  # the default seed
+    assert _same(split(20, (0.5, 0.5)), split(20, (0.5, 0.5), seed=0))
+    with pytest.raises(ValueError) as info:
+        kfold(20, 4, seed=-1)
+    assert str(info.value) == "seed must be >= 0; got seed=-1"
+    g = np.arange(20) % 5
+    for kw in ({"groups": g, "key": g}, {"groups": g, "stratify": g}):
+        with pytest.raises(ValueError):
+            kfold(20, 4, **kw)
+        with pytest.raises(ValueError):
+            split(20, (0.5, 0.5), **kw)
     with pytest.raises(TypeError) as info:
         kfold(True, 2)
     assert str(info.value) == ("source_or_n must be a row count (an int) or a random-access source")

@@ -116,10 +116,10 @@ def test_a_dataframe_with_non_numeric_columns_is_a_type_error_naming_them():
     with pytest.raises(TypeError, match="'city'"):
         Dataset(X[:2], df)  # as labels too
     with pytest.raises(TypeError) as info:  # each column named with its own dtype
-        DataLoader(_polars().DataFrame({"n": [1, 2], "city": ["Oslo", "Lima"]}), 1)
+        DataLoader(_polars().DataFrame({"n": [1, 2], "city": ["Oslo", "Lima"], "b": ["", ""]}), 1)
     assert str(info.value) == (
-        "x is a DataFrame with non-numeric column(s) 'city' (String); every column must "
-        "hold real numbers (bool, int or float): select or encode them first"
+        "x is a DataFrame with non-numeric column(s) 'city' (String), 'b' (String); every "
+        "column must hold real numbers (bool, int or float): select or encode them first"
     )
 
 

@@ -244,3 +244,29 @@ def test_read_rows_into_reads_rows_straight_into_out_and_refuses_another_out(ndf
         src.read_rows_into(996, out)
     with pytest.raises(ValueError, match="row must be >= 0"):
         src.read_rows_into(-1, out)
+
+
+def test_read_block_and_iteration_give_each_block_s_rows(tmp_path):
+    """read_block(i): block i as whole rows of its own (x then y a row) from its first
+    row on; iterating gives every block's (x, y) in order."""
+    x = np.arange(22.0).reshape(11, 2)
+    y = -np.arange(11.0).reshape(11, 1)
+    save_ndf(tmp_path / "b.ndf", (x, y))
+    blocks = ndf_blocks(open_ndf(tmp_path / "b.ndf"), 4)
+    for i, a in enumerate((0, 4, 8)):
+        b = min(11, a + 4)
+        held = blocks.read_block(i)
+        assert held.first == a
+        assert held.whole.dtype == np.float64 and held.whole.flags.c_contiguous
+        np.testing.assert_array_equal(held.whole, np.concatenate((x[a:b], y[a:b]), axis=1))
+    got = list(blocks)
+    assert len(got) == 3
+    np.testing.assert_array_equal(np.concatenate([gx for gx, _ in got]), x)
+    np.testing.assert_array_equal(np.concatenate([gy for _, gy in got]), y)
+
+
+def test_read_rows_into_a_list_is_a_type_error_naming_out(tmp_path):
+    save_ndf(tmp_path / "b.ndf", np.zeros((4, 2)))
+    blocks = ndf_blocks(open_ndf(tmp_path / "b.ndf"), 2)
+    with pytest.raises(TypeError, match="^out must be a float64 NumPy array of shape"):
+        blocks.read_rows_into(0, [[0.0, 0.0]])

@@ -141,4 +141,20 @@ def test_a_source_without_names_or_a_name_it_lacks_is_refused_naming_the_argumen
     with pytest.raises(MissingColumnError) as info:
         source_column(open_ndf(tmp_path / "narrow.ndf"), "zz", arg="key")
     assert str(info.value) == f"key='zz': no such column; the source has {names[:40]}"
+    save_ndf(tmp_path / "forty_one.ndf", np.zeros((2, 41)), features=names[:41])
+    with pytest.raises(MissingColumnError) as info:
+        source_column(open_ndf(tmp_path / "forty_one.ndf"), "zz")
+    assert str(info.value).endswith(f"the source has {names[:40] + ['...']}")
     assert str(MissingColumnError()) == ""
+
+
+def test_a_source_with_feature_names_and_no_label_names_has_its_columns():
+    """``features`` alone (``labels`` None) still names the columns."""
+    x, y = make_data(6, 3, 0)
+
+    class Named(_Rows):
+        features, labels = ("a", "b", "c"), None
+
+    src = Named(x, y)
+    np.testing.assert_array_equal(source_column(src, "b"), x[:, 1])
+    assert column_names(src) == (["a", "b", "c"], [])

@@ -24,10 +24,6 @@ def _files(tmp_path, k=2):
     return paths
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else -1
-
-
 def test_stamp_is_size_mtime_and_ctime_in_bytes_and_ns(tmp_path):
     (p,) = _files(tmp_path, 1)
     st = os.stat(p)
@@ -114,12 +110,16 @@ def test_check_same_compares_stamps_as_tuples():
         check_same("q", (1, 2, 3), (1, 2, 4))
 
 
-@pytest.mark.skipif(_open_fds() < 0, reason="needs /proc/self/fd")
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_a_watch_closes_its_descriptors_when_it_goes(tmp_path):
     paths = _files(tmp_path, 3)
-    before = _open_fds()
     w = FileWatch(paths, "a test file")
-    assert _open_fds() == before + 3
+    fds = list(w._fds)
+    assert [os.readlink(f"/proc/self/fd/{fd}") for fd in fds] == [str(p) for p in paths]
     del w
     gc.collect()
-    assert _open_fds() == before
+    for fd, p in zip(fds, paths, strict=True):  # closed (or the number reused elsewhere)
+        try:
+            assert os.readlink(f"/proc/self/fd/{fd}") != str(p)
+        except FileNotFoundError:
+            pass

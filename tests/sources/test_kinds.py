@@ -70,14 +70,17 @@ def test_a_dask_collection_and_a_bare_iterator_are_refused_saying_what_to_pass()
 
     with pytest.raises(TypeError) as info:
         open_source(Collection())
-    assert str(info.value).startswith(
-        "a Dask collection (Collection) is not an in-memory array: stream it by partitions"
+    assert str(info.value) == (
+        "a Dask collection (Collection) is not an in-memory array: stream it by partitions "
+        "with DataLoader(exactbatch.dask.dask_source(collection), ...), or write it once "
+        "with exactbatch.dask.to_ndf_dataset and open that"
     )
     with pytest.raises(TypeError) as info:
         open_source(iter([X]))
-    assert str(info.value).startswith(
+    assert str(info.value) == (
         "a bare iterator or generator (list_iterator) can be read only once, but every "
-        "epoch must restart the stream"
+        "epoch must restart the stream: pass a zero-argument function that returns a "
+        "fresh iterator, e.g. DataLoader(lambda: make_chunks(), ...)"
     )
 
 
@@ -91,7 +94,9 @@ def test_strings_and_unknown_objects_are_refused_listing_the_named_kinds():
 
 
 def test_a_memory_reader_sets_its_threads_and_refuses_reads_once_closed():
-    r = MemoryReader(Dataset(X, Y))
+    ds = Dataset(X, Y)
+    r = MemoryReader(ds)
+    assert r.x is ds.x and r.y is ds.y
     assert r.fuses is True and r.prefetch_default(1 << 30) == 0
     r.use_threads(3)
     assert r._rows.threads == 3
