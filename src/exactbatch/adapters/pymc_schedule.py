@@ -25,11 +25,22 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from exactbatch.adapters.convergence import judge, not_judged, parts
+from exactbatch.adapters.convergence import (
+    LAST,
+    LAST_EPOCH,
+    LAST_WINDOW,
+    PARTS,
+    TAIL,
+    estimate,
+    judge,
+    not_judged,
+    parts,
+)
 from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
 
 __all__ = ["PILOT_EACH", "Adam", "Run"]
@@ -196,28 +207,37 @@ class Run:
                 opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))
 
     def finish(self, approx):
-        """The verdict, with the approximation's parameters set to those returned: the
-        last epoch's mean (``average``), else with the default schedule the mean of the
-        verdict's two windows when it found no drift, else the last iterate."""
+        """The verdict, with the approximation's parameters set to the estimate it names
+        (``returned``, :func:`~exactbatch.adapters.convergence.estimate`): the last
+        epoch's mean (``average``); else with the default schedule the mean of the
+        verdict's two windows when it found no drift, of its last window when it did;
+        else the last iterate."""
         params = getattr(approx, "params", None)
         if params is None:
             return not_judged("the approximation has no parameters to average", 0)
-        last = [p.get_value() for p in params]
-        means = [_mean(s) for s in self.sums]
         epoch = self.epoch if self.default else None
+        means = [_mean(s) for s in self.sums]
         verdict = _verdict(approx, means, self.losses, self.width, epoch) if self.width else None
         verdict = verdict or judge([], self.losses, 0)  # not judged
+        returned = estimate(verdict, self.default, self.average is not None)
         chosen = None
-        if self.average is not None:
+        if returned == LAST_EPOCH:
             chosen = _mean(self.average)
-        elif self.default and verdict.moving is False:
-            # the tail, judged still: its average (a fit still travelling is behind it)
-            tail = [s for s in self.sums if s is not None]
-            if tail:
-                chosen = _mean(_merge(tail))
-        for p, v in zip(params, chosen or last, strict=True):
-            p.set_value(np.asarray(v, dtype=p.dtype))
-        return verdict
+        elif returned in (TAIL, LAST_WINDOW):
+            # the tail (both windows) judged still; the last window's when it travels (its
+            # last iterate jitters by posterior sds at the tail's step)
+            if returned == TAIL:
+                sums = [s for s in self.sums if s is not None]
+            else:
+                sums = self.sums[PARTS:] if None not in self.sums[PARTS:] else []
+            if sums:
+                chosen = _mean(_merge(sums))
+        if chosen is None:
+            returned = LAST
+        else:
+            for p, v in zip(params, chosen, strict=True):
+                p.set_value(np.asarray(v, dtype=p.dtype))
+        return replace(verdict, returned=returned)
 
 
 def _add(total, values):
