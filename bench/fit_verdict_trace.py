@@ -44,7 +44,7 @@ def _flat_part(part, lib):
 
 def run(args):
     from exactbatch.adapters import convergence, pymc_schedule
-    from exactbatch.adapters import numpyro as enp
+    from exactbatch.adapters import numpyro_run as enp
 
     saved = {}
     real_judge = convergence.judge
@@ -75,7 +75,7 @@ def run(args):
         pymc_schedule.Run.finish = finish
         m, s, verdict, warned, lr = fs.fit_pymc(x, y, kind, k, batch, args.steps, args.seed)
     else:
-        real_steps, real_verdict = enp._Run.steps, enp._verdict
+        real_steps, real_verdict = enp.Run.steps, enp.verdict
 
         def steps(self, state, feed, bar):
             state = real_steps(self, state, feed, bar)
@@ -86,7 +86,7 @@ def run(args):
             last["svi"] = svi
             return real_verdict(svi, *a)
 
-        enp._Run.steps, enp._verdict = steps, verdict
+        enp.Run.steps, enp.verdict = steps, verdict
         m, s, verdict, warned, lr = fs.fit_numpyro(x, y, kind, k, batch, args.steps, args.seed)
         params = last.pop("svi").get_params(last.pop("state"))
         keys = [key[: -len("_auto_loc")] for key in params if key.endswith("_auto_loc")]

@@ -560,6 +560,7 @@ TARGETS = {
         [
             "src/exactbatch/adapters/numpyro.py",
             "src/exactbatch/adapters/numpyro_adam.py",
+            "src/exactbatch/adapters/numpyro_run.py",
             "src/exactbatch/adapters/numpyro_terms.py",
             "src/exactbatch/adapters/pymc.py",
             "src/exactbatch/adapters/pymc_terms.py",

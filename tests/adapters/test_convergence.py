@@ -153,6 +153,7 @@ def test_numpyro_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch)
 
     from exactbatch import DataLoader
     from exactbatch.adapters import numpyro as adapter
+    from exactbatch.adapters import numpyro_run
 
     def model(xb, yb, N):  # noqa: N803
         w = numpyro.sample("w", dist.Normal(0, 1).expand([2]).to_event(1))
@@ -161,7 +162,7 @@ def test_numpyro_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch)
             numpyro.sample("obs", dist.Normal(b + xb @ w, 1), obs=yb[:, 0])
 
     seen = {}
-    real_results, real_verdict = adapter._Run.results, adapter._verdict
+    real_results, real_verdict = numpyro_run.Run.results, numpyro_run.verdict
 
     def results(self):
         out = real_results(self)
@@ -172,9 +173,9 @@ def test_numpyro_fit_returns_the_estimate_its_verdict_names(moving, monkeypatch)
         seen["svi"] = svi
         return real_verdict(svi, *args)
 
-    monkeypatch.setattr(adapter._Run, "results", results)
-    monkeypatch.setattr(adapter, "_verdict", verdict)
-    monkeypatch.setattr(adapter, "judge", _forced(convergence.judge, moving))
+    monkeypatch.setattr(numpyro_run.Run, "results", results)
+    monkeypatch.setattr(numpyro_run, "verdict", verdict)
+    monkeypatch.setattr(numpyro_run, "judge", _forced(convergence.judge, moving))
     loader = DataLoader(_data(), 20, seed=0)
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always", ConvergenceWarning)

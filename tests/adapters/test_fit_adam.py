@@ -139,7 +139,7 @@ def test_numpyro_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     import numpyro.distributions as dist
     from numpyro.infer.autoguide import AutoNormal
 
-    import exactbatch.adapters.numpyro as adapter
+    import exactbatch.adapters.numpyro_run as adapter
     from exactbatch.numpyro import fit
 
     x, y = _regression()
