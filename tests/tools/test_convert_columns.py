@@ -187,3 +187,19 @@ def test_a_hive_partitioned_parquet_folder(tmp_path):
         [1.0, 2024, 1, 0],
         [3.0, 2025, 0, 1],
     ]  # sorted paths: region=eu before region=us
+
+
+def test_a_npy_converts_without_its_excluded_columns_and_refuses_categorical(tmp_path):
+    """A .npy's columns are its positions: --exclude drops them by position (the rest
+    keep their order, the labels last); --categorical is refused by name (a .npy holds
+    numbers only) and nothing is written."""
+    src, dst = tmp_path / "a.npy", tmp_path / "a.ndf"
+    a = np.arange(20, dtype=np.float64).reshape(5, 4)
+    np.save(src, a)
+    out = convert(src, dst, labels="3", exclude="1", bar=False)
+    assert (out["rows"], out["features"]) == (5, ["0", "2"])
+    assert np.array_equal(rows(dst), a[:, [0, 2, 3]])
+    bad = tmp_path / "b.ndf"
+    with pytest.raises(CliError, match=r"a\.npy: --categorical codes Parquet and CSV columns"):
+        convert(src, bad, categorical="1", bar=False)
+    assert not bad.exists()
