@@ -68,6 +68,16 @@ def test_a_declared_total_size_of_a_ranges_stream_must_be_its_rows():
         DataLoader(_chunks(100, 10), 8, elastic="ranges", total_size=99)
 
 
+def _handed_out(loaders):
+    """The rows every loader hands out in an epoch, as the ledger counts them."""
+    out = Tally()
+    for loader in loaders:
+        for batch in loader:
+            ids = _ids(batch)
+            out.add(len(ids), rows_digest(ids))
+    return out
+
+
 @pytest.mark.parametrize("drop_last,even", [(False, False), (True, False), (False, True)])
 def test_the_global_promise_is_every_ranks_rows(drop_last, even):
     """global_promise: the rows every rank hands out in an epoch (what drop_last leaves of
@@ -76,11 +86,7 @@ def test_the_global_promise_is_every_ranks_rows(drop_last, even):
     x = np.arange(float(n)).reshape(n, 1)
     kw = {"drop_last": drop_last, "even_batches": even, "seed": seed, "elastic": "ranges"}
     loaders = [DataLoader(x, b, num_shards=3, shard_index=r, **kw) for r in range(3)]
-    want = Tally()
-    for loader in loaders:
-        for batch in loader:
-            ids = _ids(batch)
-            want.add(len(ids), rows_digest(ids))
+    want = _handed_out(loaders)
     assert want.rows < n if drop_last or even else want.rows == n
     for loader in loaders:
         feed = loader._feed
@@ -95,11 +101,7 @@ def test_the_global_promise_of_a_subset_is_every_ranks_source_rows():
     subset = np.random.default_rng(0).permutation(n)[:1922]
     kw = {"rows": subset, "seed": seed, "elastic": "ranges", "even_batches": True}
     loaders = [DataLoader(x, b, num_shards=3, shard_index=r, **kw) for r in range(3)]
-    want = Tally()
-    for loader in loaders:
-        for batch in loader:
-            ids = _ids(batch)
-            want.add(len(ids), rows_digest(ids))
+    want = _handed_out(loaders)
     assert want.rows == 3 * 640
     feed = loaders[1]._feed
     got = feed.global_promise(feed.open_epoch(seed, 0, 0), ())

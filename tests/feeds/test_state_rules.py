@@ -27,12 +27,14 @@ def _state(n, shards, steps=1):
 def _resume(x, state, shards, world, **kw):
     """``state`` loaded by rank 0 of ``shards`` under a torch.distributed ``world``."""
     loader = DataLoader(x, 10, num_shards=shards, shard_index=0, elastic=True, seed=1, **kw)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(state_rules, "torch_world_size", lambda: world)
-    try:
+    return _load_under(loader, state, world)
+
+
+def _load_under(loader, state, world):
+    """``loader`` after ``load_state_dict(state)`` under a torch.distributed ``world``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(state_rules, "torch_world_size", lambda: world)
         loader.load_state_dict(state)
-    finally:
-        mp.undo()
     return loader
 
 
@@ -104,12 +106,7 @@ def _ranges_state(n, ranks, steps):
 
 def _ranges_resume(source, state, shards, world, **kw):
     loader = DataLoader(source, 64, num_shards=shards, elastic="ranges", seed=3, **kw)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(state_rules, "torch_world_size", lambda: world)
-    try:
-        loader.load_state_dict(state)
-    finally:
-        mp.undo()
+    _load_under(loader, state, world)
 
 
 def test_a_ranges_resume_ddp_would_step_unevenly_is_refused_naming_the_steps():
