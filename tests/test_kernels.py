@@ -906,6 +906,33 @@ def test_run_reads_read_and_take_a_run_of_the_order_on_this_backend(each_backend
         np.testing.assert_array_equal(ty, y[[19, 0, 7, 7]].astype(ydtype or dtype))
 
 
+def test_run_reads_refuse_what_memory_rows_did_not_make(each_backend):
+    """run_reads takes a rows object of :func:`memory_rows` (the compiled one's, or the
+    pure one's, whose widths the twins read): anything else is a TypeError naming it."""
+    with pytest.raises(TypeError, match="^run_reads takes what memory_rows returns; got object$"):
+        kernels.run_reads(object())
+
+
+def test_memory_parts_refuse_rows_made_on_the_other_backend(each_backend):
+    """A chunk's rows are memory_rows of the backend the parts were made on: rows made
+    on the other (the backend switched between the two) or anything else are a
+    TypeError from ``set``, on either backend, never a failure of a later read."""
+    x, y = make_data(4, 2, 1)
+    xy = np.concatenate((x, y), axis=1)
+    parts = kernels.memory_parts(np.array([0, 4]), 2, 1)
+    others = [object()]
+    if built():
+        with on_backend("numpy" if each_backend == "compiled" else "compiled"):
+            others.append(kernels.memory_rows(xy[:, :2], xy[:, 2:]))
+    for other in others:
+        with pytest.raises(TypeError, match=r"^set\(k, rows\): rows must come from"):
+            parts.set(0, other)
+    parts.set(0, kernels.memory_rows(xy[:, :2], xy[:, 2:]))  # (its own: taken)
+    ox, oy = np.empty((2, 2)), np.empty((2, 1))
+    assert parts.read(np.array([3, 1]), ox, oy) is None
+    np.testing.assert_array_equal(ox, x[[3, 1]])
+
+
 def test_memory_parts_read_a_slice_fuse_a_transform_and_keep_a_part_once_set(each_backend):
     """memory_parts' reads also take a slice of stream rows (across chunks) and a
     TransformKernel (applied as rows are copied: the bits of the memory reader's fused

@@ -81,6 +81,8 @@ STRICT = (
     "exactbatch.dataset",
     "exactbatch.extras",
     "exactbatch.prefetch",
+    "exactbatch.certificate",
+    "exactbatch.kernels",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -20,12 +20,23 @@ from dataclasses import dataclass, replace
 from exactbatch.loader.compaction import check_summaries, expand, weight
 from exactbatch.loader.history import check_records
 from exactbatch.loader.lineage import follow, same_run
-from exactbatch.loader.records import Summary
+from exactbatch.loader.records import Record, State, Summary, Tallied
 from exactbatch.order.digest import Tally
 
 __all__ = ["Certificate", "EpochCertificate", "certify", "certify_named"]
 
 _MASK = (1 << 64) - 1
+
+
+class _Judged(Record):
+    """A record as :func:`certify` judges it: a state's own, or one an epoch folded into
+    a summary (``elided``: its digest is in the summary's sum, not its own)."""
+
+    elided: bool
+
+
+# a record's place in the run: (epoch, its first global batch, shard, the n-th run)
+_Key = tuple[int, int, tuple[int, ...], int]
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Certificate:
         return "\n".join(lines)
 
 
-def certify(states: Iterable[dict]) -> Certificate:
+def certify(states: Iterable[State]) -> Certificate:
     """Merge the records of ``states`` (``DataLoader.state_dict()`` of every rank of a
     run, any number each) and judge each epoch any rank began.
 
@@ -117,6 +128,8 @@ def certify(states: Iterable[dict]) -> Certificate:
     if isinstance(states, dict):
         raise TypeError("certify takes a list of states (one dict per rank), not one state")
     states = list(states)
+    histories: list[list[Record]] = []
+    compacted: list[list[Summary]] = []
     for i, state in enumerate(states):
         if not isinstance(state, dict):
             raise TypeError(f"states[{i}] must be a dict from state_dict(); got {type(state)}")
@@ -125,21 +138,19 @@ def certify(states: Iterable[dict]) -> Certificate:
                 f"states[{i}] has no 'history': it was taken by an exactbatch before "
                 "certify, or is not a DataLoader state"
             )
-        check_records(state["history"], f"states[{i}]['history']")
-        check_summaries(state.get("compacted", []), f"states[{i}]['compacted']")
+        histories.append(check_records(state["history"], f"states[{i}]['history']"))
+        compacted.append(check_summaries(state.get("compacted", []), f"states[{i}]['compacted']"))
     same_run(states)
     kept, aside = follow(states)
-    summaries, clash = _summaries([states[i] for i in kept])
-    merged: dict[tuple, dict] = {}
+    summaries, clash = _summaries([compacted[i] for i in kept])
+    merged: dict[_Key, _Judged] = {}
     for i in kept:
         # A segment a state folded into its summary was its first run: a record of it
         # beside the summary is another run (a replay), counted as such.
-        seen: dict[tuple, int] = {
-            (e, 0, tuple(s["shard"])): 1
-            for s in states[i].get("compacted", [])
-            for e, _ in expand(s)
+        seen: dict[tuple[int, int, tuple[int, ...]], int] = {
+            (e, 0, tuple(s["shard"])): 1 for s in compacted[i] for e, _ in expand(s)
         }
-        for rec in states[i]["history"]:
+        for rec in histories[i]:
             # The n-th record of a segment in one state is its n-th run: a replay
             # (the epoch begun again on the same shard) is a record of its own.
             seg = (rec["epoch"], rec["start"], tuple(rec["shard"]))
@@ -147,11 +158,11 @@ def certify(states: Iterable[dict]) -> Certificate:
             seen[seg] = key[-1] + 1
             old = merged.get(key)
             if old is None or _later(rec, old):
-                merged[key] = rec
+                merged[key] = {**rec, "elided": False}
     for summary in summaries:  # (it supersedes every record of the segments it holds)
         for e, rows in expand(summary):
             merged[(e, 0, tuple(summary["shard"]), 0)] = _folded(summary, e, rows)
-    epochs: dict[int, list[dict]] = {}
+    epochs: dict[int, list[_Judged]] = {}
     for rec in merged.values():
         epochs.setdefault(rec["epoch"], []).append(rec)
     ids = tuple(dict.fromkeys(str(states[i].get("id", f"states[{i}]")) for i in aside))
@@ -168,20 +179,22 @@ def certify(states: Iterable[dict]) -> Certificate:
     return Certificate(tuple(verdicts), ids)
 
 
-def _summaries(states: list[dict]) -> tuple[list[Summary], set[int]]:
-    """The summaries to count: per shard, those no other summary of it holds (a later
-    one of its lane holds an earlier's epochs too); and the epochs two of them both
-    hold without one holding the other's (not one lane: judged not exact)."""
-    by_shard: dict[tuple, list[tuple[frozenset, Summary]]] = {}
-    for state in states:
-        for s in state.get("compacted", []):
+def _summaries(compacted: list[list[Summary]]) -> tuple[list[Summary], set[int]]:
+    """The summaries to count (``compacted``: each state's): per shard, those no other
+    summary of it holds (a later one of its lane holds an earlier's epochs too); and
+    the epochs two of them both hold without one holding the other's (not one lane:
+    judged not exact)."""
+    by_shard: dict[tuple[tuple[int, ...], bool | str], list[tuple[frozenset[int], Summary]]]
+    by_shard = {}
+    for summaries in compacted:
+        for s in summaries:
             held = frozenset(e for e, _ in expand(s))
             by_shard.setdefault((tuple(s["shard"]), s["elastic"]), []).append((held, s))
     counted: list[Summary] = []
     clash: set[int] = set()
     for found in by_shard.values():
         found.sort(key=lambda f: -len(f[0]))
-        mine: list[tuple[frozenset, Summary]] = []
+        mine: list[tuple[frozenset[int], Summary]] = []
         for held, s in found:
             same = [m for m in mine if held <= m[0]]
             if same:
@@ -195,11 +208,12 @@ def _summaries(states: list[dict]) -> tuple[list[Summary], set[int]]:
     return counted, clash
 
 
-def _folded(summary: Summary, epoch: int, rows: int) -> dict:
+def _folded(summary: Summary, epoch: int, rows: int) -> _Judged:
     """The record of ``epoch`` that ``summary`` folded, as far as it says: its rows
     (its digest is in the summary's sum, checked by :func:`_folds_note`)."""
     whole = summary["whole"]
     promised = summary.get("promised", whole) if summary["elastic"] else {"rows": rows}
+    tally: Tallied = {"rows": promised["rows"], "digest": "0"}
     return {
         "epoch": epoch,
         "shard": list(summary["shard"]),
@@ -208,13 +222,13 @@ def _folded(summary: Summary, epoch: int, rows: int) -> dict:
         "drops": summary["drops"],
         "rows": rows,
         "digest": "0",
-        "promised": {"rows": promised["rows"], "digest": "0"},
+        "promised": tally,
         "whole": whole,
         "elided": True,
     }
 
 
-def _folds_note(summaries, clash, epochs) -> str:
+def _folds_note(summaries: list[Summary], clash: set[int], epochs: dict[int, list[_Judged]]) -> str:
     """Why the folded epochs are not exact ("" if they may be): their digests, weighted
     by epoch and summed over every shard's summaries and records, against the dataset's
     rows once per epoch (:mod:`exactbatch.loader.compaction`)."""
@@ -233,7 +247,7 @@ def _folds_note(summaries, clash, epochs) -> str:
     held = {(e, tuple(s["shard"])) for s in summaries for e, _ in expand(s)}
     for e in folded:
         w = weight(e)
-        promised: set[tuple] = set()  # (a shard's promise once, however many runs)
+        promised: set[tuple[int, ...]] = set()  # (a shard's promise once, however many runs)
         for r in sorted(epochs.get(e, []), key=lambda r: r["promised"] is None):
             if r.get("elided"):
                 continue
@@ -242,7 +256,11 @@ def _folds_note(summaries, clash, epochs) -> str:
                 if (e, shard) in held or shard in promised:
                     continue
                 promised.add(shard)
-            t = r["digest"] if r["elastic"] else (r["promised"] or {}).get("digest")
+            t = (
+                r["digest"]
+                if r["elastic"]
+                else (None if r["promised"] is None else r["promised"]["digest"])
+            )
             if t is None:
                 return f"epoch {e}'s promise on shard {r['shard'][0]} is not on record: {unknown}"
             total += w * int(t, 16)
@@ -267,7 +285,7 @@ def _folds_note(summaries, clash, epochs) -> str:
     return ""
 
 
-def certify_named(states: list[dict], owners: Sequence[str], where: str) -> Certificate:
+def certify_named(states: list[State], owners: Sequence[str], where: str) -> Certificate:
     """:func:`certify` of ``states``, whose i-th came from ``owners[i]`` (a file, a
     checkpoint), all from ``where``: a ``ValueError`` about one state names its owner
     instead of its place in the list, any other names ``where`` (a ``TypeError`` is
@@ -286,17 +304,17 @@ def certify_named(states: list[dict], owners: Sequence[str], where: str) -> Cert
         raise ValueError(f"{owners[int(at[1])]}: the state{rest}") from None
 
 
-def _later(rec: dict, old: dict) -> bool:
+def _later(rec: Record, old: _Judged) -> bool:
     """Does ``rec`` supersede ``old``, a record of the same segment from another
     state (a segment's hand-outs only grow; one that ended beats one in progress)?"""
     return (rec["rows"], rec["promised"] is not None) > (old["rows"], old["promised"] is not None)
 
 
-def _tally(t: dict) -> Tally:
+def _tally(t: Tallied) -> Tally:
     return Tally(t["rows"], int(t["digest"], 16))
 
 
-def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
+def _judge(epoch: int, recs: list[_Judged]) -> EpochCertificate:
     handed = Tally()
     for r in recs:
         handed.add(r["rows"], int(r["digest"], 16))
@@ -314,14 +332,14 @@ def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
     unknown = []
     for k in range(count):
         mine = [r for r in recs if r["shard"][0] == k]
-        ended = [r for r in mine if r["promised"] is not None]
+        ended = [r["promised"] for r in mine if r["promised"] is not None]
         got = Tally()
         for r in mine:
             got.add(r["rows"], int(r["digest"], 16))
         if not ended:
             unknown.append(k)
             continue
-        promised = _tally(ended[0]["promised"])
+        promised = _tally(ended[0])
         expected.add(promised.rows, promised.digest)
         diff = got.rows - promised.rows
         repeated += max(diff, 0)
@@ -356,14 +374,14 @@ def _judge(epoch: int, recs: list[dict]) -> EpochCertificate:
     )
 
 
-def _judge_elastic(epoch: int, recs: list[dict], handed: Tally) -> EpochCertificate:
-    ended = [r for r in recs if r["promised"] is not None]
+def _judge_elastic(epoch: int, recs: list[_Judged], handed: Tally) -> EpochCertificate:
+    ended = [r["promised"] for r in recs if r["promised"] is not None]
     if not ended:
         note = "no state shows the epoch's end (cut short, or the last ranks' states are missing)"
         whole = next((r["whole"] for r in recs if r["whole"] is not None), None)
         short = None if whole is None else max(whole["rows"] - handed.rows, 0)
         return _verdict(epoch, handed, None, short, 0, note)
-    promised = _tally(ended[0]["promised"])
+    promised = _tally(ended[0])
     diff = handed.rows - promised.rows
     note = ""
     elided = any(r.get("elided") for r in recs)
@@ -385,6 +403,15 @@ def _same(a: Tally, b: Tally, elided: bool) -> bool:
     return a.rows == b.rows if elided else a == b
 
 
-def _verdict(epoch, handed, expected, missing, repeated, note, promised=None, elided=False):
+def _verdict(
+    epoch: int,
+    handed: Tally,
+    expected: int | None,
+    missing: int | None,
+    repeated: int,
+    note: str,
+    promised: Tally | None = None,
+    elided: bool = False,
+) -> EpochCertificate:
     exact = promised is not None and _same(handed, promised, elided) and not note
     return EpochCertificate(epoch, exact, handed.rows, expected, missing, repeated, note)

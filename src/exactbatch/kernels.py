@@ -41,16 +41,21 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import DTYPES
 
 __all__ = [
     "FileChanged",
+    "Parts",
+    "Rows",
+    "RowIndex",
     "RunReads",
     "TransformKernel",
     "backend",
@@ -71,14 +76,16 @@ __all__ = [
 _BY_ITEMSIZE = {dt.itemsize: dt for dt in DTYPES}
 
 
-def _import_core():
+def _import_core() -> ModuleType | None:
     try:
         return importlib.import_module("exactbatch._core")
     except ImportError:  # not built (a failed compile installs without it)
         return None
 
 
-_BUILT = _import_core()  # the extension, when it is built
+# The extension, when it is built. Any: a C module ships no types; what this module
+# hands out of it is typed by the protocols below.
+_BUILT: Any = _import_core()
 _PURE_WORDS = {  # EXACTBATCH_PURE's values, stripped and lower-cased
     **dict.fromkeys(("1", "true", "yes", "on"), True),
     **dict.fromkeys(("", "0", "false", "no", "off"), False),
@@ -98,7 +105,7 @@ def _pure_from_env() -> bool:
 
 
 _PURE = _pure_from_env()
-_CORE = None if _PURE else _BUILT  # the extension, when it is used
+_CORE: Any = None if _PURE else _BUILT  # the extension, when it is used
 
 
 class _FileChanged(OSError):
@@ -106,10 +113,56 @@ class _FileChanged(OSError):
     which part of a dataset). Raised by the compiled core only; without it, a class
     that nothing raises, so that ``except FileChanged`` still reads."""
 
-    part: int
+    part: int | None
 
 
-FileChanged: Any = _BUILT.FileChanged if _BUILT is not None else _FileChanged
+# (a class either way: ``except FileChanged as e`` reads ``e.part``)
+FileChanged: type[_FileChanged] = _BUILT.FileChanged if _BUILT is not None else _FileChanged
+
+
+# Which rows a read takes: a slice of consecutive rows, or an int32/int64 array of
+# row numbers (module docs).
+RowIndex = slice | np.ndarray
+
+
+class Rows(Protocol):
+    """What :func:`memory_rows` and :func:`file_rows` return, compiled or pure: ``read``
+    gathers ``rows`` into ``out_x`` and ``out_y`` (module docs); with a ``tf`` it
+    returns the first row that held a NaN, or -1, and None without one. ``threads``:
+    the default of ``read``'s (module docs)."""
+
+    threads: int | None
+
+    def read(
+        self,
+        rows: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        tf: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None: ...
+
+
+class Parts(Protocol):
+    """What :func:`memory_parts` and :func:`parts_rows` return: rows in parts, each
+    set (its :class:`Rows`) before a read that touches it. ``read`` returns the list
+    of the parts it needs that are not set (copying nothing), else as
+    :meth:`Rows.read`."""
+
+    def set(self, k: int, rows: Rows) -> None: ...
+
+    def unset(self, k: int) -> bool: ...
+
+    def stamp_into(self, stamps: np.ndarray) -> None: ...
+
+    def read(
+        self,
+        rows: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        tf: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> list[int] | int | None: ...
 
 
 def backend() -> str:
@@ -182,7 +235,13 @@ class TransformKernel:
         return first
 
 
-def staged(read, rows, out_x: np.ndarray, out_y: np.ndarray, kernel: TransformKernel) -> int:
+def staged(
+    read: Callable[[Any, np.ndarray, np.ndarray], object],
+    rows: Any,
+    out_x: np.ndarray,
+    out_y: np.ndarray,
+    kernel: TransformKernel,
+) -> int:
     """For a reader whose copy cannot take ``kernel``: rows ``rows`` read by ``read``
     as float64, then mapped into ``out_x`` (a second pass, over a batch in cache).
     Returns what a fused read does: the first row that held a NaN, or -1."""
@@ -199,9 +258,16 @@ class _NumpyRows:
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y, self.d, self.l = x, y, x.shape[1], y.shape[1]
         self.contiguous = x.flags.c_contiguous and y.flags.c_contiguous
-        self.threads = None  # the compiled twin's setting: here one thread always
+        self.threads: int | None = None  # the compiled twin's setting: here one thread always
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None, threads=None):
+    def read(
+        self,
+        rows: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        tf: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None:
         if tf is not None:  # x staged as float64, then mapped (the compiled copy's twin)
             stage = np.empty(out_x.shape)
             self.read(rows, stage, out_y)
@@ -211,13 +277,13 @@ class _NumpyRows:
         if isinstance(rows, slice) or not self.contiguous:
             out_x[...] = self.x[rows]
             out_y[...] = self.y[rows]
-            return
+            return None
         if (
             out_x.dtype != out_y.dtype or out_x.dtype != np.float64
         ):  # a take then a cast (np.take into a float32
             out_x[...] = self.x.take(rows, axis=0, mode="clip")  # `out` would copy
             out_y[...] = self.y.take(rows, axis=0, mode="clip")  # `out` in first)
-            return
+            return None
         # mode="clip" skips the bounds check and the buffered copy of `out` (rows
         # come from the order module, always valid); the method, not np.take,
         # saves a Python-level dispatch per call.
@@ -225,28 +291,54 @@ class _NumpyRows:
             self.x.take(rows, axis=0, out=out_x, mode="clip")
         if self.l:
             self.y.take(rows, axis=0, out=out_y, mode="clip")
+        return None
 
 
-def memory_rows(x: np.ndarray, y: np.ndarray):
+def memory_rows(x: np.ndarray, y: np.ndarray) -> Rows:
     """The rows of ``x`` (n, d) and ``y`` (n, l), float64, each row's values side by
     side (C-contiguous, or columns of a C-contiguous array of whole rows), as an object
     whose ``read(rows, out_x, out_y)`` gathers them (module docs). It holds both
     arrays for as long as it lives."""
     if _CORE is not None:
-        return _CORE.memory_rows(x, y)
+        compiled: Rows = _CORE.memory_rows(x, y)
+        return compiled
     return _NumpyRows(x, y)
 
 
-def _fits(a, shape: tuple, dt: np.dtype) -> bool:
+def _fits(a: object, shape: tuple[int, int], dt: np.dtype) -> bool:
     """What :func:`~exactbatch.arrays.check_out_array` accepts, at a fraction of its cost."""
-    f = a.flags if isinstance(a, np.ndarray) else None
-    return f is not None and a.shape == shape and a.dtype == dt and f.c_contiguous and f.writeable
+    if not isinstance(a, np.ndarray):
+        return False
+    f = a.flags
+    return a.shape == shape and a.dtype == dt and f.c_contiguous and f.writeable
 
 
-def _numpy_pair_fits(bx, by, rows: int, d: int, l: int, itemsize: int) -> bool:  # noqa: E741
+def _numpy_pair_fits(bx: object, by: object, rows: int, d: int, l: int, itemsize: int) -> bool:  # noqa: E741
     """The pure path of :func:`pair_check`'s function."""
     dt = _BY_ITEMSIZE.get(itemsize)
     return dt is not None and _fits(bx, (rows, d), dt) and _fits(by, (rows, l), dt)
+
+
+class Readable(Protocol):
+    """What :class:`RunReads` reads through: a reader's ``read(rows, out_x, out_y)``
+    and its widths (a :class:`~exactbatch.sources.protocols.RowReader`, or the pure
+    :func:`memory_rows`)."""
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def l(self) -> int: ...  # noqa: E743
+
+    def read(self, rows: RowIndex, out_x: np.ndarray, out_y: np.ndarray, /) -> object: ...
+
+
+# run_reads' two: read_run(order, start, size, out_x, out_y), and take_run(order,
+# start, size, dtype, ydtype) -> (x, y)
+ReadRun = Callable[[np.ndarray, int, int, np.ndarray, np.ndarray], None]
+TakeRun = Callable[
+    [np.ndarray, int, int, DTypeLike, DTypeLike | None], tuple[np.ndarray, np.ndarray]
+]
 
 
 class RunReads:
@@ -256,17 +348,21 @@ class RunReads:
 
     __slots__ = ("reader",)
 
-    def __init__(self, reader) -> None:
+    def __init__(self, reader: Readable) -> None:
         self.reader = reader
 
-    def read_run(self, rows, start: int, size: int, out_x: np.ndarray, out_y: np.ndarray):
+    def read_run(
+        self, rows: np.ndarray, start: int, size: int, out_x: np.ndarray, out_y: np.ndarray
+    ) -> None:
         """Rows ``rows[start:start + size]`` into the first ``size`` rows of ``out_x``
         and ``out_y``."""
         if len(out_x) != size:
             out_x, out_y = out_x[:size], out_y[:size]
         self.reader.read(rows[start : start + size], out_x, out_y)
 
-    def take_run(self, rows, start: int, size: int, dtype, ydtype):
+    def take_run(
+        self, rows: np.ndarray, start: int, size: int, dtype: DTypeLike, ydtype: DTypeLike | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``rows[start:start + size]`` as a new pair (:func:`batch_pair`)."""
         reader = self.reader
         out_x, out_y = batch_pair(size, reader.d, reader.l, dtype, ydtype)
@@ -274,7 +370,7 @@ class RunReads:
         return out_x, out_y
 
 
-def run_reads(rows) -> tuple[Any, Any]:
+def run_reads(rows: Rows) -> tuple[ReadRun, TakeRun]:
     """``(read_run, take_run)`` of ``rows`` (what :func:`memory_rows` returns):
     ``read_run(order, start, size, out_x, out_y)`` reads rows ``order[start:start +
     size]`` into the first ``size`` rows of the outputs, ``take_run(order, start, size,
@@ -283,7 +379,10 @@ def run_reads(rows) -> tuple[Any, Any]:
     on the compiled path, with no view of the order and no buffer export; else their
     twins (:class:`RunReads`), the same bytes."""
     if _BUILT is not None and type(rows) is _BUILT.Rows:
-        return rows.read_run, rows.take_run
+        compiled: Any = rows  # (the core's Rows: its own read_run and take_run)
+        return compiled.read_run, compiled.take_run
+    if not isinstance(rows, _NumpyRows):
+        raise TypeError(f"run_reads takes what memory_rows returns; got {type(rows).__name__}")
     twin = RunReads(rows)
     return twin.read_run, twin.take_run
 
@@ -298,16 +397,16 @@ def pair_check() -> Callable[[object, object, int, int, int, int], bool]:
 
 
 def file_rows(
-    mapping,
+    mapping: object,
     offset: int,
     n: int,
     d: int,
     l: int,  # noqa: E741
     fd: int,
     size: int,
-    mtime_ns,
-    ctime_ns=None,
-):
+    mtime_ns: int | None,
+    ctime_ns: int | None = None,
+) -> Rows | None:
     """The rows of an ``.ndf`` file's read-only ``mapping`` (x then y per row, from
     byte ``offset``), read under the fault guard, with one ``fstat`` of ``fd`` after
     each copy: fewer than ``size`` bytes, a modification time other than ``mtime_ns``
@@ -318,20 +417,22 @@ def file_rows(
     if _CORE is None:
         return None
     times = (-1 if t is None else t for t in (mtime_ns, ctime_ns))
-    return _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times)
+    rows: Rows = _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times)
+    return rows
 
 
-def map_file(fd: int, length: int):
+def map_file(fd: int, length: int) -> memoryview | None:
     """A read-only shared mapping of the first ``length`` bytes of file ``fd``, as a
     buffer that holds no descriptor of its own (``mmap.mmap`` keeps a duplicate open
     for as long as it lives); unmapped when the last holder lets go. None on the pure
     path (the reader maps with ``mmap.mmap`` there)."""
     if _CORE is None:
         return None
-    return _CORE.map_file(fd, length)
+    mapped: memoryview = _CORE.map_file(fd, length)
+    return mapped
 
 
-def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
+def parts_rows(starts: np.ndarray, d: int, l: int) -> Parts | None:  # noqa: E741
     """The rows of a sharded dataset whose part ``k`` holds global rows ``starts[k] ..
     starts[k + 1] - 1`` (``starts`` int64, from 0, n last): an object whose
     ``read(rows, out_x, out_y)`` gathers global rows straight from the parts'
@@ -341,7 +442,8 @@ def parts_rows(starts: np.ndarray, d: int, l: int):  # noqa: E741
     as ``part`` (None for a fault during the copy). None on the pure path."""
     if _CORE is None:
         return None
-    return _CORE.parts_rows(starts, d, l)
+    parts: Parts = _CORE.parts_rows(starts, d, l)
+    return parts
 
 
 class _NumpyParts:
@@ -350,7 +452,7 @@ class _NumpyParts:
 
     def __init__(self, starts: np.ndarray, d: int, l: int):  # noqa: E741
         self.starts, self.d, self.l = np.asarray(starts, dtype=np.int64), d, l
-        self.parts: list = [None] * (len(self.starts) - 1)
+        self.parts: list[_NumpyRows | None] = [None] * (len(self.starts) - 1)
         self._stamps: np.ndarray | None = None  # see stamp_into
 
     def stamp_into(self, stamps: np.ndarray) -> None:
@@ -361,7 +463,15 @@ class _NumpyParts:
             )
         self._stamps = stamps
 
-    def set(self, k: int, rows) -> None:
+    def set(self, k: int, rows: Rows) -> None:
+        # A part is read by its arrays (x, y): the compiled core's rows (made before a
+        # switch of backend) have none, so they are refused here, as the core refuses
+        # rows not its own, rather than at a later read.
+        if not isinstance(rows, _NumpyRows):
+            raise TypeError(
+                "set(k, rows): rows must come from memory_rows() on the numpy backend; "
+                f"got {type(rows).__name__}"
+            )
         if self.parts[k] is not None and self.parts[k] is not rows:
             raise ValueError(f"part {k} is set already")
         self.parts[k] = rows
@@ -370,7 +480,14 @@ class _NumpyParts:
         self.parts[k] = None
         return True
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, tf=None, threads=None):
+    def read(
+        self,
+        rows: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        tf: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> list[int] | int | None:
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.int64)
@@ -378,24 +495,24 @@ class _NumpyParts:
             bad = rows[(rows < 0) | (rows >= self.starts[-1])][0]
             raise IndexError(f"row {bad} out of range for n={self.starts[-1]} rows")
         q = np.searchsorted(self.starts, rows, side="right") - 1
-        touched = np.unique(q).tolist()
+        touched: list[int] = np.unique(q).tolist()
         if self._stamps is not None:  # (the compiled read's stamps: module docs there)
             self._stamps[-1] += 1
             self._stamps[touched] = self._stamps[-1]
         parts = [self.parts[k] for k in touched]  # (taken once: an unset meanwhile is seen)
-        missing = [k for k, part in zip(touched, parts, strict=True) if part is None]
-        if missing:
-            return missing
+        held = [part for part in parts if part is not None]
+        if len(held) < len(parts):
+            return [k for k, part in zip(touched, parts, strict=True) if part is None]
         d = self.d
         stage = np.empty((len(rows), d + self.l))
-        for k, part in zip(touched, parts, strict=True):
+        for k, part in zip(touched, held, strict=True):
             at = np.flatnonzero(q == k) if len(touched) > 1 else slice(None)
             local = rows[at] - self.starts[k]
             stage[at, :d], stage[at, d:] = part.x[local], part.y[local]
         return _NumpyRows(stage[:, :d], stage[:, d:]).read(np.arange(len(rows)), out_x, out_y, tf)
 
 
-def memory_parts(starts: np.ndarray, d: int, l: int):  # noqa: E741
+def memory_parts(starts: np.ndarray, d: int, l: int) -> Parts:  # noqa: E741
     """Rows of a stream whose chunk ``k`` holds rows ``starts[k] .. starts[k + 1] - 1``
     (``starts`` int64, from 0, n last), held in memory chunk by chunk: ``set(k, rows)``
     gives chunk ``k``'s rows (:func:`memory_rows` of one C-contiguous float64 array of
@@ -411,10 +528,13 @@ def memory_parts(starts: np.ndarray, d: int, l: int):  # noqa: E741
         starts = np.zeros(2, dtype=np.int64)
     if _CORE is None:
         return _NumpyParts(starts, d, l)
-    return _CORE.parts_rows(starts, d, l)
+    compiled: Parts = _CORE.parts_rows(starts, d, l)
+    return compiled
 
 
-def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+def gather(
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype: DTypeLike
+) -> tuple[np.ndarray, np.ndarray]:
     """New arrays of ``dtype`` holding rows ``rows`` of ``x`` and ``y`` (a shuffle
     buffer's rows, gathered into batches)."""
     out_x, out_y = batch_pair(len(rows), x.shape[1], y.shape[1], dtype)
@@ -427,7 +547,7 @@ def gather(x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype) -> tuple[np.nd
 _TILE_BYTES = 512 << 10
 
 
-def columns_into(cols, start: int, out: np.ndarray) -> None:
+def columns_into(cols: Sequence[np.ndarray], start: int, out: np.ndarray) -> None:
     """``out[i, j] = cols[j][start + i]``: rows of 1-D C-contiguous columns (float64,
     float32, or integers of at most 32 bits: each value exact as float64) into ``out``
     (a 2-D float64 or float32 array of ``len(cols)`` values a row, side by side, its

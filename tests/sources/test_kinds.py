@@ -113,6 +113,7 @@ def test_a_memory_reader_sets_its_threads_and_refuses_reads_once_closed():
         lambda: r.read(np.arange(2), ox, oy),
         lambda: r.read_run(np.arange(9), 0, 2, ox, oy),
         lambda: r.take_run(np.arange(9), 0, 2, np.dtype(np.float64), None),
+        lambda: r.use_threads(2),  # (its rows are let go of: the same refusal)
     ):
         with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
             call()

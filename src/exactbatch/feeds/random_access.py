@@ -110,7 +110,7 @@ class RandomAccessFeed:
         # The reader and its read as opened: the fingerprint's sample never goes through
         # what is put on the reader later (the output's rules, a test's fault injector).
         self._opened = reader
-        self._sample_read: Callable[..., None] | None = reader.read
+        self._sample_read: Callable[..., int | None] | None = reader.read
         if spec.output is not None:  # labels, transform or NaN rule: read through it
             reader = OutputReader(reader, spec.output)
         self.reader, self.spec = reader, spec

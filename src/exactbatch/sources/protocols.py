@@ -138,7 +138,10 @@ class RowReader(Protocol):
     d: int
     l: int  # noqa: E741
 
-    def read(self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray) -> None: ...
+    # (None; a reader that fuses returns the first row whose x held a NaN, or -1)
+    def read(
+        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray
+    ) -> int | None: ...
 
     def prefetch_default(self, batch_bytes: int) -> int: ...
 

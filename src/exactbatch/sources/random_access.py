@@ -17,10 +17,11 @@ batch between threads.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from exactbatch.dataset import Dataset
-from exactbatch.kernels import memory_rows, run_reads
+from exactbatch.kernels import ReadRun, Rows, TakeRun, memory_rows, run_reads
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.urls import is_url
 
@@ -29,7 +30,7 @@ __all__ = ["MemoryReader", "NdfReader", "WrappedReader"]
 PREFETCH_MIN_BYTES = 256 << 10  # an .ndf file: default prefetch for batches at least this large
 
 
-def _closed(*args: object) -> None:  # (read, read_run and take_run, once closed)
+def _closed(*args: object) -> NoReturn:  # (read, read_run and take_run, once closed)
     raise ValueError("read from a closed DataLoader")
 
 
@@ -42,15 +43,20 @@ class MemoryReader:
         self.n, self.d, self.l = ds.n, ds.d, ds.l
         # The bound method itself: one call per batch, whatever the backend. It takes
         # a transform kernel too (fuses: applied as rows are copied).
-        self._rows = memory_rows(ds.x, ds.y)
-        self.read = self._rows.read
+        rows = memory_rows(ds.x, ds.y)
+        self._rows: Rows | None = rows
+        self.read: Callable[..., int | None] = rows.read
         # A hand-out's read of a batch of an epoch's whole order (kernels.run_reads).
-        self.read_run, self.take_run = run_reads(self._rows)
+        self.read_run: ReadRun
+        self.take_run: TakeRun
+        self.read_run, self.take_run = run_reads(rows)
         self.fuses = True
 
     def use_threads(self, threads: int | None) -> None:
         """The gather's threads for every read (None: picked from each batch's bytes).
         Set on the rows object: no extra call per batch."""
+        if self._rows is None:
+            _closed()
         self._rows.threads = threads
 
     def prefetch_default(self, batch_bytes: int) -> int:
