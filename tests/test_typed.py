@@ -83,6 +83,14 @@ STRICT = (
     "exactbatch.prefetch",
     "exactbatch.certificate",
     "exactbatch.kernels",
+    "exactbatch.sources.categorical_args",
+    "exactbatch.sources.code_dtype",
+    "exactbatch.sources.column_chunk",
+    "exactbatch.sources.file_watch",
+    "exactbatch.sources.parquet_files",
+    "exactbatch.sources.protocols",
+    "exactbatch.sources.random_access",
+    "exactbatch.sources.splitting",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

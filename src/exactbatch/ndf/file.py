@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from exactbatch.ndf.regular import open_regular
 from exactbatch.ndf.remote import open_url
 from exactbatch.urls import is_url, local_path
 
+if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
+    from typing_extensions import Self
+
 __all__ = ["NdfFile", "Share", "open_ndf"]
 
 
@@ -58,6 +61,11 @@ class Share:
     __slots__ = ()
     # what a subclass holds (in slots of its own)
     _h: Any
+
+    if TYPE_CHECKING:  # (each subclass is made from what it holds: share() makes one)
+
+        def __init__(self, held: Any) -> None: ...
+
     path: str
     n: int
     d: int
@@ -69,7 +77,7 @@ class Share:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
         return h
 
-    def share(self):
+    def share(self) -> Self:
         """Another holder of the same open rows (what a loader keeps)."""
         return type(self)(self._handle())
 

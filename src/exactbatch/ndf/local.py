@@ -31,7 +31,7 @@ from exactbatch.ndf.guard import Lease
 __all__ = ["LocalHandle", "what_changed"]
 
 
-def what_changed(st: os.stat_result, size: int, mtime: int | None, ctime: int | None):
+def what_changed(st: os.stat_result, size: int, mtime: int | None, ctime: int | None) -> str | None:
     """How the file whose ``fstat`` is ``st`` changed since it had ``size`` bytes (at
     least), modification time ``mtime`` and change time ``ctime`` (in ns; None:
     unchecked), in words; None if it did not. The rule of :meth:`LocalHandle.check_size`,

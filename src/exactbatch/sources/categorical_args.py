@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["check_categorical"]
 
 
-def check_categorical(categorical, where: str) -> dict[str, list | None]:
+def check_categorical(categorical: object, where: str) -> dict[str, list[Any] | None]:
     """``categorical`` as ``{column: vocabulary or None}`` (None: learn it).
 
     ``categorical``: None, a column name, a list of names, or a mapping from
@@ -29,7 +30,7 @@ def check_categorical(categorical, where: str) -> dict[str, list | None]:
     if isinstance(categorical, str):
         categorical = [categorical]
     if isinstance(categorical, Mapping):
-        out: dict[str, list | None] = {}
+        out: dict[str, list[Any] | None] = {}
         for col, values in categorical.items():
             if not isinstance(col, str):
                 raise TypeError(f"{where}: categorical names columns by name; got {col!r}")
@@ -62,14 +63,14 @@ def check_categorical(categorical, where: str) -> dict[str, list | None]:
     return dict.fromkeys(categorical)
 
 
-def _given(values) -> list:
+def _given(values: Iterable[Any]) -> list[Any]:
     """A vocabulary given, as a list: a NumPy array's scalars as Python's (np.str_ is not
     str, np.bool_ not bool), converted in C where none is left (a list of strings is
     copied, never looped over in Python: a million strings in milliseconds)."""
     import numpy as np
 
     flat = isinstance(values, np.ndarray) and values.ndim == 1
-    vocab = values.tolist() if flat else list(values)
+    vocab = values.tolist() if flat and isinstance(values, np.ndarray) else list(values)
     if any(issubclass(t, np.generic) for t in set(map(type, vocab))):
         vocab = [v.item() if isinstance(v, np.generic) else v for v in vocab]
     return vocab

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (numpy is imported where it is used)
+    from numpy.typing import DTypeLike
+
 __all__ = ["check_code_dtype"]
 
 
-def check_code_dtype(categories, dtype, where: str = "dtype") -> None:
+def check_code_dtype(
+    categories: Mapping[str, Sized], dtype: DTypeLike, where: str = "dtype"
+) -> None:
     """Refuse (``ValueError`` naming ``where``, the column and its count) a floating
     ``dtype`` that cannot hold every code of ``categories`` (``{column: [values]}``)
     exactly: codes run to k - 1, and float32 holds every integer up to 2**24 only

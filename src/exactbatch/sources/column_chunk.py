@@ -22,8 +22,10 @@ view), and anything else reads it as an array (``np.asarray``, a copy).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from exactbatch.kernels import columns_into
 
@@ -46,15 +48,17 @@ class Columns:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __getitem__(self, key) -> Columns | np.ndarray:
+    def __getitem__(self, key: Any) -> Columns | np.ndarray:
         if not isinstance(key, slice):
-            return np.asarray(self)[key]
+            rows: np.ndarray = np.asarray(self)[key]
+            return rows
         r = range(self.shape[0])[key]
         if r.step != 1:
-            return np.asarray(self)[key]
+            stepped: np.ndarray = np.asarray(self)[key]
+            return stepped
         return Columns(self.cols, len(r), self.start + r.start)
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         out = np.empty(self.shape, dtype=np.float64 if dtype is None else dtype)
         self.into(out)
         return out
@@ -68,7 +72,7 @@ class Columns:
         return f"Columns(rows={self.shape[0]}, columns={self.shape[1]}, start={self.start})"
 
 
-def put(out: np.ndarray, src) -> None:
+def put(out: np.ndarray, src: Columns | ArrayLike) -> None:
     """``out[...] = src``: an array, or a :class:`Columns`, copied straight from its columns."""
     if isinstance(src, Columns):
         src.into(out)
@@ -76,7 +80,7 @@ def put(out: np.ndarray, src) -> None:
         out[...] = src
 
 
-def side_by_side(x, y) -> Columns | np.ndarray:
+def side_by_side(x: Columns | ArrayLike, y: Columns | ArrayLike) -> Columns | np.ndarray:
     """``x`` then ``y`` (a chunk's pair, of equal rows) as one chunk of whole rows: a
     :class:`Columns` of both's columns where both are held so, else a float64 array."""
     if isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start:

@@ -37,7 +37,9 @@ class FileWatch:
     stamped now; :meth:`check` says if any changed since. ``stamps`` (one a file):
     what they must still be (a source unpickled), else taken now."""
 
-    def __init__(self, paths: Sequence[str], what: str, stamps: Sequence | None = None):
+    def __init__(
+        self, paths: Sequence[str], what: str, stamps: Sequence[Sequence[int]] | None = None
+    ):
         self.paths = [os.fspath(p) for p in paths]
         self.what = what
         self._fds: list[int] = []
@@ -49,7 +51,9 @@ class FileWatch:
             for p, was, now in zip(self.paths, stamps, self.stamps, strict=True):
                 check_same(p, was, now)
 
-    def __reduce__(self):  # by its paths and stamps: opened again, and checked, on load
+    def __reduce__(  # by its paths and stamps: opened again, and checked, on load
+        self,
+    ) -> tuple[type[FileWatch], tuple[list[str], str, list[tuple[int, int, int]]]]:
         return FileWatch, (self.paths, self.what, self.stamps)
 
     def check(self) -> None:
@@ -63,7 +67,7 @@ class FileWatch:
                 )
 
 
-def check_same(path: str, was, now) -> None:
+def check_same(path: str, was: Sequence[int], now: Sequence[int]) -> None:
     """:class:`NdfError` naming ``path`` if its stamp ``now`` is not ``was`` (pickled)."""
     if tuple(was) != tuple(now):
         raise NdfError(

@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from exactbatch.hints import PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.urls import FOLDER_PATTERN, find_files, once_each
 
 __all__ = ["list_local_files"]
 
 
-def list_local_files(path, pattern: str = FOLDER_PATTERN) -> list[str]:
+def list_local_files(
+    path: PathLike | Sequence[PathLike], pattern: str = FOLDER_PATTERN
+) -> list[str]:
     """The local Parquet files ``path`` names: a file, a folder or a list of files.
 
     A folder is read as its files matching ``pattern``

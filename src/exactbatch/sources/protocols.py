@@ -67,7 +67,7 @@ widths are known. A chunk of other rows than ``chunk_rows`` says is a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Union
 
 import numpy as np
@@ -181,7 +181,8 @@ def check_reader(reader: Any, source: object) -> RowReader:
         )
     for name in ("n", "d", "l"):
         check_int(f"{type(source).__name__}.open_reader().{name}", getattr(reader, name), 0)
-    return reader
+    checked: RowReader = reader  # (its members are there, its sizes checked)
+    return checked
 
 
 @dataclass(frozen=True)
@@ -192,18 +193,20 @@ class StreamHooks:
     and the callables ``identity``, ``will_need``, ``read_rows_into``,
     ``open_chunk``, ``read_columns`` and ``column_chunks``."""
 
+    # (the hooks are the source's own methods, a user's: what they return is checked
+    # where it is read, as Any is)
     chunk_rows: np.ndarray | None = None
-    read_chunk: Callable | None = None
+    read_chunk: Callable[[int], Chunk] | None = None
     n_rows: int | None = None
     d: int | None = None
     l: int | None = None  # noqa: E741
     block_rows: int | None = None
-    identity: Callable | None = None
-    will_need: Callable | None = None
-    read_rows_into: Callable | None = None
-    open_chunk: Callable | None = None
-    read_columns: Callable | None = None
-    column_chunks: Callable | None = None
+    identity: Callable[..., Any] | None = None
+    will_need: Callable[..., Any] | None = None
+    read_rows_into: Callable[..., Any] | None = None
+    open_chunk: Callable[..., Any] | None = None
+    read_columns: Callable[..., Any] | None = None
+    column_chunks: Callable[..., Any] | None = None
 
     @property
     def chunk_indexed(self) -> bool:
@@ -211,7 +214,7 @@ class StreamHooks:
         return self.chunk_rows is not None
 
 
-def _chunk_rows(source) -> np.ndarray:
+def _chunk_rows(source: Any) -> np.ndarray:
     name = f"{type(source).__name__}.chunk_rows"
     try:
         rows = np.asarray(source.chunk_rows)
@@ -235,7 +238,7 @@ def stream_hooks(source: Any) -> StreamHooks:
     ``ValueError``) naming it."""
     owner = type(source).__name__
 
-    def size(name: str, minimum: int):
+    def size(name: str, minimum: int) -> int | None:
         return check_int(f"{owner}.{name}", getattr(source, name, None), minimum, optional=True)
 
     identity = getattr(source, "identity", None)
@@ -244,18 +247,19 @@ def stream_hooks(source: Any) -> StreamHooks:
     columns = getattr(source, "column_chunks", None)
     if columns is not None and not callable(columns):
         raise TypeError(f"{owner}.column_chunks must be a method; got {columns!r:.80}")
-    common = {
-        "n_rows": size("n_rows", 0),
-        "block_rows": size("block_rows", 1),
-        "identity": identity,
-        "column_chunks": columns,
-    }
+    common = StreamHooks(
+        n_rows=size("n_rows", 0),
+        block_rows=size("block_rows", 1),
+        identity=identity,
+        column_chunks=columns,
+    )
     if not is_chunk_source(source):
-        return StreamHooks(**common)
+        return common
     d, l = size("d", 0), size("l", 0)  # noqa: E741
     if (d is None) != (l is None):
         raise TypeError(f"{owner} has only one of d and l; a chunk source has both, or neither")
-    return StreamHooks(
+    return replace(
+        common,
         chunk_rows=_chunk_rows(source),
         read_chunk=source.read_chunk,
         d=d,
@@ -264,5 +268,4 @@ def stream_hooks(source: Any) -> StreamHooks:
         read_rows_into=getattr(source, "read_rows_into", None),
         open_chunk=getattr(source, "open_chunk", None),
         read_columns=getattr(source, "read_columns", None),
-        **common,
     )

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from exactbatch.dataset import Dataset
 from exactbatch.kernels import ReadRun, Rows, TakeRun, memory_rows, run_reads
 from exactbatch.ndf import NdfDataset, NdfFile
+from exactbatch.sources.protocols import RowReader
 from exactbatch.urls import is_url
 
 __all__ = ["MemoryReader", "NdfReader", "WrappedReader"]
@@ -103,7 +104,7 @@ class WrappedReader:
     taken, the output's dtype and transform) and leaves the rest to it: its threads,
     its prefetch default and its close."""
 
-    inner: Any
+    inner: RowReader
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return self.inner.prefetch_default(batch_bytes)

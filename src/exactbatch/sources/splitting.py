@@ -15,6 +15,7 @@ from exactbatch.hints import ArrayLike, Source
 from exactbatch.order.split_keys import Labels
 from exactbatch.order.splits import (
     Folds,
+    LabelsArg,
     Split,
     check_alone,
     check_fractions,
@@ -27,7 +28,7 @@ from exactbatch.sources.columns import source_column, source_size
 __all__ = ["kfold", "split"]
 
 
-def _size_of(source_or_n) -> int:
+def _size_of(source_or_n: int | Source) -> int:
     if isinstance(source_or_n, bool):
         raise TypeError("source_or_n must be a row count (an int) or a random-access source")
     if isinstance(source_or_n, (int, np.integer)):
@@ -35,7 +36,7 @@ def _size_of(source_or_n) -> int:
     return source_size(source_or_n)
 
 
-def _labels(source_or_n, spec, arg: str):
+def _labels(source_or_n: int | Source, spec: ArrayLike | str | None, arg: str) -> LabelsArg:
     """``spec`` as the order takes it: a column name looked up in the source (as
     :class:`~exactbatch.order.split_keys.Labels`, named for errors), else as given."""
     if not isinstance(spec, str):
