@@ -91,6 +91,14 @@ STRICT = (
     "exactbatch.sources.protocols",
     "exactbatch.sources.random_access",
     "exactbatch.sources.splitting",
+    "exactbatch.sources.kinds",
+    "exactbatch.sources.columns",
+    "exactbatch.sources.blocks",
+    "exactbatch.sources.arrow",
+    "exactbatch.sources.hf_datasets",
+    "exactbatch.sources.duckdb_relations",
+    "exactbatch.sources.arrow_ipc",
+    "exactbatch.sources.polars_frames",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

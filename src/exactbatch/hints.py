@@ -18,6 +18,7 @@ __all__ = [
     "Columns",
     "DTypeLike",
     "Device",
+    "Foreign",
     "PathLike",
     "Source",
     "TotalSize",
@@ -42,6 +43,10 @@ Columns = Sequence[str] | str | None
 # A loader's features= or labels=: columns by name or position (a sequence, or one),
 # or None for a default.
 ColumnSelection = Sequence[str | int] | str | int | None
+
+# An object of a library that ships no types (a pyarrow array, table or schema, a
+# polars frame, a DuckDB relation): what is called of it is checked where it is read.
+Foreign = Any
 
 # A device of the adapter's library (``"cuda:0"``, a ``torch.device``, a
 # ``jax.Device``), or None for its default.

@@ -8,16 +8,19 @@ directly avoids both.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
 from exactbatch.checks import check_int
+from exactbatch.hints import Foreign
 from exactbatch.sources.column_chunk import Columns
 
 __all__ = ["ArrowRows", "column_chunk", "fill_columns", "fill_float64"]
 
 
-def fill_float64(col, out: np.ndarray) -> None:
+def fill_float64(col: Foreign, out: np.ndarray) -> None:
     """``out[:] = col`` (an Arrow array or chunked array of numbers) as float64,
     nulls as NaN."""
     import pyarrow as pa
@@ -42,7 +45,7 @@ def fill_float64(col, out: np.ndarray) -> None:
         out[valid == 0] = np.nan
 
 
-def fill_columns(cols, out: np.ndarray) -> None:
+def fill_columns(cols: Sequence[Foreign], out: np.ndarray) -> None:
     """``out[:, j] = cols[j]`` for every column (Arrow arrays or chunked arrays of
     numbers, ``len(out)`` values each) as float64, nulls as NaN; ``out`` float64 or
     float32 (cast as copied), each row's values side by side.
@@ -52,7 +55,7 @@ def fill_columns(cols, out: np.ndarray) -> None:
     column_chunk(cols, out.shape[0]).into(out)
 
 
-def column_chunk(cols, n: int) -> Columns:
+def column_chunk(cols: Iterable[Foreign], n: int) -> Columns:
     """``cols`` (Arrow arrays or chunked arrays of numbers, ``n`` values each) as a
     :class:`~exactbatch.sources.column_chunk.Columns`: views of their buffers where
     they are one chunk without nulls of float64, float32 or an integer of at most 32
@@ -74,7 +77,7 @@ _VIEWED = {
 }
 
 
-def _values(col, n: int) -> np.ndarray:
+def _values(col: Foreign, n: int) -> np.ndarray:
     """``col``'s ``n`` values as a 1-D array: a view of its Arrow buffer where it is one
     chunk of a type in ``_VIEWED`` with no nulls, else a float64 copy (see
     :func:`fill_float64`)."""
@@ -101,7 +104,7 @@ class ArrowRows:
 
     __slots__ = ("columns", "first", "rows")
 
-    def __init__(self, columns: list, first: int, rows: int):
+    def __init__(self, columns: list[Foreign], first: int, rows: int):
         self.columns, self.first, self.rows = columns, first, rows
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:

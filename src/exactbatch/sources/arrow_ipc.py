@@ -25,10 +25,11 @@ whose copies are guarded, a mapping of a truncated file is a ``SIGBUS``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from exactbatch.extras import need
-from exactbatch.hints import PathLike
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, pick_columns
 from exactbatch.sources.file_watch import FileWatch
 from exactbatch.sources.identity import column_names, file_facts
@@ -43,7 +44,13 @@ class ArrowFileSource:
         batches) and ``compressed``. It pickles by its path and the file's stamps (reopened
     on load, and refused if the file changed: ``NdfError``)."""
 
-    def __init__(self, path: str, features, labels, stamps=None):
+    def __init__(
+        self,
+        path: str,
+        features: str | Sequence[str] | None,
+        labels: str | Sequence[str],
+        stamps: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         pa = need("pyarrow", by="arrow_file", package="pyarrow", extra="arrow")
         self.path = path
         # opened (and stamped) before it is mapped: what is read is what is checked
@@ -74,7 +81,7 @@ class ArrowFileSource:
         check = None if self.compressed else self._watch.check
         return ArrowColumnsReader(self._columns, self.d, mapped=True, check=check)
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its kind, columns and file (:mod:`exactbatch.sources.identity`)."""
         names = column_names(self.features, self.labels)
         return {"kind": "arrow_file", "names": names, **file_facts(self.path)}
@@ -83,7 +90,7 @@ class ArrowFileSource:
         """``NdfError`` naming the file if it changed (in place) since it was opened."""
         self._watch.check()
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ArrowFileSource], tuple[Any, ...]]:
         return (_reopen, (self.path, self.features, self.labels, self._watch.stamps))
 
     def __repr__(self) -> str:
@@ -93,7 +100,7 @@ class ArrowFileSource:
         )
 
 
-def _in_mapping(table, mapping) -> bool:
+def _in_mapping(table: Foreign, mapping: Foreign) -> bool:
     """Do ``table``'s buffers lie in ``mapping`` (read in place, not decompressed)?"""
     mapping.seek(0)
     start = mapping.read_buffer(1).address
@@ -107,7 +114,12 @@ def _in_mapping(table, mapping) -> bool:
     )
 
 
-def _reopen(path: str, features, labels, stamps=None) -> ArrowFileSource:
+def _reopen(
+    path: str,
+    features: str | Sequence[str] | None,
+    labels: str | Sequence[str],
+    stamps: Sequence[Sequence[int]] | None = None,
+) -> ArrowFileSource:
     return ArrowFileSource(path, features, labels, stamps)
 
 

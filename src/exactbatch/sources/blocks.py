@@ -23,6 +23,9 @@ row groups are).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import numpy as np
 
 from exactbatch.arrays import check_out_array
@@ -60,7 +63,7 @@ class NdfBlocks:
             rows.append(np.minimum(block_rows, b - first))
         self.chunk_starts, self.chunk_rows = np.concatenate(starts), np.concatenate(rows)
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its file's or dataset's identity (:func:`exactbatch.sources.identity.ndf_identity`:
         the sample is 64 rows read)."""
         return ndf_identity(self.file)
@@ -80,7 +83,7 @@ class NdfBlocks:
         return block[:, : self.d], block[:, self.d :]
 
     @property
-    def open_chunk(self):
+    def open_chunk(self) -> Callable[[int], WholeRows]:
         """With direct reads on (:mod:`exactbatch.ndf.direct`), :meth:`read_block`: what
         a loader reading several blocks at once then reads them with. Else absent (an
         ``AttributeError``): blocks are read straight into the shuffle buffer, one at a
@@ -120,7 +123,7 @@ class NdfBlocks:
         reads in shuffled block order keep the disk as busy as a sequential read."""
         self.file.will_need(int(self.chunk_starts[i]), int(self.chunk_rows[i]))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for i in range(len(self)):
             yield self.read_chunk(i)
 

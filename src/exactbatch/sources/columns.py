@@ -12,11 +12,16 @@ the file once, in blocks of up to 64 Ki rows (memory: one block).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
+from exactbatch.hints import Source
 from exactbatch.ndf.names import DefaultNames
 from exactbatch.sources.chunks import Stream
 from exactbatch.sources.kinds import open_source
+from exactbatch.sources.protocols import RowReader
 
 __all__ = ["MissingColumnError", "column_names", "source_categories", "source_column"]
 __all__ += ["source_size"]
@@ -32,13 +37,13 @@ class MissingColumnError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _is_frame(source) -> bool:
+def _is_frame(source: object) -> bool:
     return (
         hasattr(source, "columns") and hasattr(source, "__getitem__") and hasattr(source, "shape")
     )
 
 
-def source_size(source) -> int:
+def source_size(source: Source) -> int:
     """The rows of a random-access source (what ``DataLoader`` accepts as one); a
     stream is a ``TypeError``: its rows have no ids to split."""
     n = getattr(source, "n", None)
@@ -56,7 +61,7 @@ def source_size(source) -> int:
         reader.close()
 
 
-def _reader(source):
+def _reader(source: Source) -> RowReader:
     opened = open_source(source)
     if isinstance(opened, Stream):
         raise TypeError(
@@ -67,7 +72,7 @@ def _reader(source):
     return opened
 
 
-def _names(source) -> list[str] | None:
+def _names(source: Source) -> list[str] | None:
     """The source's column names, or None when it has none."""
     if _is_frame(source):
         return [str(c) for c in source.columns]
@@ -77,7 +82,7 @@ def _names(source) -> list[str] | None:
     return list(features or ()) + list(labels or ())
 
 
-def column_names(source, opened=None) -> tuple[list[str], list[str]] | None:
+def column_names(source: Source, opened: object = None) -> tuple[list[str], list[str]] | None:
     """``(features, labels)``: the names of the columns a loader reads from ``source``
     (``opened``: what :func:`~exactbatch.sources.kinds.open_source` made of it), in the
     loader's order, or None when they have none: an array, a pair of arrays, a stream
@@ -98,7 +103,7 @@ def column_names(source, opened=None) -> tuple[list[str], list[str]] | None:
     return None
 
 
-def source_categories(source, opened=None) -> dict[str, list]:
+def source_categories(source: Source, opened: object = None) -> dict[str, list[Any]]:
     """The vocabularies of the columns ``source`` reads as integer codes (a Parquet
     source's ``categorical=``, an ``.ndf`` file's or dataset's stored ones): ``{}``
     for none. Found where :func:`column_names` finds the names."""
@@ -109,7 +114,7 @@ def source_categories(source, opened=None) -> dict[str, list]:
     return {}
 
 
-def _described(source, opened):
+def _described(source: Source, opened: object) -> Iterator[Any]:
     """What may describe ``source``'s columns: itself, what opened it, the object a
     stream reads (``.source``), and the file of either (``.file``)."""
     for obj in (source, opened, getattr(opened, "source", None)):
@@ -120,7 +125,7 @@ def _described(source, opened):
                 yield f
 
 
-def source_column(source, name: str, arg: str = "groups") -> np.ndarray:
+def source_column(source: Source, name: str, arg: str = "groups") -> np.ndarray:
     """The values of the column ``name`` of ``source``, one per row.
 
     A source without column names (an array, a pair, a Dataset) is a

@@ -25,6 +25,7 @@ from typing import Any
 
 from exactbatch.checks import check_int
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.sources.arrow_columns import ArrowStream, made_by, pick_columns
 from exactbatch.sources.categorical import check_categorical
 
@@ -83,7 +84,7 @@ def duckdb_source(
     )
 
 
-def _reader(relation, batch_rows: int):
+def _reader(relation: Foreign, batch_rows: int) -> Foreign:
     """A fresh Arrow reader running ``relation`` (``to_arrow_reader``; before DuckDB 1.4,
     ``fetch_arrow_reader``)."""
     run = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader

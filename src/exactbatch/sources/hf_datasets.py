@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, made_by, pick_columns
 from exactbatch.sources.file_watch import FileWatch
 from exactbatch.sources.identity import column_names
@@ -42,7 +43,9 @@ class HfDatasetSource:
     :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``dataset``,
     ``features``, ``labels``, ``n``, ``d``, ``l``."""
 
-    def __init__(self, dataset, features, labels):
+    def __init__(
+        self, dataset: Foreign, features: str | Sequence[str] | None, labels: str | Sequence[str]
+    ) -> None:
         table = dataset.data.table  # a pyarrow Table (datasets.table.Table wraps one)
         self.features, self.labels = pick_columns(
             table.schema, features, labels, "the Hugging Face Dataset"
@@ -58,7 +61,7 @@ class HfDatasetSource:
         files = [f["filename"] for f in getattr(dataset, "cache_files", None) or ()]
         self._watch = FileWatch(files, "a Hugging Face dataset's Arrow cache file")
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its kind and columns (:mod:`exactbatch.sources.identity`)."""
         return {"kind": "hf_dataset", "names": column_names(self.features, self.labels)}
 

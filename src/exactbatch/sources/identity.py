@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -105,7 +106,9 @@ def _sample(read, n: int, d: int, l: int) -> str:  # noqa: E741
     return _rows_hash(pos, x, y)
 
 
-def column_names(features, labels):
+def column_names(
+    features: Iterable[str] | None, labels: Iterable[str] | None
+) -> dict[str, list[str]] | str | None:
     """The column names to record: None for default names (x0.., y0..), a hash past
     :data:`MAX_NAMES` names."""
     if features is None or isinstance(features, DefaultNames):

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import collections.abc as cabc
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from exactbatch.arrays import is_array_like
 from exactbatch.dataset import Dataset
+from exactbatch.hints import Source
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.sources.arrow_table import (
     arrow_source,
@@ -61,11 +62,11 @@ class SourceKind(NamedTuple):
     open: Callable[[Any], RowReader | Stream]
 
 
-def _open_reader(source) -> RowReader:
+def _open_reader(source: Source) -> RowReader:
     return check_reader(source.open_reader(), source)
 
 
-def _pair(source) -> MemoryReader:
+def _pair(source: tuple[Any, ...]) -> MemoryReader:
     if len(source) != 2:
         raise TypeError(
             f"a tuple source must be an (x, y) pair; got a {len(source)}-tuple "
@@ -74,11 +75,11 @@ def _pair(source) -> MemoryReader:
     return MemoryReader(Dataset(*source))
 
 
-def _is_dask(source) -> bool:
+def _is_dask(source: object) -> bool:
     return hasattr(source, "__dask_graph__")
 
 
-def _dask(source):  # it would be computed whole into memory as an array
+def _dask(source: object) -> NoReturn:  # it would be computed whole into memory as an array
     raise TypeError(
         f"a Dask collection ({type(source).__name__}) is not an in-memory array: stream "
         "it by partitions with DataLoader(exactbatch.dask.dask_source(collection), ...), "
@@ -86,7 +87,7 @@ def _dask(source):  # it would be computed whole into memory as an array
     )
 
 
-def _iterator(source):
+def _iterator(source: object) -> NoReturn:
     raise TypeError(
         f"a bare iterator or generator ({type(source).__name__}) can be read only once, "
         "but every epoch must restart the stream: pass a zero-argument function that "
@@ -94,23 +95,23 @@ def _iterator(source):
     )
 
 
-def _is_ndf(source) -> bool:
+def _is_ndf(source: object) -> bool:
     return isinstance(source, (NdfFile, NdfDataset))
 
 
-def _is_dataset(source) -> bool:
+def _is_dataset(source: object) -> bool:
     return isinstance(source, Dataset)
 
 
-def _is_pair(source) -> bool:
+def _is_pair(source: object) -> bool:
     return isinstance(source, tuple)
 
 
-def _is_iterator(source) -> bool:
+def _is_iterator(source: object) -> bool:
     return isinstance(source, cabc.Iterator)
 
 
-def _is_reiterable(source) -> bool:
+def _is_reiterable(source: object) -> bool:
     return isinstance(source, cabc.Iterable) and not isinstance(source, (str, bytes))
 
 
@@ -139,7 +140,7 @@ KINDS: tuple[SourceKind, ...] = (
 )
 
 
-def open_source(source) -> RowReader | Stream:
+def open_source(source: Source) -> RowReader | Stream:
     """A random-access reader for ``source``, or a stream: the first of :data:`KINDS`
     that accepts it; ``TypeError`` for none."""
     for kind in KINDS:

@@ -15,11 +15,12 @@ labels and leaves the frame where it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from exactbatch.checks import check_int
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.sources.arrow_columns import ArrowStream, made_by, pick_columns
 from exactbatch.sources.arrow_table import ArrowTableSource
 from exactbatch.sources.categorical import check_categorical
@@ -78,20 +79,20 @@ def polars_source(
     feats, labs = pick_columns(_arrow_schema(frame), features, labels, "the LazyFrame", cats)
     query = frame.select(list(feats + labs))
 
-    def batches():
+    def batches() -> Iterator[Foreign]:
         return (df.to_arrow() for df in query.collect_batches(chunk_size=batch_rows))
 
     return ArrowStream(batches, feats, labs, "the LazyFrame", n_rows, categorical=cats)
 
 
-def _arrow_schema(frame):
+def _arrow_schema(frame: Foreign) -> Foreign:
     """The LazyFrame's schema as Arrow's, without running its query: an empty frame's."""
     import polars as pl
 
     return _to_arrow(pl.DataFrame(schema=frame.collect_schema()), "the LazyFrame").schema
 
 
-def _to_arrow(frame, owner: str):
+def _to_arrow(frame: Foreign, owner: str) -> Foreign:
     """``frame.to_arrow()``, or a ``ValueError`` naming the columns Arrow cannot hold (a
     polars Int128, say) instead of pyarrow's own error."""
     import pyarrow as pa
