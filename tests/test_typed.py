@@ -99,6 +99,8 @@ STRICT = (
     "exactbatch.sources.duckdb_relations",
     "exactbatch.sources.arrow_ipc",
     "exactbatch.sources.polars_frames",
+    "exactbatch.sources.chunks",
+    "exactbatch.sources.passes",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -25,12 +25,15 @@ buffer holds them).
 from __future__ import annotations
 
 import collections.abc as cabc
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from exactbatch.arrays import as_numpy
+from exactbatch.hints import Source
 from exactbatch.sources.column_chunk import Columns
-from exactbatch.sources.protocols import StreamHooks, stream_hooks
+from exactbatch.sources.protocols import RowsInto, StreamHooks, stream_hooks
 
 __all__ = [
     "ChunkError",
@@ -58,7 +61,11 @@ class ChunkTypeError(ChunkError, TypeError):
     """A chunk holds something other than real numbers (also a ``TypeError``)."""
 
 
-def _chunk_array(a, what: str, index: int):
+# a side of a chunk, normalized: float64 rows, or float64 columns (column_chunks)
+Side = np.ndarray | Columns
+
+
+def _chunk_array(a: object, what: str, index: int) -> Side:
     if isinstance(a, Columns):  # float64 columns already (column_chunks)
         return a
     try:
@@ -75,7 +82,7 @@ def _chunk_array(a, what: str, index: int):
     return arr.astype(np.float64, copy=False)
 
 
-def normalize_chunk(chunk, index: int, width: tuple[int, int] | None):
+def normalize_chunk(chunk: object, index: int, width: tuple[int, int] | None) -> tuple[Side, Side]:
     """``chunk`` as float64 ``(x, y)`` of shapes (rows, d) and (rows, l).
 
     ``index`` is the chunk's 0-based position in the epoch's stream, used in
@@ -90,15 +97,15 @@ def normalize_chunk(chunk, index: int, width: tuple[int, int] | None):
         x, y = _chunk_array(chunk[0], "x", index), _chunk_array(chunk[1], "y", index)
     else:
         x, y = _chunk_array(chunk, "x", index), None
-    if x.ndim == 1:
+    if isinstance(x, np.ndarray) and x.ndim == 1:  # (a Columns is 2-D)
         x = x.reshape(1, -1)
         if y is not None:
-            y = y.reshape(1, -1)
+            y = np.asarray(y).reshape(1, -1)
     elif x.ndim != 2:
         raise ChunkError(f"chunk {index}: x must be 2-D (rows, d) or 1-D (d,); got shape {x.shape}")
     if y is None:
         y = np.empty((x.shape[0], 0), dtype=np.float64)
-    elif y.ndim == 1:
+    elif isinstance(y, np.ndarray) and y.ndim == 1:
         y = y.reshape(-1, 1)
     elif y.ndim != 2:
         raise ChunkError(f"chunk {index}: y must be 2-D (rows, l) or 1-D; got shape {y.shape}")
@@ -128,7 +135,7 @@ class Widths:
     def known(self) -> tuple[int, int] | None:
         return None if self.d is None or self.l is None else (self.d, self.l)
 
-    def normalize(self, chunk, index: int):
+    def normalize(self, chunk: object, index: int) -> tuple[Side, Side]:
         """``chunk`` (the ``index``-th of its pass) as float64 ``(x, y)``, checked against
         the widths, which it sets if unknown (:func:`normalize_chunk`)."""
         x, y = normalize_chunk(chunk, index, self.known())
@@ -152,7 +159,7 @@ class Stream:
 
     hooks: StreamHooks
 
-    def __init__(self, source):
+    def __init__(self, source: Source) -> None:
         self.source = source
         self.hooks = stream_hooks(source)
         self.had_rows = False
@@ -161,7 +168,7 @@ class Stream:
     def chunk_indexed(self) -> bool:
         return self.hooks.chunk_indexed
 
-    def open(self):
+    def open(self) -> Iterator[Any]:
         columns = self.hooks.column_chunks
         return iter(self.source) if columns is None else columns()
 
@@ -180,9 +187,11 @@ class ChunkIndexedStream(Stream):
     learn its widths) reads every chunk in order, so the source need not be
     iterable."""
 
-    def open(self):
-        read = self.hooks.read_chunk
-        return (read(i) for i in range(len(self.hooks.chunk_rows)))
+    def open(self) -> Iterator[Any]:
+        read, rows = self.hooks.read_chunk, self.hooks.chunk_rows
+        if read is None or rows is None:  # (stream_hooks gives a chunk source both)
+            raise TypeError(f"{type(self.source).__name__} is not a chunk source")
+        return (read(i) for i in range(len(rows)))
 
 
 IndexedStream = ChunkIndexedStream  # the old name, kept working
@@ -194,7 +203,7 @@ class ChunkList:
     checked once here, in list order, as a pass would check it (its widths against
     the first's); its rows are counted so."""
 
-    def __init__(self, chunks: list):
+    def __init__(self, chunks: list[Any]):
         self.chunks = chunks
         widths = Widths()
         counts = [widths.normalize(chunk, i)[0].shape[0] for i, chunk in enumerate(chunks)]
@@ -202,14 +211,14 @@ class ChunkList:
         self.n_rows = int(self.chunk_rows.sum())
         self.d, self.l = widths.d, widths.l
 
-    def read_chunk(self, i: int):
+    def read_chunk(self, i: int) -> Any:
         return self.chunks[i]
 
 
 class FactoryStream(Stream):
     """A zero-argument callable returning a fresh iterator of chunks per pass."""
 
-    def open(self):
+    def open(self) -> Iterator[Any]:
         it = self.source()
         if not isinstance(it, cabc.Iterator):
             try:
@@ -219,10 +228,11 @@ class FactoryStream(Stream):
                     f"the source factory must return an iterator of chunks; "
                     f"it returned {type(it).__name__}"
                 ) from None
-        return it
+        chunks: Iterator[Any] = it
+        return chunks
 
 
-def close_iterator(it) -> None:
+def close_iterator(it: object) -> None:
     """Close ``it`` now if it can be closed (a generator's ``finally`` runs)."""
     close = getattr(it, "close", None)
     if close is not None:
@@ -244,7 +254,7 @@ class ChunkRead:
 
     def __init__(
         self,
-        read_into,
+        read_into: Callable[[int, np.ndarray], object],
         id0: int,
         rows: int,
         d: int,
@@ -272,7 +282,7 @@ class WholeRows:
         out[...] = self.whole[a : a + out.shape[0]]
 
 
-def laid_out(chunk, first: int, rows: int, width: int) -> WholeRows:
+def laid_out(chunk: RowsInto, first: int, rows: int, width: int) -> WholeRows:
     """``chunk`` (a :class:`~exactbatch.sources.protocols.RowsInto` of ``rows`` rows
     from stream row ``first`` on, ``width`` values a row) as :class:`WholeRows`."""
     if isinstance(chunk, WholeRows):

@@ -31,7 +31,9 @@ chunks are handed on is the pieces' order, whatever ``depth``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +43,9 @@ from exactbatch.prefetch import Hinter, ReadAhead, cores, shut
 from exactbatch.sources.chunks import (
     ChunkError,
     ChunkRead,
+    Side,
     Stream,
+    WholeRows,
     Widths,
     close_iterator,
     laid_out,
@@ -64,6 +68,12 @@ AHEAD_SHARE = 2  # the chunks read ahead of a buffer hold at most 1/AHEAD_SHARE 
 LAY_OUT_DEPTH = 3  # reading threads lay chunks out as whole rows from this depth on
 _DONE = object()  # a timed sequential pass's end
 
+# What a pass yields: a piece of a chunk read, ``(x, y, id0)``, or one for a shuffle
+# buffer to read (ChunkRead); ``timed`` wraps a read (the loader's telemetry).
+Piece = tuple[Side, Side, int] | ChunkRead
+Pass = Generator[Piece, None, None]
+Timed = Callable[[Callable[..., Any]], Callable[..., Any]]
+
 
 def read_depth(buffer_rows: int | None, chunk_rows: int | None, threads: int | None = None) -> int:
     """How many chunks a pass reads ahead, at once: 1 without a shuffle buffer
@@ -85,20 +95,27 @@ def open_pass(
     order_key: tuple[int, int] | None = None,
     into_buffer: bool = False,
     depth: int = 1,
-    timed=None,
-):
+    timed: Timed | None = None,
+) -> Generator[Any, None, None]:
     """The chunks of one pass of ``stream`` for ``shard`` (module docs); ``order_key``
     ``(seed, epoch)`` shuffles a chunk source's chunk order; ``into_buffer``: for a
     shuffle buffer (its read hooks may be used); ``depth``: chunks read ahead;
     ``timed``: wraps each read of a chunk (``timed(read)``: the loader's telemetry)."""
+    # (Any: a Piece, but only a pass into a buffer yields ChunkRead, which rebatch
+    # never takes: into_buffer decides, and a type cannot follow a flag)
     hooks = stream.hooks
-    if hooks.chunk_indexed:
+    if hooks.chunk_rows is not None:  # (chunk-indexed)
         pieces = shard_pieces(hooks.chunk_rows, shard, span, order_key)
         return chunk_source_pass(hooks, pieces, widths, fed, into_buffer, depth, timed)
     return sequential_pass(stream, shard, span, widths, fed, timed)
 
 
-def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[int, int, int]]:
+def shard_pieces(
+    chunk_rows: Sequence[int] | np.ndarray,
+    shard: Shard,
+    span: tuple[int, int | None] | None,
+    order_key: tuple[int, int] | None = None,
+) -> list[tuple[int, int, int]]:
     """``(chunk, lo, hi)``: rows ``lo .. hi - 1`` of each chunk the shard reads, in
     stream order, or in the order keyed by ``order_key`` ``(seed, epoch)``."""
     if span is None:
@@ -114,13 +131,13 @@ def shard_pieces(chunk_rows, shard: Shard, span, order_key=None) -> list[tuple[i
 
 def chunk_source_pass(
     hooks: StreamHooks,
-    pieces,
+    pieces: list[tuple[int, int, int]],
     widths: Widths,
     fed: Tally,
     into_buffer: bool,
     depth: int = 1,
-    timed=None,
-):
+    timed: Timed | None = None,
+) -> Pass:
     """The ``pieces`` of a chunk source, in their order: read into arrays, or (with
     ``into_buffer``, where the source can and its widths are known) as
     :class:`~exactbatch.sources.chunks.ChunkRead` for a shuffle buffer to read;
@@ -176,7 +193,7 @@ def chunk_source_pass(
         # only copies them (one copy a row more, made off that thread). Not with
         # two: the buffer's thread and one reader already share two cores evenly
         # (measured: 14% slower with, on 2 cores; docs/benchmarks.md).
-        def read(i, opened=opened):
+        def read(i: int, opened: Callable[[int], Any] = opened) -> WholeRows:
             return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
     assert read is not None  # (a chunk-indexed source reads its chunks by index)
@@ -210,7 +227,7 @@ def chunk_source_pass(
         shut(ahead, hints, wait=not closed)
 
 
-def _timed_chunks(it, timed):
+def _timed_chunks(it: Iterator[Any], timed: Timed) -> Iterator[Any]:
     """The chunks of ``it``, each pull through ``timed`` (the one that finds the end too)."""
     pull = timed(partial(next, it, _DONE))
     while True:
@@ -220,7 +237,14 @@ def _timed_chunks(it, timed):
         yield chunk
 
 
-def sequential_pass(stream: Stream, shard: Shard, span, widths: Widths, fed: Tally, timed=None):
+def sequential_pass(
+    stream: Stream,
+    shard: Shard,
+    span: tuple[int, int | None] | None,
+    widths: Widths,
+    fed: Tally,
+    timed: Timed | None = None,
+) -> Generator[tuple[Side, Side, int], None, None]:
     """A pass of ``stream`` front to back: each chunk's rows the shard owns (``timed``
     wraps each chunk's read). A pass with no rows after one with rows is a
     ``ValueError``: the source cannot restart."""
