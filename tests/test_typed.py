@@ -101,6 +101,8 @@ STRICT = (
     "exactbatch.sources.polars_frames",
     "exactbatch.sources.chunks",
     "exactbatch.sources.passes",
+    "exactbatch.sources.arrow_table",
+    "exactbatch.sources.parquet_urls",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -12,10 +12,11 @@ fresh reader, which is called once per pass.
 from __future__ import annotations
 
 import collections.abc as cabc
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.sources.arrow_columns import ArrowColumnsReader, ArrowStream, made_by, pick_columns
 from exactbatch.sources.categorical import check_categorical, code, vocabularies
 from exactbatch.sources.identity import column_names
@@ -33,7 +34,7 @@ def is_arrow_reader(obj: object) -> bool:
     return made_by(obj, "pyarrow", "RecordBatchReader")
 
 
-def refuse_reader(reader: Any):
+def refuse_reader(reader: Any) -> NoReturn:
     """The ``TypeError`` a bare reader gets, naming the fix."""
     raise TypeError(
         f"a pyarrow RecordBatchReader ({type(reader).__name__}) can be read only once, "
@@ -48,7 +49,14 @@ class ArrowTableSource:
     :class:`~exactbatch.sources.protocols.RowSource`. Attributes: ``table``,
     ``features``, ``labels``, ``n``, ``d``, ``l``."""
 
-    def __init__(self, table, features, labels, owner: str = "the pyarrow Table", categorical=None):
+    def __init__(
+        self,
+        table: Foreign,
+        features: str | Sequence[str] | None,
+        labels: str | Sequence[str],
+        owner: str = "the pyarrow Table",
+        categorical: object = None,
+    ) -> None:
         cats = check_categorical(categorical, owner)
         self.features, self.labels = pick_columns(table.schema, features, labels, owner, cats)
         self.n, self.d, self.l = table.num_rows, len(self.features), len(self.labels)
@@ -62,7 +70,7 @@ class ArrowTableSource:
         self.table = table
         self.owner = owner
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its kind and columns (:mod:`exactbatch.sources.identity`)."""
         names = column_names(self.features, self.labels)
         return {"kind": f"arrow table ({self.owner})", "names": names}
@@ -116,23 +124,28 @@ def arrow_source(
 class _Readers:
     """``factory()`` checked to be a reader (or an iterable of record batches)."""
 
-    def __init__(self, factory: Callable, pa):
+    def __init__(self, factory: Callable[[], Any], pa: Foreign) -> None:
         self.factory, self.pa = factory, pa
 
-    def __call__(self):
+    def __call__(self) -> Iterable[Foreign]:
         r = self.factory()
         if isinstance(r, self.pa.Table):
-            return r.to_batches()
+            table: Iterable[Foreign] = r.to_batches()
+            return table
         if not isinstance(r, cabc.Iterable):
             raise TypeError(
                 "the function passed to arrow_source must return a RecordBatchReader; "
                 f"it returned {type(r).__name__}"
             )
-        return r
+        batches: Iterable[Foreign] = r
+        return batches
 
 
 def _schema_columns(
-    factory: Callable, features, labels, cats: dict
+    factory: Callable[[], Any],
+    features: str | Sequence[str] | None,
+    labels: str | Sequence[str],
+    cats: dict[str, list[Any] | None],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The columns to read, from the schema of a first reader (or first batch) made now."""
     first = factory()

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.urls import (
     FOLDER_PATTERN,
     find_files,
@@ -22,11 +24,15 @@ from exactbatch.urls import (
 __all__ = ["list_url_files", "url_identity", "url_parquet_file"]
 
 
-def _pq():
+def _pq() -> Foreign:
     return need("pyarrow.parquet", by="parquet_source", package="pyarrow", extra="parquet")
 
 
-def list_url_files(path, pattern: str = FOLDER_PATTERN, storage_options: dict | None = None):
+def list_url_files(
+    path: PathLike | Sequence[PathLike],
+    pattern: str = FOLDER_PATTERN,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Foreign, list[str]]:
     """``(fs, [url, ...])``: the Parquet objects a URL, a folder URL or a list of URLs names.
 
     A folder (a prefix) is read as its objects matching ``pattern``, as a
@@ -70,13 +76,15 @@ def list_url_files(path, pattern: str = FOLDER_PATTERN, storage_options: dict | 
     return fs, urls
 
 
-def url_identity(fs, url: str) -> tuple:
+def url_identity(fs: Foreign, url: str) -> tuple[Any, str | None, Any]:
     """What changes when an object is overwritten: (size, ETag or mtime, version)."""
     info = object_info(fs, fs._strip_protocol(url), url)
     return info.get("size"), version_tag(info), info.get("VersionId")
 
 
-def url_parquet_file(fs, url: str, metadata=None, size: int | None = None):
+def url_parquet_file(
+    fs: Foreign, url: str, metadata: Foreign = None, size: int | None = None
+) -> Foreign:
     """A ``pyarrow.parquet.ParquetFile`` reading ``url`` through ``fs`` by ranged reads.
 
     No read-ahead cache: pyarrow asks for exactly the footer, or a row
