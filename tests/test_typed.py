@@ -103,6 +103,7 @@ STRICT = (
     "exactbatch.sources.passes",
     "exactbatch.sources.arrow_table",
     "exactbatch.sources.parquet_urls",
+    "exactbatch.sources.chunk_cache",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

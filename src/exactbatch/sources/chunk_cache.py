@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
 
-from exactbatch.kernels import memory_parts, memory_rows
+from exactbatch.kernels import Parts, RowIndex, TransformKernel, memory_parts, memory_rows
 from exactbatch.order.windows import chunk_of_rows
 from exactbatch.sources.chunks import ChunkError, Stream, Widths
 from exactbatch.sources.column_chunk import Columns, put, side_by_side
@@ -66,19 +67,21 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict = {}  # read (whole rows), not held yet
-        self._held: dict = {}  # the chunks set in the parts (whole rows)
-        self._going: dict = {}  # let go of, but set still: copied from by a read then
-        self._loading: dict[int, Future] = {}
+        self._fresh: dict[int, np.ndarray] = {}  # read (whole rows), not held yet
+        self._held: dict[int, np.ndarray] = {}  # the chunks set in the parts (whole rows)
+        # let go of, but set still: copied from by a read then
+        self._going: dict[int, np.ndarray] = {}
+        self._loading: dict[int, Future[np.ndarray | None]] = {}
         # when each chunk was last read, and (last) the reads' clock: stamped by the parts'
         # reads (stamp_into), as each read's chunks are known there without a pass here
         self._used = np.zeros(max(1, len(self.chunk_rows)) + 1, dtype=np.int64)
         self._built = 0  # the clock at the last decision of what is held
         self.rows_read = 0  # rows of every chunk read (read amplification)
-        self._todo: deque = deque()  # the read-ahead thread's work (see read_ahead)
+        # the read-ahead thread's work (see read_ahead)
+        self._todo: deque[Callable[[], Iterable[int]]] = deque()
         self._reading_ahead = False
         self._closed = False
-        self._parts = None
+        self._parts: Parts | None = None
         if widths.known() is None:  # learn them from the first chunk with rows
             first = int(np.flatnonzero(self.chunk_rows)[0]) if self.n else None
             if first is not None:
@@ -86,15 +89,15 @@ class ChunkCacheReader:
         self.d, self.l = widths.d or 0, widths.l or 0
         self.fuses = True  # read() takes a transform kernel: the parts' gather applies it
         starts = np.concatenate([self.firsts, [self.n]]).astype(np.int64)
-        self._parts = memory_parts(starts, self.d, self.l)
-        self._parts.stamp_into(self._used)
+        self._parts = parts = memory_parts(starts, self.d, self.l)
+        parts.stamp_into(self._used)
 
     def prefetch_default(self, batch_bytes: int) -> int:
         return 0  # the next window's chunks are read ahead (read_ahead)
 
     # -- chunks -------------------------------------------------------------------
 
-    def _start(self, c: int) -> tuple[Future, bool]:
+    def _start(self, c: int) -> tuple[Future[np.ndarray | None], bool]:
         """The load of chunk ``c``: one under way, or a new one registered, which the
         caller makes (``(future, True)``: see :meth:`_wait`)."""
         with self._lock:
@@ -104,7 +107,7 @@ class ChunkCacheReader:
             fut = self._loading[c] = Future()
             return fut, True
 
-    def _load(self, c: int, fut: Future, ahead: bool = False) -> None:
+    def _load(self, c: int, fut: Future[np.ndarray | None], ahead: bool = False) -> None:
         """Read chunk ``c``, resolving ``fut`` (its exception too; read ``ahead``, an error
         is let go, and a thread waiting on ``fut`` reads the chunk itself)."""
         try:
@@ -126,7 +129,7 @@ class ChunkCacheReader:
                     self._used[c] = _AHEAD
         fut.set_result(xy)
 
-    def _read(self, c: int):
+    def _read(self, c: int) -> np.ndarray:
         """Chunk ``c`` as whole rows (x then y, float64): copied straight from the columns
         ``read_columns`` gives where the source has it and its widths are known, read
         straight into them where the source can (``read_rows_into``, ``open_chunk``),
@@ -161,7 +164,7 @@ class ChunkCacheReader:
             )
         return np.concatenate((x, y), axis=1)
 
-    def _wait(self, c: int, load: tuple[Future, bool]):
+    def _wait(self, c: int, load: tuple[Future[np.ndarray | None], bool]) -> np.ndarray:
         """Chunk ``c`` once its ``load`` (:meth:`_start`) is done: made here if this thread
         registered it, or if it was abandoned (a read ahead that failed)."""
         while True:
@@ -173,12 +176,12 @@ class ChunkCacheReader:
                 return got
             load = self._start(c)
 
-    def _hold(self, chunks) -> None:
+    def _hold(self, chunks: Sequence[int]) -> None:
         """Decide what is held, ``chunks`` first (read here if need be), then, while the
         budget allows, the chunks held and used since the last decision, those read
         ahead, then the others held (module docs): each set in the parts once, none
         copied again."""
-        got = {}
+        got: dict[int, np.ndarray] = {}
         for c in chunks:  # (outside the lock: reads wait on I/O)
             with self._lock:
                 if self._closed:
@@ -227,7 +230,13 @@ class ChunkCacheReader:
 
     # -- rows ---------------------------------------------------------------------
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray, kernel=None):
+    def read(
+        self,
+        rows: RowIndex | Sequence[int],
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+    ) -> int | None:
         """Rows ``rows`` (stream row ids: a slice or an integer array) into the outputs
         (``kernel``: a transform applied as they are copied; see ``RowReader.fuses``)."""
         if not isinstance(rows, (slice, np.ndarray)):
@@ -237,9 +246,12 @@ class ChunkCacheReader:
             raise ValueError("read from a closed DataLoader")
         # A read stamps the chunks it touches (the parts' stamp_into): no pass over the
         # rows here unless a chunk is not held.
-        args = (rows, out_x, out_y) if kernel is None else (rows, out_x, out_y, kernel)
         while True:
-            got = parts.read(*args)
+            got = (
+                parts.read(rows, out_x, out_y)
+                if kernel is None
+                else parts.read(rows, out_x, out_y, kernel)
+            )
             if not isinstance(got, list):  # copied (None, or the kernel's answer)
                 return got
             self._hold(self._chunks(rows))  # chunks not held: copied nothing
@@ -247,7 +259,7 @@ class ChunkCacheReader:
             if parts is None:
                 raise ValueError("read from a closed DataLoader")
 
-    def _chunks(self, rows) -> list[int]:
+    def _chunks(self, rows: RowIndex) -> list[int]:
         """The chunks ``rows`` (a slice or an integer array of stream rows) lie in."""
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
@@ -255,7 +267,7 @@ class ChunkCacheReader:
         chunks: list[int] = np.unique(cid).tolist()
         return chunks
 
-    def holds(self, chunks) -> bool:
+    def holds(self, chunks: Iterable[int]) -> bool:
         """Is every chunk of ``chunks`` held (set in the parts, read, or being read)?"""
         with self._lock:
             if self._closed:
@@ -265,7 +277,7 @@ class ChunkCacheReader:
 
     # -- reading ahead --------------------------------------------------------------
 
-    def read_ahead(self, chunks) -> None:
+    def read_ahead(self, chunks: Callable[[], Iterable[int]]) -> None:
         """Read the chunks ``chunks()`` lists (those not held or being read) on a background
         thread, in order (the list is made on that thread too). The thread ends when it
         has nothing left to read: a loader dropped unclosed leaves no thread behind."""
