@@ -104,6 +104,8 @@ STRICT = (
     "exactbatch.sources.arrow_table",
     "exactbatch.sources.parquet_urls",
     "exactbatch.sources.chunk_cache",
+    "exactbatch.sources.arrow_columns",
+    "exactbatch.sources.parquet_columns",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

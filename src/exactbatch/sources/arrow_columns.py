@@ -27,10 +27,11 @@ from __future__ import annotations
 import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from exactbatch.hints import Foreign
 from exactbatch.kernels import columns_into
 from exactbatch.sources.arrow import column_chunk
 from exactbatch.sources.categorical import code, is_categorical_type, vocabularies
@@ -54,7 +55,7 @@ def made_by(obj: object, library: str, *names: str) -> bool:
     )
 
 
-def _names(columns, what: str) -> tuple[str, ...] | None:
+def _names(columns: object, what: str) -> tuple[str, ...] | None:
     if columns is None:
         return None
     if isinstance(columns, str):
@@ -69,7 +70,11 @@ def _names(columns, what: str) -> tuple[str, ...] | None:
 
 
 def pick_columns(
-    schema, features, labels, owner: str, categorical: dict | None = None
+    schema: Foreign,
+    features: object,
+    labels: object,
+    owner: str,
+    categorical: dict[str, list[Any] | None] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(features, labels)``: the column names to read from ``schema`` (a
     ``pyarrow.Schema``), checked as the module docs say; ``owner`` names the
@@ -90,7 +95,7 @@ def pick_columns(
 
     numeric = {t: is_numeric_type(t) for t in set(types.values())}  # (few distinct types)
 
-    def readable(c) -> bool:
+    def readable(c: str) -> bool:
         return is_categorical_type(types[c]) if c in cats else numeric[types[c]]
 
     outside = [c for c in cats if c not in types]
@@ -136,9 +141,10 @@ def pick_columns(
 _FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
 
 
-def _bits_at(bits: np.ndarray, first: int, src) -> np.ndarray:
+def _bits_at(bits: np.ndarray, first: int, src: slice | np.ndarray) -> np.ndarray:
     i = (np.arange(src.start, src.stop) if isinstance(src, slice) else src) + first
-    return ((bits[i >> 3] >> (i & 7).astype(np.uint8)) & 1).astype(bool)
+    out: np.ndarray = ((bits[i >> 3] >> (i & 7).astype(np.uint8)) & 1).astype(bool)
+    return out
 
 
 class _Part:
@@ -147,11 +153,13 @@ class _Part:
 
     __slots__ = ("bits", "first", "valid", "values")
 
-    def __init__(self, arr):
+    def __init__(self, arr: Foreign) -> None:
         import pyarrow as pa
 
         n, self.first = len(arr), arr.offset
-        self.valid = self.values = self.bits = None
+        self.valid: np.ndarray | None = None
+        self.values: np.ndarray | None = None
+        self.bits: np.ndarray | None = None
         if arr.null_count == n:  # all null (or empty): a null-type array may have no buffers
             return
         validity, data = arr.buffers()[:2]
@@ -165,9 +173,9 @@ class _Part:
                 data, dtype=dtype, count=n, offset=dtype.itemsize * arr.offset
             )
 
-    def take(self, src) -> np.ndarray | float:
+    def take(self, src: slice | np.ndarray) -> np.ndarray | float:
         if self.bits is not None:
-            v: Any = _bits_at(self.bits, self.first, src)
+            v: np.ndarray = _bits_at(self.bits, self.first, src)
         elif self.values is not None:
             v = self.values[src]
         else:
@@ -182,7 +190,17 @@ class _Part:
 _PLAIN = frozenset(np.dtype(t) for t in ("f8", "f4", "i1", "u1", "i2", "u2", "i4", "u4"))
 
 
-def _runs(js: list[int], d: int, parts: list) -> tuple | None:
+# a layout's runs (see _runs): which chunks are plain, then x's first output column and
+# its columns, y's first and its columns
+Runs = tuple[list[bool], int, list[int], int, list[int]]
+
+
+def _plain(part: _Part) -> bool:
+    """Are ``part``'s values plain: a type in ``_PLAIN``, no nulls?"""
+    return part.values is not None and part.valid is None and part.values.dtype in _PLAIN
+
+
+def _runs(js: list[int], d: int, parts: list[list[_Part]]) -> Runs | None:
     """For a layout of columns ``js``: ``(plain, x_lo, x_js, y_lo, y_js)``, ``plain[c]``
     whether chunk ``c`` of every one of them is plain values (a type in ``_PLAIN``, no
     nulls: read in order with one :func:`~exactbatch.kernels.columns_into` a side),
@@ -192,15 +210,7 @@ def _runs(js: list[int], d: int, parts: list) -> tuple | None:
     if any(v != list(range(v[0], v[0] + len(v))) for v in (xs, ys) if v):
         return None
     chunks = len(parts[js[0]]) if js else 0
-    plain = [
-        all(
-            parts[j][c].values is not None
-            and parts[j][c].valid is None
-            and parts[j][c].values.dtype in _PLAIN
-            for j in js
-        )
-        for c in range(chunks)
-    ]
+    plain = [all(_plain(parts[j][c]) for j in js) for c in range(chunks)]
     return plain, xs[0] if xs else 0, xs, ys[0] if ys else 0, [j + d for j in ys]
 
 
@@ -208,7 +218,7 @@ def _in_order(bounds: list[int], rows: slice) -> list[tuple[int, slice, slice]]:
     """:func:`_plan` of a slice of rows, ``bounds`` its ``starts`` as a list: the chunks
     it crosses found by bisection, not by a loop over every chunk."""
     a, b = rows.start, rows.stop
-    out = []
+    out: list[tuple[int, slice, slice]] = []
     c = max(0, bisect_right(bounds, a) - 1)
     while c < len(bounds) - 1 and bounds[c] < b:
         lo, hi = max(a, bounds[c]), min(b, bounds[c + 1])
@@ -218,7 +228,7 @@ def _in_order(bounds: list[int], rows: slice) -> list[tuple[int, slice, slice]]:
     return out
 
 
-def _plan(starts: np.ndarray, rows) -> list[tuple[int, Any, Any]]:
+def _plan(starts: np.ndarray, rows: slice | np.ndarray) -> list[tuple[int, Any, Any]]:
     """``[(chunk, dst, src)]``: where the rows ``rows`` (a slice, or an int64 array) lie
     among chunks beginning at ``starts`` (then the end): ``out[dst] = chunk[src]``."""
     k = len(starts) - 1
@@ -253,12 +263,12 @@ class ArrowColumnsReader:
 
     def __init__(
         self,
-        columns: Sequence,
+        columns: Sequence[Foreign],
         d: int,
         row_map: np.ndarray | None = None,
         mapped: bool = False,
         check: Callable[[], None] | None = None,
-    ):
+    ) -> None:
         import pyarrow as pa
 
         chunked = [c if isinstance(c, pa.ChunkedArray) else pa.chunked_array([c]) for c in columns]
@@ -268,8 +278,8 @@ class ArrowColumnsReader:
         self.mapped = mapped
         self._check = check
         self._map = row_map
-        layouts: dict[tuple, list[int]] = {}
-        self._parts = []
+        layouts: dict[tuple[int, ...], list[int]] = {}
+        self._parts: list[list[_Part]] = []
         for j, col in enumerate(chunked):
             sizes = [len(a) for a in col.chunks] or [0]
             layouts.setdefault(tuple(sizes), []).append(j)
@@ -281,7 +291,7 @@ class ArrowColumnsReader:
         self._runs = [_runs(js, d, self._parts) for _, js in self._layouts]
         self._bounds = [starts.tolist() for starts, _ in self._layouts]
 
-    def read(self, rows, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read(self, rows: slice | np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         # A close() during the read lets it end: the parts taken first (close lets go of
         # the layouts first, so layouts found mean these parts are whole).
         parts = self._parts
@@ -303,7 +313,9 @@ class ArrowColumnsReader:
                     for out, lo, js in ((out_x, runs[1], runs[2]), (out_y, runs[3], runs[4])):
                         if js:
                             view = out[dst, lo : lo + len(js)]
-                            columns_into([parts[j][c].values for j in js], src.start, view)
+                            # (plain: every one's values there, _runs found)
+                            values = cast("list[np.ndarray]", [parts[j][c].values for j in js])
+                            columns_into(values, src.start, view)
                     continue
                 for j in columns:
                     out, k = (out_x, j) if j < d else (out_y, j - d)
@@ -331,13 +343,13 @@ class ArrowStream:
 
     def __init__(
         self,
-        batches: Callable[[], Iterable],
+        batches: Callable[[], Iterable[Foreign]],
         features: Sequence[str],
         labels: Sequence[str],
         owner: str,
         n_rows: int | None = None,
-        categorical: dict | None = None,
-    ):
+        categorical: dict[str, list[Any] | None] | None = None,
+    ) -> None:
         self._batches = batches
         self.features, self.labels = tuple(features), tuple(labels)
         self.owner = owner
@@ -346,7 +358,7 @@ class ArrowStream:
         self._vocab = vocabularies(categorical or {}, batches)
         self.categories = {c: list(v.values) for c, v in self._vocab.items()}
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its kind and columns (:mod:`exactbatch.sources.identity`): a query's rows
         cannot be sampled without running it."""
         names = column_names(self.features, self.labels)

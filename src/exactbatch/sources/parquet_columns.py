@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from exactbatch.hints import Foreign
 from exactbatch.sources.categorical import Vocabulary, is_categorical_type, learn, learned
 
 __all__ = ["Partitions", "SourceColumns", "check_names", "find_columns", "hive_partitions"]
@@ -34,8 +35,8 @@ class Partitions(NamedTuple):
     and each file's ``values`` (one dict a file, in the source's file order)."""
 
     names: tuple[str, ...]
-    types: dict
-    values: list[dict]
+    types: dict[str, Foreign]  # an Arrow type each
+    values: list[dict[str, Any]]
 
 
 def _has_keys(base: str, files: list[str]) -> bool:
@@ -82,7 +83,7 @@ def hive_partitions(base: str, files: list[str], fs: Any = None) -> Partitions |
     return Partitions(names, types, values)
 
 
-def _all_int64(values: list) -> bool:
+def _all_int64(values: list[Any]) -> bool:
     """Are the (string) values, less nulls, all integers within int64?"""
     found = [v for v in values if v is not None]
     try:
@@ -91,7 +92,7 @@ def _all_int64(values: list) -> bool:
         return False
 
 
-def check_held_keys(path: str, pf, keys: dict) -> None:
+def check_held_keys(path: str, pf: Foreign, keys: dict[str, Any]) -> None:
     """A ``ValueError`` naming ``path`` and the key if a partition key the file (``pf``, a
     ``ParquetFile``) also holds as a column holds a value other than its path's
     (``keys``: the path's values). From the footer's statistics where every row group
@@ -122,7 +123,13 @@ class SourceColumns:
     coded ones (``categories``). :meth:`arrow_columns` turns what was read of a file
     into the chosen columns, coded, in order."""
 
-    def __init__(self, names, partitions: Partitions | None, categorical: dict, where: str):
+    def __init__(
+        self,
+        names: Iterable[str],
+        partitions: Partitions | None,
+        categorical: dict[str, list[Any] | None],
+        where: str,
+    ) -> None:
         self.names = list(names)
         self.partitions = partitions
         keys = set(partitions.names) if partitions is not None else set()
@@ -146,7 +153,7 @@ class SourceColumns:
                         f"categorical=[{c!r}], or leave it out of features/labels"
                     )
 
-    def check_types(self, path: str, types: dict) -> None:
+    def check_types(self, path: str, types: dict[str, Foreign]) -> None:
         """Refuse a file whose chosen columns (``types``: name -> Arrow type) are not
         numeric, or, for a categorical column, not of a type that can be coded."""
         cats = {c: t for c, t in types.items() if c in self.categorical}
@@ -165,12 +172,12 @@ class SourceColumns:
                 "them out of features=[...]"
             )
 
-    def learn(self, reads) -> None:
+    def learn(self, reads: Callable[[list[str]], Iterable[tuple[int, Foreign]]]) -> None:
         """The vocabularies: those given, and the others learned, sorted, from
         ``reads(columns)`` (an iterable of ``(file index, table)`` of those file columns)
         and the partition keys' values."""
         todo = [c for c, v in self.categorical.items() if v is None and c in self._from_files]
-        seen: dict[str, list] = {c: [] for c in todo}
+        seen: dict[str, list[Foreign]] = {c: [] for c in todo}
         if todo:
             import pyarrow.compute as pc
 
@@ -196,11 +203,13 @@ class SourceColumns:
         return [c for c in self.file_columns if c in self.vocab and self.vocab[c].strings]
 
     @property
-    def categories(self) -> dict[str, list]:
+    def categories(self) -> dict[str, list[Any]]:
         """``{column: [value, ...]}``: code ``j`` is the ``j``-th value."""
         return {c: list(v.values) for c, v in self.vocab.items()}
 
-    def arrow_columns(self, table, fi: int, where: str, first_row: int = 0, place=None) -> list:
+    def arrow_columns(
+        self, table: Foreign, fi: int, where: str, first_row: int = 0, place: Any = None
+    ) -> list[Foreign]:
         """The chosen columns of ``table`` (a table or record batch read from file ``fi``,
         holding ``file_columns``): partition keys made constant, categories coded
         (``place``: the row group's, when ``table`` is one: :meth:`Vocabulary.encode`)."""
@@ -220,14 +229,17 @@ class SourceColumns:
         return out
 
 
-def is_numeric_type(arrow_type) -> bool:
+def is_numeric_type(arrow_type: Foreign) -> bool:
     """Can a column of this Arrow type be read as float64 (integer, floating, boolean)?"""
     import pyarrow.types as pat
 
-    return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
+    numeric: bool = (
+        pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
+    )
+    return numeric
 
 
-def check_names(features, labels) -> None:
+def check_names(features: Sequence[str] | None, labels: Sequence[str]) -> None:
     """Refuse a column named twice: within ``features``, within ``labels``, or in both
     (every Arrow-backed source's rule)."""
     for what, names in (("features", features), ("labels", labels)):
@@ -243,7 +255,7 @@ def check_names(features, labels) -> None:
         )
 
 
-def find_columns(available: Sequence[str], named: Sequence[str]) -> tuple[list, list]:
+def find_columns(available: Sequence[str], named: Sequence[str]) -> tuple[list[str], list[str]]:
     """``(missing, twice)``: the names of ``named`` not in ``available``, in their
     order, and the names of ``available`` found in it more than once that ``named``
     names (all of them when ``named`` is empty), sorted. Linear in the columns (a
