@@ -106,6 +106,8 @@ STRICT = (
     "exactbatch.sources.chunk_cache",
     "exactbatch.sources.arrow_columns",
     "exactbatch.sources.parquet_columns",
+    "exactbatch.sources.string_keys",
+    "exactbatch.sources.identity",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -54,20 +54,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.names import DefaultNames
 from exactbatch.ndf.storage import local_stat
 from exactbatch.order.subset import subset_digest
 from exactbatch.sources.chunks import ChunkList, Widths
+from exactbatch.sources.protocols import RowReader
 
 __all__ = ["COMPARED", "SAMPLE_ROWS", "describe", "differences", "reader_fingerprint"]
 __all__ += ["column_names", "file_facts", "ndf_identity", "parquet_identity", "source_facts"]
 __all__ += ["stream_identity"]
+
+# a fingerprint, or what goes into one: JSON (module docs), read key by key
+Fingerprint = dict[str, Any]
 
 SAMPLE_ROWS = 64  # rows hashed at fixed positions: a few small reads, whatever n
 MAX_NAMES = 256  # more column names than this are recorded as a hash (a small state)
@@ -96,7 +102,7 @@ def _rows_hash(pos: np.ndarray, x: np.ndarray, y: np.ndarray) -> str:
     return _hash(pos.astype("<i8").tobytes(), x.tobytes(), y.tobytes())
 
 
-def _sample(read, n: int, d: int, l: int) -> str:  # noqa: E741
+def _sample(read: Callable[..., object], n: int, d: int, l: int) -> str:  # noqa: E741
     """The hash of the fixed sample of rows, read by ``read(rows, out_x, out_y)``."""
     pos = sample_positions(n)
     x = np.empty((len(pos), d), dtype=np.float64)
@@ -120,10 +126,10 @@ def column_names(
     return names
 
 
-def ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
+def ndf_identity(f: NdfFile | NdfDataset, read: Callable[..., object] | None = None) -> Fingerprint:
     """An ``.ndf`` file's or dataset's identity; ``read``: how to read the file's
     sample (None: :meth:`NdfFile.read_rows_into`)."""
-    out: dict = {"names": column_names(f.features, f.labels)}
+    out: Fingerprint = {"names": column_names(f.features, f.labels)}
     if isinstance(f, NdfDataset):
         parts = [[p.name, p.n, p.nbytes] for p in f.manifest.parts]
         digest = _hash(json.dumps([parts, f.d, f.l]).encode())
@@ -139,7 +145,7 @@ def ndf_identity(f: NdfFile | NdfDataset, read=None) -> dict:
     return out
 
 
-def file_facts(path) -> dict:
+def file_facts(path: PathLike) -> Fingerprint:
     """A local file's ``path``, ``size`` and ``mtime`` (recorded to name the data in an
     error, never compared); nothing for a URL or a file gone."""
     st = local_stat(path)
@@ -148,7 +154,7 @@ def file_facts(path) -> dict:
     )
 
 
-def _identity_of(source, call) -> dict:
+def _identity_of(source: object, call: Callable[[], object]) -> Fingerprint:
     """What ``call()`` (a source's ``identity()``) says, checked to be a dict."""
     got = call()
     if not isinstance(got, dict):
@@ -159,26 +165,31 @@ def _identity_of(source, call) -> dict:
     return got
 
 
-def source_facts(source) -> dict:
+def source_facts(source: object) -> Fingerprint:
     """What a :class:`~exactbatch.sources.protocols.RowSource` says of itself beyond its
     reader: its type, and what its ``identity()`` says (module docs; no read); nothing
     for other sources (their readers say it)."""
     if source is None or not callable(getattr(source, "open_reader", None)):
         return {}
-    out: dict = {"kind": type(source).__name__}
+    out: Fingerprint = {"kind": type(source).__name__}
     call = getattr(source, "identity", None)
     if callable(call):
         out.update(_identity_of(source, call))
     return out
 
 
-def reader_fingerprint(reader, ids=None, read=None, about=None) -> dict:
+def reader_fingerprint(
+    reader: RowReader,
+    ids: np.ndarray | None = None,
+    read: Callable[..., object] | None = None,
+    about: Fingerprint | None = None,
+) -> Fingerprint:
     """The fingerprint of a random-access reader's source (module docs); ``ids``: the
     subset a loader serves (``rows=``), or None; ``read``: how to read the sample (the
     reader's own read, as the loader opened it), None once the reader is closed: then
     only the sizes and the subset are recorded (what a closed loader still knows);
     ``about``: :func:`source_facts` of a RowSource."""
-    fp: dict = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
+    fp: Fingerprint = {"kind": None, "n": reader.n, "d": reader.d, "l": reader.l, "names": None}
     f = getattr(reader, "file", None)
     if read is None:
         pass
@@ -192,19 +203,20 @@ def reader_fingerprint(reader, ids=None, read=None, about=None) -> dict:
     return fp
 
 
-def stream_identity(source, call=None) -> dict:
+def stream_identity(source: object, call: Callable[[], object] | None = None) -> Fingerprint:
     """What identifies a stream's ``source`` beyond its sizes: what ``call`` (its
     ``identity()``, as :func:`~exactbatch.sources.protocols.stream_hooks` found it)
     says; for a list of chunks, the sample of its rows; else its kind alone."""
-    fp: dict = {"kind": "stream", "names": None, "rows": None}
+    fp: Fingerprint = {"kind": "stream", "names": None, "rows": None}
     if call is not None:
         fp.update(_identity_of(source, call))
     elif isinstance(source, (list, tuple, ChunkList)):
-        fp.update(kind="chunks", sample=_chunks_sample(getattr(source, "chunks", source)))
+        chunks = source.chunks if isinstance(source, ChunkList) else source
+        fp.update(kind="chunks", sample=_chunks_sample(chunks))
     return fp
 
 
-def _chunks_sample(chunks) -> str:
+def _chunks_sample(chunks: Sequence[object]) -> str:
     """The sample of a list of chunks' rows: the rows at :func:`sample_positions` of
     them all (the same hash as for an array of those rows, however they are cut)."""
     widths = Widths()
@@ -219,7 +231,12 @@ def _chunks_sample(chunks) -> str:
     return _rows_hash(pos, x, y)
 
 
-def parquet_identity(files, footers, features, labels) -> dict:
+def parquet_identity(
+    files: Sequence[PathLike],
+    footers: Iterable[Foreign],
+    features: Iterable[str] | None,
+    labels: Iterable[str] | None,
+) -> Fingerprint:
     """A Parquet source's identity (module docs): ``files`` its paths (or URLs),
     ``footers`` their footers as read at construction."""
     listed = [[os.path.basename(str(p)), _size(p)] for p in files]
@@ -232,15 +249,15 @@ def parquet_identity(files, footers, features, labels) -> dict:
     }
 
 
-def _footer_stats(footers) -> list:
+def _footer_stats(footers: Iterable[Foreign]) -> list[Any]:
     """What Parquet footers say of their rows, already read: each row group's rows and
     each column chunk's statistics (min, max, nulls), as text. Two files of the same
     shape and size but other values differ here."""
-    out = []
+    out: list[Any] = []
     for md in footers:
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
-            cols = []
+            cols: list[Any] = []
             for c in range(rg.num_columns):
                 st = rg.column(c).statistics
                 has = st is not None and st.has_min_max
@@ -250,14 +267,14 @@ def _footer_stats(footers) -> list:
     return out
 
 
-def _size(path) -> int | None:
+def _size(path: PathLike) -> int | None:
     """A local file's size (None for a URL, or a file gone: its name and the rows say
     enough)."""
     st = local_stat(str(path))
     return None if st is None else st.st_size
 
 
-def differences(theirs: dict, mine: dict) -> list[str]:
+def differences(theirs: Fingerprint, mine: Fingerprint) -> list[str]:
     """The keys of :data:`COMPARED` on which two fingerprints differ. A key either
     lacks (or holds None: not known, a stream not read yet) is not compared, but for
     ``rows`` and ``selection``: a subset and the whole source differ, as do chosen
@@ -272,7 +289,7 @@ def differences(theirs: dict, mine: dict) -> list[str]:
     return out
 
 
-def describe(fp: dict) -> str:
+def describe(fp: Fingerprint) -> str:
     """A fingerprint in one line, for an error message."""
     path = fp.get("path")
     bits = [f"{fp.get('kind')}" + (f" {path}" if path else "")]
@@ -287,7 +304,7 @@ def describe(fp: dict) -> str:
     return ", ".join(bits)
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     if isinstance(value, str):
         return value[:12]
     if isinstance(value, dict) and "digest" in value:

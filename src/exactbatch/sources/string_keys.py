@@ -33,8 +33,11 @@ bytes an entry) and the vocabulary as one Arrow array.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
+from exactbatch.hints import Foreign
 from exactbatch.kernels import core
 
 __all__ = ["StringIndex", "sorted_strings", "string_keys", "take_codes"]
@@ -50,7 +53,7 @@ def _powers(k: int) -> np.ndarray:
     return np.cumprod(out, dtype=np.uint64)
 
 
-def string_keys(arr) -> np.ndarray:
+def string_keys(arr: Foreign) -> np.ndarray:
     """The uint64 key of each string of ``arr`` (a pyarrow ``string`` or
     ``large_string`` Array, not chunked): its UTF-8 bytes as little-endian 64-bit words
     ``w_0 .. w_{m-1}`` (eight bytes a word, the last one's missing bytes zero),
@@ -83,7 +86,7 @@ def string_keys(arr) -> np.ndarray:
     return _mixed(keys)
 
 
-def sorted_strings(columns):
+def sorted_strings(columns: Iterable[Foreign]) -> Foreign | None:
     """The distinct strings of ``columns`` (Arrow arrays or chunked arrays, plain or
     dictionary-encoded), nulls left out, sorted by code point (UTF-8's byte order: what
     Python's ``sorted`` gives), as one ``large_string`` Array; None when a column is of
@@ -91,7 +94,7 @@ def sorted_strings(columns):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    chunks = []
+    chunks: list[Foreign] = []
     for col in columns:
         t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
         if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
@@ -103,7 +106,7 @@ def sorted_strings(columns):
     return values.take(pc.sort_indices(values))
 
 
-def _strings(arr) -> tuple:
+def _strings(arr: Foreign) -> tuple[np.ndarray, Foreign]:
     """``(offsets, data)`` of a string or large_string Array: its ``len + 1`` offsets
     (int32 or int64, a view) into ``data``, its bytes (an Arrow buffer, or None)."""
     import pyarrow as pa
@@ -132,7 +135,7 @@ class StringIndex:
 
     __slots__ = ("_codes", "_keys", "_most", "_shift", "_starts", "_values", "_voffs")
 
-    def __init__(self, values, keys: np.ndarray, order: np.ndarray):
+    def __init__(self, values: Foreign, keys: np.ndarray, order: np.ndarray) -> None:
         import pyarrow as pa
 
         # the entries in their keys' order: an entry's key, code and bytes at one position
@@ -149,7 +152,7 @@ class StringIndex:
         self._voffs = _strings(self._values)[0]  # (int64: a large_string array)
 
     @classmethod
-    def of(cls, values: list[str], arrow=None) -> StringIndex | None:
+    def of(cls, values: list[str], arrow: Foreign = None) -> StringIndex | None:
         """The index of the vocabulary ``values`` (code ``j`` is ``values[j]``), or None
         when two of its entries share a key. ``arrow``: the same values as an Arrow
         string array, when there is one (no conversion from Python's)."""
@@ -165,7 +168,7 @@ class StringIndex:
             return None
         return cls(arr, keys, order)
 
-    def coded(self, col) -> tuple:
+    def coded(self, col: Foreign) -> tuple[Foreign, int]:
         """``(codes, first)`` of a plain string Array ``col``, each row looked up (no
         dictionary made): a float64 Arrow array (NaN where null) in Arrow's memory pool,
         and the first row whose value is not in the vocabulary (-1: none)."""
@@ -180,7 +183,7 @@ class StringIndex:
         first = int(unknown.argmax()) if n and unknown.any() else -1
         return pa.Array.from_buffers(pa.float64(), n, [None, buf]), first
 
-    def codes(self, col, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def codes(self, col: Foreign, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, found)`` of ``col`` (a string Array, not chunked): float64 codes
         (NaN where no entry is equal: null, or not in the vocabulary; written into
         ``out`` when given) and whether an entry equal to the value was found."""
@@ -226,7 +229,7 @@ class StringIndex:
         return out, found
 
 
-def take_codes(indices, table: np.ndarray, found: np.ndarray):
+def take_codes(indices: Foreign, table: np.ndarray, found: np.ndarray) -> tuple[Foreign, int]:
     """``(codes, first)``: ``table[indices]`` as a float64 Arrow array (NaN where an index
     is null), and the first row whose index's entry was not ``found`` (-1: none).
     ``indices``: a dictionary array's indices (an integer Array); ``table``, ``found``:
