@@ -108,6 +108,7 @@ STRICT = (
     "exactbatch.sources.parquet_columns",
     "exactbatch.sources.string_keys",
     "exactbatch.sources.identity",
+    "exactbatch.sources.parquet",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

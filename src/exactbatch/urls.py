@@ -22,6 +22,7 @@ import fnmatch
 import os
 import pickle
 import re
+from typing import Any
 
 from exactbatch.extras import need
 
@@ -86,7 +87,7 @@ def _registered(protocol: str) -> bool:
     return protocol in known_implementations or protocol in registry
 
 
-def local_path(path):
+def local_path(path: Any) -> Any:
     """``file:///a/b`` as ``/a/b``; anything else unchanged."""
     if isinstance(path, str) and path[:7].lower() == "file://":
         return path[7:]
@@ -130,10 +131,10 @@ class ForkSafeFs:
 
     __slots__ = ("fs", "pid")
 
-    def __init__(self, fs):
+    def __init__(self, fs: Any) -> None:
         self.fs, self.pid = fs, os.getpid()
 
-    def get(self):
+    def get(self) -> Any:
         """The filesystem to use in the calling process."""
         if self.pid != os.getpid():
             self.fs, self.pid = pickle.loads(pickle.dumps(self.fs)), os.getpid()

@@ -28,13 +28,13 @@ a later read is a ``ValueError``, as for a local file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from exactbatch.extras import need
-from exactbatch.hints import Columns, PathLike
+from exactbatch.hints import Columns, Foreign, PathLike
 from exactbatch.sources.arrow import ArrowRows, column_chunk
 from exactbatch.sources.categorical import check_categorical
 from exactbatch.sources.column_chunk import Columns as ColumnChunk
@@ -76,7 +76,7 @@ __all__ = [
 LABELS_METADATA_KEY = b"exactbatch.labels"
 
 
-class _NotGiven(tuple):
+class _NotGiven(tuple[str, ...]):
     """The default of ``labels``: no labels, unless the files record theirs. An empty
     tuple everywhere else; it shows as ``()`` in signatures."""
 
@@ -87,7 +87,7 @@ class _NotGiven(tuple):
 _NOT_GIVEN = _NotGiven()
 
 
-def recorded_labels(schema) -> list[str] | None:
+def recorded_labels(schema: Foreign) -> list[str] | None:
     """The label columns the schema's metadata records (``LABELS_METADATA_KEY``), or None."""
     raw = (schema.metadata or {}).get(LABELS_METADATA_KEY)
     if raw is None:
@@ -95,7 +95,7 @@ def recorded_labels(schema) -> list[str] | None:
     return [c for c in raw.decode().split(",") if c]
 
 
-def _pq():
+def _pq() -> Foreign:
     return need("pyarrow.parquet", by="parquet_source", package="pyarrow", extra="parquet")
 
 
@@ -119,7 +119,7 @@ class ParquetSource:
         *,
         categorical: Any = None,
         partitions: Partitions | None = None,
-        identities: list | None = None,
+        identities: list[tuple[Any, ...]] | None = None,
     ) -> None:
         _pq()
         check_names(features, labels)
@@ -128,11 +128,11 @@ class ParquetSource:
         self._fs = None if fs is None else ForkSafeFs(fs)  # of URL files; None: local
         self._partitions = partitions
         self.labels = tuple(labels)
-        self._meta = []
-        self._stats = []  # each file's identity when its footer was read
-        self._groups = []  # (file index, row group index) per chunk
+        self._meta: list[Foreign] = []
+        self._stats: list[tuple[Any, ...]] = []  # each file's identity when its footer was read
+        self._groups: list[tuple[int, int]] = []  # (file index, row group index) per chunk
         keys = partitions.names if partitions is not None else ()
-        chunk_rows = []
+        chunk_rows: list[int] = []
         for fi, f in enumerate(files):
             try:
                 self._stats.append(self._identity(f))
@@ -178,10 +178,10 @@ class ParquetSource:
         self.n_rows = int(self.chunk_rows.sum())
         if files:
             self._cols.learn(self._read_columns)
-        self.categories: dict[str, list] = self._cols.categories if files else {}
+        self.categories: dict[str, list[Any]] = self._cols.categories if files else {}
 
     @staticmethod
-    def _check_schema(f, schema, cols: SourceColumns) -> None:
+    def _check_schema(f: str, schema: Foreign, cols: SourceColumns) -> None:
         columns, names = cols.file_columns, schema.names  # (a new list at each .names)
         missing, twice = find_columns(names, columns)
         if missing:
@@ -198,7 +198,7 @@ class ParquetSource:
         at = {c: i for i, c in enumerate(names)}
         cols.check_types(f, {c: schema.field(at[c]).type for c in columns})
 
-    def _read_columns(self, columns: list[str]):
+    def _read_columns(self, columns: list[str]) -> Iterator[tuple[int, Foreign]]:
         """``(file index, table)`` of ``columns`` of each file in turn, a record batch at a
         time: the first pass that learns categorical vocabularies."""
         for fi, f in enumerate(self.files):
@@ -211,7 +211,7 @@ class ParquetSource:
             except Exception as e:
                 raise ValueError(f"{f}: cannot read column(s) {columns} ({e})") from e
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ParquetSource], tuple[Any, ...]]:
         fs = None if self._fs is None else self._fs.get()
         cats = self.categories or None  # the vocabularies as learned: no second pass
         # local files by absolute path: the receiver may run in another folder
@@ -219,10 +219,12 @@ class ParquetSource:
         args = (files, self.features, self.labels, fs, cats, self._partitions, self._stats)
         return _unpickle, args
 
-    def _identity(self, path):
+    def _identity(self, path: str) -> tuple[Any, ...]:
         return _identity(path) if self._fs is None else url_identity(self._fs.get(), path)
 
-    def _parquet_file(self, fi: int, metadata=None, dictionary=None):
+    def _parquet_file(
+        self, fi: int, metadata: Foreign = None, dictionary: list[str] | None = None
+    ) -> Foreign:
         """File ``fi`` opened; ``dictionary``: columns a local file hands out dictionary-
         encoded (categorical strings: their row group's distinct values are coded once,
         and Parquet's own dictionary pages are never expanded into strings)."""
@@ -233,12 +235,12 @@ class ParquetSource:
         return url_parquet_file(self._fs.get(), self.files[fi], metadata=metadata, size=size)
 
     @property
-    def footers(self) -> list:
+    def footers(self) -> list[Foreign]:
         """Each file's footer (``pyarrow.parquet.FileMetaData``), as read at construction:
         its row groups' rows and column statistics (what a state's fingerprint hashes)."""
         return list(self._meta)
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its files, footers and columns (:func:`exactbatch.sources.identity.parquet_identity`)."""
         return parquet_identity(self.files, self._meta, self.features, self.labels)
 
@@ -271,7 +273,7 @@ class ParquetSource:
         first = int(self.chunk_rows[:i].sum())
         return ArrowRows(self._columns(i), first, int(self.chunk_rows[i]))
 
-    def _columns(self, i: int) -> list:
+    def _columns(self, i: int) -> list[Foreign]:
         """Row group ``i`` decoded and checked: its feature then label columns (Arrow)."""
         fi, g = self._groups[i]
         path = self.files[fi]
@@ -300,7 +302,7 @@ class ParquetSource:
                 "parquet_source read its footer; build the source again to read it"
             )
 
-    def iter_batches(self, rows: int) -> Iterator[list]:
+    def iter_batches(self, rows: int) -> Iterator[list[Foreign]]:
         """Every row in order as lists of Arrow columns (features then labels, coded),
         a record batch of at most ``rows`` rows each: memory is one batch, whatever the
         row groups' size (what ``exactbatch convert`` writes from)."""
@@ -327,7 +329,7 @@ class ParquetSource:
             yield self.read_chunk(i)
 
 
-def _identity(path) -> tuple[int, int, int, int, int]:
+def _identity(path: str) -> tuple[int, int, int, int, int]:
     """What changes when a file is replaced or rewritten: (device, inode, size, mtime,
     ctime). The change time catches a rewrite whose mtime was put back (``touch -r``,
     ``rsync --inplace -t``); a change of metadata alone (chmod) moves it too."""
@@ -342,7 +344,7 @@ def parquet_source(
     labels: Any = _NOT_GIVEN,
     categorical: Any = None,
     pattern: str = FOLDER_PATTERN,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> ParquetSource:
     """A chunked source over Parquet data: a file, a folder of files or a list of files.
 
@@ -414,7 +416,15 @@ def parquet_source(
     return ParquetSource(files, features, labels, categorical=categorical, partitions=parts)
 
 
-def _unpickle(files, features, labels, fs, categories, partitions, identities) -> ParquetSource:
+def _unpickle(
+    files: list[str],
+    features: Sequence[str],
+    labels: Sequence[str],
+    fs: Any,
+    categories: dict[str, list[Any] | None] | None,
+    partitions: Partitions | None,
+    identities: list[tuple[Any, ...]],
+) -> ParquetSource:
     """A ParquetSource unpickled: its files' footers read again, checked unchanged."""
     return ParquetSource(
         files,
