@@ -109,6 +109,7 @@ STRICT = (
     "exactbatch.sources.string_keys",
     "exactbatch.sources.identity",
     "exactbatch.sources.parquet",
+    "exactbatch.sources.categorical",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -47,23 +47,28 @@ float16 past 2**11) refuses the source (:func:`~exactbatch.sources.code_dtype.ch
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from exactbatch.hints import Foreign
 from exactbatch.sources.categorical_args import check_categorical
 from exactbatch.sources.code_dtype import check_code_dtype
 from exactbatch.sources.string_keys import StringIndex, sorted_strings, take_codes
+
+if TYPE_CHECKING:  # (numpy is imported where it is used)
+    import numpy as np
 
 __all__ = ["Vocabulary", "check_categorical", "check_code_dtype", "is_categorical_type", "learn"]
 __all__ += ["code", "learned", "vocabularies"]
 
 
-def is_categorical_type(arrow_type) -> bool:
+def is_categorical_type(arrow_type: Foreign) -> bool:
     """Can a column of this Arrow type be coded (strings, integers, booleans, floats, or a
     dictionary of those)?"""
     import pyarrow.types as pat
 
     t = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
-    return (
+    codable: bool = (
         pat.is_string(t)
         or pat.is_large_string(t)
         or pat.is_integer(t)
@@ -71,9 +76,10 @@ def is_categorical_type(arrow_type) -> bool:
         or pat.is_floating(t)
         or pat.is_null(t)
     )
+    return codable
 
 
-def _plain(col):
+def _plain(col: Foreign) -> Foreign:
     """``col`` (an Arrow array or chunked array) with a dictionary decoded to its values."""
     import pyarrow as pa
 
@@ -82,17 +88,17 @@ def _plain(col):
     return col
 
 
-def _present(values) -> list:
+def _present(values: Iterable[Any]) -> list[Any]:
     """The values that stand for a category: not null, not NaN."""
     return [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
-def _zero(v):
+def _zero(v: Any) -> Any:
     """``v`` with a float -0.0 made 0.0: the two are equal, so one category (module docs)."""
     return 0.0 if type(v) is float and v == 0 else v
 
 
-def learn(columns: Iterable) -> list:
+def learn(columns: Iterable[Foreign]) -> list[Any]:
     """The sorted distinct values (nulls and NaN left out) of ``columns``, Arrow arrays of
     one column (a file's, a batch's each): a learned vocabulary. Equal values are one
     value (0 and 0.0 and -0.0; a float zero is kept as 0.0); values of different kinds
@@ -100,8 +106,8 @@ def learn(columns: Iterable) -> list:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    seen: set = set()
-    flags: set = set()  # a boolean file's: True is not 1 (a set would make them one)
+    seen: set[Any] = set()
+    flags: set[Any] = set()  # a boolean file's: True is not 1 (a set would make them one)
     for col in columns:
         plain = _plain(col)
         (flags if pa.types.is_boolean(plain.type) else seen).update(pc.unique(plain).to_pylist())
@@ -117,11 +123,14 @@ def learn(columns: Iterable) -> list:
         ) from None
 
 
+# a numeric vocabulary's float64 keys sorted, their codes, and (lowest, table) or None
+_Numbers = tuple["np.ndarray", "np.ndarray", "tuple[float, np.ndarray] | None"]
+
 _PLACES_HOLD = 1 << 16  # dictionary entries a vocabulary keeps by place, beyond twice its own
 _EXACT = 2.0**53  # integers below this size are float64 exactly (and so is 2**53 + 1 not)
 
 
-def _key(v):
+def _key(v: Any) -> Hashable:
     """A value's key in a vocabulary: equal values, equal keys, but for booleans (True is
     not the category 1); a string is its own key."""
     return v if type(v) is str else (type(v) is bool, _zero(v))
@@ -150,15 +159,18 @@ class Vocabulary:
         "values",
     )
 
-    def __init__(self, column: str, values: Sequence, arrow=None):
+    def __init__(self, column: str, values: Sequence[Any], arrow: Foreign = None) -> None:
         self.column, self.values = column, list(values)
         self._arrow = arrow  # the values as an Arrow string array (learned: sorted_strings)
-        self._codes: dict | None = None  # _key(value) -> code
-        self._numbers: tuple | None = None  # (sorted float64 keys, their codes) or ()
+        self._codes: dict[Hashable, int] | None = None  # _key(value) -> code
+        # (sorted float64 keys, their codes, dense) or ()
+        self._numbers: _Numbers | tuple[()] | None = None
         self._strings: StringIndex | None | bool = False  # False: not built yet
         self._all_str: bool | None = None
-        self._last: tuple | None = None  # (a chunk's dictionary, its codes, found)
-        self._places: dict = {}  # a chunk's place -> ((its dictionary's size), codes, found)
+        # (a chunk's dictionary, its codes, found)
+        self._last: tuple[Foreign, np.ndarray, np.ndarray] | None = None
+        # a chunk's place -> ((its dictionary's size), codes, found)
+        self._places: dict[Hashable, tuple[tuple[int, int], np.ndarray, np.ndarray]] = {}
         self._held = 0  # the dictionary entries _places holds
 
     @property
@@ -176,7 +188,7 @@ class Vocabulary:
         assert self._strings is not True
         return self._strings
 
-    def _lookup(self) -> dict:
+    def _lookup(self) -> dict[Hashable, int]:
         if self._codes is None:
             if all(type(v) is str for v in self.values):
                 self._codes = dict(zip(self.values, range(len(self.values)), strict=True))
@@ -184,7 +196,7 @@ class Vocabulary:
                 self._codes = {_key(v): j for j, v in enumerate(self.values)}
         return self._codes
 
-    def _sorted(self) -> tuple:
+    def _sorted(self) -> _Numbers | tuple[()]:
         """The numeric entries as float64: ``(keys sorted, their codes, dense)``, where
         ``dense`` is ``(lowest, table)`` (``table[v - lowest]``: the code of the integer
         ``v``, NaN for none) when the entries are integers in a range at most a few
@@ -208,11 +220,13 @@ class Vocabulary:
                     self._numbers = (keys, order.astype(np.float64), dense)
         return self._numbers
 
-    def _numeric(self, x):
+    def _numeric(self, x: np.ndarray) -> np.ndarray:
         """Codes of the float64 values ``x`` (NaN where no entry equals the value)."""
         import numpy as np
 
-        keys, codes, dense = self._sorted()
+        numbers = self._sorted()
+        assert numbers  # (called for a numeric vocabulary only)
+        keys, codes, dense = numbers
         if dense is not None:  # integers in a range: a table, one read a value
             lo, table = dense
             i = x - lo
@@ -223,7 +237,9 @@ class Vocabulary:
         at = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
         return np.where(keys[at] == x, codes[at], np.nan)
 
-    def encode(self, col, where: str, first_row: int = 0, place=None):
+    def encode(
+        self, col: Foreign, where: str, first_row: int = 0, place: Hashable | None = None
+    ) -> Foreign:
         """``col`` (an Arrow array or chunked array of this column) as a float64 Arrow
         array of codes, missing values NaN. A value outside the
         vocabulary (no entry equal to it) is a ``ValueError`` naming the column, the
@@ -257,12 +273,13 @@ class Vocabulary:
             return pa.nulls(len(col), pa.float64())
         numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
         x = None
-        if numeric and self._sorted() and self._sorted()[2] is not None and not col.null_count:
+        numbers = self._sorted() if numeric else ()
+        if numbers and numbers[2] is not None and not col.null_count:
             if pa.types.is_integer(t) and t != pa.uint64():
                 out = self._dense(col.to_numpy())  # integers, no nulls: the table directly
                 unknown = np.isnan(out)
                 return self._checked(out, unknown, col, where, first_row)
-        if numeric and self._sorted():
+        if numbers:
             x = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
             if pa.types.is_integer(t) and len(x) and np.nanmax(np.abs(x)) >= _EXACT:
                 x = None  # past 2**53: float64 would merge neighbours; the hash is exact
@@ -286,7 +303,9 @@ class Vocabulary:
             out[~valid] = np.nan  # null, NaN: missing, never coded
         return self._checked(out, unknown, col, where, first_row)
 
-    def _strings_coded(self, col, place=None):
+    def _strings_coded(
+        self, col: Foreign, place: Hashable | None = None
+    ) -> tuple[Foreign, int] | None:
         """``(codes, first)`` of a string column (an Array, plain or dictionary-encoded)
         against a vocabulary of strings: a float64 Arrow array and the first row whose
         value is not in the vocabulary (-1: none); None for anything else. A plain chunk's
@@ -326,20 +345,25 @@ class Vocabulary:
                 self._held += size[0]
         return take_codes(col.indices, table, found)
 
-    def _dense(self, xi):
+    def _dense(self, xi: np.ndarray) -> np.ndarray:
         """Codes of the integers ``xi`` through the dense table (NaN: none equal)."""
         import numpy as np
 
-        lo, table = self._sorted()[2]
+        numbers = self._sorted()
+        assert numbers and numbers[2] is not None  # (called when there is a table)
+        lo, table = numbers[2]
         i = xi.astype(np.int64, copy=False) - np.int64(lo)
         ok = (i >= 0) & (i < len(table))
         if ok.all():
-            return table[i]
+            codes: np.ndarray = table[i]
+            return codes
         out = np.full(len(xi), np.nan)
         out[ok] = table[i[ok]]
         return out
 
-    def _checked(self, out, unknown, col, where: str, first_row: int):
+    def _checked(
+        self, out: np.ndarray, unknown: np.ndarray, col: Foreign, where: str, first_row: int
+    ) -> Foreign:
         """``out`` as an Arrow float64 array (missing values NaN), or the ``ValueError``
         of the first value ``unknown`` marks."""
         import pyarrow as pa
@@ -348,7 +372,7 @@ class Vocabulary:
             self._refuse(col, int(unknown.argmax()), where, first_row)
         return pa.array(out, type=pa.float64())  # NaN: missing (a plain float64 column)
 
-    def _refuse(self, col, i: int, where: str, first_row: int):
+    def _refuse(self, col: Foreign, i: int, where: str, first_row: int) -> NoReturn:
         """The ``ValueError`` of row ``i`` of ``col``: a value not in the vocabulary."""
         raise ValueError(
             f"{where}: column {self.column!r} holds {col[i].as_py()!r} (row "
@@ -359,7 +383,9 @@ class Vocabulary:
         )
 
 
-def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
+def vocabularies(
+    categorical: dict[str, list[Any] | None], batches: Callable[[], Iterable[Foreign]]
+) -> dict[str, Vocabulary]:
     """``{column: Vocabulary}`` for ``categorical`` (as :func:`check_categorical` gives
     it): the vocabularies given, and the others learned from ``batches()``, an iterable
     of Arrow tables or record batches holding those columns (called only when one is
@@ -367,18 +393,18 @@ def vocabularies(categorical: dict, batches) -> dict[str, Vocabulary]:
     import pyarrow.compute as pc
 
     todo = [c for c, v in categorical.items() if v is None]
-    seen: dict[str, list] = {c: [] for c in todo}
+    seen: dict[str, list[Foreign]] = {c: [] for c in todo}
     if todo:
         for batch in batches():
             for c in todo:
                 seen[c].append(pc.unique(_plain(batch.column(c))))  # not the column: memory
-    out = {}
+    out: dict[str, Vocabulary] = {}
     for c, given in categorical.items():
         out[c] = learned(c, seen[c]) if given is None else Vocabulary(c, given)
     return out
 
 
-def learned(column: str, columns: list) -> Vocabulary:
+def learned(column: str, columns: list[Foreign]) -> Vocabulary:
     """The vocabulary :func:`learn` gives ``columns`` (Arrow arrays of the column
     ``column``: a ``TypeError`` naming it for values of two kinds). One of strings only
     is sorted by Arrow and kept as that Arrow array, its index built from it (no Python
@@ -391,7 +417,9 @@ def learned(column: str, columns: list) -> Vocabulary:
     return Vocabulary(column, values, arrow)
 
 
-def code(name: str, col, vocab: dict, where: str, first_row: int = 0):
+def code(
+    name: str, col: Foreign, vocab: dict[str, Vocabulary], where: str, first_row: int = 0
+) -> Foreign:
     """``col`` (the column ``name``) coded when ``vocab`` has a vocabulary for it, else
     as it is."""
     v = vocab.get(name)
