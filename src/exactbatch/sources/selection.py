@@ -40,11 +40,12 @@ a state taken under another selection is refused on load.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from exactbatch.hints import ColumnSelection, Source
+from exactbatch.hints import ColumnSelection, Foreign, Source
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.sources.arrow_table import arrow_source, is_arrow_table
 from exactbatch.sources.chunks import Stream, Widths
@@ -54,8 +55,14 @@ from exactbatch.sources.hf_datasets import hf_source, is_hf_dataset
 from exactbatch.sources.identity import ndf_identity, source_facts, stream_identity
 from exactbatch.sources.kinds import open_source
 from exactbatch.sources.polars_frames import is_lazy_frame, polars_source
-from exactbatch.sources.protocols import StreamHooks
+from exactbatch.sources.protocols import RowReader, StreamHooks
 from exactbatch.sources.random_access import WrappedReader
+
+# a selection's entries (column names or positions), and a source's (features, labels)
+Entries = tuple[str | int, ...]
+Names = tuple[list[str], list[str]]
+# take(x, y, out_x, out_y): the chosen columns of rows x, y into the outputs
+Take = Callable[[Any, Any, np.ndarray, np.ndarray], None]
 
 __all__ = ["SelectedChunks", "SelectedRows", "SelectedStream", "Selection", "select_columns"]
 
@@ -67,7 +74,7 @@ _MAKERS = (  # the kinds opened by their own source function, which selects as i
 )
 
 
-def _entries(arg: str, value) -> tuple | None:
+def _entries(arg: str, value: object) -> Entries | None:
     """``value`` as a tuple of column entries (str or int), or None (not given)."""
     if value is None:
         return None
@@ -78,7 +85,7 @@ def _entries(arg: str, value) -> tuple | None:
             f"{arg} must be a list of column names (str) or positions (int), or None; "
             f"got {type(value).__name__}"
         )
-    out = []
+    out: list[str | int] = []
     for v in value:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, np.integer)):
             raise TypeError(
@@ -92,14 +99,19 @@ class Selection:
     """The ``features``/``labels`` a loader was given (module docs), checked for type;
     :meth:`resolve` places them in a source's columns."""
 
-    def __init__(self, features, labels):
+    def __init__(self, features: ColumnSelection, labels: ColumnSelection) -> None:
         self.features, self.labels = _entries("features", features), _entries("labels", labels)
 
-    def given(self) -> dict:
+    def given(self) -> dict[str, Any]:
         """The arguments as plain data (recorded while the widths are unknown)."""
         return {"features": _plain(self.features), "labels": _plain(self.labels)}
 
-    def resolve(self, d: int, l: int, names) -> tuple[list[int], list[int]]:  # noqa: E741
+    def resolve(
+        self,
+        d: int,
+        l: int,  # noqa: E741
+        names: tuple[Sequence[str], Sequence[str]] | None,
+    ) -> tuple[list[int], list[int]]:
         """``(xcols, ycols)``: the chosen columns' positions among the source's ``d + l``
         (``names``: its ``(features, labels)``, or None)."""
         every = None if names is None else list(names[0]) + list(names[1])
@@ -125,11 +137,11 @@ class Selection:
         return feat, lab
 
 
-def _plain(entries):
+def _plain(entries: Entries | None) -> list[str | int] | None:
     return None if entries is None else list(entries)
 
 
-def _place(arg: str, entry, width: int, every) -> int:
+def _place(arg: str, entry: str | int, width: int, every: list[str] | None) -> int:
     if isinstance(entry, int):
         if not 0 <= entry < width:
             raise ValueError(
@@ -145,22 +157,22 @@ def _place(arg: str, entry, width: int, every) -> int:
     try:
         return every.index(entry)
     except ValueError:
-        shown = every if len(every) <= 40 else every[:40] + ["..."]
+        shown = every if len(every) <= 40 else [*every[:40], "..."]
         raise ValueError(f"{arg}: no column {entry!r}; the source has {shown}") from None
 
 
-def _shown(cols, every) -> list:
+def _shown(cols: list[int], every: list[str] | None) -> list[str | int]:
     return [every[c] if every is not None else c for c in cols]
 
 
-def _taker(xcols: list[int], ycols: list[int], d: int):
+def _taker(xcols: list[int], ycols: list[int], d: int) -> Take:
     """``take(x, y, out_x, out_y)``: the chosen columns of the rows ``x``, ``y``."""
     cols = np.array(xcols + ycols, dtype=np.intp)
     nx = len(xcols)
     same = all(c < d for c in xcols) and all(c >= d for c in ycols)
     xs, ys = cols[:nx], cols[nx:] - d
 
-    def take(x, y, out_x, out_y) -> None:
+    def take(x: Any, y: Any, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if same:  # each side from its own side: no joined copy
             np.take(x, xs, axis=1, out=out_x)
             np.take(y, ys, axis=1, out=out_y)
@@ -172,7 +184,9 @@ def _taker(xcols: list[int], ycols: list[int], d: int):
     return take
 
 
-def _chosen_names(names, xcols, ycols):
+def _chosen_names(
+    names: tuple[Sequence[str], Sequence[str]] | None, xcols: list[int], ycols: list[int]
+) -> tuple[list[str], list[str]] | tuple[None, None]:
     if names is None:
         return None, None
     every = list(names[0]) + list(names[1])
@@ -185,10 +199,10 @@ class _Described:
 
     features: list[str] | None
     labels: list[str] | None
-    categories: dict
-    selection: dict
+    categories: dict[str, list[Any]]
+    selection: dict[str, Any]
 
-    def _describe(self, source, opened, xcols, ycols) -> None:
+    def _describe(self, source: Source, opened: object, xcols: list[int], ycols: list[int]) -> None:
         names = column_names(source, opened)
         self.features, self.labels = _chosen_names(names, xcols, ycols)
         chosen = set((self.features or []) + (self.labels or []))
@@ -204,8 +218,9 @@ class SelectedRows(_Described):
     :class:`~exactbatch.sources.protocols.RowSource` whose reader reads the source's
     rows whole and takes the chosen columns from them."""
 
-    def __init__(self, source, opened, selection: Selection):
-        self.source, self._opened = source, opened
+    def __init__(self, source: Source, opened: RowReader, selection: Selection) -> None:
+        self.source = source
+        self._opened: RowReader | None = opened
         self.n, d, l = opened.n, opened.d, opened.l  # noqa: E741
         xcols, ycols = selection.resolve(d, l, column_names(source, opened))
         self._describe(source, opened, xcols, ycols)
@@ -215,19 +230,22 @@ class SelectedRows(_Described):
 
     def open_reader(self) -> _SelectedReader:
         opened, self._opened = self._opened, None  # the first reader is the one opened
-        return _SelectedReader(opened or open_source(self.source), self)
+        reader = opened or open_source(self.source)
+        if isinstance(reader, Stream):  # (opened as a reader before: the same kind again)
+            raise TypeError(f"{type(self.source).__name__} opened as a stream, not a reader")
+        return _SelectedReader(reader, self)
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         return {**self._about, "names": _names_of(self), "selection": self.selection}
 
 
-def _names_of(obj) -> dict | None:
+def _names_of(obj: _Described) -> dict[str, list[str]] | None:
     if obj.features is None:
         return None
     return {"features": list(obj.features), "labels": list(obj.labels or ())}
 
 
-def _inner_identity(source, opened) -> dict:
+def _inner_identity(source: Source, opened: object) -> dict[str, Any]:
     """What names the source under the selection (its file's, manifest's or own
     identity; its rows' sample is the selected reader's, taken by the loader)."""
     f = getattr(opened, "file", None)
@@ -246,11 +264,11 @@ class _SelectedReader(WrappedReader):
 
     fuses = False  # a transform is applied after the take
 
-    def __init__(self, inner, owner: SelectedRows):
+    def __init__(self, inner: RowReader, owner: SelectedRows) -> None:
         self.inner, self._take = inner, owner._take
         self.n, self.d, self.l = inner.n, owner.d, owner.l
 
-    def read(self, rows, out_x, out_y) -> None:
+    def read(self, rows: slice | np.ndarray, out_x: np.ndarray, out_y: np.ndarray) -> None:
         k = len(range(*rows.indices(self.n))) if isinstance(rows, slice) else len(rows)
         inner = self.inner
         x = np.empty((k, inner.d), dtype=out_x.dtype)
@@ -271,7 +289,7 @@ class _StreamSelected(_Described):
         d, l = hooks.d, hooks.l  # noqa: E741
         if d is None and self._names is not None:
             d, l = len(self._names[0]), len(self._names[1])  # noqa: E741
-        self._take = None
+        self._take: Take | None = None
         self.features = self.labels = None
         self.categories, self.selection = {}, selection.given()
         if d is not None and l is not None:
@@ -283,7 +301,7 @@ class _StreamSelected(_Described):
         self._take = _taker(xcols, ycols, d)
         self.d, self.l = len(xcols), len(ycols)
 
-    def _select(self, chunk, widths: Widths, index: int):
+    def _select(self, chunk: object, widths: Widths, index: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = widths.normalize(chunk, index)
         if self._take is None:
             self._resolve(x.shape[1], y.shape[1])
@@ -292,7 +310,7 @@ class _StreamSelected(_Described):
         self._take(x, y, ox, oy)
         return ox, oy
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         hooks = self._stream.hooks
         inner = stream_identity(self._stream.source, hooks.identity)
         return {**inner, "names": _names_of(self), "selection": self.selection}
@@ -312,7 +330,7 @@ class SelectedChunks(_StreamSelected):
         assert read is not None  # (a chunk-indexed stream's)
         self._read = read
 
-    def read_chunk(self, i: int):
+    def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         return self._select(self._read(i), self._widths, i)
 
 
@@ -323,7 +341,7 @@ class SelectedStream(_StreamSelected):
     def __init__(self, stream: Stream, selection: Selection):
         self._setup(stream, selection)
 
-    def __call__(self):
+    def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         widths = Widths()
         for i, chunk in enumerate(self._stream.open()):
             yield self._select(chunk, widths, i)
@@ -353,7 +371,7 @@ def select_columns(
         raise
 
 
-def _made(source, make, selection: Selection):
+def _made(source: Source, make: Callable[..., Any], selection: Selection) -> Any:
     """A kind opened by its own source function ``make``, given the chosen names."""
     entries = (selection.features or ()) + (selection.labels or ())
     if all(isinstance(e, str) for e in entries):
@@ -366,19 +384,19 @@ def _made(source, make, selection: Selection):
     return make(source, features=chosen[0], labels=chosen[1])
 
 
-def _is_frame(source) -> bool:
+def _is_frame(source: object) -> bool:
     """A pandas or polars DataFrame (read whole as an array-like: its other columns,
     non-numeric ones included, are left out before the read)."""
     return all(hasattr(source, a) for a in ("columns", "shape", "__getitem__"))
 
 
-def _frame_columns(frame, selection: Selection):
+def _frame_columns(frame: Foreign, selection: Selection) -> Foreign:
     """The frame's chosen columns: a frame of features, or a pair (features, labels), which
     the loader reads as any frame (their names are the columns' names)."""
     names = [str(c) for c in frame.columns]
     xcols, ycols = selection.resolve(len(names), 0, (names, []))
 
-    def part(cols):
+    def part(cols: list[int]) -> Foreign:
         if hasattr(frame, "iloc"):  # pandas: by position (names may repeat, or be ints)
             return frame.iloc[:, cols]
         return frame.select([frame.columns[c] for c in cols])
