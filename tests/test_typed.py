@@ -85,6 +85,12 @@ STRICT = (
     "exactbatch.kernels",
     "exactbatch.sources.*",
     "exactbatch.audit",
+    "exactbatch.ndf.format",
+    "exactbatch.ndf.guard",
+    "exactbatch.ndf.direct",
+    "exactbatch.ndf.temps",
+    "exactbatch.ndf.regular",
+    "exactbatch.ndf.categories",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -13,6 +13,8 @@ What it costs: one small read (the header and the sidecar, or the manifest).
 
 from __future__ import annotations
 
+from typing import Any
+
 from exactbatch.hints import PathLike
 from exactbatch.ndf.file import open_ndf
 from exactbatch.ndf.manifest import read_manifest
@@ -21,7 +23,9 @@ from exactbatch.ndf.storage import location
 __all__ = ["categories"]
 
 
-def categories(path: PathLike, *, storage_options: dict | None = None) -> dict[str, list]:
+def categories(
+    path: PathLike, *, storage_options: dict[str, Any] | None = None
+) -> dict[str, list[Any]]:
     """``{column: [value, ...]}`` for every column of the data at ``path`` stored as
     integer codes: code ``j`` of a column stands for its ``j``-th value. ``{}`` when no
     column is (data written without ``categorical=``, or before it existed).
@@ -38,4 +42,5 @@ def categories(path: PathLike, *, storage_options: dict | None = None) -> dict[s
         man = read_manifest(path, storage_options=storage_options)
         return {c: list(v) for c, v in (man.categories or {}).items()}
     with open_ndf(path, storage_options=storage_options) as f:
-        return f.categories
+        cats: dict[str, list[Any]] = f.categories
+        return cats

@@ -37,6 +37,7 @@ import mmap
 import os
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ CACHED_SHARE = 0.5  # a block with at least this share of its pages cached is re
 _O_DIRECT = getattr(os, "O_DIRECT", None)
 
 
-def _mincore():
+def _mincore() -> Any:  # (a ctypes function: libc.mincore)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.mincore

@@ -116,7 +116,7 @@ class Lease:
         return held is not False
 
 
-_LEASES: weakref.WeakSet = weakref.WeakSet()  # every lease in this process, for forks
+_LEASES: weakref.WeakSet[Lease] = weakref.WeakSet()  # every lease in this process, for forks
 
 
 def _leases_after_fork() -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import BinaryIO
 
 from exactbatch.errors import NdfError
+from exactbatch.hints import PathLike
 
 __all__ = ["check_regular", "open_regular", "read_regular", "regular_file"]
 
@@ -30,7 +32,7 @@ _KINDS = (
 )
 
 
-def open_regular(path, what: str = "a file") -> int:
+def open_regular(path: PathLike, what: str = "a file") -> int:
     """A read-only, close-on-exec descriptor of the regular file at ``path``; the caller
     closes it. Never blocks: a folder is ``IsADirectoryError``, a FIFO, a device or a
     socket an :class:`NdfError` naming ``path`` (``what``: what was expected there);
@@ -53,18 +55,18 @@ def open_regular(path, what: str = "a file") -> int:
     return fd
 
 
-def regular_file(path, what: str = "a file", buffering: int = -1):
+def regular_file(path: PathLike, what: str = "a file", buffering: int = -1) -> BinaryIO:
     """The regular file at ``path`` opened for reading as a binary file object
     (:func:`open_regular`'s checks); use it in a ``with`` block."""
     return open(open_regular(path, what), "rb", buffering=buffering)  # noqa: SIM115
 
 
-def check_regular(path, what: str = "a file") -> None:
+def check_regular(path: PathLike, what: str = "a file") -> None:
     """:func:`open_regular`'s checks, for a reader that opens ``path`` itself (pyarrow)."""
     os.close(open_regular(path, what))
 
 
-def read_regular(path, limit: int, what: str) -> bytes:
+def read_regular(path: PathLike, limit: int, what: str) -> bytes:
     """The whole of the small regular file at ``path``: :class:`NdfError` naming it if it
     holds more than ``limit`` bytes (nothing is read then)."""
     with regular_file(path, what) as f:

@@ -19,6 +19,9 @@ import os
 import re
 import secrets
 import socket
+from collections.abc import Callable
+
+from exactbatch.hints import PathLike
 
 __all__ = [
     "WRITE_ID",
@@ -84,7 +87,7 @@ def remove_stale_temps(folder: str, name: str) -> None:
     _remove_temps(folder, name, lambda pid: pid != me and not pid_alive(pid))
 
 
-def remove_own_temps(path) -> None:
+def remove_own_temps(path: PathLike) -> None:
     """Remove this process's temporary files of ``path``, after a failed write.
 
     The writers remove their own, but an exception raised asynchronously (a
@@ -96,7 +99,7 @@ def remove_own_temps(path) -> None:
     _remove_temps(os.path.dirname(os.path.abspath(path)), os.path.basename(path), me.__eq__)
 
 
-def _remove_temps(folder: str, name: str, remove) -> None:
+def _remove_temps(folder: str, name: str, remove: Callable[[int], bool]) -> None:
     """Remove this host's temporary files of ``name`` whose writer's pid passes ``remove``."""
     prefix, host = f".{_temp_stem(name)}.", host_tag()
     try:
