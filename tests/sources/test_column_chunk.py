@@ -348,6 +348,28 @@ def test_an_arrow_table_read_in_order_with_integer_labels():
     np.testing.assert_array_equal(got[:, 0], y)
 
 
+def test_a_column_of_one_chunk_and_empty_ones_is_held_as_its_buffer():
+    """A polars LazyFrame's batches hold columns of one chunk and an empty one
+    ([65536, 0]): such a column is a view of its one chunk's buffer (no copy), with an
+    offset into it too; two chunks with values are a float64 copy; the rows the same."""
+    import pyarrow as pa
+
+    from exactbatch.sources.arrow import column_chunk
+
+    v = np.arange(20.0)
+    empty = pa.array(np.zeros(0))
+    one = pa.chunked_array([empty, pa.array(v), empty])
+    sliced = pa.chunked_array([pa.array(v).slice(3, 10), empty])
+    two = pa.chunked_array([pa.array(v[:8]), pa.array(v[8:]), empty])
+    c = column_chunk([one, two], 20)
+    assert np.shares_memory(c.cols[0], np.frombuffer(one.chunk(1).buffers()[1]))
+    assert not np.shares_memory(c.cols[1], np.frombuffer(two.chunk(0).buffers()[1]))
+    np.testing.assert_array_equal(np.asarray(c), np.stack([v, v], 1))
+    s = column_chunk([sliced], 10)
+    assert np.shares_memory(s.cols[0], np.frombuffer(sliced.chunk(0).buffers()[1]))
+    np.testing.assert_array_equal(np.asarray(s)[:, 0], v[3:13])
+
+
 def test_side_by_side_keeps_two_column_chunks_of_the_same_rows_as_columns():
     """A chunk's x and y held as columns of the same rows are one chunk of columns (no
     copy); other starts, or an array on either side, one float64 array of both."""
