@@ -137,7 +137,11 @@ static void copy_columns(const void *const *cols, const int *types, Py_ssize_t w
                          Py_ssize_t start, Py_ssize_t k, char *out, Py_ssize_t stride, int f32)
 {
 #if QUADS
-    if (w >= 4 && __builtin_cpu_supports("avx")) {
+    int quads = 0; /* (none: the column loop, its block of rows as before) */
+    for (Py_ssize_t j = 0; j + 4 <= w && !quads; j++)
+        quads = (types[j] == C_F64 || types[j] == C_F32) && types[j + 1] == types[j] &&
+                types[j + 2] == types[j] && types[j + 3] == types[j];
+    if (quads && __builtin_cpu_supports("avx")) {
         for (Py_ssize_t a = 0; a < k; a += QUAD_BLOCK) {
             Py_ssize_t z = a + QUAD_BLOCK < k ? a + QUAD_BLOCK : k;
             for (Py_ssize_t j = 0; j < w;) {
