@@ -42,25 +42,127 @@ static int column_type(const char *f, Py_ssize_t itemsize)
         }                                                                               \
     } while (0)
 
+/* One column's rows a..z-1 into column j of the rows, by its type (COPY_COLUMN). */
+static inline void copy_column(const void *const *cols, const int *types, Py_ssize_t j,
+                               Py_ssize_t start, Py_ssize_t a, Py_ssize_t z, char *out,
+                               Py_ssize_t stride, int f32)
+{
+    switch (types[j]) {
+    case C_F64: COPY_COLUMN(double); break;
+    case C_F32: COPY_COLUMN(float); break;
+    case C_I8: COPY_COLUMN(int8_t); break;
+    case C_U8: COPY_COLUMN(uint8_t); break;
+    case C_I16: COPY_COLUMN(int16_t); break;
+    case C_U16: COPY_COLUMN(uint16_t); break;
+    case C_I32: COPY_COLUMN(int32_t); break;
+    default: COPY_COLUMN(uint32_t); break;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QUADS 1
+
+/* Rows of 4 float columns at a time, in 4 x 4 tiles transposed in registers: a
+ * store writes 4 values of a row (32 or 16 bytes) where the column loop writes one,
+ * and the loads stay sequential. Measured 1.3x-1.7x faster than the column loop (16
+ * and 17 float64 columns into 136-byte rows, batches of 4096 and buffers of 65,536
+ * rows; a scratch C loop, thread CPU). The values are the column loop's bits: a
+ * float64 copied, a float32 widened exactly, a float64 narrowed by cvtpd2ps under the
+ * same rounding mode as C's cast. Rows 256 at a time (a block of rows stays in L1
+ * while its columns' quads are written; 256 measured best of 64..4096). */
+#define QUAD_BLOCK 256
+
+/* 4 rows' values of 4 columns (types all C_F64 or all C_F32: t), as float64 lanes. */
+__attribute__((target("avx"))) static inline __m256d quad_pd(const void *c, int t, Py_ssize_t i)
+{
+    if (t == C_F64)
+        return _mm256_loadu_pd((const double *)c + i);
+    return _mm256_cvtps_pd(_mm_loadu_ps((const float *)c + i));
+}
+
+__attribute__((target("avx"))) static inline __m128 quad_ps(const void *c, int t, Py_ssize_t i)
+{
+    if (t == C_F64)
+        return _mm256_cvtpd_ps(_mm256_loadu_pd((const double *)c + i));
+    return _mm_loadu_ps((const float *)c + i);
+}
+
+/* Columns j..j+3 (one type, C_F64 or C_F32, each from row `start`) of rows a..z-1. */
+__attribute__((target("avx"))) static void copy_quad(const void *const *cols, const int *types,
+                                                     Py_ssize_t j, Py_ssize_t start,
+                                                     Py_ssize_t a, Py_ssize_t z, char *out,
+                                                     Py_ssize_t stride, int f32)
+{
+    int t = types[j];
+    Py_ssize_t sz = t == C_F64 ? 8 : 4;
+    const char *c0 = (const char *)cols[j] + start * sz, *c1 = (const char *)cols[j + 1] + start * sz;
+    const char *c2 = (const char *)cols[j + 2] + start * sz, *c3 = (const char *)cols[j + 3] + start * sz;
+    Py_ssize_t i = a;
+    if (f32) {
+        for (; i + 4 <= z; i += 4) {
+            __m128 r0 = quad_ps(c0, t, i), r1 = quad_ps(c1, t, i);
+            __m128 r2 = quad_ps(c2, t, i), r3 = quad_ps(c3, t, i);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            _mm_storeu_ps((float *)(out + i * stride) + j, r0);
+            _mm_storeu_ps((float *)(out + (i + 1) * stride) + j, r1);
+            _mm_storeu_ps((float *)(out + (i + 2) * stride) + j, r2);
+            _mm_storeu_ps((float *)(out + (i + 3) * stride) + j, r3);
+        }
+    } else {
+        for (; i + 4 <= z; i += 4) {
+            __m256d r0 = quad_pd(c0, t, i), r1 = quad_pd(c1, t, i);
+            __m256d r2 = quad_pd(c2, t, i), r3 = quad_pd(c3, t, i);
+            __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+            __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+            _mm256_storeu_pd((double *)(out + i * stride) + j, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_storeu_pd((double *)(out + (i + 1) * stride) + j,
+                             _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_storeu_pd((double *)(out + (i + 2) * stride) + j,
+                             _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_storeu_pd((double *)(out + (i + 3) * stride) + j,
+                             _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+    }
+    for (Py_ssize_t q = j; q < j + 4; q++) /* the last rows (fewer than 4) */
+        copy_column(cols, types, q, start, i, z, out, stride, f32);
+}
+#else
+#define QUADS 0
+#endif
+
 /* out[i, j] = cols[j][start + i] for i < k, j < w (column j of type types[j]); out rows
  * `stride` bytes apart, as float32 when f32. */
 static void copy_columns(const void *const *cols, const int *types, Py_ssize_t w,
                          Py_ssize_t start, Py_ssize_t k, char *out, Py_ssize_t stride, int f32)
 {
-    for (Py_ssize_t a = 0; a < k; a += BLOCK) {
-        Py_ssize_t z = a + BLOCK < k ? a + BLOCK : k;
-        for (Py_ssize_t j = 0; j < w; j++) {
-            switch (types[j]) {
-            case C_F64: COPY_COLUMN(double); break;
-            case C_F32: COPY_COLUMN(float); break;
-            case C_I8: COPY_COLUMN(int8_t); break;
-            case C_U8: COPY_COLUMN(uint8_t); break;
-            case C_I16: COPY_COLUMN(int16_t); break;
-            case C_U16: COPY_COLUMN(uint16_t); break;
-            case C_I32: COPY_COLUMN(int32_t); break;
-            default: COPY_COLUMN(uint32_t); break;
+#if QUADS
+    int quads = 0; /* (none: the column loop, its block of rows as before) */
+    for (Py_ssize_t j = 0; j + 4 <= w && !quads; j++)
+        quads = (types[j] == C_F64 || types[j] == C_F32) && types[j + 1] == types[j] &&
+                types[j + 2] == types[j] && types[j + 3] == types[j];
+    if (quads && __builtin_cpu_supports("avx")) {
+        for (Py_ssize_t a = 0; a < k; a += QUAD_BLOCK) {
+            Py_ssize_t z = a + QUAD_BLOCK < k ? a + QUAD_BLOCK : k;
+            for (Py_ssize_t j = 0; j < w;) {
+                int t = types[j];
+                if (j + 4 <= w && (t == C_F64 || t == C_F32) && types[j + 1] == t &&
+                    types[j + 2] == t && types[j + 3] == t) {
+                    copy_quad(cols, types, j, start, a, z, out, stride, f32);
+                    j += 4;
+                } else {
+                    copy_column(cols, types, j, start, a, z, out, stride, f32);
+                    j++;
+                }
             }
         }
+        return;
+    }
+#endif
+    for (Py_ssize_t a = 0; a < k; a += BLOCK) {
+        Py_ssize_t z = a + BLOCK < k ? a + BLOCK : k;
+        for (Py_ssize_t j = 0; j < w; j++)
+            copy_column(cols, types, j, start, a, z, out, stride, f32);
     }
 }
 

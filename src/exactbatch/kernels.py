@@ -552,8 +552,9 @@ def columns_into(cols: Sequence[np.ndarray], start: int, out: np.ndarray) -> Non
     float32, or integers of at most 32 bits: each value exact as float64) into ``out``
     (a 2-D float64 or float32 array of ``len(cols)`` values a row, side by side, its
     rows any stride apart: a batch, or a shuffle buffer's x or y), cast as they are
-    copied. The compiled core copies a block of rows at a time with the GIL released;
-    the pure path a tile at a time, column by column; the same bits either way."""
+    copied. The compiled core copies a block of rows at a time with the GIL released
+    (four float64 or four float32 columns side by side at once, where the CPU has
+    AVX); the pure path a tile at a time, column by column; the same bits either way."""
     if _CORE is not None:
         _CORE.columns_into(cols, start, out)
         return

@@ -56,6 +56,45 @@ def test_the_backends_copy_columns_into_rows_bit_for_bit(data):
 
 
 @needs_core
+@settings(max_examples=60)
+@given(data=st.data())
+def test_float_columns_copied_four_at_a_time_are_the_column_loops_bits(data):
+    """The compiled copy's 4 x 4 tiles (4 float64 or 4 float32 columns side by side,
+    rows a block of 256 at a time): the NumPy twin's bits, for any width, start and
+    row count (rows left over past a tile or a block, columns past a quad, quads
+    broken by another type), special values included (a signalling NaN with a
+    payload, -0.0, subnormals, infinities, float32 overflow)."""
+    n = data.draw(st.integers(1, 700))
+    w = data.draw(st.integers(1, 19))
+    start = data.draw(st.integers(0, n - 1))
+    k = data.draw(st.integers(0, n - start))
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    gap = data.draw(st.sampled_from([0, 1, 3]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    special = np.array(
+        [np.nan, -0.0, 5e-324, -np.inf, np.inf, 1e300, -1e-310, 3.4e38 * 1.5],
+        dtype=np.float64,
+    )
+    snan = np.array([0x7FF0000000000BAD], dtype=np.uint64).view(np.float64)
+    kinds = st.sampled_from(["float64", "float32", "int16"])
+    types = data.draw(st.lists(kinds, min_size=w, max_size=w))
+    cols = []
+    for t in types:
+        v = rng.standard_normal(n) * 10.0 ** rng.integers(-40, 40, n)
+        at = rng.integers(0, n, 4)
+        v[at] = rng.choice(np.concatenate([special, snan]), 4)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cols.append(v.astype(t) if t != "int16" else rng.integers(-9, 9, n, dtype=np.int16))
+    got = []
+    for name in ("compiled", "numpy"):
+        with on_backend(name), np.errstate(over="ignore", invalid="ignore"):
+            wide = np.zeros((k, w + gap), dtype=dtype)
+            kernels.columns_into(cols, start, wide[:, :w])
+            got.append(wide)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
+@needs_core
 def test_the_compiled_copy_refuses_short_columns_and_wrong_outputs():
     cols = [np.arange(5.0), np.arange(5.0)]
     with on_backend("compiled"):
@@ -307,6 +346,28 @@ def test_an_arrow_table_read_in_order_with_integer_labels():
     loader.close()
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got[:, 0], y)
+
+
+def test_a_column_of_one_chunk_and_empty_ones_is_held_as_its_buffer():
+    """A polars LazyFrame's batches hold columns of one chunk and an empty one
+    ([65536, 0]): such a column is a view of its one chunk's buffer (no copy), with an
+    offset into it too; two chunks with values are a float64 copy; the rows the same."""
+    import pyarrow as pa
+
+    from exactbatch.sources.arrow import column_chunk
+
+    v = np.arange(20.0)
+    empty = pa.array(np.zeros(0))
+    one = pa.chunked_array([empty, pa.array(v), empty])
+    sliced = pa.chunked_array([pa.array(v).slice(3, 10), empty])
+    two = pa.chunked_array([pa.array(v[:8]), pa.array(v[8:]), empty])
+    c = column_chunk([one, two], 20)
+    assert np.shares_memory(c.cols[0], np.frombuffer(one.chunk(1).buffers()[1]))
+    assert not np.shares_memory(c.cols[1], np.frombuffer(two.chunk(0).buffers()[1]))
+    np.testing.assert_array_equal(np.asarray(c), np.stack([v, v], 1))
+    s = column_chunk([sliced], 10)
+    assert np.shares_memory(s.cols[0], np.frombuffer(sliced.chunk(0).buffers()[1]))
+    np.testing.assert_array_equal(np.asarray(s)[:, 0], v[3:13])
 
 
 def test_side_by_side_keeps_two_column_chunks_of_the_same_rows_as_columns():

@@ -79,10 +79,16 @@ _VIEWED = {
 
 def _values(col: Foreign, n: int) -> np.ndarray:
     """``col``'s ``n`` values as a 1-D array: a view of its Arrow buffer where it is one
-    chunk of a type in ``_VIEWED`` with no nulls, else a float64 copy (see
-    :func:`fill_float64`)."""
+    chunk (empty chunks aside) of a type in ``_VIEWED`` with no nulls, else a float64
+    copy (see :func:`fill_float64`)."""
     import pyarrow as pa
 
+    if isinstance(col, pa.ChunkedArray) and col.num_chunks > 1:
+        # A polars LazyFrame's batches come as tables whose columns end in an empty
+        # chunk ([65536, 0]): held as a copy, that cost a second copy of every row.
+        full = [c for c in col.chunks if len(c)]
+        if len(full) == 1:
+            col = full[0]
     if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
         col = col.chunk(0)
     dtype = None if isinstance(col, pa.ChunkedArray) else _VIEWED.get(str(col.type))
