@@ -794,3 +794,25 @@ def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
     assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 7
     t = pq.read_table(tmp_path / "b.parquet")
     assert np.array_equal(t.column("x1").to_numpy(), np.arange(1.0, 14.0, 2))
+
+
+def _interrupted():
+    raise KeyboardInterrupt
+
+
+def test_a_signal_noted_before_the_rename_leaves_no_output(tmp_path, monkeypatch):
+    """Each writer checks for a noted Ctrl-C (one a library swallowed) before it renames
+    its output into place: to .ndf, to a dataset's parts, to Parquet."""
+    from exactbatch.tools import convert as mod
+
+    np.save(tmp_path / "a.npy", np.ones((3, 2)))
+    save_ndf(tmp_path / "a.ndf", np.ones((3, 2)))
+    monkeypatch.setattr(mod, "check_interrupt", _interrupted)
+    for src, dst, kw in (
+        ("a.npy", "o.ndf", {}),
+        ("a.npy", "ds", {"part_rows": 2}),
+        ("a.ndf", "o.parquet", {}),
+    ):
+        with pytest.raises(KeyboardInterrupt):
+            _convert(tmp_path / src, tmp_path / dst, **kw)
+    assert leftovers(tmp_path, ["a.npy", "a.ndf"]) == []

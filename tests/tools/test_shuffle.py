@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -599,9 +600,49 @@ def test_progress_bars_name_the_passes(tmp_path, capsys):
     write_ids(tmp_path / "in.ndf", 50)
     _shuffle(tmp_path / "in.ndf", tmp_path / "a.ndf", bar=True)
     err = capsys.readouterr().err
-    assert "shuffle in.ndf (in memory)" in err and "50.0/50.0" in err and "pass" not in err
+    assert "shuffle in.ndf (in memory)" in err and "pass" not in err
+    assert re.search(r"shuffle in\.ndf \(in memory\): 100%\|.*\| 50\.0/50\.0 \[.*rows/s\]", err)
     _shuffle(tmp_path / "in.ndf", tmp_path / "b.ndf", memory=256, bar=True)
     err = capsys.readouterr().err
     assert "shuffle in.ndf: pass 1/2 scatter" in err and "shuffle in.ndf: pass 2/2 write" in err
     assert err.index("pass 1/2") < err.index("pass 2/2")
+    for bar in ("pass 1/2 scatter", "pass 2/2 write"):
+        assert re.search(bar + r": 100%\|.*\| 50\.0/50\.0 \[.*rows/s\]", err), err
     assert err.count("| 50.0/50.0") == 2 and "(in memory)" not in err
+
+
+def _interrupted():
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("memory", [1 << 20, 256], ids=["in-memory", "two-passes"])
+def test_a_signal_noted_before_the_rename_leaves_no_output(tmp_path, monkeypatch, memory):
+    """The writer checks for a noted Ctrl-C (one a library swallowed) before it renames
+    the output into place: none is left, file or parts."""
+    from exactbatch.tools import shuffle as mod
+
+    write_ids(tmp_path / "in.ndf", 50)
+    monkeypatch.setattr(mod, "check_interrupt", _interrupted)
+    for dst, kw in (("o.ndf", {}), ("ds", {"part_rows": 20})):
+        with pytest.raises(KeyboardInterrupt):
+            _shuffle(tmp_path / "in.ndf", tmp_path / dst, memory=memory, **kw)
+    assert sorted(os.listdir(tmp_path)) == ["in.ndf"]
+
+
+def test_an_existing_output_needs_force_and_a_url_is_refused(tmp_path):
+    from exactbatch.tools.common import CliError
+
+    write_ids(tmp_path / "in.ndf", 5)
+    (tmp_path / "o.ndf").write_bytes(b"old")
+    with pytest.raises(CliError, match="already exists"):
+        _shuffle(tmp_path / "in.ndf", tmp_path / "o.ndf")
+    assert (tmp_path / "o.ndf").read_bytes() == b"old"
+    assert _shuffle(tmp_path / "in.ndf", tmp_path / "o.ndf", force=True)["n"] == 5
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "x").write_text("")
+    with pytest.raises(CliError, match="not empty"):
+        _shuffle(tmp_path / "in.ndf", tmp_path / "ds", part_rows=2)
+    assert _shuffle(tmp_path / "in.ndf", tmp_path / "ds", part_rows=2, force=True)["parts"] == 3
+    with pytest.raises(CliError) as e:
+        _shuffle(tmp_path / "in.ndf", tmp_path / "p.ndf", tmp_dir="s3://bucket/tmp")
+    assert str(e.value).startswith("writing URLs is not supported by this command; got s3://")
