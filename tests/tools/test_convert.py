@@ -761,6 +761,9 @@ def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
     assert np.array_equal(np.column_stack([c.to_numpy() for c in t.columns]), x[:, [2, 0, 1]])
     out = _convert(tmp_path / "a.ndf", tmp_path / "b.parquet", labels="t")
     assert (out["features"], out["labels"]) == (["p", "q", "r"], ["t"])  # features: the rest
+    out = _convert(tmp_path / "a.ndf", tmp_path / "f.parquet", features="q")
+    assert (out["d"], out["l"], out["features"], out["labels"]) == (1, 0, ["q"], [])
+    assert pq.read_schema(tmp_path / "f.parquet").names == ["q"]
     out = _convert(tmp_path / "a.ndf", tmp_path / "c.parquet", names=" u , v ,w,z")
     assert pq.read_schema(tmp_path / "c.parquet").names == ["u", "v", "w", "z"]
     assert (out["features"], out["labels"]) == (["u", "v", "w"], ["z"])
@@ -787,7 +790,7 @@ def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
 
 def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
     save_ndf(tmp_path / "a.ndf", np.arange(14.0).reshape(7, 2))
-    _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", row_group_rows=3)
+    assert _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", row_group_rows=3)["rows"] == 7
     md = pq.ParquetFile(tmp_path / "a.parquet").metadata
     assert [md.row_group(k).num_rows for k in range(md.num_row_groups)] == [3, 3, 1]
     _convert(tmp_path / "a.ndf", tmp_path / "b.parquet", row_group_rows=1)
