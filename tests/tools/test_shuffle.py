@@ -609,6 +609,9 @@ def test_progress_bars_name_the_passes(tmp_path, capsys):
     for bar in ("pass 1/2 scatter", "pass 2/2 write"):
         assert re.search(bar + r": 100%\|.*\| 50\.0/50\.0 \[.*rows/s\]", err), err
     assert err.count("| 50.0/50.0") == 2 and "(in memory)" not in err
+    _shuffle(tmp_path / "in.ndf", tmp_path / "c.ndf", memory=256)  # bar=False: no bar at all
+    _shuffle(tmp_path / "in.ndf", tmp_path / "d.ndf")
+    assert capsys.readouterr().err == ""
 
 
 def _interrupted():
