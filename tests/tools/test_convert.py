@@ -561,14 +561,14 @@ def _convert(src, dst, **kw):
         ({"force": "yes"}, "force must be a bool"),
         ({"header": 1}, "header must be a bool"),
         ({"bar": None}, "bar must be a bool"),
-        ({"row_group_rows": 0}, "row_group_rows"),
-        ({"part_rows": 0}, "part_rows"),
+        ({"row_group_rows": 0}, "row_group_rows "),
+        ({"part_rows": 0}, "part_rows "),
     ],
     ids=["force", "header", "bar", "row-group-rows", "part-rows"],
 )
 def test_convert_checks_its_arguments(tmp_path, kw, says):
     np.save(tmp_path / "a.npy", np.ones((3, 2)))
-    with pytest.raises((TypeError, ValueError), match=says):
+    with pytest.raises((TypeError, ValueError), match=f"^{says}"):  # named as the argument
         _convert(tmp_path / "a.npy", tmp_path / "a.ndf", **kw)
     assert leftovers(tmp_path, ["a.npy"]) == []
 

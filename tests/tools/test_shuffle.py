@@ -414,7 +414,7 @@ def test_render_says_how_the_shuffle_went():
 )
 def test_shuffle_file_checks_its_arguments(tmp_path, kw, says):
     write_ids(tmp_path / "in.ndf", 5)
-    with pytest.raises((ValueError, TypeError), match=says):
+    with pytest.raises((ValueError, TypeError), match=f"^{says} "):  # named as the argument
         _shuffle(tmp_path / "in.ndf", tmp_path / "o.ndf", **kw)
     assert sorted(os.listdir(tmp_path)) == ["in.ndf"]
 
