@@ -661,6 +661,9 @@ TARGETS = {
         [
             "tests/tools/test_convert.py",
             "tests/tools/test_convert_columns.py",
+            "tests/tools/test_convert_csv.py",
+            "tests/tools/test_convert_inputs.py",
+            "tests/tools/test_ndf_stream.py",
             "tests/tools/test_dataset_cli.py",
             "tests/tools/test_shuffle.py",
             *FAST_ONLY,

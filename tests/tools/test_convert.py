@@ -544,3 +544,278 @@ def test_local_names_with_colons_are_local_files_both_ways(tmp_path, monkeypatch
     for name in ("data::v2.csv", "pq::v2.parquet", "s3::back.ndf"):
         assert main(["info", name, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["path"] == name
+
+
+# -- convert's arguments, what it returns and says, its names and its bar -----------------
+
+
+def _convert(src, dst, **kw):
+    from exactbatch.tools.convert import convert
+
+    return convert(src, dst, bar=kw.pop("bar", False), **kw)
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"force": "yes"}, "force must be a bool"),
+        ({"header": 1}, "header must be a bool"),
+        ({"bar": None}, "bar must be a bool"),
+        ({"row_group_rows": 0}, "row_group_rows "),
+        ({"part_rows": 0}, "part_rows "),
+    ],
+    ids=["force", "header", "bar", "row-group-rows", "part-rows"],
+)
+def test_convert_checks_its_arguments(tmp_path, kw, says):
+    np.save(tmp_path / "a.npy", np.ones((3, 2)))
+    with pytest.raises((TypeError, ValueError), match=f"^{says}"):  # named as the argument
+        _convert(tmp_path / "a.npy", tmp_path / "a.ndf", **kw)
+    assert leftovers(tmp_path, ["a.npy"]) == []
+
+
+def test_convert_refuses_what_it_cannot_do_by_name(tmp_path):
+    """Each refusal names the input and what to do instead; nothing is written."""
+    from exactbatch.tools.common import CliError
+
+    np.save(tmp_path / "a.npy", np.ones((3, 2)))
+    save_ndf(tmp_path / "a.ndf", np.ones((3, 2)))
+    pq.write_table(pa.table({"a": [1.0]}), tmp_path / "a.parquet")
+    npy, ndf, parquet = (str(tmp_path / n) for n in ("a.npy", "a.ndf", "a.parquet"))
+    cases = [
+        (npy, "o.parquet", {"names": "a,b"}, "--names only names the columns of an .ndf written as Parquet"),  # noqa: E501
+        (npy, "o.ndf", {"names": "a,b"}, "--names only names the columns of an .ndf written as Parquet"),  # noqa: E501
+        (ndf, "o.ndf", {"names": "a,b"}, "--names only names the columns of an .ndf written as Parquet"),  # noqa: E501
+        (ndf, "o.ndf", {}, "already an .ndf file (to reorder it: exactbatch shuffle; to cut it into parts: --part-rows)"),  # noqa: E501
+        (ndf, "o.ndf", {"labels": "0"}, "already an .ndf file"),
+        (ndf, "ds", {"part_rows": 2, "features": "0"}, "--features/--labels choose columns of Parquet, CSV, .npy (and so do --exclude and --categorical); an .ndf is converted whole"),  # noqa: E501
+        (ndf, "ds", {"part_rows": 2, "labels": "0"}, "an .ndf is converted whole"),
+        (ndf, "ds", {"part_rows": 2, "exclude": "0"}, "an .ndf is converted whole"),
+        (ndf, "ds", {"part_rows": 2, "categorical": "0"}, "an .ndf is converted whole"),
+        (ndf, "o.parquet", {"exclude": "0"}, "--exclude/--categorical choose columns of Parquet, CSV, .npy"),  # noqa: E501
+        (ndf, "o.parquet", {"categorical": "0"}, "--exclude/--categorical choose columns"),
+        (parquet, "o.parquet", {}, "can only convert parquet to .ndf; name the output .ndf"),
+        (npy, "o.parquet", {}, "can only convert npy to .ndf; name the output .ndf"),
+    ]  # fmt: skip
+    for src, dst, kw, says in cases:
+        with pytest.raises(CliError) as e:
+            _convert(src, tmp_path / dst, **kw)
+        assert str(e.value).startswith(f"{src}: ") and says in str(e.value), (kw, str(e.value))
+    with pytest.raises(CliError, match="cannot tell what to write: name it .ndf or .parquet"):
+        _convert(npy, tmp_path / "o.csv")
+    assert leftovers(tmp_path, ["a.npy", "a.ndf", "a.parquet"]) == []
+
+
+def test_convert_returns_what_it_wrote(tmp_path):
+    """The summary: rows, widths, columns, the codes, the paths and formats, the bytes of
+    the output (a file's size; a dataset's parts'), how many files were read together."""
+    np.save(tmp_path / "a.npy", np.arange(12.0).reshape(4, 3))
+    out = _convert(tmp_path / "a.npy", tmp_path / "a.ndf", labels="-1")
+    assert out.pop("seconds") >= 0
+    assert out == {
+        "rows": 4,
+        "d": 2,
+        "l": 1,
+        "features": ["0", "1"],
+        "labels": ["2"],
+        "categories": {},
+        "src": str(tmp_path / "a.npy"),
+        "dst": str(tmp_path / "a.ndf"),
+        "src_format": "npy",
+        "dst_format": "ndf",
+        "size_bytes": 28 + 4 * 3 * 8,
+    }
+    out = _convert(tmp_path / "a.ndf", tmp_path / "ds", part_rows=3)
+    assert (out["src_format"], out["dst_format"], out["parts"]) == ("ndf", "dataset", 2)
+    assert out["size_bytes"] == 2 * 28 + 4 * 3 * 8 and "files" not in out
+    out = _convert(tmp_path / "ds", tmp_path / "b.parquet")
+    assert (out["src_format"], out["dst_format"], out["rows"], out["d"], out["l"]) == (
+        "dataset",
+        "parquet",
+        4,
+        2,
+        1,
+    )
+    assert out["size_bytes"] == os.path.getsize(tmp_path / "b.parquet")
+    assert (out["features"], out["labels"]) == (["x0", "x1"], ["y0"])
+    (tmp_path / "c1.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "c2.csv").write_text("a,b\n3,4\n")
+    out = _convert([tmp_path / "c2.csv", tmp_path / "c1.csv"], tmp_path / "c.ndf")
+    assert (out["files"], out["src"], out["src_format"]) == (
+        2,
+        f"{tmp_path / 'c2.csv'} {tmp_path / 'c1.csv'}",
+        "csv",
+    )
+    assert np.array_equal(read_ndf(tmp_path / "c.ndf")[0], [[1, 2], [3, 4]])
+
+
+def test_render_says_what_was_written():
+    from exactbatch.tools.convert import render
+
+    out = {
+        "dst": "o.ndf",
+        "rows": 1234,
+        "d": 2,
+        "l": 1,
+        "features": ["a", "b"],
+        "labels": ["y"],
+        "size_bytes": 123456,
+        "seconds": 1.26,
+    }
+    assert render(out) == (
+        "wrote o.ndf: 1,234 rows, 2 features ['a', 'b'], 1 labels ['y']; 123,456 bytes in 1.3 s"
+    )
+    out.update(files=3, categories={"a": ["p", "q"], "b": [1, 2, 3]})
+    assert render(out) == (
+        "wrote o.ndf from 3 files: 1,234 rows, 2 features ['a', 'b'], 1 labels ['y']; coded "
+        "as integers: a (2 values), b (3 values); 123,456 bytes in 1.3 s"
+    )
+
+
+def test_names_go_beside_the_file_where_the_input_has_some(tmp_path):
+    """CSV and Parquet columns' names go to the .ndf's sidecar; a .npy's positions do not
+    (no sidecar), nor do an .ndf's default names when it is cut into parts."""
+    (tmp_path / "a.csv").write_text("p,q,r\n1,2,3\n")
+    _convert(tmp_path / "a.csv", tmp_path / "c.ndf", labels="p")
+    with open_ndf(tmp_path / "c.ndf") as f:
+        assert (f.features, f.labels) == (("q", "r"), ("p",))
+    np.save(tmp_path / "a.npy", np.ones((2, 2)))
+    _convert(tmp_path / "a.npy", tmp_path / "n.ndf")
+    assert not (tmp_path / "n.ndf.json").exists()
+    _convert(tmp_path / "c.ndf", tmp_path / "ds", part_rows=1)
+    from exactbatch import open_ndf_dataset
+
+    with open_ndf_dataset(tmp_path / "ds") as ds:
+        assert (ds.features, ds.labels) == (("q", "r"), ("p",))
+    _convert(tmp_path / "n.ndf", tmp_path / "ds2", part_rows=1)
+    with open_ndf_dataset(tmp_path / "ds2") as ds:
+        assert ds.manifest.features is None and ds.manifest.labels is None
+
+
+def test_a_failed_read_says_how_many_rows_were_written(tmp_path, monkeypatch):
+    """A bad value mid-way: the input, the reader's message on one line, the rows written
+    before it, and that nothing was written; no file left."""
+    from exactbatch.tools import convert_inputs
+    from exactbatch.tools.common import CliError
+
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)  # a slab of one 2-column row
+
+    (tmp_path / "one.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "two.csv").write_text("a,b\n3,4\n5,x\n")
+    with pytest.raises(CliError) as e:
+        _convert([tmp_path / "one.csv", tmp_path / "two.csv"], tmp_path / "o.ndf")
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'one.csv'} {tmp_path / 'two.csv'}: {tmp_path / 'two.csv'}:")
+    assert "\n" not in msg and "  " not in msg
+    assert msg.endswith(f"(after 1 rows; nothing written to {tmp_path / 'o.ndf'})")
+    assert leftovers(tmp_path, ["one.csv", "two.csv"]) == []
+    # a .npy cut short: the file's own error, after the rows read
+    np.save(tmp_path / "s.npy", np.ones((4, 2)))
+    with open(tmp_path / "s.npy", "r+b") as f:
+        f.truncate(os.path.getsize(tmp_path / "s.npy") - 20)
+    with pytest.raises(CliError) as e:
+        _convert(tmp_path / "s.npy", tmp_path / "s.ndf")
+    assert "file ended early" in str(e.value)  # 44 of 64 bytes: two whole rows
+    assert str(e.value).endswith(f"(after 2 rows; nothing written to {tmp_path / 's.ndf'})")
+    assert not (tmp_path / "s.ndf").exists()
+
+
+def test_the_bar_names_the_input_or_how_many_files(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "b.csv").write_text("a,b\n3,4\n")
+    _convert(tmp_path / "a.csv", tmp_path / "a.ndf", bar=True)
+    err = capsys.readouterr().err
+    assert "convert a.csv:" in err and "B/s" in err  # a CSV's bar counts bytes
+    _convert([tmp_path / "a.csv", tmp_path / "b.csv"], tmp_path / "b.ndf", bar=True)
+    assert "convert 2 CSV files:" in capsys.readouterr().err
+    _convert(tmp_path / "b.ndf", tmp_path / "b.parquet", bar=True)
+    err = capsys.readouterr().err
+    assert "convert b.ndf:" in err and "2.00/2.00" in err and "rows/s" in err
+
+
+# -- .ndf to Parquet: the columns chosen, named, and the labels recorded ----------------------
+
+
+def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
+    """--features/--labels choose an .ndf's columns by its names or positions; the labels
+    are recorded in the schema; --names renames what is written (stripped, one per column,
+    distinct, none empty); an .ndf of no columns or no rows has nothing to write."""
+    from exactbatch.sources.parquet import LABELS_METADATA_KEY
+    from exactbatch.tools.common import CliError
+
+    x = np.arange(12.0).reshape(4, 3)
+    save_ndf(tmp_path / "a.ndf", (x, -x[:, :1]), features=["p", "q", "r"], labels=["t"])
+    out = _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", features="r,p", labels="q")
+    assert (out["rows"], out["d"], out["l"], out["features"], out["labels"]) == (
+        4,
+        2,
+        1,
+        ["r", "p"],
+        ["q"],
+    )
+    schema = pq.read_schema(tmp_path / "a.parquet")
+    assert schema.names == ["r", "p", "q"]
+    assert schema.metadata[LABELS_METADATA_KEY] == b"q"
+    assert all(t == pa.float64() for t in schema.types)
+    t = pq.read_table(tmp_path / "a.parquet")
+    assert np.array_equal(np.column_stack([c.to_numpy() for c in t.columns]), x[:, [2, 0, 1]])
+    out = _convert(tmp_path / "a.ndf", tmp_path / "b.parquet", labels="t")
+    assert (out["features"], out["labels"]) == (["p", "q", "r"], ["t"])  # features: the rest
+    out = _convert(tmp_path / "a.ndf", tmp_path / "f.parquet", features="q")
+    assert (out["d"], out["l"], out["features"], out["labels"]) == (1, 0, ["q"], [])
+    assert pq.read_schema(tmp_path / "f.parquet").names == ["q"]
+    out = _convert(tmp_path / "a.ndf", tmp_path / "c.parquet", names=" u , v ,w,z")
+    assert pq.read_schema(tmp_path / "c.parquet").names == ["u", "v", "w", "z"]
+    assert (out["features"], out["labels"]) == (["u", "v", "w"], ["z"])
+    assert pq.read_schema(tmp_path / "c.parquet").metadata[LABELS_METADATA_KEY] == b"z"
+    for bad in ("u,v,w,w", "u,v,,z", "u,v,w"):
+        with pytest.raises(CliError) as e:
+            _convert(tmp_path / "a.ndf", tmp_path / "d.parquet", names=bad)
+        assert str(e.value) == (
+            f"{tmp_path / 'a.ndf'}: --names needs 4 distinct names (one per column written: "
+            f"p, q, r, t); got {bad!r}"
+        )
+    save_ndf(tmp_path / "w.ndf", np.zeros((3, 0)))
+    with pytest.raises(CliError) as e:
+        _convert(tmp_path / "w.ndf", tmp_path / "w.parquet")
+    assert str(e.value) == f"{tmp_path / 'w.ndf'}: no columns to write (d = l = 0)"
+    save_ndf(tmp_path / "e.ndf", np.zeros((0, 2)))
+    with pytest.raises(CliError) as e:
+        _convert(tmp_path / "e.ndf", tmp_path / "e.parquet")
+    assert str(e.value) == f"{tmp_path / 'e.ndf'}: no rows of data to convert"
+    assert not any(
+        n.startswith(("d.", "w.", "e.")) and n.endswith("parquet") for n in os.listdir(tmp_path)
+    )
+
+
+def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
+    save_ndf(tmp_path / "a.ndf", np.arange(14.0).reshape(7, 2))
+    assert _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", row_group_rows=3)["rows"] == 7
+    md = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert [md.row_group(k).num_rows for k in range(md.num_row_groups)] == [3, 3, 1]
+    _convert(tmp_path / "a.ndf", tmp_path / "b.parquet", row_group_rows=1)
+    assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 7
+    t = pq.read_table(tmp_path / "b.parquet")
+    assert np.array_equal(t.column("x1").to_numpy(), np.arange(1.0, 14.0, 2))
+
+
+def _interrupted():
+    raise KeyboardInterrupt
+
+
+def test_a_signal_noted_before_the_rename_leaves_no_output(tmp_path, monkeypatch):
+    """Each writer checks for a noted Ctrl-C (one a library swallowed) before it renames
+    its output into place: to .ndf, to a dataset's parts, to Parquet."""
+    from exactbatch.tools import convert as mod
+
+    np.save(tmp_path / "a.npy", np.ones((3, 2)))
+    save_ndf(tmp_path / "a.ndf", np.ones((3, 2)))
+    monkeypatch.setattr(mod, "check_interrupt", _interrupted)
+    for src, dst, kw in (
+        ("a.npy", "o.ndf", {}),
+        ("a.npy", "ds", {"part_rows": 2}),
+        ("a.ndf", "o.parquet", {}),
+    ):
+        with pytest.raises(KeyboardInterrupt):
+            _convert(tmp_path / src, tmp_path / dst, **kw)
+    assert leftovers(tmp_path, ["a.npy", "a.ndf"]) == []

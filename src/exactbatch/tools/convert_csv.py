@@ -213,8 +213,8 @@ class CsvInput:
         to_block = Blocks(len(self.columns))
         last, pos, first = None, 0, 0
         for path, batch, at in self._batches(self.columns):
-            if path != last:
-                last, pos = path, 0
+            if path != last:  # a value's row in an error is its row in its own file
+                last, pos, first = path, 0, 0
             columns = []
             for c in self.columns:
                 col = batch.column(c)
