@@ -52,6 +52,7 @@ def test_a_padded_loader_is_refused_in_full():
 
 
 def test_a_partial_last_batch_is_refused_with_its_rows():
+    assert "partial batch of 1 rows" in _message(check_exact_batches, DataLoader(pair(9), 4), "f")
     loader = DataLoader(pair(10), 4)
     assert _message(check_exact_batches, loader, "svi") == (
         "svi needs every batch to have exactly batch_size=4 rows (each batch is scaled by "
@@ -135,6 +136,19 @@ def test_first_batch_is_the_next_one_and_leaves_the_cursor():
     assert np.array_equal(xb, want[1][0][0]) and np.array_equal(yb, want[1][0][1])
     assert not np.array_equal(want[1][0][0], want[0][0][0])
     assert np.array_equal(next(iter(loader))[0], want[1][0][0])
+
+
+def test_first_batch_after_an_epochs_last_batch_is_the_next_epochs_first():
+    """Every batch of the epoch taken, its iterator not yet run out: the rest of the
+    epoch is empty, so the next epoch's first batch."""
+    loader = DataLoader(pair(8), 4, seed=3)
+    twin = DataLoader(pair(8), 4, seed=3)
+    list(twin)
+    want = next(iter(twin))  # the second epoch's first batch
+    it = iter(loader)
+    next(it), next(it)  # both batches of the first epoch
+    xb, yb = first_batch(loader)
+    assert np.array_equal(xb, want[0]) and np.array_equal(yb, want[1])
 
 
 def test_first_batch_of_a_loader_without_rows_is_an_error():

@@ -217,3 +217,15 @@ def test_positional_names_on_one_side_only_still_name_the_columns():
 
     assert column_names(Half()) == (["x0", "x1"], ["t"])
     assert column_names(Other()) == (["a"], ["y0"])
+
+
+def test_source_size_refuses_a_tuple_of_three_and_a_chunk_source(tmp_path):
+    """Only an (x, y) pair counts its x's rows; ``ndf_blocks`` (a ``d``, no ``n``) is a
+    stream."""
+    x, y = make_data(5, 2, 1)
+    with pytest.raises(TypeError, match="^a tuple source must be an \\(x, y\\) pair; got a 3-"):
+        source_size((x, y, y))
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    with open_ndf(tmp_path / "a.ndf") as f:
+        with pytest.raises(TypeError, match="^a NdfBlocks is a stream, read front to back"):
+            source_size(ndf_blocks(f, 2))
