@@ -5,7 +5,8 @@ columns by name, for ``groups="customer"`` in :func:`exactbatch.split`. Column
 names are those of an ``.ndf`` file's names sidecar, a sharded dataset's
 manifest (``features`` then ``labels``: :mod:`exactbatch.ndf.names`), any
 source with ``features``/``labels`` attributes, or a pandas or polars
-DataFrame's columns (of any dtype: a column of strings groups as well). An
+DataFrame's or a pyarrow Table's columns (of any dtype: a column of strings
+groups as well). An
 array or an ``(x, y)`` pair has no names. Reading a column of a file reads
 the file once, in blocks of up to 64 Ki rows (memory: one block).
 """
