@@ -595,6 +595,7 @@ TARGETS = {
             "tests/adapters/test_torch.py",
             "tests/adapters/test_torch_pinned.py",
             "tests/adapters/test_jax.py",
+            "tests/adapters/test_minibatch.py",
             "tests/loader/test_pad.py",
             *FAST_ONLY,
         ],

@@ -270,3 +270,47 @@ def test_read_rows_into_a_list_is_a_type_error_naming_out(tmp_path):
     blocks = ndf_blocks(open_ndf(tmp_path / "b.ndf"), 2)
     with pytest.raises(TypeError, match="^out must be a float64 NumPy array of shape"):
         blocks.read_rows_into(0, [[0.0, 0.0]])
+
+
+def test_read_rows_into_anything_but_a_2d_array_names_the_shape_of_no_rows(tmp_path):
+    """Without a row count of its own (a list, a 1-D array), ``out`` is checked against
+    no rows: the message shows (0, d + l)."""
+    save_ndf(tmp_path / "b.ndf", np.zeros((4, 2)))
+    blocks = ndf_blocks(open_ndf(tmp_path / "b.ndf"), 2)
+    with pytest.raises(TypeError) as info:
+        blocks.read_rows_into(0, [[0.0, 0.0]])
+    assert str(info.value) == "out must be a float64 NumPy array of shape (0, 2); got list"
+    with pytest.raises(ValueError) as info:
+        blocks.read_rows_into(0, np.empty(2))
+    assert str(info.value) == "out must have shape (0, 2); got (2,)"
+
+
+def test_the_default_block_is_about_4_mib_of_rows_and_never_empty(tmp_path):
+    """block_rows=None: 4 MiB // the row's bytes (8 a column), at least one row."""
+    save_ndf(tmp_path / "b.ndf", (np.zeros((10, 3)), np.zeros((10, 2))))
+    with open_ndf(tmp_path / "b.ndf") as f:
+        blocks = ndf_blocks(f)
+        assert blocks.block_rows == (4 << 20) // 40 == 104857
+        assert blocks.chunk_rows.tolist() == [10] and blocks.chunk_starts.tolist() == [0]
+        assert blocks.chunk_rows.dtype == blocks.chunk_starts.dtype == np.int64
+    save_ndf(tmp_path / "one.ndf", np.zeros((10, 1)))  # 8 bytes a row
+    with open_ndf(tmp_path / "one.ndf") as f:
+        assert ndf_blocks(f).block_rows == 1 << 19
+    wide = (4 << 20) // 8 + 1  # a row of more than 4 MiB: blocks of one row
+    save_ndf(tmp_path / "wide.ndf", np.zeros((2, wide)))
+    with open_ndf(tmp_path / "wide.ndf") as f:
+        blocks = ndf_blocks(f)
+        assert blocks.block_rows == 1 and blocks.chunk_rows.tolist() == [1, 1]
+
+
+def test_ndf_blocks_refusals_name_what_was_given(ndf):
+    with pytest.raises(TypeError) as info:
+        ndf_blocks(np.zeros((3, 2)))
+    assert str(info.value) == (
+        "ndf_blocks needs an NdfFile from open_ndf or an NdfDataset from open_ndf_dataset; "
+        "got ndarray"
+    )
+    with pytest.raises(ValueError, match="^block_rows must be >= 1"):
+        ndf_blocks(ndf, 0)
+    with pytest.raises(TypeError, match="^block_rows must be"):
+        ndf_blocks(ndf, 2.5)

@@ -158,3 +158,74 @@ def test_a_source_with_feature_names_and_no_label_names_has_its_columns():
     src = Named(x, y)
     np.testing.assert_array_equal(source_column(src, "b"), x[:, 1])
     assert column_names(src) == (["a", "b", "c"], [])
+
+
+def test_a_pyarrow_table_is_split_by_its_column_names():
+    """A pyarrow Table passes for a frame (columns, [name], shape), but its .columns are
+    its arrays: split and kfold look its columns up by its names (any type groups)."""
+    pa = pytest.importorskip("pyarrow")
+    from exactbatch import kfold, split
+
+    t = pa.table({"a": [1.0, 2.0, 3.0, 4.0], "g": [0.0, 0.0, 1.0, 1.0], "s": list("pqpq")})
+    assert source_size(t) == 4
+    assert source_column(t, "s").tolist() == ["p", "q", "p", "q"]
+    np.testing.assert_array_equal(source_column(t, "g"), [0.0, 0.0, 1.0, 1.0])
+    parts = split(t, (0.5, 0.5), groups="s")
+    assert sorted(map(list, parts)) == [[0, 2], [1, 3]]
+    for _train, test in kfold(t, 2, stratify="g"):
+        assert sorted(t.column("g").to_numpy()[test].tolist()) == [0.0, 1.0]
+    with pytest.raises(MissingColumnError) as info:
+        source_column(t, "zz")
+    assert str(info.value) == "groups='zz': no such column; the source has ['a', 'g', 's']"
+
+
+def test_column_names_of_a_pyarrow_table_are_its_arrow_sources():
+    """A Table is read as arrow_source(table) (its numeric columns): its names are that
+    source's, not every column's; a pair of tables names every column of each."""
+    pa = pytest.importorskip("pyarrow")
+    from exactbatch import arrow_source
+
+    t = pa.table({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    assert column_names(t) is None
+    assert column_names(arrow_source(t)) == (["a", "b"], [])
+    assert column_names((t, pa.table({"y": [0.0, 1.0]}))) == (["a", "b"], ["y"])
+
+
+def test_names_and_vocabularies_found_only_on_what_opened_the_source():
+    """A polars LazyFrame has no names of its own: its stream's source has them."""
+    pl = pytest.importorskip("polars")
+    from exactbatch import polars_source
+
+    lf = pl.DataFrame({"a": [1.0, 2.0], "c": ["u", "v"], "t": [0.0, 1.0]}).lazy()
+    plain = lf.select("a", "t")
+    assert column_names(plain) is None
+    assert column_names(plain, open_source(plain)) == (["a", "t"], [])
+    coded = open_source(polars_source(lf, features=["a", "c"], labels="t", categorical=["c"]))
+    assert source_categories(lf) == {}
+    assert source_categories(lf, coded) == {"c": ["u", "v"]}
+
+
+def test_positional_names_on_one_side_only_still_name_the_columns():
+    """``x0, x1`` features with named labels: names (None only when both are positions)."""
+    from exactbatch.ndf.names import DefaultNames
+
+    class Half:
+        features, labels = DefaultNames("x", 2), ("t",)
+
+    class Other:
+        features, labels = ("a",), DefaultNames("y", 1)
+
+    assert column_names(Half()) == (["x0", "x1"], ["t"])
+    assert column_names(Other()) == (["a"], ["y0"])
+
+
+def test_source_size_refuses_a_tuple_of_three_and_a_chunk_source(tmp_path):
+    """Only an (x, y) pair counts its x's rows; ``ndf_blocks`` (a ``d``, no ``n``) is a
+    stream."""
+    x, y = make_data(5, 2, 1)
+    with pytest.raises(TypeError, match="^a tuple source must be an \\(x, y\\) pair; got a 3-"):
+        source_size((x, y, y))
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    with open_ndf(tmp_path / "a.ndf") as f:
+        with pytest.raises(TypeError, match="^a NdfBlocks is a stream, read front to back"):
+            source_size(ndf_blocks(f, 2))

@@ -89,3 +89,22 @@ def test_prefetch_default_as_for_one_file(both):
     with open_ndf_dataset(both[0]) as ds:
         assert DataLoader(ds, 8).prefetch == 0
         assert DataLoader(ds, 1 << 14).prefetch == 2  # 16384 rows * 40 bytes = 640 KiB
+
+
+def test_prefetch_default_of_a_url_is_two_whatever_the_batch(tmp_path):
+    """At a URL every batch is a round trip: 2 batches ahead even for the smallest."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    save_ndf(tmp_path / "u.ndf", make_data(20, 3, 2))
+    fs.pipe_file("/exactbatch-ra/u.ndf", (tmp_path / "u.ndf").read_bytes())
+    try:
+        with open_ndf("memory://exactbatch-ra/u.ndf") as f:
+            reader = NdfReader(f)
+        assert [reader.prefetch_default(b) for b in (0, 40, 1 << 20)] == [2, 2, 2]
+        reader.close()
+        with open_ndf(tmp_path / "u.ndf") as f:
+            local = NdfReader(f)
+        assert [local.prefetch_default(b) for b in (40, (256 << 10) - 1, 256 << 10)] == [0, 0, 2]
+        local.close()
+    finally:
+        fs.rm("/exactbatch-ra", recursive=True)

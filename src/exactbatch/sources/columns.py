@@ -5,7 +5,8 @@ columns by name, for ``groups="customer"`` in :func:`exactbatch.split`. Column
 names are those of an ``.ndf`` file's names sidecar, a sharded dataset's
 manifest (``features`` then ``labels``: :mod:`exactbatch.ndf.names`), any
 source with ``features``/``labels`` attributes, or a pandas or polars
-DataFrame's columns (of any dtype: a column of strings groups as well). An
+DataFrame's or a pyarrow Table's columns (of any dtype: a column of strings
+groups as well). An
 array or an ``(x, y)`` pair has no names. Reading a column of a file reads
 the file once, in blocks of up to 64 Ki rows (memory: one block).
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from exactbatch.hints import Source
 from exactbatch.ndf.names import DefaultNames
+from exactbatch.sources.arrow_table import is_arrow_table
 from exactbatch.sources.chunks import Stream
 from exactbatch.sources.kinds import open_source
 from exactbatch.sources.protocols import RowReader
@@ -41,6 +43,13 @@ def _is_frame(source: object) -> bool:
     return (
         hasattr(source, "columns") and hasattr(source, "__getitem__") and hasattr(source, "shape")
     )
+
+
+def _frame_names(source: Any) -> list[str]:
+    # A pyarrow Table passes for a frame (columns, [name], shape), but its .columns are
+    # its arrays: its names are .column_names.
+    names = source.column_names if is_arrow_table(source) else source.columns
+    return [str(c) for c in names]
 
 
 def source_size(source: Source) -> int:
@@ -75,7 +84,7 @@ def _reader(source: Source) -> RowReader:
 def _names(source: Source) -> list[str] | None:
     """The source's column names, or None when it has none."""
     if _is_frame(source):
-        return [str(c) for c in source.columns]
+        return _frame_names(source)
     features, labels = getattr(source, "features", None), getattr(source, "labels", None)
     if features is None and labels is None:
         return None
@@ -87,12 +96,14 @@ def column_names(source: Source, opened: object = None) -> tuple[list[str], list
     (``opened``: what :func:`~exactbatch.sources.kinds.open_source` made of it), in the
     loader's order, or None when they have none: an array, a pair of arrays, a stream
     of plain chunks, an ``.ndf`` written without names (``x0..``, ``y0..``: positions,
-    not names). Found on the source, else on what opened it (an Arrow or polars
-    object's source, an ``ndf_blocks`` file)."""
+    not names), a bare pyarrow ``Table`` (read as ``arrow_source(table)``, whose
+    names these are). Found on the source, else on what opened it (an Arrow or
+    polars object's source, an ``ndf_blocks`` file)."""
     if isinstance(source, tuple) and len(source) == 2 and all(map(_is_frame, source)):
-        return [str(c) for c in source[0].columns], [str(c) for c in source[1].columns]
-    if _is_frame(source):
-        return [str(c) for c in source.columns], []
+        return _frame_names(source[0]), _frame_names(source[1])
+    if _is_frame(source) and not is_arrow_table(source):
+        # (a pyarrow Table is read as arrow_source(table): its numeric columns alone)
+        return _frame_names(source), []
     for o in _described(source, opened):
         features, labels = getattr(o, "features", None), getattr(o, "labels", None)
         if features is None and labels is None:
