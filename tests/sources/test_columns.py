@@ -5,6 +5,8 @@ tests/loader/test_by_name.py.)"""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from helpers import make_data
@@ -229,3 +231,15 @@ def test_source_size_refuses_a_tuple_of_three_and_a_chunk_source(tmp_path):
     with open_ndf(tmp_path / "a.ndf") as f:
         with pytest.raises(TypeError, match="^a NdfBlocks is a stream, read front to back"):
             source_size(ndf_blocks(f, 2))
+
+
+def test_a_polars_lazy_frame_is_no_frame_and_its_schema_is_not_resolved():
+    pl = pytest.importorskip("polars")
+    lazy = pl.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}).lazy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # polars' PerformanceWarning on .columns
+        assert not columns.is_frame(lazy)
+        assert column_names(lazy) is None
+    assert columns.is_frame(lazy.collect())
+    assert columns.is_frame(pd.DataFrame({"a": [1.0]}))
+    assert not columns.is_frame(np.zeros((2, 2)))

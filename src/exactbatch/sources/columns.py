@@ -23,6 +23,7 @@ from exactbatch.ndf.names import DefaultNames
 from exactbatch.sources.arrow_table import is_arrow_table
 from exactbatch.sources.chunks import Stream
 from exactbatch.sources.kinds import open_source
+from exactbatch.sources.polars_frames import is_lazy_frame
 from exactbatch.sources.protocols import RowReader
 
 __all__ = ["MissingColumnError", "column_names", "source_categories", "source_column"]
@@ -39,10 +40,14 @@ class MissingColumnError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _is_frame(source: object) -> bool:
-    return (
-        hasattr(source, "columns") and hasattr(source, "__getitem__") and hasattr(source, "shape")
-    )
+def is_frame(source: object) -> bool:
+    """A pandas or polars DataFrame, or an Arrow table: columns by name, read whole as an
+    array-like. A polars LazyFrame is not one (it is a query, read as a stream), and is
+    told apart first: asking a LazyFrame for ``columns`` resolves its schema (a polars
+    PerformanceWarning)."""
+    if is_lazy_frame(source):
+        return False
+    return all(hasattr(source, a) for a in ("columns", "shape", "__getitem__"))
 
 
 def _frame_names(source: Any) -> list[str]:
@@ -58,7 +63,7 @@ def source_size(source: Source) -> int:
     n = getattr(source, "n", None)
     if isinstance(n, int) and hasattr(source, "d"):  # NdfFile, NdfDataset, Dataset
         return n
-    if _is_frame(source) or isinstance(source, np.ndarray):
+    if is_frame(source) or isinstance(source, np.ndarray):
         shape = tuple(source.shape)  # (a polars DataFrame has a shape, but no ndim)
         return int(shape[0]) if shape else 0
     if isinstance(source, tuple) and len(source) == 2 and hasattr(source[0], "shape"):
@@ -83,7 +88,7 @@ def _reader(source: Source) -> RowReader:
 
 def _names(source: Source) -> list[str] | None:
     """The source's column names, or None when it has none."""
-    if _is_frame(source):
+    if is_frame(source):
         return _frame_names(source)
     features, labels = getattr(source, "features", None), getattr(source, "labels", None)
     if features is None and labels is None:
@@ -99,9 +104,9 @@ def column_names(source: Source, opened: object = None) -> tuple[list[str], list
     not names), a bare pyarrow ``Table`` (read as ``arrow_source(table)``, whose
     names these are). Found on the source, else on what opened it (an Arrow or
     polars object's source, an ``ndf_blocks`` file)."""
-    if isinstance(source, tuple) and len(source) == 2 and all(map(_is_frame, source)):
+    if isinstance(source, tuple) and len(source) == 2 and all(map(is_frame, source)):
         return _frame_names(source[0]), _frame_names(source[1])
-    if _is_frame(source) and not is_arrow_table(source):
+    if is_frame(source) and not is_arrow_table(source):
         # (a pyarrow Table is read as arrow_source(table): its numeric columns alone)
         return _frame_names(source), []
     for o in _described(source, opened):
@@ -152,7 +157,7 @@ def source_column(source: Source, name: str, arg: str = "groups") -> np.ndarray:
     if name not in names:
         shown = names if len(names) <= 40 else names[:40] + ["..."]
         raise MissingColumnError(f"{arg}={name!r}: no such column; the source has {shown}")
-    if _is_frame(source):
+    if is_frame(source):
         return np.asarray(source[name])
     at = names.index(name)
     reader = _reader(source)

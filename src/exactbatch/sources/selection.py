@@ -49,7 +49,7 @@ from exactbatch.hints import ColumnSelection, Foreign, Source
 from exactbatch.ndf import NdfDataset, NdfFile
 from exactbatch.sources.arrow_table import arrow_source, is_arrow_table
 from exactbatch.sources.chunks import Stream, Widths
-from exactbatch.sources.columns import column_names, source_categories
+from exactbatch.sources.columns import column_names, is_frame, source_categories
 from exactbatch.sources.duckdb_relations import duckdb_source, is_duckdb_relation
 from exactbatch.sources.hf_datasets import hf_source, is_hf_dataset
 from exactbatch.sources.identity import ndf_identity, source_facts, stream_identity
@@ -358,7 +358,7 @@ def select_columns(
     for accepts, make in _MAKERS:
         if accepts(source):
             return _made(source, make, selection)
-    if _is_frame(source):
+    if is_frame(source):
         return _frame_columns(source, selection)
     opened = open_source(source)
     if isinstance(opened, Stream):
@@ -382,12 +382,6 @@ def _made(source: Source, make: Callable[..., Any], selection: Selection) -> Any
     xcols, ycols = selection.resolve(len(names[0]), len(names[1]), names)
     chosen = _chosen_names(names, xcols, ycols)
     return make(source, features=chosen[0], labels=chosen[1])
-
-
-def _is_frame(source: object) -> bool:
-    """A pandas or polars DataFrame (read whole as an array-like: its other columns,
-    non-numeric ones included, are left out before the read)."""
-    return all(hasattr(source, a) for a in ("columns", "shape", "__getitem__"))
 
 
 def _frame_columns(frame: Foreign, selection: Selection) -> Foreign:
