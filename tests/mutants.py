@@ -755,14 +755,62 @@ def run(target: str, recheck: bool = False) -> None:
     env = dict(os.environ, CI="true", PYTHONPATH=str(ROOT / "src"))  # derandomized hypothesis
     print(f"== {target}: mutmut run in {work}", flush=True)
     with open(work / "mutmut.log", "a" if recheck else "w") as log:
-        subprocess.run(
+        # mutmut's own session: an interrupt or a failure here stops its fork server and
+        # workers too, which outlive a killed mutmut and go on writing its verdicts.
+        proc = subprocess.Popen(
             [sys.executable, "-m", "mutmut", "run", *names],
-            cwd=work,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
+            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            proc.wait()
+        finally:
+            stop_group(proc)
+
+
+class one_run:
+    """Refuses a second run of a target while one goes on (two runs in one folder write
+    the same verdict files, and a fresh run deletes the folder): beside the target's
+    folder, a mark holds the running process's id while it runs."""
+
+    def __init__(self, target: str) -> None:
+        self.mark = WORK / f".{target}.running"
+
+    def __enter__(self) -> None:
+        try:
+            pid = int(self.mark.read_text())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            raise SystemExit(f"{self.mark}: a run (pid {pid}) goes on; stop it first")
+        WORK.mkdir(parents=True, exist_ok=True)
+        self.mark.write_text(str(os.getpid()))
+
+    def __exit__(self, *exc: object) -> None:
+        self.mark.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process started in its own session and every process of that session: a
+    polite SIGTERM, then, whatever is left of the group, SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return  # no process of the group is left
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def results(target: str) -> dict[str, str] | None:
@@ -1264,6 +1312,10 @@ def main() -> None:
         help="list the modules no target mutates, with their lines of code",
     )
     args = ap.parse_args()
+    # Stopped by Ctrl-C or a kill, a run stops mutmut's whole session (run's finally): so
+    # both signals raise here, even where SIGINT came ignored (a job started with `&`).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.uncovered:
         print("\n".join(f"{lines:5d}  {path}" for path, lines in uncovered().items()))
         return
@@ -1273,12 +1325,16 @@ def main() -> None:
         ap.error(f"unknown target(s) {unknown}; expected some of {ALL}")
     if not args.summary:
         for target in targets:
-            if target == "core":
-                run_core(args.recheck, args.sample)
-            else:
-                run(target, args.recheck)
+            with one_run(target):
+                if target == "core":
+                    run_core(args.recheck, args.sample)
+                else:
+                    run(target, args.recheck)
     summary(targets, args.diff)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("stopped: mutmut and its workers too (the verdicts so far are kept)")
