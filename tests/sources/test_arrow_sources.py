@@ -11,6 +11,7 @@ a TypeError naming the fix. The loader's laws over each kind: tests/test_law_mat
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import warnings
 
@@ -489,3 +490,100 @@ def test_a_duckdb_table_is_counted_a_query_is_not():
     dec = con.sql("SELECT 1.5 AS p")  # DECIMAL: not a float
     with pytest.raises(ValueError, match=r"non-numeric column\(s\) \['p \(decimal"):
         exactbatch.duckdb_source(dec, features="p")
+
+
+def test_an_arrow_file_unpickled_keeps_its_columns_and_refuses_a_changed_file(tmp_path):
+    from exactbatch.errors import NdfError
+
+    path = write_file(tmp_path / "t.arrow", table())
+    source = exactbatch.arrow_file(path, features=["x1"], labels="x0")
+    again = pickle.loads(pickle.dumps(source))
+    assert (again.features, again.labels) == (("x1",), ("x0",))
+    x, y = all_rows(again)
+    np.testing.assert_array_equal(x[:, 0], 2 * np.arange(23))
+    np.testing.assert_array_equal(y[:, 0], np.arange(23))
+    raw = pickle.dumps(source)
+    st_ = path.stat()
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(NdfError, match="t.arrow: the file changed between pickling"):
+        pickle.loads(raw)
+
+
+def test_a_bare_reader_refusal_reads_in_full():
+    t = table()
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(reader)
+    assert str(e.value) == (
+        f"a pyarrow RecordBatchReader ({type(reader).__name__}) can be read only once, "
+        "but every epoch must read the stream again: pass a zero-argument function that "
+        "returns a fresh reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path)), "
+        "or a pyarrow Table (random access)"
+    )
+
+
+def test_a_stream_says_its_kind_and_columns_and_iterates_as_arrays():
+    t = table()
+    stream = exactbatch.arrow_source(lambda: t.to_batches(), features=["x1", "x0"], labels="y")
+    assert stream.identity() == {
+        "kind": "arrow stream (the reader)",
+        "names": {"features": ["x1", "x0"], "labels": ["y"]},
+    }
+    assert repr(stream) == (
+        "ArrowStream(the reader, features=['x1', 'x0'], labels=['y'], n_rows=None)"
+    )
+    chunks = list(stream)  # one (x, y) of NumPy arrays a record batch
+    assert [len(x) for x, _ in chunks] == [len(b) for b in t.to_batches()]
+    assert all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in chunks)
+    x, y = np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
+    wx, wy = want(range(23))
+    np.testing.assert_array_equal(x, wx[:, [1, 0]])
+    np.testing.assert_array_equal(y, wy)
+
+
+def _hide(monkeypatch, package):
+    """``import package`` (and its submodules) fails from now on in this test."""
+    import sys
+
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
+def _missing_cases():
+    from exactbatch.sources import parquet_urls
+
+    def lazy(_):
+        pl = pytest.importorskip("polars")
+        return exactbatch.polars_source(pl.LazyFrame({"a": [1.0]}))
+
+    def parquet(p):
+        return exactbatch.parquet_source(p / "a.parquet")
+
+    def duck(_):
+        duckdb = pytest.importorskip("duckdb")
+        return exactbatch.duckdb_source(duckdb.connect().sql("SELECT 1.0 AS a"))
+
+    return [
+        ("pyarrow", lambda p: exactbatch.arrow_source(None), "arrow_source", "arrow"),
+        ("pyarrow", lambda p: exactbatch.arrow_file(p / "a.arrow"), "arrow_file", "arrow"),
+        ("pyarrow", parquet, "parquet_source", "parquet"),
+        ("pyarrow", lambda p: parquet_urls._pq(), "parquet_source", "parquet"),
+        ("pyarrow", lazy, "polars_source", "polars"),
+        ("polars", lambda p: exactbatch.polars_source(None), "polars_source", "polars"),
+        ("pyarrow", duck, "duckdb_source", "duckdb"),
+        ("duckdb", lambda p: exactbatch.duckdb_source(None), "duckdb_source", "duckdb"),
+        ("datasets", lambda p: exactbatch.hf_source(None), "hf_source", "hf"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_a_missing_package_is_an_import_error_naming_the_extra(tmp_path, monkeypatch, case):
+    package, call, by, extra = _missing_cases()[case]
+    (tmp_path / "a.parquet").write_bytes(b"")
+    (tmp_path / "a.arrow").write_bytes(b"")
+    _hide(monkeypatch, package)
+    name = {"pyarrow": "pyarrow", "polars": "polars", "duckdb": "duckdb", "datasets": "datasets"}
+    with pytest.raises(ImportError) as e:
+        call(tmp_path)
+    assert str(e.value) == f"{by} needs {name[package]}: pip install 'exactbatch[{extra}]'"
