@@ -659,3 +659,63 @@ def test_iter_batches_and_iteration_refuse_a_changed_file(tmp_path):
     os.utime(tmp_path / "a.parquet", ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
     with pytest.raises(ValueError, match="a.parquet: the file changed"):
         next(src.iter_batches(2))
+
+
+def test_a_row_group_opened_names_its_buffer_and_row_in_its_refusals(folder):
+    root, _ = folder
+    src = parquet_source(root, labels="y0")
+    opened, width = src.open_chunk(0), src.d + src.l
+    for bad in ([[0.0] * width], np.empty(width)):  # not an array; one of one dimension
+        with pytest.raises((TypeError, ValueError)) as e:
+            opened.read_rows_into(0, bad)
+        assert str(e.value).startswith("out must ") and f"(0, {width})" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        opened.read_rows_into(-1, np.empty((1, width)))
+    assert str(e.value).startswith("row must be")
+
+
+def test_a_vocabulary_is_learned_from_its_columns_only(tmp_path, monkeypatch):
+    """The first pass reads only the columns to code (with their footers as read), and a
+    file that cannot be read then is a ValueError naming it and the columns."""
+    root = _coded_folder(tmp_path / "data")
+    asked = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def spy(self, *a, **kw):
+        asked.append(kw.get("columns"))
+        return iter_batches(self, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    opened = []
+    init = pq.ParquetFile.__init__
+
+    def footers(self, source, *a, **kw):
+        opened.append(kw.get("metadata"))
+        init(self, source, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", footers)
+    src = parquet_source(root, features=["x0", "c", "region"], categorical=["c", "region"])
+    assert asked == [["c"], ["c"]] and src.categories["c"] == ["a", "b"]
+    # each file's footer read once: at construction, then handed to the first pass
+    assert opened[:2] == [None, None] and opened[2:] == src.footers
+
+    def boom(self, *a, **kw):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", boom)
+    with pytest.raises(ValueError) as e:
+        parquet_source(root, features=["x0", "c"], categorical=["c"])
+    assert str(e.value) == (
+        f"{root / 'region=eu' / 'p.parquet'}: cannot read column(s) ['c'] (disk on fire)"
+    )
+
+
+def test_a_source_over_a_url_unpickled_reads_through_its_filesystem(hive):
+    import pickle
+
+    _, url = hive
+    src = parquet_source(url, features=["x0"], labels="y0")
+    again = pickle.loads(pickle.dumps(src))
+    assert again.files == src.files
+    got = np.concatenate([again.read_chunk(i)[0][:, 0] for i in range(len(again))])
+    assert got.tolist() == list(range(HIVE_N))
