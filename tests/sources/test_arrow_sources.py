@@ -587,3 +587,27 @@ def test_a_missing_package_is_an_import_error_naming_the_extra(tmp_path, monkeyp
     with pytest.raises(ImportError) as e:
         call(tmp_path)
     assert str(e.value) == f"{by} needs {name[package]}: pip install 'exactbatch[{extra}]'"
+
+
+def test_a_factory_returning_no_batches_is_a_type_error_in_full():
+    """At construction (its first reader: no batch, or things without a schema), and at a
+    later pass (something not iterable)."""
+    for first in ([], [1, 2]):
+        with pytest.raises(TypeError) as e:
+            exactbatch.arrow_source(lambda first=first: first)
+        assert str(e.value) == (
+            "the function passed to arrow_source must return a RecordBatchReader or an "
+            "iterable of record batches; it returned list"
+        )
+    t, calls = table(), []
+
+    def factory():
+        calls.append(1)
+        return t if len(calls) == 1 else 42
+
+    stream = exactbatch.arrow_source(factory, **FEATURES)
+    with pytest.raises(TypeError) as e:
+        list(stream)
+    assert str(e.value) == (
+        "the function passed to arrow_source must return a RecordBatchReader; it returned int"
+    )
