@@ -611,3 +611,60 @@ def test_a_factory_returning_no_batches_is_a_type_error_in_full():
     assert str(e.value) == (
         "the function passed to arrow_source must return a RecordBatchReader; it returned int"
     )
+
+
+def _rewrite_in_place(path, t):
+    """``path`` written again with ``t``, in place (same inode), its mtime moved on."""
+    st_ = path.stat()
+    with open(path, "r+b") as f:
+        f.write(write_file(path.with_suffix(".tmp"), t).read_bytes())
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+
+
+def test_an_arrow_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_path):
+    """A mapped file is checked after every batch (module docs); a compressed one, read
+    into memory at open, reads on from memory."""
+    from exactbatch.errors import NdfError
+
+    path = write_file(tmp_path / "t.arrow", table())
+    source = exactbatch.arrow_file(path, **FEATURES)
+    reader = source.open_reader()
+    assert reader.mapped and reader.prefetch_default(256 << 10) == 2
+    assert reader.prefetch_default((256 << 10) - 1) == 0
+    out_x, out_y = np.empty((3, 3)), np.empty((3, 1))
+    reader.read(slice(0, 3), out_x, out_y)
+    _rewrite_in_place(path, table())
+    with pytest.raises(NdfError, match="t.arrow: the file changed while open"):
+        reader.read(slice(0, 3), out_x, out_y)
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    zpath = write_file(tmp_path / "z.arrow", table(), options=options)
+    zsource = exactbatch.arrow_file(zpath, **FEATURES)
+    zreader = zsource.open_reader()
+    assert zreader.mapped
+    _rewrite_in_place(zpath, table())
+    zreader.read(slice(0, 3), out_x, out_y)
+    np.testing.assert_array_equal(out_x, want(range(3))[0])
+
+
+def test_each_random_access_kind_says_its_kind_and_columns(tmp_path):
+    path = write_file(tmp_path / "t.arrow", table())
+    names = {"features": ["x1", "x0"], "labels": ["y"]}
+    ident = exactbatch.arrow_file(path, features=["x1", "x0"], labels="y").identity()
+    st_ = path.stat()
+    assert ident == {
+        "kind": "arrow_file",
+        "names": names,
+        "path": str(path),
+        "size": st_.st_size,
+        "mtime": st_.st_mtime_ns,
+    }
+    source = exactbatch.arrow_source(table(), features=["x1", "x0"], labels="y")
+    assert source.identity() == {"kind": "arrow table (the pyarrow Table)", "names": names}
+    assert repr(source) == "ArrowTableSource(n=23, d=2, l=1)"
+    if (pl := _maybe("polars")) is not None:
+        frame = exactbatch.polars_source(pl.from_arrow(table()), features=["x1", "x0"], labels="y")
+        assert frame.identity()["kind"] == "arrow table (the polars DataFrame)"
+    if (datasets := _maybe("datasets")) is not None:
+        hf = exactbatch.hf_source(datasets.Dataset(table()), features=["x1", "x0"], labels="y")
+        assert hf.identity() == {"kind": "hf_dataset", "names": names}
+        assert repr(hf) == "HfDatasetSource(n=23, d=2, l=1)"
