@@ -668,3 +668,54 @@ def test_each_random_access_kind_says_its_kind_and_columns(tmp_path):
         hf = exactbatch.hf_source(datasets.Dataset(table()), features=["x1", "x0"], labels="y")
         assert hf.identity() == {"kind": "hf_dataset", "names": names}
         assert repr(hf) == "HfDatasetSource(n=23, d=2, l=1)"
+
+
+def test_a_polars_column_arrow_cannot_hold_is_a_value_error_naming_it():
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame(
+        {"a": [1.0, 2.0], "big": [1, 2]}, schema={"a": pl.Float64, "big": pl.Int128}
+    )
+    for data, owner in ((frame, "the polars DataFrame"), (frame.lazy(), "the LazyFrame")):
+        with pytest.raises(ValueError) as e:
+            exactbatch.polars_source(data, features="a")
+        message = str(e.value)
+        assert message.startswith(f"{owner}: column(s) ['big (Int128)'] have a type Arrow ")
+        assert message.endswith(
+            "; cast them first (e.g. pl.col(name).cast(pl.Float64)), or drop them"
+        )
+        assert e.value.__cause__ is None
+    with pytest.raises(ValueError, match=r"n_rows must be >= 0"):
+        exactbatch.polars_source(frame.lazy().select("a"), n_rows=-1)
+
+
+def test_a_duckdb_column_is_named_as_written_quotes_and_all():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    con.execute('CREATE TABLE t AS SELECT range::DOUBLE AS "a""b", -range AS "c d" FROM range(7)')
+    source = exactbatch.duckdb_source(con.table("t"), features='a"b', labels="c d", batch_rows=3)
+    assert source.n_rows == 7 and (source.features, source.labels) == (('a"b',), ("c d",))
+    x, y = all_rows(source)
+    np.testing.assert_array_equal(x[:, 0], np.arange(7))
+    np.testing.assert_array_equal(y[:, 0], -np.arange(7))
+    assert [len(xb) for xb, _ in source] == [3, 3, 1]  # batch_rows rows a chunk
+    for bad, says in (({"batch_rows": 0}, "batch_rows must be >= 1"), ({"n_rows": -1}, "n_rows")):
+        with pytest.raises(ValueError, match=says):
+            exactbatch.duckdb_source(con.table("t"), **bad)
+
+
+def test_an_hf_cache_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from exactbatch.errors import NdfError
+
+    datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    reader = exactbatch.hf_source(ds, **FEATURES).open_reader()
+    out_x, out_y = np.empty((2, 3)), np.empty((2, 1))
+    reader.read(slice(0, 2), out_x, out_y)
+    cache = ds.cache_files[0]["filename"]
+    st_ = os.stat(cache)
+    os.utime(cache, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(NdfError, match="the file changed while open"):
+        reader.read(slice(0, 2), out_x, out_y)
+    in_memory = exactbatch.hf_source(datasets.Dataset(table()), **FEATURES).open_reader()
+    assert in_memory._check is None  # no cache file: nothing to watch
