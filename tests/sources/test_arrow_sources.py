@@ -719,3 +719,22 @@ def test_an_hf_cache_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_pa
         reader.read(slice(0, 2), out_x, out_y)
     in_memory = exactbatch.hf_source(datasets.Dataset(table()), **FEATURES).open_reader()
     assert in_memory._check is None  # no cache file: nothing to watch
+
+
+def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old_name():
+    from exactbatch.sources.duckdb_relations import _reader
+
+    class New:
+        def to_arrow_reader(self, rows):
+            return ("new", rows)
+
+    class Old:
+        def fetch_arrow_reader(self, rows):
+            return ("old", rows)
+
+    class Both(New, Old):
+        pass
+
+    assert _reader(New(), 5) == ("new", 5)
+    assert _reader(Old(), 6) == ("old", 6)
+    assert _reader(Both(), 7) == ("new", 7)
