@@ -503,6 +503,7 @@ TARGETS = {
             "tests/sources/test_arrow_sources.py",
             "tests/sources/test_parquet.py",
             "tests/sources/test_parquet_labels.py",
+            "tests/sources/test_parquet_urls.py",
             "tests/sources/test_hive.py",
             "tests/sources/test_wide_and_coded.py",
             *FAST_ONLY,

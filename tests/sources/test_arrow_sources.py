@@ -11,6 +11,7 @@ a TypeError naming the fix. The loader's laws over each kind: tests/test_law_mat
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import warnings
 
@@ -489,3 +490,251 @@ def test_a_duckdb_table_is_counted_a_query_is_not():
     dec = con.sql("SELECT 1.5 AS p")  # DECIMAL: not a float
     with pytest.raises(ValueError, match=r"non-numeric column\(s\) \['p \(decimal"):
         exactbatch.duckdb_source(dec, features="p")
+
+
+def test_an_arrow_file_unpickled_keeps_its_columns_and_refuses_a_changed_file(tmp_path):
+    from exactbatch.errors import NdfError
+
+    path = write_file(tmp_path / "t.arrow", table())
+    source = exactbatch.arrow_file(path, features=["x1"], labels="x0")
+    again = pickle.loads(pickle.dumps(source))
+    assert (again.features, again.labels) == (("x1",), ("x0",))
+    x, y = all_rows(again)
+    np.testing.assert_array_equal(x[:, 0], 2 * np.arange(23))
+    np.testing.assert_array_equal(y[:, 0], np.arange(23))
+    raw = pickle.dumps(source)
+    st_ = path.stat()
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(NdfError, match="t.arrow: the file changed between pickling"):
+        pickle.loads(raw)
+
+
+def test_a_bare_reader_refusal_reads_in_full():
+    t = table()
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(reader)
+    assert str(e.value) == (
+        f"a pyarrow RecordBatchReader ({type(reader).__name__}) can be read only once, "
+        "but every epoch must read the stream again: pass a zero-argument function that "
+        "returns a fresh reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path)), "
+        "or a pyarrow Table (random access)"
+    )
+
+
+def test_a_stream_says_its_kind_and_columns_and_iterates_as_arrays():
+    t = table()
+    stream = exactbatch.arrow_source(lambda: t.to_batches(), features=["x1", "x0"], labels="y")
+    assert stream.identity() == {
+        "kind": "arrow stream (the reader)",
+        "names": {"features": ["x1", "x0"], "labels": ["y"]},
+    }
+    assert repr(stream) == (
+        "ArrowStream(the reader, features=['x1', 'x0'], labels=['y'], n_rows=None)"
+    )
+    chunks = list(stream)  # one (x, y) of NumPy arrays a record batch
+    assert [len(x) for x, _ in chunks] == [len(b) for b in t.to_batches()]
+    assert all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in chunks)
+    x, y = np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
+    wx, wy = want(range(23))
+    np.testing.assert_array_equal(x, wx[:, [1, 0]])
+    np.testing.assert_array_equal(y, wy)
+
+
+def _hide(monkeypatch, package):
+    """``import package`` (and its submodules) fails from now on in this test."""
+    import sys
+
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
+def _missing_cases():
+    from exactbatch.sources import parquet_urls
+
+    def lazy(_):
+        pl = pytest.importorskip("polars")
+        return exactbatch.polars_source(pl.LazyFrame({"a": [1.0]}))
+
+    def parquet(p):
+        return exactbatch.parquet_source(p / "a.parquet")
+
+    def duck(_):
+        duckdb = pytest.importorskip("duckdb")
+        return exactbatch.duckdb_source(duckdb.connect().sql("SELECT 1.0 AS a"))
+
+    return [
+        ("pyarrow", lambda p: exactbatch.arrow_source(None), "arrow_source", "arrow"),
+        ("pyarrow", lambda p: exactbatch.arrow_file(p / "a.arrow"), "arrow_file", "arrow"),
+        ("pyarrow", parquet, "parquet_source", "parquet"),
+        ("pyarrow", lambda p: parquet_urls._pq(), "parquet_source", "parquet"),
+        ("pyarrow", lazy, "polars_source", "polars"),
+        ("polars", lambda p: exactbatch.polars_source(None), "polars_source", "polars"),
+        ("pyarrow", duck, "duckdb_source", "duckdb"),
+        ("duckdb", lambda p: exactbatch.duckdb_source(None), "duckdb_source", "duckdb"),
+        ("datasets", lambda p: exactbatch.hf_source(None), "hf_source", "hf"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_a_missing_package_is_an_import_error_naming_the_extra(tmp_path, monkeypatch, case):
+    package, call, by, extra = _missing_cases()[case]
+    (tmp_path / "a.parquet").write_bytes(b"")
+    (tmp_path / "a.arrow").write_bytes(b"")
+    _hide(monkeypatch, package)
+    name = {"pyarrow": "pyarrow", "polars": "polars", "duckdb": "duckdb", "datasets": "datasets"}
+    with pytest.raises(ImportError) as e:
+        call(tmp_path)
+    assert str(e.value) == f"{by} needs {name[package]}: pip install 'exactbatch[{extra}]'"
+
+
+def test_a_factory_returning_no_batches_is_a_type_error_in_full():
+    """At construction (its first reader: no batch, or things without a schema), and at a
+    later pass (something not iterable)."""
+    for first in ([], [1, 2]):
+        with pytest.raises(TypeError) as e:
+            exactbatch.arrow_source(lambda first=first: first)
+        assert str(e.value) == (
+            "the function passed to arrow_source must return a RecordBatchReader or an "
+            "iterable of record batches; it returned list"
+        )
+    t, calls = table(), []
+
+    def factory():
+        calls.append(1)
+        return t if len(calls) == 1 else 42
+
+    stream = exactbatch.arrow_source(factory, **FEATURES)
+    with pytest.raises(TypeError) as e:
+        list(stream)
+    assert str(e.value) == (
+        "the function passed to arrow_source must return a RecordBatchReader; it returned int"
+    )
+
+
+def _rewrite_in_place(path, t):
+    """``path`` written again with ``t``, in place (same inode), its mtime moved on."""
+    st_ = path.stat()
+    with open(path, "r+b") as f:
+        f.write(write_file(path.with_suffix(".tmp"), t).read_bytes())
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+
+
+def test_an_arrow_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_path):
+    """A mapped file is checked after every batch (module docs); a compressed one, read
+    into memory at open, reads on from memory."""
+    from exactbatch.errors import NdfError
+
+    path = write_file(tmp_path / "t.arrow", table())
+    source = exactbatch.arrow_file(path, **FEATURES)
+    reader = source.open_reader()
+    assert reader.mapped and reader.prefetch_default(256 << 10) == 2
+    assert reader.prefetch_default((256 << 10) - 1) == 0
+    out_x, out_y = np.empty((3, 3)), np.empty((3, 1))
+    reader.read(slice(0, 3), out_x, out_y)
+    _rewrite_in_place(path, table())
+    with pytest.raises(NdfError, match="t.arrow: the file changed while open"):
+        reader.read(slice(0, 3), out_x, out_y)
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    zpath = write_file(tmp_path / "z.arrow", table(), options=options)
+    zsource = exactbatch.arrow_file(zpath, **FEATURES)
+    zreader = zsource.open_reader()
+    assert zreader.mapped
+    _rewrite_in_place(zpath, table())
+    zreader.read(slice(0, 3), out_x, out_y)
+    np.testing.assert_array_equal(out_x, want(range(3))[0])
+
+
+def test_each_random_access_kind_says_its_kind_and_columns(tmp_path):
+    path = write_file(tmp_path / "t.arrow", table())
+    names = {"features": ["x1", "x0"], "labels": ["y"]}
+    ident = exactbatch.arrow_file(path, features=["x1", "x0"], labels="y").identity()
+    st_ = path.stat()
+    assert ident == {
+        "kind": "arrow_file",
+        "names": names,
+        "path": str(path),
+        "size": st_.st_size,
+        "mtime": st_.st_mtime_ns,
+    }
+    source = exactbatch.arrow_source(table(), features=["x1", "x0"], labels="y")
+    assert source.identity() == {"kind": "arrow table (the pyarrow Table)", "names": names}
+    assert repr(source) == "ArrowTableSource(n=23, d=2, l=1)"
+    if (pl := _maybe("polars")) is not None:
+        frame = exactbatch.polars_source(pl.from_arrow(table()), features=["x1", "x0"], labels="y")
+        assert frame.identity()["kind"] == "arrow table (the polars DataFrame)"
+    if (datasets := _maybe("datasets")) is not None:
+        hf = exactbatch.hf_source(datasets.Dataset(table()), features=["x1", "x0"], labels="y")
+        assert hf.identity() == {"kind": "hf_dataset", "names": names}
+        assert repr(hf) == "HfDatasetSource(n=23, d=2, l=1)"
+
+
+def test_a_polars_column_arrow_cannot_hold_is_a_value_error_naming_it():
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame(
+        {"a": [1.0, 2.0], "big": [1, 2]}, schema={"a": pl.Float64, "big": pl.Int128}
+    )
+    for data, owner in ((frame, "the polars DataFrame"), (frame.lazy(), "the LazyFrame")):
+        with pytest.raises(ValueError) as e:
+            exactbatch.polars_source(data, features="a")
+        message = str(e.value)
+        assert message.startswith(f"{owner}: column(s) ['big (Int128)'] have a type Arrow ")
+        assert message.endswith(
+            "; cast them first (e.g. pl.col(name).cast(pl.Float64)), or drop them"
+        )
+        assert e.value.__cause__ is None
+    with pytest.raises(ValueError, match=r"n_rows must be >= 0"):
+        exactbatch.polars_source(frame.lazy().select("a"), n_rows=-1)
+
+
+def test_a_duckdb_column_is_named_as_written_quotes_and_all():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    con.execute('CREATE TABLE t AS SELECT range::DOUBLE AS "a""b", -range AS "c d" FROM range(7)')
+    source = exactbatch.duckdb_source(con.table("t"), features='a"b', labels="c d", batch_rows=3)
+    assert source.n_rows == 7 and (source.features, source.labels) == (('a"b',), ("c d",))
+    x, y = all_rows(source)
+    np.testing.assert_array_equal(x[:, 0], np.arange(7))
+    np.testing.assert_array_equal(y[:, 0], -np.arange(7))
+    assert [len(xb) for xb, _ in source] == [3, 3, 1]  # batch_rows rows a chunk
+    for bad, says in (({"batch_rows": 0}, "batch_rows must be >= 1"), ({"n_rows": -1}, "n_rows")):
+        with pytest.raises(ValueError, match=says):
+            exactbatch.duckdb_source(con.table("t"), **bad)
+
+
+def test_an_hf_cache_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from exactbatch.errors import NdfError
+
+    datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    reader = exactbatch.hf_source(ds, **FEATURES).open_reader()
+    out_x, out_y = np.empty((2, 3)), np.empty((2, 1))
+    reader.read(slice(0, 2), out_x, out_y)
+    cache = ds.cache_files[0]["filename"]
+    st_ = os.stat(cache)
+    os.utime(cache, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(NdfError, match="the file changed while open"):
+        reader.read(slice(0, 2), out_x, out_y)
+    in_memory = exactbatch.hf_source(datasets.Dataset(table()), **FEATURES).open_reader()
+    assert in_memory._check is None  # no cache file: nothing to watch
+
+
+def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old_name():
+    from exactbatch.sources.duckdb_relations import _reader
+
+    class New:
+        def to_arrow_reader(self, rows):
+            return ("new", rows)
+
+    class Old:
+        def fetch_arrow_reader(self, rows):
+            return ("old", rows)
+
+    class Both(New, Old):
+        pass
+
+    assert _reader(New(), 5) == ("new", 5)
+    assert _reader(Old(), 6) == ("old", 6)
+    assert _reader(Both(), 7) == ("new", 7)

@@ -241,3 +241,60 @@ def test_a_key_the_files_also_hold_is_read_from_the_files(tmp_path):
     src = parquet_source(tmp_path)
     assert src.features == ("x0", "year")
     assert src.read_chunk(1)[0][:, 1].tolist() == [2025.0, 2025.0]
+
+
+@pytest.mark.parametrize("stats", [True, False], ids=["footer", "read"])
+def test_a_key_held_with_another_value_is_refused_naming_file_key_and_values(tmp_path, stats):
+    """From the footer's statistics, or (none written) a read of the column; a value equal
+    to the path's, as a number or as text, and nulls are fine."""
+    (tmp_path / "year=2024").mkdir()
+    ok = tmp_path / "year=2024" / "a.parquet"
+    pq.write_table(pa.table({"x0": [1.0, 2.0], "year": [2024, 2024]}), ok, write_statistics=stats)
+    assert parquet_source(tmp_path).features == ("x0", "year")
+    bad = tmp_path / "year=2024" / "b.parquet"
+    t = pa.table({"x0": [1.0, 2.0, 3.0], "year": [2022, 2024, 2026]})
+    pq.write_table(t, bad, write_statistics=stats)
+    with pytest.raises(ValueError) as e:
+        parquet_source(tmp_path)
+    assert str(e.value) == (
+        f"{bad}: the partition key 'year' is also a column of the file, holding 2022, 2026 "
+        "where its path says year=2024: which is meant is ambiguous; drop the column from "
+        "the files, or fix the folder's name"
+    )
+
+
+def test_a_key_held_with_nulls_is_checked_by_a_read(tmp_path):
+    """Statistics that count nulls say nothing of the other values: the column is read (a
+    null is not the path's value either)."""
+    (tmp_path / "k=a").mkdir()
+    path = tmp_path / "k=a" / "p.parquet"
+    pq.write_table(pa.table({"x0": [1.0, 2.0, 3.0], "k": ["a", None, "b"]}), path)
+    with pytest.raises(ValueError, match=r"holding 'b', None where its path says k=a"):
+        parquet_source(tmp_path, categorical=["k"])
+
+
+def test_integer_keys_past_int32_are_int64_and_other_text_stays_text(tmp_path):
+    """pyarrow discovers keys past int32 as text: integers within int64 written as
+    integers are int64; any other text ("007": not how 7 is written) stays text."""
+    from exactbatch.sources.parquet_columns import hive_partitions
+
+    files = []
+    for key, t in (("3000000000", "3000000000"), ("-5", "007")):
+        (tmp_path / f"id={key}" / f"t={t}").mkdir(parents=True)
+        files.append(str(tmp_path / f"id={key}" / f"t={t}" / "p.parquet"))
+        pq.write_table(pa.table({"a": [1.0]}), files[-1])
+    found = hive_partitions(str(tmp_path), files)
+    assert found.names == ("id", "t")
+    assert str(found.types["id"]) == "int64" and str(found.types["t"]) == "string"
+    assert found.values == [{"id": 3000000000, "t": "3000000000"}, {"id": -5, "t": "007"}]
+    assert hive_partitions(str(tmp_path), [str(tmp_path / "p.parquet")]) is None
+
+
+def test_a_file_outside_every_key_folder_has_its_keys_missing(tmp_path):
+    write_parquet(tmp_path / "a.parquet", [2], 0)
+    (tmp_path / "year=2024").mkdir()
+    write_parquet(tmp_path / "year=2024" / "b.parquet", [2], 2)
+    src = parquet_source(tmp_path, labels="y0")
+    x = np.concatenate([src.read_chunk(i)[0] for i in range(len(src))])
+    assert src.features == ("x0", "x1", "x2", "year")
+    np.testing.assert_array_equal(x[:, 3], [np.nan, np.nan, 2024, 2024])

@@ -552,3 +552,170 @@ def test_reading_parquet_does_not_import_pandas(tmp_path):
         "print(rows, 'pandas' in sys.modules)\n"
     )
     assert run_python(code, str(tmp_path / "a.parquet")).split() == ["12", "False"]
+
+
+# -- in-process pickling, identity, iter_batches (what convert and a state's fingerprint use) --
+
+
+def _coded_folder(root):
+    """``region=eu/p.parquet`` (rows 0..4) and ``region=us/p.parquet`` (rows 5..8): columns
+    x0 (the row id), x1 = 10 * x0, a string column c ("a" or "b"), y0 = -x0."""
+    for region, ids_ in (("eu", range(5)), ("us", range(5, 9))):
+        (root / f"region={region}").mkdir(parents=True)
+        x0 = np.asarray(ids_, dtype=np.float64)
+        t = pa.table({"x0": x0, "x1": 10 * x0, "c": ["a" if i % 2 else "b" for i in ids_]})
+        t = t.append_column("y0", pa.array(-x0))
+        pq.write_table(t, root / f"region={region}" / "p.parquet", row_group_size=3)
+    return root
+
+
+def test_a_source_unpickled_in_process_reads_what_it_read(tmp_path):
+    """Pickled and loaded here (a spawned process: test_hive.py): the features, labels,
+    partition keys and vocabularies (as given, in their order: not learned again) travel,
+    and the loaded source reads the same chunks."""
+    import pickle
+
+    root = _coded_folder(tmp_path / "data")
+    vocab = {"region": ["us", "eu"], "c": ["b", "a"]}  # not sorted: a second pass would sort
+    src = parquet_source(root, features=["x1", "region", "c"], labels="y0", categorical=vocab)
+    again = pickle.loads(pickle.dumps(src))
+    assert (again.features, again.labels) == (("x1", "region", "c"), ("y0",))
+    assert again.categories == src.categories == vocab
+    assert again.files == src.files and list(again.chunk_rows) == [3, 2, 3, 1]
+    for i in range(len(src)):
+        (x, y), (gx, gy) = src.read_chunk(i), again.read_chunk(i)
+        np.testing.assert_array_equal(gx, x)
+        np.testing.assert_array_equal(gy, y)
+    x = np.concatenate([src.read_chunk(i)[0] for i in range(len(src))])
+    np.testing.assert_array_equal(x[:, 0], 10 * np.arange(9))
+    np.testing.assert_array_equal(x[:, 1], [1] * 5 + [0] * 4)  # "us" is code 0
+    np.testing.assert_array_equal(x[:, 2], [0, 1, 0, 1, 0, 1, 0, 1, 0])  # "b" is code 0
+    # a file changed since: refused at unpickling, naming it
+    raw = pickle.dumps(src)
+    path = root / "region=us" / "p.parquet"
+    st_ = os.stat(path)
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(ValueError, match=r"region=us/p.parquet: the file changed between"):
+        pickle.loads(raw)
+
+
+def test_identity_names_the_columns_the_first_file_and_the_footers(tmp_path):
+    """A state's fingerprint (exactbatch.sources.identity): kind, column names, the first
+    file, how many files, and a hash of the files' names, sizes and footers."""
+    root = _coded_folder(tmp_path / "data")
+    src = parquet_source(root, features=["x0", "x1"], labels="y0")
+    ident = src.identity()
+    assert ident["kind"] == "parquet" and ident["parts"] == 2
+    assert ident["names"] == {"features": ["x0", "x1"], "labels": ["y0"]}
+    assert ident["path"] == str(root / "region=eu" / "p.parquet")
+    assert ident == parquet_source(root, features=["x0", "x1"], labels="y0").identity()
+    one = parquet_source(root / "region=eu" / "p.parquet", features=["x0", "x1"], labels="y0")
+    assert one.identity()["parts"] == 1 and one.identity()["files"] != ident["files"]
+    assert [f.num_rows for f in src.footers] == [5, 4]
+
+
+def test_iter_batches_hands_out_every_row_in_order_a_batch_at_a_time(tmp_path, hive):
+    """What ``exactbatch convert`` writes from: every row in order, features then labels
+    as Arrow columns (coded), at most ``rows`` rows a batch; locally and over a URL."""
+    root = _coded_folder(tmp_path / "data")
+    cats = ["c", "region"]
+    src = parquet_source(root, features=["x1", "region", "c"], labels="y0", categorical=cats)
+    got = list(src.iter_batches(2))
+    assert all(len(cols) == 4 for cols in got)
+    assert max(len(cols[0]) for cols in got) == 2
+    cols = [np.concatenate([np.asarray(b[j], dtype=np.float64) for b in got]) for j in range(4)]
+    np.testing.assert_array_equal(cols[0], 10 * np.arange(9))
+    np.testing.assert_array_equal(cols[1], [0] * 5 + [1] * 4)  # sorted: "eu" is 0
+    np.testing.assert_array_equal(cols[2], [1, 0, 1, 0, 1, 0, 1, 0, 1])  # sorted: "a" is 0
+    np.testing.assert_array_equal(cols[3], -np.arange(9))
+    # over a URL, the same rows (the files opened through fsspec)
+    local, url = hive
+    a = parquet_source(local, features=["x0"], labels="y0")
+    b = parquet_source(url, features=["x0"], labels="y0")
+    rows = [
+        np.concatenate([np.asarray(cols[0]) for cols in s.iter_batches(7)]).tolist() for s in (a, b)
+    ]
+    assert rows[0] == rows[1] == list(range(HIVE_N))
+
+
+def test_iter_batches_names_the_row_of_a_value_outside_a_vocabulary(tmp_path):
+    """Rows are numbered from the source's first across batches and files."""
+    root = _coded_folder(tmp_path / "data")
+    src = parquet_source(root, features=["x0", "region"], categorical={"region": ["eu"]})
+    with pytest.raises(ValueError, match=r"holds 'us' \(row 5\)"):
+        for _ in src.iter_batches(2):
+            pass  # the second file's first row
+
+
+def test_iter_batches_and_iteration_refuse_a_changed_file(tmp_path):
+    write_parquet(tmp_path / "a.parquet", [3, 2])
+    src = parquet_source(tmp_path, labels="y0")
+    chunks = list(src)  # iterating: read_chunk of every row group, in order
+    assert [c[0][:, 0].tolist() for c in chunks] == [[0, 1, 2], [3, 4]]
+    assert [c[1][:, 0].tolist() for c in chunks] == [
+        list(make_y(r, 1)[:, 0]) for r in ([0, 1, 2], [3, 4])
+    ]
+    st_ = os.stat(tmp_path / "a.parquet")
+    os.utime(tmp_path / "a.parquet", ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(ValueError, match="a.parquet: the file changed"):
+        next(src.iter_batches(2))
+
+
+def test_a_row_group_opened_names_its_buffer_and_row_in_its_refusals(folder):
+    root, _ = folder
+    src = parquet_source(root, labels="y0")
+    opened, width = src.open_chunk(0), src.d + src.l
+    for bad in ([[0.0] * width], np.empty(width)):  # not an array; one of one dimension
+        with pytest.raises((TypeError, ValueError)) as e:
+            opened.read_rows_into(0, bad)
+        assert str(e.value).startswith("out must ") and f"(0, {width})" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        opened.read_rows_into(-1, np.empty((1, width)))
+    assert str(e.value).startswith("row must be")
+
+
+def test_a_vocabulary_is_learned_from_its_columns_only(tmp_path, monkeypatch):
+    """The first pass reads only the columns to code (with their footers as read), and a
+    file that cannot be read then is a ValueError naming it and the columns."""
+    root = _coded_folder(tmp_path / "data")
+    asked = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def spy(self, *a, **kw):
+        asked.append(kw.get("columns"))
+        return iter_batches(self, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    opened = []
+    init = pq.ParquetFile.__init__
+
+    def footers(self, source, *a, **kw):
+        opened.append(kw.get("metadata"))
+        init(self, source, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", footers)
+    src = parquet_source(root, features=["x0", "c", "region"], categorical=["c", "region"])
+    assert asked == [["c"], ["c"]] and src.categories["c"] == ["a", "b"]
+    # each file's footer read once: at construction, then handed to the first pass
+    assert opened[:2] == [None, None] and opened[2:] == src.footers
+
+    def boom(self, *a, **kw):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", boom)
+    with pytest.raises(ValueError) as e:
+        parquet_source(root, features=["x0", "c"], categorical=["c"])
+    assert str(e.value) == (
+        f"{root / 'region=eu' / 'p.parquet'}: cannot read column(s) ['c'] (disk on fire)"
+    )
+
+
+def test_a_source_over_a_url_unpickled_reads_through_its_filesystem(hive):
+    import pickle
+
+    _, url = hive
+    src = parquet_source(url, features=["x0"], labels="y0")
+    again = pickle.loads(pickle.dumps(src))
+    assert again.files == src.files
+    got = np.concatenate([again.read_chunk(i)[0][:, 0] for i in range(len(again))])
+    assert got.tolist() == list(range(HIVE_N))

@@ -61,3 +61,12 @@ def test_recorded_labels_missing_from_the_file_are_a_clear_error(tmp_path):
 
 def test_the_signature_still_reads_labels_empty():
     assert repr(inspect.signature(parquet_source).parameters["labels"].default) == "()"
+
+
+def test_several_recorded_labels_are_split_at_commas(tmp_path):
+    """The metadata is the label names joined by commas (empty names dropped)."""
+    t = pa.table({"a": [1.0, 2.0], "t": [3.0, 4.0], "u": [5.0, 6.0]})
+    t = t.replace_schema_metadata({b"exactbatch.labels": b"t,u,"})
+    pq.write_table(t, tmp_path / "two.parquet")
+    src = parquet_source(tmp_path / "two.parquet")
+    assert (src.features, src.labels) == (("a",), ("t", "u"))

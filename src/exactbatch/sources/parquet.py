@@ -132,6 +132,9 @@ class ParquetSource:
         self._stats: list[tuple[Any, ...]] = []  # each file's identity when its footer was read
         self._groups: list[tuple[int, int]] = []  # (file index, row group index) per chunk
         keys = partitions.names if partitions is not None else ()
+        # every file's held keys are checked against its path, also after the keys the
+        # first file holds are dropped from ``partitions`` (all of them: None)
+        paths = partitions
         chunk_rows: list[int] = []
         for fi, f in enumerate(files):
             try:
@@ -151,8 +154,8 @@ class ParquetSource:
             if fi == 0 and labels is _NOT_GIVEN:
                 taken = set(features or ())
                 self.labels = tuple(c for c in recorded_labels(schema) or () if c not in taken)
-            if partitions is not None:  # a key a file also holds must agree with its path
-                check_held_keys(f, pf, partitions.values[fi])
+            if paths is not None:  # a key a file also holds must agree with its path
+                check_held_keys(f, pf, paths.values[fi])
             if fi == 0 and partitions is not None:
                 # a key the files also hold as a column is read from the files
                 kept = tuple(k for k in partitions.names if k not in schema.names)
