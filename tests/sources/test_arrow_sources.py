@@ -738,3 +738,27 @@ def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old
     assert _reader(New(), 5) == ("new", 5)
     assert _reader(Old(), 6) == ("old", 6)
     assert _reader(Both(), 7) == ("new", 7)
+
+
+def test_the_reader_made_for_the_schema_is_closed_when_read_and_when_refused():
+    """arrow_source's first reader is made only for its schema: it holds a file or a
+    query, closed at once, also when what it gave has no schema (the refusal)."""
+    t = table()
+
+    class Held:
+        closed = 0
+
+        def __init__(self, batches):
+            self.batches = batches
+
+        def __iter__(self):
+            return iter(self.batches)
+
+        def close(self):
+            Held.closed += 1
+
+    exactbatch.arrow_source(lambda: Held(t.to_batches()), **FEATURES)
+    assert Held.closed == 1
+    with pytest.raises(TypeError, match="iterable of record batches; it returned Held"):
+        exactbatch.arrow_source(lambda: Held([1, 2]))
+    assert Held.closed == 2

@@ -149,15 +149,17 @@ def _schema_columns(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The columns to read, from the schema of a first reader (or first batch) made now."""
     first = factory()
-    schema = getattr(first, "schema", None)
-    if schema is None and isinstance(first, cabc.Iterable):
-        schema = getattr(next(iter(first), None), "schema", None)  # a batch's
+    try:
+        schema = getattr(first, "schema", None)
+        if schema is None and isinstance(first, cabc.Iterable):
+            schema = getattr(next(iter(first), None), "schema", None)  # a batch's
+    finally:  # a reader made only for its schema holds a file or a query: closed either way
+        close = getattr(first, "close", None)
+        if close is not None:
+            close()
     if schema is None:
         raise TypeError(
             "the function passed to arrow_source must return a RecordBatchReader or an "
             f"iterable of record batches; it returned {type(first).__name__}"
         )
-    close = getattr(first, "close", None)
-    if close is not None:
-        close()
     return pick_columns(schema, features, labels, "the reader", cats)
