@@ -389,6 +389,8 @@ def fit(
     if run.default:
         method = _inference(pm, method, model, random_seed, fit_kwargs)
         run.remember(method.approx)
+        if isinstance(method, pm.KLqp):  # ADVI: more draws of the guide a step in the tail
+            run.share_draws(fit_kwargs)
         scaled = getattr(method.approx, "scale_cost_to_minibatch", False)
         if scaled and all(f.loader.total_size for f in feeds):  # the loss over N / B
             run.cost = min(f.loader.batch_size / f.loader.total_size for f in feeds)
