@@ -314,7 +314,8 @@ def fit(
     0.03, 0.01) one after another, each for 2% of the steps from the same
     start, and keeps the largest stable one; the step then decays linearly
     to the tail's step (bounded by the data's N and the batch; see the
-    module) at 60% of the steps and stays there. A named
+    module) at 60% of the steps and stays there, with ADVI's ``obj_n_mc`` (the
+    guide's draws a step: yours, else 1) at least 4 in that tail. A named
     ``method`` is made into PyMC's Inference object first (with the seed);
     ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
     other ``optim`` (``pm.adam(learning_rate=1e-3)``; or ``obj_optimizer=``,
