@@ -132,7 +132,7 @@ def _forced(real, moving: bool):
             return v
         if moving:
             return dataclasses.replace(v, drift=0.5, movement=0.6)
-        return dataclasses.replace(v, drift=-1.0, error=0.0, sd_error=0.0)
+        return dataclasses.replace(v, drift=-1.0, error=0.0, sd_error=0.0, sds_judged=True)
 
     return judge
 

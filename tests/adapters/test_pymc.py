@@ -761,3 +761,23 @@ def test_a_loader_of_other_dtypes_feeds_its_batches(kw, monkeypatch):
     assert len(fake.xs) == 4
     for got_x, got_y, (xb, yb) in zip(fake.xs, fake.ys, want[:4], strict=False):
         assert np.array_equal(got_x, xb) and np.array_equal(got_y, yb)
+
+
+def test_the_tail_raises_the_objectives_draws_a_step():
+    """With the default schedule ``obj_n_mc`` is a shared variable: the caller's value (or
+    1) until the tail, at least TAIL_DRAWS in it (a guide sd's tail average scatters half
+    as much between fits); ``pm.fit`` compiles its step once, the draws a symbolic size."""
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.pymc_schedule import Run
+    from exactbatch.adapters.schedule import TAIL_DRAWS
+
+    for given, before, after in ((None, 1, TAIL_DRAWS), (8, 8, 8), (2, 2, TAIL_DRAWS)):
+        run = Run(200, 10, default=True, average=False)
+        kwargs = {} if given is None else {"obj_n_mc": given}
+        run.share_draws(kwargs)
+        assert kwargs["obj_n_mc"] is run.draws
+        run.lr0, run.start = 0.1, []  # past the pilot
+        run._schedule(run.plan.tail - 2, [])
+        assert int(run.draws.get_value()) == before
+        run._schedule(run.plan.tail - 1, [])  # the step before the tail's first
+        assert int(run.draws.get_value()) == after

@@ -40,7 +40,10 @@ device two batches ahead, float32 unless 64-bit JAX is on). The step is
 ``svi.update`` under ``jax.jit``, compiled once (one batch shape), and
 writes its loss into a device array, read back once at the end with the
 window sums of the verdict; the pilot is one more compiled step that runs
-the candidates side by side (``vmap``) for 5% of the steps. The verdict
+the candidates side by side (``vmap``) for 5% of the steps, and the tail's
+(the last two fifths) another, its loss averaging 4 draws of the guide a step
+(``Trace_ELBO(num_particles=4)``: a guide sd's tail average scatters half as much
+between fits; see :mod:`exactbatch.adapters.schedule`). The verdict
 draws 256 samples of the guide twice.
 
 NumPyro, JAX and optax are imported on first use, not by importing this module.
@@ -147,7 +150,8 @@ def fit(
     side by side on the same batches and random draws and keeps the largest
     stable one; the step then decays linearly to the tail's step (bounded by
     the data's N and the batch; see the module) at 60% of the steps and stays
-    there. Any other ``optim`` - a NumPyro optimiser
+    there, each of the tail's steps averaging 4 draws of the guide. Any other
+    ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 
@@ -178,7 +182,10 @@ def fit(
     tail's average (means and sds), the loss's trend, and ``returned``. When
     the drift is above 0.1 sd, or an error above its bound, the fit raises
     ``exactbatch.ConvergenceWarning`` naming each figure and what it
-    returned: run more steps.
+    returned: run more steps. Where a guide sd's error cannot fall within its
+    bound at this length (too few epochs averaged), the warning says the sds
+    were not judged (``convergence.sds_judged`` False) and how many steps
+    would judge them; the means are judged all the same.
 
     Refuses, before any step: a loader that may hand out a partial batch
     (``ValueError`` naming ``drop_last``); a loader of several shards or an

@@ -7,7 +7,9 @@ JAX and NumPyro are imported on first use.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from exactbatch.adapters.convergence import (
     parts,
 )
 from exactbatch.adapters.numpyro_adam import restart_moments, with_schedule
-from exactbatch.adapters.schedule import CANDIDATES, Plan, pick
+from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick
 
 __all__ = ["GUIDE_DRAWS", "Run", "verdict"]
 
@@ -45,6 +47,14 @@ class Run:
         self.svi, self.kw, self.default = svi, model_kwargs, default
         self.num_steps, self.epoch = num_steps, epoch
         self.plan = Plan(num_steps, epoch, rows=rows) if default else None
+        # the tail's steps average TAIL_DRAWS draws of the guide (see the schedule): the
+        # same SVI (model, guide, optimiser, state) with a loss of that many particles
+        self.tail_svi = svi
+        if default:
+            from numpyro.infer import Trace_ELBO
+
+            self.tail_svi = copy.copy(svi)
+            self.tail_svi.loss = Trace_ELBO(num_particles=TAIL_DRAWS, vectorize_particles=True)
         spans, self.width = parts(num_steps, epoch)
         # the sums: one per part of the verdict's windows, then the last epoch's (its start
         # moves with each new epoch when the epoch's length is unknown)
@@ -61,11 +71,11 @@ class Run:
             self.starts[-1] = self.step_no  # average the epoch now beginning
             self.spans = None
 
-    def _core(self, state, sums, i, lr, cap, budget, starts, ends, xb, yb):
+    def _core(self, svi, state, sums, i, lr, cap, budget, starts, ends, xb, yb):
         jnp = self.jnp
         if self.default:
             state = with_schedule(state, lr, cap, budget)
-        state, loss = self.svi.update(state, xb, yb, **self.kw)
+        state, loss = svi.update(state, xb, yb, **self.kw)
         flat, _ = self.ravel(self.svi.optim.get_params(state.optim_state))
         inside = (starts <= i) & (i < ends)
         return state, sums + jnp.where(inside[:, None], flat[None, :], 0), loss
@@ -96,7 +106,9 @@ class Run:
 
     def steps(self, state, feed, bar):
         """Run the fit's steps on ``feed``'s batches; the final state."""
-        step = self._jit(self._core, (1, 2))
+        step = self._jit(partial(self._core, self.svi), (1, 2))
+        # the tail's step (compiled on its first call): TAIL_DRAWS draws of the guide
+        tail = self._jit(partial(self._core, self.tail_svi), (1, 2)) if self.default else step
         every = max(1, self.num_steps // 100)  # the bar's loss: a sync every 1% of steps
         self.sums, self.losses = self._fresh(self.svi.optim.get_params(state.optim_state))
         if self.default:
@@ -109,7 +121,8 @@ class Run:
                 if self.plan.restart(i):
                     state = restart_moments(state)
                 lr, cap, budget = self.plan.step_size(lr0, i), self.plan.cap(i), self.plan.budget(i)
-            state, self.sums, self.losses = step(
+            run = tail if self.default and self.plan.draws(i) > 1 else step
+            state, self.sums, self.losses = run(
                 state, self.sums, self.losses, i, np.float32(lr), np.float32(cap),
                 np.float32(budget), *self._spans(), xb, yb,
             )  # fmt: skip

@@ -314,7 +314,8 @@ def fit(
     0.03, 0.01) one after another, each for 2% of the steps from the same
     start, and keeps the largest stable one; the step then decays linearly
     to the tail's step (bounded by the data's N and the batch; see the
-    module) at 60% of the steps and stays there. A named
+    module) at 60% of the steps and stays there, with ADVI's ``obj_n_mc`` (the
+    guide's draws a step: yours, else 1) at least 4 in that tail. A named
     ``method`` is made into PyMC's Inference object first (with the seed);
     ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
     other ``optim`` (``pm.adam(learning_rate=1e-3)``; or ``obj_optimizer=``,
@@ -389,6 +390,8 @@ def fit(
     if run.default:
         method = _inference(pm, method, model, random_seed, fit_kwargs)
         run.remember(method.approx)
+        if isinstance(method, pm.KLqp):  # ADVI: more draws of the guide a step in the tail
+            run.share_draws(fit_kwargs)
         scaled = getattr(method.approx, "scale_cost_to_minibatch", False)
         if scaled and all(f.loader.total_size for f in feeds):  # the loss over N / B
             run.cost = min(f.loader.batch_size / f.loader.total_size for f in feeds)

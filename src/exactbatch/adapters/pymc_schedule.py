@@ -41,7 +41,7 @@ from exactbatch.adapters.convergence import (
     not_judged,
     parts,
 )
-from exactbatch.adapters.schedule import CANDIDATES, Plan, pick_apart
+from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick_apart
 
 __all__ = ["PILOT_EACH", "Adam", "Run"]
 
@@ -147,6 +147,22 @@ class Run:
         self.start: Any = None
         self.runs: Any = None
         self.lr0: float | None = None
+        # the objective's draws a step (a shared variable: see share_draws), and the tail's
+        self.draws: Any = None
+        self.tail_draws = TAIL_DRAWS
+
+    def share_draws(self, fit_kwargs: dict) -> None:
+        """Make ``fit_kwargs["obj_n_mc"]`` (the objective's draws of the guide a step;
+        the caller's, else 1) a shared variable that the tail raises to at least
+        :data:`~exactbatch.adapters.schedule.TAIL_DRAWS` (see the schedule): ``pm.fit``
+        compiles its step once, with the draws a symbolic size."""
+        import pytensor
+
+        given = fit_kwargs.get("obj_n_mc")
+        first = 1 if given is None else int(given)
+        self.draws = pytensor.shared(np.int64(first), name="obj_n_mc")
+        self.tail_draws = max(first, TAIL_DRAWS)
+        fit_kwargs["obj_n_mc"] = self.draws
 
     def new_epoch(self) -> None:
         if self.epoch is None and self.avg_start is not None:
@@ -201,7 +217,9 @@ class Run:
             opt.lr.set_value(np.asarray(lr, dtype=opt.lr.dtype))
             if self.plan.restart(step + 1):  # Adam starts afresh (Plan.restarts)
                 opt.reset()
-            if step + 1 == self.plan.tail:  # ... and in the tail, capped
+            if step + 1 == self.plan.tail:  # ... and in the tail, capped, more draws a step
+                if self.draws is not None:
+                    self.draws.set_value(np.int64(self.tail_draws))
                 cap, budget = (f(step + 1) * self.cost for f in (self.plan.cap, self.plan.budget))
                 opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
                 opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))

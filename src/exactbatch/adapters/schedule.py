@@ -77,6 +77,18 @@ coordinates that spend most (the means: their gradient noise is about
 ``sqrt(N)`` times a log-sd's) are cut down to a common level; the others
 keep the step that relaxes the guide's sds.
 
+In the tail each step's gradient averages :data:`TAIL_DRAWS` draws of the guide
+(NumPyro: ``Trace_ELBO(num_particles=TAIL_DRAWS)``; PyMC: ``obj_n_mc``), where the
+decay's steps take one: a guide sd's tail average otherwise scatters between fits by
+``0.5 * sqrt(epoch / averaged steps)`` of itself - the batch's noise enters a log-sd's
+gradient times the guide's draw, and averages away over the draws of one batch, not
+by a smaller step (a smaller one jitters less and relaxes slower, by the same factor).
+Measured at 20 epochs averaged (N = 10k, B = 256, 2000 steps), the scatter of a
+780-step average of a log-sd: 0.083-0.113 at one draw, one fit in five then holding an
+sd outside 0.8-1.25x of the reference; 0.040-0.066 at four (``bench/fit_hold.py``). The
+draws cost the tail's steps, not the decay's, where the iterate travels and its
+noise averages over many steps anyway.
+
 The fit returns the mean of the tail's iterates (both windows) when the
 verdict finds no drift, else the mean of its last window's (a fit still
 travelling is behind its tail's average; its last iterate jitters by
@@ -91,8 +103,8 @@ import math
 
 import numpy as np
 
-__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS", "Plan",
-           "pick", "pick_apart", "windows"]  # fmt: skip
+__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS",
+           "TAIL_DRAWS", "Plan", "pick", "pick_apart", "windows"]  # fmt: skip
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
 FLOOR = 1000  # the tail's step is at least lr0 / FLOOR ...
@@ -102,6 +114,7 @@ SPREAD = 0.2  # ... and at most SPREAD / sqrt(batches an epoch): the jitter's bi
 BIAS = 0.2  # the tail's sum over coordinates of step * sqrt(v): at most BIAS * sqrt(2 N)
 PARTS = 4  # parts of each of the verdict's two windows
 RESTARTS = 2  # Adam's moments restart at the start of each of the decay's RESTARTS pieces
+TAIL_DRAWS = 4  # draws of the guide a step in the tail: a guide sd's average scatters half
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
 
@@ -172,6 +185,10 @@ class Plan:
         """The bound on the sum over the coordinates of ``step * sqrt(v)`` at step ``i``:
         ``BIAS * sqrt(2 N)`` in the tail, none (``inf``) before it or without N."""
         return self.total if i >= self.tail else math.inf
+
+    def draws(self, i: int) -> int:
+        """The guide's draws a step at step ``i``: :data:`TAIL_DRAWS` in the tail, else 1."""
+        return TAIL_DRAWS if i >= self.tail else 1
 
     def step_size(self, lr0: float, i: int) -> float:
         """Linear from ``lr0`` after the pilot to :meth:`tail_step` at the tail, then flat."""
