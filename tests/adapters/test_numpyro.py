@@ -499,3 +499,29 @@ def test_a_loader_with_row_ids_feeds_its_batches():
     )
     assert len(result.losses) == 7 and np.isfinite(result.losses).all()
     assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 2)
+
+
+def test_a_model_vmap_cannot_trace_still_takes_the_tails_draws_one_by_one():
+    """The tail's draws of the guide run under vmap; a model with an op vmap cannot batch
+    (here a pure_callback without a vmap_method) takes them one after another instead,
+    from the same state, rather than failing where the tail begins."""
+
+    @jax.custom_jvp
+    def through_numpy(w):  # the identity, through a callback vmap cannot batch
+        return jax.pure_callback(np.asarray, jax.ShapeDtypeStruct(w.shape, w.dtype), w)
+
+    @through_numpy.defjvp
+    def _(primals, tangents):
+        return through_numpy(primals[0]), tangents[0]
+
+    def model(xb, yb, N):  # noqa: N803
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+        w = through_numpy(w)
+        with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(xb @ w, 1.0), obs=yb[:, 0])
+
+    loader = DataLoader(make_data(200), 20, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fit this short is not judged
+        result = fit(model, AutoNormal(model), loader, 40, rng_key=jax.random.key(0), N=200)
+    assert len(result.losses) == 40 and np.isfinite(result.losses).all()

@@ -121,11 +121,25 @@ class Run:
                 if self.plan.restart(i):
                     state = restart_moments(state)
                 lr, cap, budget = self.plan.step_size(lr0, i), self.plan.cap(i), self.plan.budget(i)
-            run = tail if self.default and self.plan.draws(i) > 1 else step
-            state, self.sums, self.losses = run(
-                state, self.sums, self.losses, i, np.float32(lr), np.float32(cap),
+            args = (
+                self.sums, self.losses, i, np.float32(lr), np.float32(cap),
                 np.float32(budget), *self._spans(), xb, yb,
             )  # fmt: skip
+            if not (self.default and self.plan.draws(i) > 1):
+                state, self.sums, self.losses = step(state, *args)
+            else:
+                try:
+                    state, self.sums, self.losses = tail(state, *args)
+                except Exception:
+                    if self.tail_svi.loss.vectorize_particles is False or self.sums.is_deleted():
+                        raise  # not a trace's failure: the step ran (its buffers given)
+                    # a model vmap cannot trace (its first tail step, ~60% into the fit):
+                    # the same draws, keys and state, one after another (lax.map)
+                    from numpyro.infer import Trace_ELBO
+
+                    self.tail_svi.loss = Trace_ELBO(TAIL_DRAWS, vectorize_particles=False)
+                    tail = self._jit(partial(self._core, self.tail_svi), (1, 2))
+                    state, self.sums, self.losses = tail(state, *args)
             self.step_no = i + 1
             bar.update(1)
             if bar.show and (i % every == 0 or i + 1 == self.num_steps):
