@@ -40,8 +40,7 @@ def test_a_delimiter_is_one_character(text, want):
 def test_a_delimiter_is_not_a_quote_a_line_break_or_two_characters(text):
     message = refused(cli_args.delimiter, text)
     assert message == (
-        "expected one character other than a quote or a line break (',', ';', '\\t'); "
-        f"got {text!r}"
+        f"expected one character other than a quote or a line break (',', ';', '\\t'); got {text!r}"
     )
 
 
