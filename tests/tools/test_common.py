@@ -16,6 +16,13 @@ from exactbatch.tools import common
 from exactbatch.tools.common import CliError
 
 
+@pytest.fixture(autouse=True)
+def no_signal_left_noted():
+    """A signal a test notes is forgotten after it: a later progress step would raise it."""
+    yield
+    common._noted.clear()
+
+
 def test_a_cli_error_is_a_value_error():
     assert issubclass(CliError, ValueError)
 
