@@ -31,7 +31,9 @@ def test_positive_int_and_seed():
     assert refused(cli_args.seed, "-1") == "expected a seed >= 0; got -1"
 
 
-@pytest.mark.parametrize(("text", "want"), [(",", ","), (";", ";"), ("\\t", "\t"), ("\t", "\t")])
+@pytest.mark.parametrize(
+    ("text", "want"), [(",", ","), (";", ";"), ("X", "X"), ("\\t", "\t"), ("\t", "\t")]
+)
 def test_a_delimiter_is_one_character(text, want):
     assert cli_args.delimiter(text) == want
 
