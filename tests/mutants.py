@@ -644,6 +644,7 @@ TARGETS = {
             "tests/tools/test_column_args.py",
             "tests/tools/test_certify_files.py",
             "tests/tools/test_bench.py",
+            "tests/tools/test_info.py",
             "tests/tools/test_cli.py",
             "tests/tools/test_info_url.py",
             "tests/tools/test_names_and_stats.py",
