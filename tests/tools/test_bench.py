@@ -161,9 +161,9 @@ REPORT = {
 }
 STATS = {
     "reads": 1234,
-    "read_latency_s": {"p50": 0.0001234, "p90": 0.002, "p99": None},
+    "read_latency_s": {"p50": 0.0001234, "p90": 0.002, "p99": 0.5},
     "wait_s": 0.125,
-    "bytes": 2_500_000,
+    "bytes": 10**12,
 }
 
 
@@ -182,7 +182,7 @@ def test_render_is_a_table_of_the_runs():
             "  loader                       64     100.0 k    0.04x      3.0 GiB",
             "  where the loader's time went (loader.stats()):",
             "    batch    reads     read ms p50/p90/p99   waited   MB out",
-            "       64    1,234               0.123/2/-     25%      2.5",
+            "       64    1,234             0.123/2/500     25% 1000000.0",
         ]
     )
 
@@ -203,13 +203,23 @@ def test_where_time_went_of_a_run_of_no_time():
     run = _run("loader", 8, 1.0, 1.0, None, stats={**STATS, "wait_s": 3.0})
     run["seconds"] = 0.0
     assert tool._where_time_went([run])[-1] == (
-        "        8    1,234               0.123/2/-      0%      2.5"
+        "        8    1,234             0.123/2/500      0% 1000000.0"
     )
     assert tool._where_time_went([_run("loader", 8, 1.0, 1.0, None)]) == []
+    lat = {"p50": None, "p90": None, "p99": None}
+    run = _run("loader", 8, 1.0, 1.0, None, stats={**STATS, "read_latency_s": lat})
+    assert tool._where_time_went([run])[-1].split()[2] == "-/-/-"
 
 
 @pytest.mark.parametrize(
-    ("v", "want"), [(1e5, "0.10 M"), (99_999.0, "100.0 k"), (2.5e7, "25.00 M"), (0.0, "0.0 k")]
+    ("v", "want"),
+    [
+        (1e5, "0.10 M"),
+        (99_999.0, "100.0 k"),
+        (2.5e7, "25.00 M"),
+        (1e12, "1000000.00 M"),
+        (0.0, "0.0 k"),
+    ],
 )
 def test_rate(v, want):
     assert tool._rate(v) == want
