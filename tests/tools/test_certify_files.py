@@ -96,3 +96,16 @@ def test_an_error_about_one_state_names_its_file_and_place(tmp_path):
     assert refusal([several], True) == (
         f"{several} (its state 1): the state has no 'history': {why}"
     )
+
+
+def test_a_folder_or_a_fifo_is_refused_as_no_state(tmp_path):
+    from helpers import fifo
+
+    from exactbatch.errors import NdfError
+
+    with pytest.raises(IsADirectoryError) as e:
+        certify_files([str(tmp_path)])
+    assert "expected a DataLoader state (JSON), found a folder" in str(e.value)
+    with fifo(tmp_path / "pipe.json") as p, pytest.raises(NdfError) as e:
+        certify_files([str(p)])
+    assert "a DataLoader state (JSON)" in str(e.value) and "FIFO" in str(e.value)
