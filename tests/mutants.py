@@ -641,6 +641,12 @@ TARGETS = {
             "exactbatch.tools.bench.*",
         ],
         [
+            "tests/test_cli_args.py",
+            "tests/tools/test_common.py",
+            "tests/tools/test_column_args.py",
+            "tests/tools/test_certify_files.py",
+            "tests/tools/test_bench.py",
+            "tests/tools/test_info.py",
             "tests/tools/test_cli.py",
             "tests/tools/test_info_url.py",
             "tests/tools/test_names_and_stats.py",
@@ -718,15 +724,17 @@ def write_config(target: str, work: Path) -> None:
     writes it again, so that a test file added to the target since is run too)."""
     files, _, tests = TARGETS[target]
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
-    # bench/ too: tests/order/test_ranges_rule.py checks the order against its model there
-    # (mutmut copies tests/ and what also_copy names into its mutants/ folder)
-    if not (work / "bench").exists():
-        (work / "bench").symlink_to(ROOT / "bench")
+    # bench/ and docs/ too: tests/order/test_ranges_rule.py checks the order against its
+    # model in bench/, tests/tools/test_cli.py runs docs/cli.md's session (mutmut copies
+    # tests/ and what also_copy names into its mutants/ folder)
+    for name in ("bench", "docs"):
+        if not (work / name).exists():
+            (work / name).symlink_to(ROOT / name)
     config = dict(
         tool["mutmut"],
         only_mutate=files,
         pytest_add_cli_args_test_selection=tests,
-        also_copy=["bench/"],
+        also_copy=["bench/", "docs/"],
     )
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     # pytest's own settings too (pythonpath: the tests import helpers and laws from tests/)

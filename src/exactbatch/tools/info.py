@@ -307,7 +307,7 @@ def render(report: dict) -> str:
         return "\n".join(lines + _stats_lines(report))
     lines.append(f"{report['path']}: {fmt}")
     for key, value in report.items():
-        if key in ("path", "format", "columns"):
+        if key in ("path", "format", "columns", "stats"):  # columns and stats: tables below
             continue
         if key == "size_bytes":
             value = f"{value:,} bytes ({format_bytes(value)})"
@@ -317,10 +317,10 @@ def render(report: dict) -> str:
             if not value:
                 continue
             value = ", ".join(value)
-        elif isinstance(value, int):
+        elif isinstance(value, int) and not isinstance(value, bool):  # a bool: as it is
             value = f"{value:,}"
         label = "size" if key == "size_bytes" else key.replace("_", " ")
-        lines.append(f"  {label:<16}{value}")
+        lines.append(f"  {label + ' ':<16}{value}")  # a long label keeps a space
     if "columns" in report:
         lines.append(f"  columns ({len(report['columns'])}):")
         width = max((len(c["name"]) for c in report["columns"]), default=0)

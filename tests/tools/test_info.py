@@ -1,0 +1,206 @@
+"""``exactbatch info``'s report as printed (exactbatch.tools.info.render), line by line,
+for each format: an .ndf, a sharded dataset (valid, parts failed, the manifest failed),
+Parquet, .npy, and the --stats table."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactbatch.tools.info import render
+
+STATS = [
+    {"name": "x0", "count": 10, "nan": 0, "mean": 1.5, "sd": 0.25, "min": -2.0, "max": 1234567.0},
+    {"name": "a_long_name", "count": 10, "nan": 1234, "mean": None, "sd": None, "min": None,
+     "max": None},
+]  # fmt: skip
+STATS_LINES = [
+    "  statistics (sd with divisor n; NaN left out):",
+    "    column               mean            sd           min           max  nan",
+    "    x0                    1.5          0.25            -2   1.23457e+06  0",
+    "    a_long_name             -             -             -             -  1,234",
+]
+
+
+def test_an_ndf():
+    report = {
+        "path": "d/a.ndf",
+        "format": "ndf",
+        "size_bytes": 2076,
+        "n": 1000,
+        "d": 2,
+        "l": 1,
+        "expected_bytes": 24028,
+        "features": ["x0", "x1"],
+        "features_more": 1500,
+        "labels": [],
+        "valid": False,
+        "error": "file is truncated",
+        "stats": STATS,
+    }
+    assert render(report).splitlines() == [
+        "d/a.ndf: .ndf file",
+        "  n             1,000",
+        "  d             2",
+        "  l             1",
+        "  size          2,076 bytes (2.0 KiB)",
+        "  expected size 24,028 bytes (28 + 8*n*(d+l))",
+        "  features      x0, x1, ... (1,500 more)",
+        "  labels        -",
+        "  valid         NO: file is truncated",
+        *STATS_LINES,
+    ]
+
+
+def test_an_ndf_whose_header_could_not_be_read():
+    report = {"path": "b.ndf", "format": "ndf", "size_bytes": 3, "valid": True, "stats": []}
+    assert render(report).splitlines() == [
+        "b.ndf: .ndf file",
+        "  size          3 bytes (3 B)",
+        "  valid         yes",
+        "  statistics    none (no rows, or no numeric columns)",
+    ]
+
+
+def test_a_dataset():
+    report = {
+        "path": "ds",
+        "format": "dataset",
+        "n": 12000,
+        "d": 3,
+        "l": 1,
+        "parts": 4,
+        "size_bytes": 4 << 20,
+        "part_rows": {"min": 1000, "median": 3000, "max": 5000},
+        "features": ["a", "b", "c"],
+        "labels": ["y"],
+        "valid": True,
+        "stats": STATS,
+    }
+    assert render(report).splitlines() == [
+        "ds: sharded .ndf dataset",
+        "  n             12,000",
+        "  d             3",
+        "  l             1",
+        "  parts         4",
+        "  part rows     min 1,000, median 3,000, max 5,000",
+        "  size          4,194,304 bytes (4.0 MiB) in parts",
+        "  features      a, b, c",
+        "  labels        y",
+        "  valid         yes: every part matches the manifest",
+        *STATS_LINES,
+    ]
+
+
+def test_a_dataset_with_bad_parts():
+    report = {
+        "path": "ds",
+        "format": "dataset",
+        "n": 5,
+        "d": 1,
+        "l": 0,
+        "parts": 3,
+        "size_bytes": 40,
+        "features": ["a"],
+        "labels": [],
+        "valid": False,
+        "bad_parts": 2,
+        "error": "2 parts failed; first: part 0 is short",
+        "errors": ["part 0 is short", "part 2 is missing"],
+    }
+    assert render(report).splitlines() == [
+        "ds: sharded .ndf dataset",
+        "  n             5",
+        "  d             1",
+        "  l             0",
+        "  parts         3",
+        "  size          40 bytes (40 B) in parts",
+        "  features      a",
+        "  labels        ",
+        "  valid         NO: 2 of 3 parts failed",
+        "    part 0 is short",
+        "    part 2 is missing",
+    ]
+
+
+def test_a_dataset_whose_manifest_failed():
+    report = {"path": "ds", "format": "dataset", "valid": False, "error": "no manifest.json"}
+    assert render(report).splitlines() == [
+        "ds: sharded .ndf dataset",
+        "  valid         NO: the manifest failed",
+        "    no manifest.json",
+    ]
+
+
+def test_parquet():
+    report = {
+        "path": "pq",
+        "format": "parquet",
+        "rows": 1234567,
+        "files": 2,
+        "row_groups": 3,
+        "size_bytes": 5 << 30,
+        "columns": [
+            {"name": "a", "type": "double"},
+            {"name": "year", "type": "int32", "partition_key": True},
+        ],
+        "files_with_another_schema": ["pq/b.parquet", "pq/c.parquet"],
+        "row_group_rows": {"min": 1, "median": 2000, "max": 30000},
+        "note": "a note",
+        "stats": STATS,
+    }
+    assert render(report).splitlines() == [
+        "pq: parquet",
+        "  rows            1,234,567",
+        "  files           2",
+        "  row groups      3",
+        "  size            5,368,709,120 bytes (5.0 GiB)",
+        "  files with another schema pq/b.parquet, pq/c.parquet",  # a space kept
+        "  row group rows  min 1, median 2,000, max 30,000",
+        "  note            a note",
+        "  columns (2):",
+        "    a     double",
+        "    year  int32  (partition key)",
+        *STATS_LINES,
+    ]
+
+
+def test_parquet_with_one_schema_and_npy():
+    report = {
+        "path": "one.parquet",
+        "format": "parquet",
+        "rows": 0,
+        "files_with_another_schema": [],
+        "columns": [],
+    }
+    assert render(report).splitlines() == [
+        "one.parquet: parquet",
+        "  rows            0",
+        "  columns (0):",
+    ]
+    report = {
+        "path": "a.npy",
+        "format": "npy",
+        "shape": [3, 2],
+        "dtype": "float32",
+        "fortran_order": False,
+        "size_bytes": 152,
+    }
+    assert render(report).splitlines() == [
+        "a.npy: npy",
+        "  shape           [3, 2]",
+        "  dtype           float32",
+        "  fortran order   False",  # a bool as it is, not 0
+        "  size            152 bytes (152 B)",
+    ]
+
+
+def test_the_stats_table_is_as_wide_as_the_longest_name():
+    from exactbatch.tools.info import _stats_lines
+
+    rows = [{"name": "x", "count": 1, "nan": 0, "mean": np.float64(0.5), "sd": 0.0, "min": 0.5,
+             "max": 0.5}]  # fmt: skip
+    assert _stats_lines({"stats": rows})[1:] == [
+        "    column          mean            sd           min           max  nan",
+        "    x                0.5             0           0.5           0.5  0",
+    ]
+    assert _stats_lines({}) == []
