@@ -816,6 +816,65 @@ def test_check_part_and_part(ds_path):
         ds.check_part(1)
 
 
+def test_part_and_check_part_refuse_what_is_not_a_part(ds_path):
+    """Both name the argument and the range; the first and the last part are parts."""
+    ds = open_ndf_dataset(ds_path)
+    for method in (ds.part, ds.check_part):
+        with pytest.raises(TypeError, match=r"^part must be an int; got 1\.5$"):
+            method(1.5)
+        for k in (-1, len(SIZES)):
+            want = f"part {k} out of range for {ds.path} with {len(SIZES)} parts"
+            with pytest.raises(IndexError, match=f"^{re.escape(want)}$"):
+                method(k)
+    for k in (0, len(SIZES) - 1):
+        ds.check_part(k)
+        with ds.part(k) as f:
+            assert f.n == SIZES[k]
+
+
+def test_repr_says_what_it_is_and_whether_it_is_open(ds_path):
+    ds = open_ndf_dataset(ds_path)
+    assert repr(ds) == f"NdfDataset({ds.path!r}, n={N}, d=3, l=2, parts=5, open)"
+    ds.close()
+    assert repr(ds) == f"NdfDataset({ds.path!r}, n={N}, d=3, l=2, parts=5, closed)"
+
+
+def test_a_failed_gather_names_the_part_the_core_named(ds_path):
+    """The core says which part a copy failed in: that part alone is checked (another
+    part's change is not what failed), and, unchanged on disk, it is named."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])
+    parts = ds._handle()
+    os.truncate(part_file(ds_path, 4), 28)
+    name = ds.parts[2].name
+    want = (
+        f"{ds.path}: part 2 ({name}) of the dataset changed while open: a copy from it "
+        "failed (truncated, or rewritten in place, during the read?)"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        parts._changed(2)
+
+
+def test_blocks_and_hints_never_open_an_empty_part(ds_path):
+    """Rows read across the empty part 1 (and hinted at) open the parts holding them."""
+    ds = open_ndf_dataset(ds_path)
+    out = np.full((8, 5), np.nan)
+    ds.read_block_into(2, out)
+    assert out[:, 0].tolist() == list(range(2, 10))
+    assert ds.open_parts == (0, 2)
+    ds.will_need(0, N)
+    assert ds.open_parts == (0, 2, 3, 4)
+    assert [s[:2] for s in ds._handle().spans(0, N)] == [(0, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_remove_parts_removes_the_files_named_and_ignores_the_rest(ds_path):
+    names = [p.name for p in open_ndf_dataset(ds_path).parts]
+    dsmod.remove_parts(ds_path, [names[1], names[3], "part-00009.ndf"])
+    assert sorted(os.listdir(ds_path)) == sorted(
+        ["manifest.json", names[0], names[2], names[4]]
+    )
+
+
 def test_manifest_module_names(tmp_path):
     assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
