@@ -5,6 +5,7 @@ the same errors (a truncated file is still an NdfError)."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 
 import numpy as np
@@ -169,3 +170,38 @@ def test_a_direct_read_ending_early_is_the_buffered_read_s_error(path, on, monke
             NdfError, match=r"expected 1480 bytes at offset \d+, the file ended after 1440"
         ):
             f.read_block_into(0, np.empty((37, D + L)))
+
+
+def test_cached_counts_the_pages_of_the_range_held_in_memory(tmp_path, monkeypatch):
+    """``mincore`` on the file's mapping: a block is read buffered when at least
+    ``CACHED_SHARE`` of the pages it touches are in the page cache. The file's pages are
+    let go of, then pages 8 to 39 alone read back through a map of its own."""
+    monkeypatch.setattr(direct, "ENABLED", True)
+    monkeypatch.setattr(direct, "_MINCORE", direct._mincore())  # made again, here
+    pg, path = mmap.PAGESIZE, tmp_path / "c.ndf"
+    save_ndf(path, np.zeros(((64 * pg - 28) // 64, 8)))
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        with open_ndf(path) as f, mmap.mmap(fd, size, prot=mmap.PROT_READ) as mm:
+            reads = f._handle()._direct()
+            if reads is None:
+                pytest.skip("this file system refuses O_DIRECT")
+            if reads.cached(40 * pg, 24 * pg - 28):
+                pytest.skip("the page cache kept the file")
+            mm.madvise(mmap.MADV_RANDOM)  # each page read alone, no read-ahead
+            for k in range(8, 40):
+                mm[k * pg]
+            assert reads.cached(8 * pg, 32 * pg)  # every page
+            assert not reads.cached(40 * pg, 24 * pg - 28)  # none, to the file's end
+            assert reads.cached(24 * pg, 32 * pg)  # 16 of 32: the share, exactly
+            assert reads.cached(24 * pg + 100, 32 * pg - 200)  # the same pages
+            assert not reads.cached(24 * pg + 100, 32 * pg)  # 16 of 33
+            assert not reads.cached(24 * pg, 32 * pg + 1)
+            assert reads.cached(40 * pg - 1, 2) and not reads.cached(40 * pg, 2)  # 1 of 2, 0 of 1
+            assert not reads.cached(8 * pg, 0) and not reads.cached(8 * pg, -1)
+            assert not direct.DirectReads(os.dup(fd), None).cached(8 * pg, pg)  # no mapping
+    finally:
+        os.close(fd)
