@@ -93,3 +93,17 @@ def test_a_closed_one_is_not_pickled(sources):
         src.close()
         with pytest.raises(ValueError, match="closed"):
             pickle.dumps(src)
+
+
+def test_a_dataset_opened_by_a_relative_path_unpickles_from_another_folder(
+    tmp_path, monkeypatch
+):
+    """Pickled by its absolute path: a worker started elsewhere finds it."""
+    write_ndf_dataset(tmp_path / "ds", [3, 4])
+    monkeypatch.chdir(tmp_path)
+    with open_ndf_dataset("ds") as d:
+        raw = pickle.dumps(d)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pickle.loads(raw) as e:
+        assert e.path == str(tmp_path / "ds") and e.read_rows([6])[0][0, 0] == 6
