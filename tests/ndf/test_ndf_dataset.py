@@ -875,6 +875,28 @@ def test_remove_parts_removes_the_files_named_and_ignores_the_rest(ds_path):
     )
 
 
+def test_an_abort_removes_its_own_temporary_files_and_only_the_folder_it_made(tmp_path):
+    """A part's temporary file (a writer interrupted mid-part) goes with its write;
+    another write's stays, so the folder the write made is left, not empty, and no
+    error escapes. A folder the write did not make is never removed."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = tmp_path / "new"
+    write = dsmod.start_dataset(path)
+    other = f"{host_tag()}-1-0badf00d"
+    temps = [
+        f".{dsmod.part_name(k, w)}.{host_tag()}.{os.getpid()}.0123456789ab.tmp"
+        for k, w in ((0, write), (1, other))
+    ]
+    for name in temps:
+        (path / name).write_bytes(b"")
+    dsmod.abort_dataset(path, write)
+    assert os.listdir(path) == [temps[1]]
+    (path / temps[1]).unlink()
+    dsmod.abort_dataset(path, other)  # a write this process never began: not its folder
+    assert path.is_dir()
+
+
 def test_manifest_module_names(tmp_path):
     assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
