@@ -251,9 +251,7 @@ def test_each_thread_keeps_one_buffer_grown_only_when_too_small(path):
     assert grown is not first and len(grown) == 3 * direct.ALIGN
 
 
-def test_the_descriptor_closes_with_its_reads_and_no_mincore_means_no_mapping(
-    path, monkeypatch
-):
+def test_the_descriptor_closes_with_its_reads_and_no_mincore_means_no_mapping(path, monkeypatch):
     fd = os.open(path, os.O_RDONLY)
     same = os.fstat(fd)
     reads = direct.DirectReads(fd, 4096)

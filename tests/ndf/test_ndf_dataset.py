@@ -870,9 +870,7 @@ def test_blocks_and_hints_never_open_an_empty_part(ds_path):
 def test_remove_parts_removes_the_files_named_and_ignores_the_rest(ds_path):
     names = [p.name for p in open_ndf_dataset(ds_path).parts]
     dsmod.remove_parts(ds_path, [names[1], names[3], "part-00009.ndf"])
-    assert sorted(os.listdir(ds_path)) == sorted(
-        ["manifest.json", names[0], names[2], names[4]]
-    )
+    assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", names[0], names[2], names[4]])
 
 
 def test_an_abort_removes_its_own_temporary_files_and_only_the_folder_it_made(tmp_path):

@@ -95,9 +95,7 @@ def test_a_closed_one_is_not_pickled(sources):
             pickle.dumps(src)
 
 
-def test_a_dataset_opened_by_a_relative_path_unpickles_from_another_folder(
-    tmp_path, monkeypatch
-):
+def test_a_dataset_opened_by_a_relative_path_unpickles_from_another_folder(tmp_path, monkeypatch):
     """Pickled by its absolute path: a worker started elsewhere finds it."""
     write_ndf_dataset(tmp_path / "ds", [3, 4])
     monkeypatch.chdir(tmp_path)

@@ -854,8 +854,7 @@ def test_check_size_says_how_the_object_changed(memory_fs, tmp_path, monkeypatch
     for found, how in ((h.size - 8, "truncated?"), (h.size + 8, "overwritten?")):
         answers.append({"size": found, "ETag": "e1"})
         want = (
-            f"{url}: the object changed while open: expected {h.size} bytes, "
-            f"found {found} ({how})"
+            f"{url}: the object changed while open: expected {h.size} bytes, found {found} ({how})"
         )
         with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
             h.check_size()
