@@ -1012,3 +1012,30 @@ def test_an_aborted_write_closes_the_part_it_was_writing(tmp_path, how):
             raise RuntimeError("the caller's own error")
     assert _open_files_under(tmp_path) == []
     assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
+
+
+def test_the_default_bound_on_open_parts_follows_the_descriptor_limit(monkeypatch):
+    """A quarter of the soft limit over the descriptors a part holds (1 compiled, 2 on
+    the NumPy path), an int from 1 to 1,024; no limit (RLIM_INFINITY) is 1,024."""
+    import resource
+
+    soft = [0]
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft[0], 1 << 20))
+    for name, per in (("compiled", 1), ("numpy", 2)):
+        monkeypatch.setattr(dataset_parts, "backend", lambda name=name: name)
+        for limit, want in ((1 << 20, 1024), (-1, 1024), (401, 100 // per), (8, 2 // per)):
+            soft[0] = limit
+            got = dataset_parts.default_max_open_parts()
+            assert type(got) is int and got == max(1, want), (name, limit)
+        for limit in (0, 3):
+            soft[0] = limit
+            assert dataset_parts.default_max_open_parts() == 1
+
+
+def test_rows_too_large_to_pack_are_sorted_by_argsort():
+    idx = np.array([2**61, 5, 2**61 - 1, 5], dtype=np.int64)
+    order, rows = dataset_parts._sort_rows(idx, 2**62)
+    assert rows.tolist() == [5, 5, 2**61 - 1, 2**61] and sorted(order.tolist()[:2]) == [1, 3]
+    assert order.tolist()[2:] == [2, 0]
+    order, rows = dataset_parts._sort_rows(np.array([7, 2, 9]), 10)  # packed
+    assert (order.tolist(), rows.tolist()) == ([1, 0, 2], [2, 7, 9])
