@@ -275,3 +275,23 @@ def test_a_range_the_kernel_cannot_answer_for_is_read_directly(path):
     gone.close()
     reads = direct.DirectReads(os.open(path, os.O_RDONLY), address)
     assert reads.cached(0, 16 * mmap.PAGESIZE) is False
+
+
+def test_a_direct_read_at_the_end_of_the_file_says_how_many_bytes_it_read(path):
+    """Fewer bytes than asked only where the file ends first; none past its end."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    size, raw = os.path.getsize(path), path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    reads = direct.open_direct(fd, None) if direct.ENABLED else None
+    if reads is None:
+        reads = direct.DirectReads(os.open(path, os.O_RDONLY | os.O_DIRECT), None)
+    try:
+        for offset, want in ((size - 1000, 1000), (100, 5000), (size - 40, 40), (size, 0)):
+            out = memoryview(bytearray(b"\xff" * 6000))
+            assert reads.read(offset, out[: want + 500 if offset > 100 else want]) == want
+            assert bytes(out[:want]) == raw[offset : offset + want]
+        out = memoryview(bytearray(100))
+        assert reads.read(size + 4096, out) == 0
+    finally:
+        os.close(fd)
