@@ -221,3 +221,20 @@ def test_the_next_write_aborts_the_uploads_a_killed_writer_left_open(s3):
     assert _open_uploads(s3, key) == [dataset_protocol.part_name(0, live)]
     assert open_ndf_dataset(url(s3, key), storage_options=s3.so).n == 4
     dsmod.abort_dataset(url(s3, "dsets/other"), live, storage_options=s3.so)
+
+
+def test_a_remote_part_described_and_removed_and_the_dataset_pickled(s3):
+    """The write protocol's helpers and a pickled dataset reach the store with the
+    storage_options given (the tests' server is found through them alone)."""
+    import pickle
+
+    path = write_ndf_dataset(url(s3, "dsets/helpers"), [4, 6], d=3, l=2, storage_options=s3.so)
+    names = part_names(s3, "dsets/helpers")
+    info, d, l = dsmod.describe_part(path, names[1], storage_options=s3.so)  # noqa: E741
+    assert (info.name, info.n, info.nbytes, d, l) == (names[1], 6, 28 + 6 * 40, 3, 2)
+    with open_ndf_dataset(path, storage_options=s3.so) as ds:
+        again = pickle.loads(pickle.dumps(ds))
+    assert again.read_rows([9, 0])[0][:, 0].tolist() == [9, 0]
+    again.close()
+    dsmod.remove_parts(path, [names[0], "part-00009.ndf"], storage_options=s3.so)
+    assert listing(s3, "dsets/helpers") == ["manifest.json", names[1]]

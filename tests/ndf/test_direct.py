@@ -4,8 +4,12 @@ the same errors (a truncated file is still an NdfError)."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import gc
+import mmap
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -62,12 +66,13 @@ def _same(a, b):
 
 
 def _direct_ok(path) -> bool:
-    fd = os.open(path, os.O_RDONLY)
+    """Does this file system take O_DIRECT? Asked of the OS itself, not of open_direct
+    (which a bug could make refuse, skipping the tests that would show it)."""
     try:
-        got = direct.open_direct(fd, None) if direct.ENABLED else None
-        return got is not None
-    finally:
-        os.close(fd)
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0)))
+    except OSError:
+        return False
+    return hasattr(os, "O_DIRECT")
 
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -169,3 +174,124 @@ def test_a_direct_read_ending_early_is_the_buffered_read_s_error(path, on, monke
             NdfError, match=r"expected 1480 bytes at offset \d+, the file ended after 1440"
         ):
             f.read_block_into(0, np.empty((37, D + L)))
+
+
+def test_cached_counts_the_pages_of_the_range_held_in_memory(tmp_path, monkeypatch):
+    """``mincore`` on the file's mapping: a block is read buffered when at least
+    ``CACHED_SHARE`` of the pages it touches are in the page cache. The file's pages are
+    let go of, then pages 8 to 39 alone read back through a map of its own."""
+    monkeypatch.setattr(direct, "ENABLED", True)
+    monkeypatch.setattr(direct, "_MINCORE", direct._mincore())  # made again, here
+    pg, path = mmap.PAGESIZE, tmp_path / "c.ndf"
+    save_ndf(path, np.zeros(((64 * pg - 28) // 64, 8)))
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        with open_ndf(path) as f, mmap.mmap(fd, size, prot=mmap.PROT_READ) as mm:
+            reads = f._handle()._direct()
+            if reads is None:
+                pytest.skip("this file system refuses O_DIRECT")
+            if reads.cached(40 * pg, 24 * pg - 28):
+                pytest.skip("the page cache kept the file")
+            mm.madvise(mmap.MADV_RANDOM)  # each page read alone, no read-ahead
+            for k in range(8, 40):
+                mm[k * pg]
+            assert reads.cached(8 * pg, 32 * pg)  # every page
+            assert not reads.cached(40 * pg, 24 * pg - 28)  # none, to the file's end
+            assert reads.cached(24 * pg, 32 * pg)  # 16 of 32: the share, exactly
+            assert reads.cached(24 * pg + 100, 32 * pg - 200)  # the same pages
+            assert not reads.cached(24 * pg + 100, 32 * pg)  # 16 of 33
+            assert not reads.cached(24 * pg, 32 * pg + 1)
+            assert reads.cached(40 * pg - 1, 2) and not reads.cached(40 * pg, 2)  # 1 of 2, 0 of 1
+            assert not reads.cached(8 * pg, 0) and not reads.cached(8 * pg, -1)
+            assert not direct.DirectReads(os.dup(fd), None).cached(8 * pg, pg)  # no mapping
+    finally:
+        os.close(fd)
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return []
+
+
+def test_a_buffer_is_aligned_to_a_huge_page_and_asked_to_be_backed_by_them():
+    size = 4 << 20
+    buf = direct._aligned(size)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert len(buf) == size and at % direct._HUGE == 0
+    buf[:] = b"\1" * size  # all of it writable
+    thp = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+    if hasattr(mmap, "MADV_HUGEPAGE") and thp and os.path.exists("/proc/self/smaps"):
+        assert "hg" in _vm_flags(at) and "hg" in _vm_flags(at + size - 1)
+
+
+def test_each_thread_keeps_one_buffer_grown_only_when_too_small(path):
+    fd = os.open(path, os.O_RDONLY)
+    reads = direct.DirectReads(fd, None)
+    first = reads._buffer(2 * direct.ALIGN)
+    assert len(first) == 2 * direct.ALIGN
+    assert reads._buffer(2 * direct.ALIGN) is first and reads._buffer(direct.ALIGN) is first
+    other = []
+    t = threading.Thread(target=lambda: other.append(reads._buffer(direct.ALIGN)))
+    t.start()
+    t.join()
+    assert len(other[0]) == direct.ALIGN  # that thread's own
+    grown = reads._buffer(3 * direct.ALIGN)
+    assert grown is not first and len(grown) == 3 * direct.ALIGN
+
+
+def test_the_descriptor_closes_with_its_reads_and_no_mincore_means_no_mapping(path, monkeypatch):
+    fd = os.open(path, os.O_RDONLY)
+    same = os.fstat(fd)
+    reads = direct.DirectReads(fd, 4096)
+    assert (reads.dfd, reads.base) == (fd, 4096)
+    del reads
+    gc.collect()
+    try:  # closed (its number may be another file's by now)
+        now = os.fstat(fd)
+    except OSError:
+        now = None
+    assert now is None or not os.path.samestat(now, same)
+    monkeypatch.setattr(direct, "_MINCORE", None)  # no libc's mincore: never asked
+    reads = direct.DirectReads(os.open(path, os.O_RDONLY), 4096)
+    assert reads.base is None and reads.cached(0, 4096) is False
+
+
+def test_a_range_the_kernel_cannot_answer_for_is_read_directly(path):
+    """mincore fails (ENOMEM) for addresses no mapping holds: not cached."""
+    gone = mmap.mmap(-1, 64 << 20)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(gone))
+    gone.close()
+    reads = direct.DirectReads(os.open(path, os.O_RDONLY), address)
+    assert reads.cached(0, 16 * mmap.PAGESIZE) is False
+
+
+def test_a_direct_read_at_the_end_of_the_file_says_how_many_bytes_it_read(path):
+    """Fewer bytes than asked only where the file ends first; none past its end."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    size, raw = os.path.getsize(path), path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    reads = direct.open_direct(fd, None) if direct.ENABLED else None
+    if reads is None:
+        reads = direct.DirectReads(os.open(path, os.O_RDONLY | os.O_DIRECT), None)
+    try:
+        for offset, want in ((size - 1000, 1000), (100, 5000), (size - 40, 40), (size, 0)):
+            out = memoryview(bytearray(b"\xff" * 6000))
+            assert reads.read(offset, out[: want + 500 if offset > 100 else want]) == want
+            assert bytes(out[:want]) == raw[offset : offset + want]
+        out = memoryview(bytearray(100))
+        assert reads.read(size + 4096, out) == 0
+    finally:
+        os.close(fd)

@@ -16,6 +16,7 @@ installed after it (faulthandler, ``signal.signal``, a C library's
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -329,6 +330,44 @@ def test_a_forked_child_holds_a_lease_of_its_own(f):
     assert _lease_type(f) == F_RDLCK, "the child's release ended the parent's lease"
     lease.release()
     assert _lease_type(f) == F_UNLCK
+
+
+@needs_lease
+def test_the_fork_hook_gives_each_lease_a_new_open_file_of_its_own(f, monkeypatch):
+    """What a forked child runs first (``os.register_at_fork``), run here in-process
+    (the forked test above reports only ok or bad): every lease of the process gets a
+    fresh lock, no holders, and a new read-only descriptor of the same file, closed on
+    exec and closed with the lease; it works on its own. Without /proc (the new open
+    fails) the lease stops working: copies are unguarded, never sharing the parent's."""
+    lease = f._handle().lease
+    assert lease.acquire() is True  # the parent was mid-copy
+    old_fd, old_lock = lease.fd, lease.lock
+    monkeypatch.setattr(guard, "_LEASES", guard.weakref.WeakSet([lease]))
+    guard._leases_after_fork()
+    new_fd = lease.fd
+    assert new_fd != old_fd and lease.holders == 0 and lease.works
+    assert lease.lock is not old_lock and not lease.lock.locked()
+    assert os.path.samestat(os.fstat(new_fd), os.fstat(old_fd))
+    assert guard.fcntl.fcntl(new_fd, guard.fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    assert not os.get_inheritable(new_fd)
+    assert lease.acquire() is True and lease.holders == 1
+    assert guard.fcntl.fcntl(new_fd, guard.fcntl.F_GETLEASE) == F_RDLCK
+    lease.release()
+    guard.fcntl.fcntl(old_fd, guard.F_SETLEASE, F_UNLCK)  # the parent's copy ends
+    monkeypatch.setattr(guard.os, "open", lambda *a, **k: (_ for _ in ()).throw(OSError()))
+    lease._after_fork()
+    assert (lease.fd, lease.holders, lease.works) == (new_fd, 0, False)
+    assert lease.acquire() is False
+    monkeypatch.undo()
+    same = os.fstat(new_fd)
+    del lease
+    f.close()
+    gc.collect()
+    try:  # closed with its lease (its number may be another file's by now)
+        now = os.fstat(new_fd)
+    except OSError:
+        now = None
+    assert now is None or not os.path.samestat(now, same)
 
 
 # -- the compiled core's fault guard, displaced -----------------------------------------------

@@ -816,6 +816,85 @@ def test_check_part_and_part(ds_path):
         ds.check_part(1)
 
 
+def test_part_and_check_part_refuse_what_is_not_a_part(ds_path):
+    """Both name the argument and the range; the first and the last part are parts."""
+    ds = open_ndf_dataset(ds_path)
+    for method in (ds.part, ds.check_part):
+        with pytest.raises(TypeError, match=r"^part must be an int; got 1\.5$"):
+            method(1.5)
+        for k in (-1, len(SIZES)):
+            want = f"part {k} out of range for {ds.path} with {len(SIZES)} parts"
+            with pytest.raises(IndexError, match=f"^{re.escape(want)}$"):
+                method(k)
+    for k in (0, len(SIZES) - 1):
+        ds.check_part(k)
+        with ds.part(k) as f:
+            assert f.n == SIZES[k]
+
+
+def test_repr_says_what_it_is_and_whether_it_is_open(ds_path):
+    ds = open_ndf_dataset(ds_path)
+    assert repr(ds) == f"NdfDataset({ds.path!r}, n={N}, d=3, l=2, parts=5, open)"
+    ds.close()
+    assert repr(ds) == f"NdfDataset({ds.path!r}, n={N}, d=3, l=2, parts=5, closed)"
+
+
+def test_a_failed_gather_names_the_part_the_core_named(ds_path):
+    """The core says which part a copy failed in: that part alone is checked (another
+    part's change is not what failed), and, unchanged on disk, it is named."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])
+    parts = ds._handle()
+    os.truncate(part_file(ds_path, 4), 28)
+    name = ds.parts[2].name
+    want = (
+        f"{ds.path}: part 2 ({name}) of the dataset changed while open: a copy from it "
+        "failed (truncated, or rewritten in place, during the read?)"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        parts._changed(2)
+
+
+def test_blocks_and_hints_never_open_an_empty_part(ds_path):
+    """Rows read across the empty part 1 (and hinted at) open the parts holding them."""
+    ds = open_ndf_dataset(ds_path)
+    out = np.full((8, 5), np.nan)
+    ds.read_block_into(2, out)
+    assert out[:, 0].tolist() == list(range(2, 10))
+    assert ds.open_parts == (0, 2)
+    ds.will_need(0, N)
+    assert ds.open_parts == (0, 2, 3, 4)
+    assert [s[:2] for s in ds._handle().spans(0, N)] == [(0, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_remove_parts_removes_the_files_named_and_ignores_the_rest(ds_path):
+    names = [p.name for p in open_ndf_dataset(ds_path).parts]
+    dsmod.remove_parts(ds_path, [names[1], names[3], "part-00009.ndf"])
+    assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", names[0], names[2], names[4]])
+
+
+def test_an_abort_removes_its_own_temporary_files_and_only_the_folder_it_made(tmp_path):
+    """A part's temporary file (a writer interrupted mid-part) goes with its write;
+    another write's stays, so the folder the write made is left, not empty, and no
+    error escapes. A folder the write did not make is never removed."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = tmp_path / "new"
+    write = dsmod.start_dataset(path)
+    other = f"{host_tag()}-1-0badf00d"
+    temps = [
+        f".{dsmod.part_name(k, w)}.{host_tag()}.{os.getpid()}.0123456789ab.tmp"
+        for k, w in ((0, write), (1, other))
+    ]
+    for name in temps:
+        (path / name).write_bytes(b"")
+    dsmod.abort_dataset(path, write)
+    assert os.listdir(path) == [temps[1]]
+    (path / temps[1]).unlink()
+    dsmod.abort_dataset(path, other)  # a write this process never began: not its folder
+    assert path.is_dir()
+
+
 def test_manifest_module_names(tmp_path):
     assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
@@ -933,3 +1012,30 @@ def test_an_aborted_write_closes_the_part_it_was_writing(tmp_path, how):
             raise RuntimeError("the caller's own error")
     assert _open_files_under(tmp_path) == []
     assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
+
+
+def test_the_default_bound_on_open_parts_follows_the_descriptor_limit(monkeypatch):
+    """A quarter of the soft limit over the descriptors a part holds (1 compiled, 2 on
+    the NumPy path), an int from 1 to 1,024; no limit (RLIM_INFINITY) is 1,024."""
+    import resource
+
+    soft = [0]
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft[0], 1 << 20))
+    for name, per in (("compiled", 1), ("numpy", 2)):
+        monkeypatch.setattr(dataset_parts, "backend", lambda name=name: name)
+        for limit, want in ((1 << 20, 1024), (-1, 1024), (401, 100 // per), (8, 2 // per)):
+            soft[0] = limit
+            got = dataset_parts.default_max_open_parts()
+            assert type(got) is int and got == max(1, want), (name, limit)
+        for limit in (0, 3):
+            soft[0] = limit
+            assert dataset_parts.default_max_open_parts() == 1
+
+
+def test_rows_too_large_to_pack_are_sorted_by_argsort():
+    idx = np.array([2**61, 5, 2**61 - 1, 5], dtype=np.int64)
+    order, rows = dataset_parts._sort_rows(idx, 2**62)
+    assert rows.tolist() == [5, 5, 2**61 - 1, 2**61] and sorted(order.tolist()[:2]) == [1, 3]
+    assert order.tolist()[2:] == [2, 0]
+    order, rows = dataset_parts._sort_rows(np.array([7, 2, 9]), 10)  # packed
+    assert (order.tolist(), rows.tolist()) == ([1, 0, 2], [2, 7, 9])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -67,8 +68,40 @@ def test_a_dataset_rewritten_since_pickling_is_refused(sources, tmp_path):
         pickle.loads(raw)
 
 
+def test_unpickled_a_dataset_keeps_its_bound_on_open_parts(tmp_path):
+    with open_ndf_dataset(write_ndf_dataset(tmp_path / "ds", [2, 2, 2]), max_open_parts=2) as d:
+        e = pickle.loads(pickle.dumps(d))
+    assert e.max_open_parts == 2
+    assert e.read_rows([0, 2, 4])[0][:, 0].tolist() == [0, 2, 4]
+    assert len(e.open_parts) == 2
+
+
+def test_the_refusal_says_what_changed_and_what_to_do(sources, tmp_path):
+    _, d = sources
+    raw = pickle.dumps(d)
+    write_ndf_dataset(tmp_path / "ds", [4, 4])
+    want = (
+        f"{d.path}: the dataset changed between pickling and unpickling (its manifest "
+        "lists other parts, sizes or names now); open it again"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        pickle.loads(raw)
+
+
 def test_a_closed_one_is_not_pickled(sources):
     for src in sources:
         src.close()
         with pytest.raises(ValueError, match="closed"):
             pickle.dumps(src)
+
+
+def test_a_dataset_opened_by_a_relative_path_unpickles_from_another_folder(tmp_path, monkeypatch):
+    """Pickled by its absolute path: a worker started elsewhere finds it."""
+    write_ndf_dataset(tmp_path / "ds", [3, 4])
+    monkeypatch.chdir(tmp_path)
+    with open_ndf_dataset("ds") as d:
+        raw = pickle.dumps(d)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pickle.loads(raw) as e:
+        assert e.path == str(tmp_path / "ds") and e.read_rows([6])[0][0, 0] == 6

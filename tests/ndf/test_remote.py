@@ -19,9 +19,11 @@ the hooks are in the package now, and no guard is left that could skip it silent
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -835,3 +837,43 @@ def test_parquet_source_in_forked_child(s3):
     finally:
         p.join(10)
         _INHERITED.clear()
+
+
+def test_check_size_says_how_the_object_changed(memory_fs, tmp_path, monkeypatch):
+    """One metadata request, each answer in words: deleted (ENOENT, naming the URL),
+    shorter (truncated?), longer (overwritten?), another ETag (both tags named); a
+    pinned version is never asked about."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/c.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory:///exactbatch-mem/c.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/c.ndf", 10, 3, 1, etag="e1")
+    answers = []
+    monkeypatch.setattr(remote, "object_info", lambda fs, key, path: answers.pop())
+    answers.append({"size": h.size, "ETag": "e1"})
+    h.check_size()  # the object opened
+    for found, how in ((h.size - 8, "truncated?"), (h.size + 8, "overwritten?")):
+        answers.append({"size": found, "ETag": "e1"})
+        want = (
+            f"{url}: the object changed while open: expected {h.size} bytes, found {found} ({how})"
+        )
+        with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+            h.check_size()
+    answers.append({"size": h.size, "ETag": "e2"})
+    want = (
+        f"{url}: the object changed while open: it was overwritten after it was opened "
+        "(ETag e1 then e2); open it again to read the new contents, and write new keys "
+        "(or turn on versioning) instead"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        h.check_size()
+
+    def deleted(fs, key, path):
+        raise FileNotFoundError(key)
+
+    monkeypatch.setattr(remote, "object_info", deleted)
+    with pytest.raises(FileNotFoundError) as e:
+        h.check_size()
+    assert (e.value.errno, e.value.filename) == (errno.ENOENT, url)
+    assert e.value.strerror == "the object was deleted after open_ndf opened it"
+    pinned = remote.RemoteHandle(url, memory_fs, "k", 10, 3, 1, pin={"version_id": "v"})
+    pinned.check_size()  # never asked: the deleted answer would raise
