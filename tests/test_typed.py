@@ -91,6 +91,9 @@ STRICT = (
     "exactbatch.ndf.temps",
     "exactbatch.ndf.regular",
     "exactbatch.ndf.categories",
+    "exactbatch.ndf.jsondoc",
+    "exactbatch.ndf.manifest",
+    "exactbatch.ndf.dataset_write",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

@@ -15,8 +15,10 @@ protocol's steps (:func:`start_dataset`, :func:`write_part`,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.checks import check_int
@@ -59,7 +61,7 @@ def save_ndf_dataset(
     *,
     features: Columns = None,
     labels: Columns = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     """Write a sharded dataset at ``path`` (a folder, made if missing; or a URL) from
     ``parts``: an iterable of Datasets, ``(x, y)`` pairs or arrays ``x``, one per part,
@@ -134,17 +136,17 @@ class NdfDatasetWriter(Committing):
 
     def __init__(
         self,
-        path,
+        path: PathLike,
         d: int,
         l: int,  # noqa: E741
         part_rows: int,
         *,
         n: int | None = None,
-        features=None,
-        labels=None,
-        categories=None,
-        before_rename=None,
-    ):
+        features: Sequence[str] | None = None,
+        labels: Sequence[str] | None = None,
+        categories: dict[str, Sequence[Any]] | None = None,
+        before_rename: Callable[[], object] | None = None,
+    ) -> None:
         self.path = dataset_path(path, None)
         self.d, self.l = check_int("d", d, 0), check_int("l", l, 0)
         self.part_rows = check_int("part_rows", part_rows, 1)
@@ -170,7 +172,7 @@ class NdfDatasetWriter(Committing):
                 self.write_id = start_dataset(self.path)
         return self.write_id
 
-    def _room(self):
+    def _room(self) -> tuple[NdfWriter, int]:
         """The part being written (one is started when none is), and the rows it can take."""
         if self._part is None:
             target = join_path(self.path, part_name(len(self.parts), self._start()))
@@ -186,7 +188,7 @@ class NdfDatasetWriter(Committing):
             PartInfo(os.path.basename(w.path), w.rows, expected_size(w.rows, self.d, self.l))
         )
 
-    def write(self, block) -> None:
+    def write(self, block: np.ndarray) -> None:
         """Append rows: a (rows, d + l) array of numbers, written as float64."""
         at = 0
         while at < len(block):
@@ -198,7 +200,7 @@ class NdfDatasetWriter(Committing):
             if w.rows == self.part_rows:
                 self._close_part()
 
-    def write_raw(self, rows) -> None:
+    def write_raw(self, rows: Any) -> None:
         """Append whole rows already in the file layout (a bytes-like object of rows)."""
         view = byte_view(rows)
         rb = self.row_bytes

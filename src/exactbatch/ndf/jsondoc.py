@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any, TypeGuard, TypeVar, overload
 
 from exactbatch.errors import NdfError
+from exactbatch.hints import Foreign
 
 __all__ = ["MAX_DOC_BYTES", "check_kind", "fetch_doc", "get_int", "parse_doc", "strict_int"]
 
@@ -33,11 +35,11 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _constant(text: str):
+def _constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
-def _object(pairs: list) -> dict:
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         uses = Counter(k for k, _ in pairs)
@@ -46,13 +48,14 @@ def _object(pairs: list) -> dict:
     return out
 
 
-def fetch_doc(fs, key: str) -> bytes:
+def fetch_doc(fs: Foreign, key: str) -> bytes:
     """The bytes of the document at ``key`` on the fsspec filesystem ``fs`` (one GET), at
     most one byte more than :data:`MAX_DOC_BYTES` (:func:`parse_doc` refuses those)."""
-    return fs.cat_file(key, start=0, end=MAX_DOC_BYTES + 1)
+    raw: bytes = fs.cat_file(key, start=0, end=MAX_DOC_BYTES + 1)
+    return raw
 
 
-def parse_doc(raw: bytes, where: str, what: str) -> dict:
+def parse_doc(raw: bytes, where: str, what: str) -> dict[str, Any]:
     """The JSON object in ``raw``, or an :class:`NdfError` naming ``where`` (``what``: the
     kind of document, for the message)."""
     if len(raw) > MAX_DOC_BYTES:
@@ -73,7 +76,9 @@ def parse_doc(raw: bytes, where: str, what: str) -> dict:
     return doc
 
 
-def check_kind(doc: dict, where: str, what: str, fmt: str, version: int, hint: str) -> None:
+def check_kind(
+    doc: dict[str, Any], where: str, what: str, fmt: str, version: int, hint: str
+) -> None:
     """``doc`` must say ``"format": fmt`` and ``"version": version`` (an integer): else an
     :class:`NdfError` naming ``where`` and what it found (``hint``: what to do about a
     version this exactbatch does not read)."""
@@ -88,15 +93,22 @@ def check_kind(doc: dict, where: str, what: str, fmt: str, version: int, hint: s
         )
 
 
-def strict_int(value) -> bool:
+def strict_int(value: object) -> TypeGuard[int]:
     """Is ``value`` an integer as a document may hold one (not a bool, not a float)?"""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 _MISSING = object()
+_T = TypeVar("_T")
 
 
-def get_int(doc: dict, key: str, where: str, hi: int, default=_MISSING) -> int:
+@overload
+def get_int(doc: dict[str, Any], key: str, where: str, hi: int) -> int: ...
+@overload
+def get_int(doc: dict[str, Any], key: str, where: str, hi: int, default: _T) -> int | _T: ...
+def get_int(
+    doc: dict[str, Any], key: str, where: str, hi: int, default: object = _MISSING
+) -> object:
     """``doc[key]``: an integer in ``[0, hi]``, or an :class:`NdfError` naming ``where``,
     the key, what was expected and what was found. A missing key gives ``default``
     (when given) or the error."""

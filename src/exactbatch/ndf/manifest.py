@@ -15,12 +15,14 @@ import errno
 import json
 import os
 import re
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
+from exactbatch.hints import PathLike
 from exactbatch.ndf.format import MAX_FILE_BYTES, MAX_ROWS, MAX_WIDTH, expected_size, shape_error
 from exactbatch.ndf.jsondoc import check_kind, get_int, parse_doc
 from exactbatch.ndf.names import check_categories, read_names, validate_names
@@ -63,7 +65,7 @@ class Manifest(NamedTuple):
     features: tuple[str, ...] | None
     labels: tuple[str, ...] | None
     # the vocabularies of columns stored as integer codes (exactbatch.ndf.names); None: none
-    categories: dict[str, list] | None = None
+    categories: dict[str, list[Any]] | None = None
 
     @property
     def n(self) -> int:
@@ -86,12 +88,12 @@ def part_name(index: int, write_id: str | None = None) -> str:
 # -- the manifest -------------------------------------------------------------------------
 
 
-def _count(v) -> bool:
+def _count(v: object) -> bool:
     """A count as a manifest's part may give it: an int (NumPy's too), never a bool."""
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _check_parts(parts, d: int, l: int, where: str) -> tuple[PartInfo, ...]:  # noqa: E741
+def _check_parts(parts: Iterable[Any], d: int, l: int, where: str) -> tuple[PartInfo, ...]:  # noqa: E741
     """The parts as PartInfo, each consistent with d and l, and their rows no more than
     :data:`MAX_ROWS` in all (Python ints: nothing wraps); NdfError naming the bad one."""
     out, seen, total = [], set(), 0
@@ -192,7 +194,7 @@ def _manifest_bytes(man: Manifest) -> bytes:
     return f'{head},\n "parts": [\n{parts}\n ]\n}}\n'.encode()
 
 
-def read_manifest(path, *, storage_options: dict | None = None) -> Manifest:
+def read_manifest(path: PathLike, *, storage_options: dict[str, Any] | None = None) -> Manifest:
     """The checked manifest of the dataset at ``path`` (a folder or a URL).
 
     A folder without ``manifest.json`` is an :class:`NdfError` ("not a
@@ -234,15 +236,15 @@ def no_manifest(path: str) -> NdfError:
 
 
 def write_manifest(
-    path,
-    parts,
+    path: PathLike,
+    parts: Iterable[Any],
     d: int,
     l: int,  # noqa: E741
     *,
-    features=None,
-    labels=None,
-    categories=None,
-    storage_options: dict | None = None,
+    features: Sequence[str] | None = None,
+    labels: Sequence[str] | None = None,
+    categories: dict[str, Sequence[Any]] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
     """Write ``manifest.json`` for the parts ``parts`` (in order) of the dataset at ``path``,
     atomically: the step that makes the folder a dataset, so call it last.
