@@ -11,12 +11,10 @@ for real, which kernel it hands out.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
 import inspect
 import os
-import shutil
 import tempfile
 
 import numpy as np
@@ -26,7 +24,7 @@ from exactbatch.loader.telemetry import Telemetry
 from exactbatch.order import EpochBijection
 
 _PURE_WORDS = ("1", "true", "yes", "on")  # EXACTBATCH_PURE's words for the pure path
-_NDF = []  # a small .ndf file, written once per process
+_PROBE = (np.zeros((3, 2)), np.zeros((3, 1)))  # the rows of the probe .ndf file
 
 
 def built() -> bool:
@@ -42,12 +40,19 @@ def expected_backend() -> str:
 
 
 def _ndf_path() -> str:
-    if not _NDF:
-        folder = tempfile.mkdtemp(prefix="exactbatch-backend-")
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        save_ndf(os.path.join(folder, "probe.ndf"), (np.zeros((3, 2)), np.zeros((3, 1))))
-        _NDF.append(os.path.join(folder, "probe.ndf"))
-    return _NDF[0]
+    """One probe file a user, shared by every test process: a folder made per process
+    was left behind by each process that exits without its atexit hooks (mutmut's
+    forked runs made thousands). save_ndf renames a whole file into place, so a
+    process writing it never shows another a part of it."""
+    path = os.path.join(tempfile.gettempdir(), f"exactbatch-backend-probe-{os.getuid()}.ndf")
+    try:
+        with open_ndf(path) as f:
+            if f.n == len(_PROBE[0]):
+                return path
+    except (OSError, ValueError):
+        pass  # absent or not the probe: written below
+    save_ndf(path, _PROBE)
+    return path
 
 
 def _columns_compiled() -> bool:
