@@ -16,7 +16,8 @@ typedef struct {
 
 static inline Place place_load(const Place *a)
 {
-    return (Place){__atomic_load_n(&a->x, __ATOMIC_RELAXED), __atomic_load_n(&a->y, __ATOMIC_RELAXED),
+    return (Place){__atomic_load_n(&a->x, __ATOMIC_RELAXED),
+                   __atomic_load_n(&a->y, __ATOMIC_RELAXED),
                    __atomic_load_n(&a->xs, __ATOMIC_RELAXED),
                    __atomic_load_n(&a->ys, __ATOMIC_RELAXED)};
 }
