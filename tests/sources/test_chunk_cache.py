@@ -698,3 +698,22 @@ def test_a_chunk_of_float64_rows_is_held_without_a_copy():
     read(r, [5, 0])
     (hx, hy) = r._held[0]
     assert np.shares_memory(hx, x) and np.shares_memory(hy, y)
+
+
+@pytest.mark.parametrize("form", ["columns and array", "columns of two starts"])
+def test_columns_of_one_side_or_of_two_starts_are_read_to_their_rows(form):
+    """read_columns giving x as columns and y as an array, or both as columns from
+    different starts: each side made rows on its own (no whole rows to share), read
+    to the chunk's rows."""
+    from exactbatch.sources.column_chunk import Columns
+
+    class Mixed(Hooked):
+        def read_columns(self, i):
+            first = int(np.cumsum(self.chunk_rows)[i] - self.chunk_rows[i])
+            ids = np.arange(first, first + int(self.chunk_rows[i]), dtype=float)
+            if form == "columns and array":
+                return Columns([ids], len(ids)), (10 * ids)[:, None]
+            return Columns([ids], len(ids)), Columns([np.r_[0.0, 10 * ids]], len(ids), 1)
+
+    r = ChunkCacheReader(ChunkIndexedStream(Mixed([3, 4], "read_columns")), Widths(1, 1), 100)
+    assert read_xy(r, [6, 0, 3, 2]) == ([6, 0, 3, 2], [60, 0, 30, 20])

@@ -153,11 +153,11 @@ class ChunkCacheReader:
                     f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
                     f"but chunk_rows[{c}] says {rows}"
                 )
-            if not (isinstance(x, Columns) and isinstance(y, Columns)):
-                return _rows(x), _rows(y)
+            if not (isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start):
+                return _rows(x), _rows(y)  # each side held as it is, or its rows made once
             xy = side_by_side(x, y)
-            assert isinstance(xy, Columns)  # laid out as whole rows: one copy, from the columns
-            whole = np.empty(xy.shape)
+            assert isinstance(xy, Columns)  # (both columns from one start: their columns)
+            whole = np.empty(xy.shape)  # laid out as whole rows: one copy, from the columns
             put(whole, xy)
             return whole[:, : x.shape[1]], whole[:, x.shape[1] :]
         if known is not None and (into is not None or opened is not None):
