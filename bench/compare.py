@@ -31,6 +31,16 @@ Tools, for each batch size (64, 256, 1024 and 4096 by default):
 * exactbatch from the Parquet folder, shuffled (buffer of 262,144 rows) and not;
   and, as their reference, pyarrow reading the folder row group by row group
   into NumPy arrays x (rows, 16) and y (rows, 1);
+* elastic at one rank (``elastic=True``, the same buffer) against the plain
+  shuffled stream of the same source: the Parquet folder (against the shuffled
+  case above), and a list of (x, y) chunks of 65,536 rows (views of the arrays);
+* the Arrow-family streams over a pyarrow table of the rows (record batches of
+  65,536 rows), each against its library's own batches of the same size turned
+  into one NumPy array (bench/arrow_sources.py's baselines): a RecordBatchReader
+  made per pass (its record batches cut into batches), a polars DataFrame
+  (``iter_slices``), a polars LazyFrame (``collect_batches``) and a DuckDB
+  relation (its ``to_arrow_reader``, cut); the loader in order and shuffled (its
+  default buffer; the DataFrame, random access, in order only);
 * torch.utils.data.DataLoader over a TensorDataset, ``shuffle=True`` (per-row
   fetch + collate), and with ``sampler=BatchSampler(RandomSampler(ds), b)``,
   ``batch_size=None`` (one tensor index per batch);
@@ -52,7 +62,16 @@ get 2 epochs per run instead of --epochs.
         eb_mem_next_into eb_mem_iter_f32 eb_ndf_warm  # the in-memory cases (about 3 min)
     .venv/bin/python bench/compare.py --profile eb_ndf_cold_blocks 64   # cProfile one case
 
-The closing "Targets" are issue 14's, each a ratio measured in the same run;
+The closing "Targets" are issue 14's, then issue 42's (the hand-out against the
+C limit and its overhead a batch, Parquet shuffled against the tiled raw read,
+each Arrow-family stream against its library, elastic at one rank against the
+plain stream), each a ratio measured in the same run; ``--issue42`` runs only
+their cases (``--clock cpu``: each process's CPU time, for a loaded machine):
+
+    .venv/bin/python bench/compare.py --issue42 --rows 400000 --rounds 1 \
+        --batches 64 4096 --clock cpu                  # about 10 min on 2 loaded cores
+
+
 the exactbatch figures say which backend ran (``exactbatch.backend()``:
 ``EXACTBATCH_PURE=1`` measures the pure NumPy path).
 
@@ -109,6 +128,22 @@ TOOLS = {
         "ref: pyarrow raw read, rows filled a tile at a time (as exactbatch does)",
         "ref",
     ),
+    "eb_pq_elastic": ("exactbatch, Parquet, elastic at one rank (buffer {buffer:,})", "eb"),
+    "eb_list_plain": ("exactbatch, list of chunks, shuffled (buffer {buffer:,})", "eb"),
+    "eb_list_elastic": ("exactbatch, list of chunks, elastic, one rank (buffer {buffer:,})", "eb"),
+    # The Arrow-family streams, each against its library's own batches of the same size,
+    # turned into NumPy (bench/arrow_sources.py's baselines), over a table of the rows.
+    "arrow_stream_lib": ("ref: RecordBatchReader's batches, to NumPy", "ref"),
+    "eb_arrow_stream_seq": ("exactbatch, RecordBatchReader stream, in order", "eb"),
+    "eb_arrow_stream_shuf": ("exactbatch, RecordBatchReader stream, shuffled", "eb"),
+    "polars_lib": ("ref: polars DataFrame.iter_slices, to NumPy", "ref"),
+    "eb_polars_seq": ("exactbatch, polars DataFrame, in order", "eb"),
+    "lazyframe_lib": ("ref: polars LazyFrame.collect_batches, to NumPy", "ref"),
+    "eb_lazyframe_seq": ("exactbatch, polars LazyFrame stream, in order", "eb"),
+    "eb_lazyframe_shuf": ("exactbatch, polars LazyFrame stream, shuffled", "eb"),
+    "duckdb_lib": ("ref: DuckDB relation's Arrow reader, to NumPy", "ref"),
+    "eb_duckdb_seq": ("exactbatch, DuckDB relation stream, in order", "eb"),
+    "eb_duckdb_shuf": ("exactbatch, DuckDB relation stream, shuffled", "eb"),
     "torch_default": ("torch DataLoader(TensorDataset, shuffle=True)", "torch"),
     "torch_batch_sampler": ("torch DataLoader(sampler=BatchSampler(RandomSampler))", "torch"),
     "pymc_mem": ("pymc-extras DataLoader, memory, shuffled", "pymc"),
@@ -258,16 +293,17 @@ class Case:
         self.run, self.prepare, self.cleanup = run, prepare, cleanup
 
 
-def _timed_epochs(case: Case, epochs: int) -> list:
-    """[(seconds, rows)] of ``epochs`` timed epochs."""
+def _timed_epochs(case: Case, epochs: int, clock=time.perf_counter) -> list:
+    """[(seconds, rows)] of ``epochs`` timed epochs (``clock``: the wall clock, or
+    ``time.process_time``: the process's CPU, every thread's)."""
     out = []
     for e in range(epochs):
         if case.prepare:
             case.prepare(e)
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = clock()
         rows = case.run(e)
-        out.append((time.perf_counter() - t0, rows))
+        out.append((clock() - t0, rows))
         if case.cleanup:
             case.cleanup(e)
     return out
@@ -301,6 +337,18 @@ def _imports(tool: str, c: dict) -> dict:
         import exactbatch.kernels
 
         m["eb"] = exactbatch
+    if tool in ARROW_TOOLS:
+        import pyarrow as pa
+
+        m["pa"] = pa
+        if "polars" in tool or "lazyframe" in tool:
+            import polars
+
+            m["pl"] = polars
+        if "duckdb" in tool:
+            import duckdb
+
+            m["duckdb"] = duckdb
     if tool.startswith("pyarrow_raw"):
         import pyarrow.parquet as pq
 
@@ -549,7 +597,115 @@ def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
             )
         return Case(lambda e: _capped(loader, cap, len, n))
 
+    if tool in ("eb_pq_elastic", "eb_list_plain", "eb_list_elastic"):
+        import warnings
+
+        eb = m["eb"]
+        if tool == "eb_pq_elastic":
+            src = eb.parquet_source(c["parquet"], labels="y")
+        else:  # chunks of (x, y) as row groups are: views of the arrays, no copy
+            x, y = np.load(c["x"]), np.load(c["y"])
+            src = [(x[a : a + GROUP_ROWS], y[a : a + GROUP_ROWS]) for a in range(0, n, GROUP_ROWS)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a list's counting pass
+            loader = eb.DataLoader(
+                src, b, shuffle=True, buffer_size=c["buffer"], seed=SEED,
+                elastic=tool.endswith("_elastic"),
+            )  # fmt: skip
+        return Case(lambda e: _capped(loader, cap, _first_len, n))
+
+    if tool in ARROW_TOOLS:
+        return arrow_case(c, m)
+
     raise ValueError(f"unknown tool {tool!r}")
+
+
+ARROW_TOOLS = (
+    "arrow_stream_lib",
+    "eb_arrow_stream_seq",
+    "eb_arrow_stream_shuf",
+    "polars_lib",
+    "eb_polars_seq",
+    "lazyframe_lib",
+    "eb_lazyframe_seq",
+    "eb_lazyframe_shuf",
+    "duckdb_lib",
+    "eb_duckdb_seq",
+    "eb_duckdb_shuf",
+)
+
+
+def arrow_case(c: dict, m: dict) -> Case:
+    """An Arrow-family stream's epoch, the library's own or the loader's (its default
+    buffer when shuffled), over a table of the rows (f0..f15, y) in record batches of
+    65,536 rows, made before the timed epochs."""
+    tool, b, n = c["tool"], c["batch"], c["rows"]
+    pa = m["pa"]
+    x, y = np.load(c["x"]), np.load(c["y"])
+    cols = {f"f{j}": x[:, j].copy() for j in range(D)}
+    cols["y"] = y[:, 0].copy()
+    del x, y
+    table = pa.Table.from_batches(pa.table(cols).to_batches(max_chunksize=GROUP_ROWS))
+    del cols
+    names = [*(f"f{j}" for j in range(D)), "y"]
+    spec = {"features": names[:D], "labels": "y"}
+    kind = tool.removeprefix("eb_").rsplit("_", 1)[0]
+    batches = table.to_batches()
+
+    def as_batch(columns) -> int:  # a library's batch as one (b, 17) float64 array
+        out = np.empty((len(columns[0]), len(columns)))
+        for j, v in enumerate(columns):
+            out[:, j] = v
+        return len(out)
+
+    def cut(make):  # each record batch cut into batches of b rows, to NumPy
+        def run(e):
+            rows = 0
+            for rb in make():
+                for a in range(0, rb.num_rows, b):
+                    piece = rb.slice(a, b)
+                    rows += as_batch([piece.column(k).to_numpy() for k in names])
+            return rows
+
+        return run
+
+    def reader():
+        return pa.RecordBatchReader.from_batches(table.schema, batches)
+
+    if kind in ("polars", "lazyframe"):
+        pl = m["pl"]
+        frame = pl.from_arrow(table)
+        lf = frame.lazy()
+    if kind == "duckdb":
+        con = m["duckdb"].connect()
+        con.register("rows", table)
+        con.execute("CREATE TABLE t AS SELECT * FROM rows")
+        rel = con.table("t")
+    if not tool.startswith("eb_"):
+        if kind == "arrow_stream":
+            return Case(cut(reader))
+        if kind == "duckdb":
+            return Case(cut(lambda: rel.to_arrow_reader(GROUP_ROWS)))
+
+        def run(e):
+            rows = 0
+            it = frame.iter_slices(b) if kind == "polars" else lf.collect_batches(chunk_size=b)
+            for df in it:
+                rows += len(df.to_numpy())
+            return rows
+
+        return Case(run)
+    eb = m["eb"]
+    if kind == "arrow_stream":
+        src = eb.arrow_source(reader, **spec)
+    elif kind == "polars":
+        src = eb.polars_source(frame, **spec)
+    elif kind == "lazyframe":
+        src = eb.polars_source(lf, batch_rows=GROUP_ROWS, n_rows=n, **spec)
+    else:
+        src = eb.duckdb_source(rel, batch_rows=GROUP_ROWS, **spec)
+    loader = eb.DataLoader(src, b, shuffle=tool.endswith("_shuf"), seed=SEED)
+    return Case(lambda e: _capped(loader, None, _first_len, n))
 
 
 def run_case(c: dict) -> dict:
@@ -557,7 +713,8 @@ def run_case(c: dict) -> dict:
     m = _imports(c["tool"], c)
     base_rss = proc_status("VmRSS")  # the interpreter and the tool's imports, before any data
     case = build_case(c, m, notes)
-    ep = _timed_epochs(case, c["epochs"])
+    clock = time.process_time if c.get("clock") == "cpu" else time.perf_counter
+    ep = _timed_epochs(case, c["epochs"], clock)
     # Rate per epoch: an epoch cut short by the cap is extrapolated from its rows.
     rates = [rows / s for s, rows in ep]
     best = int(np.argmax(rates))
@@ -724,6 +881,71 @@ TARGETS = [
     ("eb_pq_shuffled", "pyarrow_raw", {None: 0.8}),
     ("eb_mem_iter_f32", "eb_mem_iter", {None: 1.0}),
 ]
+
+
+# Issue 42's targets, each ratio over a baseline measured in the same run: the
+# hand-out against the C limit, Parquet shuffled against the tiled raw read, every
+# Arrow-family stream (in order and shuffled) against its library's own batches,
+# elastic at one rank against the same source's plain shuffled stream.
+TARGETS_42 = [
+    ("eb_mem_iter", "c_limit", {64: 0.6, 4096: 0.85}),
+    ("eb_mem_next_into", "c_limit", {64: 0.6, 4096: 0.85}),
+    ("eb_pq_shuffled", "pyarrow_raw_tiled", {None: 0.9}),
+    ("eb_arrow_stream_seq", "arrow_stream_lib", {None: 0.8}),
+    ("eb_arrow_stream_shuf", "arrow_stream_lib", {None: 0.8}),
+    ("eb_polars_seq", "polars_lib", {None: 0.8}),
+    ("eb_lazyframe_seq", "lazyframe_lib", {None: 0.8}),
+    ("eb_lazyframe_shuf", "lazyframe_lib", {None: 0.8}),
+    ("eb_duckdb_seq", "duckdb_lib", {None: 0.8}),
+    ("eb_duckdb_shuf", "duckdb_lib", {None: 0.8}),
+    ("eb_list_elastic", "eb_list_plain", {None: 0.8}),
+    ("eb_pq_elastic", "eb_pq_shuffled", {None: 0.8}),
+]
+ISSUE42_TOOLS = (
+    "c_limit",
+    "eb_mem_iter",
+    "eb_mem_next_into",
+    "eb_pq_shuffled",
+    "pyarrow_raw_tiled",
+    *ARROW_TOOLS,
+    "eb_list_plain",
+    "eb_list_elastic",
+    "eb_pq_elastic",
+)
+OVERHEAD_42 = 1.5e-6  # seconds a batch above the C limit, `next_into` and `iter()` alike
+
+
+def checks_42(results: list, n: int, batches) -> list:
+    """Issue 42's targets side by side (TARGETS_42, then the per-batch overhead over the
+    C limit), each line PASS or FAIL with its ratio; a target whose two runs are not both
+    in ``results`` is left out."""
+    out = []
+    for tool, base, needs in TARGETS_42:
+        for bs in batches:
+            need = needs.get(bs, needs.get(None))
+            ra, rb = get(results, tool, bs), get(results, base, bs)
+            if need is None or ra is None or rb is None:
+                continue
+            v = ra["rows_per_s"] / rb["rows_per_s"]
+            out.append(
+                f"{'PASS' if v >= need else 'FAIL'}  {tool} / {base} at batch {bs}: "
+                f"{v:.2f}× ({fmt_rate(ra['rows_per_s'])} / {fmt_rate(rb['rows_per_s'])} "
+                f"rows/s; target ≥ {need}×)"
+            )
+    for bs in batches:
+        base = get(results, "c_limit", bs)
+        for t in ("eb_mem_iter", "eb_mem_next_into"):
+            r = get(results, t, bs)
+            if base is None or r is None:
+                continue
+            nb = -(-n // bs)
+            over = n / r["rows_per_s"] / nb - n / base["rows_per_s"] / nb
+            out.append(
+                f"{'PASS' if over <= OVERHEAD_42 else 'FAIL'}  {t} at batch {bs}: "
+                f"{over * 1e6:+.2f} µs a batch above the C limit (target ≤ "
+                f"{OVERHEAD_42 * 1e6:.1f} µs)"
+            )
+    return out
 
 
 # Baselines read from disk: a target over one is the median over rounds of each round's
@@ -904,9 +1126,23 @@ def main() -> None:
         default=6.0,
         help="time at most this much of an epoch of the slow tools and extrapolate",
     )
+    ap.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: elapsed time; cpu: each run's process CPU time, all its threads "
+        "(steadier on a loaded machine; it charges a library's parallel threads in full, "
+        "and leaves out waits on the disk: not for the cold-file cases)",
+    )
     ap.add_argument("--skip-pymc", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--only", nargs="+", metavar="TOOL", help=f"a subset of: {' '.join(TOOLS)}")
+    ap.add_argument(
+        "--issue42",
+        action="store_true",
+        help="only the cases of issue 42's targets and their baselines (--only "
+        f"{' '.join(ISSUE42_TOOLS)})",
+    )
     ap.add_argument("--python312", help="a python3.12 for the pymc-extras venv")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "compare")
     ap.add_argument(
@@ -949,6 +1185,8 @@ def main() -> None:
     n = a.rows
     a.cache.mkdir(parents=True, exist_ok=True)
     paths = make_data(a.cache, n)
+    if a.issue42:
+        a.only = list(ISSUE42_TOOLS)
     tools = list(a.only) if a.only else list(TOOLS)
     if a.png is None and not a.only:
         a.png = str(ROOT / "docs" / "compare.png")
@@ -978,6 +1216,7 @@ def main() -> None:
             "cap": a.max_epoch_seconds if tool in CAPPED_TOOLS else None,
             "pymc_file": pymc_file,
             "torch_threads": a.torch_threads,
+            "clock": a.clock,
         }
 
     if a.profile:
@@ -989,7 +1228,7 @@ def main() -> None:
     print(
         f"n = {n:,} rows, d = {D}, l = {L} ({n * ROW_BYTES / 2**20:,.0f} MiB); batches "
         f"{a.batches}; {a.rounds} rounds, each tool in a fresh subprocess per round, best "
-        f"of {a.epochs} epochs per run; load average at start: {loadavg()} on "
+        f"of {a.epochs} epochs per run ({a.clock} clock); load average at start: {loadavg()} on "
         f"{os.cpu_count()} CPUs",
         flush=True,
     )
@@ -1070,8 +1309,12 @@ def main() -> None:
     backends = sorted({r["notes"]["backend"] for r in results if "backend" in r["notes"]})
     if backends:
         print(f"exactbatch backend: {', '.join(backends)} (EXACTBATCH_PURE=1: the NumPy path)")
-    print("\nTargets:")
+    print("\nTargets (issue 14):")
     print("\n".join(checks(results, n, a.batches, by_round)))
+    lines42 = checks_42(results, n, a.batches)
+    if lines42:
+        print("\nIssue 42's targets (each baseline measured in this run):")
+        print("\n".join(lines42))
     for baseline, name in BASELINES.items():
         lines = overheads(results, n, a.batches, baseline)
         if lines:

@@ -26,7 +26,7 @@ def readers(tmp_path):
     """``readers(x, y)``: ``(name, reader)`` for rows ``x``/``y`` in each place the core
     reads them from: two arrays, columns of one array of whole rows (one pass a row for
     a shuffled read), an .ndf file's mapping, a dataset of one part (its file is closed
-    after the test)."""
+    after the test), a dataset of two parts in memory (two arrays, then whole rows)."""
     fds = []
 
     def make(x, y):
@@ -39,11 +39,18 @@ def readers(tmp_path):
         file = core.file_rows(mapping, 28, n, d, l, fds[-1], os.fstat(fds[-1]).st_size, -1, -1)
         parts = core.parts_rows(np.array([0, n], dtype=np.int64), d, l)
         parts.set(0, file)
+        # a dataset of two parts in memory, x and y each its own array (an elastic
+        # stream's chunks as they came: the parts read two bases a part)
+        half = n // 2
+        split = core.parts_rows(np.array([0, half, n], dtype=np.int64), d, l)
+        split.set(0, core.memory_rows(x[:half], y[:half]))
+        split.set(1, core.memory_rows(whole[half:, :d], whole[half:, d:]))
         return [
             ("memory", core.memory_rows(x, y)),
             ("columns", core.memory_rows(whole[:, :d], whole[:, d:])),
             ("file", file),
             ("parts", parts),
+            ("memory parts", split),
         ]
 
     yield make

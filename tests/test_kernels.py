@@ -513,8 +513,8 @@ def test_the_parts_kernel_gathers_global_rows_and_asks_for_parts_not_set(tmp_pat
         exactbatch.open_ndf(tmp_path / "p0.ndf") as again,
     ):  # the same part, opened again: another object
         parts.set(0, again.kernel_rows())
-    with pytest.raises(TypeError, match="file_rows"):
-        parts.set(1, kernels.memory_rows(x, y))
+    with pytest.raises(TypeError, match="file_rows"):  # (rows in memory are taken too)
+        parts.set(1, object())
     with pytest.raises(IndexError, match="part 3 out of range"):
         parts.set(3, files[0].kernel_rows())
     # unset: the part is let go of (closed), read asks for it again, set takes another
@@ -727,11 +727,11 @@ def test_each_column_takes_its_own_nan_fill_on_this_backend(dtype):
 
 @pytest.mark.parametrize("l", [1, 0])
 def test_memory_parts_gather_stream_rows_from_chunks_held_in_memory(each_backend, l):  # noqa: E741
-    """memory_parts (an elastic stream's chunk cache): chunks of whole rows set as parts
-    (memory_rows of one array each); a read by stream row gathers from every chunk it
-    touches in one call, the same bits on both backends (float32 cast too), or names
-    the chunks not set and copies nothing; unset lets one go. The compiled parts refuse
-    rows in memory that are not one array of whole rows."""
+    """memory_parts (an elastic stream's chunk cache): chunks set as parts (memory_rows
+    of one array of whole rows, or of two arrays: a list's chunk as it came, each side
+    its own stride); a read by stream row gathers from every chunk it touches in one
+    call, the same bits on both backends (float32 cast too), or names the chunks not
+    set and copies nothing; unset lets one go."""
     x, y = make_data(12, 3, l)
     xy = np.concatenate((x, y), axis=1)
     starts = np.array([0, 5, 5, 12], dtype=np.int64)  # an empty chunk between
@@ -752,13 +752,17 @@ def test_memory_parts_gather_stream_rows_from_chunks_held_in_memory(each_backend
     assert parts.unset(2) is True
     assert parts.read(rows[:2], ox[:2], oy[:2]) == [2]
     assert parts.read(rows[1:2], ox[:1], oy[:1]) is None  # chunk 0 only: still held
-    if each_backend == "compiled":
-        if l:
-            with pytest.raises(TypeError, match="whole rows"):  # two arrays, not one of rows
-                parts.set(2, kernels.memory_rows(x[5:], y[5:]))
-        with pytest.raises(TypeError, match="whole rows"):  # rows of another stride
-            wide = np.zeros((7, 6))
-            parts.set(2, kernels.memory_rows(wide[:, :3], wide[:, 3 : 3 + l]))
+    # Chunk 2 again as two arrays of their own, x's rows 6 values apart (columns of a
+    # wider array), y's 1: the same bits as from one array of whole rows.
+    wide = np.zeros((7, 6))
+    wide[:, :3] = x[5:]
+    parts.set(2, kernels.memory_rows(wide[:, :3], y[5:].copy()))
+    assert parts.read(rows, ox, oy) is None
+    np.testing.assert_array_equal(ox, x[rows])
+    np.testing.assert_array_equal(oy, y[rows])
+    assert parts.read(rows, sx, sy) is None
+    np.testing.assert_array_equal(sx, x[rows].astype(np.float32))
+    np.testing.assert_array_equal(sy, y[rows].astype(np.float32))
 
 
 def test_memory_parts_stamp_the_chunks_each_read_touches(each_backend):

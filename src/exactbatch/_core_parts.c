@@ -6,6 +6,27 @@
 #include "_core_split.h"
 #include "_core_rows.h"
 
+/* Where a part's rows lie: global row i's x values at x + i * xs, its y values at
+ * y + i * ys (unsigned, wrapping: an origin may lie below the rows). Two bases a part:
+ * a file's rows (y just after x in a row, one stride) and rows in memory whose x and y
+ * are separate arrays (a list's chunk, each side its own stride) alike. */
+typedef struct {
+    uintptr_t x, y, xs, ys;
+} Place;
+
+static inline Place place_load(const Place *a)
+{
+    return (Place){__atomic_load_n(&a->x, __ATOMIC_RELAXED),
+                   __atomic_load_n(&a->y, __ATOMIC_RELAXED),
+                   __atomic_load_n(&a->xs, __ATOMIC_RELAXED),
+                   __atomic_load_n(&a->ys, __ATOMIC_RELAXED)};
+}
+
+static inline int place_same(const Place *a, const Place *b)
+{
+    return a->x == b->x && a->y == b->y && a->xs == b->xs && a->ys == b->ys;
+}
+
 /* The rows of a sharded dataset: part k, a file_rows object set while the part is
  * open (a dataset keeps a bounded number open: set, then unset to close one), holds
  * global rows [starts[k], starts[k + 1]). */
@@ -17,9 +38,8 @@ typedef struct {
     Py_ssize_t buckets;
     int shift;
     RowsObject **parts;
-    /* where global row i of part k lies: origin[k] + i * stride (0: part k not set) */
-    uintptr_t *origin;
-    Py_ssize_t stride;
+    /* where global row i of part k lies: at[k] (0s: part k not set) */
+    Place *at;
     /* pins[k]: reads copying from part k now (without the GIL); unset(k) adds CLOSING
      * while it takes the part away, which it does only when no read holds it */
     int64_t *pins;
@@ -76,29 +96,31 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
     return q;
 }
 
-/* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[k] is where row
- * k lies in its part's mapping, and seen[q] is 1 for a part touched and pinned (set:
- * unpin it after), 2 for one touched and not set (src then unusable). The first row
- * out of range: *bad (and 0 is returned); else 1 if a part is not set, or 2. */
+/* Check and place rows ix[0..r) (ix NULL: start, start+1, ...): src[2k] is where row
+ * k's x values lie in its part, src[2k + 1] its y values, and seen[q] is 1 for a part
+ * touched and pinned (set: unpin it after), 2 for one touched and not set (src then
+ * unusable). The first row out of range: *bad (and 0 is returned); else 1 if a part is
+ * not set, or 2. */
 #define DEFINE_PLACE(NAME, T)                                                               \
     static int NAME(const PartsObject *p, const T *ix, Py_ssize_t start, Py_ssize_t r,      \
                     const char **src, char *seen, Py_ssize_t *bad)                          \
     {                                                                                       \
         int missing = 0;                                                                    \
         if (ix != NULL && p->nparts <= 64) { /* the parts touched as a bitmask: no branch */ \
-            /* Rows are placed by a copy of the origins, then the parts touched pinned:  */ \
+            /* Rows are placed by a copy of the places, then the parts touched pinned:   */ \
             /* a part closed and opened again in between (moved) means once more.       */ \
-            uintptr_t org[64];                                                              \
+            Place org[64];                                                                  \
             for (int pinned = 0;; pinned = 1) {                                             \
                 uint64_t touched = 0, over = 0, moved = 0;                                  \
                 for (Py_ssize_t q = 0; q < p->nparts; q++)                                  \
-                    org[q] = __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED);              \
+                    org[q] = place_load(&p->at[q]);                                         \
                 for (Py_ssize_t k = 0; k < r; k++) {                                        \
                     int64_t i = (int64_t)ix[k];                                             \
                     over |= (uint64_t)i >= (uint64_t)p->n;                                  \
                     Py_ssize_t q = part_of(p, over ? 0 : i);                                \
                     touched |= (uint64_t)1 << q;                                            \
-                    src[k] = (const char *)(org[q] + (uintptr_t)i * (uintptr_t)p->stride);  \
+                    src[2 * k] = (const char *)(org[q].x + (uintptr_t)i * org[q].xs);       \
+                    src[2 * k + 1] = (const char *)(org[q].y + (uintptr_t)i * org[q].ys);   \
                 }                                                                           \
                 if (over) {                                                                 \
                     for (Py_ssize_t k = 0; k < r; k++)                                      \
@@ -114,7 +136,8 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                             seen[q] = pin(p, q) ? 1 : 2;                                    \
                             missing |= seen[q] == 2;                                        \
                         }                                                                   \
-                        moved |= org[q] != __atomic_load_n(&p->origin[q], __ATOMIC_RELAXED); \
+                        Place now = place_load(&p->at[q]);                                  \
+                        moved |= !place_same(&org[q], &now);                                \
                     }                                                                       \
                 if (missing)                                                                \
                     return 1;                                                               \
@@ -129,11 +152,13 @@ static inline Py_ssize_t part_of(const PartsObject *p, int64_t i)
                 return 0;                                                                   \
             }                                                                               \
             Py_ssize_t q = part_of(p, i);                                                   \
-            if (!seen[q]) { /* pinned before its origin is read: it stays */                \
+            if (!seen[q]) { /* pinned before its place is read: it stays */                 \
                 seen[q] = pin(p, q) ? 1 : 2;                                                \
                 missing |= seen[q] == 2;                                                    \
             }                                                                               \
-            src[k] = (const char *)(p->origin[q] + (uintptr_t)i * (uintptr_t)p->stride);    \
+            const Place *a = &p->at[q];                                                     \
+            src[2 * k] = (const char *)(a->x + (uintptr_t)i * a->xs);                       \
+            src[2 * k + 1] = (const char *)(a->y + (uintptr_t)i * a->ys);                   \
         }                                                                                   \
         return missing ? 1 : 2;                                                             \
     }
@@ -147,26 +172,30 @@ typedef struct {
     const char **src;
 } PartsCopy;
 
-/* One pass, as in both64 (_core_rows.c): y follows x in a part's row. */
+/* One pass, as in both64 (_core_rows.c): a row's x, then its y (from the same row
+ * of a file's part, or from a part's separate y array). */
 WIDE static void copy_placed(void *arg)
 {
     const PartsCopy *c = arg;
     const PartsObject *p = c->p;
     Job *j = c->j;
     const char **src = c->src;
-    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32y ? 4 : 8), yoff = 8 * p->d;
+    Py_ssize_t ox = p->d * (j->f32 ? 4 : 8), oy = p->l * (j->f32y ? 4 : 8);
     for (Py_ssize_t k = 0; k < j->r; k++) {
+        const char *sx = src[2 * k], *sy = src[2 * k + 1];
         if (k + PREFETCH < j->r) { /* as in copy_side: the row PREFETCH rows ahead */
-            __builtin_prefetch(src[k + PREFETCH]);
-            __builtin_prefetch(src[k + PREFETCH] + 8 * (p->d + p->l) - 1);
+            const char *fx = src[2 * (k + PREFETCH)], *fy = src[2 * (k + PREFETCH) + 1];
+            __builtin_prefetch(fx); /* (a prefetch never faults: a side of no values too) */
+            __builtin_prefetch(fx + 8 * p->d - 1);
+            __builtin_prefetch(fy + 8 * p->l - 1);
         }
         if (p->d && j->tf != NULL) {
-            if (transform_row(j->ox + k * ox, src[k], p->d, j->f32, j->tf) && j->nan < 0)
+            if (transform_row(j->ox + k * ox, sx, p->d, j->f32, j->tf) && j->nan < 0)
                 j->nan = k;
         } else if (p->d)
-            copy_row(j->ox + k * ox, src[k], p->d, j->f32);
+            copy_row(j->ox + k * ox, sx, p->d, j->f32);
         if (p->l)
-            copy_row(j->oy + k * oy, src[k] + yoff, p->l, j->f32y);
+            copy_row(j->oy + k * oy, sy, p->l, j->f32y);
     }
 }
 
@@ -192,7 +221,7 @@ static void copy_part(void *ctx, int k, Py_ssize_t lo, Py_ssize_t hi)
     j.ox += lo * p->d * (j.f32 ? 4 : 8);
     j.oy += lo * p->l * (j.f32y ? 4 : 8);
     j.nan = -1;
-    PartsCopy pc = {p, &j, c->src + lo};
+    PartsCopy pc = {p, &j, c->src + 2 * lo};
     Py_ssize_t hit = -1;
     c->hit[k] = guard_run(c->ranges, p->nparts, copy_placed, &pc, &hit) < 0 ? hit : NO_FAULT;
     c->nan[k] = j.nan < 0 ? -1 : lo + j.nan;
@@ -270,7 +299,7 @@ static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t
         parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
         goto done;
     size_t cells;
-    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), sizeof(const char *), &cells))
+    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), 2 * sizeof(const char *), &cells))
         src = PyMem_RawMalloc(cells);
     seen = PyMem_RawCalloc((size_t)self->nparts, 1);
     ranges = PyMem_RawCalloc((size_t)self->nparts, sizeof(GuardRange));
@@ -336,16 +365,12 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
         return NULL;
     }
     RowsObject *s = PyObject_TypeCheck(o, &RowsType) ? (RowsObject *)o : NULL;
-    /* A file's rows, or rows in memory laid out as a file's are (memory_rows of one
-     * array of whole rows: y follows x in a row, one stride; a side of no values is
-     * not looked at): a chunk held in memory. */
-    int whole = s != NULL && s->lo == NULL &&
-                (s->d == 0 || s->l == 0 || s->ybase == s->xbase + 8 * s->d) &&
-                (s->n <= 1 || ((s->d == 0 || s->xstride == self->stride) &&
-                               (s->l == 0 || s->ystride == self->stride)));
-    if (s == NULL || (s->lo == NULL && !whole)) {
-        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows(), or "
-                                         "memory_rows() of one array of whole rows");
+    /* A file's rows, or rows in memory (memory_rows: x and y each its own array, or
+     * views of one array of whole rows; each side its own stride): a chunk held in
+     * memory as it came. */
+    if (s == NULL) {
+        PyErr_SetString(PyExc_TypeError, "set(k, rows): rows must come from file_rows() or "
+                                         "memory_rows()");
         return NULL;
     }
     if (s->d != self->d || s->l != self->l || s->n != self->starts[k + 1] - self->starts[k]) {
@@ -356,10 +381,17 @@ static PyObject *Parts_set(PartsObject *self, PyObject *args)
     }
     /* Only where not set: a read on another thread (without the GIL) may be using it. */
     if (self->parts[k] == NULL) {
-        /* global row i lies at xbase + (i - starts[k]) * stride: one origin a part
-         * (unsigned, wrapping: it may lie below the mapping) saves a load a row */
-        const char *row0 = s->lo == NULL && s->d == 0 ? s->ybase : s->xbase; /* (x: none) */
-        self->origin[k] = (uintptr_t)row0 - (uintptr_t)self->starts[k] * (uintptr_t)self->stride;
+        /* global row i's x lies at xbase + (i - starts[k]) * xstride: one origin a
+         * side (unsigned, wrapping: it may lie below the rows) saves a load a row;
+         * written before the part is published (the release store below) */
+        uintptr_t at = (uintptr_t)self->starts[k];
+        Place *a = &self->at[k];
+        __atomic_store_n(&a->xs, (uintptr_t)s->xstride, __ATOMIC_RELAXED);
+        __atomic_store_n(&a->ys, (uintptr_t)s->ystride, __ATOMIC_RELAXED);
+        __atomic_store_n(&a->x, (uintptr_t)s->xbase - at * (uintptr_t)s->xstride,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&a->y, (uintptr_t)s->ybase - at * (uintptr_t)s->ystride,
+                         __ATOMIC_RELAXED);
         __atomic_store_n(&self->parts[k], (RowsObject *)Py_NewRef(o), __ATOMIC_RELEASE);
     }
     else if (self->parts[k] != s) {
@@ -427,7 +459,7 @@ static void Parts_dealloc(PartsObject *self)
     PyMem_Free(self->parts);
     PyMem_Free(self->starts);
     PyMem_Free(self->table);
-    PyMem_Free(self->origin);
+    PyMem_Free(self->at);
     PyMem_Free(self->pins);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -437,7 +469,7 @@ static PyMethodDef Parts_methods[] = {
     {"set", (PyCFunction)Parts_set, METH_VARARGS,
      "set(k, rows)\n--\n\nPart k's rows (a file_rows object), once the part is open; keep\n"
      "the file open (its descriptor is checked after each copy) until unset(k). Or a\n"
-     "memory_rows object of one array of whole rows (x then y): rows held in memory."},
+     "memory_rows object: rows held in memory (x and y separate arrays, or one's views)."},
     {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
     {"stamp_into", (PyCFunction)Parts_stamp_into, METH_O, parts_stamp_into_doc},
     {NULL, NULL, 0, NULL},
@@ -495,7 +527,6 @@ PyObject *parts_rows(PyObject *mod, PyObject *args)
         PyBuffer_Release(&b);
         return NULL;
     }
-    p->stride = row;
     p->nparts = m - 1;
     p->n = (Py_ssize_t)st[m - 1];
     p->d = d;
@@ -511,9 +542,9 @@ PyObject *parts_rows(PyObject *mod, PyObject *args)
     p->starts = PyMem_Malloc((size_t)m * sizeof(int64_t));
     p->table = PyMem_Malloc((size_t)buckets * sizeof(int32_t));
     p->parts = PyMem_Calloc((size_t)(m - 1), sizeof(RowsObject *));
-    p->origin = PyMem_Calloc((size_t)(m - 1), sizeof(uintptr_t));
+    p->at = PyMem_Calloc((size_t)(m - 1), sizeof(Place));
     p->pins = PyMem_Calloc((size_t)(m - 1), sizeof(int64_t));
-    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->origin == NULL ||
+    if (p->starts == NULL || p->table == NULL || p->parts == NULL || p->at == NULL ||
         p->pins == NULL) {
         PyBuffer_Release(&b);
         Py_DECREF(p);

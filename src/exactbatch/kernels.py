@@ -515,9 +515,10 @@ class _NumpyParts:
 def memory_parts(starts: np.ndarray, d: int, l: int) -> Parts:  # noqa: E741
     """Rows of a stream whose chunk ``k`` holds rows ``starts[k] .. starts[k + 1] - 1``
     (``starts`` int64, from 0, n last), held in memory chunk by chunk: ``set(k, rows)``
-    gives chunk ``k``'s rows (:func:`memory_rows` of one C-contiguous float64 array of
-    its whole rows, x then y), ``unset(k)`` lets go of them (False, keeping them, while
-    a read on another thread copies from them); ``read(rows, out_x, out_y)`` gathers
+    gives chunk ``k``'s rows (a :func:`memory_rows`: its x and y as two arrays, each
+    with its own row stride, or as columns of one array of whole rows), ``unset(k)``
+    lets go of them (False, keeping them, while a read on another thread copies from
+    them); ``read(rows, out_x, out_y)`` gathers
     rows by their stream number straight from the chunks, in one call whatever the
     chunks they lie in, or returns the list of those chunks not set (copying nothing);
     ``stamp_into(stamps)`` (an int64 array of a chunk's entry each and a clock last)

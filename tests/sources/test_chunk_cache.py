@@ -6,6 +6,9 @@ import threading
 
 import numpy as np
 import pytest
+from backends import built, on_backend
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exactbatch.sources.chunk_cache import ChunkCacheReader
 from exactbatch.sources.chunks import ChunkError, ChunkIndexedStream, ChunkList, Widths
@@ -610,3 +613,107 @@ def test_reads_waiting_on_two_failed_read_aheads_each_get_their_own_chunk():
 def test_a_reader_prepares_no_batches_ahead():
     """prefetch_default: none (the next window's chunks are read ahead instead)."""
     assert reader(Counting([2])).prefetch_default(10**6) == 0
+
+
+def _chunk_forms(rng, n, d, l, dtype, form):  # noqa: E741
+    """Chunk sides holding ``n`` rows of ``d`` features and ``l`` labels (None: none),
+    of ``dtype``, laid out as ``form`` says: C-contiguous arrays; x a slice of columns
+    of a wider array and y a strided 1-D array; x in Fortran order (each row's values
+    apart: copied); x and y columns of one array of whole rows."""
+    x = rng.standard_normal((n, d)).astype(dtype)
+    y = None if l is None else rng.standard_normal((n, l)).astype(dtype)
+    if form == "strided":
+        wide = np.zeros((n, d + 3), dtype=dtype)
+        wide[:, 1 : 1 + d] = x
+        x = wide[:, 1 : 1 + d]
+        if y is not None and l == 1:
+            y = np.repeat(y[:, 0], 2)[::2]
+    elif form == "fortran":
+        x = np.asfortranarray(x)
+    elif form == "whole" and y is not None:
+        whole = np.concatenate((x, y), axis=1)
+        x, y = whole[:, :d], whole[:, d:]
+    return x, y
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    l=st.sampled_from([None, 1, 2]),  # noqa: E741
+    dtype=st.sampled_from([np.float32, np.float64]),
+    form=st.sampled_from(["contiguous", "strided", "fortran", "whole"]),
+    out32=st.booleans(),
+)
+def test_chunks_in_any_form_are_read_to_the_bits_of_their_rows(data, l, dtype, form, out32):  # noqa: E741
+    """Whatever a chunk's form (labels or none, float32 or float64, strided, in Fortran
+    order, or x and y columns of one array), held as it came or copied where its rows'
+    values are not side by side: any read gives the bits of the chunks' rows (float64,
+    or cast to float32), on both backends alike."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    d = data.draw(st.integers(1, 5))
+    sizes = data.draw(st.lists(st.integers(0, 9), min_size=1, max_size=4).filter(sum))
+    chunks = [_chunk_forms(rng, n, d, l, dtype, form) for n in sizes]
+    want_x = np.concatenate([x for x, _ in chunks]).astype(np.float64)
+    lw = 0 if l is None else l
+    want_y = (
+        np.zeros((len(want_x), 0)) if l is None else np.concatenate([y for _, y in chunks])
+    ).astype(np.float64)
+    want_y = want_y.reshape(len(want_x), lw)
+    rows = data.draw(st.lists(st.integers(0, len(want_x) - 1), max_size=30))
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.float32 if out32 else np.float64
+    got = {}
+    for name in ("compiled", "numpy"):
+        if name == "compiled" and not built():
+            continue
+        with on_backend(name):
+            r = reader(_Listed([c if l is not None else c[0] for c in chunks]), budget=5)
+            ox, oy = np.empty((len(rows), d), dtype=out), np.empty((len(rows), lw), dtype=out)
+            r.read(rows, ox, oy)
+            got[name] = (ox.tobytes(), oy.tobytes())
+            np.testing.assert_array_equal(ox, want_x[rows].astype(out))
+            np.testing.assert_array_equal(oy, want_y[rows].astype(out))
+            r.close()
+    assert len(set(got.values())) == 1
+
+
+class _Listed:
+    """A chunk source of the chunks given, as they are (no copy)."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+        self.chunk_rows = np.array(
+            [np.shape(c[0] if isinstance(c, tuple) else c)[0] for c in chunks]
+        )
+
+    def read_chunk(self, i):
+        return self.chunks[i]
+
+
+def test_a_chunk_of_float64_rows_is_held_without_a_copy():
+    """A chunk whose x and y are float64 arrays of rows (a list's chunk) is held as it
+    came: its arrays are the ones the parts read (no copy into whole rows)."""
+    x, y = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+    r = reader(_Listed([(x, y)]))
+    read(r, [5, 0])
+    (hx, hy) = r._held[0]
+    assert np.shares_memory(hx, x) and np.shares_memory(hy, y)
+
+
+@pytest.mark.parametrize("form", ["columns and array", "columns of two starts"])
+def test_columns_of_one_side_or_of_two_starts_are_read_to_their_rows(form):
+    """read_columns giving x as columns and y as an array, or both as columns from
+    different starts: each side made rows on its own (no whole rows to share), read
+    to the chunk's rows."""
+    from exactbatch.sources.column_chunk import Columns
+
+    class Mixed(Hooked):
+        def read_columns(self, i):
+            first = int(np.cumsum(self.chunk_rows)[i] - self.chunk_rows[i])
+            ids = np.arange(first, first + int(self.chunk_rows[i]), dtype=float)
+            if form == "columns and array":
+                return Columns([ids], len(ids)), (10 * ids)[:, None]
+            return Columns([ids], len(ids)), Columns([np.r_[0.0, 10 * ids]], len(ids), 1)
+
+    r = ChunkCacheReader(ChunkIndexedStream(Mixed([3, 4], "read_columns")), Widths(1, 1), 100)
+    assert read_xy(r, [6, 0, 3, 2]) == ([6, 0, 3, 2], [60, 0, 30, 20])

@@ -6,10 +6,15 @@ the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
 time a read needs it, by the thread that needs it (two threads needing one chunk wait for one read),
-and laid out once as whole rows (x then y: one copy straight from its columns
-where the source holds them so, ``read_columns``: Parquet's row groups, as
-decoded; straight into them where the source reads into rows,
-``read_rows_into`` or ``open_chunk``). The chunks held are the parts of one
+and held as rows at most once copied: its x and y arrays as they came where
+``read_chunk`` gives arrays (a list's chunk: no copy unless a side is not
+float64 rows, each row's values side by side), else laid out once as whole
+rows (x then y: one copy straight from its columns where the source holds
+them so, ``read_columns``: Parquet's row groups, as decoded; straight into
+them where the source reads into rows, ``read_rows_into`` or
+``open_chunk``). A chunk's arrays held as given are the source's own: a source
+that changes them in place while an epoch reads them changes the rows read,
+as an array source's would. The chunks held are the parts of one
 :func:`~exactbatch.kernels.memory_parts`, so a read is one gather of the
 compiled core (or NumPy) by stream row, whatever the chunks its rows lie in.
 A read that needs a chunk not held yet decides what is held from then on: the
@@ -42,10 +47,14 @@ import numpy as np
 
 from exactbatch.kernels import Parts, RowIndex, TransformKernel, memory_parts, memory_rows
 from exactbatch.order.windows import chunk_of_rows
-from exactbatch.sources.chunks import ChunkError, Stream, Widths
+from exactbatch.sources.chunks import ChunkError, Side, Stream, Widths
 from exactbatch.sources.column_chunk import Columns, put, side_by_side
 
 __all__ = ["ChunkCacheReader"]
+
+# A chunk held: its x (rows, d) and y (rows, l), float64, each row's values side by side
+# (what memory_rows takes): two arrays, or views of one array of whole rows.
+Held = tuple[np.ndarray, np.ndarray]
 
 _AHEAD = 1 << 62  # the recency of a chunk read ahead and not used yet: above every read's
 
@@ -67,11 +76,11 @@ class ChunkCacheReader:
         self._widths = widths
         self.budget = max(1, int(budget))
         self._lock = threading.Lock()
-        self._fresh: dict[int, np.ndarray] = {}  # read (whole rows), not held yet
-        self._held: dict[int, np.ndarray] = {}  # the chunks set in the parts (whole rows)
+        self._fresh: dict[int, Held] = {}  # read, not held yet
+        self._held: dict[int, Held] = {}  # the chunks set in the parts
         # let go of, but set still: copied from by a read then
-        self._going: dict[int, np.ndarray] = {}
-        self._loading: dict[int, Future[np.ndarray | None]] = {}
+        self._going: dict[int, Held] = {}
+        self._loading: dict[int, Future[Held | None]] = {}
         # when each chunk was last read, and (last) the reads' clock: stamped by the parts'
         # reads (stamp_into), as each read's chunks are known there without a pass here
         self._used = np.zeros(max(1, len(self.chunk_rows)) + 1, dtype=np.int64)
@@ -97,7 +106,7 @@ class ChunkCacheReader:
 
     # -- chunks -------------------------------------------------------------------
 
-    def _start(self, c: int) -> tuple[Future[np.ndarray | None], bool]:
+    def _start(self, c: int) -> tuple[Future[Held | None], bool]:
         """The load of chunk ``c``: one under way, or a new one registered, which the
         caller makes (``(future, True)``: see :meth:`_wait`)."""
         with self._lock:
@@ -107,7 +116,7 @@ class ChunkCacheReader:
             fut = self._loading[c] = Future()
             return fut, True
 
-    def _load(self, c: int, fut: Future[np.ndarray | None], ahead: bool = False) -> None:
+    def _load(self, c: int, fut: Future[Held | None], ahead: bool = False) -> None:
         """Read chunk ``c``, resolving ``fut`` (its exception too; read ``ahead``, an error
         is let go, and a thread waiting on ``fut`` reads the chunk itself)."""
         try:
@@ -122,18 +131,19 @@ class ChunkCacheReader:
             raise
         with self._lock:
             self._loading.pop(c, None)
-            self.rows_read += xy.shape[0]
+            self.rows_read += xy[0].shape[0]
             if not self._closed:
                 self._fresh[c] = xy
                 if ahead:  # not used yet, but soon: kept before any chunk used already
                     self._used[c] = _AHEAD
         fut.set_result(xy)
 
-    def _read(self, c: int) -> np.ndarray:
-        """Chunk ``c`` as whole rows (x then y, float64): copied straight from the columns
-        ``read_columns`` gives where the source has it and its widths are known, read
-        straight into them where the source can (``read_rows_into``, ``open_chunk``),
-        else ``read_chunk``'s, checked as a pass checks it."""
+    def _read(self, c: int) -> Held:
+        """Chunk ``c`` as float64 ``(x, y)`` rows: views of whole rows copied straight from
+        the columns ``read_columns`` gives where the source has it and its widths are
+        known, or read straight into them where the source can (``read_rows_into``,
+        ``open_chunk``), else ``read_chunk``'s arrays as they are (each side copied only
+        where its rows' values are not side by side), checked as a pass checks them."""
         known, rows = self._widths.known(), int(self.chunk_rows[c])
         into, opened = self._rows_into, self._open_chunk
         if known is not None and self._read_columns is not None:
@@ -143,28 +153,32 @@ class ChunkCacheReader:
                     f"chunk {c}: read_columns({c}) returned {x.shape[0]} rows, "
                     f"but chunk_rows[{c}] says {rows}"
                 )
+            if not (isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start):
+                return _rows(x), _rows(y)  # each side held as it is, or its rows made once
             xy = side_by_side(x, y)
-            if isinstance(xy, Columns):  # laid out as whole rows: one copy, from the columns
-                whole = np.empty(xy.shape)
-                put(whole, xy)
-                return whole
-            return xy
+            assert isinstance(xy, Columns)  # (both columns from one start: their columns)
+            whole = np.empty(xy.shape)  # laid out as whole rows: one copy, from the columns
+            put(whole, xy)
+            return whole[:, : x.shape[1]], whole[:, x.shape[1] :]
         if known is not None and (into is not None or opened is not None):
             xy = np.empty((rows, sum(known)))
             if into is None:
                 assert opened is not None
                 into = opened(c).read_rows_into
             into(int(self.firsts[c]), xy)
-            return xy
+            return xy[:, : known[0]], xy[:, known[0] :]
         x, y = self._widths.normalize(self._read_chunk(c), c)
         if x.shape[0] != rows:  # else rows would be lost, or doubled
             raise ChunkError(
                 f"chunk {c}: read_chunk({c}) returned {x.shape[0]} rows, "
                 f"but chunk_rows[{c}] says {rows}"
             )
-        return np.concatenate((x, y), axis=1)
+        # Held as they came (the parts read x and y from two bases): no copy of a list's
+        # chunk into whole rows, which with its fresh pages' faults was about a fifth of
+        # an elastic epoch's CPU at one rank (docs/benchmarks.md, Round 6).
+        return _rows(x), _rows(y)
 
-    def _wait(self, c: int, load: tuple[Future[np.ndarray | None], bool]) -> np.ndarray:
+    def _wait(self, c: int, load: tuple[Future[Held | None], bool]) -> Held:
         """Chunk ``c`` once its ``load`` (:meth:`_start`) is done: made here if this thread
         registered it, or if it was abandoned (a read ahead that failed)."""
         while True:
@@ -181,7 +195,7 @@ class ChunkCacheReader:
         budget allows, the chunks held and used since the last decision, those read
         ahead, then the others held (module docs): each set in the parts once, none
         copied again."""
-        got: dict[int, np.ndarray] = {}
+        got: dict[int, Held] = {}
         for c in chunks:  # (outside the lock: reads wait on I/O)
             with self._lock:
                 if self._closed:
@@ -208,11 +222,11 @@ class ChunkCacheReader:
                 *self._fresh,
                 *(c for c in recent if used[c] < built),
             ]
-            room = self.budget - sum(part.shape[0] for part in got.values())
+            room = self.budget - sum(part[0].shape[0] for part in got.values())
             for c in order:
-                if c not in got and room >= others[c].shape[0]:
+                if c not in got and room >= others[c][0].shape[0]:
                     got[c] = others[c]
-                    room -= others[c].shape[0]
+                    room -= others[c][0].shape[0]
             self._built = int(used[-1])
             going = self._going
             going.update((c, xy) for c, xy in self._held.items() if c not in got)
@@ -221,10 +235,9 @@ class ChunkCacheReader:
             for c in list(going):  # (one a read copies from now: at the next decision)
                 if parts.unset(c):
                     del going[c]
-            d = self.d
-            for c, xy in got.items():
+            for c, (x, y) in got.items():
                 if c not in self._held and c not in still:
-                    parts.set(c, memory_rows(xy[:, :d], xy[:, d:]))
+                    parts.set(c, memory_rows(x, y))
             self._held = got
             self._fresh = {}
 
@@ -310,7 +323,7 @@ class ChunkCacheReader:
                         break
                     if c in self._held or c in self._fresh or c in self._loading:
                         continue
-                    fresh = sum(part.shape[0] for part in self._fresh.values())
+                    fresh = sum(part[0].shape[0] for part in self._fresh.values())
                     if fresh + int(self.chunk_rows[c]) > self.budget:  # no room: stop here
                         break
                     fut = self._loading[c] = Future()
@@ -326,3 +339,18 @@ class ChunkCacheReader:
             self._todo.clear()
             self._held, self._going = {}, {}
             self._parts = None  # (a read copying now keeps the chunks it needs)
+
+
+def _rows(a: Side) -> np.ndarray:
+    """A chunk's side (float64, 2-D) as :func:`~exactbatch.kernels.memory_rows` takes it:
+    itself where each row's values lie side by side, rows apart in order (C-contiguous,
+    or a slice of such rows, or columns of them), else a C-contiguous copy (a transposed
+    or column-strided array; a side held as columns)."""
+    if isinstance(a, Columns):
+        out = np.empty(a.shape)
+        put(out, a)
+        return out
+    n, w = a.shape
+    if (w <= 1 or a.strides[1] == 8) and (n <= 1 or a.strides[0] >= 8 * w):
+        return a
+    return np.ascontiguousarray(a)
