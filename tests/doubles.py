@@ -8,7 +8,9 @@ source each, plugged in through its protocol alone - no edit to exactbatch.
 * :class:`ChunksDouble`, a ``ChunkSource`` with none of the optional hooks:
   ``chunk_rows`` (a list) and ``read_chunk`` only, not even ``__iter__`` - so
   the feed counts its rows, learns its widths from the first chunk read and
-  reads chunks into arrays for the shuffle buffer.
+  reads chunks into arrays for the shuffle buffer. It hands out the least the
+  protocol allows: one buffer, filled anew at every ``read_chunk`` (no
+  ``fresh_chunks``), so a chunk the loader held without a copy would change.
 
 Both hold rows as :mod:`helpers` builds them (traceable: ``x[i, 0] == i``).
 """
@@ -57,15 +59,23 @@ class RowsDouble:
 
 class ChunksDouble:
     """A bare ``ChunkSource``: chunk ``i`` is rows ``starts[i] .. starts[i] + sizes[i] - 1``,
-    as ``(x, y)``. ``reads`` lists the chunks read, in order."""
+    as ``(x, y)``, views of one buffer of the source's that every read fills anew.
+    ``reads`` lists the chunks read, in order."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, sizes):
         self.x, self.y = x, y
         self.chunk_rows = [int(s) for s in sizes]
         self.starts = np.concatenate(([0], np.cumsum(self.chunk_rows)))
         self.reads: list[int] = []
+        self._bx = self._by = np.empty(0)
 
     def read_chunk(self, i: int):
         self.reads.append(i)
         a, z = self.starts[i], self.starts[i + 1]
-        return self.x[a:z], self.y[a:z]
+        most = max(self.chunk_rows, default=0)
+        if self._bx.shape[1:] != self.x.shape[1:] or self._by.shape[1:] != self.y.shape[1:]:
+            self._bx = np.empty((most, *self.x.shape[1:]), dtype=self.x.dtype)  # (x replaced)
+            self._by = np.empty((most, *self.y.shape[1:]), dtype=self.y.dtype)
+        bx, by = self._bx[: z - a], self._by[: z - a]
+        bx[...], by[...] = self.x[a:z], self.y[a:z]
+        return bx, by

@@ -690,14 +690,37 @@ class _Listed:
         return self.chunks[i]
 
 
-def test_a_chunk_of_float64_rows_is_held_without_a_copy():
-    """A chunk whose x and y are float64 arrays of rows (a list's chunk) is held as it
-    came: its arrays are the ones the parts read (no copy into whole rows)."""
+def test_a_lists_chunk_of_float64_rows_is_held_without_a_copy():
+    """A list's chunk whose x and y are float64 arrays of rows is held as it came: its
+    arrays are the ones the parts read (no copy into whole rows)."""
+    from exactbatch.sources.chunks import ChunkList
+
     x, y = np.arange(12.0).reshape(6, 2), np.arange(6.0)
-    r = reader(_Listed([(x, y)]))
+    r = reader(ChunkList([(x, y)]))
     read(r, [5, 0])
     (hx, hy) = r._held[0]
     assert np.shares_memory(hx, x) and np.shares_memory(hy, y)
+
+
+def test_a_chunk_source_that_fills_one_buffer_at_every_read_gives_each_chunks_rows():
+    """A chunk source may hand out the same buffer at every read_chunk, filled anew (the
+    protocol promises no fresh arrays): the chunks held are copies, so a chunk read
+    later does not change the rows of one held before."""
+
+    class Refilled:
+        chunk_rows = np.array([3, 3, 3])
+
+        def __init__(self):
+            self.x, self.y = np.empty((3, 1)), np.empty(3)
+
+        def read_chunk(self, i):
+            self.x[:, 0] = np.arange(3 * i, 3 * i + 3)
+            self.y[:] = 10 * self.x[:, 0]
+            return self.x, self.y
+
+    r = reader(Refilled())
+    assert read(r, [0, 4, 8, 1, 5]) == [0, 4, 8, 1, 5]
+    assert read(r, [2, 3, 7]) == [2, 3, 7]
 
 
 @pytest.mark.parametrize("form", ["columns and array", "columns of two starts"])

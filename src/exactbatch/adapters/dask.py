@@ -267,6 +267,8 @@ class _Source:
         is read). The loader calls this for the partitions of its epoch, in order."""
         self._ahead.want(i)
 
+    fresh_chunks = True  # each partition computed into arrays of its own
+
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Partition ``i`` (computed ahead, or now) as float64 ``(x, y)``."""
         return self._plan.columns.to_xy(self._ahead.get(i))

@@ -74,6 +74,8 @@ class NdfBlocks:
     def __repr__(self) -> str:
         return f"NdfBlocks({self.file.path!r}, {len(self)} blocks of {self.block_rows} rows)"
 
+    fresh_chunks = True  # each read_chunk reads its block into an array of its own
+
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         start = int(self.chunk_starts[i])
         rows = int(self.chunk_rows[i])

@@ -6,14 +6,16 @@ the rows of a batch within one or two windows of consecutive chunks
 (:mod:`exactbatch.order.windows`). :class:`ChunkCacheReader` serves those
 reads from the chunks they lie in: a chunk is read (``read_chunk``) the first
 time a read needs it, by the thread that needs it (two threads needing one chunk wait for one read),
-and held as rows at most once copied: its x and y arrays as they came where
-``read_chunk`` gives arrays (a list's chunk: no copy unless a side is not
-float64 rows, each row's values side by side), else laid out once as whole
-rows (x then y: one copy straight from its columns where the source holds
-them so, ``read_columns``: Parquet's row groups, as decoded; straight into
-them where the source reads into rows, ``read_rows_into`` or
-``open_chunk``). A chunk's arrays held as given are the source's own: a source
-that changes them in place while an epoch reads them changes the rows read,
+and held as rows at most once copied: ``read_chunk``'s x and y arrays as they
+are where they are the source's own (``fresh_chunks``: a list's chunk, Dask's
+partitions; no copy unless a side is not float64 rows, each row's values side
+by side), else read one at a time and copied as read (a source may fill one
+buffer at every read),
+else laid out once as whole rows (x then y: one copy straight from its
+columns where the source holds them so, ``read_columns``: Parquet's row
+groups, as decoded; straight into them where the source reads into rows,
+``read_rows_into`` or ``open_chunk``). A list's arrays held are the user's
+own: a list changed in place while an epoch reads it changes the rows read,
 as an array source's would. The chunks held are the parts of one
 :func:`~exactbatch.kernels.memory_parts`, so a read is one gather of the
 compiled core (or NumPy) by stream row, whatever the chunks its rows lie in.
@@ -47,7 +49,7 @@ import numpy as np
 
 from exactbatch.kernels import Parts, RowIndex, TransformKernel, memory_parts, memory_rows
 from exactbatch.order.windows import chunk_of_rows
-from exactbatch.sources.chunks import ChunkError, Side, Stream, Widths
+from exactbatch.sources.chunks import ChunkError, Side, Stream, Widths, owned
 from exactbatch.sources.column_chunk import Columns, put, side_by_side
 
 __all__ = ["ChunkCacheReader"]
@@ -66,7 +68,12 @@ class ChunkCacheReader:
     def __init__(self, stream: Stream, widths: Widths, budget: int):
         hooks = stream.hooks
         assert hooks.chunk_rows is not None and hooks.read_chunk is not None  # (a chunk source)
-        self._read_chunk = hooks.read_chunk
+        # read_chunk's arrays held as they are where they are the source's own (a list's
+        # chunks, the user's arrays; fresh_chunks), else read by one thread at a time and
+        # copied as read: a source may fill one buffer at every read, which would change
+        # the chunks held (this cache reads on the read-ahead thread and the readers')
+        read = hooks.read_chunk
+        self._read_chunk = read if hooks.fresh_chunks else owned(read)
         self._rows_into, self._open_chunk = hooks.read_rows_into, hooks.open_chunk
         self._read_columns = hooks.read_columns
         self._will_need = hooks.will_need

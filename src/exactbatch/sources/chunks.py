@@ -25,6 +25,7 @@ buffer holds them).
 from __future__ import annotations
 
 import collections.abc as cabc
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "ChunkError",
     "ChunkIndexedStream",
     "ChunkList",
+    "owned",
     "ChunkRead",
     "ChunkTypeError",
     "FactoryStream",
@@ -80,6 +82,26 @@ def _chunk_array(a: object, what: str, index: int) -> Side:
             f"with shape {arr.shape}"
         )
     return arr.astype(np.float64, copy=False)
+
+
+def owned(read: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``read`` (a chunk source's ``read_chunk``) called by one thread at a time, its
+    NumPy arrays copied before the next call: a source that fills one buffer at each
+    call (``fresh_chunks`` not said) would otherwise change a chunk the loader still
+    holds, or one another thread is copying. Other types are left to
+    :func:`normalize_chunk`, which makes arrays of its own of them."""
+    lock = threading.Lock()
+
+    def read_owned(i: int) -> Any:
+        with lock:
+            chunk = read(i)
+            if isinstance(chunk, np.ndarray):
+                return chunk.copy()
+            if isinstance(chunk, tuple):
+                return tuple(a.copy() if isinstance(a, np.ndarray) else a for a in chunk)
+            return chunk
+
+    return read_owned
 
 
 def normalize_chunk(chunk: object, index: int, width: tuple[int, int] | None) -> tuple[Side, Side]:
@@ -202,6 +224,8 @@ class ChunkList:
     ``elastic=True`` reads a list as (chunk by chunk, in any order). Each chunk is
     checked once here, in list order, as a pass would check it (its widths against
     the first's); its rows are counted so."""
+
+    fresh_chunks = True  # the user's own arrays, held as they are
 
     def __init__(self, chunks: list[Any]):
         self.chunks = chunks

@@ -256,6 +256,8 @@ class ParquetSource:
             f"n_rows={self.n_rows}, d={self.d}, l={self.l})"
         )
 
+    fresh_chunks = True  # each read_chunk decodes its row group anew
+
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row group ``i`` (in file order) as float64 ``(x, y)``."""
         x, y = self.read_columns(i)

@@ -49,6 +49,7 @@ from exactbatch.sources.chunks import (
     Widths,
     close_iterator,
     laid_out,
+    owned,
 )
 from exactbatch.sources.protocols import StreamHooks
 
@@ -197,6 +198,11 @@ def chunk_source_pass(
             return laid_out(opened(i), firsts[i], int(rows[i]), d + l)
 
     assert read is not None  # (a chunk-indexed source reads its chunks by index)
+    arrays = read is hooks.read_chunk  # (read_chunk's own arrays, not columns or rows)
+    if arrays and not hooks.fresh_chunks:
+        # A source that may fill one buffer at every call: read one chunk at a time, each
+        # copied on the reading thread before its next read starts (protocols' docs).
+        read, depth = owned(read), 1
     if timed is not None:
         read = timed(read)
     ahead, closed = ReadAhead(read, (i for i, _, _ in pieces), depth, taken), False

@@ -32,6 +32,14 @@ costs more:
   (:mod:`exactbatch.sources.identity`), recorded in a state and compared on
   load. Without it, the kind alone is recorded (and a state of other data
   with the same sizes is not told apart).
+* ``fresh_chunks``: True says ``read_chunk`` returns arrays of its own at
+  each call, which the source never changes afterwards (Parquet,
+  ``ndf_blocks``, Dask partitions say so). The loader holds several chunks
+  at once (one being cut into batches, the next read ahead, a chunk cache's
+  window), so without it chunks are read one at a time, each copied once on
+  the thread that read it before the next read starts: a source that fills
+  one buffer at every call is still read right (only a source that says
+  ``fresh_chunks`` is read several chunks at once).
 * ``will_need(i)``: chunk ``i`` is read soon; called up to ``HINT_AHEAD``
   (16) chunks ahead of the reads, from a thread of its own. Without it, no
   hints.
@@ -98,7 +106,8 @@ class ChunkSource(Protocol):
     order); ``read_chunk(i)`` returns chunk ``i`` as ``x`` or ``(x, y)`` of
     exactly ``chunk_rows[i]`` rows (any array-like of real numbers: see
     :func:`exactbatch.sources.chunks.normalize_chunk`), and may be called
-    from a background thread. Optional hooks: the module docs.
+    from background threads, several at once. Optional hooks: the module docs
+    (``fresh_chunks``: its arrays are its own, held without a copy).
     """
 
     chunk_rows: Sequence[int]
@@ -191,7 +200,8 @@ class StreamHooks:
     (an int64 array) and ``read_chunk`` for a chunk source (else None, as for
     every hook it lacks), ``n_rows``, the widths ``d`` and ``l``, ``block_rows``,
     and the callables ``identity``, ``will_need``, ``read_rows_into``,
-    ``open_chunk``, ``read_columns`` and ``column_chunks``."""
+    ``open_chunk``, ``read_columns`` and ``column_chunks``; ``fresh_chunks``, whether
+    ``read_chunk``'s arrays are its own (else copied once as read)."""
 
     # (the hooks are the source's own methods, a user's: what they return is checked
     # where it is read, as Any is)
@@ -207,6 +217,7 @@ class StreamHooks:
     open_chunk: Callable[..., Any] | None = None
     read_columns: Callable[..., Any] | None = None
     column_chunks: Callable[..., Any] | None = None
+    fresh_chunks: bool = False
 
     @property
     def chunk_indexed(self) -> bool:
@@ -268,4 +279,11 @@ def stream_hooks(source: Any) -> StreamHooks:
         read_rows_into=getattr(source, "read_rows_into", None),
         open_chunk=getattr(source, "open_chunk", None),
         read_columns=getattr(source, "read_columns", None),
+        fresh_chunks=_flag(owner, "fresh_chunks", getattr(source, "fresh_chunks", False)),
     )
+
+
+def _flag(owner: str, name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{owner}.{name} must be True or False; got {value!r:.80}")
+    return bool(value)

@@ -329,6 +329,7 @@ class SelectedChunks(_StreamSelected):
         read = stream.hooks.read_chunk
         assert read is not None  # (a chunk-indexed stream's)
         self._read = read
+        self.fresh_chunks = stream.hooks.fresh_chunks  # (all columns chosen: its arrays)
 
     def read_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         return self._select(self._read(i), self._widths, i)
