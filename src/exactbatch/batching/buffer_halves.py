@@ -140,15 +140,17 @@ def shuffle_halves(
     dropped: Tally | None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
+    held: np.dtype | type = np.float64,
 ) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
-    thread; ``width`` is ``(d, l)``; the rest as for
+    thread; ``width`` is ``(d, l)``; ``held`` the rows' dtype, as for
+    :func:`~exactbatch.batching.buffer_whole.shuffle_whole`; the rest as for
     :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     d, l = width  # noqa: E741
     half = max(b, size // 2)
-    bw, bh = buffer_arrays(spare, 2 * (b + half), d, l)
+    bw, bh = buffer_arrays(spare, 2 * (b + half), d, l, held)
     span = b + half  # a half: room for a batch's leftovers, then `half` new rows
     views = [(k, bw[k * span : (k + 1) * span], bh[k * span : (k + 1) * span]) for k in (0, 1)]
     free: queue.Queue[_Half | None] = queue.Queue()

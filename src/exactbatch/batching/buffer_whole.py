@@ -45,10 +45,13 @@ def shuffle_whole(
     dropped: Tally | None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
+    held: np.dtype | type = np.float64,
 ) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in one buffer of
-    ``size`` rows (arguments as for :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
+    ``size`` rows held as ``held`` (float64, or float32 for float32 batches: see
+    :func:`~exactbatch.batching.gather.buffer_dtype`; the other arguments as for
+    :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     bw: Any = None  # the buffer's rows and ids, made at the first chunk
     bh: Any = None
     fill = d = 0
@@ -59,11 +62,12 @@ def shuffle_whole(
             if bw is None:
                 d, l = chunk_width(chunk)  # noqa: E741
                 first = max(_FIRST_ROWS, rows) if size_hint is None else max(size_hint, rows)
-                bw, bh = buffer_arrays(spare, min(size, first), d, l)
+                bw, bh = buffer_arrays(spare, min(size, first), d, l, held)
             while pos < rows:
                 if fill == len(bw):  # grow toward `size` only as rows arrive
                     new = min(size, 2 * len(bw))
-                    bw = np.concatenate((bw[:fill], np.empty((new - fill, bw.shape[1]))))
+                    more = np.empty((new - fill, bw.shape[1]), dtype=bw.dtype)
+                    bw = np.concatenate((bw[:fill], more))
                     bh = np.concatenate((bh[:fill], np.empty(new - fill, dtype=np.uint64)))
                 take = min(min(len(bw), size) - fill, rows - pos)
                 chunk = read_whole(chunk, take, scratch)
