@@ -205,7 +205,7 @@ def test_a_float32_buffer_is_reused_and_a_float64_one_is_not_taken_for_it(name):
             before = [a.__array_interface__["data"][0] for a, _ in spare]
             for _ in shuffle_buffer(chunks, 10, 200, rng, False, 400, spare, None, None, dtype):
                 pass
-            (bw, bh), = spare
+            ((bw, bh),) = spare
             assert bw.dtype == held
             if before:  # a spare of the other dtype is not reused
                 assert bw.__array_interface__["data"][0] != before[0]

@@ -18,8 +18,9 @@ What it promises, and what it costs:
   once on disk (or read an ``.ndf`` with random access, a full shuffle
   whatever the file order); the buffer then keeps batches well mixed cheaply.
 * Memory: the buffer (``buffer_size`` rows of d + l float64, or float32
-  where the batches are float32, never past the stream's size) plus the chunk being read (none for ``ndf_blocks``,
-  whose blocks are read straight into the buffer), and the rows of the batches
+  where the batches are float32, never past the stream's size) plus the
+  chunk being read (none for ``ndf_blocks``, whose blocks are read straight
+  into the buffer), and the rows of the batches
   being handed out (gathered several batches at a time, up to about 8 MiB).
   A loader keeps its buffer from one epoch to the next: memory mapped
   afresh every epoch would cost a page fault per 4 KiB of it.
