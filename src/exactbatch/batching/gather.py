@@ -9,10 +9,10 @@ source that can read rows straight into memory
 of its own; any other chunk's x and y are copied into the rows' two sides.
 Batches are gathered several at a time (up to about 8 MiB, 1/8 of the
 rows; one call of :func:`exactbatch.kernels.gather`, which casts to the
-loader's dtype as it copies, where the buffer is float64), each batch a view of its group, so a batch
-is never a view of the buffer itself, which the next fill overwrites. Each row's id rides beside
-it (8 bytes a row) and is summed into its batch's ledger digest
-(:mod:`exactbatch.order.digest`).
+loader's dtype as it copies, where the buffer is float64), each batch a view
+of its group, so a batch is never a view of the buffer itself, which the next
+fill overwrites. Each row's id rides beside it (8 bytes a row) and is summed
+into its batch's ledger digest (:mod:`exactbatch.order.digest`).
 
 Filling the buffer stays a NumPy slice assignment (one strided copy a side)
 or a positional read straight into its rows, and the digests stay
@@ -23,6 +23,7 @@ core.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator, Iterator
 from typing import Any, TypeAlias
 
@@ -37,6 +38,7 @@ from exactbatch.sources.column_chunk import put
 
 __all__ = [
     "Chunk",
+    "Drawn",
     "Group",
     "Shaped",
     "buffer_arrays",
@@ -142,6 +144,33 @@ def drain(
         elif dropped is not None:
             dropped.add(len(rest), digest)
     return rest[:0]
+
+
+class Drawn:
+    """The permutation of a fill (a half, or the one-piece buffer), drawn on a thread
+    of its own while the fill is read (NumPy's shuffle releases the GIL), for
+    ``count`` rows: the fill's size, which it has unless the stream ends in it. Then
+    :meth:`result` draws again, from the generator's state before, for the rows the
+    fill has: the order is the same as drawn after the read."""
+
+    perm: np.ndarray | None
+
+    def __init__(self, rng: np.random.Generator, count: int) -> None:
+        self.rng, self.state, self.count, self.perm = rng, rng.bit_generator.state, count, None
+        self.thread = threading.Thread(
+            target=self._draw, name="exactbatch-permutation", daemon=True
+        )
+        self.thread.start()
+
+    def _draw(self) -> None:
+        self.perm = self.rng.permutation(self.count)
+
+    def result(self, count: int) -> np.ndarray:
+        self.thread.join()
+        if count == self.count and self.perm is not None:
+            return self.perm
+        self.rng.bit_generator.state = self.state
+        return self.rng.permutation(count)
 
 
 def chunk_size(chunk: Chunk) -> int:
