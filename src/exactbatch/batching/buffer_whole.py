@@ -109,6 +109,7 @@ def shuffle_whole(
                     )
                     bw[: len(rest)], bh[: len(rest)] = bw[rest], bh[fill - len(rest) : fill]
                     fill = len(rest)
+                    del perm, rest  # (not held while the next fill's is drawn)
             del chunk  # let the chunk go before the source makes the next one
         if fill:
             perm = permutation(fill)
