@@ -17,6 +17,8 @@ baseline's time over the loader's (above 1: the loader is faster):
   ``--buffer`` rows), against a tiled raw pyarrow read of the same row groups
   (``read_row_group``, its columns filled into rows a tile at a time:
   ``compare.py``'s ``pyarrow_raw_tiled``);
+* ``parquet shuffled f32``: the same with float32 batches (``dtype=np.float32``: the
+  buffer holds float32 rows), against the same read filling float32 rows;
 * ``parquet elastic``: the same, ``elastic=True`` at one rank, against the same
   tiled raw read (its ratio to the line above: elastic against a plain stream);
 * ``polars DataFrame`` read in order, against ``DataFrame.iter_slices(b).to_numpy()``;
@@ -83,15 +85,16 @@ def cut_batches(make_reader, batch: int):
     return run
 
 
-def tiled_raw(path: str):
-    """Every row group of ``path`` read and filled into rows a tile at a time."""
+def tiled_raw(path: str, dtype=np.float64):
+    """Every row group of ``path`` read and filled into rows (of ``dtype``) a tile at a
+    time."""
     import pyarrow.parquet as pq
 
     def run():
         pf = pq.ParquetFile(path)
         for g in range(pf.metadata.num_row_groups):
             t = pf.read_row_group(g)
-            xr = np.empty((t.num_rows, D))
+            xr = np.empty((t.num_rows, D), dtype=dtype)
             fill_columns(t.columns[:D], xr)
             t.column(D).to_numpy().reshape(-1, 1)
 
@@ -115,6 +118,10 @@ def cases(table, path: str, batch: int, buffer: int):
     out.append(
         ("parquet shuffled", raw, loader_epoch(parquet, batch, shuffle=True, buffer_size=buffer))
     )
+    shuffled32 = loader_epoch(
+        parquet, batch, shuffle=True, buffer_size=buffer, dtype=np.float32
+    )  # (its buffer holds float32 rows)
+    out.append(("parquet shuffled f32", tiled_raw(path, np.float32), shuffled32))
     elastic = loader_epoch(parquet, batch, shuffle=True, buffer_size=buffer, elastic=True)
     out.append(("parquet elastic", raw, elastic))
     skipped = []
@@ -210,7 +217,7 @@ def main(argv=None) -> None:
         f"buffer {a.buffer:,}, "
         f"median of {a.rounds} interleaved rounds, {a.clock} time, backend {exactbatch.backend()}"
     )
-    print(f"{'pair':<18}{'batch':>6}{'baseline rows/s':>17}{'loader rows/s':>15}{'ratio':>8}")
+    print(f"{'pair':<22}{'batch':>6}{'baseline rows/s':>17}{'loader rows/s':>15}{'ratio':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "rows.parquet")
         pq.write_table(table, path, row_group_size=ROW_GROUP)
@@ -220,7 +227,7 @@ def main(argv=None) -> None:
                 if a.only and name not in a.only:
                     continue
                 b, m, ratio = paired(base, mine, a.rounds, CLOCKS[a.clock])
-                print(f"{name:<18}{batch:>6}{rate(b):>17}{rate(m):>15}{ratio:>7.2f}x")
+                print(f"{name:<22}{batch:>6}{rate(b):>17}{rate(m):>15}{ratio:>7.2f}x")
             for line in skipped:
                 print(line)
 

@@ -24,6 +24,7 @@ of each batch above all (about 5 us a batch here).
 
     PYTHONPATH=src .venv/bin/python bench/stream_costs.py
     PYTHONPATH=src .venv/bin/python bench/stream_costs.py --rows 1000000 --modes elastic
+    PYTHONPATH=src .venv/bin/python bench/stream_costs.py --modes shuffled --dtype float32
 """
 
 from __future__ import annotations
@@ -77,9 +78,12 @@ def instrument(spent: collections.Counter) -> None:
         setattr(owner, name, functools.wraps(f)(timed))
 
 
-def epochs(path: str, mode: str, batch: int, buffer: int, rounds: int, spent) -> tuple:
+def epochs(
+    path: str, mode: str, batch: int, buffer: int, rounds: int, spent, dtype: str = "float64"
+) -> tuple:
     """``(process ms, consumer ms, {part: ms})`` of the median epoch (by process time)."""
     opts = {"shuffle": mode != "in order", "buffer_size": buffer, "elastic": mode == "elastic"}
+    opts["dtype"] = dtype
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loader = DataLoader(exactbatch.parquet_source(path, labels="y"), batch, seed=1, **opts)
@@ -107,13 +111,18 @@ def main(argv=None) -> None:
         "--modes", nargs="+", default=["in order", "shuffled", "elastic"],
         choices=["in order", "shuffled", "elastic"],
     )  # fmt: skip
+    p.add_argument(
+        "--dtype", default="float64", choices=["float64", "float32"],
+        help="the batches' dtype (float32: a shuffle buffer of float32 rows)",
+    )  # fmt: skip
     a = p.parse_args(argv)
     import pyarrow.parquet as pq
 
     spent: collections.Counter = collections.Counter()
     instrument(spent)
     print(
-        f"{a.rows:,} rows, buffer {a.buffer:,}, median of {a.rounds} epochs, CPU ms an epoch, "
+        f"{a.rows:,} rows, {a.dtype} batches, buffer {a.buffer:,}, median of {a.rounds} epochs, "
+        "CPU ms an epoch, "
         f"backend {exactbatch.backend()}, {threading.active_count()} thread(s) at start"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,7 +130,7 @@ def main(argv=None) -> None:
         pq.write_table(make_table(a.rows), path, row_group_size=65536)
         for mode in a.modes:
             for batch in a.batches:
-                proc, main_ms, parts = epochs(path, mode, batch, a.buffer, a.rounds, spent)
+                proc, main_ms, parts = epochs(path, mode, batch, a.buffer, a.rounds, spent, a.dtype)
                 shown = ", ".join(f"{k} {v:.1f}" for k, v in sorted(parts.items()))
                 print(
                     f"{mode:<9} b={batch:<5} process {proc:6.1f}  consumer {main_ms:6.1f}  "

@@ -890,13 +890,23 @@ CODES_TESTS = [
     "-k",
     "not numpy",
 ]
-CORE_GROUPS = {"core": CORE_TESTS, "bijection": BIJECTION_TESTS, "codes": CODES_TESTS}
-# The tests of a mutant by its file: the bijection and the codes have their own; the
-# module table and the shared header run them all; every other file the core's.
+# a float32 shuffle buffer's gather (_core_rows32.c): against its NumPy twin, its
+# refusals, and the buffer's batches against the float64 buffer's
+ROWS32_TESTS = ["tests/batching/test_buffer_float32.py"]
+CORE_GROUPS = {
+    "core": CORE_TESTS,
+    "bijection": BIJECTION_TESTS,
+    "codes": CODES_TESTS,
+    "rows32": ROWS32_TESTS,
+}
+# The tests of a mutant by its file: the bijection, the codes and the float32 gather
+# have their own; the module table and the shared header run them all; every other file
+# the core's.
 CORE_TESTS_OF = {
     "_core_bijection": ["bijection"],
     "_core_codes": ["codes"],
-    "_core": ["core", "bijection", "codes"],
+    "_core_rows32": ["rows32"],
+    "_core": ["core", "bijection", "codes", "rows32"],
 }
 # Calls that only give back memory, a buffer or a reference (dropping one leaks, which no
 # test of behaviour sees: a leak test is a memory measurement), or only hint (a prefetch:

@@ -556,6 +556,18 @@ def test_epoch_laws_in_float32_on_this_backend(make_spec):
             check_epoch_laws(case, make_spec, dtype=np.dtype(np.float32))
 
 
+# Shuffled streams in float32: their buffer holds float32 rows (gather.buffer_dtype),
+# every stream kind, a stride of the rest of the product.
+STREAM_F32_CASES = [
+    c for c in EPOCH_CASES if c.shuffle and c.kind in STREAM_KINDS and not c.elastic
+][::5]
+
+
+@pytest.mark.parametrize("case", [param(c) for c in STREAM_F32_CASES])
+def test_shuffled_stream_laws_in_float32(case, make_spec):
+    check_epoch_laws(case, make_spec, dtype=np.dtype(np.float32))
+
+
 def check_epoch_laws(case, make_spec, **changes):
     needs(case)
     spec = make_spec(case, **changes)

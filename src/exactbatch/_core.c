@@ -16,6 +16,7 @@
 #include "_core_mapping.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
+#include "_core_rows32.h"
 #include "_core_split.h"
 #include "_core_transform.h"
 
@@ -98,6 +99,12 @@ static PyMethodDef core_methods[] = {
      "integers of at most 32 bits) into out, a\n"
      "2-D float64 or float32 array of len(cols) values a row, side by side (its rows any\n"
      "stride apart), cast as they are copied, with the GIL released."},
+    {"take_rows32", take_rows32, METH_VARARGS,
+     "take_rows32(x, y, rows, out_x, out_y)\n--\n\n"
+     "out_x[i], out_y[i] = x[rows[i]], y[rows[i]]: rows of float32 x (n, d) and y (n, l)\n"
+     "(each row's values side by side: a float32 shuffle buffer's whole rows) into\n"
+     "C-contiguous float32 out_x (r, d) and out_y (r, l), their bytes as they are; rows\n"
+     "a 1-D int64 array, each in [0, n) (IndexError else), with the GIL released."},
     {"string_keys", string_keys, METH_VARARGS,
      "string_keys(offsets, data, out)\n--\n\n"
      "out[i]: the 64-bit key of string i (bytes offsets[i] .. offsets[i + 1] - 1 of data;\n"

@@ -20,6 +20,7 @@
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection
  *   _core_columns.c/.h  rows of float64 columns (an Arrow chunk's) into whole rows, cast
+ *   _core_rows32.c/.h  a float32 shuffle buffer's rows gathered into float32 batches
  *   _core_codes.c/.h   categorical strings: their keys, codes and a dictionary's take
  *   _core_split.c/.h   one read's copy split by row ranges over threads (knows ranges only)
  *

@@ -537,9 +537,17 @@ def gather(
     x: np.ndarray, y: np.ndarray, rows: np.ndarray, dtype: DTypeLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """New arrays of ``dtype`` holding rows ``rows`` of ``x`` and ``y`` (a shuffle
-    buffer's rows, gathered into batches)."""
+    buffer's rows, gathered into batches). ``x`` and ``y`` float64 (cast as they are
+    copied), or float32 (a buffer held at float32 batches' dtype: its rows' bytes
+    copied as they are, the compiled core's ``take_rows32`` or a NumPy take)."""
     out_x, out_y = batch_pair(len(rows), x.shape[1], y.shape[1], dtype)
-    memory_rows(x, y).read(rows, out_x, out_y)
+    if x.dtype != np.float32:
+        memory_rows(x, y).read(rows, out_x, out_y)
+    elif _CORE is not None and out_x.dtype == np.float32:
+        _CORE.take_rows32(x, y, np.asarray(rows, dtype=np.int64), out_x, out_y)
+    else:
+        out_x[...] = x[rows]
+        out_y[...] = y[rows]
     return out_x, out_y
 
 

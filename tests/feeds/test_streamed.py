@@ -424,11 +424,15 @@ def _numpy_bytes() -> int:
 
 @pytest.mark.parametrize("chunk_rows", [150, 500, 1300])
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_memory_bytes_are_buffer_two_batches_and_two_chunks(chunk_rows, shuffle):
-    """NumPy memory held while streaming <= shuffle buffer + 2 batches + 2 chunks, whatever N."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_memory_bytes_are_buffer_two_batches_and_two_chunks(chunk_rows, shuffle, dtype):
+    """NumPy memory held while streaming <= shuffle buffer + 2 batches + 2 chunks, whatever N
+    (float32 batches: the buffer's rows and the batches at 4 bytes a value, the chunks
+    the source's float64)."""
     d, b, buffer_rows = 20, 500, 1000
     sizes = [chunk_rows] * (12000 // chunk_rows)
-    row_bytes = (d + 1) * 8
+    chunk_bytes = (d + 1) * 8
+    row_bytes = (d + 1) * np.dtype(dtype).itemsize
 
     def factory():
         def gen():
@@ -439,10 +443,17 @@ def test_memory_bytes_are_buffer_two_batches_and_two_chunks(chunk_rows, shuffle)
         return gen()
 
     # The buffer holds each row's ledger hash beside it: 8 bytes a row more.
-    bound = (2 * b + 2 * chunk_rows) * row_bytes + (buffer_rows * (row_bytes + 8) if shuffle else 0)
+    bound = 2 * b * row_bytes + 2 * chunk_rows * chunk_bytes
+    bound += buffer_rows * (row_bytes + 8) if shuffle else 0
     bound += bound // 20 + 4096  # slack for small bookkeeping arrays
     loader = DataLoader(
-        factory, b, shuffle=shuffle, seed=0, total_size=sum(sizes), buffer_size=buffer_rows
+        factory,
+        b,
+        shuffle=shuffle,
+        seed=0,
+        total_size=sum(sizes),
+        buffer_size=buffer_rows,
+        dtype=dtype,
     )
     worst = 0
     count = 0

@@ -354,9 +354,17 @@ def test_an_opened_row_group_refuses_a_bad_buffer_or_rows_outside_it(folder):
     with pytest.raises(ValueError, match="out"):
         opened.read_rows_into(first, np.empty((2, width + 1)))
     with pytest.raises(TypeError, match="out"):
-        opened.read_rows_into(first, np.empty((2, width), dtype=np.float32))
+        opened.read_rows_into(first, np.empty((2, width), dtype=np.float16))
     with pytest.raises(ValueError, match="out"):
         opened.read_rows_into(first, np.empty((width, 2)).T)
+    with pytest.raises(ValueError, match="out"):
+        opened.read_rows_into(first, np.empty((width, 2), dtype=np.float32).T)
+    # float32 rows (a float32 shuffle buffer's: narrows): each float64 narrowed once
+    assert opened.narrows
+    wide, narrow = np.empty((rows, width)), np.empty((rows, width), dtype=np.float32)
+    opened.read_rows_into(first, wide)
+    opened.read_rows_into(first, narrow)
+    assert narrow.tobytes() == wide.astype(np.float32).tobytes()
     with pytest.raises(ValueError, match="row"):
         opened.read_rows_into(-1, np.empty((1, width)))
     with pytest.raises(IndexError, match=f"{first - 1}..{first}"):

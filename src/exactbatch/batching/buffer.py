@@ -17,9 +17,10 @@ What it promises, and what it costs:
   its end. Shuffle chunk order too, and for sorted data shuffle the file
   once on disk (or read an ``.ndf`` with random access, a full shuffle
   whatever the file order); the buffer then keeps batches well mixed cheaply.
-* Memory: the buffer (``buffer_size`` rows of d + l float64, never past
-  the stream's size) plus the chunk being read (none for ``ndf_blocks``,
-  whose blocks are read straight into the buffer), and the rows of the batches
+* Memory: the buffer (``buffer_size`` rows of d + l float64, or float32
+  where the batches are float32, never past the stream's size) plus the
+  chunk being read (none for ``ndf_blocks``, whose blocks are read straight
+  into the buffer), and the rows of the batches
   being handed out (gathered several batches at a time, up to about 8 MiB).
   A loader keeps its buffer from one epoch to the next: memory mapped
   afresh every epoch would cost a page fault per 4 KiB of it.
@@ -54,7 +55,7 @@ import numpy as np
 
 from exactbatch.batching.buffer_halves import shuffle_halves
 from exactbatch.batching.buffer_whole import shuffle_whole
-from exactbatch.batching.gather import Chunk, Group, Shaped, chunk_width
+from exactbatch.batching.gather import Chunk, Group, Shaped, buffer_dtype, chunk_width
 from exactbatch.order.digest import Tally
 
 __all__ = [
@@ -158,22 +159,27 @@ def shuffle_buffer(
     reuse; batches are never views of it. ``ahead``: the chunks' typical row
     count, for the rule that chooses two halves (module docs; ``chunks`` is
     then iterated on a helper thread). Rows that ``drop_last`` leaves out are
-    counted in ``dropped``. Batches are ``dtype`` (float64 or float32; the
-    buffer holds float64 rows, cast as batches are gathered from it).
+    counted in ``dropped``. Batches are ``dtype`` (float64 or float32, or an
+    Output); the buffer holds float64 rows, cast as batches are gathered from it,
+    or float32 rows where the batches are plain float32 (the same bits:
+    :func:`~exactbatch.batching.gather.buffer_dtype`).
     """
     it = iter(chunks)
     first = next(it, None)
     if first is None:
         return
     d, l = chunk_width(first)  # noqa: E741
+    held = buffer_dtype(dtype, first)
     stream = _first_then([first], it)
     del first
     size, halves = _plan(batch_size, buffer_size, (d, l), size_hint, ahead)
     if halves:
         yield from shuffle_halves(
-            stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype, with_rows
-        )
+            stream, batch_size, size, rng, drop_last, (d, l), spare, dropped, dtype, with_rows,
+            held,
+        )  # fmt: skip
     else:
         yield from shuffle_whole(
-            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype, with_rows
-        )
+            stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype, with_rows,
+            held,
+        )  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 
 from exactbatch.batching.gather import (
     Chunk,
+    Drawn,
     Group,
     Shaped,
     buffer_arrays,
@@ -37,33 +38,6 @@ __all__ = ["shuffle_halves"]
 _Half = tuple[int, np.ndarray, np.ndarray]
 # A half filled: (index, rows, ended, perm, ids).
 _Filled = tuple[int, int, bool, np.ndarray, np.ndarray]
-
-
-class _Drawn:
-    """The permutation of a half, drawn on a thread of its own while the half is read
-    (NumPy's shuffle releases the GIL), for ``count`` rows: the half's size, which
-    it has unless the stream ends in it. Then :meth:`result` draws again, from the
-    generator's state before, for the rows the half has: the order is the same as
-    drawn after the read."""
-
-    perm: np.ndarray | None
-
-    def __init__(self, rng: np.random.Generator, count: int) -> None:
-        self.rng, self.state, self.count, self.perm = rng, rng.bit_generator.state, count, None
-        self.thread = threading.Thread(
-            target=self._draw, name="exactbatch-permutation", daemon=True
-        )
-        self.thread.start()
-
-    def _draw(self) -> None:
-        self.perm = self.rng.permutation(self.count)
-
-    def result(self, count: int) -> np.ndarray:
-        self.thread.join()
-        if count == self.count and self.perm is not None:
-            return self.perm
-        self.rng.bit_generator.state = self.state
-        return self.rng.permutation(count)
 
 
 def _halves_filled(
@@ -96,7 +70,7 @@ def _halves_filled(
         if got is None:
             return None
         k, hw, hh = got
-        drawn = _Drawn(rng, len(kept) + half)
+        drawn = Drawn(rng, len(kept) + half)
         filled, ended = 0, False
         while filled < half and not stop.is_set():
             if pending is None:
@@ -140,15 +114,17 @@ def shuffle_halves(
     dropped: Tally | None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
+    held: np.dtype | type = np.float64,
 ) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in a buffer of
     ``size`` rows read ahead in two halves (``chunks`` is iterated on a helper
-    thread; ``width`` is ``(d, l)``; the rest as for
+    thread; ``width`` is ``(d, l)``; ``held`` the rows' dtype, as for
+    :func:`~exactbatch.batching.buffer_whole.shuffle_whole`; the rest as for
     :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
     d, l = width  # noqa: E741
     half = max(b, size // 2)
-    bw, bh = buffer_arrays(spare, 2 * (b + half), d, l)
+    bw, bh = buffer_arrays(spare, 2 * (b + half), d, l, held)
     span = b + half  # a half: room for a batch's leftovers, then `half` new rows
     views = [(k, bw[k * span : (k + 1) * span], bh[k * span : (k + 1) * span]) for k in (0, 1)]
     free: queue.Queue[_Half | None] = queue.Queue()

@@ -1,17 +1,18 @@
 """What both shuffle-buffer algorithms share: buffers, chunks copied or read
 into them, row ids, and batches gathered out of a permuted buffer.
 
-A buffer holds whole rows, x then y (float64), like an ``.ndf`` file: a
+A buffer holds whole rows, x then y (float64, or float32 where the batches
+are float32: :func:`buffer_dtype`), like an ``.ndf`` file: a
 source that can read rows straight into memory
 (:class:`~exactbatch.sources.chunks.ChunkRead`, from
 ``ndf_blocks``) fills it with one positional read a block, and no block array
 of its own; any other chunk's x and y are copied into the rows' two sides.
 Batches are gathered several at a time (up to about 8 MiB, 1/8 of the
 rows; one call of :func:`exactbatch.kernels.gather`, which casts to the
-loader's dtype as it copies), each batch a view of its group, so a batch
-is never a view of the buffer itself, which the next fill overwrites. Each row's id rides beside
-it (8 bytes a row) and is summed into its batch's ledger digest
-(:mod:`exactbatch.order.digest`).
+loader's dtype as it copies, where the buffer is float64), each batch a view
+of its group, so a batch is never a view of the buffer itself, which the next
+fill overwrites. Each row's id rides beside it (8 bytes a row) and is summed
+into its batch's ledger digest (:mod:`exactbatch.order.digest`).
 
 Filling the buffer stays a NumPy slice assignment (one strided copy a side)
 or a positional read straight into its rows, and the digests stay
@@ -22,6 +23,7 @@ core.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator, Iterator
 from typing import Any, TypeAlias
 
@@ -36,9 +38,11 @@ from exactbatch.sources.column_chunk import put
 
 __all__ = [
     "Chunk",
+    "Drawn",
     "Group",
     "Shaped",
     "buffer_arrays",
+    "buffer_dtype",
     "chunk_size",
     "chunk_width",
     "drain",
@@ -51,6 +55,7 @@ __all__ = [
 ]
 
 _GROUP_BYTES = 8 << 20  # batches are gathered from the buffer up to this much at a time
+NARROW = True  # float32 batches from a float32 buffer (buffer_dtype); False: tests' reference
 
 # What batches are made as: a dtype, or an Output (labels, transform, NaN rule).
 Shaped: TypeAlias = "DTypeLike | Output"
@@ -141,6 +146,33 @@ def drain(
     return rest[:0]
 
 
+class Drawn:
+    """The permutation of a fill (a half, or the one-piece buffer), drawn on a thread
+    of its own while the fill is read (NumPy's shuffle releases the GIL), for
+    ``count`` rows: the fill's size, which it has unless the stream ends in it. Then
+    :meth:`result` draws again, from the generator's state before, for the rows the
+    fill has: the order is the same as drawn after the read."""
+
+    perm: np.ndarray | None
+
+    def __init__(self, rng: np.random.Generator, count: int) -> None:
+        self.rng, self.state, self.count, self.perm = rng, rng.bit_generator.state, count, None
+        self.thread = threading.Thread(
+            target=self._draw, name="exactbatch-permutation", daemon=True
+        )
+        self.thread.start()
+
+    def _draw(self) -> None:
+        self.perm = self.rng.permutation(self.count)
+
+    def result(self, count: int) -> np.ndarray:
+        self.thread.join()
+        if count == self.count and self.perm is not None:
+            return self.perm
+        self.rng.bit_generator.state = self.state
+        return self.rng.permutation(count)
+
+
 def chunk_size(chunk: Chunk) -> int:
     """Rows of a chunk: ``(x, y, id0)`` or a :class:`ChunkRead`."""
     rows: int = chunk.rows if isinstance(chunk, ChunkRead) else chunk[0].shape[0]
@@ -176,16 +208,26 @@ def read_whole(chunk: Chunk, take: int, scratch: list[np.ndarray]) -> Chunk:
 
 def fill_rows(chunk: Chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray) -> None:
     """Rows ``pos .. pos + take - 1`` of ``chunk`` into buffer rows ``bw`` (whole
-    rows: ``take`` of them) and their ids into ``bh`` (a :class:`ChunkRead`: all its
-    rows; see :func:`read_whole`)."""
+    rows: ``take`` of them, float64, or float32: each value narrowed once, as the
+    gather from a float64 buffer would) and their ids into ``bh`` (a
+    :class:`ChunkRead`: all its rows; see :func:`read_whole`)."""
     if isinstance(chunk, ChunkRead):
-        chunk.read_into(chunk.id0 + pos, bw)
+        if bw.dtype == np.float64 or chunk.narrows:
+            chunk.read_into(chunk.id0 + pos, bw)
+        else:  # (a read of float64 rows only, into a float32 buffer: read, then narrowed)
+            w = np.empty(bw.shape, dtype=np.float64)
+            chunk.read_into(chunk.id0 + pos, w)
+            with np.errstate(over="ignore", invalid="ignore"):  # (as below)
+                bw[...] = w
         bh[:] = row_ids(chunk.id0, pos, take)
         return
     x, y, id0 = chunk
     bx, by = sides(bw, x.shape[1])
-    put(bx, x[pos : pos + take])  # (from a chunk's columns: straight into the rows)
-    put(by, y[pos : pos + take])
+    # (a float32 buffer: a float64 past float32's range becomes inf, as the compiled
+    # gather's cast from a float64 buffer made it, without a warning)
+    with np.errstate(over="ignore", invalid="ignore"):
+        put(bx, x[pos : pos + take])  # (from a chunk's columns: straight into the rows)
+        put(by, y[pos : pos + take])
     bh[:] = row_ids(id0, pos, take)
 
 
@@ -199,14 +241,32 @@ def buffer_arrays(
     rows: int,
     d: int,
     l: int,  # noqa: E741
+    dtype: DTypeLike = np.float64,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(bw, bh)``: ``rows`` whole rows (x then y, float64 C-contiguous) and their ids
-    (uint64): the pair in ``spare`` (emptied) if it fits."""
+    """``(bw, bh)``: ``rows`` whole rows (x then y, ``dtype``: float64 or float32,
+    C-contiguous) and their ids (uint64): the pair in ``spare`` (emptied) if it fits."""
     if spare:
         bw, bh = spare.pop()
-        if bw.shape[0] >= rows and bw.shape[1] == d + l:
+        if bw.shape[0] >= rows and bw.shape[1] == d + l and bw.dtype == dtype:
             return bw, bh
-    return np.empty((rows, d + l), dtype=np.float64), np.empty(rows, dtype=np.uint64)
+    return np.empty((rows, d + l), dtype=dtype), np.empty(rows, dtype=np.uint64)
+
+
+def buffer_dtype(shaped: Shaped, first: Chunk) -> np.dtype:
+    """What a shuffle buffer holds its rows as: float32 where the batches are plain
+    float32 (a dtype, not an :class:`Output`) and the stream's ``first`` chunk is
+    rows in memory (arrays, columns, or a :class:`ChunkRead` that ``narrows``), else
+    float64. Every value a chunk holds is exact as float64 (a float64, a float32 or
+    an integer of at most 32 bits: :mod:`exactbatch.sources.column_chunk`), so one
+    narrowing as it is filled in gives the bits the gather from a float64 buffer
+    gave (it narrowed the same float64, once); the random gather then moves half
+    the bytes. A source reading float64 rows straight into the buffer
+    (``ndf_blocks``) keeps a float64 one: its read needs no copy of its own."""
+    if isinstance(shaped, Output) or np.dtype(shaped) != np.float32 or not NARROW:
+        return np.dtype(np.float64)
+    if isinstance(first, ChunkRead) and not first.narrows:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
 
 
 def row_ids(id0: int, pos: int, take: int) -> np.ndarray:

@@ -104,18 +104,21 @@ class ArrowRows:
     """Rows ``first ..`` of a source, as Arrow columns (one chunk: features then labels),
     copied into whole rows on demand: ``read_rows_into(row, out)`` writes rows ``row ..
     row + len(out) - 1`` (numbered as the source's, within this chunk) into ``out``, a
-    (k, d + l) float64 array, x then y a row, as ``NdfBlocks.read_rows_into`` does.
+    (k, d + l) float64 array, x then y a row, as ``NdfBlocks.read_rows_into`` does (or
+    a float32 one, each value narrowed from its float64 once: ``narrows``).
     Another ``out`` is a ``TypeError`` or ``ValueError`` naming it; rows outside the
     chunk an ``IndexError``."""
 
     __slots__ = ("columns", "first", "rows")
+    narrows = True  # read_rows_into casts into a float32 out (a float32 shuffle buffer)
 
     def __init__(self, columns: list[Foreign], first: int, rows: int):
         self.columns, self.first, self.rows = columns, first, rows
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         k = out.shape[0] if isinstance(out, np.ndarray) and out.ndim == 2 else 0
-        check_out_array(out, (k, len(self.columns)), "out")
+        f32 = isinstance(out, np.ndarray) and out.dtype == np.float32
+        check_out_array(out, (k, len(self.columns)), "out", np.float32 if f32 else np.float64)
         a = check_int("row", row, 0) - self.first
         if a < 0 or a + k > self.rows:
             raise IndexError(

@@ -272,9 +272,11 @@ class ChunkRead:
     own, then copied. ``held``: its rows are in memory already (a chunk decoded
     by ``open_chunk``), so reading a part of them costs only that part; else
     each read is a read of the source (a positional read, a ranged GET), and a
-    chunk is read whole, once (:func:`~exactbatch.batching.gather.read_whole`)."""
+    chunk is read whole, once (:func:`~exactbatch.batching.gather.read_whole`).
+    ``narrows``: ``read_into`` also takes a float32 ``out`` (each value narrowed
+    from its float64 as it is copied: a float32 buffer's rows)."""
 
-    __slots__ = ("d", "held", "id0", "l", "read_into", "rows")
+    __slots__ = ("d", "held", "id0", "l", "narrows", "read_into", "rows")
 
     def __init__(
         self,
@@ -284,26 +286,29 @@ class ChunkRead:
         d: int,
         l: int,  # noqa: E741
         held: bool = False,
+        narrows: bool = False,
     ):
         self.read_into, self.id0, self.rows, self.d, self.l = read_into, id0, rows, d, l
-        self.held = held
+        self.held, self.narrows = held, narrows
 
 
 class WholeRows:
     """A chunk's rows from stream row ``first`` on, held as whole rows (``whole``: a
     C-contiguous float64 (rows, d + l) array, x then y a row, as a buffer holds them):
-    :meth:`read_rows_into` copies them, one contiguous copy. What a chunk read ahead
-    on a thread of its own becomes (``ndf_blocks`` reads a block so;
-    :func:`laid_out` lays any other out)."""
+    :meth:`read_rows_into` copies them, one contiguous copy (into float64 rows, or
+    float32 ones: ``narrows``). What a chunk read ahead on a thread of its own becomes
+    (``ndf_blocks`` reads a block so; :func:`laid_out` lays any other out)."""
 
     __slots__ = ("first", "whole")
+    narrows = True  # read_rows_into casts into a float32 out (a float32 shuffle buffer)
 
     def __init__(self, whole: np.ndarray, first: int):
         self.whole, self.first = whole, first
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         a = row - self.first
-        out[...] = self.whole[a : a + out.shape[0]]
+        with np.errstate(over="ignore", invalid="ignore"):  # (narrowed: past float32, inf)
+            out[...] = self.whole[a : a + out.shape[0]]
 
 
 def laid_out(chunk: RowsInto, first: int, rows: int, width: int) -> WholeRows:

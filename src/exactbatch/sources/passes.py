@@ -212,7 +212,10 @@ def chunk_source_pass(
             assert chunk is not None  # (a piece's: read ahead for every piece)
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
-                yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, held=True)
+                narrows = getattr(chunk, "narrows", False) is True  # (a float32 buffer's)
+                yield ChunkRead(
+                    chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, True, narrows
+                )
                 del chunk  # before the next is taken: depth + 1 chunks at most
                 continue
             x, y = widths.normalize(chunk, pos)

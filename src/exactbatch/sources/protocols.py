@@ -116,7 +116,10 @@ class ChunkSource(Protocol):
 
 
 class RowsInto(Protocol):
-    """Rows that can be read straight into a buffer (what ``open_chunk`` returns)."""
+    """Rows that can be read straight into a buffer (what ``open_chunk`` returns).
+    Optional: ``narrows = True`` says ``read_rows_into`` also takes a float32 ``out``
+    (each value narrowed from its float64 once), which a shuffle buffer for float32
+    batches then holds; without it, such a buffer reads float64 rows and narrows them."""
 
     def read_rows_into(self, row: int, out: np.ndarray) -> None:
         """Rows ``row .. row + len(out) - 1`` (numbered as the stream's) into ``out``, a
