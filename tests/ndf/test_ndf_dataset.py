@@ -907,9 +907,13 @@ def test_manifest_module_names(tmp_path):
         open_ndf_dataset(tmp_path, storage_options={})
 
 
-@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0)])
-def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
-    """No labels, no features, or neither: scattered, sorted and one-part reads alike."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0), (1, 2), (2, 2)])
+def test_reads_with_an_empty_side(tmp_path, each_backend, d, l, dtype):  # noqa: E741
+    """No labels, no features, or neither (and one feature, or as many labels as
+    features): scattered, sorted and one-part reads alike, on both backends, in either
+    dtype (the pure path puts scattered rows back whole, straight into a float64 side
+    that is alone)."""
     path = write_ndf_dataset(tmp_path / "ds", SIZES, d=d, l=l)
     x, y = make_data(N, d, l)
     ds = open_ndf_dataset(path)
@@ -918,6 +922,11 @@ def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
         assert gx.shape == (len(rows), d) and gy.shape == (len(rows), l)
         np.testing.assert_array_equal(gx, x[rows])
         np.testing.assert_array_equal(gy, y[rows])
+        ox = np.full((len(rows), d), np.nan, dtype=dtype)
+        oy = np.full((len(rows), l), np.nan, dtype=dtype)
+        ds.read_rows_into(np.array(rows), ox, oy)
+        np.testing.assert_array_equal(ox, x[rows].astype(dtype))
+        np.testing.assert_array_equal(oy, y[rows].astype(dtype))
 
 
 # -- NdfDatasetWriter: slab by slab, a new part every part_rows rows -------------------------
