@@ -895,6 +895,24 @@ def test_an_abort_removes_its_own_temporary_files_and_only_the_folder_it_made(tm
     assert path.is_dir()
 
 
+def test_an_abort_whose_listing_fails_still_ends_the_write(tmp_path, monkeypatch):
+    """The folder cannot be listed (a store refusing, a network error): no error escapes
+    the abort, and what it can still do is done: its marker is removed, and so the
+    folder it made, now empty."""
+    from exactbatch.ndf import dataset_protocol
+
+    path = tmp_path / "new"
+    write = dsmod.start_dataset(path)
+    assert any(name.endswith(write) for name in os.listdir(path))  # its marker
+
+    def refused(self):
+        raise PermissionError("listing refused")
+
+    monkeypatch.setattr(dataset_protocol._Folder, "names", refused)
+    dsmod.abort_dataset(path, write)
+    assert not path.exists()
+
+
 def test_manifest_module_names(tmp_path):
     assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
