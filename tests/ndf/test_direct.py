@@ -295,3 +295,55 @@ def test_a_direct_read_at_the_end_of_the_file_says_how_many_bytes_it_read(path):
         assert reads.read(size + 4096, out) == 0
     finally:
         os.close(fd)
+
+
+def test_a_direct_read_cut_short_goes_on_where_it_stopped(path, monkeypatch):
+    """A direct read may return fewer bytes than asked, aligned, before the file ends
+    (Linux gives at most 2 GiB - 4 KiB a call): the read goes on from where it stopped,
+    one call after another, to the range's end or the file's, and no further."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    size, raw, align = os.path.getsize(path), path.read_bytes(), direct.ALIGN
+    reads = direct.DirectReads(os.open(path, os.O_RDONLY | os.O_DIRECT), None)
+    real, calls = os.preadv, []
+
+    def one_block_a_call(fd, buffers, offset, *flags):
+        calls.append(offset)
+        assert len(calls) < 50, "the read does not end"
+        (buf,) = buffers
+        return real(fd, [buf[:align]], offset, *flags)
+
+    monkeypatch.setattr(direct.os, "preadv", one_block_a_call)
+    blocks = lambda n: -(-n // align) * align  # noqa: E731 - n rounded up to a block
+    # from the file's first block, from a later one, past the file's end
+    for offset, length in ((100, 10000), (5000, 5000), (size - 5000, 5500)):
+        calls.clear()
+        out = memoryview(bytearray(b"\xff" * length))
+        have = min(length, size - offset)
+        assert reads.read(offset, out) == have
+        assert bytes(out[:have]) == raw[offset : offset + have]
+        first, stop = offset // align * align, min(blocks(offset + length), blocks(size))
+        assert calls == list(range(first, stop, align))
+
+
+def test_a_direct_read_refused_is_unsupported_naming_why(path, monkeypatch):
+    """EINVAL from a direct read (the file system's alignment rules) is ``Unsupported``,
+    an OSError with its errno and what was refused; any other error is raised as is."""
+    if not _direct_ok(path):
+        pytest.skip("this file system refuses O_DIRECT")
+    reads = direct.DirectReads(os.open(path, os.O_RDONLY | os.O_DIRECT), None)
+    code = [errno.EINVAL]
+
+    def refusing(fd, buffers, offset, *flags):
+        raise OSError(code[0], os.strerror(code[0]))
+
+    monkeypatch.setattr(direct.os, "preadv", refusing)
+    with pytest.raises(direct.Unsupported) as refused:
+        reads.read(0, memoryview(bytearray(100)))
+    assert refused.value.errno == errno.EINVAL
+    assert refused.value.strerror == f"O_DIRECT read refused: {os.strerror(errno.EINVAL)}"
+    assert str(refused.value) == f"[Errno {errno.EINVAL}] {refused.value.strerror}"
+    code[0] = errno.EIO
+    with pytest.raises(OSError) as failed:
+        reads.read(0, memoryview(bytearray(100)))
+    assert type(failed.value) is OSError and failed.value.errno == errno.EIO
