@@ -215,6 +215,21 @@ def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
         parts._changed(4)
 
 
+def test_a_fault_the_core_places_in_a_part_names_that_part(ds_path):
+    """The core says in which part a copy faulted: that part is named (with its file),
+    and what changed in it if that can still be seen; the other parts are not asked."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])
+    parts = ds._handle()
+    os.truncate(part_file(ds_path, 0), 28)  # another part changed, not the core's
+    with pytest.raises(NdfError) as fault:
+        parts._changed(4)
+    assert str(fault.value) == (
+        f"{ds_path}: part 4 ({ds.parts[4].name}) of the dataset changed while open: a copy"
+        " from it failed (truncated, or rewritten in place, during the read?)"
+    )
+
+
 def test_read_rows_into_and_read_row(ds_path):
     ds = open_ndf_dataset(ds_path)
     rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)
