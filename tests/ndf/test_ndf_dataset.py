@@ -230,6 +230,49 @@ def test_a_fault_the_core_places_in_a_part_names_that_part(ds_path):
     )
 
 
+def test_a_read_opens_the_parts_holding_its_rows_and_no_other(ds_path, each_backend):
+    """The parts a request touches (a run across parts, a run in one, scattered rows)
+    are those holding its rows, never an empty one; a read opens those alone."""
+    # SIZES [5, 0, 12, 1, 7]: parts start at rows 0, 5, 5, 17, 18 (part 1 is empty)
+    for rows, want in (
+        (slice(3, 20), [0, 2, 3, 4]),
+        (slice(6, 17), [2]),
+        (slice(4, 6), [0, 2]),
+        (slice(17, 18), [3]),
+        (slice(16, 18), [2, 3]),
+        (np.array([24, 0, 5, 24]), [0, 2, 4]),
+    ):
+        ds = open_ndf_dataset(ds_path)
+        assert ds._handle().touched(rows) == want, rows
+        n = len(np.arange(N)[rows])
+        ox, oy = np.empty((n, 3)), np.empty((n, 2))
+        ds.read_rows_into(rows, ox, oy)
+        assert ox[:, 0].tolist() == np.arange(N)[rows].tolist()
+        assert ds.open_parts == tuple(want), rows
+        ds.close()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_transform_is_applied_as_the_rows_are_read(ds_path, each_backend, dtype):
+    """A loader's transform (a kernel) reaches every read of a dataset: scattered rows,
+    a run across parts, a run in one part, with the gather's threads given or not; x
+    mapped, y as is, and the first row that held a NaN returned (-1: none)."""
+    from exactbatch.kernels import TransformKernel
+
+    x, y = make_data(N, 3, 2)
+    mean, scale = np.array([1.0, 2.0, 3.0]), np.array([0.5, 2.0, 0.25])
+    kernel = TransformKernel(mean, scale)
+    with open_ndf_dataset(ds_path) as ds:
+        for read in (ds.read_rows_into, ds.rows_reader(threads=2)):
+            for rows in (np.array([24, 0, 17, 5, 5]), slice(3, 20), slice(6, 9)):
+                want = np.arange(N)[rows]
+                ox = np.full((len(want), 3), np.nan, dtype=dtype)
+                oy = np.full((len(want), 2), np.nan, dtype=dtype)
+                assert read(rows, ox, oy, kernel) == -1
+                np.testing.assert_array_equal(ox, ((x[want] - mean) * scale).astype(dtype))
+                np.testing.assert_array_equal(oy, y[want].astype(dtype))
+
+
 def test_read_rows_into_and_read_row(ds_path):
     ds = open_ndf_dataset(ds_path)
     rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)
