@@ -273,6 +273,36 @@ def test_a_transform_is_applied_as_the_rows_are_read(ds_path, each_backend, dtyp
                 np.testing.assert_array_equal(oy, y[want].astype(dtype))
 
 
+@pytest.mark.parametrize("why", ["max_open_parts", "parts on the pure path"])
+def test_a_gather_that_cannot_be_had_reads_part_by_part(tmp_path, why):
+    """The compiled gather gives up when the rows lie in more parts than may be open at
+    once, or in parts opened on the pure path (``kernels.use_backend``: no mapping to
+    gather from): the rows are read part by part instead, the same rows, through a
+    transform too."""
+    from exactbatch import kernels
+    from exactbatch.kernels import TransformKernel
+
+    if not kernels.backend() == "compiled":
+        pytest.skip("the compiled core is not built or not used")
+    path = write_ndf_dataset(tmp_path / "ds", SIZES, d=3, l=2)
+    x, y = make_data(N, 3, 2)
+    mean, scale = np.array([1.0, 2.0, 3.0]), np.array([0.5, 2.0, 0.25])
+    rows = np.array([24, 0, 17, 5, 5])
+    with open_ndf_dataset(path, max_open_parts=1 if why == "max_open_parts" else None) as ds:
+        assert ds._handle().compiled is not None
+        before = kernels.use_backend("numpy" if why != "max_open_parts" else "compiled")
+        try:
+            for kernel in (None, TransformKernel(mean, scale)):
+                ox, oy = np.full((5, 3), np.nan), np.full((5, 2), np.nan)
+                got = ds.read_rows_into(rows, ox, oy, kernel)
+                assert got == (None if kernel is None else -1)
+                want = x[rows] if kernel is None else (x[rows] - mean) * scale
+                np.testing.assert_array_equal(ox, want)
+                np.testing.assert_array_equal(oy, y[rows])
+        finally:
+            kernels.use_backend(before)
+
+
 def test_read_rows_into_and_read_row(ds_path):
     ds = open_ndf_dataset(ds_path)
     rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)
