@@ -238,3 +238,38 @@ def test_a_remote_part_described_and_removed_and_the_dataset_pickled(s3):
     again.close()
     dsmod.remove_parts(path, [names[0], "part-00009.ndf"], storage_options=s3.so)
     assert listing(s3, "dsets/helpers") == ["manifest.json", names[1]]
+
+
+def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, monkeypatch):
+    """``abort_uploads``: the uploads open directly under the folder (named with a
+    trailing slash or not) whose file name ``doomed`` picks are aborted and counted; one
+    deeper down, or under a folder whose name begins alike, is left; a store refusing
+    to list uploads aborts nothing and raises nothing."""
+    import fsspec
+
+    from exactbatch.ndf import remote
+
+    key = "dsets/uploadsX"  # only slashes are taken off the folder's end
+    for k in (f"{key}/a.ndf", f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf"):
+        s3.fs.call_s3("create_multipart_upload", Bucket=s3.bucket, Key=k)
+
+    def still_open() -> list[str]:
+        got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=key)
+        return sorted(u["Key"] for u in got.get("Uploads", []))
+
+    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}/", lambda n: n == "a.ndf") == 1
+    assert still_open() == [f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
+
+    def refused(*args, **kwargs):
+        raise PermissionError("no permission to list uploads")
+
+    with monkeypatch.context() as m:
+        m.setattr(s3.fs, "call_s3", refused)
+        assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 0
+    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 1
+    assert still_open() == [f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
+    memory = fsspec.filesystem("memory")  # other stores have no uploads to abort
+    assert remote.abort_uploads(memory, "uploads", lambda n: True) == 0
+    for k in still_open():  # leave the server as it was
+        up = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=k)["Uploads"][0]
+        s3.fs.call_s3("abort_multipart_upload", Bucket=s3.bucket, Key=k, UploadId=up["UploadId"])
