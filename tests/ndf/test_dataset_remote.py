@@ -250,7 +250,8 @@ def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, m
     from exactbatch.ndf import remote
 
     key = "dsets/uploadsX"  # only slashes are taken off the folder's end
-    for k in (f"{key}/a.ndf", f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf"):
+    elsewhere = "z.ndf"  # outside the folder (its key shorter than the folder's)
+    for k in (f"{key}/a.ndf", f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf", elsewhere):
         s3.fs.call_s3("create_multipart_upload", Bucket=s3.bucket, Key=k)
 
     def still_open() -> list[str]:
@@ -268,8 +269,10 @@ def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, m
         assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 0
     assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 1
     assert still_open() == [f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
+    got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=elsewhere)
+    assert [u["Key"] for u in got["Uploads"]] == [elsewhere]
     memory = fsspec.filesystem("memory")  # other stores have no uploads to abort
     assert remote.abort_uploads(memory, "uploads", lambda n: True) == 0
-    for k in still_open():  # leave the server as it was
+    for k in [*still_open(), elsewhere]:  # leave the server as it was
         up = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=k)["Uploads"][0]
         s3.fs.call_s3("abort_multipart_upload", Bucket=s3.bucket, Key=k, UploadId=up["UploadId"])
