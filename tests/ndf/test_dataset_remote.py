@@ -251,14 +251,15 @@ def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, m
 
     key = "dsets/uploadsX"  # only slashes are taken off the folder's end
     elsewhere = "z.ndf"  # outside the folder (its key shorter than the folder's)
-    for k in (f"{key}/a.ndf", f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf", elsewhere):
+    under = [f"{key}/{name}" for name in ("a.ndf", "b.ndf", "c.ndf", "sub/a.ndf")]
+    for k in (*under, f"{key}x/a.ndf", elsewhere):
         s3.fs.call_s3("create_multipart_upload", Bucket=s3.bucket, Key=k)
 
     def still_open() -> list[str]:
         got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=key)
         return sorted(u["Key"] for u in got.get("Uploads", []))
 
-    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}/", lambda n: n == "a.ndf") == 1
+    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}/", lambda n: n != "b.ndf") == 2
     assert still_open() == [f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
 
     def refused(*args, **kwargs):
