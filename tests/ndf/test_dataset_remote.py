@@ -277,3 +277,43 @@ def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, m
     for k in [*still_open(), elsewhere]:  # leave the server as it was
         up = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=k)["Uploads"][0]
         s3.fs.call_s3("abort_multipart_upload", Bucket=s3.bucket, Key=k, UploadId=up["UploadId"])
+
+
+class _PagedUploads:
+    """A stand-in S3 filesystem whose listing of open uploads comes a page at a time
+    (S3 gives at most 1,000 a page; the tests' server, one page whatever)."""
+
+    protocol = ("s3", "s3a")
+    _call_s3 = None  # what marks s3fs
+
+    def __init__(self, keys):
+        self.open = [(k, f"id-{k}") for k in keys]
+        self.asked, self.aborted = [], []
+
+    def call_s3(self, op, **kw):
+        if op == "abort_multipart_upload":
+            self.aborted.append(kw["Key"])
+            return {}
+        assert op == "list_multipart_uploads" and len(self.asked) < 10
+        self.asked.append(kw)
+        after = (kw.get("KeyMarker", ""), kw.get("UploadIdMarker", ""))
+        rest = [u for u in self.open if u > after and u[0].startswith(kw["Prefix"])]
+        page, more = rest[:1], len(rest) > 1
+        out = {"Uploads": [{"Key": k, "UploadId": i} for k, i in page], "IsTruncated": more}
+        if more:
+            out["NextKeyMarker"], out["NextUploadIdMarker"] = page[-1]
+        return out
+
+
+def test_abort_uploads_reads_every_page_of_the_listing():
+    """Each page of open uploads is asked for from where the last one ended."""
+    from exactbatch.ndf import remote
+
+    fs = _PagedUploads(["b/f/a.ndf", "b/f/b.ndf", "b/f/c.ndf"])
+    assert remote.abort_uploads(fs, "bucket/b/f", lambda n: n != "b.ndf") == 2
+    assert fs.aborted == ["b/f/a.ndf", "b/f/c.ndf"]
+    assert [(a.get("KeyMarker"), a.get("UploadIdMarker")) for a in fs.asked] == [
+        (None, None),
+        ("b/f/a.ndf", "id-b/f/a.ndf"),
+        ("b/f/b.ndf", "id-b/f/b.ndf"),
+    ]
