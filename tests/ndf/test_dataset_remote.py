@@ -238,3 +238,82 @@ def test_a_remote_part_described_and_removed_and_the_dataset_pickled(s3):
     again.close()
     dsmod.remove_parts(path, [names[0], "part-00009.ndf"], storage_options=s3.so)
     assert listing(s3, "dsets/helpers") == ["manifest.json", names[1]]
+
+
+def test_abort_uploads_aborts_the_doomed_uploads_directly_under_the_folder(s3, monkeypatch):
+    """``abort_uploads``: the uploads open directly under the folder (named with a
+    trailing slash or not) whose file name ``doomed`` picks are aborted and counted; one
+    deeper down, or under a folder whose name begins alike, is left; a store refusing
+    to list uploads aborts nothing and raises nothing."""
+    import fsspec
+
+    from exactbatch.ndf import remote
+
+    key = "dsets/uploadsX"  # only slashes are taken off the folder's end
+    elsewhere = "z.ndf"  # outside the folder (its key shorter than the folder's)
+    under = [f"{key}/{name}" for name in ("a.ndf", "b.ndf", "c.ndf", "sub/a.ndf")]
+    for k in (*under, f"{key}x/a.ndf", elsewhere):
+        s3.fs.call_s3("create_multipart_upload", Bucket=s3.bucket, Key=k)
+
+    def still_open() -> list[str]:
+        got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=key)
+        return sorted(u["Key"] for u in got.get("Uploads", []))
+
+    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}/", lambda n: n != "b.ndf") == 2
+    assert still_open() == [f"{key}/b.ndf", f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
+
+    def refused(*args, **kwargs):
+        raise PermissionError("no permission to list uploads")
+
+    with monkeypatch.context() as m:
+        m.setattr(s3.fs, "call_s3", refused)
+        assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 0
+    assert remote.abort_uploads(s3.fs, f"{s3.bucket}/{key}", lambda n: True) == 1
+    assert still_open() == [f"{key}/sub/a.ndf", f"{key}x/a.ndf"]
+    got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=elsewhere)
+    assert [u["Key"] for u in got["Uploads"]] == [elsewhere]
+    memory = fsspec.filesystem("memory")  # other stores have no uploads to abort
+    assert remote.abort_uploads(memory, "uploads", lambda n: True) == 0
+    for k in [*still_open(), elsewhere]:  # leave the server as it was
+        up = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=k)["Uploads"][0]
+        s3.fs.call_s3("abort_multipart_upload", Bucket=s3.bucket, Key=k, UploadId=up["UploadId"])
+
+
+class _PagedUploads:
+    """A stand-in S3 filesystem whose listing of open uploads comes a page at a time
+    (S3 gives at most 1,000 a page; the tests' server, one page whatever)."""
+
+    protocol = ("s3", "s3a")
+    _call_s3 = None  # what marks s3fs
+
+    def __init__(self, keys):
+        self.open = [(k, f"id-{k}") for k in keys]
+        self.asked, self.aborted = [], []
+
+    def call_s3(self, op, **kw):
+        if op == "abort_multipart_upload":
+            self.aborted.append(kw["Key"])
+            return {}
+        assert op == "list_multipart_uploads" and len(self.asked) < 10
+        self.asked.append(kw)
+        after = (kw.get("KeyMarker", ""), kw.get("UploadIdMarker", ""))
+        rest = [u for u in self.open if u > after and u[0].startswith(kw["Prefix"])]
+        page, more = rest[:1], len(rest) > 1
+        out = {"Uploads": [{"Key": k, "UploadId": i} for k, i in page], "IsTruncated": more}
+        if more:
+            out["NextKeyMarker"], out["NextUploadIdMarker"] = page[-1]
+        return out
+
+
+def test_abort_uploads_reads_every_page_of_the_listing():
+    """Each page of open uploads is asked for from where the last one ended."""
+    from exactbatch.ndf import remote
+
+    fs = _PagedUploads(["b/f/a.ndf", "b/f/b.ndf", "b/f/c.ndf"])
+    assert remote.abort_uploads(fs, "bucket/b/f", lambda n: n != "b.ndf") == 2
+    assert fs.aborted == ["b/f/a.ndf", "b/f/c.ndf"]
+    assert [(a.get("KeyMarker"), a.get("UploadIdMarker")) for a in fs.asked] == [
+        (None, None),
+        ("b/f/a.ndf", "id-b/f/a.ndf"),
+        ("b/f/b.ndf", "id-b/f/b.ndf"),
+    ]

@@ -215,6 +215,94 @@ def test_a_fault_in_some_part_names_the_part_that_changed(ds_path):
         parts._changed(4)
 
 
+def test_a_fault_the_core_places_in_a_part_names_that_part(ds_path):
+    """The core says in which part a copy faulted: that part is named (with its file),
+    and what changed in it if that can still be seen; the other parts are not asked."""
+    ds = open_ndf_dataset(ds_path)
+    ds.read_rows([0, 10, 24])
+    parts = ds._handle()
+    os.truncate(part_file(ds_path, 0), 28)  # another part changed, not the core's
+    with pytest.raises(NdfError) as fault:
+        parts._changed(4)
+    assert str(fault.value) == (
+        f"{ds_path}: part 4 ({ds.parts[4].name}) of the dataset changed while open: a copy"
+        " from it failed (truncated, or rewritten in place, during the read?)"
+    )
+
+
+def test_a_read_opens_the_parts_holding_its_rows_and_no_other(ds_path, each_backend):
+    """The parts a request touches (a run across parts, a run in one, scattered rows)
+    are those holding its rows, never an empty one; a read opens those alone."""
+    # SIZES [5, 0, 12, 1, 7]: parts start at rows 0, 5, 5, 17, 18 (part 1 is empty)
+    for rows, want in (
+        (slice(3, 20), [0, 2, 3, 4]),
+        (slice(6, 17), [2]),
+        (slice(4, 6), [0, 2]),
+        (slice(17, 18), [3]),
+        (slice(16, 18), [2, 3]),
+        (np.array([24, 0, 5, 24]), [0, 2, 4]),
+    ):
+        ds = open_ndf_dataset(ds_path)
+        assert ds._handle().touched(rows) == want, rows
+        n = len(np.arange(N)[rows])
+        ox, oy = np.empty((n, 3)), np.empty((n, 2))
+        ds.read_rows_into(rows, ox, oy)
+        assert ox[:, 0].tolist() == np.arange(N)[rows].tolist()
+        assert ds.open_parts == tuple(want), rows
+        ds.close()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_transform_is_applied_as_the_rows_are_read(ds_path, each_backend, dtype):
+    """A loader's transform (a kernel) reaches every read of a dataset: scattered rows,
+    a run across parts, a run in one part, with the gather's threads given or not; x
+    mapped, y as is, and the first row that held a NaN returned (-1: none)."""
+    from exactbatch.kernels import TransformKernel
+
+    x, y = make_data(N, 3, 2)
+    mean, scale = np.array([1.0, 2.0, 3.0]), np.array([0.5, 2.0, 0.25])
+    kernel = TransformKernel(mean, scale)
+    with open_ndf_dataset(ds_path) as ds:
+        for read in (ds.read_rows_into, ds.rows_reader(threads=2)):
+            for rows in (np.array([24, 0, 17, 5, 5]), slice(3, 20), slice(6, 9)):
+                want = np.arange(N)[rows]
+                ox = np.full((len(want), 3), np.nan, dtype=dtype)
+                oy = np.full((len(want), 2), np.nan, dtype=dtype)
+                assert read(rows, ox, oy, kernel) == -1
+                np.testing.assert_array_equal(ox, ((x[want] - mean) * scale).astype(dtype))
+                np.testing.assert_array_equal(oy, y[want].astype(dtype))
+
+
+@pytest.mark.parametrize("why", ["max_open_parts", "parts on the pure path"])
+def test_a_gather_that_cannot_be_had_reads_part_by_part(tmp_path, why):
+    """The compiled gather gives up when the rows lie in more parts than may be open at
+    once, or in parts opened on the pure path (``kernels.use_backend``: no mapping to
+    gather from): the rows are read part by part instead, the same rows, through a
+    transform too."""
+    from exactbatch import kernels
+    from exactbatch.kernels import TransformKernel
+
+    if not kernels.backend() == "compiled":
+        pytest.skip("the compiled core is not built or not used")
+    path = write_ndf_dataset(tmp_path / "ds", SIZES, d=3, l=2)
+    x, y = make_data(N, 3, 2)
+    mean, scale = np.array([1.0, 2.0, 3.0]), np.array([0.5, 2.0, 0.25])
+    rows = np.array([24, 0, 17, 5, 5])
+    with open_ndf_dataset(path, max_open_parts=1 if why == "max_open_parts" else None) as ds:
+        assert ds._handle().compiled is not None
+        before = kernels.use_backend("numpy" if why != "max_open_parts" else "compiled")
+        try:
+            for kernel in (None, TransformKernel(mean, scale)):
+                ox, oy = np.full((5, 3), np.nan), np.full((5, 2), np.nan)
+                got = ds.read_rows_into(rows, ox, oy, kernel)
+                assert got == (None if kernel is None else -1)
+                want = x[rows] if kernel is None else (x[rows] - mean) * scale
+                np.testing.assert_array_equal(ox, want)
+                np.testing.assert_array_equal(oy, y[rows])
+        finally:
+            kernels.use_backend(before)
+
+
 def test_read_rows_into_and_read_row(ds_path):
     ds = open_ndf_dataset(ds_path)
     rows = np.array([24, 0, 17, 5, 6, 4, 4], dtype=np.int64)
@@ -895,6 +983,24 @@ def test_an_abort_removes_its_own_temporary_files_and_only_the_folder_it_made(tm
     assert path.is_dir()
 
 
+def test_an_abort_whose_listing_fails_still_ends_the_write(tmp_path, monkeypatch):
+    """The folder cannot be listed (a store refusing, a network error): no error escapes
+    the abort, and what it can still do is done: its marker is removed, and so the
+    folder it made, now empty."""
+    from exactbatch.ndf import dataset_protocol
+
+    path = tmp_path / "new"
+    write = dsmod.start_dataset(path)
+    assert any(name.endswith(write) for name in os.listdir(path))  # its marker
+
+    def refused(self):
+        raise PermissionError("listing refused")
+
+    monkeypatch.setattr(dataset_protocol._Folder, "names", refused)
+    dsmod.abort_dataset(path, write)
+    assert not path.exists()
+
+
 def test_manifest_module_names(tmp_path):
     assert manmod.part_name(7) == "part-00007.ndf"  # as parts were named before write ids
     assert manmod.part_name(123456) == "part-123456.ndf"
@@ -907,9 +1013,13 @@ def test_manifest_module_names(tmp_path):
         open_ndf_dataset(tmp_path, storage_options={})
 
 
-@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0)])
-def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
-    """No labels, no features, or neither: scattered, sorted and one-part reads alike."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d,l", [(3, 0), (0, 2), (0, 0), (1, 2), (2, 2)])
+def test_reads_with_an_empty_side(tmp_path, each_backend, d, l, dtype):  # noqa: E741
+    """No labels, no features, or neither (and one feature, or as many labels as
+    features): scattered, sorted and one-part reads alike, on both backends, in either
+    dtype (the pure path puts scattered rows back whole, straight into a float64 side
+    that is alone)."""
     path = write_ndf_dataset(tmp_path / "ds", SIZES, d=d, l=l)
     x, y = make_data(N, d, l)
     ds = open_ndf_dataset(path)
@@ -918,6 +1028,11 @@ def test_reads_with_an_empty_side(tmp_path, d, l):  # noqa: E741
         assert gx.shape == (len(rows), d) and gy.shape == (len(rows), l)
         np.testing.assert_array_equal(gx, x[rows])
         np.testing.assert_array_equal(gy, y[rows])
+        ox = np.full((len(rows), d), np.nan, dtype=dtype)
+        oy = np.full((len(rows), l), np.nan, dtype=dtype)
+        ds.read_rows_into(np.array(rows), ox, oy)
+        np.testing.assert_array_equal(ox, x[rows].astype(dtype))
+        np.testing.assert_array_equal(oy, y[rows].astype(dtype))
 
 
 # -- NdfDatasetWriter: slab by slab, a new part every part_rows rows -------------------------

@@ -123,3 +123,70 @@ def test_local_stat_is_for_local_files_only(tmp_path):
     assert local_stat(str(tmp_path / "gone")) is None
     assert local_stat("s3://bucket/key") is None
     assert local_stat(None) is None
+
+
+def test_a_url_is_never_stat_as_a_local_path(tmp_path, monkeypatch):
+    # "s3://bucket/key" read as a local path is the relative path s3:/bucket/key: a file
+    # there must not be taken for the object
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s3:" / "bucket").mkdir(parents=True)
+    (tmp_path / "s3:" / "bucket" / "key").write_bytes(b"abc")
+    assert os.stat("s3://bucket/key").st_size == 3
+    assert local_stat("s3://bucket/key") is None
+
+
+class _FailingUpload:
+    """An upload whose every clean-up call fails too."""
+
+    forced = False
+
+    def write(self, data):
+        return len(data)
+
+    def discard(self):
+        raise OSError("discard failed")
+
+    def close(self):
+        raise OSError("close failed")
+
+
+class _FailingStore:
+    def open(self, key, mode, autocommit=True):
+        assert mode == "wb" and autocommit is False
+        self.f = _FailingUpload()
+        return self.f
+
+
+def test_a_failed_upload_raises_its_own_error_whatever_its_clean_up_does():
+    store = _FailingStore()
+    where = UrlLocation("s3://bucket/part.ndf", fs=store, key="bucket/part.ndf")
+
+    def fails(f):
+        f.write(b"new bytes")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        where.write_file(fails)
+    assert store.f.forced is True  # close uploads nothing more
+
+
+def test_a_failed_upload_leaves_no_multipart_upload_open(s3_server):
+    s3 = s3_server
+    key = f"storage-{next(_KEYS)}"
+    where = location(f"s3://{s3.bucket}/{key}", s3.so)
+
+    def fails_after(n):
+        def fill(f):
+            f.write(b"x" * n)
+            raise RuntimeError("disk full")
+
+        return fill
+
+    # a small write (nothing uploaded yet) and one past a part's size (a multipart
+    # upload begun): neither leaves an upload open, billed and in no listing
+    for n in (10, 6 << 20):
+        with pytest.raises(RuntimeError, match="disk full"):
+            where.child(f"p{n}.ndf").write_file(fails_after(n))
+    got = s3.fs.call_s3("list_multipart_uploads", Bucket=s3.bucket, Prefix=key + "/")
+    assert got.get("Uploads", []) == []
+    assert where.names() == []
