@@ -1,12 +1,24 @@
 """The calibration of the fit helpers' verdict, measured on `fit` itself (its pilot,
 schedule, guide and verdict; not a re-implementation of its loop): over 10 fixed seeds
 of a logistic regression whose fits converge - every one within 0.2 posterior sd of the
-reference, the mean-field optimum on the full data - the verdict warns on at most 1.
+reference, the mean-field optimum on the full data, and its sds within 0.75-1.33x of the
+reference's - the verdict warns on at most 1.
 
-The data: 500 rows, 3 standardised features, batches of 50 (10 an epoch), 600 steps
-(60 epochs, each fit a few seconds). An over-sensitive verdict fails it (measured:
-SD_ERROR_MAX 0.08, below the sds' error floor of 0.5 * sqrt(10 / 240) = 0.10, warns on
-all 10)."""
+The data: 500 rows, 3 standardised features, batches of 50 (10 an epoch), 600 steps (60
+epochs; the tail's 240 steps average 24 of them at 4 draws of the guide a step: the sds'
+error floor 0.5 * sqrt(10 / 240 / 4) = 0.051, within SD_ERROR_MAX = 0.15, so the sds are
+judged). NumPyro's fits share a JAX compilation cache (XLA's compiles were 80% of each
+fit's time); the fits run as without it. An over-sensitive verdict fails it (measured
+on the ten NumPyro fits' verdict inputs, judged again: SD_ERROR_MAX 0.08 warns on 3,
+0.06 on 7, 0.05 - below the floor, the sds unjudged - on all 10).
+
+Was 1500 steps, each fit compiled afresh: 134 s (NumPyro) and 157 s (PyMC) in the suite
+on 2026-12-07. Now (pytest --durations, 2026-12-07, the shared two-core machine at load
+10-16, so CPU seconds): NumPyro 62 s of CPU for the case (237 s wall), where one
+1500-step fit took 25-31 s of CPU at that load; PyMC 197 s of CPU (1243 s wall), still
+above the minute aimed at: its fits are bound by PyTensor's rewriting of the graph pm.fit
+compiles afresh (about 85% of a fit, cProfile), not by their steps. Each warned on 0 of
+10, at one draw's floor or four's; SD_ERROR_MAX 0.08 warns on 2 of PyMC's (0.06 on 6)."""
 
 import warnings
 
@@ -15,7 +27,7 @@ import pytest
 
 from exactbatch import ConvergenceWarning, DataLoader
 
-N, BATCH, STEPS, SEEDS = 500, 50, 1500, range(10)
+N, BATCH, STEPS, SEEDS = 500, 50, 600, range(10)
 MAX_ALARMS = 1  # of 10: the verdict's false alarms are at most 5% by construction
 
 
@@ -109,8 +121,32 @@ def _pymc_fit(x, y, seed):
     return loc, scale, warned
 
 
+@pytest.fixture
+def compiled_once(tmp_path):
+    """JAX's persistent compilation cache in a fresh folder for this test alone: the ten
+    NumPyro fits trace the same programs (the seeds are arguments, not constants), so
+    each compiles what the first did from the cache instead of again (XLA's compiles
+    were 80% of a fit's time). The fits run exactly as without it; restored after."""
+    jax = pytest.importorskip("jax")
+    from jax.experimental.compilation_cache import compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    compilation_cache.reset_cache()  # read the new folder (the cache is set up once)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
 @pytest.mark.parametrize("run", [_numpyro_fit, _pymc_fit], ids=["numpyro", "pymc"])
-def test_the_verdict_of_fit_itself_raises_at_most_one_false_alarm_in_ten(run):
+def test_the_verdict_of_fit_itself_raises_at_most_one_false_alarm_in_ten(run, request):
+    if run is _numpyro_fit:
+        request.getfixturevalue("compiled_once")
     x, y = _data()
     want_loc, want_sd = _reference(x, y)
     fits = [run(x, y, seed) for seed in SEEDS]

@@ -38,13 +38,21 @@ of the guide (the last window's):
   steps: an sd's average scattered 0.15 relative over seeds, the parts said
   0.07). The two together give a standard error of ``0.5 * sqrt(epoch /
   averaged steps)`` whatever the step, the floor of ``sd_error`` with the
-  default schedule (``epoch`` the batches of an epoch). Above
+  default schedule (``epoch`` the batches of an epoch) at one draw of the
+  guide a step. The batch's noise enters the log-sd's gradient times the
+  guide's draw, so a step that averages ``draws`` draws of one batch (the
+  tail's :data:`~exactbatch.adapters.schedule.TAIL_DRAWS`) carries
+  ``1 / sqrt(draws)`` of that noise, and the floor is ``0.5 * sqrt(epoch /
+  averaged steps / draws)``: halved at 4 (measured at 20 epochs averaged,
+  N = 10k, B = 256: an sd's average scattered 0.083-0.113 of itself between
+  fits at one draw, floor 0.112; 0.040-0.066 at four, floor 0.056). Above
   :data:`SD_ERROR_MAX` the fit is not converged - except where the floor
-  itself is above that bound (fewer than ``(0.5 / SD_ERROR_MAX)**2`` = 11
-  epochs averaged): every fit
+  itself is above that bound (fewer than ``(0.5 / SD_ERROR_MAX)**2 / draws``
+  epochs averaged: 11 at one draw, 3 at four): every fit
   there reads as uncertain whatever its luck, so the error says nothing of
-  this fit (measured: logistic, N = 5000, B = 64, 2000 steps, floor 0.158,
-  4 of 6 fits within 0.2 sd and 0.8-1.25x warned "not converged"). There the
+  this fit (measured: logistic, N = 5000, B = 64, 2000 steps, floor 0.158
+  at one draw, 4 of 6 fits within 0.2 sd and 0.8-1.25x warned "not
+  converged"; 0.079 at four). There the
   sds are **not judged at this length** (``sds_judged`` False): the means
   are judged as ever, and the fit warns that its sds are unchecked and how
   many steps would check them - unless an sd's parts scatter by more than
@@ -249,7 +257,7 @@ def not_judged(why: str, window: int) -> Convergence:
     return Convergence(None, None, None, why, window, None, None)
 
 
-def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
+def judge(parts, losses, window: int, epoch: int | None = None, draws: int = 1) -> Convergence:
     """The verdict from the guide's posterior ``(mean, sd)`` per latent at each part.
 
     ``parts`` is a list of ``2 * PARTS`` dicts, in step order, mapping each
@@ -258,7 +266,9 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     ``losses`` are the fit's losses, whose last ``2 * window`` the loss trend
     reads. Latents whose sd is 0 (not random under the guide) are left out.
     ``epoch`` (the batches of an epoch, with the default schedule's Adam) floors
-    the sds' error at ``0.5 * sqrt(epoch / (2 * window))``: see the module doc.
+    the sds' error at ``0.5 * sqrt(epoch / (2 * window * draws))``, ``draws`` the
+    guide's draws a step in the tail (the default schedule's :data:`TAIL_DRAWS`):
+    see the module doc.
     """
     if not window or not parts:
         return not_judged(TOO_SHORT, 0)
@@ -276,7 +286,7 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     # a guide sd's window averages wander by their own standard errors, which the parts
     # cannot see: the change between two windows of W steps each is floored by 2x the
     # tail's floor (sqrt(2) each window, sqrt(2) their difference)
-    sd_noise = np.fmax(_floored(changes[1][1], ok), 2 * _sd_floor(epoch, window))
+    sd_noise = np.fmax(_floored(changes[1][1], ok), 2 * _sd_floor(epoch, window, draws))
     noise = np.concatenate([_floored(changes[0][1], ok), sd_noise])
     error = np.concatenate([_floored(e, ok) for _, _, e in changes])
     ok = np.concatenate([ok, ok])
@@ -286,11 +296,11 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     error = np.where(ok, error, -np.inf)
     error = np.where(np.isnan(error), np.inf, error)
     worst, least = int(np.argmax(drift)), int(np.argmax(error))
-    sd_error = _sd_error(changes[1][2], ok[len(scale) :], epoch, window)
+    sd_error = _sd_error(changes[1][2], ok[len(scale) :], epoch, window, draws)
     widest = int(np.argmax(sd_error)) if sd_error is not None else 0
     # the floor above the bound: every fit's sds read as uncertain, whatever its luck -
     # not judged, unless an sd's parts scatter beyond WANDER x the floor (not the noise)
-    floor = _sd_floor(epoch, window)
+    floor = _sd_floor(epoch, window, draws)
     judged = not (sd_error is not None and floor > SD_ERROR_MAX
                   and sd_error[widest] <= WANDER * floor)  # fmt: skip
     losses = np.asarray(losses, dtype=np.float64)[-2 * window :]
@@ -317,20 +327,21 @@ def judge(parts, losses, window: int, epoch: int | None = None) -> Convergence:
     )
 
 
-def _sd_error(se, ok, epoch: int | None, window: int):
+def _sd_error(se, ok, epoch: int | None, window: int, draws: int = 1):
     """The relative standard error of each guide sd's tail average: the parts' own,
     floored (with ``epoch``) by what the batch's noise leaves over the averaged steps."""
     if not ok.any():
         return None
-    se = np.where(np.isnan(se), np.inf, np.fmax(se, _sd_floor(epoch, window)))
+    se = np.where(np.isnan(se), np.inf, np.fmax(se, _sd_floor(epoch, window, draws)))
     return np.where(ok, se, -np.inf)
 
 
-def _sd_floor(epoch: int | None, window: int) -> float:
+def _sd_floor(epoch: int | None, window: int, draws: int = 1) -> float:
     """The relative standard error of a guide sd's average over the tail's ``2 * window``
-    steps that the batch's noise leaves, with the default schedule: ``0.5 * sqrt(epoch /
-    (2 * window))`` (0 without ``epoch``; see the module doc)."""
-    return 0.5 * float(np.sqrt(epoch / (2 * window))) if epoch else 0.0
+    steps that the batch's noise leaves, with the default schedule, each step averaging
+    ``draws`` draws of the guide: ``0.5 * sqrt(epoch / (2 * window * draws))`` (0 without
+    ``epoch``; see the module doc)."""
+    return 0.5 * float(np.sqrt(epoch / (2 * window * max(1, draws)))) if epoch else 0.0
 
 
 def _name(labels, k: int) -> str:
@@ -375,9 +386,10 @@ def _unjudged(verdict: Convergence) -> str:
     return (
         f"a guide sd's average over its last {2 * verdict.window} steps is uncertain by at "
         f"least {verdict.sd_floor:.3g} of itself (the batches' noise: 0.5 * sqrt(batches an "
-        f"epoch / averaged steps)), above the bound {verdict.sd_error_max}, whatever the "
-        f"fit, and no sd's parts wandered beyond {WANDER:g}x that. Run more epochs: at "
-        f"least {verdict.steps_to_judge_sds()} steps judge them"
+        f"epoch / averaged steps / the guide's draws a step)), above the bound "
+        f"{verdict.sd_error_max}, whatever the fit, and no sd's parts wandered beyond "
+        f"{WANDER:g}x that. Run more epochs: at least {verdict.steps_to_judge_sds()} steps "
+        f"judge them"
     )
 
 

@@ -245,4 +245,7 @@ def verdict(svi, guide, part_means, losses, run, xb, yb, model_kwargs):
         {name: (mean[k], sd[k]) for name, (mean, sd) in found.items()}
         for k in range(len(part_means))
     ]
-    return judge(parts, losses, width, run.epoch if run.default else None)
+    # the tail's steps average TAIL_DRAWS draws of the guide: the sds' floor with them
+    if not run.default:
+        return judge(parts, losses, width)
+    return judge(parts, losses, width, run.epoch, run.tail_svi.loss.num_particles)

@@ -235,7 +235,11 @@ class Run:
             return not_judged("the approximation has no parameters to average", 0)
         epoch = self.epoch if self.default else None
         means = [_mean(s) for s in self.sums]
-        verdict = _verdict(approx, means, self.losses, self.width, epoch) if self.width else None
+        # the tail's steps average tail_draws draws of the guide (ADVI): the sds' floor
+        draws = self.tail_draws if self.draws is not None else 1
+        verdict = (
+            _verdict(approx, means, self.losses, self.width, epoch, draws) if self.width else None
+        )
         verdict = verdict or judge([], self.losses, 0)  # not judged
         returned = estimate(verdict, self.default, self.average is not None)
         chosen = None
@@ -281,7 +285,7 @@ def _mean(total):
     return [v / count for v in values]
 
 
-def _verdict(approx, part_means, losses, width, epoch=None):
+def _verdict(approx, part_means, losses, width, epoch=None, draws=1):
     """The guide's posterior means and sds at each part's mean parameters."""
     import pytensor
 
@@ -306,4 +310,4 @@ def _verdict(approx, part_means, losses, width, epoch=None):
     finally:
         for p, v in zip(params, last, strict=True):
             p.set_value(v)
-    return judge(found, losses, width, epoch)
+    return judge(found, losses, width, epoch, draws)
