@@ -292,67 +292,6 @@ def test_commands_that_cannot_read_urls_say_so(cmd, argv, doing, tmp_path, small
     assert not os.path.exists(tmp_path / "out.ndf")
 
 
-# -- Ctrl-C, in this process (tests/tools/test_interrupt.py sends real signals) ------------
-
-
-class _Certified:
-    def __bool__(self) -> bool:
-        return True
-
-    def __str__(self) -> str:
-        return "certified"
-
-
-def test_ctrl_c_while_a_command_runs_is_one_line_and_130(monkeypatch, capsys):
-    """A Ctrl-C while a command runs: exit status 130 and one line naming the command."""
-    import exactbatch.tools.certify as certify
-
-    def interrupted(states):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(certify, "certify_files", interrupted)
-    assert main(["certify", "s.json"]) == 130
-    out, err = capsys.readouterr()
-    assert (out, err) == ("", "exactbatch certify: interrupted; no partial output was left\n")
-
-
-def test_ctrl_c_before_the_command_is_known_names_none(monkeypatch, capsys):
-    import exactbatch.cli as cli
-
-    def interrupted():
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli, "_parser", interrupted)
-    assert main(["certify", "s.json"]) == 130
-    assert capsys.readouterr().err == "exactbatch: interrupted; no partial output was left\n"
-
-
-def test_a_ctrl_c_a_library_swallowed_still_stops_the_command(monkeypatch, capsys):
-    """A SIGINT some library caught and dropped is noted: once the command returns, it is
-    exit status 130 all the same, with its one line."""
-    import signal
-
-    import exactbatch.tools.certify as certify
-
-    def swallowing(states):
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):  # the handler runs between two bytecodes
-                pass
-        except KeyboardInterrupt:
-            pass
-        return _Certified()
-
-    monkeypatch.setattr(certify, "certify_files", swallowing)
-    assert main(["certify", "s.json"]) == 130
-    out, err = capsys.readouterr()
-    assert out == "certified\n"
-    assert err == "exactbatch certify: interrupted; no partial output was left\n"
-    monkeypatch.setattr(certify, "certify_files", lambda states: _Certified())
-    assert main(["certify", "s.json"]) == 0  # noted for one command only
-    assert capsys.readouterr() == ("certified\n", "")
-
-
 # -- bench ----------------------------------------------------------------------------
 
 
