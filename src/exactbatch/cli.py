@@ -152,9 +152,17 @@ def _message(e: BaseException, args) -> str:
     # convert's src is a list (several CSV files): each is a path an error may name
     flat = [q for p in named for q in (p if isinstance(p, list) else [p])]
     paths = [str(p) for p in flat if p is not None]
-    if paths and not any(p in text for p in paths):
+    if paths and not any(_names(text, p) for p in paths):
         text = f"{paths[0]}: {text}"
     return " ".join(text.split())  # one line
+
+
+def _names(text: str, path: str) -> bool:
+    """Whether ``text`` names ``path`` as a word of its own, not inside another (a folder
+    ``d`` is not named by "no data"); a path around it (``/tmp/d/x.ndf``) names it."""
+    import re
+
+    return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w-])", text) is not None
 
 
 def main(argv=None) -> int:

@@ -289,3 +289,88 @@ def test_a_closed_pipe_ends_quietly_with_141(monkeypatch, capsys):
         assert capsys.readouterr().err == ""
     finally:
         out.close()
+
+
+# -- an error: one line, naming the file ---------------------------------------------------
+
+
+def failing(monkeypatch, error: BaseException) -> None:
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(importlib.import_module("exactbatch.tools.shuffle"), "shuffle_file", fail)
+
+
+@pytest.mark.parametrize(
+    "error, line",
+    [
+        (
+            FileNotFoundError(2, "No such file or directory", "a.ndf"),
+            "a.ndf: No such file or directory",
+        ),
+        (OSError(5, "", "b.ndf"), "b.ndf: [Errno 5] : 'b.ndf'"),  # no strerror: its text
+        (OSError("disk on fire"), "a.ndf: disk on fire"),  # no file named: the input
+        (ValueError("b.ndf: bad\n  header"), "b.ndf: bad header"),  # names the output: as it is
+        (ValueError(), "a.ndf: ValueError"),  # no text: its type
+        (TypeError("odd"), "a.ndf: TypeError: odd"),  # unexpected: its type too
+        (
+            ImportError("No module named 'tqdm'"),
+            "a.ndf: No module named 'tqdm' (pip install 'exactbatch[cli]' installs what the "
+            "command needs)",
+        ),
+    ],
+)
+def test_an_error_is_one_line_naming_a_file(monkeypatch, capsys, error, line):
+    failing(monkeypatch, error)
+    assert main(["shuffle", "a.ndf", "b.ndf", "--tmp-dir", "buckets"]) == 2
+    assert capsys.readouterr() == ("", f"exactbatch shuffle: error: {line}\n")
+
+
+def test_an_error_naming_none_of_several_inputs_names_the_first(monkeypatch, capsys):
+    def fail(*args, **kwargs):
+        raise ValueError("columns differ")
+
+    monkeypatch.setattr(importlib.import_module("exactbatch.tools.convert"), "convert", fail)
+    assert main(["convert", "a.csv", "b.csv", "c.ndf"]) == 2
+    assert capsys.readouterr().err == "exactbatch convert: error: a.csv: columns differ\n"
+
+    def fail_b(*args, **kwargs):
+        raise ValueError("b.csv: columns differ")
+
+    monkeypatch.setattr(importlib.import_module("exactbatch.tools.convert"), "convert", fail_b)
+    assert main(["convert", "a.csv", "b.csv", "c.ndf"]) == 2
+    assert capsys.readouterr().err == "exactbatch convert: error: b.csv: columns differ\n"
+
+
+@pytest.mark.parametrize("flag", ["--debug", "--traceback"])
+def test_debug_prints_the_traceback_before_the_line(monkeypatch, capsys, flag):
+    failing(monkeypatch, TypeError("odd"))
+    assert main(["shuffle", "a.ndf", "b.ndf", flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert err.endswith("TypeError: odd\nexactbatch shuffle: error: a.ndf: TypeError: odd\n")
+    failing(monkeypatch, TypeError("odd"))
+    assert main(["shuffle", "a.ndf", "b.ndf"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_short_path_inside_a_word_of_the_message_is_still_named(monkeypatch, capsys):
+    """The error is prefixed with the input unless it names a path as a word of its own:
+    a folder `d` is not named by "no data" (nor `t` by "tqdm")."""
+
+    def fail(*args, **kwargs):
+        raise ValueError("no data found")
+
+    monkeypatch.setattr(importlib.import_module("exactbatch.tools.info"), "info", fail)
+    assert main(["info", "d"]) == 2
+    assert capsys.readouterr().err == "exactbatch info: error: d: no data found\n"
+    assert main(["info", "data"]) == 2  # named, as a word
+    assert capsys.readouterr().err == "exactbatch info: error: no data found\n"
+    for path in ("/tmp/data", "./data", "data/"):  # named too: the same path, spelt another way
+
+        def fail_in(*args, path=path, **kwargs):
+            raise ValueError(f"{path}/part-0.ndf: bad")
+
+        monkeypatch.setattr(importlib.import_module("exactbatch.tools.info"), "info", fail_in)
+        assert main(["info", "data"]) == 2
+        assert capsys.readouterr().err == f"exactbatch info: error: {path}/part-0.ndf: bad\n"
