@@ -180,8 +180,8 @@ def main(argv=None) -> int:
             parser = _parser()
             try:
                 args = parser.parse_args(argv)
-            except SystemExit as e:  # --help, --version, or a usage error (already printed)
-                return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            except SystemExit as e:  # --help, --version (0), or a usage error (2; printed)
+                return int(e.code or 0)  # argparse exits with an int status only
             if args.command is None:
                 parser.print_help(sys.stderr)
                 return 2

@@ -114,10 +114,11 @@ def test_convert_hands_its_options(monkeypatch, capsys):
 
 def test_shuffle_hands_its_options(monkeypatch, capsys):
     shuffle = stand_in(monkeypatch, "shuffle", "shuffle_file", {"rows": 3})
-    rendered(monkeypatch, "shuffle")
+    render = rendered(monkeypatch, "shuffle")
     assert main(["shuffle", "a.ndf", "b.ndf", "--seed", "4", "--tmp-dir", "t"]) == 0
     kwargs = {"seed": 4, "memory": 2**30, "force": False, "tmp_dir": "t", "part_rows": None}
     assert shuffle.calls == [(("a.ndf", "b.ndf"), {**kwargs, "bar": True})]
+    assert render.calls == [(({"rows": 3},), {})]
     assert capsys.readouterr() == ("shuffle rendered\n", "")
     assert main(["shuffle", "a.ndf", "b.ndf", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"rows": 3}
@@ -128,7 +129,7 @@ def test_mixing_hands_its_options_checks_the_plot_first_and_draws_it_last(monkey
     check = stand_in(monkeypatch, "mixing_plot", "check_path", None, order)
     mixing = stand_in(monkeypatch, "mixing", "mixing", "the result", order)
     draw = stand_in(monkeypatch, "mixing_plot", "draw", None, order)
-    stand_in(monkeypatch, "mixing_report", "public", {"verdict": "well mixed"})
+    public = stand_in(monkeypatch, "mixing_report", "public", {"verdict": "well mixed"})
     render = rendered(monkeypatch, "mixing_report")
     assert main(["mixing", "a.ndf", "--batch-size", "8", "--plot", "p.png"]) == 0
     assert order == ["check_path", "mixing", "draw"]
@@ -155,6 +156,7 @@ def test_mixing_hands_its_options_checks_the_plot_first_and_draws_it_last(monkey
     assert mixing.calls[1][1]["bar"] is False
     assert len(check.calls) == len(draw.calls) == 1  # no plot, none checked or drawn
     assert json.loads(capsys.readouterr().out) == {"verdict": "well mixed", "plot": None}
+    assert public.calls == [(("the result",), {})]
     assert main(["mixing", "a.ndf", "--batch-size", "8", "--json", "--plot", "q.png"]) == 0
     assert json.loads(capsys.readouterr().out) == {"verdict": "well mixed", "plot": "q.png"}
 
@@ -176,7 +178,7 @@ def test_mixing_refuses_a_bad_plot_before_the_pass_over_the_data(monkeypatch, ca
 
 def test_bench_hands_its_options(monkeypatch, capsys):
     bench = stand_in(monkeypatch, "bench", "bench", {"runs": []})
-    rendered(monkeypatch, "bench")
+    render = rendered(monkeypatch, "bench")
     assert main(["bench", "a.ndf", "--batch-sizes", "2,4", "--labels", "y"]) == 0
     kwargs = {
         "batch_sizes": [2, 4],
@@ -190,6 +192,7 @@ def test_bench_hands_its_options(monkeypatch, capsys):
         "bar": True,
     }
     assert bench.calls == [(("a.ndf",), kwargs)]
+    assert render.calls == [(({"runs": []},), {})]
     assert capsys.readouterr() == ("bench rendered\n", "")
     assert main(["bench", "a.ndf", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"runs": []}
@@ -310,6 +313,7 @@ def failing(monkeypatch, error: BaseException) -> None:
         ),
         (OSError(5, "", "b.ndf"), "b.ndf: [Errno 5] : 'b.ndf'"),  # no strerror: its text
         (OSError("disk on fire"), "a.ndf: disk on fire"),  # no file named: the input
+        (OSError("no space left in buckets"), "no space left in buckets"),  # the bucket folder
         (ValueError("b.ndf: bad\n  header"), "b.ndf: bad header"),  # names the output: as it is
         (ValueError(), "a.ndf: ValueError"),  # no text: its type
         (TypeError("odd"), "a.ndf: TypeError: odd"),  # unexpected: its type too
