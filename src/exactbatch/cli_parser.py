@@ -311,7 +311,5 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
 def _switch(parser: argparse.ArgumentParser, name: str, help: str) -> None:
     """A ``--NAME``/``--no-NAME`` switch, on by default, whose help reads as written on
     every Python (3.10's ``BooleanOptionalAction`` appends "(default: True)" to it)."""
-    action = parser.add_argument(
-        name, action=argparse.BooleanOptionalAction, default=True, help=help
-    )
-    action.help = help
+    action = parser.add_argument(name, action=argparse.BooleanOptionalAction, default=True)
+    action.help = help  # set after: given to add_argument, 3.10 appends to it
