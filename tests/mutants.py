@@ -648,6 +648,9 @@ TARGETS = {
             "tests/tools/test_bench.py",
             "tests/tools/test_info.py",
             "tests/tools/test_cli.py",
+            "tests/tools/test_cli_help.py",  # every --help word for word: the help texts
+            "tests/tools/test_cli_parser.py",
+            "tests/tools/test_cli_commands.py",
             "tests/tools/test_info_url.py",
             "tests/tools/test_names_and_stats.py",
             "tests/loader/test_certify.py",

@@ -152,9 +152,17 @@ def _message(e: BaseException, args) -> str:
     # convert's src is a list (several CSV files): each is a path an error may name
     flat = [q for p in named for q in (p if isinstance(p, list) else [p])]
     paths = [str(p) for p in flat if p is not None]
-    if paths and not any(p in text for p in paths):
+    if paths and not any(_names(text, p) for p in paths):
         text = f"{paths[0]}: {text}"
     return " ".join(text.split())  # one line
+
+
+def _names(text: str, path: str) -> bool:
+    """Whether ``text`` names ``path`` as a word of its own, not inside another (a folder
+    ``d`` is not named by "no data"); a path around it (``/tmp/d/x.ndf``) names it."""
+    import re
+
+    return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w-])", text) is not None
 
 
 def main(argv=None) -> int:
@@ -172,8 +180,8 @@ def main(argv=None) -> int:
             parser = _parser()
             try:
                 args = parser.parse_args(argv)
-            except SystemExit as e:  # --help, --version, or a usage error (already printed)
-                return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            except SystemExit as e:  # --help, --version (0), or a usage error (2; printed)
+                return int(e.code or 0)  # argparse exits with an int status only
             if args.command is None:
                 parser.print_help(sys.stderr)
                 return 2

@@ -201,7 +201,13 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     s.add_argument(
         "src", help="an .ndf, a sharded dataset, a Parquet file or folder, or an .ndf/dataset URL"
     )
-    s.add_argument("--batch-size", type=cli_args.positive_int, required=True, metavar="B")
+    s.add_argument(
+        "--batch-size",
+        type=cli_args.positive_int,
+        required=True,
+        metavar="B",
+        help="rows per batch",
+    )
     s.add_argument(
         "--buffer-size",
         type=cli_args.positive_int,
@@ -214,11 +220,10 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         metavar="ROWS",
         help=".ndf: rows per chunk of the stream (default 65536); Parquet streams by row group",
     )
-    s.add_argument(
+    _switch(
+        s,
         "--shuffle-chunks",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="shuffle the chunk order each epoch, as the loader does (default: yes)",
+        "shuffle the chunk order each epoch, as the loader does (default: yes)",
     )
     s.add_argument("--seed", type=cli_args.seed, default=0, help="loader seed (default 0)")
     s.add_argument(
@@ -274,13 +279,8 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         metavar="B,B,..",
         help="batch sizes to time (default 64,1024,4096)",
     )
-    s.add_argument(
-        "--shuffle",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="shuffled epochs (default: yes)",
-    )
-    s.add_argument("--seed", type=cli_args.seed, default=0)
+    _switch(s, "--shuffle", "shuffled epochs (default: yes)")
+    s.add_argument("--seed", type=cli_args.seed, default=0, help="loader seed (default 0)")
     s.add_argument(
         "--buffer-size",
         type=cli_args.positive_int,
@@ -306,3 +306,10 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     s.add_argument("states", nargs="+", metavar="STATE", help="JSON files of states (state_dict())")
     s.set_defaults(run=commands["certify"])
     return p
+
+
+def _switch(parser: argparse.ArgumentParser, name: str, help: str) -> None:
+    """A ``--NAME``/``--no-NAME`` switch, on by default, whose help reads as written on
+    every Python (3.10's ``BooleanOptionalAction`` appends "(default: True)" to it)."""
+    action = parser.add_argument(name, action=argparse.BooleanOptionalAction, default=True)
+    action.help = help  # set after: given to add_argument, 3.10 appends to it
