@@ -775,6 +775,10 @@ def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
             f"{tmp_path / 'a.ndf'}: --names needs 4 distinct names (one per column written: "
             f"p, q, r, t); got {bad!r}"
         )
+    with pytest.raises(CliError) as e:  # a column it does not have: the .ndf named
+        _convert(tmp_path / "a.ndf", tmp_path / "d.parquet", features="s")
+    assert str(e.value).startswith(f"{tmp_path / 'a.ndf'}: ")
+    assert "'s'" in str(e.value)
     save_ndf(tmp_path / "w.ndf", np.zeros((3, 0)))
     with pytest.raises(CliError) as e:
         _convert(tmp_path / "w.ndf", tmp_path / "w.parquet")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import write_ndf_dataset
+from helpers import fifo, write_ndf_dataset
 
 from exactbatch import save_ndf
 from exactbatch.tools import convert_inputs
@@ -60,6 +60,42 @@ def test_a_npy_is_read_in_slabs_of_rows(tmp_path, monkeypatch, order, cols):
     assert all(b.dtype == np.float64 for b, _ in blocks)
     want = a if cols is None else a[:, [2, 0]]
     assert np.array_equal(rows_of(blocks), want)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_two_column_or_one_row_npy_and_one_columns_slabs(tmp_path, monkeypatch, order):
+    """The edges of the slabs: two columns in Fortran order (read from the map, not as
+    C rows), one row, and one column's slab of SLAB_BYTES // 8 rows."""
+    a = np.asarray(np.arange(10.0).reshape(5, 2) - 3, order=order)
+    np.save(tmp_path / "a.npy", a)
+    assert np.array_equal(rows_of(all_blocks(NpyInput(tmp_path / "a.npy", None, None))), a)
+    np.save(tmp_path / "one.npy", np.asarray([[4.0, -1.5, 2.0]], order=order))
+    blocks = all_blocks(NpyInput(tmp_path / "one.npy", None, None))
+    assert [adv for _, adv in blocks] == [1]
+    assert np.array_equal(rows_of(blocks), [[4.0, -1.5, 2.0]])
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)  # 2 rows of one value
+    np.save(tmp_path / "v.npy", np.arange(5, dtype=np.int32))
+    blocks = all_blocks(NpyInput(tmp_path / "v.npy", None, None))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
+    assert np.array_equal(rows_of(blocks)[:, 0], np.arange(5.0))
+
+
+def test_a_npy_that_is_no_file_or_a_column_out_of_range_is_named(tmp_path):
+    """A FIFO named .npy is refused without waiting on it, saying what was expected; a
+    position past the last column names the file."""
+    f = tmp_path / "f.npy"
+    with fifo(f), pytest.raises(CliError) as e:
+        NpyInput(f, None, None)
+    assert str(e.value) == (
+        f"{f}: cannot read as .npy ({f}: not a regular file: expected a .npy file, "
+        "found a FIFO (named pipe))"
+    )
+    np.save(tmp_path / "a.npy", np.ones((2, 3)))
+    with pytest.raises(CliError) as e:
+        NpyInput(tmp_path / "a.npy", "5", None)
+    assert str(e.value) == (
+        f"{tmp_path / 'a.npy'}: column 5 (--features) out of range: the data has 3 columns"
+    )
 
 
 def test_npy_columns_are_positions_labels_last(tmp_path):
@@ -166,6 +202,10 @@ def test_parquet_blocks_are_slabs_of_rows(tmp_path, monkeypatch):
     blocks = all_blocks(ParquetInput(tmp_path / "t.parquet", None, None))
     assert [(len(b), adv) for b, adv in blocks] == [(3, 3), (3, 3), (1, 1)]
     assert np.array_equal(rows_of(blocks), np.column_stack([np.arange(7.0), np.arange(7) * 2]))
+    pq.write_table(pa.table({"a": np.arange(5.0)}), tmp_path / "one.parquet")
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)  # 2 rows of one value
+    blocks = all_blocks(ParquetInput(tmp_path / "one.parquet", None, None))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
 
 
 def test_parquet_inputs_that_are_refused(tmp_path):
