@@ -731,6 +731,10 @@ def test_the_bar_names_the_input_or_how_many_files(tmp_path, capsys):
     _convert(tmp_path / "b.ndf", tmp_path / "b.parquet", bar=True)
     err = capsys.readouterr().err
     assert "convert b.ndf:" in err and "2.00/2.00" in err and "rows/s" in err
+    _convert(tmp_path / "a.csv", tmp_path / "c.ndf")  # bar=False: none drawn, each way
+    _convert([tmp_path / "a.csv", tmp_path / "b.csv"], tmp_path / "d.ndf")
+    _convert(tmp_path / "b.ndf", tmp_path / "c.parquet")
+    assert capsys.readouterr().err == ""
 
 
 # -- .ndf to Parquet: the columns chosen, named, and the labels recorded ----------------------
@@ -801,6 +805,25 @@ def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
     assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 7
     t = pq.read_table(tmp_path / "b.parquet")
     assert np.array_equal(t.column("x1").to_numpy(), np.arange(1.0, 14.0, 2))
+
+
+
+def test_row_groups_are_the_size_asked_whatever_the_read_slab(tmp_path, monkeypatch):
+    """Row groups larger than a read slab, and than Parquet's own default (2**20 rows):
+    each is still one group of the rows asked."""
+    from exactbatch.tools import convert_inputs
+
+    save_ndf(tmp_path / "a.ndf", np.arange(14.0).reshape(7, 2))
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 32)  # 2 rows of 2 values
+    _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", row_group_rows=5)
+    md = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert [md.row_group(k).num_rows for k in range(md.num_row_groups)] == [5, 2]
+    monkeypatch.undo()
+    n = (1 << 20) + 3
+    save_ndf(tmp_path / "big.ndf", np.zeros((n, 1)))
+    _convert(tmp_path / "big.ndf", tmp_path / "big.parquet", row_group_rows=n)
+    md = pq.ParquetFile(tmp_path / "big.parquet").metadata
+    assert (md.num_row_groups, md.row_group(0).num_rows) == (1, n)
 
 
 def _interrupted():
