@@ -226,6 +226,13 @@ def test_parquet_inputs_that_are_refused(tmp_path):
     assert ParquetInput(folder, "a", None).n == 2
     with pytest.raises(CliError, match=r"--categorical names column\(s\) \['b'\]"):
         ParquetInput(folder, "a", None, None, "b")
+    for feat, says in (
+        ("z", "no column 'z' (--features); columns are ['a', 'b']"),
+        ("7", "column 7 (--features) out of range: the data has 2 columns"),
+    ):
+        with pytest.raises(CliError) as e:  # read before the recorded labels are
+            ParquetInput(folder / "p0.parquet", feat, None)
+        assert str(e.value) == f"{folder / 'p0.parquet'}: {says}"
 
 
 def test_bad_hive_partitions_are_one_cli_error(tmp_path, monkeypatch):
