@@ -234,6 +234,26 @@ def test_parquet_inputs_that_are_refused(tmp_path):
             ParquetInput(folder / "p0.parquet", feat, None)
         assert str(e.value) == f"{folder / 'p0.parquet'}: {says}"
 
+    pq.write_table(pa.table({"a": [1.0], "b": [2.0], "s": ["x"]}), tmp_path / "s.parquet")
+    t = tmp_path / "s.parquet"
+    assert ParquetInput(t, None, None, "s").columns == ["a", "b"]  # --exclude
+    for args, says in (
+        (("a", "z"), "no column 'z' (--labels); columns are ['a', 'b', 's']"),
+        (
+            (None, None),
+            "non-numeric column(s) ['s (string)']; code them as integers with --categorical "
+            "s, leave them out with --exclude s, or choose columns with --features/--labels",
+        ),
+        (
+            ("a", None, None, "b"),
+            "--categorical names column(s) ['b'] that are not converted (columns converted: "
+            "['a']); name existing columns, not --exclude'd ones",
+        ),
+    ):
+        with pytest.raises(CliError) as e:
+            ParquetInput(t, *args)
+        assert str(e.value) == f"{t}: {says}"
+
 
 def test_bad_hive_partitions_are_one_cli_error(tmp_path, monkeypatch):
     from exactbatch.tools import convert_inputs as mod
