@@ -301,7 +301,15 @@ def test_an_ndf_input_names_its_columns_and_reads_slabs(tmp_path, monkeypatch):
     inp = NdfInput(tmp_path / "n.ndf")
     assert (inp.names, inp.columns) == (True, ["p", "q", "y0"])
     save_ndf(tmp_path / "l.ndf", (x, -x[:, :1]), labels=["t"])
-    assert NdfInput(tmp_path / "l.ndf").columns == ["x0", "x1", "t"]
+    assert (NdfInput(tmp_path / "l.ndf").names, NdfInput(tmp_path / "l.ndf").columns) == (
+        True,
+        ["x0", "x1", "t"],
+    )
+    save_ndf(tmp_path / "one.ndf", np.arange(5.0)[:, None])  # one column: 8 bytes a row
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)
+    blocks = all_blocks(NdfInput(tmp_path / "one.ndf"))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
+    assert np.array_equal(rows_of(blocks), np.arange(5.0)[:, None])
 
 
 def test_a_dataset_input_reads_its_parts_in_turn(tmp_path):
