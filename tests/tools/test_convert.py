@@ -807,7 +807,6 @@ def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
     assert np.array_equal(t.column("x1").to_numpy(), np.arange(1.0, 14.0, 2))
 
 
-
 def test_row_groups_are_the_size_asked_whatever_the_read_slab(tmp_path, monkeypatch):
     """Row groups larger than a read slab, and than Parquet's own default (2**20 rows):
     each is still one group of the rows asked."""

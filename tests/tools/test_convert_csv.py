@@ -185,6 +185,35 @@ def test_the_bar_counts_bytes_of_plain_files_and_rows_of_compressed_ones(tmp_pat
     assert [adv for _, adv in got] == [len(b) for b, _ in got] and sum(len(b) for b, _ in got) == 40
 
 
+@pytest.mark.parametrize(
+    ("ext", "codec"), [("gz", "gzip"), ("bz2", "bz2"), ("zst", "zstd"), ("lz4", "lz4")]
+)
+def test_every_compressed_kind_is_read_as_rows(tmp_path, ext, codec):
+    """Each compression pyarrow knows by its name (in capitals too) is decompressed, its bar
+    counting rows (its bytes say nothing of the text's)."""
+    path = str(tmp_path / f"a.CSV.{ext.upper()}")
+    with pa.CompressedOutputStream(path, codec) as f:
+        f.write(b"a,b\n1,2\n3,4\n")
+    inp = CsvInput(path, None, None, None, True)
+    assert (inp.compressed, inp.total, inp.unit) == (True, None, "rows")
+    assert [(b.tolist(), adv) for b, adv in blocks(inp)] == [([[1, 2], [3, 4]], 2)]
+
+
+def test_a_column_left_out_is_not_read(tmp_path, monkeypatch):
+    """Only the chosen columns are parsed: one left out may hold a value past the first
+    block that is no number of the type inferred there."""
+    from exactbatch.tools import convert_csv
+
+    monkeypatch.setattr(convert_csv, "_CSV_BLOCK_BYTES", 16)
+    (tmp_path / "a.csv").write_text("a,c\n" + "1,2\n" * 20 + "3,x\n")
+    for inp in (
+        CsvInput(str(tmp_path / "a.csv"), None, None, None, True, "c"),
+        CsvInput(str(tmp_path / "a.csv"), "a", None, None, True),
+    ):
+        x = np.concatenate([b for b, _ in blocks(inp)])
+        assert x[:, 0].tolist() == [1] * 20 + [3] and x.shape == (21, 1)
+
+
 def test_columns_are_read_as_numbers_bools_or_coded_strings(tmp_path):
     """A chosen numeric column is parsed as float64 (a value past the first block's type
     too), a boolean one as 0 and 1; a categorical column keeps its inferred type: strings
