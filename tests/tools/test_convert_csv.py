@@ -185,13 +185,14 @@ def test_the_bar_counts_bytes_of_plain_files_and_rows_of_compressed_ones(tmp_pat
     assert [adv for _, adv in got] == [len(b) for b, _ in got] and sum(len(b) for b, _ in got) == 40
 
 
+@pytest.mark.parametrize("case", [str.lower, str.upper], ids=["lower", "upper"])
 @pytest.mark.parametrize(
     ("ext", "codec"), [("gz", "gzip"), ("bz2", "bz2"), ("zst", "zstd"), ("lz4", "lz4")]
 )
-def test_every_compressed_kind_is_read_as_rows(tmp_path, ext, codec):
+def test_every_compressed_kind_is_read_as_rows(tmp_path, ext, codec, case):
     """Each compression pyarrow knows by its name (in capitals too) is decompressed, its bar
     counting rows (its bytes say nothing of the text's)."""
-    path = str(tmp_path / f"a.CSV.{ext.upper()}")
+    path = str(tmp_path / case(f"a.csv.{ext}"))
     with pa.CompressedOutputStream(path, codec) as f:
         f.write(b"a,b\n1,2\n3,4\n")
     inp = CsvInput(path, None, None, None, True)
@@ -246,10 +247,56 @@ def test_a_bad_file_among_several_is_named(tmp_path, monkeypatch):
     files = write(tmp_path, {"a.csv": "p\n1\n", "b.csv": "p\n" + "1\n" * 20 + "x\n"})
     with pytest.raises(ValueError) as e:
         blocks(CsvInput(files, None, None, None, True))
-    assert str(e.value).startswith(f"{files[1]}: ") and "\n" not in str(e.value)
+    said = " ".join(str(e.value.__cause__).split())  # the reader's error on one line
+    assert "x" in said and str(e.value) == f"{files[1]}: {said}"
     with pytest.raises(pa.ArrowInvalid) as e:
         blocks(CsvInput(files[1:], None, None, None, True))
     assert not str(e.value).startswith(files[1])
+
+
+def test_every_file_is_checked_against_the_first_and_refusals_name_it(tmp_path):
+    """The second file's columns too (without a header: positions, the same for all);
+    each refusal of a column names the first file, in full."""
+    files = write(tmp_path, {"a.csv": "a,b,s\n1,2,x\n", "b.csv": "a,c,s\n3,4,y\n"})
+    with pytest.raises(CliError) as e:
+        CsvInput(files, None, None, None, True, None, "s")
+    assert str(e.value) == (
+        f"{files[1]}: its columns ['a', 'c', 's'] differ from those of {files[0]} "
+        "['a', 'b', 's']; every file converted together must have the same columns, in the "
+        "same order"
+    )
+    inp = CsvInput(files, None, None, None, False, None, "f0,f1,f2")  # no header: positions
+    assert inp.columns == ["f0", "f1", "f2"]
+    for args, says in (
+        (("z", None), "no column 'z' (--features); columns are ['a', 'b', 's']"),
+        (
+            (None, None),
+            "non-numeric column(s) ['s (string)']; code them as integers with --categorical "
+            "s, leave them out with --exclude s, or choose columns with --features/--labels",
+        ),
+        (
+            ("a", None, None, "b"),
+            "--categorical names column(s) ['b'] that are not converted (columns converted: "
+            "['a']); name existing columns, not --exclude'd ones",
+        ),
+    ):
+        with pytest.raises(CliError) as e:
+            CsvInput(files[:1], args[0], args[1], None, True, *args[2:])
+        assert str(e.value) == f"{files[0]}: {says}"
+
+
+def test_a_value_outside_the_vocabulary_past_the_first_block_names_its_row(tmp_path, monkeypatch):
+    """Rows are counted through every block of the file (from 0 at each file's start)."""
+    from exactbatch.tools import convert_csv
+
+    monkeypatch.setattr(convert_csv, "_CSV_BLOCK_BYTES", 16)  # several blocks a file
+    text = "k,n\n" + "u,1\nv,2\n" * 10
+    files = write(tmp_path, {"a.csv": text, "b.csv": text})
+    inp = CsvInput(files, None, None, None, True, None, "k")
+    write(tmp_path, {"b.csv": "k,n\n" + "u,1\nv,2\n" * 6 + "w,3\n"})
+    with pytest.raises(ValueError) as e:
+        blocks(inp)
+    assert str(e.value).startswith(f"{files[1]}: column 'k' holds 'w' (row 12), which is not")
 
 
 def test_a_value_outside_the_vocabulary_is_named_by_its_row_in_its_file(tmp_path):
