@@ -151,7 +151,10 @@ def test_csv_schema_names_and_types_or_a_clear_refusal(tmp_path):
         csv_schema(tmp_path / "e.csv")
     assert str(e.value).startswith(f"{tmp_path / 'e.csv'}: cannot read as CSV (")
     assert "Empty CSV file" in str(e.value)
-    with fifo(tmp_path / "f.csv"), pytest.raises(NdfError, match="a CSV file"):
+    with (
+        fifo(tmp_path / "f.csv"),
+        pytest.raises(NdfError, match="expected a CSV file, found a FIFO"),
+    ):
         csv_schema(tmp_path / "f.csv")  # refused, never waited on
 
 

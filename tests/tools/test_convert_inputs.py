@@ -338,6 +338,8 @@ def test_blocks_reuse_one_buffer_grown_as_needed():
     assert to_block.buf.shape == (6, 2) and b.shape == (4, 2)  # twice what it had
     b = to_block([pa.array(np.arange(13.0)), pa.array(np.arange(13.0))])
     assert to_block.buf.shape == (13, 2) and b[:, 1].tolist() == list(range(13))
+    b = to_block([pa.array(np.ones(13)), pa.array(np.ones(13))])  # as many rows: reused
+    assert to_block.buf.shape == (13, 2) and np.shares_memory(b, to_block.buf)
     assert Blocks(0)([]).shape == (0, 0)  # no columns: no rows
 
 
