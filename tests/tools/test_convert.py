@@ -691,6 +691,34 @@ def test_names_go_beside_the_file_where_the_input_has_some(tmp_path):
         assert ds.manifest.features is None and ds.manifest.labels is None
 
 
+def test_any_arrow_error_of_a_read_is_one_line_and_an_ndf_needs_no_pyarrow(tmp_path, monkeypatch):
+    """An Arrow error of any kind from a CSV or Parquet read (a codec pyarrow was built
+    without: ArrowNotImplementedError) is a CliError; an .ndf cut into parts needs no
+    pyarrow (nor its errors)."""
+    from exactbatch.tools import convert_csv, convert_inputs
+    from exactbatch.tools.common import CliError
+
+    def no_codec(self):
+        raise pa.ArrowNotImplementedError("Support for codec 'lz4' not built")
+        yield
+
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    monkeypatch.setattr(convert_csv.CsvInput, "blocks", no_codec)
+    with pytest.raises(CliError) as e:
+        _convert(tmp_path / "a.csv", tmp_path / "a.ndf")
+    assert str(e.value) == (
+        f"{tmp_path / 'a.csv'}: Support for codec 'lz4' not built (after 0 rows; nothing "
+        f"written to {tmp_path / 'a.ndf'})"
+    )
+
+    def no_pyarrow():
+        raise CliError("pyarrow is not installed")
+
+    monkeypatch.setattr(convert_inputs, "arrow", no_pyarrow)
+    save_ndf(tmp_path / "x.ndf", np.arange(6.0).reshape(3, 2))
+    assert _convert(tmp_path / "x.ndf", tmp_path / "ds", part_rows=2)["rows"] == 3
+
+
 def test_a_failed_read_says_how_many_rows_were_written(tmp_path, monkeypatch):
     """A bad value mid-way: the input, the reader's message on one line, the rows written
     before it, and that nothing was written; no file left."""
