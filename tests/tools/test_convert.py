@@ -754,6 +754,7 @@ def test_the_bar_names_the_input_or_how_many_files(tmp_path, capsys):
     _convert(tmp_path / "a.csv", tmp_path / "a.ndf", bar=True)
     err = capsys.readouterr().err
     assert "convert a.csv:" in err and "B/s" in err  # a CSV's bar counts bytes
+    assert "8.00/8.00" in err  # of all it has
     _convert([tmp_path / "a.csv", tmp_path / "b.csv"], tmp_path / "b.ndf", bar=True)
     assert "convert 2 CSV files:" in capsys.readouterr().err
     _convert(tmp_path / "b.ndf", tmp_path / "b.parquet", bar=True)
