@@ -375,5 +375,16 @@ def test_only_numbers_pass_unless_categorical():
         refuse_non_numeric("p.csv", types, [])
 
 
+def test_no_pyarrow_is_a_cli_error_saying_what_to_install(monkeypatch):
+    import sys
+
+    from exactbatch.tools.convert_inputs import arrow
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
+    with pytest.raises(CliError) as e:
+        arrow()
+    assert str(e.value) == "reading Parquet and CSV needs pyarrow: pip install pyarrow"
+
+
 def test_read_errors_are_arrows_and_the_os():
     assert read_errors() == (pa.ArrowException, OSError, ValueError)
