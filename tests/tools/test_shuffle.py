@@ -632,6 +632,15 @@ def test_a_signal_noted_before_the_rename_leaves_no_output(tmp_path, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["in.ndf"]
 
 
+def test_the_bar_is_drawn_by_default(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    from exactbatch.tools.shuffle import shuffle_file
+
+    write_ids(tmp_path / "in.ndf", 5)
+    shuffle_file(tmp_path / "in.ndf", tmp_path / "o.ndf", seed=1, memory=1 << 20)
+    assert "shuffle in.ndf (in memory):" in capsys.readouterr().err
+
+
 def test_a_failed_scatter_is_the_error_raised(tmp_path, monkeypatch):
     """A read that fails in pass 1 (before any row is written) is what the shuffle raises;
     nothing is left, buckets or output."""
