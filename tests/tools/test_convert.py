@@ -691,6 +691,34 @@ def test_names_go_beside_the_file_where_the_input_has_some(tmp_path):
         assert ds.manifest.features is None and ds.manifest.labels is None
 
 
+def test_any_arrow_error_of_a_read_is_one_line_and_an_ndf_needs_no_pyarrow(tmp_path, monkeypatch):
+    """An Arrow error of any kind from a CSV or Parquet read (a codec pyarrow was built
+    without: ArrowNotImplementedError) is a CliError; an .ndf cut into parts needs no
+    pyarrow (nor its errors)."""
+    from exactbatch.tools import convert_csv, convert_inputs
+    from exactbatch.tools.common import CliError
+
+    def no_codec(self):
+        raise pa.ArrowNotImplementedError("Support for codec 'lz4' not built")
+        yield
+
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    monkeypatch.setattr(convert_csv.CsvInput, "blocks", no_codec)
+    with pytest.raises(CliError) as e:
+        _convert(tmp_path / "a.csv", tmp_path / "a.ndf")
+    assert str(e.value) == (
+        f"{tmp_path / 'a.csv'}: Support for codec 'lz4' not built (after 0 rows; nothing "
+        f"written to {tmp_path / 'a.ndf'})"
+    )
+
+    def no_pyarrow():
+        raise CliError("pyarrow is not installed")
+
+    monkeypatch.setattr(convert_inputs, "arrow", no_pyarrow)
+    save_ndf(tmp_path / "x.ndf", np.arange(6.0).reshape(3, 2))
+    assert _convert(tmp_path / "x.ndf", tmp_path / "ds", part_rows=2)["rows"] == 3
+
+
 def test_a_failed_read_says_how_many_rows_were_written(tmp_path, monkeypatch):
     """A bad value mid-way: the input, the reader's message on one line, the rows written
     before it, and that nothing was written; no file left."""
@@ -726,11 +754,16 @@ def test_the_bar_names_the_input_or_how_many_files(tmp_path, capsys):
     _convert(tmp_path / "a.csv", tmp_path / "a.ndf", bar=True)
     err = capsys.readouterr().err
     assert "convert a.csv:" in err and "B/s" in err  # a CSV's bar counts bytes
+    assert "8.00/8.00" in err  # of all it has
     _convert([tmp_path / "a.csv", tmp_path / "b.csv"], tmp_path / "b.ndf", bar=True)
     assert "convert 2 CSV files:" in capsys.readouterr().err
     _convert(tmp_path / "b.ndf", tmp_path / "b.parquet", bar=True)
     err = capsys.readouterr().err
     assert "convert b.ndf:" in err and "2.00/2.00" in err and "rows/s" in err
+    _convert(tmp_path / "a.csv", tmp_path / "c.ndf")  # bar=False: none drawn, each way
+    _convert([tmp_path / "a.csv", tmp_path / "b.csv"], tmp_path / "d.ndf")
+    _convert(tmp_path / "b.ndf", tmp_path / "c.parquet")
+    assert capsys.readouterr().err == ""
 
 
 # -- .ndf to Parquet: the columns chosen, named, and the labels recorded ----------------------
@@ -775,6 +808,10 @@ def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
             f"{tmp_path / 'a.ndf'}: --names needs 4 distinct names (one per column written: "
             f"p, q, r, t); got {bad!r}"
         )
+    with pytest.raises(CliError) as e:  # a column it does not have: the .ndf named
+        _convert(tmp_path / "a.ndf", tmp_path / "d.parquet", features="s")
+    assert str(e.value).startswith(f"{tmp_path / 'a.ndf'}: ")
+    assert "'s'" in str(e.value)
     save_ndf(tmp_path / "w.ndf", np.zeros((3, 0)))
     with pytest.raises(CliError) as e:
         _convert(tmp_path / "w.ndf", tmp_path / "w.parquet")
@@ -797,6 +834,24 @@ def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):
     assert pq.ParquetFile(tmp_path / "b.parquet").metadata.num_row_groups == 7
     t = pq.read_table(tmp_path / "b.parquet")
     assert np.array_equal(t.column("x1").to_numpy(), np.arange(1.0, 14.0, 2))
+
+
+def test_row_groups_are_the_size_asked_whatever_the_read_slab(tmp_path, monkeypatch):
+    """Row groups larger than a read slab, and than Parquet's own default (2**20 rows):
+    each is still one group of the rows asked."""
+    from exactbatch.tools import convert_inputs
+
+    save_ndf(tmp_path / "a.ndf", np.arange(14.0).reshape(7, 2))
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 32)  # 2 rows of 2 values
+    _convert(tmp_path / "a.ndf", tmp_path / "a.parquet", row_group_rows=5)
+    md = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert [md.row_group(k).num_rows for k in range(md.num_row_groups)] == [5, 2]
+    monkeypatch.undo()
+    n = (1 << 20) + 3
+    save_ndf(tmp_path / "big.ndf", np.zeros((n, 1)))
+    _convert(tmp_path / "big.ndf", tmp_path / "big.parquet", row_group_rows=n)
+    md = pq.ParquetFile(tmp_path / "big.parquet").metadata
+    assert (md.num_row_groups, md.row_group(0).num_rows) == (1, n)
 
 
 def _interrupted():

@@ -151,7 +151,10 @@ def test_csv_schema_names_and_types_or_a_clear_refusal(tmp_path):
         csv_schema(tmp_path / "e.csv")
     assert str(e.value).startswith(f"{tmp_path / 'e.csv'}: cannot read as CSV (")
     assert "Empty CSV file" in str(e.value)
-    with fifo(tmp_path / "f.csv"), pytest.raises(NdfError, match="a CSV file"):
+    with (
+        fifo(tmp_path / "f.csv"),
+        pytest.raises(NdfError, match="expected a CSV file, found a FIFO"),
+    ):
         csv_schema(tmp_path / "f.csv")  # refused, never waited on
 
 
@@ -183,6 +186,36 @@ def test_the_bar_counts_bytes_of_plain_files_and_rows_of_compressed_ones(tmp_pat
     assert (inp.compressed, inp.total, inp.unit) == (True, None, "rows")
     got = blocks(inp)
     assert [adv for _, adv in got] == [len(b) for b, _ in got] and sum(len(b) for b, _ in got) == 40
+
+
+@pytest.mark.parametrize("case", [str.lower, str.upper], ids=["lower", "upper"])
+@pytest.mark.parametrize(
+    ("ext", "codec"), [("gz", "gzip"), ("bz2", "bz2"), ("zst", "zstd"), ("lz4", "lz4")]
+)
+def test_every_compressed_kind_is_read_as_rows(tmp_path, ext, codec, case):
+    """Each compression pyarrow knows by its name (in capitals too) is decompressed, its bar
+    counting rows (its bytes say nothing of the text's)."""
+    path = str(tmp_path / case(f"a.csv.{ext}"))
+    with pa.CompressedOutputStream(path, codec) as f:
+        f.write(b"a,b\n1,2\n3,4\n")
+    inp = CsvInput(path, None, None, None, True)
+    assert (inp.compressed, inp.total, inp.unit) == (True, None, "rows")
+    assert [(b.tolist(), adv) for b, adv in blocks(inp)] == [([[1, 2], [3, 4]], 2)]
+
+
+def test_a_column_left_out_is_not_read(tmp_path, monkeypatch):
+    """Only the chosen columns are parsed: one left out may hold a value past the first
+    block that is no number of the type inferred there."""
+    from exactbatch.tools import convert_csv
+
+    monkeypatch.setattr(convert_csv, "_CSV_BLOCK_BYTES", 16)
+    (tmp_path / "a.csv").write_text("a,c\n" + "1,2\n" * 20 + "3,x\n")
+    for inp in (
+        CsvInput(str(tmp_path / "a.csv"), None, None, None, True, "c"),
+        CsvInput(str(tmp_path / "a.csv"), "a", None, None, True),
+    ):
+        x = np.concatenate([b for b, _ in blocks(inp)])
+        assert x[:, 0].tolist() == [1] * 20 + [3] and x.shape == (21, 1)
 
 
 def test_columns_are_read_as_numbers_bools_or_coded_strings(tmp_path):
@@ -217,10 +250,56 @@ def test_a_bad_file_among_several_is_named(tmp_path, monkeypatch):
     files = write(tmp_path, {"a.csv": "p\n1\n", "b.csv": "p\n" + "1\n" * 20 + "x\n"})
     with pytest.raises(ValueError) as e:
         blocks(CsvInput(files, None, None, None, True))
-    assert str(e.value).startswith(f"{files[1]}: ") and "\n" not in str(e.value)
+    said = " ".join(str(e.value.__cause__).split())  # the reader's error on one line
+    assert "x" in said and str(e.value) == f"{files[1]}: {said}"
     with pytest.raises(pa.ArrowInvalid) as e:
         blocks(CsvInput(files[1:], None, None, None, True))
     assert not str(e.value).startswith(files[1])
+
+
+def test_every_file_is_checked_against_the_first_and_refusals_name_it(tmp_path):
+    """The second file's columns too (without a header: positions, the same for all);
+    each refusal of a column names the first file, in full."""
+    files = write(tmp_path, {"a.csv": "a,b,s\n1,2,x\n", "b.csv": "a,c,s\n3,4,y\n"})
+    with pytest.raises(CliError) as e:
+        CsvInput(files, None, None, None, True, None, "s")
+    assert str(e.value) == (
+        f"{files[1]}: its columns ['a', 'c', 's'] differ from those of {files[0]} "
+        "['a', 'b', 's']; every file converted together must have the same columns, in the "
+        "same order"
+    )
+    inp = CsvInput(files, None, None, None, False, None, "f0,f1,f2")  # no header: positions
+    assert inp.columns == ["f0", "f1", "f2"]
+    for args, says in (
+        (("z", None), "no column 'z' (--features); columns are ['a', 'b', 's']"),
+        (
+            (None, None),
+            "non-numeric column(s) ['s (string)']; code them as integers with --categorical "
+            "s, leave them out with --exclude s, or choose columns with --features/--labels",
+        ),
+        (
+            ("a", None, None, "b"),
+            "--categorical names column(s) ['b'] that are not converted (columns converted: "
+            "['a']); name existing columns, not --exclude'd ones",
+        ),
+    ):
+        with pytest.raises(CliError) as e:
+            CsvInput(files[:1], args[0], args[1], None, True, *args[2:])
+        assert str(e.value) == f"{files[0]}: {says}"
+
+
+def test_a_value_outside_the_vocabulary_past_the_first_block_names_its_row(tmp_path, monkeypatch):
+    """Rows are counted through every block of the file (from 0 at each file's start)."""
+    from exactbatch.tools import convert_csv
+
+    monkeypatch.setattr(convert_csv, "_CSV_BLOCK_BYTES", 16)  # several blocks a file
+    text = "k,n\n" + "u,1\nv,2\n" * 10
+    files = write(tmp_path, {"a.csv": text, "b.csv": text})
+    inp = CsvInput(files, None, None, None, True, None, "k")
+    write(tmp_path, {"b.csv": "k,n\n" + "u,1\nv,2\n" * 6 + "w,3\n"})
+    with pytest.raises(ValueError) as e:
+        blocks(inp)
+    assert str(e.value).startswith(f"{files[1]}: column 'k' holds 'w' (row 12), which is not")
 
 
 def test_a_value_outside_the_vocabulary_is_named_by_its_row_in_its_file(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import write_ndf_dataset
+from helpers import fifo, write_ndf_dataset
 
 from exactbatch import save_ndf
 from exactbatch.tools import convert_inputs
@@ -60,6 +60,42 @@ def test_a_npy_is_read_in_slabs_of_rows(tmp_path, monkeypatch, order, cols):
     assert all(b.dtype == np.float64 for b, _ in blocks)
     want = a if cols is None else a[:, [2, 0]]
     assert np.array_equal(rows_of(blocks), want)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_two_column_or_one_row_npy_and_one_columns_slabs(tmp_path, monkeypatch, order):
+    """The edges of the slabs: two columns in Fortran order (read from the map, not as
+    C rows), one row, and one column's slab of SLAB_BYTES // 8 rows."""
+    a = np.asarray(np.arange(10.0).reshape(5, 2) - 3, order=order)
+    np.save(tmp_path / "a.npy", a)
+    assert np.array_equal(rows_of(all_blocks(NpyInput(tmp_path / "a.npy", None, None))), a)
+    np.save(tmp_path / "one.npy", np.asarray([[4.0, -1.5, 2.0]], order=order))
+    blocks = all_blocks(NpyInput(tmp_path / "one.npy", None, None))
+    assert [adv for _, adv in blocks] == [1]
+    assert np.array_equal(rows_of(blocks), [[4.0, -1.5, 2.0]])
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)  # 2 rows of one value
+    np.save(tmp_path / "v.npy", np.arange(5, dtype=np.int32))
+    blocks = all_blocks(NpyInput(tmp_path / "v.npy", None, None))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
+    assert np.array_equal(rows_of(blocks)[:, 0], np.arange(5.0))
+
+
+def test_a_npy_that_is_no_file_or_a_column_out_of_range_is_named(tmp_path):
+    """A FIFO named .npy is refused without waiting on it, saying what was expected; a
+    position past the last column names the file."""
+    f = tmp_path / "f.npy"
+    with fifo(f), pytest.raises(CliError) as e:
+        NpyInput(f, None, None)
+    assert str(e.value) == (
+        f"{f}: cannot read as .npy ({f}: not a regular file: expected a .npy file, "
+        "found a FIFO (named pipe))"
+    )
+    np.save(tmp_path / "a.npy", np.ones((2, 3)))
+    with pytest.raises(CliError) as e:
+        NpyInput(tmp_path / "a.npy", "5", None)
+    assert str(e.value) == (
+        f"{tmp_path / 'a.npy'}: column 5 (--features) out of range: the data has 3 columns"
+    )
 
 
 def test_npy_columns_are_positions_labels_last(tmp_path):
@@ -166,6 +202,10 @@ def test_parquet_blocks_are_slabs_of_rows(tmp_path, monkeypatch):
     blocks = all_blocks(ParquetInput(tmp_path / "t.parquet", None, None))
     assert [(len(b), adv) for b, adv in blocks] == [(3, 3), (3, 3), (1, 1)]
     assert np.array_equal(rows_of(blocks), np.column_stack([np.arange(7.0), np.arange(7) * 2]))
+    pq.write_table(pa.table({"a": np.arange(5.0)}), tmp_path / "one.parquet")
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)  # 2 rows of one value
+    blocks = all_blocks(ParquetInput(tmp_path / "one.parquet", None, None))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
 
 
 def test_parquet_inputs_that_are_refused(tmp_path):
@@ -186,6 +226,33 @@ def test_parquet_inputs_that_are_refused(tmp_path):
     assert ParquetInput(folder, "a", None).n == 2
     with pytest.raises(CliError, match=r"--categorical names column\(s\) \['b'\]"):
         ParquetInput(folder, "a", None, None, "b")
+    for feat, says in (
+        ("z", "no column 'z' (--features); columns are ['a', 'b']"),
+        ("7", "column 7 (--features) out of range: the data has 2 columns"),
+    ):
+        with pytest.raises(CliError) as e:  # read before the recorded labels are
+            ParquetInput(folder / "p0.parquet", feat, None)
+        assert str(e.value) == f"{folder / 'p0.parquet'}: {says}"
+
+    pq.write_table(pa.table({"a": [1.0], "b": [2.0], "s": ["x"]}), tmp_path / "s.parquet")
+    t = tmp_path / "s.parquet"
+    assert ParquetInput(t, None, None, "s").columns == ["a", "b"]  # --exclude
+    for args, says in (
+        (("a", "z"), "no column 'z' (--labels); columns are ['a', 'b', 's']"),
+        (
+            (None, None),
+            "non-numeric column(s) ['s (string)']; code them as integers with --categorical "
+            "s, leave them out with --exclude s, or choose columns with --features/--labels",
+        ),
+        (
+            ("a", None, None, "b"),
+            "--categorical names column(s) ['b'] that are not converted (columns converted: "
+            "['a']); name existing columns, not --exclude'd ones",
+        ),
+    ):
+        with pytest.raises(CliError) as e:
+            ParquetInput(t, *args)
+        assert str(e.value) == f"{t}: {says}"
 
 
 def test_bad_hive_partitions_are_one_cli_error(tmp_path, monkeypatch):
@@ -234,7 +301,15 @@ def test_an_ndf_input_names_its_columns_and_reads_slabs(tmp_path, monkeypatch):
     inp = NdfInput(tmp_path / "n.ndf")
     assert (inp.names, inp.columns) == (True, ["p", "q", "y0"])
     save_ndf(tmp_path / "l.ndf", (x, -x[:, :1]), labels=["t"])
-    assert NdfInput(tmp_path / "l.ndf").columns == ["x0", "x1", "t"]
+    assert (NdfInput(tmp_path / "l.ndf").names, NdfInput(tmp_path / "l.ndf").columns) == (
+        True,
+        ["x0", "x1", "t"],
+    )
+    save_ndf(tmp_path / "one.ndf", np.arange(5.0)[:, None])  # one column: 8 bytes a row
+    monkeypatch.setattr(convert_inputs, "SLAB_BYTES", 16)
+    blocks = all_blocks(NdfInput(tmp_path / "one.ndf"))
+    assert [(len(b), adv) for b, adv in blocks] == [(2, 2), (2, 2), (1, 1)]
+    assert np.array_equal(rows_of(blocks), np.arange(5.0)[:, None])
 
 
 def test_a_dataset_input_reads_its_parts_in_turn(tmp_path):
@@ -263,6 +338,8 @@ def test_blocks_reuse_one_buffer_grown_as_needed():
     assert to_block.buf.shape == (6, 2) and b.shape == (4, 2)  # twice what it had
     b = to_block([pa.array(np.arange(13.0)), pa.array(np.arange(13.0))])
     assert to_block.buf.shape == (13, 2) and b[:, 1].tolist() == list(range(13))
+    b = to_block([pa.array(np.ones(13)), pa.array(np.ones(13))])  # as many rows: reused
+    assert to_block.buf.shape == (13, 2) and np.shares_memory(b, to_block.buf)
     assert Blocks(0)([]).shape == (0, 0)  # no columns: no rows
 
 
@@ -296,6 +373,17 @@ def test_only_numbers_pass_unless_categorical():
     )
     with pytest.raises(CliError, match=r"\['s \(string\)', 't \(timestamp\[s\]\)'\]; .* s,t,"):
         refuse_non_numeric("p.csv", types, [])
+
+
+def test_no_pyarrow_is_a_cli_error_saying_what_to_install(monkeypatch):
+    import sys
+
+    from exactbatch.tools.convert_inputs import arrow
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
+    with pytest.raises(CliError) as e:
+        arrow()
+    assert str(e.value) == "reading Parquet and CSV needs pyarrow: pip install pyarrow"
 
 
 def test_read_errors_are_arrows_and_the_os():

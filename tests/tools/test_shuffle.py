@@ -632,6 +632,30 @@ def test_a_signal_noted_before_the_rename_leaves_no_output(tmp_path, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["in.ndf"]
 
 
+def test_the_bar_is_drawn_by_default(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    from exactbatch.tools.shuffle import shuffle_file
+
+    write_ids(tmp_path / "in.ndf", 5)
+    shuffle_file(tmp_path / "in.ndf", tmp_path / "o.ndf", seed=1, memory=1 << 20)
+    assert "shuffle in.ndf (in memory):" in capsys.readouterr().err
+
+
+def test_a_failed_scatter_is_the_error_raised(tmp_path, monkeypatch):
+    """A read that fails in pass 1 (before any row is written) is what the shuffle raises;
+    nothing is left, buckets or output."""
+    from exactbatch.tools import shuffle as mod
+
+    def failed(*a, **kw):
+        raise OSError(5, "the disk failed")
+
+    write_ids(tmp_path / "in.ndf", 50)
+    monkeypatch.setattr(mod, "_scatter", failed)
+    with pytest.raises(OSError, match="the disk failed"):
+        _shuffle(tmp_path / "in.ndf", tmp_path / "o.ndf", memory=256)
+    assert sorted(os.listdir(tmp_path)) == ["in.ndf"]
+
+
 def test_an_existing_output_needs_force_and_a_url_is_refused(tmp_path):
     from exactbatch.tools.common import CliError
 

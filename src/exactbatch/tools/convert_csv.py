@@ -34,9 +34,20 @@ _CSV_NAMES = (".csv", ".tsv", ".tab")
 _GLOB = set("*?[")
 
 
+# A compressed CSV's codec, by its name's last extension in any case: pyarrow's own
+# detection knows only lower case, and read "a.CSV.GZ" as plain text (an empty CSV).
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+
+
+def _codec(path: str) -> str | None:
+    """The compression of the CSV at ``path`` by its name (None: plain text)."""
+    low = path.lower()
+    return next((c for ext, c in _CODECS.items() if low.endswith(ext)), None)
+
+
 def _is_csv_name(name: str) -> bool:
     low = name.lower()
-    for ext in (".gz", ".bz2", ".zst", ".lz4"):
+    for ext in _CODECS:
         if low.endswith(ext):
             low = low[: -len(ext)]
     return low.endswith(_CSV_NAMES)
@@ -98,12 +109,19 @@ def csv_schema(path, delimiter: str | None = None, header: bool = True):
 
     check_regular(path, "a CSV file")  # pyarrow would wait on a FIFO
     delimiter = csv_delimiter(path, delimiter)
+    codec = _codec(os.fspath(path))
+    stream = None if codec is None else pa.input_stream(for_arrow(path), codec)
     try:
-        reader = pcsv.open_csv(for_arrow(path), **_csv_options(delimiter, header))
+        reader = pcsv.open_csv(
+            for_arrow(path) if stream is None else stream, **_csv_options(delimiter, header)
+        )
+        schema = reader.schema
+        reader.close()
     except pa.ArrowException as e:
         raise CliError(f"{path}: cannot read as CSV ({e})") from e
-    schema = reader.schema
-    reader.close()
+    finally:
+        if stream is not None:
+            stream.close()
     return schema
 
 
@@ -157,9 +175,7 @@ class CsvInput:
         }
         self.d, self.l, self.n = len(feat), len(lab), None
         self.names = True
-        self.compressed = any(
-            p.lower().endswith((".gz", ".bz2", ".zst", ".lz4")) for p in self.paths
-        )
+        self.compressed = any(_codec(p) is not None for p in self.paths)
         self.total = None if self.compressed else sum(os.path.getsize(p) for p in self.paths)
         self.unit = "rows" if self.compressed else "B"
         self.vocab = {}
@@ -191,9 +207,10 @@ class CsvInput:
                 column_types=types,
                 include_columns=columns,
             )
-            compressed = path.lower().endswith((".gz", ".bz2", ".zst", ".lz4"))
+            codec = _codec(path)
+            compressed = codec is not None
             local = for_arrow(path)
-            source = local if compressed else pa.OSFile(local)
+            source = pa.input_stream(local, codec) if compressed else pa.OSFile(local)
             try:
                 reader = pcsv.open_csv(source, **opts)
                 try:
@@ -206,8 +223,7 @@ class CsvInput:
                     raise
                 raise ValueError(f"{path}: {' '.join(str(e).split())}") from e
             finally:
-                if not compressed:
-                    source.close()
+                source.close()
 
     def blocks(self):
         to_block = Blocks(len(self.columns))
