@@ -203,9 +203,15 @@ def _run(args) -> int:
         return args.run(args)
     except BrokenPipeError:  # e.g. `exactbatch info x | head -1`: stop quietly
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return 141
+        try:  # stdout's descriptor now writes to /dev/null; the one opened is let go of
+            os.dup2(null, sys.stdout.fileno())
         except (OSError, ValueError):
             pass
+        finally:
+            os.close(null)
         return 141
     except Exception as e:
         if args.debug:

@@ -280,6 +280,7 @@ def test_a_closed_pipe_ends_quietly_with_141(monkeypatch, capsys):
     read, write = os.pipe()
     os.close(read)
     out = os.fdopen(write, "w")
+    before = set(os.listdir("/proc/self/fd"))
     try:
         monkeypatch.setattr(sys, "stdout", out)
 
@@ -290,6 +291,9 @@ def test_a_closed_pipe_ends_quietly_with_141(monkeypatch, capsys):
         assert main(["info", "x.ndf"]) == 141
         assert os.path.samestat(os.fstat(write), os.stat(os.devnull))
         assert capsys.readouterr().err == ""
+        opened = set(os.listdir("/proc/self/fd")) - before
+        links = [os.readlink(f"/proc/self/fd/{fd}") for fd in opened if fd != str(write)]
+        assert os.devnull not in links  # the descriptor opened on /dev/null let go of
     finally:
         out.close()
 

@@ -462,6 +462,15 @@ def test_a_file_shuffled_into_parts(tmp_path):
     assert ids_in(str(tmp_path / "ds")) == ids_in(str(tmp_path / "one.ndf"))
 
 
+def test_a_file_shuffled_into_parts_of_one_row(tmp_path):
+    """part_rows=1, the least: a part a row, in the file's shuffled order."""
+    write_ids(tmp_path / "in.ndf", 5)
+    _shuffle(tmp_path / "in.ndf", tmp_path / "one.ndf", seed=2)
+    out = _shuffle(tmp_path / "in.ndf", tmp_path / "ds", seed=2, part_rows=1)
+    assert (out["parts"], out["part_rows"]) == (5, 1)
+    assert ids_in(str(tmp_path / "ds")) == ids_in(str(tmp_path / "one.ndf"))
+
+
 def test_an_empty_dataset_is_shuffled_into_one_row_parts(tmp_path):
     """A dataset with no rows: the parts' size defaults to one row (its largest part has
     none), and its report says so."""

@@ -213,9 +213,7 @@ def chunk_source_pass(
             if opened is not None:
                 fed.add_range(firsts[i] + lo, firsts[i] + hi)
                 narrows = getattr(chunk, "narrows", False) is True  # (a float32 buffer's)
-                yield ChunkRead(
-                    chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, True, narrows
-                )
+                yield ChunkRead(chunk.read_rows_into, firsts[i] + lo, hi - lo, d, l, True, narrows)
                 del chunk  # before the next is taken: depth + 1 chunks at most
                 continue
             x, y = widths.normalize(chunk, pos)
