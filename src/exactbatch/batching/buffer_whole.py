@@ -80,7 +80,10 @@ def shuffle_whole(
             while pos < rows:
                 if drawn is None:  # a fill starts: the rows it will have, as far as known
                     due = size if size_hint is None else min(size, fill + size_hint - read)
-                    if due >= DRAW_AHEAD_ROWS:
+                    # only for rows the buffer holds room for already: it grows as rows
+                    # come, and a permutation drawn for a size no row has shown yet (a
+                    # buffer_size past the data's) would be the allocation it avoids
+                    if DRAW_AHEAD_ROWS <= due <= len(bw):
                         drawn = Drawn(rng, due)
                 if fill == len(bw):  # grow toward `size` only as rows arrive
                     new = min(size, 2 * len(bw))
