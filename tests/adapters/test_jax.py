@@ -151,6 +151,7 @@ def test_close_and_load_state_dict():
     and resumes the loader."""
     loader = loader_of(200, 10)
     jl = as_jax(loader, prefetch=3)
+    jl.load_state_dict(loader.state_dict())  # no epoch in progress: the loader's alone
     want = [ids(xb) for xb, _ in loader_of(200, 10)]
     it = iter(jl)
     assert [ids(np.asarray(next(it)[0])) for _ in range(2)] == want[:2]
@@ -164,6 +165,8 @@ def test_close_and_load_state_dict():
     next(it)
     jl.load_state_dict(loader_of(200, 10).state_dict())
     assert loader.state_dict()["batches_done"] == 0
+    with pytest.raises(StopIteration):  # dropped: closed
+        next(it)
     del it
     assert ids(np.asarray(next(iter(jl))[0])) == want[0]
 
