@@ -442,3 +442,30 @@ def test_bfloat16_is_a_floating_dtype_cast_on_the_host():
         np.testing.assert_array_equal(
             np.concatenate([np.asarray(b[0], np.float64) for b in got]), x
         )
+
+
+def test_partial_rows_and_row_pieces_on_their_own():
+    """What the sharding checks read (their multi-device runs are a child process's, where
+    no mutant reaches): the last batch's rows, and the pieces a sharding cuts rows into."""
+    from types import SimpleNamespace
+
+    from exactbatch.adapters.jax import _partial_rows, _row_pieces
+
+    assert _partial_rows(DataLoader(make_data(10), 4)) == 2
+    assert _partial_rows(DataLoader(make_data(12), 4)) == 0
+    assert _partial_rows(DataLoader(make_data(10), 4, drop_last=True)) == 0
+    assert _partial_rows(DataLoader(make_data(10), 4, even_batches="pad")) == 0
+    assert _partial_rows(SimpleNamespace(n=None, batch_size=4)) == 0  # a size not known
+    assert _partial_rows(SimpleNamespace(n=7, batch_size=4)) == 3  # nothing else said
+
+    def sharding(m, rows):
+        def shard_shape(shape):
+            if rows is None:
+                raise ValueError("not rows only")
+            return (rows, 1)
+
+        return SimpleNamespace(device_set=set(range(m)), shard_shape=shard_shape)
+
+    assert _row_pieces(sharding(4, 1)) == 4 and _row_pieces(sharding(4, 2)) == 2
+    assert _row_pieces(sharding(8, 8)) == 1 and type(_row_pieces(sharding(4, 2))) is int
+    assert _row_pieces(sharding(4, None)) == 4

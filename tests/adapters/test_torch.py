@@ -179,6 +179,15 @@ def test_bad_arguments():
             as_torch(data)
 
 
+def test_the_defaults_neither_pin_nor_move_nor_warn():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (pin_memory=True would warn without CUDA)
+        tl = as_torch(loader_of())
+    assert tl.pin_memory is False and tl.device is None and tl._pool is None
+
+
 def test_reprs_name_the_loader_and_the_settings():
     loader = loader_of()
     tl = as_torch(loader, dtype=torch.float32, device="cpu")
