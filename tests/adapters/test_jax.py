@@ -151,6 +151,7 @@ def test_close_and_load_state_dict():
     and resumes the loader."""
     loader = loader_of(200, 10)
     jl = as_jax(loader, prefetch=3)
+    jl.load_state_dict(loader.state_dict())  # no epoch in progress: the loader's alone
     want = [ids(xb) for xb, _ in loader_of(200, 10)]
     it = iter(jl)
     assert [ids(np.asarray(next(it)[0])) for _ in range(2)] == want[:2]
@@ -164,6 +165,8 @@ def test_close_and_load_state_dict():
     next(it)
     jl.load_state_dict(loader_of(200, 10).state_dict())
     assert loader.state_dict()["batches_done"] == 0
+    with pytest.raises(StopIteration):  # dropped: closed
+        next(it)
     del it
     assert ids(np.asarray(next(iter(jl))[0])) == want[0]
 
@@ -439,3 +442,30 @@ def test_bfloat16_is_a_floating_dtype_cast_on_the_host():
         np.testing.assert_array_equal(
             np.concatenate([np.asarray(b[0], np.float64) for b in got]), x
         )
+
+
+def test_partial_rows_and_row_pieces_on_their_own():
+    """What the sharding checks read (their multi-device runs are a child process's, where
+    no mutant reaches): the last batch's rows, and the pieces a sharding cuts rows into."""
+    from types import SimpleNamespace
+
+    from exactbatch.adapters.jax import _partial_rows, _row_pieces
+
+    assert _partial_rows(DataLoader(make_data(10), 4)) == 2
+    assert _partial_rows(DataLoader(make_data(12), 4)) == 0
+    assert _partial_rows(DataLoader(make_data(10), 4, drop_last=True)) == 0
+    assert _partial_rows(DataLoader(make_data(10), 4, even_batches="pad")) == 0
+    assert _partial_rows(SimpleNamespace(n=None, batch_size=4)) == 0  # a size not known
+    assert _partial_rows(SimpleNamespace(n=7, batch_size=4)) == 3  # nothing else said
+
+    def sharding(m, rows):
+        def shard_shape(shape):
+            if rows is None:
+                raise ValueError("not rows only")
+            return (rows, 1)
+
+        return SimpleNamespace(device_set=set(range(m)), shard_shape=shard_shape)
+
+    assert _row_pieces(sharding(4, 1)) == 4 and _row_pieces(sharding(4, 2)) == 2
+    assert _row_pieces(sharding(8, 8)) == 1 and type(_row_pieces(sharding(4, 2))) is int
+    assert _row_pieces(sharding(4, None)) == 4

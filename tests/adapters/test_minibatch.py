@@ -39,6 +39,19 @@ def test_exact_batches_let_through_full_batches_only():
     check_exact_batches(stream, "fit")  # unknown size, but drop_last
 
 
+def test_a_loader_like_object_without_the_newer_settings_passes():
+    """Checked by what it has: one without ``even_batches`` or ``elastic`` is neither."""
+    from types import SimpleNamespace
+
+    class Plain(SimpleNamespace):
+        def __len__(self):
+            return 3
+
+    plain = Plain(batch_size=4, n=12, drop_last=False, num_shards=1, total_size=12)
+    check_exact_batches(plain, "fit")
+    check_one_process(plain, "fit")
+
+
 def test_a_padded_loader_is_refused_in_full():
     loader = DataLoader(pair(12), 4, even_batches="pad")
     assert _message(check_exact_batches, loader, "pm.fit") == (

@@ -179,6 +179,82 @@ def test_bad_arguments():
             as_torch(data)
 
 
+def test_the_defaults_neither_pin_nor_move_nor_warn():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (pin_memory=True would warn without CUDA)
+        tl = as_torch(loader_of())
+    assert tl.pin_memory is False and tl.device is None and tl._pool is None
+
+
+def test_reprs_name_the_loader_and_the_settings():
+    loader = loader_of()
+    tl = as_torch(loader, dtype=torch.float32, device="cpu")
+    assert repr(tl) == (
+        f"TorchLoader({loader!r}, dtype=torch.float32, device=cpu, pin_memory=False)"
+    )
+    assert repr(tl.dataset()) == f"TorchIterable({tl!r})"
+
+
+def test_the_dataset_class_is_the_modules_and_pickles_by_name():
+    """TorchIterable is made on first access, as exactbatch.adapters.torch's own."""
+    import pickle
+
+    import exactbatch.adapters.torch as module
+
+    assert module.TorchIterable is TorchIterable
+    assert (TorchIterable.__module__, TorchIterable.__qualname__) == (
+        "exactbatch.adapters.torch",
+        "TorchIterable",
+    )
+    assert pickle.loads(pickle.dumps(TorchIterable)) is TorchIterable
+    with pytest.raises(AttributeError, match=r"^module 'exactbatch.adapters.torch' has no "
+                       r"attribute 'Nothing'$"):  # fmt: skip
+        module.Nothing  # noqa: B018
+
+
+def test_the_dataset_class_made_anew_is_the_same_class():
+    """TorchIterable is made once, on first access, and kept: made anew (as in a process
+    where nothing asked for it yet) it is the same class, made once again."""
+    import exactbatch.adapters.torch as module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "_TORCH_ITERABLE", None)
+        cls = module._iterable_class()
+        assert cls is not TorchIterable and module._iterable_class() is cls
+        assert module.TorchIterable is cls and issubclass(cls, torch.utils.data.IterableDataset)
+        assert (cls.__module__, cls.__qualname__) == ("exactbatch.adapters.torch", "TorchIterable")
+        loader = loader_of()
+        ds = cls(loader)
+        assert isinstance(ds.source, TorchLoader) and ds.source.loader is loader
+        assert len(ds) == 4 and repr(ds) == f"TorchIterable({ds.source!r})"
+        tl = as_torch(loader_of(), dtype=torch.float32)
+        assert cls(tl).source is tl
+        got = [xb for xb, _ in cls(loader_of())]
+        want = [torch.from_numpy(rx) for rx, _ in loader_of()]
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        dl = torch.utils.data.DataLoader(cls(loader_of()), batch_size=None, num_workers=1)
+        with pytest.raises(RuntimeError) as info:
+            list(dl)
+        assert (
+            "an exactbatch TorchIterable was iterated in a DataLoader worker process: every "
+            "worker would hand out every batch. Use torch.utils.data.DataLoader(ds, "
+            "batch_size=None, num_workers=0); the exactbatch loader shards and reads by itself"
+        ) in str(info.value)
+
+
+def test_row_ids_and_masks_move_to_the_device():
+    """device= moves the row ids and the pad mask too (to "meta": no accelerator needed)."""
+    x = np.zeros((20, 3))
+    with_rows = list(as_torch(DataLoader(x, 8, with_rows=True), device="meta"))
+    assert [len(b) for b in with_rows] == [3] * 3 and all(t.is_meta for b in with_rows for t in b)
+    padded = DataLoader(x, 8, even_batches="pad", num_shards=3, shard_index=2)
+    batches = list(as_torch(padded, device="meta"))
+    assert batches and all(len(b) == 3 and b[2].shape == (8,) for b in batches)
+    assert all(t.is_meta for b in batches for t in b)
+
+
 def test_a_linear_model_trains():
     """nn.Linear fitted by SGD through as_torch on y = x @ w + 0.5 + noise (sd 0.1): the
     mean squared error over an epoch falls from above 0.5 in the first (it starts near 5.5,

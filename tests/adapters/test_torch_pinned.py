@@ -5,6 +5,8 @@ held, a device copy's event awaited, release)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,22 @@ def test_a_buffer_whose_device_copy_is_not_done_waits_for_its_event():
     assert a.event is None
 
 
+def test_without_torchs_use_count_a_buffer_is_never_reused():
+    """A torch without ``_C._storage_Use_Count``: no buffer can be known free, so each
+    take is a new buffer, even where nothing holds the last one (so never one a batch the
+    caller keeps is made of); one given back unused is free at once."""
+    alloc = Allocator()
+    pool = PinnedPool(alloc, use_counter(object()))  # (no _C at all)
+    a = pool.take(64)
+    held = a.base[:8]  # a batch of it, kept
+    b = pool.take(64)
+    del held
+    c = pool.take(64)  # nothing holds a or b now, but the pool cannot know it
+    assert len({id(a), id(b), id(c)}) == 3 and alloc.made == [64, 64, 64]
+    pool.give_back(c)
+    assert pool.take(64) is c and pool.sizes() == (3, 0)
+
+
 def loader(**kw):
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(53, 3)), rng.normal(size=(53, 2))
@@ -132,6 +150,65 @@ def test_pinned_batches_of_class_labels_and_of_a_stream():
     )
     got = [xb for xb, _ in tl]
     assert sorted(torch.cat(got)[:, 0].tolist()) == sorted(x[:, 0].tolist())
+
+
+def test_pinned_batches_moved_to_a_device():
+    """device= with the pool: each batch's views moved (to "meta", which needs no
+    accelerator: only the shapes and dtypes remain), the loader's shapes, row ids too."""
+    tl = TorchLoader(loader(with_rows=True), pin_memory=True, allocator=Allocator(), device="meta")
+    assert tl._pool is not None
+    got, want = list(tl), list(loader(with_rows=True))
+    assert [[(tuple(t.shape), t.dtype) for t in b] for b in got] == [
+        [(a.shape, getattr(torch, a.dtype.name)) for a in w] for w in want
+    ]
+    assert all(t.is_meta for b in got for t in b)
+
+
+def test_pinned_parts_do_not_overlap_whatever_their_size():
+    """13 rows of 5 float64 features: 520 bytes, not a multiple of 64; the labels start
+    at the next 64-byte boundary, past the features' end."""
+    rng = np.random.default_rng(1)
+    data = (rng.normal(size=(40, 5)), rng.normal(size=(40, 2)))
+    tl = TorchLoader(DataLoader(data, 13, seed=2), pin_memory=True, allocator=Allocator())
+    for got, want in zip(tl, DataLoader(data, 13, seed=2), strict=True):
+        assert all(np.array_equal(t.numpy(), a) for t, a in zip(got, want, strict=True))
+        assert all(t.data_ptr() % 64 == 0 for t in got)
+
+
+def test_pinned_streams_of_one_short_batch_and_of_none():
+    """A stream not read yet (its widths unknown): its first batch, shorter than
+    batch_size, is copied into a buffer; a stream with no rows gives no batch."""
+    x, y = np.arange(10.0).reshape(5, 2), np.ones((5, 1))
+    short = DataLoader(lambda: iter([(x, y)]), 8, total_size=5)
+    (xb, yb), *rest = TorchLoader(short, pin_memory=True, allocator=Allocator())
+    assert not rest and np.array_equal(np.sort(xb.numpy(), axis=0), x) and yb.shape == (5, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        empty = DataLoader(lambda: iter([]), 8, total_size=None)
+    assert list(TorchLoader(empty, pin_memory=True, allocator=Allocator())) == []
+
+
+class FailingReads:
+    """A loader whose reads fail (the attributes TorchLoader reads, no more)."""
+
+    batch_size, d, l, with_rows = 4, 3, 2, False  # noqa: E741
+    dtype = label_dtype = np.dtype(np.float64)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return 1
+
+    def next_into(self, *out):
+        raise OSError("the read failed")
+
+
+def test_a_failed_read_gives_its_buffer_back_and_its_error_through():
+    tl = TorchLoader(FailingReads(), pin_memory=True, allocator=Allocator())
+    with pytest.raises(OSError, match="the read failed"):
+        next(iter(tl))
+    assert tl._pool.sizes() == (0, 1)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-CUDA fallback")

@@ -12,6 +12,7 @@ so the pool's logic runs on a CPU (tests give plain memory in its place).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,11 +22,15 @@ __all__ = ["PinnedPool", "pinned_allocator", "use_counter"]
 def use_counter(torch) -> Callable[[Any], int]:
     """``storage -> int``: how many tensors and arrays hold a storage, torch's own count
     (``torch._C._storage_Use_Count``, torch's private function: looked up by name). Where
-    a torch has none, a count no buffer gets below: a buffer is then never reused, only
-    ever new (right, and slower)."""
+    a torch has none, a count that grows at every query, so that every buffer looks held
+    by someone more than when it was made: a buffer is then never reused, only ever new
+    (right, and slower), unless it is given back unused."""
     count = getattr(getattr(torch, "_C", None), "_storage_Use_Count", None)
     if count is None:
-        return lambda storage: 1 << 30
+        # (a constant would equal the buffer's own count, taken by the same function:
+        # every lent buffer would look free, and a batch the caller holds be overwritten)
+        queries = itertools.count()
+        return lambda storage: next(queries)
     return lambda storage: count(storage._cdata)
 
 
