@@ -258,6 +258,22 @@ def test_existing_output_needs_force(tmp_path, capsys):
     assert open_ndf(tmp_path / "a.ndf").n == 3
 
 
+def test_convert_by_default_keeps_an_existing_output_and_draws_its_bar(tmp_path, capsys):
+    """convert()'s defaults: force=False (an existing output is refused, kept), bar=True."""
+    pytest.importorskip("tqdm")
+    from exactbatch.tools.common import CliError
+    from exactbatch.tools.convert import convert
+
+    np.save(tmp_path / "a.npy", np.ones((3, 2)))
+    (tmp_path / "a.ndf").write_bytes(b"old")
+    with pytest.raises(CliError, match="--force"):
+        convert(tmp_path / "a.npy", tmp_path / "a.ndf")
+    assert (tmp_path / "a.ndf").read_bytes() == b"old"
+    capsys.readouterr()
+    convert(tmp_path / "a.npy", tmp_path / "b.ndf")
+    assert "convert a.npy:" in capsys.readouterr().err
+
+
 def _write_parquet(names, rows=2):
     def write(path):
         arrays = [pa.array(np.arange(rows, dtype=np.float64) + k) for k in range(len(names))]
@@ -823,6 +839,13 @@ def test_ndf_to_parquet_chooses_and_names_columns(tmp_path):
     assert not any(
         n.startswith(("d.", "w.", "e.")) and n.endswith("parquet") for n in os.listdir(tmp_path)
     )
+
+
+def test_ndf_to_parquet_row_groups_are_65536_rows_by_default(tmp_path):
+    save_ndf(tmp_path / "a.ndf", np.zeros((65537, 1)))
+    _convert(tmp_path / "a.ndf", tmp_path / "a.parquet")
+    md = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert [md.row_group(k).num_rows for k in range(md.num_row_groups)] == [65536, 1]
 
 
 def test_ndf_to_parquet_writes_row_groups_of_the_size_asked(tmp_path):

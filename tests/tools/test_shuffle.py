@@ -471,6 +471,28 @@ def test_a_file_shuffled_into_parts_of_one_row(tmp_path):
     assert ids_in(str(tmp_path / "ds")) == ids_in(str(tmp_path / "one.ndf"))
 
 
+def test_a_named_file_shuffled_into_parts_keeps_its_names(tmp_path):
+    """The manifest of a shuffle into parts keeps the input's column names."""
+    from exactbatch import open_ndf_dataset
+
+    x, y = rows_of(np.arange(6))
+    save_ndf(tmp_path / "in.ndf", (x, y), features=["id", "a", "b"], labels=["t"])
+    _shuffle(tmp_path / "in.ndf", tmp_path / "ds", part_rows=4)
+    with open_ndf_dataset(tmp_path / "ds") as ds:
+        assert (ds.manifest.features, ds.manifest.labels) == (("id", "a", "b"), ("t",))
+
+
+def test_a_file_of_one_row_is_shuffled_to_itself(tmp_path):
+    """One row: the output holds it whole (its values, not a row of no values)."""
+    write_ids(tmp_path / "in.ndf", 1)
+    out = _shuffle(tmp_path / "in.ndf", tmp_path / "o.ndf")
+    assert out["n"] == 1
+    with open_ndf(tmp_path / "o.ndf") as f:
+        got_x, got_y = f.read_rows(np.arange(1))
+    want_x, want_y = rows_of([0])
+    assert np.array_equal(got_x, want_x) and np.array_equal(got_y, want_y)
+
+
 def test_an_empty_dataset_is_shuffled_into_one_row_parts(tmp_path):
     """A dataset with no rows: the parts' size defaults to one row (its largest part has
     none), and its report says so."""
