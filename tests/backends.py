@@ -22,6 +22,7 @@ import numpy as np
 from exactbatch import backend, kernels, open_ndf, save_ndf
 from exactbatch.loader.telemetry import Telemetry
 from exactbatch.order import EpochBijection
+from exactbatch.parts import memory_parts, parts_rows
 
 _PURE_WORDS = ("1", "true", "yes", "on")  # EXACTBATCH_PURE's words for the pure path
 _PROBE = (np.zeros((3, 2)), np.zeros((3, 1)))  # the rows of the probe .ndf file
@@ -83,9 +84,9 @@ def readers() -> dict[str, bool]:
         "pair_check": inspect.isbuiltin(kernels.pair_check()),
         "map_file": mapped is not None,
         "file_rows (an open .ndf file's)": file_kernel is not None,
-        "parts_rows": kernels.parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
+        "parts_rows": parts_rows(np.array([0, 3], dtype=np.int64), 2, 1) is not None,
         "memory_parts (an elastic stream's chunks)": inspect.isbuiltin(
-            kernels.memory_parts(np.array([0, 3], dtype=np.int64), 2, 1).read
+            memory_parts(np.array([0, 3], dtype=np.int64), 2, 1).read
         ),
         # the order's keyed bijection takes the core's kernel when it is made
         "bijection (EpochBijection's)": EpochBijection(10, seed=0, epoch=0)._c is not None,

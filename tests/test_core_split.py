@@ -14,6 +14,7 @@ from helpers import make_data, run_compiled
 from laws import run_threads
 
 from exactbatch import DataLoader, kernels, open_ndf, save_ndf
+from exactbatch.parts import parts_rows
 
 core = pytest.importorskip("exactbatch._core", reason="the compiled core is not built")
 
@@ -64,7 +65,7 @@ def test_a_files_and_a_datasets_parts_split_reads_run_on_several_threads_at_once
         open_ndf(tmp_path / f"part{k}.ndf") for k in range(3)
     ]
     try:
-        parts = kernels.parts_rows(np.array(starts, dtype=np.int64), 4, 1)
+        parts = parts_rows(np.array(starts, dtype=np.int64), 4, 1)
         for k in range(3):
             parts.set(k, files[k + 1].kernel_rows())
         readers = [files[0].kernel_rows(), parts]

@@ -35,12 +35,12 @@ MODULES = _modules()
 # The layers, lowest first: a module imports only from its own layer or those below.
 # An entry ending in ".*" is a package and everything in it; any other names one module.
 LAYERS = (
-    (  # what every layer uses: errors, argument checks, arrays, the kernels, read-ahead
+    (  # what every layer uses: errors, argument checks, arrays, the kernels (and parts), read-ahead
         "foundations",
         (
             *(
                 f"exactbatch.{m}"
-                for m in "errors hints extras checks arrays dataset kernels prefetch".split()
+                for m in "errors hints extras checks arrays dataset kernels parts prefetch".split()
             ),
             *(f"exactbatch.{m}" for m in "urls stats mixing_score transform distributed".split()),
         ),

@@ -83,6 +83,7 @@ STRICT = (
     "exactbatch.prefetch",
     "exactbatch.certificate",
     "exactbatch.kernels",
+    "exactbatch.parts",
     "exactbatch.sources.*",
     "exactbatch.audit",
     "exactbatch.ndf.format",

@@ -433,11 +433,12 @@ _FAULT_OR_CHANGE = textwrap.dedent(
     import os, sys
     import numpy as np
     from exactbatch import kernels, open_ndf, save_ndf
+    from exactbatch.parts import parts_rows
     path, threads = sys.argv[1], int(sys.argv[2])  # threads 2: row 4000 on a pool thread
     save_ndf(path, np.arange(4096 * 16, dtype=np.float64).reshape(4096, 16))  # 32 rows a page
     f = open_ndf(path)
     rows = f.kernel_rows()
-    parts = kernels.parts_rows(np.array([0, 4096], dtype=np.int64), 16, 0)
+    parts = parts_rows(np.array([0, 4096], dtype=np.int64), 16, 0)
     parts.set(0, rows)
     ox, oy = np.empty((2, 16)), np.empty((2, 0))
     for reader in (rows, parts):

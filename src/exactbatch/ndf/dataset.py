@@ -15,7 +15,7 @@ first read of a row in it, and is then checked against the manifest (n, d,
 l, byte size), so a loader shard opens only the parts its rows lie in.
 Local parts with the compiled core (:func:`exactbatch.backend`): a request
 is one guarded C call that gathers each row straight from its part's
-mapping into the batch (:func:`exactbatch.kernels.parts_rows`), whatever
+mapping into the batch (:func:`exactbatch.parts.parts_rows`), whatever
 parts the rows lie in, as fast as from one file. Otherwise (URLs, the pure
 NumPy path) a request is split by part (``np.searchsorted`` on the
 cumulative n) and each part is read once with its own coalesced reads

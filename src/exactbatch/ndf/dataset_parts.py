@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, backend, parts_rows, staged
+from exactbatch.kernels import FileChanged, backend, staged
 from exactbatch.ndf.file import NdfFile, open_ndf
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.manifest import Manifest
 from exactbatch.ndf.storage import join_path, location
+from exactbatch.parts import parts_rows
 
 __all__ = ["Parts", "default_max_open_parts"]
 

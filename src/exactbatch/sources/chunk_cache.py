@@ -17,7 +17,7 @@ groups, as decoded; straight into them where the source reads into rows,
 ``read_rows_into`` or ``open_chunk``). A list's arrays held are the user's
 own: a list changed in place while an epoch reads it changes the rows read,
 as an array source's would. The chunks held are the parts of one
-:func:`~exactbatch.kernels.memory_parts`, so a read is one gather of the
+:func:`~exactbatch.parts.memory_parts`, so a read is one gather of the
 compiled core (or NumPy) by stream row, whatever the chunks its rows lie in.
 A read that needs a chunk not held yet decides what is held from then on: the
 chunks it needs, then those held and used since the last such decision (the
@@ -47,8 +47,9 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from exactbatch.kernels import Parts, RowIndex, TransformKernel, memory_parts, memory_rows
+from exactbatch.kernels import RowIndex, TransformKernel, memory_rows
 from exactbatch.order.windows import chunk_of_rows
+from exactbatch.parts import Parts, memory_parts
 from exactbatch.sources.chunks import ChunkError, Side, Stream, Widths, owned
 from exactbatch.sources.column_chunk import Columns, put, side_by_side
 
