@@ -15,6 +15,12 @@ the fraction of the limit reached (best of the rounds).
 
     .venv/bin/python bench/ab_against.py 606698f [--rows 1000000] [--batch 64 256 1024]
     .venv/bin/python bench/ab_against.py 376bbad --batch 64 4096 --via iter next_into
+
+``--then-src FOLDER`` takes the earlier package from a folder holding ``exactbatch``
+(its compiled core built) instead of a git worktree of ``rev`` (which then only names
+it); ``--clock process`` times each epoch in process CPU time, every thread's (the
+order's background thread counted, as compare.py's ``--clock cpu``) instead of the
+calling thread's.
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THEN = "exactbatch_then"
 
 
-def import_then(rev: str, scratch: str):
-    """``exactbatch`` at ``rev``, built in ``scratch`` and imported as ``exactbatch_then``."""
+def import_then(rev: str, scratch: str, src: str | None = None):
+    """``exactbatch`` at ``rev``, built in ``scratch`` and imported as ``exactbatch_then``
+    (``src``: a folder holding that package, built, copied instead)."""
+    if src is not None:
+        shutil.copytree(os.path.join(src, "exactbatch"), os.path.join(scratch, THEN))
+        return _renamed(scratch)
     tree = os.path.join(scratch, "tree")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", tree, rev], check=True)
     try:
@@ -50,6 +60,11 @@ def import_then(rev: str, scratch: str):
         shutil.copytree(os.path.join(tree, "src", "exactbatch"), os.path.join(scratch, THEN))
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=True)
+    return _renamed(scratch)
+
+
+def _renamed(scratch: str):
+    """The package copied into ``scratch``, its imports renamed, imported."""
     for folder, _, files in os.walk(os.path.join(scratch, THEN)):
         for name in files:
             if name.endswith(".py"):
@@ -63,8 +78,11 @@ def import_then(rev: str, scratch: str):
     return importlib.import_module(THEN)
 
 
+CPU = time.thread_time  # --clock: the calling thread's CPU, or the process's
+
+
 def epoch(loader, via: str, b: int, d: int) -> float:
-    clock = time.perf_counter if via == "prefetch" else time.thread_time
+    clock = time.perf_counter if via == "prefetch" else CPU
     t = clock()
     if via == "next_into":
         bx, by = np.empty((b, d), dtype=loader.dtype), np.empty((b, 1), dtype=loader.dtype)
@@ -80,13 +98,13 @@ def epoch(loader, via: str, b: int, d: int) -> float:
 def limit_epoch(read, perm: np.ndarray, b: int, d: int) -> float:
     """One epoch of the bare compiled gather over ``perm`` (thread CPU seconds)."""
     bx, by = np.empty((b, d)), np.empty((b, 1))
-    n, t = len(perm), time.thread_time()
+    n, t = len(perm), CPU()
     full = n - n % b
     for i in range(0, full, b):
         read(perm[i : i + b], bx, by)
     if full < n:
         read(perm[full:], bx[: n - full], by[: n - full])
-    return time.thread_time() - t
+    return CPU() - t
 
 
 def main() -> None:
@@ -97,12 +115,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--via", nargs="+", default=["iter", "next_into", "prefetch"])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--then-src", help="a folder holding the earlier exactbatch, built")
+    parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     args = parser.parse_args()
+    global CPU
+    CPU = time.process_time if args.clock == "process" else time.thread_time
     import exactbatch as now
 
     scratch = tempfile.mkdtemp(prefix="ab-")
     try:
-        then = import_then(args.rev, scratch)
+        then = import_then(args.rev, scratch, args.then_src)
         rng = np.random.default_rng(0)
         x = rng.standard_normal((args.rows, args.cols))
         y = rng.standard_normal((args.rows, 1))

@@ -130,6 +130,51 @@ def test_a_wait_is_counted_alike_on_both_backends():
             assert slot2[telemetry._WAIT_NS] == now - t0 and sum(slot2) == now - t0
 
 
+class _Reports:
+    """A loader's report, as a Telemetry holds it (weakly: a bound method)."""
+
+    def stats(self):
+        return {"stats": True}
+
+
+@pytest.mark.parametrize("backend", ["compiled", "numpy"])
+def test_a_wait_on_a_telemetry_is_recorded_alike_on_both_backends(backend):
+    """``waited_on`` (next_into's one call a batch) counts into the calling thread's
+    slot, made at its first record, and calls the progress report once it is due."""
+    import threading
+
+    if backend == "compiled" and not COMPILED:
+        pytest.skip("the compiled core is not in use")
+    with on_backend(backend):
+        tel = telemetry.Telemetry()
+    twin = telemetry.waited_on if backend == "numpy" else kernels.core().waited_on
+    assert tel.waited_on is twin
+    reports, owner = [], _Reports()
+    tel.report_to(reports.append, 3600.0, owner.stats)
+    at, hist = tel.waiter(True)
+    assert (at, hist) == (telemetry._BOTH_NS, telemetry._HIST)
+    assert tel.waiter(False) == (telemetry._WAIT_NS, -1)
+    t0 = telemetry.perf_counter_ns() - 1000
+    assert tel.waited_on(tel, t0, at, hist) is None
+    (slot,) = tel._slots  # made at the first record
+    assert slot[telemetry._BOTH_NS] >= 1000 and sum(slot[telemetry._HIST :]) == 1
+    assert not reports  # not due for an hour
+
+    def other():
+        tel.waited_on(tel, telemetry.perf_counter_ns(), telemetry._WAIT_NS, -1)
+
+    th = threading.Thread(target=other)
+    th.start()
+    th.join()
+    assert len(tel._slots) == 2 and tel._slots[1][telemetry._WAIT_NS] >= 0
+    assert sum(tel._slots[1][telemetry._HIST :]) == 0  # no histogram: a wait only
+    tel._due = 0  # due now: the report is made, and the next one an hour on
+    tel.waited_on(tel, telemetry.perf_counter_ns(), at, hist)
+    assert reports == [{"stats": True}] and tel._due > telemetry.perf_counter_ns()
+    with pytest.raises(TypeError):
+        tel.waited_on(tel, t0, at)
+
+
 def _order_run(n: int, b: int, with_rows: bool = False):
     """An :class:`OrderRun` over a shuffled order of ``n`` rows in batches of ``b``."""
     from exactbatch.batching.random_access_epoch import OrderRun

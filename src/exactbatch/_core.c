@@ -87,6 +87,10 @@ static PyMethodDef core_methods[] = {
      "waited(slot, t0, at, hist)\n--\n\n"
      "now (perf_counter_ns's clock): slot[at] += now - t0, and with hist >= 0 one more in\n"
      "slot[hist + bucket] (a telemetry slot's histogram of 8 buckets a power of two)."},
+    {"waited_on", (PyCFunction)(void (*)(void))waited_on, METH_FASTCALL,
+     "waited_on(tel, t0, at, hist)\n--\n\n"
+     "waited() into the calling thread's slot of the Telemetry tel (tel._local.slot, or\n"
+     "tel._slot()), then tel._report_now(now) when now >= tel._due; None."},
     {"transform", transform_new, METH_VARARGS,
      "transform(mean, scale, fill)\n--\n\n"
      "A Transform for read(): each feature (v - mean) * scale as it is copied (mean and\n"

@@ -185,8 +185,99 @@ static PyObject *Bijection_map(BijectionObject *self, PyObject *o)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(bij_whole_doc,
+"whole(out, digests, batch, offset, a, b, c)\n--\n\n"
+"An epoch's whole order and its batches' ledger digests in one pass: ``out`` (a 1-D\n"
+"int32 or int64 array of r <= n values) gets offset + the rows of positions 0 .. r-1,\n"
+"and ``digests`` (a 1-D uint64 array of ceil(r / batch) values) the digest of each\n"
+"batch of ``batch`` consecutive values of ``out`` (the last may be shorter):\n"
+"a * sum(v * v) + b * sum(v) + c * count, mod 2**64 (exactbatch.order.digest's\n"
+"batch_digests, which the values must fit in out's dtype for: the caller's to know).");
+
+/* A writable 1-D C-contiguous array of 4- or 8-byte integers ("fmts"), held in *b
+ * (release it); -1 with a TypeError naming ``what`` otherwise. */
+static int int_buffer(PyObject *o, Py_buffer *b, const char *fmts, const char *what)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    const char *f = plain_format(b);
+    if (b->ndim != 1 || !f[0] || !strchr(fmts, f[0]) || f[1] ||
+        (b->itemsize != 4 && b->itemsize != 8)) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_TypeError, "whole(): %s", what);
+        return -1;
+    }
+    return 0;
+}
+
+#define WHOLE_BLOCK 4096 /* positions mapped at a time: in cache while they are written */
+
+static PyObject *Bijection_whole(BijectionObject *self, PyObject *args)
+{
+    PyObject *o_out, *o_dig;
+    Py_ssize_t batch;
+    unsigned long long offset, a, b, c;
+    if (!PyArg_ParseTuple(args, "OOnKKKK:whole", &o_out, &o_dig, &batch, &offset, &a, &b, &c))
+        return NULL;
+    Py_buffer ob, db;
+    if (int_buffer(o_out, &ob, "iqlIQL", "out must be a 1-D C-contiguous int32 or int64 "
+                   "array") < 0)
+        return NULL;
+    if (int_buffer(o_dig, &db, "QL", "digests must be a 1-D C-contiguous uint64 array") < 0) {
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    Py_ssize_t r = ob.len / ob.itemsize;
+    if (batch < 1 || db.itemsize != 8 || (uint64_t)r > self->n ||
+        db.len / 8 != (r + batch - 1) / batch) {
+        PyErr_Format(PyExc_ValueError, "whole(): %zd values of an order of %llu in batches "
+                     "of %zd need that many digests, one a batch (got %zd)", r,
+                     (unsigned long long)self->n, batch, db.len / 8);
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&db);
+        return NULL;
+    }
+    const int wide = ob.itemsize == 8;
+    char *out = ob.buf;
+    uint64_t *dig = db.buf;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t x[WHOLE_BLOCK], s1 = 0, s2 = 0;
+    Py_ssize_t in_batch = 0, k = 0;
+    for (Py_ssize_t at = 0; at < r; at += WHOLE_BLOCK) {
+        Py_ssize_t m = r - at < WHOLE_BLOCK ? r - at : WHOLE_BLOCK;
+        for (Py_ssize_t i = 0; i < m; i++)
+            x[i] = (uint64_t)(at + i);
+        bij_map(self, x, m);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            /* the value as stored, then read back as the digest reads it (uint64) */
+            uint64_t v = x[i] + offset;
+            if (wide) {
+                ((int64_t *)out)[at + i] = (int64_t)v;
+            } else {
+                int32_t w = (int32_t)(uint32_t)v;
+                ((int32_t *)out)[at + i] = w;
+                v = (uint64_t)(int64_t)w;
+            }
+            s1 += v;
+            s2 += v * v;
+            if (++in_batch == batch) {
+                dig[k++] = a * s2 + b * s1 + c * (uint64_t)batch;
+                s1 = s2 = 0;
+                in_batch = 0;
+            }
+        }
+    }
+    if (in_batch)
+        dig[k] = a * s2 + b * s1 + c * (uint64_t)in_batch;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Bijection_methods[] = {
     {"rows", (PyCFunction)Bijection_rows, METH_VARARGS, bij_rows_doc},
+    {"whole", (PyCFunction)Bijection_whole, METH_VARARGS, bij_whole_doc},
     {"map", (PyCFunction)Bijection_map, METH_O, bij_map_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -3,9 +3,9 @@
  * start .. start + size of its rows) into the caller's buffers (Rows.read_run, what
  * next_into's RunJob.fill calls) or into a new aligned pair (Rows.take_run, iter()'s
  * batch read as it is handed out), with no view of the order and no buffer export;
- * and a wait counted in a telemetry slot (waited). Their pure twins are
- * exactbatch.batching.random_access_epoch's read_run/take_run and
- * exactbatch.loader.telemetry.Telemetry.waited.
+ * and a wait counted in a telemetry slot (waited; waited_on, a Telemetry's). Their pure
+ * twins are exactbatch.batching.random_access_epoch's read_run/take_run and
+ * exactbatch.loader.telemetry's _count and waited_on.
  */
 #ifndef EXACTBATCH_CORE_HAND_H
 #define EXACTBATCH_CORE_HAND_H
@@ -32,6 +32,11 @@ PyObject *run_jobs(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 /* waited(slot, t0, at, hist): now (perf_counter_ns's clock); slot[at] += now - t0, and
  * with hist >= 0 slot[hist + bucket(now - t0)] += 1 (telemetry's histogram). */
 PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
+/* waited_on(tel, t0, at, hist): waited() into the calling thread's slot of the
+ * Telemetry tel, then tel._report_now(now) when a report is due; None (the pure twin:
+ * exactbatch.loader.telemetry.waited_on). */
+PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
 /* numpy.empty and the dtypes looked up: 0, or -1 with an exception set. */
 int hand_ready(void);

@@ -559,3 +559,58 @@ def test_the_compiled_bijection_checks_what_it_is_given():
     with pytest.raises((TypeError, ValueError, BufferError)):
         bij.map(frozen)
     assert frozen.tolist() == [0, 1, 2, 3]
+
+
+@needs_core
+@given(
+    n=st.integers(1, 20_000),
+    b=st.integers(1, 5000),
+    offset=st.integers(0, 1000),
+    wide=st.booleans(),
+    cut=st.integers(0, 20_000),
+    seed=st.integers(0, 2**32),
+)
+def test_the_one_pass_whole_order_is_the_blocked_paths_rows_and_digests(
+    n, b, offset, wide, cut, seed
+):
+    """``whole_into`` (rows and batch digests in one pass in C, what a random-access
+    epoch's whole order is made with) gives the values and digests of the pure path's
+    blocks (rows, plus the offset, in the order's dtype; ``batch_digests`` of them), for
+    a prefix of the order too; the pure backend's bijection makes none (None)."""
+    from exactbatch.batching.blocked_order import BlockedOrder
+    from exactbatch.order.digest import batch_digests
+
+    compiled, pure = _both_backends(n, seed=seed, epoch=1, shard=0)
+    dtype = np.int64 if wide else np.int32
+    r = 1 + cut % n
+    out = np.full(r, -5, dtype=dtype)
+    digests = compiled.whole_into(out, b, offset)
+    assert digests is not None and digests.dtype == np.uint64
+    want = (pure.rows(0, r).astype(dtype) + offset).astype(dtype)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(digests, batch_digests(want, b))
+    assert pure.whole_into(np.empty(r, dtype=dtype), b, offset) is None
+    # and BlockedOrder.mapped_all, on each backend: the same (rows, digests)
+    got = [
+        BlockedOrder(bij, offset, dtype, b).mapped_all(np.empty(r, dtype=dtype))
+        for bij in (compiled, pure)
+    ]
+    np.testing.assert_array_equal(got[0][0], got[1][0])
+    assert bytes(got[0][1]) == bytes(got[1][1])
+
+
+@needs_core
+def test_the_one_pass_whole_order_refuses_bad_buffers_naming_them():
+    compiled, _ = _both_backends(100, seed=0, epoch=0)
+    c = compiled._c
+    digests = np.empty(10, dtype=np.uint64)
+    with pytest.raises(TypeError, match="out must be a 1-D"):
+        c.whole(np.empty(100), digests, 10, 0, 1, 2, 3)
+    with pytest.raises(TypeError, match="digests must be a 1-D"):
+        c.whole(np.empty(100, np.int64), np.empty(10, np.int64), 10, 0, 1, 2, 3)
+    with pytest.raises(ValueError, match="need that many digests"):
+        c.whole(np.empty(100, np.int64), np.empty(9, np.uint64), 10, 0, 1, 2, 3)
+    with pytest.raises(ValueError, match="need that many digests"):
+        c.whole(np.empty(101, np.int64), np.empty(11, np.uint64), 10, 0, 1, 2, 3)
+    with pytest.raises(ValueError, match="need that many digests"):
+        c.whole(np.empty(100, np.int64), digests, 0, 0, 1, 2, 3)

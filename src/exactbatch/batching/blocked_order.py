@@ -105,6 +105,11 @@ class BlockedOrder:
         digests: the temporaries stay one block small (a background thread's large
         temporaries would stay in its malloc arena after it ends)."""
         b = self.batch_size
+        one_pass = getattr(self.bijection, "whole_into", None)  # (a keyed order's)
+        if one_pass is not None and self.ids is None:  # in C: rows and digests together
+            done = one_pass(out, b, self.offset)
+            if done is not None:
+                return out, done.data
         step = max(1, 2 * self.BLOCK // b) * b  # whole batches per step
         digests = np.empty(-(-len(out) // b), dtype=np.uint64)
         for a in range(0, len(out), step):

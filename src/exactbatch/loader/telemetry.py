@@ -81,6 +81,20 @@ def _count(slot: list[int], t0: int, at: int, hist: int) -> int:
     return now
 
 
+def waited_on(tel: Telemetry, t0: int, at: int, hist: int) -> None:
+    """:func:`_count` into the calling thread's slot of ``tel``, then ``tel``'s report
+    when one is due: a wait of ``next_into`` (:meth:`Telemetry.waiter` picks the slot's
+    ``at`` and ``hist``). The pure twin of the compiled core's ``waited_on`` (one call
+    in C a batch)."""
+    try:
+        s = tel._local.slot
+    except AttributeError:
+        s = tel._slot()
+    now = tel._count(s, t0, at, hist)
+    if now >= tel._due:
+        tel._report_now(now)
+
+
 def _low(i: int) -> int:
     """The least ns of bucket ``i`` (:func:`_bucket`'s inverse)."""
     if i < 16:
@@ -136,6 +150,7 @@ class Telemetry:
         self.gathers = gathers
         compiled = core()  # a wait's count: one call in C, or its twin
         self._count = _count if compiled is None else compiled.waited
+        self.waited_on = waited_on if compiled is None else compiled.waited_on
         self._local = threading.local()
         self._slots: list[list[int]] = []  # every thread's slot (appended: atomic)
         self._steps = [0] * _SLOT  # step()'s counts, under _lock
@@ -180,16 +195,16 @@ class Telemetry:
     def waited(self, t0: int, read: bool = False) -> None:
         """The consumer waited from ``t0`` until now for a batch (``read``: reading it
         itself, a read of the source too); calls ``progress`` when a report is due."""
-        try:  # (self._slot(), written out: this runs a batch under next_into)
-            s = self._local.slot
-        except AttributeError:
-            s = self._slot()
+        at, hist = self.waiter(read)
+        self.waited_on(self, t0, at, hist)
+
+    def waiter(self, read: bool) -> tuple[int, int]:
+        """``(at, hist)`` of a wait (``read``: that was a read too) for ``waited_on(tel,
+        t0, at, hist)``: where a caller that records a wait a batch (``next_into``) keeps
+        them, so that each record is one call (in C where the core is compiled)."""
         if read and self.gathers:  # a wait and a read (see _BOTH_NS)
-            now = self._count(s, t0, _BOTH_NS, _HIST)
-        else:
-            now = self._count(s, t0, _WAIT_NS, -1)
-        if now >= self._due:
-            self._report_now(now)
+            return _BOTH_NS, _HIST
+        return _WAIT_NS, -1
 
     def asked(self, ready: int) -> None:
         """The consumer asked the prefetch thread for a group; ``ready`` were waiting."""

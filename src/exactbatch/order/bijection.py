@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from exactbatch import kernels
+from exactbatch.order.digest import digest_terms
 from exactbatch.order.keys import check_key
 
 __all__ = ["EpochBijection", "epoch_rows"]
@@ -174,6 +175,18 @@ class EpochBijection:
         if self._swap01 and start < 2:
             x[: 2 - start] ^= _U64(1)
         return self._walk(self._permute(x)).view(np.int64)
+
+    def whole_into(self, out: np.ndarray, batch_size: int, offset: int = 0) -> np.ndarray | None:
+        """``out`` (int32 or int64, r <= n values) set to ``offset`` + the rows of
+        positions 0 .. r-1, and the ledger digests of its batches of ``batch_size``
+        (:func:`exactbatch.order.digest.batch_digests` of ``out``), computed in one pass
+        in the compiled core; None (``out`` untouched) where it is not in use: the
+        caller then maps and digests block by block, the same values."""
+        if self._c is None or not len(out):
+            return None
+        digests = np.empty(-(-len(out) // batch_size), dtype=np.uint64)
+        self._c.whole(out, digests, batch_size, offset, *digest_terms())
+        return digests
 
     def _permute(self, x: np.ndarray) -> np.ndarray:
         """The keyed bijection of the rectangle ``[0, p*q)``; ``x`` is left as it was."""

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RangeDigests", "Tally", "batch_digests", "range_digest", "row_hashes", "rows_digest"]
+__all__ = [
+    "RangeDigests",
+    "Tally",
+    "batch_digests",
+    "digest_terms",
+    "range_digest",
+    "row_hashes",
+    "rows_digest",
+]
 
 _MASK = (1 << 64) - 1
 _K1 = 0x9E3779B97F4A7C15
@@ -31,6 +39,13 @@ def _prefix(m: int) -> int:
 def range_digest(start: int, stop: int) -> int:
     """The digest of rows ``start .. stop-1`` (0 for an empty range)."""
     return (_prefix(stop) - _prefix(start)) & _MASK if stop > start else 0
+
+
+def digest_terms() -> tuple[int, int, int]:
+    """``(a, b, c)``: a row id i hashes to a*i**2 + b*i + c (mod 2**64), so a batch's
+    digest is a*sum(i**2) + b*sum(i) + c*count (what the compiled core's one-pass
+    orders compute, :meth:`exactbatch.order.EpochBijection.whole_into`)."""
+    return _A, _B, _C
 
 
 def row_hashes(rows: np.ndarray | slice | list[int]) -> np.ndarray:
