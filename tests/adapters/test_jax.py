@@ -487,7 +487,7 @@ def two_cpu_devices():
     so that mutants of the sharding paths are reached here, not in a child process."""
     from jax.extend import backend
 
-    if not hasattr(jax.config, "jax_num_cpu_devices"):  # (JAX < 0.4.38: the child's test)
+    if not hasattr(jax.config, "jax_num_cpu_devices"):  # (an older JAX: the child process test)
         pytest.skip("this JAX sets its CPU device count only by XLA_FLAGS, at start")
     before = jax.config.jax_num_cpu_devices
     backend.clear_backends()
