@@ -469,3 +469,256 @@ def test_partial_rows_and_row_pieces_on_their_own():
     assert _row_pieces(sharding(4, 1)) == 4 and _row_pieces(sharding(4, 2)) == 2
     assert _row_pieces(sharding(8, 8)) == 1 and type(_row_pieces(sharding(4, 2))) is int
     assert _row_pieces(sharding(4, None)) == 4
+
+
+def test_without_jax_the_adapter_says_what_to_install(monkeypatch):
+    """jax missing: as_jax is one ImportError naming the extra, chained to the import's."""
+    for name in [m for m in sys.modules if m == "jax" or m.startswith("jax.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import jax` now fails
+    with pytest.raises(ImportError) as e:
+        as_jax(loader_of())
+    assert str(e.value) == "exactbatch.jax needs JAX: pip install 'exactbatch[jax]'"
+    assert isinstance(e.value.__cause__, ImportError)
+
+
+@pytest.fixture
+def two_cpu_devices():
+    """Two CPU devices in this process (the backends made anew, then again as before),
+    so that mutants of the sharding paths are reached here, not in a child process."""
+    from jax.extend import backend
+
+    if not hasattr(jax.config, "jax_num_cpu_devices"):  # (an older JAX: the child process test)
+        pytest.skip("this JAX sets its CPU device count only by XLA_FLAGS, at start")
+    before = jax.config.jax_num_cpu_devices
+    backend.clear_backends()
+    jax.config.update("jax_num_cpu_devices", 2)
+    try:
+        devices = jax.devices("cpu")
+        assert len(devices) == 2, devices
+        yield devices
+    finally:
+        backend.clear_backends()
+        jax.config.update("jax_num_cpu_devices", before)
+
+
+def test_sharding_over_two_devices_in_this_process(two_cpu_devices):
+    """test_sharding_over_two_cpu_devices' checks, in this process, with the messages in
+    full; the mask's sharding; a stream whose last batch does not split; the batched put's
+    plans used on two devices; each epoch's putters kept; a named device committed."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from exactbatch.adapters.jax import _default_device, _mask_sharding, _row_pieces
+
+    devs = two_cpu_devices
+    mesh = Mesh(np.array(devs), ("batch",))
+    rows = NamedSharding(mesh, P("batch"))
+    x, y = np.arange(60.0).reshape(30, 2), np.arange(30.0)[:, None]
+    jl = as_jax(DataLoader((x, y), 10, seed=0), sharding=rows, pad_last=True)
+    assert repr(jl) == (
+        f"JaxLoader({jl.loader!r}, dtype=float32, on={rows}, prefetch=2, pad_last=True)"
+    )
+    batches = list(jl)
+    for (xb, yb, mask), (rx, _) in zip(batches, DataLoader((x, y), 10, seed=0), strict=True):
+        assert xb.sharding == rows and yb.sharding == rows and mask.sharding == rows
+        assert [s.data.shape for s in xb.addressable_shards] == [(5, 2), (5, 2)]
+        assert np.array_equal(np.asarray(xb), rx.astype(np.float32))
+        assert np.asarray(mask).tolist() == [1.0] * 10
+    putters = jl._putters()
+    assert jl._putters() is putters  # kept while the sharding holds
+    assert all(p is not None for put in putters for p in put.plans.values())
+    # 25 rows: a last batch of 5 rows cannot be cut in two; pad_last pads it to 10
+    ld = DataLoader((x[:25], y[:25]), 10, seed=0)
+    with pytest.raises(ValueError) as e:
+        as_jax(ld, sharding=rows)
+    assert str(e.value) == (
+        "the loader's last batch has 5 rows, which do not divide evenly over the sharding's 2 "
+        "devices: pass pad_last=True (or drop_last=True to the DataLoader)"
+    )
+    last = list(as_jax(ld, sharding=rows, pad_last=True))[-1]
+    assert np.asarray(last[2]).tolist() == [1.0] * 5 + [0.0] * 5
+    assert [s.data.shape for s in last[2].addressable_shards] == [(5,), (5,)]
+    # a stream of unknown size: its last batch is refused when it comes
+    chunks = [(x[:13], y[:13]), (x[13:25], y[13:25])]
+    stream = DataLoader(chunks, 10, shuffle=False, total_size=None)
+    it = iter(as_jax(stream, sharding=rows, prefetch=0))
+    next(it), next(it)
+    with pytest.raises(ValueError) as e:
+        next(it)
+    assert str(e.value) == (
+        "a batch of 5 rows does not divide evenly over the sharding's 2 devices: pass "
+        "pad_last=True (or drop_last=True to the DataLoader)"
+    )
+    with pytest.raises(ValueError) as e:
+        as_jax(DataLoader((x, y), 9), sharding=rows)
+    assert str(e.value) == (
+        "batch_size=9 does not divide evenly over the sharding's 2 devices: pass a "
+        "batch_size that is a multiple of 2"
+    )
+    # a 2-D spec: rows over the devices, columns whole; the mask takes the rows' part
+    two = NamedSharding(mesh, P("batch", None))
+    assert _mask_sharding(two) == rows and _mask_sharding(rows) is rows
+    xb, yb, mask = next(iter(as_jax(DataLoader((x, y), 10), sharding=two, pad_last=True)))
+    assert xb.sharding == two and mask.sharding == rows
+    assert [s.data.shape for s in mask.addressable_shards] == [(5,), (5,)]
+    # the pieces a sharding cuts rows into: replicated rows are one piece (any batch
+    # size), columns cut over the devices are not rows alone (every device a piece)
+    whole = NamedSharding(mesh, P())
+    assert _row_pieces(rows) == 2 and type(_row_pieces(rows)) is int
+    assert _row_pieces(whole) == 1 and len(list(as_jax(DataLoader((x, y), 9), sharding=whole)))
+    cols = NamedSharding(Mesh(np.array(devs).reshape(1, 2), ("batch", "model")), P(None, "model"))
+    assert _row_pieces(cols) == 2
+    # XLA's batched put lays rows out over the devices as jax.device_put does
+    fast, slow = Putter(rows, rows), Putter(rows, rows, fast=False)
+    for n in (10, 4, 10):
+        a = np.arange(n * 2.0, dtype=np.float32).reshape(n, 2)
+        (got,), (want,) = fast((a,)), slow((a,))
+        assert same_arrays(got, want)
+        assert [s.data.shape for s in got.addressable_shards] == [(n // 2, 2)] * 2
+    assert len(fast.plans) == 2 and all(p is not None for p in fast.plans.values())
+    # a device named: there, committed, by the batched put; none: JAX's default device
+    # of the moment (jax.default_device, a device or a platform's name), uncommitted
+    jl = as_jax(DataLoader((x, y), 10, seed=0), device=devs[1], pad_last=True)
+    assert repr(jl).endswith(f"on={devs[1]}, prefetch=2, pad_last=True)")
+    for xb, yb, mask in jl:
+        assert xb.devices() == yb.devices() == mask.devices() == {devs[1]}
+        assert xb.committed and mask.committed
+    assert all(p is not None for put in jl._putters() for p in put.plans.values())
+    with jax.default_device(devs[1]):
+        assert _default_device() == devs[1]
+        xb, _ = next(iter(as_jax(DataLoader((x, y), 10, seed=0))))
+    assert xb.devices() == {devs[1]} and not xb.committed
+    with jax.default_device("cpu"):
+        assert _default_device() == jax.local_devices(backend="cpu")[0]
+    assert _default_device() == jax.local_devices()[0]
+
+
+def test_the_batched_put_checks_each_shape_once():
+    """jax.device_put is called for the first array of each shape and dtype only (the
+    check of the batched put's plan), then never; with fast=False for every array."""
+    import exactbatch.adapters.jax_put as module
+
+    calls = []
+    put = module._jax_device_put
+
+    def counted(a, target):
+        calls.append(a.shape)
+        return put(a, target)
+
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "_jax_device_put", counted)
+        fast, slow = Putter(None, one), Putter(None, one, fast=False)
+        assert slow.batched is None and fast.batched is not None
+        for n in (4, 4, 3, 4):
+            fast((np.zeros((n, 2), np.float32),))
+        assert calls == [(4, 2), (3, 2)]
+        calls.clear()
+        for n in (4, 4):
+            slow((np.zeros((n, 2), np.float32),))
+        assert calls == [(4, 2), (4, 2)]
+        assert slow.plans == {((4, 2), np.dtype(np.float32)): None}
+
+
+def test_defaults_messages_and_dtypes_of_the_jax_loader():
+    """JaxLoader's own defaults (as_jax's); the refusals' texts; prefetch's ceiling; the
+    dtype of a loader-like object without one; an iterator without peek()."""
+    from exactbatch.prefetch import MAX_DEPTH
+
+    loader = loader_of(20, 4)
+    jl = JaxLoader(loader)
+    assert (jl.prefetch, jl.pad_last, as_jax(loader).prefetch) == (2, False, 2)
+    with pytest.raises(TypeError) as e:
+        as_jax(np.zeros((10, 2)))
+    assert str(e.value) == (
+        "as_jax needs an exactbatch DataLoader; got ndarray (no batch_size, state_dict, "
+        "load_state_dict)"
+    )
+    with pytest.raises(ValueError, match=f"prefetch must be <= {MAX_DEPTH}"):
+        as_jax(loader, prefetch=MAX_DEPTH + 1)
+    assert as_jax(loader, prefetch=MAX_DEPTH).prefetch == MAX_DEPTH
+    dev = jax.devices()[0]
+    with pytest.raises(ValueError) as e:
+        as_jax(loader, device=dev, sharding=jax.sharding.SingleDeviceSharding(dev))
+    assert str(e.value) == "pass device= or sharding=, not both (a sharding names its devices)"
+    with pytest.raises(ValueError) as e:
+        as_jax(loader, dtype="float64")
+    assert str(e.value) == (
+        "dtype=float64 needs 64-bit JAX: set jax.config.update('jax_enable_x64', True) "
+        "first (without it JAX holds float32 only), or pass dtype=jnp.float32"
+    )
+    with pytest.raises(TypeError) as e:
+        as_jax(loader, dtype="no-such-dtype")
+    assert str(e.value) == (
+        "dtype must be a floating dtype such as jnp.float32; got 'no-such-dtype'"
+    )
+    assert as_jax(loader, dtype=np.float16).dtype == np.float16
+    # without a batch size odd or even matters not (one device: one piece)
+    assert len(list(as_jax(DataLoader(make_data(9), 3)))) == 3
+
+    # a loader-like object with no dtype, n, even_batches or drop_last: float64's rule
+    class Like:
+        batch_size = 4
+
+        def __iter__(self):
+            return iter(())  # (no peek)
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    like = Like()
+    assert JaxLoader(like).dtype == np.float32
+    with jax.enable_x64(True):
+        assert JaxLoader(like).dtype == np.float64
+        assert as_jax(loader_of(20, 4, dtype=np.float32)).dtype == np.float32
+    with pytest.raises(TypeError) as e:
+        iter(JaxLoader(like))
+    assert str(e.value) == (
+        "as_jax needs an exactbatch DataLoader, whose iterator reads ahead with peek(); got Like"
+    )
+
+
+def test_a_new_epoch_closes_the_one_in_progress():
+    """iter() again: the older epoch gives its batches back and stops; the new one is the
+    loader's next epoch, as after leaving a loader's own loop."""
+    loader = loader_of(200, 10)
+    jl = as_jax(loader, prefetch=3)
+    ref = loader_of(200, 10)
+    want = [[ids(xb) for xb, _ in ref] for _ in range(2)]
+    old = iter(jl)
+    assert ids(np.asarray(next(old)[0])) == want[0][0]
+    new = iter(jl)
+    with pytest.raises(StopIteration):
+        next(old)
+    assert [ids(np.asarray(xb)) for xb, _ in new] == want[1]
+
+
+def test_host_batches_are_the_loaders_own_when_nothing_changes():
+    """A batch of the put's dtype and rows is put as the loader's own arrays (no copy);
+    a cast or a pad copies, in the dtype asked for, features and labels alike, and under
+    64-bit JAX a float32 adapter's labels and masks are float32 too."""
+    loader = loader_of(20, 8, dtype=np.float32)
+    jl = as_jax(loader)
+    xb, yb = next(iter(loader_of(20, 8, dtype=np.float32)))
+    hx, hy = jl.host_pair(xb, yb, 8)
+    assert hx is xb and hy is yb
+    px, py = jl.host_pair(xb, yb, 10)
+    assert px.shape == (10, 3) and py.shape == (10, 1) and not px[8:].any()
+    labels = yb.astype(np.int32)
+    cx, cy = jl.host_pair(xb, labels, 10)
+    assert cx.dtype == np.float32 and cy.dtype == np.int32 and cx is not xb
+    with pytest.raises(ValueError) as e:
+        jl.host_pair(xb, np.full((8, 1), 2**40, np.int64), 8)
+    assert str(e.value) == (
+        "label_dtype=int64 labels beyond int32's range, which JAX without jax_enable_x64 "
+        "cannot hold: enable x64, or use smaller class ids"
+    )
+    with jax.enable_x64(True):
+        got = list(as_jax(loader_of(20, 8), dtype="float32", pad_last=True))
+    assert all(a.dtype == np.float32 for b in got for a in b)
+    assert [np.asarray(m).tolist().count(1.0) for _, _, m in got] == [8, 8, 4]
+    rows = list(as_jax(loader_of(20, 8, with_rows=True), pad_last=True))
+    assert [b[2].shape for b in rows] == [(8,)] * 3

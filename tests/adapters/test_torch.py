@@ -414,3 +414,103 @@ def test_even_batches_pad_carries_the_mask_as_a_bool_tensor(with_rows):
     assert abs(total - float(y.astype(np.float32).astype(np.float64).sum())) < 1e-9
     if with_rows:
         assert sorted(seen) == list(range(50))
+
+
+def test_without_torch_the_adapter_says_what_to_install(monkeypatch):
+    """torch missing: as_torch (and TorchIterable, made on first use) is one ImportError
+    naming the extra to install, chained to the failed import."""
+    import exactbatch.adapters.torch as module
+
+    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import torch` now fails
+    monkeypatch.setattr(module, "_TORCH_ITERABLE", None)
+    for call in (lambda: as_torch(loader_of()), module._iterable_class):
+        with pytest.raises(ImportError) as e:
+            call()
+        assert str(e.value) == "exactbatch.torch needs PyTorch: pip install 'exactbatch[torch]'"
+        assert isinstance(e.value.__cause__, ImportError)
+
+
+def test_refusals_say_what_was_given_and_what_to_pass():
+    """The messages in full: data given for a loader, an object that does not iterate, a
+    pin_memory that is no bool, a dtype that is no torch.dtype."""
+    x = np.zeros((10, 2))
+    with pytest.raises(TypeError) as e:
+        as_torch(x)
+    assert str(e.value) == (
+        "as_torch needs an exactbatch DataLoader; got ndarray, data itself: wrap it first, "
+        "as_torch(DataLoader(data, batch_size=...))"
+    )
+    with pytest.raises(TypeError) as e:
+        as_torch(42)
+    assert str(e.value) == (
+        "as_torch needs an exactbatch DataLoader (an iterable of (x, y) arrays); got int"
+    )
+    with pytest.raises(TypeError, match=r"^pin_memory must be a bool"):
+        as_torch(loader_of(), pin_memory=1)
+    with pytest.raises(TypeError) as e:
+        as_torch(loader_of(), dtype="float32")
+    assert str(e.value) == "dtype must be a torch.dtype such as torch.float32; got 'float32'"
+
+
+def test_a_torch_loader_made_directly_has_the_same_defaults():
+    """TorchLoader(loader) as as_torch(loader): no pinning, no device, no warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tl = TorchLoader(loader_of())
+    assert tl.pin_memory is False and tl.device is None and tl._pool is None
+    assert tl.dtype == torch.float64
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-CUDA fallback")
+def test_pin_memory_without_cuda_warns_in_full():
+    with pytest.warns(RuntimeWarning) as got:
+        as_torch(loader_of(), pin_memory=True)
+    assert [str(w.message) for w in got] == [
+        "as_torch(pin_memory=True): CUDA is not available, so there is no page-locked "
+        "memory to pin: batches stay in ordinary memory (zero-copy tensors)"
+    ]
+
+
+def pinned_recorder(calls: list):
+    """Tensor.pin_memory on a machine without CUDA: a copy, recorded in ``calls`` (the
+    pinned path of a cast, of row ids and of a pad mask, which only CUDA runs for real)."""
+
+    def pin_memory(t):
+        calls.append((tuple(t.shape), t.dtype))
+        return t.clone()
+
+    return pin_memory
+
+
+def test_a_cast_batch_its_row_ids_and_mask_are_copied_into_pinned_memory(monkeypatch):
+    """pin_memory with a cast (or a pad loader, whose masks come from iter()): no pool;
+    each tensor, cast first, then ids and mask uncast, goes through pin_memory()."""
+    from test_torch_pinned import Allocator
+
+    calls: list = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pinned_recorder(calls))
+    tl = as_torch(loader_of(20, 8, with_rows=True), dtype=torch.float32)
+    tl = TorchLoader(tl.loader, dtype=torch.float32, pin_memory=True, allocator=Allocator())
+    assert tl.pin_memory is True and tl._pool is None
+    got = list(tl)
+    want = list(loader_of(20, 8, with_rows=True))
+    assert [len(b) for b in got] == [3] * 3
+    for (xb, yb, rows), (rx, ry, rr) in zip(got, want, strict=True):
+        assert xb.dtype == yb.dtype == torch.float32 and rows.dtype == torch.int64
+        assert np.array_equal(xb.numpy(), rx.astype(np.float32))
+        assert np.array_equal(yb.numpy(), ry.astype(np.float32))
+        assert np.array_equal(rows.numpy(), rr)
+    assert calls[:3] == [((8, 3), torch.float32), ((8, 1), torch.float32),
+                                ((8,), torch.int64)]  # fmt: skip
+    assert len(calls) == 9
+    calls.clear()
+    padded = DataLoader(make_xy(20), 8, even_batches="pad", num_shards=3, shard_index=2)
+    tl = TorchLoader(padded, pin_memory=True, allocator=Allocator())
+    assert tl._pool is None  # (a pad loader's batches come from iter(), with their masks)
+    batches = list(tl)
+    assert batches and all(len(b) == 3 and b[2].dtype == torch.bool for b in batches)
+    assert calls[:3] == [((8, 3), torch.float64), ((8, 1), torch.float64),
+                                ((8,), torch.bool)]  # fmt: skip

@@ -75,6 +75,34 @@ def test_a_larger_request_takes_a_new_buffer_and_give_back_frees_at_once():
     assert pool.take(10) is a
     pool.clear()
     assert pool.sizes() == (0, 0)
+    pool.take(0)  # (nothing to hold: a buffer of one byte, never of none)
+    assert alloc.made == [64, 128, 1]
+
+
+def test_the_pinned_allocator_asks_torch_for_page_locked_bytes(monkeypatch):
+    """pinned_allocator(torch): ``torch.empty(nbytes, dtype=torch.uint8,
+    pin_memory=True)``; as_torch(pin_memory=True) with CUDA and no allocator of its own
+    gathers into its buffers (torch.empty recorded here: page-locked memory needs CUDA)."""
+    from exactbatch.adapters.torch_pinned import pinned_allocator
+
+    asked = []
+    empty = torch.empty
+
+    def recorded(*args, **kw):
+        asked.append((args, kw))
+        return empty(*args, dtype=kw["dtype"])
+
+    monkeypatch.setattr(torch, "empty", recorded)
+    t = pinned_allocator(torch)(24)
+    assert asked == [((24,), {"dtype": torch.uint8, "pin_memory": True})]
+    assert t.dtype == torch.uint8 and t.shape == (24,)
+    asked.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    tl = TorchLoader(loader(), pin_memory=True)
+    assert tl.pin_memory is True and tl._pool is not None
+    first = next(iter(tl))
+    assert [kw for _, kw in asked] == [{"dtype": torch.uint8, "pin_memory": True}]
+    assert np.array_equal(first[0].numpy(), next(iter(loader()))[0])
 
 
 def test_a_buffer_whose_device_copy_is_not_done_waits_for_its_event():
