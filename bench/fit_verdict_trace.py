@@ -49,10 +49,11 @@ def run(args):
     saved = {}
     real_judge = convergence.judge
 
-    def spy(parts, losses, window, epoch=None):
+    def spy(parts, losses, window, epoch=None, draws=1):
         if parts:
-            saved.update(parts=parts, losses=np.asarray(losses), window=window, epoch=epoch)
-        return real_judge(parts, losses, window, epoch)
+            saved.update(parts=parts, losses=np.asarray(losses), window=window, epoch=epoch,
+                         draws=draws)  # fmt: skip
+        return real_judge(parts, losses, window, epoch, draws)
 
     enp.judge = pymc_schedule.judge = spy
     if args.data:
@@ -124,7 +125,7 @@ def rejudge(paths):
         if last and s["lib"] == "pymc":  # ADVI's flat order: w, b, sigma (the model's)
             front = means.shape[1] - np.size(s["parts"][-1]["w"][0])
             last = {k: np.r_[v[-front:], v[:-front]] for k, v in last.items()}
-        v = judge(s["parts"], s["losses"], s["window"], s["epoch"])
+        v = judge(s["parts"], s["losses"], s["window"], s["epoch"], s.get("draws", 1))
         m, sd = s["returned"]
         print(f"{s['label']}: returned {off(m, sd)}; tail {off(means.mean(0), sds.mean(0))}, "
               f"last window {off(means[PARTS:].mean(0), sds[PARTS:].mean(0))}, last part "
