@@ -275,12 +275,18 @@ def test_t_is_the_bonferroni_student_quantile_with_six_degrees_of_freedom_a_late
     """t: Student's quantile of the same two-sided level as z (ALPHA over every mean and
     sd judged), 6 degrees of freedom per latent (the parts' scatter about a line; the
     latents' median floors each noise). Tables: 2.447 (6, 5%), 3.055 (12, 1%), 2.000 (60,
-    5%); one latent: 2.969 (6, 2.5%), where the normal quantile is 2.241."""
+    5%); one latent: 2.969 (6, 2.5%), where the normal quantile is 2.241; 1.960359 (6000,
+    5%)."""
     from exactbatch.adapters.convergence import _t_quantile
 
     for tail, dof, want in ((0.05, 6, 2.4469), (0.01, 12, 3.0545), (0.05, 60, 2.0003),
                             (0.025, 6, 2.9687)):  # fmt: skip
         assert _t_quantile(tail, dof) == pytest.approx(want, abs=1e-4)
+    # many latents: the expansion in 1 / dof, continuous with the exact sum at 600
+    assert _t_quantile(0.05, 6000) == pytest.approx(1.960359, abs=1e-6)
+    for tail in (0.05, 1e-6):
+        assert _t_quantile(tail, 602) == pytest.approx(_t_quantile(tail, 600), abs=2e-4)
+        assert _t_quantile(tail, 602) < _t_quantile(tail, 600)
     assert DOF == 2 * PARTS - 2 == 6
     rng = np.random.default_rng(9)
     for latents in (1, 31):
