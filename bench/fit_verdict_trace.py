@@ -18,6 +18,7 @@ at ``draws`` or the tail's 4):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pickle
 import sys
@@ -124,7 +125,7 @@ def rejudge(paths):
             if isinstance(s, tuple):  # the verdict's inputs alone
                 parts_, losses, window, epoch, *draws = s
                 v = judge(parts_, losses, window, epoch, *(draws or [TAIL_DRAWS]))
-                print(f"{path} #{k}: {v}", flush=True)
+                print(f"{path} #{k}: {v}\n  {_shift_line(v)}", flush=True)
             else:
                 _rejudge_one(s)
 
@@ -151,7 +152,16 @@ def _rejudge_one(s):
           f"last window {off(means[PARTS:].mean(0), sds[PARTS:].mean(0))}, last part "
           f"{off(means[-1], sds[-1])}"
           + (f", last iterate {off(last['mean'], last['sd'])}" if last else "")
-          + f"\n  then: {s['verdict']}\n  now:  {v}", flush=True)  # fmt: skip
+          + f"\n  then: {s['verdict']}\n  now:  {v}\n  {_shift_line(v)}", flush=True)  # fmt: skip
+
+
+def _shift_line(v):
+    """The means' shift (convergence.shift) and the verdict without it (the drift alone)."""
+    if v.shift is None:
+        return "shift: not judged"
+    alone = "converged" if dataclasses.replace(v, shift=None).converged else "NOT converged"
+    return (f"shift {v.shift:+.3f} ({v.shift_where}: moved {v.shift_moved:.3f}, noise "
+            f"{v.shift_noise:.3f}, t {v.t:.2f}); without it: {alone}")  # fmt: skip
 
 
 def main():
