@@ -6,7 +6,9 @@ losses, the window, the epoch - with the reference, the last iterate and what th
 returned, so that a change of the verdict alone can be measured on the same fits
 (``--judge FILE ...``: each saved fit judged again by today's verdict, with the distance
 of each estimate - the last iterate, the tail's average, the last window's, the last
-part's - from the reference):
+part's - from the reference; a file may also hold bare ``(parts, losses, window, epoch
+[, draws])`` tuples pickled one after another, the verdict's inputs alone, judged again
+at ``draws`` or the tail's 4):
 
     PYTHONPATH=src .venv/bin/python bench/fit_verdict_trace.py --lib pymc --n 10000 \
         --b 256 --steps 5000 --seed 0 --scale 1 10 100 --out /tmp/cell.pkl
@@ -16,6 +18,7 @@ part's - from the reference):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pickle
 import sys
@@ -49,10 +52,11 @@ def run(args):
     saved = {}
     real_judge = convergence.judge
 
-    def spy(parts, losses, window, epoch=None):
+    def spy(parts, losses, window, epoch=None, draws=1):
         if parts:
-            saved.update(parts=parts, losses=np.asarray(losses), window=window, epoch=epoch)
-        return real_judge(parts, losses, window, epoch)
+            saved.update(parts=parts, losses=np.asarray(losses), window=window, epoch=epoch,
+                         draws=draws)  # fmt: skip
+        return real_judge(parts, losses, window, epoch, draws)
 
     enp.judge = pymc_schedule.judge = spy
     if args.data:
@@ -106,31 +110,58 @@ def run(args):
 
 
 def rejudge(paths):
-    from exactbatch.adapters.convergence import PARTS, judge
+    from exactbatch.adapters.convergence import judge
+    from exactbatch.adapters.schedule import TAIL_DRAWS
 
     for path in paths:
         with open(path, "rb") as f:
-            s = pickle.load(f)
-        m_ref, s_ref = s["m_ref"], s["s_ref"]
-        flats = [_flat_part(p, s["lib"]) for p in s["parts"]]
-        means = np.stack([m for m, _ in flats])
-        sds = np.stack([v for _, v in flats])
+            saved = []
+            while True:
+                try:
+                    saved.append(pickle.load(f))
+                except EOFError:
+                    break
+        for k, s in enumerate(saved):
+            if isinstance(s, tuple):  # the verdict's inputs alone
+                parts_, losses, window, epoch, *draws = s
+                v = judge(parts_, losses, window, epoch, *(draws or [TAIL_DRAWS]))
+                print(f"{path} #{k}: {v}\n  {_shift_line(v)}", flush=True)
+            else:
+                _rejudge_one(s)
 
-        def off(m, sd, m_ref=m_ref, s_ref=s_ref):
-            d, r = np.abs(m - m_ref) / s_ref, sd / s_ref
-            return f"{d.max():.2f} sd, sds {r.min():.2f}-{r.max():.2f}x"
 
-        last = s["last"]
-        if last and s["lib"] == "pymc":  # ADVI's flat order: w, b, sigma (the model's)
-            front = means.shape[1] - np.size(s["parts"][-1]["w"][0])
-            last = {k: np.r_[v[-front:], v[:-front]] for k, v in last.items()}
-        v = judge(s["parts"], s["losses"], s["window"], s["epoch"])
-        m, sd = s["returned"]
-        print(f"{s['label']}: returned {off(m, sd)}; tail {off(means.mean(0), sds.mean(0))}, "
-              f"last window {off(means[PARTS:].mean(0), sds[PARTS:].mean(0))}, last part "
-              f"{off(means[-1], sds[-1])}"
-              + (f", last iterate {off(last['mean'], last['sd'])}" if last else "")
-              + f"\n  then: {s['verdict']}\n  now:  {v}", flush=True)  # fmt: skip
+def _rejudge_one(s):
+    from exactbatch.adapters.convergence import PARTS, judge
+
+    m_ref, s_ref = s["m_ref"], s["s_ref"]
+    flats = [_flat_part(p, s["lib"]) for p in s["parts"]]
+    means = np.stack([m for m, _ in flats])
+    sds = np.stack([v for _, v in flats])
+
+    def off(m, sd, m_ref=m_ref, s_ref=s_ref):
+        d, r = np.abs(m - m_ref) / s_ref, sd / s_ref
+        return f"{d.max():.2f} sd, sds {r.min():.2f}-{r.max():.2f}x"
+
+    last = s["last"]
+    if last and s["lib"] == "pymc":  # ADVI's flat order: w, b, sigma (the model's)
+        front = means.shape[1] - np.size(s["parts"][-1]["w"][0])
+        last = {k: np.r_[v[-front:], v[:-front]] for k, v in last.items()}
+    v = judge(s["parts"], s["losses"], s["window"], s["epoch"], s.get("draws", 1))
+    m, sd = s["returned"]
+    print(f"{s['label']}: returned {off(m, sd)}; tail {off(means.mean(0), sds.mean(0))}, "
+          f"last window {off(means[PARTS:].mean(0), sds[PARTS:].mean(0))}, last part "
+          f"{off(means[-1], sds[-1])}"
+          + (f", last iterate {off(last['mean'], last['sd'])}" if last else "")
+          + f"\n  then: {s['verdict']}\n  now:  {v}\n  {_shift_line(v)}", flush=True)  # fmt: skip
+
+
+def _shift_line(v):
+    """The means' shift (convergence.shift) and the verdict without it (the drift alone)."""
+    if v.shift is None:
+        return "shift: not judged"
+    alone = "converged" if dataclasses.replace(v, shift=None).converged else "NOT converged"
+    return (f"shift {v.shift:+.3f} ({v.shift_where}: moved {v.shift_moved:.3f}, noise "
+            f"{v.shift_noise:.3f}, t {v.t:.2f}); without it: {alone}")  # fmt: skip
 
 
 def main():

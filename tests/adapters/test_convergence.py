@@ -124,7 +124,8 @@ def test_an_sds_wander_between_windows_is_judged_against_the_sds_floor():
 
 
 def _forced(real, moving: bool):
-    """``judge`` that gives the real verdict, its drift forced above or below the bound."""
+    """``judge`` that gives the real verdict, its drift forced above or below the bound
+    (and below it, no mean's shift)."""
 
     def judge(*args, **kw):
         v = real(*args, **kw)
@@ -132,7 +133,9 @@ def _forced(real, moving: bool):
             return v
         if moving:
             return dataclasses.replace(v, drift=0.5, movement=0.6)
-        return dataclasses.replace(v, drift=-1.0, error=0.0, sd_error=0.0, sds_judged=True)
+        return dataclasses.replace(
+            v, drift=-1.0, shift=-1.0, error=0.0, sd_error=0.0, sds_judged=True
+        )
 
     return judge
 

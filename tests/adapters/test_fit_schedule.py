@@ -3,6 +3,7 @@ the tail's step scales with the fit's length and sqrt(N / B) within its bounds, 
 fits keep a step that moves, and the verdict tells a still fit from a travelling one and
 from one too noisy to trust, with its false alarms at most 5% by construction."""
 
+import dataclasses
 import math
 import sys
 import warnings
@@ -12,13 +13,16 @@ import pytest
 
 from exactbatch.adapters.convergence import (
     ALPHA,
+    DOF,
     ERROR_MAX,
+    LAST_WINDOW,
     PARTS,
     SD_ERROR_MAX,
     THRESHOLD,
     TOO_SHORT,
     WANDER,
     Convergence,
+    estimate,
     judge,
     parts,
     warn_if_moving,
@@ -208,11 +212,101 @@ def test_false_alarms_are_at_most_alpha_by_construction(latents):
 
 def test_the_threshold_is_in_posterior_sds():
     """A drift just under THRESHOLD passes; one above it does not (a straight line: no
-    noise about it)."""
+    noise about it), a mean's (then a shift too) as a guide sd's."""
     for move, moving in ((THRESHOLD * 0.9, False), (THRESHOLD * 1.1, True)):
         line = np.arange(2 * PARTS)[:, None] * move / PARTS + np.zeros(2)
         v = judge(_parts(line), np.zeros(100), 50)
         assert v.movement == pytest.approx(move) and v.moving is moving
+        assert v.shifted is moving and v.shift == pytest.approx(move - THRESHOLD)
+        # sds 1 + c k: their windows' means 4 c apart, in the last window's sd 1 + 5.5 c
+        c = move / (PARTS - (3 * PARTS - 1) / 2 * move)
+        sds = 1 + np.arange(2 * PARTS)[:, None] * c + np.zeros(2)
+        w = judge(_parts(np.zeros_like(sds), sds), np.zeros(100), 50)
+        assert w.movement == pytest.approx(move) and w.where.endswith("sd")
+        assert w.moving is moving and not w.shifted
+
+
+def _levelled(seed=3, step=0.09, latents=31):
+    """Breast cancer's silent miss in shape (PyMC, 2000 steps, seed 3: 31 latents, each
+    part's mean scattered by 0.06 sd; ``w[13]`` moved 0.08 sd a part through the first
+    window and stopped): the parts' means."""
+    means = _still(np.random.default_rng(seed), latents, 0.06)
+    means[:, 13] += np.minimum(np.arange(2 * PARTS) - PARTS, 0) * step
+    return means
+
+
+def test_a_mean_that_moved_beyond_its_noise_is_not_converged_however_little():
+    """A mean whose windows differ beyond t standard errors and by more than THRESHOLD has
+    not converged, though its drift (the change beyond z standard errors) is under
+    THRESHOLD, and though it levelled off in the second window (its slope there under half
+    the first's): the tail's average holds the move, and the fit returns its last window's
+    mean. Measured on the fit: 0.56 sd off, quiet at drift 0.091; its last window 0.45."""
+    v = judge(_parts(_levelled()), np.zeros(100), 50)
+    assert 0 < v.drift < THRESHOLD and v.where == "w[13] mean"
+    assert dataclasses.replace(v, shift=None).converged  # the threshold alone: quiet
+    assert v.shifted and v.shift_where == "w[13] mean" and v.shift > 0
+    assert v.shift == pytest.approx(v.shift_moved - v.t * v.shift_noise)  # < moved - 0.1
+    assert v.shift_moved == pytest.approx(v.movement) and v.t > v.z
+    assert v.moving and v.converged is False and estimate(v, default=True) == LAST_WINDOW
+    t = np.arange(PARTS) - (PARTS - 1) / 2
+    first, second = (float(t @ w[:, 13]) for w in (_levelled()[:PARTS], _levelled()[PARTS:]))
+    assert second < first / 2  # levelled off: a test of a still falling slope passes it
+    with pytest.warns(ConvergenceWarning, match=r"its mean w\[13\] moved 0\.24 sd .* beyond "
+                      r"3\.4[0-9]x its noise \(0\.046 sd\) and above the threshold of 0\.1 "
+                      r"sd: not the batches' noise"):  # fmt: skip
+        warn_if_moving(v)
+    assert "; its mean w[13] moved" in str(v) and str(v).startswith("NOT converged")
+
+
+def test_a_mean_within_t_standard_errors_or_the_threshold_has_not_shifted():
+    """The same move, a third as large: within its noise times t, the fit is converged;
+    a move beyond t standard errors but under THRESHOLD (the parts' noise a tenth): too
+    small to matter."""
+    v = judge(_parts(_levelled(step=0.03)), np.zeros(100), 50)
+    assert v.shift < 0 and not v.shifted and v.converged
+    assert "moved" not in str(v).split("threshold")[1]
+    quiet = _levelled(step=0.02) - _still(np.random.default_rng(3), 31, 0.054)  # 0.006 left
+    w = judge(_parts(quiet), np.zeros(100), 50)
+    assert w.shift_moved - w.t * w.shift_noise > 0 > w.shift_moved - THRESHOLD
+    assert w.shift == pytest.approx(w.shift_moved - THRESHOLD) and w.converged
+
+
+def test_t_is_the_bonferroni_student_quantile_with_six_degrees_of_freedom_a_latent():
+    """t: Student's quantile of the same two-sided level as z (ALPHA over every mean and
+    sd judged), 6 degrees of freedom per latent (the parts' scatter about a line; the
+    latents' median floors each noise). Tables: 2.447 (6, 5%), 3.055 (12, 1%), 2.000 (60,
+    5%); one latent: 2.969 (6, 2.5%), where the normal quantile is 2.241; 1.960359 (6000,
+    5%)."""
+    from exactbatch.adapters.convergence import _t_quantile
+
+    for tail, dof, want in ((0.05, 6, 2.4469), (0.01, 12, 3.0545), (0.05, 60, 2.0003),
+                            (0.025, 6, 2.9687)):  # fmt: skip
+        assert _t_quantile(tail, dof) == pytest.approx(want, abs=1e-4)
+    # many latents: the expansion in 1 / dof, continuous with the exact sum at 600
+    assert _t_quantile(0.05, 6000) == pytest.approx(1.960359, abs=1e-6)
+    for tail in (0.05, 1e-6):
+        assert _t_quantile(tail, 602) == pytest.approx(_t_quantile(tail, 600), abs=2e-4)
+        assert _t_quantile(tail, 602) < _t_quantile(tail, 600)
+    assert DOF == 2 * PARTS - 2 == 6
+    rng = np.random.default_rng(9)
+    for latents in (1, 31):
+        v = judge(_parts(_still(rng, latents, 0.01)), np.zeros(100), 50)
+        assert v.t == pytest.approx(_t_quantile(ALPHA / (2 * latents), DOF * latents))
+        assert v.t > v.z
+
+
+def test_still_fits_of_one_latent_shift_at_most_alpha():
+    """One latent, its noise its own estimate of 6 degrees of freedom, its parts scattered
+    by 0.2 sd (t standard errors well above THRESHOLD): still fits (1000 seeds) shift in
+    at most ALPHA of them with t (measured 1.3%); beyond the normal quantile z, 6.0% of
+    them would have."""
+    rng = np.random.default_rng(11)
+    shifted = beyond_z = 0
+    for _ in range(1000):
+        v = judge(_parts(_still(rng, 1, 0.2), 1 + _still(rng, 1, 0.02)), np.zeros(100), 50)
+        shifted += v.shifted
+        beyond_z += v.shift_moved > v.z * v.shift_noise
+    assert shifted / 1000 <= ALPHA < beyond_z / 1000
 
 
 def test_the_movement_is_in_the_last_windows_sds_and_the_noise_is_its_standard_error():
@@ -442,11 +536,15 @@ def test_latents_at_different_levels_are_judged_each_against_itself():
 
 def test_a_latent_that_creeps_without_noise_is_judged_at_the_shared_noise_level():
     """Each latent's noise is floored by the median of all: a latent on a perfect line
-    (no scatter of its own) moving 0.16 sd is within the others' noise, not a drift."""
+    (no scatter of its own) moving 0.12 sd is within the others' noise (0.048 sd, times
+    t = 3.06: 0.148), not a shift; at 0.16 sd it is beyond it, however little (the
+    threshold let it pass, at a drift of 0.02)."""
     rng = np.random.default_rng(5)
-    means = np.c_[_still(rng, 5, 0.1), np.arange(2 * PARTS) * 0.04]
-    v = judge(_parts(means), np.zeros(100), 50)
-    assert v.moving is False
+    still = _still(rng, 5, 0.1)
+    v = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.03]), np.zeros(100), 50)
+    assert v.moving is False and not v.shifted and v.shift_where == "w[5] mean"
+    w = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.04]), np.zeros(100), 50)
+    assert 0 < w.drift < THRESHOLD and w.shifted and w.moving and not w.converged
 
 
 def test_the_verdict_and_the_warning_read_as_documented():
