@@ -174,8 +174,9 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
         parts,
         d,
         l,
-        None if features is None else tuple(names[0]),
-        None if labels is None else tuple(names[1]),
+        # names is None only when both are (the check's rule)
+        None if features is None or names is None else tuple(names[0]),
+        None if labels is None or names is None else tuple(names[1]),
         cats,
     )
 
@@ -266,8 +267,8 @@ def write_manifest(
     where = doc.path
     _widths(d, l, where)
     names = validate_names(features, labels, d, l, where)
-    feats = None if features is None else tuple(names[0])
-    labs = None if labels is None else tuple(names[1])
+    feats = None if features is None or names is None else tuple(names[0])
+    labs = None if labels is None or names is None else tuple(names[1])
     cats = check_categories(categories, names, where)
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs, cats)
     doc.write_doc(_manifest_bytes(man))
