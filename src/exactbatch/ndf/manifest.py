@@ -15,7 +15,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -244,7 +244,7 @@ def write_manifest(
     *,
     features: Sequence[str] | None = None,
     labels: Sequence[str] | None = None,
-    categories: dict[str, Sequence[Any]] | None = None,
+    categories: Mapping[str, Sequence[Any]] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
     """Write ``manifest.json`` for the parts ``parts`` (in order) of the dataset at ``path``,

@@ -184,8 +184,8 @@ def validate_names(
     features: object,
     labels: object,
     d: int,
-    l: int,
-    where: str,  # noqa: E741
+    l: int,  # noqa: E741
+    where: str,
 ) -> Names | None:
     """``(features, labels)`` as sequences of names checked against ``d`` and ``l``: the
     one check of column names, for every writer and reader of them.
@@ -218,8 +218,8 @@ def read_names(
     features: object,
     labels: object,
     d: int,
-    l: int,
-    where: str,  # noqa: E741
+    l: int,  # noqa: E741
+    where: str,
 ) -> Names | None:
     """:func:`validate_names` for names read from a file: its errors as an
     :class:`NdfError` naming ``where``."""

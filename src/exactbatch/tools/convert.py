@@ -204,6 +204,7 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
         "categories": categories,
     }
     if part_rows is not None:  # the parts this write made (the folder may hold others')
+        assert isinstance(w, NdfDatasetWriter)  # (part_rows: a dataset's writer)
         out.update(parts=len(w.parts), size_bytes=sum(p.nbytes for p in w.parts))
     return out
 

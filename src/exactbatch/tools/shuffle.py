@@ -248,6 +248,7 @@ def shuffle_file(
         "passes": 1 if in_memory or not data else 2,
     }
     if sharded:
+        assert isinstance(w, NdfDatasetWriter)  # (sharded: a dataset's writer)
         report.update(parts=len(w.parts), part_rows=part_rows)
     return report
 
