@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
     from exactbatch.ndf import NdfDataset, NdfFile
 
 __all__ = [
+    "Bar",
     "CliError",
     "catch_signals",
     "check_dataset_output",
@@ -107,7 +108,7 @@ def catch_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-class _Bar:
+class Bar:
     """A tqdm bar, or none (bars off, or tqdm not installed); every step first raises
     a noted Ctrl-C, so that a signal some library swallowed still stops the loop."""
 
@@ -136,16 +137,16 @@ def progress(
     unit: str = "rows",
     enabled: bool = True,
     **kw: Any,
-) -> _Bar:
+) -> Bar:
     """A tqdm progress bar on stderr, or none when disabled or tqdm is missing."""
     if not enabled:
-        return _Bar()
+        return Bar()
     try:
         from tqdm import tqdm
     except ImportError:
-        return _Bar()
+        return Bar()
     kw.setdefault("unit_scale", True)
-    return _Bar(
+    return Bar(
         tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.25, leave=True, **kw)
     )
 
