@@ -89,6 +89,9 @@ STRICT = (
     "exactbatch.urls",  # manifest and dataset_write were strict before the whole package)
     "exactbatch.tools.*",
     "exactbatch.mixing_score",
+    "exactbatch.stats",
+    "exactbatch.transform",
+    "exactbatch.distributed",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
