@@ -92,6 +92,18 @@ STRICT = (
     "exactbatch.stats",
     "exactbatch.transform",
     "exactbatch.distributed",
+    "exactbatch.cli",
+    "exactbatch.cli_args",
+    "exactbatch.cli_parser",
+    "exactbatch",
+    "exactbatch.errors",
+    "exactbatch.hints",
+    "exactbatch.torch",
+    "exactbatch.jax",
+    "exactbatch.numpyro",
+    "exactbatch.pymc",
+    "exactbatch.dask",
+    "exactbatch.ray",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
