@@ -104,6 +104,7 @@ STRICT = (
     "exactbatch.pymc",
     "exactbatch.dask",
     "exactbatch.ray",
+    "exactbatch.rank_states",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
