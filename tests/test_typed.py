@@ -105,6 +105,10 @@ STRICT = (
     "exactbatch.dask",
     "exactbatch.ray",
     "exactbatch.rank_states",
+    "exactbatch.adapters.convergence",
+    "exactbatch.adapters.schedule",
+    "exactbatch.adapters.minibatch",
+    "exactbatch.adapters.order_check",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
