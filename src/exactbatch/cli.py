@@ -30,15 +30,17 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
 
-def _print_json(obj) -> None:
+def _print_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
-def _opts(a, *names) -> dict:
+def _opts(a: argparse.Namespace, *names: str) -> dict[str, Any]:
     """The parsed options ``names`` as keyword arguments, plus ``bar`` from ``--quiet``."""
     return {**{k: getattr(a, k) for k in names}, "bar": not a.quiet}
 
@@ -46,7 +48,7 @@ def _opts(a, *names) -> dict:
 # -- subcommands: each calls one tool and prints what it returns -------------------------
 
 
-def _info(a) -> int:
+def _info(a: argparse.Namespace) -> int:
     from exactbatch.tools.info import info, render
 
     report = info(a.path, stats=a.stats, bar=not a.quiet, storage_options=a.storage_options)
@@ -57,7 +59,7 @@ def _info(a) -> int:
     return 0
 
 
-def _convert(a) -> int:
+def _convert(a: argparse.Namespace) -> int:
     from exactbatch.tools.convert import convert, render
 
     names = ("features", "labels", "force", "delimiter", "row_group_rows", "names", "part_rows")
@@ -68,7 +70,7 @@ def _convert(a) -> int:
     return 0
 
 
-def _shuffle(a) -> int:
+def _shuffle(a: argparse.Namespace) -> int:
     from exactbatch.tools.shuffle import render, shuffle_file
 
     out = shuffle_file(a.src, a.dst, **_opts(a, "seed", "memory", "force", "tmp_dir", "part_rows"))
@@ -76,7 +78,7 @@ def _shuffle(a) -> int:
     return 0
 
 
-def _mixing(a) -> int:
+def _mixing(a: argparse.Namespace) -> int:
     from exactbatch.tools.mixing import mixing
     from exactbatch.tools.mixing_report import public, render
 
@@ -97,7 +99,7 @@ def _mixing(a) -> int:
     return 0
 
 
-def _bench(a) -> int:
+def _bench(a: argparse.Namespace) -> int:
     from exactbatch.tools.bench import bench, render
 
     names = ("batch_sizes", "shuffle", "seed", "buffer_size", "max_rows", "features", "labels")
@@ -106,7 +108,7 @@ def _bench(a) -> int:
     return 0
 
 
-def _certify(a) -> int:
+def _certify(a: argparse.Namespace) -> int:
     from exactbatch.tools.certify import certify_files, public
 
     cert = certify_files(a.states)
@@ -135,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
 # -- errors --------------------------------------------------------------------------
 
 
-def _message(e: BaseException, args) -> str:
+def _message(e: BaseException, args: argparse.Namespace) -> str:
     """One line for the error ``e``: naming a file (the command's input if ``e`` names
     none), with the error's type where it is not one bad input is expected to raise."""
     from exactbatch.tools.common import CliError
@@ -165,7 +167,7 @@ def _names(text: str, path: str) -> bool:
     return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w-])", text) is not None
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
     Ctrl-C or SIGTERM at any moment returns 130 with one line on stderr; a
@@ -195,12 +197,13 @@ def main(argv=None) -> int:
             return 130
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Run the subcommand: the one funnel of its errors. Every exception (a Ctrl-C
     aside) is one line on stderr naming the file, and exit status 2; ``--debug``
     prints the traceback first."""
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except BrokenPipeError:  # e.g. `exactbatch info x | head -1`: stop quietly
         try:
             null = os.open(os.devnull, os.O_WRONLY)

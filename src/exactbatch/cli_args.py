@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["delimiter", "int_at_least", "int_list", "json_object", "positive_int", "seed", "size"]
 
 
-def int_at_least(minimum: int, what: str):
+def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
     """An integer of at least ``minimum`` (``what`` names it in the message)."""
 
     def parse(text: str) -> int:
@@ -63,7 +65,7 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def json_object(text: str) -> dict:
+def json_object(text: str) -> dict[str, Any]:
     """A JSON object, such as fsspec storage options."""
     try:
         value = json.loads(text)

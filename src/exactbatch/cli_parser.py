@@ -12,7 +12,9 @@ from exactbatch import cli_args
 __all__ = ["build_parser"]
 
 
-def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
+def build_parser(
+    commands: dict[str, Callable[[argparse.Namespace], int]],
+) -> argparse.ArgumentParser:
     """The command's parser; ``commands`` maps each subcommand's name to the function
     that runs it (set as the parsed arguments' ``run``)."""
     from exactbatch import __version__

@@ -31,7 +31,7 @@ import sys
 __all__ = ["distributed_shard", "resolve_shard", "torch_world_size"]
 
 
-def _from_torch():
+def _from_torch() -> tuple[int, int] | None:
     if "torch" not in sys.modules:  # not imported by the user: not initialised either
         return None
     dist = getattr(sys.modules["torch"], "distributed", None)
@@ -46,7 +46,7 @@ def torch_world_size() -> int | None:
     return None if found is None else found[0]
 
 
-def _from_ray_train():
+def _from_ray_train() -> tuple[int, int] | None:
     train = sys.modules.get("ray.train")
     if train is None:  # not imported: not a Ray Train worker
         return None
@@ -60,7 +60,7 @@ def _from_ray_train():
     return int(world), int(rank)
 
 
-def _from_dask():
+def _from_dask() -> tuple[int, int] | None:
     dist = sys.modules.get("distributed")
     if dist is None:  # not imported: not inside a Dask worker
         return None
@@ -77,11 +77,13 @@ def _from_dask():
     return len(workers), workers.index(worker.address)
 
 
-def _from_env():
+def _from_env() -> tuple[int, int] | None:
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None and world is None:
         return None
     try:
+        if rank is None or world is None:
+            raise TypeError  # (as int(None))
         r, w = int(rank), int(world)
     except (TypeError, ValueError):
         raise ValueError(
@@ -99,14 +101,14 @@ def distributed_shard() -> tuple[int, int]:
     return _from_torch() or _from_ray_train() or _from_dask() or _from_env() or (1, 0)
 
 
-def resolve_shard(num_shards, shard_index) -> tuple[int, int]:
+def resolve_shard(num_shards: int | str, shard_index: int | str) -> tuple[int, int]:
     """Replace ``"auto"`` in either argument by :func:`distributed_shard`'s answer."""
     auto = [v for v in (num_shards, shard_index) if isinstance(v, str)]
     for v in auto:
         if v != "auto":
             raise ValueError(f'num_shards and shard_index must be ints or "auto"; got {v!r}')
-    if auto:
-        world, rank = distributed_shard()
-        num_shards = world if isinstance(num_shards, str) else num_shards
-        shard_index = rank if isinstance(shard_index, str) else shard_index
-    return num_shards, shard_index
+    world, rank = distributed_shard() if auto else (1, 0)  # (asked only for an "auto")
+    return (
+        world if isinstance(num_shards, str) else num_shards,
+        rank if isinstance(shard_index, str) else shard_index,
+    )

@@ -23,6 +23,9 @@ arrays of ``S`` values per column. The caller keeps ``S`` bounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 
 __all__ = ["LEVEL", "Scores", "entropy_codes", "entropy_ratio", "score", "verdict"]
@@ -39,12 +42,27 @@ class Scores:
     the stratum (nats), None without one.
     """
 
-    def __init__(self, ks, ks_sim, entropy=None, entropy_sim=None):
+    def __init__(
+        self,
+        ks: np.ndarray,
+        ks_sim: np.ndarray,
+        entropy: np.ndarray | None = None,
+        entropy_sim: np.ndarray | None = None,
+    ) -> None:
         self.ks, self.ks_sim = ks, ks_sim
         self.entropy, self.entropy_sim = entropy, entropy_sim
 
 
-def score(values, refs, batch_size: int, codes=None, *, replicates: int, rng, done=None) -> Scores:
+def score(
+    values: np.ndarray,
+    refs: Sequence[np.ndarray],
+    batch_size: int,
+    codes: np.ndarray | None = None,
+    *,
+    replicates: int,
+    rng: np.random.Generator,
+    done: Callable[[int], object] | None = None,
+) -> Scores:
     """Score the ``K = len(values) // batch_size`` batches of ``values`` (rows in
     batch order, ``(S, c)``) and ``replicates`` random cuts of the same rows.
 
@@ -58,7 +76,8 @@ def score(values, refs, batch_size: int, codes=None, *, replicates: int, rng, do
     cols = _Columns(values, refs, batch_size)
     ncls = int(codes.max()) + 1 if codes is not None and len(codes) else 1
     step = max(1, _GROUP_ROWS // max(1, s))  # replicates scored together
-    ks_parts, ent_sim = [], []
+    ks_parts: list[np.ndarray] = []
+    ent_sim: list[np.ndarray] = []
     for a in range(0, replicates, step):
         # each row a uniformly random permutation of the rows: (G, S)
         perms = rng.permuted(np.tile(np.arange(s), (min(step, replicates - a), 1)), axis=1)
@@ -78,7 +97,7 @@ def score(values, refs, batch_size: int, codes=None, *, replicates: int, rng, do
 class _Columns:
     """Each column's rows ranked once, with the reference's ECDF at each rank."""
 
-    def __init__(self, values, refs, batch_size: int):
+    def __init__(self, values: np.ndarray, refs: Sequence[np.ndarray], batch_size: int) -> None:
         s, c = values.shape
         self.b = batch_size
         self.rank = np.empty((c, s), dtype=np.int64)
@@ -95,7 +114,7 @@ class _Columns:
             self.nan[j] = np.isnan(v)
         self.empty_ref = [not len(r) for r in refs]
 
-    def ks(self, perms) -> np.ndarray:
+    def ks(self, perms: np.ndarray) -> np.ndarray:
         """(G, K, c): the KS distance to the reference of each batch, column by column,
         for each row of ``perms`` (G, S): its rows cut ``B`` at a time."""
         c, s = self.hi.shape
@@ -119,7 +138,7 @@ class _Columns:
         return out.reshape(g, k, c)
 
 
-def _entropy(codes, batch_size: int, ncls: int) -> np.ndarray:
+def _entropy(codes: np.ndarray, batch_size: int, ncls: int) -> np.ndarray:
     """(G, K): the entropy (nats) of the classes in each batch of each row of ``codes``
     (G, S), cut ``batch_size`` at a time."""
     g, k = len(codes), codes.shape[1] // batch_size
@@ -129,10 +148,11 @@ def _entropy(codes, batch_size: int, ncls: int) -> np.ndarray:
     p = counts / batch_size
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=1)
-    return ent.reshape(g, k)
+    out: np.ndarray = ent.reshape(g, k)
+    return out
 
 
-def entropy_codes(values, max_classes: int):
+def entropy_codes(values: np.ndarray, max_classes: int) -> tuple[np.ndarray | None, np.ndarray]:
     """The class of each value (NaN one class of its own), and the classes; None
     when there are more than ``max_classes`` (not a stratum, but a measurement)."""
     classes, codes = np.unique(values, return_inverse=True, equal_nan=True)
@@ -141,7 +161,7 @@ def entropy_codes(values, max_classes: int):
     return codes.reshape(-1), classes
 
 
-def verdict(sc: Scores) -> dict:
+def verdict(sc: Scores) -> dict[str, Any]:
     """The headline share and the calibrated verdict.
 
     A batch's score is its KS distance averaged over the columns. The
@@ -170,11 +190,12 @@ def verdict(sc: Scores) -> dict:
     r = len(per_sim)
     # each set's badness by KS (share, then mean score), real first
     worse = _ranks(np.r_[share, shares], np.r_[mean, means])
-    if sc.entropy is not None and float(np.mean(sc.entropy_sim)) > 0:
+    sim = sc.entropy_sim  # (set with sc.entropy: both or neither)
+    if sc.entropy is not None and sim is not None and float(np.mean(sim)) > 0:
         # and by the stratum's (the labels') class entropy: lower is worse. The set's
         # statistic is the worse of its two ranks, a symmetric function of all the
         # sets, so the real one's rank stays uniform under a full shuffle
-        ent = np.r_[np.mean(sc.entropy), np.mean(sc.entropy_sim, axis=1)]
+        ent = np.r_[np.mean(sc.entropy), np.mean(sim, axis=1)]
         worse = np.maximum(worse, _ranks(-ent, np.zeros(r + 1)))
     p_value = int(np.sum(worse >= worse[0])) / (r + 1)
     lo, mid, hi = (float(v) for v in np.quantile(shares, [0.05, 0.5, 0.95]))
@@ -188,7 +209,7 @@ def verdict(sc: Scores) -> dict:
     }
 
 
-def _ranks(first, second) -> np.ndarray:
+def _ranks(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Each set's rank (0 the best) by ``first``, ties by ``second``; equal sets share
     their highest rank (a tie counts against the real set, as ``>=`` does)."""
     keys = np.stack([np.nan_to_num(first, nan=-np.inf), np.nan_to_num(second, nan=-np.inf)], 1)
@@ -196,23 +217,26 @@ def _ranks(first, second) -> np.ndarray:
                      for a, b in keys])  # fmt: skip
 
 
-def _mean(a) -> float:
+def _mean(a: np.ndarray) -> float:
     a = a[~np.isnan(a)]
     return float(np.mean(a)) if len(a) else -np.inf
 
 
-def entropy_ratio(sc: Scores) -> dict:
+def entropy_ratio(sc: Scores) -> dict[str, Any]:
     """Mean batch entropy over the mean of the replicates' batches (1.0 for i.i.d.
     batches, lower when batches cluster a class), and the 90% range of the same
     ratio for a simulated full shuffle."""
-    ref = float(np.mean(sc.entropy_sim))
+    entropy, sim = sc.entropy, sc.entropy_sim
+    if entropy is None or sim is None:  # (as np.mean(None) did)
+        raise TypeError("entropy_ratio: scores without a stratum have no entropy")
+    ref = float(np.mean(sim))
     if ref <= 0:  # one class in every batch: nothing to mix
-        return {"loader": float(np.mean(sc.entropy)), "random": ref, "ratio": None}
-    sims = np.mean(sc.entropy_sim, axis=1) / ref
+        return {"loader": float(np.mean(entropy)), "random": ref, "ratio": None}
+    sims = np.mean(sim, axis=1) / ref
     lo, hi = (float(v) for v in np.quantile(sims, [0.05, 0.95]))
     return {
-        "loader": float(np.mean(sc.entropy)),
+        "loader": float(np.mean(entropy)),
         "random": ref,
-        "ratio": float(np.mean(sc.entropy)) / ref,
+        "ratio": float(np.mean(entropy)) / ref,
         "full_shuffle": {"p05": lo, "p95": hi},
     }

@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, cast
 
 from exactbatch.ndf.write import atomic_path
 
 __all__ = [
+    "Resumable",
     "check_world",
     "checkpoint_states",
     "complete",
@@ -36,12 +39,28 @@ __all__ = [
 _FILE = re.compile(r"loader-(\d+)\.json\Z")
 
 
+class Resumable(Protocol):
+    """What these functions use of a DataLoader (:func:`loader_of` finds one): its shard,
+    whether it is elastic, and its state."""
+
+    @property
+    def shard_index(self) -> int: ...
+    @property
+    def num_shards(self) -> int: ...
+    @property
+    def elastic(self) -> object: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 def state_name(rank: int) -> str:
     """The file name of rank ``rank``'s state."""
     return f"loader-{rank}.json"
 
 
-def loader_of(loader, caller: str):
+def loader_of(loader: object, caller: str) -> Resumable:
     """The exactbatch DataLoader in ``loader`` (a DataLoader, or an adapter holding one as
     ``.loader``, as ``as_torch`` makes), or a ``TypeError`` naming ``caller``."""
     inner = loader if hasattr(loader, "state_dict") else getattr(loader, "loader", None)
@@ -50,10 +69,10 @@ def loader_of(loader, caller: str):
             f"{caller} needs an exactbatch DataLoader (or as_torch's wrapper of one); "
             f"got {type(loader).__name__}"
         )
-    return inner
+    return cast(Resumable, inner)  # (its methods and shard, checked just above)
 
 
-def check_world(loader, world: int | None, caller: str) -> None:
+def check_world(loader: Resumable, world: int | None, caller: str) -> None:
     """A ``ValueError`` unless the loader is sharded by the job's ``world`` ranks (None:
     not known): the state files are named by shard, so two ranks of one shard would
     overwrite each other's."""
@@ -65,7 +84,7 @@ def check_world(loader, world: int | None, caller: str) -> None:
         )
 
 
-def write_state(folder: str, loader) -> str:
+def write_state(folder: str, loader: Resumable) -> str:
     """Write ``loader``'s state into ``folder`` as its rank's file, atomically (a reader
     sees the old file or the whole new one, never a part); return the file's path."""
     path = os.path.join(folder, state_name(loader.shard_index))
@@ -75,9 +94,9 @@ def write_state(folder: str, loader) -> str:
     return path
 
 
-def rank_files(names) -> dict[int, str]:
+def rank_files(names: Iterable[str]) -> dict[int, str]:
     """The state files among the file ``names`` of a checkpoint, by rank."""
-    found = {}
+    found: dict[int, str] = {}
     for name in names:
         m = _FILE.match(os.path.basename(name))
         if m:
@@ -85,7 +104,7 @@ def rank_files(names) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-def read_state(text: str | bytes, where: str) -> dict:
+def read_state(text: str | bytes, where: str) -> dict[str, Any]:
     """The state in ``text`` (the file at ``where``), or a ``ValueError`` naming it."""
     try:
         state = json.loads(text)
@@ -93,15 +112,16 @@ def read_state(text: str | bytes, where: str) -> dict:
         raise ValueError(f"{where}: not a loader state (not JSON: {e})") from None
     if not isinstance(state, dict) or "version" not in state:
         raise ValueError(f"{where}: not a loader state (a JSON object from state_dict())")
-    return state
+    return cast(dict[str, Any], state)  # (a JSON object)
 
 
-def shard_count(state: dict) -> int | None:
+def shard_count(state: dict[str, Any]) -> int | None:
     """The number of ranks of the world that took ``state``."""
     shard = state.get("shard")
-    if isinstance(shard, list) and len(shard) == 2:
-        return shard[1]
-    return state.get("num_shards")
+    count: int | None = (
+        shard[1] if isinstance(shard, list) and len(shard) == 2 else state.get("num_shards")
+    )
+    return count
 
 
 def complete(ranks: dict[int, str], count: int | None) -> bool:
@@ -127,24 +147,26 @@ def missing_ranks(ranks: dict[int, str], count: int | None, where: str) -> str:
     )
 
 
-def to_load(ranks, loader, where: str) -> int:
+def to_load(ranks: Iterable[int], loader: Resumable, where: str) -> int:
     """The rank among ``ranks`` (a complete checkpoint's) whose state ``loader`` resumes
     from: its own; under ``elastic=True`` any (they say the same), so the lowest when the
     new world is larger. A ``ValueError`` naming ``where`` when none fits."""
-    ranks = sorted(ranks)
+    have = sorted(ranks)
     rank = loader.shard_index
-    if rank in ranks and (loader.elastic or len(ranks) == loader.num_shards):
+    if rank in have and (loader.elastic or len(have) == loader.num_shards):
         return rank
-    if loader.elastic and ranks:
-        return ranks[0]
+    if loader.elastic and have:
+        return have[0]
     raise ValueError(
-        f"{where}: a checkpoint of {len(ranks)} ranks cannot resume rank {rank} of "
+        f"{where}: a checkpoint of {len(have)} ranks cannot resume rank {rank} of "
         f"{loader.num_shards}: resume at the same number of ranks, or build the loader "
         "with elastic=True (any number of ranks resumes from its states)"
     )
 
 
-def checkpoint_states(names, read, where: str) -> tuple[dict[int, dict], str]:
+def checkpoint_states(
+    names: Iterable[str], read: Callable[[str], str | bytes], where: str
+) -> tuple[dict[int, dict[str, Any]], str]:
     """The states of one checkpoint at ``where`` whose files are ``names``, each read by
     ``read(name)`` (its bytes), by rank; and why they are not a complete checkpoint, in
     words ("" when they are). A file that is not a state is a ``ValueError`` naming it."""
@@ -162,7 +184,7 @@ def checkpoint_states(names, read, where: str) -> tuple[dict[int, dict], str]:
     return states, missing_ranks(ranks, counts.pop() if counts else None, where)
 
 
-def resume(loader, states: dict[int, dict], where: str) -> None:
+def resume(loader: Resumable, states: dict[int, dict[str, Any]], where: str) -> None:
     """Load into ``loader`` its state among a complete checkpoint's ``states`` (see
     :func:`to_load`); a state it refuses is a ``ValueError`` naming the file."""
     rank = to_load(states, loader, where)

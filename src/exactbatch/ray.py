@@ -21,9 +21,10 @@ __all__ = [  # noqa: F822
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "NdfDatasink":  # defined lazily, so that ray loads on first use
         from exactbatch.adapters import ray as _adapter
 
-        return _adapter.NdfDatasink
+        made: type = _adapter.NdfDatasink
+        return made
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,11 @@ few arrays of one value per column, plus the block being summarised.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["ColumnStats"]
 
@@ -37,35 +41,35 @@ class ColumnStats:
         self.max = np.full(k, -np.inf)
 
     @classmethod
-    def of(cls, block) -> ColumnStats:
+    def of(cls, block: ArrayLike) -> ColumnStats:
         """The statistics of one block of rows, shape (rows, columns)."""
-        block = np.asarray(block, dtype=np.float64)
-        if block.ndim != 2:
-            raise ValueError(f"expected a 2-D block (rows, columns); got shape {block.shape}")
-        out = cls(block.shape[1])
-        if block.shape[0] == 0:
+        rows = np.asarray(block, dtype=np.float64)
+        if rows.ndim != 2:
+            raise ValueError(f"expected a 2-D block (rows, columns); got shape {rows.shape}")
+        out = cls(rows.shape[1])
+        if rows.shape[0] == 0:
             return out
-        nan = np.isnan(block)
+        nan = np.isnan(rows)
         # Sums over axis 0 add row after row, so they are taken of the block less its
         # first row: small numbers, whatever the data's offset.
-        shift = np.where(nan[0], 0.0, block[0])
+        shift = np.where(nan[0], 0.0, rows[0])
         if not nan.any():
-            out.count[:] = block.shape[0]
-            out.mean = shift + (block - shift).mean(axis=0)
-            out.m2 = ((block - out.mean) ** 2).sum(axis=0)
-            out.min, out.max = block.min(axis=0), block.max(axis=0)
+            out.count[:] = rows.shape[0]
+            out.mean = shift + (rows - shift).mean(axis=0)
+            out.m2 = ((rows - out.mean) ** 2).sum(axis=0)
+            out.min, out.max = rows.min(axis=0), rows.max(axis=0)
             return out
         out.nan = nan.sum(axis=0)
-        out.count = block.shape[0] - out.nan
+        out.count = rows.shape[0] - out.nan
         seen = out.count > 0
-        total = np.where(nan, 0.0, block - shift).sum(axis=0)
+        total = np.where(nan, 0.0, rows - shift).sum(axis=0)
         out.mean = shift + np.divide(total, out.count, out=np.zeros_like(total), where=seen)
-        out.m2 = np.where(nan, 0.0, (block - out.mean) ** 2).sum(axis=0)
-        out.min = np.where(nan, np.inf, block).min(axis=0)
-        out.max = np.where(nan, -np.inf, block).max(axis=0)
+        out.m2 = np.where(nan, 0.0, (rows - out.mean) ** 2).sum(axis=0)
+        out.min = np.where(nan, np.inf, rows).min(axis=0)
+        out.max = np.where(nan, -np.inf, rows).max(axis=0)
         return out
 
-    def update(self, block) -> ColumnStats:
+    def update(self, block: ArrayLike) -> ColumnStats:
         """Add the rows of ``block`` (rows, columns); returns self."""
         return self.merge(ColumnStats.of(block))
 
@@ -87,16 +91,16 @@ class ColumnStats:
         self.max = np.maximum(self.max, other.max)
         return self
 
-    def table(self, names) -> list[dict]:
+    def table(self, names: Iterable[str]) -> list[dict[str, Any]]:
         """One dict per column: ``name``, ``count``, ``nan``, ``mean``, ``sd``, ``min``,
         ``max`` (plain floats; None for a column with no value)."""
-        names = list(names)
-        if len(names) != self.count.shape[0]:
-            raise ValueError(f"{len(names)} names for {self.count.shape[0]} columns")
+        listed = list(names)
+        if len(listed) != self.count.shape[0]:
+            raise ValueError(f"{len(listed)} names for {self.count.shape[0]} columns")
         out = []
-        for j, name in enumerate(names):
+        for j, name in enumerate(listed):
             c = int(self.count[j])
-            row = {"name": name, "count": c, "nan": int(self.nan[j])}
+            row: dict[str, Any] = {"name": name, "count": c, "nan": int(self.nan[j])}
             if c:
                 row.update(
                     mean=float(self.mean[j]),

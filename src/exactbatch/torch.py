@@ -21,9 +21,10 @@ __all__ = [  # noqa: F822
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "TorchIterable":  # defined lazily, so that torch loads on first use
         from exactbatch.adapters import torch as _adapter
 
-        return _adapter.TorchIterable
+        made: type = _adapter.TorchIterable
+        return made
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,24 +40,26 @@ from __future__ import annotations
 
 import numbers
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from exactbatch.kernels import TransformKernel
 
 __all__ = ["Standardize"]
 
 
-def _named(rows) -> list | None:
+def _named(rows: Sequence[Mapping[str, Any]]) -> list[str] | None:
     """The column names of a list of statistics (``info``'s, ``column_stats``'), when
     every column has one (None: the statistics are by position only)."""
     names = [c.get("name") for c in rows]
-    return names if all(isinstance(n, str) for n in names) else None
+    named = [n for n in names if isinstance(n, str)]
+    return named if len(named) == len(names) else None
 
 
-def _columns(stats) -> tuple[list, list, int | None, list | None]:
+def _columns(stats: object) -> tuple[list[Any], list[Any], int | None, list[str] | None]:
     """``(means, sds, features, names)`` of any accepted form of ``stats``; ``features``:
     the feature count when the statistics say it (an ``info`` report's ``d``), else None;
     ``names``: each column's name, when the statistics name every column, else None."""
@@ -91,13 +93,13 @@ def _columns(stats) -> tuple[list, list, int | None, list | None]:
     )
 
 
-def _fill_key(key) -> str:
+def _fill_key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"nan_fill's keys must be column names (str); got {key!r}")
     return key
 
 
-def _fill_value(value, key=None) -> float | None:
+def _fill_value(value: object, key: str | None = None) -> float | None:
     """A fill: a finite number as a float (None, in a mapping: the column keeps NaN)."""
     what = "nan_fill" if key is None else f"nan_fill[{key!r}]"
     if value is None and key is not None:
@@ -110,7 +112,7 @@ def _fill_value(value, key=None) -> float | None:
     return float(value)
 
 
-def _fill_vector(fills: dict, names, what: str) -> np.ndarray:
+def _fill_vector(fills: Mapping[str, float | None], names: Iterable[str], what: str) -> np.ndarray:
     """Each of ``names``' fill from the mapping ``fills`` (NaN: none, the NaN kept); a
     name of ``fills`` not among ``names`` is a ``ValueError`` naming ``nan_fill``."""
     unknown = [c for c in fills if c not in set(names)]
@@ -123,9 +125,9 @@ def _fill_vector(fills: dict, names, what: str) -> np.ndarray:
     return out
 
 
-def _shown(names) -> str:
-    names = list(names)
-    return str(names if len(names) <= 20 else [*names[:20], "..."])
+def _shown(names: Iterable[object]) -> str:
+    listed = list(names)
+    return str(listed if len(listed) <= 20 else [*listed[:20], "..."])
 
 
 class Standardize:
@@ -242,7 +244,7 @@ class Standardize:
             )
         return self._copy(np.array([at[c] for c in features], dtype=np.int64), features)
 
-    def _copy(self, pick, names) -> Standardize:
+    def _copy(self, pick: slice | np.ndarray, names: Sequence[str] | None) -> Standardize:
         """The statistics (and fills) of the columns ``pick``, named ``names``."""
         out = object.__new__(Standardize)
         out.names = None if names is None else tuple(names)
@@ -285,16 +287,16 @@ class Standardize:
                 "nan_fill as one number, or statistics with names"
             )
 
-    def __call__(self, x) -> np.ndarray:
+    def __call__(self, x: ArrayLike) -> np.ndarray:
         """The transform applied to ``x`` (rows, k), k <= :attr:`width` (the first k
         columns' statistics): a new float64 array, the values a loader gives (for
         float32 batches, this rounded to float32)."""
-        x = np.asarray(x, dtype=np.float64)
-        two = np.atleast_2d(x)
+        values = np.asarray(x, dtype=np.float64)
+        two = np.atleast_2d(values)
         if two.ndim != 2 or two.shape[1] > self.width:
             raise ValueError(
-                f"expected rows of at most {self.width} columns; got shape {np.shape(x)}"
+                f"expected rows of at most {self.width} columns; got shape {np.shape(values)}"
             )
         out = np.empty(two.shape)
         self.kernel(two.shape[1]).apply(two, out)
-        return out.reshape(x.shape)
+        return out.reshape(values.shape)

@@ -22,9 +22,11 @@ import fnmatch
 import os
 import pickle
 import re
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 
 __all__ = [
     "FOLDER_PATTERN",
@@ -45,7 +47,7 @@ __all__ = [
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)(://|::)")
 
 
-def is_url(path) -> bool:
+def is_url(path: object) -> bool:
     """True for ``scheme://...`` other than ``file://``, and for an fsspec chain.
 
     A chain (``simplecache::s3://b/k``, ``blockcache::simplecache::gs://b/k``)
@@ -94,7 +96,7 @@ def local_path(path: Any) -> Any:
     return path
 
 
-def for_arrow(path) -> str:
+def for_arrow(path: str | os.PathLike[str]) -> str:
     """A local path as pyarrow is to be given it: absolute. Given a relative name with a
     ``:`` in it (``data::v2.parquet``, ``a:b.csv``), pyarrow takes it for a URI, and
     it expands a leading ``~``; an absolute path is only ever a local file to it."""
@@ -102,19 +104,20 @@ def for_arrow(path) -> str:
     return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
-def import_fsspec():
+def import_fsspec() -> ModuleType:
     """The ``fsspec`` module, or an ``ImportError`` saying what to install."""
     return need("fsspec", by="reading URLs", package="fsspec (and s3fs for s3://)", extra="remote")
 
 
-def url_to_fs(url: str, storage_options: dict | None = None):
+def url_to_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Foreign, str]:
     """``(filesystem, path within it)`` for ``url``, with ``storage_options``."""
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict or None; got {storage_options!r}")
-    return import_fsspec().core.url_to_fs(url, **(storage_options or {}))
+    fs, key = import_fsspec().core.url_to_fs(url, **(storage_options or {}))
+    return fs, key
 
 
-def protocols(fs) -> tuple[str, ...]:
+def protocols(fs: Foreign) -> tuple[str, ...]:
     """The protocol names of filesystem ``fs`` (``("s3", "s3a")`` for s3fs)."""
     p = fs.protocol
     return (p,) if isinstance(p, str) else tuple(p)
@@ -141,11 +144,12 @@ class ForkSafeFs:
         return self.fs
 
 
-def object_info(fs, key: str, url: str) -> dict:
+def object_info(fs: Foreign, key: str, url: str) -> dict[str, Any]:
     """Fresh metadata of one object (never a cached listing); a missing one names ``url``."""
     try:
         fs.invalidate_cache(key)
-        return fs.info(key)
+        info: dict[str, Any] = fs.info(key)
+        return info
     except FileNotFoundError as e:
         raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
 
@@ -163,7 +167,7 @@ _TAG_KEYS = (
 )
 
 
-def version_tag(info: dict) -> str | None:
+def version_tag(info: dict[str, Any]) -> str | None:
     """What tells this version of an object from the next: its ETag, else its modification
     time (the first of these the protocol reports), as a string; None if none is."""
     for k in _TAG_KEYS:
@@ -182,7 +186,7 @@ partition folders such as ``year=2024/month=01/`` included)."""
 MAX_WALK = 1_000_000  # files and folders a local search looks at before it gives up
 
 
-def find_files(folder: str, pattern: str, fs=None) -> list[str]:
+def find_files(folder: str, pattern: str, fs: Foreign = None) -> list[str]:
     """The files under ``folder`` whose path inside it matches ``pattern``, sorted by that path.
 
     ``fs`` None: ``folder`` is a local folder, and the files come back as
@@ -216,7 +220,7 @@ def find_files(folder: str, pattern: str, fs=None) -> list[str]:
     """
     parts = _pattern_parts(pattern)
     depth = None if "**" in parts else len(parts)
-    found = []
+    found: list[str] = []
     if fs is None:
         top = os.path.normpath(folder)
         above: dict[str, frozenset[str]] = {}  # the real folders down to each
@@ -263,11 +267,11 @@ def once_each(paths: list[str]) -> list[str]:
     return out
 
 
-def _raise(error: OSError):
+def _raise(error: OSError) -> NoReturn:
     raise error  # a folder that cannot be listed is an error, not a folder without files
 
 
-def _pattern_parts(pattern) -> tuple[str, ...]:
+def _pattern_parts(pattern: object) -> tuple[str, ...]:
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be a str such as '*.parquet'; got {pattern!r}")
     parts = pattern.split("/")
@@ -280,7 +284,7 @@ def _pattern_parts(pattern) -> tuple[str, ...]:
     return tuple(p for k, p in enumerate(parts) if p != "**" or parts[k - 1 : k] != ["**"])
 
 
-def _matches(parts: tuple, names: tuple, folder: bool = False) -> bool:
+def _matches(parts: tuple[str, ...], names: tuple[str, ...], folder: bool = False) -> bool:
     """Does the path ``names`` match the pattern ``parts``? With ``folder``: could a path
     under the folder ``names`` match it (is the folder worth listing)?"""
     if not parts:

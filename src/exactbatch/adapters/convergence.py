@@ -106,10 +106,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
@@ -278,13 +280,16 @@ def parts(num_steps: int, epoch: int | None) -> tuple[list[tuple[int, int]], int
     return list(zip(cuts[:-1], cuts[1:], strict=True)), width
 
 
-def _labels(names, sizes):
+def _labels(names: Sequence[str], sizes: Sequence[int]) -> Iterator[str]:
     for name, size in zip(names, sizes, strict=True):
         if size == 1:
             yield name
         else:
             yield from (f"{name}[{k}]" for k in range(size))
 
+
+# one part of the tail: each latent's (mean, sd) arrays at the mean of its iterates
+_Part = Mapping[str, tuple[ArrayLike, ArrayLike]]
 
 TOO_SHORT = "too few steps for two windows to compare"
 
@@ -294,7 +299,13 @@ def not_judged(why: str, window: int) -> Convergence:
     return Convergence(None, None, None, why, window, None, None)
 
 
-def judge(parts, losses, window: int, epoch: int | None = None, draws: int = 1) -> Convergence:
+def judge(
+    parts: Sequence[_Part],
+    losses: ArrayLike,
+    window: int,
+    epoch: int | None = None,
+    draws: int = 1,
+) -> Convergence:
     """The verdict from the guide's posterior ``(mean, sd)`` per latent at each part.
 
     ``parts`` is a list of ``2 * PARTS`` dicts, in step order, mapping each
@@ -350,10 +361,11 @@ def judge(parts, losses, window: int, epoch: int | None = None, draws: int = 1) 
     floor = _sd_floor(epoch, window, draws)
     judged = not (sd_error is not None and floor > SD_ERROR_MAX
                   and sd_error[widest] <= WANDER * floor)  # fmt: skip
-    losses = np.asarray(losses, dtype=np.float64)[-2 * window :]
-    first, second = losses[:window], losses[window:]
-    change = se = None
-    if len(second) == window and np.isfinite(losses).all():
+    tail = np.asarray(losses, dtype=np.float64)[-2 * window :]
+    first, second = tail[:window], tail[window:]
+    change: float | None = None
+    se: float | None = None
+    if len(second) == window and np.isfinite(tail).all():
         change = float(second.mean() - first.mean())
         se = float(np.sqrt(first.var() / window + second.var() / window))
     return Convergence(
@@ -408,13 +420,15 @@ def _t_quantile(tail: float, dof: int) -> float:
     return (lo + hi) / 2
 
 
-def _sd_error(se, ok, epoch: int | None, window: int, draws: int = 1):
+def _sd_error(
+    se: np.ndarray, ok: np.ndarray, epoch: int | None, window: int, draws: int = 1
+) -> np.ndarray | None:
     """The relative standard error of each guide sd's tail average: the parts' own,
     floored (with ``epoch``) by what the batch's noise leaves over the averaged steps."""
     if not ok.any():
         return None
-    se = np.where(np.isnan(se), np.inf, np.fmax(se, _sd_floor(epoch, window, draws)))
-    return np.where(ok, se, -np.inf)
+    floored = np.where(np.isnan(se), np.inf, np.fmax(se, _sd_floor(epoch, window, draws)))
+    return np.where(ok, floored, -np.inf)
 
 
 def _sd_floor(epoch: int | None, window: int, draws: int = 1) -> float:
@@ -425,17 +439,18 @@ def _sd_floor(epoch: int | None, window: int, draws: int = 1) -> float:
     return 0.5 * float(np.sqrt(epoch / (2 * window * max(1, draws)))) if epoch else 0.0
 
 
-def _name(labels, k: int) -> str:
+def _name(labels: Sequence[str], k: int) -> str:
     return f"{labels[k % len(labels)]} {'mean' if k < len(labels) else 'sd'}"
 
 
-def _floored(se, ok):
+def _floored(se: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """Each latent's standard error, floored by their median: the latents share one
     noise level, and six degrees of freedom give a rough estimate of each."""
-    return np.fmax(se, np.nanmedian(np.where(ok, se, np.nan)))
+    floored: np.ndarray = np.fmax(se, np.nanmedian(np.where(ok, se, np.nan)))
+    return floored
 
 
-def _change(values):
+def _change(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The change of each column of ``values`` (2 * PARTS rows, in step order) from the
     first half's mean to the second's, its standard error from the rows' scatter about a
     straight line (a steady drift is not counted as noise), and the standard error of
@@ -458,7 +473,7 @@ def _change(values):
     return moved, sigma * np.sqrt(2 / PARTS), spread * widen / np.sqrt(2 * PARTS)
 
 
-def _flat(side, names, i):
+def _flat(side: _Part, names: Sequence[str], i: int) -> np.ndarray:
     return np.concatenate([np.ravel(np.asarray(side[k][i], dtype=np.float64)) for k in names])
 
 

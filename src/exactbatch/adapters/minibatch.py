@@ -16,6 +16,13 @@ No optional package is imported here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from exactbatch.loader.dataloader import DataLoader
+
 __all__ = [
     "check_batch_rows",
     "check_exact_batches",
@@ -25,7 +32,7 @@ __all__ = [
 ]
 
 
-def check_exact_batches(loader, caller: str) -> None:
+def check_exact_batches(loader: DataLoader, caller: str) -> None:
     """Refuse a loader whose batches are not all exactly ``batch_size`` rows."""
     b, n = loader.batch_size, loader.n
     if getattr(loader, "even_batches", False) == "pad":
@@ -57,7 +64,7 @@ def check_exact_batches(loader, caller: str) -> None:
         )
 
 
-def check_one_process(loader, caller: str) -> None:
+def check_one_process(loader: DataLoader, caller: str) -> None:
     """Refuse a loader of several shards (or an elastic one): the fit helpers run in one
     process, so each rank would fit its own shard weighted as if it were all the data."""
     shards, elastic = loader.num_shards, getattr(loader, "elastic", False)
@@ -83,7 +90,7 @@ def check_batch_rows(rows: int, batch_size: int) -> None:
         )
 
 
-def epoch_length(loader) -> int | None:
+def epoch_length(loader: DataLoader) -> int | None:
     """Batches per epoch, or None for a stream of unknown size."""
     try:
         return len(loader)
@@ -91,7 +98,7 @@ def epoch_length(loader) -> int | None:
         return None
 
 
-def first_batch(loader):
+def first_batch(loader: DataLoader) -> tuple[np.ndarray, np.ndarray]:
     """The next batch the loader would hand out, ``(xb, yb)`` (without row ids, where
     the loader hands them out), leaving its cursor where it stood."""
     state = loader.state_dict()

@@ -36,11 +36,15 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from exactbatch.errors import MixingWarning
 from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
+
+if TYPE_CHECKING:
+    from exactbatch.loader.dataloader import DataLoader
 
 __all__ = ["CHECK_ROWS", "COLUMNS", "READ_ROWS", "REPLICATES", "check_order", "examine"]
 
@@ -52,7 +56,7 @@ MAX_CLASSES = 100  # a first label of more distinct values is a measurement (KS 
 REPLICATES = 99  # random cuts; the warning needs all of them better: p = 1 / 100
 
 
-def _sample(loader) -> list:
+def _sample(loader: DataLoader) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """``(xb, yb)`` of batches spread over the rest of the loader's epoch (at most
     READ_ROWS rows read); the loader is left where it stood."""
     b = loader.batch_size
@@ -64,7 +68,7 @@ def _sample(loader) -> list:
         pass
     stride = max(1, math.ceil(ahead / keep))
     state = loader.state_dict()
-    out: list[tuple[np.ndarray, object]] = []
+    out: list[tuple[np.ndarray, np.ndarray | None]] = []
     try:
         loader.load_state_dict(state)  # the same cursor, not yet begun
         for k, batch in enumerate(loader):
@@ -77,7 +81,7 @@ def _sample(loader) -> list:
     return out
 
 
-def examine(loader, *, seed: int = 0) -> dict | None:
+def examine(loader: DataLoader, *, seed: int = 0) -> dict[str, Any] | None:
     """The verdict of :func:`exactbatch.mixing_score.verdict` on the loader's next
     batches (with ``batches``, ``columns`` and, for a class label, ``entropy``), or None
     when it mixes the whole data or fewer than 2 full batches are ahead."""
@@ -114,7 +118,7 @@ def examine(loader, *, seed: int = 0) -> dict | None:
     return v
 
 
-def check_order(loader, caller: str) -> dict | None:
+def check_order(loader: DataLoader, caller: str) -> dict[str, Any] | None:
     """Warn (:class:`exactbatch.MixingWarning`) when the loader's next batches are not
     well mixed: p = 1 / (REPLICATES + 1), no random cut of the same rows as bad. Returns
     :func:`examine`'s verdict (None when not examined)."""

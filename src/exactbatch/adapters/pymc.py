@@ -273,7 +273,7 @@ def _check_labels(model, feed) -> None:
 
 
 def fit(
-    loader: DataLoader | Sequence[DataLoader],
+    loader: DataLoader | list[DataLoader] | tuple[DataLoader, ...],
     n: int,
     method: Any = "advi",
     *,

@@ -100,8 +100,10 @@ NumPy only: no optional package is imported here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS",
            "TAIL_DRAWS", "Plan", "pick", "pick_apart", "windows"]  # fmt: skip
@@ -200,22 +202,26 @@ class Plan:
         return lr0 + done * (end - lr0)
 
 
-def _settling(run) -> bool:
+def _settling(run: ArrayLike) -> bool:
     """Are a candidate's losses finite and lower over the second half of its run than
     over the first (it converges, where a step too large wanders or diverges)?"""
-    run = np.asarray(run, dtype=np.float64)
-    half = len(run) // 2
-    return bool(half) and bool(np.isfinite(run).all()) and run[half:].mean() < run[:half].mean()
+    losses = np.asarray(run, dtype=np.float64)
+    half = len(losses) // 2
+    return (
+        bool(half)
+        and bool(np.isfinite(losses).all())
+        and bool(losses[half:].mean() < losses[:half].mean())
+    )
 
 
-def _largest_stable(runs, best: int) -> int:
+def _largest_stable(runs: Sequence[ArrayLike] | np.ndarray, best: int) -> int:
     """``best``, or the next larger step when its run is settling: a short pilot favours
     the step that gains most over a few steps, which is smaller than the best for a long
     fit (whose step then decays a hundredfold)."""
     return best - 1 if best > 0 and _settling(runs[best - 1]) else best
 
 
-def pick(losses) -> int:
+def pick(losses: ArrayLike) -> int:
     """The largest stable step, from a pilot of the candidates side by side.
 
     ``losses`` is a sequence of rows (one per pilot step) of one loss per
@@ -229,12 +235,12 @@ def pick(losses) -> int:
     half = rows[len(rows) // 2 :] if len(rows) > 1 else rows
     finite = np.isfinite(half).all(axis=0)
     if not finite.any():
-        return rows.shape[1] - 1  # all diverged: the smallest step
+        return int(rows.shape[1]) - 1  # all diverged: the smallest step
     means = np.where(finite, half.mean(axis=0), np.inf)
     return _largest_stable(rows.T, int(np.argmin(means)))
 
 
-def pick_apart(runs) -> int:
+def pick_apart(runs: Sequence[Sequence[float] | np.ndarray]) -> int:
     """:func:`pick` for candidates run one after another, each from the same start on
     batches of its own: ``runs`` holds each candidate's losses, largest step first."""
     halves = [np.asarray(r[len(r) // 2 :], dtype=np.float64) for r in runs]

@@ -48,6 +48,8 @@ its manifest replaces the last one; a failed write leaves nothing of its own.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -142,7 +144,11 @@ class NdfDataset(Share):
         self.features, self.labels = man.features or fx, man.labels or fy
         self.categories = {c: list(v) for c, v in (man.categories or {}).items()}
 
-    def __reduce__(self):
+    def _handle(self) -> Parts:
+        parts: Parts = super()._handle()
+        return parts
+
+    def __reduce__(self) -> tuple[Callable[..., NdfDataset], tuple[object, ...]]:
         h = self._handle()  # a closed dataset is not pickled: ValueError
         path = self.path if h.url else os.path.abspath(self.path)  # for a worker elsewhere
         return _reopen, (path, h.man, h.so, h.max_open)
@@ -196,7 +202,9 @@ class NdfDataset(Share):
             s.file(k).will_need(first, count)
 
 
-def _reopen(path: str, man: Manifest, storage_options, max_open: int | None) -> NdfDataset:
+def _reopen(
+    path: str, man: Manifest, storage_options: dict[str, Any] | None, max_open: int | None
+) -> NdfDataset:
     """An NdfDataset unpickled: opened again, refused if its manifest is not the pickled."""
     ds = open_ndf_dataset(path, storage_options=storage_options, max_open_parts=max_open)
     if ds.manifest != man:
@@ -209,7 +217,10 @@ def _reopen(path: str, man: Manifest, storage_options, max_open: int | None) -> 
 
 
 def open_ndf_dataset(
-    path: PathLike, *, storage_options: dict | None = None, max_open_parts: int | None = None
+    path: PathLike,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    max_open_parts: int | None = None,
 ) -> NdfDataset:
     """Open the sharded ``.ndf`` dataset at ``path`` (a folder, or a URL) for reading.
 

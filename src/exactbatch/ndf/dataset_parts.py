@@ -22,18 +22,20 @@ import os
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, backend, staged
+from exactbatch.kernels import FileChanged, RowIndex, TransformKernel, backend, staged
 from exactbatch.ndf.file import NdfFile, open_ndf
 from exactbatch.ndf.format import expected_size
 from exactbatch.ndf.manifest import Manifest
 from exactbatch.ndf.storage import join_path, location
+from exactbatch.parts import Parts as Gather
 from exactbatch.parts import parts_rows
 
 __all__ = ["Parts", "default_max_open_parts"]
@@ -64,7 +66,7 @@ def default_max_open_parts() -> int:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _slices(cuts: list[int]):
+def _slices(cuts: list[int]) -> Iterator[tuple[int, slice]]:
     """``(k, slice(cuts[k], cuts[k + 1]))`` for each non-empty span."""
     spans = enumerate(zip(cuts[:-1], cuts[1:], strict=True))
     return ((k, slice(a, b)) for k, (a, b) in spans if b > a)
@@ -89,7 +91,13 @@ class Parts:
     """What every holder of one open dataset shares: the manifest and the parts open
     now, at most ``max_open`` of them (None: no bound), least recently used first."""
 
-    def __init__(self, path: str, man: Manifest, storage_options, max_open: int | None):
+    def __init__(
+        self,
+        path: str,
+        man: Manifest,
+        storage_options: dict[str, Any] | None,
+        max_open: int | None,
+    ) -> None:
         self.path, self.man, self.so = path, man, storage_options
         self.url = location(path, storage_options).url
         ns = np.array([p.n for p in man.parts], dtype=np.int64)
@@ -104,7 +112,7 @@ class Parts:
         # rows): a batch is one call, whatever open parts its rows lie in. A part is set
         # there exactly while it is in self.open.
         local = not self.url and man.d + man.l > 0 and len(ns) > 0
-        self.compiled: Any = parts_rows(self.starts, man.d, man.l) if local else None
+        self.compiled: Gather | None = parts_rows(self.starts, man.d, man.l) if local else None
         self.pid = -1
         self._fresh()
 
@@ -116,7 +124,7 @@ class Parts:
             self.pool: ThreadPoolExecutor | None = None
             self.locks = [threading.Lock() for _ in range(min(_OPEN_LOCKS, self.nparts))]
 
-    def file(self, k: int, keep=()) -> NdfFile:
+    def file(self, k: int, keep: Sequence[int] = ()) -> NdfFile:
         """Part ``k``, opened (and checked against the manifest) if it is not open;
         least recently used parts other than ``keep`` are closed to stay in the bound."""
         f = self.open.get(k)
@@ -133,14 +141,15 @@ class Parts:
             if f is None:
                 f = self.open_part(k)
                 with self.lock:
-                    rows = f.kernel_rows() if self.compiled is not None else None
-                    if rows is not None:
-                        self.compiled.set(k, rows)
+                    compiled = self.compiled
+                    rows = f.kernel_rows() if compiled is not None else None
+                    if compiled is not None and rows is not None:
+                        compiled.set(k, rows)
                     self.open[k] = f
                     self._close_over(keep=(k, *keep))
         return f
 
-    def _close_over(self, keep) -> None:
+    def _close_over(self, keep: Sequence[int]) -> None:
         """Close the least recently used parts beyond the bound (under self.lock), but
         none in ``keep`` and none a compiled gather is copying from now. The part's
         ``NdfFile`` is only let go of: a read on another thread that holds it still
@@ -154,12 +163,13 @@ class Parts:
             if not excess:
                 break
 
-    def touched(self, idx) -> list[int]:
+    def touched(self, idx: RowIndex) -> list[int]:
         """The parts (holding rows) that rows ``idx`` (a slice or an array) lie in."""
         if isinstance(idx, slice):
             first, last = self.part_of(idx.start), self.part_of(idx.stop - 1)
             return [k for k in range(first, last + 1) if self.bounds[k + 1] > self.bounds[k]]
-        return np.unique(np.searchsorted(self.starts, idx, side="right") - 1).tolist()
+        parts: list[int] = np.unique(np.searchsorted(self.starts, idx, side="right") - 1).tolist()
+        return parts
 
     def open_part(self, k: int) -> NdfFile:
         """Part ``k`` opened afresh, or an NdfError naming it: missing, malformed, or
@@ -205,7 +215,14 @@ class Parts:
     fuses = True  # read_rows_into takes a transform kernel
     splits = True  # read_rows_into takes threads (the compiled gather's)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
+    def read_rows_into(
+        self,
+        idx: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None:
         """Rows ``idx`` (global) into the outputs; with ``kernel``, x through it (in the
         compiled gather, else after a float64 read), returning the first row that held
         a NaN (or -1). ``threads``: the compiled gather's (None: from the bytes; a run
@@ -225,7 +242,7 @@ class Parts:
         self._split(idx, out_x, out_y)
         return None
 
-    def _split(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _split(self, idx: RowIndex, out_x: np.ndarray, out_y: np.ndarray) -> None:
         """Rows ``idx`` read part by part, each through its part's ``NdfFile`` (a part
         open at a time is enough)."""
         if isinstance(idx, slice):
@@ -265,14 +282,23 @@ class Parts:
         if final is not out_y and l:
             out_y[...] = final[:, d:]
 
-    def _gather(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
+    def _gather(
+        self,
+        idx: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None:
         """Rows ``idx`` (global) in one guarded C call over the open parts' mappings;
         the parts it names as not open are opened (and checked) first, keeping the
         others it needs open. Rows in more parts than may be open at once, or parts
         other threads keep closing, are read part by part instead."""
+        compiled = self.compiled
+        assert compiled is not None  # (called only with it)
         for _ in range(_GATHER_TRIES):
             try:
-                missing = self.compiled.read(idx, out_x, out_y, kernel, threads)
+                missing = compiled.read(idx, out_x, out_y, kernel, threads)
             except FileChanged as e:
                 self._changed(e.part)
             if not isinstance(missing, list):  # copied: None, or the kernel's NaN row
@@ -292,7 +318,7 @@ class Parts:
         self._split(idx, out_x, out_y)
         return None
 
-    def _changed(self, part: int | None):
+    def _changed(self, part: int | None) -> NoReturn:
         """A part changed during a gather (``part``; None: a copy faulted where the core
         cannot say): an NdfError naming it, and what changed if it can still be seen."""
         suspects = [part] if part is not None else list(self.open)
@@ -304,26 +330,28 @@ class Parts:
             "(truncated, or rewritten in place, during the read?)"
         )
 
-    def _rows(self, p: int, rows, out_x, out_y, s: slice) -> None:
+    def _rows(
+        self, p: int, rows: np.ndarray, out_x: np.ndarray, out_y: np.ndarray, s: slice
+    ) -> None:
         self.file(p).read_rows_into(rows, out_x[s], out_y[s])
 
-    def _raw(self, p: int, rows, out) -> None:
+    def _raw(self, p: int, rows: np.ndarray, out: np.ndarray) -> None:
         self.file(p).read_raw_into(rows, out, scattered=True)
 
-    def _run(self, tasks) -> None:
+    def _run(self, tasks: Iterable[Callable[[], object]]) -> None:
         """Run the reads ``tasks`` (one per part); concurrently for URLs."""
-        tasks = list(tasks)
-        if not self.url or len(tasks) == 1:
-            for task in tasks:
+        todo = list(tasks)
+        if not self.url or len(todo) == 1:
+            for task in todo:
                 task()
             return
-        futures = [self.executor().submit(task) for task in tasks]
+        futures = [self.executor().submit(task) for task in todo]
         errors = [f.exception() for f in futures]  # waits for all: none still writes after
         for e in errors:
             if e is not None:
                 raise e
 
-    def spans(self, start: int, rows: int):
+    def spans(self, start: int, rows: int) -> Iterator[tuple[int, int, int, int]]:
         """``(part, first row in it, offset in the request, rows)`` for global rows
         ``[start, start + rows)``."""
         stop, at = start + rows, start

@@ -58,9 +58,10 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from exactbatch.hints import PathLike
 from exactbatch.ndf.file import open_ndf
 from exactbatch.ndf.format import check_shape, expected_size
 from exactbatch.ndf.manifest import (
@@ -105,7 +106,7 @@ _ACTIVE_LOCK = threading.Lock()
 # -- the steps of a write --------------------------------------------------------------------
 
 
-def start_dataset(path, *, storage_options: dict | None = None) -> str:
+def start_dataset(path: PathLike, *, storage_options: dict[str, Any] | None = None) -> str:
     """Begin a write of a dataset at ``path``; return its write id, for :func:`write_part`,
     :func:`finish_dataset` and :func:`abort_dataset`.
 
@@ -114,8 +115,8 @@ def start_dataset(path, *, storage_options: dict | None = None) -> str:
     :func:`finish_dataset` replaces it; leftovers of writes that are over are
     removed (see the module docstring).
     """
-    path = dataset_path(path, storage_options)
-    folder = _Folder(path, storage_options)
+    where = dataset_path(path, storage_options)
+    folder = _Folder(where, storage_options)
     made = folder.make()
     with _ACTIVE_LOCK:
         write_id = new_write_id()
@@ -125,14 +126,19 @@ def start_dataset(path, *, storage_options: dict | None = None) -> str:
     try:
         folder.location.create(_MARKER + write_id)
     except BaseException:
-        abort_dataset(path, write_id, storage_options=storage_options)
+        abort_dataset(where, write_id, storage_options=storage_options)
         raise
     folder.remove_leftovers()
     return write_id
 
 
 def write_part(
-    path, index: int, data, *, write_id: str, storage_options: dict | None = None
+    path: PathLike,
+    index: int,
+    data: Any,
+    *,
+    write_id: str,
+    storage_options: dict[str, Any] | None = None,
 ) -> PartInfo:
     """Write ``data`` (a Dataset, an ``(x, y)`` pair or an array ``x``) as part ``index``
     of the write ``write_id`` (from :func:`start_dataset`) of the dataset at ``path``,
@@ -144,25 +150,25 @@ def write_part(
     error). Runs on any machine that sees ``path``; no manifest is written.
     """
     name = part_name(index, write_id)
-    data = as_dataset(data)
+    rows = as_dataset(data)
     target = location(path, storage_options).child(name)
-    check_shape(data.n, data.d, data.l, target.path)
-    target.write_file(lambda f: write_ndf_to(f, data))
-    return PartInfo(name, data.n, expected_size(data.n, data.d, data.l))
+    check_shape(rows.n, rows.d, rows.l, target.path)
+    target.write_file(lambda f: write_ndf_to(f, rows))
+    return PartInfo(name, rows.n, expected_size(rows.n, rows.d, rows.l))
 
 
 def finish_dataset(
-    path,
+    path: PathLike,
     write_id: str,
-    parts,
+    parts: Iterable[Any],
     d: int,
     l: int,  # noqa: E741
     *,
-    features=None,
-    labels=None,
-    categories=None,
-    storage_options: dict | None = None,
-    before_rename=None,
+    features: Sequence[str] | None = None,
+    labels: Sequence[str] | None = None,
+    categories: Mapping[str, Sequence[Any]] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    before_rename: Callable[[], object] | None = None,
 ) -> Manifest:
     """End the write ``write_id``: its manifest, listing ``parts`` (in order), replaces
     whatever dataset was at ``path``, in one step; then that dataset's parts are removed.
@@ -179,18 +185,18 @@ def finish_dataset(
     written; what it raises aborts (the command raises a Ctrl-C some library
     swallowed).
     """
-    path = dataset_path(path, storage_options)
-    folder = _Folder(path, storage_options)
+    where = dataset_path(path, storage_options)
+    folder = _Folder(where, storage_options)
     with signals_held():
         try:
-            parts = list(parts)
-            folder.check_parts(write_id, parts)
+            listing = list(parts)
+            folder.check_parts(write_id, listing)
             replaced = folder.listed() or frozenset()
             if before_rename is not None:
                 before_rename()
             man = write_manifest(
-                path,
-                parts,
+                where,
+                listing,
                 d,
                 l,
                 features=features,
@@ -199,7 +205,7 @@ def finish_dataset(
                 storage_options=storage_options,
             )
         except BaseException:
-            abort_dataset(path, write_id, storage_options=storage_options)
+            abort_dataset(where, write_id, storage_options=storage_options)
             raise
         with _ACTIVE_LOCK:
             _ACTIVE.pop(write_id, None)
@@ -210,15 +216,17 @@ def finish_dataset(
     return man
 
 
-def abort_dataset(path, write_id: str, *, storage_options: dict | None = None) -> None:
+def abort_dataset(
+    path: PathLike, write_id: str, *, storage_options: dict[str, Any] | None = None
+) -> None:
     """Undo the write ``write_id``: remove its parts and their temporary files (every
     such file in the folder, whoever wrote it), its marker, and the folder if the write
     made it and it is empty. A part the manifest lists (the write had finished) is
     kept. Best effort: errors are ignored (the error that led here matters more).
     SIGINT and SIGTERM are held until the end. Call it once nothing writes for
     ``write_id`` any more."""
-    path = dataset_path(path, storage_options)
-    folder = _Folder(path, storage_options)
+    where = dataset_path(path, storage_options)
+    folder = _Folder(where, storage_options)
     with signals_held():
         with _ACTIVE_LOCK:
             made = _ACTIVE.pop(write_id, False)
@@ -232,19 +240,23 @@ def abort_dataset(path, write_id: str, *, storage_options: dict | None = None) -
         folder.remove(_MARKER + write_id)
         if made:
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                os.rmdir(where)
 
 
-def describe_part(path, name: str, *, storage_options: dict | None = None) -> tuple:
+def describe_part(
+    path: PathLike, name: str, *, storage_options: dict[str, Any] | None = None
+) -> tuple[PartInfo, int, int]:
     """``(PartInfo(name, n, nbytes), d, l)`` of the part file ``name`` in the dataset folder
     ``path``, from its header and size (checked as :func:`~exactbatch.ndf.file.open_ndf`
     does: :class:`NdfError` naming the file if malformed)."""
-    path = dataset_path(path, storage_options)
-    with open_ndf(join_path(path, name), storage_options=storage_options) as f:
+    where = dataset_path(path, storage_options)
+    with open_ndf(join_path(where, name), storage_options=storage_options) as f:
         return PartInfo(name, f.n, expected_size(f.n, f.d, f.l)), f.d, f.l
 
 
-def remove_parts(path, names, *, storage_options: dict | None = None) -> None:
+def remove_parts(
+    path: PathLike, names: Iterable[str], *, storage_options: dict[str, Any] | None = None
+) -> None:
     """Remove the part files ``names`` from the dataset folder ``path``. Best effort:
     errors are ignored. (A write's own clean-up is :func:`abort_dataset`.)"""
     folder = _Folder(dataset_path(path, storage_options), storage_options)
@@ -262,7 +274,7 @@ def _write_of(name: str) -> str | None:
     return None if m is None else (m["write"] or "")
 
 
-def _write_over(write_id: str, names, host: str) -> bool:
+def _write_over(write_id: str, names: set[str] | list[str], host: str) -> bool:
     """Whether the write ``write_id`` (``""``: a part named before write ids) will never
     write a manifest, judged from ``names``, the folder's listing: its marker is gone
     (it ended), or it ran on this host (``host``) in a process that is gone, or in this
@@ -303,7 +315,7 @@ class _Folder:
     """A dataset's folder, local or at a URL (a :class:`~exactbatch.ndf.storage.Location`):
     what the write protocol does with it."""
 
-    def __init__(self, path: str, storage_options):
+    def __init__(self, path: str, storage_options: dict[str, Any] | None) -> None:
         self.location = location(path, storage_options)
         self.path, self.so = self.location.path, storage_options
 
@@ -321,7 +333,7 @@ class _Folder:
         """Remove the file ``name``, best effort (a file left is listed by no manifest)."""
         self.location.remove(name)
 
-    def listed(self) -> frozenset | None:
+    def listed(self) -> frozenset[str] | None:
         """The part names the manifest there lists now: none without a manifest; None
         for a manifest that cannot be read (then nothing is judged a leftover)."""
         try:
@@ -330,7 +342,7 @@ class _Folder:
             return None if MANIFEST in self.names() else frozenset()
         return frozenset(p.name for p in man.parts)
 
-    def check_parts(self, write_id: str, parts: list) -> None:
+    def check_parts(self, write_id: str, parts: list[Any]) -> None:
         """Each of ``parts`` is a part of the write ``write_id`` and its file is there."""
         there = set(self.names())
         for k, p in enumerate(parts):
@@ -360,7 +372,7 @@ class _Folder:
         Best effort."""
         with contextlib.suppress(Exception):
             host, me, names = host_tag(), os.getpid(), set(self.names())
-            over = {}  # write id -> whether it is over, for each write found
+            over: dict[str, bool] = {}  # write id -> whether it is over, for each write found
 
             def is_over(write: str | None) -> bool:
                 if write is None:

@@ -28,8 +28,9 @@ reading, by ranged reads of the rows each batch needs: see
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -37,18 +38,27 @@ from exactbatch.arrays import byte_view, check_out_array
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
-from exactbatch.kernels import staged
+from exactbatch.kernels import RowIndex, Rows, TransformKernel, staged
 from exactbatch.ndf.format import HEADER_SIZE, check_header
 from exactbatch.ndf.local import LocalHandle
-from exactbatch.ndf.names import default_names, read_sidecar_doc
+from exactbatch.ndf.names import Categories, default_names, read_sidecar_doc
 from exactbatch.ndf.regular import open_regular
-from exactbatch.ndf.remote import open_url
+from exactbatch.ndf.remote import RemoteHandle, open_url
 from exactbatch.urls import is_url, local_path
 
 if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
     from typing_extensions import Self
 
-__all__ = ["NdfFile", "Share", "open_ndf"]
+__all__ = ["NdfFile", "ReadRows", "Share", "open_ndf"]
+
+
+class ReadRows(Protocol):
+    """What :meth:`Share.rows_reader` returns: :meth:`Share.read_rows_into` of the rows
+    held, the kernel passed only where the share :meth:`~Share.fuses` one."""
+
+    def __call__(
+        self, rows: RowIndex, out_x: np.ndarray, out_y: np.ndarray, kernel: TransformKernel = ..., /
+    ) -> int | None: ...
 
 
 class Share:
@@ -71,7 +81,7 @@ class Share:
     d: int
     l: int  # noqa: E741
 
-    def _handle(self):
+    def _handle(self) -> Any:  # (what _h is: the subclass's own)
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
@@ -89,10 +99,10 @@ class Share:
         """Let go of this share; idempotent."""
         self._h = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __len__(self) -> int:
@@ -106,7 +116,9 @@ class Share:
         x, y = self.read_rows(np.array([i], dtype=np.int64))
         return x[0], y[0]
 
-    def read_rows(self, indices, out_x=None, out_y=None) -> tuple[np.ndarray, np.ndarray]:
+    def read_rows(
+        self, indices: object, out_x: np.ndarray | None = None, out_y: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``indices`` (in that order) as ``(x, y)`` of shapes (r, d), (r, l).
 
         ``out_x``/``out_y``, when given, must be float64 C-contiguous arrays
@@ -123,8 +135,12 @@ class Share:
         return out_x, out_y
 
     def read_rows_into(
-        self, rows: np.ndarray | slice, out_x: np.ndarray, out_y: np.ndarray, kernel=None
-    ):
+        self,
+        rows: np.ndarray | slice,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+    ) -> int | None:
         """Fill ``out_x``/``out_y`` with rows ``rows``, in that order: the loader's hot path.
 
         Unchecked: ``rows`` must be a slice of rows, or int32/int64 row
@@ -138,26 +154,31 @@ class Share:
         h = self._h
         if h is None:
             raise ValueError(f"{self.path}: read from a closed {type(self).__name__}")
+        got: int | None
         if kernel is None:
-            return h.read_rows_into(rows, out_x, out_y)
-        if getattr(h, "fuses", False):
-            return h.read_rows_into(rows, out_x, out_y, kernel)
-        return staged(h.read_rows_into, rows, out_x, out_y, kernel)  # a URL's
+            got = h.read_rows_into(rows, out_x, out_y)
+        elif getattr(h, "fuses", False):
+            got = h.read_rows_into(rows, out_x, out_y, kernel)
+        else:
+            got = staged(h.read_rows_into, rows, out_x, out_y, kernel)  # a URL's
+        return got
 
     def fuses(self) -> bool:
         """Whether :meth:`read_rows_into` takes a transform kernel (a local file or
         dataset does; a URL's reader does not)."""
-        return getattr(self._handle(), "fuses", False)
+        fuses: bool = getattr(self._handle(), "fuses", False)
+        return fuses
 
-    def rows_reader(self, threads: int | None = None):
+    def rows_reader(self, threads: int | None = None) -> ReadRows:
         """:meth:`read_rows_into` without the check for a closed share: the function a
         reader that holds its own share (a loader's) calls per batch, one Python call
         less on the hot path. Same arguments, unchecked, and the same errors.
         ``threads``: the compiled gather's threads for each read (None: picked from
         the batch's bytes; a URL's reads ignore it)."""
         h = self._handle()
+        read: ReadRows = h.read_rows_into
         if threads is None or not getattr(h, "splits", False):
-            return h.read_rows_into
+            return read
         return partial(h.read_rows_into, threads=threads)
 
 
@@ -181,35 +202,38 @@ class NdfFile(Share):
     __slots__ = ("_h", "_names", "d", "l", "n", "path")
 
     def __init__(self, handle: Any) -> None:
+        self._names: tuple[Sequence[str], Sequence[str], Categories] | None
         self._h, self._names = handle, None
         self.path, self.n, self.d, self.l = handle.path, handle.n, handle.d, handle.l
 
     @property
-    def features(self) -> tuple[str, ...]:
-        """Names of the d feature columns (the sidecar's, else ``x0..x{d-1}``)."""
+    def features(self) -> Sequence[str]:
+        """Names of the d feature columns (the sidecar's, a tuple, else ``x0..x{d-1}``,
+        a :class:`~exactbatch.ndf.names.DefaultNames` equal to that tuple)."""
         return self._column_names()[0]
 
     @property
-    def labels(self) -> tuple[str, ...]:
-        """Names of the l label columns (the sidecar's, else ``y0..y{l-1}``)."""
+    def labels(self) -> Sequence[str]:
+        """Names of the l label columns (the sidecar's, a tuple, else ``y0..y{l-1}``,
+        as ``features``)."""
         return self._column_names()[1]
 
     @property
-    def categories(self) -> dict[str, list]:
+    def categories(self) -> Categories:
         """``{column: [value, ...]}`` for the columns stored as integer codes (code ``k``
         is the ``k``-th value), from the sidecar; ``{}`` when there are none."""
         return {c: list(v) for c, v in self._column_names()[2].items()}
 
-    def _column_names(self):
+    def _column_names(self) -> tuple[Sequence[str], Sequence[str], Categories]:
         if self._names is None:
-            h = self._handle()
+            h: LocalHandle | RemoteHandle = self._handle()
             remote = {} if isinstance(h, LocalHandle) else {"fs": h.fs.get(), "key": h.key}
             stored = read_sidecar_doc(self.path, self.n, self.d, self.l, **remote)
             self._names = stored or (*default_names(self.d, self.l), {})
         return self._names
 
-    def __reduce__(self):
-        h = self._handle()  # a closed file is not pickled: ValueError
+    def __reduce__(self) -> tuple[Callable[..., NdfFile], tuple[object, ...]]:
+        h: LocalHandle | RemoteHandle = self._handle()  # a closed file is not pickled: ValueError
         if isinstance(h, LocalHandle):
             # absolute (from the folder current now): the receiver may run in another one
             return _reopen, (os.path.abspath(self.path), (h.size, h.mtime, h.ctime), None)
@@ -230,17 +254,18 @@ class NdfFile(Share):
         """
         lease = self._handle().lease
         # None: no rows, or a URL: nothing is ever copied from a map
-        return lease is None or lease.guards()
+        return lease is None or bool(lease.guards())
 
     def __repr__(self) -> str:
         state = "closed" if self._h is None else "open"
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l}, {state})"
 
-    def kernel_rows(self) -> Any:
+    def kernel_rows(self) -> Rows | None:
         """The compiled core's rows of this file (:func:`exactbatch.kernels.file_rows`):
         what a sharded dataset's gather reads this part through. None on the pure
         NumPy path, for a URL, and for a file without rows."""
-        return getattr(self._handle(), "compiled", None)
+        rows: Rows | None = getattr(self._handle(), "compiled", None)
+        return rows
 
     def check_unchanged(self) -> None:
         """:class:`NdfError` naming the file if it was truncated or rewritten in place
@@ -271,11 +296,15 @@ class NdfFile(Share):
         self._handle().will_need(start_row, rows)
 
 
-def _reopen(path: str, identity: tuple, storage_options) -> NdfFile:
+def _reopen(
+    path: str, identity: tuple[object, ...], storage_options: dict[str, Any] | None
+) -> NdfFile:
     """An NdfFile unpickled: ``path`` opened again, refused if it is not the file pickled."""
     f = open_ndf(path, storage_options=storage_options or None)
-    h = f._h
-    found = (h.size, h.mtime, h.ctime) if isinstance(h, LocalHandle) else (h.size, h.etag)
+    h: LocalHandle | RemoteHandle = f._h
+    found: tuple[object, ...] = (
+        (h.size, h.mtime, h.ctime) if isinstance(h, LocalHandle) else (h.size, h.etag)
+    )
     if found != tuple(identity):
         f.close()
         raise NdfError(
@@ -285,7 +314,7 @@ def _reopen(path: str, identity: tuple, storage_options) -> NdfFile:
     return f
 
 
-def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
+def _as_row_indices(indices: object, n: int, path: str) -> np.ndarray:
     idx = np.asarray(indices)
     if idx.size == 0:
         return np.empty(0, dtype=np.int64)
@@ -303,7 +332,7 @@ def _as_row_indices(indices, n: int, path: str) -> np.ndarray:
     return idx
 
 
-def open_ndf(path: PathLike, *, storage_options: dict | None = None) -> NdfFile:
+def open_ndf(path: PathLike, *, storage_options: dict[str, Any] | None = None) -> NdfFile:
     """Open an ``.ndf`` file for reading, checking its header and exact size.
 
     A wrong magic, a short header, an impossible header or a size other

@@ -17,14 +17,22 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.errors import NdfError
-from exactbatch.kernels import FileChanged, file_rows, map_file, staged
-from exactbatch.ndf.direct import MIN_DIRECT_BYTES, Unsupported, open_direct
+from exactbatch.kernels import (
+    FileChanged,
+    RowIndex,
+    Rows,
+    TransformKernel,
+    file_rows,
+    map_file,
+    staged,
+)
+from exactbatch.ndf.direct import MIN_DIRECT_BYTES, DirectReads, Unsupported, open_direct
 from exactbatch.ndf.format import HEADER_SIZE, expected_size
 from exactbatch.ndf.guard import Lease
 
@@ -54,7 +62,16 @@ _FEW_RUNS = 4  # up to this many runs of adjacent rows: one positional read each
 _LONG_RUN = 32  # and so for more runs averaging at least this many rows; else the map
 _SORT_ROWS = 16  # unordered requests up to this size are sorted to find their runs
 _FADVISE = getattr(os, "POSIX_FADV_WILLNEED", None)  # not on macOS or Windows
-_UNOPENED = object()  # LocalHandle.direct before the first block read
+
+
+class _Unopened:
+    """LocalHandle.direct before the first block read."""
+
+
+_UNOPENED = _Unopened()
+# how rows are read with positional reads (_runs): the distinct rows in file order, the
+# map back to the request's order (None: it was increasing), where each run starts
+_Runs = tuple[np.ndarray, np.ndarray | None, list[int]]
 _OPENING = threading.Lock()  # one open of a file's direct reads
 
 
@@ -85,7 +102,15 @@ class LocalHandle:
         "size",
     )
 
-    def __init__(self, path: str, fd: int, n: int, d: int, l: int, st=None):  # noqa: E741
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        n: int,
+        d: int,
+        l: int,  # noqa: E741
+        st: os.stat_result | None = None,
+    ) -> None:
         self.path, self.fd, self.n, self.d, self.l = path, fd, n, d, l
         # st_mtime_ns and st_ctime_ns of ``st`` (the fstat at open): see check_size
         self.mtime: int | None = None if st is None else st.st_mtime_ns
@@ -93,8 +118,10 @@ class LocalHandle:
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows: Any = None  # (n,) of void rows over the mapping; None when no data
-        self.compiled = self.compiled_raw = None  # the compiled core's rows of the mapping
-        self.direct: Any = _UNOPENED  # block reads past the page cache (ndf/direct.py)
+        self.compiled: Rows | None = None  # the compiled core's rows of the mapping
+        self.compiled_raw: Rows | None = None
+        # block reads past the page cache (ndf/direct.py)
+        self.direct: DirectReads | _Unopened | None = _UNOPENED
         if self.size > HEADER_SIZE:
             mm = _map(fd, self.size)
             # Void rows have alignment 1, so np.take copies whole rows from the
@@ -165,15 +192,16 @@ class LocalHandle:
                     self._ended(offset, len(buf), done)
         self.check_size()  # after the read: see read_raw_into
 
-    def _direct(self):
+    def _direct(self) -> DirectReads | None:
         """The file's direct reads, opened at the first block read; None without them."""
         direct = self.direct
-        if direct is _UNOPENED:
+        if isinstance(direct, _Unopened):
             with _OPENING:
-                if self.direct is _UNOPENED:
+                if isinstance(self.direct, _Unopened):
                     base = None if self.rows is None else self.rows.ctypes.data - HEADER_SIZE
                     self.direct = open_direct(self.fd, base)
                 direct = self.direct
+        assert not isinstance(direct, _Unopened)  # (opened just above)
         return direct
 
     def will_need(self, start_row: int, rows: int) -> None:
@@ -186,7 +214,14 @@ class LocalHandle:
     fuses = True  # read_rows_into takes a transform kernel
     splits = True  # read_rows_into takes threads (the compiled gather's)
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None):
+    def read_rows_into(
+        self,
+        idx: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None:
         """Rows ``idx`` into the outputs; with ``kernel`` (a
         :class:`~exactbatch.kernels.TransformKernel`), x through it as it is copied,
         and the first row that held a NaN is returned (or -1). ``threads``: the
@@ -195,12 +230,19 @@ class LocalHandle:
         if compiled is None:
             if kernel is not None:
                 return staged(self._read_pure, idx, out_x, out_y, kernel)
-            return self._read_pure(idx, out_x, out_y)
+            self._read_pure(idx, out_x, out_y)
+            return None
         return self._guarded(compiled, idx, out_x, out_y, kernel, threads)
 
     def _guarded(
-        self, compiled, idx, out_x: np.ndarray, out_y: np.ndarray, kernel=None, threads=None
-    ):
+        self,
+        compiled: Rows,
+        idx: RowIndex,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        kernel: TransformKernel | None = None,
+        threads: int | None = None,
+    ) -> int | None:
         try:  # one guarded gather and one fstat, in C with the GIL released
             return compiled.read(idx, out_x, out_y, kernel, threads)
         except FileChanged:
@@ -210,7 +252,7 @@ class LocalHandle:
                 "(truncated, or rewritten in place, during the read?)"
             ) from None
 
-    def _read_pure(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def _read_pure(self, idx: RowIndex, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if isinstance(idx, slice):
             idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         r = idx.shape[0]
@@ -240,7 +282,7 @@ class LocalHandle:
         r = idx.shape[0]
         if r == 0 or self.row_bytes == 0:
             return
-        if self.compiled is not None:  # whole rows as d + l features: one guarded gather
+        if self.compiled_raw is not None:  # whole rows as d + l features: one guarded gather
             self._guarded(self.compiled_raw, idx, stage, np.empty((r, 0)))
             return
         runs = None if scattered else _runs(idx)
@@ -262,7 +304,7 @@ class LocalHandle:
             # after the copy sees it (the compiled core's rule, for the same reason).
             self.check_size()
 
-    def _pread_rows(self, idx: np.ndarray, stage: np.ndarray, runs) -> None:
+    def _pread_rows(self, idx: np.ndarray, stage: np.ndarray, runs: _Runs) -> None:
         """Rows ``idx`` into ``stage`` with one positional read a run of adjacent rows."""
         rows, inverse, starts = runs
         target = stage if inverse is None else np.empty((len(rows), stage.shape[1]))
@@ -274,7 +316,7 @@ class LocalHandle:
             stage[...] = target[inverse.reshape(idx.shape[0])]
 
 
-def _map(fd: int, size: int):
+def _map(fd: int, size: int) -> memoryview | mmap.mmap:
     """The file's first ``size`` bytes, mapped read-only: by the compiled core, which
     keeps no descriptor of its own (one descriptor an open file), else by
     ``mmap.mmap``, which keeps a duplicate (two)."""
@@ -282,7 +324,11 @@ def _map(fd: int, size: int):
     return mm if mm is not None else mmap.mmap(fd, size, access=mmap.ACCESS_READ)
 
 
-def _runs(idx: np.ndarray, always: bool = False):
+@overload
+def _runs(idx: np.ndarray, always: Literal[True]) -> _Runs: ...
+@overload
+def _runs(idx: np.ndarray, always: bool = False) -> _Runs | None: ...
+def _runs(idx: np.ndarray, always: bool = False) -> _Runs | None:
     """How to read rows ``idx`` with positional reads, or None to gather from the map.
 
     Returns ``(rows, inverse, starts)``: the distinct rows in file order

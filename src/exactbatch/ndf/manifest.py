@@ -15,7 +15,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -174,8 +174,9 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
         parts,
         d,
         l,
-        None if features is None else tuple(names[0]),
-        None if labels is None else tuple(names[1]),
+        # names is None only when both are (the check's rule)
+        None if features is None or names is None else tuple(names[0]),
+        None if labels is None or names is None else tuple(names[1]),
         cats,
     )
 
@@ -243,7 +244,7 @@ def write_manifest(
     *,
     features: Sequence[str] | None = None,
     labels: Sequence[str] | None = None,
-    categories: dict[str, Sequence[Any]] | None = None,
+    categories: Mapping[str, Sequence[Any]] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
     """Write ``manifest.json`` for the parts ``parts`` (in order) of the dataset at ``path``,
@@ -266,8 +267,8 @@ def write_manifest(
     where = doc.path
     _widths(d, l, where)
     names = validate_names(features, labels, d, l, where)
-    feats = None if features is None else tuple(names[0])
-    labs = None if labels is None else tuple(names[1])
+    feats = None if features is None or names is None else tuple(names[0])
+    labs = None if labels is None or names is None else tuple(names[1])
     cats = check_categories(categories, names, where)
     man = Manifest(_check_parts(list(parts), d, l, where), d, l, feats, labs, cats)
     doc.write_doc(_manifest_bytes(man))

@@ -38,9 +38,11 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from exactbatch.errors import NdfError
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.format import MAX_ROWS, MAX_WIDTH
 from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, check_kind, fetch_doc, get_int, parse_doc
 from exactbatch.ndf.regular import read_regular
@@ -64,9 +66,14 @@ SIDECAR_SUFFIX = ".json"
 SIDECAR_FORMAT = "exactbatch.ndf.names"
 SIDECAR_VERSION = 1
 _SIDES = {"features": "x", "labels": "y"}  # the prefix of each side's default names
+# checked names: (features, labels), each a tuple of str or DefaultNames
+Names = tuple[Sequence[str], Sequence[str]]
+# checked vocabularies: {column: [value, ...]}, values as JSON keeps them (str, int,
+# finite float, bool)
+Categories = dict[str, list[Any]]
 
 
-class DefaultNames(Sequence):
+class DefaultNames(Sequence[str]):
     """The names ``prefix + "0"`` .. ``prefix + str(size - 1)``, each made when asked for.
 
     A sequence of str that compares equal to the tuple (or list) of the same
@@ -82,15 +89,19 @@ class DefaultNames(Sequence):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
         if isinstance(i, slice):
             return tuple(f"{self.prefix}{j}" for j in range(self.size)[i])
         return f"{self.prefix}{range(self.size)[i]}"
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return (f"{self.prefix}{j}" for j in range(self.size))
 
-    def _position(self, name) -> int | None:
+    def _position(self, name: object) -> int | None:
         """The index of ``name`` here, or None."""
         if not isinstance(name, str) or not name.startswith(self.prefix):
             return None
@@ -102,19 +113,19 @@ class DefaultNames(Sequence):
         j = int(digits)
         return j if j < self.size else None
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return self._position(name) is not None
 
-    def index(self, name, start: int = 0, stop: int | None = None) -> int:
+    def index(self, name: object, start: int = 0, stop: int | None = None) -> int:
         j = self._position(name)
         if j is None or j not in range(self.size)[start:stop]:
             raise ValueError(f"{name!r} is not in the names {self!r}")
         return j
 
-    def count(self, name) -> int:
+    def count(self, name: object) -> int:
         return int(name in self)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, DefaultNames):
             return self.size == other.size and (self.prefix == other.prefix or not self.size)
         if isinstance(other, (tuple, list)):
@@ -136,7 +147,7 @@ def default_names(d: int, l: int) -> tuple[DefaultNames, DefaultNames]:  # noqa:
     return DefaultNames("x", d), DefaultNames("y", l)
 
 
-def _name_list(what: str, names, count: int, where: str) -> Sequence:
+def _name_list(what: str, names: object, count: int, where: str) -> Sequence[str]:
     if isinstance(names, DefaultNames) and names.prefix == _SIDES[what]:
         bad = []  # the defaults, valid by construction: never made one by one
     elif isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
@@ -169,7 +180,13 @@ def _encodable(name: str) -> bool:
     return True
 
 
-def validate_names(features, labels, d: int, l: int, where: str):  # noqa: E741
+def validate_names(
+    features: object,
+    labels: object,
+    d: int,
+    l: int,  # noqa: E741
+    where: str,
+) -> Names | None:
     """``(features, labels)`` as sequences of names checked against ``d`` and ``l``: the
     one check of column names, for every writer and reader of them.
 
@@ -197,7 +214,13 @@ def validate_names(features, labels, d: int, l: int, where: str):  # noqa: E741
     return fx, fy
 
 
-def read_names(features, labels, d: int, l: int, where: str):  # noqa: E741
+def read_names(
+    features: object,
+    labels: object,
+    d: int,
+    l: int,  # noqa: E741
+    where: str,
+) -> Names | None:
     """:func:`validate_names` for names read from a file: its errors as an
     :class:`NdfError` naming ``where``."""
     try:
@@ -206,12 +229,12 @@ def read_names(features, labels, d: int, l: int, where: str):  # noqa: E741
         raise NdfError(str(e)) from None
 
 
-def sidecar_path(path) -> str:
+def sidecar_path(path: PathLike) -> str:
     """Where the names of the ``.ndf`` at ``path`` (a path or a URL) live: ``path + ".json"``."""
     return os.fspath(path) + SIDECAR_SUFFIX
 
 
-def check_categories(categories, names, where: str) -> dict[str, list] | None:
+def check_categories(categories: object, names: Names | None, where: str) -> Categories | None:
     """``categories`` (``{column: [value, ...]}``) checked against the columns' names: the
     one check of stored vocabularies, for writers (``ValueError``/``TypeError``) and
     readers (:func:`read_sidecar_doc`, :func:`~exactbatch.ndf.manifest.read_manifest`
@@ -261,13 +284,20 @@ def check_categories(categories, names, where: str) -> dict[str, list] | None:
     return out
 
 
-def _category_value(v) -> bool:
+def _category_value(v: object) -> bool:
     if isinstance(v, float):
         return v == v and v not in (float("inf"), float("-inf"))
     return isinstance(v, (str, int)) and (not isinstance(v, str) or _encodable(v))
 
 
-def sidecar_bytes(features, labels, n: int, d: int, l: int, categories=None) -> bytes:  # noqa: E741
+def sidecar_bytes(
+    features: Sequence[str],
+    labels: Sequence[str],
+    n: int,
+    d: int,
+    l: int,  # noqa: E741
+    categories: Mapping[str, Sequence[Any]] | None = None,
+) -> bytes:
     """The sidecar's content for names already checked by :func:`validate_names` (and
     vocabularies by :func:`check_categories`: None or ``{}`` writes no key)."""
     doc = {
@@ -284,14 +314,30 @@ def sidecar_bytes(features, labels, n: int, d: int, l: int, categories=None) -> 
     return (json.dumps(doc) + "\n").encode()
 
 
-def read_sidecar(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E741
+def read_sidecar(
+    path: PathLike,
+    n: int,
+    d: int,
+    l: int,  # noqa: E741
+    *,
+    fs: Foreign = None,
+    key: str | None = None,
+) -> Names | None:
     """``(features, labels)`` from the sidecar of the ``.ndf`` at ``path``; None if it has
     none. See :func:`read_sidecar_doc`, which gives its categories too."""
     doc = read_sidecar_doc(path, n, d, l, fs=fs, key=key)
     return None if doc is None else doc[:2]
 
 
-def read_sidecar_doc(path, n: int, d: int, l: int, *, fs=None, key=None):  # noqa: E741
+def read_sidecar_doc(
+    path: PathLike,
+    n: int,
+    d: int,
+    l: int,  # noqa: E741
+    *,
+    fs: Foreign = None,
+    key: str | None = None,
+) -> tuple[Sequence[str], Sequence[str], Categories] | None:
     """``(features, labels, categories)`` from the sidecar of the ``.ndf`` at ``path``
     (``categories`` a dict, ``{}`` when it stores none); None if it has none.
 
@@ -307,6 +353,8 @@ def read_sidecar_doc(path, n: int, d: int, l: int, *, fs=None, key=None):  # noq
     try:
         if fs is None:
             raw = read_regular(where, MAX_DOC_BYTES, what)
+        elif key is None:  # as os.fspath(None) did
+            raise TypeError("read_sidecar_doc: fs= needs the object's key=")
         else:
             raw = fetch_doc(fs, sidecar_path(key))
     except FileNotFoundError:

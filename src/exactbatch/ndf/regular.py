@@ -17,7 +17,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from io import FileIO
+from typing import BinaryIO, Literal, overload
 
 from exactbatch.errors import NdfError
 from exactbatch.hints import PathLike
@@ -55,10 +56,18 @@ def open_regular(path: PathLike, what: str = "a file") -> int:
     return fd
 
 
-def regular_file(path: PathLike, what: str = "a file", buffering: int = -1) -> BinaryIO:
-    """The regular file at ``path`` opened for reading as a binary file object
-    (:func:`open_regular`'s checks); use it in a ``with`` block."""
-    return open(open_regular(path, what), "rb", buffering=buffering)  # noqa: SIM115
+@overload
+def regular_file(path: PathLike, what: str = ..., *, buffering: Literal[0]) -> FileIO: ...
+@overload
+def regular_file(path: PathLike, what: str = ..., buffering: int = ...) -> BinaryIO: ...
+def regular_file(path: PathLike, what: str = "a file", buffering: int = -1) -> BinaryIO | FileIO:
+    """The regular file at ``path`` opened for reading as a binary file object (unbuffered,
+    a ``FileIO``, with ``buffering=0``; :func:`open_regular`'s checks); use it in a
+    ``with`` block."""
+    fd = open_regular(path, what)
+    if buffering == 0:  # (the same call: its type is FileIO)
+        return open(fd, "rb", buffering=0)  # noqa: SIM115
+    return open(fd, "rb", buffering=buffering)  # noqa: SIM115
 
 
 def check_regular(path: PathLike, what: str = "a file") -> None:

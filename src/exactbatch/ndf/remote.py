@@ -34,10 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from exactbatch.errors import NdfError
+from exactbatch.hints import Foreign
+from exactbatch.kernels import RowIndex
 from exactbatch.ndf.format import HEADER_SIZE, check_header, expected_size
 from exactbatch.urls import (
     ForkSafeFs,
@@ -64,19 +68,21 @@ MAX_RANGE_BYTES = 16 << 20  # longer ranges are split, so their parts download i
 # -- ranged reads that say which object they read ----------------------------------------
 
 
-def _is_s3(fs) -> bool:
+def _is_s3(fs: Foreign) -> bool:
     """s3fs, whose GETs can carry the ETag they expect and return the one they read."""
     return "s3" in protocols(fs) and hasattr(fs, "_call_s3")
 
 
-async def _s3_get(fs, bucket: str, key: str, start: int, end: int, etag: str, version: dict):
+async def _s3_get(
+    fs: Foreign, bucket: str, key: str, start: int, end: int, etag: str, version: dict[str, str]
+) -> tuple[bytes, str | None]:
     """``(bytes [start, end), the ETag sent with them)``: one GET. ``If-Match`` makes S3
     refuse (412) to send another object's bytes; retried as s3fs's own ``_cat_file``."""
     if end <= start:
         return b"", etag
     from s3fs.core import _error_wrapper
 
-    async def once():
+    async def once() -> tuple[bytes, str | None]:
         resp = await fs._call_s3(
             "get_object",
             Bucket=bucket,
@@ -90,34 +96,45 @@ async def _s3_get(fs, bucket: str, key: str, start: int, end: int, etag: str, ve
         finally:
             resp["Body"].close()
 
-    return await _error_wrapper(once, retries=fs.retries)
+    got: tuple[bytes, str | None] = await _error_wrapper(once, retries=fs.retries)
+    return got
 
 
-def _get_ranges(fs, key: str, starts, ends, etag, pin: dict):
+def _get_ranges(
+    fs: Foreign,
+    key: str,
+    starts: Iterable[int],
+    ends: Iterable[int],
+    etag: str | None,
+    pin: dict[str, Any],
+) -> tuple[list[bytes | BaseException], list[str | None] | None]:
     """``(blobs, tags)``: bytes ``[starts[i], ends[i])`` of the object (or the exception
     that range raised), all at once; and the ETag the store sent with each range, or
     None where the protocol's reads do not say (only a metadata request can tell then)."""
     starts, ends = list(starts), list(ends)
     if etag is None or not _is_s3(fs):
-        got = fs.cat_ranges([key] * len(starts), starts, ends, on_error="return", **pin)
-        return got, None
+        blobs: list[bytes | BaseException] = fs.cat_ranges(
+            [key] * len(starts), starts, ends, on_error="return", **pin
+        )
+        return blobs, None
     asyn = import_fsspec().asyn
     bucket, path, vers = fs.split_path(key)
     version = pin.get("version_id") or vers
     version = {"VersionId": version} if version else {}
 
-    async def gather():
+    async def gather() -> list[tuple[bytes, str | None] | BaseException]:
         spans = zip(starts, ends, strict=True)
         coros = [_s3_get(fs, bucket, path, a, b, etag, version) for a, b in spans]
         # fsspec's own batching, as cat_ranges: at most fs.batch_size requests in flight
-        return await asyn._run_coros_in_chunks(
+        done: list[tuple[bytes, str | None] | BaseException]
+        done = await asyn._run_coros_in_chunks(
             coros, batch_size=fs.batch_size, nofiles=True, return_exceptions=True
         )
+        return done
 
-    got = asyn.sync(fs.loop, gather)
-    failed = [isinstance(g, BaseException) for g in got]
-    blobs = [g if bad else g[0] for g, bad in zip(got, failed, strict=True)]
-    return blobs, [None if bad else g[1] for g, bad in zip(got, failed, strict=True)]
+    got: list[tuple[bytes, str | None] | BaseException] = asyn.sync(fs.loop, gather)
+    blobs = [g if isinstance(g, BaseException) else g[0] for g in got]
+    return blobs, [None if isinstance(g, BaseException) else g[1] for g in got]
 
 
 # -- .ndf over a URL -------------------------------------------------------------------------
@@ -154,14 +171,14 @@ class RemoteHandle:
     def __init__(
         self,
         path: str,
-        fs,
+        fs: Foreign,
         key: str,
         n: int,
         d: int,
         l: int,  # noqa: E741
         *,
-        etag=None,
-        pin: dict | None = None,
+        etag: str | None = None,
+        pin: dict[str, Any] | None = None,
     ):
         self.path, self.key = path, key
         self.fs = ForkSafeFs(fs)  # made anew in a forked child
@@ -199,7 +216,7 @@ class RemoteHandle:
         if self.etag is not None and tag is not None and tag != self.etag:
             raise self._overwritten(tag)
 
-    def _overwritten(self, tag) -> NdfError:
+    def _overwritten(self, tag: str | None) -> NdfError:
         return NdfError(
             f"{self.path}: the object changed while open: it was overwritten after it "
             f"was opened (ETag {self.etag} then {tag}); open it again to read the new "
@@ -217,6 +234,7 @@ class RemoteHandle:
             got, tags = _get_ranges(self.fs.get(), self.key, starts, ends, self.etag, self.pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, gone, self.path) from e
+        blobs: list[bytes] = []
         for blob, a, b in zip(got, starts, ends, strict=True):
             if isinstance(blob, FileNotFoundError):
                 raise FileNotFoundError(errno.ENOENT, gone, self.path) from blob
@@ -229,13 +247,14 @@ class RemoteHandle:
                     f"{self.path}: the object changed while open: expected {b - a} bytes at "
                     f"offset {a}, got {len(blob)}"
                 )
+            blobs.append(blob)
         if tags is None or None in tags:
             self.check_size()  # the reads did not say which object they read: ask, after them
         else:
             for tag in tags:
                 if tag != self.etag:
                     raise self._overwritten(tag)
-        return got
+        return blobs
 
     def pread_into(self, buf: memoryview, first_row: int) -> None:
         """Fill ``buf`` with the bytes of rows from ``first_row`` on (one range request)."""
@@ -249,7 +268,7 @@ class RemoteHandle:
     def will_need(self, start_row: int, rows: int) -> None:
         """No page cache to warm: nothing to do."""
 
-    def read_rows_into(self, idx, out_x: np.ndarray, out_y: np.ndarray) -> None:
+    def read_rows_into(self, idx: RowIndex, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if isinstance(idx, slice):  # consecutive rows (an unshuffled loader)
             idx = np.arange(idx.start, idx.stop, dtype=np.int64)
         read_remote_rows(self, idx, out_x, out_y)
@@ -259,7 +278,7 @@ class RemoteHandle:
         read_remote_rows(self, idx, stage[:, : self.d], stage[:, self.d :])
 
 
-def open_url(url: str, storage_options: dict | None = None) -> RemoteHandle:
+def open_url(url: str, storage_options: dict[str, Any] | None = None) -> RemoteHandle:
     """The handle of the ``.ndf`` object at ``url`` (``open_ndf(url)`` wraps it in an NdfFile).
 
     One metadata request and one 28-byte range; the header and the exact
@@ -274,18 +293,19 @@ def open_url(url: str, storage_options: dict | None = None) -> RemoteHandle:
     if info.get("size") is None:
         raise NdfError(f"{url}: the store does not report the object's size, which an .ndf needs")
     size = int(info["size"])
-    pin = {}
+    pin: dict[str, Any] = {}
     version = info.get("VersionId")
     if version not in (None, "null") and "s3" in protocols(fs):
         pin = {"version_id": version}
     head, etag = b"", version_tag(info)
     if size:
         try:
-            (head,), tags = _get_ranges(fs, key, [0], [min(size, HEADER_SIZE)], etag, pin)
+            (got,), tags = _get_ranges(fs, key, [0], [min(size, HEADER_SIZE)], etag, pin)
         except FileNotFoundError as e:
             raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
-        if isinstance(head, BaseException):
-            raise head
+        if isinstance(got, BaseException):
+            raise got
+        head = got
         if tags is not None and tags[0] not in (None, etag):
             raise NdfError(f"{url}: the object was replaced while it was being opened")
     n, d, l = check_header(head, size, url)  # noqa: E741
@@ -369,7 +389,7 @@ def read_remote_rows(
 # -- uploads a killed writer left open ------------------------------------------------------
 
 
-def abort_uploads(fs, folder_key: str, doomed) -> int:
+def abort_uploads(fs: Foreign, folder_key: str, doomed: Callable[[str], bool]) -> int:
     """Abort the S3 multipart uploads still open under ``folder_key/`` whose file name
     ``doomed(name)`` says will never be committed (a writer killed mid-upload leaves
     one open: billed, and in no listing); the number aborted. Other stores, and any

@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
+from exactbatch.hints import Foreign
 from exactbatch.ndf.jsondoc import MAX_DOC_BYTES, fetch_doc
 from exactbatch.ndf.regular import read_regular
 from exactbatch.ndf.remote import abort_uploads
 from exactbatch.ndf.write import atomic_path
 from exactbatch.urls import is_url, local_path, url_to_fs
+
+# what writes a file's content to the binary file it is given
+Fill = Callable[[BinaryIO], object]
+# whether a file name is of a write that is over
+Doomed = Callable[[str], bool]
 
 __all__ = [
     "LocalLocation",
@@ -67,7 +75,7 @@ class Location:
         """Put the small document ``raw`` here, whole or not at all."""
         raise NotImplementedError
 
-    def write_file(self, fill) -> None:
+    def write_file(self, fill: Fill) -> None:
         """Put here what ``fill(f)`` writes to the binary file ``f``, whole or not at all:
         an error out of ``fill`` leaves what was here before."""
         raise NotImplementedError
@@ -89,7 +97,7 @@ class Location:
         """Remove the file ``name`` from this folder, best effort."""
         raise NotImplementedError
 
-    def abort_uploads(self, doomed) -> None:
+    def abort_uploads(self, doomed: Doomed) -> None:
         """Abort the unfinished uploads under this folder whose file name ``doomed(name)``
         says is of a write that is over (S3's multipart uploads; nothing elsewhere)."""
 
@@ -114,7 +122,7 @@ class LocalLocation(Location):
     def write_doc(self, raw: bytes) -> None:
         self.write_file(lambda f: f.write(raw))
 
-    def write_file(self, fill) -> None:
+    def write_file(self, fill: Fill) -> None:
         with atomic_path(self.path) as tmp, open(tmp, "wb") as f:
             fill(f)
 
@@ -149,13 +157,19 @@ class UrlLocation(Location):
     __slots__ = ("_fs", "_key", "storage_options")
     url = True
 
-    def __init__(self, path: str, storage_options=None, fs=None, key=None):
+    def __init__(
+        self,
+        path: str,
+        storage_options: dict[str, Any] | None = None,
+        fs: Foreign = None,
+        key: str | None = None,
+    ):
         super().__init__(path)
         self.storage_options = storage_options
         self._fs, self._key = fs, key
 
     @property
-    def fs(self):
+    def fs(self) -> Foreign:
         """The fsspec filesystem (imports fsspec, and the protocol's package, on first use)."""
         if self._fs is None:
             self._fs, self._key = url_to_fs(self.path, self.storage_options)
@@ -165,6 +179,7 @@ class UrlLocation(Location):
     def key(self) -> str:
         """The path within :attr:`fs`."""
         self.fs  # noqa: B018 - made with the filesystem
+        assert self._key is not None  # (made with it)
         return self._key
 
     def child(self, name: str) -> UrlLocation:
@@ -186,7 +201,7 @@ class UrlLocation(Location):
         self.fs.pipe_file(self.key, raw)  # one PUT: whole or not at all
         self.fs.invalidate_cache()
 
-    def write_file(self, fill) -> None:
+    def write_file(self, fill: Fill) -> None:
         f = self.fs.open(self.key, "wb", autocommit=False)  # committed only when whole
         try:
             fill(f)
@@ -213,11 +228,11 @@ class UrlLocation(Location):
         with contextlib.suppress(Exception):
             self.fs.rm_file(f"{self.key}/{name}")
 
-    def abort_uploads(self, doomed) -> None:
+    def abort_uploads(self, doomed: Doomed) -> None:
         abort_uploads(self.fs, self.key, doomed)
 
 
-def _abandon(f) -> None:
+def _abandon(f: Foreign) -> None:
     """Throw away an uncommitted upload (best effort: the error that got here matters more)."""
     with contextlib.suppress(Exception):
         f.discard()
@@ -226,7 +241,7 @@ def _abandon(f) -> None:
         f.close()
 
 
-def location(path, storage_options: dict | None = None) -> Location:
+def location(path: object, storage_options: dict[str, Any] | None = None) -> Location:
     """The :class:`Location` of ``path`` (a str or os.PathLike; ``file://`` is local).
     ``storage_options`` apply only to URLs: given with a local path, a ``ValueError``
     naming the path; a path of another type is a ``TypeError``."""
@@ -241,7 +256,7 @@ def location(path, storage_options: dict | None = None) -> Location:
     return LocalLocation(local_path(path))
 
 
-def local_stat(path) -> os.stat_result | None:
+def local_stat(path: object) -> os.stat_result | None:
     """A local file's ``os.stat``; None for a URL, a path of another type, or a file gone
     (the callers record it to name the data, and do without it)."""
     if not isinstance(path, (str, os.PathLike)) or is_url(os.fspath(path)):
@@ -252,7 +267,7 @@ def local_stat(path) -> os.stat_result | None:
         return None
 
 
-def dataset_path(path, storage_options) -> str:
+def dataset_path(path: object, storage_options: dict[str, Any] | None) -> str:
     """``path`` as a str (a URL, or a local path with ``file://`` taken off), checked as
     :func:`location` checks it."""
     return location(path, storage_options).path

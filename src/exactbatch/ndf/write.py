@@ -34,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -44,6 +46,7 @@ from exactbatch.hints import Columns, PathLike
 from exactbatch.ndf.format import HEADER_SIZE, check_shape, expected_size, pack_header
 from exactbatch.ndf.names import (
     SIDECAR_FORMAT,
+    Names,
     check_categories,
     sidecar_bytes,
     sidecar_path,
@@ -51,6 +54,9 @@ from exactbatch.ndf.names import (
 )
 from exactbatch.ndf.regular import regular_file
 from exactbatch.ndf.temps import create_temp, fsync_folder, remove_own_temps, remove_stale_temps
+
+if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
+    from typing_extensions import Self
 
 __all__ = [
     "AtomicFile",
@@ -101,7 +107,7 @@ def save_ndf(
     names.commit()
 
 
-def as_dataset(data) -> Dataset:
+def as_dataset(data: Any) -> Dataset:
     """``data`` (a Dataset, an ``(x, y)`` pair, or an array ``x``) as a :class:`Dataset`."""
     if isinstance(data, tuple):
         if len(data) != 2:
@@ -110,7 +116,7 @@ def as_dataset(data) -> Dataset:
     return data if isinstance(data, Dataset) else Dataset(data)
 
 
-def write_ndf_to(f, data: Dataset) -> None:
+def write_ndf_to(f: BinaryIO, data: Dataset) -> None:
     """Write ``data`` as a whole ``.ndf`` (header, then rows) to the binary file object ``f``.
 
     Not atomic by itself: the caller makes ``f`` appear whole or not at all
@@ -132,7 +138,13 @@ class NamesSidecar:
 
     __slots__ = ("_out", "categories", "names", "path")
 
-    def __init__(self, path, names, categories=None):
+    def __init__(
+        self,
+        path: str,
+        names: Names | None,
+        categories: object = None,
+    ) -> None:
+        self._out: AtomicFile | None
         self.path, self.names, self._out = sidecar_path(path), names, None
         self.categories = check_categories(categories, names, path)
 
@@ -168,7 +180,7 @@ def _remove_stale_sidecar(path: str) -> None:
             pass
 
 
-def _write_rows(f, data: Dataset) -> None:
+def _write_rows(f: BinaryIO, data: Dataset) -> None:
     x, y = data.x, data.y
     row_bytes = 8 * (data.d + data.l)
     if row_bytes == 0:
@@ -196,7 +208,7 @@ class AtomicFile:
 
     __slots__ = ("before_rename", "fd", "folder", "path", "temp")
 
-    def __init__(self, path, before_rename=None):
+    def __init__(self, path: PathLike, before_rename: Callable[[], object] | None = None) -> None:
         self.path = os.fspath(path)
         self.before_rename = before_rename
         self.folder = os.path.dirname(os.path.abspath(self.path))
@@ -214,7 +226,7 @@ class AtomicFile:
             fd, self.fd = self.fd, -1
             os.close(fd)
 
-    def commit(self, finish=None) -> None:
+    def commit(self, finish: Callable[[], object] | None = None) -> None:
         """Fsync the temporary file, rename it over ``path``, fsync the folder.
 
         ``finish()``, if given, runs just after ``before_rename``: the last
@@ -245,7 +257,7 @@ class AtomicFile:
 
 
 @contextlib.contextmanager
-def atomic_path(path, before_rename=None):
+def atomic_path(path: PathLike, before_rename: Callable[[], object] | None = None) -> Iterator[str]:
     """A temporary path next to ``path`` to write to; renamed over ``path`` on success.
 
     The file is fsynced before the rename and the folder after. On any
@@ -265,7 +277,7 @@ def atomic_path(path, before_rename=None):
     out.commit()
 
 
-def _write_all(fd: int, buf) -> None:
+def _write_all(fd: int, buf: Any) -> None:  # (a buffer: NumPy's are none to mypy for 3.10)
     view = byte_view(buf)
     while view:
         view = view[os.write(fd, view) :]
@@ -283,10 +295,15 @@ class Committing:
     def abort(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.commit()
         else:
@@ -307,16 +324,16 @@ class NdfWriter(Committing):
 
     def __init__(
         self,
-        path,
+        path: PathLike,
         d: int,
         l: int,  # noqa: E741
         n: int | None = None,
         *,
-        before_rename=None,
-        features=None,
-        labels=None,
-        categories=None,
-    ):
+        before_rename: Callable[[], object] | None = None,
+        features: Columns = None,
+        labels: Columns = None,
+        categories: object = None,
+    ) -> None:
         self.path = os.fspath(path)
         self.d, self.l, self.n = int(d), int(l), n
         self.row_bytes = 8 * (self.d + self.l)
@@ -346,7 +363,7 @@ class NdfWriter(Committing):
         _write_all(self._out.fd, block)
         self.rows += block.shape[0]
 
-    def write_raw(self, rows) -> None:
+    def write_raw(self, rows: Any) -> None:  # (a buffer, as _write_all's)
         """Append whole rows already in the file's byte layout (a bytes-like object)."""
         view = byte_view(rows)
         if self.row_bytes == 0 or len(view) % self.row_bytes:
@@ -383,7 +400,7 @@ class NdfWriter(Committing):
 
 
 @contextlib.contextmanager
-def leaves_no_temps(path):
+def leaves_no_temps(path: str) -> Iterator[None]:
     """On an exception out of the block, remove this process's temporary files of ``path``.
 
     :class:`NdfWriter` and :func:`atomic_path` remove theirs, but an

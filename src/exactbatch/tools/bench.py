@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.hints import PathLike
 from exactbatch.tools.common import (
     CliError,
     format_bytes,
@@ -32,6 +36,12 @@ from exactbatch.tools.common import (
     progress,
 )
 from exactbatch.urls import for_arrow, is_url
+
+if TYPE_CHECKING:
+    from exactbatch.ndf import NdfDataset, NdfFile
+    from exactbatch.sources.parquet import ParquetSource
+    from exactbatch.tools.common import Bar
+    from exactbatch.tools.ndf_stream import Region
 
 __all__ = ["bench", "peak_rss", "render"]
 
@@ -59,7 +69,7 @@ def peak_rss() -> int | None:
     return None
 
 
-def _bare_ndf(regions, d, l, limit, pb) -> int:  # noqa: E741
+def _bare_ndf(regions: Sequence[Region], d: int, l: int, limit: int, pb: Bar) -> int:  # noqa: E741
     """The first ``limit`` rows of the file ``regions`` of a local .ndf or sharded
     dataset, front to back with ``readinto`` into one reused buffer (part after part)."""
     from exactbatch.tools.ndf_stream import region_blocks
@@ -77,7 +87,7 @@ def _bare_ndf(regions, d, l, limit, pb) -> int:  # noqa: E741
     return rows
 
 
-def _bare_url(source, limit, pb) -> int:
+def _bare_url(source: NdfFile | NdfDataset, limit: int, pb: Bar) -> int:
     """The first ``limit`` rows of an .ndf or dataset at a URL: one ranged read per
     block of about 8 MiB, in order (a block never crosses a part)."""
     from exactbatch.sources.blocks import ndf_blocks
@@ -94,7 +104,7 @@ def _bare_url(source, limit, pb) -> int:
     return rows
 
 
-def _bare_parquet(source, limit, pb) -> int:
+def _bare_parquet(source: ParquetSource, limit: int, pb: Bar) -> int:
     import pyarrow.parquet as pq
 
     chosen = [*source.features, *source.labels]
@@ -115,7 +125,16 @@ def _bare_parquet(source, limit, pb) -> int:
     return rows
 
 
-def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb, out: dict) -> int:
+def _loader_run(
+    source: NdfFile | NdfDataset | ParquetSource,
+    batch: int,
+    limit: int,
+    shuffle: bool,
+    seed: int,
+    buffer_size: int | None,
+    pb: Bar,
+    out: dict[str, Any],
+) -> int:
     """The rows of one timed loader run; its ``stats()["run"]`` into ``out["stats"]``."""
     from exactbatch import DataLoader
 
@@ -131,45 +150,49 @@ def _loader_run(source, batch, limit, shuffle, seed, buffer_size, pb, out: dict)
 
 
 def bench(
-    src,
+    src: PathLike,
     *,
-    batch_sizes=(64, 1024, 4096),
-    shuffle=True,
-    seed=0,
-    buffer_size=None,
-    max_rows=None,
-    features=None,
-    labels=None,
-    storage_options=None,
-    bar=True,
-) -> dict:
+    batch_sizes: Sequence[int] = (64, 1024, 4096),
+    shuffle: bool = True,
+    seed: int = 0,
+    buffer_size: int | None = None,
+    max_rows: int | None = None,
+    features: str | None = None,
+    labels: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    bar: bool = True,
+) -> dict[str, Any]:
     """Time the loader at each batch size against a bare read; a dict of the runs.
 
     ``src``: what ``exactbatch info`` reads: an ``.ndf``, a sharded dataset, Parquet
     (a file or a folder), or the URL of an ``.ndf`` or a dataset (with
     ``storage_options``).
     """
-    batch_sizes = [check_int(f"batch_sizes[{i}]", b, 1) for i, b in enumerate(batch_sizes)]
+    sizes = [check_int(f"batch_sizes[{i}]", b, 1) for i, b in enumerate(batch_sizes)]
     shuffle, bar = check_flag("shuffle", shuffle), check_flag("bar", bar)
     seed = check_int("seed", seed, 0, maximum=None)
     buffer_size = check_int("buffer_size", buffer_size, 1, optional=True)
     max_rows = check_int("max_rows", max_rows, 1, optional=True)
     src = os.fspath(src)
     fmt = input_format(src, storage_options, "bench")
+    source: NdfFile | NdfDataset | ParquetSource
+    opened: NdfFile | NdfDataset | None = None  # closed at the end
+    bare: Callable[[int, Bar], int]
     if fmt in ("ndf", "dataset"):
         if features is not None or labels is not None:
             raise CliError(
                 f"{src}: --features/--labels choose Parquet columns; an .ndf has its own"
             )
-        source = open_ndf_input(src, fmt, storage_options)
-        n, d, l = source.n, source.d, source.l  # noqa: E741
+        source = opened = open_ndf_input(src, fmt, storage_options)
+        n, d, l = opened.n, opened.d, opened.l  # noqa: E741
         if d + l == 0:  # rows of no bytes: nothing to time, and n may be 2**63 - 1
-            source.close()
+            opened.close()
             raise CliError(f"{src}: no columns to read (d = l = 0)")
         if is_url(src):
+            url_source = opened
 
-            def bare(limit, pb):
-                return _bare_url(source, limit, pb)
+            def bare(limit: int, pb: Bar) -> int:
+                return _bare_url(url_source, limit, pb)
 
             bare_name = "bare read (ranged)"
         else:
@@ -177,7 +200,7 @@ def bench(
 
             regions = ndf_regions(src).regions  # a dataset's parts checked once, here
 
-            def bare(limit, pb):
+            def bare(limit: int, pb: Bar) -> int:
                 return _bare_ndf(regions, d, l, limit, pb)
 
             bare_name = "bare read (readinto)"
@@ -190,13 +213,13 @@ def bench(
 
         names = parquet_columns(src)[0]  # the loader's columns: partition keys last
         feat, lab = split_columns(features, labels, names, src)
-        source = parquet_source(
+        source = pq_source = parquet_source(
             src, features=[names[j] for j in feat], labels=[names[j] for j in lab]
         )
-        n, d, l = source.n_rows, source.d, source.l  # noqa: E741
+        n, d, l = pq_source.n_rows, pq_source.d, pq_source.l  # noqa: E741
 
-        def bare(limit, pb):
-            return _bare_parquet(source, limit, pb)
+        def bare(limit: int, pb: Bar) -> int:
+            return _bare_parquet(pq_source, limit, pb)
 
         bare_name = "bare read (pyarrow)"
     else:
@@ -207,9 +230,14 @@ def bench(
     if limit == 0:
         raise CliError(f"{src}: no rows to read")
     name = os.path.basename(src)
-    runs = []
+    runs: list[dict[str, Any]] = []
 
-    def timed(label, batch, fn, more=None):
+    def timed(
+        label: str,
+        batch: int | None,
+        fn: Callable[[Bar], int],
+        more: dict[str, Any] | None = None,
+    ) -> None:
         with progress(limit, f"{label} {name}", "rows", bar) as pb:
             reset = _reset_peak()
             t0 = time.perf_counter()
@@ -231,18 +259,16 @@ def bench(
     with progress(limit, f"warm-up {name}", "rows", bar) as pb:
         bare(limit, pb)
     timed(bare_name, None, lambda pb: bare(limit, pb))
-    for b in batch_sizes:
-        more: dict = {}  # the run's loader.stats()["run"], as "stats"
+    for b in sizes:
+        more: dict[str, Any] = {}  # the run's loader.stats()["run"], as "stats"
         timed(
             "loader",
             b,
-            lambda pb, b=b, m=more: _loader_run(
-                source, b, limit, shuffle, seed, buffer_size, pb, m
-            ),
+            partial(_loader_run, source, b, limit, shuffle, seed, buffer_size, out=more),
             more,
         )
-    if fmt != "parquet":
-        source.close()
+    if opened is not None:  # (not Parquet)
+        opened.close()
     base = runs[0]["rows_per_s"]
     for r in runs:
         r["ratio"] = r["rows_per_s"] / base if base else None
@@ -264,7 +290,7 @@ def _rate(v: float) -> str:
     return f"{v / 1e6:.2f} M" if v >= 1e5 else f"{v / 1e3:.1f} k"
 
 
-def render(r: dict) -> str:
+def render(r: dict[str, Any]) -> str:
     """The runs as a table for a person."""
     mode = "shuffled" if r["shuffle"] else "in file order"
     lines = [
@@ -287,11 +313,11 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _ms(v) -> str:
+def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:.3g}"
 
 
-def _where_time_went(runs) -> list[str]:
+def _where_time_went(runs: list[dict[str, Any]]) -> list[str]:
     """Each loader run's ``stats()`` (docs/usage/telemetry.md): the source's reads, their
     latency percentiles, and the share of the run spent waiting for batches."""
     stats = [run for run in runs if run.get("stats")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 from exactbatch.certificate import Certificate, certify_named
 from exactbatch.ndf.regular import read_regular
@@ -20,7 +21,7 @@ __all__ = ["certify_files", "public"]
 _MAX_BYTES = 1 << 30  # a state is a few KiB: a bigger file is not one
 
 
-def _states(path: str) -> list[dict]:
+def _states(path: str) -> list[dict[str, Any]]:
     try:
         # a FIFO or a device would block (or never end): only a regular file is read
         doc = json.loads(read_regular(path, _MAX_BYTES, "a DataLoader state (JSON)"))
@@ -53,7 +54,7 @@ def certify_files(paths: list[str]) -> Certificate:
         raise CliError(str(e)) from None
 
 
-def public(cert: Certificate) -> dict:
+def public(cert: Certificate) -> dict[str, Any]:
     """The certificate as JSON-safe data."""
     return {
         "certified": bool(cert),

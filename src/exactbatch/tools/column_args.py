@@ -4,32 +4,36 @@ and column lists shown in messages."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from exactbatch.tools.common import CliError
 
 __all__ = ["resolve_columns", "shown_names", "split_columns"]
 
 
-def shown_names(names, near: str | None = None, limit: int = 20) -> str:
+def shown_names(names: Iterable[object], near: str | None = None, limit: int = 20) -> str:
     """Column names for a message: all of them up to ``limit``; else the first and last
     few, how many in all and (for a name ``near`` that was not found) the names
     closest to it, so a long list never hides the name a user looks for."""
-    names = [str(v) for v in names]
-    if len(names) <= limit:
-        return repr(names)
-    head, tail = names[: limit - 5], names[-3:]
-    text = f"[{', '.join(map(repr, head))}, ..., {', '.join(map(repr, tail))}] ({len(names)} in all"
+    shown = [str(v) for v in names]
+    if len(shown) <= limit:
+        return repr(shown)
+    head, tail = shown[: limit - 5], shown[-3:]
+    text = f"[{', '.join(map(repr, head))}, ..., {', '.join(map(repr, tail))}] ({len(shown)} in all"
     if near is not None:
         import difflib
 
-        close = difflib.get_close_matches(near, names, n=5, cutoff=0.6)
-        close += [v for v in names if near.lower() in v.lower() and v not in close][
+        close = difflib.get_close_matches(near, shown, n=5, cutoff=0.6)
+        close += [v for v in shown if near.lower() in v.lower() and v not in close][
             : 5 - len(close)
         ]
         text += f"; closest to {near!r}: {close}" if close else f"; none close to {near!r}"
     return text + ")"
 
 
-def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None:
+def resolve_columns(
+    spec: object, names: Sequence[str], path: object, what: str
+) -> list[int] | None:
     """Column selectors (names, or integer positions, negative from the end) -> indices.
 
     ``spec`` is None (nothing chosen) or a comma-separated string. A name wins
@@ -37,7 +41,7 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
     """
     if spec is None:
         return None
-    out = []
+    out: list[int] = []
     for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
         if item in names:
             out.append(names.index(item))
@@ -58,7 +62,9 @@ def resolve_columns(spec, names: list[str], path, what: str) -> list[int] | None
     return out
 
 
-def split_columns(features, labels, names, path, exclude=None) -> tuple[list[int], list[int]]:
+def split_columns(
+    features: object, labels: object, names: Sequence[str], path: object, exclude: object = None
+) -> tuple[list[int], list[int]]:
     """Feature and label column indices; features default to every column not a label
     and not in ``exclude`` (``--exclude``: names or positions, as ``features``). A column
     both chosen and excluded is a :class:`CliError`.

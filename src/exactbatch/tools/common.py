@@ -9,10 +9,20 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.regular import regular_file
 
+if TYPE_CHECKING:  # (typing's own from Python 3.11; only mypy reads it here)
+    from typing_extensions import Self
+
+    from exactbatch.ndf import NdfDataset, NdfFile
+
 __all__ = [
+    "Bar",
     "CliError",
     "catch_signals",
     "check_dataset_output",
@@ -65,7 +75,7 @@ class CliError(ValueError):
 _noted: list[int] = []
 
 
-def _note(signum, frame) -> None:
+def _note(signum: int, frame: FrameType | None) -> None:
     _noted.append(signum)
     # A second Ctrl-C while the first unwinds (removing temporary files, printing
     # the message) is only noted: the command is already on its way out.
@@ -80,12 +90,12 @@ def check_interrupt() -> None:
 
 
 @contextlib.contextmanager
-def catch_signals():
+def catch_signals() -> Iterator[None]:
     """In the block, SIGINT and SIGTERM raise KeyboardInterrupt, and are noted for
     :func:`check_interrupt`. A signal that is ignored (SIGINT, in a job a shell
     started in the background) stays ignored. Main thread only; elsewhere a no-op."""
     _noted.clear()
-    old = {}
+    old: dict[signal.Signals, Any] = {}  # (a handler: a function, an int, or None)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handler = signal.getsignal(sig)
@@ -98,14 +108,14 @@ def catch_signals():
             signal.signal(sig, handler)
 
 
-class _Bar:
+class Bar:
     """A tqdm bar, or none (bars off, or tqdm not installed); every step first raises
     a noted Ctrl-C, so that a signal some library swallowed still stops the loop."""
 
-    def __init__(self, bar=None):
+    def __init__(self, bar: Foreign = None) -> None:
         self._bar = bar
 
-    def update(self, k=1) -> None:
+    def update(self, k: float = 1) -> None:
         check_interrupt()
         if self._bar is not None:
             self._bar.update(k)
@@ -114,23 +124,29 @@ class _Bar:
         if self._bar is not None:
             self._bar.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def progress(total=None, desc: str = "", unit: str = "rows", enabled: bool = True, **kw):
+def progress(
+    total: float | None = None,
+    desc: str = "",
+    unit: str = "rows",
+    enabled: bool = True,
+    **kw: Any,
+) -> Bar:
     """A tqdm progress bar on stderr, or none when disabled or tqdm is missing."""
     if not enabled:
-        return _Bar()
+        return Bar()
     try:
         from tqdm import tqdm
     except ImportError:
-        return _Bar()
+        return Bar()
     kw.setdefault("unit_scale", True)
-    return _Bar(
+    return Bar(
         tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.25, leave=True, **kw)
     )
 
@@ -178,7 +194,7 @@ def _strip_compression(path: str) -> str:
     return path
 
 
-def csv_delimiter(path, delimiter: str | None = None) -> str:
+def csv_delimiter(path: PathLike, delimiter: str | None = None) -> str:
     """The field delimiter of a CSV input: ``delimiter`` when given, else a tab for a
     ``.tsv`` or ``.tab`` file (compressed too: ``.tsv.gz``), else a comma."""
     if delimiter is not None:
@@ -187,7 +203,7 @@ def csv_delimiter(path, delimiter: str | None = None) -> str:
     return "\t" if ext in _TAB_SEPARATED else ","
 
 
-def refuse_url(path, doing: str = "reading") -> None:
+def refuse_url(path: object, doing: str = "reading") -> None:
     """A :class:`CliError` for a URL (``s3://...``): the command reads and writes local
     files only (``doing``: "reading" or "writing")."""
     from exactbatch.urls import is_url
@@ -200,14 +216,14 @@ def refuse_url(path, doing: str = "reading") -> None:
         )
 
 
-def named_format(path) -> str | None:
+def named_format(path: PathLike) -> str | None:
     """The format a file's name says (``"ndf"``, ``"parquet"``, ...: its extension, less
     a compression's), or None for a name that says none."""
     ext = os.path.splitext(_strip_compression(os.fspath(path)))[1].lower()
     return _EXTENSIONS.get(ext)
 
 
-def detect_format(path) -> str:
+def detect_format(path: PathLike) -> str:
     """``"ndf"``, ``"parquet"``, ``"csv"``, ``"npy"`` or ``"dataset"``: by magic number,
     then extension.
 
@@ -239,7 +255,7 @@ def detect_format(path) -> str:
     )
 
 
-def parquet_files(path) -> list[str]:
+def parquet_files(path: PathLike) -> list[str]:
     """The local Parquet files of ``path`` (a file or a folder, at any depth), each a
     regular file (:func:`~exactbatch.sources.parquet.list_local_files`), as pyarrow is
     to be given them (:func:`~exactbatch.urls.for_arrow`)."""
@@ -249,7 +265,7 @@ def parquet_files(path) -> list[str]:
     return [for_arrow(f) for f in list_local_files(path)]
 
 
-def parquet_columns(path) -> tuple[list[str], dict, set]:
+def parquet_columns(path: PathLike) -> tuple[list[str], dict[str, Foreign], set[str]]:
     """The columns a loader reads from the local Parquet ``path`` (a file or a folder),
     in its order: ``(names, types, keys)``, the first file's columns then the Hive
     partition keys of a folder (``year=2024/...``) that the files do not hold (what
@@ -264,14 +280,18 @@ def parquet_columns(path) -> tuple[list[str], dict, set]:
     schema = pq.ParquetFile(files[0]).schema_arrow
     names, types = list(schema.names), dict(zip(schema.names, schema.types, strict=True))
     parts = hive_partitions(for_arrow(path), files) if os.path.isdir(path) else None
-    keys = [k for k in (parts.names if parts else ()) if k not in types]
-    for k in keys:
-        names.append(k)
-        types[k] = parts.types[k]  # type: ignore[union-attr]
+    keys: list[str] = []
+    if parts:
+        keys = [k for k in parts.names if k not in types]
+        for k in keys:
+            names.append(k)
+            types[k] = parts.types[k]
     return names, types, set(keys)
 
 
-def input_format(path, storage_options=None, tool: str = "info") -> str:
+def input_format(
+    path: PathLike, storage_options: dict[str, Any] | None = None, tool: str = "info"
+) -> str:
     """What ``path`` holds, for the commands that read what ``info`` reads: a URL
     (``s3://...``, any fsspec protocol) is an ``"ndf"`` or a ``"dataset"`` (by its
     ``manifest.json``, else by the magic number); a local path is
@@ -287,7 +307,7 @@ def input_format(path, storage_options=None, tool: str = "info") -> str:
     return detect_format(path)
 
 
-def _url_format(path: str, storage_options, tool: str) -> str:
+def _url_format(path: str, storage_options: dict[str, Any] | None, tool: str) -> str:
     """``"dataset"`` (a prefix holding ``manifest.json``) or ``"ndf"`` (by its magic
     number) for a URL; a :class:`CliError` for anything else there."""
     from exactbatch.ndf.format import MAGIC
@@ -302,7 +322,7 @@ def _url_format(path: str, storage_options, tool: str) -> str:
                 return "dataset"
             raise FileNotFoundError(f"{path}: no such file or dataset")
         with fs.open(where, "rb") as f:
-            head = f.read(len(MAGIC))
+            head: bytes = f.read(len(MAGIC))
     except (OSError, ImportError, ValueError):
         raise
     except Exception as e:  # the filesystem's own (bad options, an unreachable endpoint)
@@ -317,16 +337,19 @@ def _url_format(path: str, storage_options, tool: str) -> str:
     return "ndf"
 
 
-def open_ndf_input(path, fmt: str, storage_options=None):
+def open_ndf_input(
+    path: PathLike, fmt: str, storage_options: dict[str, Any] | None = None
+) -> NdfFile | NdfDataset:
     """The ``.ndf`` file (``fmt == "ndf"``) or sharded dataset (``"dataset"``) at
     ``path``, a local path or a URL, opened: an NdfFile or an NdfDataset."""
     from exactbatch.ndf import open_ndf, open_ndf_dataset
 
-    opener = open_ndf_dataset if fmt == "dataset" else open_ndf
-    return opener(path, storage_options=storage_options)
+    if fmt == "dataset":
+        return open_ndf_dataset(path, storage_options=storage_options)
+    return open_ndf(path, storage_options=storage_options)
 
 
-def output_format(path) -> str:
+def output_format(path: PathLike) -> str:
     """The format to write, from the destination's extension: ``"ndf"`` or ``"parquet"``."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
     fmt = _EXTENSIONS.get(ext)
@@ -335,7 +358,7 @@ def output_format(path) -> str:
     return fmt
 
 
-def check_output(dst, force: bool) -> str:
+def check_output(dst: PathLike, force: bool) -> str:
     """Refuse to replace an existing file without ``force``; the folder must exist."""
     dst = os.fspath(dst)
     refuse_url(dst, "writing")
@@ -349,7 +372,7 @@ def check_output(dst, force: bool) -> str:
     return dst
 
 
-def check_dataset_output(dst, force: bool) -> str:
+def check_dataset_output(dst: PathLike, force: bool) -> str:
     """A folder to write a sharded dataset into: not a file; if it exists, empty (or
     ``force``: its old dataset is replaced); its parent folder must exist."""
     dst = os.fspath(dst)

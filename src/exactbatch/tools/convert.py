@@ -56,10 +56,12 @@ import os
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, atomic_path, leaves_no_temps
 from exactbatch.sources.parquet import LABELS_METADATA_KEY
@@ -74,28 +76,35 @@ from exactbatch.tools.common import (
     progress,
 )
 from exactbatch.tools.convert_csv import CsvInput, csv_inputs, csv_schema
-from exactbatch.tools.convert_inputs import NdfInput, NpyInput, ParquetInput, arrow, read_errors
+from exactbatch.tools.convert_inputs import (
+    ConvertInput,
+    NdfInput,
+    NpyInput,
+    ParquetInput,
+    arrow,
+    read_errors,
+)
 from exactbatch.urls import for_arrow
 
 __all__ = ["convert", "csv_schema", "render"]
 
 
 def convert(
-    src,
-    dst,
+    src: PathLike | list[str] | list[PathLike] | tuple[PathLike, ...],
+    dst: PathLike,
     *,
-    features=None,
-    labels=None,
-    exclude=None,
-    categorical=None,
-    force=False,
-    delimiter=None,
-    header=True,
-    row_group_rows=65536,
-    names=None,
-    part_rows=None,
-    bar=True,
-) -> dict:
+    features: str | None = None,
+    labels: str | None = None,
+    exclude: str | None = None,
+    categorical: str | None = None,
+    force: bool = False,
+    delimiter: str | None = None,
+    header: bool = True,
+    row_group_rows: int = 65536,
+    names: str | None = None,
+    part_rows: int | None = None,
+    bar: bool = True,
+) -> dict[str, Any]:
     """Convert ``src`` to ``dst`` (formats from the files); returns a summary dict.
 
     ``src``: a file, a folder, a glob pattern or a list of files (several: CSV
@@ -166,10 +175,12 @@ def convert(
     return out
 
 
-def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
+def _to_ndf(
+    inp: ConvertInput, src: str, dst: str, bar: bool, part_rows: int | None = None
+) -> dict[str, Any]:
     errors = read_errors() if not isinstance(inp, NdfInput) else (OSError, ValueError)
     # the columns' names, where they have some: to the file's sidecar or the manifest
-    names: dict = {}
+    names: dict[str, Any] = {}
     if inp.names:
         names = {"features": inp.columns[: inp.d], "labels": inp.columns[inp.d :]}
     categories = getattr(inp, "categories", None) or {}
@@ -204,17 +215,26 @@ def _to_ndf(inp, src, dst, bar, part_rows=None) -> dict:
         "categories": categories,
     }
     if part_rows is not None:  # the parts this write made (the folder may hold others')
+        assert isinstance(w, NdfDatasetWriter)  # (part_rows: a dataset's writer)
         out.update(parts=len(w.parts), size_bytes=sum(p.nbytes for p in w.parts))
     return out
 
 
-def _shown(inp, src) -> str:
+def _shown(inp: ConvertInput, src: str) -> str:
     """What the progress bar says is being converted: the file, or how many files."""
-    paths = getattr(inp, "paths", None) or [src]
+    paths: list[str] = getattr(inp, "paths", None) or [src]
     return os.path.basename(src) if len(paths) == 1 else f"{len(paths)} CSV files"
 
 
-def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) -> dict:
+def _ndf_to_parquet(
+    src: str,
+    dst: str,
+    features: str | None,
+    labels: str | None,
+    row_group_rows: int,
+    names_out: str | None,
+    bar: bool,
+) -> dict[str, Any]:
     pa = arrow()
     import pyarrow.parquet as pq
 
@@ -262,7 +282,7 @@ def _ndf_to_parquet(src, dst, features, labels, row_group_rows, names_out, bar) 
     }
 
 
-def _float64_array(values: np.ndarray):
+def _float64_array(values: np.ndarray) -> Foreign:
     """A float64 Arrow array holding a copy of ``values`` (built from its buffer:
     ``pa.array`` of a NumPy array imports pandas, see :mod:`exactbatch.sources.arrow`)."""
     pa = arrow()
@@ -270,7 +290,7 @@ def _float64_array(values: np.ndarray):
     return pa.Array.from_buffers(pa.float64(), len(data), [None, pa.py_buffer(data)])
 
 
-def render(out: dict) -> str:
+def render(out: dict[str, Any]) -> str:
     """The summary line of a conversion."""
     cats = out.get("categories") or {}
     coded = ", ".join(f"{c} ({len(v)} values)" for c, v in cats.items())

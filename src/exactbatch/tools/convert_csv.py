@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
+
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.regular import check_regular
 from exactbatch.sources.categorical import Vocabulary, learn
 from exactbatch.tools.column_args import shown_names, split_columns
@@ -27,6 +32,9 @@ from exactbatch.tools.convert_inputs import (
 from exactbatch.urls import FOLDER_PATTERN, find_files, for_arrow, once_each
 
 __all__ = ["CsvInput", "csv_inputs", "csv_schema"]
+
+# one input, or several (a list or a tuple) read as one
+_Paths = PathLike | list[str] | list[PathLike] | tuple[PathLike, ...]
 
 _CSV_BLOCK_BYTES = 1 << 20
 
@@ -55,14 +63,14 @@ def _is_csv_name(name: str) -> bool:
 
 def _folder_csvs(folder: str) -> list[str]:
     """The CSV files under ``folder`` at any depth (hidden names skipped), sorted by path."""
-    out = []
+    out: list[str] = []
     for top, dirs, names in os.walk(folder):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         out += [os.path.join(top, n) for n in names if not n.startswith(".") and _is_csv_name(n)]
     return once_each(sorted(out, key=lambda f: os.path.relpath(f, folder).split(os.sep)))
 
 
-def csv_inputs(src) -> tuple[str, list[str] | None]:
+def csv_inputs(src: _Paths) -> tuple[str, list[str] | None]:
     """``(src as shown, CSV files)`` when ``src`` names several CSV files to convert into
     one: a list of files, a glob pattern, or a folder of CSV files (and no Parquet or
     .ndf); the files sorted by path. ``(src, None)`` for one path, to be read by its
@@ -101,19 +109,19 @@ def csv_inputs(src) -> tuple[str, list[str] | None]:
     return shown, files
 
 
-def csv_schema(path, delimiter: str | None = None, header: bool = True):
+def csv_schema(path: PathLike, delimiter: str | None = None, header: bool = True) -> Foreign:
     """The columns of a CSV file and the types pyarrow infers from its first block;
     ``delimiter`` None: :func:`~exactbatch.tools.common.csv_delimiter` (tabs for .tsv)."""
     pa = arrow()
     import pyarrow.csv as pcsv
 
     check_regular(path, "a CSV file")  # pyarrow would wait on a FIFO
-    delimiter = csv_delimiter(path, delimiter)
+    sep = csv_delimiter(path, delimiter)
     codec = _codec(os.fspath(path))
     stream = None if codec is None else pa.input_stream(for_arrow(path), codec)
     try:
         reader = pcsv.open_csv(
-            for_arrow(path) if stream is None else stream, **_csv_options(delimiter, header)
+            for_arrow(path) if stream is None else stream, **_csv_options(sep, header)
         )
         schema = reader.schema
         reader.close()
@@ -125,7 +133,7 @@ def csv_schema(path, delimiter: str | None = None, header: bool = True):
     return schema
 
 
-def _csv_options(delimiter, header, **convert) -> dict:
+def _csv_options(delimiter: str, header: bool, **convert: Any) -> dict[str, Foreign]:
     import pyarrow.csv as pcsv
 
     return {
@@ -144,7 +152,16 @@ class CsvInput:
     (a CliError naming the file otherwise). ``delimiter`` None: a tab for
     ``.tsv``/``.tab``, else a comma (each file by its own name)."""
 
-    def __init__(self, path, features, labels, delimiter, header, exclude=None, categorical=None):
+    def __init__(
+        self,
+        path: _Paths,
+        features: object,
+        labels: object,
+        delimiter: str | None,
+        header: bool,
+        exclude: object = None,
+        categorical: object = None,
+    ) -> None:
         pa = arrow()
         paths = [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else [path]
         self.paths, self.header, self.given = [os.fspath(p) for p in paths], header, delimiter
@@ -173,17 +190,18 @@ class CsvInput:
             else pa.float64()
             for c in self.columns
         }
-        self.d, self.l, self.n = len(feat), len(lab), None
+        self.d, self.l = len(feat), len(lab)
+        self.n: int | None = None
         self.names = True
         self.compressed = any(_codec(p) is not None for p in self.paths)
         self.total = None if self.compressed else sum(os.path.getsize(p) for p in self.paths)
         self.unit = "rows" if self.compressed else "B"
-        self.vocab = {}
+        self.vocab: dict[str, Vocabulary] = {}
         if self.cats:
             import pyarrow.compute as pc
 
             cats = self.cats
-            seen: dict[str, list] = {c: [] for c in cats}
+            seen: dict[str, list[Foreign]] = {c: [] for c in cats}
             for _, batch, _ in self._batches(cats):
                 for c in cats:
                     seen[c].append(pc.unique(batch.column(c)))  # not the column: memory
@@ -194,7 +212,7 @@ class CsvInput:
                     raise CliError(f"{self.path}: column {c!r}: {e}") from e
         self.categories = {c: list(v.values) for c, v in self.vocab.items()}
 
-    def _batches(self, columns):
+    def _batches(self, columns: list[str]) -> Iterator[tuple[str, Foreign, int | None]]:
         """``(file, record batch, bytes read so far in it)`` of ``columns`` of every file."""
         pa = arrow()
         import pyarrow.csv as pcsv
@@ -225,13 +243,14 @@ class CsvInput:
             finally:
                 source.close()
 
-    def blocks(self):
+    def blocks(self) -> Iterator[tuple[np.ndarray, int]]:
         to_block = Blocks(len(self.columns))
-        last, pos, first = None, 0, 0
+        last: str | None = None
+        pos, first = 0, 0
         for path, batch, at in self._batches(self.columns):
             if path != last:  # a value's row in an error is its row in its own file
                 last, pos, first = path, 0, 0
-            columns = []
+            columns: list[Foreign] = []
             for c in self.columns:
                 col = batch.column(c)
                 v = self.vocab.get(c)
@@ -241,6 +260,7 @@ class CsvInput:
             if self.compressed:
                 yield block, block.shape[0]
             else:
+                assert at is not None  # (a plain file says how far it was read)
                 now = min(at, os.path.getsize(path))
                 yield block, now - pos
                 pos = now

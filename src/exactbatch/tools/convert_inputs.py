@@ -7,10 +7,14 @@ named (see :mod:`exactbatch.tools.convert`); CSV is
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Protocol
 
 import numpy as np
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.names import default_names
 from exactbatch.ndf.regular import regular_file
 from exactbatch.sources.arrow import fill_columns as _fill_columns
@@ -26,6 +30,7 @@ from exactbatch.urls import for_arrow
 
 __all__ = [
     "Blocks",
+    "ConvertInput",
     "NdfInput",
     "NpyInput",
     "ParquetInput",
@@ -36,15 +41,40 @@ __all__ = [
 ]
 
 
-def arrow():
+def arrow() -> ModuleType:
     """pyarrow, or a CliError saying how to install it."""
     return need("pyarrow", by="reading Parquet and CSV", package="pyarrow", error=CliError)
 
 
-def read_errors():
+def read_errors() -> tuple[type[Exception], ...]:
     """The errors that reading a Parquet or CSV input may raise on bad data."""
     pa = arrow()
     return (pa.ArrowException, OSError, ValueError)
+
+
+class ConvertInput(Protocol):
+    """What ``convert`` reads of an input (:class:`ParquetInput`, :class:`NpyInput`,
+    :class:`NdfInput`, :class:`~exactbatch.tools.convert_csv.CsvInput`): its widths,
+    rows (None: known at the end), column names (``names``: True when they are the
+    data's own), the progress bar's ``total`` and ``unit``, and its ``blocks()``:
+    float64 (rows, d + l) slabs, each with how far the bar advances."""
+
+    @property
+    def d(self) -> int: ...
+    @property
+    def l(self) -> int: ...  # noqa: E743
+    @property
+    def n(self) -> int | None: ...
+    @property
+    def columns(self) -> list[str]: ...
+    @property
+    def names(self) -> bool | None: ...
+    @property
+    def total(self) -> int | None: ...
+    @property
+    def unit(self) -> str: ...
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, int]]: ...
 
 
 class Blocks:
@@ -54,10 +84,10 @@ class Blocks:
     valid until the next one is made (the writer consumes it at once).
     """
 
-    def __init__(self, width: int):
+    def __init__(self, width: int) -> None:
         self.buf = np.empty((0, width), dtype=np.float64)
 
-    def __call__(self, columns) -> np.ndarray:
+    def __call__(self, columns: Sequence[Foreign]) -> np.ndarray:
         r = len(columns[0]) if columns else 0
         if r > len(self.buf):
             size = max(r, 2 * len(self.buf))
@@ -69,13 +99,13 @@ class Blocks:
         return block
 
 
-def _is_number_type(t) -> bool:
+def _is_number_type(t: Foreign) -> bool:
     import pyarrow.types as pat
 
-    return pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_null(t)
+    return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_null(t))
 
 
-def categorical_columns(spec, chosen: list[str], path) -> list[str]:
+def categorical_columns(spec: object, chosen: list[str], path: object) -> list[str]:
     """``--categorical``'s names, each a chosen column (a CliError otherwise)."""
     cats = [c.strip() for c in str(spec or "").split(",") if c.strip()]
     outside = [c for c in cats if c not in chosen]
@@ -88,7 +118,7 @@ def categorical_columns(spec, chosen: list[str], path) -> list[str]:
     return list(dict.fromkeys(cats))
 
 
-def refuse_non_numeric(path, types: dict, cats: list[str]) -> None:
+def refuse_non_numeric(path: object, types: dict[str, Foreign], cats: list[str]) -> None:
     """A CliError naming the chosen columns that are neither numeric nor categorical, with
     the options that deal with them: nothing is ever coerced silently."""
     bad = [c for c, t in types.items() if c not in cats and not _is_number_type(t)]
@@ -106,7 +136,14 @@ class ParquetInput:
     """A Parquet file or folder (Hive partition keys as columns), read through
     parquet_source, which checks every file's schema and codes the categorical columns."""
 
-    def __init__(self, path, features, labels, exclude=None, categorical=None):
+    def __init__(
+        self,
+        path: str,
+        features: object,
+        labels: object,
+        exclude: object = None,
+        categorical: object = None,
+    ) -> None:
         import pyarrow.parquet as pq
 
         from exactbatch.sources.parquet import parquet_source
@@ -125,6 +162,7 @@ class ParquetInput:
             except ValueError as e:
                 raise CliError(str(e)) from e
         keys = parts.names if parts is not None else ()
+        ptypes = parts.types if parts is not None else {}
         names = [*schema.names, *keys]
         if labels is None:  # as parquet_source: the recorded labels, less chosen features
             taken = set(resolve_columns(features, names, path, "--features") or ())
@@ -137,7 +175,7 @@ class ParquetInput:
         feat, lab = split_columns(features, labels, names, path, exclude)
         chosen = [names[j] for j in feat + lab]
         cats = categorical_columns(categorical, chosen, path)
-        types = {c: parts.types[c] if c in keys else schema.field(c).type for c in chosen}
+        types = {c: ptypes[c] if c in keys else schema.field(c).type for c in chosen}
         refuse_non_numeric(path, types, cats)
         try:  # checks that every file has these columns, numeric or categorical
             src = parquet_source(
@@ -155,7 +193,7 @@ class ParquetInput:
         self.total, self.unit = self.n, "rows"
         self.names = True
 
-    def blocks(self):
+    def blocks(self) -> Iterator[tuple[np.ndarray, int]]:
         rows = max(1, SLAB_BYTES // (8 * max(1, len(self.columns))))
         to_block = Blocks(len(self.columns))
         for columns in self.src.iter_batches(rows):
@@ -171,7 +209,9 @@ class NpyInput:
     one is sliced from a read-only memory map (np.load(mmap_mode="r")).
     """
 
-    def __init__(self, path, features, labels, exclude=None):
+    def __init__(
+        self, path: PathLike, features: object, labels: object, exclude: object = None
+    ) -> None:
         self.path = os.fspath(path)
         try:
             with regular_file(self.path, "a .npy file") as f:
@@ -201,7 +241,7 @@ class NpyInput:
         self.total, self.unit = self.n, "rows"
         self.names = None  # positions, not names
 
-    def blocks(self):
+    def blocks(self) -> Iterator[tuple[np.ndarray, int]]:
         n, k = self.shape
         whole = self.cols == list(range(k))
         step = max(1, SLAB_BYTES // (max(8, self.dtype.itemsize) * max(1, k)))
@@ -221,7 +261,7 @@ class NdfInput:
     """An .ndf file or a sharded dataset (every part checked first), read front to back
     in slabs; a dataset's column names come from its manifest."""
 
-    def __init__(self, path):
+    def __init__(self, path: PathLike) -> None:
         inp = self.inp = ndf_regions(path)
         self.d, self.l, self.n = inp.d, inp.l, inp.n
         if self.n == 0:  # before a name a column: no rows may come with 2**31 - 1 columns
@@ -231,7 +271,7 @@ class NdfInput:
         self.columns = [*(inp.features or fx), *(inp.labels or fy)]
         self.total, self.unit = self.n, "rows"
 
-    def blocks(self, rows: int | None = None):
+    def blocks(self, rows: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
         width = self.d + self.l
         rows = rows or max(1, SLAB_BYTES // max(8, 8 * width))
         for raw in region_blocks(self.inp.regions, 8 * width, rows):

@@ -28,11 +28,13 @@ rows. Memory: one slab (Parquet: one row group).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from exactbatch.checks import check_flag
 from exactbatch.errors import NdfError
 from exactbatch.extras import need
+from exactbatch.hints import PathLike
 from exactbatch.ndf import open_ndf, open_ndf_dataset
 from exactbatch.ndf.format import HEADER, HEADER_SIZE, MAGIC, expected_size
 from exactbatch.ndf.names import DefaultNames
@@ -53,7 +55,13 @@ from exactbatch.urls import for_arrow, is_url, url_to_fs
 __all__ = ["info", "render"]
 
 
-def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -> dict:
+def info(
+    path: PathLike,
+    *,
+    stats: bool = False,
+    bar: bool = True,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A plain-data report on ``path``; ``report["valid"]`` is False for a malformed .ndf.
 
     ``stats``: add ``report["stats"]``, one dict per column (``name``,
@@ -83,7 +91,9 @@ def info(path, *, stats: bool = False, bar: bool = True, storage_options=None) -
     return report
 
 
-def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dict]:
+def _ndf_stats(
+    path: str, fmt: str, bar: bool, storage_options: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """One pass over an .ndf or a sharded dataset, slab by slab (a slab never
     straddles two parts of a dataset: one read each)."""
     import numpy as np
@@ -107,7 +117,7 @@ def _ndf_stats(path: str, fmt: str, bar: bool, storage_options=None) -> list[dic
     return acc.table(names)
 
 
-def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
+def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict[str, Any]]:
     """Every numeric column the loader reads by default (partition keys included), in
     its order: features, then the labels the files record."""
     import numpy as np
@@ -130,7 +140,7 @@ def _parquet_stats(path: str, fmt: str, bar: bool) -> list[dict]:
 _MAX_SHOWN = 20  # bad parts listed at most (their count is always given)
 
 
-def _dataset(path: str, bar: bool, storage_options=None) -> dict:
+def _dataset(path: str, bar: bool, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"path": path, "format": "dataset"}
     try:
         ds = open_ndf_dataset(path, storage_options=storage_options)
@@ -164,7 +174,7 @@ def _dataset(path: str, bar: bool, storage_options=None) -> dict:
     return out
 
 
-def _ndf(path: str, storage_options=None) -> dict:
+def _ndf(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     if is_url(path):
         fs, where = url_to_fs(path, storage_options)
         size, opened = fs.size(where), fs.open(where, "rb")
@@ -190,7 +200,7 @@ def _ndf(path: str, storage_options=None) -> dict:
 _DEFAULTS_LISTED = 1000  # default names (x0.., y0..) listed at most, a side
 
 
-def _list_names(out: dict, features, labels) -> None:
+def _list_names(out: dict[str, Any], features: Sequence[str], labels: Sequence[str]) -> None:
     """The names into the report: stored ones all; default ones (made one by one: a
     header of no rows may claim 2**31 - 1 columns) the first 1,000, and how many more."""
     for key, names in (("features", features), ("labels", labels)):
@@ -201,12 +211,12 @@ def _list_names(out: dict, features, labels) -> None:
             out[key] = list(names)
 
 
-def _names_line(report: dict, key: str) -> str:
+def _names_line(report: dict[str, Any], key: str) -> str:
     more = report.get(f"{key}_more")
     return ", ".join(report[key]) + (f", ... ({more:,} more)" if more else "")
 
 
-def _parquet(path: str) -> dict:
+def _parquet(path: str) -> dict[str, Any]:
     pq = need("pyarrow.parquet", by=f"{path}: reading Parquet", package="pyarrow", error=CliError)
     from exactbatch.sources.parquet import list_local_files
 
@@ -251,7 +261,7 @@ def _parquet(path: str) -> dict:
     return out
 
 
-def _npy(path: str) -> dict:
+def _npy(path: str) -> dict[str, Any]:
     import numpy as np
 
     try:
@@ -268,7 +278,7 @@ def _npy(path: str) -> dict:
     }
 
 
-def _csv(path: str) -> dict:
+def _csv(path: str) -> dict[str, Any]:
     from exactbatch.tools.convert import csv_schema
 
     schema = csv_schema(path)
@@ -281,7 +291,7 @@ def _csv(path: str) -> dict:
     }
 
 
-def render(report: dict) -> str:
+def render(report: dict[str, Any]) -> str:
     """The report as aligned ``key: value`` lines for a person."""
     lines = []
     fmt = report["format"]
@@ -330,7 +340,7 @@ def render(report: dict) -> str:
     return "\n".join(lines + _stats_lines(report))
 
 
-def _stats_lines(report: dict) -> list[str]:
+def _stats_lines(report: dict[str, Any]) -> list[str]:
     """The ``--stats`` table: one line per column."""
     rows = report.get("stats")
     if rows is None:
@@ -351,7 +361,7 @@ def _stats_lines(report: dict) -> list[str]:
     return lines
 
 
-def _render_dataset(report: dict) -> str:
+def _render_dataset(report: dict[str, Any]) -> str:
     lines = [f"{report['path']}: sharded .ndf dataset"]
     for key in ("n", "d", "l", "parts"):
         if key in report:

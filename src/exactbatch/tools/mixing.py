@@ -55,13 +55,15 @@ import functools
 import math
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 
 from exactbatch.checks import check_flag, check_int
-from exactbatch.mixing_score import entropy_codes, entropy_ratio, score, verdict
+from exactbatch.hints import PathLike
+from exactbatch.mixing_score import Scores, entropy_codes, entropy_ratio, score, verdict
 from exactbatch.tools.common import CliError, input_format, open_ndf_input, progress
-from exactbatch.tools.mixing_inputs import ndf_input, parquet_input
+from exactbatch.tools.mixing_inputs import Input, ndf_input, parquet_input
 
 __all__ = ["REPLICATES", "SLICES", "ks_distance", "mixing"]
 
@@ -114,21 +116,21 @@ def ks_distance(values: np.ndarray, ref_sorted: np.ndarray) -> float:
 
 
 def mixing(
-    src,
+    src: PathLike,
     *,
     batch_size: int,
-    buffer_size=None,
-    chunk_rows=None,
-    shuffle_chunks=True,
-    seed=0,
-    columns=None,
-    stratum=None,
-    max_batches=500,
-    sample_rows=20000,
-    replicates=REPLICATES,
-    storage_options=None,
-    bar=True,
-) -> dict:
+    buffer_size: int | None = None,
+    chunk_rows: int | None = None,
+    shuffle_chunks: bool = True,
+    seed: int = 0,
+    columns: str | None = None,
+    stratum: str | None = None,
+    max_batches: int = 500,
+    sample_rows: int = 20000,
+    replicates: int = REPLICATES,
+    storage_options: dict[str, Any] | None = None,
+    bar: bool = True,
+) -> dict[str, Any]:
     """Simulate epoch 0 of a streaming loader over ``src``; the measurements as a dict.
 
     ``src``: an ``.ndf``, a sharded dataset (a folder with ``manifest.json``),
@@ -150,11 +152,11 @@ def mixing(
     sample_rows = check_int("sample_rows", sample_rows, 1)
     replicates = check_int("replicates", replicates, 19)
     shuffle_chunks, bar = check_flag("shuffle_chunks", shuffle_chunks), check_flag("bar", bar)
-    src = os.fspath(src)
-    fmt = input_format(src, storage_options, "mixing")
+    path = os.fspath(src)
+    fmt = input_format(path, storage_options, "mixing")
     run = functools.partial(
         _mixing,
-        src=src,
+        src=path,
         fmt=fmt,
         batch_size=batch_size,
         buffer_size=buffer_size,
@@ -166,29 +168,29 @@ def mixing(
         bar=bar,
     )
     if fmt == "parquet":
-        return run(parquet_input(src, columns, chunk_rows, stratum))
+        return run(parquet_input(path, columns, chunk_rows, stratum))
     if fmt not in ("ndf", "dataset"):
         raise CliError(
-            f"{src}: mixing reads an .ndf, a sharded dataset or Parquet; convert {fmt} first"
+            f"{path}: mixing reads an .ndf, a sharded dataset or Parquet; convert {fmt} first"
         )
-    with open_ndf_input(src, fmt, storage_options) as f:
-        return run(ndf_input(f, src, columns, chunk_rows, stratum))
+    with open_ndf_input(path, fmt, storage_options) as f:
+        return run(ndf_input(f, path, columns, chunk_rows, stratum))
 
 
 def _mixing(
-    inp,
+    inp: Input,
     *,
-    src,
-    fmt,
-    batch_size,
-    buffer_size,
-    shuffle_chunks,
-    seed,
-    max_batches,
-    sample_rows,
-    replicates,
-    bar,
-) -> dict:
+    src: str,
+    fmt: str,
+    batch_size: int,
+    buffer_size: int | None,
+    shuffle_chunks: bool,
+    seed: int,
+    max_batches: int,
+    sample_rows: int,
+    replicates: int,
+    bar: bool,
+) -> dict[str, Any]:
     from exactbatch import DataLoader
     from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES, full_mix_buffer
 
@@ -218,7 +220,9 @@ def _mixing(
     full = n // batch_size
     keep = max(1, min(max_batches, _STORED_ROWS // batch_size))
     stride = max(1, math.ceil(full / keep))
-    examined, stored, spread = [], [], []
+    examined: list[int] = []
+    stored: list[np.ndarray] = []
+    spread: list[int] = []
     pos = 0
     with progress(n, f"mixing {os.path.basename(src)}", "rows", bar) as pb:
         for k, (xb, _) in enumerate(loader):
@@ -242,14 +246,16 @@ def _mixing(
             rows[:, :c], refs, batch_size, codes, replicates=replicates, rng=rng, done=pb.update
         )
     travel = np.abs(ref_out - ref_ids) / n
+    window = loader.mixing_window
+    assert window is not None  # (shuffled: it has one)
     return _summarize(
         src=src,
         fmt=fmt,
         n=n,
         batch_size=batch_size,
         buffer_size=int(buffer_size),
-        mixing_window=loader.mixing_window,
-        halves=loader.mixing_window < min(max(buffer_size, batch_size), n),
+        mixing_window=window,
+        halves=window < min(max(buffer_size, batch_size), n),
         full_mix_buffer=full_mix_buffer(batch_size, n),
         full_mix_bytes=8 * (width + 1) * full_mix_buffer(batch_size, n),  # rows and ids
         skipped_columns=inp.skipped,
@@ -270,7 +276,7 @@ def _mixing(
     )
 
 
-def _codes(rows, inp):
+def _codes(rows: np.ndarray, inp: Input) -> tuple[np.ndarray | None, dict[str, Any]]:
     """The stratum's class of each examined row, and what the report says of it."""
     if inp.stratum is None:
         return None, {"column": None}
@@ -284,8 +290,19 @@ def _codes(rows, inp):
     return codes, {"column": inp.stratum, "classes": len(classes)}
 
 
-def _summarize(*, scores, strata, travel, spread, ref_ids, ref_out, rng, names, **info) -> dict:
-    def stats(a):
+def _summarize(
+    *,
+    scores: Scores,
+    strata: dict[str, Any],
+    travel: np.ndarray,
+    spread: np.ndarray,
+    ref_ids: np.ndarray,
+    ref_out: np.ndarray,
+    rng: np.random.Generator,
+    names: list[str],
+    **info: Any,
+) -> dict[str, Any]:
+    def stats(a: np.ndarray) -> dict[str, float | None]:
         a = a[~np.isnan(a)]
         if not len(a):
             return {"mean": None, "p95": None}

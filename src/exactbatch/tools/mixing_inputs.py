@@ -11,21 +11,30 @@ the data's label column when it has exactly one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from exactbatch.extras import need
 from exactbatch.tools.column_args import resolve_columns
 from exactbatch.tools.common import CliError
 
+if TYPE_CHECKING:
+    from exactbatch.ndf import NdfDataset, NdfFile
+
 __all__ = ["MAX_COLUMNS", "Input", "Tagged", "ndf_input", "parquet_input"]
 
 MAX_COLUMNS = 8  # columns examined when none are chosen
+
+# chunk i's rows [a, b) of the columns read: read(i, a, b)
+_ReadChunk = Callable[[int, int, int], np.ndarray]
 
 
 class Tagged:
     """The data's chunks as a chunk-indexed source, each row's file position appended."""
 
-    def __init__(self, chunk_rows, read):
+    def __init__(self, chunk_rows: Sequence[int] | np.ndarray, read: _ReadChunk) -> None:
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
         self._starts = np.concatenate(([0], np.cumsum(self.chunk_rows)))
         self.n_rows = int(self._starts[-1])
@@ -48,13 +57,24 @@ class Input:
     (columns not scored, and why), ``stratum`` (its name, or None) and
     ``stratum_at`` (its column in ``tagged``'s rows)."""
 
-    def __init__(self, tagged, names, width, chunk_rows, skipped, stratum, stratum_at):
+    def __init__(
+        self,
+        tagged: Tagged,
+        names: list[str],
+        width: int,
+        chunk_rows: int | None,
+        skipped: list[dict[str, str]],
+        stratum: str | None,
+        stratum_at: int | None,
+    ) -> None:
         self.tagged, self.names, self.width = tagged, names, width
         self.chunk_rows, self.skipped = chunk_rows, skipped
         self.stratum, self.stratum_at = stratum, stratum_at
 
 
-def ndf_input(f, path, columns, chunk_rows, stratum) -> Input:
+def ndf_input(
+    f: NdfFile | NdfDataset, path: str, columns: object, chunk_rows: int | None, stratum: object
+) -> Input:
     """``f``: an open NdfFile or NdfDataset, read in blocks of ``chunk_rows`` rows."""
     from exactbatch.sources.blocks import ndf_blocks
 
@@ -69,19 +89,19 @@ def ndf_input(f, path, columns, chunk_rows, stratum) -> Input:
     chosen = names[:MAX_COLUMNS] if cols is None else [names[j] for j in cols]
     strat = _stratum(stratum, names, list(f.labels), path)
     read, at = _read_columns(names, chosen, strat)
-    chunk_rows = chunk_rows or 65536
-    blocks = ndf_blocks(f, chunk_rows)
+    rows = chunk_rows or 65536
+    blocks = ndf_blocks(f, rows)
 
-    def read_chunk(i, a, b):
+    def read_chunk(i: int, a: int, b: int) -> np.ndarray:
         x, y = blocks.read_chunk(i)
         return np.concatenate((x, y), axis=1)[:, read]
 
     skipped = _skipped(names, chosen, columns)
     tagged = Tagged(blocks.chunk_rows, read_chunk)
-    return Input(tagged, chosen, f.d + f.l, chunk_rows, skipped, strat, at)
+    return Input(tagged, chosen, f.d + f.l, rows, skipped, strat, at)
 
 
-def parquet_input(path, columns, chunk_rows, stratum) -> Input:
+def parquet_input(path: str, columns: object, chunk_rows: int | None, stratum: object) -> Input:
     from exactbatch.sources.parquet import parquet_source
 
     if chunk_rows:
@@ -115,7 +135,7 @@ def parquet_input(path, columns, chunk_rows, stratum) -> Input:
     return Input(tagged, chosen, len(numeric), None, skipped, strat, at)
 
 
-def _stratum(spec, names, labels, path) -> str | None:
+def _stratum(spec: object, names: list[str], labels: list[str], path: str) -> str | None:
     """The stratum column: ``spec`` (one name or position), else the one label column."""
     if spec is None:
         return labels[0] if len(labels) == 1 else None
@@ -125,7 +145,9 @@ def _stratum(spec, names, labels, path) -> str | None:
     return names[cols[0]]
 
 
-def _read_columns(names, chosen, stratum) -> tuple[list[int], int | None]:
+def _read_columns(
+    names: list[str], chosen: list[str], stratum: str | None
+) -> tuple[list[int], int | None]:
     """The columns to read (the chosen, then the stratum if not among them) and
     where the stratum is among them."""
     read = [names.index(c) for c in chosen]
@@ -136,7 +158,7 @@ def _read_columns(names, chosen, stratum) -> tuple[list[int], int | None]:
     return [*read, names.index(stratum)], len(read)
 
 
-def _skipped(names, chosen, columns) -> list[dict]:
+def _skipped(names: list[str], chosen: list[str], columns: object) -> list[dict[str, str]]:
     """The columns of ``names`` not examined, and why."""
     why = (
         "not in --columns"

@@ -12,15 +12,17 @@ matplotlib's Agg canvas (no display, no pyplot state).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from exactbatch.extras import need
+from exactbatch.hints import PathLike
 
 __all__ = ["check_path", "draw"]
 
 EXTENSIONS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
-def check_path(path) -> None:
+def check_path(path: PathLike) -> None:
     """Refuse a picture path that cannot be written, before any work is done."""
     from exactbatch.tools.common import CliError, refuse_url
 
@@ -33,7 +35,7 @@ def check_path(path) -> None:
         raise CliError(f"{path}: folder {folder} does not exist")
 
 
-def draw(r: dict, path) -> None:
+def draw(r: dict[str, Any], path: PathLike) -> None:
     """Write the two-panel picture of a :func:`~exactbatch.tools.mixing.mixing` result."""
     from exactbatch.tools.common import CliError
 

@@ -4,12 +4,14 @@ as the JSON ``--json`` prints (:func:`public`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from exactbatch.tools.mixing import SLICES
 
 __all__ = ["public", "render"]
 
 
-def render(r: dict) -> str:
+def render(r: dict[str, Any]) -> str:
     """The measurements as tables for a person."""
     chunks = (
         f"{r['chunks']:,} chunks of {r['chunk_rows']:,} rows"
@@ -76,7 +78,7 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _entropy_lines(e: dict) -> list[str]:
+def _entropy_lines(e: dict[str, Any]) -> list[str]:
     """The stratum's entropy line: the ratio to random batches', or why there is none."""
     if e["column"] is None:
         return ["  class entropy per batch: no stratum (--stratum COLUMN names one)"]
@@ -94,7 +96,7 @@ def _entropy_lines(e: dict) -> list[str]:
     ]
 
 
-def _what_it_takes(r: dict) -> list[str]:
+def _what_it_takes(r: dict[str, Any]) -> list[str]:
     """The buffer a full mix needs, the random-access alternative, the columns skipped."""
     lines = []
     if r["halves"]:
@@ -119,6 +121,6 @@ def _what_it_takes(r: dict) -> list[str]:
     return lines
 
 
-def public(r: dict) -> dict:
+def public(r: dict[str, Any]) -> dict[str, Any]:
     """The result without the arrays kept for the plot (what --json prints)."""
     return {k: v for k, v in r.items() if not k.startswith("_")}

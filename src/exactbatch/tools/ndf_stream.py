@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from io import FileIO
 from typing import NamedTuple
 
 import numpy as np
 
 from exactbatch.arrays import byte_view
+from exactbatch.hints import PathLike
 from exactbatch.ndf.regular import regular_file
 
 __all__ = [
@@ -32,13 +35,16 @@ __all__ = [
 
 SLAB_BYTES = 8 << 20  # default read/write slab
 
+# a run of rows in a file: (path, byte offset, rows)
+Region = tuple[str, int, int]
+
 
 def row_dtype(row_bytes: int) -> np.dtype:
     """One whole row as a single opaque item (alignment 1: any offset works)."""
     return np.dtype((np.void, max(1, row_bytes)))
 
 
-def _fill(f, view: memoryview, path, offset: int) -> None:
+def _fill(f: FileIO, view: memoryview, path: PathLike, offset: int) -> None:
     got = 0
     while got < len(view):
         k = f.readinto(view[got:])
@@ -51,7 +57,7 @@ def _fill(f, view: memoryview, path, offset: int) -> None:
         got += k
 
 
-def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
+def read_into(path: PathLike, offset: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` (a C-contiguous array) with the bytes at ``offset`` of ``path``."""
     view = byte_view(out)
     if len(view):
@@ -61,7 +67,7 @@ def read_into(path, offset: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def read_regions_into(regions, row_bytes: int, out: np.ndarray) -> np.ndarray:
+def read_regions_into(regions: Iterable[Region], row_bytes: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` with the rows of ``regions`` (``[(path, offset, rows), ...]``), in turn."""
     view, at = byte_view(out), 0
     for path, offset, rows in regions:
@@ -74,7 +80,9 @@ def read_regions_into(regions, row_bytes: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def read_blocks(path, offset: int, rows: int, row_bytes: int, block_rows: int):
+def read_blocks(
+    path: str, offset: int, rows: int, row_bytes: int, block_rows: int
+) -> Iterator[np.ndarray]:
     """Yield the ``rows`` rows at ``offset`` of ``path`` as (r,) void arrays, front to back.
 
     One buffer of ``block_rows`` rows is reused: each yielded array is only
@@ -84,7 +92,9 @@ def read_blocks(path, offset: int, rows: int, row_bytes: int, block_rows: int):
     return region_blocks([(path, offset, rows)], row_bytes, block_rows)
 
 
-def region_blocks(regions, row_bytes: int, block_rows: int):
+def region_blocks(
+    regions: Sequence[Region], row_bytes: int, block_rows: int
+) -> Iterator[np.ndarray]:
     """Yield the rows of ``regions`` (``[(path, offset, rows), ...]``) in turn, as (r,)
     void arrays of ``block_rows`` rows (the last one shorter): a block may hold rows of
     several regions, so the blocks are those of one file holding them all.
@@ -123,15 +133,15 @@ class NdfRegions(NamedTuple):
     names a dataset's manifest or a file's names sidecar keeps (``features``,
     ``labels``; None if none)."""
 
-    regions: list
+    regions: list[Region]
     n: int
     d: int
     l: int  # noqa: E741
-    features: tuple | None = None
-    labels: tuple | None = None
+    features: Sequence[str] | None = None
+    labels: Sequence[str] | None = None
 
 
-def ndf_regions(path, check=None) -> NdfRegions:
+def ndf_regions(path: PathLike, check: Callable[[int], object] | None = None) -> NdfRegions:
     """The regions of the ``.ndf`` file or the local sharded dataset at ``path``.
 
     Every part of a dataset is checked against the manifest first (an
@@ -141,16 +151,16 @@ def ndf_regions(path, check=None) -> NdfRegions:
     from exactbatch.ndf import HEADER_SIZE, open_ndf, open_ndf_dataset
     from exactbatch.ndf.names import read_sidecar
 
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        with open_ndf(path) as f:
-            names = read_sidecar(path, f.n, f.d, f.l) or (None, None)  # only names stored
-            return NdfRegions([(path, HEADER_SIZE, f.n)], f.n, f.d, f.l, *names)
-    with open_ndf_dataset(path) as ds:
-        regions = []
+    where = os.fspath(path)
+    if not os.path.isdir(where):
+        with open_ndf(where) as f:
+            names = read_sidecar(where, f.n, f.d, f.l) or (None, None)  # only names stored
+            return NdfRegions([(where, HEADER_SIZE, f.n)], f.n, f.d, f.l, *names)
+    with open_ndf_dataset(where) as ds:
+        regions: list[Region] = []
         for k, p in enumerate(ds.parts):
             ds.check_part(k)
-            regions.append((os.path.join(path, p.name), HEADER_SIZE, p.n))
+            regions.append((os.path.join(where, p.name), HEADER_SIZE, p.n))
             if check is not None:
                 check(k)
         return NdfRegions(regions, ds.n, ds.d, ds.l, ds.manifest.features, ds.manifest.labels)

@@ -40,7 +40,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -48,9 +48,11 @@ import numpy as np
 
 from exactbatch.arrays import byte_view
 from exactbatch.checks import check_flag, check_int
+from exactbatch.hints import PathLike
 from exactbatch.ndf.dataset_write import NdfDatasetWriter
 from exactbatch.ndf.write import NdfWriter, leaves_no_temps
 from exactbatch.tools.common import (
+    Bar,
     CliError,
     check_dataset_output,
     check_interrupt,
@@ -62,6 +64,7 @@ from exactbatch.tools.common import (
     refuse_url,
 )
 from exactbatch.tools.ndf_stream import (
+    Region,
     ndf_regions,
     read_regions_into,
     region_blocks,
@@ -69,6 +72,10 @@ from exactbatch.tools.ndf_stream import (
 )
 
 __all__ = ["external_shuffle", "render", "shuffle_file", "shuffle_regions"]
+
+# what takes shuffled rows (whole rows in the file's layout, valid during the call)
+_Write = Callable[[np.ndarray], object]
+_Scattered = Callable[[int], object]  # told how many rows pass 1 scattered
 
 _TAG_DISK = 0x65786473  # keeps this generator's stream apart from the loader's
 MAX_BUCKETS = 256  # open bucket files at once; more data recurses instead
@@ -81,7 +88,15 @@ def shuffle_rng(seed: int) -> np.random.Generator:
 
 
 def external_shuffle(
-    path, offset, rows, row_bytes, write, rng, memory, workdir, on_scatter=None
+    path: str,
+    offset: int,
+    rows: int,
+    row_bytes: int,
+    write: _Write,
+    rng: np.random.Generator,
+    memory: int,
+    workdir: str,
+    on_scatter: _Scattered | None = None,
 ) -> None:
     """Append the ``rows`` rows at ``offset`` of ``path`` to ``write`` in uniform random order.
 
@@ -94,7 +109,14 @@ def external_shuffle(
 
 
 def shuffle_regions(
-    regions, row_bytes, write, rng, memory, workdir, on_scatter=None, _depth=0
+    regions: Sequence[Region],
+    row_bytes: int,
+    write: _Write,
+    rng: np.random.Generator,
+    memory: int,
+    workdir: str,
+    on_scatter: _Scattered | None = None,
+    _depth: int = 0,
 ) -> None:
     """:func:`external_shuffle` of the rows of ``regions`` (``[(path, offset, rows), ...]``,
     the parts of a dataset, say) taken in turn: the same order as for one file holding
@@ -126,7 +148,16 @@ def shuffle_regions(
                 pass
 
 
-def _scatter(regions, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.ndarray:
+def _scatter(
+    regions: Sequence[Region],
+    rows: int,
+    row_bytes: int,
+    rng: np.random.Generator,
+    k: int,
+    names: list[str],
+    memory: int,
+    on_scatter: _Scattered | None,
+) -> np.ndarray:
     """Pass 1: every row to a uniformly random one of ``k`` bucket files; their row counts."""
     slab = max(1, memory // (4 * row_bytes))
     counts = np.zeros(k, dtype=np.int64)
@@ -157,8 +188,16 @@ def _scatter(regions, rows, row_bytes, rng, k, names, memory, on_scatter) -> np.
 
 
 def shuffle_file(
-    src, dst, *, seed: int, memory: int, force=False, tmp_dir=None, bar=True, part_rows=None
-) -> dict:
+    src: PathLike,
+    dst: PathLike,
+    *,
+    seed: int,
+    memory: int,
+    force: bool = False,
+    tmp_dir: PathLike | None = None,
+    bar: bool = True,
+    part_rows: int | None = None,
+) -> dict[str, Any]:
     """Shuffle the rows of the ``.ndf`` file or sharded dataset ``src`` into ``dst`` (see
     the module docstring).
 
@@ -204,7 +243,7 @@ def shuffle_file(
     desc = os.path.basename(src)
     names: dict[str, Any] = {"features": inp.features, "labels": inp.labels}  # kept
     writer: Callable[..., NdfWriter | NdfDatasetWriter]
-    if sharded:
+    if part_rows is not None:  # (sharded: set above)
         writer = partial(NdfDatasetWriter, dst, d, l, part_rows, **names)
     else:
         writer = partial(NdfWriter, dst, d, l, **names)
@@ -217,10 +256,15 @@ def shuffle_file(
                 w.write(np.empty((min(_EMPTY_ROWS, n - a), 0)))
         elif in_memory:
             with progress(n, f"shuffle {desc} (in memory)", "rows", bar) as pb:
+
+                def write(v: np.ndarray) -> None:
+                    w.write_raw(v)
+                    pb.update(len(v))
+
                 shuffle_regions(
                     inp.regions,
                     row_bytes,
-                    lambda v: (w.write_raw(v), pb.update(len(v))),
+                    write,
                     rng,
                     memory,
                     "",
@@ -248,11 +292,12 @@ def shuffle_file(
         "passes": 1 if in_memory or not data else 2,
     }
     if sharded:
+        assert isinstance(w, NdfDatasetWriter)  # (sharded: a dataset's writer)
         report.update(parts=len(w.parts), part_rows=part_rows)
     return report
 
 
-def render(out: dict) -> str:
+def render(out: dict[str, Any]) -> str:
     """The summary line of a shuffle."""
     how = "in memory" if out["passes"] == 1 else "in two passes through bucket files"
     parts = f" in {out['parts']:,} parts" if "parts" in out else ""
@@ -265,15 +310,15 @@ def render(out: dict) -> str:
 class _TwoPassOutput:
     """Feeds the writer and shows pass 1 (scatter), then pass 2 (write), as progress bars."""
 
-    def __init__(self, writer, n, desc, bar):
+    def __init__(self, writer: NdfWriter | NdfDatasetWriter, n: int, desc: str, bar: bool) -> None:
         self.writer, self.n, self.desc, self.bar = writer, n, desc, bar
         self.pass1 = progress(n, f"shuffle {desc}: pass 1/2 scatter", "rows", bar)
-        self.pass2 = None
+        self.pass2: Bar | None = None
 
     def scattered(self, rows: int) -> None:
         self.pass1.update(rows)
 
-    def write(self, rows) -> None:
+    def write(self, rows: np.ndarray) -> None:
         if self.pass2 is None:
             self.pass1.close()
             self.pass2 = progress(self.n, f"shuffle {self.desc}: pass 2/2 write", "rows", self.bar)
@@ -288,12 +333,12 @@ class _TwoPassOutput:
     def __enter__(self) -> _TwoPassOutput:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 @contextlib.contextmanager
-def _bucket_folder(root: str):
+def _bucket_folder(root: str) -> Iterator[str]:
     """A new folder in ``root`` for the bucket files, removed with them at the end.
 
     Its name carries this process's id, so that one a Ctrl-C left between its
@@ -309,7 +354,7 @@ def _bucket_folder(root: str):
                     shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def _check_space(dst, tmp_root, data, in_memory) -> None:
+def _check_space(dst: str, tmp_root: str, data: int, in_memory: bool) -> None:
     """Refuse early when the output (and the buckets) cannot fit on disk."""
     if not os.path.isdir(tmp_root):
         raise CliError(f"{tmp_root}: temporary folder does not exist")
