@@ -30,8 +30,10 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 # some 32 minutes on one shared core of the 2-core test machine, too long for `make
 # test`; docs/development.md).
 PURE_RUN = ["test_kernels.py", "test_law_matrix.py::test_epoch_laws_on_the_pure_path"]
+PURE_ENV = {"EXACTBATCH_PURE": "1"}
 if os.environ.get("EXACTBATCH_PURE_LAWS", "") == "all":
     PURE_RUN = ["test_kernels.py", "test_law_matrix.py"]
+    PURE_ENV["EXACTBATCH_LAWS"] = "all"  # the whole product, not the epoch laws' covering
 # Left out there: the kernel tests that start interpreters of their own with
 # EXACTBATCH_PURE set to each value (the same runs, whatever this process's backend:
 # the suite runs them).
@@ -115,7 +117,7 @@ def test_the_kernels_and_the_laws_pass_under_exactbatch_pure(tmp_path):
         # parent's overwritten, no workers of xdist for a run this short)
         env={
             **{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
-            "EXACTBATCH_PURE": "1",
+            **PURE_ENV,
         },
         capture_output=True,
         text=True,

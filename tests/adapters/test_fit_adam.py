@@ -72,6 +72,34 @@ def test_fill_finds_the_level_in_numpyro_and_pymc():
         assert float(got) == pytest.approx(want, rel=1e-9), budget
 
 
+def test_pymc_fill_is_exact_at_ties_and_edges_and_a_small_graph():
+    """PyMC's level in closed form (a sort and a cumulative sum): exact where the level
+    falls on a tie, on a single coordinate, at a budget of 0 or below (0, as bisection
+    from 0 gives) and at the sum; and a graph of a few nodes, not the 40 unrolled
+    halvings whose rewriting was most of a short fit's compile."""
+    pytest.importorskip("pytensor")
+    import pytensor
+    import pytensor.tensor as pt
+
+    from exactbatch.adapters.pymc_schedule import _fill
+
+    cases = [
+        (np.array([1.0, 2.0, 2.0, 2.0, 5.0]), 7.0),  # the level at the tie: 2
+        (np.array([1.0, 2.0, 2.0, 2.0, 5.0]), 10.0),  # between the tie and 5
+        (np.array([3.0]), 1.5),
+        (np.array([0.5, 4.0, 0.0, 9.0]), 0.0),
+        (np.array([0.5, 4.0, 0.0, 9.0]), 13.5),  # the sum: all fits
+    ]
+    for spent, budget in cases:
+        got = float(_fill(spent, np.float64(budget)).eval())
+        assert got == pytest.approx(_level(spent, budget), rel=1e-12, abs=1e-15), budget
+        assert np.minimum(spent, got).sum() == pytest.approx(min(budget, spent.sum()))
+    assert float(_fill(np.array([1.0, 2.0]), np.float64(-1.0)).eval()) == 0.0
+    x, b = pt.dvector("spent"), pt.dscalar("budget")
+    nodes = pytensor.graph.basic.io_toposort([x, b], [_fill(x, b)])
+    assert len(nodes) < 40, len(nodes)  # 40 halvings: over 300
+
+
 def test_numpyro_adam_is_optax_adam_without_cap_and_capped_with_one():
     jnp = pytest.importorskip("jax.numpy")
     optax = pytest.importorskip("optax")
