@@ -755,7 +755,10 @@ def run(target: str, recheck: bool = False) -> None:
     recheck)."""
     if recheck:
         before = results(target) or {}
-        names = sorted(n for n, s in before.items() if s not in KILLED)
+        # and those whose verdict is carried over from before a recheck that made them
+        # anew (their function changed): counted killed, but never checked since
+        carried = carried_over(target)
+        names = sorted(n for n, s in before.items() if s not in KILLED or n in carried)
         if not names:
             print(f"== {target}: no survivors to recheck", flush=True)
             return
@@ -835,6 +838,20 @@ def results(target: str) -> dict[str, str] | None:
         if res is None:
             return None
         return {k: r["status"] for k, r in res.items() if r["status"] not in NOT_COUNTED}
+    out = _mutmut_results(target)
+    if out is None:
+        return None
+    earlier = WORK / target / EARLIER
+    if earlier.exists():  # a mutant a recheck left unchecked keeps its verdict before it
+        was = json.loads(earlier.read_text())
+        for name, status in out.items():
+            if status == "not checked" and name in was:
+                out[name] = was[name]
+    return out
+
+
+def _mutmut_results(target: str) -> dict[str, str] | None:
+    """Each selected mutant's status in mutmut's own files (none carried over)."""
     from mutmut.stats import status_by_exit_code
 
     metas = sorted((WORK / target / "mutants").rglob("*.meta"))
@@ -846,13 +863,16 @@ def results(target: str) -> dict[str, str] | None:
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             if any(fnmatch.fnmatchcase(name, g) for g in globs):
                 out[name] = status_by_exit_code[code]
-    earlier = WORK / target / EARLIER
-    if earlier.exists():  # a mutant a recheck left unchecked keeps its verdict before it
-        was = json.loads(earlier.read_text())
-        for name, status in out.items():
-            if status == "not checked" and name in was:
-                out[name] = was[name]
     return out
+
+
+def carried_over(target: str) -> set[str]:
+    """The mutants ``results`` gives a verdict from before the last recheck (mutmut made
+    them anew, unchecked): the next recheck checks them too."""
+    if target == "core":
+        return set()
+    now, was = _mutmut_results(target) or {}, results(target) or {}
+    return {n for n, s in now.items() if s == "not checked" and was.get(n) != s}
 
 
 # -- the compiled core -------------------------------------------------------------------
@@ -1260,6 +1280,12 @@ def summary(targets: list[str], diff: bool) -> None:
                 f"(see {log}); they count as not killed"
             )
             rest = {n: s for n, s in rest.items() if s != "not checked"}
+        carried = len(carried_over(target))
+        if carried:
+            print(
+                f"    {carried} verdicts carried over from before the last recheck "
+                "(made anew, not checked since; the next --recheck checks them)"
+            )
         core = core_results() if target == "core" else {}
         for name, status in sorted(rest.items(), key=lambda i: _where(core.get(i[0]), i[0])):
             print(f"    {status:10s} {_where(core.get(name), name)}")
