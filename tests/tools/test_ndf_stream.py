@@ -100,3 +100,9 @@ def test_ndf_regions_of_a_file_and_of_a_dataset(tmp_path):
     assert (r.n, r.d, r.l) == (5, 1, 0)
     blocks = [np.frombuffer(b.tobytes(), "<f8") for b in region_blocks(r.regions, 8, 4)]
     assert np.concatenate(blocks).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_ndf_regions_of_a_dataset_keep_its_manifests_names(tmp_path):
+    ds = write_ndf_dataset(tmp_path / "ds", [2, 1], d=2, l=1, features=["p", "q"], labels=["t"])
+    r = ndf_regions(ds)
+    assert (r.n, r.d, r.l, r.features, r.labels) == (3, 2, 1, ("p", "q"), ("t",))

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -332,6 +333,31 @@ def test_a_seed_gives_the_same_order_in_every_version(tmp_path, key):
     n, seed, memory = key
     assert shuffled_ids(n, seed, memory, str(tmp_path)).tolist() == GOLDEN[key]
     assert sorted(os.listdir(tmp_path)) == [f"ids-{n}.ndf"]  # every bucket file removed
+
+
+def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp_path):
+    """``on_scatter(rows)`` is called as the first pass scatters rows (the deeper levels'
+    scatters are not counted again), and the bucket files' writes raise no warning (a
+    program run with ``-W error`` would stop on one)."""
+    n = 200
+    path = tmp_path / "ids.ndf"
+    save_ndf(path, np.arange(n, dtype=np.float64).reshape(n, 1))
+    seen, out = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        external_shuffle(
+            path,
+            28,
+            n,
+            8,
+            lambda v: out.append(np.frombuffer(v.tobytes(), "<f8")),
+            shuffle_rng(1),
+            256,  # 32 rows: buckets, and buckets of buckets
+            str(tmp_path),
+            on_scatter=seen.append,
+        )
+    assert sum(seen) == n and len(seen) > 1
+    assert sorted(np.concatenate(out).tolist()) == list(range(n))
 
 
 def _shuffle(src, dst, **kw):
