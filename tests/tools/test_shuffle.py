@@ -360,6 +360,24 @@ def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp
     assert sorted(np.concatenate(out).tolist()) == list(range(n))
 
 
+def test_each_bucket_keeps_its_rows_in_the_files_order(tmp_path):
+    """The scatter groups a slab's rows by bucket with a stable sort: each bucket file holds
+    its rows in their order in the input (the golden orders above depend on it; their
+    slabs are too short to tell a stable sort from another)."""
+    from exactbatch.tools.shuffle import _scatter
+
+    n = 5000
+    path = tmp_path / "ids.ndf"
+    save_ndf(path, np.arange(n, dtype=np.float64).reshape(n, 1))
+    names = [str(tmp_path / f"b{j}") for j in range(3)]
+    memory = 8 * n - 8  # slabs of 1249 rows
+    counts = _scatter([(path, 28, n)], n, 8, shuffle_rng(2), 3, names, memory, None)
+    buckets = [np.fromfile(name, "<f8").astype(np.int64) for name in names]
+    assert [len(b) for b in buckets] == counts.tolist() and min(counts) > 1000
+    assert all(np.all(np.diff(b) > 0) for b in buckets)  # in the file's order
+    assert sorted(np.concatenate(buckets).tolist()) == list(range(n))
+
+
 def _shuffle(src, dst, **kw):
     from exactbatch.tools.shuffle import shuffle_file
 
