@@ -20,6 +20,10 @@ from exactbatch.tools.ndf_stream import (
     row_dtype,
 )
 
+# no warning from a read (a file opened with buffering=1 in binary mode warns: a program
+# run with -W error would stop on it)
+pytestmark = pytest.mark.filterwarnings("error")
+
 
 def file_of(path, values) -> str:
     """A file of little-endian int16 values (rows of 2 bytes a value)."""
