@@ -17,6 +17,7 @@ the same report.
     python tests/mutants.py order ndf       # some targets
     python tests/mutants.py --summary       # the last results again, no run
     python tests/mutants.py --recheck ndf   # only what was not killed, against today's tests
+    python tests/mutants.py --recheck ndf --only 'exactbatch.ndf.x_f*'  # these, any verdict
 
 Not part of ``make test``: a full run takes about an hour and a half on two cores.
 """
@@ -748,17 +749,20 @@ def write_config(target: str, work: Path) -> None:
     (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
 
 
-def run(target: str, recheck: bool = False) -> None:
+def run(target: str, recheck: bool = False, only: list[str] | None = None) -> None:
     """A fresh mutmut run of ``target``; with ``recheck``, only what the last run did not
     kill, in its folder, against the tests and code as they are now (new tests included;
     the mutants of a changed function are made anew and left unchecked, for the next
-    recheck)."""
+    recheck); with ``only`` too, the mutants whose names match one of its globs, whatever
+    their verdict (those new tests were written for, when a whole recheck takes too long)."""
     if recheck:
         before = results(target) or {}
         # and those whose verdict is carried over from before a recheck that made them
         # anew (their function changed): counted killed, but never checked since
         carried = carried_over(target)
         names = sorted(n for n, s in before.items() if s not in KILLED or n in carried)
+        if only:
+            names = sorted(n for n in before if any(fnmatch.fnmatchcase(n, g) for g in only))
         if not names:
             print(f"== {target}: no survivors to recheck", flush=True)
             return
@@ -1350,6 +1354,13 @@ def main() -> None:
         "run --recheck until none is left unchecked; a new pragma shows in a fresh run)",
     )
     ap.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="with --recheck: the mutants whose names match GLOB (repeatable), whatever "
+        "their verdict, instead of all those not killed",
+    )
+    ap.add_argument(
         "--sample",
         type=int,
         default=CORE_SAMPLE,
@@ -1373,13 +1384,15 @@ def main() -> None:
     unknown = [t for t in targets if t not in ALL]
     if unknown:
         ap.error(f"unknown target(s) {unknown}; expected some of {ALL}")
+    if args.only and not (args.recheck and "core" not in targets):
+        ap.error("--only goes with --recheck of mutmut's targets")
     if not args.summary:
         for target in targets:
             with one_run(target):
                 if target == "core":
                     run_core(args.recheck, args.sample)
                 else:
-                    run(target, args.recheck)
+                    run(target, args.recheck, args.only)
     summary(targets, args.diff)
 
 
