@@ -335,14 +335,22 @@ def test_a_seed_gives_the_same_order_in_every_version(tmp_path, key):
     assert sorted(os.listdir(tmp_path)) == [f"ids-{n}.ndf"]  # every bucket file removed
 
 
-def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp_path):
+def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp_path, monkeypatch):
     """``on_scatter(rows)`` is called as the first pass scatters rows (the deeper levels'
-    scatters are not counted again), and the bucket files' writes raise no warning (a
-    program run with ``-W error`` would stop on one)."""
+    scatters are not counted again); the bucket files are made in ``workdir`` (not the
+    working directory), and their writes raise no warning (a program run with ``-W
+    error`` would stop on one)."""
     n = 200
     path = tmp_path / "ids.ndf"
     save_ndf(path, np.arange(n, dtype=np.float64).reshape(n, 1))
-    seen, out = [], []
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    seen, out, buckets = [], [], set()
+
+    def on_scatter(rows):
+        seen.append(rows)
+        buckets.update(name for name in os.listdir(tmp_path) if name.startswith("bucket-"))
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         external_shuffle(
@@ -354,9 +362,11 @@ def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp
             shuffle_rng(1),
             256,  # 32 rows: buckets, and buckets of buckets
             str(tmp_path),
-            on_scatter=seen.append,
+            on_scatter=on_scatter,
         )
     assert sum(seen) == n and len(seen) > 1
+    assert buckets and os.listdir(tmp_path / "cwd") == []  # every bucket removed too
+    assert sorted(os.listdir(tmp_path)) == ["cwd", "ids.ndf"]
     assert sorted(np.concatenate(out).tolist()) == list(range(n))
 
 
