@@ -78,6 +78,22 @@ def test_a_file_that_ends_early_is_an_os_error_naming_it(tmp_path):
         read_regions_into([(a, 0, 1), (a, 4, 1)], 4, np.empty(2, dtype=row_dtype(4)))
 
 
+def test_short_reads_are_read_on_until_the_view_is_full(tmp_path):
+    """A read may return fewer bytes than asked (a pipe, a network file system, a signal):
+    the next read goes on where it stopped."""
+    import io
+
+    from exactbatch.tools.ndf_stream import _fill
+
+    class Trickle(io.BytesIO):
+        def readinto(self, view):
+            return super().readinto(memoryview(view)[:3])  # 3 bytes at most a read
+
+    out = bytearray(10)
+    _fill(Trickle(bytes(range(10))), memoryview(out), tmp_path / "f", 0)
+    assert out == bytes(range(10))
+
+
 def test_read_into_and_read_regions_into_fill_the_array_given(tmp_path):
     a = file_of(tmp_path / "a", np.arange(10))
     out = np.full(3, -1, dtype="<i2")
