@@ -17,6 +17,7 @@ the same report.
     python tests/mutants.py order ndf       # some targets
     python tests/mutants.py --summary       # the last results again, no run
     python tests/mutants.py --recheck ndf   # only what was not killed, against today's tests
+    python tests/mutants.py --recheck ndf --only 'exactbatch.ndf.x_f*'  # these, any verdict
 
 Not part of ``make test``: a full run takes about an hour and a half on two cores.
 """
@@ -751,14 +752,20 @@ def write_config(target: str, work: Path) -> None:
     (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
 
 
-def run(target: str, recheck: bool = False) -> None:
+def run(target: str, recheck: bool = False, only: list[str] | None = None) -> None:
     """A fresh mutmut run of ``target``; with ``recheck``, only what the last run did not
     kill, in its folder, against the tests and code as they are now (new tests included;
     the mutants of a changed function are made anew and left unchecked, for the next
-    recheck)."""
+    recheck); with ``only`` too, the mutants whose names match one of its globs, whatever
+    their verdict (those new tests were written for, when a whole recheck takes too long)."""
     if recheck:
         before = results(target) or {}
-        names = sorted(n for n, s in before.items() if s not in KILLED)
+        # and those whose verdict is carried over from before a recheck that made them
+        # anew (their function changed): counted killed, but never checked since
+        carried = carried_over(target)
+        names = sorted(n for n, s in before.items() if s not in KILLED or n in carried)
+        if only:
+            names = sorted(n for n in before if any(fnmatch.fnmatchcase(n, g) for g in only))
         if not names:
             print(f"== {target}: no survivors to recheck", flush=True)
             return
@@ -838,6 +845,20 @@ def results(target: str) -> dict[str, str] | None:
         if res is None:
             return None
         return {k: r["status"] for k, r in res.items() if r["status"] not in NOT_COUNTED}
+    out = _mutmut_results(target)
+    if out is None:
+        return None
+    earlier = WORK / target / EARLIER
+    if earlier.exists():  # a mutant a recheck left unchecked keeps its verdict before it
+        was = json.loads(earlier.read_text())
+        for name, status in out.items():
+            if status == "not checked" and name in was:
+                out[name] = was[name]
+    return out
+
+
+def _mutmut_results(target: str) -> dict[str, str] | None:
+    """Each selected mutant's status in mutmut's own files (none carried over)."""
     from mutmut.stats import status_by_exit_code
 
     metas = sorted((WORK / target / "mutants").rglob("*.meta"))
@@ -849,13 +870,16 @@ def results(target: str) -> dict[str, str] | None:
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             if any(fnmatch.fnmatchcase(name, g) for g in globs):
                 out[name] = status_by_exit_code[code]
-    earlier = WORK / target / EARLIER
-    if earlier.exists():  # a mutant a recheck left unchecked keeps its verdict before it
-        was = json.loads(earlier.read_text())
-        for name, status in out.items():
-            if status == "not checked" and name in was:
-                out[name] = was[name]
     return out
+
+
+def carried_over(target: str) -> set[str]:
+    """The mutants ``results`` gives a verdict from before the last recheck (mutmut made
+    them anew, unchecked): the next recheck checks them too."""
+    if target == "core":
+        return set()
+    now, was = _mutmut_results(target) or {}, results(target) or {}
+    return {n for n, s in now.items() if s == "not checked" and was.get(n) != s}
 
 
 # -- the compiled core -------------------------------------------------------------------
@@ -1264,6 +1288,12 @@ def summary(targets: list[str], diff: bool) -> None:
                 f"(see {log}); they count as not killed"
             )
             rest = {n: s for n, s in rest.items() if s != "not checked"}
+        carried = len(carried_over(target))
+        if carried:
+            print(
+                f"    {carried} verdicts carried over from before the last recheck "
+                "(made anew, not checked since; the next --recheck checks them)"
+            )
         core = core_results() if target == "core" else {}
         for name, status in sorted(rest.items(), key=lambda i: _where(core.get(i[0]), i[0])):
             print(f"    {status:10s} {_where(core.get(name), name)}")
@@ -1328,6 +1358,13 @@ def main() -> None:
         "run --recheck until none is left unchecked; a new pragma shows in a fresh run)",
     )
     ap.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="with --recheck: the mutants whose names match GLOB (repeatable), whatever "
+        "their verdict, instead of all those not killed",
+    )
+    ap.add_argument(
         "--sample",
         type=int,
         default=CORE_SAMPLE,
@@ -1351,13 +1388,15 @@ def main() -> None:
     unknown = [t for t in targets if t not in ALL]
     if unknown:
         ap.error(f"unknown target(s) {unknown}; expected some of {ALL}")
+    if args.only and not (args.recheck and "core" not in targets):
+        ap.error("--only goes with --recheck of mutmut's targets")
     if not args.summary:
         for target in targets:
             with one_run(target):
                 if target == "core":
                     run_core(args.recheck, args.sample)
                 else:
-                    run(target, args.recheck)
+                    run(target, args.recheck, args.only)
     summary(targets, args.diff)
 
 

@@ -664,6 +664,29 @@ def test_convert_returns_what_it_wrote(tmp_path):
     assert np.array_equal(read_ndf(tmp_path / "c.ndf")[0], [[1, 2], [3, 4]])
 
 
+def test_the_summary_gives_the_seconds_taken_to_the_millisecond(tmp_path, monkeypatch):
+    """``seconds``: the conversion's wall time, a float rounded to the millisecond."""
+    from types import SimpleNamespace
+
+    from exactbatch.tools import convert as module
+
+    np.save(tmp_path / "a.npy", np.arange(6.0).reshape(3, 2))
+    clock = iter([100.0, 101.23456])  # the start, then the end
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    out = _convert(tmp_path / "a.npy", tmp_path / "a.ndf")
+    assert type(out["seconds"]) is float and out["seconds"] == 1.235
+
+
+def test_a_parquet_input_leaves_out_the_excluded_columns(tmp_path):
+    """convert() hands ``exclude`` to a Parquet input: the column is not written."""
+    table = pa.table({"a": [1.0, 2.0], "b": [3.0, 4.0], "c": [5.0, 6.0]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    out = _convert(tmp_path / "t.parquet", tmp_path / "t.ndf", labels="c", exclude="b")
+    assert (out["features"], out["labels"]) == (["a"], ["c"])
+    x, y = read_ndf(tmp_path / "t.ndf")
+    assert x.tolist() == [[1.0], [2.0]] and y.tolist() == [[5.0], [6.0]]
+
+
 def test_render_says_what_was_written():
     from exactbatch.tools.convert import render
 

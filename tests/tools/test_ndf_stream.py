@@ -20,6 +20,10 @@ from exactbatch.tools.ndf_stream import (
     row_dtype,
 )
 
+# no warning from a read (a file opened with buffering=1 in binary mode warns: a program
+# run with -W error would stop on it)
+pytestmark = pytest.mark.filterwarnings("error")
+
 
 def file_of(path, values) -> str:
     """A file of little-endian int16 values (rows of 2 bytes a value)."""
@@ -74,6 +78,22 @@ def test_a_file_that_ends_early_is_an_os_error_naming_it(tmp_path):
         read_regions_into([(a, 0, 1), (a, 4, 1)], 4, np.empty(2, dtype=row_dtype(4)))
 
 
+def test_short_reads_are_read_on_until_the_view_is_full(tmp_path):
+    """A read may return fewer bytes than asked (a pipe, a network file system, a signal):
+    the next read goes on where it stopped."""
+    import io
+
+    from exactbatch.tools.ndf_stream import _fill
+
+    class Trickle(io.BytesIO):
+        def readinto(self, view):
+            return super().readinto(memoryview(view)[:3])  # 3 bytes at most a read
+
+    out = bytearray(10)
+    _fill(Trickle(bytes(range(10))), memoryview(out), tmp_path / "f", 0)
+    assert out == bytes(range(10))
+
+
 def test_read_into_and_read_regions_into_fill_the_array_given(tmp_path):
     a = file_of(tmp_path / "a", np.arange(10))
     out = np.full(3, -1, dtype="<i2")
@@ -100,3 +120,9 @@ def test_ndf_regions_of_a_file_and_of_a_dataset(tmp_path):
     assert (r.n, r.d, r.l) == (5, 1, 0)
     blocks = [np.frombuffer(b.tobytes(), "<f8") for b in region_blocks(r.regions, 8, 4)]
     assert np.concatenate(blocks).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_ndf_regions_of_a_dataset_keep_its_manifests_names(tmp_path):
+    ds = write_ndf_dataset(tmp_path / "ds", [2, 1], d=2, l=1, features=["p", "q"], labels=["t"])
+    r = ndf_regions(ds)
+    assert (r.n, r.d, r.l, r.features, r.labels) == (3, 2, 1, ("p", "q"), ("t",))

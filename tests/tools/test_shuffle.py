@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -332,6 +333,59 @@ def test_a_seed_gives_the_same_order_in_every_version(tmp_path, key):
     n, seed, memory = key
     assert shuffled_ids(n, seed, memory, str(tmp_path)).tolist() == GOLDEN[key]
     assert sorted(os.listdir(tmp_path)) == [f"ids-{n}.ndf"]  # every bucket file removed
+
+
+def test_on_scatter_counts_the_rows_the_top_level_scatters_and_nothing_warns(tmp_path, monkeypatch):
+    """``on_scatter(rows)`` is called as the first pass scatters rows (the deeper levels'
+    scatters are not counted again); the bucket files are made in ``workdir`` (not the
+    working directory), and their writes raise no warning (a program run with ``-W
+    error`` would stop on one)."""
+    n = 200
+    path = tmp_path / "ids.ndf"
+    save_ndf(path, np.arange(n, dtype=np.float64).reshape(n, 1))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    seen, out, buckets = [], [], set()
+
+    def on_scatter(rows):
+        seen.append(rows)
+        buckets.update(name for name in os.listdir(tmp_path) if name.startswith("bucket-"))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        external_shuffle(
+            path,
+            28,
+            n,
+            8,
+            lambda v: out.append(np.frombuffer(v.tobytes(), "<f8")),
+            shuffle_rng(1),
+            256,  # 32 rows: buckets, and buckets of buckets
+            str(tmp_path),
+            on_scatter=on_scatter,
+        )
+    assert sum(seen) == n and len(seen) > 1
+    assert buckets and os.listdir(tmp_path / "cwd") == []  # every bucket removed too
+    assert sorted(os.listdir(tmp_path)) == ["cwd", "ids.ndf"]
+    assert sorted(np.concatenate(out).tolist()) == list(range(n))
+
+
+def test_each_bucket_keeps_its_rows_in_the_files_order(tmp_path):
+    """The scatter groups a slab's rows by bucket with a stable sort: each bucket file holds
+    its rows in their order in the input (the golden orders above depend on it; their
+    slabs are too short to tell a stable sort from another)."""
+    from exactbatch.tools.shuffle import _scatter
+
+    n = 5000
+    path = tmp_path / "ids.ndf"
+    save_ndf(path, np.arange(n, dtype=np.float64).reshape(n, 1))
+    names = [str(tmp_path / f"b{j}") for j in range(3)]
+    memory = 8 * n - 8  # slabs of 1249 rows
+    counts = _scatter([(path, 28, n)], n, 8, shuffle_rng(2), 3, names, memory, None)
+    buckets = [np.fromfile(name, "<f8").astype(np.int64) for name in names]
+    assert [len(b) for b in buckets] == counts.tolist() and min(counts) > 1000
+    assert all(np.all(np.diff(b) > 0) for b in buckets)  # in the file's order
+    assert sorted(np.concatenate(buckets).tolist()) == list(range(n))
 
 
 def _shuffle(src, dst, **kw):
