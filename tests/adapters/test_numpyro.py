@@ -33,6 +33,28 @@ def regression(xb, yb, N, subsample=None):  # noqa: N803
         numpyro.sample("obs", dist.Normal(b + xb @ w, sigma), obs=yb[:, 0])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled_once(tmp_path_factory):
+    """JAX's persistent compilation cache in a fresh folder for this module: fits of the
+    same model and shapes (the verdict's seeds, which are arguments, not constants; the
+    quick fits of `regression`) compile what an earlier one did from the cache instead
+    of again, as in tests/adapters/test_fit_calibration.py. The fits run exactly as
+    without it; restored after."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    compilation_cache.reset_cache()  # read the new folder (the cache is set up once)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
 def quick_fit(loader, steps, model=regression, **kw):
     """fit with Adam(0.01), key 0 and an AutoNormal guide; N defaults to the loader's."""
     if model is regression:

@@ -34,8 +34,13 @@ def test_a_node_lost_mid_epoch_resumes_at_one_worker_and_every_epoch_is_exact(tm
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        # a placement group for the workers of a node gone is not waited for long
-        "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "10",
+        # a placement group for the workers of a node gone is not waited for long (the
+        # wait is for the placement group alone, ready at once when the resources are
+        # there; a start timed out is retried by the controller without limit)
+        "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "3",
+        # a worker's report returns once the controller's poll has collected it: polled
+        # every 2 s by default, the run's 12 checkpoints waited about 2 s each
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
         # this exactbatch, in the driver and in Ray's workers (they inherit it)
         "PYTHONPATH": os.pathsep.join(
             p
