@@ -474,8 +474,15 @@ def test_object_shrunk_or_deleted_while_open(s3, tmp_path):
     with pytest.raises(NdfError, match=url):
         f._handle().check_size()
     s3.fs.rm_file(f"{BUCKET}/changing.ndf")
-    with pytest.raises(FileNotFoundError, match="deleted"):
+    with pytest.raises(FileNotFoundError, match="deleted") as got:
         read(f, [0])
+    # an OSError a caller can take apart: its errno, what happened, and the URL
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        "the object was deleted after open_ndf opened it",
+        url,
+    )
 
 
 def other_ndf(tmp_path, rows: int) -> bytes:
@@ -877,3 +884,35 @@ def test_check_size_says_how_the_object_changed(memory_fs, tmp_path, monkeypatch
     assert e.value.strerror == "the object was deleted after open_ndf opened it"
     pinned = remote.RemoteHandle(url, memory_fs, "k", 10, 3, 1, pin={"version_id": "v"})
     pinned.check_size()  # never asked: the deleted answer would raise
+
+
+@pytest.mark.parametrize("where", ["the whole request", "one range"])
+def test_an_object_deleted_while_open_is_enoent_naming_the_url(memory_fs, tmp_path, where):
+    """Whether the store fails the whole request or one range: the same FileNotFoundError
+    (ENOENT, what happened, the URL), chained to the store's own."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/gone.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory:///exactbatch-mem/gone.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/gone.ndf", 10, 3, 1)
+    memory_fs.rm_file("/exactbatch-mem/gone.ndf")
+    if where == "the whole request":
+        store = FileNotFoundError(errno.ENOENT, "no such key")
+
+        def refused(*args):
+            raise store
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(remote, "_get_ranges", refused)
+            with pytest.raises(FileNotFoundError) as got:
+                h.fetch([28], [40])
+        assert got.value.__cause__ is store
+    else:
+        with pytest.raises(FileNotFoundError) as got:
+            h.fetch([28], [40])
+        assert isinstance(got.value.__cause__, FileNotFoundError)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        "the object was deleted after open_ndf opened it",
+        url,
+    )
