@@ -916,3 +916,40 @@ def test_an_object_deleted_while_open_is_enoent_naming_the_url(memory_fs, tmp_pa
         "the object was deleted after open_ndf opened it",
         url,
     )
+
+
+def test_a_range_the_store_answers_wrongly_is_named(memory_fs, tmp_path, monkeypatch):
+    """Bytes of another length, or of another ETag, than the object opened: an NdfError
+    naming the URL, the range (its length and offset) or both tags."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/w.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory:///exactbatch-mem/w.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/w.ndf", 10, 3, 1, etag="e1")
+    monkeypatch.setattr(remote, "object_info", lambda fs, key, path: {"size": h.size})
+    answer = []
+    monkeypatch.setattr(remote, "_get_ranges", lambda *args: answer.pop())
+    answer.append(([b"x" * 12, b"y" * 5], None))  # the second range short
+    want = f"{url}: the object changed while open: expected 8 bytes at offset 60, got 5"
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        h.fetch([28, 60], [40, 68])
+    answer.append(([b"x" * 12], ["e2"]))
+    with pytest.raises(
+        NdfError,
+        match=re.escape(
+            f"{url}: the object changed while open: "
+            "it was overwritten after it was opened "
+            "(ETag e1 then e2)"
+        ),
+    ):
+        h.fetch([28], [40])
+
+
+@pytest.mark.parametrize("row", [-1, 10, 11])
+def test_a_row_out_of_range_is_an_index_error_naming_it(memory_fs, tmp_path, row):
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/r.ndf", (tmp_path / "m.ndf").read_bytes())
+    f = open_ndf("memory://exactbatch-mem/r.ndf")
+    want = f"row {row} out of range for {f._handle().path} with n=10 rows"
+    for idx in ([row], [0, row], [row, 9]):  # alone, last or first among rows in range
+        with pytest.raises(IndexError, match=f"^{re.escape(want)}$"):
+            read(f, idx)
