@@ -953,3 +953,14 @@ def test_a_row_out_of_range_is_an_index_error_naming_it(memory_fs, tmp_path, row
     for idx in ([row], [0, row], [row, 9]):  # alone, last or first among rows in range
         with pytest.raises(IndexError, match=f"^{re.escape(want)}$"):
             read(f, idx)
+
+
+def test_sorted_rows_with_repeats_are_read_each_where_asked(memory_fs, tmp_path):
+    x, y = make_data(10, 3, 1)
+    save_ndf(tmp_path / "m.ndf", (x, y))
+    memory_fs.pipe_file("/exactbatch-mem/s.ndf", (tmp_path / "m.ndf").read_bytes())
+    f = open_ndf("memory://exactbatch-mem/s.ndf")
+    for idx in ([3, 3, 5], [0, 0], [2, 4, 4, 4, 9]):  # increasing, but not strictly
+        rx, ry = read(f, idx)
+        np.testing.assert_array_equal(rx, x[idx])
+        np.testing.assert_array_equal(ry, y[idx])
