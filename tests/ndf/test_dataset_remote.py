@@ -146,6 +146,13 @@ def test_a_prefix_without_a_manifest(s3):
         open_ndf_dataset(url(s3, "dsets/nowhere"), storage_options=s3.so)
 
 
+def test_an_empty_remote_manifest_is_an_ndf_error_naming_it(s3):
+    # S3 refuses any range of an empty object (416): read as no bytes, as a local file is
+    s3.fs.pipe_file(f"{s3.bucket}/dsets/empty/manifest.json", b"")
+    with pytest.raises(NdfError, match="manifest.json: not a dataset manifest: not valid JSON"):
+        open_ndf_dataset(url(s3, "dsets/empty"), storage_options=s3.so)
+
+
 def test_a_failed_remote_write_keeps_the_old_dataset(s3):
     """An error midway: the old dataset as it was (its manifest and parts), no part of
     this write, and no upload left open."""

@@ -122,3 +122,26 @@ def test_get_int():
     with pytest.raises(NdfError) as e:
         get_int({"s": "x" * 100}, "s", "W", 10)
     assert str(e.value).endswith("found '" + "x" * 59)
+
+
+@pytest.mark.parametrize(
+    "size, error, want",
+    [
+        (0, OSError(22, "The requested range is not satisfiable"), b""),  # S3's empty object
+        (5, OSError(22, "The requested range is not satisfiable"), OSError),
+        (0, FileNotFoundError(2, "gone"), FileNotFoundError),  # missing: never an empty one
+    ],
+)
+def test_fetch_doc_reads_an_empty_object_as_no_bytes(size, error, want):
+    class FS:
+        def cat_file(self, key, start=None, end=None):
+            raise error
+
+        def size(self, key):
+            return size
+
+    if isinstance(want, bytes):
+        assert fetch_doc(FS(), "bucket/m.json") == want
+    else:
+        with pytest.raises(want):
+            fetch_doc(FS(), "bucket/m.json")

@@ -474,8 +474,15 @@ def test_object_shrunk_or_deleted_while_open(s3, tmp_path):
     with pytest.raises(NdfError, match=url):
         f._handle().check_size()
     s3.fs.rm_file(f"{BUCKET}/changing.ndf")
-    with pytest.raises(FileNotFoundError, match="deleted"):
+    with pytest.raises(FileNotFoundError, match="deleted") as got:
         read(f, [0])
+    # an OSError a caller can take apart: its errno, what happened, and the URL
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        "the object was deleted after open_ndf opened it",
+        url,
+    )
 
 
 def other_ndf(tmp_path, rows: int) -> bytes:
@@ -877,3 +884,83 @@ def test_check_size_says_how_the_object_changed(memory_fs, tmp_path, monkeypatch
     assert e.value.strerror == "the object was deleted after open_ndf opened it"
     pinned = remote.RemoteHandle(url, memory_fs, "k", 10, 3, 1, pin={"version_id": "v"})
     pinned.check_size()  # never asked: the deleted answer would raise
+
+
+@pytest.mark.parametrize("where", ["the whole request", "one range"])
+def test_an_object_deleted_while_open_is_enoent_naming_the_url(memory_fs, tmp_path, where):
+    """Whether the store fails the whole request or one range: the same FileNotFoundError
+    (ENOENT, what happened, the URL), chained to the store's own."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/gone.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory:///exactbatch-mem/gone.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/gone.ndf", 10, 3, 1)
+    memory_fs.rm_file("/exactbatch-mem/gone.ndf")
+    if where == "the whole request":
+        store = FileNotFoundError(errno.ENOENT, "no such key")
+
+        def refused(*args):
+            raise store
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(remote, "_get_ranges", refused)
+            with pytest.raises(FileNotFoundError) as got:
+                h.fetch([28], [40])
+        assert got.value.__cause__ is store
+    else:
+        with pytest.raises(FileNotFoundError) as got:
+            h.fetch([28], [40])
+        assert isinstance(got.value.__cause__, FileNotFoundError)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        "the object was deleted after open_ndf opened it",
+        url,
+    )
+
+
+def test_a_range_the_store_answers_wrongly_is_named(memory_fs, tmp_path, monkeypatch):
+    """Bytes of another length, or of another ETag, than the object opened: an NdfError
+    naming the URL, the range (its length and offset) or both tags."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/w.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory:///exactbatch-mem/w.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/w.ndf", 10, 3, 1, etag="e1")
+    monkeypatch.setattr(remote, "object_info", lambda fs, key, path: {"size": h.size})
+    answer = []
+    monkeypatch.setattr(remote, "_get_ranges", lambda *args: answer.pop())
+    answer.append(([b"x" * 12, b"y" * 5], None))  # the second range short
+    want = f"{url}: the object changed while open: expected 8 bytes at offset 60, got 5"
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        h.fetch([28, 60], [40, 68])
+    answer.append(([b"x" * 12], ["e2"]))
+    with pytest.raises(
+        NdfError,
+        match=re.escape(
+            f"{url}: the object changed while open: "
+            "it was overwritten after it was opened "
+            "(ETag e1 then e2)"
+        ),
+    ):
+        h.fetch([28], [40])
+
+
+@pytest.mark.parametrize("row", [-1, 10, 11])
+def test_a_row_out_of_range_is_an_index_error_naming_it(memory_fs, tmp_path, row):
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/r.ndf", (tmp_path / "m.ndf").read_bytes())
+    f = open_ndf("memory://exactbatch-mem/r.ndf")
+    want = f"row {row} out of range for {f._handle().path} with n=10 rows"
+    for idx in ([row], [0, row], [row, 9]):  # alone, last or first among rows in range
+        with pytest.raises(IndexError, match=f"^{re.escape(want)}$"):
+            read(f, idx)
+
+
+def test_sorted_rows_with_repeats_are_read_each_where_asked(memory_fs, tmp_path):
+    x, y = make_data(10, 3, 1)
+    save_ndf(tmp_path / "m.ndf", (x, y))
+    memory_fs.pipe_file("/exactbatch-mem/s.ndf", (tmp_path / "m.ndf").read_bytes())
+    f = open_ndf("memory://exactbatch-mem/s.ndf")
+    for idx in ([3, 3, 5], [0, 0], [2, 4, 4, 4, 9]):  # increasing, but not strictly
+        rx, ry = read(f, idx)
+        np.testing.assert_array_equal(rx, x[idx])
+        np.testing.assert_array_equal(ry, y[idx])

@@ -67,9 +67,21 @@ def test_a_folder_is_made_listed_and_emptied(folder):
     where.create("b")
     assert sorted(where.names()) == ["a", "b"]
     assert where.exists() and not where.is_file() and where.child("a").is_file()
+    assert where.child("a").read_doc("a made file") == b""  # empty at both kinds
     where.remove("a")
     where.remove("gone")  # best effort: no error
     assert where.names() == ["b"]
+
+
+def test_a_removal_the_store_refuses_is_no_error():
+    """Best effort at a URL too: a store that fails the removal (its error is not the
+    caller's: the file left is listed by no manifest) raises nothing."""
+
+    class Refusing:
+        def rm_file(self, key):
+            raise PermissionError(f"{key}: access denied")
+
+    UrlLocation("s3://b/k", fs=Refusing(), key="b/k").remove("part.ndf")
 
 
 def test_documents_round_trip_and_a_missing_one_is_file_not_found(folder):
