@@ -100,3 +100,24 @@ def test_code_lines_leave_out_docstrings_comments_and_blank_lines(tmp_path):
         'def f(x):\n    """Twice x."""\n    return (\n        2 * x\n    )  # why\n'
     )
     assert mutants.code_lines(module) == 5  # import, def, and the return's three lines
+
+
+def test_a_recheck_copies_todays_compiled_core_into_the_mutants_folder(tmp_path, monkeypatch):
+    """fresh_core: mutmut's copy of src/ keeps the core of the day it was made; a recheck
+    replaces it with today's (each `_core*.so`, the old ones gone), and a folder mutmut
+    never made is left alone."""
+    root = tmp_path / "root"
+    (root / "src" / "exactbatch").mkdir(parents=True)
+    (root / "src" / "exactbatch" / "_core.cpython-311.so").write_bytes(b"today")
+    monkeypatch.setattr(mutants, "ROOT", root)
+    work = tmp_path / "work"
+    lib = work / "mutants" / "src" / "exactbatch"
+    lib.mkdir(parents=True)
+    (lib / "_core.cpython-310.so").write_bytes(b"then")
+    mutants.fresh_core(work)
+    assert sorted(p.name for p in lib.iterdir()) == ["_core.cpython-311.so"]
+    assert (lib / "_core.cpython-311.so").read_bytes() == b"today"
+    never = tmp_path / "never"
+    never.mkdir()
+    mutants.fresh_core(never)  # no mutants/ folder: nothing made
+    assert list(never.iterdir()) == []
