@@ -5,6 +5,7 @@ Parquet, .npy, and the --stats table."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from exactbatch.tools.info import render
 
@@ -204,3 +205,19 @@ def test_the_stats_table_is_as_wide_as_the_longest_name():
         "    x                0.5             0           0.5           0.5  0",
     ]
     assert _stats_lines({}) == []
+
+
+def test_parquet_stats_of_features_and_recorded_labels_with_a_bar(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from exactbatch.sources.parquet import LABELS_METADATA_KEY
+    from exactbatch.tools.info import _parquet_stats
+
+    t = pa.table({"y": [0.0, 2.0, 4.0], "s": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    pq.write_table(t.replace_schema_metadata({LABELS_METADATA_KEY: b"y"}), tmp_path / "a.parquet")
+    rows = _parquet_stats(str(tmp_path / "a.parquet"), "parquet", True)
+    assert [(r["name"], r["count"], r["mean"]) for r in rows] == [("x", 3, 2.0), ("y", 3, 2.0)]
+    err = capsys.readouterr().err  # the bar, by file, in rows
+    assert "stats a.parquet: 100%" in err and "rows/s" in err
+    assert _parquet_stats(str(tmp_path / "a.parquet"), "parquet", False) == rows
+    assert capsys.readouterr().err == ""  # no bar
