@@ -221,3 +221,35 @@ def test_parquet_stats_of_features_and_recorded_labels_with_a_bar(tmp_path, caps
     assert "stats a.parquet: 100%" in err and "rows/s" in err
     assert _parquet_stats(str(tmp_path / "a.parquet"), "parquet", False) == rows
     assert capsys.readouterr().err == ""  # no bar
+
+
+def test_the_report_of_a_npy(tmp_path):
+    from exactbatch.tools.info import _npy
+
+    for name, arr, fortran in [
+        ("c.npy", np.zeros((3, 2), np.float32), False),
+        ("f.npy", np.asfortranarray(np.zeros((3, 2))), True),
+    ]:
+        np.save(tmp_path / name, arr)
+        path = str(tmp_path / name)
+        assert _npy(path) == {
+            "path": path,
+            "format": "npy",
+            "shape": [3, 2],
+            "dtype": str(arr.dtype),
+            "fortran_order": fortran,
+            "size_bytes": (tmp_path / name).stat().st_size,
+        }
+
+
+def test_a_npy_of_objects_is_refused(tmp_path):
+    from exactbatch.tools.common import CliError
+    from exactbatch.tools.info import _npy
+
+    path = str(tmp_path / "o.npy")
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(CliError) as e:  # never unpickled: loading it could run code
+        _npy(path)
+    assert str(e.value) == (
+        f"{path}: cannot read as .npy (Array can't be memory-mapped: Python objects in dtype.)"
+    )
