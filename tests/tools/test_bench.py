@@ -154,6 +154,11 @@ def test_the_bare_url_read_is_ranged_blocks_up_to_the_limit(monkeypatch):
             monkeypatch.setattr(tool, "_READ_BYTES", 1)
             pb = Count()
             assert tool._bare_url(ds, 2, pb) == 2 and pb.steps == [1, 1]
+        one = write_ndf_dataset("memory://benchurl/one", [5], d=1, l=0)
+        with open_ndf_dataset(one) as ds:  # rows of one column: 8 bytes each
+            monkeypatch.setattr(tool, "_READ_BYTES", 8 * 2)
+            pb = Count()
+            assert tool._bare_url(ds, 5, pb) == 5 and pb.steps == [2, 2, 1]
     finally:
         import fsspec
 
