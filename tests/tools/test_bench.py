@@ -260,3 +260,18 @@ def test_peak_rss():
         assert peak > 1 << 20 and peak % 1024 == 0
     else:
         assert peak is None
+
+
+def test_reset_peak(monkeypatch):
+    import os
+
+    if os.path.exists("/proc/self/clear_refs"):  # Linux: the peak is reset to what is held now
+        assert tool._reset_peak() is True
+    else:
+        assert tool._reset_peak() is False
+
+    def refused(*args, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tool, "open", refused, raising=False)  # a kernel that refuses it
+    assert tool._reset_peak() is False
