@@ -229,13 +229,14 @@ def test_the_report_of_a_npy(tmp_path):
     for name, arr, fortran in [
         ("c.npy", np.zeros((3, 2), np.float32), False),
         ("f.npy", np.asfortranarray(np.zeros((3, 2))), True),
+        ("one.npy", np.zeros((3, 1)), False),  # both C and Fortran order: stored as C
     ]:
         np.save(tmp_path / name, arr)
         path = str(tmp_path / name)
         assert _npy(path) == {
             "path": path,
             "format": "npy",
-            "shape": [3, 2],
+            "shape": list(arr.shape),
             "dtype": str(arr.dtype),
             "fortran_order": fortran,
             "size_bytes": (tmp_path / name).stat().st_size,
