@@ -117,6 +117,24 @@ def test_the_bare_ndf_read_is_blocks_of_about_8_mib(tmp_path, monkeypatch):
     assert tool._bare_ndf(regions, 3, 1, 3, pb) == 3 and pb.steps == [1, 1, 1]
 
 
+def test_the_bare_parquet_read_is_row_groups_up_to_the_limit(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from exactbatch.sources.parquet import parquet_source
+
+    for k in (1, 2):  # two files of two row groups of 10 rows, a Hive key in their path
+        (tmp_path / f"k={k}").mkdir()
+        t = pa.table({"a": np.arange(20.0), "b": np.ones(20), "c": np.zeros(20)})
+        pq.write_table(t, tmp_path / f"k={k}" / "part.parquet", row_group_size=10)
+    source = parquet_source(tmp_path, features=["a", "k"], labels=["b"])
+    pb = Count()
+    assert tool._bare_parquet(source, 100, pb) == 40 and pb.steps == [10] * 4
+    pb = Count()
+    assert tool._bare_parquet(source, 20, pb) == 20 and pb.steps == [10, 10]  # at a group's end
+    pb = Count()
+    assert tool._bare_parquet(source, 15, pb) == 20 and pb.steps == [10, 10]  # whole groups
+
+
 def test_the_bare_url_read_is_ranged_blocks_up_to_the_limit(monkeypatch):
     pytest.importorskip("fsspec")
     from exactbatch.ndf import open_ndf_dataset
@@ -136,6 +154,11 @@ def test_the_bare_url_read_is_ranged_blocks_up_to_the_limit(monkeypatch):
             monkeypatch.setattr(tool, "_READ_BYTES", 1)
             pb = Count()
             assert tool._bare_url(ds, 2, pb) == 2 and pb.steps == [1, 1]
+        one = write_ndf_dataset("memory://benchurl/one", [5], d=1, l=0)
+        with open_ndf_dataset(one) as ds:  # rows of one column: 8 bytes each
+            monkeypatch.setattr(tool, "_READ_BYTES", 8 * 2)
+            pb = Count()
+            assert tool._bare_url(ds, 5, pb) == 5 and pb.steps == [2, 2, 1]
     finally:
         import fsspec
 
@@ -237,3 +260,18 @@ def test_peak_rss():
         assert peak > 1 << 20 and peak % 1024 == 0
     else:
         assert peak is None
+
+
+def test_reset_peak(monkeypatch):
+    import os
+
+    if os.path.exists("/proc/self/clear_refs"):  # Linux: the peak is reset to what is held now
+        assert tool._reset_peak() is True
+    else:
+        assert tool._reset_peak() is False
+
+    def refused(*args, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tool, "open", refused, raising=False)  # a kernel that refuses it
+    assert tool._reset_peak() is False

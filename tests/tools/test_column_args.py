@@ -70,6 +70,10 @@ def test_resolve_columns_refusals():
     with pytest.raises(CliError) as e:
         resolve_columns("zz", NAMES, "f.csv", "--labels")
     assert e.value.__suppress_context__
+    many = [f"col{i}" for i in range(30)]  # a long list names the closest to the one missing
+    assert refusal(resolve_columns, "col_7", many, "f.csv", "--labels").endswith(
+        "(30 in all; closest to 'col_7': ['col7', 'col27', 'col17', 'col9', 'col8'])"
+    )
 
 
 def test_split_columns_defaults():
@@ -95,6 +99,16 @@ def test_split_columns_refusals():
     )
     assert refusal(split_columns, "", "", NAMES, "p") == (
         "p: no columns chosen (--features '', --labels '')"
+    )
+    # which option named a column that is not there, and where
+    assert refusal(split_columns, "zz", None, NAMES, "p") == (
+        "p: no column 'zz' (--features); columns are ['a', 'b', '0', 'y']"
+    )
+    assert refusal(split_columns, None, "zz", NAMES, "p") == (
+        "p: no column 'zz' (--labels); columns are ['a', 'b', '0', 'y']"
+    )
+    assert refusal(split_columns, None, None, NAMES, "p", exclude="zz") == (
+        "p: no column 'zz' (--exclude); columns are ['a', 'b', '0', 'y']"
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import make_data, write_ndf_dataset
 
 from exactbatch import save_ndf
+from exactbatch.errors import NdfError
 from exactbatch.tools import common
 from exactbatch.tools.common import CliError
 
@@ -34,6 +35,7 @@ def test_a_cli_error_is_a_value_error():
     ("text", "want"),
     [
         ("512", 512),
+        ("1", 1),  # the smallest size
         ("512b", 512),
         (" 2 k ", 2048),
         ("2KB", 2048),
@@ -178,6 +180,17 @@ def test_detect_format_of_what_is_missing_or_at_a_url(tmp_path):
         common.detect_format(tmp_path / "missing.ndf")
     with pytest.raises(CliError, match="^reading URLs is not supported by this command"):
         common.detect_format("s3://bucket/data.ndf")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_detect_format_refuses_a_fifo_at_once(tmp_path):
+    path = tmp_path / "data.ndf"
+    os.mkfifo(path)  # never opened for writing: a read would wait forever
+    with pytest.raises(NdfError) as e:
+        common.detect_format(path)
+    assert str(e.value) == (
+        f"{path}: not a regular file: expected a data file, found a FIFO (named pipe)"
+    )
 
 
 def test_refuse_url():
@@ -438,6 +451,7 @@ def test_progress_bars(capsys):
         assert bar.n == 5
     with common.progress(3, unit_scale=False) as plain, common.progress(3) as rows:
         assert plain._bar.unit_scale is False and rows._bar.unit == "rows"
+        assert rows._bar.desc == ""  # no label unless given
     err = capsys.readouterr().err  # on stderr, left on screen when done
     assert "reading:  50%" in err and "5.00/10.0" in err
 

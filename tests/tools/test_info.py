@@ -5,6 +5,7 @@ Parquet, .npy, and the --stats table."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from exactbatch.tools.info import render
 
@@ -204,3 +205,52 @@ def test_the_stats_table_is_as_wide_as_the_longest_name():
         "    x                0.5             0           0.5           0.5  0",
     ]
     assert _stats_lines({}) == []
+
+
+def test_parquet_stats_of_features_and_recorded_labels_with_a_bar(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from exactbatch.sources.parquet import LABELS_METADATA_KEY
+    from exactbatch.tools.info import _parquet_stats
+
+    t = pa.table({"y": [0.0, 2.0, 4.0], "s": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    pq.write_table(t.replace_schema_metadata({LABELS_METADATA_KEY: b"y"}), tmp_path / "a.parquet")
+    rows = _parquet_stats(str(tmp_path / "a.parquet"), "parquet", True)
+    assert [(r["name"], r["count"], r["mean"]) for r in rows] == [("x", 3, 2.0), ("y", 3, 2.0)]
+    err = capsys.readouterr().err  # the bar, by file, in rows
+    assert "stats a.parquet: 100%" in err and "rows/s" in err
+    assert _parquet_stats(str(tmp_path / "a.parquet"), "parquet", False) == rows
+    assert capsys.readouterr().err == ""  # no bar
+
+
+def test_the_report_of_a_npy(tmp_path):
+    from exactbatch.tools.info import _npy
+
+    for name, arr, fortran in [
+        ("c.npy", np.zeros((3, 2), np.float32), False),
+        ("f.npy", np.asfortranarray(np.zeros((3, 2))), True),
+        ("one.npy", np.zeros((3, 1)), False),  # both C and Fortran order: stored as C
+    ]:
+        np.save(tmp_path / name, arr)
+        path = str(tmp_path / name)
+        assert _npy(path) == {
+            "path": path,
+            "format": "npy",
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "fortran_order": fortran,
+            "size_bytes": (tmp_path / name).stat().st_size,
+        }
+
+
+def test_a_npy_of_objects_is_refused(tmp_path):
+    from exactbatch.tools.common import CliError
+    from exactbatch.tools.info import _npy
+
+    path = str(tmp_path / "o.npy")
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(CliError) as e:  # never unpickled: loading it could run code
+        _npy(path)
+    assert str(e.value) == (
+        f"{path}: cannot read as .npy (Array can't be memory-mapped: Python objects in dtype.)"
+    )
