@@ -762,3 +762,24 @@ def test_the_reader_made_for_the_schema_is_closed_when_read_and_when_refused():
     with pytest.raises(TypeError, match="iterable of record batches; it returned Held"):
         exactbatch.arrow_source(lambda: Held([1, 2]))
     assert Held.closed == 2
+
+
+def test_a_streams_missing_column_is_named_as_the_readers():
+    """A function's first reader is checked as a table is, its errors naming "the reader"."""
+    table = pa.table({"x0": [1.0, 2.0], "y": [0.0, 1.0]})
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(lambda: table.to_reader(), features=["x0", "x9"], labels="y")
+    assert str(e.value) == "the reader: missing column(s) ['x9']; its columns are ['x0', 'y']"
+
+
+def test_an_arrow_files_refusals_name_the_file_and_what_was_expected(tmp_path):
+    """A folder is not an Arrow IPC file; a missing column is named with the file's path."""
+    with pytest.raises(IsADirectoryError) as e:
+        exactbatch.arrow_file(str(tmp_path), labels="y")
+    assert e.value.strerror == "expected an Arrow IPC file, found a folder"
+    path = str(tmp_path / "t.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x0", pa.float64())])) as w:
+        w.write_table(pa.table({"x0": [1.0, 2.0]}))
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_file(path, features=["x0"], labels="y")
+    assert str(e.value) == f"{path}: missing column(s) ['y']; its columns are ['x0']"

@@ -141,3 +141,4 @@ def test_a_file_is_read_without_a_cache_its_size_given_where_known(rec):
     with pytest.raises(FileNotFoundError) as e:
         url_parquet_file(rec, "ebrec://data/none.parquet")
     assert e.value.errno == errno.ENOENT and e.value.filename == "ebrec://data/none.parquet"
+    assert e.value.strerror == "no such file or object"

@@ -71,7 +71,7 @@ def _all(src) -> np.ndarray:
     return np.concatenate([b for b, _ in DataLoader(src, 16, shuffle=False, total_size=40)])
 
 
-@pytest.mark.parametrize("kind", ["polars frame", "polars lazy", "duckdb", "arrow"])
+@pytest.mark.parametrize("kind", ["polars frame", "polars lazy", "duckdb", "arrow", "arrow stream"])
 def test_frame_sources_code_categorical_columns(kind):
     data = _frame_data()
     if kind.startswith("polars"):
@@ -93,6 +93,11 @@ def test_frame_sources_code_categorical_columns(kind):
 
         def make(cats):
             return duckdb_source(con.table("t"), labels="y", categorical=cats)
+
+    elif kind == "arrow stream":  # a function's reader: its schema checked with the codes
+
+        def make(cats):
+            return arrow_source(lambda: pa.table(data).to_reader(), labels="y", categorical=cats)
 
     else:
 
