@@ -778,7 +778,8 @@ def test_an_arrow_files_refusals_name_the_file_and_what_was_expected(tmp_path):
         exactbatch.arrow_file(str(tmp_path), labels="y")
     assert e.value.strerror == "expected an Arrow IPC file, found a folder"
     path = str(tmp_path / "t.arrow")
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x0", pa.float64())])) as w:
+    schema = pa.schema([("x0", pa.float64())])
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as w:
         w.write_table(pa.table({"x0": [1.0, 2.0]}))
     with pytest.raises(ValueError) as e:
         exactbatch.arrow_file(path, features=["x0"], labels="y")
