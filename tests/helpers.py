@@ -500,3 +500,25 @@ def reference_string_key(s: str | None) -> int:
     x ^= x >> 27
     x = x * 0x94D049BB133111EB % m
     return x ^ (x >> 31)
+
+
+@contextlib.contextmanager
+def jax_compile_cache(folder):
+    """JAX's persistent compilation cache in ``folder`` (fresh) while the block runs:
+    fits of the same model and shapes (seeds are arguments, not constants) compile what
+    an earlier one did from the cache instead of again. The fits run exactly as without
+    it; JAX's settings are restored after."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    compilation_cache.reset_cache()  # read the new folder (the cache is set up once)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()

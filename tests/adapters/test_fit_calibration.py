@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import jax_compile_cache
 
 from exactbatch import ConvergenceWarning, DataLoader
 
@@ -126,24 +127,12 @@ def _pymc_fit(x, y, seed):
 
 @pytest.fixture
 def compiled_once(tmp_path):
-    """JAX's persistent compilation cache in a fresh folder for this test alone: the ten
-    NumPyro fits trace the same programs (the seeds are arguments, not constants), so
-    each compiles what the first did from the cache instead of again (XLA's compiles
-    were 80% of a fit's time). The fits run exactly as without it; restored after."""
-    jax = pytest.importorskip("jax")
-    from jax.experimental.compilation_cache import compilation_cache
-
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    compilation_cache.reset_cache()  # read the new folder (the cache is set up once)
-    try:
+    """JAX's persistent compilation cache for this test alone (helpers.jax_compile_cache):
+    the ten NumPyro fits trace the same programs, so each compiles what the first did
+    from the cache instead of again (XLA's compiles were 80% of a fit's time)."""
+    pytest.importorskip("jax")
+    with jax_compile_cache(tmp_path):
         yield
-    finally:
-        for name, value in saved.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
 
 
 @pytest.mark.parametrize("run", [_numpyro_fit, _pymc_fit], ids=["numpyro", "pymc"])

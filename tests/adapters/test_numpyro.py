@@ -15,7 +15,7 @@ optax = pytest.importorskip("optax")
 
 import jax.numpy as jnp  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
-from helpers import ids, make_data  # noqa: E402
+from helpers import ids, jax_compile_cache, make_data  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 from numpyro.infer.autoguide import AutoNormal  # noqa: E402
 
@@ -35,24 +35,12 @@ def regression(xb, yb, N, subsample=None):  # noqa: N803
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_once(tmp_path_factory):
-    """JAX's persistent compilation cache in a fresh folder for this module: fits of the
-    same model and shapes (the verdict's seeds, which are arguments, not constants; the
-    quick fits of `regression`) compile what an earlier one did from the cache instead
-    of again, as in tests/adapters/test_fit_calibration.py. The fits run exactly as
-    without it; restored after."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    compilation_cache.reset_cache()  # read the new folder (the cache is set up once)
-    try:
+    """JAX's persistent compilation cache for this module (helpers.jax_compile_cache):
+    fits of the same model and shapes (the verdict's seeds; the quick fits of
+    `regression`) compile what an earlier one did from the cache, as in
+    tests/adapters/test_fit_calibration.py."""
+    with jax_compile_cache(tmp_path_factory.mktemp("xla")):
         yield
-    finally:
-        for name, value in saved.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
 
 
 def quick_fit(loader, steps, model=regression, **kw):
