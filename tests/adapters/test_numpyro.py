@@ -94,6 +94,23 @@ def _local_latent(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
 
 
+def _scaled_by_hand_in_no_plate(xb, yb, N):  # noqa: N803
+    """The batch as one event under handlers.scale(N / B): right, but unchecked."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+    with numpyro.handlers.scale(scale=N / xb.shape[0]):
+        numpyro.sample("obs", dist.Normal(xb @ w, 1).to_event(1), obs=yb[:, 0])
+
+
+def _local_latent_in_a_plate_of_its_own(xb, yb, N):  # noqa: N803
+    """A latent per row in a subsample plate of N rows apart from the observed site's:
+    each plate draws indices of its own."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+    with numpyro.plate("rows", N, subsample_size=xb.shape[0]):
+        z = numpyro.sample("z", dist.Normal(xb @ w, 1))
+    with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+        numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
+
+
 @pytest.mark.parametrize(
     "model,match",
     [
@@ -102,19 +119,60 @@ def _local_latent(xb, yb, N):  # noqa: N803
         (_scaled_by_hand, r"scaled by hand \(handlers.scale: 10\), so each row counts 10 "
                           r"times, as it should.*drop handlers.scale"),
         (_local_latent, r"latent site 'z' lies inside the data plate 'data': a latent per "
-                        r"row.*subsample=row_ids"),
+                        r"row.*handlers.substitute\(data=\{'data': row_ids\}\) around "
+                        r"numpyro.plate\('data', N, subsample_size=B\)"),
+        (_scaled_by_hand_in_no_plate, r"'obs' is in no plate of size total_size=100, but is "
+                                      r"scaled by hand \(handlers.scale: 10 = 100/10\), so "
+                                      r"the batch counts as the dataset, as it should"),
+        (_local_latent_in_a_plate_of_its_own, r"latent site 'z' lies inside the data plate "
+                                              r"'rows': a latent per row"),
     ],
-    ids=["scale-times-plate", "scale-by-hand", "local-latent"],
+    ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
+         "local-latent-own-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):
     """handlers.scale(N/B) around a subsample plate counts the data (N/B)^2 times (sds
     0.1-0.7x, silent); the hand-scaled plate of B rows is right but unchecked (its old
-    message claimed it counted B/B times); a latent per row is fitted to other rows'
-    data, since the plate draws its own indices. Each refused before any step."""
+    message claimed it counted B/B times), so is the batch scaled by hand in no plate (it
+    was told it was not scaled); a latent per row is fitted to other rows' data, since the
+    plate draws its own indices (its own plate of N rows too: it was fitted silently), and
+    the hand fit the refusal points at is NumPyro's (its plate has no subsample=). Each
+    refused before any step."""
     loader = DataLoader(make_data(100), 10, seed=0)
     with pytest.raises(ValueError, match=match):
         quick_fit(loader, 5, model=model, N=100)
     assert loader.state_dict()["batches_done"] == 0
+
+
+def test_the_hand_fit_a_local_latent_is_pointed_at_gives_the_plate_the_batch_rows():
+    """The refusal's hand fit is NumPyro's own API (its plate has no subsample=):
+    handlers.substitute of the plate's indices in model and guide makes the guide's
+    and the model's plate, as SVI replays it, hold the batch's row ids."""
+    from numpyro import handlers
+
+    loader = DataLoader(make_data(100), 10, seed=0, with_rows=True)
+    xb, yb, rows = (jnp.asarray(a) for a in next(iter(loader)))
+
+    def model(xb, yb, rows):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+        with handlers.substitute(data={"data": rows}):
+            with numpyro.plate("data", 100, subsample_size=xb.shape[0]):
+                z = numpyro.sample("z", dist.Normal(xb @ w, 1))
+                numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
+
+    auto = AutoNormal(model)
+
+    def guide(xb, yb, rows):
+        with handlers.substitute(data={"data": rows}):
+            return auto(xb, yb, rows)
+
+    guided = handlers.trace(handlers.seed(guide, 0)).get_trace(xb, yb, rows)
+    replayed = handlers.trace(handlers.replay(handlers.seed(model, 1), guided))
+    trace = replayed.get_trace(xb, yb, rows)
+    for t in (guided, trace):
+        np.testing.assert_array_equal(t["data"]["value"], rows)
+    assert trace["z"]["value"].shape == (10,)
+    assert not np.array_equal(rows, np.arange(10))  # shuffled: not the plate's own draw
 
 
 def test_integer_labels_reach_the_model_as_integers():

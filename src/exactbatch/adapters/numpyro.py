@@ -221,7 +221,7 @@ def fit(
     trace = trace_model(model, xb, yb, model_kwargs, loader)
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
-    check_latents(trace, plates)
+    check_latents(trace, plates, loader.total_size)
     check_order(loader, "fit")
 
     default = optim is None

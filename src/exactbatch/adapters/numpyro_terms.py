@@ -117,6 +117,7 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
             if _check_plate(frame.name, size, subsample, total_size, rows, site["name"], scale):
                 checked.append(frame.name)
     if not checked:
+        _check_hand_scaled(trace, total_size, rows)
         hint = f"; {LABELS_HINT}" if l == 0 else ""
         raise ValueError(
             f"fit: no plate of size total_size={total_size} encloses an observed site, so the "
@@ -125,6 +126,24 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
             f"{hint}"
         )
     return checked
+
+
+def _check_hand_scaled(trace, total_size: int, rows: int) -> None:
+    """An observed site in no plate but scaled by hand to total_size / rows counts right:
+    say so (it is refused because fit checks N and each term's shape through the plate)."""
+    want = total_size / rows
+    for site in _observed(trace):
+        scale = site.get("scale")
+        if scale is not None and abs(float(scale) - want) <= 1e-6 * want:
+            raise ValueError(
+                f"fit: observed site {site['name']!r} is in no plate of size total_size="
+                f"{total_size}, but is scaled by hand (handlers.scale: {float(scale):g} = "
+                f"{total_size}/{rows}), so the batch counts as the dataset, as it should; "
+                f"fit checks the dataset's size and one term per row through the plate. "
+                f"Observe one term per row inside numpyro.plate('data', loader.total_size, "
+                f"subsample_size=loader.batch_size) and drop handlers.scale (with both, each "
+                f"row would count ({total_size}/{rows})^2 times)"
+            )
 
 
 def _reading_batch(model, xb, yb, model_kwargs) -> set[str]:
@@ -243,15 +262,22 @@ def _check_scale(site, batch, total_size: int, rows: int) -> None:
     )
 
 
-def check_latents(trace, plates: list[str]) -> None:
-    """Refuse a latent site inside the batch's plate (a latent per row).
+def check_latents(trace, plates: list[str], total_size: int) -> None:
+    """Refuse a latent site inside the batch's plate, or any subsample plate of the
+    dataset's ``total_size`` rows (a latent per row).
 
     The plate draws its own subsample indices, not the batch's row ids, so the
     guide's parameter of row r would be fitted to whichever rows the step drew."""
+    rows = set(plates)
+    for name, site in trace.items():
+        if site["type"] == "plate":
+            size, subsample = site["args"][:2]
+            if size == total_size and subsample is not None and subsample < size:
+                rows.add(name)
     for site in trace.values():
         if site["type"] != "sample" or site.get("is_observed"):
             continue
-        inside = [f.name for f in site.get("cond_indep_stack", ()) if f.name in plates]
+        inside = [f.name for f in site.get("cond_indep_stack", ()) if f.name in rows]
         if inside:
             raise ValueError(
                 f"fit: latent site {site['name']!r} lies inside the data plate "
@@ -259,9 +285,11 @@ def check_latents(trace, plates: list[str]) -> None:
                 f"it: the plate subsamples indices of its own, not the batch's rows, so "
                 f"each row's latent would be fitted to other rows' data (measured: tens of "
                 f"posterior sds off, with no sign of it). Integrate it out of the "
-                f"likelihood, or run numpyro's SVI yourself with "
-                f"numpyro.plate({inside[0]!r}, N, subsample=row_ids) in model and guide, "
-                f"row_ids from a loader made with with_rows=True"
+                f"likelihood, or run numpyro's SVI yourself with the batch's row ids as "
+                f"the plate's indices in model and guide: with "
+                f"numpyro.handlers.substitute(data={{{inside[0]!r}: row_ids}}) around "
+                f"numpyro.plate({inside[0]!r}, N, subsample_size=B) and around the guide's "
+                f"call, row_ids from a loader made with with_rows=True"
             )
 
 
