@@ -365,6 +365,39 @@ def test_a_stream_that_turns_out_short_is_an_error_naming_drop_last(monkeypatch)
         fit(loader, 30, model=model)
 
 
+def test_fit_examines_a_stream_before_its_first_step(monkeypatch):
+    """A stream sorted by its label through a buffer of 16 rows: pymc.fit warns
+    (MixingWarning, the figures and the fix) before pm.fit takes a step; the same rows
+    shuffled once are quiet (issue 40, item 5: a sorted stream fitted 6 sd off, silently)."""
+    from exactbatch import MixingWarning
+
+    x, y = ids(320)
+    y = y + np.random.default_rng(0).standard_normal(320)  # a label that is not the row
+    order = {"sorted": np.argsort(y), "shuffled": np.random.default_rng(1).permutation(320)}
+    seen, box = [], {}
+
+    def fake(n, *, callbacks, **kwargs):
+        seen[:] = [w.category for w in box["caught"]]  # the warnings before the first step
+        return "approx"
+
+    monkeypatch.setattr(pm, "fit", fake)
+    for name, rows in order.items():
+        chunks = [(x[rows[i : i + 16]], y[rows[i : i + 16]]) for i in range(0, 320, 16)]
+        loader = DataLoader(chunks, 10, seed=0, total_size=320, buffer_size=16)
+        with pm.Model() as model:
+            x_data, y_data = data(loader)
+            regression(x_data, y_data, total_size=320)
+        with warnings.catch_warnings(record=True) as box["caught"]:
+            warnings.simplefilter("always")
+            fit(loader, 5, model=model)
+        mixing = [str(w.message) for w in box["caught"] if w.category is MixingWarning]
+        if name == "sorted":
+            assert MixingWarning in seen and len(mixing) == 1
+            assert "window of 16 rows of 320" in mixing[0] and "exactbatch shuffle" in mixing[0]
+        else:
+            assert MixingWarning not in seen and not mixing
+
+
 def test_fit_needs_its_placeholders():
     """Without data() in the model, fit asks for x= and y=; a loader with labels needs a
     y placeholder; n must be a positive int."""
