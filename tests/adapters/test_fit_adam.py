@@ -226,6 +226,35 @@ def test_pymc_adam_is_capped_adam_and_resets(tmp_path):
     assert not any(np.any(v) for v in opt.save())
 
 
+def test_pymc_adam_takes_no_step_on_a_gradient_not_finite():
+    """A gradient with an inf or a NaN (a likelihood of -inf: a step too large for the
+    data, say a column of x100 under a logit) leaves the parameters and the moments as
+    they were: they stayed finite, where they became NaN and pm.fit stopped on PyMC's
+    parameter check (unstandardised logistic, 3 of 3 seeds); finite steps go on."""
+    pytest.importorskip("pymc")
+    import pytensor
+
+    from exactbatch.adapters.pymc_schedule import Adam
+
+    params = [pytensor.shared(np.zeros(2)), pytensor.shared(np.zeros(1))]
+    grads = [pytensor.shared(np.zeros(2)), pytensor.shared(np.zeros(1))]
+    opt = Adam(0.1)
+    step = pytensor.function([], [], updates=opt(grads, params))
+    grads[0].set_value(GRADS[0])
+    grads[1].set_value(np.ones(1))
+    step()
+    want = [p.get_value().copy() for p in params], opt.save()
+    for bad in (np.inf, -np.inf, np.nan):
+        grads[1].set_value(np.array([bad]))
+        step()
+        assert all(np.array_equal(p.get_value(), w) for p, w in zip(params, want[0], strict=True))
+        assert all(np.array_equal(a, b) for a, b in zip(opt.save(), want[1], strict=True))
+    grads[1].set_value(np.ones(1))
+    step()
+    assert all(np.isfinite(p.get_value()).all() for p in params)
+    assert not np.array_equal(params[0].get_value(), want[0][0])
+
+
 def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     pm = pytest.importorskip("pymc")
 

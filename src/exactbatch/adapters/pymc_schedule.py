@@ -52,7 +52,8 @@ class Adam:
     """``pm.adam`` (Kingma and Ba) whose step size :attr:`lr` is a shared variable
     and whose state can be saved, restored and reset between steps; each coordinate's
     step is at most :attr:`cap` ``/ sqrt(v_hat)`` (a shared variable, ``inf`` to begin:
-    see :meth:`exactbatch.adapters.schedule.Plan.cap`)."""
+    see :meth:`exactbatch.adapters.schedule.Plan.cap`). A step whose gradient is not
+    finite is not taken (parameters and moments stay as they were)."""
 
     def __init__(self, lr: float, beta1=0.9, beta2=0.999, epsilon=1e-8):
         import pytensor
@@ -90,6 +91,10 @@ class Adam:
         for param, m_t, root, spent in steps:
             updates[param] = param - (m_t / c1) * pt.minimum(spent, level) / root / root
         updates[t_prev] = t
+        # a gradient not finite (a likelihood of -inf: a step too large for the data)
+        # takes no step: the parameters stay finite, the step's loss shows it
+        finite = pt.all([pt.all(pt.invert(pt.isnan(g) | pt.isinf(g))) for g in grads])
+        updates = OrderedDict((k, pt.switch(finite, v, k)) for k, v in updates.items())
         self.state = [t_prev, *moments]
         return updates
 
