@@ -111,6 +111,14 @@ def _local_latent_in_a_plate_of_its_own(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
 
 
+def _local_latent_in_no_plate(xb, yb, N):  # noqa: N803
+    """A latent per row as one vector of the batch's length, in no plate."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+    e = numpyro.sample("e", dist.Normal(0, 1).expand([xb.shape[0]]).to_event(1))
+    with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+        numpyro.sample("obs", dist.Normal(xb @ w + e, 1), obs=yb[:, 0])
+
+
 @pytest.mark.parametrize(
     "model,match",
     [
@@ -126,16 +134,19 @@ def _local_latent_in_a_plate_of_its_own(xb, yb, N):  # noqa: N803
                                       r"the batch counts as the dataset, as it should"),
         (_local_latent_in_a_plate_of_its_own, r"latent site 'z' lies inside the data plate "
                                               r"'rows': a latent per row"),
+        (_local_latent_in_no_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 rows "
+                                    r"and \(11,\) on 11: a latent per row"),
     ],
     ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
-         "local-latent-own-plate"],
+         "local-latent-own-plate", "local-latent-no-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):
     """handlers.scale(N/B) around a subsample plate counts the data (N/B)^2 times (sds
     0.1-0.7x, silent); the hand-scaled plate of B rows is right but unchecked (its old
     message claimed it counted B/B times), so is the batch scaled by hand in no plate (it
     was told it was not scaled); a latent per row is fitted to other rows' data, since the
-    plate draws its own indices (its own plate of N rows too: it was fitted silently), and
+    plate draws its own indices (its own plate of N rows too, or one vector of the batch's
+    length in no plate: both were fitted silently), and
     the hand fit the refusal points at is NumPyro's (its plate has no subsample=). Each
     refused before any step."""
     loader = DataLoader(make_data(100), 10, seed=0)

@@ -70,6 +70,7 @@ from exactbatch.adapters.numpyro_run import Run
 from exactbatch.adapters.numpyro_terms import (
     check_latents,
     check_plates,
+    check_row_latents,
     check_terms,
     trace_model,
 )
@@ -195,6 +196,8 @@ def fit(
     that depends on the batch outside that plate, or whose log-density has
     not exactly the plates' shape ((B, 1) labels against a (B,) location), or
     holds no value per row (``ValueError`` naming the site and the shapes);
+    a latent per row - a latent site in a subsample plate of ``total_size``, or
+    whose shape follows the batch's row count (``ValueError`` naming it);
     a loader without labels (l = 0) when the model fails on its batch or
     observes nothing in a plate (the message points at ``labels=``).
     """
@@ -222,6 +225,7 @@ def fit(
     plates = check_plates(trace, loader.total_size, b, loader.l or 0)  # known: read
     check_terms(model, trace, xb, yb, model_kwargs, plates, loader.total_size)
     check_latents(trace, plates, loader.total_size)
+    check_row_latents(model, trace, xb, yb, model_kwargs)
     check_order(loader, "fit")
 
     default = optim is None

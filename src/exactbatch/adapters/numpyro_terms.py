@@ -27,7 +27,14 @@ NumPyro and JAX are imported on first use, not by importing this module.
 
 from __future__ import annotations
 
-__all__ = ["LABELS_HINT", "check_latents", "check_plates", "check_terms", "trace_model"]
+__all__ = [
+    "LABELS_HINT",
+    "check_latents",
+    "check_plates",
+    "check_row_latents",
+    "check_terms",
+    "trace_model",
+]
 
 LABELS_HINT = (
     "the loader has no labels (l = 0): yb has 0 columns. If the likelihood needs labels, "
@@ -291,6 +298,49 @@ def check_latents(trace, plates: list[str], total_size: int) -> None:
                 f"numpyro.plate({inside[0]!r}, N, subsample_size=B) and around the guide's "
                 f"call, row_ids from a loader made with with_rows=True"
             )
+
+
+def check_row_latents(model, trace, xb, yb, model_kwargs) -> None:
+    """Refuse a latent whose shape follows the batch's row count (a latent per row
+    outside any plate: ``expand([xb.shape[0]])``, or a location of ``xb @ w``).
+
+    Such a latent is one parameter vector of the guide, its k-th entry paired with the
+    batch's k-th row, a different row each step. Found by tracing the model's shapes
+    (abstractly: nothing is computed) on the batch with its first row once more; a
+    model that cannot take that batch is not judged here."""
+    import jax
+    import jax.numpy as jnp
+
+    handlers = _handlers()
+
+    def latents(xb, yb):
+        traced = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(xb, yb, **model_kwargs)
+        return {n: s["value"] for n, s in traced.items() if _latent(s)}
+
+    try:
+        grown = jax.eval_shape(latents, *(jnp.concatenate([a, a[:1]]) for a in (xb, yb)))
+    except Exception:  # a model of a fixed batch size: not judged here
+        return
+    for name, site in trace.items():
+        if not _latent(site) or name not in grown:
+            continue
+        before, after = tuple(jnp.shape(site["value"])), tuple(grown[name].shape)
+        if before != after:
+            raise ValueError(
+                f"fit: latent site {name!r} has shape {before} on a batch of {xb.shape[0]} "
+                f"rows and {after} on {xb.shape[0] + 1}: a latent per row. The guide "
+                f"holds one vector for it, its k-th entry fitted to the k-th row of "
+                f"whichever batch a step draws, so each entry is fitted to other rows' data "
+                f"and fit does not support it. Integrate it out of the likelihood, or fit "
+                f"it by hand as a latent in the data plate, the batch's row ids its "
+                f"indices in model and guide (numpyro.handlers.substitute(data={{'data': "
+                f"row_ids}}) around the plate and the guide's call; row_ids from a loader "
+                f"made with with_rows=True)"
+            )
+
+
+def _latent(site) -> bool:
+    return site["type"] == "sample" and not site.get("is_observed")
 
 
 def _terms(shape) -> int:
