@@ -58,6 +58,17 @@ def test_a_label_sorted_stream_through_a_small_buffer_warns(labels):
     np.testing.assert_array_equal(next(iter(loader))[0], next(iter(fresh))[0])
 
 
+def test_a_buffer_of_half_the_rows_sorted_by_a_continuous_label_warns():
+    """A window of half the data is still a slice of it per batch (20,000 rows sorted
+    by a continuous label through a buffer of 10,000 fitted 6.8 sd off, silently): the
+    same at 1,024 rows and a buffer of 512, warned with its window."""
+    loader = _stream(_by_label(_continuous), _continuous, buffer_size=N // 2)
+    assert loader.mixing_window < N
+    with pytest.warns(MixingWarning, match=r"window of 512 rows of 1024"):
+        v = check_order(loader, "fit")
+    assert v["p_value"] == pytest.approx(0.01)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_well_shuffled_stream_does_not_warn(seed):
     """The same rows in a random order, the same small buffer: quiet (fixed seeds; a
