@@ -75,6 +75,8 @@ class Ranges:
         self.nbatches = self.counts(())[0]
         # see global_ledger: (key, steps, the other ranks' rows of those steps)
         self._others: tuple[Any, int, Tally] = (None, 0, Tally())
+        # see _layout: the last epoch's ((seed, epoch), layout)
+        self._last: tuple[Any, tuple[int, WindowedOrder | None]] = (None, (0, None))
 
     @staticmethod
     def open_stream(
@@ -133,13 +135,17 @@ class Ranges:
 
     def _layout(self, seed: int, epoch: int) -> tuple[int, WindowedOrder | None]:
         """``(window, base)`` of an epoch: a stream's windows and chunk order; a
-        random-access source's whole rows (one window a share), positions as rows."""
+        random-access source's whole rows (one window a share), positions as rows.
+        Kept for the last ``(seed, epoch)`` asked: a state's ledger and every rank's
+        order of a segment ask it again, and a keyed order is made afresh each time."""
         if not self.spec.shuffle:
             return max(1, self.total), None
+        if self._last[0] == (seed, epoch):
+            return self._last[1]
         order = self._orders(seed, epoch, 0, self.total)
-        if isinstance(order, WindowedOrder):
-            return order.window, order
-        return max(1, self.total), None
+        layout = (order.window, order) if isinstance(order, WindowedOrder) else None
+        self._last = ((seed, epoch), layout or (max(1, self.total), None))
+        return self._last[1]
 
     def _order(self, pieces: list[Piece], seed: int, epoch: int) -> RangesOrder:
         _, base = self._layout(seed, epoch)
