@@ -46,8 +46,8 @@ def test_an_epochs_layout_is_asked_of_the_keyed_orders_once_for_every_rank():
     dealing, fresh = dealings
     asked = []
     real = dealing._orders
-    dealing._orders = lambda seed, epoch, *rest: asked.append((seed, epoch)) or real(
-        seed, epoch, *rest
+    dealing._orders = lambda seed, epoch, *rest: (
+        asked.append((seed, epoch)) or real(seed, epoch, *rest)
     )
     for epoch in (1, 1, 2, 1):
         for r in range(3):
