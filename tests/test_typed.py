@@ -110,6 +110,16 @@ STRICT = (
     "exactbatch.adapters.schedule",
     "exactbatch.adapters.minibatch",
     "exactbatch.adapters.order_check",
+    "exactbatch.adapters.dask",
+    "exactbatch.adapters.dask_plan",
+    "exactbatch.adapters.ray",
+    "exactbatch.adapters.ray_sink",
+    "exactbatch.adapters.ray_train",
+    "exactbatch.adapters.torch",
+    "exactbatch.adapters.torch_checkpoint",
+    "exactbatch.adapters.torch_pinned",
+    "exactbatch.adapters.jax",
+    "exactbatch.adapters.jax_put",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
