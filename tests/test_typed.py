@@ -120,6 +120,11 @@ STRICT = (
     "exactbatch.adapters.torch_pinned",
     "exactbatch.adapters.jax",
     "exactbatch.adapters.jax_put",
+    "exactbatch.adapters.numpyro_adam",
+    "exactbatch.adapters.numpyro_run",
+    "exactbatch.adapters.numpyro_terms",
+    "exactbatch.adapters.pymc_schedule",
+    "exactbatch.adapters.pymc_terms",
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (
