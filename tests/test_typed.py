@@ -125,6 +125,9 @@ STRICT = (
     "exactbatch.adapters.numpyro_terms",
     "exactbatch.adapters.pymc_schedule",
     "exactbatch.adapters.pymc_terms",
+    "exactbatch.adapters.numpyro",
+    "exactbatch.adapters.pymc",
+    "exactbatch.adapters.*",  # (every adapter: a new one too)
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

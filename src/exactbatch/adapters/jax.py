@@ -66,7 +66,8 @@ __all__ = ["JaxLoader", "as_jax"]
 
 # A batch handed out: the features, the labels (jax.Array s), the row ids (NumPy, on the
 # host: with_rows), the mask (pad_last, or a loader of even_batches="pad")
-Put: TypeAlias = "tuple[jax.Array | np.ndarray, ...]"
+Handed: TypeAlias = "jax.Array | np.ndarray"  # one array of it
+Put = tuple[Handed, ...]
 Host = tuple[np.ndarray, ...]  # the same batch's arrays on the host
 Putters = tuple[Putter, ...]  # of x and y, and of the mask
 JaxDevice: TypeAlias = "jax.Device"  # (where a function's local jax is the module)

@@ -53,11 +53,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from exactbatch.adapters.convergence import warn_if_moving
-from exactbatch.adapters.jax import as_jax
+from exactbatch.adapters.jax import Handed, JaxLoader, as_jax
 from exactbatch.adapters.minibatch import (
     check_batch_rows,
     check_exact_batches,
@@ -66,7 +66,7 @@ from exactbatch.adapters.minibatch import (
     first_batch,
 )
 from exactbatch.adapters.numpyro_adam import default_optim
-from exactbatch.adapters.numpyro_run import Run
+from exactbatch.adapters.numpyro_run import Bar, Run
 from exactbatch.adapters.numpyro_terms import (
     check_latents,
     check_plates,
@@ -76,18 +76,21 @@ from exactbatch.adapters.numpyro_terms import (
 from exactbatch.adapters.order_check import check_order
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.loader import DataLoader
 
 __all__ = ["fit"]
 
 
-def _svi():
+def _svi() -> tuple[Foreign, Foreign, Foreign]:
     """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
     infer = need("numpyro.infer", by="exactbatch.numpyro", package="NumPyro", extra="numpyro")
     return infer.SVI, infer.Trace_ELBO, infer.svi.SVIRunResult
 
 
-def _epochs(batches, rows: int, on_new_epoch):
+def _epochs(
+    batches: JaxLoader, rows: int, on_new_epoch: Callable[[], None]
+) -> Generator[tuple[Handed, Handed], None, None]:
     """The loader's batches without end, epoch after epoch (``on_new_epoch()`` at each
     rollover); closing the generator gives the batches put ahead back to the loader."""
     it = iter(batches)
@@ -107,10 +110,12 @@ def _epochs(batches, rows: int, on_new_epoch):
 
 
 @functools.cache
-def _result_class(run_result):
+def _result_class(run_result: type) -> type:
     """``SVIRunResult`` with a ``convergence`` attribute (still a 3-tuple)."""
 
-    class Result(run_result):
+    # (a class made from NumPyro's on first use, NumPyro loading lazily: mypy takes no
+    # variable for a base class)
+    class Result(run_result):  # type: ignore[misc]
         """NumPyro's ``SVIRunResult(params, state, losses)``, and ``convergence``."""
 
         convergence = None
@@ -247,15 +252,15 @@ def fit(
 class _NoBar:
     show = False
 
-    def update(self, n):
+    def update(self, n: int) -> None:
         pass
 
-    def set_postfix(self, **kw):
+    def set_postfix(self, **kw: object) -> None:
         pass
 
 
 @contextlib.contextmanager
-def _bar(show: bool, total: int):
+def _bar(show: bool, total: int) -> Iterator[Bar]:
     """A tqdm bar over the steps when ``show``, else one that does nothing."""
     if not show:
         yield _NoBar()

@@ -25,6 +25,7 @@ from exactbatch.adapters.convergence import (
     judge,
     parts,
 )
+from exactbatch.adapters.jax import Handed
 from exactbatch.adapters.numpyro_adam import restart_moments, with_schedule
 from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick
 from exactbatch.hints import Foreign, PyTree
@@ -38,7 +39,8 @@ GUIDE_DRAWS = 256  # draws of the guide per window for the verdict's means and s
 
 # One compiled step: (SVI state, sums, losses, step, *args) -> (state, sums, losses)
 Step = Callable[..., tuple[Foreign, "jax.Array", "jax.Array"]]
-Batches = Iterator[tuple[np.ndarray, np.ndarray]]  # the fit's batches, without end
+# the fit's batches (as_jax's, the features' and labels'), without end
+Batches = Iterator[tuple[Handed, Handed]]
 
 
 class Bar(Protocol):
