@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -64,9 +65,9 @@ def spy_on_the_verdict() -> None:
     from exactbatch.adapters import convergence, pymc_schedule
     from exactbatch.adapters import numpyro_run as enp
 
-    def spy(parts, *args, **kwargs):
-        SEEN["parts"] = parts
-        return convergence.judge(parts, *args, **kwargs)
+    def spy(parts, *args):
+        SEEN["parts"], SEEN["inputs"] = parts, (parts, *args)
+        return convergence.judge(parts, *args)
 
     enp.judge = pymc_schedule.judge = spy
 
@@ -85,13 +86,16 @@ def trajectory(lib, m_ref, s_ref) -> str:
     return f"\n      parts of latent {j} (b first): " + " ".join(f"{v:+.2f}" for v in off[:, j])
 
 
-def one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref):
+def one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref, save=None):
     from exactbatch.adapters import schedule
 
     schedule.SETTLE = settle
     run = fs.fit_numpyro if lib == "numpyro" else fs.fit_pymc
     t = time.perf_counter()
     m, s, v, warned, _ = run(x, y, kind, k, batch, steps, seed)
+    if save and SEEN.get("inputs"):  # the verdict's inputs, for fit_verdict_trace --judge
+        with open(f"{save}_{lib}_{seed}_settle{settle}.pkl", "wb") as f:
+            pickle.dump(tuple(SEEN.pop("inputs")), f)
     dist, ratio = np.abs(m - m_ref) / s_ref, s / s_ref
     good = dist.max() <= 0.2 and ratio.min() >= 0.8 and ratio.max() <= 1.25
     wrong = dist.max() > 0.5 or ratio.min() < 1 / 1.5 or ratio.max() > 1.5
@@ -101,6 +105,7 @@ def one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref):
              f"{v.shift_noise:.3f})" if v.shift is not None else "-")  # fmt: skip
     print(f"  {lib:8s} seed {seed} settle {settle}: {dist.max():5.2f} sd, sds "
           f"{ratio.min():.2f}-{ratio.max():.2f}x, drift {v.drift:+.3f}, shift {shift}, "
+          f"error {v.error:.3f}, sd error {v.sd_error:.3f}, "
           f"{'WARNED' if warned else 'quiet'} {mark}  {time.perf_counter() - t:.0f} s"
           f"{trajectory(lib, m_ref, s_ref)}", flush=True)  # fmt: skip
     return mark
@@ -112,6 +117,7 @@ def main() -> None:
     ap.add_argument("--settle", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--libs", nargs="+", default=["numpyro", "pymc"])
     ap.add_argument("--seeds", type=int, nargs="+", help="instead of each case's seeds")
+    ap.add_argument("--save", help="save each fit's verdict inputs to SAVE_<case>_<lib>_...pkl")
     args = ap.parse_args()
     import jax
 
@@ -130,7 +136,8 @@ def main() -> None:
         for lib in (lib for lib in libs if lib in args.libs):
             for seed in args.seeds or seeds:
                 for settle in args.settle:
-                    mark = one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref)
+                    save = args.save and f"{args.save}_{case}"
+                    mark = one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref, save)
                     counts.setdefault(settle, []).append(mark)
         for settle, marks in counts.items():
             print(f"  settle {settle}: {len(marks)} fits, {marks.count('false alarm')} false "
