@@ -54,7 +54,8 @@ verdict's shift rule (:mod:`exactbatch.adapters.convergence`) reads as a fit
 not converged (measured: breast cancer, NumPyro, B = 32, 10,000 steps, seed 1:
 ``w[15]``'s first part +0.19 reference sds, the next three +0.05 to +0.11; begun a
 part earlier, +0.09, and its shift margin 0.084 to 0.036; seed 2's 0.023 to 0.006).
-The settle span is run, but neither judged nor averaged. What is left of those
+The settle span is run, but neither judged nor averaged (its cost: 5% of the steps
+more at the tail's draws). What is left of those
 shifts is the batches' slow wander (the parts' path the same whatever the settle:
 the windows' batches are), not the transient: two or four parts settled did no
 better than one (docs/statistics.md).
