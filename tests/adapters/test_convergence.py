@@ -67,7 +67,7 @@ def test_the_warning_names_every_bound_it_is_above_and_what_was_returned():
     text = _warning(all_three)
     assert "uncertain by 0.3 posterior sd (w[1] mean" in text
     assert text.count("; and ") == 2
-    assert "returned: the mean of the tail's iterates (both windows)." in text
+    assert "returned: the mean of the iterates of both windows (the last two fifths" in text
     # the sds alone, and no estimate named (a verdict of judge alone)
     text = _warning(_verdict(sd_error=0.2))
     assert text.startswith("fit has not converged: its sds are uncertain by 0.2")

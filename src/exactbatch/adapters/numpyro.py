@@ -41,7 +41,7 @@ device two batches ahead, float32 unless 64-bit JAX is on). The step is
 writes its loss into a device array, read back once at the end with the
 window sums of the verdict; the pilot is one more compiled step that runs
 the candidates side by side (``vmap``) for 5% of the steps, and the tail's
-(the last two fifths) another, its loss averaging 4 draws of the guide a step
+(from 55% of the steps) another, its loss averaging 4 draws of the guide a step
 (``Trace_ELBO(num_particles=4)``: a guide sd's tail average scatters half as much
 between fits; see :mod:`exactbatch.adapters.schedule`). The verdict
 draws 256 samples of the guide twice.
@@ -154,15 +154,16 @@ def fit(
     5% of the steps a pilot runs the candidate step sizes (0.3, 0.1, 0.03, 0.01)
     side by side on the same batches and random draws and keeps the largest
     stable one; the step then decays linearly to the tail's step (bounded by
-    the data's N and the batch; see the module) at 60% of the steps and stays
-    there, each of the tail's steps averaging 4 draws of the guide. Any other
+    the data's N and the batch; see the module) at 55% of the steps, a part
+    before the verdict's windows, and stays there, each of the tail's steps
+    averaging 4 draws of the guide. Any other
     ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 
     The params returned (``result.convergence.returned`` names which): with
-    the default schedule, the mean of the iterates of the tail (the verdict's
-    two windows, the last two fifths of the steps) when the verdict finds no
+    the default schedule, the mean of the iterates of the tail's last two
+    windows (the verdict's: the last two fifths of the steps) when it finds no
     drift, else the mean of the last window's iterates (the last fifth of the
     steps: a travelling fit is behind the tail's average, and the tail's
     step leaves each iterate jittering by posterior sds); with an

@@ -185,7 +185,7 @@ class Run:
                 except Exception:
                     if self.tail_svi.loss.vectorize_particles is False or self.sums.is_deleted():
                         raise  # not a trace's failure: the step ran (its buffers given)
-                    # a model vmap cannot trace (its first tail step, ~60% into the fit):
+                    # a model vmap cannot trace (its first tail step, ~55% into the fit):
                     # the same draws, keys and state, one after another (lax.map)
                     from numpyro.infer import Trace_ELBO
 

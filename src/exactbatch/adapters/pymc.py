@@ -321,7 +321,8 @@ def fit(
     0.03, 0.01) one after another, each for 2% of the steps from the same
     start, and keeps the largest stable one; the step then decays linearly
     to the tail's step (bounded by the data's N and the batch; see the
-    module) at 60% of the steps and stays there, with ADVI's ``obj_n_mc`` (the
+    module) at 55% of the steps (a part before the verdict's windows) and stays
+    there, with ADVI's ``obj_n_mc`` (the
     guide's draws a step: yours, else 1) at least 4 in that tail. A named
     ``method`` is made into PyMC's Inference object first (with the seed);
     ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
@@ -336,7 +337,7 @@ def fit(
     ``exactbatch.ConvergenceWarning`` with the figures and what it returned)
     and ``step_size`` (the pilot's choice, or None). Its parameters
     (``approx.convergence.returned`` names which): with the default
-    schedule, the mean of the tail's iterates (the verdict's two windows, the
+    schedule, the mean of the iterates of the verdict's two windows (the
     last two fifths of the steps) when the verdict finds no drift, else the
     mean of the last window's iterates (the last fifth of the steps: a
     travelling fit is behind the tail's average, and the tail's step leaves
