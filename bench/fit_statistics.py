@@ -36,6 +36,7 @@ NUTS; the verdict (drift, and whether it warned); seconds. Targets: within
 
     PYTHONPATH=src .venv/bin/python bench/fit_statistics.py [--data breast_cancer ...]
         [--steps 10000 [40000 ...]] [--seeds 3] [--buffer 64] [--nuts 500] [--skip pymc sorted nuts]
+        [--columns 8]   (the first 8 features only: issue 40's short fits of breast cancer)
 
 ``--grid``: the N x B x steps grid of issue 40 on a synthetic regression of 3
 features (``--kind linear|logistic``, ``--scale a b c`` for unstandardised
@@ -386,6 +387,7 @@ def main() -> None:
     ap.add_argument("--buffer", type=int, default=64)
     ap.add_argument("--nuts", type=int, default=500)
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "sorted", "nuts"])
+    ap.add_argument("--columns", type=int, help="the data sets' first COLUMNS features only")
     args = ap.parse_args()
     if args.grid:
         grid(args)
@@ -393,7 +395,7 @@ def main() -> None:
 
     for name in args.data:
         x, y, kind, k = load(name)
-        batch = DATA[name][1]
+        x, batch = x[:, : args.columns], DATA[name][1]
         t = time.perf_counter()
         refs = [reference(x, y, kind, k, scramble) for scramble in (0, 1)]
         (m0, s0), (m1, s1) = refs

@@ -68,13 +68,17 @@ chunks included), a stream buffer of 6..13 rows and ndf_blocks blocks of
 takes its batches: 4 threads; else ``iter()`` with prefetch 2 (for half of
 those cases, by the hash, reading 3 batches ahead with ``peek()`` before
 each ``next()``: the state counts only the batches handed out, and
-``next()`` hands out the batch peeked); else ``next_into``.
+``next()`` hands out the batch peeked); else ``next_into``. A shuffled epoch's
+batches are sliced from its whole keyed order (computed at once at these
+sizes) or, for half of the cases by the hash, map blocks of positions and
+never use it (``random_access._WHOLE_ROWS`` 0, as past 2**24 rows).
 
-Size: 5,181 cases (``pytest --co``, on 2026-12-06), about 150 s on a 2-core machine
-(``time pytest tests/test_law_matrix.py``).
+Size: 3,346 cases, 5,316 with ``EXACTBATCH_LAWS=all`` (``pytest --co``, on 2026-12-07);
+about 100 s of CPU (``/usr/bin/time pytest -n 0 tests/test_law_matrix.py``).
 
-* ``test_epoch_laws`` (3,263, 563 over a subset, 65 over a column
-  selection, 16 over a categorical column): the whole product (3,360 allowed
+* ``test_epoch_laws`` (3,302 with ``EXACTBATCH_LAWS=all``, 1,332 by default; 563
+  over a subset, 65 over a column selection, 16 over a categorical column): the
+  whole product (3,360 allowed
   combinations), less the s3 cases off a stride of 12 (each is network
   round trips; the subset, columns and pure-path axes draw from its stride
   of 4) and the sharded and sharded_blocks cases off a stride of 3
@@ -92,7 +96,7 @@ Size: 5,181 cases (``pytest --co``, on 2026-12-06), about 150 s on a 2-core mach
   those cases on the pure NumPy path, half of them in float32; run again
   under ``EXACTBATCH_PURE=1`` by ``tests/test_backends.py``;
   ``test_epoch_laws_in_float32_on_this_backend`` (1): a few more in float32.
-* ``test_resume_at_every_batch`` (392): the single-thread cases on a stride
+* ``test_resume_at_every_batch`` (405): the single-thread cases on a stride
   of 5 (s3, sharded, sharded_blocks, the doubles and the Arrow kinds on a
   stride of 15; under contiguous "pad", shard 0, the one padded), every kind and
   mode among them; the last shard cut at every batch of epoch 0 or 1; and
@@ -167,7 +171,7 @@ from laws import (
 
 import exactbatch
 from exactbatch import save_ndf
-from exactbatch.feeds import streamed
+from exactbatch.feeds import random_access, streamed
 from exactbatch.loader import compaction
 
 # Array-likes (a CPU torch tensor, a pandas DataFrame) become random-access
@@ -429,6 +433,10 @@ def make_spec(data_dir, request):
             request.getfixturevalue("monkeypatch").setattr(
                 streamed, "read_depth", lambda *args, **kwargs: depth
             )
+        if case.pick((False, True), "blocks"):  # the keyed order's two paths, by the hash:
+            # batches mapping blocks of positions, never the epoch's whole order (else
+            # sliced from it: computed at once at these sizes, random_access._AT_ONCE_ROWS)
+            request.getfixturevalue("monkeypatch").setattr(random_access, "_WHOLE_ROWS", 0)
         if case.kind == "factory":  # a declared N; the list counts its rows ("auto")
             spec["loader"]["total_size"] = n
         if case.subset:  # scattered, unsorted ids: n of the source's source_n rows

@@ -110,6 +110,24 @@ STRICT = (
     "exactbatch.adapters.schedule",
     "exactbatch.adapters.minibatch",
     "exactbatch.adapters.order_check",
+    "exactbatch.adapters.dask",
+    "exactbatch.adapters.dask_plan",
+    "exactbatch.adapters.ray",
+    "exactbatch.adapters.ray_sink",
+    "exactbatch.adapters.ray_train",
+    "exactbatch.adapters.torch",
+    "exactbatch.adapters.torch_checkpoint",
+    "exactbatch.adapters.torch_pinned",
+    "exactbatch.adapters.jax",
+    "exactbatch.adapters.jax_put",
+    "exactbatch.adapters.numpyro_adam",
+    "exactbatch.adapters.numpyro_run",
+    "exactbatch.adapters.numpyro_terms",
+    "exactbatch.adapters.pymc_schedule",
+    "exactbatch.adapters.pymc_terms",
+    "exactbatch.adapters.numpyro",
+    "exactbatch.adapters.pymc",
+    "exactbatch.adapters.*",  # (every adapter: a new one too)
 )
 # `mypy --strict`'s flags that can be set per module, and those only set for all
 _PER_MODULE = (

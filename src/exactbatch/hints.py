@@ -20,6 +20,7 @@ __all__ = [
     "Device",
     "Foreign",
     "PathLike",
+    "PyTree",
     "Source",
     "TotalSize",
 ]
@@ -47,6 +48,10 @@ ColumnSelection = Sequence[str | int] | str | int | None
 # An object of a library that ships no types (a pyarrow array, table or schema, a
 # polars frame, a DuckDB relation): what is called of it is checked where it is read.
 Foreign = Any
+
+# A JAX pytree (arrays in nested tuples, lists and dicts: a model's parameters, an
+# optimiser's state): JAX itself types one Any; what is read of it is checked there.
+PyTree = Any
 
 # A device of the adapter's library (``"cuda:0"``, a ``torch.device``, a
 # ``jax.Device``), or None for its default.

@@ -33,6 +33,7 @@ from exactbatch.adapters.schedule import (
     FLOOR,
     RELAX,
     RESTARTS,
+    SETTLE,
     SPREAD,
     TAIL_DRAWS,
     Plan,
@@ -96,11 +97,38 @@ def test_the_tail_step_stays_within_its_bounds():
 def test_the_step_decays_linearly_from_lr0_to_the_tail_step():
     plan = Plan(1000, None)
     lr0, end = 0.1, plan.tail_step(0.1)
-    assert plan.pilot == 50 and plan.tail == 600
+    assert plan.pilot == 50 and plan.tail == 550  # a part (50 steps) before the windows
     assert plan.step_size(lr0, 50) == pytest.approx(lr0)
-    assert plan.step_size(lr0, 325) == pytest.approx((lr0 + end) / 2)
-    assert plan.step_size(lr0, 599) == pytest.approx(lr0 + 549 / 550 * (end - lr0))
-    assert plan.step_size(lr0, 600) == plan.step_size(lr0, 999) == pytest.approx(end)
+    assert plan.step_size(lr0, 300) == pytest.approx((lr0 + end) / 2)
+    assert plan.step_size(lr0, 549) == pytest.approx(lr0 + 499 / 500 * (end - lr0))
+    assert plan.step_size(lr0, 550) == plan.step_size(lr0, 999) == pytest.approx(end)
+
+
+def test_the_tail_begins_a_part_before_the_verdicts_first_window():
+    """The tail - Adam's restart, its flat step, the cap, the budget and the guide's draws
+    - begins SETTLE parts before the verdict's first window, which then does not hold the
+    tail's own transient: breast cancer, NumPyro, B = 32, 10,000 steps, seeds 1 and 2
+    (0.09 and 0.10 sd off) warned of a shift, their means jumping right after the restart
+    at the first window's first step. The verdict reads, and the fit averages, the windows
+    alone (``judged`` on)."""
+    assert SETTLE >= 1
+    for steps, epoch in ((10_000, 17), (2000, 39), (1000, None), (300, 17), (20, None)):
+        plan, start = Plan(steps, epoch, rows=569), windows(steps, epoch)[0]
+        assert plan.judged == start == parts(steps, epoch)[0][0][0]
+        assert plan.tail == start - SETTLE * plan.part < start, (steps, epoch)
+        assert plan.restarts[-1] == plan.tail and not plan.restart(start)
+        lr0 = 0.1
+        before, tail = plan.step_size(lr0, plan.tail - 1), plan.step_size(lr0, plan.tail)
+        assert before != tail == plan.step_size(lr0, start) == plan.tail_step(lr0)
+        assert plan.draws(plan.tail - 1) == 1 and plan.draws(plan.tail) == TAIL_DRAWS
+        assert plan.cap(plan.tail - 1) == plan.budget(plan.tail - 1) == math.inf
+        assert plan.cap(plan.tail) < math.inf and plan.budget(plan.tail) < math.inf
+    assert Plan(10_000, 17).tail == 6022 - 497  # windows of 117 epochs, parts of 497 steps
+    # never before the pilot's end: a pilot that reaches the windows leaves no settle span
+    assert Plan(20, None, pilot=12).tail == 12 == windows(20, None)[0]
+    assert Plan(300, 17, pilot=190).tail == 190 and Plan(300, 17, pilot=190).judged == 198
+    # a fit too short for two windows has no tail (nor windows)
+    assert Plan(4, None).tail == Plan(4, None).judged == 4
 
 
 def test_pick_keeps_the_largest_stable_step():
@@ -453,7 +481,7 @@ def test_a_window_of_one_step_is_judged_and_a_shorter_one_is_not():
 
 def test_the_plan_follows_its_epochs_and_a_given_pilot():
     plan = Plan(1000, 30)  # windows of 6 epochs of 30 (180 steps), not 200
-    assert plan.tail == 640 and plan.part == 45
+    assert plan.judged == 640 and plan.part == 45 and plan.tail == 640 - SETTLE * 45
     assert Plan(1000, None, pilot=7).pilot == 7
     assert Plan(10, None).pilot == 1 and Plan(20, None).part == 1
     uneven = Plan(1010, None)  # windows of 202 steps: parts of 50 whole steps
@@ -644,9 +672,10 @@ def test_adams_moments_restart_at_the_pilots_end_in_the_decay_and_at_the_tail():
     begins - only there."""
     plan = Plan(2000, 39)
     assert RESTARTS == 2
-    assert plan.restarts == (100, 660, 1220)  # pilot 100, tail 1220: the decay cut in 2
-    assert [i for i in range(2000) if plan.restart(i)] == [100, 660, 1220]
-    assert Plan(300, 20).restarts == (15, 97, 180)
+    assert SETTLE == 1 and plan.part == 97
+    assert plan.restarts == (100, 611, 1123)  # pilot 100, tail 1123: the decay cut in 2
+    assert [i for i in range(2000) if plan.restart(i)] == [100, 611, 1123]
+    assert Plan(300, 20).restarts == (15, 90, 165)
     # a fit whose tail is its pilot's end restarts once; none at its last step or after
     assert Plan(20, None, pilot=12).restarts == (12,)
     assert not Plan(4, None).restart(4)

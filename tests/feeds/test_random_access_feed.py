@@ -27,11 +27,12 @@ def test_the_whole_order_is_computed_on_a_named_daemon_thread():
     assert seen == {"name": "exactbatch-order", "daemon": True, "main": False}
 
 
-def test_an_error_computing_the_whole_order_waits_in_the_future():
+@pytest.mark.parametrize("run", ["_in_background", "_at_once"])
+def test_an_error_computing_the_whole_order_waits_in_the_future(run):
     def compute():
         raise MemoryError("no room for the whole order")
 
-    fut = random_access._in_background(compute)
+    fut = getattr(random_access, run)(compute)
     with pytest.raises(MemoryError, match="no room for the whole order"):
         fut.result(timeout=60)
 
@@ -52,6 +53,27 @@ def test_a_shuffled_epoch_is_sliced_from_the_whole_order_computed_ahead(monkeypa
     rows = [int(r) for xb, _ in it for r in xb[:, 0]]
     assert calls == []
     assert rows == EpochBijection(1000, seed=3, epoch=0, shard=0).rows(0, 1000).tolist()
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_small_epochs_whole_order_is_computed_at_once_without_a_thread(monkeypatch, extra):
+    """Up to _AT_ONCE_ROWS rows, the whole order of the epoch begun and of the next one
+    are computed where they are asked for, done before the first batch, no thread
+    started (its start costs more than the order); one row more, each on a thread of
+    its own. The rows are the bijection's either way."""
+    n = random_access._AT_ONCE_ROWS + extra
+    started = []
+    real = random_access._in_background
+    monkeypatch.setattr(random_access, "_in_background", lambda c: started.append(c) or real(c))
+    loader = DataLoader(np.arange(float(n))[:, None], 64, seed=3)
+    it = iter(loader)
+    wholes = loader._feed._wholes
+    assert sorted(wholes) == [(3, 0, 0), (3, 1, 0)]
+    assert len(started) == 2 * extra
+    if not extra:
+        assert all(fut.done() for fut in wholes.values())
+    rows = [int(r) for xb, _ in it for r in xb[:, 0]]
+    assert rows == EpochBijection(n, seed=3, epoch=0, shard=0).rows(0, n).tolist()
 
 
 @pytest.mark.parametrize(("d", "l"), [(16, 0), (12, 4), (1, 15)])

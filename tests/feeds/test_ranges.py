@@ -34,6 +34,30 @@ def test_a_ranks_positions_and_batches_are_its_share_from_zero():
         assert (plan.key, plan.size, plan.span) == (r, size, size)
 
 
+def test_an_epochs_layout_is_asked_of_the_keyed_orders_once_for_every_rank():
+    """The base order's layout (a keyed order, made afresh each time it is asked) is
+    kept for the last (seed, epoch) asked, and a rank's order for a few: every rank's
+    order of an epoch, asked twice, makes the layout once; another epoch makes its own;
+    going back finds the first epoch's orders kept. Each rank's order is a fresh
+    dealing's."""
+    dealings = [
+        DataLoader(np.zeros((1000, 1)), 64, num_shards=3, elastic="ranges", seed=2)._feed.dealing
+        for _ in range(2)
+    ]
+    dealing, fresh = dealings
+    asked = []
+    real = dealing._orders
+    dealing._orders = lambda seed, epoch, *rest: (
+        asked.append((seed, epoch)) or real(seed, epoch, *rest)
+    )
+    for epoch in (1, 1, 2, 1):
+        for r in range(3):
+            got = dealing.rank_order(2, epoch, (), r).rows(0, 333)
+            assert got.tolist() == fresh.rank_order(2, epoch, (), r).rows(0, 333).tolist()
+    assert asked == [(2, 1), (2, 2)]
+    assert dealing.rank_order(2, 1, (), 0) is dealing.rank_order(2, 1, 0, 0)
+
+
 def test_unshuffled_ranks_hand_out_their_contiguous_shares_in_file_order():
     """No shuffle: rank r's rows are rows [r*n//S, (r+1)*n//S) in order, over a stream's
     chunks and over random access alike."""

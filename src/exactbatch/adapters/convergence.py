@@ -129,7 +129,7 @@ ALPHA = 0.05  # the chance a converged fit's drift is called significant, over a
 DOF = 2 * PARTS - 2  # a latent's noise: the parts' scatter about a straight line
 
 # what a fit returns (:func:`estimate`)
-TAIL = "the mean of the tail's iterates (both windows)"
+TAIL = "the mean of the iterates of both windows (the last two fifths of the steps)"
 LAST_WINDOW = "the mean of the last window's iterates (the last fifth of the steps)"
 LAST = "the last iterate"
 LAST_EPOCH = "the mean of the last epoch's iterates"

@@ -49,14 +49,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from exactbatch.adapters.dask_plan import Columns, Plan, import_dask, plan_for
 from exactbatch.checks import check_int
-from exactbatch.hints import PathLike
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
+from exactbatch.ndf.manifest import PartInfo
 from exactbatch.ndf.storage import dataset_path
 from exactbatch.order.subset import check_subset
 from exactbatch.sources.identity import column_names
@@ -65,20 +67,22 @@ from exactbatch.stats import ColumnStats
 __all__ = ["DaskPartitions", "DaskStream", "column_stats", "dask_source", "to_ndf_dataset"]
 
 
-def _client():
+def _client() -> Foreign:
     """The active ``dask.distributed`` client, or None (then ``dask.compute``'s scheduler)."""
     try:
         from distributed import default_client
     except ImportError:
         return None
+    find: Foreign = default_client  # (distributed's functions are not annotated)
     try:
-        return default_client()
+        return find()
     except ValueError:  # no client
         return None
 
 
-def _compute_all(tasks) -> list:
-    """The results of ``tasks`` (Delayed), or the first error once no task still runs.
+def _compute_all(tasks: list[Foreign]) -> list[Any]:
+    """The results of ``tasks`` (Delayed), or the first error once no task still runs
+    (what the tasks return: each caller names it).
 
     Every task started is waited for, failed or not, before an error is
     raised, so that nothing still writes when the caller cleans up: on a
@@ -98,8 +102,9 @@ def _compute_all(tasks) -> list:
         from dask.system import CPU_COUNT
         from dask.threaded import get as threaded_get
 
+        scheduler_of: Foreign = get_scheduler  # (dask's functions are not annotated)
         if (
-            get_scheduler(collections=tasks) is not threaded_get
+            scheduler_of(collections=tasks) is not threaded_get
             or dask.config.get("pool", None) is not None
         ):
             return list(dask.compute(*tasks))
@@ -111,13 +116,15 @@ def _compute_all(tasks) -> list:
             pool.shutdown(wait=True, cancel_futures=True)
     from distributed import wait
 
+    wait_for: Foreign = wait  # (distributed's functions are not annotated)
     futures = client.compute(tasks)
     try:
-        wait(futures)
+        wait_for(futures)
         for f in futures:
             if f.status == "error":
                 f.result()  # raises the task's own exception
-        return client.gather(futures)
+        results: list[Any] = client.gather(futures)
+        return results
     finally:
         client.cancel(futures)
 
@@ -125,7 +132,14 @@ def _compute_all(tasks) -> list:
 # -- writing ----------------------------------------------------------------------------------
 
 
-def _write_partition(part, index: int, path: str, write_id: str, columns: Columns, so):
+def _write_partition(
+    part: Foreign,
+    index: int,
+    path: str,
+    write_id: str,
+    columns: Columns,
+    so: dict[str, Any] | None,
+) -> PartInfo:
     """On a worker: partition ``index`` as part ``index`` of the write ``write_id`` (atomic)."""
     x, y = columns.to_xy(part)
     return write_part(path, index, (x, y), write_id=write_id, storage_options=so)
@@ -138,7 +152,7 @@ def to_ndf_dataset(
     features: Any = None,
     labels: Any = (),
     categorical: Any = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     """Write a Dask DataFrame or a 2-D Dask Array as a sharded ``.ndf`` dataset at ``path``.
 
@@ -180,8 +194,8 @@ def to_ndf_dataset(
             write(part, k, path, write_id, plan.columns, storage_options)
             for k, part in enumerate(plan.parts)
         ]
-        infos = _compute_all(tasks)
-        names: dict = {}
+        infos: list[PartInfo] = _compute_all(tasks)
+        names: dict[str, Any] = {}
         if plan.columns.frame:
             names = {"features": plan.features, "labels": plan.labels}
             names["categories"] = {c: list(v) for c, v in plan.columns.categories} or None
@@ -203,11 +217,11 @@ class _Ahead:
     local schedulers compute in this process, where the loader's own read-ahead thread
     already overlaps one partition with the batches of the last."""
 
-    def __init__(self, parts: list, ahead: int):
+    def __init__(self, parts: list[Foreign], ahead: int) -> None:
         self.parts, self.ahead = parts, ahead
         self.lock = threading.Lock()
-        self.wanted: deque = deque(maxlen=64)  # asked for, not yet started
-        self.running: dict = {}  # partition -> Future, at most ``ahead``
+        self.wanted: deque[int] = deque(maxlen=64)  # asked for, not yet started
+        self.running: dict[int, Foreign] = {}  # partition -> Future, at most ``ahead``
 
     def want(self, i: int) -> None:
         if self.ahead == 0:
@@ -220,12 +234,13 @@ class _Ahead:
                 self.wanted.append(i)
             self._start(client)
 
-    def _start(self, client) -> None:
+    def _start(self, client: Foreign) -> None:
         while len(self.running) < self.ahead and self.wanted:
             i = self.wanted.popleft()
             self.running[i] = client.compute(self.parts[i])
 
-    def get(self, i: int):
+    def get(self, i: int) -> Foreign:
+        """Partition ``i`` computed (a pandas DataFrame or a NumPy block)."""
         with self.lock:
             future = self.running.pop(i, None)
             if i in self.wanted:
@@ -250,7 +265,7 @@ class _Source:
         self.d, self.l = plan.d, plan.l
         self.npartitions = len(plan.parts)
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """Its kind and columns (:mod:`exactbatch.sources.identity`): no partition is
         computed to sample it."""
         return {"kind": "dask", "names": column_names(self.features, self.labels)}
@@ -273,7 +288,7 @@ class _Source:
         """Partition ``i`` (computed ahead, or now) as float64 ``(x, y)``."""
         return self._plan.columns.to_xy(self._ahead.get(i))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         n, ahead = self.npartitions, self._ahead.ahead
         for i in range(min(ahead, n)):
             self.will_need(i)
@@ -351,19 +366,21 @@ def dask_source(
 # -- statistics -------------------------------------------------------------------------------
 
 
-def _partition_stats(part, columns: Columns, rows=None) -> ColumnStats:
+def _partition_stats(
+    part: Foreign, columns: Columns, rows: np.ndarray | None = None
+) -> ColumnStats:
     x, y = columns.to_xy(part)
     both = np.concatenate((x, y), axis=1)  # (rows, d + l)
     return ColumnStats.of(both if rows is None else both[rows])
 
 
-def _length(part) -> int:
+def _length(part: Foreign) -> int:
     return len(part)
 
 
 def column_stats(
     collection: Any, *, features: Any = None, labels: Any = (), rows: Any = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Per-column ``count``, ``nan``, ``mean``, ``sd`` (divisor n), ``min`` and ``max``
     of ``collection``'s chosen columns (as :func:`to_ndf_dataset` chooses them), features
     then labels, each a dict with the column's ``name``: what ``exactbatch info --stats``
@@ -383,7 +400,7 @@ def column_stats(
     if rows is None:
         tasks = [summarise(p, plan.columns) for p in plan.parts]
     else:
-        lengths: Any = plan.lengths
+        lengths: Sequence[int] | None = plan.lengths
         if lengths is None:
             lengths = _compute_all([dask.delayed(_length, pure=True)(p) for p in plan.parts])
         bounds = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
@@ -394,7 +411,7 @@ def column_stats(
             for i, p in enumerate(plan.parts)
             if cut[i + 1] > cut[i]
         ]
-    parts = _compute_all(tasks)
+    parts: list[ColumnStats] = _compute_all(tasks)
     total = ColumnStats(plan.d + plan.l)
     for s in parts:
         total.merge(s)

@@ -6,12 +6,15 @@ computed partition as float64). dask is imported on first use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.ndf.names import default_names, validate_names
 from exactbatch.sources.arrow import fill_float64
 from exactbatch.sources.categorical import Vocabulary, check_categorical, learn
@@ -20,8 +23,13 @@ __all__ = ["Columns", "Plan", "check_real", "frame_columns", "import_dask", "pla
 
 _REAL = "biuf"
 
+# A column chosen: a DataFrame's column label (a name), or an array's position (an int)
+Column = Hashable
+# ((column, (value, ...)), ...): the vocabularies of the columns coded as categories
+Categories = tuple[tuple[str, tuple[Any, ...]], ...]
 
-def import_dask():
+
+def import_dask() -> ModuleType:
     """dask, or an ImportError saying how to install it."""
     return need("dask", by="exactbatch.dask", package="Dask", extra="dask")
 
@@ -32,18 +40,17 @@ class Columns:
     column positions; picklable, so that it travels to the workers with the task."""
 
     frame: bool
-    features: tuple
-    labels: tuple
-    # ((column, (value, ...)), ...): the vocabularies of the columns coded as categories
-    categories: tuple = ()
+    features: tuple[Column, ...]
+    labels: tuple[Column, ...]
+    categories: Categories = ()
 
-    def to_xy(self, part) -> tuple[np.ndarray, np.ndarray]:
+    def to_xy(self, part: Foreign) -> tuple[np.ndarray, np.ndarray]:
         """One computed partition (a pandas DataFrame or a NumPy block) as float64 (x, y),
         categorical columns as their codes (:mod:`exactbatch.sources.categorical`)."""
         if self.frame:
             vocab = {c: Vocabulary(c, v) for c, v in self.categories}
 
-            def take(cols):
+            def take(cols: tuple[Column, ...]) -> np.ndarray:
                 plain = [c for c in cols if c not in vocab]
                 out = np.empty((len(part), len(cols)), dtype=np.float64)
                 if plain:
@@ -60,8 +67,9 @@ class Columns:
         else:
             block = np.asarray(part)
 
-            def take(cols):
-                return np.ascontiguousarray(block[:, list(cols)], dtype=np.float64)
+            def take(cols: tuple[Column, ...]) -> np.ndarray:
+                at = np.asarray(cols, dtype=np.intp)  # (an array's columns: positions)
+                return np.ascontiguousarray(block[:, at], dtype=np.float64)
 
         return take(self.features), take(self.labels)
 
@@ -70,8 +78,8 @@ class Columns:
 class Plan:
     """A collection resolved: its partitions (Delayed), their lengths if known, the columns."""
 
-    parts: list
-    lengths: tuple | None
+    parts: list[Foreign]  # Delayed, one a partition
+    lengths: tuple[int, ...] | None
     columns: Columns
     features: Sequence[str]  # names
     labels: Sequence[str]
@@ -85,14 +93,14 @@ class Plan:
         return len(self.labels)
 
 
-def _arrow(series):
+def _arrow(series: Foreign) -> Foreign:
     """A pandas Series as an Arrow array (strings, numbers, a pandas categorical)."""
     import pyarrow as pa
 
     return pa.Array.from_pandas(series)
 
 
-def _as_list(value) -> list:
+def _as_list(value: object) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -100,7 +108,9 @@ def _as_list(value) -> list:
     return list(value)
 
 
-def plan_for(collection, features, labels, caller: str, categorical=None) -> Plan:
+def plan_for(
+    collection: Foreign, features: object, labels: object, caller: str, categorical: object = None
+) -> Plan:
     """Check ``collection`` and the columns chosen; its partitions as Delayed objects.
     ``categorical`` (a DataFrame's only): the columns coded as categories, their
     vocabularies learned by a first pass (one ``compute``) unless given."""
@@ -131,7 +141,9 @@ def plan_for(collection, features, labels, caller: str, categorical=None) -> Pla
     return _frame_plan(collection, features, labels, caller, cats)
 
 
-def _frame_plan(ddf, features, labels, caller: str, cats: dict) -> Plan:
+def _frame_plan(
+    ddf: Foreign, features: object, labels: object, caller: str, cats: dict[str, list[Any] | None]
+) -> Plan:
     columns, features, labels = frame_columns(
         list(ddf.columns), ddf.dtypes, features, labels, caller, cats=cats
     )
@@ -147,7 +159,13 @@ def _frame_plan(ddf, features, labels, caller: str, cats: dict) -> Plan:
 
 
 def frame_columns(
-    columns: list, dtypes, features, labels, caller: str, frame: str = "DataFrame", cats=()
+    columns: Sequence[Column],
+    dtypes: Foreign,
+    features: object,
+    labels: object,
+    caller: str,
+    frame: str = "DataFrame",
+    cats: Collection[Column] = (),
 ) -> tuple[Columns, tuple[str, ...], tuple[str, ...]]:
     """The columns of a table of named columns (a Dask DataFrame; a Ray Dataset) to read:
     ``(Columns, feature names, label names)``, each choice checked (a column missing,
@@ -198,7 +216,7 @@ def frame_columns(
     )
 
 
-def check_real(chosen, dtypes, caller: str, fix: str) -> None:
+def check_real(chosen: list[Column], dtypes: Foreign, caller: str, fix: str) -> None:
     """A ``TypeError`` naming each of the columns ``chosen`` whose dtype (in ``dtypes``,
     by name) does not hold real numbers (bool, int, float), and saying ``fix``."""
     bad = [f"{c!r} ({dtypes[c]})" for c in chosen if getattr(dtypes[c], "kind", "O") not in _REAL]
@@ -209,7 +227,7 @@ def check_real(chosen, dtypes, caller: str, fix: str) -> None:
         )
 
 
-def _vocabularies(ddf, cats: dict, caller: str) -> tuple:
+def _vocabularies(ddf: Foreign, cats: dict[str, list[Any] | None], caller: str) -> Categories:
     """``((column, values), ...)``: each categorical column's vocabulary, as given, or
     learned (sorted) from its distinct values, all columns in one ``compute``."""
     if not cats:
@@ -217,7 +235,7 @@ def _vocabularies(ddf, cats: dict, caller: str) -> tuple:
     dask = import_dask()
     todo = [c for c, v in cats.items() if v is None]
     found = dict(zip(todo, dask.compute(*[ddf[c].drop_duplicates() for c in todo]), strict=True))
-    out = []
+    out: list[tuple[str, tuple[Any, ...]]] = []
     for c, given in cats.items():
         try:
             values = given if given is not None else learn([_arrow(found[c])])
@@ -227,13 +245,14 @@ def _vocabularies(ddf, cats: dict, caller: str) -> tuple:
     return tuple(out)
 
 
-def _frame_lengths(ddf) -> tuple | None:
+def _frame_lengths(ddf: Foreign) -> tuple[int, ...] | None:
     """The partitions' lengths when the expression knows them without computing (dask-expr
     answers ``Lengths`` from ``from_pandas``' slices or Parquet footers); else None."""
     try:
         from dask.dataframe.dask_expr._expr import Lengths, Literal
 
-        known = Lengths(ddf.expr).optimize(fuse=False)
+        lengths_of: Foreign = Lengths  # (dask's expressions are not annotated)
+        known = lengths_of(ddf.expr).optimize(fuse=False)
     except Exception:  # another dask: lengths unknown, the loader counts instead
         return None
     if not isinstance(known, Literal):
@@ -242,7 +261,7 @@ def _frame_lengths(ddf) -> tuple | None:
     return lengths if len(lengths) == ddf.npartitions else None
 
 
-def _positions(value, k: int, what: str, caller: str) -> list[int]:
+def _positions(value: object, k: int, what: str, caller: str) -> list[int]:
     out = []
     for v in _as_list(value):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -258,7 +277,7 @@ def _positions(value, k: int, what: str, caller: str) -> list[int]:
     return out
 
 
-def _array_plan(arr, features, labels, caller: str) -> Plan:
+def _array_plan(arr: Foreign, features: object, labels: object, caller: str) -> Plan:
     if arr.ndim != 2:
         raise ValueError(
             f"{caller}: expected a 2-D Dask Array (rows, columns); got shape {arr.shape}"

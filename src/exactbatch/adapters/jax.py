@@ -43,27 +43,41 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from exactbatch.adapters.jax_put import Putter
+from exactbatch.adapters.jax_put import Putter, Target
 from exactbatch.arrays import batch_pair
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
-from exactbatch.hints import Device
+from exactbatch.hints import Device, DTypeLike
 from exactbatch.loader import DataLoader
 from exactbatch.loader.epoch_iterator import EpochIterator
 from exactbatch.prefetch import MAX_DEPTH
 
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Sharding
+
 __all__ = ["JaxLoader", "as_jax"]
 
+# A batch handed out: the features, the labels (jax.Array s), the row ids (NumPy, on the
+# host: with_rows), the mask (pad_last, or a loader of even_batches="pad")
+Handed: TypeAlias = "jax.Array | np.ndarray"  # one array of it
+Put = tuple[Handed, ...]
+Host = tuple[np.ndarray, ...]  # the same batch's arrays on the host
+Putters = tuple[Putter, ...]  # of x and y, and of the mask
+JaxDevice: TypeAlias = "jax.Device"  # (where a function's local jax is the module)
 
-def _jax():
+
+def _jax() -> ModuleType:
     return need("jax", by="exactbatch.jax", package="JAX", extra="jax")
 
 
-def _row_pieces(sharding) -> int:
+def _row_pieces(sharding: Sharding) -> int:
     """How many pieces ``sharding`` cuts a batch's rows (axis 0) into."""
     m = len(sharding.device_set)
     try:
@@ -72,17 +86,18 @@ def _row_pieces(sharding) -> int:
         return m
 
 
-def _mask_sharding(sharding):
+def _mask_sharding(sharding: Sharding) -> Sharding:
     """The sharding for the 1-D mask: the rows' part of a NamedSharding's spec."""
     jax = _jax()
     if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > 1:
-        return jax.sharding.NamedSharding(
+        rows: Sharding = jax.sharding.NamedSharding(
             sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1])
         )
+        return rows
     return sharding
 
 
-def _resolve_dtype(dtype, loader) -> np.dtype:
+def _resolve_dtype(dtype: DTypeLike, loader: DataLoader) -> np.dtype:
     """The dtype batches are put as: ``dtype``, else the loader's (float32 without x64)."""
     jax = _jax()
     x64 = bool(jax.config.jax_enable_x64)
@@ -113,6 +128,9 @@ class JaxLoader:
     resolved when made), ``device``, ``sharding``, ``prefetch`` and
     ``pad_last``. ``len()`` is ``len(loader)``, the batches per epoch.
     """
+
+    device: jax.Device | None
+    sharding: Sharding | None
 
     def __init__(
         self,
@@ -167,9 +185,10 @@ class JaxLoader:
                 f"to the DataLoader)"
             )
         # the putters and what they put onto
-        self._putter_key: tuple | None = None
-        self._put_with: Any = None
-        self._epoch = _dead  # the epoch in progress: a weak reference (dropping it closes it)
+        self._putter_key: tuple[Sharding, Sharding] | None = None
+        self._put_with: Putters | None = None
+        # the epoch in progress: a weak reference (dropping it closes it)
+        self._epoch: Callable[[], _JaxEpoch | None] = _dead
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -189,12 +208,12 @@ class JaxLoader:
         self._epoch = weakref.ref(epoch)
         return epoch
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The loader's state: it counts only the batches handed out, not those put
         on the device ahead (``prefetch``), which a loader restored from it hands out."""
         return self.loader.state_dict()
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the loader from a :meth:`state_dict`; an epoch in progress is dropped."""
         epoch = self._epoch()
         if epoch is not None:
@@ -203,14 +222,14 @@ class JaxLoader:
 
     # -- one batch to the device ----------------------------------------------------
 
-    def _putters(self) -> tuple:
+    def _putters(self) -> Putters:
         """Putters of x and y, and of the mask: onto ``sharding``, else one device
         (``device``, else JAX's default device as ``jax.device_put`` picks it now,
         the arrays left uncommitted as it leaves them); kept while that holds."""
         jax = _jax()
         if self.sharding is not None:
             key = (self.sharding, _mask_sharding(self.sharding))
-            targets = key
+            targets: tuple[Target, Target] = key
         else:
             one = self.device if self.device is not None else _default_device()
             key = (jax.sharding.SingleDeviceSharding(one),) * 2
@@ -218,9 +237,12 @@ class JaxLoader:
         if self._putter_key != key:
             self._putter_key = key
             self._put_with = tuple(Putter(t, s) for t, s in zip(targets, key, strict=True))
+        assert self._put_with is not None  # (made with its key)
         return self._put_with
 
-    def host_pair(self, xb: np.ndarray, yb: np.ndarray, rows_to: int) -> tuple:
+    def host_pair(
+        self, xb: np.ndarray, yb: np.ndarray, rows_to: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``xb, yb`` in this dtype with ``rows_to`` rows (zeros below), copied only
         if needed (into memory aligned so that a CPU device aliases it, not copies it).
         Class labels (``DataLoader(label_dtype=...)``) stay integers: int32 as they
@@ -242,7 +264,9 @@ class JaxLoader:
             )
         return out
 
-    def _put(self, batch: tuple, to: tuple, ones):
+    def _put(
+        self, batch: tuple[np.ndarray, ...], to: Putters, ones: jax.Array | None
+    ) -> tuple[Host, Put]:
         """``(host arrays, device arrays)`` of one batch ``(xb, yb)`` (or ``(xb, yb,
         ids)``: the ids stay on the host, a new NumPy int64 array, padded with -1)
         put by ``to`` (the putters of x and y, and of the mask); the device put is
@@ -260,7 +284,14 @@ class JaxLoader:
         # (x, y, ids, then the mask with pad_last: the loader's batch, then what pads it)
         return (*host[:2], ids, *host[2:]), (*put[:2], ids, *put[2:])
 
-    def _put_pair(self, xb: np.ndarray, yb: np.ndarray, to: tuple, ones, given=None):
+    def _put_pair(
+        self,
+        xb: np.ndarray,
+        yb: np.ndarray,
+        to: Putters,
+        ones: jax.Array | None,
+        given: np.ndarray | None = None,
+    ) -> tuple[Host, Put]:
         rows, b = xb.shape[0], self.loader.batch_size
         if rows % self._pieces and not self._masked:
             raise ValueError(
@@ -274,29 +305,32 @@ class JaxLoader:
         if given is not None:  # the loader's own mask (even_batches="pad")
             rows = int(given.sum())  # its real rows come first
         if rows == b:
+            assert ones is not None  # (made for every epoch of masked batches)
             return host, (*put, ones)
         mask = np.zeros(b, dtype=self.dtype)
         mask[:rows] = 1.0
         return (*host, mask), (*put, *to[1]((mask,)))
 
 
-def _default_device():
+def _default_device() -> JaxDevice:
     """The device ``jax.device_put(x)`` puts ``x`` on: ``jax_default_device`` (a device
     or a platform's name) where set, else the first local device."""
     jax = _jax()
     default = jax.config.jax_default_device
     if isinstance(default, str):
-        return jax.local_devices(backend=default)[0]
-    return default if default is not None else jax.local_devices()[0]
+        default = jax.local_devices(backend=default)[0]
+    device: JaxDevice = default if default is not None else jax.local_devices()[0]
+    return device
 
 
-def _dead():
+def _dead() -> None:
     return None
 
 
-def _partial_rows(loader) -> int:
+def _partial_rows(loader: DataLoader) -> int:
     """Rows of the loader's last, partial batch (0 when none, or when unknown)."""
-    n, b = getattr(loader, "n", None), loader.batch_size
+    n: int | None = getattr(loader, "n", None)
+    b = loader.batch_size
     if n is None or getattr(loader, "drop_last", False):
         return 0
     if getattr(loader, "even_batches", False) == "pad":  # every batch full, padded
@@ -309,7 +343,7 @@ class _JaxEpoch:
     batches ahead of the one handed out (``peek``), and those are put on the device
     at once; the loader counts each when it is handed out."""
 
-    def __init__(self, owner: JaxLoader):
+    def __init__(self, owner: JaxLoader) -> None:
         self.owner = owner
         self.it: EpochIterator | None = iter(owner.loader)
         if not hasattr(self.it, "peek"):
@@ -318,17 +352,17 @@ class _JaxEpoch:
                 f"peek(); got {type(owner.loader).__name__}"
             )
         # (loader's x, host arrays, device arrays), in peek() order
-        self.ahead: deque[tuple] = deque()
+        self.ahead: deque[tuple[np.ndarray, Host, Put]] = deque()
         self.to = owner._putters()  # the default device is resolved once an epoch
-        self.ones = None
+        self.ones: jax.Array | None = None
         if owner._masked:  # one device mask for every full batch (jax arrays are immutable)
             mask = np.ones(owner.loader.batch_size, dtype=owner.dtype)
             (self.ones,) = self.to[1]((mask,))
 
-    def __iter__(self):
+    def __iter__(self) -> _JaxEpoch:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Put:
         it, ahead, owner = self.it, self.ahead, self.owner
         if it is None:
             raise StopIteration

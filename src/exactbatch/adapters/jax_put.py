@@ -17,19 +17,30 @@ caller must not write an array after putting it.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
+from exactbatch.hints import Foreign
+
+if TYPE_CHECKING:
+    import jax
+
 __all__ = ["Putter"]
 
+# What jax.device_put is given: a device, a sharding, or None (JAX's default device)
+Target: TypeAlias = "jax.Device | jax.sharding.Sharding | None"
+# How arrays of one shape and dtype are put: (aval, devices, each device's rows or None)
+Plan = tuple[Foreign, list["jax.Device"], list[Any] | None]
 
-def _batched_put():
-    """``(XLA's batched put, JAX's core module)``, or None where this JAX lacks them."""
+
+def _batched_put() -> tuple[Foreign, Foreign] | None:
+    """``(XLA's batched put, JAX's core module)``, or None where this JAX lacks them
+    (JAX's private modules: not annotated, read as :data:`~exactbatch.hints.Foreign`)."""
     try:
-        from jax._src import core
-        from jax._src.lib import xla_client
-
+        core = importlib.import_module("jax._src.core")
+        xla_client = importlib.import_module("jax._src.lib").xla_client
         return xla_client.batched_device_put, core
     except (ImportError, AttributeError):  # pragma: no cover - another JAX
         return None
@@ -44,18 +55,20 @@ class Putter:
     ``fast=False`` always uses ``jax.device_put``.
     """
 
-    def __init__(self, target, sharding, *, fast: bool = True):
+    def __init__(
+        self, target: Target, sharding: jax.sharding.Sharding, *, fast: bool = True
+    ) -> None:
         self.target, self.sharding = target, sharding
         self.committed = target is not None
         # (shape, dtype) -> (aval, devices, indices), or None: device_put
-        self.plans: dict[tuple, Any] = {}
-        self.batched: Any = _batched_put() if fast else None
+        self.plans: dict[tuple[tuple[int, ...], np.dtype], Plan | None] = {}
+        self.batched = _batched_put() if fast else None
 
-    def __call__(self, arrays: tuple) -> tuple:
+    def __call__(self, arrays: tuple[np.ndarray, ...]) -> tuple[jax.Array, ...]:
         """The device arrays of ``arrays`` (C-contiguous NumPy arrays), put asynchronously."""
-        out = []
+        out: list[jax.Array] = []
         for a in arrays:
-            plan = self.plans.get((a.shape, a.dtype), False)
+            plan: Plan | Literal[False] | None = self.plans.get((a.shape, a.dtype), False)
             if plan is False:
                 plan, put = self._plan(a)
                 self.plans[(a.shape, a.dtype)] = plan
@@ -66,12 +79,14 @@ class Putter:
             out.append(put)
         return tuple(out)
 
-    def _fast(self, plan, a: np.ndarray):
+    def _fast(self, plan: Plan, a: np.ndarray) -> jax.Array:
         aval, devices, indices = plan
         shards = [a] if indices is None else [a[i] for i in indices]
-        return self.batched[0](aval, self.sharding, shards, devices, self.committed)
+        assert self.batched is not None  # (a plan is made only with it)
+        put: jax.Array = self.batched[0](aval, self.sharding, shards, devices, self.committed)
+        return put
 
-    def _plan(self, a: np.ndarray):
+    def _plan(self, a: np.ndarray) -> tuple[Plan | None, jax.Array]:
         """``(plan, a put by jax.device_put)``: the plan for arrays like ``a``, or None
         where the batched put is missing or does not give what ``jax.device_put`` gives."""
         ref = _jax_device_put(a, self.target)
@@ -85,7 +100,7 @@ class Putter:
             where = self.sharding.addressable_devices_indices_map(a.shape)
             devices = list(where)
             indices = None if len(devices) == 1 else [where[d] for d in devices]
-            plan = (aval, devices, indices)
+            plan: Plan = (aval, devices, indices)
             got = self._fast(plan, a)
             same = (
                 got.shape == ref.shape
@@ -99,7 +114,8 @@ class Putter:
         return (plan if same else None), ref
 
 
-def _jax_device_put(a, target):
+def _jax_device_put(a: np.ndarray, target: Target) -> jax.Array:
     import jax
 
-    return jax.device_put(a, target)
+    put: jax.Array = jax.device_put(a, target)
+    return put

@@ -41,7 +41,7 @@ device two batches ahead, float32 unless 64-bit JAX is on). The step is
 writes its loss into a device array, read back once at the end with the
 window sums of the verdict; the pilot is one more compiled step that runs
 the candidates side by side (``vmap``) for 5% of the steps, and the tail's
-(the last two fifths) another, its loss averaging 4 draws of the guide a step
+(from 55% of the steps) another, its loss averaging 4 draws of the guide a step
 (``Trace_ELBO(num_particles=4)``: a guide sd's tail average scatters half as much
 between fits; see :mod:`exactbatch.adapters.schedule`). The verdict
 draws 256 samples of the guide twice.
@@ -53,11 +53,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from exactbatch.adapters.convergence import warn_if_moving
-from exactbatch.adapters.jax import as_jax
+from exactbatch.adapters.jax import Handed, JaxLoader, as_jax
 from exactbatch.adapters.minibatch import (
     check_batch_rows,
     check_exact_batches,
@@ -66,7 +66,7 @@ from exactbatch.adapters.minibatch import (
     first_batch,
 )
 from exactbatch.adapters.numpyro_adam import default_optim
-from exactbatch.adapters.numpyro_run import Run
+from exactbatch.adapters.numpyro_run import Bar, Run
 from exactbatch.adapters.numpyro_terms import (
     check_latents,
     check_plates,
@@ -77,18 +77,21 @@ from exactbatch.adapters.numpyro_terms import (
 from exactbatch.adapters.order_check import check_order
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.loader import DataLoader
 
 __all__ = ["fit"]
 
 
-def _svi():
+def _svi() -> tuple[Foreign, Foreign, Foreign]:
     """NumPyro's ``SVI``, ``Trace_ELBO`` and ``SVIRunResult``, imported on first use."""
     infer = need("numpyro.infer", by="exactbatch.numpyro", package="NumPyro", extra="numpyro")
     return infer.SVI, infer.Trace_ELBO, infer.svi.SVIRunResult
 
 
-def _epochs(batches, rows: int, on_new_epoch):
+def _epochs(
+    batches: JaxLoader, rows: int, on_new_epoch: Callable[[], None]
+) -> Generator[tuple[Handed, Handed], None, None]:
     """The loader's batches without end, epoch after epoch (``on_new_epoch()`` at each
     rollover); closing the generator gives the batches put ahead back to the loader."""
     it = iter(batches)
@@ -108,10 +111,12 @@ def _epochs(batches, rows: int, on_new_epoch):
 
 
 @functools.cache
-def _result_class(run_result):
+def _result_class(run_result: type) -> type:
     """``SVIRunResult`` with a ``convergence`` attribute (still a 3-tuple)."""
 
-    class Result(run_result):
+    # (a class made from NumPyro's on first use, NumPyro loading lazily: mypy takes no
+    # variable for a base class)
+    class Result(run_result):  # type: ignore[misc]
         """NumPyro's ``SVIRunResult(params, state, losses)``, and ``convergence``."""
 
         convergence = None
@@ -150,15 +155,16 @@ def fit(
     5% of the steps a pilot runs the candidate step sizes (0.3, 0.1, 0.03, 0.01)
     side by side on the same batches and random draws and keeps the largest
     stable one; the step then decays linearly to the tail's step (bounded by
-    the data's N and the batch; see the module) at 60% of the steps and stays
-    there, each of the tail's steps averaging 4 draws of the guide. Any other
+    the data's N and the batch; see the module) at 55% of the steps, a part
+    before the verdict's windows, and stays there, each of the tail's steps
+    averaging 4 draws of the guide. Any other
     ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.
 
     The params returned (``result.convergence.returned`` names which): with
-    the default schedule, the mean of the iterates of the tail (the verdict's
-    two windows, the last two fifths of the steps) when the verdict finds no
+    the default schedule, the mean of the iterates of the tail's last two
+    windows (the verdict's: the last two fifths of the steps) when it finds no
     drift, else the mean of the last window's iterates (the last fifth of the
     steps: a travelling fit is behind the tail's average, and the tail's
     step leaves each iterate jittering by posterior sds); with an
@@ -251,15 +257,15 @@ def fit(
 class _NoBar:
     show = False
 
-    def update(self, n):
+    def update(self, n: int) -> None:
         pass
 
-    def set_postfix(self, **kw):
+    def set_postfix(self, **kw: object) -> None:
         pass
 
 
 @contextlib.contextmanager
-def _bar(show: bool, total: int):
+def _bar(show: bool, total: int) -> Iterator[Bar]:
     """A tqdm bar over the steps when ``show``, else one that does nothing."""
     if not show:
         yield _NoBar()

@@ -21,10 +21,14 @@ optax and JAX are imported on first use.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exactbatch.adapters.schedule import CANDIDATES
 from exactbatch.extras import need
+from exactbatch.hints import Foreign, PyTree
+
+if TYPE_CHECKING:
+    import jax
 
 __all__ = ["adam", "default_optim", "fill", "restart_moments", "with_schedule"]
 
@@ -34,9 +38,10 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8  # optax.adam's defaults
 class AdamState(NamedTuple):
     """The step count and the first and second moments (pytrees like the params)."""
 
-    count: Any
-    mu: Any
-    nu: Any
+    # an int32 jax.Array (held as a pytree: as jax.Array it would clash with tuple.count)
+    count: PyTree
+    mu: PyTree
+    nu: PyTree
 
 
 def adam(learning_rate: Any, cap: Any, budget: Any = float("inf")) -> Any:
@@ -50,11 +55,11 @@ def adam(learning_rate: Any, cap: Any, budget: Any = float("inf")) -> Any:
 
     tree_map, leaves = jax.tree_util.tree_map, jax.tree_util.tree_leaves
 
-    def init(params):
+    def init(params: PyTree) -> AdamState:
         zeros = tree_map(jnp.zeros_like, params)
         return AdamState(jnp.zeros([], jnp.int32), zeros, tree_map(jnp.zeros_like, params))
 
-    def update(grads, state, params=None):
+    def update(grads: PyTree, state: AdamState, params: PyTree = None) -> tuple[PyTree, AdamState]:
         del params
         mu = tree_map(lambda g, m: BETA1 * m + (1 - BETA1) * g, grads, state.mu)
         nu = tree_map(lambda g, v: BETA2 * v + (1 - BETA2) * g * g, grads, state.nu)
@@ -72,14 +77,14 @@ def adam(learning_rate: Any, cap: Any, budget: Any = float("inf")) -> Any:
     return optax.GradientTransformation(init, update)
 
 
-def fill(spent, budget):
+def fill(spent: jax.Array, budget: jax.Array | float) -> jax.Array:
     """The level ``c`` at which ``sum(min(spent, c))`` is ``budget`` (the largest of
     ``spent`` when it all fits): the coordinates that spend most are cut down to it, the
     others keep their step. Bisection, 40 halvings (jax.numpy)."""
     import jax
     import jax.numpy as jnp
 
-    def halve(_, bounds):
+    def halve(_: int, bounds: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         lo, hi = bounds
         mid = (lo + hi) / 2
         over = jnp.minimum(spent, mid).sum() > budget
@@ -87,7 +92,8 @@ def fill(spent, budget):
 
     top = spent.max()
     lo, _ = jax.lax.fori_loop(0, 40, halve, (jnp.zeros_like(top), top))
-    return jnp.where(spent.sum() <= budget, top, lo)
+    level: jax.Array = jnp.where(spent.sum() <= budget, top, lo)
+    return level
 
 
 def default_optim() -> Any:
@@ -98,7 +104,7 @@ def default_optim() -> Any:
     return optax.inject_hyperparams(adam)(learning_rate=CANDIDATES[0], cap=inf, budget=inf)
 
 
-def with_schedule(state, lr, cap, budget):
+def with_schedule(state: Foreign, lr: jax.Array, cap: jax.Array, budget: jax.Array) -> Foreign:
     """``state`` (an SVIState of :func:`default_optim`) with its step size set to ``lr``,
     its cap to ``cap`` and its budget to ``budget``. NumPyro keeps an optax optimiser's
     state as ``(step, (params, optax_state))``."""
@@ -109,7 +115,7 @@ def with_schedule(state, lr, cap, budget):
     return state._replace(optim_state=(step, (params, opt._replace(hyperparams=hyper))))
 
 
-def restart_moments(state):
+def restart_moments(state: Foreign) -> Foreign:
     """``state`` with Adam's moments and step count at zero, its parameters, step size
     and cap kept: where the tail begins Adam starts afresh - its second moment no longer
     remembers the first, far larger gradients, which held a guide's sd back to a creep

@@ -27,6 +27,18 @@ NumPyro and JAX are imported on first use, not by importing this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from exactbatch.hints import Foreign
+
+if TYPE_CHECKING:
+    import jax
+
+    from exactbatch.loader import DataLoader
+
 __all__ = [
     "LABELS_HINT",
     "check_latents",
@@ -42,24 +54,39 @@ LABELS_HINT = (
     "pass (x, y) arrays"
 )
 
+# A site of a NumPyro trace (its dict: "type", "name", "fn", "value", "args", "scale",
+# "cond_indep_stack", ...), and a trace: the sites by name
+Site = dict[str, Any]
+Trace = Mapping[str, Site]
+Model = Callable[..., object]  # a NumPyro model: model(xb, yb, **model_kwargs)
 
-def _handlers():
+
+def _handlers() -> Foreign:
     from numpyro import handlers
 
     return handlers
 
 
-def trace_model(model, xb, yb, model_kwargs, loader):
+def trace_model(
+    model: Model,
+    xb: np.ndarray,
+    yb: np.ndarray,
+    model_kwargs: dict[str, Any],
+    loader: DataLoader,
+) -> Trace:
     """The model's trace on one batch (plates subsample with a fixed key); a failure
     explained by a plate of the wrong subsample size, or by missing labels, says so."""
     handlers = _handlers()
     tracer = handlers.trace(handlers.seed(model, rng_seed=0))
     try:
-        return tracer.get_trace(xb, yb, **model_kwargs)
+        trace: Trace = tracer.get_trace(xb, yb, **model_kwargs)
+        return trace
     except Exception as e:
+        total = loader.total_size  # (known: fit checked it)
         for name, site in tracer.trace.items():  # the sites recorded before the failure
-            if site["type"] == "plate" and site["args"][0] == loader.total_size:
-                _check_plate(name, *site["args"][:2], loader.total_size, xb.shape[0], None)
+            if site["type"] == "plate" and total is not None and site["args"][0] == total:
+                size, subsample = site["args"][:2]
+                _check_plate(name, size, subsample, total, xb.shape[0], None)
         if loader.l == 0:
             raise ValueError(
                 f"fit: tracing the model on the first batch failed, and {LABELS_HINT}"
@@ -67,7 +94,15 @@ def trace_model(model, xb, yb, model_kwargs, loader):
         raise
 
 
-def _check_plate(name, size, subsample, total_size, rows, observed, scale=None) -> bool:
+def _check_plate(
+    name: str,
+    size: int,
+    subsample: int | None,
+    total_size: int,
+    rows: int,
+    observed: str | None,
+    scale: float | None = None,
+) -> bool:
     """Does plate ``name`` cover the batch's rows? ``ValueError`` if it does with the
     wrong size or subsample size."""
     subsample = size if subsample is None else subsample
@@ -99,11 +134,11 @@ def _check_plate(name, size, subsample, total_size, rows, observed, scale=None) 
     return True
 
 
-def _observed(trace) -> list:
+def _observed(trace: Trace) -> list[Site]:
     return [s for s in trace.values() if s["type"] == "sample" and s.get("is_observed")]
 
 
-def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
+def check_plates(trace: Trace, total_size: int, rows: int, l: int = 1) -> list[str]:  # noqa: E741
     """Check the subsample plates of a model's ``trace`` on a batch of ``rows`` rows
     against the dataset's ``total_size``; returns the names of the plates checked.
 
@@ -113,7 +148,7 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
     not ``rows``; ``ValueError`` when no plate counts (the likelihood is not scaled).
     """
     plates = {name: site for name, site in trace.items() if site["type"] == "plate"}
-    checked = []
+    checked: list[str] = []
     for site in _observed(trace):
         for frame in site.get("cond_indep_stack", ()):
             plate = plates.get(frame.name)
@@ -135,7 +170,7 @@ def check_plates(trace, total_size: int, rows: int, l: int = 1) -> list[str]:  #
     return checked
 
 
-def _check_hand_scaled(trace, total_size: int, rows: int) -> None:
+def _check_hand_scaled(trace: Trace, total_size: int, rows: int) -> None:
     """An observed site in no plate but scaled by hand to total_size / rows counts right:
     say so (it is refused because fit checks N and each term's shape through the plate)."""
     want = total_size / rows
@@ -153,7 +188,9 @@ def _check_hand_scaled(trace, total_size: int, rows: int) -> None:
             )
 
 
-def _reading_batch(model, xb, yb, model_kwargs) -> set[str]:
+def _reading_batch(
+    model: Model, xb: np.ndarray, yb: np.ndarray, model_kwargs: dict[str, Any]
+) -> set[str]:
     """The observed sites whose log-density depends on ``xb`` or ``yb``: a forward walk
     of the model's jaxpr from its two inputs (an equation with a dependent input makes
     all its outputs dependent; nested jaxprs count as one equation, which can only add)."""
@@ -163,7 +200,7 @@ def _reading_batch(model, xb, yb, model_kwargs) -> set[str]:
     handlers = _handlers()
     names: list[str] = []
 
-    def log_densities(xb, yb):
+    def log_densities(xb: jax.Array, yb: jax.Array) -> list[jax.Array]:
         trace = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(xb, yb, **model_kwargs)
         sites = _observed(trace)
         names[:] = [s["name"] for s in sites]
@@ -181,7 +218,7 @@ def _reading_batch(model, xb, yb, model_kwargs) -> set[str]:
     }
 
 
-def _unbroadcast(fn):
+def _unbroadcast(fn: Foreign) -> Foreign:
     """The site's distribution as the model wrote it, before its plates expanded it."""
     from numpyro.distributions import ExpandedDistribution
 
@@ -197,7 +234,15 @@ _SHAPE_FIX = (
 )
 
 
-def check_terms(model, trace, xb, yb, model_kwargs, plates: list[str], total_size: int):
+def check_terms(
+    model: Model,
+    trace: Trace,
+    xb: np.ndarray,
+    yb: np.ndarray,
+    model_kwargs: dict[str, Any],
+    plates: list[str],
+    total_size: int,
+) -> None:
     """Check every observed site of ``trace`` whose log-density depends on the batch.
 
     ``plates`` are the subsample plates of the batch's rows (from :func:`check_plates`).
@@ -251,7 +296,7 @@ def check_terms(model, trace, xb, yb, model_kwargs, plates: list[str], total_siz
             )
 
 
-def _check_scale(site, batch, total_size: int, rows: int) -> None:
+def _check_scale(site: Site, batch: list[Foreign], total_size: int, rows: int) -> None:
     """An observed site in the batch's plate counts total_size / rows times per row: a
     ``handlers.scale`` around the subsample plate multiplies the plate's own scaling."""
     scale = site.get("scale")
@@ -269,7 +314,7 @@ def _check_scale(site, batch, total_size: int, rows: int) -> None:
     )
 
 
-def check_latents(trace, plates: list[str], total_size: int) -> None:
+def check_latents(trace: Trace, plates: list[str], total_size: int) -> None:
     """Refuse a latent site inside the batch's plate, or any subsample plate of the
     dataset's ``total_size`` rows (a latent per row).
 
@@ -300,7 +345,13 @@ def check_latents(trace, plates: list[str], total_size: int) -> None:
             )
 
 
-def check_row_latents(model, trace, xb, yb, model_kwargs) -> None:
+def check_row_latents(
+    model: Model,
+    trace: Trace,
+    xb: np.ndarray,
+    yb: np.ndarray,
+    model_kwargs: dict[str, Any],
+) -> None:
     """Refuse a latent whose shape follows the batch's row count (a latent per row
     outside any plate: ``expand([xb.shape[0]])``, or a location of ``xb @ w``).
 
@@ -313,8 +364,10 @@ def check_row_latents(model, trace, xb, yb, model_kwargs) -> None:
 
     handlers = _handlers()
 
-    def latents(xb, yb):
-        traced = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(xb, yb, **model_kwargs)
+    def latents(xb: jax.Array, yb: jax.Array) -> dict[str, jax.Array]:
+        traced: Trace = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(
+            xb, yb, **model_kwargs
+        )
         return {n: s["value"] for n, s in traced.items() if _latent(s)}
 
     try:
@@ -339,11 +392,11 @@ def check_row_latents(model, trace, xb, yb, model_kwargs) -> None:
             )
 
 
-def _latent(site) -> bool:
-    return site["type"] == "sample" and not site.get("is_observed")
+def _latent(site: Site) -> bool:
+    return bool(site["type"] == "sample" and not site.get("is_observed"))
 
 
-def _terms(shape) -> int:
+def _terms(shape: Iterable[int]) -> int:
     out = 1
     for s in shape:
         out *= int(s)

@@ -55,8 +55,9 @@ PyMC is imported on first use, not by importing this module.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 
@@ -73,18 +74,23 @@ from exactbatch.adapters.pymc_schedule import Run
 from exactbatch.adapters.pymc_terms import check_terms, reading
 from exactbatch.checks import check_flag, check_int
 from exactbatch.extras import need
+from exactbatch.hints import Foreign
 from exactbatch.loader import DataLoader
 
 __all__ = ["data", "fit"]
 
 START_SD = 0.1  # the default schedule's starting sds of ADVI (see _inference)
 
+# A loader's placeholders: (x's, y's or None), pm.Data variables
+Pair = tuple[Foreign, Foreign | None]
+
 # model -> {loader: (x placeholder, y placeholder or None)}, as made by data(); weak on
 # both sides, so that neither a model nor a loader is kept alive by it
-_PLACEHOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PLACEHOLDERS: weakref.WeakKeyDictionary[Foreign, weakref.WeakKeyDictionary[DataLoader, Pair]]
+_PLACEHOLDERS = weakref.WeakKeyDictionary()
 
 
-def _pm():
+def _pm() -> ModuleType:
     return need("pymc", by="exactbatch.pymc", package="PyMC", extra="pymc")
 
 
@@ -133,11 +139,11 @@ def data(
     return x_data, y_data
 
 
-def _names(pair) -> str:
+def _names(pair: Pair) -> str:
     return ", ".join(repr(p.name) for p in pair if p is not None)
 
 
-def _placeholder(model, v, name: str):
+def _placeholder(model: Foreign, v: Foreign, name: str) -> Foreign:
     if isinstance(v, str):
         v = model[v]
     if not (hasattr(v, "set_value") and hasattr(v, "get_value")):
@@ -148,9 +154,9 @@ def _placeholder(model, v, name: str):
     return v
 
 
-def _placeholders(model, loader, x, y):
+def _placeholders(model: Foreign, loader: DataLoader, x: Foreign, y: Foreign) -> Pair:
     """The placeholders ``loader`` feeds: ``x``/``y``, else those data(loader) made."""
-    made = _PLACEHOLDERS.get(model, {})
+    made: Mapping[DataLoader, Pair] = _PLACEHOLDERS.get(model, {})
     if x is None and y is None:
         if loader in made:
             return made[loader]
@@ -186,7 +192,7 @@ def _placeholders(model, loader, x, y):
 _KINDS = {"observed": "observed variable", "latent": "latent variable", "potential": "pm.Potential"}
 
 
-def _check_all_fed(model, loaders) -> None:
+def _check_all_fed(model: Foreign, loaders: list[DataLoader]) -> None:
     """Refuse placeholders of a loader not given to fit that an observed variable reads."""
     fed = {id(ld) for ld in loaders}
     for other, pair in _PLACEHOLDERS.get(model, {}).items():
@@ -211,14 +217,15 @@ class _Feed:
     ``n`` batches. An epoch's end rolls over to the next epoch.
     """
 
-    def __init__(self, loader, x, y, steps: int):
+    def __init__(self, loader: DataLoader, x: Foreign, y: Foreign | None, steps: int) -> None:
         self.loader, self.x, self.y, self.steps = loader, x, y, steps
         if loader.d is None:  # a stream not read yet: learn its widths
             first_batch(loader)
-        b = loader.batch_size
+        b, d, l = loader.batch_size, loader.d, loader.l  # noqa: E741
+        assert d is not None and l is not None  # (known once a batch was read)
         # the loader's own dtypes (next_into writes only into its own)
-        self.bx = np.empty((b, loader.d), dtype=loader.dtype)
-        self.by = np.empty((b, loader.l), dtype=loader.label_dtype or loader.dtype)
+        self.bx = np.empty((b, d), dtype=loader.dtype)
+        self.by = np.empty((b, l), dtype=loader.label_dtype or loader.dtype)
         # a loader with_rows writes its ids too (the fit has no use for them)
         self.buffers: tuple[np.ndarray, ...] = (self.bx, self.by)
         if getattr(loader, "with_rows", False):
@@ -255,13 +262,13 @@ class _Feed:
         if self.y is not None:
             self.y.set_value(np.asarray(_labels(self.by, self.y.ndim), dtype=self.y.dtype))
 
-    def __call__(self, approx, losses, i) -> None:
+    def __call__(self, approx: Foreign, losses: np.ndarray | None, i: int) -> None:
         self.calls += 1
         if self.calls < self.steps:
             self.load()
 
 
-def _check_labels(model, feed) -> None:
+def _check_labels(model: Foreign, feed: _Feed) -> None:
     """Refuse a loader without labels whose batches no likelihood reads."""
     if feed.loader.l == 0 and not any(k == "observed" for k, _ in reading(model, (feed.x,))):
         raise ValueError(
@@ -314,7 +321,8 @@ def fit(
     0.03, 0.01) one after another, each for 2% of the steps from the same
     start, and keeps the largest stable one; the step then decays linearly
     to the tail's step (bounded by the data's N and the batch; see the
-    module) at 60% of the steps and stays there, with ADVI's ``obj_n_mc`` (the
+    module) at 55% of the steps (a part before the verdict's windows) and stays
+    there, with ADVI's ``obj_n_mc`` (the
     guide's draws a step: yours, else 1) at least 4 in that tail. A named
     ``method`` is made into PyMC's Inference object first (with the seed);
     ADVI then starts with sds of 0.1 unless ``start_sigma=`` is given. Any
@@ -329,7 +337,7 @@ def fit(
     ``exactbatch.ConvergenceWarning`` with the figures and what it returned)
     and ``step_size`` (the pilot's choice, or None). Its parameters
     (``approx.convergence.returned`` names which): with the default
-    schedule, the mean of the tail's iterates (the verdict's two windows, the
+    schedule, the mean of the iterates of the verdict's two windows (the
     last two fifths of the steps) when the verdict finds no drift, else the
     mean of the last window's iterates (the last fifth of the steps: a
     travelling fit is behind the tail's average, and the tail's step leaves
@@ -394,7 +402,7 @@ def fit(
             run.share_draws(fit_kwargs)
         scaled = getattr(method.approx, "scale_cost_to_minibatch", False)
         if scaled and all(f.loader.total_size for f in feeds):  # the loss over N / B
-            run.cost = min(f.loader.batch_size / f.loader.total_size for f in feeds)
+            run.cost = min(f.loader.batch_size / cast(int, f.loader.total_size) for f in feeds)
     for feed in feeds:
         feed.load()  # batch 0, for step 0
     approx = pm.fit(
@@ -414,7 +422,13 @@ def fit(
     return approx
 
 
-def _inference(pm, method, model, random_seed, fit_kwargs):
+def _inference(
+    pm: ModuleType,
+    method: Foreign,
+    model: Foreign,
+    random_seed: Foreign,
+    fit_kwargs: dict[str, Any],
+) -> Foreign:
     """``method`` as an Inference object, made as ``pm.fit`` makes it from a name (so
     that the pilot can note the approximation's start before the first step)."""
     if not isinstance(method, str):

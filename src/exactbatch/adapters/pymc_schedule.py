@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,16 +37,39 @@ from exactbatch.adapters.convergence import (
     LAST_WINDOW,
     PARTS,
     TAIL,
+    Convergence,
     estimate,
     judge,
     not_judged,
     parts,
 )
 from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick_apart
+from exactbatch.hints import Foreign
 
 __all__ = ["PILOT_EACH", "Adam", "Run"]
 
 PILOT_EACH = 0.02  # share of the steps each candidate of the pilot runs
+
+# A running sum of the approximation's parameters: [their sums (float64 arrays), count]
+# (a list, added to in place)
+Total = list[Any]
+# A candidate's run in the pilot: ((its parameters, Adam's state), its losses)
+PilotRun = tuple[tuple[list[np.ndarray], list[np.ndarray]], list[float]]
+
+
+def _pytensor() -> Foreign:
+    """pytensor (what is called of it, ``shared``, ``function`` and ``config``, is not
+    annotated or not explicitly exported: held as :data:`~exactbatch.hints.Foreign`)."""
+    import pytensor
+
+    return pytensor
+
+
+def _tensor() -> Foreign:
+    """pytensor.tensor (its functions re-exported without ``__all__``: as :func:`_pytensor`)."""
+    import pytensor.tensor as pt
+
+    return pt
 
 
 class Adam:
@@ -55,8 +79,10 @@ class Adam:
     see :meth:`exactbatch.adapters.schedule.Plan.cap`). A step whose gradient is not
     finite is not taken (parameters and moments stay as they were)."""
 
-    def __init__(self, lr: float, beta1=0.9, beta2=0.999, epsilon=1e-8):
-        import pytensor
+    def __init__(
+        self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
+    ) -> None:
+        pytensor = _pytensor()
 
         self.lr = pytensor.shared(np.asarray(lr, dtype=pytensor.config.floatX))
         # each coordinate's step at most cap / sqrt(v_hat) (Plan.cap; inf: none)
@@ -64,11 +90,12 @@ class Adam:
         # ... and the sum of step * sqrt(v_hat) at most budget: the largest cut to a level
         self.budget = pytensor.shared(np.asarray(np.inf, dtype=pytensor.config.floatX))
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.state: list = []
+        self.state: list[Foreign] = []  # shared variables: the step count, the moments
 
-    def __call__(self, grads, params):
-        import pytensor
-        import pytensor.tensor as pt
+    def __call__(
+        self, grads: Sequence[Foreign], params: Sequence[Foreign]
+    ) -> OrderedDict[Foreign, Foreign]:
+        pytensor, pt = _pytensor(), _tensor()
 
         floatx = pytensor.config.floatX
         t_prev = pytensor.shared(np.asarray(0.0, dtype=floatx))
@@ -76,7 +103,9 @@ class Adam:
         t = t_prev + 1
         b1, b2 = self.beta1, self.beta2
         c1, c2 = one - b1**t, one - b2**t
-        updates, moments, steps = OrderedDict(), [], []
+        updates: OrderedDict[Foreign, Foreign] = OrderedDict()
+        moments: list[Foreign] = []
+        steps: list[tuple[Foreign, Foreign, Foreign, Foreign]] = []
         for param, g in zip(params, grads, strict=True):
             value = param.get_value(borrow=True)
             m_prev = pytensor.shared(np.zeros_like(value), shape=param.type.shape)
@@ -98,10 +127,10 @@ class Adam:
         self.state = [t_prev, *moments]
         return updates
 
-    def save(self) -> list:
+    def save(self) -> list[np.ndarray]:
         return [s.get_value().copy() for s in self.state]
 
-    def load(self, values) -> None:
+    def load(self, values: Sequence[np.ndarray]) -> None:
         for s, v in zip(self.state, values, strict=True):
             s.set_value(v)
 
@@ -109,7 +138,7 @@ class Adam:
         self.load([np.zeros_like(v) for v in self.save()])
 
 
-def _fill(spent, budget):
+def _fill(spent: Foreign, budget: Foreign) -> Foreign:
     """The level ``c`` at which ``sum(min(spent, c))`` is ``budget`` (the largest of
     ``spent`` when it all fits): :func:`exactbatch.adapters.numpyro_adam.fill` in
     PyTensor, in closed form. With ``s`` sorted and ``S_k`` the sum of its ``k``
@@ -118,7 +147,7 @@ def _fill(spent, budget):
     ``max_k (budget - S_k) / (n - k)``: a sort and a cumulative sum, where 40 unrolled
     halvings made the step's graph ten times larger and PyTensor's rewriting of it,
     as ``pm.fit`` compiles the step, most of a short fit's time."""
-    import pytensor.tensor as pt
+    pt = _tensor()
 
     s = pt.sort(spent)
     top = s[-1]
@@ -136,36 +165,43 @@ class Run:
     epoch's iterates (``epoch`` batches; None: since the last epoch began, which
     :meth:`new_epoch` marks)."""
 
-    def __init__(self, num_steps: int, epoch: int | None, default: bool, average: bool, rows=None):
+    def __init__(
+        self,
+        num_steps: int,
+        epoch: int | None,
+        default: bool,
+        average: bool,
+        rows: int | None = None,
+    ) -> None:
         self.num_steps, self.epoch, self.default = num_steps, epoch, default
         self.pilot_each = max(1, math.ceil(num_steps * PILOT_EACH))
         self.plan = Plan(num_steps, epoch, pilot=len(CANDIDATES) * self.pilot_each, rows=rows)
-        self.optimizer: Any = Adam(CANDIDATES[0]) if default else None
+        self.optimizer = Adam(CANDIDATES[0]) if default else None
         self.spans, self.width = parts(num_steps, epoch)
         first = self.plan.pilot if default else 0
         # the loss's scale: PyMC divides it by N / B by default (scale_cost_to_minibatch)
         self.cost = 1.0
-        self.avg_start = None
+        self.avg_start: int | None = None
         if average:
             self.avg_start = max(first, num_steps - epoch) if epoch else first
-        self.sums = [None] * len(self.spans)
-        self.average = None
+        self.sums: list[Total | None] = [None] * len(self.spans)
+        self.average: Total | None = None
         self.losses: list[float] = []
         self.calls = 0
         # the pilot's start, its candidates' runs, the kept step: set as the pilot goes
-        self.start: Any = None
-        self.runs: Any = None
+        self.start: list[np.ndarray] | None = None
+        self.runs: list[PilotRun] | None = None
         self.lr0: float | None = None
         # the objective's draws a step (a shared variable: see share_draws), and the tail's
-        self.draws: Any = None
+        self.draws: Foreign = None  # a pytensor shared variable
         self.tail_draws = TAIL_DRAWS
 
-    def share_draws(self, fit_kwargs: dict) -> None:
+    def share_draws(self, fit_kwargs: dict[str, Any]) -> None:
         """Make ``fit_kwargs["obj_n_mc"]`` (the objective's draws of the guide a step;
         the caller's, else 1) a shared variable that the tail raises to at least
         :data:`~exactbatch.adapters.schedule.TAIL_DRAWS` (see the schedule): ``pm.fit``
         compiles its step once, with the draws a symbolic size."""
-        import pytensor
+        pytensor = _pytensor()
 
         given = fit_kwargs.get("obj_n_mc")
         first = 1 if given is None else int(given)
@@ -177,12 +213,12 @@ class Run:
         if self.epoch is None and self.avg_start is not None:
             self.avg_start, self.average = max(self.calls, self.avg_start), None
 
-    def remember(self, approx) -> None:
+    def remember(self, approx: Foreign) -> None:
         """Note the approximation's parameters before the first step: the pilot's start."""
         self.start = [p.get_value().copy() for p in approx.params]
         self.runs = []
 
-    def __call__(self, approx, losses, i) -> None:
+    def __call__(self, approx: Foreign, losses: np.ndarray | None, i: int) -> None:
         step, self.calls = self.calls, self.calls + 1
         if losses is not None and len(losses):
             self.losses.append(float(losses[-1]))
@@ -200,13 +236,15 @@ class Run:
         if self.default and self.start is not None:
             self._schedule(step, params)
 
-    def _schedule(self, step: int, params) -> None:
+    def _schedule(self, step: int, params: list[Foreign]) -> None:
         """After step ``step``: end a candidate's run (the next one starts where the first
         did), end the pilot (the kept candidate's state back), or set the next step size."""
         each, pilot, opt = self.pilot_each, self.plan.pilot, self.optimizer
+        assert opt is not None  # (the default schedule's Adam)
         if step < pilot and (step + 1) % each == 0:
             c = step // each
             state = [p.get_value().copy() for p in params], opt.save()
+            assert self.runs is not None and self.start is not None  # (in the pilot)
             self.runs.append((state, self.losses[c * each : (c + 1) * each]))
             if c + 1 < len(CANDIDATES):
                 for p, v in zip(params, self.start, strict=True):
@@ -233,7 +271,7 @@ class Run:
                 opt.cap.set_value(np.asarray(cap, dtype=opt.cap.dtype))
                 opt.budget.set_value(np.asarray(budget, dtype=opt.budget.dtype))
 
-    def finish(self, approx):
+    def finish(self, approx: Foreign) -> Convergence:
         """The verdict, with the approximation's parameters set to the estimate it names
         (``returned``, :func:`~exactbatch.adapters.convergence.estimate`): the last
         epoch's mean (``average``); else with the default schedule the mean of the
@@ -251,16 +289,17 @@ class Run:
         )
         verdict = verdict or judge([], self.losses, 0)  # not judged
         returned = estimate(verdict, self.default, self.average is not None)
-        chosen = None
+        chosen: list[np.ndarray] | None = None
         if returned == LAST_EPOCH:
             chosen = _mean(self.average)
         elif returned in (TAIL, LAST_WINDOW):
             # the tail (both windows) judged still; the last window's when it travels (its
             # last iterate jitters by posterior sds at the tail's step)
             if returned == TAIL:
-                sums = [s for s in self.sums if s is not None]
+                sums: list[Total] = [s for s in self.sums if s is not None]
             else:
-                sums = self.sums[PARTS:] if None not in self.sums[PARTS:] else []
+                sums = [s for s in self.sums[PARTS:] if s is not None]
+                sums = sums if len(sums) == len(self.sums[PARTS:]) else []
             if sums:
                 chosen = _mean(_merge(sums))
         if chosen is None:
@@ -271,7 +310,7 @@ class Run:
         return replace(verdict, returned=returned)
 
 
-def _add(total, values):
+def _add(total: Total | None, values: list[np.ndarray]) -> Total:
     if total is None:
         return [[np.array(v, dtype=np.float64) for v in values], 1]
     total[0] = [t + v for t, v in zip(total[0], values, strict=True)]
@@ -279,24 +318,31 @@ def _add(total, values):
     return total
 
 
-def _merge(totals):
-    out = [[np.zeros_like(v) for v in totals[0][0]], 0]
+def _merge(totals: list[Total]) -> Total:
+    out: Total = [[np.zeros_like(v) for v in totals[0][0]], 0]
     for values, count in totals:
         out[0] = [a + b for a, b in zip(out[0], values, strict=True)]
         out[1] += count
     return out
 
 
-def _mean(total):
+def _mean(total: Total | None) -> list[np.ndarray] | None:
     if total is None:
         return None
     values, count = total
     return [v / count for v in values]
 
 
-def _verdict(approx, part_means, losses, width, epoch=None, draws=1):
+def _verdict(
+    approx: Foreign,
+    part_means: list[list[np.ndarray] | None],
+    losses: list[float],
+    width: int,
+    epoch: int | None = None,
+    draws: int = 1,
+) -> Convergence | None:
     """The guide's posterior means and sds at each part's mean parameters."""
-    import pytensor
+    pytensor = _pytensor()
 
     try:
         moments = pytensor.function([], [approx.mean, approx.std])
@@ -305,13 +351,14 @@ def _verdict(approx, part_means, losses, width, epoch=None, draws=1):
         ]
     except (AttributeError, NotImplementedError):  # an approximation without mean and std
         return None
-    if any(m is None for m in part_means):
+    means = [m for m in part_means if m is not None]
+    if len(means) < len(part_means):  # a part with no iterate
         return None
     params = approx.params
     last = [p.get_value() for p in params]
-    found = []
+    found: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
     try:
-        for values in part_means:
+        for values in means:
             for p, v in zip(params, values, strict=True):
                 p.set_value(np.asarray(v, dtype=p.dtype))
             mean, sd = (np.asarray(a, dtype=np.float64) for a in moments())

@@ -24,14 +24,20 @@ PyMC is imported on first use, not by importing this module.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from exactbatch.hints import Foreign
+
+if TYPE_CHECKING:
+    from exactbatch.loader import DataLoader
 
 __all__ = ["check_terms", "reading", "total_size_of"]
 
 
-def reading(model, placeholders) -> list[tuple[str, Any]]:
+def reading(model: Foreign, placeholders: Iterable[Foreign]) -> list[tuple[str, Foreign]]:
     """``(kind, variable)`` for every term of ``model`` whose graph reads any of
     ``placeholders``: kind ``"observed"``, ``"latent"`` or ``"potential"``."""
     from pytensor.graph.traversal import ancestors
@@ -42,7 +48,7 @@ def reading(model, placeholders) -> list[tuple[str, Any]]:
         *(("latent", rv) for rv in model.free_RVs),
         *(("potential", p) for p in model.potentials),
     ]
-    found = []
+    found: list[tuple[str, Foreign]] = []
     for kind, var in terms:
         value = model.rvs_to_values.get(var)
         roots = [var] if value is None else [var, value]
@@ -51,12 +57,12 @@ def reading(model, placeholders) -> list[tuple[str, Any]]:
     return found
 
 
-def _constant(v):
+def _constant(v: Foreign) -> int | None:
     data = getattr(v, "data", None)  # a pytensor Constant; NoneConst has data None
     return None if data is None or np.ndim(data) else int(data)
 
 
-def total_size_of(rv) -> int | None:
+def total_size_of(rv: Foreign) -> int | None:
     """The ``total_size`` an observed variable was given, or None."""
     from pymc.variational.minibatch_rv import MinibatchRandomVariable
 
@@ -65,14 +71,14 @@ def total_size_of(rv) -> int | None:
     return None
 
 
-def check_terms(model, loader, placeholders) -> None:
+def check_terms(model: Foreign, loader: DataLoader, placeholders: Iterable[Foreign]) -> None:
     """Refuse a term that reads ``placeholders`` (one loader's) unless it is an observed
     variable scaled by ``total_size=loader.total_size`` with the batch's rows on its
     first axis and one log-density value per row. ``ValueError`` naming it otherwise."""
     big_n, b = loader.total_size, loader.batch_size
     if big_n is None:
         return
-    observed = []
+    observed: list[Foreign] = []
     for kind, var in reading(model, placeholders):
         name = var.name
         if kind == "observed":
@@ -104,24 +110,24 @@ def check_terms(model, loader, placeholders) -> None:
     _check_shapes(model, observed, b)
 
 
-def _check_shapes(model, observed, rows: int) -> None:
+def _check_shapes(model: Foreign, observed: list[Foreign], rows: int) -> None:
     """Each observed value must hold the batch's rows on its first axis (PyMC scales by
     total_size / value.shape[0]) and its log-density one value per row."""
     if not observed:
         return
-    import pytensor
+    from pytensor.compile.function import function
 
     values = [model.rvs_to_values[rv] for rv in observed]
     logps = model.logp(vars=observed, sum=False, jacobian=False)
-    shapes = pytensor.function(
+    shapes = function(
         model.value_vars,
         [v.shape for v in values] + [lp.shape for lp in logps],
         on_unused_input="ignore",
         mode="FAST_COMPILE",
     )
     point = model.initial_point()
-    got = shapes(*(point[v.name] for v in model.value_vars))
-    got = [tuple(int(s) for s in shape) for shape in got]
+    computed: Foreign = shapes(*(point[v.name] for v in model.value_vars))
+    got = [tuple(int(s) for s in shape) for shape in computed]
     for rv, value, logp in zip(observed, got[: len(observed)], got[len(observed) :], strict=True):
         if value[:1] != (rows,) or logp[:1] != (rows,) or value[: len(logp)] != logp:
             raise ValueError(

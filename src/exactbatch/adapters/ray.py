@@ -30,6 +30,7 @@ the manifest. ray is imported on first use, not by importing this module.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from exactbatch.extras import need
@@ -40,13 +41,13 @@ from exactbatch.hints import PathLike
 __all__ = ["NdfDatasink", "import_ray", "to_ndf_dataset"]  # noqa: F822
 
 
-def import_ray():
+def import_ray() -> ModuleType:
     """ray (with Ray Data), or an ImportError saying how to install it."""
     need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
     return need("ray", by="exactbatch.ray", package="Ray Data", extra="ray")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "NdfDatasink":  # its module imports ray: on first use only
         from exactbatch.adapters.ray_sink import NdfDatasink
 
@@ -60,7 +61,7 @@ def to_ndf_dataset(
     *,
     features: Any = None,
     labels: Any = (),
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     rows_per_part: int | None = None,
 ) -> None:
     """Write a Ray Dataset as a sharded ``.ndf`` dataset at ``path``: row i of the

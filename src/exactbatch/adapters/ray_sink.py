@@ -8,15 +8,16 @@ as it is imported (a Datasink subclass needs its base class):
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exactbatch.adapters.dask_plan import Columns, frame_columns
+from exactbatch.adapters.dask_plan import Column, Columns, frame_columns
 from exactbatch.checks import check_int
 from exactbatch.errors import NdfOrderWarning
 from exactbatch.extras import need
-from exactbatch.hints import PathLike
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.ndf.dataset_protocol import abort_dataset, finish_dataset, start_dataset, write_part
 from exactbatch.ndf.manifest import Manifest, PartInfo, file_not_dataset
 from exactbatch.ndf.storage import location
@@ -28,14 +29,22 @@ need("ray.data", by="exactbatch.ray", package="Ray Data", extra="ray")
 
 from ray.data import Datasink  # noqa: E402
 
+if TYPE_CHECKING:
+    from ray.data.datasource.datasink import WriteResult
+
 CALLER = "NdfDatasink"
 
+# What a write task returns (plain data: Ray keeps it in a table): its index, its
+# part's file name, rows and bytes, and the names of the features and the labels it
+# chose; a task given no block before the widths are known: (index, None, 0, 0, None, None)
+Written = tuple[int, str | None, int, int, list[str] | None, list[str] | None]
 
-def schema_dtypes(schema) -> tuple[list, dict]:
+
+def schema_dtypes(schema: Foreign) -> tuple[list[str], dict[str, np.dtype]]:
     """A Ray Dataset schema's column names, and each column's NumPy dtype (object for a
     type with no NumPy counterpart: strings, tensors, lists)."""
     names = list(schema.names)
-    dtypes = {}
+    dtypes: dict[str, np.dtype] = {}
     for name, t in zip(names, schema.types, strict=True):
         try:
             dt = np.dtype(t.to_pandas_dtype() if hasattr(t, "to_pandas_dtype") else t)
@@ -45,7 +54,7 @@ def schema_dtypes(schema) -> tuple[list, dict]:
     return names, dtypes
 
 
-def block_frame(blocks):
+def block_frame(blocks: Iterable[Foreign]) -> Foreign:
     """One write task's blocks as one pandas DataFrame (None for no block)."""
     import pandas as pd
     from ray.data.block import BlockAccessor
@@ -56,7 +65,7 @@ def block_frame(blocks):
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-class NdfDatasink(Datasink):
+class NdfDatasink(Datasink[Written]):
     """A Ray Data datasink that writes a sharded ``.ndf`` dataset at ``path``.
 
     ``ds.write_datasink(NdfDatasink(path, features=..., labels=...))``: one
@@ -97,7 +106,7 @@ class NdfDatasink(Datasink):
         *,
         features: Any = None,
         labels: Any = (),
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         rows_per_part: int | None = None,
     ) -> None:
         if rows_per_part is not None:
@@ -111,18 +120,21 @@ class NdfDatasink(Datasink):
         self.features, self.labels = features, labels
         self.storage_options = storage_options
         self.columns: Columns | None = None  # chosen by each task from its blocks
-        self.names: tuple = ((), ())  # the names of the features and the labels
+        # the names of the features and the labels
+        self.names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self.write_id: str | None = None
         self.manifest: Manifest | None = None
 
-    def choose(self, names: list, dtypes) -> tuple[Columns, tuple, tuple]:
+    def choose(
+        self, names: Sequence[Column], dtypes: Foreign
+    ) -> tuple[Columns, tuple[str, ...], tuple[str, ...]]:
         """The columns to read of a table with these column ``names`` and ``dtypes``
         (checked: an error naming a bad one); they become the sink's once chosen."""
         chosen = frame_columns(names, dtypes, self.features, self.labels, CALLER, "Dataset")
         self.columns, self.names = chosen[0], chosen[1:]
         return chosen
 
-    def on_write_start(self, schema=None) -> None:
+    def on_write_start(self, schema: Foreign = None) -> None:
         # ``schema`` is not used to choose the columns: when Ray fuses the write with
         # the operators before it, it is the schema of their input, not of the rows
         # written. Each task checks its own blocks instead (to_ndf_dataset checks
@@ -151,7 +163,7 @@ class NdfDatasink(Datasink):
             stacklevel=2,
         )
 
-    def write(self, blocks, ctx) -> tuple:
+    def write(self, blocks: Iterable[Foreign], ctx: Foreign) -> Written:
         if self.write_id is None:
             raise RuntimeError(f"{CALLER}: a write task ran before on_write_start")
         frame = block_frame(blocks)
@@ -174,7 +186,7 @@ class NdfDatasink(Datasink):
         # plain data (Ray keeps it in a table): the part, and the names its task chose
         return (ctx.task_idx, *info, list(features), list(labels))
 
-    def on_write_complete(self, write_result) -> None:
+    def on_write_complete(self, write_result: WriteResult[Written]) -> None:
         if self.write_id is None:
             raise ValueError(f"{self.path}: no parts to write (the Dataset has no blocks)")
         try:
@@ -184,7 +196,8 @@ class NdfDatasink(Datasink):
             )
             if not done:
                 raise ValueError(f"{self.path}: no parts to write (the Dataset has no rows)")
-            names = {(tuple(r[4]), tuple(r[5])) for r in done}
+            # (a part written has its names: a list each, never None)
+            names = {(tuple(r[4] or ()), tuple(r[5] or ())) for r in done}
             if len(names) > 1:
                 raise ValueError(
                     f"{self.path}: the Dataset's blocks have different columns: {sorted(names)}"

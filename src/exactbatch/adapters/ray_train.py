@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from exactbatch.certificate import Certificate, certify_named
 from exactbatch.extras import need
-from exactbatch.hints import PathLike
+from exactbatch.hints import Foreign, PathLike
 from exactbatch.rank_states import (
     check_world,
     checkpoint_states,
@@ -33,12 +35,12 @@ from exactbatch.rank_states import (
 __all__ = ["certify_run", "report_with_loader", "restore_loader"]
 
 
-def _train():
+def _train() -> ModuleType:
     return need("ray.train", by="exactbatch.ray", package="Ray Train", extra="ray")
 
 
 def report_with_loader(
-    metrics: dict,
+    metrics: dict[str, Any],
     loader: Any,
     *,
     checkpoint_dir: PathLike | None = None,
@@ -80,7 +82,7 @@ def report_with_loader(
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _listing(checkpoint) -> tuple[list[str], Any, str]:
+def _listing(checkpoint: Foreign) -> tuple[list[str], Callable[[str], bytes], str]:
     """The file names of ``checkpoint``, a reader of one, and where it is (in words)."""
     import pyarrow.fs
 
@@ -94,7 +96,8 @@ def _listing(checkpoint) -> tuple[list[str], Any, str]:
 
     def read(name: str) -> bytes:
         with fs.open_input_stream(f"{path}/{name}") as f:
-            return f.read()
+            data: bytes = f.read()
+            return data
 
     return names, read, where
 

@@ -12,11 +12,13 @@ three phases, each a fixed share of the steps:
   step that gains most in a few steps, which is smaller than what a long fit
   can use (Stan's ADVI adapts its step by such a pilot: Kucukelbir et al.
   2017). The fit goes on from where the kept candidate stands.
-* **Decay** (to 60% of the steps): the step falls linearly from the kept
+* **Decay** (to 55% of the steps: :data:`SETTLE` part before the verdict's windows):
+  the step falls linearly from the kept
   ``lr0`` to the tail's step. A constant step leaves the iterate jittering by
   many posterior sds on large data; for a fixed budget a linear decay is
   the schedule whose last iterate does best (Defazio et al. 2023).
-* **Tail** (the last 40%): the step stays at :meth:`Plan.tail_step`, sized
+* **Tail** (the last 45%: a settle span of :data:`SETTLE` part, then the verdict's two
+  windows): the step stays at :meth:`Plan.tail_step`, sized
   so that the fit still relaxes within each of the verdict's parts: at a
   small step Adam moves an unconstrained parameter by about the step each
   step, and a guide's log-sd returns to its optimum in about ``0.7 / step``
@@ -42,6 +44,21 @@ three phases, each a fixed share of the steps:
   window of W steps is within about ``sqrt((N / B) / W)`` posterior sds
   whatever the step, so a fit that has seen too few epochs in its tail
   is told so, not hidden behind a step too small to move.
+
+The tail begins :data:`SETTLE` part (a quarter of a window: 5% of the steps) before
+the verdict's first window (:attr:`Plan.judged`), never before the pilot's end.
+Everything the tail switches on - Adam's restart, the flat step, the cap, the
+budget, the guide's draws - sends the iterate off for a while, and a first
+window that began there held that transient as a move of the means, which the
+verdict's shift rule (:mod:`exactbatch.adapters.convergence`) reads as a fit
+not converged (measured: breast cancer, NumPyro, B = 32, 10,000 steps, seed 1:
+``w[15]``'s first part +0.19 reference sds, the next three +0.05 to +0.11; begun a
+part earlier, +0.09, and its shift margin 0.084 to 0.036; seed 2's 0.023 to 0.006).
+The settle span is run, but neither judged nor averaged (its cost: 5% of the steps
+more at the tail's draws). What is left of those
+shifts is the batches' slow wander (the parts' path the same whatever the settle:
+the windows' batches are), not the transient: two or four parts settled did no
+better than one (docs/statistics.md).
 
 Adam's moments restart at zero where the pilot ends, at the start of each of
 the decay's :data:`RESTARTS` pieces and where the tail begins
@@ -89,8 +106,9 @@ sd outside 0.8-1.25x of the reference; 0.040-0.066 at four (``bench/fit_hold.py`
 draws cost the tail's steps, not the decay's, where the iterate travels and its
 noise averages over many steps anyway.
 
-The fit returns the mean of the tail's iterates (both windows) when the
-verdict finds no drift, else the mean of its last window's (a fit still
+The fit returns the mean of the iterates of the verdict's two windows (the tail
+less its settle span) when the verdict finds no drift, else the mean of its last
+window's (a fit still
 travelling is behind its tail's average; its last iterate jitters by
 posterior sds: see :func:`exactbatch.adapters.convergence.estimate`).
 
@@ -105,7 +123,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS",
+__all__ = ["BIAS", "CANDIDATES", "CAP", "FLOOR", "PARTS", "PILOT", "RELAX", "RESTARTS", "SETTLE",
            "TAIL_DRAWS", "Plan", "pick", "pick_apart", "windows"]  # fmt: skip
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01)  # Adam step sizes the pilot tries, largest first
@@ -119,6 +137,7 @@ RESTARTS = 2  # Adam's moments restart at the start of each of the decay's RESTA
 TAIL_DRAWS = 4  # draws of the guide a step in the tail: a guide sd's average scatters half
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
+SETTLE = 1  # parts the tail runs before the verdict's first window: its transient not judged
 
 
 def windows(num_steps: int, epoch: int | None) -> tuple[int, int]:
@@ -140,7 +159,9 @@ class Plan:
     """The default schedule of a fit of ``num_steps`` steps (see the module doc).
 
     ``pilot`` is its number of pilot steps, ``tail`` the step its tail begins at (where
-    Adam's moments restart), ``rows`` the data's N (None: unknown, no cap);
+    Adam's moments restart), ``judged`` the first step of the verdict's windows (the
+    tail's :data:`SETTLE` part later, at most), ``rows`` the data's N (None: unknown, no
+    cap);
     :meth:`step_size` gives the step size of step ``i`` once the pilot chose ``lr0``.
     """
 
@@ -150,8 +171,12 @@ class Plan:
         self.num_steps = num_steps
         self.pilot = max(1, math.ceil(num_steps * PILOT)) if pilot is None else pilot
         start, width = windows(num_steps, epoch)
-        self.tail = max(self.pilot, start if width else num_steps)
         self.part = max(1, width // PARTS if width else int(num_steps * WINDOW) // PARTS)
+        # the verdict reads (and the fit averages) from its first window's start; the tail
+        # begins SETTLE parts before it, so that the first window does not hold the tail's
+        # own transient (Adam restarted, the cap, the budget and the draws switched on)
+        self.judged = start if width else num_steps
+        self.tail = max(self.pilot, self.judged - SETTLE * self.part if width else num_steps)
         # a log-sd's gradient carries the batch's noise, sqrt(N / B) times its pull back
         self.noise = max(1.0, math.sqrt(epoch) / 2) if epoch else 1.0
         # the iterate's jitter biases a nonlinear likelihood's mean by ~ step * sqrt(N / B)

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exactbatch.adapters.torch_pinned import PinnedPool, pinned_allocator, use_counter
+from exactbatch.adapters.torch_pinned import Buffer, PinnedPool, pinned_allocator, use_counter
 from exactbatch.checks import check_flag
 from exactbatch.distributed import distributed_shard
 from exactbatch.extras import need
@@ -46,11 +47,16 @@ from exactbatch.loader import DataLoader
 if TYPE_CHECKING:
     import torch
 
+# A batch as tensors: (xb, yb), then the row ids (with_rows), then the mask ("pad")
+Tensors = tuple["torch.Tensor", ...]
+# Where each part of a batch lies in a pinned buffer: (start, end, dtype, shape)
+Span = tuple[int, int, np.dtype, tuple[int, ...]]
+
 # TorchIterable is made on first access (module __getattr__), so torch loads lazily.
 __all__ = ["TorchIterable", "TorchLoader", "as_torch", "distributed_shard"]  # noqa: F822
 
 
-def _torch():
+def _torch() -> ModuleType:
     return need("torch", by="exactbatch.torch", package="PyTorch", extra="torch")
 
 
@@ -67,6 +73,9 @@ class TorchLoader:
     (then ``pin_memory=True`` holds without CUDA).
     """
 
+    dtype: torch.dtype | None
+    device: torch.device | None
+
     def __init__(
         self,
         loader: DataLoader,
@@ -74,7 +83,7 @@ class TorchLoader:
         dtype: Any = None,
         device: Device = None,
         pin_memory: bool = False,
-        allocator: Callable[[int], Any] | None = None,
+        allocator: Callable[[int], torch.Tensor] | None = None,
     ) -> None:
         torch = _torch()
         if isinstance(loader, (tuple, list)) or hasattr(loader, "shape"):
@@ -107,7 +116,7 @@ class TorchLoader:
         # Gathered straight into the pool's pinned buffers: a loader with next_into
         # whose float dtype is the tensors' (a cast makes a new tensor anyway), and not
         # of even_batches="pad" (its masks come from iter(): pinned as they are copied).
-        self._pool = None
+        self._pool: PinnedPool | None = None
         if (
             self.pin_memory
             and hasattr(loader, "next_into")
@@ -125,8 +134,8 @@ class TorchLoader:
             f"pin_memory={self.pin_memory})"
         )
 
-    def _convert(self, a):
-        t = _torch().from_numpy(a)  # shares a's memory
+    def _convert(self, a: np.ndarray) -> torch.Tensor:
+        t: torch.Tensor = _torch().from_numpy(a)  # shares a's memory
         # (class labels, DataLoader(label_dtype=np.int64), stay integers: a long tensor)
         if self.dtype is not None and t.dtype != self.dtype and a.dtype.kind == "f":
             t = t.to(self.dtype)  # cast on the CPU: fewer bytes to move
@@ -136,20 +145,20 @@ class TorchLoader:
             t = t.to(self.device, non_blocking=self.pin_memory)
         return t
 
-    def _convert_ids(self, a):
-        t = _torch().from_numpy(a)  # int64 ids, or a bool mask; shared, never cast
+    def _convert_ids(self, a: np.ndarray) -> torch.Tensor:
+        t: torch.Tensor = _torch().from_numpy(a)  # int64 ids, or a bool mask; shared, never cast
         if self.pin_memory:
             t = t.pin_memory()
         if self.device is not None:
             t = t.to(self.device, non_blocking=self.pin_memory)
         return t
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def __iter__(self) -> Iterator[Tensors]:
         if self._pool is not None:
             return self._pinned()
         return self._converted()
 
-    def _pinned(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _pinned(self) -> Iterator[Tensors]:
         """An epoch gathered by ``next_into`` into the pool's buffers: x, y (and the
         row ids) of a batch in one buffer, each part 64-byte aligned."""
         torch, loader, pool = _torch(), self.loader, self._pool
@@ -173,7 +182,8 @@ class TorchLoader:
         ]
         if loader.with_rows:
             parts.append((np.dtype(np.int64), (b,)))
-        spans, end = [], 0
+        spans: list[Span] = []
+        end = 0
         for dt, shape in parts:
             nbytes = int(np.prod(shape)) * np.dtype(dt).itemsize
             spans.append((end, end + nbytes, np.dtype(dt), shape))
@@ -199,7 +209,7 @@ class TorchLoader:
                 return
             yield self._views(torch, buf, spans, n)
 
-    def _views(self, torch, buf, spans, n: int) -> tuple[torch.Tensor, ...]:
+    def _views(self, torch: ModuleType, buf: Buffer, spans: list[Span], n: int) -> Tensors:
         """Batch ``n`` rows of ``buf`` as tensors (moved to the device: the copy's event
         kept, so the buffer is reused only once it is done)."""
         out = tuple(
@@ -213,7 +223,7 @@ class TorchLoader:
             buf.event.record()
         return moved
 
-    def _converted(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _converted(self) -> Iterator[Tensors]:
         convert = self._convert
         if getattr(self.loader, "even_batches", False) == "pad":  # (x, y[, rows], mask)
             for *arrays, mask in self.loader:
@@ -227,7 +237,7 @@ class TorchLoader:
         for xb, yb in self.loader:
             yield convert(xb), convert(yb)
 
-    def dataset(self) -> torch.utils.data.IterableDataset:
+    def dataset(self) -> torch.utils.data.IterableDataset[Tensors]:
         """This iterable as a ``torch.utils.data.IterableDataset``.
 
         Use it as ``torch.utils.data.DataLoader(ds, batch_size=None)`` (the
@@ -235,7 +245,8 @@ class TorchLoader:
         and reads by itself; iterating in a worker process is a
         ``RuntimeError``).
         """
-        return _iterable_class()(self)
+        made: torch.utils.data.IterableDataset[Tensors] = _iterable_class()(self)
+        return made
 
 
 def as_torch(
@@ -277,17 +288,18 @@ def as_torch(
     return TorchLoader(loader, dtype=dtype, device=device, pin_memory=pin_memory)
 
 
-_TORCH_ITERABLE = None
+_TORCH_ITERABLE: type | None = None
 
 
-def _iterable_class():
+def _iterable_class() -> type:
     """The ``TorchIterable`` class, defined on first use so that torch loads lazily."""
     global _TORCH_ITERABLE
     if _TORCH_ITERABLE is not None:
         return _TORCH_ITERABLE
     torch = _torch()
+    from torch.utils.data import IterableDataset
 
-    class TorchIterable(torch.utils.data.IterableDataset):
+    class TorchIterable(IterableDataset[Tensors]):
         """A :class:`TorchLoader` as a ``torch.utils.data.IterableDataset``.
 
         Each ``iter()`` is one epoch of the wrapped loader; ``len()`` is its
@@ -304,7 +316,7 @@ def _iterable_class():
         def __len__(self) -> int:
             return len(self.source)
 
-        def __iter__(self) -> Iterator[tuple[Any, ...]]:  # tensors
+        def __iter__(self) -> Iterator[Tensors]:
             if torch.utils.data.get_worker_info() is not None:
                 raise RuntimeError(
                     "an exactbatch TorchIterable was iterated in a DataLoader worker process: "
@@ -323,7 +335,7 @@ def _iterable_class():
     return TorchIterable
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "TorchIterable":  # module attribute, made (and torch imported) on first use
         return _iterable_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exactbatch.certificate import Certificate, certify_named
 from exactbatch.checks import check_int
@@ -34,6 +34,9 @@ from exactbatch.rank_states import (
     state_name,
     write_state,
 )
+
+if TYPE_CHECKING:
+    from torch.nn import Module
 
 __all__ = ["certify_folder", "load_checkpoint", "save_checkpoint"]
 
@@ -58,7 +61,7 @@ def _step_folders(folder: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _read(where: str) -> tuple[dict[int, dict], str]:
+def _read(where: str) -> tuple[dict[int, dict[str, Any]], str]:
     """The states of the step folder ``where`` by rank, and why they are not complete."""
 
     def read(name: str) -> bytes:
@@ -87,7 +90,7 @@ def _remove_leftovers(steps: list[str]) -> None:
             os.rmdir(here)
 
 
-def _unwrapped(model):
+def _unwrapped(model: Module) -> Module:
     import torch
 
     ddp = (torch.nn.parallel.DistributedDataParallel,)
@@ -140,7 +143,9 @@ def save_checkpoint(
     return here
 
 
-def _latest(folder: str) -> tuple[tuple[int, str, dict] | None, list[str]]:
+def _latest(
+    folder: str,
+) -> tuple[tuple[int, str, dict[int, dict[str, Any]]] | None, list[str]]:
     """``(step, its folder, its states)`` of the latest complete step in ``folder`` (None:
     none), and the folders of the incomplete steps after it."""
     later: list[str] = []

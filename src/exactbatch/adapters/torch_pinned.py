@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-__all__ = ["PinnedPool", "pinned_allocator", "use_counter"]
+from exactbatch.hints import Foreign
+
+if TYPE_CHECKING:
+    from torch import Tensor, UntypedStorage
+
+__all__ = ["Buffer", "PinnedPool", "pinned_allocator", "use_counter"]
 
 
-def use_counter(torch) -> Callable[[Any], int]:
+def use_counter(torch: ModuleType) -> Callable[[UntypedStorage], int]:
     """``storage -> int``: how many tensors and arrays hold a storage, torch's own count
     (``torch._C._storage_Use_Count``, torch's private function: looked up by name). Where
     a torch has none, a count that grows at every query, so that every buffer looks held
@@ -34,23 +40,23 @@ def use_counter(torch) -> Callable[[Any], int]:
     return lambda storage: count(storage._cdata)
 
 
-def pinned_allocator(torch) -> Callable[[int], Any]:
+def pinned_allocator(torch: ModuleType) -> Callable[[int], Tensor]:
     """``nbytes -> tensor``: a 1-D uint8 tensor of page-locked memory (needs CUDA)."""
     return lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
-class _Buffer:
+class Buffer:
     """One buffer of the pool: its 1-D uint8 tensor, its storage (held, to count who
     else holds it), the count when only the pool does, and the device copy's event."""
 
     __slots__ = ("base", "event", "nbytes", "own", "storage")
 
-    def __init__(self, tensor, use_count):
+    def __init__(self, tensor: Tensor, use_count: Callable[[UntypedStorage], int]) -> None:
         self.base = tensor
         self.nbytes = tensor.numel()
         self.storage = tensor.untyped_storage()
         self.own = use_count(self.storage)
-        self.event = None
+        self.event: Foreign = None  # a torch.cuda.Event (whose methods are not annotated)
 
 
 class PinnedPool:
@@ -58,22 +64,24 @@ class PinnedPool:
     reused once free (module docs). ``use_count(storage)``: how many tensors and
     arrays hold a storage (torch's own count). Not thread-safe: one iterator's."""
 
-    def __init__(self, alloc: Callable[[int], Any], use_count: Callable[[Any], int]):
+    def __init__(
+        self, alloc: Callable[[int], Tensor], use_count: Callable[[UntypedStorage], int]
+    ) -> None:
         self._alloc, self._use_count = alloc, use_count
-        self._lent: list[_Buffer] = []
-        self._free: list[_Buffer] = []
+        self._lent: list[Buffer] = []
+        self._free: list[Buffer] = []
 
-    def _busy(self, buf: _Buffer) -> bool:
+    def _busy(self, buf: Buffer) -> bool:
         if buf.event is not None:
             if not buf.event.query():
                 return True
             buf.event = None
         return self._use_count(buf.storage) > buf.own
 
-    def take(self, nbytes: int) -> _Buffer:
+    def take(self, nbytes: int) -> Buffer:
         """A buffer of at least ``nbytes``: a free one (the lent ones nothing holds any
         more come back first), else a new one. Lent until it is free again."""
-        lent: list[_Buffer] = []
+        lent: list[Buffer] = []
         for buf in self._lent:
             (lent if self._busy(buf) else self._free).append(buf)
         self._lent = lent
@@ -82,11 +90,11 @@ class PinnedPool:
                 del self._free[k]
                 break
         else:
-            buf = _Buffer(self._alloc(max(1, nbytes)), self._use_count)
+            buf = Buffer(self._alloc(max(1, nbytes)), self._use_count)
         self._lent.append(buf)
         return buf
 
-    def give_back(self, buf: _Buffer) -> None:
+    def give_back(self, buf: Buffer) -> None:
         """``buf`` was taken but nothing made from it was handed out: free at once."""
         self._lent.remove(buf)
         self._free.append(buf)

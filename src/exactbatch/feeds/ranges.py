@@ -75,6 +75,9 @@ class Ranges:
         self.nbatches = self.counts(())[0]
         # see global_ledger: (key, steps, the other ranks' rows of those steps)
         self._others: tuple[Any, int, Tally] = (None, 0, Tally())
+        # see _layout: the last epoch's ((seed, epoch), layout); rank_order's, a few
+        self._last: tuple[Any, tuple[int, WindowedOrder | None]] = (None, (0, None))
+        self._rank_orders: dict[tuple[Any, ...], RangesOrder] = {}
 
     @staticmethod
     def open_stream(
@@ -133,13 +136,17 @@ class Ranges:
 
     def _layout(self, seed: int, epoch: int) -> tuple[int, WindowedOrder | None]:
         """``(window, base)`` of an epoch: a stream's windows and chunk order; a
-        random-access source's whole rows (one window a share), positions as rows."""
+        random-access source's whole rows (one window a share), positions as rows.
+        Kept for the last ``(seed, epoch)`` asked: a state's ledger and every rank's
+        order of a segment ask it again, and a keyed order is made afresh each time."""
         if not self.spec.shuffle:
             return max(1, self.total), None
+        if self._last[0] == (seed, epoch):
+            return self._last[1]
         order = self._orders(seed, epoch, 0, self.total)
-        if isinstance(order, WindowedOrder):
-            return order.window, order
-        return max(1, self.total), None
+        layout = (order.window, order) if isinstance(order, WindowedOrder) else None
+        self._last = ((seed, epoch), layout or (max(1, self.total), None))
+        return self._last[1]
 
     def _order(self, pieces: list[Piece], seed: int, epoch: int) -> RangesOrder:
         _, base = self._layout(seed, epoch)
@@ -160,11 +167,20 @@ class Ranges:
         return agenda_at(self.total, window, self.spec.batch_size, segments_of(segments))
 
     def rank_order(self, seed: int, epoch: int, first: First, index: int) -> RangesOrder:
-        """Rank ``index``'s order in the segment in progress at ``first``."""
-        window, _ = self._layout(seed, epoch)
+        """Rank ``index``'s order in the segment in progress at ``first`` (a few kept: a
+        promise and a ledger ask for every rank's, at each save; orders are immutable)."""
         before, _ = self.split(first)
-        pieces = deal(self._agenda(seed, epoch, before), self.spec.shard.count, index, window)
-        return self._order(pieces, seed, epoch)
+        key = (seed, epoch, before, index)
+        order = self._rank_orders.get(key)
+        if order is None:
+            window, _ = self._layout(seed, epoch)
+            count = self.spec.shard.count
+            order = self._order(deal(self._agenda(seed, epoch, before), count, index, window),
+                                seed, epoch)  # fmt: skip
+            if len(self._rank_orders) >= 16:
+                self._rank_orders.clear()
+            self._rank_orders[key] = order
+        return order
 
     def order(self, seed: int, epoch: int, plan: Plan, first: First = ()) -> RangesOrder:
         """This rank's order of the segment in progress (every time: even unshuffled, a

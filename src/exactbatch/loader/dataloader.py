@@ -227,7 +227,7 @@ class DataLoader(Reports):
         self._telemetry = self._watch(progress, check_progress(progress, progress_every))
         # next_into's record of its wait (a read too, or not): Telemetry.waiter's, kept
         self._waits = (self._telemetry.waiter(False), self._telemetry.waiter(True))
-        self._checks = IntoChecks()  # next_into's checks of its buffers
+        self._checks = IntoChecks(self._feed, self._cursor.peek)  # next_into's buffers
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
         self._holder = Holder()  # next_into's group: claimed a group at a time
 
@@ -331,7 +331,7 @@ class DataLoader(Reports):
         else:
             fits = False
         if not fits:
-            by = checks.full(self._feed, self._cursor.peek, bx, by, brows, self)
+            by = checks.full(bx, by, brows)
             if by is None:  # a stream with no chunk at all: the epoch is over
                 return 0
         assert by is not None  # (the check passed: an array)
