@@ -144,6 +144,7 @@ def test_too_few_epochs_a_window_are_too_few_to_judge_the_means():
                            "average over a window of 51 steps is uncertain by at least 0.289 "
                            "posterior sd")  # fmt: skip
     assert "at least 340 steps judge them" in text and "has not converged" not in text
+    assert "2-4x" not in text  # the steps it names, not the advice of a moving fit
     # a fit also moving has not converged, too few epochs or not
     moving = _warning(dataclasses.replace(short, drift=0.4))
     assert moving.startswith("fit has not converged: the posterior still drifted 0.4 sd")

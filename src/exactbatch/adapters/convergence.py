@@ -554,6 +554,14 @@ def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
     # too few epochs alone: not a fit seen to move, one that cannot be judged at its length
     alone = len(said) == 1 and not verdict.means_judged
     head = "fit too short to judge" if alone else "fit has not converged"
+    advice = (
+        ""
+        if alone
+        else (
+            " Run more steps: 2-4x (the default schedule stretches over them), or larger "
+            "batches; with your own optim=, end with a smaller step."
+        )
+    )
     returned = f"; returned: {verdict.returned}" if verdict.returned else ""
     if verdict.returned == LAST_WINDOW:
         returned += (
@@ -563,9 +571,7 @@ def warn_if_moving(verdict: Convergence, stacklevel: int = 3) -> None:
         )
     warnings.warn(
         ConvergenceWarning(
-            f"{head}: {'; and '.join(said)}{returned}. Run more "
-            f"steps: 2-4x (the default schedule stretches over them), or larger batches; "
-            f"with your own optim=, end with a smaller step. The figures are in the "
+            f"{head}: {'; and '.join(said)}{returned}.{advice} The figures are in the "
             f"result's .convergence"
         ),
         stacklevel=stacklevel,
