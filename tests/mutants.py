@@ -547,11 +547,13 @@ TARGETS = {
     "fits": (  # a fit's step schedule, its convergence check and the pre-fit mixing check
         [
             "src/exactbatch/adapters/convergence.py",
+            "src/exactbatch/adapters/convergence_words.py",
             "src/exactbatch/adapters/schedule.py",
             "src/exactbatch/adapters/order_check.py",
         ],
         [
             "exactbatch.adapters.convergence.*",
+            "exactbatch.adapters.convergence_words.*",
             "exactbatch.adapters.schedule.*",
             "exactbatch.adapters.order_check.*",
         ],

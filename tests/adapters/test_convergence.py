@@ -121,6 +121,42 @@ def test_an_sds_wander_between_windows_is_judged_against_the_sds_floor():
     assert moved.moving and moved.where == "w[0] mean"
 
 
+def test_too_few_epochs_a_window_are_too_few_to_judge_the_means():
+    """Issue 40: breast cancer, 8 columns, B = 32, 300 steps, NumPyro seed 3 was 0.57 sd
+    off and quiet: its parts' scatter said 0.128 sd of error, but a window of 51 steps (3
+    epochs of 17 batches) wanders more slowly than a part. A window's mean is uncertain
+    by at least MEANS_FLOOR * sqrt(epoch / window) = 0.29 sd there, above the bound of
+    0.25 whatever the fit: too few epochs to judge, and the warning says how many steps
+    would judge it (window >= 4 epochs: 340). A longer window is judged as before."""
+    rng = np.random.default_rng(3)
+    means = rng.standard_normal((2 * PARTS, 9)) * 0.1  # still: the parts scatter a little
+    sds = 1 + rng.standard_normal((2 * PARTS, 9)) * 0.01
+    losses = np.zeros(300)
+    plain = convergence.judge(_parts(means, sds), losses, 51)  # no epoch: no floor
+    assert plain.converged and plain.error < 0.1 and plain.means_judged
+    short = convergence.judge(_parts(means, sds), losses, 51, 17, 4)
+    assert short.error_floor == pytest.approx(0.5 * np.sqrt(17 / 51))
+    assert short.error == pytest.approx(short.error_floor) and not short.means_judged
+    assert short.moving is False and short.converged is False
+    assert short.steps_to_judge_means() == 340
+    text = _warning(dataclasses.replace(short, returned=TAIL))
+    assert text.startswith("fit too short to judge: too few epochs to judge its means: an "
+                           "average over a window of 51 steps is uncertain by at least 0.289 "
+                           "posterior sd")  # fmt: skip
+    assert "at least 340 steps judge them" in text and "has not converged" not in text
+    assert "2-4x" not in text  # the steps it names, not the advice of a moving fit
+    # a fit also moving has not converged, too few epochs or not
+    moving = _warning(dataclasses.replace(short, drift=0.4))
+    assert moving.startswith("fit has not converged: the posterior still drifted 0.4 sd")
+    assert "too few epochs to judge its means" in moving
+    # enough epochs a window (calibration's 12, breast cancer's 117 at 10,000 steps): the
+    # floor is under the bound and the parts' error stands where it is larger
+    for epoch, window in ((10, 120), (17, 1989)):
+        long = convergence.judge(_parts(means, sds), np.zeros(2 * window), window, epoch, 4)
+        assert long.means_judged and long.converged, str(long)
+        assert long.error == pytest.approx(max(plain.error, 0.5 * np.sqrt(epoch / window)))
+
+
 # -- fit itself, its verdict forced ---------------------------------------------------------
 
 
