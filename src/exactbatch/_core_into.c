@@ -15,11 +15,20 @@ typedef struct {
     PyObject *plain;                          /* checks.plain last parsed, and its values */
     Py_ssize_t b, d, l;
     int num; /* NPY_DOUBLE_NUM or NPY_FLOAT_NUM; 0: not plain */
+    /* Kept from the last call, each looked up again only when it changes: the group
+     * and its epoch, queue and handed (a Group's, never reassigned); the run (an
+     * OrderRun: its via and rows, never reassigned) and via's read_run then (checked
+     * at every call: a reader closed, or a test's double, changes it); the calling
+     * thread's telemetry slot (threading.local's: one list a thread, for its life). */
+    PyObject *g, *g_epoch, *g_queue, *g_handed;
+    PyObject *run, *run_via, *run_rows, *run_read; /* run_read NULL: not compiled */
+    unsigned long tid;
+    PyObject *slot;
 } IntoObject;
 
 static PyObject *s_plain, *s_group, *s_epoch, *s_current, *s_queue, *s_popleft, *s_via;
 static PyObject *s_rows, *s_read_run, *s_handed, *s_last_rows, *s_phase, *s_done, *s_settle;
-static PyObject *s_unpop;
+static PyObject *s_unpop, *s_local, *s_slot, *s__slot, *s_due, *s_report_now;
 static PyObject *perf_ns; /* time.perf_counter_ns: telemetry's clock */
 
 /* Is checks.plain the (b, d, l, itemsize) of plain buffers? Parsed when it changes. */
@@ -78,14 +87,8 @@ static void unpop(PyObject *group, PyObject *item)
  * checked when the epoch is draining and the group is done. 0, or -1. */
 static int hand(IntoObject *self, PyObject *group, PyObject *job, PyObject *size)
 {
-    PyObject *handed = PyObject_GetAttr(group, s_handed);
-    if (handed == NULL)
-        return -1;
-    int rc = PyList_Check(handed) ? PyList_Append(handed, job) : -1;
-    if (rc < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "a group's handed must be a list");
-    Py_DECREF(handed);
-    if (rc < 0 || PyObject_SetAttr(self->cursor, s_last_rows, size) < 0)
+    if (PyList_Append(self->g_handed, job) < 0 ||
+        PyObject_SetAttr(self->cursor, s_last_rows, size) < 0)
         return -1;
     PyObject *phase = PyObject_GetAttr(self->cursor, s_phase);
     if (phase == NULL)
@@ -105,11 +108,10 @@ static int hand(IntoObject *self, PyObject *group, PyObject *job, PyObject *size
     return r == NULL ? -1 : 0;
 }
 
-/* The popped item's job, the compiled rows that read it and the order, when this path
- * hands it out (its run's via a reader whose read_run is Rows.read_run): 1, else 0
- * (or -1 with an exception set). */
-static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **rowsobj,
-                PyObject **order)
+/* The popped item's job and the compiled rows that read it, when this path hands it
+ * out (its run's via a reader whose read_run is Rows.read_run): 1, else 0 (or -1 with
+ * an exception set). */
+static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **rowsobj)
 {
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
         PyTuple_GET_ITEM(item, 1) != Py_None)
@@ -122,26 +124,115 @@ static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **row
         return -1;
     if (size != self->b)
         return 0;
-    PyObject *run = PyTuple_GET_ITEM(*job, 0), *via = PyObject_GetAttr(run, s_via), *m = NULL;
-    if (via == NULL)
-        return -1;
-    m = PyObject_GetAttr(via, s_read_run);
-    Py_DECREF(via);
+    PyObject *run = PyTuple_GET_ITEM(*job, 0);
+    if (run != self->run) { /* a new run: its via and rows */
+        PyObject *via = PyObject_GetAttr(run, s_via), *rows = NULL;
+        if (via == NULL || (rows = PyObject_GetAttr(run, s_rows)) == NULL) {
+            Py_XDECREF(via);
+            return -1;
+        }
+        Py_XSETREF(self->run, Py_NewRef(run));
+        Py_XSETREF(self->run_via, via);
+        Py_XSETREF(self->run_rows, rows);
+        Py_CLEAR(self->run_read);
+    }
+    PyObject *m = PyObject_GetAttr(self->run_via, s_read_run);
     if (m == NULL)
         return -1;
-    int compiled = PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
-                   Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
-                   PyCFunction_GET_FUNCTION(m) == (PyCFunction)(void (*)(void))Rows_read_run;
-    if (!compiled) {
-        Py_DECREF(m);
+    if (m != self->run_read) { /* (a bound method kept by the reader: the same object) */
+        int compiled = PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
+                       Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
+                       PyCFunction_GET_FUNCTION(m) ==
+                           (PyCFunction)(void (*)(void))Rows_read_run;
+        Py_XSETREF(self->run_read, compiled ? Py_NewRef(m) : NULL);
+    }
+    Py_DECREF(m);
+    if (self->run_read == NULL)
+        return 0;
+    *rowsobj = PyCFunction_GET_SELF(self->run_read); /* (borrowed: run_read holds it) */
+    return 1;
+}
+
+/* The calling thread's slot of the telemetry (tel._local.slot, else tel._slot()):
+ * borrowed, or NULL with an exception set. */
+static PyObject *thread_slot(IntoObject *self)
+{
+    unsigned long tid = PyThread_get_thread_ident();
+    if (self->slot != NULL && tid == self->tid)
+        return self->slot;
+    PyObject *local = PyObject_GetAttr(self->tel, s_local), *slot = NULL;
+    if (local == NULL)
+        return NULL;
+    slot = PyObject_GetAttr(local, s_slot);
+    Py_DECREF(local);
+    if (slot == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        if ((slot = PyObject_CallMethodNoArgs(self->tel, s__slot)) == NULL)
+            return NULL;
+    }
+    Py_XSETREF(self->slot, slot);
+    self->tid = tid;
+    return slot;
+}
+
+/* waited_on(tel, t0, at, hist) with the thread's slot kept: 0, or -1. */
+static int record(IntoObject *self, PyObject *t0)
+{
+    PyObject *slot = thread_slot(self);
+    if (slot == NULL)
+        return -1;
+    PyObject *wargs[4] = {slot, t0, self->at, self->hist};
+    PyObject *now = waited(NULL, wargs, 4), *due = NULL, *r = NULL;
+    if (now == NULL || (due = PyObject_GetAttr(self->tel, s_due)) == NULL)
+        goto done;
+    int late = PyObject_RichCompareBool(now, due, Py_GE);
+    if (late < 0)
+        goto done;
+    r = late ? PyObject_CallMethodOneArg(self->tel, s_report_now, now) : Py_NewRef(Py_None);
+done:
+    Py_XDECREF(now);
+    Py_XDECREF(due);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* The group in holder now, and its fields kept (self->g ...): 1; 0 when there is none
+ * (None); -1 with an exception set. */
+static int group_now(IntoObject *self)
+{
+    PyObject *group = PyObject_GetAttr(self->holder, s_group);
+    if (group == NULL)
+        return -1;
+    if (group == self->g) {
+        Py_DECREF(group);
+        return 1;
+    }
+    if (group == Py_None) {
+        Py_DECREF(group);
         return 0;
     }
-    *rowsobj = Py_NewRef(PyCFunction_GET_SELF(m));
-    Py_DECREF(m);
-    if ((*order = PyObject_GetAttr(run, s_rows)) == NULL) {
-        Py_CLEAR(*rowsobj);
+    PyObject *epoch = PyObject_GetAttr(group, s_epoch), *queue = NULL, *handed = NULL;
+    if (epoch == NULL || (queue = PyObject_GetAttr(group, s_queue)) == NULL ||
+        (handed = PyObject_GetAttr(group, s_handed)) == NULL) {
+        Py_DECREF(group);
+        Py_XDECREF(epoch);
+        Py_XDECREF(queue);
         return -1;
     }
+    if (!PyList_Check(handed)) {
+        PyErr_SetString(PyExc_TypeError, "a group's handed must be a list");
+        Py_DECREF(group);
+        Py_DECREF(epoch);
+        Py_DECREF(queue);
+        Py_DECREF(handed);
+        return -1;
+    }
+    Py_XSETREF(self->g, group);
+    Py_XSETREF(self->g_epoch, epoch);
+    Py_XSETREF(self->g_queue, queue);
+    Py_XSETREF(self->g_handed, handed);
     return 1;
 }
 
@@ -160,27 +251,21 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         res = plain < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    if ((group = PyObject_GetAttr(self->holder, s_group)) == NULL)
-        goto done;
-    if (group == Py_None) {
-        res = Py_NewRef(Py_None);
+    int held = group_now(self);
+    if (held <= 0) {
+        res = held < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *epoch = PyObject_GetAttr(group, s_epoch), *current = NULL, *queue = NULL;
-    if (epoch != NULL)
-        current = PyObject_GetAttr(self->cursor, s_current);
-    Py_XDECREF(epoch);
-    Py_XDECREF(current);
+    group = Py_NewRef(self->g); /* (a claim on another thread may replace self->g) */
+    PyObject *current = PyObject_GetAttr(self->cursor, s_current), *queue = self->g_queue;
     if (current == NULL)
         goto done;
-    if (epoch != current) { /* (compared by identity only) */
+    Py_DECREF(current);
+    if (self->g_epoch != current) { /* (compared by identity only) */
         res = Py_NewRef(Py_None);
         goto done;
     }
-    if ((queue = PyObject_GetAttr(group, s_queue)) == NULL)
-        goto done;
     item = PyObject_CallMethodNoArgs(queue, s_popleft);
-    Py_DECREF(queue);
     if (item == NULL) {
         if (PyErr_ExceptionMatches(PyExc_IndexError)) { /* empty: the loader claims */
             PyErr_Clear();
@@ -188,31 +273,24 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         }
         goto done;
     }
-    PyObject *job = NULL, *via = NULL, *rows = NULL;
-    int mine = ours(self, item, &job, &via, &rows);
+    PyObject *job = NULL, *rowsobj = NULL;
+    int mine = ours(self, item, &job, &rowsobj);
     if (mine <= 0) { /* another kind of batch: the loader goes on with it */
         PyErr_Clear(); /* (its own path says what is wrong, if anything) */
         res = PyTuple_Pack(3, group, item, t0);
         goto done;
     }
     PyObject *size = PyTuple_GET_ITEM(job, 2);
-    PyObject *rargs[5] = {rows, PyTuple_GET_ITEM(job, 4), size, args[0], args[1]};
-    PyObject *none = Rows_read_run((RowsObject *)via, rargs, 5);
-    Py_DECREF(via);
-    Py_DECREF(rows);
+    PyObject *rargs[5] = {self->run_rows, PyTuple_GET_ITEM(job, 4), size, args[0], args[1]};
+    PyObject *none = Rows_read_run((RowsObject *)rowsobj, rargs, 5);
     if (none == NULL) {
         unpop(group, item);
         goto done;
     }
     Py_DECREF(none);
-    if (hand(self, group, job, size) < 0)
+    if (hand(self, group, job, size) < 0 || record(self, t0) < 0)
         goto done;
-    PyObject *wargs[4] = {self->tel, t0, self->at, self->hist};
-    PyObject *r = waited_on(NULL, wargs, 4);
-    if (r != NULL) {
-        Py_DECREF(r);
-        res = Py_NewRef(size);
-    }
+    res = Py_NewRef(size);
 done:
     Py_DECREF(t0);
     Py_XDECREF(group);
@@ -229,6 +307,15 @@ static int Into_traverse(IntoObject *self, visitproc visit, void *arg)
     Py_VISIT(self->job_type);
     Py_VISIT(self->draining);
     Py_VISIT(self->plain);
+    Py_VISIT(self->g);
+    Py_VISIT(self->g_epoch);
+    Py_VISIT(self->g_queue);
+    Py_VISIT(self->g_handed);
+    Py_VISIT(self->run);
+    Py_VISIT(self->run_via);
+    Py_VISIT(self->run_rows);
+    Py_VISIT(self->run_read);
+    Py_VISIT(self->slot);
     return 0;
 }
 
@@ -243,6 +330,15 @@ static int Into_clear(IntoObject *self)
     Py_CLEAR(self->job_type);
     Py_CLEAR(self->draining);
     Py_CLEAR(self->plain);
+    Py_CLEAR(self->g);
+    Py_CLEAR(self->g_epoch);
+    Py_CLEAR(self->g_queue);
+    Py_CLEAR(self->g_handed);
+    Py_CLEAR(self->run);
+    Py_CLEAR(self->run_via);
+    Py_CLEAR(self->run_rows);
+    Py_CLEAR(self->run_read);
+    Py_CLEAR(self->slot);
     return 0;
 }
 
@@ -302,6 +398,10 @@ PyObject *into_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     self->job_type = Py_NewRef(args[5]);
     self->draining = Py_NewRef(args[6]);
     self->plain = NULL;
+    self->g = self->g_epoch = self->g_queue = self->g_handed = NULL;
+    self->run = self->run_via = self->run_rows = self->run_read = NULL;
+    self->tid = 0;
+    self->slot = NULL;
     self->b = self->d = self->l = 0;
     self->num = 0;
     PyObject_GC_Track(self);
@@ -319,6 +419,8 @@ int into_ready(void)
         {&s_via, "via"},         {&s_rows, "rows"},         {&s_read_run, "read_run"},
         {&s_handed, "handed"},   {&s_last_rows, "_last_rows"}, {&s_phase, "phase"},
         {&s_done, "done"},       {&s_settle, "settle"},     {&s_unpop, "unpop"},
+        {&s_local, "_local"},    {&s_slot, "slot"},         {&s__slot, "_slot"},
+        {&s_due, "_due"},        {&s_report_now, "_report_now"},
     };
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
