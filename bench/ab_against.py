@@ -25,11 +25,14 @@ calling thread's.
 What the limit leaves out: it gathers over an order drawn once, outside its timed
 epochs, while a shuffled loader computes each epoch's order (and its batches' ledger
 digests) on its order thread, the next epoch's during this one: under ``--clock
-process`` that thread's work is in the loader's epoch. ``--limit-order`` charges the
-limit the same: each of its epochs draws its permutation (``rng.permutation``, int32)
-inside its timed epoch, so that the two epochs do the same work; the table then says
-``C limit+order``. Without it, the overhead a batch above the limit includes the
-order's cost a batch (its epoch's share: tens of us a batch at 4096 rows).
+process`` that thread's work is in the loader's epoch. ``--limit-order keyed`` charges
+the limit the same work: each of its epochs computes the loader's own order of the
+epoch inside its timed epoch (the keyed bijection's whole order and its batches'
+digests, ``EpochBijection.whole_into``, int32, on the calling thread), so that the two
+epochs do the same work; ``numpy`` draws ``rng.permutation`` instead (slower than the
+keyed order: it overcharges the limit). The table then says ``C limit+order``.
+Without it, the overhead a batch above the limit includes the order's cost a batch
+(its epoch's share: tens of us a batch at 4096 rows).
 """
 
 from __future__ import annotations
@@ -131,8 +134,10 @@ def main() -> None:
     parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     parser.add_argument(
         "--limit-order",
-        action="store_true",
-        help="the limit draws each epoch's permutation inside its timed epoch",
+        choices=["none", "keyed", "numpy"],
+        default="none",
+        help="the limit computes each epoch's order inside its timed epoch: the loader's "
+        "keyed one (with its digests), or numpy's permutation",
     )
     args = parser.parse_args()
     global CPU
@@ -149,10 +154,21 @@ def main() -> None:
         read = now.kernels.memory_rows(x, y).read
         perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
         draw = None
-        if args.limit_order:
+        if args.limit_order == "numpy":
 
             def draw():
                 return rng.permutation(args.rows).astype(np.int32)
+
+        elif args.limit_order == "keyed":
+            drawn = [0]
+
+            def draw():
+                drawn[0] += 1  # (another epoch's order each time)
+                order = now.order.EpochBijection(args.rows, seed=1, epoch=drawn[0])
+                out = np.empty(args.rows, dtype=np.int32)
+                if order.whole_into(out, b) is None:  # (the pure path: no digests)
+                    out[:] = order.rows(0, args.rows)
+                return out
 
         for b in args.batch:
             for via in args.via:
@@ -171,7 +187,7 @@ def main() -> None:
                 best = min(times[1]) / min(times[0])
                 rate = args.rows / statistics.median(times[0]) / 1e6
                 per = [min(t) / -(-args.rows // b) * 1e6 for t in times]  # us a batch
-                limit = "C limit+order" if args.limit_order else "C limit"
+                limit = "C limit" if args.limit_order == "none" else "C limit+order"
                 print(
                     f"batch {b:5d}  {via:9s}  now {rate:6.2f} M rows/s  "
                     f"median {med:.2f}x  best {best:.2f}x  |  us/batch: {limit} {per[2]:.2f}, "
