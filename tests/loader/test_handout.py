@@ -118,9 +118,11 @@ def test_the_compiled_call_leaves_other_buffers_and_short_batches_to_python():
     assert hand(bx, by) is None and dl.next_into(bx, by) == 0
 
 
+@needs_core  # (a row out of range: the compiled read_run's refusal)
 @pytest.mark.parametrize("twin", [False, True])
 def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
-    dl, want = _loader(n=200, b=16), _loader(n=200, b=16)
+    # (file order: its whole order is there from the first claim, on both backends)
+    dl, want = _loader(n=200, b=16, shuffle=False), _loader(n=200, b=16, shuffle=False)
     if twin:
         _twin(dl)
     calls = _counted(dl)
@@ -144,5 +146,4 @@ def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
         assert dl.next_into(bx, by) == want.next_into(wx, wy)
         assert bx.tobytes() == wx.tobytes() and by.tobytes() == wy.tobytes()
     assert _state(dl) == _state(want)
-    if COMPILED or twin:
-        assert calls.count(16) >= 10
+    assert calls.count(16) >= 10
