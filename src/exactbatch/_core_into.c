@@ -85,9 +85,10 @@ static void unpop(PyObject *group, PyObject *item)
 
 /* Cursor.hand(group, job) for a job of size rows: handed, last_rows, and the ledger
  * checked when the epoch is draining and the group is done. 0, or -1. */
-static int hand(IntoObject *self, PyObject *group, PyObject *job, PyObject *size)
+static int hand(IntoObject *self, PyObject *group, PyObject *handed, PyObject *job,
+                PyObject *size)
 {
-    if (PyList_Append(self->g_handed, job) < 0 ||
+    if (PyList_Append(handed, job) < 0 ||
         PyObject_SetAttr(self->cursor, s_last_rows, size) < 0)
         return -1;
     PyObject *phase = PyObject_GetAttr(self->cursor, s_phase);
@@ -108,10 +109,12 @@ static int hand(IntoObject *self, PyObject *group, PyObject *job, PyObject *size
     return r == NULL ? -1 : 0;
 }
 
-/* The popped item's job and the compiled rows that read it, when this path hands it
- * out (its run's via a reader whose read_run is Rows.read_run): 1, else 0 (or -1 with
- * an exception set). */
-static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **rowsobj)
+/* The popped item's job, and the compiled rows that read it and its order (new
+ * references: a read of many rows lets the GIL go, and another thread's call may
+ * replace what is kept meanwhile), when this path hands it out (its run's via a reader
+ * whose read_run is Rows.read_run): 1, else 0 (or -1 with an exception set). */
+static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **rowsobj,
+                PyObject **order)
 {
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
         PyTuple_GET_ITEM(item, 1) != Py_None)
@@ -149,7 +152,8 @@ static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **row
     Py_DECREF(m);
     if (self->run_read == NULL)
         return 0;
-    *rowsobj = PyCFunction_GET_SELF(self->run_read); /* (borrowed: run_read holds it) */
+    *rowsobj = Py_NewRef(PyCFunction_GET_SELF(self->run_read));
+    *order = Py_NewRef(self->run_rows);
     return 1;
 }
 
@@ -243,6 +247,7 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *t0 = PyObject_CallNoArgs(perf_ns), *group = NULL, *item = NULL, *res = NULL;
+    PyObject *handed = NULL, *rowsobj = NULL, *order = NULL;
     if (t0 == NULL)
         return NULL;
     int plain = plain_now(self);
@@ -256,7 +261,9 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         res = held < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    group = Py_NewRef(self->g); /* (a claim on another thread may replace self->g) */
+    /* (held here: a read that lets the GIL go lets another thread's call replace them) */
+    group = Py_NewRef(self->g);
+    handed = Py_NewRef(self->g_handed);
     PyObject *current = PyObject_GetAttr(self->cursor, s_current), *queue = self->g_queue;
     if (current == NULL)
         goto done;
@@ -273,28 +280,31 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         }
         goto done;
     }
-    PyObject *job = NULL, *rowsobj = NULL;
-    int mine = ours(self, item, &job, &rowsobj);
+    PyObject *job = NULL;
+    int mine = ours(self, item, &job, &rowsobj, &order);
     if (mine <= 0) { /* another kind of batch: the loader goes on with it */
         PyErr_Clear(); /* (its own path says what is wrong, if anything) */
         res = PyTuple_Pack(3, group, item, t0);
         goto done;
     }
     PyObject *size = PyTuple_GET_ITEM(job, 2);
-    PyObject *rargs[5] = {self->run_rows, PyTuple_GET_ITEM(job, 4), size, args[0], args[1]};
+    PyObject *rargs[5] = {order, PyTuple_GET_ITEM(job, 4), size, args[0], args[1]};
     PyObject *none = Rows_read_run((RowsObject *)rowsobj, rargs, 5);
     if (none == NULL) {
         unpop(group, item);
         goto done;
     }
     Py_DECREF(none);
-    if (hand(self, group, job, size) < 0 || record(self, t0) < 0)
+    if (hand(self, group, handed, job, size) < 0 || record(self, t0) < 0)
         goto done;
     res = Py_NewRef(size);
 done:
     Py_DECREF(t0);
     Py_XDECREF(group);
     Py_XDECREF(item);
+    Py_XDECREF(handed);
+    Py_XDECREF(rowsobj);
+    Py_XDECREF(order);
     return res;
 }
 

@@ -147,3 +147,30 @@ def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
         assert bx.tobytes() == wx.tobytes() and by.tobytes() == wy.tobytes()
     assert _state(dl) == _state(want)
     assert calls.count(16) >= 10
+
+
+@pytest.mark.parametrize("b", [64, 2048])  # (2048 rows of 5 values: a read that lets the GIL go)
+def test_threads_sharing_the_one_call_hand_out_every_row_once(b):
+    import threading
+
+    n = 60_000
+    x = np.arange(n, dtype=np.float64).reshape(n, 1) * np.ones((1, 3))
+    dl = DataLoader((x, np.zeros((n, 2))), b, seed=2)
+    list(iter(dl))  # (the next epoch's whole order computed meanwhile)
+    dl.reset()
+    calls = _counted(dl)
+    got: list[np.ndarray] = []
+
+    def work() -> None:
+        bx, by = np.empty((b, 3)), np.empty((b, 2))
+        while k := dl.next_into(bx, by):
+            got.append(bx[:k, 0].copy())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = np.sort(np.concatenate(got)).astype(np.int64)
+    np.testing.assert_array_equal(rows, np.arange(n))  # every row once (the ledger agrees)
+    assert dl.state_dict()["epoch"] == 2 and calls.count(b) > n // b // 2
