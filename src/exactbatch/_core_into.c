@@ -240,6 +240,20 @@ static int group_now(IntoObject *self)
     return 1;
 }
 
+/* Let go of the group and run kept (the cursor moved on, or was closed): nothing of a
+ * past epoch (its order, its reader) stays held by the loader's next_into. */
+static void forget(IntoObject *self)
+{
+    Py_CLEAR(self->g);
+    Py_CLEAR(self->g_epoch);
+    Py_CLEAR(self->g_queue);
+    Py_CLEAR(self->g_handed);
+    Py_CLEAR(self->run);
+    Py_CLEAR(self->run_via);
+    Py_CLEAR(self->run_rows);
+    Py_CLEAR(self->run_read);
+}
+
 static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
@@ -258,6 +272,8 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
     }
     int held = group_now(self);
     if (held <= 0) {
+        if (held == 0)
+            forget(self);
         res = held < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
@@ -269,6 +285,7 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     Py_DECREF(current);
     if (self->g_epoch != current) { /* (compared by identity only) */
+        forget(self);
         res = Py_NewRef(Py_None);
         goto done;
     }
