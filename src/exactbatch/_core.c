@@ -13,6 +13,7 @@
 #include "_core_columns.h"
 #include "_core_fits.h"
 #include "_core_hand.h"
+#include "_core_into.h"
 #include "_core_mapping.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
@@ -87,6 +88,9 @@ static PyMethodDef core_methods[] = {
      "waited(slot, t0, at, hist)\n--\n\n"
      "now (perf_counter_ns's clock): slot[at] += now - t0, and with hist >= 0 one more in\n"
      "slot[hist + bucket] (a telemetry slot's histogram of 8 buckets a power of two)."},
+    {"into", (PyCFunction)(void (*)(void))into_new, METH_FASTCALL,
+     "into(checks, holder, cursor, telemetry, waits, job_type, draining)\n--\n\n"
+     "next_into's hand-out in one call (exactbatch.loader.handout.HandOut's twin)."},
     {"waited_on", (PyCFunction)(void (*)(void))waited_on, METH_FASTCALL,
      "waited_on(tel, t0, at, hist)\n--\n\n"
      "waited() into the calling thread's slot of the Telemetry tel (tel._local.slot, or\n"
@@ -139,7 +143,8 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
-    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 || hand_ready() < 0 ||
+    if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 ||
+        hand_ready() < 0 || into_ready() < 0 ||
         transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
         split_ready() < 0) {
         Py_DECREF(m);

@@ -16,6 +16,8 @@
  *   _core_hand.c/.h    a hand-out's read of a whole order's batch, into the caller's
  *                      buffers or a new pair (Rows.read_run, take_run); a wait counted
  *                      in a telemetry slot (waited)
+ *   _core_into.c/.h    next_into's common call in one: the check, the group's pop, the
+ *                      read, the hand-out and the wait (into; twin: loader/handout.py)
  *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection

@@ -614,3 +614,20 @@ def test_the_one_pass_whole_order_refuses_bad_buffers_naming_them():
         c.whole(np.empty(101, np.int64), np.empty(11, np.uint64), 10, 0, 1, 2, 3)
     with pytest.raises(ValueError, match="need that many digests"):
         c.whole(np.empty(100, np.int64), digests, 0, 0, 1, 2, 3)
+
+
+@given(
+    start=st.integers(0, 2**40),
+    n=st.integers(0, 3000),
+    b=st.integers(1, 300),
+)
+def test_file_orders_batch_digests_in_closed_form_are_those_of_its_rows(start, n, b):
+    """File order's whole order (feeds/random_access.py's ``_file_order``): its batches'
+    digests in closed form (``range_batch_digests``) are ``batch_digests`` of its rows,
+    and each ``range_digest`` of its batch."""
+    from exactbatch.order.digest import batch_digests, range_batch_digests, range_digest
+
+    got = range_batch_digests(start, n, b)
+    rows = np.arange(start, start + n, dtype=np.int64)
+    np.testing.assert_array_equal(got, batch_digests(rows, b))
+    assert got.tolist() == [range_digest(a, min(a + b, start + n)) for a in rows[::b].tolist()]

@@ -289,6 +289,10 @@ class RandomAccessEpoch:
     slices of it (views), their rows the source's. ``real``: the batches that hold
     rows (None: all ``nbatches``); batches ``real ..`` are padding
     (:class:`~exactbatch.batching.padding.PadJob`, ``even_batches="pad"``).
+    ``whole``: file order's whole order with a ``span`` (rows ``offset ..``, and
+    its batches' digests, :data:`Whole`), made once by the feed: its batches are
+    claimed as a shuffled order's, in one loop (a group of them still read as one
+    slice).
     """
 
     def __init__(
@@ -307,8 +311,10 @@ class RandomAccessEpoch:
         ids: np.ndarray | None = None,
         with_rows: bool = False,
         real: int | None = None,
+        whole: Whole | None = None,
     ) -> None:
         self.real = nbatches if real is None else min(real, nbatches)
+        self._file = whole if order is None else None  # file order's whole order
         self.reader, self.nbatches, self.locate, self.order = reader, nbatches, locate, order
         self.offset, self.b, self.span, self.ids = offset, b, span, ids
         self.dtype = np.dtype(np.float64) if dtype is None else dtype
@@ -364,9 +370,11 @@ class RandomAccessEpoch:
 
     def _whole(self) -> Whole | None:
         """The whole order's ``(rows, digests)`` when batches are runs of it (``span``),
-        else None (elastic, file order, or not computed yet)."""
-        if self.span is None or self.order is None:
+        else None (elastic, file order without ``whole``, or not computed yet)."""
+        if self.span is None:
             return None
+        if self.order is None:
+            return self._file
         return self.order.whole
 
     def _run(self) -> OrderRun | None:
@@ -406,8 +414,11 @@ class RandomAccessEpoch:
         whole, k0, m = self._whole(), jobs[0].k, len(jobs)
         if whole is None or [job.k for job in jobs] != list(range(k0, k0 + m)):
             return take_group(jobs)
-        b = self.b
-        return take_group(jobs, whole[0][k0 * b : min(k0 * b + m * b, self.span)])
+        b, span = self.b, self.span
+        a, z = k0 * b, min(k0 * b + m * b, span)
+        if self.order is None:  # file order: one slice of the rows, copied as a run
+            return take_group(jobs, slice(self.offset + a, self.offset + z))
+        return take_group(jobs, whole[0][a:z])
 
     def give_back(self, jobs: Iterable[Any]) -> None:
         """Jobs claimed but not handed out: claimed again first, in batch order."""

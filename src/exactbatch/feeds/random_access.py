@@ -11,7 +11,9 @@ shard's, the batches past a shard's own being padding
 (:class:`exactbatch.order.EpochBijection`): nothing of size n is stored,
 except that for up to 2**24 rows an epoch's whole order (4 bytes a row)
 is computed ahead on a background thread, so that batches slice it
-instead of mapping positions.
+instead of mapping positions; and file order's (``shuffle=False``, batches
+of up to 1024 rows, no subset) is made once and kept, so that its batches
+are claimed as a shuffled epoch's (4 bytes a row).
 
 A subset (``DataLoader(rows=ids)``) is a source of ``len(ids)`` rows whose
 position p is the source's row ``ids[p]``: shards, orders and batches are
@@ -46,7 +48,7 @@ from exactbatch.feeds.base import (
     Timer,
 )
 from exactbatch.order import EpochBijection
-from exactbatch.order.digest import Tally, range_digest, rows_digest
+from exactbatch.order.digest import Tally, range_batch_digests, range_digest, rows_digest
 from exactbatch.order.subset import check_subset
 from exactbatch.sources.identity import reader_fingerprint, source_facts
 from exactbatch.sources.protocols import RowReader
@@ -61,6 +63,9 @@ _WHOLE_ROWS = 1 << 24
 # than starting a thread (about 40 us for 4,096 rows; a thread's start waits for the
 # thread to run, 0.1 to 1 ms on a busy machine).
 _AT_ONCE_ROWS = 1 << 12
+# File order's batches of up to this many rows are claimed from a whole order too (made
+# once): a claim's calls and job cost as much as a small batch's read, not a large one's.
+_FILE_BATCH = 1024
 
 
 def keyed_order(seed: int, epoch: int, key: int, size: int) -> EpochBijection:
@@ -146,6 +151,7 @@ class RandomAccessFeed:
         self.start, self.n = deal.start, deal.n
         self.nbatches, self.total_batches = deal.nbatches, deal.total_batches
         self._wholes: dict[tuple[Any, ...], Future[Whole]] = {}  # see _whole_order
+        self._file: tuple[tuple[int, int], Whole] | None = None  # see _file_order
 
     def mixing_window(self) -> int:
         """A full shuffle of the shard's rows (1 without ``shuffle``)."""
@@ -197,8 +203,10 @@ class RandomAccessFeed:
         ``first``: the global batch a dealt epoch resumes at (another shard count)."""
         spec = self.spec
         plan = self.dealing.plan(first)
-        order = None
+        order, file = None, None
         bijection = self.dealing.order(seed, epoch, plan, first)
+        if bijection is None and plan.span is not None and self.ids is None:
+            file = self._file_order(plan.offset, plan.span)
         if bijection is not None:
             order = BlockedOrder(bijection, plan.offset, self._dtype, spec.batch_size, self.ids)
             if plan.size <= _WHOLE_ROWS:
@@ -221,7 +229,22 @@ class RandomAccessFeed:
             ids=self.ids,
             with_rows=spec.with_rows,
             real=plan.real,
+            whole=file,
         )
+
+    def _file_order(self, offset: int, span: int) -> Whole | None:
+        """File order's whole order (rows ``offset .. offset + span - 1``, 4 bytes a row
+        as int32, and its batches' digests in closed form), made once and kept, for
+        small batches (up to _FILE_BATCH rows) of up to _WHOLE_ROWS rows: their claims
+        are then one loop in C, their hand-outs next_into's one call; else None."""
+        b = self.spec.batch_size
+        if span > _WHOLE_ROWS or b > _FILE_BATCH:
+            return None
+        key = (offset, span)
+        if self._file is None or self._file[0] != key:
+            rows = np.arange(offset, offset + span, dtype=self._dtype)
+            self._file = (key, (rows, range_batch_digests(offset, span, b).data))
+        return self._file[1]
 
     def global_promise(self, epoch: Ordered, first: First) -> Tally:
         """Dealt: the rows of every global batch ``epoch`` hands out, all shards', its

@@ -10,21 +10,18 @@ the batching; the position and the ledger are the cursor's
 
 from __future__ import annotations
 
-from time import perf_counter_ns
 from typing import Any, Literal, NoReturn, SupportsIndex
 
 import numpy as np
 
 from exactbatch.batching.output import Output
-from exactbatch.batching.random_access_epoch import RunJob
 from exactbatch.checks import check_flag, check_int
 from exactbatch.distributed import resolve_shard
 from exactbatch.feeds import BatchSpec, open_feed
 from exactbatch.hints import ArrayLike, ColumnSelection, DTypeLike, Source, TotalSize
 from exactbatch.loader.cursor import Cursor
-from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes, into_count
-from exactbatch.loader.groups import Holder, Item
-from exactbatch.loader.into import IntoChecks
+from exactbatch.loader.epoch_iterator import EpochIterator, group_sizes
+from exactbatch.loader.handout import NextInto
 from exactbatch.loader.state import check_fingerprint, pack_state, unpack_state
 from exactbatch.loader.telemetry import Progress, Reports, check_progress
 from exactbatch.order import Shard
@@ -226,10 +223,11 @@ class DataLoader(Reports):
         self._cursor: Cursor = Cursor(self._feed, seed)
         self._telemetry = self._watch(progress, check_progress(progress, progress_every))
         # next_into's record of its wait (a read too, or not): Telemetry.waiter's, kept
-        self._waits = (self._telemetry.waiter(False), self._telemetry.waiter(True))
-        self._checks = IntoChecks(self._feed, self._cursor.peek)  # next_into's buffers
         self._groups = group_sizes(self._feed)  # None while a stream's widths are unknown
-        self._holder = Holder()  # next_into's group: claimed a group at a time
+        # next_into: its common call in one (in C where compiled), the rest in Python
+        nx = self._next_into = NextInto(self._feed, self._cursor, self._group_sizes)
+        self._checks, self._holder = nx.checks, nx.holder  # its checks, and its group
+        self._hand = nx.hand
 
     # -- sizes -----------------------------------------------------------------
 
@@ -317,65 +315,13 @@ class DataLoader(Reports):
         group at a time, counted in a state only once handed out). A read that
         raises leaves the batch to the next call.
         """
-        # Plain buffers (the loader's dtype, no row ids) of a loader whose widths are
-        # known take one check, in C; anything else the full checks and their messages.
-        # (Written out for the hot path, plain buffers of a batch of an epoch's whole
-        # order: at batch 64 each call or attribute look saved here is some 1-3% of a
-        # batch's time; bench/compare.py --issue42 measures what is left.)
-        t0 = perf_counter_ns()  # the call is the consumer's wait (stats())
-        checks = self._checks
-        plain = checks.plain
-        if plain is not None and brows is None:  # the one check in C
-            pb, pd, pl, ps = plain  # (its arguments spelled out: *plain costs 4x as much)
-            fits = checks.fits(bx, by, pb, pd, pl, ps)
-        else:
-            fits = False
-        if not fits:
-            by = checks.full(bx, by, brows)
-            if by is None:  # a stream with no chunk at all: the epoch is over
-                return 0
-        assert by is not None  # (the check passed: an array)
-        b = self.batch_size
-        # Batches are claimed many at a time (into_count) into one group all callers pop
-        # from without the lock (Cursor.claim_next); one counts once its read succeeded.
-        cursor = self._cursor
-        group = self._holder.group
-        item: Item | None = None
-        if group is not None and group.epoch is cursor.current:
-            try:
-                item = group.queue.popleft()
-            except IndexError:  # empty, or emptied by another thread since
-                pass
-        if item is None:
-            count = into_count(self._group_sizes(), self._feed.kind)
-            popped = cursor.claim_next(self._holder, count)
-            if popped is None:
-                self._telemetry.waited(t0)
-                return 0
-            group, item = popped
-        assert group is not None  # (an item was popped from it)
-        job, batch = item
-        size = job.size
-        try:
-            if batch is not None:  # read already, by an iterator left mid-epoch
-                bx[:size], by[:size] = batch[0], batch[1]
-            elif type(job) is RunJob and size == b:  # (RunJob.fill, written out)
-                run = job.run
-                run.via.read_run(run.rows, job.start, size, bx, by)
-            elif size == b:  # slicing costs as much as a tenth of a small batch's read
-                job.fill(bx, by)
-            else:
-                job.fill(bx[:size], by[:size])
-            if brows is not None:  # the ids the ledger digests: the job's own
-                job.fill_rows(brows[:size])
-        except BaseException:
-            group.unpop(item)
-            raise
-        cursor.hand(group, job)
-        tel = self._telemetry  # (the fill: a read of random access; one call in C)
-        at, hist = self._waits[batch is None]
-        tel.waited_on(tel, t0, at, hist)
-        return size
+        # The common call (plain buffers, a batch of the epoch's whole order in the
+        # group) is one call, in C where the core is compiled (loader.handout); the
+        # rest goes on here, with the batch it popped if it did.
+        got = self._hand(bx, by) if brows is None else None
+        if got.__class__ is int:
+            return got
+        return self._next_into(bx, by, brows, got)  # type: ignore[arg-type]
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's

@@ -18,6 +18,7 @@ __all__ = [
     "Tally",
     "batch_digests",
     "digest_terms",
+    "range_batch_digests",
     "range_digest",
     "row_hashes",
     "rows_digest",
@@ -78,6 +79,23 @@ def batch_digests(rows: np.ndarray, batch_size: int) -> np.ndarray:
     s2 = np.add.reduceat(u * u, starts)
     count = np.diff(np.append(starts, n)).astype(np.uint64)
     out: np.ndarray = s2 * np.uint64(_A) + s1 * np.uint64(_B) + count * np.uint64(_C)
+    return out
+
+
+def range_batch_digests(start: int, n: int, batch_size: int) -> np.ndarray:
+    """The digests of the batches of ``batch_size`` consecutive rows of ``start ..
+    start + n - 1`` (the last may be shorter), as uint64: :class:`RangeDigests`'
+    closed form, one array pass (the same values as :func:`batch_digests` of the
+    rows)."""
+    full, b = n // batch_size, batch_size
+    out = np.empty(-(-n // b), dtype=np.uint64)
+    one = RangeDigests(b)
+    m = np.arange(full, dtype=np.uint64)
+    m *= np.uint64(b)
+    m += np.uint64(start)  # each full batch's first row (mod 2**64, as the digests)
+    out[:full] = (np.uint64(one.a) * m + np.uint64(one.b)) * m + np.uint64(one.c)
+    if full < len(out):
+        out[full] = range_digest(start + full * b, start + n)
     return out
 
 

@@ -1,0 +1,176 @@
+"""next_into's common call in one (loader/handout.py): the compiled core's ``into``
+and its pure twin ``HandOut`` hand out the same batches and leave the same states,
+bit for bit, as next_into's path in Python alone; each hands out only what it is
+for (plain buffers, a whole order's batch of batch_size rows) and leaves the rest,
+popped or not, to that path; a read that raises in it leaves the batch next."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from exactbatch import DataLoader, kernels
+from exactbatch.batching.random_access_epoch import OrderRun
+from exactbatch.loader.handout import HandOut, hand_out
+from tests.helpers import make_data
+
+COMPILED = kernels.backend() == "compiled"
+needs_core = pytest.mark.skipif(
+    not COMPILED, reason="the compiled core is not in use (not built, or EXACTBATCH_PURE=1)"
+)
+
+
+def _loader(n=1000, b=16, **kw) -> DataLoader:
+    x, y = make_data(n, 3, 2)
+    return DataLoader((x, y), b, seed=5, **kw)
+
+
+def _twin(dl: DataLoader) -> None:
+    """``dl``'s next_into with the pure twin's one call (whichever backend reads)."""
+    nx = dl._next_into
+    dl._hand = HandOut(nx.checks, nx.holder, nx.cursor, nx.tel, nx.waits[True]).hand
+
+
+def _python(dl: DataLoader) -> None:
+    """``dl``'s next_into with no one call: its path in Python alone (as before it)."""
+    dl._hand = lambda bx, by: None
+
+
+def _counted(dl: DataLoader) -> list[object]:
+    """What ``dl``'s one call returns, call by call."""
+    got: list[object] = []
+    hand = dl._hand
+
+    def counted(bx, by):
+        r = hand(bx, by)
+        got.append(r if r is None or isinstance(r, int) else "popped")
+        return r
+
+    dl._hand = counted
+    return got
+
+
+def _counts(stats: dict) -> dict:
+    """The counts of ``stats`` (nested), less the times."""
+    out = {}
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            out[k] = _counts(v)
+        elif isinstance(v, int) and not k.endswith("_s"):
+            out[k] = v
+    return out
+
+
+def _state(dl: DataLoader) -> str:
+    return json.dumps(dl.state_dict(), sort_keys=True)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_the_one_call_and_its_twin_give_the_batches_and_states_of_the_python_path(
+    shuffle, drop_last
+):
+    loaders = [_loader(shuffle=shuffle, drop_last=drop_last) for _ in range(3)]
+    _twin(loaders[1])
+    _python(loaders[2])
+    calls = _counted(loaders[0])
+    bufs = [(np.empty((16, 3)), np.empty((16, 2))) for _ in loaders]
+    for epoch in range(2):
+        for step in range(70):
+            got = [dl.next_into(bx, by) for dl, (bx, by) in zip(loaders, bufs, strict=True)]
+            assert got[0] == got[1] == got[2], (epoch, step)
+            for bx, by in bufs[1:]:
+                assert bx[: got[0]].tobytes() == bufs[0][0][: got[0]].tobytes()
+                assert by[: got[0]].tobytes() == bufs[0][1][: got[0]].tobytes()
+            if step % 7 == 3 or got[0] < 16:  # mid-epoch, and at its end
+                states = [_state(dl) for dl in loaders]
+                assert states[0] == states[1] == states[2], (epoch, step)
+                assert len({dl.last_rows for dl in loaders}) == 1
+            if not got[0]:
+                break
+        for dl in loaders:
+            dl.reset()
+        counts = [_counts(dl.stats()) for dl in loaders]  # (not the times)
+        assert counts[0] == counts[1] == counts[2] and counts[0]
+    if COMPILED:  # a whole order's batches (file order's too): handed out in the one call
+        assert calls.count(16) >= 100
+
+
+@needs_core
+def test_the_compiled_call_leaves_other_buffers_and_short_batches_to_python():
+    dl = _loader(n=40, b=16)  # batches of 16, 16 and 8
+    hand = hand_out(
+        dl._checks, dl._holder, dl._cursor, dl._cursor.telemetry, dl._next_into.waits[True]
+    )
+    bx, by = np.empty((16, 3)), np.empty((16, 2))
+    assert hand(bx, by) is None  # no plain buffers known yet: the full checks first
+    list(iter(dl))  # (the whole order computed, waited for by iter's first epoch)
+    dl.reset()
+    assert dl.next_into(bx, by) == 16  # the full checks, and a claim of the group
+    assert hand(bx, np.empty((16, 2), np.float32)) is None  # not plain: nothing popped
+    dl._cursor._last_rows = 0  # (so that the call is seen to set it)
+    assert hand(bx, by) == 16 and dl.last_rows == 16
+    group, item, t0 = hand(bx, by)  # the short last batch: popped, left to Python
+    assert item[0].size == 8 and isinstance(t0, int)
+    assert dl._next_into(bx, by, None, (group, item, t0)) == 8
+    assert hand(bx, by) is None and dl.next_into(bx, by) == 0
+
+
+@needs_core  # (a row out of range: the compiled read_run's refusal)
+@pytest.mark.parametrize("twin", [False, True])
+def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
+    # (file order: its whole order is there from the first claim, on both backends)
+    dl, want = _loader(n=200, b=16, shuffle=False), _loader(n=200, b=16, shuffle=False)
+    if twin:
+        _twin(dl)
+    calls = _counted(dl)
+    bx, by = np.empty((16, 3)), np.empty((16, 2))
+    list(iter(dl))
+    list(iter(want))
+    for d in (dl, want):
+        d.reset()
+    assert dl.next_into(bx, by) == want.next_into(bx.copy(), by.copy()) == 16
+    group = dl._holder.group
+    run: OrderRun = group.queue[0][0].run
+    rows = run.rows[16:32].copy()
+    run.rows[16:32] = 10**6  # batch 1's rows: out of range (the order, changed in place)
+    state = _state(dl)
+    with pytest.raises(IndexError, match="out of range"):
+        dl.next_into(bx, by)
+    assert _state(dl) == state
+    run.rows[16:32] = rows
+    wx, wy = np.empty((16, 3)), np.empty((16, 2))
+    for _ in range(12):
+        assert dl.next_into(bx, by) == want.next_into(wx, wy)
+        assert bx.tobytes() == wx.tobytes() and by.tobytes() == wy.tobytes()
+    assert _state(dl) == _state(want)
+    assert calls.count(16) >= 10
+
+
+@pytest.mark.parametrize("b", [64, 2048])  # (2048 rows of 5 values: a read that lets the GIL go)
+def test_threads_sharing_the_one_call_hand_out_every_row_once(b):
+    import threading
+
+    n = 60_000
+    x = np.arange(n, dtype=np.float64).reshape(n, 1) * np.ones((1, 3))
+    dl = DataLoader((x, np.zeros((n, 2))), b, seed=2)
+    list(iter(dl))  # (the next epoch's whole order computed meanwhile)
+    dl.reset()
+    calls = _counted(dl)
+    got: list[np.ndarray] = []
+
+    def work() -> None:
+        bx, by = np.empty((b, 3)), np.empty((b, 2))
+        while k := dl.next_into(bx, by):
+            got.append(bx[:k, 0].copy())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = np.sort(np.concatenate(got)).astype(np.int64)
+    np.testing.assert_array_equal(rows, np.arange(n))  # every row once (the ledger agrees)
+    assert dl.state_dict()["epoch"] == 2 and calls.count(b) > n // b // 2
