@@ -11,6 +11,7 @@ never a crash (the compiled core's fault guard).
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -772,3 +773,26 @@ def test_file_rows_checks_the_times_it_is_given_and_none_it_is_not(tmp_path):
                 r.read(rows, ox, oy)
     finally:
         os.close(fd)
+
+
+_COMPILED = [importlib.import_module("exactbatch._core").memory_rows] if built() else []
+
+
+@pytest.mark.parametrize("make", [kernels.NumpyRows, *_COMPILED])
+def test_a_row_out_of_range_is_an_index_error_on_both_backends(make):
+    """The pure twin refuses what the compiled read refuses, in the same words: its
+    gathers clip, which would give the last row for one past it (garbage rows)."""
+    x, y = np.arange(20.0).reshape(10, 2), np.arange(10.0).reshape(10, 1)
+    rows = make(x, y)
+    ox, oy = np.empty((2, 2)), np.empty((2, 1))
+    for bad, word in ((np.array([1, 10]), "row 10"), (np.array([-1, 3]), "row -1")):
+        for dtype in (np.int64, np.int32):
+            with pytest.raises(IndexError, match=f"{word} out of range for n=10 rows"):
+                rows.read(bad.astype(dtype), ox, oy)
+    for bad in (slice(-1, 1), slice(0, 4, 2), slice(9, 11), slice(5, 3)):
+        with pytest.raises(IndexError, match="out of range for n=10 rows"):
+            rows.read(bad, ox, oy)
+    assert rows.read(np.array([9, 0]), ox, oy) is None  # the edges themselves are rows
+    np.testing.assert_array_equal(ox, x[[9, 0]])
+    assert rows.read(slice(8, 10), ox, oy) is None
+    np.testing.assert_array_equal(oy, y[8:10])

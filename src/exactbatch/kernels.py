@@ -248,6 +248,7 @@ class NumpyRows:
             stage = np.empty(out_x.shape)
             self.read(rows, stage, out_y)
             return tf.apply(stage, out_x)
+        _check_rows(rows, len(self.x))  # the compiled read's refusals, word for word
         # Columns of whole rows (a shuffle buffer's x and y): indexing, as np.take
         # would first copy the whole array to make it contiguous.
         if isinstance(rows, slice) or not self.contiguous:
@@ -268,6 +269,20 @@ class NumpyRows:
         if self.l:
             self.y.take(rows, axis=0, out=out_y, mode="clip")
         return None
+
+
+def _check_rows(rows: RowIndex, n: int) -> None:
+    """``IndexError`` for rows outside ``[0, n)``, as the compiled read raises: its gathers
+    below clip (``mode="clip"`` skips a buffered copy), which would hand out the last row
+    in place of a row out of range - garbage rows, were an order ever wrong."""
+    if isinstance(rows, slice):
+        start = 0 if rows.start is None else rows.start
+        stop, step = rows.stop, rows.step
+        if step not in (None, 1) or stop is None or not 0 <= start <= stop <= n:
+            raise IndexError(f"rows {start}:{stop} out of range for n={n} rows")
+    elif len(rows) and (rows.min() < 0 or rows.max() >= n):
+        bad = rows[(rows < 0) | (rows >= n)][0]
+        raise IndexError(f"row {bad} out of range for n={n} rows")
 
 
 def memory_rows(x: np.ndarray, y: np.ndarray) -> Rows:
