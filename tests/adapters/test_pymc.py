@@ -572,7 +572,7 @@ def _extra_term(kind, x_data, y_data, w):
     "kind,match",
     [
         ("potential", "pm.Potential 'penalty' reads the streamed batches"),
-        ("latent", "latent variable 'effect' reads the streamed batches"),
+        ("latent", "latent variable 'effect' holds one value per row of the batch"),
         ("row", r"'row' has a value of shape \(1, 10\)"),
     ],
     ids=["potential", "latent", "batch-not-first"],
@@ -833,3 +833,31 @@ def test_the_tail_raises_the_objectives_draws_a_step():
         assert int(run.draws.get_value()) == before
         run._schedule(run.plan.tail - 1, [])  # the step before the tail's first
         assert int(run.draws.get_value()) == after
+
+
+@pytest.mark.parametrize("form", ["added", "coefficients", "whole-data"])
+def test_a_latent_of_one_value_per_batch_row_is_refused_by_its_effect(form, monkeypatch):
+    """A latent of batch_size values whose i-th moves row i's log-density alone (a local
+    latent, added to each row's mean; it reads no placeholder) is refused before any
+    step: a minibatch fit pairs each value with a different row each step (measured
+    silently wrong). A vector of batch_size coefficients (each moving every row) is not,
+    nor a local latent when every batch is the whole data."""
+    b = 2 if form == "coefficients" else 10
+    loader = DataLoader(ids(b if form == "whole-data" else 100), b, seed=0)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        w = pm.Normal("w", 0, 1, shape=2)
+        mu = x_data @ w
+        if form != "coefficients":
+            mu = mu + pm.Normal("e", 0, 1, shape=b)
+        pm.Normal("obs", mu=mu, sigma=1, observed=y_data, total_size=loader.total_size)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    if form == "added":
+        with pytest.raises(ValueError, match="latent variable 'e' holds one value per row") as e:
+            fit(loader, 2, model=model)
+        assert "moves row i's log-density alone" in str(e.value)
+        assert "integrate it out" in str(e.value) and fake.kwargs is None
+    else:
+        fit(loader, 2, model=model)
+        assert len(fake.xs) == 2

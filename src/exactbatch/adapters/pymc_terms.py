@@ -97,6 +97,10 @@ def check_terms(model: Foreign, loader: DataLoader, placeholders: Iterable[Forei
                     f"total_size=loader.total_size"
                 )
             observed.append(var)
+        elif kind == "latent" and big_n != b and _first_axis(model, var) == b:
+            raise ValueError(
+                _local_latent(var.name, b, "and it reads the batch: one value per row")
+            )
         elif big_n != b:
             what = "pm.Potential" if kind == "potential" else "latent variable"
             raise ValueError(
@@ -108,6 +112,8 @@ def check_terms(model: Foreign, loader: DataLoader, placeholders: Iterable[Forei
                 f"total_size=loader.total_size)"
             )
     _check_shapes(model, observed, b)
+    if big_n != b:  # (over the whole data in every batch, a row's latent is its own)
+        _check_row_latents(model, observed, b)
 
 
 def _check_shapes(model: Foreign, observed: list[Foreign], rows: int) -> None:
@@ -138,3 +144,63 @@ def _check_shapes(model: Foreign, observed: list[Foreign], rows: int) -> None:
                 f"exactbatch.pymc.data made it, with labels of shape (batch_size,) for one "
                 f"label per row)"
             )
+
+
+def _check_row_latents(model: Foreign, observed: list[Foreign], rows: int) -> None:
+    """Refuse a latent variable of one value per row of the batch (a local latent,
+    ``e = pm.Normal("e", 0, 1, shape=batch_size)`` added to each row's mean): the batch's
+    rows change each step while ``e`` stays, so each ``e[i]`` would be fitted to a new row
+    every step - silently wrong. Found by its effect, not its shape (a vector of
+    coefficients may have batch_size entries): moving ``e[i]`` alone moves row ``i``'s
+    log-density alone, for each ``i`` tried, where a coefficient moves every row's."""
+    if not observed or rows < 2:
+        return
+    from pytensor.compile.function import function
+
+    point = model.initial_point()
+    suspects = [v for v in model.value_vars if np.shape(point[v.name])[:1] == (rows,)]
+    if not suspects:
+        return
+    logps = model.logp(vars=observed, sum=False, jacobian=False)
+    per_row = function(model.value_vars, logps, on_unused_input="ignore", mode="FAST_COMPILE")
+    args = [np.array(point[v.name]) for v in model.value_vars]
+    before = per_row(*args)
+
+    def rows_moved(at: int, i: int) -> list[int]:
+        """The rows whose log-density moves when value ``at``'s i-th entry does."""
+        moved = list(args)
+        moved[at] = args[at].copy()
+        moved[at].reshape(rows, -1)[i] += 0.5
+        changed = np.zeros(rows, dtype=bool)
+        for a, c in zip(per_row(*moved), before, strict=True):
+            changed |= (np.asarray(a) != np.asarray(c)).reshape(rows, -1).any(axis=1)
+        return np.flatnonzero(changed).tolist()
+
+    names = [v.name for v in model.value_vars]
+    for v in suspects:
+        at = names.index(v.name)
+        if all(rows_moved(at, i) == [i] for i in (0, rows - 1)):
+            name = model.values_to_rvs[v].name
+            raise ValueError(
+                _local_latent(name, rows, "and its i-th value moves row i's log-density alone")
+            )
+
+
+def _first_axis(model: Foreign, rv: Foreign) -> int | None:
+    """The length of a latent variable's first axis at the model's initial point."""
+    value = model.rvs_to_values.get(rv)
+    shape = np.shape(model.initial_point()[value.name]) if value is not None else ()
+    return shape[0] if shape else None
+
+
+def _local_latent(name: str, rows: int, why: str) -> str:
+    """The refusal of a latent variable of one value per row of the batch."""
+    return (
+        f"fit: latent variable {name!r} holds one value per row of the batch (its first "
+        f"axis is batch_size={rows}, {why}): a local latent. A minibatch fit changes the "
+        f"batch's rows every step while {name!r} stays, so each of its values would be "
+        f"fitted to a different row each step. PyMC's minibatch ADVI has no local "
+        f"latents: integrate it out of the likelihood (a Normal effect added to a Normal "
+        f"mean widens the noise: sigma = sqrt(sigma**2 + tau**2)), or fit the whole data "
+        f"with pm.fit"
+    )
