@@ -174,7 +174,7 @@ def _check_row_latents(model: Foreign, observed: list[Foreign], rows: int) -> No
         changed = np.zeros(rows, dtype=bool)
         for a, c in zip(per_row(*moved), before, strict=True):
             changed |= (np.asarray(a) != np.asarray(c)).reshape(rows, -1).any(axis=1)
-        return np.flatnonzero(changed).tolist()
+        return [int(r) for r in np.flatnonzero(changed)]
 
     names = [v.name for v in model.value_vars]
     for v in suspects:
