@@ -321,7 +321,8 @@ class DataLoader(Reports):
         got = self._hand(bx, by) if brows is None else None
         if got.__class__ is int:
             return got
-        return self._next_into(bx, by, brows, got)  # type: ignore[arg-type]
+        assert not isinstance(got, int)  # (for mypy: the class test above, which is faster)
+        return self._next_into(bx, by, brows, got)
 
     def _group_sizes(self) -> tuple[int, int] | None:
         """:func:`group_sizes` of the feed, kept once known (None while a stream's
