@@ -703,6 +703,7 @@ TARGETS = {
             "tests/tools/test_mixing.py",
             "tests/tools/test_mixing_inputs.py",
             "tests/tools/test_mixing_report.py",
+            "tests/test_mixing_score.py",
             "tests/adapters/test_order_check.py",
             *NO_NUMPYRO_FIT,
         ],
