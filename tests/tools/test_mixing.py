@@ -577,3 +577,14 @@ def test_the_stratum_codes_and_what_the_report_says_of_them():
         "skipped": "1,001 distinct values in the batches examined, over the 1,000 a stratum "
         "may have",
     }
+
+
+def test_its_bars_count_the_rows_read_and_the_replicates(small, capsys):
+    r = mixing(small, batch_size=10, chunk_rows=50, sample_rows=1, replicates=19, bar=True)
+    err = capsys.readouterr().err
+    assert "mixing s.ndf: 100%" in err and "1.00k/1.00k" in err and "rows/s" in err
+    assert "simulated full shuffles: 100%" in err and " 19/19 " in err
+    # one row sampled (not the last): its travel alone
+    assert r["travel"]["sample_rows"] == 1 == len(r["_plot"]["in"])
+    assert r["_plot"]["in"][0] < 1004
+    assert r["travel"]["median"] == abs(r["_plot"]["out"][0] - r["_plot"]["in"][0]) / 1005

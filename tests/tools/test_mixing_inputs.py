@@ -91,6 +91,9 @@ def test_an_ndf_input_names_its_file_in_each_refusal(wide, tmp_path):
             ndf_input(f, "W", "nope", None, None)
         with pytest.raises(CliError, match=r"^W: no column 'nope' \(--stratum\)"):
             ndf_input(f, "W", None, None, "nope")
+    save_ndf(tmp_path / "pair.ndf", (np.ones((5, 1)), np.zeros((5, 1))))  # d = l: read
+    with open_ndf(tmp_path / "pair.ndf") as f:
+        assert ndf_input(f, "P", None, None, None).names == ["x0", "y0"]
     save_ndf(tmp_path / "none.ndf", (np.empty((5, 0)), np.empty((5, 0))))
     with open_ndf(tmp_path / "none.ndf") as f:
         with pytest.raises(CliError, match=r"^N: no columns to examine \(d = l = 0\)$"):
