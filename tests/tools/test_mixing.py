@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -584,6 +585,10 @@ def test_its_bars_count_the_rows_read_and_the_replicates(small, capsys):
     err = capsys.readouterr().err
     assert "mixing s.ndf: 100%" in err and "1.00k/1.00k" in err and "rows/s" in err
     assert "simulated full shuffles: 100%" in err and " 19/19 " in err
+    # replicates counted one by one, with no unit: "19/19 [00:00<00:00, 440.69/s]"
+    assert re.search(r"simulated full shuffles: 100%.* 19/19 \[[^\]]*[0-9]/s\]", err)
+    mixing(small, batch_size=10, chunk_rows=50, replicates=19, bar=False)
+    assert capsys.readouterr().err == ""  # no bar at all
     # one row sampled (not the last): its travel alone
     assert r["travel"]["sample_rows"] == 1 == len(r["_plot"]["in"])
     assert r["_plot"]["in"][0] < 1004
