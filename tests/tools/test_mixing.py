@@ -553,7 +553,11 @@ def test_the_default_buffer_and_what_a_full_mix_takes(small):
     assert r["full_mix_buffer"] == full_mix_buffer(10, 1005)
     assert r["full_mix_bytes"] == 8 * 4 * full_mix_buffer(10, 1005)
     assert r["travel"]["sample_rows"] == 300 == len(r["_plot"]["in"])
-    assert r["mixing_window"] == 1005 and not r["halves"]  # the buffer holds the data
+    assert r["mixing_window"] == 1005 and r["halves"] is False  # the buffer holds the data
+    one = small.parent / "one.ndf"  # one column: 8 bytes a row
+    save_ndf(one, np.arange(1005.0)[:, None])
+    r = mixing(one, batch_size=10, chunk_rows=50, replicates=19, bar=False)
+    assert r["buffer_size"] == DEFAULT_BUFFER_BYTES // 8
     settings = {"batch_size": 10, "buffer_size": 120, "seed": 2}
     plain = mixing(small, chunk_rows=50, shuffle_chunks=False, replicates=19, bar=False, **settings)
     assert plain["shuffle_chunks"] is False
