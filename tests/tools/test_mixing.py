@@ -597,3 +597,18 @@ def test_its_bars_count_the_rows_read_and_the_replicates(small, capsys):
     assert r["travel"]["sample_rows"] == 1 == len(r["_plot"]["in"])
     assert r["_plot"]["in"][0] < 1004
     assert r["travel"]["median"] == abs(r["_plot"]["out"][0] - r["_plot"]["in"][0]) / 1005
+
+
+def test_the_defaults_and_the_input_named_in_refusals(tmp_path):
+    """Seed 0, at most 500 batches examined, a sample of 20,000 rows; any seed (the
+    loader's seeds are not bounded); the path in the input's refusals."""
+    save_ndf(tmp_path / "r501.ndf", np.arange(501.0)[:, None])
+    r = mixing(tmp_path / "r501.ndf", batch_size=1, replicates=19, bar=False)
+    assert r["seed"] == 0 and r["examined"] == list(range(0, 501, 2))  # 501 > 500: every 2nd
+    save_ndf(tmp_path / "big.ndf", np.arange(20001.0)[:, None])
+    r = mixing(tmp_path / "big.ndf", batch_size=10000, replicates=19, seed=2**64 + 5, bar=False)
+    assert r["travel"]["sample_rows"] == 20000 and r["seed"] == 2**64 + 5
+    save_ndf(tmp_path / "empty.ndf", (np.empty((0, 2)), np.empty((0, 1))))
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "empty.ndf", batch_size=1, bar=False)
+    assert str(e.value) == f"{tmp_path / 'empty.ndf'}: no rows"

@@ -215,3 +215,12 @@ def test_a_parquet_input_reads_no_label_it_did_not_choose(tmp_path):
     inp = parquet_input(str(tmp_path / "s.parquet"), None, None, None)
     assert inp.names == ["t"] and inp.stratum is None
     np.testing.assert_array_equal(inp.tagged.read_chunk(1), [[3, 3], [4, 4], [5, 5]])
+
+
+def test_the_command_reads_parquet_with_its_stratum(table, capsys):
+    import json
+
+    argv = ["mixing", table, "--batch-size", "10", "--stratum", "flag", "--json", "-q"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["entropy"]["column"] == "flag" and r["entropy"]["classes"] == 2
