@@ -539,6 +539,8 @@ def test_the_batches_examined_are_spread_over_the_epoch(small, monkeypatch):
     monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 200)  # 20 batches of 10
     r = mixing(small, **args)
     assert r["examined"] == list(range(0, 100, 5)) and r["ks"]["random_batches"] == 19 * 20
+    monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 25)  # 2 whole batches
+    assert mixing(small, **args)["examined"] == [0, 50]
     monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 5)  # under one batch: one
     assert mixing(small, **args)["examined"] == list(range(100))[::100]
 
@@ -560,7 +562,7 @@ def test_the_default_buffer_and_what_a_full_mix_takes(small):
     assert r["buffer_size"] == DEFAULT_BUFFER_BYTES // 8
     settings = {"batch_size": 10, "buffer_size": 120, "seed": 2}
     plain = mixing(small, chunk_rows=50, shuffle_chunks=False, replicates=19, bar=False, **settings)
-    assert plain["shuffle_chunks"] is False
+    assert plain["shuffle_chunks"] is False and plain["batches"] == 101
     assert np.max(np.abs(plain["_plot"]["out"] - plain["_plot"]["in"])) <= 120 + 10
 
 
@@ -593,6 +595,8 @@ def test_its_bars_count_the_rows_read_and_the_replicates(small, capsys):
     assert re.search(r"simulated full shuffles: 100%.* 19/19 \[[^\]]*[0-9]/s\]", err)
     mixing(small, batch_size=10, chunk_rows=50, replicates=19, bar=False)
     assert capsys.readouterr().err == ""  # no bar at all
+    mixing(small, batch_size=10, chunk_rows=50, replicates=19)  # bars by default
+    assert "simulated full shuffles: 100%" in capsys.readouterr().err
     # one row sampled (not the last): its travel alone
     assert r["travel"]["sample_rows"] == 1 == len(r["_plot"]["in"])
     assert r["_plot"]["in"][0] < 1004
@@ -612,3 +616,20 @@ def test_the_defaults_and_the_input_named_in_refusals(tmp_path):
     with pytest.raises(CliError) as e:
         mixing(tmp_path / "empty.ndf", batch_size=1, bar=False)
     assert str(e.value) == f"{tmp_path / 'empty.ndf'}: no rows"
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "r501.ndf", batch_size=502, bar=False)
+    assert str(e.value) == (
+        f"{tmp_path / 'r501.ndf'}: 501 rows are fewer than one batch of --batch-size 502: "
+        "no batch to examine"
+    )
+    whole = mixing(tmp_path / "r501.ndf", batch_size=501, replicates=19, bar=False)
+    assert whole["examined"] == [0] and whole["batches"] == 1  # one batch: the data
+    save_ndf(tmp_path / "r1.ndf", np.ones((1, 1)))
+    assert mixing(tmp_path / "r1.ndf", batch_size=1, replicates=19, bar=False)["n"] == 1
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"t": pa.array([], pa.float64())}), tmp_path / "empty.parquet")
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "empty.parquet", batch_size=1, bar=False)
+    assert str(e.value) == f"{tmp_path / 'empty.parquet'}: no rows"
