@@ -522,6 +522,18 @@ def test_the_figures_are_the_loaders_order_measured(small):
         {"mean": np.mean(per), "p95": np.quantile(per, 0.95)}
     )
     assert r["ks"]["random_batches"] == 19 * 100 and r["ks"]["replicates"] == 19
+    assert sorted(r["ks"]) == [
+        "all",
+        "columns",
+        "p_value",
+        "random_band",
+        "random_batches",
+        "replicates",
+        "share_full_shuffle",
+        "share_worse_than_random_p95",
+        "threshold",
+    ]
+    assert 0 < r["ks"]["threshold"] < 1 and r["ks"]["p_value"] == 0.05  # 1 of 20: the lowest
     band = r["ks"]["random_band"]
     assert band["p05"] <= band["median"] <= band["p95"] <= r["ks"]["all"]["random"]["p95"] + 1e-12
     assert r["entropy"]["column"] == "y0" and r["entropy"]["classes"] == 11
