@@ -518,6 +518,11 @@ def test_the_figures_are_the_loaders_order_measured(small):
     for j in (0, 2):  # sorted by time: less representative than random batches
         assert r["ks"]["columns"][j]["random"]["mean"] < r["ks"]["columns"][j]["loader"]["mean"]
     per = ks.mean(axis=1)
+    np.testing.assert_allclose(r["_plot"]["per_batch"], per)
+    rand = r["ks"]["all"]["random"]
+    assert (
+        r["ks"]["random_band"]["p05"] < r["ks"]["random_band"]["p95"] and rand["mean"] < rand["p95"]
+    )
     assert r["ks"]["all"]["loader"] == pytest.approx(
         {"mean": np.mean(per), "p95": np.quantile(per, 0.95)}
     )
@@ -624,6 +629,12 @@ def test_the_defaults_and_the_input_named_in_refusals(tmp_path):
     save_ndf(tmp_path / "big.ndf", np.arange(20001.0)[:, None])
     r = mixing(tmp_path / "big.ndf", batch_size=10000, replicates=19, seed=2**64 + 5, bar=False)
     assert r["travel"]["sample_rows"] == 20000 and r["seed"] == 2**64 + 5
+    assert len(r["_plot"]["in"]) == 5000  # the plot's rows: at most 5,000
+    x = np.column_stack([np.arange(200.0), np.full(200, np.nan)])
+    save_ndf(tmp_path / "nan.ndf", x)
+    r = mixing(tmp_path / "nan.ndf", batch_size=10, replicates=19, bar=False)
+    assert r["ks"]["columns"][1]["loader"] == {"mean": None, "p95": None}  # a column of NaN
+    assert r["ks"]["columns"][1]["random"] == {"mean": None, "p95": None}
     save_ndf(tmp_path / "empty.ndf", (np.empty((0, 2)), np.empty((0, 1))))
     with pytest.raises(CliError) as e:
         mixing(tmp_path / "empty.ndf", batch_size=1, bar=False)
