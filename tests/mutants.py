@@ -701,7 +701,14 @@ TARGETS = {
             "exactbatch.tools.mixing_report.*",
             "exactbatch.mixing_score.*",
         ],
-        ["tests/tools/test_mixing.py", "tests/adapters/test_order_check.py", *NO_NUMPYRO_FIT],
+        [
+            "tests/tools/test_mixing.py",
+            "tests/tools/test_mixing_inputs.py",
+            "tests/tools/test_mixing_report.py",
+            "tests/test_mixing_score.py",
+            "tests/adapters/test_order_check.py",
+            *NO_NUMPYRO_FIT,
+        ],
     ),
     "mixing_plot": (  # its --plot, drawn in-process (a target of its own: minutes, not 90)
         ["src/exactbatch/tools/mixing_plot.py"],

@@ -5,6 +5,8 @@ data it reads (what info reads: sharded datasets, URLs), as bench does."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 
@@ -14,7 +16,8 @@ import pytest
 from exactbatch import DataLoader, save_ndf
 from exactbatch.cli import main
 from exactbatch.mixing_score import score
-from exactbatch.tools.mixing import ks_distance, mixing
+from exactbatch.tools.common import CliError
+from exactbatch.tools.mixing import _spread_full_shuffle, ks_distance, mixing
 
 N = 20_000
 
@@ -411,3 +414,245 @@ def test_the_verdict_counts_the_labels_class_entropy():
         ent = rng.random((r + 1, k))
         alarms += not verdict(Scores(ks[0], ks[1:], ent[0], ent[1:]))["well_mixed"]
     assert alarms <= 20
+
+
+# -- its measurements, one by one, against a loader run here ------------------------------
+
+
+def test_the_arguments_are_checked_by_name(tmp_path):
+    bad = [
+        ({"batch_size": 0}, ValueError, "batch_size must be >= 1; got batch_size=0"),
+        ({"seed": -1}, ValueError, "seed must be >= 0; got seed=-1"),
+        ({"buffer_size": 0}, ValueError, "buffer_size must be >= 1; got buffer_size=0"),
+        ({"chunk_rows": 0}, ValueError, "chunk_rows must be >= 1; got chunk_rows=0"),
+        ({"max_batches": 0}, ValueError, "max_batches must be >= 1; got max_batches=0"),
+        ({"sample_rows": 0}, ValueError, "sample_rows must be >= 1; got sample_rows=0"),
+        ({"replicates": 18}, ValueError, "replicates must be >= 19; got replicates=18"),
+        ({"shuffle_chunks": 1}, TypeError, "shuffle_chunks must be a bool; got 1"),
+        ({"bar": None}, TypeError, "bar must be a bool; got None"),
+    ]
+    for kw, kind, message in bad:
+        with pytest.raises(kind) as e:
+            mixing(tmp_path / "none.ndf", **{"batch_size": 10, **kw})
+        assert str(e.value) == message
+    np.save(tmp_path / "a.npy", np.zeros((3, 2)))
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "a.npy", batch_size=1)
+    want = "mixing reads an .ndf, a sharded dataset or Parquet; convert npy first"
+    assert str(e.value) == f"{tmp_path / 'a.npy'}: {want}"
+
+
+def test_the_batch_spread_of_a_full_shuffle_counts_slices():
+    """The expected slices (of 100) b rows drawn without replacement touch, against the
+    count by binomial coefficients: slices of unequal rows, slices of no row (n < 100),
+    b over n, and slices too big to miss."""
+
+    def counted(b, n):
+        b = min(b, n)
+        sizes = [-(-(k + 1) * n // 100) - -(-k * n // 100) for k in range(100)]
+        return sum(1 - math.comb(n - m, b) / math.comb(n, b) for m in sizes if m)
+
+    for b, n in [(1, 100), (1, 12345), (2, 200), (7, 250), (5, 50), (60, 50), (149, 150)]:
+        assert _spread_full_shuffle(b, n) == pytest.approx(counted(b, n), rel=1e-6), (b, n)
+    assert _spread_full_shuffle(1, 12345) == pytest.approx(1.0)
+    assert _spread_full_shuffle(60, 50) == 50  # every row: each of the 50 slices with one
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """1,005 rows sorted by time in chunks of 50 (the last of 5), two features and a
+    label of 11 classes."""
+    path = tmp_path_factory.mktemp("small") / "s.ndf"
+    t = np.arange(1005, dtype=np.float64)
+    save_ndf(path, (np.column_stack([t, (t * 7) % 13]), t // 100))
+    return path
+
+
+def _positions(n, chunk_rows, **settings):
+    """Each row's position in epoch 0 of a loader over chunks of row ids (the real
+    loader, over a source of the same chunks), and its batches."""
+    from exactbatch.tools.mixing_inputs import Tagged
+
+    sizes = [chunk_rows] * (n // chunk_rows) + ([n % chunk_rows] if n % chunk_rows else [])
+    loader = DataLoader(
+        Tagged(sizes, lambda i, a, b: np.empty((b - a, 0))), total_size=n, **settings
+    )
+    batches = [xb[:, 0].astype(np.int64) for xb, _ in loader]
+    position = np.empty(n, dtype=np.int64)
+    position[np.concatenate(batches)] = np.arange(n)
+    return position, batches
+
+
+def test_the_figures_are_the_loaders_order_measured(small):
+    """Every row sampled (sample_rows >= n): its travel, each full batch examined (not
+    the last, of 5 rows), the spread of each over the 100 slices, and each column's KS
+    distances to the whole column, all as measured on the real loader's batches."""
+    n, settings = 1005, {"batch_size": 10, "buffer_size": 120, "seed": 4}
+    r = mixing(small, chunk_rows=50, sample_rows=n, replicates=19, bar=False, **settings)
+    position, batches = _positions(n, 50, **settings)
+    assert r["batches"] == len(batches) == 101 and r["examined"] == list(range(100))
+    assert r["n"] == n and r["chunks"] == 21 and r["chunk_rows"] == 50
+    assert sorted(r["_plot"]["in"]) == list(range(n))  # all of them, in a random order
+    np.testing.assert_array_equal(position[r["_plot"]["in"]], r["_plot"]["out"])
+    travel = np.abs(position - np.arange(n)) / n
+    t = r["travel"]
+    assert t["sample_rows"] == n and t["slices"] == 100
+    assert t["median"] == np.median(travel) and t["mean"] == pytest.approx(np.mean(travel))
+    assert t["q90"] == np.quantile(travel, 0.9) and t["q99"] == np.quantile(travel, 0.99)
+    spread = [len(np.unique(b * 100 // n)) for b in batches[:100]]
+    assert t["batch_spread"] == pytest.approx(np.mean(spread))
+    full = r["travel_full_shuffle"]
+    assert full["batch_spread"] == _spread_full_shuffle(10, n)
+    assert full["median"] == pytest.approx(0.2928932) and full["mean"] == pytest.approx(1 / 3)
+    assert full["q90"] == pytest.approx(1 - math.sqrt(0.1))
+    assert full["q99"] == pytest.approx(0.9)
+    rows = np.column_stack([np.arange(float(n)), (np.arange(n) * 7) % 13, np.arange(n) // 100])
+    ks = np.array(
+        [[ks_distance(rows[b, j], np.sort(rows[:, j])) for j in range(3)] for b in batches[:100]]
+    )
+    for j, name in enumerate(["x0", "x1", "y0"]):
+        col = r["ks"]["columns"][j]
+        assert col["name"] == name
+        assert col["loader"]["mean"] == pytest.approx(np.mean(ks[:, j]))
+        assert col["loader"]["p95"] == pytest.approx(np.quantile(ks[:, j], 0.95))
+    for j in (0, 2):  # sorted by time: less representative than random batches
+        assert r["ks"]["columns"][j]["random"]["mean"] < r["ks"]["columns"][j]["loader"]["mean"]
+    per = ks.mean(axis=1)
+    np.testing.assert_allclose(r["_plot"]["per_batch"], per)
+    rand = r["ks"]["all"]["random"]
+    assert (
+        r["ks"]["random_band"]["p05"] < r["ks"]["random_band"]["p95"] and rand["mean"] < rand["p95"]
+    )
+    assert r["ks"]["all"]["loader"] == pytest.approx(
+        {"mean": np.mean(per), "p95": np.quantile(per, 0.95)}
+    )
+    assert r["ks"]["random_batches"] == 19 * 100 and r["ks"]["replicates"] == 19
+    assert sorted(r["ks"]) == [
+        "all",
+        "columns",
+        "p_value",
+        "random_band",
+        "random_batches",
+        "replicates",
+        "share_full_shuffle",
+        "share_worse_than_random_p95",
+        "threshold",
+    ]
+    assert 0 < r["ks"]["threshold"] < 1 and r["ks"]["p_value"] == 0.05  # 1 of 20: the lowest
+    band = r["ks"]["random_band"]
+    assert band["p05"] <= band["median"] <= band["p95"] <= r["ks"]["all"]["random"]["p95"] + 1e-12
+    assert r["entropy"]["column"] == "y0" and r["entropy"]["classes"] == 11
+    assert r["entropy"]["ratio"] < 0.7 and not r["well_mixed"]
+    assert r["skipped_columns"] == [] and "names" not in r
+    assert (r["fmt"], r["src"], r["seed"], r["shuffle_chunks"]) == ("ndf", str(small), 4, True)
+
+
+def test_the_batches_examined_are_spread_over_the_epoch(small, monkeypatch):
+    """At most max_batches, and at most the rows the simulation keeps: every stride-th
+    batch from the first."""
+    args = {"batch_size": 10, "chunk_rows": 50, "replicates": 19, "bar": False}
+    assert mixing(small, max_batches=7, **args)["examined"] == list(range(0, 100, 15))
+    assert mixing(small, max_batches=1, **args)["examined"] == [0]
+    monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 200)  # 20 batches of 10
+    r = mixing(small, **args)
+    assert r["examined"] == list(range(0, 100, 5)) and r["ks"]["random_batches"] == 19 * 20
+    monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 25)  # 2 whole batches
+    assert mixing(small, **args)["examined"] == [0, 50]
+    monkeypatch.setattr("exactbatch.tools.mixing._STORED_ROWS", 5)  # under one batch: one
+    assert mixing(small, **args)["examined"] == list(range(100))[::100]
+
+
+def test_the_default_buffer_and_what_a_full_mix_takes(small):
+    """No buffer_size: the loader's default for the data's rows (3 values a row); in file
+    order without chunk shuffling; a sample of rows; the plot's rows at most 5,000."""
+    from exactbatch.batching.buffer import DEFAULT_BUFFER_BYTES, full_mix_buffer
+
+    r = mixing(small, batch_size=10, chunk_rows=50, sample_rows=300, replicates=19, bar=False)
+    assert r["buffer_size"] == DEFAULT_BUFFER_BYTES // 24
+    assert r["full_mix_buffer"] == full_mix_buffer(10, 1005)
+    assert r["full_mix_bytes"] == 8 * 4 * full_mix_buffer(10, 1005)
+    assert r["travel"]["sample_rows"] == 300 == len(r["_plot"]["in"])
+    assert r["mixing_window"] == 1005 and r["halves"] is False  # the buffer holds the data
+    one = small.parent / "one.ndf"  # one column: 8 bytes a row
+    save_ndf(one, np.arange(1005.0)[:, None])
+    r = mixing(one, batch_size=10, chunk_rows=50, replicates=19, bar=False)
+    assert r["buffer_size"] == DEFAULT_BUFFER_BYTES // 8
+    settings = {"batch_size": 10, "buffer_size": 120, "seed": 2}
+    plain = mixing(small, chunk_rows=50, shuffle_chunks=False, replicates=19, bar=False, **settings)
+    assert plain["shuffle_chunks"] is False and plain["batches"] == 101
+    assert np.max(np.abs(plain["_plot"]["out"] - plain["_plot"]["in"])) <= 120 + 10
+
+
+def test_the_stratum_codes_and_what_the_report_says_of_them():
+    from types import SimpleNamespace
+
+    from exactbatch.tools.mixing import _codes
+
+    rows = np.column_stack([np.arange(6.0), [1.0, 1.0, 2.0, np.nan, 2.0, 1.0]])
+    assert _codes(rows, SimpleNamespace(stratum=None, stratum_at=None)) == (None, {"column": None})
+    codes, said = _codes(rows, SimpleNamespace(stratum="y", stratum_at=1))
+    np.testing.assert_array_equal(codes, [0, 0, 1, 2, 1, 0])
+    assert said == {"column": "y", "classes": 3}
+    many = np.column_stack([np.arange(1001.0)])
+    codes, said = _codes(many, SimpleNamespace(stratum="t", stratum_at=0))
+    assert codes is None and said == {
+        "column": "t",
+        "classes": 1001,
+        "skipped": "1,001 distinct values in the batches examined, over the 1,000 a stratum "
+        "may have",
+    }
+
+
+def test_its_bars_count_the_rows_read_and_the_replicates(small, capsys):
+    r = mixing(small, batch_size=10, chunk_rows=50, sample_rows=1, replicates=19, bar=True)
+    err = capsys.readouterr().err
+    assert "mixing s.ndf: 100%" in err and "1.00k/1.00k" in err and "rows/s" in err
+    assert "simulated full shuffles: 100%" in err and " 19/19 " in err
+    # replicates counted one by one, with no unit: "19/19 [00:00<00:00, 440.69/s]"
+    assert re.search(r"simulated full shuffles: 100%.* 19/19 \[[^\]]*[0-9]/s\]", err)
+    mixing(small, batch_size=10, chunk_rows=50, replicates=19, bar=False)
+    assert capsys.readouterr().err == ""  # no bar at all
+    mixing(small, batch_size=10, chunk_rows=50, replicates=19)  # bars by default
+    assert "simulated full shuffles: 100%" in capsys.readouterr().err
+    # one row sampled (not the last): its travel alone
+    assert r["travel"]["sample_rows"] == 1 == len(r["_plot"]["in"])
+    assert r["_plot"]["in"][0] < 1004
+    assert r["travel"]["median"] == abs(r["_plot"]["out"][0] - r["_plot"]["in"][0]) / 1005
+
+
+def test_the_defaults_and_the_input_named_in_refusals(tmp_path):
+    """Seed 0, at most 500 batches examined, a sample of 20,000 rows; any seed (the
+    loader's seeds are not bounded); the path in the input's refusals."""
+    save_ndf(tmp_path / "r501.ndf", np.arange(501.0)[:, None])
+    r = mixing(tmp_path / "r501.ndf", batch_size=1, replicates=19, bar=False)
+    assert r["seed"] == 0 and r["examined"] == list(range(0, 501, 2))  # 501 > 500: every 2nd
+    save_ndf(tmp_path / "big.ndf", np.arange(20001.0)[:, None])
+    r = mixing(tmp_path / "big.ndf", batch_size=10000, replicates=19, seed=2**64 + 5, bar=False)
+    assert r["travel"]["sample_rows"] == 20000 and r["seed"] == 2**64 + 5
+    assert len(r["_plot"]["in"]) == 5000  # the plot's rows: at most 5,000
+    x = np.column_stack([np.arange(200.0), np.full(200, np.nan)])
+    save_ndf(tmp_path / "nan.ndf", x)
+    r = mixing(tmp_path / "nan.ndf", batch_size=10, replicates=19, bar=False)
+    assert r["ks"]["columns"][1]["loader"] == {"mean": None, "p95": None}  # a column of NaN
+    assert r["ks"]["columns"][1]["random"] == {"mean": None, "p95": None}
+    save_ndf(tmp_path / "empty.ndf", (np.empty((0, 2)), np.empty((0, 1))))
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "empty.ndf", batch_size=1, bar=False)
+    assert str(e.value) == f"{tmp_path / 'empty.ndf'}: no rows"
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "r501.ndf", batch_size=502, bar=False)
+    assert str(e.value) == (
+        f"{tmp_path / 'r501.ndf'}: 501 rows are fewer than one batch of --batch-size 502: "
+        "no batch to examine"
+    )
+    whole = mixing(tmp_path / "r501.ndf", batch_size=501, replicates=19, bar=False)
+    assert whole["examined"] == [0] and whole["batches"] == 1  # one batch: the data
+    save_ndf(tmp_path / "r1.ndf", np.ones((1, 1)))
+    assert mixing(tmp_path / "r1.ndf", batch_size=1, replicates=19, bar=False)["n"] == 1
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"t": pa.array([], pa.float64())}), tmp_path / "empty.parquet")
+    with pytest.raises(CliError) as e:
+        mixing(tmp_path / "empty.parquet", batch_size=1, bar=False)
+    assert str(e.value) == f"{tmp_path / 'empty.parquet'}: no rows"

@@ -110,7 +110,7 @@ def _what_it_takes(r: dict[str, Any]) -> list[str]:
         "  or random access, a full shuffle whatever the file order: "
         f"DataLoader({'open_ndf_dataset' if r['fmt'] == 'dataset' else 'open_ndf'}(...))",
     ]
-    if r["fmt"] != "ndf":
+    if r["fmt"] == "parquet":  # (a sharded dataset is .ndf parts already)
         lines.append("    (exactbatch convert writes the .ndf)")
     by_reason: dict[str, list[str]] = {}
     for c in r["skipped_columns"]:
