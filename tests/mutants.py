@@ -526,11 +526,20 @@ TARGETS = {
             *FAST_ONLY,
         ],
     ),
-    "dataloader": (  # the front door's own checks and next_into's buffers
-        ["src/exactbatch/loader/dataloader.py", "src/exactbatch/loader/into.py"],
-        ["exactbatch.loader.dataloader.*", "exactbatch.loader.into.*"],
+    "dataloader": (  # the front door's own checks, next_into's buffers and its hand-out
+        [
+            "src/exactbatch/loader/dataloader.py",
+            "src/exactbatch/loader/into.py",
+            "src/exactbatch/loader/handout.py",
+        ],
+        [
+            "exactbatch.loader.dataloader.*",
+            "exactbatch.loader.into.*",
+            "exactbatch.loader.handout.*",
+        ],
         [
             "tests/loader/test_front_door.py",
+            "tests/loader/test_handout.py",
             "tests/loader/test_loader.py",
             "tests/loader/test_rows.py",
             "tests/loader/test_subset.py",
@@ -949,11 +958,15 @@ CODES_TESTS = [
 # a float32 shuffle buffer's gather (_core_rows32.c): against its NumPy twin, its
 # refusals, and the buffer's batches against the float64 buffer's
 ROWS32_TESTS = ["tests/batching/test_buffer_float32.py"]
+# next_into's common call in one (_core_into.c): the same bytes, states and counts as its
+# pure twin and the Python path, its refusals, threads sharing it
+INTO_TESTS = ["tests/loader/test_handout.py"]
 CORE_GROUPS = {
     "core": CORE_TESTS,
     "bijection": BIJECTION_TESTS,
     "codes": CODES_TESTS,
     "rows32": ROWS32_TESTS,
+    "into": INTO_TESTS,
 }
 # The tests of a mutant by its file: the bijection, the codes and the float32 gather
 # have their own; the module table and the shared header run them all; every other file
@@ -962,7 +975,8 @@ CORE_TESTS_OF = {
     "_core_bijection": ["bijection"],
     "_core_codes": ["codes"],
     "_core_rows32": ["rows32"],
-    "_core": ["core", "bijection", "codes", "rows32"],
+    "_core_into": ["into"],
+    "_core": ["core", "bijection", "codes", "rows32", "into"],
 }
 # Calls that only give back memory, a buffer or a reference (dropping one leaks, which no
 # test of behaviour sees: a leak test is a memory measurement), or only hint (a prefetch:
