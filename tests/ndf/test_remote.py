@@ -534,6 +534,30 @@ def test_replaced_object_caught_by_the_returned_etag_where_if_match_is_ignored(
         read(f, [1, 2])
 
 
+def test_each_get_asks_for_the_opened_etag_and_an_empty_range_for_nothing(s3, monkeypatch):
+    """Each ranged GET carries the ETag opened (If-Match: S3 refuses to send another
+    object's bytes, rather than sending them to be thrown away), and an empty range is no
+    bytes, without a request (``bytes=a-(a-1)`` is no range S3 reads)."""
+    data = (s3.local / "data.ndf").read_bytes()
+    h = remote_file(s3)._handle()
+    sent = []
+    real = s3.fs._call_s3
+
+    async def spying(method, *args, **kwargs):
+        if method == "get_object":
+            sent.append(kwargs)
+        return await real(method, *args, **kwargs)
+
+    monkeypatch.setattr(s3.fs, "_call_s3", spying)
+    got = h.fetch([28, 100, 100], [40, 100, 112])
+    assert got == [data[28:40], b"", data[100:112]]
+    assert h.etag is not None
+    assert [(k["Range"], k["IfMatch"]) for k in sent] == [
+        ("bytes=28-39", h.etag),
+        ("bytes=100-111", h.etag),
+    ]
+
+
 def test_replaced_object_on_a_protocol_without_etag_reads(memory_fs, tmp_path):
     """Elsewhere (memory:// here) each read asks for the size and tag after its ranges."""
     x, y = make_data(300, D, L)
@@ -942,6 +966,31 @@ def test_a_range_the_store_answers_wrongly_is_named(memory_fs, tmp_path, monkeyp
         ),
     ):
         h.fetch([28], [40])
+
+
+def test_a_range_the_store_fails_is_explained_by_a_changed_object(memory_fs, tmp_path, monkeypatch):
+    """A range the store fails to read (an HTTP store's 416 for a range past a truncated
+    object's end): each range's failure comes back on its own (``cat_ranges``'
+    ``on_error="return"``), and the read asks first whether the object changed, saying so
+    if it did (here: shorter); else the store's own error is raised."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    whole = (tmp_path / "m.ndf").read_bytes()
+    memory_fs.pipe_file("/exactbatch-mem/f.ndf", whole)
+    url = "memory:///exactbatch-mem/f.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/f.ndf", 10, 3, 1)
+    store = OSError(errno.EIO, "416 range not satisfiable")
+
+    def failing(path, start=None, end=None, **kwargs):
+        raise store
+
+    monkeypatch.setattr(memory_fs, "cat_file", failing)
+    with pytest.raises(OSError) as got:  # the object as opened: the store's error
+        h.fetch([28], [60])
+    assert got.value is store
+    memory_fs.pipe_file("/exactbatch-mem/f.ndf", whole[:60])
+    want = f"{url}: the object changed while open: expected {h.size} bytes, found 60 (truncated?)"
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        h.fetch([28], [60])
 
 
 @pytest.mark.parametrize("row", [-1, 10, 11])
