@@ -79,9 +79,17 @@ def test_write_then_read_back(s3, remote_ds):
 
 
 def test_only_the_parts_of_the_rows_read_are_opened(s3, remote_ds):
+    """And no part is closed at a URL (no bound: its parts hold no descriptor), whichever
+    part is read last (the empty part never opens)."""
     with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        assert ds.max_open_parts is None
         ds.read_rows([44])
         assert ds.open_parts == (3,)
+        ds.read_rows([0])
+        ds.read_rows([41])
+        assert ds.open_parts == (0, 1, 3)
+        ds.read_rows([42, 1, 99])
+        assert ds.open_parts == (0, 1, 3)
 
 
 def test_parts_are_read_concurrently(s3, remote_ds, monkeypatch):

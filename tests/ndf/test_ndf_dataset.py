@@ -273,6 +273,21 @@ def test_a_transform_is_applied_as_the_rows_are_read(ds_path, each_backend, dtyp
                 np.testing.assert_array_equal(oy, y[want].astype(dtype))
 
 
+def test_an_empty_run_of_rows_reads_nothing_wherever_it_is(ds_path, each_backend):
+    """An empty run of rows (a slice), at the first row, inside, or past the last row (the
+    end of an epoch): nothing read, None back, or -1 (no row held a NaN) through a
+    transform."""
+    from exactbatch.kernels import TransformKernel
+
+    kernel = TransformKernel(np.zeros(3), np.ones(3))
+    with open_ndf_dataset(ds_path) as ds:
+        for at in (0, 7, N):
+            ox, oy = np.empty((0, 3)), np.empty((0, 2))
+            assert ds.read_rows_into(slice(at, at), ox, oy) is None
+            assert ds.read_rows_into(slice(at, at), ox, oy, kernel) == -1
+        assert ds.open_parts == ()
+
+
 @pytest.mark.parametrize("why", ["max_open_parts", "parts on the pure path"])
 def test_a_gather_that_cannot_be_had_reads_part_by_part(tmp_path, why):
     """The compiled gather gives up when the rows lie in more parts than may be open at
