@@ -288,6 +288,32 @@ def test_an_empty_run_of_rows_reads_nothing_wherever_it_is(ds_path, each_backend
         assert ds.open_parts == ()
 
 
+@pytest.mark.parametrize(
+    ("sizes", "d", "l"),
+    [([6], 2, 1), ([3, 4], 1, 0), ([3, 4], 0, 1), ([2, 0, 3], 1, 1), ([2, 5], 0, 2)],
+)
+def test_a_local_dataset_gathers_in_one_compiled_call_whatever_its_widths(
+    tmp_path,
+    sizes,
+    d,
+    l,  # noqa: E741
+):
+    """One part, one column, labels only, as many labels as features: a local dataset
+    with rows reads through the compiled gather (one call a batch), the same rows."""
+    from exactbatch import kernels
+
+    if not kernels.backend() == "compiled":
+        pytest.skip("the compiled core is not built or not used")
+    path = write_ndf_dataset(tmp_path / "ds", sizes, d=d, l=l)
+    x, y = make_data(sum(sizes), d, l)
+    rows = np.array([sum(sizes) - 1, 0, 2, 2])
+    with open_ndf_dataset(path) as ds:
+        assert ds._handle().compiled is not None
+        gx, gy = ds.read_rows(rows)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
+
+
 @pytest.mark.parametrize("why", ["max_open_parts", "parts on the pure path"])
 def test_a_gather_that_cannot_be_had_reads_part_by_part(tmp_path, why):
     """The compiled gather gives up when the rows lie in more parts than may be open at
@@ -559,6 +585,16 @@ def test_features_and_labels_names_are_kept(tmp_path):
     assert m["features"] == ["a", "b"] and m["labels"] == ["t"]
     ds = open_ndf_dataset(path)
     assert ds.features == ("a", "b") and ds.labels == ("t",)
+    assert ds.categories == {}
+    coded = tmp_path / "coded"  # the manifest's categories: the label coded 0 "no", 1 "yes"
+    write = dsmod.start_dataset(coded)
+    part = dsmod.write_part(
+        coded, 0, (np.ones((3, 2)), np.array([[0.0], [1.0], [1.0]])), write_id=write
+    )
+    dsmod.finish_dataset(coded, write, [part], 2, 1, labels=["t"], categories={"t": ["no", "yes"]})
+    with open_ndf_dataset(coded) as ds:
+        assert ds.categories == {"t": ["no", "yes"]}
+        assert (ds.features, ds.labels) == (("x0", "x1"), ("t",))
     # checked as save_ndf checks them (validate_names), before the first part is written
     with pytest.raises(ValueError, match="features names 1 columns .*; the data has 2"):
         write_ndf_dataset(tmp_path / "bad", [2], d=2, l=1, features=["a"])
@@ -828,8 +864,12 @@ def test_a_missing_part(ds_path):
     os.unlink(p)
     ds = open_ndf_dataset(ds_path)  # the manifest alone is fine
     ds.read_rows([0, 4])  # part 0 is there
-    name = re.escape(os.path.basename(p))
-    with pytest.raises(NdfError, match=f"part 2 \\({name}\\) of the dataset is missing"):
+    size = os.path.getsize(part_file(ds_path, 0)) - 5 * 40 + 12 * 40  # (28 + 12 rows of 40)
+    want = (
+        f"{p}: part 2 ({os.path.basename(p)}) of the dataset is missing; "
+        f"the manifest lists it with n=12, {size} bytes"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
         ds.read_rows([6])
 
 
