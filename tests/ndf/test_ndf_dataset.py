@@ -944,6 +944,13 @@ def test_a_manifest_that_is_not_json(ds_path):
         f.write(b"{not json")
     with pytest.raises(NdfError, match="manifest.json: not a dataset manifest: not valid JSON"):
         open_ndf_dataset(ds_path)
+    # a write over it replaces it (no part of it is known to be replaced), and the old
+    # parts then go as leftovers
+    write_ndf_dataset(ds_path, [2, 3])
+    with open_ndf_dataset(ds_path) as ds:
+        assert ds.n == 5
+        names = [p.name for p in ds.parts]
+    assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", *names])
 
 
 def test_check_part_and_part(ds_path):
