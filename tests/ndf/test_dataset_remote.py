@@ -186,6 +186,26 @@ def test_a_remote_rewrite_replaces_the_old_parts(s3):
     assert open_ndf_dataset(url(s3, "dsets/again"), storage_options=s3.so).n == 5
 
 
+def test_a_remote_finish_that_fails_leaves_nothing_of_its_write(s3):
+    """An error in finish_dataset before the manifest is in place (here what its
+    before_rename raises) aborts the write at the URL, with the dataset's
+    storage_options: its parts and its marker go."""
+    where = url(s3, "dsets/unfinished")
+    write = dsmod.start_dataset(where, storage_options=s3.so)
+    part = dsmod.write_part(where, 0, make_data(4), write_id=write, storage_options=s3.so)
+    marker = f".exactbatch-write-{write}"
+    assert listing(s3, "dsets/unfinished") == sorted([part.name, marker])
+
+    def refuse():
+        raise RuntimeError("not now")
+
+    with pytest.raises(RuntimeError, match="not now"):
+        dsmod.finish_dataset(
+            where, write, [part], 3, 1, storage_options=s3.so, before_rename=refuse
+        )
+    assert listing(s3, "dsets/unfinished") == []
+
+
 def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):
     """write_part at a URL: an error while the part is written leaves no object."""
     write = dsmod.start_dataset(url(s3, "dsets/abandon"), storage_options=s3.so)

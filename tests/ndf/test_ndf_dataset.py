@@ -710,6 +710,21 @@ def test_finish_lists_only_the_writes_own_parts(tmp_path, ds_path):
         assert folder_state(tmp_path / "ds") == before
 
 
+def test_a_write_begun_by_another_process_is_finished_here(tmp_path):
+    """The steps of a write may run in several processes (a distributed writer): one that
+    did not begin the write (here: a process that has ended since) finishes it all the
+    same, and its marker goes."""
+    path = tmp_path / "ds"
+    begin = f"from exactbatch.ndf.dataset import start_dataset; print(start_dataset({str(path)!r}))"
+    write = subprocess.run(
+        [sys.executable, "-c", begin], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    parts = [dsmod.write_part(path, k, make_data(3, 3, 1), write_id=write) for k in range(2)]
+    dsmod.finish_dataset(path, write, parts, 3, 1)
+    assert open_ndf_dataset(path).n == 6
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", *(p.name for p in parts)])
+
+
 def test_start_dataset_keeps_the_old_dataset(tmp_path, ds_path):
     """A write begun, with a part written, changes nothing a reader sees; aborted, it
     leaves the folder as it was."""
