@@ -702,12 +702,38 @@ def test_finish_lists_only_the_writes_own_parts(tmp_path, ds_path):
     for parts, error in [
         (lambda w, p: [p, (old["name"], old["n"], old["nbytes"])], "is not a part of this write"),
         (lambda w, p: [p, (f"part-00001-{w}.ndf", 0, 28 + 0)], "part 1 of the write .* not there"),
+        (lambda w, p: [p, dict(old)], "part 1 is not a part of this write"),  # a dict too
+        (lambda w, p: [p._asdict(), {**old, "name": f"part-00001-{w}.ndf"}], "1 of .* not there"),
+        # what is no part at all is the manifest's to name
+        (lambda w, p: [p, "bogus"], "part 1 must be \\(name, n, nbytes\\); got 'bogus'"),
+        (lambda w, p: [p, ()], "part 1 must be \\(name, n, nbytes\\); got \\(\\)"),
     ]:
         write = dsmod.start_dataset(ds_path)
         mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
-        with pytest.raises((ValueError, FileNotFoundError), match=error):
+        with pytest.raises((ValueError, FileNotFoundError, NdfError), match=error):
             dsmod.finish_dataset(ds_path, write, parts(write, mine), 3, 2)
         assert folder_state(tmp_path / "ds") == before
+
+
+def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
+    """A dataset whose write was killed on another host after its manifest was in place
+    (its marker left: no sweep from this host judges its files leftovers): a new
+    dataset there replaces it, and the parts its manifest listed go with it (the other
+    host's marker stays, for a write from there)."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = tmp_path / "ds"
+    elsewhere = f"{int(host_tag(), 16) ^ 1:08x}-7-0badf00d"  # another host's write id
+    path.mkdir()
+    old = [dsmod.write_part(path, k, make_data(3, 3, 1), write_id=elsewhere) for k in range(2)]
+    dsmod.finish_dataset(path, elsewhere, old, 3, 1)
+    marker = f".exactbatch-write-{elsewhere}"
+    (path / marker).write_bytes(b"")  # killed before it removed its marker
+    write_ndf_dataset(path, [4])
+    with open_ndf_dataset(path) as ds:
+        assert ds.n == 4
+        new = [p.name for p in ds.parts]
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", marker, *new])
 
 
 def test_a_write_begun_by_another_process_is_finished_here(tmp_path):
