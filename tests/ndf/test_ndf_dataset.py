@@ -8,6 +8,7 @@ NdfError naming the part; a failed write leaves no manifest.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -713,6 +714,33 @@ def test_finish_lists_only_the_writes_own_parts(tmp_path, ds_path):
         with pytest.raises((ValueError, FileNotFoundError, NdfError), match=error):
             dsmod.finish_dataset(ds_path, write, parts(write, mine), 3, 2)
         assert folder_state(tmp_path / "ds") == before
+
+
+def test_finish_names_the_part_it_refuses_and_why(ds_path):
+    """Each refusal in words: the part's file, its place in the list, the write; a part
+    no manifest could list (left to the manifest's checks) is looked past, not stopped
+    at."""
+    old = manifest_of(ds_path)["parts"][0]
+    write = dsmod.start_dataset(ds_path)
+    mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
+    want = (
+        f"{os.path.join(ds_path, old['name'])}: part 2 is not a part of this write ({write}): "
+        "a manifest lists only its own write's parts, as write_part(..., write_id=...) "
+        "names them"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        dsmod.finish_dataset(ds_path, write, [mine, "bogus", dict(old)], 3, 2)
+    write = dsmod.start_dataset(ds_path)
+    mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
+    missing = f"part-00001-{write}.ndf"
+    with pytest.raises(FileNotFoundError) as got:
+        dsmod.finish_dataset(ds_path, write, [mine, (missing, 0, 28)], 3, 2)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        f"part 1 of the write {write} is not there",
+        os.path.join(ds_path, missing),
+    )
 
 
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
