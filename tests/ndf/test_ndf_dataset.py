@@ -743,6 +743,58 @@ def test_finish_names_the_part_it_refuses_and_why(ds_path):
     )
 
 
+def test_a_write_of_another_live_process_on_this_host_is_left_alone(tmp_path):
+    """A write still running in another process of this host (its marker there, its
+    process alive): the next write here removes none of its files."""
+    path = tmp_path / "ds"
+    write_ndf_dataset(path, [2])
+    begin = textwrap.dedent(
+        f"""
+        import sys, numpy as np
+        from exactbatch.ndf import dataset as dsmod
+        w = dsmod.start_dataset({str(path)!r})
+        dsmod.write_part({str(path)!r}, 0, (np.ones((2, 3)), np.ones((2, 1))), write_id=w)
+        print(w, flush=True)
+        sys.stdin.read()  # alive until the test closes its stdin
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", begin], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        other = child.stdout.readline().strip()
+        theirs = {f".exactbatch-write-{other}", dsmod.part_name(0, other)}
+        assert theirs <= set(os.listdir(path))
+        write_ndf_dataset(path, [3])
+        assert theirs <= set(os.listdir(path))
+    finally:
+        child.stdin.close()
+        child.wait(30)
+
+
+def test_a_part_of_an_impossible_shape_is_refused_naming_its_file(tmp_path):
+    """write_part checks the shape first: an NdfError naming the part's file, nothing
+    written."""
+    from exactbatch.dataset import Dataset
+
+    class Huge(Dataset):  # a dataset that claims more rows than any file holds
+        @property
+        def n(self):
+            return 2**63
+
+        @n.setter
+        def n(self, value):
+            pass
+
+    path = tmp_path / "ds"
+    write = dsmod.start_dataset(path)
+    where = re.escape(os.path.join(path, dsmod.part_name(0, write)))
+    with pytest.raises(NdfError, match=f"^{where}: impossible shape n={2**63}, d=1, l=1"):
+        dsmod.write_part(path, 0, Huge(np.ones((2, 1)), np.ones((2, 1))), write_id=write)
+    assert os.listdir(path) == [f".exactbatch-write-{write}"]
+    dsmod.abort_dataset(path, write)
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
