@@ -795,6 +795,26 @@ def test_a_part_of_an_impossible_shape_is_refused_naming_its_file(tmp_path):
     dsmod.abort_dataset(path, write)
 
 
+def test_leftovers_are_judged_only_where_the_manifest_can_be_read(tmp_path):
+    """No manifest: a part of a write that is over (here named before write ids) is a
+    leftover, removed as the next write starts; a manifest that cannot be read (it may
+    list that part): nothing is judged a leftover."""
+    path = tmp_path / "ds"
+    path.mkdir()
+    (path / "part-00000.ndf").write_bytes(b"")
+    write = dsmod.start_dataset(path)
+    assert os.listdir(path) == [f".exactbatch-write-{write}"]
+    dsmod.abort_dataset(path, write)
+    (path / "part-00000.ndf").write_bytes(b"")
+    (path / "manifest.json").write_bytes(b"{not json")
+    write = dsmod.start_dataset(path)
+    assert sorted(os.listdir(path)) == sorted(
+        [f".exactbatch-write-{write}", "manifest.json", "part-00000.ndf"]
+    )
+    dsmod.abort_dataset(path, write)
+    assert sorted(os.listdir(path)) == ["manifest.json", "part-00000.ndf"]
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
