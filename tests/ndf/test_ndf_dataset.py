@@ -815,6 +815,19 @@ def test_leftovers_are_judged_only_where_the_manifest_can_be_read(tmp_path):
     assert sorted(os.listdir(path)) == ["manifest.json", "part-00000.ndf"]
 
 
+def test_a_sweep_of_leftovers_that_fails_stops_no_write(tmp_path, monkeypatch):
+    """The sweep of leftovers is best effort: one that fails (here: this host cannot be
+    named) removes nothing, and the write goes on."""
+    from exactbatch.ndf import dataset_protocol
+
+    def unnamed():
+        raise OSError("no host tag")
+
+    monkeypatch.setattr(dataset_protocol, "host_tag", unnamed)
+    write_ndf_dataset(tmp_path / "ds", [2, 3])
+    assert open_ndf_dataset(tmp_path / "ds").n == 5
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
