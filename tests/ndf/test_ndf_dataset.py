@@ -828,6 +828,37 @@ def test_a_sweep_of_leftovers_that_fails_stops_no_write(tmp_path, monkeypatch):
     assert open_ndf_dataset(tmp_path / "ds").n == 5
 
 
+def test_temporary_files_go_only_when_their_writer_is_gone(tmp_path):
+    """A temporary file of this host (a part's or a manifest's) goes as the next write
+    starts when the process that made it is gone, and stays while that process runs;
+    the sweep looks at every file of a folder of many."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = write_ndf_dataset(tmp_path / "ds", [1] * 12)
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead, alive, host = int(ended.stdout), os.getppid(), host_tag()
+
+    def temp(name, pid):
+        return f".{name}.{host}.{pid}.0123456789ab.tmp"
+
+    gone = [temp(dsmod.part_name(k, f"{host}-{dead}-0badf00d"), dead) for k in range(3)]
+    gone.append(temp("manifest.json", dead))
+    running = temp(dsmod.part_name(0, f"{host}-{alive}-0badf00d"), alive)
+    for name in [*gone, running]:
+        with open(os.path.join(path, name), "wb"):
+            pass
+    write = dsmod.start_dataset(path)
+    left = set(os.listdir(path))
+    assert not left & set(gone)
+    assert running in left
+    dsmod.abort_dataset(path, write)
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
