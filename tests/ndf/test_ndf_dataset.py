@@ -859,6 +859,32 @@ def test_temporary_files_go_only_when_their_writer_is_gone(tmp_path):
     dsmod.abort_dataset(path, write)
 
 
+def test_our_own_temporary_files_go_once_their_write_is_over(tmp_path):
+    """This process's temporary file of a part goes as a write starts once the part's
+    write is over (a Ctrl-C between the file's creation and its use); one of a write in
+    progress, or of a manifest (which a write of ours may be writing), stays."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = write_ndf_dataset(tmp_path / "ds", [2])
+    host, me = host_tag(), os.getpid()
+    running = dsmod.start_dataset(path)
+
+    def temp(name):
+        return f".{name}.{host}.{me}.0123456789ab.tmp"
+
+    over = temp(dsmod.part_name(0, f"{host}-{me}-0badf00d"))  # no marker: over
+    kept = [temp(dsmod.part_name(0, running)), temp("manifest.json")]
+    for name in [over, *kept]:
+        with open(os.path.join(path, name), "wb"):
+            pass
+    write = dsmod.start_dataset(path)
+    left = set(os.listdir(path))
+    assert over not in left
+    assert set(kept) <= left
+    for w in (write, running):
+        dsmod.abort_dataset(path, w)
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
