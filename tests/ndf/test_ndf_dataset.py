@@ -885,6 +885,22 @@ def test_our_own_temporary_files_go_once_their_write_is_over(tmp_path):
         dsmod.abort_dataset(path, w)
 
 
+def test_a_start_whose_marker_cannot_be_made_raises_its_error_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """start_dataset's marker refused (a read-only folder, a full disk): that error, and
+    the write undone (the folder it made is gone)."""
+    from exactbatch.ndf.storage import LocalLocation
+
+    def refused(self, name):
+        raise OSError(errno.EROFS, "read-only file system")
+
+    monkeypatch.setattr(LocalLocation, "create", refused)
+    with pytest.raises(OSError, match="read-only file system"):
+        dsmod.start_dataset(tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
