@@ -901,6 +901,17 @@ def test_a_start_whose_marker_cannot_be_made_raises_its_error_and_leaves_nothing
     assert not (tmp_path / "ds").exists()
 
 
+def test_a_write_where_a_file_is_names_the_file(tmp_path):
+    (tmp_path / "ds").write_bytes(b"x")
+    want = (
+        f"{tmp_path / 'ds'}: not a dataset: expected a folder holding manifest.json, found a "
+        "file (open a single .ndf file with open_ndf)"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        dsmod.start_dataset(tmp_path / "ds")
+    assert os.listdir(tmp_path) == ["ds"]
+
+
 def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
     """A dataset whose write was killed on another host after its manifest was in place
     (its marker left: no sweep from this host judges its files leftovers): a new
