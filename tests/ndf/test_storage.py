@@ -56,6 +56,7 @@ def test_children_join_like_the_kind(tmp_path):
     assert location("s3://b/k/").child("m.json").path == "s3://b/k/m.json"
     assert join_path("s3://b/k/", "x") == "s3://b/k/x"
     assert join_path("s3://b/k//", "x") == "s3://b/k/x"  # a URL's slashes: one separator
+    assert join_path("s3://b/XX/", "x") == "s3://b/XX/x"  # only slashes are taken off
     assert join_path(str(tmp_path), "x") == os.path.join(str(tmp_path), "x")
     assert dataset_path(f"file://{tmp_path}", None) == str(tmp_path)
 
