@@ -54,6 +54,7 @@ def test_bad_paths_are_named(tmp_path):
 def test_children_join_like_the_kind(tmp_path):
     assert location(str(tmp_path)).child("m.json").path == os.path.join(str(tmp_path), "m.json")
     assert location("s3://b/k/").child("m.json").path == "s3://b/k/m.json"
+    assert location("s3://b/XX").child("m.json").path == "s3://b/XX/m.json"
     assert join_path("s3://b/k/", "x") == "s3://b/k/x"
     assert join_path("s3://b/k//", "x") == "s3://b/k/x"  # a URL's slashes: one separator
     assert join_path("s3://b/XX/", "x") == "s3://b/XX/x"  # only slashes are taken off
