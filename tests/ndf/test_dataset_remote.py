@@ -79,9 +79,17 @@ def test_write_then_read_back(s3, remote_ds):
 
 
 def test_only_the_parts_of_the_rows_read_are_opened(s3, remote_ds):
+    """And no part is closed at a URL (no bound: its parts hold no descriptor), whichever
+    part is read last (the empty part never opens)."""
     with open_ndf_dataset(remote_ds, storage_options=s3.so) as ds:
+        assert ds.max_open_parts is None
         ds.read_rows([44])
         assert ds.open_parts == (3,)
+        ds.read_rows([0])
+        ds.read_rows([41])
+        assert ds.open_parts == (0, 1, 3)
+        ds.read_rows([42, 1, 99])
+        assert ds.open_parts == (0, 1, 3)
 
 
 def test_parts_are_read_concurrently(s3, remote_ds, monkeypatch):
@@ -176,6 +184,26 @@ def test_a_remote_rewrite_replaces_the_old_parts(s3):
     write_ndf_dataset(url(s3, "dsets/again"), [5], storage_options=s3.so)
     assert listing(s3, "dsets/again") == ["manifest.json", *part_names(s3, "dsets/again")]
     assert open_ndf_dataset(url(s3, "dsets/again"), storage_options=s3.so).n == 5
+
+
+def test_a_remote_finish_that_fails_leaves_nothing_of_its_write(s3):
+    """An error in finish_dataset before the manifest is in place (here what its
+    before_rename raises) aborts the write at the URL, with the dataset's
+    storage_options: its parts and its marker go."""
+    where = url(s3, "dsets/unfinished")
+    write = dsmod.start_dataset(where, storage_options=s3.so)
+    part = dsmod.write_part(where, 0, make_data(4), write_id=write, storage_options=s3.so)
+    marker = f".exactbatch-write-{write}"
+    assert listing(s3, "dsets/unfinished") == sorted([part.name, marker])
+
+    def refuse():
+        raise RuntimeError("not now")
+
+    with pytest.raises(RuntimeError, match="not now"):
+        dsmod.finish_dataset(
+            where, write, [part], 3, 1, storage_options=s3.so, before_rename=refuse
+        )
+    assert listing(s3, "dsets/unfinished") == []
 
 
 def test_a_part_upload_that_fails_is_abandoned(s3, monkeypatch):

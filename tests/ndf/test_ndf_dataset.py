@@ -8,6 +8,7 @@ NdfError naming the part; a failed write leaves no manifest.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -271,6 +272,47 @@ def test_a_transform_is_applied_as_the_rows_are_read(ds_path, each_backend, dtyp
                 assert read(rows, ox, oy, kernel) == -1
                 np.testing.assert_array_equal(ox, ((x[want] - mean) * scale).astype(dtype))
                 np.testing.assert_array_equal(oy, y[want].astype(dtype))
+
+
+def test_an_empty_run_of_rows_reads_nothing_wherever_it_is(ds_path, each_backend):
+    """An empty run of rows (a slice), at the first row, inside, or past the last row (the
+    end of an epoch): nothing read, None back, or -1 (no row held a NaN) through a
+    transform."""
+    from exactbatch.kernels import TransformKernel
+
+    kernel = TransformKernel(np.zeros(3), np.ones(3))
+    with open_ndf_dataset(ds_path) as ds:
+        for at in (0, 7, N):
+            ox, oy = np.empty((0, 3)), np.empty((0, 2))
+            assert ds.read_rows_into(slice(at, at), ox, oy) is None
+            assert ds.read_rows_into(slice(at, at), ox, oy, kernel) == -1
+        assert ds.open_parts == ()
+
+
+@pytest.mark.parametrize(
+    ("sizes", "d", "l"),
+    [([6], 2, 1), ([3, 4], 1, 0), ([3, 4], 0, 1), ([2, 0, 3], 1, 1), ([2, 5], 0, 2)],
+)
+def test_a_local_dataset_gathers_in_one_compiled_call_whatever_its_widths(
+    tmp_path,
+    sizes,
+    d,
+    l,  # noqa: E741
+):
+    """One part, one column, labels only, as many labels as features: a local dataset
+    with rows reads through the compiled gather (one call a batch), the same rows."""
+    from exactbatch import kernels
+
+    if not kernels.backend() == "compiled":
+        pytest.skip("the compiled core is not built or not used")
+    path = write_ndf_dataset(tmp_path / "ds", sizes, d=d, l=l)
+    x, y = make_data(sum(sizes), d, l)
+    rows = np.array([sum(sizes) - 1, 0, 2, 2])
+    with open_ndf_dataset(path) as ds:
+        assert ds._handle().compiled is not None
+        gx, gy = ds.read_rows(rows)
+        np.testing.assert_array_equal(gx, x[rows])
+        np.testing.assert_array_equal(gy, y[rows])
 
 
 @pytest.mark.parametrize("why", ["max_open_parts", "parts on the pure path"])
@@ -544,6 +586,16 @@ def test_features_and_labels_names_are_kept(tmp_path):
     assert m["features"] == ["a", "b"] and m["labels"] == ["t"]
     ds = open_ndf_dataset(path)
     assert ds.features == ("a", "b") and ds.labels == ("t",)
+    assert ds.categories == {}
+    coded = tmp_path / "coded"  # the manifest's categories: the label coded 0 "no", 1 "yes"
+    write = dsmod.start_dataset(coded)
+    part = dsmod.write_part(
+        coded, 0, (np.ones((3, 2)), np.array([[0.0], [1.0], [1.0]])), write_id=write
+    )
+    dsmod.finish_dataset(coded, write, [part], 2, 1, labels=["t"], categories={"t": ["no", "yes"]})
+    with open_ndf_dataset(coded) as ds:
+        assert ds.categories == {"t": ["no", "yes"]}
+        assert (ds.features, ds.labels) == (("x0", "x1"), ("t",))
     # checked as save_ndf checks them (validate_names), before the first part is written
     with pytest.raises(ValueError, match="features names 1 columns .*; the data has 2"):
         write_ndf_dataset(tmp_path / "bad", [2], d=2, l=1, features=["a"])
@@ -651,12 +703,249 @@ def test_finish_lists_only_the_writes_own_parts(tmp_path, ds_path):
     for parts, error in [
         (lambda w, p: [p, (old["name"], old["n"], old["nbytes"])], "is not a part of this write"),
         (lambda w, p: [p, (f"part-00001-{w}.ndf", 0, 28 + 0)], "part 1 of the write .* not there"),
+        (lambda w, p: [p, dict(old)], "part 1 is not a part of this write"),  # a dict too
+        (lambda w, p: [p._asdict(), {**old, "name": f"part-00001-{w}.ndf"}], "1 of .* not there"),
+        # what is no part at all is the manifest's to name
+        (lambda w, p: [p, "bogus"], "part 1 must be \\(name, n, nbytes\\); got 'bogus'"),
+        (lambda w, p: [p, ()], "part 1 must be \\(name, n, nbytes\\); got \\(\\)"),
     ]:
         write = dsmod.start_dataset(ds_path)
         mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
-        with pytest.raises((ValueError, FileNotFoundError), match=error):
+        with pytest.raises((ValueError, FileNotFoundError, NdfError), match=error):
             dsmod.finish_dataset(ds_path, write, parts(write, mine), 3, 2)
         assert folder_state(tmp_path / "ds") == before
+
+
+def test_finish_names_the_part_it_refuses_and_why(ds_path):
+    """Each refusal in words: the part's file, its place in the list, the write; a part
+    no manifest could list (left to the manifest's checks) is looked past, not stopped
+    at."""
+    old = manifest_of(ds_path)["parts"][0]
+    write = dsmod.start_dataset(ds_path)
+    mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
+    want = (
+        f"{os.path.join(ds_path, old['name'])}: part 2 is not a part of this write ({write}): "
+        "a manifest lists only its own write's parts, as write_part(..., write_id=...) "
+        "names them"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        dsmod.finish_dataset(ds_path, write, [mine, "bogus", dict(old)], 3, 2)
+    write = dsmod.start_dataset(ds_path)
+    mine = dsmod.write_part(ds_path, 0, make_data(2, 3, 2), write_id=write)
+    missing = f"part-00001-{write}.ndf"
+    with pytest.raises(FileNotFoundError) as got:
+        dsmod.finish_dataset(ds_path, write, [mine, (missing, 0, 28)], 3, 2)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.ENOENT,
+        f"part 1 of the write {write} is not there",
+        os.path.join(ds_path, missing),
+    )
+
+
+def test_a_write_of_another_live_process_on_this_host_is_left_alone(tmp_path):
+    """A write still running in another process of this host (its marker there, its
+    process alive): the next write here removes none of its files."""
+    path = tmp_path / "ds"
+    write_ndf_dataset(path, [2])
+    begin = textwrap.dedent(
+        f"""
+        import sys, numpy as np
+        from exactbatch.ndf import dataset as dsmod
+        w = dsmod.start_dataset({str(path)!r})
+        dsmod.write_part({str(path)!r}, 0, (np.ones((2, 3)), np.ones((2, 1))), write_id=w)
+        print(w, flush=True)
+        sys.stdin.read()  # alive until the test closes its stdin
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", begin], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        other = child.stdout.readline().strip()
+        theirs = {f".exactbatch-write-{other}", dsmod.part_name(0, other)}
+        assert theirs <= set(os.listdir(path))
+        write_ndf_dataset(path, [3])
+        assert theirs <= set(os.listdir(path))
+    finally:
+        child.stdin.close()
+        child.wait(30)
+
+
+def test_a_part_of_an_impossible_shape_is_refused_naming_its_file(tmp_path):
+    """write_part checks the shape first: an NdfError naming the part's file, nothing
+    written."""
+    from exactbatch.dataset import Dataset
+
+    class Huge(Dataset):  # a dataset that claims more rows than any file holds
+        @property
+        def n(self):
+            return 2**63
+
+        @n.setter
+        def n(self, value):
+            pass
+
+    path = tmp_path / "ds"
+    write = dsmod.start_dataset(path)
+    where = re.escape(os.path.join(path, dsmod.part_name(0, write)))
+    with pytest.raises(NdfError, match=f"^{where}: impossible shape n={2**63}, d=1, l=1"):
+        dsmod.write_part(path, 0, Huge(np.ones((2, 1)), np.ones((2, 1))), write_id=write)
+    assert os.listdir(path) == [f".exactbatch-write-{write}"]
+    dsmod.abort_dataset(path, write)
+
+
+def test_leftovers_are_judged_only_where_the_manifest_can_be_read(tmp_path):
+    """No manifest: a part of a write that is over (here named before write ids) is a
+    leftover, removed as the next write starts; a manifest that cannot be read (it may
+    list that part): nothing is judged a leftover."""
+    path = tmp_path / "ds"
+    path.mkdir()
+    (path / "part-00000.ndf").write_bytes(b"")
+    write = dsmod.start_dataset(path)
+    assert os.listdir(path) == [f".exactbatch-write-{write}"]
+    dsmod.abort_dataset(path, write)
+    (path / "part-00000.ndf").write_bytes(b"")
+    (path / "manifest.json").write_bytes(b"{not json")
+    write = dsmod.start_dataset(path)
+    assert sorted(os.listdir(path)) == sorted(
+        [f".exactbatch-write-{write}", "manifest.json", "part-00000.ndf"]
+    )
+    dsmod.abort_dataset(path, write)
+    assert sorted(os.listdir(path)) == ["manifest.json", "part-00000.ndf"]
+
+
+def test_a_sweep_of_leftovers_that_fails_stops_no_write(tmp_path, monkeypatch):
+    """The sweep of leftovers is best effort: one that fails (here: this host cannot be
+    named) removes nothing, and the write goes on."""
+    from exactbatch.ndf import dataset_protocol
+
+    def unnamed():
+        raise OSError("no host tag")
+
+    monkeypatch.setattr(dataset_protocol, "host_tag", unnamed)
+    write_ndf_dataset(tmp_path / "ds", [2, 3])
+    assert open_ndf_dataset(tmp_path / "ds").n == 5
+
+
+def test_temporary_files_go_only_when_their_writer_is_gone(tmp_path):
+    """A temporary file of this host (a part's or a manifest's) goes as the next write
+    starts when the process that made it is gone, and stays while that process runs;
+    the sweep looks at every file of a folder of many."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = write_ndf_dataset(tmp_path / "ds", [1] * 12)
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead, alive, host = int(ended.stdout), os.getppid(), host_tag()
+
+    def temp(name, pid):
+        return f".{name}.{host}.{pid}.0123456789ab.tmp"
+
+    gone = [temp(dsmod.part_name(k, f"{host}-{dead}-0badf00d"), dead) for k in range(3)]
+    gone.append(temp("manifest.json", dead))
+    running = temp(dsmod.part_name(0, f"{host}-{alive}-0badf00d"), alive)
+    for name in [*gone, running]:
+        with open(os.path.join(path, name), "wb"):
+            pass
+    write = dsmod.start_dataset(path)
+    left = set(os.listdir(path))
+    assert not left & set(gone)
+    assert running in left
+    dsmod.abort_dataset(path, write)
+
+
+def test_our_own_temporary_files_go_once_their_write_is_over(tmp_path):
+    """This process's temporary file of a part goes as a write starts once the part's
+    write is over (a Ctrl-C between the file's creation and its use); one of a write in
+    progress, or of a manifest (which a write of ours may be writing), stays."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = write_ndf_dataset(tmp_path / "ds", [2])
+    host, me = host_tag(), os.getpid()
+    running = dsmod.start_dataset(path)
+
+    def temp(name):
+        return f".{name}.{host}.{me}.0123456789ab.tmp"
+
+    over = temp(dsmod.part_name(0, f"{host}-{me}-0badf00d"))  # no marker: over
+    kept = [temp(dsmod.part_name(0, running)), temp("manifest.json")]
+    for name in [over, *kept]:
+        with open(os.path.join(path, name), "wb"):
+            pass
+    write = dsmod.start_dataset(path)
+    left = set(os.listdir(path))
+    assert over not in left
+    assert set(kept) <= left
+    for w in (write, running):
+        dsmod.abort_dataset(path, w)
+
+
+def test_a_start_whose_marker_cannot_be_made_raises_its_error_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """start_dataset's marker refused (a read-only folder, a full disk): that error, and
+    the write undone (the folder it made is gone)."""
+    from exactbatch.ndf.storage import LocalLocation
+
+    def refused(self, name):
+        raise OSError(errno.EROFS, "read-only file system")
+
+    monkeypatch.setattr(LocalLocation, "create", refused)
+    with pytest.raises(OSError, match="read-only file system"):
+        dsmod.start_dataset(tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_write_where_a_file_is_names_the_file(tmp_path):
+    (tmp_path / "ds").write_bytes(b"x")
+    want = (
+        f"{tmp_path / 'ds'}: not a dataset: expected a folder holding manifest.json, found a "
+        "file (open a single .ndf file with open_ndf)"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        dsmod.start_dataset(tmp_path / "ds")
+    assert os.listdir(tmp_path) == ["ds"]
+
+
+def test_the_parts_a_write_replaces_go_even_where_no_sweep_would_take_them(tmp_path):
+    """A dataset whose write was killed on another host after its manifest was in place
+    (its marker left: no sweep from this host judges its files leftovers): a new
+    dataset there replaces it, and the parts its manifest listed go with it (the other
+    host's marker stays, for a write from there)."""
+    from exactbatch.ndf.temps import host_tag
+
+    path = tmp_path / "ds"
+    elsewhere = f"{int(host_tag(), 16) ^ 1:08x}-7-0badf00d"  # another host's write id
+    path.mkdir()
+    old = [dsmod.write_part(path, k, make_data(3, 3, 1), write_id=elsewhere) for k in range(2)]
+    dsmod.finish_dataset(path, elsewhere, old, 3, 1)
+    marker = f".exactbatch-write-{elsewhere}"
+    (path / marker).write_bytes(b"")  # killed before it removed its marker
+    write_ndf_dataset(path, [4])
+    with open_ndf_dataset(path) as ds:
+        assert ds.n == 4
+        new = [p.name for p in ds.parts]
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", marker, *new])
+
+
+def test_a_write_begun_by_another_process_is_finished_here(tmp_path):
+    """The steps of a write may run in several processes (a distributed writer): one that
+    did not begin the write (here: a process that has ended since) finishes it all the
+    same, and its marker goes."""
+    path = tmp_path / "ds"
+    begin = f"from exactbatch.ndf.dataset import start_dataset; print(start_dataset({str(path)!r}))"
+    write = subprocess.run(
+        [sys.executable, "-c", begin], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    parts = [dsmod.write_part(path, k, make_data(3, 3, 1), write_id=write) for k in range(2)]
+    dsmod.finish_dataset(path, write, parts, 3, 1)
+    assert open_ndf_dataset(path).n == 6
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", *(p.name for p in parts)])
 
 
 def test_start_dataset_keeps_the_old_dataset(tmp_path, ds_path):
@@ -813,8 +1102,12 @@ def test_a_missing_part(ds_path):
     os.unlink(p)
     ds = open_ndf_dataset(ds_path)  # the manifest alone is fine
     ds.read_rows([0, 4])  # part 0 is there
-    name = re.escape(os.path.basename(p))
-    with pytest.raises(NdfError, match=f"part 2 \\({name}\\) of the dataset is missing"):
+    size = os.path.getsize(part_file(ds_path, 0)) - 5 * 40 + 12 * 40  # (28 + 12 rows of 40)
+    want = (
+        f"{p}: part 2 ({os.path.basename(p)}) of the dataset is missing; "
+        f"the manifest lists it with n=12, {size} bytes"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
         ds.read_rows([6])
 
 
@@ -889,6 +1182,13 @@ def test_a_manifest_that_is_not_json(ds_path):
         f.write(b"{not json")
     with pytest.raises(NdfError, match="manifest.json: not a dataset manifest: not valid JSON"):
         open_ndf_dataset(ds_path)
+    # a write over it replaces it (no part of it is known to be replaced), and the old
+    # parts then go as leftovers
+    write_ndf_dataset(ds_path, [2, 3])
+    with open_ndf_dataset(ds_path) as ds:
+        assert ds.n == 5
+        names = [p.name for p in ds.parts]
+    assert sorted(os.listdir(ds_path)) == sorted(["manifest.json", *names])
 
 
 def test_check_part_and_part(ds_path):

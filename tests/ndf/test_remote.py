@@ -430,8 +430,56 @@ def test_missing_object_and_bucket_are_file_not_found(s3):
 
 
 def test_folder_is_a_directory_error(s3):
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(IsADirectoryError) as got:
         open_ndf(s3.url("pq"), storage_options=s3.so)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (
+        errno.EISDIR,
+        "expected an .ndf file, found a folder",
+        s3.url("pq"),
+    )
+
+
+def test_an_unversioned_object_is_not_pinned(s3, monkeypatch):
+    """S3 calls the version of an object written while versioning was off (or suspended)
+    "null": that version is overwritten in place, so it is not pinned (the reads check
+    the ETag instead)."""
+    real = remote.object_info
+    monkeypatch.setattr(
+        remote, "object_info", lambda fs, key, path: {**real(fs, key, path), "VersionId": "null"}
+    )
+    f = remote_file(s3)
+    assert f._handle().pin == {}
+    assert ids(read(f, [5, 1])[0]) == [5, 1]
+
+
+@pytest.mark.parametrize("if_match", ["honoured", "ignored"])
+def test_an_object_replaced_while_it_is_opened_is_refused(s3, tmp_path, monkeypatch, if_match):
+    """Replaced (by another of the same size) between the metadata request and the
+    header's read: the header's GET asks for the ETag the metadata gave, so S3 refuses it
+    (or, where If-Match is ignored, the ETag that comes back says so): no handle of the
+    new object under the old one's size and tag."""
+    key = f"replaced-at-open-{if_match}.ndf"
+    url = s3.put_bytes(key, (s3.local / "data.ndf").read_bytes())
+    real_info, real_call = remote.object_info, s3.fs._call_s3
+
+    def then_replaced(fs, k, path):
+        info = real_info(fs, k, path)
+        s3.put_bytes(key, other_ndf(tmp_path, N))
+        return info
+
+    async def ignoring_if_match(method, *args, **kwargs):
+        kwargs.pop("IfMatch", None)
+        return await real_call(method, *args, **kwargs)
+
+    monkeypatch.setattr(remote, "object_info", then_replaced)
+    if if_match == "ignored":
+        monkeypatch.setattr(s3.fs, "_call_s3", ignoring_if_match)
+    want = f"{url}: the object was replaced while it was being opened"
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$") as got:
+        open_ndf(url, storage_options=s3.so)
+    if if_match == "honoured":  # chained to S3's refusal (412: the precondition failed)
+        assert isinstance(got.value.__cause__, OSError)
 
 
 def malformed_cases(good: bytes):
@@ -532,6 +580,30 @@ def test_replaced_object_caught_by_the_returned_etag_where_if_match_is_ignored(
     s3.put_bytes("no-if-match.ndf", other_ndf(tmp_path, N))
     with pytest.raises(NdfError, match=f"^{url}: .*overwritten.*ETag"):
         read(f, [1, 2])
+
+
+def test_each_get_asks_for_the_opened_etag_and_an_empty_range_for_nothing(s3, monkeypatch):
+    """Each ranged GET carries the ETag opened (If-Match: S3 refuses to send another
+    object's bytes, rather than sending them to be thrown away), and an empty range is no
+    bytes, without a request (``bytes=a-(a-1)`` is no range S3 reads)."""
+    data = (s3.local / "data.ndf").read_bytes()
+    h = remote_file(s3)._handle()
+    sent = []
+    real = s3.fs._call_s3
+
+    async def spying(method, *args, **kwargs):
+        if method == "get_object":
+            sent.append(kwargs)
+        return await real(method, *args, **kwargs)
+
+    monkeypatch.setattr(s3.fs, "_call_s3", spying)
+    got = h.fetch([28, 100, 100], [40, 100, 112])
+    assert got == [data[28:40], b"", data[100:112]]
+    assert h.etag is not None
+    assert [(k["Range"], k["IfMatch"]) for k in sent] == [
+        ("bytes=28-39", h.etag),
+        ("bytes=100-111", h.etag),
+    ]
 
 
 def test_replaced_object_on_a_protocol_without_etag_reads(memory_fs, tmp_path):
@@ -942,6 +1014,76 @@ def test_a_range_the_store_answers_wrongly_is_named(memory_fs, tmp_path, monkeyp
         ),
     ):
         h.fetch([28], [40])
+
+
+def test_a_store_that_reports_no_size_is_refused_naming_the_url(memory_fs, monkeypatch):
+    memory_fs.pipe_file("/exactbatch-mem/z.ndf", b"whatever")
+    monkeypatch.setattr(remote, "object_info", lambda fs, key, path: {"type": "file"})
+    want = (
+        "memory://exactbatch-mem/z.ndf: the store does not report the object's size, "
+        "which an .ndf needs"
+    )
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        open_ndf("memory://exactbatch-mem/z.ndf")
+
+
+@pytest.mark.parametrize("where", ["the whole request", "one range"])
+def test_an_object_deleted_while_it_is_opened_is_enoent_naming_the_url(
+    memory_fs, tmp_path, monkeypatch, where
+):
+    """Deleted between the metadata request and the header's read: FileNotFoundError
+    (ENOENT, the URL) whether the store fails the whole request or the one range,
+    chained to the store's own."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    memory_fs.pipe_file("/exactbatch-mem/g.ndf", (tmp_path / "m.ndf").read_bytes())
+    url = "memory://exactbatch-mem/g.ndf"
+    real = remote.object_info
+
+    def then_deleted(fs, key, path):
+        info = real(fs, key, path)
+        memory_fs.rm_file("/exactbatch-mem/g.ndf")
+        return info
+
+    monkeypatch.setattr(remote, "object_info", then_deleted)
+    if where == "the whole request":
+        store = FileNotFoundError(errno.ENOENT, "no such key")
+
+        def refused(*args):
+            raise store
+
+        monkeypatch.setattr(remote, "_get_ranges", refused)
+    with pytest.raises(FileNotFoundError) as got:
+        open_ndf(url)
+    e = got.value
+    assert (e.errno, e.strerror, e.filename) == (errno.ENOENT, "no such file or object", url)
+    assert isinstance(e.__cause__, FileNotFoundError)
+    if where == "the whole request":
+        assert e.__cause__ is store
+
+
+def test_a_range_the_store_fails_is_explained_by_a_changed_object(memory_fs, tmp_path, monkeypatch):
+    """A range the store fails to read (an HTTP store's 416 for a range past a truncated
+    object's end): each range's failure comes back on its own (``cat_ranges``'
+    ``on_error="return"``), and the read asks first whether the object changed, saying so
+    if it did (here: shorter); else the store's own error is raised."""
+    save_ndf(tmp_path / "m.ndf", make_data(10, 3, 1))
+    whole = (tmp_path / "m.ndf").read_bytes()
+    memory_fs.pipe_file("/exactbatch-mem/f.ndf", whole)
+    url = "memory:///exactbatch-mem/f.ndf"
+    h = remote.RemoteHandle(url, memory_fs, "/exactbatch-mem/f.ndf", 10, 3, 1)
+    store = OSError(errno.EIO, "416 range not satisfiable")
+
+    def failing(path, start=None, end=None, **kwargs):
+        raise store
+
+    monkeypatch.setattr(memory_fs, "cat_file", failing)
+    with pytest.raises(OSError) as got:  # the object as opened: the store's error
+        h.fetch([28], [60])
+    assert got.value is store
+    memory_fs.pipe_file("/exactbatch-mem/f.ndf", whole[:60])
+    want = f"{url}: the object changed while open: expected {h.size} bytes, found 60 (truncated?)"
+    with pytest.raises(NdfError, match=f"^{re.escape(want)}$"):
+        h.fetch([28], [60])
 
 
 @pytest.mark.parametrize("row", [-1, 10, 11])

@@ -47,12 +47,17 @@ def test_bad_paths_are_named(tmp_path):
         location(str(tmp_path), {"anon": True})
     with pytest.raises(TypeError, match="path must be a str or os.PathLike; got int"):
         location(3)
+    with pytest.raises(ValueError, match="storage_options applies only to URLs.*local path"):
+        dataset_path(tmp_path, {"anon": True})  # checked as location checks it
 
 
 def test_children_join_like_the_kind(tmp_path):
     assert location(str(tmp_path)).child("m.json").path == os.path.join(str(tmp_path), "m.json")
     assert location("s3://b/k/").child("m.json").path == "s3://b/k/m.json"
+    assert location("s3://b/XX").child("m.json").path == "s3://b/XX/m.json"
     assert join_path("s3://b/k/", "x") == "s3://b/k/x"
+    assert join_path("s3://b/k//", "x") == "s3://b/k/x"  # a URL's slashes: one separator
+    assert join_path("s3://b/XX/", "x") == "s3://b/XX/x"  # only slashes are taken off
     assert join_path(str(tmp_path), "x") == os.path.join(str(tmp_path), "x")
     assert dataset_path(f"file://{tmp_path}", None) == str(tmp_path)
 

@@ -284,7 +284,8 @@ def open_url(url: str, storage_options: dict[str, Any] | None = None) -> RemoteH
     One metadata request and one 28-byte range; the header and the exact
     size are checked as for a local file (:class:`NdfError` naming the URL).
     A missing object is ``FileNotFoundError``; a folder (prefix) is
-    ``IsADirectoryError``.
+    ``IsADirectoryError``; both name the URL, as does the :class:`NdfError` of an
+    object replaced between the metadata request and the header's read.
     """
     fs, key = url_to_fs(url, storage_options)
     info = object_info(fs, key, url)
@@ -299,15 +300,20 @@ def open_url(url: str, storage_options: dict[str, Any] | None = None) -> RemoteH
         pin = {"version_id": version}
     head, etag = b"", version_tag(info)
     if size:
+        replaced = f"{url}: the object was replaced while it was being opened"
         try:
             (got,), tags = _get_ranges(fs, key, [0], [min(size, HEADER_SIZE)], etag, pin)
         except FileNotFoundError as e:
-            raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from e
-        if isinstance(got, BaseException):
+            got, tags = e, None
+        if isinstance(got, FileNotFoundError):  # deleted since: the request's or the range's
+            raise FileNotFoundError(errno.ENOENT, "no such file or object", url) from got
+        if isinstance(got, BaseException):  # S3 refuses (412) another ETag's bytes
+            if etag is not None and not pin and version_tag(object_info(fs, key, url)) != etag:
+                raise NdfError(replaced) from got
             raise got
         head = got
         if tags is not None and tags[0] not in (None, etag):
-            raise NdfError(f"{url}: the object was replaced while it was being opened")
+            raise NdfError(replaced)
     n, d, l = check_header(head, size, url)  # noqa: E741
     return RemoteHandle(url, fs, key, n, d, l, etag=etag, pin=pin)
 
