@@ -150,10 +150,16 @@ def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
 
 
 @pytest.mark.parametrize("b", [64, 2048])  # (2048 rows of 5 values: a read that lets the GIL go)
-def test_threads_sharing_the_one_call_hand_out_every_row_once(b):
+def test_threads_sharing_the_one_call_hand_out_every_row_once(b, monkeypatch):
     import threading
 
+    from exactbatch.feeds import random_access
+
     n = 60_000
+    # every epoch's whole order made at once, not on a thread: each batch then a run of it
+    # (the one call's), whatever the timing - on a thread, batches claimed before it is
+    # done are blocks, which the one call leaves to Python (the count below would race)
+    monkeypatch.setattr(random_access, "_AT_ONCE_ROWS", n)
     x = np.arange(n, dtype=np.float64).reshape(n, 1) * np.ones((1, 3))
     dl = DataLoader((x, np.zeros((n, 2))), b, seed=2)
     list(iter(dl))  # (the next epoch's whole order computed meanwhile)
