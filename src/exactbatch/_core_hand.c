@@ -331,13 +331,9 @@ PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
  * its three attribute looks and two calls in Python cost a fifth of a small batch. */
 static PyObject *s_local, *s_slot, *s__slot, *s_due, *s_report_now; /* interned names */
 
-PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+PyObject *telemetry_slot(PyObject *tel)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "waited_on(tel, t0, at, hist) takes 4 arguments");
-        return NULL;
-    }
-    PyObject *tel = args[0], *local = PyObject_GetAttr(tel, s_local), *slot = NULL;
+    PyObject *local = PyObject_GetAttr(tel, s_local), *slot = NULL;
     if (local == NULL)
         return NULL;
     slot = PyObject_GetAttr(local, s_slot);
@@ -346,9 +342,20 @@ PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return NULL;
         PyErr_Clear();
-        if ((slot = PyObject_CallMethodNoArgs(tel, s__slot)) == NULL) /* (made and kept) */
-            return NULL;
+        slot = PyObject_CallMethodNoArgs(tel, s__slot); /* (made and kept) */
     }
+    return slot;
+}
+
+PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "waited_on(tel, t0, at, hist) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *tel = args[0], *slot = telemetry_slot(tel);
+    if (slot == NULL)
+        return NULL;
     PyObject *wargs[4] = {slot, args[1], args[2], args[3]};
     PyObject *now = waited(mod, wargs, 4), *due = NULL, *res = NULL;
     Py_DECREF(slot);

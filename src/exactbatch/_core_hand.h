@@ -38,6 +38,11 @@ PyObject *waited(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
  * exactbatch.loader.telemetry.waited_on). */
 PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
+/* The calling thread's slot of the Telemetry tel: tel._local.slot, or tel._slot() at
+ * the thread's first record (which makes and keeps it). A new reference, or NULL with
+ * an exception set. */
+PyObject *telemetry_slot(PyObject *tel);
+
 /* numpy.empty and the dtypes looked up: 0, or -1 with an exception set. */
 int hand_ready(void);
 

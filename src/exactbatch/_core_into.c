@@ -28,7 +28,7 @@ typedef struct {
 
 static PyObject *s_plain, *s_group, *s_epoch, *s_current, *s_queue, *s_popleft, *s_via;
 static PyObject *s_rows, *s_read_run, *s_handed, *s_last_rows, *s_phase, *s_done, *s_settle;
-static PyObject *s_unpop, *s_local, *s_slot, *s__slot, *s_due, *s_report_now;
+static PyObject *s_unpop, *s_due, *s_report_now;
 static PyObject *perf_ns; /* time.perf_counter_ns: telemetry's clock */
 
 /* Is checks.plain the (b, d, l, itemsize) of plain buffers? Parsed when it changes. */
@@ -164,18 +164,9 @@ static PyObject *thread_slot(IntoObject *self)
     unsigned long tid = PyThread_get_thread_ident();
     if (self->slot != NULL && tid == self->tid)
         return self->slot;
-    PyObject *local = PyObject_GetAttr(self->tel, s_local), *slot = NULL;
-    if (local == NULL)
+    PyObject *slot = telemetry_slot(self->tel);
+    if (slot == NULL)
         return NULL;
-    slot = PyObject_GetAttr(local, s_slot);
-    Py_DECREF(local);
-    if (slot == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return NULL;
-        PyErr_Clear();
-        if ((slot = PyObject_CallMethodNoArgs(self->tel, s__slot)) == NULL)
-            return NULL;
-    }
     Py_XSETREF(self->slot, slot);
     self->tid = tid;
     return slot;
@@ -446,7 +437,6 @@ int into_ready(void)
         {&s_via, "via"},         {&s_rows, "rows"},         {&s_read_run, "read_run"},
         {&s_handed, "handed"},   {&s_last_rows, "_last_rows"}, {&s_phase, "phase"},
         {&s_done, "done"},       {&s_settle, "settle"},     {&s_unpop, "unpop"},
-        {&s_local, "_local"},    {&s_slot, "slot"},         {&s__slot, "_slot"},
         {&s_due, "_due"},        {&s_report_now, "_report_now"},
     };
 
