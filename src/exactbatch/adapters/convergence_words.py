@@ -10,10 +10,81 @@ the verdict
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
-# a verdict: a Convergence, whose module imports this one (no import back: no circle)
-Convergence = Any
+
+class Convergence(Protocol):
+    """What these words read of a verdict (a ``convergence.Convergence``, frozen, whose
+    module imports this one: described here, not imported back, so the two form no
+    circle)."""
+
+    @property
+    def drift(self) -> float | None: ...
+
+    @property
+    def movement(self) -> float | None: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def threshold(self) -> float: ...
+
+    @property
+    def z(self) -> float: ...
+
+    @property
+    def t(self) -> float: ...
+
+    @property
+    def error(self) -> float | None: ...
+
+    @property
+    def error_where(self) -> str: ...
+
+    @property
+    def error_max(self) -> float: ...
+
+    @property
+    def error_floor(self) -> float: ...
+
+    @property
+    def sd_error(self) -> float | None: ...
+
+    @property
+    def sd_error_where(self) -> str: ...
+
+    @property
+    def sd_error_max(self) -> float: ...
+
+    @property
+    def sd_floor(self) -> float: ...
+
+    @property
+    def sds_judged(self) -> bool: ...
+
+    @property
+    def shift_where(self) -> str: ...
+
+    @property
+    def shift_moved(self) -> float | None: ...
+
+    @property
+    def shift_noise(self) -> float | None: ...
+
+    @property
+    def means_judged(self) -> bool: ...
+
+    @property
+    def shifted(self) -> bool: ...
+
+    def steps_to_judge_means(self) -> int: ...
+
+    def steps_to_judge_sds(self) -> int: ...
+
 
 __all__ = ["reasons", "shift", "too_few_epochs", "unjudged"]
 
