@@ -49,6 +49,7 @@ import tempfile
 import time
 
 import numpy as np
+from baselines import LIMIT_ORDERS, order_draw  # bench/ is this script's folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THEN = "exactbatch_then"
@@ -134,7 +135,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     parser.add_argument(
         "--limit-order",
-        choices=["none", "keyed", "numpy"],
+        choices=LIMIT_ORDERS,
         default="none",
         help="the limit computes each epoch's order inside its timed epoch: the loader's "
         "keyed one (with its digests), or numpy's permutation",
@@ -153,26 +154,10 @@ def main() -> None:
         print(f"{args.rows:,} rows of {args.cols}+1 float64, {os.cpu_count()} cores; now/then")
         read = now.kernels.memory_rows(x, y).read
         perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
-        draw = None
-        if args.limit_order == "numpy":
-
-            def draw():
-                return rng.permutation(args.rows).astype(np.int32)
-
-        elif args.limit_order == "keyed":
-            drawn = [0]
-
-            def draw():
-                drawn[0] += 1  # (another epoch's order each time)
-                order = now.order.EpochBijection(args.rows, seed=1, epoch=drawn[0])
-                out = np.empty(args.rows, dtype=np.int32)
-                if order.whole_into(out, b) is None:  # (the pure path: no digests)
-                    out[:] = order.rows(0, args.rows)
-                return out
-
         for b in args.batch:
             for via in args.via:
                 pf = 2 if via == "prefetch" else 0
+                draw = order_draw(args.limit_order, args.rows, b, rng, now, seed=1)
                 loaders = [m.DataLoader((x, y), b, seed=1, prefetch=pf) for m in (now, then)]
                 for loader in loaders:  # warm: the whole orders computed, pages touched
                     epoch(loader, via, b, args.cols)

@@ -19,6 +19,10 @@ Tools, for each batch size (64, 256, 1024 and 4096 by default):
   (``exactbatch.kernels.memory_rows(x, y).read``) over the same permutation,
   drawn before the timed epoch, into reused batch buffers: no Python loader
   around it (the pure NumPy path's ``np.take`` when the core is not built);
+  with ``--limit-order keyed`` (or ``numpy``), beside it the same limit charged
+  each epoch's order inside its timed epoch (``c_limit_order``, "C limit+order"):
+  the loader's own keyed order and its batches' digests, as a shuffled loader's
+  order thread computes them (``baselines.order_draw``, as in ab_against.py);
 * exactbatch from memory, ``for xb, yb in loader`` and ``loader.next_into``,
   and ``for xb, yb in loader`` with ``dtype=np.float32``;
 * exactbatch from a page-cache-warm .ndf file, fully shuffled;
@@ -71,6 +75,11 @@ their cases (``--clock cpu``: each process's CPU time, for a loaded machine):
     .venv/bin/python bench/compare.py --issue42 --rows 400000 --rounds 1 \
         --batches 64 4096 --clock cpu                  # about 10 min on 2 loaded cores
 
+With ``--limit-order keyed`` the hand-out's targets are checked against both
+limits, the held order's and the one charged each epoch's order (under ``--clock
+cpu`` the loader's order thread is charged to the loader), and a table gives
+both side by side.
+
 
 the exactbatch figures say which backend ran (``exactbatch.backend()``:
 ``EXACTBATCH_PURE=1`` measures the pure NumPy path).
@@ -94,7 +103,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from baselines import bare_gather  # bench/ is this script's folder (NumPy only)
+from baselines import LIMIT_ORDERS, bare_gather, order_draw  # bench/: NumPy only
 
 ROOT = Path(__file__).resolve().parent.parent
 D, L = 16, 1
@@ -110,6 +119,7 @@ TOOLS = {
     "numpy": ("NumPy epoch (permutation + np.take)", "numpy"),
     "bare_gather": ("bare gather (np.take, handed the order)", "numpy"),
     "c_limit": ("limit: one-core C gather of the same order (exactbatch's kernel)", "ref"),
+    "c_limit_order": ("limit + each epoch's order computed in its epoch (--limit-order)", "ref"),
     "eb_mem_iter": ("exactbatch, memory, `for xb, yb in loader`", "eb"),
     "eb_mem_next_into": ("exactbatch, memory, `next_into`", "eb"),
     "eb_mem_iter_f32": ("exactbatch, memory, `for xb, yb in loader`, float32", "eb"),
@@ -156,7 +166,12 @@ PYMC_TOOLS = ("pymc_mem", "pymc_pq")
 # a partial epoch would overweight; its full epochs take a few seconds here.
 CAPPED_TOOLS = ("torch_default",)
 # The baselines of the overheads per batch, as the script names them.
-BASELINES = {"numpy": "NumPy epoch", "bare_gather": "bare gather", "c_limit": "C limit"}
+BASELINES = {
+    "numpy": "NumPy epoch",
+    "bare_gather": "bare gather",
+    "c_limit": "C limit",
+    "c_limit_order": "C limit+order",
+}
 TWO_EPOCH_TOOLS = (
     "torch_default",
     "pymc_mem",
@@ -332,7 +347,7 @@ def _first_len(batch) -> int:
 def _imports(tool: str, c: dict) -> dict:
     """Import what the tool needs (before the baseline RSS is taken)."""
     m = {}
-    if tool.startswith("eb_") or tool == "c_limit":
+    if tool.startswith(("eb_", "c_limit")):
         import exactbatch
         import exactbatch.kernels
 
@@ -385,6 +400,7 @@ def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
         "numpy",
         "bare_gather",
         "c_limit",
+        "c_limit_order",
         "eb_mem_iter",
         "eb_mem_next_into",
         "eb_mem_iter_f32",
@@ -408,19 +424,26 @@ def build_case(c: dict, m: dict, notes: dict, arrays=None) -> Case:
 
         return Case(lambda e: gather(held.pop("perm")), prepare)
 
-    if tool == "c_limit":  # the kernel alone, handed the order (drawn untimed)
+    # the kernel alone, handed the order (drawn untimed), or computing each epoch's
+    # order in its timed epoch (c_limit_order: --limit-order, the loader's keyed order)
+    if tool in ("c_limit", "c_limit_order"):
         rng = np.random.default_rng(SEED)
         rows = m["eb"].kernels.memory_rows(x, y)
         notes["backend"] = m["eb"].backend()
         bx, by = np.empty((b, D)), np.empty((b, L))
+        kind = c.get("limit_order", "none") if tool == "c_limit_order" else "none"
+        if tool == "c_limit_order" and kind == "none":
+            raise ValueError("c_limit_order needs --limit-order keyed or numpy")
+        notes["limit_order"] = kind
+        draw = order_draw(kind, n, b, rng, m["eb"], seed=SEED)
         held = {}
 
         def prepare(e):
-            # int32, as the loader's orders are for n < 2**31
-            held["perm"] = rng.permutation(n).astype(np.int32)
+            if draw is None:  # int32, as the loader's orders are for n < 2**31
+                held["perm"] = rng.permutation(n).astype(np.int32)
 
         def run(e):
-            perm, read = held.pop("perm"), rows.read
+            perm, read = held.pop("perm") if draw is None else draw(), rows.read
             full = n - n % b
             for i in range(0, full, b):
                 read(perm[i : i + b], bx, by)
@@ -890,6 +913,8 @@ TARGETS = [
 TARGETS_42 = [
     ("eb_mem_iter", "c_limit", {64: 0.6, 4096: 0.85}),
     ("eb_mem_next_into", "c_limit", {64: 0.6, 4096: 0.85}),
+    ("eb_mem_iter", "c_limit_order", {64: 0.6, 4096: 0.85}),  # (with --limit-order)
+    ("eb_mem_next_into", "c_limit_order", {64: 0.6, 4096: 0.85}),
     ("eb_pq_shuffled", "pyarrow_raw_tiled", {None: 0.9}),
     ("eb_arrow_stream_seq", "arrow_stream_lib", {None: 0.8}),
     ("eb_arrow_stream_shuf", "arrow_stream_lib", {None: 0.8}),
@@ -932,20 +957,51 @@ def checks_42(results: list, n: int, batches) -> list:
                 f"{v:.2f}× ({fmt_rate(ra['rows_per_s'])} / {fmt_rate(rb['rows_per_s'])} "
                 f"rows/s; target ≥ {need}×)"
             )
-    for bs in batches:
-        base = get(results, "c_limit", bs)
-        for t in ("eb_mem_iter", "eb_mem_next_into"):
-            r = get(results, t, bs)
-            if base is None or r is None:
-                continue
-            nb = -(-n // bs)
-            over = n / r["rows_per_s"] / nb - n / base["rows_per_s"] / nb
-            out.append(
-                f"{'PASS' if over <= OVERHEAD_42 else 'FAIL'}  {t} at batch {bs}: "
-                f"{over * 1e6:+.2f} µs a batch above the C limit (target ≤ "
-                f"{OVERHEAD_42 * 1e6:.1f} µs)"
-            )
+    for limit in ("c_limit", "c_limit_order"):
+        for bs in batches:
+            base = get(results, limit, bs)
+            for t in ("eb_mem_iter", "eb_mem_next_into"):
+                r = get(results, t, bs)
+                if base is None or r is None:
+                    continue
+                nb = -(-n // bs)
+                over = n / r["rows_per_s"] / nb - n / base["rows_per_s"] / nb
+                out.append(
+                    f"{'PASS' if over <= OVERHEAD_42 else 'FAIL'}  {t} at batch {bs}: "
+                    f"{over * 1e6:+.2f} µs a batch above the {BASELINES[limit]} (target ≤ "
+                    f"{OVERHEAD_42 * 1e6:.1f} µs)"
+                )
     return out
+
+
+def handout_table_42(results: list, n: int, batches) -> list:
+    """Issue 42's hand-out against both limits side by side: µs a batch of each limit
+    and each path, each path's fraction of each limit and its overhead above it
+    (empty unless both limits ran: --limit-order)."""
+    out = [
+        "| batch | path | C limit (held order) | C limit+order | loader | × C limit "
+        "| × C limit+order | above C limit | above C limit+order |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for bs in batches:
+        held, charged = get(results, "c_limit", bs), get(results, "c_limit_order", bs)
+        if held is None or charged is None:
+            continue
+        nb = -(-n // bs)
+        th, tc = n / held["rows_per_s"] / nb * 1e6, n / charged["rows_per_s"] / nb * 1e6
+        for t, name in (
+            ("eb_mem_iter", "`for xb, yb in loader`"),
+            ("eb_mem_next_into", "`next_into`"),
+        ):
+            r = get(results, t, bs)
+            if r is None:
+                continue
+            tl = n / r["rows_per_s"] / nb * 1e6
+            out.append(
+                f"| {bs} | {name} | {th:.2f} µs | {tc:.2f} µs | {tl:.2f} µs | {th / tl:.2f}× "
+                f"| {tc / tl:.2f}× | {tl - th:+.2f} µs | {tl - tc:+.2f} µs |"
+            )
+    return out if len(out) > 2 else []
 
 
 # Baselines read from disk: a target over one is the median over rounds of each round's
@@ -1134,6 +1190,14 @@ def main() -> None:
         "(steadier on a loaded machine; it charges a library's parallel threads in full, "
         "and leaves out waits on the disk: not for the cold-file cases)",
     )
+    ap.add_argument(
+        "--limit-order",
+        choices=LIMIT_ORDERS,
+        default="none",
+        help="also run the C limit charged each epoch's order inside its timed epoch "
+        "(c_limit_order): the loader's keyed order with its digests, or numpy's "
+        "permutation; the hand-out's targets are then checked against both limits",
+    )
     ap.add_argument("--skip-pymc", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--only", nargs="+", metavar="TOOL", help=f"a subset of: {' '.join(TOOLS)}")
@@ -1187,7 +1251,13 @@ def main() -> None:
     paths = make_data(a.cache, n)
     if a.issue42:
         a.only = list(ISSUE42_TOOLS)
+        if a.limit_order != "none":
+            a.only.insert(1, "c_limit_order")
     tools = list(a.only) if a.only else list(TOOLS)
+    if a.limit_order == "none":
+        if a.only and "c_limit_order" in a.only:
+            ap.error("--only c_limit_order needs --limit-order keyed or numpy")
+        tools = [t for t in tools if t != "c_limit_order"]
     if a.png is None and not a.only:
         a.png = str(ROOT / "docs" / "compare.png")
     for t in tools:
@@ -1217,6 +1287,7 @@ def main() -> None:
             "pymc_file": pymc_file,
             "torch_threads": a.torch_threads,
             "clock": a.clock,
+            "limit_order": a.limit_order,
         }
 
     if a.profile:
@@ -1315,6 +1386,13 @@ def main() -> None:
     if lines42:
         print("\nIssue 42's targets (each baseline measured in this run):")
         print("\n".join(lines42))
+    table42 = handout_table_42(results, n, a.batches)
+    if table42:
+        print(
+            f"\nIssue 42's hand-out against both C limits (µs a batch; the order charged: "
+            f"{a.limit_order}):"
+        )
+        print("\n".join(table42))
     for baseline, name in BASELINES.items():
         lines = overheads(results, n, a.batches, baseline)
         if lines:
