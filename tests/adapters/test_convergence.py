@@ -121,6 +121,32 @@ def test_an_sds_wander_between_windows_is_judged_against_the_sds_floor():
     assert moved.moving and moved.where == "w[0] mean"
 
 
+@pytest.mark.parametrize("epoch", [1, 2, 3, 7, 17, 64, 100, 199, 781, 3907])
+@pytest.mark.parametrize("steps", [100, 300, 600, 2000, 5000])
+def test_the_steps_a_too_short_fit_is_told_to_run_are_judged(epoch, steps):
+    """The advice "at least K steps judge them" holds at K itself: the schedule's windows
+    at K steps (whole epochs once a window spans one) bring the means' floor within the
+    bound (grid48: N = 50k, B = 64 was told 15,620 steps, whose floor is the bound to
+    the last digit), so following it never warns "too short" again."""
+    from exactbatch.adapters.schedule import windows
+
+    rng = np.random.default_rng(0)
+    means = rng.standard_normal((2 * PARTS, 3)) * 0.01
+    sds = 1 + rng.standard_normal((2 * PARTS, 3)) * 0.001
+    _, width = windows(steps, epoch)
+    short = convergence.judge(_parts(means, sds), np.zeros(steps), width, epoch, 4)
+    if short.means_judged:
+        return  # (long enough already)
+    advised = short.steps_to_judge_means()
+    _, wide = windows(advised, epoch)
+    again = convergence.judge(_parts(means, sds), np.zeros(advised), wide, epoch, 4)
+    assert again.means_judged, (advised, wide, again.error_floor)
+    _, narrower = windows(advised - 5 * epoch, epoch)  # an epoch of window fewer: not
+    if narrower:
+        fewer = convergence.judge(_parts(means, sds), np.zeros(advised), narrower, epoch, 4)
+        assert not fewer.means_judged
+
+
 def test_too_few_epochs_a_window_are_too_few_to_judge_the_means():
     """Issue 40: breast cancer, 8 columns, B = 32, 300 steps, NumPyro seed 3 was 0.57 sd
     off and quiet: its parts' scatter said 0.128 sd of error, but a window of 51 steps (3
