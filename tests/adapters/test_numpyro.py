@@ -119,6 +119,16 @@ def _local_latent_in_no_plate(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(xb @ w + e, 1), obs=yb[:, 0])
 
 
+def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
+    """The same, its coefficients in a plate of their own sampled before it (the trace
+    holds a plate site before the latent's)."""
+    with numpyro.plate("features", xb.shape[1]):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+    e = numpyro.sample("e", dist.Normal(0, 1).expand([xb.shape[0]]).to_event(1))
+    with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+        numpyro.sample("obs", dist.Normal(xb @ w + e, 1), obs=yb[:, 0])
+
+
 @pytest.mark.parametrize(
     "model,match",
     [
@@ -136,9 +146,11 @@ def _local_latent_in_no_plate(xb, yb, N):  # noqa: N803
                                               r"'rows': a latent per row"),
         (_local_latent_in_no_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 rows "
                                     r"and \(11,\) on 11: a latent per row"),
+        (_local_latent_after_a_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 "
+                                      r"rows and \(11,\) on 11: a latent per row"),
     ],
     ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
-         "local-latent-own-plate", "local-latent-no-plate"],
+         "local-latent-own-plate", "local-latent-no-plate", "local-latent-after-a-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):
     """handlers.scale(N/B) around a subsample plate counts the data (N/B)^2 times (sds
