@@ -119,6 +119,16 @@ def _local_latent_in_no_plate(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(xb @ w + e, 1), obs=yb[:, 0])
 
 
+def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
+    """The same, its coefficients in a plate of their own sampled before it (the trace
+    holds a plate site before the latent's)."""
+    with numpyro.plate("features", xb.shape[1]):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+    e = numpyro.sample("e", dist.Normal(0, 1).expand([xb.shape[0]]).to_event(1))
+    with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+        numpyro.sample("obs", dist.Normal(xb @ w + e, 1), obs=yb[:, 0])
+
+
 @pytest.mark.parametrize(
     "model,match",
     [
@@ -136,9 +146,11 @@ def _local_latent_in_no_plate(xb, yb, N):  # noqa: N803
                                               r"'rows': a latent per row"),
         (_local_latent_in_no_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 rows "
                                     r"and \(11,\) on 11: a latent per row"),
+        (_local_latent_after_a_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 "
+                                      r"rows and \(11,\) on 11: a latent per row"),
     ],
     ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
-         "local-latent-own-plate", "local-latent-no-plate"],
+         "local-latent-own-plate", "local-latent-no-plate", "local-latent-after-a-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):
     """handlers.scale(N/B) around a subsample plate counts the data (N/B)^2 times (sds
@@ -604,3 +616,43 @@ def test_a_model_vmap_cannot_trace_still_takes_the_tails_draws_one_by_one():
         warnings.simplefilter("ignore")  # a fit this short is not judged
         result = fit(model, AutoNormal(model), loader, 40, rng_key=jax.random.key(0), N=200)
     assert len(result.losses) == 40 and np.isfinite(result.losses).all()
+
+
+@pytest.mark.parametrize(
+    "factor,match",
+    [(1 + 5e-7, "scaled by hand"), (0.5, "no plate of size total_size=100")],
+    ids=["rounded", "half"],
+)
+def test_a_hand_scale_in_no_plate_is_told_apart_within_a_millionth(factor, match):
+    """handlers.scale(N/B) in no plate is recognised within a relative 1e-6 (a scale
+    computed in float32, say), and a scale of another size is not taken for it: the
+    likelihood is then merely not scaled to the dataset."""
+
+    def scaled(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+        with numpyro.handlers.scale(scale=100 / xb.shape[0] * factor):
+            numpyro.sample("obs", dist.Normal(xb @ w, 1).to_event(1), obs=yb[:, 0])
+
+    loader = DataLoader(make_data(100), 10)
+    with pytest.raises(ValueError, match=match) as e:
+        quick_fit(loader, 5, model=scaled)
+    assert ("scaled by hand" in str(e.value)) == (factor != 0.5)
+
+
+def test_a_latent_in_a_plate_of_another_size_is_no_row_latent():
+    """Latents in plates that are not of the dataset's rows (a plate of the 2 features'
+    coefficients; a subsample plate of 50 groups) are no latents per row: accepted."""
+
+    def model(xb, yb, N):  # noqa: N803
+        with numpyro.plate("features", xb.shape[1]):
+            w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("groups", 50, subsample_size=5):
+            numpyro.sample("g", dist.Normal(0, 1))
+        with numpyro.plate("data", N, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(xb @ w, 1), obs=yb[:, 0])
+
+    loader = DataLoader(make_data(100), 10, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (2 steps are not judged converged)
+        quick_fit(loader, 2, model=model, N=100)
+    assert loader.state_dict()["batches_done"] == 2

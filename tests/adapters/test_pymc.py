@@ -572,7 +572,11 @@ def _extra_term(kind, x_data, y_data, w):
     "kind,match",
     [
         ("potential", "pm.Potential 'penalty' reads the streamed batches"),
-        ("latent", "latent variable 'effect' holds one value per row of the batch"),
+        (
+            "latent",
+            r"latent variable 'effect' holds one value per row of the batch \(its first "
+            r"axis is batch_size=10, and it reads the batch: one value per row\)",
+        ),
         ("row", r"'row' has a value of shape \(1, 10\)"),
     ],
     ids=["potential", "latent", "batch-not-first"],
@@ -861,3 +865,76 @@ def test_a_latent_of_one_value_per_batch_row_is_refused_by_its_effect(form, monk
     else:
         fit(loader, 2, model=model)
         assert len(fake.xs) == 2
+
+
+@pytest.mark.parametrize(
+    "form", ["two-rows", "matrix", "off-zero", "first-of-two", "one-row", "unused"]
+)
+def test_the_local_latent_check_at_its_edges(form, monkeypatch):
+    """The check's edges: a local latent in batches of 2 rows, one of 2 values per row
+    (shape (batch_size, 2)), one whose initial point is not 0, and one in the first of
+    two streamed likelihoods (the second, of the features, two values per row) are
+    refused; in batches
+    of 1 row a value of shape (1,) is a coefficient as well as a row's latent, and is
+    accepted, as is a model with a latent that no streamed likelihood reads."""
+    b = {"two-rows": 2, "one-row": 1, "unused": 2}.get(form, 10)
+    loader = DataLoader(ids(100), b, seed=0)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        w = pm.Normal("w", 0, 1, shape=2)
+        mu = x_data @ w
+        if form == "matrix":
+            mu = mu + pm.Normal("e", 0, 1, shape=(b, 2)).sum(axis=1)
+        elif form == "off-zero":
+            mu = mu + pm.Normal("e", 0.5, 1, shape=b)  # initial point 0.5, not 0
+        elif form == "one-row":
+            mu = mu + pm.Normal("e", 0, 1, shape=1)
+        elif form == "unused":  # s: in a likelihood of other data only
+            s = pm.HalfNormal("s", 1)
+            pm.Normal("other", 0, s, observed=np.zeros(5))
+        else:
+            mu = mu + pm.Normal("e", 0, 1, shape=b)
+        pm.Normal("obs", mu=mu, sigma=1, observed=y_data, total_size=loader.total_size)
+        if form == "first-of-two":  # e moves no row of this one
+            pm.Normal("feats", 0, 10, observed=x_data, total_size=loader.total_size)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    if form in ("one-row", "unused"):
+        fit(loader, 2, model=model)
+        assert len(fake.xs) == 2
+    else:
+        with pytest.raises(ValueError, match="latent variable 'e' holds one value per row") as e:
+            fit(loader, 2, model=model)
+        assert f"(its first axis is batch_size={b}, and its i-th value moves row i's " in str(
+            e.value
+        )
+        assert "log-density alone): a local latent" in str(e.value) and fake.kwargs is None
+
+
+@pytest.mark.parametrize(
+    "kind,match",
+    [
+        ("latent", "latent variable 'level' reads the streamed batches, but PyMC scales no "
+                   "latent term by total_size: it would count batch_size=10 rows"),
+        ("potential", "pm.Potential 'penalty' reads the streamed batches, but PyMC scales no "
+                      "potential by total_size"),
+    ],
+)  # fmt: skip
+def test_a_scalar_term_over_the_batch_is_refused_as_unscaled(kind, match, monkeypatch):
+    """A scalar latent whose prior reads the batch (no first axis: not one value per row)
+    and a scalar pm.Potential are each refused as a term PyMC cannot scale, named as
+    what it is."""
+    loader = DataLoader(ids(100), 10, seed=0)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        w = pm.Normal("w", 0, 1, shape=2)
+        pm.Normal("obs", mu=x_data @ w, sigma=1, observed=y_data, total_size=100)
+        if kind == "latent":
+            pm.Normal("level", mu=y_data.mean(), sigma=1)
+        else:
+            pm.Potential("penalty", -0.5 * (y_data**2).sum())
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    with pytest.raises(ValueError, match=match):
+        fit(loader, 2, model=model)
+    assert fake.kwargs is None

@@ -1,0 +1,82 @@
+"""mutmut's mutants applied by hand, for a few functions of a target whose mutmut run
+does not fit the time (its stats pass runs every test file of the target, fits included).
+
+A pytest plugin: in one pytest session, for each mutant named in the file ``$MUTS`` (one
+name a line, as in mutmut's ``*.meta`` files), it sets ``MUTANT_UNDER_TEST`` (which
+mutmut's trampolines read at each call) and runs the selected tests until one fails;
+one JSON line a mutant into ``$VERDICTS`` (killed or survived, and the test that killed
+it). A control run with no mutant comes first: it must survive, or the selection fails
+without a mutant. The mutants come from a stopped ``mutmut run`` in build/mutants/TARGET
+(its mutants/src), after ``tests/mutants.py``'s ``prepare(TARGET)``:
+
+    MUTS=names.txt VERDICTS=verdicts.jsonl CI=true \\
+    PYTHONPATH=build/mutants/samplers/mutants/src:tests \\
+    python -m pytest -p mutants_by_hand -p no:cacheprovider -n 0 tests/adapters/test_pymc.py -k ...
+
+    python tests/mutants_by_hand.py verdicts.jsonl ...   # killed / total per function
+
+A later file's verdict on a mutant (a recheck of the survivors) replaces an earlier one's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+CONTROL = "__control__"
+
+
+def pytest_runtestloop(session):  # a pytest hook: replaces the session's run
+    from _pytest.runner import runtestprotocol
+
+    with open(os.environ["MUTS"]) as f:
+        names = [line.strip() for line in f if line.strip()]
+    with open(os.environ["VERDICTS"], "a") as out:
+        for name in [CONTROL, *names]:
+            os.environ["MUTANT_UNDER_TEST"] = "" if name == CONTROL else name
+            start, verdict, by = time.time(), "survived", None
+            for item in session.items:
+                try:
+                    reports = runtestprotocol(item, nextitem=None, log=False)
+                except Exception as e:  # a mutant that breaks the test's own machinery
+                    verdict, by = "killed", f"{type(e).__name__} in {item.nodeid}"
+                    break
+                if any(r.failed for r in reports):
+                    verdict, by = "killed", item.nodeid
+                    break
+            seconds = round(time.time() - start, 1)
+            out.write(json.dumps({"name": name, "verdict": verdict, "by": by, "s": seconds}))
+            out.write("\n")
+            out.flush()
+    return True
+
+
+def summarize(paths: list[str]) -> None:
+    """Killed / total per mutated function, and the mutants not killed."""
+    verdicts: dict[str, str] = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                verdicts[row["name"]] = row["verdict"]
+    control = verdicts.pop(CONTROL, "survived")
+    if control != "survived":
+        sys.exit("the control run (no mutant) failed: the verdicts mean nothing")
+    total: Counter[str] = Counter()
+    killed: Counter[str] = Counter()
+    for name, verdict in verdicts.items():
+        function = name.rsplit("__mutmut_", 1)[0]
+        total[function] += 1
+        killed[function] += verdict == "killed"
+    for function in sorted(total):
+        print(f"{function}: {killed[function]} of {total[function]} killed")
+    print(f"all: {sum(killed.values())} of {sum(total.values())} killed")
+    for name in sorted(n for n, v in verdicts.items() if v != "killed"):
+        print(f"  not killed: {name}")
+
+
+if __name__ == "__main__":
+    summarize(sys.argv[1:])
