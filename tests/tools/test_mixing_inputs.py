@@ -224,3 +224,29 @@ def test_the_command_reads_parquet_with_its_stratum(table, capsys):
     assert main(argv) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["entropy"]["column"] == "flag" and r["entropy"]["classes"] == 2
+
+
+@pytest.mark.parametrize("kind", ["ndf", "dataset"])
+def test_mixing_at_an_s3_url_uses_its_storage_options(kind, tmp_path, s3_server):
+    """An .ndf or a sharded dataset at an S3 URL that needs storage options (the local
+    server's endpoint and keys) is examined with them, at its format's check and at
+    its opening, and gives the figures its local copy gives."""
+    from exactbatch.ndf.dataset_write import NdfDatasetWriter
+    from exactbatch.tools.mixing import mixing
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((N, 3)), np.sort(rng.standard_normal((N, 1)), axis=0)
+    local = tmp_path / ("m.ndf" if kind == "ndf" else "mds")
+    if kind == "ndf":
+        save_ndf(local, (x, y))
+    else:
+        with NdfDatasetWriter(local, 3, 1, 20) as w:
+            w.write(np.hstack([x, y]))
+    url = f"s3://{s3_server.bucket}/mixing-{kind}/{local.name}"
+    s3_server.fs.put(str(local), url, recursive=local.is_dir())
+    kw = dict(batch_size=8, buffer_size=16, chunk_rows=20, bar=False, replicates=19)
+    want = mixing(local, **kw)
+    got = mixing(url, storage_options=s3_server.so, **kw)
+    assert got.keys() == want.keys()
+    for key in want.keys() - {"src", "path"}:
+        np.testing.assert_equal(got[key], want[key], err_msg=key)
