@@ -275,3 +275,49 @@ def test_reset_peak(monkeypatch):
 
     monkeypatch.setattr(tool, "open", refused, raising=False)  # a kernel that refuses it
     assert tool._reset_peak() is False
+
+
+@pytest.mark.parametrize("shuffle,buffer_size", [(True, 96), (False, None)])
+def test_a_loader_run_builds_the_loader_asked_for_and_stops_at_its_limit(
+    shuffle, buffer_size, monkeypatch
+):
+    """`_loader_run` hands the loader its batch size, shuffle, seed and buffer_size as
+    given, counts every row handed out and the bar's steps batch by batch, stops at the
+    first batch that reaches the limit (not before it), and keeps the run's stats."""
+    import exactbatch
+
+    made = []
+
+    class Loader:  # a stand-in: 10 batches of 4 rows, then 2
+        def __init__(self, source, batch, **kw):
+            made.append((source, batch, kw))
+            self.closed = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.closed = True
+
+        def __iter__(self):
+            for _ in range(10):
+                yield np.zeros((4, 1)), None
+            yield np.zeros((2, 1)), None
+
+        def stats(self):
+            return {"run": {"batches": 3}}
+
+    class Bar:
+        def __init__(self):
+            self.steps = []
+
+        def update(self, n):
+            self.steps.append(n)
+
+    monkeypatch.setattr(exactbatch, "DataLoader", Loader)
+    for limit, want in ((9, 12), (8, 8), (1_000, 42)):
+        out, pb = {}, Bar()
+        assert tool._loader_run("src", 4, limit, shuffle, 7, buffer_size, pb, out) == want
+        assert pb.steps == [4] * min(10, want // 4) + [2] * (want == 42)
+        assert out == {"stats": {"batches": 3}}
+    assert made == [("src", 4, {"shuffle": shuffle, "seed": 7, "buffer_size": buffer_size})] * 3
