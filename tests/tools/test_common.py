@@ -348,6 +348,22 @@ def test_open_ndf_input(tmp_path):
         assert ds.n == 5 and len(ds.parts) == 2
 
 
+def test_open_ndf_input_at_an_s3_url_uses_its_storage_options(tmp_path, s3_server):
+    """A single .ndf and a dataset at a URL that needs storage options (the tests' S3
+    server's endpoint and keys) open with them: the rows their local copies hold."""
+    x, y = make_data(5, 2, 1)
+    save_ndf(tmp_path / "a.ndf", (x, y))
+    write_ndf_dataset(str(tmp_path / "ds"), [2, 3], d=2, l=1)
+    root = f"s3://{s3_server.bucket}/open-input"
+    s3_server.fs.put(str(tmp_path / "a.ndf"), f"{root}/a.ndf")
+    s3_server.fs.put(str(tmp_path / "ds"), f"{root}/ds", recursive=True)
+    with common.open_ndf_input(f"{root}/a.ndf", "ndf", s3_server.so) as f:
+        assert (f.n, f.d, f.l) == (5, 2, 1)
+        np.testing.assert_array_equal(f.read_rows(np.arange(5))[0], x)
+    with common.open_ndf_input(f"{root}/ds", "dataset", s3_server.so) as ds:
+        assert ds.n == 5 and len(ds.parts) == 2
+
+
 def test_parquet_files_and_columns(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
