@@ -254,3 +254,46 @@ def test_a_npy_of_objects_is_refused(tmp_path):
     assert str(e.value) == (
         f"{path}: cannot read as .npy (Array can't be memory-mapped: Python objects in dtype.)"
     )
+
+
+def test_the_report_of_a_parquet_folder(tmp_path, monkeypatch):
+    """`_parquet` of a Hive folder of two files, the second of another schema: its rows,
+    files, row groups (min, median, max of their rows), bytes, columns with the partition
+    key last and marked, the file of another schema; a damaged file and a missing pyarrow
+    refused by name."""
+    import sys
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from exactbatch.tools.common import CliError
+    from exactbatch.tools.info import _parquet
+
+    folder = tmp_path / "pq"
+    one, two = folder / "year=2023" / "a.parquet", folder / "year=2024" / "b.parquet"
+    one.parent.mkdir(parents=True), two.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"x": np.arange(7.0)}), one, row_group_size=4)
+    pq.write_table(pa.table({"x": np.arange(2, dtype=np.int32)}), two)
+    report = _parquet(str(folder))
+    assert report == {
+        "path": str(folder),
+        "format": "parquet",
+        "rows": 9,
+        "files": 2,
+        "row_groups": 3,
+        "size_bytes": one.stat().st_size + two.stat().st_size,
+        "columns": [
+            {"name": "x", "type": "double"},
+            {"name": "year", "type": "int32", "partition_key": True},
+        ],
+        "files_with_another_schema": [str(two)],
+        "row_group_rows": {"min": 2, "median": 3, "max": 4},  # groups of 4, 3 and 2
+    }
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not a footer")
+    with pytest.raises(CliError) as e:
+        _parquet(str(bad))
+    assert str(e.value).startswith(f"{bad}: not a readable Parquet file (")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if not installed
+    with pytest.raises(CliError) as e:
+        _parquet(str(folder))
+    assert str(e.value) == f"{folder}: reading Parquet needs pyarrow: pip install pyarrow"
