@@ -139,6 +139,7 @@ TARGETS = {
             "src/exactbatch/loader/lifecycle.py",  # (its phases and start; and its standing,
             "src/exactbatch/loader/standing.py",  # both split out of cursor.py)
             "src/exactbatch/loader/epoch_iterator.py",
+            "src/exactbatch/loader/iter_step.py",  # (iter()'s hand-out in one call: its twin)
             "src/exactbatch/loader/state.py",
             "src/exactbatch/loader/telemetry.py",  # (stats(): counts, latency, steps)
         ],
@@ -148,6 +149,7 @@ TARGETS = {
             "exactbatch.loader.lifecycle.*",
             "exactbatch.loader.standing.*",
             "exactbatch.loader.epoch_iterator.*",
+            "exactbatch.loader.iter_step.*",
             "exactbatch.loader.state.*",
             "exactbatch.loader.telemetry.*",
         ],
@@ -160,6 +162,7 @@ TARGETS = {
             "tests/loader/test_distributed.py",
             "tests/loader/test_prefetch.py",
             "tests/loader/test_groups.py",
+            "tests/loader/test_iter_step.py",
             "tests/loader/test_lifetimes.py",
             "tests/loader/test_lifecycle.py",
         ],
@@ -961,22 +964,29 @@ ROWS32_TESTS = ["tests/batching/test_buffer_float32.py"]
 # next_into's common call in one (_core_into.c): the same bytes, states and counts as its
 # pure twin and the Python path, its refusals, threads sharing it
 INTO_TESTS = ["tests/loader/test_handout.py"]
+# iter()'s hand-out in one call (_core_iter.c): the same bytes, states and counts as its
+# pure twin and the iterator's path in Python, what it leaves to that path, threads
+ITER_TESTS = ["tests/loader/test_iter_step.py"]
 CORE_GROUPS = {
     "core": CORE_TESTS,
     "bijection": BIJECTION_TESTS,
     "codes": CODES_TESTS,
     "rows32": ROWS32_TESTS,
     "into": INTO_TESTS,
+    "iter": ITER_TESTS,
 }
-# The tests of a mutant by its file: the bijection, the codes and the float32 gather
-# have their own; the module table and the shared header run them all; every other file
-# the core's.
+# The tests of a mutant by its file: the bijection, the codes, the float32 gather and the
+# two hand-outs in one call (next_into's, iter()'s) have their own; the hand-out's steps
+# they share (_core_hand.c) run the core's and both calls'; the module table and the
+# shared header run them all; every other file the core's.
 CORE_TESTS_OF = {
     "_core_bijection": ["bijection"],
     "_core_codes": ["codes"],
     "_core_rows32": ["rows32"],
     "_core_into": ["into"],
-    "_core": ["core", "bijection", "codes", "rows32", "into"],
+    "_core_iter": ["iter"],
+    "_core_hand": ["core", "into", "iter"],  # (Cursor.hand and a wait's record: both calls')
+    "_core": ["core", "bijection", "codes", "rows32", "into", "iter"],
 }
 # Calls that only give back memory, a buffer or a reference (dropping one leaks, which no
 # test of behaviour sees: a leak test is a memory measurement), or only hint (a prefetch:

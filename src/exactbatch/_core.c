@@ -14,6 +14,7 @@
 #include "_core_fits.h"
 #include "_core_hand.h"
 #include "_core_into.h"
+#include "_core_iter.h"
 #include "_core_mapping.h"
 #include "_core_parts.h"
 #include "_core_rows.h"
@@ -144,7 +145,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (m == NULL)
         return NULL;
     if (errors_ready(m) < 0 || rows_ready(m) < 0 || mapping_ready() < 0 || fits_ready() < 0 ||
-        hand_ready() < 0 || into_ready() < 0 ||
+        hand_ready() < 0 || into_ready() < 0 || iter_ready(m) < 0 ||
         transform_ready(m) < 0 || parts_ready(m) < 0 || bijection_ready(m) < 0 ||
         split_ready() < 0) {
         Py_DECREF(m);

@@ -18,6 +18,8 @@
  *                      in a telemetry slot (waited)
  *   _core_into.c/.h    next_into's common call in one: the check, the group's pop, the
  *                      read, the hand-out and the wait (into; twin: loader/handout.py)
+ *   _core_iter.c/.h    iter()'s hand-out in one call: EpochIterator's base, its __next__ in
+ *                      C (IterStep; twin: loader/iter_step.py)
  *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
  *   _core_bijection.c/.h  an epoch's keyed bijection

@@ -374,8 +374,67 @@ done:
     return res;
 }
 
+/* Cursor.hand(group, job), step for step; see _core_hand.h. */
+static PyObject *s_last_rows, *s_phase, *s_done, *s_settle; /* interned names */
+
+int cursor_hand(PyObject *cursor, PyObject *draining, PyObject *group, PyObject *handed,
+                PyObject *job, PyObject *size)
+{
+    if (PyList_Append(handed, job) < 0 || PyObject_SetAttr(cursor, s_last_rows, size) < 0)
+        return -1;
+    PyObject *phase = PyObject_GetAttr(cursor, s_phase);
+    if (phase == NULL)
+        return -1;
+    Py_DECREF(phase); /* (compared by identity only) */
+    if (phase != draining)
+        return 0;
+    PyObject *done = PyObject_CallMethodNoArgs(group, s_done);
+    if (done == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    if (yes <= 0)
+        return yes;
+    PyObject *r = PyObject_CallMethodNoArgs(cursor, s_settle);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* waited_on(tel, t0, at, hist) with the calling thread's slot kept; see _core_hand.h. */
+int wait_kept(PyObject *tel, PyObject **slot, unsigned long *tid, PyObject *t0, PyObject *at,
+              PyObject *hist)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (*slot == NULL || me != *tid) {
+        PyObject *s = telemetry_slot(tel);
+        if (s == NULL)
+            return -1;
+        Py_XSETREF(*slot, s);
+        *tid = me;
+    }
+    PyObject *wargs[4] = {*slot, t0, at, hist};
+    PyObject *now = waited(NULL, wargs, 4), *due = NULL, *r = NULL;
+    if (now == NULL || (due = PyObject_GetAttr(tel, s_due)) == NULL)
+        goto done;
+    int late = PyObject_RichCompareBool(now, due, Py_GE);
+    if (late < 0)
+        goto done;
+    r = late ? PyObject_CallMethodOneArg(tel, s_report_now, now) : Py_NewRef(Py_None);
+done:
+    Py_XDECREF(now);
+    Py_XDECREF(due);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 int hand_ready(void)
 {
+    s_last_rows = PyUnicode_InternFromString("_last_rows");
+    s_phase = PyUnicode_InternFromString("phase");
+    s_done = PyUnicode_InternFromString("done");
+    s_settle = PyUnicode_InternFromString("settle");
+    if (!s_last_rows || !s_phase || !s_done || !s_settle)
+        return -1;
     s_local = PyUnicode_InternFromString("_local");
     s_slot = PyUnicode_InternFromString("slot");
     s__slot = PyUnicode_InternFromString("_slot");

@@ -43,6 +43,19 @@ PyObject *waited_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
  * an exception set. */
 PyObject *telemetry_slot(PyObject *tel);
 
+/* Cursor.hand(group, job) for a job of size rows (exactbatch.loader.cursor's, step for
+ * step): job appended to handed (the group's), cursor._last_rows = size, and when the
+ * cursor's phase is draining (Phase.DRAINING, by identity) and group.done(),
+ * cursor.settle(). 0, or -1 with an exception set. */
+int cursor_hand(PyObject *cursor, PyObject *draining, PyObject *group, PyObject *handed,
+                PyObject *job, PyObject *size);
+
+/* waited_on(tel, t0, at, hist) with the calling thread's slot kept in *slot (a new
+ * reference, looked up again when the thread, *tid, is another): the wait counted, then
+ * tel._report_now(now) when a report is due. 0, or -1 with an exception set. */
+int wait_kept(PyObject *tel, PyObject **slot, unsigned long *tid, PyObject *t0, PyObject *at,
+              PyObject *hist);
+
 /* numpy.empty and the dtypes looked up: 0, or -1 with an exception set. */
 int hand_ready(void);
 

@@ -27,8 +27,7 @@ typedef struct {
 } IntoObject;
 
 static PyObject *s_plain, *s_group, *s_epoch, *s_current, *s_queue, *s_popleft, *s_via;
-static PyObject *s_rows, *s_read_run, *s_handed, *s_last_rows, *s_phase, *s_done, *s_settle;
-static PyObject *s_unpop, *s_due, *s_report_now;
+static PyObject *s_rows, *s_read_run, *s_handed, *s_unpop;
 static PyObject *perf_ns; /* time.perf_counter_ns: telemetry's clock */
 
 /* Is checks.plain the (b, d, l, itemsize) of plain buffers? Parsed when it changes. */
@@ -83,32 +82,6 @@ static void unpop(PyObject *group, PyObject *item)
     PyErr_Restore(t2, v2, tb2);
 }
 
-/* Cursor.hand(group, job) for a job of size rows: handed, last_rows, and the ledger
- * checked when the epoch is draining and the group is done. 0, or -1. */
-static int hand(IntoObject *self, PyObject *group, PyObject *handed, PyObject *job,
-                PyObject *size)
-{
-    if (PyList_Append(handed, job) < 0 ||
-        PyObject_SetAttr(self->cursor, s_last_rows, size) < 0)
-        return -1;
-    PyObject *phase = PyObject_GetAttr(self->cursor, s_phase);
-    if (phase == NULL)
-        return -1;
-    Py_DECREF(phase); /* (compared by identity only) */
-    if (phase != self->draining)
-        return 0;
-    PyObject *done = PyObject_CallMethodNoArgs(group, s_done);
-    if (done == NULL)
-        return -1;
-    int yes = PyObject_IsTrue(done);
-    Py_DECREF(done);
-    if (yes <= 0)
-        return yes;
-    PyObject *r = PyObject_CallMethodNoArgs(self->cursor, s_settle);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
-
 /* The popped item's job, and the compiled rows that read it and its order (new
  * references: a read of many rows lets the GIL go, and another thread's call may
  * replace what is kept meanwhile), when this path hands it out (its run's via a reader
@@ -157,40 +130,10 @@ static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **row
     return 1;
 }
 
-/* The calling thread's slot of the telemetry (tel._local.slot, else tel._slot()):
- * borrowed, or NULL with an exception set. */
-static PyObject *thread_slot(IntoObject *self)
-{
-    unsigned long tid = PyThread_get_thread_ident();
-    if (self->slot != NULL && tid == self->tid)
-        return self->slot;
-    PyObject *slot = telemetry_slot(self->tel);
-    if (slot == NULL)
-        return NULL;
-    Py_XSETREF(self->slot, slot);
-    self->tid = tid;
-    return slot;
-}
-
 /* waited_on(tel, t0, at, hist) with the thread's slot kept: 0, or -1. */
 static int record(IntoObject *self, PyObject *t0)
 {
-    PyObject *slot = thread_slot(self);
-    if (slot == NULL)
-        return -1;
-    PyObject *wargs[4] = {slot, t0, self->at, self->hist};
-    PyObject *now = waited(NULL, wargs, 4), *due = NULL, *r = NULL;
-    if (now == NULL || (due = PyObject_GetAttr(self->tel, s_due)) == NULL)
-        goto done;
-    int late = PyObject_RichCompareBool(now, due, Py_GE);
-    if (late < 0)
-        goto done;
-    r = late ? PyObject_CallMethodOneArg(self->tel, s_report_now, now) : Py_NewRef(Py_None);
-done:
-    Py_XDECREF(now);
-    Py_XDECREF(due);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
+    return wait_kept(self->tel, &self->slot, &self->tid, t0, self->at, self->hist);
 }
 
 /* The group in holder now, and its fields kept (self->g ...): 1; 0 when there is none
@@ -303,7 +246,7 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     Py_DECREF(none);
-    if (hand(self, group, handed, job, size) < 0 || record(self, t0) < 0)
+    if (cursor_hand(self->cursor, self->draining, group, handed, job, size) < 0 || record(self, t0) < 0)
         goto done;
     res = Py_NewRef(size);
 done:
@@ -435,9 +378,7 @@ int into_ready(void)
         {&s_plain, "plain"},     {&s_group, "group"},       {&s_epoch, "epoch"},
         {&s_current, "current"}, {&s_queue, "queue"},       {&s_popleft, "popleft"},
         {&s_via, "via"},         {&s_rows, "rows"},         {&s_read_run, "read_run"},
-        {&s_handed, "handed"},   {&s_last_rows, "_last_rows"}, {&s_phase, "phase"},
-        {&s_done, "done"},       {&s_settle, "settle"},     {&s_unpop, "unpop"},
-        {&s_due, "_due"},        {&s_report_now, "_report_now"},
+        {&s_handed, "handed"},   {&s_unpop, "unpop"},
     };
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -12,15 +12,18 @@ import threading
 from collections import deque
 from functools import partial
 from time import perf_counter_ns
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from exactbatch.batching.padding import masked_group
+from exactbatch.batching.random_access_epoch import RunJob
 from exactbatch.checks import check_int
 from exactbatch.feeds.base import Epoch, Feed, Job
 from exactbatch.loader.cursor import Cursor
 from exactbatch.loader.groups import Batch, Claims, Group, Item
+from exactbatch.loader.iter_step import IterStep, step_base
+from exactbatch.loader.lifecycle import DRAINING
 from exactbatch.loader.telemetry import profiled
 from exactbatch.prefetch import Prefetcher
 
@@ -151,7 +154,14 @@ class _Owner:
 _EMPTY = Group(cast(Claims, None), None, None)
 
 
-class EpochIterator:
+# __next__: the compiled core's where it is in use, else its twin (loader/iter_step.py)
+if TYPE_CHECKING:
+    _Step = IterStep
+else:
+    _Step = step_base()
+
+
+class EpochIterator(_Step):
     """Iterates one epoch of a loader's cursor; an error from the source stays an error.
 
     (A generator would end silently after raising once; this asks the cursor
@@ -167,34 +177,24 @@ class EpochIterator:
     cursor when the iterator is closed; an iterator dropped (or left) mid-epoch
     leaves them ready with the cursor, and the next claim (``next_into``'s)
     hands them out first. Threads may share one iterator: each call hands out
-    the next batch, and every batch once.
+    the next batch, and every batch once. ``next()``'s common call is one step,
+    its base's (:mod:`exactbatch.loader.iter_step`: in C where the core is
+    compiled); the rest is here.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_ahead",
-        "_cursor",
-        "_current",
-        "_gen",
-        "_group",
-        "_lazy",
-        "_lock",
-        "_owner",
-        "_peeked",
-        "_prefetcher",
-    )
+    __slots__ = ("__weakref__", "_ahead", "_group", "_lazy", "_lock", "_owner", "_prefetcher")
 
     def __init__(self, cursor: Cursor, gen: int, prefetch: int, group: int = 1) -> None:
-        self._cursor, self._gen, self._group = cursor, gen, group or 1
+        # (_current: the group being handed out; _peeked: batches claimed unread, read by peek)
+        super().__init__(cursor, gen, _EMPTY, RunJob, DRAINING)
+        self._group = group or 1
         # Random-access batches too large to read in groups (a group of one) are claimed
         # _LAZY_BATCHES at a time, each read as it is handed out: one claim for many.
         sizes = None if prefetch or group != 1 else group_sizes(cursor.feed)
         lazy = sizes is not None and sizes[1] > 1 and cursor.feed.kind == "random access"
         self._lazy = _LAZY_BATCHES if lazy else 0
         self._owner = owner = _Owner()
-        self._current = _EMPTY  # the group being handed out
         self._ahead: deque[Group] = deque()  # groups read after it (by peek), in order
-        self._peeked: dict[int, Batch] = {}  # batches claimed unread, read by peek: by batch number
         self._lock = threading.Lock()  # taken to change groups, not to hand out
         self._prefetcher: Prefetcher[Group] | None = None
         if prefetch:
@@ -210,22 +210,10 @@ class EpochIterator:
     def __iter__(self) -> EpochIterator:
         return self
 
-    def __next__(self) -> tuple[np.ndarray, ...]:
-        group = self._current
-        try:
-            job, batch = group.queue.popleft()
-        except IndexError:
-            job = None  # (not called in here: its errors would chain this one)
-        if job is None:
-            return self._waited()
-        # (written out here and in _hand: a call costs a tenth of a small batch's gather)
-        cursor = self._cursor
-        if cursor.gen != self._gen or batch is None:
-            return self._hand(group, (job, batch))
-        cursor.hand(group, job)
-        return batch
-
     def _hand(self, group: Group, item: Item) -> Batch:
+        """The batch ``item``, popped from ``group``, handed out: read now if it was
+        claimed unread (lazily, or by next_into), else as read (with its group, or by
+        :meth:`peek`); a stale iterator raises."""
         cursor = self._cursor
         if cursor.gen != self._gen:  # a stale iterator: the cursor moved on, and its
             cursor.check_gen(self._gen)  # batches with it
