@@ -3,7 +3,9 @@ rows (``NdfReader``'s ``read_run`` and ``take_run``: next_into's one call, iter(
 batch read alone), when the file changes mid-epoch: the same ``NdfError`` as the
 same file read through the reader's ``read`` (its path before; kernels.RunReads),
 word for word, on both backends; the batch not handed out and the state unchanged;
-a truncation during a tight loop of hand-outs never a SIGBUS (a child process)."""
+a file replaced by a rename or deleted: its old rows handed out, as before; the file's
+descriptor closed with the loader; a truncation during a tight loop of hand-outs never
+a SIGBUS (a child process)."""
 
 from __future__ import annotations
 
@@ -95,6 +97,44 @@ def test_a_file_changed_mid_epoch_is_the_same_error_through_the_readers_runs(
     if each_backend == "compiled":
         assert isinstance(ours.__context__, kernels.FileChanged)
     assert states[0]["epoch"] == states[1]["epoch"] and states[0]["batches_done"] == 3
+
+
+@pytest.mark.parametrize("via", ["next_into", "iter"])
+@pytest.mark.parametrize("how", ["replaced", "deleted"])
+def test_a_file_replaced_or_deleted_mid_epoch_hands_out_its_old_rows(
+    tmp_path, how, via, each_backend, monkeypatch
+):
+    """A file replaced by a rename over its path (save_ndf's way) or deleted mid-epoch
+    is no change to the rows open: the epoch's batches go on, its old rows, the same
+    as through the reader's read."""
+    monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)
+    x, y = make_data(N, D, L)
+    got = []
+    for before in (False, True):
+        path = tmp_path / f"{before}.ndf"
+        save_ndf(path, (x, y))
+        dl = _loader(path, before)
+        hand = _hand(dl, via)
+        batches = [hand() for _ in range(3)]
+        if how == "replaced":
+            save_ndf(path, (x[:10] + 1, y[:10]))  # (a rename over the path)
+        else:
+            os.unlink(path)
+        for _ in range(N // B - 3):
+            batches.append(hand())
+        rows = [b[0].copy() for b in batches] if via == "iter" else None
+        state = dl.state_dict()
+        del state["fingerprint"]  # (of the file: its path, its identity)
+        got.append((rows, state))
+        if via == "next_into":  # the last batch in the caller's buffers: its rows by x0
+            assert dl.last_rows == B
+        dl.close()
+    (ours, s0), (theirs, s1) = got
+    assert s0 == s1 and s0["batches_done"] == N // B
+    if via == "iter":
+        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+        seen = np.concatenate([b[:, 0] for b in ours]).astype(np.int64)
+        assert len(set(seen.tolist())) == len(seen)  # old rows, each once (x0 is its id)
 
 
 def test_a_closed_readers_runs_let_go_of_the_file(tmp_path, each_backend):
