@@ -134,14 +134,19 @@ PyObject *rows_changed(PyObject *hook, int rc)
         PyErr_Restore(t, v, tb);
         return NULL;
     }
-    PyObject *t2, *v2, *tb2; /* what the hook raised, FileChanged its context */
+    /* What the hook raised, FileChanged its context, as a raise in an `except
+     * FileChanged:` block chains them (an exception being handled where the call was
+     * made, the hook's error's context so far, becomes FileChanged's). */
+    PyObject *t2, *v2, *tb2;
     PyErr_Fetch(&t2, &v2, &tb2);
     PyErr_NormalizeException(&t2, &v2, &tb2);
     if (v2 != NULL && v2 != v) {
         PyObject *had = PyException_GetContext(v2);
-        if (had == NULL)
-            PyException_SetContext(v2, Py_NewRef(v)); /* (steals) */
-        Py_XDECREF(had);
+        if (had != NULL && had != v)
+            PyException_SetContext(v, had); /* (each SetContext steals) */
+        else
+            Py_XDECREF(had);
+        PyException_SetContext(v2, Py_NewRef(v));
     }
     Py_XDECREF(t);
     Py_XDECREF(v);
