@@ -38,7 +38,10 @@ Without it, the overhead a batch above the limit includes the order's cost a bat
 ``--source ndf`` writes the rows to an .ndf file in the scratch folder (warm in the page
 cache) and each loader reads it through its own ``open_ndf``; the limit is then the
 compiled gather from the file's mapping (``NdfFile.kernel_rows().read``: the guarded
-copy and its ``fstat``).
+copy and its ``fstat``). ``--source dataset``: a sharded .ndf dataset of four equal
+parts each loader opens with ``open_ndf_dataset``; the limit the dataset's own
+``read_rows_into`` (its compiled gather over the parts' mappings, behind two Python
+calls).
 """
 
 from __future__ import annotations
@@ -141,9 +144,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     parser.add_argument(
         "--source",
-        choices=["memory", "ndf"],
+        choices=["memory", "ndf", "dataset"],
         default="memory",
-        help="the rows in memory, or in an .ndf file each loader opens",
+        help="the rows in memory, in an .ndf file, or in a dataset of 4 parts each loader opens",
     )
     parser.add_argument(
         "--limit-order",
@@ -163,7 +166,9 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((args.rows, args.cols))
         y = rng.standard_normal((args.rows, 1))
-        where = "in memory" if args.source == "memory" else "in an .ndf file"
+        where = {"memory": "in memory", "ndf": "in an .ndf file", "dataset": "in 4 parts"}[
+            args.source
+        ]
         print(
             f"{args.rows:,} rows of {args.cols}+1 float64 {where}, {os.cpu_count()} cores; now/then"
         )
@@ -173,6 +178,13 @@ def main() -> None:
             held = now.open_ndf(path)  # the limit's (and kept open: the file's mapping)
             read = held.kernel_rows().read
             source = lambda m: m.open_ndf(path)  # noqa: E731 (each loader's own)
+        elif args.source == "dataset":
+            path = os.path.join(scratch, "rows")
+            q = -(-args.rows // 4)
+            now.save_ndf_dataset(path, [(x[a : a + q], y[a : a + q]) for a in range(0, len(x), q)])
+            held = now.open_ndf_dataset(path)
+            read = held.read_rows_into
+            source = lambda m: m.open_ndf_dataset(path)  # noqa: E731
         else:
             read = now.kernels.memory_rows(x, y).read
             source = lambda m: (x, y)  # noqa: E731
