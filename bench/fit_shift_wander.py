@@ -148,7 +148,7 @@ def main() -> None:
     print(f"{'fit':24s} tail/last(sd)  phi  x     " + "  ".join(f"{r:24s}" for r in rules))
     for path in args.files:
         case, lib, seed, settle = re.search(
-            r"_([a-d])_(numpyro|pymc)_(\d+)_settle(\d+)", path
+            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
         ).groups()
         if case not in refs:
             refs[case] = fmf.references(case)
