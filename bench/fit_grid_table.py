@@ -10,7 +10,8 @@ the means; ``drift``, ``shift``, ``error``, ``sd-error``; ``converged``). Then t
 totals, and the sds' band: over the quiet fits, the mean and sd of the log of the
 sd ratios against the verdict's floor of an sd's error.
 
-    PYTHONPATH=src .venv/bin/python bench/fit_grid_table.py /tmp/grid49/*.jsonl [--markdown]
+    PYTHONPATH=src .venv/bin/python bench/fit_grid_table.py /tmp/grid49/*.jsonl \
+        [--markdown] [--merge]
 """
 
 from __future__ import annotations
@@ -41,10 +42,18 @@ def judged(r: dict) -> tuple[float, float, float, bool, bool]:
     return off, float(ratio.min()), float(ratio.max()), good, r["mark"] == "SILENT"
 
 
-def table(fits: list[dict], markdown: bool) -> None:
+def _ranges(rs: list[dict]) -> tuple[str, str]:
+    """The fits' range of the largest distance, and of the sd ratios."""
+    js = [judged(r) for r in rs]
+    offs = [j[0] for j in js]
+    lo, hi = min(j[1] for j in js), max(j[2] for j in js)
+    return f"{min(offs):.2f}-{max(offs):.2f}", f"{lo:.2f}-{hi:.2f}x"
+
+
+def table(fits: list[dict], markdown: bool, merge: bool = False) -> None:
     cells: dict[tuple, list[dict]] = collections.defaultdict(list)
     for r in fits:
-        cells[(r["n"], r["batch"], r["steps"], r["lib"])].append(r)
+        cells[(r["n"], r["batch"], r["steps"], "both" if merge else r["lib"])].append(r)
     head = ("cell", "library", "seeds", "off (sd)", "sds", "warned", "silent", "false alarms",
             "within targets", "verdicts")  # fmt: skip
     if markdown:
@@ -55,17 +64,18 @@ def table(fits: list[dict], markdown: bool) -> None:
         n, b, steps, lib = key
         rs = sorted(cells[key], key=lambda r: r["seed"])
         js = [judged(r) for r in rs]
-        offs = [j[0] for j in js]
-        lo, hi = min(j[1] for j in js), max(j[2] for j in js)
+        off, sds = _ranges(rs)
+        if merge:  # NumPyro's range, then PyMC's
+            by = [[r for r in rs if r["lib"] == lib] for lib in ("numpyro", "pymc")]
+            off, sds = (" / ".join(_ranges(x)[k] for x in by if x) for k in (0, 1))
         w = sum(r["warned"] for r in rs)
         s = sum(j[4] for j in js)
         a = sum(r["mark"] == "ALARM" for r in rs)
         g = sum(j[3] for j in js)
         why = collections.Counter(r["why"] for r in rs)
         seeds = f"{rs[0]['seed']}-{rs[-1]['seed']}" if len(rs) > 1 else str(rs[0]["seed"])
-        name = "NumPyro" if lib == "numpyro" else "PyMC"
-        row = (f"N = {n // 1000}k, B = {b}, {steps} steps", name, seeds,
-               f"{min(offs):.2f}-{max(offs):.2f}", f"{lo:.2f}-{hi:.2f}x",
+        name = {"numpyro": "NumPyro", "pymc": "PyMC"}.get(lib, "NumPyro / PyMC")
+        row = (f"N = {n // 1000}k, B = {b}, {steps} steps", name, seeds, off, sds,
                f"{w} of {len(rs)}", str(s), str(a), f"{g} of {len(rs)}",
                ", ".join(f"{k} {v}" for k, v in sorted(why.items())))  # fmt: skip
         print(("| " + " | ".join(row) + " |") if markdown else "  ".join(row))
@@ -93,8 +103,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jsonl", nargs="+", help="files written by fit_statistics.py --jsonl")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--merge", action="store_true", help="one row a cell, both libraries")
     args = ap.parse_args()
-    table(load(args.jsonl), args.markdown)
+    table(load(args.jsonl), args.markdown, args.merge)
 
 
 if __name__ == "__main__":
