@@ -15,6 +15,7 @@ the fraction of the limit reached (best of the rounds).
 
     .venv/bin/python bench/ab_against.py 606698f [--rows 1000000] [--batch 64 256 1024]
     .venv/bin/python bench/ab_against.py 376bbad --batch 64 4096 --via iter next_into
+    .venv/bin/python bench/ab_against.py 1d288cc --then-src ../main/src --source ndf --rows 600000
 
 ``--then-src FOLDER`` takes the earlier package from a folder holding ``exactbatch``
 (its compiled core built) instead of a git worktree of ``rev`` (which then only names
@@ -33,6 +34,14 @@ epochs do the same work; ``numpy`` draws ``rng.permutation`` instead (slower tha
 keyed order: it overcharges the limit). The table then says ``C limit+order``.
 Without it, the overhead a batch above the limit includes the order's cost a batch
 (its epoch's share: tens of us a batch at 4096 rows).
+
+``--source ndf`` writes the rows to an .ndf file in the scratch folder (warm in the page
+cache) and each loader reads it through its own ``open_ndf``; the limit is then the
+compiled gather from the file's mapping (``NdfFile.kernel_rows().read``: the guarded
+copy and its ``fstat``). ``--source dataset``: a sharded .ndf dataset of four equal
+parts each loader opens with ``open_ndf_dataset``; the limit the dataset's own
+``read_rows_into`` (its compiled gather over the parts' mappings, behind two Python
+calls).
 """
 
 from __future__ import annotations
@@ -134,6 +143,12 @@ def main() -> None:
     parser.add_argument("--then-src", help="a folder holding the earlier exactbatch, built")
     parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     parser.add_argument(
+        "--source",
+        choices=["memory", "ndf", "dataset"],
+        default="memory",
+        help="the rows in memory, in an .ndf file, or in a dataset of 4 parts each loader opens",
+    )
+    parser.add_argument(
         "--limit-order",
         choices=LIMIT_ORDERS,
         default="none",
@@ -151,14 +166,34 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((args.rows, args.cols))
         y = rng.standard_normal((args.rows, 1))
-        print(f"{args.rows:,} rows of {args.cols}+1 float64, {os.cpu_count()} cores; now/then")
-        read = now.kernels.memory_rows(x, y).read
+        where = {"memory": "in memory", "ndf": "in an .ndf file", "dataset": "in 4 parts"}[
+            args.source
+        ]
+        print(
+            f"{args.rows:,} rows of {args.cols}+1 float64 {where}, {os.cpu_count()} cores; now/then"
+        )
+        if args.source == "ndf":
+            path = os.path.join(scratch, "rows.ndf")
+            now.save_ndf(path, (x, y))
+            held = now.open_ndf(path)  # the limit's (and kept open: the file's mapping)
+            read = held.kernel_rows().read
+            source = lambda m: m.open_ndf(path)  # noqa: E731 (each loader's own)
+        elif args.source == "dataset":
+            path = os.path.join(scratch, "rows")
+            q = -(-args.rows // 4)
+            now.save_ndf_dataset(path, [(x[a : a + q], y[a : a + q]) for a in range(0, len(x), q)])
+            held = now.open_ndf_dataset(path)
+            read = held.read_rows_into
+            source = lambda m: m.open_ndf_dataset(path)  # noqa: E731
+        else:
+            read = now.kernels.memory_rows(x, y).read
+            source = lambda m: (x, y)  # noqa: E731
         perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
         for b in args.batch:
             for via in args.via:
                 pf = 2 if via == "prefetch" else 0
                 draw = order_draw(args.limit_order, args.rows, b, rng, now, seed=1)
-                loaders = [m.DataLoader((x, y), b, seed=1, prefetch=pf) for m in (now, then)]
+                loaders = [m.DataLoader(source(m), b, seed=1, prefetch=pf) for m in (now, then)]
                 for loader in loaders:  # warm: the whole orders computed, pages touched
                     epoch(loader, via, b, args.cols)
                 times: tuple[list, list, list] = ([], [], [])
@@ -180,6 +215,8 @@ def main() -> None:
                     f"now {per[0]:.2f} (+{per[0] - per[2]:.2f}, {per[2] / per[0]:.2f}x C)",
                     flush=True,
                 )
+                for loader in loaders:
+                    loader.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

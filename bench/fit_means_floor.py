@@ -82,7 +82,7 @@ def logged(paths) -> dict:
     offs, case = {}, None
     for path in paths or ():
         for line in open(path):
-            head = re.match(r"([a-d]): ", line)
+            head = re.match(r"([a-e]): ", line)
             case = head.group(1) if head else case
             fit = re.match(r"\s+(numpyro|pymc)\s+seed (\d+) settle (\d+):\s+([\d.]+) sd", line)
             if fit:
@@ -114,7 +114,7 @@ def main() -> None:
     print(f"{'fit':22s} off(sd) error  verdict       {head}")
     for path in args.files:
         case, lib, seed, settle = re.search(
-            r"_([a-d])_(numpyro|pymc)_(\d+)_settle(\d+)", path
+            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
         ).groups()
         if case not in refs:
             refs[case] = references(case)

@@ -14,8 +14,9 @@ the sds' ratios, the verdict's drift and shift, and whether it warned. The cases
        rows, 3 features, B = 50, 600 steps), both libraries, seeds 0-4
     d  breast cancer, first 8 columns, B = 32, 300 steps, seeds 0-3, both libraries
        (issue 40's "short fits freeze")
+    e  PyMC, breast cancer, B = 32, 10,000 steps, seeds 0-2 (case a's other library)
 
-    PYTHONPATH=src .venv/bin/python bench/fit_settle.py [--cases a b c d] [--settle 0 1]
+    PYTHONPATH=src .venv/bin/python bench/fit_settle.py [--cases a b c d e] [--settle 0 1]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ CASES = {
     "b": (("pymc",), "breast_cancer", None, 2000, (3,)),
     "c": (("numpyro", "pymc"), "calibration", None, 600, (0, 1, 2, 3, 4)),
     "d": (("numpyro", "pymc"), "breast_cancer", 8, 300, (0, 1, 2, 3)),
+    "e": (("pymc",), "breast_cancer", None, 10_000, (0, 1, 2)),
 }
 
 
@@ -113,7 +115,7 @@ def one(lib, x, y, kind, k, batch, steps, seed, settle, m_ref, s_ref, save=None)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--cases", nargs="+", default=list("abcd"), choices=list(CASES))
     ap.add_argument("--settle", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--libs", nargs="+", default=["numpyro", "pymc"])
     ap.add_argument("--seeds", type=int, nargs="+", help="instead of each case's seeds")

@@ -924,7 +924,8 @@ def reader_of(loader):
 def reads_through_read(reader):
     """Make every batch ``reader`` reads go through its ``read`` (a test double set there
     sees each): its reads of a whole order's batches too (``read_run``, ``take_run``,
-    compiled for a memory reader), by way of their twins over ``read``."""
+    compiled for a memory reader and a local .ndf file's), by way of their twins over
+    ``read``."""
     twin = kernels.RunReads(reader)
     reader.read_run, reader.take_run = twin.read_run, twin.take_run
     return reader

@@ -942,6 +942,7 @@ CORE_TESTS = [
     "tests/test_hand_kernels.py",
     "tests/ndf/test_ndf_dataset.py",
     "tests/ndf/test_file.py",
+    "tests/ndf/test_file_runs.py",
     "tests/ndf/test_guard.py",
     "-k",
     "not exactbatch_pure and not [numpy and not -numpy]",

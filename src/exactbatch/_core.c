@@ -62,10 +62,11 @@ static PyMethodDef core_methods[] = {
      "memory_rows(x, y)\n--\n\nRows of two float64 2-D arrays (x (n, d), y (n, l)), each row's values "
      "side by side (C-contiguous, or columns of a C-contiguous array)."},
     {"file_rows", file_rows, METH_VARARGS,
-     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns)\n--\n\n"
+     "file_rows(mapping, offset, n, d, l, fd, size, mtime_ns, ctime_ns, changed=None)\n--\n\n"
      "Rows of an .ndf file's read-only mapping (x then y per row, from byte offset);\n"
      "after each copy fd must still have at least size bytes and (each when >= 0) that\n"
-     "modification time and change time. Installs the fault guard on first use."},
+     "modification time and change time, else FileChanged (or what changed, a callable\n"
+     "given it, raises instead: the Rows' changed). Installs the fault guard on first use."},
     {"map_file", map_file, METH_VARARGS,
      "map_file(fd, length)\n--\n\n"
      "A read-only shared mapping of the first length bytes of file fd, as a buffer (as\n"

@@ -93,6 +93,7 @@ static PyObject *copy(RowsObject *s, Job *j)
     int rc;
     if (s->lo != NULL)
         guard_install();
+    PyObject *hook = Py_XNewRef(s->changed); /* (see rows_changed) */
     int parts = split_count(s->threads, j->r, 8 * (s->d + s->l));
     if (s->lo == NULL && parts == 1 && j->r <= HELD / (8 * (s->d + s->l) + 1)) {
         rc = guarded_copy(s, j, parts);
@@ -101,17 +102,17 @@ static PyObject *copy(RowsObject *s, Job *j)
         rc = guarded_copy(s, j, parts);
         Py_END_ALLOW_THREADS
     }
-    if (rc == -1) {
-        PyErr_SetString(FileChanged, "a copy from the file's mapping faulted (truncated?)");
-    } else if (rc == -2) {
-        PyErr_SetString(FileChanged, "the file's size, modification time or ctime changed");
+    PyObject *res = NULL;
+    if (rc < 0) {
+        rows_changed(hook, rc);
     } else if (j->bad >= 0) {
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(j, j->bad), s->n);
     } else {
-        return Py_NewRef(Py_None);
+        res = Py_NewRef(Py_None);
     }
-    return NULL;
+    Py_XDECREF(hook);
+    return res;
 }
 
 PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)

@@ -116,6 +116,45 @@ int parse_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j, P
     return -1;
 }
 
+PyObject *rows_changed(PyObject *hook, int rc)
+{
+    PyErr_SetString(FileChanged, rc == -1 ? "a copy from the file's mapping faulted (truncated?)"
+                                          : "the file's size, modification time or ctime "
+                                            "changed");
+    if (hook == NULL)
+        return NULL;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb != NULL && v != NULL)
+        PyException_SetTraceback(v, tb);
+    PyObject *r = v == NULL ? NULL : PyObject_CallOneArg(hook, v);
+    if (r != NULL || v == NULL) { /* (returned: FileChanged stands) */
+        Py_XDECREF(r);
+        PyErr_Restore(t, v, tb);
+        return NULL;
+    }
+    /* What the hook raised, FileChanged its context, as a raise in an `except
+     * FileChanged:` block chains them (an exception being handled where the call was
+     * made, the hook's error's context so far, becomes FileChanged's). */
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2 != NULL && v2 != v) {
+        PyObject *had = PyException_GetContext(v2);
+        if (had != NULL && had != v)
+            PyException_SetContext(v, had); /* (each SetContext steals) */
+        else
+            Py_XDECREF(had);
+        PyException_SetContext(v2, Py_NewRef(v));
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+    return NULL;
+}
+
 static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 3 || nargs > 5) {
@@ -126,7 +165,7 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
     Job j = JOB_INIT;
     Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
     int rc = 0, threads = self->threads;
-    PyObject *res = NULL;
+    PyObject *res = NULL, *hook = NULL;
 
     if ((nargs >= 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
         (nargs == 5 && args[4] != Py_None && parse_threads(args[4], &threads) < 0) ||
@@ -135,14 +174,13 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     if (self->lo != NULL)
         guard_install();
+    hook = Py_XNewRef(self->changed); /* (see rows_changed) */
     int parts = split_count(threads, j.r, 8 * (self->d + self->l));
     Py_BEGIN_ALLOW_THREADS
     rc = guarded_copy(self, &j, parts);
     Py_END_ALLOW_THREADS
-    if (rc == -1) {
-        PyErr_SetString(FileChanged, "a copy from the file's mapping faulted (truncated?)");
-    } else if (rc == -2) {
-        PyErr_SetString(FileChanged, "the file's size, modification time or ctime changed");
+    if (rc < 0) {
+        rows_changed(hook, rc);
     } else if (j.bad >= 0) {
         PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
                      (long long)row_at(&j, j.bad), self->n);
@@ -150,14 +188,29 @@ static PyObject *Rows_read(RowsObject *self, PyObject *const *args, Py_ssize_t n
         res = read_result(&j);
     }
 done:
+    Py_XDECREF(hook);
     PyBuffer_Release(&ib);
     PyBuffer_Release(&bx);
     PyBuffer_Release(&by);
     return res;
 }
 
+static int Rows_traverse(RowsObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->changed);
+    return 0;
+}
+
+static int Rows_clear(RowsObject *self)
+{
+    Py_CLEAR(self->changed);
+    return 0;
+}
+
 static void Rows_dealloc(RowsObject *self)
 {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->changed);
     PyBuffer_Release(&self->xbuf); /* (one not held, zeroed, is let go of as a no-op) */
     PyBuffer_Release(&self->ybuf);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -173,12 +226,46 @@ static int Rows_set_threads(RowsObject *self, PyObject *v, void *closure)
     return parse_threads(v, &self->threads);
 }
 
+static PyObject *Rows_get_changed(RowsObject *self, void *closure)
+{
+    return Py_NewRef(self->changed != NULL ? self->changed : Py_None);
+}
+
+/* changed set to v: a callable, or None (or deleted) for none. 0, or -1. */
+static int set_changed(RowsObject *self, PyObject *v)
+{
+    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "changed must be a callable or None; got %s",
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (v == NULL || v == Py_None) {
+        Py_CLEAR(self->changed);
+        return 0;
+    }
+    Py_XSETREF(self->changed, Py_NewRef(v));
+    if (!PyObject_GC_IsTracked((PyObject *)self)) /* (holding one, it may be in a cycle) */
+        PyObject_GC_Track(self);
+    return 0;
+}
+
+static int Rows_set_changed(RowsObject *self, PyObject *v, void *closure)
+{
+    return set_changed(self, v);
+}
+
 static PyGetSetDef Rows_getset[] = {
     {"threads", (getter)Rows_get_threads, (setter)Rows_set_threads,
      "Threads that copy one read when read() is not told: 0 (the default) picks one a\n"
      "256 KiB of rows, at most one fewer than the cores this process may run on;\n"
 "n >= 1 fixes it (at\n"
      "most the rows, and 64). Setting None sets 0.",
+     NULL},
+    {"changed", (getter)Rows_get_changed, (setter)Rows_set_changed,
+     "A file's rows: called with the FileChanged of a copy that found the file changed,\n"
+     "to raise the error that names the file instead (FileChanged its context); None\n"
+     "(the default): FileChanged. Setting None lets go of it (a reader's close: the hook\n"
+     "holds the file's handle; a copy running meanwhile holds it until it is done).",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -202,7 +289,9 @@ PyTypeObject RowsType = {
     .tp_name = "exactbatch._core.Rows",
     .tp_basicsize = sizeof(RowsObject),
     .tp_dealloc = (destructor)Rows_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Rows_traverse,
+    .tp_clear = (inquiry)Rows_clear,
     .tp_doc = "Where rows live: made by memory_rows() or file_rows().",
     .tp_methods = Rows_methods,
     .tp_getset = Rows_getset,
@@ -212,7 +301,10 @@ PyTypeObject RowsType = {
  * the file's fields. */
 static RowsObject *new_rows(void)
 {
-    return (RowsObject *)RowsType.tp_alloc(&RowsType, 0);
+    RowsObject *s = (RowsObject *)RowsType.tp_alloc(&RowsType, 0);
+    if (s != NULL) /* untracked by the collector until it holds a changed hook: a batch's */
+        PyObject_GC_UnTrack(s); /* gather makes one (kernels.gather), at no collector's cost */
+    return s;
 }
 
 /* A float64 2-D array's buffer whose rows are each contiguous, one stride apart
@@ -272,12 +364,12 @@ fail:
 
 PyObject *file_rows(PyObject *mod, PyObject *args)
 {
-    PyObject *m;
+    PyObject *m, *changed = Py_None;
     Py_ssize_t off, n, d, l;
     int fd;
     long long size, mtime_ns, ctime_ns;
-    if (!PyArg_ParseTuple(args, "OnnnniLLL:file_rows", &m, &off, &n, &d, &l, &fd, &size,
-                          &mtime_ns, &ctime_ns))
+    if (!PyArg_ParseTuple(args, "OnnnniLLL|O:file_rows", &m, &off, &n, &d, &l, &fd, &size,
+                          &mtime_ns, &ctime_ns, &changed))
         return NULL;
     if (off < 0 || n < 0 || d < 0 || l < 0) {
         PyErr_SetString(PyExc_ValueError, "file_rows: negative offset or shape");
@@ -313,6 +405,8 @@ PyObject *file_rows(PyObject *mod, PyObject *args)
     s->size = size;
     s->mtime_ns = mtime_ns;
     s->ctime_ns = ctime_ns;
+    if (set_changed(s, changed) < 0)
+        goto fail;
     return (PyObject *)s;
 fail:
     Py_DECREF(s);

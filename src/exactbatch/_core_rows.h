@@ -22,6 +22,9 @@ typedef struct {
     int fd;
     long long size, mtime_ns, ctime_ns;
     int threads; /* a read's threads when it is not told (_core_split.h): 0 auto */
+    /* a file's only, or NULL: called with the FileChanged of a copy that found the file
+     * changed, to raise the error its reader names the file with (rows_changed) */
+    PyObject *changed;
 } RowsObject;
 
 extern PyTypeObject RowsType;
@@ -121,6 +124,15 @@ PyObject *read_result(const Job *j);
 /* Has the file of rows s (a file's) lost bytes, or changed its modification time or
  * change time since opened? One fstat. (_core_copy.c) */
 int file_changed(const RowsObject *s);
+
+/* The error of a copy of rows that found their file changed (rc -1: the copy faulted;
+ * -2: the fstat check after it): FileChanged, or what their changed hook raises instead
+ * when they have one (FileChanged its context; a hook that returns leaves FileChanged).
+ * NULL, always, with the error set. hook: the rows' changed (or NULL), a reference
+ * taken before the copy and held across it (the hook holds the file's handle, and with
+ * it the descriptor the copy's fstat checks: it outlives a reader closed meanwhile,
+ * which lets go of the hook). */
+PyObject *rows_changed(PyObject *hook, int rc);
 
 /* The copy of read j of rows s, on `parts` threads (split_count), each copying a range
  * of the rows under its own fault guard: 0 copied; -1 the copy faulted (the guard

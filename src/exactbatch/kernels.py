@@ -397,18 +397,24 @@ def file_rows(
     size: int,
     mtime_ns: int | None,
     ctime_ns: int | None = None,
+    changed: Callable[[BaseException], object] | None = None,
 ) -> Rows | None:
     """The rows of an ``.ndf`` file's read-only ``mapping`` (x then y per row, from
     byte ``offset``), read under the fault guard, with one ``fstat`` of ``fd`` after
     each copy: fewer than ``size`` bytes, a modification time other than ``mtime_ns``
     or a change time other than ``ctime_ns`` (each None: unchecked; the rule is
     :meth:`exactbatch.ndf.local.LocalHandle.check_size`'s) is :class:`FileChanged`.
+    ``changed``: called with that :class:`FileChanged` (by ``read``, ``read_run`` and
+    ``take_run``) to raise the error that names the file instead (the FileChanged its
+    context; one that returns leaves the FileChanged): so a reader can hand out the
+    object's own ``read_run`` and keep its error. The object holds it (and what it
+    holds: a file's handle, keeping its descriptor open while the rows are read).
     A shape whose bytes do not fit in the address space is an ``OverflowError``.
     None on the pure path, where the reader copies under its read lease instead."""
     if _CORE is None:
         return None
     times = (-1 if t is None else t for t in (mtime_ns, ctime_ns))
-    rows: Rows = _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times)
+    rows: Rows = _CORE.file_rows(mapping, offset, n, d, l, fd, size, *times, changed)
     return rows
 
 

@@ -15,6 +15,7 @@ from exactbatch.adapters.convergence import (
     ALPHA,
     DOF,
     ERROR_MAX,
+    HELD,
     LAST_WINDOW,
     PARTS,
     SD_ERROR_MAX,
@@ -240,12 +241,15 @@ def test_false_alarms_are_at_most_alpha_by_construction(latents):
 
 def test_the_threshold_is_in_posterior_sds():
     """A drift just under THRESHOLD passes; one above it does not (a straight line: no
-    noise about it), a mean's (then a shift too) as a guide sd's."""
+    noise about it), a mean's as a guide sd's. A mean's move shifts where the half of it
+    that the tail's average holds (HELD) is above THRESHOLD: at twice the threshold."""
     for move, moving in ((THRESHOLD * 0.9, False), (THRESHOLD * 1.1, True)):
         line = np.arange(2 * PARTS)[:, None] * move / PARTS + np.zeros(2)
         v = judge(_parts(line), np.zeros(100), 50)
         assert v.movement == pytest.approx(move) and v.moving is moving
-        assert v.shifted is moving and v.shift == pytest.approx(move - THRESHOLD)
+        assert not v.shifted and v.shift == pytest.approx(HELD * move - THRESHOLD)
+        held = judge(_parts(line / HELD), np.zeros(100), 50)  # the move over HELD
+        assert held.shifted is moving and held.shift == pytest.approx(move - THRESHOLD)
         # sds 1 + c k: their windows' means 4 c apart, in the last window's sd 1 + 5.5 c
         c = move / (PARTS - (3 * PARTS - 1) / 2 * move)
         sds = 1 + np.arange(2 * PARTS)[:, None] * c + np.zeros(2)
@@ -273,30 +277,31 @@ def test_a_mean_that_moved_beyond_its_noise_is_not_converged_however_little():
     assert 0 < v.drift < THRESHOLD and v.where == "w[13] mean"
     assert dataclasses.replace(v, shift=None).converged  # the threshold alone: quiet
     assert v.shifted and v.shift_where == "w[13] mean" and v.shift > 0
-    assert v.shift == pytest.approx(v.shift_moved - v.t * v.shift_noise)  # < moved - 0.1
+    assert v.shift_moved - v.t * v.shift_noise > v.shift  # beyond its noise, by more
+    assert v.shift == pytest.approx(HELD * v.shift_moved - THRESHOLD)  # the tail holds half
     assert v.shift_moved == pytest.approx(v.movement) and v.t > v.z
     assert v.moving and v.converged is False and estimate(v, default=True) == LAST_WINDOW
     t = np.arange(PARTS) - (PARTS - 1) / 2
     first, second = (float(t @ w[:, 13]) for w in (_levelled()[:PARTS], _levelled()[PARTS:]))
     assert second < first / 2  # levelled off: a test of a still falling slope passes it
     with pytest.warns(ConvergenceWarning, match=r"its mean w\[13\] moved 0\.24 sd .* beyond "
-                      r"3\.4[0-9]x its noise \(0\.046 sd\) and above the threshold of 0\.1 "
-                      r"sd: not the batches' noise"):  # fmt: skip
+                      r"3\.4[0-9]x its noise \(0\.046 sd\), half of it above the threshold of "
+                      r"0\.1 sd: not the batches' noise"):  # fmt: skip
         warn_if_moving(v)
     assert "; its mean w[13] moved" in str(v) and str(v).startswith("NOT converged")
 
 
 def test_a_mean_within_t_standard_errors_or_the_threshold_has_not_shifted():
     """The same move, a third as large: within its noise times t, the fit is converged;
-    a move beyond t standard errors but under THRESHOLD (the parts' noise a tenth): too
-    small to matter."""
+    a move beyond t standard errors but under THRESHOLD / HELD (the parts' noise a tenth):
+    too small to matter - the tail's average holds half of it, under THRESHOLD."""
     v = judge(_parts(_levelled(step=0.03)), np.zeros(100), 50)
     assert v.shift < 0 and not v.shifted and v.converged
     assert "moved" not in str(v).split("threshold")[1]
     quiet = _levelled(step=0.02) - _still(np.random.default_rng(3), 31, 0.054)  # 0.006 left
     w = judge(_parts(quiet), np.zeros(100), 50)
-    assert w.shift_moved - w.t * w.shift_noise > 0 > w.shift_moved - THRESHOLD
-    assert w.shift == pytest.approx(w.shift_moved - THRESHOLD) and w.converged
+    assert w.shift_moved - w.t * w.shift_noise > 0 > HELD * w.shift_moved - THRESHOLD
+    assert w.shift == pytest.approx(HELD * w.shift_moved - THRESHOLD) and w.converged
 
 
 def test_t_is_the_bonferroni_student_quantile_with_six_degrees_of_freedom_a_latent():
@@ -582,14 +587,17 @@ def test_latents_at_different_levels_are_judged_each_against_itself():
 def test_a_latent_that_creeps_without_noise_is_judged_at_the_shared_noise_level():
     """Each latent's noise is floored by the median of all: a latent on a perfect line
     (no scatter of its own) moving 0.12 sd is within the others' noise (0.048 sd, times
-    t = 3.06: 0.148), not a shift; at 0.16 sd it is beyond it, however little (the
-    threshold let it pass, at a drift of 0.02)."""
+    t = 3.06: 0.148), not a shift; at 0.22 sd it is beyond it, and the tail's average
+    holds 0.11 of it, above THRESHOLD (the drift let it pass, at 0.08); at 0.16 sd,
+    beyond its noise too, the tail's average holds 0.08: within THRESHOLD."""
     rng = np.random.default_rng(5)
     still = _still(rng, 5, 0.1)
     v = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.03]), np.zeros(100), 50)
     assert v.moving is False and not v.shifted and v.shift_where == "w[5] mean"
-    w = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.04]), np.zeros(100), 50)
+    w = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.055]), np.zeros(100), 50)
     assert 0 < w.drift < THRESHOLD and w.shifted and w.moving and not w.converged
+    u = judge(_parts(np.c_[still, np.arange(2 * PARTS) * 0.04]), np.zeros(100), 50)
+    assert u.shift_moved > u.t * u.shift_noise and not u.shifted and u.converged
 
 
 def test_the_verdict_and_the_warning_read_as_documented():

@@ -9,7 +9,9 @@ import pytest
 
 from exactbatch.batching.gather import buffer_arrays, fill_rows, gathered, read_whole, row_ids
 from exactbatch.order.digest import rows_digest
+from exactbatch.sources import column_chunk
 from exactbatch.sources.chunks import ChunkRead
+from exactbatch.sources.column_chunk import Columns
 
 
 def test_a_spare_buffer_is_reused_when_it_fits():
@@ -97,3 +99,37 @@ def test_a_groups_batches_are_views_of_its_arrays_with_their_digests(with_rows):
             assert batch[3].dtype == np.int64 and batch[3].tolist() == (100 + want).tolist()
         else:
             assert len(batch) == 3
+
+
+@pytest.mark.parametrize("held", [np.float64, np.float32])
+def test_a_chunk_of_columns_fills_the_buffers_whole_rows_in_one_copy(held, monkeypatch):
+    """x and y held as columns (an Arrow-family chunk) are copied into the buffer's rows
+    in one pass, x's columns then y's (a pass a side wrote every row's cache lines
+    twice), with the bits of each side copied on its own."""
+    rng = np.random.default_rng(3)
+    cols = [rng.standard_normal(40) for _ in range(5)] + [rng.integers(-9, 9, 40).astype(np.int32)]
+    chunk = (Columns(cols[:4], 30, 6), Columns(cols[4:], 30, 6), 100)
+    calls = []
+    real = column_chunk.columns_into
+
+    def counted(c, start, out):
+        calls.append((len(c), start, out.shape))
+        real(c, start, out)
+
+    monkeypatch.setattr(column_chunk, "columns_into", counted)
+    bw, bh = np.full((12, 6), np.nan, dtype=held), np.zeros(12, dtype=np.uint64)
+    fill_rows(chunk, 5, 12, bw, bh)
+    assert calls == [(6, 11, (12, 6))]  # every column, from row 6 + 5 of theirs
+    want = np.stack([c[11:23] for c in cols], axis=1).astype(held)
+    assert bw.tobytes() == want.tobytes()
+    assert bh.tolist() == list(range(105, 117))
+
+
+def test_a_chunk_of_columns_at_other_starts_fills_each_side_on_its_own():
+    rng = np.random.default_rng(4)
+    cols = [rng.standard_normal(40) for _ in range(3)]
+    chunk = (Columns(cols[:2], 20, 0), Columns(cols[2:], 20, 7), 0)
+    bw, bh = np.empty((20, 3)), np.empty(20, dtype=np.uint64)
+    fill_rows(chunk, 0, 20, bw, bh)
+    assert bw[:, :2].tolist() == np.stack([c[:20] for c in cols[:2]], axis=1).tolist()
+    assert bw[:, 2].tolist() == cols[2][7:27].tolist()

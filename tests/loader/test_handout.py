@@ -2,7 +2,11 @@
 and its pure twin ``HandOut`` hand out the same batches and leave the same states,
 bit for bit, as next_into's path in Python alone; each hands out only what it is
 for (plain buffers, a whole order's batch of batch_size rows) and leaves the rest,
-popped or not, to that path; a read that raises in it leaves the batch next."""
+popped or not, to that path; a read that raises in it leaves the batch next. So for a
+local .ndf file, whose reader reads a whole order's batches through compiled rows of its
+own (sources/random_access.NdfReader): the same batches and states as the same file
+read through the reader's ``read`` (as before it had them) and as the same rows in
+memory, on both backends."""
 
 from __future__ import annotations
 
@@ -11,10 +15,12 @@ import json
 import numpy as np
 import pytest
 
-from exactbatch import DataLoader, kernels
+from exactbatch import DataLoader, kernels, open_ndf, save_ndf
 from exactbatch.batching.random_access_epoch import OrderRun
+from exactbatch.loader import epoch_iterator
 from exactbatch.loader.handout import HandOut, hand_out
 from tests.helpers import make_data
+from tests.laws import reader_of, reads_through_read
 
 COMPILED = kernels.backend() == "compiled"
 needs_core = pytest.mark.skipif(
@@ -22,9 +28,16 @@ needs_core = pytest.mark.skipif(
 )
 
 
-def _loader(n=1000, b=16, **kw) -> DataLoader:
+def _loader(n=1000, b=16, path=None, **kw) -> DataLoader:
+    """A loader of ``n`` traceable rows of 3 + 2 values: in memory, or (``path``) in an
+    .ndf file written there."""
     x, y = make_data(n, 3, 2)
-    return DataLoader((x, y), b, seed=5, **kw)
+    if path is None:
+        return DataLoader((x, y), b, seed=5, **kw)
+    if not path.exists():
+        save_ndf(path, (x, y))
+    with open_ndf(path) as f:  # (the loader holds a share of its own)
+        return DataLoader(f, b, seed=5, **kw)
 
 
 def _twin(dl: DataLoader) -> None:
@@ -67,12 +80,14 @@ def _state(dl: DataLoader) -> str:
     return json.dumps(dl.state_dict(), sort_keys=True)
 
 
+@pytest.mark.parametrize("source", ["memory", "ndf"])
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_the_one_call_and_its_twin_give_the_batches_and_states_of_the_python_path(
-    shuffle, drop_last
+    shuffle, drop_last, source, tmp_path
 ):
-    loaders = [_loader(shuffle=shuffle, drop_last=drop_last) for _ in range(3)]
+    path = tmp_path / "a.ndf" if source == "ndf" else None
+    loaders = [_loader(shuffle=shuffle, drop_last=drop_last, path=path) for _ in range(3)]
     _twin(loaders[1])
     _python(loaders[2])
     calls = _counted(loaders[0])
@@ -96,6 +111,61 @@ def test_the_one_call_and_its_twin_give_the_batches_and_states_of_the_python_pat
         assert counts[0] == counts[1] == counts[2] and counts[0]
     if COMPILED:  # a whole order's batches (file order's too): handed out in the one call
         assert calls.count(16) >= 100
+    for dl in loaders:
+        dl.close()
+
+
+def _epochs(dl: DataLoader, via: str, b: int) -> list:
+    """Two epochs of ``dl`` through ``via``: each batch's bytes, and the state after
+    every fifth batch and at each epoch's end."""
+    out: list = []
+    for _ in range(2):
+        if via != "next_into":
+            for k, (x, y) in enumerate(dl):
+                out.append(x.tobytes() + y.tobytes())
+                if k % 5 == 2:
+                    out.append(_state(dl))
+        else:
+            bx, by = np.empty((b, 3), dl.dtype), np.empty((b, 2), dl.dtype)
+            k = 0
+            while got := dl.next_into(bx, by):
+                out.append(bx[:got].tobytes() + by[:got].tobytes())
+                if k % 5 == 2:
+                    out.append(_state(dl))
+                k += 1
+            dl.reset()
+        out.append(_state(dl))
+    return out
+
+
+@pytest.mark.parametrize("via", ["iter", "iter, a batch a group", "next_into"])
+@pytest.mark.parametrize(("b", "dtype"), [(16, np.float64), (100, np.float32)])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_an_ndf_file_read_through_its_own_runs_gives_what_its_read_and_memory_give(
+    via, b, dtype, shuffle, tmp_path, each_backend, monkeypatch
+):
+    """An .ndf loader whose reader hands out its compiled rows' ``read_run`` and
+    ``take_run`` (on the compiled path; their twins on the pure one) against the same
+    file read through the reader's ``read`` alone (kernels.RunReads: the path before it
+    had them) and the same rows in memory: the same batches, bit for bit, and the same
+    states (the ledger's digests and counts in them) as the file read through ``read``.
+    iter() reads small batches a group at a time (one ``read``), or each alone
+    (``take_run``) where a group holds one."""
+    if via == "iter, a batch a group":
+        monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)
+    path = tmp_path / "a.ndf"
+    kw = {"b": b, "n": 1013, "shuffle": shuffle, "dtype": dtype}
+    runs, before = _loader(path=path, **kw), _loader(path=path, **kw)
+    reads_through_read(reader_of(before))
+    assert hasattr(reader_of(runs), "read_run") == (each_backend == "compiled")
+    memory = _loader(**kw)
+    got = [_epochs(dl, via, b) for dl in (runs, before, memory)]
+    assert got[0] == got[1]
+    assert [g for g in got[0] if isinstance(g, bytes)] == [
+        g for g in got[2] if isinstance(g, bytes)
+    ]
+    for dl in (runs, before, memory):
+        dl.close()
 
 
 @needs_core

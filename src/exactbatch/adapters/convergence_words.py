@@ -121,9 +121,9 @@ def shift(verdict: Convergence) -> str:
     return (
         f"its mean {verdict.shift_where.removesuffix(' mean')} moved {verdict.shift_moved:.3g} "
         f"sd between its last two windows of {verdict.window} steps, beyond {verdict.t:.2f}x "
-        f"its noise ({verdict.shift_noise:.3g} sd) and above the threshold of "
+        f"its noise ({verdict.shift_noise:.3g} sd), half of it above the threshold of "
         f"{verdict.threshold} sd: not the batches' noise - the fit still travels, or moved "
-        f"in its tail and stopped, and the tail's average holds that move"
+        f"in its tail and stopped, and the tail's average holds half that move"
     )
 
 

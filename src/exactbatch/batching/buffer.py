@@ -144,6 +144,7 @@ def shuffle_buffer(
     dropped: Tally | None = None,
     dtype: Shaped = np.float64,
     with_rows: bool = False,
+    expect: int | None = None,
 ) -> Iterator[Group]:
     """Yield shuffled ``(x, y, digest)`` batches (``(x, y, digest, rows)`` ``with_rows``:
     the int64 ids of its rows, the ones the digest is of) of ``batch_size`` rows, in groups
@@ -162,7 +163,10 @@ def shuffle_buffer(
     counted in ``dropped``. Batches are ``dtype`` (float64 or float32, or an
     Output); the buffer holds float64 rows, cast as batches are gathered from it,
     or float32 rows where the batches are plain float32 (the same bits:
-    :func:`~exactbatch.batching.gather.buffer_dtype`).
+    :func:`~exactbatch.batching.gather.buffer_dtype`). ``expect``: the rows the stream
+    was declared to have (a ``total_size`` its source does not vouch for): never sizes
+    the buffer, only the permutation a one-piece buffer draws while a fill is read (a
+    wrong one costs a second draw, never other batches).
     """
     it = iter(chunks)
     first = next(it, None)
@@ -181,5 +185,5 @@ def shuffle_buffer(
     else:
         yield from shuffle_whole(
             stream, batch_size, size, rng, drop_last, size_hint, spare, dropped, dtype, with_rows,
-            held,
+            held, expect,
         )  # fmt: skip

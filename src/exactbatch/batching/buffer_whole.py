@@ -51,12 +51,18 @@ def shuffle_whole(
     dtype: Shaped = np.float64,
     with_rows: bool = False,
     held: np.dtype | type = np.float64,
+    expect: int | None = None,
 ) -> Iterator[Group]:
     """Batches of ``b`` rows from chunks (``(x, y, id0)`` or
     :class:`~exactbatch.sources.chunks.ChunkRead`) mixed in one buffer of
     ``size`` rows held as ``held`` (float64, or float32 for float32 batches: see
     :func:`~exactbatch.batching.gather.buffer_dtype`; the other arguments as for
     :func:`exactbatch.batching.buffer.shuffle_buffer`)."""
+    # The rows a fill drawn ahead is drawn for: the stream's size where known, else the
+    # size it was declared to have (a guess: a wrong one costs a second draw, never
+    # other draws), else the buffer's. A stream whose declared size was left out drew
+    # its last fill's permutation for the whole buffer, then again for the rows it had.
+    guess = size_hint if size_hint is not None else expect
     bw: Any = None  # the buffer's rows and ids, made at the first chunk
     bh: Any = None
     fill = d = read = 0  # (read: the stream's rows taken so far)
@@ -79,7 +85,7 @@ def shuffle_whole(
                 bw, bh = buffer_arrays(spare, min(size, first), d, l, held)
             while pos < rows:
                 if drawn is None:  # a fill starts: the rows it will have, as far as known
-                    due = size if size_hint is None else min(size, fill + size_hint - read)
+                    due = size if guess is None else min(size, fill + guess - read)
                     # only for rows the buffer holds room for already: it grows as rows
                     # come, and a permutation drawn for a size no row has shown yet (a
                     # buffer_size past the data's) would be the allocation it avoids

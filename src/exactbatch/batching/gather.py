@@ -34,7 +34,7 @@ from exactbatch.batching.output import Output
 from exactbatch.kernels import gather, memory_rows
 from exactbatch.order.digest import Tally, batch_digests, rows_digest
 from exactbatch.sources.chunks import ChunkRead
-from exactbatch.sources.column_chunk import put
+from exactbatch.sources.column_chunk import Columns, put
 
 __all__ = [
     "Chunk",
@@ -222,12 +222,19 @@ def fill_rows(chunk: Chunk, pos: int, take: int, bw: np.ndarray, bh: np.ndarray)
         bh[:] = row_ids(chunk.id0, pos, take)
         return
     x, y, id0 = chunk
-    bx, by = sides(bw, x.shape[1])
     # (a float32 buffer: a float64 past float32's range becomes inf, as the compiled
     # gather's cast from a float64 buffer made it, without a warning)
     with np.errstate(over="ignore", invalid="ignore"):
-        put(bx, x[pos : pos + take])  # (from a chunk's columns: straight into the rows)
-        put(by, y[pos : pos + take])
+        if isinstance(x, Columns) and isinstance(y, Columns) and x.start == y.start:
+            # Both sides held as columns (an Arrow-family chunk, a Parquet row group):
+            # one copy of whole rows, x's columns then y's, a block of rows at a time.
+            # Side by side, x then y, each pass wrote every row's cache lines again
+            # (the buffer is tens of MB): 1.3x the CPU of the fill in one pass.
+            Columns([*x.cols, *y.cols], take, x.start + pos).into(bw)
+        else:
+            bx, by = sides(bw, x.shape[1])
+            put(bx, x[pos : pos + take])  # (from a chunk's columns: straight into the rows)
+            put(by, y[pos : pos + take])
     bh[:] = row_ids(id0, pos, take)
 
 

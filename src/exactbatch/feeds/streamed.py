@@ -268,6 +268,7 @@ class StreamFeed:
                 dropped=tally.dropped,
                 dtype=spec.shaped,
                 with_rows=spec.with_rows,
+                expect=self.n,  # (a declared total_size: a guess for the draws only)
             )
         else:
             batches = rebatch(

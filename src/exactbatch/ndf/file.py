@@ -169,6 +169,16 @@ class Share:
         fuses: bool = getattr(self._handle(), "fuses", False)
         return fuses
 
+    def run_rows(self) -> Rows | None:
+        """New compiled rows of what this share holds, for a reader of its own to hand out
+        their ``read_run`` and ``take_run`` as they are (:func:`exactbatch.kernels.run_reads`),
+        with the errors of :meth:`read_rows_into` (the file named): a local file's
+        (:meth:`~exactbatch.ndf.local.LocalHandle.run_rows`). None where there are none:
+        the pure NumPy path, a URL, a dataset, a file without rows."""
+        make = getattr(self._handle(), "run_rows", None)
+        rows: Rows | None = None if make is None else make()
+        return rows
+
     def rows_reader(self, threads: int | None = None) -> ReadRows:
         """:meth:`read_rows_into` without the check for a closed share: the function a
         reader that holds its own share (a loader's) calls per batch, one Python call

@@ -17,7 +17,7 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any, Literal, overload
+from typing import Any, Literal, NoReturn, overload
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class LocalHandle:
         "fd",
         "l",
         "lease",
+        "mapping",
         "mtime",
         "n",
         "compiled",
@@ -118,12 +119,13 @@ class LocalHandle:
         self.row_bytes = 8 * (d + l)
         self.size = expected_size(n, d, l)
         self.rows: Any = None  # (n,) of void rows over the mapping; None when no data
+        self.mapping: Any = None  # the file's read-only mapping; None when no data
         self.compiled: Rows | None = None  # the compiled core's rows of the mapping
         self.compiled_raw: Rows | None = None
         # block reads past the page cache (ndf/direct.py)
         self.direct: DirectReads | _Unopened | None = _UNOPENED
         if self.size > HEADER_SIZE:
-            mm = _map(fd, self.size)
+            mm = self.mapping = _map(fd, self.size)
             # Void rows have alignment 1, so np.take copies whole rows from the
             # unaligned offset 28 without making the array contiguous first.
             self.rows = np.frombuffer(
@@ -245,12 +247,30 @@ class LocalHandle:
     ) -> int | None:
         try:  # one guarded gather and one fstat, in C with the GIL released
             return compiled.read(idx, out_x, out_y, kernel, threads)
-        except FileChanged:
-            self.check_size()  # says what changed, if it can still see it
-            raise NdfError(
-                f"{self.path}: the file changed while open: a copy from it failed "
-                "(truncated, or rewritten in place, during the read?)"
-            ) from None
+        except FileChanged as e:
+            self.changed(e)
+
+    def changed(self, exc: BaseException) -> NoReturn:
+        """The error of a copy from the mapping that failed (``exc``: the core's
+        :class:`~exactbatch.kernels.FileChanged`): :meth:`check_size`'s, which says what
+        changed if it can still see it, else an NdfError naming the file."""
+        self.check_size()
+        raise NdfError(
+            f"{self.path}: the file changed while open: a copy from it failed "
+            "(truncated, or rewritten in place, during the read?)"
+        ) from None
+
+    def run_rows(self) -> Rows | None:
+        """New compiled rows of the file's mapping whose copies fail with this handle's
+        errors (:meth:`changed`, which they hold, and with it the handle: its descriptor
+        stays open while they are read): a loader's reader's own, whose ``read_run`` and
+        ``take_run`` it hands out as they are, one C call a batch. None on the pure path
+        and for a file without rows."""
+        if self.compiled is None:
+            return None
+        times = self.size, self.mtime, self.ctime
+        n, d, l = self.n, self.d, self.l  # noqa: E741
+        return file_rows(self.mapping, HEADER_SIZE, n, d, l, self.fd, *times, self.changed)
 
     def _read_pure(self, idx: RowIndex, out_x: np.ndarray, out_y: np.ndarray) -> None:
         if isinstance(idx, slice):

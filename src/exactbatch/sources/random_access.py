@@ -73,6 +73,13 @@ class NdfReader:
     of it. An :class:`NdfDataset` reads as its parts concatenated; it opens a part at the
     first read of a row in it, so a shard's reader opens only its shard's parts."""
 
+    # A hand-out's read of a batch of an epoch's whole order, where the file has compiled
+    # rows (a local file on the compiled path): theirs, one guarded C call a batch (and
+    # next_into's one call reads through them too). Else unset: the loader reads through
+    # their twins over ``read`` (kernels.RunReads).
+    read_run: ReadRun
+    take_run: TakeRun
+
     def __init__(self, f: NdfFile | NdfDataset):
         self.file = f.share()
         self.n, self.d, self.l = f.n, f.d, f.l
@@ -80,11 +87,17 @@ class NdfReader:
         # until close()): one guarded kernel call on the compiled path.
         self.read = self.file.rows_reader()
         self.fuses = self.file.fuses()  # takes a transform kernel
+        # rows of this reader's own, whose errors name the file as read's do
+        self._rows: Any = self.file.run_rows()  # (the core's Rows: its changed too)
+        if self._rows is not None:
+            self.read_run, self.take_run = run_reads(self._rows)
 
     def use_threads(self, threads: int | None) -> None:
         """The gather's threads for every read (None: picked from each batch's bytes;
         a URL's reads ignore it)."""
         self.read = self.file.rows_reader(threads)
+        if self._rows is not None:
+            self._rows.threads = threads
 
     def prefetch_default(self, batch_bytes: int) -> int:
         """2 for a URL (every batch is a network round trip: always overlap it), and for
@@ -97,6 +110,11 @@ class NdfReader:
     def close(self) -> None:
         self.file.close()
         self.read = _closed  # lets go of the handle (the file closes with its last holder)
+        if self._rows is not None:
+            # (a hand-out may still hold the rows' read_run: they let go of the handle)
+            self._rows.changed = None
+            self._rows = None
+            self.read_run = self.take_run = _closed
 
 
 class WrappedReader:
