@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import time
 import warnings
 from functools import partial
@@ -333,6 +334,34 @@ def _sds_not_judged(verdict) -> bool:
     return bool(verdict.converged) and not getattr(verdict, "sds_judged", True)
 
 
+def set_tail_draws(draws: int) -> None:
+    """The default schedule's draws of the guide a step in the tail, in every module that
+    reads it (an experiment: the fit helpers take no such argument)."""
+    from exactbatch.adapters import numpyro_run, pymc_schedule, schedule
+
+    if draws < 1:
+        raise SystemExit(f"--tail-draws: expected a positive number of draws, got {draws}")
+    for module in (schedule, numpyro_run, pymc_schedule):
+        module.TAIL_DRAWS = draws
+
+
+def _why(verdict) -> str:
+    """The verdict's reason in a word: ``too-short`` (too few epochs to judge the means),
+    ``drift``, ``shift``, ``error`` (the means' standard error above its bound), ``sd-error``;
+    ``converged`` when none."""
+    if not verdict.means_judged:
+        return "too-short"
+    if verdict.drift is not None and verdict.drift > verdict.threshold:
+        return "drift"
+    if verdict.shifted:
+        return "shift"
+    if verdict.error is not None and verdict.error > verdict.error_max:
+        return "error"
+    if verdict.converged is False:
+        return "sd-error"
+    return "converged"
+
+
 def grid(args) -> None:
     """N x B x steps on the synthetic regression: each cell's fits against the reference.
     A fit is silently wrong when it is more than 0.5 sd off (or its sds off by more than
@@ -341,7 +370,8 @@ def grid(args) -> None:
     for n in args.grid_n:
         x, y = synthetic(n, args.kind, scale=args.scale)
         m_ref, s_ref = reference(x, y, args.kind, None, 0)
-        for batch, steps, seed in itertools.product(args.grid_b, args.steps, range(args.seeds)):
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        for batch, steps, seed in itertools.product(args.grid_b, args.steps, seeds):
             for lib, run in (("numpyro", fit_numpyro), ("pymc", fit_pymc)):
                 if lib in args.skip:
                     continue
@@ -361,12 +391,24 @@ def grid(args) -> None:
                 alarms += mark == "ALARM"
                 unjudged += only_sds
                 total += 1
+                if args.jsonl:
+                    with open(args.jsonl, "a") as out:
+                        out.write(json.dumps({
+                            "lib": lib, "n": n, "batch": batch, "steps": steps, "seed": seed,
+                            "names": names, "off": dist.tolist(), "ratio": ratio.tolist(),
+                            "warned": warned, "why": _why(verdict), "mark": mark,
+                            "converged": verdict.converged, "drift": verdict.drift,
+                            "error": verdict.error, "sd_error": verdict.sd_error,
+                            "error_floor": verdict.error_floor, "sd_floor": verdict.sd_floor,
+                            "shift": verdict.shift, "step": lr, "returned": verdict.returned,
+                        }) + "\n")  # fmt: skip
                 print(f"  {lib:8s} N={n:<7d} B={batch:<4d} {steps:>6d} steps seed {seed}: "
                       f"{off:5.2f} sd ({names[np.argmax(dist)]}), sds {ratio.min():.2f}-"
                       f"{ratio.max():.2f}x ({names[np.argmin(ratio)]}, {names[np.argmax(ratio)]}), "
                       f"step {lr}, "
                       f"drift {verdict.drift:.3f} error {verdict.error:.3f} "
-                      f"sd error {verdict.sd_error:.3f}"
+                      f"sd error {verdict.sd_error:.3f} floor {verdict.error_floor:.3f} "
+                      f"({_why(verdict)})"
                       f"{' WARNED' if warned else ''} {mark} "
                       f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
     print(f"grid: {total} fits, {silent} silently wrong, {alarms} false alarms, "
@@ -378,6 +420,10 @@ def main() -> None:
     ap.add_argument("--grid", action="store_true", help="the N x B x steps grid instead")
     ap.add_argument("--grid-n", type=int, nargs="+", default=[10_000, 50_000, 200_000])
     ap.add_argument("--grid-b", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed + seeds - 1")  # fmt: skip
+    ap.add_argument("--jsonl", help="--grid: append one JSON line a fit to this file "
+                    "(each latent's distance and sd ratio, the verdict's figures)")  # fmt: skip
     ap.add_argument("--kind", default="linear", choices=["linear", "logistic"])
     ap.add_argument("--scale", type=float, nargs=3, default=None,
                     help="unstandardised features: each column times these")  # fmt: skip
@@ -388,7 +434,12 @@ def main() -> None:
     ap.add_argument("--nuts", type=int, default=500)
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "sorted", "nuts"])
     ap.add_argument("--columns", type=int, help="the data sets' first COLUMNS features only")
+    ap.add_argument("--tail-draws", type=int, default=None,
+                    help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 4), "
+                    "for an experiment")  # fmt: skip
     args = ap.parse_args()
+    if args.tail_draws is not None:
+        set_tail_draws(args.tail_draws)
     if args.grid:
         grid(args)
         return
@@ -416,7 +467,8 @@ def main() -> None:
                   f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
 
         runs = []
-        for steps, seed in itertools.product(args.steps, range(args.seeds)):
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        for steps, seed in itertools.product(args.steps, seeds):
             args_of = (x, y, kind, k, batch, steps)
             at = f", {steps} steps" if len(args.steps) > 1 else ""
             if "numpyro" not in args.skip:

@@ -450,6 +450,23 @@ def test_the_sds_floor_halves_with_the_tails_four_draws():
     assert judge(_parts(means, moved), np.zeros(800), 390, epoch=78, draws=TAIL_DRAWS).moving
 
 
+def test_the_sds_floor_keeps_the_band_at_the_length_that_judges_the_means():
+    """At the fewest steps whose windows judge the means (20 epochs: the means' floor at
+    its bound, the length the verdict advises) a guide sd's tail average scatters by the
+    sds' floor, and 0.8x, the converging target's edge, is at least 3 of them away. At 4
+    draws a step it was 2.5 (a floor of 0.088; measured, N = 10k, B = 64, 3120 steps, 12
+    fits: sds 0.80-1.24x, issue 40's N = 50k, B = 64, 15,620 steps: 0.78-1.16x)."""
+    epoch = 156  # N = 10k, B = 64
+    steps = 20 * epoch
+    _, width = windows(steps, epoch)
+    rng = np.random.default_rng(5)
+    means, sds = _still(rng, 5, 0.01), 1 + _still(rng, 5, 0.01)
+    verdict = judge(_parts(means, sds), np.zeros(steps), width, epoch=epoch, draws=TAIL_DRAWS)
+    assert verdict.means_judged and verdict.error_floor == pytest.approx(ERROR_MAX)
+    assert verdict.steps_to_judge_means() == steps
+    assert -math.log(0.8) / verdict.sd_floor >= 3
+
+
 def test_the_tail_draws_more_of_the_guide_a_step():
     """From the tail on (only), each step's gradient averages TAIL_DRAWS draws of the
     guide: a guide sd's tail average scattered by 0.08-0.11 of itself at one draw (N =

@@ -827,7 +827,7 @@ def test_the_tail_raises_the_objectives_draws_a_step():
     from exactbatch.adapters.pymc_schedule import Run
     from exactbatch.adapters.schedule import TAIL_DRAWS
 
-    for given, before, after in ((None, 1, TAIL_DRAWS), (8, 8, 8), (2, 2, TAIL_DRAWS)):
+    for given, before, after in ((None, 1, TAIL_DRAWS), (16, 16, 16), (2, 2, TAIL_DRAWS)):
         run = Run(200, 10, default=True, average=False)
         kwargs = {} if given is None else {"obj_n_mc": given}
         run.share_draws(kwargs)

@@ -41,8 +41,8 @@ device two batches ahead, float32 unless 64-bit JAX is on). The step is
 writes its loss into a device array, read back once at the end with the
 window sums of the verdict; the pilot is one more compiled step that runs
 the candidates side by side (``vmap``) for 5% of the steps, and the tail's
-(from 55% of the steps) another, its loss averaging 4 draws of the guide a step
-(``Trace_ELBO(num_particles=4)``: a guide sd's tail average scatters half as much
+(from 55% of the steps) another, its loss averaging 8 draws of the guide a step
+(``Trace_ELBO(num_particles=8)``: a guide sd's tail average scatters a third as much
 between fits; see :mod:`exactbatch.adapters.schedule`). The verdict
 draws 256 samples of the guide twice.
 
@@ -157,7 +157,7 @@ def fit(
     stable one; the step then decays linearly to the tail's step (bounded by
     the data's N and the batch; see the module) at 55% of the steps, a part
     before the verdict's windows, and stays there, each of the tail's steps
-    averaging 4 draws of the guide. Any other
+    averaging 8 draws of the guide. Any other
     ``optim`` - a NumPyro optimiser
     (``numpyro.optim.Adam(0.01)``) or an optax one - is used as given, with
     no pilot.

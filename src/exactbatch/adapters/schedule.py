@@ -102,9 +102,14 @@ gradient times the guide's draw, and averages away over the draws of one batch, 
 by a smaller step (a smaller one jitters less and relaxes slower, by the same factor).
 Measured at 20 epochs averaged (N = 10k, B = 256, 2000 steps), the scatter of a
 780-step average of a log-sd: 0.083-0.113 at one draw, one fit in five then holding an
-sd outside 0.8-1.25x of the reference; 0.040-0.066 at four (``bench/fit_hold.py``). The
-draws cost the tail's steps, not the decay's, where the iterate travels and its
-noise averages over many steps anyway.
+sd outside 0.8-1.25x of the reference; 0.040-0.066 at four (``bench/fit_hold.py``).
+Eight, not four: at the fewest steps whose windows judge the means (20 epochs, the
+means' floor at its bound: the length the verdict advises) the tail averages 8 epochs,
+and at four draws an sd's average scatters by ``0.25 * sqrt(1 / 8)`` = 0.088 of itself,
+0.8x only 2.5 of those away (measured, N = 10k, B = 64, 3120 steps, 12 fits: a log
+ratio's sd 0.093, sds 0.80-1.24x; issue 40's N = 50k, B = 64 at 15,620 steps: 0.78-1.16x);
+at eight, 0.062 and 3.6 (measured 0.054, 0.88-1.15x). The draws cost the tail's steps,
+not the decay's, where the iterate travels and its noise averages over many steps anyway.
 
 The fit returns the mean of the iterates of the verdict's two windows (the tail
 less its settle span) when the verdict finds no drift, else the mean of its last
@@ -134,7 +139,7 @@ SPREAD = 0.2  # ... and at most SPREAD / sqrt(batches an epoch): the jitter's bi
 BIAS = 0.2  # the tail's sum over coordinates of step * sqrt(v): at most BIAS * sqrt(2 N)
 PARTS = 4  # parts of each of the verdict's two windows
 RESTARTS = 2  # Adam's moments restart at the start of each of the decay's RESTARTS pieces
-TAIL_DRAWS = 4  # draws of the guide a step in the tail: a guide sd's average scatters half
+TAIL_DRAWS = 8  # draws of the guide a step in the tail: a guide sd's average scatters 0.35x
 PILOT = 0.05  # share of the steps the pilot takes
 WINDOW = 0.2  # share of the steps in each of the verdict's two windows: the tail
 SETTLE = 1  # parts the tail runs before the verdict's first window: its transient not judged
