@@ -65,7 +65,12 @@ of the guide (the last window's):
   ``(MEANS_FLOOR / ERROR_MAX)**2`` = 4 epochs: fits of under 20 epochs) the
   means are **too few epochs to judge** (``means_judged`` False): every fit
   there reads as uncertain whatever its luck, and it warns so, with the steps
-  that would judge it (``steps_to_judge_means``). The constant: of 0.5, 0.75
+  that would judge it (``steps_to_judge_means``) and the steps that leave the
+  batches' noise room under the bound (``steps_advised_means``: the floor at
+  :data:`ROOM` of it; at the judging length itself a converged fit's parts'
+  error, at least the floor, is above the bound about a third of the time:
+  N = 10k, B = 64, 3,120 steps, 4 of 12 fits within 0.15 sd warned; at 4,875,
+  the floor 0.8 of the bound, 12 of 12 were quiet). The constant: of 0.5, 0.75
   and 1 on the saved fits of docs/statistics.md (bench/fit_means_floor.py),
   0.5 and 0.75 warned on every fit of case d and added no false alarm; 1
   warned on all ten calibration fits (12 epochs a window, within 0.2 sd).
@@ -142,13 +147,15 @@ from exactbatch.adapters.schedule import PARTS, windows
 from exactbatch.errors import ConvergenceWarning
 
 __all__ = ["ALPHA", "DOF", "ERROR_MAX", "HELD", "LAST", "LAST_EPOCH", "LAST_WINDOW",
-           "MEANS_FLOOR", "PARTS", "SD_ERROR_MAX", "TAIL", "THRESHOLD", "TOO_SHORT", "WANDER",
-           "Convergence", "estimate", "judge", "not_judged", "parts", "warn_if_moving"]  # fmt: skip
+           "MEANS_FLOOR", "PARTS", "ROOM", "SD_ERROR_MAX", "TAIL", "THRESHOLD", "TOO_SHORT",
+           "WANDER", "Convergence", "estimate", "judge", "not_judged", "parts",
+           "warn_if_moving"]  # fmt: skip
 
 THRESHOLD = 0.1  # posterior sds the fit may still drift between its last two windows
 HELD = 0.5  # the share of a levelled move between the windows that the tail's average holds
 ERROR_MAX = 0.25  # the largest standard error of the returned average, in posterior sds
 MEANS_FLOOR = 0.5  # a window's mean is uncertain by at least this x sqrt(epoch / window)
+ROOM = 0.8  # the advised length's means' floor, as a share of the bound
 RHO_MAX = 0.9  # the largest lag-1 correlation of the parts the error is widened for
 SD_ERROR_MAX = 0.15  # ... of a guide sd's average, relative: 1/1.5 is 2.2 of them away
 WANDER = 2.0  # an sd's parts' error beyond WANDER x its floor: not the batches' noise
@@ -258,6 +265,12 @@ class Convergence:
         if self.means_judged or not self.error_floor:
             return steps
         return math.ceil(round(steps * (self.error_floor / self.error_max) ** 2, 6))
+
+    def steps_advised_means(self) -> int:
+        """The steps whose windows bring the means' floor to :data:`ROOM` of
+        ``error_max``: judged with room for the batches' noise (at
+        :meth:`steps_to_judge_means` the floor is the bound itself)."""
+        return math.ceil(round(self.steps_to_judge_means() / ROOM**2, 6))
 
     def steps_to_judge_sds(self) -> int:
         """The steps whose tail would bring the sds' floor within ``sd_error_max`` (the

@@ -83,6 +83,8 @@ class Convergence(Protocol):
 
     def steps_to_judge_means(self) -> int: ...
 
+    def steps_advised_means(self) -> int: ...
+
     def steps_to_judge_sds(self) -> int: ...
 
 
@@ -112,7 +114,8 @@ def too_few_epochs(verdict: Convergence) -> str:
         f"/ window steps); a wander slower than the verdict's parts hides from their "
         f"scatter), above the bound "
         f"{verdict.error_max} sd, whatever the fit. Run more epochs: at least "
-        f"{verdict.steps_to_judge_means()} steps judge them"
+        f"{verdict.steps_to_judge_means()} steps judge them, and about "
+        f"{verdict.steps_advised_means()} leave the batches' noise room under the bound"
     )
 
 
