@@ -159,6 +159,7 @@ def _regression(n=400, seed=0):
     return x, y
 
 
+@pytest.mark.fit
 def test_numpyro_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     """fit's default schedule restarts Adam's moments at the pilot's end (a state whose
     count is the pilot's steps), at the decay's pieces and at the tail's first step, each
@@ -255,6 +256,7 @@ def test_pymc_adam_takes_no_step_on_a_gradient_not_finite():
     assert not np.array_equal(params[0].get_value(), want[0][0])
 
 
+@pytest.mark.fit
 def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     pm = pytest.importorskip("pymc")
 

@@ -155,6 +155,7 @@ def _mean_std(approx):
     )
 
 
+@pytest.mark.fit
 def test_advi_over_parquet_recovers_the_truth_and_agrees_with_minibatch(tmp_path):
     """Logistic regression, 4000 rows in 4 Parquet files of 4 row groups, batches of 400,
     4000 Adam steps (lr 0.01) through fit, against pm.Minibatch on the same data in memory.
@@ -229,6 +230,7 @@ def _small(seed=0):
     return x, y, loader, model
 
 
+@pytest.mark.fit
 def test_the_default_schedule_needs_no_tuning():
     """No optim: the pilot runs each candidate step in turn and keeps one, and the fit
     (2000 steps, 100 epochs) lands on the exact posterior of the small regression: means
@@ -256,6 +258,7 @@ def test_the_default_schedule_needs_no_tuning():
     assert np.all((sd / exact_sd > 0.8) & (sd / exact_sd < 1.25)), (sd, exact_sd)
 
 
+@pytest.mark.fit
 def test_the_verdict_fires_on_the_old_recipe():
     """The old documented recipe - Adam at a constant 0.01 - on the breast-cancer logistic
     regression (569 rows, 30 standardised features, Normal(0, 1) priors, batches of 32,
@@ -421,6 +424,7 @@ def test_fit_needs_its_placeholders():
 # -- (d) exactly n batches, step i sees batch i ---------------------------------------------
 
 
+@pytest.mark.fit
 def test_real_fit_feeds_batch_i_to_step_i_and_takes_exactly_n():
     """With PyMC's own pm.fit: step i sees the loader's i-th batch (epochs roll over: 3
     batches per epoch, 8 steps), and exactly 8 batches are taken - the loader's state
@@ -651,6 +655,7 @@ def batches(make, steps, batch_size, seed):
     return [xb for _ in range(steps) for xb, _ in reference][:steps]
 
 
+@pytest.mark.fit
 def test_fit_one_of_two_loaders_feeds_its_own_placeholders():
     """Issue 12: fit(ld1) in a model that also holds ld2's placeholders (read by no
     likelihood) used to write ld1's rows into ld2's, the last data() call's. With PyMC's
@@ -667,6 +672,7 @@ def test_fit_one_of_two_loaders_feeds_its_own_placeholders():
     assert ld1.state_dict()["batches_done"] == 2 and ld2.state_dict()["batches_done"] == 0
 
 
+@pytest.mark.fit
 def test_fit_several_loaders_feeds_each_its_own_batches():
     """fit([ld1, ld2], n) with a likelihood per loader (real pm.fit): every step gets one
     new batch of each loader, in its own placeholders, and exactly n of each are taken."""
@@ -715,6 +721,7 @@ def test_fit_refuses_a_loader_without_placeholders_or_with_anothers(monkeypatch)
 # -- iterate averaging and missing labels ---------------------------------------------------
 
 
+@pytest.mark.fit
 def test_fit_averages_the_iterates_of_the_last_epoch():
     """With PyMC's own pm.fit: the approximation returned holds the mean of the iterates of
     the last epoch (the last len(loader) = 3 of 8 steps, the optimiser's mu and rho);
@@ -800,6 +807,7 @@ def test_a_loader_of_other_dtypes_feeds_its_batches(kw, monkeypatch):
         assert np.array_equal(got_x, xb) and np.array_equal(got_y, yb)
 
 
+@pytest.mark.fit
 def test_unstandardised_logistic_features_run_with_the_default_schedule():
     """A column x100 under a logit: the pilot's first step size saturates the logit, the
     gradient goes infinite, and Adam took it, leaving the parameters NaN: pm.fit stopped

@@ -1,0 +1,516 @@
+"""The fits' run loops without a fit: PyMC's schedule callback (the pilot, the step sizes,
+the restarts, the tail's switches, the verdict's sums and the estimate put back) driven
+step by step with a stand-in approximation, and NumPyro's run's bookkeeping (its spans,
+its sums read back, the tail's mean, the estimate chosen). Each runs in a second or less:
+these are the `samplers` mutation target's tests of that code (the end-to-end fits,
+marked `fit`, are too slow to run once a mutant; see docs/development.md)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from exactbatch.adapters import pymc_schedule as ps
+
+
+def test_sums_merge_and_means_of_the_iterates():
+    a = ps._add(None, [np.array([1, 2]), np.array([3.0])])
+    assert a[1] == 1 and a[0][0].dtype == np.float64 and a[0][0].tolist() == [1.0, 2.0]
+    assert ps._add(a, [np.array([3.0, 4.0]), np.array([5.0])]) is a
+    assert a[1] == 2 and a[0][0].tolist() == [4.0, 6.0] and a[0][1].tolist() == [8.0]
+    b = ps._add(None, [np.array([2.0, 0.0]), np.array([-2.0])])
+    merged = ps._merge([a, b])
+    assert merged[1] == 3 and merged[0][0].tolist() == [6.0, 6.0] and merged[0][1].tolist() == [6.0]
+    assert a[1] == 2 and a[0][0].tolist() == [4.0, 6.0]  # the parts left as they were
+    assert [m.tolist() for m in ps._mean(merged)] == [[2.0, 2.0], [2.0]]
+    assert ps._mean(None) is None
+    with pytest.raises(ValueError):
+        ps._add(a, [np.zeros(2)])  # one array per parameter
+
+
+# -- PyMC: pymc_schedule.Run, the pm.fit callback, driven step by step ----------------------
+
+
+class _Group:
+    def __init__(self, ordering):
+        self.ordering = ordering
+
+
+class _Approx:
+    """What Run reads of a PyMC approximation: its parameters (shared variables), and for
+    the verdict its mean and sd (expressions of them) and each latent's slice."""
+
+    def __init__(self, mu, rho=None):
+        import pytensor
+
+        self.mu = pytensor.shared(np.asarray(mu, dtype=np.float64), name="mu")
+        self.rho = pytensor.shared(np.zeros(len(mu)), name="rho")
+        self.params = [self.mu, self.rho]
+        self.mean, self.std = self.mu * 1.0, 2.0 + self.rho
+        self.groups = [_Group({"a": ("a", slice(0, 1), (), "float64"),
+                               "b": ("b", slice(1, 2), (), "float64")})]  # fmt: skip
+
+
+def _opt_with_state(run, approx):
+    """The schedule's Adam with its state made (its step graph built, not compiled)."""
+    import pytensor
+
+    grads = [pytensor.shared(np.zeros_like(p.get_value())) for p in approx.params]
+    run.optimizer(grads, approx.params)
+    return run.optimizer
+
+
+def _set_moments(opt, value):
+    opt.load([np.full_like(v, value) for v in opt.save()])
+
+
+def test_pymc_pilot_runs_each_candidate_from_the_start_and_keeps_the_best():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.schedule import CANDIDATES, Plan
+
+    run = ps.Run(100, 10, default=True, average=False, rows=200)
+    assert run.pilot_each == 2 and run.plan.pilot == 8 and run.plan.tail == 55
+    assert run.plan.restarts == Plan(100, 10, pilot=8, rows=200).restarts == (8, 31, 55)
+    approx = _Approx([0.0, 0.0])
+    opt = _opt_with_state(run, approx)
+    assert float(opt.lr.get_value()) == CANDIDATES[0]
+    run.remember(approx)
+    assert run.runs == [] and [v.tolist() for v in run.start] == [[0.0, 0.0], [0.0, 0.0]]
+    # each candidate c moves mu to 10 c + s; its losses make candidate 2 the best
+    pilot_losses = [10, 10, 5, 5, 1, 1, 2, 2]
+    losses, lrs, resets = [], [], []
+    for s in range(8):
+        c = s // 2
+        was = [0.0, 0.0] if s % 2 == 0 else [10.0 * c + s - 1] * 2
+        assert approx.mu.get_value().tolist() == was
+        approx.mu.set_value(np.full(2, 10.0 * c + s))
+        _set_moments(opt, c + 1.0)
+        losses.append(pilot_losses[s])
+        run(approx, np.array(losses), s + 1)
+        lrs.append(float(opt.lr.get_value()))
+        resets.append(not any(np.any(v) for v in opt.save()))
+    assert run.losses == pilot_losses and run.calls == 8
+    # a candidate's run ends every pilot_each steps: back to the start, Adam reset, the
+    # next step size; the last one ends the pilot: the best candidate's parameters back
+    assert lrs[:7] == [CANDIDATES[0], CANDIDATES[1], CANDIDATES[1], CANDIDATES[2],
+                       CANDIDATES[2], CANDIDATES[3], CANDIDATES[3]]  # fmt: skip
+    assert resets[:7] == [False, True, False, True, False, True, False]
+    assert run.lr0 == CANDIDATES[2] and run.runs is None
+    assert approx.mu.get_value().tolist() == [25.0, 25.0]  # candidate 2's last step
+    assert lrs[7] == pytest.approx(run.plan.step_size(CANDIDATES[2], 8))
+    assert resets[7]  # (the pilot's end is the plan's first restart)
+
+
+def _pilot_done(run, approx, opt):
+    """Drive the pilot (8 steps) with candidate 2 the best; the losses so far."""
+    run.remember(approx)
+    losses = []
+    for s, loss in enumerate([10, 10, 5, 5, 1, 1, 2, 2]):
+        losses.append(loss)
+        run(approx, np.array(losses), s + 1)
+    return losses
+
+
+def test_pymc_schedule_after_the_pilot_decays_restarts_and_switches_the_tail_on():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.schedule import TAIL_DRAWS
+
+    run = ps.Run(100, 10, default=True, average=False, rows=200)
+    kwargs = {}
+    run.share_draws(kwargs)
+    assert kwargs["obj_n_mc"] is run.draws and int(run.draws.get_value()) == 1
+    assert run.tail_draws == TAIL_DRAWS
+    run.cost = 0.1  # the loss's scale (B / N)
+    approx = _Approx([0.0, 0.0])
+    opt = _opt_with_state(run, approx)
+    losses = _pilot_done(run, approx, opt)
+    lr0, plan = run.lr0, run.plan
+    for s in range(8, 100):
+        _set_moments(opt, 1.0)
+        losses.append(1.0)
+        run(approx, np.array(losses), s + 1)
+        want = plan.step_size(lr0, s + 1)
+        assert float(opt.lr.get_value()) == pytest.approx(want), s
+        zeroed = not any(np.any(v) for v in opt.save())
+        assert zeroed == (s + 1 in (31, 55)), s
+        tail = s + 1 >= 55
+        assert int(run.draws.get_value()) == (TAIL_DRAWS if tail else 1), s
+        cap, budget = float(opt.cap.get_value()), float(opt.budget.get_value())
+        if tail:
+            assert cap == pytest.approx(plan.cap(55) * 0.1) and cap < math.inf
+            assert budget == pytest.approx(plan.budget(55) * 0.1) and budget < math.inf
+        else:
+            assert cap == math.inf and budget == math.inf, s
+
+
+def test_pymc_draws_shared_keep_the_callers_and_raise_them_in_the_tail():
+    pytest.importorskip("pytensor")
+    run = ps.Run(100, None, default=True, average=False)
+    kwargs = {"obj_n_mc": 9}
+    run.share_draws(kwargs)
+    assert int(kwargs["obj_n_mc"].get_value()) == 9 and run.tail_draws == 9
+    assert kwargs["obj_n_mc"].name == "obj_n_mc"
+    kwargs = {"obj_n_mc": 2}
+    run.share_draws(kwargs)
+    assert int(kwargs["obj_n_mc"].get_value()) == 2 and run.tail_draws == 4
+
+
+def test_pymc_sums_of_the_verdicts_parts_and_the_estimate_put_back():
+    """With a still fit (mu constant through the windows but for a zero-mean wiggle)
+    the verdict finds no drift and the mean of both windows is put back: mu's mean
+    over steps 60..99 exactly."""
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.convergence import LAST, TAIL
+
+    run = ps.Run(100, 10, default=False, average=False)
+    assert run.optimizer is None and run.avg_start is None and run.plan.pilot == 8
+    approx = _Approx([0.0, 0.0])
+    wiggle = [0.5, -0.5]
+    for s in range(100):
+        approx.mu.set_value(np.array([3.0 + wiggle[s % 2], 7.0 + s * (s < 60)]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert [s[1] for s in run.sums] == [5] * 8  # steps 60..99 in parts of 5
+    assert run.sums[0][0][0].tolist() == pytest.approx([15.0 + 0.5, 35.0])
+    assert run.sums[0][0][1].tolist() == [0.0, 0.0]
+    assert run.average is None
+    found = run.finish(approx)
+    assert found.returned == LAST  # not the default schedule: the last iterate
+    assert approx.mu.get_value().tolist() == [2.5, 7.0]  # step 99's
+    run2 = ps.Run(100, 10, default=True, average=False)
+    approx2 = _Approx([0.0, 0.0])
+    for s in range(100):
+        approx2.mu.set_value(np.array([3.0 + wiggle[s % 2], 7.0]))
+        run2(approx2, np.array([1.0] * (s + 1)), s + 1)
+    found = run2.finish(approx2)
+    assert found.returned == TAIL and found.moving is False
+    assert approx2.mu.get_value().tolist() == pytest.approx([3.0, 7.0])
+    assert found.window == 20
+
+
+def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.convergence import LAST_WINDOW
+
+    run = ps.Run(100, 10, default=True, average=False)
+    approx = _Approx([0.0, 0.0])
+    for s in range(100):
+        approx.mu.set_value(np.array([s * 1.0, 0.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    found = run.finish(approx)
+    assert found.returned == LAST_WINDOW and found.moving
+    assert approx.mu.get_value().tolist() == pytest.approx([89.5, 0.0])  # steps 80..99
+    assert approx.mu.get_value().dtype == np.float64
+
+
+def test_pymc_the_last_epochs_average():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.convergence import LAST_EPOCH
+
+    run = ps.Run(50, 10, default=False, average=True)
+    assert run.avg_start == 40
+    approx = _Approx([0.0, 0.0])
+    for s in range(50):
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.average[1] == 10
+    assert run.finish(approx).returned == LAST_EPOCH
+    assert approx.mu.get_value().tolist() == pytest.approx([44.5, 1.0])
+    # an epoch of unknown length: from the last epoch's start, marked by new_epoch
+    run = ps.Run(50, None, default=True, average=True)
+    assert run.avg_start == run.plan.pilot == 4
+    for s in range(50):
+        if s in (20, 35):
+            run.new_epoch()
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.avg_start == 35 and run.average[1] == 15
+    run.finish(approx)
+    assert approx.mu.get_value().tolist() == pytest.approx([42.0, 1.0])
+    # no average asked: new_epoch changes nothing
+    run = ps.Run(50, None, default=False, average=False)
+    run.calls = 30
+    run.new_epoch()
+    assert run.avg_start is None
+    # an epoch known: new_epoch changes nothing either
+    run = ps.Run(50, 10, default=False, average=True)
+    run.calls = 45
+    run.new_epoch()
+    assert run.avg_start == 40
+
+
+def test_pymc_callback_of_a_stand_in_and_a_verdict_without_parameters():
+    run = ps.Run(20, None, default=False, average=True)
+    run(None, None, 1)
+    run(None, np.array([]), 2)
+    run(None, np.array([3.0, 2.5]), 3)
+    assert run.calls == 3 and run.losses == [2.5] and run.average is None
+    found = run.finish(object())
+    assert found.drift is None and "no parameters to average" in str(found)
+
+
+def test_pymc_verdict_needs_a_mean_and_every_part():
+    pytest.importorskip("pytensor")
+    approx = _Approx([1.0, 2.0])
+    parts = [[np.array([1.0, 2.0]), np.array([0.0, 0.0])]] * 8
+    assert ps._verdict(object(), parts, [1.0] * 40, 20) is None  # no mean or sd
+    assert ps._verdict(approx, [*parts[:7], None], [1.0] * 40, 20) is None
+    found = ps._verdict(approx, parts, [1.0] * 40, 20)
+    assert found.moving is False and found.window == 20
+    assert approx.mu.get_value().tolist() == [1.0, 2.0]  # the last iterate back
+
+
+# -- NumPyro: numpyro_run.Run with a stand-in SVI (jitted, but a few operations) ----------
+
+
+class _Bar:
+    def __init__(self, show):
+        self.show, self.n, self.postfix = show, 0, []
+
+    def update(self, n):
+        self.n += n
+
+    def set_postfix(self, *, loss, refresh):
+        self.postfix.append((self.n, loss, refresh))
+
+
+def _svi(jnp, default=False, fail_vectorized=False, fail_tail=False):
+    """A stand-in SVI: the parameter w (two values) becomes the mean of the batch's
+    rows, moved by the step size (1 without the schedule); the loss is the batch's
+    label sum plus the step size (so the smallest candidate is the pilot's best)."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    State = namedtuple("State", "optim_state")
+    Opt = namedtuple("Opt", "hyperparams inner_state")
+
+    class SVI:
+        loss = SimpleNamespace(vectorize_particles=False, num_particles=1)
+
+        def __init__(self):
+            self.optim = SimpleNamespace(get_params=self.get_params)
+
+        @staticmethod
+        def get_params(optim_state):
+            return {"w": optim_state[1][0] if default else optim_state}
+
+        def update(self, state, xb, yb):
+            if fail_vectorized and self.loss.vectorize_particles:
+                raise RuntimeError("vmap cannot trace this model")
+            if fail_tail and self.loss.num_particles > 1:
+                raise RuntimeError("the tail's step fails")
+            extra = 1000.0 * (self.loss.num_particles - 1)  # the tail's draws, seen in its loss
+            target = xb.mean(axis=0)
+            if not default:
+                return State(target), yb.sum()
+            step, (w, opt) = state.optim_state
+            lr = opt.hyperparams["learning_rate"]
+            inner = {k: v + 1 for k, v in opt.inner_state.items()}
+            new = State((step + 1, (w + lr * (target - w), opt._replace(inner_state=inner))))
+            return new, yb.sum() + lr + extra
+
+    def init(w):
+        if not default:
+            return State(jnp.asarray(w, dtype=jnp.float32))
+        start = (("learning_rate", 0.3), ("cap", np.inf), ("budget", np.inf))
+        hyper = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in start}
+        inner = {"count": jnp.zeros([], jnp.int32), "nu": jnp.zeros(2)}
+        w = jnp.asarray(w, dtype=jnp.float32)
+        return State((jnp.zeros([], jnp.int32), (w, Opt(hyper, inner))))
+
+    return SVI(), init
+
+
+def _feed(jnp, n=None):
+    """Batch i: x rows all (i, 2 i), y rows summing to i."""
+    i = 0
+    while n is None or i < n:
+        yield jnp.full((2, 2), float(i)) * jnp.array([1.0, 2.0]), jnp.full((2, 1), i / 2)
+        i += 1
+
+
+def test_numpyro_run_spans_of_the_verdict_and_the_last_epoch():
+    pytest.importorskip("jax")
+    from exactbatch.adapters.numpyro_run import Run
+
+    run = Run(object(), {}, False, 100, 10, False)
+    assert run.width == 20 and run.plan is None and run.tail_svi is run.svi
+    assert run.starts.tolist() == [60, 65, 70, 75, 80, 85, 90, 95, 100]
+    assert run.ends.tolist() == [65, 70, 75, 80, 85, 90, 95, 100, 100]
+    assert run.starts.dtype == np.int32 and run.ends.dtype == np.int32
+    assert Run(object(), {}, False, 100, 10, True).starts[-1] == 90
+    assert Run(object(), {}, False, 100, 300, True).starts[-1] == 0
+    assert Run(object(), {}, False, 100, None, True).starts[-1] == 0
+    short = Run(object(), {}, False, 3, None, True)
+    assert short.width == 0 and short.starts.tolist() == [0] and short.ends.tolist() == [3]
+    # an epoch of unknown length: the last epoch's start moves to the step now
+    run = Run(object(), {}, False, 100, None, True)
+    run.step_no = 37
+    run.spans = "stale"
+    run.new_epoch()
+    assert run.starts[-1] == 37 and run.spans is None
+    for epoch, average in ((10, True), (None, False)):
+        run = Run(object(), {}, False, 100, epoch, average)
+        start = run.starts[-1]
+        run.step_no, run.spans = 37, "kept"
+        run.new_epoch()
+        assert run.starts[-1] == start and run.spans == "kept"
+
+
+def test_numpyro_run_steps_write_each_loss_and_sum_each_span():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from exactbatch.adapters.numpyro_run import Run
+
+    svi, init = _svi(jnp)
+    run = Run(svi, {}, False, 20, None, True)
+    assert run.starts.tolist() == [12, 13, 14, 15, 16, 17, 18, 19, 0]
+    bar = _Bar(True)
+    state = run.steps(init([0.0, 0.0]), _feed(jnp), bar)
+    assert run.step_no == 20 and bar.n == 20
+    assert np.asarray(state.optim_state).tolist() == [19.0, 38.0]
+    losses, parts, average = run.results()
+    assert losses.tolist() == list(range(20)) and isinstance(losses, np.ndarray)
+    assert [p["w"].tolist() for p in parts] == [[i, 2 * i] for i in range(12, 20)]
+    assert average["w"].tolist() == [9.5, 19.0]
+    # the bar's loss every 1% of the steps (every step here) and at the last
+    assert [n for n, _, _ in bar.postfix] == list(range(1, 21))
+    assert bar.postfix[3] == (4, "3", False)
+    assert run.tail_mean(parts)["w"].tolist() == pytest.approx([15.5, 31.0])
+    assert run.tail_mean(parts, last=True)["w"].tolist() == pytest.approx([17.5, 35.0])
+    # a bar that shows nothing is not asked for the loss; 1% of 200 steps is 2
+    run = Run(svi, {}, False, 200, None, False)
+    quiet, shown = _Bar(False), _Bar(True)
+    run.steps(init([0.0, 0.0]), _feed(jnp), quiet)
+    assert quiet.n == 200 and quiet.postfix == []
+    run = Run(svi, {}, False, 201, None, False)
+    run.steps(init([0.0, 0.0]), _feed(jnp), shown)
+    assert [n for n, _, _ in shown.postfix][:3] == [1, 3, 5] and shown.postfix[-1][0] == 201
+    _, _, average = run.results()
+    assert average is None
+    jax.clear_caches()
+
+
+def test_numpyro_run_tail_mean_weighs_the_parts_by_their_steps():
+    pytest.importorskip("jax")
+    from exactbatch.adapters.numpyro_run import Run
+
+    run = Run(object(), {}, False, 100, 10, False)
+    run.starts = np.array([0, 1, 3, 6, 10, 15, 21, 28, 0])
+    run.ends = np.array([1, 3, 6, 10, 15, 21, 28, 36, 0])
+    parts = [{"w": np.float64(k)} for k in range(8)]
+    counts = np.arange(1, 9)
+    assert run.tail_mean(parts)["w"] == pytest.approx((counts * np.arange(8)).sum() / 36)
+    assert run.tail_mean(parts, last=True)["w"] == pytest.approx(
+        (counts[4:] * np.arange(4, 8)).sum() / counts[4:].sum()
+    )
+
+
+@pytest.mark.parametrize("returned", ["LAST", "LAST_EPOCH", "TAIL", "LAST_WINDOW"])
+def test_numpyro_run_finish_returns_the_estimate_the_verdict_names(returned, monkeypatch):
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from exactbatch.adapters import convergence
+    from exactbatch.adapters import numpyro_run as nr
+
+    svi, init = _svi(jnp)
+    svi.constrain_fn = lambda p: {"constrained": p["w"]}
+    svi.get_params = lambda state: {"last": np.asarray(state.optim_state)}
+    run = nr.Run(svi, {}, False, 20, None, returned == "LAST_EPOCH")
+    state = run.steps(init([0.0, 0.0]), _feed(jnp), _Bar(False))
+    drift = {"TAIL": 0.0, "LAST_WINDOW": 1.0}.get(returned)  # (moving: above 0.1)
+    seen = []
+
+    def verdict(*args):
+        seen.append(args)
+        return convergence.Convergence(drift, None, None, "stand-in", 4, None, None)
+
+    monkeypatch.setattr(nr, "verdict", verdict)
+    monkeypatch.setattr(run, "default", returned in ("TAIL", "LAST_WINDOW"))
+    params, found, losses = run.finish("guide", state, "xb", "yb")
+    assert found.returned == getattr(convergence, returned)
+    assert losses.tolist() == list(range(20))
+    assert seen[0][0] is svi and seen[0][1] == "guide" and seen[0][4] is run
+    assert seen[0][5:] == ("xb", "yb", {})
+    want = {"LAST": None, "LAST_EPOCH": [9.5, 19.0], "TAIL": [15.5, 31.0],
+            "LAST_WINDOW": [17.5, 35.0]}[returned]  # fmt: skip
+    if want is None:
+        assert params["last"].tolist() == [19.0, 38.0]
+    else:
+        assert np.asarray(params["constrained"]).tolist() == pytest.approx(want)
+
+
+def test_numpyro_verdict_of_a_fit_too_short_judges_nothing():
+    pytest.importorskip("jax")
+    from exactbatch.adapters.numpyro_run import Run, verdict
+
+    run = Run(object(), {}, False, 3, None, False)
+    found = verdict(None, None, [], np.zeros(3), run, None, None, {})
+    assert found.drift is None and found.window == 0
+
+
+def _default_fit(jnp, num_steps=100, **kw):
+    from exactbatch.adapters.numpyro_run import Run
+
+    svi, init = _svi(jnp, default=True, **kw)
+    run = Run(svi, {}, True, num_steps, 10, False, rows=200)
+    return run, run.steps(init([0.0, 0.0]), _feed(jnp), _Bar(False))
+
+
+def test_numpyro_default_schedule_pilot_decay_restarts_and_tail():
+    pytest.importorskip("jax")
+    pytest.importorskip("numpyro")
+    import jax.numpy as jnp
+
+    from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick
+
+    run, state = _default_fit(jnp)
+    plan = Plan(100, 10, rows=200)
+    assert (run.plan.pilot, run.plan.tail) == (plan.pilot, plan.tail)
+    assert run.plan.restarts == plan.restarts
+    assert run.tail_svi is not run.svi and run.tail_svi.loss.num_particles == TAIL_DRAWS
+    assert run.tail_svi.loss.vectorize_particles is True
+    # the pilot: every candidate on the same batches (loss i + lr), the best kept
+    pilot = np.array([[i + lr for lr in CANDIDATES] for i in range(plan.pilot)], np.float32)
+    assert run.lr0 == CANDIDATES[pick(pilot)]
+    losses, _, _ = run.results()
+    assert losses[: plan.pilot].tolist() == pytest.approx(pilot[:, pick(pilot)].tolist())
+    # then the plan's step sizes; the tail's steps with TAIL_DRAWS draws
+    for i in range(plan.pilot, 100):
+        extra = 1000.0 * (TAIL_DRAWS - 1) if i >= plan.tail else 0.0
+        want = i + plan.step_size(run.lr0, i) + extra
+        assert losses[i] == pytest.approx(want, rel=1e-6), i
+    # the moments restarted at each of the plan's restarts: the last at the tail
+    _, (_, opt) = state.optim_state
+    assert int(opt.inner_state["count"]) == 100 - plan.tail
+    assert float(opt.hyperparams["cap"]) == pytest.approx(plan.cap(99))
+    assert float(opt.hyperparams["budget"]) == pytest.approx(plan.budget(99))
+    assert float(opt.hyperparams["learning_rate"]) == pytest.approx(plan.step_size(run.lr0, 99))
+    assert run.step_no == 100
+
+
+def test_numpyro_tail_a_model_vmap_cannot_trace_runs_its_draws_one_by_one():
+    pytest.importorskip("jax")
+    pytest.importorskip("numpyro")
+    import jax.numpy as jnp
+
+    from exactbatch.adapters.schedule import TAIL_DRAWS
+
+    run, _ = _default_fit(jnp, fail_vectorized=True)
+    assert run.tail_svi.loss.vectorize_particles is False
+    assert run.tail_svi.loss.num_particles == TAIL_DRAWS
+    losses, _, _ = run.results()
+    assert losses[-1] == pytest.approx(99 + run.plan.step_size(run.lr0, 99) + 3000, rel=1e-6)
+    assert run.step_no == 100
+    # a failure that is not vmap's: raised, not retried
+    from numpyro.infer import Trace_ELBO
+
+    from exactbatch.adapters.numpyro_run import Run
+
+    svi, init = _svi(jnp, default=True, fail_tail=True)
+    run = Run(svi, {}, True, 100, 10, False, rows=200)
+    run.tail_svi.loss = Trace_ELBO(TAIL_DRAWS, vectorize_particles=False)
+    with pytest.raises(RuntimeError, match="the tail's step fails"):
+        run.steps(init([0.0, 0.0]), _feed(jnp), _Bar(False))
+    assert run.step_no == run.plan.tail
