@@ -514,3 +514,146 @@ def test_numpyro_tail_a_model_vmap_cannot_trace_runs_its_draws_one_by_one():
     with pytest.raises(RuntimeError, match="the tail's step fails"):
         run.steps(init([0.0, 0.0]), _feed(jnp), _Bar(False))
     assert run.step_no == run.plan.tail
+
+
+# -- NumPyro: fit's plumbing around its checks, with a stand-in SVI and run ------------------
+
+
+def _numpyro_model():
+    import numpyro
+    import numpyro.distributions as dist
+
+    def model(xb, yb, scale=1.0):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], scale), obs=yb[:, 0])
+
+    return model
+
+
+def _stand_ins(monkeypatch, steps_taken, moving=False):
+    """fit's SVI and Run replaced: what fit hands them is recorded in ``seen``."""
+    from exactbatch.adapters import convergence
+    from exactbatch.adapters import numpyro as adapter
+
+    seen = {}
+    real_result = adapter._svi()[2]
+
+    class SVI:
+        def __init__(self, *args):
+            seen["svi"] = args
+
+        def init(self, key, xb, yb, **kw):
+            seen["init"] = (key, np.asarray(xb), np.asarray(yb), kw)
+            return "state0"
+
+    class ELBO:
+        pass
+
+    class Run:
+        lr0 = 0.03
+
+        def __init__(self, *args):
+            seen["run"] = args
+            seen["epochs"] = 0
+
+        def new_epoch(self):
+            seen["epochs"] += 1
+
+        def steps(self, state, feed, bar):
+            seen["steps"] = (state, [np.asarray(next(feed)[0][:, 0]) for _ in range(steps_taken)])
+            seen["bar"] = (bar.show, getattr(bar, "total", None))
+            return "state1"
+
+        def finish(self, guide, state, xb, yb):
+            seen["finish"] = (guide, state, np.asarray(xb), np.asarray(yb))
+            verdict = convergence.Convergence(1.0 if moving else 0.0, 1.0, 0.1, "w mean", 4,
+                                              None, None, returned=convergence.TAIL)  # fmt: skip
+            return {"w": 1.5}, verdict, np.arange(3.0)
+
+    monkeypatch.setattr(adapter, "_svi", lambda: (SVI, ELBO, real_result))
+    monkeypatch.setattr(adapter, "Run", Run)
+    return seen
+
+
+def test_numpyro_fit_hands_the_run_its_svi_batches_epochs_and_returns_its_result(monkeypatch):
+    jax = pytest.importorskip("jax")
+    pytest.importorskip("numpyro")
+    from exactbatch import DataLoader
+    from exactbatch.adapters.convergence import TAIL
+    from exactbatch.numpyro import fit
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    y = np.ones((40, 1), np.float32)
+    loader, same = (DataLoader((x, y), 10, seed=5) for _ in range(2))
+    batches = [np.asarray(b[0])[:, 0].tolist() for _ in range(3) for b in same]
+    seen = _stand_ins(monkeypatch, 9)
+    model, guide, key = _numpyro_model(), object(), jax.random.key(3)
+    r = fit(model, guide, loader, 9, rng_key=key, scale=2.0)
+    svi_model, svi_guide, optim, elbo = seen["svi"]
+    assert svi_model is model and svi_guide is guide and type(elbo).__name__ == "ELBO"
+    assert callable(optim.init) and "learning_rate" in optim.init(np.zeros(1)).hyperparams
+    assert seen["init"][0] is key and seen["init"][3] == {"scale": 2.0}
+    assert seen["init"][1][:, 0].tolist() == batches[0]  # the first batch
+    assert seen["run"][1:] == ({"scale": 2.0}, True, 9, 4, False, 40)
+    assert seen["steps"][0] == "state0"
+    # the batches without end: 9 steps of 10 rows over epochs of 4 batches
+    assert [b.tolist() for b in seen["steps"][1]] == batches[:9] and seen["epochs"] == 2
+    assert seen["bar"] == (False, None)
+    # the loader stands after the 9 batches taken (none of those put ahead lost)
+    assert np.asarray(next(iter(loader))[0])[:, 0].tolist() == batches[9]
+    assert seen["finish"][0] is guide and seen["finish"][1] == "state1"
+    assert seen["finish"][2][:, 0].tolist() == batches[0]
+    params, state, losses = r
+    assert params == {"w": 1.5} and state == "state1" and losses.tolist() == [0.0, 1.0, 2.0]
+    assert type(r).__name__ == "FitResult" and r.step_size == 0.03
+    assert r.convergence.returned == TAIL and r.convergence.drift == 0.0
+
+
+def test_numpyro_fit_with_an_optim_of_its_own_a_bar_and_a_moving_verdict(monkeypatch):
+    jax = pytest.importorskip("jax")
+    pytest.importorskip("numpyro")
+    pytest.importorskip("tqdm")
+    from exactbatch import ConvergenceWarning, DataLoader
+    from exactbatch.numpyro import fit
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=1)
+    seen = _stand_ins(monkeypatch, 2, moving=True)
+    optim = object()
+    with pytest.warns(ConvergenceWarning):
+        fit(_numpyro_model(), object(), loader, 2, optim=optim, rng_key=jax.random.key(0),
+            average_last_epoch=True, progress_bar=True)  # fmt: skip
+    assert seen["svi"][2] is optim
+    assert seen["run"][1:] == ({}, False, 2, 4, True, 40)
+    assert seen["bar"] == (True, 2)
+    assert seen["epochs"] == 0
+
+
+def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
+    pytest.importorskip("jax")
+    from exactbatch.adapters.numpyro import _bar, _epochs
+
+    class Batches:  # as a loader's: each iter() a generator (closed when the feed is)
+        def __init__(self, batches):
+            self.batches, self.closed = batches, 0
+
+        def __iter__(self):
+            try:
+                yield from self.batches
+            finally:
+                self.closed += 1
+
+    marks = []
+    batches = Batches([(np.zeros((2, 1)), np.ones((2, 1)), "ids")] * 2)
+    feed = _epochs(batches, 2, lambda: marks.append(1))
+    got = [next(feed) for _ in range(5)]
+    assert len(got[0]) == 2 and marks == [1, 1]
+    feed.close()
+    assert batches.closed == 3  # two epochs done, the third closed with the feed
+    with pytest.raises(ValueError, match="handed out no batch: nothing to feed"):
+        next(_epochs(Batches([]), 2, lambda: None))
+    with pytest.raises(ValueError, match="drop_last|rows"):
+        next(_epochs(Batches([(np.zeros((3, 1)), np.zeros((3, 1)))]), 2, lambda: None))
+    with _bar(False, 5) as bar:
+        assert bar.show is False and bar.update(1) is None and bar.set_postfix(loss="1") is None
