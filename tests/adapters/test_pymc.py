@@ -712,10 +712,36 @@ def test_fit_refuses_a_loader_without_placeholders_or_with_anothers(monkeypatch)
     for call, match in cases:
         with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)")):
             call()
-    with pytest.raises(ValueError, match="already has placeholders"), model:
+    with pytest.raises(ValueError, match=r"already has placeholders \('x1', 'y1'\) for"), model:
         data(ld1, "x3", "y3")
     assert np.array_equal(x1.get_value(), before[0]) and np.array_equal(x2.get_value(), before[1])
     assert ld1.state_dict()["batches_done"] == ld2.state_dict()["batches_done"] == 0
+
+
+def test_fit_refuses_x_or_y_that_is_no_placeholder(monkeypatch):
+    """x=/y= are pm.Data variables or their names: anything else, or a half of one (a
+    value it can read but not set), is a TypeError naming the argument and its type."""
+    loader = DataLoader(ids(30), 10, seed=3)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=30)
+
+    class ReadOnly:
+        def get_value(self):
+            return np.zeros((10, 2))
+
+    class WriteOnly:
+        def set_value(self, v):
+            pass
+
+    monkeypatch.setattr(pm, "fit", FakeFit(x_data))
+    for bad in (np.zeros((10, 2)), ReadOnly(), WriteOnly()):
+        name = type(bad).__name__
+        with pytest.raises(TypeError, match=f"x must be a pm.Data placeholder .* got {name}$"):
+            fit(loader, 3, model=model, x=bad, y="y")
+        with pytest.raises(TypeError, match=f"y must be a pm.Data placeholder .* got {name}$"):
+            fit(loader, 3, model=model, x="x", y=bad)
+    assert loader.state_dict()["batches_done"] == 0
 
 
 # -- iterate averaging and missing labels ---------------------------------------------------
