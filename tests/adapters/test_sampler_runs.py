@@ -657,3 +657,51 @@ def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
         next(_epochs(Batches([(np.zeros((3, 1)), np.zeros((3, 1)))]), 2, lambda: None))
     with _bar(False, 5) as bar:
         assert bar.show is False and bar.update(1) is None and bar.set_postfix(loss="1") is None
+
+
+def test_numpyro_verdict_reads_the_guides_means_and_sds_at_each_part():
+    """verdict draws the guide at each part's mean parameters (the same keys): a guide
+    w ~ Normal(loc, 1) with loc moving by 0.5 a part drifts, one standing still does not;
+    integer sites are left out; the default schedule's floor reads the tail's draws."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    from exactbatch.adapters.convergence import judge
+    from exactbatch.adapters.numpyro_run import GUIDE_DRAWS, Run, verdict
+
+    assert GUIDE_DRAWS == 256
+    seen = {}
+
+    def guide(xb, yb, shift=0.0):
+        seen["args"] = (xb.shape, yb.shape, shift)
+        loc = numpyro.param("loc", 0.0)
+        numpyro.sample("w", dist.Normal(loc + shift, 1.0))
+        numpyro.sample("k", dist.Poisson(3.0))
+
+    svi = SimpleNamespace(constrain_fn=lambda p: {"loc": p["loc"] * 2.0})
+    run = Run(svi, {}, False, 100, None, False)
+    xb, yb = jnp.zeros((4, 1)), jnp.zeros((4, 1))
+    moving = [{"loc": jnp.asarray(0.25 * k)} for k in range(8)]  # constrained: 0.5 k
+    found = verdict(svi, guide, moving, np.zeros(100), run, xb, yb, {"shift": 1.0})
+    assert seen["args"] == ((4, 1), (4, 1), 1.0)
+    assert found.window == 20 and found.moving and "w" in found.where
+    assert found.movement == pytest.approx(2.0, abs=0.3)  # 0.5 x 4 parts, in sds of 1
+    still = [{"loc": jnp.asarray(0.25)} for _ in range(8)]
+    found = verdict(svi, guide, still, np.zeros(100), run, xb, yb, {"shift": 1.0})
+    assert found.moving is False and found.movement == pytest.approx(0.0, abs=1e-6)
+    # the parts' means and sds as judge reads them: the same draws at every part
+    key = jax.random.key(0)
+    draws = numpyro.infer.Predictive(guide, params={"loc": 0.5}, num_samples=256)(
+        key, xb, yb, shift=1.0
+    )["w"]
+    parts = [{"w": (draws.mean(), draws.std())}] * 8
+    assert found == judge(parts, np.zeros(100), 20)
+    # with the default schedule: the epoch and the tail's draws set the sds' floor
+    run.default, run.epoch = True, 10
+    run.tail_svi = SimpleNamespace(loss=SimpleNamespace(num_particles=4))
+    found = verdict(svi, guide, still, np.zeros(100), run, xb, yb, {"shift": 1.0})
+    assert found == judge(parts, np.zeros(100), 20, 10, 4)
