@@ -573,6 +573,31 @@ def _extra_term(kind, x_data, y_data, w):
 
 
 @pytest.mark.parametrize(
+    "total_size,shape", [(None, None), ([None], None), (None, 10)],
+    ids=["none", "none-on-the-rows", "fixed-shape"],
+)  # fmt: skip
+def test_a_likelihood_reading_only_its_labels_is_checked_too(total_size, shape, monkeypatch):
+    """A likelihood whose only read of the batch is its observed value (an intercept-only
+    model of y; with a fixed shape its graph does not even read y's shape) reads the
+    batch all the same: without total_size, or with one of None on the rows' axis (PyMC
+    keeps a None constant), it is refused like any other."""
+    loader = DataLoader(ids(30), 10, seed=3)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("obs", mu, 1, observed=y_data, total_size=total_size, shape=shape)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    match = (
+        "observed variable 'obs' reads the streamed batches but has no total_size: .* "
+        r"Pass total_size=loader.total_size \(30\)"
+    )
+    with pytest.raises(ValueError, match=match):
+        fit(loader, 3, model=model)
+    assert fake.kwargs is None
+
+
+@pytest.mark.parametrize(
     "kind,match",
     [
         ("potential", "pm.Potential 'penalty' reads the streamed batches"),
