@@ -296,3 +296,42 @@ def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     cap, budget = plan.cap(plan.tail) * 20 / 400, plan.budget(plan.tail) * 20 / 400
     assert float(runs[0].optimizer.cap.get_value()) == pytest.approx(cap)
     assert float(runs[0].optimizer.budget.get_value()) == pytest.approx(budget)
+
+
+def test_pymc_adam_fresh_tiny_gradients_several_parameters_and_float32():
+    """A fresh Adam's first steps (no reset before: its step count starts at 0), a
+    coordinate whose gradients are far below epsilon (its root is sqrt(v_hat) + 1e-8),
+    the state of every parameter (the count, then each one's two moments) saved and
+    reset, and a float32 model (floatX float32: every update stays float32)."""
+    pytest.importorskip("pymc")
+    import pytensor
+
+    from exactbatch.adapters.pymc_schedule import Adam
+
+    grads_now = np.column_stack([GRADS[:, 0], GRADS[:, 1] * 1e-11])  # the second: ~1e-9
+    params = [pytensor.shared(np.zeros(1)), pytensor.shared(np.zeros(1))]
+    grads = [pytensor.shared(np.zeros(1)), pytensor.shared(np.zeros(1))]
+    opt = Adam(0.1)
+    step = pytensor.function([], [], updates=opt(grads, params))
+    want = _capped(grads_now, 0.1, math.inf)
+    for t, g in enumerate(grads_now):
+        before = [p.get_value().copy() for p in params]
+        for shared, value in zip(grads, g, strict=True):
+            shared.set_value(np.array([value]))
+        step()
+        moved = [float(p.get_value()[0] - b[0]) for p, b in zip(params, before, strict=True)]
+        assert np.allclose(moved, want[t], rtol=1e-6, atol=0), t
+    saved = opt.save()
+    assert len(saved) == 5 and float(saved[0]) == len(GRADS)  # count, (m, v) per parameter
+    assert all(np.any(v) for v in saved)
+    opt.reset()
+    assert len(opt.save()) == 5 and not any(np.any(v) for v in opt.save())
+    with pytensor.config.change_flags(floatX="float32"):
+        param = pytensor.shared(np.zeros(2, dtype=np.float32))
+        grad = pytensor.shared(np.asarray(GRADS[0], dtype=np.float32))
+        opt = Adam(0.1)
+        step = pytensor.function([], [], updates=opt([grad], [param]))
+        step()
+        assert param.get_value().dtype == np.float32
+        assert np.allclose(param.get_value(), _capped(GRADS[:1], 0.1, math.inf)[0], rtol=1e-5)
+        assert all(v.dtype == np.float32 for v in opt.save())
