@@ -40,11 +40,11 @@ class _Approx:
     """What Run reads of a PyMC approximation: its parameters (shared variables), and for
     the verdict its mean and sd (expressions of them) and each latent's slice."""
 
-    def __init__(self, mu, rho=None):
+    def __init__(self, mu, dtype=np.float64):
         import pytensor
 
-        self.mu = pytensor.shared(np.asarray(mu, dtype=np.float64), name="mu")
-        self.rho = pytensor.shared(np.zeros(len(mu)), name="rho")
+        self.mu = pytensor.shared(np.asarray(mu, dtype=dtype), name="mu")
+        self.rho = pytensor.shared(np.zeros(len(mu), dtype=dtype), name="rho")
         self.params = [self.mu, self.rho]
         self.mean, self.std = self.mu * 1.0, 2.0 + self.rho
         self.groups = [_Group({"a": ("a", slice(0, 1), (), "float64"),
@@ -141,6 +141,42 @@ def test_pymc_schedule_after_the_pilot_decays_restarts_and_switches_the_tail_on(
             assert budget == pytest.approx(plan.budget(55) * 0.1) and budget < math.inf
         else:
             assert cap == math.inf and budget == math.inf, s
+
+
+@pytest.mark.parametrize("num_steps,each", [(40, 1), (150, 3)])
+def test_pymc_schedule_of_other_pilot_lengths_and_float32(num_steps, each):
+    """Candidates' runs of 1 and 3 steps (a fit of up to 50 steps, of 101 to 150), and a
+    float32 model (floatX float32: the step size, cap and budget are set as float32,
+    which a float64 value may not be stored into): the same pilot and schedule."""
+    pytensor = pytest.importorskip("pytensor")
+    from exactbatch.adapters.schedule import CANDIDATES
+
+    with pytensor.config.change_flags(floatX="float32"):
+        run = ps.Run(num_steps, 10, default=True, average=False, rows=400)
+        assert run.pilot_each == each and run.plan.pilot == 4 * each
+        approx = _Approx([0.0, 0.0], dtype=np.float32)
+        opt = _opt_with_state(run, approx)
+        assert opt.lr.dtype == "float32"
+        run.remember(approx)
+        # candidate 1's losses the lowest, the others' far above
+        pilot = [[9.0] * each, [1.0] * each, [5.0] * each, [7.0] * each]
+        losses, lrs = [], []
+        for s in range(num_steps):
+            c = s // each
+            if s < run.plan.pilot:
+                approx.mu.set_value(np.full(2, 10.0 * c + s, dtype=np.float32))
+            losses.append(pilot[c][s % each] if s < run.plan.pilot else 1.0)
+            run(approx, np.array(losses), s + 1)
+            lrs.append(float(opt.lr.get_value()))
+        lr0 = run.lr0
+        assert lr0 == CANDIDATES[1] and run.runs is None
+        assert lrs[: 4 * each] == pytest.approx(
+            [CANDIDATES[min(3, s // each + ((s + 1) % each == 0))] for s in range(4 * each - 1)]
+            + [run.plan.step_size(lr0, 4 * each)]
+        )
+        assert lrs[-1] == pytest.approx(run.plan.step_size(lr0, num_steps), rel=1e-6)
+        assert float(opt.cap.get_value()) == pytest.approx(run.plan.cap(run.plan.tail), rel=1e-6)
+        assert float(opt.budget.get_value()) == pytest.approx(run.plan.budget(run.plan.tail))
 
 
 def test_pymc_draws_shared_keep_the_callers_and_raise_them_in_the_tail():
