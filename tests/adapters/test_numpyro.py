@@ -301,7 +301,11 @@ def summed_factor(xb, yb, N):  # noqa: N803
 @pytest.mark.parametrize(
     "model,match",
     [
-        (labels_2d, r"'obs' has a log-density of shape \(10, 10\).* make \(10,\).*yb\[:, 0\]"),
+        (
+            labels_2d,
+            r"'obs' has a log-density of shape \(10, 10\).* make \(10,\).*so 100 terms count "
+            r"as if they were 10\..*yb\[:, 0\]",
+        ),
         (column_location, r"'obs' has a log-density of shape \(10, 10\).*labels="),
         (second_term_outside, "'obs_mean' depends on the batch, but no plate of size"),
     ],

@@ -469,6 +469,8 @@ def test_numpyro_run_finish_returns_the_estimate_the_verdict_names(returned, mon
     assert losses.tolist() == list(range(20))
     assert seen[0][0] is svi and seen[0][1] == "guide" and seen[0][4] is run
     assert seen[0][5:] == ("xb", "yb", {})
+    assert [p["w"].tolist() for p in seen[0][2]] == [[i, 2 * i] for i in range(12, 20)]
+    assert seen[0][3].tolist() == list(range(20))
     want = {"LAST": None, "LAST_EPOCH": [9.5, 19.0], "TAIL": [15.5, 31.0],
             "LAST_WINDOW": [17.5, 35.0]}[returned]  # fmt: skip
     if want is None:
