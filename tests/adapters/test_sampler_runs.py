@@ -697,10 +697,24 @@ def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
         assert bar.show is False and bar.update(1) is None and bar.set_postfix(loss="1") is None
 
 
+def _same_verdict(got, want):
+    """Two verdicts alike, their figures to float32's precision (one vmapped call of the
+    guide against one call per part)."""
+    import dataclasses
+
+    for field in dataclasses.fields(want):
+        a, b = getattr(got, field.name), getattr(want, field.name)
+        if isinstance(b, float) and isinstance(a, float):
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-6), field.name
+        else:
+            assert a == b, field.name
+
+
 def test_numpyro_verdict_reads_the_guides_means_and_sds_at_each_part():
     """verdict draws the guide at each part's mean parameters (the same keys): a guide
-    w ~ Normal(loc, 1) with loc moving by 0.5 a part drifts, one standing still does not;
-    integer sites are left out; the default schedule's floor reads the tail's draws."""
+    w ~ Normal(loc, 1) whose loc moves by 1 between the windows drifts, one standing
+    still does not; each coordinate of a vector latent has its own mean and sd; integer
+    sites are left out; the default schedule's floor reads the tail's draws."""
     jax = pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     from types import SimpleNamespace
@@ -719,15 +733,25 @@ def test_numpyro_verdict_reads_the_guides_means_and_sds_at_each_part():
         loc = numpyro.param("loc", 0.0)
         numpyro.sample("w", dist.Normal(loc + shift, 1.0))
         numpyro.sample("k", dist.Poisson(3.0))
+        # a vector latent: each coordinate's own mean and sd (the second still)
+        numpyro.sample("v", dist.Normal(jnp.stack([loc, 0.0]), jnp.array([1.0, 3.0])).to_event(1))
 
     svi = SimpleNamespace(constrain_fn=lambda p: {"loc": p["loc"] * 2.0})
     run = Run(svi, {}, False, 100, None, False)
     xb, yb = jnp.zeros((4, 1)), jnp.zeros((4, 1))
-    moving = [{"loc": jnp.asarray(0.25 * k)} for k in range(8)]  # constrained: 0.5 k
+    moving = [{"loc": jnp.asarray(0.25 + 0.5 * (k >= 4))} for k in range(8)]  # 0.5, then 1.5
     found = verdict(svi, guide, moving, np.zeros(100), run, xb, yb, {"shift": 1.0})
     assert seen["args"] == ((4, 1), (4, 1), 1.0)
-    assert found.window == 20 and found.moving and "w" in found.where
-    assert found.movement == pytest.approx(2.0, abs=0.3)  # 0.5 x 4 parts, in sds of 1
+    assert found.window == 20 and found.moving and found.where in ("w mean", "v[0] mean")
+    assert found.movement == pytest.approx(1.0, abs=0.05)  # moved by 1 sd (its draws' sd)
+    # the parts' means and sds as judge reads them: the same draws (key 0) at every part
+    parts = []
+    for loc in (0.5, 1.5):
+        draws = numpyro.infer.Predictive(guide, params={"loc": loc}, num_samples=256)(
+            jax.random.key(0), xb, yb, shift=1.0
+        )
+        parts += [{n: (draws[n].mean(0), draws[n].std(0)) for n in ("w", "v")}] * 4
+    _same_verdict(found, judge(parts, np.zeros(100), 20))
     still = [{"loc": jnp.asarray(0.25)} for _ in range(8)]
     found = verdict(svi, guide, still, np.zeros(100), run, xb, yb, {"shift": 1.0})
     assert found.moving is False and found.movement == pytest.approx(0.0, abs=1e-6)
@@ -735,11 +759,11 @@ def test_numpyro_verdict_reads_the_guides_means_and_sds_at_each_part():
     key = jax.random.key(0)
     draws = numpyro.infer.Predictive(guide, params={"loc": 0.5}, num_samples=256)(
         key, xb, yb, shift=1.0
-    )["w"]
-    parts = [{"w": (draws.mean(), draws.std())}] * 8
-    assert found == judge(parts, np.zeros(100), 20)
+    )
+    parts = [{n: (draws[n].mean(0), draws[n].std(0)) for n in ("w", "v")}] * 8
+    _same_verdict(found, judge(parts, np.zeros(100), 20))
     # with the default schedule: the epoch and the tail's draws set the sds' floor
     run.default, run.epoch = True, 10
     run.tail_svi = SimpleNamespace(loss=SimpleNamespace(num_particles=4))
     found = verdict(svi, guide, still, np.zeros(100), run, xb, yb, {"shift": 1.0})
-    assert found == judge(parts, np.zeros(100), 20, 10, 4)
+    _same_verdict(found, judge(parts, np.zeros(100), 20, 10, 4))
