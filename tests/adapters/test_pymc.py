@@ -1,6 +1,7 @@
 """The PyMC adapter: fixed-shape placeholders, N/batch_size scaling, fit streams exactly n
 batches (step i sees batch i), refusals, and ADVI over Parquet against pm.Minibatch."""
 
+import re
 import subprocess
 import sys
 import warnings
@@ -533,6 +534,125 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
     assert type(fake.kwargs["obj_optimizer"]).__name__ == "Adam"
     with pytest.raises(TypeError, match="optim= and obj_optimizer="):
         fit(loader, 2, model=model, optim=optim, obj_optimizer=optim)
+
+
+def test_the_default_schedule_makes_the_named_method_with_its_arguments(monkeypatch):
+    """With the default schedule a method's name (any case) is made into PyMC's Inference
+    by fit, as pm.fit would: with the model, the seed, inf_kwargs, and start= and
+    start_sigma= taken out of pm.fit's keywords; ADVI's sds start at 0.1 unless
+    start_sigma= is given. An unknown name is a ValueError listing the names."""
+    loader = DataLoader(ids(40), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=40)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    made = []
+
+    def spy_on(real):
+        def spy(*args, **kwargs):
+            made.append((real.__name__, kwargs))
+            return real(*args, **kwargs)
+
+        return spy
+
+    for name in ("ADVI", "FullRankADVI", "SVGD", "ASVGD"):
+        monkeypatch.setattr(pm, name, spy_on(getattr(pm, name)))
+    for method, want in (("advi", "ADVI"), ("FullRank_ADVI", "FullRankADVI"), ("svgd", "SVGD"),
+                         ("ASVGD", "ASVGD")):  # fmt: skip
+        made.clear()
+        fit(loader, 2, method, model=model)
+        assert [(n, kw) for n, kw in made] == [(want, {"model": model})], method
+        assert fake.kwargs["method"].__class__.__name__ == want
+    made.clear()
+    start = {"w": np.array([0.5, -0.5])}
+    fit(loader, 2, "advi", model=model, random_seed=3, start=start, inf_kwargs={"jitter": 0.5},
+        obj_n_mc=2)  # fmt: skip
+    assert made == [("ADVI", {"jitter": 0.5, "start": start, "random_seed": 3, "model": model})]
+    assert "start" not in fake.kwargs and "inf_kwargs" not in fake.kwargs
+    rho = fake.kwargs["method"].approx.params[1].get_value()
+    assert np.allclose(np.log1p(np.exp(rho)), 0.1)  # sds of 0.1 to start
+    made.clear()
+    fit(loader, 2, "advi", model=model, start_sigma={"w": np.array([0.3, 0.3])}, start=None)
+    assert sorted(made[0][1]) == ["model", "start_sigma"] and "start_sigma" not in fake.kwargs
+    rho = fake.kwargs["method"].approx.params[1].get_value()
+    assert np.allclose(np.log1p(np.exp(rho)), 0.3)
+    made.clear()
+    fit(loader, 2, "fullrank_advi", model=model, random_seed=None, start_sigma=None)
+    assert made == [("FullRankADVI", {"model": model})]
+    names = "['advi', 'asvgd', 'fullrank_advi', 'svgd']"
+    with pytest.raises(
+        ValueError, match=f"fit: method must be one of {re.escape(names)}; got 'nuts'"
+    ):
+        fit(loader, 2, "nuts", model=model)
+
+
+def test_the_feed_counts_its_batches_and_keeps_the_placeholders_dtype(monkeypatch):
+    """The feed counts each batch it loads, one a step (the loader's cursor too), and
+    writes each batch as the placeholder's dtype: float32 placeholders of a float64 loader
+    stay float32 (floatX float32); a batch of one row is fed too (one row per batch is no
+    empty epoch)."""
+    import pytensor
+
+    loader, same = DataLoader(ids(40), 10, seed=2), DataLoader(ids(40), 10, seed=2)
+    batches = [np.asarray(b[0], np.float32) for _ in range(2) for b in same]
+    with pytensor.config.change_flags(floatX="float32"):
+        with pm.Model() as model:
+            x_data = pm.Data("x", np.zeros((10, 2), dtype=np.float32))
+            y_data = pm.Data("y", np.zeros(10, dtype=np.float32))
+            regression(x_data, y_data, total_size=40)
+        fake = FakeFit(x_data, y_data)
+        monkeypatch.setattr(pm, "fit", fake)
+        fit(loader, 6, model=model, x=x_data, y=y_data)
+    assert [v.dtype for v in fake.xs + fake.ys] == [np.float32] * 12
+    assert all(np.array_equal(a, b) for a, b in zip(fake.xs, batches[:6], strict=True))
+    assert x_data.get_value().dtype == np.float32
+    feeds = []
+    monkeypatch.setattr(pm, "fit", lambda n, callbacks, **kw: feeds.extend(callbacks))
+    fit(loader, 3, model=model, x=x_data, y=y_data)
+    feed = feeds[-1]
+    assert feed.batches == 1 and feed.calls == 0
+    feed(None, None, 1)
+    feed(None, None, 2)
+    feed(None, None, 3)
+    assert feed.batches == 3 and feed.calls == 3  # the last step loads nothing
+    one, same = DataLoader(ids(3), 1, seed=2), DataLoader(ids(3), 1, seed=2)
+    batches = [float(b[0][0, 0]) for _ in range(2) for b in same]
+    with pm.Model() as model:
+        x1, y1 = data(one)
+        regression(x1, y1, total_size=3)
+    fake = FakeFit(x1, y1)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(one, 4, model=model)
+    assert [float(v[0, 0]) for v in fake.xs] == batches[:4]
+    # two labels a row: the (batch_size, 2) placeholder gets both columns
+    x, y = xy(40, d=2, l=2)
+    two, same = DataLoader((x, y), 10, seed=2), DataLoader((x, y), 10, seed=2)
+    with pm.Model() as model:
+        x2, y2 = data(two)
+        w = pm.Normal("w", 0, 1, shape=2)
+        pm.Normal("obs", (x2 @ w)[:, None], 1, observed=y2, total_size=40)
+    fake = FakeFit(x2, y2)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(two, 2, model=model)
+    assert [v.shape for v in fake.ys] == [(10, 2)] * 2
+    assert all(np.array_equal(a, b[1]) for a, b in zip(fake.ys, same, strict=False))
+
+
+def test_an_epoch_that_hands_out_no_batch_is_an_error_naming_it(monkeypatch):
+    loader = DataLoader(ids(40), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=40)
+    feeds = []
+    monkeypatch.setattr(pm, "fit", lambda n, callbacks, **kw: feeds.extend(callbacks))
+    fit(loader, 20, model=model)
+    feed = feeds[-1]
+    monkeypatch.setattr(loader, "next_into", lambda *buffers: 0)
+    with pytest.raises(
+        ValueError, match="^the loader's epoch handed out no batch: nothing to feed$"
+    ):
+        feed.load()
 
 
 # -- total_size checks ----------------------------------------------------------------------
