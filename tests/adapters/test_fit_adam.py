@@ -335,3 +335,22 @@ def test_pymc_adam_fresh_tiny_gradients_several_parameters_and_float32():
         assert param.get_value().dtype == np.float32
         assert np.allclose(param.get_value(), _capped(GRADS[:1], 0.1, math.inf)[0], rtol=1e-5)
         assert all(v.dtype == np.float32 for v in opt.save())
+
+
+def test_numpyro_adam_counts_in_int32_and_adds_epsilon_to_each_root():
+    """Its step count is an int32 (exact however long the fit), and a coordinate whose
+    gradients are far below epsilon moves as capped Adam in NumPy says (its root is
+    sqrt(v_hat) + 1e-8, not less)."""
+    jnp = pytest.importorskip("jax.numpy")
+    pytest.importorskip("optax")
+    from exactbatch.adapters.numpyro_adam import adam
+
+    grads = np.column_stack([GRADS[:, 0], GRADS[:, 1] * 1e-11])
+    opt = adam(0.1, math.inf)
+    state = opt.init(jnp.zeros(2))
+    assert state.count.dtype == jnp.int32 and state.count.shape == ()
+    want = _capped(grads, 0.1, math.inf)
+    for t, g in enumerate(grads):
+        step, state = opt.update(jnp.asarray(g), state)
+        assert np.allclose(step, want[t], rtol=1e-4, atol=0), t
+    assert state.count.dtype == jnp.int32 and int(state.count) == len(GRADS)

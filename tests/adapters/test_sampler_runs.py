@@ -340,6 +340,9 @@ def _svi(jnp, default=False, fail_vectorized=False, fail_tail=False):
                 return State(target), yb.sum()
             step, (w, opt) = state.optim_state
             lr = opt.hyperparams["learning_rate"]
+            # a cap or budget not a number (the pilot's are inf) makes the loss NaN
+            cap_budget = opt.hyperparams["cap"] + opt.hyperparams["budget"]
+            extra = extra + jnp.where(jnp.isnan(cap_budget), jnp.nan, 0.0)
             inner = {k: v + 1 for k, v in opt.inner_state.items()}
             new = State((step + 1, (w + lr * (target - w), opt._replace(inner_state=inner))))
             return new, yb.sum() + lr + extra
@@ -493,7 +496,8 @@ def _default_fit(jnp, num_steps=100, **kw):
 
     svi, init = _svi(jnp, default=True, **kw)
     run = Run(svi, {}, True, num_steps, 10, False, rows=200)
-    return run, run.steps(init([0.0, 0.0]), _feed(jnp), _Bar(False))
+    run.bar = _Bar(False)
+    return run, run.steps(init([0.0, 0.0]), _feed(jnp), run.bar)
 
 
 def test_numpyro_default_schedule_pilot_decay_restarts_and_tail():
@@ -525,7 +529,7 @@ def test_numpyro_default_schedule_pilot_decay_restarts_and_tail():
     assert float(opt.hyperparams["cap"]) == pytest.approx(plan.cap(99))
     assert float(opt.hyperparams["budget"]) == pytest.approx(plan.budget(99))
     assert float(opt.hyperparams["learning_rate"]) == pytest.approx(plan.step_size(run.lr0, 99))
-    assert run.step_no == 100
+    assert run.step_no == 100 and run.bar.n == 100 and run.bar.postfix == []
 
 
 def test_numpyro_tail_a_model_vmap_cannot_trace_runs_its_draws_one_by_one():
