@@ -354,3 +354,18 @@ def test_numpyro_adam_counts_in_int32_and_adds_epsilon_to_each_root():
         step, state = opt.update(jnp.asarray(g), state)
         assert np.allclose(step, want[t], rtol=1e-4, atol=0), t
     assert state.count.dtype == jnp.int32 and int(state.count) == len(GRADS)
+
+
+def test_numpyro_default_optim_without_optax_says_what_to_install(monkeypatch):
+    import sys
+
+    from exactbatch.adapters.numpyro_adam import default_optim
+
+    monkeypatch.setitem(sys.modules, "optax", None)  # (import optax: ImportError)
+    want = (
+        "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
+        "pip install 'exactbatch[numpyro]'"
+    )
+    with pytest.raises(ImportError) as e:
+        default_optim()
+    assert str(e.value) == want

@@ -693,7 +693,9 @@ def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     assert len(got[0]) == 2 and marks == [1, 1]
     feed.close()
     assert batches.closed == 3  # two epochs done, the third closed with the feed
-    with pytest.raises(ValueError, match="handed out no batch: nothing to feed"):
+    with pytest.raises(
+        ValueError, match="^the loader's epoch handed out no batch: nothing to feed$"
+    ):
         next(_epochs(Batches([]), 2, lambda: None))
     with pytest.raises(ValueError, match="drop_last|rows"):
         next(_epochs(Batches([(np.zeros((3, 1)), np.zeros((3, 1)))]), 2, lambda: None))
