@@ -329,7 +329,7 @@ def _svi(jnp, default=False, fail_vectorized=False, fail_tail=False):
         def get_params(optim_state):
             return {"w": optim_state[1][0] if default else optim_state}
 
-        def update(self, state, xb, yb):
+        def update(self, state, xb, yb, shift=0.0):
             if fail_vectorized and self.loss.vectorize_particles:
                 raise RuntimeError("vmap cannot trace this model")
             if fail_tail and self.loss.num_particles > 1:
@@ -337,7 +337,7 @@ def _svi(jnp, default=False, fail_vectorized=False, fail_tail=False):
             extra = 1000.0 * (self.loss.num_particles - 1)  # the tail's draws, seen in its loss
             target = xb.mean(axis=0)
             if not default:
-                return State(target), yb.sum()
+                return State(target), yb.sum() + shift
             step, (w, opt) = state.optim_state
             lr = opt.hyperparams["learning_rate"]
             # a cap or budget not a number (the pilot's are inf) makes the loss NaN
@@ -373,6 +373,7 @@ def test_numpyro_run_spans_of_the_verdict_and_the_last_epoch():
 
     run = Run(object(), {}, False, 100, 10, False)
     assert run.width == 20 and run.plan is None and run.tail_svi is run.svi
+    assert run.lr0 is None and run.sums is None and run.losses is None and run.unravel is None
     assert run.starts.tolist() == [60, 65, 70, 75, 80, 85, 90, 95, 100]
     assert run.ends.tolist() == [65, 70, 75, 80, 85, 90, 95, 100, 100]
     assert run.starts.dtype == np.int32 and run.ends.dtype == np.int32
@@ -422,11 +423,16 @@ def test_numpyro_run_steps_write_each_loss_and_sum_each_span():
     quiet, shown = _Bar(False), _Bar(True)
     run.steps(init([0.0, 0.0]), _feed(jnp), quiet)
     assert quiet.n == 200 and quiet.postfix == []
-    run = Run(svi, {}, False, 201, None, False)
+    run = Run(svi, {}, False, 202, None, False)
     run.steps(init([0.0, 0.0]), _feed(jnp), shown)
-    assert [n for n, _, _ in shown.postfix][:3] == [1, 3, 5] and shown.postfix[-1][0] == 201
+    assert [n for n, _, _ in shown.postfix][:3] == [1, 3, 5]
+    assert [n for n, _, _ in shown.postfix][-2:] == [201, 202]  # the last step's too
     _, _, average = run.results()
     assert average is None
+    # the model's keywords reach each step
+    run = Run(svi, {"shift": 100.0}, False, 5, None, False)
+    run.steps(init([0.0, 0.0]), _feed(jnp), quiet)
+    assert run.results()[0].tolist() == [100.0, 101.0, 102.0, 103.0, 104.0]
     jax.clear_caches()
 
 
@@ -495,7 +501,7 @@ def _default_fit(jnp, num_steps=100, **kw):
     from exactbatch.adapters.numpyro_run import Run
 
     svi, init = _svi(jnp, default=True, **kw)
-    run = Run(svi, {}, True, num_steps, 10, False, rows=200)
+    run = Run(svi, {}, True, num_steps, 7, False, rows=200)
     run.bar = _Bar(False)
     return run, run.steps(init([0.0, 0.0]), _feed(jnp), run.bar)
 
@@ -508,7 +514,8 @@ def test_numpyro_default_schedule_pilot_decay_restarts_and_tail():
     from exactbatch.adapters.schedule import CANDIDATES, TAIL_DRAWS, Plan, pick
 
     run, state = _default_fit(jnp)
-    plan = Plan(100, 10, rows=200)
+    plan = Plan(100, 7, rows=200)  # (epochs of 7 batches: windows of 14 steps)
+    assert run.width == 14 and run.starts[0] == 72
     assert (run.plan.pilot, run.plan.tail) == (plan.pilot, plan.tail)
     assert run.plan.restarts == plan.restarts
     assert run.tail_svi is not run.svi and run.tail_svi.loss.num_particles == TAIL_DRAWS
