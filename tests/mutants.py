@@ -69,6 +69,11 @@ NO_NUMPYRO_FIT = [
     "-k",
     f"{FAST_ONLY[1]} and not test_fit_examines_the_stream_before_its_first_step",
 ]
+# tests/adapters' end-to-end NumPyro and PyMC fits (marked `fit`: each compiles and runs
+# real steps, seconds to a minute) stay in `make test` and out of the `samplers` target:
+# a mutant of a function a fit calls ran every such fit (hours for the target on two
+# cores). Its functions are reached there by fast tests with stand-ins instead.
+NO_FITS = [*FAST_ONLY, "-m", "not fit"]
 # The loader's tests that run batches through every stage, for the stages' targets.
 PIPELINE_TESTS = [
     "tests/loader/test_exactness.py",
@@ -593,7 +598,9 @@ TARGETS = {
             "tests/adapters/test_numpyro.py",
             "tests/adapters/test_pymc.py",
             "tests/adapters/test_fit_adam.py",
-            *FAST_ONLY,
+            # the run loops' bookkeeping, the pilot, the verdict's sums with stand-ins
+            "tests/adapters/test_sampler_runs.py",
+            *NO_FITS,
         ],
     ),
     "frameworks": (  # PyTorch and JAX: iterables, pinned buffers, device puts, minibatches

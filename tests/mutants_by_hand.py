@@ -16,6 +16,12 @@ without a mutant. The mutants come from a stopped ``mutmut run`` in build/mutant
     python tests/mutants_by_hand.py verdicts.jsonl ...   # killed / total per function
 
 A later file's verdict on a mutant (a recheck of the survivors) replaces an earlier one's.
+
+With ``STATS`` set to a mutmut run's ``mutants/mutmut-stats.json``, each mutant runs only
+the selected tests that called its function in that run's stats pass, quickest first, as
+mutmut would (a mutant whose function no selected test called: "no tests"); without it,
+every selected test. One session, no fork a mutant: JAX's and PyTensor's caches stay
+warm, which is most of a fit helper's test time (the ``samplers`` target, 2026-12-07).
 """
 
 from __future__ import annotations
@@ -34,11 +40,18 @@ def pytest_runtestloop(session):  # a pytest hook: replaces the session's run
 
     with open(os.environ["MUTS"]) as f:
         names = [line.strip() for line in f if line.strip()]
+    stats = None
+    if os.environ.get("STATS"):
+        with open(os.environ["STATS"]) as f:
+            stats = json.load(f)
     with open(os.environ["VERDICTS"], "a") as out:
         for name in [CONTROL, *names]:
             os.environ["MUTANT_UNDER_TEST"] = "" if name == CONTROL else name
             start, verdict, by = time.time(), "survived", None
-            for item in session.items:
+            items = session.items if name == CONTROL else _items_for(session.items, name, stats)
+            if not items:
+                verdict = "no tests"
+            for item in items:
                 try:
                     reports = runtestprotocol(item, nextitem=None, log=False)
                 except Exception as e:  # a mutant that breaks the test's own machinery
@@ -52,6 +65,16 @@ def pytest_runtestloop(session):  # a pytest hook: replaces the session's run
             out.write("\n")
             out.flush()
     return True
+
+
+def _items_for(items: list, name: str, stats: dict | None) -> list:
+    """The selected tests to run for mutant ``name``: with mutmut's stats, those that
+    called its function, quickest first; else all of them."""
+    if stats is None:
+        return items
+    called = set(stats["tests_by_mangled_function_name"].get(name.rsplit("__mutmut_", 1)[0], ()))
+    took = stats["duration_by_test"]
+    return sorted((i for i in items if i.nodeid in called), key=lambda i: took.get(i.nodeid, 0))
 
 
 def summarize(paths: list[str]) -> None:

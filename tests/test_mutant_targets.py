@@ -86,7 +86,7 @@ def test_each_target_names_files_and_tests_that_exist(target):
     assert names, f"{target}: no mutant names to run"
     args = iter(tests)
     for arg in args:
-        if arg == "-k":
+        if arg in ("-k", "-m"):
             next(args)  # its expression
             continue
         path = arg.split("::")[0]

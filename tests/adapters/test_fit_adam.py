@@ -159,6 +159,7 @@ def _regression(n=400, seed=0):
     return x, y
 
 
+@pytest.mark.fit
 def test_numpyro_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     """fit's default schedule restarts Adam's moments at the pilot's end (a state whose
     count is the pilot's steps), at the decay's pieces and at the tail's first step, each
@@ -255,6 +256,7 @@ def test_pymc_adam_takes_no_step_on_a_gradient_not_finite():
     assert not np.array_equal(params[0].get_value(), want[0][0])
 
 
+@pytest.mark.fit
 def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     pm = pytest.importorskip("pymc")
 
@@ -294,3 +296,76 @@ def test_pymc_fit_restarts_the_moments_where_the_plan_says(monkeypatch):
     cap, budget = plan.cap(plan.tail) * 20 / 400, plan.budget(plan.tail) * 20 / 400
     assert float(runs[0].optimizer.cap.get_value()) == pytest.approx(cap)
     assert float(runs[0].optimizer.budget.get_value()) == pytest.approx(budget)
+
+
+def test_pymc_adam_fresh_tiny_gradients_several_parameters_and_float32():
+    """A fresh Adam's first steps (no reset before: its step count starts at 0), a
+    coordinate whose gradients are far below epsilon (its root is sqrt(v_hat) + 1e-8),
+    the state of every parameter (the count, then each one's two moments) saved and
+    reset, and a float32 model (floatX float32: every update stays float32)."""
+    pytest.importorskip("pymc")
+    import pytensor
+
+    from exactbatch.adapters.pymc_schedule import Adam
+
+    grads_now = np.column_stack([GRADS[:, 0], GRADS[:, 1] * 1e-11])  # the second: ~1e-9
+    params = [pytensor.shared(np.zeros(1)), pytensor.shared(np.zeros(1))]
+    grads = [pytensor.shared(np.zeros(1)), pytensor.shared(np.zeros(1))]
+    opt = Adam(0.1)
+    step = pytensor.function([], [], updates=opt(grads, params))
+    want = _capped(grads_now, 0.1, math.inf)
+    for t, g in enumerate(grads_now):
+        before = [p.get_value().copy() for p in params]
+        for shared, value in zip(grads, g, strict=True):
+            shared.set_value(np.array([value]))
+        step()
+        moved = [float(p.get_value()[0] - b[0]) for p, b in zip(params, before, strict=True)]
+        assert np.allclose(moved, want[t], rtol=1e-6, atol=0), t
+    saved = opt.save()
+    assert len(saved) == 5 and float(saved[0]) == len(GRADS)  # count, (m, v) per parameter
+    assert all(np.any(v) for v in saved)
+    opt.reset()
+    assert len(opt.save()) == 5 and not any(np.any(v) for v in opt.save())
+    with pytensor.config.change_flags(floatX="float32"):
+        param = pytensor.shared(np.zeros(2, dtype=np.float32))
+        grad = pytensor.shared(np.asarray(GRADS[0], dtype=np.float32))
+        opt = Adam(0.1)
+        step = pytensor.function([], [], updates=opt([grad], [param]))
+        step()
+        assert param.get_value().dtype == np.float32
+        assert np.allclose(param.get_value(), _capped(GRADS[:1], 0.1, math.inf)[0], rtol=1e-5)
+        assert all(v.dtype == np.float32 for v in opt.save())
+
+
+def test_numpyro_adam_counts_in_int32_and_adds_epsilon_to_each_root():
+    """Its step count is an int32 (exact however long the fit), and a coordinate whose
+    gradients are far below epsilon moves as capped Adam in NumPy says (its root is
+    sqrt(v_hat) + 1e-8, not less)."""
+    jnp = pytest.importorskip("jax.numpy")
+    pytest.importorskip("optax")
+    from exactbatch.adapters.numpyro_adam import adam
+
+    grads = np.column_stack([GRADS[:, 0], GRADS[:, 1] * 1e-11])
+    opt = adam(0.1, math.inf)
+    state = opt.init(jnp.zeros(2))
+    assert state.count.dtype == jnp.int32 and state.count.shape == ()
+    want = _capped(grads, 0.1, math.inf)
+    for t, g in enumerate(grads):
+        step, state = opt.update(jnp.asarray(g), state)
+        assert np.allclose(step, want[t], rtol=1e-4, atol=0), t
+    assert state.count.dtype == jnp.int32 and int(state.count) == len(GRADS)
+
+
+def test_numpyro_default_optim_without_optax_says_what_to_install(monkeypatch):
+    import sys
+
+    from exactbatch.adapters.numpyro_adam import default_optim
+
+    monkeypatch.setitem(sys.modules, "optax", None)  # (import optax: ImportError)
+    want = (
+        "exactbatch.numpyro.fit's default schedule (optim=None) needs optax: "
+        "pip install 'exactbatch[numpyro]'"
+    )
+    with pytest.raises(ImportError) as e:
+        default_optim()
+    assert str(e.value) == want

@@ -167,6 +167,7 @@ def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, matc
     assert loader.state_dict()["batches_done"] == 0
 
 
+@pytest.mark.fit
 def test_the_hand_fit_a_local_latent_is_pointed_at_gives_the_plate_the_batch_rows():
     """The refusal's hand fit is NumPyro's own API (its plate has no subsample=):
     handlers.substitute of the plate's indices in model and guide makes the guide's
@@ -198,6 +199,7 @@ def test_the_hand_fit_a_local_latent_is_pointed_at_gives_the_plate_the_batch_row
     assert not np.array_equal(rows, np.arange(10))  # shuffled: not the plate's own draw
 
 
+@pytest.mark.fit
 def test_integer_labels_reach_the_model_as_integers():
     """label_dtype=np.int32: the first batch (traced for the checks) and every step's
     hold integer labels, which a Categorical's take_along_axis needs (it crashed on the
@@ -299,7 +301,11 @@ def summed_factor(xb, yb, N):  # noqa: N803
 @pytest.mark.parametrize(
     "model,match",
     [
-        (labels_2d, r"'obs' has a log-density of shape \(10, 10\).* make \(10,\).*yb\[:, 0\]"),
+        (
+            labels_2d,
+            r"'obs' has a log-density of shape \(10, 10\).* make \(10,\).*so 100 terms count "
+            r"as if they were 10\..*yb\[:, 0\]",
+        ),
         (column_location, r"'obs' has a log-density of shape \(10, 10\).*labels="),
         (second_term_outside, "'obs_mean' depends on the batch, but no plate of size"),
     ],
@@ -316,6 +322,7 @@ def test_every_term_of_the_batch_is_checked_before_any_step(model, match):
     assert loader.state_dict()["batches_done"] == 0
 
 
+@pytest.mark.fit
 def test_a_term_of_the_batch_needs_one_value_per_row():
     """The batch's log-likelihood summed into one factor inside the plate is refused (the
     plate would repeat it for every row: B x N/B times). The same factor of one value per
@@ -384,6 +391,7 @@ def test_bad_arguments():
 # -- steps, batches and epochs ---------------------------------------------------------
 
 
+@pytest.mark.fit
 def test_steps_take_exactly_num_steps_batches_and_average_the_last_epoch():
     """12 steps over 5 batches per epoch: step i sees batch i (epochs roll over inside),
     12 losses come back, and the loader's state counts exactly 12 batches (2 epochs and 2
@@ -453,6 +461,7 @@ def wide(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(b + xb @ w, sigma), obs=yb[:, 0])
 
 
+@pytest.mark.fit
 def test_the_verdict_fires_on_the_old_recipe():
     """The old documented recipe - Adam from 0.01 decaying to 5e-4 over the fit - on the
     breast-cancer logistic regression (569 rows, 30 standardised features, Normal(0, 1)
@@ -482,6 +491,7 @@ def test_the_verdict_fires_on_the_old_recipe():
     assert result.step_size is None  # no pilot with an optim of your own
 
 
+@pytest.mark.fit
 def test_the_verdict_is_quiet_on_converged_fits_of_fit_itself():
     """fit itself (its pilot, schedule, guide draws and verdict), seeds 0-1 on the small
     regression (1000 rows, batches of 50, 2000 steps: 100 epochs): every fit lands within
@@ -530,6 +540,7 @@ def _exact(x, y, prior_sd):
     return np.linalg.solve(precision, design.T @ y / sigma**2), 1 / np.sqrt(np.diag(precision))
 
 
+@pytest.mark.fit
 def test_minibatch_svi_over_parquet_needs_no_tuning(tmp_path, capfd):
     """Bayesian linear regression on scikit-learn's diabetes data (442 rows, 5 standardised
     features), written to 2 Parquet files and streamed in batches of 34 (13 per epoch),
@@ -575,6 +586,7 @@ def test_minibatch_svi_over_parquet_needs_no_tuning(tmp_path, capfd):
             N=10 * n)  # fmt: skip
 
 
+@pytest.mark.fit
 def test_a_loader_with_row_ids_feeds_its_batches():
     """A loader built with with_rows=True: the fit steps over its (x, y), the ids left
     aside, and the state counts the batches."""
@@ -592,6 +604,7 @@ def test_a_loader_with_row_ids_feeds_its_batches():
     assert (loader.state_dict()["epoch"], loader.state_dict()["batches_done"]) == (1, 2)
 
 
+@pytest.mark.fit
 def test_a_model_vmap_cannot_trace_still_takes_the_tails_draws_one_by_one():
     """The tail's draws of the guide run under vmap; a model with an op vmap cannot batch
     (here a pure_callback without a vmap_method) takes them one after another instead,
@@ -639,6 +652,7 @@ def test_a_hand_scale_in_no_plate_is_told_apart_within_a_millionth(factor, match
     assert ("scaled by hand" in str(e.value)) == (factor != 0.5)
 
 
+@pytest.mark.fit
 def test_a_latent_in_a_plate_of_another_size_is_no_row_latent():
     """Latents in plates that are not of the dataset's rows (a plate of the 2 features'
     coefficients; a subsample plate of 50 groups) are no latents per row: accepted."""

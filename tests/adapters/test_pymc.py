@@ -1,6 +1,7 @@
 """The PyMC adapter: fixed-shape placeholders, N/batch_size scaling, fit streams exactly n
 batches (step i sees batch i), refusals, and ADVI over Parquet against pm.Minibatch."""
 
+import re
 import subprocess
 import sys
 import warnings
@@ -155,6 +156,7 @@ def _mean_std(approx):
     )
 
 
+@pytest.mark.fit
 def test_advi_over_parquet_recovers_the_truth_and_agrees_with_minibatch(tmp_path):
     """Logistic regression, 4000 rows in 4 Parquet files of 4 row groups, batches of 400,
     4000 Adam steps (lr 0.01) through fit, against pm.Minibatch on the same data in memory.
@@ -229,6 +231,7 @@ def _small(seed=0):
     return x, y, loader, model
 
 
+@pytest.mark.fit
 def test_the_default_schedule_needs_no_tuning():
     """No optim: the pilot runs each candidate step in turn and keeps one, and the fit
     (2000 steps, 100 epochs) lands on the exact posterior of the small regression: means
@@ -256,6 +259,7 @@ def test_the_default_schedule_needs_no_tuning():
     assert np.all((sd / exact_sd > 0.8) & (sd / exact_sd < 1.25)), (sd, exact_sd)
 
 
+@pytest.mark.fit
 def test_the_verdict_fires_on_the_old_recipe():
     """The old documented recipe - Adam at a constant 0.01 - on the breast-cancer logistic
     regression (569 rows, 30 standardised features, Normal(0, 1) priors, batches of 32,
@@ -421,6 +425,7 @@ def test_fit_needs_its_placeholders():
 # -- (d) exactly n batches, step i sees batch i ---------------------------------------------
 
 
+@pytest.mark.fit
 def test_real_fit_feeds_batch_i_to_step_i_and_takes_exactly_n():
     """With PyMC's own pm.fit: step i sees the loader's i-th batch (epochs roll over: 3
     batches per epoch, 8 steps), and exactly 8 batches are taken - the loader's state
@@ -531,6 +536,125 @@ def test_fit_passes_its_arguments_to_pm_fit(monkeypatch):
         fit(loader, 2, model=model, optim=optim, obj_optimizer=optim)
 
 
+def test_the_default_schedule_makes_the_named_method_with_its_arguments(monkeypatch):
+    """With the default schedule a method's name (any case) is made into PyMC's Inference
+    by fit, as pm.fit would: with the model, the seed, inf_kwargs, and start= and
+    start_sigma= taken out of pm.fit's keywords; ADVI's sds start at 0.1 unless
+    start_sigma= is given. An unknown name is a ValueError listing the names."""
+    loader = DataLoader(ids(40), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=40)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    made = []
+
+    def spy_on(real):
+        def spy(*args, **kwargs):
+            made.append((real.__name__, kwargs))
+            return real(*args, **kwargs)
+
+        return spy
+
+    for name in ("ADVI", "FullRankADVI", "SVGD", "ASVGD"):
+        monkeypatch.setattr(pm, name, spy_on(getattr(pm, name)))
+    for method, want in (("advi", "ADVI"), ("FullRank_ADVI", "FullRankADVI"), ("svgd", "SVGD"),
+                         ("ASVGD", "ASVGD")):  # fmt: skip
+        made.clear()
+        fit(loader, 2, method, model=model)
+        assert [(n, kw) for n, kw in made] == [(want, {"model": model})], method
+        assert fake.kwargs["method"].__class__.__name__ == want
+    made.clear()
+    start = {"w": np.array([0.5, -0.5])}
+    fit(loader, 2, "advi", model=model, random_seed=3, start=start, inf_kwargs={"jitter": 0.5},
+        obj_n_mc=2)  # fmt: skip
+    assert made == [("ADVI", {"jitter": 0.5, "start": start, "random_seed": 3, "model": model})]
+    assert "start" not in fake.kwargs and "inf_kwargs" not in fake.kwargs
+    rho = fake.kwargs["method"].approx.params[1].get_value()
+    assert np.allclose(np.log1p(np.exp(rho)), 0.1)  # sds of 0.1 to start
+    made.clear()
+    fit(loader, 2, "advi", model=model, start_sigma={"w": np.array([0.3, 0.3])}, start=None)
+    assert sorted(made[0][1]) == ["model", "start_sigma"] and "start_sigma" not in fake.kwargs
+    rho = fake.kwargs["method"].approx.params[1].get_value()
+    assert np.allclose(np.log1p(np.exp(rho)), 0.3)
+    made.clear()
+    fit(loader, 2, "fullrank_advi", model=model, random_seed=None, start_sigma=None)
+    assert made == [("FullRankADVI", {"model": model})]
+    names = "['advi', 'asvgd', 'fullrank_advi', 'svgd']"
+    with pytest.raises(
+        ValueError, match=f"fit: method must be one of {re.escape(names)}; got 'nuts'"
+    ):
+        fit(loader, 2, "nuts", model=model)
+
+
+def test_the_feed_counts_its_batches_and_keeps_the_placeholders_dtype(monkeypatch):
+    """The feed counts each batch it loads, one a step (the loader's cursor too), and
+    writes each batch as the placeholder's dtype: float32 placeholders of a float64 loader
+    stay float32 (floatX float32); a batch of one row is fed too (one row per batch is no
+    empty epoch)."""
+    import pytensor
+
+    loader, same = DataLoader(ids(40), 10, seed=2), DataLoader(ids(40), 10, seed=2)
+    batches = [np.asarray(b[0], np.float32) for _ in range(2) for b in same]
+    with pytensor.config.change_flags(floatX="float32"):
+        with pm.Model() as model:
+            x_data = pm.Data("x", np.zeros((10, 2), dtype=np.float32))
+            y_data = pm.Data("y", np.zeros(10, dtype=np.float32))
+            regression(x_data, y_data, total_size=40)
+        fake = FakeFit(x_data, y_data)
+        monkeypatch.setattr(pm, "fit", fake)
+        fit(loader, 6, model=model, x=x_data, y=y_data)
+    assert [v.dtype for v in fake.xs + fake.ys] == [np.float32] * 12
+    assert all(np.array_equal(a, b) for a, b in zip(fake.xs, batches[:6], strict=True))
+    assert x_data.get_value().dtype == np.float32
+    feeds = []
+    monkeypatch.setattr(pm, "fit", lambda n, callbacks, **kw: feeds.extend(callbacks))
+    fit(loader, 3, model=model, x=x_data, y=y_data)
+    feed = feeds[-1]
+    assert feed.batches == 1 and feed.calls == 0
+    feed(None, None, 1)
+    feed(None, None, 2)
+    feed(None, None, 3)
+    assert feed.batches == 3 and feed.calls == 3  # the last step loads nothing
+    one, same = DataLoader(ids(3), 1, seed=2), DataLoader(ids(3), 1, seed=2)
+    batches = [float(b[0][0, 0]) for _ in range(2) for b in same]
+    with pm.Model() as model:
+        x1, y1 = data(one)
+        regression(x1, y1, total_size=3)
+    fake = FakeFit(x1, y1)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(one, 4, model=model)
+    assert [float(v[0, 0]) for v in fake.xs] == batches[:4]
+    # two labels a row: the (batch_size, 2) placeholder gets both columns
+    x, y = xy(40, d=2, l=2)
+    two, same = DataLoader((x, y), 10, seed=2), DataLoader((x, y), 10, seed=2)
+    with pm.Model() as model:
+        x2, y2 = data(two)
+        w = pm.Normal("w", 0, 1, shape=2)
+        pm.Normal("obs", (x2 @ w)[:, None], 1, observed=y2, total_size=40)
+    fake = FakeFit(x2, y2)
+    monkeypatch.setattr(pm, "fit", fake)
+    fit(two, 2, model=model)
+    assert [v.shape for v in fake.ys] == [(10, 2)] * 2
+    assert all(np.array_equal(a, b[1]) for a, b in zip(fake.ys, same, strict=False))
+
+
+def test_an_epoch_that_hands_out_no_batch_is_an_error_naming_it(monkeypatch):
+    loader = DataLoader(ids(40), 10)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=40)
+    feeds = []
+    monkeypatch.setattr(pm, "fit", lambda n, callbacks, **kw: feeds.extend(callbacks))
+    fit(loader, 20, model=model)
+    feed = feeds[-1]
+    monkeypatch.setattr(loader, "next_into", lambda *buffers: 0)
+    with pytest.raises(
+        ValueError, match="^the loader's epoch handed out no batch: nothing to feed$"
+    ):
+        feed.load()
+
+
 # -- total_size checks ----------------------------------------------------------------------
 
 
@@ -566,6 +690,31 @@ def _extra_term(kind, x_data, y_data, w):
         pm.Normal(
             "row", mu=(x_data @ w)[None, :], sigma=1, observed=y_data[None, :], total_size=100
         )
+
+
+@pytest.mark.parametrize(
+    "total_size,shape", [(None, None), ([None], None), (None, 10)],
+    ids=["none", "none-on-the-rows", "fixed-shape"],
+)  # fmt: skip
+def test_a_likelihood_reading_only_its_labels_is_checked_too(total_size, shape, monkeypatch):
+    """A likelihood whose only read of the batch is its observed value (an intercept-only
+    model of y; with a fixed shape its graph does not even read y's shape) reads the
+    batch all the same: without total_size, or with one of None on the rows' axis (PyMC
+    keeps a None constant), it is refused like any other."""
+    loader = DataLoader(ids(30), 10, seed=3)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("obs", mu, 1, observed=y_data, total_size=total_size, shape=shape)
+    fake = FakeFit(x_data)
+    monkeypatch.setattr(pm, "fit", fake)
+    match = (
+        "observed variable 'obs' reads the streamed batches but has no total_size: .* "
+        r"Pass total_size=loader.total_size \(30\)"
+    )
+    with pytest.raises(ValueError, match=match):
+        fit(loader, 3, model=model)
+    assert fake.kwargs is None
 
 
 @pytest.mark.parametrize(
@@ -651,6 +800,7 @@ def batches(make, steps, batch_size, seed):
     return [xb for _ in range(steps) for xb, _ in reference][:steps]
 
 
+@pytest.mark.fit
 def test_fit_one_of_two_loaders_feeds_its_own_placeholders():
     """Issue 12: fit(ld1) in a model that also holds ld2's placeholders (read by no
     likelihood) used to write ld1's rows into ld2's, the last data() call's. With PyMC's
@@ -667,6 +817,7 @@ def test_fit_one_of_two_loaders_feeds_its_own_placeholders():
     assert ld1.state_dict()["batches_done"] == 2 and ld2.state_dict()["batches_done"] == 0
 
 
+@pytest.mark.fit
 def test_fit_several_loaders_feeds_each_its_own_batches():
     """fit([ld1, ld2], n) with a likelihood per loader (real pm.fit): every step gets one
     new batch of each loader, in its own placeholders, and exactly n of each are taken."""
@@ -706,15 +857,42 @@ def test_fit_refuses_a_loader_without_placeholders_or_with_anothers(monkeypatch)
     for call, match in cases:
         with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)")):
             call()
-    with pytest.raises(ValueError, match="already has placeholders"), model:
+    with pytest.raises(ValueError, match=r"already has placeholders \('x1', 'y1'\) for"), model:
         data(ld1, "x3", "y3")
     assert np.array_equal(x1.get_value(), before[0]) and np.array_equal(x2.get_value(), before[1])
     assert ld1.state_dict()["batches_done"] == ld2.state_dict()["batches_done"] == 0
 
 
+def test_fit_refuses_x_or_y_that_is_no_placeholder(monkeypatch):
+    """x=/y= are pm.Data variables or their names: anything else, or a half of one (a
+    value it can read but not set), is a TypeError naming the argument and its type."""
+    loader = DataLoader(ids(30), 10, seed=3)
+    with pm.Model() as model:
+        x_data, y_data = data(loader)
+        regression(x_data, y_data, total_size=30)
+
+    class ReadOnly:
+        def get_value(self):
+            return np.zeros((10, 2))
+
+    class WriteOnly:
+        def set_value(self, v):
+            pass
+
+    monkeypatch.setattr(pm, "fit", FakeFit(x_data))
+    for bad in (np.zeros((10, 2)), ReadOnly(), WriteOnly()):
+        name = type(bad).__name__
+        with pytest.raises(TypeError, match=f"x must be a pm.Data placeholder .* got {name}$"):
+            fit(loader, 3, model=model, x=bad, y="y")
+        with pytest.raises(TypeError, match=f"y must be a pm.Data placeholder .* got {name}$"):
+            fit(loader, 3, model=model, x="x", y=bad)
+    assert loader.state_dict()["batches_done"] == 0
+
+
 # -- iterate averaging and missing labels ---------------------------------------------------
 
 
+@pytest.mark.fit
 def test_fit_averages_the_iterates_of_the_last_epoch():
     """With PyMC's own pm.fit: the approximation returned holds the mean of the iterates of
     the last epoch (the last len(loader) = 3 of 8 steps, the optimiser's mu and rho);
@@ -800,6 +978,7 @@ def test_a_loader_of_other_dtypes_feeds_its_batches(kw, monkeypatch):
         assert np.array_equal(got_x, xb) and np.array_equal(got_y, yb)
 
 
+@pytest.mark.fit
 def test_unstandardised_logistic_features_run_with_the_default_schedule():
     """A column x100 under a logit: the pilot's first step size saturates the logit, the
     gradient goes infinite, and Adam took it, leaving the parameters NaN: pm.fit stopped
