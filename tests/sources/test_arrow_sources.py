@@ -278,6 +278,29 @@ def test_a_missing_column_is_a_value_error_naming_it(kind, tmp_path):
         build(features=["x0"], labels="lab")
 
 
+OWNERS = {
+    "arrow_table": "the pyarrow Table",
+    "arrow_stream": "the reader",
+    "polars": "the polars DataFrame",
+    "lazyframe": "the LazyFrame",
+    "hf": "the Hugging Face Dataset",
+    "duckdb": "the DuckDB relation",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_column_names_what_it_is_missing_from(kind, tmp_path):
+    """The message starts with the source's owner (an Arrow file's path) and ends with
+    the columns there are."""
+    build = make(kind, tmp_path)
+    owner = OWNERS.get(kind, str(tmp_path / "b.arrow"))
+    with pytest.raises(ValueError) as e:
+        build(features=["nope"])
+    assert str(e.value) == (
+        f"{owner}: missing column(s) ['nope']; its columns are ['x0', 'x1', 'x2', 's', 'y']"
+    )
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_string_column_named_is_a_value_error_naming_it(kind, tmp_path):
     build = make(kind, tmp_path)
@@ -665,8 +688,10 @@ def test_each_random_access_kind_says_its_kind_and_columns(tmp_path):
         frame = exactbatch.polars_source(pl.from_arrow(table()), features=["x1", "x0"], labels="y")
         assert frame.identity()["kind"] == "arrow table (the polars DataFrame)"
     if (datasets := _maybe("datasets")) is not None:
-        hf = exactbatch.hf_source(datasets.Dataset(table()), features=["x1", "x0"], labels="y")
+        ds = datasets.Dataset(table())
+        hf = exactbatch.hf_source(ds, features=["x1", "x0"], labels="y")
         assert hf.identity() == {"kind": "hf_dataset", "names": names}
+        assert hf.dataset is ds
         assert repr(hf) == "HfDatasetSource(n=23, d=2, l=1)"
 
 
@@ -719,6 +744,23 @@ def test_an_hf_cache_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_pa
         reader.read(slice(0, 2), out_x, out_y)
     in_memory = exactbatch.hf_source(datasets.Dataset(table()), **FEATURES).open_reader()
     assert in_memory._check is None  # no cache file: nothing to watch
+
+
+def test_an_hf_cache_file_that_is_no_longer_a_file_is_named_as_what_was_expected(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from exactbatch.errors import NdfError
+
+    datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))  # mapped: its file may go
+    cache = ds.cache_files[0]["filename"]
+    os.unlink(cache)
+    os.mkfifo(cache)
+    with pytest.raises(NdfError) as e:
+        exactbatch.hf_source(ds, **FEATURES)
+    assert str(e.value) == (
+        f"{cache}: not a regular file: expected a Hugging Face dataset's Arrow cache file, "
+        "found a FIFO (named pipe)"
+    )
 
 
 def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old_name():
