@@ -380,8 +380,26 @@ def test_arrow_file_errors_name_the_file(tmp_path):
     t = table()
     with pa.OSFile(str(stream), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
         w.write_table(t)
-    with pytest.raises(ValueError, match="open_stream"):
+    with pytest.raises(ValueError) as e:
         exactbatch.arrow_file(stream)
+    message = str(e.value)
+    assert message.startswith(f"{stream}: not an Arrow IPC file (Feather v2) (")
+    assert message.endswith(
+        "); an IPC stream (.arrows) is read with arrow_source(lambda: pa.ipc.open_stream(path))"
+    )
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_an_arrow_file_of_one_record_batch_is_read_whole(tmp_path, compression):
+    """The first batch tells a compressed file (read into memory) from a mapped one."""
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    t = table(chunks=(23,))
+    path = write_file(tmp_path / "one.arrow", t, options=options)
+    source = exactbatch.arrow_file(path, **FEATURES)
+    assert source.batches == 1 and source.compressed == (compression is not None)
+    x, y = all_rows(source)
+    np.testing.assert_array_equal(x, want(range(23))[0])
+    np.testing.assert_array_equal(y, want(range(23))[1])
 
 
 def test_a_bare_record_batch_reader_is_a_type_error_naming_the_fix():
