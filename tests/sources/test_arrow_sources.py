@@ -494,6 +494,26 @@ def test_an_hf_dataset_reads_through_its_index_mapping():
         exactbatch.hf_source(table())
 
 
+def test_hf_source_refuses_a_dict_of_splits_streamed_or_not_and_names_the_fix():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset(table())
+    splits = {"train": ds, "test": ds}
+    iterable = {k: v.to_iterable_dataset() for k, v in splits.items()}
+    for splits_of in (datasets.DatasetDict(splits), datasets.IterableDatasetDict(iterable)):
+        with pytest.raises(TypeError) as e:
+            exactbatch.hf_source(splits_of)
+        assert str(e.value) == (
+            "dataset is a DatasetDict of splits ['train', 'test']; pass one split, "
+            "e.g. hf_source(ds['train'])"
+        )
+    with pytest.raises(TypeError) as e:
+        exactbatch.hf_source(iterable["train"])
+    assert str(e.value) == (
+        "dataset must be a datasets.Dataset; got IterableDataset (an IterableDataset is a "
+        "stream: pass arrow_source(lambda: ds.with_format('arrow').iter(batch_size=4096)))"
+    )
+
+
 def test_an_hf_dataset_saved_to_disk_is_read_from_its_mapped_cache_files(tmp_path):
     datasets = pytest.importorskip("datasets")
     datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
