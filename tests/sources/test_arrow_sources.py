@@ -751,6 +751,16 @@ def test_a_polars_column_arrow_cannot_hold_is_a_value_error_naming_it():
         exactbatch.polars_source(frame.lazy().select("a"), n_rows=-1)
 
 
+def test_polars_source_refusals_name_the_argument_in_full():
+    pl = pytest.importorskip("polars")
+    with pytest.raises(ValueError) as e:
+        exactbatch.polars_source(pl.from_arrow(table()), n_rows=23)
+    assert str(e.value) == "n_rows applies to a LazyFrame; a DataFrame knows its rows"
+    with pytest.raises(TypeError) as e:
+        exactbatch.polars_source(table())
+    assert str(e.value) == "frame must be a polars DataFrame or LazyFrame; got Table"
+
+
 def test_a_duckdb_column_is_named_as_written_quotes_and_all():
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
