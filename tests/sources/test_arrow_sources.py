@@ -759,6 +759,22 @@ def test_polars_source_refusals_name_the_argument_in_full():
     with pytest.raises(TypeError) as e:
         exactbatch.polars_source(table())
     assert str(e.value) == "frame must be a polars DataFrame or LazyFrame; got Table"
+    with pytest.raises(TypeError) as e:
+        exactbatch.polars_source(pl.from_arrow(table()).lazy(), categorical=[3])
+    assert str(e.value) == (
+        "polars_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
+
+
+def test_a_lazyframe_is_a_stream_of_batch_rows_chunks_its_n_rows_as_given():
+    pl = pytest.importorskip("polars")
+    lf = pl.from_arrow(table()).lazy()
+    source = exactbatch.polars_source(lf, features="x0", labels="y", batch_rows=5, n_rows=23)
+    assert source.n_rows == 23
+    assert repr(source) == "ArrowStream(the LazyFrame, features=['x0'], labels=['y'], n_rows=23)"
+    assert [len(x) for x, _ in source] == [5, 5, 5, 5, 3]
+    assert np.concatenate([x for x, _ in source])[:, 0].tolist() == list(range(23))
 
 
 def test_a_duckdb_column_is_named_as_written_quotes_and_all():
