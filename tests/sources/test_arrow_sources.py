@@ -827,6 +827,28 @@ def test_an_hf_cache_file_that_is_no_longer_a_file_is_named_as_what_was_expected
     )
 
 
+def test_duckdb_source_refusals_name_the_argument_in_full_and_n_rows_may_be_0():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    query = con.sql("SELECT range::DOUBLE AS a FROM range(0)")
+    empty = exactbatch.duckdb_source(query, n_rows=0)
+    assert repr(empty) == "ArrowStream(the DuckDB relation, features=['a'], labels=[], n_rows=0)"
+    with pytest.raises(ValueError) as e:
+        exactbatch.duckdb_source(query, n_rows=-1)
+    assert str(e.value) == "n_rows must be >= 0; got n_rows=-1"
+    with pytest.raises(TypeError) as e:
+        exactbatch.duckdb_source(table())
+    assert str(e.value) == (
+        "relation must be a DuckDB relation (con.table(...), con.sql(...)); got Table"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.duckdb_source(query, categorical=[3])
+    assert str(e.value) == (
+        "duckdb_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
+
+
 def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old_name():
     from exactbatch.sources.duckdb_relations import _reader
 
