@@ -912,3 +912,19 @@ def test_an_arrow_files_refusals_name_the_file_and_what_was_expected(tmp_path):
     with pytest.raises(ValueError) as e:
         exactbatch.arrow_file(path, features=["x0"], labels="y")
     assert str(e.value) == f"{path}: missing column(s) ['y']; its columns are ['x0']"
+
+
+def test_a_column_of_one_full_chunk_and_empty_ones_is_held_as_a_view_of_its_buffer():
+    """A polars LazyFrame's batches end their columns in an empty chunk ([n, 0]): such a
+    column is held as its one full chunk's buffer, not a float64 copy; two full chunks
+    are copied."""
+    from exactbatch.sources.arrow import column_chunk
+
+    data = pa.array(np.arange(5, dtype=np.int32))
+    empty = data.slice(0, 0)
+    for chunks in ([data], [data, empty], [empty, data], [data, empty, empty]):
+        held = column_chunk([pa.chunked_array(chunks, pa.int32())], 5).cols[0]
+        assert held.dtype == np.int32 and held.ctypes.data == data.buffers()[1].address
+        assert held.tolist() == list(range(5))
+    copied = column_chunk([pa.chunked_array([data, data])], 10).cols[0]
+    assert copied.dtype == np.float64 and copied.tolist() == list(range(5)) * 2
