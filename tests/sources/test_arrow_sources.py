@@ -926,5 +926,7 @@ def test_a_column_of_one_full_chunk_and_empty_ones_is_held_as_a_view_of_its_buff
         held = column_chunk([pa.chunked_array(chunks, pa.int32())], 5).cols[0]
         assert held.dtype == np.int32 and held.ctypes.data == data.buffers()[1].address
         assert held.tolist() == list(range(5))
+    part = column_chunk([data.slice(1, 3)], 3).cols[0]  # a slice: its own values only
+    assert part.dtype == np.int32 and part.tolist() == [1, 2, 3]
     copied = column_chunk([pa.chunked_array([data, data])], 10).cols[0]
     assert copied.dtype == np.float64 and copied.tolist() == list(range(5)) * 2
