@@ -417,6 +417,32 @@ def test_a_bare_record_batch_reader_is_a_type_error_naming_the_fix():
         exactbatch.arrow_source(lambda: 42)
 
 
+def test_arrow_source_refusals_are_named_in_full():
+    """An iterator of batches (one pass, like a reader), something else, a bad
+    categorical: each message in full."""
+    t = table()
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(iter(t.to_batches()))
+    assert str(e.value) == (
+        "a pyarrow RecordBatchReader (list_iterator) can be read only once, but every epoch "
+        "must read the stream again: pass a zero-argument function that returns a fresh "
+        "reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path)), or a pyarrow Table "
+        "(random access)"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(42)
+    assert str(e.value) == (
+        "data must be a pyarrow Table or RecordBatch, or a zero-argument function "
+        "returning a fresh RecordBatchReader; got int"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(lambda: t, categorical=[3])
+    assert str(e.value) == (
+        "arrow_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
+
+
 def test_a_reader_factory_may_return_an_iterable_of_batches_or_a_table():
     t = table()
     for factory in (lambda: iter(t.to_batches()), lambda: t):
