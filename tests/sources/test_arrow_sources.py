@@ -443,6 +443,31 @@ def test_arrow_source_refusals_are_named_in_full():
     )
 
 
+def test_a_bare_reader_given_to_the_loader_gets_the_arrow_fix_in_full():
+    t = table()
+    with pytest.raises(TypeError) as e:
+        DataLoader(pa.RecordBatchReader.from_batches(t.schema, t.to_batches()), 4)
+    assert str(e.value).startswith(
+        "a pyarrow RecordBatchReader (RecordBatchReader) can be read only once, but every "
+        "epoch must read the stream again: pass a zero-argument function that returns a "
+        "fresh reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path))"
+    )
+
+
+def test_a_record_batch_is_a_table_source_kept_with_its_owner_in_its_messages():
+    t = pa.table({"c": ["a", "b", "z"], "x": [1.0, 2.0, 3.0]})
+    batch = t.to_batches()[0]
+    source = exactbatch.arrow_source(batch, features=["x"])
+    assert source.table is batch and source.n == 3
+    np.testing.assert_array_equal(all_rows(source)[0][:, 0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["c", "x"], categorical={"c": ["a", "b"]})
+    assert str(e.value).startswith("the pyarrow Table: column 'c' holds 'z' (row 2), which ")
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, categorical=[3])
+    assert str(e.value).startswith("the pyarrow Table: categorical must be a list of column")
+
+
 def test_a_reader_factory_may_return_an_iterable_of_batches_or_a_table():
     t = table()
     for factory in (lambda: iter(t.to_batches()), lambda: t):
