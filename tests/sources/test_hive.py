@@ -290,6 +290,17 @@ def test_integer_keys_past_int32_are_int64_and_other_text_stays_text(tmp_path):
     assert hive_partitions(str(tmp_path), [str(tmp_path / "p.parquet")]) is None
 
 
+def test_keys_are_int64_up_to_its_bounds_exactly():
+    """int64's least and greatest values are int64 keys; one past either is text."""
+    from exactbatch.sources.parquet_columns import _all_int64
+
+    least, most = -(2**63), 2**63 - 1
+    assert _all_int64([str(least), None, str(most)])
+    for past in (least - 1, most + 1, 2**64 - 1, -(2**64)):
+        assert not _all_int64([str(past)]), past
+    assert not _all_int64([None]) and not _all_int64(["1.5"])
+
+
 def test_a_file_outside_every_key_folder_has_its_keys_missing(tmp_path):
     write_parquet(tmp_path / "a.parquet", [2], 0)
     (tmp_path / "year=2024").mkdir()
