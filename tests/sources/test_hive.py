@@ -301,6 +301,19 @@ def test_keys_are_int64_up_to_its_bounds_exactly():
     assert not _all_int64([None]) and not _all_int64(["1.5"])
 
 
+def test_every_held_key_is_checked_past_keys_the_file_does_not_hold(tmp_path):
+    """A key the file does not hold, or whose path value is missing, skips to the next."""
+    from exactbatch.sources.parquet_columns import check_held_keys
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"a": [1.0], "month": pa.array([2], pa.int32())}), path)
+    pf = pq.ParquetFile(path)
+    check_held_keys(str(path), pf, {"year": 2024, "month": 2})
+    for keys in ({"year": 2024, "month": 1}, {"a": None, "month": 1}):
+        with pytest.raises(ValueError, match=r"partition key 'month' is also a column"):
+            check_held_keys(str(path), pf, keys)
+
+
 def test_a_file_outside_every_key_folder_has_its_keys_missing(tmp_path):
     write_parquet(tmp_path / "a.parquet", [2], 0)
     (tmp_path / "year=2024").mkdir()
