@@ -278,6 +278,29 @@ def test_a_missing_column_is_a_value_error_naming_it(kind, tmp_path):
         build(features=["x0"], labels="lab")
 
 
+OWNERS = {
+    "arrow_table": "the pyarrow Table",
+    "arrow_stream": "the reader",
+    "polars": "the polars DataFrame",
+    "lazyframe": "the LazyFrame",
+    "hf": "the Hugging Face Dataset",
+    "duckdb": "the DuckDB relation",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_column_names_what_it_is_missing_from(kind, tmp_path):
+    """The message starts with the source's owner (an Arrow file's path) and ends with
+    the columns there are."""
+    build = make(kind, tmp_path)
+    owner = OWNERS.get(kind, str(tmp_path / "b.arrow"))
+    with pytest.raises(ValueError) as e:
+        build(features=["nope"])
+    assert str(e.value) == (
+        f"{owner}: missing column(s) ['nope']; its columns are ['x0', 'x1', 'x2', 's', 'y']"
+    )
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_string_column_named_is_a_value_error_naming_it(kind, tmp_path):
     build = make(kind, tmp_path)
@@ -357,8 +380,26 @@ def test_arrow_file_errors_name_the_file(tmp_path):
     t = table()
     with pa.OSFile(str(stream), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
         w.write_table(t)
-    with pytest.raises(ValueError, match="open_stream"):
+    with pytest.raises(ValueError) as e:
         exactbatch.arrow_file(stream)
+    message = str(e.value)
+    assert message.startswith(f"{stream}: not an Arrow IPC file (Feather v2) (")
+    assert message.endswith(
+        "); an IPC stream (.arrows) is read with arrow_source(lambda: pa.ipc.open_stream(path))"
+    )
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_an_arrow_file_of_one_record_batch_is_read_whole(tmp_path, compression):
+    """The first batch tells a compressed file (read into memory) from a mapped one."""
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    t = table(chunks=(23,))
+    path = write_file(tmp_path / "one.arrow", t, options=options)
+    source = exactbatch.arrow_file(path, **FEATURES)
+    assert source.batches == 1 and source.compressed == (compression is not None)
+    x, y = all_rows(source)
+    np.testing.assert_array_equal(x, want(range(23))[0])
+    np.testing.assert_array_equal(y, want(range(23))[1])
 
 
 def test_a_bare_record_batch_reader_is_a_type_error_naming_the_fix():
@@ -374,6 +415,57 @@ def test_a_bare_record_batch_reader_is_a_type_error_naming_the_fix():
         exactbatch.arrow_source(42)
     with pytest.raises(TypeError, match="must return a RecordBatchReader"):
         exactbatch.arrow_source(lambda: 42)
+
+
+def test_arrow_source_refusals_are_named_in_full():
+    """An iterator of batches (one pass, like a reader), something else, a bad
+    categorical: each message in full."""
+    t = table()
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(iter(t.to_batches()))
+    assert str(e.value) == (
+        "a pyarrow RecordBatchReader (list_iterator) can be read only once, but every epoch "
+        "must read the stream again: pass a zero-argument function that returns a fresh "
+        "reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path)), or a pyarrow Table "
+        "(random access)"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(42)
+    assert str(e.value) == (
+        "data must be a pyarrow Table or RecordBatch, or a zero-argument function "
+        "returning a fresh RecordBatchReader; got int"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(lambda: t, categorical=[3])
+    assert str(e.value) == (
+        "arrow_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
+
+
+def test_a_bare_reader_given_to_the_loader_gets_the_arrow_fix_in_full():
+    t = table()
+    with pytest.raises(TypeError) as e:
+        DataLoader(pa.RecordBatchReader.from_batches(t.schema, t.to_batches()), 4)
+    assert str(e.value).startswith(
+        "a pyarrow RecordBatchReader (RecordBatchReader) can be read only once, but every "
+        "epoch must read the stream again: pass a zero-argument function that returns a "
+        "fresh reader, e.g. arrow_source(lambda: pa.ipc.open_stream(path))"
+    )
+
+
+def test_a_record_batch_is_a_table_source_kept_with_its_owner_in_its_messages():
+    t = pa.table({"c": ["a", "b", "z"], "x": [1.0, 2.0, 3.0]})
+    batch = t.to_batches()[0]
+    source = exactbatch.arrow_source(batch, features=["x"])
+    assert source.table is batch and source.n == 3
+    np.testing.assert_array_equal(all_rows(source)[0][:, 0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["c", "x"], categorical={"c": ["a", "b"]})
+    assert str(e.value).startswith("the pyarrow Table: column 'c' holds 'z' (row 2), which ")
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, categorical=[3])
+    assert str(e.value).startswith("the pyarrow Table: categorical must be a list of column")
 
 
 def test_a_reader_factory_may_return_an_iterable_of_batches_or_a_table():
@@ -451,6 +543,26 @@ def test_an_hf_dataset_reads_through_its_index_mapping():
         exactbatch.hf_source(datasets.DatasetDict({"train": ds}))
     with pytest.raises(TypeError, match="must be a datasets.Dataset"):
         exactbatch.hf_source(table())
+
+
+def test_hf_source_refuses_a_dict_of_splits_streamed_or_not_and_names_the_fix():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset(table())
+    splits = {"train": ds, "test": ds}
+    iterable = {k: v.to_iterable_dataset() for k, v in splits.items()}
+    for splits_of in (datasets.DatasetDict(splits), datasets.IterableDatasetDict(iterable)):
+        with pytest.raises(TypeError) as e:
+            exactbatch.hf_source(splits_of)
+        assert str(e.value) == (
+            "dataset is a DatasetDict of splits ['train', 'test']; pass one split, "
+            "e.g. hf_source(ds['train'])"
+        )
+    with pytest.raises(TypeError) as e:
+        exactbatch.hf_source(iterable["train"])
+    assert str(e.value) == (
+        "dataset must be a datasets.Dataset; got IterableDataset (an IterableDataset is a "
+        "stream: pass arrow_source(lambda: ds.with_format('arrow').iter(batch_size=4096)))"
+    )
 
 
 def test_an_hf_dataset_saved_to_disk_is_read_from_its_mapped_cache_files(tmp_path):
@@ -665,8 +777,10 @@ def test_each_random_access_kind_says_its_kind_and_columns(tmp_path):
         frame = exactbatch.polars_source(pl.from_arrow(table()), features=["x1", "x0"], labels="y")
         assert frame.identity()["kind"] == "arrow table (the polars DataFrame)"
     if (datasets := _maybe("datasets")) is not None:
-        hf = exactbatch.hf_source(datasets.Dataset(table()), features=["x1", "x0"], labels="y")
+        ds = datasets.Dataset(table())
+        hf = exactbatch.hf_source(ds, features=["x1", "x0"], labels="y")
         assert hf.identity() == {"kind": "hf_dataset", "names": names}
+        assert hf.dataset is ds
         assert repr(hf) == "HfDatasetSource(n=23, d=2, l=1)"
 
 
@@ -686,6 +800,32 @@ def test_a_polars_column_arrow_cannot_hold_is_a_value_error_naming_it():
         assert e.value.__cause__ is None
     with pytest.raises(ValueError, match=r"n_rows must be >= 0"):
         exactbatch.polars_source(frame.lazy().select("a"), n_rows=-1)
+
+
+def test_polars_source_refusals_name_the_argument_in_full():
+    pl = pytest.importorskip("polars")
+    with pytest.raises(ValueError) as e:
+        exactbatch.polars_source(pl.from_arrow(table()), n_rows=23)
+    assert str(e.value) == "n_rows applies to a LazyFrame; a DataFrame knows its rows"
+    with pytest.raises(TypeError) as e:
+        exactbatch.polars_source(table())
+    assert str(e.value) == "frame must be a polars DataFrame or LazyFrame; got Table"
+    with pytest.raises(TypeError) as e:
+        exactbatch.polars_source(pl.from_arrow(table()).lazy(), categorical=[3])
+    assert str(e.value) == (
+        "polars_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
+
+
+def test_a_lazyframe_is_a_stream_of_batch_rows_chunks_its_n_rows_as_given():
+    pl = pytest.importorskip("polars")
+    lf = pl.from_arrow(table()).lazy()
+    source = exactbatch.polars_source(lf, features="x0", labels="y", batch_rows=5, n_rows=23)
+    assert source.n_rows == 23
+    assert repr(source) == "ArrowStream(the LazyFrame, features=['x0'], labels=['y'], n_rows=23)"
+    assert [len(x) for x, _ in source] == [5, 5, 5, 5, 3]
+    assert np.concatenate([x for x, _ in source])[:, 0].tolist() == list(range(23))
 
 
 def test_a_duckdb_column_is_named_as_written_quotes_and_all():
@@ -719,6 +859,45 @@ def test_an_hf_cache_file_rewritten_in_place_is_refused_at_the_next_batch(tmp_pa
         reader.read(slice(0, 2), out_x, out_y)
     in_memory = exactbatch.hf_source(datasets.Dataset(table()), **FEATURES).open_reader()
     assert in_memory._check is None  # no cache file: nothing to watch
+
+
+def test_an_hf_cache_file_that_is_no_longer_a_file_is_named_as_what_was_expected(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from exactbatch.errors import NdfError
+
+    datasets.Dataset(table()).save_to_disk(str(tmp_path / "ds"))
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))  # mapped: its file may go
+    cache = ds.cache_files[0]["filename"]
+    os.unlink(cache)
+    os.mkfifo(cache)
+    with pytest.raises(NdfError) as e:
+        exactbatch.hf_source(ds, **FEATURES)
+    assert str(e.value) == (
+        f"{cache}: not a regular file: expected a Hugging Face dataset's Arrow cache file, "
+        "found a FIFO (named pipe)"
+    )
+
+
+def test_duckdb_source_refusals_name_the_argument_in_full_and_n_rows_may_be_0():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    query = con.sql("SELECT range::DOUBLE AS a FROM range(0)")
+    empty = exactbatch.duckdb_source(query, n_rows=0)
+    assert repr(empty) == "ArrowStream(the DuckDB relation, features=['a'], labels=[], n_rows=0)"
+    with pytest.raises(ValueError) as e:
+        exactbatch.duckdb_source(query, n_rows=-1)
+    assert str(e.value) == "n_rows must be >= 0; got n_rows=-1"
+    with pytest.raises(TypeError) as e:
+        exactbatch.duckdb_source(table())
+    assert str(e.value) == (
+        "relation must be a DuckDB relation (con.table(...), con.sql(...)); got Table"
+    )
+    with pytest.raises(TypeError) as e:
+        exactbatch.duckdb_source(query, categorical=[3])
+    assert str(e.value) == (
+        "duckdb_source: categorical must be a list of column names or a dict "
+        "{column: [values]}; got [3]"
+    )
 
 
 def test_a_duckdb_reader_is_made_by_to_arrow_reader_or_before_duckdb_1_4_its_old_name():
@@ -784,3 +963,21 @@ def test_an_arrow_files_refusals_name_the_file_and_what_was_expected(tmp_path):
     with pytest.raises(ValueError) as e:
         exactbatch.arrow_file(path, features=["x0"], labels="y")
     assert str(e.value) == f"{path}: missing column(s) ['y']; its columns are ['x0']"
+
+
+def test_a_column_of_one_full_chunk_and_empty_ones_is_held_as_a_view_of_its_buffer():
+    """A polars LazyFrame's batches end their columns in an empty chunk ([n, 0]): such a
+    column is held as its one full chunk's buffer, not a float64 copy; two full chunks
+    are copied."""
+    from exactbatch.sources.arrow import column_chunk
+
+    data = pa.array(np.arange(5, dtype=np.int32))
+    empty = data.slice(0, 0)
+    for chunks in ([data], [data, empty], [empty, data], [data, empty, empty]):
+        held = column_chunk([pa.chunked_array(chunks, pa.int32())], 5).cols[0]
+        assert held.dtype == np.int32 and held.ctypes.data == data.buffers()[1].address
+        assert held.tolist() == list(range(5))
+    part = column_chunk([data.slice(1, 3)], 3).cols[0]  # a slice: its own values only
+    assert part.dtype == np.int32 and part.tolist() == [1, 2, 3]
+    copied = column_chunk([pa.chunked_array([data, data])], 10).cols[0]
+    assert copied.dtype == np.float64 and copied.tolist() == list(range(5)) * 2

@@ -290,6 +290,56 @@ def test_integer_keys_past_int32_are_int64_and_other_text_stays_text(tmp_path):
     assert hive_partitions(str(tmp_path), [str(tmp_path / "p.parquet")]) is None
 
 
+def test_keys_are_int64_up_to_its_bounds_exactly():
+    """int64's least and greatest values are int64 keys; one past either is text."""
+    from exactbatch.sources.parquet_columns import _all_int64
+
+    least, most = -(2**63), 2**63 - 1
+    assert _all_int64([str(least), None, str(most)])
+    for past in (least - 1, most + 1, 2**64 - 1, -(2**64)):
+        assert not _all_int64([str(past)]), past
+    assert not _all_int64([None]) and not _all_int64(["1.5"])
+
+
+def test_every_held_key_is_checked_past_keys_the_file_does_not_hold(tmp_path):
+    """A key the file does not hold, or whose path value is missing, skips to the next."""
+    from exactbatch.sources.parquet_columns import check_held_keys
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"a": [1.0], "month": pa.array([2], pa.int32())}), path)
+    pf = pq.ParquetFile(path)
+    check_held_keys(str(path), pf, {"year": 2024, "month": 2})
+    for keys in ({"year": 2024, "month": 1}, {"a": None, "month": 1}):
+        with pytest.raises(ValueError, match=r"partition key 'month' is also a column"):
+            check_held_keys(str(path), pf, keys)
+
+
+def test_a_held_key_equal_to_its_path_by_value_or_by_text_is_accepted(tmp_path):
+    """2024.0 under year=2024 (equal values), "2" under month=2 (the same text): each is
+    the value its path says; six other values are named five at most."""
+    from exactbatch.sources.parquet_columns import check_held_keys
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"year": [2024.0, 2024.0], "month": ["2", "2"]}), path)
+    check_held_keys(str(path), pq.ParquetFile(path), {"year": 2024, "month": 2})
+    many = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"k": list(range(10, 16))}), many, write_statistics=False)
+    with pytest.raises(ValueError) as e:
+        check_held_keys(str(many), pq.ParquetFile(many), {"k": 9})
+    assert "holding 10, 11, 12, 13, 14 where its path says k=9:" in str(e.value)
+
+
+def test_a_file_named_like_a_key_at_the_top_is_no_partition(tmp_path):
+    """Only folders are keys: a top-level file named k=v.parquet gives no partitions; a key
+    folder below a plain one is a key."""
+    from exactbatch.sources.parquet_columns import hive_partitions
+
+    top = str(tmp_path / "k=v.parquet")
+    assert hive_partitions(str(tmp_path), [top]) is None
+    deep = str(tmp_path / "sub" / "year=2024" / "p.parquet")
+    assert hive_partitions(str(tmp_path), [deep]) is not None
+
+
 def test_a_file_outside_every_key_folder_has_its_keys_missing(tmp_path):
     write_parquet(tmp_path / "a.parquet", [2], 0)
     (tmp_path / "year=2024").mkdir()

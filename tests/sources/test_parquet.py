@@ -104,6 +104,33 @@ def test_missing_path_is_file_not_found(tmp_path):
         parquet_source(tmp_path / "nope.parquet")
 
 
+def test_local_paths_refused_are_named_in_full(tmp_path):
+    """An empty folder, a FIFO where a Parquet file should be (pyarrow would wait on it),
+    an empty list, and a path of another type: each error says what was expected."""
+    from exactbatch.errors import NdfError
+    from exactbatch.sources.parquet import list_local_files
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError) as e:
+        parquet_source(empty)
+    assert str(e.value) == f"no files matching '**/*.parquet' in folder {empty}"
+    pipes = tmp_path / "pipes"
+    pipes.mkdir()
+    os.mkfifo(pipes / "a.parquet")
+    with pytest.raises(NdfError) as e:
+        parquet_source(pipes)
+    fifo = "not a regular file: expected a Parquet file, found a FIFO (named pipe)"
+    assert str(e.value) == f"{pipes / 'a.parquet'}: {fifo}"
+    with pytest.raises(ValueError) as e:
+        parquet_source([])
+    assert str(e.value) == "parquet_source got an empty list of files"
+    for bad in (5, b"a.parquet"):  # list_local_files itself (parquet_source's local_path
+        with pytest.raises(TypeError) as e:  # refuses them first)
+            list_local_files(bad)
+        assert str(e.value) == f"path must be a file, a folder or a list of files; got {bad!r}"
+
+
 # -- folders: partitions, patterns, names with glob characters, local and over a URL ---------
 
 # relative path -> row group sizes; rows are numbered in sorted path order
@@ -369,8 +396,12 @@ def test_an_opened_row_group_refuses_a_bad_buffer_or_rows_outside_it(folder):
         opened.read_rows_into(-1, np.empty((1, width)))
     with pytest.raises(IndexError, match=f"{first - 1}..{first}"):
         opened.read_rows_into(first - 1, np.empty((2, width)))
-    with pytest.raises(IndexError, match="outside this chunk"):
+    with pytest.raises(IndexError) as e:
         opened.read_rows_into(first + rows - 1, np.empty((2, width)))
+    assert str(e.value) == (
+        f"rows {first + rows - 1}..{first + rows} are outside this chunk's rows "
+        f"{first}..{first + rows - 1}"
+    )
     out = np.empty((rows, width))
     opened.read_rows_into(first, out)  # the whole chunk is fine
     assert np.array_equal(out, np.hstack(src.read_chunk(2)))

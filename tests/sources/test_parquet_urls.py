@@ -142,3 +142,34 @@ def test_a_file_is_read_without_a_cache_its_size_given_where_known(rec):
         url_parquet_file(rec, "ebrec://data/none.parquet")
     assert e.value.errno == errno.ENOENT and e.value.filename == "ebrec://data/none.parquet"
     assert e.value.strerror == "no such file or object"
+
+
+def test_a_file_given_its_footer_reads_no_footer_and_a_row_group_in_one_range(rec, monkeypatch):
+    """The footer passed in is not read again; a row group's column chunks are asked for
+    in one coalesced range (pre_buffer), not one read a column."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"x0": [1.0, 2.0, 3.0], "x1": [4.0, 5.0, 6.0]}), buf)
+    rec.pipe("two/t.parquet", buf.getvalue())
+    footer = url_parquet_file(rec, "ebrec://two/t.parquet").metadata
+    ranges = set()
+    opened = Recording._open
+
+    def recording_reads(self, path, mode="rb", **kwargs):
+        f = opened(self, path, mode, **kwargs)
+        read = f.read
+
+        def read_and_record(*args):
+            out = read(*args)
+            ranges.add((f.tell() - len(out), len(out)))
+            return out
+
+        f.read = read_and_record
+        return f
+
+    monkeypatch.setattr(Recording, "_open", recording_reads)
+    pf = url_parquet_file(rec, "ebrec://two/t.parquet", metadata=footer)
+    assert ranges == set()
+    assert pf.read_row_group(0).column("x1").to_pylist() == [4.0, 5.0, 6.0]
+    chunks = [footer.row_group(0).column(j) for j in range(2)]
+    start = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
+    assert ranges == {(start, sum(c.total_compressed_size for c in chunks))}
