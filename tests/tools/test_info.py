@@ -297,3 +297,114 @@ def test_the_report_of_a_parquet_folder(tmp_path, monkeypatch):
     with pytest.raises(CliError) as e:
         _parquet(str(folder))
     assert str(e.value) == f"{folder}: reading Parquet needs pyarrow: pip install pyarrow"
+
+
+def test_the_report_of_a_csv(tmp_path):
+    """`_csv`'s report in full: the columns and the types pyarrow infers, the size, the
+    note that rows are not counted."""
+    pytest.importorskip("pyarrow")
+    from exactbatch.tools.info import _csv
+
+    path = tmp_path / "a.csv"
+    path.write_text("p,q,s\n1,2.5,a\n3,4,b\n")
+    assert _csv(str(path)) == {
+        "path": str(path),
+        "format": "csv",
+        "size_bytes": path.stat().st_size,
+        "columns": [
+            {"name": "p", "type": "int64"},
+            {"name": "q", "type": "double"},
+            {"name": "s", "type": "string"},
+        ],
+        "note": "types inferred from the first block; rows are not counted",
+    }
+
+
+@pytest.mark.parametrize("size", [999, 1000, 1001, 2500])
+def test_default_names_past_the_first_thousand_are_counted_not_listed(size):
+    """`_list_names`: default names (x0.., y0..) listed up to 1,000 a side, the rest
+    counted in ``features_more``/``labels_more`` (no such key at 1,000 or fewer); stored
+    names listed all, however many."""
+    from exactbatch.ndf.names import DefaultNames
+    from exactbatch.tools.info import _list_names
+
+    out: dict = {}
+    _list_names(out, DefaultNames("x", size), DefaultNames("y", 2))
+    listed = min(size, 1000)
+    want = {"features": [f"x{j}" for j in range(listed)], "labels": ["y0", "y1"]}
+    if size > 1000:
+        want["features_more"] = size - 1000
+    assert out == want and type(out["features"]) is list and type(out["labels"]) is list
+    out = {}
+    stored = [f"c{j}" for j in range(size)]
+    _list_names(out, (), stored)
+    assert out == {"features": [], "labels": stored}
+
+
+def test_info_by_default_has_a_bar_and_no_statistics_and_names_a_bad_flag(tmp_path, capsys):
+    """`info(path)`: no statistics and a progress bar unless asked otherwise; a flag that is
+    no bool refused naming it."""
+    from exactbatch import save_ndf_dataset
+    from exactbatch.tools.info import info
+
+    save_ndf_dataset(tmp_path / "ds", [(np.zeros((2, 1)), np.zeros((2, 0)))])
+    report = info(tmp_path / "ds")
+    assert "stats" not in report and report["valid"] is True
+    assert "check ds: 100%" in capsys.readouterr().err
+    assert "stats" not in info(tmp_path / "ds", bar=False)
+    assert capsys.readouterr().err == ""
+    for name in ("stats", "bar"):
+        with pytest.raises(TypeError) as e:
+            info(tmp_path / "ds", **{name: "yes"})
+        assert str(e.value) == f"{name} must be a bool; got 'yes'"
+
+
+@pytest.mark.parametrize(
+    ("slab_bytes", "d", "l", "cuts", "reads"),
+    [
+        (96, 2, 1, [0, 10], [(0, 4), (4, 4), (8, 2)]),  # 4 rows of 3 columns a slab
+        (96, 1, 0, [0, 30], [(0, 12), (12, 12), (24, 6)]),  # 12 rows of 1 column
+        (8, 1, 0, [0, 3], [(0, 1), (1, 1), (2, 1)]),  # a slab of one row
+        (16, 3, 0, [0, 2], [(0, 1), (1, 1)]),  # a row wider than a slab: one row a read
+        (96, 2, 1, [0, 5, 5, 12], [(0, 4), (4, 1), (5, 3), (8, 4)]),  # parts of 5, 0, 7
+        (96, 2, 1, [0, 5, 12], [(0, 4), (4, 1), (5, 3), (8, 4)]),  # parts of 5 and 7
+    ],
+)
+def test_the_statistics_read_slab_by_slab_never_across_two_parts(
+    tmp_path,
+    monkeypatch,
+    slab_bytes,
+    d,
+    l,  # noqa: E741
+    cuts,
+    reads,
+):
+    """`_ndf_stats` reads ``SLAB_BYTES // (8 * (d + l))`` rows at a time (at least one),
+    each slab within one part of a dataset, and sums the same statistics as NumPy."""
+    from exactbatch import NdfFile, save_ndf, save_ndf_dataset
+    from exactbatch.ndf import NdfDataset
+    from exactbatch.tools import info as info_module
+
+    rng = np.random.default_rng(5)
+    n = cuts[-1]
+    x, y = rng.standard_normal((n, d)), rng.standard_normal((n, l))
+    if len(cuts) == 2:
+        path, fmt, cls = tmp_path / "a.ndf", "ndf", NdfFile
+        save_ndf(path, (x, y))
+    else:
+        path, fmt, cls = tmp_path / "ds", "dataset", NdfDataset
+        save_ndf_dataset(path, [(x[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)])
+    seen = []
+    read = cls.read_block_into
+
+    def spy(self, start, out):
+        seen.append((start, len(out)))
+        read(self, start, out)
+
+    monkeypatch.setattr(cls, "read_block_into", spy)
+    monkeypatch.setattr(info_module, "SLAB_BYTES", slab_bytes)
+    rows = info_module._ndf_stats(str(path), fmt, False)
+    assert seen == reads
+    both = np.concatenate((x, y), axis=1)
+    np.testing.assert_allclose([r["mean"] for r in rows], both.mean(0), rtol=1e-12)
+    assert [r["max"] for r in rows] == list(both.max(0))
