@@ -321,3 +321,27 @@ def test_a_loader_run_builds_the_loader_asked_for_and_stops_at_its_limit(
         assert pb.steps == [4] * min(10, want // 4) + [2] * (want == 42)
         assert out == {"stats": {"batches": 3}}
     assert made == [("src", 4, {"shuffle": shuffle, "seed": 7, "buffer_size": buffer_size})] * 3
+
+
+def test_bench_checks_its_arguments_by_name(tmp_path, capsys):
+    """`bench`'s arguments from Python: each refusal names the argument, before the path
+    is looked at (here it does not exist); the least each takes (a batch of 1, a buffer of
+    1, 1 row, seed 0 or any larger int) runs; its bars are on by default."""
+    path = tmp_path / "a.ndf"
+    save_ndf(path, make_data(8, 2, 1))
+    for kw, err, want in [
+        (dict(batch_sizes=[4, 0]), ValueError, "batch_sizes[1] must be >= 1; got batch_sizes[1]=0"),
+        (dict(bar="yes"), TypeError, "bar must be a bool; got 'yes'"),
+        (dict(shuffle=1), TypeError, "shuffle must be a bool; got 1"),
+        (dict(seed=-1), ValueError, "seed must be >= 0; got seed=-1"),
+        (dict(buffer_size=0), ValueError, "buffer_size must be >= 1; got buffer_size=0"),
+        (dict(max_rows=0), ValueError, "max_rows must be >= 1; got max_rows=0"),
+    ]:  # fmt: skip
+        with pytest.raises(err) as e:
+            tool.bench(tmp_path / "missing.ndf", **{"bar": False, **kw})
+        assert str(e.value) == want
+    r = tool.bench(path, batch_sizes=[1], seed=2**64, buffer_size=1, max_rows=1)
+    assert (r["seed"], r["buffer_size"], r["rows_per_run"]) == (2**64, 1, 1)
+    assert [x["rows"] for x in r["runs"]] == [1, 1]
+    err = capsys.readouterr().err
+    assert "warm-up a.ndf: 100%" in err and "loader a.ndf: 100%" in err
