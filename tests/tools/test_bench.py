@@ -345,3 +345,33 @@ def test_bench_checks_its_arguments_by_name(tmp_path, capsys):
     assert [x["rows"] for x in r["runs"]] == [1, 1]
     err = capsys.readouterr().err
     assert "warm-up a.ndf: 100%" in err and "loader a.ndf: 100%" in err
+
+
+def test_bench_at_a_url_takes_its_storage_options_and_names_itself(tmp_path, s3_server):
+    """An .ndf at a URL that needs storage options (the tests' S3 server) is benched with
+    them; what bench cannot read at a URL is refused naming bench; options for a local
+    path are refused."""
+    fsspec = pytest.importorskip("fsspec")
+    save_ndf(tmp_path / "a.ndf", make_data(5, 2, 1))
+    url = f"s3://{s3_server.bucket}/bench/a.ndf"
+    s3_server.fs.put(str(tmp_path / "a.ndf"), url)
+    r = tool.bench(url, batch_sizes=[2], storage_options=s3_server.so, bar=False)
+    assert (r["format"], r["n"], r["runs"][0]["path"]) == ("ndf", 5, "bare read (ranged)")
+    assert [x["rows"] for x in r["runs"]] == [5, 5]
+    fs = fsspec.filesystem("memory")
+    try:
+        fs.pipe("/benchtxt/notes.txt", b"hello")
+        with pytest.raises(CliError) as e:
+            tool.bench("memory://benchtxt/notes.txt", bar=False)
+        assert str(e.value) == (
+            "memory://benchtxt/notes.txt: at a URL bench reads .ndf files and sharded "
+            "datasets; found first bytes b'hell'"
+        )
+    finally:
+        fs.rm("/benchtxt", recursive=True)
+    with pytest.raises(CliError) as e:
+        tool.bench(tmp_path / "a.ndf", storage_options={}, bar=False)
+    assert (
+        str(e.value)
+        == f"{tmp_path / 'a.ndf'}: storage options apply only to URLs (s3://..., gs://...)"
+    )
