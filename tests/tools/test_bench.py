@@ -86,6 +86,12 @@ def test_bench_refusals(tmp_path):
         f"{tmp_path / 'a.npy'}: bench reads an .ndf, a sharded dataset or Parquet; "
         "convert npy first"
     )
+    save_ndf(tmp_path / "none.ndf", make_data(3, 0, 0))
+    with pytest.raises(CliError) as e:
+        tool.bench(tmp_path / "none.ndf", bar=False)
+    assert str(e.value) == f"{tmp_path / 'none.ndf'}: no columns to read (d = l = 0)"
+    save_ndf(tmp_path / "even.ndf", make_data(3, 1, 1))  # d == l: columns to read
+    assert tool.bench(tmp_path / "even.ndf", batch_sizes=[3], bar=False)["runs"][1]["rows"] == 3
     save_ndf(tmp_path / "empty.ndf", make_data(0, 2, 1))
     with pytest.raises(CliError) as e:
         tool.bench(tmp_path / "empty.ndf", bar=False)
