@@ -381,3 +381,27 @@ def test_bench_at_a_url_takes_its_storage_options_and_names_itself(tmp_path, s3_
         str(e.value)
         == f"{tmp_path / 'a.ndf'}: storage options apply only to URLs (s3://..., gs://...)"
     )
+
+
+def test_bench_of_parquet_names_its_path_and_pyarrow(tmp_path, monkeypatch):
+    """Parquet: the columns chosen (features and labels by name), a column not there
+    refused naming the path, and a missing pyarrow by name."""
+    import sys
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"a": np.arange(6.0), "b": np.ones(6), "c": np.zeros(6)}), path)
+    r = tool.bench(path, batch_sizes=[4], features="a", labels="c", bar=False)
+    assert (r["format"], r["n"], r["d"], r["l"]) == ("parquet", 6, 1, 1)
+    assert [(x["path"], x["rows"]) for x in r["runs"]] == [
+        ("bare read (pyarrow)", 6),
+        ("loader", 6),
+    ]
+    with pytest.raises(CliError) as e:
+        tool.bench(path, features="nope", bar=False)
+    assert str(e.value).startswith(f"{path}: no column 'nope' (--features); columns are ")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if not installed
+    with pytest.raises(CliError) as e:
+        tool.bench(path, bar=False)
+    assert str(e.value) == "reading Parquet needs pyarrow: pip install pyarrow"
