@@ -4,6 +4,8 @@ subprocess, where no mutant reaches)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers import make_data, write_ndf_dataset
@@ -346,11 +348,14 @@ def test_bench_checks_its_arguments_by_name(tmp_path, capsys):
         with pytest.raises(err) as e:
             tool.bench(tmp_path / "missing.ndf", **{"bar": False, **kw})
         assert str(e.value) == want
-    r = tool.bench(path, batch_sizes=[1], seed=2**64, buffer_size=1, max_rows=1)
-    assert (r["seed"], r["buffer_size"], r["rows_per_run"]) == (2**64, 1, 1)
-    assert [x["rows"] for x in r["runs"]] == [1, 1]
-    err = capsys.readouterr().err
-    assert "warm-up a.ndf: 100%" in err and "loader a.ndf: 100%" in err
+    r = tool.bench(path, batch_sizes=[1], seed=2**64, buffer_size=1, max_rows=3)
+    assert (r["seed"], r["buffer_size"], r["rows_per_run"]) == (2**64, 1, 3)
+    assert [x["rows"] for x in r["runs"]] == [3, 3]
+    err = capsys.readouterr().err.replace("\r", "\n")  # each bar's last state: to 3 rows
+    for what in ("warm-up", "bare read (readinto)", "loader"):
+        assert re.search(rf"^{re.escape(what)} a.ndf: 100%\S* 3.00/3.00 \[.*rows/s\]$", err, re.M)
+    tool.bench(path, batch_sizes=[1], max_rows=1, bar=False)
+    assert capsys.readouterr().err == ""  # no bar at all
 
 
 def test_bench_at_a_url_takes_its_storage_options_and_names_itself(tmp_path, s3_server):
