@@ -5,6 +5,7 @@ subprocess, where no mutant reaches)."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -28,7 +29,9 @@ class Count:
 
 def test_bench_of_an_ndf(tmp_path):
     save_ndf(tmp_path / "a.ndf", make_data(300, 3, 1))
+    t0 = time.perf_counter()
     r = tool.bench(tmp_path / "a.ndf", batch_sizes=[64, 7], seed=5, max_rows=200, bar=False)
+    took = time.perf_counter() - t0
     assert (r["src"], r["format"], r["n"], r["d"], r["l"]) == (
         str(tmp_path / "a.ndf"),
         "ndf",
@@ -48,6 +51,8 @@ def test_bench_of_an_ndf(tmp_path):
     assert runs[0]["ratio"] == 1.0
     for x in runs:
         assert x["seconds"] > 0 and x["rows_per_s"] == x["rows"] / x["seconds"]
+        assert x["seconds"] < took  # each run timed within the call
+        assert isinstance(x["peak_rss"], int) and x["peak_rss"] > 0  # (Linux: VmHWM)
         assert x["ratio"] == pytest.approx(x["rows_per_s"] / runs[0]["rows_per_s"])
         assert isinstance(x["peak_reset"], bool)
     for x, b in zip(runs[1:], (64, 7), strict=True):
@@ -410,3 +415,18 @@ def test_bench_of_parquet_names_its_path_and_pyarrow(tmp_path, monkeypatch):
     with pytest.raises(CliError) as e:
         tool.bench(path, bar=False)
     assert str(e.value) == "reading Parquet needs pyarrow: pip install pyarrow"
+
+
+def test_a_run_timed_at_zero_seconds_is_infinitely_fast(tmp_path, monkeypatch):
+    """A clock that does not move (a coarse one, a tiny file): rows/s is infinite, not a
+    division by zero."""
+
+    class Still:
+        @staticmethod
+        def perf_counter():
+            return 12.5
+
+    save_ndf(tmp_path / "a.ndf", make_data(4, 1, 0))
+    monkeypatch.setattr(tool, "time", Still)
+    r = tool.bench(tmp_path / "a.ndf", batch_sizes=[2], bar=False)
+    assert [(x["seconds"], x["rows_per_s"]) for x in r["runs"]] == [(0.0, np.inf)] * 2
