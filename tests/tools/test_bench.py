@@ -63,10 +63,19 @@ def test_bench_of_an_ndf(tmp_path):
     assert [x["rows"] for x in whole["runs"]] == [300, 300]
 
 
-def test_bench_of_datasets_local_and_at_a_url(tmp_path):
+def test_bench_of_datasets_local_and_at_a_url(tmp_path, monkeypatch):
     fsspec = pytest.importorskip("fsspec")
     local = write_ndf_dataset(tmp_path / "ds", [40, 0, 35], d=2, l=1)
-    r = tool.bench(local, batch_sizes=[16], buffer_size=32, bar=False)
+    asked, run = [], tool._loader_run
+
+    def spy(source, batch, limit, shuffle, seed, buffer_size, pb, out):
+        asked.append((batch, limit, shuffle, seed, buffer_size))
+        return run(source, batch, limit, shuffle, seed, buffer_size, pb, out)
+
+    monkeypatch.setattr(tool, "_loader_run", spy)
+    r = tool.bench(local, batch_sizes=[16, 8], seed=3, buffer_size=32, bar=False)
+    assert asked == [(16, 75, True, 3, 32), (8, 75, True, 3, 32)]  # as asked, each size
+    monkeypatch.setattr(tool, "_loader_run", run)
     assert r["format"] == "dataset" and r["n"] == 75 and r["buffer_size"] == 32
     assert r["runs"][0]["path"] == "bare read (readinto)" and r["runs"][0]["rows"] == 75
     fs = fsspec.filesystem("memory")
