@@ -4,6 +4,9 @@ subprocess, where no mutant reaches)."""
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import pytest
 from helpers import make_data, write_ndf_dataset
@@ -26,7 +29,9 @@ class Count:
 
 def test_bench_of_an_ndf(tmp_path):
     save_ndf(tmp_path / "a.ndf", make_data(300, 3, 1))
+    t0 = time.perf_counter()
     r = tool.bench(tmp_path / "a.ndf", batch_sizes=[64, 7], seed=5, max_rows=200, bar=False)
+    took = time.perf_counter() - t0
     assert (r["src"], r["format"], r["n"], r["d"], r["l"]) == (
         str(tmp_path / "a.ndf"),
         "ndf",
@@ -46,6 +51,8 @@ def test_bench_of_an_ndf(tmp_path):
     assert runs[0]["ratio"] == 1.0
     for x in runs:
         assert x["seconds"] > 0 and x["rows_per_s"] == x["rows"] / x["seconds"]
+        assert x["seconds"] < took  # each run timed within the call
+        assert isinstance(x["peak_rss"], int) and x["peak_rss"] > 0  # (Linux: VmHWM)
         assert x["ratio"] == pytest.approx(x["rows_per_s"] / runs[0]["rows_per_s"])
         assert isinstance(x["peak_reset"], bool)
     for x, b in zip(runs[1:], (64, 7), strict=True):
@@ -56,10 +63,19 @@ def test_bench_of_an_ndf(tmp_path):
     assert [x["rows"] for x in whole["runs"]] == [300, 300]
 
 
-def test_bench_of_datasets_local_and_at_a_url(tmp_path):
+def test_bench_of_datasets_local_and_at_a_url(tmp_path, monkeypatch):
     fsspec = pytest.importorskip("fsspec")
     local = write_ndf_dataset(tmp_path / "ds", [40, 0, 35], d=2, l=1)
-    r = tool.bench(local, batch_sizes=[16], buffer_size=32, bar=False)
+    asked, run = [], tool._loader_run
+
+    def spy(source, batch, limit, shuffle, seed, buffer_size, pb, out):
+        asked.append((batch, limit, shuffle, seed, buffer_size))
+        return run(source, batch, limit, shuffle, seed, buffer_size, pb, out)
+
+    monkeypatch.setattr(tool, "_loader_run", spy)
+    r = tool.bench(local, batch_sizes=[16, 8], seed=3, buffer_size=32, bar=False)
+    assert asked == [(16, 75, True, 3, 32), (8, 75, True, 3, 32)]  # as asked, each size
+    monkeypatch.setattr(tool, "_loader_run", run)
     assert r["format"] == "dataset" and r["n"] == 75 and r["buffer_size"] == 32
     assert r["runs"][0]["path"] == "bare read (readinto)" and r["runs"][0]["rows"] == 75
     fs = fsspec.filesystem("memory")
@@ -86,6 +102,12 @@ def test_bench_refusals(tmp_path):
         f"{tmp_path / 'a.npy'}: bench reads an .ndf, a sharded dataset or Parquet; "
         "convert npy first"
     )
+    save_ndf(tmp_path / "none.ndf", make_data(3, 0, 0))
+    with pytest.raises(CliError) as e:
+        tool.bench(tmp_path / "none.ndf", bar=False)
+    assert str(e.value) == f"{tmp_path / 'none.ndf'}: no columns to read (d = l = 0)"
+    save_ndf(tmp_path / "even.ndf", make_data(3, 1, 1))  # d == l: columns to read
+    assert tool.bench(tmp_path / "even.ndf", batch_sizes=[3], bar=False)["runs"][1]["rows"] == 3
     save_ndf(tmp_path / "empty.ndf", make_data(0, 2, 1))
     with pytest.raises(CliError) as e:
         tool.bench(tmp_path / "empty.ndf", bar=False)
@@ -321,3 +343,99 @@ def test_a_loader_run_builds_the_loader_asked_for_and_stops_at_its_limit(
         assert pb.steps == [4] * min(10, want // 4) + [2] * (want == 42)
         assert out == {"stats": {"batches": 3}}
     assert made == [("src", 4, {"shuffle": shuffle, "seed": 7, "buffer_size": buffer_size})] * 3
+
+
+def test_bench_checks_its_arguments_by_name(tmp_path, capsys):
+    """`bench`'s arguments from Python: each refusal names the argument, before the path
+    is looked at (here it does not exist); the least each takes (a batch of 1, a buffer of
+    1, 1 row, seed 0 or any larger int) runs; its bars are on by default."""
+    path = tmp_path / "a.ndf"
+    save_ndf(path, make_data(8, 2, 1))
+    for kw, err, want in [
+        (dict(batch_sizes=[4, 0]), ValueError, "batch_sizes[1] must be >= 1; got batch_sizes[1]=0"),
+        (dict(bar="yes"), TypeError, "bar must be a bool; got 'yes'"),
+        (dict(shuffle=1), TypeError, "shuffle must be a bool; got 1"),
+        (dict(seed=-1), ValueError, "seed must be >= 0; got seed=-1"),
+        (dict(buffer_size=0), ValueError, "buffer_size must be >= 1; got buffer_size=0"),
+        (dict(max_rows=0), ValueError, "max_rows must be >= 1; got max_rows=0"),
+    ]:  # fmt: skip
+        with pytest.raises(err) as e:
+            tool.bench(tmp_path / "missing.ndf", **{"bar": False, **kw})
+        assert str(e.value) == want
+    r = tool.bench(path, batch_sizes=[1], seed=2**64, buffer_size=1, max_rows=3)
+    assert (r["seed"], r["buffer_size"], r["rows_per_run"]) == (2**64, 1, 3)
+    assert [x["rows"] for x in r["runs"]] == [3, 3]
+    err = capsys.readouterr().err.replace("\r", "\n")  # each bar's last state: to 3 rows
+    for what in ("warm-up", "bare read (readinto)", "loader"):
+        assert re.search(rf"^{re.escape(what)} a.ndf: 100%\S* 3.00/3.00 \[.*rows/s\]$", err, re.M)
+    tool.bench(path, batch_sizes=[1], max_rows=1, bar=False)
+    assert capsys.readouterr().err == ""  # no bar at all
+
+
+def test_bench_at_a_url_takes_its_storage_options_and_names_itself(tmp_path, s3_server):
+    """An .ndf at a URL that needs storage options (the tests' S3 server) is benched with
+    them; what bench cannot read at a URL is refused naming bench; options for a local
+    path are refused."""
+    fsspec = pytest.importorskip("fsspec")
+    save_ndf(tmp_path / "a.ndf", make_data(5, 2, 1))
+    url = f"s3://{s3_server.bucket}/bench/a.ndf"
+    s3_server.fs.put(str(tmp_path / "a.ndf"), url)
+    r = tool.bench(url, batch_sizes=[2], storage_options=s3_server.so, bar=False)
+    assert (r["format"], r["n"], r["runs"][0]["path"]) == ("ndf", 5, "bare read (ranged)")
+    assert [x["rows"] for x in r["runs"]] == [5, 5]
+    fs = fsspec.filesystem("memory")
+    try:
+        fs.pipe("/benchtxt/notes.txt", b"hello")
+        with pytest.raises(CliError) as e:
+            tool.bench("memory://benchtxt/notes.txt", bar=False)
+        assert str(e.value) == (
+            "memory://benchtxt/notes.txt: at a URL bench reads .ndf files and sharded "
+            "datasets; found first bytes b'hell'"
+        )
+    finally:
+        fs.rm("/benchtxt", recursive=True)
+    with pytest.raises(CliError) as e:
+        tool.bench(tmp_path / "a.ndf", storage_options={}, bar=False)
+    assert (
+        str(e.value)
+        == f"{tmp_path / 'a.ndf'}: storage options apply only to URLs (s3://..., gs://...)"
+    )
+
+
+def test_bench_of_parquet_names_its_path_and_pyarrow(tmp_path, monkeypatch):
+    """Parquet: the columns chosen (features and labels by name), a column not there
+    refused naming the path, and a missing pyarrow by name."""
+    import sys
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"a": np.arange(6.0), "b": np.ones(6), "c": np.zeros(6)}), path)
+    r = tool.bench(path, batch_sizes=[4], features="a", labels="c", bar=False)
+    assert (r["format"], r["n"], r["d"], r["l"]) == ("parquet", 6, 1, 1)
+    assert [(x["path"], x["rows"]) for x in r["runs"]] == [
+        ("bare read (pyarrow)", 6),
+        ("loader", 6),
+    ]
+    with pytest.raises(CliError) as e:
+        tool.bench(path, features="nope", bar=False)
+    assert str(e.value).startswith(f"{path}: no column 'nope' (--features); columns are ")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if not installed
+    with pytest.raises(CliError) as e:
+        tool.bench(path, bar=False)
+    assert str(e.value) == "reading Parquet needs pyarrow: pip install pyarrow"
+
+
+def test_a_run_timed_at_zero_seconds_is_infinitely_fast(tmp_path, monkeypatch):
+    """A clock that does not move (a coarse one, a tiny file): rows/s is infinite, not a
+    division by zero."""
+
+    class Still:
+        @staticmethod
+        def perf_counter():
+            return 12.5
+
+    save_ndf(tmp_path / "a.ndf", make_data(4, 1, 0))
+    monkeypatch.setattr(tool, "time", Still)
+    r = tool.bench(tmp_path / "a.ndf", batch_sizes=[2], bar=False)
+    assert [(x["seconds"], x["rows_per_s"]) for x in r["runs"]] == [(0.0, np.inf)] * 2

@@ -6,6 +6,7 @@ real process) and a closed pipe."""
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import signal
@@ -296,6 +297,25 @@ def test_a_closed_pipe_ends_quietly_with_141(monkeypatch, capsys):
         assert os.devnull not in links  # the descriptor opened on /dev/null let go of
     finally:
         out.close()
+
+
+def test_a_closed_pipe_with_no_dev_null_still_ends_quietly_with_141(monkeypatch, capsys):
+    """The reader gone and /dev/null not to be opened (no descriptor left): still exit
+    status 141 with no message, stdout left as it was."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def no_descriptor(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(importlib.import_module("exactbatch.tools.info"), "info", closed)
+    monkeypatch.setattr(os, "open", no_descriptor)
+    assert main(["info", "x.ndf"]) == 141
+    monkeypatch.undo()
+    assert capsys.readouterr().err == "" and out.getvalue() == ""
 
 
 # -- an error: one line, naming the file ---------------------------------------------------
