@@ -245,6 +245,7 @@ static PyObject *Iter_next(IterObject *self)
         if (left > 0 && !PyErr_ExceptionMatches(PyExc_IndexError))
             goto done;
         PyErr_Clear(); /* empty, or emptied by another thread: the next group */
+        forget(self);  /* (an emptied group kept would hold its arrays past the next one's read) */
         res = PyObject_CallMethodNoArgs((PyObject *)self, s__waited);
         goto done;
     }
