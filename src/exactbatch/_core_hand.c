@@ -152,6 +152,13 @@ static PyObject *view(PyObject *raw, Py_ssize_t rows, Py_ssize_t w, PyObject *t,
     return out;
 }
 
+int rows_method(PyObject *m, void *fn)
+{
+    return PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
+           Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
+           (void *)PyCFunction_GET_FUNCTION(m) == fn;
+}
+
 PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 5) {

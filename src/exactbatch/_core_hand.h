@@ -23,6 +23,10 @@ PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
  * dtype float64 or float32, ydtype None (dtype's), the same or float64. */
 PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* Whether m is a compiled Rows object's own method fn (Rows_read_run or Rows_take_run),
+ * bound to it: a reader's run read that the one-call hand-outs may call in C. */
+int rows_method(PyObject *m, void *fn);
+
 /* run_jobs(job_type, run, k0, k1, b, n, digests): [job_type(run, k, size, digests[k],
  * k*b) for k in k0 .. k1-1] (size b, or what is left of n rows), made in one loop: a
  * claim's jobs of an epoch's whole order (OrderRun.jobs). job_type a tuple subclass

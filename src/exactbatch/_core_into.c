@@ -116,11 +116,7 @@ static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **row
     if (m == NULL)
         return -1;
     if (m != self->run_read) { /* (a bound method kept by the reader: the same object) */
-        int compiled = PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
-                       Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
-                       PyCFunction_GET_FUNCTION(m) ==
-                           (PyCFunction)(void (*)(void))Rows_read_run;
-        Py_XSETREF(self->run_read, compiled ? Py_NewRef(m) : NULL);
+        Py_XSETREF(self->run_read, rows_method(m, (void *)Rows_read_run) ? Py_NewRef(m) : NULL);
     }
     Py_DECREF(m);
     if (self->run_read == NULL)

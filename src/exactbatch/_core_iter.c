@@ -178,11 +178,7 @@ static int ours(IterObject *self, PyObject *job, PyObject **rowsobj, PyObject **
     if (m == NULL)
         return -1;
     if (m != self->run_take) { /* (a bound method kept by the reader: the same object) */
-        int compiled = PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
-                       Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
-                       PyCFunction_GET_FUNCTION(m) ==
-                           (PyCFunction)(void (*)(void))Rows_take_run;
-        Py_XSETREF(self->run_take, compiled ? Py_NewRef(m) : NULL);
+        Py_XSETREF(self->run_take, rows_method(m, (void *)Rows_take_run) ? Py_NewRef(m) : NULL);
     }
     Py_DECREF(m);
     if (self->run_take == NULL)
