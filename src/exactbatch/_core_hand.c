@@ -152,6 +152,32 @@ static PyObject *view(PyObject *raw, Py_ssize_t rows, Py_ssize_t w, PyObject *t,
     return out;
 }
 
+void error_keep(PyObject **t, PyObject **v, PyObject **tb)
+{
+    PyErr_Fetch(t, v, tb);
+    PyErr_NormalizeException(t, v, tb);
+    if (*tb != NULL && *v != NULL)
+        PyException_SetTraceback(*v, *tb);
+}
+
+void error_back(int ok, PyObject *t, PyObject *v, PyObject *tb)
+{
+    if (ok) {
+        PyErr_Restore(t, v, tb);
+        return;
+    }
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2 != NULL && v != NULL)
+        PyException_SetContext(v2, v); /* (steals v) */
+    else
+        Py_XDECREF(v);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+}
+
 int rows_method(PyObject *m, void *fn)
 {
     return PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&

@@ -27,6 +27,13 @@ PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
  * bound to it: a reader's run read that the one-call hand-outs may call in C. */
 int rows_method(PyObject *m, void *fn);
 
+/* A clean-up after an error: error_keep() takes the error raised (normalised, its
+ * traceback on it) out of the way; error_back(ok, ...) raises it again when the clean-up
+ * succeeded (ok != 0), else leaves the clean-up's error raised, the kept one its context
+ * (each kept reference consumed). */
+void error_keep(PyObject **t, PyObject **v, PyObject **tb);
+void error_back(int ok, PyObject *t, PyObject *v, PyObject *tb);
+
 /* run_jobs(job_type, run, k0, k1, b, n, digests): [job_type(run, k, size, digests[k],
  * k*b) for k in k0 .. k1-1] (size b, or what is left of n rows), made in one loop: a
  * claim's jobs of an epoch's whole order (OrderRun.jobs). job_type a tuple subclass

@@ -60,26 +60,10 @@ static int plain_now(IntoObject *self)
 static void unpop(PyObject *group, PyObject *item)
 {
     PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb != NULL && v != NULL)
-        PyException_SetTraceback(v, tb);
+    error_keep(&t, &v, &tb);
     PyObject *r = PyObject_CallMethodOneArg(group, s_unpop, item);
-    if (r != NULL) {
-        Py_DECREF(r);
-        PyErr_Restore(t, v, tb);
-        return;
-    }
-    PyObject *t2, *v2, *tb2;
-    PyErr_Fetch(&t2, &v2, &tb2);
-    PyErr_NormalizeException(&t2, &v2, &tb2);
-    if (v2 != NULL && v != NULL)
-        PyException_SetContext(v2, v); /* (steals v) */
-    else
-        Py_XDECREF(v);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    PyErr_Restore(t2, v2, tb2);
+    Py_XDECREF(r);
+    error_back(r != NULL, t, v, tb);
 }
 
 /* The popped item's job, and the compiled rows that read it and its order (new

@@ -195,29 +195,12 @@ static int ours(IterObject *self, PyObject *job, PyObject **rowsobj, PyObject **
  * context). */
 static void read_failed(IterObject *self, PyObject *group, PyObject *item, PyObject *t0)
 {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb != NULL && v != NULL)
-        PyException_SetTraceback(v, tb);
-    PyObject *r = NULL;
+    PyObject *t, *v, *tb, *r = NULL;
+    error_keep(&t, &v, &tb);
     if (wait_kept(self->tel, &self->slot, &self->tid, t0, self->at[0], self->hist[0]) == 0)
         r = PyObject_CallMethodOneArg(group, s_unpop, item);
-    if (r != NULL) {
-        Py_DECREF(r);
-        PyErr_Restore(t, v, tb);
-        return;
-    }
-    PyObject *t2, *v2, *tb2;
-    PyErr_Fetch(&t2, &v2, &tb2);
-    PyErr_NormalizeException(&t2, &v2, &tb2);
-    if (v2 != NULL && v != NULL)
-        PyException_SetContext(v2, v); /* (steals v) */
-    else
-        Py_XDECREF(v);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    PyErr_Restore(t2, v2, tb2);
+    Py_XDECREF(r);
+    error_back(r != NULL, t, v, tb);
 }
 
 static PyObject *Iter_next(IterObject *self)
