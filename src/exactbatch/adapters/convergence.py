@@ -5,128 +5,47 @@ and a small step makes the parameters crawl wherever they are. The verdict
 reads the fit's last two windows of steps (see
 :func:`exactbatch.adapters.schedule.windows`: two fifths of the steps, in
 whole epochs), each cut into :data:`PARTS` parts, and the guide's posterior
-mean and sd of every latent at the mean of each part's iterates (averaging
-within a part cancels most of the jitter). All figures are in posterior sds
-of the guide (the last window's):
+mean and sd of every latent at the mean of each part's iterates. All
+figures are in posterior sds of the guide (the last window's):
 
 * ``movement``: the largest change of a posterior mean or sd from the first
   window to the second.
 * ``noise``: the standard error of that change, from the scatter of the
-  parts' values about a straight line through them (a steady drift is not
-  noise; the jitter the parts did not average away is), floored by the
-  median over the latents (six degrees of freedom give a rough estimate,
-  and the largest change would otherwise find the latents whose estimate
-  came out low).
+  parts' values about a straight line through them, floored by the median
+  over the latents.
 * ``drift``: the largest change beyond ``z`` standard errors, ``z`` the
   two-sided normal quantile of :data:`ALPHA` shared by every mean and sd
-  judged (Bonferroni): a converged fit passes in at least 95% of seeds
-  whatever the number of latents. A drift above :data:`THRESHOLD` is a fit
-  still travelling: the last window's average is returned, not the tail's.
-* ``shift``: for the posterior *means*, a change between the windows
-  beyond ``t`` standard errors (not the batches' noise) whose half (:data:`HELD`:
-  what the tail's average holds of a levelled move) is above :data:`THRESHOLD`
-  (it matters), the smaller of those two margins, the
-  largest over the means; ``t`` the Student quantile of the same
-  Bonferroni level with :data:`DOF` degrees of freedom per latent (the
-  parts' scatter about a line has 6; the noise is floored by the latents'
-  median). A shift above 0 is a fit that has not converged, as a drift
-  above the threshold is: a mean whose windows differ beyond their noise
-  either still travels (the tail's average lags it) or moved early in the
-  tail and stopped (the tail's average keeps that move). The drift asks
-  for the threshold *beyond* ``z`` standard errors, and passed (measured:
-  breast cancer, PyMC, 2000 steps, seed 3: ``w[13]``'s mean moved 0.235
-  sd, 5.5 times its noise of 0.043, drift 0.091; the fit 0.56 sd off and
-  quiet, its last window 0.45). That mean had levelled off in the second
-  window (its slope there 0.13 of the first's): a test of a slope still
-  falling would have passed it too. Still fits of one latent (parts
-  independent) shift in 1.3% of seeds; with the normal quantile, 6.0%. The
-  batches' wander outlasts a part in long fits (the parts' lag-1 correlation
-  0.3-0.6), so ``t`` standard errors of the parts' scatter are too few there:
-  breast cancer, NumPyro, 10,000 steps, seeds 1 and 2 (0.08 and 0.10 sd off)
-  moved 0.164 and 0.106 sd, beyond them. Widening the noise for that
-  correlation (an AR(1)) silenced the miss above, whose parts are as
-  correlated; the size tells them apart: the half of a move that the tail's
-  average holds, 0.08 and 0.05 sd there, 0.12 in the miss. Still fits of 31
-  latents with parts of correlation 0.5 shift in 0.3% of seeds (47% with the
-  move itself against the threshold).
-* ``error``: the largest standard error of the tail's average (what a
-  converged fit returns), floored as the noise. A large noise is no proof
-  of convergence: it is a fit that has not pinned its posterior down - too
-  few epochs in its tail for the batch's noise to average away, which grows
-  as sqrt(N / batch_size / steps). Above :data:`ERROR_MAX` the fit is not
-  converged either. With the epoch (the default schedule) a mean's error is
-  floored by :data:`MEANS_FLOOR` ``* sqrt(epoch / window)`` (``error_floor``):
-  an average over a window is within about ``sqrt(epoch / window)`` posterior
-  sds whatever the step (:mod:`~exactbatch.adapters.schedule`), and a window
-  of a few epochs wanders more slowly than a part, where the parts' scatter
-  cannot see it (measured: breast cancer, 8 columns, B = 32, 300 steps, a
-  window of 3 epochs, NumPyro seed 3: 0.57 sd off, the parts' error 0.128,
-  quiet). Where that floor is above the bound (a window of fewer than
-  ``(MEANS_FLOOR / ERROR_MAX)**2`` = 4 epochs: fits of under 20 epochs) the
-  means are **too few epochs to judge** (``means_judged`` False): every fit
-  there reads as uncertain whatever its luck, and it warns so, with the steps
-  that would judge it (``steps_to_judge_means``) and the steps that leave the
-  batches' noise room under the bound (``steps_advised_means``: the floor at
-  :data:`ROOM` of it; at the judging length itself a converged fit's parts'
-  error, at least the floor, is above the bound about a third of the time:
-  N = 10k, B = 64, 3,120 steps, 4 of 12 fits within 0.15 sd warned; at 4,875,
-  the floor 0.8 of the bound, 12 of 12 were quiet). The constant: of 0.5, 0.75
-  and 1 on the saved fits of docs/statistics.md (bench/fit_means_floor.py),
-  0.5 and 0.75 warned on every fit of case d and added no false alarm; 1
-  warned on all ten calibration fits (12 epochs a window, within 0.2 sd).
+  judged (Bonferroni). Above :data:`THRESHOLD`: a fit still travelling; the
+  last window's average is returned, not the tail's.
+* ``shift``: for the posterior *means*, a change between the windows beyond
+  ``t`` standard errors (Student's quantile at the same level, :data:`DOF`
+  degrees of freedom a latent) whose half (:data:`HELD`, what the tail's
+  average holds of a levelled move) is above :data:`THRESHOLD`, the smaller
+  of those two margins, the largest over the means. Above 0: not converged.
+* ``error``: the largest standard error of the tail's average, floored as
+  the noise and, with the epoch (the default schedule), by
+  :data:`MEANS_FLOOR` ``* sqrt(epoch / window)`` (``error_floor``). Above
+  :data:`ERROR_MAX`: not converged; a floor above it leaves the means **too
+  few epochs to judge** (``means_judged`` False), and the fit warns so with
+  the steps that would judge them (``steps_to_judge_means``) and those that
+  leave the batches' noise room under the bound (``steps_advised_means``:
+  the floor at :data:`ROOM` of it).
 * ``sd_error``: the largest standard error of the tail's average of a guide
-  sd, relative to it. A guide's sd wanders slowly: its log's gradient
-  carries the batch's noise, about sqrt(N / B) times its pull back, so under
-  Adam (which moves a noise-driven parameter by about the step each step) it
-  jitters by ``step * sqrt(N / B) / 4`` in variance and relaxes in
-  ``sqrt(N / B) / (2 * step)`` steps - often longer than a part, where the
-  parts' scatter cannot see it (measured: logistic, N = 5000, B = 64, 2000
-  steps: an sd's average scattered 0.15 relative over seeds, the parts said
-  0.07). The two together give a standard error of ``0.5 * sqrt(epoch /
-  averaged steps)`` whatever the step, the floor of ``sd_error`` with the
-  default schedule (``epoch`` the batches of an epoch) at one draw of the
-  guide a step. The batch's noise enters the log-sd's gradient times the
-  guide's draw, so a step that averages ``draws`` draws of one batch (the
-  tail's :data:`~exactbatch.adapters.schedule.TAIL_DRAWS`) carries
-  ``1 / sqrt(draws)`` of that noise, and the floor is ``0.5 * sqrt(epoch /
-  averaged steps / draws)``: halved at 4 (measured at 20 epochs averaged,
-  N = 10k, B = 256: an sd's average scattered 0.083-0.113 of itself between
-  fits at one draw, floor 0.112; 0.040-0.066 at four, floor 0.056). Above
-  :data:`SD_ERROR_MAX` the fit is not converged - except where the floor
-  itself is above that bound (fewer than ``(0.5 / SD_ERROR_MAX)**2 / draws``
-  epochs averaged: 11 at one draw, 3 at four): every fit
-  there reads as uncertain whatever its luck, so the error says nothing of
-  this fit (measured: logistic, N = 5000, B = 64, 2000 steps, floor 0.158
-  at one draw, 4 of 6 fits within 0.2 sd and 0.8-1.25x warned "not
-  converged"; 0.079 at four). There the
-  sds are **not judged at this length** (``sds_judged`` False): the means
-  are judged as ever, and the fit warns that its sds are unchecked and how
-  many steps would check them - unless an sd's parts scatter by more than
-  :data:`WANDER` times the floor, a wander beyond the batches' noise (the
-  parts' error is about the floor or less when only that noise moves them:
-  their ratio squared is about a chi-square of 7 degrees of freedom over 7,
-  beyond 4 with chance 1 in 10,000), which is not converged. The same wander moves a
-  guide sd's window averages apart: the ``noise`` of an sd's change between
-  the windows is at least twice that floor (each window's average
-  sqrt(2) times the tail's error, their difference sqrt(2) again; measured:
-  breast cancer, NumPyro, 10,000 steps, an sd's windows 0.26 of it apart
-  against a parts' noise of 0.05 and a fit within 0.14 sd, 0.91-1.06x).
+  sd, relative to it, floored by ``0.5 * sqrt(epoch / averaged steps /
+  draws)``. Above :data:`SD_ERROR_MAX`: not converged; a floor above it
+  leaves the sds **not judged at this length** (``sds_judged`` False),
+  unless an sd's parts scatter by more than :data:`WANDER` times the floor.
 * ``elbo_change``: the change of the mean loss (the negative ELBO estimate)
-  between the windows, with its standard error: a loss still falling by
-  many standard errors is a fit still improving.
+  between the windows, with its standard error.
 
 Any above its bound: :class:`exactbatch.ConvergenceWarning`, naming each
 with its figures and saying which estimate the fit returned
 (:func:`estimate`; ``returned`` on the verdict): with the default schedule
 the tail's average (:data:`TAIL`) when the fit no longer drifts, the mean of
-the last window's iterates (:data:`LAST_WINDOW`, the last fifth of the steps)
-when it still travels: it lags the fit by half as much as the tail's average,
-at sqrt(2) times its standard error. Not the last iterate, which the tail's
-step leaves jittering by posterior sds (measured 1.1-2.6 sd off, where the
-last window's mean was 0.10-0.27), nor the last part's mean (0.13-0.67 sd:
-its noise is sqrt(2 * PARTS) times the tail's error, more than the lag it
-saves unless the fit drifts by more than about 1 sd a window). Measured in docs/statistics.md
-(bench/fit_statistics.py, bench/fit_verdict_trace.py).
+the last window's iterates (:data:`LAST_WINDOW`) when it still travels.
+
+Why each rule and constant is what it is, with the fits that measured them:
+docs/statistics.md, "The verdict's rules, and the fits behind them".
 
 Pure Python and NumPy: no optional package is imported here.
 """
