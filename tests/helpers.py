@@ -522,3 +522,20 @@ def jax_compile_cache(folder):
         for name, value in saved.items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()
+
+
+def stats_counts(stats: dict) -> dict:
+    """The counts of a loader's ``stats()`` (nested), less the times: what two hand-out
+    paths must agree on."""
+    out = {}
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            out[k] = stats_counts(v)
+        elif isinstance(v, int) and not k.endswith("_s"):
+            out[k] = v
+    return out
+
+
+def state_json(loader) -> str:
+    """A loader's ``state_dict()`` as canonical JSON: states compared bit for bit."""
+    return json.dumps(loader.state_dict(), sort_keys=True)

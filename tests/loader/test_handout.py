@@ -10,8 +10,6 @@ memory, on both backends."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,7 @@ from exactbatch import DataLoader, kernels, open_ndf, save_ndf
 from exactbatch.batching.random_access_epoch import OrderRun
 from exactbatch.loader import epoch_iterator
 from exactbatch.loader.handout import HandOut, hand_out
-from tests.helpers import make_data
+from tests.helpers import make_data, state_json, stats_counts
 from tests.laws import reader_of, reads_through_read
 
 COMPILED = kernels.backend() == "compiled"
@@ -65,21 +63,6 @@ def _counted(dl: DataLoader) -> list[object]:
     return got
 
 
-def _counts(stats: dict) -> dict:
-    """The counts of ``stats`` (nested), less the times."""
-    out = {}
-    for k, v in stats.items():
-        if isinstance(v, dict):
-            out[k] = _counts(v)
-        elif isinstance(v, int) and not k.endswith("_s"):
-            out[k] = v
-    return out
-
-
-def _state(dl: DataLoader) -> str:
-    return json.dumps(dl.state_dict(), sort_keys=True)
-
-
 @pytest.mark.parametrize("source", ["memory", "ndf"])
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -100,14 +83,14 @@ def test_the_one_call_and_its_twin_give_the_batches_and_states_of_the_python_pat
                 assert bx[: got[0]].tobytes() == bufs[0][0][: got[0]].tobytes()
                 assert by[: got[0]].tobytes() == bufs[0][1][: got[0]].tobytes()
             if step % 7 == 3 or got[0] < 16:  # mid-epoch, and at its end
-                states = [_state(dl) for dl in loaders]
+                states = [state_json(dl) for dl in loaders]
                 assert states[0] == states[1] == states[2], (epoch, step)
                 assert len({dl.last_rows for dl in loaders}) == 1
             if not got[0]:
                 break
         for dl in loaders:
             dl.reset()
-        counts = [_counts(dl.stats()) for dl in loaders]  # (not the times)
+        counts = [stats_counts(dl.stats()) for dl in loaders]  # (not the times)
         assert counts[0] == counts[1] == counts[2] and counts[0]
     if COMPILED:  # a whole order's batches (file order's too): handed out in the one call
         assert calls.count(16) >= 100
@@ -124,17 +107,17 @@ def _epochs(dl: DataLoader, via: str, b: int) -> list:
             for k, (x, y) in enumerate(dl):
                 out.append(x.tobytes() + y.tobytes())
                 if k % 5 == 2:
-                    out.append(_state(dl))
+                    out.append(state_json(dl))
         else:
             bx, by = np.empty((b, 3), dl.dtype), np.empty((b, 2), dl.dtype)
             k = 0
             while got := dl.next_into(bx, by):
                 out.append(bx[:got].tobytes() + by[:got].tobytes())
                 if k % 5 == 2:
-                    out.append(_state(dl))
+                    out.append(state_json(dl))
                 k += 1
             dl.reset()
-        out.append(_state(dl))
+        out.append(state_json(dl))
     return out
 
 
@@ -206,16 +189,16 @@ def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
     run: OrderRun = group.queue[0][0].run
     rows = run.rows[16:32].copy()
     run.rows[16:32] = 10**6  # batch 1's rows: out of range (the order, changed in place)
-    state = _state(dl)
+    state = state_json(dl)
     with pytest.raises(IndexError, match="out of range"):
         dl.next_into(bx, by)
-    assert _state(dl) == state
+    assert state_json(dl) == state
     run.rows[16:32] = rows
     wx, wy = np.empty((16, 3)), np.empty((16, 2))
     for _ in range(12):
         assert dl.next_into(bx, by) == want.next_into(wx, wy)
         assert bx.tobytes() == wx.tobytes() and by.tobytes() == wy.tobytes()
-    assert _state(dl) == _state(want)
+    assert state_json(dl) == state_json(want)
     assert calls.count(16) >= 10
 
 

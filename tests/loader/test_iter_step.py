@@ -9,7 +9,6 @@ iterator hand out every row once."""
 
 from __future__ import annotations
 
-import json
 import threading
 
 import numpy as np
@@ -20,7 +19,7 @@ from exactbatch.feeds import random_access
 from exactbatch.loader import epoch_iterator
 from exactbatch.loader.epoch_iterator import EpochIterator
 from exactbatch.loader.iter_step import IterStep
-from tests.helpers import make_data
+from tests.helpers import make_data, state_json, stats_counts
 
 COMPILED = kernels.backend() == "compiled"
 needs_core = pytest.mark.skipif(
@@ -89,21 +88,6 @@ def _fallbacks(monkeypatch) -> list[object]:
     return got
 
 
-def _counts(stats: dict) -> dict:
-    """The counts of ``stats`` (nested), less the times."""
-    out = {}
-    for k, v in stats.items():
-        if isinstance(v, dict):
-            out[k] = _counts(v)
-        elif isinstance(v, int) and not k.endswith("_s"):
-            out[k] = v
-    return out
-
-
-def _state(dl: DataLoader) -> str:
-    return json.dumps(dl.state_dict(), sort_keys=True)
-
-
 def _same_run(loaders: list[DataLoader], epochs: int = 2) -> None:
     """Each loader iterated by its step (STEPS, in order): the same batches, bit for bit,
     the same states (mid-epoch and at each end) and the same counts."""
@@ -116,12 +100,12 @@ def _same_run(loaders: list[DataLoader], epochs: int = 2) -> None:
                 for a, c in zip(got[0], b, strict=True):
                     assert a.dtype == c.dtype and a.tobytes() == c.tobytes(), (epoch, k)
             if k % 5 == 2:
-                states = [_state(dl) for dl in loaders]
+                states = [state_json(dl) for dl in loaders]
                 assert states[0] == states[1] == states[2], (epoch, k)
                 assert len({dl.last_rows for dl in loaders}) == 1
-        states = [_state(dl) for dl in loaders]
+        states = [state_json(dl) for dl in loaders]
         assert states[0] == states[1] == states[2], epoch
-        counts = [_counts(dl.stats()) for dl in loaders]  # (not the times)
+        counts = [stats_counts(dl.stats()) for dl in loaders]  # (not the times)
         assert counts[0] == counts[1] == counts[2] and counts[0]
 
 
@@ -198,14 +182,14 @@ def test_a_read_that_raises_in_the_step_leaves_its_batch_next(step, whole, lazy)
     run = it._current.queue[0][0].run
     rows = run.rows[16:32].copy()
     run.rows[16:32] = 10**6  # batch 1's rows: out of range (the order, changed in place)
-    state = _state(dl)
+    state = state_json(dl)
     with pytest.raises(IndexError, match="out of range"):
         step(it)
-    assert _state(dl) == state
+    assert state_json(dl) == state
     run.rows[16:32] = rows
     for got, ref in zip(_batches(it, step), wit, strict=True):
         assert got[0].tobytes() == ref[0].tobytes() and got[1].tobytes() == ref[1].tobytes()
-    assert _state(dl) == _state(want)
+    assert state_json(dl) == state_json(want)
 
 
 @needs_core
