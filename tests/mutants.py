@@ -456,6 +456,7 @@ TARGETS = {
         ],
         [
             "tests/ndf/test_ndf_dataset.py",
+            "tests/ndf/test_dataset_runs.py",  # (Parts.run_rows: a reader's runs, their hooks)
             "tests/ndf/test_dataset_remote.py",
             "tests/ndf/test_direct.py",
             "tests/ndf/test_guard.py",
@@ -485,6 +486,7 @@ TARGETS = {
         [
             "tests/sources/test_columns.py",
             "tests/sources/test_kinds.py",
+            "tests/ndf/test_dataset_runs.py",  # (NdfReader over a dataset: its runs, its close)
             "tests/sources/test_file_watch.py",
             "tests/order/test_splits.py",
             "tests/sources/test_random_access.py",
@@ -953,6 +955,7 @@ CORE_TESTS = [
     "tests/ndf/test_ndf_dataset.py",
     "tests/ndf/test_file.py",
     "tests/ndf/test_file_runs.py",
+    "tests/ndf/test_dataset_runs.py",
     "tests/ndf/test_guard.py",
     "-k",
     "not exactbatch_pure and not [numpy and not -numpy]",
@@ -994,6 +997,7 @@ CORE_TESTS_OF = {
     "_core_into": ["into"],
     "_core_iter": ["iter"],
     "_core_hand": ["core", "into", "iter"],  # (Cursor.hand and a wait's record: both calls')
+    "_core_parts_run": ["core", "into", "iter"],  # (a dataset's runs: both calls read them)
     "_core": ["core", "bijection", "codes", "rows32", "into", "iter"],
 }
 # Calls that only give back memory, a buffer or a reference (dropping one leaks, which no

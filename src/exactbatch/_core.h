@@ -22,6 +22,8 @@
  *                      C (IterStep; twin: loader/iter_step.py)
  *   _core_transform.c/.h  a transform fused into the gather (standardise, NaN fill)
  *   _core_parts.c/.h   a sharded dataset's rows, straight from its parts' mappings
+ *   _core_parts_run.c/.h  a dataset reader's run reads over them (PartsRuns.read_run,
+ *                      take_run), the parts not open left to Python by a hook
  *   _core_bijection.c/.h  an epoch's keyed bijection
  *   _core_columns.c/.h  rows of float64 columns (an Arrow chunk's) into whole rows, cast
  *   _core_rows32.c/.h  a float32 shuffle buffer's rows gathered into float32 batches

@@ -4,6 +4,7 @@
 
 #include "_core_fits.h"
 #include "_core_guard.h"
+#include "_core_parts_run.h"
 #include "_core_split.h"
 
 #define NPY_INT_NUM 5
@@ -32,9 +33,7 @@ static int float_size(const descr_head *t)
     return t->type_num == NPY_DOUBLE_NUM ? 8 : t->type_num == NPY_FLOAT_NUM ? 4 : 0;
 }
 
-/* The order's rows [start, start + size) into j (idx, isz, r): order a 1-D C-contiguous
- * native int32/int64 ndarray. 0, or -1 with an exception naming the argument. */
-static int order_span(PyObject *o, PyObject *a_start, PyObject *a_size, Job *j)
+int order_span(PyObject *o, PyObject *a_start, PyObject *a_size, Job *j)
 {
     Py_ssize_t start = PyLong_AsSsize_t(a_start), size;
     if (start == -1 && PyErr_Occurred())
@@ -115,6 +114,22 @@ static PyObject *copy(RowsObject *s, Job *j)
     return res;
 }
 
+int run_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j)
+{
+    int xs = out_rows(ox, j->r, d), ys = out_rows(oy, j->r, l);
+    if (!xs || !ys || (xs != ys && ys != 8)) {
+        PyErr_Format(PyExc_TypeError, "out_x and out_y must be writeable C-contiguous float64 "
+                     "or float32 ndarrays (out_y of x's dtype, or float64) of at least %zd "
+                     "rows of %zd and %zd values", j->r, d, l);
+        return -1;
+    }
+    j->ox = ((const array_head *)ox)->data;
+    j->oy = ((const array_head *)oy)->data;
+    j->f32 = xs == 4;
+    j->f32y = ys == 4;
+    return 0;
+}
+
 PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 5) {
@@ -123,19 +138,9 @@ PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     Job j = JOB_INIT;
-    if (order_span(args[0], args[1], args[2], &j) < 0)
+    if (order_span(args[0], args[1], args[2], &j) < 0 ||
+        run_outs(args[3], args[4], self->d, self->l, &j) < 0)
         return NULL;
-    int xs = out_rows(args[3], j.r, self->d), ys = out_rows(args[4], j.r, self->l);
-    if (!xs || !ys || (xs != ys && ys != 8)) {
-        PyErr_Format(PyExc_TypeError, "out_x and out_y must be writeable C-contiguous float64 "
-                     "or float32 ndarrays (out_y of x's dtype, or float64) of at least %zd "
-                     "rows of %zd and %zd values", j.r, self->d, self->l);
-        return NULL;
-    }
-    j.ox = ((const array_head *)args[3])->data;
-    j.oy = ((const array_head *)args[4])->data;
-    j.f32 = xs == 4;
-    j.f32y = ys == 4;
     return copy(self, &j);
 }
 
@@ -178,11 +183,63 @@ void error_back(int ok, PyObject *t, PyObject *v, PyObject *tb)
     PyErr_Restore(t2, v2, tb2);
 }
 
-int rows_method(PyObject *m, void *fn)
+RunFn run_method(PyObject *m, int take)
 {
-    return PyCFunction_Check(m) && PyCFunction_GET_SELF(m) != NULL &&
-           Py_TYPE(PyCFunction_GET_SELF(m)) == &RowsType &&
-           (void *)PyCFunction_GET_FUNCTION(m) == fn;
+    if (!PyCFunction_Check(m) || PyCFunction_GET_SELF(m) == NULL)
+        return NULL;
+    PyTypeObject *t = Py_TYPE(PyCFunction_GET_SELF(m));
+    void *fn = (void *)PyCFunction_GET_FUNCTION(m), *want = NULL;
+    if (t == &RowsType)
+        want = take ? (void *)Rows_take_run : (void *)Rows_read_run;
+    else if (t == &PartsRunsType)
+        want = take ? (void *)PartsRuns_take_run : (void *)PartsRuns_read_run;
+    return want != NULL && fn == want ? (RunFn)(void (*)(void))fn : NULL;
+}
+
+int run_pair(PyObject *dt, PyObject *yt, Py_ssize_t d, Py_ssize_t l, Job *j, PyObject **x,
+             PyObject **y)
+{
+    yt = yt == Py_None ? dt : yt;
+    PyTypeObject *descr_type = (PyTypeObject *)dtype_type;
+    int xs = PyObject_TypeCheck(dt, descr_type) ? float_size((const descr_head *)dt) : 0;
+    int ys = PyObject_TypeCheck(yt, descr_type) ? float_size((const descr_head *)yt) : 0;
+    if (!xs || !ys || (xs != ys && ys != 8)) {
+        PyErr_SetString(PyExc_TypeError, "take_run: dtype must be float64 or float32, and "
+                                         "ydtype None, the same, or float64");
+        return -1;
+    }
+    /* as exactbatch.arrays.batch_pair: one allocation, x then y on whole lines */
+    Py_ssize_t xb, yb, at_y, total;
+    if (__builtin_mul_overflow(j->r, d * xs, &xb) || __builtin_mul_overflow(j->r, l * ys, &yb) ||
+        __builtin_add_overflow(xb, ALIGN - 1, &at_y) ||
+        __builtin_add_overflow((at_y / ALIGN) * ALIGN, yb + ALIGN, &total)) {
+        PyErr_SetString(PyExc_OverflowError, "take_run: the batch is too large");
+        return -1;
+    }
+    at_y = (at_y / ALIGN) * ALIGN;
+    PyObject *n = PyLong_FromSsize_t(total), *raw = NULL;
+    *x = *y = NULL;
+    if (n != NULL) {
+        PyObject *eargs[2] = {n, uint8_dtype};
+        raw = PyObject_Vectorcall(np_empty, eargs, 2, NULL);
+    }
+    Py_XDECREF(n);
+    if (raw == NULL || !PyObject_TypeCheck(raw, (PyTypeObject *)ndarray_type)) {
+        Py_XDECREF(raw);
+        return -1;
+    }
+    Py_ssize_t at = (Py_ssize_t)((ALIGN - (uintptr_t)((array_head *)raw)->data % ALIGN) % ALIGN);
+    if ((*x = view(raw, j->r, d, dt, at)) == NULL || (*y = view(raw, j->r, l, yt, at + at_y)) == NULL) {
+        Py_CLEAR(*x);
+        Py_DECREF(raw);
+        return -1;
+    }
+    Py_DECREF(raw);
+    j->ox = ((const array_head *)*x)->data;
+    j->oy = ((const array_head *)*y)->data;
+    j->f32 = xs == 4;
+    j->f32y = ys == 4;
+    return 0;
 }
 
 PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -193,52 +250,17 @@ PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     Job j = JOB_INIT;
-    if (order_span(args[0], args[1], args[2], &j) < 0)
+    PyObject *x = NULL, *y = NULL, *res = NULL;
+    if (order_span(args[0], args[1], args[2], &j) < 0 ||
+        run_pair(args[3], args[4], self->d, self->l, &j, &x, &y) < 0)
         return NULL;
-    PyObject *dt = args[3], *yt = args[4] == Py_None ? args[3] : args[4];
-    PyTypeObject *descr_type = (PyTypeObject *)dtype_type;
-    int xs = PyObject_TypeCheck(dt, descr_type) ? float_size((const descr_head *)dt) : 0;
-    int ys = PyObject_TypeCheck(yt, descr_type) ? float_size((const descr_head *)yt) : 0;
-    if (!xs || !ys || (xs != ys && ys != 8)) {
-        PyErr_SetString(PyExc_TypeError, "take_run: dtype must be float64 or float32, and "
-                                         "ydtype None, the same, or float64");
-        return NULL;
-    }
-    /* as exactbatch.arrays.batch_pair: one allocation, x then y on whole lines */
-    Py_ssize_t xb, yb, at_y, total;
-    if (__builtin_mul_overflow(j.r, self->d * xs, &xb) ||
-        __builtin_mul_overflow(j.r, self->l * ys, &yb) ||
-        __builtin_add_overflow(xb, ALIGN - 1, &at_y) ||
-        __builtin_add_overflow((at_y / ALIGN) * ALIGN, yb + ALIGN, &total)) {
-        PyErr_SetString(PyExc_OverflowError, "take_run: the batch is too large");
-        return NULL;
-    }
-    at_y = (at_y / ALIGN) * ALIGN;
-    PyObject *n = PyLong_FromSsize_t(total), *raw = NULL, *x = NULL, *y = NULL, *res = NULL;
-    if (n != NULL) {
-        PyObject *eargs[2] = {n, uint8_dtype};
-        raw = PyObject_Vectorcall(np_empty, eargs, 2, NULL);
-    }
-    if (raw == NULL || !PyObject_TypeCheck(raw, (PyTypeObject *)ndarray_type))
-        goto done;
-    Py_ssize_t at = (Py_ssize_t)((ALIGN - (uintptr_t)((array_head *)raw)->data % ALIGN) % ALIGN);
-    if ((x = view(raw, j.r, self->d, dt, at)) == NULL ||
-        (y = view(raw, j.r, self->l, yt, at + at_y)) == NULL)
-        goto done;
-    j.ox = ((const array_head *)x)->data;
-    j.oy = ((const array_head *)y)->data;
-    j.f32 = xs == 4;
-    j.f32y = ys == 4;
     PyObject *none = copy(self, &j);
     if (none != NULL) {
         Py_DECREF(none);
         res = PyTuple_Pack(2, x, y);
     }
-done:
-    Py_XDECREF(n);
-    Py_XDECREF(raw);
-    Py_XDECREF(x);
-    Py_XDECREF(y);
+    Py_DECREF(x);
+    Py_DECREF(y);
     return res;
 }
 

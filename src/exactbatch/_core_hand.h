@@ -23,9 +23,28 @@ PyObject *Rows_read_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
  * dtype float64 or float32, ydtype None (dtype's), the same or float64. */
 PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs);
 
-/* Whether m is a compiled Rows object's own method fn (Rows_read_run or Rows_take_run),
- * bound to it: a reader's run read that the one-call hand-outs may call in C. */
-int rows_method(PyObject *m, void *fn);
+/* A run read's C function: Rows' or PartsRuns' read_run or take_run (METH_FASTCALL). */
+typedef PyObject *(*RunFn)(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* m's function when m is a compiled run read bound to its object - a Rows' or a
+ * dataset's PartsRuns' (_core_parts_run.h) read_run (take 0) or take_run (take 1) -
+ * that the one-call hand-outs may call in C, with m's self; else NULL. */
+RunFn run_method(PyObject *m, int take);
+
+/* The order's rows [start, start + size) into j (idx, isz, r): order a 1-D C-contiguous
+ * native int32/int64 ndarray. 0, or -1 with an exception naming the argument. */
+int order_span(PyObject *o, PyObject *a_start, PyObject *a_size, Job *j);
+
+/* read_run's outputs for j->r rows of d and l values: writeable C-contiguous native
+ * float ndarrays of at least j->r rows (out_y of x's dtype, or float64), set in j. 0,
+ * or -1 with a TypeError. */
+int run_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j);
+
+/* take_run's new pair for j->r rows of d and l values, of dtype dt (ydtype yt, None:
+ * dt's), as batch_pair lays it out, set in j: 0 with *x and *y new references, or -1
+ * with an exception set (a dtype not float64/float32: TypeError). */
+int run_pair(PyObject *dt, PyObject *yt, Py_ssize_t d, Py_ssize_t l, Job *j, PyObject **x,
+             PyObject **y);
 
 /* A clean-up after an error: error_keep() takes the error raised (normalised, its
  * traceback on it) out of the way; error_back(ok, ...) raises it again when the clean-up

@@ -68,10 +68,11 @@ static void unpop(PyObject *group, PyObject *item)
 
 /* The popped item's job, and the compiled rows that read it and its order (new
  * references: a read of many rows lets the GIL go, and another thread's call may
- * replace what is kept meanwhile), when this path hands it out (its run's via a reader
- * whose read_run is Rows.read_run): 1, else 0 (or -1 with an exception set). */
+ * replace what is kept meanwhile) and the read's function, when this path hands it out
+ * (its run's via a reader whose read_run is compiled: run_method's): 1, else 0 (or -1
+ * with an exception set). */
 static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **rowsobj,
-                PyObject **order)
+                PyObject **order, RunFn *fn)
 {
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
         PyTuple_GET_ITEM(item, 1) != Py_None)
@@ -100,12 +101,13 @@ static int ours(IntoObject *self, PyObject *item, PyObject **job, PyObject **row
     if (m == NULL)
         return -1;
     if (m != self->run_read) { /* (a bound method kept by the reader: the same object) */
-        Py_XSETREF(self->run_read, rows_method(m, (void *)Rows_read_run) ? Py_NewRef(m) : NULL);
+        Py_XSETREF(self->run_read, run_method(m, 0) != NULL ? Py_NewRef(m) : NULL);
     }
     Py_DECREF(m);
     if (self->run_read == NULL)
         return 0;
     *rowsobj = Py_NewRef(PyCFunction_GET_SELF(self->run_read));
+    *fn = run_method(self->run_read, 0);
     *order = Py_NewRef(self->run_rows);
     return 1;
 }
@@ -212,7 +214,8 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     PyObject *job = NULL;
-    int mine = ours(self, item, &job, &rowsobj, &order);
+    RunFn fn = NULL;
+    int mine = ours(self, item, &job, &rowsobj, &order, &fn);
     if (mine <= 0) { /* another kind of batch: the loader goes on with it */
         PyErr_Clear(); /* (its own path says what is wrong, if anything) */
         res = PyTuple_Pack(3, group, item, t0);
@@ -220,7 +223,7 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
     }
     PyObject *size = PyTuple_GET_ITEM(job, 2);
     PyObject *rargs[5] = {order, PyTuple_GET_ITEM(job, 4), size, args[0], args[1]};
-    PyObject *none = Rows_read_run((RowsObject *)rowsobj, rargs, 5);
+    PyObject *none = fn(rowsobj, rargs, 5);
     if (none == NULL) {
         unpop(group, item);
         goto done;

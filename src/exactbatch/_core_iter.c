@@ -137,11 +137,12 @@ static int keep_group(IterObject *self, PyObject *group)
 
 /* Is job, claimed unread, this step's to read (the iterator's reads plain, none read by
  * peek, a job of job_type - an epoch's whole order's, no row ids - whose run's via has
- * the compiled take_run)? 1 with the rows object, the order and the dtypes (new
- * references: a read of many rows lets the GIL go, and another thread's call may
- * replace what is kept meanwhile); 0; -1 with an exception set. */
+ * a compiled take_run: run_method's)? 1 with the rows object, the order and the dtypes
+ * (new references: a read of many rows lets the GIL go, and another thread's call may
+ * replace what is kept meanwhile) and the take_run's function; 0; -1 with an exception
+ * set. */
 static int ours(IterObject *self, PyObject *job, PyObject **rowsobj, PyObject **order,
-                PyObject **dt, PyObject **yt)
+                PyObject **dt, PyObject **yt, RunFn *fn)
 {
     if (self->plain != Py_True || self->peeked == NULL) /* (none: its own path raises) */
         return 0;
@@ -178,12 +179,13 @@ static int ours(IterObject *self, PyObject *job, PyObject **rowsobj, PyObject **
     if (m == NULL)
         return -1;
     if (m != self->run_take) { /* (a bound method kept by the reader: the same object) */
-        Py_XSETREF(self->run_take, rows_method(m, (void *)Rows_take_run) ? Py_NewRef(m) : NULL);
+        Py_XSETREF(self->run_take, run_method(m, 1) != NULL ? Py_NewRef(m) : NULL);
     }
     Py_DECREF(m);
     if (self->run_take == NULL)
         return 0;
     *rowsobj = Py_NewRef(PyCFunction_GET_SELF(self->run_take));
+    *fn = run_method(self->run_take, 1);
     *order = Py_NewRef(self->run_rows);
     *dt = Py_NewRef(self->run_dt);
     *yt = Py_NewRef(self->run_yt);
@@ -250,7 +252,8 @@ static PyObject *Iter_next(IterObject *self)
         res = Py_NewRef(batch);
         goto done;
     }
-    int mine = ours(self, job, &rowsobj, &order, &dt, &yt);
+    RunFn fn = NULL;
+    int mine = ours(self, job, &rowsobj, &order, &dt, &yt, &fn);
     if (mine <= 0) {
         if (mine < 0)
             goto done;
@@ -260,7 +263,7 @@ static PyObject *Iter_next(IterObject *self)
         goto done;
     size = Py_NewRef(PyTuple_GET_ITEM(job, 2));
     PyObject *rargs[5] = {order, PyTuple_GET_ITEM(job, 4), size, dt, yt};
-    PyObject *got = Rows_take_run((RowsObject *)rowsobj, rargs, 5);
+    PyObject *got = fn(rowsobj, rargs, 5);
     if (got == NULL) {
         read_failed(self, group, item, t0);
         goto done;

@@ -3,6 +3,7 @@
 #include "_core_parts.h"
 
 #include "_core_guard.h"
+#include "_core_parts_run.h"
 #include "_core_split.h"
 #include "_core_rows.h"
 
@@ -269,89 +270,50 @@ static int parts_copy(const PartsObject *p, Job *j, const char **src, char *seen
     return rc;
 }
 
-PyDoc_STRVAR(parts_read_doc,
-"read(rows, out_x, out_y, transform=None, threads=None)\n--\n\n"
-"As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
-"or, copying nothing, the list of the parts the rows lie in that are not set\n"
-"(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
-"(with the part's number as its ``part`` attribute, None where a fault cannot\n"
-"say) when a part changed.");
-
-static PyObject *Parts_read(PartsObject *self, PyObject *const *args, Py_ssize_t nargs)
+int parts_gather(PyObject *o, Job *j, int threads, Py_ssize_t *which, char **seen_out)
 {
-    if (nargs < 3 || nargs > 5) {
-        PyErr_SetString(PyExc_TypeError, "read(rows, out_x, out_y) takes 3 arguments "
-                                         "(and a transform, and threads)");
-        return NULL;
-    }
-    Job j = JOB_INIT;
-    Py_buffer ib = {0}, bx = {0}, by = {0}; /* (releasing one not held does nothing) */
-    int rc = 0, threads = 0;
-    Py_ssize_t which = -1;
-    PyObject *res = NULL;
+    PartsObject *p = (PartsObject *)o;
+    int rc = -3;
     const char **src = NULL;
     char *seen = NULL;
     GuardRange *ranges = NULL;
-
-    if ((nargs >= 4 && parse_transform(args[3], self->d, &j.tf) < 0) ||
-        (nargs == 5 && parse_threads(args[4], &threads) < 0) ||
-        parse_rows(args[0], self->n, &j, &ib) < 0 ||
-        parse_outs(args[1], args[2], self->d, self->l, &j, &bx, &by) < 0)
-        goto done;
     size_t cells;
-    if (!__builtin_mul_overflow((size_t)(j.r ? j.r : 1), 2 * sizeof(const char *), &cells))
+    if (!__builtin_mul_overflow((size_t)(j->r ? j->r : 1), 2 * sizeof(const char *), &cells))
         src = PyMem_RawMalloc(cells);
-    seen = PyMem_RawCalloc((size_t)self->nparts, 1);
-    ranges = PyMem_RawCalloc((size_t)self->nparts, sizeof(GuardRange));
+    seen = PyMem_RawCalloc((size_t)p->nparts, 1);
+    ranges = PyMem_RawCalloc((size_t)p->nparts, sizeof(GuardRange));
     if (src == NULL || seen == NULL || ranges == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     guard_install();
-    int parts = split_count(threads, j.r, 8 * (self->d + self->l));
+    int parts = split_count(threads, j->r, 8 * (p->d + p->l));
     Py_BEGIN_ALLOW_THREADS
-    rc = parts_copy(self, &j, src, seen, ranges, &which, parts);
+    rc = parts_copy(p, j, src, seen, ranges, which, parts);
     Py_END_ALLOW_THREADS
-    if (rc >= 0 && j.bad < 0 && self->stamps.buf != NULL) { /* (the GIL held: no race) */
-        int64_t *t = self->stamps.buf, tick = ++t[self->nparts];
-        for (Py_ssize_t q = 0; q < self->nparts; q++)
+    if (rc >= 0 && j->bad < 0 && p->stamps.buf != NULL) { /* (the GIL held: no race) */
+        int64_t *t = p->stamps.buf, tick = ++t[p->nparts];
+        for (Py_ssize_t q = 0; q < p->nparts; q++)
             if (seen[q])
                 t[q] = tick;
     }
-    if (rc == 1) {
-        res = PyList_New(0);
-        for (Py_ssize_t q = 0; res != NULL && q < self->nparts; q++) {
-            if (seen[q] != 2)
-                continue;
-            PyObject *k = PyLong_FromSsize_t(q);
-            if (k == NULL || PyList_Append(res, k) < 0)
-                Py_CLEAR(res);
-            Py_XDECREF(k);
-        }
-    } else if (rc < 0) {
-        PyObject *exc = PyObject_CallFunction(
-            FileChanged, "s",
-            rc == -1 ? "a copy from a part's mapping faulted (truncated?)"
-                     : "a part's size, modification time or ctime changed");
-        PyObject *part = which >= 0 ? PyLong_FromSsize_t(which) : Py_NewRef(Py_None);
-        if (exc != NULL && part != NULL && PyObject_SetAttrString(exc, "part", part) == 0)
-            PyErr_SetObject(FileChanged, exc);
-        Py_XDECREF(part);
-        Py_XDECREF(exc);
-    } else if (j.bad >= 0) {
-        PyErr_Format(PyExc_IndexError, "row %lld out of range for n=%zd rows",
-                     (long long)row_at(&j, j.bad), self->n);
-    } else {
-        res = read_result(&j);
-    }
 done:
     PyMem_RawFree(src);
-    PyMem_RawFree(seen);
     PyMem_RawFree(ranges);
-    PyBuffer_Release(&ib);
-    PyBuffer_Release(&bx);
-    PyBuffer_Release(&by);
-    return res;
+    if (seen_out != NULL && rc != -3)
+        *seen_out = seen;
+    else
+        PyMem_RawFree(seen);
+    return rc;
+}
+
+Py_ssize_t parts_shape(PyObject *o, Py_ssize_t *n, Py_ssize_t *d, Py_ssize_t *l)
+{
+    const PartsObject *p = (const PartsObject *)o;
+    *n = p->n;
+    *d = p->d;
+    *l = p->l;
+    return p->nparts;
 }
 
 static PyObject *Parts_set(PartsObject *self, PyObject *args)
@@ -464,6 +426,14 @@ static void Parts_dealloc(PartsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+PyDoc_STRVAR(parts_read_doc,
+"read(rows, out_x, out_y, transform=None, threads=None)\n--\n\n"
+"As Rows.read, over the dataset's global rows [0, n). Returns None when copied,\n"
+"or, copying nothing, the list of the parts the rows lie in that are not set\n"
+"(set them, then read again). IndexError for a row outside [0, n); FileChanged\n"
+"(with the part's number as its ``part`` attribute, None where a fault cannot\n"
+"say) when a part changed.");
+
 static PyMethodDef Parts_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Parts_read, METH_FASTCALL, parts_read_doc},
     {"set", (PyCFunction)Parts_set, METH_VARARGS,
@@ -472,6 +442,9 @@ static PyMethodDef Parts_methods[] = {
      "memory_rows object: rows held in memory (x and y separate arrays, or one's views)."},
     {"unset", (PyCFunction)Parts_unset, METH_O, parts_unset_doc},
     {"stamp_into", (PyCFunction)Parts_stamp_into, METH_O, parts_stamp_into_doc},
+    {"runs", (PyCFunction)parts_runs, METH_VARARGS,
+     "runs(changed=None, missing=None)\n--\n\nA reader's own read_run and take_run over these\n"
+     "parts, with its hooks (a PartsRuns: see its attributes)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -559,7 +532,7 @@ PyObject *parts_rows(PyObject *mod, PyObject *args)
 
 int parts_ready(PyObject *module)
 {
-    if (PyType_Ready(&PartsType) < 0)
+    if (PyType_Ready(&PartsType) < 0 || parts_runs_ready(module) < 0)
         return -1;
     return PyModule_AddObjectRef(module, "Parts", (PyObject *)&PartsType);
 }

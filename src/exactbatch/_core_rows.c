@@ -121,6 +121,11 @@ PyObject *rows_changed(PyObject *hook, int rc)
     PyErr_SetString(FileChanged, rc == -1 ? "a copy from the file's mapping faulted (truncated?)"
                                           : "the file's size, modification time or ctime "
                                             "changed");
+    return changed_through(hook);
+}
+
+PyObject *changed_through(PyObject *hook)
+{
     if (hook == NULL)
         return NULL;
     PyObject *t, *v, *tb;

@@ -134,6 +134,10 @@ int file_changed(const RowsObject *s);
  * which lets go of the hook). */
 PyObject *rows_changed(PyObject *hook, int rc);
 
+/* rows_changed's call of the hook (NULL: none) with the FileChanged set now: the
+ * hook's error raised instead, FileChanged its context, as rows_changed says. NULL. */
+PyObject *changed_through(PyObject *hook);
+
 /* The copy of read j of rows s, on `parts` threads (split_count), each copying a range
  * of the rows under its own fault guard: 0 copied; -1 the copy faulted (the guard
  * caught it); -2 the file changed. Runs without the GIL. (_core_copy.c) */

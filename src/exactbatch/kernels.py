@@ -362,15 +362,16 @@ class RunReads:
 
 
 def run_reads(rows: Rows) -> tuple[ReadRun, TakeRun]:
-    """``(read_run, take_run)`` of ``rows`` (what :func:`memory_rows` returns):
+    """``(read_run, take_run)`` of ``rows`` (what :func:`memory_rows` returns, or a
+    sharded dataset's run reads, :meth:`~exactbatch.ndf.dataset_parts.Parts.run_rows`):
     ``read_run(order, start, size, out_x, out_y)`` reads rows ``order[start:start +
     size]`` into the first ``size`` rows of the outputs, ``take_run(order, start, size,
     dtype, ydtype)`` into a new pair (dtype float64 or float32; ``ydtype`` None or a
     float). A hand-out's read of a batch of an epoch's whole order: one call in C each
     on the compiled path, with no view of the order and no buffer export; else their
     twins (:class:`RunReads`), the same bytes."""
-    if _BUILT is not None and type(rows) is _BUILT.Rows:
-        compiled: Any = rows  # (the core's Rows: its own read_run and take_run)
+    if _BUILT is not None and type(rows) in (_BUILT.Rows, _BUILT.PartsRuns):
+        compiled: Any = rows  # (the core's Rows or PartsRuns: its own read_run and take_run)
         return compiled.read_run, compiled.take_run
     if not isinstance(rows, NumpyRows):
         raise TypeError(f"run_reads takes what memory_rows returns; got {type(rows).__name__}")

@@ -4,20 +4,22 @@ bit for bit, as next_into's path in Python alone; each hands out only what it is
 for (plain buffers, a whole order's batch of batch_size rows) and leaves the rest,
 popped or not, to that path; a read that raises in it leaves the batch next. So for a
 local .ndf file, whose reader reads a whole order's batches through compiled rows of its
-own (sources/random_access.NdfReader): the same batches and states as the same file
-read through the reader's ``read`` (as before it had them) and as the same rows in
-memory, on both backends."""
+own (sources/random_access.NdfReader), and for a local sharded dataset, whose reader
+reads them through run reads of its own over the dataset's parts (a batch whose parts
+are not open read by the dataset's read, which opens them): the same batches and states
+as the same file or dataset read through the reader's ``read`` (as before it had them)
+and as the same rows in memory, on both backends."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from exactbatch import DataLoader, kernels, open_ndf, save_ndf
+from exactbatch import DataLoader, kernels, open_ndf, open_ndf_dataset, save_ndf
 from exactbatch.batching.random_access_epoch import OrderRun
 from exactbatch.loader import epoch_iterator
 from exactbatch.loader.handout import HandOut, hand_out
-from tests.helpers import make_data, state_json, stats_counts
+from tests.helpers import make_data, state_json, stats_counts, write_ndf_dataset
 from tests.laws import reader_of, reads_through_read
 
 COMPILED = kernels.backend() == "compiled"
@@ -28,10 +30,17 @@ needs_core = pytest.mark.skipif(
 
 def _loader(n=1000, b=16, path=None, **kw) -> DataLoader:
     """A loader of ``n`` traceable rows of 3 + 2 values: in memory, or (``path``) in an
-    .ndf file written there."""
+    .ndf file written there, or (``path`` a folder's, no suffix) in a sharded dataset
+    there of uneven parts, an empty one among them, at most 2 open at once (so that its
+    batches also find parts closed, which the dataset's read opens)."""
     x, y = make_data(n, 3, 2)
     if path is None:
         return DataLoader((x, y), b, seed=5, **kw)
+    if not path.suffix:
+        if not path.exists():
+            write_ndf_dataset(path, [n // 4, 0, n // 3, n - n // 4 - n // 3], d=3, l=2)
+        with open_ndf_dataset(path, max_open_parts=2) as ds:
+            return DataLoader(ds, b, seed=5, **kw)
     if not path.exists():
         save_ndf(path, (x, y))
     with open_ndf(path) as f:  # (the loader holds a share of its own)
@@ -63,13 +72,13 @@ def _counted(dl: DataLoader) -> list[object]:
     return got
 
 
-@pytest.mark.parametrize("source", ["memory", "ndf"])
+@pytest.mark.parametrize("source", ["memory", "ndf", "dataset"])
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_the_one_call_and_its_twin_give_the_batches_and_states_of_the_python_path(
     shuffle, drop_last, source, tmp_path
 ):
-    path = tmp_path / "a.ndf" if source == "ndf" else None
+    path = {"memory": None, "ndf": tmp_path / "a.ndf", "dataset": tmp_path / "ds"}[source]
     loaders = [_loader(shuffle=shuffle, drop_last=drop_last, path=path) for _ in range(3)]
     _twin(loaders[1])
     _python(loaders[2])
@@ -124,11 +133,13 @@ def _epochs(dl: DataLoader, via: str, b: int) -> list:
 @pytest.mark.parametrize("via", ["iter", "iter, a batch a group", "next_into"])
 @pytest.mark.parametrize(("b", "dtype"), [(16, np.float64), (100, np.float32)])
 @pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("source", ["a.ndf", "ds"])
 def test_an_ndf_file_read_through_its_own_runs_gives_what_its_read_and_memory_give(
-    via, b, dtype, shuffle, tmp_path, each_backend, monkeypatch
+    via, b, dtype, shuffle, source, tmp_path, each_backend, monkeypatch
 ):
-    """An .ndf loader whose reader hands out its compiled rows' ``read_run`` and
-    ``take_run`` (on the compiled path; their twins on the pure one) against the same
+    """An .ndf loader (a file, or a sharded dataset of which at most 2 parts are open)
+    whose reader hands out its compiled rows' ``read_run`` and ``take_run`` (a dataset's:
+    its PartsRuns'; on the compiled path; their twins on the pure one) against the same
     file read through the reader's ``read`` alone (kernels.RunReads: the path before it
     had them) and the same rows in memory: the same batches, bit for bit, and the same
     states (the ledger's digests and counts in them) as the file read through ``read``.
@@ -136,7 +147,7 @@ def test_an_ndf_file_read_through_its_own_runs_gives_what_its_read_and_memory_gi
     (``take_run``) where a group holds one."""
     if via == "iter, a batch a group":
         monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)
-    path = tmp_path / "a.ndf"
+    path = tmp_path / source  # an .ndf file, or a sharded dataset (its runs: PartsRuns)
     kw = {"b": b, "n": 1013, "shuffle": shuffle, "dtype": dtype}
     runs, before = _loader(path=path, **kw), _loader(path=path, **kw)
     reads_through_read(reader_of(before))

@@ -14,12 +14,12 @@ import threading
 import numpy as np
 import pytest
 
-from exactbatch import DataLoader, kernels
+from exactbatch import DataLoader, kernels, open_ndf_dataset
 from exactbatch.feeds import random_access
 from exactbatch.loader import epoch_iterator
 from exactbatch.loader.epoch_iterator import EpochIterator
 from exactbatch.loader.iter_step import IterStep
-from tests.helpers import make_data, state_json, stats_counts
+from tests.helpers import make_data, state_json, stats_counts, write_ndf_dataset
 
 COMPILED = kernels.backend() == "compiled"
 needs_core = pytest.mark.skipif(
@@ -123,15 +123,28 @@ def test_batches_read_with_their_group_are_handed_out_alike(shuffle, drop_last, 
     assert got == [2, 2, 2 * (62 + (not drop_last))]
 
 
+def _source(kind: str, tmp_path):
+    """1000 traceable rows of 3 + 2 values: in memory, or a sharded dataset of uneven
+    parts (an empty one among them) of which at most 2 are open at once (its reader's
+    runs: PartsRuns, a batch whose parts are closed read by the dataset's read)."""
+    if kind == "memory":
+        return make_data(1000, 3, 2)
+    path = tmp_path / "ds"
+    if not path.exists():
+        write_ndf_dataset(path, [250, 0, 333, 417], d=3, l=2)
+    return open_ndf_dataset(path, max_open_parts=2)
+
+
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("source", ["memory", "dataset"])
 def test_batches_claimed_unread_are_read_and_handed_out_alike(
-    shuffle, drop_last, dtype, whole, lazy, monkeypatch
+    shuffle, drop_last, dtype, source, tmp_path, whole, lazy, monkeypatch
 ):
     loaders = [
         DataLoader(
-            make_data(1000, 3, 2), 16, seed=5, shuffle=shuffle, drop_last=drop_last, dtype=dtype
+            _source(source, tmp_path), 16, seed=5, shuffle=shuffle, drop_last=drop_last, dtype=dtype
         )
         for _ in STEPS
     ]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import make_data
+from helpers import make_data, write_ndf_dataset
 
-from exactbatch import Dataset, ndf_blocks, open_ndf, save_ndf
+from exactbatch import Dataset, ndf_blocks, open_ndf, open_ndf_dataset, save_ndf
 from exactbatch.sources.chunks import ChunkIndexedStream, FactoryStream, IterableStream
 from exactbatch.sources.kinds import KINDS, open_source
 from exactbatch.sources.random_access import (
@@ -167,6 +167,44 @@ def test_an_ndf_reader_hands_out_its_own_compiled_rows_runs(tmp_path, each_backe
     np.testing.assert_array_equal(ty, Y[[5, 2, 7]])
     r.close()
     assert rows.changed is None  # (a hand-out holding the rows no longer holds the file)
+    for call in (
+        lambda: r.read_run(order, 0, 2, ox, oy),
+        lambda: r.take_run(order, 0, 2, np.dtype(np.float64), None),
+    ):
+        with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
+            call()
+
+
+def test_a_dataset_reader_hands_out_its_own_runs_over_the_parts(tmp_path, each_backend):
+    """A local sharded dataset's reader on the compiled path reads a whole order's
+    batches through run reads of its own over the dataset's parts (the core's
+    PartsRuns: their ``read_run`` and ``take_run``, the reader's threads, the dataset's
+    errors and its read of parts not open as hooks), let go of at close; on the pure
+    path it has none, and the loader reads through their twins over ``read``."""
+    write_ndf_dataset(tmp_path / "ds", [4, 0, 5], d=3, l=2)
+    with open_ndf_dataset(tmp_path / "ds") as ds:
+        r = NdfReader(ds)
+    if each_backend == "numpy":
+        assert not hasattr(r, "read_run") and not hasattr(r, "take_run")
+        r.close()
+        return
+    runs = r._rows
+    assert type(runs).__name__ == "PartsRuns"
+    assert r.read_run.__self__ is runs and r.take_run.__self__ is runs
+    assert runs.changed is not None and runs.missing is not None
+    r.use_threads(3)
+    assert runs.threads == 3
+    order = np.array([8, 0, 5, 5, 2, 7], dtype=np.int32)
+    ox, oy = np.full((4, 3), -1.0), np.full((4, 2), -1.0)
+    r.read_run(order, 1, 3, ox, oy)
+    np.testing.assert_array_equal(ox[:3], X[[0, 5, 5]])
+    np.testing.assert_array_equal(oy[:3], Y[[0, 5, 5]])
+    assert (ox[3] == -1).all()  # only the run's rows written
+    tx, ty = r.take_run(order, 3, 3, np.dtype(np.float32), None)
+    np.testing.assert_array_equal(tx, X[[5, 2, 7]].astype(np.float32))
+    np.testing.assert_array_equal(ty, Y[[5, 2, 7]].astype(np.float32))
+    r.close()
+    assert runs.changed is None and runs.missing is None  # (no longer holding the dataset)
     for call in (
         lambda: r.read_run(order, 0, 2, ox, oy),
         lambda: r.take_run(order, 0, 2, np.dtype(np.float64), None),

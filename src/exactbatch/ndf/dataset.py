@@ -16,7 +16,10 @@ l, byte size), so a loader shard opens only the parts its rows lie in.
 Local parts with the compiled core (:func:`exactbatch.backend`): a request
 is one guarded C call that gathers each row straight from its part's
 mapping into the batch (:func:`exactbatch.parts.parts_rows`), whatever
-parts the rows lie in, as fast as from one file. Otherwise (URLs, the pure
+parts the rows lie in, as fast as from one file; a loader's reader hands out
+a whole order's batches through run reads of its own over it
+(:meth:`~exactbatch.ndf.dataset_parts.Parts.run_rows`: one C call from the
+hand-out, a batch whose parts are not open left to the read above). Otherwise (URLs, the pure
 NumPy path) a request is split by part (``np.searchsorted`` on the
 cumulative n) and each part is read once with its own coalesced reads
 (:mod:`exactbatch.ndf.file`, :mod:`exactbatch.ndf.remote`); for URLs the

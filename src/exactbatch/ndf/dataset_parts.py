@@ -318,6 +318,40 @@ class Parts:
         self._split(idx, out_x, out_y)
         return None
 
+    def run_rows(self) -> Any:
+        """New run reads over the compiled gather (the core's ``PartsRuns``), a loader's
+        reader's own: their ``read_run`` and ``take_run`` read a batch of an epoch's whole
+        order in one guarded C call when its parts are open, else through
+        :meth:`read_run_missing`, and raise this dataset's errors (:meth:`run_changed`).
+        They hold this object through their hooks until the reader lets go of them (a
+        closed reader sets both to None). None without the compiled gather (URLs, the
+        pure path, a dataset of no rows or no columns)."""
+        if self.compiled is None:
+            return None
+        runs_of: Any = self.compiled  # (the core's Parts: its runs)
+        return runs_of.runs(self.run_changed, self.read_run_missing)
+
+    def run_changed(self, exc: BaseException) -> NoReturn:
+        """The run reads' ``changed`` hook: the core's ``FileChanged`` (``exc``) of a
+        copy from part ``exc.part`` as the NdfError a read's gather raises for it."""
+        self._changed(getattr(exc, "part", None))
+
+    def read_run_missing(
+        self,
+        order: np.ndarray,
+        start: int,
+        size: int,
+        out_x: np.ndarray,
+        out_y: np.ndarray,
+        threads: int | None,
+    ) -> None:
+        """The run reads' ``missing`` hook: rows ``order[start:start + size]`` some of
+        whose parts are not open (nothing was copied), read as a read does (opening
+        them, or part by part) into the first ``size`` rows of the outputs."""
+        if len(out_x) != size:
+            out_x, out_y = out_x[:size], out_y[:size]
+        self.read_rows_into(order[start : start + size], out_x, out_y, threads=threads)
+
     def _changed(self, part: int | None) -> NoReturn:
         """A part changed during a gather (``part``; None: a copy faulted where the core
         cannot say): an NdfError naming it, and what changed if it can still be seen."""

@@ -172,9 +172,11 @@ class Share:
     def run_rows(self) -> Rows | None:
         """New compiled rows of what this share holds, for a reader of its own to hand out
         their ``read_run`` and ``take_run`` as they are (:func:`exactbatch.kernels.run_reads`),
-        with the errors of :meth:`read_rows_into` (the file named): a local file's
-        (:meth:`~exactbatch.ndf.local.LocalHandle.run_rows`). None where there are none:
-        the pure NumPy path, a URL, a dataset, a file without rows."""
+        with the errors of :meth:`read_rows_into` (the file, or the dataset's part, named):
+        a local file's (:meth:`~exactbatch.ndf.local.LocalHandle.run_rows`), a local
+        dataset's (:meth:`~exactbatch.ndf.dataset_parts.Parts.run_rows`, which read the
+        parts not open yet through the dataset's read). None where there are none: the
+        pure NumPy path, a URL, a file without rows."""
         make = getattr(self._handle(), "run_rows", None)
         rows: Rows | None = None if make is None else make()
         return rows

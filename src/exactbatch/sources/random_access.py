@@ -74,9 +74,10 @@ class NdfReader:
     first read of a row in it, so a shard's reader opens only its shard's parts."""
 
     # A hand-out's read of a batch of an epoch's whole order, where the file has compiled
-    # rows (a local file on the compiled path): theirs, one guarded C call a batch (and
-    # next_into's one call reads through them too). Else unset: the loader reads through
-    # their twins over ``read`` (kernels.RunReads).
+    # rows (a local file or dataset on the compiled path): theirs, one guarded C call a
+    # batch (and next_into's one call reads through them too; a dataset's batch whose
+    # parts are not open yet is read by the dataset's read, which opens them). Else
+    # unset: the loader reads through their twins over ``read`` (kernels.RunReads).
     read_run: ReadRun
     take_run: TakeRun
 
@@ -88,7 +89,7 @@ class NdfReader:
         self.read = self.file.rows_reader()
         self.fuses = self.file.fuses()  # takes a transform kernel
         # rows of this reader's own, whose errors name the file as read's do
-        self._rows: Any = self.file.run_rows()  # (the core's Rows: its changed too)
+        self._rows: Any = self.file.run_rows()  # (the core's Rows or PartsRuns: hooks too)
         if self._rows is not None:
             self.read_run, self.take_run = run_reads(self._rows)
 
@@ -113,6 +114,8 @@ class NdfReader:
         if self._rows is not None:
             # (a hand-out may still hold the rows' read_run: they let go of the handle)
             self._rows.changed = None
+            if hasattr(self._rows, "missing"):  # a dataset's: its read of parts not open
+                self._rows.missing = None
             self._rows = None
             self.read_run = self.take_run = _closed
 
