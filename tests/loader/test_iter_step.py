@@ -155,6 +155,8 @@ def test_batches_claimed_unread_are_read_and_handed_out_alike(
     # (of its one claim of 256: the iterator's _next_group's)
     got = [fallbacks.count(dl._cursor) for dl in loaders]
     assert got == [2, 2, 2 * (62 + (not drop_last))]
+    for dl in loaders:
+        dl.close()  # (a dataset's parts: their descriptors)
 
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda s: s.__name__)

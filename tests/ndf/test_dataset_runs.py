@@ -12,6 +12,7 @@ dataset's read, the hook's read of parts not open, a closed reader's refusal."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import backends
@@ -212,6 +213,7 @@ def test_a_closed_readers_runs_let_go_of_the_parts(tmp_path, each_backend):
     runs, never the dataset: their hooks are let go of), and a hand-out after close
     refuses."""
     folder = write_ndf_dataset(tmp_path / "ds", SIZES, d=D, l=L)
+    gc.collect()  # (earlier tests' loaders left to the collector: their descriptors go now)
     fds = len(os.listdir("/proc/self/fd"))
     dl = _loader(folder, before=False)
     bx, by = np.empty((B, D)), np.empty((B, L))
