@@ -384,6 +384,7 @@ TARGETS = {
             "tests/test_parts.py",
             "tests/test_dataset.py",
             "tests/test_arrays.py",
+            "tests/sources/test_kinds.py",  # (run_reads of a dataset's runs: the reader's own)
             "tests/sources/test_array_likes.py",
             "tests/sources/test_column_chunk.py",
             *FAST_ONLY,
