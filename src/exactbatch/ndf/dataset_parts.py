@@ -6,8 +6,9 @@ the cumulative row counts (``starts``) and which part holds a row, the parts
 open now (an LRU bounded by ``max_open_parts``; a part opens, and is checked
 against the manifest, on the first read of a row in it), and the read paths:
 one compiled gather over the open parts' mappings, or a request split by part
-(concurrently for URLs). Its locks and thread pool are made anew in a forked
-process.
+(concurrently for URLs); and a loader's reader's own run reads over that gather
+(:meth:`Parts.run_rows`), which leave a batch whose parts are not open to the
+read. Its locks and thread pool are made anew in a forked process.
 
 Apart from :mod:`exactbatch.ndf.dataset` because that module is what a user
 meets (:class:`~exactbatch.ndf.dataset.NdfDataset`,
