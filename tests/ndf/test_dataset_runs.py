@@ -268,6 +268,8 @@ def test_the_runs_read_what_the_dataset_reads_and_leave_parts_not_open_to_it(tmp
             runs.read_run(order, 0, 2, big_x, big_y)
         with pytest.raises(TypeError, match="missing must be a callable or None"):
             runs.missing = 3
+        with pytest.raises(TypeError, match="changed must be a callable or None"):
+            parts.compiled.runs(3, None)
         with pytest.raises(IndexError, match=f"row {N} out of range for n={N} rows"):
             runs.read_run(np.array([551, N], dtype=np.int64), 0, 2, big_x, big_y)
         with pytest.raises(TypeError, match="out_x and out_y must be writeable"):
