@@ -172,12 +172,13 @@ class Cursor(Standing):
             if len(group.queue) >= count:
                 return
 
-    def _claim_locked(self, owner: object, count: int, gen: int | None) -> Claim:
+    def _claim_locked(self, owner: object, count: int, gen: int | None, ahead: bool) -> Claim:
         """``(group, fresh)``: a new group of up to ``count`` batches - first the strays
         of other claimants, then ``fresh`` jobs claimed now and still to read (the
         group's ``queue`` holds the strays). ``(None, [])`` at the end of the epoch:
         when nothing is left to claim and no batch is being read (one being read may
-        yet be given back, or become a stray: the claim waits for it)."""
+        yet be given back, or become a stray: the claim waits for it). ``ahead``: a
+        prefetch's (a stream's reads ``count``: ``Epoch.claim_many``)."""
         while True:
             epoch = self._claimable(gen)
             if self.phase is Phase.BETWEEN:
@@ -188,7 +189,7 @@ class Cursor(Standing):
             fresh: list[Job] = []
             if len(group.queue) < count:
                 try:
-                    epoch.claim_many(fresh, count - len(group.queue))
+                    epoch.claim_many(fresh, count - len(group.queue), ahead)
                 except BaseException:  # a stream's read failed: those claimed go back too
                     if fresh:
                         epoch.give_back(fresh)
@@ -273,13 +274,16 @@ class Cursor(Standing):
 
     # -- taking the lock ----------------------------------------------------------
 
-    def claim(self, owner: object, count: int, gen: int | None = None) -> Claim:
+    def claim(
+        self, owner: object, count: int, gen: int | None = None, ahead: bool = False
+    ) -> Claim:
         """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
         ``fresh`` are the jobs claimed now, for the caller to read and then
         :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,
-        whose ledger is checked once no group has a batch left to hand out."""
+        whose ledger is checked once no group has a batch left to hand out; ``ahead``:
+        a prefetch's (see :meth:`_claim_locked`)."""
         with self.lock:
-            return self._claim_locked(owner, count, gen)
+            return self._claim_locked(owner, count, gen, ahead)
 
     def claim_next(self, holder: Holder, count: int) -> Popped | None:
         """``next_into``'s claim: ``(group, item)``, the next ``(job, batch)`` of
@@ -295,7 +299,7 @@ class Cursor(Standing):
                         return group, group.queue.popleft()
                     except IndexError:  # popped on another thread meanwhile
                         continue
-                group, fresh = self._claim_locked(holder, count, None)
+                group, fresh = self._claim_locked(holder, count, None, False)
                 if group is None:
                     return None
                 group.queue.extend([(job, None) for job in fresh])

@@ -121,14 +121,15 @@ def _pad_shape(feed: Feed) -> tuple[int, int, np.dtype, np.dtype, bool]:
 
 
 def _read_group(
-    cursor: Cursor, gen: int, count: int, owner: object, lazy: bool = False
+    cursor: Cursor, gen: int, count: int, owner: object, lazy: bool = False, ahead: bool = False
 ) -> Group | None:
     """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
     out: other claimants' ready batches first, then the next batches of the epoch,
     claimed under one lock and read with one gather (``lazy``: each read as it is
-    handed out, as ``next_into`` does). None at the end. A read that raises gives the
-    fresh batches back (claimed again first)."""
-    group, fresh = cursor.claim(owner, count, gen)
+    handed out, as ``next_into`` does; ``ahead``: a prefetch's, whose claim of a stream
+    reads ``count`` batches, not one group of its pass). None at the end. A read that
+    raises gives the fresh batches back (claimed again first)."""
+    group, fresh = cursor.claim(owner, count, gen, ahead)
     if group is None:
         return None
     if lazy:
@@ -201,9 +202,10 @@ class EpochIterator(_Step):
             # (produce must not hold the iterator: dropping it stops the thread)
             def produce() -> Group | None:
                 if group:
-                    return _read_group(cursor, gen, group, owner)
+                    return _read_group(cursor, gen, group, owner, ahead=True)
                 # A stream not read yet: its groups are sized once its widths are known.
-                return _read_group(cursor, gen, (group_sizes(cursor.feed) or (1, 1))[1], owner)
+                count = (group_sizes(cursor.feed) or (1, 1))[1]
+                return _read_group(cursor, gen, count, owner, ahead=True)
 
             self._prefetcher = Prefetcher(produce, prefetch)
 
