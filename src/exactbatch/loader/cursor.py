@@ -294,16 +294,44 @@ class Cursor(Standing):
         with self.lock:
             while True:
                 group = holder.group
-                if group is not None and group.epoch is self.current and group.queue:
-                    try:
-                        return group, group.queue.popleft()
-                    except IndexError:  # popped on another thread meanwhile
+                if group is not None and group.epoch is self.current:
+                    if group.queue:
+                        try:
+                            return group, group.queue.popleft()
+                        except IndexError:  # popped on another thread meanwhile
+                            continue
+                    if self._refill(group, count):
                         continue
                 group, fresh = self._claim_locked(holder, count, None, False)
                 if group is None:
                     return None
                 group.queue.extend([(job, None) for job in fresh])
                 holder.group = group
+
+    def _refill(self, group: Group, count: int) -> bool:
+        """``next_into``'s claim where its group, all handed out, is the only live one (no
+        stray, nothing in flight): retired into the ledger (as :meth:`_sweep`) and refilled
+        in place (as :meth:`_claim_locked` claims; cheaper: a stream in order claims a batch
+        at a time). False where it does not apply, or nothing is left to claim."""
+        live, handed = self._live, group.handed
+        if self.phase is not Phase.EPOCH or live != [group] or len(handed) < len(group.jobs):
+            return False
+        fresh: list[Job] = []
+        epoch = self._open()
+        try:
+            epoch.claim_many(fresh, count)
+        except BaseException:  # a stream's read failed: the group stays as it was
+            if fresh:
+                epoch.give_back(fresh)
+            raise
+        if not fresh:
+            return False
+        t = tally_of(handed)
+        self._handed.add(t.rows, t.digest)
+        handed.clear()  # (in place: the compiled next_into may hold the lists)
+        group.jobs = dict(zip(map(batch_numbers, fresh), fresh, strict=True))
+        group.queue.extend([(job, None) for job in fresh])
+        return True
 
     def ready(self, group: Group, items: Iterable[Item]) -> None:
         """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""

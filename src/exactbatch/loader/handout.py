@@ -86,11 +86,19 @@ class HandOut:
         return job.size
 
 
+def _none(bx: Any, by: Any) -> Handed:
+    return None
+
+
 def hand_out(
     checks: IntoChecks, holder: Holder, cursor: Cursor, tel: Telemetry, waits: tuple[int, int]
 ) -> Callable[[Any, Any], Handed]:
     """``next_into``'s ``hand(bx, by)``: the compiled core's where it is in use, else
-    :class:`HandOut`'s."""
+    :class:`HandOut`'s; from a stream (not elastic), none: its batches, made as they are
+    claimed (one at a time in order), are never an epoch's whole order's."""
+    spec = cursor.spec
+    if cursor.feed.kind == "stream" and not spec.elastic:
+        return _none
     compiled = core()
     if compiled is None:
         return HandOut(checks, holder, cursor, tel, waits).hand
