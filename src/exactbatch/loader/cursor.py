@@ -275,14 +275,25 @@ class Cursor(Standing):
     # -- taking the lock ----------------------------------------------------------
 
     def claim(
-        self, owner: object, count: int, gen: int | None = None, ahead: bool = False
+        self,
+        owner: object,
+        count: int,
+        gen: int | None = None,
+        ahead: bool = False,
+        reuse: Group | None = None,
     ) -> Claim:
-        """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
+        """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s
+        (or ``reuse``, its group emptied, refilled where :meth:`_refill` applies);
         ``fresh`` are the jobs claimed now, for the caller to read and then
         :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,
         whose ledger is checked once no group has a batch left to hand out; ``ahead``:
         a prefetch's (see :meth:`_claim_locked`)."""
         with self.lock:
+            if reuse is not None and reuse.epoch is self.current:
+                self.check_gen(gen)
+                fresh = self._refill(reuse, count)
+                if fresh:
+                    return reuse, fresh
             return self._claim_locked(owner, count, gen, ahead)
 
     def claim_next(self, holder: Holder, count: int) -> Popped | None:
@@ -300,7 +311,9 @@ class Cursor(Standing):
                             return group, group.queue.popleft()
                         except IndexError:  # popped on another thread meanwhile
                             continue
-                    if self._refill(group, count):
+                    fresh = self._refill(group, count)
+                    if fresh:
+                        group.queue.extend([(job, None) for job in fresh])
                         continue
                 group, fresh = self._claim_locked(holder, count, None, False)
                 if group is None:
@@ -308,15 +321,15 @@ class Cursor(Standing):
                 group.queue.extend([(job, None) for job in fresh])
                 holder.group = group
 
-    def _refill(self, group: Group, count: int) -> bool:
-        """``next_into``'s claim where its group, all handed out, is the only live one (no
-        stray, nothing in flight): retired into the ledger (as :meth:`_sweep`) and refilled
-        in place (as :meth:`_claim_locked` claims; cheaper: a stream in order claims a batch
-        at a time). False where it does not apply, or nothing is left to claim."""
+    def _refill(self, group: Group, count: int) -> list[Job]:
+        """A claim where the claimant's group, all handed out, is the only live one (no
+        stray, nothing in flight): retired into the ledger (as :meth:`_sweep`), its
+        ``fresh`` jobs claimed into it in place (as :meth:`_claim_locked`; cheaper: a
+        stream in order claims a batch at a time). None claimed where it does not apply."""
+        fresh: list[Job] = []
         live, handed = self._live, group.handed
         if self.phase is not Phase.EPOCH or live != [group] or len(handed) < len(group.jobs):
-            return False
-        fresh: list[Job] = []
+            return fresh
         epoch = self._open()
         try:
             epoch.claim_many(fresh, count)
@@ -324,14 +337,12 @@ class Cursor(Standing):
             if fresh:
                 epoch.give_back(fresh)
             raise
-        if not fresh:
-            return False
-        t = tally_of(handed)
-        self._handed.add(t.rows, t.digest)
-        handed.clear()  # (in place: the compiled next_into may hold the lists)
-        group.jobs = dict(zip(map(batch_numbers, fresh), fresh, strict=True))
-        group.queue.extend([(job, None) for job in fresh])
-        return True
+        if fresh:
+            t = tally_of(handed)
+            self._handed.add(t.rows, t.digest)
+            handed.clear()  # (in place: the compiled hand-outs may hold the lists)
+            group.jobs = dict(zip(map(batch_numbers, fresh), fresh, strict=True))
+        return fresh
 
     def ready(self, group: Group, items: Iterable[Item]) -> None:
         """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""
