@@ -41,7 +41,14 @@ compiled gather from the file's mapping (``NdfFile.kernel_rows().read``: the gua
 copy and its ``fstat``). ``--source dataset``: a sharded .ndf dataset of four equal
 parts each loader opens with ``open_ndf_dataset``; the limit the dataset's own
 ``read_rows_into`` (its compiled gather over the parts' mappings, behind two Python
-calls).
+calls). ``--source stream``: the rows as a list of ``(x, y)`` chunks of ``--chunk-rows``
+rows, a stream each loader re-batches, shuffled through its buffer (the default
+``buffer_size``); ``stream-ordered``: the same, unshuffled (re-batched in order, a batch
+at a time). The limit stays the compiled gather from memory: a reference, not what a
+stream could reach.
+
+    PYTHONPATH=src .venv/bin/python bench/ab_against.py main --then-src ../main/src \
+        --source stream stream-ordered --batch 64 500 --via iter next_into
 """
 
 from __future__ import annotations
@@ -144,10 +151,14 @@ def main() -> None:
     parser.add_argument("--clock", choices=["thread", "process"], default="thread")
     parser.add_argument(
         "--source",
-        choices=["memory", "ndf", "dataset"],
-        default="memory",
-        help="the rows in memory, in an .ndf file, or in a dataset of 4 parts each loader opens",
+        choices=["memory", "ndf", "dataset", "stream", "stream-ordered"],
+        default=["memory"],
+        nargs="+",
+        help="the rows in memory, in an .ndf file, in a dataset of 4 parts each loader opens, "
+        "or a list of chunks streamed (shuffled through the buffer, or in order); several: "
+        "each in turn",
     )
+    parser.add_argument("--chunk-rows", type=int, default=10_000, help="a stream's chunks")
     parser.add_argument(
         "--limit-order",
         choices=LIMIT_ORDERS,
@@ -166,59 +177,76 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((args.rows, args.cols))
         y = rng.standard_normal((args.rows, 1))
-        where = {"memory": "in memory", "ndf": "in an .ndf file", "dataset": "in 4 parts"}[
-            args.source
-        ]
-        print(
-            f"{args.rows:,} rows of {args.cols}+1 float64 {where}, {os.cpu_count()} cores; now/then"
-        )
-        if args.source == "ndf":
-            path = os.path.join(scratch, "rows.ndf")
-            now.save_ndf(path, (x, y))
-            held = now.open_ndf(path)  # the limit's (and kept open: the file's mapping)
-            read = held.kernel_rows().read
-            source = lambda m: m.open_ndf(path)  # noqa: E731 (each loader's own)
-        elif args.source == "dataset":
-            path = os.path.join(scratch, "rows")
-            q = -(-args.rows // 4)
-            now.save_ndf_dataset(path, [(x[a : a + q], y[a : a + q]) for a in range(0, len(x), q)])
-            held = now.open_ndf_dataset(path)
-            read = held.read_rows_into
-            source = lambda m: m.open_ndf_dataset(path)  # noqa: E731
-        else:
-            read = now.kernels.memory_rows(x, y).read
-            source = lambda m: (x, y)  # noqa: E731
-        perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
-        for b in args.batch:
-            for via in args.via:
-                pf = 2 if via == "prefetch" else 0
-                draw = order_draw(args.limit_order, args.rows, b, rng, now, seed=1)
-                loaders = [m.DataLoader(source(m), b, seed=1, prefetch=pf) for m in (now, then)]
-                for loader in loaders:  # warm: the whole orders computed, pages touched
-                    epoch(loader, via, b, args.cols)
-                times: tuple[list, list, list] = ([], [], [])
-                for r in range(args.rounds):
-                    for k in (0, 1, 2) if r % 2 else (2, 1, 0):
-                        if k == 2:
-                            times[k].append(limit_epoch(read, perm, b, args.cols, draw))
-                        else:
-                            times[k].append(epoch(loaders[k], via, b, args.cols))
-                med = statistics.median(times[1]) / statistics.median(times[0])
-                best = min(times[1]) / min(times[0])
-                rate = args.rows / statistics.median(times[0]) / 1e6
-                per = [min(t) / -(-args.rows // b) * 1e6 for t in times]  # us a batch
-                limit = "C limit" if args.limit_order == "none" else "C limit+order"
-                print(
-                    f"batch {b:5d}  {via:9s}  now {rate:6.2f} M rows/s  "
-                    f"median {med:.2f}x  best {best:.2f}x  |  us/batch: {limit} {per[2]:.2f}, "
-                    f"then {per[1]:.2f} (+{per[1] - per[2]:.2f}, {per[2] / per[1]:.2f}x C), "
-                    f"now {per[0]:.2f} (+{per[0] - per[2]:.2f}, {per[2] / per[0]:.2f}x C)",
-                    flush=True,
-                )
-                for loader in loaders:
-                    loader.close()
+        for kind in args.source:
+            run_source(args, kind, now, then, scratch, x, y, rng)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_source(args, kind: str, now, then, scratch: str, x, y, rng) -> None:
+    """The table of one ``--source``."""
+    where = {
+        "memory": "in memory",
+        "ndf": "in an .ndf file",
+        "dataset": "in 4 parts",
+        "stream": f"as a stream of {args.chunk_rows:,}-row chunks, shuffled through the buffer",
+        "stream-ordered": f"as a stream of {args.chunk_rows:,}-row chunks, in order",
+    }[kind]
+    print(f"{args.rows:,} rows of {args.cols}+1 float64 {where}, {os.cpu_count()} cores; now/then")
+    shuffle = kind != "stream-ordered"
+    if kind == "ndf":
+        path = os.path.join(scratch, "rows.ndf")
+        now.save_ndf(path, (x, y))
+        held = now.open_ndf(path)  # the limit's (and kept open: the file's mapping)
+        read = held.kernel_rows().read
+        source = lambda m: m.open_ndf(path)  # noqa: E731 (each loader's own)
+    elif kind == "dataset":
+        path = os.path.join(scratch, "rows")
+        q = -(-args.rows // 4)
+        now.save_ndf_dataset(path, [(x[a : a + q], y[a : a + q]) for a in range(0, len(x), q)])
+        held = now.open_ndf_dataset(path)
+        read = held.read_rows_into
+        source = lambda m: m.open_ndf_dataset(path)  # noqa: E731
+    elif kind in ("stream", "stream-ordered"):
+        read = now.kernels.memory_rows(x, y).read
+        c = args.chunk_rows
+        chunks = [(x[a : a + c], y[a : a + c]) for a in range(0, len(x), c)]
+        source = lambda m: chunks  # noqa: E731 (a list of chunks: a stream)
+    else:
+        read = now.kernels.memory_rows(x, y).read
+        source = lambda m: (x, y)  # noqa: E731
+    perm = rng.permutation(args.rows).astype(np.int32)  # (as the loader's orders are)
+    for b in args.batch:
+        for via in args.via:
+            pf = 2 if via == "prefetch" else 0
+            draw = order_draw(args.limit_order, args.rows, b, rng, now, seed=1)
+            loaders = [
+                m.DataLoader(source(m), b, seed=1, prefetch=pf, shuffle=shuffle)
+                for m in (now, then)
+            ]
+            for loader in loaders:  # warm: the whole orders computed, pages touched
+                epoch(loader, via, b, args.cols)
+            times: tuple[list, list, list] = ([], [], [])
+            for r in range(args.rounds):
+                for k in (0, 1, 2) if r % 2 else (2, 1, 0):
+                    if k == 2:
+                        times[k].append(limit_epoch(read, perm, b, args.cols, draw))
+                    else:
+                        times[k].append(epoch(loaders[k], via, b, args.cols))
+            med = statistics.median(times[1]) / statistics.median(times[0])
+            best = min(times[1]) / min(times[0])
+            rate = args.rows / statistics.median(times[0]) / 1e6
+            per = [min(t) / -(-args.rows // b) * 1e6 for t in times]  # us a batch
+            limit = "C limit" if args.limit_order == "none" else "C limit+order"
+            print(
+                f"batch {b:5d}  {via:9s}  now {rate:6.2f} M rows/s  "
+                f"median {med:.2f}x  best {best:.2f}x  |  us/batch: {limit} {per[2]:.2f}, "
+                f"then {per[1]:.2f} (+{per[1] - per[2]:.2f}, {per[2] / per[1]:.2f}x C), "
+                f"now {per[0]:.2f} (+{per[0] - per[2]:.2f}, {per[2] / per[0]:.2f}x C)",
+                flush=True,
+            )
+            for loader in loaders:
+                loader.close()
 
 
 if __name__ == "__main__":

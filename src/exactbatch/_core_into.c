@@ -156,14 +156,22 @@ static int group_now(IntoObject *self)
     return 1;
 }
 
-/* Let go of the group and run kept (the cursor moved on, or was closed): nothing of a
- * past epoch (its order, its reader) stays held by the loader's next_into. */
-static void forget(IntoObject *self)
+/* Let go of the group kept (found empty: the loader claims the next, and a group of a
+ * stream's batches holds their arrays until it is swept, so a kept one would hold them
+ * past the next claim's read: issue 42). */
+static void forget_group(IntoObject *self)
 {
     Py_CLEAR(self->g);
     Py_CLEAR(self->g_epoch);
     Py_CLEAR(self->g_queue);
     Py_CLEAR(self->g_handed);
+}
+
+/* Let go of the group and run kept (the cursor moved on, or was closed): nothing of a
+ * past epoch (its order, its reader) stays held by the loader's next_into. */
+static void forget(IntoObject *self)
+{
+    forget_group(self);
     Py_CLEAR(self->run);
     Py_CLEAR(self->run_via);
     Py_CLEAR(self->run_rows);
@@ -209,6 +217,7 @@ static PyObject *Into_hand(IntoObject *self, PyObject *const *args, Py_ssize_t n
     if (item == NULL) {
         if (PyErr_ExceptionMatches(PyExc_IndexError)) { /* empty: the loader claims */
             PyErr_Clear();
+            forget_group(self);
             res = Py_NewRef(Py_None);
         }
         goto done;

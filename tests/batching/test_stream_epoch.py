@@ -31,8 +31,8 @@ def test_claim_many_makes_the_jobs_claims_one_at_a_time_make(with_rows):
     many, one = StreamEpoch(_pass(with_rows), 0), StreamEpoch(_pass(with_rows), 0)
     jobs: list = []
     many.claim_many(jobs, 2)  # within a group
-    many.claim_many(jobs, 5)  # across groups
-    many.claim_many(jobs, 9)  # to the end
+    many.claim_many(jobs, 5, ahead=True)  # across groups (a prefetch's)
+    many.claim_many(jobs, 9, ahead=True)  # to the end
     singles = [one.claim() for _ in range(6)]
     assert one.claim() is None and many.exhausted()
     kind = StreamRowsJob if with_rows else StreamJob
@@ -50,3 +50,34 @@ def test_claim_many_makes_the_jobs_claims_one_at_a_time_make(with_rows):
             assert a.rows is None
     groups = many.take_group(jobs)
     assert [g[0][0, 0] for g in groups] == list(range(6))
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_claim_reads_one_group_of_the_pass_at_most_unless_ahead(ahead):
+    """A stream's claim makes the batches it claims (their arrays held until handed out):
+    one group of the pass at most, and only when it holds none yet (issue 42: claims of
+    a group's count read that many batches ahead); a prefetch's (``ahead``) reads on."""
+    reads: list[int] = []
+
+    def counted():
+        groups, tally = _pass(False)()
+
+        def logged():
+            for group in groups:
+                reads.append(len(group))
+                yield group
+
+        return logged(), tally
+
+    epoch = StreamEpoch(counted, 0)
+    got: list[list] = []
+    while True:
+        jobs: list = []
+        epoch.claim_many(jobs, 5, ahead=ahead)
+        if not jobs:
+            break
+        got.append([job.k for job in jobs])
+        if not ahead:  # the groups read by now: those the claims took from, no more
+            assert sum(reads) == got[-1][-1] + 1, (reads, got)
+    want = [[0, 1, 2, 3, 4], [5]] if ahead else [[0, 1, 2], [3], [4, 5]]
+    assert got == want and reads == [3, 1, 2]

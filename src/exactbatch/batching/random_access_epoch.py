@@ -391,8 +391,9 @@ class RandomAccessEpoch:
             )
         return run
 
-    def claim_many(self, jobs: list[Any], count: int) -> None:
-        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
+    def claim_many(self, jobs: list[Any], count: int, ahead: bool = False) -> None:
+        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end; ``ahead``
+        changes nothing here: a claim reads nothing)."""
         run = None if self.returned else self._run()
         if run is None:
             while len(jobs) < count and (job := self.claim()) is not None:

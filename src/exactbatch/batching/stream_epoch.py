@@ -241,10 +241,17 @@ class StreamEpoch:
         self.claimed += 1
         return stream_job(self.claimed - 1, batch)
 
-    def claim_many(self, jobs: list[Any], count: int) -> None:
+    def claim_many(self, jobs: list[Any], count: int, ahead: bool = False) -> None:
         """Claim up to ``count`` next batches into ``jobs`` (fewer at the end): those of
-        the group read last are taken at once, without a claim each."""
+        the group read last are taken at once, without a claim each. A claim reads at
+        most one group of the pass, and only when it holds no batch yet: a batch claimed
+        is a batch made (its arrays held until it is handed out), so a claim never makes
+        more than the pass made at once (DESIGN.md's memory promise; issue 42), and a
+        caller wanting more claims again. ``ahead``: batches prepared ahead on request
+        (a prefetch group): as many as ``count``, whatever they read."""
         while len(jobs) < count:
+            if jobs and not ahead and self._at >= len(self._ready) and self._reads_next():
+                return  # the next batch is a read: the next claim's
             ready, at = self._ready, self._at
             # What claim() would do, when no batch is given back, read ahead by
             # exhausted() (_pending: it comes first), to be read again or left out.
@@ -267,6 +274,11 @@ class StreamEpoch:
             if job is None:
                 return
             jobs.append(job)
+
+    def _reads_next(self) -> bool:
+        """Would the next claim, its group read last spent, read the pass (a batch
+        neither given back, read ahead by :meth:`exhausted`, nor padding past the end)?"""
+        return not (self.returned or self._pending is not None or self._ended)
 
     @staticmethod
     def take_group(jobs: list[Any]) -> list[Any]:

@@ -247,8 +247,11 @@ class Epoch(Exhaustible, Protocol):
 
     def claim(self) -> Job | None: ...
 
-    def claim_many(self, jobs: list[Job], count: int) -> None:
-        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end)."""
+    def claim_many(self, jobs: list[Job], count: int, ahead: bool = False) -> None:
+        """Claim up to ``count`` next batches into ``jobs`` (fewer at the end, and from a
+        stream, whose claims read, fewer where a claim would read past one group of its
+        pass; ``ahead``: batches prepared ahead on request, a prefetch's, read as many
+        as ``count``)."""
 
     def take_group(self, jobs: list[Job]) -> list[tuple[np.ndarray, ...]]:
         """The batches of ``jobs`` (claimed together), in order: what ``take()`` of

@@ -172,12 +172,13 @@ class Cursor(Standing):
             if len(group.queue) >= count:
                 return
 
-    def _claim_locked(self, owner: object, count: int, gen: int | None) -> Claim:
+    def _claim_locked(self, owner: object, count: int, gen: int | None, ahead: bool) -> Claim:
         """``(group, fresh)``: a new group of up to ``count`` batches - first the strays
         of other claimants, then ``fresh`` jobs claimed now and still to read (the
         group's ``queue`` holds the strays). ``(None, [])`` at the end of the epoch:
         when nothing is left to claim and no batch is being read (one being read may
-        yet be given back, or become a stray: the claim waits for it)."""
+        yet be given back, or become a stray: the claim waits for it). ``ahead``: a
+        prefetch's (a stream's reads ``count``: ``Epoch.claim_many``)."""
         while True:
             epoch = self._claimable(gen)
             if self.phase is Phase.BETWEEN:
@@ -188,7 +189,7 @@ class Cursor(Standing):
             fresh: list[Job] = []
             if len(group.queue) < count:
                 try:
-                    epoch.claim_many(fresh, count - len(group.queue))
+                    epoch.claim_many(fresh, count - len(group.queue), ahead)
                 except BaseException:  # a stream's read failed: those claimed go back too
                     if fresh:
                         epoch.give_back(fresh)
@@ -273,13 +274,27 @@ class Cursor(Standing):
 
     # -- taking the lock ----------------------------------------------------------
 
-    def claim(self, owner: object, count: int, gen: int | None = None) -> Claim:
-        """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s;
+    def claim(
+        self,
+        owner: object,
+        count: int,
+        gen: int | None = None,
+        ahead: bool = False,
+        reuse: Group | None = None,
+    ) -> Claim:
+        """``(group, fresh)``: up to ``count`` next batches as a new group of ``owner``'s
+        (or ``reuse``, its group emptied, refilled where :meth:`_refill` applies);
         ``fresh`` are the jobs claimed now, for the caller to read and then
         :meth:`ready` (or :meth:`give_back`); ``(None, [])`` at the end of the epoch,
-        whose ledger is checked once no group has a batch left to hand out."""
+        whose ledger is checked once no group has a batch left to hand out; ``ahead``:
+        a prefetch's (see :meth:`_claim_locked`)."""
         with self.lock:
-            return self._claim_locked(owner, count, gen)
+            if reuse is not None and reuse.epoch is self.current:
+                self.check_gen(gen)
+                fresh = self._refill(reuse, count)
+                if fresh:
+                    return reuse, fresh
+            return self._claim_locked(owner, count, gen, ahead)
 
     def claim_next(self, holder: Holder, count: int) -> Popped | None:
         """``next_into``'s claim: ``(group, item)``, the next ``(job, batch)`` of
@@ -290,16 +305,44 @@ class Cursor(Standing):
         with self.lock:
             while True:
                 group = holder.group
-                if group is not None and group.epoch is self.current and group.queue:
-                    try:
-                        return group, group.queue.popleft()
-                    except IndexError:  # popped on another thread meanwhile
+                if group is not None and group.epoch is self.current:
+                    if group.queue:
+                        try:
+                            return group, group.queue.popleft()
+                        except IndexError:  # popped on another thread meanwhile
+                            continue
+                    fresh = self._refill(group, count)
+                    if fresh:
+                        group.queue.extend([(job, None) for job in fresh])
                         continue
-                group, fresh = self._claim_locked(holder, count, None)
+                group, fresh = self._claim_locked(holder, count, None, False)
                 if group is None:
                     return None
                 group.queue.extend([(job, None) for job in fresh])
                 holder.group = group
+
+    def _refill(self, group: Group, count: int) -> list[Job]:
+        """A claim where the claimant's group, all handed out, is the only live one (no
+        stray, nothing in flight): retired into the ledger (as :meth:`_sweep`), its
+        ``fresh`` jobs claimed into it in place (as :meth:`_claim_locked`; cheaper: a
+        stream in order claims a batch at a time). None claimed where it does not apply."""
+        fresh: list[Job] = []
+        live, handed = self._live, group.handed
+        if self.phase is not Phase.EPOCH or live != [group] or len(handed) < len(group.jobs):
+            return fresh
+        epoch = self._open()
+        try:
+            epoch.claim_many(fresh, count)
+        except BaseException:  # a stream's read failed: the group stays as it was
+            if fresh:
+                epoch.give_back(fresh)
+            raise
+        if fresh:
+            t = tally_of(handed)
+            self._handed.add(t.rows, t.digest)
+            handed.clear()  # (in place: the compiled hand-outs may hold the lists)
+            group.jobs = dict(zip(map(batch_numbers, fresh), fresh, strict=True))
+        return fresh
 
     def ready(self, group: Group, items: Iterable[Item]) -> None:
         """The batches ``items`` (``(job, batch)``) of ``group`` are read: ready to hand out."""

@@ -121,14 +121,22 @@ def _pad_shape(feed: Feed) -> tuple[int, int, np.dtype, np.dtype, bool]:
 
 
 def _read_group(
-    cursor: Cursor, gen: int, count: int, owner: object, lazy: bool = False
+    cursor: Cursor,
+    gen: int,
+    count: int,
+    owner: object,
+    lazy: bool = False,
+    ahead: bool = False,
+    reuse: Group | None = None,
 ) -> Group | None:
     """A new :class:`Group` of ``owner``'s with up to ``count`` batches ready to hand
     out: other claimants' ready batches first, then the next batches of the epoch,
     claimed under one lock and read with one gather (``lazy``: each read as it is
-    handed out, as ``next_into`` does). None at the end. A read that raises gives the
-    fresh batches back (claimed again first)."""
-    group, fresh = cursor.claim(owner, count, gen)
+    handed out, as ``next_into`` does; ``ahead``: a prefetch's, whose claim of a stream
+    reads ``count`` batches, not one group of its pass; ``reuse``: the owner's group, all
+    handed out, refilled where it can be: :meth:`Cursor.claim`). None at the end. A read
+    that raises gives the fresh batches back (claimed again first)."""
+    group, fresh = cursor.claim(owner, count, gen, ahead, reuse)
     if group is None:
         return None
     if lazy:
@@ -201,9 +209,10 @@ class EpochIterator(_Step):
             # (produce must not hold the iterator: dropping it stops the thread)
             def produce() -> Group | None:
                 if group:
-                    return _read_group(cursor, gen, group, owner)
+                    return _read_group(cursor, gen, group, owner, ahead=True)
                 # A stream not read yet: its groups are sized once its widths are known.
-                return _read_group(cursor, gen, (group_sizes(cursor.feed) or (1, 1))[1], owner)
+                count = (group_sizes(cursor.feed) or (1, 1))[1]
+                return _read_group(cursor, gen, count, owner, ahead=True)
 
             self._prefetcher = Prefetcher(produce, prefetch)
 
@@ -264,7 +273,7 @@ class EpochIterator(_Step):
                 if self._ahead:
                     self._current = self._ahead.popleft()
                     continue
-                more = self._read_more(self._group)
+                more = self._read_more(self._group, group)
                 if more is None:
                     self.close()
                     self._cursor.check_open()  # (read ahead to the end, then closed)
@@ -296,13 +305,14 @@ class EpochIterator(_Step):
                 out.append(batch)
             return out
 
-    def _read_more(self, count: int) -> Group | None:
-        """The next group (from the prefetch thread, else ``count`` batches read now);
-        None at the epoch's end."""
+    def _read_more(self, count: int, reuse: Group | None = None) -> Group | None:
+        """The next group (from the prefetch thread, else ``count`` batches read now, into
+        ``reuse``, the group just emptied, where it can be); None at the epoch's end."""
         if self._prefetcher is None:
             if self._lazy > 1:
                 count = max(count, self._lazy)
-            return _read_group(self._cursor, self._gen, count, self._owner, self._lazy > 1)
+            lazy, owner = self._lazy > 1, self._owner
+            return _read_group(self._cursor, self._gen, count, owner, lazy, False, reuse)
         self._cursor.telemetry.asked(self._prefetcher.ready())
         try:
             return self._prefetcher.get()

@@ -86,11 +86,19 @@ class HandOut:
         return job.size
 
 
+def _none(bx: Any, by: Any) -> Handed:
+    return None
+
+
 def hand_out(
     checks: IntoChecks, holder: Holder, cursor: Cursor, tel: Telemetry, waits: tuple[int, int]
 ) -> Callable[[Any, Any], Handed]:
     """``next_into``'s ``hand(bx, by)``: the compiled core's where it is in use, else
-    :class:`HandOut`'s."""
+    :class:`HandOut`'s; from a stream (not elastic), none: its batches, made as they are
+    claimed (one at a time in order), are never an epoch's whole order's."""
+    spec = cursor.spec
+    if cursor.feed.kind == "stream" and not spec.elastic:
+        return _none
     compiled = core()
     if compiled is None:
         return HandOut(checks, holder, cursor, tel, waits).hand
@@ -106,7 +114,7 @@ class NextInto:
     of the buffers, ``holder`` its group (claimed a group at a time, shared by every
     caller)."""
 
-    __slots__ = ("checks", "cursor", "feed", "hand", "holder", "sizes", "tel", "waits")
+    __slots__ = ("checks", "count", "cursor", "feed", "hand", "holder", "sizes", "tel", "waits")
 
     def __init__(
         self,
@@ -119,6 +127,7 @@ class NextInto:
         self.feed, self.cursor, self.sizes = feed, cursor, WeakMethod(sizes)
         self.checks = IntoChecks(feed, cursor.peek)
         self.holder = Holder()
+        self.count: int | None = None  # batches a claim takes, once known (into_count)
         tel = self.tel = cursor.telemetry
         # the record of a wait (a read too, or not): Telemetry.waiter's, kept
         self.waits = (tel.waiter(False), tel.waiter(True))
@@ -151,14 +160,19 @@ class NextInto:
         cursor = self.cursor
         group = self.holder.group
         popped: Item | None = None
-        if group is not None and group.epoch is cursor.current:
+        if group is not None and group.epoch is cursor.current and group.queue:
             try:
                 popped = group.queue.popleft()
-            except IndexError:  # empty, or emptied by another thread since
+            except IndexError:  # emptied by another thread since
                 pass
         if popped is None:
-            sizes = self.sizes()  # (the loader's: it calls)
-            count = into_count(None if sizes is None else sizes(), self.feed.kind)
+            count = self.count
+            if count is None:  # (until a stream's widths are known: its groups' sizes)
+                sizes = self.sizes()  # (the loader's: it calls)
+                known = None if sizes is None else sizes()
+                count = into_count(known, self.feed.kind)
+                if known is not None:
+                    self.count = count
             claimed = cursor.claim_next(self.holder, count)
             if claimed is None:
                 self.tel.waited(t0)
