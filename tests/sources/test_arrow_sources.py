@@ -334,6 +334,38 @@ def test_a_column_named_twice_or_in_both_is_a_value_error(kind, tmp_path):
         build(features=[0])
 
 
+def test_a_column_named_twice_or_in_both_is_refused_in_full():
+    """The messages say which argument names a column twice, or that a label among the
+    features leaks the answer (every Arrow-backed kind's rule: check_names)."""
+    t = table()
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x1", "x0", "x1"])
+    assert str(e.value) == "features names column(s) ['x1'] more than once; name each once"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels=["y", "y"])
+    assert str(e.value) == "labels names column(s) ['y'] more than once; name each once"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "y"], labels="y")
+    assert str(e.value) == (
+        "column(s) ['y'] are named both in features and in labels: a label among the "
+        "features hands the model its answer (label leakage); name each in one only"
+    )
+
+
+def test_a_name_twice_in_a_table_is_refused_only_where_chosen():
+    """Columns sharing a name are ambiguous only when one of them is asked for: the
+    others are read as usual."""
+    t = pa.Table.from_arrays(
+        [pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([5.0, 6.0])], names=["a", "a", "b"]
+    )
+    source = exactbatch.arrow_source(t, features=["b"])
+    assert source.features == ("b",)
+    x, _ = all_rows(source)
+    np.testing.assert_array_equal(x, [[5.0], [6.0]])
+    with pytest.raises(ValueError, match=r"\['a'\] appear more than once"):
+        exactbatch.arrow_source(t, features=["b", "a"])
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_empty_table_gives_empty_epochs(kind, tmp_path):
     """No rows: the loader hands out no batch (as for an empty array); N is 0."""
