@@ -423,3 +423,18 @@ def test_a_key_folder_not_text_after_decoding_is_refused_naming_the_folder(tmp_p
         parquet_source(tmp_path, labels="y0")
     assert str(e.value).startswith(f"{tmp_path}: cannot read its Hive partitions (")
     assert "%FF" in str(e.value)
+
+
+def test_a_file_missing_a_column_names_the_columns_found_keys_included(tmp_path):
+    """The refusal lists what the file and its path hold: its columns, then the keys."""
+    for year in (2024, 2025):
+        (tmp_path / f"year={year}").mkdir()
+    write_parquet(tmp_path / "year=2024" / "a.parquet", [2], 0)
+    bad = tmp_path / "year=2025" / "b.parquet"
+    pq.write_table(pa.table({"x0": [3.0], "x1": [1.0], "y0": [0.0]}), bad)
+    with pytest.raises(ValueError) as e:
+        parquet_source(tmp_path, labels="y0")
+    assert str(e.value) == (
+        f"{bad}: missing column(s) ['x2']; expected columns ['x0', 'x1', 'x2', 'y0'], "
+        "found ['x0', 'x1', 'y0', 'year']"
+    )

@@ -638,6 +638,41 @@ def test_a_source_unpickled_in_process_reads_what_it_read(tmp_path):
         pickle.loads(raw)
 
 
+def test_a_source_of_a_relative_path_unpickled_in_another_folder_reads_its_file(
+    tmp_path, monkeypatch
+):
+    """A local file given relative to the working folder travels by its absolute path:
+    the receiver may run elsewhere."""
+    import pickle
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    write_parquet(tmp_path / "here" / "a.parquet", [3])
+    monkeypatch.chdir(tmp_path / "here")
+    raw = pickle.dumps(parquet_source("a.parquet", labels="y0"))
+    monkeypatch.chdir(tmp_path / "there")
+    again = pickle.loads(raw)
+    assert again.files == [str(tmp_path / "here" / "a.parquet")]
+    np.testing.assert_array_equal(again.read_chunk(0)[0][:, 0], [0, 1, 2])
+
+
+def test_a_row_group_that_cannot_be_decoded_is_named_with_its_file(tmp_path):
+    """A data page damaged (the footer intact, so the source is built): the read of its
+    row group is a ValueError naming the file and the row group, with Arrow's reason."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"x0": np.arange(50.0)}), path, use_dictionary=False)
+    at = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[at : at + 8] = b"\xff" * 8  # the page header: no longer thrift
+    path.write_bytes(bytes(data))
+    src = parquet_source(path)
+    with pytest.raises(ValueError) as e:
+        src.read_chunk(0)
+    assert str(e.value).startswith(f"{path}: cannot read row group 0 (")
+
+
 def test_identity_names_the_columns_the_first_file_and_the_footers(tmp_path):
     """A state's fingerprint (exactbatch.sources.identity): kind, column names, the first
     file, how many files, and a hash of the files' names, sizes and footers."""
@@ -696,8 +731,12 @@ def test_iter_batches_and_iteration_refuse_a_changed_file(tmp_path):
     ]
     st_ = os.stat(tmp_path / "a.parquet")
     os.utime(tmp_path / "a.parquet", ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
-    with pytest.raises(ValueError, match="a.parquet: the file changed"):
+    with pytest.raises(ValueError) as e:
         next(src.iter_batches(2))
+    assert str(e.value) == (
+        f"{tmp_path / 'a.parquet'}: the file changed (replaced, rewritten or truncated) "
+        "after parquet_source read its footer; build the source again to read it"
+    )
 
 
 def test_a_row_group_opened_names_its_buffer_and_row_in_its_refusals(folder):
