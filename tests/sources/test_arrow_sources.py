@@ -685,6 +685,60 @@ def test_a_stream_says_its_kind_and_columns_and_iterates_as_arrays():
     np.testing.assert_array_equal(y, wy)
 
 
+def test_a_streams_bad_batch_is_named_with_the_source_and_its_row():
+    """A value outside a given vocabulary names the stream, the column and its row among
+    the pass's rows (across batches); a later batch lacking a column names them."""
+    t = table()  # record batches of 5, 0, 9 and 9 rows; s is "r{row}"
+    vocab = [f"r{i}" for i in range(23) if i != 16]  # row 16: in the third batch
+    stream = exactbatch.arrow_source(
+        lambda: t.to_batches(), features=["x0", "s"], categorical={"s": vocab}
+    )
+    with pytest.raises(ValueError) as e:
+        list(stream)
+    assert str(e.value) == (
+        "the reader: a batch: column 's' holds 'r16' (row 16), which is not in its vocabulary "
+        "of 22 value(s) (a value takes the code of the entry equal to it); add it to "
+        "categorical={'s': [...]}, or let the vocabulary be learned (categorical=[...])"
+    )
+    first, second = t.slice(0, 5), t.slice(5).drop_columns(["x1"])
+    lacking = exactbatch.arrow_source(
+        lambda: [*first.to_batches(), *second.to_batches()], features=["x0", "x1"]
+    )
+    with pytest.raises(ValueError) as e:
+        list(lacking)
+    assert str(e.value) == "the reader: a batch lacks column(s) ['x1']"
+
+
+def test_a_pass_stopped_early_closes_what_its_batches_came_from():
+    """A pass left before its end (a loader closed, an epoch cut short) closes the
+    iterable ``batches()`` returned (a reader's file, a query's cursor), at once."""
+    t = table()
+    made = []
+
+    class Batches:
+        closed = False
+
+        def __init__(self):
+            self.it = iter(t.to_batches())
+            made.append(self)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return next(self.it)
+
+        def close(self):
+            self.closed = True
+
+    stream = exactbatch.arrow_source(Batches, features=["x0"], labels="y")
+    chunks = stream.column_chunks()
+    next(chunks)
+    assert not made[-1].closed
+    chunks.close()
+    assert made[-1].closed
+
+
 def _hide(monkeypatch, package):
     """``import package`` (and its submodules) fails from now on in this test."""
     import sys
