@@ -208,8 +208,22 @@ def test_a_closed_reader_refuses_to_read():
     reader = ArrowColumnsReader([pa.chunked_array([[1.0, 2.0]])], 1)
     reader.close()
     reader.close()  # idempotent
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(ValueError) as e:
         reader.read(slice(0, 1), np.empty((1, 1)), np.empty((1, 0)))
+    assert str(e.value) == "read from a closed DataLoader"
+
+
+def test_columns_of_layouts_apart_are_read_in_order_column_by_column():
+    """Features 0 and 2 share a chunking, feature 1 has its own: neither layout's columns
+    are consecutive outputs, so a slice of rows is copied column by column."""
+    split = pa.chunked_array([[1.0, 2.0], [3.0, 4.0]])
+    whole = pa.chunked_array([[5.0, 6.0, 7.0, 8.0]])
+    reader = ArrowColumnsReader([split, whole, split, whole], 3)
+    for dtype in (np.float64, np.float32):
+        out_x, out_y = np.empty((3, 3), dtype), np.empty((3, 1), dtype)
+        reader.read(slice(1, 4), out_x, out_y)
+        assert out_x.tolist() == [[2, 6, 2], [3, 7, 3], [4, 8, 4]]
+        assert out_y[:, 0].tolist() == [6, 7, 8]
 
 
 def test_nulls_are_nan_and_booleans_zero_or_one():
