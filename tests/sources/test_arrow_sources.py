@@ -214,16 +214,41 @@ def test_a_closed_reader_refuses_to_read():
 
 
 def test_columns_of_layouts_apart_are_read_in_order_column_by_column():
-    """Features 0 and 2 share a chunking, feature 1 has its own: neither layout's columns
-    are consecutive outputs, so a slice of rows is copied column by column."""
-    split = pa.chunked_array([[1.0, 2.0], [3.0, 4.0]])
-    whole = pa.chunked_array([[5.0, 6.0, 7.0, 8.0]])
-    reader = ArrowColumnsReader([split, whole, split, whole], 3)
+    """Features 0 and 2 share a chunking, feature 1 and label 1 another, label 0 a third:
+    the first layout's outputs are not consecutive (copied column by column), the
+    second's are (copied whole into output column 1 of either side)."""
+
+    def split(v):
+        return pa.chunked_array([[v + 1.0, v + 2.0], [v + 3.0, v + 4.0]])
+
+    def whole(v):
+        return pa.chunked_array([[v + 1.0, v + 2.0, v + 3.0, v + 4.0]])
+
+    third = pa.chunked_array([[31.0], [32.0, 33.0, 34.0]])
+    reader = ArrowColumnsReader([split(0), whole(10), split(20), third, whole(40)], 3)
     for dtype in (np.float64, np.float32):
-        out_x, out_y = np.empty((3, 3), dtype), np.empty((3, 1), dtype)
+        out_x, out_y = np.full((3, 3), np.nan, dtype), np.full((3, 2), np.nan, dtype)
         reader.read(slice(1, 4), out_x, out_y)
-        assert out_x.tolist() == [[2, 6, 2], [3, 7, 3], [4, 8, 4]]
-        assert out_y[:, 0].tolist() == [6, 7, 8]
+        assert out_x.tolist() == [[2, 12, 22], [3, 13, 23], [4, 14, 24]]
+        assert out_y.tolist() == [[32, 42], [33, 43], [34, 44]]
+    # integers past 32 bits and half floats, no nulls: not copied whole (the fused copy
+    # takes float64, float32 and integers of at most 32 bits), read value by value
+    big = pa.chunked_array([pa.array([2**40, -(2**40), 7], pa.int64())])
+    half = pa.chunked_array([pa.array([0.5, 1.5, -2.0], pa.float16())])
+    reader = ArrowColumnsReader([big, half], 1)
+    out_x, out_y = np.empty((3, 1)), np.empty((3, 1))
+    reader.read(slice(0, 3), out_x, out_y)
+    assert out_x[:, 0].tolist() == [2**40, -(2**40), 7] and out_y[:, 0].tolist() == [0.5, 1.5, -2]
+
+
+def test_a_reader_prefetches_only_a_mapped_files_large_batches():
+    from exactbatch.sources.arrow_columns import PREFETCH_MIN_BYTES
+
+    cols = [pa.chunked_array([[1.0, 2.0]])]
+    assert ArrowColumnsReader(cols, 1).prefetch_default(PREFETCH_MIN_BYTES) == 0
+    mapped = ArrowColumnsReader(cols, 1, mapped=True)
+    assert mapped.prefetch_default(PREFETCH_MIN_BYTES) == 2
+    assert mapped.prefetch_default(PREFETCH_MIN_BYTES - 1) == 0
 
 
 def test_nulls_are_nan_and_booleans_zero_or_one():
