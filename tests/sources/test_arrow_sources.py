@@ -391,6 +391,27 @@ def test_a_column_named_twice_or_in_both_is_refused_in_full():
     )
 
 
+def test_columns_named_badly_are_refused_in_full():
+    """What features= or labels= must be, and a categorical column the source lacks."""
+    t = table()
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, features=5)
+    assert str(e.value) == "features must be a column name or a list of names; got 5"
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels=[1.5])
+    assert str(e.value) == "labels must be column names (str); got [1.5]"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "s"], categorical=["s", "nope"])
+    assert str(e.value) == "the pyarrow Table: categorical names missing column(s) ['nope']"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "s"])
+    assert str(e.value) == (
+        "the pyarrow Table: non-numeric column(s) ['s (string)']; features and labels must "
+        "be integer, floating or boolean columns: leave them out, or encode them as numbers "
+        "first"
+    )
+
+
 def test_a_name_twice_in_a_table_is_refused_only_where_chosen():
     """Columns sharing a name are ambiguous only when one of them is asked for: the
     others are read as usual."""
