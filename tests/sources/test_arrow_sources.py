@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import sys
 import warnings
 
 import numpy as np
@@ -410,6 +411,26 @@ def test_columns_named_badly_are_refused_in_full():
         "be integer, floating or boolean columns: leave them out, or encode them as numbers "
         "first"
     )
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels="y", categorical=["s"])
+    assert str(e.value) == (
+        "the pyarrow Table: categorical names column(s) ['s'] that are neither features nor "
+        "labels; name them in features= or labels= too"
+    )
+
+
+def test_columns_left_out_are_named_in_a_warning_at_the_callers_line():
+    """features=None: the numeric columns; the others named in a warning that points at
+    the line that made the source (stacklevel), not into exactbatch."""
+    with pytest.warns(UserWarning) as caught:
+        exactbatch.arrow_source(table(), labels="y")
+    (w,) = caught
+    assert str(w.message) == (
+        "the pyarrow Table: non-numeric column(s) ['s (string)'] left out of the features; "
+        "name the features (features=[...]) to choose them yourself"
+    )
+    if "mutmut" not in sys.modules:  # (under `make mutants`, its trampolines add frames)
+        assert w.filename == __file__
 
 
 def test_a_name_twice_in_a_table_is_refused_only_where_chosen():
@@ -418,6 +439,10 @@ def test_a_name_twice_in_a_table_is_refused_only_where_chosen():
     t = pa.Table.from_arrays(
         [pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([5.0, 6.0])], names=["a", "a", "b"]
     )
+    for labels in ((), "b"):  # every column a feature, or every one but the label
+        with pytest.raises(ValueError) as e:
+            exactbatch.arrow_source(t, labels=labels)
+        assert str(e.value) == "the pyarrow Table: column name(s) ['a'] appear more than once"
     source = exactbatch.arrow_source(t, features=["b"])
     assert source.features == ("b",)
     x, _ = all_rows(source)
