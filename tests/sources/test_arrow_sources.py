@@ -214,10 +214,21 @@ def test_a_closed_reader_refuses_to_read():
     assert str(e.value) == "read from a closed DataLoader"
 
 
-def test_columns_of_layouts_apart_are_read_in_order_column_by_column():
+def test_columns_of_layouts_apart_are_read_in_order_column_by_column(monkeypatch):
     """Features 0 and 2 share a chunking, feature 1 and label 1 another, label 0 a third:
     the first layout's outputs are not consecutive (copied column by column), the
-    second's are (copied whole into output column 1 of either side)."""
+    second's are (copied whole into output column 1 of either side), and so is the
+    third's label: one columns_into a side a chunk, none for the first layout."""
+    import exactbatch.sources.arrow_columns as ac
+
+    copies = []
+    whole_copy = ac.columns_into
+
+    def recording(values, start, out):
+        copies.append((len(values), start, out.shape))
+        whole_copy(values, start, out)
+
+    monkeypatch.setattr(ac, "columns_into", recording)
 
     def split(v):
         return pa.chunked_array([[v + 1.0, v + 2.0], [v + 3.0, v + 4.0]])
@@ -232,6 +243,9 @@ def test_columns_of_layouts_apart_are_read_in_order_column_by_column():
         reader.read(slice(1, 4), out_x, out_y)
         assert out_x.tolist() == [[2, 12, 22], [3, 13, 23], [4, 14, 24]]
         assert out_y.tolist() == [[32, 42], [33, 43], [34, 44]]
+        # (the third layout's second chunk from its row 0; the second's only chunk from 1)
+        assert sorted(copies) == [(1, 0, (3, 1)), (1, 1, (3, 1)), (1, 1, (3, 1))]
+        copies.clear()
     # integers past 32 bits and half floats, no nulls: not copied whole (the fused copy
     # takes float64, float32 and integers of at most 32 bits), read value by value
     big = pa.chunked_array([pa.array([2**40, -(2**40), 7], pa.int64())])
