@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import sys
 import warnings
 
 import numpy as np
@@ -208,8 +209,61 @@ def test_a_closed_reader_refuses_to_read():
     reader = ArrowColumnsReader([pa.chunked_array([[1.0, 2.0]])], 1)
     reader.close()
     reader.close()  # idempotent
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(ValueError) as e:
         reader.read(slice(0, 1), np.empty((1, 1)), np.empty((1, 0)))
+    assert str(e.value) == "read from a closed DataLoader"
+
+
+def test_columns_of_layouts_apart_are_read_in_order_column_by_column(monkeypatch):
+    """Features 0 and 2 share a chunking, feature 1 and label 1 another, label 0 a third:
+    the first layout's outputs are not consecutive (copied column by column), the
+    second's are (copied whole into output column 1 of either side), and so is the
+    third's label: one columns_into a side a chunk, none for the first layout."""
+    import exactbatch.sources.arrow_columns as ac
+
+    copies = []
+    whole_copy = ac.columns_into
+
+    def recording(values, start, out):
+        copies.append((len(values), start, out.shape))
+        whole_copy(values, start, out)
+
+    monkeypatch.setattr(ac, "columns_into", recording)
+
+    def split(v):
+        return pa.chunked_array([[v + 1.0, v + 2.0], [v + 3.0, v + 4.0]])
+
+    def whole(v):
+        return pa.chunked_array([[v + 1.0, v + 2.0, v + 3.0, v + 4.0]])
+
+    third = pa.chunked_array([[31.0], [32.0, 33.0, 34.0]])
+    reader = ArrowColumnsReader([split(0), whole(10), split(20), third, whole(40)], 3)
+    for dtype in (np.float64, np.float32):
+        out_x, out_y = np.full((3, 3), np.nan, dtype), np.full((3, 2), np.nan, dtype)
+        reader.read(slice(1, 4), out_x, out_y)
+        assert out_x.tolist() == [[2, 12, 22], [3, 13, 23], [4, 14, 24]]
+        assert out_y.tolist() == [[32, 42], [33, 43], [34, 44]]
+        # (the third layout's second chunk from its row 0; the second's only chunk from 1)
+        assert sorted(copies) == [(1, 0, (3, 1)), (1, 1, (3, 1)), (1, 1, (3, 1))]
+        copies.clear()
+    # integers past 32 bits and half floats, no nulls: not copied whole (the fused copy
+    # takes float64, float32 and integers of at most 32 bits), read value by value
+    big = pa.chunked_array([pa.array([2**40, -(2**40), 7], pa.int64())])
+    half = pa.chunked_array([pa.array([0.5, 1.5, -2.0], pa.float16())])
+    reader = ArrowColumnsReader([big, half], 1)
+    out_x, out_y = np.empty((3, 1)), np.empty((3, 1))
+    reader.read(slice(0, 3), out_x, out_y)
+    assert out_x[:, 0].tolist() == [2**40, -(2**40), 7] and out_y[:, 0].tolist() == [0.5, 1.5, -2]
+
+
+def test_a_reader_prefetches_only_a_mapped_files_large_batches():
+    from exactbatch.sources.arrow_columns import PREFETCH_MIN_BYTES
+
+    cols = [pa.chunked_array([[1.0, 2.0]])]
+    assert ArrowColumnsReader(cols, 1).prefetch_default(PREFETCH_MIN_BYTES) == 0
+    mapped = ArrowColumnsReader(cols, 1, mapped=True)
+    assert mapped.prefetch_default(PREFETCH_MIN_BYTES) == 2
+    assert mapped.prefetch_default(PREFETCH_MIN_BYTES - 1) == 0
 
 
 def test_nulls_are_nan_and_booleans_zero_or_one():
@@ -332,6 +386,83 @@ def test_a_column_named_twice_or_in_both_is_a_value_error(kind, tmp_path):
         build(features=["x0", "y"], labels="y")
     with pytest.raises(TypeError, match="features must be column names"):
         build(features=[0])
+
+
+def test_a_column_named_twice_or_in_both_is_refused_in_full():
+    """The messages say which argument names a column twice, or that a label among the
+    features leaks the answer (every Arrow-backed kind's rule: check_names)."""
+    t = table()
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x1", "x0", "x1"])
+    assert str(e.value) == "features names column(s) ['x1'] more than once; name each once"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels=["y", "y"])
+    assert str(e.value) == "labels names column(s) ['y'] more than once; name each once"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "y"], labels="y")
+    assert str(e.value) == (
+        "column(s) ['y'] are named both in features and in labels: a label among the "
+        "features hands the model its answer (label leakage); name each in one only"
+    )
+
+
+def test_columns_named_badly_are_refused_in_full():
+    """What features= or labels= must be, and a categorical column the source lacks."""
+    t = table()
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, features=5)
+    assert str(e.value) == "features must be a column name or a list of names; got 5"
+    with pytest.raises(TypeError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels=[1.5])
+    assert str(e.value) == "labels must be column names (str); got [1.5]"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "s"], categorical=["s", "nope"])
+    assert str(e.value) == "the pyarrow Table: categorical names missing column(s) ['nope']"
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0", "s"])
+    assert str(e.value) == (
+        "the pyarrow Table: non-numeric column(s) ['s (string)']; features and labels must "
+        "be integer, floating or boolean columns: leave them out, or encode them as numbers "
+        "first"
+    )
+    with pytest.raises(ValueError) as e:
+        exactbatch.arrow_source(t, features=["x0"], labels="y", categorical=["s"])
+    assert str(e.value) == (
+        "the pyarrow Table: categorical names column(s) ['s'] that are neither features nor "
+        "labels; name them in features= or labels= too"
+    )
+
+
+def test_columns_left_out_are_named_in_a_warning_at_the_callers_line():
+    """features=None: the numeric columns; the others named in a warning that points at
+    the line that made the source (stacklevel), not into exactbatch."""
+    with pytest.warns(UserWarning) as caught:
+        exactbatch.arrow_source(table(), labels="y")
+    (w,) = caught
+    assert str(w.message) == (
+        "the pyarrow Table: non-numeric column(s) ['s (string)'] left out of the features; "
+        "name the features (features=[...]) to choose them yourself"
+    )
+    if "mutmut" not in sys.modules:  # (under `make mutants`, its trampolines add frames)
+        assert w.filename == __file__
+
+
+def test_a_name_twice_in_a_table_is_refused_only_where_chosen():
+    """Columns sharing a name are ambiguous only when one of them is asked for: the
+    others are read as usual."""
+    t = pa.Table.from_arrays(
+        [pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([5.0, 6.0])], names=["a", "a", "b"]
+    )
+    for labels in ((), "b"):  # every column a feature, or every one but the label
+        with pytest.raises(ValueError) as e:
+            exactbatch.arrow_source(t, labels=labels)
+        assert str(e.value) == "the pyarrow Table: column name(s) ['a'] appear more than once"
+    source = exactbatch.arrow_source(t, features=["b"])
+    assert source.features == ("b",)
+    x, _ = all_rows(source)
+    np.testing.assert_array_equal(x, [[5.0], [6.0]])
+    with pytest.raises(ValueError, match=r"\['a'\] appear more than once"):
+        exactbatch.arrow_source(t, features=["b", "a"])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -651,6 +782,60 @@ def test_a_stream_says_its_kind_and_columns_and_iterates_as_arrays():
     wx, wy = want(range(23))
     np.testing.assert_array_equal(x, wx[:, [1, 0]])
     np.testing.assert_array_equal(y, wy)
+
+
+def test_a_streams_bad_batch_is_named_with_the_source_and_its_row():
+    """A value outside a given vocabulary names the stream, the column and its row among
+    the pass's rows (across batches); a later batch lacking a column names them."""
+    t = table()  # record batches of 5, 0, 9 and 9 rows; s is "r{row}"
+    vocab = [f"r{i}" for i in range(23) if i != 16]  # row 16: in the third batch
+    stream = exactbatch.arrow_source(
+        lambda: t.to_batches(), features=["x0", "s"], categorical={"s": vocab}
+    )
+    with pytest.raises(ValueError) as e:
+        list(stream)
+    assert str(e.value) == (
+        "the reader: a batch: column 's' holds 'r16' (row 16), which is not in its vocabulary "
+        "of 22 value(s) (a value takes the code of the entry equal to it); add it to "
+        "categorical={'s': [...]}, or let the vocabulary be learned (categorical=[...])"
+    )
+    first, second = t.slice(0, 5), t.slice(5).drop_columns(["x1"])
+    lacking = exactbatch.arrow_source(
+        lambda: [*first.to_batches(), *second.to_batches()], features=["x0", "x1"]
+    )
+    with pytest.raises(ValueError) as e:
+        list(lacking)
+    assert str(e.value) == "the reader: a batch lacks column(s) ['x1']"
+
+
+def test_a_pass_stopped_early_closes_what_its_batches_came_from():
+    """A pass left before its end (a loader closed, an epoch cut short) closes the
+    iterable ``batches()`` returned (a reader's file, a query's cursor), at once."""
+    t = table()
+    made = []
+
+    class Batches:
+        closed = False
+
+        def __init__(self):
+            self.it = iter(t.to_batches())
+            made.append(self)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return next(self.it)
+
+        def close(self):
+            self.closed = True
+
+    stream = exactbatch.arrow_source(Batches, features=["x0"], labels="y")
+    chunks = stream.column_chunks()
+    next(chunks)
+    assert not made[-1].closed
+    chunks.close()
+    assert made[-1].closed
 
 
 def _hide(monkeypatch, package):

@@ -163,6 +163,19 @@ def test_strings_take_their_entrys_code_and_missing_values_none():
     assert Vocabulary("c", vocab).encode(one, "here").to_pylist() == [2.0, 1.0]
 
 
+def test_a_column_of_nulls_only_is_missing_without_a_warning():
+    """Integers all null (a partition key of files outside every key folder): NaN codes,
+    with no NumPy warning of an all-NaN maximum (an error under -W error)."""
+    import warnings
+
+    for vocab in ([1, 2], [1, 2_000_000]):  # the dense table, the search
+        for values in ([None, None], [None, 1]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = _codes(vocab, values, type=pa.int64())
+            assert got == [None, values[1] and 0]
+
+
 def test_a_value_outside_the_vocabulary_is_named_with_its_row():
     message = (
         "here: column 'c' holds {v} (row {row}), which is not in its vocabulary of {k} "

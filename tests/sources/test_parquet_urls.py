@@ -173,3 +173,61 @@ def test_a_file_given_its_footer_reads_no_footer_and_a_row_group_in_one_range(re
     chunks = [footer.row_group(0).column(j) for j in range(2)]
     start = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
     assert ranges == {(start, sum(c.total_compressed_size for c in chunks))}
+
+
+def test_a_source_reads_its_row_groups_by_the_footers_and_sizes_it_holds(rec, monkeypatch):
+    """parquet_source over a URL: a chunk's read opens the object with the size it
+    recorded and reads no footer again, only the row group's coalesced range; so does a
+    stream of its batches (what `exactbatch convert` reads)."""
+    from exactbatch import parquet_source
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"x0": [1.0, 2.0, 3.0], "x1": [4.0, 5.0, 6.0]}), buf)
+    rec.pipe("two/t.parquet", buf.getvalue())
+    size = rec.info("two/t.parquet")["size"]
+    src = parquet_source("ebrec://two/t.parquet")
+    footer = src.footers[0]
+    chunks = [footer.row_group(0).column(j) for j in range(2)]
+    start = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
+    group = (start, sum(c.total_compressed_size for c in chunks))
+    ranges, opens = set(), []
+    opened = Recording._open
+
+    def recording_reads(self, path, mode="rb", **kwargs):
+        opens.append(dict(kwargs))
+        f = opened(self, path, mode, **kwargs)
+        read = f.read
+
+        def read_and_record(*args):
+            out = read(*args)
+            ranges.add((f.tell() - len(out), len(out)))
+            return out
+
+        f.read = read_and_record
+        return f
+
+    monkeypatch.setattr(Recording, "_open", recording_reads)
+    assert src.read_chunk(0)[0].tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    assert ranges == {group}
+    assert [o.get("size") for o in opens] == [size]
+    ranges.clear()
+    opens.clear()
+    assert [c[0].to_pylist() for c in src.iter_batches(5)] == [[1.0, 2.0, 3.0]]
+    assert ranges == {group}
+    assert [o.get("size") for o in opens] == [size]
+
+
+def test_a_source_reaches_its_objects_with_its_storage_options(rec, monkeypatch):
+    from exactbatch import parquet_source
+
+    seen = []
+    info = Recording.info
+
+    def recording_info(self, path, **kwargs):
+        seen.append(dict(self.storage_options))
+        return info(self, path, **kwargs)
+
+    monkeypatch.setattr(Recording, "info", recording_info)
+    src = parquet_source("ebrec://data/a.parquet", storage_options={"tag": "b"})
+    assert src.read_chunk(0)[0].tolist() == [[1.0], [2.0], [3.0]]
+    assert seen and all(s == {"tag": "b"} for s in seen)

@@ -215,8 +215,9 @@ def _runs(js: list[int], d: int, parts: list[list[_Part]]) -> Runs | None:
 
 
 def _in_order(bounds: list[int], rows: slice) -> list[tuple[int, slice, slice]]:
-    """:func:`_plan` of a slice of rows, ``bounds`` its ``starts`` as a list: the chunks
-    it crosses found by bisection, not by a loop over every chunk."""
+    """:func:`_plan` of a slice of rows (``out[dst] = chunk[src]``, both slices),
+    ``bounds`` its ``starts`` as a list: the chunks it crosses found by bisection, not by
+    a loop over every chunk."""
     a, b = rows.start, rows.stop
     out: list[tuple[int, slice, slice]] = []
     c = max(0, bisect_right(bounds, a) - 1)
@@ -228,18 +229,12 @@ def _in_order(bounds: list[int], rows: slice) -> list[tuple[int, slice, slice]]:
     return out
 
 
-def _plan(starts: np.ndarray, rows: slice | np.ndarray) -> list[tuple[int, Any, Any]]:
-    """``[(chunk, dst, src)]``: where the rows ``rows`` (a slice, or an int64 array) lie
-    among chunks beginning at ``starts`` (then the end): ``out[dst] = chunk[src]``."""
+def _plan(starts: np.ndarray, rows: np.ndarray) -> list[tuple[int, Any, Any]]:
+    """``[(chunk, dst, src)]``: where the rows ``rows`` (an int64 array; a slice of rows:
+    :func:`_in_order`) lie among chunks beginning at ``starts`` (then the end):
+    ``out[dst] = chunk[src]``."""
     k = len(starts) - 1
     out: list[tuple[int, Any, Any]] = []
-    if isinstance(rows, slice):
-        a, b = rows.start, rows.stop
-        for c in range(k):
-            lo, hi = max(a, starts[c]), min(b, starts[c + 1])
-            if lo < hi:
-                out.append((c, slice(lo - a, hi - a), slice(lo - starts[c], hi - starts[c])))
-        return out
     # Rows in ascending order: each column is then read front to back (its pages and
     # cache lines in the order the hardware prefetches), each chunk's rows one run.
     order = np.argsort(rows, kind="stable")

@@ -281,7 +281,9 @@ class Vocabulary:
                 return self._checked(out, unknown, col, where, first_row)
         if numbers:
             x = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
-            if pa.types.is_integer(t) and len(x) and np.nanmax(np.abs(x)) >= _EXACT:
+            # (every value null: no maximum, and NumPy's all-NaN warning)
+            big = len(x) > col.null_count and np.nanmax(np.abs(x)) >= _EXACT
+            if pa.types.is_integer(t) and big:
                 x = None  # past 2**53: float64 would merge neighbours; the hash is exact
         if x is not None:
             out = self._numeric(x)
