@@ -398,7 +398,8 @@ def grid(args) -> None:
                             "names": names, "off": dist.tolist(), "ratio": ratio.tolist(),
                             "warned": warned, "why": _why(verdict), "mark": mark,
                             "converged": verdict.converged, "drift": verdict.drift,
-                            "error": verdict.error, "sd_error": verdict.sd_error,
+                            "error": verdict.error, "error_where": verdict.error_where,
+                            "sd_error": verdict.sd_error,
                             "error_floor": verdict.error_floor, "sd_floor": verdict.sd_floor,
                             "shift": verdict.shift, "step": lr, "returned": verdict.returned,
                         }) + "\n")  # fmt: skip
@@ -435,7 +436,7 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "sorted", "nuts"])
     ap.add_argument("--columns", type=int, help="the data sets' first COLUMNS features only")
     ap.add_argument("--tail-draws", type=int, default=None,
-                    help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 4), "
+                    help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 8), "
                     "for an experiment")  # fmt: skip
     args = ap.parse_args()
     if args.tail_draws is not None:
