@@ -396,6 +396,7 @@ def grid(args) -> None:
                         out.write(json.dumps({
                             "lib": lib, "n": n, "batch": batch, "steps": steps, "seed": seed,
                             "names": names, "off": dist.tolist(), "ratio": ratio.tolist(),
+                            "signed": ((m - m_ref) / s_ref).tolist(),
                             "warned": warned, "why": _why(verdict), "mark": mark,
                             "converged": verdict.converged, "drift": verdict.drift,
                             "error": verdict.error, "error_where": verdict.error_where,
