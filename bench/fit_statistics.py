@@ -439,9 +439,18 @@ def main() -> None:
     ap.add_argument("--tail-draws", type=int, default=None,
                     help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 8), "
                     "for an experiment")  # fmt: skip
+    ap.add_argument("--spread", type=float, default=None,
+                    help="the tail step's bound times sqrt(batches an epoch) (schedule.SPREAD: "
+                    "0.2; the jitter's bias on a noise sd's log), for an experiment")  # fmt: skip
     args = ap.parse_args()
     if args.tail_draws is not None:
         set_tail_draws(args.tail_draws)
+    if args.spread is not None:
+        if not args.spread > 0:
+            raise SystemExit(f"--spread: expected a positive bound, got {args.spread}")
+        from exactbatch.adapters import schedule
+
+        schedule.SPREAD = args.spread
     if args.grid:
         grid(args)
         return
