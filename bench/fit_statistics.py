@@ -48,6 +48,11 @@ false alarms (within 0.2 sd and 0.8-1.25x, warned) printed at the end:
     PYTHONPATH=src .venv/bin/python bench/fit_statistics.py --grid --steps 2000 5000 \
         --seeds 1 --skip pymc
 
+Experiments on the default schedule's tail (the library's constants set for this run
+only): ``--tail-draws`` (``schedule.TAIL_DRAWS``), ``--spread`` (``schedule.SPREAD``:
+the tail step's bound and each coordinate's cap) and ``--bias`` (``schedule.BIAS``: the
+budget of all coordinates together).
+
 Sized for a small machine: one data set, one seed, one library at a time,
 each fit a few seconds to a minute.
 """
@@ -442,15 +447,19 @@ def main() -> None:
     ap.add_argument("--spread", type=float, default=None,
                     help="the tail step's bound times sqrt(batches an epoch) (schedule.SPREAD: "
                     "0.2; the jitter's bias on a noise sd's log), for an experiment")  # fmt: skip
+    ap.add_argument("--bias", type=float, default=None,
+                    help="the tail's budget of step * sqrt(v) over the coordinates, over "
+                    "sqrt(2 N) (schedule.BIAS: 0.2), for an experiment")  # fmt: skip
     args = ap.parse_args()
     if args.tail_draws is not None:
         set_tail_draws(args.tail_draws)
-    if args.spread is not None:
-        if not args.spread > 0:
-            raise SystemExit(f"--spread: expected a positive bound, got {args.spread}")
-        from exactbatch.adapters import schedule
+    from exactbatch.adapters import schedule
 
-        schedule.SPREAD = args.spread
+    for name, value in (("spread", args.spread), ("bias", args.bias)):
+        if value is not None and not value > 0:
+            raise SystemExit(f"--{name}: expected a positive bound, got {value}")
+        if value is not None:
+            setattr(schedule, name.upper(), value)
     if args.grid:
         grid(args)
         return
