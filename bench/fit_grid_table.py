@@ -82,14 +82,20 @@ def table(fits: list[dict], markdown: bool, merge: bool = False) -> None:
         total, warned, silent, alarms, good_n = (total + len(rs), warned + w, silent + s,
                                                  alarms + a, good_n + g)  # fmt: skip
     within = sum(judged(r)[3] for r in fits)
+    short = sum(r["mark"] == "ALARM" and r["why"] == "too-short" for r in fits)
     print(f"\n{total} fits, {warned} warned, {silent} silently wrong, {alarms} false alarms "
           f"({alarms} of {within} fits within the targets warned; {alarms / max(1, total):.1%} "
-          f"of all fits), {good_n} within the targets")  # fmt: skip
+          f"of all fits; {short} of them too few epochs to judge, a warning every fit of "
+          f"that length gives), {good_n} within the targets")  # fmt: skip
     quiet = [r for r in fits if not r["warned"]]
     if quiet:
         logs = np.concatenate([np.log(r["ratio"]) for r in quiet])
         floors = [r["sd_floor"] for r in quiet]
         out = [r for r in quiet if min(r["ratio"]) < 0.8 or max(r["ratio"]) > 1.25]
+        offs = [max(r["off"]) for r in quiet]
+        lo, hi = min(min(r["ratio"]) for r in quiet), max(max(r["ratio"]) for r in quiet)
+        print(f"quiet fits: {sum(o <= 0.2 for o in offs)} of {len(quiet)} within 0.2 sd (off "
+              f"{min(offs):.2f}-{max(offs):.2f}), sds {lo:.2f}-{hi:.2f}x")  # fmt: skip
         print(f"quiet fits: {len(quiet)}; their {logs.size} sds' log ratio: mean {logs.mean():+.3f}"
               f" (standard error {logs.std(ddof=1) / math.sqrt(logs.size):.3f}), sd "
               f"{logs.std(ddof=1):.3f}; the verdict's sd floor {min(floors):.3f}-{max(floors):.3f}"

@@ -48,6 +48,11 @@ false alarms (within 0.2 sd and 0.8-1.25x, warned) printed at the end:
     PYTHONPATH=src .venv/bin/python bench/fit_statistics.py --grid --steps 2000 5000 \
         --seeds 1 --skip pymc
 
+Experiments on the default schedule's tail (the library's constants set for this run
+only): ``--tail-draws`` (``schedule.TAIL_DRAWS``), ``--spread`` (``schedule.SPREAD``:
+the tail step's bound and each coordinate's cap) and ``--bias`` (``schedule.BIAS``: the
+budget of all coordinates together).
+
 Sized for a small machine: one data set, one seed, one library at a time,
 each fit a few seconds to a minute.
 """
@@ -396,9 +401,11 @@ def grid(args) -> None:
                         out.write(json.dumps({
                             "lib": lib, "n": n, "batch": batch, "steps": steps, "seed": seed,
                             "names": names, "off": dist.tolist(), "ratio": ratio.tolist(),
+                            "signed": ((m - m_ref) / s_ref).tolist(),
                             "warned": warned, "why": _why(verdict), "mark": mark,
                             "converged": verdict.converged, "drift": verdict.drift,
-                            "error": verdict.error, "sd_error": verdict.sd_error,
+                            "error": verdict.error, "error_where": verdict.error_where,
+                            "sd_error": verdict.sd_error,
                             "error_floor": verdict.error_floor, "sd_floor": verdict.sd_floor,
                             "shift": verdict.shift, "step": lr, "returned": verdict.returned,
                         }) + "\n")  # fmt: skip
@@ -435,11 +442,24 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "sorted", "nuts"])
     ap.add_argument("--columns", type=int, help="the data sets' first COLUMNS features only")
     ap.add_argument("--tail-draws", type=int, default=None,
-                    help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 4), "
+                    help="the guide's draws a step in the tail (schedule.TAIL_DRAWS: 8), "
                     "for an experiment")  # fmt: skip
+    ap.add_argument("--spread", type=float, default=None,
+                    help="the tail step's bound times sqrt(batches an epoch) (schedule.SPREAD: "
+                    "0.2; the jitter's bias on a noise sd's log), for an experiment")  # fmt: skip
+    ap.add_argument("--bias", type=float, default=None,
+                    help="the tail's budget of step * sqrt(v) over the coordinates, over "
+                    "sqrt(2 N) (schedule.BIAS: 0.2), for an experiment")  # fmt: skip
     args = ap.parse_args()
     if args.tail_draws is not None:
         set_tail_draws(args.tail_draws)
+    from exactbatch.adapters import schedule
+
+    for name, value in (("spread", args.spread), ("bias", args.bias)):
+        if value is not None and not value > 0:
+            raise SystemExit(f"--{name}: expected a positive bound, got {value}")
+        if value is not None:
+            setattr(schedule, name.upper(), value)
     if args.grid:
         grid(args)
         return
