@@ -402,26 +402,43 @@ def test_a_failed_read_through_next_into_is_not_counted():
     assert sorted(got) == list(range(N)) and flaky.calls == 16
 
 
-@pytest.mark.parametrize("kind", sorted(SOURCES))
+@pytest.mark.parametrize("kind", [*sorted(SOURCES), "stream in order"])
 def test_a_batch_that_failed_while_later_ones_were_handed_out_is_pending_in_the_state(kind):
-    """Threads: batch 2's read fails while batch 3 is handed out; the state says so."""
-    loader = DataLoader(SOURCES[kind](), 10, seed=1, total_size=N)
-    bx, by = np.empty((10, 1)), np.empty((10, 0))
+    """Threads: batch 2's read fails while batch 3 is handed out; the state says so, and
+    batch 2 is the live loader's next.
+    Batches 2 and 3 are of one group of next_into's where a claim takes several (random
+    access; a shuffled stream, whose claim takes a buffer gather's batches: batches of
+    2 here, 6 a gather); a stream in order is claimed a batch at a time (issue 42), so
+    batch 2 is its group's only one, and batch 3 is handed out from the next group."""
+    b, shuffle = 2, kind != "stream in order"
+    source = SOURCES["stream" if kind == "stream in order" else kind]
+    loader = DataLoader(source(), b, shuffle=shuffle, seed=1, total_size=N)
+    bx, by = np.empty((b, 1)), np.empty((b, 0))
     got = []
     for _ in range(2):
         got += ids(bx[: loader.next_into(bx, by)])
     group = loader._holder.group
-    item2 = group.queue.popleft()  # a thread's next_into takes batch 2 ...
+    if shuffle:
+        assert [item[0].k for item in group.queue][:2] == [2, 3]  # (the premise)
+        item2 = group.queue.popleft()  # a thread's next_into takes batch 2 ...
+    else:
+        assert not group.queue  # batch 1 was its group's only one
+        group, item2 = loader._cursor.claim_next(loader._holder, 16)  # (as it claims)
+        assert item2[0].k == 2 and not group.queue
     job2 = item2[0]
     got += ids(bx[: loader.next_into(bx, by)])  # ... another hands out batch 3 ...
     group.unpop(item2)  # ... and batch 2's read fails
     state = roundtrip(loader.state_dict())
     assert state["batches_done"] == 3 and state["pending"] == [2]
-    restored = DataLoader(SOURCES[kind](), 10, seed=1, total_size=N)
+    restored = DataLoader(source(), b, shuffle=shuffle, seed=1, total_size=N)
     restored.load_state_dict(state)
     rest = rows_of(restored)
     assert sorted(got + rest) == list(range(N))
-    assert rest[:10] == ids(job2.take()[0])  # the pending batch comes first
+    assert rest[:b] == ids(job2.take()[0])  # the pending batch comes first
+    # the live loader hands it out next, and then it is no longer pending
+    assert ids(bx[: loader.next_into(bx, by)]) == rest[:b]
+    state = loader.state_dict()
+    assert state["batches_done"] == 4 and "pending" not in state
 
 
 class FlakySource:
@@ -544,22 +561,74 @@ def test_a_streams_last_batch_prefetched_and_given_back_is_still_to_come():
 
 
 def test_a_failed_stream_read_gives_back_the_batches_its_claim_took_over():
-    """next_into takes over the 15 batches an iterator left ready (a group of 16 batches
-    of one row), then claims one more from the stream, whose read fails: the batches
-    taken over go back with it, and the epoch hands out every row once, in order."""
-    x = x_of(102)
-    source = FlakyFactory([x[a : a + 17] for a in range(0, 102, 17)])
-    loader = DataLoader(source, 1, shuffle=False, total_size=102)
-    rows_of(loader)  # epoch 0 learns the widths: iter() claims 16 small batches at once
-    source.arm(1)  # epoch 1: the read of rows 17..33 fails once
+    """next_into takes over the 6 batches an iterator left ready (of a shuffle buffer's
+    last gather of 8 one-row batches: a stream's claim takes one group of its pass, here
+    a gather's, at once), then claims one more from the stream, whose read (the buffer's
+    next fill) fails: the batches taken over go back with it, and the epoch hands out
+    every row once, in the order of a pass that never failed."""
+    n = 128
+    x = x_of(n)
+    chunks = [x[a : a + 16] for a in range(0, n, 16)]
+    kw = dict(shuffle=True, seed=5, total_size=n, buffer_size=64)  # 4 chunks a fill
+    reference = DataLoader(chunks, 1, **kw)
+    rows_of(reference)
+    want = rows_of(reference)  # epoch 1, whole
+    source = FlakyFactory(chunks)
+    loader = DataLoader(source, 1, **kw)
+    rows_of(loader)  # epoch 0 learns the widths: iter() claims a gather's batches at once
+    source.arm(4)  # epoch 1: the buffer's second fill fails once
     it = iter(loader)
-    got = ids(next(it)[0])
+    got = [r for _ in range(57) for r in ids(next(it)[0])]  # 7 gathers of 8, and one more
+    assert [len(g.queue) for g in loader._cursor._live] == [6]  # (the premise)
     bx, by = np.empty((1, 1)), np.empty((1, 0))
-    with pytest.raises(OSError, match="chunk 1"):
+    with pytest.raises(OSError, match="chunk 4"):
         loader.next_into(bx, by)
     while loader.next_into(bx, by):
         got += ids(bx)
-    assert source.raised == 1 and got == list(range(102))
+    assert source.raised == 1 and got == want and sorted(want) == list(range(n))
+
+
+@pytest.mark.parametrize("via", ["iter", "next_into"])
+def test_a_failed_read_past_the_even_batches_count_gives_back_the_batches_claimed_before_it(via):
+    """even_batches=True over a stream longer than its declared total_size (60 of 144
+    rows, one-row batches): the claim that reaches the count takes a gather's batches up
+    to it (56-59), then reads the rest of the pass to leave it out, and that read fails:
+    the batches it took go back (a claim into the group refilled in place,
+    Cursor._refill), and the epoch hands out its 60 batches once, in order."""
+    x = x_of(144)
+    chunks = [x[a : a + 16] for a in range(0, 144, 16)]
+    kw = dict(shuffle=True, seed=2, total_size=60, buffer_size=64, even_batches=True)
+    reference = DataLoader(chunks, 1, **kw)
+    with pytest.warns(TotalSizeWarning):
+        rows_of(reference)
+    want = rows_of(reference)  # epoch 1, whole
+    source = FlakyFactory(chunks)
+    loader = DataLoader(source, 1, **kw)
+    with pytest.warns(TotalSizeWarning):
+        rows_of(loader)  # epoch 0 learns the widths: claims take a gather's batches
+    source.arm(4)  # epoch 1: the read of the pass past batch 59 fails once
+    bx, by = np.empty((1, 1)), np.empty((1, 0))
+    if via == "next_into":
+        loader.reset()  # (next_into's: the epoch after)
+    it = iter(loader) if via == "iter" else None
+
+    def step() -> list[int]:  # the next batch's rows ([] at the end)
+        if it is None:
+            return ids(bx[: loader.next_into(bx, by)])
+        return ids(next(it, (np.empty((0, 1)),))[0])
+
+    got, failed_at = [], []
+    while True:
+        try:
+            rows = step()
+        except OSError:
+            failed_at.append(len(got))
+            continue
+        if not rows:
+            break
+        got += rows
+    assert failed_at == [56] and source.raised == 1  # (the claim of 56-59, mid-gather)
+    assert len(want) == 60 and got == want
 
 
 def test_a_state_taken_when_the_next_stream_read_fails_is_not_the_next_epoch():
