@@ -42,10 +42,14 @@ N = sum(SIZES)
 
 @pytest.fixture(scope="module")
 def client():
-    """The module's cluster: worker processes, as a real deployment has."""
+    """The module's cluster: worker processes, as a real deployment has (threads of this
+    process with ``EXACTBATCH_DASK_THREADS=1``: a mutation run by hand,
+    tests/mutants_by_hand.py, starts one cluster a mutant, in about a second so, not ten
+    under load; a mutant's code reaches the threads as the processes)."""
+    processes = os.environ.get("EXACTBATCH_DASK_THREADS") != "1"
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
