@@ -22,6 +22,11 @@ the selected tests that called its function in that run's stats pass, quickest f
 mutmut would (a mutant whose function no selected test called: "no tests"); without it,
 every selected test. One session, no fork a mutant: JAX's and PyTensor's caches stay
 warm, which is most of a fit helper's test time (the ``samplers`` target, 2026-12-07).
+A mutant's tests run a module at a time, and its consecutive tests of one module share
+that module's fixtures (a Dask or Ray cluster started once a mutant, not once a test);
+every fixture ends with the mutant. With ``EXACTBATCH_DASK_THREADS=1``,
+tests/adapters/test_dask.py's cluster is threads of this process (the ``cluster``
+target: a second to start, not ten under load).
 """
 
 from __future__ import annotations
