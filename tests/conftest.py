@@ -160,8 +160,25 @@ _JAX_MODULES = ("test_jax.py", "test_numpyro.py", "test_readme.py")
 
 def pytest_collection_modifyitems(config, items):
     """Run the JAX modules last, so the tests that fork do so before JAX is loaded (in
-    every worker too under `make test`: xdist's --dist load keeps this order)."""
+    every worker too under `make test`: xdist's --dist load keeps this order).
+
+    Under `make mutants`, each module's tests together too, in the order they are
+    written: mutmut 3 names a mutant's tests (and its clean run's: every test of the
+    target) one by one, in a set's order, so pytest ran them interleaved across
+    modules, and a module-scoped fixture was torn down and set up again at each
+    switch - the cluster target's Ray instance and Dask LocalCluster (about 30 s
+    each under load) eleven times in one clean run (5.5 minutes), each start a
+    chance for Ray's startup limit to pass (tests/adapters/test_ray.py), and each
+    mutant as slow."""
+    if "mutmut" in sys.modules:
+        items.sort(key=_written_order)  # stable: a function's parameters kept in order
     items.sort(key=lambda item: item.path.name in _JAX_MODULES)  # stable: order kept
+
+
+def _written_order(item):
+    """A test's place in its module as written: the module's path, then the line."""
+    where = item.location[1]
+    return (str(item.path), -1 if where is None else where)
 
 
 @pytest.fixture(scope="module", autouse=True)

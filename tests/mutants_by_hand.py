@@ -22,6 +22,11 @@ the selected tests that called its function in that run's stats pass, quickest f
 mutmut would (a mutant whose function no selected test called: "no tests"); without it,
 every selected test. One session, no fork a mutant: JAX's and PyTensor's caches stay
 warm, which is most of a fit helper's test time (the ``samplers`` target, 2026-12-07).
+A mutant's tests run a module at a time, and its consecutive tests of one module share
+that module's fixtures (a Dask or Ray cluster started once a mutant, not once a test);
+every fixture ends with the mutant. With ``EXACTBATCH_DASK_THREADS=1``,
+tests/adapters/test_dask.py's cluster is threads of this process (the ``cluster``
+target: a second to start, not ten under load).
 """
 
 from __future__ import annotations
@@ -51,15 +56,23 @@ def pytest_runtestloop(session):  # a pytest hook: replaces the session's run
             items = session.items if name == CONTROL else _items_for(session.items, name, stats)
             if not items:
                 verdict = "no tests"
-            for item in items:
+            for k, item in enumerate(items):
+                # the next test of this mutant's, so that a module's fixtures (a Dask or
+                # Ray cluster) serve its consecutive tests; every fixture ends with the
+                # mutant's last test (a cluster's worker processes hold the mutant they
+                # started with)
+                after = items[k + 1] if k + 1 < len(items) else None
                 try:
-                    reports = runtestprotocol(item, nextitem=None, log=False)
+                    reports = runtestprotocol(item, nextitem=after, log=False)
                 except Exception as e:  # a mutant that breaks the test's own machinery
                     verdict, by = "killed", f"{type(e).__name__} in {item.nodeid}"
-                    break
-                if any(r.failed for r in reports):
+                else:
+                    if not any(r.failed for r in reports):
+                        continue
                     verdict, by = "killed", item.nodeid
-                    break
+                if after is not None:  # (its fixtures end with it too)
+                    session._setupstate.teardown_exact(None)
+                break
             seconds = round(time.time() - start, 1)
             out.write(json.dumps({"name": name, "verdict": verdict, "by": by, "s": seconds}))
             out.write("\n")
@@ -69,12 +82,18 @@ def pytest_runtestloop(session):  # a pytest hook: replaces the session's run
 
 def _items_for(items: list, name: str, stats: dict | None) -> list:
     """The selected tests to run for mutant ``name``: with mutmut's stats, those that
-    called its function, quickest first; else all of them."""
+    called its function, quickest first (a module's together); else all of them."""
     if stats is None:
         return items
     called = set(stats["tests_by_mangled_function_name"].get(name.rsplit("__mutmut_", 1)[0], ()))
     took = stats["duration_by_test"]
-    return sorted((i for i in items if i.nodeid in called), key=lambda i: took.get(i.nodeid, 0))
+    mine = [i for i in items if i.nodeid in called]
+    # each module's tests together (its fixtures set up once), the modules and their
+    # tests quickest first
+    quickest: dict = {}
+    for i in mine:
+        quickest[i.path] = min(quickest.get(i.path, 1e9), took.get(i.nodeid, 0))
+    return sorted(mine, key=lambda i: (quickest[i.path], str(i.path), took.get(i.nodeid, 0)))
 
 
 def summarize(paths: list[str]) -> None:

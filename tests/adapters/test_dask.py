@@ -42,10 +42,14 @@ N = sum(SIZES)
 
 @pytest.fixture(scope="module")
 def client():
-    """The module's cluster: worker processes, as a real deployment has."""
+    """The module's cluster: worker processes, as a real deployment has (threads of this
+    process with ``EXACTBATCH_DASK_THREADS=1``: a mutation run by hand,
+    tests/mutants_by_hand.py, starts one cluster a mutant, in about a second so, not ten
+    under load; a mutant's code reaches the threads as the processes)."""
+    processes = os.environ.get("EXACTBATCH_DASK_THREADS") != "1"
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
@@ -352,6 +356,25 @@ def test_column_stats_standardise_a_loader_as_they_are(client):
     assert xb[5, 1] == 0.0
 
 
+def test_column_stats_of_a_subset_are_its_rows_on_the_cluster(client):
+    """rows=: each partition summarises its own ids (a partition with none is left out),
+    lengths known or counted first (a filtered frame), the ids in any order; an id past
+    the rows is refused naming rows."""
+    df, _ = frame(N)
+    vals = df.to_numpy()
+    ids = np.array([140, 3, 36, 87, 100, 101, 0, 139, 50, 99])  # partitions 0, 2, 3, 4; not 1
+    for coll in (dask_frame(), dask_frame()[dask_frame()["x0"] >= 0]):
+        got = column_stats(coll, labels=["t0", "t1"], rows=ids)
+        assert [s["name"] for s in got] == ["x0", "x1", "x2", "t0", "t1"]
+        assert [s["count"] for s in got] == [len(ids)] * 5
+        np.testing.assert_allclose([s["mean"] for s in got], vals[ids].mean(0), rtol=1e-12)
+        np.testing.assert_allclose([s["sd"] for s in got], vals[ids].std(0), rtol=1e-12)
+        assert [s["min"] for s in got] == list(vals[ids].min(0))
+        assert [s["max"] for s in got] == list(vals[ids].max(0))
+    with pytest.raises(IndexError, match="rows"):
+        column_stats(dask_frame(), rows=[N])
+
+
 # -- bad input (no cluster needed: refused before anything runs) -------------------------------
 
 
@@ -361,8 +384,24 @@ def test_column_stats_standardise_a_loader_as_they_are(client):
         (lambda: np.zeros((3, 2)), {}, TypeError, "needs a Dask DataFrame or a 2-D Dask Array"),
         (lambda: da.zeros(5, chunks=2), {}, ValueError, "expected a 2-D Dask Array"),
         (lambda: da.zeros((4, 2), dtype="U3", chunks=2), {}, TypeError, "real numbers"),
-        (lambda: da.zeros((4, 2), chunks=2), {"labels": "a"}, TypeError, "column positions"),
-        (lambda: da.zeros((4, 2), chunks=2), {"labels": 5}, ValueError, "out of range"),
+        (
+            lambda: da.zeros((4, 2), chunks=2),
+            {"labels": "a"},
+            TypeError,
+            ": a Dask Array has no column names: labels are column positions",
+        ),
+        (
+            lambda: da.zeros((4, 2), chunks=2),
+            {"labels": 5},
+            ValueError,
+            ": labels position 5 out of range for 2 columns$",
+        ),
+        (
+            lambda: da.zeros((4, 2), chunks=2),
+            {"features": [-3]},
+            ValueError,
+            ": features position -3 out of range for 2 columns$",
+        ),
         (
             lambda: da.zeros((4, 2), chunks=2),
             {"features": [0], "labels": [0]},
@@ -388,6 +427,7 @@ def test_column_stats_standardise_a_loader_as_they_are(client):
         "strings",
         "array-label-name",
         "array-label-range",
+        "array-feature-range",
         "array-overlap",
         "missing-column",
         "frame-overlap",
@@ -398,13 +438,15 @@ def test_column_stats_standardise_a_loader_as_they_are(client):
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, make, kwargs, error, match):
-    for call in (
-        lambda: to_ndf_dataset(make(), tmp_path / "ds", **kwargs),
-        lambda: dask_source(make(), **kwargs),
-        lambda: column_stats(make(), **kwargs),
+    """Each refusal names the function called (its message begins with it)."""
+    for name, call in (
+        ("to_ndf_dataset", lambda: to_ndf_dataset(make(), tmp_path / "ds", **kwargs)),
+        ("dask_source", lambda: dask_source(make(), **kwargs)),
+        ("column_stats", lambda: column_stats(make(), **kwargs)),
     ):
-        with pytest.raises(error, match=match):
+        with pytest.raises(error, match=match) as e:
             call()
+        assert str(e.value).startswith(f"{name}"), str(e.value)
     assert os.listdir(tmp_path) == []
 
 

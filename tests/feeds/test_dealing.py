@@ -161,3 +161,69 @@ def test_global_batches_tally_alike_from_digests_closed_forms_and_the_mapped_ord
         assert way.tally(g) == want(g.tolist())
         got = way.span(lo, hi)
         assert (got.rows, got.digest) == want(range(lo, hi))
+
+
+def _global_batches(x, b, seed, epoch, **kw):
+    """An elastic epoch's global batches, as row ids: one shard's batches (the global
+    order is the same at any shard count)."""
+    loader = DataLoader(x, b, elastic=True, seed=seed, **kw)
+    loader.set_epoch(epoch)
+    return [batch[0][:, 0].astype(np.int64) for batch in loader]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("subset", [False, True])
+def test_an_elastic_ledger_without_the_orders_digests_is_every_shards_batches_so_far(
+    shuffle, subset
+):
+    """global_ledger with no digests of the whole order (the feed passes them when its
+    background thread has made them): from the bijection keyed (seed, epoch, 0) -
+    file order unshuffled - over the subset's ids; the shard's own ledger (the
+    batches before ``first``, and its own since) plus the other shards' batches since,
+    for states of one dealing taken in turn over two epochs (a cache that extends the
+    last state's sum, and is not another epoch's or resume's), resumed at 0 and 4."""
+    n, b, count, index, seed = 230, 10, 3, 1, 7
+    x = np.arange(float(n)).reshape(n, 1)
+    kw = {"shuffle": shuffle, "rows": np.arange(3, 203) if subset else None}
+    loader = DataLoader(x, b, num_shards=count, shard_index=index, elastic=True, seed=seed, **kw)
+    dealing = loader._feed.dealing
+    for epoch, first, done in [(0, 0, 2), (0, 0, 3), (0, 0, 1), (1, 0, 2), (1, 4, 2), (0, 4, 3)]:
+        batches = _global_batches(x, b, seed, epoch, **kw)
+        stop = first + done * count
+        ledger = Tally()
+        mine = [first + index + k * count for k in range(done)]
+        for g in [*range(first), *mine]:  # what this shard's own ledger holds
+            ledger.add(len(batches[g]), rows_digest(batches[g]))
+        want = Tally()
+        for g in range(stop):
+            want.add(len(batches[g]), rows_digest(batches[g]))
+        at = SimpleNamespace(seed=seed, epoch=epoch, first=first, done=done, ledger=ledger)
+        got = dealing.global_ledger(at)
+        assert (got.rows, got.digest) == (want.rows, want.digest), (epoch, first, done)
+
+
+def test_a_contiguous_shards_positions_from_a_start_and_no_global_batches():
+    """positions(a, z): the shard's positions in [a, z), int64; a contiguous shard (and a
+    stream read front to back) has no global batches to count a ledger or promise by."""
+    deal = _dealing(Contiguous, 103, 10, 3, 1)
+    got = deal.positions(5, 12, 0)
+    assert (got.tolist(), got.dtype) == (list(range(5, 12)), np.int64)
+    assert deal.positions(30, 99, 0).tolist() == list(range(30, 34))
+    with pytest.raises(TypeError) as e:
+        deal.global_ledger(None)
+    assert str(e.value) == "contiguous sharding has no global batches: the state's own ledger"
+    with pytest.raises(TypeError) as e:
+        deal.global_promise(None, 0)
+    assert str(e.value) == "contiguous sharding has no global batches: each shard's own promise"
+    stream = DataLoader([np.zeros((20, 1))], 4)._feed
+    assert isinstance(stream, StreamFeed)
+    with pytest.raises(TypeError) as e:
+        stream.global_ledger(None)
+    assert str(e.value) == (
+        "a stream read front to back has no global batches: the state's own ledger"
+    )
+    with pytest.raises(TypeError) as e:
+        stream.global_promise(None, 0)
+    assert str(e.value) == (
+        "a stream read front to back has no global batches: a shard's own promise"
+    )

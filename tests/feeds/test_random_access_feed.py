@@ -114,3 +114,31 @@ def test_blocks_serve_batches_until_the_whole_order_is_done(monkeypatch, outcome
         rows, _ = order.take(a, a + 10)
         assert rows.tolist() == want[a : a + 10].tolist()
         assert (rows.base is whole[0]) == (outcome == "done")
+
+
+def test_a_feeds_fingerprint_names_its_source_and_subset_open_or_closed():
+    """Taken while open: the source's kind (a RowSource's own name over its reader's),
+    a sample of its rows and the subset served; made once. Taken first after close:
+    the sizes and the subset only (no read)."""
+    from doubles import RowsDouble
+
+    from exactbatch.order.subset import subset_digest
+
+    x, y = np.arange(40.0).reshape(20, 2), np.zeros((20, 1))
+    ids = np.arange(3, 13)
+    feed = DataLoader(RowsDouble(x, y), 4, rows=ids)._feed
+    fp = feed.fingerprint()
+    assert (fp["kind"], fp["n"], fp["d"], fp["l"]) == ("RowsDouble", 20, 2, 1)
+    assert fp["rows"] == {"count": 10, "digest": subset_digest(ids)}
+    assert "sample" in fp and feed.fingerprint() is fp
+    closed = DataLoader(x, 4, rows=ids)
+    closed.close()
+    fp = closed._feed.fingerprint()
+    assert fp == {
+        "kind": None,
+        "n": 20,
+        "d": 2,
+        "l": 0,
+        "names": None,
+        "rows": {"count": 10, "digest": subset_digest(ids)},
+    }

@@ -3,6 +3,8 @@ order, and the promise of every rank's rows."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -80,11 +82,14 @@ def test_shuffled_stream_ranks_read_shares_of_the_epochs_chunk_order():
     )
     assert loader.mixing_window == window
     got = np.array([i for b in loader for i in _ids(b).tolist()])
-    chunks = WindowedOrder([size] * (n // size), window, seed=4, epoch=0).rows(0, n)
+    base = WindowedOrder([size] * (n // size), window, seed=4, epoch=0)
+    chunks = base.rows(0, n)
     for w in range(n // window):
         part = slice(w * window, (w + 1) * window)
         assert sorted(got[part].tolist()) == sorted(chunks[part].tolist())
     assert got.tolist() != chunks.tolist()  # (mixed within each window)
+    # (and not the chunk order's rows unmixed: each share's window mixed)
+    assert got.tolist() != base.unmixed(np.arange(n, dtype=np.int64)).tolist()
 
 
 def test_a_declared_total_size_of_a_ranges_stream_must_be_its_rows():
@@ -168,3 +173,79 @@ def test_each_checkpoint_of_an_epoch_carries_every_ranks_rows_so_far():
         for r in (0, 2):
             ledger = loaders[r].state_dict()["ledger"]
             assert ledger == {"rows": want.rows, "digest": f"{want.digest:016x}"}, (step, r)
+
+
+def _steps_of(x, b, ranks, epoch, seed):
+    """Each rank's batches of an epoch as Tallies, step by step (the ranks in lockstep)."""
+    out = []
+    for r in range(ranks):
+        loader = DataLoader(x, b, num_shards=ranks, shard_index=r, elastic="ranges", seed=seed)
+        loader.set_epoch(epoch)
+        steps = []
+        for batch in loader:
+            ids = _ids(batch)
+            steps.append(Tally(len(ids), rows_digest(ids)))
+        out.append(steps)
+    return out
+
+
+def _sum(tallies):
+    out = Tally()
+    for t in tallies:
+        out.add(t.rows, t.digest)
+    return out
+
+
+def test_a_ranges_ledger_asked_in_turn_is_every_ranks_rows_so_far():
+    """global_ledger of one dealing asked for states in turn - later in an epoch, earlier,
+    another epoch, a resume that goes on with its segment (its steps before counted
+    once) - is each time this rank's own ledger plus the other ranks' steps since."""
+    n, b, seed = 1922, 64, 5
+    x = np.arange(float(n)).reshape(n, 1)
+    steps = {e: _steps_of(x, b, 3, e, seed) for e in (0, 1)}
+    dealing = DataLoader(x, b, num_shards=3, elastic="ranges", seed=seed)._feed.dealing
+    for epoch, before, done in [(0, 0, 2), (0, 0, 4), (0, 0, 1), (1, 0, 3), (1, 2, 4), (0, 3, 5)]:
+        per = steps[epoch]
+        # the state resumed after `before` steps of every rank (its ledger those), then
+        # this rank's own steps to `done`
+        ledger = _sum([t for r in range(3) for t in per[r][:before]] + per[0][before:done])
+        first = ((3, before),) if before else ()
+        at = SimpleNamespace(seed=seed, epoch=epoch, first=first, done=done, ledger=ledger)
+        got = dealing.global_ledger(at)
+        want = _sum([t for r in range(3) for t in per[r][:done]])
+        assert (got.rows, got.digest) == (want.rows, want.digest), (epoch, before, done)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_resumed_ranks_positions_plan_and_promise_are_of_the_segment_in_progress(drop_last):
+    """After a segment of 2 ranks' 2 steps (256 rows), 1666 rows are left: shares of 555,
+    555 and 556 at 3 ranks; the promise of all ranks' rows is every row handed out in
+    the first segment and each rank's share of the second (with drop_last, its full
+    batches: 8 a rank, not the 10 of a share of the whole epoch)."""
+    n, b, seed = 1922, 64, 5
+    x = np.arange(float(n)).reshape(n, 1)
+    first = ((2, 2),)
+    kw = {"elastic": "ranges", "seed": seed, "drop_last": drop_last}
+    old = [DataLoader(x, b, num_shards=2, shard_index=r, **kw) for r in (0, 1)]
+    states = []
+    handed = Tally()
+    for loader in old:
+        it = iter(loader)
+        for _ in range(2):
+            ids = _ids(next(it))
+            handed.add(len(ids), rows_digest(ids))
+        states.append(loader.state_dict())
+    assert states[0]["segments"] == [[2, 2]]
+    for r, size in enumerate([555, 555, 556]):
+        loader = DataLoader(x, b, num_shards=3, shard_index=r, **kw)
+        dealing = loader._feed.dealing
+        assert dealing.positions(-5, 10**6, first).tolist() == list(range(size))
+        assert dealing.plan(first).size == size
+        loader.load_state_dict(states[0])
+        for batch in loader:
+            ids = _ids(batch)
+            handed.add(len(ids), rows_digest(ids))
+    feed = loader._feed
+    got = feed.global_promise(feed.open_epoch(seed, 0, 0, first), first)
+    assert handed.rows == (256 + 3 * 8 * 64 if drop_last else n)
+    assert (got.rows, got.digest) == (handed.rows, handed.digest)

@@ -840,3 +840,52 @@ def test_a_chunk_indexed_stream_knows_its_widths_before_the_first_read(tmp_path,
         source = ndf_blocks(open_ndf(tmp_path / "w.ndf"), 4)
     loader = DataLoader(source, 4, total_size=12)
     assert (loader.d, loader.l) == (3, 2)
+
+
+class _Passes:
+    """A stream (re-iterable) of ``chunks``; counts the passes opened and closed."""
+
+    def __init__(self, chunks):
+        self.chunks, self.opened, self.closed = chunks, 0, 0
+
+    def __iter__(self):
+        self.opened += 1
+        try:
+            yield from self.chunks
+        finally:
+            self.closed += 1
+
+
+def test_a_streams_fingerprint_is_its_identity_and_sizes_as_known_then():
+    """Its source's identity (a list of chunks: their kind and a sample) and its sizes;
+    a stream's rows from total_size where it has no n_rows; taken first after close, its
+    kind and sizes only."""
+    x = np.arange(40.0).reshape(20, 2)
+    feed = DataLoader([x[:10], x[10:]], 4)._feed
+    fp = feed.fingerprint()
+    assert (fp["kind"], fp["n"], fp["d"], fp["l"]) == ("chunks", 20, 2, 0)
+    assert "sample" in fp
+    loader = DataLoader(_Passes([x[:10], x[10:]]), 4, total_size=20)
+    assert loader._feed.fingerprint() == {
+        "kind": "stream", "names": None, "rows": None, "n": 20, "d": None, "l": None,
+    }  # fmt: skip
+    closed = DataLoader(_Passes([x[:10], x[10:]]), 4, total_size=20)
+    closed.close()
+    assert closed._feed.fingerprint() == {"kind": "stream", "n": 20, "d": None, "l": None}
+
+
+def test_a_streams_widths_are_learned_from_its_first_chunk_in_a_pass_closed_after():
+    """learn_widths: one chunk of a pass of its own, which it closes; the first chunk's
+    error names chunk 0; a stream with no chunk leaves the widths unknown."""
+    x = np.arange(40.0).reshape(20, 2)
+    stream = _Passes([(x[:10], x[:10, :1]), (x[10:], x[10:, :1])])
+    feed = DataLoader(stream, 4, total_size=20)._feed
+    feed.learn_widths()
+    assert (feed.d, feed.l) == (2, 1)
+    assert (stream.opened, stream.closed) == (1, 1)
+    bad = DataLoader(_Passes([np.zeros((2, 2, 2))]), 4, total_size=2)._feed
+    with pytest.raises(ValueError, match=r"^chunk 0: x must be 2-D"):
+        bad.learn_widths()
+    empty = DataLoader(_Passes([]), 4, total_size=0)._feed
+    empty.learn_widths()
+    assert (empty.d, empty.l) == (None, None)

@@ -61,8 +61,9 @@ def test_a_reader_lacking_a_member_is_a_type_error_naming_what_it_lacks():
 
     with pytest.raises(
         TypeError,
-        match=r"Source\.open_reader\(\) returned Half, which lacks "
-        r"prefetch_default, close: a RowReader has n, d, l",
+        match=r"^Source\.open_reader\(\) returned Half, which lacks "
+        r"prefetch_default, close: a RowReader has n, d, l, read\(rows, out_x, out_y\), "
+        r"prefetch_default\(batch_bytes\) and close\(\)$",
     ):
         DataLoader(Source(Half()), 2)
     bad = Half()
