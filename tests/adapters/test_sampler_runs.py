@@ -682,6 +682,31 @@ def test_numpyro_fit_with_an_optim_of_its_own_a_bar_and_a_moving_verdict(monkeyp
     assert seen["epochs"] == 0
 
 
+def test_numpyro_a_latent_only_some_batch_sizes_sample_is_no_latent_per_row(monkeypatch):
+    """The latent-per-row check compares each latent's shape on the batch and on the batch
+    with one row more; a latent the model samples only on the first (its batch size, the
+    only one a fit hands it) has nothing to compare: not refused, and the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        if xb.shape[0] == 10:  # (traced on 11 rows: no such site)
+            w = w + numpyro.sample("shift", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     pytest.importorskip("jax")
     from exactbatch.adapters.numpyro import _bar, _epochs
