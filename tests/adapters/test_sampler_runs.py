@@ -297,6 +297,37 @@ def test_pymc_verdict_needs_a_mean_and_every_part():
     assert approx.mu.get_value().tolist() == [1.0, 2.0]  # the last iterate back
 
 
+def test_pymc_verdict_of_a_float32_guide_judges_its_moments_in_float64():
+    """A float32 guide's parameters take each part's float64 mean cast to their dtype, and
+    its moments are judged (as float64), with the epoch and the tail's draws: the verdict
+    is judge's on the float32 moments made float64, figure for figure. (A mean of 1000
+    posterior sds moves by fractions of an sd: in float32 that is rounded away.)"""
+    pytest.importorskip("pytensor")
+    from dataclasses import astuple
+
+    from exactbatch.adapters.convergence import MEANS_FLOOR, _sd_floor, judge
+
+    approx = _Approx([1.0, 2.0], dtype=np.float32)
+    mus = [np.array([1000.0 + 0.0123 * k * k, -3.0 + 0.37 * (k % 3)]) for k in range(8)]
+    rhos = [np.array([-1.999 + 1e-4 * k, 0.5 - 0.01 * k]) for k in range(8)]
+    losses = [float(k % 7) for k in range(40)]
+    parts = [[m, r] for m, r in zip(mus, rhos, strict=True)]
+    found = ps._verdict(approx, parts, losses, 20, 10, 3)
+    assert approx.mu.get_value().dtype == np.float32
+    assert approx.mu.get_value().tolist() == [1.0, 2.0]  # the last iterate back
+    expected = []
+    for m, r in zip(mus, rhos, strict=True):
+        mean = np.float32(m).astype(np.float64)
+        sd = (np.float32(2.0) + np.float32(r)).astype(np.float64)
+        expected.append({"a": (mean[0:1], sd[0:1]), "b": (mean[1:2], sd[1:2])})
+    np.testing.assert_equal(astuple(found), astuple(judge(expected, losses, 20, 10, 3)))
+    assert found.error_floor == MEANS_FLOOR * math.sqrt(10 / 20)
+    assert found.sd_floor == _sd_floor(10, 20, 3) != _sd_floor(10, 20, 1)
+    # the tail's draws: 1 unless told
+    once = ps._verdict(approx, parts, losses, 20, 10)
+    assert once.sd_floor == _sd_floor(10, 20, 1)
+
+
 # -- NumPyro: numpyro_run.Run with a stand-in SVI (jitted, but a few operations) ----------
 
 
