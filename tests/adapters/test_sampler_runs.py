@@ -179,6 +179,18 @@ def test_pymc_schedule_of_other_pilot_lengths_and_float32(num_steps, each):
         assert float(opt.budget.get_value()) == pytest.approx(run.plan.budget(run.plan.tail))
 
 
+def test_pymc_plan_and_windows_are_made_with_the_epoch():
+    """Epochs of 7 batches: the verdict's windows are whole epochs (14 steps of 100, not
+    20), and the schedule's plan is the epoch's (its tail's noise and spread)."""
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.schedule import Plan
+
+    run = ps.Run(100, 7, default=True, average=False, rows=500)
+    assert run.width == 14 and run.spans[0][0] == 72 and run.spans[-1][1] == 100
+    assert vars(run.plan) == vars(Plan(100, 7, pilot=run.plan.pilot, rows=500))
+    assert run.plan.spread != Plan(100, None, pilot=run.plan.pilot, rows=500).spread
+
+
 def test_pymc_draws_shared_keep_the_callers_and_raise_them_in_the_tail():
     pytest.importorskip("pytensor")
     run = ps.Run(100, None, default=True, average=False)
