@@ -276,6 +276,15 @@ def test_pymc_the_last_epochs_average():
     assert run.avg_start == 35 and run.average[1] == 15
     run.finish(approx)
     assert approx.mu.get_value().tolist() == pytest.approx([42.0, 1.0])
+    # without the schedule (no pilot) and no epoch marked: every step, the first included
+    run = ps.Run(50, None, default=False, average=True)
+    assert run.avg_start == 0
+    for s in range(50):
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.average[1] == 50
+    run.finish(approx)
+    assert approx.mu.get_value().tolist() == pytest.approx([24.5, 1.0])
     # no average asked: new_epoch changes nothing
     run = ps.Run(50, None, default=False, average=False)
     run.calls = 30
