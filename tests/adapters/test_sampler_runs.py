@@ -759,6 +759,33 @@ def test_numpyro_a_latent_only_some_batch_sizes_sample_is_no_latent_per_row(monk
     assert seen["steps"][0] == "state0"
 
 
+def test_numpyro_latents_in_plates_not_subsampling_the_rows_are_accepted(monkeypatch):
+    """A latent in a subsample plate of another size (5 of 50 groups), or in a plate of
+    the dataset's N rows whose subsample is all of them (40 of 40 each step), is no latent
+    per row: fit goes on (as in test_numpyro.py's fit of the former, without a fit)."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        with numpyro.plate("groups", 50, subsample_size=5):
+            numpyro.sample("g", dist.Normal(0, 1))
+        with numpyro.plate("all", 40, subsample_size=40):
+            numpyro.sample("u", dist.Normal(0, 1))
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     pytest.importorskip("jax")
     from exactbatch.adapters.numpyro import _bar, _epochs
