@@ -786,6 +786,28 @@ def test_numpyro_latents_in_plates_not_subsampling_the_rows_are_accepted(monkeyp
     assert seen["steps"][0] == "state0"
 
 
+def test_numpyro_a_likelihood_its_plate_expands_is_one_term_a_row(monkeypatch):
+    """An intercept-only likelihood (a scalar location: the data plate expands it to the
+    batch) has one term per row, read before the expansion: accepted, the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(mu, 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     pytest.importorskip("jax")
     from exactbatch.adapters.numpyro import _bar, _epochs
