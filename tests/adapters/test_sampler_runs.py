@@ -225,8 +225,10 @@ def test_pymc_sums_of_the_verdicts_parts_and_the_estimate_put_back():
     assert run.average is None
     found = run.finish(approx)
     assert found.returned == LAST  # not the default schedule: the last iterate
+    assert found.error_floor == 0.0 and found.sd_floor == 0.0  # (no epoch: no floors)
     assert approx.mu.get_value().tolist() == [2.5, 7.0]  # step 99's
     run2 = ps.Run(100, 10, default=True, average=False)
+    run2.share_draws({})
     approx2 = _Approx([0.0, 0.0])
     for s in range(100):
         approx2.mu.set_value(np.array([3.0 + wiggle[s % 2], 7.0]))
@@ -235,6 +237,12 @@ def test_pymc_sums_of_the_verdicts_parts_and_the_estimate_put_back():
     assert found.returned == TAIL and found.moving is False
     assert approx2.mu.get_value().tolist() == pytest.approx([3.0, 7.0])
     assert found.window == 20
+    # with the schedule, the floors of the epoch's noise and of the tail's draws
+    from exactbatch.adapters.convergence import MEANS_FLOOR, _sd_floor
+    from exactbatch.adapters.schedule import TAIL_DRAWS
+
+    assert found.error_floor == MEANS_FLOOR * math.sqrt(10 / 20)
+    assert found.sd_floor == _sd_floor(10, 20, TAIL_DRAWS) != _sd_floor(10, 20, 1)
 
 
 def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
@@ -304,7 +312,8 @@ def test_pymc_callback_of_a_stand_in_and_a_verdict_without_parameters():
     run(None, np.array([3.0, 2.5]), 3)
     assert run.calls == 3 and run.losses == [2.5] and run.average is None
     found = run.finish(object())
-    assert found.drift is None and "no parameters to average" in str(found)
+    assert found.drift is None and found.window == 0
+    assert str(found) == "not judged: the approximation has no parameters to average"
 
 
 def test_pymc_verdict_needs_a_mean_and_every_part():
