@@ -258,6 +258,10 @@ def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
     assert found.returned == LAST_WINDOW and found.moving
     assert approx.mu.get_value().tolist() == pytest.approx([89.5, 0.0])  # steps 80..99
     assert approx.mu.get_value().dtype == np.float64
+    # the objective's draws never shared (a stand-in for pm.fit): one draw a step
+    from exactbatch.adapters.convergence import _sd_floor
+
+    assert found.sd_floor == _sd_floor(10, 20, 1)
 
 
 def test_pymc_the_last_epochs_average():
