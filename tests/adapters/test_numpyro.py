@@ -222,7 +222,10 @@ def test_integer_labels_reach_the_model_as_integers():
     [
         ({"N": 1000}, "plate 'data' has size 1000, but the loader's total_size is 100"),
         ({"N": 10}, "plate 'data' has size 10, but the loader's total_size is 100"),
-        ({"N": 100, "subsample": 5}, "subsample_size 5, but the loader's batches have 10 rows"),
+        (
+            {"N": 100, "subsample": 5},
+            "plate 'data' has subsample_size 5, but the loader's batches have 10 rows",
+        ),
     ],
     ids=["10x-N", "N-of-one-batch", "wrong-subsample-size"],
 )
