@@ -220,8 +220,16 @@ def test_integer_labels_reach_the_model_as_integers():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"N": 1000}, "plate 'data' has size 1000, but the loader's total_size is 100"),
-        ({"N": 10}, "plate 'data' has size 10, but the loader's total_size is 100"),
+        (
+            {"N": 1000},
+            "plate 'data' has size 1000, but the loader's total_size is 100: observed site "
+            "'obs' would count 10000 times per row instead of 100/10",
+        ),
+        (
+            {"N": 10},
+            "plate 'data' has size 10, but the loader's total_size is 100: observed site "
+            "'obs' would count 1 times per row instead of 100/10",
+        ),
         (
             {"N": 100, "subsample": 5},
             "plate 'data' has subsample_size 5, but the loader's batches have 10 rows",

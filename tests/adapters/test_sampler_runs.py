@@ -320,6 +320,22 @@ def test_pymc_callback_of_a_stand_in_and_a_verdict_without_parameters():
     assert str(found) == "not judged: the approximation has no parameters to average"
 
 
+def test_pymc_a_fit_too_short_for_the_windows_is_not_judged_and_keeps_its_last_iterate():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.convergence import LAST, TOO_SHORT
+
+    run = ps.Run(3, None, default=True, average=False)
+    approx = _Approx([0.0, 0.0])
+    for s in range(3):
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.width == 0
+    found = run.finish(approx)
+    assert found.drift is None and found.window == 0 and found.returned == LAST
+    assert str(found) == f"not judged: {TOO_SHORT}"
+    assert approx.mu.get_value().tolist() == [2.0, 1.0]
+
+
 def test_pymc_verdict_needs_a_mean_and_every_part():
     pytest.importorskip("pytensor")
     approx = _Approx([1.0, 2.0])
@@ -816,6 +832,31 @@ def test_numpyro_a_likelihood_its_plate_expands_is_one_term_a_row(monkeypatch):
 
     x = np.arange(40, dtype=np.float32).reshape(40, 1)
     loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_a_plate_over_the_label_columns_is_not_the_rows(monkeypatch):
+    """Two labels a row, observed in a plate of their 2 columns inside the data plate,
+    with a latent sd per column: that plate is not the batch's rows (its latent is no
+    latent per row, its size no dataset's): accepted, the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("cols", 2, dim=-1):
+            sd = numpyro.sample("sd", dist.HalfNormal(1))
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
+                numpyro.sample("obs", dist.Normal(w * xb[:, :1], sd), obs=yb)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 2), np.float32)), 10, seed=2)
     seen = _stand_ins(monkeypatch, 1)
     fit(model, object(), loader, 1, rng_key=jax.random.key(0))
     assert seen["steps"][0] == "state0"
