@@ -94,6 +94,14 @@ def _local_latent(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
 
 
+def _scaled_by_hand_within_a_millionth(xb, yb, N):  # noqa: N803
+    """The same, its scale N / B off by half a millionth (computed in float32, say)."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+    with numpyro.handlers.scale(scale=N / xb.shape[0] * (1 + 5e-7)):
+        with numpyro.plate("data", xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(xb @ w, 1), obs=yb[:, 0])
+
+
 def _scaled_by_hand_in_no_plate(xb, yb, N):  # noqa: N803
     """The batch as one event under handlers.scale(N / B): right, but unchecked."""
     w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
@@ -136,6 +144,8 @@ def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
                         r".*\(100/10\)\^2 times\)\. Drop handlers.scale"),
         (_scaled_by_hand, r"scaled by hand \(handlers.scale: 10\), so each row counts 10 "
                           r"times, as it should.*drop handlers.scale"),
+        (_scaled_by_hand_within_a_millionth, r"scaled by hand \(handlers.scale: 10\), so "
+                                             r"each row counts 10 times, as it should"),
         (_local_latent, r"latent site 'z' lies inside the data plate 'data': a latent per "
                         r"row.*handlers.substitute\(data=\{'data': row_ids\}\) around "
                         r"numpyro.plate\('data', N, subsample_size=B\)"),
@@ -149,7 +159,8 @@ def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
         (_local_latent_after_a_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 "
                                       r"rows and \(11,\) on 11: a latent per row"),
     ],
-    ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
+    ids=["scale-times-plate", "scale-by-hand", "scale-by-hand-nearly", "local-latent",
+         "scale-by-hand-no-plate",
          "local-latent-own-plate", "local-latent-no-plate", "local-latent-after-a-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):

@@ -262,6 +262,15 @@ def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
     from exactbatch.adapters.convergence import _sd_floor
 
     assert found.sd_floor == _sd_floor(10, 20, 1)
+    # a float32 guide gets the window's (float64) mean in its own dtype
+    run = ps.Run(100, 10, default=True, average=False)
+    approx = _Approx([0.0, 0.0], dtype=np.float32)
+    for s in range(100):
+        approx.mu.set_value(np.array([s * 1.0, 0.0], dtype=np.float32))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.finish(approx).returned == LAST_WINDOW
+    assert approx.mu.get_value().dtype == np.float32
+    assert approx.mu.get_value().tolist() == [89.5, 0.0]
 
 
 def test_pymc_the_last_epochs_average():
