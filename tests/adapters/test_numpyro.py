@@ -265,7 +265,9 @@ def test_a_likelihood_outside_any_plate_is_refused():
         numpyro.sample("obs", dist.Normal(xb @ w, 1).to_event(1), obs=yb[:, 0])
 
     loader = DataLoader(make_data(100), 10)
-    with pytest.raises(ValueError, match="no plate of size total_size=100"):
+    # (the loader has labels: the message ends at the plate, with no hint at labels=)
+    end = r"numpyro\.plate\('data', loader\.total_size, subsample_size=loader\.batch_size\)$"
+    with pytest.raises(ValueError, match="no plate of size total_size=100.*" + end):
         quick_fit(loader, 5, model=unscaled)
 
 
