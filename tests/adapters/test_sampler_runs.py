@@ -871,6 +871,32 @@ def test_numpyro_a_plate_over_the_label_columns_is_not_the_rows(monkeypatch):
     assert seen["steps"][0] == "state0"
 
 
+def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(monkeypatch):
+    """An observed site of the parameters alone (a pseudo-observation, in no plate) does not
+    read the batch: left unscaled, and the sites after it are checked all the same."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, labels_2d=False):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        numpyro.sample("prior_obs", dist.Normal(w, 1), obs=0.5)
+        y = yb if labels_2d else yb[:, 0]
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=y)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+    with pytest.raises(ValueError, match="observed site 'obs' has a log-density of shape"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), labels_2d=True)
+
+
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     pytest.importorskip("jax")
     from exactbatch.adapters.numpyro import _bar, _epochs
