@@ -897,6 +897,38 @@ def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(
         fit(model, object(), loader, 1, rng_key=jax.random.key(0), labels_2d=True)
 
 
+def test_numpyro_term_shapes_of_plates_at_other_dims(monkeypatch):
+    """The data plate at dim -2 over a (B, 1) log-density, and a (1, B) log-density in a
+    plate at dim -1 (a leading axis of 1), are one term a row: accepted; (B, 1) labels
+    against a (B,) location are refused, naming the value's shape."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, form):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        if form == "dim-2":
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
+                numpyro.sample("obs", dist.Normal(w * xb, 1), obs=yb)
+        elif form == "leading-1":
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+                numpyro.sample("obs", dist.Normal(w * xb[:, 0][None, :], 1), obs=yb[:, 0])
+        else:
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+                numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    _stand_ins(monkeypatch, 1)
+    for form in ("dim-2", "leading-1"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), form=form)
+    with pytest.raises(ValueError, match=r"its value of shape \(10, 1\) broadcasts"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), form="column")
+
+
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
     pytest.importorskip("jax")
     from exactbatch.adapters.numpyro import _bar, _epochs
