@@ -94,6 +94,14 @@ def _local_latent(xb, yb, N):  # noqa: N803
         numpyro.sample("obs", dist.Normal(z, 1), obs=yb[:, 0])
 
 
+def _scaled_by_hand_within_a_millionth(xb, yb, N):  # noqa: N803
+    """The same, its scale N / B off by half a millionth (computed in float32, say)."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
+    with numpyro.handlers.scale(scale=N / xb.shape[0] * (1 + 5e-7)):
+        with numpyro.plate("data", xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(xb @ w, 1), obs=yb[:, 0])
+
+
 def _scaled_by_hand_in_no_plate(xb, yb, N):  # noqa: N803
     """The batch as one event under handlers.scale(N / B): right, but unchecked."""
     w = numpyro.sample("w", dist.Normal(0, 1).expand([xb.shape[1]]).to_event(1))
@@ -136,6 +144,8 @@ def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
                         r".*\(100/10\)\^2 times\)\. Drop handlers.scale"),
         (_scaled_by_hand, r"scaled by hand \(handlers.scale: 10\), so each row counts 10 "
                           r"times, as it should.*drop handlers.scale"),
+        (_scaled_by_hand_within_a_millionth, r"scaled by hand \(handlers.scale: 10\), so "
+                                             r"each row counts 10 times, as it should"),
         (_local_latent, r"latent site 'z' lies inside the data plate 'data': a latent per "
                         r"row.*handlers.substitute\(data=\{'data': row_ids\}\) around "
                         r"numpyro.plate\('data', N, subsample_size=B\)"),
@@ -149,7 +159,8 @@ def _local_latent_after_a_plate(xb, yb, N):  # noqa: N803
         (_local_latent_after_a_plate, r"latent site 'e' has shape \(10,\) on a batch of 10 "
                                       r"rows and \(11,\) on 11: a latent per row"),
     ],
-    ids=["scale-times-plate", "scale-by-hand", "local-latent", "scale-by-hand-no-plate",
+    ids=["scale-times-plate", "scale-by-hand", "scale-by-hand-nearly", "local-latent",
+         "scale-by-hand-no-plate",
          "local-latent-own-plate", "local-latent-no-plate", "local-latent-after-a-plate"],
 )  # fmt: skip
 def test_a_mis_scaled_or_local_model_is_refused_with_the_true_reason(model, match):
@@ -220,9 +231,20 @@ def test_integer_labels_reach_the_model_as_integers():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"N": 1000}, "plate 'data' has size 1000, but the loader's total_size is 100"),
-        ({"N": 10}, "plate 'data' has size 10, but the loader's total_size is 100"),
-        ({"N": 100, "subsample": 5}, "subsample_size 5, but the loader's batches have 10 rows"),
+        (
+            {"N": 1000},
+            "plate 'data' has size 1000, but the loader's total_size is 100: observed site "
+            "'obs' would count 10000 times per row instead of 100/10",
+        ),
+        (
+            {"N": 10},
+            "plate 'data' has size 10, but the loader's total_size is 100: observed site "
+            "'obs' would count 1 times per row instead of 100/10",
+        ),
+        (
+            {"N": 100, "subsample": 5},
+            "plate 'data' has subsample_size 5, but the loader's batches have 10 rows",
+        ),
     ],
     ids=["10x-N", "N-of-one-batch", "wrong-subsample-size"],
 )
@@ -243,7 +265,9 @@ def test_a_likelihood_outside_any_plate_is_refused():
         numpyro.sample("obs", dist.Normal(xb @ w, 1).to_event(1), obs=yb[:, 0])
 
     loader = DataLoader(make_data(100), 10)
-    with pytest.raises(ValueError, match="no plate of size total_size=100"):
+    # (the loader has labels: the message ends at the plate, with no hint at labels=)
+    end = r"numpyro\.plate\('data', loader\.total_size, subsample_size=loader\.batch_size\)$"
+    with pytest.raises(ValueError, match="no plate of size total_size=100.*" + end):
         quick_fit(loader, 5, model=unscaled)
 
 

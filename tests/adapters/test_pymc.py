@@ -686,6 +686,8 @@ def _extra_term(kind, x_data, y_data, w):
         pm.Potential("penalty", -0.5 * ((y_data - x_data @ w) ** 2).sum())
     elif kind == "latent":  # a per-row effect whose prior reads the batch
         pm.Normal("effect", mu=x_data @ w, sigma=1, shape=x_data.get_value().shape[0])
+    elif kind == "event":  # the batch as one event: one term, not one a row
+        pm.MvNormal("event", mu=x_data @ w, cov=np.eye(10), observed=x_data[:, 0], total_size=100)
     else:  # the batch's labels as a (1, B) row: scaled by N / 1
         pm.Normal(
             "row", mu=(x_data @ w)[None, :], sigma=1, observed=y_data[None, :], total_size=100
@@ -727,13 +729,15 @@ def test_a_likelihood_reading_only_its_labels_is_checked_too(total_size, shape, 
             r"axis is batch_size=10, and it reads the batch: one value per row\)",
         ),
         ("row", r"'row' has a value of shape \(1, 10\)"),
+        ("event", r"'event' has a value of shape \(10,\) and a log-density of shape \(\)"),
     ],
-    ids=["potential", "latent", "batch-not-first"],
+    ids=["potential", "latent", "batch-not-first", "one-event"],
 )
 def test_every_term_of_the_batch_is_scaled_to_n(kind, match, monkeypatch):
     """A pm.Potential or a latent variable over the placeholders (PyMC scales neither by
     total_size), and an observed variable whose first axis is not the batch's rows
-    (scaled by total_size / 1), are a ValueError naming the term, before any step. With
+    (scaled by total_size / 1), or whose log-density is not one value a row (the batch
+    as one event: one), are a ValueError naming the term, before any step. With
     total_size == batch_size (every row in each batch) nothing needs scaling: a Potential
     or a latent variable over the batch is then accepted."""
 
@@ -752,7 +756,7 @@ def test_every_term_of_the_batch_is_scaled_to_n(kind, match, monkeypatch):
     with pytest.raises(ValueError, match=match):
         fit(loader, 2, model=model)
     assert fake.kwargs is None and loader.state_dict()["batches_done"] == 0
-    if kind != "row":
+    if kind in ("potential", "latent"):
         whole = DataLoader(ids(10), 10)
         model, x_data = model_of(whole)
         monkeypatch.setattr(pm, "fit", FakeFit(x_data))

@@ -179,6 +179,18 @@ def test_pymc_schedule_of_other_pilot_lengths_and_float32(num_steps, each):
         assert float(opt.budget.get_value()) == pytest.approx(run.plan.budget(run.plan.tail))
 
 
+def test_pymc_plan_and_windows_are_made_with_the_epoch():
+    """Epochs of 7 batches: the verdict's windows are whole epochs (14 steps of 100, not
+    20), and the schedule's plan is the epoch's (its tail's noise and spread)."""
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.schedule import Plan
+
+    run = ps.Run(100, 7, default=True, average=False, rows=500)
+    assert run.width == 14 and run.spans[0][0] == 72 and run.spans[-1][1] == 100
+    assert vars(run.plan) == vars(Plan(100, 7, pilot=run.plan.pilot, rows=500))
+    assert run.plan.spread != Plan(100, None, pilot=run.plan.pilot, rows=500).spread
+
+
 def test_pymc_draws_shared_keep_the_callers_and_raise_them_in_the_tail():
     pytest.importorskip("pytensor")
     run = ps.Run(100, None, default=True, average=False)
@@ -213,8 +225,10 @@ def test_pymc_sums_of_the_verdicts_parts_and_the_estimate_put_back():
     assert run.average is None
     found = run.finish(approx)
     assert found.returned == LAST  # not the default schedule: the last iterate
+    assert found.error_floor == 0.0 and found.sd_floor == 0.0  # (no epoch: no floors)
     assert approx.mu.get_value().tolist() == [2.5, 7.0]  # step 99's
     run2 = ps.Run(100, 10, default=True, average=False)
+    run2.share_draws({})
     approx2 = _Approx([0.0, 0.0])
     for s in range(100):
         approx2.mu.set_value(np.array([3.0 + wiggle[s % 2], 7.0]))
@@ -223,6 +237,12 @@ def test_pymc_sums_of_the_verdicts_parts_and_the_estimate_put_back():
     assert found.returned == TAIL and found.moving is False
     assert approx2.mu.get_value().tolist() == pytest.approx([3.0, 7.0])
     assert found.window == 20
+    # with the schedule, the floors of the epoch's noise and of the tail's draws
+    from exactbatch.adapters.convergence import MEANS_FLOOR, _sd_floor
+    from exactbatch.adapters.schedule import TAIL_DRAWS
+
+    assert found.error_floor == MEANS_FLOOR * math.sqrt(10 / 20)
+    assert found.sd_floor == _sd_floor(10, 20, TAIL_DRAWS) != _sd_floor(10, 20, 1)
 
 
 def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
@@ -238,6 +258,19 @@ def test_pymc_a_travelling_fit_returns_its_last_windows_mean():
     assert found.returned == LAST_WINDOW and found.moving
     assert approx.mu.get_value().tolist() == pytest.approx([89.5, 0.0])  # steps 80..99
     assert approx.mu.get_value().dtype == np.float64
+    # the objective's draws never shared (a stand-in for pm.fit): one draw a step
+    from exactbatch.adapters.convergence import _sd_floor
+
+    assert found.sd_floor == _sd_floor(10, 20, 1)
+    # a float32 guide gets the window's (float64) mean in its own dtype
+    run = ps.Run(100, 10, default=True, average=False)
+    approx = _Approx([0.0, 0.0], dtype=np.float32)
+    for s in range(100):
+        approx.mu.set_value(np.array([s * 1.0, 0.0], dtype=np.float32))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.finish(approx).returned == LAST_WINDOW
+    assert approx.mu.get_value().dtype == np.float32
+    assert approx.mu.get_value().tolist() == [89.5, 0.0]
 
 
 def test_pymc_the_last_epochs_average():
@@ -264,6 +297,15 @@ def test_pymc_the_last_epochs_average():
     assert run.avg_start == 35 and run.average[1] == 15
     run.finish(approx)
     assert approx.mu.get_value().tolist() == pytest.approx([42.0, 1.0])
+    # without the schedule (no pilot) and no epoch marked: every step, the first included
+    run = ps.Run(50, None, default=False, average=True)
+    assert run.avg_start == 0
+    for s in range(50):
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.average[1] == 50
+    run.finish(approx)
+    assert approx.mu.get_value().tolist() == pytest.approx([24.5, 1.0])
     # no average asked: new_epoch changes nothing
     run = ps.Run(50, None, default=False, average=False)
     run.calls = 30
@@ -283,7 +325,24 @@ def test_pymc_callback_of_a_stand_in_and_a_verdict_without_parameters():
     run(None, np.array([3.0, 2.5]), 3)
     assert run.calls == 3 and run.losses == [2.5] and run.average is None
     found = run.finish(object())
-    assert found.drift is None and "no parameters to average" in str(found)
+    assert found.drift is None and found.window == 0
+    assert str(found) == "not judged: the approximation has no parameters to average"
+
+
+def test_pymc_a_fit_too_short_for_the_windows_is_not_judged_and_keeps_its_last_iterate():
+    pytest.importorskip("pytensor")
+    from exactbatch.adapters.convergence import LAST, TOO_SHORT
+
+    run = ps.Run(3, None, default=True, average=False)
+    approx = _Approx([0.0, 0.0])
+    for s in range(3):
+        approx.mu.set_value(np.array([s * 1.0, 1.0]))
+        run(approx, np.array([1.0] * (s + 1)), s + 1)
+    assert run.width == 0
+    found = run.finish(approx)
+    assert found.drift is None and found.window == 0 and found.returned == LAST
+    assert str(found) == f"not judged: {TOO_SHORT}"
+    assert approx.mu.get_value().tolist() == [2.0, 1.0]
 
 
 def test_pymc_verdict_needs_a_mean_and_every_part():
@@ -295,6 +354,37 @@ def test_pymc_verdict_needs_a_mean_and_every_part():
     found = ps._verdict(approx, parts, [1.0] * 40, 20)
     assert found.moving is False and found.window == 20
     assert approx.mu.get_value().tolist() == [1.0, 2.0]  # the last iterate back
+
+
+def test_pymc_verdict_of_a_float32_guide_judges_its_moments_in_float64():
+    """A float32 guide's parameters take each part's float64 mean cast to their dtype, and
+    its moments are judged (as float64), with the epoch and the tail's draws: the verdict
+    is judge's on the float32 moments made float64, figure for figure. (A mean of 1000
+    posterior sds moves by fractions of an sd: in float32 that is rounded away.)"""
+    pytest.importorskip("pytensor")
+    from dataclasses import astuple
+
+    from exactbatch.adapters.convergence import MEANS_FLOOR, _sd_floor, judge
+
+    approx = _Approx([1.0, 2.0], dtype=np.float32)
+    mus = [np.array([1000.0 + 0.0123 * k * k, -3.0 + 0.37 * (k % 3)]) for k in range(8)]
+    rhos = [np.array([-1.999 + 1e-4 * k, 0.5 - 0.01 * k]) for k in range(8)]
+    losses = [float(k % 7) for k in range(40)]
+    parts = [[m, r] for m, r in zip(mus, rhos, strict=True)]
+    found = ps._verdict(approx, parts, losses, 20, 10, 3)
+    assert approx.mu.get_value().dtype == np.float32
+    assert approx.mu.get_value().tolist() == [1.0, 2.0]  # the last iterate back
+    expected = []
+    for m, r in zip(mus, rhos, strict=True):
+        mean = np.float32(m).astype(np.float64)
+        sd = (np.float32(2.0) + np.float32(r)).astype(np.float64)
+        expected.append({"a": (mean[0:1], sd[0:1]), "b": (mean[1:2], sd[1:2])})
+    np.testing.assert_equal(astuple(found), astuple(judge(expected, losses, 20, 10, 3)))
+    assert found.error_floor == MEANS_FLOOR * math.sqrt(10 / 20)
+    assert found.sd_floor == _sd_floor(10, 20, 3) != _sd_floor(10, 20, 1)
+    # the tail's draws: 1 unless told
+    once = ps._verdict(approx, parts, losses, 20, 10)
+    assert once.sd_floor == _sd_floor(10, 20, 1)
 
 
 # -- NumPyro: numpyro_run.Run with a stand-in SVI (jitted, but a few operations) ----------
@@ -680,6 +770,163 @@ def test_numpyro_fit_with_an_optim_of_its_own_a_bar_and_a_moving_verdict(monkeyp
     assert seen["run"][1:] == ({}, False, 2, 4, True, 40)
     assert seen["bar"] == (True, 2)
     assert seen["epochs"] == 0
+
+
+def test_numpyro_a_latent_only_some_batch_sizes_sample_is_no_latent_per_row(monkeypatch):
+    """The latent-per-row check compares each latent's shape on the batch and on the batch
+    with one row more; a latent the model samples only on the first (its batch size, the
+    only one a fit hands it) has nothing to compare: not refused, and the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        if xb.shape[0] == 10:  # (traced on 11 rows: no such site)
+            w = w + numpyro.sample("shift", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_latents_in_plates_not_subsampling_the_rows_are_accepted(monkeypatch):
+    """A latent in a subsample plate of another size (5 of 50 groups), or in a plate of
+    the dataset's N rows whose subsample is all of them (40 of 40 each step), is no latent
+    per row: fit goes on (as in test_numpyro.py's fit of the former, without a fit)."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        with numpyro.plate("groups", 50, subsample_size=5):
+            numpyro.sample("g", dist.Normal(0, 1))
+        with numpyro.plate("all", 40, subsample_size=40):
+            numpyro.sample("u", dist.Normal(0, 1))
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_a_likelihood_its_plate_expands_is_one_term_a_row(monkeypatch):
+    """An intercept-only likelihood (a scalar location: the data plate expands it to the
+    batch) has one term per row, read before the expansion: accepted, the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(mu, 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_a_plate_over_the_label_columns_is_not_the_rows(monkeypatch):
+    """Two labels a row, observed in a plate of their 2 columns inside the data plate,
+    with a latent sd per column: that plate is not the batch's rows (its latent is no
+    latent per row, its size no dataset's): accepted, the fit goes on."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("cols", 2, dim=-1):
+            sd = numpyro.sample("sd", dist.HalfNormal(1))
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
+                numpyro.sample("obs", dist.Normal(w * xb[:, :1], sd), obs=yb)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 2), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(monkeypatch):
+    """An observed site of the parameters alone (a pseudo-observation, in no plate) does not
+    read the batch: left unscaled, and the sites after it are checked all the same."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, labels_2d=False):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        numpyro.sample("prior_obs", dist.Normal(w, 1), obs=0.5)
+        y = yb if labels_2d else yb[:, 0]
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=y)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert seen["steps"][0] == "state0"
+    with pytest.raises(ValueError, match="observed site 'obs' has a log-density of shape"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), labels_2d=True)
+
+
+def test_numpyro_term_shapes_of_plates_at_other_dims(monkeypatch):
+    """The data plate at dim -2 over a (B, 1) log-density, and a (1, B) log-density in a
+    plate at dim -1 (a leading axis of 1), are one term a row: accepted; (B, 1) labels
+    against a (B,) location are refused, naming the value's shape."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, form):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        if form == "dim-2":
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
+                numpyro.sample("obs", dist.Normal(w * xb, 1), obs=yb)
+        elif form == "leading-1":
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+                numpyro.sample("obs", dist.Normal(w * xb[:, 0][None, :], 1), obs=yb[:, 0])
+        else:
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+                numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb)
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    _stand_ins(monkeypatch, 1)
+    for form in ("dim-2", "leading-1"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), form=form)
+    with pytest.raises(ValueError, match=r"its value of shape \(10, 1\) broadcasts"):
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), form="column")
 
 
 def test_numpyro_epochs_feed_without_end_and_refuse_an_empty_epoch():
