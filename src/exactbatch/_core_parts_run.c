@@ -137,29 +137,17 @@ PyObject *PartsRuns_read_run(PyObject *op, PyObject *const *args, Py_ssize_t nar
     return run(self, &j, args, args[3], args[4]);
 }
 
+static PyObject *take_read(PyObject *op, Job *j, PyObject *const *args, PyObject *x,
+                           PyObject *y)
+{
+    return run((PartsRunsObject *)op, j, args, x, y);
+}
+
 PyObject *PartsRuns_take_run(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
-    PartsRunsObject *self = (PartsRunsObject *)op;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "take_run(order, start, size, dtype, ydtype) takes 5 "
-                                         "arguments");
-        return NULL;
-    }
-    Job j = JOB_INIT;
     Py_ssize_t n, d, l;
-    PyObject *x = NULL, *y = NULL, *res = NULL;
-    parts_shape(self->parts, &n, &d, &l);
-    if (order_span(args[0], args[1], args[2], &j) < 0 ||
-        run_pair(args[3], args[4], d, l, &j, &x, &y) < 0)
-        return NULL;
-    PyObject *none = run(self, &j, args, x, y);
-    if (none != NULL) {
-        Py_DECREF(none);
-        res = PyTuple_Pack(2, x, y);
-    }
-    Py_DECREF(x);
-    Py_DECREF(y);
-    return res;
+    parts_shape(((PartsRunsObject *)op)->parts, &n, &d, &l);
+    return take_run_of(op, args, nargs, d, l, take_read);
 }
 
 /* A hook set to v (a callable, or None or deleted for none): 0, or -1. */
