@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import pickle
-import re
 import sys
 
 import numpy as np
@@ -93,18 +91,9 @@ def saved(paths: list[str], logs, bounds) -> None:
 
     from exactbatch.adapters.convergence import MEANS_FLOOR, PARTS, estimate
 
-    refs: dict = {}
     offs = fmf.logged(logs)
     rows = []
-    for path in paths:
-        case, lib, seed, settle = re.search(
-            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
-        ).groups()
-        if case not in refs:
-            refs[case] = fmf.references(case)
-        m_ref, s_ref = refs[case]
-        with open(path, "rb") as f:
-            inputs = pickle.load(f)
+    for (case, lib, seed, settle), (m_ref, s_ref), inputs in fmf.saved_fits(paths):
         v = fmf.verdict(inputs, MEANS_FLOOR, False)
         means = np.stack([fvt._flat_part(p, lib)[0] for p in inputs[0]])
         last = estimate(v, True).startswith("the mean of the last")

@@ -62,6 +62,22 @@ def references(case: str):
     return (refs[0][0] + refs[1][0]) / 2, (refs[0][1] + refs[1][1]) / 2
 
 
+def saved_fits(paths):
+    """Each of bench/fit_verdict_trace.py's saved verdict inputs at ``paths`` (named
+    ``..._CASE_LIB_SEED_settleN``): ``(case, lib, seed, settle), (m_ref, s_ref), inputs``,
+    its case's reference means and sds computed once a case."""
+    refs: dict = {}
+    for path in paths:
+        case, lib, seed, settle = re.search(
+            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
+        ).groups()
+        if case not in refs:
+            refs[case] = references(case)
+        with open(path, "rb") as f:
+            inputs = pickle.load(f)
+        yield (case, lib, seed, settle), refs[case], inputs
+
+
 def verdict(inputs, c: float, noise: bool):
     """The saved inputs judged with the means' floor at ``c`` (0: none, the verdict before)."""
     from exactbatch.adapters import convergence
@@ -107,20 +123,11 @@ def main() -> None:
     from exactbatch.adapters.convergence import PARTS, estimate
 
     patch()
-    refs: dict = {}
     offs = logged(args.logs)
     counts = {c: {"silent": 0, "alarm": 0} for c in [0.0, *args.c]}
     head = "  ".join(f"c={c:<4g} error verdict      " for c in args.c)
     print(f"{'fit':22s} off(sd) error  verdict       {head}")
-    for path in args.files:
-        case, lib, seed, settle = re.search(
-            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
-        ).groups()
-        if case not in refs:
-            refs[case] = references(case)
-        m_ref, s_ref = refs[case]
-        with open(path, "rb") as f:
-            inputs = pickle.load(f)
+    for (case, lib, seed, settle), (m_ref, s_ref), inputs in saved_fits(args.files):
         means = np.stack([fvt._flat_part(p, lib)[0] for p in inputs[0]])
         rows = {c: verdict(inputs, c, args.noise and c > 0) for c in [0.0, *args.c]}
         cells = []

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
-import re
 import sys
 
 import numpy as np
@@ -142,19 +140,11 @@ def main() -> None:
         synthetic()
         return
     patch()
-    offs, refs = fmf.logged(args.logs), {}
+    offs = fmf.logged(args.logs)
     rules = ("before", "ar1", "after")
     counts = {r: {"silent": 0, "alarm": 0, "warned": 0} for r in rules}
     print(f"{'fit':24s} tail/last(sd)  phi  x     " + "  ".join(f"{r:24s}" for r in rules))
-    for path in args.files:
-        case, lib, seed, settle = re.search(
-            r"_([a-e])_(numpyro|pymc)_(\d+)_settle(\d+)", path
-        ).groups()
-        if case not in refs:
-            refs[case] = fmf.references(case)
-        m_ref, s_ref = refs[case]
-        with open(path, "rb") as f:
-            raw = pickle.load(f)
+    for (case, lib, seed, settle), (m_ref, s_ref), raw in fmf.saved_fits(args.files):
         flats = [fvt._flat_part(p, lib) for p in raw[0]]
         means = np.stack([m for m, _ in flats])
         scaled = means / np.stack([s for _, s in flats])[PARTS:].mean(0)

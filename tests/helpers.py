@@ -112,14 +112,13 @@ def chunks_of(sizes, d: int = 3, l: int = 1) -> list:  # noqa: E741
     return out
 
 
-class ClosableChunks:
-    """An iterator over ``chunks_of(sizes, d, l)`` that records whether its ``close()``
-    was called. Not a generator, so nothing else (the garbage collector) closes it;
-    every one made is appended to ``ClosableChunks.made``'s list when one is passed:
-    ``DataLoader(lambda: ClosableChunks(sizes, made=opened), ...)``."""
+class Closable:
+    """An iterator over ``items`` that records whether its ``close()`` was called. Not a
+    generator, so nothing else (the garbage collector) closes it; every one made is
+    appended to the list ``made`` when one is passed."""
 
-    def __init__(self, sizes, d: int = 2, l: int = 1, made: list | None = None):  # noqa: E741
-        self.it, self.closed = iter(chunks_of(sizes, d, l)), False
+    def __init__(self, items, made: list | None = None):
+        self.it, self.closed = iter(items), False
         if made is not None:
             made.append(self)
 
@@ -131,6 +130,14 @@ class ClosableChunks:
 
     def close(self):
         self.closed = True
+
+
+class ClosableChunks(Closable):
+    """A :class:`Closable` over ``chunks_of(sizes, d, l)``:
+    ``DataLoader(lambda: ClosableChunks(sizes, made=opened), ...)``."""
+
+    def __init__(self, sizes, d: int = 2, l: int = 1, made: list | None = None):  # noqa: E741
+        super().__init__(chunks_of(sizes, d, l), made)
 
 
 def wait_until_prefetched(it, timeout=30.0):

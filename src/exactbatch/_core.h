@@ -58,4 +58,24 @@ static inline const char *plain_format(const Py_buffer *b)
     return f;
 }
 
+/* A hook attribute (a run read's ``changed``, a dataset's ``missing``) set to v: a
+ * callable, or None (or deleted, NULL) for none, held in *slot (NULL for none). 0, or -1
+ * with a TypeError naming the attribute, ``name``. */
+static inline int hook_set(PyObject **slot, PyObject *v, const char *name)
+{
+    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a callable or None; got %s", name,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    Py_XSETREF(*slot, v == NULL || v == Py_None ? NULL : Py_NewRef(v));
+    return 0;
+}
+
+/* A hook attribute's value: the hook held, or None (a new reference). */
+static inline PyObject *hook_get(PyObject *hook)
+{
+    return Py_NewRef(hook != NULL ? hook : Py_None);
+}
+
 #endif

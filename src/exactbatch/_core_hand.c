@@ -242,7 +242,8 @@ int run_pair(PyObject *dt, PyObject *yt, Py_ssize_t d, Py_ssize_t l, Job *j, PyO
     return 0;
 }
 
-PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
+PyObject *take_run_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t d,
+                      Py_ssize_t l, TakeRead read)
 {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "take_run(order, start, size, dtype, ydtype) takes 5 "
@@ -252,9 +253,9 @@ PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
     Job j = JOB_INIT;
     PyObject *x = NULL, *y = NULL, *res = NULL;
     if (order_span(args[0], args[1], args[2], &j) < 0 ||
-        run_pair(args[3], args[4], self->d, self->l, &j, &x, &y) < 0)
+        run_pair(args[3], args[4], d, l, &j, &x, &y) < 0)
         return NULL;
-    PyObject *none = copy(self, &j);
+    PyObject *none = read(self, &j, args, x, y);
     if (none != NULL) {
         Py_DECREF(none);
         res = PyTuple_Pack(2, x, y);
@@ -262,6 +263,17 @@ PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t narg
     Py_DECREF(x);
     Py_DECREF(y);
     return res;
+}
+
+static PyObject *rows_take_read(PyObject *self, Job *j, PyObject *const *args, PyObject *x,
+                                PyObject *y)
+{
+    return copy((RowsObject *)self, j);
+}
+
+PyObject *Rows_take_run(RowsObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return take_run_of((PyObject *)self, args, nargs, self->d, self->l, rows_take_read);
 }
 
 /* job_type(run, k, size, digest, start): a tuple of the subclass job_type, made as

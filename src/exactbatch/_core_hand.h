@@ -46,6 +46,17 @@ int run_outs(PyObject *ox, PyObject *oy, Py_ssize_t d, Py_ssize_t l, Job *j);
 int run_pair(PyObject *dt, PyObject *yt, Py_ssize_t d, Py_ssize_t l, Job *j, PyObject **x,
              PyObject **y);
 
+/* A take_run's read of the run j into its new pair x, y (set in j; args: the call's
+ * arguments) by self: None, or NULL with an exception set. */
+typedef PyObject *(*TakeRead)(PyObject *self, Job *j, PyObject *const *args, PyObject *x,
+                              PyObject *y);
+
+/* take_run(order, start, size, dtype, ydtype) (args, nargs) over rows of d and l values:
+ * the span checked (order_span), the pair made (run_pair), read(self, ...) into it, and
+ * (x, y) returned; NULL with an exception set. Rows' and PartsRuns' take_run. */
+PyObject *take_run_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t d,
+                      Py_ssize_t l, TakeRead read);
+
 /* A clean-up after an error: error_keep() takes the error raised (normalised, its
  * traceback on it) out of the way; error_back(ok, ...) raises it again when the clean-up
  * succeeded (ok != 0), else leaves the clean-up's error raised, the kept one its context

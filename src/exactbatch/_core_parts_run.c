@@ -137,66 +137,37 @@ PyObject *PartsRuns_read_run(PyObject *op, PyObject *const *args, Py_ssize_t nar
     return run(self, &j, args, args[3], args[4]);
 }
 
+static PyObject *take_read(PyObject *op, Job *j, PyObject *const *args, PyObject *x,
+                           PyObject *y)
+{
+    return run((PartsRunsObject *)op, j, args, x, y);
+}
+
 PyObject *PartsRuns_take_run(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
-    PartsRunsObject *self = (PartsRunsObject *)op;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "take_run(order, start, size, dtype, ydtype) takes 5 "
-                                         "arguments");
-        return NULL;
-    }
-    Job j = JOB_INIT;
     Py_ssize_t n, d, l;
-    PyObject *x = NULL, *y = NULL, *res = NULL;
-    parts_shape(self->parts, &n, &d, &l);
-    if (order_span(args[0], args[1], args[2], &j) < 0 ||
-        run_pair(args[3], args[4], d, l, &j, &x, &y) < 0)
-        return NULL;
-    PyObject *none = run(self, &j, args, x, y);
-    if (none != NULL) {
-        Py_DECREF(none);
-        res = PyTuple_Pack(2, x, y);
-    }
-    Py_DECREF(x);
-    Py_DECREF(y);
-    return res;
-}
-
-/* A hook set to v (a callable, or None or deleted for none): 0, or -1. */
-static int set_hook(PyObject **slot, PyObject *v, const char *name)
-{
-    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a callable or None; got %s", name,
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    Py_XSETREF(*slot, v == NULL || v == Py_None ? NULL : Py_NewRef(v));
-    return 0;
-}
-
-static PyObject *get_hook(PyObject *hook)
-{
-    return Py_NewRef(hook != NULL ? hook : Py_None);
+    parts_shape(((PartsRunsObject *)op)->parts, &n, &d, &l);
+    return take_run_of(op, args, nargs, d, l, take_read);
 }
 
 static PyObject *PartsRuns_get_changed(PartsRunsObject *self, void *closure)
 {
-    return get_hook(self->changed);
+    return hook_get(self->changed);
 }
 
 static int PartsRuns_set_changed(PartsRunsObject *self, PyObject *v, void *closure)
 {
-    return set_hook(&self->changed, v, "changed");
+    return hook_set(&self->changed, v, "changed");
 }
 
 static PyObject *PartsRuns_get_missing(PartsRunsObject *self, void *closure)
 {
-    return get_hook(self->missing);
+    return hook_get(self->missing);
 }
 
 static int PartsRuns_set_missing(PartsRunsObject *self, PyObject *v, void *closure)
 {
-    return set_hook(&self->missing, v, "missing");
+    return hook_set(&self->missing, v, "missing");
 }
 
 static PyObject *PartsRuns_get_threads(PartsRunsObject *self, void *closure)
@@ -287,8 +258,8 @@ PyObject *parts_runs(PyObject *parts, PyObject *args)
     r->changed = r->missing = NULL;
     r->threads = 0;
     PyObject_GC_Track(r);
-    if (set_hook(&r->changed, changed, "changed") < 0 ||
-        set_hook(&r->missing, missing, "missing") < 0) {
+    if (hook_set(&r->changed, changed, "changed") < 0 ||
+        hook_set(&r->missing, missing, "missing") < 0) {
         Py_DECREF(r);
         return NULL;
     }

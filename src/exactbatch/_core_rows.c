@@ -233,24 +233,16 @@ static int Rows_set_threads(RowsObject *self, PyObject *v, void *closure)
 
 static PyObject *Rows_get_changed(RowsObject *self, void *closure)
 {
-    return Py_NewRef(self->changed != NULL ? self->changed : Py_None);
+    return hook_get(self->changed);
 }
 
 /* changed set to v: a callable, or None (or deleted) for none. 0, or -1. */
 static int set_changed(RowsObject *self, PyObject *v)
 {
-    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "changed must be a callable or None; got %s",
-                     Py_TYPE(v)->tp_name);
+    if (hook_set(&self->changed, v, "changed") < 0)
         return -1;
-    }
-    if (v == NULL || v == Py_None) {
-        Py_CLEAR(self->changed);
-        return 0;
-    }
-    Py_XSETREF(self->changed, Py_NewRef(v));
-    if (!PyObject_GC_IsTracked((PyObject *)self)) /* (holding one, it may be in a cycle) */
-        PyObject_GC_Track(self);
+    if (self->changed != NULL && !PyObject_GC_IsTracked((PyObject *)self))
+        PyObject_GC_Track(self); /* (holding one, it may be in a cycle) */
     return 0;
 }
 

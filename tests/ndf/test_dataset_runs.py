@@ -12,52 +12,29 @@ dataset's read, the hook's read of parts not open, a closed reader's refusal."""
 
 from __future__ import annotations
 
-import gc
 import os
 
 import backends
 import numpy as np
 import pytest
-from helpers import (
-    make_data,
-    part_file,
-    rewrite_in_place,
-    run_compiled,
-    until_ctime_moves,
-    write_ndf_dataset,
-)
+import run_laws
+from helpers import make_data, part_file, write_ndf_dataset
 from laws import reader_of, reads_through_read
+from run_laws import B, D, L
 
-from exactbatch import DataLoader, NdfError, kernels, open_ndf_dataset, save_ndf
+from exactbatch import DataLoader, open_ndf_dataset, save_ndf
 from exactbatch.loader import epoch_iterator
 
 SIZES = [300, 0, 250, 200, 250]  # uneven, an empty part among them
-N, D, L, B = sum(SIZES), 3, 2, 64
+N = sum(SIZES)
 PART = 3  # the part changed: rows 550 .. 749
-PART_BYTES = 28 + 8 * (D + L) * SIZES[PART]
 
 needs_core = pytest.mark.skipif(not backends.built(), reason="the compiled core is not built")
 
 
-def _truncate(path, opened_ctime: int) -> None:
-    os.truncate(path, 28 + 8 * (D + L) * (SIZES[PART] // 2))  # half the rows gone
-
-
-def _rewrite(path, opened_ctime: int) -> None:  # same size, only ctime tells
-    until_ctime_moves(path, opened_ctime, lambda: rewrite_in_place(path))
-
-
-def _touch(path, opened_ctime: int) -> None:  # same bytes, a new modification time
-    st = os.stat(path)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-
-
-CHANGES = {"truncated": _truncate, "rewritten": _rewrite, "touched": _touch}
-SAYS = {
-    "truncated": f"expected {PART_BYTES} bytes, found {PART_BYTES // 2 + 14} (truncated?)",
-    "rewritten": "its change time, ctime, moved though its modification time did not",
-    "touched": "modified in place after it was opened (its modification time changed)",
-}
+def _make(tmp_path):
+    """A fresh dataset of SIZES' parts per call (``before``: its folder's name)."""
+    return lambda before: write_ndf_dataset(tmp_path / f"{before}", SIZES, d=D, l=L)
 
 
 def _loader(path, before: bool, **kw) -> DataLoader:
@@ -68,23 +45,8 @@ def _loader(path, before: bool, **kw) -> DataLoader:
     return dl
 
 
-def _hand(dl: DataLoader, via: str):
-    """A callable handing out ``dl``'s next batch through ``via``."""
-    if via == "next_into":
-        bx, by = np.empty((B, D)), np.empty((B, L))
-        return lambda: dl.next_into(bx, by)
-    it = iter(dl)
-    return lambda: next(it)
-
-
-def _chain(e: BaseException | None) -> list[tuple[str, bool]]:
-    """Each exception of ``e``'s context chain: its type's name, and whether it was
-    raised ``from None``."""
-    out = []
-    while e is not None:
-        out.append((type(e).__name__, e.__suppress_context__))
-        e = e.__context__
-    return out
+def _runs_are_parts_runs(reader) -> None:
+    assert type(reader.read_run.__self__).__name__ == "PartsRuns"
 
 
 def _said(e: BaseException, folder) -> str:
@@ -96,62 +58,39 @@ def _said(e: BaseException, folder) -> str:
     return text
 
 
-def _two_runs(tmp_path, via: str, change, after: int, **kw):
-    """The error and the state of a loader over a dataset whose part changes (by
-    ``change(folder)``) after ``after`` batches: through the reader's runs, then through
-    its read (as before the runs); each error called while a KeyError is handled."""
-    got = []
-    for before in (False, True):
-        folder = write_ndf_dataset(tmp_path / f"{before}", SIZES, d=D, l=L)
-        dl = _loader(folder, before, **kw)
-        if not before and kernels.backend() == "compiled":
-            assert type(reader_of(dl).read_run.__self__).__name__ == "PartsRuns"
-        hand = _hand(dl, via)
-        for _ in range(after):
-            hand()
-        state = dl.state_dict()
-        change(folder)
-        with pytest.raises(NdfError) as info:
-            try:  # (called while an exception is handled: it ends the chain, both ways)
-                raise KeyError("the caller's")
-            except KeyError:
-                hand()
-        assert dl.state_dict() == state  # the batch not handed out, nothing counted
-        got.append((info.value, folder, state))
-        dl.close()
-    return got
+def _named(folder) -> str:
+    return part_file(folder, PART)
 
 
-@pytest.mark.parametrize("via", ["next_into", "iter"])
-@pytest.mark.parametrize("change", list(CHANGES))
-def test_a_part_changed_mid_epoch_is_the_same_error_through_the_readers_runs(
-    tmp_path, change, via, each_backend, monkeypatch
-):
+@pytest.fixture
+def by_batch(monkeypatch):
     monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)  # iter(): each batch read alone
 
-    def changed(folder):
-        p = part_file(folder, PART)
-        CHANGES[change](p, os.stat(p).st_ctime_ns)
 
-    (ours, f0, s0), (theirs, f1, s1) = _two_runs(tmp_path, via, changed, after=3)
-    assert part_file(f0, PART) in str(ours) and SAYS[change] in str(ours)
-    assert _said(ours, f0) == _said(theirs, f1)
-    assert _chain(ours) == _chain(theirs)  # NdfError, FileChanged (compiled), KeyError
-    if each_backend == "compiled":
-        assert isinstance(ours.__context__, kernels.FileChanged)
+@pytest.mark.parametrize("via", run_laws.VIAS)
+@pytest.mark.parametrize("change", list(run_laws.changes(SIZES[PART])))
+def test_a_part_changed_mid_epoch_is_the_same_error_through_the_readers_runs(
+    tmp_path, change, via, each_backend, by_batch
+):
+    def changed(folder):
+        run_laws.changes(SIZES[PART])[change](part_file(folder, PART))
+
+    got = run_laws.two_errors(_make(tmp_path), _loader, changed, via, 3, _runs_are_parts_runs)
+    said = run_laws.says(SIZES[PART])[change]
+    run_laws.check_same_error(got, _said, _named, said, each_backend == "compiled")
+    (_, _, s0), (_, _, s1) = got
     assert s0["epoch"] == s1["epoch"] and s0["batches_done"] == 3
 
 
-@pytest.mark.parametrize("via", ["next_into", "iter"])
+@pytest.mark.parametrize("via", run_laws.VIAS)
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 def test_a_part_not_open_yet_that_changed_is_the_same_error_through_the_readers_runs(
-    tmp_path, how, via, each_backend, monkeypatch
+    tmp_path, how, via, each_backend, by_batch
 ):
     """In file order a part opens at the first batch that reaches it: one deleted, or
     replaced by one of other rows, before then is the dataset's error at that batch (the
     runs leave a batch whose parts are not open to the dataset's read, which opens
     them), word for word as through the reader's read."""
-    monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)
 
     def changed(folder):
         p = part_file(folder, PART)
@@ -160,51 +99,37 @@ def test_a_part_not_open_yet_that_changed_is_the_same_error_through_the_readers_
         else:
             save_ndf(p, make_data(SIZES[PART] - 1, D, L))  # (a rename over the path)
 
+    def loader(path, before):
+        return _loader(path, before, shuffle=False, max_open_parts=2)
+
     # batches 0 .. 7 are rows 0 .. 511; batch 8 (512 .. 575) reaches part 3 (from 550)
-    (ours, f0, s0), (theirs, f1, _) = _two_runs(
-        tmp_path, via, changed, after=8, shuffle=False, max_open_parts=2
-    )
+    got = run_laws.two_errors(_make(tmp_path), loader, changed, via, 8)
+    (ours, f0, s0), (theirs, f1, _) = got
     says = "of the dataset is missing" if how == "deleted" else "does not match the manifest"
     assert part_file(f0, PART) in str(ours) and says in str(ours)
     assert _said(ours, f0) == _said(theirs, f1)
-    assert _chain(ours) == _chain(theirs)
+    assert run_laws.chain(ours) == run_laws.chain(theirs)
     assert s0["batches_done"] == 8
 
 
-@pytest.mark.parametrize("via", ["next_into", "iter"])
+@pytest.mark.parametrize("via", run_laws.VIAS)
 @pytest.mark.parametrize("how", ["replaced", "deleted"])
 def test_an_open_part_replaced_or_deleted_mid_epoch_hands_out_its_old_rows(
-    tmp_path, how, via, each_backend, monkeypatch
+    tmp_path, how, via, each_backend, by_batch
 ):
     """An open part replaced by a rename over its path (save_ndf's way) or deleted
     mid-epoch is no change to the rows open: the epoch's batches go on, its old rows,
     the same as through the reader's read."""
-    monkeypatch.setattr(epoch_iterator, "_GROUP_BYTES", 1)
-    got = []
-    for before in (False, True):
-        folder = write_ndf_dataset(tmp_path / f"{before}", SIZES, d=D, l=L)
-        dl = _loader(folder, before)
-        hand = _hand(dl, via)
-        batches = [hand() for _ in range(3)]  # (shuffled: every part is open now)
-        assert len(dl._feed.reader.file.open_parts) == len(SIZES) - 1
+
+    def alter(dl, folder):
+        assert len(reader_of(dl).file.open_parts) == len(SIZES) - 1  # (shuffled: all open)
         p = part_file(folder, PART)
         if how == "replaced":
             save_ndf(p, make_data(SIZES[PART], D, L))  # other rows (ids from 0)
         else:
             os.unlink(p)
-        for _ in range(N // B - 3):
-            batches.append(hand())
-        rows = [b[0].copy() for b in batches] if via == "iter" else None
-        state = dl.state_dict()
-        del state["fingerprint"]  # (of the dataset: its path, its parts' names)
-        got.append((rows, state))
-        dl.close()
-    (ours, s0), (theirs, s1) = got
-    assert s0 == s1 and s0["batches_done"] == N // B
-    if via == "iter":
-        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
-        seen = np.concatenate([b[:, 0] for b in ours]).astype(np.int64)
-        assert len(set(seen.tolist())) == len(seen)  # old rows, each once (x0 is its id)
+
+    run_laws.check_old_rows(_make(tmp_path), _loader, alter, via, N)
 
 
 def test_a_closed_readers_runs_let_go_of_the_parts(tmp_path, each_backend):
@@ -213,20 +138,9 @@ def test_a_closed_readers_runs_let_go_of_the_parts(tmp_path, each_backend):
     runs, never the dataset: their hooks are let go of), and a hand-out after close
     refuses."""
     folder = write_ndf_dataset(tmp_path / "ds", SIZES, d=D, l=L)
-    gc.collect()  # (earlier tests' loaders left to the collector: their descriptors go now)
-    fds = len(os.listdir("/proc/self/fd"))
-    dl = _loader(folder, before=False)
-    bx, by = np.empty((B, D)), np.empty((B, L))
-    for _ in range(5):
-        assert dl.next_into(bx, by) == B
-    assert len(os.listdir("/proc/self/fd")) >= fds + len(SIZES) - 1  # a part's each
-    runs = reader_of(dl)._rows
-    dl.close()
-    assert len(os.listdir("/proc/self/fd")) == fds
+    runs = run_laws.check_closed_lets_go(_loader, folder, opened=len(SIZES) - 1)
     if runs is not None:
         assert runs.changed is None and runs.missing is None
-    with pytest.raises(ValueError, match="closed"):
-        dl.next_into(bx, by)
 
 
 @needs_core
@@ -278,41 +192,9 @@ def test_the_runs_read_what_the_dataset_reads_and_leave_parts_not_open_to_it(tmp
             runs.take_run(order, 0, 2, np.dtype(np.int64), None)
 
 
-_HAND_OUTS_WHILE_TRUNCATED = """
-import os, sys
-import numpy as np
-from exactbatch import DataLoader, NdfError, open_ndf_dataset, save_ndf_dataset
-root, rounds = sys.argv[1], int(sys.argv[2])
-n, d = 4096, 15  # rows of 128 bytes: 32 a page
-x = np.arange(n * d, dtype=np.float64).reshape(n, d)
-rng = np.random.default_rng(0)
-errors = 0
-for k in range(rounds):
-    folder = os.path.join(root, f"shrinking{k}")
-    save_ndf_dataset(folder, [x[: n // 2], x[n // 2 :]])
-    with open_ndf_dataset(folder) as ds:
-        dl = DataLoader(ds, 64, seed=k)
-        part = os.path.join(folder, ds.parts[k % 2].name)
-    bx, by = np.empty((64, d)), np.empty((64, 0))
-    assert type(dl._feed.reader.read_run.__self__).__name__ == "PartsRuns"
-    dl.next_into(bx, by)  # both parts are open, their pages mapped and read
-    os.truncate(part, int(rng.integers(28, 28 + 128 * (n // 8))))
-    try:
-        while dl.next_into(bx, by):
-            pass
-    except NdfError as e:
-        assert part in str(e), str(e)
-        errors += 1
-    dl.close()
-print("errors", errors, flush=True)
-"""
-
-
 @needs_core
 def test_hand_outs_from_a_part_truncated_meanwhile_are_an_error_never_a_crash(tmp_path):
     """A truncation of a part under a loop of next_into (the one call's read from the
     parts' mappings, a SIGBUS without the fault guard) is an NdfError naming the part's
     file, each round."""
-    r = run_compiled(_HAND_OUTS_WHILE_TRUNCATED, tmp_path, "6", timeout=60)
-    assert r.stdout.splitlines() == ["errors 6"], (r.returncode, r.stdout, r.stderr[-2000:])
-    assert r.returncode == 0
+    run_laws.check_truncated_never_a_crash(tmp_path, "dataset")

@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import Closable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -812,25 +813,12 @@ def test_a_pass_stopped_early_closes_what_its_batches_came_from():
     """A pass left before its end (a loader closed, an epoch cut short) closes the
     iterable ``batches()`` returned (a reader's file, a query's cursor), at once."""
     t = table()
-    made = []
+    made: list = []
 
-    class Batches:
-        closed = False
+    def batches():
+        return Closable(t.to_batches(), made)
 
-        def __init__(self):
-            self.it = iter(t.to_batches())
-            made.append(self)
-
-        def __iter__(self):
-            return self
-
-        def __next__(self):
-            return next(self.it)
-
-        def close(self):
-            self.closed = True
-
-    stream = exactbatch.arrow_source(Batches, features=["x0"], labels="y")
+    stream = exactbatch.arrow_source(batches, features=["x0"], labels="y")
     chunks = stream.column_chunks()
     next(chunks)
     assert not made[-1].closed

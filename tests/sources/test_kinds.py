@@ -138,41 +138,55 @@ def test_an_ndf_reader_prefetches_from_256_kib_a_batch_and_refuses_reads_once_cl
     np.testing.assert_array_equal(gx, X[[4]])
 
 
-def test_an_ndf_reader_hands_out_its_own_compiled_rows_runs(tmp_path, each_backend):
-    """A local .ndf reader on the compiled path reads a whole order's batches through
-    compiled rows of its own (their ``read_run`` and ``take_run``: next_into's one call
-    reads through them), of the reader's threads, let go of at close; on the pure path
-    it has none, and the loader reads through their twins over ``read``."""
-    save_ndf(tmp_path / "a.ndf", (X, Y))
-    with open_ndf(tmp_path / "a.ndf") as f:
-        r = NdfReader(f)
-    if each_backend == "numpy":
+def _check_own_runs(r, backend: str, hooks: tuple[str, ...], y_dtype) -> object:
+    """Law: reader ``r`` on the compiled path reads a whole order's batches through
+    run reads of its own (``r._rows``: their ``read_run`` and ``take_run``; ``take_run``
+    of labels as ``y_dtype``, None: the features'), with the reader's threads and its
+    ``hooks`` set, let go of at close (a closed reader's runs refuse); on the pure path
+    it has none. Returns the runs (None on the pure path)."""
+    if backend == "numpy":
         assert not hasattr(r, "read_run") and not hasattr(r, "take_run")
         r.close()
-        return
-    rows = r._rows
-    assert r.read_run.__self__ is rows and r.take_run.__self__ is rows
-    assert rows is not r.file._h.compiled and rows.changed is not None  # (the file's errors)
+        return None
+    runs = r._rows
+    assert r.read_run.__self__ is runs and r.take_run.__self__ is runs
+    assert all(getattr(runs, h) is not None for h in hooks)
     r.use_threads(3)
-    assert rows.threads == 3
+    assert runs.threads == 3
     order = np.array([8, 0, 5, 5, 2, 7], dtype=np.int32)
     ox, oy = np.full((4, 3), -1.0), np.full((4, 2), -1.0)
     r.read_run(order, 1, 3, ox, oy)
     np.testing.assert_array_equal(ox[:3], X[[0, 5, 5]])
     np.testing.assert_array_equal(oy[:3], Y[[0, 5, 5]])
     assert (ox[3] == -1).all()  # only the run's rows written
-    tx, ty = r.take_run(order, 3, 3, np.dtype(np.float32), np.dtype(np.float64))
-    assert tx.dtype == np.float32 and ty.dtype == np.float64
+    tx, ty = r.take_run(order, 3, 3, np.dtype(np.float32), y_dtype)
+    y_dtype = np.dtype(np.float32) if y_dtype is None else y_dtype
+    assert tx.dtype == np.float32 and ty.dtype == y_dtype
     np.testing.assert_array_equal(tx, X[[5, 2, 7]].astype(np.float32))
-    np.testing.assert_array_equal(ty, Y[[5, 2, 7]])
+    np.testing.assert_array_equal(ty, Y[[5, 2, 7]].astype(y_dtype))
     r.close()
-    assert rows.changed is None  # (a hand-out holding the rows no longer holds the file)
+    assert all(getattr(runs, h) is None for h in hooks)  # (no longer holding the source)
     for call in (
         lambda: r.read_run(order, 0, 2, ox, oy),
         lambda: r.take_run(order, 0, 2, np.dtype(np.float64), None),
     ):
         with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
             call()
+    return runs
+
+
+def test_an_ndf_reader_hands_out_its_own_compiled_rows_runs(tmp_path, each_backend):
+    """A local .ndf reader on the compiled path reads a whole order's batches through
+    compiled rows of its own (their ``read_run`` and ``take_run``: next_into's one call
+    reads through them), of the reader's threads, the file's errors as their hook, let
+    go of at close; on the pure path it has none, and the loader reads through their
+    twins over ``read``."""
+    save_ndf(tmp_path / "a.ndf", (X, Y))
+    with open_ndf(tmp_path / "a.ndf") as f:
+        r = NdfReader(f)
+        compiled = getattr(f._h, "compiled", None)
+    runs = _check_own_runs(r, each_backend, ("changed",), np.dtype(np.float64))
+    assert runs is None or runs is not compiled  # (rows of the reader's own)
 
 
 def test_a_dataset_reader_hands_out_its_own_runs_over_the_parts(tmp_path, each_backend):
@@ -184,33 +198,8 @@ def test_a_dataset_reader_hands_out_its_own_runs_over_the_parts(tmp_path, each_b
     write_ndf_dataset(tmp_path / "ds", [4, 0, 5], d=3, l=2)
     with open_ndf_dataset(tmp_path / "ds") as ds:
         r = NdfReader(ds)
-    if each_backend == "numpy":
-        assert not hasattr(r, "read_run") and not hasattr(r, "take_run")
-        r.close()
-        return
-    runs = r._rows
-    assert type(runs).__name__ == "PartsRuns"
-    assert r.read_run.__self__ is runs and r.take_run.__self__ is runs
-    assert runs.changed is not None and runs.missing is not None
-    r.use_threads(3)
-    assert runs.threads == 3
-    order = np.array([8, 0, 5, 5, 2, 7], dtype=np.int32)
-    ox, oy = np.full((4, 3), -1.0), np.full((4, 2), -1.0)
-    r.read_run(order, 1, 3, ox, oy)
-    np.testing.assert_array_equal(ox[:3], X[[0, 5, 5]])
-    np.testing.assert_array_equal(oy[:3], Y[[0, 5, 5]])
-    assert (ox[3] == -1).all()  # only the run's rows written
-    tx, ty = r.take_run(order, 3, 3, np.dtype(np.float32), None)
-    np.testing.assert_array_equal(tx, X[[5, 2, 7]].astype(np.float32))
-    np.testing.assert_array_equal(ty, Y[[5, 2, 7]].astype(np.float32))
-    r.close()
-    assert runs.changed is None and runs.missing is None  # (no longer holding the dataset)
-    for call in (
-        lambda: r.read_run(order, 0, 2, ox, oy),
-        lambda: r.take_run(order, 0, 2, np.dtype(np.float64), None),
-    ):
-        with pytest.raises(ValueError, match="^read from a closed DataLoader$"):
-            call()
+    runs = _check_own_runs(r, each_backend, ("changed", "missing"), None)
+    assert runs is None or type(runs).__name__ == "PartsRuns"
 
 
 def test_a_wrapped_reader_leaves_threads_prefetch_and_close_to_its_inner_reader():

@@ -144,53 +144,25 @@ def test_a_file_is_read_without_a_cache_its_size_given_where_known(rec):
     assert e.value.strerror == "no such file or object"
 
 
-def test_a_file_given_its_footer_reads_no_footer_and_a_row_group_in_one_range(rec, monkeypatch):
-    """The footer passed in is not read again; a row group's column chunks are asked for
-    in one coalesced range (pre_buffer), not one read a column."""
+def _two_columns(rec) -> None:
+    """A parquet object of one row group, columns x0 and x1, at ebrec://two/t.parquet."""
     buf = io.BytesIO()
     pq.write_table(pa.table({"x0": [1.0, 2.0, 3.0], "x1": [4.0, 5.0, 6.0]}), buf)
     rec.pipe("two/t.parquet", buf.getvalue())
-    footer = url_parquet_file(rec, "ebrec://two/t.parquet").metadata
-    ranges = set()
-    opened = Recording._open
 
-    def recording_reads(self, path, mode="rb", **kwargs):
-        f = opened(self, path, mode, **kwargs)
-        read = f.read
 
-        def read_and_record(*args):
-            out = read(*args)
-            ranges.add((f.tell() - len(out), len(out)))
-            return out
-
-        f.read = read_and_record
-        return f
-
-    monkeypatch.setattr(Recording, "_open", recording_reads)
-    pf = url_parquet_file(rec, "ebrec://two/t.parquet", metadata=footer)
-    assert ranges == set()
-    assert pf.read_row_group(0).column("x1").to_pylist() == [4.0, 5.0, 6.0]
+def _group_range(footer) -> tuple[int, int]:
+    """Row group 0's column chunks as one coalesced range: (start, length)."""
     chunks = [footer.row_group(0).column(j) for j in range(2)]
     start = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
-    assert ranges == {(start, sum(c.total_compressed_size for c in chunks))}
+    return start, sum(c.total_compressed_size for c in chunks)
 
 
-def test_a_source_reads_its_row_groups_by_the_footers_and_sizes_it_holds(rec, monkeypatch):
-    """parquet_source over a URL: a chunk's read opens the object with the size it
-    recorded and reads no footer again, only the row group's coalesced range; so does a
-    stream of its batches (what `exactbatch convert` reads)."""
-    from exactbatch import parquet_source
-
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"x0": [1.0, 2.0, 3.0], "x1": [4.0, 5.0, 6.0]}), buf)
-    rec.pipe("two/t.parquet", buf.getvalue())
-    size = rec.info("two/t.parquet")["size"]
-    src = parquet_source("ebrec://two/t.parquet")
-    footer = src.footers[0]
-    chunks = [footer.row_group(0).column(j) for j in range(2)]
-    start = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
-    group = (start, sum(c.total_compressed_size for c in chunks))
-    ranges, opens = set(), []
+def _record_reads(monkeypatch) -> tuple[set, list]:
+    """From now on, each range read from a Recording's objects, (start, length), and the
+    options of each open."""
+    ranges: set = set()
+    opens: list = []
     opened = Recording._open
 
     def recording_reads(self, path, mode="rb", **kwargs):
@@ -207,6 +179,32 @@ def test_a_source_reads_its_row_groups_by_the_footers_and_sizes_it_holds(rec, mo
         return f
 
     monkeypatch.setattr(Recording, "_open", recording_reads)
+    return ranges, opens
+
+
+def test_a_file_given_its_footer_reads_no_footer_and_a_row_group_in_one_range(rec, monkeypatch):
+    """The footer passed in is not read again; a row group's column chunks are asked for
+    in one coalesced range (pre_buffer), not one read a column."""
+    _two_columns(rec)
+    footer = url_parquet_file(rec, "ebrec://two/t.parquet").metadata
+    ranges, _ = _record_reads(monkeypatch)
+    pf = url_parquet_file(rec, "ebrec://two/t.parquet", metadata=footer)
+    assert ranges == set()
+    assert pf.read_row_group(0).column("x1").to_pylist() == [4.0, 5.0, 6.0]
+    assert ranges == {_group_range(footer)}
+
+
+def test_a_source_reads_its_row_groups_by_the_footers_and_sizes_it_holds(rec, monkeypatch):
+    """parquet_source over a URL: a chunk's read opens the object with the size it
+    recorded and reads no footer again, only the row group's coalesced range; so does a
+    stream of its batches (what `exactbatch convert` reads)."""
+    from exactbatch import parquet_source
+
+    _two_columns(rec)
+    size = rec.info("two/t.parquet")["size"]
+    src = parquet_source("ebrec://two/t.parquet")
+    group = _group_range(src.footers[0])
+    ranges, opens = _record_reads(monkeypatch)
     assert src.read_chunk(0)[0].tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
     assert ranges == {group}
     assert [o.get("size") for o in opens] == [size]
