@@ -449,7 +449,7 @@ def main() -> None:
                     "0.2; the jitter's bias on a noise sd's log), for an experiment")  # fmt: skip
     ap.add_argument("--bias", type=float, default=None,
                     help="the tail's budget of step * sqrt(v) over the coordinates, over "
-                    "sqrt(2 N) (schedule.BIAS: 0.2), for an experiment")  # fmt: skip
+                    "sqrt(2 N) (schedule.BIAS: 0.1), for an experiment")  # fmt: skip
     args = ap.parse_args()
     if args.tail_draws is not None:
         set_tail_draws(args.tail_draws)

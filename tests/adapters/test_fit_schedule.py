@@ -681,7 +681,11 @@ def test_the_tail_caps_each_coordinates_step_by_its_gradient_noise():
 def test_the_tail_bounds_the_sum_of_the_coordinates_jitter():
     """In the tail the sum over coordinates of step * sqrt(v) is at most BIAS * sqrt(2 N):
     a noise sd's log is biased by about that sum over sqrt(2 N) posterior sds (measured:
-    20 group intercepts and 3 coefficients, 0.54 sd at the tail's step, 0.28 at half)."""
+    20 group intercepts and 3 coefficients, 0.54 sd at the tail's step, 0.28 at half).
+    BIAS is 0.1: at 0.2 two of issue 40's 24 quiet converging fits held log sigma 0.24-0.25
+    sd off (N = 50k, B = 256, 5000 steps); at 0.1 all 24 are within 0.2 sd, every verdict
+    the same."""
+    assert BIAS == 0.1
     plan = Plan(5000, 39, rows=10_000)
     assert plan.budget(plan.tail - 1) == math.inf
     assert plan.budget(plan.tail) == pytest.approx(BIAS * math.sqrt(20_000))
