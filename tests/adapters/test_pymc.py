@@ -1052,11 +1052,22 @@ def test_a_latent_of_one_value_per_batch_row_is_refused_by_its_effect(form, monk
 
 @pytest.mark.parametrize(
     "form",
-    ["two-rows", "matrix", "off-zero", "first-of-two", "one-row", "unused", "first", "last"],
+    [
+        "two-rows",
+        "matrix",
+        "off-zero",
+        "kink",
+        "first-of-two",
+        "one-row",
+        "unused",
+        "first",
+        "last",
+    ],
 )
 def test_the_local_latent_check_at_its_edges(form, monkeypatch):
     """The check's edges: a local latent in batches of 2 rows, one of 2 values per row
-    (shape (batch_size, 2)), one whose initial point is not 0, and one in the first of
+    (shape (batch_size, 2)), one whose initial point is not 0, one read through
+    max(e, 0) (flat below its initial point 0: moved up, not down), and one in the first of
     two streamed likelihoods (the second, of the features, two values per row) are
     refused; in batches
     of 1 row a value of shape (1,) is a coefficient as well as a row's latent, and is
@@ -1073,6 +1084,8 @@ def test_the_local_latent_check_at_its_edges(form, monkeypatch):
             mu = mu + pm.Normal("e", 0, 1, shape=(b, 2)).sum(axis=1)
         elif form == "off-zero":
             mu = mu + pm.Normal("e", 0.5, 1, shape=b)  # initial point 0.5, not 0
+        elif form == "kink":  # a nonnegative effect, at its kink at the initial point 0
+            mu = mu + pm.math.maximum(pm.Normal("e", 0, 1, shape=b), 0)
         elif form == "one-row":
             mu = mu + pm.Normal("e", 0, 1, shape=1)
         elif form in ("first", "last"):  # 2 coefficients, 2 rows: one moves row 1 (0) alone
