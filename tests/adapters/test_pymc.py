@@ -1051,16 +1051,30 @@ def test_a_latent_of_one_value_per_batch_row_is_refused_by_its_effect(form, monk
 
 
 @pytest.mark.parametrize(
-    "form", ["two-rows", "matrix", "off-zero", "first-of-two", "one-row", "unused"]
+    "form",
+    [
+        "two-rows",
+        "matrix",
+        "off-zero",
+        "kink",
+        "first-of-two",
+        "one-row",
+        "unused",
+        "first",
+        "last",
+    ],
 )
 def test_the_local_latent_check_at_its_edges(form, monkeypatch):
     """The check's edges: a local latent in batches of 2 rows, one of 2 values per row
-    (shape (batch_size, 2)), one whose initial point is not 0, and one in the first of
+    (shape (batch_size, 2)), one whose initial point is not 0, one read through
+    max(e, 0) (flat below its initial point 0: moved up, not down), and one in the first of
     two streamed likelihoods (the second, of the features, two values per row) are
     refused; in batches
     of 1 row a value of shape (1,) is a coefficient as well as a row's latent, and is
-    accepted, as is a model with a latent that no streamed likelihood reads."""
-    b = {"two-rows": 2, "one-row": 1, "unused": 2}.get(form, 10)
+    accepted, as is a model with a latent that no streamed likelihood reads, and 2
+    coefficients in batches of 2 rows where one moves one row alone: the first and the
+    last value are tried, and each must move its own row alone."""
+    b = {"two-rows": 2, "one-row": 1, "unused": 2, "first": 2, "last": 2}.get(form, 10)
     loader = DataLoader(ids(100), b, seed=0)
     with pm.Model() as model:
         x_data, y_data = data(loader)
@@ -1070,8 +1084,17 @@ def test_the_local_latent_check_at_its_edges(form, monkeypatch):
             mu = mu + pm.Normal("e", 0, 1, shape=(b, 2)).sum(axis=1)
         elif form == "off-zero":
             mu = mu + pm.Normal("e", 0.5, 1, shape=b)  # initial point 0.5, not 0
+        elif form == "kink":  # a nonnegative effect, at its kink at the initial point 0
+            mu = mu + pm.math.maximum(pm.Normal("e", 0, 1, shape=b), 0)
         elif form == "one-row":
             mu = mu + pm.Normal("e", 0, 1, shape=1)
+        elif form in ("first", "last"):  # 2 coefficients, 2 rows: one moves row 1 (0) alone
+            c = pm.Normal("c", 0, 1, shape=2)
+            x = x_data[:, 0]
+            if form == "first":  # c[0] moves both rows, c[1] the last alone
+                mu = mu + c[0] + c[1] * (x - x[0])
+            else:  # c[0] moves the first row alone, c[1] both
+                mu = mu + c[0] * (x - x[1]) + c[1]
         elif form == "unused":  # s: in a likelihood of other data only
             s = pm.HalfNormal("s", 1)
             pm.Normal("other", 0, s, observed=np.zeros(5))
@@ -1082,7 +1105,7 @@ def test_the_local_latent_check_at_its_edges(form, monkeypatch):
             pm.Normal("feats", 0, 10, observed=x_data, total_size=loader.total_size)
     fake = FakeFit(x_data)
     monkeypatch.setattr(pm, "fit", fake)
-    if form in ("one-row", "unused"):
+    if form in ("one-row", "unused", "first", "last"):
         fit(loader, 2, model=model)
         assert len(fake.xs) == 2
     else:

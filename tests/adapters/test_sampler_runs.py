@@ -1030,3 +1030,82 @@ def test_numpyro_verdict_reads_the_guides_means_and_sds_at_each_part():
     run.tail_svi = SimpleNamespace(loss=SimpleNamespace(num_particles=4))
     found = verdict(svi, guide, still, np.zeros(100), run, xb, yb, {"shift": 1.0})
     _same_verdict(found, judge(parts, np.zeros(100), 20, 10, 4))
+
+
+@pytest.mark.parametrize("rows", [10, 2])
+def test_numpyro_a_sum_over_the_batch_in_its_plate_is_refused_naming_the_plate(rows, monkeypatch):
+    """A factor of the batch's summed log-density inside the data plate (no value per row:
+    the plate repeats it for each row) is refused with the plate and the count, in batches
+    of 10 rows and of 2; in batches of 1 row the sum is that row's term, and an
+    intercept-only likelihood's scalar location a value per row: both accepted."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, summed=True):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+            if summed:
+                numpyro.factor("obs", dist.Normal(w * xb[:, 0], 1).log_prob(yb[:, 0]).sum())
+            else:
+                numpyro.sample("obs", dist.Normal(w, 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), rows, seed=2)
+    _stand_ins(monkeypatch, 1)
+    with pytest.raises(ValueError, match="observed site 'obs' depends on the batch but") as e:
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0))
+    assert (
+        f"has no value per row (dim -1 of plate 'data'): the plate repeats it for each of "
+        f"the {rows} rows, so it counts {rows} x 40/{rows} times" in str(e.value)
+    )
+    one = DataLoader((x, np.ones((40, 1), np.float32)), 1, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    for summed in (True, False):
+        fit(model, object(), one, 1, rng_key=jax.random.key(0), summed=summed)
+        assert seen["steps"][0] == "state0"
+
+
+def test_numpyro_a_hand_scale_around_the_plate_is_refused_unless_within_a_millionth(
+    monkeypatch,
+):
+    """handlers.scale(2) around the subsample plate (40 rows in batches of 10: the plate
+    counts each row 4 times, the scale makes it 8) is refused with both counts and the
+    extra factor; a scale off 1 by half a millionth (float32 rounding) is accepted. Two
+    plates around a wrongly shaped site are both named in its refusal."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    def model(xb, yb, scale):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.handlers.scale(scale=scale):
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
+                numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0), scale=1 + 5e-7)
+    assert seen["steps"][0] == "state0"
+    with pytest.raises(ValueError, match="observed site 'obs' counts 8 times per row") as e:
+        fit(model, object(), loader, 1, rng_key=jax.random.key(0), scale=2.0)
+    assert "not total_size/batch_size = 40/10 = 4: the subsample plate 'data'" in str(e.value)
+    assert "multiplies that by 2 (handlers.scale(N/B)" in str(e.value)
+
+    def two_plates(xb, yb):
+        w = numpyro.sample("w", dist.Normal(0, 1))
+        with numpyro.plate("cols", 2, dim=-1):
+            with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
+                numpyro.sample("obs", dist.Normal(w * xb[:, :1], 1), obs=yb[:, None, :])
+
+    wide = DataLoader((x, np.ones((40, 2), np.float32)), 10, seed=2)
+    with pytest.raises(ValueError, match="has a log-density of shape") as e:
+        fit(two_plates, object(), wide, 1, rng_key=jax.random.key(0))
+    assert "the plates around it ('data', 'cols') make (10, 2)" in str(e.value)
