@@ -673,6 +673,22 @@ def _numpyro_model():
     return model
 
 
+def _fit_goes_on(monkeypatch, model, labels=1, **kw):
+    """``model`` fitted one stand-in step over 40 rows in batches of 10 (``labels`` label
+    columns of ones): its checks accept it and the fit takes its step."""
+    import jax
+
+    from exactbatch import DataLoader
+    from exactbatch.numpyro import fit
+
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = DataLoader((x, np.ones((40, labels), np.float32)), 10, seed=2)
+    seen = _stand_ins(monkeypatch, 1)
+    fit(model, object(), loader, 1, rng_key=jax.random.key(0), **kw)
+    assert seen["steps"][0] == "state0"
+    return loader
+
+
 def _stand_ins(monkeypatch, steps_taken, moving=False):
     """fit's SVI and Run replaced: what fit hands them is recorded in ``seen``."""
     from exactbatch.adapters import convergence
@@ -776,12 +792,9 @@ def test_numpyro_a_latent_only_some_batch_sizes_sample_is_no_latent_per_row(monk
     """The latent-per-row check compares each latent's shape on the batch and on the batch
     with one row more; a latent the model samples only on the first (its batch size, the
     only one a fit hands it) has nothing to compare: not refused, and the fit goes on."""
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as dist
-
-    from exactbatch import DataLoader
-    from exactbatch.numpyro import fit
 
     def model(xb, yb):
         w = numpyro.sample("w", dist.Normal(0, 1))
@@ -790,23 +803,16 @@ def test_numpyro_a_latent_only_some_batch_sizes_sample_is_no_latent_per_row(monk
         with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
             numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
 
-    x = np.arange(40, dtype=np.float32).reshape(40, 1)
-    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
-    seen = _stand_ins(monkeypatch, 1)
-    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
-    assert seen["steps"][0] == "state0"
+    _fit_goes_on(monkeypatch, model)
 
 
 def test_numpyro_latents_in_plates_not_subsampling_the_rows_are_accepted(monkeypatch):
     """A latent in a subsample plate of another size (5 of 50 groups), or in a plate of
     the dataset's N rows whose subsample is all of them (40 of 40 each step), is no latent
     per row: fit goes on (as in test_numpyro.py's fit of the former, without a fit)."""
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as dist
-
-    from exactbatch import DataLoader
-    from exactbatch.numpyro import fit
 
     def model(xb, yb):
         with numpyro.plate("groups", 50, subsample_size=5):
@@ -817,45 +823,31 @@ def test_numpyro_latents_in_plates_not_subsampling_the_rows_are_accepted(monkeyp
         with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
             numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=yb[:, 0])
 
-    x = np.arange(40, dtype=np.float32).reshape(40, 1)
-    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
-    seen = _stand_ins(monkeypatch, 1)
-    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
-    assert seen["steps"][0] == "state0"
+    _fit_goes_on(monkeypatch, model)
 
 
 def test_numpyro_a_likelihood_its_plate_expands_is_one_term_a_row(monkeypatch):
     """An intercept-only likelihood (a scalar location: the data plate expands it to the
     batch) has one term per row, read before the expansion: accepted, the fit goes on."""
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as dist
-
-    from exactbatch import DataLoader
-    from exactbatch.numpyro import fit
 
     def model(xb, yb):
         mu = numpyro.sample("mu", dist.Normal(0, 1))
         with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
             numpyro.sample("obs", dist.Normal(mu, 1), obs=yb[:, 0])
 
-    x = np.arange(40, dtype=np.float32).reshape(40, 1)
-    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
-    seen = _stand_ins(monkeypatch, 1)
-    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
-    assert seen["steps"][0] == "state0"
+    _fit_goes_on(monkeypatch, model)
 
 
 def test_numpyro_a_plate_over_the_label_columns_is_not_the_rows(monkeypatch):
     """Two labels a row, observed in a plate of their 2 columns inside the data plate,
     with a latent sd per column: that plate is not the batch's rows (its latent is no
     latent per row, its size no dataset's): accepted, the fit goes on."""
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as dist
-
-    from exactbatch import DataLoader
-    from exactbatch.numpyro import fit
 
     def model(xb, yb):
         w = numpyro.sample("w", dist.Normal(0, 1))
@@ -864,11 +856,7 @@ def test_numpyro_a_plate_over_the_label_columns_is_not_the_rows(monkeypatch):
             with numpyro.plate("data", 40, subsample_size=xb.shape[0], dim=-2):
                 numpyro.sample("obs", dist.Normal(w * xb[:, :1], sd), obs=yb)
 
-    x = np.arange(40, dtype=np.float32).reshape(40, 1)
-    loader = DataLoader((x, np.ones((40, 2), np.float32)), 10, seed=2)
-    seen = _stand_ins(monkeypatch, 1)
-    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
-    assert seen["steps"][0] == "state0"
+    _fit_goes_on(monkeypatch, model, labels=2)
 
 
 def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(monkeypatch):
@@ -878,7 +866,6 @@ def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as dist
 
-    from exactbatch import DataLoader
     from exactbatch.numpyro import fit
 
     def model(xb, yb, labels_2d=False):
@@ -888,11 +875,7 @@ def test_numpyro_a_pseudo_observation_of_the_parameters_is_no_term_of_the_batch(
         with numpyro.plate("data", 40, subsample_size=xb.shape[0]):
             numpyro.sample("obs", dist.Normal(w * xb[:, 0], 1), obs=y)
 
-    x = np.arange(40, dtype=np.float32).reshape(40, 1)
-    loader = DataLoader((x, np.ones((40, 1), np.float32)), 10, seed=2)
-    seen = _stand_ins(monkeypatch, 1)
-    fit(model, object(), loader, 1, rng_key=jax.random.key(0))
-    assert seen["steps"][0] == "state0"
+    loader = _fit_goes_on(monkeypatch, model)
     with pytest.raises(ValueError, match="observed site 'obs' has a log-density of shape"):
         fit(model, object(), loader, 1, rng_key=jax.random.key(0), labels_2d=True)
 
