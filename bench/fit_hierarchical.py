@@ -230,11 +230,19 @@ def main() -> None:
     ap.add_argument("--b", type=int, nargs="+", default=[256])
     ap.add_argument("--steps", type=int, nargs="+", default=[5000])
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed.. (default 0)")
+    ap.add_argument("--bias", type=float, default=None,
+                    help="the tail's budget schedule.BIAS (default: the library's)")  # fmt: skip
     ap.add_argument("--groups", type=int, default=20)
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpyro", "pymc", "check"])
     args = ap.parse_args()
+    if args.bias is not None:
+        from exactbatch.adapters import schedule
+
+        schedule.BIAS = args.bias
     silent = alarms = total = 0
     names = labels(args.groups)
+    sigma = names.index("log sigma")  # its signed offset printed: the tail's bias shows there
     for n in args.n:
         x, y = synthetic(n, args.groups)
         t = time.perf_counter()
@@ -250,7 +258,9 @@ def main() -> None:
                     f"{mc:.2f} +- {se:.2f} ({(closed - mc) / se:+.1f} se)",
                     flush=True,
                 )
-        for batch, steps, seed in itertools.product(args.b, args.steps, range(args.seeds)):
+        for batch, steps, seed in itertools.product(
+            args.b, args.steps, range(args.first_seed, args.first_seed + args.seeds)
+        ):
             for lib, run in (("numpyro", fit_numpyro), ("pymc", fit_pymc)):
                 if lib in args.skip:
                     continue
@@ -266,7 +276,8 @@ def main() -> None:
                 alarms += mark == "ALARM"
                 total += 1
                 print(f"  {lib:8s} N={n:<7d} B={batch:<4d} {steps:>6d} steps seed {seed}: "
-                      f"{off:5.2f} sd ({names[int(np.argmax(dist))]}), sds "
+                      f"{off:5.2f} sd ({names[int(np.argmax(dist))]}), log sigma "
+                      f"{(m - m_ref)[sigma] / s_ref[sigma]:+.3f} sd, sds "
                       f"{ratio.min():.2f}-{ratio.max():.2f}x ({names[int(np.argmin(ratio))]}, "
                       f"{names[int(np.argmax(ratio))]}), step {lr}, drift {verdict.drift:.3f} "
                       f"error {verdict.error:.3f} sd error {verdict.sd_error:.3f}"
