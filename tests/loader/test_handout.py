@@ -20,7 +20,7 @@ from exactbatch.batching.random_access_epoch import OrderRun
 from exactbatch.loader import epoch_iterator
 from exactbatch.loader.handout import HandOut, hand_out
 from tests.helpers import make_data, state_json, stats_counts, write_ndf_dataset
-from tests.laws import reader_of, reads_through_read
+from tests.laws import reader_of, reads_through_read, run_threads
 
 COMPILED = kernels.backend() == "compiled"
 needs_core = pytest.mark.skipif(
@@ -215,7 +215,6 @@ def test_a_read_that_raises_in_the_one_call_leaves_its_batch_next(twin):
 
 @pytest.mark.parametrize("b", [64, 2048])  # (2048 rows of 5 values: a read that lets the GIL go)
 def test_threads_sharing_the_one_call_hand_out_every_row_once(b, monkeypatch):
-    import threading
 
     from exactbatch.feeds import random_access
 
@@ -231,16 +230,12 @@ def test_threads_sharing_the_one_call_hand_out_every_row_once(b, monkeypatch):
     calls = _counted(dl)
     got: list[np.ndarray] = []
 
-    def work() -> None:
+    def work(_: int) -> None:
         bx, by = np.empty((b, 3)), np.empty((b, 2))
         while k := dl.next_into(bx, by):
             got.append(bx[:k, 0].copy())
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     rows = np.sort(np.concatenate(got)).astype(np.int64)
     np.testing.assert_array_equal(rows, np.arange(n))  # every row once (the ledger agrees)
     assert dl.state_dict()["epoch"] == 2 and calls.count(b) > n // b // 2

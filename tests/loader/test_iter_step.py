@@ -9,8 +9,6 @@ iterator hand out every row once."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -20,6 +18,7 @@ from exactbatch.loader import epoch_iterator
 from exactbatch.loader.epoch_iterator import EpochIterator
 from exactbatch.loader.iter_step import IterStep
 from tests.helpers import make_data, state_json, stats_counts, write_ndf_dataset
+from tests.laws import run_threads
 
 COMPILED = kernels.backend() == "compiled"
 needs_core = pytest.mark.skipif(
@@ -229,15 +228,11 @@ def test_threads_sharing_the_step_hand_out_every_row_once(b, lazy_reads, whole, 
     it = iter(dl)
     got: list[np.ndarray] = []
 
-    def work() -> None:
+    def work(_: int) -> None:
         for bx, _ in it:
             got.append(bx[:, 0].copy())
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     rows = np.sort(np.concatenate(got)).astype(np.int64)
     np.testing.assert_array_equal(rows, np.arange(n))  # every row once (the ledger agrees)
     assert dl.state_dict()["epoch"] == 1 and dl.stats()["epoch"]["batches"] == -(-n // b)
